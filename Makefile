@@ -1,0 +1,42 @@
+# cann-train — see README.md. `make run` is the quickstart, `make test` is CI.
+GO      ?= go
+BIN     ?= bin/cann-train
+# Packages that embed the Temporal server build slowly under -race; they run
+# without it (everything concurrent of ours is in the race-tested set).
+SERVER_PKGS := ./dev/... ./cmd/...
+RACE_PKGS    = $(shell $(GO) list ./... | grep -v -e '/dev' -e '/cmd/')
+
+.PHONY: all build run test test-race test-e2e vet fmt-check bench soak clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/cann-train
+
+## run: the quickstart — embedded Temporal + Web UI, 3 node-worker processes, one real run.
+run: build
+	./$(BIN) quickstart --nodes 3 --steps 1000
+
+## test: what CI runs (`.ci/run`): format, vet, race-tested units, then the
+## end-to-end tests on a real embedded Temporal server with worker processes.
+test: fmt-check vet test-race test-e2e
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+test-race:
+	$(GO) test -race -count=1 -timeout 10m $(RACE_PKGS)
+
+test-e2e:
+	$(GO) test -count=1 -timeout 15m $(SERVER_PKGS)
+
+## bench: benchmarks (not in CI).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./engine/... ./ascend/...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,313 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/ascend"
+	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/engine"
+	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/spec"
+)
+
+// Node holds one node worker's activity dependencies and the state that
+// outlives a chunk: the loaded data set, open checkpoint buckets, and the
+// trainer at the end of the last chunk, so that consecutive chunks of one
+// generation continue in memory without a reload.
+type Node struct {
+	ID       string
+	Listener *tcp.Listener
+	Logger   *zap.Logger
+	// DefaultCheckpointURL is used when the run spec names none.
+	DefaultCheckpointURL string
+	// MNISTDir overrides where the data set is read from.
+	MNISTDir string
+
+	mu     sync.Mutex
+	train  *engine.Dataset
+	test   *engine.Dataset
+	stores map[string]*checkpoint.Store
+	warm   *warmTrainer
+}
+
+type warmTrainer struct {
+	run        string
+	generation int64
+	trainer    *engine.Trainer
+}
+
+// Close releases open buckets.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for _, s := range n.stores {
+		errs = append(errs, s.Close())
+	}
+	n.stores = nil
+	return errors.Join(errs...)
+}
+
+// TrainChunk trains steps [in.From, in.To) as rank in.Rank: it connects to
+// its peers, restores state (in memory, or from in.Restore), steps with
+// gradients averaged by allreduce, heartbeats every step, honours
+// cancellation between steps, and checkpoints/evaluates at the end (rank 0).
+func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
+	started := time.Now()
+	if err := n.checkInput(in); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadChunkInput", err)
+	}
+	log := n.Logger.With(zap.String("run", in.RunID), zap.Int("rank", in.Rank), zap.String("session", in.Session))
+	train, test, err := n.data()
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoData", err)
+	}
+	tr, err := n.trainerAt(ctx, in, train)
+	if err != nil {
+		return nil, err
+	}
+	comm, err := n.connect(ctx, in)
+	if err != nil {
+		return nil, peerError(err)
+	}
+	defer comm.Close()
+
+	var commTime time.Duration
+	reduce := func(ctx context.Context, buf []float32) error {
+		t0 := time.Now()
+		err := comm.AllReduce(ctx, buf, ascend.Avg)
+		commTime += time.Since(t0)
+		return err
+	}
+	res := &spec.ChunkResult{NodeID: n.ID, Rank: in.Rank, From: in.From, To: in.To, StartedAt: started}
+	loopStart := time.Now()
+	for step := in.From; step < in.To; step++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		loss, err := tr.Step(ctx, reduce)
+		if err != nil {
+			n.forget()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, peerError(err)
+		}
+		if step == in.From {
+			res.FirstLoss = loss
+		}
+		res.LastLoss = loss
+		el := time.Since(loopStart).Seconds()
+		done := step + 1 - in.From
+		prog := spec.ChunkProgress{Step: step + 1, To: in.To, Loss: loss}
+		if el > 0 {
+			prog.SamplesPerSec = float64(done) * float64(in.Spec.BatchPerRank) / el
+			prog.CommShare = commTime.Seconds() / el
+		}
+		if in.Restore != nil {
+			prog.LastCheckpoint = in.Restore.Step
+		}
+		activity.RecordHeartbeat(ctx, prog)
+	}
+	el := time.Since(loopStart).Seconds()
+	res.Seconds = el
+	if el > 0 {
+		res.SamplesPerSec = float64(in.To-in.From) * float64(in.Spec.BatchPerRank) / el
+		res.CommShare = commTime.Seconds() / el
+	}
+	res.WeightsSHA256 = tr.WeightsSHA256()
+	if in.Rank == 0 && in.Checkpoint {
+		ref, err := n.save(ctx, in, tr)
+		if err != nil {
+			n.forget()
+			return nil, err
+		}
+		res.Checkpoint = ref
+		log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key))
+	}
+	if in.Rank == 0 && in.Evaluate {
+		acc, _ := tr.Evaluate(test)
+		res.EvalMetric, res.EvalValue = "test_accuracy", acc
+	}
+	n.keep(in, tr)
+	res.EndedAt = time.Now()
+	return res, nil
+}
+
+func (n *Node) checkInput(in spec.ChunkInput) error {
+	if in.Rank < 0 || in.Rank >= len(in.Membership.Nodes) {
+		return fmt.Errorf("rank %d outside membership of %d node(s)", in.Rank, len(in.Membership.Nodes))
+	}
+	if got := in.Membership.Nodes[in.Rank].ID; got != n.ID {
+		return fmt.Errorf("chunk for rank %d is meant for node %q, this is %q", in.Rank, got, n.ID)
+	}
+	if in.From < 0 || in.To <= in.From {
+		return fmt.Errorf("empty or negative step range [%d, %d)", in.From, in.To)
+	}
+	return in.Spec.Validate()
+}
+
+func (n *Node) data() (train, test *engine.Dataset, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.train != nil {
+		return n.train, n.test, nil
+	}
+	dir := n.MNISTDir
+	if dir == "" {
+		if dir, err = engine.MNISTDir(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if n.train, n.test, err = engine.LoadMNIST(dir); err != nil {
+		return nil, nil, err
+	}
+	return n.train, n.test, nil
+}
+
+// trainerAt returns a trainer positioned at in.From: the one kept from the
+// previous chunk of the same generation, the checkpoint in.Restore, or a
+// fresh one at step 0.
+func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.Dataset) (*engine.Trainer, error) {
+	n.mu.Lock()
+	w := n.warm
+	n.warm = nil
+	n.mu.Unlock()
+	if w != nil && w.run == in.RunID && w.generation == in.Membership.Generation && w.trainer.GlobalStep() == in.From {
+		return w.trainer, nil
+	}
+	cfg := engineConfig(in)
+	tr, err := engine.NewTrainer(cfg, train)
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadModel", err)
+	}
+	switch {
+	case in.Restore != nil && in.Restore.Step == in.From:
+		store, err := n.store(ctx, in.Restore.URL)
+		if err != nil {
+			return nil, err
+		}
+		payload, err := store.Load(ctx, toRef(*in.Restore))
+		if err != nil {
+			return nil, fmt.Errorf("load checkpoint %s: %w", in.Restore.Key, err)
+		}
+		var st engine.State
+		if err := st.UnmarshalBinary(payload); err != nil {
+			return nil, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("checkpoint %s: %v", in.Restore.Key, err), "CorruptCheckpoint", err)
+		}
+		if err := tr.Restore(&st); err != nil {
+			return nil, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("checkpoint %s does not fit this run: %v", in.Restore.Key, err), "CorruptCheckpoint", err)
+		}
+		return tr, nil
+	case in.From == 0:
+		return tr, nil
+	default:
+		err := fmt.Errorf("node %s has no state at step %d and no checkpoint there", n.ID, in.From)
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeNoState, err)
+	}
+}
+
+func engineConfig(in spec.ChunkInput) engine.Config {
+	return engine.Config{
+		Seed:         in.Spec.Seed,
+		Hidden:       in.Spec.Model.Hidden,
+		LearningRate: in.Spec.LearningRate,
+		BatchPerRank: in.Spec.BatchPerRank,
+		Rank:         in.Rank,
+		World:        len(in.Membership.Nodes),
+	}
+}
+
+func (n *Node) keep(in spec.ChunkInput, tr *engine.Trainer) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.warm = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, trainer: tr}
+}
+
+func (n *Node) forget() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.warm = nil
+}
+
+func (n *Node) connect(ctx context.Context, in spec.ChunkInput) (*ascend.Communicator, error) {
+	addrs := make([]string, len(in.Membership.Nodes))
+	for i, m := range in.Membership.Nodes {
+		addrs[i] = m.CommAddr
+	}
+	return tcp.Connect(ctx, n.Listener, tcp.Group{
+		Session: in.Session, Rank: in.Rank, Addrs: addrs, Token: []byte(in.Token),
+	}, tcp.Options{ConnectTimeout: 30 * time.Second, OpTimeout: in.Spec.HeartbeatTimeout.D()})
+}
+
+func (n *Node) checkpointURL(in spec.ChunkInput) string {
+	if in.Spec.CheckpointURL != "" {
+		return in.Spec.CheckpointURL
+	}
+	return n.DefaultCheckpointURL
+}
+
+func (n *Node) store(ctx context.Context, url string) (*checkpoint.Store, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s, ok := n.stores[url]; ok {
+		return s, nil
+	}
+	s, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("open checkpoint bucket %q: %v", url, err), "BadCheckpointURL", err)
+	}
+	if n.stores == nil {
+		n.stores = map[string]*checkpoint.Store{}
+	}
+	n.stores[url] = s
+	return s, nil
+}
+
+func (n *Node) save(ctx context.Context, in spec.ChunkInput, tr *engine.Trainer) (*spec.CheckpointRef, error) {
+	url := n.checkpointURL(in)
+	store, err := n.store(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := tr.Snapshot().MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	ref, err := store.Save(ctx, in.Spec.Name, tr.GlobalStep(), payload)
+	if err != nil {
+		return nil, fmt.Errorf("save checkpoint: %w", err)
+	}
+	out := fromRef(url, ref)
+	return &out, nil
+}
+
+func toRef(r spec.CheckpointRef) checkpoint.Ref {
+	return checkpoint.Ref{Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes}
+}
+
+func fromRef(url string, r checkpoint.Ref) spec.CheckpointRef {
+	return spec.CheckpointRef{URL: url, Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes}
+}
+
+// peerError maps a collective failure to PeerFailed with the lost rank as
+// detail, so the workflow knows whom to blame; other errors stay retryable
+// at the group level.
+func peerError(err error) error {
+	var pe *ascend.PeerError
+	if errors.As(err, &pe) {
+		return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypePeerFailed, err, pe.Rank)
+	}
+	return err
+}

@@ -1,0 +1,27 @@
+package ascend
+
+import "context"
+
+// Conn is a reliable, ordered, framed, bidirectional link to one peer, as a
+// transport provides it to a [Communicator].
+//
+// One Send and one Recv may be in progress at the same time (the
+// Communicator sends from a writer goroutine while it receives), but never
+// two Sends or two Recvs.
+type Conn interface {
+	// Send writes p as one frame labelled tag. It returns once the frame
+	// has been handed to the transport; p may be reused afterwards. It must
+	// fail rather than block past ctx's deadline or the transport's own
+	// per-operation timeout.
+	Send(ctx context.Context, tag uint32, p []byte) error
+	// Recv reads the next frame into p and returns its tag and length. A
+	// frame longer than len(p) is an error wrapping io.ErrShortBuffer, after
+	// which the Conn is unusable. Like Send it must honour ctx's deadline
+	// and the transport's timeout. A Conn need not watch ctx.Done() while
+	// blocked: the Communicator interrupts blocked calls by closing the Conn.
+	Recv(ctx context.Context, p []byte) (tag uint32, n int, err error)
+	// Close closes the link and makes blocked Send and Recv calls return.
+	// It is safe to call concurrently with them and more than once; calls
+	// after the first return nil.
+	Close() error
+}

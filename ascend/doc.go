@@ -1,0 +1,57 @@
+// Package ascend is the collective-communication engine of cann-train: the
+// role NCCL, HCCL or Gloo play for other frameworks. A [Communicator] binds
+// one rank of a fixed-size group (a "session") to point-to-point [Conn]s to
+// every other rank and runs collectives over them.
+//
+// # Contract
+//
+//   - Every rank of a session calls the same collectives, in the same order,
+//     with the same arguments where the arguments must agree (buffer length,
+//     [Op], broadcast root). Frames carry a tag derived from a per-call
+//     sequence number, the collective kind and its op/root, so most
+//     disagreements are detected and reported as [ErrMismatch] instead of
+//     silently corrupting data.
+//   - Collectives are synchronous and in place: when AllReduce or Broadcast
+//     returns, buf holds the result and no goroutine of the Communicator
+//     touches buf any more. Every rank receives a bit-identical result.
+//   - float32 values travel little-endian. On little-endian hosts buffers are
+//     sent and received without conversion (unsafe reinterpretation); on
+//     big-endian hosts they are converted through a reused scratch buffer.
+//   - The context is the first argument of every blocking call. Its deadline
+//     bounds every frame; its cancellation aborts the collective promptly by
+//     closing the connections.
+//   - Failure is sticky: after any error other than an argument error
+//     ([ErrInvalid]) the Communicator is broken. Its connections are closed,
+//     which makes the failure visible to the peers quickly, and every later
+//     call returns the same error ([ErrClosed] after Close). The caller forms
+//     a new session to continue. An I/O failure on the link to a peer is a
+//     [*PeerError] naming that peer; it names the peer on which the failure
+//     was observed, which is not necessarily the rank that died first.
+//   - A Communicator's collectives must be called from one goroutine at a
+//     time (they are serialised internally for safety). Close may be called
+//     concurrently with a collective and aborts it.
+//   - There is no package-level mutable state; several communicators, in one
+//     process or many, are independent.
+//
+// Algorithms live one per file, each with its α-β cost at the top: the
+// chunked ring for AllReduce (allreduce_ring.go), a pipelined binomial tree
+// for Broadcast (broadcast_tree.go) and dissemination for Barrier
+// (barrier_dissemination.go).
+//
+// Transports implement [Conn]; package ascend/tcp is the TCP transport with
+// a node-level listener, rendezvous and mutual authentication, and package
+// ascend/ascendtest spawns in-process groups over loopback TCP for tests.
+//
+// # Non-goals (of this version)
+//
+//   - Algorithm selection (halving-doubling, tree AllReduce, hierarchical
+//     intra/inter node), an α-β cost model, a shared-memory transport and a
+//     benchmark harness in the style of nccl-tests come later; the API is
+//     shaped so they slot in behind the same methods.
+//   - No data types other than float32, no ReduceScatter/AllGather/
+//     point-to-point API yet, no non-blocking collectives, no streams.
+//   - No fault tolerance inside a session: a session does not survive the
+//     loss of a rank; recovery is forming a new session.
+//   - Transport encryption is out of scope: peers are mutually authenticated
+//     (in ascend/tcp) but payloads travel in clear text.
+package ascend

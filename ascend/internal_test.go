@@ -1,0 +1,261 @@
+package ascend
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// pipeConn is a Conn over net.Pipe: fully synchronous, with no buffering at
+// all, so a collective that does not overlap sends and receives deadlocks.
+type pipeConn struct {
+	c    net.Conn
+	rhdr [8]byte
+	whdr [8]byte
+}
+
+func (p *pipeConn) Send(ctx context.Context, tag uint32, b []byte) error {
+	d, _ := ctx.Deadline()
+	p.c.SetWriteDeadline(d)
+	binary.LittleEndian.PutUint32(p.whdr[:], uint32(len(b)))
+	binary.LittleEndian.PutUint32(p.whdr[4:], tag)
+	if _, err := p.c.Write(p.whdr[:]); err != nil {
+		return err
+	}
+	_, err := p.c.Write(b)
+	return err
+}
+
+func (p *pipeConn) Recv(ctx context.Context, b []byte) (uint32, int, error) {
+	d, _ := ctx.Deadline()
+	p.c.SetReadDeadline(d)
+	if _, err := io.ReadFull(p.c, p.rhdr[:]); err != nil {
+		return 0, 0, err
+	}
+	n := int(binary.LittleEndian.Uint32(p.rhdr[:]))
+	if n > len(b) {
+		return 0, 0, io.ErrShortBuffer
+	}
+	_, err := io.ReadFull(p.c, b[:n])
+	return binary.LittleEndian.Uint32(p.rhdr[4:]), n, err
+}
+
+func (p *pipeConn) Close() error { return p.c.Close() }
+
+// pipeGroup builds n communicators over a full mesh of pipes.
+func pipeGroup(t *testing.T, n, chunkBytes int, native bool) []*Communicator {
+	t.Helper()
+	conns := make([][]Conn, n)
+	for i := range conns {
+		conns[i] = make([]Conn, n)
+	}
+	for i := range n {
+		for j := i + 1; j < n; j++ {
+			a, b := net.Pipe()
+			conns[i][j], conns[j][i] = &pipeConn{c: a}, &pipeConn{c: b}
+		}
+	}
+	comms := make([]*Communicator, n)
+	for i := range n {
+		c, err := New(Config{Rank: i, Size: n, Session: "pipe", Conns: conns[i], ChunkBytes: chunkBytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.native = native
+		comms[i] = c
+		t.Cleanup(func() { c.Close() })
+	}
+	return comms
+}
+
+func parallel(comms []*Communicator, fn func(c *Communicator) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestCollectivesOverPipes runs every collective on synchronous pipes with a
+// tiny chunk size (many frames per segment), on both the zero-copy and the
+// portable (big-endian) wire paths.
+func TestCollectivesOverPipes(t *testing.T) {
+	for _, native := range []bool{true, false} {
+		for _, n := range []int{2, 3, 4, 7} {
+			comms := pipeGroup(t, n, 12, native) // 3 floats per frame
+			for _, length := range []int{0, 1, 2, 5, 31, 100} {
+				for _, op := range []Op{Sum, Avg, Max, Min} {
+					bufs := make([][]float32, n)
+					want := make([]float64, length)
+					for r := range bufs {
+						bufs[r] = make([]float32, length)
+						for i := range bufs[r] {
+							v := float32(r*1000 + i) // exact in float32 sums
+							bufs[r][i] = v
+							switch {
+							case r == 0:
+								want[i] = float64(v)
+							case op == Max:
+								want[i] = math.Max(want[i], float64(v))
+							case op == Min:
+								want[i] = math.Min(want[i], float64(v))
+							default:
+								want[i] += float64(v)
+							}
+						}
+					}
+					errs := parallel(comms, func(c *Communicator) error {
+						return c.AllReduce(context.Background(), bufs[c.Rank()], op)
+					})
+					for r, err := range errs {
+						if err != nil {
+							t.Fatalf("native=%v n=%d len=%d %v: rank %d: %v", native, n, length, op, r, err)
+						}
+					}
+					for r := range bufs {
+						for i, v := range bufs[r] {
+							w := want[i]
+							if op == Avg {
+								w = float64(float32(w) / float32(n))
+							}
+							if float64(v) != w {
+								t.Fatalf("native=%v n=%d len=%d %v: rank %d [%d] = %v, want %v", native, n, length, op, r, i, v, w)
+							}
+						}
+					}
+				}
+				for root := range n {
+					bufs := make([][]float32, n)
+					for r := range bufs {
+						bufs[r] = make([]float32, length)
+						for i := range bufs[r] {
+							bufs[r][i] = float32(r*1000 + i)
+						}
+					}
+					parallel(comms, func(c *Communicator) error {
+						return c.Broadcast(context.Background(), bufs[c.Rank()], root)
+					})
+					for r := range bufs {
+						if !slices.Equal(bufs[r], bufs[root]) {
+							t.Fatalf("native=%v n=%d len=%d: broadcast from %d: rank %d differs", native, n, length, root, r)
+						}
+					}
+				}
+			}
+			for r, err := range parallel(comms, func(c *Communicator) error { return c.Barrier(context.Background()) }) {
+				if err != nil {
+					t.Fatalf("barrier rank %d: %v", r, err)
+				}
+			}
+		}
+	}
+}
+
+func TestSegmentPartition(t *testing.T) {
+	buf := make([]float32, 100)
+	for n := range []int{0, 1, 2, 3, 7, 99, 100, 101} {
+		for p := 1; p <= 9; p++ {
+			b := buf[:n]
+			total := 0
+			for i := range p {
+				s := segment(b, p, i)
+				if len(s) < n/p || len(s) > n/p+1 {
+					t.Fatalf("n=%d p=%d: segment %d has %d elements", n, p, i, len(s))
+				}
+				if len(s) > 0 && &s[0] != &b[total] {
+					t.Fatalf("n=%d p=%d: segment %d not contiguous", n, p, i)
+				}
+				total += len(s)
+			}
+			if total != n {
+				t.Fatalf("n=%d p=%d: segments cover %d", n, p, total)
+			}
+		}
+	}
+}
+
+func TestWireEncoding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	f := make([]float32, 1000)
+	for i := range f {
+		f[i] = float32(rng.NormFloat64())
+	}
+	f[0], f[1] = float32(math.Inf(-1)), float32(math.NaN())
+	b := make([]byte, 4*len(f))
+	encodeLE(b, f)
+	if nativeLE && !slices.Equal(b, asBytes(f)) {
+		t.Fatal("zero-copy view differs from little-endian encoding")
+	}
+	if binary.LittleEndian.Uint32(b[8:]) != math.Float32bits(f[2]) {
+		t.Fatal("not little-endian")
+	}
+	g := make([]float32, len(f))
+	decodeLE(g, b)
+	for i := range f {
+		if math.Float32bits(f[i]) != math.Float32bits(g[i]) {
+			t.Fatalf("[%d] round trip %v → %v", i, f[i], g[i])
+		}
+	}
+	for _, op := range []Op{Sum, Max, Min} {
+		x, y := slices.Clone(f), slices.Clone(f)
+		reduce(x, g, op)
+		reduceLE(y, b, op)
+		for i := range x {
+			if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+				t.Fatalf("%v: reduceLE differs at %d", op, i)
+			}
+		}
+	}
+	if asBytes(nil) != nil {
+		t.Fatal("asBytes(nil)")
+	}
+}
+
+func TestNaNPropagates(t *testing.T) {
+	nan := float32(math.NaN())
+	for _, op := range []Op{Sum, Max, Min} {
+		a := []float32{1, nan}
+		reduce(a, []float32{nan, 2}, op)
+		if !math.IsNaN(float64(a[0])) || !math.IsNaN(float64(a[1])) {
+			t.Errorf("%v: NaN did not propagate: %v", op, a)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	pc := &pipeConn{c: a}
+	for i, cfg := range []Config{
+		{Rank: 0, Size: 0},
+		{Rank: 2, Size: 2, Conns: []Conn{nil, pc}},
+		{Rank: 0, Size: 2, Conns: []Conn{nil}},
+		{Rank: 0, Size: 2, Conns: []Conn{pc, nil}},
+		{Rank: 0, Size: 2, Conns: []Conn{nil, pc}, ChunkBytes: 3},
+	} {
+		if _, err := New(cfg); !errors.Is(err, ErrInvalid) {
+			t.Errorf("case %d: %v", i, err)
+		}
+	}
+}
+
+func TestTag(t *testing.T) {
+	tag := makeTag(0x123456, kindBroadcast, 300)
+	if tag>>12 != 0x23456 || tag>>8&0xF != kindBroadcast || tag&0xFF != 300&0xFF {
+		t.Fatalf("%#x", tag)
+	}
+}

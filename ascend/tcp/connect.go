@@ -1,0 +1,317 @@
+package tcp
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/cann-train/cann-train/ascend"
+)
+
+// Group is one rank's description of a session.
+type Group struct {
+	// Session identifies this communicator instance and must be unique per
+	// instance (e.g. "run/<id>/g3/e7"); at most 1024 bytes.
+	Session string
+	// Rank is this rank, in [0, len(Addrs)).
+	Rank int
+	// Addrs[i] is rank i's listener address; len(Addrs) is the world size.
+	// Several ranks may share one listener.
+	Addrs []string
+	// Token is the per-run secret all ranks share (e.g. 32 random bytes).
+	Token []byte
+}
+
+// Options tunes Connect. The zero value uses the defaults.
+type Options struct {
+	// ConnectTimeout bounds forming the whole group, including waiting for
+	// slower ranks to start. Default DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// OpTimeout bounds every frame read and write of the communicator: a
+	// peer that makes no progress for this long fails the collective with
+	// an *ascend.PeerError wrapping os.ErrDeadlineExceeded. It must exceed
+	// the largest skew between ranks entering a collective. Default
+	// DefaultOpTimeout; negative disables it (then only the context's
+	// deadline applies).
+	OpTimeout time.Duration
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive. Zero leaves
+	// the kernel's autotuning alone, which on Linux is usually faster.
+	SocketBuffer int
+}
+
+const (
+	DefaultConnectTimeout = 60 * time.Second
+	DefaultOpTimeout      = 2 * time.Minute
+)
+
+// Connect forms rank g.Rank's Communicator of the session g.Session: it
+// dials the lower ranks, accepts the higher ranks through l, authenticates
+// every link, and returns once all ranks are connected (it ends with a
+// barrier). It fails with a *HandshakeError (wrapping ErrAuth, ErrVersion,
+// ErrGroupMismatch or ascend.ErrProtocol), with context.DeadlineExceeded
+// when ConnectTimeout passes, or with the ctx's error.
+func Connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.Communicator, error) {
+	c, err := connect(ctx, l, g, opts)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: connect session %q rank %d: %w", g.Session, g.Rank, err)
+	}
+	return c, nil
+}
+
+func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.Communicator, error) {
+	world := len(g.Addrs)
+	switch {
+	case l == nil:
+		return nil, fmt.Errorf("%w: nil listener", ascend.ErrInvalid)
+	case world < 1 || world > maxWorld:
+		return nil, fmt.Errorf("%w: world size %d", ascend.ErrInvalid, world)
+	case g.Rank < 0 || g.Rank >= world:
+		return nil, fmt.Errorf("%w: rank %d of %d", ascend.ErrInvalid, g.Rank, world)
+	case len(g.Session) == 0 || len(g.Session) > maxSession:
+		return nil, fmt.Errorf("%w: session of %d bytes", ascend.ErrInvalid, len(g.Session))
+	case len(g.Token) == 0:
+		return nil, fmt.Errorf("%w: empty token", ascend.ErrInvalid)
+	}
+	for j := 0; j < g.Rank; j++ {
+		if g.Addrs[j] == "" {
+			return nil, fmt.Errorf("%w: empty address for rank %d", ascend.ErrInvalid, j)
+		}
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = DefaultConnectTimeout
+	}
+	switch {
+	case opts.OpTimeout == 0:
+		opts.OpTimeout = DefaultOpTimeout
+	case opts.OpTimeout < 0:
+		opts.OpTimeout = 0
+	}
+	deadline := time.Now().Add(opts.ConnectTimeout)
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+
+	s := side{token: append([]byte(nil), g.Token...), session: g.Session, world: world, rank: g.Rank, rand: rand.Reader}
+	k := key{g.Session, g.Rank}
+	w, err := l.register(k, world+8)
+	if err != nil {
+		return nil, err
+	}
+	defer l.unregister(k, w)
+
+	ncs, err := mesh(cctx, l, w, s, g.Addrs)
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]ascend.Conn, world)
+	for i, nc := range ncs {
+		if nc == nil {
+			continue
+		}
+		_ = nc.SetNoDelay(true)
+		if opts.SocketBuffer > 0 {
+			_ = nc.SetReadBuffer(opts.SocketBuffer)
+			_ = nc.SetWriteBuffer(opts.SocketBuffer)
+		}
+		conns[i] = newConn(nc, opts.OpTimeout)
+	}
+	comm, err := ascend.New(ascend.Config{Rank: g.Rank, Size: world, Session: g.Session, Conns: conns})
+	if err != nil {
+		closeAll(ncs)
+		return nil, err
+	}
+	// Return only once every rank has its full mesh.
+	bctx, bcancel := context.WithDeadline(ctx, deadline)
+	defer bcancel()
+	if err := comm.Barrier(bctx); err != nil {
+		comm.Close()
+		return nil, fmt.Errorf("group not formed: %w", err)
+	}
+	return comm, nil
+}
+
+type result struct {
+	peer int
+	nc   *net.TCPConn
+	err  error
+}
+
+// failGrace is how long handshakes already in flight may finish after Connect
+// has failed, so that their peers learn the cause (e.g. ErrAuth) instead of
+// waiting for their ConnectTimeout.
+const failGrace = time.Second
+
+// mesh dials the lower ranks and accepts the higher ranks, authenticating
+// each link. It returns conns indexed by rank (nil for self).
+func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string) ([]*net.TCPConn, error) {
+	world := len(addrs)
+	// loopCtx stops dialling and accepting; hsCtx interrupts handshakes.
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	hsCtx, stopHandshakes := context.WithCancel(ctx)
+	defer stopHandshakes()
+	results := make(chan result, world)
+	var wg sync.WaitGroup
+	deliver := func(r result) {
+		select {
+		case results <- r:
+		case <-loopCtx.Done():
+			if r.nc != nil {
+				r.nc.Close()
+			}
+		}
+	}
+	for j := 0; j < s.rank; j++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, err := dialPeer(loopCtx, hsCtx, s, j, addrs[j])
+			deliver(result{j, nc, err})
+		}()
+	}
+	{ // Even the highest rank accepts, to refuse stray dialers explicitly.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case in := <-w.ch:
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						deliver(acceptPeer(hsCtx, s, in))
+					}()
+				case <-l.done:
+					deliver(result{peer: -1, err: ErrListenerClosed})
+					return
+				case <-loopCtx.Done():
+					return
+				}
+			}
+		}()
+	}
+
+	ncs := make([]*net.TCPConn, world)
+	need := world - 1
+	var err error
+	for need > 0 && err == nil {
+		select {
+		case r := <-results:
+			switch {
+			case r.err != nil && r.peer > s.rank && !fatal(r.err):
+				// An inbound attempt died (e.g. the peer gave up and will
+				// redial); keep waiting.
+			case r.err != nil:
+				err = r.err
+			case ncs[r.peer] != nil:
+				r.nc.Close()
+				err = &HandshakeError{Session: s.session, Rank: s.rank, Peer: r.peer, Addr: r.nc.RemoteAddr().String(),
+					Err: fmt.Errorf("%w: rank %d connected twice", ErrGroupMismatch, r.peer)}
+			default:
+				ncs[r.peer] = r.nc
+				need--
+			}
+		case <-ctx.Done():
+			var missing []int
+			for i, nc := range ncs {
+				if nc == nil && i != s.rank {
+					missing = append(missing, i)
+				}
+			}
+			err = fmt.Errorf("waiting for ranks %v: %w", missing, ctx.Err())
+		}
+	}
+	stopLoops()
+	if err == nil {
+		stopHandshakes()
+	} else {
+		// Let handshakes in flight finish briefly so those peers fail fast
+		// with the real cause; their results are discarded below.
+		t := time.AfterFunc(failGrace, stopHandshakes)
+		defer t.Stop()
+	}
+	wg.Wait()
+	for len(results) > 0 {
+		if r := <-results; r.nc != nil && (err != nil || ncs[r.peer] != r.nc) {
+			r.nc.Close()
+		}
+	}
+	if err != nil {
+		closeAll(ncs)
+		return nil, err
+	}
+	return ncs, nil
+}
+
+func closeAll(ncs []*net.TCPConn) {
+	for _, nc := range ncs {
+		if nc != nil {
+			nc.Close()
+		}
+	}
+}
+
+// fatal reports errors retrying cannot fix.
+func fatal(err error) bool {
+	return errors.Is(err, ErrAuth) || errors.Is(err, ErrVersion) || errors.Is(err, ErrGroupMismatch)
+}
+
+// dialPeer dials rank peer until the handshake succeeds, fails fatally or
+// ctx ends; hsCtx bounds a handshake in progress.
+func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string) (*net.TCPConn, error) {
+	var d net.Dialer
+	backoff := 10 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			nc := c.(*net.TCPConn)
+			remote, herr := underCtx(hsCtx, nc, func() (bool, error) { return clientHandshake(nc, s, peer) })
+			if herr == nil {
+				return nc, nil
+			}
+			nc.Close()
+			if fatal(herr) || errors.Is(herr, ascend.ErrProtocol) {
+				return nil, &HandshakeError{Session: s.session, Rank: s.rank, Peer: peer, Addr: addr, Remote: remote, Err: herr}
+			}
+			err = herr
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial rank %d (%s): %w (last error: %v)", peer, addr, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// acceptPeer runs the listener side of the handshake for a dispatched
+// connection.
+func acceptPeer(ctx context.Context, s side, in *inbound) result {
+	remote, err := underCtx(ctx, in.nc, func() (bool, error) { return serverHandshake(in.nc, s, in.hello) })
+	if err != nil {
+		addr := in.nc.RemoteAddr().String()
+		in.nc.Close()
+		return result{peer: in.hello.from, err: &HandshakeError{Session: s.session, Rank: s.rank, Peer: in.hello.from, Addr: addr, Remote: remote, Err: err}}
+	}
+	return result{peer: in.hello.from, nc: in.nc}
+}
+
+// underCtx runs f with nc's deadline tied to ctx.
+func underCtx(ctx context.Context, nc *net.TCPConn, f func() (bool, error)) (bool, error) {
+	if d, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	remote, err := f()
+	if !stop() {
+		if err == nil {
+			err = ctx.Err()
+		}
+		return remote, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return remote, err
+}

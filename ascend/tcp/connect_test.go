@@ -1,0 +1,372 @@
+package tcp
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/ascend"
+)
+
+func listen(t *testing.T, lc ListenConfig) *Listener {
+	t.Helper()
+	l, err := lc.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func token(t *testing.T) []byte {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type connectResult struct {
+	comm *ascend.Communicator
+	err  error
+}
+
+// connectAll runs Connect for every group concurrently.
+func connectAll(ls []*Listener, gs []Group, opts Options) []connectResult {
+	res := make([]connectResult, len(gs))
+	var wg sync.WaitGroup
+	for i := range gs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i].comm, res[i].err = Connect(context.Background(), ls[i], gs[i], opts)
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+func closeAllComms(res []connectResult) {
+	for _, r := range res {
+		if r.comm != nil {
+			r.comm.Close()
+		}
+	}
+}
+
+func groups(session string, ls []*Listener, tok []byte) []Group {
+	addrs := make([]string, len(ls))
+	for i, l := range ls {
+		addrs[i] = l.Addr()
+	}
+	gs := make([]Group, len(ls))
+	for i := range gs {
+		gs[i] = Group{Session: session, Rank: i, Addrs: addrs, Token: tok}
+	}
+	return gs
+}
+
+var fast = Options{ConnectTimeout: 5 * time.Second, OpTimeout: 5 * time.Second}
+
+func TestWrongTokenRefusedOnBothSides(t *testing.T) {
+	ls := []*Listener{listen(t, ListenConfig{}), listen(t, ListenConfig{})}
+	gs := groups("wrong-token", ls, token(t))
+	gs[1].Token = token(t)
+	start := time.Now()
+	res := connectAll(ls, gs, fast)
+	defer closeAllComms(res)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %v: a wrong token must fail fast, not time out", d)
+	}
+	for r, x := range res {
+		var he *HandshakeError
+		if x.comm != nil || !errors.Is(x.err, ErrAuth) || !errors.As(x.err, &he) {
+			t.Errorf("rank %d: got (%v, %v), want *HandshakeError wrapping ErrAuth and no communicator", r, x.comm, x.err)
+			continue
+		}
+		if he.Peer != 1-r || he.Rank != r {
+			t.Errorf("rank %d: HandshakeError names ranks %d/%d", r, he.Rank, he.Peer)
+		}
+		t.Logf("rank %d: %v", r, x.err)
+	}
+}
+
+func TestWrongTokenThreeRanks(t *testing.T) {
+	ls := []*Listener{listen(t, ListenConfig{}), listen(t, ListenConfig{}), listen(t, ListenConfig{})}
+	gs := groups("wrong-token-3", ls, token(t))
+	gs[2].Token = []byte("guess")
+	res := connectAll(ls, gs, fast)
+	defer closeAllComms(res)
+	for r, x := range res {
+		if x.err == nil {
+			t.Errorf("rank %d: connected despite rank 2's wrong token", r)
+		}
+	}
+	if !errors.Is(res[2].err, ErrAuth) {
+		t.Errorf("rank 2: %v, want ErrAuth", res[2].err)
+	}
+}
+
+func TestManyRanksOneListener(t *testing.T) {
+	// A node hosting several ranks: all share one listener; dispatch is by
+	// (session, rank).
+	l := listen(t, ListenConfig{})
+	const world = 5
+	ls := make([]*Listener, world)
+	for i := range ls {
+		ls[i] = l
+	}
+	res := connectAll(ls, groups("one-listener", ls, token(t)), fast)
+	defer closeAllComms(res)
+	var wg sync.WaitGroup
+	for r, x := range res {
+		if x.err != nil {
+			t.Fatalf("rank %d: %v", r, x.err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := []float32{float32(r), 1}
+			if err := x.comm.AllReduce(context.Background(), buf, ascend.Sum); err != nil || buf[0] != 10 || buf[1] != world {
+				t.Errorf("rank %d: %v %v", r, buf, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestLateRankIsWaitedFor(t *testing.T) {
+	// Rank 1 dials before rank 0 calls Connect: the listener holds the
+	// connection until rank 0 claims it.
+	ls := []*Listener{listen(t, ListenConfig{}), listen(t, ListenConfig{})}
+	gs := groups("late", ls, token(t))
+	res := make([]connectResult, 2)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		res[1].comm, res[1].err = Connect(context.Background(), ls[1], gs[1], fast)
+	}()
+	go func() {
+		defer wg.Done()
+		time.Sleep(300 * time.Millisecond)
+		res[0].comm, res[0].err = Connect(context.Background(), ls[0], gs[0], fast)
+	}()
+	wg.Wait()
+	defer closeAllComms(res)
+	for r, x := range res {
+		if x.err != nil {
+			t.Errorf("rank %d: %v", r, x.err)
+		}
+	}
+}
+
+func TestHeldConnectionDroppedAndRedialled(t *testing.T) {
+	// With a short hold timeout the early dialer is told to retry and
+	// redials; the group still forms.
+	ls := []*Listener{listen(t, ListenConfig{HoldTimeout: 50 * time.Millisecond}), listen(t, ListenConfig{})}
+	gs := groups("held", ls, token(t))
+	res := make([]connectResult, 2)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		res[1].comm, res[1].err = Connect(context.Background(), ls[1], gs[1], fast)
+	}()
+	go func() {
+		defer wg.Done()
+		time.Sleep(400 * time.Millisecond)
+		res[0].comm, res[0].err = Connect(context.Background(), ls[0], gs[0], fast)
+	}()
+	wg.Wait()
+	defer closeAllComms(res)
+	for r, x := range res {
+		if x.err != nil {
+			t.Errorf("rank %d: %v", r, x.err)
+		}
+	}
+}
+
+func TestHeldConnectionDropped(t *testing.T) {
+	l := listen(t, ListenConfig{HoldTimeout: 100 * time.Millisecond})
+	nc, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	h := hello{world: 2, from: 1, to: 0, session: "nobody-waits"}
+	if err := writeMsg(nc, msgHello, stOK, encodeHello(h)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	nc.SetDeadline(time.Now().Add(5 * time.Second))
+	st, _, err := readMsg(nc, msgChallenge)
+	if err != nil || st != stRetry {
+		t.Fatalf("got status %d, %v; want retry", st, err)
+	}
+	if d := time.Since(start); d < 80*time.Millisecond {
+		t.Errorf("dropped after %v, before the hold timeout", d)
+	}
+	if _, err := nc.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("after drop: %v, want EOF", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.nheld != 0 || len(l.held) != 0 {
+		t.Errorf("held bookkeeping leaked: %d %v", l.nheld, l.held)
+	}
+}
+
+func TestGarbageAndVersionRejected(t *testing.T) {
+	l := listen(t, ListenConfig{})
+	for name, payload := range map[string][]byte{
+		"garbage": []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+		"version": func() []byte {
+			b := make([]byte, 0, 64)
+			b = append(b, hdrLen, 0)
+			b = append(b, magic...)
+			b = append(b, 99, 0, msgHello, 0)
+			return b
+		}(),
+	} {
+		nc, err := net.Dial("tcp", l.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.SetDeadline(time.Now().Add(5 * time.Second))
+		nc.Write(payload)
+		st, _, err := readMsg(nc, msgChallenge)
+		nc.Close()
+		want := byte(stProtocol)
+		if name == "version" {
+			want = stVersion
+		}
+		if err != nil || st != want {
+			t.Errorf("%s: got status %d, %v; want %d", name, st, err, want)
+		}
+	}
+}
+
+func TestWorldSizeMismatch(t *testing.T) {
+	ls := []*Listener{listen(t, ListenConfig{}), listen(t, ListenConfig{}), listen(t, ListenConfig{})}
+	gs := groups("world", ls, token(t))
+	gs[1].Addrs = gs[1].Addrs[:2] // rank 1 thinks the world has 2 ranks
+	opts := fast
+	opts.ConnectTimeout = 2 * time.Second
+	res := connectAll(ls, gs, opts)
+	defer closeAllComms(res)
+	for r, x := range res {
+		if x.err == nil {
+			t.Errorf("rank %d connected", r)
+		}
+	}
+	if !errors.Is(res[1].err, ErrGroupMismatch) {
+		t.Errorf("rank 1: %v, want ErrGroupMismatch", res[1].err)
+	}
+}
+
+func TestConnectTimeoutNamesMissingRanks(t *testing.T) {
+	ls := []*Listener{listen(t, ListenConfig{}), listen(t, ListenConfig{}), listen(t, ListenConfig{})}
+	gs := groups("missing", ls, token(t))
+	opts := Options{ConnectTimeout: 300 * time.Millisecond}
+	res := connectAll(ls[:2], gs[:2], opts) // rank 2 never comes
+	defer closeAllComms(res)
+	for r, x := range res {
+		if !errors.Is(x.err, context.DeadlineExceeded) {
+			t.Errorf("rank %d: %v, want DeadlineExceeded", r, x.err)
+		}
+	}
+	t.Log(res[0].err)
+}
+
+func TestConnectCancelAndListenerClose(t *testing.T) {
+	l := listen(t, ListenConfig{})
+	g := Group{Session: "alone", Rank: 0, Addrs: []string{l.Addr(), "127.0.0.1:1"}, Token: []byte("x")}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	if _, err := Connect(ctx, l, g, Options{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancel: %v", err)
+	}
+	time.AfterFunc(100*time.Millisecond, func() { l.Close() })
+	if _, err := Connect(context.Background(), l, g, Options{}); !errors.Is(err, ErrListenerClosed) {
+		t.Errorf("listener close: %v", err)
+	}
+	if _, err := Connect(context.Background(), l, g, Options{}); !errors.Is(err, ErrListenerClosed) {
+		t.Errorf("closed listener: %v", err)
+	}
+}
+
+func TestConnectInvalid(t *testing.T) {
+	l := listen(t, ListenConfig{})
+	ok := Group{Session: "s", Rank: 0, Addrs: []string{l.Addr()}, Token: []byte("t")}
+	for i, g := range []Group{
+		{Session: "", Rank: 0, Addrs: ok.Addrs, Token: ok.Token},
+		{Session: "s", Rank: 1, Addrs: ok.Addrs, Token: ok.Token},
+		{Session: "s", Rank: 0, Addrs: nil, Token: ok.Token},
+		{Session: "s", Rank: 0, Addrs: ok.Addrs, Token: nil},
+		{Session: "s", Rank: 1, Addrs: []string{"", ""}, Token: ok.Token},
+	} {
+		if _, err := Connect(context.Background(), l, g, fast); !errors.Is(err, ascend.ErrInvalid) {
+			t.Errorf("case %d: %v", i, err)
+		}
+	}
+	c, err := Connect(context.Background(), l, ok, fast)
+	if err != nil || c.Size() != 1 || c.Rank() != 0 || c.Session() != "s" {
+		t.Fatalf("world of one: %v %v", c, err)
+	}
+	if err := c.AllReduce(context.Background(), []float32{1}, ascend.Avg); err != nil {
+		t.Error(err)
+	}
+	c.Close()
+}
+
+func TestDuplicateConnectOnListener(t *testing.T) {
+	l := listen(t, ListenConfig{})
+	g := Group{Session: "dup", Rank: 0, Addrs: []string{l.Addr(), l.Addr()}, Token: []byte("t")}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Connect(ctx, l, g, fast)
+	time.Sleep(50 * time.Millisecond)
+	if _, err := Connect(context.Background(), l, g, fast); !errors.Is(err, ErrGroupMismatch) {
+		t.Errorf("duplicate: %v", err)
+	}
+}
+
+func TestSessionsDoNotMixOnOneListener(t *testing.T) {
+	// Same ranks, different sessions and tokens, at the same time.
+	ls := []*Listener{listen(t, ListenConfig{}), listen(t, ListenConfig{})}
+	var wg sync.WaitGroup
+	for s := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := connectAll(ls, groups(fmt.Sprintf("mix/%d", s), ls, token(t)), fast)
+			defer closeAllComms(res)
+			for r, x := range res {
+				if x.err != nil {
+					t.Errorf("session %d rank %d: %v", s, r, x.err)
+					return
+				}
+			}
+			var rw sync.WaitGroup
+			for r, x := range res {
+				rw.Add(1)
+				go func() {
+					defer rw.Done()
+					buf := []float32{float32(s*10 + r)}
+					if err := x.comm.AllReduce(context.Background(), buf, ascend.Sum); err != nil || buf[0] != float32(s*20+1) {
+						t.Errorf("session %d rank %d: %v %v", s, r, buf, err)
+					}
+				}()
+			}
+			rw.Wait()
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,185 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/ascend"
+)
+
+func frame(tag uint32, p []byte) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(p)))
+	b = binary.LittleEndian.AppendUint32(b, tag)
+	return append(b, p...)
+}
+
+func TestReadFrame(t *testing.T) {
+	var hdr [frameHdr]byte
+	buf := make([]byte, 16)
+	r := bytes.NewReader(append(frame(7, []byte("hello")), frame(8, nil)...))
+	if tag, n, err := readFrame(r, &hdr, buf); err != nil || tag != 7 || string(buf[:n]) != "hello" {
+		t.Fatalf("frame 1: %d %q %v", tag, buf[:n], err)
+	}
+	if tag, n, err := readFrame(r, &hdr, buf); err != nil || tag != 8 || n != 0 {
+		t.Fatalf("frame 2: %d %d %v", tag, n, err)
+	}
+	if _, _, err := readFrame(r, &hdr, buf); err != io.EOF {
+		t.Fatalf("clean end: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		in   []byte
+		want error
+	}{
+		"short buffer": {frame(1, make([]byte, 17)), io.ErrShortBuffer},
+		"huge":         {binary.LittleEndian.AppendUint32(nil, MaxFrame+1), io.ErrUnexpectedEOF},
+		"truncated":    {frame(1, []byte("abc"))[:9], io.ErrUnexpectedEOF},
+		"torn header":  {[]byte{1, 2, 3}, io.ErrUnexpectedEOF},
+	} {
+		_, _, err := readFrame(bytes.NewReader(tc.in), &hdr, buf)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", name, err, tc.want)
+		}
+	}
+	huge := append(binary.LittleEndian.AppendUint32(nil, MaxFrame+1), 0, 0, 0, 0)
+	if _, _, err := readFrame(bytes.NewReader(huge), &hdr, buf); !errors.Is(err, ascend.ErrProtocol) {
+		t.Errorf("oversized frame: %v", err)
+	}
+}
+
+func TestConnRoundTrip(t *testing.T) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		nc, err := ln.AcceptTCP()
+		if err != nil {
+			return
+		}
+		c := newConn(nc, time.Second)
+		buf := make([]byte, 1<<20)
+		for {
+			tag, n, err := c.Recv(context.Background(), buf)
+			if err != nil {
+				c.Close()
+				return
+			}
+			if err := c.Send(context.Background(), tag+1, buf[:n]); err != nil {
+				return
+			}
+		}
+	}()
+	nc, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newConn(nc, time.Second)
+	defer c.Close()
+	buf := make([]byte, 1<<20)
+	for _, n := range []int{0, 1, smallFrame, smallFrame + 1, 1 << 20} {
+		p := bytes.Repeat([]byte{byte(n)}, n)
+		if err := c.Send(context.Background(), uint32(n), p); err != nil {
+			t.Fatal(err)
+		}
+		tag, m, err := c.Recv(context.Background(), buf)
+		if err != nil || tag != uint32(n)+1 || !bytes.Equal(buf[:m], p) {
+			t.Fatalf("n=%d: tag %d len %d err %v", n, tag, m, err)
+		}
+	}
+	// OpTimeout: nothing comes back for a frame never sent.
+	start := time.Now()
+	c.opTimeout = 100 * time.Millisecond
+	if _, _, err := c.Recv(context.Background(), buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("idle Recv: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("timeout took %v", d)
+	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+}
+
+// FuzzFrame feeds arbitrary bytes to the frame decoder: it must return
+// frames or errors, never panic, never claim more bytes than the buffer.
+func FuzzFrame(f *testing.F) {
+	f.Add(frame(1, []byte("abc")), 8)
+	f.Add(append(frame(1, nil), frame(2, []byte{1, 2, 3, 4})...), 4)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, 16)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, data []byte, size int) {
+		if size < 0 || size > 1<<16 {
+			return
+		}
+		var hdr [frameHdr]byte
+		buf := make([]byte, size)
+		r := bytes.NewReader(data)
+		for range 1000 {
+			_, n, err := readFrame(r, &hdr, buf)
+			if err != nil {
+				return
+			}
+			if n < 0 || n > size {
+				t.Fatalf("frame of %d bytes in a %d-byte buffer", n, size)
+			}
+		}
+	})
+}
+
+// rw is a scripted peer: reads come from in, writes are recorded.
+type rw struct {
+	in  io.Reader
+	out bytes.Buffer
+}
+
+func (x *rw) Read(p []byte) (int, error)  { return x.in.Read(p) }
+func (x *rw) Write(p []byte) (int, error) { return x.out.Write(p) }
+
+// FuzzHandshake feeds arbitrary peer bytes to the hello decoder and to both
+// sides of the handshake: they must fail cleanly, never panic, and never
+// succeed without the token.
+func FuzzHandshake(f *testing.F) {
+	h := hello{world: 4, from: 3, to: 1, session: "run/x/g0/e0"}
+	var helloMsg bytes.Buffer
+	writeMsg(&helloMsg, msgHello, stOK, encodeHello(h))
+	f.Add(helloMsg.Bytes())
+	var chal bytes.Buffer
+	writeMsg(&chal, msgChallenge, stOK, make([]byte, nonceLen+macLen))
+	writeMsg(&chal, msgResult, stOK, nil)
+	f.Add(chal.Bytes())
+	var proof bytes.Buffer
+	writeMsg(&proof, msgProof, stOK, make([]byte, macLen))
+	f.Add(proof.Bytes())
+	f.Add([]byte{8, 0, 'A', 'S', 'C', 'N', 2, 0, 2, 4})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if st, body, err := readMsg(bytes.NewReader(data), msgHello); err == nil && st == stOK {
+			if h, err := decodeHello(body); err == nil {
+				if h.world < 1 || h.from >= h.world || h.to >= h.world || len(h.session) == 0 || len(h.session) > maxSession {
+					t.Fatalf("decoded an invalid hello: %+v", h)
+				}
+				if !bytes.Equal(encodeHello(h), body) {
+					t.Fatalf("hello does not round-trip")
+				}
+			}
+		}
+		s := side{token: []byte("secret"), session: h.session, world: 4, rank: 1, rand: bytes.NewReader(make([]byte, 64))}
+		if _, err := serverHandshake(&rw{in: bytes.NewReader(data)}, s, h); err == nil {
+			t.Fatalf("server accepted a client that does not know the token")
+		}
+		c := side{token: []byte("secret"), session: h.session, world: 4, rank: 3, rand: bytes.NewReader(make([]byte, 64))}
+		if _, err := clientHandshake(&rw{in: bytes.NewReader(data)}, c, 1); err == nil {
+			t.Fatalf("client accepted a server that does not know the token")
+		}
+	})
+}

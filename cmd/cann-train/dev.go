@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/workers"
+)
+
+func defaultDataDir() string {
+	if d := os.Getenv("CANN_TRAIN_HOME"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".cann-train"
+	}
+	return filepath.Join(home, ".cann-train")
+}
+
+type devOptions struct {
+	ip     string
+	port   int
+	uiPort int
+	dbFile string
+}
+
+func newDevCmd(e *env) *cobra.Command {
+	o := devOptions{}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the embedded Temporal dev server (SQLite file, Web UI)",
+		Example: `  cann-train dev
+  cann-train dev --port 7233 --ui-port 8233 --db-file /tmp/temporal.db`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := e.logger()
+			if err != nil {
+				return err
+			}
+			srv, err := dev.StartServer(cmd.Context(), dev.ServerOptions{
+				IP: o.ip, FrontendPort: o.port, UIPort: o.uiPort, DBFile: o.dbFile,
+				Namespace: e.namespace, SearchAttributes: workers.SearchAttributes(), Logger: log.Named("temporal"),
+			})
+			if err != nil {
+				return fmt.Errorf("%w (is another server on port %d? try --port 0)", err, o.port)
+			}
+			fmt.Fprintf(e.out, "Temporal dev server: %s (namespace %s, db %s)\nWeb UI: %s\nCtrl-C to stop.\n",
+				srv.FrontendAddr(), srv.Namespace(), o.dbFile, srv.UIURL())
+			<-cmd.Context().Done()
+			srv.Stop()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.ip, "ip", "127.0.0.1", "IP to bind")
+	f.IntVar(&o.port, "port", 7233, "frontend gRPC port (0: any free port)")
+	f.IntVar(&o.uiPort, "ui-port", 8233, "Web UI port (0: no UI)")
+	f.StringVar(&o.dbFile, "db-file", filepath.Join(defaultDataDir(), "temporal.db"), "SQLite database file")
+	return cmd
+}

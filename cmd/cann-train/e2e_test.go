@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestQuickstartJSON runs the real quickstart: embedded server, control
+// worker, three node-worker processes, real MNIST training over TCP.
+func TestQuickstartJSON(t *testing.T) {
+	var out, errb bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	dir := t.TempDir()
+	root.SetArgs([]string{"quickstart", "--nodes", "3", "--steps", "300", "--chunk-steps", "100",
+		"--port", "0", "--ui-port", "-1", "-o", "json", "--data-dir", dir, "--log-level", "warn",
+		"--name", "e2e-quickstart"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := root.ExecuteContext(ctx); err != nil {
+		dumpLogs(t, filepath.Join(dir, "logs"))
+		t.Fatalf("quickstart: %v\nstderr:\n%s\nstdout:\n%s", err, errb.String(), out.String())
+	}
+	var s map[string]any
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out.String())
+	}
+	for _, k := range []string{"workflow_id", "status", "nodes", "steps", "initial_loss", "final_loss",
+		"eval_metric", "wall_seconds", "checkpoints", "recoveries"} {
+		if _, ok := s[k]; !ok {
+			t.Errorf("summary lacks %q", k)
+		}
+	}
+	var sum Summary
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("summary: %s", out.String())
+	if sum.Status != spec.PhaseCompleted || sum.Steps != 300 || len(sum.Nodes) != 3 {
+		t.Fatalf("status %s, steps %d, nodes %v", sum.Status, sum.Steps, sum.Nodes)
+	}
+	if !(sum.FinalLoss < 0.6*sum.InitialLoss) {
+		t.Errorf("loss did not fall: %.4f → %.4f", sum.InitialLoss, sum.FinalLoss)
+	}
+	if sum.EvalMetricName != "test_accuracy" || sum.EvalMetric < 0.85 {
+		t.Errorf("test accuracy %s = %.4f, want ≥ 0.85 after 300 steps", sum.EvalMetricName, sum.EvalMetric)
+	}
+	if sum.Checkpoints.Count != 3 || !strings.HasSuffix(sum.Checkpoints.LastURL, "manifest.json") {
+		t.Errorf("checkpoints %+v", sum.Checkpoints)
+	}
+	if sum.Recoveries == nil || len(sum.Recoveries) != 0 {
+		t.Errorf("recoveries = %v, want an empty list", sum.Recoveries)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "checkpoints", "runs")); err != nil {
+		t.Errorf("no checkpoint files written: %v", err)
+	}
+}
+
+// TestControlWorkerKilledMidRun kills the control worker (SIGKILL) while a
+// run trains on two node-worker processes, starts a new control worker,
+// and checks the run finishes — and that the new worker did the finishing.
+func TestControlWorkerKilledMidRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	dir := t.TempDir()
+	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	defer func() { _ = l.StopAll(5 * time.Second) }()
+	common := []string{"--address", srv.FrontendAddr(), "--log-level", "info"}
+	control1, err := l.Start("control-1", append([]string{"worker", "control"}, common...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"node-1", "node-2"} {
+		if _, err := l.Start(id, append([]string{"worker", "node", "--id", id, "--checkpoint-url", "file://" + filepath.Join(dir, "ckpt")}, common...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := spec.RunSpec{Name: "survive-control-kill", Nodes: 2, Steps: 400, ChunkSteps: 50,
+		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
+		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the first chunk is done and the second is under way.
+	for {
+		st, live, closed, err := readProgress(ctx, c, run.GetID())
+		if closed {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("run closed before the kill: %+v %v", st, err)
+		}
+		if err == nil && st.Step >= 50 && live != nil && live.Step > 60 {
+			t.Logf("killing control worker at step %d (heartbeat step %d)", st.Step, live.Step)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			dumpLogs(t, l.LogDir)
+			t.Fatal("run made no progress")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := control1.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-control1.Done()
+	if _, err := l.Start("control-2", append([]string{"worker", "control"}, common...)...); err != nil {
+		t.Fatal(err)
+	}
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run failed after control worker restart: %v", err)
+	}
+	if st.Phase != spec.PhaseCompleted || st.Step != 400 || st.Loss >= st.InitialLoss {
+		t.Fatalf("final status %+v", st)
+	}
+	// The history shows workflow tasks completed by two different workers.
+	identities := map[string]bool{}
+	hist := fetchHistory(ctx, t, c, run.GetID())
+	for _, ev := range hist.GetEvents() {
+		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			identities[ev.GetWorkflowTaskCompletedEventAttributes().GetIdentity()] = true
+		}
+	}
+	if len(identities) < 2 {
+		t.Errorf("workflow tasks completed by %v; want the killed and the new control worker", identities)
+	}
+	recordHistory(t, hist, "trainingrun.json")
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster.json")
+}
+
+func fetchHistory(ctx context.Context, t *testing.T, c client.Client, id string) *history.History {
+	t.Helper()
+	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	h := &history.History{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatalf("history of %s: %v", id, err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	return h
+}
+
+// recordHistory writes a history for the replay tests when
+// CANN_TRAIN_RECORD_HISTORY names a directory (see workflows/testdata).
+func recordHistory(t *testing.T, h *history.History, name string) {
+	dir := os.Getenv("CANN_TRAIN_RECORD_HISTORY")
+	if dir == "" {
+		return
+	}
+	b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recorded %s (%d events)", name, len(h.Events))
+}
+
+func dumpLogs(t *testing.T, dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		if len(b) > 4000 {
+			b = b[len(b)-4000:]
+		}
+		t.Logf("--- %s (tail)\n%s", e.Name(), b)
+	}
+}

@@ -1,0 +1,91 @@
+// Command cann-train trains models across a cluster of nodes under a durable
+// Temporal workflow. `cann-train quickstart` runs everything locally: an
+// embedded Temporal server with its Web UI, a control worker, node-worker
+// child processes and one real training run.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/workers"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd(&env{out: os.Stdout, err: os.Stderr, command: dev.SelfCommand}).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		var quiet *exitError
+		if !errors.As(err, &quiet) {
+			fmt.Fprintln(os.Stderr, "cann-train:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// env is what commands need from the outside world; tests replace it.
+type env struct {
+	out, err io.Writer
+	// command runs `cann-train <args>` as a child process.
+	command dev.CommandFunc
+
+	address   string
+	namespace string
+	logLevel  string
+	logJSON   bool
+}
+
+// exitError fails the command without printing again.
+type exitError struct{ err error }
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func (e *env) logger() (*zap.Logger, error) { return workers.NewLogger(e.logLevel, e.logJSON) }
+
+func newRootCmd(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cann-train",
+		Short: "Durable distributed training on Temporal",
+		Long: `cann-train trains models across a cluster of nodes. A durable Temporal workflow
+drives each run through node acquisition, training in chunks of steps,
+checkpoints and replacement of failed nodes.
+
+Start here:  cann-train quickstart`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(e.out)
+	root.SetErr(e.err)
+	pf := root.PersistentFlags()
+	pf.StringVar(&e.address, "address", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
+	pf.StringVar(&e.namespace, "namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	pf.StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	pf.BoolVar(&e.logJSON, "log-json", false, "log as JSON")
+	root.AddCommand(
+		newQuickstartCmd(e),
+		newDevCmd(e),
+		newWorkerCmd(e),
+		newRunCmd(e),
+		newStatusCmd(e),
+		newWatchCmd(e),
+	)
+	return root
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+type runOptions struct {
+	file      string
+	wait      bool
+	clusterID string
+	output    string
+	uiURL     string
+}
+
+func newRunCmd(e *env) *cobra.Command {
+	o := runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run -f job.yaml",
+		Short: "Validate a job file and start its TrainingRun workflow",
+		Long: `Validates the job file (every problem is reported with its field and line; no
+workflow starts unless the file is valid) and starts workflow run/<name>.
+
+Job file fields (all optional but name):
+  name, model.kind (mlp-mnist), model.hidden [128], nodes 3, steps 600,
+  chunk_steps 100, batch_per_rank 32, learning_rate 0.002, seed 1,
+  checkpoint_url (file:///…, mem://, s3://…, gs://…, azblob://…),
+  checkpoint_every (chunk_steps), max_restarts 5, node_wait 2m,
+  heartbeat_timeout 10s, chunks_per_run 50`,
+		Example: `  cann-train run -f examples/mnist.yaml --wait
+  temporal workflow describe --workflow-id run/mnist-demo`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(o.output, "text", "json", "jsonl"); err != nil {
+				return err
+			}
+			s, err := spec.LoadFile(o.file)
+			if err != nil {
+				return err
+			}
+			log, err := e.logger()
+			if err != nil {
+				return err
+			}
+			c, err := workers.Dial(cmd.Context(), workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id, err := startRunWith(cmd.Context(), c, s, o.clusterID)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.err, "started %s\n", id)
+			if !o.wait {
+				fmt.Fprintln(e.out, id)
+				return nil
+			}
+			st, err := watchRun(cmd.Context(), c, id, e.err, o.output == "jsonl")
+			if err != nil {
+				return err
+			}
+			return printStatus(e.out, st, o.output, o.uiURL, e.namespace)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.file, "file", "f", "", "job file (YAML)")
+	f.BoolVar(&o.wait, "wait", false, "watch the run until it ends")
+	f.StringVar(&o.clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
+	f.StringVarP(&o.output, "output", "o", "text", "output with --wait: text, json or jsonl (progress lines)")
+	f.StringVar(&o.uiURL, "ui", "http://127.0.0.1:8233", "Web UI base URL, for links")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// startRun starts TrainingRun with ID run/<name>; a run of that name that
+// is still going is an error, not a second run.
+func startRunWith(ctx context.Context, c client.Client, s spec.RunSpec, clusterID string) (string, error) {
+	id := spec.RunIDPrefix + s.Name
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                spec.ControlTaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+	}, spec.WorkflowTrainingRun, workflows.RunInput{Spec: s, ClusterID: clusterID})
+	if err != nil {
+		return "", fmt.Errorf("start %s: %w", id, err)
+	}
+	return id, nil
+}
+
+func checkOutput(got string, allowed ...string) error {
+	for _, a := range allowed {
+		if got == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown output format %q (allowed: %v)", got, allowed)
+}

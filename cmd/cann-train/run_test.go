@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRunRejectsBadJobFile(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // all must appear in the error
+	}{
+		{"unknown field", "name: a\nnodes: 2\nlearnig_rate: 0.1\n", []string{"line 3", "learnig_rate", "unknown field"}},
+		{"wrong type", "name: a\nnodes: three\n", []string{"line 2", "nodes"}},
+		{"impossible value", "name: a\nnodes: 0\nsteps: 10\nbatch_per_rank: -1\n", []string{"line 2", "nodes", "line 4", "batch_per_rank"}},
+		{"bad checkpoint url", "name: a\ncheckpoint_url: /tmp/x\n", []string{"line 2", "checkpoint_url", "not a bucket URL"}},
+		{"not yaml", "name: [\n", []string{"bad.yaml"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bad.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+			// An address nothing listens on: validation must fail before
+			// any connection, so no workflow can start.
+			root.SetArgs([]string{"run", "-f", path, "--address", "127.0.0.1:1"})
+			err := root.Execute()
+			if err == nil {
+				t.Fatal("bad job file accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			if strings.Contains(err.Error(), "dial") {
+				t.Errorf("validation should fail before dialling Temporal: %v", err)
+			}
+		})
+	}
+}
+
+func TestUnknownOutputFormatListsAllowed(t *testing.T) {
+	var out, errb bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs([]string{"status", "x", "-o", "yaml"})
+	err := root.Execute()
+	if err == nil || !strings.Contains(err.Error(), "text") || !strings.Contains(err.Error(), "json") {
+		t.Fatalf("want an error listing the formats, got %v", err)
+	}
+}

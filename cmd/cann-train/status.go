@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+)
+
+func runID(arg string) string {
+	if strings.HasPrefix(arg, spec.RunIDPrefix) {
+		return arg
+	}
+	return spec.RunIDPrefix + arg
+}
+
+func newStatusCmd(e *env) *cobra.Command {
+	var output, ui string
+	cmd := &cobra.Command{
+		Use:   "status RUN",
+		Short: "Show a run's status (RUN is the name or run/<name>)",
+		Example: `  cann-train status mnist-demo
+  cann-train status run/mnist-demo -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
+			c, err := dialQuiet(cmd.Context(), e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, live, _, err := readProgress(cmd.Context(), c, runID(args[0]))
+			if err != nil {
+				return err
+			}
+			if live != nil && live.Step > st.Step {
+				st.Step, st.Loss = live.Step, live.Loss
+			}
+			return printStatus(e.out, st, output, ui, e.namespace)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.Flags().StringVar(&ui, "ui", "http://127.0.0.1:8233", "Web UI base URL, for links")
+	return cmd
+}
+
+func newWatchCmd(e *env) *cobra.Command {
+	var output, ui string
+	cmd := &cobra.Command{
+		Use:   "watch RUN",
+		Short: "Follow a run live: step/total, loss, samples/s, ETA",
+		Example: `  cann-train watch mnist-demo
+  cann-train watch mnist-demo -o jsonl | jq .loss`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json", "jsonl"); err != nil {
+				return err
+			}
+			c, err := dialQuiet(cmd.Context(), e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			w := e.err
+			if output == "jsonl" {
+				w = e.out
+			}
+			st, err := watchRun(cmd.Context(), c, runID(args[0]), w, output == "jsonl")
+			if err != nil {
+				return err
+			}
+			if output == "jsonl" {
+				return nil
+			}
+			return printStatus(e.out, st, output, ui, e.namespace)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, json (final status) or jsonl (one progress object per line)")
+	cmd.Flags().StringVar(&ui, "ui", "http://127.0.0.1:8233", "Web UI base URL, for links")
+	return cmd
+}
+
+func dialQuiet(ctx context.Context, e *env) (client.Client, error) {
+	log, err := e.logger()
+	if err != nil {
+		return nil, err
+	}
+	return workers.Dial(ctx, workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log})
+}
+
+// readProgress returns the run's status (its result once closed), the
+// freshest heartbeat of a running chunk, and whether the run has closed.
+func readProgress(ctx context.Context, c client.Client, id string) (spec.RunStatus, *spec.ChunkProgress, bool, error) {
+	var st spec.RunStatus
+	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return st, nil, false, fmt.Errorf("describe %s: %w", id, err)
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		err := c.GetWorkflow(ctx, id, "").Get(ctx, &st)
+		if st.RunID == "" {
+			return st, nil, true, fmt.Errorf("run %s ended %s: %w", id, info.GetStatus(), err)
+		}
+		return st, nil, true, err
+	}
+	var live *spec.ChunkProgress
+	for _, pa := range desc.GetPendingActivities() {
+		if pa.GetActivityType().GetName() != spec.ActivityTrainChunk || pa.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var p spec.ChunkProgress
+		if converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &p) == nil {
+			if live == nil || p.Step > live.Step {
+				live = &p
+			}
+		}
+	}
+	q, err := c.QueryWorkflow(ctx, id, "", spec.QueryStatus)
+	if err != nil {
+		return st, live, false, fmt.Errorf("query %s: %w", id, err)
+	}
+	if err := q.Get(&st); err != nil {
+		return st, live, false, fmt.Errorf("decode status of %s: %w", id, err)
+	}
+	return st, live, false, nil
+}
+
+// watchRun polls the run until it closes, drawing a progress bar on w (or
+// writing JSON lines), and returns the final status.
+func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, jsonl bool) (spec.RunStatus, error) {
+	var bar *progressbar.ProgressBar
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	var last int64 = -1
+	for {
+		st, live, closed, err := readProgress(ctx, c, id)
+		if closed {
+			if bar != nil {
+				_ = bar.Set64(st.Step)
+				_ = bar.Finish()
+				fmt.Fprintln(w)
+			}
+			return st, err
+		}
+		if err != nil && !transient(err) {
+			return st, err
+		}
+		step, loss, sps := st.Step, st.Loss, st.SamplesPerSec
+		if live != nil && live.Step >= step {
+			step, loss, sps = live.Step, live.Loss, live.SamplesPerSec*float64(max(1, len(st.Nodes)))
+		}
+		switch {
+		case jsonl && step != last:
+			_ = json.NewEncoder(w).Encode(map[string]any{
+				"workflow_id": id, "status": st.Phase, "step": step, "steps": st.TotalSteps,
+				"loss": loss, "samples_per_sec": sps, "generation": st.Generation, "time": time.Now().UTC(),
+			})
+		case !jsonl && st.TotalSteps > 0:
+			if bar == nil {
+				bar = progressbar.NewOptions64(st.TotalSteps,
+					progressbar.OptionSetWriter(w),
+					progressbar.OptionSetWidth(30),
+					progressbar.OptionShowCount(),
+					progressbar.OptionSetPredictTime(true),
+					progressbar.OptionSetElapsedTime(true),
+					progressbar.OptionThrottle(200*time.Millisecond),
+					progressbar.OptionSetItsString("step"),
+				)
+			}
+			bar.Describe(fmt.Sprintf("%-10s loss %.4f  %6.0f samples/s", st.Phase, loss, sps))
+			_ = bar.Set64(step)
+		}
+		last = step
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// transient errors (a query while no control worker polls, say) are
+// retried by the next poll.
+func transient(err error) bool {
+	return !errors.Is(err, context.Canceled)
+}
+
+// Summary is the run summary that quickstart and `run --wait -o json` print.
+type Summary struct {
+	WorkflowID     string          `json:"workflow_id"`
+	Status         spec.Phase      `json:"status"`
+	Model          string          `json:"model"`
+	Nodes          []string        `json:"nodes"`
+	Steps          int64           `json:"steps"`
+	InitialLoss    float32         `json:"initial_loss"`
+	FinalLoss      float32         `json:"final_loss"`
+	EvalMetricName string          `json:"eval_metric_name"`
+	EvalMetric     float64         `json:"eval_metric"`
+	WallSeconds    float64         `json:"wall_seconds"`
+	StepsPerSec    float64         `json:"steps_per_sec"`
+	SamplesPerSec  float64         `json:"samples_per_sec"`
+	CommShare      float64         `json:"comm_share"`
+	ChunkIdle      float64         `json:"chunk_idle_s"`
+	Chunks         int             `json:"chunks"`
+	Checkpoints    CheckpointsInfo `json:"checkpoints"`
+	Recoveries     []spec.Recovery `json:"recoveries"`
+	WeightsSHA256  string          `json:"weights_sha256"`
+	WebUI          string          `json:"web_ui,omitempty"`
+	Error          string          `json:"error,omitempty"`
+}
+
+// CheckpointsInfo counts checkpoints and names the last one.
+type CheckpointsInfo struct {
+	Count   int    `json:"count"`
+	LastURL string `json:"last_url"`
+}
+
+func summarize(st spec.RunStatus, uiBase, namespace string) Summary {
+	s := Summary{
+		WorkflowID: st.RunID, Status: st.Phase, Model: st.Model, Nodes: st.Nodes, Steps: st.Step,
+		InitialLoss: st.InitialLoss, FinalLoss: st.Loss, EvalMetricName: st.EvalMetric, EvalMetric: st.EvalValue,
+		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
+		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
+		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: st.Recoveries,
+		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
+	}
+	if s.Recoveries == nil {
+		s.Recoveries = []spec.Recovery{}
+	}
+	if st.LastCkpt != nil {
+		s.Checkpoints.LastURL = checkpointURL(*st.LastCkpt)
+	}
+	if uiBase != "" && st.RunID != "" {
+		s.WebUI = fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(uiBase, "/"),
+			url.PathEscape(namespace), url.PathEscape(st.RunID))
+	}
+	return s
+}
+
+// checkpointURL names a checkpoint's manifest as one URL.
+func checkpointURL(r spec.CheckpointRef) string {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return r.URL + "/" + r.Key
+	}
+	u.RawQuery = ""
+	return strings.TrimRight(u.String(), "/") + "/" + r.Key
+}
+
+func printStatus(w io.Writer, st spec.RunStatus, output, uiBase, namespace string) error {
+	s := summarize(st, uiBase, namespace)
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	fmt.Fprintf(w, "run          %s\n", s.WorkflowID)
+	fmt.Fprintf(w, "status       %s\n", s.Status)
+	fmt.Fprintf(w, "model        %s on %d node(s) %v\n", s.Model, len(s.Nodes), s.Nodes)
+	fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)
+	fmt.Fprintf(w, "loss         %.4f → %.4f\n", s.InitialLoss, s.FinalLoss)
+	if s.EvalMetricName != "" {
+		fmt.Fprintf(w, "%-12s %.4f\n", s.EvalMetricName, s.EvalMetric)
+	}
+	fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s, comm share %.0f%%, idle between chunks %.3fs\n",
+		s.StepsPerSec, s.SamplesPerSec, 100*s.CommShare, s.ChunkIdle)
+	fmt.Fprintf(w, "checkpoints  %d, last %s\n", s.Checkpoints.Count, s.Checkpoints.LastURL)
+	fmt.Fprintf(w, "recoveries   %d\n", len(s.Recoveries))
+	for _, r := range s.Recoveries {
+		fmt.Fprintf(w, "  gen %d: %v → %v at step %d, resumed at %d (%s)\n",
+			r.Generation, r.FailedNodes, r.Replacement, r.AtStep, r.ResumeStep, r.Reason)
+	}
+	fmt.Fprintf(w, "wall         %.1fs\n", s.WallSeconds)
+	if s.Error != "" {
+		fmt.Fprintf(w, "error        %s\n", s.Error)
+	}
+	if s.WebUI != "" {
+		fmt.Fprintf(w, "web UI       %s\n", s.WebUI)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+)
+
+func newWorkerCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a control worker or a node worker",
+	}
+	cmd.AddCommand(newControlWorkerCmd(e), newNodeWorkerCmd(e))
+	return cmd
+}
+
+func newControlWorkerCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:     "control",
+		Short:   "Serve workflows and control activities (task queue cann-train)",
+		Example: `  cann-train worker control --address temporal.example:7233`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := e.logger()
+			if err != nil {
+				return err
+			}
+			c, err := workers.Dial(cmd.Context(), workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return workers.RunControl(cmd.Context(), c, e.namespace, log)
+		},
+	}
+}
+
+func newNodeWorkerCmd(e *env) *cobra.Command {
+	o := workers.NodeOptions{}
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Serve one node: train chunks on queue cann-train/node/<id>",
+		Example: `  cann-train worker node --id node-1
+  cann-train worker node --id gpu-07 --comm-listen 0.0.0.0:29500 --comm-advertise 10.0.0.7:29500 \
+      --checkpoint-url s3://ckpt?endpoint=http://minio:9000&use_path_style=true`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := e.logger()
+			if err != nil {
+				return err
+			}
+			c, err := workers.Dial(cmd.Context(), workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log})
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := workers.RunNode(cmd.Context(), c, o, log); err != nil {
+				return fmt.Errorf("node worker: %w", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.ID, "id", "", "node ID (required; stable across restarts)")
+	f.StringVar(&o.CommListen, "comm-listen", "127.0.0.1:0", "collective listener address")
+	f.StringVar(&o.CommAdvertise, "comm-advertise", "", "address peers dial (default: the bound address)")
+	f.StringVar(&o.ClusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow to register with")
+	f.StringVar(&o.CheckpointURL, "checkpoint-url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "default checkpoint bucket URL")
+	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
+	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
+	_ = cmd.MarkFlagRequired("id")
+	return cmd
+}

@@ -1,0 +1,139 @@
+package dev
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// CommandFunc builds the command that runs `cann-train <args...>`. The
+// default re-executes this binary; tests substitute their own binary.
+type CommandFunc func(args ...string) *exec.Cmd
+
+// SelfCommand runs this executable with args.
+func SelfCommand(args ...string) *exec.Cmd {
+	self, err := os.Executable()
+	if err != nil {
+		self = os.Args[0]
+	}
+	return exec.Command(self, args...)
+}
+
+// Proc is one child worker process.
+type Proc struct {
+	Name string
+	Args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Pid of the running process.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err is the exit error, valid after Done.
+func (p *Proc) Err() error { return p.err }
+
+// Kill sends SIGKILL: the process gets no chance to clean up, as when a
+// machine dies.
+func (p *Proc) Kill() error { return p.cmd.Process.Kill() }
+
+// Stop asks the process to exit (SIGTERM) and kills it after grace.
+func (p *Proc) Stop(grace time.Duration) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop %s: %w", p.Name, err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("stop %s: killed after %s", p.Name, grace)
+	}
+}
+
+// Launcher starts local worker processes that talk to one Temporal.
+type Launcher struct {
+	// Command builds a `cann-train` invocation. Default SelfCommand.
+	Command CommandFunc
+	// LogDir receives one <name>.log per process; empty: inherit stderr.
+	LogDir string
+	// Env is added to each child's environment.
+	Env []string
+
+	mu    sync.Mutex
+	procs []*Proc
+}
+
+// Start launches `cann-train <args...>` as a child named name.
+func (l *Launcher) Start(name string, args ...string) (*Proc, error) {
+	mk := l.Command
+	if mk == nil {
+		mk = SelfCommand
+	}
+	cmd := mk(args...)
+	cmd.Env = append(append(os.Environ(), cmd.Env...), l.Env...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	var logFile *os.File
+	if l.LogDir != "" {
+		if err := os.MkdirAll(l.LogDir, 0o755); err != nil {
+			return nil, fmt.Errorf("log dir: %w", err)
+		}
+		f, err := os.Create(filepath.Join(l.LogDir, name+".log"))
+		if err != nil {
+			return nil, fmt.Errorf("log file for %s: %w", name, err)
+		}
+		logFile = f
+		cmd.Stdout, cmd.Stderr = f, f
+	}
+	if err := cmd.Start(); err != nil {
+		if logFile != nil {
+			logFile.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{Name: name, Args: args, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		if logFile != nil {
+			logFile.Close()
+		}
+		close(p.done)
+	}()
+	l.mu.Lock()
+	l.procs = append(l.procs, p)
+	l.mu.Unlock()
+	return p, nil
+}
+
+// StopAll stops every child still running.
+func (l *Launcher) StopAll(grace time.Duration) error {
+	l.mu.Lock()
+	procs := append([]*Proc(nil), l.procs...)
+	l.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(procs))
+	for i, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.Stop(grace)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

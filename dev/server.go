@@ -1,0 +1,313 @@
+// Package dev holds local-only helpers: the embedded Temporal dev server
+// (go.temporal.io/server on SQLite, with the Web UI) and the local
+// multi-process cluster launcher used by the quickstart and the tests.
+//
+// Nothing here is needed in production, where workers dial a real Temporal
+// cluster; nothing in workflows/, activities/ or engine/ knows which it is.
+package dev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	uiserver "github.com/temporalio/ui-server/v2/server"
+	uiconfig "github.com/temporalio/ui-server/v2/server/config"
+	uiserveroptions "github.com/temporalio/ui-server/v2/server/server_options"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/server/common/authorization"
+	"go.temporal.io/server/common/cluster"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/dynamicconfig"
+	tlog "go.temporal.io/server/common/log"
+	"go.temporal.io/server/common/membership/static"
+	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/common/primitives"
+	sqliteschema "go.temporal.io/server/schema/sqlite"
+	tserver "go.temporal.io/server/temporal"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// ServerOptions configures the embedded server. The zero value is usable:
+// in-memory SQLite, namespace "default", frontend on 127.0.0.1 with a free
+// port, no Web UI.
+type ServerOptions struct {
+	// IP the frontend and UI bind to. Default 127.0.0.1.
+	IP string
+	// FrontendPort for gRPC. 0 picks a free port.
+	FrontendPort int
+	// UIPort for the Web UI. 0 disables the UI; -1 picks a free port.
+	UIPort int
+	// DBFile is the SQLite file. Empty means in-memory (lost at Stop).
+	DBFile string
+	// Namespace to create. Default "default".
+	Namespace string
+	// SearchAttributes to register at start, name → type.
+	SearchAttributes map[string]enumspb.IndexedValueType
+	// Logger receives the server's logs. Default: warnings and above to stderr.
+	Logger *zap.Logger
+}
+
+// Server is a running embedded Temporal server.
+type Server struct {
+	level        zap.AtomicLevel
+	srv          tserver.Server
+	ui           *uiserver.Server
+	frontendAddr string
+	uiAddr       string
+	namespace    string
+}
+
+// StartServer starts a real Temporal server in this process. It returns
+// once the frontend accepts connections.
+func StartServer(ctx context.Context, opts ServerOptions) (*Server, error) {
+	if opts.IP == "" {
+		opts.IP = "127.0.0.1"
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	if opts.Logger == nil {
+		l, err := zap.NewProduction(zap.IncreaseLevel(zap.WarnLevel))
+		if err != nil {
+			return nil, fmt.Errorf("dev: build logger: %w", err)
+		}
+		opts.Logger = l
+	}
+	// Stop raises this to Error: a stopping server's own workers complain
+	// loudly about the connections it closes.
+	level := zap.NewAtomicLevelAt(zapcore.DebugLevel)
+	opts.Logger = opts.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return levelCore{Core: c, min: level}
+	}))
+	var err error
+	if opts.FrontendPort == 0 {
+		if opts.FrontendPort, err = FreePort(opts.IP); err != nil {
+			return nil, err
+		}
+	}
+	if opts.UIPort < 0 {
+		if opts.UIPort, err = FreePort(opts.IP); err != nil {
+			return nil, err
+		}
+	}
+	conf, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	logger := tlog.NewZapLogger(opts.Logger)
+	authorizer, err := authorization.GetAuthorizerFromConfig(&conf.Global.Authorization)
+	if err != nil {
+		return nil, fmt.Errorf("dev: authorizer: %w", err)
+	}
+	claimMapper, err := authorization.GetClaimMapperFromConfig(&conf.Global.Authorization, logger)
+	if err != nil {
+		return nil, fmt.Errorf("dev: claim mapper: %w", err)
+	}
+	hosts := map[primitives.ServiceName]static.Hosts{}
+	for name, svc := range map[primitives.ServiceName]string{
+		primitives.FrontendService: "frontend", primitives.HistoryService: "history",
+		primitives.MatchingService: "matching", primitives.WorkerService: "worker",
+	} {
+		hosts[name] = static.SingleLocalHost(net.JoinHostPort(opts.IP, strconv.Itoa(conf.Services[svc].RPC.GRPCPort)))
+	}
+	dyn := dynamicconfig.StaticClient{
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key():      true,
+		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
+		dynamicconfig.HistoryCacheHostLevelMaxSize.Key():                 8096,
+	}
+	srv, err := tserver.NewServer(
+		tserver.WithConfig(conf),
+		tserver.ForServices(tserver.DefaultServices),
+		tserver.WithStaticHosts(hosts),
+		tserver.WithLogger(logger),
+		tserver.WithAuthorizer(authorizer),
+		tserver.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
+		tserver.WithDynamicConfigClient(dyn),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dev: new server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("dev: start server: %w", err)
+	}
+	s := &Server{
+		level:        level,
+		srv:          srv,
+		frontendAddr: net.JoinHostPort(opts.IP, strconv.Itoa(opts.FrontendPort)),
+		namespace:    opts.Namespace,
+	}
+	if opts.UIPort > 0 {
+		s.uiAddr = net.JoinHostPort(opts.IP, strconv.Itoa(opts.UIPort))
+		s.ui = uiserver.NewServer(uiserveroptions.WithConfigProvider(&uiconfig.Config{
+			Host:                opts.IP,
+			Port:                opts.UIPort,
+			TemporalGRPCAddress: s.frontendAddr,
+			EnableUI:            true,
+			CORS:                uiconfig.CORS{CookieInsecure: true},
+			HideLogs:            true,
+			DisableNewsFetch:    true,
+		}))
+		go func() {
+			if err := s.ui.Start(); err != nil && !errors.Is(err, context.Canceled) {
+				opts.Logger.Warn("web UI stopped", zap.Error(err))
+			}
+		}()
+	}
+	if err := waitTCP(ctx, s.frontendAddr); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// FrontendAddr is host:port of the gRPC frontend.
+func (s *Server) FrontendAddr() string { return s.frontendAddr }
+
+// UIURL is the Web UI's base URL, or "" when the UI is off.
+func (s *Server) UIURL() string {
+	if s.uiAddr == "" {
+		return ""
+	}
+	return "http://" + s.uiAddr
+}
+
+// Namespace the server created.
+func (s *Server) Namespace() string { return s.namespace }
+
+// Stop shuts the UI and the server down.
+func (s *Server) Stop() {
+	s.level.SetLevel(zapcore.ErrorLevel)
+	if s.ui != nil {
+		s.ui.Stop()
+	}
+	if err := s.srv.Stop(); err != nil {
+		_ = err // the server logs its own shutdown problems
+	}
+}
+
+func buildConfig(opts ServerOptions) (*config.Config, error) {
+	sqlConf := config.SQL{PluginName: sqliteplugin.PluginName}
+	if opts.DBFile == "" {
+		sqlConf.ConnectAttributes = map[string]string{"mode": "memory", "cache": "shared"}
+		sqlConf.DatabaseName = strconv.Itoa(rand.IntN(1 << 30))
+	} else {
+		sqlConf.ConnectAttributes = map[string]string{"mode": "rwc"}
+		sqlConf.DatabaseName = opts.DBFile
+		if _, err := os.Stat(opts.DBFile); errors.Is(err, os.ErrNotExist) {
+			if err := os.MkdirAll(filepath.Dir(opts.DBFile), 0o755); err != nil {
+				return nil, fmt.Errorf("dev: database dir: %w", err)
+			}
+			if err := sqliteschema.SetupSchema(&sqlConf); err != nil {
+				return nil, fmt.Errorf("dev: set up schema in %s: %w", opts.DBFile, err)
+			}
+		}
+	}
+	nsConf, err := sqliteschema.NewNamespaceConfig("active", opts.Namespace, false, opts.SearchAttributes)
+	if err != nil {
+		return nil, fmt.Errorf("dev: namespace config: %w", err)
+	}
+	if err := sqliteschema.CreateNamespaces(&sqlConf, nsConf); err != nil {
+		return nil, fmt.Errorf("dev: create namespace %q: %w", opts.Namespace, err)
+	}
+
+	var conf config.Config
+	conf.Global.Membership.MaxJoinDuration = 30 * time.Second
+	conf.Global.Membership.BroadcastAddress = opts.IP
+	conf.Persistence.DefaultStore = "sqlite-default"
+	conf.Persistence.VisibilityStore = "sqlite-default"
+	conf.Persistence.NumHistoryShards = 1
+	conf.Persistence.DataStores = map[string]config.DataStore{"sqlite-default": {SQL: &sqlConf}}
+	httpPort, err := FreePort(opts.IP)
+	if err != nil {
+		return nil, err
+	}
+	frontend := net.JoinHostPort(opts.IP, strconv.Itoa(opts.FrontendPort))
+	conf.ClusterMetadata = &cluster.Config{
+		FailoverVersionIncrement: 10,
+		MasterClusterName:        "active",
+		CurrentClusterName:       "active",
+		ClusterInformation: map[string]cluster.ClusterInformation{
+			"active": {
+				Enabled:                true,
+				InitialFailoverVersion: 1,
+				RPCAddress:             frontend,
+				HTTPAddress:            net.JoinHostPort(opts.IP, strconv.Itoa(httpPort)),
+				ClusterID:              "cann-train-dev",
+			},
+		},
+	}
+	conf.DCRedirectionPolicy.Policy = "noop"
+	conf.Services = map[string]config.Service{}
+	for _, name := range []string{"frontend", "history", "matching", "worker"} {
+		var svc config.Service
+		svc.RPC.BindOnIP = opts.IP
+		if name == "frontend" {
+			svc.RPC.GRPCPort = opts.FrontendPort
+			svc.RPC.HTTPPort = httpPort
+		} else if svc.RPC.GRPCPort, err = FreePort(opts.IP); err != nil {
+			return nil, err
+		}
+		conf.Services[name] = svc
+	}
+	conf.Archival.History.State = "disabled"
+	conf.Archival.Visibility.State = "disabled"
+	conf.NamespaceDefaults.Archival.History.State = "disabled"
+	conf.NamespaceDefaults.Archival.Visibility.State = "disabled"
+	conf.PublicClient.HostPort = frontend
+	return &conf, nil
+}
+
+// FreePort asks the kernel for a free TCP port on ip. Another process can
+// take it before it is used; callers that can bind directly should.
+func FreePort(ip string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("dev: free port on %s: %w", ip, err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitTCP(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return c.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("dev: frontend %s not reachable: %w", addr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// levelCore drops entries below a level that can change at run time.
+type levelCore struct {
+	zapcore.Core
+	min zap.AtomicLevel
+}
+
+func (c levelCore) Enabled(l zapcore.Level) bool { return c.min.Enabled(l) && c.Core.Enabled(l) }
+
+func (c levelCore) With(f []zapcore.Field) zapcore.Core {
+	return levelCore{Core: c.Core.With(f), min: c.min}
+}
+
+func (c levelCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if !c.min.Enabled(e.Level) {
+		return ce
+	}
+	return c.Core.Check(e, ce)
+}

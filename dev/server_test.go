@@ -1,0 +1,59 @@
+package dev
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+)
+
+func TestServerWithUIAndSearchAttributes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := filepath.Join(t.TempDir(), "sub", "temporal.db")
+	attrs := map[string]enumspb.IndexedValueType{"CannStep": enumspb.INDEXED_VALUE_TYPE_INT}
+	for round := 1; round <= 2; round++ { // the second start reopens the file
+		srv, err := StartServer(ctx, ServerOptions{UIPort: -1, DBFile: db, SearchAttributes: attrs})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		c, err := client.DialContext(ctx, client.Options{HostPort: srv.FrontendAddr(), Namespace: srv.Namespace()})
+		if err != nil {
+			srv.Stop()
+			t.Fatal(err)
+		}
+		resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: srv.Namespace()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.GetCustomAttributes()["CannStep"]; got != enumspb.INDEXED_VALUE_TYPE_INT {
+			t.Errorf("round %d: CannStep registered as %v", round, got)
+		}
+		c.Close()
+
+		var body string
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			r, err := http.Get(srv.UIURL() + "/")
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				body = string(b)
+				break
+			}
+		}
+		if !strings.Contains(strings.ToLower(body), "<html") {
+			t.Errorf("round %d: Web UI at %s did not serve its page", round, srv.UIURL())
+		}
+		srv.Stop()
+	}
+}

@@ -1,0 +1,450 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file:// buckets.
+	_ "gocloud.dev/blob/memblob"  // mem:// buckets.
+	"gocloud.dev/gcerrors"
+)
+
+// Object names and format identifiers.
+const (
+	dataName      = "state.bin"
+	manifestName  = "manifest.json"
+	manifestKind  = "cann-train/checkpoint"
+	formatVersion = 1
+	stepDigits    = 12
+	maxRunLen     = 128
+
+	// MaxStep is the largest step a checkpoint key can hold.
+	MaxStep = 999_999_999_999
+)
+
+// ErrNotFound reports that a run has no checkpoint, or that a referenced
+// checkpoint's manifest does not exist. Match it with errors.Is.
+var ErrNotFound = errors.New("checkpoint not found")
+
+// Ref identifies one checkpoint. It is what crosses process and Temporal
+// boundaries; Store.Load needs nothing else.
+type Ref struct {
+	Run  string `json:"run"`
+	Step int64  `json:"step"`
+	// Key is the manifest's object key.
+	Key string `json:"key"`
+	// SHA256 (hex) and Bytes describe the payload. Both are empty (zero)
+	// in a Ref listed for a checkpoint whose manifest cannot be parsed.
+	SHA256 string `json:"sha256"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// Skipped is a checkpoint that [Store.LoadLatestValid] passed over.
+type Skipped struct {
+	Ref    Ref    `json:"ref"`
+	Reason string `json:"reason"`
+}
+
+// CorruptError reports a checkpoint that exists but cannot be trusted: an
+// unreadable manifest, a missing payload, or a payload whose size or SHA-256
+// does not match. Match it with errors.As.
+type CorruptError struct {
+	Key    string // The object at fault (manifest or payload key).
+	Reason string
+	Err    error // Underlying cause, if any.
+}
+
+func (e *CorruptError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("checkpoint: corrupt %s: %s: %v", e.Key, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("checkpoint: corrupt %s: %s", e.Key, e.Reason)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// manifest is the JSON document that makes a checkpoint visible.
+type manifest struct {
+	Format  string    `json:"format"`
+	Version int       `json:"version"`
+	Run     string    `json:"run"`
+	Step    int64     `json:"step"`
+	Data    string    `json:"data"` // Payload object name, relative to the checkpoint's prefix.
+	Bytes   int64     `json:"bytes"`
+	SHA256  string    `json:"sha256"`
+	Created time.Time `json:"created"`
+}
+
+// Store is a checkpoint store on one bucket. Its methods are safe for
+// concurrent use (subject to the one-writer-per-run rule).
+type Store struct {
+	bucket    *blob.Bucket
+	ownBucket bool
+	now       func() time.Time
+}
+
+// Open opens the bucket at bucketURL (any scheme registered with
+// gocloud.dev/blob; mem:// and file:// are linked in). For file:// URLs the
+// directory is created if missing. mem:// gives a fresh, private bucket.
+func Open(ctx context.Context, bucketURL string) (*Store, error) {
+	u, err := url.Parse(bucketURL)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: bad bucket URL %q: %w", bucketURL, err)
+	}
+	if u.Scheme == "file" {
+		q := u.Query()
+		if q.Get("create_dir") == "" {
+			q.Set("create_dir", "true")
+			u.RawQuery = q.Encode()
+		}
+	}
+	b, err := blob.OpenBucket(ctx, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: open bucket %q: %w", bucketURL, err)
+	}
+	return &Store{bucket: b, ownBucket: true, now: time.Now}, nil
+}
+
+// New returns a Store on an already open bucket. Close does not close b.
+func New(b *blob.Bucket) *Store {
+	return &Store{bucket: b, now: time.Now}
+}
+
+// Close releases the bucket if Open opened it.
+func (s *Store) Close() error {
+	if !s.ownBucket {
+		return nil
+	}
+	if err := s.bucket.Close(); err != nil {
+		return fmt.Errorf("checkpoint: close bucket: %w", err)
+	}
+	return nil
+}
+
+// ValidateRun reports whether run can name a run's checkpoints.
+func ValidateRun(run string) error {
+	switch {
+	case run == "":
+		return errors.New("checkpoint: run name is empty")
+	case len(run) > maxRunLen:
+		return fmt.Errorf("checkpoint: run name is %d bytes, at most %d allowed", len(run), maxRunLen)
+	case strings.Contains(run, ".."):
+		return fmt.Errorf("checkpoint: run name %q contains \"..\"", run)
+	case !isAlnum(run[0]):
+		return fmt.Errorf("checkpoint: run name %q must start with a letter or digit", run)
+	}
+	for i := 0; i < len(run); i++ {
+		if c := run[i]; !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+			return fmt.Errorf("checkpoint: run name %q has %q at byte %d; allowed are A-Z a-z 0-9 . _ -", run, c, i)
+		}
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+func validateStep(step int64) error {
+	if step < 0 || step > MaxStep {
+		return fmt.Errorf("checkpoint: step %d out of range 0..%d", step, MaxStep)
+	}
+	return nil
+}
+
+func runPrefix(run string) string { return "runs/" + run + "/ckpt/" }
+
+func ckptPrefix(run string, step int64) string {
+	return fmt.Sprintf("%s%0*d/", runPrefix(run), stepDigits, step)
+}
+
+// ManifestKey returns the manifest key of run's checkpoint at step.
+func ManifestKey(run string, step int64) string { return ckptPrefix(run, step) + manifestName }
+
+func dataKey(run string, step int64) string { return ckptPrefix(run, step) + dataName }
+
+func isNotFound(err error) bool { return gcerrors.Code(err) == gcerrors.NotFound }
+
+// Save stores payload as run's checkpoint for step: payload first, manifest
+// last. Saving an identical payload again returns the existing Ref.
+func (s *Store) Save(ctx context.Context, run string, step int64, payload []byte) (Ref, error) {
+	if err := ValidateRun(run); err != nil {
+		return Ref{}, err
+	}
+	if err := validateStep(step); err != nil {
+		return Ref{}, err
+	}
+	sum := sha256.Sum256(payload)
+	ref := Ref{Run: run, Step: step, Key: ManifestKey(run, step), SHA256: hex.EncodeToString(sum[:]), Bytes: int64(len(payload))}
+	dkey := dataKey(run, step)
+
+	// An existing checkpoint at this step: keep it if it is this payload,
+	// otherwise hide it before touching its payload.
+	old, err := s.readManifest(ctx, ref.Key)
+	var corrupt *CorruptError
+	switch {
+	case err == nil && old.SHA256 == ref.SHA256 && old.Bytes == ref.Bytes:
+		if attrs, aerr := s.bucket.Attributes(ctx, dkey); aerr == nil && attrs.Size == ref.Bytes {
+			return ref, nil
+		}
+		fallthrough
+	case err == nil || errors.As(err, &corrupt):
+		if derr := s.bucket.Delete(ctx, ref.Key); derr != nil && !isNotFound(derr) {
+			return Ref{}, fmt.Errorf("checkpoint: save %s: remove stale manifest: %w", ref.Key, derr)
+		}
+	case errors.Is(err, ErrNotFound):
+	default:
+		return Ref{}, fmt.Errorf("checkpoint: save %s: %w", ref.Key, err)
+	}
+
+	if err := s.bucket.WriteAll(ctx, dkey, payload, &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
+		return Ref{}, fmt.Errorf("checkpoint: save %s: write payload: %w", dkey, err)
+	}
+	m := manifest{
+		Format: manifestKind, Version: formatVersion, Run: run, Step: step,
+		Data: dataName, Bytes: ref.Bytes, SHA256: ref.SHA256, Created: s.now().UTC(),
+	}
+	mb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return Ref{}, fmt.Errorf("checkpoint: save %s: encode manifest: %w", ref.Key, err)
+	}
+	if err := s.bucket.WriteAll(ctx, ref.Key, append(mb, '\n'), &blob.WriterOptions{ContentType: "application/json"}); err != nil {
+		return Ref{}, fmt.Errorf("checkpoint: save %s: write manifest: %w", ref.Key, err)
+	}
+	return ref, nil
+}
+
+// readManifest fetches and validates the manifest at key. A missing manifest
+// wraps ErrNotFound; an unusable one is a *CorruptError.
+func (s *Store) readManifest(ctx context.Context, key string) (*manifest, error) {
+	b, err := s.bucket.ReadAll(ctx, key)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("checkpoint: %s: %w", key, ErrNotFound)
+		}
+		return nil, fmt.Errorf("checkpoint: read %s: %w", key, err)
+	}
+	corrupt := func(reason string, err error) error { return &CorruptError{Key: key, Reason: reason, Err: err} }
+	var m manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, corrupt("manifest is not valid JSON", err)
+	}
+	if m.Format != manifestKind {
+		return nil, corrupt(fmt.Sprintf("manifest format is %q, want %q", m.Format, manifestKind), nil)
+	}
+	if m.Version != formatVersion {
+		return nil, corrupt(fmt.Sprintf("unsupported manifest version %d (this build reads %d)", m.Version, formatVersion), nil)
+	}
+	if ManifestKey(m.Run, m.Step) != key {
+		return nil, corrupt(fmt.Sprintf("manifest names run %q step %d, which does not live at this key", m.Run, m.Step), nil)
+	}
+	if m.Data != dataName {
+		return nil, corrupt(fmt.Sprintf("manifest names payload %q, want %q", m.Data, dataName), nil)
+	}
+	if m.Bytes < 0 {
+		return nil, corrupt(fmt.Sprintf("manifest size is %d", m.Bytes), nil)
+	}
+	if h, err := hex.DecodeString(m.SHA256); err != nil || len(h) != sha256.Size {
+		return nil, corrupt(fmt.Sprintf("manifest sha256 %q is not a hex SHA-256", m.SHA256), nil)
+	}
+	return &m, nil
+}
+
+// Load reads and verifies the checkpoint ref points to. A missing manifest
+// gives an error wrapping ErrNotFound; anything untrustworthy a *CorruptError.
+// Only Run and Step are required; Key, SHA256 and Bytes are checked if set.
+func (s *Store) Load(ctx context.Context, ref Ref) ([]byte, error) {
+	data, _, err := s.load(ctx, ref)
+	return data, err
+}
+
+// load is Load that also returns the manifest when it could be read.
+func (s *Store) load(ctx context.Context, ref Ref) ([]byte, *manifest, error) {
+	if err := ValidateRun(ref.Run); err != nil {
+		return nil, nil, err
+	}
+	if err := validateStep(ref.Step); err != nil {
+		return nil, nil, err
+	}
+	key := ManifestKey(ref.Run, ref.Step)
+	if ref.Key != "" && ref.Key != key {
+		return nil, nil, fmt.Errorf("checkpoint: ref key %q does not match run %q step %d (want %q)", ref.Key, ref.Run, ref.Step, key)
+	}
+	m, err := s.readManifest(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ref.SHA256 != "" && ref.SHA256 != m.SHA256 {
+		return nil, m, &CorruptError{Key: key, Reason: fmt.Sprintf("manifest sha256 %s differs from the ref's %s", m.SHA256, ref.SHA256)}
+	}
+	if ref.Bytes != 0 && ref.Bytes != m.Bytes {
+		return nil, m, &CorruptError{Key: key, Reason: fmt.Sprintf("manifest size %d differs from the ref's %d", m.Bytes, ref.Bytes)}
+	}
+	dkey := dataKey(ref.Run, ref.Step)
+	r, err := s.bucket.NewReader(ctx, dkey, nil)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, m, &CorruptError{Key: dkey, Reason: "payload is missing", Err: err}
+		}
+		return nil, m, fmt.Errorf("checkpoint: read %s: %w", dkey, err)
+	}
+	defer r.Close()
+	data, err := io.ReadAll(io.LimitReader(r, m.Bytes+1))
+	if err != nil {
+		return nil, m, fmt.Errorf("checkpoint: read %s: %w", dkey, err)
+	}
+	switch n := int64(len(data)); {
+	case n < m.Bytes:
+		return nil, m, &CorruptError{Key: dkey, Reason: fmt.Sprintf("payload truncated: %d bytes, manifest says %d", n, m.Bytes)}
+	case n > m.Bytes:
+		return nil, m, &CorruptError{Key: dkey, Reason: fmt.Sprintf("payload is longer than the %d bytes the manifest says", m.Bytes)}
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != m.SHA256 {
+		return nil, m, &CorruptError{Key: dkey, Reason: fmt.Sprintf("payload sha256 %x, manifest says %s", sum, m.SHA256)}
+	}
+	return data, m, nil
+}
+
+// steps lists, ascending, the steps of run that have a manifest.
+func (s *Store) steps(ctx context.Context, run string) ([]int64, error) {
+	if err := ValidateRun(run); err != nil {
+		return nil, err
+	}
+	prefix := runPrefix(run)
+	var steps []int64
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: list %s: %w", prefix, err)
+		}
+		rest, ok := strings.CutSuffix(strings.TrimPrefix(obj.Key, prefix), "/"+manifestName)
+		if !ok || len(rest) != stepDigits {
+			continue
+		}
+		step, err := strconv.ParseInt(rest, 10, 64)
+		if err != nil || step < 0 {
+			continue
+		}
+		steps = append(steps, step)
+	}
+	slices.Sort(steps)
+	return slices.Compact(steps), nil
+}
+
+// ref builds the Ref for run's checkpoint at step from its manifest; an
+// unreadable manifest yields a Ref without SHA256 and Bytes, a vanished one
+// an error wrapping ErrNotFound.
+func (s *Store) ref(ctx context.Context, run string, step int64) (Ref, error) {
+	ref := Ref{Run: run, Step: step, Key: ManifestKey(run, step)}
+	m, err := s.readManifest(ctx, ref.Key)
+	var corrupt *CorruptError
+	switch {
+	case err == nil:
+		ref.SHA256, ref.Bytes = m.SHA256, m.Bytes
+	case errors.As(err, &corrupt):
+	default:
+		return Ref{}, err
+	}
+	return ref, nil
+}
+
+// List returns run's checkpoints (those with a manifest), oldest first.
+func (s *Store) List(ctx context.Context, run string) ([]Ref, error) {
+	steps, err := s.steps(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]Ref, 0, len(steps))
+	for _, step := range steps {
+		ref, err := s.ref(ctx, run, step)
+		if errors.Is(err, ErrNotFound) {
+			continue // Deleted since listing.
+		}
+		if err != nil {
+			return nil, err
+		}
+		refs = append(refs, ref)
+	}
+	return refs, nil
+}
+
+// Latest returns run's newest checkpoint, or an error wrapping ErrNotFound.
+// It does not verify the payload; use Load or LoadLatestValid for that.
+func (s *Store) Latest(ctx context.Context, run string) (Ref, error) {
+	steps, err := s.steps(ctx, run)
+	if err != nil {
+		return Ref{}, err
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		ref, err := s.ref(ctx, run, steps[i])
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		return ref, err
+	}
+	return Ref{}, fmt.Errorf("checkpoint: run %q: %w", run, ErrNotFound)
+}
+
+// LoadLatestValid loads run's newest checkpoint that verifies, trying newer
+// ones first and reporting each one skipped as corrupt. Other errors (I/O,
+// cancellation) stop the search and are returned, so a transient failure
+// never silently falls back to an older checkpoint. If no checkpoint
+// verifies, the error wraps ErrNotFound and skipped says why.
+func (s *Store) LoadLatestValid(ctx context.Context, run string) (payload []byte, ref Ref, skipped []Skipped, err error) {
+	steps, err := s.steps(ctx, run)
+	if err != nil {
+		return nil, Ref{}, nil, err
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		ref := Ref{Run: run, Step: steps[i], Key: ManifestKey(run, steps[i])}
+		payload, m, err := s.load(ctx, ref)
+		if m != nil {
+			ref.SHA256, ref.Bytes = m.SHA256, m.Bytes
+		}
+		var corrupt *CorruptError
+		switch {
+		case err == nil:
+			return payload, ref, skipped, nil
+		case errors.As(err, &corrupt):
+			skipped = append(skipped, Skipped{Ref: ref, Reason: corrupt.Error()})
+		case errors.Is(err, ErrNotFound):
+			// Deleted since listing: not a candidate any more.
+		default:
+			return nil, Ref{}, skipped, err
+		}
+	}
+	return nil, Ref{}, skipped, fmt.Errorf("checkpoint: run %q: no valid checkpoint (%d skipped as corrupt): %w", run, len(skipped), ErrNotFound)
+}
+
+// Delete removes the checkpoint ref points to: manifest first (so it
+// disappears atomically), then the payload. Deleting a missing checkpoint is
+// not an error.
+func (s *Store) Delete(ctx context.Context, ref Ref) error {
+	if err := ValidateRun(ref.Run); err != nil {
+		return err
+	}
+	if err := validateStep(ref.Step); err != nil {
+		return err
+	}
+	for _, key := range []string{ManifestKey(ref.Run, ref.Step), dataKey(ref.Run, ref.Step)} {
+		if err := s.bucket.Delete(ctx, key); err != nil && !isNotFound(err) {
+			return fmt.Errorf("checkpoint: delete %s: %w", key, err)
+		}
+	}
+	return nil
+}

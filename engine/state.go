@@ -1,0 +1,320 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"slices"
+)
+
+// State is a complete, self-describing snapshot of a [Trainer]: the fields
+// that fix the model and the data order, the step, the parameters and the
+// Adam state. Restoring it into a fresh Trainer with the same configuration
+// continues training bit-identically. State is the same on every rank, so a
+// snapshot taken on any rank restores every rank.
+type State struct {
+	// Configuration fingerprint (everything but Rank) and dataset shape.
+	Seed         uint64
+	Hidden       []int
+	LearningRate float64
+	BatchPerRank int
+	World        int
+	Dim          int
+	Classes      int
+
+	// Step is the next global step to train; AdamT the number of Adam
+	// updates applied (equal to Step for states produced by this package).
+	Step  int64
+	AdamT int64
+
+	// Params, M and V are the parameters and Adam's first and second
+	// moment estimates, each NumParams long, in [Trainer.Params] layout.
+	Params []float32
+	M      []float32
+	V      []float32
+}
+
+// Snapshot returns a deep copy of everything needed to continue training.
+func (t *Trainer) Snapshot() *State {
+	return &State{
+		Seed:         t.cfg.Seed,
+		Hidden:       slices.Clone(t.cfg.Hidden),
+		LearningRate: t.cfg.LearningRate,
+		BatchPerRank: t.cfg.BatchPerRank,
+		World:        t.cfg.World,
+		Dim:          t.sizes[0],
+		Classes:      t.sizes[len(t.sizes)-1],
+		Step:         t.step,
+		AdamT:        t.adamT,
+		Params:       slices.Clone(t.params),
+		M:            slices.Clone(t.m),
+		V:            slices.Clone(t.v),
+	}
+}
+
+// Restore replaces the trainer's step, parameters and optimizer state with
+// s, after checking that s was made for the same model and data order; the
+// error names every mismatching field. s is copied, not retained. On error
+// the trainer is unchanged.
+func (t *Trainer) Restore(s *State) error {
+	if s == nil {
+		return errors.New("engine: restore: state is nil")
+	}
+	var errs []error
+	mismatch := func(field string, state, trainer any) {
+		errs = append(errs, fmt.Errorf("%s: state has %v, trainer has %v", field, state, trainer))
+	}
+	if s.Seed != t.cfg.Seed {
+		mismatch("Seed", s.Seed, t.cfg.Seed)
+	}
+	if !slices.Equal(s.Hidden, t.cfg.Hidden) {
+		mismatch("Hidden", s.Hidden, t.cfg.Hidden)
+	}
+	if math.Float64bits(s.LearningRate) != math.Float64bits(t.cfg.LearningRate) {
+		mismatch("LearningRate", s.LearningRate, t.cfg.LearningRate)
+	}
+	if s.BatchPerRank != t.cfg.BatchPerRank {
+		mismatch("BatchPerRank", s.BatchPerRank, t.cfg.BatchPerRank)
+	}
+	if s.World != t.cfg.World {
+		mismatch("World", s.World, t.cfg.World)
+	}
+	if s.Dim != t.sizes[0] {
+		mismatch("Dim", s.Dim, t.sizes[0])
+	}
+	if s.Classes != t.sizes[len(t.sizes)-1] {
+		mismatch("Classes", s.Classes, t.sizes[len(t.sizes)-1])
+	}
+	for _, a := range []struct {
+		name string
+		n    int
+	}{{"Params", len(s.Params)}, {"M", len(s.M)}, {"V", len(s.V)}} {
+		if a.n != t.nParams {
+			errs = append(errs, fmt.Errorf("len(%s): state has %d, trainer has %d parameters", a.name, a.n, t.nParams))
+		}
+	}
+	if s.Step < 0 || s.AdamT < 0 {
+		errs = append(errs, fmt.Errorf("Step=%d, AdamT=%d: want >= 0", s.Step, s.AdamT))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("engine: restore: state does not fit this trainer: %w", errors.Join(errs...))
+	}
+	copy(t.params, s.Params)
+	copy(t.m, s.M)
+	copy(t.v, s.V)
+	t.step, t.adamT = s.Step, s.AdamT
+	return nil
+}
+
+// ConfigFingerprint returns a hex SHA-256 over the fields that must match
+// for a State to restore into a Trainer (everything in Config but Rank, plus
+// the dataset shape). Equal fingerprints mean Restore will accept the state
+// as far as configuration goes.
+func (t *Trainer) ConfigFingerprint() string {
+	s := State{
+		Seed: t.cfg.Seed, Hidden: t.cfg.Hidden, LearningRate: t.cfg.LearningRate,
+		BatchPerRank: t.cfg.BatchPerRank, World: t.cfg.World,
+		Dim: t.sizes[0], Classes: t.sizes[len(t.sizes)-1],
+	}
+	return s.configFingerprint()
+}
+
+// ConfigFingerprint is the fingerprint of the configuration s was made for;
+// see [Trainer.ConfigFingerprint].
+func (s *State) ConfigFingerprint() string { return s.configFingerprint() }
+
+func (s *State) configFingerprint() string {
+	b := []byte("cann-train/engine config v1\x00")
+	b = binary.LittleEndian.AppendUint64(b, s.Seed)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.LearningRate))
+	for _, v := range []int{s.BatchPerRank, s.World, s.Dim, s.Classes, len(s.Hidden)} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	for _, h := range s.Hidden {
+		b = binary.LittleEndian.AppendUint64(b, uint64(h))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Binary encoding, version 1 (all integers little-endian):
+//
+//	offset size
+//	     0    4  magic "CTST"
+//	     4    2  version (1)
+//	     6    2  reserved, 0
+//	     8    8  Seed
+//	    16    8  LearningRate (IEEE-754 bits)
+//	    24    8  Step (int64)
+//	    32    8  AdamT (int64)
+//	    40    4  BatchPerRank
+//	    44    4  World
+//	    48    4  Dim
+//	    52    4  Classes
+//	    56    4  number of hidden layers H
+//	    60    4  number of parameters P
+//	    64  4*H  Hidden widths
+//	     .  4*P  Params (float32 bits)
+//	     .  4*P  M
+//	     .  4*P  V
+//	     .    4  CRC-32C (Castagnoli) of every preceding byte
+const (
+	stateMagic     = "CTST"
+	stateVersion   = 1
+	stateHeaderLen = 64
+	stateCRCLen    = 4
+)
+
+// castagnoli returns the CRC-32C table (crc32 builds it once internally).
+func castagnoli() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
+
+// MarshalBinary encodes s in the versioned, checksummed format above.
+func (s *State) MarshalBinary() ([]byte, error) {
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("engine: marshal state: %w", err)
+	}
+	p := len(s.Params)
+	b := make([]byte, stateHeaderLen, stateHeaderLen+4*len(s.Hidden)+12*p+stateCRCLen)
+	copy(b, stateMagic)
+	le := binary.LittleEndian
+	le.PutUint16(b[4:], stateVersion)
+	le.PutUint64(b[8:], s.Seed)
+	le.PutUint64(b[16:], math.Float64bits(s.LearningRate))
+	le.PutUint64(b[24:], uint64(s.Step))
+	le.PutUint64(b[32:], uint64(s.AdamT))
+	le.PutUint32(b[40:], uint32(s.BatchPerRank))
+	le.PutUint32(b[44:], uint32(s.World))
+	le.PutUint32(b[48:], uint32(s.Dim))
+	le.PutUint32(b[52:], uint32(s.Classes))
+	le.PutUint32(b[56:], uint32(len(s.Hidden)))
+	le.PutUint32(b[60:], uint32(p))
+	for _, h := range s.Hidden {
+		b = le.AppendUint32(b, uint32(h))
+	}
+	for _, arr := range [][]float32{s.Params, s.M, s.V} {
+		for _, x := range arr {
+			b = le.AppendUint32(b, math.Float32bits(x))
+		}
+	}
+	return le.AppendUint32(b, crc32.Checksum(b, castagnoli())), nil
+}
+
+// UnmarshalBinary decodes data produced by [State.MarshalBinary], replacing
+// all of s. A truncated, corrupt or foreign buffer yields an error saying
+// what is wrong; s is only modified on success.
+func (s *State) UnmarshalBinary(data []byte) error {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("engine: unmarshal state: "+format, args...)
+	}
+	if len(data) < stateHeaderLen+stateCRCLen {
+		return fail("truncated: %d bytes, a state is at least %d", len(data), stateHeaderLen+stateCRCLen)
+	}
+	if string(data[:4]) != stateMagic {
+		return fail("not an engine state (magic %q, want %q)", data[:4], stateMagic)
+	}
+	le := binary.LittleEndian
+	if v := le.Uint16(data[4:]); v != stateVersion {
+		return fail("unsupported format version %d (this build reads version %d)", v, stateVersion)
+	}
+	nh, np := uint64(le.Uint32(data[56:])), uint64(le.Uint32(data[60:]))
+	if nh > MaxHiddenLayers {
+		return fail("header claims %d hidden layers, at most %d allowed", nh, MaxHiddenLayers)
+	}
+	if np > MaxParams {
+		return fail("header claims %d parameters, at most %d allowed", np, MaxParams)
+	}
+	want := uint64(stateHeaderLen) + 4*nh + 12*np + stateCRCLen
+	switch {
+	case uint64(len(data)) < want:
+		return fail("truncated: %d bytes, header (%d hidden layers, %d parameters) implies %d", len(data), nh, np, want)
+	case uint64(len(data)) > want:
+		return fail("%d trailing bytes after the %d the header implies", uint64(len(data))-want, want)
+	}
+	body := data[:len(data)-stateCRCLen]
+	if got, stored := crc32.Checksum(body, castagnoli()), le.Uint32(data[len(body):]); got != stored {
+		return fail("checksum mismatch (stored CRC-32C %08x, computed %08x): data is corrupt", stored, got)
+	}
+	if r := le.Uint16(data[6:]); r != 0 {
+		return fail("reserved header field is %d, want 0", r)
+	}
+	n := State{
+		Seed:         le.Uint64(data[8:]),
+		LearningRate: math.Float64frombits(le.Uint64(data[16:])),
+		Step:         int64(le.Uint64(data[24:])),
+		AdamT:        int64(le.Uint64(data[32:])),
+		BatchPerRank: int(le.Uint32(data[40:])),
+		World:        int(le.Uint32(data[44:])),
+		Dim:          int(le.Uint32(data[48:])),
+		Classes:      int(le.Uint32(data[52:])),
+		Hidden:       make([]int, nh),
+	}
+	off := stateHeaderLen
+	for i := range n.Hidden {
+		n.Hidden[i] = int(le.Uint32(data[off:]))
+		off += 4
+	}
+	if err := n.checkConfig(); err != nil {
+		return fail("%w", err)
+	}
+	params, err := countParams(n.sizes())
+	if err != nil {
+		return fail("%w", err)
+	}
+	if uint64(params) != np {
+		return fail("header claims %d parameters, but the model %v has %d", np, n.sizes(), params)
+	}
+	for _, dst := range []*[]float32{&n.Params, &n.M, &n.V} {
+		arr := make([]float32, np)
+		for i := range arr {
+			arr[i] = math.Float32frombits(le.Uint32(data[off:]))
+			off += 4
+		}
+		*dst = arr
+	}
+	*s = n
+	return nil
+}
+
+func (s *State) sizes() []int {
+	return Config{Hidden: s.Hidden}.layerSizes(s.Dim, s.Classes)
+}
+
+// checkConfig validates the configuration fields of s.
+func (s *State) checkConfig() error {
+	cfg := Config{Seed: s.Seed, Hidden: s.Hidden, LearningRate: s.LearningRate, BatchPerRank: s.BatchPerRank, World: s.World}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case s.Dim < 1 || s.Dim > maxPixels:
+		return fmt.Errorf("Dim=%d, want 1..%d", s.Dim, maxPixels)
+	case s.Classes < 2 || s.Classes > 256:
+		return fmt.Errorf("Classes=%d, want 2..256", s.Classes)
+	case s.Step < 0 || s.AdamT < 0:
+		return fmt.Errorf("Step=%d, AdamT=%d: want >= 0", s.Step, s.AdamT)
+	}
+	return nil
+}
+
+// check validates s fully before encoding.
+func (s *State) check() error {
+	if s == nil {
+		return errors.New("state is nil")
+	}
+	if err := s.checkConfig(); err != nil {
+		return err
+	}
+	n, err := countParams(s.sizes())
+	if err != nil {
+		return err
+	}
+	if len(s.Params) != n || len(s.M) != n || len(s.V) != n {
+		return fmt.Errorf("model %v has %d parameters but len(Params)=%d, len(M)=%d, len(V)=%d",
+			s.sizes(), n, len(s.Params), len(s.M), len(s.V))
+	}
+	return nil
+}

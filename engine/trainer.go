@@ -1,0 +1,540 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+)
+
+// Adam hyper-parameters (Kingma & Ba defaults).
+const (
+	adamBeta1 = 0.9
+	adamBeta2 = 0.999
+	adamEps   = 1e-8
+)
+
+// PCG stream selectors: the weight init and each epoch's permutation draw
+// from distinct streams of the same Seed.
+const (
+	initStream = 0x696e69742d776569 // "init-wei"
+	permStream = 0x7065726d2d65706f // "perm-epo"
+)
+
+// ReduceFunc replaces buf, in place, with the element-wise average of the
+// buffers passed by all ranks for the same step, delivering bit-identical
+// contents to every rank. It must not retain buf after returning.
+type ReduceFunc func(ctx context.Context, buf []float32) error
+
+// layer holds views into the flat parameter and gradient vectors.
+type layer struct {
+	in, out int
+	w, b    []float32 // w is in×out, row-major: w[k*out+j] links input k to output j.
+	gw, gb  []float32
+}
+
+// Trainer is one data-parallel replica of an MLP classifier. It is not safe
+// for concurrent use.
+type Trainer struct {
+	cfg     Config
+	sizes   []int
+	train   *Dataset
+	nParams int
+
+	params []float32
+	grad   []float32 // nParams gradient values + 1 trailing loss value.
+	m, v   []float32
+	step   int64
+	adamT  int64
+	layers []layer
+
+	// Step scratch, allocated once.
+	acts   [][]float32 // acts[0] is the input batch; acts[l] the output of layer l.
+	deltas [][]float32 // deltas[l] is dLoss/d(pre-activation of acts[l]), l >= 1.
+	yb     []uint8
+	exps   []float64
+
+	// Data order.
+	stepsPerEpoch int64
+	perm          []int32
+	permEpoch     int64
+	pcg           rand.PCG
+}
+
+// NewTrainer builds a replica for cfg on the training set train, with
+// parameters initialised deterministically from cfg.Seed (He-uniform for the
+// ReLU layers, Glorot-uniform for the output layer, zero biases). The Trainer
+// keeps a reference to train, which must not be modified afterwards.
+func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := train.validate(); err != nil {
+		return nil, fmt.Errorf("engine: training set: %w", err)
+	}
+	global := int64(cfg.BatchPerRank) * int64(cfg.World)
+	if global > int64(train.N) {
+		return nil, fmt.Errorf("engine: global batch BatchPerRank*World=%d exceeds the %d training examples", global, train.N)
+	}
+	if train.N > math.MaxInt32 {
+		return nil, fmt.Errorf("engine: training set has %d examples, at most %d supported", train.N, math.MaxInt32)
+	}
+	cfg = cfg.clone()
+	sizes := cfg.layerSizes(train.Dim, train.Classes)
+	n, err := countParams(sizes)
+	if err != nil {
+		return nil, err
+	}
+	t := &Trainer{
+		cfg:           cfg,
+		sizes:         sizes,
+		train:         train,
+		nParams:       n,
+		params:        make([]float32, n),
+		grad:          make([]float32, n+1),
+		m:             make([]float32, n),
+		v:             make([]float32, n),
+		yb:            make([]uint8, cfg.BatchPerRank),
+		exps:          make([]float64, train.Classes),
+		stepsPerEpoch: int64(train.N) / global,
+		perm:          make([]int32, train.N),
+		permEpoch:     -1,
+	}
+	off := 0
+	for l := 0; l+1 < len(sizes); l++ {
+		in, out := sizes[l], sizes[l+1]
+		ly := layer{in: in, out: out}
+		ly.w, ly.gw = t.params[off:off+in*out:off+in*out], t.grad[off:off+in*out:off+in*out]
+		off += in * out
+		ly.b, ly.gb = t.params[off:off+out:off+out], t.grad[off:off+out:off+out]
+		off += out
+		t.layers = append(t.layers, ly)
+	}
+	t.acts = allocActs(sizes, cfg.BatchPerRank)
+	t.deltas = allocActs(sizes, cfg.BatchPerRank)
+	t.deltas[0] = nil
+	t.initParams()
+	return t, nil
+}
+
+func allocActs(sizes []int, rows int) [][]float32 {
+	a := make([][]float32, len(sizes))
+	for l, s := range sizes {
+		a[l] = make([]float32, rows*s)
+	}
+	return a
+}
+
+// initParams draws the weights from the Seed's init stream.
+func (t *Trainer) initParams() {
+	t.pcg.Seed(t.cfg.Seed, initStream)
+	last := len(t.layers) - 1
+	for l, ly := range t.layers {
+		var limit float64
+		if l < last {
+			limit = math.Sqrt(6 / float64(ly.in)) // He uniform (ReLU follows).
+		} else {
+			limit = math.Sqrt(6 / float64(ly.in+ly.out)) // Glorot uniform.
+		}
+		for i := range ly.w {
+			u := float64(int64(t.pcg.Uint64()>>11)-1<<52) * 0x1p-52 // [-1,1), exact.
+			ly.w[i] = float32(u * limit)
+		}
+		clear(ly.b)
+	}
+}
+
+// NumParams returns the number of trainable parameters.
+func (t *Trainer) NumParams() int { return t.nParams }
+
+// GlobalStep returns the global step the next call to [Trainer.Step] will
+// train, which is also the number of steps applied so far. (It is not named
+// Step because that is the training method.)
+func (t *Trainer) GlobalStep() int64 { return t.step }
+
+// Config returns a copy of the trainer's configuration.
+func (t *Trainer) Config() Config { return t.cfg.clone() }
+
+// Params returns the flat parameter vector: for each layer in order, its
+// in×out row-major weights followed by its out biases. The slice aliases the
+// trainer's storage; callers must not modify it.
+func (t *Trainer) Params() []float32 { return t.params }
+
+// WeightsSHA256 returns the hex SHA-256 of the parameters' little-endian
+// IEEE-754 bytes.
+func (t *Trainer) WeightsSHA256() string { return weightsSHA256(t.params) }
+
+func weightsSHA256(p []float32) string {
+	h := sha256.New()
+	var buf [4096]byte
+	for len(p) > 0 {
+		n := min(len(p), len(buf)/4)
+		for i, x := range p[:n] {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(x))
+		}
+		h.Write(buf[:4*n])
+		p = p[n:]
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Step trains one global step; see the package documentation for the
+// contract of reduce. It returns the loss averaged over all ranks. If ctx is
+// done before reduce is called, or reduce fails, or the averaged gradient or
+// loss is not finite, Step returns an error and leaves the trainer unchanged.
+func (t *Trainer) Step(ctx context.Context, reduce ReduceFunc) (loss float32, err error) {
+	if reduce == nil {
+		return 0, errors.New("engine: Step: reduce is nil (use a no-op for World=1)")
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("engine: step %d: %w", t.step, err)
+	}
+	t.loadBatch(t.step)
+	t.grad[t.nParams] = t.computeGrad()
+	if err := reduce(ctx, t.grad); err != nil {
+		return 0, fmt.Errorf("engine: step %d: reduce: %w", t.step, err)
+	}
+	loss = t.grad[t.nParams]
+	if i := firstNonFinite(t.grad); i >= 0 {
+		what := fmt.Sprintf("gradient[%d]", i)
+		if i == t.nParams {
+			what = "loss"
+		}
+		return 0, fmt.Errorf("engine: step %d: averaged %s is %v", t.step, what, t.grad[i])
+	}
+	t.adam()
+	t.step++
+	return loss, nil
+}
+
+// firstNonFinite returns the index of the first NaN or ±Inf in x, or -1.
+// The fast path is branch-free: a float32 is not finite exactly when its
+// exponent bits are all ones, and adding one to an all-ones exponent carries
+// into the sign bit.
+func firstNonFinite(x []float32) int {
+	const exp, one = 0x7f800000, 0x00800000
+	var bad uint32
+	for _, v := range x {
+		bad |= (math.Float32bits(v)&exp + one) >> 31
+	}
+	if bad == 0 {
+		return -1
+	}
+	for i, v := range x {
+		if math.Float32bits(v)&exp == exp {
+			return i
+		}
+	}
+	return -1
+}
+
+// loadBatch copies this rank's slice of the global batch of step s into
+// acts[0] and yb.
+func (t *Trainer) loadBatch(s int64) {
+	epoch := s / t.stepsPerEpoch
+	if epoch != t.permEpoch {
+		t.permute(epoch)
+	}
+	b := t.cfg.BatchPerRank
+	off := (s%t.stepsPerEpoch)*int64(b)*int64(t.cfg.World) + int64(t.cfg.Rank)*int64(b)
+	dim := t.train.Dim
+	x := t.acts[0]
+	for i, idx := range t.perm[off : off+int64(b)] {
+		copy(x[i*dim:(i+1)*dim], t.train.X[int(idx)*dim:(int(idx)+1)*dim])
+		t.yb[i] = t.train.Y[idx]
+	}
+}
+
+// permute fills t.perm with the permutation of epoch e (Fisher-Yates over
+// the epoch's PCG stream). It rewrites the preallocated slice in place.
+func (t *Trainer) permute(e int64) {
+	for i := range t.perm {
+		t.perm[i] = int32(i)
+	}
+	t.pcg.Seed(t.cfg.Seed^permStream, uint64(e))
+	for i := len(t.perm) - 1; i > 0; i-- {
+		j := uniformN(&t.pcg, uint64(i)+1)
+		t.perm[i], t.perm[j] = t.perm[j], t.perm[i]
+	}
+	t.permEpoch = e
+}
+
+// uniformN returns a uniform value in [0,n) using Lemire's multiply-shift
+// with rejection. It is spelled out here (rather than rand.Rand.Uint64N) so
+// the data order is fixed by this package, not by the Go release.
+func uniformN(src *rand.PCG, n uint64) uint64 {
+	hi, lo := bits.Mul64(src.Uint64(), n)
+	if lo < n {
+		thresh := -n % n
+		for lo < thresh {
+			hi, lo = bits.Mul64(src.Uint64(), n)
+		}
+	}
+	return hi
+}
+
+// computeGrad runs forward and backward on the batch in acts[0]/yb, writes
+// the mean gradient into t.grad[:nParams] and returns the mean loss.
+func (t *Trainer) computeGrad() float32 {
+	rows := t.cfg.BatchPerRank
+	forward(t.layers, t.acts, rows)
+	last := len(t.layers)
+	classes := t.sizes[last]
+	logits, dlog := t.acts[last], t.deltas[last]
+	inv := 1 / float64(rows)
+	var total float64
+	for i := 0; i < rows; i++ {
+		z := logits[i*classes : (i+1)*classes]
+		d := dlog[i*classes : (i+1)*classes]
+		y := int(t.yb[i])
+		mx, sum := softmaxExps(z, t.exps)
+		total += math.Log(sum) - float64(z[y]-mx)
+		for j, e := range t.exps[:len(d)] {
+			p := e / sum
+			if j == y {
+				p--
+			}
+			d[j] = float32(p * inv)
+		}
+	}
+	t.backward(rows)
+	return float32(total * inv)
+}
+
+// softmaxExps stores exp(z[j]-max z) into exps and returns max z and the sum.
+func softmaxExps(z []float32, exps []float64) (mx float32, sum float64) {
+	mx = z[0]
+	for _, v := range z {
+		if v > mx {
+			mx = v
+		}
+	}
+	exps = exps[:len(z)]
+	for j, v := range z {
+		e := expNonPos(float64(v - mx))
+		exps[j] = e
+		sum += e
+	}
+	return mx, sum
+}
+
+// forward computes acts[1..] from acts[0] for the first rows rows.
+func forward(layers []layer, acts [][]float32, rows int) {
+	last := len(layers) - 1
+	for l, ly := range layers {
+		in, out := acts[l][:rows*ly.in], acts[l+1][:rows*ly.out]
+		for i := 0; i < rows; i++ {
+			o := out[i*ly.out : (i+1)*ly.out]
+			copy(o, ly.b)
+			for k, a := range in[i*ly.in : (i+1)*ly.in] {
+				if a == 0 {
+					continue // Sparse inputs (MNIST background, dead ReLUs).
+				}
+				axpy(o, ly.w[k*ly.out:(k+1)*ly.out], a)
+			}
+			if l < last {
+				for j, v := range o {
+					if v < 0 {
+						o[j] = 0
+					}
+				}
+			}
+		}
+	}
+}
+
+// axpy computes y += a*x without letting the compiler fuse the multiply-add.
+// It is unrolled by four, which roughly halves loop overhead; the result does
+// not depend on the unrolling since every element is independent.
+func axpy(y, x []float32, a float32) {
+	x = x[:len(y)]
+	j := 0
+	for ; j+4 <= len(y); j += 4 {
+		yy, xx := y[j:j+4:j+4], x[j:j+4:j+4]
+		yy[0] += float32(a * xx[0])
+		yy[1] += float32(a * xx[1])
+		yy[2] += float32(a * xx[2])
+		yy[3] += float32(a * xx[3])
+	}
+	for ; j < len(y); j++ {
+		y[j] += float32(a * x[j])
+	}
+}
+
+// dot returns sum x[j]*y[j] in index order, unfused.
+func dot(x, y []float32) float32 {
+	y = y[:len(x)]
+	var s float32
+	for j := range x {
+		s += float32(x[j] * y[j])
+	}
+	return s
+}
+
+// backward accumulates the parameter gradients from t.deltas[last], summing
+// over the batch in row order so results do not depend on scheduling.
+func (t *Trainer) backward(rows int) {
+	clear(t.grad[:t.nParams])
+	for l := len(t.layers) - 1; l >= 0; l-- {
+		ly := t.layers[l]
+		a, dz := t.acts[l][:rows*ly.in], t.deltas[l+1][:rows*ly.out]
+		for i := 0; i < rows; i++ {
+			d := dz[i*ly.out : (i+1)*ly.out]
+			axpy(ly.gb, d, 1)
+			for k, x := range a[i*ly.in : (i+1)*ly.in] {
+				if x == 0 {
+					continue
+				}
+				axpy(ly.gw[k*ly.out:(k+1)*ly.out], d, x)
+			}
+		}
+		if l == 0 {
+			break
+		}
+		// Propagate to the previous layer's pre-activations through ReLU:
+		// the derivative is 0 where the activation was clamped to 0.
+		da := t.deltas[l][:rows*ly.in]
+		for i := 0; i < rows; i++ {
+			d := dz[i*ly.out : (i+1)*ly.out]
+			ar, dr := a[i*ly.in:(i+1)*ly.in], da[i*ly.in:(i+1)*ly.in]
+			for k, x := range ar {
+				if x == 0 {
+					dr[k] = 0
+					continue
+				}
+				dr[k] = dot(d, ly.w[k*ly.out:(k+1)*ly.out])
+			}
+		}
+	}
+}
+
+// adam applies one Adam update with the (averaged) gradient in t.grad.
+func (t *Trainer) adam() {
+	t.adamT++
+	bc1 := 1 - powInt(adamBeta1, t.adamT)
+	bc2 := 1 - powInt(adamBeta2, t.adamT)
+	// p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), as in PyTorch.
+	stepSize := float32(t.cfg.LearningRate / bc1)
+	invSqrtBC2 := float32(1 / math.Sqrt(bc2))
+	const (
+		b1, omb1 = float32(adamBeta1), float32(1 - adamBeta1)
+		b2, omb2 = float32(adamBeta2), float32(1 - adamBeta2)
+		eps      = float32(adamEps)
+	)
+	p, m, v := t.params, t.m[:len(t.params)], t.v[:len(t.params)]
+	g := t.grad[:len(t.params)]
+	for i := range p {
+		gi := g[i]
+		mi := float32(b1*m[i]) + float32(omb1*gi)
+		vi := float32(b2*v[i]) + float32(omb2*float32(gi*gi))
+		m[i], v[i] = mi, vi
+		denom := float32(float32(math.Sqrt(float64(vi)))*invSqrtBC2) + eps
+		p[i] -= float32(stepSize*mi) / denom
+	}
+}
+
+// powInt returns b**n by repeated squaring (exactly reproducible, unlike a
+// libm pow).
+func powInt(b float64, n int64) float64 {
+	r := 1.0
+	for n > 0 {
+		if n&1 == 1 {
+			r *= b
+		}
+		b *= b
+		n >>= 1
+	}
+	return r
+}
+
+// expNonPos returns e**x for x <= 0 (x > 0 is accepted but unused here),
+// computed with plain IEEE operations so it is bit-identical on every
+// platform. Relative error is below 1e-13, far below float32 resolution.
+func expNonPos(x float64) float64 {
+	const (
+		ln2Hi = 6.93147180369123816490e-01
+		ln2Lo = 1.90821492927058770002e-10
+		log2e = 1.44269504088896338700e+00
+	)
+	switch {
+	case x != x:
+		return x
+	case x < -700:
+		return 0
+	case x > 700:
+		return math.Inf(1)
+	}
+	k := math.Floor(float64(x*log2e) + 0.5)
+	r := float64(x - float64(k*ln2Hi))
+	r = float64(r - float64(k*ln2Lo))
+	// Taylor series of e**r for |r| <= ln2/2, Horner form, degree 12.
+	p := 1.0 / 479001600
+	for _, c := range [...]float64{
+		1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
+		1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1, 1,
+	} {
+		p = float64(p*r) + c
+	}
+	return p * math.Float64frombits(uint64(int64(k)+1023)<<52)
+}
+
+// Evaluate returns the classification accuracy and mean cross-entropy loss
+// of the current parameters over all of ds. It does not change the trainer.
+// If ds does not fit the model both results are NaN; [Trainer.EvaluateErr]
+// says why.
+func (t *Trainer) Evaluate(ds *Dataset) (accuracy, loss float64) {
+	acc, l, err := t.evaluate(ds)
+	if err != nil {
+		return math.NaN(), math.NaN()
+	}
+	return acc, l
+}
+
+// EvaluateErr is [Trainer.Evaluate] with an error for a dataset that does not
+// fit the model, instead of NaN results.
+func (t *Trainer) EvaluateErr(ds *Dataset) (accuracy, loss float64, err error) {
+	return t.evaluate(ds)
+}
+
+func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
+	if err := ds.validate(); err != nil {
+		return 0, 0, fmt.Errorf("engine: evaluate: %w", err)
+	}
+	if ds.Dim != t.sizes[0] || ds.Classes != t.sizes[len(t.sizes)-1] {
+		return 0, 0, fmt.Errorf("engine: evaluate: dataset is %d features x %d classes, model is %d x %d",
+			ds.Dim, ds.Classes, t.sizes[0], t.sizes[len(t.sizes)-1])
+	}
+	const chunk = 256
+	acts := allocActs(t.sizes, chunk)
+	exps := make([]float64, ds.Classes)
+	classes := ds.Classes
+	var correct int
+	var total float64
+	for start := 0; start < ds.N; start += chunk {
+		rows := min(chunk, ds.N-start)
+		copy(acts[0], ds.X[start*ds.Dim:(start+rows)*ds.Dim])
+		forward(t.layers, acts, rows)
+		logits := acts[len(acts)-1]
+		for i := 0; i < rows; i++ {
+			z := logits[i*classes : (i+1)*classes]
+			y := int(ds.Y[start+i])
+			mx, sum := softmaxExps(z, exps)
+			total += math.Log(sum) - float64(z[y]-mx)
+			best := 0
+			for j, v := range z {
+				if v > z[best] {
+					best = j
+				}
+			}
+			if best == y {
+				correct++
+			}
+		}
+	}
+	return float64(correct) / float64(ds.N), total / float64(ds.N), nil
+}

@@ -1,0 +1,340 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// ModelSpec chooses the model the engine trains.
+type ModelSpec struct {
+	// Kind is the model family; "mlp-mnist" is built in.
+	Kind string `yaml:"kind" json:"kind"`
+	// Hidden lists hidden-layer widths.
+	Hidden []int `yaml:"hidden" json:"hidden"`
+}
+
+// RunSpec is one training run as the user describes it (job.yaml). Every
+// field has a default; Validate says what is wrong and where.
+type RunSpec struct {
+	Name         string    `yaml:"name" json:"name"`
+	Model        ModelSpec `yaml:"model" json:"model"`
+	Nodes        int       `yaml:"nodes" json:"nodes"`
+	Steps        int64     `yaml:"steps" json:"steps"`
+	ChunkSteps   int64     `yaml:"chunk_steps" json:"chunk_steps"`
+	BatchPerRank int       `yaml:"batch_per_rank" json:"batch_per_rank"`
+	LearningRate float64   `yaml:"learning_rate" json:"learning_rate"`
+	Seed         uint64    `yaml:"seed" json:"seed"`
+	// CheckpointURL is a gocloud blob bucket URL (file://, mem://, s3://,
+	// gs://, azblob://). Empty: the worker's default.
+	CheckpointURL string `yaml:"checkpoint_url" json:"checkpoint_url"`
+	// CheckpointEvery is in steps; a checkpoint is taken at the first chunk
+	// boundary at or after each multiple, and always at the end.
+	CheckpointEvery int64 `yaml:"checkpoint_every" json:"checkpoint_every"`
+	// MaxRestarts bounds node replacements before the run fails.
+	MaxRestarts int `yaml:"max_restarts" json:"max_restarts"`
+	// NodeWait bounds how long to wait for enough live nodes.
+	NodeWait Duration `yaml:"node_wait" json:"node_wait"`
+	// HeartbeatTimeout: a node silent this long is presumed dead.
+	HeartbeatTimeout Duration `yaml:"heartbeat_timeout" json:"heartbeat_timeout"`
+	// ChunksPerRun bounds chunks before the workflow continues as new.
+	ChunksPerRun int `yaml:"chunks_per_run" json:"chunks_per_run"`
+}
+
+// Duration is a time.Duration written as "90s" or "2m" in YAML and JSON.
+type Duration time.Duration
+
+// badDuration marks text that did not parse, so that Validate can report
+// it with its line (decode errors from text unmarshalers carry no position).
+const badDuration Duration = -1
+
+// UnmarshalText parses "90s", "2m", "1h30m". Text that does not parse
+// decodes to a marker that Validate reports.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil || v < 0 {
+		*d = badDuration
+		return nil
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes the duration as time.Duration.String does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// ModelMLPMNIST is the built-in MLP trained on MNIST.
+const ModelMLPMNIST = "mlp-mnist"
+
+// WithDefaults returns s with every unset field set to its default.
+func (s RunSpec) WithDefaults() RunSpec {
+	if s.Model.Kind == "" {
+		s.Model.Kind = ModelMLPMNIST
+	}
+	if s.Model.Hidden == nil {
+		s.Model.Hidden = []int{128}
+	}
+	if s.Nodes == 0 {
+		s.Nodes = 3
+	}
+	if s.Steps == 0 {
+		s.Steps = 600
+	}
+	if s.ChunkSteps == 0 {
+		s.ChunkSteps = 100
+	}
+	if s.BatchPerRank == 0 {
+		s.BatchPerRank = 32
+	}
+	if s.LearningRate == 0 {
+		s.LearningRate = 2e-3
+	}
+	if s.Seed == 0 {
+		s.Seed = 1
+	}
+	if s.CheckpointEvery == 0 {
+		s.CheckpointEvery = s.ChunkSteps
+	}
+	if s.MaxRestarts == 0 {
+		s.MaxRestarts = 5
+	}
+	if s.NodeWait == 0 {
+		s.NodeWait = Duration(2 * time.Minute)
+	}
+	if s.HeartbeatTimeout == 0 {
+		s.HeartbeatTimeout = Duration(10 * time.Second)
+	}
+	if s.ChunksPerRun == 0 {
+		s.ChunksPerRun = 50
+	}
+	return s
+}
+
+// FieldError is one invalid field. Line is 0 when unknown.
+type FieldError struct {
+	Field string // YAML path without the leading "$.", e.g. "model.hidden[0]"
+	Line  int
+	Msg   string
+}
+
+func (e FieldError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+}
+
+// SpecError collects every problem found in one spec.
+type SpecError struct {
+	File   string
+	Fields []FieldError
+}
+
+func (e *SpecError) Error() string {
+	var b strings.Builder
+	name := e.File
+	if name == "" {
+		name = "run spec"
+	}
+	fmt.Fprintf(&b, "%s: %d problem(s):", name, len(e.Fields))
+	for _, f := range e.Fields {
+		b.WriteString("\n  ")
+		b.WriteString(f.Error())
+	}
+	return b.String()
+}
+
+// Validate checks an already-defaulted spec. It returns a *SpecError.
+func (s RunSpec) Validate() error {
+	var errs []FieldError
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if s.Name == "" {
+		bad("name", "required: a run name such as mnist-demo")
+	} else if !validName(s.Name) {
+		bad("name", "%q: use letters, digits, '-', '_' and '.', at most 64 characters", s.Name)
+	}
+	if s.Model.Kind != ModelMLPMNIST {
+		bad("model.kind", "unknown model %q (known: %s)", s.Model.Kind, ModelMLPMNIST)
+	}
+	if len(s.Model.Hidden) == 0 {
+		bad("model.hidden", "needs at least one hidden layer width")
+	}
+	for i, h := range s.Model.Hidden {
+		if h < 1 || h > 8192 {
+			bad(fmt.Sprintf("model.hidden[%d]", i), "width %d out of range 1..8192", h)
+		}
+	}
+	if s.Nodes < 1 || s.Nodes > 1024 {
+		bad("nodes", "%d out of range 1..1024", s.Nodes)
+	}
+	if s.Steps < 1 {
+		bad("steps", "must be positive, got %d", s.Steps)
+	}
+	if s.ChunkSteps < 1 {
+		bad("chunk_steps", "must be positive, got %d", s.ChunkSteps)
+	}
+	if s.BatchPerRank < 1 || s.BatchPerRank > 65536 {
+		bad("batch_per_rank", "%d out of range 1..65536", s.BatchPerRank)
+	}
+	if !(s.LearningRate > 0 && s.LearningRate < 10) {
+		bad("learning_rate", "%g out of range (0, 10)", s.LearningRate)
+	}
+	if s.CheckpointEvery < 1 {
+		bad("checkpoint_every", "must be positive, got %d", s.CheckpointEvery)
+	}
+	if s.CheckpointURL != "" && !strings.Contains(s.CheckpointURL, "://") {
+		bad("checkpoint_url", "%q is not a bucket URL (file:///path, mem://, s3://bucket, gs://bucket, azblob://container)", s.CheckpointURL)
+	}
+	if s.MaxRestarts < 0 {
+		bad("max_restarts", "must not be negative, got %d", s.MaxRestarts)
+	}
+	if s.NodeWait < 0 {
+		bad("node_wait", "not a duration: want e.g. 30s or 5m")
+	}
+	if s.HeartbeatTimeout == badDuration {
+		bad("heartbeat_timeout", "not a duration: want e.g. 10s")
+	} else if s.HeartbeatTimeout.D() < time.Second {
+		bad("heartbeat_timeout", "%s is too short (at least 1s)", s.HeartbeatTimeout.D())
+	}
+	if s.ChunksPerRun < 1 {
+		bad("chunks_per_run", "must be positive, got %d", s.ChunksPerRun)
+	}
+	if len(errs) > 0 {
+		return &SpecError{Fields: errs}
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		ok := r == '-' || r == '_' || r == '.' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// LoadFile reads, decodes strictly, defaults and validates a job file.
+func LoadFile(path string) (RunSpec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return RunSpec{}, fmt.Errorf("read job file: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes a job file's bytes; name is used in errors. Unknown fields,
+// wrong types and impossible values come back as a *SpecError whose fields
+// carry the YAML line.
+func Parse(name string, data []byte) (RunSpec, error) {
+	// Decode over the defaults, so that a value written explicitly — a
+	// zero too — is what gets validated.
+	s := RunSpec{}.WithDefaults()
+	s.CheckpointEvery = 0 // derived from chunk_steps unless written
+	file, perr := parser.ParseBytes(data, 0)
+	if err := yaml.UnmarshalWithOptions(data, &s, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
+		fe := decodeError(err)
+		if perr == nil {
+			fe.Field = pathOfToken(file, err, fe.Field)
+		}
+		return RunSpec{}, &SpecError{File: name, Fields: []FieldError{fe}}
+	}
+	if s.CheckpointEvery == 0 && (perr != nil || lineOf(file, "checkpoint_every") == 0) {
+		s.CheckpointEvery = s.ChunkSteps
+	}
+	if err := s.Validate(); err != nil {
+		var se *SpecError
+		if errors.As(err, &se) {
+			se.File = name
+			for i := range se.Fields {
+				if perr == nil {
+					se.Fields[i].Line = lineOf(file, se.Fields[i].Field)
+				}
+			}
+		}
+		return RunSpec{}, err
+	}
+	return s, nil
+}
+
+// pathOfToken names the YAML path of the node an error points at, e.g.
+// "model.hidden[0]" for a bad list element; def when none is found.
+func pathOfToken(file *ast.File, err error, def string) string {
+	var ye yaml.Error
+	if !errors.As(err, &ye) || ye.GetToken() == nil || ye.GetToken().Position == nil {
+		return def
+	}
+	at := ye.GetToken().Position
+	found := def
+	for _, doc := range file.Docs {
+		ast.Walk(visitFunc(func(n ast.Node) {
+			tok := n.GetToken()
+			if tok == nil || tok.Position == nil || tok.Position.Line != at.Line || tok.Position.Column != at.Column {
+				return
+			}
+			if p := strings.TrimPrefix(n.GetPath(), "$."); p != "$" && p != "" {
+				found = p
+			}
+		}), doc)
+	}
+	return found
+}
+
+type visitFunc func(ast.Node)
+
+func (f visitFunc) Visit(n ast.Node) ast.Visitor {
+	f(n)
+	return f
+}
+
+func decodeError(err error) FieldError {
+	var ye yaml.Error
+	if errors.As(err, &ye) {
+		fe := FieldError{Field: "(document)", Msg: ye.GetMessage()}
+		if tok := ye.GetToken(); tok != nil && tok.Position != nil {
+			fe.Line = tok.Position.Line
+			// The token of an unknown field or bad value is the key or value
+			// itself; name it.
+			if tok.Value != "" {
+				fe.Field = tok.Value
+			}
+		}
+		var uf *yaml.UnknownFieldError
+		if errors.As(err, &uf) {
+			fe.Msg = "unknown field (check the spelling; `cann-train run --help` lists the fields)"
+		}
+		return fe
+	}
+	return FieldError{Field: "(document)", Msg: err.Error()}
+}
+
+// lineOf finds the line of a field path such as "model.hidden[0]".
+func lineOf(file *ast.File, field string) int {
+	p, err := yaml.PathString("$." + field)
+	if err != nil {
+		return 0
+	}
+	n, err := p.FilterFile(file)
+	if err != nil || n == nil {
+		return 0
+	}
+	if tok := n.GetToken(); tok != nil && tok.Position != nil {
+		return tok.Position.Line
+	}
+	return 0
+}

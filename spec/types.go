@@ -1,0 +1,224 @@
+package spec
+
+import "time"
+
+// Names shared by workers, workflows and the CLI.
+const (
+	// ControlTaskQueue serves workflows and control activities.
+	ControlTaskQueue = "cann-train"
+	// DefaultClusterID is the workflow ID of the node registry.
+	DefaultClusterID = "cann-train-cluster"
+	// RunIDPrefix prefixes a TrainingRun's workflow ID: run/<name>.
+	RunIDPrefix = "run/"
+
+	// Workflow type names.
+	WorkflowTrainingRun = "TrainingRun"
+	WorkflowCluster     = "Cluster"
+
+	// Activity type names.
+	ActivityTrainChunk   = "TrainChunk"
+	ActivityAcquireNodes = "AcquireNodes"
+
+	// Cluster signals, update and query.
+	SignalRegister   = "register"
+	SignalHeartbeat  = "heartbeat"
+	SignalMarkFailed = "mark-failed"
+	SignalRelease    = "release"
+	UpdateAcquire    = "acquire"
+	QueryNodes       = "nodes"
+
+	// TrainingRun query.
+	QueryStatus = "status"
+)
+
+// Application error types that activities return and workflows act on.
+const (
+	// ErrTypePeerFailed: the collective lost a peer; details carry its rank.
+	ErrTypePeerFailed = "PeerFailed"
+	// ErrTypeNoState: the node holds no state for the chunk's first step
+	// and no checkpoint was given.
+	ErrTypeNoState = "NoState"
+	// ErrTypeNotEnoughNodes: the Cluster could not fill the request in time.
+	ErrTypeNotEnoughNodes = "NotEnoughNodes"
+)
+
+// Search attributes the workflows upsert; registered when the dev server
+// starts and by `cann-train worker` on a real cluster.
+const (
+	SearchAttrModel  = "CannModel"  // Keyword
+	SearchAttrNodes  = "CannNodes"  // Int
+	SearchAttrStep   = "CannStep"   // Int
+	SearchAttrStatus = "CannStatus" // Keyword
+)
+
+// NodeTaskQueue is the task queue a node worker serves.
+func NodeTaskQueue(nodeID string) string { return "cann-train/node/" + nodeID }
+
+// Node is one machine (or process) that runs a TrainChunk activity and hosts
+// its rank(s).
+type Node struct {
+	ID        string `json:"id"`
+	TaskQueue string `json:"task_queue"`
+	// CommAddr is host:port of the node's collective listener.
+	CommAddr string `json:"comm_addr"`
+	Host     string `json:"host"`
+	// Devices is how many ranks the node hosts (1 on CPU nodes).
+	Devices int `json:"devices"`
+}
+
+// Membership is the set of nodes of one run generation; rank i runs on
+// Nodes[i]. A new generation starts after every membership change.
+type Membership struct {
+	Generation int64  `json:"generation"`
+	Nodes      []Node `json:"nodes"`
+}
+
+// NodeIDs lists the members' IDs in rank order.
+func (m Membership) NodeIDs() []string {
+	ids := make([]string, len(m.Nodes))
+	for i, n := range m.Nodes {
+		ids[i] = n.ID
+	}
+	return ids
+}
+
+// AcquireRequest asks the Cluster for nodes for a run. It is idempotent: the
+// run's healthy nodes are kept in their ranks and holes are filled.
+type AcquireRequest struct {
+	RunID string `json:"run_id"`
+	Count int    `json:"count"`
+	// Wait bounds how long the Cluster waits for enough live nodes.
+	Wait time.Duration `json:"wait"`
+}
+
+// MarkFailed tells the Cluster a node is not to be used again.
+type MarkFailed struct {
+	NodeID string `json:"node_id"`
+	RunID  string `json:"run_id"`
+	Reason string `json:"reason"`
+}
+
+// Release returns a run's nodes to the pool.
+type Release struct {
+	RunID string `json:"run_id"`
+}
+
+// NodeHeartbeat renews a node's lease.
+type NodeHeartbeat struct {
+	NodeID string `json:"node_id"`
+}
+
+// CheckpointRef names one committed checkpoint in blob storage.
+type CheckpointRef struct {
+	URL    string `json:"url"` // bucket URL
+	Run    string `json:"run"`
+	Step   int64  `json:"step"`
+	Key    string `json:"key"` // manifest key in the bucket
+	SHA256 string `json:"sha256"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// ChunkInput is what one node's TrainChunk activity needs for steps [From, To).
+type ChunkInput struct {
+	RunID      string     `json:"run_id"`
+	Spec       RunSpec    `json:"spec"`
+	Membership Membership `json:"membership"`
+	Rank       int        `json:"rank"`
+	// Session names this communicator instance; unique per chunk attempt.
+	Session string `json:"session"`
+	// Token authenticates peers of this run (hex).
+	Token   string         `json:"token"`
+	From    int64          `json:"from"`
+	To      int64          `json:"to"`
+	Restore *CheckpointRef `json:"restore,omitempty"`
+	// Checkpoint asks rank 0 to save a checkpoint at To.
+	Checkpoint bool `json:"checkpoint"`
+	// Evaluate asks rank 0 to evaluate on the held-out set at To.
+	Evaluate bool `json:"evaluate"`
+}
+
+// ChunkProgress is the heartbeat detail of a running chunk.
+type ChunkProgress struct {
+	Step          int64   `json:"step"` // steps completed so far (global step)
+	To            int64   `json:"to"`
+	Loss          float32 `json:"loss"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	// CommShare is the fraction of step time spent in collectives.
+	CommShare      float64 `json:"comm_share"`
+	LastCheckpoint int64   `json:"last_checkpoint"`
+}
+
+// ChunkResult is one node's report for a finished chunk.
+type ChunkResult struct {
+	NodeID        string         `json:"node_id"`
+	Rank          int            `json:"rank"`
+	From          int64          `json:"from"`
+	To            int64          `json:"to"`
+	FirstLoss     float32        `json:"first_loss"`
+	LastLoss      float32        `json:"last_loss"`
+	Seconds       float64        `json:"seconds"`
+	SamplesPerSec float64        `json:"samples_per_sec"`
+	CommShare     float64        `json:"comm_share"`
+	Checkpoint    *CheckpointRef `json:"checkpoint,omitempty"`
+	// EvalMetric names EvalValue, e.g. "test_accuracy"; empty when the
+	// chunk did not evaluate.
+	EvalMetric    string    `json:"eval_metric,omitempty"`
+	EvalValue     float64   `json:"eval_value,omitempty"`
+	WeightsSHA256 string    `json:"weights_sha256"`
+	StartedAt     time.Time `json:"started_at"`
+	EndedAt       time.Time `json:"ended_at"`
+}
+
+// Recovery records one replacement of failed nodes.
+type Recovery struct {
+	Generation  int64    `json:"generation"`
+	FailedNodes []string `json:"failed_nodes"`
+	Replacement []string `json:"replacement"`
+	Reason      string   `json:"reason"`
+	AtStep      int64    `json:"at_step"`
+	ResumeStep  int64    `json:"resume_step"`
+	// DetectSeconds: chunk start to failure seen by the workflow.
+	DetectSeconds float64 `json:"detect_s"`
+	// ReplaceSeconds: failure seen to new membership.
+	ReplaceSeconds float64 `json:"replace_s"`
+}
+
+// Phase names a run's state, also the CannStatus search attribute.
+type Phase string
+
+const (
+	PhaseAcquiring  Phase = "acquiring"
+	PhaseTraining   Phase = "training"
+	PhaseRecovering Phase = "recovering"
+	PhaseCompleted  Phase = "completed"
+	PhaseFailed     Phase = "failed"
+)
+
+// RunStatus answers the status query and is the run's result.
+type RunStatus struct {
+	RunID         string         `json:"workflow_id"`
+	Phase         Phase          `json:"status"`
+	Model         string         `json:"model"`
+	Step          int64          `json:"step"`
+	TotalSteps    int64          `json:"steps"`
+	Nodes         []string       `json:"nodes"`
+	Generation    int64          `json:"generation"`
+	InitialLoss   float32        `json:"initial_loss"`
+	Loss          float32        `json:"final_loss"`
+	EvalMetric    string         `json:"eval_metric_name,omitempty"`
+	EvalValue     float64        `json:"eval_metric"`
+	SamplesPerSec float64        `json:"samples_per_sec"`
+	StepsPerSec   float64        `json:"steps_per_sec"`
+	CommShare     float64        `json:"comm_share"`
+	Chunks        int            `json:"chunks"`
+	Checkpoints   int            `json:"checkpoint_count"`
+	LastCkpt      *CheckpointRef `json:"last_checkpoint,omitempty"`
+	Recoveries    []Recovery     `json:"recoveries"`
+	WeightsSHA256 string         `json:"weights_sha256,omitempty"`
+	// ChunkIdleSeconds is the mean gap between one chunk's end (as the
+	// slowest node reported) and the next chunk's start.
+	ChunkIdleSeconds float64   `json:"chunk_idle_s"`
+	StartedAt        time.Time `json:"started_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
+	Error            string    `json:"error,omitempty"`
+}

@@ -1,0 +1,78 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// ClientOptions says which Temporal to talk to.
+type ClientOptions struct {
+	Address   string // host:port of the frontend, default 127.0.0.1:7233
+	Namespace string // default "default"
+	Logger    *zap.Logger
+}
+
+// Dial connects to Temporal.
+func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
+	if o.Address == "" {
+		o.Address = "127.0.0.1:7233"
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	c, err := client.DialContext(ctx, client.Options{
+		HostPort:  o.Address,
+		Namespace: o.Namespace,
+		Logger:    SDKLogger(o.Logger.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial Temporal at %s (namespace %s): %w", o.Address, o.Namespace, err)
+	}
+	return c, nil
+}
+
+// SearchAttributes are the custom attributes the workflows upsert.
+func SearchAttributes() map[string]enumspb.IndexedValueType {
+	return map[string]enumspb.IndexedValueType{
+		spec.SearchAttrModel:  enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		spec.SearchAttrNodes:  enumspb.INDEXED_VALUE_TYPE_INT,
+		spec.SearchAttrStep:   enumspb.INDEXED_VALUE_TYPE_INT,
+		spec.SearchAttrStatus: enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	}
+}
+
+// EnsureSearchAttributes registers the missing custom search attributes.
+// A workflow that upserts an unregistered attribute fails its tasks
+// forever, so the control worker calls this before it serves workflows.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	ops := c.OperatorService()
+	have, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes: %w", err)
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for name, typ := range SearchAttributes() {
+		if _, ok := have.GetCustomAttributes()[name]; !ok {
+			missing[name] = typ
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if _, err := ops.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: namespace, SearchAttributes: missing,
+	}); err != nil {
+		return fmt.Errorf("register search attributes %v (or register them with `temporal operator search-attribute create`): %w", missing, err)
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/activities"
+	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// NodeOptions configures a node worker.
+type NodeOptions struct {
+	// ID names the node; stable across restarts of the same machine.
+	ID string
+	// CommListen is where the collective listener binds, e.g.
+	// "127.0.0.1:0" or "0.0.0.0:29500".
+	CommListen string
+	// CommAdvertise is the address peers dial; default the bound address.
+	CommAdvertise string
+	// ClusterID is the Cluster workflow to register with.
+	ClusterID string
+	// CheckpointURL is the default checkpoint bucket.
+	CheckpointURL string
+	// MNISTDir overrides the data location.
+	MNISTDir string
+	// LeaseEvery is how often the lease is renewed. Default 5s.
+	LeaseEvery time.Duration
+}
+
+// RunNode serves the node's task queue, registers the node with the
+// Cluster and renews its lease until ctx ends.
+func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logger) error {
+	if o.ID == "" {
+		return errors.New("node worker: an ID is required (--id)")
+	}
+	if o.ClusterID == "" {
+		o.ClusterID = spec.DefaultClusterID
+	}
+	if o.CommListen == "" {
+		o.CommListen = "127.0.0.1:0"
+	}
+	if o.LeaseEvery <= 0 {
+		o.LeaseEvery = 5 * time.Second
+	}
+	l, err := tcp.Listen(o.CommListen)
+	if err != nil {
+		return fmt.Errorf("node %s: collective listener on %s: %w", o.ID, o.CommListen, err)
+	}
+	defer l.Close()
+	advertise := o.CommAdvertise
+	if advertise == "" {
+		advertise = l.Addr()
+	}
+	host, _ := os.Hostname()
+	if h, _, err := net.SplitHostPort(advertise); err == nil && h != "" {
+		host = h + " (" + host + ")"
+	}
+	node := spec.Node{ID: o.ID, TaskQueue: spec.NodeTaskQueue(o.ID), CommAddr: advertise, Host: host, Devices: 1}
+	log = log.With(zap.String("node", o.ID))
+
+	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir}
+	defer acts.Close()
+	w := worker.New(c, node.TaskQueue, worker.Options{
+		MaxConcurrentActivityExecutionSize: 2,
+		WorkerStopTimeout:                  5 * time.Second,
+	})
+	w.RegisterActivityWithOptions(acts.TrainChunk, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("node %s: start worker: %w", o.ID, err)
+	}
+	defer w.Stop()
+	if err := register(ctx, c, o.ClusterID, node); err != nil {
+		return err
+	}
+	log.Info("node worker serving", zap.String("task_queue", node.TaskQueue), zap.String("comm", advertise))
+
+	t := time.NewTicker(o.LeaseEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		err := c.SignalWorkflow(ctx, o.ClusterID, "", spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: o.ID})
+		var notFound *serviceerror.NotFound
+		switch {
+		case errors.As(err, &notFound):
+			// The registry was reset; register again.
+			err = register(ctx, c, o.ClusterID, node)
+		case err != nil && ctx.Err() == nil:
+			log.Warn("lease renewal failed", zap.Error(err))
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("re-register failed", zap.Error(err))
+		}
+	}
+}
+
+func register(ctx context.Context, c client.Client, clusterID string, node spec.Node) error {
+	_, err := c.SignalWithStartWorkflow(ctx, clusterID, spec.SignalRegister, node,
+		client.StartWorkflowOptions{ID: clusterID, TaskQueue: spec.ControlTaskQueue},
+		spec.WorkflowCluster, workflows.ClusterInput{})
+	if err != nil {
+		return fmt.Errorf("node %s: register with %s: %w", node.ID, clusterID, err)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// Every activity's timeouts, heartbeat and retry policy, in one place.
+
+// chunkOptions runs one node's TrainChunk on that node's own queue. It is
+// never retried by the server: a failed chunk is rerun by the workflow as a
+// whole group with a new generation, from the last checkpoint.
+func chunkOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: node.TaskQueue,
+		// No poller on the queue for this long means the node is gone.
+		ScheduleToStartTimeout: 30 * time.Second,
+		StartToCloseTimeout:    6 * time.Hour,
+		HeartbeatTimeout:       s.HeartbeatTimeout.D(),
+		WaitForCancellation:    true,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                summary,
+	})
+}
+
+// acquireOptions runs AcquireNodes on the control queue; it waits inside
+// the Cluster's update for up to NodeWait.
+func acquireOptions(ctx workflow.Context, s spec.RunSpec) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           spec.ControlTaskQueue,
+		StartToCloseTimeout: s.NodeWait.D() + time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			MaximumAttempts:        3,
+			NonRetryableErrorTypes: []string{spec.ErrTypeNotEnoughNodes},
+		},
+		Summary: "acquire " + itoa(s.Nodes) + " node(s)",
+	})
+}

@@ -1,0 +1,269 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// ClusterInput starts (or continues) the Cluster workflow.
+type ClusterInput struct {
+	State ClusterState `json:"state"`
+}
+
+// ClusterState is everything that crosses continue-as-new.
+type ClusterState struct {
+	// Nodes sorted by ID.
+	Nodes []NodeRecord `json:"nodes"`
+	// LeaseTTL: a node not heard from for this long is not handed out.
+	LeaseTTL time.Duration `json:"lease_ttl"`
+	// MaxHistoryEvents triggers continue-as-new (the server's suggestion
+	// also does).
+	MaxHistoryEvents int `json:"max_history_events"`
+}
+
+// NodeRecord is the Cluster's view of one node.
+type NodeRecord struct {
+	Node       spec.Node `json:"node"`
+	LastSeen   time.Time `json:"last_seen"`
+	Failed     bool      `json:"failed"`
+	FailReason string    `json:"fail_reason,omitempty"`
+	// Run holds the node, at Rank; empty when free.
+	Run  string `json:"run,omitempty"`
+	Rank int    `json:"rank"`
+}
+
+// Cluster is the node registry: node workers register and renew leases by
+// signal; runs acquire nodes by Update and release or mark them failed by
+// signal. One Cluster serves many runs.
+func Cluster(ctx workflow.Context, in ClusterInput) error {
+	c, err := newCluster(ctx, in)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx)
+}
+
+type cluster struct {
+	st ClusterState
+}
+
+func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
+	c := &cluster{st: in.State}
+	if c.st.LeaseTTL <= 0 {
+		c.st.LeaseTTL = 20 * time.Second
+	}
+	if c.st.MaxHistoryEvents <= 0 {
+		c.st.MaxHistoryEvents = 5000
+	}
+	if err := workflow.SetQueryHandler(ctx, spec.QueryNodes, func() ([]NodeRecord, error) {
+		return c.st.Nodes, nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, spec.UpdateAcquire, c.acquire,
+		workflow.UpdateHandlerOptions{Validator: validateAcquire}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *cluster) run(ctx workflow.Context) error {
+	register := workflow.GetSignalChannel(ctx, spec.SignalRegister)
+	heartbeat := workflow.GetSignalChannel(ctx, spec.SignalHeartbeat)
+	failed := workflow.GetSignalChannel(ctx, spec.SignalMarkFailed)
+	release := workflow.GetSignalChannel(ctx, spec.SignalRelease)
+
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(register, func(ch workflow.ReceiveChannel, _ bool) {
+		var n spec.Node
+		ch.Receive(ctx, &n)
+		c.register(ctx, n)
+	})
+	sel.AddReceive(heartbeat, func(ch workflow.ReceiveChannel, _ bool) {
+		var hb spec.NodeHeartbeat
+		ch.Receive(ctx, &hb)
+		c.heartbeat(ctx, hb)
+	})
+	sel.AddReceive(failed, func(ch workflow.ReceiveChannel, _ bool) {
+		var mf spec.MarkFailed
+		ch.Receive(ctx, &mf)
+		c.markFailed(mf)
+	})
+	sel.AddReceive(release, func(ch workflow.ReceiveChannel, _ bool) {
+		var r spec.Release
+		ch.Receive(ctx, &r)
+		c.release(r.RunID)
+	})
+	for {
+		sel.Select(ctx)
+		info := workflow.GetInfo(ctx)
+		if info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= c.st.MaxHistoryEvents {
+			break
+		}
+	}
+	// Drain what arrived meanwhile, let running updates finish, then hand
+	// the whole state to the next run.
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	for sel.HasPending() {
+		sel.Select(ctx)
+	}
+	return workflow.NewContinueAsNewError(ctx, Cluster, ClusterInput{State: c.st})
+}
+
+func (c *cluster) find(id string) *NodeRecord {
+	i, ok := slices.BinarySearchFunc(c.st.Nodes, id, func(r NodeRecord, id string) int {
+		switch {
+		case r.Node.ID < id:
+			return -1
+		case r.Node.ID > id:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return nil
+	}
+	return &c.st.Nodes[i]
+}
+
+func (c *cluster) register(ctx workflow.Context, n spec.Node) {
+	if n.ID == "" {
+		workflow.GetLogger(ctx).Warn("register without node ID ignored", "node", n)
+		return
+	}
+	if r := c.find(n.ID); r != nil {
+		// A restarted worker: new address, healthy again. A run that still
+		// holds it finds out through its own failure handling.
+		r.Node = n
+		r.LastSeen = workflow.Now(ctx)
+		r.Failed, r.FailReason = false, ""
+		return
+	}
+	c.st.Nodes = append(c.st.Nodes, NodeRecord{Node: n, LastSeen: workflow.Now(ctx), Rank: -1})
+	slices.SortFunc(c.st.Nodes, func(a, b NodeRecord) int {
+		switch {
+		case a.Node.ID < b.Node.ID:
+			return -1
+		case a.Node.ID > b.Node.ID:
+			return 1
+		}
+		return 0
+	})
+}
+
+func (c *cluster) heartbeat(ctx workflow.Context, hb spec.NodeHeartbeat) {
+	if r := c.find(hb.NodeID); r != nil {
+		r.LastSeen = workflow.Now(ctx)
+	}
+}
+
+func (c *cluster) markFailed(mf spec.MarkFailed) {
+	r := c.find(mf.NodeID)
+	if r == nil {
+		return
+	}
+	r.Failed, r.FailReason = true, mf.Reason
+	if mf.RunID == "" || r.Run == mf.RunID {
+		r.Run, r.Rank = "", -1
+	}
+}
+
+func (c *cluster) release(runID string) {
+	for i := range c.st.Nodes {
+		if c.st.Nodes[i].Run == runID {
+			c.st.Nodes[i].Run, c.st.Nodes[i].Rank = "", -1
+		}
+	}
+}
+
+func (c *cluster) alive(now time.Time, r *NodeRecord) bool {
+	return !r.Failed && now.Sub(r.LastSeen) <= c.st.LeaseTTL
+}
+
+func validateAcquire(req spec.AcquireRequest) error {
+	if req.RunID == "" {
+		return errors.New("acquire: run_id is required")
+	}
+	if req.Count < 1 {
+		return fmt.Errorf("acquire: count must be positive, got %d", req.Count)
+	}
+	return nil
+}
+
+// acquire makes the run hold req.Count live nodes: nodes it already holds
+// keep their ranks, holes left by dead nodes are filled from the free pool
+// (by node ID order). It waits up to req.Wait for enough live nodes.
+func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
+	var out []spec.Node
+	ok, err := workflow.AwaitWithTimeout(ctx, req.Wait, func() bool {
+		var done bool
+		out, done = c.tryAcquire(workflow.Now(ctx), req)
+		return done
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		now := workflow.Now(ctx)
+		live := 0
+		for i := range c.st.Nodes {
+			r := &c.st.Nodes[i]
+			if c.alive(now, r) && (r.Run == "" || r.Run == req.RunID) {
+				live++
+			}
+		}
+		return nil, temporal.NewApplicationError(
+			fmt.Sprintf("acquire %d nodes for %s: only %d live free node(s) after waiting %s",
+				req.Count, req.RunID, live, req.Wait), spec.ErrTypeNotEnoughNodes)
+	}
+	return out, nil
+}
+
+// tryAcquire allocates if it can; it changes nothing when it cannot.
+func (c *cluster) tryAcquire(now time.Time, req spec.AcquireRequest) ([]spec.Node, bool) {
+	held := make([]*NodeRecord, req.Count)
+	var free []*NodeRecord
+	for i := range c.st.Nodes {
+		r := &c.st.Nodes[i]
+		switch {
+		case r.Run == req.RunID && c.alive(now, r) && r.Rank >= 0 && r.Rank < req.Count && held[r.Rank] == nil:
+			held[r.Rank] = r
+		case r.Run == "" && c.alive(now, r):
+			free = append(free, r)
+		}
+	}
+	need := 0
+	for _, h := range held {
+		if h == nil {
+			need++
+		}
+	}
+	if need > len(free) {
+		return nil, false
+	}
+	// Commit: drop stale holdings, fill holes.
+	for i := range c.st.Nodes {
+		r := &c.st.Nodes[i]
+		if r.Run == req.RunID && (r.Rank < 0 || r.Rank >= req.Count || held[r.Rank] != r) {
+			r.Run, r.Rank = "", -1
+		}
+	}
+	out := make([]spec.Node, req.Count)
+	for rank := range held {
+		if held[rank] == nil {
+			held[rank], free = free[0], free[1:]
+			held[rank].Run, held[rank].Rank = req.RunID, rank
+		}
+		out[rank] = held[rank].Node
+	}
+	return out, true
+}

@@ -1,0 +1,88 @@
+package workflows
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+type acquireResult struct {
+	nodes []spec.Node
+	err   error
+}
+
+func ids(nodes []spec.Node) []string {
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.ID
+	}
+	return out
+}
+
+func TestClusterAllocates(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
+
+	results := map[string]*acquireResult{}
+	acquire := func(key string, req spec.AcquireRequest) {
+		res := &acquireResult{}
+		results[key] = res
+		env.UpdateWorkflow(spec.UpdateAcquire, key, &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { res.err = err },
+			OnComplete: func(v any, err error) {
+				res.err = err
+				if v != nil {
+					res.nodes = v.([]spec.Node)
+				}
+			},
+		}, req)
+	}
+	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+
+	at(time.Second, func() {
+		for _, n := range testNodes("c", "a", "b") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("first", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(3*time.Second, func() { acquire("again", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(4*time.Second, func() {
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "a", RunID: "r1", Reason: "test"})
+		acquire("replace", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second})
+	})
+	at(5*time.Second, func() { acquire("starved", spec.AcquireRequest{RunID: "r2", Count: 1, Wait: 5 * time.Second}) })
+	at(6*time.Second, func() { acquire("invalid", spec.AcquireRequest{RunID: "", Count: 1}) })
+	// r2 waits; a restarted "a" re-registers and fills it.
+	at(7*time.Second, func() { env.SignalWorkflow(spec.SignalRegister, testNodes("a")[0]) })
+	at(8*time.Second, func() { env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "r1"}) })
+	// Only "a" heartbeats; after the lease TTL (20s) b and c are not handed out.
+	for i := 10; i <= 40; i += 5 {
+		at(time.Duration(i)*time.Second, func() { env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"}) })
+	}
+	at(41*time.Second, func() { acquire("expired", spec.AcquireRequest{RunID: "r3", Count: 2, Wait: time.Second}) })
+	at(50*time.Second, func() { env.CancelWorkflow() })
+
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+
+	require.NoError(t, results["first"].err)
+	require.Equal(t, []string{"a", "b"}, ids(results["first"].nodes), "free nodes in ID order")
+	require.Equal(t, []string{"a", "b"}, ids(results["again"].nodes), "acquire is idempotent")
+	require.Equal(t, []string{"c", "b"}, ids(results["replace"].nodes), "b keeps rank 1, c fills rank 0")
+	require.NoError(t, results["starved"].err)
+	require.Equal(t, []string{"a"}, ids(results["starved"].nodes), "the re-registered node fills the waiting request")
+	require.Error(t, results["invalid"].err)
+
+	var ae *temporal.ApplicationError
+	require.True(t, errors.As(results["expired"].err, &ae), "got %v", results["expired"].err)
+	require.Equal(t, spec.ErrTypeNotEnoughNodes, ae.Type())
+}

@@ -1,0 +1,31 @@
+package workflows
+
+import (
+	"path/filepath"
+	"testing"
+
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// TestReplayRecordedHistories replays histories recorded from real runs on
+// the embedded server (cmd/cann-train TestControlWorkerKilledMidRun with
+// CANN_TRAIN_RECORD_HISTORY=workflows/testdata). A change to workflow code
+// that would break running workflows fails here with a nondeterminism error.
+func TestReplayRecordedHistories(t *testing.T) {
+	for _, tc := range []struct{ file, typ string }{
+		{"trainingrun.json", spec.WorkflowTrainingRun},
+		{"cluster.json", spec.WorkflowCluster},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			r := worker.NewWorkflowReplayer()
+			r.RegisterWorkflowWithOptions(TrainingRun, workflow.RegisterOptions{Name: spec.WorkflowTrainingRun})
+			r.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
+			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, filepath.Join("testdata", tc.file)); err != nil {
+				t.Fatalf("replay %s (%s): %v", tc.file, tc.typ, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,176 @@
+package workflows
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// RunInput starts (or continues) a TrainingRun.
+type RunInput struct {
+	Spec      spec.RunSpec `json:"spec"`
+	ClusterID string       `json:"cluster_id"`
+	// State is set when the run continues as new.
+	State *RunState `json:"state,omitempty"`
+}
+
+// RunState is everything that crosses continue-as-new.
+type RunState struct {
+	Status     spec.RunStatus  `json:"status"`
+	Token      string          `json:"token"`
+	Membership spec.Membership `json:"membership"`
+	// Epoch numbers chunk attempts; it makes every communicator session unique.
+	Epoch    int64 `json:"epoch"`
+	Restarts int   `json:"restarts"`
+	// LastChunkEnd is when the previous chunk's slowest rank finished.
+	LastChunkEnd time.Time `json:"last_chunk_end"`
+	IdleSum      float64   `json:"idle_sum"`
+	IdleCount    int       `json:"idle_count"`
+	// TrainSeconds and StepsTrained count every chunk, redone ones too.
+	TrainSeconds float64 `json:"train_seconds"`
+	StepsTrained int64   `json:"steps_trained"`
+}
+
+// TrainingRun drives one training run: acquire nodes, then train chunk by
+// chunk — each chunk one TrainChunk activity per node, checkpointing at
+// chunk ends — replacing failed nodes from the last checkpoint, and finally
+// release the nodes and return the run's status as its report.
+func TrainingRun(ctx workflow.Context, in RunInput) (spec.RunStatus, error) {
+	r, err := newRun(ctx, in)
+	if err != nil {
+		return spec.RunStatus{}, err
+	}
+	return r.run(ctx)
+}
+
+type run struct {
+	spec      spec.RunSpec
+	clusterID string
+	st        RunState
+	chunksNow int // chunks in this workflow run (since continue-as-new)
+}
+
+func newRun(ctx workflow.Context, in RunInput) (*run, error) {
+	r := &run{spec: in.Spec.WithDefaults(), clusterID: in.ClusterID}
+	if r.clusterID == "" {
+		r.clusterID = spec.DefaultClusterID
+	}
+	if err := r.spec.Validate(); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
+	}
+	if in.State != nil {
+		r.st = *in.State
+	} else {
+		r.st.Status = spec.RunStatus{
+			RunID:      workflow.GetInfo(ctx).WorkflowExecution.ID,
+			Phase:      spec.PhaseAcquiring,
+			Model:      r.spec.Model.Kind,
+			TotalSteps: r.spec.Steps,
+			StartedAt:  workflow.Now(ctx),
+			Recoveries: []spec.Recovery{},
+		}
+		r.st.Token = newToken(ctx)
+	}
+	if err := workflow.SetQueryHandler(ctx, spec.QueryStatus, func() (spec.RunStatus, error) {
+		return r.st.Status, nil
+	}); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {
+	if len(r.st.Membership.Nodes) == 0 {
+		if err := r.acquire(ctx); err != nil {
+			return r.fail(ctx, err)
+		}
+	}
+	for r.st.Status.Step < r.spec.Steps {
+		if r.shouldContinueAsNew(ctx) {
+			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
+				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
+		}
+		if err := r.trainChunk(ctx); err != nil {
+			if err := r.recover(ctx, err); err != nil {
+				return r.fail(ctx, err)
+			}
+		}
+	}
+	r.releaseNodes(ctx)
+	r.setPhase(ctx, spec.PhaseCompleted)
+	return r.st.Status, nil
+}
+
+func (r *run) shouldContinueAsNew(ctx workflow.Context) bool {
+	return r.chunksNow >= r.spec.ChunksPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+}
+
+// acquire gets (or re-fills) the run's nodes and starts a new generation.
+func (r *run) acquire(ctx workflow.Context) error {
+	r.setPhase(ctx, spec.PhaseAcquiring)
+	var nodes []spec.Node
+	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: r.spec.Nodes, Wait: r.spec.NodeWait.D()}
+	if err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes); err != nil {
+		return fmt.Errorf("acquire nodes: %w", err)
+	}
+	r.st.Membership = spec.Membership{Generation: r.st.Membership.Generation + 1, Nodes: nodes}
+	r.st.Status.Nodes = r.st.Membership.NodeIDs()
+	r.st.Status.Generation = r.st.Membership.Generation
+	r.setPhase(ctx, spec.PhaseTraining)
+	return nil
+}
+
+func (r *run) releaseNodes(ctx workflow.Context) {
+	// Best effort: a Cluster that is gone has nothing to release.
+	_ = workflow.SignalExternalWorkflow(ctx, r.clusterID, "", spec.SignalRelease,
+		spec.Release{RunID: r.st.Status.RunID}).Get(ctx, nil)
+}
+
+func (r *run) fail(ctx workflow.Context, err error) (spec.RunStatus, error) {
+	r.st.Status.Error = err.Error()
+	r.releaseNodes(ctx)
+	r.setPhase(ctx, spec.PhaseFailed)
+	return r.st.Status, err
+}
+
+// setPhase records the phase in the status, the search attributes and the
+// workflow's current details shown in the Web UI.
+func (r *run) setPhase(ctx workflow.Context, p spec.Phase) {
+	r.st.Status.Phase = p
+	r.st.Status.UpdatedAt = workflow.Now(ctx)
+	r.publish(ctx)
+}
+
+func (r *run) publish(ctx workflow.Context) {
+	s := &r.st.Status
+	err := workflow.UpsertTypedSearchAttributes(ctx,
+		temporal.NewSearchAttributeKeyKeyword(spec.SearchAttrModel).ValueSet(s.Model),
+		temporal.NewSearchAttributeKeyInt64(spec.SearchAttrNodes).ValueSet(int64(r.spec.Nodes)),
+		temporal.NewSearchAttributeKeyInt64(spec.SearchAttrStep).ValueSet(s.Step),
+		temporal.NewSearchAttributeKeyKeyword(spec.SearchAttrStatus).ValueSet(string(s.Phase)),
+	)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
+	}
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
+		"**%s** · step %d/%d · loss %.4f · generation %d · nodes %v · checkpoints %d · recoveries %d",
+		s.Phase, s.Step, s.TotalSteps, s.Loss, s.Generation, s.Nodes, s.Checkpoints, len(s.Recoveries)))
+}
+
+// newToken draws the run's peer-authentication secret once, recorded in
+// history so replays see the same value.
+func newToken(ctx workflow.Context) string {
+	var tok string
+	enc := workflow.SideEffect(ctx, func(workflow.Context) any { return randomHex(32) })
+	if err := enc.Get(&tok); err != nil {
+		panic(err) // decoding our own string cannot fail
+	}
+	return tok
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

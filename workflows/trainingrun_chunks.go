@@ -1,0 +1,222 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// chunkFailure is one failed chunk, with the nodes to blame.
+type chunkFailure struct {
+	from      int64
+	started   time.Time
+	seen      time.Time
+	failed    []string // node IDs
+	reason    string
+	retryable bool
+	first     error
+}
+
+func (f *chunkFailure) Error() string {
+	return fmt.Sprintf("chunk from step %d: %s", f.from, f.reason)
+}
+
+func (f *chunkFailure) Unwrap() error { return f.first }
+
+// trainChunk runs steps [from, to) as one TrainChunk per node and waits for
+// all of them. On failure it returns a *chunkFailure naming the nodes that
+// timed out (dead or stuck) or that their peers blamed.
+func (r *run) trainChunk(ctx workflow.Context) error {
+	from := r.st.Status.Step
+	to := min(from+r.spec.ChunkSteps, r.spec.Steps)
+	every := r.spec.CheckpointEvery
+	ckpt := to == r.spec.Steps || to/every > from/every
+	r.st.Epoch++
+	m := r.st.Membership
+	session := fmt.Sprintf("%s/g%d/e%d", r.st.Status.RunID, m.Generation, r.st.Epoch)
+	started := workflow.Now(ctx)
+
+	futures := make([]workflow.Future, len(m.Nodes))
+	for rank, node := range m.Nodes {
+		in := spec.ChunkInput{
+			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank,
+			Session: session, Token: r.st.Token, From: from, To: to,
+			Restore: r.st.Status.LastCkpt, Checkpoint: ckpt, Evaluate: to == r.spec.Steps,
+		}
+		summary := fmt.Sprintf("chunk %d · steps %d–%d · rank %d/%d on %s · gen %d",
+			r.st.Status.Chunks+1, from, to, rank, len(m.Nodes), node.ID, m.Generation)
+		futures[rank] = workflow.ExecuteActivity(chunkOptions(ctx, r.spec, node, summary), spec.ActivityTrainChunk, in)
+	}
+	results := make([]spec.ChunkResult, len(futures))
+	errs := make([]error, len(futures))
+	for i, f := range futures {
+		errs[i] = f.Get(ctx, &results[i])
+	}
+	if fail := r.blame(from, started, workflow.Now(ctx), errs); fail != nil {
+		return fail
+	}
+	r.absorb(ctx, results)
+	return nil
+}
+
+// blame turns per-rank errors into one failure, or nil if all succeeded.
+// A rank whose activity timed out is dead or stuck; otherwise the ranks its
+// peers name are suspects, the most-named first.
+func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFailure {
+	var first error
+	var timedOut []string
+	blamed := map[int]int{}
+	retryable := true
+	for rank, err := range errs {
+		if err == nil {
+			continue
+		}
+		if first == nil {
+			first = err
+		}
+		node := r.st.Membership.Nodes[rank].ID
+		var te *temporal.TimeoutError
+		var ae *temporal.ApplicationError
+		switch {
+		case errors.As(err, &te):
+			timedOut = append(timedOut, node)
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypePeerFailed:
+			var peer int
+			if ae.HasDetails() && ae.Details(&peer) == nil && peer >= 0 && peer < len(errs) {
+				blamed[peer]++
+			}
+		case errors.As(err, &ae) && ae.NonRetryable():
+			retryable = false
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	f := &chunkFailure{from: from, started: started, seen: seen, first: first, retryable: retryable}
+	switch {
+	case len(timedOut) > 0:
+		f.failed = timedOut
+		f.reason = fmt.Sprintf("node(s) %v stopped heartbeating: %v", timedOut, first)
+	case len(blamed) > 0:
+		top := 0
+		for _, n := range blamed {
+			top = max(top, n)
+		}
+		for _, rank := range workflow.DeterministicKeys(blamed) {
+			if blamed[rank] == top {
+				f.failed = append(f.failed, r.st.Membership.Nodes[rank].ID)
+			}
+		}
+		f.reason = fmt.Sprintf("peers lost node(s) %v: %v", f.failed, first)
+	default:
+		f.reason = first.Error()
+	}
+	return f
+}
+
+// absorb folds a successful chunk into the run's status.
+func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
+	s := &r.st.Status
+	var start, end time.Time
+	var samples, secs, comm float64
+	for i, res := range results {
+		if i == 0 || res.StartedAt.Before(start) {
+			start = res.StartedAt
+		}
+		if res.EndedAt.After(end) {
+			end = res.EndedAt
+		}
+		samples += res.SamplesPerSec
+		secs = max(secs, res.Seconds)
+		comm += res.CommShare / float64(len(results))
+	}
+	if !r.st.LastChunkEnd.IsZero() && !start.IsZero() {
+		r.st.IdleSum += start.Sub(r.st.LastChunkEnd).Seconds()
+		r.st.IdleCount++
+		s.ChunkIdleSeconds = r.st.IdleSum / float64(r.st.IdleCount)
+	}
+	r.st.LastChunkEnd = end
+	lead := results[0]
+	if s.Step == 0 {
+		s.InitialLoss = lead.FirstLoss
+	}
+	r.st.TrainSeconds += secs
+	r.st.StepsTrained += lead.To - lead.From
+	s.Step = lead.To
+	s.Loss = lead.LastLoss
+	s.SamplesPerSec = samples
+	if r.st.TrainSeconds > 0 {
+		s.StepsPerSec = float64(r.st.StepsTrained) / r.st.TrainSeconds
+	}
+	s.CommShare = comm
+	s.WeightsSHA256 = lead.WeightsSHA256
+	s.Chunks++
+	r.chunksNow++
+	if lead.Checkpoint != nil {
+		s.LastCkpt = lead.Checkpoint
+		s.Checkpoints++
+	}
+	if lead.EvalMetric != "" {
+		s.EvalMetric, s.EvalValue = lead.EvalMetric, lead.EvalValue
+	}
+	s.UpdatedAt = workflow.Now(ctx)
+	r.publish(ctx)
+}
+
+// recover handles a failed chunk: mark the blamed nodes failed, re-fill the
+// membership (keeping healthy nodes in their ranks), start a new generation
+// and rewind to the last committed checkpoint. It returns an error when the
+// failure is not recoverable or the restart budget is spent.
+func (r *run) recover(ctx workflow.Context, err error) error {
+	var f *chunkFailure
+	if !errors.As(err, &f) {
+		return err
+	}
+	if !f.retryable {
+		return fmt.Errorf("not retryable: %w", f)
+	}
+	if r.st.Restarts >= r.spec.MaxRestarts {
+		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
+	}
+	r.st.Restarts++
+	r.setPhase(ctx, spec.PhaseRecovering)
+	workflow.GetLogger(ctx).Warn("chunk failed; recovering", "error", f.Error(), "failed", f.failed)
+	for _, id := range f.failed {
+		_ = workflow.SignalExternalWorkflow(ctx, r.clusterID, "", spec.SignalMarkFailed,
+			spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason}).Get(ctx, nil)
+	}
+	before := slices.Clone(r.st.Membership.NodeIDs())
+	if err := r.acquire(ctx); err != nil {
+		return fmt.Errorf("replace node(s) %v: %w", f.failed, err)
+	}
+	var replacement []string
+	for _, id := range r.st.Membership.NodeIDs() {
+		if !slices.Contains(before, id) {
+			replacement = append(replacement, id)
+		}
+	}
+	resume := int64(0)
+	if r.st.Status.LastCkpt != nil {
+		resume = r.st.Status.LastCkpt.Step
+	}
+	r.st.Status.Recoveries = append(r.st.Status.Recoveries, spec.Recovery{
+		Generation:     r.st.Membership.Generation,
+		FailedNodes:    f.failed,
+		Replacement:    replacement,
+		Reason:         f.reason,
+		AtStep:         f.from,
+		ResumeStep:     resume,
+		DetectSeconds:  f.seen.Sub(f.started).Seconds(),
+		ReplaceSeconds: workflow.Now(ctx).Sub(f.seen).Seconds(),
+	})
+	r.st.Status.Step = resume
+	r.st.LastChunkEnd = time.Time{}
+	r.publish(ctx)
+	return nil
+}

@@ -1,0 +1,275 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+func testNodes(ids ...string) []spec.Node {
+	out := make([]spec.Node, len(ids))
+	for i, id := range ids {
+		out[i] = spec.Node{ID: id, TaskQueue: spec.NodeTaskQueue(id), CommAddr: fmt.Sprintf("127.0.0.1:%d", 9000+i)}
+	}
+	return out
+}
+
+// fakeCluster plays the Cluster's acquire semantics for the mocked
+// AcquireNodes activity: keep healthy nodes in their ranks, fill holes.
+type fakeCluster struct {
+	mu     sync.Mutex
+	pool   []spec.Node
+	held   []spec.Node
+	failed map[string]bool
+	calls  int
+}
+
+func (f *fakeCluster) acquire(_ context.Context, _ string, req spec.AcquireRequest) ([]spec.Node, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	out := make([]spec.Node, req.Count)
+	used := map[string]bool{}
+	for i := range out {
+		if i < len(f.held) && !f.failed[f.held[i].ID] {
+			out[i] = f.held[i]
+			used[out[i].ID] = true
+		}
+	}
+	for i := range out {
+		if out[i].ID != "" {
+			continue
+		}
+		for _, n := range f.pool {
+			if !used[n.ID] && !f.failed[n.ID] {
+				out[i], used[n.ID] = n, true
+				break
+			}
+		}
+		if out[i].ID == "" {
+			return nil, temporal.NewNonRetryableApplicationError("not enough nodes", spec.ErrTypeNotEnoughNodes, nil)
+		}
+	}
+	f.held = out
+	return out, nil
+}
+
+// fakeChunks plays TrainChunk: loss falls with the step; rank 0 reports a
+// checkpoint when asked. fail(in) may inject an error.
+type fakeChunks struct {
+	mu     sync.Mutex
+	inputs []spec.ChunkInput
+	fail   func(in spec.ChunkInput) error
+}
+
+func (f *fakeChunks) train(_ context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
+	f.mu.Lock()
+	f.inputs = append(f.inputs, in)
+	f.mu.Unlock()
+	if f.fail != nil {
+		if err := f.fail(in); err != nil {
+			return nil, err
+		}
+	}
+	t0 := time.Unix(1_700_000_000, 0).Add(time.Duration(in.From) * time.Second)
+	res := &spec.ChunkResult{
+		NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, From: in.From, To: in.To,
+		FirstLoss: 2.3 / float32(1+in.From), LastLoss: 2.3 / float32(1+in.To), Seconds: 1,
+		SamplesPerSec: 100, WeightsSHA256: fmt.Sprintf("w%d", in.To),
+		StartedAt: t0, EndedAt: t0.Add(time.Second),
+	}
+	if in.Rank == 0 && in.Checkpoint {
+		res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: in.To, Key: fmt.Sprintf("ckpt/%d", in.To)}
+	}
+	if in.Rank == 0 && in.Evaluate {
+		res.EvalMetric, res.EvalValue = "test_accuracy", 0.97
+	}
+	return res, nil
+}
+
+func (f *fakeChunks) byFrom() map[int64][]spec.ChunkInput {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[int64][]spec.ChunkInput{}
+	for _, in := range f.inputs {
+		out[in.From] = append(out[in.From], in)
+	}
+	return out
+}
+
+func newRunEnv(t *testing.T, cl *fakeCluster, ch *fakeChunks) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(TrainingRun, workflow.RegisterOptions{Name: spec.WorkflowTrainingRun})
+	env.RegisterActivityWithOptions(cl.acquire, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})
+	env.RegisterActivityWithOptions(ch.train, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
+	env.OnSignalExternalWorkflow(mock.Anything, spec.DefaultClusterID, "", mock.Anything, mock.Anything).
+		Return(func(_, _, _, name string, arg any) error {
+			if name == spec.SignalMarkFailed {
+				cl.mu.Lock()
+				defer cl.mu.Unlock()
+				if cl.failed == nil {
+					cl.failed = map[string]bool{}
+				}
+				cl.failed[arg.(spec.MarkFailed).NodeID] = true
+			}
+			return nil
+		})
+	return env
+}
+
+func TestTrainingRunCompletes(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 250, ChunkSteps: 100, CheckpointEvery: 200}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 250, st.Step)
+	require.Equal(t, 3, st.Chunks)
+	require.Equal(t, []string{"node-1", "node-2", "node-3"}, st.Nodes)
+	require.Empty(t, st.Recoveries)
+	require.InDelta(t, 2.3, st.InitialLoss, 1e-6)
+	require.InDelta(t, 2.3/251, st.Loss, 1e-6)
+	require.Equal(t, "test_accuracy", st.EvalMetric)
+	// Checkpoints at the chunk crossing 200 and at the end.
+	require.Equal(t, 2, st.Checkpoints)
+	require.EqualValues(t, 250, st.LastCkpt.Step)
+	require.Equal(t, "w250", st.WeightsSHA256)
+	require.Equal(t, 1, cl.calls)
+
+	chunks := ch.byFrom()
+	require.Len(t, chunks, 3)
+	sessions := map[string]bool{}
+	for from, ins := range chunks {
+		require.Len(t, ins, 3, "chunk from %d", from)
+		for _, in := range ins {
+			require.Equal(t, in.Membership.Nodes[in.Rank].ID, cl.held[in.Rank].ID)
+			require.NotEmpty(t, in.Token)
+			sessions[in.Session] = true
+		}
+	}
+	require.Len(t, sessions, 3, "every chunk needs its own communicator session")
+	require.False(t, chunks[0][0].Checkpoint)
+	require.True(t, chunks[100][0].Checkpoint)
+	require.True(t, chunks[200][0].Checkpoint && chunks[200][0].Evaluate)
+	require.EqualValues(t, 200, chunks[200][0].Restore.Step, "later chunks carry the last checkpoint")
+}
+
+func TestTrainingRunReplacesDeadNode(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1"), failed: map[string]bool{}}
+	ch := &fakeChunks{}
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.From != 100 || in.Membership.Generation != 1 {
+			return nil
+		}
+		var err error
+		switch in.Membership.Nodes[in.Rank].ID {
+		case "node-2":
+			err = temporal.NewHeartbeatTimeoutError()
+		default:
+			err = temporal.NewApplicationErrorWithCause("peer 1 reset", spec.ErrTypePeerFailed, errors.New("reset"), 1)
+		}
+		return err
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 300, st.Step)
+	require.Len(t, st.Recoveries, 1)
+	rec := st.Recoveries[0]
+	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
+	require.Equal(t, []string{"spare-1"}, rec.Replacement)
+	require.EqualValues(t, 100, rec.ResumeStep, "resume from the checkpoint at 100")
+	require.EqualValues(t, 2, st.Generation)
+	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes, "healthy nodes keep their ranks")
+
+	var gen2 []spec.ChunkInput
+	for _, in := range ch.byFrom()[100] {
+		if in.Membership.Generation == 2 {
+			gen2 = append(gen2, in)
+		}
+	}
+	require.Len(t, gen2, 3)
+	for _, in := range gen2 {
+		require.EqualValues(t, 100, in.Restore.Step)
+	}
+}
+
+func TestTrainingRunGivesUpAfterMaxRestarts(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b", "c", "d", "e", "f")}
+	ch := &fakeChunks{fail: func(in spec.ChunkInput) error {
+		return temporal.NewApplicationErrorWithCause("lost peer", spec.ErrTypePeerFailed, errors.New("x"), 1-in.Rank)
+	}}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 100, ChunkSteps: 50, MaxRestarts: 2}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	err := env.GetWorkflowError()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "gave up after 2 restart(s)")
+}
+
+func TestTrainingRunRejectsBadSpec(t *testing.T) {
+	env := newRunEnv(t, &fakeCluster{}, &fakeChunks{})
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "bad name!"}})
+	err := env.GetWorkflowError()
+	var ae *temporal.ApplicationError
+	require.True(t, errors.As(err, &ae), "got %v", err)
+	require.Equal(t, "InvalidSpec", ae.Type())
+}
+
+func TestTrainingRunContinuesAsNew(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 500, ChunkSteps: 100, ChunksPerRun: 2}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	err := env.GetWorkflowError()
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(err, &can), "want continue-as-new, got %v", err)
+	require.Equal(t, spec.WorkflowTrainingRun, can.WorkflowType.Name)
+
+	// The carried state resumes where the first run stopped.
+	var next RunInput
+	require.NoError(t, decodeArgs(can, &next))
+	require.NotNil(t, next.State)
+	require.EqualValues(t, 200, next.State.Status.Step)
+	require.Equal(t, []string{"a"}, next.State.Membership.NodeIDs())
+
+	env2 := newRunEnv(t, cl, ch)
+	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	var can2 *workflow.ContinueAsNewError
+	require.True(t, errors.As(env2.GetWorkflowError(), &can2))
+	require.NoError(t, decodeArgs(can2, &next))
+	env3 := newRunEnv(t, cl, ch)
+	env3.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	require.NoError(t, env3.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env3.GetWorkflowResult(&st))
+	require.EqualValues(t, 500, st.Step)
+	require.Equal(t, 5, st.Chunks)
+	require.Equal(t, 1, cl.calls, "nodes are acquired once, not per continue-as-new")
+}
