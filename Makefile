@@ -6,7 +6,7 @@ BIN     ?= bin/cann-train
 SERVER_PKGS := ./dev/... ./cmd/...
 RACE_PKGS    = $(shell $(GO) list ./... | grep -v -e '/dev' -e '/cmd/')
 
-.PHONY: all build run test test-race test-e2e vet fmt-check bench soak clean
+.PHONY: all build run test test-race test-e2e vet lint fmt-check bench soak clean
 
 all: build
 
@@ -19,7 +19,7 @@ run: build
 
 ## test: what CI runs (`.ci/run`): format, vet, race-tested units, then the
 ## end-to-end tests on a real embedded Temporal server with worker processes.
-test: fmt-check vet test-race test-e2e
+test: fmt-check vet lint test-race test-e2e
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -40,3 +40,8 @@ bench:
 
 clean:
 	rm -rf bin
+
+## lint: staticcheck (pinned), as CI runs it.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(GO) run $(STATICCHECK) ./...

@@ -28,11 +28,11 @@ func (c *Communicator) AllReduce(ctx context.Context, buf []float32, op Op) erro
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, stop, err := c.begin(ctx, "allreduce")
+	seq, watched, err := c.begin(ctx, "allreduce")
 	if err != nil {
 		return err
 	}
-	defer end(stop)
+	defer c.end(watched)
 	if c.size == 1 || len(buf) == 0 {
 		return nil
 	}

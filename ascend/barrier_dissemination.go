@@ -11,11 +11,11 @@ import "context"
 func (c *Communicator) Barrier(ctx context.Context) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, stop, err := c.begin(ctx, "barrier")
+	seq, watched, err := c.begin(ctx, "barrier")
 	if err != nil {
 		return err
 	}
-	defer end(stop)
+	defer c.end(watched)
 	tag := makeTag(seq, kindBarrier, 0)
 	p, r := c.size, c.rank
 	for k := 1; k < p; k <<= 1 {

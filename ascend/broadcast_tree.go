@@ -23,11 +23,11 @@ func (c *Communicator) Broadcast(ctx context.Context, buf []float32, root int) e
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, stop, err := c.begin(ctx, "broadcast")
+	seq, watched, err := c.begin(ctx, "broadcast")
 	if err != nil {
 		return err
 	}
-	defer end(stop)
+	defer c.end(watched)
 	if c.size == 1 || len(buf) == 0 {
 		return nil
 	}
@@ -84,7 +84,7 @@ func (c *Communicator) waitChildren(ctx context.Context, name string, children [
 	var first error
 	for _, ch := range children {
 		if err := c.waitSend(ch); err != nil && first == nil {
-			first = c.fail(ctx, name, ch, err)
+			first = c.fail(ctx, name, ch, c.explainSendError(ch, err))
 		}
 	}
 	return first

@@ -11,7 +11,7 @@ import (
 
 // DefaultChunkBytes is the frame size collectives pipeline large buffers in.
 // All ranks of a session must use the same value.
-const DefaultChunkBytes = 1 << 20
+const DefaultChunkBytes = 1 << 18
 
 // Config describes one rank's view of a session for New.
 type Config struct {
@@ -42,8 +42,11 @@ type Communicator struct {
 
 	stateMu sync.Mutex
 	err     error // sticky failure
+	aborted bool  // peers have been notified and links closed
 	closed  bool
 	quit    chan struct{}
+	watch   chan watchReq // collective start → watcher
+	unwatch chan struct{} // collective end → watcher
 	wg      sync.WaitGroup
 }
 
@@ -52,6 +55,7 @@ type Communicator struct {
 type peer struct {
 	rank   int
 	conn   Conn
+	sendMu sync.Mutex   // held around every Send: abort notices go between frames
 	jobs   chan sendJob // at most one outstanding job
 	done   chan error
 	exited chan struct{}
@@ -94,7 +98,11 @@ func New(cfg Config) (*Communicator, error) {
 		native:   nativeLE,
 		children: make([]*peer, 0, 8),
 		quit:     make(chan struct{}),
+		watch:    make(chan watchReq, 1),
+		unwatch:  make(chan struct{}),
 	}
+	c.wg.Add(1)
+	go c.watcher()
 	for i, conn := range cfg.Conns {
 		if conn == nil {
 			continue
@@ -131,9 +139,10 @@ func (c *Communicator) stickyLocked() error {
 	return c.err
 }
 
-// Close aborts any collective in progress, closes all links and waits for
-// the Communicator's goroutines to exit. Later calls return ErrClosed; Close
-// itself is idempotent.
+// Close aborts any collective in progress, tells the peers (an abort
+// notice, see abort.go), closes all links and waits for the Communicator's
+// goroutines to exit. Later calls return ErrClosed; Close itself is
+// idempotent.
 func (c *Communicator) Close() error {
 	c.stateMu.Lock()
 	if c.closed {
@@ -141,11 +150,17 @@ func (c *Communicator) Close() error {
 		return nil
 	}
 	c.closed = true
+	first := !c.aborted
+	c.aborted = true
 	if c.err == nil {
 		c.err = ErrClosed
 	}
+	cause := c.err
 	close(c.quit)
 	c.stateMu.Unlock()
+	if first {
+		c.notifyPeers(cause)
+	}
 	var errs []error
 	for _, p := range c.peers {
 		if p != nil {
@@ -158,16 +173,21 @@ func (c *Communicator) Close() error {
 	return errors.Join(errs...)
 }
 
-// abort records cause as the sticky error (unless one is already recorded)
-// and closes every link, which interrupts blocked I/O here and tells the
-// peers. It returns the recorded error.
+// abort records cause as the sticky error (unless one is already recorded),
+// tells the peers why (first abort only) and closes every link, which
+// interrupts blocked I/O here. It returns the recorded error.
 func (c *Communicator) abort(cause error) error {
 	c.stateMu.Lock()
 	if c.err == nil {
 		c.err = cause
 	}
 	err := c.stickyLocked()
+	first := !c.aborted
+	c.aborted = true
 	c.stateMu.Unlock()
+	if first {
+		c.notifyPeers(err)
+	}
 	for _, p := range c.peers {
 		if p != nil {
 			_ = p.conn.Close() // failure is already recorded
@@ -176,14 +196,14 @@ func (c *Communicator) abort(cause error) error {
 	return err
 }
 
-// fail turns an I/O error seen on the link to p during op into the sticky
+// fail turns an error seen on the link to p during op into the sticky
 // error. If the Communicator was aborted first (context, Close, another
 // link), that earlier cause wins.
 func (c *Communicator) fail(ctx context.Context, op string, p *peer, err error) error {
 	if cerr := ctxErr(ctx); cerr != nil {
 		return c.abort(fmt.Errorf("ascend: %s: %w", op, cerr))
 	}
-	return c.abort(&PeerError{Rank: p.rank, Op: op, Err: err})
+	return c.abort(c.peerError(op, p, err))
 }
 
 // ctxErr is ctx.Err(), also reporting an expired deadline whose timer has not
@@ -199,33 +219,68 @@ func ctxErr(ctx context.Context) error {
 }
 
 // begin starts a collective: it checks the sticky state, consumes a sequence
-// number and arms cancellation. The caller must call c.end(stop) when done.
+// number and arms cancellation. The caller must call c.end(watched) when done.
 // It must be called with opMu held.
-func (c *Communicator) begin(ctx context.Context, op string) (seq uint32, stop func() bool, err error) {
+func (c *Communicator) begin(ctx context.Context, op string) (seq uint32, watched bool, err error) {
 	c.stateMu.Lock()
 	err = c.stickyLocked()
 	c.stateMu.Unlock()
 	if err != nil {
-		return 0, nil, err
+		return 0, false, err
 	}
 	seq = c.seq
 	c.seq++
 	if cerr := ctx.Err(); cerr != nil {
 		// Skipping a collective the peers run desynchronises the session.
-		return 0, nil, c.abort(fmt.Errorf("ascend: %s: %w", op, cerr))
+		return 0, false, c.abort(fmt.Errorf("ascend: %s: %w", op, cerr))
 	}
-	if ctx.Done() != nil && c.size > 1 {
-		stop = context.AfterFunc(ctx, func() { c.abort(fmt.Errorf("ascend: %s: %w", op, ctx.Err())) })
+	watched = ctx.Done() != nil && c.size > 1
+	if watched {
+		c.watch <- watchReq{ctx: ctx, op: op} // the watcher is idle: never blocks
 	}
-	return seq, stop, nil
+	return seq, watched, nil
 }
 
 // end disarms cancellation. If cancellation fired, the links are closed and
 // the Communicator is broken even if the collective itself completed; the
 // next call reports it.
-func end(stop func() bool) {
-	if stop != nil {
-		stop()
+func (c *Communicator) end(watched bool) {
+	if watched {
+		select {
+		case c.unwatch <- struct{}{}:
+		case <-c.quit:
+		}
+	}
+}
+
+type watchReq struct {
+	ctx context.Context
+	op  string
+}
+
+// watcher aborts the collective in progress when its context is done. A
+// long-lived goroutine instead of context.AfterFunc keeps collectives free
+// of allocations for cancellable contexts too.
+func (c *Communicator) watcher() {
+	defer c.wg.Done()
+	for {
+		select {
+		case w := <-c.watch:
+			select {
+			case <-w.ctx.Done():
+				c.abort(fmt.Errorf("ascend: %s: %w", w.op, w.ctx.Err()))
+				select {
+				case <-c.unwatch:
+				case <-c.quit:
+					return
+				}
+			case <-c.unwatch:
+			case <-c.quit:
+				return
+			}
+		case <-c.quit:
+			return
+		}
 	}
 }
 
@@ -293,7 +348,10 @@ func (c *Communicator) sendFloats(ctx context.Context, p *peer, tag uint32, data
 			b = p.enc[:4*k]
 			encodeLE(b, part)
 		}
-		if err := p.conn.Send(ctx, tag, b); err != nil {
+		p.sendMu.Lock()
+		err := p.conn.Send(ctx, tag, b)
+		p.sendMu.Unlock()
+		if err != nil {
 			return err
 		}
 		off += k
@@ -313,6 +371,9 @@ func recvFrame(ctx context.Context, p *peer, tag uint32, b []byte) error {
 		return err
 	}
 	if got != tag {
+		if got>>8&0xF == kindAbort {
+			return decodeNotice(got)
+		}
 		return fmt.Errorf("%w: got frame tag %#x (seq %d kind %d aux %d), want %#x (seq %d kind %d aux %d)",
 			ErrMismatch, got, got>>12, got>>8&0xF, got&0xFF, tag, tag>>12, tag>>8&0xF, tag&0xFF)
 	}
@@ -397,7 +458,7 @@ func (c *Communicator) exchange(ctx context.Context, opName string, tag uint32, 
 		return err
 	}
 	if serr := c.waitSend(to); serr != nil {
-		return c.fail(ctx, opName, to, serr)
+		return c.fail(ctx, opName, to, c.explainSendError(to, serr))
 	}
 	return nil
 }

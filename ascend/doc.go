@@ -21,12 +21,18 @@
 //     bounds every frame; its cancellation aborts the collective promptly by
 //     closing the connections.
 //   - Failure is sticky: after any error other than an argument error
-//     ([ErrInvalid]) the Communicator is broken. Its connections are closed,
-//     which makes the failure visible to the peers quickly, and every later
-//     call returns the same error ([ErrClosed] after Close). The caller forms
-//     a new session to continue. An I/O failure on the link to a peer is a
-//     [*PeerError] naming that peer; it names the peer on which the failure
-//     was observed, which is not necessarily the rank that died first.
+//     ([ErrInvalid]) the Communicator is broken. It sends its peers an abort
+//     notice and closes its connections, so the failure reaches every rank
+//     quickly, and every later call returns the same error ([ErrClosed]
+//     after Close). The caller forms a new session to continue.
+//   - A failure involving a peer is a [*PeerError] naming the rank that
+//     failed: the neighbours of a dead or stuck rank see its links drop or
+//     time out, and every other rank learns the culprit from the abort
+//     notices passed on (then Err wraps [ErrPeerAborted], plus
+//     os.ErrDeadlineExceeded or [ErrMismatch] when that was the cause).
+//     A rank that closes or is cancelled names itself in its notice. Blame
+//     is best effort: notices are not sent on a link busy mid-frame, and
+//     two ranks that time out at the same moment may name each other.
 //   - A Communicator's collectives must be called from one goroutine at a
 //     time (they are serialised internally for safety). Close may be called
 //     concurrently with a collective and aborts it.
@@ -36,7 +42,7 @@
 // Algorithms live one per file, each with its α-β cost at the top: the
 // chunked ring for AllReduce (allreduce_ring.go), a pipelined binomial tree
 // for Broadcast (broadcast_tree.go) and dissemination for Barrier
-// (barrier_dissemination.go).
+// (barrier_dissemination.go); abort notices are in abort.go.
 //
 // Transports implement [Conn]; package ascend/tcp is the TCP transport with
 // a node-level listener, rendezvous and mutual authentication, and package

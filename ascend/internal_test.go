@@ -8,9 +8,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 // pipeConn is a Conn over net.Pipe: fully synchronous, with no buffering at
@@ -26,8 +28,8 @@ func (p *pipeConn) Send(ctx context.Context, tag uint32, b []byte) error {
 	p.c.SetWriteDeadline(d)
 	binary.LittleEndian.PutUint32(p.whdr[:], uint32(len(b)))
 	binary.LittleEndian.PutUint32(p.whdr[4:], tag)
-	if _, err := p.c.Write(p.whdr[:]); err != nil {
-		return err
+	if _, err := p.c.Write(p.whdr[:]); err != nil || len(b) == 0 {
+		return err // (an empty pipe Write would wait for a Read that never comes)
 	}
 	_, err := p.c.Write(b)
 	return err
@@ -52,13 +54,37 @@ func (p *pipeConn) Close() error { return p.c.Close() }
 // pipeGroup builds n communicators over a full mesh of pipes.
 func pipeGroup(t *testing.T, n, chunkBytes int, native bool) []*Communicator {
 	t.Helper()
+	return meshGroup(t, n, chunkBytes, native, func() (net.Conn, net.Conn) { return net.Pipe() })
+}
+
+// tcpPair is a connected pair of loopback TCP connections (buffered, unlike
+// pipes).
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+func meshGroup(t *testing.T, n, chunkBytes int, native bool, pair func() (net.Conn, net.Conn)) []*Communicator {
+	t.Helper()
 	conns := make([][]Conn, n)
 	for i := range conns {
 		conns[i] = make([]Conn, n)
 	}
 	for i := range n {
 		for j := i + 1; j < n; j++ {
-			a, b := net.Pipe()
+			a, b := pair()
 			conns[i][j], conns[j][i] = &pipeConn{c: a}, &pipeConn{c: b}
 		}
 	}
@@ -93,6 +119,10 @@ func parallel(comms []*Communicator, fn func(c *Communicator) error) []error {
 // tiny chunk size (many frames per segment), on both the zero-copy and the
 // portable (big-endian) wire paths.
 func TestCollectivesOverPipes(t *testing.T) {
+	// A collective that does not overlap send and receive deadlocks on
+	// pipes; the deadline turns that into a failure instead of a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	for _, native := range []bool{true, false} {
 		for _, n := range []int{2, 3, 4, 7} {
 			comms := pipeGroup(t, n, 12, native) // 3 floats per frame
@@ -118,7 +148,7 @@ func TestCollectivesOverPipes(t *testing.T) {
 						}
 					}
 					errs := parallel(comms, func(c *Communicator) error {
-						return c.AllReduce(context.Background(), bufs[c.Rank()], op)
+						return c.AllReduce(ctx, bufs[c.Rank()], op)
 					})
 					for r, err := range errs {
 						if err != nil {
@@ -145,9 +175,13 @@ func TestCollectivesOverPipes(t *testing.T) {
 							bufs[r][i] = float32(r*1000 + i)
 						}
 					}
-					parallel(comms, func(c *Communicator) error {
-						return c.Broadcast(context.Background(), bufs[c.Rank()], root)
-					})
+					for r, err := range parallel(comms, func(c *Communicator) error {
+						return c.Broadcast(ctx, bufs[c.Rank()], root)
+					}) {
+						if err != nil {
+							t.Fatalf("native=%v n=%d len=%d: broadcast from %d: rank %d: %v", native, n, length, root, r, err)
+						}
+					}
 					for r := range bufs {
 						if !slices.Equal(bufs[r], bufs[root]) {
 							t.Fatalf("native=%v n=%d len=%d: broadcast from %d: rank %d differs", native, n, length, root, r)
@@ -155,7 +189,7 @@ func TestCollectivesOverPipes(t *testing.T) {
 					}
 				}
 			}
-			for r, err := range parallel(comms, func(c *Communicator) error { return c.Barrier(context.Background()) }) {
+			for r, err := range parallel(comms, func(c *Communicator) error { return c.Barrier(ctx) }) {
 				if err != nil {
 					t.Fatalf("barrier rank %d: %v", r, err)
 				}
@@ -165,8 +199,8 @@ func TestCollectivesOverPipes(t *testing.T) {
 }
 
 func TestSegmentPartition(t *testing.T) {
-	buf := make([]float32, 100)
-	for n := range []int{0, 1, 2, 3, 7, 99, 100, 101} {
+	buf := make([]float32, 101)
+	for _, n := range []int{0, 1, 2, 3, 7, 99, 100, 101} {
 		for p := 1; p <= 9; p++ {
 			b := buf[:n]
 			total := 0
@@ -257,5 +291,70 @@ func TestTag(t *testing.T) {
 	tag := makeTag(0x123456, kindBroadcast, 300)
 	if tag>>12 != 0x23456 || tag>>8&0xF != kindBroadcast || tag&0xFF != 300&0xFF {
 		t.Fatalf("%#x", tag)
+	}
+}
+
+// TestCrashedRankNamedByAll: a rank whose links just drop (a crash: no
+// notice of its own) is named by every survivor, the far ones through the
+// notices of the near ones.
+func TestCrashedRankNamedByAll(t *testing.T) {
+	const world, victim = 5, 2
+	comms := meshGroup(t, world, DefaultChunkBytes, true, func() (net.Conn, net.Conn) { return tcpPair(t) })
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		if r == victim {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = c.AllReduce(context.Background(), make([]float32, 1<<16), Sum)
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	for _, p := range comms[victim].peers {
+		if p != nil {
+			p.conn.Close()
+		}
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if r == victim {
+			continue
+		}
+		var pe *PeerError
+		if !errors.As(err, &pe) || pe.Rank != victim {
+			t.Errorf("rank %d: %v, want a PeerError naming rank %d", r, err, victim)
+		}
+	}
+}
+
+func TestAbortNoticeErrors(t *testing.T) {
+	c := &Communicator{rank: 0, size: 4}
+	p := &peer{rank: 3}
+	// A timeout seen directly, then passed on as a notice.
+	direct := c.peerError("allreduce", p, os.ErrDeadlineExceeded)
+	culprit, reason := c.noticeFor(direct)
+	if culprit != 3 || reason != reasonTimeout {
+		t.Fatalf("notice for timeout: %d %d", culprit, reason)
+	}
+	tag := uint32(culprit)<<12 | kindAbort<<8 | reason
+	other := &Communicator{rank: 1, size: 4}
+	pe := other.peerError("allreduce", &peer{rank: 0}, decodeNotice(tag))
+	if pe.Rank != 3 || !pe.Timeout() || !errors.Is(pe, ErrPeerAborted) {
+		t.Fatalf("learned from notice: %+v", pe)
+	}
+	if c2, r2 := other.noticeFor(pe); c2 != 3 || r2 != reasonTimeout {
+		t.Fatalf("passed on: %d %d", c2, r2)
+	}
+	// A mismatch blamed on the receiver names the messenger.
+	self := &Communicator{rank: 3, size: 4}
+	pe = self.peerError("broadcast", &peer{rank: 0}, decodeNotice(uint32(3)<<12|kindAbort<<8|reasonMismatch))
+	if pe.Rank != 0 || !errors.Is(pe, ErrMismatch) {
+		t.Fatalf("mismatch notice: %+v", pe)
+	}
+	if _, r := c.noticeFor(ErrClosed); r != reasonAborted {
+		t.Fatalf("close: reason %d", r)
 	}
 }

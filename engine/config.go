@@ -64,24 +64,24 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Hidden) > MaxHiddenLayers {
-		errs = append(errs, fmt.Errorf("Hidden has %d layers, at most %d allowed", len(c.Hidden), MaxHiddenLayers))
+		errs = append(errs, fmt.Errorf("config Hidden has %d layers, at most %d allowed", len(c.Hidden), MaxHiddenLayers))
 	}
 	for i, h := range c.Hidden {
 		if h < 1 || h > MaxLayerWidth {
-			errs = append(errs, fmt.Errorf("Hidden[%d]=%d, want 1..%d", i, h, MaxLayerWidth))
+			errs = append(errs, fmt.Errorf("config Hidden[%d]=%d, want 1..%d", i, h, MaxLayerWidth))
 		}
 	}
 	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
-		errs = append(errs, fmt.Errorf("LearningRate=%v, want a finite value > 0", c.LearningRate))
+		errs = append(errs, fmt.Errorf("config LearningRate=%v, want a finite value > 0", c.LearningRate))
 	}
 	if c.BatchPerRank < 1 || c.BatchPerRank > MaxBatchPerRank {
-		errs = append(errs, fmt.Errorf("BatchPerRank=%d, want 1..%d", c.BatchPerRank, MaxBatchPerRank))
+		errs = append(errs, fmt.Errorf("config BatchPerRank=%d, want 1..%d", c.BatchPerRank, MaxBatchPerRank))
 	}
 	if c.World < 1 || c.World > MaxWorld {
-		errs = append(errs, fmt.Errorf("World=%d, want 1..%d", c.World, MaxWorld))
+		errs = append(errs, fmt.Errorf("config World=%d, want 1..%d", c.World, MaxWorld))
 	}
 	if c.Rank < 0 || (c.World >= 1 && c.Rank >= c.World) {
-		errs = append(errs, fmt.Errorf("Rank=%d, want 0..World-1 (World=%d)", c.Rank, c.World))
+		errs = append(errs, fmt.Errorf("config Rank=%d, want 0..World-1 (World=%d)", c.Rank, c.World))
 	}
 	if len(errs) == 0 {
 		return nil

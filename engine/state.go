@@ -98,7 +98,7 @@ func (t *Trainer) Restore(s *State) error {
 		}
 	}
 	if s.Step < 0 || s.AdamT < 0 {
-		errs = append(errs, fmt.Errorf("Step=%d, AdamT=%d: want >= 0", s.Step, s.AdamT))
+		errs = append(errs, fmt.Errorf("config Step=%d, AdamT=%d: want >= 0", s.Step, s.AdamT))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("engine: restore: state does not fit this trainer: %w", errors.Join(errs...))
@@ -291,11 +291,11 @@ func (s *State) checkConfig() error {
 	}
 	switch {
 	case s.Dim < 1 || s.Dim > maxPixels:
-		return fmt.Errorf("Dim=%d, want 1..%d", s.Dim, maxPixels)
+		return fmt.Errorf("config Dim=%d, want 1..%d", s.Dim, maxPixels)
 	case s.Classes < 2 || s.Classes > 256:
-		return fmt.Errorf("Classes=%d, want 2..256", s.Classes)
+		return fmt.Errorf("config Classes=%d, want 2..256", s.Classes)
 	case s.Step < 0 || s.AdamT < 0:
-		return fmt.Errorf("Step=%d, AdamT=%d: want >= 0", s.Step, s.AdamT)
+		return fmt.Errorf("config Step=%d, AdamT=%d: want >= 0", s.Step, s.AdamT)
 	}
 	return nil
 }

@@ -96,15 +96,13 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		}
 		err := c.SignalWorkflow(ctx, o.ClusterID, "", spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: o.ID})
 		var notFound *serviceerror.NotFound
-		switch {
-		case errors.As(err, &notFound):
-			// The registry was reset; register again.
+		if errors.As(err, &notFound) {
+			// The registry was reset or terminated: register again.
 			err = register(ctx, c, o.ClusterID, node)
-		case err != nil && ctx.Err() == nil:
-			log.Warn("lease renewal failed", zap.Error(err))
 		}
 		if err != nil && ctx.Err() == nil {
-			log.Warn("re-register failed", zap.Error(err))
+			// Transient: the next tick tries again; the lease outlives a few misses.
+			log.Warn("lease renewal failed", zap.Error(err))
 		}
 	}
 }

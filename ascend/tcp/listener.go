@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/cann-train/cann-train/ascend"
 )
 
 // ListenConfig tunes a Listener. The zero value uses the defaults.
@@ -170,7 +172,7 @@ func (l *Listener) readHello(nc *net.TCPConn) {
 	st, body, err := readMsg(nc, msgHello)
 	var h hello
 	if err == nil && st != stOK {
-		err = statusErr(st)
+		err = fmt.Errorf("%w: hello with status %d", ascend.ErrProtocol, st)
 	}
 	if err == nil {
 		h, err = decodeHello(body)

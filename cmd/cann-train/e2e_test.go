@@ -13,6 +13,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/cann-train/cann-train/dev"
@@ -141,16 +142,48 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 	if st.Phase != spec.PhaseCompleted || st.Step != 400 || st.Loss >= st.InitialLoss {
 		t.Fatalf("final status %+v", st)
 	}
-	// The history shows workflow tasks completed by two different workers.
+	// The history shows workflow tasks completed by two different workers,
+	// and every chunk activity carries a readable summary for the Web UI.
 	identities := map[string]bool{}
+	chunks := 0
 	hist := fetchHistory(ctx, t, c, run.GetID())
 	for _, ev := range hist.GetEvents() {
-		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
 			identities[ev.GetWorkflowTaskCompletedEventAttributes().GetIdentity()] = true
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			var summary string
+			if p := ev.GetUserMetadata().GetSummary(); p != nil {
+				_ = converter.GetDefaultDataConverter().FromPayload(p, &summary)
+			}
+			if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == spec.ActivityTrainChunk {
+				chunks++
+				if !strings.HasPrefix(summary, "chunk ") || !strings.Contains(summary, "steps ") {
+					t.Errorf("chunk activity without a readable summary: %q", summary)
+				}
+			}
 		}
 	}
 	if len(identities) < 2 {
 		t.Errorf("workflow tasks completed by %v; want the killed and the new control worker", identities)
+	}
+	if chunks != 2*8 {
+		t.Errorf("%d chunk activities scheduled, want 16 (8 chunks × 2 nodes)", chunks)
+	}
+	// The run is findable in the Web UI by its search attributes.
+	desc, err := c.DescribeWorkflowExecution(ctx, run.GetID(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()
+	for key, want := range map[string]any{
+		spec.SearchAttrModel: spec.ModelMLPMNIST, spec.SearchAttrStatus: string(spec.PhaseCompleted),
+		spec.SearchAttrNodes: float64(2), spec.SearchAttrStep: float64(400),
+	} {
+		var got any
+		if p, ok := sa[key]; !ok || converter.GetDefaultDataConverter().FromPayload(p, &got) != nil || got != want {
+			t.Errorf("search attribute %s = %v, want %v", key, got, want)
+		}
 	}
 	recordHistory(t, hist, "trainingrun.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster.json")

@@ -1,0 +1,168 @@
+package activities
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/spec"
+)
+
+// newNodes starts n node activity hosts, each with its own listener, as n
+// node workers would.
+func newNodes(t *testing.T, n int, ckptURL string) ([]*Node, spec.Membership) {
+	t.Helper()
+	nodes := make([]*Node, n)
+	m := spec.Membership{Generation: 1}
+	for i := range nodes {
+		l, err := tcp.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		id := fmt.Sprintf("node-%d", i+1)
+		nodes[i] = &Node{ID: id, Listener: l, Logger: zap.NewNop(), DefaultCheckpointURL: ckptURL}
+		t.Cleanup(func() { nodes[i].Close() })
+		m.Nodes = append(m.Nodes, spec.Node{ID: id, TaskQueue: spec.NodeTaskQueue(id), CommAddr: l.Addr()})
+	}
+	return nodes, m
+}
+
+// runChunk runs TrainChunk on every node concurrently, as the workflow does.
+func runChunk(t *testing.T, nodes []*Node, in spec.ChunkInput, tweak ...func(rank int, in *spec.ChunkInput)) ([]*spec.ChunkResult, []error) {
+	t.Helper()
+	res := make([]*spec.ChunkResult, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for rank, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var s testsuite.WorkflowTestSuite
+			env := s.NewTestActivityEnvironment()
+			env.RegisterActivityWithOptions(n.TrainChunk, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
+			rin := in
+			rin.Rank = rank
+			for _, f := range tweak {
+				f(rank, &rin)
+			}
+			v, err := env.ExecuteActivity(spec.ActivityTrainChunk, rin)
+			if err == nil {
+				err = v.Get(&res[rank])
+			}
+			errs[rank] = err
+		}()
+	}
+	wg.Wait()
+	return res, errs
+}
+
+func TestTrainChunkAcrossTwoNodes(t *testing.T) {
+	nodes, m := newNodes(t, 2, "file://"+t.TempDir())
+	s := spec.RunSpec{Name: "act", Nodes: 2, Steps: 60, ChunkSteps: 30}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "secret", From: 0, To: 30, Checkpoint: true}
+	res, errs := runChunk(t, nodes, in)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+	if res[0].WeightsSHA256 != res[1].WeightsSHA256 {
+		t.Fatal("ranks diverged: data-parallel replicas must hold identical weights")
+	}
+	if !(res[0].LastLoss < res[0].FirstLoss) || res[0].FirstLoss != res[1].FirstLoss {
+		t.Fatalf("losses %v → %v (rank 1 %v)", res[0].FirstLoss, res[0].LastLoss, res[1].FirstLoss)
+	}
+	ck := res[0].Checkpoint
+	if ck == nil || ck.Step != 30 || res[1].Checkpoint != nil {
+		t.Fatalf("want one checkpoint at 30 from rank 0, got %+v / %+v", ck, res[1].Checkpoint)
+	}
+
+	// Next chunk, same generation: continues in memory.
+	in2 := in
+	in2.Session, in2.From, in2.To, in2.Checkpoint, in2.Evaluate = "run/act/g1/e2", 30, 60, false, true
+	warm, errs := runChunk(t, nodes, in2)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("warm rank %d: %v", i, err)
+		}
+	}
+	if warm[0].EvalMetric != "test_accuracy" || warm[0].EvalValue < 0.5 {
+		t.Errorf("eval %s = %v", warm[0].EvalMetric, warm[0].EvalValue)
+	}
+
+	// The same chunk in a new generation on fresh nodes restores the
+	// checkpoint and ends bit-identical to the warm path.
+	fresh, m2 := newNodes(t, 2, "file://unused")
+	in3 := in2
+	in3.Membership, in3.Session, in3.Restore = spec.Membership{Generation: 2, Nodes: m2.Nodes}, "run/act/g2/e3", ck
+	in3.Membership.Generation = 2
+	cold, errs := runChunk(t, fresh, in3)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("restored rank %d: %v", i, err)
+		}
+	}
+	if cold[0].WeightsSHA256 != warm[0].WeightsSHA256 {
+		t.Errorf("restored run diverged from the uninterrupted one: %s vs %s", cold[0].WeightsSHA256, warm[0].WeightsSHA256)
+	}
+}
+
+func TestTrainChunkRejectsBadInput(t *testing.T) {
+	nodes, m := newNodes(t, 1, "mem://")
+	s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 10}.WithDefaults()
+	tests := []struct {
+		name string
+		in   spec.ChunkInput
+		typ  string
+	}{
+		{"wrong node", spec.ChunkInput{RunID: "r", Spec: s, Membership: spec.Membership{Nodes: []spec.Node{{ID: "other"}}}, From: 0, To: 5}, "BadChunkInput"},
+		{"empty range", spec.ChunkInput{RunID: "r", Spec: s, Membership: m, From: 5, To: 5}, "BadChunkInput"},
+		{"no state", spec.ChunkInput{RunID: "r", Spec: s, Membership: m, Session: "x", From: 5, To: 10}, spec.ErrTypeNoState},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errs := runChunk(t, nodes, tc.in)
+			var ae *temporal.ApplicationError
+			if !errors.As(errs[0], &ae) || ae.Type() != tc.typ || !ae.NonRetryable() {
+				t.Fatalf("want non-retryable %s, got %v", tc.typ, errs[0])
+			}
+		})
+	}
+}
+
+func TestTrainChunkBlamesLostPeer(t *testing.T) {
+	nodes, m := newNodes(t, 2, "mem://")
+	s := spec.RunSpec{Name: "act", Nodes: 2, Steps: 1000, ChunkSteps: 1000, HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
+	in := spec.ChunkInput{RunID: "r", Spec: s, Membership: m, Session: "s", Token: "t", From: 0, To: 1000}
+	// Rank 1 stops after 5 steps and closes its links, as a dying process
+	// does; rank 0 must fail fast and name it.
+	start := time.Now()
+	_, errs := runChunk(t, nodes, in, func(rank int, in *spec.ChunkInput) {
+		if rank == 1 {
+			in.To = 5
+		}
+	})
+	if errs[1] != nil {
+		t.Fatalf("rank 1: %v", errs[1])
+	}
+	var ae *temporal.ApplicationError
+	if !errors.As(errs[0], &ae) || ae.Type() != spec.ErrTypePeerFailed {
+		t.Fatalf("rank 0: want PeerFailed, got %v", errs[0])
+	}
+	var peer int
+	if err := ae.Details(&peer); err != nil || peer != 1 {
+		t.Fatalf("rank 0 blames %d (%v), want 1", peer, err)
+	}
+	if el := time.Since(start); el > 4*time.Second {
+		t.Errorf("detection took %s; a closed peer must be seen at once, not by timeout", el)
+	}
+}

@@ -1,0 +1,138 @@
+package ascend_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/cann-train/cann-train/ascend"
+	"github.com/cann-train/cann-train/ascend/ascendtest"
+)
+
+// BenchmarkAllReduceRing measures in-place Sum AllReduce over loopback TCP,
+// all ranks in this process. MB/s is algorithm bandwidth (S/t); busbw is
+// the nccl-tests bus bandwidth, algbw·2(P-1)/P, comparable with a link's
+// bandwidth (see BenchmarkLoopbackTCP).
+func BenchmarkAllReduceRing(b *testing.B) {
+	for _, tc := range []struct{ world, bytes int }{{2, 4 << 20}, {4, 4 << 20}, {2, 64 << 20}} {
+		b.Run(fmt.Sprintf("world=%d/%dMiB", tc.world, tc.bytes>>20), func(b *testing.B) {
+			cl := ascendtest.NewCluster(b, tc.world)
+			comms, err := cl.Connect(context.Background(), cl.NewSession("bench"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				for _, c := range comms {
+					c.Close()
+				}
+			}()
+			bufs := make([][]float32, tc.world)
+			for i := range bufs {
+				bufs[i] = make([]float32, tc.bytes/4)
+			}
+			run := func(iters int) {
+				var wg sync.WaitGroup
+				for r, c := range comms {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range iters {
+							if err := c.AllReduce(context.Background(), bufs[r], ascend.Sum); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			run(1) // allocate scratch
+			b.SetBytes(int64(tc.bytes))
+			b.ReportAllocs()
+			b.ResetTimer()
+			run(b.N)
+			b.StopTimer()
+			sec := b.Elapsed().Seconds() / float64(b.N)
+			algbw := float64(tc.bytes) / sec
+			b.ReportMetric(algbw*2*float64(tc.world-1)/float64(tc.world)/1e9, "busbw_GB/s")
+		})
+	}
+}
+
+// BenchmarkLoopbackTCP is the baseline: one TCP connection over loopback
+// moving the same sizes. "oneway" streams S bytes in one direction (MB/s is
+// the single-stream link bandwidth); "duplex" has both ends send S bytes and
+// receive S bytes at once, which is the traffic of a 2-rank ring AllReduce
+// of S bytes without its reductions (MB/s = S/t, comparable to its busbw).
+func BenchmarkLoopbackTCP(b *testing.B) {
+	for _, duplex := range []bool{false, true} {
+		for _, size := range []int{4 << 20, 64 << 20} {
+			name := fmt.Sprintf("oneway/%dMiB", size>>20)
+			if duplex {
+				name = fmt.Sprintf("duplex/%dMiB", size>>20)
+			}
+			b.Run(name, func(b *testing.B) { benchLoopback(b, size, duplex) })
+		}
+	}
+}
+
+func benchLoopback(b *testing.B, size int, duplex bool) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	x, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Close()
+	y := <-accepted
+	defer y.Close()
+	bufs := [4][]byte{make([]byte, size), make([]byte, size), make([]byte, size), make([]byte, size)}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	pump := func(w, r net.Conn, src, dst []byte, write, read bool) {
+		defer wg.Done()
+		var inner sync.WaitGroup
+		if write {
+			inner.Add(1)
+			go func() {
+				defer inner.Done()
+				for range b.N {
+					if _, err := w.Write(src); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		if read {
+			for range b.N {
+				if _, err := io.ReadFull(r, dst); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}
+		inner.Wait()
+	}
+	wg.Add(2)
+	go pump(x, x, bufs[0], bufs[1], true, duplex)
+	go pump(y, y, bufs[2], bufs[3], duplex, true)
+	wg.Wait()
+}
