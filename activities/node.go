@@ -30,6 +30,10 @@ type Node struct {
 	DefaultCheckpointURL string
 	// MNISTDir overrides where the data set is read from.
 	MNISTDir string
+	// AtStep, when set, is called after every completed step with the
+	// global step number: the fault injector (dev/, tests, demos) uses it
+	// to kill the process at an exact step.
+	AtStep func(step int64)
 
 	mu     sync.Mutex
 	train  *engine.Dataset
@@ -116,6 +120,9 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 			prog.LastCheckpoint = in.Restore.Step
 		}
 		activity.RecordHeartbeat(ctx, prog)
+		if n.AtStep != nil {
+			n.AtStep(step + 1)
+		}
 	}
 	el := time.Since(loopStart).Seconds()
 	res.Seconds = el

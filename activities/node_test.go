@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -30,10 +31,32 @@ func newNodes(t *testing.T, n int, ckptURL string) ([]*Node, spec.Membership) {
 		t.Cleanup(func() { l.Close() })
 		id := fmt.Sprintf("node-%d", i+1)
 		nodes[i] = &Node{ID: id, Listener: l, Logger: zap.NewNop(), DefaultCheckpointURL: ckptURL}
+		nodes[i].train, nodes[i].test = mnist(t)
 		t.Cleanup(func() { nodes[i].Close() })
 		m.Nodes = append(m.Nodes, spec.Node{ID: id, TaskQueue: spec.NodeTaskQueue(id), CommAddr: l.Addr()})
 	}
 	return nodes, m
+}
+
+var (
+	mnistOnce             sync.Once
+	mnistTrain, mnistTest *engine.Dataset
+	mnistErr              error
+)
+
+// mnist loads the data set once for all tests (slow under -race).
+func mnist(t *testing.T) (train, test *engine.Dataset) {
+	t.Helper()
+	mnistOnce.Do(func() {
+		var dir string
+		if dir, mnistErr = engine.MNISTDir(); mnistErr == nil {
+			mnistTrain, mnistTest, mnistErr = engine.LoadMNIST(dir)
+		}
+	})
+	if mnistErr != nil {
+		t.Fatal(mnistErr)
+	}
+	return mnistTrain, mnistTest
 }
 
 // runChunk runs TrainChunk on every node concurrently, as the workflow does.
@@ -145,8 +168,7 @@ func TestTrainChunkBlamesLostPeer(t *testing.T) {
 	in := spec.ChunkInput{RunID: "r", Spec: s, Membership: m, Session: "s", Token: "t", From: 0, To: 1000}
 	// Rank 1 stops after 5 steps and closes its links, as a dying process
 	// does; rank 0 must fail fast and name it.
-	start := time.Now()
-	_, errs := runChunk(t, nodes, in, func(rank int, in *spec.ChunkInput) {
+	res, errs := runChunk(t, nodes, in, func(rank int, in *spec.ChunkInput) {
 		if rank == 1 {
 			in.To = 5
 		}
@@ -162,7 +184,7 @@ func TestTrainChunkBlamesLostPeer(t *testing.T) {
 	if err := ae.Details(&peer); err != nil || peer != 1 {
 		t.Fatalf("rank 0 blames %d (%v), want 1", peer, err)
 	}
-	if el := time.Since(start); el > 4*time.Second {
+	if el := time.Since(res[1].EndedAt); el > 4*time.Second {
 		t.Errorf("detection took %s; a closed peer must be seen at once, not by timeout", el)
 	}
 }

@@ -21,9 +21,11 @@ func chunkOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node, summary 
 		ScheduleToStartTimeout: 30 * time.Second,
 		StartToCloseTimeout:    6 * time.Hour,
 		HeartbeatTimeout:       s.HeartbeatTimeout.D(),
-		WaitForCancellation:    true,
-		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:                summary,
+		// A cancelled chunk is one whose node is presumed dead: do not wait
+		// for an acknowledgement that cannot come.
+		WaitForCancellation: false,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:             summary,
 	})
 }
 

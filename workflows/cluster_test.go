@@ -86,3 +86,30 @@ func TestClusterAllocates(t *testing.T) {
 	require.True(t, errors.As(results["expired"].err, &ae), "got %v", results["expired"].err)
 	require.Equal(t, spec.ErrTypeNotEnoughNodes, ae.Type())
 }
+
+func TestClusterContinuesAsNewWithItsState(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
+	env.RegisterDelayedCallback(func() {
+		for _, n := range testNodes("a", "b") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	}, time.Second)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"})
+	}, 2*time.Second)
+	// The history grows past the cap; the next signal ends this run.
+	env.RegisterDelayedCallback(func() {
+		env.SetCurrentHistoryLength(31)
+		env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"})
+	}, 3*time.Second)
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{State: ClusterState{MaxHistoryEvents: 30}})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "want continue-as-new, got %v", env.GetWorkflowError())
+	var next ClusterInput
+	require.NoError(t, decodeArgs(can, &next))
+	require.Equal(t, []string{"a", "b"}, []string{next.State.Nodes[0].Node.ID, next.State.Nodes[1].Node.ID})
+	require.Equal(t, 30, next.State.MaxHistoryEvents)
+	require.True(t, next.State.Nodes[0].LastSeen.After(next.State.Nodes[1].LastSeen), "heartbeats carried over")
+}

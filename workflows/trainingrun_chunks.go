@@ -42,6 +42,8 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	session := fmt.Sprintf("%s/g%d/e%d", r.st.Status.RunID, m.Generation, r.st.Epoch)
 	started := workflow.Now(ctx)
 
+	cctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
 	for rank, node := range m.Nodes {
 		in := spec.ChunkInput{
@@ -51,18 +53,82 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		}
 		summary := fmt.Sprintf("chunk %d · steps %d–%d · rank %d/%d on %s · gen %d",
 			r.st.Status.Chunks+1, from, to, rank, len(m.Nodes), node.ID, m.Generation)
-		futures[rank] = workflow.ExecuteActivity(chunkOptions(ctx, r.spec, node, summary), spec.ActivityTrainChunk, in)
+		futures[rank] = workflow.ExecuteActivity(chunkOptions(cctx, r.spec, node, summary), spec.ActivityTrainChunk, in)
 	}
-	results := make([]spec.ChunkResult, len(futures))
-	errs := make([]error, len(futures))
-	for i, f := range futures {
-		errs[i] = f.Get(ctx, &results[i])
-	}
+	results, errs := r.await(ctx, futures, cancel)
 	if fail := r.blame(from, started, workflow.Now(ctx), errs); fail != nil {
 		return fail
 	}
 	r.absorb(ctx, results)
 	return nil
+}
+
+// await collects every rank's outcome. A rank whose process died never
+// reports; its peers do at once, naming it (PeerFailed). As soon as every
+// rank still pending is blamed by a peer and every other rank has failed,
+// the pending ones are cancelled instead of waiting out their heartbeat
+// timeout: detection in milliseconds, not seconds.
+func (r *run) await(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc) ([]spec.ChunkResult, []error) {
+	n := len(futures)
+	results := make([]spec.ChunkResult, n)
+	errs := make([]error, n)
+	done := make([]bool, n)
+	sel := workflow.NewSelector(ctx)
+	for i, f := range futures {
+		sel.AddFuture(f, func(f workflow.Future) {
+			errs[i] = f.Get(ctx, &results[i])
+			done[i] = true
+		})
+	}
+	cancelled := false
+	for left := n; left > 0; left-- {
+		sel.Select(ctx)
+		if !cancelled && r.onlyBlamedPending(done, errs) {
+			cancelled = true
+			cancel()
+		}
+	}
+	return results, errs
+}
+
+// onlyBlamedPending: some rank failed, every finished rank failed with
+// PeerFailed, and every pending rank is blamed by one of them.
+func (r *run) onlyBlamedPending(done []bool, errs []error) bool {
+	blamed := map[int]bool{}
+	pending := 0
+	for i := range done {
+		if !done[i] {
+			pending++
+			continue
+		}
+		peer, ok := peerFailed(errs[i])
+		if !ok {
+			return false
+		}
+		blamed[peer] = true
+	}
+	if pending == 0 || pending == len(done) {
+		return false
+	}
+	for i := range done {
+		if !done[i] && !blamed[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// peerFailed reports the rank a PeerFailed error blames.
+func peerFailed(err error) (int, bool) {
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypePeerFailed {
+		return 0, false
+	}
+	var peer int
+	if !ae.HasDetails() || ae.Details(&peer) != nil {
+		return 0, false
+	}
+	return peer, true
 }
 
 // blame turns per-rank errors into one failure, or nil if all succeeded.
@@ -82,13 +148,15 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 		}
 		node := r.st.Membership.Nodes[rank].ID
 		var te *temporal.TimeoutError
+		var ce *temporal.CanceledError
 		var ae *temporal.ApplicationError
 		switch {
 		case errors.As(err, &te):
 			timedOut = append(timedOut, node)
+		case errors.As(err, &ce):
+			// Cancelled by await: its peers blamed it (counted below).
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypePeerFailed:
-			var peer int
-			if ae.HasDetails() && ae.Details(&peer) == nil && peer >= 0 && peer < len(errs) {
+			if peer, ok := peerFailed(err); ok && peer >= 0 && peer < len(errs) {
 				blamed[peer]++
 			}
 		case errors.As(err, &ae) && ae.NonRetryable():
@@ -102,7 +170,7 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 	switch {
 	case len(timedOut) > 0:
 		f.failed = timedOut
-		f.reason = fmt.Sprintf("node(s) %v stopped heartbeating: %v", timedOut, first)
+		f.reason = fmt.Sprintf("node(s) %v stopped heartbeating", timedOut)
 	case len(blamed) > 0:
 		top := 0
 		for _, n := range blamed {
@@ -113,9 +181,9 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 				f.failed = append(f.failed, r.st.Membership.Nodes[rank].ID)
 			}
 		}
-		f.reason = fmt.Sprintf("peers lost node(s) %v: %v", f.failed, first)
+		f.reason = fmt.Sprintf("peers lost node(s) %v: %s", f.failed, message(first))
 	default:
-		f.reason = first.Error()
+		f.reason = message(first)
 	}
 	return f
 }
@@ -219,4 +287,13 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.st.LastChunkEnd = time.Time{}
 	r.publish(ctx)
 	return nil
+}
+
+// message is an activity error's own message, without the wrapping chain.
+func message(err error) string {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		return ae.Message()
+	}
+	return err.Error()
 }

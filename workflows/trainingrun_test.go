@@ -273,3 +273,32 @@ func TestTrainingRunContinuesAsNew(t *testing.T) {
 	require.Equal(t, 5, st.Chunks)
 	require.Equal(t, 1, cl.calls, "nodes are acquired once, not per continue-as-new")
 }
+
+// A killed node never reports; its peers blame it at once. The workflow
+// must not wait for the dead node's heartbeat timeout.
+func TestTrainingRunCancelsBlamedSilentNode(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1")}
+	ch := &fakeChunks{}
+	dead := make(chan struct{})
+	t.Cleanup(func() { close(dead) })
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.From != 100 || in.Membership.Generation != 1 {
+			return nil
+		}
+		if in.Membership.Nodes[in.Rank].ID == "node-2" {
+			<-dead // a dead process: no result, no error, until the test ends
+			return errors.New("unreachable")
+		}
+		return temporal.NewApplicationErrorWithCause("rank 1 link lost", spec.ErrTypePeerFailed, errors.New("reset"), 1)
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Len(t, st.Recoveries, 1)
+	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
+	require.Less(t, st.Recoveries[0].DetectSeconds, 60.0, "detected by blame, not by the 1h heartbeat timeout")
+	require.EqualValues(t, 200, st.Step)
+}

@@ -230,3 +230,87 @@ func dumpLogs(t *testing.T, dir string) {
 		t.Logf("--- %s (tail)\n%s", e.Name(), b)
 	}
 }
+
+// TestNodeKilledMidRunIsReplaced SIGKILLs a node-worker process mid-chunk.
+// The run must detect it, mark it failed, take the spare, rewind to the
+// last checkpoint in a new generation, finish — and end with exactly the
+// weights of a run that never failed (same seed, same global batch).
+func TestNodeKilledMidRunIsReplaced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	log, _ := workers.NewLogger("warn", false)
+	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	wctx, stopControl := context.WithCancel(ctx)
+	controlDone := make(chan error, 1)
+	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), log) }()
+	defer func() { stopControl(); <-controlDone }()
+
+	dir := t.TempDir()
+	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	defer func() { _ = l.StopAll(5 * time.Second) }()
+	// node-2 holds rank 1 and kills itself mid-chunk, after step 130 (the
+	// last checkpoint is at 100); node-4 is the spare.
+	const victim = "node-2"
+	for _, id := range []string{"node-1", "node-2", "node-3", "node-4"} {
+		args := []string{"worker", "node", "--id", id, "--address", srv.FrontendAddr(),
+			"--checkpoint-url", "file://" + filepath.Join(dir, "ckpt"), "--log-level", "info"}
+		if id == victim {
+			args = append(args, "--fault-kill-at-step", "130")
+		}
+		if _, err := l.Start(id, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := spec.RunSpec{Nodes: 3, Steps: 400, ChunkSteps: 50, HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
+	start := func(name string) client.WorkflowRun {
+		s := base
+		s.Name = name
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + name, TaskQueue: spec.ControlTaskQueue},
+			spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	run := start("node-killed")
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run did not survive the kill: %v", err)
+	}
+	t.Logf("recoveries %+v", st.Recoveries)
+	if st.Phase != spec.PhaseCompleted || st.Step != base.Steps {
+		t.Fatalf("status %s at step %d", st.Phase, st.Step)
+	}
+	if len(st.Recoveries) != 1 {
+		t.Fatalf("recoveries %+v, want exactly one", st.Recoveries)
+	}
+	rec := st.Recoveries[0]
+	if len(rec.FailedNodes) != 1 || rec.FailedNodes[0] != victim || len(rec.Replacement) != 1 || rec.Replacement[0] != "node-4" {
+		t.Errorf("recovery %+v: want %s replaced by the spare node-4", rec, victim)
+	}
+	if st.Nodes[1] != "node-4" {
+		t.Errorf("nodes after recovery %v: the spare must take the lost rank", st.Nodes)
+	}
+	// A fault-free run on the surviving nodes, same seed and batch.
+	var clean spec.RunStatus
+	if err := start("fault-free").Get(ctx, &clean); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatal(err)
+	}
+	if len(clean.Recoveries) != 0 || clean.Step != base.Steps {
+		t.Fatalf("reference run %+v", clean)
+	}
+	if st.WeightsSHA256 != clean.WeightsSHA256 {
+		t.Errorf("recovered run's weights %s differ from the fault-free run's %s", st.WeightsSHA256, clean.WeightsSHA256)
+	}
+}
