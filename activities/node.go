@@ -80,7 +80,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	}
 	comm, err := n.connect(ctx, in)
 	if err != nil {
-		return nil, peerError(err)
+		return nil, peerError(err, in.From)
 	}
 	defer comm.Close()
 
@@ -103,10 +103,11 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, peerError(err)
+			return nil, peerError(err, step)
 		}
 		if step == in.From {
 			res.FirstLoss = loss
+			res.FirstStepAt = time.Now()
 		}
 		res.LastLoss = loss
 		el := time.Since(loopStart).Seconds()
@@ -311,10 +312,11 @@ func fromRef(url string, r checkpoint.Ref) spec.CheckpointRef {
 // peerError maps a collective failure to PeerFailed with the lost rank as
 // detail, so the workflow knows whom to blame; other errors stay retryable
 // at the group level.
-func peerError(err error) error {
+func peerError(err error, step int64) error {
 	var pe *ascend.PeerError
 	if errors.As(err, &pe) {
-		return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypePeerFailed, err, pe.Rank)
+		return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypePeerFailed, err,
+			spec.PeerFailure{Rank: pe.Rank, Step: step, NoticedAt: time.Now()})
 	}
 	return err
 }

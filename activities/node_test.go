@@ -180,9 +180,9 @@ func TestTrainChunkBlamesLostPeer(t *testing.T) {
 	if !errors.As(errs[0], &ae) || ae.Type() != spec.ErrTypePeerFailed {
 		t.Fatalf("rank 0: want PeerFailed, got %v", errs[0])
 	}
-	var peer int
-	if err := ae.Details(&peer); err != nil || peer != 1 {
-		t.Fatalf("rank 0 blames %d (%v), want 1", peer, err)
+	var pf spec.PeerFailure
+	if err := ae.Details(&pf); err != nil || pf.Rank != 1 || pf.Step != 5 || pf.NoticedAt.IsZero() {
+		t.Fatalf("rank 0 reports %+v (%v), want rank 1 lost at step 5", pf, err)
 	}
 	if el := time.Since(res[1].EndedAt); el > 4*time.Second {
 		t.Errorf("detection took %s; a closed peer must be seen at once, not by timeout", el)

@@ -26,12 +26,16 @@ func SelfCommand(args ...string) *exec.Cmd {
 
 // Proc is one child worker process.
 type Proc struct {
-	Name string
-	Args []string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	Name     string
+	Args     []string
+	cmd      *exec.Cmd
+	done     chan struct{}
+	err      error
+	exitedAt time.Time
 }
+
+// ExitedAt is when the process was seen to exit, valid after Done.
+func (p *Proc) ExitedAt() time.Time { return p.exitedAt }
 
 // Pid of the running process.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
@@ -109,6 +113,7 @@ func (l *Launcher) Start(name string, args ...string) (*Proc, error) {
 	p := &Proc{Name: name, Args: args, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
+		p.exitedAt = time.Now()
 		if logFile != nil {
 			logFile.Close()
 		}

@@ -33,7 +33,8 @@ const (
 
 // Application error types that activities return and workflows act on.
 const (
-	// ErrTypePeerFailed: the collective lost a peer; details carry its rank.
+	// ErrTypePeerFailed: the collective lost a peer; details carry a
+	// PeerFailure.
 	ErrTypePeerFailed = "PeerFailed"
 	// ErrTypeNoState: the node holds no state for the chunk's first step
 	// and no checkpoint was given.
@@ -166,7 +167,17 @@ type ChunkResult struct {
 	EvalValue     float64   `json:"eval_value,omitempty"`
 	WeightsSHA256 string    `json:"weights_sha256"`
 	StartedAt     time.Time `json:"started_at"`
-	EndedAt       time.Time `json:"ended_at"`
+	// FirstStepAt: the chunk's first step completed.
+	FirstStepAt time.Time `json:"first_step_at"`
+	EndedAt     time.Time `json:"ended_at"`
+}
+
+// PeerFailure is the detail of a PeerFailed error: whom a rank lost, at
+// which step, and when it noticed.
+type PeerFailure struct {
+	Rank      int       `json:"rank"`
+	Step      int64     `json:"step"`
+	NoticedAt time.Time `json:"noticed_at"`
 }
 
 // Recovery records one replacement of failed nodes.
@@ -175,8 +186,21 @@ type Recovery struct {
 	FailedNodes []string `json:"failed_nodes"`
 	Replacement []string `json:"replacement"`
 	Reason      string   `json:"reason"`
-	AtStep      int64    `json:"at_step"`
-	ResumeStep  int64    `json:"resume_step"`
+	// AtStep is the first step of the failed chunk; FailedAtStep the step
+	// the surviving ranks were in when they lost their peer (0 if unknown).
+	AtStep       int64 `json:"at_step"`
+	FailedAtStep int64 `json:"failed_at_step"`
+	// ResumeStep is the checkpoint step training restarted from.
+	ResumeStep int64 `json:"resume_step"`
+	// LostSteps were trained and thrown away: FailedAtStep − ResumeStep.
+	LostSteps int64 `json:"lost_steps"`
+	// NoticedAt: the first peer noticed the loss. SeenAt: the workflow
+	// acted on it. ReplacedAt: the new membership stood. ResumedAt: the
+	// first step after the recovery completed.
+	NoticedAt  time.Time `json:"noticed_at"`
+	SeenAt     time.Time `json:"seen_at"`
+	ReplacedAt time.Time `json:"replaced_at"`
+	ResumedAt  time.Time `json:"resumed_at"`
 	// DetectSeconds: chunk start to failure seen by the workflow.
 	DetectSeconds float64 `json:"detect_s"`
 	// ReplaceSeconds: failure seen to new membership.

@@ -15,6 +15,8 @@ import (
 // chunkFailure is one failed chunk, with the nodes to blame.
 type chunkFailure struct {
 	from      int64
+	atStep    int64     // step the survivors were in (0 if unknown)
+	noticed   time.Time // first survivor noticed the loss
 	started   time.Time
 	seen      time.Time
 	failed    []string // node IDs
@@ -101,11 +103,11 @@ func (r *run) onlyBlamedPending(done []bool, errs []error) bool {
 			pending++
 			continue
 		}
-		peer, ok := peerFailed(errs[i])
+		pf, ok := peerFailed(errs[i])
 		if !ok {
 			return false
 		}
-		blamed[peer] = true
+		blamed[pf.Rank] = true
 	}
 	if pending == 0 || pending == len(done) {
 		return false
@@ -118,33 +120,29 @@ func (r *run) onlyBlamedPending(done []bool, errs []error) bool {
 	return true
 }
 
-// peerFailed reports the rank a PeerFailed error blames.
-func peerFailed(err error) (int, bool) {
+// peerFailed decodes a PeerFailed error's detail.
+func peerFailed(err error) (spec.PeerFailure, bool) {
 	var ae *temporal.ApplicationError
-	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypePeerFailed {
-		return 0, false
+	var pf spec.PeerFailure
+	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypePeerFailed || !ae.HasDetails() || ae.Details(&pf) != nil {
+		return pf, false
 	}
-	var peer int
-	if !ae.HasDetails() || ae.Details(&peer) != nil {
-		return 0, false
-	}
-	return peer, true
+	return pf, true
 }
 
 // blame turns per-rank errors into one failure, or nil if all succeeded.
 // A rank whose activity timed out is dead or stuck; otherwise the ranks its
 // peers name are suspects, the most-named first.
 func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFailure {
-	var first error
+	f := &chunkFailure{from: from, started: started, seen: seen, retryable: true}
 	var timedOut []string
 	blamed := map[int]int{}
-	retryable := true
 	for rank, err := range errs {
 		if err == nil {
 			continue
 		}
-		if first == nil {
-			first = err
+		if f.first == nil {
+			f.first = err
 		}
 		node := r.st.Membership.Nodes[rank].ID
 		var te *temporal.TimeoutError
@@ -156,17 +154,20 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 		case errors.As(err, &ce):
 			// Cancelled by await: its peers blamed it (counted below).
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypePeerFailed:
-			if peer, ok := peerFailed(err); ok && peer >= 0 && peer < len(errs) {
-				blamed[peer]++
+			if pf, ok := peerFailed(err); ok && pf.Rank >= 0 && pf.Rank < len(errs) {
+				blamed[pf.Rank]++
+				f.atStep = max(f.atStep, pf.Step)
+				if f.noticed.IsZero() || pf.NoticedAt.Before(f.noticed) {
+					f.noticed = pf.NoticedAt
+				}
 			}
 		case errors.As(err, &ae) && ae.NonRetryable():
-			retryable = false
+			f.retryable = false
 		}
 	}
-	if first == nil {
+	if f.first == nil {
 		return nil
 	}
-	f := &chunkFailure{from: from, started: started, seen: seen, first: first, retryable: retryable}
 	switch {
 	case len(timedOut) > 0:
 		f.failed = timedOut
@@ -181,9 +182,9 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 				f.failed = append(f.failed, r.st.Membership.Nodes[rank].ID)
 			}
 		}
-		f.reason = fmt.Sprintf("peers lost node(s) %v: %s", f.failed, message(first))
+		f.reason = fmt.Sprintf("peers lost node(s) %v: %s", f.failed, message(f.first))
 	default:
-		f.reason = message(first)
+		f.reason = message(f.first)
 	}
 	return f
 }
@@ -233,6 +234,15 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	if lead.EvalMetric != "" {
 		s.EvalMetric, s.EvalValue = lead.EvalMetric, lead.EvalValue
 	}
+	if n := len(s.Recoveries); n > 0 && s.Recoveries[n-1].ResumedAt.IsZero() {
+		first := results[0].FirstStepAt
+		for _, res := range results[1:] {
+			if res.FirstStepAt.After(first) {
+				first = res.FirstStepAt // the step is complete when the slowest rank has it
+			}
+		}
+		s.Recoveries[n-1].ResumedAt = first
+	}
 	s.UpdatedAt = workflow.Now(ctx)
 	r.publish(ctx)
 }
@@ -273,16 +283,25 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	if r.st.Status.LastCkpt != nil {
 		resume = r.st.Status.LastCkpt.Step
 	}
-	r.st.Status.Recoveries = append(r.st.Status.Recoveries, spec.Recovery{
+	now := workflow.Now(ctx)
+	rec := spec.Recovery{
 		Generation:     r.st.Membership.Generation,
 		FailedNodes:    f.failed,
 		Replacement:    replacement,
 		Reason:         f.reason,
 		AtStep:         f.from,
+		FailedAtStep:   f.atStep,
 		ResumeStep:     resume,
+		NoticedAt:      f.noticed,
+		SeenAt:         f.seen,
+		ReplacedAt:     now,
 		DetectSeconds:  f.seen.Sub(f.started).Seconds(),
-		ReplaceSeconds: workflow.Now(ctx).Sub(f.seen).Seconds(),
-	})
+		ReplaceSeconds: now.Sub(f.seen).Seconds(),
+	}
+	if f.atStep > resume {
+		rec.LostSteps = f.atStep - resume
+	}
+	r.st.Status.Recoveries = append(r.st.Status.Recoveries, rec)
 	r.st.Status.Step = resume
 	r.st.LastChunkEnd = time.Time{}
 	r.publish(ctx)

@@ -88,7 +88,7 @@ func (f *fakeChunks) train(_ context.Context, in spec.ChunkInput) (*spec.ChunkRe
 		NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, From: in.From, To: in.To,
 		FirstLoss: 2.3 / float32(1+in.From), LastLoss: 2.3 / float32(1+in.To), Seconds: 1,
 		SamplesPerSec: 100, WeightsSHA256: fmt.Sprintf("w%d", in.To),
-		StartedAt: t0, EndedAt: t0.Add(time.Second),
+		StartedAt: t0, FirstStepAt: t0.Add(10 * time.Millisecond), EndedAt: t0.Add(time.Second),
 	}
 	if in.Rank == 0 && in.Checkpoint {
 		res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: in.To, Key: fmt.Sprintf("ckpt/%d", in.To)}
@@ -186,7 +186,7 @@ func TestTrainingRunReplacesDeadNode(t *testing.T) {
 		case "node-2":
 			err = temporal.NewHeartbeatTimeoutError()
 		default:
-			err = temporal.NewApplicationErrorWithCause("peer 1 reset", spec.ErrTypePeerFailed, errors.New("reset"), 1)
+			err = temporal.NewApplicationErrorWithCause("peer 1 reset", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 130})
 		}
 		return err
 	}
@@ -204,6 +204,9 @@ func TestTrainingRunReplacesDeadNode(t *testing.T) {
 	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
 	require.Equal(t, []string{"spare-1"}, rec.Replacement)
 	require.EqualValues(t, 100, rec.ResumeStep, "resume from the checkpoint at 100")
+	require.EqualValues(t, 130, rec.FailedAtStep)
+	require.EqualValues(t, 30, rec.LostSteps)
+	require.False(t, rec.ResumedAt.IsZero(), "the first chunk after the recovery sets ResumedAt")
 	require.EqualValues(t, 2, st.Generation)
 	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes, "healthy nodes keep their ranks")
 
@@ -222,7 +225,7 @@ func TestTrainingRunReplacesDeadNode(t *testing.T) {
 func TestTrainingRunGivesUpAfterMaxRestarts(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("a", "b", "c", "d", "e", "f")}
 	ch := &fakeChunks{fail: func(in spec.ChunkInput) error {
-		return temporal.NewApplicationErrorWithCause("lost peer", spec.ErrTypePeerFailed, errors.New("x"), 1-in.Rank)
+		return temporal.NewApplicationErrorWithCause("lost peer", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1 - in.Rank})
 	}}
 	env := newRunEnv(t, cl, ch)
 	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 100, ChunkSteps: 50, MaxRestarts: 2}.WithDefaults()
@@ -289,7 +292,7 @@ func TestTrainingRunCancelsBlamedSilentNode(t *testing.T) {
 			<-dead // a dead process: no result, no error, until the test ends
 			return errors.New("unreachable")
 		}
-		return temporal.NewApplicationErrorWithCause("rank 1 link lost", spec.ErrTypePeerFailed, errors.New("reset"), 1)
+		return temporal.NewApplicationErrorWithCause("rank 1 link lost", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 150})
 	}
 	env := newRunEnv(t, cl, ch)
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()

@@ -70,6 +70,31 @@ func TestQuickstartJSON(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "checkpoints", "runs")); err != nil {
 		t.Errorf("no checkpoint files written: %v", err)
 	}
+
+	// checkpoint verify passes, then names the one object we corrupt.
+	verify := func() (string, error) {
+		var vout, verr bytes.Buffer
+		cmd := newRootCmd(&env{out: &vout, err: &verr, command: childCommand})
+		cmd.SetArgs([]string{"checkpoint", "verify", "e2e-quickstart", "--url", "file://" + filepath.Join(dir, "checkpoints")})
+		err := cmd.Execute()
+		return vout.String(), err
+	}
+	if out, err := verify(); err != nil || strings.Count(out, "ok ") != 3 {
+		t.Fatalf("verify of a good run: %v\n%s", err, out)
+	}
+	victim := filepath.Join(dir, "checkpoints", "runs", "e2e-quickstart", "ckpt", "000000000200", "state.bin")
+	b, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(victim, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out2, err := verify()
+	if err == nil || !strings.Contains(out2, "CORRUPT  step 200") || !strings.Contains(out2, "000000000200/state.bin") || strings.Count(out2, "ok ") != 2 {
+		t.Errorf("verify after corrupting step 200: %v\n%s", err, out2)
+	}
 }
 
 // TestControlWorkerKilledMidRun kills the control worker (SIGKILL) while a
@@ -297,6 +322,9 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	rec := st.Recoveries[0]
 	if len(rec.FailedNodes) != 1 || rec.FailedNodes[0] != victim || len(rec.Replacement) != 1 || rec.Replacement[0] != "node-4" {
 		t.Errorf("recovery %+v: want %s replaced by the spare node-4", rec, victim)
+	}
+	if rec.FailedAtStep != 130 || rec.ResumeStep != 100 || rec.LostSteps != 30 || rec.ResumedAt.IsZero() {
+		t.Errorf("recovery %+v: want failure at 130, rewind to 100, 30 steps lost, and a resume time", rec)
 	}
 	if st.Nodes[1] != "node-4" {
 		t.Errorf("nodes after recovery %v: the spare must take the lost rank", st.Nodes)

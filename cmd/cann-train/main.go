@@ -79,6 +79,7 @@ Start here:  cann-train quickstart`,
 		newRunCmd(e),
 		newStatusCmd(e),
 		newWatchCmd(e),
+		newCheckpointCmd(e),
 	)
 	return root
 }

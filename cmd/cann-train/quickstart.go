@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,6 +29,33 @@ type quickstartOptions struct {
 	output     string
 	keep       bool
 	hbTimeout  time.Duration
+	spares     int
+	inject     []string
+}
+
+// parseInjections reads --inject values "kill:<node-id>@<step>".
+func parseInjections(specs []string, nodes int, steps int64) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, s := range specs {
+		kind, rest, ok := strings.Cut(s, ":")
+		node, stepStr, ok2 := strings.Cut(rest, "@")
+		if !ok || !ok2 || kind != "kill" {
+			return nil, fmt.Errorf("--inject %q: want kill:<node-id>@<step>, e.g. kill:node-2@130", s)
+		}
+		step, err := strconv.ParseInt(stepStr, 10, 64)
+		if err != nil || step < 1 || step >= steps {
+			return nil, fmt.Errorf("--inject %q: step must be an integer in 1..%d", s, steps-1)
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(node, "node-"))
+		if !strings.HasPrefix(node, "node-") || err != nil || n < 1 || n > nodes {
+			return nil, fmt.Errorf("--inject %q: no such node (quickstart names them node-1 … node-%d)", s, nodes)
+		}
+		if _, dup := out[node]; dup {
+			return nil, fmt.Errorf("--inject %q: %s is already killed once", s, node)
+		}
+		out[node] = step
+	}
+	return out, nil
 }
 
 func newQuickstartCmd(e *env) *cobra.Command {
@@ -41,7 +69,8 @@ an MLP on MNIST data-parallel across them, showing live progress, and prints
 a summary with the Web UI link.`,
 		Example: `  cann-train quickstart
   cann-train quickstart --nodes 3 --steps 300 -o json
-  cann-train quickstart --keep      # leave the server up to browse the Web UI`,
+  cann-train quickstart --keep      # leave the server up to browse the Web UI
+  cann-train quickstart --spares 1 --inject kill:node-2@250   # watch a node die and be replaced`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(o.output, "text", "json"); err != nil {
@@ -61,6 +90,8 @@ a summary with the Web UI link.`,
 	f.StringVarP(&o.output, "output", "o", "text", "summary format: text or json")
 	f.BoolVar(&o.keep, "keep", false, "keep the server and Web UI up after the run (Ctrl-C to stop)")
 	f.DurationVar(&o.hbTimeout, "heartbeat-timeout", 10*time.Second, "a node silent this long is presumed dead")
+	f.IntVar(&o.spares, "spares", 0, "extra node workers that replace failed ones")
+	f.StringArrayVar(&o.inject, "inject", nil, "fault injection, repeatable: kill:<node-id>@<step> SIGKILLs that node's process after the step")
 	return cmd
 }
 
@@ -70,6 +101,10 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 		return err
 	}
 	quiet := log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+	kills, err := parseInjections(o.inject, o.nodes+o.spares, o.steps)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	srv, err := dev.StartServer(ctx, dev.ServerOptions{
 		FrontendPort: o.port, UIPort: o.uiPort, Namespace: e.namespace,
@@ -101,15 +136,22 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	}
 	launcher := &dev.Launcher{Command: e.command, LogDir: filepath.Join(o.dataDir, "logs")}
 	defer func() { _ = launcher.StopAll(10 * time.Second) }()
-	for i := 1; i <= o.nodes; i++ {
+	procs := map[string]*dev.Proc{}
+	for i := 1; i <= o.nodes+o.spares; i++ {
 		id := "node-" + strconv.Itoa(i)
-		if _, err := launcher.Start(id, "worker", "node", "--id", id,
+		args := []string{"worker", "node", "--id", id,
 			"--address", srv.FrontendAddr(), "--namespace", srv.Namespace(),
-			"--checkpoint-url", "file://"+ckptDir, "--log-level", "info"); err != nil {
+			"--checkpoint-url", "file://" + ckptDir, "--log-level", "info"}
+		if step, ok := kills[id]; ok {
+			args = append(args, "--fault-kill-at-step", strconv.FormatInt(step, 10))
+		}
+		p, err := launcher.Start(id, args...)
+		if err != nil {
 			return err
 		}
+		procs[id] = p
 	}
-	fmt.Fprintf(e.err, "%d node workers started (logs in %s)\n", o.nodes, launcher.LogDir)
+	fmt.Fprintf(e.err, "%d node workers started (%d spare; logs in %s)\n", o.nodes+o.spares, o.spares, launcher.LogDir)
 
 	name := o.name
 	if name == "" {
@@ -131,7 +173,15 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if err != nil && st.RunID == "" {
 		return err
 	}
-	if perr := printStatus(e.out, st, o.output, srv.UIURL(), srv.Namespace()); perr != nil {
+	killed := map[string]time.Time{}
+	for id := range kills {
+		select {
+		case <-procs[id].Done():
+			killed[id] = procs[id].ExitedAt()
+		default: // the run ended before that step reached the node
+		}
+	}
+	if perr := printSummary(e.out, st, summarize(st, srv.UIURL(), srv.Namespace(), killed), o.output); perr != nil {
 		return perr
 	}
 	if err != nil {

@@ -203,26 +203,73 @@ func transient(err error) bool {
 
 // Summary is the run summary that quickstart and `run --wait -o json` print.
 type Summary struct {
-	WorkflowID     string          `json:"workflow_id"`
-	Status         spec.Phase      `json:"status"`
-	Model          string          `json:"model"`
-	Nodes          []string        `json:"nodes"`
-	Steps          int64           `json:"steps"`
-	InitialLoss    float32         `json:"initial_loss"`
-	FinalLoss      float32         `json:"final_loss"`
-	EvalMetricName string          `json:"eval_metric_name"`
-	EvalMetric     float64         `json:"eval_metric"`
-	WallSeconds    float64         `json:"wall_seconds"`
-	StepsPerSec    float64         `json:"steps_per_sec"`
-	SamplesPerSec  float64         `json:"samples_per_sec"`
-	CommShare      float64         `json:"comm_share"`
-	ChunkIdle      float64         `json:"chunk_idle_s"`
-	Chunks         int             `json:"chunks"`
-	Checkpoints    CheckpointsInfo `json:"checkpoints"`
-	Recoveries     []spec.Recovery `json:"recoveries"`
-	WeightsSHA256  string          `json:"weights_sha256"`
-	WebUI          string          `json:"web_ui,omitempty"`
-	Error          string          `json:"error,omitempty"`
+	WorkflowID     string            `json:"workflow_id"`
+	Status         spec.Phase        `json:"status"`
+	Model          string            `json:"model"`
+	Nodes          []string          `json:"nodes"`
+	Steps          int64             `json:"steps"`
+	InitialLoss    float32           `json:"initial_loss"`
+	FinalLoss      float32           `json:"final_loss"`
+	EvalMetricName string            `json:"eval_metric_name"`
+	EvalMetric     float64           `json:"eval_metric"`
+	WallSeconds    float64           `json:"wall_seconds"`
+	StepsPerSec    float64           `json:"steps_per_sec"`
+	SamplesPerSec  float64           `json:"samples_per_sec"`
+	CommShare      float64           `json:"comm_share"`
+	ChunkIdle      float64           `json:"chunk_idle_s"`
+	Chunks         int               `json:"chunks"`
+	Checkpoints    CheckpointsInfo   `json:"checkpoints"`
+	Recoveries     []RecoverySummary `json:"recoveries"`
+	WeightsSHA256  string            `json:"weights_sha256"`
+	WebUI          string            `json:"web_ui,omitempty"`
+	Error          string            `json:"error,omitempty"`
+}
+
+// RecoverySummary is one node replacement as users read it. Times are
+// measured from the kill when the CLI did the killing (quickstart
+// --inject), else from the first surviving peer noticing the loss.
+type RecoverySummary struct {
+	Generation   int64    `json:"generation"`
+	FailedNode   string   `json:"failed_node"`
+	FailedNodes  []string `json:"failed_nodes"`
+	Replacement  string   `json:"replacement"`
+	Reason       string   `json:"reason"`
+	FailedAtStep int64    `json:"failed_at_step"`
+	ResumeStep   int64    `json:"resume_step"`
+	LostSteps    int64    `json:"lost_steps"`
+	// DetectSeconds: kill → the workflow acts on the failure.
+	DetectSeconds float64 `json:"detect_s"`
+	// ReplaceSeconds: the workflow acts → new membership.
+	ReplaceSeconds float64 `json:"replace_s"`
+	// ResumeSeconds: kill → first completed step after the recovery.
+	ResumeSeconds float64 `json:"resume_s"`
+	// From says what the times count from: "kill" or "peer_notice".
+	From string `json:"from"`
+}
+
+func summarizeRecovery(r spec.Recovery, killed map[string]time.Time) RecoverySummary {
+	out := RecoverySummary{
+		Generation: r.Generation, FailedNodes: r.FailedNodes, Reason: r.Reason,
+		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps,
+		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice",
+	}
+	if len(r.FailedNodes) > 0 {
+		out.FailedNode = r.FailedNodes[0]
+	}
+	if len(r.Replacement) > 0 {
+		out.Replacement = r.Replacement[0]
+	}
+	t0 := r.NoticedAt
+	if k, ok := killed[out.FailedNode]; ok {
+		t0, out.From = k, "kill"
+	}
+	if !t0.IsZero() {
+		out.DetectSeconds = r.SeenAt.Sub(t0).Seconds()
+		if !r.ResumedAt.IsZero() {
+			out.ResumeSeconds = r.ResumedAt.Sub(t0).Seconds()
+		}
+	}
+	return out
 }
 
 // CheckpointsInfo counts checkpoints and names the last one.
@@ -231,17 +278,17 @@ type CheckpointsInfo struct {
 	LastURL string `json:"last_url"`
 }
 
-func summarize(st spec.RunStatus, uiBase, namespace string) Summary {
+func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]time.Time) Summary {
 	s := Summary{
 		WorkflowID: st.RunID, Status: st.Phase, Model: st.Model, Nodes: st.Nodes, Steps: st.Step,
 		InitialLoss: st.InitialLoss, FinalLoss: st.Loss, EvalMetricName: st.EvalMetric, EvalMetric: st.EvalValue,
 		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
-		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: st.Recoveries,
+		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{},
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 	}
-	if s.Recoveries == nil {
-		s.Recoveries = []spec.Recovery{}
+	for _, r := range st.Recoveries {
+		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, killed))
 	}
 	if st.LastCkpt != nil {
 		s.Checkpoints.LastURL = checkpointURL(*st.LastCkpt)
@@ -264,7 +311,10 @@ func checkpointURL(r spec.CheckpointRef) string {
 }
 
 func printStatus(w io.Writer, st spec.RunStatus, output, uiBase, namespace string) error {
-	s := summarize(st, uiBase, namespace)
+	return printSummary(w, st, summarize(st, uiBase, namespace, nil), output)
+}
+
+func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) error {
 	if output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -283,8 +333,12 @@ func printStatus(w io.Writer, st spec.RunStatus, output, uiBase, namespace strin
 	fmt.Fprintf(w, "checkpoints  %d, last %s\n", s.Checkpoints.Count, s.Checkpoints.LastURL)
 	fmt.Fprintf(w, "recoveries   %d\n", len(s.Recoveries))
 	for _, r := range s.Recoveries {
-		fmt.Fprintf(w, "  gen %d: %v → %v at step %d, resumed at %d (%s)\n",
-			r.Generation, r.FailedNodes, r.Replacement, r.AtStep, r.ResumeStep, r.Reason)
+		fmt.Fprintf(w, "  gen %d: %s → %s at step %d, rewound to %d (%d steps lost); detected %.2fs, first step %.2fs after the %s\n      %s\n",
+			r.Generation, r.FailedNode, r.Replacement, r.FailedAtStep, r.ResumeStep, r.LostSteps,
+			r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "), r.Reason)
+	}
+	if s.WeightsSHA256 != "" {
+		fmt.Fprintf(w, "weights      sha256 %s\n", s.WeightsSHA256)
 	}
 	fmt.Fprintf(w, "wall         %.1fs\n", s.WallSeconds)
 	if s.Error != "" {
