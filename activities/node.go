@@ -204,17 +204,22 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.
 			return nil, err
 		}
 		payload, err := store.Load(ctx, toRef(*in.Restore))
+		var ce *checkpoint.CorruptError
+		if errors.As(err, &ce) {
+			return nil, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", in.Restore.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("load checkpoint %s: %w", in.Restore.Key, err)
 		}
 		var st engine.State
 		if err := st.UnmarshalBinary(payload); err != nil {
 			return nil, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("checkpoint %s: %v", in.Restore.Key, err), "CorruptCheckpoint", err)
+				fmt.Sprintf("checkpoint %s: %v", in.Restore.Key, err), spec.ErrTypeCorruptCheckpoint, err)
 		}
 		if err := tr.Restore(&st); err != nil {
 			return nil, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("checkpoint %s does not fit this run: %v", in.Restore.Key, err), "CorruptCheckpoint", err)
+				fmt.Sprintf("checkpoint %s does not fit this run: %v", in.Restore.Key, err), spec.ErrTypeCorruptCheckpoint, err)
 		}
 		return tr, nil
 	case in.From == 0:

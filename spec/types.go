@@ -39,6 +39,9 @@ const (
 	// ErrTypeNoState: the node holds no state for the chunk's first step
 	// and no checkpoint was given.
 	ErrTypeNoState = "NoState"
+	// ErrTypeCorruptCheckpoint: the checkpoint to restore failed its hash
+	// or does not decode; the run falls back to the one before.
+	ErrTypeCorruptCheckpoint = "CorruptCheckpoint"
 	// ErrTypeNotEnoughNodes: the Cluster could not fill the request in time.
 	ErrTypeNotEnoughNodes = "NotEnoughNodes"
 )

@@ -93,6 +93,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	for {
 		select {
 		case <-ctx.Done():
+			leave(c, o.ClusterID, o.ID, log)
 			return nil
 		case <-t.C:
 		}
@@ -117,4 +118,16 @@ func register(ctx context.Context, c client.Client, clusterID string, node spec.
 		return fmt.Errorf("node %s: register with %s: %w", node.ID, clusterID, err)
 	}
 	return nil
+}
+
+// leave tells the Cluster that a gracefully stopping node is gone, so it is
+// not handed to a run before its lease would run out.
+func leave(c client.Client, clusterID, nodeID string, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := c.SignalWorkflow(ctx, clusterID, "", spec.SignalMarkFailed,
+		spec.MarkFailed{NodeID: nodeID, Reason: "worker stopped"})
+	if err != nil {
+		log.Warn("could not deregister from the cluster; its lease will expire", zap.Error(err))
+	}
 }

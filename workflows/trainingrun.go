@@ -31,6 +31,9 @@ type RunState struct {
 	LastChunkEnd time.Time `json:"last_chunk_end"`
 	IdleSum      float64   `json:"idle_sum"`
 	IdleCount    int       `json:"idle_count"`
+	// Checkpoints are the last few committed checkpoints, oldest first; a
+	// corrupt one is dropped and the run falls back to the one before.
+	Checkpoints []spec.CheckpointRef `json:"checkpoints"`
 	// TrainSeconds and StepsTrained count every chunk, redone ones too.
 	TrainSeconds float64 `json:"train_seconds"`
 	StepsTrained int64   `json:"steps_trained"`

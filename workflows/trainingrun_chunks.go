@@ -22,7 +22,9 @@ type chunkFailure struct {
 	failed    []string // node IDs
 	reason    string
 	retryable bool
-	first     error
+	// corrupt: the checkpoint the chunk restored from failed verification.
+	corrupt bool
+	first   error
 }
 
 func (f *chunkFailure) Error() string {
@@ -153,6 +155,8 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 			timedOut = append(timedOut, node)
 		case errors.As(err, &ce):
 			// Cancelled by await: its peers blamed it (counted below).
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCorruptCheckpoint:
+			f.corrupt = true
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypePeerFailed:
 			if pf, ok := peerFailed(err); ok && pf.Rank >= 0 && pf.Rank < len(errs) {
 				blamed[pf.Rank]++
@@ -169,6 +173,15 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 		return nil
 	}
 	switch {
+	case f.corrupt:
+		f.reason = message(f.first)
+		for _, err := range errs {
+			var ae *temporal.ApplicationError
+			if errors.As(err, &ae) && ae.Type() == spec.ErrTypeCorruptCheckpoint {
+				f.reason = ae.Message()
+				break
+			}
+		}
 	case len(timedOut) > 0:
 		f.failed = timedOut
 		f.reason = fmt.Sprintf("node(s) %v stopped heartbeating", timedOut)
@@ -230,6 +243,10 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	if lead.Checkpoint != nil {
 		s.LastCkpt = lead.Checkpoint
 		s.Checkpoints++
+		r.st.Checkpoints = append(r.st.Checkpoints, *lead.Checkpoint)
+		if len(r.st.Checkpoints) > keepCheckpointRefs {
+			r.st.Checkpoints = r.st.Checkpoints[len(r.st.Checkpoints)-keepCheckpointRefs:]
+		}
 	}
 	if lead.EvalMetric != "" {
 		s.EvalMetric, s.EvalValue = lead.EvalMetric, lead.EvalValue
@@ -265,6 +282,9 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.st.Restarts++
 	r.setPhase(ctx, spec.PhaseRecovering)
 	workflow.GetLogger(ctx).Warn("chunk failed; recovering", "error", f.Error(), "failed", f.failed)
+	if f.corrupt {
+		r.dropLastCheckpoint(ctx, f.reason)
+	}
 	for _, id := range f.failed {
 		_ = workflow.SignalExternalWorkflow(ctx, r.clusterID, "", spec.SignalMarkFailed,
 			spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason}).Get(ctx, nil)
@@ -315,4 +335,30 @@ func message(err error) string {
 		return ae.Message()
 	}
 	return err.Error()
+}
+
+// keepCheckpointRefs bounds how far back a run can fall on corruption.
+const keepCheckpointRefs = 8
+
+// dropLastCheckpoint forgets the checkpoint that failed verification, so
+// the run resumes from the one before it (or from step 0).
+func (r *run) dropLastCheckpoint(ctx workflow.Context, why string) {
+	bad := r.st.Status.LastCkpt
+	if n := len(r.st.Checkpoints); n > 0 {
+		r.st.Checkpoints = r.st.Checkpoints[:n-1]
+	}
+	r.st.Status.LastCkpt = nil
+	if n := len(r.st.Checkpoints); n > 0 {
+		prev := r.st.Checkpoints[n-1]
+		r.st.Status.LastCkpt = &prev
+	}
+	to := int64(0)
+	if r.st.Status.LastCkpt != nil {
+		to = r.st.Status.LastCkpt.Step
+	}
+	var from int64 = -1
+	if bad != nil {
+		from = bad.Step
+	}
+	workflow.GetLogger(ctx).Warn("falling back to an earlier checkpoint", "corrupt_step", from, "resume_step", to, "why", why)
 }

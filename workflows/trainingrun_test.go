@@ -305,3 +305,34 @@ func TestTrainingRunCancelsBlamedSilentNode(t *testing.T) {
 	require.Less(t, st.Recoveries[0].DetectSeconds, 60.0, "detected by blame, not by the 1h heartbeat timeout")
 	require.EqualValues(t, 200, st.Step)
 }
+
+// A node dies; on resume the checkpoint at 100 fails verification, so the
+// run falls back to the one before it (here: step 0) and still completes.
+func TestTrainingRunFallsBackFromCorruptCheckpoint(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
+	ch := &fakeChunks{}
+	ch.fail = func(in spec.ChunkInput) error {
+		switch {
+		case in.Membership.Generation == 1 && in.From == 100:
+			return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 110})
+		case in.Membership.Generation == 2 && in.Restore != nil && in.Restore.Step == 100:
+			// The first checkpoint at 100 is corrupt; the one rewritten
+			// after the fallback is fine.
+			return temporal.NewNonRetryableApplicationError("checkpoint at step 100 is corrupt: runs/t/ckpt/100/state.bin: sha256 mismatch",
+				spec.ErrTypeCorruptCheckpoint, nil)
+		}
+		return nil
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 200, ChunkSteps: 50, CheckpointEvery: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.EqualValues(t, 200, st.Step)
+	require.Len(t, st.Recoveries, 2)
+	require.EqualValues(t, 100, st.Recoveries[0].ResumeStep)
+	require.Contains(t, st.Recoveries[1].Reason, "corrupt")
+	require.Empty(t, st.Recoveries[1].FailedNodes, "corruption is not a node's fault")
+	require.EqualValues(t, 0, st.Recoveries[1].ResumeStep, "fell back past the corrupt checkpoint")
+}

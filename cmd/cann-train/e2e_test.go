@@ -295,6 +295,9 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Ranks go to free nodes in ID order: wait until all four registered,
+	// so node-4 is the spare.
+	waitRegistered(ctx, t, c, 4)
 	base := spec.RunSpec{Nodes: 3, Steps: 400, ChunkSteps: 50, HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
 	start := func(name string) client.WorkflowRun {
 		s := base
@@ -340,5 +343,22 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	}
 	if st.WeightsSHA256 != clean.WeightsSHA256 {
 		t.Errorf("recovered run's weights %s differ from the fault-free run's %s", st.WeightsSHA256, clean.WeightsSHA256)
+	}
+}
+
+// waitRegistered polls the Cluster registry until n nodes registered.
+func waitRegistered(ctx context.Context, t *testing.T, c client.Client, n int) {
+	t.Helper()
+	for {
+		var nodes []workflows.NodeRecord
+		q, err := c.QueryWorkflow(ctx, spec.DefaultClusterID, "", spec.QueryNodes)
+		if err == nil && q.Get(&nodes) == nil && len(nodes) >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d nodes never registered (last: %d, %v)", n, len(nodes), err)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

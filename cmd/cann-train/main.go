@@ -80,6 +80,7 @@ Start here:  cann-train quickstart`,
 		newStatusCmd(e),
 		newWatchCmd(e),
 		newCheckpointCmd(e),
+		newBenchCmd(e),
 	)
 	return root
 }

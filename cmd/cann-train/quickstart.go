@@ -4,18 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
-	"github.com/cann-train/cann-train/workers"
 )
 
 type quickstartOptions struct {
@@ -96,62 +93,26 @@ a summary with the Web UI link.`,
 }
 
 func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
-	log, err := e.logger()
-	if err != nil {
-		return err
-	}
-	quiet := log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
 	kills, err := parseInjections(o.inject, o.nodes+o.spares, o.steps)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{
-		FrontendPort: o.port, UIPort: o.uiPort, Namespace: e.namespace,
-		SearchAttributes: workers.SearchAttributes(), Logger: quiet.Named("temporal"),
-	})
-	if err != nil {
-		return fmt.Errorf("%w (is another server on port %d? try --port 0 --ui-port -1)", err, o.port)
-	}
-	defer srv.Stop()
-	fmt.Fprintf(e.err, "Temporal %s up in %.1fs; Web UI %s\n", srv.FrontendAddr(), time.Since(start).Seconds(), srv.UIURL())
-
-	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Namespace: srv.Namespace(), Logger: log})
+	lc, err := startLocal(ctx, e, localOptions{port: o.port, uiPort: o.uiPort, dataDir: o.dataDir})
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-
-	wctx, stopWorkers := context.WithCancel(ctx)
-	controlDone := make(chan error, 1)
-	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), quiet) }()
-	defer func() {
-		stopWorkers()
-		<-controlDone
-	}()
-
-	ckptDir := filepath.Join(o.dataDir, "checkpoints")
-	if err := os.MkdirAll(ckptDir, 0o755); err != nil {
-		return fmt.Errorf("checkpoint dir: %w", err)
-	}
-	launcher := &dev.Launcher{Command: e.command, LogDir: filepath.Join(o.dataDir, "logs")}
-	defer func() { _ = launcher.StopAll(10 * time.Second) }()
+	defer lc.stop()
+	srv, c := lc.srv, lc.client
 	procs := map[string]*dev.Proc{}
 	for i := 1; i <= o.nodes+o.spares; i++ {
 		id := "node-" + strconv.Itoa(i)
-		args := []string{"worker", "node", "--id", id,
-			"--address", srv.FrontendAddr(), "--namespace", srv.Namespace(),
-			"--checkpoint-url", "file://" + ckptDir, "--log-level", "info"}
-		if step, ok := kills[id]; ok {
-			args = append(args, "--fault-kill-at-step", strconv.FormatInt(step, 10))
-		}
-		p, err := launcher.Start(id, args...)
+		p, err := lc.startNode(id, spec.DefaultClusterID, kills[id])
 		if err != nil {
 			return err
 		}
 		procs[id] = p
 	}
-	fmt.Fprintf(e.err, "%d node workers started (%d spare; logs in %s)\n", o.nodes+o.spares, o.spares, launcher.LogDir)
+	fmt.Fprintf(e.err, "%d node workers started (%d spare; logs in %s)\n", o.nodes+o.spares, o.spares, lc.launcher.LogDir)
 
 	name := o.name
 	if name == "" {

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
+)
+
+func newBenchCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure recovery and collectives on this machine",
+	}
+	cmd.AddCommand(newBenchRecoveryCmd(e))
+	return cmd
+}
+
+type recoveryBenchOptions struct {
+	kills, nodes    int
+	steps, chunk    int64
+	ckptEvery       int64
+	seed            uint64
+	output, dataDir string
+}
+
+// RecoveryTrial is one killed run.
+type RecoveryTrial struct {
+	Trial     int     `json:"trial"`
+	Victim    string  `json:"victim"`
+	KillStep  int64   `json:"kill_step"`
+	Detect    float64 `json:"detect_s"`
+	Replace   float64 `json:"replace_s"`
+	Resume    float64 `json:"resume_s"`
+	LostSteps int64   `json:"lost_steps"`
+	Identical bool    `json:"identical"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// RecoveryBench is `bench recovery`'s result.
+type RecoveryBench struct {
+	Trials          []RecoveryTrial `json:"trials"`
+	MedianDetect    float64         `json:"median_detect_s"`
+	MedianReplace   float64         `json:"median_replace_s"`
+	MedianResume    float64         `json:"median_resume_s"`
+	MedianLostSteps float64         `json:"median_lost_steps"`
+	CheckpointEvery int64           `json:"checkpoint_every"`
+	AllIdentical    bool            `json:"all_identical"`
+}
+
+func newBenchRecoveryCmd(e *env) *cobra.Command {
+	o := recoveryBenchOptions{}
+	cmd := &cobra.Command{
+		Use:   "recovery",
+		Short: "SIGKILL a node at a random step, several times; median detect/replace/resume times",
+		Long: `Runs a fault-free reference run, then --kills runs that each SIGKILL one node
+worker at a random step (seeded). Each trial has its own spare and cluster
+registry. For each: seconds from the kill until the workflow acts (detect),
+until the new membership stands (replace), until the first step after the
+recovery completes (resume); steps lost; and whether the final weights equal
+the reference run's bit for bit.`,
+		Example: `  cann-train bench recovery --kills 5
+  cann-train bench recovery --kills 3 --steps 600 --checkpoint-every 50 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(o.output, "text", "json"); err != nil {
+				return err
+			}
+			if o.kills < 1 || o.nodes < 2 || o.ckptEvery < 1 || o.steps < 3*o.ckptEvery {
+				return fmt.Errorf("need --kills ≥ 1, --nodes ≥ 2 and --steps ≥ 3 × --checkpoint-every")
+			}
+			res, err := benchRecovery(cmd.Context(), e, o)
+			if err != nil {
+				return err
+			}
+			return printRecoveryBench(e, res, o.output)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.kills, "kills", 5, "killed runs")
+	f.IntVar(&o.nodes, "nodes", 3, "nodes per run (plus one spare)")
+	f.Int64Var(&o.steps, "steps", 400, "steps per run")
+	f.Int64Var(&o.chunk, "chunk-steps", 50, "steps per chunk")
+	f.Int64Var(&o.ckptEvery, "checkpoint-every", 50, "checkpoint interval in steps")
+	f.Uint64Var(&o.seed, "seed", 1, "seed for victims and kill steps")
+	f.StringVarP(&o.output, "output", "o", "text", "text or json")
+	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-recovery"), "checkpoints and logs")
+	return cmd
+}
+
+func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (RecoveryBench, error) {
+	out := RecoveryBench{CheckpointEvery: o.ckptEvery, AllIdentical: true}
+	lc, err := startLocal(ctx, e, localOptions{port: 0, uiPort: 0, dataDir: o.dataDir})
+	if err != nil {
+		return out, err
+	}
+	defer lc.stop()
+	stamp := time.Now().Format("150405")
+	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
+
+	// trial runs one run on its own registry and nodes; victim < 0: none.
+	trial := func(name string, victim int, killAt int64) (spec.RunStatus, *dev.Proc, error) {
+		cluster := "cluster-" + name
+		var victimProc *dev.Proc
+		var procs []*dev.Proc
+		defer func() {
+			for _, p := range procs {
+				_ = p.Stop(5 * time.Second)
+			}
+		}()
+		for i := 0; i <= o.nodes; i++ { // the last one is the spare
+			kill := int64(0)
+			if i == victim {
+				kill = killAt
+			}
+			p, err := lc.startNode(name+"-n"+strconv.Itoa(i), cluster, kill)
+			if err != nil {
+				return spec.RunStatus{}, nil, err
+			}
+			procs = append(procs, p)
+			if i == victim {
+				victimProc = p
+			}
+		}
+		s := spec.RunSpec{Name: name, Nodes: o.nodes, Steps: o.steps, ChunkSteps: o.chunk,
+			CheckpointEvery: o.ckptEvery, HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
+		id, err := startRunWith(ctx, lc.client, s, cluster)
+		if err != nil {
+			return spec.RunStatus{}, nil, err
+		}
+		var st spec.RunStatus
+		err = lc.client.GetWorkflow(ctx, id, "").Get(ctx, &st)
+		return st, victimProc, err
+	}
+
+	ref, _, err := trial("ref-"+stamp, -1, 0)
+	if err != nil {
+		return out, fmt.Errorf("reference run: %w", err)
+	}
+	fmt.Fprintf(e.err, "reference run: %d steps, weights %.12s\n", ref.Step, ref.WeightsSHA256)
+	for i := 1; i <= o.kills; i++ {
+		victim := rng.IntN(o.nodes)
+		killAt := o.ckptEvery + 1 + rng.Int64N(o.steps-2*o.ckptEvery-1)
+		name := fmt.Sprintf("kill%d-%s", i, stamp)
+		st, vp, err := trial(name, victim, killAt)
+		t := RecoveryTrial{Trial: i, Victim: fmt.Sprintf("rank %d", victim), KillStep: killAt}
+		switch {
+		case err != nil:
+			t.Error = err.Error()
+		case len(st.Recoveries) != 1:
+			t.Error = fmt.Sprintf("%d recoveries, want 1", len(st.Recoveries))
+		default:
+			var killed map[string]time.Time
+			select {
+			case <-vp.Done():
+				killed = map[string]time.Time{st.Recoveries[0].FailedNodes[0]: vp.ExitedAt()}
+			default:
+			}
+			r := summarizeRecovery(st.Recoveries[0], killed)
+			t.Victim, t.Detect, t.Replace, t.Resume, t.LostSteps = r.FailedNode, r.DetectSeconds, r.ReplaceSeconds, r.ResumeSeconds, r.LostSteps
+			t.Identical = st.WeightsSHA256 == ref.WeightsSHA256
+		}
+		if !t.Identical {
+			out.AllIdentical = false
+		}
+		fmt.Fprintf(e.err, "trial %d: %s killed after step %d → detect %.2fs, resume %.2fs, %d steps lost, identical %v %s\n",
+			i, t.Victim, t.KillStep, t.Detect, t.Resume, t.LostSteps, t.Identical, t.Error)
+		out.Trials = append(out.Trials, t)
+	}
+	var d, r, s, l []float64
+	for _, t := range out.Trials {
+		if t.Error == "" {
+			d, r, s, l = append(d, t.Detect), append(r, t.Replace), append(s, t.Resume), append(l, float64(t.LostSteps))
+		}
+	}
+	out.MedianDetect, out.MedianReplace, out.MedianResume, out.MedianLostSteps = median(d), median(r), median(s), median(l)
+	return out, nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	if n := len(xs); n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+}
+
+func printRecoveryBench(e *env, b RecoveryBench, output string) error {
+	if output == "json" {
+		enc := json.NewEncoder(e.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(b)
+	}
+	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "trial\tvictim\tkill step\tdetect s\treplace s\tfirst step after s\tlost steps\tbit-identical\t")
+	for _, t := range b.Trials {
+		if t.Error != "" {
+			fmt.Fprintf(tw, "%d\t%s\t%d\tERROR: %s\t\t\t\t\t\n", t.Trial, t.Victim, t.KillStep, t.Error)
+			continue
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f\t%.3f\t%.3f\t%d\t%v\t\n", t.Trial, t.Victim, t.KillStep, t.Detect, t.Replace, t.Resume, t.LostSteps, t.Identical)
+	}
+	fmt.Fprintf(tw, "median\t\t\t%.3f\t%.3f\t%.3f\t%.0f\t%v\t\n", b.MedianDetect, b.MedianReplace, b.MedianResume, b.MedianLostSteps, b.AllIdentical)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "checkpoint every %d steps; times from the SIGKILL\n", b.CheckpointEvery)
+	if !b.AllIdentical {
+		return &exitError{fmt.Errorf("a recovered run did not end bit-identical to the reference")}
+	}
+	return nil
+}

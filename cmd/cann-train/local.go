@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/workers"
+)
+
+// localCluster is an embedded Temporal server, an in-process control
+// worker and node-worker child processes: what quickstart and the local
+// benchmarks run on.
+type localCluster struct {
+	srv      *dev.Server
+	client   client.Client
+	launcher *dev.Launcher
+	ckptURL  string
+	stop     func()
+}
+
+type localOptions struct {
+	port, uiPort int
+	dataDir      string
+}
+
+func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, error) {
+	log, err := e.logger()
+	if err != nil {
+		return nil, err
+	}
+	quiet := log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+	start := time.Now()
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{
+		FrontendPort: o.port, UIPort: o.uiPort, Namespace: e.namespace,
+		SearchAttributes: workers.SearchAttributes(), Logger: quiet.Named("temporal"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (is another server on port %d? try --port 0 --ui-port -1)", err, o.port)
+	}
+	fmt.Fprintf(e.err, "Temporal %s up in %.1fs; Web UI %s\n", srv.FrontendAddr(), time.Since(start).Seconds(), srv.UIURL())
+	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Namespace: srv.Namespace(), Logger: log})
+	if err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	wctx, stopControl := context.WithCancel(ctx)
+	controlDone := make(chan error, 1)
+	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), quiet) }()
+
+	ckptDir := filepath.Join(o.dataDir, "checkpoints")
+	launcher := &dev.Launcher{Command: e.command, LogDir: filepath.Join(o.dataDir, "logs")}
+	lc := &localCluster{srv: srv, client: c, launcher: launcher, ckptURL: "file://" + ckptDir}
+	lc.stop = func() {
+		_ = launcher.StopAll(10 * time.Second)
+		stopControl()
+		<-controlDone
+		c.Close()
+		srv.Stop()
+	}
+	if err := os.MkdirAll(ckptDir, 0o755); err != nil {
+		lc.stop()
+		return nil, fmt.Errorf("checkpoint dir: %w", err)
+	}
+	return lc, nil
+}
+
+// startNode launches one node-worker process registered with clusterID;
+// killAt > 0 makes it SIGKILL itself after that global step.
+func (lc *localCluster) startNode(id, clusterID string, killAt int64) (*dev.Proc, error) {
+	args := []string{"worker", "node", "--id", id,
+		"--address", lc.srv.FrontendAddr(), "--namespace", lc.srv.Namespace(),
+		"--cluster-id", clusterID, "--checkpoint-url", lc.ckptURL, "--log-level", "info"}
+	if killAt > 0 {
+		args = append(args, "--fault-kill-at-step", strconv.FormatInt(killAt, 10))
+	}
+	return lc.launcher.Start(id, args...)
+}
