@@ -6,7 +6,7 @@ BIN     ?= bin/cann-train
 SERVER_PKGS := ./dev/... ./cmd/...
 RACE_PKGS    = $(shell $(GO) list ./... | grep -v -e '/dev' -e '/cmd/')
 
-.PHONY: all build run test test-race test-e2e vet lint fmt-check bench soak clean
+.PHONY: all build run test test-race test-e2e vet lint fmt-check bench bench-mpi soak calibrate clean
 
 all: build
 
@@ -45,3 +45,17 @@ clean:
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	$(GO) run $(STATICCHECK) ./...
+
+## soak: ≥ 20 random node kills and one Temporal server restart in one run (not in CI).
+soak:
+	$(GO) test -tags soak -count=1 -timeout 40m -v -run TestSoak ./cmd/cann-train
+
+## calibrate: the strategy planner against issue 5's acceptance thresholds (not yet all met).
+calibrate:
+	$(GO) test -tags calibration -count=1 -v -run 'TestCalibration' ./engine/strategy
+
+## bench-mpi: ours vs Open MPI side by side (installs openmpi-bin + libopenmpi-dev if missing).
+bench-mpi: build
+	@command -v mpicc >/dev/null || (apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev)
+	mpicc -O3 -o bin/mpi_allreduce dev/mpibench/allreduce.c
+	dev/mpibench/compare.sh

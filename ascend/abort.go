@@ -26,8 +26,6 @@ import (
 // abort notice (or the named rank's own, when it closed or was cancelled).
 var ErrPeerAborted = errors.New("ascend: session aborted")
 
-const kindAbort = 0xF
-
 const (
 	reasonLost     = 1 // the culprit's link failed (EOF, reset, I/O error)
 	reasonTimeout  = 2 // the culprit made no progress within the deadline

@@ -11,12 +11,20 @@ import (
 	"github.com/cann-train/cann-train/ascend/ascendtest"
 )
 
-// TestHotPathDoesNotAllocate: once warm, collectives allocate nothing, on
-// any rank, with a cancellable context too. (Not under -race, whose runtime
-// allocates on its own.)
+// TestHotPathDoesNotAllocate: once warm, every operation allocates
+// nothing, with every algorithm, on any rank, with a cancellable context
+// too. World 3 exercises halving-doubling's fold. (Not under -race, whose
+// runtime allocates on its own.)
 func TestHotPathDoesNotAllocate(t *testing.T) {
-	const world, runs = 3, 20
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "shm"}[shared], func(t *testing.T) { testHotPath(t, shared) })
+	}
+}
+
+func testHotPath(t *testing.T, shared bool) {
+	const world, runs, n = 3, 10, 30_001
 	cl := ascendtest.NewCluster(t, world)
+	cl.Options.SharedMemory = shared
 	comms, err := cl.Connect(context.Background(), cl.NewSession("alloc"))
 	if err != nil {
 		t.Fatal(err)
@@ -28,35 +36,55 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	bufs := make([][]float32, world)
-	for i := range bufs {
-		bufs[i] = make([]float32, 300_001)
+	type bufs struct{ a, b, c, d []float32 }
+	bs := make([]bufs, world)
+	for i := range bs {
+		bs[i] = bufs{make([]float32, world*n), make([]float32, world*n), make([]float32, n), make([]float32, n)}
 	}
-	step := func(r int) {
-		c := comms[r]
-		if err := c.AllReduce(ctx, bufs[r], ascend.Avg); err != nil {
-			t.Error(err)
-		}
-		if err := c.Broadcast(ctx, bufs[r], 1); err != nil {
-			t.Error(err)
-		}
-		if err := c.Barrier(ctx); err != nil {
-			t.Error(err)
-		}
-	}
-	var wg sync.WaitGroup
-	for r := 1; r < world; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range runs + 1 { // AllocsPerRun makes one warm-up call
-				step(r)
+	counts := []int{n, 0, n - 1}
+	total := 2*n - 1
+	uniform := []int{n - 1, n - 1, n - 1}
+	for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree} {
+		t.Run(algo.String(), func(t *testing.T) {
+			step := func(r int) {
+				c, b := comms[r], bs[r]
+				check := func(err error) {
+					if err != nil {
+						t.Error(err)
+					}
+				}
+				check(c.SetAlgorithm(algo))
+				check(c.AllReduce(ctx, b.c, ascend.Avg))
+				check(c.AllReduceInto(ctx, b.d, b.c, ascend.Sum))
+				check(c.ReduceScatter(ctx, b.a, ascend.Sum))
+				check(c.ReduceScatterInto(ctx, b.c, b.a, ascend.Max))
+				check(c.AllGather(ctx, b.a))
+				check(c.AllGatherInto(ctx, b.b, b.c))
+				check(c.AllGatherV(ctx, b.a[:total], b.c[:counts[r]], counts))
+				check(c.Broadcast(ctx, b.c, 1))
+				check(c.BroadcastInto(ctx, b.d, b.c, 2))
+				check(c.Reduce(ctx, b.c, ascend.Sum, 0))
+				check(c.ReduceInto(ctx, b.d, b.c, ascend.Min, 2))
+				check(c.AllToAll(ctx, b.b, b.a))
+				check(c.AllToAllV(ctx, b.b[:3*(n-1)], b.a[:3*(n-1)], uniform, uniform))
+				check(c.SendRecv(ctx, b.c, (r+1)%world, b.d, (r+world-1)%world))
+				check(c.Barrier(ctx))
 			}
-		}()
-	}
-	allocs := testing.AllocsPerRun(runs, func() { step(0) })
-	wg.Wait()
-	if allocs != 0 {
-		t.Errorf("%v allocations per AllReduce+Broadcast+Barrier across %d ranks, want 0", allocs, world)
+			var wg sync.WaitGroup
+			for r := 1; r < world; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range runs + 1 { // AllocsPerRun makes one warm-up call
+						step(r)
+					}
+				}()
+			}
+			allocs := testing.AllocsPerRun(runs, func() { step(0) })
+			wg.Wait()
+			if allocs != 0 {
+				t.Errorf("%v allocations per round of every operation across %d ranks, want 0", allocs, world)
+			}
+		})
 	}
 }

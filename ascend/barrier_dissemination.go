@@ -16,11 +16,11 @@ func (c *Communicator) Barrier(ctx context.Context) error {
 		return err
 	}
 	defer c.end(watched)
-	tag := makeTag(seq, kindBarrier, 0)
+	tag := makeTag(seq, AlgoAuto, CollBarrier, 0)
 	p, r := c.size, c.rank
 	for k := 1; k < p; k <<= 1 {
 		to, from := c.peers[mod(r+k, p)], c.peers[mod(r-k, p)]
-		if err := c.exchange(ctx, "barrier", tag, to, nil, from, nil, Sum, false); err != nil {
+		if err := c.exchange(ctx, "barrier", tag, to, nil, from, nil, nil, Sum, false); err != nil {
 			return err
 		}
 	}

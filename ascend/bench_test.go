@@ -62,6 +62,61 @@ func BenchmarkAllReduceRing(b *testing.B) {
 	}
 }
 
+// BenchmarkAllReduceAlgo compares the algorithms (in-place Sum AllReduce,
+// loopback TCP, ranks in this process) on small and large messages.
+func BenchmarkAllReduceAlgo(b *testing.B) {
+	for _, world := range []int{2, 4, 8} {
+		for _, bytes := range []int{8, 64 << 10, 4 << 20} {
+			for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree} {
+				b.Run(fmt.Sprintf("world=%d/%dB/%v", world, bytes, algo), func(b *testing.B) {
+					benchAllReduce(b, world, bytes, algo)
+				})
+			}
+		}
+	}
+}
+
+func benchAllReduce(b *testing.B, world, bytes int, algo ascend.Algorithm) {
+	cl := ascendtest.NewCluster(b, world)
+	cl.Options.Algorithm = algo
+	comms, err := cl.Connect(context.Background(), cl.NewSession("bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	bufs := make([][]float32, world)
+	for i := range bufs {
+		bufs[i] = make([]float32, bytes/4)
+	}
+	run := func(iters int) {
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range iters {
+					if err := c.AllReduce(context.Background(), bufs[r], ascend.Sum); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	run(2)
+	b.SetBytes(int64(bytes))
+	b.ResetTimer()
+	run(b.N)
+	b.StopTimer()
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(bytes)/sec*2*float64(world-1)/float64(world)/1e9, "busbw_GB/s")
+}
+
 // BenchmarkLoopbackTCP is the baseline: one TCP connection over loopback
 // moving the same sizes. "oneway" streams S bytes in one direction (MB/s is
 // the single-stream link bandwidth); "duplex" has both ends send S bytes and

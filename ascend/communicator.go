@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 )
@@ -24,6 +25,17 @@ type Config struct {
 	// ChunkBytes is the largest frame payload (rounded down to a multiple
 	// of 4; 0 means DefaultChunkBytes). It must be equal on all ranks.
 	ChunkBytes int
+	// Algorithm forces one algorithm for every collective that implements
+	// it; the others choose automatically. AlgoAuto (the zero value) defers
+	// to the ASCEND_ALGO environment variable (see ParseAlgorithmSpec),
+	// then to the cost model. It must be equal on all ranks (frames carry
+	// the algorithm, so a disagreement is reported as ErrMismatch).
+	Algorithm Algorithm
+	// Model is the α-β-γ cost model for automatic selection. The zero value
+	// means DefaultCostModel until Calibrate measures the links.
+	Model CostModel
+	// IgnoreEnv makes New ignore ASCEND_ALGO.
+	IgnoreEnv bool
 }
 
 // Communicator is one rank's endpoint of a session. See the package
@@ -38,7 +50,16 @@ type Communicator struct {
 	opMu     sync.Mutex // serialises collectives
 	seq      uint32
 	scratch  []float32 // receive scratch for reductions, grown on demand
-	children []*peer   // broadcast scratch
+	children []*peer   // tree scratch
+	force    [numColl]Algorithm
+	initial  [numColl]Algorithm // force as configured (Config, ASCEND_ALGO)
+	model    CostModel
+	offs     []int        // partition scratch: p+1 offsets
+	voffs    []int        // halving-doubling block offsets: p'+1
+	acc      [2][]float32 // ping-pong chunk accumulators (pipelined reduce)
+	work     []float32    // workspace of out-of-place variants, grown on demand
+	p2pSend  []uint32     // per-peer point-to-point sequence numbers
+	p2pRecv  []uint32
 
 	stateMu sync.Mutex
 	err     error // sticky failure
@@ -57,6 +78,7 @@ type peer struct {
 	conn   Conn
 	sendMu sync.Mutex   // held around every Send: abort notices go between frames
 	jobs   chan sendJob // at most one outstanding job
+	busy   bool         // a job is outstanding (touched only under opMu)
 	done   chan error
 	exited chan struct{}
 	enc    []byte // encode scratch for the portable wire path
@@ -89,6 +111,24 @@ func New(cfg Config) (*Communicator, error) {
 	if chunk < 4 {
 		return nil, fmt.Errorf("%w: ChunkBytes %d", ErrInvalid, cfg.ChunkBytes)
 	}
+	if !cfg.Algorithm.valid() {
+		return nil, fmt.Errorf("%w: algorithm %d", ErrInvalid, uint8(cfg.Algorithm))
+	}
+	var force [numColl]Algorithm
+	if cfg.Algorithm != AlgoAuto {
+		force = forceAll(cfg.Algorithm)
+	} else if spec := os.Getenv(EnvAlgorithm); spec != "" && !cfg.IgnoreEnv {
+		f, err := ParseAlgorithmSpec(spec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s=%q: %w", ErrInvalid, EnvAlgorithm, spec, err)
+		}
+		force = f
+	}
+	model := cfg.Model
+	if model == (CostModel{}) {
+		model = DefaultCostModel()
+	}
+	model.Segment = chunk &^ 3
 	c := &Communicator{
 		rank:     cfg.Rank,
 		size:     cfg.Size,
@@ -97,6 +137,13 @@ func New(cfg Config) (*Communicator, error) {
 		chunk:    chunk / 4,
 		native:   nativeLE,
 		children: make([]*peer, 0, 8),
+		force:    force,
+		initial:  force,
+		model:    model,
+		offs:     make([]int, cfg.Size+1),
+		voffs:    make([]int, cfg.Size+1),
+		p2pSend:  make([]uint32, cfg.Size),
+		p2pRecv:  make([]uint32, cfg.Size),
 		quit:     make(chan struct{}),
 		watch:    make(chan watchReq, 1),
 		unwatch:  make(chan struct{}),
@@ -222,23 +269,31 @@ func ctxErr(ctx context.Context) error {
 // number and arms cancellation. The caller must call c.end(watched) when done.
 // It must be called with opMu held.
 func (c *Communicator) begin(ctx context.Context, op string) (seq uint32, watched bool, err error) {
+	seq = c.seq
+	c.seq++
+	watched, err = c.arm(ctx, op)
+	return seq, watched, err
+}
+
+// arm checks the sticky state and arms cancellation for an operation that
+// does not consume a collective sequence number (point-to-point). It must
+// be called with opMu held.
+func (c *Communicator) arm(ctx context.Context, op string) (watched bool, err error) {
 	c.stateMu.Lock()
 	err = c.stickyLocked()
 	c.stateMu.Unlock()
 	if err != nil {
-		return 0, false, err
+		return false, err
 	}
-	seq = c.seq
-	c.seq++
 	if cerr := ctx.Err(); cerr != nil {
 		// Skipping a collective the peers run desynchronises the session.
-		return 0, false, c.abort(fmt.Errorf("ascend: %s: %w", op, cerr))
+		return false, c.abort(fmt.Errorf("ascend: %s: %w", op, cerr))
 	}
 	watched = ctx.Done() != nil && c.size > 1
 	if watched {
 		c.watch <- watchReq{ctx: ctx, op: op} // the watcher is idle: never blocks
 	}
-	return seq, watched, nil
+	return watched, nil
 }
 
 // end disarms cancellation. If cancellation fired, the links are closed and
@@ -284,15 +339,18 @@ func (c *Communicator) watcher() {
 	}
 }
 
-// Tag layout: seq (20 bits) | kind (4 bits) | aux (8 bits: op or root).
-const (
-	kindAllReduce = 1
-	kindBroadcast = 2
-	kindBarrier   = 3
-)
+// Tag layout: seq (16 bits) | algorithm (4 bits) | kind (4 bits: the
+// Collective) | aux (8 bits: op and/or root). Abort notices use kindAbort
+// with their own layout (abort.go).
+func makeTag(seq uint32, algo Algorithm, kind Collective, aux int) uint32 {
+	return (seq&0xFFFF)<<16 | uint32(algo&0xF)<<12 | uint32(kind&0xF)<<8 | uint32(aux&0xFF)
+}
 
-func makeTag(seq uint32, kind, aux int) uint32 {
-	return (seq&0xFFFFF)<<12 | uint32(kind&0xF)<<8 | uint32(aux&0xFF)
+// tagKind is the kind field of a tag.
+func tagKind(tag uint32) uint32 { return tag >> 8 & 0xF }
+
+func describeTag(tag uint32) string {
+	return fmt.Sprintf("%#x (seq %d algo %v kind %v aux %d)", tag, tag>>16, Algorithm(tag>>12&0xF), Collective(tagKind(tag)), tag&0xFF)
 }
 
 // writer runs p's sends so that send and receive overlap.
@@ -312,12 +370,14 @@ func (c *Communicator) writer(p *peer) {
 // startSend hands data to p's writer. There is at most one outstanding job
 // per peer (every startSend is paired with a waitSend), so it never blocks.
 func (c *Communicator) startSend(ctx context.Context, p *peer, tag uint32, data []float32) {
+	p.busy = true
 	p.jobs <- sendJob{ctx: ctx, tag: tag, data: data}
 }
 
 // waitSend waits for the job started on p. When it returns, the writer no
 // longer touches the job's buffer.
 func (c *Communicator) waitSend(p *peer) error {
+	p.busy = false
 	select {
 	case err := <-p.done:
 		return err
@@ -371,11 +431,10 @@ func recvFrame(ctx context.Context, p *peer, tag uint32, b []byte) error {
 		return err
 	}
 	if got != tag {
-		if got>>8&0xF == kindAbort {
+		if tagKind(got) == kindAbort {
 			return decodeNotice(got)
 		}
-		return fmt.Errorf("%w: got frame tag %#x (seq %d kind %d aux %d), want %#x (seq %d kind %d aux %d)",
-			ErrMismatch, got, got>>12, got>>8&0xF, got&0xFF, tag, tag>>12, tag>>8&0xF, tag&0xFF)
+		return fmt.Errorf("%w: got frame tag %s, want %s", ErrMismatch, describeTag(got), describeTag(tag))
 	}
 	if n != len(b) {
 		return fmt.Errorf("%w: got a %d-byte frame, want %d bytes (buffer lengths differ?)", ErrMismatch, n, len(b))
@@ -391,10 +450,28 @@ func (c *Communicator) scratchFor(n int) []float32 {
 	return c.scratch[:n]
 }
 
-// recvReduce receives len(dst) elements from p, frame by frame, and folds
-// them into dst with op. Reduction of one frame overlaps the transport
-// receiving the next.
-func (c *Communicator) recvReduce(ctx context.Context, p *peer, tag uint32, dst []float32, op Op) error {
+// workFor returns the reusable out-of-place workspace of n elements. Its
+// contents are unspecified.
+func (c *Communicator) workFor(n int) []float32 {
+	if cap(c.work) < n {
+		c.work = make([]float32, n)
+	}
+	return c.work[:n]
+}
+
+// accFor returns ping-pong accumulator i (0 or 1) of n ≤ chunk elements.
+func (c *Communicator) accFor(i, n int) []float32 {
+	if cap(c.acc[i]) < n {
+		c.acc[i] = make([]float32, min(c.chunk, max(n, 1024)))
+	}
+	return c.acc[i][:n]
+}
+
+// recvReduce receives len(dst) elements from p, frame by frame, and
+// stores base[i] op received[i] into dst[i] (base may be dst itself: an
+// in-place fold). Reduction of one frame overlaps the transport receiving
+// the next.
+func (c *Communicator) recvReduce(ctx context.Context, p *peer, tag uint32, dst, base []float32, op Op) error {
 	scratch := c.scratchFor(min(len(dst), c.chunk))
 	for off := 0; ; {
 		k := min(len(dst)-off, c.chunk)
@@ -404,9 +481,9 @@ func (c *Communicator) recvReduce(ctx context.Context, p *peer, tag uint32, dst 
 			return err
 		}
 		if c.native {
-			reduce(dst[off:off+k], s, op)
+			reduce3(dst[off:off+k], base[off:off+k], s, op)
 		} else {
-			reduceLE(dst[off:off+k], b, op)
+			reduceLE(dst[off:off+k], base[off:off+k], b, op)
 		}
 		off += k
 		if off >= len(dst) {
@@ -439,28 +516,78 @@ func (c *Communicator) recvCopy(ctx context.Context, p *peer, tag uint32, dst []
 	}
 }
 
-// exchange sends data to `to` while receiving into dst from `from`, either
-// reducing (reduce=true) or copying, and waits for both. It returns the
-// sticky error on failure.
-func (c *Communicator) exchange(ctx context.Context, opName string, tag uint32, to *peer, data []float32, from *peer, dst []float32, op Op, reduce bool) error {
-	c.startSend(ctx, to, tag, data)
-	var rerr error
+// recv receives len(dst) elements from p: folded with base when reduce is
+// set (see recvReduce), copied otherwise.
+func (c *Communicator) recv(ctx context.Context, p *peer, tag uint32, dst, base []float32, op Op, reduce bool) error {
 	if reduce {
-		rerr = c.recvReduce(ctx, from, tag, dst, op)
-	} else {
-		rerr = c.recvCopy(ctx, from, tag, dst)
+		return c.recvReduce(ctx, p, tag, dst, base, op)
 	}
-	if rerr != nil {
-		// Abort first so the outstanding send is interrupted, then wait
-		// for it so the writer is done with data before we return.
-		err := c.fail(ctx, opName, from, rerr)
-		_ = c.waitSend(to)
-		return err
+	return c.recvCopy(ctx, p, tag, dst)
+}
+
+// drain waits for every outstanding send after a failure, so that no
+// writer touches a caller's buffer once the collective returns.
+func (c *Communicator) drain() {
+	for _, p := range c.peers {
+		if p != nil && p.busy {
+			_ = c.waitSend(p)
+		}
 	}
-	if serr := c.waitSend(to); serr != nil {
-		return c.fail(ctx, opName, to, c.explainSendError(to, serr))
+}
+
+// failRecv turns a receive error on the link to p into the sticky error:
+// it aborts (interrupting outstanding sends), then drains them.
+func (c *Communicator) failRecv(ctx context.Context, opName string, p *peer, err error) error {
+	err = c.fail(ctx, opName, p, err)
+	c.drain()
+	return err
+}
+
+// failSend is failRecv for a failed send to p; p's own abort notice, if it
+// left one, explains the failure better than the broken pipe.
+func (c *Communicator) failSend(ctx context.Context, opName string, p *peer, err error) error {
+	err = c.fail(ctx, opName, p, c.explainSendError(p, err))
+	c.drain()
+	return err
+}
+
+// finishSend waits for the send outstanding on p and reports its failure.
+func (c *Communicator) finishSend(ctx context.Context, opName string, p *peer) error {
+	if err := c.waitSend(p); err != nil {
+		return c.failSend(ctx, opName, p, err)
 	}
 	return nil
+}
+
+// sendTo sends data to p and waits for the transport to take it.
+func (c *Communicator) sendTo(ctx context.Context, opName string, tag uint32, p *peer, data []float32) error {
+	c.startSend(ctx, p, tag, data)
+	return c.finishSend(ctx, opName, p)
+}
+
+// recvFrom receives from p (see recv) and turns a failure into the sticky
+// error.
+func (c *Communicator) recvFrom(ctx context.Context, opName string, tag uint32, p *peer, dst, base []float32, op Op, reduce bool) error {
+	if err := c.recv(ctx, p, tag, dst, base, op, reduce); err != nil {
+		return c.failRecv(ctx, opName, p, err)
+	}
+	return nil
+}
+
+// exchange sends data to `to` while receiving into dst from `from`,
+// either folding with base (reduce=true, see recvReduce) or copying, and
+// waits for both. It returns the sticky error on failure.
+func (c *Communicator) exchange(ctx context.Context, opName string, tag uint32, to *peer, data []float32, from *peer, dst, base []float32, op Op, reduce bool) error {
+	return c.exchange2(ctx, opName, tag, to, data, tag, from, dst, base, op, reduce)
+}
+
+// exchange2 is exchange with distinct tags for the two directions.
+func (c *Communicator) exchange2(ctx context.Context, opName string, stag uint32, to *peer, data []float32, rtag uint32, from *peer, dst, base []float32, op Op, reduce bool) error {
+	c.startSend(ctx, to, stag, data)
+	if err := c.recv(ctx, from, rtag, dst, base, op, reduce); err != nil {
+		return c.failRecv(ctx, opName, from, err)
+	}
+	return c.finishSend(ctx, opName, to)
 }
 
 func mod(a, n int) int {

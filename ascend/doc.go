@@ -11,9 +11,20 @@
 //     sequence number, the collective kind and its op/root, so most
 //     disagreements are detected and reported as [ErrMismatch] instead of
 //     silently corrupting data.
-//   - Collectives are synchronous and in place: when AllReduce or Broadcast
-//     returns, buf holds the result and no goroutine of the Communicator
-//     touches buf any more. Every rank receives a bit-identical result.
+//   - Collectives are synchronous: when one returns, its output holds the
+//     result and no goroutine of the Communicator touches the caller's
+//     buffers any more. Most have an in-place form (AllReduce(buf)) and an
+//     out-of-place one (AllReduceInto(dst, src), src left untouched);
+//     dst and src must be the same slice or not overlap. Every rank of an
+//     AllReduce or AllGather receives a bit-identical result (each element
+//     is reduced once, by one rank, and then copied).
+//   - Operations: AllReduce, ReduceScatter, AllGather and AllGatherV,
+//     Broadcast, Reduce (to a root; the other ranks' buffers are left
+//     untouched), AllToAll and AllToAllV, Barrier, and point-to-point Send,
+//     Recv and SendRecv (see p2p.go for how they interleave with
+//     collectives). The ops are Sum, Avg, Max and Min on float32.
+//   - After the first call at a given size, no operation allocates: its
+//     scratch buffers belong to the Communicator and are reused.
 //   - float32 values travel little-endian. On little-endian hosts buffers are
 //     sent and received without conversion (unsafe reinterpretation); on
 //     big-endian hosts they are converted through a reused scratch buffer.
@@ -39,23 +50,41 @@
 //   - There is no package-level mutable state; several communicators, in one
 //     process or many, are independent.
 //
-// Algorithms live one per file, each with its α-β cost at the top: the
-// chunked ring for AllReduce (allreduce_ring.go), a pipelined binomial tree
-// for Broadcast (broadcast_tree.go) and dissemination for Barrier
-// (barrier_dissemination.go); abort notices are in abort.go.
+// # Algorithms
+//
+// Algorithms live one per file, each with its α-β-γ cost at the top: ring
+// (ring.go: ring AllReduce, ReduceScatter and AllGather, pipelined chain
+// Broadcast and Reduce), recursive halving-doubling (halving_doubling.go:
+// Rabenseifner AllReduce, ReduceScatter and AllGather, any world size),
+// binomial tree (tree.go: pipelined Broadcast and Reduce, and AllReduce as
+// the two), pairwise exchange (alltoall_pairwise.go) and dissemination
+// (barrier_dissemination.go). Each call picks the algorithm with the lowest
+// predicted time from an α-β-γ cost model (algorithm.go) whose parameters
+// Calibrate measures on the links when a communicator starts (tcp.Connect
+// does it; a few milliseconds) and the ranks agree on, so they all choose
+// alike. The model prices both an algorithm's critical path and its share
+// of the total work, which is what counts when ranks share CPUs. The
+// choice can be forced with Config.Algorithm or SetAlgorithm, or per
+// process with ASCEND_ALGO=ring|hd|tree (or per collective,
+// "allreduce=hd,broadcast=tree"), like NCCL_ALGO and HCCL_ALGO; frames
+// carry the algorithm, so ranks that disagree fail with ErrMismatch.
+// Abort notices are in abort.go.
 //
 // Transports implement [Conn]; package ascend/tcp is the TCP transport with
-// a node-level listener, rendezvous and mutual authentication, and package
-// ascend/ascendtest spawns in-process groups over loopback TCP for tests.
+// a node-level listener, rendezvous and mutual authentication, package
+// package ascend/shm is the shared-memory transport tcp.Connect switches
+// same-host links to on request, package ascend/ascendtest spawns
+// in-process groups over loopback TCP for tests, and package ascend/bench
+// is the nccl-tests style benchmark.
 //
 // # Non-goals (of this version)
 //
-//   - Algorithm selection (halving-doubling, tree AllReduce, hierarchical
-//     intra/inter node), an α-β cost model, a shared-memory transport and a
-//     benchmark harness in the style of nccl-tests come later; the API is
-//     shaped so they slot in behind the same methods.
-//   - No data types other than float32, no ReduceScatter/AllGather/
-//     point-to-point API yet, no non-blocking collectives, no streams.
+//   - Hierarchical (intra/inter node) algorithms come later; they slot in
+//     behind the same methods. Package ascend/shm already provides
+//     shared-memory links between ranks of one host (tcp.Options.
+//     SharedMemory), but every algorithm treats all links alike.
+//   - No data types other than float32, no non-blocking collectives, no
+//     streams, no in-place AllToAll.
 //   - No fault tolerance inside a session: a session does not survive the
 //     loss of a rank; recovery is forming a new session.
 //   - Transport encryption is out of scope: peers are mutually authenticated

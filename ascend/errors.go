@@ -24,7 +24,7 @@ var (
 // io.ErrUnexpectedEOF, a reset) or a protocol/mismatch violation.
 type PeerError struct {
 	Rank int    // the peer's rank
-	Op   string // the collective: "allreduce", "broadcast", "barrier"
+	Op   string // the operation: "allreduce", "reducescatter", "allgather", "broadcast", "reduce", "alltoall", "barrier", "send", "recv", "sendrecv", "calibrate"
 	Err  error
 }
 

@@ -246,7 +246,7 @@ func TestWireEncoding(t *testing.T) {
 	for _, op := range []Op{Sum, Max, Min} {
 		x, y := slices.Clone(f), slices.Clone(f)
 		reduce(x, g, op)
-		reduceLE(y, b, op)
+		reduceLE(y, y, b, op)
 		for i := range x {
 			if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
 				t.Fatalf("%v: reduceLE differs at %d", op, i)
@@ -288,8 +288,8 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestTag(t *testing.T) {
-	tag := makeTag(0x123456, kindBroadcast, 300)
-	if tag>>12 != 0x23456 || tag>>8&0xF != kindBroadcast || tag&0xFF != 300&0xFF {
+	tag := makeTag(0x123456, AlgoTree, CollBroadcast, 300)
+	if tag>>16 != 0x3456 || Algorithm(tag>>12&0xF) != AlgoTree || Collective(tagKind(tag)) != CollBroadcast || tag&0xFF != 300&0xFF {
 		t.Fatalf("%#x", tag)
 	}
 }

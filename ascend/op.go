@@ -32,36 +32,49 @@ func (o Op) valid() bool { return o <= Min }
 
 // reduce folds src into dst element-wise: dst[i] = dst[i] op src[i].
 // Avg reduces like Sum; the division happens once at the end.
-func reduce(dst, src []float32, op Op) {
-	src = src[:len(dst)]
+func reduce(dst, src []float32, op Op) { reduce3(dst, dst, src, op) }
+
+// reduce3 stores a[i] op b[i] into dst[i]; dst may alias a or b exactly
+// (same start), which makes it an in-place fold.
+func reduce3(dst, a, b []float32, op Op) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
 	switch op {
 	case Sum, Avg:
-		for i := range dst {
-			dst[i] += src[i]
+		i := 0
+		for ; i+4 <= n; i += 4 {
+			x, y := a[i:i+4:i+4], b[i:i+4:i+4]
+			d := dst[i : i+4 : i+4]
+			d[0], d[1], d[2], d[3] = x[0]+y[0], x[1]+y[1], x[2]+y[2], x[3]+y[3]
+		}
+		for ; i < n; i++ {
+			dst[i] = a[i] + b[i]
 		}
 	case Max:
 		for i := range dst {
-			dst[i] = max(dst[i], src[i])
+			dst[i] = max(a[i], b[i])
 		}
 	case Min:
 		for i := range dst {
-			dst[i] = min(dst[i], src[i])
+			dst[i] = min(a[i], b[i])
 		}
 	}
 }
 
-// reduceLE folds little-endian encoded src into dst (portable wire path).
-func reduceLE(dst []float32, src []byte, op Op) {
+// reduceLE stores base[i] op src[i] into dst[i], src little-endian encoded
+// (portable wire path).
+func reduceLE(dst, base []float32, src []byte, op Op) {
 	src = src[:4*len(dst)]
+	base = base[:len(dst)]
 	for i := range dst {
 		v := getF32(src[4*i:])
 		switch op {
 		case Sum, Avg:
-			dst[i] += v
+			dst[i] = base[i] + v
 		case Max:
-			dst[i] = max(dst[i], v)
+			dst[i] = max(base[i], v)
 		case Min:
-			dst[i] = min(dst[i], v)
+			dst[i] = min(base[i], v)
 		}
 	}
 }

@@ -39,7 +39,7 @@ func BenchmarkWire(b *testing.B) {
 	b.Run("reduce/binary", func(b *testing.B) {
 		b.SetBytes(4 * n)
 		for b.Loop() {
-			reduceLE(g, buf[:4*n], Sum)
+			reduceLE(g, g, buf[:4*n], Sum)
 		}
 	})
 	b.Run("reduce/max", func(b *testing.B) {

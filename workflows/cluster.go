@@ -34,6 +34,7 @@ type NodeRecord struct {
 	LastSeen   time.Time `json:"last_seen"`
 	Failed     bool      `json:"failed"`
 	FailReason string    `json:"fail_reason,omitempty"`
+	FailedAt   time.Time `json:"failed_at,omitzero"`
 	// Run holds the node, at Rank; empty when free.
 	Run  string `json:"run,omitempty"`
 	Rank int    `json:"rank"`
@@ -94,7 +95,7 @@ func (c *cluster) run(ctx workflow.Context) error {
 	sel.AddReceive(failed, func(ch workflow.ReceiveChannel, _ bool) {
 		var mf spec.MarkFailed
 		ch.Receive(ctx, &mf)
-		c.markFailed(mf)
+		c.markFailed(ctx, mf)
 	})
 	sel.AddReceive(release, func(ch workflow.ReceiveChannel, _ bool) {
 		var r spec.Release
@@ -160,18 +161,27 @@ func (c *cluster) register(ctx workflow.Context, n spec.Node) {
 	})
 }
 
+// heartbeat renews a lease. A node marked failed that keeps renewing for a
+// whole lease TTL afterwards is alive after all (blamed by mistake, or cut
+// off while Temporal itself restarted) and is handed out again.
 func (c *cluster) heartbeat(ctx workflow.Context, hb spec.NodeHeartbeat) {
-	if r := c.find(hb.NodeID); r != nil {
-		r.LastSeen = workflow.Now(ctx)
+	r := c.find(hb.NodeID)
+	if r == nil {
+		return
+	}
+	r.LastSeen = workflow.Now(ctx)
+	if r.Failed && r.LastSeen.Sub(r.FailedAt) > c.st.LeaseTTL {
+		workflow.GetLogger(ctx).Info("failed node kept its lease; reinstated", "node", r.Node.ID, "reason", r.FailReason)
+		r.Failed, r.FailReason = false, ""
 	}
 }
 
-func (c *cluster) markFailed(mf spec.MarkFailed) {
+func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 	r := c.find(mf.NodeID)
 	if r == nil {
 		return
 	}
-	r.Failed, r.FailReason = true, mf.Reason
+	r.Failed, r.FailReason, r.FailedAt = true, mf.Reason, workflow.Now(ctx)
 	if mf.RunID == "" || r.Run == mf.RunID {
 		r.Run, r.Rank = "", -1
 	}

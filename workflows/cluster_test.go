@@ -69,7 +69,15 @@ func TestClusterAllocates(t *testing.T) {
 		at(time.Duration(i)*time.Second, func() { env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"}) })
 	}
 	at(41*time.Second, func() { acquire("expired", spec.AcquireRequest{RunID: "r3", Count: 2, Wait: time.Second}) })
-	at(50*time.Second, func() { env.CancelWorkflow() })
+	// b is marked failed but keeps renewing its lease for longer than the
+	// TTL: it is alive after all and is handed out again.
+	at(42*time.Second, func() { env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "b", Reason: "blamed"}) })
+	for i := 43; i <= 70; i += 3 {
+		at(time.Duration(i)*time.Second, func() { env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "b"}) })
+	}
+	at(50*time.Second, func() { acquire("still-failed", spec.AcquireRequest{RunID: "r4", Count: 1, Wait: time.Second}) })
+	at(71*time.Second, func() { acquire("reinstated", spec.AcquireRequest{RunID: "r5", Count: 1, Wait: time.Second}) })
+	at(80*time.Second, func() { env.CancelWorkflow() })
 
 	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
 	require.True(t, env.IsWorkflowCompleted())
@@ -85,6 +93,9 @@ func TestClusterAllocates(t *testing.T) {
 	var ae *temporal.ApplicationError
 	require.True(t, errors.As(results["expired"].err, &ae), "got %v", results["expired"].err)
 	require.Equal(t, spec.ErrTypeNotEnoughNodes, ae.Type())
+	require.Error(t, results["still-failed"].err, "a freshly failed node is not handed out")
+	require.NoError(t, results["reinstated"].err)
+	require.Equal(t, []string{"b"}, ids(results["reinstated"].nodes))
 }
 
 func TestClusterContinuesAsNewWithItsState(t *testing.T) {

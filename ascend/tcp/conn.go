@@ -25,7 +25,9 @@ type conn struct {
 	nc        *net.TCPConn
 	opTimeout time.Duration
 	rhdr      [frameHdr]byte
-	wbuf      []byte // header + small payloads, allocated once
+	wbuf      []byte      // header + small payloads, allocated once
+	iov       [2][]byte   // header and payload of a large frame
+	bufs      net.Buffers // writev view of iov, consumed by each write
 	closeOnce sync.Once
 }
 
@@ -65,10 +67,12 @@ func (c *conn) Send(ctx context.Context, tag uint32, p []byte) error {
 		_, err := c.nc.Write(c.wbuf[:frameHdr+n])
 		return err
 	}
-	if _, err := c.nc.Write(h); err != nil {
-		return err
-	}
-	_, err := c.nc.Write(p)
+	// One writev: with TCP_NODELAY a separate header write would leave as
+	// its own segment and wake the reader twice.
+	c.iov = [2][]byte{h, p}
+	c.bufs = c.iov[:]
+	_, err := c.bufs.WriteTo(c.nc)
+	c.iov = [2][]byte{}
 	return err
 }
 

@@ -41,6 +41,26 @@ type Options struct {
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive. Zero leaves
 	// the kernel's autotuning alone, which on Linux is usually faster.
 	SocketBuffer int
+	// Algorithm forces a collective algorithm (ascend.Config.Algorithm);
+	// the zero value selects automatically (or per ASCEND_ALGO). It must
+	// be equal on all ranks.
+	Algorithm ascend.Algorithm
+	// ChunkBytes is the communicator's frame size (ascend.Config.ChunkBytes;
+	// 0 means ascend.DefaultChunkBytes, at most MaxFrame). It must be equal
+	// on all ranks.
+	ChunkBytes int
+	// SharedMemory makes the link to every peer on the same host a
+	// shared-memory ring (package ascend/shm), provided the peer sets it
+	// too and both see the same /dev/shm; the TCP connection then only
+	// watches the peer's liveness. Other links stay TCP.
+	SharedMemory bool
+	// SharedMemoryRing is the ring capacity per direction of those links
+	// (0: shm.DefaultRingBytes).
+	SharedMemoryRing int
+	// SkipCalibration skips measuring the links when the group forms
+	// (ascend.Communicator.Calibrate, a few milliseconds); the cost model
+	// then stays ascend.DefaultCostModel. It must be equal on all ranks.
+	SkipCalibration bool
 }
 
 const (
@@ -51,7 +71,8 @@ const (
 // Connect forms rank g.Rank's Communicator of the session g.Session: it
 // dials the lower ranks, accepts the higher ranks through l, authenticates
 // every link, and returns once all ranks are connected (it ends with a
-// barrier). It fails with a *HandshakeError (wrapping ErrAuth, ErrVersion,
+// barrier, then calibrates the cost model unless Options.SkipCalibration
+// is set). It fails with a *HandshakeError (wrapping ErrAuth, ErrVersion,
 // ErrGroupMismatch or ascend.ErrProtocol), with context.DeadlineExceeded
 // when ConnectTimeout passes, or with the ctx's error.
 func Connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.Communicator, error) {
@@ -75,6 +96,8 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 		return nil, fmt.Errorf("%w: session of %d bytes", ascend.ErrInvalid, len(g.Session))
 	case len(g.Token) == 0:
 		return nil, fmt.Errorf("%w: empty token", ascend.ErrInvalid)
+	case opts.ChunkBytes < 0 || opts.ChunkBytes > MaxFrame:
+		return nil, fmt.Errorf("%w: ChunkBytes %d", ascend.ErrInvalid, opts.ChunkBytes)
 	}
 	for j := 0; j < g.Rank; j++ {
 		if g.Addrs[j] == "" {
@@ -106,8 +129,7 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 	if err != nil {
 		return nil, err
 	}
-	conns := make([]ascend.Conn, world)
-	for i, nc := range ncs {
+	for _, nc := range ncs {
 		if nc == nil {
 			continue
 		}
@@ -116,11 +138,19 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 			_ = nc.SetReadBuffer(opts.SocketBuffer)
 			_ = nc.SetWriteBuffer(opts.SocketBuffer)
 		}
-		conns[i] = newConn(nc, opts.OpTimeout)
 	}
-	comm, err := ascend.New(ascend.Config{Rank: g.Rank, Size: world, Session: g.Session, Conns: conns})
+	conns, err := links(cctx, ncs, g.Rank, opts)
 	if err != nil {
 		closeAll(ncs)
+		return nil, err
+	}
+	comm, err := ascend.New(ascend.Config{Rank: g.Rank, Size: world, Session: g.Session, Conns: conns, Algorithm: opts.Algorithm, ChunkBytes: opts.ChunkBytes})
+	if err != nil {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
 		return nil, err
 	}
 	// Return only once every rank has its full mesh.
@@ -129,6 +159,12 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 	if err := comm.Barrier(bctx); err != nil {
 		comm.Close()
 		return nil, fmt.Errorf("group not formed: %w", err)
+	}
+	if !opts.SkipCalibration {
+		if _, err := comm.Calibrate(bctx); err != nil {
+			comm.Close()
+			return nil, fmt.Errorf("calibrating links: %w", err)
+		}
 	}
 	return comm, nil
 }

@@ -29,6 +29,12 @@
 // [ErrGroupMismatch]; malformed messages wrap [ascend.ErrProtocol].
 // Payloads are not encrypted.
 //
+// After the handshake the two ranks agree on the link's medium (link.go):
+// with Options.SharedMemory on both sides and the same host, the link
+// becomes a shared-memory ring pair (package ascend/shm) and the TCP
+// connection stays open only to notice the peer going away; otherwise it
+// carries the frames itself.
+//
 // # Frames
 //
 // After the handshake the connection carries frames of

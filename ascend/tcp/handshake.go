@@ -15,7 +15,7 @@ import (
 // [length uint16 LE][magic "ASCN"][version uint16 LE][type u8][status u8][body].
 const (
 	magic      = "ASCN"
-	version    = 1
+	version    = 2 // 2: the link exchange (link.go) follows the handshake
 	hdrLen     = 8
 	maxMsg     = 2048
 	maxSession = 1024

@@ -65,6 +65,21 @@ func Listen(addr string) (*Listener, error) { return ListenConfig{}.Listen(addr)
 
 // Listen opens a Listener on addr.
 func (lc ListenConfig) Listen(addr string) (*Listener, error) {
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenTCP("tcp", ta)
+	if err != nil {
+		return nil, err
+	}
+	return lc.Serve(ln), nil
+}
+
+// Serve makes a Listener of an already bound TCP listener, e.g. one a
+// parent process passed down (net.FileListener); the Listener owns ln
+// from now on.
+func (lc ListenConfig) Serve(ln *net.TCPListener) *Listener {
 	if lc.HoldTimeout <= 0 {
 		lc.HoldTimeout = defaultHoldTimeout
 	}
@@ -73,14 +88,6 @@ func (lc ListenConfig) Listen(addr string) (*Listener, error) {
 	}
 	if lc.MaxHeld <= 0 {
 		lc.MaxHeld = defaultMaxHeld
-	}
-	ta, err := net.ResolveTCPAddr("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.ListenTCP("tcp", ta)
-	if err != nil {
-		return nil, err
 	}
 	l := &Listener{
 		cfg:      lc,
@@ -92,7 +99,7 @@ func (lc ListenConfig) Listen(addr string) (*Listener, error) {
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
-	return l, nil
+	return l
 }
 
 // Addr is the address the Listener is bound to (host:port), e.g. to publish

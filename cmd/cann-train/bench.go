@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cann-train/cann-train/ascend/bench"
 	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
 )
@@ -22,7 +25,46 @@ func newBenchCmd(e *env) *cobra.Command {
 		Use:   "bench",
 		Short: "Measure recovery and collectives on this machine",
 	}
-	cmd.AddCommand(newBenchRecoveryCmd(e))
+	cmd.AddCommand(newBenchRecoveryCmd(e), newBenchCollectiveCmd(e))
+	return cmd
+}
+
+func newBenchCollectiveCmd(e *env) *cobra.Command {
+	var opts bench.Options
+	fs := flag.NewFlagSet("collective", flag.ContinueOnError)
+	opts.RegisterFlags(fs)
+	cmd := &cobra.Command{
+		Use:   "collective",
+		Short: "nccl-tests-style collective benchmark: N rank processes on loopback",
+		Long: `Starts N ranks as separate OS processes talking over loopback TCP (or shared
+memory) and prints the nccl-tests table for each size: size count type redop
+root time algbw busbw #wrong, out-of-place and in-place, and the average bus
+bandwidth (GB = 1e9). Every size is checked for correctness.`,
+		Example: `  cann-train bench collective --coll allreduce --np 2 -b 8 -e 256M -f 2
+  cann-train bench collective --coll allreduce --np 4 -b 1M -e 64M -f 4 --algo ring,hd,tree -o json
+  cann-train bench collective --np 2 --shm -b 1M -e 64M -f 4`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Stdout, opts.Stderr = e.out, e.err
+			return bench.Launch(cmd.Context(), opts, func(a ...string) *exec.Cmd {
+				return e.command(append([]string{"bench", "collective"}, a...)...)
+			})
+		},
+	}
+	cmd.Flags().AddGoFlagSet(fs)
+	cmd.AddCommand(&cobra.Command{
+		Use:                "bench-rank",
+		Short:              "one rank of `bench collective` (started by it)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := bench.ParseChildArgs(args)
+			if err != nil {
+				return err
+			}
+			return bench.RunChild(cmd.Context(), a, e.out)
+		},
+	})
 	return cmd
 }
 

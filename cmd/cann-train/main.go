@@ -81,6 +81,7 @@ Start here:  cann-train quickstart`,
 		newWatchCmd(e),
 		newCheckpointCmd(e),
 		newBenchCmd(e),
+		newSearchCmd(e),
 	)
 	return root
 }

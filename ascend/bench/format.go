@@ -1,0 +1,167 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/cann-train/cann-train/ascend"
+)
+
+// WriteTable prints the report as nccl-tests does: a header, one table
+// per collective and algorithm with out-of-place and in-place columns
+// (plus the algorithm that ran, appended as a last column), and the
+// "Avg bus bandwidth" footer (the mean busbw over every size and
+// placement).
+func (rep *Report) WriteTable(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	o := rep.Options
+	fmt.Fprintf(bw, "# ascend collective benchmark: %d ranks, float32, sizes %s..%s ", rep.Ranks, FormatSize(o.MinBytes), FormatSize(o.MaxBytes))
+	if o.StepBytes > 0 {
+		fmt.Fprintf(bw, "+%s", FormatSize(o.StepBytes))
+	} else {
+		fmt.Fprintf(bw, "×%d", o.StepFactor)
+	}
+	iters := fmt.Sprintf("%d", o.Iters)
+	if o.Iters == 0 {
+		iters = fmt.Sprintf("auto (%v per size, agreed from rank 0's median warm-up)", o.TargetTime)
+	}
+	check := "on"
+	if o.SkipCheck {
+		check = "off"
+	}
+	fmt.Fprintf(bw, ", warm-up %d, iterations %s, check %s\n", o.Warmup, iters, check)
+	if o.SharedMemory {
+		fmt.Fprintf(bw, "# links: shared memory where ranks share a host (else TCP)\n")
+	}
+	fmt.Fprintf(bw, "# cost model: %s\n", rep.CostModel)
+	writeLimits(bw, "before", rep.Limits)
+	var wrong int64
+	for _, t := range rep.Tables {
+		fmt.Fprintf(bw, "#\n# %s, algorithm %s\n#\n", t.Collective, t.Algorithm)
+		fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s           out-of-place                        in-place\n", "", "", "", "", "")
+		fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %s\n",
+			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algo")
+		fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n",
+			"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+		for _, r := range t.Rows {
+			fmt.Fprintf(bw, "%12d  %12d  %8s  %6s  %6d", r.Size, r.Count, r.Type, r.RedOp, r.Root)
+			for _, res := range []*Result{r.OutOfPlace, r.InPlace} {
+				if res == nil {
+					fmt.Fprintf(bw, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A")
+					continue
+				}
+				nw := "N/A"
+				if res.NWrong >= 0 {
+					nw = fmt.Sprintf("%d", res.NWrong)
+				}
+				fmt.Fprintf(bw, "  %7s  %6s  %6s  %6s", floatStr(res.Time, 7), floatStr(res.AlgBW, 6), floatStr(res.BusBW, 6), nw)
+			}
+			fmt.Fprintf(bw, "  %s\n", r.Algorithm)
+		}
+		status := "OK"
+		if t.Wrong > 0 {
+			status = "FAILED"
+		}
+		fmt.Fprintf(bw, "# Wrong values         : %d %s\n", t.Wrong, status)
+		fmt.Fprintf(bw, "# Avg bus bandwidth    : %g\n", round3(t.AvgBusBW))
+		wrong += t.Wrong
+	}
+	fmt.Fprintf(bw, "#\n")
+	writeLimits(bw, "after", rep.LimitsAfter)
+	if wrong > 0 {
+		fmt.Fprintf(bw, "# %d wrong values\n", wrong)
+	}
+	return bw.Flush()
+}
+
+func writeLimits(w io.Writer, when string, ls []Limits) {
+	for _, l := range ls {
+		fmt.Fprintf(w, "# limits %s, %s transfers: loopback TCP one-way %.2f GB/s, duplex %.2f GB/s per end; memcpy %.2f GB/s\n",
+			when, FormatSize(l.Bytes), l.TCPOneWay, l.TCPDuplex, l.Memcpy)
+	}
+}
+
+// WriteJSON writes the report as one JSON object (keys after nccl-tests'
+// -J output where they overlap: size, count, type, redop, root,
+// out_of_place/in_place {time, alg_bw, bus_bw, nwrong}).
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Version int `json:"version"`
+		*Report
+	}{1, rep})
+}
+
+// MarshalJSON names collectives and algorithms instead of numbering them.
+func (o Options) MarshalJSON() ([]byte, error) {
+	type plain Options
+	var colls, algos []string
+	for _, c := range o.Collectives {
+		colls = append(colls, c.String())
+	}
+	for _, a := range o.Algorithms {
+		algos = append(algos, a.String())
+	}
+	return json.Marshal(struct {
+		plain
+		Collectives []string `json:"collectives,omitempty"`
+		Algorithms  []string `json:"algorithms,omitempty"`
+		Op          string   `json:"op"`
+	}{plain(o), colls, algos, o.Op.String()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (o *Options) UnmarshalJSON(b []byte) error {
+	type plain Options
+	aux := struct {
+		*plain
+		Collectives []string `json:"collectives,omitempty"`
+		Algorithms  []string `json:"algorithms,omitempty"`
+		Op          string   `json:"op"`
+	}{plain: (*plain)(o)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	o.Collectives, o.Algorithms = nil, nil
+	if len(aux.Collectives) > 0 {
+		cs, err := parseCollectives(strings.Join(aux.Collectives, ","))
+		if err != nil {
+			return err
+		}
+		o.Collectives = cs
+	}
+	if len(aux.Algorithms) > 0 {
+		if err := (listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm}).Set(strings.Join(aux.Algorithms, ",")); err != nil {
+			return err
+		}
+	}
+	if aux.Op != "" {
+		return opFlag{&o.Op}.Set(aux.Op)
+	}
+	return nil
+}
+
+// floatStr formats v in width columns like nccl-tests' getFloatStr: two
+// decimals while they fit, then fewer, then exponent notation.
+func floatStr(v float64, width int) string {
+	power := 0
+	for x := 1.0; v >= x; x *= 10 {
+		power++
+	}
+	switch {
+	case power < width-2:
+		return fmt.Sprintf("%*.2f", width, v)
+	case power < width-1:
+		return fmt.Sprintf("%*.1f", width, v)
+	case power < width+1:
+		return fmt.Sprintf("%*.0f", width, v)
+	}
+	return fmt.Sprintf("%*.1e", width, v)
+}
+
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }

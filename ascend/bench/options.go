@@ -1,0 +1,331 @@
+// Package bench is the collective benchmark of ascend, in the style of
+// nccl-tests (and HCCL Test, AWS nccom-test): a size sweep printing, per
+// collective,
+//
+//	size count type redop root | time algbw busbw #wrong (out-of-place) | … (in-place)
+//
+// with GB = 1e9 B, busbw = algbw × the collective's bus factor (AllReduce
+// 2(n-1)/n; ReduceScatter, AllGather, AllToAll (n-1)/n; Broadcast, Reduce
+// 1), and an "Avg bus bandwidth" footer, so its numbers compare side by
+// side with NCCL, HCCL, RCCL and Open MPI runs of the same shape. Time is
+// the mean over ranks of back-to-back operations after a warm-up; the
+// iteration count is agreed by broadcasting rank 0's median warm-up time
+// (as Gloo's benchmark runner does), so ranks never disagree on how many
+// operations to run. Every size is checked once with distinct seeded
+// values per rank before it is timed (#wrong counts wrong elements over
+// all ranks). The physical limits of the host, loopback TCP and memcpy,
+// are measured in the same run and printed in the header.
+//
+// RunRank runs one rank over an existing communicator (rank 0 prints);
+// Launch runs N ranks as separate OS processes of the calling program,
+// which must hand its "bench-rank" subcommand's arguments to
+// ParseChildArgs and RunChild.
+package bench
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cann-train/cann-train/ascend"
+)
+
+// Options describes a benchmark run. The zero value runs the defaults
+// (see Defaults).
+type Options struct {
+	// Collectives to run, in order (default AllReduce). Each gets a table
+	// per algorithm in Algorithms.
+	Collectives []ascend.Collective `json:"collectives,omitempty"`
+	// Algorithms to force, one table each; empty or AlgoAuto means the
+	// communicator's choice (cost model or ASCEND_ALGO). Algorithms a
+	// collective does not implement are skipped for it.
+	Algorithms []ascend.Algorithm `json:"algorithms,omitempty"`
+	// MinBytes and MaxBytes bound the sweep of nccl-tests sizes (-b, -e);
+	// defaults 8 B and 256 MiB.
+	MinBytes int64 `json:"min_bytes,omitempty"`
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+	// StepFactor multiplies the size each step (-f, default 2) unless
+	// StepBytes (-i) is positive, which adds instead.
+	StepFactor int   `json:"step_factor,omitempty"`
+	StepBytes  int64 `json:"step_bytes,omitempty"`
+	// Iters fixes the timed iterations per size (-n); 0 derives them from
+	// the warm-up: TargetTime / median warm-up time, within [MinIters,
+	// MaxIters].
+	Iters      int           `json:"iters,omitempty"`
+	Warmup     int           `json:"warmup,omitempty"` // -w, default 5
+	TargetTime time.Duration `json:"target_time,omitempty"`
+	MinIters   int           `json:"min_iters,omitempty"` // default 3
+	MaxIters   int           `json:"max_iters,omitempty"` // default 10000
+	// SkipCheck skips the correctness check (-c 0).
+	SkipCheck bool `json:"skip_check,omitempty"`
+	// Op is the reduction (default Sum); Root the root of Broadcast and
+	// Reduce (default 0).
+	Op   ascend.Op `json:"op,omitempty"`
+	Root int       `json:"root,omitempty"`
+	// Format is "table" (default) or "json".
+	Format string `json:"format,omitempty"`
+	// SkipLimits skips measuring loopback TCP and memcpy.
+	SkipLimits bool `json:"skip_limits,omitempty"`
+	// Ranks is the number of processes Launch starts (default 2).
+	Ranks int `json:"ranks,omitempty"`
+	// ChunkBytes is the communicators' frame size (0: ascend's default).
+	ChunkBytes int `json:"chunk_bytes,omitempty"`
+	// SharedMemory makes Launch's ranks link over shared memory (they share
+	// the host) instead of loopback TCP.
+	SharedMemory bool `json:"shared_memory,omitempty"`
+
+	// Stdout and Stderr receive the children's output in Launch (default
+	// os.Stdout and os.Stderr). Only rank 0 writes to stdout.
+	Stdout io.Writer `json:"-"`
+	Stderr io.Writer `json:"-"`
+}
+
+// Defaults returns o with every unset field at its default.
+func (o Options) Defaults() Options {
+	if len(o.Collectives) == 0 {
+		o.Collectives = []ascend.Collective{ascend.CollAllReduce}
+	}
+	if len(o.Algorithms) == 0 {
+		o.Algorithms = []ascend.Algorithm{ascend.AlgoAuto}
+	}
+	if o.MinBytes <= 0 {
+		o.MinBytes = 8
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 256 << 20
+	}
+	if o.MaxBytes < o.MinBytes {
+		o.MaxBytes = o.MinBytes
+	}
+	if o.StepFactor < 2 {
+		o.StepFactor = 2
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = 5
+	}
+	if o.TargetTime <= 0 {
+		o.TargetTime = 200 * time.Millisecond
+	}
+	if o.MinIters <= 0 {
+		o.MinIters = 3
+	}
+	if o.MaxIters <= 0 {
+		o.MaxIters = 10000
+	}
+	if o.Format == "" {
+		o.Format = "table"
+	}
+	if o.Ranks <= 0 {
+		o.Ranks = 2
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Format != "table" && o.Format != "json":
+		return fmt.Errorf("bench: output format %q (want table or json)", o.Format)
+	case o.Root < 0:
+		return fmt.Errorf("bench: root %d", o.Root)
+	}
+	for _, c := range o.Collectives {
+		if _, ok := collectives[c]; !ok {
+			return fmt.Errorf("bench: no benchmark for %v", c)
+		}
+	}
+	return nil
+}
+
+// sizes is the sweep.
+func (o Options) sizes() []int64 {
+	var s []int64
+	for b := o.MinBytes; b <= o.MaxBytes; {
+		s = append(s, b)
+		if o.StepBytes > 0 {
+			b += o.StepBytes
+		} else {
+			b *= int64(o.StepFactor)
+		}
+	}
+	return s
+}
+
+// ParseSize parses a byte count the way nccl-tests does: a number with an
+// optional K, M or G suffix (powers of 1024; "B" and "iB" are accepted
+// after the suffix).
+func ParseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult, t = 1<<10, t[:n-1]
+		case 'M':
+			mult, t = 1<<20, t[:n-1]
+		case 'G':
+			mult, t = 1<<30, t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bench: bad size %q", s)
+	}
+	return v * mult, nil
+}
+
+// FormatSize prints a byte count the way ParseSize reads it.
+func FormatSize(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dG", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dM", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dK", n>>10)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+type sizeFlag struct{ p *int64 }
+
+func (f sizeFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return FormatSize(*f.p)
+}
+func (f sizeFlag) Set(s string) error {
+	v, err := ParseSize(s)
+	if err == nil {
+		*f.p = v
+	}
+	return err
+}
+
+type listFlag[T any] struct {
+	p     *[]T
+	parse func(string) (T, error)
+	str   func(T) string
+}
+
+func (f listFlag[T]) String() string {
+	if f.p == nil {
+		return ""
+	}
+	var parts []string
+	for _, v := range *f.p {
+		parts = append(parts, f.str(v))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f listFlag[T]) Set(s string) error {
+	*f.p = nil
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := f.parse(part)
+		if err != nil {
+			return err
+		}
+		*f.p = append(*f.p, v)
+	}
+	return nil
+}
+
+func parseCollectives(s string) ([]ascend.Collective, error) {
+	if strings.EqualFold(strings.TrimSpace(s), "all") {
+		return AllCollectives(), nil
+	}
+	var out []ascend.Collective
+	err := listFlag[ascend.Collective]{p: &out, parse: ascend.ParseCollective}.Set(s)
+	return out, err
+}
+
+// AllCollectives lists every collective the benchmark knows, in table
+// order.
+func AllCollectives() []ascend.Collective {
+	return []ascend.Collective{ascend.CollAllReduce, ascend.CollReduceScatter, ascend.CollAllGather,
+		ascend.CollBroadcast, ascend.CollReduce, ascend.CollAllToAll}
+}
+
+type opFlag struct{ p *ascend.Op }
+
+func (f opFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return f.p.String()
+}
+func (f opFlag) Set(s string) error {
+	for _, op := range []ascend.Op{ascend.Sum, ascend.Avg, ascend.Max, ascend.Min} {
+		if strings.EqualFold(s, op.String()) {
+			*f.p = op
+			return nil
+		}
+	}
+	return fmt.Errorf("bench: unknown op %q (want sum, avg, max or min)", s)
+}
+
+type collFlag struct{ p *[]ascend.Collective }
+
+func (f collFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return listFlag[ascend.Collective]{p: f.p, str: ascend.Collective.String}.String()
+}
+func (f collFlag) Set(s string) error {
+	v, err := parseCollectives(s)
+	if err == nil {
+		*f.p = v
+	}
+	return err
+}
+
+type checkFlag struct{ skip *bool }
+
+func (f checkFlag) String() string {
+	if f.skip != nil && *f.skip {
+		return "0"
+	}
+	return "1"
+}
+func (f checkFlag) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 || v > 1 {
+		return errors.New("bench: -c takes 0 or 1")
+	}
+	*f.skip = v == 0
+	return nil
+}
+
+// RegisterFlags defines o's flags on fs in the spirit of nccl-tests: -b,
+// -e, -f, -i (sizes), -n (iterations), -w (warm-up), -c (check 0/1), -r
+// (root), plus -shm (shared-memory links), -op (sum|avg|max|min), -o (table|json), -coll (list or
+// "all"), -algo (list of auto|ring|hd|tree), -np (ranks for Launch),
+// -T (target time per size), -chunk (frame bytes), -limits (0/1). The
+// current values of o are the flags' defaults. (With cobra, add fs to the
+// command with pflag's AddGoFlagSet: one-letter names become shorthands.)
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	fs.Var(sizeFlag{&o.MinBytes}, "b", "minimum size in bytes (K, M, G suffixes)")
+	fs.Var(sizeFlag{&o.MaxBytes}, "e", "maximum size in bytes")
+	fs.IntVar(&o.StepFactor, "f", o.StepFactor, "size multiplication factor")
+	fs.Var(sizeFlag{&o.StepBytes}, "i", "size increment in bytes (instead of -f)")
+	fs.IntVar(&o.Iters, "n", o.Iters, "timed iterations per size (0: from the warm-up and -T)")
+	fs.IntVar(&o.Warmup, "w", o.Warmup, "warm-up iterations per size")
+	fs.Var(checkFlag{&o.SkipCheck}, "c", "check results (1) or not (0)")
+	fs.IntVar(&o.Root, "r", o.Root, "root rank of broadcast and reduce")
+	fs.Var(opFlag{&o.Op}, "op", "reduction: sum, avg, max, min")
+	fs.StringVar(&o.Format, "o", o.Format, "output: table or json")
+	fs.Var(collFlag{&o.Collectives}, "coll", "collectives, comma-separated, or all: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
+	fs.Var(listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm, str: ascend.Algorithm.String}, "algo", "algorithms, comma-separated, one table each: auto, ring, hd, tree")
+	fs.IntVar(&o.Ranks, "np", o.Ranks, "ranks (processes) to launch")
+	fs.DurationVar(&o.TargetTime, "T", o.TargetTime, "target timed duration per size when -n is 0")
+	fs.IntVar(&o.ChunkBytes, "chunk", o.ChunkBytes, "frame size in bytes (0: default)")
+	fs.Var(checkFlag{&o.SkipLimits}, "limits", "measure loopback TCP and memcpy (1) or not (0)")
+	fs.BoolVar(&o.SharedMemory, "shm", o.SharedMemory, "link the launched ranks over shared memory instead of TCP")
+}

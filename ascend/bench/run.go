@@ -1,0 +1,480 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/cann-train/cann-train/ascend"
+)
+
+// Report is the result of a run, as rank 0 prints it.
+type Report struct {
+	Ranks     int     `json:"ranks"`
+	Options   Options `json:"options"`
+	CostModel string  `json:"cost_model"`
+	// Limits are measured before the sweep and LimitsAfter after it (on a
+	// shared host the two bracket the noise), at 4 MiB and, when the sweep
+	// reaches it, 64 MiB.
+	Limits      []Limits         `json:"limits,omitempty"`
+	LimitsAfter []Limits         `json:"limits_after,omitempty"`
+	Tables      []Table          `json:"tables"`
+	Start       time.Time        `json:"start_time"`
+	End         time.Time        `json:"end_time"`
+	Model       ascend.CostModel `json:"-"`
+}
+
+// Table is one collective's sweep with one algorithm setting.
+type Table struct {
+	Collective string  `json:"collective"`
+	Algorithm  string  `json:"algorithm"` // as forced: auto, ring, hd, tree
+	Rows       []Row   `json:"results"`
+	AvgBusBW   float64 `json:"avg_bus_bandwidth"`
+	Wrong      int64   `json:"nwrong"`
+}
+
+// Row is one size, nccl-tests style.
+type Row struct {
+	Size       int64   `json:"size"`  // bytes (nccl-tests size)
+	Count      int     `json:"count"` // elements (per rank for scatter/gather shapes)
+	Type       string  `json:"type"`
+	RedOp      string  `json:"redop"`
+	Root       int     `json:"root"`
+	Algorithm  string  `json:"algorithm"` // what ran
+	Iterations int     `json:"actual_iterations"`
+	OutOfPlace *Result `json:"out_of_place"`
+	InPlace    *Result `json:"in_place"` // nil where there is no in-place variant
+}
+
+// Result is one placement's measurement.
+type Result struct {
+	Time   float64 `json:"time"`   // µs per operation, mean over ranks
+	AlgBW  float64 `json:"alg_bw"` // GB/s
+	BusBW  float64 `json:"bus_bw"` // GB/s
+	NWrong int64   `json:"nwrong"` // -1: not checked
+}
+
+// collective describes how to benchmark one collective.
+type collective struct {
+	factor  func(p float64) float64 // busbw / algbw
+	rooted  bool                    // has a root
+	reduces bool                    // has an op
+	inPlace bool                    // has an in-place variant
+	// shape maps a requested nccl-tests size to the count column, the
+	// send and receive lengths (elements) and the actual size.
+	shape func(size int64, p int) (count, send, recv int, actual int64)
+}
+
+var collectives = map[ascend.Collective]collective{
+	ascend.CollAllReduce: {factor: func(p float64) float64 { return 2 * (p - 1) / p }, reduces: true, inPlace: true, shape: flat},
+	ascend.CollBroadcast: {factor: one, rooted: true, inPlace: true, shape: flat},
+	ascend.CollReduce:    {factor: one, rooted: true, reduces: true, inPlace: true, shape: flat},
+	ascend.CollReduceScatter: {factor: frac, reduces: true, inPlace: true, shape: func(size int64, p int) (int, int, int, int64) {
+		n := int(size / 4 / int64(p))
+		return n, p * n, n, 4 * int64(p*n)
+	}},
+	ascend.CollAllGather: {factor: frac, inPlace: true, shape: func(size int64, p int) (int, int, int, int64) {
+		n := int(size / 4 / int64(p))
+		return n, n, p * n, 4 * int64(p*n)
+	}},
+	ascend.CollAllToAll: {factor: frac, shape: func(size int64, p int) (int, int, int, int64) {
+		n := int(size / 4 / int64(p))
+		return n, p * n, p * n, 4 * int64(p*n)
+	}},
+}
+
+func one(float64) float64    { return 1 }
+func frac(p float64) float64 { return (p - 1) / p }
+func flat(size int64, _ int) (int, int, int, int64) {
+	n := int(size / 4)
+	return n, n, n, 4 * int64(n)
+}
+
+// RunRank runs the benchmark on this rank of comm; every rank of comm
+// must call it with the same options. Rank 0 writes the report to out
+// (the others write nothing).
+func RunRank(ctx context.Context, comm *ascend.Communicator, opts Options, out io.Writer) error {
+	rep, err := Run(ctx, comm, opts)
+	if err != nil {
+		return err
+	}
+	if comm.Rank() != 0 {
+		return nil
+	}
+	if rep.Options.Format == "json" {
+		return rep.WriteJSON(out)
+	}
+	return rep.WriteTable(out)
+}
+
+// Run runs the benchmark on this rank and returns the report (complete on
+// rank 0; the other ranks get theirs with the same aggregate numbers).
+func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report, error) {
+	opts = opts.Defaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	p, r := comm.Size(), comm.Rank()
+	if opts.Root >= p {
+		return nil, fmt.Errorf("bench: root %d of %d ranks", opts.Root, p)
+	}
+	rep := &Report{Ranks: p, Options: opts, Start: time.Now()}
+	limits := func() ([]Limits, error) {
+		var ls []Limits
+		if opts.SkipLimits || r != 0 {
+			return nil, comm.Barrier(ctx)
+		}
+		for _, size := range uniqSizes(min(opts.MaxBytes, 4<<20), min(opts.MaxBytes, 64<<20)) {
+			l, err := MeasureLimits(ctx, size)
+			if err != nil {
+				return nil, err
+			}
+			ls = append(ls, l)
+		}
+		return ls, comm.Barrier(ctx) // the others wait here meanwhile
+	}
+	var err error
+	if rep.Limits, err = limits(); err != nil {
+		return nil, err
+	}
+	// Buffers for the largest size, allocated and faulted in once.
+	var maxSend, maxRecv int
+	for _, c := range opts.Collectives {
+		_, s, rv, _ := collectives[c].shape(opts.MaxBytes, p)
+		maxSend, maxRecv = max(maxSend, s), max(maxRecv, rv)
+	}
+	b := &bufs{send: make([]float32, maxSend), recv: make([]float32, maxRecv)}
+	clear(b.send)
+	clear(b.recv)
+
+	for _, coll := range opts.Collectives {
+		for _, algo := range opts.Algorithms {
+			if algo != ascend.AlgoAuto && !algo.Implements(coll) {
+				continue
+			}
+			if err := comm.SetAlgorithm(algo); err != nil {
+				return nil, err
+			}
+			t, err := runTable(ctx, comm, opts, coll, algo, b)
+			if err != nil {
+				return nil, err
+			}
+			rep.Tables = append(rep.Tables, t)
+		}
+	}
+	if err := comm.SetAlgorithm(ascend.AlgoAuto); err != nil {
+		return nil, err
+	}
+	if rep.LimitsAfter, err = limits(); err != nil {
+		return nil, err
+	}
+	rep.Model = comm.CostModel()
+	rep.CostModel = rep.Model.String()
+	rep.End = time.Now()
+	return rep, nil
+}
+
+type bufs struct{ send, recv []float32 }
+
+func uniqSizes(a, b int64) []int64 {
+	if a == b {
+		return []int64{a}
+	}
+	return []int64{a, b}
+}
+
+func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll ascend.Collective, algo ascend.Algorithm, b *bufs) (Table, error) {
+	cd := collectives[coll]
+	p := comm.Size()
+	t := Table{Collective: coll.String(), Algorithm: algo.String()}
+	var sum float64
+	var nbw int
+	seen := map[int64]bool{}
+	for _, req := range opts.sizes() {
+		count, ns, nr, size := cd.shape(req, p)
+		if seen[size] {
+			continue // several requested sizes round to the same shape
+		}
+		seen[size] = true
+		row := Row{Size: size, Count: count, Type: "float", RedOp: "none", Root: -1,
+			Algorithm: comm.Algorithm(coll, int(size)).String()}
+		if cd.reduces {
+			row.RedOp = opts.Op.String()
+		}
+		if cd.rooted {
+			row.Root = opts.Root
+		}
+		x := &op{comm: comm, coll: coll, opts: opts, count: count, send: b.send[:ns], recv: b.recv[:nr]}
+		iters := opts.Iters
+		for pi, inPlace := range []bool{false, true} {
+			if inPlace && !cd.inPlace {
+				continue
+			}
+			x.inPlace = inPlace
+			res := &Result{NWrong: -1}
+			if !opts.SkipCheck {
+				wrong, err := x.check(ctx, 1+len(t.Rows))
+				if err != nil {
+					return t, err
+				}
+				res.NWrong = wrong
+				t.Wrong += wrong
+			}
+			switch {
+			case iters == 0: // warm up and agree on the count, once per size
+				n, err := x.agreeIters(ctx)
+				if err != nil {
+					return t, err
+				}
+				iters = n
+			default: // fixed count, or the second placement of a size
+				warm := opts.Warmup
+				if opts.Iters == 0 && pi > 0 {
+					warm = 1
+				}
+				for range warm {
+					if err := x.run(ctx); err != nil {
+						return t, err
+					}
+				}
+			}
+			sec, err := x.time(ctx, iters)
+			if err != nil {
+				return t, err
+			}
+			res.Time = sec * 1e6
+			if sec > 0 {
+				res.AlgBW = float64(size) / sec / 1e9
+			}
+			res.BusBW = res.AlgBW * cd.factor(float64(p))
+			sum += res.BusBW
+			nbw++
+			if inPlace {
+				row.InPlace = res
+			} else {
+				row.OutOfPlace = res
+			}
+		}
+		row.Iterations = iters
+		t.Rows = append(t.Rows, row)
+	}
+	if nbw > 0 {
+		t.AvgBusBW = sum / float64(nbw)
+	}
+	return t, nil
+}
+
+// op runs one collective at one size and placement.
+type op struct {
+	comm       *ascend.Communicator
+	coll       ascend.Collective
+	opts       Options
+	count      int
+	send, recv []float32
+	inPlace    bool
+}
+
+func (x *op) run(ctx context.Context) error {
+	c, o := x.comm, x.opts
+	switch x.coll {
+	case ascend.CollAllReduce:
+		if x.inPlace {
+			return c.AllReduce(ctx, x.recv, o.Op)
+		}
+		return c.AllReduceInto(ctx, x.recv, x.send, o.Op)
+	case ascend.CollBroadcast:
+		if x.inPlace {
+			return c.Broadcast(ctx, x.recv, o.Root)
+		}
+		return c.BroadcastInto(ctx, x.recv, x.send, o.Root)
+	case ascend.CollReduce:
+		if x.inPlace {
+			return c.Reduce(ctx, x.recv, o.Op, o.Root)
+		}
+		return c.ReduceInto(ctx, x.recv, x.send, o.Op, o.Root)
+	case ascend.CollReduceScatter:
+		if x.inPlace {
+			return c.ReduceScatter(ctx, x.send, o.Op)
+		}
+		return c.ReduceScatterInto(ctx, x.recv, x.send, o.Op)
+	case ascend.CollAllGather:
+		if x.inPlace {
+			return c.AllGather(ctx, x.recv)
+		}
+		return c.AllGatherInto(ctx, x.recv, x.send)
+	case ascend.CollAllToAll:
+		return c.AllToAll(ctx, x.recv, x.send)
+	}
+	return fmt.Errorf("bench: no benchmark for %v", x.coll)
+}
+
+// agreeIters runs the warm-up, timing each operation, and derives the
+// iteration count from rank 0's median, which it broadcasts so every rank
+// runs the same number of operations (Gloo's benchmark runner does the
+// same).
+func (x *op) agreeIters(ctx context.Context) (int, error) {
+	o := x.opts
+	times := make([]float64, o.Warmup)
+	for i := range times {
+		start := time.Now()
+		if err := x.run(ctx); err != nil {
+			return 0, err
+		}
+		times[i] = time.Since(start).Seconds()
+	}
+	slices.Sort(times)
+	med := []float32{float32(times[len(times)/2])}
+	if err := x.comm.Broadcast(ctx, med, 0); err != nil {
+		return 0, err
+	}
+	n := int(math.Ceil(o.TargetTime.Seconds() / max(float64(med[0]), 1e-9)))
+	return min(max(n, o.MinIters), o.MaxIters), nil
+}
+
+// time runs iters back-to-back operations after a barrier and returns
+// the mean seconds per operation, averaged over ranks (nccl-tests -a 1).
+func (x *op) time(ctx context.Context, iters int) (float64, error) {
+	if err := x.comm.Barrier(ctx); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for range iters {
+		if err := x.run(ctx); err != nil {
+			return 0, err
+		}
+	}
+	sec := []float32{float32(time.Since(start).Seconds() / float64(iters))}
+	if err := x.comm.AllReduce(ctx, sec, ascend.Avg); err != nil {
+		return 0, err
+	}
+	return float64(sec[0]), nil
+}
+
+// value is rank's seeded input element i: base + rank·step with small
+// integer base and step ≥ 1, so values are distinct per rank, every
+// reduction is exact in float32 in any order, and its expected value has
+// a closed form.
+func value(seed, rank, i int) float32 {
+	base, step := baseStep(seed, i)
+	return base + float32(rank)*step
+}
+
+func baseStep(seed, i int) (base, step float32) {
+	h := uint32(seed)*0x9E3779B1 ^ uint32(i)*0x85EBCA77
+	h ^= h >> 15
+	h *= 0xC2B2AE3D
+	h ^= h >> 13
+	return float32(int(h%129) - 64), float32(1 + h>>24%8)
+}
+
+// expected is the reduction over p ranks of element i.
+func expected(seed, i, p int, o ascend.Op) float32 {
+	base, step := baseStep(seed, i)
+	P := float32(p)
+	switch o {
+	case ascend.Max:
+		return base + (P-1)*step
+	case ascend.Min:
+		return base
+	}
+	sum := P*base + step*float32(p*(p-1)/2)
+	if o == ascend.Avg {
+		return sum / P
+	}
+	return sum
+}
+
+// check fills the inputs, runs the collective once and counts the wrong
+// output elements over all ranks.
+func (x *op) check(ctx context.Context, seed int) (int64, error) {
+	p, r := x.comm.Size(), x.comm.Rank()
+	n, o := x.count, x.opts
+	nan := float32(math.NaN())
+	fillIn := func(buf []float32, rank, from int) {
+		for i := range buf {
+			buf[i] = value(seed, rank, from+i)
+		}
+	}
+	garbage := func(buf []float32) {
+		for i := range buf {
+			buf[i] = nan
+		}
+	}
+	var wrong int64
+	eq := func(got, want float32) {
+		if got != want {
+			wrong++
+		}
+	}
+	in := x.send
+	if x.inPlace {
+		in = x.recv
+	}
+	switch x.coll {
+	case ascend.CollAllReduce, ascend.CollReduce:
+		garbage(x.recv)
+		fillIn(in, r, 0)
+	case ascend.CollBroadcast:
+		garbage(x.recv)
+		if r == o.Root {
+			fillIn(in, r, 0)
+		}
+	case ascend.CollReduceScatter:
+		garbage(x.recv)
+		fillIn(x.send, r, 0)
+	case ascend.CollAllGather:
+		garbage(x.recv)
+		if x.inPlace {
+			fillIn(x.recv[r*n:(r+1)*n], r, 0)
+		} else {
+			fillIn(x.send, r, 0)
+		}
+	case ascend.CollAllToAll:
+		garbage(x.recv)
+		fillIn(x.send, r, 0)
+	}
+	if err := x.run(ctx); err != nil {
+		return 0, err
+	}
+	switch x.coll {
+	case ascend.CollAllReduce:
+		for i, v := range x.recv {
+			eq(v, expected(seed, i, p, o.Op))
+		}
+	case ascend.CollReduce:
+		if r == o.Root {
+			for i, v := range x.recv {
+				eq(v, expected(seed, i, p, o.Op))
+			}
+		}
+	case ascend.CollBroadcast:
+		for i, v := range x.recv {
+			eq(v, value(seed, o.Root, i))
+		}
+	case ascend.CollReduceScatter:
+		out := x.recv
+		if x.inPlace {
+			out = x.send[r*n : (r+1)*n]
+		}
+		for i, v := range out {
+			eq(v, expected(seed, r*n+i, p, o.Op))
+		}
+	case ascend.CollAllGather:
+		for i, v := range x.recv {
+			eq(v, value(seed, i/n, i%n))
+		}
+	case ascend.CollAllToAll:
+		for i, v := range x.recv {
+			eq(v, value(seed, i/n, r*n+i%n))
+		}
+	}
+	// Sum in 12-bit digits: exact in float32 for up to 4096 ranks.
+	tot := []float32{float32(wrong >> 24), float32(wrong >> 12 & 0xFFF), float32(wrong & 0xFFF)}
+	if err := x.comm.AllReduce(ctx, tot, ascend.Sum); err != nil {
+		return 0, err
+	}
+	return int64(tot[0])<<24 + int64(tot[1])<<12 + int64(tot[2]), nil
+}

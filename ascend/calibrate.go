@@ -1,0 +1,155 @@
+package ascend
+
+// Link calibration for the cost model (see CostModel): a few milliseconds
+// of exchanges when a communicator starts.
+//
+//  1. All ranks at once: every rank sends to its right neighbour while it
+//     receives from its left one, the traffic of one ring step. Empty
+//     frames give α_all (one step's latency, including the goroutine
+//     hand-offs a real step pays), probeBytes frames give β_all from what
+//     exceeds it. Every link of the ring is measured.
+//  2. One pair: ranks 0 and 1 ping-pong while the others wait: half a
+//     round trip of an empty frame is the uncontended one-way α (a tree
+//     step), of probeBytes frames gives β.
+//  3. γ is timed locally on a cache-resident reduction.
+//
+// The ranks then agree on the element-wise maximum (the slowest link and
+// the slowest reducer bound every algorithm), so they all choose alike.
+
+import (
+	"context"
+	"time"
+)
+
+const (
+	probeLatencyRounds = 16
+	probeBytes         = 256 << 10
+	probeBWRounds      = 3
+)
+
+// Calibrate measures the links as described in calibrate.go, installs
+// the agreed model and returns it. It is a collective: every rank must
+// call it at the same point. tcp.Connect calls it unless told not to.
+func (c *Communicator) Calibrate(ctx context.Context) (CostModel, error) {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	seq, watched, err := c.begin(ctx, "calibrate")
+	if err != nil {
+		return CostModel{}, err
+	}
+	defer c.end(watched)
+	m := c.model
+	m.Gamma = measureGamma()
+	if c.size == 1 {
+		c.model = m
+		return m, nil
+	}
+	p, r := c.size, c.rank
+	send, recv := make([]float32, probeBytes/4), make([]float32, probeBytes/4)
+	right, left := c.peers[mod(r+1, p)], c.peers[mod(r-1, p)]
+	alphaAll, betaAll, err := c.probe(ctx, makeTag(seq, AlgoRing, collProbe, 0), right, left, send, recv)
+	if err != nil {
+		return CostModel{}, err
+	}
+	var alpha, beta float64 // rank ≥ 2 contribute 0 to the maximum
+	if r < 2 {
+		if alpha, beta, err = c.pingPong(ctx, makeTag(seq, AlgoTree, collProbe, 2), c.peers[1-r], r == 0, send); err != nil {
+			return CostModel{}, err
+		}
+	}
+	vals := []float32{float32(alpha), float32(beta), float32(m.Gamma), float32(alphaAll), float32(betaAll)}
+	if err := c.ringAllReduce(ctx, makeTag(seq, AlgoRing, collProbe, 1), vals, vals, Max); err != nil {
+		return CostModel{}, err
+	}
+	sec := func(v float32) time.Duration { return max(time.Duration(float64(v)*1e9), 100*time.Nanosecond) }
+	perByte := func(v float32) float64 { return max(float64(v), 1e-13) }
+	m.Alpha, m.Beta, m.Gamma = sec(vals[0]), perByte(vals[1]), perByte(vals[2])
+	m.AlphaAll, m.BetaAll = sec(vals[3]), perByte(vals[4])
+	c.model = m
+	return m, nil
+}
+
+// probe times exchanges (send to `to`, receive from `from`): the latency
+// of an empty one, and the seconds per byte of a full one beyond that.
+func (c *Communicator) probe(ctx context.Context, tag uint32, to, from *peer, send, recv []float32) (alpha, beta float64, err error) {
+	step := func(send, recv []float32) error {
+		return c.exchange(ctx, "calibrate", tag, to, send, from, recv, nil, Sum, false)
+	}
+	for range 2 { // warm-up
+		if err := step(nil, nil); err != nil {
+			return 0, 0, err
+		}
+	}
+	start := time.Now()
+	for range probeLatencyRounds {
+		if err := step(nil, nil); err != nil {
+			return 0, 0, err
+		}
+	}
+	alpha = time.Since(start).Seconds() / probeLatencyRounds
+	if err := step(send, recv); err != nil { // warm-up: socket buffers, pages
+		return 0, 0, err
+	}
+	start = time.Now()
+	for range probeBWRounds {
+		if err := step(send, recv); err != nil {
+			return 0, 0, err
+		}
+	}
+	round := time.Since(start).Seconds() / probeBWRounds
+	return alpha, max(round-alpha, round/10) / float64(4*len(send)), nil
+}
+
+// pingPong times round trips with other (the initiator sends first): half
+// a round trip of an empty frame is α, of a full one α + len(buf)·β.
+func (c *Communicator) pingPong(ctx context.Context, tag uint32, other *peer, initiator bool, buf []float32) (alpha, beta float64, err error) {
+	const name = "calibrate"
+	trip := func(data []float32) error {
+		if initiator {
+			if err := c.sendTo(ctx, name, tag, other, data); err != nil {
+				return err
+			}
+			return c.recvFrom(ctx, name, tag, other, data, nil, Sum, false)
+		}
+		if err := c.recvFrom(ctx, name, tag, other, data, nil, Sum, false); err != nil {
+			return err
+		}
+		return c.sendTo(ctx, name, tag, other, data)
+	}
+	for range 2 {
+		if err := trip(nil); err != nil {
+			return 0, 0, err
+		}
+	}
+	start := time.Now()
+	for range probeLatencyRounds {
+		if err := trip(nil); err != nil {
+			return 0, 0, err
+		}
+	}
+	alpha = time.Since(start).Seconds() / probeLatencyRounds / 2
+	if err := trip(buf); err != nil {
+		return 0, 0, err
+	}
+	start = time.Now()
+	for range probeBWRounds {
+		if err := trip(buf); err != nil {
+			return 0, 0, err
+		}
+	}
+	oneway := time.Since(start).Seconds() / probeBWRounds / 2
+	return alpha, max(oneway-alpha, oneway/10) / float64(4*len(buf)), nil
+}
+
+// measureGamma times a cache-resident Sum reduction: seconds per byte.
+func measureGamma() float64 {
+	const n = 16 << 10 // 64 KiB per operand
+	a, b := make([]float32, n), make([]float32, n)
+	reduce(a, b, Sum)
+	const reps = 8
+	start := time.Now()
+	for range reps {
+		reduce(a, b, Sum)
+	}
+	return max(time.Since(start).Seconds()/(reps*4*n), 1e-13)
+}

@@ -1,0 +1,421 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/cann-train/cann-train/ascend"
+)
+
+// Supported reports whether this platform has the shared-memory transport.
+const Supported = true
+
+// Segment is a mapped segment file.
+type Segment struct {
+	path     string
+	mem      []byte
+	capacity int
+	unmapped bool
+}
+
+// Create makes a new segment file in dir (DefaultDir if empty) with rings
+// of ringBytes (rounded up to a power of two; 0 means DefaultRingBytes)
+// and maps it. The creator is side 0. The file should be unlinked once the
+// peer has opened it.
+func Create(dir string, ringBytes int) (*Segment, error) {
+	capacity, err := ringCapacity(ringBytes)
+	if err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		dir = DefaultDir
+	}
+	var id [12]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "ascend-"+hex.EncodeToString(id[:]))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	defer f.Close()
+	size := segmentSize(capacity)
+	if err := f.Truncate(int64(size)); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("shm: mmap: %w", err)
+	}
+	copy(mem[offMagic:], magic)
+	binary.LittleEndian.PutUint64(mem[offCap:], uint64(capacity))
+	return &Segment{path: path, mem: mem, capacity: capacity}, nil
+}
+
+// Open maps the segment file at path, created by Create in another
+// process (or goroutine). The opener is side 1.
+func Open(path string) (*Segment, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("shm: %w", err)
+	}
+	size := int(st.Size())
+	if size < segmentSize(pageSize) || size > segmentSize(MaxRingBytes) {
+		return nil, fmt.Errorf("shm: %s: size %d is not a segment's", path, size)
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: mmap: %w", err)
+	}
+	capacity := int(binary.LittleEndian.Uint64(mem[offCap:]))
+	if string(mem[offMagic:offMagic+len(magic)]) != magic || segmentSize(capacity) != size {
+		syscall.Munmap(mem)
+		return nil, fmt.Errorf("shm: %s is not an ascend segment", path)
+	}
+	return &Segment{path: path, mem: mem, capacity: capacity}, nil
+}
+
+// Path is the segment file's path.
+func (s *Segment) Path() string { return s.path }
+
+// Unlink removes the segment file; the mappings stay valid.
+func (s *Segment) Unlink() error { return os.Remove(s.path) }
+
+// Close unmaps a segment that no Conn was made of (NewConn's Conn owns
+// its segment).
+func (s *Segment) Close() error {
+	if s.unmapped {
+		return nil
+	}
+	s.unmapped = true
+	return syscall.Munmap(s.mem)
+}
+
+// ring is one direction of a segment.
+type ring struct {
+	head, tail            *uint64
+	dataSeq, consWaiting  *uint32
+	spaceSeq, prodWaiting *uint32
+	data                  []byte
+	mask                  uint64
+}
+
+func (s *Segment) ring(i int) ring {
+	base := pageSize + i*(pageSize+s.capacity)
+	ctl := s.mem[base : base+pageSize]
+	u64 := func(off int) *uint64 { return (*uint64)(unsafe.Pointer(&ctl[off])) }
+	u32 := func(off int) *uint32 { return (*uint32)(unsafe.Pointer(&ctl[off])) }
+	return ring{
+		head: u64(offHead), tail: u64(offTail),
+		dataSeq: u32(offDataSeq), consWaiting: u32(offConsWaiting),
+		spaceSeq: u32(offSpaceSeq), prodWaiting: u32(offProdWaiting),
+		data: s.mem[base+pageSize : base+pageSize+s.capacity],
+		mask: uint64(s.capacity - 1),
+	}
+}
+
+func (s *Segment) closedFlag(side int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&s.mem[offClosed+64*side]))
+}
+
+// Conn is one side's end of a segment: an ascend.Conn.
+type Conn struct {
+	seg        *Segment
+	side       int
+	out, in    ring
+	mine, peer *uint32 // closed flags
+	opts       ConnOptions
+
+	closed atomic.Bool // Close was called
+	gone   atomic.Bool // the liveness channel failed: the peer is gone
+	mu     sync.RWMutex
+	once   sync.Once
+	rhdr   [frameHdr]byte
+	whdr   [frameHdr]byte
+	rts    syscall.Timespec // futex timeouts of the reader and the writer
+	wts    syscall.Timespec
+}
+
+var _ ascend.Conn = (*Conn)(nil)
+
+// NewConn makes side (0: the creator, 1: the opener) of seg a Conn, which
+// owns seg from now on (Close unmaps it).
+func NewConn(seg *Segment, side int, opts ConnOptions) *Conn {
+	if opts.Spin <= 0 {
+		opts.Spin = 64
+	}
+	c := &Conn{seg: seg, side: side & 1, opts: opts}
+	c.out, c.in = seg.ring(c.side), seg.ring(1-c.side)
+	c.mine, c.peer = seg.closedFlag(c.side), seg.closedFlag(1-c.side)
+	if opts.Liveness != nil {
+		go c.watchLiveness()
+	}
+	return c
+}
+
+func (c *Conn) watchLiveness() {
+	var b [64]byte
+	for {
+		if _, err := c.opts.Liveness.Read(b[:]); err != nil {
+			break
+		}
+	}
+	c.gone.Store(true)
+	c.mu.RLock()
+	if !c.closed.Load() {
+		c.wakeAll()
+	}
+	c.mu.RUnlock()
+}
+
+// wakeAll bumps and wakes every futex word of both rings.
+func (c *Conn) wakeAll() {
+	for _, r := range [2]*ring{&c.out, &c.in} {
+		atomic.AddUint32(r.dataSeq, 1)
+		futexWake(r.dataSeq)
+		atomic.AddUint32(r.spaceSeq, 1)
+		futexWake(r.spaceSeq)
+	}
+}
+
+func (c *Conn) deadline(ctx context.Context) time.Time {
+	var d time.Time
+	if c.opts.OpTimeout > 0 {
+		d = time.Now().Add(c.opts.OpTimeout)
+	}
+	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
+		d = cd
+	}
+	return d
+}
+
+// peerDown reports that the peer closed or went away.
+func (c *Conn) peerDown() bool { return atomic.LoadUint32(c.peer) != 0 || c.gone.Load() }
+
+// errPeerClosed is a Send to a peer that closed.
+var errPeerClosed = fmt.Errorf("shm: peer closed: %w", io.ErrClosedPipe)
+
+// Send implements ascend.Conn.
+func (c *Conn) Send(ctx context.Context, tag uint32, p []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	d := c.deadline(ctx)
+	binary.LittleEndian.PutUint32(c.whdr[0:], uint32(len(p)))
+	binary.LittleEndian.PutUint32(c.whdr[4:], tag)
+	if err := c.write(c.whdr[:], d); err != nil {
+		return err
+	}
+	return c.write(p, d)
+}
+
+// write streams p into the outgoing ring.
+func (c *Conn) write(p []byte, d time.Time) error {
+	r := &c.out
+	size := uint64(len(r.data))
+	head := atomic.LoadUint64(r.head)
+	for len(p) > 0 {
+		free := size - (head - atomic.LoadUint64(r.tail))
+		if free == 0 {
+			if err := c.wait(r.spaceSeq, r.prodWaiting, func() bool { return head-atomic.LoadUint64(r.tail) < size }, d, &c.wts, false); err != nil {
+				return err
+			}
+			continue
+		}
+		if c.peerDown() {
+			return errPeerClosed
+		}
+		n := min(free, uint64(len(p)))
+		off := head & r.mask
+		k := copy(r.data[off:], p[:n])
+		copy(r.data, p[k:n])
+		head += n
+		atomic.StoreUint64(r.head, head)
+		if atomic.LoadUint32(r.consWaiting) != 0 {
+			atomic.AddUint32(r.dataSeq, 1)
+			futexWake(r.dataSeq)
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// Recv implements ascend.Conn.
+func (c *Conn) Recv(ctx context.Context, p []byte) (uint32, int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return 0, 0, net.ErrClosed
+	}
+	d := c.deadline(ctx)
+	if err := c.read(c.rhdr[:], d, true); err != nil {
+		return 0, 0, err
+	}
+	size := binary.LittleEndian.Uint32(c.rhdr[0:])
+	tag := binary.LittleEndian.Uint32(c.rhdr[4:])
+	if int(size) > len(p) {
+		return tag, 0, fmt.Errorf("shm: frame of %d bytes for a %d-byte buffer: %w", size, len(p), io.ErrShortBuffer)
+	}
+	if err := c.read(p[:size], d, false); err != nil {
+		return tag, 0, err
+	}
+	return tag, int(size), nil
+}
+
+// read fills p from the incoming ring. At a frame boundary (first) a peer
+// that closed with nothing left to read is io.EOF.
+func (c *Conn) read(p []byte, d time.Time, first bool) error {
+	r := &c.in
+	tail := atomic.LoadUint64(r.tail)
+	for len(p) > 0 {
+		avail := atomic.LoadUint64(r.head) - tail
+		if avail == 0 {
+			err := c.wait(r.dataSeq, r.consWaiting, func() bool { return atomic.LoadUint64(r.head) != tail }, d, &c.rts, true)
+			if err == io.EOF && !first {
+				err = io.ErrUnexpectedEOF
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		first = false
+		n := min(avail, uint64(len(p)))
+		off := tail & r.mask
+		k := copy(p[:n], r.data[off:])
+		copy(p[k:n], r.data)
+		tail += n
+		atomic.StoreUint64(r.tail, tail)
+		if atomic.LoadUint32(r.prodWaiting) != 0 {
+			atomic.AddUint32(r.spaceSeq, 1)
+			futexWake(r.spaceSeq)
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// wait blocks until ready() holds, polling Spin times before it blocks on
+// the futex word seq with the waiting flag raised (the eventcount: the
+// other side bumps seq and wakes only when it sees the flag, and checks
+// the flag after publishing, so a wake-up is never lost). A reader whose
+// peer is down gets io.EOF once the ring is drained; a writer gets
+// errPeerClosed.
+func (c *Conn) wait(seq, waiting *uint32, ready func() bool, d time.Time, ts *syscall.Timespec, reader bool) error {
+	down := func() error {
+		if c.closed.Load() {
+			return net.ErrClosed
+		}
+		if c.peerDown() && !ready() {
+			if reader {
+				return io.EOF
+			}
+			return errPeerClosed
+		}
+		return nil
+	}
+	for i := 0; ; i++ {
+		if ready() {
+			return nil
+		}
+		if err := down(); err != nil {
+			return err
+		}
+		if i < c.opts.Spin {
+			runtime.Gosched()
+			continue
+		}
+		timeout := time.Second // re-check at least this often
+		if !d.IsZero() {
+			if timeout = min(time.Until(d), timeout); timeout <= 0 {
+				return os.ErrDeadlineExceeded
+			}
+		}
+		*ts = syscall.NsecToTimespec(int64(timeout))
+		v := atomic.LoadUint32(seq)
+		atomic.StoreUint32(waiting, 1)
+		if ready() || down() != nil {
+			atomic.StoreUint32(waiting, 0)
+			continue
+		}
+		futexWait(seq, v, ts)
+		atomic.StoreUint32(waiting, 0)
+	}
+}
+
+// Close implements ascend.Conn: it tells the peer, wakes every blocked
+// call (theirs and ours), waits for ours to return and unmaps the
+// segment.
+func (c *Conn) Close() error {
+	var err error
+	c.once.Do(func() {
+		c.closed.Store(true)
+		atomic.StoreUint32(c.mine, 1)
+		c.wakeAll()
+		if c.opts.Liveness != nil {
+			err = c.opts.Liveness.Close()
+		}
+		c.mu.Lock() // calls in flight have returned
+		if uerr := c.seg.Close(); err == nil {
+			err = uerr
+		}
+		c.mu.Unlock()
+	})
+	return err
+}
+
+const (
+	futexWaitOp = 0 // FUTEX_WAIT (shared: the segment is mapped by two processes)
+	futexWakeOp = 1 // FUTEX_WAKE
+)
+
+// futexWait sleeps while *addr == val, at most *ts. Spurious and early
+// returns are fine: callers re-check.
+func futexWait(addr *uint32, val uint32, ts *syscall.Timespec) {
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(ts)), 0, 0)
+}
+
+func futexWake(addr *uint32) {
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, uintptr(1<<31-1), 0, 0, 0)
+}
+
+// HostID identifies the running kernel (its boot id), so two processes can
+// tell whether they share a host; empty if unknown.
+func HostID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}

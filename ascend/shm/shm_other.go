@@ -1,0 +1,50 @@
+//go:build !linux
+
+package shm
+
+import (
+	"context"
+
+	"github.com/cann-train/cann-train/ascend"
+)
+
+// Supported reports whether this platform has the shared-memory transport.
+const Supported = false
+
+// Segment is a mapped segment file (unsupported here).
+type Segment struct{}
+
+// Create is unsupported on this platform.
+func Create(dir string, ringBytes int) (*Segment, error) { return nil, ErrUnsupported }
+
+// Open is unsupported on this platform.
+func Open(path string) (*Segment, error) { return nil, ErrUnsupported }
+
+// Path is empty.
+func (s *Segment) Path() string { return "" }
+
+// Unlink is unsupported.
+func (s *Segment) Unlink() error { return ErrUnsupported }
+
+// Close does nothing.
+func (s *Segment) Close() error { return nil }
+
+// Conn is unsupported on this platform.
+type Conn struct{}
+
+var _ ascend.Conn = (*Conn)(nil)
+
+// NewConn is unsupported on this platform.
+func NewConn(seg *Segment, side int, opts ConnOptions) *Conn { return &Conn{} }
+
+// Send is unsupported.
+func (c *Conn) Send(ctx context.Context, tag uint32, p []byte) error { return ErrUnsupported }
+
+// Recv is unsupported.
+func (c *Conn) Recv(ctx context.Context, p []byte) (uint32, int, error) { return 0, 0, ErrUnsupported }
+
+// Close does nothing.
+func (c *Conn) Close() error { return nil }
+
+// HostID is empty: no host sharing is detected.
+func HostID() string { return "" }

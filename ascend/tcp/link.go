@@ -1,0 +1,169 @@
+package tcp
+
+// After the handshake every pair of ranks agrees on the link's medium.
+// Both send
+//
+//	[wants shared memory u8][host id length u8][host id]
+//
+// and read the other's. If both want shared memory and share a host (the
+// same kernel boot id), the lower rank creates a segment (ascend/shm) and
+// sends [path length u16 LE][path] (length 0: it could not), the higher
+// rank maps it and answers one byte (0: mapped, 1: failed), and the lower
+// rank unlinks the file. Any refusal leaves the pair on TCP; the exchange
+// consumed exactly what was sent, so the stream stays in step.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"github.com/cann-train/cann-train/ascend"
+	"github.com/cann-train/cann-train/ascend/shm"
+)
+
+// links makes the Communicator's Conn of every connection, concurrently.
+// On error the connections are left to the caller.
+func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]ascend.Conn, error) {
+	conns := make([]ascend.Conn, len(ncs))
+	errs := make([]error, len(ncs))
+	host := ""
+	if opts.SharedMemory && shm.Supported {
+		host = shm.HostID()
+	}
+	var wg sync.WaitGroup
+	for i, nc := range ncs {
+		if nc == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conns[i], errs[i] = link(ctx, nc, rank, i, host, opts)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range conns {
+			if sc, ok := c.(*shm.Conn); ok {
+				_ = sc.Close() // closes its TCP connection too
+			}
+		}
+		return nil, err
+	}
+	return conns, nil
+}
+
+// link runs the exchange with peer over nc. host is this side's host id,
+// empty when it does not want shared memory.
+func link(ctx context.Context, nc *net.TCPConn, rank, peer int, host string, opts Options) (ascend.Conn, error) {
+	useSHM, err := underCtx(ctx, nc, func() (bool, error) {
+		msg := append([]byte{0, byte(len(host))}, host...)
+		if host != "" {
+			msg[0] = 1
+		}
+		if _, err := nc.Write(msg); err != nil {
+			return false, err
+		}
+		var hdr [2]byte
+		if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+			return false, eofIsUnexpected(err)
+		}
+		theirs := make([]byte, hdr[1])
+		if _, err := io.ReadFull(nc, theirs); err != nil {
+			return false, eofIsUnexpected(err)
+		}
+		return hdr[0] == 1 && host != "" && string(theirs) == host, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("link to rank %d: %w", peer, err)
+	}
+	if !useSHM {
+		return newConn(nc, opts.OpTimeout), nil
+	}
+	var seg *shm.Segment
+	_, err = underCtx(ctx, nc, func() (bool, error) {
+		var serr error
+		if rank < peer {
+			seg, serr = offerSegment(nc, opts.SharedMemoryRing)
+		} else {
+			seg, serr = acceptSegment(nc)
+		}
+		return false, serr
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shared-memory link to rank %d: %w", peer, err)
+	}
+	if seg == nil { // refused: stay on TCP
+		return newConn(nc, opts.OpTimeout), nil
+	}
+	side := 1
+	if rank < peer {
+		side = 0
+	}
+	return shm.NewConn(seg, side, shm.ConnOptions{OpTimeout: opts.OpTimeout, Liveness: nc}), nil
+}
+
+// offerSegment is the lower rank's side: create, offer, unlink. A nil
+// segment with a nil error means the pair stays on TCP.
+func offerSegment(nc *net.TCPConn, ringBytes int) (*shm.Segment, error) {
+	seg, cerr := shm.Create("", ringBytes)
+	path := ""
+	if cerr == nil {
+		path = seg.Path()
+	}
+	msg := binary.LittleEndian.AppendUint16(nil, uint16(len(path)))
+	if _, err := nc.Write(append(msg, path...)); err != nil {
+		closeSegment(seg)
+		return nil, err
+	}
+	if cerr != nil {
+		return nil, nil
+	}
+	var ack [1]byte
+	_, err := io.ReadFull(nc, ack[:])
+	_ = seg.Unlink() // mapped by both (or abandoned): the name is not needed
+	if err != nil || ack[0] != 0 {
+		seg.Close()
+		return nil, eofIsUnexpected(err)
+	}
+	return seg, nil
+}
+
+// acceptSegment is the higher rank's side: map the offered segment.
+func acceptSegment(nc *net.TCPConn) (*shm.Segment, error) {
+	var l [2]byte
+	if _, err := io.ReadFull(nc, l[:]); err != nil {
+		return nil, eofIsUnexpected(err)
+	}
+	n := binary.LittleEndian.Uint16(l[:])
+	if n == 0 {
+		return nil, nil
+	}
+	path := make([]byte, n)
+	if _, err := io.ReadFull(nc, path); err != nil {
+		return nil, eofIsUnexpected(err)
+	}
+	seg, oerr := shm.Open(string(path))
+	ack := []byte{0}
+	if oerr != nil {
+		ack[0] = 1
+	}
+	if _, err := nc.Write(ack); err != nil {
+		closeSegment(seg)
+		return nil, err
+	}
+	if oerr != nil {
+		return nil, nil
+	}
+	return seg, nil
+}
+
+func closeSegment(seg *shm.Segment) {
+	if seg != nil {
+		seg.Close()
+	}
+}

@@ -1,0 +1,174 @@
+package ascend
+
+// Binomial-tree algorithms, pipelined in frames of ChunkBytes: a rank
+// forwards chunk k (to its children for a broadcast, to its parent for a
+// reduce) while it receives chunk k+1.
+//
+// Cost for p ranks and n bytes (α, β, γ as in ring.go; d = ⌈log2 p⌉ is
+// the tree depth and the root's fan-out, C = ChunkBytes, k = ⌈n/C⌉,
+// c = min(n, C)); a node sends to (or receives from) its up to d children
+// over one port:
+//
+//	Broadcast   (d + k-1)·(α + d·c·β)
+//	Reduce      (d + k-1)·(α + d·c·(β+γ))
+//	AllReduce   Reduce to rank 0, then Broadcast from it:
+//	            2(d + k-1)·(α + d·c·β) + (d + k-1)·d·c·γ
+//
+// Those are critical paths with the uncontended α and β. The tree's share
+// of the work per rank is only (p-1)/p·k messages and (p-1)/p·n bytes per
+// phase, so on a loaded host (α_all ≫ α, see CostModel) it beats the
+// algorithms whose every rank sends in every step by about log2 p on
+// small messages.
+//
+// Latency-optimal (d steps) for small messages; for large ones the root's
+// d-fold traffic loses to the chain (ring.go) and to halving-doubling.
+// The pipelined engines below also run the chain topology of ring.go.
+
+import "context"
+
+type treeAlgorithm struct{}
+
+func (treeAlgorithm) cost(coll Collective, p int, n float64, m params) (float64, bool) {
+	d := float64(log2ceil(p))
+	f := float64(p-1) / float64(p)
+	k, c := chunks(n, m.seg)
+	steps := d + k - 1
+	switch coll {
+	case CollBroadcast:
+		return m.split(steps, steps*d*c, 0, f*k, f*n, 0), true
+	case CollReduce:
+		return m.split(steps, steps*d*c, steps*d*c, f*k, f*n, f*n), true
+	case CollAllReduce:
+		return m.split(2*steps, 2*steps*d*c, steps*d*c, 2*f*k, 2*f*n, f*n), true
+	}
+	return 0, false
+}
+
+// binomial is rank's place in the binomial tree rooted at root: relative
+// rank vr's parent is vr minus its lowest set bit and its children are
+// vr+m for the powers of two m below that bit. Children come largest
+// subtree first (the order a broadcast feeds them) or, with smallFirst,
+// smallest first (the order their partial results of a reduce complete).
+func (c *Communicator) binomial(root int, smallFirst bool) (parent *peer, children []*peer) {
+	p := c.size
+	vr := mod(c.rank-root, p)
+	mask := 1
+	for ; mask < p; mask <<= 1 {
+		if vr&mask != 0 {
+			parent = c.peers[mod(vr-mask+root, p)]
+			break
+		}
+	}
+	children = c.children[:0]
+	if smallFirst {
+		for m := 1; m < mask; m <<= 1 {
+			if vr+m < p {
+				children = append(children, c.peers[mod(vr+m+root, p)])
+			}
+		}
+	} else {
+		for m := mask >> 1; m > 0; m >>= 1 {
+			if vr+m < p {
+				children = append(children, c.peers[mod(vr+m+root, p)])
+			}
+		}
+	}
+	c.children = children
+	return parent, children
+}
+
+// bcastPipelined receives buf from parent (nil at the root) chunk by chunk
+// and forwards every chunk to all children while the next one arrives.
+func (c *Communicator) bcastPipelined(ctx context.Context, name string, tag uint32, buf []float32, parent *peer, children []*peer) error {
+	n := len(buf)
+	sending := false
+	for off := 0; off < n; off += c.chunk {
+		part := buf[off:min(n, off+c.chunk)]
+		if parent != nil {
+			if err := c.recvFrom(ctx, name, tag, parent, part, nil, Sum, false); err != nil {
+				return err
+			}
+		}
+		if sending {
+			for _, ch := range children {
+				if err := c.finishSend(ctx, name, ch); err != nil {
+					return err
+				}
+			}
+		}
+		for _, ch := range children {
+			c.startSend(ctx, ch, tag, part)
+		}
+		sending = len(children) > 0
+	}
+	if sending {
+		for _, ch := range children {
+			if err := c.finishSend(ctx, name, ch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reducePipelined folds src over the subtree below this rank into its
+// parent, chunk by chunk: chunk k of the children is folded while chunk
+// k-1 travels up. At the root (parent nil) out receives the result
+// (divided by the world size for Avg). Elsewhere partial results go to
+// out when it is non-nil, else to two reused chunk accumulators, so a
+// non-root rank's buffers are left untouched.
+func (c *Communicator) reducePipelined(ctx context.Context, name string, tag uint32, src, out []float32, parent *peer, children []*peer, op Op) error {
+	n := len(src)
+	sending := false
+	for k, off := 0, 0; off < n; k, off = k+1, off+c.chunk {
+		hi := min(n, off+c.chunk)
+		base := src[off:hi]
+		var acc []float32
+		switch {
+		case parent != nil && len(children) == 0:
+			acc = base // a leaf sends its input as is
+		case out != nil:
+			acc = out[off:hi]
+		default:
+			acc = c.accFor(k&1, hi-off)
+		}
+		for _, ch := range children {
+			if err := c.recvFrom(ctx, name, tag, ch, acc, base, op, true); err != nil {
+				return err
+			}
+			base = acc
+		}
+		if parent == nil {
+			if len(children) == 0 {
+				copy(acc, base)
+			}
+			if op == Avg {
+				divide(acc, c.size)
+			}
+			continue
+		}
+		if sending {
+			if err := c.finishSend(ctx, name, parent); err != nil {
+				return err
+			}
+		}
+		c.startSend(ctx, parent, tag, acc)
+		sending = true
+	}
+	if sending {
+		return c.finishSend(ctx, name, parent)
+	}
+	return nil
+}
+
+// treeAllReduce reduces to rank 0 over the binomial tree, then broadcasts
+// the result back down; partial results go to work on every rank.
+func (c *Communicator) treeAllReduce(ctx context.Context, tag uint32, src, work []float32, op Op) error {
+	const name = "allreduce"
+	parent, children := c.binomial(0, true)
+	if err := c.reducePipelined(ctx, name, tag, src, work, parent, children, op); err != nil {
+		return err
+	}
+	parent, children = c.binomial(0, false)
+	return c.bcastPipelined(ctx, name, tag, work, parent, children)
+}

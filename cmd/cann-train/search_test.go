@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestSearchCommand(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append([]string{"search"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	out, err := run("--model", "gpt3_3.6b", "--cluster", "vtrain_a100_64", "--top", "3", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plans []map[string]any
+	if err := json.Unmarshal([]byte(out), &plans); err != nil || len(plans) != 3 {
+		t.Fatalf("want 3 plans as JSON, got %v\n%s", err, out)
+	}
+	out, err = run("--model", "gpt3_3.6b", "--cluster", "vtrain_a100_64", "--evaluate", "tp=2,pp=1,dp=32,mb=4,recompute=full,zero=0", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var est map[string]any
+	if err := json.Unmarshal([]byte(out), &est); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"step_time_s", "tokens_per_s", "tflops_per_device", "mfu", "mem_per_device_gib", "comm_share", "bubble_share", "feasible", "reason"} {
+		if _, ok := est[k]; !ok {
+			t.Errorf("evaluate JSON lacks %q", k)
+		}
+	}
+	if _, err := run("--model", "no-such-model", "--cluster", "vtrain_a100_64"); err == nil || !strings.Contains(err.Error(), "no-such-model") {
+		t.Errorf("unknown preset: %v", err)
+	}
+	if _, err := run("--model", "gpt3_3.6b", "--cluster", "vtrain_a100_64", "--evaluate", "tp=three"); err == nil || !strings.Contains(err.Error(), "tp") {
+		t.Errorf("bad plan string: %v", err)
+	}
+}
+
+// TestBenchCollectiveProcesses runs `bench collective` for real: three rank
+// processes over loopback TCP, every size checked.
+func TestBenchCollectiveProcesses(t *testing.T) {
+	var out, errb bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs([]string{"bench", "collective", "--np", "3", "-b", "8", "-e", "256K", "-f", "32",
+		"--coll", "allreduce,allgather,broadcast", "-n", "5", "-w", "1", "--limits", "0", "-o", "json"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("bench collective: %v\n%s", err, errb.String())
+	}
+	var rep struct {
+		Ranks  int `json:"ranks"`
+		Tables []struct {
+			Collective string `json:"collective"`
+			Results    []struct {
+				Size int64 `json:"size"`
+				Out  struct {
+					Wrong int     `json:"nwrong"`
+					BusBW float64 `json:"bus_bw"`
+				} `json:"out_of_place"`
+			} `json:"results"`
+		} `json:"tables"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.String())
+	}
+	if rep.Ranks != 3 || len(rep.Tables) != 3 {
+		t.Fatalf("ranks %d, tables %d", rep.Ranks, len(rep.Tables))
+	}
+	for _, tb := range rep.Tables {
+		if len(tb.Results) != 4 {
+			t.Errorf("%s: %d sizes, want 4 (8, 256, 8K, 256K)", tb.Collective, len(tb.Results))
+		}
+		for _, r := range tb.Results {
+			// As in nccl-tests, a size smaller than one element per rank
+			// rounds down to 0 bytes for allgather.
+			if r.Out.Wrong != 0 || (r.Size > 0 && r.Out.BusBW <= 0) {
+				t.Errorf("%s size %d: #wrong %d, busbw %g", tb.Collective, r.Size, r.Out.Wrong, r.Out.BusBW)
+			}
+		}
+	}
+}

@@ -1,0 +1,155 @@
+//go:build soak
+
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestSoak (make soak; not in CI): one long run meets ≥ 20 SIGKILLs of
+// random node workers, which come back under the same ID, and one restart
+// of the Temporal server itself (SQLite file, same port). It must complete
+// with weights bit-identical to a fault-free run of the same spec.
+func TestSoak(t *testing.T) {
+	kills := 20
+	if v, err := strconv.Atoi(os.Getenv("SOAK_KILLS")); err == nil && v > 0 {
+		kills = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	port, err := dev.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "temporal.db")
+	startServer := func() *dev.Server {
+		srv, err := dev.StartServer(ctx, dev.ServerOptions{FrontendPort: port, DBFile: db, SearchAttributes: workers.SearchAttributes()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	srv := startServer()
+	defer func() { srv.Stop() }()
+	log, _ := workers.NewLogger("warn", false)
+	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	wctx, stopControl := context.WithCancel(ctx)
+	controlDone := make(chan error, 1)
+	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), log) }()
+	defer func() { stopControl(); <-controlDone }()
+
+	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	defer func() { _ = l.StopAll(5 * time.Second) }()
+	ids := []string{"node-1", "node-2", "node-3", "node-4", "node-5"}
+	procs := map[string]*dev.Proc{}
+	start := func(id string) {
+		p, err := l.Start(id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36), "worker", "node", "--id", id,
+			"--address", srv.FrontendAddr(), "--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"),
+			"--lease-every", "1s", "--log-level", "warn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[id] = p
+	}
+	for _, id := range ids {
+		start(id)
+	}
+	waitRegistered(ctx, t, c, len(ids))
+
+	base := spec.RunSpec{Nodes: 3, Steps: int64(400 + 120*kills), ChunkSteps: 40, CheckpointEvery: 40,
+		MaxRestarts: 3 * kills, HeartbeatTimeout: spec.Duration(4 * time.Second)}.WithDefaults()
+	run := func(name string) client.WorkflowRun {
+		s := base
+		s.Name = name
+		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + name, TaskQueue: spec.ControlTaskQueue},
+			spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var ref spec.RunStatus
+	if err := run("soak-reference").Get(ctx, &ref); err != nil {
+		t.Fatal(err)
+	}
+
+	rng := rand.New(rand.NewPCG(7, 7))
+	r := run("soak")
+	began := time.Now()
+	done, restarted := 0, false
+	lastRecoveries, lastStep := 0, int64(0)
+	for done < kills || !restarted {
+		st, _, closed, err := readProgress(ctx, c, r.GetID())
+		if closed {
+			t.Fatalf("run closed after %d kills: %+v %v", done, st, err)
+		}
+		// Act only once the run has moved on since the last fault.
+		if err != nil || len(st.Recoveries) < lastRecoveries || st.Step < lastStep+80 || len(st.Nodes) == 0 || st.Phase != spec.PhaseTraining {
+			select {
+			case <-ctx.Done():
+				t.Fatal("soak timed out")
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		lastStep, lastRecoveries = st.Step, len(st.Recoveries)
+		if !restarted && done == kills/2 {
+			t.Logf("restarting the Temporal server at step %d", st.Step)
+			srv.Stop()
+			srv = startServer()
+			restarted = true
+			continue
+		}
+		victim := st.Nodes[rng.IntN(len(st.Nodes))]
+		t.Logf("kill %d: %s at step %d", done+1, victim, st.Step)
+		if err := procs[victim].Kill(); err != nil {
+			t.Fatal(err)
+		}
+		<-procs[victim].Done()
+		done++
+		start(victim) // the machine comes back
+		lastRecoveries++
+	}
+	var st spec.RunStatus
+	if err := r.Get(ctx, &st); err != nil {
+		t.Fatalf("soak run failed: %v", err)
+	}
+	var resume []float64
+	for _, rec := range st.Recoveries {
+		if !rec.ResumedAt.IsZero() && !rec.NoticedAt.IsZero() {
+			resume = append(resume, rec.ResumedAt.Sub(rec.NoticedAt).Seconds())
+		}
+	}
+	slices.Sort(resume)
+	med := 0.0
+	if len(resume) > 0 {
+		med = resume[len(resume)/2]
+	}
+	t.Logf("soak: %d kills + 1 server restart, %d recoveries, %d steps in %.0fs; median notice→first step %.2fs; identical %v",
+		done, len(st.Recoveries), st.Step, time.Since(began).Seconds(), med, st.WeightsSHA256 == ref.WeightsSHA256)
+	if st.Phase != spec.PhaseCompleted || st.WeightsSHA256 != ref.WeightsSHA256 {
+		t.Fatalf("soak run %s, weights %s vs reference %s", st.Phase, st.WeightsSHA256, ref.WeightsSHA256)
+	}
+	if len(st.Recoveries) < kills {
+		t.Errorf("%d recoveries for %d kills", len(st.Recoveries), kills)
+	}
+}

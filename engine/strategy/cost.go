@@ -1,0 +1,615 @@
+package strategy
+
+import (
+	"fmt"
+	"math"
+)
+
+// FLOPConvention names what the FLOP figures of an Estimate count.
+const FLOPConvention = "tflops_per_device/hfu: executed GEMM FLOPs incl. recompute (Narayanan eq. 3 under full recompute, all keys of the s² term); mfu: model FLOPs, fwd+bwd only (Korthikanti eq. 7)"
+
+// Estimate is the predicted cost of one plan. Times are seconds, memory
+// GiB (2^30 B) per device on the busiest pipeline stage.
+type Estimate struct {
+	Plan   Plan   `json:"plan"`
+	Config string `json:"config"` // Plan.String()
+	// Feasible is false when the plan does not fit the model or cluster
+	// (Reason names the field) or does not fit in device memory.
+	Feasible bool   `json:"feasible"`
+	Reason   string `json:"reason"`
+
+	StepTimeS           float64 `json:"step_time_s"`
+	TokensPerS          float64 `json:"tokens_per_s"`
+	TokensPerSPerDevice float64 `json:"tokens_per_s_per_device"`
+	// TFLOPSPerDevice counts executed FLOPs (see FLOPConvention).
+	TFLOPSPerDevice      float64 `json:"tflops_per_device"`
+	ModelTFLOPSPerDevice float64 `json:"model_tflops_per_device"`
+	MFU                  float64 `json:"mfu"`
+	HFU                  float64 `json:"hfu"`
+
+	MemPerDeviceGiB float64         `json:"mem_per_device_gib"`
+	MemHeadroomGiB  float64         `json:"mem_headroom_gib"` // device memory - reserved - MemPerDeviceGiB
+	Mem             MemoryBreakdown `json:"mem"`
+
+	Time        TimeBreakdown `json:"time"`
+	CommShare   float64       `json:"comm_share"`   // exposed communication / step time
+	BubbleShare float64       `json:"bubble_share"` // pipeline fill, drain and stage imbalance / step time
+
+	Microbatches int `json:"microbatches"`
+	// BlastRadius is how many devices lose state that no surviving device
+	// holds when one device fails: one model replica (tp·pp·max(cp,ep))
+	// without ZeRO, every device with ZeRO ≥ 1 (the sharded optimizer has
+	// no copy).
+	BlastRadius int `json:"blast_radius"`
+}
+
+// MemoryBreakdown splits MemPerDeviceGiB.
+type MemoryBreakdown struct {
+	ParamsGiB      float64 `json:"params_gib"`
+	GradsGiB       float64 `json:"grads_gib"`
+	OptimizerGiB   float64 `json:"optimizer_gib"`
+	ActivationsGiB float64 `json:"activations_gib"` // incl. logits on the last stage
+	ReservedGiB    float64 `json:"reserved_gib"`    // not in MemPerDeviceGiB
+}
+
+// TimeBreakdown splits StepTimeS along the critical path (the slowest
+// pipeline stage): compute, exposed communication by kind, pipeline
+// bubble, optimizer update.
+type TimeBreakdown struct {
+	ComputeS   float64 `json:"compute_s"`
+	TPCommS    float64 `json:"tp_comm_s"`
+	CPCommS    float64 `json:"cp_comm_s"`
+	EPCommS    float64 `json:"ep_comm_s"`
+	PPCommS    float64 `json:"pp_comm_s"`
+	DPCommS    float64 `json:"dp_comm_s"` // incl. ZeRO-3 parameter gathers
+	BubbleS    float64 `json:"bubble_s"`
+	OptimizerS float64 `json:"optimizer_s"`
+}
+
+// Evaluate scores plan p for model m on cluster c. It never fails: a plan
+// that cannot run comes back with Feasible false and Reason saying why.
+// Model and cluster defaults are applied first.
+func Evaluate(m Model, c Cluster, p Plan) Estimate {
+	ev, err := newEvaluator(m, c)
+	if err != nil {
+		return Estimate{Plan: p, Config: p.String(), Reason: err.Error()}
+	}
+	if err := Check(ev.m, ev.c, p); err != nil {
+		return Estimate{Plan: p, Config: p.String(), Reason: err.Error()}
+	}
+	var e Estimate
+	ev.eval(p, &e)
+	e.Config = p.String()
+	if !e.Feasible {
+		e.Reason = fmt.Sprintf("out of memory: needs %.1f GiB per device, %.1f usable (%.0f minus %.1f reserved)",
+			e.MemPerDeviceGiB, ev.c.Device.MemoryGiB-ev.c.ReservedGiB, ev.c.Device.MemoryGiB, ev.c.ReservedGiB)
+	}
+	return e
+}
+
+// EvaluateBand evaluates p once per device profile (for example
+// AscendA2Profiles()), everything else in c unchanged.
+func EvaluateBand(m Model, c Cluster, p Plan, profiles []string) ([]Estimate, error) {
+	out := make([]Estimate, 0, len(profiles))
+	for _, name := range profiles {
+		d, err := DeviceProfile(name)
+		if err != nil {
+			return nil, fmt.Errorf("evaluate band: %w", err)
+		}
+		cc := c
+		cc.Device = d
+		cc.ReservedGiB = 0 // re-derive from the new device
+		out = append(out, Evaluate(m, cc, p))
+	}
+	return out, nil
+}
+
+const gib = 1 << 30
+
+// Operator counts per layer forward pass (see layerTimes).
+const (
+	layerOps     = 20 // GPT layer, Megatron kernels
+	moeOps       = 8  // router, top-k, permute, unpermute, all-to-alls
+	selectiveOps = 5  // recomputed attention core: scores, softmax, dropout, AV, copy
+	cpStepOps    = 4  // per extra context-parallel ring step: send, receive, attention, rescale
+	bwdMemFactor = 1.5
+)
+
+// evaluator holds everything that depends only on the model and cluster.
+type evaluator struct {
+	m Model
+	c Cluster
+
+	// model, per token
+	linFlops, coreFlops, expertFlops float64 // forward GEMM FLOPs of one layer
+	logitFlops                       float64
+	denseParams, expertParams        float64 // one layer
+	embedParams                      float64
+	act                              float64 // bytes per activation element (Precision.Param)
+	padding                          float64 // MoE capacity padding of expert work (≥ 1)
+	topK                             float64
+
+	// device and links
+	flops, hbm       float64 // sustained FLOP/s and B/s
+	bwIntra, bwInter float64 // sustained B/s per device
+	latIntra         float64 // s per ring step
+	latInter         float64
+	memCap           float64 // usable bytes
+	opCost           float64 // s per operator
+}
+
+func newEvaluator(m Model, c Cluster) (*evaluator, error) {
+	m, c = m.WithDefaults(), c.WithDefaults()
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	ev := &evaluator{m: m, c: c}
+	ev.linFlops, ev.coreFlops = m.layerFlopsPerToken()
+	ev.logitFlops = m.logitFlopsPerToken()
+	ev.denseParams, ev.expertParams = m.layerParams()
+	ev.embedParams = float64(m.Vocab) * float64(m.Hidden)
+	ev.act = m.Precision.Param
+	ev.padding, ev.topK = 1, 1
+	if m.moe() {
+		ev.topK = float64(m.TopK)
+		ev.expertFlops = 2 * m.ffnMatrices() * float64(m.Hidden) * float64(m.FFNHidden) * ev.topK
+		if m.CapacityFactor > 1 {
+			ev.padding = m.CapacityFactor
+		}
+	}
+	d := c.Device
+	ev.flops = d.PeakTFLOPS * 1e12 * d.GEMMEfficiency
+	ev.hbm = d.HBMGBps * 1e9 * d.MemoryEfficiency
+	ev.bwIntra = c.IntraNodeGBps * 1e9 * c.IntraNodeEfficiency
+	ev.bwInter = c.InterNodeGBps * 1e9 * c.InterNodeEfficiency
+	ev.latIntra = c.IntraNodeLatencyUs * 1e-6
+	ev.latInter = c.InterNodeLatencyUs * 1e-6
+	ev.memCap = (d.MemoryGiB - c.ReservedGiB) * gib
+	ev.opCost = d.OpOverheadUs * 1e-6
+	return ev, nil
+}
+
+// group is the placement of one communication group: g members per node on
+// n nodes. Ranks are laid out Megatron-style, TP fastest, then CP, then
+// DP (EP inside DP), then PP.
+type group struct{ g, n float64 }
+
+func (ev *evaluator) group(stride, size int) group {
+	if size <= 1 {
+		return group{1, 1}
+	}
+	dpn := ev.c.DevicesPerNode
+	if stride >= dpn {
+		return group{1, float64(size)}
+	}
+	per := dpn / stride
+	if per >= size {
+		return group{float64(size), 1}
+	}
+	return group{float64(per), math.Ceil(float64(size) / float64(per))}
+}
+
+// Collective times for a buffer of S bytes per rank on a two-level
+// topology: the intra-node ring moves (g-1)/g of the data over the fast
+// fabric, the inter-node ring moves (n-1)/n of each rank's 1/g share over
+// its own NIC (hierarchical algorithm; nccl-tests bus factors). Latency is
+// one step latency per ring step.
+func (ev *evaluator) allReduce(s float64, gr group) float64 {
+	return 2 * ev.gatherLike(s, gr)
+}
+
+func (ev *evaluator) gatherLike(s float64, gr group) float64 {
+	t := 0.0
+	if gr.g > 1 {
+		t += (gr.g-1)/gr.g*s/ev.bwIntra + (gr.g-1)*ev.latIntra
+	}
+	if gr.n > 1 {
+		t += (gr.n-1)/gr.n*s/gr.g/ev.bwInter + (gr.n-1)*ev.latInter
+	}
+	return t
+}
+
+// allToAll: each rank sends S bytes in total, spread evenly; the off-node
+// share leaves over the rank's own NIC.
+func (ev *evaluator) allToAll(s float64, gr group) float64 {
+	size := gr.g * gr.n
+	if size <= 1 {
+		return 0
+	}
+	t := (gr.g - 1) / size * s / ev.bwIntra
+	t += (gr.g - 1) * ev.latIntra
+	if gr.n > 1 {
+		t += (size - gr.g) / size * s / ev.bwInter
+		t += (size - gr.g) * ev.latInter
+	}
+	return t
+}
+
+// layerTimes returns the per-micro-batch, per-layer compute and
+// communication of plan p.
+func (ev *evaluator) layerTimes(p Plan) (compute, tp, cp, ep float64) {
+	m := ev.m
+	t := float64(p.TP)
+	h, f := float64(m.Hidden), float64(m.FFNHidden)
+	s := float64(m.SeqLen)
+	tok := float64(p.MicroBatch) * s / float64(p.CP) // tokens of this rank's sequence shard
+	tokRepl := tok                                   // tokens whose LayerNorm/dropout run here
+	if p.SP {
+		tokRepl = tok / t
+	}
+	scale := ev.act / 2 // traffic constants below are for 2-byte activations
+
+	// GEMMs (forward).
+	lin := ev.linFlops
+	if ev.padding > 1 {
+		lin += (ev.padding - 1) * ev.expertFlops
+	}
+	gemmLin := tok * lin / t / ev.flops
+	gemmCore := tok * ev.coreFlops / t / ev.flops
+
+	// Memory-bound kernels (forward), bytes per token with fused kernels:
+	// LayerNorm 4h each, bias-dropout-add 7h each (replicated over TP
+	// without SP); bias-GeLU 4f or SwiGLU 6f; MoE token permutation 8h·k;
+	// fused softmax + dropout over the s×s scores 13·a·s (write scores,
+	// read/write softmax, read/write dropout + mask, read in AV) unless
+	// FlashAttention keeps them on chip (then only Q, K, V, O stream).
+	mlp := 4 * f
+	if m.GatedMLP {
+		mlp = 6 * f
+	}
+	if m.moe() {
+		mlp = mlp*ev.topK*ev.padding + 8*h*ev.topK
+	}
+	bytesLin := scale * (tokRepl*22*h + tok*mlp/t)
+	var bytesCore float64
+	if m.FlashAttention {
+		bytesCore = scale * tok * 2 * (2*h + 2*m.kvDim()) / t
+	} else {
+		bytesCore = scale * tok * 13 * float64(m.Heads) * s / t
+	}
+	memLin, memCore := bytesLin/ev.hbm, bytesCore/ev.hbm
+	fwdCore := gemmCore + memCore
+
+	// Fixed per-operator cost: a layer's forward pass is about layerOps
+	// operators (LayerNorm, QKV GEMM, layout copies, scores, softmax,
+	// dropout, AV, projection, bias-dropout-add, LayerNorm, two MLP GEMMs,
+	// activation, bias-dropout-add, TP collectives), its backward pass
+	// twice as many.
+	ops := float64(layerOps)
+	if m.moe() {
+		ops += moeOps
+	}
+	if p.CP > 1 { // ring attention: one attention step and one exchange per peer
+		ops += cpStepOps * float64(p.CP-1)
+	}
+	opT := ops * ev.opCost
+
+	// The backward pass runs twice the forward GEMM FLOPs (input and
+	// weight gradients) but streams only about 1.5× the forward bytes
+	// through its elementwise kernels (each reads the saved input and the
+	// incoming gradient and writes one gradient).
+	fwd := gemmLin + gemmCore + memLin + memCore + opT
+	bwd := 2*(gemmLin+gemmCore) + bwdMemFactor*(memLin+memCore) + 2*opT
+	fwdPasses := 1.0
+	compute = fwd + bwd
+	switch p.Recompute {
+	case RecomputeFull:
+		compute += fwd
+		fwdPasses = 2
+	case RecomputeSelective:
+		if !m.FlashAttention {
+			compute += fwdCore + selectiveOps*ev.opCost
+		}
+	}
+
+	// Tensor parallel: two all-reduces (or RS+AG with SP, same volume) of
+	// the layer's activations per forward and per backward pass.
+	if p.TP > 1 {
+		gr := ev.group(1, p.TP)
+		one := ev.allReduce(tok*h*ev.act, gr)
+		// The backward pass's two collectives run asynchronously under the
+		// weight-gradient GEMMs (Megatron's async TP all-reduce).
+		tp = 2*fwdPasses*one + math.Max(0, 2*one-gemmLin)
+	}
+	// Context parallel: all-gather K and V in each forward pass,
+	// reduce-scatter their gradients in the backward pass, overlapped with
+	// the attention core.
+	if p.CP > 1 {
+		gr := ev.group(p.TP, p.CP)
+		kv := float64(p.MicroBatch) * s * 2 * m.kvDim() * ev.act / t
+		one := ev.gatherLike(kv, gr)
+		cp = fwdPasses*math.Max(0, one-fwdCore) + math.Max(0, one-2*fwdCore)
+	}
+	// Expert parallel: dispatch and combine all-to-all per pass.
+	if m.moe() && p.EP > 1 {
+		gr := ev.group(p.TP, p.EP)
+		sent := tokRepl * ev.topK * h * ev.act * ev.padding
+		ep = (2*fwdPasses + 2) * ev.allToAll(sent, gr)
+	}
+	return compute, tp, cp, ep
+}
+
+// logitTimes is the output layer (last stage) per micro-batch: GEMM fwd +
+// bwd, and the fused cross-entropy streaming the logits (≈8 B per logit
+// each way in fp32).
+func (ev *evaluator) logitTimes(p Plan) float64 {
+	tok := float64(p.MicroBatch) * float64(ev.m.SeqLen) / float64(p.CP)
+	t := float64(p.TP)
+	gemm := 3 * tok * ev.logitFlops / t / ev.flops
+	mem := 16 * tok * float64(ev.m.Vocab) / t / ev.hbm
+	return gemm + mem
+}
+
+// stages returns the layer count of the first and last pipeline stage.
+// Without interleaving the output layer is balanced against layers (the
+// last stage takes fewer layers when that lowers the slowest stage, as
+// DeepSpeed's partitioner and Megatron's uneven split allow).
+func (ev *evaluator) stages(p Plan, layer, logits float64) (first, last int, slowest, avg float64) {
+	L := ev.m.Layers
+	if p.PP == 1 {
+		return L, L, float64(L)*layer + logits, float64(L)*layer + logits
+	}
+	avg = (float64(L)*layer + logits) / float64(p.PP)
+	if p.VPP > 1 { // Check made layers divisible by pp·vpp
+		per := L / p.PP
+		return per, per, float64(per)*layer + logits, avg
+	}
+	best := math.Inf(1)
+	maxLast := (L + p.PP - 1) / p.PP
+	for nl := 1; nl <= maxLast; nl++ {
+		rest := L - nl
+		nf := (rest + p.PP - 2) / (p.PP - 1)
+		if nf < 1 {
+			continue
+		}
+		tmax := math.Max(float64(nf)*layer, float64(nl)*layer+logits)
+		if tmax < best-1e-15 {
+			best, first, last = tmax, nf, nl
+		}
+	}
+	return first, last, best, avg
+}
+
+// eval fills e for a plan that passed Check.
+func (ev *evaluator) eval(p Plan, e *Estimate) {
+	m, c := ev.m, ev.c
+	n := p.Devices()
+	mbs := m.GlobalBatch / (p.DP * p.MicroBatch)
+	*e = Estimate{Plan: p, Microbatches: mbs}
+
+	compute, tp, cpc, epc := ev.layerTimes(p)
+	layer := compute + tp + cpc + epc
+	logits := ev.logitTimes(p)
+	first, last, _, _ := ev.stages(p, layer, logits)
+
+	// ---- memory (busiest of first and last stage) ----
+	t := float64(p.TP)
+	dpGroup := float64(p.DP * p.CP)
+	epGroup := dpGroup / float64(p.EP)
+	stateBytes := func(layers int, embed bool) (params, grads, opt float64) {
+		dense := float64(layers) * ev.denseParams / t
+		if embed {
+			dense += ev.embedParams / t
+		}
+		exp := float64(layers) * ev.expertParams / t / float64(p.EP)
+		pr := m.Precision
+		shard := func(b, stage float64) float64 {
+			if float64(p.ZeRO) >= stage {
+				return b * (dense/dpGroup + exp/epGroup)
+			}
+			return b * (dense + exp)
+		}
+		params, grads, opt = shard(pr.Param, 3), shard(pr.Grad, 2), shard(pr.Optimizer, 1)
+		if p.ZeRO == 3 { // gathered working copy of the current and the prefetched layer
+			params += 2 * pr.Param * (ev.denseParams + ev.expertParams/float64(p.EP)) / t
+		}
+		return params, grads, opt
+	}
+	inflight := float64(min(p.PP, mbs))
+	if p.VPP > 1 {
+		inflight *= 1 + float64(p.PP-1)/float64(p.PP*p.VPP)
+	}
+	embedOut := inflight * ev.tokens(p) * float64(m.Hidden) * ev.act / t // embedding dropout output
+	logitsFP32 := 4 * ev.tokens(p) * float64(m.Vocab) / t
+	actFirst := ev.activationBytes(p, first, inflight) + embedOut
+	actLast := ev.activationBytes(p, last, 1) + logitsFP32 // the last stage holds one micro-batch
+	if p.PP == 1 {
+		actFirst = ev.activationBytes(p, first, 1) + logitsFP32
+		actLast = actFirst
+	}
+	pf, gf, of := stateBytes(first, true)
+	pl, gl, ol := stateBytes(last, p.PP > 1) // a copy of the word embeddings for the output layer
+	totFirst, totLast := pf+gf+of+actFirst, pl+gl+ol+actLast
+	if totLast > totFirst {
+		pf, gf, of, actFirst, totFirst = pl, gl, ol, actLast, totLast
+	}
+	e.Mem = MemoryBreakdown{ParamsGiB: pf / gib, GradsGiB: gf / gib, OptimizerGiB: of / gib, ActivationsGiB: actFirst / gib, ReservedGiB: c.ReservedGiB}
+	e.MemPerDeviceGiB = totFirst / gib
+	e.MemHeadroomGiB = (ev.memCap - totFirst) / gib
+	e.Feasible = totFirst <= ev.memCap
+
+	// ---- time ----
+	// Pipeline point-to-point: one activation send forward and one
+	// gradient send backward per micro-batch per chunk. Only 1/t of the
+	// tensor crosses the link: SP shards it, otherwise each TP rank sends
+	// a slice and the receiver all-gathers it over the intra-node fabric
+	// (Megatron's scatter/gather, DeepSpeed's partitioned activations).
+	var p2p float64
+	if p.PP > 1 {
+		full := ev.tokens(p) * float64(m.Hidden) * ev.act
+		if n/p.PP >= c.DevicesPerNode {
+			p2p = full/t/ev.bwInter + ev.latInter
+		} else {
+			p2p = full/t/ev.bwIntra + ev.latIntra
+		}
+		if p.TP > 1 && !p.SP {
+			p2p += ev.gatherLike(full, ev.group(1, p.TP))
+		}
+		p2p *= 2 * float64(p.VPP)
+	}
+
+	// ZeRO-3 gathers parameters per micro-batch (each forward pass and the
+	// backward pass) and reduce-scatters gradients, one collective per
+	// layer. With Overlap the bandwidth hides behind compute (prefetch) and
+	// only the latency shows; without it (DeepSpeed's 2021 stage 3, whose
+	// SC21 runs lose 29-78% against this model even so) all of it shows.
+	var z3 float64
+	dg := ev.group(p.TP, p.DP*p.CP)           // dense gradients: DP×CP
+	eg := ev.group(p.TP*p.EP, p.DP*p.CP/p.EP) // expert gradients: expert-DP
+	if p.ZeRO == 3 {
+		fwdPasses := 1.0
+		if p.Recompute == RecomputeFull {
+			fwdPasses = 2
+		}
+		pr := m.Precision
+		perLayer := func(pb, gb float64) float64 {
+			d := (fwdPasses+1)*ev.gatherLike(pb*ev.denseParams/t, dg) + ev.gatherLike(gb*ev.denseParams/t, dg)
+			if ev.expertParams > 0 {
+				x := ev.expertParams / t / float64(p.EP)
+				d += (fwdPasses+1)*ev.gatherLike(pb*x, eg) + ev.gatherLike(gb*x, eg)
+			}
+			return d
+		}
+		bw := perLayer(pr.Param, pr.Grad)
+		lat := perLayer(0, 0)
+		z3 = bw
+		if p.Overlap {
+			z3 = math.Max(0, bw-lat-compute) + lat
+		}
+	}
+
+	// The slowest stage sets the 1F1B steady state; fill and drain cost
+	// (pp-1)/vpp average slots (Narayanan et al. §2.2).
+	layerZ := layer + z3
+	slowIsLast := float64(last)*layerZ+logits >= float64(first)*layerZ
+	lay := float64(first)
+	slotCompute := lay * compute
+	if slowIsLast {
+		lay = float64(last)
+		slotCompute = lay*compute + logits
+	}
+	slowest := lay*layerZ + p2p
+	if slowIsLast {
+		slowest += logits
+	}
+	avg := (float64(m.Layers)*layerZ+logits)/float64(p.PP) + p2p
+	bubble := float64(p.PP-1) / float64(p.VPP) * avg
+	pipe := float64(mbs)*slowest + bubble
+
+	// Data-parallel gradient reduction, once per step (ZeRO 0-2).
+	var dpT float64
+	if p.ZeRO < 3 && dpGroup > 1 {
+		stageLayers := float64(max(first, last))
+		dense := (stageLayers*ev.denseParams + ev.embedParams) / t
+		exp := stageLayers * ev.expertParams / t / float64(p.EP)
+		pr := m.Precision
+		var red, gather float64
+		if p.ZeRO == 0 {
+			red = ev.allReduce(pr.Grad*dense, dg)
+			if exp > 0 && epGroup > 1 {
+				red += ev.allReduce(pr.Grad*exp, eg)
+			}
+		} else {
+			red = ev.gatherLike(pr.Grad*dense, dg)
+			gather = ev.gatherLike(pr.Param*dense, dg)
+			if exp > 0 && epGroup > 1 {
+				red += ev.gatherLike(pr.Grad*exp, eg)
+				gather += ev.gatherLike(pr.Param*exp, eg)
+			}
+		}
+		if p.Overlap { // hides behind the last micro-batch's backward pass
+			red = math.Max(0, red-2.0/3.0*slotCompute)
+		}
+		dpT = red + gather
+	}
+
+	// Optimizer: Adam reads and writes master weights, m and v, reads the
+	// gradient and writes the new parameter, for the parameters whose
+	// optimizer state this device holds.
+	pr := m.Precision
+	opt := (2*pr.Optimizer + pr.Grad + pr.Param) * (of / pr.Optimizer) / ev.hbm
+
+	step := pipe + dpT + opt
+	e.StepTimeS = step
+	tokens := float64(m.GlobalBatch) * float64(m.SeqLen)
+	e.TokensPerS = tokens / step
+	e.TokensPerSPerDevice = e.TokensPerS / float64(n)
+	hw := m.HardwareFlopsPerStep(p.Recompute) / float64(n) / step
+	mf := m.ModelFlopsPerStep() / float64(n) / step
+	e.TFLOPSPerDevice = hw / 1e12
+	e.ModelTFLOPSPerDevice = mf / 1e12
+	e.MFU = mf / (c.Device.PeakTFLOPS * 1e12)
+	e.HFU = hw / (c.Device.PeakTFLOPS * 1e12)
+
+	mb := float64(mbs)
+	e.Time = TimeBreakdown{
+		ComputeS:   mb * slotCompute,
+		TPCommS:    mb * lay * tp,
+		CPCommS:    mb * lay * cpc,
+		EPCommS:    mb * lay * epc,
+		PPCommS:    mb * p2p,
+		DPCommS:    dpT + mb*lay*z3,
+		BubbleS:    bubble,
+		OptimizerS: opt,
+	}
+	tb := &e.Time
+	e.CommShare = (tb.TPCommS + tb.CPCommS + tb.EPCommS + tb.PPCommS + tb.DPCommS) / step
+	e.BubbleShare = tb.BubbleS / step
+
+	if p.ZeRO >= 1 {
+		e.BlastRadius = n
+	} else {
+		e.BlastRadius = p.TP * p.PP * max(p.CP, p.EP)
+	}
+}
+
+// tokens is the tokens of one micro-batch on one rank's sequence shard.
+func (ev *evaluator) tokens(p Plan) float64 {
+	return float64(p.MicroBatch) * float64(ev.m.SeqLen) / float64(p.CP)
+}
+
+// activationBytes is what one device stores for `layers` layers and
+// `inflight` micro-batches (Korthikanti et al. Table 2, with general FFN
+// width, GQA and MoE terms), plus the working set of the layer being
+// recomputed under full recompute.
+func (ev *evaluator) activationBytes(p Plan, layers int, inflight float64) float64 {
+	m := ev.m
+	t := float64(p.TP)
+	h, f := float64(m.Hidden), float64(m.FFNHidden)
+	tok := ev.tokens(p)
+	scale := ev.act / 2
+	repl := 10.0 // LayerNorm inputs, dropout masks
+	if p.SP {
+		repl /= t
+	}
+	mlp := 4 * f // GeLU input, second GEMM input
+	if m.GatedMLP {
+		mlp = 6 * f
+	}
+	if m.moe() {
+		mlp = mlp*ev.topK*ev.padding + 4*h*ev.topK
+	}
+	split := 4*h + 4*m.kvDim() + mlp // Q, K, V, attention output, MLP
+	core := 0.0
+	if !m.FlashAttention {
+		core = 5 * float64(m.Heads) * float64(m.SeqLen) // scores, softmax, dropout mask and output
+	}
+	full := scale * tok * (repl*h + split/t + core/t)
+	var per float64
+	switch p.Recompute {
+	case RecomputeNone:
+		per = full
+	case RecomputeSelective:
+		per = scale * tok * (repl*h + split/t)
+	case RecomputeFull:
+		in := scale * tok * 2 * h
+		if p.SP {
+			in /= t
+		}
+		return float64(layers)*inflight*in + full
+	}
+	return float64(layers) * inflight * per
+}

@@ -1,0 +1,213 @@
+package strategy
+
+import (
+	"math"
+	"testing"
+)
+
+func near(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Abs(b) }
+
+// TestFLOPConventions pins the conventions the estimates use to the
+// published closed forms (GPT shape: ffn = 4h, MHA, no experts).
+func TestFLOPConventions(t *testing.T) {
+	for _, name := range []string{"gpt3_3.6b", "gpt3_18.4b", "gpt3_174.6b", "bloom_176b", "gpt_1t"} {
+		m := mustModel(t, name)
+		B, s, L, h, V := float64(m.GlobalBatch), float64(m.SeqLen), float64(m.Layers), float64(m.Hidden), float64(m.Vocab)
+		eq7 := 72 * B * s * L * h * h * (1 + s/(6*h) + V/(12*h*L))
+		eq3 := 96 * B * s * L * h * h * (1 + s/(6*h) + V/(16*h*L))
+		eq2 := 12 * L * h * h * (1 + 13/(12*h) + V/(12*L*h))
+		if got := m.ModelFlopsPerStep(); !near(got, eq7, 1e-12) {
+			t.Errorf("%s: model FLOPs %g, Korthikanti eq. 7 %g", name, got, eq7)
+		}
+		if got := m.HardwareFlopsPerStep(RecomputeFull); !near(got, eq3, 1e-12) {
+			t.Errorf("%s: full-recompute FLOPs %g, Narayanan eq. 3 %g", name, got, eq3)
+		}
+		if got := m.HardwareFlopsPerStep(RecomputeNone); got != m.ModelFlopsPerStep() {
+			t.Errorf("%s: no recompute must equal model FLOPs", name)
+		}
+		sel := m.HardwareFlopsPerStep(RecomputeSelective)
+		if !(sel > eq7 && sel < eq3) {
+			t.Errorf("%s: selective %g not between %g and %g", name, sel, eq7, eq3)
+		}
+		if got := m.Params(); !near(got, eq2, 1e-12) {
+			t.Errorf("%s: params %g, Narayanan eq. 2 (no position embedding) %g", name, got, eq2)
+		}
+	}
+	// BLOOM's published 149.77 TFLOP/s at 104.7 s/step on 384 GPUs is eq. 3.
+	bloom := mustModel(t, "bloom_176b")
+	if got := bloom.HardwareFlopsPerStep(RecomputeFull) / 384 / 104.7 / 1e12; !near(got, 149.77, 0.001) {
+		t.Errorf("BLOOM eq. 3 TFLOP/s = %.2f, published 149.77", got)
+	}
+}
+
+func evalPlan(t *testing.T, m Model, c Cluster, s string) Estimate {
+	t.Helper()
+	p, err := ParsePlan(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Evaluate(m, c, p)
+	if e.Reason != "" && e.StepTimeS == 0 {
+		t.Fatalf("%s: %s", s, e.Reason)
+	}
+	return e
+}
+
+func TestEstimateInvariants(t *testing.T) {
+	tests := []struct{ model, cluster, plan string }{
+		{"gpt3_174.6b", "selene_a100_384", "tp=8,pp=12,dp=4,mb=1,recompute=full"},
+		{"gpt3_174.6b", "selene_a100_384", "tp=8,pp=12,dp=4,mb=1,recompute=selective,sp=true,vpp=2,zero=1,overlap=true"},
+		{"bloom_176b", "jeanzay_a100_384", "tp=4,pp=12,dp=8,mb=2,recompute=full,zero=1"},
+		{"gpt_1t", "1024_ascend910b", "tp=8,pp=32,dp=2,cp=2,mb=1,recompute=selective,sp=true,zero=1"},
+		{"moe_bert", "1024_ascend910b", "tp=2,pp=2,dp=256,ep=16,mb=4,recompute=none,sp=true,zero=3"},
+		{"gpt3_3.6b", "local_cpu", "tp=1,pp=1,dp=2,mb=2,recompute=full,zero=2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.model+"/"+tc.plan, func(t *testing.T) {
+			m, c := mustModel(t, tc.model), mustCluster(t, tc.cluster)
+			e := evalPlan(t, m, c, tc.plan)
+			if e2 := evalPlan(t, m, c, tc.plan); e2 != e {
+				t.Fatal("Evaluate is not deterministic")
+			}
+			tb := e.Time
+			sum := tb.ComputeS + tb.TPCommS + tb.CPCommS + tb.EPCommS + tb.PPCommS + tb.DPCommS + tb.BubbleS + tb.OptimizerS
+			if !near(sum, e.StepTimeS, 1e-9) {
+				t.Errorf("breakdown sums to %g, step %g: %+v", sum, e.StepTimeS, tb)
+			}
+			mem := e.Mem.ParamsGiB + e.Mem.GradsGiB + e.Mem.OptimizerGiB + e.Mem.ActivationsGiB
+			if !near(mem, e.MemPerDeviceGiB, 1e-9) {
+				t.Errorf("memory breakdown sums to %g, total %g", mem, e.MemPerDeviceGiB)
+			}
+			if !near(e.MemHeadroomGiB, c.Device.MemoryGiB-c.ReservedGiB-e.MemPerDeviceGiB, 1e-9) {
+				t.Errorf("headroom %g", e.MemHeadroomGiB)
+			}
+			for name, v := range map[string]float64{"comm_share": e.CommShare, "bubble_share": e.BubbleShare, "mfu": e.MFU, "hfu": e.HFU} {
+				if !(v >= 0 && v < 1) {
+					t.Errorf("%s = %g out of [0,1)", name, v)
+				}
+			}
+			if e.HFU < e.MFU {
+				t.Errorf("hfu %g < mfu %g", e.HFU, e.MFU)
+			}
+			if !near(e.TokensPerS, float64(m.GlobalBatch*m.SeqLen)/e.StepTimeS, 1e-12) ||
+				!near(e.TokensPerSPerDevice*float64(c.Devices()), e.TokensPerS, 1e-12) {
+				t.Errorf("throughput inconsistent: %+v", e)
+			}
+			if e.Microbatches != m.GlobalBatch/(e.Plan.DP*e.Plan.MicroBatch) {
+				t.Errorf("microbatches %d", e.Microbatches)
+			}
+			t.Logf("%.2f s, %.1f TFLOP/s, MFU %.1f%%, %.1f GiB, comm %.1f%%, bubble %.1f%%", e.StepTimeS, e.TFLOPSPerDevice,
+				100*e.MFU, e.MemPerDeviceGiB, 100*e.CommShare, 100*e.BubbleShare)
+		})
+	}
+}
+
+// TestCostModelDirections checks that each knob moves the estimate the way
+// the formulas say it must.
+func TestCostModelDirections(t *testing.T) {
+	m, c := mustModel(t, "gpt3_174.6b"), mustCluster(t, "selene_a100_384")
+	base := "tp=8,pp=12,dp=4,mb=1,"
+	states := func(e Estimate) float64 { return e.Mem.ParamsGiB + e.Mem.GradsGiB + e.Mem.OptimizerGiB }
+
+	// ZeRO stages shard more and more model state.
+	prev := math.Inf(1)
+	for _, z := range []string{"0", "1", "2", "3"} {
+		e := evalPlan(t, m, c, base+"recompute=full,zero="+z)
+		if s := states(e); s >= prev {
+			t.Errorf("zero=%s: model states %.2f GiB not below %.2f", z, s, prev)
+		} else {
+			prev = s
+		}
+	}
+	// Recompute trades activation memory for time.
+	none := evalPlan(t, m, c, base+"recompute=none")
+	sel := evalPlan(t, m, c, base+"recompute=selective")
+	full := evalPlan(t, m, c, base+"recompute=full")
+	if !(none.Mem.ActivationsGiB > sel.Mem.ActivationsGiB && sel.Mem.ActivationsGiB > full.Mem.ActivationsGiB) {
+		t.Errorf("activations none/selective/full: %.1f %.1f %.1f", none.Mem.ActivationsGiB, sel.Mem.ActivationsGiB, full.Mem.ActivationsGiB)
+	}
+	if !(none.StepTimeS < sel.StepTimeS && sel.StepTimeS < full.StepTimeS) {
+		t.Errorf("time none/selective/full: %.2f %.2f %.2f", none.StepTimeS, sel.StepTimeS, full.StepTimeS)
+	}
+	// Full recompute costs about a third more layer compute (4 passes vs 3).
+	if r := full.Time.ComputeS / none.Time.ComputeS; r < 1.25 || r > 1.36 {
+		t.Errorf("full/none compute ratio %.3f, want ≈ 4/3", r)
+	}
+	// Sequence parallelism shards the replicated activations.
+	if sp := evalPlan(t, m, c, base+"recompute=selective,sp=true"); sp.Mem.ActivationsGiB >= sel.Mem.ActivationsGiB {
+		t.Errorf("SP activations %.2f not below %.2f", sp.Mem.ActivationsGiB, sel.Mem.ActivationsGiB)
+	}
+	// Interleaving shrinks the bubble by about vpp.
+	v2 := evalPlan(t, m, c, base+"recompute=full,vpp=2")
+	if r := v2.Time.BubbleS / full.Time.BubbleS; r < 0.45 || r > 0.6 {
+		t.Errorf("vpp=2 bubble ratio %.2f, want ≈ 1/2", r)
+	}
+	if v2.Time.PPCommS <= full.Time.PPCommS {
+		t.Error("interleaving must add point-to-point traffic")
+	}
+	// Bubble ≈ (p-1)/(m+p-1) of the pipeline for near-uniform stages.
+	want := 11.0 / (384 + 11)
+	if got := full.Time.BubbleS / (full.StepTimeS - full.Time.DPCommS - full.Time.OptimizerS); math.Abs(got-want) > 0.01 {
+		t.Errorf("bubble fraction %.4f, want ≈ %.4f", got, want)
+	}
+	// Overlapping gradient reduction hides it.
+	if ov := evalPlan(t, m, c, base+"recompute=full,overlap=true"); ov.Time.DPCommS >= full.Time.DPCommS {
+		t.Errorf("overlap: dp comm %.3f not below %.3f", ov.Time.DPCommS, full.Time.DPCommS)
+	}
+	// Bytes per parameter is a parameter: 16 B/param states are 16/18 of 18.
+	m16 := m
+	m16.Precision = Precision{Param: 2, Grad: 2, Optimizer: 12}
+	if r := states(Evaluate(m16, c, full.Plan)) / states(full); !near(r, 16.0/18, 1e-9) {
+		t.Errorf("16 vs 18 B/param ratio %.4f", r)
+	}
+	// Blast radius: one replica without ZeRO, everything with it.
+	if full.BlastRadius != 96 {
+		t.Errorf("blast radius %d, want tp·pp = 96", full.BlastRadius)
+	}
+	if z1 := evalPlan(t, m, c, base+"recompute=full,zero=1"); z1.BlastRadius != 384 {
+		t.Errorf("zero=1 blast radius %d, want 384", z1.BlastRadius)
+	}
+	// A plan that does not fit says so.
+	if e := evalPlan(t, m, c, "tp=1,pp=1,dp=384,mb=1,recompute=none"); e.Feasible || e.MemHeadroomGiB >= 0 {
+		t.Errorf("174.6B without model parallelism fits: %+v", e.Mem)
+	}
+}
+
+func TestMoEAndContextParallel(t *testing.T) {
+	m, c := mustModel(t, "moe_bert"), mustCluster(t, "1024_ascend910b")
+	local := evalPlan(t, m, c, "tp=1,pp=1,dp=1024,ep=1,mb=4,recompute=none")
+	spread := evalPlan(t, m, c, "tp=1,pp=1,dp=1024,ep=64,mb=4,recompute=none")
+	if local.Time.EPCommS != 0 || spread.Time.EPCommS <= 0 {
+		t.Errorf("EP comm: ep=1 %.3f, ep=64 %.3f", local.Time.EPCommS, spread.Time.EPCommS)
+	}
+	if spread.Mem.ParamsGiB >= local.Mem.ParamsGiB {
+		t.Error("expert parallelism must shard expert parameters")
+	}
+	dropless := m
+	dropless.CapacityFactor = 0
+	if e := Evaluate(dropless, c, spread.Plan); e.StepTimeS >= spread.StepTimeS {
+		t.Errorf("capacity padding must cost time: dropless %.3f, cf 1.25 %.3f", e.StepTimeS, spread.StepTimeS)
+	}
+	g, a := mustModel(t, "gpt_1t"), mustCluster(t, "dgx_h100_1024")
+	cp1 := evalPlan(t, g, a, "tp=8,pp=16,dp=8,cp=1,mb=1,recompute=selective,sp=true,zero=1")
+	cp2 := evalPlan(t, g, a, "tp=8,pp=16,dp=4,cp=2,mb=1,recompute=selective,sp=true,zero=1")
+	if cp2.Mem.ActivationsGiB >= cp1.Mem.ActivationsGiB {
+		t.Errorf("CP must shard activations: %.2f vs %.2f", cp2.Mem.ActivationsGiB, cp1.Mem.ActivationsGiB)
+	}
+}
+
+func TestEvaluateBand(t *testing.T) {
+	m, c := mustModel(t, "gpt_1t"), mustCluster(t, "1024_ascend910b")
+	p, _ := ParsePlan("tp=8,pp=16,dp=8,mb=1,recompute=full,zero=1")
+	band, err := EvaluateBand(m, c, p, AscendA2Profiles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(band) != 3 || !(band[0].StepTimeS < band[1].StepTimeS && band[1].StepTimeS < band[2].StepTimeS) {
+		t.Fatalf("band not ordered 376T < 313T < 280T: %.2f %.2f %.2f", band[0].StepTimeS, band[1].StepTimeS, band[2].StepTimeS)
+	}
+	t.Logf("1T on 1024 Atlas A2, %s: %.1f–%.1f s/step", p, band[0].StepTimeS, band[2].StepTimeS)
+	if _, err := EvaluateBand(m, c, p, []string{"nope"}); err == nil {
+		t.Error("unknown profile accepted")
+	}
+}

@@ -1,0 +1,203 @@
+package strategy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+)
+
+// FieldError is one invalid field of a spec or plan. Line is 0 when unknown
+// (a spec built in Go, or a plan string).
+type FieldError struct {
+	Field string `json:"field"` // YAML path without "$.", e.g. "device.peak_tflops"
+	Line  int    `json:"line,omitempty"`
+	Msg   string `json:"msg"`
+}
+
+func (e FieldError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d: %s: %s", e.Line, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Msg)
+}
+
+// SpecError collects every problem found in one model spec, cluster spec or
+// plan. File names the source ("model spec" etc. when there is none).
+type SpecError struct {
+	File   string       `json:"file"`
+	Fields []FieldError `json:"fields"`
+}
+
+func (e *SpecError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d problem(s):", e.File, len(e.Fields))
+	for _, f := range e.Fields {
+		b.WriteString("\n  ")
+		b.WriteString(f.Error())
+	}
+	return b.String()
+}
+
+// Has reports whether some problem names field exactly.
+func (e *SpecError) Has(field string) bool {
+	for _, f := range e.Fields {
+		if f.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+// problems accumulates field errors during validation.
+type problems []FieldError
+
+func (p *problems) add(field, format string, args ...any) {
+	*p = append(*p, FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// err returns a *SpecError naming file, or nil when there is no problem.
+func (p problems) err(file string) error {
+	if len(p) == 0 {
+		return nil
+	}
+	return &SpecError{File: file, Fields: append([]FieldError(nil), p...)}
+}
+
+// decodeStrict decodes data into v rejecting unknown fields and wrong types;
+// a failure comes back as a *SpecError carrying the field path and line.
+func decodeStrict(name string, data []byte, file *ast.File, v any) error {
+	err := yaml.UnmarshalWithOptions(data, v, yaml.Strict(), yaml.DisallowUnknownField())
+	if err == nil {
+		return nil
+	}
+	fe := decodeError(err)
+	if file != nil && fe.Field != "" {
+		fe.Field = pathOfToken(file, err, fe.Field)
+	}
+	if !fieldPath(fe.Field) {
+		fe.Field = "(document)"
+	}
+	return &SpecError{File: name, Fields: []FieldError{fe}}
+}
+
+// fieldPath reports whether s looks like a YAML field path
+// ("device.peak_tflops", "layers"), not a stray token such as "-".
+func fieldPath(s string) bool {
+	if s == "(document)" {
+		return true
+	}
+	if s == "" || s[0] == '.' || s[0] == '[' {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r == '.' || r == '[' || r == ']' || r == '-' && s != "-" || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return s != "-"
+}
+
+// decodeError turns a goccy/go-yaml error (or a FieldError raised by a
+// custom unmarshaler) into one FieldError with its line.
+func decodeError(err error) FieldError {
+	var fe FieldError
+	if errors.As(err, &fe) {
+		return fe
+	}
+	var ye yaml.Error
+	if errors.As(err, &ye) {
+		out := FieldError{Field: "(document)", Msg: ye.GetMessage()}
+		if tok := ye.GetToken(); tok != nil && tok.Position != nil {
+			out.Line = tok.Position.Line
+			if tok.Value != "" {
+				out.Field = tok.Value
+			}
+		}
+		var uf *yaml.UnknownFieldError
+		if errors.As(err, &uf) {
+			out.Msg = "unknown field (check the spelling; the package doc lists the fields)"
+		}
+		return out
+	}
+	return FieldError{Field: "(document)", Msg: err.Error()}
+}
+
+// pathOfToken names the YAML path of the node an error points at, e.g.
+// "device.peak_tflops"; def when none is found.
+func pathOfToken(file *ast.File, err error, def string) string {
+	var ye yaml.Error
+	if !errors.As(err, &ye) || ye.GetToken() == nil || ye.GetToken().Position == nil {
+		return def
+	}
+	at := ye.GetToken().Position
+	found := def
+	for _, doc := range file.Docs {
+		ast.Walk(visitFunc(func(n ast.Node) {
+			tok := n.GetToken()
+			if tok == nil || tok.Position == nil || tok.Position.Line != at.Line || tok.Position.Column != at.Column {
+				return
+			}
+			if p := strings.TrimPrefix(n.GetPath(), "$."); p != "$" && p != "" {
+				found = p
+			}
+		}), doc)
+	}
+	return found
+}
+
+type visitFunc func(ast.Node)
+
+func (f visitFunc) Visit(n ast.Node) ast.Visitor {
+	f(n)
+	return f
+}
+
+// lineOf finds the line of a field path such as "device.hbm_gbps": the
+// line of its key, so that a mapping value is reported where it starts; 0
+// when the path is not in the file.
+func lineOf(file *ast.File, field string) int {
+	if file == nil {
+		return 0
+	}
+	line := 0
+	for _, doc := range file.Docs {
+		ast.Walk(visitFunc(func(n ast.Node) {
+			mv, ok := n.(*ast.MappingValueNode)
+			if !ok || line != 0 || mv.Key == nil || mv.Value == nil {
+				return
+			}
+			if strings.TrimPrefix(mv.Value.GetPath(), "$.") != field {
+				return
+			}
+			if tok := mv.Key.GetToken(); tok != nil && tok.Position != nil {
+				line = tok.Position.Line
+			}
+		}), doc)
+	}
+	return line
+}
+
+// withLines fills in the YAML line of every field error of err (a
+// *SpecError from validation) and names the file.
+func withLines(err error, name string, file *ast.File) error {
+	var se *SpecError
+	if !errors.As(err, &se) {
+		return err
+	}
+	se.File = name
+	for i := range se.Fields {
+		// A field left out of the file is reported at its parent's line.
+		for f := se.Fields[i].Field; se.Fields[i].Line == 0 && f != ""; {
+			se.Fields[i].Line = lineOf(file, f)
+			j := strings.LastIndexByte(f, '.')
+			if j < 0 {
+				break
+			}
+			f = f[:j]
+		}
+	}
+	return se
+}

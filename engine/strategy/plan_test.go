@@ -1,0 +1,109 @@
+package strategy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParsePlan(t *testing.T) {
+	p, err := ParsePlan("tp=8,pp=12,dp=4,mb=1,recompute=full,zero=0,vpp=1,sp=true,ep=1,cp=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Plan{TP: 8, PP: 12, DP: 4, CP: 1, EP: 1, MicroBatch: 1, Recompute: RecomputeFull, VPP: 1, SP: true}
+	if p != want {
+		t.Errorf("got %+v, want %+v", p, want)
+	}
+	q, err := ParsePlan(p.String())
+	if err != nil || q != p {
+		t.Errorf("round trip: %+v, %v", q, err)
+	}
+	d, err := ParsePlan(" DP = 64 , recompute = Selective ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.DP != 64 || d.TP != 1 || d.Recompute != RecomputeSelective || d.MicroBatch != 1 || d.VPP != 1 {
+		t.Errorf("defaults: %+v", d)
+	}
+}
+
+func TestParsePlanErrors(t *testing.T) {
+	tests := []struct{ in, field, msg string }{
+		{"", "plan", "empty"},
+		{"tp=8,,pp=2", "plan", "empty item"},
+		{"tp", "plan", "key=value"},
+		{"tp=eight", "tp", "integer"},
+		{"tp=0", "tp", "integer"},
+		{"pp=-2", "pp", "integer"},
+		{"zero=4", "zero", "0..3"},
+		{"sp=maybe", "sp", "true or false"},
+		{"recompute=half", "recompute", "none, selective or full"},
+		{"tp=2,tp=4", "tp", "twice"},
+		{"xp=2", "xp", "unknown key"},
+		{"tp=1048576,dp=1048576", "plan", "exceeds"},
+	}
+	for _, tc := range tests {
+		_, err := ParsePlan(tc.in)
+		if err == nil {
+			t.Errorf("%q accepted", tc.in)
+			continue
+		}
+		specErr(t, err, tc.field, 0, tc.msg)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	m := mustModel(t, "gpt3_174.6b") // 96 layers, 96 heads, batch 1536
+	c := mustCluster(t, "selene_a100_384")
+	moe := mustModel(t, "moe_bert") // 64 experts, 16 heads, batch 4096
+	asc := mustCluster(t, "1024_ascend910b")
+	tests := []struct {
+		name  string
+		m     Model
+		c     Cluster
+		plan  string
+		field string
+		msg   string
+	}{
+		{"ok", m, c, "tp=8,pp=12,dp=4,mb=1,recompute=full", "", ""},
+		{"device count", m, c, "tp=8,pp=12,dp=2", "plan", "384 devices"},
+		{"heads vs tp", m, c, "tp=64,pp=6,dp=1", "tp", "heads (96) not divisible by tp (64)"},
+		{"batch vs dp·mb", m, c, "tp=8,pp=12,dp=4,mb=7", "mb", "global_batch (1536) not divisible"},
+		{"too many stages", m, c, "tp=1,pp=128,dp=3", "pp", "128 stages for 96 layers"},
+		{"vpp without pp", m, c, "tp=8,pp=1,dp=48,vpp=2", "vpp", "needs pp > 1"},
+		{"vpp layers", m, c, "tp=8,pp=12,dp=4,vpp=5", "vpp", "not divisible by pp·vpp"},
+		{"vpp micro-batches", m, c, "tp=8,pp=12,dp=4,mb=64,vpp=2", "vpp", "multiple of pp"},
+		{"cp", m, c, "tp=8,pp=4,dp=4,cp=3", "cp", "not divisible by cp"},
+		{"ep dense", m, c, "tp=8,pp=12,dp=4,ep=2", "ep", "needs a model with experts"},
+		{"ep ok", moe, asc, "tp=2,pp=1,dp=512,ep=64,sp=true,recompute=full", "", ""},
+		{"ep experts", moe, asc, "tp=1,pp=1,dp=1024,ep=128", "ep", "experts (64) not divisible"},
+		{"ep divides dp", moe, asc, "tp=8,pp=4,dp=32,ep=64,sp=true", "ep", "must divide dp·cp"},
+		{"ep needs sp", moe, asc, "tp=2,pp=1,dp=512,ep=8", "sp", "needs sequence parallelism"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParsePlan(tc.plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = Check(tc.m, tc.c, p)
+			e := Evaluate(tc.m, tc.c, p)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("rejected: %v", err)
+				}
+				if !e.Feasible || e.StepTimeS <= 0 {
+					t.Errorf("estimate: %+v", e)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			specErr(t, err, tc.field, 0, tc.msg)
+			if e.Feasible || !strings.Contains(e.Reason, tc.msg) {
+				t.Errorf("Evaluate: feasible=%t reason %q, want it to contain %q", e.Feasible, e.Reason, tc.msg)
+			}
+		})
+	}
+}

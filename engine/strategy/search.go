@@ -1,0 +1,202 @@
+package strategy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// SearchOptions bounds the exhaustive search. The zero value searches the
+// whole default space and returns the top 10.
+type SearchOptions struct {
+	// TopK is how many plans to return, best first (default 10).
+	TopK int
+	// MaxTP caps tensor parallelism (default devices_per_node: TP stays
+	// inside the NVLink/HCCS domain). TP takes powers of two.
+	MaxTP int
+	// MaxCP caps context parallelism (powers of two; default 8).
+	MaxCP int
+	// MaxEP caps expert parallelism (default experts).
+	MaxEP int
+	// MaxMicroBatch caps the micro-batch in sequences (default 16).
+	MaxMicroBatch int
+	// MaxVPP caps interleaved chunks per stage (powers of two; default 8;
+	// 1 disables interleaving).
+	MaxVPP int
+	// Recompute lists the modes to try (default none, selective, full).
+	Recompute []Recompute
+	// ZeRO lists the stages to try (default 0, 1, 2, 3).
+	ZeRO []int
+	// NoSP skips sequence parallelism (default: try both when tp > 1).
+	NoSP bool
+	// Overlap sets Plan.Overlap on every candidate.
+	Overlap bool
+	// MinHeadroomGiB drops plans with less free device memory (default 0).
+	MinHeadroomGiB float64
+}
+
+// ErrNoPlan is returned (wrapped) when no plan fits.
+var ErrNoPlan = errors.New("no feasible plan")
+
+func (o SearchOptions) withDefaults(m Model, c Cluster) SearchOptions {
+	if o.TopK <= 0 {
+		o.TopK = 10
+	}
+	if o.MaxTP <= 0 {
+		o.MaxTP = c.DevicesPerNode
+	}
+	if o.MaxCP <= 0 {
+		o.MaxCP = 8
+	}
+	if o.MaxEP <= 0 {
+		o.MaxEP = max(1, m.Experts)
+	}
+	if o.MaxMicroBatch <= 0 {
+		o.MaxMicroBatch = 16
+	}
+	if o.MaxVPP <= 0 {
+		o.MaxVPP = 8
+	}
+	if len(o.Recompute) == 0 {
+		o.Recompute = []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull}
+	}
+	if len(o.ZeRO) == 0 {
+		o.ZeRO = []int{0, 1, 2, 3}
+	}
+	return o
+}
+
+// better is the ranking: higher throughput, then more memory headroom,
+// then a smaller blast radius, then the canonical plan string.
+func better(a, b *Estimate) bool {
+	if a.TokensPerS != b.TokensPerS {
+		return a.TokensPerS > b.TokensPerS
+	}
+	if a.MemHeadroomGiB != b.MemHeadroomGiB {
+		return a.MemHeadroomGiB > b.MemHeadroomGiB
+	}
+	if a.BlastRadius != b.BlastRadius {
+		return a.BlastRadius < b.BlastRadius
+	}
+	return a.Plan.String() < b.Plan.String()
+}
+
+// Search enumerates every plan for model m on all devices of cluster c
+// (DP×TP×PP×CP×EP, micro-batch, recompute, ZeRO, interleaving, SP), drops
+// those that do not fit in memory, and returns the TopK by predicted
+// throughput. It is deterministic and single-threaded; ctx cancels it.
+func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Estimate, error) {
+	ev, err := newEvaluator(m, c)
+	if err != nil {
+		return nil, fmt.Errorf("search: %w", err)
+	}
+	m, c = ev.m, ev.c
+	o := opts.withDefaults(m, c)
+	for _, z := range o.ZeRO {
+		if z < 0 || z > 3 {
+			return nil, fmt.Errorf("search: ZeRO stage %d out of range 0..3", z)
+		}
+	}
+	for _, r := range o.Recompute {
+		if r != RecomputeNone && r != RecomputeSelective && r != RecomputeFull {
+			return nil, fmt.Errorf("search: unknown recompute mode %q", r)
+		}
+	}
+	n := c.Devices()
+	top := make([]Estimate, 0, o.TopK+1)
+	var tried int
+	minMem := math.Inf(1)
+	var e Estimate
+	consider := func(p Plan) error {
+		tried++
+		if tried%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("search cancelled after %d plans: %w", tried, err)
+			}
+		}
+		ev.eval(p, &e)
+		minMem = math.Min(minMem, e.MemPerDeviceGiB)
+		if !e.Feasible || e.MemHeadroomGiB < o.MinHeadroomGiB {
+			return nil
+		}
+		if len(top) == o.TopK && !better(&e, &top[len(top)-1]) {
+			return nil
+		}
+		i := sort.Search(len(top), func(i int) bool { return better(&e, &top[i]) })
+		top = append(top, Estimate{})
+		copy(top[i+1:], top[i:])
+		top[i] = e
+		if len(top) > o.TopK {
+			top = top[:o.TopK]
+		}
+		return nil
+	}
+
+	for tp := 1; tp <= o.MaxTP && tp <= n; tp *= 2 {
+		if n%tp != 0 || m.Heads%tp != 0 || m.KVHeads%tp != 0 || m.FFNHidden%tp != 0 {
+			continue
+		}
+		for cp := 1; cp <= o.MaxCP && tp*cp <= n; cp *= 2 {
+			if (n/tp)%cp != 0 || m.SeqLen%cp != 0 {
+				continue
+			}
+			rest := n / (tp * cp)
+			for pp := 1; pp <= rest && pp <= m.Layers; pp++ {
+				if rest%pp != 0 {
+					continue
+				}
+				dp := rest / pp
+				if m.GlobalBatch%dp != 0 {
+					continue
+				}
+				for ep := 1; ep <= o.MaxEP && ep <= dp*cp; ep++ {
+					if ep > 1 && (!m.moe() || m.Experts%ep != 0 || (dp*cp)%ep != 0) {
+						continue
+					}
+					for mb := 1; mb <= o.MaxMicroBatch && dp*mb <= m.GlobalBatch; mb++ {
+						if m.GlobalBatch%(dp*mb) != 0 {
+							continue
+						}
+						mbs := m.GlobalBatch / (dp * mb)
+						for vpp := 1; vpp <= o.MaxVPP; vpp *= 2 {
+							if vpp > 1 && (pp == 1 || m.Layers%(pp*vpp) != 0 || mbs%pp != 0) {
+								continue
+							}
+							for _, sp := range [2]bool{false, true} {
+								if sp && (tp == 1 || o.NoSP || (m.SeqLen/cp)%tp != 0) {
+									continue
+								}
+								if !sp && ep > 1 && tp > 1 {
+									continue
+								}
+								for _, r := range o.Recompute {
+									for _, z := range o.ZeRO {
+										p := Plan{TP: tp, PP: pp, DP: dp, CP: cp, EP: ep, MicroBatch: mb, Recompute: r,
+											ZeRO: z, VPP: vpp, SP: sp, Overlap: o.Overlap}
+										if err := consider(p); err != nil {
+											return nil, err
+										}
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(top) == 0 {
+		if tried == 0 {
+			return nil, fmt.Errorf("search %s on %s: %w: no plan divides %d devices, %d heads and batch %d",
+				m.Name, c.Name, ErrNoPlan, n, m.Heads, m.GlobalBatch)
+		}
+		return nil, fmt.Errorf("search %s on %s: %w: %d plans tried, the smallest needs %.1f GiB per device, %.1f usable",
+			m.Name, c.Name, ErrNoPlan, tried, minMem, c.Device.MemoryGiB-c.ReservedGiB)
+	}
+	for i := range top {
+		top[i].Config = top[i].Plan.String()
+	}
+	return top, nil
+}

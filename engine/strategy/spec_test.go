@@ -1,0 +1,188 @@
+package strategy
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const goodModel = `name: tiny
+layers: 4
+hidden: 256
+heads: 8
+vocab: 1000
+seq_len: 128
+global_batch: 64
+`
+
+const goodCluster = `name: box
+nodes: 2
+devices_per_node: 8
+device: a100-80gb
+intra_node_gbps: 300
+inter_node_gbps: 25
+`
+
+func TestParseModel(t *testing.T) {
+	m, err := ParseModel("tiny.yaml", []byte(goodModel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.FFNHidden != 1024 || m.KVHeads != 8 || m.Precision.PerParam() != 18 {
+		t.Errorf("defaults not applied: %+v", m)
+	}
+	moe, err := ParseModel("moe.yaml", []byte(goodModel+"experts: 8\ntop_k: 2\ncapacity_factor: 1.25\ngated_mlp: true\nprecision:\n  grad_bytes: 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !moe.moe() || moe.TopK != 2 || moe.Precision.PerParam() != 16 || !moe.GatedMLP {
+		t.Errorf("moe fields: %+v", moe)
+	}
+}
+
+// specErr asserts err is a *SpecError with a problem naming field at line
+// (line 0: any line) whose message contains msg.
+func specErr(t *testing.T, err error, field string, line int, msg string) {
+	t.Helper()
+	var se *SpecError
+	if !errors.As(err, &se) {
+		t.Fatalf("err = %v (%T), want *SpecError", err, err)
+	}
+	for _, f := range se.Fields {
+		if f.Field == field && (line == 0 || f.Line == line) && strings.Contains(f.Msg, msg) {
+			return
+		}
+	}
+	t.Errorf("no problem %s (line %d) containing %q in:\n%v", field, line, msg, err)
+}
+
+func TestParseModelErrors(t *testing.T) {
+	tests := []struct {
+		name, yaml, field string
+		line              int
+		msg               string
+	}{
+		{"negative layers", strings.Replace(goodModel, "layers: 4", "layers: -4", 1), "layers", 2, "out of range"},
+		{"zero hidden", strings.Replace(goodModel, "hidden: 256", "hidden: 0", 1), "hidden", 3, "out of range"},
+		{"heads do not divide hidden", strings.Replace(goodModel, "heads: 8", "heads: 7", 1), "heads", 4, "not divisible"},
+		{"kv heads", goodModel + "kv_heads: 3\n", "kv_heads", 8, "must divide heads"},
+		{"negative batch", strings.Replace(goodModel, "global_batch: 64", "global_batch: -1", 1), "global_batch", 7, "out of range"},
+		{"top_k > experts", goodModel + "experts: 4\ntop_k: 5\n", "top_k", 9, "out of range"},
+		{"top_k without experts", goodModel + "top_k: 2\n", "top_k", 8, "needs experts"},
+		{"capacity", goodModel + "experts: 4\ncapacity_factor: -1\n", "capacity_factor", 9, "out of range"},
+		{"bytes", goodModel + "precision:\n  param_bytes: -2\n", "precision.param_bytes", 9, "out of range"},
+		{"unknown field", goodModel + "hiden: 3\n", "hiden", 8, "unknown field"},
+		{"wrong type", strings.Replace(goodModel, "layers: 4", "layers: four", 1), "layers", 2, ""},
+		{"missing name", strings.Replace(goodModel, "name: tiny\n", "", 1), "name", 0, "required"},
+		{"not a mapping", "- 1\n- 2\n", "(document)", 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseModel("m.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			specErr(t, err, tc.field, tc.line, tc.msg)
+			if !strings.Contains(err.Error(), "m.yaml") {
+				t.Errorf("error does not name the file: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseCluster(t *testing.T) {
+	c, err := ParseCluster("box.yaml", []byte(goodCluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Devices() != 16 || c.Device.Name != ProfileA100 || c.Device.PeakTFLOPS != 312 || c.ReservedGiB != 6 {
+		t.Errorf("cluster: %+v", c)
+	}
+	inline := strings.Replace(goodCluster, "device: a100-80gb", "device:\n  name: mine\n  peak_tflops: 100\n  memory_gib: 16\n  hbm_gbps: 900", 1)
+	c, err = ParseCluster("inline.yaml", []byte(inline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Device.Name != "mine" || c.Device.PeakTFLOPS != 100 || c.Device.GEMMEfficiency != defaultGEMMEfficiency {
+		t.Errorf("inline device: %+v", c.Device)
+	}
+	based := strings.Replace(goodCluster, "device: a100-80gb", "device:\n  profile: h100-sxm\n  memory_gib: 94", 1)
+	c, err = ParseCluster("based.yaml", []byte(based))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Device.PeakTFLOPS != 989 || c.Device.MemoryGiB != 94 {
+		t.Errorf("profile + override: %+v", c.Device)
+	}
+	for _, name := range Profiles() {
+		if _, err := DeviceProfile(name); err != nil {
+			t.Errorf("profile %s: %v", name, err)
+		}
+	}
+}
+
+func TestParseClusterErrors(t *testing.T) {
+	inline := "name: x\nnodes: 1\ndevices_per_node: 8\nintra_node_gbps: 100\ndevice:\n  peak_tflops: 100\n  memory_gib: 16\n"
+	tests := []struct {
+		name, yaml, field string
+		line              int
+		msg               string
+	}{
+		{"unknown device", strings.Replace(goodCluster, "a100-80gb", "tpu-v9", 1), "device", 4, "unknown device"},
+		{"zero nodes", strings.Replace(goodCluster, "nodes: 2", "nodes: 0", 1), "nodes", 2, "out of range"},
+		{"negative devices", strings.Replace(goodCluster, "devices_per_node: 8", "devices_per_node: -8", 1), "devices_per_node", 3, "out of range"},
+		{"negative bandwidth", strings.Replace(goodCluster, "inter_node_gbps: 25", "inter_node_gbps: -25", 1), "inter_node_gbps", 6, "out of range"},
+		{"multi-node without inter", strings.Replace(goodCluster, "inter_node_gbps: 25\n", "", 1), "inter_node_gbps", 0, "out of range"},
+		{"inline missing hbm", inline, "device.hbm_gbps", 5, "out of range"},
+		{"inline unknown field", inline + "  flops: 3\n", "device.flops", 8, "unknown field"},
+		{"inline bad profile", strings.Replace(goodCluster, "device: a100-80gb", "device:\n  profile: nope", 1), "device.profile", 5, "unknown device"},
+		{"device list", strings.Replace(goodCluster, "device: a100-80gb", "device: [1, 2]", 1), "device", 4, "profile name or a mapping"},
+		{"missing device", strings.Replace(goodCluster, "device: a100-80gb\n", "", 1), "device", 0, "required"},
+		{"efficiency > 1", goodCluster + "intra_node_efficiency: 1.5\n", "intra_node_efficiency", 7, "out of range"},
+		{"reserved too big", goodCluster + "reserved_gib: 100\n", "reserved_gib", 7, "out of range"},
+		{"unknown field", goodCluster + "gpus: 8\n", "gpus", 7, "unknown field"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseCluster("c.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			specErr(t, err, tc.field, tc.line, tc.msg)
+		})
+	}
+}
+
+func TestLoadFiles(t *testing.T) {
+	dir := t.TempDir()
+	mp, cp := filepath.Join(dir, "m.yaml"), filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(mp, []byte(goodModel), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cp, []byte(goodCluster), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadModel(mp); err != nil {
+		t.Error(err)
+	}
+	if _, err := LoadCluster(cp); err != nil {
+		t.Error(err)
+	}
+	if _, err := LoadModel(filepath.Join(dir, "missing.yaml")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing model: %v", err)
+	}
+	if _, err := LoadCluster(filepath.Join(dir, "missing.yaml")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing cluster: %v", err)
+	}
+	if err := os.WriteFile(mp, []byte(strings.Replace(goodModel, "heads: 8", "heads: 6", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadModel(mp)
+	specErr(t, err, "heads", 4, "not divisible")
+	if !strings.Contains(err.Error(), mp) {
+		t.Errorf("error does not name %s: %v", mp, err)
+	}
+}

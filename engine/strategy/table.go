@@ -1,0 +1,40 @@
+package strategy
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable writes estimates as an aligned text table, one row per plan in
+// the given order, with a rank column. Infeasible rows show their reason.
+func WriteTable(w io.Writer, es []Estimate) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\ttp\tpp\tdp\tcp\tep\tmb\tvpp\tsp\trecompute\tzero\tstep_s\ttok/s\tTFLOP/s/dev\tmfu\tmem_GiB\theadroom_GiB\tcomm%\tbubble%\tblast\t")
+	for i, e := range es {
+		p := e.Plan
+		if !e.Feasible {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%t\t%s\t%d\t-\t-\t-\t-\t%.1f\t-\t-\t-\t-\t  %s\n",
+				i+1, p.TP, p.PP, p.DP, p.CP, p.EP, p.MicroBatch, p.VPP, p.SP, p.Recompute, p.ZeRO, e.MemPerDeviceGiB, oneLine(e.Reason))
+			continue
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%t\t%s\t%d\t%.3f\t%.0f\t%.1f\t%.1f%%\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n",
+			i+1, p.TP, p.PP, p.DP, p.CP, p.EP, p.MicroBatch, p.VPP, p.SP, p.Recompute, p.ZeRO,
+			e.StepTimeS, e.TokensPerS, e.TFLOPSPerDevice, 100*e.MFU, e.MemPerDeviceGiB, e.MemHeadroomGiB,
+			100*e.CommShare, 100*e.BubbleShare, e.BlastRadius)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
+
+// oneLine joins a multi-line reason into one line.
+func oneLine(s string) string {
+	lines := strings.Split(s, "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	return strings.Join(lines, " ")
+}
