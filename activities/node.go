@@ -18,6 +18,10 @@ import (
 	"github.com/cann-train/cann-train/spec"
 )
 
+// keepCheckpoints is how many checkpoints of a run stay in storage; the
+// workflow keeps as many references to fall back to on corruption.
+const keepCheckpoints = 8
+
 // Node holds one node worker's activity dependencies and the state that
 // outlives a chunk: the loaded data set, open checkpoint buckets, and the
 // trainer at the end of the last chunk, so that consecutive chunks of one
@@ -70,6 +74,12 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadChunkInput", err)
 	}
 	log := n.Logger.With(zap.String("run", in.RunID), zap.Int("rank", in.Rank), zap.String("session", in.Session))
+	// Heartbeat from the start, not only after steps: connecting to peers
+	// and restoring a checkpoint can take longer than the heartbeat
+	// timeout, and only a dead process should miss it. The heartbeat is
+	// also how a cancellation reaches this activity.
+	hb := newHeartbeater(ctx, in)
+	defer hb.stop()
 	train, test, err := n.data()
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoData", err)
@@ -120,7 +130,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		if in.Restore != nil {
 			prog.LastCheckpoint = in.Restore.Step
 		}
-		activity.RecordHeartbeat(ctx, prog)
+		hb.update(prog)
 		if n.AtStep != nil {
 			n.AtStep(step + 1)
 		}
@@ -260,7 +270,16 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput) (*ascend.Communi
 	}
 	return tcp.Connect(ctx, n.Listener, tcp.Group{
 		Session: in.Session, Rank: in.Rank, Addrs: addrs, Token: []byte(in.Token),
-	}, tcp.Options{ConnectTimeout: 30 * time.Second, OpTimeout: in.Spec.HeartbeatTimeout.D()})
+	}, tcp.Options{
+		ConnectTimeout: 30 * time.Second,
+		OpTimeout:      in.Spec.HeartbeatTimeout.D(),
+		// Determinism: the gradient allreduce always uses the ring, so the
+		// order in which floats are summed — and so the weights — never
+		// depends on measured link speeds. A recovered run ends bit-identical
+		// to one that never failed.
+		Algorithm:       ascend.AlgoRing,
+		SkipCalibration: true,
+	})
 }
 
 func (n *Node) checkpointURL(in spec.ChunkInput) string {
@@ -298,9 +317,16 @@ func (n *Node) save(ctx context.Context, in spec.ChunkInput, tr *engine.Trainer)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	ref, err := store.Save(ctx, in.Spec.Name, tr.GlobalStep(), payload)
+	// Incremental: only chunks that changed since the last checkpoint are
+	// uploaded; the manifest, written last, makes the checkpoint real.
+	ref, stats, err := store.SaveIncremental(ctx, in.Spec.Name, tr.GlobalStep(), payload)
 	if err != nil {
 		return nil, fmt.Errorf("save checkpoint: %w", err)
+	}
+	n.Logger.Debug("checkpoint saved", zap.Int64("step", ref.Step), zap.Any("stats", stats))
+	// Keep as many as the workflow may fall back to.
+	if _, err := store.Retain(ctx, in.Spec.Name, keepCheckpoints, 0); err != nil {
+		n.Logger.Warn("checkpoint retention", zap.Error(err))
 	}
 	out := fromRef(url, ref)
 	return &out, nil
@@ -324,4 +350,52 @@ func peerError(err error, step int64) error {
 			spec.PeerFailure{Rank: pe.Rank, Step: step, NoticedAt: time.Now()})
 	}
 	return err
+}
+
+// heartbeater records the latest progress at a steady rate from its own
+// goroutine (the SDK throttles and batches the calls to the server).
+type heartbeater struct {
+	mu   sync.Mutex
+	prog spec.ChunkProgress
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newHeartbeater(ctx context.Context, in spec.ChunkInput) *heartbeater {
+	h := &heartbeater{prog: spec.ChunkProgress{Step: in.From, To: in.To}, done: make(chan struct{})}
+	if in.Restore != nil {
+		h.prog.LastCheckpoint = in.Restore.Step
+	}
+	every := max(in.Spec.HeartbeatTimeout.D()/4, 100*time.Millisecond)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			h.mu.Lock()
+			p := h.prog
+			h.mu.Unlock()
+			activity.RecordHeartbeat(ctx, p)
+			select {
+			case <-h.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heartbeater) update(p spec.ChunkProgress) {
+	h.mu.Lock()
+	h.prog = p
+	h.mu.Unlock()
+}
+
+func (h *heartbeater) stop() {
+	close(h.done)
+	h.wg.Wait()
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+
+	"github.com/cann-train/cann-train/internal/yamlpos"
 )
 
 // ModelSpec chooses the model the engine trains.
@@ -250,11 +251,11 @@ func Parse(name string, data []byte) (RunSpec, error) {
 	if err := yaml.UnmarshalWithOptions(data, &s, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
 		fe := decodeError(err)
 		if perr == nil {
-			fe.Field = pathOfToken(file, err, fe.Field)
+			fe.Field = yamlpos.PathOfToken(file, err, fe.Field)
 		}
 		return RunSpec{}, &SpecError{File: name, Fields: []FieldError{fe}}
 	}
-	if s.CheckpointEvery == 0 && (perr != nil || lineOf(file, "checkpoint_every") == 0) {
+	if s.CheckpointEvery == 0 && (perr != nil || yamlpos.LineOf(file, "checkpoint_every") == 0) {
 		s.CheckpointEvery = s.ChunkSteps
 	}
 	if err := s.Validate(); err != nil {
@@ -263,7 +264,7 @@ func Parse(name string, data []byte) (RunSpec, error) {
 			se.File = name
 			for i := range se.Fields {
 				if perr == nil {
-					se.Fields[i].Line = lineOf(file, se.Fields[i].Field)
+					se.Fields[i].Line = yamlpos.LineOf(file, se.Fields[i].Field)
 				}
 			}
 		}
@@ -272,69 +273,10 @@ func Parse(name string, data []byte) (RunSpec, error) {
 	return s, nil
 }
 
-// pathOfToken names the YAML path of the node an error points at, e.g.
-// "model.hidden[0]" for a bad list element; def when none is found.
-func pathOfToken(file *ast.File, err error, def string) string {
-	var ye yaml.Error
-	if !errors.As(err, &ye) || ye.GetToken() == nil || ye.GetToken().Position == nil {
-		return def
-	}
-	at := ye.GetToken().Position
-	found := def
-	for _, doc := range file.Docs {
-		ast.Walk(visitFunc(func(n ast.Node) {
-			tok := n.GetToken()
-			if tok == nil || tok.Position == nil || tok.Position.Line != at.Line || tok.Position.Column != at.Column {
-				return
-			}
-			if p := strings.TrimPrefix(n.GetPath(), "$."); p != "$" && p != "" {
-				found = p
-			}
-		}), doc)
-	}
-	return found
-}
-
-type visitFunc func(ast.Node)
-
-func (f visitFunc) Visit(n ast.Node) ast.Visitor {
-	f(n)
-	return f
-}
-
 func decodeError(err error) FieldError {
-	var ye yaml.Error
-	if errors.As(err, &ye) {
-		fe := FieldError{Field: "(document)", Msg: ye.GetMessage()}
-		if tok := ye.GetToken(); tok != nil && tok.Position != nil {
-			fe.Line = tok.Position.Line
-			// The token of an unknown field or bad value is the key or value
-			// itself; name it.
-			if tok.Value != "" {
-				fe.Field = tok.Value
-			}
-		}
-		var uf *yaml.UnknownFieldError
-		if errors.As(err, &uf) {
-			fe.Msg = "unknown field (check the spelling; `cann-train run --help` lists the fields)"
-		}
-		return fe
+	field, line, msg, unknown := yamlpos.DecodeError(err)
+	if unknown {
+		msg = "unknown field (check the spelling; `cann-train run --help` lists the fields)"
 	}
-	return FieldError{Field: "(document)", Msg: err.Error()}
-}
-
-// lineOf finds the line of a field path such as "model.hidden[0]".
-func lineOf(file *ast.File, field string) int {
-	p, err := yaml.PathString("$." + field)
-	if err != nil {
-		return 0
-	}
-	n, err := p.FilterFile(file)
-	if err != nil || n == nil {
-		return 0
-	}
-	if tok := n.GetToken(); tok != nil && tok.Position != nil {
-		return tok.Position.Line
-	}
-	return 0
+	return FieldError{Field: field, Line: line, Msg: msg}
 }

@@ -87,12 +87,28 @@ func (r *run) await(ctx workflow.Context, futures []workflow.Future, cancel work
 	cancelled := false
 	for left := n; left > 0; left-- {
 		sel.Select(ctx)
-		if !cancelled && r.onlyBlamedPending(done, errs) {
+		if !cancelled && (r.onlyBlamedPending(done, errs) || hopeless(done, errs)) {
 			cancelled = true
 			cancel()
 		}
 	}
 	return results, errs
+}
+
+// hopeless: a rank failed for a reason other than losing a peer (it timed
+// out — dead or stuck — or hit a real error). The group cannot finish the
+// chunk, and ranks still waiting for it (in a collective, or still
+// forming the group) would only wait out their own timeouts.
+func hopeless(done []bool, errs []error) bool {
+	for i := range done {
+		if !done[i] || errs[i] == nil {
+			continue
+		}
+		if _, ok := peerFailed(errs[i]); !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // onlyBlamedPending: some rank failed, every finished rank failed with

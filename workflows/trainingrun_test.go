@@ -336,3 +336,32 @@ func TestTrainingRunFallsBackFromCorruptCheckpoint(t *testing.T) {
 	require.Empty(t, st.Recoveries[1].FailedNodes, "corruption is not a node's fault")
 	require.EqualValues(t, 0, st.Recoveries[1].ResumeStep, "fell back past the corrupt checkpoint")
 }
+
+// A node dies while the group is still forming: its peers are blocked in
+// rendezvous and report nothing. Its heartbeat timeout must end the chunk
+// at once, cancelling the waiting peers, and only it is blamed.
+func TestTrainingRunCancelsPeersWaitingForADeadNode(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1")}
+	ch := &fakeChunks{}
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.From != 100 || in.Membership.Generation != 1 {
+			return nil
+		}
+		if in.Membership.Nodes[in.Rank].ID == "node-2" {
+			return temporal.NewHeartbeatTimeoutError()
+		}
+		<-stuck // waiting in rendezvous for node-2
+		return errors.New("unreachable")
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Len(t, st.Recoveries, 1)
+	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes, "the waiting peers are not blamed")
+	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
+}

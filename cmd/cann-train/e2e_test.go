@@ -82,7 +82,22 @@ func TestQuickstartJSON(t *testing.T) {
 	if out, err := verify(); err != nil || strings.Count(out, "ok ") != 3 {
 		t.Fatalf("verify of a good run: %v\n%s", err, out)
 	}
-	victim := filepath.Join(dir, "checkpoints", "runs", "e2e-quickstart", "ckpt", "000000000200", "state.bin")
+	// Corrupt the first content chunk the step-200 manifest lists.
+	run := filepath.Join(dir, "checkpoints", "runs", "e2e-quickstart")
+	mb, err := os.ReadFile(filepath.Join(run, "ckpt", "000000000200", "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var man struct {
+		Chunks []struct {
+			Hash string `json:"hash"`
+		} `json:"chunks"`
+	}
+	if err := json.Unmarshal(mb, &man); err != nil || len(man.Chunks) == 0 {
+		t.Fatalf("manifest at step 200 lists no chunks (%v): %s", err, mb)
+	}
+	chunkKey := "chunks/" + man.Chunks[0].Hash
+	victim := filepath.Join(run, filepath.FromSlash(chunkKey))
 	b, err := os.ReadFile(victim)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +107,7 @@ func TestQuickstartJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	out2, err := verify()
-	if err == nil || !strings.Contains(out2, "CORRUPT  step 200") || !strings.Contains(out2, "000000000200/state.bin") || strings.Count(out2, "ok ") != 2 {
+	if err == nil || !strings.Contains(out2, "CORRUPT  step 200") || !strings.Contains(out2, chunkKey) || strings.Count(out2, "ok ") != 2 {
 		t.Errorf("verify after corrupting step 200: %v\n%s", err, out2)
 	}
 }

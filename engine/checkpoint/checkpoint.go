@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"gocloud.dev/blob"
@@ -25,7 +27,8 @@ const (
 	dataName      = "state.bin"
 	manifestName  = "manifest.json"
 	manifestKind  = "cann-train/checkpoint"
-	formatVersion = 1
+	formatVersion = 1 // Written by Save: one payload object.
+	formatChunked = 2 // Written by SaveAsync and SaveIncremental: content-addressed chunks.
 	stepDigits    = 12
 	maxRunLen     = 128
 
@@ -57,10 +60,11 @@ type Skipped struct {
 }
 
 // CorruptError reports a checkpoint that exists but cannot be trusted: an
-// unreadable manifest, a missing payload, or a payload whose size or SHA-256
-// does not match. Match it with errors.As.
+// unreadable manifest, a missing payload, a payload whose size or SHA-256
+// does not match, or (format 2) a chunk that is missing, does not decompress
+// or does not match its size or hash. Match it with errors.As.
 type CorruptError struct {
-	Key    string // The object at fault (manifest or payload key).
+	Key    string // The object at fault (manifest, payload or chunk key).
 	Reason string
 	Err    error // Underlying cause, if any.
 }
@@ -74,16 +78,23 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Err }
 
-// manifest is the JSON document that makes a checkpoint visible.
+// manifest is the JSON document that makes a checkpoint visible. Version 1
+// names one payload object (Data); version 2 lists content-addressed chunks.
 type manifest struct {
 	Format  string    `json:"format"`
 	Version int       `json:"version"`
 	Run     string    `json:"run"`
 	Step    int64     `json:"step"`
-	Data    string    `json:"data"` // Payload object name, relative to the checkpoint's prefix.
+	Data    string    `json:"data,omitempty"` // v1: payload object name, relative to the checkpoint's prefix.
 	Bytes   int64     `json:"bytes"`
 	SHA256  string    `json:"sha256"`
 	Created time.Time `json:"created"`
+
+	// Version 2 only.
+	ChunkBytes  int        `json:"chunk_bytes,omitempty"` // Every chunk but the last has exactly this size.
+	ChunkHash   string     `json:"chunk_hash,omitempty"`  // chunkHashName
+	Compression string     `json:"compression,omitempty"` // chunkCompression
+	Chunks      []chunkRef `json:"chunks,omitempty"`      // In payload order.
 }
 
 // Store is a checkpoint store on one bucket. Its methods are safe for
@@ -91,13 +102,33 @@ type manifest struct {
 type Store struct {
 	bucket    *blob.Bucket
 	ownBucket bool
-	now       func() time.Time
+	now       func() time.Time // Read once per save, just before the manifest is written.
+	opts      Options          // Defaults filled in.
+
+	pool *bufPool  // SaveAsync's staging buffers.
+	reg  *registry // Chunk keys in-flight saves rely on; GC spares them.
+
+	mu       sync.Mutex // Guards closed and the Add side of inflight.
+	closed   bool
+	inflight sync.WaitGroup // Background saves.
+
+	noIfNotExist atomic.Bool // The driver rejected WriterOptions.IfNotExist.
+	badChunks    sync.Map    // Chunk keys a Load found corrupt: the next save rewrites them.
 }
 
 // Open opens the bucket at bucketURL (any scheme registered with
 // gocloud.dev/blob; mem:// and file:// are linked in). For file:// URLs the
 // directory is created if missing. mem:// gives a fresh, private bucket.
 func Open(ctx context.Context, bucketURL string) (*Store, error) {
+	return OpenWithOptions(ctx, bucketURL, Options{})
+}
+
+// OpenWithOptions is [Open] with options for chunked saves and GC.
+func OpenWithOptions(ctx context.Context, bucketURL string, o Options) (*Store, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	u, err := url.Parse(bucketURL)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: bad bucket URL %q: %w", bucketURL, err)
@@ -113,16 +144,37 @@ func Open(ctx context.Context, bucketURL string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: open bucket %q: %w", bucketURL, err)
 	}
-	return &Store{bucket: b, ownBucket: true, now: time.Now}, nil
+	s := newStore(b, o)
+	s.ownBucket = true
+	return s, nil
 }
 
 // New returns a Store on an already open bucket. Close does not close b.
 func New(b *blob.Bucket) *Store {
-	return &Store{bucket: b, now: time.Now}
+	o, _ := Options{}.withDefaults() // The defaults are valid.
+	return newStore(b, o)
 }
 
-// Close releases the bucket if Open opened it.
+// NewWithOptions is [New] with options for chunked saves and GC.
+func NewWithOptions(b *blob.Bucket, o Options) (*Store, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return newStore(b, o), nil
+}
+
+func newStore(b *blob.Bucket, o Options) *Store {
+	return &Store{bucket: b, now: time.Now, opts: o, pool: newBufPool(o.MaxPending), reg: newRegistry()}
+}
+
+// Close waits for the saves SaveAsync started, then releases the bucket if
+// Open opened it. SaveAsync fails once Close has been called.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.inflight.Wait()
 	if !s.ownBucket {
 		return nil
 	}
@@ -176,8 +228,10 @@ func dataKey(run string, step int64) string { return ckptPrefix(run, step) + dat
 
 func isNotFound(err error) bool { return gcerrors.Code(err) == gcerrors.NotFound }
 
-// Save stores payload as run's checkpoint for step: payload first, manifest
-// last. Saving an identical payload again returns the existing Ref.
+// Save stores payload as run's checkpoint for step in format version 1 (one
+// payload object): payload first, manifest last. Saving an identical payload
+// again returns the existing Ref. See SaveAsync and SaveIncremental for the
+// incremental format 2.
 func (s *Store) Save(ctx context.Context, run string, step int64, payload []byte) (Ref, error) {
 	if err := ValidateRun(run); err != nil {
 		return Ref{}, err
@@ -188,13 +242,17 @@ func (s *Store) Save(ctx context.Context, run string, step int64, payload []byte
 	sum := sha256.Sum256(payload)
 	ref := Ref{Run: run, Step: step, Key: ManifestKey(run, step), SHA256: hex.EncodeToString(sum[:]), Bytes: int64(len(payload))}
 	dkey := dataKey(run, step)
+	// Pinned, GC leaves the payload alone while the manifest is missing.
+	pin := s.reg.newPin()
+	pin.add(dkey)
+	defer pin.release()
 
 	// An existing checkpoint at this step: keep it if it is this payload,
 	// otherwise hide it before touching its payload.
 	old, err := s.readManifest(ctx, ref.Key)
 	var corrupt *CorruptError
 	switch {
-	case err == nil && old.SHA256 == ref.SHA256 && old.Bytes == ref.Bytes:
+	case err == nil && old.Version == formatVersion && old.SHA256 == ref.SHA256 && old.Bytes == ref.Bytes:
 		if attrs, aerr := s.bucket.Attributes(ctx, dkey); aerr == nil && attrs.Size == ref.Bytes {
 			return ref, nil
 		}
@@ -235,6 +293,14 @@ func (s *Store) readManifest(ctx context.Context, key string) (*manifest, error)
 		}
 		return nil, fmt.Errorf("checkpoint: read %s: %w", key, err)
 	}
+	return decodeManifest(key, b)
+}
+
+// decodeManifest parses and validates the manifest stored at key. Anything
+// unusable is a *CorruptError naming key. A manifest it accepts is safe to
+// act on: run and step match key, and for version 2 the chunk list tiles
+// exactly Bytes bytes in chunks of ChunkBytes (the last may be shorter).
+func decodeManifest(key string, b []byte) (*manifest, error) {
 	corrupt := func(reason string, err error) error { return &CorruptError{Key: key, Reason: reason, Err: err} }
 	var m manifest
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -243,20 +309,29 @@ func (s *Store) readManifest(ctx context.Context, key string) (*manifest, error)
 	if m.Format != manifestKind {
 		return nil, corrupt(fmt.Sprintf("manifest format is %q, want %q", m.Format, manifestKind), nil)
 	}
-	if m.Version != formatVersion {
-		return nil, corrupt(fmt.Sprintf("unsupported manifest version %d (this build reads %d)", m.Version, formatVersion), nil)
+	if m.Version != formatVersion && m.Version != formatChunked {
+		return nil, corrupt(fmt.Sprintf("unsupported manifest version %d (this build reads %d and %d)", m.Version, formatVersion, formatChunked), nil)
 	}
-	if ManifestKey(m.Run, m.Step) != key {
+	if ValidateRun(m.Run) != nil || validateStep(m.Step) != nil || ManifestKey(m.Run, m.Step) != key {
 		return nil, corrupt(fmt.Sprintf("manifest names run %q step %d, which does not live at this key", m.Run, m.Step), nil)
-	}
-	if m.Data != dataName {
-		return nil, corrupt(fmt.Sprintf("manifest names payload %q, want %q", m.Data, dataName), nil)
 	}
 	if m.Bytes < 0 {
 		return nil, corrupt(fmt.Sprintf("manifest size is %d", m.Bytes), nil)
 	}
 	if h, err := hex.DecodeString(m.SHA256); err != nil || len(h) != sha256.Size {
 		return nil, corrupt(fmt.Sprintf("manifest sha256 %q is not a hex SHA-256", m.SHA256), nil)
+	}
+	if m.Version == formatVersion {
+		if m.Data != dataName {
+			return nil, corrupt(fmt.Sprintf("manifest names payload %q, want %q", m.Data, dataName), nil)
+		}
+		if m.ChunkBytes != 0 || m.ChunkHash != "" || m.Compression != "" || m.Chunks != nil {
+			return nil, corrupt("version 1 manifest has version 2 chunk fields", nil)
+		}
+		return &m, nil
+	}
+	if reason := checkChunkList(&m); reason != "" {
+		return nil, corrupt(reason, nil)
 	}
 	return &m, nil
 }
@@ -290,6 +365,10 @@ func (s *Store) load(ctx context.Context, ref Ref) ([]byte, *manifest, error) {
 	}
 	if ref.Bytes != 0 && ref.Bytes != m.Bytes {
 		return nil, m, &CorruptError{Key: key, Reason: fmt.Sprintf("manifest size %d differs from the ref's %d", m.Bytes, ref.Bytes)}
+	}
+	if m.Version == formatChunked {
+		data, err := s.loadChunked(ctx, key, m)
+		return data, m, err
 	}
 	dkey := dataKey(ref.Run, ref.Step)
 	r, err := s.bucket.NewReader(ctx, dkey, nil)
@@ -432,8 +511,10 @@ func (s *Store) LoadLatestValid(ctx context.Context, run string) (payload []byte
 }
 
 // Delete removes the checkpoint ref points to: manifest first (so it
-// disappears atomically), then the payload. Deleting a missing checkpoint is
-// not an error.
+// disappears atomically), then the payload (version 1). A version 2
+// checkpoint's chunks may be shared with other checkpoints and stay until
+// [Store.GC] finds them unreferenced. Deleting a missing checkpoint is not
+// an error.
 func (s *Store) Delete(ctx context.Context, ref Ref) error {
 	if err := ValidateRun(ref.Run); err != nil {
 		return err

@@ -185,8 +185,8 @@ func TestCorruptionDetected(t *testing.T) {
 			must(t, b.WriteAll(ctx, ref.Key, m[:len(m)/2], nil))
 		}, "manifest", "not valid JSON"},
 		{"future manifest version", func(t *testing.T, ctx context.Context, b *blob.Bucket, ref Ref) {
-			editManifest(t, ctx, b, ref, func(m *manifest) { m.Version = 2 })
-		}, "manifest", "unsupported manifest version 2"},
+			editManifest(t, ctx, b, ref, func(m *manifest) { m.Version = 3 })
+		}, "manifest", "unsupported manifest version 3"},
 		{"manifest for another step", func(t *testing.T, ctx context.Context, b *blob.Bucket, ref Ref) {
 			editManifest(t, ctx, b, ref, func(m *manifest) { m.Step = 999 })
 		}, "manifest", "step 999"},

@@ -60,3 +60,43 @@ func Example() {
 	fmt.Println(ref.Key, len(skipped), resumed.GlobalStep(), resumed.WeightsSHA256() == tr.WeightsSHA256())
 	// Output: runs/demo/ckpt/000000000010/manifest.json 0 10 true
 }
+
+// ExampleStore_SaveAsync saves in the background and prunes old checkpoints.
+// Only the chunks that changed since the previous checkpoint are uploaded.
+func ExampleStore_SaveAsync() {
+	ctx := context.Background()
+	store, err := checkpoint.OpenWithOptions(ctx, "mem://", checkpoint.Options{GCGrace: -1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+
+	state := make([]byte, 3<<20) // Stands in for tr.Snapshot().MarshalBinary().
+	for step := int64(1); step <= 3; step++ {
+		state[0] = byte(step) // Only the first 1 MiB chunk changes.
+		p, err := store.SaveAsync(ctx, "demo", step, state)
+		if err != nil {
+			log.Fatal(err)
+		}
+		// Training goes on here; state may be overwritten right away.
+		ref, err := p.Wait(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("step", ref.Step, "chunks written:", p.Stats().ChunksWritten)
+	}
+	deleted, err := store.Retain(ctx, "demo", 1, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	gc, err := store.GC(ctx, "demo")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("checkpoints deleted:", len(deleted), "chunks collected:", gc.Deleted)
+	// Output:
+	// step 1 chunks written: 2
+	// step 2 chunks written: 1
+	// step 3 chunks written: 1
+	// checkpoints deleted: 2 chunks collected: 2
+}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
+
+	"github.com/cann-train/cann-train/internal/yamlpos"
 )
 
 // FieldError is one invalid field of a spec or plan. Line is 0 when unknown
@@ -107,78 +109,18 @@ func decodeError(err error) FieldError {
 	if errors.As(err, &fe) {
 		return fe
 	}
-	var ye yaml.Error
-	if errors.As(err, &ye) {
-		out := FieldError{Field: "(document)", Msg: ye.GetMessage()}
-		if tok := ye.GetToken(); tok != nil && tok.Position != nil {
-			out.Line = tok.Position.Line
-			if tok.Value != "" {
-				out.Field = tok.Value
-			}
-		}
-		var uf *yaml.UnknownFieldError
-		if errors.As(err, &uf) {
-			out.Msg = "unknown field (check the spelling; the package doc lists the fields)"
-		}
-		return out
+	field, line, msg, unknown := yamlpos.DecodeError(err)
+	if unknown {
+		msg = "unknown field (check the spelling; the package doc lists the fields)"
 	}
-	return FieldError{Field: "(document)", Msg: err.Error()}
+	return FieldError{Field: field, Line: line, Msg: msg}
 }
 
-// pathOfToken names the YAML path of the node an error points at, e.g.
-// "device.peak_tflops"; def when none is found.
 func pathOfToken(file *ast.File, err error, def string) string {
-	var ye yaml.Error
-	if !errors.As(err, &ye) || ye.GetToken() == nil || ye.GetToken().Position == nil {
-		return def
-	}
-	at := ye.GetToken().Position
-	found := def
-	for _, doc := range file.Docs {
-		ast.Walk(visitFunc(func(n ast.Node) {
-			tok := n.GetToken()
-			if tok == nil || tok.Position == nil || tok.Position.Line != at.Line || tok.Position.Column != at.Column {
-				return
-			}
-			if p := strings.TrimPrefix(n.GetPath(), "$."); p != "$" && p != "" {
-				found = p
-			}
-		}), doc)
-	}
-	return found
+	return yamlpos.PathOfToken(file, err, def)
 }
 
-type visitFunc func(ast.Node)
-
-func (f visitFunc) Visit(n ast.Node) ast.Visitor {
-	f(n)
-	return f
-}
-
-// lineOf finds the line of a field path such as "device.hbm_gbps": the
-// line of its key, so that a mapping value is reported where it starts; 0
-// when the path is not in the file.
-func lineOf(file *ast.File, field string) int {
-	if file == nil {
-		return 0
-	}
-	line := 0
-	for _, doc := range file.Docs {
-		ast.Walk(visitFunc(func(n ast.Node) {
-			mv, ok := n.(*ast.MappingValueNode)
-			if !ok || line != 0 || mv.Key == nil || mv.Value == nil {
-				return
-			}
-			if strings.TrimPrefix(mv.Value.GetPath(), "$.") != field {
-				return
-			}
-			if tok := mv.Key.GetToken(); tok != nil && tok.Position != nil {
-				line = tok.Position.Line
-			}
-		}), doc)
-	}
-	return line
-}
+func lineOf(file *ast.File, field string) int { return yamlpos.LineOf(file, field) }
 
 // withLines fills in the YAML line of every field error of err (a
 // *SpecError from validation) and names the file.

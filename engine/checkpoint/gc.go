@@ -1,0 +1,267 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gocloud.dev/blob"
+)
+
+// registry records the chunk keys that saves in flight rely on, so that GC,
+// which holds gate exclusively while it decides and deletes, never removes
+// a chunk a save has found present but not yet committed in a manifest.
+type registry struct {
+	gate sync.RWMutex // Pins are added under RLock; GC holds Lock.
+	mu   sync.Mutex   // Guards refs and every pin's keys.
+	refs map[string]int
+}
+
+func newRegistry() *registry { return &registry{refs: map[string]int{}} }
+
+// pin is one save's set of registered keys.
+type pin struct {
+	r    *registry
+	keys []string
+}
+
+func (r *registry) newPin() *pin { return &pin{r: r} }
+
+// add registers key. It waits while a GC is deciding, so once it returns,
+// either GC has finished (and the caller's existence check sees its
+// result) or any later GC sees the key.
+func (p *pin) add(key string) {
+	p.r.gate.RLock()
+	p.r.mu.Lock()
+	p.r.refs[key]++
+	p.keys = append(p.keys, key)
+	p.r.mu.Unlock()
+	p.r.gate.RUnlock()
+}
+
+// release drops the pin's keys, once its manifest is written or the save
+// has failed.
+func (p *pin) release() {
+	p.r.mu.Lock()
+	defer p.r.mu.Unlock()
+	for _, k := range p.keys {
+		if p.r.refs[k]--; p.r.refs[k] <= 0 {
+			delete(p.r.refs, k)
+		}
+	}
+	p.keys = nil
+}
+
+// pinned returns a snapshot of the registered keys.
+func (r *registry) pinned() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]bool, len(r.refs))
+	for k := range r.refs {
+		out[k] = true
+	}
+	return out
+}
+
+// Retain deletes run's checkpoints except the newest keepLast and, if
+// keepEvery > 0, those whose step is a multiple of keepEvery, and returns
+// the deleted ones, oldest first. keepLast must be at least 1: Retain never
+// deletes a run's newest checkpoint. Checkpoints whose manifest cannot be
+// read are neither counted nor deleted (they are left for inspection).
+// Retain verifies no payloads: a corrupt newest checkpoint counts like any
+// other. Chunks the deleted checkpoints referenced stay until GC.
+func (s *Store) Retain(ctx context.Context, run string, keepLast int, keepEvery int64) (deleted []Ref, err error) {
+	if keepLast < 1 {
+		return nil, fmt.Errorf("checkpoint: Retain keepLast is %d, want >= 1", keepLast)
+	}
+	if keepEvery < 0 {
+		return nil, fmt.Errorf("checkpoint: Retain keepEvery is %d, want >= 0", keepEvery)
+	}
+	refs, err := s.List(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	keep := make([]bool, len(refs))
+	for i, kept := len(refs)-1, 0; i >= 0; i-- {
+		switch r := refs[i]; {
+		case r.SHA256 == "": // Unreadable manifest.
+			keep[i] = true
+		case kept < keepLast:
+			keep[i] = true
+			kept++
+		case keepEvery > 0 && r.Step%keepEvery == 0:
+			keep[i] = true
+		}
+	}
+	for i, r := range refs {
+		if keep[i] {
+			continue
+		}
+		if err := s.Delete(ctx, r); err != nil {
+			return deleted, err
+		}
+		deleted = append(deleted, r)
+	}
+	return deleted, nil
+}
+
+// GCStats describes one GC pass.
+type GCStats struct {
+	Manifests    int   // Manifests read.
+	Chunks       int   // Chunk objects found.
+	Referenced   int   // Chunk objects referenced by a manifest or a save in flight.
+	Young        int   // Unreferenced objects kept because they are within the grace period.
+	Deleted      int   // Chunk objects deleted.
+	DeletedBytes int64 // Their stored size.
+	Orphans      int   // Version 1 payloads without a manifest, deleted.
+}
+
+// GC deletes run's chunks that no manifest of run references, and version 1
+// payload objects whose manifest is gone (a crashed or superseded Save).
+// Objects modified within Options.GCGrace are kept.
+//
+// Safety:
+//   - A chunk listed by any manifest of run that GC reads is never deleted;
+//     a manifest that is not valid JSON references nothing. Any error while
+//     reading manifests aborts GC before it deletes anything.
+//   - Saves through the same Store are safe at any time: each pins a chunk
+//     key before checking whether the chunk exists and until its manifest is
+//     written, and GC spares pinned keys. GC decides and deletes while
+//     holding out new pins, so a save either sees a deletion (and uploads
+//     the chunk again) or pins the chunk first.
+//   - A save by another process is protected only by the grace period,
+//     which covers chunks it uploads but not existing, unreferenced chunks
+//     it reuses. Under the one-writer-per-run rule, run GC in the process
+//     that saves the run, or while nothing saves it.
+func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
+	var st GCStats
+	if err := ValidateRun(run); err != nil {
+		return st, err
+	}
+	cutoff := time.Now().Add(-s.opts.GCGrace)
+
+	// Candidates: chunk objects old enough to go. Chunks written after
+	// this listing are not candidates.
+	type object struct {
+		size int64
+		mod  time.Time
+	}
+	candidates := map[string]object{}
+	prefix := chunksPrefix(run)
+	if err := s.list(ctx, prefix, func(o *blob.ListObject) error {
+		if !isChunkHash(strings.TrimPrefix(o.Key, prefix)) {
+			return nil // Not ours (a driver's temporary file, say).
+		}
+		st.Chunks++
+		candidates[o.Key] = object{o.Size, o.ModTime}
+		return nil
+	}); err != nil {
+		return st, err
+	}
+
+	s.reg.gate.Lock()
+	defer s.reg.gate.Unlock()
+	referenced := s.reg.pinned()
+
+	// Every manifest of run, read after the pins were taken: a save that
+	// committed before then is in one or the other.
+	ckpt := runPrefix(run)
+	var manifests []string
+	payloads := map[int64]object{}
+	hasManifest := map[int64]bool{}
+	if err := s.list(ctx, ckpt, func(o *blob.ListObject) error {
+		dir, name, ok := strings.Cut(strings.TrimPrefix(o.Key, ckpt), "/")
+		if !ok || len(dir) != stepDigits {
+			return nil
+		}
+		step, err := strconv.ParseInt(dir, 10, 64)
+		if err != nil || step < 0 {
+			return nil
+		}
+		switch name {
+		case manifestName:
+			manifests = append(manifests, o.Key)
+			hasManifest[step] = true
+		case dataName:
+			payloads[step] = object{o.Size, o.ModTime}
+		}
+		return nil
+	}); err != nil {
+		return st, err
+	}
+	for _, key := range manifests {
+		raw, err := s.bucket.ReadAll(ctx, key)
+		if isNotFound(err) {
+			continue // Deleted since listing.
+		}
+		if err != nil {
+			return st, fmt.Errorf("checkpoint: gc: read %s: %w", key, err)
+		}
+		st.Manifests++
+		// Lenient: a manifest that fails validation still protects the
+		// chunks it names.
+		var m manifest
+		if json.Unmarshal(raw, &m) != nil {
+			continue
+		}
+		for _, c := range m.Chunks {
+			if isChunkHash(c.Hash) {
+				referenced[chunkKey(run, c.Hash)] = true
+			}
+		}
+	}
+
+	for key, o := range candidates {
+		switch {
+		case referenced[key]:
+			st.Referenced++
+			continue
+		case s.opts.GCGrace > 0 && !o.mod.Before(cutoff):
+			st.Young++
+			continue
+		}
+		if err := s.bucket.Delete(ctx, key); err != nil && !isNotFound(err) {
+			return st, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
+		}
+		st.Deleted++
+		st.DeletedBytes += o.size
+	}
+	for step, o := range payloads {
+		if hasManifest[step] || referenced[dataKey(run, step)] {
+			continue
+		}
+		if s.opts.GCGrace > 0 && !o.mod.Before(cutoff) {
+			st.Young++
+			continue
+		}
+		key := dataKey(run, step)
+		if err := s.bucket.Delete(ctx, key); err != nil && !isNotFound(err) {
+			return st, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
+		}
+		st.Orphans++
+	}
+	return st, nil
+}
+
+// list calls f for every object under prefix.
+func (s *Store) list(ctx context.Context, prefix string, f func(*blob.ListObject) error) error {
+	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		o, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint: list %s: %w", prefix, err)
+		}
+		if err := f(o); err != nil {
+			return err
+		}
+	}
+}

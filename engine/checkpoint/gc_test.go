@@ -1,0 +1,287 @@
+package checkpoint
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/memblob"
+)
+
+func TestRetain(t *testing.T) {
+	all := []int64{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}
+	tests := []struct {
+		name      string
+		keepLast  int
+		keepEvery int64
+		garbage   int64 // Step whose manifest is made unreadable, if not 0.
+		want      []int64
+		wantErr   string
+	}{
+		{name: "last 3", keepLast: 3, want: []int64{80, 90, 100}},
+		{name: "last 1", keepLast: 1, want: []int64{100}},
+		{name: "more than there are", keepLast: 20, want: all},
+		{name: "last 2 and every 40", keepLast: 2, keepEvery: 40, want: []int64{40, 80, 90, 100}},
+		{name: "every 30 overlapping the last", keepLast: 1, keepEvery: 30, want: []int64{30, 60, 90, 100}},
+		{name: "unreadable manifest neither counted nor deleted", keepLast: 2, garbage: 90, want: []int64{80, 90, 100}},
+		{name: "unreadable old manifest kept", keepLast: 1, garbage: 20, want: []int64{20, 100}},
+		{name: "keepLast 0", keepLast: 0, wantErr: "keepLast"},
+		{name: "negative keepEvery", keepLast: 1, keepEvery: -1, wantErr: "keepEvery"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := memblob.OpenBucket(nil)
+			defer b.Close()
+			s, err := NewWithOptions(b, testOpts)
+			must(t, err)
+			ctx := t.Context()
+			for i, step := range all {
+				if i%2 == 0 { // Mixed formats.
+					mustSave(t, s, "r", step)
+				} else if _, _, err := s.SaveIncremental(ctx, "r", step, randBytes(uint64(step), 2*testChunk)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.garbage != 0 {
+				must(t, b.WriteAll(ctx, ManifestKey("r", tc.garbage), []byte("garbage"), nil))
+			}
+			deleted, err := s.Retain(ctx, "r", tc.keepLast, tc.keepEvery)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || deleted != nil {
+					t.Fatalf("Retain() = %v, %v; want an error about %s", deleted, err, tc.wantErr)
+				}
+				return
+			}
+			must(t, err)
+			refs, err := s.List(ctx, "r")
+			must(t, err)
+			if got := steps(refs); !slices.Equal(got, tc.want) {
+				t.Fatalf("after Retain: steps %v, want %v", got, tc.want)
+			}
+			var wantDeleted []int64
+			for _, step := range all {
+				if !slices.Contains(tc.want, step) {
+					wantDeleted = append(wantDeleted, step)
+				}
+			}
+			if got := steps(deleted); !slices.Equal(got, wantDeleted) {
+				t.Fatalf("Retain deleted %v, want %v", got, wantDeleted)
+			}
+			for _, r := range deleted {
+				if ok, _ := b.Exists(ctx, dataKey("r", r.Step)); ok {
+					t.Fatalf("step %d's v1 payload survived", r.Step)
+				}
+			}
+		})
+	}
+}
+
+func TestGC(t *testing.T) {
+	hooked(t, testOpts, func(t *testing.T, s *Store, _ *hookBucket, raw *blob.Bucket) {
+		ctx := t.Context()
+		// Four checkpoints, each changing two more chunks of 8.
+		p := randBytes(100, 8*testChunk)
+		var payloads [][]byte
+		for step := range int64(4) {
+			if step > 0 {
+				p = slices.Clone(p)
+				p[int(2*step)*testChunk] ^= 1
+				p[int(2*step+1)*testChunk] ^= 1
+			}
+			payloads = append(payloads, p)
+			saveAsync(t, s, "r", step+1, p)
+		}
+		orphan := dataKey("r", 99) // A v1 payload whose manifest never came.
+		must(t, raw.WriteAll(ctx, orphan, []byte("orphan"), nil))
+		junk := chunksPrefix("r") + "not-a-chunk"
+		must(t, raw.WriteAll(ctx, junk, []byte("junk"), nil))
+
+		// With the default grace period, nothing recent goes.
+		if _, err := s.Retain(ctx, "r", 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		s.opts.GCGrace = DefaultGCGrace
+		st, err := s.GC(ctx, "r")
+		s.opts.GCGrace = 0
+		must(t, err)
+		if st.Deleted != 0 || st.Orphans != 0 || st.Chunks != 8+2*3 || st.Young != 6+1 || st.Referenced != 8 || st.Manifests != 1 {
+			t.Fatalf("GC within the grace period = %+v", st)
+		}
+
+		// Without: the 6 chunks only steps 1-3 used, and the orphan.
+		st, err = s.GC(ctx, "r")
+		must(t, err)
+		if st.Deleted != 6 || st.Orphans != 1 || st.Referenced != 8 || st.DeletedBytes <= 0 {
+			t.Fatalf("GC = %+v, want 6 chunks and 1 orphan deleted, 8 kept", st)
+		}
+		for _, k := range []string{orphan, junk} {
+			if ok, _ := raw.Exists(ctx, k); ok != (k == junk) {
+				t.Fatalf("after GC, %s exists = %v", k, ok)
+			}
+		}
+		mustLoad(t, s, Ref{Run: "r", Step: 4}, payloads[3])
+		if st, err := s.GC(ctx, "r"); err != nil || st.Deleted+st.Orphans != 0 {
+			t.Fatalf("second GC = %+v, %v; want nothing to do", st, err)
+		}
+
+		// A manifest that fails validation still protects its chunks; one
+		// that is not JSON protects nothing.
+		editManifest(t, ctx, raw, Ref{Run: "r", Step: 4, Key: ManifestKey("r", 4)}, func(m *manifest) { m.Compression = "??" })
+		if st, err := s.GC(ctx, "r"); err != nil || st.Deleted != 0 || st.Referenced != 8 {
+			t.Fatalf("GC with an invalid manifest = %+v, %v", st, err)
+		}
+		must(t, raw.WriteAll(ctx, ManifestKey("r", 4), []byte("garbage"), nil))
+		if st, err := s.GC(ctx, "r"); err != nil || st.Deleted != 8 {
+			t.Fatalf("GC with a garbage manifest = %+v, %v", st, err)
+		}
+		if _, err := s.GC(ctx, "../x"); err == nil {
+			t.Fatal("GC accepted a bad run name")
+		}
+	})
+}
+
+// TestGCSparesPinnedChunk stops a save right after it found a chunk present
+// and runs GC then: the chunk has no manifest yet, and must survive.
+func TestGCSparesPinnedChunk(t *testing.T) {
+	inner := memblob.OpenBucket(nil)
+	defer inner.Close()
+	h, b := newHookBucket(t, inner)
+	o := testOpts
+	o.Concurrency = 1 // Chunks in order: the save stops at chunk 0.
+	s, err := NewWithOptions(b, o)
+	must(t, err)
+	ctx := t.Context()
+
+	const n = 6
+	p := randBytes(110, n*testChunk)
+	r1, _, err := s.SaveIncremental(ctx, "r", 1, p)
+	must(t, err)
+	must(t, s.Delete(ctx, r1)) // Its chunks are now unreferenced...
+	// ...and a new save of the same content reuses them.
+	first := chunkKey("r", chunkHash(p[:testChunk]))
+	reached, resume := make(chan struct{}), make(chan struct{})
+	var once, resumed sync.Once
+	h.setAfterAttributes(func(key string, err error) {
+		if key == first && err == nil {
+			once.Do(func() { close(reached); <-resume })
+		}
+	})
+	// Runs before the bucket is closed, even if the test fails early.
+	t.Cleanup(func() { resumed.Do(func() { close(resume) }) })
+	pending, err := s.SaveAsync(ctx, "r", 2, p)
+	must(t, err)
+	<-reached
+	st, err := s.GC(ctx, "r")
+	must(t, err)
+	if st.Deleted != n-1 || st.Referenced != 1 {
+		t.Fatalf("GC during the save = %+v, want %d deleted and the pinned chunk kept", st, n-1)
+	}
+	resumed.Do(func() { close(resume) })
+	ref, err := pending.Wait(ctx)
+	must(t, err)
+	if got := pending.Stats().ChunksWritten; got != n-1 {
+		t.Fatalf("the save wrote %d chunks, want the %d GC took", got, n-1)
+	}
+	mustLoad(t, s, ref, p)
+}
+
+// TestConcurrentSaveAsyncAndGC saves while another goroutine keeps pruning
+// and collecting; every checkpoint that survives must load.
+func TestConcurrentSaveAsyncAndGC(t *testing.T) {
+	hooked(t, Options{ChunkBytes: testChunk, GCGrace: -1, MaxPending: 2}, func(t *testing.T, s *Store, _ *hookBucket, _ *blob.Bucket) {
+		ctx := t.Context()
+		const saves = 12
+		base := randBytes(120, 16*testChunk)
+		payloads := make(map[int64][]byte)
+		stop := make(chan struct{})
+		gcErr := make(chan error, 1)
+		var gcs int
+		go func() {
+			defer close(gcErr)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.Retain(ctx, "r", 2, 5); err != nil {
+					gcErr <- err
+					return
+				}
+				if _, err := s.GC(ctx, "r"); err != nil {
+					gcErr <- err
+					return
+				}
+				gcs++
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		var pend []*Pending
+		for step := int64(1); step <= saves; step++ {
+			p := slices.Clone(base)
+			// Each save changes a few chunks and reverts others, so saves
+			// keep reusing chunks that pruning just orphaned.
+			for c := range 16 {
+				if (int64(c)+step)%4 == 0 {
+					p[c*testChunk] ^= byte(step)
+				}
+			}
+			payloads[step] = p
+			pd, err := s.SaveAsync(ctx, "r", step, p)
+			must(t, err)
+			pend = append(pend, pd)
+			time.Sleep(time.Millisecond)
+		}
+		for _, pd := range pend {
+			if _, err := pd.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(stop)
+		if err := <-gcErr; err != nil {
+			t.Fatal(err)
+		}
+		refs, err := s.List(ctx, "r")
+		must(t, err)
+		if len(refs) == 0 || refs[len(refs)-1].Step != saves {
+			t.Fatalf("List() = %v", steps(refs))
+		}
+		for _, r := range refs {
+			mustLoad(t, s, r, payloads[r.Step])
+		}
+		t.Logf("%d GC passes alongside %d saves; %d checkpoints left", gcs, saves, len(refs))
+	})
+}
+
+func TestGCAbortsOnReadError(t *testing.T) {
+	inner := memblob.OpenBucket(nil)
+	defer inner.Close()
+	h, b := newHookBucket(t, inner)
+	s, err := NewWithOptions(b, testOpts)
+	must(t, err)
+	ctx := t.Context()
+	for step := int64(1); step <= 2; step++ {
+		_, _, err := s.SaveIncremental(ctx, "r", step, randBytes(uint64(130+step), 2*testChunk))
+		must(t, err)
+	}
+	must(t, s.Delete(ctx, Ref{Run: "r", Step: 1}))
+	// A manifest that cannot be read (a transient error, not absence) must
+	// stop GC before it deletes anything.
+	h.setFailRead(func(key string) error {
+		if key == ManifestKey("r", 2) {
+			return errors.New("injected read failure")
+		}
+		return nil
+	})
+	if _, err := s.GC(ctx, "r"); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("GC with an unreadable manifest = %v", err)
+	}
+	h.setFailRead(nil)
+	if st, err := s.GC(ctx, "r"); err != nil || st.Deleted != 2 {
+		t.Fatalf("GC = %+v, %v; want step 1's 2 chunks deleted", st, err)
+	}
+}
