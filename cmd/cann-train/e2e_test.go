@@ -359,6 +359,7 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	if st.WeightsSHA256 != clean.WeightsSHA256 {
 		t.Errorf("recovered run's weights %s differ from the fault-free run's %s", st.WeightsSHA256, clean.WeightsSHA256)
 	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_recovery.json")
 }
 
 // waitRegistered polls the Cluster registry until n nodes registered.
