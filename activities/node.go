@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -38,6 +40,8 @@ type Node struct {
 	// global step number: the fault injector (dev/, tests, demos) uses it
 	// to kill the process at an exact step.
 	AtStep func(step int64)
+	// AllowFaults lets a chunk's KillAtStep SIGKILL this process.
+	AllowFaults bool
 
 	mu     sync.Mutex
 	train  *engine.Dataset
@@ -133,6 +137,9 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		hb.update(prog)
 		if n.AtStep != nil {
 			n.AtStep(step + 1)
+		}
+		if in.KillAtStep == step+1 {
+			n.injectedKill(log, step+1)
 		}
 	}
 	el := time.Since(loopStart).Seconds()
@@ -398,4 +405,16 @@ func (h *heartbeater) update(p spec.ChunkProgress) {
 func (h *heartbeater) stop() {
 	close(h.done)
 	h.wg.Wait()
+}
+
+// injectedKill ends this process as a power cut would: no cleanup, no
+// goodbye to peers or to Temporal.
+func (n *Node) injectedKill(log *zap.Logger, step int64) {
+	if !n.AllowFaults {
+		log.Warn("fault injection requested but not allowed on this node (--allow-fault-injection)", zap.Int64("step", step))
+		return
+	}
+	log.Warn("fault injection: SIGKILL", zap.Int64("step", step))
+	_ = log.Sync()
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 }

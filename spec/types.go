@@ -27,8 +27,11 @@ const (
 	UpdateAcquire    = "acquire"
 	QueryNodes       = "nodes"
 
-	// TrainingRun query.
+	// TrainingRun query and signals.
 	QueryStatus = "status"
+	// SignalInjectFault asks a node to SIGKILL itself at a step (testing
+	// and demos; node workers honour it only with --allow-fault-injection).
+	SignalInjectFault = "inject-fault"
 )
 
 // Application error types that activities return and workflows act on.
@@ -139,6 +142,15 @@ type ChunkInput struct {
 	Checkpoint bool `json:"checkpoint"`
 	// Evaluate asks rank 0 to evaluate on the held-out set at To.
 	Evaluate bool `json:"evaluate"`
+	// KillAtStep, when in (From, To], asks the node to SIGKILL itself once
+	// that global step completes (fault injection; see SignalInjectFault).
+	KillAtStep int64 `json:"kill_at_step,omitempty"`
+}
+
+// InjectFault is the SignalInjectFault payload.
+type InjectFault struct {
+	NodeID string `json:"node_id"`
+	AtStep int64  `json:"at_step"`
 }
 
 // ChunkProgress is the heartbeat detail of a running chunk.

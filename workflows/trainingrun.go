@@ -37,6 +37,8 @@ type RunState struct {
 	// TrainSeconds and StepsTrained count every chunk, redone ones too.
 	TrainSeconds float64 `json:"train_seconds"`
 	StepsTrained int64   `json:"steps_trained"`
+	// Faults are pending fault injections (SignalInjectFault), in arrival order.
+	Faults []spec.InjectFault `json:"faults,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by
@@ -84,7 +86,26 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 	}); err != nil {
 		return nil, err
 	}
+	faults := workflow.GetSignalChannel(ctx, spec.SignalInjectFault)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var f spec.InjectFault
+			faults.Receive(ctx, &f)
+			r.st.Faults = append(r.st.Faults, f)
+		}
+	})
 	return r, nil
+}
+
+// faultFor takes the pending fault for node that falls in (from, to].
+func (r *run) faultFor(node string, from, to int64) int64 {
+	for i, f := range r.st.Faults {
+		if f.NodeID == node && f.AtStep > from && f.AtStep <= to {
+			r.st.Faults = append(r.st.Faults[:i:i], r.st.Faults[i+1:]...)
+			return f.AtStep
+		}
+	}
+	return 0
 }
 
 func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {

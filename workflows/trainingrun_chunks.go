@@ -54,6 +54,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank,
 			Session: session, Token: r.st.Token, From: from, To: to,
 			Restore: r.st.Status.LastCkpt, Checkpoint: ckpt, Evaluate: to == r.spec.Steps,
+			KillAtStep: r.faultFor(node.ID, from, to),
 		}
 		summary := fmt.Sprintf("chunk %d · steps %d–%d · rank %d/%d on %s · gen %d",
 			r.st.Status.Chunks+1, from, to, rank, len(m.Nodes), node.ID, m.Generation)

@@ -365,3 +365,28 @@ func TestTrainingRunCancelsPeersWaitingForADeadNode(t *testing.T) {
 	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes, "the waiting peers are not blamed")
 	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
 }
+
+func TestTrainingRunRoutesInjectedFault(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(spec.SignalInjectFault, spec.InjectFault{NodeID: "b", AtStep: 150})
+	}, 0)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	hits := 0
+	for from, ins := range ch.byFrom() {
+		for _, in := range ins {
+			node := in.Membership.Nodes[in.Rank].ID
+			if in.KillAtStep != 0 {
+				hits++
+				require.Equal(t, "b", node)
+				require.EqualValues(t, 100, from, "the chunk that contains step 150")
+				require.EqualValues(t, 150, in.KillAtStep)
+			}
+		}
+	}
+	require.Equal(t, 1, hits, "a fault is delivered once")
+}

@@ -297,16 +297,13 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	dir := t.TempDir()
 	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
 	defer func() { _ = l.StopAll(5 * time.Second) }()
-	// node-2 holds rank 1 and kills itself mid-chunk, after step 130 (the
-	// last checkpoint is at 100); node-4 is the spare.
+	// node-2 holds rank 1; `cann-train fault kill` makes it die mid-chunk,
+	// after step 130 (the last checkpoint is at 100); node-4 is the spare.
 	const victim = "node-2"
 	for _, id := range []string{"node-1", "node-2", "node-3", "node-4"} {
-		args := []string{"worker", "node", "--id", id, "--address", srv.FrontendAddr(),
-			"--checkpoint-url", "file://" + filepath.Join(dir, "ckpt"), "--log-level", "info"}
-		if id == victim {
-			args = append(args, "--fault-kill-at-step", "130")
-		}
-		if _, err := l.Start(id, args...); err != nil {
+		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),
+			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--log-level", "info",
+			"--allow-fault-injection"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -325,6 +322,12 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 		return run
 	}
 	run := start("node-killed")
+	var fout, ferr bytes.Buffer
+	fault := newRootCmd(&env{out: &fout, err: &ferr, command: childCommand})
+	fault.SetArgs([]string{"fault", "kill", "--run", "node-killed", "--node", victim, "--at-step", "130", "--address", srv.FrontendAddr()})
+	if err := fault.ExecuteContext(ctx); err != nil {
+		t.Fatalf("fault kill: %v\n%s", err, ferr.String())
+	}
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)

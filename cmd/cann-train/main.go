@@ -82,6 +82,7 @@ Start here:  cann-train quickstart`,
 		newCheckpointCmd(e),
 		newBenchCmd(e),
 		newSearchCmd(e),
+		newFaultCmd(e),
 	)
 	return root
 }

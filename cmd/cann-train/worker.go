@@ -79,6 +79,7 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.StringVar(&o.CheckpointURL, "checkpoint-url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "default checkpoint bucket URL")
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
+	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let `cann-train fault kill` SIGKILL this worker (testing and demos only)")
 	f.Int64Var(&killAt, "fault-kill-at-step", 0, "fault injection: SIGKILL this process when a chunk completes this global step")
 	_ = f.MarkHidden("fault-kill-at-step")
 	_ = cmd.MarkFlagRequired("id")

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+func newFaultCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "fault",
+		Short: "Inject faults into a running run (testing and demos)",
+	}
+	var run, node string
+	var at int64
+	kill := &cobra.Command{
+		Use:   "kill --run RUN --node ID [--at-step S]",
+		Short: "SIGKILL a node worker when it completes a given step",
+		Long: `Tells the run to have node ID SIGKILL its own process once it completes
+global step S (default: 20 steps after the run's current step). The node
+worker must run with --allow-fault-injection. The run then detects the loss,
+replaces the node and resumes from its last checkpoint; see its recoveries
+with 'cann-train status RUN'.`,
+		Example: `  cann-train fault kill --run mnist-demo --node node-2 --at-step 250`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if run == "" || node == "" {
+				return errors.New("--run and --node are required")
+			}
+			c, err := dialQuiet(cmd.Context(), e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id := runID(run)
+			if at <= 0 {
+				st, live, closed, err := readProgress(cmd.Context(), c, id)
+				if err != nil || closed {
+					return fmt.Errorf("no step given and the run's progress is unknown (closed: %v): %w", closed, err)
+				}
+				at = st.Step + 20
+				if live != nil && live.Step+20 > at {
+					at = live.Step + 20
+				}
+				if at >= st.TotalSteps {
+					return fmt.Errorf("run %s is at step %d of %d: too close to the end for a kill; give --at-step", id, at-20, st.TotalSteps)
+				}
+			}
+			if err := c.SignalWorkflow(cmd.Context(), id, "", spec.SignalInjectFault, spec.InjectFault{NodeID: node, AtStep: at}); err != nil {
+				return fmt.Errorf("signal %s: %w", id, err)
+			}
+			fmt.Fprintf(e.out, "%s will SIGKILL itself after step %d of %s\n", node, at, id)
+			return nil
+		},
+	}
+	f := kill.Flags()
+	f.StringVar(&run, "run", "", "run name or run/<name>")
+	f.StringVar(&node, "node", "", "node ID")
+	f.Int64Var(&at, "at-step", 0, "global step after which the node dies (default: current step + 20)")
+	cmd.AddCommand(kill)
+	return cmd
+}
