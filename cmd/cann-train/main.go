@@ -83,6 +83,7 @@ Start here:  cann-train quickstart`,
 		newBenchCmd(e),
 		newSearchCmd(e),
 		newFaultCmd(e),
+		newGreenCmd(e),
 	)
 	return root
 }

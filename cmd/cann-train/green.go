@@ -1,0 +1,125 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cann-train/cann-train/engine/carbon"
+)
+
+func newGreenCmd(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "green",
+		Short: "Carbon-aware planning of training time",
+	}
+	var trace, zone, column, startArg, forecast, output string
+	var work, deadline, minSlot time.Duration
+	var interruptible bool
+	plan := &cobra.Command{
+		Use:   "plan --trace FILE --start T --work 10h --deadline 48h",
+		Short: "Plan a job's run time on a carbon-intensity trace; compare with running now and with hindsight",
+		Long: `Reads a carbon-intensity trace (Electricity Maps CSV export, or a plain
+"time,<zone>" CSV), plans --work of training before --deadline using a
+forecast (perfect: the trace itself; persistence: the value a day earlier),
+and reports the mean intensity of running now (baseline), of the plan by the
+forecast (planned) and by the actual trace (realized), and of the best plan in
+hindsight (oracle), in gCO2eq/kWh.`,
+		Example: `  cann-train green plan --trace ../shared/data/carbon/ES_2022_hourly.csv \
+      --start 2022-03-01T08:00:00Z --work 10h --deadline 48h --forecast persistence --interruptible -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
+			if trace == "" || startArg == "" || work <= 0 || deadline <= 0 {
+				return errors.New("--trace, --start, --work and --deadline are required")
+			}
+			start, err := time.Parse(time.RFC3339, startArg)
+			if err != nil {
+				return fmt.Errorf("--start %q: want RFC 3339, e.g. 2022-03-01T08:00:00Z", startArg)
+			}
+			f, err := os.Open(trace)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			series, err := carbon.ReadCSVOptions(f, carbon.CSVOptions{Zone: zone, Column: column})
+			if err != nil {
+				return fmt.Errorf("%s: %w", trace, err)
+			}
+			var fc carbon.Forecaster
+			switch forecast {
+			case "perfect":
+				fc = carbon.Perfect{Trace: series}
+			case "persistence":
+				fc = carbon.Persistence{Trace: series}
+			default:
+				return fmt.Errorf("--forecast %q: want perfect or persistence", forecast)
+			}
+			job := carbon.Job{Work: work, Start: start, Deadline: start.Add(deadline), Interruptible: interruptible, MinSlot: minSlot}
+			res, err := carbon.Evaluate(series, fc, job)
+			if err != nil {
+				return err
+			}
+			return printGreenPlan(e, res, output)
+		},
+	}
+	f := plan.Flags()
+	f.StringVar(&trace, "trace", "", "carbon-intensity CSV")
+	f.StringVar(&zone, "zone", "", "zone (Electricity Maps Zone Id, or the column of a plain CSV)")
+	f.StringVar(&column, "column", "", `intensity column of an Electricity Maps export (default "direct"; e.g. "lca")`)
+	f.StringVar(&startArg, "start", "", "earliest start, RFC 3339")
+	f.DurationVar(&work, "work", 0, "training time needed")
+	f.DurationVar(&deadline, "deadline", 0, "deadline, from --start")
+	f.DurationVar(&minSlot, "min-slot", 0, "shortest slot of an interruptible job")
+	f.BoolVar(&interruptible, "interruptible", false, "the job may pause between slots")
+	f.StringVar(&forecast, "forecast", "persistence", "perfect or persistence")
+	f.StringVarP(&output, "output", "o", "text", "text or json")
+	cmd.AddCommand(plan)
+	return cmd
+}
+
+// greenPlanJSON is `green plan -o json`.
+type greenPlanJSON struct {
+	Baseline      float64    `json:"baseline_g_per_kwh"`
+	Planned       float64    `json:"planned_g_per_kwh"`
+	Realized      float64    `json:"realized_g_per_kwh"`
+	Oracle        float64    `json:"oracle_g_per_kwh"`
+	SavingsPct    float64    `json:"savings_pct"`
+	OracleSavings float64    `json:"oracle_savings_pct"`
+	Slots         []slotJSON `json:"slots"`
+}
+
+type slotJSON struct {
+	Start     time.Time `json:"start"`
+	End       time.Time `json:"end"`
+	GPerKWh   float64   `json:"g_per_kwh"`
+	DurationH float64   `json:"hours"`
+}
+
+func printGreenPlan(e *env, r carbon.Result, output string) error {
+	out := greenPlanJSON{Baseline: r.BaselineGPerKWh, Planned: r.PlannedGPerKWh, Realized: r.RealizedGPerKWh,
+		Oracle: r.OracleGPerKWh, SavingsPct: r.SavingsPct, OracleSavings: r.OracleSavingsPct, Slots: []slotJSON{}}
+	for _, s := range r.Slots {
+		out.Slots = append(out.Slots, slotJSON{Start: s.Start, End: s.End, GPerKWh: s.MeanIntensity, DurationH: s.End.Sub(s.Start).Hours()})
+	}
+	if output == "json" {
+		enc := json.NewEncoder(e.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	fmt.Fprintf(e.out, "run now   %7.1f g/kWh\nplanned   %7.1f g/kWh (by the forecast)\nrealized  %7.1f g/kWh (%.1f%% saved)\noracle    %7.1f g/kWh (%.1f%% saved in hindsight)\n",
+		out.Baseline, out.Planned, out.Realized, out.SavingsPct, out.Oracle, out.OracleSavings)
+	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLOT START\tEND\tHOURS\tg/kWh (forecast)")
+	for _, s := range out.Slots {
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.1f\n", s.Start.Format(time.RFC3339), s.End.Format(time.RFC3339), s.DurationH, s.GPerKWh)
+	}
+	return tw.Flush()
+}

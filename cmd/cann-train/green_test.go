@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestGreenPlan(t *testing.T) {
+	trace := filepath.Join("..", "..", "..", "shared", "data", "carbon", "ES_2022_hourly.csv")
+	if _, err := os.Stat(trace); err != nil {
+		t.Fatalf("real trace missing (CI lays shared/ beside the repo): %v", err)
+	}
+	run := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append([]string{"green", "plan"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	for _, fc := range []string{"perfect", "persistence"} {
+		out, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--work", "10h", "--deadline", "48h",
+			"--forecast", fc, "--interruptible", "-o", "json")
+		if err != nil {
+			t.Fatalf("%s: %v", fc, err)
+		}
+		var p greenPlanJSON
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatal(err)
+		}
+		hours := 0.0
+		for _, s := range p.Slots {
+			hours += s.DurationH
+		}
+		if hours != 10 || !(p.Oracle <= p.Realized && p.Realized <= p.Baseline+1e-9) {
+			t.Errorf("%s: %.1f h planned; oracle %.1f ≤ realized %.1f ≤ baseline %.1f must hold", fc, hours, p.Oracle, p.Realized, p.Baseline)
+		}
+		if fc == "perfect" && p.Realized != p.Oracle {
+			t.Errorf("a perfect forecast must realize the oracle: %.3f vs %.3f", p.Realized, p.Oracle)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	if err := os.WriteFile(bad, []byte("time,ES\n2022-01-01T00:00:00Z,100\n2022-01-01T01:00:00Z,oops\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run("--trace", bad, "--start", "2022-01-01T00:00:00Z", "--work", "1h", "--deadline", "2h"); err == nil || !strings.Contains(err.Error(), "line 3") {
+		t.Errorf("malformed trace: want an error naming line 3, got %v", err)
+	}
+	if _, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--work", "10h", "--deadline", "5h"); err == nil || !strings.Contains(err.Error(), "deadline") {
+		t.Errorf("deadline shorter than the work: %v", err)
+	}
+}

@@ -1,0 +1,190 @@
+package carbon
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// CSVOptions selects what ReadCSVOptions extracts.
+type CSVOptions struct {
+	// Zone selects the zone. In the Electricity Maps form only rows whose
+	// "Zone Id" equals Zone (case-insensitive) are read; empty means "the
+	// zone of the first row", and then every row must have that zone. In the
+	// plain form Zone names the value column (like the --zone flag of the
+	// Let's Wait Awhile scripts); empty is allowed only with one value column.
+	Zone string
+	// Column overrides the intensity column in the Electricity Maps form:
+	// "direct" (default), "lca", or an exact header name.
+	Column string
+}
+
+// ReadCSV reads a carbon-intensity trace; see ReadCSVOptions.
+func ReadCSV(r io.Reader, zone string) (*Series, error) {
+	return ReadCSVOptions(r, CSVOptions{Zone: zone})
+}
+
+// timeLayouts are tried in order. Layouts without a zone are read as UTC.
+var timeLayouts = []string{
+	time.RFC3339Nano,
+	"2006-01-02 15:04:05Z07:00",
+	"2006-01-02 15:04:05",
+	"2006-01-02T15:04:05",
+	"2006-01-02 15:04",
+	"2006-01-02T15:04",
+}
+
+func parseTime(s string) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	for _, l := range timeLayouts {
+		if t, err := time.ParseInLocation(l, s, time.UTC); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%w: %q (want RFC3339 or YYYY-MM-DD HH:MM[:SS], UTC)", ErrBadTime, s)
+}
+
+// ReadCSVOptions reads a trace in one of two forms, detected by the header:
+//
+//   - Electricity Maps export: "Datetime (UTC),Country,Zone Name,Zone Id,
+//     Carbon Intensity gCO₂eq/kWh (direct),Carbon Intensity gCO₂eq/kWh (LCA),…".
+//     The direct column is read unless opts.Column says otherwise.
+//   - plain: "time,<zone>[,<zone>…]" (first column time/datetime/timestamp),
+//     as in the Let's Wait Awhile traces.
+//
+// Timestamps are RFC3339 or "YYYY-MM-DD HH:MM[:SS]" (UTC). The step is
+// inferred (smallest spacing) and checked; gaps of at most
+// MaxInterpolatedSteps missing steps are filled linearly, longer ones are
+// refused with ErrGap naming the missing range and the file line after it.
+// Bad values give ErrBadValue naming line and column.
+func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
+	cr := csv.NewReader(r)
+	cr.ReuseRecord = true
+	header, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading header: %w", ErrHeader, err)
+	}
+	header = append([]string(nil), header...)
+	for i := range header {
+		header[i] = strings.TrimSpace(strings.TrimPrefix(header[i], "\ufeff"))
+	}
+	tc, vc, zc, zone, err := selectColumns(header, opts)
+	if err != nil {
+		return nil, err
+	}
+	var pts []point
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("carbon: reading csv: %w", err)
+		}
+		line, _ := cr.FieldPos(0)
+		where := fmt.Sprintf("line %d", line)
+		if len(rec) == 1 && strings.TrimSpace(rec[0]) == "" {
+			continue
+		}
+		if zc >= 0 {
+			z := strings.TrimSpace(rec[zc])
+			if zone == "" {
+				zone = z
+			}
+			if !strings.EqualFold(z, zone) {
+				if opts.Zone != "" {
+					continue // another zone in a multi-zone export
+				}
+				return nil, fmt.Errorf("%w: %s column %d (%s): zone %q differs from %q; pass a zone to select one",
+					ErrHeader, where, zc+1, header[zc], z, zone)
+			}
+		}
+		t, err := parseTime(rec[tc])
+		if err != nil {
+			return nil, fmt.Errorf("%s column %d (%s): %w", where, tc+1, header[tc], err)
+		}
+		raw := strings.TrimSpace(rec[vc])
+		v, perr := strconv.ParseFloat(raw, 64)
+		if perr != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return nil, fmt.Errorf("%w: %s column %d (%s): %q is not a finite non-negative number",
+				ErrBadValue, where, vc+1, header[vc], raw)
+		}
+		pts = append(pts, point{t: t, v: v, where: where})
+	}
+	if len(pts) == 0 && zc >= 0 && opts.Zone != "" {
+		return nil, fmt.Errorf("%w: no rows for zone %q", ErrHeader, opts.Zone)
+	}
+	return buildSeries(pts, zone)
+}
+
+// selectColumns returns the time, value and zone-id (-1 if none) column
+// indexes and the zone name implied by the header.
+func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, err error) {
+	tc, vc, zc = -1, -1, -1
+	var direct, lca = -1, -1
+	for i, name := range h {
+		l := strings.ToLower(name)
+		switch {
+		case strings.HasPrefix(l, "datetime") || l == "time" || l == "timestamp" || l == "date":
+			if tc < 0 {
+				tc = i
+			}
+		case l == "zone id":
+			zc = i
+		case strings.HasPrefix(l, "carbon intensity") && strings.Contains(l, "(direct)"):
+			direct = i
+		case strings.HasPrefix(l, "carbon intensity") && strings.Contains(l, "(lca)"):
+			lca = i
+		}
+	}
+	if tc < 0 {
+		return 0, 0, 0, "", fmt.Errorf("%w: no time column (time, timestamp or Datetime…) in %q", ErrHeader, h)
+	}
+	if direct >= 0 || lca >= 0 { // Electricity Maps export
+		switch c := strings.ToLower(opts.Column); c {
+		case "", "direct":
+			vc = direct
+		case "lca":
+			vc = lca
+		default:
+			for i, name := range h {
+				if name == opts.Column {
+					vc = i
+				}
+			}
+		}
+		if vc < 0 {
+			return 0, 0, 0, "", fmt.Errorf("%w: column %q not in Electricity Maps header %q", ErrHeader, opts.Column, h)
+		}
+		return tc, vc, zc, opts.Zone, nil
+	}
+	// Plain form: every column but the time column is a zone.
+	var zones []string
+	for i, name := range h {
+		if i == tc {
+			continue
+		}
+		zones = append(zones, name)
+		if opts.Zone != "" && strings.EqualFold(name, opts.Zone) {
+			vc = i
+		}
+	}
+	switch {
+	case opts.Zone == "" && len(zones) == 1:
+		vc = 1 - tc
+		if len(h) != 2 {
+			vc = -1
+		}
+	case opts.Zone == "" && len(zones) > 1:
+		return 0, 0, 0, "", fmt.Errorf("%w: several zone columns %q; pass a zone to select one", ErrHeader, zones)
+	}
+	if vc < 0 {
+		return 0, 0, 0, "", fmt.Errorf("%w: zone %q not among columns %q", ErrHeader, opts.Zone, zones)
+	}
+	return tc, vc, -1, h[vc], nil
+}

@@ -1,0 +1,100 @@
+package carbon
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const emHeader = "Datetime (UTC),Country,Zone Name,Zone Id,Carbon Intensity gCO₂eq/kWh (direct),Carbon Intensity gCO₂eq/kWh (LCA),Low Carbon Percentage,Renewable Percentage,Data Source,Data Estimated,Data Estimation Method\n"
+
+func emRow(ts, zone string, direct, lca string) string {
+	return ts + ",Spain,Spain," + zone + "," + direct + "," + lca + ",76.35,42.94,entsoe.eu,false,\n"
+}
+
+func TestReadCSV(t *testing.T) {
+	em := emHeader +
+		emRow("2022-01-01 00:00:00", "ES", "133.64", "175.54") +
+		emRow("2022-01-01 01:00:00", "ES", "139.1", "181.54") +
+		emRow("2022-01-01 02:00:00", "ES", "147.66", "191.58")
+	tests := []struct {
+		name      string
+		in        string
+		opts      CSVOptions
+		wantZone  string
+		wantStep  time.Duration
+		wantStart time.Time
+		want      []float64
+		wantErr   error
+		errHas    []string // substrings the error message must contain
+	}{
+		{name: "em direct", in: em, wantZone: "ES", wantStep: time.Hour, wantStart: t0, want: []float64{133.64, 139.1, 147.66}},
+		{name: "em lca", in: em, opts: CSVOptions{Column: "lca"}, wantZone: "ES", wantStep: time.Hour, wantStart: t0, want: []float64{175.54, 181.54, 191.58}},
+		{name: "em zone given", in: em, opts: CSVOptions{Zone: "es"}, wantZone: "es", wantStep: time.Hour, wantStart: t0, want: []float64{133.64, 139.1, 147.66}},
+		{name: "em bom", in: "\ufeff" + em, wantZone: "ES", wantStep: time.Hour, wantStart: t0, want: []float64{133.64, 139.1, 147.66}},
+		{name: "em multi zone filtered", in: emHeader +
+			emRow("2022-01-01 00:00:00", "ES", "1", "2") + emRow("2022-01-01 00:00:00", "PT", "9", "9") +
+			emRow("2022-01-01 01:00:00", "ES", "3", "4") + emRow("2022-01-01 01:00:00", "PT", "9", "9"),
+			opts: CSVOptions{Zone: "ES"}, wantZone: "ES", wantStep: time.Hour, wantStart: t0, want: []float64{1, 3}},
+		{name: "em mixed zones without selection", in: emHeader +
+			emRow("2022-01-01 00:00:00", "ES", "1", "2") + emRow("2022-01-01 00:00:00", "PT", "9", "9"),
+			wantErr: ErrHeader, errHas: []string{"line 3", "PT"}},
+		{name: "em zone absent", in: em, opts: CSVOptions{Zone: "FR"}, wantErr: ErrHeader, errHas: []string{"FR"}},
+		{name: "em bad column", in: em, opts: CSVOptions{Column: "nope"}, wantErr: ErrHeader},
+		{name: "plain 15min rfc3339", in: "time,DE\n2020-01-01T00:00:00Z,1\n2020-01-01T00:15:00Z,2\n2020-01-01T00:30:00+00:00,3\n",
+			wantZone: "DE", wantStep: 15 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{1, 2, 3}},
+		{name: "plain offset converted to UTC", in: "time,DE\n2020-01-01T01:00:00+01:00,1\n2020-01-01T02:00:00+01:00,2\n",
+			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{1, 2}},
+		{name: "plain several zones select", in: "time,DE,GB,FR\n2020-01-01 00:00:00,1,10,100\n2020-01-01 01:00:00,2,20,200\n",
+			opts: CSVOptions{Zone: "gb"}, wantZone: "GB", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20}},
+		{name: "plain several zones no selection", in: "time,DE,GB\n2020-01-01 00:00:00,1,10\n", wantErr: ErrHeader, errHas: []string{"DE", "GB"}},
+		{name: "plain zone mismatch", in: "time,DE\n2020-01-01 00:00:00,1\n", opts: CSVOptions{Zone: "FR"}, wantErr: ErrHeader},
+		{name: "no time column", in: "when,DE\n2020-01-01 00:00:00,1\n", wantErr: ErrHeader},
+		{name: "gap of one interpolated", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 00:15,20\n2020-01-01 00:45,40\n",
+			wantZone: "DE", wantStep: 15 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20, 30, 40}},
+		{name: "gap of two interpolated", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,40\n2020-01-01 04:00,10\n",
+			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 40, 30, 20, 10}},
+		{name: "gap of three refused", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,40\n2020-01-01 05:00,10\n",
+			wantErr: ErrGap, errHas: []string{"line 4", "2020-01-01T02:00:00Z", "2020-01-01T05:00:00Z", "3 missing"}},
+		{name: "non-numeric", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,abc\n",
+			wantErr: ErrBadValue, errHas: []string{"line 3", "column 2", "abc"}},
+		{name: "empty value", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "", "1"),
+			wantErr: ErrBadValue, errHas: []string{"line 2", "column 5"}},
+		{name: "negative", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,-1\n",
+			wantErr: ErrBadValue, errHas: []string{"line 3", "column 2"}},
+		{name: "nan", in: "time,DE\n2020-01-01 00:00,NaN\n", wantErr: ErrBadValue, errHas: []string{"line 2"}},
+		{name: "bad time", in: "time,DE\n2020-01-01 00:00,10\n01/02/2020,10\n", wantErr: ErrBadTime, errHas: []string{"line 3", "column 1"}},
+		{name: "duplicate time", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,1\n2020-01-01 01:00,1\n",
+			wantErr: ErrIrregular, errHas: []string{"line 4"}},
+		{name: "off grid", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,1\n2020-01-01 02:30,1\n",
+			wantErr: ErrIrregular, errHas: []string{"line 4"}},
+		{name: "single row", in: "time,DE\n2020-01-01 00:00,10\n", wantErr: ErrIrregular},
+		{name: "empty input", in: "", wantErr: ErrHeader},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := ReadCSVOptions(strings.NewReader(tc.in), tc.opts)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+				for _, sub := range tc.errHas {
+					assert.Contains(t, err.Error(), sub)
+				}
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantZone, s.Zone)
+			assert.Equal(t, tc.wantStep, s.Step)
+			assert.True(t, tc.wantStart.Equal(s.Start), "start %s", s.Start)
+			assert.InDeltaSlice(t, tc.want, s.Values, 1e-12)
+		})
+	}
+}
+
+func TestReadCSVRaggedRowNamesLine(t *testing.T) {
+	_, err := ReadCSV(strings.NewReader("time,DE\n2020-01-01 00:00,1\n2020-01-01 01:00,1,7\n"), "")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "line 3")
+}

@@ -1,0 +1,52 @@
+// Package carbon is the domain core of "green training": it reads real
+// grid carbon-intensity traces, forecasts them, places a training job in
+// time to lower its carbon intensity, and measures the result against the
+// run-now baseline and a hindsight oracle.
+//
+// # Contract
+//
+// Traces. A [Series] is regular: Values[i] (gCO2eq/kWh) holds for
+// [Start+i*Step, Start+(i+1)*Step), times in UTC. [ReadCSV] accepts the
+// Electricity Maps export (direct intensity column by default, LCA on
+// request via [CSVOptions]) and the plain "time,<zone>…" form of the Let's
+// Wait Awhile traces, selecting the zone column like the --zone flag. The
+// step is inferred (the smallest spacing) and every spacing must be a whole
+// number of steps. Gaps of at most [MaxInterpolatedSteps] missing steps are
+// filled linearly (the German 2020 trace has two single missing 15-minute
+// slots); longer gaps fail with [ErrGap], naming the missing time range and
+// the file line after it. Non-numeric, non-finite or negative values fail
+// with [ErrBadValue] naming line and column. [ReadElectricityMapsForecast]
+// and [ReadCarbonAwareForecasts] decode the Electricity Maps v3 forecast
+// and Carbon Aware SDK forecasts/current JSON shapes with the same rules.
+//
+// Forecasters. [Perfect] returns the trace; [Persistence] returns the value
+// one day earlier, and for horizons beyond a day the latest same-time value
+// already observed at "now" (it never reads the future).
+//
+// Planning. [Plan] discretises a [Job] on the forecast's grid: Start is
+// rounded up, Deadline down, Work and MinSlot up to whole steps. A
+// non-interruptible job gets the contiguous window with the lowest mean; an
+// interruptible one gets the cheapest set of steps whose maximal runs are
+// each at least MinSlot long (exact dynamic program). Ties go to the
+// earliest choice, so plans are deterministic. A deadline that cannot hold
+// the work fails with [ErrDeadlineTooShort].
+//
+// Evaluation. [Oracle] finds the best schedule in hindsight on the real
+// trace by exhaustive search (independent of Plan; exponential for
+// interruptible jobs with a multi-step MinSlot, so meant for tests and short
+// windows). [Evaluate] plans on a forecast and reports baseline, planned,
+// realized (the planned slots on the real trace) and oracle intensities.
+//
+// All errors wrap a sentinel of this package or an underlying I/O/decoding
+// error with %w. The package has no global mutable state and is
+// deterministic.
+//
+// # Non-goals
+//
+// No network clients for the signal APIs (only their JSON shapes), no
+// time zones other than UTC for zone-less timestamps, no spatial (region)
+// shifting, no elastic scaling (CarbonScaler-style server counts), no
+// energy or power model: intensities are compared per kWh, assuming
+// constant power while the job runs. Integration with the orchestrator
+// (workflows, activities) lives elsewhere.
+package carbon

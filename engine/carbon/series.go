@@ -1,0 +1,190 @@
+package carbon
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Sentinel errors. Every error returned by this package wraps one of them
+// (or an I/O / decoding error) with %w, so callers can use errors.Is.
+var (
+	// ErrOutOfRange: a time or window lies outside the series.
+	ErrOutOfRange = errors.New("carbon: time outside series")
+	// ErrInvalidSeries: a Series violates its invariants.
+	ErrInvalidSeries = errors.New("carbon: invalid series")
+	// ErrHeader: a CSV header is not a recognised form, or the requested
+	// zone/column is not in it.
+	ErrHeader = errors.New("carbon: unrecognised header")
+	// ErrBadTime: a timestamp cannot be parsed.
+	ErrBadTime = errors.New("carbon: bad timestamp")
+	// ErrBadValue: an intensity is non-numeric, non-finite or negative.
+	ErrBadValue = errors.New("carbon: bad intensity value")
+	// ErrIrregular: timestamps are duplicated, out of order or off the
+	// inferred step grid, or too few to infer a step.
+	ErrIrregular = errors.New("carbon: irregular time steps")
+	// ErrGap: more than MaxInterpolatedSteps consecutive steps are missing.
+	ErrGap = errors.New("carbon: gap too long to interpolate")
+)
+
+// MaxInterpolatedSteps is the longest run of missing steps that the readers
+// fill by linear interpolation; longer gaps are refused with ErrGap.
+const MaxInterpolatedSteps = 2
+
+// Series is a regular carbon-intensity time series. Values[i] (gCO2eq/kWh)
+// holds for the half-open interval [Start+i*Step, Start+(i+1)*Step).
+type Series struct {
+	Start  time.Time
+	Step   time.Duration
+	Values []float64 // gCO2eq/kWh
+	Zone   string
+}
+
+// Validate checks the invariants: positive step, at least one value, every
+// value finite and non-negative.
+func (s *Series) Validate() error {
+	if s == nil {
+		return fmt.Errorf("%w: nil series", ErrInvalidSeries)
+	}
+	if s.Step <= 0 {
+		return fmt.Errorf("%w: step %s is not positive", ErrInvalidSeries, s.Step)
+	}
+	if len(s.Values) == 0 {
+		return fmt.Errorf("%w: no values", ErrInvalidSeries)
+	}
+	for i, v := range s.Values {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return fmt.Errorf("%w: value %d is %v", ErrInvalidSeries, i, v)
+		}
+	}
+	return nil
+}
+
+// End is the exclusive end of the series: Start + len(Values)*Step.
+func (s *Series) End() time.Time {
+	return s.Start.Add(time.Duration(len(s.Values)) * s.Step)
+}
+
+// TimeAt is the start time of step i.
+func (s *Series) TimeAt(i int) time.Time {
+	return s.Start.Add(time.Duration(i) * s.Step)
+}
+
+// At returns the intensity of the step that contains t.
+func (s *Series) At(t time.Time) (float64, error) {
+	i, err := s.index(t)
+	if err != nil {
+		return 0, err
+	}
+	return s.Values[i], nil
+}
+
+func (s *Series) index(t time.Time) (int, error) {
+	if t.Before(s.Start) || !t.Before(s.End()) {
+		return 0, fmt.Errorf("%w: %s not in [%s, %s)", ErrOutOfRange,
+			t.UTC().Format(time.RFC3339), s.Start.UTC().Format(time.RFC3339), s.End().UTC().Format(time.RFC3339))
+	}
+	return int(t.Sub(s.Start) / s.Step), nil
+}
+
+// floorIndex is the (possibly out-of-range) index of the step containing t.
+func (s *Series) floorIndex(t time.Time) int {
+	d := t.Sub(s.Start)
+	i := d / s.Step
+	if d%s.Step < 0 {
+		i--
+	}
+	return int(i)
+}
+
+// ceilIndex is the index of the first step starting at or after t.
+func (s *Series) ceilIndex(t time.Time) int {
+	i := s.floorIndex(t)
+	if s.TimeAt(i).Before(t) {
+		i++
+	}
+	return i
+}
+
+// Mean is the time-weighted mean intensity over [from, to). The interval
+// must be non-empty and lie inside the series. Steps partially covered
+// count in proportion to their overlap, so Mean works for intervals that
+// are not aligned to the step grid (e.g. a plan made on an hourly forecast
+// evaluated on a 15-minute trace).
+func (s *Series) Mean(from, to time.Time) (float64, error) {
+	if !from.Before(to) {
+		return 0, fmt.Errorf("%w: empty interval [%s, %s)", ErrOutOfRange, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	}
+	if from.Before(s.Start) || to.After(s.End()) {
+		return 0, fmt.Errorf("%w: [%s, %s) not inside [%s, %s)", ErrOutOfRange,
+			from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339),
+			s.Start.UTC().Format(time.RFC3339), s.End().UTC().Format(time.RFC3339))
+	}
+	i0 := s.floorIndex(from)
+	i1 := s.ceilIndex(to)
+	var sum float64
+	for i := i0; i < i1; i++ {
+		a, b := s.TimeAt(i), s.TimeAt(i+1)
+		if a.Before(from) {
+			a = from
+		}
+		if b.After(to) {
+			b = to
+		}
+		sum += s.Values[i] * float64(b.Sub(a))
+	}
+	return sum / float64(to.Sub(from)), nil
+}
+
+// point is one timestamped reading with a human-readable origin
+// ("line 12", "forecast[3]") used in error messages.
+type point struct {
+	t     time.Time
+	v     float64
+	where string
+}
+
+// buildSeries turns time-ordered points into a regular Series: it infers
+// the step as the smallest positive spacing, checks that every spacing is a
+// whole number of steps, fills gaps of at most MaxInterpolatedSteps missing
+// steps linearly and refuses longer ones.
+func buildSeries(pts []point, zone string) (*Series, error) {
+	if len(pts) < 2 {
+		return nil, fmt.Errorf("%w: need at least 2 readings to infer the step, got %d", ErrIrregular, len(pts))
+	}
+	var step time.Duration
+	for i := 1; i < len(pts); i++ {
+		d := pts[i].t.Sub(pts[i-1].t)
+		if d <= 0 {
+			return nil, fmt.Errorf("%w: %s: time %s is not after %s (%s)", ErrIrregular,
+				pts[i].where, pts[i].t.UTC().Format(time.RFC3339), pts[i-1].t.UTC().Format(time.RFC3339), pts[i-1].where)
+		}
+		if step == 0 || d < step {
+			step = d
+		}
+	}
+	s := &Series{Start: pts[0].t.UTC(), Step: step, Zone: zone}
+	s.Values = append(s.Values, pts[0].v)
+	for i := 1; i < len(pts); i++ {
+		d := pts[i].t.Sub(pts[i-1].t)
+		if d%step != 0 {
+			return nil, fmt.Errorf("%w: %s: spacing %s from the previous reading is not a multiple of the step %s",
+				ErrIrregular, pts[i].where, d, step)
+		}
+		missing := int(d/step) - 1
+		if missing > MaxInterpolatedSteps {
+			return nil, fmt.Errorf("%w: %s: no data from %s to %s (%d missing steps of %s; at most %d are interpolated)",
+				ErrGap, pts[i].where,
+				pts[i-1].t.Add(step).UTC().Format(time.RFC3339), pts[i].t.UTC().Format(time.RFC3339),
+				missing, step, MaxInterpolatedSteps)
+		}
+		a, b := pts[i-1].v, pts[i].v
+		for k := 1; k <= missing; k++ {
+			f := float64(k) / float64(missing+1)
+			s.Values = append(s.Values, a+(b-a)*f)
+		}
+		s.Values = append(s.Values, b)
+	}
+	return s, nil
+}

@@ -1,0 +1,183 @@
+package carbon
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// traceDir holds the real traces (see its README for sources and licences:
+// ES/NO "Carbon-intensity data © Electricity Maps (electricitymaps.com),
+// ODbL 1.0"; DE from Let's Wait Awhile via dos-group/vessim, MIT).
+const traceDir = "../../../shared/data/carbon"
+
+type realTrace struct {
+	file, zone string
+	step       time.Duration
+	rows       int // after interpolation
+	mean       float64
+}
+
+var realTraces = []realTrace{
+	{"ES_2022_hourly.csv", "ES", time.Hour, 8760, 166.757},
+	{"NO_2022_hourly.csv", "NO", time.Hour, 8760, 12.7711},
+	{"DE_2020_15min_letswaitawhile.csv", "DE", 15 * time.Minute, 37147 + 2, 315},
+}
+
+func loadTrace(t *testing.T, rt realTrace) *Series {
+	t.Helper()
+	path := filepath.Join(traceDir, rt.file)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("real carbon trace %s is missing (expected the shared data checkout at %s relative to engine/carbon): %v", rt.file, traceDir, err)
+	}
+	defer f.Close()
+	s, err := ReadCSV(f, rt.zone)
+	require.NoError(t, err, "reading %s", path)
+	return s
+}
+
+func TestRealTracesRead(t *testing.T) {
+	for _, rt := range realTraces {
+		t.Run(rt.zone, func(t *testing.T) {
+			s := loadTrace(t, rt)
+			require.NoError(t, s.Validate())
+			assert.Equal(t, rt.step, s.Step)
+			assert.Len(t, s.Values, rt.rows)
+			var sum float64
+			for _, v := range s.Values {
+				sum += v
+			}
+			assert.InDelta(t, rt.mean, sum/float64(len(s.Values)), 1, "mean intensity")
+		})
+	}
+}
+
+func TestRealTraceDEGapInterpolated(t *testing.T) {
+	s := loadTrace(t, realTraces[2])
+	// 2020-12-19 23:15 is one of the two missing slots.
+	at := time.Date(2020, 12, 19, 23, 15, 0, 0, time.UTC)
+	prev, err := s.At(at.Add(-15 * time.Minute))
+	require.NoError(t, err)
+	next, err := s.At(at.Add(15 * time.Minute))
+	require.NoError(t, err)
+	got, err := s.At(at)
+	require.NoError(t, err)
+	assert.InDelta(t, (prev+next)/2, got, 1e-9)
+}
+
+// TestPlanPerfectEqualsOracle: with the Perfect forecaster, Plan reaches
+// the oracle's cost on the real traces for many starts and deadlines.
+func TestPlanPerfectEqualsOracle(t *testing.T) {
+	type kind struct {
+		name          string
+		interruptible bool
+		maxWork       int // steps
+		maxSlack      int // steps beyond the work
+		minSlot       func(rng *rand.Rand, n int) int
+	}
+	kinds := []kind{
+		{"contiguous", false, 48, 192, func(*rand.Rand, int) int { return 0 }},
+		{"interruptible", true, 48, 192, func(*rand.Rand, int) int { return 1 }},
+		{"interruptible-minslot", true, 12, 36, func(rng *rand.Rand, n int) int { return 1 + rng.IntN(n) }},
+	}
+	for _, rt := range realTraces {
+		s := loadTrace(t, rt)
+		for _, k := range kinds {
+			t.Run(rt.zone+"/"+k.name, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(7, uint64(len(rt.zone)+len(k.name))))
+				for trial := range 150 {
+					n := 1 + rng.IntN(k.maxWork)
+					slack := rng.IntN(k.maxSlack + 1)
+					startIdx := rng.IntN(len(s.Values) - n - slack)
+					start := s.TimeAt(startIdx).Add(time.Duration(rng.IntN(int(s.Step/time.Minute))) * time.Minute)
+					job := Job{
+						Work:          time.Duration(n) * s.Step,
+						Start:         start,
+						Deadline:      s.TimeAt(startIdx + 1 + n + slack),
+						Interruptible: k.interruptible,
+						MinSlot:       time.Duration(k.minSlot(rng, n)) * s.Step,
+					}
+					f, err := Perfect{s}.Forecast(job.Start, job.Deadline.Sub(job.Start))
+					require.NoError(t, err)
+					plan, err := Plan(f, job)
+					require.NoError(t, err, "trial %d job %+v", trial, job)
+					orc, err := Oracle(s, job)
+					require.NoError(t, err, "trial %d job %+v", trial, job)
+					require.InDelta(t, orc.ExpectedGPerKWh, plan.ExpectedGPerKWh, 1e-9, "trial %d job %+v", trial, job)
+					require.InDelta(t, orc.BaselineGPerKWh, plan.BaselineGPerKWh, 1e-9, "trial %d", trial)
+					require.LessOrEqual(t, orc.ExpectedGPerKWh, orc.BaselineGPerKWh+1e-9)
+					checkSchedule(t, f, job, plan)
+					checkSchedule(t, s, job, orc)
+				}
+			})
+		}
+	}
+}
+
+// TestSavingsReport logs, per trace, the mean savings of the Persistence
+// forecaster (realized on the trace) next to the oracle's, over 50 seeded
+// start times, for a 10 h job with a 48 h deadline.
+func TestSavingsReport(t *testing.T) {
+	const samples = 50
+	const tol = 1e-9
+	type row struct {
+		zone, kind                                       string
+		baseline, perfect, persistence, oracle           float64
+		persistSavings, oracleSavings, persistWorseCount float64
+	}
+	var rows []row
+	for _, rt := range realTraces {
+		s := loadTrace(t, rt)
+		for _, interruptible := range []bool{false, true} {
+			kind := "contiguous"
+			if interruptible {
+				kind = "interruptible"
+			}
+			rng := rand.New(rand.NewPCG(2026, uint64(len(rt.zone))))
+			r := row{zone: rt.zone, kind: kind}
+			lo := s.Start.Add(48 * time.Hour) // Persistence needs up to two days of history
+			span := s.End().Add(-49 * time.Hour).Sub(lo)
+			for i := range samples {
+				start := lo.Add(time.Duration(rng.Int64N(int64(span/time.Minute))) * time.Minute)
+				job := Job{Work: 10 * time.Hour, Start: start, Deadline: start.Add(48 * time.Hour), Interruptible: interruptible}
+				per, err := Evaluate(s, Persistence{s}, job)
+				require.NoError(t, err, "sample %d", i)
+				pf, err := Evaluate(s, Perfect{s}, job)
+				require.NoError(t, err, "sample %d", i)
+
+				require.LessOrEqual(t, pf.OracleGPerKWh, pf.RealizedGPerKWh+tol, "sample %d: oracle beaten", i)
+				require.LessOrEqual(t, pf.RealizedGPerKWh, pf.BaselineGPerKWh+tol, "sample %d: perfect plan worse than run-now", i)
+				require.InDelta(t, pf.PlannedGPerKWh, pf.RealizedGPerKWh, 1e-9, "sample %d: perfect forecast must realize its plan", i)
+				require.LessOrEqual(t, per.OracleGPerKWh, per.RealizedGPerKWh+tol, "sample %d: persistence beat the oracle", i)
+				require.False(t, math.IsNaN(per.SavingsPct) || math.IsInf(per.SavingsPct, 0))
+				require.NotEmpty(t, per.Slots)
+
+				r.baseline += per.BaselineGPerKWh / samples
+				r.perfect += pf.RealizedGPerKWh / samples
+				r.persistence += per.RealizedGPerKWh / samples
+				r.oracle += per.OracleGPerKWh / samples
+				r.persistSavings += per.SavingsPct / samples
+				r.oracleSavings += per.OracleSavingsPct / samples
+				if per.RealizedGPerKWh > per.BaselineGPerKWh+tol {
+					r.persistWorseCount++
+				}
+			}
+			assert.GreaterOrEqual(t, r.oracleSavings, r.persistSavings-tol, "%s %s: mean persistence savings above oracle", r.zone, r.kind)
+			assert.GreaterOrEqual(t, r.oracleSavings, 0.0)
+			assert.Less(t, r.oracleSavings, 100.0)
+			rows = append(rows, r)
+		}
+	}
+	t.Logf("10 h job, 48 h deadline, %d seeded starts; intensities are means in gCO2eq/kWh, savings vs run-now", samples)
+	t.Logf("%-4s %-13s %9s %9s %9s %11s %11s %9s", "zone", "kind", "baseline", "oracle", "persist", "persist-sav", "oracle-sav", "persist>base")
+	for _, r := range rows {
+		t.Logf("%-4s %-13s %9.2f %9.2f %9.2f %10.2f%% %10.2f%% %9.0f", r.zone, r.kind, r.baseline, r.oracle, r.persistence, r.persistSavings, r.oracleSavings, r.persistWorseCount)
+	}
+}
