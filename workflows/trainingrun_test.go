@@ -177,18 +177,17 @@ func TestTrainingRunCompletes(t *testing.T) {
 func TestTrainingRunReplacesDeadNode(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1"), failed: map[string]bool{}}
 	ch := &fakeChunks{}
+	dead := make(chan struct{})
+	t.Cleanup(func() { close(dead) })
 	ch.fail = func(in spec.ChunkInput) error {
 		if in.From != 100 || in.Membership.Generation != 1 {
 			return nil
 		}
-		var err error
-		switch in.Membership.Nodes[in.Rank].ID {
-		case "node-2":
-			err = temporal.NewHeartbeatTimeoutError()
-		default:
-			err = temporal.NewApplicationErrorWithCause("peer 1 reset", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 130})
+		if in.Membership.Nodes[in.Rank].ID == "node-2" {
+			<-dead // the killed process never answers
+			return errors.New("unreachable")
 		}
-		return err
+		return temporal.NewApplicationErrorWithCause("peer 1 reset", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 130})
 	}
 	env := newRunEnv(t, cl, ch)
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100}.WithDefaults()

@@ -25,24 +25,33 @@ func newCheckpointCmd(e *env) *cobra.Command {
 	pf.StringVarP(&output, "output", "o", "text", "text or json")
 
 	runName := func(arg string) string { return strings.TrimPrefix(arg, "run/") }
+	// openRun checks the output format, opens the bucket and lists the run.
+	openRun := func(cmd *cobra.Command, arg string) (*checkpoint.Store, []checkpoint.Ref, error) {
+		if err := checkOutput(output, "text", "json"); err != nil {
+			return nil, nil, err
+		}
+		store, err := checkpoint.Open(cmd.Context(), url)
+		if err != nil {
+			return nil, nil, err
+		}
+		refs, err := store.List(cmd.Context(), runName(arg))
+		if err != nil {
+			store.Close()
+			return nil, nil, err
+		}
+		return store, refs, nil
+	}
 	ls := &cobra.Command{
 		Use:     "ls RUN",
 		Short:   "List a run's checkpoints, oldest first",
 		Example: `  cann-train checkpoint ls mnist-demo --url file:///tmp/ckpt`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "text", "json"); err != nil {
-				return err
-			}
-			store, err := checkpoint.Open(cmd.Context(), url)
+			store, refs, err := openRun(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			refs, err := store.List(cmd.Context(), runName(args[0]))
-			if err != nil {
-				return err
-			}
 			if output == "json" {
 				return json.NewEncoder(e.out).Encode(refs)
 			}
@@ -63,18 +72,11 @@ the object and what is wrong with it.`,
 		Example: `  cann-train checkpoint verify mnist-demo --url file:///tmp/ckpt`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "text", "json"); err != nil {
-				return err
-			}
-			store, err := checkpoint.Open(cmd.Context(), url)
+			store, refs, err := openRun(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			refs, err := store.List(cmd.Context(), runName(args[0]))
-			if err != nil {
-				return err
-			}
 			if len(refs) == 0 {
 				return fmt.Errorf("no checkpoints of run %q in %s", runName(args[0]), url)
 			}

@@ -282,17 +282,8 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Stop()
-	log, _ := workers.NewLogger("warn", false)
-	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	wctx, stopControl := context.WithCancel(ctx)
-	controlDone := make(chan error, 1)
-	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), log) }()
-	defer func() { stopControl(); <-controlDone }()
+	t.Cleanup(srv.Stop) // after the control worker's cleanup (LIFO)
+	c := controlInProcess(ctx, t, srv)
 
 	dir := t.TempDir()
 	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
@@ -380,4 +371,24 @@ func waitRegistered(ctx context.Context, t *testing.T, c client.Client, n int) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// controlInProcess dials srv and serves the control queue from this test
+// process until the test ends.
+func controlInProcess(ctx context.Context, t *testing.T, srv *dev.Server) client.Client {
+	t.Helper()
+	log, _ := workers.NewLogger("warn", false)
+	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopControl := context.WithCancel(ctx)
+	controlDone := make(chan error, 1)
+	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), log) }()
+	t.Cleanup(func() {
+		stopControl()
+		<-controlDone
+		c.Close()
+	})
+	return c
 }

@@ -45,17 +45,8 @@ func TestSoak(t *testing.T) {
 		return srv
 	}
 	srv := startServer()
-	defer func() { srv.Stop() }()
-	log, _ := workers.NewLogger("warn", false)
-	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	wctx, stopControl := context.WithCancel(ctx)
-	controlDone := make(chan error, 1)
-	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), log) }()
-	defer func() { stopControl(); <-controlDone }()
+	t.Cleanup(func() { srv.Stop() }) // srv changes on restart; runs after the control worker's cleanup
+	c := controlInProcess(ctx, t, srv)
 
 	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
 	defer func() { _ = l.StopAll(5 * time.Second) }()
