@@ -180,6 +180,13 @@ func (n *Node) checkInput(in spec.ChunkInput) error {
 	return in.Spec.Validate()
 }
 
+// Preload reads the data set now rather than on the first chunk, so that
+// a spare that takes over a failed rank starts training at once.
+func (n *Node) Preload() error {
+	_, _, err := n.data()
+	return err
+}
+
 func (n *Node) data() (train, test *engine.Dataset, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -85,6 +85,11 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		return fmt.Errorf("node %s: start worker: %w", o.ID, err)
 	}
 	defer w.Stop()
+	// Load the data before offering the node: a spare is then ready to
+	// train the moment it replaces a failed rank.
+	if err := acts.Preload(); err != nil {
+		log.Warn("data set not preloaded; chunks will report the problem", zap.Error(err))
+	}
 	if err := register(ctx, c, o.ClusterID, node); err != nil {
 		return err
 	}
