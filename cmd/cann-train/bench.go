@@ -31,6 +31,8 @@ func newBenchCmd(e *env) *cobra.Command {
 
 func newBenchCollectiveCmd(e *env) *cobra.Command {
 	var opts bench.Options
+	var ranks int
+	var transport string
 	fs := flag.NewFlagSet("collective", flag.ContinueOnError)
 	opts.RegisterFlags(fs)
 	cmd := &cobra.Command{
@@ -40,11 +42,21 @@ func newBenchCollectiveCmd(e *env) *cobra.Command {
 memory) and prints the nccl-tests table for each size: size count type redop
 root time algbw busbw #wrong, out-of-place and in-place, and the average bus
 bandwidth (GB = 1e9). Every size is checked for correctness.`,
-		Example: `  cann-train bench collective --coll allreduce --np 2 -b 8 -e 256M -f 2
+		Example: `  cann-train bench collective --coll allreduce --ranks 2 --transport tcp -b 8 -e 256M -f 2
   cann-train bench collective --coll allreduce --np 4 -b 1M -e 64M -f 4 --algo ring,hd,tree -o json
   cann-train bench collective --np 2 --shm -b 1M -e 64M -f 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ranks > 0 {
+				opts.Ranks = ranks
+			}
+			switch transport {
+			case "tcp":
+			case "shm", "auto": // all ranks share this host: shared memory is the fast path
+				opts.SharedMemory = true
+			default:
+				return fmt.Errorf("--transport %q: want tcp, shm or auto", transport)
+			}
 			opts.Stdout, opts.Stderr = e.out, e.err
 			return bench.Launch(cmd.Context(), opts, func(a ...string) *exec.Cmd {
 				return e.command(append([]string{"bench", "collective"}, a...)...)
@@ -52,6 +64,8 @@ bandwidth (GB = 1e9). Every size is checked for correctness.`,
 		},
 	}
 	cmd.Flags().AddGoFlagSet(fs)
+	cmd.Flags().IntVar(&ranks, "ranks", 0, "ranks (processes) to launch; same as --np")
+	cmd.Flags().StringVar(&transport, "transport", "tcp", "tcp, shm, or auto (shm when all ranks share a host, as here); --shm is shm")
 	cmd.AddCommand(&cobra.Command{
 		Use:                "bench-rank",
 		Short:              "one rank of `bench collective` (started by it)",

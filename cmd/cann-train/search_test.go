@@ -49,7 +49,7 @@ func TestSearchCommand(t *testing.T) {
 func TestBenchCollectiveProcesses(t *testing.T) {
 	var out, errb bytes.Buffer
 	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-	root.SetArgs([]string{"bench", "collective", "--np", "3", "-b", "8", "-e", "256K", "-f", "32",
+	root.SetArgs([]string{"bench", "collective", "--ranks", "3", "--transport", "tcp", "-b", "8", "-e", "256K", "-f", "32",
 		"--coll", "allreduce,allgather,broadcast", "-n", "5", "-w", "1", "--limits", "0", "-o", "json"})
 	if err := root.Execute(); err != nil {
 		t.Fatalf("bench collective: %v\n%s", err, errb.String())
