@@ -36,10 +36,6 @@ type Node struct {
 	DefaultCheckpointURL string
 	// MNISTDir overrides where the data set is read from.
 	MNISTDir string
-	// AtStep, when set, is called after every completed step with the
-	// global step number: the fault injector (dev/, tests, demos) uses it
-	// to kill the process at an exact step.
-	AtStep func(step int64)
 	// AllowFaults lets a chunk's KillAtStep SIGKILL this process.
 	AllowFaults bool
 
@@ -135,9 +131,6 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 			prog.LastCheckpoint = in.Restore.Step
 		}
 		hb.update(prog)
-		if n.AtStep != nil {
-			n.AtStep(step + 1)
-		}
 		if in.KillAtStep == step+1 {
 			n.injectedKill(log, step+1)
 		}

@@ -37,8 +37,6 @@ type NodeOptions struct {
 	MNISTDir string
 	// LeaseEvery is how often the lease is renewed. Default 5s.
 	LeaseEvery time.Duration
-	// AtStep is passed to the TrainChunk host (fault injection).
-	AtStep func(step int64)
 	// AllowFaults honours `cann-train fault kill` for this node.
 	AllowFaults bool
 }
@@ -74,7 +72,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	node := spec.Node{ID: o.ID, TaskQueue: spec.NodeTaskQueue(o.ID), CommAddr: advertise, Host: host, Devices: 1}
 	log = log.With(zap.String("node", o.ID))
 
-	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir, AtStep: o.AtStep, AllowFaults: o.AllowFaults}
+	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir, AllowFaults: o.AllowFaults}
 	defer acts.Close()
 	w := worker.New(c, node.TaskQueue, worker.Options{
 		MaxConcurrentActivityExecutionSize: 2,

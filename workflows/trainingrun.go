@@ -17,6 +17,9 @@ type RunInput struct {
 	ClusterID string       `json:"cluster_id"`
 	// State is set when the run continues as new.
 	State *RunState `json:"state,omitempty"`
+	// Faults to inject from the start (testing and demos), as if signalled
+	// with SignalInjectFault before the first chunk.
+	Faults []spec.InjectFault `json:"faults,omitempty"`
 }
 
 // RunState is everything that crosses continue-as-new.
@@ -80,6 +83,7 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 			Recoveries: []spec.Recovery{},
 		}
 		r.st.Token = newToken(ctx)
+		r.st.Faults = in.Faults
 	}
 	if err := workflow.SetQueryHandler(ctx, spec.QueryStatus, func() (spec.RunStatus, error) {
 		return r.st.Status, nil

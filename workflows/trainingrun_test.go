@@ -389,3 +389,20 @@ func TestTrainingRunRoutesInjectedFault(t *testing.T) {
 	}
 	require.Equal(t, 1, hits, "a fault is delivered once")
 }
+
+func TestTrainingRunStartsWithFaults(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s, Faults: []spec.InjectFault{{NodeID: "a", AtStep: 5}}})
+	require.NoError(t, env.GetWorkflowError())
+	var got []int64
+	for _, in := range ch.byFrom()[0] {
+		if in.KillAtStep != 0 {
+			got = append(got, in.KillAtStep)
+			require.Equal(t, "a", in.Membership.Nodes[in.Rank].ID)
+		}
+	}
+	require.Equal(t, []int64{5}, got, "a start-time fault reaches even the first chunk")
+}

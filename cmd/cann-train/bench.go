@@ -175,11 +175,7 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 			}
 		}()
 		for i := 0; i <= o.nodes; i++ { // the last one is the spare
-			kill := int64(0)
-			if i == victim {
-				kill = killAt
-			}
-			p, err := lc.startNode(name+"-n"+strconv.Itoa(i), cluster, kill)
+			p, err := lc.startNode(name+"-n"+strconv.Itoa(i), cluster)
 			if err != nil {
 				return spec.RunStatus{}, nil, err
 			}
@@ -190,7 +186,14 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 		}
 		s := spec.RunSpec{Name: name, Nodes: o.nodes, Steps: o.steps, ChunkSteps: o.chunk,
 			CheckpointEvery: o.ckptEvery, HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
-		id, err := startRunWith(ctx, lc.client, s, cluster)
+		if err := awaitNodes(ctx, lc.client, cluster, o.nodes+1); err != nil {
+			return spec.RunStatus{}, nil, err
+		}
+		var faults []spec.InjectFault
+		if victimProc != nil {
+			faults = append(faults, spec.InjectFault{NodeID: victimProc.Name, AtStep: killAt})
+		}
+		id, err := startRunWith(ctx, lc.client, s, cluster, faults...)
 		if err != nil {
 			return spec.RunStatus{}, nil, err
 		}

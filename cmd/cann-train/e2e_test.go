@@ -356,20 +356,11 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_recovery.json")
 }
 
-// waitRegistered polls the Cluster registry until n nodes registered.
+// waitRegistered fails the test unless n nodes register.
 func waitRegistered(ctx context.Context, t *testing.T, c client.Client, n int) {
 	t.Helper()
-	for {
-		var nodes []workflows.NodeRecord
-		q, err := c.QueryWorkflow(ctx, spec.DefaultClusterID, "", spec.QueryNodes)
-		if err == nil && q.Get(&nodes) == nil && len(nodes) >= n {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d nodes never registered (last: %d, %v)", n, len(nodes), err)
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := awaitNodes(ctx, c, spec.DefaultClusterID, n); err != nil {
+		t.Fatal(err)
 	}
 }
 

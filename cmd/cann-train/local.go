@@ -5,14 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
+	"github.com/cann-train/cann-train/workflows"
 )
 
 // localCluster is an embedded Temporal server, an in-process control
@@ -72,14 +73,29 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	return lc, nil
 }
 
-// startNode launches one node-worker process registered with clusterID;
-// killAt > 0 makes it SIGKILL itself after that global step.
-func (lc *localCluster) startNode(id, clusterID string, killAt int64) (*dev.Proc, error) {
-	args := []string{"worker", "node", "--id", id,
+// startNode launches one node-worker process registered with clusterID.
+// Local nodes accept fault injection (RunInput.Faults, fault kill).
+func (lc *localCluster) startNode(id, clusterID string) (*dev.Proc, error) {
+	return lc.launcher.Start(id, "worker", "node", "--id", id,
 		"--address", lc.srv.FrontendAddr(), "--namespace", lc.srv.Namespace(),
-		"--cluster-id", clusterID, "--checkpoint-url", lc.ckptURL, "--log-level", "info"}
-	if killAt > 0 {
-		args = append(args, "--fault-kill-at-step", strconv.FormatInt(killAt, 10))
+		"--cluster-id", clusterID, "--checkpoint-url", lc.ckptURL, "--log-level", "info",
+		"--allow-fault-injection")
+}
+
+// awaitNodes polls the Cluster registry clusterID until n nodes have
+// registered, so that ranks go to nodes in ID order and the spares are the
+// last ones (nodes register once their data is loaded).
+func awaitNodes(ctx context.Context, c client.Client, clusterID string, n int) error {
+	for {
+		var nodes []workflows.NodeRecord
+		q, err := c.QueryWorkflow(ctx, clusterID, "", spec.QueryNodes)
+		if err == nil && q.Get(&nodes) == nil && len(nodes) >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d nodes never registered with %s (last: %d, %v): %w", n, clusterID, len(nodes), err, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return lc.launcher.Start(id, args...)
 }

@@ -106,13 +106,16 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	procs := map[string]*dev.Proc{}
 	for i := 1; i <= o.nodes+o.spares; i++ {
 		id := "node-" + strconv.Itoa(i)
-		p, err := lc.startNode(id, spec.DefaultClusterID, kills[id])
+		p, err := lc.startNode(id, spec.DefaultClusterID)
 		if err != nil {
 			return err
 		}
 		procs[id] = p
 	}
-	fmt.Fprintf(e.err, "%d node workers started (%d spare; logs in %s)\n", o.nodes+o.spares, o.spares, lc.launcher.LogDir)
+	if err := awaitNodes(ctx, c, spec.DefaultClusterID, o.nodes+o.spares); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.err, "%d node workers registered (%d spare; logs in %s)\n", o.nodes+o.spares, o.spares, lc.launcher.LogDir)
 
 	name := o.name
 	if name == "" {
@@ -125,7 +128,11 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	id, err := startRunWith(ctx, c, s, spec.DefaultClusterID)
+	var faults []spec.InjectFault
+	for node, step := range kills {
+		faults = append(faults, spec.InjectFault{NodeID: node, AtStep: step})
+	}
+	id, err := startRunWith(ctx, c, s, spec.DefaultClusterID, faults...)
 	if err != nil {
 		return err
 	}

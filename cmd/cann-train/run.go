@@ -83,13 +83,15 @@ Job file fields (all optional but name):
 
 // startRun starts TrainingRun with ID run/<name>; a run of that name that
 // is still going is an error, not a second run.
-func startRunWith(ctx context.Context, c client.Client, s spec.RunSpec, clusterID string) (string, error) {
+// faults are fault injections the run starts with (quickstart --inject,
+// bench recovery); `cann-train fault kill` adds them to a running run.
+func startRunWith(ctx context.Context, c client.Client, s spec.RunSpec, clusterID string, faults ...spec.InjectFault) (string, error) {
 	id := spec.RunIDPrefix + s.Name
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                spec.ControlTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-	}, spec.WorkflowTrainingRun, workflows.RunInput{Spec: s, ClusterID: clusterID})
+	}, spec.WorkflowTrainingRun, workflows.RunInput{Spec: s, ClusterID: clusterID, Faults: faults})
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", id, err)
 	}

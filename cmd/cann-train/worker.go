@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
 )
@@ -44,7 +43,6 @@ func newControlWorkerCmd(e *env) *cobra.Command {
 
 func newNodeWorkerCmd(e *env) *cobra.Command {
 	o := workers.NodeOptions{}
-	var killAt int64
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Serve one node: train chunks on queue cann-train/node/<id>",
@@ -62,9 +60,6 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if killAt > 0 {
-				o.AtStep = dev.KillSelfAt(killAt)
-			}
 			if err := workers.RunNode(cmd.Context(), c, o, log); err != nil {
 				return fmt.Errorf("node worker: %w", err)
 			}
@@ -80,8 +75,6 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let `cann-train fault kill` SIGKILL this worker (testing and demos only)")
-	f.Int64Var(&killAt, "fault-kill-at-step", 0, "fault injection: SIGKILL this process when a chunk completes this global step")
-	_ = f.MarkHidden("fault-kill-at-step")
 	_ = cmd.MarkFlagRequired("id")
 	return cmd
 }
