@@ -21,6 +21,7 @@ package ascend
 //
 //	                ring            hd (halving-doubling)     tree (binomial)
 //	AllReduce       RS + AG ring    Rabenseifner              reduce + broadcast
+//	                (and rd: recursive doubling, whole vector each step)
 //	ReduceScatter   ring            recursive halving         -
 //	AllGather(V)    ring            recursive doubling        -
 //	Broadcast       pipelined chain -                         pipelined tree
@@ -50,6 +51,7 @@ const (
 	AlgoHD                        // recursive halving-doubling (Rabenseifner)
 	AlgoTree                      // binomial tree
 	AlgoPairwise                  // pairwise exchange (AllToAll, point-to-point)
+	AlgoRD                        // recursive doubling (small-message AllReduce)
 	numAlgo
 )
 
@@ -65,6 +67,8 @@ func (a Algorithm) String() string {
 		return "tree"
 	case AlgoPairwise:
 		return "pairwise"
+	case AlgoRD:
+		return "rd"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
@@ -72,7 +76,8 @@ func (a Algorithm) String() string {
 func (a Algorithm) valid() bool { return a < numAlgo }
 
 // ParseAlgorithm parses "auto", "ring", "hd" (also "rhd", "halving-doubling",
-// "rabenseifner"), "tree" (also "binomial") or "pairwise", case-insensitively.
+// "rabenseifner"), "tree" (also "binomial"), "rd" (also
+// "recursive-doubling") or "pairwise", case-insensitively.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "auto", "default":
@@ -85,8 +90,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		return AlgoTree, nil
 	case "pairwise":
 		return AlgoPairwise, nil
+	case "rd", "recursive-doubling", "recursivedoubling":
+		return AlgoRD, nil
 	}
-	return AlgoAuto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, hd or tree)", ErrInvalid, s)
+	return AlgoAuto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, hd, tree or rd)", ErrInvalid, s)
 }
 
 // Collective names a collective operation; it is also the kind field of
@@ -283,12 +290,13 @@ type algorithm interface {
 	cost(coll Collective, p int, n float64, m params) (sec float64, ok bool)
 }
 
-// candidates in tie-break order: on equal predictions (tiny messages) the
-// tree wins, then halving-doubling.
+// candidates in tie-break order: on equal predictions (tiny messages)
+// recursive doubling wins, then the tree, then halving-doubling.
 var candidates = [...]struct {
 	id   Algorithm
 	impl algorithm
 }{
+	{AlgoRD, rdAlgorithm{}},
 	{AlgoTree, treeAlgorithm{}},
 	{AlgoHD, hdAlgorithm{}},
 	{AlgoRing, ringAlgorithm{}},

@@ -108,10 +108,11 @@ func TestChooseShape(t *testing.T) {
 		bytes int
 		want  ascend.Algorithm
 	}{
-		{m, ascend.CollAllReduce, 8, 8, ascend.AlgoTree},            // latency-bound: one-way steps are cheaper
+		{m, ascend.CollAllReduce, 8, 8, ascend.AlgoRD},              // latency-bound: fewest steps
 		{m, ascend.CollAllReduce, 8, 64 << 20, ascend.AlgoHD},       // same bandwidth as ring, fewer steps
 		{m, ascend.CollAllReduce, 7, 64 << 20, ascend.AlgoRing},     // the fold costs hd 2nβ
-		{m, ascend.CollAllReduce, 16, 32 << 10, ascend.AlgoHD},      // medium
+		{m, ascend.CollAllReduce, 16, 256 << 10, ascend.AlgoHD},     // medium
+		{m, ascend.CollAllReduce, 2, 16 << 10, ascend.AlgoRD},       // one exchange instead of two steps
 		{m, ascend.CollBroadcast, 8, 64, ascend.AlgoTree},           // latency
 		{m, ascend.CollBroadcast, 8, 256 << 20, ascend.AlgoRing},    // pipelined chain
 		{m, ascend.CollReduce, 6, 256 << 20, ascend.AlgoRing},       // pipelined chain

@@ -6,6 +6,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/ascendtest"
@@ -16,15 +17,20 @@ import (
 // too. World 3 exercises halving-doubling's fold. (Not under -race, whose
 // runtime allocates on its own.)
 func TestHotPathDoesNotAllocate(t *testing.T) {
-	for _, shared := range []bool{false, true} {
-		t.Run(map[bool]string{false: "tcp", true: "shm"}[shared], func(t *testing.T) { testHotPath(t, shared) })
+	for _, tc := range []struct {
+		name   string
+		shared bool
+		spin   time.Duration
+	}{{"tcp", false, -1}, {"tcp-polling", false, time.Millisecond}, {"shm", true, 0}} {
+		t.Run(tc.name, func(t *testing.T) { testHotPath(t, tc.shared, tc.spin) })
 	}
 }
 
-func testHotPath(t *testing.T, shared bool) {
+func testHotPath(t *testing.T, shared bool, spin time.Duration) {
 	const world, runs, n = 3, 10, 30_001
 	cl := ascendtest.NewCluster(t, world)
 	cl.Options.SharedMemory = shared
+	cl.Options.Spin = spin
 	comms, err := cl.Connect(context.Background(), cl.NewSession("alloc"))
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +50,7 @@ func testHotPath(t *testing.T, shared bool) {
 	counts := []int{n, 0, n - 1}
 	total := 2*n - 1
 	uniform := []int{n - 1, n - 1, n - 1}
-	for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree} {
+	for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD} {
 		t.Run(algo.String(), func(t *testing.T) {
 			step := func(r int) {
 				c, b := comms[r], bs[r]

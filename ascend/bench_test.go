@@ -67,7 +67,7 @@ func BenchmarkAllReduceRing(b *testing.B) {
 func BenchmarkAllReduceAlgo(b *testing.B) {
 	for _, world := range []int{2, 4, 8} {
 		for _, bytes := range []int{8, 64 << 10, 4 << 20} {
-			for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree} {
+			for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD} {
 				b.Run(fmt.Sprintf("world=%d/%dB/%v", world, bytes, algo), func(b *testing.B) {
 					benchAllReduce(b, world, bytes, algo)
 				})

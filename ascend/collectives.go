@@ -60,6 +60,8 @@ func (c *Communicator) AllReduceInto(ctx context.Context, dst, src []float32, op
 		return c.hdAllReduce(ctx, tag, src, dst, op)
 	case AlgoTree:
 		return c.treeAllReduce(ctx, tag, src, dst, op)
+	case AlgoRD:
+		return c.rdAllReduce(ctx, tag, src, dst, op)
 	}
 	return c.ringAllReduce(ctx, tag, src, dst, op)
 }

@@ -456,3 +456,70 @@ func TestTwoSessionsShareListeners(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestCancelAfterCallKeepsSession: a context cancelled once its call has
+// returned (one context per step, cancelled by a defer) leaves the
+// session usable, also when the next call's context replaces it while the
+// watcher still holds the old one; a context reused across calls and
+// cancelled mid-call still aborts that call.
+func TestCancelAfterCallKeepsSession(t *testing.T) {
+	cl := ascendtest.NewCluster(t, 2)
+	cl.Options.OpTimeout = time.Minute
+	comms, err := cl.Connect(context.Background(), cl.NewSession("recancel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]float32, 64)
+			for i := range 200 {
+				ctx, cancel := context.WithCancel(context.Background())
+				for j := range buf {
+					buf[j] = 1
+				}
+				err := c.AllReduce(ctx, buf, ascend.Sum)
+				cancel()
+				if err != nil {
+					t.Errorf("rank %d call %d: %v", c.Rank(), i, err)
+					return
+				}
+				if buf[0] != 2 {
+					t.Errorf("rank %d call %d: got %v, want 2", c.Rank(), i, buf[0])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	// One context for several calls, then cancelled while rank 0 waits
+	// for a rank 1 that does not come.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 3 {
+		wg.Add(2)
+		for _, c := range comms {
+			go func() {
+				defer wg.Done()
+				if err := c.AllReduce(ctx, make([]float32, 8), ascend.Sum); err != nil {
+					t.Errorf("rank %d: %v", c.Rank(), err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if err := comms[0].AllReduce(ctx, make([]float32, 8), ascend.Sum); !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", err)
+	}
+}

@@ -66,9 +66,15 @@ type Communicator struct {
 	aborted bool  // peers have been notified and links closed
 	closed  bool
 	quit    chan struct{}
-	watch   chan watchReq // collective start → watcher
-	unwatch chan struct{} // collective end → watcher
-	wg      sync.WaitGroup
+	// Cancellation (see watcher), keyed by Done channel (comparable, unlike
+	// some contexts): watchDone is the one the watcher watches (touched only
+	// under opMu); activeDone and activeOp, under stateMu, are those of the
+	// operation in progress (nil, "" between operations).
+	watchDone  <-chan struct{}
+	activeDone <-chan struct{}
+	activeOp   string
+	watch      chan context.Context // a new context to watch → watcher
+	wg         sync.WaitGroup
 }
 
 // peer is the link to one rank plus its writer goroutine, which lets the
@@ -145,8 +151,7 @@ func New(cfg Config) (*Communicator, error) {
 		p2pSend:  make([]uint32, cfg.Size),
 		p2pRecv:  make([]uint32, cfg.Size),
 		quit:     make(chan struct{}),
-		watch:    make(chan watchReq, 1),
-		unwatch:  make(chan struct{}),
+		watch:    make(chan context.Context, 1),
 	}
 	c.wg.Add(1)
 	go c.watcher()
@@ -278,20 +283,36 @@ func (c *Communicator) begin(ctx context.Context, op string) (seq uint32, watche
 // arm checks the sticky state and arms cancellation for an operation that
 // does not consume a collective sequence number (point-to-point). It must
 // be called with opMu held.
+//
+// The watcher keeps watching a context after the operation ends, so a
+// caller that passes the same context to every call (a training step
+// loop) costs no goroutine hand-off per call; only a new context is sent
+// to the watcher.
 func (c *Communicator) arm(ctx context.Context, op string) (watched bool, err error) {
+	done := ctx.Done()
+	watched = done != nil && c.size > 1
+	if watched && done != c.watchDone {
+		select {
+		case c.watch <- ctx:
+		case <-c.quit:
+		}
+		c.watchDone = done
+	}
 	c.stateMu.Lock()
 	err = c.stickyLocked()
+	if err == nil && watched {
+		// Marked active before ctx.Err is checked: a cancellation the
+		// watcher finds with nothing active is seen by the check below.
+		c.activeDone, c.activeOp = done, op
+	}
 	c.stateMu.Unlock()
 	if err != nil {
 		return false, err
 	}
 	if cerr := ctx.Err(); cerr != nil {
+		c.end(true)
 		// Skipping a collective the peers run desynchronises the session.
 		return false, c.abort(fmt.Errorf("ascend: %s: %w", op, cerr))
-	}
-	watched = ctx.Done() != nil && c.size > 1
-	if watched {
-		c.watch <- watchReq{ctx: ctx, op: op} // the watcher is idle: never blocks
 	}
 	return watched, nil
 }
@@ -299,40 +320,34 @@ func (c *Communicator) arm(ctx context.Context, op string) (watched bool, err er
 // end disarms cancellation. If cancellation fired, the links are closed and
 // the Communicator is broken even if the collective itself completed; the
 // next call reports it.
-func (c *Communicator) end(watched bool) {
-	if watched {
-		select {
-		case c.unwatch <- struct{}{}:
-		case <-c.quit:
-		}
-	}
+func (c *Communicator) end(bool) {
+	c.stateMu.Lock()
+	c.activeDone, c.activeOp = nil, ""
+	c.stateMu.Unlock()
 }
 
-type watchReq struct {
-	ctx context.Context
-	op  string
-}
-
-// watcher aborts the collective in progress when its context is done. A
-// long-lived goroutine instead of context.AfterFunc keeps collectives free
-// of allocations for cancellable contexts too.
+// watcher aborts the operation in progress when the context it runs under
+// is done. A long-lived goroutine instead of context.AfterFunc keeps
+// operations free of allocations for cancellable contexts too; it watches
+// the most recent context it was given (see arm).
 func (c *Communicator) watcher() {
 	defer c.wg.Done()
+	var ctx context.Context
 	for {
+		var done <-chan struct{}
+		if ctx != nil {
+			done = ctx.Done()
+		}
 		select {
-		case w := <-c.watch:
-			select {
-			case <-w.ctx.Done():
-				c.abort(fmt.Errorf("ascend: %s: %w", w.op, w.ctx.Err()))
-				select {
-				case <-c.unwatch:
-				case <-c.quit:
-					return
-				}
-			case <-c.unwatch:
-			case <-c.quit:
-				return
+		case ctx = <-c.watch:
+		case <-done:
+			c.stateMu.Lock()
+			active, op := c.activeDone == done, c.activeOp
+			c.stateMu.Unlock()
+			if active {
+				c.abort(fmt.Errorf("ascend: %s: %w", op, ctx.Err()))
 			}
+			ctx = nil // done for good: the next arm with it fails by itself
 		case <-c.quit:
 			return
 		}

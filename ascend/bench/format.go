@@ -141,7 +141,7 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 		}
 	}
 	if aux.Op != "" {
-		return opFlag{&o.Op}.Set(aux.Op)
+		return opFlag{p: &o.Op}.Set(aux.Op)
 	}
 	return nil
 }

@@ -77,6 +77,8 @@ type Options struct {
 	// SharedMemory makes Launch's ranks link over shared memory (they share
 	// the host) instead of loopback TCP.
 	SharedMemory bool `json:"shared_memory,omitempty"`
+	// Spin is tcp.Options.Spin of Launch's ranks (0: automatic).
+	Spin time.Duration `json:"spin,omitempty"`
 
 	// Stdout and Stderr receive the children's output in Launch (default
 	// os.Stdout and os.Stderr). Only rank 0 writes to stdout.
@@ -252,7 +254,13 @@ func AllCollectives() []ascend.Collective {
 		ascend.CollBroadcast, ascend.CollReduce, ascend.CollAllToAll}
 }
 
-type opFlag struct{ p *ascend.Op }
+// opFlag takes a reduction (nccl-tests' -o) or, as the `bench collective
+// --op allreduce` spelling has it, the collectives to run (then it is
+// -coll).
+type opFlag struct {
+	p     *ascend.Op
+	colls *[]ascend.Collective
+}
 
 func (f opFlag) String() string {
 	if f.p == nil {
@@ -267,7 +275,13 @@ func (f opFlag) Set(s string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("bench: unknown op %q (want sum, avg, max or min)", s)
+	if f.colls != nil {
+		if v, err := parseCollectives(s); err == nil {
+			*f.colls = v
+			return nil
+		}
+	}
+	return fmt.Errorf("bench: unknown op %q (want a reduction: sum, avg, max or min; or collectives: allreduce, reducescatter, allgather, broadcast, reduce, alltoall, all)", s)
 }
 
 type collFlag struct{ p *[]ascend.Collective }
@@ -319,7 +333,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Warmup, "w", o.Warmup, "warm-up iterations per size")
 	fs.Var(checkFlag{&o.SkipCheck}, "c", "check results (1) or not (0)")
 	fs.IntVar(&o.Root, "r", o.Root, "root rank of broadcast and reduce")
-	fs.Var(opFlag{&o.Op}, "op", "reduction: sum, avg, max, min")
+	fs.Var(opFlag{&o.Op, &o.Collectives}, "op", "reduction: sum, avg, max, min; or a collective list as for -coll")
 	fs.StringVar(&o.Format, "o", o.Format, "output: table or json")
 	fs.Var(collFlag{&o.Collectives}, "coll", "collectives, comma-separated, or all: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
 	fs.Var(listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm, str: ascend.Algorithm.String}, "algo", "algorithms, comma-separated, one table each: auto, ring, hd, tree")
@@ -328,4 +342,5 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ChunkBytes, "chunk", o.ChunkBytes, "frame size in bytes (0: default)")
 	fs.Var(checkFlag{&o.SkipLimits}, "limits", "measure loopback TCP and memcpy (1) or not (0)")
 	fs.BoolVar(&o.SharedMemory, "shm", o.SharedMemory, "link the launched ranks over shared memory instead of TCP")
+	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long a TCP receive polls before sleeping (0: auto, polling only while ranks ≤ cores; negative: never)")
 }

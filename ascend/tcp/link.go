@@ -5,7 +5,8 @@ package tcp
 //
 //	[wants shared memory u8][host id length u8][host id]
 //
-// and read the other's. If both want shared memory and share a host (the
+// and read the other's (the host id is sent either way: the number of
+// ranks sharing this host decides whether TCP receives poll). If both want shared memory and share a host (the
 // same kernel boot id), the lower rank creates a segment (ascend/shm) and
 // sends [path length u16 LE][path] (length 0: it could not), the higher
 // rank maps it and answers one byte (0: mapped, 1: failed), and the lower
@@ -19,21 +20,24 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
+	"time"
 
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/shm"
 )
 
-// links makes the Communicator's Conn of every connection, concurrently.
-// On error the connections are left to the caller.
+// links makes the Communicator's Conn of every connection, concurrently,
+// and sets the receive polling of the TCP ones (see Options.Spin) from the
+// number of ranks found on this host. On error the connections are left to
+// the caller.
 func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]ascend.Conn, error) {
 	conns := make([]ascend.Conn, len(ncs))
+	local := make([]bool, len(ncs))
 	errs := make([]error, len(ncs))
-	host := ""
-	if opts.SharedMemory && shm.Supported {
-		host = shm.HostID()
-	}
+	host := shm.HostID()
+	wantSHM := opts.SharedMemory && shm.Supported && host != ""
 	var wg sync.WaitGroup
 	for i, nc := range ncs {
 		if nc == nil {
@@ -42,7 +46,7 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conns[i], errs[i] = link(ctx, nc, rank, i, host, opts)
+			conns[i], local[i], errs[i] = link(ctx, nc, rank, i, host, wantSHM, opts)
 		}()
 	}
 	wg.Wait()
@@ -54,15 +58,45 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 		}
 		return nil, err
 	}
+	onHost := 1
+	for _, l := range local {
+		if l {
+			onHost++
+		}
+	}
+	spin := spinFor(opts.Spin, onHost, runtime.NumCPU())
+	for _, c := range conns {
+		if tc, ok := c.(*conn); ok {
+			tc.setSpin(spin)
+		}
+	}
 	return conns, nil
 }
 
-// link runs the exchange with peer over nc. host is this side's host id,
-// empty when it does not want shared memory.
-func link(ctx context.Context, nc *net.TCPConn, rank, peer int, host string, opts Options) (ascend.Conn, error) {
+// spinFor resolves Options.Spin: negative never polls, positive is used as
+// given, and zero polls for DefaultSpin only while the ranks on this host
+// (onHost, this one included) do not outnumber its cores: a rank that polls
+// on an oversubscribed host takes the core its peer needs to answer.
+func spinFor(opt time.Duration, onHost, cores int) time.Duration {
+	switch {
+	case opt < 0:
+		return 0
+	case opt > 0:
+		return opt
+	case onHost <= cores:
+		return DefaultSpin
+	}
+	return 0
+}
+
+// link runs the exchange with peer over nc. host is this side's host id
+// (empty if unknown); wantSHM says whether this side wants shared memory.
+// It reports whether the peer runs on the same host.
+func link(ctx context.Context, nc *net.TCPConn, rank, peer int, host string, wantSHM bool, opts Options) (ascend.Conn, bool, error) {
+	var sameHost bool
 	useSHM, err := underCtx(ctx, nc, func() (bool, error) {
 		msg := append([]byte{0, byte(len(host))}, host...)
-		if host != "" {
+		if wantSHM {
 			msg[0] = 1
 		}
 		if _, err := nc.Write(msg); err != nil {
@@ -76,13 +110,14 @@ func link(ctx context.Context, nc *net.TCPConn, rank, peer int, host string, opt
 		if _, err := io.ReadFull(nc, theirs); err != nil {
 			return false, eofIsUnexpected(err)
 		}
-		return hdr[0] == 1 && host != "" && string(theirs) == host, nil
+		sameHost = host != "" && string(theirs) == host
+		return hdr[0] == 1 && wantSHM && sameHost, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("link to rank %d: %w", peer, err)
+		return nil, false, fmt.Errorf("link to rank %d: %w", peer, err)
 	}
 	if !useSHM {
-		return newConn(nc, opts.OpTimeout), nil
+		return newConn(nc, opts.OpTimeout), sameHost, nil
 	}
 	var seg *shm.Segment
 	_, err = underCtx(ctx, nc, func() (bool, error) {
@@ -95,16 +130,16 @@ func link(ctx context.Context, nc *net.TCPConn, rank, peer int, host string, opt
 		return false, serr
 	})
 	if err != nil {
-		return nil, fmt.Errorf("shared-memory link to rank %d: %w", peer, err)
+		return nil, false, fmt.Errorf("shared-memory link to rank %d: %w", peer, err)
 	}
 	if seg == nil { // refused: stay on TCP
-		return newConn(nc, opts.OpTimeout), nil
+		return newConn(nc, opts.OpTimeout), sameHost, nil
 	}
 	side := 1
 	if rank < peer {
 		side = 0
 	}
-	return shm.NewConn(seg, side, shm.ConnOptions{OpTimeout: opts.OpTimeout, Liveness: nc}), nil
+	return shm.NewConn(seg, side, shm.ConnOptions{OpTimeout: opts.OpTimeout, Liveness: nc}), sameHost, nil
 }
 
 // offerSegment is the lower rank's side: create, offer, unlink. A nil

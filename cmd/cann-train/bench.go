@@ -42,7 +42,7 @@ func newBenchCollectiveCmd(e *env) *cobra.Command {
 memory) and prints the nccl-tests table for each size: size count type redop
 root time algbw busbw #wrong, out-of-place and in-place, and the average bus
 bandwidth (GB = 1e9). Every size is checked for correctness.`,
-		Example: `  cann-train bench collective --coll allreduce --ranks 2 --transport tcp -b 8 -e 256M -f 2
+		Example: `  cann-train bench collective --op allreduce --ranks 2 --transport tcp -b 8 -e 256M -f 2
   cann-train bench collective --coll allreduce --np 4 -b 1M -e 64M -f 4 --algo ring,hd,tree -o json
   cann-train bench collective --np 2 --shm -b 1M -e 64M -f 4`,
 		Args: cobra.NoArgs,
