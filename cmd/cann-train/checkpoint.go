@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,7 +19,7 @@ func newCheckpointCmd(e *env) *cobra.Command {
 	var url, output string
 	cmd := &cobra.Command{
 		Use:   "checkpoint",
-		Short: "List and verify a run's checkpoints in blob storage",
+		Short: "List, verify and garbage-collect a run's checkpoints in blob storage",
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&url, "url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "checkpoint bucket URL")
@@ -131,6 +132,74 @@ the object and what is wrong with it.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(ls, verify)
+	var keepLast int
+	var keepEvery int64
+	var grace time.Duration
+	gc := &cobra.Command{
+		Use:   "gc RUN",
+		Short: "Delete old checkpoints (retention) and the chunks no checkpoint references",
+		Long: `Keeps the newest --keep-last checkpoints of RUN and every checkpoint whose step
+is a multiple of --keep-every (0: none), deletes the others, then deletes the
+content-addressed chunks that no remaining manifest references (chunks
+younger than the grace period are spared, as a save in flight may use them).
+Run it while nothing else saves RUN, or let the run's own retention do it.`,
+		Example: `  cann-train checkpoint gc mnist-demo --keep-last 3 --keep-every 1000 --url file:///tmp/ckpt`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if keepLast < 1 {
+				return fmt.Errorf("--keep-last is %d: the newest checkpoint is always kept, want >= 1", keepLast)
+			}
+			if keepEvery < 0 {
+				return fmt.Errorf("--keep-every is %d, want >= 0", keepEvery)
+			}
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
+			if grace < 0 {
+				return fmt.Errorf("--grace is %v, want >= 0", grace)
+			}
+			opts := checkpoint.Options{GCGrace: grace}
+			if grace == 0 {
+				opts.GCGrace = -1 // none
+			}
+			store, err := checkpoint.OpenWithOptions(cmd.Context(), url, opts)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			refs, err := store.List(cmd.Context(), runName(args[0]))
+			if err != nil {
+				return err
+			}
+			if len(refs) == 0 {
+				return fmt.Errorf("no checkpoints of run %q in %s", runName(args[0]), url)
+			}
+			deleted, err := store.Retain(cmd.Context(), runName(args[0]), keepLast, keepEvery)
+			if err != nil {
+				return fmt.Errorf("retention (%d checkpoint(s) deleted before the error): %w", len(deleted), err)
+			}
+			st, err := store.GC(cmd.Context(), runName(args[0]))
+			if err != nil {
+				return fmt.Errorf("chunk GC: %w", err)
+			}
+			if output == "json" {
+				return json.NewEncoder(e.out).Encode(struct {
+					Deleted []checkpoint.Ref   `json:"deleted_checkpoints"`
+					Kept    int                `json:"kept_checkpoints"`
+					Chunks  checkpoint.GCStats `json:"chunks"`
+				}{deleted, len(refs) - len(deleted), st})
+			}
+			for _, r := range deleted {
+				fmt.Fprintf(e.out, "deleted  step %d  %s\n", r.Step, r.Key)
+			}
+			fmt.Fprintf(e.out, "kept %d checkpoint(s), deleted %d; chunks: %d found, %d referenced, %d young kept, %d deleted (%d bytes), %d orphan payload(s) deleted\n",
+				len(refs)-len(deleted), len(deleted), st.Chunks, st.Referenced, st.Young, st.Deleted, st.DeletedBytes, st.Orphans)
+			return nil
+		},
+	}
+	gc.Flags().IntVar(&keepLast, "keep-last", 3, "keep this many newest checkpoints (>= 1)")
+	gc.Flags().Int64Var(&keepEvery, "keep-every", 0, "also keep checkpoints whose step is a multiple of this (0: none)")
+	gc.Flags().DurationVar(&grace, "grace", checkpoint.DefaultGCGrace, "spare unreferenced chunks younger than this (0: none; only when nothing saves the run)")
+	cmd.AddCommand(ls, verify, gc)
 	return cmd
 }
