@@ -22,6 +22,9 @@ type CSVOptions struct {
 	// Column overrides the intensity column in the Electricity Maps form:
 	// "direct" (default), "lca", or an exact header name.
 	Column string
+	// MaxGapSteps is the longest run of missing steps filled by linear
+	// interpolation: 0 means MaxInterpolatedSteps, negative means none.
+	MaxGapSteps int
 }
 
 // ReadCSV reads a carbon-intensity trace; see ReadCSVOptions.
@@ -33,6 +36,7 @@ func ReadCSV(r io.Reader, zone string) (*Series, error) {
 var timeLayouts = []string{
 	time.RFC3339Nano,
 	"2006-01-02 15:04:05Z07:00",
+	"2006-01-02T15:04Z07:00", // UK Carbon Intensity API: 2018-01-20T12:00Z
 	"2006-01-02 15:04:05",
 	"2006-01-02T15:04:05",
 	"2006-01-02 15:04",
@@ -59,8 +63,9 @@ func parseTime(s string) (time.Time, error) {
 //
 // Timestamps are RFC3339 or "YYYY-MM-DD HH:MM[:SS]" (UTC). The step is
 // inferred (smallest spacing) and checked; gaps of at most
-// MaxInterpolatedSteps missing steps are filled linearly, longer ones are
-// refused with ErrGap naming the missing range and the file line after it.
+// opts.MaxGapSteps (default MaxInterpolatedSteps) missing steps are filled
+// linearly, longer ones are refused with a *GapError (ErrGap) naming the
+// missing range and the file line after it.
 // Bad values give ErrBadValue naming line and column.
 func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 	cr := csv.NewReader(r)
@@ -119,7 +124,7 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 	if len(pts) == 0 && zc >= 0 && opts.Zone != "" {
 		return nil, fmt.Errorf("%w: no rows for zone %q", ErrHeader, opts.Zone)
 	}
-	return buildSeries(pts, zone)
+	return buildSeries(pts, zone, opts.MaxGapSteps)
 }
 
 // selectColumns returns the time, value and zone-id (-1 if none) column

@@ -11,13 +11,27 @@
 // request via [CSVOptions]) and the plain "time,<zone>…" form of the Let's
 // Wait Awhile traces, selecting the zone column like the --zone flag. The
 // step is inferred (the smallest spacing) and every spacing must be a whole
-// number of steps. Gaps of at most [MaxInterpolatedSteps] missing steps are
-// filled linearly (the German 2020 trace has two single missing 15-minute
-// slots); longer gaps fail with [ErrGap], naming the missing time range and
-// the file line after it. Non-numeric, non-finite or negative values fail
-// with [ErrBadValue] naming line and column. [ReadElectricityMapsForecast]
-// and [ReadCarbonAwareForecasts] decode the Electricity Maps v3 forecast
-// and Carbon Aware SDK forecasts/current JSON shapes with the same rules.
+// number of steps. Gaps of at most MaxGapSteps missing steps (an option of
+// every reader and provider; default [MaxInterpolatedSteps] = 2, negative
+// for none) are filled linearly (the German 2020 trace has two single
+// missing 15-minute slots); longer gaps fail with a [*GapError] (matching
+// [ErrGap]) naming the missing time range and the line or element after
+// it. Non-numeric, non-finite or negative values fail with [ErrBadValue]
+// naming line and column. The JSON readers apply the same rules to the
+// Electricity Maps v3 forecast ([ReadElectricityMapsForecastOptions]) and
+// history/past-range ([ReadElectricityMapsHistory]) shapes, the Carbon
+// Aware SDK forecasts/current ([ReadCarbonAwareForecastsOptions]) and
+// bylocation ([ReadCarbonAwareEmissions]) shapes, and the UK Carbon
+// Intensity API shape ([ReadUKIntensity]). In history answers a null value
+// is a missing step; in forecasts it is an error.
+//
+// Providers. [ElectricityMaps] (auth-token header from $ELECTRICITYMAPS_TOKEN
+// or a named variable), [CarbonAwareSDK] (a WebAPI deployment) and
+// [UKCarbonIntensity] fetch forecasts and history over HTTP with a
+// configurable base URL, injectable http.Client and environment, and a
+// per-request timeout. Non-2xx answers become a [*StatusError] (matching
+// [ErrHTTPStatus]) quoting the start of the body. [Bind] turns any
+// [Provider] into a [Forecaster] for [Evaluate].
 //
 // Forecasters. [Perfect] returns the trace; [Persistence] returns the value
 // one day earlier, and for horizons beyond a day the latest same-time value
@@ -37,16 +51,23 @@
 // windows). [Evaluate] plans on a forecast and reports baseline, planned,
 // realized (the planned slots on the real trace) and oracle intensities.
 //
+// Control. [AdjustBatch] is a pure carbon-aware batch controller: above
+// 1.3× a threshold the global batch shrinks ×0.75, below 0.7× it grows
+// ×1.25, clamped to [min, max], with the learning rate scaled linearly with
+// the batch. [Budget] accumulates grams and reports [BudgetAlert] once at
+// 95 % of the limit and [BudgetExceeded] once at 100 %.
+//
 // All errors wrap a sentinel of this package or an underlying I/O/decoding
 // error with %w. The package has no global mutable state and is
 // deterministic.
 //
 // # Non-goals
 //
-// No network clients for the signal APIs (only their JSON shapes), no
-// time zones other than UTC for zone-less timestamps, no spatial (region)
-// shifting, no elastic scaling (CarbonScaler-style server counts), no
-// energy or power model: intensities are compared per kWh, assuming
-// constant power while the job runs. Integration with the orchestrator
+// No WattTime client, no caching or rate limiting of API calls, no time
+// zones other than UTC for zone-less timestamps, no spatial (region)
+// shifting, no CarbonScaler-style server-count scaling (only the batch
+// controller), no energy or power model here: planning compares
+// intensities per kWh, assuming constant power while the job runs (energy
+// accounting is in engine/energy). Integration with the orchestrator
 // (workflows, activities) lives elsewhere.
 package carbon

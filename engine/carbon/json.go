@@ -5,9 +5,22 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
+
+// JSONOptions tunes the JSON readers.
+type JSONOptions struct {
+	// MaxGapSteps is the longest run of missing steps filled by linear
+	// interpolation: 0 means MaxInterpolatedSteps, negative means none.
+	MaxGapSteps int
+	// PreferActual makes ReadUKIntensity use intensity.actual where it is
+	// not null (falling back to intensity.forecast); the default reads the
+	// forecast. Other readers ignore it.
+	PreferActual bool
+}
 
 // emForecast is the Electricity Maps v3 /carbon-intensity/forecast shape:
 // {zone, forecast:[{carbonIntensity, datetime}], updatedAt}.
@@ -21,9 +34,16 @@ type emForecast struct {
 }
 
 // ReadElectricityMapsForecast decodes an Electricity Maps v3 forecast
-// response into a Series (same step inference and gap rules as ReadCSV;
-// errors name the forecast[i] element).
+// response with default options; see ReadElectricityMapsForecastOptions.
 func ReadElectricityMapsForecast(r io.Reader) (*Series, error) {
+	return ReadElectricityMapsForecastOptions(r, JSONOptions{})
+}
+
+// ReadElectricityMapsForecastOptions decodes an Electricity Maps v3 forecast
+// response into a Series (same step inference and gap rules as ReadCSV;
+// errors name the forecast[i] element). A null carbonIntensity is an error:
+// a forecast has no reason to miss a value.
+func ReadElectricityMapsForecastOptions(r io.Reader, opts JSONOptions) (*Series, error) {
 	var doc emForecast
 	if err := json.NewDecoder(r).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("carbon: decoding Electricity Maps forecast: %w", err)
@@ -43,7 +63,53 @@ func ReadElectricityMapsForecast(r io.Reader) (*Series, error) {
 		}
 		pts = append(pts, point{t: t, v: *f.CarbonIntensity, where: where})
 	}
-	return buildSeries(pts, doc.Zone)
+	return buildSeries(pts, doc.Zone, opts.MaxGapSteps)
+}
+
+// emHistory is the Electricity Maps v3 /carbon-intensity/history shape
+// ({zone, history:[…]}) and the /carbon-intensity/past-range shape ({zone,
+// data:[…]}); elements are {zone, carbonIntensity, datetime, updatedAt,
+// createdAt, emissionFactorType, isEstimated, estimationMethod}.
+type emHistory struct {
+	Zone    string    `json:"zone"`
+	History []emPoint `json:"history"`
+	Data    []emPoint `json:"data"`
+}
+
+type emPoint struct {
+	CarbonIntensity *float64 `json:"carbonIntensity"`
+	Datetime        string   `json:"datetime"`
+}
+
+// ReadElectricityMapsHistory decodes an Electricity Maps v3 history or
+// past-range response. An element whose carbonIntensity is null has no
+// measurement: it is dropped and counts as missing (filled or refused by the
+// gap rule), as is an hour the API leaves out.
+func ReadElectricityMapsHistory(r io.Reader, opts JSONOptions) (*Series, error) {
+	var doc emHistory
+	if err := json.NewDecoder(r).Decode(&doc); err != nil {
+		return nil, fmt.Errorf("carbon: decoding Electricity Maps history: %w", err)
+	}
+	name, elems := "history", doc.History
+	if elems == nil {
+		name, elems = "data", doc.Data
+	}
+	pts := make([]point, 0, len(elems))
+	for i, e := range elems {
+		where := fmt.Sprintf("%s[%d]", name, i)
+		t, err := parseTime(e.Datetime)
+		if err != nil {
+			return nil, fmt.Errorf("%s.datetime: %w", where, err)
+		}
+		if e.CarbonIntensity == nil {
+			continue
+		}
+		if err := checkValue(*e.CarbonIntensity); err != nil {
+			return nil, fmt.Errorf("%s.carbonIntensity: %w", where, err)
+		}
+		pts = append(pts, point{t: t, v: *e.CarbonIntensity, where: where})
+	}
+	return buildSeries(pts, doc.Zone, opts.MaxGapSteps)
 }
 
 func checkValue(v float64) error {
@@ -91,13 +157,19 @@ type caForecastDTO struct {
 	} `json:"forecastData"`
 }
 
-// ReadCarbonAwareForecasts decodes a Carbon Aware SDK forecasts response:
+// ReadCarbonAwareForecasts decodes a Carbon Aware SDK forecasts response
+// with default options; see ReadCarbonAwareForecastsOptions.
+func ReadCarbonAwareForecasts(r io.Reader) ([]CarbonAwareForecast, error) {
+	return ReadCarbonAwareForecastsOptions(r, JSONOptions{})
+}
+
+// ReadCarbonAwareForecastsOptions decodes a Carbon Aware SDK forecasts response:
 // a JSON array of {requestedAt, generatedAt, location, windowSize,
 // optimalDataPoints|optimalDataPoint, forecastData:[{location, timestamp,
 // duration, value}]}. Each element's forecastData becomes a Series (zone =
 // the element's location); when durations are given they must agree with
 // the inferred step.
-func ReadCarbonAwareForecasts(r io.Reader) ([]CarbonAwareForecast, error) {
+func ReadCarbonAwareForecastsOptions(r io.Reader, opts JSONOptions) ([]CarbonAwareForecast, error) {
 	var docs []caForecastDTO
 	if err := json.NewDecoder(r).Decode(&docs); err != nil {
 		return nil, fmt.Errorf("carbon: decoding Carbon Aware SDK forecasts: %w", err)
@@ -119,7 +191,7 @@ func ReadCarbonAwareForecasts(r io.Reader) ([]CarbonAwareForecast, error) {
 			}
 			pts = append(pts, point{t: t, v: *f.Value, where: where})
 		}
-		s, err := buildSeries(pts, d.Location)
+		s, err := buildSeries(pts, d.Location, opts.MaxGapSteps)
 		if err != nil {
 			return nil, fmt.Errorf("[%d] (%s): %w", k, d.Location, err)
 		}
@@ -155,4 +227,160 @@ func SelectLocation(fs []CarbonAwareForecast, location string) (*Series, error) 
 		names = append(names, f.Location)
 	}
 	return nil, fmt.Errorf("%w: location %q not among %q", ErrHeader, location, names)
+}
+
+// caEmission is one Carbon Aware SDK EmissionsData element of
+// /emissions/bylocation: {location, time, rating (g/kWh), duration
+// (a .NET TimeSpan such as "00:05:00")}.
+type caEmission struct {
+	Location string   `json:"location"`
+	Time     string   `json:"time"`
+	Rating   *float64 `json:"rating"`
+	Duration string   `json:"duration"`
+}
+
+// ReadCarbonAwareEmissions decodes a Carbon Aware SDK /emissions/bylocation
+// response (a JSON array, which the SDK returns newest first) into a
+// Series in time order. The zone is the elements' location (they must
+// agree); durations, when given, must equal the inferred step. Null ratings
+// count as missing steps.
+func ReadCarbonAwareEmissions(r io.Reader, opts JSONOptions) (*Series, error) {
+	var docs []caEmission
+	if err := json.NewDecoder(r).Decode(&docs); err != nil {
+		return nil, fmt.Errorf("carbon: decoding Carbon Aware SDK emissions: %w", err)
+	}
+	pts := make([]point, 0, len(docs))
+	durs := make(map[time.Time]string, len(docs))
+	zone := ""
+	for i, d := range docs {
+		where := fmt.Sprintf("[%d]", i)
+		t, err := parseTime(d.Time)
+		if err != nil {
+			return nil, fmt.Errorf("%s.time: %w", where, err)
+		}
+		if zone == "" {
+			zone = d.Location
+		} else if !strings.EqualFold(zone, d.Location) {
+			return nil, fmt.Errorf("%w: %s.location %q differs from %q", ErrHeader, where, d.Location, zone)
+		}
+		if d.Rating == nil {
+			continue
+		}
+		if err := checkValue(*d.Rating); err != nil {
+			return nil, fmt.Errorf("%s.rating: %w", where, err)
+		}
+		pts = append(pts, point{t: t, v: *d.Rating, where: where})
+		if d.Duration != "" {
+			durs[t] = d.Duration
+		}
+	}
+	slices.SortStableFunc(pts, func(a, b point) int { return a.t.Compare(b.t) })
+	s, err := buildSeries(pts, zone, opts.MaxGapSteps)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pts {
+		raw, ok := durs[p.t]
+		if !ok {
+			continue
+		}
+		d, err := parseTimeSpan(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s.duration: %w", p.where, err)
+		}
+		if d != s.Step {
+			return nil, fmt.Errorf("%w: %s.duration %q disagrees with the spacing %s", ErrIrregular, p.where, raw, s.Step)
+		}
+	}
+	return s, nil
+}
+
+// parseTimeSpan parses a .NET TimeSpan in its constant form,
+// "[d.]hh:mm:ss[.fffffff]".
+func parseTimeSpan(s string) (time.Duration, error) {
+	bad := fmt.Errorf("%w: duration %q is not [d.]hh:mm:ss[.fffffff]", ErrBadValue, s)
+	var days int64
+	rest := s
+	if i := strings.IndexByte(rest, '.'); i >= 0 && i < strings.IndexByte(rest, ':') {
+		d, err := strconv.ParseInt(rest[:i], 10, 32)
+		if err != nil || d < 0 {
+			return 0, bad
+		}
+		days, rest = d, rest[i+1:]
+	}
+	parts := strings.Split(rest, ":")
+	if len(parts) != 3 {
+		return 0, bad
+	}
+	h, err1 := strconv.ParseUint(parts[0], 10, 8)
+	m, err2 := strconv.ParseUint(parts[1], 10, 8)
+	sec, err3 := strconv.ParseFloat(parts[2], 64)
+	if err1 != nil || err2 != nil || err3 != nil || h > 23 || m > 59 || sec < 0 || sec >= 60 {
+		return 0, bad
+	}
+	return time.Duration(days)*24*time.Hour + time.Duration(h)*time.Hour + time.Duration(m)*time.Minute +
+		time.Duration(math.Round(sec*1e9)), nil
+}
+
+// ukIntensity is the UK Carbon Intensity API shape of /intensity,
+// /intensity/date/{date}, /intensity/{from}/{to} and /intensity/{from}/fw48h:
+// {"data":[{"from","to","intensity":{"forecast","actual","index"}}]}.
+type ukIntensity struct {
+	Data []struct {
+		From      string `json:"from"`
+		To        string `json:"to"`
+		Intensity struct {
+			Forecast *float64 `json:"forecast"`
+			Actual   *float64 `json:"actual"`
+			Index    string   `json:"index"`
+		} `json:"intensity"`
+	} `json:"data"`
+}
+
+// ReadUKIntensity decodes a UK National Grid ESO Carbon Intensity API
+// response (half-hour periods, UTC) into a Series with zone "GB". The
+// forecast is read unless opts.PreferActual, which reads actual where it is
+// not null (it is null for periods not yet measured) and the forecast
+// otherwise. A period with no usable value counts as a missing step; every
+// period's to-from must equal the inferred step.
+func ReadUKIntensity(r io.Reader, opts JSONOptions) (*Series, error) {
+	var doc ukIntensity
+	if err := json.NewDecoder(r).Decode(&doc); err != nil {
+		return nil, fmt.Errorf("carbon: decoding UK carbon intensity: %w", err)
+	}
+	pts := make([]point, 0, len(doc.Data))
+	spans := make([]time.Duration, 0, len(doc.Data))
+	for i, d := range doc.Data {
+		where := fmt.Sprintf("data[%d]", i)
+		from, err := parseTime(d.From)
+		if err != nil {
+			return nil, fmt.Errorf("%s.from: %w", where, err)
+		}
+		to, err := parseTime(d.To)
+		if err != nil {
+			return nil, fmt.Errorf("%s.to: %w", where, err)
+		}
+		v, field := d.Intensity.Forecast, "forecast"
+		if opts.PreferActual && d.Intensity.Actual != nil {
+			v, field = d.Intensity.Actual, "actual"
+		}
+		if v == nil {
+			continue
+		}
+		if err := checkValue(*v); err != nil {
+			return nil, fmt.Errorf("%s.intensity.%s: %w", where, field, err)
+		}
+		pts = append(pts, point{t: from, v: *v, where: where})
+		spans = append(spans, to.Sub(from))
+	}
+	s, err := buildSeries(pts, "GB", opts.MaxGapSteps)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range spans {
+		if d != s.Step {
+			return nil, fmt.Errorf("%w: %s: period of %s disagrees with the spacing %s", ErrIrregular, pts[i].where, d, s.Step)
+		}
+	}
+	return s, nil
 }

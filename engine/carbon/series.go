@@ -28,9 +28,43 @@ var (
 	ErrGap = errors.New("carbon: gap too long to interpolate")
 )
 
-// MaxInterpolatedSteps is the longest run of missing steps that the readers
-// fill by linear interpolation; longer gaps are refused with ErrGap.
+// MaxInterpolatedSteps is the default longest run of missing steps that
+// the readers fill by linear interpolation; longer gaps are refused with
+// ErrGap. Each reader's options (CSVOptions.MaxGapSteps,
+// JSONOptions.MaxGapSteps, the providers' MaxGapSteps) can change it.
 const MaxInterpolatedSteps = 2
+
+// maxGapSteps resolves an options value: 0 means MaxInterpolatedSteps,
+// a negative value means "interpolate nothing".
+func maxGapSteps(n int) int {
+	switch {
+	case n == 0:
+		return MaxInterpolatedSteps
+	case n < 0:
+		return 0
+	}
+	return n
+}
+
+// GapError reports a run of missing steps longer than the reader allows.
+// It matches ErrGap with errors.Is; use errors.As for the times.
+type GapError struct {
+	// Start is the first missing step, End the reading after the gap: the
+	// missing range is [Start, End).
+	Start, End time.Time
+	Missing    int           // missing steps
+	Step       time.Duration // inferred step
+	Max        int           // the most missing steps that are interpolated
+	Where      string        // the reading after the gap ("line 12", "forecast[3]")
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("%s: %s: no data from %s to %s (%d missing steps of %s; at most %d are interpolated)",
+		ErrGap, e.Where, e.Start.UTC().Format(time.RFC3339), e.End.UTC().Format(time.RFC3339), e.Missing, e.Step, e.Max)
+}
+
+// Is makes errors.Is(err, ErrGap) true.
+func (e *GapError) Is(target error) bool { return target == ErrGap }
 
 // Series is a regular carbon-intensity time series. Values[i] (gCO2eq/kWh)
 // holds for the half-open interval [Start+i*Step, Start+(i+1)*Step).
@@ -147,9 +181,11 @@ type point struct {
 
 // buildSeries turns time-ordered points into a regular Series: it infers
 // the step as the smallest positive spacing, checks that every spacing is a
-// whole number of steps, fills gaps of at most MaxInterpolatedSteps missing
-// steps linearly and refuses longer ones.
-func buildSeries(pts []point, zone string) (*Series, error) {
+// whole number of steps, fills gaps of at most maxGap missing steps (an
+// options value, see maxGapSteps) linearly and refuses longer ones with a
+// *GapError.
+func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
+	maxGap = maxGapSteps(maxGap)
 	if len(pts) < 2 {
 		return nil, fmt.Errorf("%w: need at least 2 readings to infer the step, got %d", ErrIrregular, len(pts))
 	}
@@ -173,11 +209,9 @@ func buildSeries(pts []point, zone string) (*Series, error) {
 				ErrIrregular, pts[i].where, d, step)
 		}
 		missing := int(d/step) - 1
-		if missing > MaxInterpolatedSteps {
-			return nil, fmt.Errorf("%w: %s: no data from %s to %s (%d missing steps of %s; at most %d are interpolated)",
-				ErrGap, pts[i].where,
-				pts[i-1].t.Add(step).UTC().Format(time.RFC3339), pts[i].t.UTC().Format(time.RFC3339),
-				missing, step, MaxInterpolatedSteps)
+		if missing > maxGap {
+			return nil, &GapError{Start: pts[i-1].t.Add(step).UTC(), End: pts[i].t.UTC(),
+				Missing: missing, Step: step, Max: maxGap, Where: pts[i].where}
 		}
 		a, b := pts[i-1].v, pts[i].v
 		for k := 1; k <= missing; k++ {
