@@ -88,12 +88,17 @@ type peer struct {
 	done   chan error
 	exited chan struct{}
 	enc    []byte // encode scratch for the portable wire path
+
+	ts        TrySender // conn as a TrySender, or nil
+	inline    bool      // the outstanding send completed in startSend
+	inlineErr error     // and this was its result
 }
 
 type sendJob struct {
-	ctx  context.Context
-	tag  uint32
-	data []float32
+	ctx    context.Context
+	tag    uint32
+	data   []float32
+	finish bool // finish a frame TrySend left partly sent
 }
 
 // New creates a Communicator over established links and starts one writer
@@ -160,6 +165,7 @@ func New(cfg Config) (*Communicator, error) {
 			continue
 		}
 		p := &peer{rank: i, conn: conn, jobs: make(chan sendJob, 1), done: make(chan error, 1), exited: make(chan struct{})}
+		p.ts, _ = conn.(TrySender)
 		c.peers[i] = p
 		c.wg.Add(1)
 		go c.writer(p)
@@ -375,6 +381,13 @@ func (c *Communicator) writer(p *peer) {
 	for {
 		select {
 		case j := <-p.jobs:
+			if j.finish {
+				p.sendMu.Lock()
+				err := p.ts.FinishSend(j.ctx)
+				p.sendMu.Unlock()
+				p.done <- err
+				continue
+			}
 			p.done <- c.sendFloats(j.ctx, p, j.tag, j.data)
 		case <-c.quit:
 			return
@@ -382,17 +395,43 @@ func (c *Communicator) writer(p *peer) {
 	}
 }
 
-// startSend hands data to p's writer. There is at most one outstanding job
-// per peer (every startSend is paired with a waitSend), so it never blocks.
+// inlineMaxBytes bounds the frames startSend offers a TrySender: small
+// enough that copying one in the calling goroutine costs less than handing
+// it to the writer, and that sending it does not delay the receive the
+// caller starts next.
+const inlineMaxBytes = 32 << 10
+
+// startSend starts sending data to p: a small one-frame message goes to a
+// TrySender right here, anything else (or what it refuses) to p's writer.
+// There is at most one outstanding send per peer (every startSend is
+// paired with a waitSend), so it never blocks.
 func (c *Communicator) startSend(ctx context.Context, p *peer, tag uint32, data []float32) {
 	p.busy = true
+	if p.ts != nil && c.native && 4*len(data) <= inlineMaxBytes && len(data) <= c.chunk {
+		p.sendMu.Lock()
+		res, err := p.ts.TrySend(ctx, tag, asBytes(data))
+		p.sendMu.Unlock()
+		switch {
+		case err != nil || res == TrySent:
+			p.inline, p.inlineErr = true, err
+			return
+		case res == TryPartial:
+			p.jobs <- sendJob{ctx: ctx, finish: true}
+			return
+		}
+	}
 	p.jobs <- sendJob{ctx: ctx, tag: tag, data: data}
 }
 
-// waitSend waits for the job started on p. When it returns, the writer no
-// longer touches the job's buffer.
+// waitSend waits for the send started on p. When it returns, nothing
+// touches the send's buffer any more.
 func (c *Communicator) waitSend(p *peer) error {
 	p.busy = false
+	if p.inline {
+		err := p.inlineErr
+		p.inline, p.inlineErr = false, nil
+		return err
+	}
 	select {
 	case err := <-p.done:
 		return err

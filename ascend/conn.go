@@ -25,3 +25,30 @@ type Conn interface {
 	// after the first return nil.
 	Close() error
 }
+
+// TrySendResult is what a TrySender did with a frame.
+type TrySendResult uint8
+
+const (
+	// TrySent: the whole frame was handed to the transport.
+	TrySent TrySendResult = iota
+	// TryRefused: nothing was sent; send the frame with Send.
+	TryRefused
+	// TryPartial: part of the frame was sent and the Conn holds the
+	// rest; FinishSend sends it (so does the next Send, first).
+	TryPartial
+)
+
+// A TrySender is a Conn that can take a small frame without blocking.
+// Collectives send small frames through it from the calling goroutine,
+// which saves a hand-off to the peer's writer goroutine (a few
+// microseconds, as much as the transfer itself). Like Send, TrySend and
+// FinishSend are never called concurrently with another Send.
+type TrySender interface {
+	// TrySend sends p as one frame as far as it can without waiting. An
+	// error is final: the frame must not be sent again.
+	TrySend(ctx context.Context, tag uint32, p []byte) (TrySendResult, error)
+	// FinishSend sends what TrySend left (nothing if nothing is left),
+	// waiting like Send.
+	FinishSend(ctx context.Context) error
+}

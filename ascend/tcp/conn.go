@@ -39,6 +39,9 @@ type conn struct {
 	// socket before it sleeps in the kernel; 0 never polls.
 	rd spinReader
 	wr spinWriter
+
+	// pending is the unsent tail of a frame TrySend started (in wbuf).
+	pending []byte
 }
 
 var _ ascend.Conn = (*conn)(nil)
@@ -51,6 +54,7 @@ func newConn(nc *net.TCPConn, opTimeout time.Duration) *conn {
 		c.rd.rc, c.rd.fn = rc, c.rd.poll
 		c.wr.rc, c.wr.fn = rc, c.wr.poll
 	}
+	c.wr.spin = -1 // until setSpin: TrySend's single attempts still work
 	return c
 }
 
@@ -60,7 +64,11 @@ func (c *conn) setSpin(d time.Duration) {
 	if c.rd.rc == nil {
 		return
 	}
-	c.rd.spin, c.wr.spin = max(d, 0), max(d, 0)
+	c.rd.spin = max(d, 0)
+	c.wr.spin = max(d, 0)
+	if d <= 0 {
+		c.wr.spin = -1
+	}
 }
 
 func (c *conn) deadline(ctx context.Context) time.Time {
@@ -85,19 +93,22 @@ func (c *conn) Send(ctx context.Context, tag uint32, p []byte) error {
 	if err := c.nc.SetWriteDeadline(c.deadline(ctx)); err != nil {
 		return err
 	}
+	if err := c.flush(); err != nil {
+		return err
+	}
 	h := c.wbuf[:frameHdr]
 	binary.LittleEndian.PutUint32(h[0:], uint32(len(p)))
 	binary.LittleEndian.PutUint32(h[4:], tag)
 	if len(p) <= smallFrame {
 		n := copy(c.wbuf[frameHdr:], p)
 		if c.wr.spin > 0 {
-			return c.wr.write(c.wbuf[:frameHdr+n], nil)
+			return c.wr.write(c.wbuf[:frameHdr+n], nil, false)
 		}
 		_, err := c.nc.Write(c.wbuf[:frameHdr+n])
 		return err
 	}
 	if c.wr.spin > 0 {
-		return c.wr.write(h, p)
+		return c.wr.write(h, p, false)
 	}
 	// One writev: with TCP_NODELAY a separate header write would leave as
 	// its own segment and wake the reader twice.
@@ -105,6 +116,61 @@ func (c *conn) Send(ctx context.Context, tag uint32, p []byte) error {
 	c.bufs = c.iov[:]
 	_, err := c.bufs.WriteTo(c.nc)
 	c.iov = [2][]byte{}
+	return err
+}
+
+// TrySend implements ascend.TrySender: a frame of up to smallFrame bytes
+// is written with non-blocking writes until the socket buffer is full.
+func (c *conn) TrySend(ctx context.Context, tag uint32, p []byte) (ascend.TrySendResult, error) {
+	if len(p) > smallFrame || c.wr.rc == nil || len(c.pending) > 0 {
+		return ascend.TryRefused, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return ascend.TrySent, err
+	}
+	if err := c.nc.SetWriteDeadline(c.deadline(ctx)); err != nil {
+		return ascend.TrySent, err
+	}
+	binary.LittleEndian.PutUint32(c.wbuf[0:], uint32(len(p)))
+	binary.LittleEndian.PutUint32(c.wbuf[4:], tag)
+	frame := c.wbuf[:frameHdr+copy(c.wbuf[frameHdr:], p)]
+	left, err := c.wr.writeNow(frame)
+	switch {
+	case err != nil:
+		return ascend.TrySent, err
+	case left == 0:
+		return ascend.TrySent, nil
+	case left == len(frame):
+		return ascend.TryRefused, nil
+	}
+	c.pending = frame[len(frame)-left:]
+	return ascend.TryPartial, nil
+}
+
+// FinishSend implements ascend.TrySender.
+func (c *conn) FinishSend(ctx context.Context) error {
+	if len(c.pending) == 0 {
+		return nil
+	}
+	if err := c.nc.SetWriteDeadline(c.deadline(ctx)); err != nil {
+		return err
+	}
+	return c.flush()
+}
+
+// flush writes the tail of a frame TrySend started, under the write
+// deadline already set.
+func (c *conn) flush() error {
+	if len(c.pending) == 0 {
+		return nil
+	}
+	var err error
+	if c.wr.spin > 0 {
+		err = c.wr.write(c.pending, nil, false)
+	} else {
+		_, err = c.nc.Write(c.pending)
+	}
+	c.pending = nil
 	return err
 }
 
@@ -172,19 +238,36 @@ type spinWriter struct {
 	iov   [2]syscall.Iovec
 	err   error
 	until time.Time
+	once  bool // do not wait: stop at the first EAGAIN
 }
 
 // write sends h then p as one stream write (p may be empty).
-func (w *spinWriter) write(h, p []byte) error {
+func (w *spinWriter) write(h, p []byte, once bool) error {
 	w.b = [2][]byte{h, p}
 	w.err = nil
-	w.until = time.Now().Add(w.spin)
+	w.once = once
+	w.until = time.Now().Add(max(w.spin, 0))
 	err := w.rc.Write(w.fn) // closed, or past the deadline
 	w.b = [2][]byte{}
 	if err != nil {
 		return err
 	}
 	return w.err
+}
+
+// writeNow writes as much of b as the socket takes without waiting and
+// returns how many bytes are left.
+func (w *spinWriter) writeNow(b []byte) (left int, err error) {
+	w.b = [2][]byte{b, nil}
+	w.err = nil
+	w.once = true
+	err = w.rc.Write(w.fn)
+	left = len(w.b[0])
+	w.b = [2][]byte{}
+	if err != nil {
+		return left, err
+	}
+	return left, w.err
 }
 
 func (w *spinWriter) poll(fd uintptr) bool {
@@ -214,6 +297,8 @@ func (w *spinWriter) poll(fd uintptr) bool {
 			continue
 		case errno != syscall.EAGAIN:
 			w.err = &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("writev", errno)}
+			return true
+		case w.once:
 			return true
 		}
 		if !time.Now().Before(w.until) {

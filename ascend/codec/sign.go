@@ -1,0 +1,79 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// DefaultSignBucket is the number of values sharing one scale.
+const DefaultSignBucket = 1024
+
+// Sign sends one bit per value, the sign, and per bucket of values one
+// float32 scale, the bucket's mean magnitude (the 1-bit Adam / EF-signSGD
+// scaled sign): 32× less than float32 at large buckets. Body:
+//
+//	[bucket uvarint][nb float32 scales][ceil(n/8) bytes, bit i set: x[i] ≥ 0]
+type Sign struct{ Bucket int }
+
+// NewSign returns a Sign codec with the given bucket size (> 0).
+func NewSign(bucket int) (*Sign, error) {
+	if bucket < 1 || bucket > 1<<24 {
+		return nil, fmt.Errorf("%w: sign bucket %d, want 1..2^24", ErrInvalid, bucket)
+	}
+	return &Sign{Bucket: bucket}, nil
+}
+
+func (s *Sign) Name() string { return fmt.Sprintf("sign:%d", s.Bucket) }
+
+func (s *Sign) Encode(dst []byte, x []float32, _ uint64, _ int) []byte {
+	dst = header(dst, idSign, len(x))
+	dst = binary.AppendUvarint(dst, uint64(s.Bucket))
+	for b := 0; b < len(x); b += s.Bucket {
+		part := x[b:min(len(x), b+s.Bucket)]
+		var sum float64
+		for _, v := range part {
+			sum += float64(abs32(v))
+		}
+		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(float32(sum/float64(len(part)))))
+	}
+	for i := 0; i < len(x); i += 8 {
+		var bits byte
+		for j := i; j < min(i+8, len(x)); j++ {
+			if !math.Signbit(float64(x[j])) {
+				bits |= 1 << (j - i)
+			}
+		}
+		dst = append(dst, bits)
+	}
+	return dst
+}
+
+func (s *Sign) DecodeAdd(out []float32, src []byte) error {
+	body, err := readHeader(src, idSign, len(out))
+	if err != nil {
+		return err
+	}
+	bucket, n := binary.Uvarint(body)
+	if n <= 0 || bucket == 0 || bucket > 1<<24 {
+		return corrupt("sign: bad bucket size")
+	}
+	body = body[n:]
+	nb := (len(out) + int(bucket) - 1) / int(bucket)
+	if len(body) != 4*nb+(len(out)+7)/8 {
+		return corrupt("sign: body of %d bytes, want %d for %d values", len(body), 4*nb+(len(out)+7)/8, len(out))
+	}
+	bits := body[4*nb:]
+	for b := range nb {
+		scale := getF32(body[4*b:])
+		lo := b * int(bucket)
+		for i := lo; i < min(len(out), lo+int(bucket)); i++ {
+			if bits[i>>3]&(1<<(i&7)) != 0 {
+				out[i] += scale
+			} else {
+				out[i] -= scale
+			}
+		}
+	}
+	return nil
+}
