@@ -35,7 +35,6 @@ type PowerSGD struct {
 	shapes   []Matrix // shapes of the first call: later calls must match
 	q        [][]float32
 	residual [][]float32
-	m        []float32 // M scratch
 	pbuf     []float32 // all P's, then all Q's (one allreduce each)
 	qbuf     []float32
 	dense    []float32 // vectors, reduced as they are
