@@ -52,6 +52,7 @@ const (
 	AlgoTree                      // binomial tree
 	AlgoPairwise                  // pairwise exchange (AllToAll, point-to-point)
 	AlgoRD                        // recursive doubling (small-message AllReduce)
+	AlgoHier                      // hierarchical: within hosts, then among host leaders
 	numAlgo
 )
 
@@ -69,6 +70,8 @@ func (a Algorithm) String() string {
 		return "pairwise"
 	case AlgoRD:
 		return "rd"
+	case AlgoHier:
+		return "hier"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
@@ -92,8 +95,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		return AlgoPairwise, nil
 	case "rd", "recursive-doubling", "recursivedoubling":
 		return AlgoRD, nil
+	case "hier", "hierarchical", "2level", "two-level":
+		return AlgoHier, nil
 	}
-	return AlgoAuto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, hd, tree or rd)", ErrInvalid, s)
+	return AlgoAuto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, hd, tree, rd or hier)", ErrInvalid, s)
 }
 
 // Collective names a collective operation; it is also the kind field of
@@ -230,6 +235,14 @@ type CostModel struct {
 	// Segment is the pipelining granularity in bytes (the communicator's
 	// ChunkBytes); 0 means DefaultChunkBytes.
 	Segment int
+	// Hosts and PerHost describe the two-level topology (number of hosts,
+	// most ranks on one host; the communicator fills them in from
+	// Config.Hosts), IntraAlpha and IntraBeta the links inside a host
+	// (zero: unknown, then the hierarchical algorithm is never chosen
+	// automatically). Alpha and Beta then describe the slowest links.
+	Hosts, PerHost int
+	IntraAlpha     time.Duration
+	IntraBeta      float64
 }
 
 // DefaultCostModel is a conservative model of loopback TCP on a small VM
@@ -248,9 +261,11 @@ func (m CostModel) String() string {
 // params are the model in float seconds with the derived quantities the
 // cost formulas share.
 type params struct {
-	a, b, g float64 // α, β, γ
-	aa, ba  float64 // α and β with every rank stepping
-	seg     float64 // segment bytes
+	a, b, g        float64 // α, β, γ
+	aa, ba         float64 // α and β with every rank stepping
+	seg            float64 // segment bytes
+	hosts, perHost int     // two-level topology
+	ai, bi         float64 // intra-host α and β (0: unknown)
 }
 
 func (m CostModel) params() params {
@@ -258,7 +273,11 @@ func (m CostModel) params() params {
 	if seg <= 0 {
 		seg = DefaultChunkBytes
 	}
-	pm := params{a: m.Alpha.Seconds(), b: m.Beta, g: m.Gamma, aa: m.AlphaAll.Seconds(), ba: m.BetaAll, seg: seg}
+	pm := params{a: m.Alpha.Seconds(), b: m.Beta, g: m.Gamma, aa: m.AlphaAll.Seconds(), ba: m.BetaAll, seg: seg,
+		hosts: m.Hosts, perHost: m.PerHost, ai: m.IntraAlpha.Seconds(), bi: m.IntraBeta}
+	if pm.ai > 0 && pm.bi <= 0 {
+		pm.bi = pm.b
+	}
 	if pm.aa <= 0 {
 		pm.aa = pm.a
 	}
@@ -301,6 +320,7 @@ var candidates = [...]struct {
 	{AlgoHD, hdAlgorithm{}},
 	{AlgoRing, ringAlgorithm{}},
 	{AlgoPairwise, pairwiseAlgorithm{}},
+	{AlgoHier, hierAlgorithm{}},
 }
 
 func implementation(a Algorithm) algorithm {
@@ -405,15 +425,17 @@ func (c *Communicator) CostModel() CostModel {
 	return c.model
 }
 
-// SetCostModel replaces the model (its Segment is kept). It must be equal
+// SetCostModel replaces the model (its Segment, Hosts and PerHost, facts
+// of the communicator, are kept). It must be equal
 // on all ranks, or they may choose different algorithms (then the
 // collective fails with ErrMismatch).
 func (c *Communicator) SetCostModel(m CostModel) {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seg := c.model.Segment
+	seg, hosts, per := c.model.Segment, c.model.Hosts, c.model.PerHost
 	c.model = m
 	c.model.Segment = seg
+	c.model.Hosts, c.model.PerHost = hosts, per
 }
 
 // log2ceil is ⌈log2 p⌉ for p ≥ 1.

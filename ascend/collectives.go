@@ -62,6 +62,8 @@ func (c *Communicator) AllReduceInto(ctx context.Context, dst, src []float32, op
 		return c.treeAllReduce(ctx, tag, src, dst, op)
 	case AlgoRD:
 		return c.rdAllReduce(ctx, tag, src, dst, op)
+	case AlgoHier:
+		return c.hierAllReduce(ctx, tag, src, dst, op)
 	}
 	return c.ringAllReduce(ctx, tag, src, dst, op)
 }
@@ -121,7 +123,7 @@ func (c *Communicator) reduceScatter(ctx context.Context, dst, src, work []float
 	if algo == AlgoHD {
 		err = c.hdReduceScatter(ctx, tag, src, work, offs, op)
 	} else {
-		if err = c.ringReduceScatter(ctx, "reducescatter", tag, src, work, offs, op); err == nil && op == Avg {
+		if err = c.ringReduceScatter(ctx, "reducescatter", tag, c.ring(), src, work, offs, op); err == nil && op == Avg {
 			divide(work[offs[r]:offs[r+1]], c.size)
 		}
 	}
@@ -206,7 +208,7 @@ func (c *Communicator) allGather(ctx context.Context, dst, src []float32, counts
 	if algo == AlgoHD {
 		return c.hdAllGather(ctx, tag, dst, offs)
 	}
-	return c.ringAllGather(ctx, "allgather", tag, dst, offs)
+	return c.ringAllGather(ctx, "allgather", tag, c.ring(), dst, offs)
 }
 
 // Broadcast copies root's buf into every other rank's buf. All ranks must

@@ -36,6 +36,10 @@ type Config struct {
 	Model CostModel
 	// IgnoreEnv makes New ignore ASCEND_ALGO.
 	IgnoreEnv bool
+	// Hosts[i] is rank i's host index (see HostIndex), equal on all ranks;
+	// nil means unknown (one host, as far as the hierarchical algorithm is
+	// concerned).
+	Hosts []int
 }
 
 // Communicator is one rank's endpoint of a session. See the package
@@ -60,6 +64,11 @@ type Communicator struct {
 	work     []float32    // workspace of out-of-place variants, grown on demand
 	p2pSend  []uint32     // per-peer point-to-point sequence numbers
 	p2pRecv  []uint32
+	// Host groups (hierarchical.go): the ranks on this host and the host
+	// leaders, ascending, and this rank's index among each (-1: not a
+	// leader).
+	local, leaders      []int
+	localIdx, leaderIdx int
 
 	stateMu sync.Mutex
 	err     error // sticky failure
@@ -122,6 +131,9 @@ func New(cfg Config) (*Communicator, error) {
 	if chunk < 4 {
 		return nil, fmt.Errorf("%w: ChunkBytes %d", ErrInvalid, cfg.ChunkBytes)
 	}
+	if cfg.Hosts != nil && len(cfg.Hosts) != cfg.Size {
+		return nil, fmt.Errorf("%w: %d host indices for size %d", ErrInvalid, len(cfg.Hosts), cfg.Size)
+	}
 	if !cfg.Algorithm.valid() {
 		return nil, fmt.Errorf("%w: algorithm %d", ErrInvalid, uint8(cfg.Algorithm))
 	}
@@ -158,6 +170,7 @@ func New(cfg Config) (*Communicator, error) {
 		quit:     make(chan struct{}),
 		watch:    make(chan context.Context, 1),
 	}
+	c.hostGroups(cfg.Hosts)
 	c.wg.Add(1)
 	go c.watcher()
 	for i, conn := range cfg.Conns {

@@ -57,15 +57,17 @@
 // Broadcast and Reduce), recursive halving-doubling (halving_doubling.go:
 // Rabenseifner AllReduce, ReduceScatter and AllGather, any world size),
 // binomial tree (tree.go: pipelined Broadcast and Reduce, and AllReduce as
-// the two), pairwise exchange (alltoall_pairwise.go) and dissemination
-// (barrier_dissemination.go). Each call picks the algorithm with the lowest
+// the two), recursive doubling (recursive_doubling.go: small-message
+// AllReduce), hierarchical two-level AllReduce (hierarchical.go: within
+// hosts, then among host leaders), pairwise exchange (alltoall_pairwise.go)
+// and dissemination (barrier_dissemination.go). Each call picks the algorithm with the lowest
 // predicted time from an α-β-γ cost model (algorithm.go) whose parameters
 // Calibrate measures on the links when a communicator starts (tcp.Connect
 // does it; a few milliseconds) and the ranks agree on, so they all choose
 // alike. The model prices both an algorithm's critical path and its share
 // of the total work, which is what counts when ranks share CPUs. The
 // choice can be forced with Config.Algorithm or SetAlgorithm, or per
-// process with ASCEND_ALGO=ring|hd|tree (or per collective,
+// process with ASCEND_ALGO=ring|hd|tree|rd|hier (or per collective,
 // "allreduce=hd,broadcast=tree"), like NCCL_ALGO and HCCL_ALGO; frames
 // carry the algorithm, so ranks that disagree fail with ErrMismatch.
 // Abort notices are in abort.go.

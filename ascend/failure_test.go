@@ -48,7 +48,7 @@ func testVictimNamed(t *testing.T, shared bool) {
 			return c.AllToAll(ctx, make([]float32, world*n), make([]float32, world*n))
 		},
 	}
-	for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD} {
+	for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD, ascend.AlgoHier} {
 		for name, run := range ops {
 			coll, _ := ascend.ParseCollective(name)
 			if !algo.Implements(coll) && !(name == "alltoall" && algo == ascend.AlgoRing) {

@@ -385,7 +385,7 @@ func runMatrix(t testing.TB, c *ascend.Communicator, algos []ascend.Algorithm, l
 	}
 }
 
-var allAlgos = []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD, ascend.AlgoAuto}
+var allAlgos = []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD, ascend.AlgoAuto, ascend.AlgoHier}
 
 // TestMatrixTCP: every operation × algorithm × world 1..9 × lengths 0, 1,
 // odd and large (many frames: 4 KiB frames) over loopback TCP.

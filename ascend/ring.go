@@ -94,12 +94,30 @@ func countOffsets(offs []int, counts []int) []int {
 	return offs
 }
 
-// ringReduceScatter reduces src across the ring and leaves segment r of
-// work (offsets offs) fully reduced; other segments of work hold partial
-// results. work may be src (in place).
-func (c *Communicator) ringReduceScatter(ctx context.Context, name string, tag uint32, src, work []float32, offs []int, op Op) error {
+// ringOf is a ring over members (ranks; nil: every rank in order), in
+// which this rank has index r of p.
+type ringOf struct {
+	p, r        int
+	right, left *peer
+}
+
+// ring is the ring of all ranks.
+func (c *Communicator) ring() ringOf {
 	p, r := c.size, c.rank
-	right, left := c.peers[mod(r+1, p)], c.peers[mod(r-1, p)]
+	return ringOf{p, r, c.peers[mod(r+1, p)], c.peers[mod(r-1, p)]}
+}
+
+// ringOver is the ring of members, this rank being members[r].
+func (c *Communicator) ringOver(members []int, r int) ringOf {
+	p := len(members)
+	return ringOf{p, r, c.peers[members[mod(r+1, p)]], c.peers[members[mod(r-1, p)]]}
+}
+
+// ringReduceScatter reduces src across the ring and leaves segment g.r of
+// work (offsets offs, g.p segments) fully reduced; other segments of work
+// hold partial results. work may be src (in place).
+func (c *Communicator) ringReduceScatter(ctx context.Context, name string, tag uint32, g ringOf, src, work []float32, offs []int, op Op) error {
+	p, r := g.p, g.r
 	// Step s sends segment r-1-s (fresh input at s = 0, the partial
 	// received at step s-1 after) and folds segment r-2-s, which no step
 	// has touched yet, from src into work. The last step folds segment r.
@@ -110,7 +128,7 @@ func (c *Communicator) ringReduceScatter(ctx context.Context, name string, tag u
 			from = src
 		}
 		lo, hi := offs[ri], offs[ri+1]
-		if err := c.exchange(ctx, name, tag, right, from[offs[si]:offs[si+1]], left, work[lo:hi], src[lo:hi], op, true); err != nil {
+		if err := c.exchange(ctx, name, tag, g.right, from[offs[si]:offs[si+1]], g.left, work[lo:hi], src[lo:hi], op, true); err != nil {
 			return err
 		}
 	}
@@ -118,13 +136,13 @@ func (c *Communicator) ringReduceScatter(ctx context.Context, name string, tag u
 }
 
 // ringAllGather circulates the segments of work (offsets offs) so that
-// every rank ends with all of them; segment r must hold this rank's part.
-func (c *Communicator) ringAllGather(ctx context.Context, name string, tag uint32, work []float32, offs []int) error {
-	p, r := c.size, c.rank
-	right, left := c.peers[mod(r+1, p)], c.peers[mod(r-1, p)]
+// every rank of the ring ends with all of them; segment g.r must hold this
+// rank's part.
+func (c *Communicator) ringAllGather(ctx context.Context, name string, tag uint32, g ringOf, work []float32, offs []int) error {
+	p, r := g.p, g.r
 	for s := 0; s < p-1; s++ {
 		si, ri := mod(r-s, p), mod(r-s-1, p)
-		if err := c.exchange(ctx, name, tag, right, work[offs[si]:offs[si+1]], left, work[offs[ri]:offs[ri+1]], nil, Sum, false); err != nil {
+		if err := c.exchange(ctx, name, tag, g.right, work[offs[si]:offs[si+1]], g.left, work[offs[ri]:offs[ri+1]], nil, Sum, false); err != nil {
 			return err
 		}
 	}
@@ -135,13 +153,14 @@ func (c *Communicator) ringAllGather(ctx context.Context, name string, tag uint3
 func (c *Communicator) ringAllReduce(ctx context.Context, tag uint32, src, work []float32, op Op) error {
 	const name = "allreduce"
 	offs := equalOffsets(c.offs, len(work))
-	if err := c.ringReduceScatter(ctx, name, tag, src, work, offs, op); err != nil {
+	g := c.ring()
+	if err := c.ringReduceScatter(ctx, name, tag, g, src, work, offs, op); err != nil {
 		return err
 	}
 	if op == Avg {
 		divide(work[offs[c.rank]:offs[c.rank+1]], c.size)
 	}
-	return c.ringAllGather(ctx, name, tag, work, offs)
+	return c.ringAllGather(ctx, name, tag, g, work, offs)
 }
 
 // chain is the pipeline topology of the ring broadcast and reduce: rank

@@ -50,12 +50,24 @@ func (treeAlgorithm) cost(coll Collective, p int, n float64, m params) (float64,
 // subtree first (the order a broadcast feeds them) or, with smallFirst,
 // smallest first (the order their partial results of a reduce complete).
 func (c *Communicator) binomial(root int, smallFirst bool) (parent *peer, children []*peer) {
-	p := c.size
-	vr := mod(c.rank-root, p)
+	return c.binomialOver(nil, c.size, c.rank, root, smallFirst)
+}
+
+// binomialOver is binomial over members (ranks; nil: every rank in order),
+// p of them, this rank being members[me], rooted at members[root].
+func (c *Communicator) binomialOver(members []int, p, me, root int, smallFirst bool) (parent *peer, children []*peer) {
+	at := func(v int) *peer {
+		i := mod(v+root, p)
+		if members != nil {
+			i = members[i]
+		}
+		return c.peers[i]
+	}
+	vr := mod(me-root, p)
 	mask := 1
 	for ; mask < p; mask <<= 1 {
 		if vr&mask != 0 {
-			parent = c.peers[mod(vr-mask+root, p)]
+			parent = at(vr - mask)
 			break
 		}
 	}
@@ -63,13 +75,13 @@ func (c *Communicator) binomial(root int, smallFirst bool) (parent *peer, childr
 	if smallFirst {
 		for m := 1; m < mask; m <<= 1 {
 			if vr+m < p {
-				children = append(children, c.peers[mod(vr+m+root, p)])
+				children = append(children, at(vr+m))
 			}
 		}
 	} else {
 		for m := mask >> 1; m > 0; m >>= 1 {
 			if vr+m < p {
-				children = append(children, c.peers[mod(vr+m+root, p)])
+				children = append(children, at(vr+m))
 			}
 		}
 	}

@@ -62,6 +62,10 @@ type Options struct {
 	// Zero means DefaultSpin while the ranks on this host do not outnumber
 	// its cores and no polling otherwise; negative never polls.
 	Spin time.Duration
+	// Hosts, if set, names every rank's host (len = world size, equal on
+	// all ranks), overriding what the ranks found out (kernel boot ids);
+	// the hierarchical algorithm groups ranks by it.
+	Hosts []string
 	// SkipCalibration skips measuring the links when the group forms
 	// (ascend.Communicator.Calibrate, a few milliseconds); the cost model
 	// then stays ascend.DefaultCostModel. It must be equal on all ranks.
@@ -106,6 +110,8 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 		return nil, fmt.Errorf("%w: empty token", ascend.ErrInvalid)
 	case opts.ChunkBytes < 0 || opts.ChunkBytes > MaxFrame:
 		return nil, fmt.Errorf("%w: ChunkBytes %d", ascend.ErrInvalid, opts.ChunkBytes)
+	case opts.Hosts != nil && len(opts.Hosts) != world:
+		return nil, fmt.Errorf("%w: %d hosts for world size %d", ascend.ErrInvalid, len(opts.Hosts), world)
 	}
 	for j := 0; j < g.Rank; j++ {
 		if g.Addrs[j] == "" {
@@ -147,12 +153,15 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 			_ = nc.SetWriteBuffer(opts.SocketBuffer)
 		}
 	}
-	conns, err := links(cctx, ncs, g.Rank, opts)
+	conns, hostIDs, err := links(cctx, ncs, g.Rank, opts)
 	if err != nil {
 		closeAll(ncs)
 		return nil, err
 	}
-	comm, err := ascend.New(ascend.Config{Rank: g.Rank, Size: world, Session: g.Session, Conns: conns, Algorithm: opts.Algorithm, ChunkBytes: opts.ChunkBytes})
+	if opts.Hosts != nil {
+		hostIDs = opts.Hosts
+	}
+	comm, err := ascend.New(ascend.Config{Rank: g.Rank, Size: world, Session: g.Session, Conns: conns, Algorithm: opts.Algorithm, ChunkBytes: opts.ChunkBytes, Hosts: ascend.HostIndex(hostIDs)})
 	if err != nil {
 		for _, c := range conns {
 			if c != nil {

@@ -32,11 +32,15 @@ import (
 // and sets the receive polling of the TCP ones (see Options.Spin) from the
 // number of ranks found on this host. On error the connections are left to
 // the caller.
-func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]ascend.Conn, error) {
+//
+// It also returns every rank's host id as the ranks told each other (ids
+// the same on all ranks; nil if this host's is unknown).
+func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]ascend.Conn, []string, error) {
 	conns := make([]ascend.Conn, len(ncs))
-	local := make([]bool, len(ncs))
+	hosts := make([]string, len(ncs))
 	errs := make([]error, len(ncs))
 	host := shm.HostID()
+	hosts[rank] = host
 	wantSHM := opts.SharedMemory && shm.Supported && host != ""
 	var wg sync.WaitGroup
 	for i, nc := range ncs {
@@ -46,7 +50,7 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conns[i], local[i], errs[i] = link(ctx, nc, rank, i, host, wantSHM, opts)
+			conns[i], hosts[i], errs[i] = link(ctx, nc, rank, i, host, wantSHM, opts)
 		}()
 	}
 	wg.Wait()
@@ -56,21 +60,25 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 				_ = sc.Close() // closes its TCP connection too
 			}
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	onHost := 1
-	for _, l := range local {
-		if l {
+	onHost := 0
+	for _, h := range hosts {
+		if host != "" && h == host {
 			onHost++
 		}
 	}
+	onHost = max(onHost, 1)
 	spin := spinFor(opts.Spin, onHost, runtime.NumCPU())
 	for _, c := range conns {
 		if tc, ok := c.(*conn); ok {
 			tc.setSpin(spin)
 		}
 	}
-	return conns, nil
+	if host == "" {
+		hosts = nil
+	}
+	return conns, hosts, nil
 }
 
 // spinFor resolves Options.Spin: negative never polls, positive is used as
@@ -91,9 +99,10 @@ func spinFor(opt time.Duration, onHost, cores int) time.Duration {
 
 // link runs the exchange with peer over nc. host is this side's host id
 // (empty if unknown); wantSHM says whether this side wants shared memory.
-// It reports whether the peer runs on the same host.
-func link(ctx context.Context, nc *net.TCPConn, rank, peer int, host string, wantSHM bool, opts Options) (ascend.Conn, bool, error) {
+// It returns the peer's host id.
+func link(ctx context.Context, nc *net.TCPConn, rank, peer int, host string, wantSHM bool, opts Options) (ascend.Conn, string, error) {
 	var sameHost bool
+	var peerHost string
 	useSHM, err := underCtx(ctx, nc, func() (bool, error) {
 		msg := append([]byte{0, byte(len(host))}, host...)
 		if wantSHM {
@@ -110,14 +119,15 @@ func link(ctx context.Context, nc *net.TCPConn, rank, peer int, host string, wan
 		if _, err := io.ReadFull(nc, theirs); err != nil {
 			return false, eofIsUnexpected(err)
 		}
-		sameHost = host != "" && string(theirs) == host
+		peerHost = string(theirs)
+		sameHost = host != "" && peerHost == host
 		return hdr[0] == 1 && wantSHM && sameHost, nil
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("link to rank %d: %w", peer, err)
+		return nil, "", fmt.Errorf("link to rank %d: %w", peer, err)
 	}
 	if !useSHM {
-		return newConn(nc, opts.OpTimeout), sameHost, nil
+		return newConn(nc, opts.OpTimeout), peerHost, nil
 	}
 	var seg *shm.Segment
 	_, err = underCtx(ctx, nc, func() (bool, error) {
@@ -130,16 +140,16 @@ func link(ctx context.Context, nc *net.TCPConn, rank, peer int, host string, wan
 		return false, serr
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("shared-memory link to rank %d: %w", peer, err)
+		return nil, "", fmt.Errorf("shared-memory link to rank %d: %w", peer, err)
 	}
 	if seg == nil { // refused: stay on TCP
-		return newConn(nc, opts.OpTimeout), sameHost, nil
+		return newConn(nc, opts.OpTimeout), peerHost, nil
 	}
 	side := 1
 	if rank < peer {
 		side = 0
 	}
-	return shm.NewConn(seg, side, shm.ConnOptions{OpTimeout: opts.OpTimeout, Liveness: nc}), sameHost, nil
+	return shm.NewConn(seg, side, shm.ConnOptions{OpTimeout: opts.OpTimeout, Liveness: nc}), peerHost, nil
 }
 
 // offerSegment is the lower rank's side: create, offer, unlink. A nil

@@ -45,7 +45,7 @@ func TestLinkMedium(t *testing.T) {
 				ncs := []*net.TCPConn{nil, nil}
 				ncs[1-side] = nc
 				opts := Options{OpTimeout: 5 * time.Second, SharedMemory: []bool{tc.want0, tc.want1}[side]}
-				cs, err := links(ctx, ncs, side, opts)
+				cs, _, err := links(ctx, ncs, side, opts)
 				if err == nil {
 					conns[side] = cs[1-side]
 				}
