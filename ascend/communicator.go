@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // DefaultChunkBytes is the frame size collectives pipeline large buffers in.
@@ -62,6 +63,7 @@ type Communicator struct {
 	voffs    []int        // halving-doubling block offsets: p'+1
 	acc      [2][]float32 // ping-pong chunk accumulators (pipelined reduce)
 	work     []float32    // workspace of out-of-place variants, grown on demand
+	sink     reduceSink   // in-place reduction of received frames
 	p2pSend  []uint32     // per-peer point-to-point sequence numbers
 	p2pRecv  []uint32
 	// Host groups (hierarchical.go): the ranks on this host and the host
@@ -98,9 +100,10 @@ type peer struct {
 	exited chan struct{}
 	enc    []byte // encode scratch for the portable wire path
 
-	ts        TrySender // conn as a TrySender, or nil
-	inline    bool      // the outstanding send completed in startSend
-	inlineErr error     // and this was its result
+	ts        TrySender       // conn as a TrySender, or nil
+	ip        InPlaceReceiver // conn as an InPlaceReceiver, or nil
+	inline    bool            // the outstanding send completed in startSend
+	inlineErr error           // and this was its result
 }
 
 type sendJob struct {
@@ -179,6 +182,7 @@ func New(cfg Config) (*Communicator, error) {
 		}
 		p := &peer{rank: i, conn: conn, jobs: make(chan sendJob, 1), done: make(chan error, 1), exited: make(chan struct{})}
 		p.ts, _ = conn.(TrySender)
+		p.ip, _ = conn.(InPlaceReceiver)
 		c.peers[i] = p
 		c.wg.Add(1)
 		go c.writer(p)
@@ -497,16 +501,56 @@ func recvFrame(ctx context.Context, p *peer, tag uint32, b []byte) error {
 		}
 		return err
 	}
-	if got != tag {
+	return checkFrame(got, tag, n, len(b))
+}
+
+// checkFrame checks a received frame's tag and length against the
+// expected ones; an abort notice becomes the error it carries.
+func checkFrame(got, want uint32, n, wantN int) error {
+	if got != want {
 		if tagKind(got) == kindAbort {
 			return decodeNotice(got)
 		}
-		return fmt.Errorf("%w: got frame tag %s, want %s", ErrMismatch, describeTag(got), describeTag(tag))
+		return fmt.Errorf("%w: got frame tag %s, want %s", ErrMismatch, describeTag(got), describeTag(want))
 	}
-	if n != len(b) {
-		return fmt.Errorf("%w: got a %d-byte frame, want %d bytes (buffer lengths differ?)", ErrMismatch, n, len(b))
+	if n != wantN {
+		return fmt.Errorf("%w: got a %d-byte frame, want %d bytes (buffer lengths differ?)", ErrMismatch, n, wantN)
 	}
 	return nil
+}
+
+// reduceSink folds a frame into dst as the transport hands it over (see
+// InPlaceReceiver): dst[i] = base[i] op received[i].
+type reduceSink struct {
+	tag       uint32
+	dst, base []float32
+	op        Op
+	pos       int     // elements folded so far
+	carry     [4]byte // a float split across pieces
+	nc        int
+}
+
+func (s *reduceSink) Accept(tag uint32, n int) error { return checkFrame(tag, s.tag, n, 4*len(s.dst)) }
+
+func (s *reduceSink) Consume(b []byte) {
+	if s.nc > 0 {
+		k := copy(s.carry[s.nc:], b)
+		s.nc += k
+		b = b[k:]
+		if s.nc < 4 {
+			return
+		}
+		reduceLE(s.dst[s.pos:s.pos+1], s.base[s.pos:s.pos+1], s.carry[:], s.op)
+		s.pos++
+		s.nc = 0
+	}
+	if k := len(b) / 4; k > 0 {
+		f := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), k)
+		reduce3(s.dst[s.pos:s.pos+k], s.base[s.pos:s.pos+k], f, s.op)
+		s.pos += k
+		b = b[4*k:]
+	}
+	s.nc = copy(s.carry[:], b)
 }
 
 // scratchFor returns a reusable receive buffer of n elements.
@@ -539,6 +583,22 @@ func (c *Communicator) accFor(i, n int) []float32 {
 // in-place fold). Reduction of one frame overlaps the transport receiving
 // the next.
 func (c *Communicator) recvReduce(ctx context.Context, p *peer, tag uint32, dst, base []float32, op Op) error {
+	if p.ip != nil && c.native {
+		s := &c.sink
+		for off := 0; ; {
+			k := min(len(dst)-off, c.chunk)
+			*s = reduceSink{tag: tag, dst: dst[off : off+k], base: base[off : off+k], op: op}
+			err := p.ip.RecvInPlace(ctx, s)
+			s.dst, s.base = nil, nil
+			if err != nil {
+				return err
+			}
+			off += k
+			if off >= len(dst) {
+				return nil
+			}
+		}
+	}
 	scratch := c.scratchFor(min(len(dst), c.chunk))
 	for off := 0; ; {
 		k := min(len(dst)-off, c.chunk)

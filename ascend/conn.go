@@ -52,3 +52,22 @@ type TrySender interface {
 	// waiting like Send.
 	FinishSend(ctx context.Context) error
 }
+
+// A FrameSink consumes a frame's payload where the transport holds it
+// (see InPlaceReceiver).
+type FrameSink interface {
+	// Accept is called with the frame's tag and payload length before any
+	// payload; an error ends the receive with that error, the payload
+	// unread (the Conn is then unusable).
+	Accept(tag uint32, n int) error
+	// Consume gets consecutive pieces of the payload: views of the
+	// transport's memory, valid only during the call.
+	Consume(p []byte)
+}
+
+// An InPlaceReceiver is a Conn whose frames can be consumed without a copy
+// into a receive buffer: reductions fold straight out of a shared-memory
+// ring, saving one pass over the data.
+type InPlaceReceiver interface {
+	RecvInPlace(ctx context.Context, sink FrameSink) error
+}

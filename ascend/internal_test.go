@@ -358,3 +358,40 @@ func TestAbortNoticeErrors(t *testing.T) {
 		t.Fatalf("close: reason %d", r)
 	}
 }
+
+// TestReduceSinkSplitPieces: the in-place reduction folds a frame handed
+// over in pieces of any size, floats split across pieces included.
+func TestReduceSinkSplitPieces(t *testing.T) {
+	const n = 37
+	recv, base := make([]float32, n), make([]float32, n)
+	for i := range recv {
+		recv[i], base[i] = float32(i)*1.5, float32(100-i)
+	}
+	wire := make([]byte, 4*n)
+	encodeLE(wire, recv)
+	for _, piece := range []int{1, 3, 4, 5, 7, 148} {
+		dst := make([]float32, n)
+		s := &reduceSink{tag: 9, dst: dst, base: base, op: Sum}
+		if err := s.Accept(9, 4*n); err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off < len(wire); off += piece {
+			s.Consume(wire[off:min(len(wire), off+piece)])
+		}
+		for i := range dst {
+			if dst[i] != base[i]+recv[i] {
+				t.Fatalf("pieces of %d: [%d] = %v, want %v", piece, i, dst[i], base[i]+recv[i])
+			}
+		}
+		if s.pos != n || s.nc != 0 {
+			t.Fatalf("pieces of %d: folded %d, carry %d", piece, s.pos, s.nc)
+		}
+	}
+	s := &reduceSink{tag: 9, dst: make([]float32, 2), base: make([]float32, 2)}
+	if err := s.Accept(8, 8); !errors.Is(err, ErrMismatch) {
+		t.Errorf("wrong tag: %v", err)
+	}
+	if err := s.Accept(9, 12); !errors.Is(err, ErrMismatch) {
+		t.Errorf("wrong length: %v", err)
+	}
+}

@@ -101,4 +101,9 @@ type ConnOptions struct {
 	// Spin is how many times a waiting side polls (yielding the processor
 	// in between) before it blocks in the kernel; 0 means 64.
 	Spin int
+	// SpinFor, if positive, makes a waiting side poll for at least this
+	// long (and Spin times) before it sleeps: worth it while the ranks on
+	// the host do not outnumber its cores (a futex wake-up costs several
+	// microseconds on a VM). SetSpinFor changes it later.
+	SpinFor time.Duration
 }

@@ -149,14 +149,15 @@ type Conn struct {
 	mine, peer *uint32 // closed flags
 	opts       ConnOptions
 
-	closed atomic.Bool // Close was called
-	gone   atomic.Bool // the liveness channel failed: the peer is gone
-	mu     sync.RWMutex
-	once   sync.Once
-	rhdr   [frameHdr]byte
-	whdr   [frameHdr]byte
-	rts    syscall.Timespec // futex timeouts of the reader and the writer
-	wts    syscall.Timespec
+	spinFor atomic.Int64 // ConnOptions.SpinFor, settable later
+	closed  atomic.Bool  // Close was called
+	gone    atomic.Bool  // the liveness channel failed: the peer is gone
+	mu      sync.RWMutex
+	once    sync.Once
+	rhdr    [frameHdr]byte
+	whdr    [frameHdr]byte
+	rts     syscall.Timespec // futex timeouts of the reader and the writer
+	wts     syscall.Timespec
 }
 
 var _ ascend.Conn = (*Conn)(nil)
@@ -168,6 +169,7 @@ func NewConn(seg *Segment, side int, opts ConnOptions) *Conn {
 		opts.Spin = 64
 	}
 	c := &Conn{seg: seg, side: side & 1, opts: opts}
+	c.spinFor.Store(int64(opts.SpinFor))
 	c.out, c.in = seg.ring(c.side), seg.ring(1-c.side)
 	c.mine, c.peer = seg.closedFlag(c.side), seg.closedFlag(1-c.side)
 	if opts.Liveness != nil {
@@ -328,6 +330,52 @@ func (c *Conn) Recv(ctx context.Context, p []byte) (uint32, int, error) {
 	return tag, int(size), nil
 }
 
+// RecvInPlace implements ascend.InPlaceReceiver.
+func (c *Conn) RecvInPlace(ctx context.Context, sink ascend.FrameSink) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	d := c.deadline(ctx)
+	if err := c.read(c.rhdr[:], d, true); err != nil {
+		return err
+	}
+	size := int(binary.LittleEndian.Uint32(c.rhdr[0:]))
+	if err := sink.Accept(binary.LittleEndian.Uint32(c.rhdr[4:]), size); err != nil {
+		return err
+	}
+	r := &c.in
+	tail := atomic.LoadUint64(r.tail)
+	for size > 0 {
+		avail := atomic.LoadUint64(r.head) - tail
+		if avail == 0 {
+			err := c.wait(r.dataSeq, r.consWaiting, func() bool { return atomic.LoadUint64(r.head) != tail }, d, &c.rts, true)
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		off := tail & r.mask
+		n := min(avail, uint64(size), uint64(len(r.data))-off) // contiguous
+		sink.Consume(r.data[off : off+n])
+		tail += n
+		atomic.StoreUint64(r.tail, tail)
+		if atomic.LoadUint32(r.prodWaiting) != 0 {
+			atomic.AddUint32(r.spaceSeq, 1)
+			futexWake(r.spaceSeq)
+		}
+		size -= int(n)
+	}
+	return nil
+}
+
 // read fills p from the incoming ring. At a frame boundary (first) a peer
 // that closed with nothing left to read is io.EOF.
 func (c *Conn) read(p []byte, d time.Time, first bool) error {
@@ -380,6 +428,10 @@ func (c *Conn) wait(seq, waiting *uint32, ready func() bool, d time.Time, ts *sy
 		}
 		return nil
 	}
+	var until time.Time
+	if sf := time.Duration(c.spinFor.Load()); sf > 0 {
+		until = time.Now().Add(sf)
+	}
 	for i := 0; ; i++ {
 		if ready() {
 			return nil
@@ -387,7 +439,7 @@ func (c *Conn) wait(seq, waiting *uint32, ready func() bool, d time.Time, ts *sy
 		if err := down(); err != nil {
 			return err
 		}
-		if i < c.opts.Spin {
+		if i < c.opts.Spin || (!until.IsZero() && (i&15 != 0 || time.Now().Before(until))) { // the clock every 16th poll
 			runtime.Gosched()
 			continue
 		}
@@ -408,6 +460,9 @@ func (c *Conn) wait(seq, waiting *uint32, ready func() bool, d time.Time, ts *sy
 		atomic.StoreUint32(waiting, 0)
 	}
 }
+
+// SetSpinFor sets ConnOptions.SpinFor.
+func (c *Conn) SetSpinFor(d time.Duration) { c.spinFor.Store(int64(max(d, 0))) }
 
 // Close implements ascend.Conn: it tells the peer, wakes every blocked
 // call (theirs and ours), waits for ours to return and unmaps the

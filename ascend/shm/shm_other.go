@@ -4,6 +4,7 @@ package shm
 
 import (
 	"context"
+	"time"
 
 	"github.com/cann-train/cann-train/ascend"
 )
@@ -45,6 +46,9 @@ func (c *Conn) Recv(ctx context.Context, p []byte) (uint32, int, error) { return
 
 // Close does nothing.
 func (c *Conn) Close() error { return nil }
+
+// SetSpinFor does nothing.
+func (c *Conn) SetSpinFor(time.Duration) {}
 
 // HostID is empty: no host sharing is detected.
 func HostID() string { return "" }

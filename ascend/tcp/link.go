@@ -71,8 +71,11 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 	onHost = max(onHost, 1)
 	spin := spinFor(opts.Spin, onHost, runtime.NumCPU())
 	for _, c := range conns {
-		if tc, ok := c.(*conn); ok {
-			tc.setSpin(spin)
+		switch c := c.(type) {
+		case *conn:
+			c.setSpin(spin)
+		case *shm.Conn:
+			c.SetSpinFor(spin)
 		}
 	}
 	if host == "" {

@@ -82,6 +82,7 @@ Start here:  cann-train quickstart`,
 		newCheckpointCmd(e),
 		newBenchCmd(e),
 		newSearchCmd(e),
+		newTopoScanCmd(e),
 		newFaultCmd(e),
 		newGreenCmd(e),
 	)

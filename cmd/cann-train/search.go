@@ -20,14 +20,16 @@ func newSearchCmd(e *env) *cobra.Command {
 		Long: `Searches every parallel plan that fits in memory and ranks them by predicted
 throughput, showing memory headroom, communication and pipeline-bubble shares
 and the failure blast radius. --model and --cluster take a YAML file or a
-preset name (--list-presets). --evaluate scores one given plan.`,
+preset name (--list-presets). --evaluate scores one given plan. -o html writes
+a self-contained HTML report (inline CSS, no external assets) of the plans.`,
 		Example: `  cann-train search --model moe_bert --cluster 1024_ascend910b
   cann-train search --model gpt3_18.4b --cluster vtrain_a100_256 --top 5 -o json
+  cann-train search --model moe_bert --cluster 1024_ascend910b --top 20 -o html > plans.html
   cann-train search --model my_model.yaml --cluster my_cluster.yaml \
       --evaluate "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1,vpp=1,sp=true,ep=1,cp=1"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "json"); err != nil {
+			if err := checkOutput(output, "table", "json", "html"); err != nil {
 				return err
 			}
 			if modelArg == "" || clusterArg == "" {
@@ -51,7 +53,10 @@ preset name (--list-presets). --evaluate scores one given plan.`,
 			} else if res, err = strategy.Search(cmd.Context(), m, c, strategy.SearchOptions{TopK: top}); err != nil {
 				return err
 			}
-			if output == "json" {
+			switch output {
+			case "html":
+				return strategy.WriteHTML(e.out, strategy.Report{Model: m, Cluster: c, Estimates: res})
+			case "json":
 				enc := json.NewEncoder(e.out)
 				enc.SetIndent("", "  ")
 				if evaluate != "" {
@@ -67,7 +72,7 @@ preset name (--list-presets). --evaluate scores one given plan.`,
 	f.StringVar(&clusterArg, "cluster", "", "cluster spec: YAML file or preset name")
 	f.StringVar(&evaluate, "evaluate", "", `score one plan, e.g. "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1"`)
 	f.IntVar(&top, "top", 10, "plans to show")
-	f.StringVarP(&output, "output", "o", "table", "table or json")
+	f.StringVarP(&output, "output", "o", "table", "table, json, or html (a self-contained report page)")
 	return cmd
 }
 

@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/cann-train/cann-train/engine/strategy"
 )
 
 func TestSearchCommand(t *testing.T) {
@@ -84,5 +89,53 @@ func TestBenchCollectiveProcesses(t *testing.T) {
 				t.Errorf("%s size %d: #wrong %d, busbw %g", tb.Collective, r.Size, r.Out.Wrong, r.Out.BusBW)
 			}
 		}
+	}
+}
+
+// TestSearchHTML: -o html is one self-contained page with a table row per
+// plan, and names from the user's files are escaped.
+func TestSearchHTML(t *testing.T) {
+	preset, err := strategy.Preset("gpt3_3.6b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const evil = `<i>evil</i> & "co"`
+	yaml := regexp.MustCompile(`(?m)^name: .*$`).ReplaceAll(preset, []byte(`name: '`+evil+`'`))
+	model := filepath.Join(t.TempDir(), "model.yaml")
+	if err := os.WriteFile(model, yaml, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		rows int
+	}{
+		{"top 3", []string{"--top", "3"}, 3},
+		{"top 1", []string{"--top", "1"}, 1},
+		{"evaluate", []string{"--evaluate", "tp=2,pp=1,dp=32,mb=4,recompute=full,zero=0"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+			root.SetArgs(append([]string{"search", "--model", model, "--cluster", "vtrain_a100_64", "-o", "html"}, tc.args...))
+			if err := root.Execute(); err != nil {
+				t.Fatalf("search -o html: %v\n%s", err, errb.String())
+			}
+			page := out.String()
+			if !strings.HasPrefix(page, "<!DOCTYPE html>") || !strings.HasSuffix(page, "</html>\n") {
+				t.Fatalf("not one HTML page:\n%.300s", page)
+			}
+			if got := strings.Count(page, `<tr class="plan`); got != tc.rows {
+				t.Errorf("%d plan rows, want %d", got, tc.rows)
+			}
+			if strings.Contains(page, "<i>evil") || !strings.Contains(page, "&lt;i&gt;evil&lt;/i&gt; &amp; &#34;co&#34;") {
+				t.Errorf("model name not escaped")
+			}
+			for _, asset := range []string{"<script", "<link", "src=", "http://", "https://"} {
+				if strings.Contains(page, asset) {
+					t.Errorf("page has an external asset or script: %q", asset)
+				}
+			}
+		})
 	}
 }
