@@ -24,6 +24,9 @@ const (
 	MaxLayerWidth   = 1 << 16
 	MaxBatchPerRank = 1 << 16
 	MaxWorld        = 1 << 16
+	// MaxGlobalBatch bounds Config.GlobalBatch (and so fits it, and every
+	// example index, in 32 bits).
+	MaxGlobalBatch = 1 << 30
 	// MaxParams bounds NumParams so that every length fits comfortably in
 	// an int32-indexed collective buffer.
 	MaxParams = 1 << 30
@@ -40,8 +43,19 @@ type Config struct {
 	// LearningRate is Adam's step size (alpha).
 	LearningRate float64
 	// BatchPerRank is the number of examples each rank processes per step;
-	// the global batch is BatchPerRank*World.
+	// the global batch is BatchPerRank*World. It is ignored (and may be 0)
+	// when GlobalBatch is set.
 	BatchPerRank int
+	// GlobalBatch, when > 0, is the number of examples per step across all
+	// ranks, overriding BatchPerRank*World: rank r of World processes the
+	// contiguous slice [r*G/World, (r+1)*G/World) of the step's global
+	// batch (integer division, so slices may differ in size by one), and
+	// gradients are normalised by G rather than per rank. The examples of a
+	// step then depend only on (Seed, step, GlobalBatch), never on World,
+	// so the same run can continue on a different number of ranks (see
+	// [Trainer.Restore]). It must be at least World. 0 selects the
+	// BatchPerRank mode.
+	GlobalBatch int
 	// Rank is this replica's index in [0, World).
 	Rank int
 	// World is the number of data-parallel ranks (>= 1).
@@ -62,19 +76,23 @@ func DefaultConfig() Config {
 
 // Validate reports every problem with c, joined into one error.
 func (c Config) Validate() error {
-	var errs []error
-	if len(c.Hidden) > MaxHiddenLayers {
-		errs = append(errs, fmt.Errorf("config Hidden has %d layers, at most %d allowed", len(c.Hidden), MaxHiddenLayers))
-	}
-	for i, h := range c.Hidden {
-		if h < 1 || h > MaxLayerWidth {
-			errs = append(errs, fmt.Errorf("config Hidden[%d]=%d, want 1..%d", i, h, MaxLayerWidth))
+	errs := c.modelErrs()
+	switch {
+	case c.GlobalBatch < 0 || c.GlobalBatch > MaxGlobalBatch:
+		errs = append(errs, fmt.Errorf("config GlobalBatch=%d, want 0 (use BatchPerRank) or 1..%d", c.GlobalBatch, MaxGlobalBatch))
+	case c.GlobalBatch > 0:
+		// BatchPerRank is ignored; only reject garbage.
+		if c.BatchPerRank < 0 || c.BatchPerRank > MaxBatchPerRank {
+			errs = append(errs, fmt.Errorf("config BatchPerRank=%d, want 0..%d (it is ignored when GlobalBatch is set)", c.BatchPerRank, MaxBatchPerRank))
 		}
-	}
-	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
-		errs = append(errs, fmt.Errorf("config LearningRate=%v, want a finite value > 0", c.LearningRate))
-	}
-	if c.BatchPerRank < 1 || c.BatchPerRank > MaxBatchPerRank {
+		if c.World >= 1 && c.GlobalBatch < c.World {
+			errs = append(errs, fmt.Errorf("config GlobalBatch=%d is smaller than World=%d: every rank needs at least one example per step", c.GlobalBatch, c.World))
+		} else if c.World >= 1 {
+			if per := (int64(c.GlobalBatch) + int64(c.World) - 1) / int64(c.World); per > MaxBatchPerRank {
+				errs = append(errs, fmt.Errorf("config GlobalBatch=%d over World=%d gives up to %d examples per rank, at most %d allowed", c.GlobalBatch, c.World, per, MaxBatchPerRank))
+			}
+		}
+	case c.BatchPerRank < 1 || c.BatchPerRank > MaxBatchPerRank:
 		errs = append(errs, fmt.Errorf("config BatchPerRank=%d, want 1..%d", c.BatchPerRank, MaxBatchPerRank))
 	}
 	if c.World < 1 || c.World > MaxWorld {
@@ -87,6 +105,40 @@ func (c Config) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("engine: invalid config: %w", errors.Join(errs...))
+}
+
+// modelErrs checks the fields that fix the model and the optimizer.
+func (c Config) modelErrs() []error {
+	var errs []error
+	if len(c.Hidden) > MaxHiddenLayers {
+		errs = append(errs, fmt.Errorf("config Hidden has %d layers, at most %d allowed", len(c.Hidden), MaxHiddenLayers))
+	}
+	for i, h := range c.Hidden {
+		if h < 1 || h > MaxLayerWidth {
+			errs = append(errs, fmt.Errorf("config Hidden[%d]=%d, want 1..%d", i, h, MaxLayerWidth))
+		}
+	}
+	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
+		errs = append(errs, fmt.Errorf("config LearningRate=%v, want a finite value > 0", c.LearningRate))
+	}
+	return errs
+}
+
+// GlobalBatchSize returns the number of examples per step across all ranks:
+// GlobalBatch when set, else BatchPerRank*World. It assumes c is valid.
+func (c Config) GlobalBatchSize() int {
+	if c.GlobalBatch > 0 {
+		return c.GlobalBatch
+	}
+	return c.BatchPerRank * c.World
+}
+
+// RankSlice returns the half-open range [lo, hi) of this rank's examples
+// within each step's global batch: [Rank*G/World, (Rank+1)*G/World) with
+// G = GlobalBatchSize(). It assumes c is valid.
+func (c Config) RankSlice() (lo, hi int) {
+	g, w, r := int64(c.GlobalBatchSize()), int64(c.World), int64(c.Rank)
+	return int(r * g / w), int((r + 1) * g / w)
 }
 
 // layerSizes returns [dim, hidden..., classes].

@@ -16,13 +16,21 @@ import (
 // Adam state. Restoring it into a fresh Trainer with the same configuration
 // continues training bit-identically. State is the same on every rank, so a
 // snapshot taken on any rank restores every rank.
+//
+// Nothing in a State is per rank: in data parallelism the parameters and
+// the optimizer state are replicated, and the data cursor is the global
+// step. A State made with Config.GlobalBatch set records GlobalBatch (and
+// zero BatchPerRank and World), and restores into a Trainer with any World
+// and Rank; see [Trainer.Restore].
 type State struct {
 	// Configuration fingerprint (everything but Rank) and dataset shape.
+	// Exactly one of GlobalBatch and BatchPerRank*World is non-zero.
 	Seed         uint64
 	Hidden       []int
 	LearningRate float64
 	BatchPerRank int
 	World        int
+	GlobalBatch  int
 	Dim          int
 	Classes      int
 
@@ -40,26 +48,61 @@ type State struct {
 
 // Snapshot returns a deep copy of everything needed to continue training.
 func (t *Trainer) Snapshot() *State {
-	return &State{
+	s := t.configState()
+	s.Hidden = slices.Clone(s.Hidden)
+	s.Step, s.AdamT = t.step, t.adamT
+	s.Params, s.M, s.V = slices.Clone(t.params), slices.Clone(t.m), slices.Clone(t.v)
+	return s
+}
+
+// configState returns a State holding only the configuration fields of t
+// (Hidden aliases the trainer's).
+func (t *Trainer) configState() *State {
+	s := &State{
 		Seed:         t.cfg.Seed,
-		Hidden:       slices.Clone(t.cfg.Hidden),
+		Hidden:       t.cfg.Hidden,
 		LearningRate: t.cfg.LearningRate,
-		BatchPerRank: t.cfg.BatchPerRank,
-		World:        t.cfg.World,
 		Dim:          t.sizes[0],
 		Classes:      t.sizes[len(t.sizes)-1],
-		Step:         t.step,
-		AdamT:        t.adamT,
-		Params:       slices.Clone(t.params),
-		M:            slices.Clone(t.m),
-		V:            slices.Clone(t.v),
 	}
+	if t.cfg.GlobalBatch > 0 {
+		s.GlobalBatch = t.cfg.GlobalBatch
+	} else {
+		s.BatchPerRank, s.World = t.cfg.BatchPerRank, t.cfg.World
+	}
+	return s
+}
+
+// GlobalBatchSize returns the number of examples per step across all ranks
+// of the run s was made for: GlobalBatch, or BatchPerRank*World.
+func (s *State) GlobalBatchSize() int {
+	if s.GlobalBatch > 0 {
+		return s.GlobalBatch
+	}
+	return s.BatchPerRank * s.World
+}
+
+// describeBatch says how s sets its global batch, for error messages.
+func (s *State) describeBatch() string {
+	if s.GlobalBatch > 0 {
+		return fmt.Sprintf("GlobalBatch %d", s.GlobalBatch)
+	}
+	return fmt.Sprintf("%d (BatchPerRank %d × World %d)", s.BatchPerRank*s.World, s.BatchPerRank, s.World)
 }
 
 // Restore replaces the trainer's step, parameters and optimizer state with
 // s, after checking that s was made for the same model and data order; the
 // error names every mismatching field. s is copied, not retained. On error
 // the trainer is unchanged.
+//
+// Resharding: when the state or the trainer uses Config.GlobalBatch, only
+// the global batch size must match (GlobalBatch, or BatchPerRank*World on
+// the side that does not use it), and World and Rank may differ: the data
+// order is a function of (Seed, step, global batch) and each rank recomputes
+// its slice, so training continues on the new world with the same global
+// batch. (A state made with BatchPerRank therefore continues on another
+// world size in a trainer with GlobalBatch = its BatchPerRank*World.) When
+// neither uses GlobalBatch, BatchPerRank and World must both match.
 func (t *Trainer) Restore(s *State) error {
 	if s == nil {
 		return errors.New("engine: restore: state is nil")
@@ -77,11 +120,17 @@ func (t *Trainer) Restore(s *State) error {
 	if math.Float64bits(s.LearningRate) != math.Float64bits(t.cfg.LearningRate) {
 		mismatch("LearningRate", s.LearningRate, t.cfg.LearningRate)
 	}
-	if s.BatchPerRank != t.cfg.BatchPerRank {
-		mismatch("BatchPerRank", s.BatchPerRank, t.cfg.BatchPerRank)
-	}
-	if s.World != t.cfg.World {
-		mismatch("World", s.World, t.cfg.World)
+	if s.GlobalBatch == 0 && t.cfg.GlobalBatch == 0 {
+		if s.BatchPerRank != t.cfg.BatchPerRank {
+			mismatch("BatchPerRank", s.BatchPerRank, t.cfg.BatchPerRank)
+		}
+		if s.World != t.cfg.World {
+			mismatch("World", s.World, t.cfg.World)
+		}
+	} else if g := s.GlobalBatchSize(); s.GlobalBatch < 0 || g != int(t.global) {
+		mismatch("global batch", s.describeBatch(), t.configState().describeBatch())
+	} else if s.GlobalBatch > 0 && (s.BatchPerRank != 0 || s.World != 0) {
+		errs = append(errs, fmt.Errorf("state has GlobalBatch=%d and BatchPerRank=%d, World=%d: want both 0", s.GlobalBatch, s.BatchPerRank, s.World))
 	}
 	if s.Dim != t.sizes[0] {
 		mismatch("Dim", s.Dim, t.sizes[0])
@@ -114,13 +163,11 @@ func (t *Trainer) Restore(s *State) error {
 // for a State to restore into a Trainer (everything in Config but Rank, plus
 // the dataset shape). Equal fingerprints mean Restore will accept the state
 // as far as configuration goes.
+//
+// With Config.GlobalBatch set the fingerprint covers GlobalBatch instead of
+// BatchPerRank and World, so it is the same for every world size.
 func (t *Trainer) ConfigFingerprint() string {
-	s := State{
-		Seed: t.cfg.Seed, Hidden: t.cfg.Hidden, LearningRate: t.cfg.LearningRate,
-		BatchPerRank: t.cfg.BatchPerRank, World: t.cfg.World,
-		Dim: t.sizes[0], Classes: t.sizes[len(t.sizes)-1],
-	}
-	return s.configFingerprint()
+	return t.configState().configFingerprint()
 }
 
 // ConfigFingerprint is the fingerprint of the configuration s was made for;
@@ -128,10 +175,17 @@ func (t *Trainer) ConfigFingerprint() string {
 func (s *State) ConfigFingerprint() string { return s.configFingerprint() }
 
 func (s *State) configFingerprint() string {
+	// Version 1 (BatchPerRank and World) is unchanged, so fingerprints
+	// recorded before GlobalBatch existed still compare equal.
 	b := []byte("cann-train/engine config v1\x00")
+	batch := []int{s.BatchPerRank, s.World}
+	if s.GlobalBatch != 0 {
+		b = []byte("cann-train/engine config v2\x00")
+		batch = []int{s.GlobalBatch}
+	}
 	b = binary.LittleEndian.AppendUint64(b, s.Seed)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(s.LearningRate))
-	for _, v := range []int{s.BatchPerRank, s.World, s.Dim, s.Classes, len(s.Hidden)} {
+	for _, v := range append(batch, s.Dim, s.Classes, len(s.Hidden)) {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
 	for _, h := range s.Hidden {
@@ -141,18 +195,18 @@ func (s *State) configFingerprint() string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Binary encoding, version 1 (all integers little-endian):
+// Binary encoding, versions 1 and 2 (all integers little-endian):
 //
 //	offset size
 //	     0    4  magic "CTST"
-//	     4    2  version (1)
+//	     4    2  version (1: BatchPerRank mode, 2: GlobalBatch mode)
 //	     6    2  reserved, 0
 //	     8    8  Seed
 //	    16    8  LearningRate (IEEE-754 bits)
 //	    24    8  Step (int64)
 //	    32    8  AdamT (int64)
-//	    40    4  BatchPerRank
-//	    44    4  World
+//	    40    4  version 1: BatchPerRank; version 2: GlobalBatch (>= 1)
+//	    44    4  version 1: World;        version 2: reserved, 0
 //	    48    4  Dim
 //	    52    4  Classes
 //	    56    4  number of hidden layers H
@@ -162,9 +216,14 @@ func (s *State) configFingerprint() string {
 //	     .  4*P  M
 //	     .  4*P  V
 //	     .    4  CRC-32C (Castagnoli) of every preceding byte
+//
+// A state with GlobalBatch set is written as version 2, any other as
+// version 1, byte for byte as before version 2 existed; both are read. The
+// header stays 64 bytes, a multiple of 4, as engine/checkpoint relies on.
 const (
 	stateMagic     = "CTST"
 	stateVersion   = 1
+	stateVersionGB = 2
 	stateHeaderLen = 64
 	stateCRCLen    = 4
 )
@@ -181,13 +240,17 @@ func (s *State) MarshalBinary() ([]byte, error) {
 	b := make([]byte, stateHeaderLen, stateHeaderLen+4*len(s.Hidden)+12*p+stateCRCLen)
 	copy(b, stateMagic)
 	le := binary.LittleEndian
-	le.PutUint16(b[4:], stateVersion)
+	version, f40, f44 := stateVersion, s.BatchPerRank, s.World
+	if s.GlobalBatch > 0 {
+		version, f40, f44 = stateVersionGB, s.GlobalBatch, 0
+	}
+	le.PutUint16(b[4:], uint16(version))
 	le.PutUint64(b[8:], s.Seed)
 	le.PutUint64(b[16:], math.Float64bits(s.LearningRate))
 	le.PutUint64(b[24:], uint64(s.Step))
 	le.PutUint64(b[32:], uint64(s.AdamT))
-	le.PutUint32(b[40:], uint32(s.BatchPerRank))
-	le.PutUint32(b[44:], uint32(s.World))
+	le.PutUint32(b[40:], uint32(f40))
+	le.PutUint32(b[44:], uint32(f44))
 	le.PutUint32(b[48:], uint32(s.Dim))
 	le.PutUint32(b[52:], uint32(s.Classes))
 	le.PutUint32(b[56:], uint32(len(s.Hidden)))
@@ -217,8 +280,9 @@ func (s *State) UnmarshalBinary(data []byte) error {
 		return fail("not an engine state (magic %q, want %q)", data[:4], stateMagic)
 	}
 	le := binary.LittleEndian
-	if v := le.Uint16(data[4:]); v != stateVersion {
-		return fail("unsupported format version %d (this build reads version %d)", v, stateVersion)
+	version := le.Uint16(data[4:])
+	if version != stateVersion && version != stateVersionGB {
+		return fail("unsupported format version %d (this build reads versions %d and %d)", version, stateVersion, stateVersionGB)
 	}
 	nh, np := uint64(le.Uint32(data[56:])), uint64(le.Uint32(data[60:]))
 	if nh > MaxHiddenLayers {
@@ -246,11 +310,21 @@ func (s *State) UnmarshalBinary(data []byte) error {
 		LearningRate: math.Float64frombits(le.Uint64(data[16:])),
 		Step:         int64(le.Uint64(data[24:])),
 		AdamT:        int64(le.Uint64(data[32:])),
-		BatchPerRank: int(le.Uint32(data[40:])),
-		World:        int(le.Uint32(data[44:])),
 		Dim:          int(le.Uint32(data[48:])),
 		Classes:      int(le.Uint32(data[52:])),
 		Hidden:       make([]int, nh),
+	}
+	f40, f44 := int(le.Uint32(data[40:])), int(le.Uint32(data[44:]))
+	if version == stateVersionGB {
+		if f40 == 0 {
+			return fail("version %d state has GlobalBatch=0", version)
+		}
+		if f44 != 0 {
+			return fail("version %d state has %d in the reserved field at offset 44, want 0", version, f44)
+		}
+		n.GlobalBatch = f40
+	} else {
+		n.BatchPerRank, n.World = f40, f44
 	}
 	off := stateHeaderLen
 	for i := range n.Hidden {
@@ -286,8 +360,24 @@ func (s *State) sizes() []int {
 // checkConfig validates the configuration fields of s.
 func (s *State) checkConfig() error {
 	cfg := Config{Seed: s.Seed, Hidden: s.Hidden, LearningRate: s.LearningRate, BatchPerRank: s.BatchPerRank, World: s.World}
-	if err := cfg.Validate(); err != nil {
-		return err
+	if s.GlobalBatch == 0 {
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+	} else {
+		// Any World >= 1 up to GlobalBatch can restore it, so only the
+		// global batch itself is checked.
+		errs := cfg.modelErrs()
+		if s.GlobalBatch < 1 || s.GlobalBatch > MaxGlobalBatch {
+			errs = append(errs, fmt.Errorf("config GlobalBatch=%d, want 0 or 1..%d", s.GlobalBatch, MaxGlobalBatch))
+		}
+		if s.BatchPerRank != 0 || s.World != 0 {
+			errs = append(errs, fmt.Errorf("config BatchPerRank=%d, World=%d with GlobalBatch=%d: want both 0 (a global batch state is world-independent)",
+				s.BatchPerRank, s.World, s.GlobalBatch))
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("engine: invalid config: %w", errors.Join(errs...))
+		}
 	}
 	switch {
 	case s.Dim < 1 || s.Dim > maxPixels:

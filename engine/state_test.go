@@ -11,8 +11,19 @@ import (
 
 func testState(t testing.TB) *State {
 	t.Helper()
+	return testStateFor(t, Config{Seed: 77, Hidden: []int{4, 3}, LearningRate: 1e-2, BatchPerRank: 5, World: 2})
+}
+
+// testGlobalState is testState for a trainer in GlobalBatch mode.
+func testGlobalState(t testing.TB) *State {
+	t.Helper()
+	return testStateFor(t, Config{Seed: 77, Hidden: []int{4, 3}, LearningRate: 1e-2, GlobalBatch: 11, World: 3, Rank: 1})
+}
+
+func testStateFor(t testing.TB, cfg Config) *State {
+	t.Helper()
 	ds := synthDataset(1, 60, 6, 3)
-	tr, err := NewTrainer(Config{Seed: 77, Hidden: []int{4, 3}, LearningRate: 1e-2, BatchPerRank: 5, World: 2}, ds)
+	tr, err := NewTrainer(cfg, ds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,20 +46,42 @@ func reseal(b []byte) []byte {
 }
 
 func TestStateRoundTrip(t *testing.T) {
-	st := testState(t)
-	b, err := st.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name              string
+		st                *State
+		version           uint16
+		field40, field44  uint32
+		batch, world, glb int
+	}{
+		{"batch per rank", testState(t), 1, 5, 2, 5, 2, 0},
+		{"global batch", testGlobalState(t), 2, 11, 0, 0, 0, 11},
 	}
-	if want := stateHeaderLen + 4*2 + 12*len(st.Params) + stateCRCLen; len(b) != want {
-		t.Errorf("encoded %d bytes, want %d", len(b), want)
-	}
-	var got State
-	if err := got.UnmarshalBinary(b); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(&got, st) {
-		t.Fatalf("round trip changed the state:\n got %+v\nwant %+v", got, *st)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.st
+			if st.BatchPerRank != tc.batch || st.World != tc.world || st.GlobalBatch != tc.glb {
+				t.Errorf("snapshot has BatchPerRank %d, World %d, GlobalBatch %d, want %d, %d, %d",
+					st.BatchPerRank, st.World, st.GlobalBatch, tc.batch, tc.world, tc.glb)
+			}
+			b, err := st.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := stateHeaderLen + 4*2 + 12*len(st.Params) + stateCRCLen; len(b) != want {
+				t.Errorf("encoded %d bytes, want %d", len(b), want)
+			}
+			le := binary.LittleEndian
+			if v, f40, f44 := le.Uint16(b[4:]), le.Uint32(b[40:]), le.Uint32(b[44:]); v != tc.version || f40 != tc.field40 || f44 != tc.field44 {
+				t.Errorf("header: version %d, offsets 40/44 hold %d/%d, want %d, %d/%d", v, f40, f44, tc.version, tc.field40, tc.field44)
+			}
+			var got State
+			if err := got.UnmarshalBinary(b); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(&got, st) {
+				t.Fatalf("round trip changed the state:\n got %+v\nwant %+v", got, *st)
+			}
+		})
 	}
 }
 
@@ -80,6 +113,18 @@ func TestStateUnmarshalErrors(t *testing.T) {
 		{"zero world", edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[44:], 0); return reseal(b) }), "World=0"},
 		{"negative step", edit(func(b []byte) []byte { b[31] = 0x80; return reseal(b) }), "Step="},
 		{"reserved set", edit(func(b []byte) []byte { b[6] = 1; return reseal(b) }), "reserved"},
+		{"version 2 without global batch", edit(func(b []byte) []byte {
+			b[4] = 2
+			binary.LittleEndian.PutUint32(b[40:], 0)
+			return reseal(b)
+		}), "GlobalBatch=0"},
+		{"version 2 with a world", edit(func(b []byte) []byte { b[4] = 2; return reseal(b) }), "reserved field at offset 44"},
+		{"version 2 huge global batch", edit(func(b []byte) []byte {
+			b[4] = 2
+			binary.LittleEndian.PutUint32(b[40:], MaxGlobalBatch+1)
+			binary.LittleEndian.PutUint32(b[44:], 0)
+			return reseal(b)
+		}), "GlobalBatch=1073741825"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,10 +142,24 @@ func TestStateUnmarshalErrors(t *testing.T) {
 }
 
 func TestStateMarshalRejectsInconsistent(t *testing.T) {
-	st := testState(t)
-	st.M = st.M[:1]
-	if _, err := st.MarshalBinary(); err == nil || !strings.Contains(err.Error(), "len(M)=1") {
-		t.Fatalf("MarshalBinary() = %v, want a length error", err)
+	tests := []struct {
+		name   string
+		st     *State
+		mutate func(*State)
+		want   string
+	}{
+		{"short moments", testState(t), func(s *State) { s.M = s.M[:1] }, "len(M)=1"},
+		{"global batch and world", testGlobalState(t), func(s *State) { s.World = 3 }, "want both 0"},
+		{"both batch modes", testState(t), func(s *State) { s.GlobalBatch = 10 }, "want both 0"},
+		{"negative global batch", testState(t), func(s *State) { s.GlobalBatch = -1 }, "GlobalBatch=-1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.mutate(tc.st)
+			if _, err := tc.st.MarshalBinary(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("MarshalBinary() = %v, want an error containing %q", err, tc.want)
+			}
+		})
 	}
 	var nilState *State
 	if _, err := nilState.MarshalBinary(); err == nil {
@@ -118,6 +177,11 @@ func FuzzStateUnmarshal(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
+	if g, err := testGlobalState(f).MarshalBinary(); err == nil {
+		f.Add(g)
+	} else {
+		f.Fatal(err)
+	}
 	f.Add(good[:len(good)-stateCRCLen])
 	f.Add(good[:stateHeaderLen])
 	f.Add([]byte("CTST"))

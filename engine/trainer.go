@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"unsafe"
 )
 
 // Adam hyper-parameters (Kingma & Ba defaults).
@@ -28,7 +29,9 @@ const (
 
 // ReduceFunc replaces buf, in place, with the element-wise average of the
 // buffers passed by all ranks for the same step, delivering bit-identical
-// contents to every rank. It must not retain buf after returning.
+// contents to every rank. It must not retain buf after returning. (With
+// Config.GlobalBatch set each rank pre-scales its gradient sum by World/G,
+// so the average is the sum over the global batch divided by G.)
 type ReduceFunc func(ctx context.Context, buf []float32) error
 
 // layer holds views into the flat parameter and gradient vectors.
@@ -59,7 +62,13 @@ type Trainer struct {
 	yb     []uint8
 	exps   []float64
 
-	// Data order.
+	// Data order: each step's global batch holds global examples, of which
+	// this rank trains [lo, lo+rows); gradScale multiplies each example's
+	// loss gradient (1/rows, or World/GlobalBatch with GlobalBatch set).
+	global        int64
+	lo            int64
+	rows          int
+	gradScale     float64
 	stepsPerEpoch int64
 	perm          []int32
 	permEpoch     int64
@@ -77,9 +86,13 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	if err := train.validate(); err != nil {
 		return nil, fmt.Errorf("engine: training set: %w", err)
 	}
-	global := int64(cfg.BatchPerRank) * int64(cfg.World)
+	global := int64(cfg.GlobalBatchSize())
 	if global > int64(train.N) {
-		return nil, fmt.Errorf("engine: global batch BatchPerRank*World=%d exceeds the %d training examples", global, train.N)
+		what := "BatchPerRank*World"
+		if cfg.GlobalBatch > 0 {
+			what = "GlobalBatch"
+		}
+		return nil, fmt.Errorf("engine: global batch %s=%d exceeds the %d training examples", what, global, train.N)
 	}
 	if train.N > math.MaxInt32 {
 		return nil, fmt.Errorf("engine: training set has %d examples, at most %d supported", train.N, math.MaxInt32)
@@ -90,6 +103,18 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	if err != nil {
 		return nil, err
 	}
+	lo, hi := cfg.RankSlice()
+	rows := hi - lo
+	// Each rank's buffer is averaged over World ranks by reduce. Per rank
+	// mode: the rank-local mean (scale 1/rows) averaged over ranks is the
+	// global mean. Global batch mode: scaling the rank-local sum by World/G
+	// makes the average sum/G whatever World is; with G = BatchPerRank*World
+	// the scale is the same float64 as 1/BatchPerRank, so the two modes
+	// then train bit-identically.
+	gradScale := 1 / float64(rows)
+	if cfg.GlobalBatch > 0 {
+		gradScale = float64(cfg.World) / float64(cfg.GlobalBatch)
+	}
 	t := &Trainer{
 		cfg:           cfg,
 		sizes:         sizes,
@@ -99,8 +124,12 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 		grad:          make([]float32, n+1),
 		m:             make([]float32, n),
 		v:             make([]float32, n),
-		yb:            make([]uint8, cfg.BatchPerRank),
+		yb:            make([]uint8, rows),
 		exps:          make([]float64, train.Classes),
+		global:        global,
+		lo:            int64(lo),
+		rows:          rows,
+		gradScale:     gradScale,
 		stepsPerEpoch: int64(train.N) / global,
 		perm:          make([]int32, train.N),
 		permEpoch:     -1,
@@ -115,8 +144,8 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 		off += out
 		t.layers = append(t.layers, ly)
 	}
-	t.acts = allocActs(sizes, cfg.BatchPerRank)
-	t.deltas = allocActs(sizes, cfg.BatchPerRank)
+	t.acts = allocActs(sizes, rows)
+	t.deltas = allocActs(sizes, rows)
 	t.deltas[0] = nil
 	t.initParams()
 	return t, nil
@@ -152,6 +181,29 @@ func (t *Trainer) initParams() {
 // NumParams returns the number of trainable parameters.
 func (t *Trainer) NumParams() int { return t.nParams }
 
+// Tensor is one parameter tensor's place in the flat parameter vector (and
+// in the gradient buffer Step hands to its ReduceFunc): Rows×Cols values,
+// row-major, from Offset.
+type Tensor struct {
+	Name       string
+	Offset     int
+	Rows, Cols int
+}
+
+// Tensors lists the parameter tensors in vector order (per layer: the
+// in×out weights, then the biases), for codecs that work per tensor.
+func (t *Trainer) Tensors() []Tensor {
+	base := unsafe.Pointer(unsafe.SliceData(t.params))
+	off := func(v []float32) int { return int((uintptr(unsafe.Pointer(unsafe.SliceData(v))) - uintptr(base)) / 4) }
+	var ts []Tensor
+	for l, ly := range t.layers {
+		ts = append(ts,
+			Tensor{Name: fmt.Sprintf("layer%d.weight", l), Offset: off(ly.w), Rows: ly.in, Cols: ly.out},
+			Tensor{Name: fmt.Sprintf("layer%d.bias", l), Offset: off(ly.b), Rows: 1, Cols: ly.out})
+	}
+	return ts
+}
+
 // GlobalStep returns the global step the next call to [Trainer.Step] will
 // train, which is also the number of steps applied so far. (It is not named
 // Step because that is the training method.)
@@ -184,9 +236,11 @@ func weightsSHA256(p []float32) string {
 }
 
 // Step trains one global step; see the package documentation for the
-// contract of reduce. It returns the loss averaged over all ranks. If ctx is
-// done before reduce is called, or reduce fails, or the averaged gradient or
-// loss is not finite, Step returns an error and leaves the trainer unchanged.
+// contract of reduce. It returns the mean loss over the global batch (with
+// BatchPerRank, the rank-local mean losses averaged over ranks, which is the
+// same thing). If ctx is done before reduce is called, or reduce fails, or
+// the averaged gradient or loss is not finite, Step returns an error and
+// leaves the trainer unchanged.
 func (t *Trainer) Step(ctx context.Context, reduce ReduceFunc) (loss float32, err error) {
 	if reduce == nil {
 		return 0, errors.New("engine: Step: reduce is nil (use a no-op for World=1)")
@@ -236,18 +290,26 @@ func firstNonFinite(x []float32) int {
 // loadBatch copies this rank's slice of the global batch of step s into
 // acts[0] and yb.
 func (t *Trainer) loadBatch(s int64) {
+	dim := t.train.Dim
+	x := t.acts[0]
+	for i, idx := range t.batchIndices(s) {
+		copy(x[i*dim:(i+1)*dim], t.train.X[int(idx)*dim:(int(idx)+1)*dim])
+		t.yb[i] = t.train.Y[idx]
+	}
+}
+
+// batchIndices returns the training-set indices of this rank's examples in
+// step s: entries [off+lo, off+lo+rows) of the epoch's permutation, where
+// off = (s mod stepsPerEpoch)*global. The global batch, and so the union of
+// all ranks' slices, depends only on (Seed, s, global), not on World. The
+// result aliases t.perm and is valid until the next epoch is permuted.
+func (t *Trainer) batchIndices(s int64) []int32 {
 	epoch := s / t.stepsPerEpoch
 	if epoch != t.permEpoch {
 		t.permute(epoch)
 	}
-	b := t.cfg.BatchPerRank
-	off := (s%t.stepsPerEpoch)*int64(b)*int64(t.cfg.World) + int64(t.cfg.Rank)*int64(b)
-	dim := t.train.Dim
-	x := t.acts[0]
-	for i, idx := range t.perm[off : off+int64(b)] {
-		copy(x[i*dim:(i+1)*dim], t.train.X[int(idx)*dim:(int(idx)+1)*dim])
-		t.yb[i] = t.train.Y[idx]
-	}
+	off := (s%t.stepsPerEpoch)*t.global + t.lo
+	return t.perm[off : off+int64(t.rows)]
 }
 
 // permute fills t.perm with the permutation of epoch e (Fisher-Yates over
@@ -279,14 +341,16 @@ func uniformN(src *rand.PCG, n uint64) uint64 {
 }
 
 // computeGrad runs forward and backward on the batch in acts[0]/yb, writes
-// the mean gradient into t.grad[:nParams] and returns the mean loss.
+// the gradient sum scaled by t.gradScale into t.grad[:nParams] and returns
+// the loss sum scaled likewise: the rank-local means with BatchPerRank, and
+// World/GlobalBatch times the rank-local sums with GlobalBatch.
 func (t *Trainer) computeGrad() float32 {
-	rows := t.cfg.BatchPerRank
+	rows := t.rows
 	forward(t.layers, t.acts, rows)
 	last := len(t.layers)
 	classes := t.sizes[last]
 	logits, dlog := t.acts[last], t.deltas[last]
-	inv := 1 / float64(rows)
+	inv := t.gradScale
 	var total float64
 	for i := 0; i < rows; i++ {
 		z := logits[i*classes : (i+1)*classes]

@@ -28,6 +28,14 @@ func TestConfigValidate(t *testing.T) {
 		{"zero world", func(c *Config) { c.World = 0 }, "World=0"},
 		{"rank too big", func(c *Config) { c.World, c.Rank = 2, 2 }, "Rank=2"},
 		{"negative rank", func(c *Config) { c.Rank = -1 }, "Rank=-1"},
+		{"global batch", func(c *Config) { c.BatchPerRank, c.GlobalBatch, c.World = 0, 10, 3 }, ""},
+		{"global batch ignores batch per rank", func(c *Config) { c.GlobalBatch, c.World = 10, 3 }, ""},
+		{"global batch equals world", func(c *Config) { c.GlobalBatch, c.World, c.Rank = 4, 4, 3 }, ""},
+		{"global batch below world", func(c *Config) { c.GlobalBatch, c.World = 2, 3 }, "GlobalBatch=2 is smaller than World=3"},
+		{"negative global batch", func(c *Config) { c.GlobalBatch = -1 }, "GlobalBatch=-1"},
+		{"huge global batch", func(c *Config) { c.GlobalBatch = MaxGlobalBatch + 1 }, "GlobalBatch=1073741825"},
+		{"global batch too big per rank", func(c *Config) { c.GlobalBatch, c.World = 2*MaxBatchPerRank+1, 2 }, "up to 65537 examples per rank"},
+		{"global batch, garbage batch per rank", func(c *Config) { c.GlobalBatch, c.BatchPerRank = 8, -1 }, "BatchPerRank=-1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,7 +69,9 @@ func TestNewTrainerRejects(t *testing.T) {
 		{"invalid config", Config{Hidden: []int{4}, LearningRate: 1e-3, BatchPerRank: 0, World: 1}, ds, "BatchPerRank"},
 		{"nil dataset", Config{LearningRate: 1e-3, BatchPerRank: 2, World: 1}, nil, "nil"},
 		{"label out of range", Config{LearningRate: 1e-3, BatchPerRank: 2, World: 1}, &bad, "label 7 at index 3"},
-		{"global batch too big", Config{LearningRate: 1e-3, BatchPerRank: 4, World: 3}, ds, "exceeds the 10 training examples"},
+		{"global batch too big", Config{LearningRate: 1e-3, BatchPerRank: 4, World: 3}, ds, "BatchPerRank*World=12 exceeds the 10 training examples"},
+		{"GlobalBatch too big", Config{LearningRate: 1e-3, GlobalBatch: 11, World: 3}, ds, "GlobalBatch=11 exceeds the 10 training examples"},
+		{"GlobalBatch below World", Config{LearningRate: 1e-3, GlobalBatch: 2, World: 3}, ds, "GlobalBatch=2 is smaller than World=3"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,19 +187,30 @@ func TestDataOrder(t *testing.T) {
 
 func TestStepDoesNotAllocate(t *testing.T) {
 	ds := synthDataset(1, 100, 20, 5)
-	tr, err := NewTrainer(Config{Seed: 1, Hidden: []int{16, 8}, LearningRate: 1e-3, BatchPerRank: 10, World: 1}, ds)
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"batch per rank", Config{Seed: 1, Hidden: []int{16, 8}, LearningRate: 1e-3, BatchPerRank: 10, World: 1}},
+		{"global batch, uneven slice", Config{Seed: 1, Hidden: []int{16, 8}, LearningRate: 1e-3, GlobalBatch: 10, World: 3, Rank: 2}},
 	}
-	ctx := context.Background()
-	// 10 steps per epoch: the measured runs cross epoch boundaries.
-	allocs := testing.AllocsPerRun(50, func() {
-		if _, err := tr.Step(ctx, noReduce); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if allocs != 0 {
-		t.Errorf("Step allocates %.1f times per call, want 0", allocs)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := NewTrainer(tc.cfg, ds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			// 10 steps per epoch: the measured runs cross epoch boundaries.
+			allocs := testing.AllocsPerRun(50, func() {
+				if _, err := tr.Step(ctx, noReduce); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("Step allocates %.1f times per call, want 0", allocs)
+			}
+		})
 	}
 }
 
@@ -397,17 +418,26 @@ func TestExpNonPos(t *testing.T) {
 
 func BenchmarkStep(b *testing.B) {
 	train, _ := loadMNISTForTest(b)
-	cfg := DefaultConfig() // Hidden {128}, BatchPerRank 32.
-	tr, err := NewTrainer(cfg, train)
-	if err != nil {
-		b.Fatal(err)
+	perRank := DefaultConfig() // Hidden {128}, BatchPerRank 32.
+	global := perRank
+	global.BatchPerRank, global.GlobalBatch, global.World, global.Rank = 0, 3*32, 3, 1 // The same 32 examples per rank.
+	for _, bc := range []struct {
+		name string
+		cfg  Config
+	}{{"BatchPerRank", perRank}, {"GlobalBatch", global}} {
+		b.Run(bc.name, func(b *testing.B) {
+			tr, err := NewTrainer(bc.cfg, train)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tr.Step(ctx, noReduce); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+		})
 	}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := tr.Step(ctx, noReduce); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
 }

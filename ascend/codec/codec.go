@@ -21,7 +21,8 @@ const (
 	idDense byte = 4
 )
 
-// Codec is a lossy (or, for Dense, lossless) gradient encoding.
+// Codec is a lossy (or, for Dense, lossless) gradient encoding. Codecs keep
+// scratch buffers: use one per goroutine.
 type Codec interface {
 	// Name is the codec's flag name, e.g. "topk:0.01".
 	Name() string

@@ -23,9 +23,9 @@ import (
 func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure recovery and collectives on this machine",
+		Short: "Measure recovery, collectives and gradient compression on this machine",
 	}
-	cmd.AddCommand(newBenchRecoveryCmd(e), newBenchCollectiveCmd(e))
+	cmd.AddCommand(newBenchRecoveryCmd(e), newBenchCollectiveCmd(e), newBenchCompressionCmd(e))
 	return cmd
 }
 
