@@ -412,11 +412,11 @@ func (c *Communicator) writer(p *peer) {
 	}
 }
 
-// inlineMaxBytes bounds the frames startSend offers a TrySender: small
-// enough that copying one in the calling goroutine costs less than handing
-// it to the writer, and that sending it does not delay the receive the
-// caller starts next.
-const inlineMaxBytes = 32 << 10
+// inlineMaxBytes bounds the messages startSend offers a TrySender (which
+// may refuse or take only part): one frame, so that what the transport
+// takes at once costs less than the hand-off to the writer goroutine
+// (measured: a 64 KiB exchange over loopback TCP 95–130 µs → 41 µs).
+const inlineMaxBytes = DefaultChunkBytes
 
 // startSend starts sending data to p: a small one-frame message goes to a
 // TrySender right here, anything else (or what it refuses) to p's writer.

@@ -116,7 +116,7 @@ func RunChild(ctx context.Context, a ChildArgs, stdout io.Writer) error {
 	}
 	defer l.Close()
 	comm, err := tcp.Connect(ctx, l, tcp.Group{Session: a.Session, Rank: a.Rank, Addrs: a.Addrs, Token: a.Token},
-		tcp.Options{ChunkBytes: a.Options.ChunkBytes, OpTimeout: 10 * time.Minute, SharedMemory: a.Options.SharedMemory, Spin: a.Options.Spin})
+		tcp.Options{ChunkBytes: a.Options.ChunkBytes, OpTimeout: 10 * time.Minute, SharedMemory: a.Options.SharedMemory, Spin: a.Options.Spin, SocketBuffer: int(a.Options.SocketBuffer)})
 	if err != nil {
 		return err
 	}

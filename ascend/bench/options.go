@@ -79,6 +79,8 @@ type Options struct {
 	SharedMemory bool `json:"shared_memory,omitempty"`
 	// Spin is tcp.Options.Spin of Launch's ranks (0: automatic).
 	Spin time.Duration `json:"spin,omitempty"`
+	// SocketBuffer is tcp.Options.SocketBuffer (0: kernel autotuning).
+	SocketBuffer int64 `json:"socket_buffer,omitempty"`
 
 	// Stdout and Stderr receive the children's output in Launch (default
 	// os.Stdout and os.Stderr). Only rank 0 writes to stdout.
@@ -342,5 +344,6 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ChunkBytes, "chunk", o.ChunkBytes, "frame size in bytes (0: default)")
 	fs.Var(checkFlag{&o.SkipLimits}, "limits", "measure loopback TCP and memcpy (1) or not (0)")
 	fs.BoolVar(&o.SharedMemory, "shm", o.SharedMemory, "link the launched ranks over shared memory instead of TCP")
+	fs.Var(sizeFlag{&o.SocketBuffer}, "sockbuf", "SO_SNDBUF/SO_RCVBUF of TCP links (0: kernel autotuning)")
 	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long a TCP receive polls before sleeping (0: auto, polling only while ranks ≤ cores; negative: never)")
 }

@@ -150,6 +150,7 @@ type Conn struct {
 	opts       ConnOptions
 
 	spinFor atomic.Int64 // ConnOptions.SpinFor, settable later
+	yieldOS atomic.Bool  // polls yield the CPU to other processes
 	closed  atomic.Bool  // Close was called
 	gone    atomic.Bool  // the liveness channel failed: the peer is gone
 	mu      sync.RWMutex
@@ -440,7 +441,11 @@ func (c *Conn) wait(seq, waiting *uint32, ready func() bool, d time.Time, ts *sy
 			return err
 		}
 		if i < c.opts.Spin || (!until.IsZero() && (i&15 != 0 || time.Now().Before(until))) { // the clock every 16th poll
-			runtime.Gosched()
+			if c.yieldOS.Load() {
+				osYield()
+			} else {
+				runtime.Gosched()
+			}
 			continue
 		}
 		timeout := time.Second // re-check at least this often
@@ -461,8 +466,17 @@ func (c *Conn) wait(seq, waiting *uint32, ready func() bool, d time.Time, ts *sy
 	}
 }
 
-// SetSpinFor sets ConnOptions.SpinFor.
-func (c *Conn) SetSpinFor(d time.Duration) { c.spinFor.Store(int64(max(d, 0))) }
+// SetSpinFor sets ConnOptions.SpinFor. With yieldOS each poll gives the
+// CPU to other processes (sched_yield) instead of other goroutines: the
+// way to poll when ranks outnumber cores, where the peer that will answer
+// may be waiting for this very core.
+func (c *Conn) SetSpinFor(d time.Duration, yieldOS bool) {
+	c.spinFor.Store(int64(max(d, 0)))
+	c.yieldOS.Store(yieldOS)
+}
+
+// osYield gives the CPU to another runnable thread of any process.
+func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // Close implements ascend.Conn: it tells the peer, wakes every blocked
 // call (theirs and ours), waits for ours to return and unmaps the

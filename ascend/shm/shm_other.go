@@ -48,7 +48,7 @@ func (c *Conn) Recv(ctx context.Context, p []byte) (uint32, int, error) { return
 func (c *Conn) Close() error { return nil }
 
 // SetSpinFor does nothing.
-func (c *Conn) SetSpinFor(time.Duration) {}
+func (c *Conn) SetSpinFor(time.Duration, bool) {}
 
 // HostID is empty: no host sharing is detected.
 func HostID() string { return "" }

@@ -40,8 +40,10 @@ type conn struct {
 	rd spinReader
 	wr spinWriter
 
-	// pending is the unsent tail of a frame TrySend started (in wbuf).
-	pending []byte
+	// pending is the unsent tail of a frame TrySend started: the rest of
+	// thdr and of the caller's payload.
+	pending [2][]byte
+	thdr    [frameHdr]byte
 }
 
 var _ ascend.Conn = (*conn)(nil)
@@ -59,11 +61,13 @@ func newConn(nc *net.TCPConn, opTimeout time.Duration) *conn {
 }
 
 // setSpin sets how long each read and write polls before sleeping in the
-// netpoller (0: never).
-func (c *conn) setSpin(d time.Duration) {
+// netpoller (0: never), and whether polls yield the CPU to other processes
+// (yieldOS) or only to other goroutines.
+func (c *conn) setSpin(d time.Duration, yieldOS bool) {
 	if c.rd.rc == nil {
 		return
 	}
+	c.rd.yieldOS, c.wr.yieldOS = yieldOS, yieldOS
 	c.rd.spin = max(d, 0)
 	c.wr.spin = max(d, 0)
 	if d <= 0 {
@@ -119,10 +123,12 @@ func (c *conn) Send(ctx context.Context, tag uint32, p []byte) error {
 	return err
 }
 
-// TrySend implements ascend.TrySender: a frame of up to smallFrame bytes
-// is written with non-blocking writes until the socket buffer is full.
+// TrySend implements ascend.TrySender: the frame is written with
+// non-blocking writev calls (no copy) until the socket buffer is full. A
+// tail left over keeps pointing into p, which the caller keeps intact until
+// FinishSend has returned.
 func (c *conn) TrySend(ctx context.Context, tag uint32, p []byte) (ascend.TrySendResult, error) {
-	if len(p) > smallFrame || c.wr.rc == nil || len(c.pending) > 0 {
+	if len(p) > MaxFrame || c.wr.rc == nil || c.pendingLen() > 0 {
 		return ascend.TryRefused, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -131,25 +137,27 @@ func (c *conn) TrySend(ctx context.Context, tag uint32, p []byte) (ascend.TrySen
 	if err := c.nc.SetWriteDeadline(c.deadline(ctx)); err != nil {
 		return ascend.TrySent, err
 	}
-	binary.LittleEndian.PutUint32(c.wbuf[0:], uint32(len(p)))
-	binary.LittleEndian.PutUint32(c.wbuf[4:], tag)
-	frame := c.wbuf[:frameHdr+copy(c.wbuf[frameHdr:], p)]
-	left, err := c.wr.writeNow(frame)
+	binary.LittleEndian.PutUint32(c.thdr[0:], uint32(len(p)))
+	binary.LittleEndian.PutUint32(c.thdr[4:], tag)
+	hl, pl, err := c.wr.writeNow(c.thdr[:], p)
 	switch {
 	case err != nil:
 		return ascend.TrySent, err
-	case left == 0:
+	case hl == 0 && pl == 0:
 		return ascend.TrySent, nil
-	case left == len(frame):
+	case hl == frameHdr:
 		return ascend.TryRefused, nil
 	}
-	c.pending = frame[len(frame)-left:]
+	c.pending = [2][]byte{c.thdr[frameHdr-hl:], p[len(p)-pl:]}
 	return ascend.TryPartial, nil
 }
 
+// pendingLen is the number of bytes TrySend left to send.
+func (c *conn) pendingLen() int { return len(c.pending[0]) + len(c.pending[1]) }
+
 // FinishSend implements ascend.TrySender.
 func (c *conn) FinishSend(ctx context.Context) error {
-	if len(c.pending) == 0 {
+	if c.pendingLen() == 0 {
 		return nil
 	}
 	if err := c.nc.SetWriteDeadline(c.deadline(ctx)); err != nil {
@@ -161,16 +169,17 @@ func (c *conn) FinishSend(ctx context.Context) error {
 // flush writes the tail of a frame TrySend started, under the write
 // deadline already set.
 func (c *conn) flush() error {
-	if len(c.pending) == 0 {
+	if c.pendingLen() == 0 {
 		return nil
 	}
 	var err error
 	if c.wr.spin > 0 {
-		err = c.wr.write(c.pending, nil, false)
+		err = c.wr.write(c.pending[0], c.pending[1], false)
 	} else {
-		_, err = c.nc.Write(c.pending)
+		b := net.Buffers{c.pending[0], c.pending[1]}
+		_, err = b.WriteTo(c.nc)
 	}
-	c.pending = nil
+	c.pending = [2][]byte{}
 	return err
 }
 
@@ -199,7 +208,8 @@ type spinReader struct {
 	nc   *net.TCPConn
 	rc   syscall.RawConn
 	fn   func(fd uintptr) bool // r.poll
-	spin time.Duration
+	spin    time.Duration
+	yieldOS bool
 
 	// State of the Read in progress, shared with poll.
 	p     []byte
@@ -231,8 +241,9 @@ func (r *spinReader) Read(p []byte) (int, error) {
 // the netpoller.
 type spinWriter struct {
 	rc   syscall.RawConn
-	fn   func(fd uintptr) bool // w.poll
-	spin time.Duration
+	fn      func(fd uintptr) bool // w.poll
+	spin    time.Duration
+	yieldOS bool
 
 	b     [2][]byte // what is left of the header and the payload
 	iov   [2]syscall.Iovec
@@ -255,19 +266,19 @@ func (w *spinWriter) write(h, p []byte, once bool) error {
 	return w.err
 }
 
-// writeNow writes as much of b as the socket takes without waiting and
-// returns how many bytes are left.
-func (w *spinWriter) writeNow(b []byte) (left int, err error) {
-	w.b = [2][]byte{b, nil}
+// writeNow writes as much of h then p as the socket takes without waiting
+// and returns how many bytes of each are left.
+func (w *spinWriter) writeNow(h, p []byte) (hl, pl int, err error) {
+	w.b = [2][]byte{h, p}
 	w.err = nil
 	w.once = true
 	err = w.rc.Write(w.fn)
-	left = len(w.b[0])
+	hl, pl = len(w.b[0]), len(w.b[1])
 	w.b = [2][]byte{}
 	if err != nil {
-		return left, err
+		return hl, pl, err
 	}
-	return left, w.err
+	return hl, pl, w.err
 }
 
 func (w *spinWriter) poll(fd uintptr) bool {
@@ -304,7 +315,7 @@ func (w *spinWriter) poll(fd uintptr) bool {
 		if !time.Now().Before(w.until) {
 			return false
 		}
-		runtime.Gosched()
+		pollYield(w.yieldOS)
 	}
 }
 
@@ -329,7 +340,7 @@ func (r *spinReader) poll(fd uintptr) bool {
 		if !time.Now().Before(r.until) {
 			return false
 		}
-		runtime.Gosched()
+		pollYield(r.yieldOS)
 	}
 }
 
@@ -358,4 +369,15 @@ func readFrame(r io.Reader, hdr *[frameHdr]byte, p []byte) (tag uint32, n int, e
 		return tag, 0, eofIsUnexpected(err)
 	}
 	return tag, int(size), nil
+}
+
+// pollYield lets others run between two polls: other processes (the peer
+// may be waiting for this core when ranks outnumber cores) or other
+// goroutines.
+func pollYield(os bool) {
+	if os {
+		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		return
+	}
+	runtime.Gosched()
 }

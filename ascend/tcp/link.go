@@ -69,13 +69,13 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 		}
 	}
 	onHost = max(onHost, 1)
-	spin := spinFor(opts.Spin, onHost, runtime.NumCPU())
+	spin, yieldOS := spinFor(opts.Spin, onHost, runtime.NumCPU())
 	for _, c := range conns {
 		switch c := c.(type) {
 		case *conn:
-			c.setSpin(spin)
+			c.setSpin(spin, yieldOS)
 		case *shm.Conn:
-			c.SetSpinFor(spin)
+			c.SetSpinFor(spin, yieldOS)
 		}
 	}
 	if host == "" {
@@ -85,19 +85,19 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 }
 
 // spinFor resolves Options.Spin: negative never polls, positive is used as
-// given, and zero polls for DefaultSpin only while the ranks on this host
-// (onHost, this one included) do not outnumber its cores: a rank that polls
-// on an oversubscribed host takes the core its peer needs to answer.
-func spinFor(opt time.Duration, onHost, cores int) time.Duration {
+// given, zero means DefaultSpin. While the ranks on this host (onHost, this
+// one included) outnumber its cores, polls yield the CPU to other
+// processes (yieldOS), as MPI does when oversubscribed: polling with
+// only goroutine yields would take the core the peer needs to answer.
+func spinFor(opt time.Duration, onHost, cores int) (d time.Duration, yieldOS bool) {
+	yieldOS = onHost > cores
 	switch {
 	case opt < 0:
-		return 0
+		return 0, false
 	case opt > 0:
-		return opt
-	case onHost <= cores:
-		return DefaultSpin
+		return opt, yieldOS
 	}
-	return 0
+	return DefaultSpin, yieldOS
 }
 
 // link runs the exchange with peer over nc. host is this side's host id

@@ -84,8 +84,8 @@ func TestTrySendBackPressure(t *testing.T) {
 		a.SetWriteBuffer(64 << 10)
 		b.SetReadBuffer(64 << 10)
 		w, r := newConn(a, 5*time.Second), newConn(b, 5*time.Second)
-		w.setSpin(spin)
-		r.setSpin(spin)
+		w.setSpin(spin, false)
+		r.setSpin(spin, false)
 		ctx := context.Background()
 		payload := func(i int) []byte {
 			p := make([]byte, 3000+i%7)
@@ -150,4 +150,23 @@ func drain(r *conn, from, to int, payload func(int) []byte) error {
 		}
 	}
 	return nil
+}
+
+func TestSpinPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		opt           time.Duration
+		onHost, cores int
+		want          time.Duration
+		yield         bool
+	}{
+		{0, 2, 2, DefaultSpin, false}, // ranks fit the cores: poll, yield to goroutines
+		{0, 4, 2, DefaultSpin, true},  // oversubscribed: poll, yield the CPU to other processes
+		{-1, 2, 8, 0, false},          // never
+		{time.Millisecond, 1, 1, time.Millisecond, false},
+	} {
+		d, y := spinFor(tc.opt, tc.onHost, tc.cores)
+		if d != tc.want || y != tc.yield {
+			t.Errorf("spinFor(%v, %d ranks, %d cores) = %v, %v; want %v, %v", tc.opt, tc.onHost, tc.cores, d, y, tc.want, tc.yield)
+		}
+	}
 }
