@@ -101,6 +101,10 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		commTime += time.Since(t0)
 		return err
 	}
+	// This rank's examples per step (with a global batch the ranks' slices
+	// may differ by one).
+	lo, hi := tr.Config().RankSlice()
+	perRank := float64(hi - lo)
 	res := &spec.ChunkResult{NodeID: n.ID, Rank: in.Rank, From: in.From, To: in.To, StartedAt: started}
 	loopStart := time.Now()
 	for step := in.From; step < in.To; step++ {
@@ -124,7 +128,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		done := step + 1 - in.From
 		prog := spec.ChunkProgress{Step: step + 1, To: in.To, Loss: loss}
 		if el > 0 {
-			prog.SamplesPerSec = float64(done) * float64(in.Spec.BatchPerRank) / el
+			prog.SamplesPerSec = float64(done) * perRank / el
 			prog.CommShare = commTime.Seconds() / el
 		}
 		if in.Restore != nil {
@@ -138,7 +142,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	el := time.Since(loopStart).Seconds()
 	res.Seconds = el
 	if el > 0 {
-		res.SamplesPerSec = float64(in.To-in.From) * float64(in.Spec.BatchPerRank) / el
+		res.SamplesPerSec = float64(in.To-in.From) * perRank / el
 		res.CommShare = commTime.Seconds() / el
 	}
 	res.WeightsSHA256 = tr.WeightsSHA256()
@@ -206,10 +210,11 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.
 	w := n.warm
 	n.warm = nil
 	n.mu.Unlock()
-	if w != nil && w.run == in.RunID && w.generation == in.Membership.Generation && w.trainer.GlobalStep() == in.From {
+	cfg := engineConfig(in)
+	if w != nil && w.run == in.RunID && w.generation == in.Membership.Generation && w.trainer.GlobalStep() == in.From &&
+		sameShard(w.trainer.Config(), cfg) {
 		return w.trainer, nil
 	}
-	cfg := engineConfig(in)
 	tr, err := engine.NewTrainer(cfg, train)
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadModel", err)
@@ -247,15 +252,29 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.
 	}
 }
 
+// engineConfig is the engine configuration of rank in.Rank. With
+// in.GlobalBatch set (the run's global batch, kept across rescales) the
+// engine splits that many examples per step over the membership and
+// normalises gradients by it, so a run that shrank or grew trains the same
+// global batch; a checkpoint made on another world size restores into it
+// (engine.Trainer.Restore reshards). 0 keeps BatchPerRank × world.
 func engineConfig(in spec.ChunkInput) engine.Config {
 	return engine.Config{
 		Seed:         in.Spec.Seed,
 		Hidden:       in.Spec.Model.Hidden,
 		LearningRate: in.Spec.LearningRate,
 		BatchPerRank: in.Spec.BatchPerRank,
+		GlobalBatch:  in.GlobalBatch,
 		Rank:         in.Rank,
 		World:        len(in.Membership.Nodes),
 	}
+}
+
+// sameShard reports whether a kept trainer configured as have trains the
+// same slice of the same global batch as want (a rescale normally also
+// bumps the membership generation; this guards against one that does not).
+func sameShard(have, want engine.Config) bool {
+	return have.Rank == want.Rank && have.World == want.World && have.GlobalBatchSize() == want.GlobalBatchSize()
 }
 
 func (n *Node) keep(in spec.ChunkInput, tr *engine.Trainer) {

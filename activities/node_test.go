@@ -3,6 +3,7 @@ package activities
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -186,5 +187,55 @@ func TestTrainChunkBlamesLostPeer(t *testing.T) {
 	}
 	if el := time.Since(res[1].EndedAt); el > 4*time.Second {
 		t.Errorf("detection took %s; a closed peer must be seen at once, not by timeout", el)
+	}
+}
+
+// TestTrainChunkShrinkKeepsGlobalBatch shrinks a 3-node run to 2 nodes at a
+// checkpoint, keeping the global batch (3×32): the 2-node chunk restores the
+// 3-node checkpoint (made before the run carried a global batch) and must
+// train like the 3 nodes would have, up to float32 summation order.
+func TestTrainChunkShrinkKeepsGlobalBatch(t *testing.T) {
+	nodes, m := newNodes(t, 3, "file://"+t.TempDir())
+	s := spec.RunSpec{Name: "shrink", Nodes: 3, Steps: 40, ChunkSteps: 20}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/shrink", Spec: s, Membership: m, Session: "run/shrink/g1/e1", Token: "secret", From: 0, To: 20, Checkpoint: true}
+	res, errs := runChunk(t, nodes, in)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+	ck := res[0].Checkpoint
+	if ck == nil {
+		t.Fatal("no checkpoint")
+	}
+	// Reference: the 3 nodes go on (in memory) with the global batch set,
+	// which for the same world trains exactly as before.
+	ref := in
+	ref.Session, ref.From, ref.To, ref.Checkpoint, ref.Evaluate, ref.GlobalBatch = "run/shrink/g1/e2", 20, 40, false, true, s.BatchPerRank*3
+	want, errs := runChunk(t, nodes, ref)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("reference rank %d: %v", i, err)
+		}
+	}
+	// Shrunk: generation 2 on the first two nodes, restored from the
+	// checkpoint.
+	shrunk := ref
+	shrunk.Membership = spec.Membership{Generation: 2, Nodes: m.Nodes[:2]}
+	shrunk.Session, shrunk.Restore = "run/shrink/g2/e3", ck
+	got, errs := runChunk(t, nodes[:2], shrunk)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("shrunk rank %d: %v", i, err)
+		}
+	}
+	if got[0].WeightsSHA256 != got[1].WeightsSHA256 {
+		t.Fatal("shrunk ranks diverged")
+	}
+	rel := func(a, b float32) float64 { return math.Abs(float64(a)-float64(b)) / math.Abs(float64(b)) }
+	dFirst, dLast, dAcc := rel(got[0].FirstLoss, want[0].FirstLoss), rel(got[0].LastLoss, want[0].LastLoss), math.Abs(got[0].EvalValue-want[0].EvalValue)
+	t.Logf("2 nodes vs 3: loss rel. diff %.3g (step 21), %.3g (step 40); test accuracy %.4f vs %.4f", dFirst, dLast, got[0].EvalValue, want[0].EvalValue)
+	if dFirst > 1e-5 || dLast > 1e-5 || dAcc > 0.005 {
+		t.Errorf("shrunk run drifts from the 3-node run: loss rel. diff %.3g / %.3g (tol 1e-5), |Δacc| %.4f (tol 0.005)", dFirst, dLast, dAcc)
 	}
 }

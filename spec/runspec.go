@@ -46,7 +46,16 @@ type RunSpec struct {
 	HeartbeatTimeout Duration `yaml:"heartbeat_timeout" json:"heartbeat_timeout"`
 	// ChunksPerRun bounds chunks before the workflow continues as new.
 	ChunksPerRun int `yaml:"chunks_per_run" json:"chunks_per_run"`
+	// MinNodes is the fewest nodes the run goes on with when a node fails
+	// and no spare is free (default: nodes, i.e. wait for a replacement).
+	MinNodes int `yaml:"min_nodes" json:"min_nodes,omitempty"`
+	// Green makes the run carbon-aware (optional).
+	Green *GreenPolicy `yaml:"green" json:"green,omitempty"`
 }
+
+// GlobalBatch is the run's global batch: batch_per_rank on the nodes it
+// starts with. Rescaled runs keep it.
+func (s RunSpec) GlobalBatch() int { return s.BatchPerRank * s.Nodes }
 
 // Duration is a time.Duration written as "90s" or "2m" in YAML and JSON.
 type Duration time.Duration
@@ -116,6 +125,13 @@ func (s RunSpec) WithDefaults() RunSpec {
 	}
 	if s.ChunksPerRun == 0 {
 		s.ChunksPerRun = 50
+	}
+	if s.MinNodes == 0 {
+		s.MinNodes = s.Nodes
+	}
+	if s.Green != nil {
+		g := s.Green.WithDefaults()
+		s.Green = &g
 	}
 	return s
 }
@@ -211,6 +227,12 @@ func (s RunSpec) Validate() error {
 	if s.ChunksPerRun < 1 {
 		bad("chunks_per_run", "must be positive, got %d", s.ChunksPerRun)
 	}
+	if s.MinNodes < 1 || s.MinNodes > s.Nodes {
+		bad("min_nodes", "%d out of range 1..nodes (%d)", s.MinNodes, s.Nodes)
+	}
+	if s.Green != nil {
+		s.Green.validate(bad)
+	}
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}
 	}
@@ -247,6 +269,7 @@ func Parse(name string, data []byte) (RunSpec, error) {
 	// zero too — is what gets validated.
 	s := RunSpec{}.WithDefaults()
 	s.CheckpointEvery = 0 // derived from chunk_steps unless written
+	s.MinNodes = 0        // derived from nodes unless written
 	file, perr := parser.ParseBytes(data, 0)
 	if err := yaml.UnmarshalWithOptions(data, &s, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
 		fe := decodeError(err)
@@ -257,6 +280,13 @@ func Parse(name string, data []byte) (RunSpec, error) {
 	}
 	if s.CheckpointEvery == 0 && (perr != nil || yamlpos.LineOf(file, "checkpoint_every") == 0) {
 		s.CheckpointEvery = s.ChunkSteps
+	}
+	if s.MinNodes == 0 && (perr != nil || yamlpos.LineOf(file, "min_nodes") == 0) {
+		s.MinNodes = s.Nodes
+	}
+	if s.Green != nil {
+		g := s.Green.WithDefaults()
+		s.Green = &g
 	}
 	if err := s.Validate(); err != nil {
 		var se *SpecError

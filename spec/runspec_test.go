@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseValid(t *testing.T) {
@@ -19,6 +20,69 @@ func TestParseValid(t *testing.T) {
 	}
 	if s.Model.Kind != ModelMLPMNIST || s.BatchPerRank != 32 || s.CheckpointEvery != 10 {
 		t.Fatalf("defaults not applied: %+v", s)
+	}
+}
+
+func TestParseMinNodesAndGreen(t *testing.T) {
+	s, err := Parse("job.yaml", []byte(`name: demo
+nodes: 4
+green:
+  trace: ../shared/data/carbon/ES_2022_hourly.csv
+  trace_start: 2022-03-01T08:00:00Z
+  deadline: 24h
+  interruptible: true
+  min_slot: 2h
+  budget_g: 500
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if s.MinNodes != 4 {
+		t.Errorf("min_nodes defaults to nodes: got %d", s.MinNodes)
+	}
+	g := s.Green
+	if g == nil || g.Forecast != ForecastPersistence || g.Deadline.D() != 24*time.Hour || g.MinSlot.D() != 2*time.Hour ||
+		!g.Interruptible || g.BudgetG != 500 || g.NodeWatts != 300 || g.PUE != 1 {
+		t.Fatalf("green = %+v", g)
+	}
+	if ts, ok, err := g.TraceStartTime(); !ok || err != nil || !ts.Equal(time.Date(2022, 3, 1, 8, 0, 0, 0, time.UTC)) {
+		t.Errorf("trace start %v %v %v", ts, ok, err)
+	}
+	s, err = Parse("job.yaml", []byte("name: demo\nnodes: 4\nmin_nodes: 2\n"))
+	if err != nil || s.MinNodes != 2 || s.Green != nil {
+		t.Fatalf("min_nodes 2: %+v %v", s, err)
+	}
+	if got := (RunSpec{Nodes: 3, BatchPerRank: 32}).GlobalBatch(); got != 96 {
+		t.Errorf("global batch %d", got)
+	}
+}
+
+func TestExampleJobFilesParse(t *testing.T) {
+	for _, f := range []string{"../examples/mnist.yaml", "../examples/mnist-green.yaml"} {
+		if _, err := LoadFile(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestSlotLabel(t *testing.T) {
+	now := time.Date(2022, 3, 1, 9, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		slot CarbonSlot
+		want string
+	}{
+		{CarbonSlot{Start: time.Date(2022, 3, 1, 14, 0, 0, 0, time.UTC), End: time.Date(2022, 3, 1, 18, 0, 0, 0, time.UTC), GPerKWh: 120.4},
+			"green window 14:00–18:00 UTC, 120 g/kWh"},
+		{CarbonSlot{Start: time.Date(2022, 3, 2, 10, 0, 0, 0, time.UTC), End: time.Date(2022, 3, 3, 0, 0, 0, 0, time.UTC), GPerKWh: 80},
+			"green window 2022-03-02 10:00–00:00 UTC, 80 g/kWh"},
+		{CarbonSlot{Start: time.Date(2022, 3, 1, 22, 0, 0, 0, time.UTC), End: time.Date(2022, 3, 2, 2, 0, 0, 0, time.UTC), GPerKWh: 99.6},
+			"green window 2022-03-01 22:00–2022-03-02 02:00 UTC, 100 g/kWh"},
+		{CarbonSlot{Start: time.Date(2022, 3, 1, 9, 30, 15, 0, time.UTC), End: time.Date(2022, 3, 1, 9, 31, 0, 0, time.UTC), GPerKWh: 50},
+			"green window 09:30:15–09:31:00 UTC, 50 g/kWh"},
+	} {
+		if got := tc.slot.Label(now); got != tc.want {
+			t.Errorf("Label = %q, want %q", got, tc.want)
+		}
 	}
 }
 
@@ -40,6 +104,17 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"explicit zero", "name: a\nnodes: 0\n", "nodes", 2, "out of range"},
 		{"explicit zero interval", "name: a\ncheckpoint_every: 0\n", "checkpoint_every", 2, "must be positive"},
 		{"syntax", "name: [a\n", "", 0, ""},
+		{"min_nodes above nodes", "name: a\nnodes: 2\nmin_nodes: 3\n", "min_nodes", 3, "out of range"},
+		{"explicit zero min_nodes", "name: a\nmin_nodes: 0\n", "min_nodes", 2, "out of range"},
+		{"green without source", "name: a\ngreen:\n  deadline: 24h\n", "green", 2, "trace file"},
+		{"green unknown field", "name: a\ngreen:\n  trace: x.csv\n  deadlin: 24h\n", "green.deadlin", 4, "unknown field"},
+		{"green bad forecast", "name: a\ngreen:\n  trace: x.csv\n  forecast: magic\n", "green.forecast", 4, "unknown forecast"},
+		{"green bad duration", "name: a\ngreen:\n  trace: x.csv\n  min_slot: soon\n", "green.min_slot", 4, "not a duration"},
+		{"green bad trace_start", "name: a\ngreen:\n  trace: x.csv\n  trace_start: yesterday\n", "green.trace_start", 4, "RFC 3339"},
+		{"green provider needs zone", "name: a\ngreen:\n  provider: electricitymaps\n", "green.zone", 0, "zone"},
+		{"green unknown provider", "name: a\ngreen:\n  provider: wattime\n", "green.provider", 3, "unknown provider"},
+		{"green negative budget", "name: a\ngreen:\n  trace: x.csv\n  budget_g: -1\n", "green.budget_g", 4, "negative"},
+		{"green pue", "name: a\ngreen:\n  trace: x.csv\n  pue: 0.5\n", "green.pue", 4, "out of range"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

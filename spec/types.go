@@ -18,6 +18,9 @@ const (
 	// Activity type names.
 	ActivityTrainChunk   = "TrainChunk"
 	ActivityAcquireNodes = "AcquireNodes"
+	// ActivityPlanCarbon reads the carbon signal, prices finished chunks
+	// and plans the remaining work (control queue).
+	ActivityPlanCarbon = "PlanCarbon"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -32,6 +35,19 @@ const (
 	// SignalInjectFault asks a node to SIGKILL itself at a step (testing
 	// and demos; node workers honour it only with --allow-fault-injection).
 	SignalInjectFault = "inject-fault"
+	// SignalPause holds the run at the next chunk boundary until
+	// SignalResume; a resume also cuts a green-window wait short.
+	SignalPause  = "pause"
+	SignalResume = "resume"
+	// SignalRescale (payload Rescale) changes the node count at the next
+	// chunk boundary.
+	SignalRescale = "rescale"
+	// SignalGreenOverride (payload GreenOverride) ignores the green policy.
+	SignalGreenOverride = "green-override"
+
+	// MemoCarbon is the memo key the run sets when its carbon budget
+	// reaches BudgetAlertFraction.
+	MemoCarbon = "carbon_budget"
 )
 
 // Application error types that activities return and workflows act on.
@@ -94,6 +110,11 @@ func (m Membership) NodeIDs() []string {
 type AcquireRequest struct {
 	RunID string `json:"run_id"`
 	Count int    `json:"count"`
+	// MinCount, when in [1, Count), lets the Cluster answer at once with
+	// fewer nodes — every live node the run holds or can take, at least
+	// MinCount, healthy ones first in their rank order — instead of
+	// waiting for Count (a run shrinking after a failure without spares).
+	MinCount int `json:"min_count,omitempty"`
 	// Wait bounds how long the Cluster waits for enough live nodes.
 	Wait time.Duration `json:"wait"`
 }
@@ -145,6 +166,10 @@ type ChunkInput struct {
 	// KillAtStep, when in (From, To], asks the node to SIGKILL itself once
 	// that global step completes (fault injection; see SignalInjectFault).
 	KillAtStep int64 `json:"kill_at_step,omitempty"`
+	// GlobalBatch is the run's global batch (samples per step over all
+	// ranks), fixed at the start: after a rescale each rank takes
+	// GlobalBatch / world samples. 0: BatchPerRank × world.
+	GlobalBatch int `json:"global_batch,omitempty"`
 }
 
 // InjectFault is the SignalInjectFault payload.
@@ -185,6 +210,9 @@ type ChunkResult struct {
 	// FirstStepAt: the chunk's first step completed.
 	FirstStepAt time.Time `json:"first_step_at"`
 	EndedAt     time.Time `json:"ended_at"`
+	// Joules is the node's measured energy for the chunk (facility
+	// energy, PUE included); 0 when the node has no meter.
+	Joules float64 `json:"joules,omitempty"`
 }
 
 // PeerFailure is the detail of a PeerFailed error: whom a rank lost, at
@@ -220,6 +248,9 @@ type Recovery struct {
 	DetectSeconds float64 `json:"detect_s"`
 	// ReplaceSeconds: failure seen to new membership.
 	ReplaceSeconds float64 `json:"replace_s"`
+	// Shrunk: no spare was free, so the run went on with the remaining
+	// healthy nodes (at least min_nodes).
+	Shrunk bool `json:"shrunk,omitempty"`
 }
 
 // Phase names a run's state, also the CannStatus search attribute.
@@ -229,8 +260,14 @@ const (
 	PhaseAcquiring  Phase = "acquiring"
 	PhaseTraining   Phase = "training"
 	PhaseRecovering Phase = "recovering"
-	PhaseCompleted  Phase = "completed"
-	PhaseFailed     Phase = "failed"
+	// PhasePaused: held at a chunk boundary by SignalPause.
+	PhasePaused Phase = "paused"
+	// PhaseGreenWait: waiting for the next green window (RunStatus.WaitUntil).
+	PhaseGreenWait Phase = "waiting-green"
+	// PhaseRescaling: changing the node count (SignalRescale).
+	PhaseRescaling Phase = "rescaling"
+	PhaseCompleted Phase = "completed"
+	PhaseFailed    Phase = "failed"
 )
 
 // RunStatus answers the status query and is the run's result.
@@ -260,4 +297,20 @@ type RunStatus struct {
 	StartedAt        time.Time `json:"started_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
 	Error            string    `json:"error,omitempty"`
+	// Detail says what the phase is about, e.g. the green window waited for.
+	Detail string `json:"detail,omitempty"`
+	// WaitUntil is when the current green wait ends.
+	WaitUntil time.Time `json:"wait_until,omitzero"`
+	// PauseRequested: a pause takes hold at the next chunk boundary.
+	PauseRequested bool `json:"pause_requested,omitempty"`
+	// PendingNodes is a rescale not yet applied (0: none).
+	PendingNodes int `json:"pending_nodes,omitempty"`
+	// MinNodes is the fewest nodes the run shrinks to after a failure.
+	MinNodes    int         `json:"min_nodes,omitempty"`
+	GlobalBatch int         `json:"global_batch,omitempty"`
+	Rescalings  []Rescaling `json:"rescalings,omitempty"`
+	// Segments are the stretches that trained (for energy accounting).
+	Segments []Segment `json:"segments,omitempty"`
+	// Green is set when the run has a green policy.
+	Green *GreenStatus `json:"green,omitempty"`
 }

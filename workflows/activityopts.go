@@ -31,7 +31,7 @@ func chunkOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node, summary 
 
 // acquireOptions runs AcquireNodes on the control queue; it waits inside
 // the Cluster's update for up to NodeWait.
-func acquireOptions(ctx workflow.Context, s spec.RunSpec) workflow.Context {
+func acquireOptions(ctx workflow.Context, s spec.RunSpec, count int) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           spec.ControlTaskQueue,
 		StartToCloseTimeout: s.NodeWait.D() + time.Minute,
@@ -40,6 +40,21 @@ func acquireOptions(ctx workflow.Context, s spec.RunSpec) workflow.Context {
 			MaximumAttempts:        3,
 			NonRetryableErrorTypes: []string{spec.ErrTypeNotEnoughNodes},
 		},
-		Summary: "acquire " + itoa(s.Nodes) + " node(s)",
+		Summary: "acquire " + itoa(count) + " node(s)",
+	})
+}
+
+// carbonOptions runs PlanCarbon on the control queue. It reads a file or a
+// carbon-signal API: a few quick retries, then the run trains on without
+// waiting rather than stall on an outage.
+func carbonOptions(ctx workflow.Context, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           spec.ControlTaskQueue,
+		StartToCloseTimeout: 2 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second,
+			MaximumAttempts: 3,
+		},
+		Summary: summary,
 	})
 }

@@ -211,7 +211,9 @@ func validateAcquire(req spec.AcquireRequest) error {
 
 // acquire makes the run hold req.Count live nodes: nodes it already holds
 // keep their ranks, holes left by dead nodes are filled from the free pool
-// (by node ID order). It waits up to req.Wait for enough live nodes.
+// (by node ID order). It waits up to req.Wait for enough live nodes — unless
+// req.MinCount allows fewer: then it answers at once with every live node
+// it can give (at least MinCount), the healthy held ones first.
 func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
 	var out []spec.Node
 	ok, err := workflow.AwaitWithTimeout(ctx, req.Wait, func() bool {
@@ -258,21 +260,35 @@ func (c *cluster) tryAcquire(now time.Time, req spec.AcquireRequest) ([]spec.Nod
 		}
 	}
 	if need > len(free) {
-		return nil, false
+		if req.MinCount < 1 || req.MinCount >= req.Count {
+			return nil, false
+		}
+		// Shrink: the healthy held nodes in rank order, then every free one.
+		var keep []*NodeRecord
+		for _, h := range held {
+			if h != nil {
+				keep = append(keep, h)
+			}
+		}
+		keep = append(keep, free...)
+		if len(keep) < req.MinCount {
+			return nil, false
+		}
+		held = keep
 	}
 	// Commit: drop stale holdings, fill holes.
 	for i := range c.st.Nodes {
 		r := &c.st.Nodes[i]
-		if r.Run == req.RunID && (r.Rank < 0 || r.Rank >= req.Count || held[r.Rank] != r) {
+		if r.Run == req.RunID && (r.Rank < 0 || r.Rank >= len(held) || held[r.Rank] != r) {
 			r.Run, r.Rank = "", -1
 		}
 	}
-	out := make([]spec.Node, req.Count)
+	out := make([]spec.Node, len(held))
 	for rank := range held {
 		if held[rank] == nil {
 			held[rank], free = free[0], free[1:]
-			held[rank].Run, held[rank].Rank = req.RunID, rank
 		}
+		held[rank].Run, held[rank].Rank = req.RunID, rank
 		out[rank] = held[rank].Node
 	}
 	return out, true

@@ -124,3 +124,51 @@ func TestClusterContinuesAsNewWithItsState(t *testing.T) {
 	require.Equal(t, 30, next.State.MaxHistoryEvents)
 	require.True(t, next.State.Nodes[0].LastSeen.After(next.State.Nodes[1].LastSeen), "heartbeats carried over")
 }
+
+// MinCount: without enough free nodes the Cluster answers at once with the
+// healthy ones (compacted in rank order) instead of waiting; a smaller
+// Count releases the ranks above it.
+func TestClusterShrinksAndRescales(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
+	results := map[string]*acquireResult{}
+	acquire := func(key string, req spec.AcquireRequest) {
+		res := &acquireResult{}
+		results[key] = res
+		env.UpdateWorkflow(spec.UpdateAcquire, key, &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { res.err = err },
+			OnComplete: func(v any, err error) {
+				res.err = err
+				if v != nil {
+					res.nodes = v.([]spec.Node)
+				}
+			},
+		}, req)
+	}
+	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	at(time.Second, func() {
+		for _, n := range testNodes("a", "b", "c") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("three", spec.AcquireRequest{RunID: "r", Count: 3, Wait: time.Second}) })
+	at(3*time.Second, func() {
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "b", RunID: "r", Reason: "test"})
+		acquire("shrunk", spec.AcquireRequest{RunID: "r", Count: 3, MinCount: 2, Wait: time.Hour})
+	})
+	at(4*time.Second, func() { acquire("too-few", spec.AcquireRequest{RunID: "r", Count: 3, MinCount: 3, Wait: time.Second}) })
+	at(10*time.Second, func() { acquire("down", spec.AcquireRequest{RunID: "r", Count: 1, Wait: time.Second}) })
+	at(11*time.Second, func() { acquire("other", spec.AcquireRequest{RunID: "r2", Count: 1, Wait: time.Second}) })
+	at(20*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+
+	require.Equal(t, []string{"a", "b", "c"}, ids(results["three"].nodes))
+	require.NoError(t, results["shrunk"].err)
+	require.Equal(t, []string{"a", "c"}, ids(results["shrunk"].nodes), "c moves up to rank 1, no wait")
+	require.Error(t, results["too-few"].err)
+	require.Equal(t, []string{"a"}, ids(results["down"].nodes))
+	require.NoError(t, results["other"].err)
+	require.Equal(t, []string{"c"}, ids(results["other"].nodes), "the rank released by the rescale is free again")
+}

@@ -8,4 +8,13 @@
 // from sorted slices, and everything heavy happens in activities that run on
 // node workers (see package activities). Activities are named by string
 // (spec.Activity*), so this package depends only on the SDK and spec.
+// (Signal handling uses workflow.Go coroutines, never Go goroutines.)
+//
+// At every chunk boundary TrainingRun acts on its control signals — pause,
+// resume, rescale, green-override — and on its green policy: it prices the
+// finished chunks and re-plans through the PlanCarbon activity, then waits
+// on a durable timer for the next slot when outside one
+// (trainingrun_controls.go, trainingrun_green.go). Changes to existing code
+// paths are gated with workflow.GetVersion so that recorded histories still
+// replay (replay_test.go).
 package workflows

@@ -12,14 +12,19 @@ import (
 
 // TestReplayRecordedHistories replays histories recorded from real runs on
 // the embedded server: a run whose control worker was killed, one that
-// replaced a SIGKILLed node, and the Cluster registry (re-record with
-// CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata go test -run
-// 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced' ./cmd/cann-train). A change to workflow code
-// that would break running workflows fails here with a nondeterminism error.
+// replaced a SIGKILLed node, and the Cluster registry — recorded before
+// the chunk-boundary controls existed, so they replay through the
+// workflow.GetVersion default paths — and a run that was paused and
+// resumed (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun'
+// ./cmd/cann-train; keep the old ones unless their format changes). A
+// change to workflow code that would break running workflows fails here
+// with a nondeterminism error.
 func TestReplayRecordedHistories(t *testing.T) {
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
 		{"trainingrun_recovery.json", spec.WorkflowTrainingRun},
+		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"cluster.json", spec.WorkflowCluster},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

@@ -42,6 +42,17 @@ type RunState struct {
 	StepsTrained int64   `json:"steps_trained"`
 	// Faults are pending fault injections (SignalInjectFault), in arrival order.
 	Faults []spec.InjectFault `json:"faults,omitempty"`
+	// Ctl is what the pause, resume, rescale and green-override signals
+	// asked for.
+	Ctl Controls `json:"ctl"`
+	// Size is the node count the run trains on (0: spec.Nodes); rescales
+	// and shrinks after failures change it.
+	Size int `json:"size,omitempty"`
+	// ForceCheckpoint makes the next chunk checkpoint at its end (a
+	// pending rescale waits for it).
+	ForceCheckpoint bool `json:"force_checkpoint,omitempty"`
+	// Unpriced are finished chunks that PlanCarbon has not priced yet.
+	Unpriced []spec.Segment `json:"unpriced,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by
@@ -85,6 +96,11 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 		r.st.Token = newToken(ctx)
 		r.st.Faults = in.Faults
 	}
+	r.st.Status.MinNodes = r.spec.MinNodes
+	r.st.Status.GlobalBatch = r.spec.GlobalBatch()
+	if r.spec.Green != nil && r.st.Status.Green == nil {
+		r.st.Status.Green = &spec.GreenStatus{Policy: *r.spec.Green, BudgetG: r.spec.Green.BudgetG}
+	}
 	if err := workflow.SetQueryHandler(ctx, spec.QueryStatus, func() (spec.RunStatus, error) {
 		return r.st.Status, nil
 	}); err != nil {
@@ -98,6 +114,7 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 			r.st.Faults = append(r.st.Faults, f)
 		}
 	})
+	r.listen(ctx)
 	return r, nil
 }
 
@@ -120,14 +137,23 @@ func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {
 	}
 	for r.st.Status.Step < r.spec.Steps {
 		if r.shouldContinueAsNew(ctx) {
+			r.settle(ctx)
 			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
 				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
+		}
+		if r.controlled(ctx) {
+			if err := r.beforeChunk(ctx); err != nil {
+				return r.fail(ctx, err)
+			}
 		}
 		if err := r.trainChunk(ctx); err != nil {
 			if err := r.recover(ctx, err); err != nil {
 				return r.fail(ctx, err)
 			}
 		}
+	}
+	if r.controlled(ctx) {
+		r.priceChunks(ctx)
 	}
 	r.releaseNodes(ctx)
 	r.setPhase(ctx, spec.PhaseCompleted)
@@ -138,15 +164,30 @@ func (r *run) shouldContinueAsNew(ctx workflow.Context) bool {
 	return r.chunksNow >= r.spec.ChunksPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 }
 
+// size is the node count the run trains on.
+func (r *run) size() int {
+	if r.st.Size > 0 {
+		return r.st.Size
+	}
+	return r.spec.Nodes
+}
+
 // acquire gets (or re-fills) the run's nodes and starts a new generation.
 func (r *run) acquire(ctx workflow.Context) error {
-	r.setPhase(ctx, spec.PhaseAcquiring)
+	return r.acquireNodes(ctx, spec.PhaseAcquiring, r.size(), 0)
+}
+
+// acquireNodes makes the run hold count nodes (at least minCount when
+// that is set: see AcquireRequest) and starts a new generation.
+func (r *run) acquireNodes(ctx workflow.Context, phase spec.Phase, count, minCount int) error {
+	r.setPhase(ctx, phase)
 	var nodes []spec.Node
-	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: r.spec.Nodes, Wait: r.spec.NodeWait.D()}
-	if err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes); err != nil {
+	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: r.spec.NodeWait.D()}
+	if err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes); err != nil {
 		return fmt.Errorf("acquire nodes: %w", err)
 	}
 	r.st.Membership = spec.Membership{Generation: r.st.Membership.Generation + 1, Nodes: nodes}
+	r.st.Size = len(nodes)
 	r.st.Status.Nodes = r.st.Membership.NodeIDs()
 	r.st.Status.Generation = r.st.Membership.Generation
 	r.setPhase(ctx, spec.PhaseTraining)
@@ -178,16 +219,26 @@ func (r *run) publish(ctx workflow.Context) {
 	s := &r.st.Status
 	err := workflow.UpsertTypedSearchAttributes(ctx,
 		temporal.NewSearchAttributeKeyKeyword(spec.SearchAttrModel).ValueSet(s.Model),
-		temporal.NewSearchAttributeKeyInt64(spec.SearchAttrNodes).ValueSet(int64(r.spec.Nodes)),
+		temporal.NewSearchAttributeKeyInt64(spec.SearchAttrNodes).ValueSet(int64(r.size())),
 		temporal.NewSearchAttributeKeyInt64(spec.SearchAttrStep).ValueSet(s.Step),
 		temporal.NewSearchAttributeKeyKeyword(spec.SearchAttrStatus).ValueSet(string(s.Phase)),
 	)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf(
+	details := fmt.Sprintf(
 		"**%s** · step %d/%d · loss %.4f · generation %d · nodes %v · checkpoints %d · recoveries %d",
-		s.Phase, s.Step, s.TotalSteps, s.Loss, s.Generation, s.Nodes, s.Checkpoints, len(s.Recoveries)))
+		s.Phase, s.Step, s.TotalSteps, s.Loss, s.Generation, s.Nodes, s.Checkpoints, len(s.Recoveries))
+	if s.Detail != "" {
+		details += "\n\n" + s.Detail
+	}
+	if g := s.Green; g != nil {
+		details += fmt.Sprintf("\n\ncarbon %.0f g (%.0f g/kWh, %.3f kWh)", g.Grams, g.GPerKWh, g.KWh)
+		if g.BudgetG > 0 {
+			details += fmt.Sprintf(" · budget %.0f%% of %.0f g", g.BudgetUsedPct, g.BudgetG)
+		}
+	}
+	workflow.SetCurrentDetails(ctx, details)
 }
 
 // newToken draws the run's peer-authentication secret once, recorded in

@@ -40,12 +40,18 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	from := r.st.Status.Step
 	to := min(from+r.spec.ChunkSteps, r.spec.Steps)
 	every := r.spec.CheckpointEvery
-	ckpt := to == r.spec.Steps || to/every > from/every
+	ckpt := to == r.spec.Steps || to/every > from/every || r.st.ForceCheckpoint
 	r.st.Epoch++
 	m := r.st.Membership
 	session := fmt.Sprintf("%s/g%d/e%d", r.st.Status.RunID, m.Generation, r.st.Epoch)
 	started := workflow.Now(ctx)
 
+	// Runs from before the controls train in the engine's batch-per-rank
+	// mode; newer ones fix the global batch so that rescales keep it.
+	globalBatch := 0
+	if r.controlled(ctx) {
+		globalBatch = r.spec.GlobalBatch()
+	}
 	cctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
@@ -54,7 +60,8 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank,
 			Session: session, Token: r.st.Token, From: from, To: to,
 			Restore: r.st.Status.LastCkpt, Checkpoint: ckpt, Evaluate: to == r.spec.Steps,
-			KillAtStep: r.faultFor(node.ID, from, to),
+			KillAtStep:  r.faultFor(node.ID, from, to),
+			GlobalBatch: globalBatch,
 		}
 		summary := fmt.Sprintf("chunk %d · steps %d–%d · rank %d/%d on %s · gen %d",
 			r.st.Status.Chunks+1, from, to, rank, len(m.Nodes), node.ID, m.Generation)
@@ -257,7 +264,9 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	s.WeightsSHA256 = lead.WeightsSHA256
 	s.Chunks++
 	r.chunksNow++
+	r.recordSegment(start, end, lead.From, lead.To, results)
 	if lead.Checkpoint != nil {
+		r.st.ForceCheckpoint = false
 		s.LastCkpt = lead.Checkpoint
 		s.Checkpoints++
 		r.st.Checkpoints = append(r.st.Checkpoints, *lead.Checkpoint)
@@ -307,9 +316,16 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 			spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason}).Get(ctx, nil)
 	}
 	before := slices.Clone(r.st.Membership.NodeIDs())
-	if err := r.acquire(ctx); err != nil {
+	// Without a spare, go on with the healthy nodes (at least min_nodes)
+	// rather than wait for one.
+	minCount := 0
+	if workflow.GetVersion(ctx, versionShrinkOnFailure, workflow.DefaultVersion, 1) >= 1 && r.spec.MinNodes < r.size() {
+		minCount = r.spec.MinNodes
+	}
+	if err := r.acquireNodes(ctx, spec.PhaseAcquiring, r.size(), minCount); err != nil {
 		return fmt.Errorf("replace node(s) %v: %w", f.failed, err)
 	}
+	shrunk := len(r.st.Membership.Nodes) < len(before)
 	var replacement []string
 	for _, id := range r.st.Membership.NodeIDs() {
 		if !slices.Contains(before, id) {
@@ -334,6 +350,11 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		ReplacedAt:     now,
 		DetectSeconds:  f.seen.Sub(f.started).Seconds(),
 		ReplaceSeconds: now.Sub(f.seen).Seconds(),
+		Shrunk:         shrunk,
+	}
+	if shrunk {
+		workflow.GetLogger(ctx).Warn("no spare node free; training on with fewer nodes",
+			"nodes", len(r.st.Membership.Nodes), "before", len(before), "min_nodes", r.spec.MinNodes)
 	}
 	if f.atStep > resume {
 		rec.LostSteps = f.atStep - resume

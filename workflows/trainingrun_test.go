@@ -59,7 +59,21 @@ func (f *fakeCluster) acquire(_ context.Context, _ string, req spec.AcquireReque
 			}
 		}
 		if out[i].ID == "" {
-			return nil, temporal.NewNonRetryableApplicationError("not enough nodes", spec.ErrTypeNotEnoughNodes, nil)
+			if req.MinCount < 1 || req.MinCount >= req.Count {
+				return nil, temporal.NewNonRetryableApplicationError("not enough nodes", spec.ErrTypeNotEnoughNodes, nil)
+			}
+			// Shrink like the Cluster: the nodes found, in rank order.
+			var got []spec.Node
+			for _, n := range out {
+				if n.ID != "" {
+					got = append(got, n)
+				}
+			}
+			if len(got) < req.MinCount {
+				return nil, temporal.NewNonRetryableApplicationError("not enough nodes", spec.ErrTypeNotEnoughNodes, nil)
+			}
+			f.held = got
+			return got, nil
 		}
 	}
 	f.held = out
@@ -72,12 +86,18 @@ type fakeChunks struct {
 	mu     sync.Mutex
 	inputs []spec.ChunkInput
 	fail   func(in spec.ChunkInput) error
+	// onStart runs first in every chunk (tests signal the run from it:
+	// the signal reaches the workflow while the chunk runs).
+	onStart func(in spec.ChunkInput)
 }
 
 func (f *fakeChunks) train(_ context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
 	f.mu.Lock()
 	f.inputs = append(f.inputs, in)
 	f.mu.Unlock()
+	if f.onStart != nil {
+		f.onStart(in)
+	}
 	if f.fail != nil {
 		if err := f.fail(in); err != nil {
 			return nil, err

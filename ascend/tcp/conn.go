@@ -205,9 +205,9 @@ func (c *conn) Recv(ctx context.Context, p []byte) (uint32, int, error) {
 // 3–4×; it is only worth it while the ranks on a host do not outnumber its
 // cores (tcp.Options.Spin chooses).
 type spinReader struct {
-	nc   *net.TCPConn
-	rc   syscall.RawConn
-	fn   func(fd uintptr) bool // r.poll
+	nc      *net.TCPConn
+	rc      syscall.RawConn
+	fn      func(fd uintptr) bool // r.poll
 	spin    time.Duration
 	yieldOS bool
 
@@ -240,7 +240,7 @@ func (r *spinReader) Read(p []byte) (int, error) {
 // up to spin (restarted whenever the peer drains some) before it parks in
 // the netpoller.
 type spinWriter struct {
-	rc   syscall.RawConn
+	rc      syscall.RawConn
 	fn      func(fd uintptr) bool // w.poll
 	spin    time.Duration
 	yieldOS bool

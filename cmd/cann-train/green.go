@@ -81,7 +81,7 @@ hindsight (oracle), in gCO2eq/kWh.`,
 	f.BoolVar(&interruptible, "interruptible", false, "the job may pause between slots")
 	f.StringVar(&forecast, "forecast", "persistence", "perfect or persistence")
 	f.StringVarP(&output, "output", "o", "text", "text or json")
-	cmd.AddCommand(plan)
+	cmd.AddCommand(plan, newGreenReportCmd(e), newGreenOverrideCmd(e))
 	return cmd
 }
 

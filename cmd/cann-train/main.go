@@ -85,6 +85,7 @@ Start here:  cann-train quickstart`,
 		newTopoScanCmd(e),
 		newFaultCmd(e),
 		newGreenCmd(e),
+		newPauseCmd(e), newResumeCmd(e), newScaleCmd(e),
 	)
 	return root
 }

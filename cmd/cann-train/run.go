@@ -34,7 +34,11 @@ Job file fields (all optional but name):
   chunk_steps 100, batch_per_rank 32, learning_rate 0.002, seed 1,
   checkpoint_url (file:///…, mem://, s3://…, gs://…, azblob://…),
   checkpoint_every (chunk_steps), max_restarts 5, node_wait 2m,
-  heartbeat_timeout 10s, chunks_per_run 50`,
+  heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes)
+  green (optional): trace FILE | provider electricitymaps|carbon-aware-sdk|uk,
+    zone, column (direct|lca), trace_start T, provider_url, forecast
+    (persistence|perfect), deadline 48h, interruptible, min_slot, work,
+    budget_g, node_watts 300, pue 1`,
 		Example: `  cann-train run -f examples/mnist.yaml --wait
   temporal workflow describe --workflow-id run/mnist-demo`,
 		Args: cobra.NoArgs,

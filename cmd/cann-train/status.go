@@ -223,6 +223,16 @@ type Summary struct {
 	WeightsSHA256  string            `json:"weights_sha256"`
 	WebUI          string            `json:"web_ui,omitempty"`
 	Error          string            `json:"error,omitempty"`
+	// Detail says what the status is about (the green window waited for,
+	// the pause); WaitUntil ends a green wait.
+	Detail         string            `json:"detail,omitempty"`
+	WaitUntil      time.Time         `json:"wait_until,omitzero"`
+	PauseRequested bool              `json:"pause_requested,omitempty"`
+	PendingNodes   int               `json:"pending_nodes,omitempty"`
+	MinNodes       int               `json:"min_nodes,omitempty"`
+	GlobalBatch    int               `json:"global_batch,omitempty"`
+	Rescalings     []spec.Rescaling  `json:"rescalings,omitempty"`
+	Green          *spec.GreenStatus `json:"green,omitempty"`
 }
 
 // RecoverySummary is one node replacement as users read it. Times are
@@ -245,13 +255,15 @@ type RecoverySummary struct {
 	ResumeSeconds float64 `json:"resume_s"`
 	// From says what the times count from: "kill" or "peer_notice".
 	From string `json:"from"`
+	// Shrunk: no spare was free; the run went on with fewer nodes.
+	Shrunk bool `json:"shrunk,omitempty"`
 }
 
 func summarizeRecovery(r spec.Recovery, killed map[string]time.Time) RecoverySummary {
 	out := RecoverySummary{
 		Generation: r.Generation, FailedNodes: r.FailedNodes, Reason: r.Reason,
 		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps,
-		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice",
+		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice", Shrunk: r.Shrunk,
 	}
 	if len(r.FailedNodes) > 0 {
 		out.FailedNode = r.FailedNodes[0]
@@ -286,6 +298,8 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{},
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
+		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
+		MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
 	}
 	for _, r := range st.Recoveries {
 		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, killed))
@@ -321,8 +335,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		return enc.Encode(s)
 	}
 	fmt.Fprintf(w, "run          %s\n", s.WorkflowID)
-	fmt.Fprintf(w, "status       %s\n", s.Status)
+	fmt.Fprintf(w, "status       %s\n", statusLine(s))
 	fmt.Fprintf(w, "model        %s on %d node(s) %v\n", s.Model, len(s.Nodes), s.Nodes)
+	printControls(w, s)
 	fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)
 	fmt.Fprintf(w, "loss         %.4f → %.4f\n", s.InitialLoss, s.FinalLoss)
 	if s.EvalMetricName != "" {
@@ -333,10 +348,14 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	fmt.Fprintf(w, "checkpoints  %d, last %s\n", s.Checkpoints.Count, s.Checkpoints.LastURL)
 	fmt.Fprintf(w, "recoveries   %d\n", len(s.Recoveries))
 	for _, r := range s.Recoveries {
+		if r.Shrunk && r.Replacement == "" {
+			r.Replacement = "(no spare: shrunk)"
+		}
 		fmt.Fprintf(w, "  gen %d: %s → %s at step %d, rewound to %d (%d steps lost); detected %.2fs, first step %.2fs after the %s\n      %s\n",
 			r.Generation, r.FailedNode, r.Replacement, r.FailedAtStep, r.ResumeStep, r.LostSteps,
 			r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "), r.Reason)
 	}
+	printGreen(w, s.Green)
 	if s.WeightsSHA256 != "" {
 		fmt.Fprintf(w, "weights      sha256 %s\n", s.WeightsSHA256)
 	}
@@ -348,4 +367,88 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "web UI       %s\n", s.WebUI)
 	}
 	return nil
+}
+
+// statusLine is the phase with what it is about: "paused at step 200…",
+// "waiting-green: waiting for the green window until …".
+func statusLine(s Summary) string {
+	line := string(s.Status)
+	if s.Detail != "" {
+		line += ": " + s.Detail
+	}
+	if s.PauseRequested && s.Status != spec.PhasePaused {
+		line += " (pause requested: holds at the next chunk boundary)"
+	}
+	return line
+}
+
+// printControls prints the node count's limits and changes.
+func printControls(w io.Writer, s Summary) {
+	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && len(s.Rescalings) == 0 {
+		return
+	}
+	line := fmt.Sprintf("min %d, global batch %d", s.MinNodes, s.GlobalBatch)
+	if s.PendingNodes > 0 {
+		line += fmt.Sprintf("; rescale to %d pending (next chunk boundary)", s.PendingNodes)
+	}
+	fmt.Fprintf(w, "nodes        %s\n", line)
+	for _, r := range s.Rescalings {
+		change := fmt.Sprintf("%d → %d nodes", r.FromNodes, r.ToNodes)
+		if len(r.Added) > 0 {
+			change += fmt.Sprintf(" +%v", r.Added)
+		}
+		if len(r.Removed) > 0 {
+			change += fmt.Sprintf(" −%v", r.Removed)
+		}
+		if r.Error != "" {
+			change = fmt.Sprintf("%d → %d nodes refused: %s", r.FromNodes, r.FromNodes, r.Error)
+		}
+		fmt.Fprintf(w, "  rescale    gen %d at step %d: %s\n", r.Generation, r.AtStep, change)
+	}
+}
+
+// printGreen prints the green policy's plan and carbon figures.
+func printGreen(w io.Writer, g *spec.GreenStatus) {
+	if g == nil {
+		return
+	}
+	p := g.Policy
+	kind := "contiguous window"
+	if p.Interruptible {
+		kind = "interruptible"
+		if p.MinSlot > 0 {
+			kind += fmt.Sprintf(", slots ≥ %s", p.MinSlot.D())
+		}
+	}
+	fmt.Fprintf(w, "green        %s; %s; deadline %s after the start\n", p.Source(), kind, p.Deadline.D())
+	if g.Overridden {
+		until := "for good"
+		if !g.OverrideUntil.IsZero() {
+			until = "until " + g.OverrideUntil.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "  override   policy ignored %s\n", until)
+	}
+	if pl := g.Plan; pl != nil {
+		fmt.Fprintf(w, "  plan       %d slot(s) for %s of training by %s: %.0f g/kWh expected vs %.0f running now (planned %s)\n",
+			len(pl.Slots), pl.Work.D().Round(time.Second), pl.Deadline.UTC().Format("2006-01-02 15:04 UTC"),
+			pl.ExpectedGPerKWh, pl.BaselineGPerKWh, pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"))
+		for _, sl := range pl.Slots {
+			fmt.Fprintf(w, "    %s\n", sl.Label(pl.MadeAt))
+		}
+	}
+	fmt.Fprintf(w, "  carbon     %.4f kWh, %.2f g CO2eq (%.0f g/kWh); now %.0f g/kWh; %d green wait(s), %.2f h waited\n",
+		g.KWh, g.Grams, g.GPerKWh, g.NowGPerKWh, g.Waits, g.WaitedSeconds/3600)
+	if g.BudgetG > 0 {
+		alert := ""
+		switch {
+		case g.BudgetExceeded:
+			alert = " — EXCEEDED"
+		case g.BudgetAlert:
+			alert = fmt.Sprintf(" — ALERT (≥ %.0f%%)", 100*spec.BudgetAlertFraction)
+		}
+		fmt.Fprintf(w, "  budget     %.4g g, %.1f%% used%s\n", g.BudgetG, g.BudgetUsedPct, alert)
+	}
+	if g.Note != "" {
+		fmt.Fprintf(w, "  note       %s\n", g.Note)
+	}
 }

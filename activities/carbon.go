@@ -1,0 +1,329 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/cann-train/cann-train/engine/carbon"
+	"github.com/cann-train/cann-train/engine/energy"
+	"github.com/cann-train/cann-train/spec"
+)
+
+// Carbon holds the PlanCarbon activity's dependencies. Traces read from
+// files are kept (per path, zone, column and modification time), so a
+// re-plan at every chunk boundary does not re-read a year of data.
+type Carbon struct {
+	// HTTP is the client for provider APIs; nil means http.DefaultClient.
+	HTTP *http.Client
+	// Getenv reads API tokens; nil means os.Getenv.
+	Getenv func(string) string
+
+	mu     sync.Mutex
+	traces map[traceKey]*carbon.Series
+}
+
+type traceKey struct {
+	path, zone, column string
+	mod                time.Time
+}
+
+// PlanCarbon prices the finished chunks in in.Price (energy by the nodes'
+// measured joules, else the policy's power model; intensity from the
+// signal's actual values) and, when in.Plan is set, plans in.Work of
+// training between in.Now and the deadline on the signal's forecast with
+// engine/carbon.Plan. Signal and planning problems come back as text in
+// the output — the run then trains without waiting — never as a failed
+// run; only transient errors (an API timeout) fail the attempt.
+func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.CarbonOutput, error) {
+	var out spec.CarbonOutput
+	p := in.Policy.WithDefaults()
+	sig, err := c.Open(p, in.RunStart)
+	if err != nil {
+		out.PlanError, out.PriceError = err.Error(), err.Error()
+		return out, nil
+	}
+	if len(in.Price) > 0 {
+		priced, err := PriceSegments(ctx, sig, p, in.Price)
+		if err != nil {
+			if transient(ctx, err) {
+				return out, err
+			}
+			out.PriceError = err.Error()
+		}
+		out.Priced = priced
+	}
+	if !in.Plan {
+		return out, nil
+	}
+	plan, now, err := PlanWork(ctx, sig, p, in.RunStart, in.Now, in.Work)
+	if err != nil {
+		if transient(ctx, err) {
+			return out, err
+		}
+		out.PlanError = err.Error()
+		return out, nil
+	}
+	out.Plan, out.NowGPerKWh = plan, now
+	activity.GetLogger(ctx).Info("carbon plan", "slots", len(plan.Slots), "expected_g_per_kwh", plan.ExpectedGPerKWh,
+		"baseline_g_per_kwh", plan.BaselineGPerKWh, "work", plan.Work.D())
+	return out, nil
+}
+
+// transient: worth another attempt (a timeout or an HTTP 429/5xx).
+func transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var se *carbon.StatusError
+	return errors.As(err, &se) && (se.StatusCode == http.StatusTooManyRequests || se.StatusCode >= 500)
+}
+
+// Signal is a policy's source of carbon intensity.
+type Signal interface {
+	// Forecast is the predicted intensity from the step containing now for
+	// about horizon (it may end sooner: planning stays inside it).
+	Forecast(ctx context.Context, now time.Time, horizon time.Duration) (*carbon.Series, error)
+	// Actual is the measured intensity covering [from, to).
+	Actual(ctx context.Context, from, to time.Time) (*carbon.Series, error)
+}
+
+// Open returns the signal a policy names: its trace file (shifted so that
+// runStart falls on trace_start when that is set) or its provider API.
+func (c *Carbon) Open(p spec.GreenPolicy, runStart time.Time) (Signal, error) {
+	if p.Provider != "" {
+		return c.provider(p)
+	}
+	tr, err := c.trace(p)
+	if err != nil {
+		return nil, err
+	}
+	if ts, ok, err := p.TraceStartTime(); err != nil {
+		return nil, fmt.Errorf("green.trace_start: %w", err)
+	} else if ok {
+		shifted := *tr
+		shifted.Start = tr.Start.Add(ShiftFor(tr, runStart, ts))
+		tr = &shifted
+	}
+	var fc carbon.Forecaster = carbon.Persistence{Trace: tr}
+	if p.Forecast == spec.ForecastPerfect {
+		fc = carbon.Perfect{Trace: tr}
+	}
+	return traceSignal{trace: tr, fc: fc}, nil
+}
+
+// ShiftFor is how far a trace moves so that runStart falls on the trace
+// step containing traceStart: a whole number of steps, so the trace keeps
+// its grid (hours stay on the hour).
+func ShiftFor(tr *carbon.Series, runStart, traceStart time.Time) time.Duration {
+	d := runStart.Sub(traceStart)
+	k := d / tr.Step
+	if d%tr.Step < 0 {
+		k--
+	}
+	return k * tr.Step
+}
+
+func (c *Carbon) trace(p spec.GreenPolicy) (*carbon.Series, error) {
+	fi, err := os.Stat(p.Trace)
+	if err != nil {
+		return nil, fmt.Errorf("green.trace: %w", err)
+	}
+	key := traceKey{path: p.Trace, zone: p.Zone, column: p.Column, mod: fi.ModTime()}
+	c.mu.Lock()
+	s, ok := c.traces[key]
+	c.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	f, err := os.Open(p.Trace)
+	if err != nil {
+		return nil, fmt.Errorf("green.trace: %w", err)
+	}
+	defer f.Close()
+	s, err = carbon.ReadCSVOptions(f, carbon.CSVOptions{Zone: p.Zone, Column: p.Column})
+	if err != nil {
+		return nil, fmt.Errorf("green.trace %s: %w", p.Trace, err)
+	}
+	c.mu.Lock()
+	if c.traces == nil {
+		c.traces = map[traceKey]*carbon.Series{}
+	}
+	c.traces[key] = s
+	c.mu.Unlock()
+	return s, nil
+}
+
+type traceSignal struct {
+	trace *carbon.Series
+	fc    carbon.Forecaster
+}
+
+func (t traceSignal) Forecast(_ context.Context, now time.Time, horizon time.Duration) (*carbon.Series, error) {
+	// Stay inside the trace: a deadline past its end plans up to the end.
+	if end := t.trace.End(); now.Add(horizon).After(end) {
+		horizon = end.Sub(now)
+	}
+	return t.fc.Forecast(now, horizon)
+}
+
+func (t traceSignal) Actual(context.Context, time.Time, time.Time) (*carbon.Series, error) {
+	return t.trace, nil
+}
+
+// historian is what the provider clients offer besides carbon.Provider.
+type historian interface {
+	carbon.Provider
+	History(ctx context.Context, from, to time.Time) (*carbon.Series, error)
+}
+
+type providerSignal struct{ p historian }
+
+func (c *Carbon) provider(p spec.GreenPolicy) (Signal, error) {
+	cl := carbon.Client{BaseURL: p.ProviderURL, HTTP: c.HTTP, Getenv: c.Getenv}
+	switch p.Provider {
+	case spec.ProviderElectricityMaps:
+		em := &carbon.ElectricityMaps{Client: cl, Zone: p.Zone}
+		switch p.Column {
+		case "lca":
+			em.EmissionFactorType = "lifecycle"
+		case "direct":
+			em.EmissionFactorType = "direct"
+		}
+		return providerSignal{em}, nil
+	case spec.ProviderCarbonAwareSDK:
+		return providerSignal{&carbon.CarbonAwareSDK{Client: cl, Location: p.Zone}}, nil
+	case spec.ProviderUK:
+		return providerSignal{&carbon.UKCarbonIntensity{Client: cl}}, nil
+	}
+	return nil, fmt.Errorf("green.provider: unknown provider %q", p.Provider)
+}
+
+func (s providerSignal) Forecast(ctx context.Context, now time.Time, horizon time.Duration) (*carbon.Series, error) {
+	return s.p.Forecast(ctx, now, horizon)
+}
+
+func (s providerSignal) Actual(ctx context.Context, from, to time.Time) (*carbon.Series, error) {
+	return s.p.History(ctx, from, to)
+}
+
+// PlanWork places work of training from now until the policy's deadline
+// (runStart + deadline, cut to the end of the forecast) on sig's forecast.
+// The step containing now counts as available, so a run inside a slot is
+// not sent to wait for the next step. Zero work means one forecast step.
+// It also returns the forecast intensity now.
+func PlanWork(ctx context.Context, sig Signal, p spec.GreenPolicy, runStart, now time.Time, work time.Duration) (*spec.CarbonPlan, float64, error) {
+	deadline := runStart.Add(p.Deadline.D())
+	if !now.Before(deadline) {
+		return nil, 0, fmt.Errorf("the green deadline %s has passed", deadline.UTC().Format(time.RFC3339))
+	}
+	f, err := sig.Forecast(ctx, now, deadline.Sub(now))
+	if err != nil {
+		return nil, 0, fmt.Errorf("forecast: %w", err)
+	}
+	if err := f.Validate(); err != nil {
+		return nil, 0, fmt.Errorf("forecast: %w", err)
+	}
+	start := f.Start
+	if now.After(start) {
+		start = start.Add(now.Sub(f.Start) / f.Step * f.Step)
+	}
+	if work <= 0 {
+		work = f.Step
+	}
+	if end := f.End(); deadline.After(end) {
+		deadline = end
+	}
+	job := carbon.Job{Work: work, Start: start, Deadline: deadline, Interruptible: p.Interruptible, MinSlot: p.MinSlot.D()}
+	sc, err := carbon.Plan(f, job)
+	if err != nil {
+		return nil, 0, err
+	}
+	plan := &spec.CarbonPlan{MadeAt: now, Work: spec.Duration(work), Deadline: deadline,
+		ExpectedGPerKWh: sc.ExpectedGPerKWh, BaselineGPerKWh: sc.BaselineGPerKWh, Source: p.Source()}
+	for _, s := range sc.Slots {
+		plan.Slots = append(plan.Slots, spec.CarbonSlot{Start: s.Start, End: s.End, GPerKWh: s.MeanIntensity})
+	}
+	nowCI, _ := f.At(now)
+	return plan, nowCI, nil
+}
+
+// SegmentIntervals turns trained segments into energy intervals: the
+// nodes' measured joules when they reported them, otherwise the policy's
+// power model (node_watts × nodes × PUE) read by an energy.ModelMeter over
+// the segment's chunk time. Intervals are ordered and disjoint (a segment
+// overlapping its predecessor by clock skew is clipped).
+func SegmentIntervals(ctx context.Context, p spec.GreenPolicy, segs []spec.Segment) ([]energy.Interval, error) {
+	p = p.WithDefaults()
+	out := make([]energy.Interval, 0, len(segs))
+	for i, s := range segs {
+		iv := energy.Interval{Start: s.Start, End: s.End, Joules: s.Joules}
+		if n := len(out); n > 0 && iv.Start.Before(out[n-1].End) {
+			iv.Start = out[n-1].End
+		}
+		if !iv.Start.Before(iv.End) {
+			continue
+		}
+		if iv.Joules <= 0 {
+			m := &energy.ModelMeter{Model: energy.Model{Devices: max(1, s.Nodes), BusyW: p.NodeWatts, PUE: p.PUE}}
+			if _, err := m.Joules(ctx, s.Start); err != nil {
+				return nil, fmt.Errorf("segment %d: %w", i, err)
+			}
+			busy := time.Duration(s.WallSeconds * float64(time.Second))
+			if busy <= 0 || busy > s.End.Sub(s.Start) {
+				busy = s.End.Sub(s.Start)
+			}
+			j, err := m.Joules(ctx, s.Start.Add(busy))
+			if err != nil {
+				return nil, fmt.Errorf("segment %d: %w", i, err)
+			}
+			iv.Joules = j
+		}
+		out = append(out, iv)
+	}
+	return out, nil
+}
+
+// PriceSegments prices each segment on the signal's actual intensity:
+// energy as SegmentIntervals gives it, CO2 = kWh × the time-weighted mean
+// intensity over the segment. The result has one entry per segment.
+func PriceSegments(ctx context.Context, sig Signal, p spec.GreenPolicy, segs []spec.Segment) ([]spec.PricedSegment, error) {
+	out := make([]spec.PricedSegment, len(segs))
+	if len(segs) == 0 {
+		return out, nil
+	}
+	from, to := segs[0].Start, segs[0].End
+	for _, s := range segs[1:] {
+		if s.Start.Before(from) {
+			from = s.Start
+		}
+		if s.End.After(to) {
+			to = s.End
+		}
+	}
+	actual, err := sig.Actual(ctx, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("actual intensity: %w", err)
+	}
+	for i, s := range segs {
+		ivs, err := SegmentIntervals(ctx, p, []spec.Segment{s})
+		if err != nil {
+			return nil, err
+		}
+		if len(ivs) == 0 {
+			continue
+		}
+		rep, err := energy.Account(actual, ivs, time.Time{})
+		if err != nil {
+			return nil, fmt.Errorf("price chunk %d–%d: %w", s.FromStep, s.ToStep, err)
+		}
+		out[i] = spec.PricedSegment{KWh: rep.KWh, GPerKWh: rep.GPerKWh, Grams: rep.Grams, Measured: s.Joules > 0}
+	}
+	return out, nil
+}

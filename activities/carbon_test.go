@@ -1,0 +1,193 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// writeTrace writes a plain "time,XX" hourly trace of two days starting
+// 2022-03-01 00:00 UTC: 300 g/kWh, except 100 g/kWh from 12:00 to 16:00.
+func writeTrace(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("time,XX\n")
+	t0 := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 48 {
+		v := 300
+		if h := i % 24; h >= 12 && h < 16 {
+			v = 100
+		}
+		fmt.Fprintf(&b, "%s,%d\n", t0.Add(time.Duration(i)*time.Hour).Format(time.RFC3339), v)
+	}
+	p := filepath.Join(t.TempDir(), "trace.csv")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runPlanCarbon(t *testing.T, in spec.CarbonInput) spec.CarbonOutput {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	c := &Carbon{}
+	env.RegisterActivity(c.PlanCarbon)
+	v, err := env.ExecuteActivity(c.PlanCarbon, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out spec.CarbonOutput
+	if err := v.Get(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestPlanCarbonPlansAndPrices(t *testing.T) {
+	trace := writeTrace(t)
+	start := time.Date(2022, 3, 2, 8, 30, 0, 0, time.UTC) // day 2: persistence has a day of history
+	p := spec.GreenPolicy{Trace: trace, Deadline: spec.Duration(12 * time.Hour), Interruptible: true, NodeWatts: 500, BudgetG: 10}.WithDefaults()
+	seg := spec.Segment{Start: start, End: start.Add(30 * time.Minute), Nodes: 2, WallSeconds: 1800, FromStep: 0, ToStep: 100}
+	out := runPlanCarbon(t, spec.CarbonInput{Policy: p, RunStart: start, Now: start, Plan: true, Work: 3 * time.Hour,
+		Price: []spec.Segment{seg}})
+	if out.PlanError != "" || out.PriceError != "" {
+		t.Fatalf("errors: %q %q", out.PlanError, out.PriceError)
+	}
+	pl := out.Plan
+	if len(pl.Slots) != 1 || !pl.Slots[0].Start.Equal(time.Date(2022, 3, 2, 12, 0, 0, 0, time.UTC)) ||
+		!pl.Slots[0].End.Equal(time.Date(2022, 3, 2, 15, 0, 0, 0, time.UTC)) || pl.Slots[0].GPerKWh != 100 {
+		t.Errorf("plan %+v: want 12:00–15:00 at 100 g/kWh", pl.Slots)
+	}
+	if pl.BaselineGPerKWh != 300 || pl.ExpectedGPerKWh != 100 || out.NowGPerKWh != 300 {
+		t.Errorf("plan %+v, now %v", pl, out.NowGPerKWh)
+	}
+	// 2 nodes × 500 W × 0.5 h = 0.5 kWh at 300 g/kWh.
+	if len(out.Priced) != 1 || !near(out.Priced[0].KWh, 0.5) || !near(out.Priced[0].Grams, 150) || out.Priced[0].Measured {
+		t.Errorf("priced %+v", out.Priced)
+	}
+	// Measured joules win over the model.
+	seg.Joules = 3.6e6
+	out = runPlanCarbon(t, spec.CarbonInput{Policy: p, RunStart: start, Now: start, Price: []spec.Segment{seg}})
+	if out.Plan != nil || !near(out.Priced[0].KWh, 1) || !out.Priced[0].Measured {
+		t.Errorf("measured: %+v", out)
+	}
+}
+
+// trace_start replays the trace: a run starting now follows the grid of
+// 2022-03-02 from 08:00, on whole hours.
+func TestPlanCarbonReplaysTrace(t *testing.T) {
+	trace := writeTrace(t)
+	now := time.Date(2026, 5, 6, 8, 20, 0, 0, time.UTC)
+	p := spec.GreenPolicy{Trace: trace, TraceStart: "2022-03-02T08:00:00Z", Deadline: spec.Duration(12 * time.Hour)}.WithDefaults()
+	out := runPlanCarbon(t, spec.CarbonInput{Policy: p, RunStart: now, Now: now, Plan: true, Work: 2 * time.Hour})
+	if out.PlanError != "" {
+		t.Fatal(out.PlanError)
+	}
+	want := time.Date(2026, 5, 6, 12, 0, 0, 0, time.UTC)
+	if s := out.Plan.Slots[0]; !s.Start.Equal(want) || !s.End.Equal(want.Add(2*time.Hour)) {
+		t.Errorf("slot %+v, want 12:00–14:00 on the run's day", s)
+	}
+}
+
+func TestPlanCarbonReportsProblemsAsText(t *testing.T) {
+	trace := writeTrace(t)
+	start := time.Date(2022, 3, 2, 8, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		p    spec.GreenPolicy
+		work time.Duration
+		want string
+	}{
+		"missing trace":  {spec.GreenPolicy{Trace: filepath.Join(t.TempDir(), "none.csv")}, time.Hour, "green.trace"},
+		"deadline short": {spec.GreenPolicy{Trace: trace, Deadline: spec.Duration(2 * time.Hour)}, 5 * time.Hour, "deadline too short"},
+		"no history":     {spec.GreenPolicy{Trace: trace, TraceStart: "2022-03-01T00:00:00Z"}, time.Hour, "history"},
+	} {
+		p := tc.p.WithDefaults()
+		out := runPlanCarbon(t, spec.CarbonInput{Policy: p, RunStart: start, Now: start, Plan: true, Work: tc.work})
+		if out.Plan != nil || !strings.Contains(out.PlanError, tc.want) {
+			t.Errorf("%s: plan %v, error %q (want it to mention %q)", name, out.Plan, out.PlanError, tc.want)
+		}
+	}
+}
+
+func TestSegmentIntervalsClipsOverlap(t *testing.T) {
+	t0 := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
+	ivs, err := SegmentIntervals(context.Background(), spec.GreenPolicy{NodeWatts: 100, PUE: 1.5}, []spec.Segment{
+		{Start: t0, End: t0.Add(time.Hour), Nodes: 2, WallSeconds: 3600},
+		{Start: t0.Add(time.Hour - time.Second), End: t0.Add(2 * time.Hour), Nodes: 1, WallSeconds: 1800},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ivs) != 2 || !ivs[1].Start.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("intervals %+v", ivs)
+	}
+	// 2 × 100 W × 1.5 × 1 h; then 1 × 100 W × 1.5 × 0.5 h of chunk time.
+	if !near(ivs[0].KWh(), 0.3) || !near(ivs[1].KWh(), 0.075) {
+		t.Errorf("kWh %v %v", ivs[0].KWh(), ivs[1].KWh())
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// The workflow with the real PlanCarbon on a trace: it waits for the low
+// hours (12:00–16:00), trains there, and prices what it used.
+func TestTrainingRunWithRealPlanner(t *testing.T) {
+	trace := writeTrace(t)
+	start := time.Date(2022, 3, 2, 8, 0, 0, 0, time.UTC)
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.SetStartTime(start)
+	env.RegisterWorkflowWithOptions(workflows.TrainingRun, workflow.RegisterOptions{Name: spec.WorkflowTrainingRun})
+	env.RegisterActivityWithOptions((&Carbon{}).PlanCarbon, activity.RegisterOptions{Name: spec.ActivityPlanCarbon})
+	node := spec.Node{ID: "a", TaskQueue: spec.NodeTaskQueue("a")}
+	env.RegisterActivityWithOptions(func(context.Context, string, spec.AcquireRequest) ([]spec.Node, error) {
+		return []spec.Node{node}, nil
+	}, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})
+	var starts []time.Time
+	env.RegisterActivityWithOptions(func(_ context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
+		now := env.Now().UTC()
+		starts = append(starts, now)
+		res := &spec.ChunkResult{NodeID: "a", From: in.From, To: in.To, StartedAt: now, FirstStepAt: now, EndedAt: now.Add(36 * time.Second)}
+		if in.Checkpoint {
+			res.Checkpoint = &spec.CheckpointRef{Step: in.To, Key: fmt.Sprint(in.To)}
+		}
+		return res, nil
+	}, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", mock.Anything, mock.Anything).Return(nil)
+	rs := spec.RunSpec{Name: "g", Nodes: 1, Steps: 300, ChunkSteps: 100, Green: &spec.GreenPolicy{
+		Trace: trace, Deadline: spec.Duration(24 * time.Hour), Interruptible: true, Work: spec.Duration(2 * time.Hour), NodeWatts: 1000,
+	}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, workflows.RunInput{Spec: rs})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var st spec.RunStatus
+	if err := env.GetWorkflowResult(&st); err != nil {
+		t.Fatal(err)
+	}
+	noon := time.Date(2022, 3, 2, 12, 0, 0, 0, time.UTC)
+	if len(starts) != 3 || !starts[0].Equal(noon) || !starts[2].Equal(noon) {
+		t.Errorf("chunks started at %v, want all at 12:00", starts)
+	}
+	g := st.Green
+	// 3 chunks × 1 kW × 36 s = 0.03 kWh at 100 g/kWh.
+	if g == nil || g.Waits != 1 || !near(g.KWh, 0.03) || !near(g.Grams, 3) || g.Note != "" {
+		t.Errorf("green status %+v", g)
+	}
+	if len(st.Segments) != 1 || st.Segments[0].Chunks != 3 {
+		t.Errorf("segments %+v", st.Segments)
+	}
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// liveRun reads a running run's status; a closed run is an error.
+func liveRun(ctx context.Context, c client.Client, id string) (spec.RunStatus, error) {
+	st, _, closed, err := readProgress(ctx, c, id)
+	if closed {
+		if err == nil {
+			err = fmt.Errorf("run %s has ended (%s)", id, st.Phase)
+		}
+		return st, err
+	}
+	return st, err
+}
+
+func signalRun(ctx context.Context, c client.Client, id, name string, arg any) error {
+	if err := c.SignalWorkflow(ctx, id, "", name, arg); err != nil {
+		return fmt.Errorf("signal %s to %s: %w", name, id, err)
+	}
+	return nil
+}
+
+func newPauseCmd(e *env) *cobra.Command {
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "pause RUN",
+		Short: "Hold a run at its next chunk boundary until `cann-train resume`",
+		Long: `Asks the run to stop before its next chunk: the chunk that is training finishes
+(and checkpoints if it is due), then the run holds — nodes kept, nothing
+trained — until 'cann-train resume RUN'. A pause during a green-window wait
+holds the run after the wait too.`,
+		Example: `  cann-train pause mnist-demo
+  cann-train pause mnist-demo --wait 2m   # return once the run is paused`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := dialQuiet(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id := runID(args[0])
+			st, err := liveRun(ctx, c, id)
+			if err != nil {
+				return err
+			}
+			if err := signalRun(ctx, c, id, spec.SignalPause, nil); err != nil {
+				return err
+			}
+			if wait <= 0 {
+				fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds at the next chunk boundary\n", id, st.Step)
+				return nil
+			}
+			st, err = awaitPhase(ctx, c, id, wait, spec.PhasePaused)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "%s: paused at step %d/%d\n", id, st.Step, st.TotalSteps)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the run to be paused (0: do not wait)")
+	return cmd
+}
+
+// awaitPhase polls the run's status until it is in phase.
+func awaitPhase(ctx context.Context, c client.Client, id string, limit time.Duration, phase spec.Phase) (spec.RunStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		st, err := liveRun(ctx, c, id)
+		if err == nil && st.Phase == phase {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("%s not %s after %s (now %s at step %d): %w", id, phase, limit, st.Phase, st.Step, errors.Join(err, ctx.Err()))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func newResumeCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume RUN",
+		Short: "Resume a paused run; also cuts a green-window wait short",
+		Long: `Ends a pause. A run waiting for its green window starts its next chunk at once
+(the boundary after it plans again; 'cann-train green override' ignores the
+policy for longer).`,
+		Example: `  cann-train resume mnist-demo`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := dialQuiet(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id := runID(args[0])
+			st, err := liveRun(ctx, c, id)
+			if err != nil {
+				return err
+			}
+			if err := signalRun(ctx, c, id, spec.SignalResume, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "%s: resumed (was %s at step %d)\n", id, st.Phase, st.Step)
+			return nil
+		},
+	}
+}
+
+func newScaleCmd(e *env) *cobra.Command {
+	var nodes int
+	cmd := &cobra.Command{
+		Use:   "scale RUN --nodes N",
+		Short: "Train a run on N nodes from its next chunk boundary",
+		Long: `Changes the run's node count at the next chunk boundary: the run asks the
+Cluster for more nodes or releases some, starts a new membership generation
+and resumes from the checkpoint at the current step (when the last checkpoint
+is older, one more chunk runs and checkpoints first, so no step is lost). The
+global batch stays what it was at the start; each rank's share changes.
+N must be at least the run's min_nodes and at most its global batch.`,
+		Example: `  cann-train scale mnist-demo --nodes 4`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if nodes < 1 || nodes > 1024 {
+				return fmt.Errorf("--nodes %d: want 1..1024", nodes)
+			}
+			ctx := cmd.Context()
+			c, err := dialQuiet(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id := runID(args[0])
+			st, err := liveRun(ctx, c, id)
+			if err != nil {
+				return err
+			}
+			if st.MinNodes > 0 && nodes < st.MinNodes {
+				return fmt.Errorf("--nodes %d is below the run's min_nodes %d", nodes, st.MinNodes)
+			}
+			if st.GlobalBatch > 0 && nodes > st.GlobalBatch {
+				return fmt.Errorf("--nodes %d is more than the run's global batch %d: every rank needs an example per step", nodes, st.GlobalBatch)
+			}
+			if err := signalRun(ctx, c, id, spec.SignalRescale, spec.Rescale{Nodes: nodes}); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "%s: %d → %d node(s) at the next chunk boundary (step %d)\n", id, len(st.Nodes), nodes, st.Step)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&nodes, "nodes", 0, "node count to train on")
+	_ = cmd.MarkFlagRequired("nodes")
+	return cmd
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestPauseResumeRealRun pauses a run training on node-worker processes
+// with `cann-train pause`, checks that `cann-train status` says paused and
+// that the step stands still, rescales it while paused (`cann-train scale`:
+// 2 → 3 nodes, and later 3 → 1), resumes it with `cann-train resume`, and
+// waits for it to complete. Its history is the replay test's
+// trainingrun_pause.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+func TestPauseResumeRealRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	c := controlInProcess(ctx, t, srv)
+	dir := t.TempDir()
+	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	defer func() { _ = l.StopAll(5 * time.Second) }()
+	for _, id := range []string{"node-1", "node-2", "node-3"} {
+		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),
+			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--log-level", "info"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitRegistered(ctx, t, c, 3)
+	s := spec.RunSpec{Name: "pause-me", Nodes: 2, MinNodes: 1, Steps: 2000, ChunkSteps: 100,
+		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
+		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append(args, "--address", srv.FrontendAddr()))
+		if err := root.ExecuteContext(ctx); err != nil {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("cann-train %v: %v\n%s", args, err, errb.String())
+		}
+		return out.String()
+	}
+	status := func() Summary {
+		t.Helper()
+		var sum Summary
+		if err := json.Unmarshal([]byte(cli("status", "pause-me", "-o", "json")), &sum); err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	// until polls the run until ok says so.
+	until := func(what string, ok func(st spec.RunStatus, live *spec.ChunkProgress) bool) {
+		t.Helper()
+		for {
+			st, live, closed, err := readProgress(ctx, c, run.GetID())
+			if closed {
+				dumpLogs(t, l.LogDir)
+				t.Fatalf("run closed while waiting for %s: %+v %v", what, st, err)
+			}
+			if err == nil && ok(st, live) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				dumpLogs(t, l.LogDir)
+				t.Fatalf("no %s", what)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	until("training under way", func(st spec.RunStatus, live *spec.ChunkProgress) bool { return st.Step >= 100 && live != nil })
+
+	out := cli("pause", "pause-me", "--wait", "60s")
+	if !strings.Contains(out, "paused at step") {
+		t.Fatalf("pause: %q", out)
+	}
+	held := status()
+	if held.Status != spec.PhasePaused || held.Steps >= s.Steps || held.Steps%s.ChunkSteps != 0 {
+		t.Fatalf("after pause: status %s at step %d; want paused at a chunk boundary", held.Status, held.Steps)
+	}
+	if text := cli("status", "pause-me"); !strings.Contains(text, "status       paused: paused at step") {
+		t.Errorf("status text does not say paused:\n%s", text)
+	}
+	cli("scale", "pause-me", "--nodes", "3")
+	time.Sleep(2 * time.Second)
+	again := status()
+	if again.Status != spec.PhasePaused || again.Steps != held.Steps || again.Chunks != held.Chunks {
+		t.Fatalf("while paused the run moved: %s step %d (chunks %d) → %s step %d (chunks %d)",
+			held.Status, held.Steps, held.Chunks, again.Status, again.Steps, again.Chunks)
+	}
+	if again.PendingNodes != 3 || len(again.Nodes) != 2 {
+		t.Errorf("while paused: nodes %v, pending %d; want the rescale to 3 pending", again.Nodes, again.PendingNodes)
+	}
+	if _, live, _, _ := readProgress(ctx, c, run.GetID()); live != nil {
+		t.Errorf("a chunk is training while paused: %+v", live)
+	}
+	t.Logf("paused at step %d of %d; resuming on 3 nodes", held.Steps, s.Steps)
+	cli("resume", "pause-me")
+	until("a chunk on 3 nodes", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.Rescalings) == 1 && st.Step > held.Steps
+	})
+	cli("pause", "pause-me", "--wait", "60s")
+	cli("scale", "pause-me", "--nodes", "1")
+	cli("resume", "pause-me")
+
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run after resume: %v", err)
+	}
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || st.PauseRequested || st.EvalValue < 0.85 {
+		t.Fatalf("final status %s at step %d (pause requested %v, accuracy %.3f)", st.Phase, st.Step, st.PauseRequested, st.EvalValue)
+	}
+	if len(st.Rescalings) != 2 || st.Rescalings[0].ToNodes != 3 || st.Rescalings[1].ToNodes != 1 || len(st.Nodes) != 1 {
+		t.Errorf("rescalings %+v, nodes %v: want 2 → 3 → 1", st.Rescalings, st.Nodes)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause.json")
+}

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// Flag problems are reported before any connection (the address is one
+// nothing listens on).
+func TestControlFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"scale", "r"}, `"nodes" not set`},
+		{[]string{"scale", "r", "--nodes", "0"}, "--nodes 0: want 1..1024"},
+		{[]string{"pause"}, "accepts 1 arg"},
+		{[]string{"resume", "a", "b"}, "accepts 1 arg"},
+		{[]string{"green", "override", "r", "--clear", "--for", "1h"}, "--clear takes neither"},
+		{[]string{"green", "override", "r", "--for", "1h", "--until", "2026-01-01T00:00:00Z"}, "not both"},
+		{[]string{"green", "override", "r", "--until", "tomorrow"}, "RFC 3339"},
+		{[]string{"green", "report", "r", "-o", "yaml"}, "allowed"},
+	} {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append(tc.args, "--address", "127.0.0.1:1"))
+		err := root.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}

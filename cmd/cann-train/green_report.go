@@ -1,0 +1,331 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cann-train/cann-train/activities"
+	"github.com/cann-train/cann-train/engine/carbon"
+	"github.com/cann-train/cann-train/engine/energy"
+	"github.com/cann-train/cann-train/spec"
+)
+
+func newGreenReportCmd(e *env) *cobra.Command {
+	var output, svg, trace, zone string
+	cmd := &cobra.Command{
+		Use:   "report RUN",
+		Short: "Energy and CO2 of a run's chunks, against running it right away",
+		Long: `Prices the run's trained segments: energy is what the nodes measured, or else
+the policy's power model (node_watts × nodes × PUE) over the chunks' recorded
+durations; CO2 = Σ energy × the carbon intensity over each segment. The
+baseline lays the same segments back to back from the run's start (run-now);
+savings are relative to it. The intensity comes from the run's green policy
+(its trace or provider); --trace prices a run without one, or points at the
+trace where this machine keeps it. --svg draws the timeline: intensity, the
+chunks that ran and the planned slots.`,
+		Example: `  cann-train green report mnist-green
+  cann-train green report mnist-green -o json --svg mnist-green.svg
+  cann-train green report mnist-demo --trace ../shared/data/carbon/ES_2022_hourly.csv`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			c, err := dialQuiet(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, _, _, err := readProgress(ctx, c, runID(args[0]))
+			if err != nil && st.RunID == "" {
+				return err
+			}
+			var policy spec.GreenPolicy
+			if st.Green != nil {
+				policy = st.Green.Policy
+			}
+			if trace != "" {
+				policy.Trace, policy.Provider = trace, ""
+				if zone != "" {
+					policy.Zone = zone
+				}
+			}
+			if policy.Trace == "" && policy.Provider == "" {
+				return fmt.Errorf("%s has no green policy: give --trace FILE to price it", st.RunID)
+			}
+			rep, tl, err := greenReport(ctx, st, policy.WithDefaults())
+			if err != nil {
+				return err
+			}
+			if svg != "" {
+				if err := writeSVG(svg, tl); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.err, "timeline written to %s\n", svg)
+			}
+			return printGreenReport(e.out, rep, output)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&output, "output", "o", "text", "text or json")
+	f.StringVar(&svg, "svg", "", "write an SVG timeline to this file")
+	f.StringVar(&trace, "trace", "", "carbon-intensity CSV to price with (instead of the policy's signal)")
+	f.StringVar(&zone, "zone", "", "zone of --trace")
+	return cmd
+}
+
+// greenReportJSON is `green report -o json`.
+type greenReportJSON struct {
+	WorkflowID      string            `json:"workflow_id"`
+	Status          spec.Phase        `json:"status"`
+	Source          string            `json:"source"`
+	Energy          string            `json:"energy"` // measured, modelled or mixed
+	KWh             float64           `json:"kwh"`
+	Grams           float64           `json:"grams"`
+	GPerKWh         float64           `json:"g_per_kwh"`
+	BaselineGrams   float64           `json:"baseline_grams"`
+	BaselineGPerKWh float64           `json:"baseline_g_per_kwh"`
+	SavingsPct      float64           `json:"savings_pct"`
+	Waits           int               `json:"waits"`
+	WaitedHours     float64           `json:"waited_h"`
+	BudgetG         float64           `json:"budget_g,omitempty"`
+	BudgetUsedPct   float64           `json:"budget_used_pct,omitempty"`
+	Segments        []segmentJSON     `json:"segments"`
+	Planned         []spec.CarbonSlot `json:"planned"`
+	Policy          spec.GreenPolicy  `json:"policy"`
+}
+
+type segmentJSON struct {
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	Nodes    int       `json:"nodes"`
+	FromStep int64     `json:"from_step"`
+	ToStep   int64     `json:"to_step"`
+	KWh      float64   `json:"kwh"`
+	GPerKWh  float64   `json:"g_per_kwh"`
+	Grams    float64   `json:"grams"`
+	Measured bool      `json:"measured"`
+}
+
+// greenReport prices st's segments on policy's actual intensity (see the
+// report command) and builds the timeline to draw.
+func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy) (greenReportJSON, energy.Timeline, error) {
+	out := greenReportJSON{WorkflowID: st.RunID, Status: st.Phase, Source: policy.Source(), Policy: policy,
+		Segments: []segmentJSON{}, Planned: []spec.CarbonSlot{}}
+	var tl energy.Timeline
+	if len(st.Segments) == 0 {
+		return out, tl, fmt.Errorf("%s has trained no chunk yet", st.RunID)
+	}
+	ivs, err := activities.SegmentIntervals(ctx, policy, st.Segments)
+	if err != nil {
+		return out, tl, err
+	}
+	if len(ivs) != len(st.Segments) {
+		return out, tl, errors.New("overlapping segments: the nodes' clocks disagree by more than a chunk")
+	}
+	runNow := st.StartedAt
+	if runNow.IsZero() || st.Segments[0].Start.Before(runNow) {
+		runNow = st.Segments[0].Start
+	}
+	from, to := runNow, st.Segments[len(st.Segments)-1].End
+	var busy time.Duration
+	for _, iv := range ivs {
+		busy += iv.End.Sub(iv.Start)
+	}
+	to = maxT(to, runNow.Add(busy))
+	if st.Green != nil && st.Green.Plan != nil {
+		out.Planned = st.Green.Plan.Slots
+		for _, s := range out.Planned {
+			to = maxT(to, s.End)
+		}
+	}
+	sig, err := (&activities.Carbon{}).Open(policy, st.StartedAt)
+	if err != nil {
+		return out, tl, err
+	}
+	actual, err := sig.Actual(ctx, from, to)
+	if err != nil {
+		return out, tl, fmt.Errorf("carbon intensity for %s – %s: %w", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), err)
+	}
+	rep, err := energy.Account(actual, ivs, runNow)
+	if err != nil {
+		return out, tl, fmt.Errorf("price %s: %w", st.RunID, err)
+	}
+	out.KWh, out.Grams, out.GPerKWh = rep.KWh, rep.Grams, rep.GPerKWh
+	out.BaselineGrams, out.BaselineGPerKWh, out.SavingsPct = rep.BaselineGrams, rep.BaselineGPerKWh, rep.SavingsPct
+	measured := 0
+	for i, p := range rep.Intervals {
+		seg := st.Segments[i]
+		if seg.Joules > 0 {
+			measured++
+		}
+		out.Segments = append(out.Segments, segmentJSON{Start: p.Start, End: p.End, Nodes: seg.Nodes, FromStep: seg.FromStep,
+			ToStep: seg.ToStep, KWh: p.KWh, GPerKWh: p.GPerKWh, Grams: p.Grams, Measured: seg.Joules > 0})
+	}
+	switch measured {
+	case 0:
+		out.Energy = "modelled"
+	case len(rep.Intervals):
+		out.Energy = "measured"
+	default:
+		out.Energy = "mixed"
+	}
+	if g := st.Green; g != nil {
+		out.Waits, out.WaitedHours = g.Waits, g.WaitedSeconds/3600
+		out.BudgetG = g.BudgetG
+		if g.BudgetG > 0 {
+			out.BudgetUsedPct = 100 * out.Grams / g.BudgetG
+		}
+	}
+	pad := 2 * actual.Step
+	tl = energy.Timeline{
+		Series:  cutSeries(actual, from.Add(-pad), to.Add(pad)),
+		Chunks:  energy.Chunks(ivs),
+		Planned: energy.SlotSpans(toCarbonSlots(out.Planned)),
+		Title: fmt.Sprintf("%s: %.1f g CO2eq (%.0f g/kWh), %.1f%% below running now — %s",
+			st.RunID, out.Grams, out.GPerKWh, out.SavingsPct, out.Source),
+	}
+	return out, tl, nil
+}
+
+func maxT(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func toCarbonSlots(in []spec.CarbonSlot) []carbon.Slot {
+	out := make([]carbon.Slot, len(in))
+	for i, s := range in {
+		out[i] = carbon.Slot{Start: s.Start, End: s.End, MeanIntensity: s.GPerKWh}
+	}
+	return out
+}
+
+// cutSeries is the part of s covering [from, to) (whole steps; s itself
+// when that is all of it).
+func cutSeries(s *carbon.Series, from, to time.Time) *carbon.Series {
+	i0 := int(from.Sub(s.Start) / s.Step)
+	if from.Before(s.Start) {
+		i0 = 0
+	}
+	i1 := int((to.Sub(s.Start) + s.Step - 1) / s.Step)
+	i0, i1 = max(0, min(i0, len(s.Values)-1)), max(1, min(i1, len(s.Values)))
+	if i1 <= i0 {
+		i1 = i0 + 1
+	}
+	if i0 == 0 && i1 == len(s.Values) {
+		return s
+	}
+	return &carbon.Series{Start: s.TimeAt(i0), Step: s.Step, Zone: s.Zone, Values: s.Values[i0:i1]}
+}
+
+func writeSVG(path string, tl energy.Timeline) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := energy.RenderSVG(f, tl); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func printGreenReport(w io.Writer, r greenReportJSON, output string) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(w, "run        %s (%s)\n", r.WorkflowID, r.Status)
+	fmt.Fprintf(w, "signal     %s\n", r.Source)
+	fmt.Fprintf(w, "energy     %.4f kWh (%s)\n", r.KWh, r.Energy)
+	fmt.Fprintf(w, "CO2        %.2f g at %.1f g/kWh\n", r.Grams, r.GPerKWh)
+	fmt.Fprintf(w, "run now    %.2f g at %.1f g/kWh → %.1f%% saved\n", r.BaselineGrams, r.BaselineGPerKWh, r.SavingsPct)
+	if r.Waits > 0 {
+		fmt.Fprintf(w, "waited     %.2f h in %d green wait(s)\n", r.WaitedHours, r.Waits)
+	}
+	if r.BudgetG > 0 {
+		fmt.Fprintf(w, "budget     %.4g g, %.1f%% used\n", r.BudgetG, r.BudgetUsedPct)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEGMENT START\tEND\tNODES\tSTEPS\tkWh\tg/kWh\tg")
+	for _, s := range r.Segments {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d–%d\t%.4f\t%.1f\t%.2f\n", s.Start.UTC().Format(time.RFC3339), s.End.UTC().Format(time.RFC3339),
+			s.Nodes, s.FromStep, s.ToStep, s.KWh, s.GPerKWh, s.Grams)
+	}
+	return tw.Flush()
+}
+
+func newGreenOverrideCmd(e *env) *cobra.Command {
+	var forD time.Duration
+	var until string
+	var clear bool
+	cmd := &cobra.Command{
+		Use:   "override RUN [--for 6h | --until T | --clear]",
+		Short: "Ignore a run's green policy, for good or for a while",
+		Long: `Tells the run to stop waiting for green windows: a wait in progress ends and
+the next chunks run at once, until --until (RFC 3339) or for --for, or for
+good when neither is given. --clear restores the policy.`,
+		Example: `  cann-train green override mnist-green --for 6h
+  cann-train green override mnist-green --clear`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := spec.GreenOverride{Clear: clear}
+			switch {
+			case clear && (forD != 0 || until != ""):
+				return errors.New("--clear takes neither --for nor --until")
+			case forD != 0 && until != "":
+				return errors.New("give --for or --until, not both")
+			case forD < 0:
+				return fmt.Errorf("--for %s: must be positive", forD)
+			case forD > 0:
+				o.Until = time.Now().Add(forD).UTC()
+			case until != "":
+				t, err := time.Parse(time.RFC3339, until)
+				if err != nil {
+					return fmt.Errorf("--until %q: want RFC 3339, e.g. 2026-05-06T18:00:00Z", until)
+				}
+				o.Until = t.UTC()
+			}
+			ctx := cmd.Context()
+			c, err := dialQuiet(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id := runID(args[0])
+			if _, err := liveRun(ctx, c, id); err != nil {
+				return err
+			}
+			if err := signalRun(ctx, c, id, spec.SignalGreenOverride, o); err != nil {
+				return err
+			}
+			switch {
+			case clear:
+				fmt.Fprintf(e.out, "%s: green policy restored\n", id)
+			case o.Until.IsZero():
+				fmt.Fprintf(e.out, "%s: green policy ignored from now on\n", id)
+			default:
+				fmt.Fprintf(e.out, "%s: green policy ignored until %s\n", id, o.Until.Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&forD, "for", 0, "ignore the policy for this long")
+	f.StringVar(&until, "until", "", "ignore the policy until this time (RFC 3339)")
+	f.BoolVar(&clear, "clear", false, "apply the policy again")
+	return cmd
+}

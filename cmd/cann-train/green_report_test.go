@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/engine/carbon"
+	"github.com/cann-train/cann-train/spec"
+)
+
+func esTrace(t *testing.T) string {
+	t.Helper()
+	trace := filepath.Join("..", "..", "..", "shared", "data", "carbon", "ES_2022_hourly.csv")
+	if _, err := os.Stat(trace); err != nil {
+		t.Fatalf("real trace missing (CI lays shared/ beside the repo): %v", err)
+	}
+	return trace
+}
+
+// A run that waited for its slot: the report prices each segment on the
+// trace, the baseline is the same work from the run's start, and the SVG
+// shows the chunks and the plan.
+func TestGreenReport(t *testing.T) {
+	trace := esTrace(t)
+	f, err := os.Open(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series, err := carbon.ReadCSV(f, "")
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
+	h := func(hour float64) time.Time { return day.Add(time.Duration(hour * float64(time.Hour))) }
+	ci := func(hour float64) float64 {
+		v, err := series.At(h(hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	policy := spec.GreenPolicy{Trace: trace, Interruptible: true, NodeWatts: 250, PUE: 1.2}.WithDefaults()
+	st := spec.RunStatus{
+		RunID: "run/green", Phase: spec.PhaseCompleted, StartedAt: h(8),
+		Segments: []spec.Segment{
+			{Start: h(13), End: h(14), Nodes: 2, WallSeconds: 3600, FromStep: 0, ToStep: 500},
+			{Start: h(15), End: h(15.5), Nodes: 1, WallSeconds: 1800, FromStep: 500, ToStep: 600, Joules: 0.5 * 3.6e6},
+		},
+		Green: &spec.GreenStatus{Policy: policy, Waits: 1, WaitedSeconds: 5 * 3600, BudgetG: 500,
+			Plan: &spec.CarbonPlan{MadeAt: h(8), Slots: []spec.CarbonSlot{{Start: h(13), End: h(16), GPerKWh: 100}}}},
+	}
+	rep, tl, err := greenReport(context.Background(), st, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kwh1 := 2 * 250 * 1.2 / 1000.0 // modelled: 2 nodes × 250 W × PUE 1.2 × 1 h
+	want := kwh1*ci(13) + 0.5*ci(15)
+	base := kwh1*ci(8) + 0.5*ci(9) // back to back from 08:00
+	if !near(rep.KWh, kwh1+0.5) || !near(rep.Grams, want) || !near(rep.BaselineGrams, base) {
+		t.Errorf("kWh %v g %v baseline %v; want %v, %v, %v", rep.KWh, rep.Grams, rep.BaselineGrams, kwh1+0.5, want, base)
+	}
+	if !near(rep.SavingsPct, 100*(base-want)/base) || rep.Energy != "mixed" || len(rep.Segments) != 2 || !rep.Segments[1].Measured {
+		t.Errorf("report %+v", rep)
+	}
+	var out bytes.Buffer
+	if err := printGreenReport(&out, rep, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var back greenReportJSON
+	if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.Waits != 1 || back.BudgetG != 500 {
+		t.Errorf("json %v: %s", err, out.String())
+	}
+	svg := filepath.Join(t.TempDir(), "t.svg")
+	if err := writeSVG(svg, tl); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(svg)
+	if strings.Count(string(b), `class="chunk"`) != 2 || strings.Count(string(b), `class="planned"`) != 1 {
+		t.Errorf("svg lacks the chunks or the plan:\n%.400s", b)
+	}
+	out.Reset()
+	if err := printGreenReport(&out, rep, "text"); err != nil || !strings.Contains(out.String(), "saved") {
+		t.Errorf("text report %v:\n%s", err, out.String())
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9*math.Max(1, math.Abs(b)) }
+
+func TestStatusShowsControlsAndGreen(t *testing.T) {
+	t0 := time.Date(2022, 3, 1, 9, 0, 0, 0, time.UTC)
+	st := spec.RunStatus{
+		RunID: "run/x", Phase: spec.PhaseGreenWait, Model: spec.ModelMLPMNIST, Step: 200, TotalSteps: 600,
+		Nodes: []string{"a", "b"}, Detail: "waiting for the green window until 2022-03-01T14:00:00Z (green window 14:00–18:00 UTC, 120 g/kWh)",
+		WaitUntil: t0.Add(5 * time.Hour), PauseRequested: true, PendingNodes: 3, MinNodes: 2, GlobalBatch: 64,
+		Rescalings: []spec.Rescaling{{Generation: 2, AtStep: 100, FromNodes: 3, ToNodes: 2, Removed: []string{"c"}}},
+		Green: &spec.GreenStatus{
+			Policy: spec.GreenPolicy{Trace: "es.csv", Interruptible: true}.WithDefaults(),
+			Plan: &spec.CarbonPlan{MadeAt: t0, Work: spec.Duration(time.Hour), Deadline: t0.Add(24 * time.Hour),
+				Slots: []spec.CarbonSlot{{Start: t0.Add(5 * time.Hour), End: t0.Add(9 * time.Hour), GPerKWh: 120}}},
+			KWh: 0.2, Grams: 480, GPerKWh: 240, BudgetG: 500, BudgetUsedPct: 96, BudgetAlert: true,
+		},
+	}
+	var out bytes.Buffer
+	if err := printStatus(&out, st, "text", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"status       waiting-green: waiting for the green window until 2022-03-01T14:00:00Z (green window 14:00–18:00 UTC, 120 g/kWh) (pause requested",
+		"nodes        min 2, global batch 64; rescale to 3 pending",
+		"gen 2 at step 100: 3 → 2 nodes −[c]",
+		"plan       1 slot(s)", "    green window 14:00–18:00 UTC, 120 g/kWh",
+		"budget     500 g, 96.0% used — ALERT",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := printStatus(&out, st, "json", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	var s Summary
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil || s.Green == nil || len(s.Green.Plan.Slots) != 1 || s.WaitUntil.IsZero() {
+		t.Errorf("json status %v:\n%s", err, out.String())
+	}
+}

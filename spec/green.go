@@ -1,0 +1,316 @@
+package spec
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Green-policy values.
+const (
+	// ForecastPersistence forecasts each step with the value a day earlier.
+	ForecastPersistence = "persistence"
+	// ForecastPerfect uses the trace itself (clairvoyant; for studies).
+	ForecastPerfect = "perfect"
+
+	// ProviderElectricityMaps, ProviderCarbonAwareSDK and ProviderUK name
+	// the carbon-signal APIs a policy may read instead of a trace file.
+	ProviderElectricityMaps = "electricitymaps"
+	ProviderCarbonAwareSDK  = "carbon-aware-sdk"
+	ProviderUK              = "uk"
+)
+
+// GreenPolicy makes a run carbon-aware: before each chunk the run plans its
+// remaining work on a carbon-intensity forecast and, outside the chosen
+// slots, waits on a durable timer for the next one. The intensity comes
+// from a trace file (read by the control worker) or a provider API.
+type GreenPolicy struct {
+	// Trace is a carbon-intensity CSV on the control worker (Electricity
+	// Maps export or "time,<zone>…"); exclusive with Provider.
+	Trace string `yaml:"trace" json:"trace,omitempty"`
+	// Zone selects the trace's zone (Electricity Maps "Zone Id", or the
+	// column of a plain CSV), the Electricity Maps zone or the Carbon
+	// Aware SDK location.
+	Zone string `yaml:"zone" json:"zone,omitempty"`
+	// Column picks the Electricity Maps export column: direct (default) or lca.
+	Column string `yaml:"column" json:"column,omitempty"`
+	// TraceStart replays a historical trace: the run's start is mapped to
+	// this trace time (RFC 3339; whole trace steps), so a run today follows
+	// the grid of that day. Empty: trace times are real times.
+	TraceStart string `yaml:"trace_start" json:"trace_start,omitempty"`
+	// Provider reads a live API instead of a trace: electricitymaps,
+	// carbon-aware-sdk or uk.
+	Provider string `yaml:"provider" json:"provider,omitempty"`
+	// ProviderURL overrides the provider's base URL (required for the
+	// Carbon Aware SDK, which has no public deployment).
+	ProviderURL string `yaml:"provider_url" json:"provider_url,omitempty"`
+	// Forecast is how a trace is forecast: persistence (default) or perfect.
+	Forecast string `yaml:"forecast" json:"forecast,omitempty"`
+	// Deadline, from the run's start, by which training must be done.
+	Deadline Duration `yaml:"deadline" json:"deadline,omitempty"`
+	// Interruptible runs may train in several slots; otherwise in one
+	// contiguous window.
+	Interruptible bool `yaml:"interruptible" json:"interruptible,omitempty"`
+	// MinSlot is the shortest slot of an interruptible run.
+	MinSlot Duration `yaml:"min_slot" json:"min_slot,omitempty"`
+	// Work estimates the whole run's training time; the plan uses it until
+	// the first chunk has measured the real pace. Zero: one forecast step.
+	Work Duration `yaml:"work" json:"work,omitempty"`
+	// BudgetG is an optional carbon budget in gCO2eq; the run alerts once
+	// at 95 % of it (log, memo, status).
+	BudgetG float64 `yaml:"budget_g" json:"budget_g,omitempty"`
+	// NodeWatts is the modelled power of one busy node, used when no
+	// measured energy is reported. Default 300 W.
+	NodeWatts float64 `yaml:"node_watts" json:"node_watts,omitempty"`
+	// PUE is the facility overhead factor (≥ 1). Default 1.
+	PUE float64 `yaml:"pue" json:"pue,omitempty"`
+}
+
+// WithDefaults fills the unset fields.
+func (g GreenPolicy) WithDefaults() GreenPolicy {
+	if g.Forecast == "" {
+		g.Forecast = ForecastPersistence
+	}
+	if g.Deadline == 0 {
+		g.Deadline = Duration(48 * time.Hour)
+	}
+	if g.NodeWatts == 0 {
+		g.NodeWatts = 300
+	}
+	if g.PUE == 0 {
+		g.PUE = 1
+	}
+	return g
+}
+
+// TraceStartTime parses TraceStart; ok is false when it is empty.
+func (g GreenPolicy) TraceStartTime() (t time.Time, ok bool, err error) {
+	if g.TraceStart == "" {
+		return time.Time{}, false, nil
+	}
+	t, err = time.Parse(time.RFC3339, g.TraceStart)
+	return t.UTC(), err == nil, err
+}
+
+// Source names where the intensity comes from, for people.
+func (g GreenPolicy) Source() string {
+	if g.Provider != "" {
+		if g.Zone != "" {
+			return g.Provider + " " + g.Zone
+		}
+		return g.Provider
+	}
+	s := g.Trace
+	if g.Zone != "" {
+		s += " (" + g.Zone + ")"
+	}
+	if g.TraceStart != "" {
+		s += " replayed from " + g.TraceStart
+	}
+	return s + ", " + g.Forecast + " forecast"
+}
+
+// validate appends the policy's problems, with fields under "green.".
+func (g GreenPolicy) validate(bad func(field, format string, args ...any)) {
+	switch {
+	case g.Trace == "" && g.Provider == "":
+		bad("green", "needs a trace file (green.trace) or a provider (green.provider)")
+	case g.Trace != "" && g.Provider != "":
+		bad("green.provider", "give either green.trace or green.provider, not both")
+	}
+	switch g.Provider {
+	case "", ProviderUK:
+	case ProviderElectricityMaps:
+		if g.Zone == "" {
+			bad("green.zone", "electricitymaps needs a zone, e.g. DE")
+		}
+	case ProviderCarbonAwareSDK:
+		if g.Zone == "" || g.ProviderURL == "" {
+			bad("green.provider_url", "carbon-aware-sdk needs a location (green.zone) and its WebAPI URL (green.provider_url)")
+		}
+	default:
+		bad("green.provider", "unknown provider %q (known: %s, %s, %s)", g.Provider, ProviderElectricityMaps, ProviderCarbonAwareSDK, ProviderUK)
+	}
+	if g.ProviderURL != "" && !strings.Contains(g.ProviderURL, "://") {
+		bad("green.provider_url", "%q is not a URL", g.ProviderURL)
+	}
+	if g.Forecast != ForecastPersistence && g.Forecast != ForecastPerfect {
+		bad("green.forecast", "unknown forecast %q (known: %s, %s)", g.Forecast, ForecastPersistence, ForecastPerfect)
+	}
+	if g.TraceStart != "" {
+		if g.Trace == "" {
+			bad("green.trace_start", "only a trace file can be replayed")
+		} else if _, _, err := g.TraceStartTime(); err != nil {
+			bad("green.trace_start", "%q: want RFC 3339, e.g. 2022-03-01T08:00:00Z", g.TraceStart)
+		}
+	}
+	durations := []struct {
+		field string
+		d     Duration
+	}{{"green.deadline", g.Deadline}, {"green.min_slot", g.MinSlot}, {"green.work", g.Work}}
+	for _, d := range durations {
+		if d.d < 0 {
+			bad(d.field, "not a duration: want e.g. 4h or 90m")
+		}
+	}
+	if g.Deadline == 0 {
+		bad("green.deadline", "must be positive")
+	}
+	if g.Deadline > 0 && g.MinSlot > g.Deadline {
+		bad("green.min_slot", "%s is longer than the deadline %s", g.MinSlot.D(), g.Deadline.D())
+	}
+	if g.BudgetG < 0 {
+		bad("green.budget_g", "must not be negative, got %g", g.BudgetG)
+	}
+	if !(g.NodeWatts > 0 && g.NodeWatts < 1e6) {
+		bad("green.node_watts", "%g out of range (0, 1e6)", g.NodeWatts)
+	}
+	if !(g.PUE >= 1 && g.PUE < 10) {
+		bad("green.pue", "%g out of range [1, 10)", g.PUE)
+	}
+}
+
+// CarbonSlot is one planned slot of training.
+type CarbonSlot struct {
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	GPerKWh float64   `json:"g_per_kwh"` // forecast mean intensity
+}
+
+// Label is how a slot reads in the Web UI and the CLI, e.g.
+// "green window 14:00–18:00 UTC, 120 g/kWh"; the date is added when the
+// slot is not on now's day.
+func (s CarbonSlot) Label(now time.Time) string {
+	const day = "2006-01-02"
+	a, b := s.Start.UTC(), s.End.UTC()
+	clock := "15:04"
+	if a.Second() != 0 || b.Second() != 0 { // traces finer than a minute
+		clock = "15:04:05"
+	}
+	oneDay := b.Add(-time.Nanosecond).Format(day) == a.Format(day)
+	var when string
+	switch {
+	case oneDay && a.Format(day) == now.UTC().Format(day):
+		when = a.Format(clock) + "–" + b.Format(clock)
+	case oneDay:
+		when = a.Format(day+" "+clock) + "–" + b.Format(clock)
+	default:
+		when = a.Format(day+" "+clock) + "–" + b.Format(day+" "+clock)
+	}
+	return fmt.Sprintf("green window %s UTC, %.0f g/kWh", when, s.GPerKWh)
+}
+
+// CarbonPlan is the placement of a run's remaining work.
+type CarbonPlan struct {
+	MadeAt   time.Time    `json:"made_at"`
+	Work     Duration     `json:"work"` // remaining training time planned
+	Deadline time.Time    `json:"deadline"`
+	Slots    []CarbonSlot `json:"slots"`
+	// ExpectedGPerKWh is the slots' mean forecast intensity;
+	// BaselineGPerKWh that of running the same work now.
+	ExpectedGPerKWh float64 `json:"expected_g_per_kwh"`
+	BaselineGPerKWh float64 `json:"baseline_g_per_kwh"`
+	Source          string  `json:"source"`
+}
+
+// Segment is a stretch of chunks trained back to back on one membership:
+// what energy accounting prices. WallSeconds sums the chunks' durations;
+// Joules is measured energy when nodes report it (0: modelled).
+type Segment struct {
+	Start       time.Time `json:"start"`
+	End         time.Time `json:"end"`
+	Nodes       int       `json:"nodes"`
+	Generation  int64     `json:"generation"`
+	FromStep    int64     `json:"from_step"`
+	ToStep      int64     `json:"to_step"`
+	WallSeconds float64   `json:"wall_s"`
+	Joules      float64   `json:"joules,omitempty"`
+	Chunks      int       `json:"chunks"`
+}
+
+// PricedSegment is a segment's energy and emissions.
+type PricedSegment struct {
+	KWh      float64 `json:"kwh"`
+	GPerKWh  float64 `json:"g_per_kwh"`
+	Grams    float64 `json:"grams"`
+	Measured bool    `json:"measured,omitempty"`
+}
+
+// CarbonInput asks the PlanCarbon activity to price finished chunks and,
+// when Plan is set, to plan Work of training from Now.
+type CarbonInput struct {
+	Policy   GreenPolicy   `json:"policy"`
+	RunStart time.Time     `json:"run_start"`
+	Now      time.Time     `json:"now"`
+	Plan     bool          `json:"plan"`
+	Work     time.Duration `json:"work"`
+	Price    []Segment     `json:"price,omitempty"`
+}
+
+// CarbonOutput is PlanCarbon's answer. Problems reading the signal or
+// planning come back as text (the run then trains without waiting) rather
+// than failing the run.
+type CarbonOutput struct {
+	Plan       *CarbonPlan     `json:"plan,omitempty"`
+	PlanError  string          `json:"plan_error,omitempty"`
+	NowGPerKWh float64         `json:"now_g_per_kwh"`
+	Priced     []PricedSegment `json:"priced,omitempty"`
+	PriceError string          `json:"price_error,omitempty"`
+}
+
+// GreenStatus is the carbon side of a run's status.
+type GreenStatus struct {
+	Policy GreenPolicy `json:"policy"`
+	Plan   *CarbonPlan `json:"plan,omitempty"`
+	// Note is the last planning or pricing problem (the run trained on).
+	Note string `json:"note,omitempty"`
+	// Overridden: the policy is ignored (green-override), until
+	// OverrideUntil or, when that is zero, for good.
+	Overridden    bool      `json:"overridden,omitempty"`
+	OverrideUntil time.Time `json:"override_until,omitzero"`
+	Waits         int       `json:"waits"`
+	WaitedSeconds float64   `json:"waited_s"`
+	NowGPerKWh    float64   `json:"now_g_per_kwh"`
+	// KWh and Grams sum the priced chunks; GPerKWh = Grams / KWh.
+	KWh            float64 `json:"kwh"`
+	Grams          float64 `json:"grams"`
+	GPerKWh        float64 `json:"g_per_kwh"`
+	BudgetG        float64 `json:"budget_g,omitempty"`
+	BudgetUsedPct  float64 `json:"budget_used_pct,omitempty"`
+	BudgetAlert    bool    `json:"budget_alert,omitempty"`
+	BudgetExceeded bool    `json:"budget_exceeded,omitempty"`
+	// Started: a non-interruptible run has entered its window and runs on.
+	Started bool `json:"started,omitempty"`
+}
+
+// BudgetAlertFraction is the share of the carbon budget that raises the alert.
+const BudgetAlertFraction = 0.95
+
+// Rescale is the SignalRescale payload: the node count to train on from
+// the next chunk boundary.
+type Rescale struct {
+	Nodes int `json:"nodes"`
+}
+
+// GreenOverride is the SignalGreenOverride payload: ignore the green policy
+// until Until (zero: for good); Clear restores it.
+type GreenOverride struct {
+	Until time.Time `json:"until,omitzero"`
+	Clear bool      `json:"clear,omitempty"`
+}
+
+// Rescaling records one applied change of the node count.
+type Rescaling struct {
+	Generation int64     `json:"generation"`
+	AtStep     int64     `json:"at_step"`
+	FromNodes  int       `json:"from_nodes"`
+	ToNodes    int       `json:"to_nodes"`
+	Added      []string  `json:"added,omitempty"`
+	Removed    []string  `json:"removed,omitempty"`
+	At         time.Time `json:"at"`
+	// ResumeStep is the checkpoint step the new membership starts from.
+	ResumeStep int64 `json:"resume_step"`
+	// Error: the Cluster could not fill the request; the run trained on
+	// with its nodes.
+	Error string `json:"error,omitempty"`
+}

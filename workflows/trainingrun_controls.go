@@ -1,0 +1,273 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// Change IDs for workflow.GetVersion: histories recorded before these
+// features replay through the old code paths.
+const (
+	// versionControls: pause, resume, rescale, green-override and the
+	// green policy act at chunk boundaries.
+	versionControls = "chunk-boundary-controls"
+	// versionShrinkOnFailure: without a spare, a failed node's run goes on
+	// with the healthy nodes (≥ min_nodes) instead of waiting.
+	versionShrinkOnFailure = "shrink-on-failure"
+)
+
+// Controls is what the control signals asked for; it crosses
+// continue-as-new in RunState.
+type Controls struct {
+	// Paused: hold at the next chunk boundary until a resume.
+	Paused bool `json:"paused,omitempty"`
+	// Resumes counts resume signals; a change cuts a green wait short.
+	Resumes int `json:"resumes,omitempty"`
+	// Rescale is the node count asked for and not yet applied (0: none).
+	Rescale int `json:"rescale,omitempty"`
+	// Override ignores the green policy, until OverrideUntil when set.
+	Override      bool      `json:"override,omitempty"`
+	OverrideUntil time.Time `json:"override_until,omitzero"`
+	// Overrides counts green-override signals (wakes a green wait).
+	Overrides int `json:"overrides,omitempty"`
+}
+
+// segmentGap: chunks closer than this on one membership are one segment.
+const segmentGap = time.Minute
+
+// maxSegments bounds RunStatus.Segments; older ones are merged.
+const maxSegments = 256
+
+// listen records the control signals in the run's state as they arrive;
+// the main loop acts on them at chunk boundaries. Signals that arrive in
+// one workflow task are taken channel by channel, so a pause and a resume
+// sent together end resumed.
+func (r *run) listen(ctx workflow.Context) {
+	pause := workflow.GetSignalChannel(ctx, spec.SignalPause)
+	resume := workflow.GetSignalChannel(ctx, spec.SignalResume)
+	rescale := workflow.GetSignalChannel(ctx, spec.SignalRescale)
+	override := workflow.GetSignalChannel(ctx, spec.SignalGreenOverride)
+	log := workflow.GetLogger(ctx)
+	sel := workflow.NewSelector(ctx)
+	sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(ctx, nil)
+		log.Info("pause requested: holding at the next chunk boundary", "step", r.st.Status.Step)
+		r.st.Ctl.Paused = true
+		r.st.Status.PauseRequested = true
+	})
+	sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(ctx, nil)
+		log.Info("resume requested", "step", r.st.Status.Step)
+		r.st.Ctl.Paused = false
+		r.st.Ctl.Resumes++
+		r.st.Status.PauseRequested = false
+	})
+	sel.AddReceive(rescale, func(c workflow.ReceiveChannel, _ bool) {
+		var req spec.Rescale
+		c.Receive(ctx, &req)
+		// Every rank needs at least one example of the global batch.
+		if req.Nodes < r.spec.MinNodes || req.Nodes > min(1024, r.spec.GlobalBatch()) {
+			log.Warn("rescale refused: node count out of range", "nodes", req.Nodes, "min_nodes", r.spec.MinNodes,
+				"global_batch", r.spec.GlobalBatch())
+			return
+		}
+		log.Info("rescale requested: applied at the next chunk boundary", "nodes", req.Nodes)
+		r.st.Ctl.Rescale = req.Nodes
+		r.st.Status.PendingNodes = req.Nodes
+	})
+	sel.AddReceive(override, func(c workflow.ReceiveChannel, _ bool) {
+		var o spec.GreenOverride
+		c.Receive(ctx, &o)
+		r.st.Ctl.Overrides++
+		r.st.Ctl.Override, r.st.Ctl.OverrideUntil = !o.Clear, o.Until
+		if o.Clear {
+			r.st.Ctl.OverrideUntil = time.Time{}
+		}
+		log.Info("green override", "on", r.st.Ctl.Override, "until", r.st.Ctl.OverrideUntil)
+		r.noteOverride(ctx)
+	})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			sel.Select(ctx)
+		}
+	})
+}
+
+// settle lets the signal coroutines take every signal already delivered,
+// so that continue-as-new carries them: a signal handed to a blocked
+// coroutine is applied only when that coroutine next runs.
+func (r *run) settle(ctx workflow.Context) {
+	done := false
+	workflow.Go(ctx, func(workflow.Context) { done = true })
+	_ = workflow.Await(ctx, func() bool { return done })
+}
+
+// controlled: this run acts on control signals and the green policy at
+// chunk boundaries (false when replaying a history from before them).
+func (r *run) controlled(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionControls, workflow.DefaultVersion, 1) >= 1
+}
+
+// beforeChunk is the chunk boundary: hold while paused, apply a pending
+// rescale, then follow the green policy — price the finished chunks,
+// re-plan, and wait for the next slot when outside one. Any change of the
+// controls during a wait is acted on at once. A resume at this boundary
+// (ending a pause or cutting a wait) lets the next chunk start now.
+func (r *run) beforeChunk(ctx workflow.Context) error {
+	r.settle(ctx)
+	resumes := r.st.Ctl.Resumes
+	deferred := false
+	for {
+		if r.st.Ctl.Paused {
+			if err := r.hold(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if n := r.st.Ctl.Rescale; n > 0 && !deferred {
+			deferred = !r.rescale(ctx, n)
+			continue
+		}
+		cut := r.st.Ctl.Resumes != resumes
+		slot, wait := r.planGreen(ctx, !cut)
+		if !wait {
+			break
+		}
+		if err := r.waitGreen(ctx, slot); err != nil {
+			return err
+		}
+	}
+	r.st.Status.Detail = ""
+	r.st.Status.WaitUntil = time.Time{}
+	if r.st.Status.Phase != spec.PhaseTraining {
+		r.setPhase(ctx, spec.PhaseTraining)
+	}
+	return nil
+}
+
+// hold waits at the chunk boundary until a resume.
+func (r *run) hold(ctx workflow.Context) error {
+	r.st.Status.Detail = fmt.Sprintf("paused at step %d (cann-train resume continues)", r.st.Status.Step)
+	r.setPhase(ctx, spec.PhasePaused)
+	workflow.GetLogger(ctx).Info("paused", "step", r.st.Status.Step)
+	if err := workflow.Await(ctx, func() bool { return !r.st.Ctl.Paused }); err != nil {
+		return err
+	}
+	r.st.Status.Detail = ""
+	workflow.GetLogger(ctx).Info("resumed", "step", r.st.Status.Step)
+	return nil
+}
+
+// rescale changes the node count to n at this boundary: the Cluster keeps
+// the nodes in ranks below n and fills or frees the rest; a new generation
+// starts from the checkpoint at the current step. When the last checkpoint
+// is older than the current step, the rescale waits one chunk that
+// checkpoints at its end (so no trained step is lost) and rescale returns
+// false. A rescale the Cluster cannot fill is dropped; the run trains on.
+func (r *run) rescale(ctx workflow.Context, n int) bool {
+	log := workflow.GetLogger(ctx)
+	s := &r.st.Status
+	cur := len(r.st.Membership.Nodes)
+	done := func() {
+		r.st.Ctl.Rescale = 0
+		s.PendingNodes = 0
+	}
+	if n == cur {
+		done()
+		return true
+	}
+	if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
+		r.st.ForceCheckpoint = true
+		log.Info("rescale waits for a checkpoint at the end of the next chunk", "step", s.Step, "nodes", n)
+		return false
+	}
+	before := slices.Clone(r.st.Membership.NodeIDs())
+	s.Detail = fmt.Sprintf("rescaling %d → %d nodes at step %d", cur, n, s.Step)
+	rec := spec.Rescaling{AtStep: s.Step, FromNodes: cur, ToNodes: n, ResumeStep: s.Step}
+	if err := r.acquireNodes(ctx, spec.PhaseRescaling, n, 0); err != nil {
+		log.Warn("rescale failed; training on with the current nodes", "nodes", n, "error", err)
+		rec.Error = message(err)
+		rec.Generation = r.st.Membership.Generation
+		rec.ToNodes = cur
+	} else {
+		after := r.st.Membership.NodeIDs()
+		for _, id := range after {
+			if !slices.Contains(before, id) {
+				rec.Added = append(rec.Added, id)
+			}
+		}
+		for _, id := range before {
+			if !slices.Contains(after, id) {
+				rec.Removed = append(rec.Removed, id)
+			}
+		}
+		rec.Generation = r.st.Membership.Generation
+		r.st.LastChunkEnd = time.Time{}
+		log.Info("rescaled", "from", cur, "to", n, "generation", rec.Generation, "added", rec.Added, "removed", rec.Removed)
+	}
+	rec.At = workflow.Now(ctx)
+	s.Rescalings = append(s.Rescalings, rec)
+	s.Detail = ""
+	done()
+	r.publish(ctx)
+	return true
+}
+
+// recordSegment adds a finished chunk to the trained segments (and to the
+// chunks PlanCarbon still has to price).
+func (r *run) recordSegment(start, end time.Time, from, to int64, results []spec.ChunkResult) {
+	if start.IsZero() || !end.After(start) {
+		return
+	}
+	seg := spec.Segment{Start: start, End: end, Nodes: len(results), Generation: r.st.Membership.Generation,
+		FromStep: from, ToStep: to, WallSeconds: end.Sub(start).Seconds(), Chunks: 1}
+	measured := true
+	for _, res := range results {
+		seg.Joules += res.Joules
+		measured = measured && res.Joules > 0
+	}
+	if !measured {
+		seg.Joules = 0 // all ranks or none: a partial figure would undercount
+	}
+	if r.spec.Green != nil {
+		r.st.Unpriced = append(r.st.Unpriced, seg)
+	}
+	segs := r.st.Status.Segments
+	if n := len(segs); n > 0 {
+		last := &segs[n-1]
+		if last.Generation == seg.Generation && last.Nodes == seg.Nodes && (last.Joules > 0) == measured &&
+			!seg.Start.Before(last.End.Add(-segmentGap)) && seg.Start.Sub(last.End) < segmentGap {
+			last.End = maxTime(last.End, seg.End)
+			last.ToStep = seg.ToStep
+			last.WallSeconds += seg.WallSeconds
+			last.Joules += seg.Joules
+			last.Chunks++
+			return
+		}
+	}
+	segs = append(segs, seg)
+	if len(segs) > maxSegments {
+		a, b := segs[0], segs[1]
+		a.End, a.ToStep = maxTime(a.End, b.End), b.ToStep
+		a.WallSeconds += b.WallSeconds
+		a.Joules += b.Joules
+		if segs[0].Joules == 0 || b.Joules == 0 {
+			a.Joules = 0 // one of them is modelled: model both
+		}
+		a.Chunks += b.Chunks
+		segs = append([]spec.Segment{a}, segs[2:]...)
+	}
+	r.st.Status.Segments = segs
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

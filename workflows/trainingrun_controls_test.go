@@ -1,0 +1,418 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// day0 is the virtual start of the green tests: 08:00 UTC.
+var day0 = time.Date(2022, 3, 1, 8, 0, 0, 0, time.UTC)
+
+func at(hhmm string) time.Time {
+	t, err := time.Parse("15:04", hhmm)
+	if err != nil {
+		panic(err)
+	}
+	return time.Date(day0.Year(), day0.Month(), day0.Day(), t.Hour(), t.Minute(), 0, 0, time.UTC)
+}
+
+// fakeCarbon plays PlanCarbon: the plan is fixed (one slot), every chunk
+// costs gramsPerChunk.
+type fakeCarbon struct {
+	mu            sync.Mutex
+	calls         []spec.CarbonInput
+	slots         []spec.CarbonSlot
+	gramsPerChunk float64
+}
+
+func (f *fakeCarbon) plan(_ context.Context, in spec.CarbonInput) (spec.CarbonOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, in)
+	var out spec.CarbonOutput
+	for range in.Price {
+		out.Priced = append(out.Priced, spec.PricedSegment{KWh: 0.1, GPerKWh: 10 * f.gramsPerChunk, Grams: f.gramsPerChunk})
+	}
+	if in.Plan {
+		out.Plan = &spec.CarbonPlan{MadeAt: in.Now, Slots: f.slots, Work: spec.Duration(in.Work)}
+		out.NowGPerKWh = 300
+	}
+	return out, nil
+}
+
+func (f *fakeCarbon) planned() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []time.Time
+	for _, c := range f.calls {
+		if c.Plan {
+			out = append(out, c.Now)
+		}
+	}
+	return out
+}
+
+// controlEnv is newRunEnv plus PlanCarbon and a record of the virtual
+// times at which chunks started (rank 0 only).
+func controlEnv(t *testing.T, cl *fakeCluster, ch *fakeChunks, cb *fakeCarbon) (*testsuite.TestWorkflowEnvironment, func() []time.Time) {
+	env := newRunEnv(t, cl, ch)
+	if cb != nil {
+		env.RegisterActivityWithOptions(cb.plan, activity.RegisterOptions{Name: spec.ActivityPlanCarbon})
+	}
+	var mu sync.Mutex
+	var starts []time.Time
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
+		if info.ActivityType.Name != spec.ActivityTrainChunk {
+			return
+		}
+		var in spec.ChunkInput
+		if args.Get(&in) == nil && in.Rank == 0 {
+			mu.Lock()
+			starts = append(starts, env.Now().UTC())
+			mu.Unlock()
+		}
+	})
+	return env, func() []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]time.Time(nil), starts...)
+	}
+}
+
+func queryStatus(t *testing.T, env *testsuite.TestWorkflowEnvironment) spec.RunStatus {
+	t.Helper()
+	v, err := env.QueryWorkflow(spec.QueryStatus)
+	require.NoError(t, err)
+	var st spec.RunStatus
+	require.NoError(t, v.Get(&st))
+	return st
+}
+
+func result(t *testing.T, env *testsuite.TestWorkflowEnvironment) spec.RunStatus {
+	t.Helper()
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	return st
+}
+
+// A pause that arrives mid-chunk holds the run at the next boundary; the
+// step stays put until the resume; then the run completes.
+func TestTrainingRunPauseResume(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	ch := &fakeChunks{}
+	env, starts := controlEnv(t, cl, ch, nil)
+	env.SetStartTime(day0)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 100 && in.Rank == 0 {
+			env.SignalWorkflow(spec.SignalPause, nil)
+		}
+	}
+	var held []spec.RunStatus
+	for _, d := range []time.Duration{time.Hour, 2 * time.Hour} {
+		env.RegisterDelayedCallback(func() { held = append(held, queryStatus(t, env)) }, d)
+	}
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, 2*time.Hour+time.Minute)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.Len(t, held, 2)
+	for _, h := range held {
+		require.Equal(t, spec.PhasePaused, h.Phase)
+		require.EqualValues(t, 200, h.Step, "held at the boundary after the chunk that was running")
+		require.True(t, h.PauseRequested)
+		require.Contains(t, h.Detail, "paused at step 200")
+	}
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 400, st.Step)
+	require.False(t, st.PauseRequested)
+	got := starts()
+	require.Len(t, got, 4)
+	require.Equal(t, []time.Time{day0, day0}, got[:2])
+	for _, s := range got[2:] {
+		require.Equal(t, day0.Add(2*time.Hour+time.Minute), s, "no chunk ran while paused")
+	}
+}
+
+// Outside the planned slot the run waits on a timer until the slot starts
+// (visible in the status), then trains.
+func TestTrainingRunGreenWaitThenRun(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	ch := &fakeChunks{}
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}, gramsPerChunk: 1}
+	env, starts := controlEnv(t, cl, ch, cb)
+	env.SetStartTime(day0)
+	var timers []time.Duration
+	env.SetOnTimerScheduledListener(func(_ string, d time.Duration) { timers = append(timers, d) })
+	var waiting spec.RunStatus
+	env.RegisterDelayedCallback(func() { waiting = queryStatus(t, env) }, 5*time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100,
+		Green: &spec.GreenPolicy{Trace: "es.csv", Interruptible: true}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.Equal(t, spec.PhaseGreenWait, waiting.Phase)
+	require.Equal(t, at("14:00"), waiting.WaitUntil.UTC())
+	require.Contains(t, waiting.Detail, "green window 14:00–18:00 UTC, 120 g/kWh")
+	require.EqualValues(t, 0, waiting.Step)
+	require.NotNil(t, waiting.Green)
+	require.Len(t, waiting.Green.Plan.Slots, 1)
+	require.Contains(t, timers, 6*time.Hour, "a durable timer to the slot start")
+
+	require.Equal(t, []time.Time{at("14:00"), at("14:00"), at("14:00")}, starts(), "every chunk in the slot")
+	require.EqualValues(t, 300, st.Step)
+	require.Equal(t, 1, st.Green.Waits)
+	require.InDelta(t, 6*3600, st.Green.WaitedSeconds, 1)
+	require.InDelta(t, 3, st.Green.Grams, 1e-9, "every chunk priced, the last one at the end")
+	require.Equal(t, []time.Time{day0, at("14:00"), at("14:00"), at("14:00")}, cb.planned(), "re-planned at every boundary")
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+}
+
+// A resume cuts a green wait short: the next chunk starts at once; the
+// boundary after it plans again.
+func TestTrainingRunResumeCutsGreenWait(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a")}
+	ch := &fakeChunks{}
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}}
+	env, starts := controlEnv(t, cl, ch, cb)
+	env.SetStartTime(day0)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, 2*time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 200, ChunkSteps: 100,
+		Green: &spec.GreenPolicy{Trace: "es.csv", Interruptible: true}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, []time.Time{at("10:00"), at("14:00")}, starts())
+	require.Equal(t, 2, st.Green.Waits)
+}
+
+// Rescale up, then down, each at the next chunk boundary: a new generation
+// from the checkpoint at the current step, the global batch unchanged.
+func TestTrainingRunRescaleUpAndDown(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3", "n4")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		switch {
+		case in.From == 100 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 4})
+		case in.From == 300 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 1})
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 1, Steps: 500, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.EqualValues(t, 500, st.Step)
+	require.Equal(t, []string{"n1"}, st.Nodes)
+	require.EqualValues(t, 3, st.Generation)
+	require.Len(t, st.Rescalings, 2)
+	up, down := st.Rescalings[0], st.Rescalings[1]
+	require.Equal(t, spec.Rescaling{Generation: 2, AtStep: 200, FromNodes: 2, ToNodes: 4, Added: []string{"n3", "n4"},
+		At: up.At, ResumeStep: 200}, up)
+	require.Equal(t, []string{"n2", "n3", "n4"}, down.Removed)
+	require.EqualValues(t, 400, down.AtStep)
+	require.Equal(t, 64, st.GlobalBatch)
+
+	want := map[int64]struct {
+		world int
+		gen   int64
+	}{0: {2, 1}, 100: {2, 1}, 200: {4, 2}, 300: {4, 2}, 400: {1, 3}}
+	for from, ins := range ch.byFrom() {
+		w := want[from]
+		require.Len(t, ins, w.world, "chunk from %d", from)
+		for _, in := range ins {
+			require.Equal(t, w.gen, in.Membership.Generation)
+			require.Equal(t, 64, in.GlobalBatch, "rescaled runs keep the global batch")
+			if from == 200 || from == 400 {
+				require.EqualValues(t, from, in.Restore.Step, "a new generation resumes from the checkpoint at the current step")
+			}
+		}
+	}
+	require.Equal(t, []string{"n1"}, ids(cl.held), "the Cluster got the released nodes back")
+}
+
+// With checkpoints sparser than chunks, a rescale first lets one chunk
+// checkpoint, so that no trained step is lost.
+func TestTrainingRunRescaleWaitsForCheckpoint(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 0 && in.Rank == 0 {
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, CheckpointEvery: 400}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	chunks := ch.byFrom()
+	require.Len(t, chunks[100], 2, "the chunk after the signal still runs on 2 nodes")
+	require.True(t, chunks[100][0].Checkpoint, "…and checkpoints at its end")
+	require.Len(t, chunks[200], 3)
+	require.EqualValues(t, 200, chunks[200][0].Restore.Step)
+	require.False(t, chunks[200][0].Checkpoint, "back to the checkpoint schedule")
+	require.EqualValues(t, 200, st.Rescalings[0].AtStep)
+}
+
+// A node fails and no spare is free: the run goes on with the healthy
+// nodes (min_nodes allows it) from the last checkpoint.
+func TestTrainingRunShrinksWithoutSpare(t *testing.T) {
+	fail := func(in spec.ChunkInput) error {
+		if in.From != 100 || in.Membership.Generation != 1 {
+			return nil
+		}
+		return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 130})
+	}
+	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
+	ch := &fakeChunks{fail: fail}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.EqualValues(t, 300, st.Step)
+	require.Equal(t, []string{"a", "c"}, st.Nodes)
+	require.Len(t, st.Recoveries, 1)
+	rec := st.Recoveries[0]
+	require.True(t, rec.Shrunk)
+	require.Equal(t, []string{"b"}, rec.FailedNodes)
+	require.Empty(t, rec.Replacement)
+	require.EqualValues(t, 100, rec.ResumeStep)
+	for _, in := range ch.byFrom()[200] {
+		require.Len(t, in.Membership.Nodes, 2)
+		require.Equal(t, 96, in.GlobalBatch, "the global batch of the 3 nodes it started with")
+	}
+
+	// Without min_nodes below nodes the run fails clearly, as before.
+	cl2 := &fakeCluster{pool: testNodes("a", "b", "c")}
+	env2 := newRunEnv(t, cl2, &fakeChunks{fail: fail})
+	s.MinNodes = 3
+	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	err := env2.GetWorkflowError()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "replace node(s) [b]")
+}
+
+// green-override ends a wait and ignores the policy until its time; then
+// the plan applies again.
+func TestTrainingRunGreenOverride(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a")}
+	ch := &fakeChunks{}
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}}
+	env, starts := controlEnv(t, cl, ch, cb)
+	env.SetStartTime(day0)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(spec.SignalGreenOverride, spec.GreenOverride{Until: at("10:00")})
+	}, time.Hour) // 09:00
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 0 {
+			env.SignalWorkflow(spec.SignalPause, nil) // hold until 11:00
+		}
+	}
+	var overridden spec.RunStatus
+	env.RegisterDelayedCallback(func() { overridden = queryStatus(t, env) }, 90*time.Minute)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, 3*time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 300, ChunkSteps: 100,
+		Green: &spec.GreenPolicy{Trace: "es.csv", Interruptible: true}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	// 09:00 the override ends the wait; 11:00 the resume ends the pause;
+	// the override is over, so the last chunk waits for the slot.
+	require.Equal(t, []time.Time{at("09:00"), at("11:00"), at("14:00")}, starts())
+	require.True(t, overridden.Green.Overridden)
+	require.Equal(t, at("10:00"), overridden.Green.OverrideUntil.UTC())
+	require.False(t, st.Green.Overridden)
+
+	// For good: no wait at all.
+	cb2 := &fakeCarbon{slots: cb.slots}
+	env2, starts2 := controlEnv(t, &fakeCluster{pool: testNodes("a")}, &fakeChunks{}, cb2)
+	env2.SetStartTime(day0)
+	env2.RegisterDelayedCallback(func() { env2.SignalWorkflow(spec.SignalGreenOverride, spec.GreenOverride{}) }, time.Minute)
+	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st2 := result(t, env2)
+	require.Equal(t, []time.Time{day0.Add(time.Minute), day0.Add(time.Minute), day0.Add(time.Minute)}, starts2())
+	require.True(t, st2.Green.Overridden)
+	require.Equal(t, []time.Time{day0}, cb2.planned(), "no planning while overridden")
+}
+
+// The carbon budget alerts once at 95 %: log, memo and status.
+func TestTrainingRunCarbonBudgetAlert(t *testing.T) {
+	for _, tc := range []struct {
+		budget float64
+		alert  bool
+	}{{52, true}, {53, false}} { // 5 chunks × 10 g = 50 g: 96 % and 94 %
+		cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: day0.Add(24 * time.Hour), GPerKWh: 100}}, gramsPerChunk: 10}
+		env, _ := controlEnv(t, &fakeCluster{pool: testNodes("a")}, &fakeChunks{}, cb)
+		env.SetStartTime(day0)
+		var memos []map[string]any
+		env.OnUpsertMemo(mock.Anything).Run(func(args mock.Arguments) {
+			memos = append(memos, args.Get(0).(map[string]any))
+		}).Return(nil)
+		s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 500, ChunkSteps: 100,
+			Green: &spec.GreenPolicy{Trace: "es.csv", BudgetG: tc.budget}}.WithDefaults()
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+		st := result(t, env)
+		g := st.Green
+		require.InDelta(t, 50, g.Grams, 1e-9)
+		require.InDelta(t, 0.5, g.KWh, 1e-9)
+		require.InDelta(t, 100*50/tc.budget, g.BudgetUsedPct, 1e-9)
+		require.Equal(t, tc.alert, g.BudgetAlert, "budget %v", tc.budget)
+		require.False(t, g.BudgetExceeded)
+		if !tc.alert {
+			require.Empty(t, memos)
+			continue
+		}
+		require.Len(t, memos, 1, "alerted once")
+		m := memos[0][spec.MemoCarbon].(map[string]any)
+		require.Equal(t, true, m["alert"])
+		require.InDelta(t, 50, m["used_g"], 1e-9)
+	}
+}
+
+// Controls and the new size cross continue-as-new.
+func TestTrainingRunContinueAsNewKeepsControls(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 0 && in.Rank == 0 {
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
+		}
+		if in.From == 100 && in.Rank == 0 {
+			// Delivered in the same workflow task as the chunk's end.
+			env.SignalWorkflowSkippingWorkflowTask(spec.SignalPause, nil)
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, ChunksPerRun: 2}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	var next RunInput
+	require.NoError(t, decodeArgs(can, &next))
+	require.Equal(t, 3, next.State.Size)
+	require.Len(t, next.State.Membership.Nodes, 3)
+	require.True(t, next.State.Ctl.Paused, "a pause signalled just before continue-as-new is carried")
+	require.Len(t, next.State.Status.Rescalings, 1)
+
+	env2, _ := controlEnv(t, cl, ch, nil)
+	env2.RegisterDelayedCallback(func() { env2.SignalWorkflow(spec.SignalResume, nil) }, time.Hour)
+	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	st := result(t, env2)
+	require.EqualValues(t, 400, st.Step)
+	require.Len(t, st.Nodes, 3)
+}

@@ -1,0 +1,217 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// The green policy at a chunk boundary. Reading the carbon signal (a trace
+// file or an API) is I/O, so it happens in the PlanCarbon activity on the
+// control worker, and so does the planner (engine/carbon.Plan): the
+// activity returns only the small plan — a few slots — so history stays
+// small whatever the forecast's length, this package keeps importing no
+// engine code, and a change to the planner never affects replay (the plan
+// is recorded). The workflow only compares the plan with workflow.Now and
+// waits on a durable timer.
+
+// maxUnpriced bounds the chunks kept for pricing while the signal is down.
+const maxUnpriced = 64
+
+// planGreen prices the finished chunks and, when plan is set and the
+// policy applies now, re-plans the remaining work. It returns the next
+// slot to wait for when now lies outside every planned slot.
+func (r *run) planGreen(ctx workflow.Context, plan bool) (spec.CarbonSlot, bool) {
+	g := r.st.Status.Green
+	if r.spec.Green == nil || g == nil {
+		return spec.CarbonSlot{}, false
+	}
+	now := workflow.Now(ctx)
+	r.expireOverride(ctx, now)
+	// A non-interruptible run that has entered its window runs on to the end.
+	plan = plan && !g.Overridden && !(g.Started && !r.spec.Green.Interruptible)
+	if !plan && len(r.st.Unpriced) == 0 {
+		return spec.CarbonSlot{}, false
+	}
+	out, ok := r.callCarbon(ctx, plan)
+	if !ok || !plan {
+		return spec.CarbonSlot{}, false
+	}
+	if out.PlanError != "" || out.Plan == nil {
+		g.Note = out.PlanError + "; training without waiting"
+		workflow.GetLogger(ctx).Warn("green plan failed; training without waiting", "error", out.PlanError)
+		return spec.CarbonSlot{}, false
+	}
+	g.Plan, g.Note = out.Plan, ""
+	for _, sl := range out.Plan.Slots {
+		if !now.Before(sl.Start) && now.Before(sl.End) {
+			g.Started = !r.spec.Green.Interruptible
+			return spec.CarbonSlot{}, false
+		}
+		if sl.Start.After(now) {
+			return sl, true
+		}
+	}
+	return spec.CarbonSlot{}, false // nothing planned ahead: train now
+}
+
+// callCarbon runs PlanCarbon: it prices the unpriced chunks (and checks the
+// budget) and, when plan is set, plans the remaining work.
+func (r *run) callCarbon(ctx workflow.Context, plan bool) (spec.CarbonOutput, bool) {
+	g := r.st.Status.Green
+	now := workflow.Now(ctx)
+	in := spec.CarbonInput{Policy: *r.spec.Green, RunStart: r.st.Status.StartedAt, Now: now, Plan: plan,
+		Work: r.remainingWork(), Price: r.st.Unpriced}
+	summary := fmt.Sprintf("price %d chunk(s)", len(in.Price))
+	if plan {
+		deadline := in.RunStart.Add(r.spec.Green.Deadline.D())
+		summary = fmt.Sprintf("plan %s of training by %s UTC; %s", in.Work.Round(time.Second),
+			deadline.UTC().Format("2006-01-02 15:04"), summary)
+	}
+	var out spec.CarbonOutput
+	if err := workflow.ExecuteActivity(carbonOptions(ctx, summary), spec.ActivityPlanCarbon, in).Get(ctx, &out); err != nil {
+		g.Note = "carbon signal unavailable (" + message(err) + "); training without waiting"
+		workflow.GetLogger(ctx).Warn("PlanCarbon failed; training without waiting", "error", err)
+		r.trimUnpriced()
+		return out, false
+	}
+	if out.NowGPerKWh > 0 {
+		g.NowGPerKWh = out.NowGPerKWh
+	}
+	r.absorbPrices(ctx, out)
+	return out, true
+}
+
+// priceChunks prices what the last chunks used (at the end of the run).
+func (r *run) priceChunks(ctx workflow.Context) {
+	if r.spec.Green != nil && r.st.Status.Green != nil && len(r.st.Unpriced) > 0 {
+		r.callCarbon(ctx, false)
+	}
+}
+
+func (r *run) trimUnpriced() {
+	if n := len(r.st.Unpriced); n > maxUnpriced {
+		r.st.Unpriced = slices.Clone(r.st.Unpriced[n-maxUnpriced:])
+	}
+}
+
+// absorbPrices adds the priced chunks to the run's carbon figures.
+func (r *run) absorbPrices(ctx workflow.Context, out spec.CarbonOutput) {
+	g := r.st.Status.Green
+	if out.PriceError != "" {
+		g.Note = "chunks not priced yet: " + out.PriceError
+		r.trimUnpriced()
+		return
+	}
+	n := min(len(out.Priced), len(r.st.Unpriced))
+	for _, p := range out.Priced[:n] {
+		g.KWh += p.KWh
+		g.Grams += p.Grams
+	}
+	r.st.Unpriced = slices.Clone(r.st.Unpriced[n:])
+	if len(r.st.Unpriced) == 0 {
+		r.st.Unpriced = nil
+	}
+	if g.KWh > 0 {
+		g.GPerKWh = g.Grams / g.KWh
+	}
+	r.checkBudget(ctx)
+}
+
+// checkBudget raises the budget alert once at 95 % (and notes once when
+// the budget is spent): a warning in the log, a memo on the execution and
+// the status' budget fields. Training goes on.
+func (r *run) checkBudget(ctx workflow.Context) {
+	g := r.st.Status.Green
+	if g.BudgetG <= 0 {
+		return
+	}
+	g.BudgetUsedPct = 100 * g.Grams / g.BudgetG
+	alert := !g.BudgetAlert && g.Grams >= spec.BudgetAlertFraction*g.BudgetG
+	exceeded := !g.BudgetExceeded && g.Grams >= g.BudgetG
+	if !alert && !exceeded {
+		return
+	}
+	g.BudgetAlert = true
+	g.BudgetExceeded = g.BudgetExceeded || exceeded
+	log := workflow.GetLogger(ctx)
+	log.Warn("carbon budget alert", "used_g", g.Grams, "budget_g", g.BudgetG, "used_pct", g.BudgetUsedPct,
+		"exceeded", g.BudgetExceeded, "step", r.st.Status.Step)
+	memo := map[string]any{spec.MemoCarbon: map[string]any{
+		"alert": true, "exceeded": g.BudgetExceeded, "used_g": g.Grams, "budget_g": g.BudgetG,
+		"used_pct": g.BudgetUsedPct, "step": r.st.Status.Step, "at": workflow.Now(ctx),
+	}}
+	if err := workflow.UpsertMemo(ctx, memo); err != nil {
+		log.Warn("upsert carbon memo", "error", err)
+	}
+	r.publish(ctx)
+}
+
+// remainingWork estimates the training time left: the measured wall time
+// per step of the chunks so far, else the policy's estimate, else 0 (the
+// planner then takes one forecast step).
+func (r *run) remainingWork() time.Duration {
+	left := r.spec.Steps - r.st.Status.Step
+	if left <= 0 {
+		return 0
+	}
+	var wall float64
+	var steps int64
+	for _, seg := range r.st.Status.Segments {
+		wall += seg.WallSeconds
+		steps += seg.ToStep - seg.FromStep
+	}
+	if steps > 0 && wall > 0 {
+		return time.Duration(wall / float64(steps) * float64(left) * float64(time.Second))
+	}
+	if w := r.spec.Green.Work.D(); w > 0 {
+		return time.Duration(float64(w) * float64(left) / float64(r.spec.Steps))
+	}
+	return 0
+}
+
+// waitGreen waits on a durable timer (named for the slot in the Web UI)
+// until the slot starts, or until a pause, resume, rescale or override
+// arrives.
+func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
+	g, s := r.st.Status.Green, &r.st.Status
+	now := workflow.Now(ctx)
+	label := slot.Label(now)
+	s.WaitUntil = slot.Start
+	s.Detail = fmt.Sprintf("waiting for the green window until %s (%s)", slot.Start.UTC().Format(time.RFC3339), label)
+	g.Waits++
+	r.setPhase(ctx, spec.PhaseGreenWait)
+	workflow.GetLogger(ctx).Info("waiting for a green window", "until", slot.Start, "slot", label, "step", s.Step)
+	was := r.st.Ctl
+	_, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{
+		Timeout:      slot.Start.Sub(now),
+		TimerOptions: workflow.TimerOptions{Summary: label},
+	}, func() bool {
+		c := r.st.Ctl
+		return c.Paused || c.Resumes != was.Resumes || c.Rescale != was.Rescale || c.Overrides != was.Overrides
+	})
+	g.WaitedSeconds += workflow.Now(ctx).Sub(now).Seconds()
+	s.WaitUntil, s.Detail = time.Time{}, ""
+	return err
+}
+
+// expireOverride ends a green override whose time is up.
+func (r *run) expireOverride(ctx workflow.Context, now time.Time) {
+	c := &r.st.Ctl
+	if c.Override && !c.OverrideUntil.IsZero() && !now.Before(c.OverrideUntil) {
+		c.Override, c.OverrideUntil = false, time.Time{}
+		workflow.GetLogger(ctx).Info("green override ended; the policy applies again")
+	}
+	r.noteOverride(ctx)
+}
+
+// noteOverride mirrors the override in the status.
+func (r *run) noteOverride(workflow.Context) {
+	if g := r.st.Status.Green; g != nil {
+		g.Overridden, g.OverrideUntil = r.st.Ctl.Override, r.st.Ctl.OverrideUntil
+	}
+}
