@@ -294,16 +294,25 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput) (*ascend.Communi
 	for i, m := range in.Membership.Nodes {
 		addrs[i] = m.CommAddr
 	}
+	// Determinism: the gradient allreduce uses one algorithm for the whole
+	// run — the ring unless the job named another or its topology scan
+	// chose one (recorded in history) — so the order in which floats are
+	// summed, and so the weights, never depends on link speeds measured
+	// later. A recovered run ends bit-identical to one that never failed.
+	algo := ascend.AlgoRing
+	if in.Algorithm != "" {
+		a, err := ascend.ParseAlgorithm(in.Algorithm)
+		if err != nil || a == ascend.AlgoAuto {
+			return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("chunk algorithm %q: %v", in.Algorithm, err), "BadChunkInput", err)
+		}
+		algo = a
+	}
 	return tcp.Connect(ctx, n.Listener, tcp.Group{
 		Session: in.Session, Rank: in.Rank, Addrs: addrs, Token: []byte(in.Token),
 	}, tcp.Options{
-		ConnectTimeout: 30 * time.Second,
-		OpTimeout:      in.Spec.HeartbeatTimeout.D(),
-		// Determinism: the gradient allreduce always uses the ring, so the
-		// order in which floats are summed — and so the weights — never
-		// depends on measured link speeds. A recovered run ends bit-identical
-		// to one that never failed.
-		Algorithm:       ascend.AlgoRing,
+		ConnectTimeout:  30 * time.Second,
+		OpTimeout:       in.Spec.HeartbeatTimeout.D(),
+		Algorithm:       algo,
 		SkipCalibration: true,
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,32 @@ type RunSpec struct {
 	MinNodes int `yaml:"min_nodes" json:"min_nodes,omitempty"`
 	// Green makes the run carbon-aware (optional).
 	Green *GreenPolicy `yaml:"green" json:"green,omitempty"`
+	// Collective is the gradient allreduce's algorithm: ring (the
+	// default), hd, rd, tree or hier fix it; auto lets the topology scan
+	// at the run's start choose it from measured links (then recorded in
+	// history, so recoveries keep it; two runs compare bit for bit only
+	// when they use the same algorithm).
+	Collective string `yaml:"collective" json:"collective,omitempty"`
+	// TopologyScan measures every node pair when the run gets its nodes
+	// (implied by collective: auto) and shows the hierarchy in the status.
+	TopologyScan bool `yaml:"topology_scan" json:"topology_scan,omitempty"`
+}
+
+// Collective algorithms a job file may name.
+var collectiveAlgorithms = []string{"ring", "hd", "rd", "tree", "hier", "auto"}
+
+// ScansTopology reports whether the run measures its links at the start.
+func (s RunSpec) ScansTopology() bool { return s.TopologyScan || s.Collective == "auto" }
+
+// GradientFloats is the number of floats one step's allreduce carries: the
+// model's parameters plus the loss.
+func (s RunSpec) GradientFloats() int {
+	in, n := 784, 1 // MNIST: 28×28 inputs, 10 classes; +1 for the loss
+	for _, h := range s.Model.Hidden {
+		n += in*h + h
+		in = h
+	}
+	return n + in*10 + 10
 }
 
 // GlobalBatch is the run's global batch: batch_per_rank on the nodes it
@@ -132,6 +159,9 @@ func (s RunSpec) WithDefaults() RunSpec {
 	if s.Green != nil {
 		g := s.Green.WithDefaults()
 		s.Green = &g
+	}
+	if s.Collective == "" {
+		s.Collective = "ring"
 	}
 	return s
 }
@@ -232,6 +262,9 @@ func (s RunSpec) Validate() error {
 	}
 	if s.Green != nil {
 		s.Green.validate(bad)
+	}
+	if !slices.Contains(collectiveAlgorithms, s.Collective) {
+		bad("collective", "unknown algorithm %q (want %s)", s.Collective, strings.Join(collectiveAlgorithms, ", "))
 	}
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}

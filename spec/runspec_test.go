@@ -147,3 +147,23 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		})
 	}
 }
+
+func TestParseCollective(t *testing.T) {
+	s, err := Parse("job.yaml", []byte("name: demo\ncollective: auto\n"))
+	if err != nil || s.Collective != "auto" || !s.ScansTopology() {
+		t.Fatalf("collective auto: %+v %v", s.Collective, err)
+	}
+	s, err = Parse("job.yaml", []byte("name: demo\n"))
+	if err != nil || s.Collective != "ring" || s.ScansTopology() {
+		t.Fatalf("default collective: %q %v", s.Collective, err)
+	}
+	_, err = Parse("job.yaml", []byte("name: demo\nnodes: 2\ncollective: warp\n"))
+	var se *SpecError
+	if !errors.As(err, &se) || len(se.Fields) != 1 || se.Fields[0].Field != "collective" || se.Fields[0].Line != 3 {
+		t.Fatalf("bad collective: %v", err)
+	}
+	// 784·128 + 128 + 128·10 + 10 parameters, + the loss.
+	if got := (RunSpec{Model: ModelSpec{Hidden: []int{128}}}).GradientFloats(); got != 101771 {
+		t.Errorf("gradient floats %d", got)
+	}
+}

@@ -21,6 +21,11 @@ const (
 	// ActivityPlanCarbon reads the carbon signal, prices finished chunks
 	// and plans the remaining work (control queue).
 	ActivityPlanCarbon = "PlanCarbon"
+	// ActivityProbeLinks measures every rank pair's links (node queues);
+	// ActivityPlanTopology analyses them and picks the gradient
+	// allreduce's algorithm (control queue).
+	ActivityProbeLinks   = "ProbeLinks"
+	ActivityPlanTopology = "PlanTopology"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -170,6 +175,9 @@ type ChunkInput struct {
 	// ranks), fixed at the start: after a rescale each rank takes
 	// GlobalBatch / world samples. 0: BatchPerRank × world.
 	GlobalBatch int `json:"global_batch,omitempty"`
+	// Algorithm is the gradient allreduce's algorithm (ascend names: ring,
+	// hd, rd, tree, hier); empty means ring.
+	Algorithm string `json:"algorithm,omitempty"`
 }
 
 // InjectFault is the SignalInjectFault payload.
@@ -313,4 +321,7 @@ type RunStatus struct {
 	Segments []Segment `json:"segments,omitempty"`
 	// Green is set when the run has a green policy.
 	Green *GreenStatus `json:"green,omitempty"`
+	// Topology is what the scan at the run's start measured and chose
+	// (spec topology_scan, or collective: auto).
+	Topology *TopologyPlan `json:"topology,omitempty"`
 }

@@ -32,6 +32,7 @@ func RunControl(ctx context.Context, c client.Client, namespace string, log *zap
 	ctl := &activities.Control{Client: c}
 	w.RegisterActivityWithOptions(ctl.AcquireNodes, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})
 	w.RegisterActivityWithOptions((&activities.Carbon{}).PlanCarbon, activity.RegisterOptions{Name: spec.ActivityPlanCarbon})
+	w.RegisterActivityWithOptions(activities.Planner{}.PlanTopology, activity.RegisterOptions{Name: spec.ActivityPlanTopology})
 	log.Info("control worker serving", zap.String("task_queue", spec.ControlTaskQueue))
 	if err := w.Run(interruptOn(ctx)); err != nil {
 		return fmt.Errorf("control worker: %w", err)

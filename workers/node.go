@@ -79,6 +79,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		WorkerStopTimeout:                  5 * time.Second,
 	})
 	w.RegisterActivityWithOptions(acts.TrainChunk, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
+	w.RegisterActivityWithOptions(acts.ProbeLinks, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("node %s: start worker: %w", o.ID, err)
 	}

@@ -53,6 +53,10 @@ type RunState struct {
 	ForceCheckpoint bool `json:"force_checkpoint,omitempty"`
 	// Unpriced are finished chunks that PlanCarbon has not priced yet.
 	Unpriced []spec.Segment `json:"unpriced,omitempty"`
+	// Algorithm is the gradient allreduce's algorithm the topology scan
+	// chose (collective: auto) for AlgorithmRanks ranks; "" = the spec's.
+	Algorithm      string `json:"algorithm,omitempty"`
+	AlgorithmRanks int    `json:"algorithm_ranks,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by
@@ -190,6 +194,7 @@ func (r *run) acquireNodes(ctx workflow.Context, phase spec.Phase, count, minCou
 	r.st.Size = len(nodes)
 	r.st.Status.Nodes = r.st.Membership.NodeIDs()
 	r.st.Status.Generation = r.st.Membership.Generation
+	r.scanTopology(ctx)
 	r.setPhase(ctx, spec.PhaseTraining)
 	return nil
 }

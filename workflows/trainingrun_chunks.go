@@ -52,6 +52,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	if r.controlled(ctx) {
 		globalBatch = r.spec.GlobalBatch()
 	}
+	algo := r.algorithm(ctx)
 	cctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
@@ -62,6 +63,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 			Restore: r.st.Status.LastCkpt, Checkpoint: ckpt, Evaluate: to == r.spec.Steps,
 			KillAtStep:  r.faultFor(node.ID, from, to),
 			GlobalBatch: globalBatch,
+			Algorithm:   algo,
 		}
 		summary := fmt.Sprintf("chunk %d · steps %d–%d · rank %d/%d on %s · gen %d",
 			r.st.Status.Chunks+1, from, to, rank, len(m.Nodes), node.ID, m.Generation)

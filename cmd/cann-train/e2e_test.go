@@ -30,7 +30,7 @@ func TestQuickstartJSON(t *testing.T) {
 	dir := t.TempDir()
 	root.SetArgs([]string{"quickstart", "--nodes", "3", "--steps", "300", "--chunk-steps", "100",
 		"--port", "0", "--ui-port", "-1", "-o", "json", "--data-dir", dir, "--log-level", "warn",
-		"--name", "e2e-quickstart"})
+		"--name", "e2e-quickstart", "--collective", "auto"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := root.ExecuteContext(ctx); err != nil {
@@ -66,6 +66,12 @@ func TestQuickstartJSON(t *testing.T) {
 	}
 	if sum.Recoveries == nil || len(sum.Recoveries) != 0 {
 		t.Errorf("recoveries = %v, want an empty list", sum.Recoveries)
+	}
+	// --collective auto: the node workers measured their links before the
+	// first chunk and the cost model picked the allreduce from them.
+	if tp := sum.Topology; tp == nil || tp.HostCount != 1 || len(tp.Levels) != 1 || tp.Algorithm == "" ||
+		len(tp.Predictions) < 3 || tp.Levels[0].Links != 6 || tp.Levels[0].BytesPerSec <= 0 {
+		t.Errorf("topology = %+v, want one host, 6 measured links, predictions and a chosen algorithm", tp)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "checkpoints", "runs")); err != nil {
 		t.Errorf("no checkpoint files written: %v", err)

@@ -28,6 +28,8 @@ type quickstartOptions struct {
 	hbTimeout  time.Duration
 	spares     int
 	inject     []string
+	collective string
+	scan       bool
 }
 
 // parseInjections reads --inject values "kill:<node-id>@<step>".
@@ -89,6 +91,8 @@ a summary with the Web UI link.`,
 	f.DurationVar(&o.hbTimeout, "heartbeat-timeout", 10*time.Second, "a node silent this long is presumed dead")
 	f.IntVar(&o.spares, "spares", 0, "extra node workers that replace failed ones")
 	f.StringArrayVar(&o.inject, "inject", nil, "fault injection, repeatable: kill:<node-id>@<step> SIGKILLs that node's process after the step")
+	f.StringVar(&o.collective, "collective", "ring", "gradient allreduce: ring, hd, rd, tree, hier, or auto (chosen by the topology scan)")
+	f.BoolVar(&o.scan, "topology-scan", false, "measure every node pair when the run starts (implied by --collective auto)")
 	return cmd
 }
 
@@ -124,6 +128,7 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	s := spec.RunSpec{
 		Name: name, Nodes: o.nodes, Steps: o.steps, ChunkSteps: o.chunkSteps,
 		HeartbeatTimeout: spec.Duration(o.hbTimeout), NodeWait: spec.Duration(time.Minute),
+		Collective: o.collective, TopologyScan: o.scan,
 	}.WithDefaults()
 	if err := s.Validate(); err != nil {
 		return err

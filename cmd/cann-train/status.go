@@ -225,14 +225,15 @@ type Summary struct {
 	Error          string            `json:"error,omitempty"`
 	// Detail says what the status is about (the green window waited for,
 	// the pause); WaitUntil ends a green wait.
-	Detail         string            `json:"detail,omitempty"`
-	WaitUntil      time.Time         `json:"wait_until,omitzero"`
-	PauseRequested bool              `json:"pause_requested,omitempty"`
-	PendingNodes   int               `json:"pending_nodes,omitempty"`
-	MinNodes       int               `json:"min_nodes,omitempty"`
-	GlobalBatch    int               `json:"global_batch,omitempty"`
-	Rescalings     []spec.Rescaling  `json:"rescalings,omitempty"`
-	Green          *spec.GreenStatus `json:"green,omitempty"`
+	Detail         string             `json:"detail,omitempty"`
+	WaitUntil      time.Time          `json:"wait_until,omitzero"`
+	PauseRequested bool               `json:"pause_requested,omitempty"`
+	PendingNodes   int                `json:"pending_nodes,omitempty"`
+	MinNodes       int                `json:"min_nodes,omitempty"`
+	GlobalBatch    int                `json:"global_batch,omitempty"`
+	Rescalings     []spec.Rescaling   `json:"rescalings,omitempty"`
+	Green          *spec.GreenStatus  `json:"green,omitempty"`
+	Topology       *spec.TopologyPlan `json:"topology,omitempty"`
 }
 
 // RecoverySummary is one node replacement as users read it. Times are
@@ -300,6 +301,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
 		MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
+		Topology: st.Topology,
 	}
 	for _, r := range st.Recoveries {
 		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, killed))
@@ -356,6 +358,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 			r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "), r.Reason)
 	}
 	printGreen(w, s.Green)
+	printTopology(w, s.Topology)
 	if s.WeightsSHA256 != "" {
 		fmt.Fprintf(w, "weights      sha256 %s\n", s.WeightsSHA256)
 	}
@@ -450,5 +453,20 @@ func printGreen(w io.Writer, g *spec.GreenStatus) {
 	}
 	if g.Note != "" {
 		fmt.Fprintf(w, "  note       %s\n", g.Note)
+	}
+}
+
+// printTopology prints what the run's topology scan measured and chose.
+func printTopology(w io.Writer, t *spec.TopologyPlan) {
+	if t == nil {
+		return
+	}
+	fmt.Fprintf(w, "topology     %d host(s), %d slow link(s), scanned at generation %d; gradient allreduce: %s\n",
+		t.HostCount, t.SlowLinks, t.Generation, t.Algorithm)
+	for _, l := range t.Levels {
+		fmt.Fprintf(w, "  %-11s %d links, α %.1f µs, %.2f GB/s\n", l.Name, l.Links, float64(l.AlphaNS)/1e3, l.BytesPerSec/1e9)
+	}
+	for _, p := range t.Predictions {
+		fmt.Fprintf(w, "  predicted  %-5s %.1f µs for %d bytes\n", p.Algorithm, p.Seconds*1e6, t.GradientBytes)
 	}
 }

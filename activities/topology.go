@@ -1,0 +1,140 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/cann-train/cann-train/ascend"
+	"github.com/cann-train/cann-train/ascend/shm"
+	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/engine/topology"
+	"github.com/cann-train/cann-train/spec"
+)
+
+// ProbeLinks is this node's part of a link scan: it joins the run's ranks
+// (a communicator of its own session) and measures every rank pair with
+// real, time-bounded transfers (ascend.ProbeLinks). Every rank reports its
+// host; rank 0 also the whole matrix.
+func (n *Node) ProbeLinks(ctx context.Context, in spec.ProbeInput) (*spec.ProbeResult, error) {
+	if in.Rank < 0 || in.Rank >= len(in.Membership.Nodes) || in.Membership.Nodes[in.Rank].ID != n.ID {
+		err := fmt.Errorf("probe for rank %d is not meant for node %q", in.Rank, n.ID)
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadProbeInput", err)
+	}
+	addrs := make([]string, len(in.Membership.Nodes))
+	for i, m := range in.Membership.Nodes {
+		addrs[i] = m.CommAddr
+	}
+	comm, err := tcp.Connect(ctx, n.Listener, tcp.Group{Session: in.Session, Rank: in.Rank, Addrs: addrs, Token: []byte(in.Token)},
+		tcp.Options{ConnectTimeout: 30 * time.Second, OpTimeout: in.Timeout.D(), SkipCalibration: true})
+	if err != nil {
+		return nil, peerError(err, 0)
+	}
+	defer comm.Close()
+	links, err := comm.ProbeLinks(ctx, ascend.ProbeOptions{Budget: in.Budget.D()})
+	if err != nil {
+		return nil, peerError(err, 0)
+	}
+	res := &spec.ProbeResult{NodeID: n.ID, Rank: in.Rank, Host: hostID()}
+	if in.Rank == 0 {
+		for _, l := range links {
+			res.Links = append(res.Links, spec.LinkSample{From: l.From, To: l.To, LatencyNS: l.Latency.Nanoseconds(), BytesPerSec: l.BytesPerSec})
+		}
+	}
+	return res, nil
+}
+
+// hostID names this host the way ranks tell each other apart: the kernel
+// boot id, else the host name.
+func hostID() string {
+	if id := strings.TrimSpace(shm.HostID()); id != "" {
+		return id
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+// Planner analyses link scans (control queue).
+type Planner struct{}
+
+// PlanTopology turns a scan into the run's hierarchy (engine/topology) and,
+// with collective auto, picks the gradient allreduce's algorithm with the
+// collective engine's cost model fed the measured α and β per level.
+func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec.TopologyPlan, error) {
+	n := len(in.Results)
+	if n == 0 {
+		return nil, temporal.NewNonRetryableApplicationError("no probe results", "BadScan", nil)
+	}
+	hosts := make([]string, n)
+	var samples []spec.LinkSample
+	for r, res := range in.Results {
+		if res.Rank != r {
+			err := fmt.Errorf("probe result %d is rank %d's", r, res.Rank)
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadScan", err)
+		}
+		hosts[r] = res.Host
+		samples = append(samples, res.Links...)
+	}
+	links := make([]topology.Link, len(samples))
+	for i, s := range samples {
+		links[i] = topology.Link{From: s.From, To: s.To, Latency: time.Duration(s.LatencyNS), BytesPerSec: s.BytesPerSec}
+	}
+	t, err := topology.Analyze(hosts, links, topology.Options{})
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadScan", err)
+	}
+	plan := &spec.TopologyPlan{Hosts: hosts, HostCount: len(t.Hosts), SlowLinks: len(t.Slow), GradientBytes: in.GradientBytes}
+	for _, l := range t.Levels {
+		plan.Levels = append(plan.Levels, spec.TopologyLevel{Name: string(l.Level), Links: l.Links, AlphaNS: l.Alpha.Nanoseconds(), BytesPerSec: l.BytesPerSec})
+	}
+	var text bytes.Buffer
+	if err := t.WriteText(&text); err == nil {
+		plan.Text = text.String()
+	}
+	model := costModel(t)
+	best, bestT := "", math.Inf(1)
+	for _, a := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoRD, ascend.AlgoTree, ascend.AlgoHier} {
+		d, ok := model.Predict(ascend.CollAllReduce, a, n, in.GradientBytes)
+		if !ok || (a == ascend.AlgoHier && len(t.Hosts) < 2) {
+			continue
+		}
+		plan.Predictions = append(plan.Predictions, spec.AlgorithmPrediction{Algorithm: a.String(), Seconds: d.Seconds()})
+		if d.Seconds() < bestT {
+			best, bestT = a.String(), d.Seconds()
+		}
+	}
+	plan.Algorithm = in.Collective
+	if in.Collective == "auto" || in.Collective == "" {
+		plan.Algorithm = best
+	}
+	return plan, nil
+}
+
+// costModel is the collective engine's α-β-γ model with the scan's
+// numbers: the slowest level prices the flat algorithms, the intra-host
+// level the hierarchical one's inner phases.
+func costModel(t *topology.Topology) ascend.CostModel {
+	m := ascend.DefaultCostModel()
+	intra, hasIntra := t.Stats(topology.IntraHost)
+	inter, hasInter := t.Stats(topology.InterHost)
+	switch {
+	case hasInter:
+		m.Alpha, m.Beta = inter.Alpha, inter.Beta
+		if hasIntra {
+			m.IntraAlpha, m.IntraBeta = intra.Alpha, intra.Beta
+		}
+	case hasIntra:
+		m.Alpha, m.Beta = intra.Alpha, intra.Beta
+	}
+	m.Hosts = len(t.Hosts)
+	for _, h := range t.Hosts {
+		m.PerHost = max(m.PerHost, len(h.Ranks))
+	}
+	return m
+}

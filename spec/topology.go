@@ -1,0 +1,74 @@
+package spec
+
+import "time"
+
+// ProbeInput asks one node to take part in a link scan as rank Rank.
+type ProbeInput struct {
+	RunID      string     `json:"run_id"`
+	Membership Membership `json:"membership"`
+	Rank       int        `json:"rank"`
+	Session    string     `json:"session"`
+	Token      string     `json:"token"`
+	// Budget bounds the measurements (ascend.ProbeOptions.Budget).
+	Budget  Duration `json:"budget"`
+	Timeout Duration `json:"timeout"`
+}
+
+// LinkSample is one measured direction of a rank pair.
+type LinkSample struct {
+	From        int     `json:"from"`
+	To          int     `json:"to"`
+	LatencyNS   int64   `json:"latency_ns"`
+	BytesPerSec float64 `json:"bytes_per_sec"`
+}
+
+// ProbeResult is one node's part of a scan: its host, and (rank 0) the
+// whole matrix.
+type ProbeResult struct {
+	NodeID string       `json:"node_id"`
+	Rank   int          `json:"rank"`
+	Host   string       `json:"host"`
+	Links  []LinkSample `json:"links,omitempty"`
+}
+
+// PlanTopologyInput is what PlanTopology analyses.
+type PlanTopologyInput struct {
+	Results []ProbeResult `json:"results"` // by rank
+	// GradientBytes is the size of one step's allreduce.
+	GradientBytes int `json:"gradient_bytes"`
+	// Collective is the spec's choice: auto, or an algorithm to keep.
+	Collective string `json:"collective"`
+}
+
+// TopologyLevel is one level of the measured hierarchy.
+type TopologyLevel struct {
+	Name        string  `json:"name"` // intra-host or inter-host
+	Links       int     `json:"links"`
+	AlphaNS     int64   `json:"alpha_ns"`
+	BytesPerSec float64 `json:"bytes_per_sec"`
+}
+
+// AlgorithmPrediction is the cost model's time for one algorithm.
+type AlgorithmPrediction struct {
+	Algorithm string  `json:"algorithm"`
+	Seconds   float64 `json:"seconds"`
+}
+
+// TopologyPlan is the scan's outcome, recorded in the run's history.
+type TopologyPlan struct {
+	ScannedAt  time.Time       `json:"scanned_at"`
+	Generation int64           `json:"generation"`
+	Hosts      []string        `json:"hosts"` // host per rank
+	HostCount  int             `json:"host_count"`
+	Levels     []TopologyLevel `json:"levels"`
+	SlowLinks  int             `json:"slow_links"`
+	// Algorithm is the gradient allreduce's algorithm for the run, and
+	// Predictions what the cost model, fed the measured α and β, expects
+	// of each for GradientBytes.
+	Algorithm     string                `json:"algorithm"`
+	GradientBytes int                   `json:"gradient_bytes"`
+	Predictions   []AlgorithmPrediction `json:"predictions"`
+	// Text is the matrix and hierarchy as `cann-train topo-scan` prints
+	// them.
+	Text string `json:"text"`
+}

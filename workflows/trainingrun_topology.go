@@ -1,0 +1,107 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// Topology scan: when a run gets its nodes (spec topology_scan, or
+// collective: auto), every node measures every rank pair (ProbeLinks on
+// the node queues, like a chunk), and PlanTopology analyses the matrix:
+// host groups, α/β per level, slow links, and — with collective: auto —
+// the gradient allreduce's algorithm, chosen by the collective engine's
+// cost model fed the measured numbers. The plan is recorded in history and
+// kept for the whole run (recoveries reuse it, so they stay bit-identical);
+// a scan that fails is logged and the run goes on with the ring.
+
+const (
+	versionTopologyScan = "topology-scan"
+	probeBudget         = time.Second
+)
+
+// algorithm is the gradient allreduce's algorithm chunks use ("" = ring).
+func (r *run) algorithm(ctx workflow.Context) string {
+	if workflow.GetVersion(ctx, versionTopologyScan, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return ""
+	}
+	if r.st.Algorithm != "" {
+		return r.st.Algorithm
+	}
+	if c := r.spec.Collective; c != "" && c != "auto" {
+		return c
+	}
+	return ""
+}
+
+// scanTopology runs the scan once per run (and again after a rescale,
+// where the world size changes).
+func (r *run) scanTopology(ctx workflow.Context) {
+	if workflow.GetVersion(ctx, versionTopologyScan, workflow.DefaultVersion, 1) == workflow.DefaultVersion || !r.spec.ScansTopology() {
+		return
+	}
+	m := r.st.Membership
+	if t := r.st.Status.Topology; t != nil && len(t.Hosts) == len(m.Nodes) {
+		return
+	}
+	r.st.Epoch++
+	session := fmt.Sprintf("%s/g%d/e%d/probe", r.st.Status.RunID, m.Generation, r.st.Epoch)
+	futures := make([]workflow.Future, len(m.Nodes))
+	for rank, node := range m.Nodes {
+		in := spec.ProbeInput{RunID: r.st.Status.RunID, Membership: m, Rank: rank, Session: session, Token: r.st.Token,
+			Budget: spec.Duration(probeBudget), Timeout: r.spec.HeartbeatTimeout}
+		summary := fmt.Sprintf("link scan · rank %d/%d on %s · gen %d", rank, len(m.Nodes), node.ID, m.Generation)
+		futures[rank] = workflow.ExecuteActivity(probeOptions(ctx, node, summary), spec.ActivityProbeLinks, in)
+	}
+	results := make([]spec.ProbeResult, len(m.Nodes))
+	var firstErr error
+	for rank, f := range futures {
+		if err := f.Get(ctx, &results[rank]); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	log := workflow.GetLogger(ctx)
+	if firstErr != nil {
+		log.Warn("topology scan failed; training with the ring", "error", firstErr)
+		return
+	}
+	var plan spec.TopologyPlan
+	in := spec.PlanTopologyInput{Results: results, GradientBytes: 4 * r.spec.GradientFloats(), Collective: r.spec.Collective}
+	if err := workflow.ExecuteActivity(planTopologyOptions(ctx), spec.ActivityPlanTopology, in).Get(ctx, &plan); err != nil {
+		log.Warn("topology plan failed; training with the ring", "error", err)
+		return
+	}
+	plan.ScannedAt = workflow.Now(ctx)
+	plan.Generation = m.Generation
+	r.st.Status.Topology = &plan
+	if r.st.Algorithm == "" || r.spec.Collective == "auto" && len(m.Nodes) != r.st.AlgorithmRanks {
+		r.st.Algorithm, r.st.AlgorithmRanks = plan.Algorithm, len(m.Nodes)
+	}
+	log.Info("topology scanned", "hosts", plan.HostCount, "slow_links", plan.SlowLinks, "algorithm", r.st.Algorithm)
+}
+
+// probeOptions runs one node's ProbeLinks on its own queue, once.
+func probeOptions(ctx workflow.Context, node spec.Node, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              node.TaskQueue,
+		ScheduleToStartTimeout: 30 * time.Second,
+		StartToCloseTimeout:    time.Minute,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                summary,
+	})
+}
+
+// planTopologyOptions runs PlanTopology (pure computation) on the control
+// queue.
+func planTopologyOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           spec.ControlTaskQueue,
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+		Summary:             "plan topology",
+	})
+}

@@ -1,0 +1,106 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+
+	"github.com/cann-train/cann-train/activities"
+	"github.com/cann-train/cann-train/spec"
+)
+
+// fakeProbe plays ProbeLinks: ranks 0–1 on host a, 2 on host b; intra-host
+// links fast, inter-host ones slow.
+type fakeProbe struct {
+	mu    sync.Mutex
+	calls int
+	fail  bool
+}
+
+func (f *fakeProbe) probe(_ context.Context, in spec.ProbeInput) (*spec.ProbeResult, error) {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	if f.fail {
+		return nil, errors.New("probe broke")
+	}
+	host := "a"
+	if in.Rank >= 2 {
+		host = "b"
+	}
+	res := &spec.ProbeResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, Host: host}
+	if in.Rank == 0 {
+		n := len(in.Membership.Nodes)
+		for i := range n {
+			for j := range n {
+				if i == j {
+					continue
+				}
+				l := spec.LinkSample{From: i, To: j, LatencyNS: 5_000, BytesPerSec: 10e9}
+				if (i >= 2) != (j >= 2) {
+					l.LatencyNS, l.BytesPerSec = 50_000, 1e9
+				}
+				res.Links = append(res.Links, l)
+			}
+		}
+	}
+	return res, nil
+}
+
+func TestTopologyScanChoosesAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		collective string
+		fail       bool
+		want       string // algorithm in the chunks; "" = ring (unset)
+	}{
+		{"auto", false, "*"}, // whatever the model picks, recorded and used
+		{"hd", false, "hd"},  // fixed: the scan only reports
+		{"auto", true, ""},   // a failed scan: ring, the run goes on
+	} {
+		t.Run(tc.collective+map[bool]string{true: "-failing", false: ""}[tc.fail], func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+			ch := &fakeChunks{}
+			env := newRunEnv(t, cl, ch)
+			pr := &fakeProbe{fail: tc.fail}
+			env.RegisterActivityWithOptions(pr.probe, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
+			env.RegisterActivityWithOptions(activities.Planner{}.PlanTopology, activity.RegisterOptions{Name: spec.ActivityPlanTopology})
+			s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, Collective: tc.collective, TopologyScan: true}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.True(t, env.IsWorkflowCompleted())
+			require.NoError(t, env.GetWorkflowError())
+			var st spec.RunStatus
+			require.NoError(t, env.GetWorkflowResult(&st))
+			require.Equal(t, 3, pr.calls, "one probe per node, once")
+			if tc.fail {
+				require.Nil(t, st.Topology)
+			} else {
+				require.NotNil(t, st.Topology)
+				require.Equal(t, 2, st.Topology.HostCount)
+				require.Len(t, st.Topology.Levels, 2)
+				require.NotEmpty(t, st.Topology.Predictions)
+				require.Contains(t, st.Topology.Text, "inter-host")
+				require.Equal(t, 4*s.GradientFloats(), st.Topology.GradientBytes)
+			}
+			var algos []string
+			for _, ins := range ch.byFrom() {
+				for _, in := range ins {
+					algos = append(algos, in.Algorithm)
+				}
+			}
+			require.Len(t, algos, 6)
+			for _, a := range algos {
+				switch tc.want {
+				case "*":
+					require.Equal(t, st.Topology.Algorithm, a)
+					require.NotEmpty(t, a)
+				default:
+					require.Equal(t, tc.want, a)
+				}
+			}
+		})
+	}
+}
