@@ -44,6 +44,14 @@ type Node struct {
 	test   *engine.Dataset
 	stores map[string]*checkpoint.Store
 	warm   *warmTrainer
+	// pending is rank 0's checkpoint still uploading (AsyncCheckpoint).
+	pending *pendingSave
+}
+
+type pendingSave struct {
+	run, url string
+	step     int64
+	save     *checkpoint.Pending
 }
 
 type warmTrainer struct {
@@ -146,7 +154,19 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		res.CommShare = commTime.Seconds() / el
 	}
 	res.WeightsSHA256 = tr.WeightsSHA256()
-	if in.Rank == 0 && in.Checkpoint {
+	if in.Rank == 0 {
+		// An earlier chunk's checkpoint has had this whole chunk to upload.
+		res.EarlierCheckpoint = n.finishPending(ctx, in, log)
+	}
+	if in.Rank == 0 && in.Checkpoint && in.AsyncCheckpoint {
+		pend, err := n.saveAsync(in, tr)
+		if err != nil {
+			n.forget()
+			return nil, err
+		}
+		res.PendingCheckpoint = pend
+		log.Info("checkpoint uploading", zap.Int64("step", pend.Step))
+	} else if in.Rank == 0 && in.Checkpoint {
 		ref, err := n.save(ctx, in, tr)
 		if err != nil {
 			n.forget()
@@ -365,6 +385,66 @@ func (n *Node) save(ctx context.Context, in spec.ChunkInput, tr *engine.Trainer)
 	}
 	out := fromRef(url, ref)
 	return &out, nil
+}
+
+// saveAsync snapshots the state (at this step boundary) and uploads it in
+// the background; the next chunk on this node reports it (finishPending).
+// The upload has its own context: it outlives this activity.
+func (n *Node) saveAsync(in spec.ChunkInput, tr *engine.Trainer) (*spec.CheckpointRef, error) {
+	url := n.checkpointURL(in)
+	bctx, cancel := context.WithTimeout(context.Background(), asyncSaveTimeout)
+	store, err := n.store(bctx, url)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	payload, err := tr.Snapshot().MarshalBinary()
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	p, err := store.SaveAsync(bctx, in.Spec.Name, tr.GlobalStep(), payload)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("save checkpoint: %w", err)
+	}
+	go func() { <-p.Done(); cancel() }()
+	n.mu.Lock()
+	n.pending = &pendingSave{run: in.Spec.Name, url: url, step: tr.GlobalStep(), save: p}
+	n.mu.Unlock()
+	return &spec.CheckpointRef{URL: url, Run: in.Spec.Name, Step: tr.GlobalStep()}, nil
+}
+
+// asyncSaveTimeout bounds a background upload.
+const asyncSaveTimeout = 30 * time.Minute
+
+// finishPending waits for the checkpoint an earlier chunk left uploading
+// and returns it if it is this run's and committed; a failed upload is
+// logged (the run keeps its older checkpoints).
+func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.Logger) *spec.CheckpointRef {
+	n.mu.Lock()
+	p := n.pending
+	n.pending = nil
+	n.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	ref, err := p.save.Wait(ctx)
+	if err != nil {
+		log.Warn("background checkpoint upload failed", zap.Int64("step", p.step), zap.Error(err))
+		return nil
+	}
+	if p.run != in.Spec.Name {
+		return nil
+	}
+	if store, err := n.store(ctx, p.url); err == nil {
+		if _, err := store.Retain(ctx, p.run, keepCheckpoints, 0); err != nil {
+			log.Warn("checkpoint retention", zap.Error(err))
+		}
+	}
+	log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key), zap.Duration("upload", p.save.Stats().Duration))
+	out := fromRef(p.url, ref)
+	return &out
 }
 
 func toRef(r spec.CheckpointRef) checkpoint.Ref {

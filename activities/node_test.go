@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -237,5 +238,61 @@ func TestTrainChunkShrinkKeepsGlobalBatch(t *testing.T) {
 	t.Logf("2 nodes vs 3: loss rel. diff %.3g (step 21), %.3g (step 40); test accuracy %.4f vs %.4f", dFirst, dLast, got[0].EvalValue, want[0].EvalValue)
 	if dFirst > 1e-5 || dLast > 1e-5 || dAcc > 0.005 {
 		t.Errorf("shrunk run drifts from the 3-node run: loss rel. diff %.3g / %.3g (tol 1e-5), |Δacc| %.4f (tol 0.005)", dFirst, dLast, dAcc)
+	}
+}
+
+// TestTrainChunkAsyncCheckpoint: rank 0 returns with its checkpoint still
+// uploading (pending), the next chunk reports it committed, the planner
+// finds it in the bucket, and restoring it gives the same state as the
+// synchronous path.
+func TestTrainChunkAsyncCheckpoint(t *testing.T) {
+	url := "file://" + t.TempDir()
+	nodes, m := newNodes(t, 2, url)
+	s := spec.RunSpec{Name: "async", Nodes: 2, Steps: 60, ChunkSteps: 30}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/async", Spec: s, Membership: m, Session: "run/async/g1/e1", Token: "secret",
+		From: 0, To: 30, Checkpoint: true, AsyncCheckpoint: true}
+	res, errs := runChunk(t, nodes, in)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+	p := res[0].PendingCheckpoint
+	if res[0].Checkpoint != nil || p == nil || p.Step != 30 || p.Key != "" || p.URL != url {
+		t.Fatalf("want a pending checkpoint at 30, got committed %+v, pending %+v", res[0].Checkpoint, p)
+	}
+	in2 := in
+	in2.Session, in2.From, in2.To, in2.Checkpoint, in2.AsyncCheckpoint = "run/async/g1/e2", 30, 60, false, false
+	res2, errs := runChunk(t, nodes, in2)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("chunk 2 rank %d: %v", i, err)
+		}
+	}
+	ck := res2[0].EarlierCheckpoint
+	if ck == nil || ck.Step != 30 || ck.Key == "" || res2[1].EarlierCheckpoint != nil {
+		t.Fatalf("chunk 2 should report the checkpoint at 30 committed: %+v", ck)
+	}
+	found, err := Planner{}.ResolveCheckpoint(context.Background(), *p)
+	if err != nil || found.Key != ck.Key || found.SHA256 != ck.SHA256 {
+		t.Fatalf("ResolveCheckpoint = %+v, %v; want %+v", found, err, ck)
+	}
+	missing := *p
+	missing.Step = 45
+	if _, err := (Planner{}).ResolveCheckpoint(context.Background(), missing); err == nil {
+		t.Error("a checkpoint that was never written was found")
+	}
+	// Fresh nodes restoring the async checkpoint end where the warm ones did.
+	fresh, m2 := newNodes(t, 2, "file://unused")
+	in3 := in2
+	in3.Membership, in3.Session, in3.Restore = spec.Membership{Generation: 2, Nodes: m2.Nodes}, "run/async/g2/e3", ck
+	cold, errs := runChunk(t, fresh, in3)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("restored rank %d: %v", i, err)
+		}
+	}
+	if cold[0].WeightsSHA256 != res2[0].WeightsSHA256 {
+		t.Errorf("restored from the async checkpoint: %s, uninterrupted %s", cold[0].WeightsSHA256, res2[0].WeightsSHA256)
 	}
 }

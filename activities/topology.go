@@ -14,6 +14,7 @@ import (
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/shm"
 	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/engine/topology"
 	"github.com/cann-train/cann-train/spec"
 )
@@ -137,4 +138,28 @@ func costModel(t *topology.Topology) ascend.CostModel {
 		m.PerHost = max(m.PerHost, len(h.Ranks))
 	}
 	return m
+}
+
+// ResolveCheckpoint finds the committed checkpoint of want.Run at
+// want.Step in the bucket want.URL: one whose upload was still in flight
+// when its node was lost. It fails (non-retryable) when there is none or
+// its manifest is unreadable, and the run falls back to an older one.
+func (Planner) ResolveCheckpoint(ctx context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
+	store, err := checkpoint.Open(ctx, want.URL)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	refs, err := store.List(ctx, want.Run)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range refs {
+		if r.Step == want.Step && r.SHA256 != "" {
+			out := fromRef(want.URL, r)
+			return &out, nil
+		}
+	}
+	err = fmt.Errorf("no committed checkpoint of run %q at step %d in %s", want.Run, want.Step, want.URL)
+	return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoSuchCheckpoint", err)
 }

@@ -26,6 +26,9 @@ const (
 	// allreduce's algorithm (control queue).
 	ActivityProbeLinks   = "ProbeLinks"
 	ActivityPlanTopology = "PlanTopology"
+	// ActivityResolveCheckpoint looks up a checkpoint whose upload was
+	// still in flight when its node was lost (control queue).
+	ActivityResolveCheckpoint = "ResolveCheckpoint"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -166,6 +169,10 @@ type ChunkInput struct {
 	Restore *CheckpointRef `json:"restore,omitempty"`
 	// Checkpoint asks rank 0 to save a checkpoint at To.
 	Checkpoint bool `json:"checkpoint"`
+	// AsyncCheckpoint lets rank 0 upload that checkpoint in the background
+	// and return at once (ChunkResult.PendingCheckpoint); the next chunk
+	// on the node reports it committed (EarlierCheckpoint).
+	AsyncCheckpoint bool `json:"async_checkpoint,omitempty"`
 	// Evaluate asks rank 0 to evaluate on the held-out set at To.
 	Evaluate bool `json:"evaluate"`
 	// KillAtStep, when in (From, To], asks the node to SIGKILL itself once
@@ -209,6 +216,11 @@ type ChunkResult struct {
 	SamplesPerSec float64        `json:"samples_per_sec"`
 	CommShare     float64        `json:"comm_share"`
 	Checkpoint    *CheckpointRef `json:"checkpoint,omitempty"`
+	// PendingCheckpoint is a checkpoint still uploading when the chunk
+	// ended (AsyncCheckpoint; Key empty); EarlierCheckpoint is an earlier
+	// chunk's pending checkpoint, now committed.
+	PendingCheckpoint *CheckpointRef `json:"pending_checkpoint,omitempty"`
+	EarlierCheckpoint *CheckpointRef `json:"earlier_checkpoint,omitempty"`
 	// EvalMetric names EvalValue, e.g. "test_accuracy"; empty when the
 	// chunk did not evaluate.
 	EvalMetric    string    `json:"eval_metric,omitempty"`

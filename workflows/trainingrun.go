@@ -57,6 +57,10 @@ type RunState struct {
 	// chose (collective: auto) for AlgorithmRanks ranks; "" = the spec's.
 	Algorithm      string `json:"algorithm,omitempty"`
 	AlgorithmRanks int    `json:"algorithm_ranks,omitempty"`
+	// PendingCkpt is a checkpoint rank 0 was still uploading when its chunk
+	// ended (Key empty); the next chunk reports it committed, or a recovery
+	// looks it up.
+	PendingCkpt *spec.CheckpointRef `json:"pending_ckpt,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by

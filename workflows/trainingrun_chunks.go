@@ -53,6 +53,9 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		globalBatch = r.spec.GlobalBatch()
 	}
 	algo := r.algorithm(ctx)
+	// The last chunk and a forced checkpoint (a rescale waits for it) save
+	// synchronously; the others upload while the next chunk trains.
+	async := ckpt && to < r.spec.Steps && !r.st.ForceCheckpoint && r.asyncCheckpoints(ctx)
 	cctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
@@ -64,6 +67,8 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 			KillAtStep:  r.faultFor(node.ID, from, to),
 			GlobalBatch: globalBatch,
 			Algorithm:   algo,
+
+			AsyncCheckpoint: async,
 		}
 		summary := fmt.Sprintf("chunk %d · steps %d–%d · rank %d/%d on %s · gen %d",
 			r.st.Status.Chunks+1, from, to, rank, len(m.Nodes), node.ID, m.Generation)
@@ -267,6 +272,13 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	s.Chunks++
 	r.chunksNow++
 	r.recordSegment(start, end, lead.From, lead.To, results)
+	if lead.EarlierCheckpoint != nil {
+		r.commitCheckpoint(*lead.EarlierCheckpoint)
+	}
+	if lead.PendingCheckpoint != nil {
+		p := *lead.PendingCheckpoint
+		r.st.PendingCkpt = &p
+	}
 	if lead.Checkpoint != nil {
 		r.st.ForceCheckpoint = false
 		s.LastCkpt = lead.Checkpoint
@@ -334,6 +346,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 			replacement = append(replacement, id)
 		}
 	}
+	r.resolvePending(ctx)
 	resume := int64(0)
 	if r.st.Status.LastCkpt != nil {
 		resume = r.st.Status.LastCkpt.Step

@@ -1,0 +1,69 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// Asynchronous checkpoints: a chunk that checkpoints (except the last, and
+// a checkpoint a rescale waits for) has rank 0 snapshot the state at its
+// last step and upload it in the background while the next chunk trains
+// (engine/checkpoint.SaveAsync: the stall is a memory copy). The chunk
+// reports it pending; the next chunk on that node reports it committed.
+// If the node is lost first, the recovery looks the checkpoint up in the
+// bucket (ResolveCheckpoint): a checkpoint exists only once its manifest
+// is written, so one found is whole, and the lost steps stay within the
+// checkpoint interval.
+
+const versionAsyncCheckpoint = "async-checkpoint"
+
+func (r *run) asyncCheckpoints(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionAsyncCheckpoint, workflow.DefaultVersion, 1) >= 1
+}
+
+// commitCheckpoint records a committed checkpoint newer than the last one.
+func (r *run) commitCheckpoint(ref spec.CheckpointRef) {
+	s := &r.st.Status
+	if p := r.st.PendingCkpt; p != nil && p.Step <= ref.Step {
+		r.st.PendingCkpt = nil
+	}
+	if s.LastCkpt != nil && ref.Step <= s.LastCkpt.Step {
+		return
+	}
+	s.LastCkpt = &ref
+	s.Checkpoints++
+	r.st.Checkpoints = append(r.st.Checkpoints, ref)
+	if len(r.st.Checkpoints) > keepCheckpointRefs {
+		r.st.Checkpoints = r.st.Checkpoints[len(r.st.Checkpoints)-keepCheckpointRefs:]
+	}
+}
+
+// resolvePending looks up, after a failure, the checkpoint whose upload
+// was in flight; if it was committed the run resumes from it.
+func (r *run) resolvePending(ctx workflow.Context) {
+	p := r.st.PendingCkpt
+	if p == nil {
+		return
+	}
+	r.st.PendingCkpt = nil
+	if last := r.st.Status.LastCkpt; last != nil && last.Step >= p.Step {
+		return
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           spec.ControlTaskQueue,
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{"NoSuchCheckpoint"}},
+		Summary:             "find the checkpoint at step " + itoa(int(p.Step)),
+	})
+	var ref spec.CheckpointRef
+	if err := workflow.ExecuteActivity(actx, spec.ActivityResolveCheckpoint, *p).Get(ctx, &ref); err != nil {
+		workflow.GetLogger(ctx).Warn("checkpoint uploading when the node was lost is not there; resuming from an older one",
+			"step", p.Step, "error", err)
+		return
+	}
+	r.commitCheckpoint(ref)
+}
