@@ -112,8 +112,11 @@ func (c *Carbon) Open(p spec.GreenPolicy, runStart time.Time) (Signal, error) {
 		tr = &shifted
 	}
 	var fc carbon.Forecaster = carbon.Persistence{Trace: tr}
-	if p.Forecast == spec.ForecastPerfect {
+	switch p.Forecast {
+	case spec.ForecastPerfect:
 		fc = carbon.Perfect{Trace: tr}
+	case spec.ForecastSeasonal:
+		fc = carbon.Seasonal{Trace: tr}
 	}
 	return traceSignal{trace: tr, fc: fc}, nil
 }

@@ -12,6 +12,9 @@ const (
 	ForecastPersistence = "persistence"
 	// ForecastPerfect uses the trace itself (clairvoyant; for studies).
 	ForecastPerfect = "perfect"
+	// ForecastSeasonal forecasts each step with its time of day's mean over
+	// the last week plus the current anomaly, decaying by the hour.
+	ForecastSeasonal = "seasonal"
 
 	// ProviderElectricityMaps, ProviderCarbonAwareSDK and ProviderUK name
 	// the carbon-signal APIs a policy may read instead of a trace file.
@@ -134,8 +137,8 @@ func (g GreenPolicy) validate(bad func(field, format string, args ...any)) {
 	if g.ProviderURL != "" && !strings.Contains(g.ProviderURL, "://") {
 		bad("green.provider_url", "%q is not a URL", g.ProviderURL)
 	}
-	if g.Forecast != ForecastPersistence && g.Forecast != ForecastPerfect {
-		bad("green.forecast", "unknown forecast %q (known: %s, %s)", g.Forecast, ForecastPersistence, ForecastPerfect)
+	if g.Forecast != ForecastPersistence && g.Forecast != ForecastPerfect && g.Forecast != ForecastSeasonal {
+		bad("green.forecast", "unknown forecast %q (known: %s, %s, %s)", g.Forecast, ForecastPersistence, ForecastSeasonal, ForecastPerfect)
 	}
 	if g.TraceStart != "" {
 		if g.Trace == "" {

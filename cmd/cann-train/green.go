@@ -59,8 +59,10 @@ hindsight (oracle), in gCO2eq/kWh.`,
 				fc = carbon.Perfect{Trace: series}
 			case "persistence":
 				fc = carbon.Persistence{Trace: series}
+			case "seasonal":
+				fc = carbon.Seasonal{Trace: series}
 			default:
-				return fmt.Errorf("--forecast %q: want perfect or persistence", forecast)
+				return fmt.Errorf("--forecast %q: want persistence, seasonal or perfect", forecast)
 			}
 			job := carbon.Job{Work: work, Start: start, Deadline: start.Add(deadline), Interruptible: interruptible, MinSlot: minSlot}
 			res, err := carbon.Evaluate(series, fc, job)
@@ -79,7 +81,7 @@ hindsight (oracle), in gCO2eq/kWh.`,
 	f.DurationVar(&deadline, "deadline", 0, "deadline, from --start")
 	f.DurationVar(&minSlot, "min-slot", 0, "shortest slot of an interruptible job")
 	f.BoolVar(&interruptible, "interruptible", false, "the job may pause between slots")
-	f.StringVar(&forecast, "forecast", "persistence", "perfect or persistence")
+	f.StringVar(&forecast, "forecast", "persistence", "persistence (a day ago), seasonal (last week's mean for the time of day + the current anomaly) or perfect")
 	f.StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.AddCommand(plan, newGreenReportCmd(e), newGreenOverrideCmd(e))
 	return cmd

@@ -3,6 +3,7 @@ package carbon
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -76,6 +77,73 @@ func (p Persistence) Forecast(now time.Time, horizon time.Duration) (*Series, er
 				tr.Start.UTC().Format(time.RFC3339))
 		}
 		out.Values = append(out.Values, tr.Values[k])
+	}
+	return out, nil
+}
+
+// Seasonal forecasts from the recent past only, like Persistence, but
+// less noisily: a step's forecast is the mean of the same time of day over
+// the last Days days (every value finished by now), plus the current
+// anomaly — how far the latest finished step sits above or below its own
+// seasonal mean — decayed by Decay per hour ahead, since a windy or cloudy
+// spell lasts for hours. Days 0 means 7, Decay 0 means 0.9.
+type Seasonal struct {
+	Trace *Series
+	Days  int
+	Decay float64
+}
+
+// Forecast implements Forecaster.
+func (p Seasonal) Forecast(now time.Time, horizon time.Duration) (*Series, error) {
+	i0, i1, err := forecastRange(p.Trace, now, horizon)
+	if err != nil {
+		return nil, err
+	}
+	tr := p.Trace
+	const day = 24 * time.Hour
+	if day%tr.Step != 0 {
+		return nil, fmt.Errorf("%w: step %s does not divide 24h", ErrInvalidSeries, tr.Step)
+	}
+	days, decay := p.Days, p.Decay
+	if days <= 0 {
+		days = 7
+	}
+	if decay <= 0 || decay > 1 {
+		decay = 0.9
+	}
+	perDay := int(day / tr.Step)
+	last := tr.floorIndex(now) - 1 // the latest step finished by now
+	// mean of the same time of day over the last days days, all finished by now.
+	seasonal := func(j int) (float64, error) {
+		var sum float64
+		n := 0
+		for k := j - perDay; n < days && k >= 0; k -= perDay {
+			if tr.TimeAt(k + 1).After(now) {
+				continue
+			}
+			sum += tr.Values[k]
+			n++
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("%w: step at %s has no finished same-time-of-day value before %s",
+				ErrNoHistory, tr.TimeAt(j).UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		}
+		return sum / float64(n), nil
+	}
+	var anomaly float64
+	if last >= 0 {
+		if m, err := seasonal(last); err == nil {
+			anomaly = tr.Values[last] - m
+		}
+	}
+	out := &Series{Start: tr.TimeAt(i0), Step: tr.Step, Zone: tr.Zone, Values: make([]float64, 0, i1-i0)}
+	for j := i0; j < i1; j++ {
+		m, err := seasonal(j)
+		if err != nil {
+			return nil, err
+		}
+		hours := tr.TimeAt(j).Sub(tr.TimeAt(last)).Hours()
+		out.Values = append(out.Values, max(0, m+anomaly*math.Pow(decay, hours)))
 	}
 	return out, nil
 }

@@ -1,6 +1,8 @@
 package carbon
 
 import (
+	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -68,4 +70,36 @@ func TestPerfectDoesNotAlias(t *testing.T) {
 	require.NoError(t, err)
 	f.Values[0] = 99
 	assert.Equal(t, 0.0, tr.Values[0])
+}
+
+// TestSeasonal: on a trace that repeats daily with a persistent offset
+// after now, the seasonal forecast recovers the daily shape and carries the
+// current anomaly into the next hours; it never reads an unfinished step.
+func TestSeasonal(t *testing.T) {
+	s := &Series{Start: t0, Step: time.Hour, Zone: "Z"}
+	for d := range 10 {
+		for h := range 24 {
+			v := float64(100 + 10*h)
+			if d == 9 {
+				v += 50 // today runs 50 above the usual day
+			}
+			s.Values = append(s.Values, v)
+		}
+	}
+	now := t0.Add(9*24*time.Hour + 6*time.Hour) // 06:00 on day 9: 00–05 finished
+	f, err := Seasonal{Trace: s, Days: 7, Decay: 0.5}.Forecast(now, 4*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The anomaly at 05:00 is +50; one hour later it counts half, then a quarter…
+	want := []float64{160 + 25, 170 + 12.5, 180 + 6.25, 190 + 3.125}
+	for i, w := range want {
+		if math.Abs(f.Values[i]-w) > 1e-9 {
+			t.Errorf("step %d: %v, want %v", i, f.Values[i], w)
+		}
+	}
+	// No history before the trace: a clear error.
+	if _, err := (Seasonal{Trace: s}).Forecast(t0.Add(2*time.Hour), time.Hour); !errors.Is(err, ErrNoHistory) {
+		t.Errorf("no history: %v", err)
+	}
 }

@@ -131,6 +131,8 @@ func TestSavingsReport(t *testing.T) {
 		zone, kind                                       string
 		baseline, perfect, persistence, oracle           float64
 		persistSavings, oracleSavings, persistWorseCount float64
+		replanned, replannedSavings                      float64
+		seasonal, seasonalSavings                        float64
 	}
 	var rows []row
 	for _, rt := range realTraces {
@@ -149,6 +151,16 @@ func TestSavingsReport(t *testing.T) {
 				job := Job{Work: 10 * time.Hour, Start: start, Deadline: start.Add(48 * time.Hour), Interruptible: interruptible}
 				per, err := Evaluate(s, Persistence{s}, job)
 				require.NoError(t, err, "sample %d", i)
+				rp, err := EvaluateReplanned(s, Seasonal{Trace: s}, job)
+				require.NoError(t, err, "sample %d", i)
+				checkRealizedSlots(t, job, s.Step, rp.Slots)
+				require.LessOrEqual(t, rp.OracleGPerKWh, rp.RealizedGPerKWh+tol, "sample %d: re-planned persistence beat the oracle", i)
+				se, err := Evaluate(s, Seasonal{Trace: s}, job)
+				require.NoError(t, err, "sample %d", i)
+				r.seasonal += se.RealizedGPerKWh / samples
+				r.seasonalSavings += se.SavingsPct / samples
+				r.replanned += rp.RealizedGPerKWh / samples
+				r.replannedSavings += rp.SavingsPct / samples
 				pf, err := Evaluate(s, Perfect{s}, job)
 				require.NoError(t, err, "sample %d", i)
 
@@ -176,8 +188,29 @@ func TestSavingsReport(t *testing.T) {
 		}
 	}
 	t.Logf("10 h job, 48 h deadline, %d seeded starts; intensities are means in gCO2eq/kWh, savings vs run-now", samples)
-	t.Logf("%-4s %-13s %9s %9s %9s %11s %11s %9s", "zone", "kind", "baseline", "oracle", "persist", "persist-sav", "oracle-sav", "persist>base")
+	t.Logf("| zone, job | run now | oracle | persistence | seasonal | seasonal, re-planned every step | persistence saves | seasonal saves | re-planned saves | oracle saves | re-planned / oracle |")
+	t.Logf("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		t.Logf("%-4s %-13s %9.2f %9.2f %9.2f %10.2f%% %10.2f%% %9.0f", r.zone, r.kind, r.baseline, r.oracle, r.persistence, r.persistSavings, r.oracleSavings, r.persistWorseCount)
+		t.Logf("| %s, %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.0f %% |", r.zone, r.kind, r.baseline, r.oracle, r.persistence, r.seasonal, r.replanned,
+			r.persistSavings, r.seasonalSavings, r.replannedSavings, r.oracleSavings, 100*r.replannedSavings/r.oracleSavings)
+	}
+}
+
+// checkRealizedSlots: the slots lie inside [start, deadline), do not
+// overlap, and add up to the work rounded up to whole steps.
+func checkRealizedSlots(t *testing.T, job Job, step time.Duration, slots []Slot) {
+	t.Helper()
+	var total time.Duration
+	for i, s := range slots {
+		require.False(t, s.Start.Before(job.Start.Truncate(step)), "slot %d starts before the job", i)
+		require.False(t, s.End.After(job.Deadline), "slot %d ends after the deadline", i)
+		if i > 0 {
+			require.True(t, s.Start.After(slots[i-1].End), "slots %d and %d touch or overlap", i-1, i)
+		}
+		total += s.End.Sub(s.Start)
+	}
+	require.Equal(t, (job.Work+step-1)/step*step, total)
+	if !job.Interruptible {
+		require.Len(t, slots, 1)
 	}
 }
