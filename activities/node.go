@@ -38,6 +38,14 @@ type Node struct {
 	MNISTDir string
 	// AllowFaults lets a chunk's KillAtStep SIGKILL this process.
 	AllowFaults bool
+	// WorkDir holds external jobs' per-run directories (logs, reports,
+	// checkpoint directory, rank table) on this node.
+	WorkDir string
+
+	// world admits one external job's processes at a time on this node: a
+	// relaunch waits until the last world's processes are gone.
+	world chan struct{}
+	once  sync.Once
 
 	mu     sync.Mutex
 	train  *engine.Dataset

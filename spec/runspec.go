@@ -52,6 +52,9 @@ type RunSpec struct {
 	MinNodes int `yaml:"min_nodes" json:"min_nodes,omitempty"`
 	// Green makes the run carbon-aware (optional).
 	Green *GreenPolicy `yaml:"green" json:"green,omitempty"`
+	// External runs the user's own training script instead of the
+	// built-in model (see external.go); nil for built-in runs.
+	External *ExternalJob `yaml:"external" json:"external,omitempty"`
 	// Collective is the gradient allreduce's algorithm: ring (the
 	// default), hd, rd, tree or hier fix it; auto lets the topology scan
 	// at the run's start choose it from measured links (then recorded in
@@ -114,6 +117,9 @@ const ModelMLPMNIST = "mlp-mnist"
 
 // WithDefaults returns s with every unset field set to its default.
 func (s RunSpec) WithDefaults() RunSpec {
+	if s.External != nil {
+		return s.externalDefaults()
+	}
 	if s.Model.Kind == "" {
 		s.Model.Kind = ModelMLPMNIST
 	}
@@ -202,6 +208,9 @@ func (e *SpecError) Error() string {
 
 // Validate checks an already-defaulted spec. It returns a *SpecError.
 func (s RunSpec) Validate() error {
+	if s.External != nil {
+		return s.validateExternal()
+	}
 	var errs []FieldError
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
@@ -310,6 +319,9 @@ func Parse(name string, data []byte) (RunSpec, error) {
 			fe.Field = yamlpos.PathOfToken(file, err, fe.Field)
 		}
 		return RunSpec{}, &SpecError{File: name, Fields: []FieldError{fe}}
+	}
+	if s.External != nil {
+		return parseExternal(name, s, file, perr)
 	}
 	if s.CheckpointEvery == 0 && (perr != nil || yamlpos.LineOf(file, "checkpoint_every") == 0) {
 		s.CheckpointEvery = s.ChunkSteps

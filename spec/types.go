@@ -95,6 +95,10 @@ type Node struct {
 	Host     string `json:"host"`
 	// Devices is how many ranks the node hosts (1 on CPU nodes).
 	Devices int `json:"devices"`
+	// DeviceIPs are the node's NPU NIC addresses by device id (from
+	// /etc/hccn.conf; empty elsewhere): an external job's HCCL rank table
+	// lists them, else the node's host address.
+	DeviceIPs []string `json:"device_ips,omitempty"`
 }
 
 // Membership is the set of nodes of one run generation; rank i runs on
@@ -264,6 +268,10 @@ type Recovery struct {
 	SeenAt     time.Time `json:"seen_at"`
 	ReplacedAt time.Time `json:"replaced_at"`
 	ResumedAt  time.Time `json:"resumed_at"`
+	// ResumeLoss is the loss of the first step after the recovery (0:
+	// unknown): with FailedAtStep and ResumeStep it shows whether the loss
+	// curve went on where the checkpoint left it.
+	ResumeLoss float32 `json:"resume_loss,omitempty"`
 	// DetectSeconds: chunk start to failure seen by the workflow.
 	DetectSeconds float64 `json:"detect_s"`
 	// ReplaceSeconds: failure seen to new membership.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -39,6 +41,9 @@ type NodeOptions struct {
 	LeaseEvery time.Duration
 	// AllowFaults honours `cann-train fault kill` for this node.
 	AllowFaults bool
+	// WorkDir holds external jobs' directories on this node (logs,
+	// reports, checkpoint directory). Default: a temporary directory.
+	WorkDir string
 }
 
 // RunNode serves the node's task queue, registers the node with the
@@ -69,16 +74,22 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	if h, _, err := net.SplitHostPort(advertise); err == nil && h != "" {
 		host = h + " (" + host + ")"
 	}
-	node := spec.Node{ID: o.ID, TaskQueue: spec.NodeTaskQueue(o.ID), CommAddr: advertise, Host: host, Devices: 1}
+	node := spec.Node{ID: o.ID, TaskQueue: spec.NodeTaskQueue(o.ID), CommAddr: advertise, Host: host, Devices: 1,
+		DeviceIPs: hccnDeviceIPs(hccnConf)}
 	log = log.With(zap.String("node", o.ID))
 
-	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir, AllowFaults: o.AllowFaults}
+	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
+		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir}
 	defer acts.Close()
 	w := worker.New(c, node.TaskQueue, worker.Options{
-		MaxConcurrentActivityExecutionSize: 2,
+		// A relaunched world's activity (and its port reservation) may
+		// arrive while the stopped one still winds down.
+		MaxConcurrentActivityExecutionSize: 4,
 		WorkerStopTimeout:                  5 * time.Second,
 	})
 	w.RegisterActivityWithOptions(acts.TrainChunk, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
+	w.RegisterActivityWithOptions(acts.RunExternal, activity.RegisterOptions{Name: spec.ActivityRunExternal})
+	w.RegisterActivityWithOptions(acts.ReservePort, activity.RegisterOptions{Name: spec.ActivityReservePort})
 	w.RegisterActivityWithOptions(acts.ProbeLinks, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("node %s: start worker: %w", o.ID, err)
@@ -136,4 +147,35 @@ func leave(c client.Client, clusterID, nodeID string, log *zap.Logger) {
 	if err != nil {
 		log.Warn("could not deregister from the cluster; its lease will expire", zap.Error(err))
 	}
+}
+
+// hccnConf is where Ascend hosts keep their NPU NIC addresses.
+const hccnConf = "/etc/hccn.conf"
+
+// hccnDeviceIPs reads the address_<id>=<ip> lines of an hccn.conf as a
+// list indexed by device id (nil when there is no such file).
+func hccnDeviceIPs(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	byID := map[int]string{}
+	top := -1
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		id, err := strconv.Atoi(strings.TrimPrefix(k, "address_"))
+		if !ok || !strings.HasPrefix(k, "address_") || err != nil || id < 0 || id > 1023 {
+			continue
+		}
+		byID[id] = strings.TrimSpace(v)
+		top = max(top, id)
+	}
+	if top < 0 {
+		return nil
+	}
+	out := make([]string, top+1)
+	for id, ip := range byID {
+		out[id] = ip
+	}
+	return out
 }

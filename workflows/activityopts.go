@@ -58,3 +58,31 @@ func carbonOptions(ctx workflow.Context, summary string) workflow.Context {
 		Summary: summary,
 	})
 }
+
+// externalOptions runs one node's processes of an external job on that
+// node's queue, for as long as the script runs. Like a chunk it is never
+// retried by the server: the run relaunches the whole world.
+func externalOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              node.TaskQueue,
+		ScheduleToStartTimeout: 30 * time.Second,
+		StartToCloseTimeout:    30 * 24 * time.Hour,
+		HeartbeatTimeout:       s.HeartbeatTimeout.D(),
+		WaitForCancellation:    false,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                summary,
+	})
+}
+
+// portOptions asks the first node of a world for a free rendezvous port.
+// A node that does not answer is presumed dead (the failure is blamed
+// like a chunk's).
+func portOptions(ctx workflow.Context, node spec.Node) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              node.TaskQueue,
+		ScheduleToStartTimeout: 30 * time.Second,
+		StartToCloseTimeout:    30 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                "reserve a rendezvous port on " + node.ID,
+	})
+}

@@ -53,6 +53,9 @@ type RunState struct {
 	ForceCheckpoint bool `json:"force_checkpoint,omitempty"`
 	// Unpriced are finished chunks that PlanCarbon has not priced yet.
 	Unpriced []spec.Segment `json:"unpriced,omitempty"`
+	// Session names the external job's current launch (its checkpoint
+	// signals carry it).
+	Session string `json:"session,omitempty"`
 	// Algorithm is the gradient allreduce's algorithm the topology scan
 	// chose (collective: auto) for AlgorithmRanks ranks; "" = the spec's.
 	Algorithm      string `json:"algorithm,omitempty"`
@@ -138,6 +141,9 @@ func (r *run) faultFor(node string, from, to int64) int64 {
 }
 
 func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {
+	if r.spec.IsExternal() {
+		return r.runExternal(ctx)
+	}
 	if len(r.st.Membership.Nodes) == 0 {
 		if err := r.acquire(ctx); err != nil {
 			return r.fail(ctx, err)

@@ -299,6 +299,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 			}
 		}
 		s.Recoveries[n-1].ResumedAt = first
+		s.Recoveries[n-1].ResumeLoss = lead.FirstLoss
 	}
 	s.UpdatedAt = workflow.Now(ctx)
 	r.publish(ctx)

@@ -45,7 +45,7 @@ with 'cann-train status RUN'.`,
 				if live != nil && live.Step+20 > at {
 					at = live.Step + 20
 				}
-				if at >= st.TotalSteps {
+				if st.TotalSteps > 0 && at >= st.TotalSteps {
 					return fmt.Errorf("run %s is at step %d of %d: too close to the end for a kill; give --at-step", id, at-20, st.TotalSteps)
 				}
 			}

@@ -24,6 +24,7 @@ type localCluster struct {
 	client   client.Client
 	launcher *dev.Launcher
 	ckptURL  string
+	dataDir  string
 	stop     func()
 }
 
@@ -58,7 +59,7 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 
 	ckptDir := filepath.Join(o.dataDir, "checkpoints")
 	launcher := &dev.Launcher{Command: e.command, LogDir: filepath.Join(o.dataDir, "logs")}
-	lc := &localCluster{srv: srv, client: c, launcher: launcher, ckptURL: "file://" + ckptDir}
+	lc := &localCluster{srv: srv, client: c, launcher: launcher, ckptURL: "file://" + ckptDir, dataDir: o.dataDir}
 	lc.stop = func() {
 		_ = launcher.StopAll(10 * time.Second)
 		stopControl()
@@ -79,7 +80,7 @@ func (lc *localCluster) startNode(id, clusterID string) (*dev.Proc, error) {
 	return lc.launcher.Start(id, "worker", "node", "--id", id,
 		"--address", lc.srv.FrontendAddr(), "--namespace", lc.srv.Namespace(),
 		"--cluster-id", clusterID, "--checkpoint-url", lc.ckptURL, "--log-level", "info",
-		"--allow-fault-injection")
+		"--work-dir", filepath.Join(lc.dataDir, "work", id), "--allow-fault-injection")
 }
 
 // awaitNodes polls the Cluster registry clusterID until n nodes have

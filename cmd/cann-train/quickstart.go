@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,6 +31,10 @@ type quickstartOptions struct {
 	inject     []string
 	collective string
 	scan       bool
+	file       string
+	// changed reports whether a flag was given (with -f, only those
+	// override the job file).
+	changed func(flag string) bool
 }
 
 // parseInjections reads --inject values "kill:<node-id>@<step>".
@@ -69,12 +74,14 @@ a summary with the Web UI link.`,
 		Example: `  cann-train quickstart
   cann-train quickstart --nodes 3 --steps 300 -o json
   cann-train quickstart --keep      # leave the server up to browse the Web UI
-  cann-train quickstart --spares 1 --inject kill:node-2@250   # watch a node die and be replaced`,
+  cann-train quickstart --spares 1 --inject kill:node-2@250   # watch a node die and be replaced
+  cann-train quickstart -f examples/torch-ddp/job.yaml --spares 1 --inject kill:node-2@40 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(o.output, "text", "json"); err != nil {
 				return err
 			}
+			o.changed = cmd.Flags().Changed
 			return quickstart(cmd.Context(), e, o)
 		},
 	}
@@ -91,13 +98,23 @@ a summary with the Web UI link.`,
 	f.DurationVar(&o.hbTimeout, "heartbeat-timeout", 10*time.Second, "a node silent this long is presumed dead")
 	f.IntVar(&o.spares, "spares", 0, "extra node workers that replace failed ones")
 	f.StringArrayVar(&o.inject, "inject", nil, "fault injection, repeatable: kill:<node-id>@<step> SIGKILLs that node's process after the step")
+	f.StringVarP(&o.file, "file", "f", "", "run this job file (built-in or external) instead of the MNIST demo; --nodes, --steps, --name … given too override it")
 	f.StringVar(&o.collective, "collective", "ring", "gradient allreduce: ring, hd, rd, tree, hier, or auto (chosen by the topology scan)")
 	f.BoolVar(&o.scan, "topology-scan", false, "measure every node pair when the run starts (implied by --collective auto)")
 	return cmd
 }
 
 func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
-	kills, err := parseInjections(o.inject, o.nodes+o.spares, o.steps)
+	s, err := quickstartSpec(o)
+	if err != nil {
+		return err
+	}
+	o.nodes = s.Nodes
+	injectLimit := s.Steps
+	if injectLimit == 0 {
+		injectLimit = math.MaxInt64 // an external job of unknown length
+	}
+	kills, err := parseInjections(o.inject, o.nodes+o.spares, injectLimit)
 	if err != nil {
 		return err
 	}
@@ -121,18 +138,6 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	}
 	fmt.Fprintf(e.err, "%d node workers registered (%d spare; logs in %s)\n", o.nodes+o.spares, o.spares, lc.launcher.LogDir)
 
-	name := o.name
-	if name == "" {
-		name = "quickstart-" + time.Now().Format("20060102-150405")
-	}
-	s := spec.RunSpec{
-		Name: name, Nodes: o.nodes, Steps: o.steps, ChunkSteps: o.chunkSteps,
-		HeartbeatTimeout: spec.Duration(o.hbTimeout), NodeWait: spec.Duration(time.Minute),
-		Collective: o.collective, TopologyScan: o.scan,
-	}.WithDefaults()
-	if err := s.Validate(); err != nil {
-		return err
-	}
 	var faults []spec.InjectFault
 	for node, step := range kills {
 		faults = append(faults, spec.InjectFault{NodeID: node, AtStep: step})
@@ -168,4 +173,52 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 		<-ctx.Done()
 	}
 	return nil
+}
+
+// quickstartSpec is the run quickstart starts: the MNIST demo from the
+// flags, or the job file (-f) with the flags given overriding it.
+func quickstartSpec(o quickstartOptions) (spec.RunSpec, error) {
+	changed := o.changed
+	if changed == nil {
+		changed = func(string) bool { return false }
+	}
+	if o.file == "" {
+		name := o.name
+		if name == "" {
+			name = "quickstart-" + time.Now().Format("20060102-150405")
+		}
+		s := spec.RunSpec{
+			Name: name, Nodes: o.nodes, Steps: o.steps, ChunkSteps: o.chunkSteps,
+			HeartbeatTimeout: spec.Duration(o.hbTimeout), NodeWait: spec.Duration(time.Minute),
+			Collective: o.collective, TopologyScan: o.scan,
+		}.WithDefaults()
+		return s, s.Validate()
+	}
+	s, err := spec.LoadFile(o.file)
+	if err != nil {
+		return s, err
+	}
+	// An external job's relative workdir is the job file's directory.
+	if s, err = s.WithJobDir(filepath.Dir(o.file)); err != nil {
+		return s, err
+	}
+	if o.name != "" {
+		s.Name = o.name
+	}
+	if changed("nodes") {
+		s.Nodes = o.nodes
+		if s.IsExternal() || s.MinNodes > s.Nodes {
+			s.MinNodes = s.Nodes
+		}
+	}
+	if changed("steps") {
+		s.Steps = o.steps
+	}
+	if changed("chunk-steps") && !s.IsExternal() {
+		s.ChunkSteps = o.chunkSteps
+	}
+	if changed("heartbeat-timeout") {
+		s.HeartbeatTimeout = spec.Duration(o.hbTimeout)
+	}
+	return s, s.Validate()
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseInjections(t *testing.T) {
@@ -37,5 +39,29 @@ func TestParseInjections(t *testing.T) {
 				t.Errorf("%v: %s = %d, want %d", tc.specs, k, got[k], v)
 			}
 		}
+	}
+}
+
+// TestQuickstartSpecFromFile: -f loads the job file (an external job's
+// workdir becomes the file's directory); only flags given override it.
+func TestQuickstartSpecFromFile(t *testing.T) {
+	o := quickstartOptions{file: "../../examples/torch-ddp/job.yaml", nodes: 3, steps: 1000, hbTimeout: 10 * time.Second}
+	s, err := quickstartSpec(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.IsExternal() || s.Nodes != 2 || s.Steps != 300 || !filepath.IsAbs(s.External.Workdir) ||
+		!strings.HasSuffix(s.External.Workdir, filepath.Join("examples", "torch-ddp")) {
+		t.Fatalf("from file: nodes %d steps %d workdir %q", s.Nodes, s.Steps, s.External.Workdir)
+	}
+	o.changed = func(f string) bool { return f == "nodes" || f == "steps" }
+	o.name = "renamed"
+	if s, err = quickstartSpec(o); err != nil || s.Nodes != 3 || s.MinNodes != 3 || s.Steps != 1000 || s.Name != "renamed" ||
+		s.HeartbeatTimeout.D() != 5*time.Second {
+		t.Fatalf("overridden: %+v %v", s, err)
+	}
+	o.file = "../../examples/mnist.yaml"
+	if s, err = quickstartSpec(o); err != nil || s.IsExternal() || s.Nodes != 3 {
+		t.Fatalf("built-in file: %+v %v", s, err)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -38,8 +39,17 @@ Job file fields (all optional but name):
   green (optional): trace FILE | provider electricitymaps|carbon-aware-sdk|uk,
     zone, column (direct|lca), trace_start T, provider_url, forecast
     (persistence|perfect), deadline 48h, interruptible, min_slot, work,
-    budget_g, node_watts 300, pue 1`,
+    budget_g, node_watts 300, pue 1
+  external (optional; runs your own script instead of the built-in model):
+    launcher torchrun|ascend|msrun, entrypoint [argv…], procs_per_node 1,
+    env {KEY: value}, workdir (job file's directory), checkpoint_dir,
+    master_port (0: free port), stop_grace 10s. With external, steps is the
+    script's total (optional, for progress), checkpoint_every is what
+    cann_train.should_checkpoint() follows (100), and the built-in fields
+    (model.hidden, chunk_steps, batch_per_rank, learning_rate, seed) are
+    errors. See examples/torch-ddp/.`,
 		Example: `  cann-train run -f examples/mnist.yaml --wait
+  cann-train run -f examples/torch-ddp/job.yaml --wait
   temporal workflow describe --workflow-id run/mnist-demo`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -48,6 +58,10 @@ Job file fields (all optional but name):
 			}
 			s, err := spec.LoadFile(o.file)
 			if err != nil {
+				return err
+			}
+			// An external job's relative workdir is the job file's directory.
+			if s, err = s.WithJobDir(filepath.Dir(o.file)); err != nil {
 				return err
 			}
 			log, err := e.logger()

@@ -121,7 +121,8 @@ func readProgress(ctx context.Context, c client.Client, id string) (spec.RunStat
 	}
 	var live *spec.ChunkProgress
 	for _, pa := range desc.GetPendingActivities() {
-		if pa.GetActivityType().GetName() != spec.ActivityTrainChunk || pa.GetHeartbeatDetails() == nil {
+		if name := pa.GetActivityType().GetName(); (name != spec.ActivityTrainChunk && name != spec.ActivityRunExternal) ||
+			pa.GetHeartbeatDetails() == nil {
 			continue
 		}
 		var p spec.ChunkProgress
@@ -248,6 +249,8 @@ type RecoverySummary struct {
 	FailedAtStep int64    `json:"failed_at_step"`
 	ResumeStep   int64    `json:"resume_step"`
 	LostSteps    int64    `json:"lost_steps"`
+	// ResumeLoss is the first loss after the recovery (0: unknown).
+	ResumeLoss float32 `json:"resume_loss,omitempty"`
 	// DetectSeconds: kill → the workflow acts on the failure.
 	DetectSeconds float64 `json:"detect_s"`
 	// ReplaceSeconds: the workflow acts → new membership.
@@ -263,7 +266,7 @@ type RecoverySummary struct {
 func summarizeRecovery(r spec.Recovery, killed map[string]time.Time) RecoverySummary {
 	out := RecoverySummary{
 		Generation: r.Generation, FailedNodes: r.FailedNodes, Reason: r.Reason,
-		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps,
+		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps, ResumeLoss: r.ResumeLoss,
 		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice", Shrunk: r.Shrunk,
 	}
 	if len(r.FailedNodes) > 0 {

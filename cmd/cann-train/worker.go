@@ -60,6 +60,9 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer c.Close()
+			if o.WorkDir == "" {
+				o.WorkDir = filepath.Join(defaultDataDir(), "work", o.ID)
+			}
 			if err := workers.RunNode(cmd.Context(), c, o, log); err != nil {
 				return fmt.Errorf("node worker: %w", err)
 			}
@@ -75,6 +78,7 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let `cann-train fault kill` SIGKILL this worker (testing and demos only)")
+	f.StringVar(&o.WorkDir, "work-dir", "", "external jobs' logs, reports and checkpoint directories (default <data dir>/work/<id>)")
 	_ = cmd.MarkFlagRequired("id")
 	return cmd
 }

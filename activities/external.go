@@ -1,0 +1,547 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/engine/launch"
+	"github.com/cann-train/cann-train/python"
+	"github.com/cann-train/cann-train/spec"
+)
+
+// keepWorlds is how many launches' logs and reports a run keeps per node.
+const keepWorlds = 10
+
+// RunExternal runs this node's processes of an external job until they
+// all exit: it restores the run's last checkpoint into the job's
+// checkpoint directory, starts procs_per_node processes with the
+// launcher's environment, heartbeats (liveness, and the script's progress
+// when it reports through python/cann_train.py), uploads the checkpoints
+// that global rank 0 commits and tells the run about each, and on
+// cancellation stops the processes (SIGTERM, SIGKILL after stop_grace)
+// before it returns. A process exiting non-zero fails it with a
+// RankExited error naming the rank, its exit status and its log tail.
+func (n *Node) RunExternal(ctx context.Context, in spec.ExternalInput) (*spec.ChunkResult, error) {
+	hb := newHeartbeater(ctx, spec.ChunkInput{Spec: in.Spec, From: restoredStep(in), To: in.Spec.Steps, Restore: in.Restore})
+	defer hb.stop()
+	return n.runExternal(ctx, in, externalHooks{
+		progress: hb.update,
+		saved: func(c spec.CheckpointSaved) error {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return activity.GetClient(ctx).SignalWorkflow(sctx, in.RunID, "", spec.SignalCheckpointSaved, c)
+		},
+	})
+}
+
+// ReservePort finds a TCP port that is free on this node now, for the
+// rendezvous of an external job whose first node this is.
+func (n *Node) ReservePort(ctx context.Context) (int, error) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return 0, fmt.Errorf("reserve a port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// externalHooks connect runExternal to Temporal (tests substitute them).
+type externalHooks struct {
+	progress func(spec.ChunkProgress)
+	saved    func(spec.CheckpointSaved) error
+}
+
+func restoredStep(in spec.ExternalInput) int64 {
+	if in.Restore != nil {
+		return in.Restore.Step
+	}
+	return 0
+}
+
+// world is one launch's paths on this node.
+type worldPaths struct {
+	run, dir, ckpt, lib string
+}
+
+func (n *Node) paths(in spec.ExternalInput) worldPaths {
+	run := filepath.Join(n.workDir(), "runs", in.Spec.Name)
+	p := worldPaths{
+		run:  run,
+		dir:  filepath.Join(run, "worlds", safeName(in.Session)),
+		ckpt: filepath.Join(run, "checkpoint"),
+		lib:  filepath.Join(n.workDir(), "lib"),
+	}
+	if d := in.Spec.External.CheckpointDir; d != "" {
+		p.ckpt = in.Spec.External.JoinWorkdir(d)
+	}
+	return p
+}
+
+func (n *Node) workDir() string {
+	if n.WorkDir != "" {
+		return n.WorkDir
+	}
+	return filepath.Join(os.TempDir(), "cann-train-"+safeName(n.ID))
+}
+
+// safeName keeps [A-Za-z0-9._-] and replaces the rest with '_'.
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// admit waits until no other world runs on this node.
+func (n *Node) admit(ctx context.Context) (release func(), err error) {
+	n.once.Do(func() { n.world = make(chan struct{}, 1) })
+	select {
+	case n.world <- struct{}{}:
+		return func() { <-n.world }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func badJob(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeBadJob, err)
+}
+
+func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks externalHooks) (*spec.ChunkResult, error) {
+	started := time.Now()
+	if err := n.checkExternal(in); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadChunkInput", err)
+	}
+	x := *in.Spec.External
+	log := n.Logger.With(zap.String("run", in.RunID), zap.Int("node_rank", in.Rank), zap.String("session", in.Session))
+	release, err := n.admit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	p := n.paths(in)
+	pidFile := filepath.Join(n.workDir(), "groups.json")
+	if k, err := launch.SweepPidFile(pidFile); err != nil || k > 0 {
+		log.Warn("swept process groups left by an earlier node worker", zap.Int("groups", k), zap.Error(err))
+	}
+	for _, d := range []string{p.dir, p.lib} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, badJob("node %s: work directory: %v", n.ID, err)
+		}
+	}
+	pruneWorlds(filepath.Dir(p.dir), keepWorlds)
+	if err := os.WriteFile(filepath.Join(p.lib, python.HelperModule), python.Helper, 0o644); err != nil {
+		return nil, badJob("node %s: write the python helper: %v", n.ID, err)
+	}
+
+	// The checkpoint directory: emptied, then the run's last checkpoint.
+	if err := launch.ResetDir(p.ckpt); err != nil {
+		return nil, badJob("node %s: checkpoint directory %s: %v", n.ID, p.ckpt, err)
+	}
+	from := restoredStep(in)
+	var restoredSum [32]byte
+	if in.Restore != nil {
+		if err := n.restoreDir(ctx, *in.Restore, p.ckpt); err != nil {
+			return nil, err
+		}
+		if payload, _, err := launch.PackDir(p.ckpt, checkpoint.DefaultChunkBytes); err == nil {
+			restoredSum = sha256.Sum256(payload)
+		}
+		log.Info("checkpoint restored", zap.Int64("step", from), zap.String("dir", p.ckpt))
+	}
+
+	w := launch.World{
+		Launcher: launch.Launcher(x.Launcher), RunID: in.RunID, ProcsPerNode: x.ProcsPerNode,
+		MasterPort: in.MasterPort, RestartCount: in.Restarts, MaxRestarts: in.Spec.MaxRestarts,
+		RankTableFile: filepath.Join(p.dir, "rank_table.json"),
+		ErrorFile:     func(rank int) string { return filepath.Join(p.dir, fmt.Sprintf("rank-%d.error.json", rank)) },
+	}
+	for _, m := range in.Membership.Nodes {
+		host := m.CommAddr
+		if h, _, err := net.SplitHostPort(m.CommAddr); err == nil {
+			host = h
+		}
+		w.Nodes = append(w.Nodes, launch.Node{ID: m.ID, Host: host, DeviceIPs: m.DeviceIPs})
+	}
+	if w.Launcher == launch.Ascend {
+		tab, err := launch.RankTable(w)
+		if err != nil {
+			return nil, badJob("node %s: %v", n.ID, err)
+		}
+		b, err := tab.Marshal()
+		if err == nil {
+			err = os.WriteFile(w.RankTableFile, b, 0o644)
+		}
+		if err != nil {
+			return nil, badJob("node %s: rank table: %v", n.ID, err)
+		}
+	}
+	procs, err := launch.Procs(w, in.Rank)
+	if err != nil {
+		return nil, badJob("node %s: %v", n.ID, err)
+	}
+	base := os.Environ()
+	pyPath := p.lib
+	for _, kv := range base {
+		if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok && v != "" {
+			pyPath = v + string(os.PathListSeparator) + p.lib // the user's own copy wins
+		}
+	}
+	if v, ok := x.Env["PYTHONPATH"]; ok && v != "" {
+		pyPath = v + string(os.PathListSeparator) + p.lib
+	}
+	jobEnv := map[string]string{}
+	for k, v := range x.Env {
+		jobEnv[k] = v
+	}
+	jobEnv["PYTHONPATH"] = pyPath
+	var specs []launch.Spec
+	reports := map[string]*launch.ReportReader{}
+	lead := "" // the process whose reports are this node's progress
+	for _, pr := range procs {
+		rank := pr.Rank
+		helper := map[string]string{
+			spec.EnvCheckpointDir:   p.ckpt,
+			spec.EnvRestoredStep:    strconv.FormatInt(from, 10),
+			spec.EnvCheckpointEvery: strconv.FormatInt(in.Spec.CheckpointEvery, 10),
+			spec.EnvReportFile:      filepath.Join(p.dir, pr.Name+".jsonl"),
+			spec.EnvAckFile:         filepath.Join(p.dir, pr.Name+".ack"),
+			spec.EnvRank:            strconv.Itoa(rank),
+			spec.EnvWorldSize:       strconv.Itoa(w.WorldSize()),
+			spec.EnvTotalSteps:      strconv.FormatInt(in.Spec.Steps, 10),
+		}
+		specs = append(specs, launch.Spec{
+			Name: pr.Name, Rank: rank, Argv: x.Entrypoint, Dir: x.Workdir,
+			Env:     launch.Environ(base, pr, jobEnv, helper),
+			LogPath: filepath.Join(p.dir, pr.Name+".log"),
+		})
+		reports[pr.Name] = &launch.ReportReader{Path: helper[spec.EnvReportFile]}
+		if lead == "" && rank >= 0 {
+			lead = pr.Name
+		}
+	}
+	if x.Workdir != "" {
+		if st, err := os.Stat(x.Workdir); err != nil || !st.IsDir() {
+			return nil, badJob("node %s: workdir %s: not a directory (%v)", n.ID, x.Workdir, err)
+		}
+	}
+
+	g, err := launch.Start(specs)
+	if err != nil {
+		return nil, badJob("node %s: %v", n.ID, err)
+	}
+	if err := g.WritePidFile(pidFile); err != nil {
+		log.Warn("pid file", zap.Error(err))
+	}
+	defer os.Remove(pidFile)
+	log.Info("external job started", zap.String("launcher", x.Launcher), zap.Ints("pids", g.Pids()),
+		zap.String("logs", p.dir), zap.Int64("from", from))
+
+	sup := &supervision{
+		n: n, in: in, log: log, hooks: hooks, paths: p, reports: reports, lead: lead,
+		res:  &spec.ChunkResult{NodeID: n.ID, Rank: in.Rank, From: from, To: from, StartedAt: started},
+		last: map[string]int64{},
+		prog: spec.ChunkProgress{Step: from, To: in.Spec.Steps, LastCheckpoint: from},
+		// The restored directory counts as committed: a clean exit that
+		// left it unchanged uploads nothing.
+		lastSaved: from, lastSum: restoredSum, committed: in.Restore != nil,
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- g.Wait(ctx, x.StopGrace.D()) }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var werr error
+loop:
+	for {
+		select {
+		case werr = <-waited:
+			break loop
+		case <-tick.C:
+			sup.poll(ctx)
+		}
+	}
+	sup.poll(ctx) // what the processes wrote last
+	sup.res.EndedAt = time.Now()
+	sup.res.Seconds = sup.res.EndedAt.Sub(started).Seconds()
+	var ee *launch.ExitError
+	switch {
+	case werr == nil:
+	case errors.As(werr, &ee):
+		return nil, sup.rankExited(ee)
+	case ctx.Err() != nil:
+		log.Info("external job stopped: activity cancelled", zap.Error(werr))
+		return nil, ctx.Err()
+	default:
+		return nil, werr
+	}
+	// A clean exit: upload what the directory holds now if that is not
+	// the last committed checkpoint (a script without the helper, or one
+	// that wrote after its last saved()).
+	if in.Rank == 0 {
+		step := max(sup.prog.Step, sup.lastSaved)
+		if err := sup.upload(ctx, step, true); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("external job finished", zap.Int64("step", sup.res.To), zap.Float64("seconds", sup.res.Seconds))
+	return sup.res, nil
+}
+
+func (n *Node) checkExternal(in spec.ExternalInput) error {
+	if in.Spec.External == nil {
+		return errors.New("not an external job")
+	}
+	if in.Rank < 0 || in.Rank >= len(in.Membership.Nodes) {
+		return fmt.Errorf("node rank %d outside membership of %d node(s)", in.Rank, len(in.Membership.Nodes))
+	}
+	if got := in.Membership.Nodes[in.Rank].ID; got != n.ID {
+		return fmt.Errorf("node rank %d is meant for node %q, this is %q", in.Rank, got, n.ID)
+	}
+	if in.MasterPort < 1 || in.MasterPort > 65535 {
+		return fmt.Errorf("master port %d", in.MasterPort)
+	}
+	return in.Spec.Validate()
+}
+
+// restoreDir fills dir with checkpoint ref.
+func (n *Node) restoreDir(ctx context.Context, ref spec.CheckpointRef, dir string) error {
+	store, err := n.store(ctx, ref.URL)
+	if err != nil {
+		return err
+	}
+	payload, err := store.Load(ctx, toRef(ref))
+	var ce *checkpoint.CorruptError
+	if errors.As(err, &ce) {
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", ref.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
+	}
+	if err != nil {
+		return fmt.Errorf("load checkpoint %s: %w", ref.Key, err)
+	}
+	if !launch.IsPackedDir(payload) {
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("checkpoint %s is not a checkpoint directory of an external job", ref.Key), spec.ErrTypeCorruptCheckpoint, nil)
+	}
+	if _, err := launch.UnpackDir(payload, dir); err != nil {
+		return temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("checkpoint %s: %v", ref.Key, err), spec.ErrTypeCorruptCheckpoint, err)
+	}
+	return nil
+}
+
+// supervision is one running world's bookkeeping.
+type supervision struct {
+	n       *Node
+	in      spec.ExternalInput
+	log     *zap.Logger
+	hooks   externalHooks
+	paths   worldPaths
+	reports map[string]*launch.ReportReader
+	lead    string
+	res     *spec.ChunkResult
+	prog    spec.ChunkProgress
+	last    map[string]int64 // last step each process reported
+	// lastSaved is the last step committed in this world; lastSum the
+	// SHA-256 of the directory then.
+	lastSaved int64
+	lastSum   [32]byte
+	committed bool
+	firstSeen bool
+}
+
+// poll reads every process's new report lines, updates the progress,
+// handles checkpoint commits of global rank 0, and injects a fault when
+// asked.
+func (s *supervision) poll(ctx context.Context) {
+	names := make([]string, 0, len(s.reports))
+	for name := range s.reports {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		evs, err := s.reports[name].Poll()
+		if err != nil {
+			s.log.Warn("report file", zap.String("process", name), zap.Error(err))
+			continue
+		}
+		for _, e := range evs {
+			switch e.Event {
+			case launch.EventReport:
+				s.last[name] = max(s.last[name], e.Step)
+				if name == s.lead {
+					s.onReport(e)
+				}
+			case launch.EventSaved:
+				if name == "rank-0" {
+					if err := s.upload(ctx, e.Step, false); err != nil {
+						s.log.Warn("checkpoint upload failed; the script goes on", zap.Int64("step", e.Step), zap.Error(err))
+					}
+				}
+			}
+		}
+	}
+	s.hooks.progress(s.prog)
+	if k := s.in.KillAtStep; k > 0 && s.prog.Step >= k {
+		s.in.KillAtStep = 0 // once (a node that does not allow it only warns)
+		s.n.injectedKill(s.log, s.prog.Step)
+	}
+}
+
+func (s *supervision) onReport(e launch.Event) {
+	now := time.Now()
+	if !s.firstSeen {
+		s.firstSeen = true
+		s.res.FirstStepAt = now
+		if e.Loss != nil {
+			s.res.FirstLoss = float32(*e.Loss)
+		}
+	}
+	s.prog.Step = e.Step
+	s.res.To = e.Step
+	if e.Loss != nil {
+		s.prog.Loss = float32(*e.Loss)
+		s.res.LastLoss = float32(*e.Loss)
+	}
+	if v, ok := e.Metrics["samples_per_sec"]; ok {
+		// The process's own throughput; the node's, ranks being alike, is
+		// procs_per_node times that.
+		v *= float64(s.in.Spec.External.ProcsPerNode)
+		s.prog.SamplesPerSec = v
+		s.res.SamplesPerSec = v
+	}
+}
+
+// upload commits the checkpoint directory at step: copy it (then the
+// script may go on: ack), save it incrementally, keep the last few, and
+// tell the run. final uploads only if the directory changed since the last
+// commit (and is not empty).
+func (s *supervision) upload(ctx context.Context, step int64, final bool) error {
+	payload, st, err := launch.PackDir(s.paths.ckpt, checkpoint.DefaultChunkBytes)
+	ack := func() {
+		if !final {
+			if err := launch.WriteAck(filepath.Join(s.paths.dir, "rank-0.ack"), step); err != nil {
+				s.log.Warn("checkpoint ack", zap.Error(err))
+			}
+		}
+	}
+	if err != nil {
+		ack() // do not leave the script waiting
+		return err
+	}
+	ack()
+	sum := sha256.Sum256(payload)
+	if final && (st.Files == 0 || (s.committed && sum == s.lastSum)) {
+		return nil
+	}
+	url := s.in.Spec.CheckpointURL
+	if url == "" {
+		url = s.n.DefaultCheckpointURL
+	}
+	store, err := s.n.store(ctx, url)
+	if err != nil {
+		return err
+	}
+	ref, stats, err := store.SaveIncremental(ctx, s.in.Spec.Name, step, payload)
+	if err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	if _, err := store.Retain(ctx, s.in.Spec.Name, keepCheckpoints, 0); err != nil {
+		s.log.Warn("checkpoint retention", zap.Error(err))
+	}
+	out := fromRef(url, ref)
+	s.lastSaved, s.lastSum, s.committed = step, sum, true
+	s.res.Checkpoint = &out
+	s.prog.LastCheckpoint = step
+	s.log.Info("checkpoint uploaded", zap.Int64("step", step), zap.Int("files", st.Files), zap.Int64("bytes", st.Bytes),
+		zap.Int("chunks", stats.Chunks), zap.Int("chunks_written", stats.ChunksWritten), zap.Bool("final", final))
+	if len(st.Skipped) > 0 {
+		s.log.Warn("checkpoint directory entries not saved (not regular files)", zap.Strings("paths", st.Skipped))
+	}
+	if s.hooks.saved != nil {
+		c := spec.CheckpointSaved{Session: s.in.Session, Ref: out, Loss: s.prog.Loss, From: s.res.From, FirstLoss: s.res.FirstLoss}
+		if err := s.hooks.saved(c); err != nil {
+			s.log.Warn("could not tell the run about the checkpoint", zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// rankExited is the RankExited error for a process that did not exit
+// cleanly: the rank, its status, the step it had reached, and its log tail
+// (torchrun's error file too, when the script wrote one).
+func (s *supervision) rankExited(ee *launch.ExitError) error {
+	d := spec.RankExit{Rank: ee.Rank, Process: ee.Name, Node: s.n.ID, ExitCode: ee.Code,
+		Step: s.last[ee.Name], LogTail: ee.Tail, LogFile: ee.LogPath}
+	if ee.Signal != 0 {
+		d.Signal = launch.SignalName(ee.Signal)
+	}
+	if ee.Rank >= 0 {
+		if b, err := os.ReadFile(filepath.Join(s.paths.dir, fmt.Sprintf("rank-%d.error.json", ee.Rank))); err == nil && len(b) > 0 {
+			d.LogTail += "\n--- " + filepath.Base(s.paths.dir) + " error file ---\n" + string(b[:min(len(b), 2048)])
+		}
+	}
+	status := fmt.Sprintf("exited with status %d", ee.Code)
+	if d.Signal != "" {
+		status = "was killed by " + d.Signal
+	}
+	msg := fmt.Sprintf("%s on node %s %s at step %d", ee.Name, s.n.ID, status, d.Step)
+	if tail := lastLines(ee.Tail, 5, 800); tail != "" {
+		msg += "; log tail:\n" + tail
+	}
+	s.log.Warn("external job process failed", zap.String("process", ee.Name), zap.Int("code", ee.Code),
+		zap.String("signal", d.Signal), zap.String("log", ee.LogPath))
+	return temporal.NewApplicationErrorWithCause(msg, spec.ErrTypeRankExited, ee, d)
+}
+
+// lastLines is the last n lines of s, at most max bytes.
+func lastLines(s string, n, maxBytes int) string {
+	s = strings.TrimRight(s, "\n")
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	out := strings.Join(lines, "\n")
+	if len(out) > maxBytes {
+		out = "…" + out[len(out)-maxBytes:]
+	}
+	return out
+}
+
+// pruneWorlds keeps the newest keep world directories of a run.
+func pruneWorlds(dir string, keep int) {
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) <= keep {
+		return
+	}
+	type aged struct {
+		name string
+		t    time.Time
+	}
+	var ws []aged
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && e.IsDir() {
+			ws = append(ws, aged{e.Name(), info.ModTime()})
+		}
+	}
+	slices.SortFunc(ws, func(a, b aged) int { return a.t.Compare(b.t) })
+	for _, w := range ws[:max(0, len(ws)-keep)] {
+		_ = os.RemoveAll(filepath.Join(dir, w.name))
+	}
+}

@@ -1,0 +1,263 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+func externalNode(t *testing.T, id, ckptURL string) *Node {
+	t.Helper()
+	n := &Node{ID: id, Logger: zap.NewNop(), WorkDir: filepath.Join(t.TempDir(), id), DefaultCheckpointURL: ckptURL}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func externalInput(name, workdir string, nodes int, argv ...string) spec.ExternalInput {
+	s := spec.RunSpec{Name: name, Nodes: nodes, CheckpointEvery: 2,
+		External: &spec.ExternalJob{Entrypoint: argv, ProcsPerNode: 2, Workdir: workdir, StopGrace: spec.Duration(300 * time.Millisecond)}}.WithDefaults()
+	var m spec.Membership
+	for i := range nodes {
+		id := fmt.Sprintf("n%d", i+1)
+		m.Nodes = append(m.Nodes, spec.Node{ID: id, TaskQueue: spec.NodeTaskQueue(id), CommAddr: "127.0.0.1:1"})
+	}
+	m.Generation = 1
+	return spec.ExternalInput{RunID: "run/" + name, Spec: s, Membership: m, Session: "run/" + name + "/g1/e1", MasterPort: 29999}
+}
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
+}
+
+// TestRunExternalCancelLeavesNoOrphans kills the activity's context while
+// two ranks run (each with a grandchild, each ignoring SIGTERM): every
+// process must be gone when the activity returns. The ranks saw the
+// torchrun contract and the helper's variables.
+func TestRunExternalCancelLeavesNoOrphans(t *testing.T) {
+	work := t.TempDir()
+	script := `trap '' TERM
+sleep 1000 &
+env | grep -E '^(RANK|LOCAL_RANK|WORLD_SIZE|MASTER_PORT|CANN_TRAIN_[A-Z_]*|PYTHONPATH)=' | sort > env-$RANK.txt
+echo $$ $! > pids-$RANK.tmp && mv pids-$RANK.tmp pids-$RANK
+echo "rank $RANK up"
+while true; do sleep 1; done`
+	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+	in := externalInput("cancel-me", work, 1, "sh", "-c", script)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.runExternal(ctx, in, externalHooks{progress: func(spec.ChunkProgress) {}})
+		done <- err
+	}()
+	var pids []int
+	for end := time.Now().Add(20 * time.Second); len(pids) < 4; {
+		pids = pids[:0]
+		for r := range 2 {
+			b, _ := os.ReadFile(filepath.Join(work, fmt.Sprintf("pids-%d", r)))
+			for _, f := range strings.Fields(string(b)) {
+				p, _ := strconv.Atoi(f)
+				pids = append(pids, p)
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatalf("ranks did not start: %v", pids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("runExternal: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("runExternal did not return after its context was cancelled")
+	}
+	for _, p := range pids {
+		if alive(p) {
+			t.Errorf("pid %d survived the cancelled activity (all: %v)", p, pids)
+		}
+	}
+	env, _ := os.ReadFile(filepath.Join(work, "env-1.txt"))
+	for _, want := range []string{"RANK=1\n", "LOCAL_RANK=1\n", "WORLD_SIZE=2\n", "MASTER_PORT=29999\n",
+		"CANN_TRAIN_CHECKPOINT_EVERY=2\n", "CANN_TRAIN_RESTORED_STEP=0\n", "CANN_TRAIN_RANK=1\n"} {
+		if !strings.Contains(string(env), want) {
+			t.Errorf("rank 1 environment lacks %q:\n%s", want, env)
+		}
+	}
+	if !strings.Contains(string(env), filepath.Join(n.WorkDir, "lib")) {
+		t.Errorf("PYTHONPATH lacks the helper:\n%s", env)
+	}
+	if _, err := os.Stat(filepath.Join(n.WorkDir, "lib", "cann_train.py")); err != nil {
+		t.Errorf("helper not written: %v", err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(n.WorkDir, "runs", "cancel-me", "worlds", "*", "rank-0.log"))
+	if len(logs) != 1 {
+		t.Fatalf("logs %v", logs)
+	}
+	if b, _ := os.ReadFile(logs[0]); !strings.Contains(string(b), "rank 0 up") {
+		t.Errorf("rank-0.log: %q", b)
+	}
+}
+
+// TestRunExternalRankExitIsTyped: a rank exiting 7 fails the activity with
+// a RankExited error naming it, its status, its last step and its log.
+func TestRunExternalRankExitIsTyped(t *testing.T) {
+	script := `if [ "$RANK" = 1 ]; then
+  echo '{"event":"report","step":3,"loss":1.5}' >> "$CANN_TRAIN_REPORT_FILE"
+  echo "RuntimeError: CUDA is not a thing here" >&2; exit 7
+fi
+trap 'echo got TERM; exit 0' TERM
+while true; do sleep 0.05; done`
+	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+	in := externalInput("crash", t.TempDir(), 1, "sh", "-c", script)
+	_, err := n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeRankExited || ae.NonRetryable() {
+		t.Fatalf("want a retryable %s error, got %v", spec.ErrTypeRankExited, err)
+	}
+	var d spec.RankExit
+	if err := ae.Details(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Rank != 1 || d.Process != "rank-1" || d.ExitCode != 7 || d.Node != "n1" || d.Step != 3 ||
+		!strings.Contains(d.LogTail, "CUDA is not a thing") || !strings.HasSuffix(d.LogFile, "rank-1.log") {
+		t.Errorf("detail %+v", d)
+	}
+	if !strings.Contains(ae.Message(), "rank-1 on node n1 exited with status 7 at step 3") || !strings.Contains(ae.Message(), "CUDA is not a thing") {
+		t.Errorf("message %q", ae.Message())
+	}
+}
+
+// TestRunExternalCheckpointsRestoreOnAnotherNode runs a helper-using
+// script that commits a checkpoint every 2 steps; the node uploads each
+// and reports it. A second launch on another node (another work
+// directory) restores the last one before the script starts.
+func TestRunExternalCheckpointsRestoreOnAnotherNode(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	work := t.TempDir()
+	os.WriteFile(filepath.Join(work, "train.py"), []byte(`
+import os, sys
+import cann_train as ct
+start = ct.restored_step()
+path = os.path.join(ct.checkpoint_dir(), "w.txt")
+w = float(open(path).read()) if start else 10.0
+for step in range(start + 1, start + 6):
+    w *= 0.5
+    ct.report(step, loss=w)
+    if ct.should_checkpoint(step) and ct.rank() == 0:
+        open(path, "w").write(repr(w))
+        assert ct.saved(step, timeout=30)
+print("rank", ct.rank(), "from", start, "w", w)
+`), 0o644)
+	url := "file://" + filepath.Join(t.TempDir(), "bucket")
+	n1 := externalNode(t, "n1", url)
+	in := externalInput("resume", work, 1, py, "train.py")
+	var mu sync.Mutex
+	var saved []spec.CheckpointSaved
+	var progress []spec.ChunkProgress
+	hooks := externalHooks{
+		progress: func(p spec.ChunkProgress) { mu.Lock(); progress = append(progress, p); mu.Unlock() },
+		saved:    func(c spec.CheckpointSaved) error { mu.Lock(); saved = append(saved, c); mu.Unlock(); return nil },
+	}
+	res, err := n1.runExternal(context.Background(), in, hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Steps 2 and 4 committed by the script; the directory at the clean
+	// exit is the step-4 one, so no final upload.
+	if len(saved) != 2 || saved[0].Ref.Step != 2 || saved[1].Ref.Step != 4 || saved[1].Session != in.Session {
+		t.Fatalf("saved %+v", saved)
+	}
+	if res.From != 0 || res.To != 5 || res.FirstLoss != 5 || res.LastLoss != 0.3125 || res.Checkpoint == nil || res.Checkpoint.Step != 4 {
+		t.Errorf("result %+v", res)
+	}
+	if last := progress[len(progress)-1]; last.Step != 5 || last.LastCheckpoint != 4 {
+		t.Errorf("last progress %+v", last)
+	}
+	// Relaunch on another node from step 4: w = 10 × 0.5⁴ = 0.625.
+	n2 := externalNode(t, "n2", url)
+	in2 := externalInput("resume", work, 1, py, "train.py")
+	in2.Membership.Nodes[0].ID = "n2"
+	in2.Session = "run/resume/g2/e2"
+	in2.Restore = &saved[1].Ref
+	res2, err := n2.runExternal(context.Background(), in2, externalHooks{progress: func(spec.ChunkProgress) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.From != 4 || res2.To != 9 || res2.FirstLoss != 0.3125 {
+		t.Errorf("resumed result %+v: want steps 5..9 continuing the loss curve", res2)
+	}
+	logs, _ := filepath.Glob(filepath.Join(n2.WorkDir, "runs", "resume", "worlds", "*", "rank-1.log"))
+	if b, _ := os.ReadFile(logs[0]); !strings.Contains(string(b), "rank 1 from 4") {
+		t.Errorf("rank 1 on the new node: %q", b)
+	}
+}
+
+// TestRunExternalAscendAndMSRun: an ascend launch writes the HCCL rank
+// table its processes name in RANK_TABLE_FILE; an msrun launch runs the
+// scheduler on the first node only.
+func TestRunExternalAscendAndMSRun(t *testing.T) {
+	work := t.TempDir()
+	script := `echo "$RANK_ID $DEVICE_ID $RANK_SIZE $HCCL_CONNECT_TIMEOUT $MS_ROLE $MS_NODE_ID" > "out-$CANN_TRAIN_RANK"
+[ -n "$RANK_TABLE_FILE" ] && cp "$RANK_TABLE_FILE" "table-$CANN_TRAIN_RANK.json"
+exit 0`
+	in := externalInput("asc", work, 2, "sh", "-c", script)
+	in.Spec.External.Launcher = spec.LauncherAscend
+	in.Membership.Nodes[0].CommAddr = "10.1.0.1:7000"
+	in.Membership.Nodes[1].CommAddr = "10.1.0.2:7000"
+	in.Membership.Nodes[1].DeviceIPs = []string{"192.168.1.8", "192.168.1.9"}
+	in.Rank = 1
+	n := externalNode(t, "n2", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+	if _, err := n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}}); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := os.ReadFile(filepath.Join(work, "out-3"))
+	if got := strings.TrimSpace(string(out)); got != "3 1 4 600" {
+		t.Errorf("rank 3 saw %q", got)
+	}
+	table, _ := os.ReadFile(filepath.Join(work, "table-2.json"))
+	for _, want := range []string{`"server_count": "2"`, `"server_id": "n2"`, `"device_ip": "192.168.1.9"`, `"device_ip": "10.1.0.1"`, `"rank_id": "3"`} {
+		if !strings.Contains(string(table), want) {
+			t.Errorf("rank table lacks %s:\n%s", want, table)
+		}
+	}
+
+	in = externalInput("ms", work, 2, "sh", "-c", script)
+	in.Spec.External.Launcher = spec.LauncherMSRun
+	n1 := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+	if _, err := n1.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}}); err != nil {
+		t.Fatal(err)
+	}
+	sched, _ := os.ReadFile(filepath.Join(work, "out--1"))
+	w1, _ := os.ReadFile(filepath.Join(work, "out-1"))
+	if !strings.Contains(string(sched), "MS_SCHED") || !strings.HasSuffix(strings.TrimSpace(string(w1)), "MS_WORKER 1") {
+		t.Errorf("scheduler %q, worker 1 %q", sched, w1)
+	}
+}

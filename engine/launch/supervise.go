@@ -1,0 +1,436 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec is one process for Start.
+type Spec struct {
+	// Name labels the process in errors ("rank-3", "scheduler").
+	Name string
+	// Rank is its global rank (-1: not a rank).
+	Rank int
+	// Argv is the command; a program name without '/' is looked up in the
+	// PATH of Env (else of this process), a relative path from Dir.
+	Argv []string
+	// Env is the whole environment (KEY=VALUE).
+	Env []string
+	// Dir is the working directory ("" : this process's).
+	Dir string
+	// LogPath receives stdout and stderr, truncated at start.
+	LogPath string
+}
+
+// Exit is how one process ended.
+type Exit struct {
+	Name string
+	Rank int
+	Pid  int
+	// Code is the exit status; -1 when a signal killed it.
+	Code int
+	// Signal killed it (0: none).
+	Signal syscall.Signal
+	// At is when it was reaped.
+	At time.Time
+}
+
+// OK reports a clean exit (status 0).
+func (e Exit) OK() bool { return e.Code == 0 && e.Signal == 0 }
+
+func (e Exit) String() string {
+	if e.Signal != 0 {
+		return fmt.Sprintf("%s (pid %d) killed by %s", e.Name, e.Pid, SignalName(e.Signal))
+	}
+	return fmt.Sprintf("%s (pid %d) exited with status %d", e.Name, e.Pid, e.Code)
+}
+
+// ExitError reports the first process of a group that did not exit
+// cleanly, with the end of its output.
+type ExitError struct {
+	Exit
+	LogPath string
+	Tail    string
+}
+
+func (e *ExitError) Error() string {
+	last := lastLine(e.Tail)
+	if last == "" {
+		return e.Exit.String()
+	}
+	return e.Exit.String() + ": " + last
+}
+
+// StartError reports a process that could not be started.
+type StartError struct {
+	Name string
+	Err  error
+}
+
+func (e *StartError) Error() string { return fmt.Sprintf("start %s: %v", e.Name, e.Err) }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// TailBytes is how much of a log ExitError.Tail keeps.
+const TailBytes = 4 << 10
+
+// Group is a set of processes started together, each the leader of its own
+// process group (so that stopping it reaches whatever it spawned), each
+// with SIGKILL as its parent-death signal (so that a node worker killed
+// outright takes them along).
+type Group struct {
+	procs []*proc
+	exits chan Exit
+	// release ends the OS thread that started the processes (see Start).
+	release chan struct{}
+	stopMu  sync.Mutex
+	stopped bool
+}
+
+type proc struct {
+	spec Spec
+	cmd  *exec.Cmd
+	pid  int
+	done chan struct{}
+	exit Exit
+}
+
+// Start starts every process of specs, or none: when one cannot start, the
+// ones already started are killed and a *StartError returned.
+//
+// The processes are forked from one OS thread locked for the group's
+// lifetime: Linux delivers the parent-death signal when the forking
+// *thread* exits (golang/go#27505), so the thread must outlive them.
+func Start(specs []Spec) (*Group, error) {
+	g := &Group{exits: make(chan Exit, len(specs)), release: make(chan struct{})}
+	type result struct{ err error }
+	started := make(chan result)
+	go func() {
+		runtime.LockOSThread()
+		started <- result{g.startAll(specs)}
+		<-g.release
+		runtime.UnlockOSThread()
+	}()
+	if r := <-started; r.err != nil {
+		g.kill()
+		g.waitAll()
+		close(g.release)
+		return nil, r.err
+	}
+	go func() {
+		g.waitAll()
+		close(g.release)
+	}()
+	return g, nil
+}
+
+func (g *Group) startAll(specs []Spec) error {
+	for _, s := range specs {
+		if len(s.Argv) == 0 {
+			return &StartError{Name: s.Name, Err: errors.New("empty command")}
+		}
+		prog, err := lookPath(s.Argv[0], s.Env, s.Dir)
+		if err != nil {
+			return &StartError{Name: s.Name, Err: err}
+		}
+		if s.LogPath != "" {
+			if err := os.MkdirAll(filepath.Dir(s.LogPath), 0o755); err != nil {
+				return &StartError{Name: s.Name, Err: err}
+			}
+		}
+		// Output goes to a file itself, never a pipe: no copying goroutine
+		// that a grandchild holding the descriptor could keep Wait waiting on.
+		var logf *os.File
+		if s.LogPath != "" {
+			logf, err = os.OpenFile(s.LogPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+		} else {
+			logf, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		}
+		if err != nil {
+			return &StartError{Name: s.Name, Err: err}
+		}
+		cmd := &exec.Cmd{Path: prog, Args: slices.Clone(s.Argv), Env: s.Env, Dir: s.Dir, Stdout: logf, Stderr: logf}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		err = cmd.Start()
+		logf.Close() // the child has its own descriptor
+		if err != nil {
+			return &StartError{Name: s.Name, Err: err}
+		}
+		p := &proc{spec: s, cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+		g.procs = append(g.procs, p)
+		go p.wait(g.exits)
+	}
+	return nil
+}
+
+func (p *proc) wait(exits chan<- Exit) {
+	err := p.cmd.Wait()
+	e := Exit{Name: p.spec.Name, Rank: p.spec.Rank, Pid: p.pid, At: time.Now()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		e.Code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			e.Code, e.Signal = -1, ws.Signal()
+		}
+	default:
+		e.Code = -1
+	}
+	p.exit = e
+	close(p.done)
+	exits <- e
+}
+
+func (g *Group) waitAll() {
+	for _, p := range g.procs {
+		<-p.done
+	}
+}
+
+// Pids are the processes' ids (the leaders of their process groups).
+func (g *Group) Pids() []int {
+	out := make([]int, len(g.procs))
+	for i, p := range g.procs {
+		out[i] = p.pid
+	}
+	return out
+}
+
+// Exits delivers each process's exit once, in the order they are reaped.
+// Wait consumes them; use one or the other.
+func (g *Group) Exits() <-chan Exit { return g.exits }
+
+// signal sends sig to every process group (leaders already reaped too:
+// what they spawned may still run).
+func (g *Group) signal(sig syscall.Signal) {
+	for _, p := range g.procs {
+		_ = syscall.Kill(-p.pid, sig)
+	}
+}
+
+func (g *Group) kill() { g.signal(syscall.SIGKILL) }
+
+// alive reports whether any process of the groups still exists.
+func (g *Group) alive() bool {
+	for _, p := range g.procs {
+		select {
+		case <-p.done:
+		default:
+			return true
+		}
+		if syscall.Kill(-p.pid, 0) == nil && groupRuns(p.pid) {
+			return true
+		}
+	}
+	return false
+}
+
+// groupRuns reports whether process group pgid has a member that is not a
+// zombie. Reparented grandchildren may stay zombies for a while (or for
+// good, under a PID 1 that does not reap); they run nothing.
+func groupRuns(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true // cannot tell: assume it runs
+	}
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp …
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		if f[0] != "Z" && f[0] != "X" {
+			return true
+		}
+	}
+	return false
+}
+
+// Stop ends every process and whatever each spawned: SIGTERM to each
+// process group, SIGKILL to those left after grace, then it waits until
+// every leader is reaped (and, for at most a few seconds more, until the
+// groups are empty). Safe to call more than once and concurrently.
+func (g *Group) Stop(grace time.Duration) {
+	g.stopMu.Lock()
+	defer g.stopMu.Unlock()
+	if !g.stopped {
+		g.stopped = true
+		g.signal(syscall.SIGTERM)
+		deadline := time.Now().Add(grace)
+		for g.alive() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	g.kill()
+	g.waitAll()
+	// Grandchildren are reparented to init (or a subreaper) and may take
+	// a moment to be reaped; zombies never leave the group, so bound it.
+	for end := time.Now().Add(3 * time.Second); g.alive() && time.Now().Before(end); {
+		g.kill()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Wait supervises the group until every process has exited cleanly (nil),
+// one exits otherwise (the rest are stopped, with grace, and an
+// *ExitError for that one is returned), or ctx ends (all are stopped and
+// ctx's error returned). Whatever the processes spawned is stopped too
+// before Wait returns: nothing outlives it.
+func (g *Group) Wait(ctx context.Context, grace time.Duration) error {
+	left := len(g.procs)
+	for left > 0 {
+		select {
+		case e := <-g.exits:
+			left--
+			if !e.OK() {
+				g.Stop(grace)
+				p := g.byName(e.Name)
+				return &ExitError{Exit: e, LogPath: p.spec.LogPath, Tail: Tail(p.spec.LogPath, TailBytes)}
+			}
+		case <-ctx.Done():
+			g.Stop(grace)
+			return ctx.Err()
+		}
+	}
+	g.Stop(grace) // daemons the script left behind
+	return nil
+}
+
+func (g *Group) byName(name string) *proc {
+	for _, p := range g.procs {
+		if p.spec.Name == name {
+			return p
+		}
+	}
+	return &proc{}
+}
+
+// Tail returns up to max bytes from the end of the file at path, starting
+// at a line boundary when it had to cut ("" when it cannot be read).
+func Tail(path string, max int) string {
+	if path == "" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max64(0, st.Size()-int64(max))
+	buf := make([]byte, st.Size()-off)
+	n, _ := f.ReadAt(buf, off)
+	buf = buf[:n]
+	if off > 0 {
+		if i := strings.IndexByte(string(buf), '\n'); i >= 0 && i+1 < len(buf) {
+			buf = buf[i+1:]
+		}
+	}
+	return string(buf)
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n\r\t ")
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	const maxLen = 300
+	if len(s) > maxLen {
+		s = s[:maxLen] + "…"
+	}
+	return s
+}
+
+// lookPath finds prog as the child would: in the PATH of its environment
+// (this process's when env has none). Names with a '/' are left to exec,
+// relative to dir.
+func lookPath(prog string, env []string, dir string) (string, error) {
+	if strings.Contains(prog, "/") {
+		p := prog
+		if !filepath.IsAbs(p) && dir != "" {
+			p = filepath.Join(dir, p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", err
+		}
+		return prog, nil
+	}
+	pathEnv, found := "", false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv, found = v, true
+		}
+	}
+	if !found {
+		pathEnv = os.Getenv("PATH")
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) && dir != "" {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, prog)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH", prog)
+}
+
+// SignalName is a signal's conventional name, e.g. "SIGKILL".
+func SignalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+		syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+		syscall.SIGKILL: "SIGKILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU",
+	}
+	if n, ok := names[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(s))
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,294 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// gone reports whether pid no longer runs (a zombie waiting for its
+// reaper counts as gone: it runs nothing).
+func gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) S …: the state follows the last ')'.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z' || s[i+2] == 'X'
+	}
+	return false
+}
+
+// waitGone polls until every pid is gone or the deadline passes.
+func waitGone(t *testing.T, pids []int, within time.Duration) {
+	t.Helper()
+	end := time.Now().Add(within)
+	for {
+		var alive []int
+		for _, p := range pids {
+			if !gone(p) {
+				alive = append(alive, p)
+			}
+		}
+		if len(alive) == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("processes still running: %v (of %v)", alive, pids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readPids reads the pids the test scripts write, one per line.
+func readPids(t *testing.T, dir string, n int) []int {
+	t.Helper()
+	var pids []int
+	end := time.Now().Add(10 * time.Second)
+	for len(pids) < n {
+		pids = pids[:0]
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			for _, f := range strings.Fields(string(b)) {
+				if p, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, p)
+				}
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatalf("only %d of %d pids written: %v", len(pids), n, pids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return pids
+}
+
+// stubborn is a rank that spawns a grandchild, ignores SIGTERM, and writes
+// both pids to pidDir/<name>.
+func stubborn(name, pidDir, logDir string) Spec {
+	script := fmt.Sprintf(`trap '' TERM
+sleep 1000 &
+echo $$ $! > %s/%s.tmp && mv %s/%s.tmp %s/%s
+echo started %s
+while true; do sleep 1; done`, pidDir, name, pidDir, name, pidDir, name, name)
+	return Spec{Name: name, Rank: 0, Argv: []string{"sh", "-c", script}, Env: os.Environ(), LogPath: filepath.Join(logDir, name+".log")}
+}
+
+// TestCancelLeavesNoOrphans kills the supervising context: every process,
+// the grandchildren they spawned included, must be gone when Wait returns,
+// although they ignore SIGTERM (SIGKILL after the grace period).
+func TestCancelLeavesNoOrphans(t *testing.T) {
+	dir := t.TempDir()
+	pidDir := filepath.Join(dir, "pids")
+	os.MkdirAll(pidDir, 0o755)
+	var specs []Spec
+	for i := range 3 {
+		s := stubborn(fmt.Sprintf("rank-%d", i), pidDir, filepath.Join(dir, "logs"))
+		s.Rank = i
+		specs = append(specs, s)
+	}
+	g, err := Start(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := readPids(t, pidDir, 6)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Wait(ctx, 300*time.Millisecond) }()
+	time.Sleep(100 * time.Millisecond)
+	t0 := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after cancel")
+	}
+	if el := time.Since(t0); el < 250*time.Millisecond {
+		t.Errorf("stopped after %s: the SIGTERM grace was not honoured", el)
+	}
+	waitGone(t, pids, 2*time.Second)
+	if b, _ := os.ReadFile(specs[1].LogPath); !strings.Contains(string(b), "started rank-1") {
+		t.Errorf("log of rank-1: %q", b)
+	}
+}
+
+// TestRankFailureStopsTheRest: one rank exits 3; Wait names it with its
+// status and log tail and stops the others (which would run forever).
+func TestRankFailureStopsTheRest(t *testing.T) {
+	dir := t.TempDir()
+	pidDir := filepath.Join(dir, "pids")
+	os.MkdirAll(pidDir, 0o755)
+	ok := stubborn("rank-0", pidDir, dir)
+	bad := Spec{Name: "rank-1", Rank: 1, Env: os.Environ(), LogPath: filepath.Join(dir, "rank-1.log"),
+		Argv: []string{"sh", "-c", `for i in $(seq 1 1000); do echo "line $i"; done; echo "Traceback: boom" >&2; sleep 0.3; exit 3`}}
+	g, err := Start([]Spec{ok, bad})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := readPids(t, pidDir, 2)
+	err = g.Wait(context.Background(), 200*time.Millisecond)
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("Wait: %v", err)
+	}
+	if ee.Name != "rank-1" || ee.Rank != 1 || ee.Code != 3 || ee.Signal != 0 {
+		t.Errorf("exit %+v", ee.Exit)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(ee.Tail), "Traceback: boom") || strings.Contains(ee.Tail, "line 1\n") || len(ee.Tail) > TailBytes {
+		t.Errorf("tail (%d bytes) %q", len(ee.Tail), ee.Tail)
+	}
+	if !strings.Contains(ee.Error(), "rank-1") || !strings.Contains(ee.Error(), "status 3") || !strings.Contains(ee.Error(), "boom") {
+		t.Errorf("message %q", ee.Error())
+	}
+	waitGone(t, append(pids, g.Pids()...), 2*time.Second)
+}
+
+// TestCleanExitAndSignal: all ranks exiting 0 is success (a daemon one of
+// them left behind is stopped too); a rank killed by a signal is reported
+// with the signal's name.
+func TestCleanExitAndSignal(t *testing.T) {
+	dir := t.TempDir()
+	g, err := Start([]Spec{
+		{Name: "rank-0", Argv: []string{"sh", "-c", "sleep 1000 & echo $! > " + dir + "/daemon; exit 0"}, Env: os.Environ()},
+		{Name: "rank-1", Argv: []string{"true"}, Env: os.Environ()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Wait(context.Background(), time.Second); err != nil {
+		t.Fatalf("clean exit: %v", err)
+	}
+	waitGone(t, readPids(t, dir, 1), 2*time.Second)
+
+	g, err = Start([]Spec{{Name: "rank-0", Argv: []string{"sh", "-c", "kill -SEGV $$"}, Env: os.Environ()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = g.Wait(context.Background(), time.Second)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Signal != syscall.SIGSEGV || ee.Code != -1 || !strings.Contains(err.Error(), "SIGSEGV") {
+		t.Errorf("signalled rank: %v", err)
+	}
+}
+
+func TestStartErrorKillsStarted(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Start([]Spec{
+		{Name: "rank-0", Argv: []string{"sh", "-c", "echo $$ > " + dir + "/p; sleep 1000"}, Env: os.Environ()},
+		{Name: "rank-1", Argv: []string{"no-such-program-cann"}, Env: os.Environ()},
+	})
+	var se *StartError
+	if !errors.As(err, &se) || se.Name != "rank-1" {
+		t.Fatalf("Start: %v", err)
+	}
+	if pids, _ := os.ReadFile(dir + "/p"); len(pids) > 0 {
+		p, _ := strconv.Atoi(strings.TrimSpace(string(pids)))
+		waitGone(t, []int{p}, 2*time.Second)
+	}
+	// PATH comes from the child's environment.
+	bin := filepath.Join(dir, "bin")
+	os.MkdirAll(bin, 0o755)
+	os.WriteFile(filepath.Join(bin, "hello-cann"), []byte("#!/bin/sh\necho hi\n"), 0o755)
+	g, err := Start([]Spec{{Name: "rank-0", Argv: []string{"hello-cann"}, Env: []string{"PATH=" + bin}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Wait(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSupervisorKilledTakesChildrenAlong SIGKILLs a process that
+// supervises a group (as when a node worker dies): the parent-death signal
+// must end its children.
+func TestSupervisorKilledTakesChildrenAlong(t *testing.T) {
+	if os.Getenv("LAUNCH_TEST_SUPERVISOR") != "" {
+		return // the helper itself, see TestHelperSupervisor
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSupervisor$", "-test.v")
+	cmd.Env = append(os.Environ(), "LAUNCH_TEST_SUPERVISOR="+dir)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids := readPids(t, dir, 4) // each rank and the grandchild it spawned
+	for end := time.Now().Add(5 * time.Second); ; {
+		if _, err := os.Stat(filepath.Join(dir, "groups.json")); err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("no pid file")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Let the helper's Go runtime go on (threads come and go) for a while.
+	time.Sleep(300 * time.Millisecond)
+	for _, p := range pids {
+		if gone(p) {
+			t.Fatalf("child %d died before its supervisor", p)
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	// The ranks die with their supervisor (parent-death signal) …
+	var ranks, grandchildren []int
+	for i, p := range pids {
+		if i%2 == 0 {
+			ranks = append(ranks, p)
+		} else {
+			grandchildren = append(grandchildren, p)
+		}
+	}
+	waitGone(t, ranks, 2*time.Second)
+	// … what they spawned is swept by the next supervisor.
+	if n, err := SweepPidFile(filepath.Join(dir, "groups.json")); err != nil || n != 2 {
+		t.Errorf("sweep: %d groups, %v", n, err)
+	}
+	waitGone(t, grandchildren, 2*time.Second)
+	if n, err := SweepPidFile(filepath.Join(dir, "groups.json")); n != 0 || err != nil {
+		t.Errorf("second sweep: %d %v", n, err)
+	}
+}
+
+// TestHelperSupervisor is the supervisor process of the test above.
+func TestHelperSupervisor(t *testing.T) {
+	dir := os.Getenv("LAUNCH_TEST_SUPERVISOR")
+	if dir == "" {
+		t.Skip("helper process only")
+	}
+	var specs []Spec
+	for i := range 2 {
+		specs = append(specs, Spec{Name: fmt.Sprintf("rank-%d", i), Env: os.Environ(),
+			Argv: []string{"sh", "-c", fmt.Sprintf("sleep 1000 & echo $$ $! > %s/r%d.tmp; mv %s/r%d.tmp %s/r%d; exec sleep 1000", dir, i, dir, i, dir, i)}})
+	}
+	g, err := Start(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.WritePidFile(filepath.Join(dir, "groups.json")); err != nil {
+		t.Fatal(err)
+	}
+	// Churn goroutines and threads meanwhile.
+	for i := 0; i < 200; i++ {
+		go func() { time.Sleep(time.Millisecond) }()
+	}
+	_ = g.Wait(context.Background(), time.Second)
+}

@@ -1,0 +1,193 @@
+"""cann_train: what a training script needs from the cann-train node worker.
+
+Dependency-free (standard library only, Python 3.7+). Copy it next to your
+script or put this directory on PYTHONPATH. Every function is safe to call
+when the script runs outside cann-train: reports go nowhere, the checkpoint
+directory is ./checkpoints, nothing was restored.
+
+    import cann_train as ct
+
+    start = ct.restored_step()              # 0 on a fresh start
+    if start:
+        model.load_state_dict(torch.load(os.path.join(ct.checkpoint_dir(), "model.pt")))
+    for step in range(start + 1, total + 1):
+        loss = train_step()
+        ct.report(step, loss=loss, lr=lr)   # liveness, progress, loss curve
+        if ct.should_checkpoint(step):
+            if ct.rank() == 0:
+                torch.save(model.state_dict(), os.path.join(ct.checkpoint_dir(), "model.pt"))
+                ct.saved(step)              # commit: the node worker uploads it
+
+Protocol (the node worker's side is engine/launch/report.go)
+-----------------------------------------------------------
+Environment, set for every process:
+
+  CANN_TRAIN_CHECKPOINT_DIR    directory to read and write checkpoints; the
+                               node worker empties it and restores the run's
+                               last uploaded checkpoint into it before launch
+  CANN_TRAIN_RESTORED_STEP     step of that checkpoint (0: fresh start)
+  CANN_TRAIN_CHECKPOINT_EVERY  the job's checkpoint_every, in steps
+  CANN_TRAIN_REPORT_FILE       this process's report file (JSON lines)
+  CANN_TRAIN_ACK_FILE          where the node worker acknowledges checkpoints
+  CANN_TRAIN_RANK, CANN_TRAIN_WORLD_SIZE, CANN_TRAIN_TOTAL_STEPS
+
+report() and saved() append one JSON object per line to the report file,
+each line a single write on an O_APPEND descriptor (so lines never
+interleave):
+
+  {"event": "report", "step": 120, "loss": 0.31, "metrics": {"acc": 0.9}, "time": 1712345678.5}
+  {"event": "saved", "step": 120, "time": 1712345679.0}
+
+After a "saved" line the node worker copies the checkpoint directory, then
+replaces the ack file (write + rename) with the step it copied; saved()
+returns once the ack file holds that step or a later one, so the script
+must not touch the directory until saved() returns. Only global rank 0's
+checkpoints are uploaded (other ranks' saved() return at once). Without
+this helper a job still runs: liveness is then "the processes are alive",
+and only the directory left at a clean exit is uploaded.
+"""
+
+import json
+import math
+import os
+import time
+
+__all__ = [
+    "report", "checkpoint_dir", "should_checkpoint", "restored_step", "saved",
+    "rank", "world_size", "total_steps", "managed",
+]
+
+_last_step = 0
+
+
+def _env_int(name, default):
+    v = os.environ.get(name, "")
+    try:
+        return int(v)
+    except ValueError:
+        return default
+
+
+def managed():
+    """True when the script runs under a cann-train node worker."""
+    return bool(os.environ.get("CANN_TRAIN_REPORT_FILE"))
+
+
+def rank():
+    """The process's global rank (-1 for a process that is not a rank, such
+    as msrun's scheduler); RANK / RANK_ID outside cann-train, else 0."""
+    for name in ("CANN_TRAIN_RANK", "RANK", "RANK_ID"):
+        if os.environ.get(name, "") != "":
+            return _env_int(name, 0)
+    return 0
+
+
+def world_size():
+    """The number of ranks."""
+    for name in ("CANN_TRAIN_WORLD_SIZE", "WORLD_SIZE", "RANK_SIZE"):
+        if os.environ.get(name, "") != "":
+            return _env_int(name, 1)
+    return 1
+
+
+def total_steps():
+    """The job's steps (0: not given)."""
+    return _env_int("CANN_TRAIN_TOTAL_STEPS", 0)
+
+
+def checkpoint_dir():
+    """The directory to write checkpoints to and restore them from."""
+    d = os.environ.get("CANN_TRAIN_CHECKPOINT_DIR") or os.path.join(os.getcwd(), "checkpoints")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def restored_step():
+    """The step of the checkpoint restored into checkpoint_dir() before this
+    launch; 0 on a fresh start (then the directory is empty)."""
+    return _env_int("CANN_TRAIN_RESTORED_STEP", 0)
+
+
+def should_checkpoint(step=None):
+    """True at every checkpoint_every-th step (the same answer on every
+    rank, so collective saves stay in step). step defaults to the last
+    step given to report()."""
+    if step is None:
+        step = _last_step
+    every = _env_int("CANN_TRAIN_CHECKPOINT_EVERY", 0)
+    return every > 0 and step > 0 and step % every == 0
+
+
+def _append(record):
+    path = os.environ.get("CANN_TRAIN_REPORT_FILE")
+    if not path:
+        return
+    record["time"] = time.time()
+    line = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _number(name, v):
+    try:
+        f = float(v.item() if hasattr(v, "item") else v)
+    except (TypeError, ValueError):
+        raise TypeError("cann_train.report: %s=%r is not a number" % (name, v))
+    return f if math.isfinite(f) else None
+
+
+def report(step, loss=None, **metrics):
+    """Records progress: the step just completed, its loss and any other
+    numbers (tensors with .item() are fine). Non-finite values are
+    dropped. Call it every step or every few; it is one small write.
+    samples_per_sec, if given, is this process's throughput (the run adds
+    up the ranks')."""
+    global _last_step
+    step = int(step)
+    _last_step = step
+    rec = {"event": "report", "step": step}
+    if loss is not None:
+        lf = _number("loss", loss)
+        if lf is not None:
+            rec["loss"] = lf
+    m = {}
+    for k, v in metrics.items():
+        f = _number(k, v)
+        if f is not None:
+            m[k] = f
+    if m:
+        rec["metrics"] = m
+    _append(rec)
+
+
+def _read_ack(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip() or -1)
+    except (OSError, ValueError):
+        return -1
+
+
+def saved(step, timeout=600.0):
+    """Commits the checkpoint of `step` now complete in checkpoint_dir():
+    returns once the node worker has copied it (True), or False after
+    timeout seconds without an acknowledgement. Other ranks than 0, and
+    scripts outside cann-train, return True at once."""
+    step = int(step)
+    if not managed() or rank() != 0:
+        return True
+    _append({"event": "saved", "step": step})
+    ack = os.environ.get("CANN_TRAIN_ACK_FILE")
+    if not ack:
+        return True
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while _read_ack(ack) < step:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+    return True

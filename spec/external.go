@@ -1,0 +1,462 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml/ast"
+
+	"github.com/cann-train/cann-train/internal/yamlpos"
+)
+
+// External jobs: the user's own training script (PyTorch, torch_npu,
+// MindSpore …), launched by the node workers under the run's workflow.
+//
+//	name: torch-ddp
+//	nodes: 2
+//	steps: 200            # optional: the script's total, for progress only
+//	checkpoint_every: 20  # what the script's should_checkpoint() follows
+//	external:
+//	  launcher: torchrun  # torchrun | ascend | msrun
+//	  entrypoint: [python3, train.py, --lr, "0.05"]
+//	  procs_per_node: 2
+//	  workdir: .          # relative: to the job file's directory
+//	  env: {GLOO_SOCKET_IFNAME: lo}
+//
+// Each node worker starts procs_per_node processes with the launcher's
+// environment contract (see engine/launch) plus the CANN_TRAIN_* variables
+// of the Python helper (python/cann_train.py). The checkpoint directory
+// (CANN_TRAIN_CHECKPOINT_DIR) belongs to the node worker: before every
+// launch it is emptied and filled with the run's last uploaded checkpoint
+// (empty on a fresh start); files that global rank 0 writes there and
+// commits with cann_train.saved(step) are uploaded incrementally to the
+// run's checkpoint bucket. A rank exiting non-zero or a node dying
+// restarts the whole world — the dead node replaced by a spare — from the
+// last uploaded checkpoint, at most max_restarts times.
+
+// ModelExternal is RunSpec.Model.Kind of an external job.
+const ModelExternal = "external"
+
+// Launchers an external job may name: whose environment contract its
+// processes get.
+const (
+	// LauncherTorchrun: what torchrun (torch.distributed.run) exports.
+	LauncherTorchrun = "torchrun"
+	// LauncherAscend: an HCCL rank table (RANK_TABLE_FILE) plus RANK_ID,
+	// RANK_SIZE, DEVICE_ID …, and the torch rendezvous variables for
+	// torch_npu scripts.
+	LauncherAscend = "ascend"
+	// LauncherMSRun: what MindSpore's msrun exports (a scheduler process
+	// on the first node and MS_WORKER processes).
+	LauncherMSRun = "msrun"
+)
+
+// Launchers lists the known launchers.
+var Launchers = []string{LauncherTorchrun, LauncherAscend, LauncherMSRun}
+
+// Names of the external job's activities, signal and error type.
+const (
+	// ActivityRunExternal runs one node's processes of an external job
+	// until they all exit (node queue).
+	ActivityRunExternal = "RunExternal"
+	// ActivityReservePort finds a free TCP port on the first node for the
+	// job's rendezvous (MASTER_PORT, MS_SCHED_PORT).
+	ActivityReservePort = "ReservePort"
+	// SignalCheckpointSaved (payload CheckpointSaved) tells the run that a
+	// node uploaded a checkpoint of the script's directory.
+	SignalCheckpointSaved = "checkpoint-saved"
+	// ErrTypeRankExited: one of the job's processes exited non-zero (or was
+	// killed); details carry a RankExit.
+	ErrTypeRankExited = "RankExited"
+	// ErrTypeBadJob: the job cannot start on this node (no such program,
+	// unwritable directories, …); restarting does not help.
+	ErrTypeBadJob = "BadJob"
+)
+
+// Environment variables of the Python helper protocol, set for every
+// process of an external job (python/cann_train.py reads them).
+const (
+	// EnvCheckpointDir is where the script reads and writes checkpoints.
+	EnvCheckpointDir = "CANN_TRAIN_CHECKPOINT_DIR"
+	// EnvRestoredStep is the step of the checkpoint restored into it (0 on
+	// a fresh start).
+	EnvRestoredStep = "CANN_TRAIN_RESTORED_STEP"
+	// EnvCheckpointEvery is the run's checkpoint_every (steps).
+	EnvCheckpointEvery = "CANN_TRAIN_CHECKPOINT_EVERY"
+	// EnvReportFile is the process's own JSON-lines file for report() and
+	// saved() records.
+	EnvReportFile = "CANN_TRAIN_REPORT_FILE"
+	// EnvAckFile is where the node worker writes the last checkpoint step
+	// it has copied; saved() waits for it.
+	EnvAckFile = "CANN_TRAIN_ACK_FILE"
+	// EnvRank and EnvWorldSize are the process's global rank (-1 for a
+	// process that is not a rank, e.g. the msrun scheduler) and the world
+	// size, whatever the launcher.
+	EnvRank      = "CANN_TRAIN_RANK"
+	EnvWorldSize = "CANN_TRAIN_WORLD_SIZE"
+	// EnvTotalSteps is the job's steps (0: unknown).
+	EnvTotalSteps = "CANN_TRAIN_TOTAL_STEPS"
+)
+
+// HelperEnv lists the CANN_TRAIN_* variables the node worker sets.
+var HelperEnv = []string{EnvCheckpointDir, EnvRestoredStep, EnvCheckpointEvery, EnvReportFile, EnvAckFile,
+	EnvRank, EnvWorldSize, EnvTotalSteps}
+
+// LauncherEnv lists the variables a launcher's contract fixes for every
+// process: a job's env may not set them (the defaults a launcher only
+// suggests, such as OMP_NUM_THREADS or HCCL_CONNECT_TIMEOUT, it may).
+func LauncherEnv(launcher string) []string {
+	torch := []string{"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+	switch launcher {
+	case LauncherTorchrun:
+		return append(torch, "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
+			"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+			"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE")
+	case LauncherAscend:
+		return append(torch, "RANK_TABLE_FILE", "RANK_ID", "RANK_SIZE", "DEVICE_ID", "ASCEND_DEVICE_ID")
+	case LauncherMSRun:
+		return []string{"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_NODE_ID", "RANK_ID", "RANK_SIZE"}
+	}
+	return nil
+}
+
+// ExternalJob is the `external:` block of a job file.
+type ExternalJob struct {
+	// Launcher is torchrun (default), ascend or msrun.
+	Launcher string `yaml:"launcher" json:"launcher"`
+	// Entrypoint is the argv every process runs, e.g. [python3, train.py];
+	// the program is looked up in PATH, relative paths from Workdir.
+	Entrypoint []string `yaml:"entrypoint" json:"entrypoint"`
+	// ProcsPerNode is how many processes (ranks) each node runs. Default 1.
+	ProcsPerNode int `yaml:"procs_per_node" json:"procs_per_node"`
+	// Env is added to every process's environment (the launcher's
+	// contract variables excepted).
+	Env map[string]string `yaml:"env" json:"env,omitempty"`
+	// Workdir is the processes' working directory on every node. A
+	// relative path is taken from the job file's directory when the run is
+	// submitted (`cann-train run`); empty: that directory.
+	Workdir string `yaml:"workdir" json:"workdir,omitempty"`
+	// CheckpointDir, when set, is the directory the node worker restores
+	// into and uploads from (relative: to Workdir). It must be private to
+	// one node worker — it is emptied before every launch. Empty: a
+	// directory of the node worker's own (--work-dir).
+	CheckpointDir string `yaml:"checkpoint_dir" json:"checkpoint_dir,omitempty"`
+	// MasterPort fixes the rendezvous port on the first node (0: a free
+	// port found at each launch).
+	MasterPort int `yaml:"master_port" json:"master_port,omitempty"`
+	// StopGrace is how long processes get between SIGTERM and SIGKILL when
+	// the world is stopped. Default 10s.
+	StopGrace Duration `yaml:"stop_grace" json:"stop_grace,omitempty"`
+}
+
+// IsExternal reports whether the spec runs a user's script.
+func (s RunSpec) IsExternal() bool { return s.External != nil }
+
+// WorldSize is the number of ranks of an external job on n nodes.
+func (s RunSpec) WorldSize(n int) int {
+	if s.External == nil {
+		return n
+	}
+	return n * s.External.ProcsPerNode
+}
+
+// externalDefaults is WithDefaults for an external job: the built-in
+// model's fields stay unset.
+func (s RunSpec) externalDefaults() RunSpec {
+	x := *s.External
+	if x.Launcher == "" {
+		x.Launcher = LauncherTorchrun
+	}
+	if x.ProcsPerNode == 0 {
+		x.ProcsPerNode = 1
+	}
+	if x.StopGrace == 0 {
+		x.StopGrace = Duration(10 * time.Second)
+	}
+	s.External = &x
+	if s.Model.Kind == "" {
+		s.Model.Kind = ModelExternal
+	}
+	if s.Nodes == 0 {
+		s.Nodes = 1
+	}
+	if s.CheckpointEvery == 0 {
+		s.CheckpointEvery = 100
+	}
+	if s.MaxRestarts == 0 {
+		s.MaxRestarts = 5
+	}
+	if s.NodeWait == 0 {
+		s.NodeWait = Duration(2 * time.Minute)
+	}
+	if s.HeartbeatTimeout == 0 {
+		s.HeartbeatTimeout = Duration(10 * time.Second)
+	}
+	if s.ChunksPerRun == 0 {
+		s.ChunksPerRun = 50
+	}
+	if s.MinNodes == 0 {
+		s.MinNodes = s.Nodes
+	}
+	return s
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// validateExternal is Validate for an external job.
+func (s RunSpec) validateExternal() error {
+	var errs []FieldError
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if s.Name == "" {
+		bad("name", "required: a run name such as torch-ddp")
+	} else if !validName(s.Name) {
+		bad("name", "%q: use letters, digits, '-', '_' and '.', at most 64 characters", s.Name)
+	}
+	if s.Model.Kind != ModelExternal {
+		bad("model.kind", "%q cannot run an external job (drop model, or write kind: %s)", s.Model.Kind, ModelExternal)
+	}
+	if s.Nodes < 1 || s.Nodes > 1024 {
+		bad("nodes", "%d out of range 1..1024", s.Nodes)
+	}
+	if s.Steps < 0 {
+		bad("steps", "must not be negative, got %d (0: unknown)", s.Steps)
+	}
+	if s.CheckpointEvery < 1 {
+		bad("checkpoint_every", "must be positive, got %d", s.CheckpointEvery)
+	}
+	if s.CheckpointURL != "" && !strings.Contains(s.CheckpointURL, "://") {
+		bad("checkpoint_url", "%q is not a bucket URL (file:///path, mem://, s3://bucket, gs://bucket, azblob://container)", s.CheckpointURL)
+	}
+	if s.MaxRestarts < 0 {
+		bad("max_restarts", "must not be negative, got %d", s.MaxRestarts)
+	}
+	if s.NodeWait < 0 {
+		bad("node_wait", "not a duration: want e.g. 30s or 5m")
+	}
+	if s.HeartbeatTimeout == badDuration {
+		bad("heartbeat_timeout", "not a duration: want e.g. 10s")
+	} else if s.HeartbeatTimeout.D() < time.Second {
+		bad("heartbeat_timeout", "%s is too short (at least 1s)", s.HeartbeatTimeout.D())
+	}
+	if s.ChunksPerRun < 1 {
+		bad("chunks_per_run", "must be positive, got %d", s.ChunksPerRun)
+	}
+	if s.MinNodes != s.Nodes {
+		bad("min_nodes", "%d: an external job keeps its world size (min_nodes must equal nodes, %d)", s.MinNodes, s.Nodes)
+	}
+	if s.Green != nil {
+		bad("green", "not supported for external jobs")
+	}
+	x := s.External
+	if !slices.Contains(Launchers, x.Launcher) {
+		bad("external.launcher", "unknown launcher %q (want %s)", x.Launcher, strings.Join(Launchers, ", "))
+	}
+	if len(x.Entrypoint) == 0 {
+		bad("external.entrypoint", "required: the command every process runs, e.g. [python3, train.py]")
+	}
+	for i, a := range x.Entrypoint {
+		if i == 0 && strings.TrimSpace(a) == "" {
+			bad("external.entrypoint[0]", "empty program name")
+		}
+		if strings.ContainsRune(a, 0) {
+			bad(fmt.Sprintf("external.entrypoint[%d]", i), "contains a NUL byte")
+		}
+	}
+	if x.ProcsPerNode < 1 || x.ProcsPerNode > 256 {
+		bad("external.procs_per_node", "%d out of range 1..256", x.ProcsPerNode)
+	}
+	reserved := LauncherEnv(x.Launcher)
+	for _, k := range sortedKeys(x.Env) {
+		switch {
+		case !envName.MatchString(k):
+			bad("external.env."+k, "%q is not an environment variable name", k)
+		case slices.Contains(reserved, k):
+			bad("external.env."+k, "set by the %s launcher for every process; it cannot be overridden", x.Launcher)
+		case strings.HasPrefix(k, "CANN_TRAIN_"):
+			bad("external.env."+k, "CANN_TRAIN_* variables are set by the node worker")
+		case strings.ContainsRune(x.Env[k], 0):
+			bad("external.env."+k, "value contains a NUL byte")
+		}
+	}
+	if d := x.CheckpointDir; d != "" {
+		c := filepath.Clean(d)
+		if c == "." || c == "/" || slices.Contains(strings.Split(filepath.ToSlash(d), "/"), "..") {
+			bad("external.checkpoint_dir", "%q: name a directory of its own (it is emptied before every launch), without '..'", d)
+		}
+	}
+	if p := x.MasterPort; p != 0 && (p < 1024 || p > 65535) {
+		bad("external.master_port", "%d out of range 1024..65535 (0: a free port at each launch)", p)
+	}
+	if x.StopGrace == badDuration || x.StopGrace < 0 {
+		bad("external.stop_grace", "not a duration: want e.g. 10s")
+	}
+	if len(errs) > 0 {
+		return &SpecError{Fields: errs}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// builtinOnly are job-file fields of the built-in model that an external
+// job must not set.
+var builtinOnly = []string{"model.hidden", "chunk_steps", "batch_per_rank", "learning_rate", "seed",
+	"collective", "topology_scan"}
+
+// parseExternal finishes Parse for an external job: drops the built-in
+// defaults the file did not set, reports the built-in fields it did set,
+// applies the external defaults and validates, all with YAML lines.
+func parseExternal(name string, decoded RunSpec, file *ast.File, perr error) (RunSpec, error) {
+	written := func(field string) int {
+		if perr != nil {
+			return 0
+		}
+		return yamlpos.LineOf(file, field)
+	}
+	var errs []FieldError
+	for _, f := range builtinOnly {
+		if line := written(f); line > 0 {
+			errs = append(errs, FieldError{Field: f, Line: line,
+				Msg: "applies to the built-in model only; an external job's script configures itself (drop it)"})
+		}
+	}
+	s := RunSpec{
+		Name: decoded.Name, Nodes: decoded.Nodes, CheckpointURL: decoded.CheckpointURL,
+		MaxRestarts: decoded.MaxRestarts, NodeWait: decoded.NodeWait, HeartbeatTimeout: decoded.HeartbeatTimeout,
+		ChunksPerRun: decoded.ChunksPerRun, Green: decoded.Green, External: decoded.External,
+	}
+	if written("model.kind") > 0 {
+		s.Model.Kind = decoded.Model.Kind
+	}
+	if written("nodes") == 0 {
+		s.Nodes = 0 // external default
+	}
+	if written("steps") > 0 {
+		s.Steps = decoded.Steps
+	}
+	if written("checkpoint_every") > 0 {
+		s.CheckpointEvery = decoded.CheckpointEvery
+	}
+	if written("min_nodes") > 0 {
+		s.MinNodes = decoded.MinNodes
+	}
+	if line := written("external.procs_per_node"); line > 0 && s.External.ProcsPerNode == 0 {
+		errs = append(errs, FieldError{Field: "external.procs_per_node", Line: line, Msg: "0 out of range 1..256"})
+	}
+	s = s.WithDefaults()
+	if err := s.Validate(); err != nil {
+		var se *SpecError
+		if !errors.As(err, &se) {
+			return RunSpec{}, err
+		}
+		for _, f := range se.Fields {
+			f.Line = written(f.Field)
+			if f.Line == 0 && strings.HasPrefix(f.Field, "external.env.") {
+				f.Line = written("external.env")
+			}
+			errs = append(errs, f)
+		}
+	}
+	if len(errs) > 0 {
+		return RunSpec{}, &SpecError{File: name, Fields: errs}
+	}
+	return s, nil
+}
+
+// WithJobDir makes an external job's relative workdir absolute, taking it
+// from dir (the job file's directory); an empty workdir becomes dir. A
+// built-in run is returned unchanged.
+func (s RunSpec) WithJobDir(dir string) (RunSpec, error) {
+	if s.External == nil {
+		return s, nil
+	}
+	x := *s.External
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return s, fmt.Errorf("job directory %s: %w", dir, err)
+	}
+	switch {
+	case x.Workdir == "":
+		x.Workdir = abs
+	case !filepath.IsAbs(x.Workdir):
+		x.Workdir = filepath.Join(abs, x.Workdir)
+	}
+	s.External = &x
+	return s, nil
+}
+
+// ExternalInput is what one node's RunExternal activity needs: the world
+// (membership, rendezvous port) and where to start from.
+type ExternalInput struct {
+	RunID      string     `json:"run_id"`
+	Spec       RunSpec    `json:"spec"`
+	Membership Membership `json:"membership"`
+	// Rank is the node's rank (torchrun's GROUP_RANK); its processes are
+	// global ranks Rank·procs_per_node … +procs_per_node−1.
+	Rank int `json:"rank"`
+	// Session names this launch of the world (unique per attempt).
+	Session string `json:"session"`
+	// Restarts is how many times the world was restarted before
+	// (TORCHELASTIC_RESTART_COUNT).
+	Restarts int `json:"restarts"`
+	// MasterPort is the rendezvous port on the first node.
+	MasterPort int `json:"master_port"`
+	// Restore is the checkpoint the processes start from (nil: fresh).
+	Restore *CheckpointRef `json:"restore,omitempty"`
+	// KillAtStep, when positive, asks the node to SIGKILL itself once its
+	// first process reports that step (fault injection).
+	KillAtStep int64 `json:"kill_at_step,omitempty"`
+}
+
+// RankExit is the detail of a RankExited error.
+type RankExit struct {
+	// Rank is the global rank (-1: a process that is not a rank, such as
+	// the msrun scheduler); Process names it ("rank-3", "scheduler").
+	Rank    int    `json:"rank"`
+	Process string `json:"process"`
+	Node    string `json:"node"`
+	// ExitCode is the exit status (-1 when killed by a signal).
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	// Step is the last step the process reported (0: none).
+	Step int64 `json:"step"`
+	// LogTail is the end of its output.
+	LogTail string `json:"log_tail"`
+	// LogFile is the full output on the node.
+	LogFile string `json:"log_file"`
+}
+
+// CheckpointSaved is the SignalCheckpointSaved payload: node rank 0 of
+// Session uploaded the checkpoint Ref.
+type CheckpointSaved struct {
+	Session string        `json:"session"`
+	Ref     CheckpointRef `json:"ref"`
+	// Loss is the script's last reported loss at that step (0: none).
+	Loss float32 `json:"loss,omitempty"`
+	// From is the step the launch started from and FirstLoss the first
+	// loss it reported: the run's initial loss when From is 0.
+	From      int64   `json:"from,omitempty"`
+	FirstLoss float32 `json:"first_loss,omitempty"`
+}
+
+// JoinWorkdir resolves p against the job's workdir (p absolute: as is).
+func (x ExternalJob) JoinWorkdir(p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(x.Workdir, p)
+}

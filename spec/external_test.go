@@ -1,0 +1,138 @@
+package spec
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseExternal(t *testing.T) {
+	s, err := Parse("job.yaml", []byte(`name: ddp
+nodes: 2
+steps: 120
+checkpoint_every: 20
+external:
+  launcher: torchrun
+  entrypoint: [python3, train.py, --lr, "0.05"]
+  procs_per_node: 2
+  env:
+    GLOO_SOCKET_IFNAME: lo
+    OMP_NUM_THREADS: "2"
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	x := s.External
+	if !s.IsExternal() || x == nil || x.Launcher != LauncherTorchrun || x.ProcsPerNode != 2 ||
+		len(x.Entrypoint) != 4 || x.Env["GLOO_SOCKET_IFNAME"] != "lo" || x.StopGrace.D() != 10*time.Second {
+		t.Fatalf("external = %+v", x)
+	}
+	if s.Model.Kind != ModelExternal || s.Nodes != 2 || s.Steps != 120 || s.CheckpointEvery != 20 || s.MinNodes != 2 {
+		t.Fatalf("spec = %+v", s)
+	}
+	// The built-in model's defaults are not filled in.
+	if s.Model.Hidden != nil || s.BatchPerRank != 0 || s.LearningRate != 0 || s.ChunkSteps != 0 {
+		t.Errorf("built-in defaults leaked into an external job: %+v", s)
+	}
+	if s.WorldSize(2) != 4 {
+		t.Errorf("world size %d", s.WorldSize(2))
+	}
+	// Defaults: one node, steps unknown, checkpoint every 100.
+	s, err = Parse("job.yaml", []byte("name: one\nexternal:\n  entrypoint: [python3, t.py]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Nodes != 1 || s.Steps != 0 || s.CheckpointEvery != 100 || s.External.ProcsPerNode != 1 || s.MaxRestarts != 5 {
+		t.Errorf("defaults: %+v %+v", s, s.External)
+	}
+	// WithDefaults and Validate agree with Parse (the workflow re-applies them).
+	if err := s.WithDefaults().Validate(); err != nil {
+		t.Errorf("re-validate: %v", err)
+	}
+}
+
+func TestParseExternalErrorsWithLines(t *testing.T) {
+	_, err := Parse("job.yaml", []byte(`name: ddp
+nodes: 2
+batch_per_rank: 8
+min_nodes: 1
+external:
+  launcher: torchrun
+  entrypoint: []
+  procs_per_node: 0
+  checkpoint_dir: ../elsewhere
+  master_port: 80
+  env:
+    RANK: "3"
+    CANN_TRAIN_RANK: "1"
+`))
+	var se *SpecError
+	if !errors.As(err, &se) {
+		t.Fatalf("want *SpecError, got %v", err)
+	}
+	want := map[string]int{
+		"batch_per_rank":               3,
+		"min_nodes":                    4,
+		"external.entrypoint":          7,
+		"external.procs_per_node":      8,
+		"external.checkpoint_dir":      9,
+		"external.master_port":         10,
+		"external.env.RANK":            12,
+		"external.env.CANN_TRAIN_RANK": 13,
+	}
+	got := map[string]int{}
+	for _, f := range se.Fields {
+		got[f.Field] = f.Line
+	}
+	for field, line := range want {
+		if l, ok := got[field]; !ok || l != line {
+			t.Errorf("%s: line %d (present %v), want line %d\n%v", field, l, ok, line, err)
+		}
+	}
+	_, err = Parse("job.yaml", []byte("name: x\nexternal:\n  launcher: mpirun\n  entrypoint: [a]\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 3: external.launcher: unknown launcher \"mpirun\"") {
+		t.Errorf("message: %v", err)
+	}
+	// Unknown fields inside external: are caught by the strict decoder.
+	_, err = Parse("job.yaml", []byte("name: x\nexternal:\n  entrypoint: [a]\n  procs: 2\n"))
+	if !errors.As(err, &se) || se.Fields[0].Line != 4 || !strings.Contains(err.Error(), "unknown field") {
+		t.Errorf("unknown field: %v", err)
+	}
+	// RANK is free for msrun (it sets RANK_ID), not for ascend.
+	if _, err := Parse("j", []byte("name: x\nexternal:\n  launcher: msrun\n  entrypoint: [a]\n  env: {RANK: '1'}\n")); err != nil {
+		t.Errorf("msrun with RANK in env: %v", err)
+	}
+	if _, err := Parse("j", []byte("name: x\nexternal:\n  launcher: ascend\n  entrypoint: [a]\n  env: {DEVICE_ID: '1'}\n")); err == nil {
+		t.Error("ascend with DEVICE_ID in env accepted")
+	}
+}
+
+func TestWithJobDir(t *testing.T) {
+	s, err := Parse("j", []byte("name: x\nexternal:\n  entrypoint: [a]\n  workdir: sub\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = s.WithJobDir("/jobs/here")
+	if err != nil || s.External.Workdir != filepath.Join("/jobs/here", "sub") {
+		t.Fatalf("workdir %q %v", s.External.Workdir, err)
+	}
+	s.External.Workdir = ""
+	if s, _ = s.WithJobDir("/jobs/here"); s.External.Workdir != "/jobs/here" {
+		t.Errorf("empty workdir → %q", s.External.Workdir)
+	}
+	if got := s.External.JoinWorkdir("ckpt"); got != "/jobs/here/ckpt" {
+		t.Errorf("JoinWorkdir %q", got)
+	}
+}
+
+func TestExampleExternalJobParses(t *testing.T) {
+	s, err := LoadFile("../examples/torch-ddp/job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.IsExternal() || s.External.ProcsPerNode != 2 || s.Nodes != 2 || s.External.Launcher != LauncherTorchrun {
+		t.Errorf("example: %+v", s.External)
+	}
+}

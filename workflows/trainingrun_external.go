@@ -1,0 +1,216 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// An external job (spec.RunSpec.External) is the user's own script: the
+// run launches it as one "world" — one RunExternal activity per node, each
+// running that node's processes until they exit — and waits. The script
+// checkpoints at its own pace; the first node uploads each checkpoint and
+// signals it (SignalCheckpointSaved), so the run always knows the last
+// one, whatever happens to the node afterwards. When a process exits
+// non-zero or a node dies, the run stops the whole world, replaces dead
+// nodes (a spare takes the rank), and launches a new world from the last
+// checkpoint — bounded by max_restarts, as for built-in runs. Histories
+// of built-in runs never reach this code: which path a run takes is fixed
+// by its input.
+
+// runExternal is TrainingRun's main loop for an external job.
+func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
+	r.listenCheckpoints(ctx)
+	if len(r.st.Membership.Nodes) == 0 {
+		if err := r.acquire(ctx); err != nil {
+			return r.fail(ctx, err)
+		}
+	}
+	for {
+		if r.shouldContinueAsNew(ctx) {
+			r.settle(ctx)
+			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
+				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
+		}
+		err := r.runWorld(ctx)
+		if err == nil {
+			break
+		}
+		if err := r.recover(ctx, err); err != nil {
+			return r.fail(ctx, err)
+		}
+	}
+	r.releaseNodes(ctx)
+	r.setPhase(ctx, spec.PhaseCompleted)
+	return r.st.Status, nil
+}
+
+// listenCheckpoints records the checkpoints the first node uploads while
+// a world runs.
+func (r *run) listenCheckpoints(ctx workflow.Context) {
+	ch := workflow.GetSignalChannel(ctx, spec.SignalCheckpointSaved)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var c spec.CheckpointSaved
+			ch.Receive(ctx, &c)
+			r.onCheckpoint(ctx, c)
+		}
+	})
+}
+
+func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) {
+	log := workflow.GetLogger(ctx)
+	if c.Session != r.st.Session {
+		// A world that was stopped may still finish an upload; the run
+		// has moved on from it.
+		log.Warn("checkpoint from an earlier launch ignored", "session", c.Session, "step", c.Ref.Step)
+		return
+	}
+	s := &r.st.Status
+	if last := s.LastCkpt; last != nil && c.Ref.Step <= last.Step {
+		return
+	}
+	ref := c.Ref
+	r.commitCheckpoint(ref)
+	if c.Loss != 0 {
+		s.Loss = c.Loss
+	}
+	if c.From == 0 && s.InitialLoss == 0 {
+		s.InitialLoss = c.FirstLoss // the first launch may not be the one that finishes
+	}
+	s.UpdatedAt = workflow.Now(ctx)
+	log.Info("checkpoint uploaded", "step", ref.Step, "key", ref.Key)
+	r.publish(ctx)
+}
+
+// runWorld launches the job on the current membership from the last
+// checkpoint and waits for every node; it returns a *chunkFailure when
+// the world did not finish cleanly.
+func (r *run) runWorld(ctx workflow.Context) error {
+	r.st.Epoch++
+	m := r.st.Membership
+	r.st.Session = fmt.Sprintf("%s/g%d/e%d", r.st.Status.RunID, m.Generation, r.st.Epoch)
+	from := r.st.Status.Step
+	started := workflow.Now(ctx)
+	port := r.spec.External.MasterPort
+	if port == 0 {
+		err := workflow.ExecuteActivity(portOptions(ctx, m.Nodes[0]), spec.ActivityReservePort).Get(ctx, &port)
+		if err != nil {
+			errs := make([]error, len(m.Nodes))
+			errs[0] = err
+			return r.blameWorld(from, started, workflow.Now(ctx), errs)
+		}
+	}
+	cctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	futures := make([]workflow.Future, len(m.Nodes))
+	procs := r.spec.External.ProcsPerNode
+	for rank, node := range m.Nodes {
+		in := spec.ExternalInput{
+			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank, Session: r.st.Session,
+			Restarts: r.st.Restarts, MasterPort: port, Restore: r.st.Status.LastCkpt,
+			KillAtStep: r.faultFor(node.ID, from, math.MaxInt64),
+		}
+		summary := fmt.Sprintf("%s · ranks %d–%d of %d on %s · from step %d · gen %d",
+			r.spec.External.Launcher, rank*procs, rank*procs+procs-1, len(m.Nodes)*procs, node.ID, from, m.Generation)
+		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
+	}
+	results, errs := r.awaitWorld(ctx, futures, cancel)
+	r.settle(ctx) // checkpoint signals delivered with the results
+	if f := r.blameWorld(from, started, workflow.Now(ctx), errs); f != nil {
+		return f
+	}
+	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {
+		results[0].Checkpoint = nil // already recorded from its signal
+	}
+	r.absorb(ctx, results)
+	return nil
+}
+
+// awaitWorld waits for every node's activity. After the first failure it
+// gives the others a grace period — a heartbeat timeout and a half, at
+// least 2 s more — to
+// end on their own (a dead node's activity times out; its peers' processes
+// usually exit when they lose it), then cancels the rest, so that a dead
+// node is named as such and a hung collective does not hold the run.
+func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc) ([]spec.ChunkResult, []error) {
+	n := len(futures)
+	results := make([]spec.ChunkResult, n)
+	errs := make([]error, n)
+	left := n
+	sel := workflow.NewSelector(ctx)
+	for i, f := range futures {
+		sel.AddFuture(f, func(f workflow.Future) {
+			errs[i] = f.Get(ctx, &results[i])
+			left--
+		})
+	}
+	tctx, stopTimer := workflow.WithCancel(ctx)
+	defer stopTimer()
+	graceSet, expired := false, false
+	for left > 0 {
+		sel.Select(ctx)
+		if expired {
+			expired = false
+			cancel()
+			continue
+		}
+		if !graceSet && left > 0 && anyErr(errs) {
+			graceSet = true
+			hb := r.spec.HeartbeatTimeout.D()
+			grace := hb + max(2*time.Second, hb/2)
+			sel.AddFuture(workflow.NewTimer(tctx, grace), func(workflow.Future) { expired = true })
+		}
+	}
+	return results, errs
+}
+
+func anyErr(errs []error) bool {
+	for _, e := range errs {
+		if e != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// blameWorld is blame for a world: a node that timed out is dead (it is
+// replaced); otherwise a process that exited is the reason (the world is
+// restarted on the same nodes). The step the world had reached comes from
+// the processes' reports and the dead nodes' last heartbeats.
+func (r *run) blameWorld(from int64, started, seen time.Time, errs []error) *chunkFailure {
+	f := r.blame(from, started, seen, errs)
+	if f == nil {
+		return nil
+	}
+	var exited error
+	for _, err := range errs {
+		var ae *temporal.ApplicationError
+		var te *temporal.TimeoutError
+		switch {
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeRankExited:
+			var d spec.RankExit
+			if ae.HasDetails() && ae.Details(&d) == nil {
+				f.atStep = max(f.atStep, d.Step)
+			}
+			if exited == nil {
+				exited = err
+			}
+		case errors.As(err, &te) && te.HasLastHeartbeatDetails():
+			var p spec.ChunkProgress
+			if te.LastHeartbeatDetails(&p) == nil {
+				f.atStep = max(f.atStep, p.Step)
+			}
+		}
+	}
+	if len(f.failed) == 0 && !f.corrupt && exited != nil {
+		f.first, f.reason = exited, message(exited)
+	}
+	return f
+}

@@ -1,0 +1,230 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// fakeWorlds plays RunExternal: every node runs until step `end`; the
+// first node commits checkpoints (by signal, as the real node does).
+// behave(in) may fail a node or make it hang until cancelled.
+type fakeWorlds struct {
+	mu     sync.Mutex
+	env    *testsuite.TestWorkflowEnvironment
+	inputs []spec.ExternalInput
+	end    int64
+	// ckpts are the steps the first node commits in every launch (those
+	// past the launch's start).
+	ckpts  []int64
+	behave func(in spec.ExternalInput) error
+}
+
+var errHang = fmt.Errorf("hang")
+
+func (f *fakeWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.ChunkResult, error) {
+	f.mu.Lock()
+	f.inputs = append(f.inputs, in)
+	f.mu.Unlock()
+	from := int64(0)
+	if in.Restore != nil {
+		from = in.Restore.Step
+	}
+	if in.Rank == 0 {
+		for _, s := range f.ckpts {
+			if s > from {
+				f.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+					Ref:  spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: s, Key: fmt.Sprintf("ckpt/%d", s), SHA256: fmt.Sprint(s)},
+					Loss: 2.3 / float32(1+s), From: from, FirstLoss: 2.3 / float32(1+from)})
+			}
+		}
+	}
+	if f.behave != nil {
+		if err := f.behave(in); err == errHang {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	return &spec.ChunkResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, From: from, To: f.end,
+		FirstLoss: 2.3 / float32(1+from), LastLoss: 2.3 / float32(1+f.end), Seconds: 10,
+		StartedAt: t0, FirstStepAt: t0.Add(time.Second), EndedAt: t0.Add(10 * time.Second)}, nil
+}
+
+func (f *fakeWorlds) launches() [][]spec.ExternalInput {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out [][]spec.ExternalInput
+	for _, in := range f.inputs {
+		if len(out) == 0 || out[len(out)-1][0].Session != in.Session {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], in)
+	}
+	return out
+}
+
+func newExternalEnv(t *testing.T, cl *fakeCluster, w *fakeWorlds) *testsuite.TestWorkflowEnvironment {
+	env := newRunEnv(t, cl, &fakeChunks{})
+	w.env = env
+	env.RegisterActivityWithOptions(w.run, activity.RegisterOptions{Name: spec.ActivityRunExternal})
+	env.RegisterActivityWithOptions(func(context.Context) (int, error) { return 29500, nil },
+		activity.RegisterOptions{Name: spec.ActivityReservePort})
+	return env
+}
+
+func externalSpec(nodes int) spec.RunSpec {
+	return spec.RunSpec{Name: "ddp", Nodes: nodes, Steps: 100, MaxRestarts: 3, HeartbeatTimeout: spec.Duration(10 * time.Second),
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 2, Workdir: "/w"}}.WithDefaults()
+}
+
+func TestExternalRunCompletes(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	w := &fakeWorlds{end: 100, ckpts: []int64{40, 80}}
+	env := newExternalEnv(t, cl, w)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Equal(t, spec.ModelExternal, st.Model)
+	require.EqualValues(t, 100, st.Step)
+	require.EqualValues(t, 100, st.TotalSteps)
+	require.Equal(t, 2, st.Checkpoints)
+	require.EqualValues(t, 80, st.LastCkpt.Step)
+	require.InDelta(t, 2.3, st.InitialLoss, 1e-6)
+	require.InDelta(t, 2.3/101, st.Loss, 1e-6)
+	require.Empty(t, st.Recoveries)
+	ls := w.launches()
+	require.Len(t, ls, 1)
+	require.Len(t, ls[0], 2)
+	for rank, in := range ls[0] {
+		require.Equal(t, rank, in.Rank)
+		require.Equal(t, 29500, in.MasterPort)
+		require.Nil(t, in.Restore)
+		require.Zero(t, in.Restarts)
+	}
+}
+
+// TestExternalRunReplacesDeadNode: node-2 dies (heartbeat timeout) at
+// step 57 while node-1's ranks exit when they lose their peers; the run
+// replaces node-2 with the spare and relaunches from the checkpoint at
+// step 40, counting one restart.
+func TestExternalRunReplacesDeadNode(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare"), failed: map[string]bool{}}
+	w := &fakeWorlds{end: 100, ckpts: []int64{20, 40}}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Restore != nil {
+			return nil
+		}
+		if in.Rank == 1 {
+			return temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 40})
+		}
+		return temporal.NewApplicationError("rank-1 on node node-1 exited with status 1 at step 56", spec.ErrTypeRankExited,
+			spec.RankExit{Rank: 1, Process: "rank-1", Node: "node-1", ExitCode: 1, Step: 56})
+	}
+	env := newExternalEnv(t, cl, w)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Equal(t, []string{"node-1", "spare"}, st.Nodes)
+	require.Len(t, st.Recoveries, 1)
+	rec := st.Recoveries[0]
+	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
+	require.Equal(t, []string{"spare"}, rec.Replacement)
+	require.EqualValues(t, 40, rec.ResumeStep)
+	require.EqualValues(t, 57, rec.FailedAtStep)
+	require.EqualValues(t, 17, rec.LostSteps)
+	require.InDelta(t, 2.3/41, rec.ResumeLoss, 1e-6, "the loss curve goes on from the checkpoint")
+	require.InDelta(t, 2.3, st.InitialLoss, 1e-6, "the first launch's first loss, although it failed")
+	require.Contains(t, rec.Reason, "node-2")
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	second := ls[1]
+	require.EqualValues(t, 40, second[0].Restore.Step)
+	require.Equal(t, 1, second[0].Restarts)
+	require.Equal(t, "spare", second[1].Membership.Nodes[1].ID)
+	require.NotEqual(t, ls[0][0].Session, second[0].Session)
+	require.Equal(t, 2, st.Checkpoints) // 20 and 40 once: no step past 40 was committed again
+}
+
+// TestExternalRunRestartsWorldOnRankExit: a rank exits non-zero while
+// the other node's ranks hang; after the grace period those are cancelled
+// and the world relaunches on the same nodes (nobody is marked failed).
+// A checkpoint signal from the stopped launch is ignored.
+func TestExternalRunRestartsWorldOnRankExit(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare"), failed: map[string]bool{}}
+	w := &fakeWorlds{end: 100, ckpts: []int64{30}}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Restore != nil {
+			return nil
+		}
+		if in.Rank == 1 {
+			return temporal.NewApplicationError("rank-3 on node node-2 exited with status 1 at step 33; log tail:\nValueError: nan loss",
+				spec.ErrTypeRankExited, spec.RankExit{Rank: 3, Process: "rank-3", Node: "node-2", ExitCode: 1, Step: 33})
+		}
+		return errHang
+	}
+	env := newExternalEnv(t, cl, w)
+	// The hanging node's activity keeps the test clock real: wait out a
+	// short grace period (1 s heartbeat timeout + 2 s).
+	env.SetTestTimeout(30 * time.Second)
+	env.RegisterDelayedCallback(func() {
+		// A late upload from a launch that was stopped.
+		env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: "run/ddp/g0/e0",
+			Ref: spec.CheckpointRef{Step: 35, Key: "ckpt/35"}})
+	}, time.Second)
+	s := externalSpec(2)
+	s.HeartbeatTimeout = spec.Duration(time.Second)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Len(t, st.Recoveries, 1)
+	rec := st.Recoveries[0]
+	require.Empty(t, rec.FailedNodes)
+	require.Contains(t, rec.Reason, "rank-3 on node node-2 exited with status 1")
+	require.EqualValues(t, 30, rec.ResumeStep)
+	require.EqualValues(t, 33, rec.FailedAtStep)
+	require.Equal(t, []string{"node-1", "node-2"}, st.Nodes)
+	require.EqualValues(t, 30, st.LastCkpt.Step)
+	require.Empty(t, cl.failed)
+}
+
+func TestExternalRunGivesUp(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1")}
+	w := &fakeWorlds{end: 100}
+	w.behave = func(in spec.ExternalInput) error {
+		return temporal.NewApplicationError("rank-0 on node node-1 exited with status 2 at step 0", spec.ErrTypeRankExited,
+			spec.RankExit{Rank: 0, ExitCode: 2})
+	}
+	env := newExternalEnv(t, cl, w)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(1)})
+	err := env.GetWorkflowError()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "gave up after 3 restart(s)")
+	require.Contains(t, err.Error(), "exited with status 2")
+	require.Len(t, w.launches(), 4)
+	// A job that cannot start on a node is not restarted.
+	w2 := &fakeWorlds{end: 100, behave: func(spec.ExternalInput) error {
+		return temporal.NewNonRetryableApplicationError("start rank-0: \"python3\" not found in PATH", spec.ErrTypeBadJob, nil)
+	}}
+	env = newExternalEnv(t, &fakeCluster{pool: testNodes("node-1")}, w2)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(1)})
+	require.ErrorContains(t, env.GetWorkflowError(), "not found in PATH")
+	require.Len(t, w2.launches(), 1)
+}
