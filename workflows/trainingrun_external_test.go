@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -71,6 +72,10 @@ func (f *fakeWorlds) launches() [][]spec.ExternalInput {
 			out = append(out, nil)
 		}
 		out[len(out)-1] = append(out[len(out)-1], in)
+	}
+	// The ranks of one launch start concurrently: order them by rank.
+	for _, l := range out {
+		slices.SortFunc(l, func(a, b spec.ExternalInput) int { return a.Rank - b.Rank })
 	}
 	return out
 }
