@@ -30,6 +30,16 @@ const (
 	// MaxParams bounds NumParams so that every length fits comfortably in
 	// an int32-indexed collective buffer.
 	MaxParams = 1 << 30
+	// MaxFreezeStep bounds Config.FreezeStep.
+	MaxFreezeStep = 1 << 40
+)
+
+// Bucket sizes of [Trainer.StepOverlap] when the Config leaves them 0: the
+// defaults of PyTorch DDP (bucket_cap_mb 25, and a 1 MiB first bucket so
+// that communication starts as soon as the last layer's gradient is done).
+const (
+	DefaultBucketBytes      = 25 << 20
+	DefaultFirstBucketBytes = 1 << 20
 )
 
 // Config describes one rank of a data-parallel training job. All fields but
@@ -60,6 +70,29 @@ type Config struct {
 	Rank int
 	// World is the number of data-parallel ranks (>= 1).
 	World int
+
+	// Optimizer selects the update rule; the zero value is [Adam], whose
+	// reducer averages the gradient every step. [OneBitAdam] does the
+	// same for FreezeStep steps, then freezes Adam's second moment and
+	// has the reducer average the momentum instead (see [Payload]), which
+	// a compressing reducer can send in one bit per value.
+	Optimizer Optimizer
+	// FreezeStep is, with OneBitAdam, the number of Adam updates (with the
+	// averaged gradient) before the variance is frozen: at least 1. It must
+	// be 0 with Adam.
+	FreezeStep int64
+
+	// BucketBytes caps the size of the gradient buckets that
+	// [Trainer.StepOverlap] hands its [BucketReducer] (0:
+	// DefaultBucketBytes), and FirstBucketBytes that of the first bucket,
+	// the one backward completes first (0: DefaultFirstBucketBytes). Every
+	// layer (weights and biases) starts a new bucket; larger layers are
+	// split. The layout must be the same on every rank, like every other
+	// field, but it is not part of a [State]: a run may change it on
+	// restore (the bits then change, as the reductions are grouped
+	// differently). Plain [Trainer.Step] ignores both.
+	BucketBytes      int
+	FirstBucketBytes int
 }
 
 // DefaultConfig returns a single-rank configuration with the package defaults.
@@ -101,6 +134,14 @@ func (c Config) Validate() error {
 	if c.Rank < 0 || (c.World >= 1 && c.Rank >= c.World) {
 		errs = append(errs, fmt.Errorf("config Rank=%d, want 0..World-1 (World=%d)", c.Rank, c.World))
 	}
+	for _, b := range []struct {
+		name string
+		v    int
+	}{{"BucketBytes", c.BucketBytes}, {"FirstBucketBytes", c.FirstBucketBytes}} {
+		if b.v != 0 && (b.v < 4 || b.v > 4*MaxParams) {
+			errs = append(errs, fmt.Errorf("config %s=%d, want 0 (default) or 4..%d", b.name, b.v, 4*MaxParams))
+		}
+	}
 	if len(errs) == 0 {
 		return nil
 	}
@@ -120,6 +161,18 @@ func (c Config) modelErrs() []error {
 	}
 	if !(c.LearningRate > 0) || math.IsInf(c.LearningRate, 0) {
 		errs = append(errs, fmt.Errorf("config LearningRate=%v, want a finite value > 0", c.LearningRate))
+	}
+	switch c.Optimizer {
+	case Adam:
+		if c.FreezeStep != 0 {
+			errs = append(errs, fmt.Errorf("config FreezeStep=%d with Optimizer adam, want 0 (it applies to onebit-adam)", c.FreezeStep))
+		}
+	case OneBitAdam:
+		if c.FreezeStep < 1 || c.FreezeStep > MaxFreezeStep {
+			errs = append(errs, fmt.Errorf("config FreezeStep=%d with Optimizer onebit-adam, want 1..%d", c.FreezeStep, int64(MaxFreezeStep)))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("config Optimizer=%d, want %d (adam) or %d (onebit-adam)", c.Optimizer, Adam, OneBitAdam))
 	}
 	return errs
 }

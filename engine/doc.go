@@ -39,6 +39,15 @@
 //     global batch; Step returns the mean loss over the global batch and
 //     advances the step.
 //
+// That is the default optimizer, [Adam]. With Config.Optimizer [OneBitAdam]
+// (1-bit Adam) the buffer has more in it, and the caller can tell what from
+// [Trainer.Payload] and [Trainer.BufferLen]: from Config.FreezeStep on, its
+// first NumParams() values are this rank's momentum instead of its
+// gradient (a compressing reducer sends its sign), and after the loss come
+// two gradient statistics per layer (sums of squares of this rank's
+// gradient per tensor, which scale the frozen variance). The reducer
+// averages the whole buffer as before; step 4 is then 1-bit Adam's update.
+//
 // With GlobalBatch, training is the same function of the global batch for
 // every World, up to floating-point summation order (the per-rank partial
 // sums are grouped differently): on MNIST, runs on 1 to 5 ranks, with or
@@ -59,10 +68,14 @@
 // cross-rank and resume checks.
 //
 // [Trainer.Snapshot] captures everything needed to continue bit-identically
-// (the config fingerprint, step, parameters, Adam moments and Adam step), and
+// (the config fingerprint, step, parameters, Adam moments and Adam step, and
+// with OneBitAdam the moving averages that scale the frozen variance), and
 // [State.MarshalBinary] encodes it in a small versioned, checksummed format;
-// [Trainer.Restore] refuses a State made for a different model or data order
-// and names each mismatch. Package engine/checkpoint stores such payloads.
+// [Trainer.Restore] refuses a State made for a different model, data order
+// or optimizer and names each mismatch. A compressing reducer's own state
+// (error-feedback residuals, which differ per rank) travels in
+// State.CommState, which the caller fills and reads. Package
+// engine/checkpoint stores such payloads.
 //
 // # Elastic world size
 //
@@ -75,8 +88,26 @@
 // BatchPerRank continues on another world size in a Trainer with
 // GlobalBatch = BatchPerRank*World.
 //
-// The step hot path does not allocate: activations, gradients and the data
-// permutation are allocated once by [NewTrainer].
+// # Overlap
+//
+// [Trainer.StepOverlap] is Step with the averaging overlapped with the
+// backward pass: the buffer is cut into buckets ([Trainer.Buckets]: per
+// layer, at most Config.BucketBytes, the first at most
+// Config.FirstBucketBytes, as in PyTorch DDP), backward produces them from
+// the last layer to the first, and each goes to a [BucketReducer] as soon
+// as it is complete; the optimizer then waits only for the communication
+// still in flight. [AsyncReducer] runs a per-bucket blocking function on a
+// goroutine of its own, bucket after bucket in the same order on every
+// rank, and accounts for the communication time and for the part of it the
+// step waited for ([OverlapStats]). With an element-wise fixed-order
+// average StepOverlap trains bit-identically to Step; with a ring
+// allreduce per bucket it is as deterministic, but rounds differently from
+// one ring allreduce of the whole buffer. The engine itself still runs on
+// the caller's goroutine; only the reducer runs beside it.
+//
+// The step hot path does not allocate (Step and StepOverlap, either
+// optimizer): activations, gradients and the data permutation are
+// allocated once by [NewTrainer].
 //
 // # Non-goals
 //

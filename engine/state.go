@@ -41,9 +41,34 @@ type State struct {
 
 	// Params, M and V are the parameters and Adam's first and second
 	// moment estimates, each NumParams long, in [Trainer.Params] layout.
+	// With OneBitAdam past FreezeStep, V is the frozen variance and M the
+	// last averaged momentum.
 	Params []float32
 	M      []float32
 	V      []float32
+
+	// Optimizer and FreezeStep are those of the Config (part of the
+	// configuration fingerprint unless Optimizer is Adam).
+	Optimizer  Optimizer
+	FreezeStep int64
+	// SqAvg and SqFrozen are, with OneBitAdam, per tensor of
+	// [Trainer.Tensors], the beta2 moving average (not bias-corrected) of
+	// the sum of squared gradients averaged over ranks, and its
+	// bias-corrected value at FreezeStep (0 before): what scales the
+	// frozen variance. Both are nil with Adam.
+	SqAvg    []float64
+	SqFrozen []float64
+
+	// CommState is the caller's communication state, which the engine
+	// carries and checksums but never reads: what a reducer needs to
+	// continue bit-identically after a restore, such as the error-feedback
+	// residuals of a compressing reducer. Unlike everything else here it is
+	// per rank: CommState[r] is rank r's, for the World the state was made
+	// on. Snapshot leaves it nil; a caller that keeps such state gathers
+	// every rank's into it before saving, and after Restore hands each rank
+	// its own (or, on another world size, resets it: error feedback then
+	// loses only the residual it was still holding back).
+	CommState [][]byte
 }
 
 // Snapshot returns a deep copy of everything needed to continue training.
@@ -52,8 +77,14 @@ func (t *Trainer) Snapshot() *State {
 	s.Hidden = slices.Clone(s.Hidden)
 	s.Step, s.AdamT = t.step, t.adamT
 	s.Params, s.M, s.V = slices.Clone(t.params), slices.Clone(t.m), slices.Clone(t.v)
+	if len(t.sq) > 0 {
+		s.SqAvg, s.SqFrozen = slices.Clone(t.sq), slices.Clone(t.sqFrozen)
+	}
 	return s
 }
+
+// extended reports whether s needs the version 3/4 encoding.
+func (s *State) extended() bool { return s.Optimizer != Adam || len(s.CommState) > 0 }
 
 // configState returns a State holding only the configuration fields of t
 // (Hidden aliases the trainer's).
@@ -64,6 +95,8 @@ func (t *Trainer) configState() *State {
 		LearningRate: t.cfg.LearningRate,
 		Dim:          t.sizes[0],
 		Classes:      t.sizes[len(t.sizes)-1],
+		Optimizer:    t.cfg.Optimizer,
+		FreezeStep:   t.cfg.FreezeStep,
 	}
 	if t.cfg.GlobalBatch > 0 {
 		s.GlobalBatch = t.cfg.GlobalBatch
@@ -132,6 +165,15 @@ func (t *Trainer) Restore(s *State) error {
 	} else if s.GlobalBatch > 0 && (s.BatchPerRank != 0 || s.World != 0) {
 		errs = append(errs, fmt.Errorf("state has GlobalBatch=%d and BatchPerRank=%d, World=%d: want both 0", s.GlobalBatch, s.BatchPerRank, s.World))
 	}
+	if s.Optimizer != t.cfg.Optimizer {
+		mismatch("Optimizer", s.Optimizer, t.cfg.Optimizer)
+	}
+	if s.FreezeStep != t.cfg.FreezeStep {
+		mismatch("FreezeStep", s.FreezeStep, t.cfg.FreezeStep)
+	}
+	if len(s.SqAvg) != len(t.sq) || len(s.SqFrozen) != len(t.sq) {
+		errs = append(errs, fmt.Errorf("len(SqAvg), len(SqFrozen): state has %d, %d, trainer has %d tensor statistics", len(s.SqAvg), len(s.SqFrozen), len(t.sq)))
+	}
 	if s.Dim != t.sizes[0] {
 		mismatch("Dim", s.Dim, t.sizes[0])
 	}
@@ -155,14 +197,17 @@ func (t *Trainer) Restore(s *State) error {
 	copy(t.params, s.Params)
 	copy(t.m, s.M)
 	copy(t.v, s.V)
+	copy(t.sq, s.SqAvg)
+	copy(t.sqFrozen, s.SqFrozen)
+	t.floorValid = false
 	t.step, t.adamT = s.Step, s.AdamT
 	return nil
 }
 
 // ConfigFingerprint returns a hex SHA-256 over the fields that must match
 // for a State to restore into a Trainer (everything in Config but Rank, plus
-// the dataset shape). Equal fingerprints mean Restore will accept the state
-// as far as configuration goes.
+// the dataset shape, but not the bucket sizes). Equal fingerprints mean
+// Restore will accept the state as far as configuration goes.
 //
 // With Config.GlobalBatch set the fingerprint covers GlobalBatch instead of
 // BatchPerRank and World, so it is the same for every world size.
@@ -191,22 +236,30 @@ func (s *State) configFingerprint() string {
 	for _, h := range s.Hidden {
 		b = binary.LittleEndian.AppendUint64(b, uint64(h))
 	}
+	if s.Optimizer != Adam {
+		// Appended only for other optimizers: Adam fingerprints are those
+		// recorded before the optimizer was configurable.
+		b = append(b, "\x00optimizer\x00"...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(s.Optimizer))
+		b = binary.LittleEndian.AppendUint64(b, uint64(s.FreezeStep))
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
 
-// Binary encoding, versions 1 and 2 (all integers little-endian):
+// Binary encoding, versions 1 to 4 (all integers little-endian):
 //
 //	offset size
 //	     0    4  magic "CTST"
-//	     4    2  version (1: BatchPerRank mode, 2: GlobalBatch mode)
+//	     4    2  version (1: BatchPerRank mode, 2: GlobalBatch mode;
+//	             3 and 4: the same with the extension below)
 //	     6    2  reserved, 0
 //	     8    8  Seed
 //	    16    8  LearningRate (IEEE-754 bits)
 //	    24    8  Step (int64)
 //	    32    8  AdamT (int64)
-//	    40    4  version 1: BatchPerRank; version 2: GlobalBatch (>= 1)
-//	    44    4  version 1: World;        version 2: reserved, 0
+//	    40    4  versions 1, 3: BatchPerRank; versions 2, 4: GlobalBatch (>= 1)
+//	    44    4  versions 1, 3: World;        versions 2, 4: reserved, 0
 //	    48    4  Dim
 //	    52    4  Classes
 //	    56    4  number of hidden layers H
@@ -215,17 +268,30 @@ func (s *State) configFingerprint() string {
 //	     .  4*P  Params (float32 bits)
 //	     .  4*P  M
 //	     .  4*P  V
+//	     .       versions 3 and 4 only, the extension:
+//	          4  Optimizer
+//	          4  number of tensor statistics T (0 with Adam)
+//	          8  FreezeStep (int64)
+//	        8*T  SqAvg (float64 bits)
+//	        8*T  SqFrozen
+//	          4  number of CommState entries R
+//	             R times: 4 length L, L bytes, zero padding to a multiple of 4
 //	     .    4  CRC-32C (Castagnoli) of every preceding byte
 //
-// A state with GlobalBatch set is written as version 2, any other as
-// version 1, byte for byte as before version 2 existed; both are read. The
-// header stays 64 bytes, a multiple of 4, as engine/checkpoint relies on.
+// A state with the Adam optimizer and no CommState is written as version 1
+// or 2, byte for byte as before the extension existed (and a version 3 or
+// 4 state without anything to extend is refused, so every accepted
+// encoding is the one MarshalBinary writes); any other as version 3 or 4.
+// All four are read. The header stays 64 bytes, a multiple of 4, as
+// engine/checkpoint relies on, and so does every section after it.
 const (
-	stateMagic     = "CTST"
-	stateVersion   = 1
-	stateVersionGB = 2
-	stateHeaderLen = 64
-	stateCRCLen    = 4
+	stateMagic      = "CTST"
+	stateVersion    = 1
+	stateVersionGB  = 2
+	stateVersionExt = 2 // added to the version when the extension follows
+	stateHeaderLen  = 64
+	stateCRCLen     = 4
+	stateExtLen     = 20 // the extension's fixed part
 )
 
 // castagnoli returns the CRC-32C table (crc32 builds it once internally).
@@ -237,12 +303,22 @@ func (s *State) MarshalBinary() ([]byte, error) {
 		return nil, fmt.Errorf("engine: marshal state: %w", err)
 	}
 	p := len(s.Params)
-	b := make([]byte, stateHeaderLen, stateHeaderLen+4*len(s.Hidden)+12*p+stateCRCLen)
+	size := stateHeaderLen + 4*len(s.Hidden) + 12*p + stateCRCLen
+	if s.extended() {
+		size += stateExtLen + 16*len(s.SqAvg)
+		for _, c := range s.CommState {
+			size += 4 + pad4(len(c))
+		}
+	}
+	b := make([]byte, stateHeaderLen, size)
 	copy(b, stateMagic)
 	le := binary.LittleEndian
 	version, f40, f44 := stateVersion, s.BatchPerRank, s.World
 	if s.GlobalBatch > 0 {
 		version, f40, f44 = stateVersionGB, s.GlobalBatch, 0
+	}
+	if s.extended() {
+		version += stateVersionExt
 	}
 	le.PutUint16(b[4:], uint16(version))
 	le.PutUint64(b[8:], s.Seed)
@@ -263,8 +339,27 @@ func (s *State) MarshalBinary() ([]byte, error) {
 			b = le.AppendUint32(b, math.Float32bits(x))
 		}
 	}
+	if s.extended() {
+		b = le.AppendUint32(b, uint32(s.Optimizer))
+		b = le.AppendUint32(b, uint32(len(s.SqAvg)))
+		b = le.AppendUint64(b, uint64(s.FreezeStep))
+		for _, arr := range [][]float64{s.SqAvg, s.SqFrozen} {
+			for _, x := range arr {
+				b = le.AppendUint64(b, math.Float64bits(x))
+			}
+		}
+		b = le.AppendUint32(b, uint32(len(s.CommState)))
+		for _, c := range s.CommState {
+			b = le.AppendUint32(b, uint32(len(c)))
+			b = append(b, c...)
+			b = append(b, make([]byte, pad4(len(c))-len(c))...)
+		}
+	}
 	return le.AppendUint32(b, crc32.Checksum(b, castagnoli())), nil
 }
+
+// pad4 rounds n up to a multiple of 4.
+func pad4(n int) int { return (n + 3) &^ 3 }
 
 // UnmarshalBinary decodes data produced by [State.MarshalBinary], replacing
 // all of s. A truncated, corrupt or foreign buffer yields an error saying
@@ -281,8 +376,12 @@ func (s *State) UnmarshalBinary(data []byte) error {
 	}
 	le := binary.LittleEndian
 	version := le.Uint16(data[4:])
-	if version != stateVersion && version != stateVersionGB {
-		return fail("unsupported format version %d (this build reads versions %d and %d)", version, stateVersion, stateVersionGB)
+	if version < stateVersion || version > stateVersionGB+stateVersionExt {
+		return fail("unsupported format version %d (this build reads versions %d to %d)", version, stateVersion, stateVersionGB+stateVersionExt)
+	}
+	ext := version > stateVersionGB
+	if ext {
+		version -= stateVersionExt
 	}
 	nh, np := uint64(le.Uint32(data[56:])), uint64(le.Uint32(data[60:]))
 	if nh > MaxHiddenLayers {
@@ -292,10 +391,13 @@ func (s *State) UnmarshalBinary(data []byte) error {
 		return fail("header claims %d parameters, at most %d allowed", np, MaxParams)
 	}
 	want := uint64(stateHeaderLen) + 4*nh + 12*np + stateCRCLen
+	if ext {
+		want += stateExtLen // at least
+	}
 	switch {
 	case uint64(len(data)) < want:
 		return fail("truncated: %d bytes, header (%d hidden layers, %d parameters) implies %d", len(data), nh, np, want)
-	case uint64(len(data)) > want:
+	case uint64(len(data)) > want && !ext:
 		return fail("%d trailing bytes after the %d the header implies", uint64(len(data))-want, want)
 	}
 	body := data[:len(data)-stateCRCLen]
@@ -331,6 +433,17 @@ func (s *State) UnmarshalBinary(data []byte) error {
 		n.Hidden[i] = int(le.Uint32(data[off:]))
 		off += 4
 	}
+	if ext {
+		// The extension follows the three arrays; parse it first so that
+		// checkConfig sees the optimizer.
+		x := body[off+int(12*np):]
+		if err := n.parseExt(x); err != nil {
+			return fail("%w", err)
+		}
+		if !n.extended() {
+			return fail("version %d state extends nothing (Adam, no CommState): it is written as version %d", version+stateVersionExt, version)
+		}
+	}
 	if err := n.checkConfig(); err != nil {
 		return fail("%w", err)
 	}
@@ -353,13 +466,70 @@ func (s *State) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
+// parseExt decodes the version 3/4 extension, which must fill x exactly,
+// into s.
+func (s *State) parseExt(x []byte) error {
+	le := binary.LittleEndian
+	if len(x) < stateExtLen {
+		return fmt.Errorf("truncated extension: %d bytes, at least %d", len(x), stateExtLen)
+	}
+	o, nt := le.Uint32(x), uint64(le.Uint32(x[4:]))
+	freeze := int64(le.Uint64(x[8:]))
+	x = x[16:]
+	switch {
+	case o > 255:
+		return fmt.Errorf("config Optimizer=%d, want %d (adam) or %d (onebit-adam)", o, Adam, OneBitAdam)
+	case nt > 2*(MaxHiddenLayers+1) || uint64(len(x)) < 16*nt+4:
+		return fmt.Errorf("extension claims %d tensor statistics in %d bytes", nt, len(x))
+	}
+	var sq [2][]float64
+	for k := range sq {
+		if nt > 0 {
+			sq[k] = make([]float64, nt)
+		}
+		for i := range sq[k] {
+			sq[k][i] = math.Float64frombits(le.Uint64(x))
+			x = x[8:]
+		}
+	}
+	r := uint64(le.Uint32(x))
+	x = x[4:]
+	if r > MaxWorld {
+		return fmt.Errorf("extension claims %d CommState entries, at most %d allowed", r, MaxWorld)
+	}
+	var comm [][]byte
+	for i := range r {
+		if len(x) < 4 {
+			return fmt.Errorf("truncated extension: CommState[%d] has no length", i)
+		}
+		l := uint64(le.Uint32(x))
+		x = x[4:]
+		if l > uint64(len(x)) || uint64(pad4(int(l))) > uint64(len(x)) {
+			return fmt.Errorf("truncated extension: CommState[%d] of %d bytes, %d left", i, l, len(x))
+		}
+		for _, p := range x[l:pad4(int(l))] {
+			if p != 0 {
+				return fmt.Errorf("CommState[%d] padding is not zero", i)
+			}
+		}
+		comm = append(comm, slices.Clone(x[:l:l]))
+		x = x[pad4(int(l)):]
+	}
+	if len(x) != 0 {
+		return fmt.Errorf("%d trailing bytes after the extension", len(x))
+	}
+	s.Optimizer, s.FreezeStep, s.SqAvg, s.SqFrozen, s.CommState = Optimizer(o), freeze, sq[0], sq[1], comm
+	return nil
+}
+
 func (s *State) sizes() []int {
 	return Config{Hidden: s.Hidden}.layerSizes(s.Dim, s.Classes)
 }
 
 // checkConfig validates the configuration fields of s.
 func (s *State) checkConfig() error {
-	cfg := Config{Seed: s.Seed, Hidden: s.Hidden, LearningRate: s.LearningRate, BatchPerRank: s.BatchPerRank, World: s.World}
+	cfg := Config{Seed: s.Seed, Hidden: s.Hidden, LearningRate: s.LearningRate, BatchPerRank: s.BatchPerRank, World: s.World,
+		Optimizer: s.Optimizer, FreezeStep: s.FreezeStep}
 	if s.GlobalBatch == 0 {
 		if err := cfg.Validate(); err != nil {
 			return err
@@ -386,6 +556,13 @@ func (s *State) checkConfig() error {
 		return fmt.Errorf("config Classes=%d, want 2..256", s.Classes)
 	case s.Step < 0 || s.AdamT < 0:
 		return fmt.Errorf("config Step=%d, AdamT=%d: want >= 0", s.Step, s.AdamT)
+	}
+	want := 0
+	if s.Optimizer == OneBitAdam {
+		want = 2 * (len(s.Hidden) + 1)
+	}
+	if len(s.SqAvg) != want || len(s.SqFrozen) != want {
+		return fmt.Errorf("optimizer %s with %d tensors, but len(SqAvg)=%d, len(SqFrozen)=%d", s.Optimizer, 2*(len(s.Hidden)+1), len(s.SqAvg), len(s.SqFrozen))
 	}
 	return nil
 }

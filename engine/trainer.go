@@ -10,7 +10,6 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"unsafe"
 )
 
 // Adam hyper-parameters (Kingma & Ba defaults).
@@ -55,6 +54,26 @@ type Trainer struct {
 	step   int64
 	adamT  int64
 	layers []layer
+	// offsets[l] is where layer l's weights start in params and grad.
+	offsets []int
+
+	// Overlap (StepOverlap): the bucket layout, and while a step runs its
+	// reducer, context, next bucket to launch and payload.
+	buckets        []Bucket
+	payloadBuckets int // buckets[payloadBuckets:]: the statistics, sent last
+	br             BucketReducer
+	brCtx          context.Context
+	nextBucket     int
+	momentum       bool
+
+	// OneBitAdam: per-tensor sums of squared gradients being accumulated
+	// for this step, their moving average and its value at the freeze, and
+	// the variance floor (computed from the frozen v when first needed).
+	statAcc    []float64
+	sq         []float64
+	sqFrozen   []float64
+	floor      []float32
+	floorValid bool
 
 	// Step scratch, allocated once.
 	acts   [][]float32 // acts[0] is the input batch; acts[l] the output of layer l.
@@ -115,13 +134,21 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	if cfg.GlobalBatch > 0 {
 		gradScale = float64(cfg.World) / float64(cfg.GlobalBatch)
 	}
+	nStats := 0 // OneBitAdam: one gradient statistic per tensor (2 per layer)
+	if cfg.Optimizer == OneBitAdam {
+		nStats = 2 * (len(sizes) - 1)
+	}
 	t := &Trainer{
+		statAcc:       make([]float64, nStats),
+		sq:            make([]float64, nStats),
+		sqFrozen:      make([]float64, nStats),
+		floor:         make([]float32, nStats),
 		cfg:           cfg,
 		sizes:         sizes,
 		train:         train,
 		nParams:       n,
 		params:        make([]float32, n),
-		grad:          make([]float32, n+1),
+		grad:          make([]float32, n+1+nStats),
 		m:             make([]float32, n),
 		v:             make([]float32, n),
 		yb:            make([]uint8, rows),
@@ -138,11 +165,17 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	for l := 0; l+1 < len(sizes); l++ {
 		in, out := sizes[l], sizes[l+1]
 		ly := layer{in: in, out: out}
+		t.offsets = append(t.offsets, off)
 		ly.w, ly.gw = t.params[off:off+in*out:off+in*out], t.grad[off:off+in*out:off+in*out]
 		off += in * out
 		ly.b, ly.gb = t.params[off:off+out:off+out], t.grad[off:off+out:off+out]
 		off += out
 		t.layers = append(t.layers, ly)
+	}
+	t.buckets = bucketLayout(t.offsets, n, bucketFloats(cfg.BucketBytes, DefaultBucketBytes), bucketFloats(cfg.FirstBucketBytes, DefaultFirstBucketBytes))
+	t.payloadBuckets = len(t.buckets)
+	if nStats > 0 {
+		t.buckets = append(t.buckets, Bucket{Index: len(t.buckets), Offset: n + 1, Len: nStats})
 	}
 	t.acts = allocActs(sizes, rows)
 	t.deltas = allocActs(sizes, rows)
@@ -193,13 +226,12 @@ type Tensor struct {
 // Tensors lists the parameter tensors in vector order (per layer: the
 // in×out weights, then the biases), for codecs that work per tensor.
 func (t *Trainer) Tensors() []Tensor {
-	base := unsafe.Pointer(unsafe.SliceData(t.params))
-	off := func(v []float32) int { return int((uintptr(unsafe.Pointer(unsafe.SliceData(v))) - uintptr(base)) / 4) }
 	var ts []Tensor
 	for l, ly := range t.layers {
+		off := t.offsets[l]
 		ts = append(ts,
-			Tensor{Name: fmt.Sprintf("layer%d.weight", l), Offset: off(ly.w), Rows: ly.in, Cols: ly.out},
-			Tensor{Name: fmt.Sprintf("layer%d.bias", l), Offset: off(ly.b), Rows: 1, Cols: ly.out})
+			Tensor{Name: fmt.Sprintf("layer%d.weight", l), Offset: off, Rows: ly.in, Cols: ly.out},
+			Tensor{Name: fmt.Sprintf("layer%d.bias", l), Offset: off + ly.in*ly.out, Rows: 1, Cols: ly.out})
 	}
 	return ts
 }
@@ -241,6 +273,10 @@ func weightsSHA256(p []float32) string {
 // same thing). If ctx is done before reduce is called, or reduce fails, or
 // the averaged gradient or loss is not finite, Step returns an error and
 // leaves the trainer unchanged.
+//
+// With Config.Optimizer OneBitAdam, from FreezeStep on the buffer holds the
+// local momentum instead of the gradient ([Trainer.Payload] says which);
+// reduce averages it all the same.
 func (t *Trainer) Step(ctx context.Context, reduce ReduceFunc) (loss float32, err error) {
 	if reduce == nil {
 		return 0, errors.New("engine: Step: reduce is nil (use a no-op for World=1)")
@@ -249,19 +285,41 @@ func (t *Trainer) Step(ctx context.Context, reduce ReduceFunc) (loss float32, er
 		return 0, fmt.Errorf("engine: step %d: %w", t.step, err)
 	}
 	t.loadBatch(t.step)
-	t.grad[t.nParams] = t.computeGrad()
+	t.computeGrad()
+	if len(t.statAcc) > 0 {
+		// Bucket by bucket, as StepOverlap does, for the same rounding.
+		for _, b := range t.buckets[:t.payloadBuckets] {
+			t.addStats(b.Offset, min(b.Offset+b.Len, t.nParams))
+		}
+		t.writeStats()
+	}
+	if t.Payload() == Momentum {
+		t.toMomentum(0, t.nParams)
+	}
 	if err := reduce(ctx, t.grad); err != nil {
 		return 0, fmt.Errorf("engine: step %d: reduce: %w", t.step, err)
 	}
+	return t.update()
+}
+
+// update checks the averaged buffer and applies the optimizer.
+func (t *Trainer) update() (loss float32, err error) {
 	loss = t.grad[t.nParams]
 	if i := firstNonFinite(t.grad); i >= 0 {
-		what := fmt.Sprintf("gradient[%d]", i)
+		what := fmt.Sprintf("%s[%d]", t.Payload(), i)
 		if i == t.nParams {
 			what = "loss"
 		}
 		return 0, fmt.Errorf("engine: step %d: averaged %s is %v", t.step, what, t.grad[i])
 	}
-	t.adam()
+	if len(t.sq) > 0 {
+		t.trackSq()
+	}
+	if t.Payload() == Momentum {
+		t.frozenAdam()
+	} else {
+		t.adam()
+	}
 	t.step++
 	return loss, nil
 }
@@ -341,9 +399,11 @@ func uniformN(src *rand.PCG, n uint64) uint64 {
 }
 
 // computeGrad runs forward and backward on the batch in acts[0]/yb, writes
-// the gradient sum scaled by t.gradScale into t.grad[:nParams] and returns
-// the loss sum scaled likewise: the rank-local means with BatchPerRank, and
-// World/GlobalBatch times the rank-local sums with GlobalBatch.
+// the gradient sum scaled by t.gradScale into t.grad[:nParams] and the loss
+// sum scaled likewise into t.grad[nParams] (the rank-local means with
+// BatchPerRank, and World/GlobalBatch times the rank-local sums with
+// GlobalBatch), and returns the loss. With a bucket reducer set, buckets
+// are launched as backward completes them.
 func (t *Trainer) computeGrad() float32 {
 	rows := t.rows
 	forward(t.layers, t.acts, rows)
@@ -366,8 +426,10 @@ func (t *Trainer) computeGrad() float32 {
 			d[j] = float32(p * inv)
 		}
 	}
+	loss := float32(total * inv)
+	t.grad[t.nParams] = loss
 	t.backward(rows)
-	return float32(total * inv)
+	return loss
 }
 
 // softmaxExps stores exp(z[j]-max z) into exps and returns max z and the sum.
@@ -441,21 +503,34 @@ func dot(x, y []float32) float32 {
 }
 
 // backward accumulates the parameter gradients from t.deltas[last], summing
-// over the batch in row order so results do not depend on scheduling.
+// over the batch in row order so results do not depend on scheduling. It
+// produces the gradient buffer from its end to its start (last layer
+// first; in a layer the biases, then the weights of the last input down to
+// the first) and reports each completed tail to t.reached, which launches
+// the buckets it completes.
 func (t *Trainer) backward(rows int) {
 	clear(t.grad[:t.nParams])
+	t.reached(t.nParams) // the loss
 	for l := len(t.layers) - 1; l >= 0; l-- {
 		ly := t.layers[l]
 		a, dz := t.acts[l][:rows*ly.in], t.deltas[l+1][:rows*ly.out]
 		for i := 0; i < rows; i++ {
-			d := dz[i*ly.out : (i+1)*ly.out]
-			axpy(ly.gb, d, 1)
-			for k, x := range a[i*ly.in : (i+1)*ly.in] {
+			axpy(ly.gb, dz[i*ly.out:(i+1)*ly.out], 1)
+		}
+		wOff := t.offsets[l]
+		t.reached(wOff + ly.in*ly.out)
+		// Input k's weight row sums x[i][k]·d[i] over the rows i in order,
+		// exactly as a row-by-row accumulation would.
+		for k := ly.in - 1; k >= 0; k-- {
+			g := ly.gw[k*ly.out : (k+1)*ly.out]
+			for i := 0; i < rows; i++ {
+				x := a[i*ly.in+k]
 				if x == 0 {
 					continue
 				}
-				axpy(ly.gw[k*ly.out:(k+1)*ly.out], d, x)
+				axpy(g, dz[i*ly.out:(i+1)*ly.out], x)
 			}
+			t.reached(wOff + k*ly.out)
 		}
 		if l == 0 {
 			break

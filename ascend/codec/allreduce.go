@@ -21,6 +21,9 @@ type Stats struct {
 	DenseBytes   int // the gradient as float32
 	PayloadBytes int // this rank's encoding
 	TotalPayload int // every rank's encodings, padded to words
+	// SentBytes is what this rank sent ([TwoPhase]; 0 from [Exchange],
+	// whose ranks all send (n−1)/n·TotalPayload plus the lengths).
+	SentBytes int
 	// TrafficReduction is the bytes a rank sends in a ring allreduce of the
 	// dense gradient, 2(n−1)/n·DenseBytes, over the bytes it sends in the
 	// ring allgather of the encodings, (n−1)/n·TotalPayload (the length

@@ -45,6 +45,14 @@ func header(dst []byte, id byte, n int) []byte {
 	return binary.AppendUvarint(dst, uint64(n))
 }
 
+// headerLen is the length of the common header for n values.
+func headerLen(n int) int { return 1 + uvarintLen(uint64(n)) }
+
+func uvarintLen(v uint64) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], v)
+}
+
 // readHeader checks the codec id and n against out and returns the body.
 func readHeader(src []byte, id byte, n int) ([]byte, error) {
 	if len(src) == 0 {
@@ -79,6 +87,9 @@ func (Dense) Encode(dst []byte, x []float32, _ uint64, _ int) []byte {
 	}
 	return dst
 }
+
+// EncodedLen is the length of the encoding of n values.
+func (Dense) EncodedLen(n int) int { return headerLen(n) + 4*n }
 
 func (Dense) DecodeAdd(out []float32, src []byte) error {
 	body, err := readHeader(src, idDense, len(out))

@@ -6,10 +6,19 @@
 // al. 2019).
 //
 // The non-linear codecs (top-k, sign, int8: their per-rank indices and
-// scales do not add up) ride on an allgather of the encoded payloads:
-// every rank decodes every payload and sums them in rank order, so all
-// ranks hold the same bits. PowerSGD is linear and rides on two ordinary
-// allreduces of its low-rank factors.
+// scales do not add up) ride either on an allgather of the encoded
+// payloads ([Exchange]: every rank decodes every payload and sums them in
+// rank order, so all ranks hold the same bits; a rank sends n−1 encodings)
+// or on 1-bit Adam's two-phase exchange ([TwoPhase]: all-to-all of chunks,
+// each rank re-encodes the sum of its chunk with a server-side error
+// feedback, allgather; a rank sends about 2(n−1)/n of one encoding, so the
+// traffic reduction is the codec's ratio at any world size). PowerSGD is
+// linear and rides on two ordinary allreduces of its low-rank factors.
+//
+// [Choose] is the adaptive policy: after an uncompressed warm-up that
+// measures bandwidth and computation, compress just enough (the first
+// codec of [Ladder] whose [Ratio] reaches the need) that communication
+// fits in computation.
 //
 // Everything here is deterministic: stochastic rounding draws from a
 // generator seeded by (seed, step, rank), and the error-feedback state

@@ -58,6 +58,11 @@ func (q *Int8) Encode(dst []byte, x []float32, step uint64, rank int) []byte {
 	return dst
 }
 
+// EncodedLen is the length of the encoding of n values.
+func (q *Int8) EncodedLen(n int) int {
+	return headerLen(n) + uvarintLen(uint64(q.Bucket)) + 4*((n+q.Bucket-1)/q.Bucket) + n
+}
+
 func (q *Int8) DecodeAdd(out []float32, src []byte) error {
 	body, err := readHeader(src, idInt8, len(out))
 	if err != nil {

@@ -49,6 +49,11 @@ func (s *Sign) Encode(dst []byte, x []float32, _ uint64, _ int) []byte {
 	return dst
 }
 
+// EncodedLen is the length of the encoding of n values.
+func (s *Sign) EncodedLen(n int) int {
+	return headerLen(n) + uvarintLen(uint64(s.Bucket)) + 4*((n+s.Bucket-1)/s.Bucket) + (n+7)/8
+}
+
 func (s *Sign) DecodeAdd(out []float32, src []byte) error {
 	body, err := readHeader(src, idSign, len(out))
 	if err != nil {

@@ -25,7 +25,7 @@ func newBenchCmd(e *env) *cobra.Command {
 		Use:   "bench",
 		Short: "Measure recovery, collectives and gradient compression on this machine",
 	}
-	cmd.AddCommand(newBenchRecoveryCmd(e), newBenchCollectiveCmd(e), newBenchCompressionCmd(e))
+	cmd.AddCommand(newBenchRecoveryCmd(e), newBenchCollectiveCmd(e), newBenchCompressionCmd(e), newBenchOverlapCmd(e))
 	return cmd
 }
 

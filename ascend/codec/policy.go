@@ -1,0 +1,107 @@
+package codec
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Ladder lists the codecs [Choose] picks from, from the most faithful (and
+// least compressing) to the least: after int8 (4×), the 1-bit sign (32×,
+// the momentum codec of 1-bit Adam), then top-k. Compression pays only
+// when bandwidth, not computation, bounds a step, so the policy climbs
+// only as far as it must.
+var Ladder = []string{"int8", "sign", "topk:0.01", "topk:0.001"}
+
+// Measure is what [Choose] decides from, measured during the uncompressed
+// warm-up.
+type Measure struct {
+	// DenseBytes is the payload as float32 (4 × values).
+	DenseBytes int
+	// Ranks is the world size.
+	Ranks int
+	// BytesPerSec is the bandwidth a rank's allreduce achieved: the bytes
+	// it sent, 2(Ranks−1)/Ranks·DenseBytes for a ring, over the time the
+	// allreduce took.
+	BytesPerSec float64
+	// Compute is a step's computation time (forward, backward and
+	// optimizer), behind which communication can hide.
+	Compute time.Duration
+}
+
+// Choice is Choose's decision.
+type Choice struct {
+	// Codec is in Parse syntax; "none" for no compression.
+	Codec string `json:"codec"`
+	// Need is the traffic reduction that makes a step's communication
+	// take as long as its computation: dense communication time over
+	// computation time (≤ 1: none needed).
+	Need float64 `json:"need"`
+	// Ratio is the chosen codec's traffic reduction (1 for none).
+	Ratio float64 `json:"ratio"`
+	// Reason says why, in one sentence.
+	Reason string `json:"reason"`
+}
+
+// Choose is the adaptive compression policy: train uncompressed for a
+// warm-up (which the optimizer needs anyway, and which measures the link
+// and the computation), then compress just enough that communication
+// takes no longer than computation and so can be hidden behind it: the
+// first codec of [Ladder] whose traffic reduction for this payload
+// (through a [TwoPhase] exchange, which sends 2(n−1)/n of an encoding as
+// a ring sends 2(n−1)/n of the vector) reaches Need. If none does, the
+// most compressing one.
+func Choose(m Measure) Choice {
+	if m.Ranks < 2 || m.DenseBytes <= 0 {
+		return Choice{Codec: "none", Ratio: 1, Reason: "nothing to communicate"}
+	}
+	if !(m.BytesPerSec > 0) || m.Compute <= 0 || math.IsInf(m.BytesPerSec, 0) {
+		return Choice{Codec: "none", Ratio: 1, Reason: "no measurement: staying uncompressed"}
+	}
+	p := float64(m.Ranks)
+	comm := 2 * (p - 1) / p * float64(m.DenseBytes) / m.BytesPerSec
+	c := Choice{Need: comm / m.Compute.Seconds()}
+	ms := func(s float64) string { return fmt.Sprintf("%.3g ms", s*1e3) }
+	if c.Need <= 1 {
+		c.Codec, c.Ratio = "none", 1
+		c.Reason = fmt.Sprintf("communication (%s) already fits in computation (%s)", ms(comm), ms(m.Compute.Seconds()))
+		return c
+	}
+	n := m.DenseBytes / 4
+	for _, name := range Ladder {
+		codec, err := Parse(name)
+		if err != nil {
+			panic(err) // Ladder is fixed
+		}
+		c.Codec, c.Ratio = codec.Name(), Ratio(codec, n)
+		if c.Ratio >= c.Need {
+			c.Reason = fmt.Sprintf("communication (%s) is %.3g× computation (%s): %s cuts traffic %.3g×",
+				ms(comm), c.Need, ms(m.Compute.Seconds()), c.Codec, c.Ratio)
+			return c
+		}
+	}
+	c.Reason = fmt.Sprintf("communication (%s) is %.3g× computation (%s): even %s (%.3g×) leaves some exposed",
+		ms(comm), c.Need, ms(m.Compute.Seconds()), c.Codec, c.Ratio)
+	return c
+}
+
+// Ratio returns the traffic reduction of codec c on n values: 4n bytes
+// over the length of an encoding (for top-k, estimated with index gaps of
+// 1/ratio values).
+func Ratio(c Codec, n int) float64 {
+	var enc int
+	switch c := c.(type) {
+	case sizer:
+		enc = c.EncodedLen(n)
+	case *TopK:
+		k := c.K(n)
+		gap := uvarintLen(uint64(math.Ceil(1 / c.Ratio)))
+		enc = headerLen(n) + uvarintLen(uint64(k)) + k*(4+gap)
+	default:
+		return 1
+	}
+	if enc <= 0 {
+		return 1
+	}
+	return 4 * float64(n) / float64(enc)
+}

@@ -1,0 +1,77 @@
+package codec
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestChoose(t *testing.T) {
+	const mb = 1 << 20
+	// 4 MiB of gradient on 4 ranks: a ring sends 6 MiB.
+	dense := 4 * mb
+	sent := 1.5 * float64(dense)
+	tests := []struct {
+		name      string
+		m         Measure
+		want      string
+		reason    string
+		needAbove float64
+	}{
+		{"one rank", Measure{DenseBytes: dense, Ranks: 1, BytesPerSec: 1e9, Compute: time.Millisecond}, "none", "nothing to communicate", 0},
+		{"no bandwidth measured", Measure{DenseBytes: dense, Ranks: 4, Compute: time.Millisecond}, "none", "no measurement", 0},
+		{"no compute measured", Measure{DenseBytes: dense, Ranks: 4, BytesPerSec: 1e9}, "none", "no measurement", 0},
+		// 6 MiB at 10 GB/s = 0.63 ms < 10 ms of computation.
+		{"fast link", Measure{DenseBytes: dense, Ranks: 4, BytesPerSec: 10e9, Compute: 10 * time.Millisecond}, "none", "already fits", 0},
+		// Exactly as long as computation: still none.
+		{"balanced", Measure{DenseBytes: dense, Ranks: 4, BytesPerSec: sent / 0.01, Compute: 10 * time.Millisecond}, "none", "already fits", 0},
+		// 3× too slow: int8 (≈ 3.9×) suffices.
+		{"3x", Measure{DenseBytes: dense, Ranks: 4, BytesPerSec: sent / 0.03, Compute: 10 * time.Millisecond}, "int8:256", "int8:256 cuts", 2.9},
+		// 10× too slow: sign (≈ 31×).
+		{"10x", Measure{DenseBytes: dense, Ranks: 4, BytesPerSec: sent / 0.1, Compute: 10 * time.Millisecond}, "sign:1024", "sign:1024 cuts", 9.9},
+		// 60×: top-1 % (≈ 66× with 1-byte index gaps).
+		{"60x", Measure{DenseBytes: dense, Ranks: 4, BytesPerSec: sent / 0.6, Compute: 10 * time.Millisecond}, "topk:0.01", "topk:0.01 cuts", 59},
+		// 10000×: nothing suffices; the most compressing one.
+		{"hopeless", Measure{DenseBytes: dense, Ranks: 4, BytesPerSec: sent / 100, Compute: 10 * time.Millisecond}, "topk:0.001", "leaves some exposed", 9999},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Choose(tc.m)
+			if c.Codec != tc.want || !strings.Contains(c.Reason, tc.reason) {
+				t.Fatalf("Choose() = %+v, want %s (%q)", c, tc.want, tc.reason)
+			}
+			if c.Need < tc.needAbove {
+				t.Errorf("Need %.3g, want > %v", c.Need, tc.needAbove)
+			}
+			if c.Codec != "none" && c.Ratio < math.Min(c.Need, 100) && tc.name != "hopeless" {
+				t.Errorf("chose %s with ratio %.3g below the need %.3g", c.Codec, c.Ratio, c.Need)
+			}
+		})
+	}
+}
+
+func TestRatio(t *testing.T) {
+	const n = 100_000
+	tests := []struct {
+		codec    string
+		min, max float64
+	}{
+		{"none", 0.99, 1},
+		{"int8", 3.8, 4},
+		{"sign", 30, 32},
+		{"topk:0.01", 60, 100},
+	}
+	for _, tc := range tests {
+		c := mustCodec(t, tc.codec)
+		r := Ratio(c, n)
+		if r < tc.min || r > tc.max {
+			t.Errorf("Ratio(%s) = %.3g, want %v..%v", tc.codec, r, tc.min, tc.max)
+		}
+		if s, ok := c.(sizer); ok {
+			if got := len(c.Encode(nil, randVec(1, n), 0, 0)); got != s.EncodedLen(n) {
+				t.Errorf("%s: EncodedLen %d, encoding has %d bytes", tc.codec, s.EncodedLen(n), got)
+			}
+		}
+	}
+}

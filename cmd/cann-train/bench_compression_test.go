@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchCompressionJSON runs `bench compression -o json` for a few
+// steps and checks the fields the acceptance reads, and the SVG.
+func TestBenchCompressionJSON(t *testing.T) {
+	svg := filepath.Join(t.TempDir(), "loss.svg")
+	out, errs, err := runCLI(t, "bench", "compression", "--optimizer", "onebit-adam", "--ranks", "2", "--steps", "20", "--freeze-step", "4", "-o", "json", "--svg", svg)
+	if err != nil {
+		t.Fatalf("bench compression: %v\n%s", err, errs)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	for _, k := range []string{"traffic_reduction", "final_loss_gap_pct", "tail_loss_gap_pct"} {
+		if _, ok := res[k].(float64); !ok {
+			t.Errorf("field %s is %v, want a number", k, res[k])
+		}
+	}
+	if res["optimizer"] != "onebit-adam" || res["codec"] != "sign:1024" || res["freeze_step"] != 4.0 {
+		t.Errorf("settings: optimizer %v, codec %v, freeze_step %v", res["optimizer"], res["codec"], res["freeze_step"])
+	}
+	if r, _ := res["traffic_reduction"].(float64); r < 4 { // 4 dense steps, 16 at ≈ 30×: ≈ 4.4×
+		t.Errorf("traffic_reduction %v, want ≥ 4", r)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil || !strings.Contains(string(b), "<polyline") {
+		t.Errorf("SVG: %v, %d bytes", err, len(b))
+	}
+	if _, _, err := runCLI(t, "bench", "compression", "--exchange", "pigeon", "--steps", "2"); err == nil {
+		t.Error("an unknown exchange was accepted")
+	}
+}
+
+// TestBenchOverlapJSON runs `bench overlap -o json` for a few steps of a
+// small model and checks the fields the acceptance reads.
+func TestBenchOverlapJSON(t *testing.T) {
+	out, errs, err := runCLI(t, "bench", "overlap", "--ranks", "2", "--steps", "4", "--warmup", "1", "--hidden", "16,64",
+		"--bucket-bytes", "8192", "--first-bucket-bytes", "1024", "-o", "json")
+	if err != nil {
+		t.Fatalf("bench overlap: %v\n%s", err, errs)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	for _, k := range []string{"hidden_comm_pct", "comm_share_pct", "overlap_efficiency_pct", "speedup"} {
+		if _, ok := res[k].(float64); !ok {
+			t.Errorf("field %s is %v, want a number", k, res[k])
+		}
+	}
+	for _, run := range []string{"serial", "overlapped"} {
+		r, _ := res[run].(map[string]any)
+		if s, _ := r["step_ms"].(float64); !(s > 0) {
+			t.Errorf("%s step_ms %v", run, r["step_ms"])
+		}
+		if c, _ := r["chunks"].([]any); len(c) == 0 {
+			t.Errorf("%s has no chunks", run)
+		}
+	}
+	if h, _ := res["hidden_comm_pct"].(float64); h < 0 || h > 100 {
+		t.Errorf("hidden_comm_pct %v", h)
+	}
+	table, _, err := runCLI(t, "bench", "overlap", "--ranks", "2", "--steps", "2", "--warmup", "1", "--hidden", "8")
+	if err != nil || !strings.Contains(table, "hidden_comm_pct") {
+		t.Errorf("table output: %v\n%s", err, table)
+	}
+}
