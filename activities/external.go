@@ -247,6 +247,9 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	if err != nil {
 		return nil, badJob("node %s: %v", n.ID, err)
 	}
+	// However the world ends, its logs go to the run's bucket too: the
+	// node's disk may not outlive the node.
+	defer n.uploadLogs(in, specs, log)
 	if err := g.WritePidFile(pidFile); err != nil {
 		log.Warn("pid file", zap.Error(err))
 	}
@@ -302,6 +305,40 @@ loop:
 	}
 	log.Info("external job finished", zap.Int64("step", sup.res.To), zap.Float64("seconds", sup.res.Seconds))
 	return sup.res, nil
+}
+
+// LogKey is where a process's log of one launch (session) is stored in the
+// run's bucket.
+func LogKey(run, session, process string) string {
+	return "runs/" + run + "/logs/" + safeName(session) + "/" + process + ".log"
+}
+
+// uploadLogs copies every process's log file into the run's bucket
+// (best effort, with its own deadline: it also runs after a cancellation).
+func (n *Node) uploadLogs(in spec.ExternalInput, specs []launch.Spec, log *zap.Logger) {
+	url := in.Spec.CheckpointURL
+	if url == "" {
+		url = n.DefaultCheckpointURL
+	}
+	if url == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := n.store(ctx, url)
+	if err != nil {
+		log.Warn("logs not uploaded", zap.String("bucket", url), zap.Error(err))
+		return
+	}
+	for _, sp := range specs {
+		data, err := os.ReadFile(sp.LogPath)
+		if err != nil {
+			continue
+		}
+		if err := store.WriteBlob(ctx, LogKey(in.Spec.Name, in.Session, sp.Name), data, "text/plain"); err != nil {
+			log.Warn("log not uploaded", zap.String("process", sp.Name), zap.Error(err))
+		}
+	}
 }
 
 func (n *Node) checkExternal(in spec.ExternalInput) error {

@@ -132,9 +132,18 @@ func TestRunExternalRankExitIsTyped(t *testing.T) {
 fi
 trap 'echo got TERM; exit 0' TERM
 while true; do sleep 0.05; done`
-	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+	bucket := filepath.Join(t.TempDir(), "ckpt")
+	n := externalNode(t, "n1", "file://"+bucket)
 	in := externalInput("crash", t.TempDir(), 1, "sh", "-c", script)
 	_, err := n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}})
+	// Both processes' logs are in the run's bucket, the crashed one's
+	// error among them.
+	for proc, want := range map[string]string{"rank-1": "CUDA is not a thing", "rank-0": "got TERM"} {
+		b, rerr := os.ReadFile(filepath.Join(bucket, filepath.FromSlash(LogKey(in.Spec.Name, in.Session, proc))))
+		if rerr != nil || !strings.Contains(string(b), want) {
+			t.Errorf("%s's log in the bucket: %q, %v (want %q)", proc, b, rerr, want)
+		}
+	}
 	var ae *temporal.ApplicationError
 	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeRankExited || ae.NonRetryable() {
 		t.Fatalf("want a retryable %s error, got %v", spec.ErrTypeRankExited, err)
