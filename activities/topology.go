@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/ascend"
+	"github.com/cann-train/cann-train/ascend/ranktable"
 	"github.com/cann-train/cann-train/ascend/shm"
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/engine/checkpoint"
@@ -98,6 +100,11 @@ func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec
 	if err := t.WriteText(&text); err == nil {
 		plan.Text = text.String()
 	}
+	if in.Nodes != nil && len(in.Nodes) == n {
+		if rt, err := rankTable(t, in.Nodes); err == nil {
+			plan.RankTable = rt
+		}
+	}
 	model := costModel(t)
 	best, bestT := "", math.Inf(1)
 	for _, a := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoRD, ascend.AlgoTree, ascend.AlgoHier} {
@@ -162,4 +169,28 @@ func (Planner) ResolveCheckpoint(ctx context.Context, want spec.CheckpointRef) (
 	}
 	err = fmt.Errorf("no committed checkpoint of run %q at step %d in %s", want.Run, want.Step, want.URL)
 	return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoSuchCheckpoint", err)
+}
+
+// rankTable writes the scanned cluster's HCCL rank table: per host, one
+// device per rank in rank order, its IP the node's first NPU device IP or
+// else the host part of its communicator address.
+func rankTable(t *topology.Topology, nodes []spec.Node) (string, error) {
+	devices := map[string][]ranktable.NodeDevice{}
+	for _, h := range t.Hosts {
+		for i, r := range h.Ranks {
+			ip := ""
+			if d := nodes[r].DeviceIPs; len(d) > 0 {
+				ip = d[0]
+			} else if host, _, err := net.SplitHostPort(nodes[r].CommAddr); err == nil {
+				ip = host
+			}
+			devices[h.Host] = append(devices[h.Host], ranktable.NodeDevice{ID: i, IP: ip})
+		}
+	}
+	tab, err := topology.RankTable(t, devices)
+	if err != nil {
+		return "", err
+	}
+	b, err := tab.Marshal()
+	return string(b), err
 }

@@ -38,6 +38,9 @@ type PlanTopologyInput struct {
 	GradientBytes int `json:"gradient_bytes"`
 	// Collective is the spec's choice: auto, or an algorithm to keep.
 	Collective string `json:"collective"`
+	// Nodes are the scanned nodes by rank (their addresses and NPU
+	// device IPs go into the rank table).
+	Nodes []Node `json:"nodes,omitempty"`
 }
 
 // TopologyLevel is one level of the measured hierarchy.
@@ -71,4 +74,8 @@ type TopologyPlan struct {
 	// Text is the matrix and hierarchy as `cann-train topo-scan` prints
 	// them.
 	Text string `json:"text"`
+	// RankTable is the HCCL rank table (v1.0 JSON) of the scanned nodes,
+	// one device per rank (the node's NPU device IP where it has one,
+	// else its host address); empty when hosts interleave ranks.
+	RankTable string `json:"rank_table,omitempty"`
 }

@@ -70,7 +70,7 @@ func (r *run) scanTopology(ctx workflow.Context) {
 		return
 	}
 	var plan spec.TopologyPlan
-	in := spec.PlanTopologyInput{Results: results, GradientBytes: 4 * r.spec.GradientFloats(), Collective: r.spec.Collective}
+	in := spec.PlanTopologyInput{Results: results, GradientBytes: 4 * r.spec.GradientFloats(), Collective: r.spec.Collective, Nodes: m.Nodes}
 	if err := workflow.ExecuteActivity(planTopologyOptions(ctx), spec.ActivityPlanTopology, in).Get(ctx, &plan); err != nil {
 		log.Warn("topology plan failed; training with the ring", "error", err)
 		return

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/cann-train/cann-train/activities"
+	"github.com/cann-train/cann-train/ascend/ranktable"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -84,6 +85,10 @@ func TestTopologyScanChoosesAlgorithm(t *testing.T) {
 				require.NotEmpty(t, st.Topology.Predictions)
 				require.Contains(t, st.Topology.Text, "inter-host")
 				require.Equal(t, 4*s.GradientFloats(), st.Topology.GradientBytes)
+				rt, err := ranktable.Parse([]byte(st.Topology.RankTable))
+				require.NoError(t, err, "rank table %q", st.Topology.RankTable)
+				require.Equal(t, 3, rt.RankSize())
+				require.Len(t, rt.Servers, 2)
 			}
 			var algos []string
 			for _, ins := range ch.byFrom() {

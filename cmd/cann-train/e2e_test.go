@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/cann-train/cann-train/ascend/ranktable"
 	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
@@ -72,6 +73,8 @@ func TestQuickstartJSON(t *testing.T) {
 	if tp := sum.Topology; tp == nil || tp.HostCount != 1 || len(tp.Levels) != 1 || tp.Algorithm == "" ||
 		len(tp.Predictions) < 3 || tp.Levels[0].Links != 6 || tp.Levels[0].BytesPerSec <= 0 {
 		t.Errorf("topology = %+v, want one host, 6 measured links, predictions and a chosen algorithm", tp)
+	} else if rt, err := ranktable.Parse([]byte(tp.RankTable)); err != nil || rt.RankSize() != 3 || len(rt.Servers) != 1 {
+		t.Errorf("the scan's rank table does not read back as 3 devices on 1 server: %v\n%s", err, tp.RankTable)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "checkpoints", "runs")); err != nil {
 		t.Errorf("no checkpoint files written: %v", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -28,12 +29,13 @@ func runID(arg string) string {
 }
 
 func newStatusCmd(e *env) *cobra.Command {
-	var output, ui string
+	var output, ui, rankTable string
 	cmd := &cobra.Command{
 		Use:   "status RUN",
 		Short: "Show a run's status (RUN is the name or run/<name>)",
 		Example: `  cann-train status mnist-demo
-  cann-train status run/mnist-demo -o json`,
+  cann-train status run/mnist-demo -o json
+  cann-train status mnist-demo --rank-table hccl.json   # from the run's topology scan`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
@@ -51,9 +53,18 @@ func newStatusCmd(e *env) *cobra.Command {
 			if live != nil && live.Step > st.Step {
 				st.Step, st.Loss = live.Step, live.Loss
 			}
+			if rankTable != "" {
+				if st.Topology == nil || st.Topology.RankTable == "" {
+					return fmt.Errorf("run %s has no rank table: it scans its topology only with collective: auto or topology_scan: true", st.RunID)
+				}
+				if err := os.WriteFile(rankTable, []byte(st.Topology.RankTable+"\n"), 0o644); err != nil {
+					return err
+				}
+			}
 			return printStatus(e.out, st, output, ui, e.namespace)
 		},
 	}
+	cmd.Flags().StringVar(&rankTable, "rank-table", "", "write the HCCL rank table (v1.0) of the run's scanned nodes to this file")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.Flags().StringVar(&ui, "ui", "http://127.0.0.1:8233", "Web UI base URL, for links")
 	return cmd
