@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestGreenWaitSurvivesControlRestart (issue 6, acceptance 3, on the real
+// server): a run whose grid is dirty for the next ~30 s and clean after
+// waits on a durable timer named for the window, the control worker is
+// SIGKILLed during the wait and replaced, and the run still trains only
+// once the window has opened, and completes.
+func TestGreenWaitSurvivesControlRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	// A 5-second trace: 500 g/kWh until ~30 s from now, 50 after.
+	const step = 5 * time.Second
+	now := time.Now().UTC().Truncate(step)
+	greenFrom := now.Add(30 * time.Second)
+	var csv strings.Builder
+	csv.WriteString("time,Z\n")
+	for ts := now.Add(-time.Minute); ts.Before(now.Add(10 * time.Minute)); ts = ts.Add(step) {
+		v := 500
+		if !ts.Before(greenFrom) {
+			v = 50
+		}
+		fmt.Fprintf(&csv, "%s,%d\n", ts.Format(time.RFC3339), v)
+	}
+	trace := filepath.Join(dir, "trace.csv")
+	if err := os.WriteFile(trace, []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	defer func() { _ = l.StopAll(5 * time.Second) }()
+	common := []string{"--address", srv.FrontendAddr(), "--log-level", "info"}
+	control1, err := l.Start("control-1", append([]string{"worker", "control"}, common...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"node-1", "node-2"} {
+		if _, err := l.Start(id, append([]string{"worker", "node", "--id", id, "--checkpoint-url", "file://" + filepath.Join(dir, "ckpt")}, common...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := spec.RunSpec{Name: "green-restart", Nodes: 2, Steps: 200, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(5 * time.Second),
+		Green: &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(5 * time.Minute),
+			Work: spec.Duration(step)}}.WithDefaults()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
+		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the green wait, then kill the control worker in it.
+	for {
+		st, _, closed, err := readProgress(ctx, c, run.GetID())
+		if closed {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("run closed before waiting: %+v %v", st, err)
+		}
+		if err == nil && st.Phase == spec.PhaseGreenWait {
+			if !st.WaitUntil.Equal(greenFrom) || st.Step != 0 {
+				t.Errorf("waiting until %v at step %d, want until %v at step 0", st.WaitUntil, st.Step, greenFrom)
+			}
+			break
+		}
+		if time.Now().After(greenFrom) {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("no green wait before the window opened: %+v", st)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := control1.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-control1.Done()
+	if _, err := l.Start("control-2", append([]string{"worker", "control"}, common...)...); err != nil {
+		t.Fatal(err)
+	}
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run failed: %v", err)
+	}
+	if st.Phase != spec.PhaseCompleted || st.Step != 200 || st.Green == nil || st.Green.Waits < 1 {
+		t.Fatalf("final status %+v (green %+v)", st, st.Green)
+	}
+	// The history: a timer named for the window, no chunk before it opened,
+	// workflow tasks completed by both control workers.
+	var timerNamed bool
+	identities := map[string]bool{}
+	for _, ev := range fetchHistory(ctx, t, c, run.GetID()).GetEvents() {
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_TIMER_STARTED:
+			var summary string
+			if p := ev.GetUserMetadata().GetSummary(); p != nil {
+				_ = converter.GetDefaultDataConverter().FromPayload(p, &summary)
+			}
+			timerNamed = timerNamed || strings.Contains(summary, "green window")
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == spec.ActivityTrainChunk &&
+				ev.GetEventTime().AsTime().Before(greenFrom) {
+				t.Errorf("a chunk was scheduled at %v, before the window opened at %v", ev.GetEventTime().AsTime(), greenFrom)
+			}
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			identities[ev.GetWorkflowTaskCompletedEventAttributes().GetIdentity()] = true
+		}
+	}
+	if !timerNamed {
+		t.Error("no timer named for the green window in the history")
+	}
+	if len(identities) < 2 {
+		t.Errorf("workflow tasks completed by %d worker(s), want both control workers", len(identities))
+	}
+}
