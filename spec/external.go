@@ -228,26 +228,7 @@ func (s RunSpec) validateExternal() error {
 	if s.Steps < 0 {
 		bad("steps", "must not be negative, got %d (0: unknown)", s.Steps)
 	}
-	if s.CheckpointEvery < 1 {
-		bad("checkpoint_every", "must be positive, got %d", s.CheckpointEvery)
-	}
-	if s.CheckpointURL != "" && !strings.Contains(s.CheckpointURL, "://") {
-		bad("checkpoint_url", "%q is not a bucket URL (file:///path, mem://, s3://bucket, gs://bucket, azblob://container)", s.CheckpointURL)
-	}
-	if s.MaxRestarts < 0 {
-		bad("max_restarts", "must not be negative, got %d", s.MaxRestarts)
-	}
-	if s.NodeWait < 0 {
-		bad("node_wait", "not a duration: want e.g. 30s or 5m")
-	}
-	if s.HeartbeatTimeout == badDuration {
-		bad("heartbeat_timeout", "not a duration: want e.g. 10s")
-	} else if s.HeartbeatTimeout.D() < time.Second {
-		bad("heartbeat_timeout", "%s is too short (at least 1s)", s.HeartbeatTimeout.D())
-	}
-	if s.ChunksPerRun < 1 {
-		bad("chunks_per_run", "must be positive, got %d", s.ChunksPerRun)
-	}
+	s.validateOperation(bad)
 	if s.MinNodes != s.Nodes {
 		bad("min_nodes", "%d: an external job keeps its world size (min_nodes must equal nodes, %d)", s.MinNodes, s.Nodes)
 	}

@@ -246,26 +246,7 @@ func (s RunSpec) Validate() error {
 	if !(s.LearningRate > 0 && s.LearningRate < 10) {
 		bad("learning_rate", "%g out of range (0, 10)", s.LearningRate)
 	}
-	if s.CheckpointEvery < 1 {
-		bad("checkpoint_every", "must be positive, got %d", s.CheckpointEvery)
-	}
-	if s.CheckpointURL != "" && !strings.Contains(s.CheckpointURL, "://") {
-		bad("checkpoint_url", "%q is not a bucket URL (file:///path, mem://, s3://bucket, gs://bucket, azblob://container)", s.CheckpointURL)
-	}
-	if s.MaxRestarts < 0 {
-		bad("max_restarts", "must not be negative, got %d", s.MaxRestarts)
-	}
-	if s.NodeWait < 0 {
-		bad("node_wait", "not a duration: want e.g. 30s or 5m")
-	}
-	if s.HeartbeatTimeout == badDuration {
-		bad("heartbeat_timeout", "not a duration: want e.g. 10s")
-	} else if s.HeartbeatTimeout.D() < time.Second {
-		bad("heartbeat_timeout", "%s is too short (at least 1s)", s.HeartbeatTimeout.D())
-	}
-	if s.ChunksPerRun < 1 {
-		bad("chunks_per_run", "must be positive, got %d", s.ChunksPerRun)
-	}
+	s.validateOperation(bad)
 	if s.MinNodes < 1 || s.MinNodes > s.Nodes {
 		bad("min_nodes", "%d out of range 1..nodes (%d)", s.MinNodes, s.Nodes)
 	}
@@ -354,4 +335,29 @@ func decodeError(err error) FieldError {
 		msg = "unknown field (check the spelling; `cann-train run --help` lists the fields)"
 	}
 	return FieldError{Field: field, Line: line, Msg: msg}
+}
+
+// validateOperation checks the fields every run has, built-in or external:
+// checkpointing, restarts and the timeouts.
+func (s RunSpec) validateOperation(bad func(field, format string, args ...any)) {
+	if s.CheckpointEvery < 1 {
+		bad("checkpoint_every", "must be positive, got %d", s.CheckpointEvery)
+	}
+	if s.CheckpointURL != "" && !strings.Contains(s.CheckpointURL, "://") {
+		bad("checkpoint_url", "%q is not a bucket URL (file:///path, mem://, s3://bucket, gs://bucket, azblob://container)", s.CheckpointURL)
+	}
+	if s.MaxRestarts < 0 {
+		bad("max_restarts", "must not be negative, got %d", s.MaxRestarts)
+	}
+	if s.NodeWait < 0 {
+		bad("node_wait", "not a duration: want e.g. 30s or 5m")
+	}
+	if s.HeartbeatTimeout == badDuration {
+		bad("heartbeat_timeout", "not a duration: want e.g. 10s")
+	} else if s.HeartbeatTimeout.D() < time.Second {
+		bad("heartbeat_timeout", "%s is too short (at least 1s)", s.HeartbeatTimeout.D())
+	}
+	if s.ChunksPerRun < 1 {
+		bad("chunks_per_run", "must be positive, got %d", s.ChunksPerRun)
+	}
 }
