@@ -64,11 +64,11 @@ func (c *Communicator) allToAll(ctx context.Context, dst, src []float32, sendCou
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, watched, err := c.begin(ctx, "alltoall")
+	seq, err := c.begin(ctx, "alltoall")
 	if err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	p, r := c.size, c.rank
 	// block returns the bounds of block i of a buffer: equal blocks or the
 	// prefix sums of counts, computed in O(p) without allocating.

@@ -11,11 +11,11 @@ import "context"
 func (c *Communicator) Barrier(ctx context.Context) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, watched, err := c.begin(ctx, "barrier")
+	seq, err := c.begin(ctx, "barrier")
 	if err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	tag := makeTag(seq, AlgoAuto, CollBarrier, 0)
 	p, r := c.size, c.rank
 	for k := 1; k < p; k <<= 1 {

@@ -33,11 +33,11 @@ const (
 func (c *Communicator) Calibrate(ctx context.Context) (CostModel, error) {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, watched, err := c.begin(ctx, "calibrate")
+	seq, err := c.begin(ctx, "calibrate")
 	if err != nil {
 		return CostModel{}, err
 	}
-	defer c.end(watched)
+	defer c.end()
 	m := c.model
 	m.Gamma = measureGamma()
 	if c.size == 1 {

@@ -44,11 +44,11 @@ func (c *Communicator) AllReduceInto(ctx context.Context, dst, src []float32, op
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, watched, err := c.begin(ctx, "allreduce")
+	seq, err := c.begin(ctx, "allreduce")
 	if err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	if c.size == 1 || len(src) == 0 {
 		copy(dst, src)
 		return nil
@@ -104,11 +104,11 @@ func (c *Communicator) reduceScatter(ctx context.Context, dst, src, work []float
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, watched, err := c.begin(ctx, "reducescatter")
+	seq, err := c.begin(ctx, "reducescatter")
 	if err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	if c.size == 1 || len(src) == 0 {
 		copy(dst, src)
 		return nil
@@ -194,11 +194,11 @@ func (c *Communicator) allGather(ctx context.Context, dst, src []float32, counts
 	if overlap(src, dst) && !same(src, own) {
 		return errorf(ErrInvalid, "allgather: src overlaps dst other than as this rank's segment")
 	}
-	seq, watched, err := c.begin(ctx, "allgather")
+	seq, err := c.begin(ctx, "allgather")
 	if err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	copy(own, src)
 	if c.size == 1 || len(dst) == 0 {
 		return nil
@@ -238,11 +238,11 @@ func (c *Communicator) broadcast(ctx context.Context, dst, src []float32, root i
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, watched, err := c.begin(ctx, "broadcast")
+	seq, err := c.begin(ctx, "broadcast")
 	if err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	buf := dst
 	if c.rank == root {
 		buf = src
@@ -295,11 +295,11 @@ func (c *Communicator) reduceTo(ctx context.Context, dst, src []float32, op Op, 
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	seq, watched, err := c.begin(ctx, "reduce")
+	seq, err := c.begin(ctx, "reduce")
 	if err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	if c.size == 1 || len(src) == 0 {
 		copy(dst, src)
 		return nil

@@ -294,13 +294,12 @@ func ctxErr(ctx context.Context) error {
 }
 
 // begin starts a collective: it checks the sticky state, consumes a sequence
-// number and arms cancellation. The caller must call c.end(watched) when done.
-// It must be called with opMu held.
-func (c *Communicator) begin(ctx context.Context, op string) (seq uint32, watched bool, err error) {
+// number and arms cancellation. The caller must call c.end when done. It
+// must be called with opMu held.
+func (c *Communicator) begin(ctx context.Context, op string) (seq uint32, err error) {
 	seq = c.seq
 	c.seq++
-	watched, err = c.arm(ctx, op)
-	return seq, watched, err
+	return seq, c.arm(ctx, op)
 }
 
 // arm checks the sticky state and arms cancellation for an operation that
@@ -311,9 +310,9 @@ func (c *Communicator) begin(ctx context.Context, op string) (seq uint32, watche
 // caller that passes the same context to every call (a training step
 // loop) costs no goroutine hand-off per call; only a new context is sent
 // to the watcher.
-func (c *Communicator) arm(ctx context.Context, op string) (watched bool, err error) {
+func (c *Communicator) arm(ctx context.Context, op string) error {
 	done := ctx.Done()
-	watched = done != nil && c.size > 1
+	watched := done != nil && c.size > 1
 	if watched && done != c.watchDone {
 		select {
 		case c.watch <- ctx:
@@ -322,7 +321,7 @@ func (c *Communicator) arm(ctx context.Context, op string) (watched bool, err er
 		c.watchDone = done
 	}
 	c.stateMu.Lock()
-	err = c.stickyLocked()
+	err := c.stickyLocked()
 	if err == nil && watched {
 		// Marked active before ctx.Err is checked: a cancellation the
 		// watcher finds with nothing active is seen by the check below.
@@ -330,20 +329,20 @@ func (c *Communicator) arm(ctx context.Context, op string) (watched bool, err er
 	}
 	c.stateMu.Unlock()
 	if err != nil {
-		return false, err
+		return err
 	}
 	if cerr := ctx.Err(); cerr != nil {
-		c.end(true)
+		c.end()
 		// Skipping a collective the peers run desynchronises the session.
-		return false, c.abort(fmt.Errorf("ascend: %s: %w", op, cerr))
+		return c.abort(fmt.Errorf("ascend: %s: %w", op, cerr))
 	}
-	return watched, nil
+	return nil
 }
 
 // end disarms cancellation. If cancellation fired, the links are closed and
 // the Communicator is broken even if the collective itself completed; the
 // next call reports it.
-func (c *Communicator) end(bool) {
+func (c *Communicator) end() {
 	c.stateMu.Lock()
 	c.activeDone, c.activeOp = nil, ""
 	c.stateMu.Unlock()

@@ -28,11 +28,10 @@ func (c *Communicator) Send(ctx context.Context, buf []float32, peer int) error 
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	watched, err := c.arm(ctx, "send")
-	if err != nil {
+	if err := c.arm(ctx, "send"); err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	tag := p2pTag(c.p2pSend[peer])
 	c.p2pSend[peer]++
 	return c.sendTo(ctx, "send", tag, c.peers[peer], buf)
@@ -46,11 +45,10 @@ func (c *Communicator) Recv(ctx context.Context, buf []float32, peer int) error 
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	watched, err := c.arm(ctx, "recv")
-	if err != nil {
+	if err := c.arm(ctx, "recv"); err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	tag := p2pTag(c.p2pRecv[peer])
 	c.p2pRecv[peer]++
 	return c.recvFrom(ctx, "recv", tag, c.peers[peer], buf, nil, Sum, false)
@@ -79,11 +77,10 @@ func (c *Communicator) SendRecv(ctx context.Context, send []float32, to int, rec
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	watched, err := c.arm(ctx, "sendrecv")
-	if err != nil {
+	if err := c.arm(ctx, "sendrecv"); err != nil {
 		return err
 	}
-	defer c.end(watched)
+	defer c.end()
 	stag, rtag := p2pTag(c.p2pSend[to]), p2pTag(c.p2pRecv[from])
 	c.p2pSend[to]++
 	c.p2pRecv[from]++
