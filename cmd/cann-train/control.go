@@ -24,6 +24,20 @@ func liveRun(ctx context.Context, c client.Client, id string) (spec.RunStatus, e
 	return st, err
 }
 
+// openLiveRun dials the server and reads the status of the running run
+// named by arg (name or run/<name>). On success the caller closes c.
+func openLiveRun(ctx context.Context, e *env, arg string) (c client.Client, id string, st spec.RunStatus, err error) {
+	if c, err = dialQuiet(ctx, e); err != nil {
+		return nil, "", st, err
+	}
+	id = runID(arg)
+	if st, err = liveRun(ctx, c, id); err != nil {
+		c.Close()
+		return nil, "", st, err
+	}
+	return c, id, st, nil
+}
+
 func signalRun(ctx context.Context, c client.Client, id, name string, arg any) error {
 	if err := c.SignalWorkflow(ctx, id, "", name, arg); err != nil {
 		return fmt.Errorf("signal %s to %s: %w", name, id, err)
@@ -45,16 +59,11 @@ holds the run after the wait too.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, err := dialQuiet(ctx, e)
+			c, id, st, err := openLiveRun(ctx, e, args[0])
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			id := runID(args[0])
-			st, err := liveRun(ctx, c, id)
-			if err != nil {
-				return err
-			}
 			if err := signalRun(ctx, c, id, spec.SignalPause, nil); err != nil {
 				return err
 			}
@@ -102,16 +111,11 @@ policy for longer).`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, err := dialQuiet(ctx, e)
+			c, id, st, err := openLiveRun(ctx, e, args[0])
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			id := runID(args[0])
-			st, err := liveRun(ctx, c, id)
-			if err != nil {
-				return err
-			}
 			if err := signalRun(ctx, c, id, spec.SignalResume, nil); err != nil {
 				return err
 			}
@@ -139,16 +143,11 @@ N must be at least the run's min_nodes and at most its global batch.`,
 				return fmt.Errorf("--nodes %d: want 1..1024", nodes)
 			}
 			ctx := cmd.Context()
-			c, err := dialQuiet(ctx, e)
+			c, id, st, err := openLiveRun(ctx, e, args[0])
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			id := runID(args[0])
-			st, err := liveRun(ctx, c, id)
-			if err != nil {
-				return err
-			}
 			if st.MinNodes > 0 && nodes < st.MinNodes {
 				return fmt.Errorf("--nodes %d is below the run's min_nodes %d", nodes, st.MinNodes)
 			}

@@ -300,15 +300,11 @@ good when neither is given. --clear restores the policy.`,
 				o.Until = t.UTC()
 			}
 			ctx := cmd.Context()
-			c, err := dialQuiet(ctx, e)
+			c, id, _, err := openLiveRun(ctx, e, args[0])
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			id := runID(args[0])
-			if _, err := liveRun(ctx, c, id); err != nil {
-				return err
-			}
 			if err := signalRun(ctx, c, id, spec.SignalGreenOverride, o); err != nil {
 				return err
 			}
