@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -44,23 +42,13 @@ func (n *Node) ProbeLinks(ctx context.Context, in spec.ProbeInput) (*spec.ProbeR
 	if err != nil {
 		return nil, peerError(err, 0)
 	}
-	res := &spec.ProbeResult{NodeID: n.ID, Rank: in.Rank, Host: hostID()}
+	res := &spec.ProbeResult{NodeID: n.ID, Rank: in.Rank, Host: shm.HostName()}
 	if in.Rank == 0 {
 		for _, l := range links {
 			res.Links = append(res.Links, spec.LinkSample{From: l.From, To: l.To, LatencyNS: l.Latency.Nanoseconds(), BytesPerSec: l.BytesPerSec})
 		}
 	}
 	return res, nil
-}
-
-// hostID names this host the way ranks tell each other apart: the kernel
-// boot id, else the host name.
-func hostID() string {
-	if id := strings.TrimSpace(shm.HostID()); id != "" {
-		return id
-	}
-	h, _ := os.Hostname()
-	return h
 }
 
 // Planner analyses link scans (control queue).

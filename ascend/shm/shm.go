@@ -27,7 +27,10 @@
 package shm
 
 import (
+	"cmp"
 	"errors"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -106,4 +109,14 @@ type ConnOptions struct {
 	// the host do not outnumber its cores (a futex wake-up costs several
 	// microseconds on a VM). SetSpinFor changes it later.
 	SpinFor time.Duration
+}
+
+// HostName names this host the way ranks tell hosts apart: the kernel boot
+// id (HostID), else the host name, else "localhost".
+func HostName() string {
+	if id := strings.TrimSpace(HostID()); id != "" {
+		return id
+	}
+	h, _ := os.Hostname()
+	return cmp.Or(h, "localhost")
 }

@@ -186,7 +186,7 @@ func runTopoRank(ctx context.Context, out io.Writer, args []string) error {
 	}
 	elapsed := time.Since(start)
 	hostname, _ := os.Hostname()
-	hosts, err := gatherStrings(ctx, comm, hostID(hostname))
+	hosts, err := gatherStrings(ctx, comm, shm.HostName())
 	if err != nil {
 		return fmt.Errorf("topo-rank: gathering host ids: %w", err)
 	}
@@ -222,15 +222,6 @@ func childListener(a bench.ChildArgs) (*tcp.Listener, error) {
 		return nil, fmt.Errorf("topo-rank: inherited listener is %T, not TCP", ln)
 	}
 	return tcp.ListenConfig{}.Serve(tl), nil
-}
-
-// hostID is the kernel boot id (as ascend/shm decides which peers share a
-// host), or the host name where there is none.
-func hostID(hostname string) string {
-	if id := strings.TrimSpace(shm.HostID()); id != "" {
-		return id
-	}
-	return cmp.Or(hostname, "localhost")
 }
 
 // maxHostString bounds gathered strings: a server_id has at most 64
