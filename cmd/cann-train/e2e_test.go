@@ -127,30 +127,8 @@ func TestQuickstartJSON(t *testing.T) {
 func TestControlWorkerKilledMidRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-
-	dir := t.TempDir()
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
-	defer func() { _ = l.StopAll(5 * time.Second) }()
-	common := []string{"--address", srv.FrontendAddr(), "--log-level", "info"}
-	control1, err := l.Start("control-1", append([]string{"worker", "control"}, common...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"node-1", "node-2"} {
-		if _, err := l.Start(id, append([]string{"worker", "node", "--id", id, "--checkpoint-url", "file://" + filepath.Join(dir, "ckpt")}, common...)...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pc := startProcessCluster(ctx, t, t.TempDir(), "node-1", "node-2")
+	c, l := pc.c, pc.l
 	s := spec.RunSpec{Name: "survive-control-kill", Nodes: 2, Steps: 400, ChunkSteps: 50,
 		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
@@ -176,13 +154,7 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if err := control1.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-control1.Done()
-	if _, err := l.Start("control-2", append([]string{"worker", "control"}, common...)...); err != nil {
-		t.Fatal(err)
-	}
+	pc.replaceControl(t)
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)
@@ -193,13 +165,11 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 	}
 	// The history shows workflow tasks completed by two different workers,
 	// and every chunk activity carries a readable summary for the Web UI.
-	identities := map[string]bool{}
 	chunks := 0
 	hist := fetchHistory(ctx, t, c, run.GetID())
+	identities := taskIdentities(hist)
 	for _, ev := range hist.GetEvents() {
 		switch ev.GetEventType() {
-		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-			identities[ev.GetWorkflowTaskCompletedEventAttributes().GetIdentity()] = true
 		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
 			var summary string
 			if p := ev.GetUserMetadata().GetSummary(); p != nil {
@@ -391,4 +361,65 @@ func controlInProcess(ctx context.Context, t *testing.T, srv *dev.Server) client
 		c.Close()
 	})
 	return c
+}
+
+// processCluster is an embedded server with the control worker and node
+// workers as separate processes (tests that kill the control worker).
+type processCluster struct {
+	srv     *dev.Server
+	c       client.Client
+	l       *dev.Launcher
+	common  []string // flags every worker gets
+	control *dev.Proc
+}
+
+// startProcessCluster starts the server, control worker "control-1" and
+// the named node workers (checkpoints under dir/ckpt); cleanups stop all.
+func startProcessCluster(ctx context.Context, t *testing.T, dir string, nodes ...string) *processCluster {
+	t.Helper()
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	pc := &processCluster{srv: srv, c: c, l: &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")},
+		common: []string{"--address", srv.FrontendAddr(), "--log-level", "info"}}
+	t.Cleanup(func() { _ = pc.l.StopAll(5 * time.Second) })
+	if pc.control, err = pc.l.Start("control-1", append([]string{"worker", "control"}, pc.common...)...); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range nodes {
+		if _, err := pc.l.Start(id, append([]string{"worker", "node", "--id", id, "--checkpoint-url", "file://" + filepath.Join(dir, "ckpt")}, pc.common...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pc
+}
+
+// replaceControl SIGKILLs the control worker and starts "control-2".
+func (pc *processCluster) replaceControl(t *testing.T) {
+	t.Helper()
+	if err := pc.control.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-pc.control.Done()
+	if _, err := pc.l.Start("control-2", append([]string{"worker", "control"}, pc.common...)...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// taskIdentities are the workers that completed the run's workflow tasks.
+func taskIdentities(hist *history.History) map[string]bool {
+	ids := map[string]bool{}
+	for _, ev := range hist.GetEvents() {
+		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED {
+			ids[ev.GetWorkflowTaskCompletedEventAttributes().GetIdentity()] = true
+		}
+	}
+	return ids
 }

@@ -13,9 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
-	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
 )
 
@@ -46,28 +44,8 @@ func TestGreenWaitSurvivesControlRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
-	defer func() { _ = l.StopAll(5 * time.Second) }()
-	common := []string{"--address", srv.FrontendAddr(), "--log-level", "info"}
-	control1, err := l.Start("control-1", append([]string{"worker", "control"}, common...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"node-1", "node-2"} {
-		if _, err := l.Start(id, append([]string{"worker", "node", "--id", id, "--checkpoint-url", "file://" + filepath.Join(dir, "ckpt")}, common...)...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pc := startProcessCluster(ctx, t, dir, "node-1", "node-2")
+	c, l := pc.c, pc.l
 	s := spec.RunSpec{Name: "green-restart", Nodes: 2, Steps: 200, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(5 * time.Second),
 		Green: &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(5 * time.Minute),
 			Work: spec.Duration(step)}}.WithDefaults()
@@ -99,13 +77,7 @@ func TestGreenWaitSurvivesControlRestart(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if err := control1.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-control1.Done()
-	if _, err := l.Start("control-2", append([]string{"worker", "control"}, common...)...); err != nil {
-		t.Fatal(err)
-	}
+	pc.replaceControl(t)
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)
@@ -117,8 +89,9 @@ func TestGreenWaitSurvivesControlRestart(t *testing.T) {
 	// The history: a timer named for the window, no chunk before it opened,
 	// workflow tasks completed by both control workers.
 	var timerNamed bool
-	identities := map[string]bool{}
-	for _, ev := range fetchHistory(ctx, t, c, run.GetID()).GetEvents() {
+	hist := fetchHistory(ctx, t, c, run.GetID())
+	identities := taskIdentities(hist)
+	for _, ev := range hist.GetEvents() {
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_TIMER_STARTED:
 			var summary string
@@ -131,8 +104,6 @@ func TestGreenWaitSurvivesControlRestart(t *testing.T) {
 				ev.GetEventTime().AsTime().Before(greenFrom) {
 				t.Errorf("a chunk was scheduled at %v, before the window opened at %v", ev.GetEventTime().AsTime(), greenFrom)
 			}
-		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-			identities[ev.GetWorkflowTaskCompletedEventAttributes().GetIdentity()] = true
 		}
 	}
 	if !timerNamed {
