@@ -175,8 +175,9 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		}
 		step, loss, sps := st.Step, st.Loss, st.SamplesPerSec
 		// A chunk heartbeats from its start, before any step (loss 0): the
-		// live figures win only once they are ahead of the status.
-		if live != nil && (live.Step > step || live.Step == step && live.Loss != 0) {
+		// live figures win only once they are ahead of the status, as in
+		// `status`.
+		if live != nil && live.Step > step {
 			step, loss, sps = live.Step, live.Loss, live.SamplesPerSec*float64(max(1, len(st.Nodes)))
 		}
 		switch {
