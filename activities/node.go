@@ -17,6 +17,7 @@ import (
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/engine/gradsync"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -65,7 +66,8 @@ type pendingSave struct {
 type warmTrainer struct {
 	run        string
 	generation int64
-	trainer    *engine.Trainer
+	codec      string // the decided codec the syncer was built with
+	sync       *gradsync.Syncer
 }
 
 // Close releases open buckets.
@@ -100,23 +102,21 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoData", err)
 	}
-	tr, err := n.trainerAt(ctx, in, train)
+	sy, err := n.trainerAt(ctx, in, train)
 	if err != nil {
 		return nil, err
 	}
+	tr := sy.Trainer()
 	comm, err := n.connect(ctx, in)
 	if err != nil {
 		return nil, peerError(err, in.From)
 	}
 	defer comm.Close()
-
-	var commTime time.Duration
-	reduce := func(ctx context.Context, buf []float32) error {
-		t0 := time.Now()
-		err := comm.AllReduce(ctx, buf, ascend.Avg)
-		commTime += time.Since(t0)
-		return err
+	if err := sy.Begin(comm); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadChunkInput", err)
 	}
+	defer sy.End()
+	before := sy.Stats()
 	// This rank's examples per step (with a global batch the ranks' slices
 	// may differ by one).
 	lo, hi := tr.Config().RankSlice()
@@ -127,7 +127,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		loss, err := tr.Step(ctx, reduce)
+		loss, err := sy.Step(ctx)
 		if err != nil {
 			n.forget()
 			if ctx.Err() != nil {
@@ -145,7 +145,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		prog := spec.ChunkProgress{Step: step + 1, To: in.To, Loss: loss}
 		if el > 0 {
 			prog.SamplesPerSec = float64(done) * perRank / el
-			prog.CommShare = commTime.Seconds() / el
+			prog.CommShare = sy.Stats().Sub(before).Exposed.Seconds() / el
 		}
 		if in.Restore != nil {
 			prog.LastCheckpoint = in.Restore.Step
@@ -157,17 +157,32 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	}
 	el := time.Since(loopStart).Seconds()
 	res.Seconds = el
+	d := sy.Stats().Sub(before)
 	if el > 0 {
 		res.SamplesPerSec = float64(in.To-in.From) * perRank / el
-		res.CommShare = commTime.Seconds() / el
+		res.CommShare = d.Exposed.Seconds() / el
 	}
+	res.Sync = chunkSync(in.Spec, sy, d)
 	res.WeightsSHA256 = tr.WeightsSHA256()
+	var commState [][]byte
+	if in.Checkpoint && in.Spec.KeepsCommState() {
+		// Every rank's error-feedback residuals go into rank 0's checkpoint.
+		mine, err := sy.MarshalBinary()
+		if err != nil {
+			n.forget()
+			return nil, fmt.Errorf("communication state: %w", err)
+		}
+		if commState, err = gradsync.GatherStates(ctx, comm, mine); err != nil {
+			n.forget()
+			return nil, peerError(err, in.To)
+		}
+	}
 	if in.Rank == 0 {
 		// An earlier chunk's checkpoint has had this whole chunk to upload.
 		res.EarlierCheckpoint = n.finishPending(ctx, in, log)
 	}
 	if in.Rank == 0 && in.Checkpoint && in.AsyncCheckpoint {
-		pend, err := n.saveAsync(in, tr)
+		pend, err := n.saveAsync(in, snapshot(tr, commState))
 		if err != nil {
 			n.forget()
 			return nil, err
@@ -175,7 +190,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		res.PendingCheckpoint = pend
 		log.Info("checkpoint uploading", zap.Int64("step", pend.Step))
 	} else if in.Rank == 0 && in.Checkpoint {
-		ref, err := n.save(ctx, in, tr)
+		ref, err := n.save(ctx, in, snapshot(tr, commState))
 		if err != nil {
 			n.forget()
 			return nil, err
@@ -187,9 +202,28 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		acc, _ := tr.Evaluate(test)
 		res.EvalMetric, res.EvalValue = "test_accuracy", acc
 	}
-	n.keep(in, tr)
+	n.keep(in, sy)
 	res.EndedAt = time.Now()
 	return res, nil
+}
+
+// snapshot is tr's state with every rank's communication state.
+func snapshot(tr *engine.Trainer, commState [][]byte) *engine.State {
+	st := tr.Snapshot()
+	st.CommState = commState
+	return st
+}
+
+// chunkSync reports a chunk's gradient exchange (nil for plain runs).
+func chunkSync(sp spec.RunSpec, sy *gradsync.Syncer, d gradsync.Stats) *spec.ChunkSync {
+	if sp.NewSyncStatus() == nil {
+		return nil
+	}
+	cs := &spec.ChunkSync{Phase: sy.Phase(), Codec: sy.Codec(), CompressedSteps: d.CompressedSteps,
+		BytesSent: d.BytesSent, DenseBytes: d.DenseBytes, CommSeconds: d.Comm.Seconds(), ExposedSeconds: d.Exposed.Seconds()}
+	m := sy.Measure()
+	cs.BytesPerSec, cs.ComputeSeconds = m.BytesPerSec, m.Compute.Seconds()
+	return cs
 }
 
 func (n *Node) checkInput(in spec.ChunkInput) error {
@@ -230,20 +264,32 @@ func (n *Node) data() (train, test *engine.Dataset, err error) {
 	return n.train, n.test, nil
 }
 
-// trainerAt returns a trainer positioned at in.From: the one kept from the
-// previous chunk of the same generation, the checkpoint in.Restore, or a
-// fresh one at step 0.
-func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.Dataset) (*engine.Trainer, error) {
+// trainerAt returns a trainer positioned at in.From, with the syncer that
+// averages its gradients: the pair kept from the previous chunk of the same
+// generation, the checkpoint in.Restore (this rank's error-feedback
+// residuals included), or a fresh one at step 0.
+func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.Dataset) (*gradsync.Syncer, error) {
 	n.mu.Lock()
 	w := n.warm
 	n.warm = nil
 	n.mu.Unlock()
 	cfg := engineConfig(in)
-	if w != nil && w.run == in.RunID && w.generation == in.Membership.Generation && w.trainer.GlobalStep() == in.From &&
-		sameShard(w.trainer.Config(), cfg) {
-		return w.trainer, nil
+	if w != nil && w.run == in.RunID && w.generation == in.Membership.Generation && w.sync.Trainer().GlobalStep() == in.From &&
+		sameShard(w.sync.Trainer().Config(), cfg) {
+		if w.codec == in.Codec {
+			return w.sync, nil
+		}
+		// An auto codec decided at this boundary: the steps so far were
+		// uncompressed, so the syncer starts its compressed phase fresh.
+		if err := w.sync.Decide(in.Codec, nil); err == nil {
+			return w.sync, nil
+		}
 	}
 	tr, err := engine.NewTrainer(cfg, train)
+	if err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadModel", err)
+	}
+	sy, err := gradsync.New(tr, in.Spec.SyncPolicy(in.Codec))
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadModel", err)
 	}
@@ -271,9 +317,22 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.
 			return nil, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("checkpoint %s does not fit this run: %v", in.Restore.Key, err), spec.ErrTypeCorruptCheckpoint, err)
 		}
-		return tr, nil
+		switch {
+		case len(st.CommState) == cfg.World:
+			if err := sy.UnmarshalBinary(st.CommState[in.Rank]); err != nil {
+				return nil, temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("checkpoint %s: rank %d's communication state: %v", in.Restore.Key, in.Rank, err), spec.ErrTypeCorruptCheckpoint, err)
+			}
+		case len(st.CommState) > 0:
+			// Another world size: the residuals belong to other shards.
+			// Error feedback restarts from zero and loses only what it
+			// was still holding back.
+			n.Logger.Info("checkpoint from another world size: error-feedback residuals reset",
+				zap.Int("saved_ranks", len(st.CommState)), zap.Int("ranks", cfg.World))
+		}
+		return sy, nil
 	case in.From == 0:
-		return tr, nil
+		return sy, nil
 	default:
 		err := fmt.Errorf("node %s has no state at step %d and no checkpoint there", n.ID, in.From)
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeNoState, err)
@@ -287,7 +346,7 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.
 // global batch; a checkpoint made on another world size restores into it
 // (engine.Trainer.Restore reshards). 0 keeps BatchPerRank × world.
 func engineConfig(in spec.ChunkInput) engine.Config {
-	return engine.Config{
+	cfg := engine.Config{
 		Seed:         in.Spec.Seed,
 		Hidden:       in.Spec.Model.Hidden,
 		LearningRate: in.Spec.LearningRate,
@@ -296,6 +355,13 @@ func engineConfig(in spec.ChunkInput) engine.Config {
 		Rank:         in.Rank,
 		World:        len(in.Membership.Nodes),
 	}
+	if in.Spec.Optimizer == spec.OptimizerOneBitAdam {
+		cfg.Optimizer, cfg.FreezeStep = engine.OneBitAdam, in.Spec.FreezeStep
+	}
+	if o := in.Spec.Overlap; o != nil {
+		cfg.BucketBytes, cfg.FirstBucketBytes = o.BucketKiB<<10, o.FirstBucketKiB<<10
+	}
+	return cfg
 }
 
 // sameShard reports whether a kept trainer configured as have trains the
@@ -305,10 +371,10 @@ func sameShard(have, want engine.Config) bool {
 	return have.Rank == want.Rank && have.World == want.World && have.GlobalBatchSize() == want.GlobalBatchSize()
 }
 
-func (n *Node) keep(in spec.ChunkInput, tr *engine.Trainer) {
+func (n *Node) keep(in spec.ChunkInput, sy *gradsync.Syncer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.warm = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, trainer: tr}
+	n.warm = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, codec: in.Codec, sync: sy}
 }
 
 func (n *Node) forget() {
@@ -370,19 +436,19 @@ func (n *Node) store(ctx context.Context, url string) (*checkpoint.Store, error)
 	return s, nil
 }
 
-func (n *Node) save(ctx context.Context, in spec.ChunkInput, tr *engine.Trainer) (*spec.CheckpointRef, error) {
+func (n *Node) save(ctx context.Context, in spec.ChunkInput, st *engine.State) (*spec.CheckpointRef, error) {
 	url := n.checkpointURL(in)
 	store, err := n.store(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	payload, err := tr.Snapshot().MarshalBinary()
+	payload, err := st.MarshalBinary()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	// Incremental: only chunks that changed since the last checkpoint are
 	// uploaded; the manifest, written last, makes the checkpoint real.
-	ref, stats, err := store.SaveIncremental(ctx, in.Spec.Name, tr.GlobalStep(), payload)
+	ref, stats, err := store.SaveIncremental(ctx, in.Spec.Name, st.Step, payload)
 	if err != nil {
 		return nil, fmt.Errorf("save checkpoint: %w", err)
 	}
@@ -398,7 +464,7 @@ func (n *Node) save(ctx context.Context, in spec.ChunkInput, tr *engine.Trainer)
 // saveAsync snapshots the state (at this step boundary) and uploads it in
 // the background; the next chunk on this node reports it (finishPending).
 // The upload has its own context: it outlives this activity.
-func (n *Node) saveAsync(in spec.ChunkInput, tr *engine.Trainer) (*spec.CheckpointRef, error) {
+func (n *Node) saveAsync(in spec.ChunkInput, st *engine.State) (*spec.CheckpointRef, error) {
 	url := n.checkpointURL(in)
 	bctx, cancel := context.WithTimeout(context.Background(), asyncSaveTimeout)
 	store, err := n.store(bctx, url)
@@ -406,21 +472,21 @@ func (n *Node) saveAsync(in spec.ChunkInput, tr *engine.Trainer) (*spec.Checkpoi
 		cancel()
 		return nil, err
 	}
-	payload, err := tr.Snapshot().MarshalBinary()
+	payload, err := st.MarshalBinary()
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	p, err := store.SaveAsync(bctx, in.Spec.Name, tr.GlobalStep(), payload)
+	p, err := store.SaveAsync(bctx, in.Spec.Name, st.Step, payload)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("save checkpoint: %w", err)
 	}
 	go func() { <-p.Done(); cancel() }()
 	n.mu.Lock()
-	n.pending = &pendingSave{run: in.Spec.Name, url: url, step: tr.GlobalStep(), save: p}
+	n.pending = &pendingSave{run: in.Spec.Name, url: url, step: st.Step, save: p}
 	n.mu.Unlock()
-	return &spec.CheckpointRef{URL: url, Run: in.Spec.Name, Step: tr.GlobalStep()}, nil
+	return &spec.CheckpointRef{URL: url, Run: in.Spec.Name, Step: st.Step}, nil
 }
 
 // asyncSaveTimeout bounds a background upload.

@@ -235,6 +235,15 @@ func (s RunSpec) validateExternal() error {
 	if s.Green != nil {
 		bad("green", "not supported for external jobs")
 	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"optimizer", s.Optimizer != "" && s.Optimizer != OptimizerAdam}, {"freeze_step", s.FreezeStep != 0},
+		{"compression", s.Compression != nil}, {"overlap", s.Overlap != nil}} {
+		if f.set {
+			bad(f.name, "applies to the built-in model only; an external job's script owns its optimizer and gradient exchange")
+		}
+	}
 	x := s.External
 	if !slices.Contains(Launchers, x.Launcher) {
 		bad("external.launcher", "unknown launcher %q (want %s)", x.Launcher, strings.Join(Launchers, ", "))
@@ -296,7 +305,7 @@ func sortedKeys(m map[string]string) []string {
 // builtinOnly are job-file fields of the built-in model that an external
 // job must not set.
 var builtinOnly = []string{"model.hidden", "chunk_steps", "batch_per_rank", "learning_rate", "seed",
-	"collective", "topology_scan"}
+	"collective", "topology_scan", "optimizer", "freeze_step", "compression", "overlap"}
 
 // parseExternal finishes Parse for an external job: drops the built-in
 // defaults the file did not set, reports the built-in fields it did set,

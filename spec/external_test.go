@@ -136,3 +136,18 @@ func TestExampleExternalJobParses(t *testing.T) {
 		t.Errorf("example: %+v", s.External)
 	}
 }
+
+func TestExternalRejectsEngineGradientFields(t *testing.T) {
+	// In a job file, and in a spec built in code.
+	bad := RunSpec{Name: "x", External: &ExternalJob{Entrypoint: []string{"a"}}, Overlap: &OverlapPolicy{}}.WithDefaults()
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "overlap: applies to the built-in model only") {
+		t.Errorf("overlap in an external spec: %v", err)
+	}
+	for _, field := range []string{"optimizer: onebit-adam", "freeze_step: 3", "compression: {}", "overlap: {}"} {
+		_, err := Parse("job.yaml", []byte("name: x\nexternal:\n  entrypoint: [python3, t.py]\n"+field+"\n"))
+		name, _, _ := strings.Cut(field, ":")
+		if err == nil || !strings.Contains(err.Error(), name+": applies to the built-in model only") {
+			t.Errorf("%s in an external job: %v", field, err)
+		}
+	}
+}

@@ -64,6 +64,15 @@ type RunSpec struct {
 	// TopologyScan measures every node pair when the run gets its nodes
 	// (implied by collective: auto) and shows the hierarchy in the status.
 	TopologyScan bool `yaml:"topology_scan" json:"topology_scan,omitempty"`
+	// Optimizer is adam (the default) or onebit-adam: Adam for
+	// freeze_step steps, then the variance frozen and the momentum
+	// averaged instead, which compression sends in one bit per value.
+	Optimizer  string `yaml:"optimizer" json:"optimizer,omitempty"`
+	FreezeStep int64  `yaml:"freeze_step" json:"freeze_step,omitempty"`
+	// Compression compresses the gradient exchange (see sync.go).
+	Compression *CompressionPolicy `yaml:"compression" json:"compression,omitempty"`
+	// Overlap averages gradient buckets while backward runs.
+	Overlap *OverlapPolicy `yaml:"overlap" json:"overlap,omitempty"`
 }
 
 // Collective algorithms a job file may name.
@@ -169,7 +178,7 @@ func (s RunSpec) WithDefaults() RunSpec {
 	if s.Collective == "" {
 		s.Collective = "ring"
 	}
-	return s
+	return s.syncDefaults()
 }
 
 // FieldError is one invalid field. Line is 0 when unknown.
@@ -256,6 +265,7 @@ func (s RunSpec) Validate() error {
 	if !slices.Contains(collectiveAlgorithms, s.Collective) {
 		bad("collective", "unknown algorithm %q (want %s)", s.Collective, strings.Join(collectiveAlgorithms, ", "))
 	}
+	s.validateSync(bad)
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}
 	}
@@ -314,6 +324,7 @@ func Parse(name string, data []byte) (RunSpec, error) {
 		g := s.Green.WithDefaults()
 		s.Green = &g
 	}
+	s = s.syncDefaults()
 	if err := s.Validate(); err != nil {
 		var se *SpecError
 		if errors.As(err, &se) {

@@ -58,7 +58,7 @@ green:
 }
 
 func TestExampleJobFilesParse(t *testing.T) {
-	for _, f := range []string{"../examples/mnist.yaml", "../examples/mnist-green.yaml"} {
+	for _, f := range []string{"../examples/mnist.yaml", "../examples/mnist-green.yaml", "../examples/mnist-onebit.yaml"} {
 		if _, err := LoadFile(f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
@@ -115,6 +115,17 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"green unknown provider", "name: a\ngreen:\n  provider: wattime\n", "green.provider", 3, "unknown provider"},
 		{"green negative budget", "name: a\ngreen:\n  trace: x.csv\n  budget_g: -1\n", "green.budget_g", 4, "negative"},
 		{"green pue", "name: a\ngreen:\n  trace: x.csv\n  pue: 0.5\n", "green.pue", 4, "out of range"},
+		{"unknown optimizer", "name: a\noptimizer: lamb\n", "optimizer", 2, "unknown optimizer"},
+		{"freeze_step with adam", "name: a\nfreeze_step: 10\n", "freeze_step", 2, "onebit-adam only"},
+		{"freeze_step past the end", "name: a\nsteps: 100\noptimizer: onebit-adam\nfreeze_step: 100\n", "freeze_step", 4, "out of range"},
+		{"unknown codec", "name: a\ncompression:\n  codec: zstd\n", "compression.codec", 3, "unknown codec"},
+		{"powersgd in a run", "name: a\ncompression:\n  codec: powersgd:4\n", "compression.codec", 3, "does not checkpoint"},
+		{"bad exchange", "name: a\ncompression:\n  exchange: ring\n", "compression.exchange", 3, "twophase"},
+		{"warm-up past the end", "name: a\nsteps: 50\ncompression:\n  warmup_steps: 60\n", "compression.warmup_steps", 4, "out of range"},
+		{"warm-up with onebit-adam", "name: a\noptimizer: onebit-adam\ncompression:\n  warmup_steps: 6\n", "compression.warmup_steps", 4, "freeze_step"},
+		{"warm-up codec with adam", "name: a\ncompression:\n  warmup_codec: int8\n", "compression.warmup_codec", 3, "onebit-adam only"},
+		{"compression unknown field", "name: a\ncompression:\n  ratio: 0.01\n", "compression.ratio", 3, "unknown field"},
+		{"negative bucket", "name: a\noverlap:\n  bucket_kib: -4\n", "overlap.bucket_kib", 3, "out of range"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,5 +176,41 @@ func TestParseCollective(t *testing.T) {
 	// 784·128 + 128 + 128·10 + 10 parameters, + the loss.
 	if got := (RunSpec{Model: ModelSpec{Hidden: []int{128}}}).GradientFloats(); got != 101771 {
 		t.Errorf("gradient floats %d", got)
+	}
+}
+
+// TestParseSyncPolicy: the optimizer, compression and overlap blocks take
+// their defaults (codec names canonical) and build the chunks' policy.
+func TestParseSyncPolicy(t *testing.T) {
+	s, err := Parse("job.yaml", []byte("name: a\nsteps: 1000\noptimizer: onebit-adam\ncompression: {}\noverlap:\n  bucket_kib: 64\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Compression
+	if s.FreezeStep != 15 || c.Codec != "sign:1024" || c.Exchange != "twophase" || c.WarmupCodec != "none" || s.Overlap.BucketKiB != 64 {
+		t.Fatalf("defaults: freeze %d, %+v, %+v", s.FreezeStep, c, s.Overlap)
+	}
+	if p := s.SyncPolicy(""); p.Codec != "sign:1024" || !p.Overlap {
+		t.Errorf("policy %+v", p)
+	}
+	if auto, _ := s.AutoCodec(); auto || !s.KeepsCommState() {
+		t.Errorf("auto %v, keeps comm state %v", auto, s.KeepsCommState())
+	}
+	s, err = Parse("job.yaml", []byte("name: a\nsteps: 1000\ncompression: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auto, at := s.AutoCodec(); !auto || at != 20 {
+		t.Errorf("adam default: auto %v from %d, want auto from 20 (2 %% of steps)", auto, at)
+	}
+	if p := s.SyncPolicy("int8:256"); p.Codec != "int8:256" || p.Warmup != 20 {
+		t.Errorf("decided policy %+v", p)
+	}
+	if st := s.NewSyncStatus(); st == nil || st.Policy != "auto" || st.Codec != "" || st.CompressFrom != 20 {
+		t.Errorf("status %+v", st)
+	}
+	plain, err := Parse("job.yaml", []byte("name: a\n"))
+	if err != nil || plain.NewSyncStatus() != nil || plain.KeepsCommState() {
+		t.Errorf("a plain run has a sync status or comm state: %v", err)
 	}
 }

@@ -189,6 +189,9 @@ type ChunkInput struct {
 	// Algorithm is the gradient allreduce's algorithm (ascend names: ring,
 	// hd, rd, tree, hier); empty means ring.
 	Algorithm string `json:"algorithm,omitempty"`
+	// Codec is the codec an auto compression policy decided after the
+	// warm-up ("" while undecided; see SyncStatus).
+	Codec string `json:"codec,omitempty"`
 }
 
 // InjectFault is the SignalInjectFault payload.
@@ -237,6 +240,9 @@ type ChunkResult struct {
 	// Joules is the node's measured energy for the chunk (facility
 	// energy, PUE included); 0 when the node has no meter.
 	Joules float64 `json:"joules,omitempty"`
+	// Sync is how the chunk averaged gradients (runs with an optimizer,
+	// compression or overlap policy).
+	Sync *ChunkSync `json:"sync,omitempty"`
 }
 
 // PeerFailure is the detail of a PeerFailed error: whom a rank lost, at
@@ -344,4 +350,7 @@ type RunStatus struct {
 	// Topology is what the scan at the run's start measured and chose
 	// (spec topology_scan, or collective: auto).
 	Topology *TopologyPlan `json:"topology,omitempty"`
+	// Sync is the gradient exchange's policy and what it achieved (runs
+	// with an optimizer, compression or overlap policy).
+	Sync *SyncStatus `json:"sync,omitempty"`
 }

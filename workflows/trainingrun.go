@@ -64,6 +64,9 @@ type RunState struct {
 	// ended (Key empty); the next chunk reports it committed, or a recovery
 	// looks it up.
 	PendingCkpt *spec.CheckpointRef `json:"pending_ckpt,omitempty"`
+	// SyncMeasures are the ranks' measurements from the last chunk, for
+	// an auto compression decision.
+	SyncMeasures []SyncMeasure `json:"sync_measures,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by
@@ -109,6 +112,9 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 	}
 	r.st.Status.MinNodes = r.spec.MinNodes
 	r.st.Status.GlobalBatch = r.spec.GlobalBatch()
+	if r.st.Status.Sync == nil {
+		r.st.Status.Sync = r.spec.NewSyncStatus()
+	}
 	if r.spec.Green != nil && r.st.Status.Green == nil {
 		r.st.Status.Green = &spec.GreenStatus{Policy: *r.spec.Green, BudgetG: r.spec.Green.BudgetG}
 	}

@@ -38,7 +38,7 @@ func (f *chunkFailure) Unwrap() error { return f.first }
 // timed out (dead or stuck) or that their peers blamed.
 func (r *run) trainChunk(ctx workflow.Context) error {
 	from := r.st.Status.Step
-	to := min(from+r.spec.ChunkSteps, r.spec.Steps)
+	to := r.chunkEnd(from, min(from+r.spec.ChunkSteps, r.spec.Steps))
 	every := r.spec.CheckpointEvery
 	ckpt := to == r.spec.Steps || to/every > from/every || r.st.ForceCheckpoint
 	r.st.Epoch++
@@ -53,6 +53,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		globalBatch = r.spec.GlobalBatch()
 	}
 	algo := r.algorithm(ctx)
+	codecName := r.chunkCodec(ctx, from)
 	// The last chunk and a forced checkpoint (a rescale waits for it) save
 	// synchronously; the others upload while the next chunk trains.
 	async := ckpt && to < r.spec.Steps && !r.st.ForceCheckpoint && r.asyncCheckpoints(ctx)
@@ -67,6 +68,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 			KillAtStep:  r.faultFor(node.ID, from, to),
 			GlobalBatch: globalBatch,
 			Algorithm:   algo,
+			Codec:       codecName,
 
 			AsyncCheckpoint: async,
 		}
@@ -271,6 +273,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	s.WeightsSHA256 = lead.WeightsSHA256
 	s.Chunks++
 	r.chunksNow++
+	r.absorbSync(results)
 	r.recordSegment(start, end, lead.From, lead.To, results)
 	if lead.EarlierCheckpoint != nil {
 		r.commitCheckpoint(*lead.EarlierCheckpoint)

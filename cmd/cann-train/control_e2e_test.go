@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
-	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
 )
 
@@ -26,22 +23,7 @@ import (
 func TestPauseResumeRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	c := controlInProcess(ctx, t, srv)
-	dir := t.TempDir()
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
-	defer func() { _ = l.StopAll(5 * time.Second) }()
-	for _, id := range []string{"node-1", "node-2", "node-3"} {
-		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),
-			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--log-level", "info"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitRegistered(ctx, t, c, 3)
+	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3")
 	s := spec.RunSpec{Name: "pause-me", Nodes: 2, MinNodes: 1, Steps: 2000, ChunkSteps: 100,
 		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
@@ -53,7 +35,7 @@ func TestPauseResumeRealRun(t *testing.T) {
 		t.Helper()
 		var out, errb bytes.Buffer
 		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		root.SetArgs(append(args, "--address", srv.FrontendAddr()))
+		root.SetArgs(append(args, "--address", addr))
 		if err := root.ExecuteContext(ctx); err != nil {
 			dumpLogs(t, l.LogDir)
 			t.Fatalf("cann-train %v: %v\n%s", args, err, errb.String())

@@ -257,29 +257,11 @@ func dumpLogs(t *testing.T, dir string) {
 func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop) // after the control worker's cleanup (LIFO)
-	c := controlInProcess(ctx, t, srv)
-
 	dir := t.TempDir()
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
-	defer func() { _ = l.StopAll(5 * time.Second) }()
 	// node-2 holds rank 1; `cann-train fault kill` makes it die mid-chunk,
 	// after step 130 (the last checkpoint is at 100); node-4 is the spare.
 	const victim = "node-2"
-	for _, id := range []string{"node-1", "node-2", "node-3", "node-4"} {
-		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),
-			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--log-level", "info",
-			"--allow-fault-injection"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Ranks go to free nodes in ID order: wait until all four registered,
-	// so node-4 is the spare.
-	waitRegistered(ctx, t, c, 4)
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3", "node-4")
 	base := spec.RunSpec{Nodes: 3, Steps: 400, ChunkSteps: 50, HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
 	start := func(name string) client.WorkflowRun {
 		s := base
@@ -294,7 +276,7 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	run := start("node-killed")
 	var fout, ferr bytes.Buffer
 	fault := newRootCmd(&env{out: &fout, err: &ferr, command: childCommand})
-	fault.SetArgs([]string{"fault", "kill", "--run", "node-killed", "--node", victim, "--at-step", "130", "--address", srv.FrontendAddr()})
+	fault.SetArgs([]string{"fault", "kill", "--run", "node-killed", "--node", victim, "--at-step", "130", "--address", addr})
 	if err := fault.ExecuteContext(ctx); err != nil {
 		t.Fatalf("fault kill: %v\n%s", err, ferr.String())
 	}
@@ -341,6 +323,33 @@ func waitRegistered(ctx context.Context, t *testing.T, c client.Client, n int) {
 	if err := awaitNodes(ctx, c, spec.DefaultClusterID, n); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startInProcessControl starts the embedded server, serves the control
+// queue from this test process, and starts the named node workers as
+// processes (checkpoints under dir/ckpt, fault injection allowed, logs
+// under dir/logs); it returns once they all registered. Cleanups stop all.
+func startInProcessControl(ctx context.Context, t *testing.T, dir string, nodes ...string) (c client.Client, l *dev.Launcher, addr string) {
+	t.Helper()
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop) // after the control worker's cleanup (LIFO)
+	c = controlInProcess(ctx, t, srv)
+	l = &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
+	for _, id := range nodes {
+		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),
+			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--log-level", "info",
+			"--allow-fault-injection"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Ranks go to free nodes in ID order: with all registered, the last
+	// ones are the spares.
+	waitRegistered(ctx, t, c, len(nodes))
+	return c, l, srv.FrontendAddr()
 }
 
 // controlInProcess dials srv and serves the control queue from this test

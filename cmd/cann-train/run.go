@@ -35,7 +35,13 @@ Job file fields (all optional but name):
   chunk_steps 100, batch_per_rank 32, learning_rate 0.002, seed 1,
   checkpoint_url (file:///…, mem://, s3://…, gs://…, azblob://…),
   checkpoint_every (chunk_steps), max_restarts 5, node_wait 2m,
-  heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes)
+  heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes),
+  collective ring|hd|rd|tree|hier|auto, topology_scan false,
+  optimizer adam|onebit-adam, freeze_step (1.5 % of steps; onebit-adam)
+  compression (optional): codec auto|none|topk:RATIO|sign|int8 (auto;
+    sign with onebit-adam), exchange twophase|allgather, warmup_steps
+    (2 % of steps; adam), warmup_codec none (onebit-adam)
+  overlap (optional): bucket_kib 25600, first_bucket_kib 1024
   green (optional): trace FILE | provider electricitymaps|carbon-aware-sdk|uk,
     zone, column (direct|lca), trace_start T, provider_url, forecast
     (persistence|perfect), deadline 48h, interruptible, min_slot, work,
@@ -46,9 +52,11 @@ Job file fields (all optional but name):
     master_port (0: free port), stop_grace 10s. With external, steps is the
     script's total (optional, for progress), checkpoint_every is what
     cann_train.should_checkpoint() follows (100), and the built-in fields
-    (model.hidden, chunk_steps, batch_per_rank, learning_rate, seed) are
-    errors. See examples/torch-ddp/.`,
+    (model.hidden, chunk_steps, batch_per_rank, learning_rate, seed,
+    collective, topology_scan, optimizer, freeze_step, compression,
+    overlap) are errors. See examples/torch-ddp/.`,
 		Example: `  cann-train run -f examples/mnist.yaml --wait
+  cann-train run -f examples/mnist-onebit.yaml --wait
   cann-train run -f examples/torch-ddp/job.yaml --wait
   temporal workflow describe --workflow-id run/mnist-demo`,
 		Args: cobra.NoArgs,

@@ -249,6 +249,9 @@ type Summary struct {
 	Rescalings     []spec.Rescaling   `json:"rescalings,omitempty"`
 	Green          *spec.GreenStatus  `json:"green,omitempty"`
 	Topology       *spec.TopologyPlan `json:"topology,omitempty"`
+	// Sync is the gradient exchange's policy (optimizer, compression,
+	// overlap) and what it achieved.
+	Sync *spec.SyncStatus `json:"sync,omitempty"`
 }
 
 // RecoverySummary is one node replacement as users read it. Times are
@@ -318,7 +321,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
 		MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
-		Topology: st.Topology,
+		Topology: st.Topology, Sync: st.Sync,
 	}
 	for _, r := range st.Recoveries {
 		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, killed))
@@ -373,6 +376,15 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "  gen %d: %s → %s at step %d, rewound to %d (%d steps lost); detected %.2fs, first step %.2fs after the %s\n      %s\n",
 			r.Generation, r.FailedNode, r.Replacement, r.FailedAtStep, r.ResumeStep, r.LostSteps,
 			r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "), r.Reason)
+	}
+	if s.Sync != nil {
+		fmt.Fprintf(w, "gradients    %s\n", s.Sync)
+		if s.Sync.Decision != "" {
+			fmt.Fprintf(w, "             decided at step %d: %s\n", s.Sync.DecidedAtStep, s.Sync.Decision)
+		}
+		if s.Sync.Phase != "" {
+			fmt.Fprintf(w, "             now: %s\n", s.Sync.Phase)
+		}
 	}
 	printGreen(w, s.Green)
 	printTopology(w, s.Topology)

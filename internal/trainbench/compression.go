@@ -3,7 +3,6 @@ package trainbench
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,12 +13,13 @@ import (
 	"github.com/cann-train/cann-train/ascend/codec"
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/engine"
+	"github.com/cann-train/cann-train/engine/gradsync"
 )
 
 // Exchange modes of a compressed payload.
 const (
-	ExchangeAllGather = "allgather" // codec.Exchange: every rank's encoding to every rank
-	ExchangeTwoPhase  = "twophase"  // codec.TwoPhase: all-to-all, server re-encoding, allgather
+	ExchangeAllGather = gradsync.ExchangeAllGather // codec.Exchange: every rank's encoding to every rank
+	ExchangeTwoPhase  = gradsync.ExchangeTwoPhase  // codec.TwoPhase: all-to-all, server re-encoding, allgather
 )
 
 // CompressionOptions describes one side-by-side run. The zero value of a
@@ -124,7 +124,7 @@ func (o CompressionOptions) withDefaults() (CompressionOptions, error) {
 }
 
 // CodecAuto is the Codec that lets codec.Choose decide.
-const CodecAuto = "auto"
+const CodecAuto = gradsync.CodecAuto
 
 // Run is one training run's outcome.
 type Run struct {
@@ -330,7 +330,7 @@ func trainRun(ctx context.Context, o CompressionOptions, compressed bool, train,
 	if err != nil {
 		return Run{}, err
 	}
-	out := Run{Seconds: (time.Since(start) - evalTime).Seconds(), BytesPerRank: runners[0].bytes, Loss: curves[0], Auto: runners[0].choice}
+	out := Run{Seconds: (time.Since(start) - evalTime).Seconds(), BytesPerRank: runners[0].bytes(), Loss: curves[0], Auto: runners[0].s.Decided()}
 	if err := sameWeights(runners); err != nil {
 		return Run{}, err
 	}
@@ -357,301 +357,74 @@ func sameWeights(runners []*rankRunner) error {
 	return nil
 }
 
-// payloadReducer averages a payload (the first NumParams values of the
-// step buffer) across ranks and says how many bytes this rank sent.
-type payloadReducer interface {
-	reduce(ctx context.Context, buf []float32, step uint64) (sent float64, err error)
-	// state and setState marshal what must survive a checkpoint (nil: none).
-	state() ([]byte, error)
-	setState([]byte) error
-}
-
-// ringBytes is what a rank sends in a ring allreduce of n values.
-func ringBytes(comm *ascend.Communicator, n int) float64 {
-	p := float64(comm.Size())
-	return 2 * (p - 1) / p * 4 * float64(n)
-}
-
-type denseReducer struct{ comm *ascend.Communicator }
-
-func (d denseReducer) reduce(ctx context.Context, buf []float32, _ uint64) (float64, error) {
-	return ringBytes(d.comm, len(buf)), d.comm.AllReduce(ctx, buf, ascend.Avg)
-}
-func (denseReducer) state() ([]byte, error) { return nil, nil }
-func (denseReducer) setState(b []byte) error {
-	if len(b) != 0 {
-		return errors.New("trainbench: state for an uncompressed reducer")
-	}
-	return nil
-}
-
-type allGatherReducer struct {
-	comm *ascend.Communicator
-	fb   *codec.Feedback
-	x    codec.Exchange
-}
-
-func (a *allGatherReducer) reduce(ctx context.Context, buf []float32, step uint64) (float64, error) {
-	st, err := a.x.AllReduce(ctx, a.comm, a.fb, buf, step, true)
-	p := float64(a.comm.Size())
-	return (p - 1) / p * float64(st.TotalPayload+4*a.comm.Size()), err
-}
-func (a *allGatherReducer) state() ([]byte, error)  { return a.fb.MarshalBinary() }
-func (a *allGatherReducer) setState(b []byte) error { return a.fb.UnmarshalBinary(b) }
-
-type twoPhaseReducer struct {
-	comm *ascend.Communicator
-	x    *codec.TwoPhase
-}
-
-func (t *twoPhaseReducer) reduce(ctx context.Context, buf []float32, step uint64) (float64, error) {
-	st, err := t.x.AllReduce(ctx, t.comm, buf, step, true)
-	return float64(st.SentBytes), err
-}
-func (t *twoPhaseReducer) state() ([]byte, error)  { return t.x.MarshalBinary() }
-func (t *twoPhaseReducer) setState(b []byte) error { return t.x.UnmarshalBinary(b) }
-
-type powerSGDReducer struct {
-	comm    *ascend.Communicator
-	p       *codec.PowerSGD
-	tensors []engine.Tensor
-	mats    []codec.Matrix
-}
-
-func (p *powerSGDReducer) reduce(ctx context.Context, buf []float32, _ uint64) (float64, error) {
-	for i, ts := range p.tensors {
-		p.mats[i].Data = buf[ts.Offset : ts.Offset+ts.Rows*ts.Cols]
-	}
-	if err := p.p.AllReduce(ctx, sumReducer{p.comm}, p.mats); err != nil {
-		return 0, err
-	}
-	values, _ := p.p.Traffic(p.mats)
-	return ringBytes(p.comm, values), nil
-}
-func (p *powerSGDReducer) state() ([]byte, error) {
-	return nil, errors.New("trainbench: powersgd state does not checkpoint")
-}
-func (p *powerSGDReducer) setState([]byte) error {
-	return errors.New("trainbench: powersgd state does not checkpoint")
-}
-
-// newPayloadReducer builds rank comm's reducer of n values for codecName
-// ("none" or "": uncompressed).
-func newPayloadReducer(codecName, exchange string, comm *ascend.Communicator, t *engine.Trainer) (payloadReducer, error) {
-	n := t.NumParams()
-	switch {
-	case codecName == "" || codecName == "none":
-		return denseReducer{comm}, nil
-	case strings.HasPrefix(codecName, "powersgd"):
-		rank := 4
-		if _, arg, ok := strings.Cut(codecName, ":"); ok {
-			if _, err := fmt.Sscanf(arg, "%d", &rank); err != nil {
-				return nil, fmt.Errorf("powersgd rank %q: %w", arg, err)
-			}
-		}
-		ps, err := codec.NewPowerSGD(rank, 1)
-		if err != nil {
-			return nil, err
-		}
-		pr := &powerSGDReducer{comm: comm, p: ps, tensors: t.Tensors()}
-		for _, ts := range pr.tensors {
-			pr.mats = append(pr.mats, codec.Matrix{Rows: ts.Rows, Cols: ts.Cols})
-		}
-		return pr, nil
-	}
-	c, err := codec.Parse(codecName) // one per rank: codecs keep scratch
-	if err != nil {
-		return nil, err
-	}
-	if exchange == ExchangeTwoPhase {
-		x, err := codec.NewTwoPhase(c, n, comm.Rank(), comm.Size())
-		if err != nil {
-			return nil, err
-		}
-		return &twoPhaseReducer{comm: comm, x: x}, nil
-	}
-	return &allGatherReducer{comm: comm, fb: codec.NewFeedback(c, n)}, nil
-}
-
-// rankRunner is one rank of a run: its trainer and the reducers of its
-// payloads.
+// rankRunner is one rank of a run: its trainer and the Syncer that
+// averages its payloads.
 type rankRunner struct {
-	t      *engine.Trainer
-	comm   *ascend.Communicator
-	warmup int            // adam: dense steps before main
-	main   payloadReducer // the compressed payload
-	grad   payloadReducer // onebit-adam: gradient payloads
-	dense  denseReducer
-	bytes  float64 // sent so far
-	reduce engine.ReduceFunc
-	cur    payloadReducer
-
-	// Codec "auto": main is nil until decided; the warm-up is measured.
-	o                            CompressionOptions
-	commTime, stepTime, lastComm time.Duration
-	measured                     int
-	choice                       *codec.Choice
+	t    *engine.Trainer
+	comm *ascend.Communicator
+	s    *gradsync.Syncer
+	o    CompressionOptions
 }
 
-// newRankRunner builds rank comm.Rank()'s trainer and reducers: Adam with
+// newRankRunner builds rank comm.Rank()'s trainer and Syncer: Adam with
 // plain allreduce if !compressed, else as o says.
 func newRankRunner(o CompressionOptions, compressed bool, comm *ascend.Communicator, train *engine.Dataset) (*rankRunner, error) {
 	cfg := engine.DefaultConfig()
 	cfg.Seed, cfg.Rank, cfg.World = o.Seed, comm.Rank(), comm.Size()
-	if compressed && o.Optimizer == engine.OneBitAdam.String() {
-		cfg.Optimizer, cfg.FreezeStep = engine.OneBitAdam, int64(o.FreezeStep)
+	var p gradsync.Policy
+	if compressed {
+		p = gradsync.Policy{Codec: o.Codec, Exchange: o.Exchange, Warmup: int64(o.Warmup), GradCodec: o.GradCodec}
+		if o.Optimizer == engine.OneBitAdam.String() {
+			cfg.Optimizer, cfg.FreezeStep = engine.OneBitAdam, int64(o.FreezeStep)
+			p.Warmup = 0
+		}
 	}
 	t, err := engine.NewTrainer(cfg, train)
 	if err != nil {
 		return nil, err
 	}
-	rr := &rankRunner{t: t, comm: comm, dense: denseReducer{comm}, o: o}
-	rr.main, rr.grad = rr.dense, rr.dense
-	if compressed {
-		if o.Codec == CodecAuto {
-			rr.main = nil
-		} else if rr.main, err = newPayloadReducer(o.Codec, o.Exchange, comm, t); err != nil {
-			return nil, err
-		}
-		if cfg.Optimizer == engine.OneBitAdam {
-			if rr.grad, err = newPayloadReducer(o.GradCodec, o.Exchange, comm, t); err != nil {
-				return nil, err
-			}
-		} else {
-			rr.warmup = o.Warmup
-		}
+	s, err := gradsync.New(t, p)
+	if err != nil {
+		return nil, err
 	}
-	np := t.NumParams()
-	rr.reduce = func(ctx context.Context, buf []float32) error {
-		t0 := time.Now()
-		sent, err := rr.cur.reduce(ctx, buf[:np], uint64(rr.t.GlobalStep()))
-		rr.lastComm = time.Since(t0)
-		rr.bytes += sent
-		if err != nil {
-			return err
-		}
-		rr.bytes += ringBytes(comm, len(buf)-np) // the loss
-		return comm.AllReduce(ctx, buf[np:], ascend.Avg)
+	if err := s.Begin(comm); err != nil {
+		return nil, err
 	}
-	return rr, nil
+	return &rankRunner{t: t, comm: comm, s: s, o: o}, nil
 }
 
-// step trains one step with the reducer its payload calls for.
+// step trains one step, settling an "auto" codec first when the warm-up
+// is over.
 func (rr *rankRunner) step(ctx context.Context) (float32, error) {
-	main := false
-	switch {
-	case rr.t.Config().Optimizer == engine.OneBitAdam && rr.t.Payload() == engine.Momentum:
-		main = true
-	case rr.t.Config().Optimizer == engine.OneBitAdam:
-		rr.cur = rr.grad
-	case rr.t.GlobalStep() < int64(rr.warmup):
-		rr.cur = rr.dense
-	default:
-		main = true
-	}
-	if main && rr.main == nil {
+	if rr.s.NeedsDecision() {
 		if err := rr.decide(ctx); err != nil {
 			return 0, err
 		}
 	}
-	if main {
-		rr.cur = rr.main
-	}
-	t0 := time.Now()
-	loss, err := rr.t.Step(ctx, rr.reduce)
-	if rr.main == nil && err == nil && rr.t.GlobalStep() > 1 { // the first step warms up caches and links
-		rr.stepTime += time.Since(t0)
-		rr.commTime += rr.lastComm
-		rr.measured++
-	}
-	return loss, err
+	return rr.s.Step(ctx)
 }
+
+// bytes is the traffic this rank sent so far.
+func (rr *rankRunner) bytes() float64 { return rr.s.Stats().BytesSent }
 
 // decide settles the "auto" codec: each rank applies codec.Choose to its
 // warm-up measurements, and all take the most compressing choice.
 func (rr *rankRunner) decide(ctx context.Context) error {
-	np := rr.t.NumParams()
-	m := codec.Measure{DenseBytes: 4 * np, Ranks: rr.comm.Size()}
-	if rr.measured > 0 {
-		n := time.Duration(rr.measured)
-		m.Compute = (rr.stepTime - rr.commTime) / n
-		if c := rr.commTime / n; c > 0 {
-			m.BytesPerSec = ringBytes(rr.comm, np) / c.Seconds()
-		}
-	}
+	m := rr.s.Measure()
 	if rr.o.LinkBytesPerSec > 0 {
 		m.BytesPerSec = rr.o.LinkBytesPerSec
 	}
 	c := codec.Choose(m)
-	names := append([]string{"none"}, codec.Ladder...)
-	idx := 0
-	for i, name := range names {
-		if cd, err := codec.Parse(name); err == nil && (cd.Name() == c.Codec || name == c.Codec) {
-			idx = i
-		}
-	}
+	idx := gradsync.LadderIndex(c.Codec)
 	vote := []float32{float32(idx)}
 	if err := rr.comm.AllReduce(ctx, vote, ascend.Max); err != nil {
 		return fmt.Errorf("agreeing on a codec: %w", err)
 	}
-	if agreed := names[int(vote[0])]; agreed != names[idx] {
+	agreed := gradsync.LadderCodec(int(vote[0]))
+	if int(vote[0]) != idx {
 		cd, _ := codec.Parse(agreed)
-		c.Reason += fmt.Sprintf("; another rank needed more: %s", cd.Name())
-		c.Codec, c.Ratio = cd.Name(), codec.Ratio(cd, np)
+		c.Reason += fmt.Sprintf("; another rank needed more: %s", agreed)
+		c.Codec, c.Ratio = agreed, codec.Ratio(cd, rr.t.NumParams())
 	}
-	main, err := newPayloadReducer(names[int(vote[0])], rr.o.Exchange, rr.comm, rr.t)
-	if err != nil {
-		return err
-	}
-	rr.main, rr.choice = main, &c
-	return nil
-}
-
-// commState marshals this rank's reducer state (both reducers') for
-// engine.State.CommState.
-func (rr *rankRunner) commState() ([]byte, error) {
-	var out []byte
-	for _, p := range []payloadReducer{rr.main, rr.grad} {
-		var b []byte
-		var err error
-		if p != nil { // nil: an "auto" codec not decided yet
-			b, err = p.state()
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = binary.AppendUvarint(out, uint64(len(b)))
-		out = append(out, b...)
-	}
-	return out, nil
-}
-
-// setCommState restores what commState wrote.
-func (rr *rankRunner) setCommState(b []byte) error {
-	for i, p := range []payloadReducer{rr.main, rr.grad} {
-		l, k := binary.Uvarint(b)
-		if k <= 0 || l > uint64(len(b)-k) {
-			return fmt.Errorf("trainbench: comm state: truncated part %d", i)
-		}
-		if p == nil {
-			if l != 0 {
-				return errors.New("trainbench: comm state of a decided \"auto\" codec: the decision does not restore")
-			}
-		} else if err := p.setState(b[k : k+int(l)]); err != nil {
-			return fmt.Errorf("trainbench: comm state part %d: %w", i, err)
-		}
-		b = b[k+int(l):]
-	}
-	if len(b) != 0 {
-		return fmt.Errorf("trainbench: comm state: %d trailing bytes", len(b))
-	}
-	return nil
-}
-
-// sumReducer adapts a communicator to codec.Reducer.
-type sumReducer struct{ c *ascend.Communicator }
-
-func (s sumReducer) Size() int { return s.c.Size() }
-func (s sumReducer) AllReduceSum(ctx context.Context, b []float32) error {
-	return s.c.AllReduce(ctx, b, ascend.Sum)
+	return rr.s.Decide(agreed, &c)
 }
