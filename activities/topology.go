@@ -43,6 +43,11 @@ func (n *Node) ProbeLinks(ctx context.Context, in spec.ProbeInput) (*spec.ProbeR
 		return nil, peerError(err, 0)
 	}
 	res := &spec.ProbeResult{NodeID: n.ID, Rank: in.Rank, Host: shm.HostName()}
+	if in.Compute != nil {
+		if res.Compute, err = n.probeCompute(ctx, comm, in); err != nil {
+			return nil, peerError(err, 0)
+		}
+	}
 	if in.Rank == 0 {
 		for _, l := range links {
 			res.Links = append(res.Links, spec.LinkSample{From: l.From, To: l.To, LatencyNS: l.Latency.Nanoseconds(), BytesPerSec: l.BytesPerSec})
@@ -93,7 +98,12 @@ func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec
 			plan.RankTable = rt
 		}
 	}
-	model := costModel(t)
+	for _, res := range in.Results {
+		if res.Compute != nil {
+			plan.Compute = append(plan.Compute, *res.Compute)
+		}
+	}
+	model := planCostModel(*plan, n)
 	best, bestT := "", math.Inf(1)
 	for _, a := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoRD, ascend.AlgoTree, ascend.AlgoHier} {
 		d, ok := model.Predict(ascend.CollAllReduce, a, n, in.GradientBytes)
@@ -110,29 +120,6 @@ func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec
 		plan.Algorithm = best
 	}
 	return plan, nil
-}
-
-// costModel is the collective engine's α-β-γ model with the scan's
-// numbers: the slowest level prices the flat algorithms, the intra-host
-// level the hierarchical one's inner phases.
-func costModel(t *topology.Topology) ascend.CostModel {
-	m := ascend.DefaultCostModel()
-	intra, hasIntra := t.Stats(topology.IntraHost)
-	inter, hasInter := t.Stats(topology.InterHost)
-	switch {
-	case hasInter:
-		m.Alpha, m.Beta = inter.Alpha, inter.Beta
-		if hasIntra {
-			m.IntraAlpha, m.IntraBeta = intra.Alpha, intra.Beta
-		}
-	case hasIntra:
-		m.Alpha, m.Beta = intra.Alpha, intra.Beta
-	}
-	m.Hosts = len(t.Hosts)
-	for _, h := range t.Hosts {
-		m.PerHost = max(m.PerHost, len(h.Ranks))
-	}
-	return m
 }
 
 // ResolveCheckpoint finds the committed checkpoint of want.Run at

@@ -305,7 +305,7 @@ func sortedKeys(m map[string]string) []string {
 // builtinOnly are job-file fields of the built-in model that an external
 // job must not set.
 var builtinOnly = []string{"model.hidden", "chunk_steps", "batch_per_rank", "learning_rate", "seed",
-	"collective", "topology_scan", "optimizer", "freeze_step", "compression", "overlap"}
+	"collective", "topology_scan", "optimizer", "freeze_step", "compression", "overlap", "strategy"}
 
 // parseExternal finishes Parse for an external job: drops the built-in
 // defaults the file did not set, reports the built-in fields it did set,

@@ -73,13 +73,27 @@ type RunSpec struct {
 	Compression *CompressionPolicy `yaml:"compression" json:"compression,omitempty"`
 	// Overlap averages gradient buckets while backward runs.
 	Overlap *OverlapPolicy `yaml:"overlap" json:"overlap,omitempty"`
+	// Strategy auto lets the run's SearchStrategy choose how many of its
+	// nodes to train on (the data-parallel degree, between min_nodes and
+	// nodes) from the cost model fed the topology scan's measured links
+	// and the nodes' measured computation (implies the scan); fixed (the
+	// default) trains on all of them.
+	Strategy string `yaml:"strategy" json:"strategy,omitempty"`
 }
 
 // Collective algorithms a job file may name.
 var collectiveAlgorithms = []string{"ring", "hd", "rd", "tree", "hier", "auto"}
 
 // ScansTopology reports whether the run measures its links at the start.
-func (s RunSpec) ScansTopology() bool { return s.TopologyScan || s.Collective == "auto" }
+func (s RunSpec) ScansTopology() bool {
+	return s.TopologyScan || s.Collective == "auto" || s.Strategy == StrategyAuto
+}
+
+// Strategy values.
+const (
+	StrategyFixed = "fixed"
+	StrategyAuto  = "auto"
+)
 
 // GradientFloats is the number of floats one step's allreduce carries: the
 // model's parameters plus the loss.
@@ -266,6 +280,9 @@ func (s RunSpec) Validate() error {
 		bad("collective", "unknown algorithm %q (want %s)", s.Collective, strings.Join(collectiveAlgorithms, ", "))
 	}
 	s.validateSync(bad)
+	if s.Strategy != "" && s.Strategy != StrategyFixed && s.Strategy != StrategyAuto {
+		bad("strategy", "unknown strategy %q (want fixed or auto)", s.Strategy)
+	}
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}
 	}

@@ -126,6 +126,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"warm-up codec with adam", "name: a\ncompression:\n  warmup_codec: int8\n", "compression.warmup_codec", 3, "onebit-adam only"},
 		{"compression unknown field", "name: a\ncompression:\n  ratio: 0.01\n", "compression.ratio", 3, "unknown field"},
 		{"negative bucket", "name: a\noverlap:\n  bucket_kib: -4\n", "overlap.bucket_kib", 3, "out of range"},
+		{"unknown strategy", "name: a\nstrategy: magic\n", "strategy", 2, "unknown strategy"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

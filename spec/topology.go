@@ -12,6 +12,27 @@ type ProbeInput struct {
 	// Budget bounds the measurements (ascend.ProbeOptions.Budget).
 	Budget  Duration `json:"budget"`
 	Timeout Duration `json:"timeout"`
+	// Compute, when set, also measures the built-in engine's computation
+	// on each node (ranks sharing a host take turns), for SearchStrategy.
+	Compute *ComputeProbe `json:"compute,omitempty"`
+}
+
+// ComputeProbe is the model a link scan also times single-rank steps of.
+type ComputeProbe struct {
+	Hidden       []int    `json:"hidden"`
+	LearningRate float64  `json:"learning_rate"`
+	Budget       Duration `json:"budget"`
+}
+
+// RankCompute is one node's measured computation (ProbeResult, and the
+// TopologyPlan's copy).
+type RankCompute struct {
+	Rank  int    `json:"rank"`
+	Host  string `json:"host"`
+	Cores int    `json:"cores"`
+	// A step of b examples takes OverheadNS + b·PerExampleNS on one core.
+	PerExampleNS int64 `json:"per_example_ns"`
+	OverheadNS   int64 `json:"overhead_ns"`
 }
 
 // LinkSample is one measured direction of a rank pair.
@@ -29,6 +50,8 @@ type ProbeResult struct {
 	Rank   int          `json:"rank"`
 	Host   string       `json:"host"`
 	Links  []LinkSample `json:"links,omitempty"`
+	// Compute is set when the probe measured computation.
+	Compute *RankCompute `json:"compute,omitempty"`
 }
 
 // PlanTopologyInput is what PlanTopology analyses.
@@ -78,4 +101,44 @@ type TopologyPlan struct {
 	// one device per rank (the node's NPU device IP where it has one,
 	// else its host address); empty when hosts interleave ranks.
 	RankTable string `json:"rank_table,omitempty"`
+	// Compute is every rank's measured computation (strategy: auto).
+	Compute []RankCompute `json:"compute,omitempty"`
+}
+
+// SearchStrategyInput is what SearchStrategy plans from: the scan and the
+// job's numbers.
+type SearchStrategyInput struct {
+	Topology      TopologyPlan `json:"topology"`
+	GradientBytes int          `json:"gradient_bytes"`
+	GlobalBatch   int          `json:"global_batch"`
+	MinRanks      int          `json:"min_ranks"`
+	MaxRanks      int          `json:"max_ranks"`
+	// Algorithm prices the gradient allreduce (ring when empty).
+	Algorithm string `json:"algorithm,omitempty"`
+}
+
+// StrategyCandidate is the cost model's prediction for one data-parallel
+// degree.
+type StrategyCandidate struct {
+	Ranks            int     `json:"ranks"`
+	ComputeSeconds   float64 `json:"compute_s"`
+	CommSeconds      float64 `json:"comm_s"`
+	StepSeconds      float64 `json:"step_s"`
+	ExamplesPerSec   float64 `json:"examples_per_s"`
+	Oversubscription float64 `json:"oversubscription"`
+}
+
+// StrategyPlan is SearchStrategy's choice, recorded in history and shown
+// in the status.
+type StrategyPlan struct {
+	PlannedAt time.Time `json:"planned_at"`
+	// DataParallel is the ranks (nodes) the run trains on, out of the
+	// MaxRanks it had.
+	DataParallel int                 `json:"data_parallel"`
+	MaxRanks     int                 `json:"max_ranks"`
+	Candidates   []StrategyCandidate `json:"candidates"`
+	Reason       string              `json:"reason"`
+	// PredictedStepSeconds is the chosen candidate's step time, to
+	// compare with what the run measures (RunStatus.StepsPerSec).
+	PredictedStepSeconds float64 `json:"predicted_step_s"`
 }

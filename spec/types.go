@@ -26,6 +26,9 @@ const (
 	// allreduce's algorithm (control queue).
 	ActivityProbeLinks   = "ProbeLinks"
 	ActivityPlanTopology = "PlanTopology"
+	// ActivitySearchStrategy picks the data-parallel degree from the
+	// scan's links and computation (control queue; strategy: auto).
+	ActivitySearchStrategy = "SearchStrategy"
 	// ActivityResolveCheckpoint looks up a checkpoint whose upload was
 	// still in flight when its node was lost (control queue).
 	ActivityResolveCheckpoint = "ResolveCheckpoint"
@@ -353,4 +356,6 @@ type RunStatus struct {
 	// Sync is the gradient exchange's policy and what it achieved (runs
 	// with an optimizer, compression or overlap policy).
 	Sync *SyncStatus `json:"sync,omitempty"`
+	// Strategy is the parallel-strategy search's plan (strategy: auto).
+	Strategy *StrategyPlan `json:"strategy,omitempty"`
 }

@@ -34,6 +34,7 @@ func RunControl(ctx context.Context, c client.Client, namespace string, log *zap
 	w.RegisterActivityWithOptions((&activities.Carbon{}).PlanCarbon, activity.RegisterOptions{Name: spec.ActivityPlanCarbon})
 	w.RegisterActivityWithOptions(activities.Planner{}.PlanTopology, activity.RegisterOptions{Name: spec.ActivityPlanTopology})
 	w.RegisterActivityWithOptions(activities.Planner{}.ResolveCheckpoint, activity.RegisterOptions{Name: spec.ActivityResolveCheckpoint})
+	w.RegisterActivityWithOptions(activities.Planner{}.SearchStrategy, activity.RegisterOptions{Name: spec.ActivitySearchStrategy})
 	log.Info("control worker serving", zap.String("task_queue", spec.ControlTaskQueue))
 	if err := w.Run(interruptOn(ctx)); err != nil {
 		return fmt.Errorf("control worker: %w", err)

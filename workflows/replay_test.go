@@ -15,9 +15,10 @@ import (
 // replaced a SIGKILLed node, and the Cluster registry — recorded before
 // the chunk-boundary controls existed, so they replay through the
 // workflow.GetVersion default paths — a run that was paused and resumed,
-// and one whose adaptive compression codec was decided after its warm-up
-// (a SideEffect) (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical'
+// one whose adaptive compression codec was decided after its warm-up (a
+// SideEffect), and one whose strategy search moved it to fewer nodes
+// (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -27,6 +28,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_recovery.json", spec.WorkflowTrainingRun},
 		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_compression.json", spec.WorkflowTrainingRun},
+		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},
 		{"cluster.json", spec.WorkflowCluster},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

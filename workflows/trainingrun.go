@@ -211,6 +211,9 @@ func (r *run) acquireNodes(ctx workflow.Context, phase spec.Phase, count, minCou
 	r.st.Status.Nodes = r.st.Membership.NodeIDs()
 	r.st.Status.Generation = r.st.Membership.Generation
 	r.scanTopology(ctx)
+	if err := r.planStrategy(ctx); err != nil {
+		return err
+	}
 	r.setPhase(ctx, spec.PhaseTraining)
 	return nil
 }

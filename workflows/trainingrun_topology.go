@@ -53,7 +53,7 @@ func (r *run) scanTopology(ctx workflow.Context) {
 	futures := make([]workflow.Future, len(m.Nodes))
 	for rank, node := range m.Nodes {
 		in := spec.ProbeInput{RunID: r.st.Status.RunID, Membership: m, Rank: rank, Session: session, Token: r.st.Token,
-			Budget: spec.Duration(probeBudget), Timeout: r.spec.HeartbeatTimeout}
+			Budget: spec.Duration(probeBudget), Timeout: r.spec.HeartbeatTimeout, Compute: r.computeProbe()}
 		summary := fmt.Sprintf("link scan · rank %d/%d on %s · gen %d", rank, len(m.Nodes), node.ID, m.Generation)
 		futures[rank] = workflow.ExecuteActivity(probeOptions(ctx, node, summary), spec.ActivityProbeLinks, in)
 	}
@@ -104,4 +104,54 @@ func planTopologyOptions(ctx workflow.Context) workflow.Context {
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
 		Summary:             "plan topology",
 	})
+}
+
+// computeProbeBudget is what each node spends timing its computation.
+const computeProbeBudget = 300 * time.Millisecond
+
+// computeProbe asks the scan to time the nodes' computation too while the
+// parallel-strategy search still needs it.
+func (r *run) computeProbe() *spec.ComputeProbe {
+	if r.spec.Strategy != spec.StrategyAuto || r.st.Status.Strategy != nil {
+		return nil
+	}
+	return &spec.ComputeProbe{Hidden: r.spec.Model.Hidden, LearningRate: r.spec.LearningRate, Budget: spec.Duration(computeProbeBudget)}
+}
+
+// planStrategy runs SearchStrategy once, before the first step: the cost
+// model, fed the scan's links and the nodes' measured computation, picks
+// how many of the nodes to train on (1..nodes, keeping the global batch),
+// and the run moves to that many. The plan is in history (the activity's
+// result) and in the status; without a scan the run trains on all nodes.
+func (r *run) planStrategy(ctx workflow.Context) error {
+	if r.spec.Strategy != spec.StrategyAuto || r.st.Status.Strategy != nil || r.st.Status.Step > 0 {
+		return nil
+	}
+	log := workflow.GetLogger(ctx)
+	nodes := len(r.st.Membership.Nodes)
+	t := r.st.Status.Topology
+	if t == nil || len(t.Compute) != nodes {
+		log.Warn("no topology and computation scan; training on every node")
+		return nil
+	}
+	in := spec.SearchStrategyInput{Topology: *t, GradientBytes: 4 * r.spec.GradientFloats(), GlobalBatch: r.spec.GlobalBatch(),
+		MinRanks: 1, MaxRanks: nodes, Algorithm: r.st.Algorithm}
+	var plan spec.StrategyPlan
+	opts := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           spec.ControlTaskQueue,
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+		Summary:             "search strategy",
+	})
+	if err := workflow.ExecuteActivity(opts, spec.ActivitySearchStrategy, in).Get(ctx, &plan); err != nil {
+		log.Warn("strategy search failed; training on every node", "error", err)
+		return nil
+	}
+	plan.PlannedAt = workflow.Now(ctx)
+	r.st.Status.Strategy = &plan
+	log.Info("strategy planned", "data_parallel", plan.DataParallel, "of", nodes, "reason", plan.Reason)
+	if plan.DataParallel < 1 || plan.DataParallel == nodes {
+		return nil
+	}
+	return r.acquireNodes(ctx, spec.PhaseAcquiring, plan.DataParallel, 0)
 }

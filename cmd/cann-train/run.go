@@ -36,7 +36,9 @@ Job file fields (all optional but name):
   checkpoint_url (file:///…, mem://, s3://…, gs://…, azblob://…),
   checkpoint_every (chunk_steps), max_restarts 5, node_wait 2m,
   heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes),
-  collective ring|hd|rd|tree|hier|auto, topology_scan false,
+  collective ring|hd|rd|tree|hier|auto, topology_scan false, strategy
+    fixed|auto (auto: train on the data-parallel degree the cost model
+    predicts fastest, from the scanned links and measured computation),
   optimizer adam|onebit-adam, freeze_step (1.5 % of steps; onebit-adam)
   compression (optional): codec auto|none|topk:RATIO|sign|int8 (auto;
     sign with onebit-adam), exchange twophase|allgather, warmup_steps
@@ -53,8 +55,8 @@ Job file fields (all optional but name):
     script's total (optional, for progress), checkpoint_every is what
     cann_train.should_checkpoint() follows (100), and the built-in fields
     (model.hidden, chunk_steps, batch_per_rank, learning_rate, seed,
-    collective, topology_scan, optimizer, freeze_step, compression,
-    overlap) are errors. See examples/torch-ddp/.`,
+    collective, topology_scan, strategy, optimizer, freeze_step,
+    compression, overlap) are errors. See examples/torch-ddp/.`,
 		Example: `  cann-train run -f examples/mnist.yaml --wait
   cann-train run -f examples/mnist-onebit.yaml --wait
   cann-train run -f examples/torch-ddp/job.yaml --wait

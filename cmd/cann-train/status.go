@@ -252,6 +252,8 @@ type Summary struct {
 	// Sync is the gradient exchange's policy (optimizer, compression,
 	// overlap) and what it achieved.
 	Sync *spec.SyncStatus `json:"sync,omitempty"`
+	// Strategy is the parallel-strategy search's plan (strategy: auto).
+	Strategy *spec.StrategyPlan `json:"strategy,omitempty"`
 }
 
 // RecoverySummary is one node replacement as users read it. Times are
@@ -321,7 +323,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
 		MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
-		Topology: st.Topology, Sync: st.Sync,
+		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy,
 	}
 	for _, r := range st.Recoveries {
 		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, killed))
@@ -386,6 +388,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 			fmt.Fprintf(w, "             now: %s\n", s.Sync.Phase)
 		}
 	}
+	printStrategy(w, s.Strategy, s.StepsPerSec)
 	printGreen(w, s.Green)
 	printTopology(w, s.Topology)
 	if s.WeightsSHA256 != "" {
@@ -497,5 +500,25 @@ func printTopology(w io.Writer, t *spec.TopologyPlan) {
 	}
 	for _, p := range t.Predictions {
 		fmt.Fprintf(w, "  predicted  %-5s %.1f µs for %d bytes\n", p.Algorithm, p.Seconds*1e6, t.GradientBytes)
+	}
+}
+
+// printStrategy prints the parallel-strategy search's choice, each
+// candidate's prediction, and the prediction against the measured speed.
+func printStrategy(w io.Writer, p *spec.StrategyPlan, stepsPerSec float64) {
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(w, "strategy     data parallel %d of %d node(s): %s\n", p.DataParallel, p.MaxRanks, p.Reason)
+	for _, c := range p.Candidates {
+		mark := " "
+		if c.Ranks == p.DataParallel {
+			mark = "*"
+		}
+		fmt.Fprintf(w, "           %s %d rank(s): step %.3g ms = %.3g compute + %.3g allreduce; %.0f examples/s; %.2g rank(s) per core\n",
+			mark, c.Ranks, 1e3*c.StepSeconds, 1e3*c.ComputeSeconds, 1e3*c.CommSeconds, c.ExamplesPerSec, c.Oversubscription)
+	}
+	if p.PredictedStepSeconds > 0 && stepsPerSec > 0 {
+		fmt.Fprintf(w, "             predicted %.0f steps/s, measured %.0f (×%.2f)\n", 1/p.PredictedStepSeconds, stepsPerSec, stepsPerSec*p.PredictedStepSeconds)
 	}
 }

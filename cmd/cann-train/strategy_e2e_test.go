@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestStrategyAutoRealRun (issue 5, SearchStrategy in TrainingRun): on
+// the real server with node processes, the scan times every node's
+// computation, SearchStrategy's plan is in the status, and the run trains
+// on the data-parallel degree it chose, keeping the job's global batch.
+func TestStrategyAutoRealRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, l, _ := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3")
+	s := spec.RunSpec{Name: "strategy-auto", Nodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto,
+		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
+		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatal(err)
+	}
+	p := st.Strategy
+	if st.Phase != spec.PhaseCompleted || p == nil {
+		t.Fatalf("status %s, strategy %+v", st.Phase, p)
+	}
+	if p.DataParallel < 1 || p.DataParallel > 3 || len(p.Candidates) != 3 || p.PredictedStepSeconds <= 0 {
+		t.Fatalf("plan %+v", p)
+	}
+	if len(st.Nodes) != p.DataParallel || st.GlobalBatch != 3*s.BatchPerRank {
+		t.Errorf("trained on %v with global batch %d; the plan says %d node(s), the job %d examples per step",
+			st.Nodes, st.GlobalBatch, p.DataParallel, 3*s.BatchPerRank)
+	}
+	// The scan is redone on the nodes the run kept (the allreduce's
+	// algorithm depends on them).
+	if st.Topology == nil || len(st.Topology.Hosts) != p.DataParallel {
+		t.Errorf("topology of the training nodes: %+v", st.Topology)
+	}
+	for _, c := range p.Candidates {
+		if c.ComputeSeconds <= 0 || (c.Ranks > 1) != (c.CommSeconds > 0) {
+			t.Errorf("candidate %+v: computation must be measured, and communication priced for more than one rank", c)
+		}
+	}
+	t.Logf("%s; predicted %.0f steps/s, measured %.0f", p.Reason, 1/p.PredictedStepSeconds, st.StepsPerSec)
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_strategy.json")
+}

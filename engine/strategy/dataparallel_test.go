@@ -1,0 +1,87 @@
+package strategy
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPlanDataParallel(t *testing.T) {
+	ring := func(perStep time.Duration) func(int) time.Duration {
+		// 2(d−1) steps of α plus a bandwidth term.
+		return func(d int) time.Duration { return time.Duration(2*(d-1)) * perStep }
+	}
+	hosts := func(n int, names ...string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = names[i%len(names)]
+		}
+		return out
+	}
+	cores := func(n, c int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = c
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		in   DPInput
+		want int
+	}{
+		{"one host of 2 cores: the third rank only shares them",
+			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, StepOverhead: 200 * time.Microsecond,
+				Hosts: hosts(3, "a"), Cores: cores(3, 2), AllReduce: ring(20 * time.Microsecond), MinRanks: 1, MaxRanks: 3}, 2},
+		{"a host per rank, cheap links: all of them",
+			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, StepOverhead: 200 * time.Microsecond,
+				Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8), AllReduce: ring(20 * time.Microsecond), MinRanks: 1, MaxRanks: 4}, 4},
+		{"slow links and little computation: one",
+			DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
+				AllReduce: ring(10 * time.Millisecond), MinRanks: 1, MaxRanks: 4}, 1},
+		{"bounded below",
+			DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
+				AllReduce: ring(10 * time.Millisecond), MinRanks: 3, MaxRanks: 4}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := PlanDataParallel(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Ranks != tc.want {
+				t.Fatalf("chose %d ranks, want %d: %s (%+v)", p.Ranks, tc.want, p.Reason, p.Candidates)
+			}
+			if len(p.Candidates) != tc.in.MaxRanks-tc.in.MinRanks+1 {
+				t.Errorf("%d candidates", len(p.Candidates))
+			}
+			for _, c := range p.Candidates {
+				if c.StepSeconds < p.Candidates[p.Ranks-tc.in.MinRanks].StepSeconds {
+					t.Errorf("candidate %+v beats the choice", c)
+				}
+			}
+		})
+	}
+}
+
+func TestPlanDataParallelErrors(t *testing.T) {
+	ok := DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: []string{"a"}, Cores: []int{1},
+		AllReduce: func(int) time.Duration { return 0 }, MinRanks: 1, MaxRanks: 1}
+	for _, tc := range []struct {
+		name string
+		edit func(*DPInput)
+		want string
+	}{
+		{"no batch", func(in *DPInput) { in.GlobalBatch = 0 }, "global batch"},
+		{"unmeasured", func(in *DPInput) { in.SecondsPerExample = 0 }, "measured"},
+		{"ranks", func(in *DPInput) { in.MaxRanks = 2 }, "ranks"},
+		{"cores", func(in *DPInput) { in.Cores = []int{0} }, "cores"},
+		{"hosts", func(in *DPInput) { in.Cores = nil }, "core counts"},
+		{"model", func(in *DPInput) { in.AllReduce = nil }, "allreduce"},
+	} {
+		in := ok
+		tc.edit(&in)
+		if _, err := PlanDataParallel(in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package workflows
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+
+	"github.com/cann-train/cann-train/activities"
+	"github.com/cann-train/cann-train/spec"
+)
+
+// TestStrategySearchPicksDataParallelDegree: with strategy: auto the scan
+// also times computation (once), SearchStrategy (the real planner) sees
+// three ranks sharing a 2-core host and picks two, and the run moves to
+// two nodes before its first step, keeping the global batch; the plan is
+// in the status.
+func TestStrategySearchPicksDataParallelDegree(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	var mu sync.Mutex
+	var probes []spec.ProbeInput
+	env.RegisterActivityWithOptions(func(_ context.Context, in spec.ProbeInput) (*spec.ProbeResult, error) {
+		mu.Lock()
+		probes = append(probes, in)
+		mu.Unlock()
+		res := &spec.ProbeResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, Host: "a"}
+		if in.Compute != nil {
+			res.Compute = &spec.RankCompute{Rank: in.Rank, Host: "a", Cores: 2, PerExampleNS: 20_000, OverheadNS: 200_000}
+		}
+		if in.Rank == 0 {
+			n := len(in.Membership.Nodes)
+			for i := range n {
+				for j := range n {
+					if i != j {
+						res.Links = append(res.Links, spec.LinkSample{From: i, To: j, LatencyNS: 5_000, BytesPerSec: 10e9})
+					}
+				}
+			}
+		}
+		return res, nil
+	}, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
+	env.RegisterActivityWithOptions(activities.Planner{}.PlanTopology, activity.RegisterOptions{Name: spec.ActivityPlanTopology})
+	env.RegisterActivityWithOptions(activities.Planner{}.SearchStrategy, activity.RegisterOptions{Name: spec.ActivitySearchStrategy})
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+
+	p := st.Strategy
+	require.NotNil(t, p)
+	require.Equal(t, 2, p.DataParallel, "three ranks on two cores compute slower than two: %s", p.Reason)
+	require.Equal(t, 3, p.MaxRanks)
+	require.Len(t, p.Candidates, 3)
+	require.Contains(t, p.Reason, "share cores")
+	require.Equal(t, []string{"node-1", "node-2"}, st.Nodes)
+	require.Equal(t, 96, st.GlobalBatch)
+	for _, in := range ch.inputs {
+		require.Len(t, in.Membership.Nodes, 2)
+		require.Equal(t, 96, in.GlobalBatch, "the global batch stays that of the job's 3 nodes")
+	}
+	// Computation is timed by the first scan only; the move to two nodes
+	// re-scans the links (the collective's choice depends on them).
+	withCompute := 0
+	for _, in := range probes {
+		if in.Compute != nil {
+			withCompute++
+		}
+	}
+	require.Equal(t, 3, withCompute)
+	require.Len(t, probes, 5)
+}
