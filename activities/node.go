@@ -162,6 +162,14 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		res.SamplesPerSec = float64(in.To-in.From) * perRank / el
 		res.CommShare = d.Exposed.Seconds() / el
 	}
+	if auto, at := in.Spec.AutoCodec(); auto && in.Codec == "" && in.To == at {
+		// The warm-up ends here and the workflow decides the codec next:
+		// time real exchanges (every rank, collectively).
+		if err := sy.Calibrate(ctx); err != nil {
+			n.forget()
+			return nil, peerError(err, in.To)
+		}
+	}
 	res.Sync = chunkSync(in.Spec, sy, d)
 	res.WeightsSHA256 = tr.WeightsSHA256()
 	var commState [][]byte
@@ -222,7 +230,13 @@ func chunkSync(sp spec.RunSpec, sy *gradsync.Syncer, d gradsync.Stats) *spec.Chu
 	cs := &spec.ChunkSync{Phase: sy.Phase(), Codec: sy.Codec(), CompressedSteps: d.CompressedSteps,
 		BytesSent: d.BytesSent, DenseBytes: d.DenseBytes, CommSeconds: d.Comm.Seconds(), ExposedSeconds: d.Exposed.Seconds()}
 	m := sy.Measure()
-	cs.BytesPerSec, cs.ComputeSeconds = m.BytesPerSec, m.Compute.Seconds()
+	cs.BytesPerSec, cs.ComputeSeconds, cs.DenseSeconds = m.BytesPerSec, m.Compute.Seconds(), m.Dense.Seconds()
+	if len(m.Exchange) > 0 {
+		cs.ExchangeSeconds = map[string]float64{}
+		for name, d := range m.Exchange {
+			cs.ExchangeSeconds[name] = d.Seconds()
+		}
+	}
 	return cs
 }
 

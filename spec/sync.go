@@ -181,6 +181,11 @@ type ChunkSync struct {
 	// measured in this chunk).
 	BytesPerSec    float64 `json:"bytes_per_sec,omitempty"`
 	ComputeSeconds float64 `json:"compute_s,omitempty"`
+	// DenseSeconds (an uncompressed allreduce of the payload) and
+	// ExchangeSeconds (a compressed exchange, per codec) are measured at
+	// the end of the warm-up, to check that compression pays.
+	DenseSeconds    float64            `json:"dense_s,omitempty"`
+	ExchangeSeconds map[string]float64 `json:"exchange_s,omitempty"`
 }
 
 // SyncStatus is the run's gradient-exchange policy and what it achieved,

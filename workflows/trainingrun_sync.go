@@ -49,7 +49,13 @@ func (r *run) decideCodec(ctx workflow.Context, step int64) {
 	ms := make([]codec.Measure, len(r.st.SyncMeasures))
 	for i, m := range r.st.SyncMeasures {
 		ms[i] = codec.Measure{DenseBytes: 4 * (r.spec.GradientFloats() - 1), Ranks: len(r.st.SyncMeasures),
-			BytesPerSec: m.BytesPerSec, Compute: time.Duration(m.ComputeSeconds * float64(time.Second))}
+			BytesPerSec: m.BytesPerSec, Compute: seconds(m.ComputeSeconds), Dense: seconds(m.DenseSeconds)}
+		if len(m.ExchangeSeconds) > 0 {
+			ms[i].Exchange = map[string]time.Duration{}
+			for _, name := range workflow.DeterministicKeys(m.ExchangeSeconds) {
+				ms[i].Exchange[name] = seconds(m.ExchangeSeconds[name])
+			}
+		}
 	}
 	var c codec.Choice
 	_ = workflow.SideEffect(ctx, func(workflow.Context) any { return gradsync.ChooseAll(ms) }).Get(&c)
@@ -82,7 +88,8 @@ func (r *run) absorbSync(results []spec.ChunkResult) {
 	for _, res := range results {
 		m := SyncMeasure{}
 		if res.Sync != nil {
-			m = SyncMeasure{BytesPerSec: res.Sync.BytesPerSec, ComputeSeconds: res.Sync.ComputeSeconds}
+			m = SyncMeasure{BytesPerSec: res.Sync.BytesPerSec, ComputeSeconds: res.Sync.ComputeSeconds,
+				DenseSeconds: res.Sync.DenseSeconds, ExchangeSeconds: res.Sync.ExchangeSeconds}
 		}
 		r.st.SyncMeasures = append(r.st.SyncMeasures, m)
 	}
@@ -90,6 +97,10 @@ func (r *run) absorbSync(results []spec.ChunkResult) {
 
 // SyncMeasure is one rank's warm-up measurement (spec.ChunkSync).
 type SyncMeasure struct {
-	BytesPerSec    float64 `json:"bytes_per_sec"`
-	ComputeSeconds float64 `json:"compute_s"`
+	BytesPerSec     float64            `json:"bytes_per_sec"`
+	ComputeSeconds  float64            `json:"compute_s"`
+	DenseSeconds    float64            `json:"dense_s,omitempty"`
+	ExchangeSeconds map[string]float64 `json:"exchange_s,omitempty"`
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -75,3 +75,39 @@ func TestRatio(t *testing.T) {
 		}
 	}
 }
+
+// TestChoosePriced: with the exchanges measured, a codec that the bytes
+// call for is kept only when its exchange is faster than the allreduce.
+func TestChoosePriced(t *testing.T) {
+	const dense = 400_000   // 100 k values, the built-in model's size
+	sent := 4.0 / 3 * dense // 3 ranks
+	ex := func(int8, sign, top1, top01 time.Duration) map[string]time.Duration {
+		return map[string]time.Duration{"int8:256": int8, "sign:1024": sign, "topk:0.01": top1, "topk:0.001": top01}
+	}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		m       Measure
+		want    string
+		because string
+	}{
+		// The bytes call for sign (4× need), and its exchange is faster.
+		{"sign pays", Measure{DenseBytes: dense, Ranks: 3, BytesPerSec: sent / 0.004, Compute: ms,
+			Exchange: ex(3*ms, 2*ms, 3*ms, 3*ms), Dense: 4 * ms}, "sign:1024", "cuts traffic"},
+		// Ranks waiting for each other: every exchange slower than 4 ms.
+		{"no codec pays", Measure{DenseBytes: dense, Ranks: 3, BytesPerSec: sent / 0.004, Compute: ms,
+			Exchange: ex(9*ms, 8*ms, 7*ms, 7*ms), Dense: 4 * ms}, "none", "no codec pays"},
+		// Sign is slow to exchange here but top-1 % is fast: the fastest that pays.
+		{"another codec pays", Measure{DenseBytes: dense, Ranks: 3, BytesPerSec: sent / 0.004, Compute: ms,
+			Exchange: ex(5*ms, 5*ms, 2*ms, 3*ms), Dense: 4 * ms}, "topk:0.01", "topk:0.01 exchanges in 2 ms"},
+		// Nothing measured about exchanges: the byte rule alone.
+		{"unpriced", Measure{DenseBytes: dense, Ranks: 3, BytesPerSec: sent / 0.004, Compute: ms}, "sign:1024", "cuts traffic"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Choose(tc.m)
+			if c.Codec != tc.want || !strings.Contains(c.Reason, tc.because) {
+				t.Fatalf("Choose = %+v, want %s (%q)", c, tc.want, tc.because)
+			}
+		})
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cann-train/cann-train/ascend"
@@ -152,6 +153,9 @@ type Syncer struct {
 	measStep, measComm time.Duration
 	measExposed        time.Duration
 	decision           *codec.Choice
+	// Calibrate's measurements.
+	dense    time.Duration
+	exchange map[string]time.Duration
 }
 
 // New returns the Syncer of trainer t (its Config's Rank and World) under
@@ -247,7 +251,61 @@ func (s *Syncer) Measure() codec.Measure {
 			m.BytesPerSec = RingBytes(s.size, s.np) / c.Seconds()
 		}
 	}
+	m.Exchange, m.Dense = s.exchange, s.dense
 	return m
+}
+
+// calibrationRuns is how many exchanges of each kind Calibrate times.
+const calibrationRuns = 5
+
+// Calibrate measures what Measure needs to price compression, besides the
+// uncompressed steps: the median time of a few uncompressed allreduces of
+// the payload and, per codec of codec.Ladder, of a few real compressed
+// exchanges of it (the policy's exchange, fresh error feedback, on a
+// scratch copy of the parameters: the payload's size and scale). It is a
+// collective: every rank calls it, between the same steps. It does not
+// change the training state.
+func (s *Syncer) Calibrate(ctx context.Context) error {
+	if s.comm == nil {
+		return ErrNotBegun
+	}
+	buf, one := make([]float32, s.np), make([]float32, 1)
+	median := func(f func() error) (time.Duration, error) {
+		ds := make([]time.Duration, calibrationRuns)
+		for i := range ds {
+			copy(buf, s.t.Params())
+			t0 := time.Now()
+			if err := f(); err != nil {
+				return 0, err
+			}
+			ds[i] = time.Since(t0)
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2], nil
+	}
+	var err error
+	if s.dense, err = median(func() error { return s.comm.AllReduce(ctx, buf, ascend.Avg) }); err != nil {
+		return fmt.Errorf("gradsync: calibrate: allreduce: %w", err)
+	}
+	s.exchange = map[string]time.Duration{}
+	for _, name := range codec.Ladder {
+		r, err := newPayloadReducer(name, s.p.Exchange, s.rank, s.size, s.t)
+		if err != nil {
+			return err
+		}
+		d, err := median(func() error {
+			if _, err := r.reduce(ctx, s.comm, buf, 0); err != nil {
+				return err
+			}
+			return s.comm.AllReduce(ctx, one, ascend.Avg) // a compressed step's loss goes apart
+		})
+		if err != nil {
+			return fmt.Errorf("gradsync: calibrate: %s exchange: %w", name, err)
+		}
+		c, _ := codec.Parse(name)
+		s.exchange[c.Name()] = d
+	}
+	return nil
 }
 
 // Stats returns the running account.

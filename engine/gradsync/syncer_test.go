@@ -317,3 +317,38 @@ func TestAgreeTakesTheMostCompressing(t *testing.T) {
 		t.Error("ladder round trip")
 	}
 }
+
+// TestCalibrate: the allreduce and every ladder codec's exchange are
+// measured, collectively, without touching the training state.
+func TestCalibrate(t *testing.T) {
+	cl := ascendtest.NewCluster(t, 2)
+	ss := ranks(t, 2, engine.Adam, Policy{Codec: CodecAuto, Warmup: 2})
+	train(t, cl, ss, 2)
+	before := ss[0].Trainer().WeightsSHA256()
+	cl.Run(t, func(c *ascend.Communicator) {
+		s := ss[c.Rank()]
+		if err := s.Begin(c); err != nil {
+			t.Error(err)
+			return
+		}
+		defer s.End()
+		if err := s.Calibrate(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	m := ss[0].Measure()
+	if m.Dense <= 0 || len(m.Exchange) != len(codec.Ladder) {
+		t.Fatalf("measure %+v", m)
+	}
+	for name, d := range m.Exchange {
+		if d <= 0 {
+			t.Errorf("%s exchanges in %v", name, d)
+		}
+	}
+	if ss[0].Trainer().WeightsSHA256() != before {
+		t.Error("Calibrate changed the weights")
+	}
+	if err := ss[0].Calibrate(context.Background()); !errors.Is(err, ErrNotBegun) {
+		t.Errorf("Calibrate outside Begin: %v", err)
+	}
+}

@@ -410,6 +410,13 @@ func (rr *rankRunner) bytes() float64 { return rr.s.Stats().BytesSent }
 // decide settles the "auto" codec: each rank applies codec.Choose to its
 // warm-up measurements, and all take the most compressing choice.
 func (rr *rankRunner) decide(ctx context.Context) error {
+	if rr.o.LinkBytesPerSec <= 0 {
+		// Time real exchanges, so that compression is chosen only where
+		// it pays (on a hypothetical link, only the bytes count).
+		if err := rr.s.Calibrate(ctx); err != nil {
+			return err
+		}
+	}
 	m := rr.s.Measure()
 	if rr.o.LinkBytesPerSec > 0 {
 		m.BytesPerSec = rr.o.LinkBytesPerSec
