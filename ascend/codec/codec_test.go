@@ -2,6 +2,7 @@ package codec
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -333,4 +334,42 @@ func TestPowerSGD(t *testing.T) {
 			t.Errorf("traffic %d of %d", comp, dense)
 		}
 	})
+}
+
+// TestSignMatchesReference: the branch-free sign codec gives the bits of
+// the plain definition (bit set for a clear sign bit, −0 included; decode
+// adds the scale or subtracts it) at odd lengths and buckets.
+func TestSignMatchesReference(t *testing.T) {
+	for _, n := range []int{1, 7, 8, 9, 1000, 4099} {
+		x := randVec(uint64(n), n)
+		x[0] = float32(math.Copysign(0, -1))
+		for _, bucket := range []int{1, 3, 1024} {
+			s := &Sign{Bucket: bucket}
+			enc := s.Encode(nil, x, 0, 0)
+			bits := enc[len(enc)-(n+7)/8:]
+			for i, v := range x {
+				want := !math.Signbit(float64(v))
+				if got := bits[i>>3]&(1<<(i&7)) != 0; got != want {
+					t.Fatalf("n %d bucket %d: bit %d = %v for %v", n, bucket, i, got, v)
+				}
+			}
+			out := randVec(uint64(n)+1, n)
+			ref := append([]float32(nil), out...)
+			if err := s.DecodeAdd(out, enc); err != nil {
+				t.Fatal(err)
+			}
+			scales := enc[len(enc)-(n+7)/8-4*((n+bucket-1)/bucket) : len(enc)-(n+7)/8]
+			for i := range ref {
+				scale := math.Float32frombits(binary.LittleEndian.Uint32(scales[4*(i/bucket):]))
+				if bits[i>>3]&(1<<(i&7)) != 0 {
+					ref[i] += scale
+				} else {
+					ref[i] -= scale
+				}
+				if math.Float32bits(ref[i]) != math.Float32bits(out[i]) {
+					t.Fatalf("n %d bucket %d: value %d decodes to %v, reference %v", n, bucket, i, out[i], ref[i])
+				}
+			}
+		}
+	}
 }

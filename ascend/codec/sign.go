@@ -37,14 +37,23 @@ func (s *Sign) Encode(dst []byte, x []float32, _ uint64, _ int) []byte {
 		}
 		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(float32(sum/float64(len(part)))))
 	}
-	for i := 0; i < len(x); i += 8 {
-		var bits byte
-		for j := i; j < min(i+8, len(x)); j++ {
-			if !math.Signbit(float64(x[j])) {
-				bits |= 1 << (j - i)
-			}
+	// Bit i set when x[i]'s sign bit is clear; branch-free, eight values
+	// per byte.
+	full := len(x) &^ 7
+	for i := 0; i < full; i += 8 {
+		v := x[i : i+8 : i+8]
+		var bits uint32
+		for j, f := range v {
+			bits |= (^math.Float32bits(f) >> 31) << j
 		}
-		dst = append(dst, bits)
+		dst = append(dst, byte(bits))
+	}
+	if full < len(x) {
+		var bits uint32
+		for j, f := range x[full:] {
+			bits |= (^math.Float32bits(f) >> 31) << j
+		}
+		dst = append(dst, byte(bits))
 	}
 	return dst
 }
@@ -70,14 +79,14 @@ func (s *Sign) DecodeAdd(out []float32, src []byte) error {
 	}
 	bits := body[4*nb:]
 	for b := range nb {
-		scale := getF32(body[4*b:])
+		// out[i] += scale for bit i set, else −scale (flipping the sign
+		// bit: adding it is exactly subtracting scale), branch-free.
+		scale := binary.LittleEndian.Uint32(body[4*b:])
 		lo := b * int(bucket)
-		for i := lo; i < min(len(out), lo+int(bucket)); i++ {
-			if bits[i>>3]&(1<<(i&7)) != 0 {
-				out[i] += scale
-			} else {
-				out[i] -= scale
-			}
+		hi := min(len(out), lo+int(bucket))
+		for i := lo; i < hi; i++ {
+			neg := uint32(^bits[i>>3]>>(i&7)) & 1
+			out[i] += math.Float32frombits(scale ^ neg<<31)
 		}
 	}
 	return nil
