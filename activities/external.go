@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -36,10 +37,11 @@ const keepWorlds = 10
 // before it returns. A process exiting non-zero fails it with a
 // RankExited error naming the rank, its exit status and its log tail.
 func (n *Node) RunExternal(ctx context.Context, in spec.ExternalInput) (*spec.ChunkResult, error) {
-	hb := newHeartbeater(ctx, spec.ChunkInput{Spec: in.Spec, From: restoredStep(in), To: in.Spec.Steps, Restore: in.Restore})
+	hb := newExternalHeartbeater(ctx, in)
 	defer hb.stop()
 	return n.runExternal(ctx, in, externalHooks{
 		progress: hb.update,
+		logs:     hb.setLogs,
 		saved: func(c spec.CheckpointSaved) error {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
@@ -63,6 +65,82 @@ func (n *Node) ReservePort(ctx context.Context) (int, error) {
 type externalHooks struct {
 	progress func(spec.ChunkProgress)
 	saved    func(spec.CheckpointSaved) error
+	// logs, when set, receives (once the processes run) what reads the
+	// tail of their logs.
+	logs func(func() spec.NodeLogs)
+}
+
+// externalHeartbeater is the node's heartbeater for RunExternal: each
+// beat carries the progress and, second, the tail of the processes' logs
+// (spec.NodeLogs), read afresh at every beat — bounded by spec.LogTail*,
+// so a chatty script costs a heartbeat no more than a quiet one. The
+// workflow reads only the first detail; `cann-train status` both.
+type externalHeartbeater struct {
+	mu   sync.Mutex
+	prog spec.ChunkProgress
+	logs func() spec.NodeLogs
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newExternalHeartbeater(ctx context.Context, in spec.ExternalInput) *externalHeartbeater {
+	from := restoredStep(in)
+	h := &externalHeartbeater{prog: spec.ChunkProgress{Step: from, To: in.Spec.Steps, LastCheckpoint: from},
+		done: make(chan struct{})}
+	every := max(in.Spec.HeartbeatTimeout.D()/4, 100*time.Millisecond)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			h.mu.Lock()
+			p, logs := h.prog, h.logs
+			h.mu.Unlock()
+			var tail spec.NodeLogs
+			if logs != nil {
+				tail = logs()
+			}
+			activity.RecordHeartbeat(ctx, p, tail)
+			select {
+			case <-h.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *externalHeartbeater) update(p spec.ChunkProgress) {
+	h.mu.Lock()
+	h.prog = p
+	h.mu.Unlock()
+}
+
+func (h *externalHeartbeater) setLogs(f func() spec.NodeLogs) {
+	h.mu.Lock()
+	h.logs = f
+	h.mu.Unlock()
+}
+
+func (h *externalHeartbeater) stop() {
+	close(h.done)
+	h.wg.Wait()
+}
+
+// nodeLogs reads the tail of every process's log: the last
+// spec.LogTailLines lines, within the node's byte budget.
+func (n *Node) nodeLogs(in spec.ExternalInput, specs []launch.Spec) spec.NodeLogs {
+	out := spec.NodeLogs{Node: n.ID, NodeRank: in.Rank, Session: in.Session, Procs: make([]spec.ProcessTail, 0, len(specs))}
+	budget := spec.LogTailBudget(len(specs))
+	for _, sp := range specs {
+		out.Procs = append(out.Procs, spec.ProcessTail{Process: sp.Name, Rank: sp.Rank,
+			Lines: launch.LastLines(sp.LogPath, spec.LogTailLines, budget)})
+	}
+	return out
 }
 
 func restoredStep(in spec.ExternalInput) int64 {
@@ -254,6 +332,9 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		log.Warn("pid file", zap.Error(err))
 	}
 	defer os.Remove(pidFile)
+	if hooks.logs != nil {
+		hooks.logs(func() spec.NodeLogs { return n.nodeLogs(in, specs) })
+	}
 	log.Info("external job started", zap.String("launcher", x.Launcher), zap.Ints("pids", g.Pids()),
 		zap.String("logs", p.dir), zap.Int64("from", from))
 

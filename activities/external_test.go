@@ -270,3 +270,66 @@ exit 0`
 		t.Errorf("scheduler %q, worker 1 %q", sched, w1)
 	}
 }
+
+// TestRunExternalLogTail: while the processes run, the heartbeat's log
+// tail holds each process's last spec.LogTailLines lines, node and
+// session named.
+func TestRunExternalLogTail(t *testing.T) {
+	work := t.TempDir()
+	script := `i=1; while [ $i -le 30 ]; do echo "rank $RANK line $i"; i=$((i+1)); done
+echo "rank $RANK warning" >&2
+touch ready-$RANK
+while [ ! -e go ]; do sleep 0.02; done`
+	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+	in := externalInput("tail-me", work, 1, "sh", "-c", script)
+	tails := make(chan func() spec.NodeLogs, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {},
+			logs: func(f func() spec.NodeLogs) { tails <- f }})
+		done <- err
+	}()
+	var tail func() spec.NodeLogs
+	select {
+	case tail = <-tails:
+	case err := <-done:
+		t.Fatalf("runExternal returned before handing over the log tail: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no log tail")
+	}
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, e0 := os.Stat(filepath.Join(work, "ready-0"))
+		_, e1 := os.Stat(filepath.Join(work, "ready-1"))
+		if e0 == nil && e1 == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("ranks did not start")
+		}
+	}
+	got := tail()
+	if got.Node != "n1" || got.NodeRank != 0 || got.Session != in.Session || len(got.Procs) != 2 {
+		t.Fatalf("tail %+v", got)
+	}
+	for r, p := range got.Procs {
+		if p.Process != fmt.Sprintf("rank-%d", r) || p.Rank != r || len(p.Lines) != spec.LogTailLines {
+			t.Fatalf("process %d: %+v", r, p)
+		}
+		// stdout and stderr share the log: the last line is the warning,
+		// the 19 before it lines 12..30.
+		if first, last := p.Lines[0], p.Lines[len(p.Lines)-1]; first != fmt.Sprintf("rank %d line 12", r) || last != fmt.Sprintf("rank %d warning", r) {
+			t.Errorf("rank %d: lines %q … %q", r, first, last)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(work, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the processes did not exit")
+	}
+}

@@ -450,3 +450,40 @@ func (x ExternalJob) JoinWorkdir(p string) string {
 	}
 	return filepath.Join(x.Workdir, p)
 }
+
+// Bounds of the log tail a RunExternal heartbeat carries.
+const (
+	// LogTailLines is how many of its last lines each process shows.
+	LogTailLines = 20
+	// LogTailBytes is the node's budget, shared by its processes (each
+	// gets at least LogTailMinBytes).
+	LogTailBytes    = 16 << 10
+	LogTailMinBytes = 256
+)
+
+// NodeLogs is the second detail of a RunExternal heartbeat (the first is
+// the ChunkProgress): the last lines each of the node's processes wrote,
+// so that `cann-train status` shows them while the job runs. The full
+// logs stay on the node and are copied to the run's bucket (LogKey in
+// activities) when the launch ends.
+type NodeLogs struct {
+	Node string `json:"node"`
+	// NodeRank is the node's rank in the world; Session the launch.
+	NodeRank int           `json:"node_rank"`
+	Session  string        `json:"session"`
+	Procs    []ProcessTail `json:"procs"`
+}
+
+// ProcessTail is one process's last log lines.
+type ProcessTail struct {
+	// Process names it ("rank-3", "scheduler"); Rank is its global rank
+	// (-1: not a rank).
+	Process string   `json:"process"`
+	Rank    int      `json:"rank"`
+	Lines   []string `json:"lines"`
+}
+
+// LogTailBudget is the bytes each of procs processes may show.
+func LogTailBudget(procs int) int {
+	return max(LogTailMinBytes, LogTailBytes/max(1, procs))
+}

@@ -1,9 +1,11 @@
 package workflows
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -16,26 +18,54 @@ import (
 // the chunk-boundary controls existed, so they replay through the
 // workflow.GetVersion default paths — a run that was paused and resumed,
 // one whose adaptive compression codec was decided after its warm-up (a
-// SideEffect), and one whose strategy search moved it to fewer nodes
+// SideEffect), one whose strategy search moved it to fewer nodes; and two
+// external jobs (a Python script on the helper): trainingrun_external.json,
+// recorded before external jobs could pause — a rank crash that restarted
+// the world, and a pause and resume it ignored, which replay through
+// versionExternalPause's default (recorded once with that code; keep it) —
+// and trainingrun_external_pause.json, paused after a checkpoint upload
+// and resumed from it
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
 func TestReplayRecordedHistories(t *testing.T) {
+	// The recorded run's workflow ID where the workflow depends on it (an
+	// external job's launches are named after it, and its checkpoint
+	// signals matched by that name); else the replayer's default.
+	ids := map[string]string{
+		"trainingrun_external.json":       "run/ext-record",
+		"trainingrun_external_pause.json": "run/ext-pause",
+	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
 		{"trainingrun_recovery.json", spec.WorkflowTrainingRun},
 		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_compression.json", spec.WorkflowTrainingRun},
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},
+		{"trainingrun_external.json", spec.WorkflowTrainingRun},
+		{"trainingrun_external_pause.json", spec.WorkflowTrainingRun},
 		{"cluster.json", spec.WorkflowCluster},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			r.RegisterWorkflowWithOptions(TrainingRun, workflow.RegisterOptions{Name: spec.WorkflowTrainingRun})
 			r.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
-			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, filepath.Join("testdata", tc.file)); err != nil {
+			f, err := os.Open(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			h, err := client.HistoryFromJSON(f, client.HistoryJSONOptions{})
+			if err != nil {
+				t.Fatalf("read %s: %v", tc.file, err)
+			}
+			opts := worker.ReplayWorkflowHistoryOptions{}
+			if id := ids[tc.file]; id != "" {
+				opts.OriginalExecution = workflow.Execution{ID: id}
+			}
+			if err := r.ReplayWorkflowHistoryWithOptions(nil, h, opts); err != nil {
 				t.Fatalf("replay %s (%s): %v", tc.file, tc.typ, err)
 			}
 		})

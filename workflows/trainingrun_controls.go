@@ -26,6 +26,11 @@ const (
 type Controls struct {
 	// Paused: hold at the next chunk boundary until a resume.
 	Paused bool `json:"paused,omitempty"`
+	// PauseNow: a second pause came before the first took effect; an
+	// external job then stops its world at once instead of after its next
+	// checkpoint upload (built-in runs hold at the chunk boundary either
+	// way).
+	PauseNow bool `json:"pause_now,omitempty"`
 	// Resumes counts resume signals; a change cuts a green wait short.
 	Resumes int `json:"resumes,omitempty"`
 	// Rescale is the node count asked for and not yet applied (0: none).
@@ -57,6 +62,7 @@ func (r *run) listen(ctx workflow.Context) {
 	sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {
 		c.Receive(ctx, nil)
 		log.Info("pause requested: holding at the next chunk boundary", "step", r.st.Status.Step)
+		r.st.Ctl.PauseNow = r.st.Ctl.Paused
 		r.st.Ctl.Paused = true
 		r.st.Status.PauseRequested = true
 	})
@@ -64,6 +70,7 @@ func (r *run) listen(ctx workflow.Context) {
 		c.Receive(ctx, nil)
 		log.Info("resume requested", "step", r.st.Status.Step)
 		r.st.Ctl.Paused = false
+		r.st.Ctl.PauseNow = false
 		r.st.Ctl.Resumes++
 		r.st.Status.PauseRequested = false
 	})

@@ -23,10 +23,34 @@ import (
 // checkpoint — bounded by max_restarts, as for built-in runs. Histories
 // of built-in runs never reach this code: which path a run takes is fixed
 // by its input.
+//
+// A pause (SignalPause) stops the world after its next checkpoint upload —
+// a second pause before that stops it at once — and holds, phase paused,
+// the nodes kept; a resume launches a new world from the last uploaded
+// checkpoint, as a recovery does but without a failure (no restart is
+// counted). Histories from before this replay through
+// versionExternalPause's default: pauses ignored.
+
+// versionExternalPause: an external job acts on pause and resume. Asked
+// only once a pause is pending, so that histories in which a pause was
+// ignored replay.
+const versionExternalPause = "external-pause"
+
+// errWorldPaused: runWorld stopped the world for a pause.
+var errWorldPaused = errors.New("world stopped for a pause")
+
+// externalRun is what runExternal's coroutines share about the current
+// launch (not state: a launch never spans continue-as-new).
+type externalRun struct {
+	// pausedCkpts counts the launch's checkpoints committed while a
+	// pause was pending.
+	pausedCkpts int
+}
 
 // runExternal is TrainingRun's main loop for an external job.
 func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
-	r.listenCheckpoints(ctx)
+	ext := &externalRun{}
+	r.listenCheckpoints(ctx, ext)
 	if len(r.st.Membership.Nodes) == 0 {
 		if err := r.acquire(ctx); err != nil {
 			return r.fail(ctx, err)
@@ -38,9 +62,17 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
 				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
 		}
-		err := r.runWorld(ctx)
+		if r.st.Ctl.Paused && r.externalPause(ctx) {
+			if err := r.holdWorld(ctx); err != nil {
+				return r.fail(ctx, err)
+			}
+		}
+		err := r.runWorld(ctx, ext)
 		if err == nil {
 			break
+		}
+		if errors.Is(err, errWorldPaused) {
+			continue
 		}
 		if err := r.recover(ctx, err); err != nil {
 			return r.fail(ctx, err)
@@ -53,28 +85,32 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 
 // listenCheckpoints records the checkpoints the first node uploads while
 // a world runs.
-func (r *run) listenCheckpoints(ctx workflow.Context) {
+func (r *run) listenCheckpoints(ctx workflow.Context, ext *externalRun) {
 	ch := workflow.GetSignalChannel(ctx, spec.SignalCheckpointSaved)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			var c spec.CheckpointSaved
 			ch.Receive(ctx, &c)
-			r.onCheckpoint(ctx, c)
+			if r.onCheckpoint(ctx, c) && r.st.Ctl.Paused {
+				ext.pausedCkpts++
+			}
 		}
 	})
 }
 
-func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) {
+// onCheckpoint records a checkpoint of the current launch; it reports
+// whether it was new.
+func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 	log := workflow.GetLogger(ctx)
 	if c.Session != r.st.Session {
 		// A world that was stopped may still finish an upload; the run
 		// has moved on from it.
 		log.Warn("checkpoint from an earlier launch ignored", "session", c.Session, "step", c.Ref.Step)
-		return
+		return false
 	}
 	s := &r.st.Status
 	if last := s.LastCkpt; last != nil && c.Ref.Step <= last.Step {
-		return
+		return false
 	}
 	ref := c.Ref
 	r.commitCheckpoint(ref)
@@ -87,12 +123,34 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) {
 	s.UpdatedAt = workflow.Now(ctx)
 	log.Info("checkpoint uploaded", "step", ref.Step, "key", ref.Key)
 	r.publish(ctx)
+	return true
+}
+
+// externalPause: this run acts on a pending pause (false when replaying a
+// history from before external jobs could pause).
+func (r *run) externalPause(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionExternalPause, workflow.DefaultVersion, 1) >= 1
+}
+
+// holdWorld holds a paused external job between launches until a resume;
+// the next launch starts from the last uploaded checkpoint.
+func (r *run) holdWorld(ctx workflow.Context) error {
+	r.st.Status.Step = 0
+	if c := r.st.Status.LastCkpt; c != nil {
+		r.st.Status.Step = c.Step
+	}
+	if err := r.hold(ctx); err != nil {
+		return err
+	}
+	r.setPhase(ctx, spec.PhaseTraining)
+	return nil
 }
 
 // runWorld launches the job on the current membership from the last
 // checkpoint and waits for every node; it returns a *chunkFailure when
-// the world did not finish cleanly.
-func (r *run) runWorld(ctx workflow.Context) error {
+// the world did not finish cleanly, errWorldPaused when it was stopped
+// for a pause.
+func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	r.st.Epoch++
 	m := r.st.Membership
 	r.st.Session = fmt.Sprintf("%s/g%d/e%d", r.st.Status.RunID, m.Generation, r.st.Epoch)
@@ -121,8 +179,18 @@ func (r *run) runWorld(ctx workflow.Context) error {
 			r.spec.External.Launcher, rank*procs, rank*procs+procs-1, len(m.Nodes)*procs, node.ID, from, m.Generation)
 		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
 	}
-	results, errs := r.awaitWorld(ctx, futures, cancel)
+	ext.pausedCkpts = 0
+	results, errs, paused := r.awaitWorld(ctx, futures, cancel, ext)
 	r.settle(ctx) // checkpoint signals delivered with the results
+	if paused && stoppedForPause(errs) {
+		workflow.GetLogger(ctx).Info("world stopped for a pause", "session", r.st.Session)
+		// Its processes run on until their nodes see the cancellation (at
+		// the next heartbeat); checkpoints they upload meanwhile are
+		// ignored, so the run holds at — and resumes from — the one the
+		// pause waited for.
+		r.st.Session = ""
+		return errWorldPaused
+	}
 	if f := r.blameWorld(from, started, workflow.Now(ctx), errs); f != nil {
 		return f
 	}
@@ -139,10 +207,13 @@ func (r *run) runWorld(ctx workflow.Context) error {
 // end on their own (a dead node's activity times out; its peers' processes
 // usually exit when they lose it), then cancels the rest, so that a dead
 // node is named as such and a hung collective does not hold the run.
-func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc) ([]spec.ChunkResult, []error) {
+// A pending pause cancels the world once a checkpoint was uploaded since
+// it was asked for (at once after a second pause); paused reports that.
+func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc,
+	ext *externalRun) (results []spec.ChunkResult, errs []error, paused bool) {
 	n := len(futures)
-	results := make([]spec.ChunkResult, n)
-	errs := make([]error, n)
+	results = make([]spec.ChunkResult, n)
+	errs = make([]error, n)
 	left := n
 	sel := workflow.NewSelector(ctx)
 	for i, f := range futures {
@@ -153,6 +224,22 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 	}
 	tctx, stopTimer := workflow.WithCancel(ctx)
 	defer stopTimer()
+	pause, stopWorld := workflow.NewFuture(ctx)
+	workflow.Go(tctx, func(ctx workflow.Context) {
+		err := workflow.Await(ctx, func() bool { return r.st.Ctl.Paused && (ext.pausedCkpts > 0 || r.st.Ctl.PauseNow) })
+		if err == nil && r.externalPause(ctx) {
+			stopWorld.Set(nil, nil)
+		}
+	})
+	sel.AddFuture(pause, func(workflow.Future) {
+		paused = true
+		why := "a checkpoint was uploaded"
+		if ext.pausedCkpts == 0 {
+			why = "asked to stop at once"
+		}
+		workflow.GetLogger(ctx).Info("pause: stopping the world", "why", why, "session", r.st.Session)
+		cancel()
+	})
 	graceSet, expired := false, false
 	for left > 0 {
 		sel.Select(ctx)
@@ -161,14 +248,31 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 			cancel()
 			continue
 		}
-		if !graceSet && left > 0 && anyErr(errs) {
+		if !paused && !graceSet && left > 0 && anyErr(errs) {
 			graceSet = true
 			hb := r.spec.HeartbeatTimeout.D()
 			grace := hb + max(2*time.Second, hb/2)
 			sel.AddFuture(workflow.NewTimer(tctx, grace), func(workflow.Future) { expired = true })
 		}
 	}
-	return results, errs
+	return results, errs, paused
+}
+
+// stoppedForPause: the world ended by the pause's cancellation (some
+// nodes may have finished first), not by a failure nor by finishing.
+func stoppedForPause(errs []error) bool {
+	cancelled := false
+	for _, err := range errs {
+		var ce *temporal.CanceledError
+		switch {
+		case err == nil:
+		case errors.As(err, &ce):
+			cancelled = true
+		default:
+			return false
+		}
+	}
+	return cancelled
 }
 
 func anyErr(errs []error) bool {

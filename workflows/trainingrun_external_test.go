@@ -28,13 +28,30 @@ type fakeWorlds struct {
 	// past the launch's start).
 	ckpts  []int64
 	behave func(in spec.ExternalInput) error
+	// stop ends a hanging launch's activity when the workflow cancels it
+	// (the test environment does not cancel an activity's context itself).
+	stop map[string]context.CancelFunc
+}
+
+func (f *fakeWorlds) cancelled(info *activity.Info) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if stop := f.stop[info.ActivityID]; stop != nil {
+		stop()
+	}
 }
 
 var errHang = fmt.Errorf("hang")
 
 func (f *fakeWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.ChunkResult, error) {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	f.mu.Lock()
 	f.inputs = append(f.inputs, in)
+	if f.stop == nil {
+		f.stop = map[string]context.CancelFunc{}
+	}
+	f.stop[activity.GetInfo(ctx).ActivityID] = stop
 	f.mu.Unlock()
 	from := int64(0)
 	if in.Restore != nil {
@@ -67,11 +84,15 @@ func (f *fakeWorlds) launches() [][]spec.ExternalInput {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out [][]spec.ExternalInput
+	at := map[string]int{} // session → index in out, in order of first start
 	for _, in := range f.inputs {
-		if len(out) == 0 || out[len(out)-1][0].Session != in.Session {
+		i, ok := at[in.Session]
+		if !ok {
+			i = len(out)
+			at[in.Session] = i
 			out = append(out, nil)
 		}
-		out[len(out)-1] = append(out[len(out)-1], in)
+		out[i] = append(out[i], in)
 	}
 	// The ranks of one launch start concurrently: order them by rank.
 	for _, l := range out {
@@ -83,6 +104,7 @@ func (f *fakeWorlds) launches() [][]spec.ExternalInput {
 func newExternalEnv(t *testing.T, cl *fakeCluster, w *fakeWorlds) *testsuite.TestWorkflowEnvironment {
 	env := newRunEnv(t, cl, &fakeChunks{})
 	w.env = env
+	env.SetOnActivityCanceledListener(w.cancelled)
 	env.RegisterActivityWithOptions(w.run, activity.RegisterOptions{Name: spec.ActivityRunExternal})
 	env.RegisterActivityWithOptions(func(context.Context) (int, error) { return 29500, nil },
 		activity.RegisterOptions{Name: spec.ActivityReservePort})
@@ -232,4 +254,138 @@ func TestExternalRunGivesUp(t *testing.T) {
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(1)})
 	require.ErrorContains(t, env.GetWorkflowError(), "not found in PATH")
 	require.Len(t, w2.launches(), 1)
+}
+
+// hangFirst is a fakeWorlds behaviour: the first launch (the one without
+// a checkpoint to restore) runs until cancelled; its rank 0 first sends
+// the given signals, in order, as if the user did. Later launches finish.
+func hangFirst(w *fakeWorlds, signals ...string) func(spec.ExternalInput) error {
+	return func(in spec.ExternalInput) error {
+		if in.Restore != nil {
+			return nil
+		}
+		if in.Rank == 0 {
+			for _, s := range signals {
+				w.env.SignalWorkflow(s, nil)
+			}
+		}
+		return errHang
+	}
+}
+
+// runPaused runs an external job whose first launch hangs until paused;
+// setup may add callbacks. Once the run holds, held checks its status and
+// the run is resumed.
+func runPaused(t *testing.T, w *fakeWorlds, setup func(*testsuite.TestWorkflowEnvironment), held func(spec.RunStatus)) spec.RunStatus {
+	t.Helper()
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare"), failed: map[string]bool{}}
+	env := newExternalEnv(t, cl, w)
+	env.SetTestTimeout(15 * time.Second)
+	if setup != nil {
+		setup(env)
+	}
+	sawHold := false
+	// The clock jumps an hour only once no activity runs: after the world
+	// stopped (while it runs, the clock is the wall clock).
+	env.RegisterDelayedCallback(func() {
+		held(queryStatus(t, env))
+		sawHold = true
+		env.SignalWorkflow(spec.SignalResume, nil)
+	}, time.Hour)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	require.NoError(t, env.GetWorkflowError())
+	require.True(t, sawHold)
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 100, st.Step)
+	require.Empty(t, st.Recoveries, "a pause is not a failure")
+	require.False(t, st.PauseRequested)
+	return st
+}
+
+// TestExternalRunPauseAfterCheckpoint: a pause stops the world once the
+// next checkpoint (step 40) is uploaded — not before, not at the one
+// uploaded before the pause (20) — and holds at that step, deaf to what
+// the stopped world still uploads; the resume relaunches the world on the
+// same nodes from there without counting a restart.
+func TestExternalRunPauseAfterCheckpoint(t *testing.T) {
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	w.behave = hangFirst(w)
+	sent := false
+	runPaused(t, w, func(env *testsuite.TestWorkflowEnvironment) {
+		// Wall-clock times (the first launch runs): the pause, then later
+		// the next checkpoint.
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 300*time.Millisecond)
+		env.RegisterDelayedCallback(func() {
+			st := queryStatus(t, env)
+			require.Equal(t, spec.PhaseTraining, st.Phase, "stopped before the next checkpoint")
+			require.True(t, st.PauseRequested)
+			require.EqualValues(t, 20, st.LastCkpt.Step)
+			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: fmt.Sprintf("%s/g%d/e1", st.RunID, st.Generation),
+				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: 40, Key: "ckpt/40"}})
+			sent = true
+		}, 600*time.Millisecond)
+		// Held (the clock jumps once the world stopped): an upload the
+		// stopped world finished late is not taken.
+		env.RegisterDelayedCallback(func() {
+			st := queryStatus(t, env)
+			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: fmt.Sprintf("%s/g%d/e1", st.RunID, st.Generation),
+				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: 60, Key: "ckpt/60"}})
+		}, 30*time.Minute)
+	}, func(st spec.RunStatus) {
+		require.True(t, sent)
+		require.Equal(t, spec.PhasePaused, st.Phase)
+		require.EqualValues(t, 40, st.Step)
+		require.EqualValues(t, 40, st.LastCkpt.Step)
+		require.Contains(t, st.Detail, "paused at step 40")
+	})
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	require.Len(t, ls[1], 2)
+	for _, in := range ls[1] {
+		require.EqualValues(t, 40, in.Restore.Step)
+		require.Zero(t, in.Restarts)
+		require.Equal(t, []string{"node-1", "node-2"}, in.Membership.NodeIDs(), "the nodes were kept")
+		require.EqualValues(t, 1, in.Membership.Generation)
+	}
+}
+
+// TestExternalRunPauseTwiceStopsAtOnce: a second pause before any
+// checkpoint stops the world at once; the resume restores the last
+// checkpoint uploaded before the pause.
+func TestExternalRunPauseTwiceStopsAtOnce(t *testing.T) {
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	w.behave = hangFirst(w, spec.SignalPause, spec.SignalPause)
+	runPaused(t, w, nil, func(st spec.RunStatus) {
+		require.Equal(t, spec.PhasePaused, st.Phase)
+		require.EqualValues(t, 20, st.Step)
+	})
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	require.EqualValues(t, 20, ls[1][0].Restore.Step)
+	require.Zero(t, ls[1][0].Restarts)
+}
+
+// TestExternalRunResumeBeforeCheckpoint: a pause withdrawn before the
+// next checkpoint stops nothing.
+func TestExternalRunResumeBeforeCheckpoint(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	w := &fakeWorlds{end: 100}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Rank == 0 {
+			w.env.SignalWorkflow(spec.SignalPause, nil)
+			w.env.SignalWorkflow(spec.SignalResume, nil)
+			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 40, Key: "ckpt/40"}})
+		}
+		return nil
+	}
+	env := newExternalEnv(t, cl, w)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Len(t, w.launches(), 1)
 }

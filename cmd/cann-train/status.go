@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,7 +47,7 @@ func newStatusCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			st, live, _, err := readProgress(cmd.Context(), c, runID(args[0]))
+			st, live, logs, _, err := readLive(cmd.Context(), c, runID(args[0]))
 			if err != nil {
 				return err
 			}
@@ -61,7 +62,9 @@ func newStatusCmd(e *env) *cobra.Command {
 					return err
 				}
 			}
-			return printStatus(e.out, st, output, ui, e.namespace)
+			sum := summarize(st, ui, e.namespace, nil)
+			sum.Logs = logs
+			return printSummary(e.out, st, sum, output)
 		},
 	}
 	cmd.Flags().StringVar(&rankTable, "rank-table", "", "write the HCCL rank table (v1.0) of the run's scanned nodes to this file")
@@ -117,40 +120,60 @@ func dialQuiet(ctx context.Context, e *env) (client.Client, error) {
 // readProgress returns the run's status (its result once closed), the
 // freshest heartbeat of a running chunk, and whether the run has closed.
 func readProgress(ctx context.Context, c client.Client, id string) (spec.RunStatus, *spec.ChunkProgress, bool, error) {
+	st, live, _, closed, err := readLive(ctx, c, id)
+	return st, live, closed, err
+}
+
+// readLive is readProgress with the log tails of a running external job:
+// the second heartbeat detail of each node's RunExternal activity (nodes
+// in rank order; none once the run has closed, nor from a launch being
+// stopped).
+func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, *spec.ChunkProgress, []spec.NodeLogs, bool, error) {
 	var st spec.RunStatus
 	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
-		return st, nil, false, fmt.Errorf("describe %s: %w", id, err)
+		return st, nil, nil, false, fmt.Errorf("describe %s: %w", id, err)
 	}
 	info := desc.GetWorkflowExecutionInfo()
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		err := c.GetWorkflow(ctx, id, "").Get(ctx, &st)
 		if st.RunID == "" {
-			return st, nil, true, fmt.Errorf("run %s ended %s: %w", id, info.GetStatus(), err)
+			return st, nil, nil, true, fmt.Errorf("run %s ended %s: %w", id, info.GetStatus(), err)
 		}
-		return st, nil, true, err
+		return st, nil, nil, true, err
 	}
 	var live *spec.ChunkProgress
+	var logs []spec.NodeLogs
 	for _, pa := range desc.GetPendingActivities() {
-		if name := pa.GetActivityType().GetName(); (name != spec.ActivityTrainChunk && name != spec.ActivityRunExternal) ||
-			pa.GetHeartbeatDetails() == nil {
+		name := pa.GetActivityType().GetName()
+		if (name != spec.ActivityTrainChunk && name != spec.ActivityRunExternal) || pa.GetHeartbeatDetails() == nil {
 			continue
 		}
 		var p spec.ChunkProgress
-		if converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &p) == nil {
-			if live == nil || p.Step > live.Step {
-				live = &p
-			}
+		var l spec.NodeLogs
+		ptrs := []any{&p}
+		if name == spec.ActivityRunExternal {
+			ptrs = append(ptrs, &l)
+		}
+		if converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), ptrs...) != nil {
+			continue
+		}
+		if live == nil || p.Step > live.Step {
+			live = &p
+		}
+		if l.Node != "" && pa.GetState() != enumspb.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED {
+			logs = append(logs, l)
 		}
 	}
+	slices.SortFunc(logs, func(a, b spec.NodeLogs) int { return a.NodeRank - b.NodeRank })
 	q, err := c.QueryWorkflow(ctx, id, "", spec.QueryStatus)
 	if err != nil {
-		return st, live, false, fmt.Errorf("query %s: %w", id, err)
+		return st, live, logs, false, fmt.Errorf("query %s: %w", id, err)
 	}
 	if err := q.Get(&st); err != nil {
-		return st, live, false, fmt.Errorf("decode status of %s: %w", id, err)
+		return st, live, logs, false, fmt.Errorf("decode status of %s: %w", id, err)
 	}
-	return st, live, false, nil
+	return st, live, logs, false, nil
 }
 
 // watchRun polls the run until it closes, drawing a progress bar on w (or
@@ -254,6 +277,10 @@ type Summary struct {
 	Sync *spec.SyncStatus `json:"sync,omitempty"`
 	// Strategy is the parallel-strategy search's plan (strategy: auto).
 	Strategy *spec.StrategyPlan `json:"strategy,omitempty"`
+	// Logs are the last lines of each process of a running external job,
+	// per node (`status` only, while a launch runs; the whole logs are on
+	// the nodes and, once a launch ends, in the run's bucket).
+	Logs []spec.NodeLogs `json:"logs,omitempty"`
 }
 
 // RecoverySummary is one node replacement as users read it. Times are
@@ -398,10 +425,31 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	if s.Error != "" {
 		fmt.Fprintf(w, "error        %s\n", s.Error)
 	}
+	printLogs(w, s.Logs)
 	if s.WebUI != "" {
 		fmt.Fprintf(w, "web UI       %s\n", s.WebUI)
 	}
 	return nil
+}
+
+// printLogs prints the live log tails of an external job's processes.
+func printLogs(w io.Writer, logs []spec.NodeLogs) {
+	if len(logs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "logs         last %d lines per process, live (whole logs: on the nodes; in the run's bucket once a launch ends)\n",
+		spec.LogTailLines)
+	for _, n := range logs {
+		for _, p := range n.Procs {
+			fmt.Fprintf(w, "  %s on %s\n", p.Process, n.Node)
+			if len(p.Lines) == 0 {
+				fmt.Fprintln(w, "    (no output yet)")
+			}
+			for _, l := range p.Lines {
+				fmt.Fprintf(w, "    | %s\n", l)
+			}
+		}
+	}
 }
 
 // statusLine is the phase with what it is about: "paused at step 200…",
@@ -411,7 +459,10 @@ func statusLine(s Summary) string {
 	if s.Detail != "" {
 		line += ": " + s.Detail
 	}
-	if s.PauseRequested && s.Status != spec.PhasePaused {
+	switch {
+	case s.PauseRequested && s.Status != spec.PhasePaused && s.Model == spec.ModelExternal:
+		line += " (pause requested: the job stops after its next checkpoint upload; pause again to stop it at once)"
+	case s.PauseRequested && s.Status != spec.PhasePaused:
 		line += " (pause requested: holds at the next chunk boundary)"
 	}
 	return line

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// pauseScript is a tiny training script on the Python helper alone (no
+// torch): a weight that decays every step, checkpointed by rank 0 and
+// restored on relaunch, a line of output per step. With CANN_E2E_CRASH_AT
+// set, rank 1 of a fresh start exits 3 at that step.
+const pauseScript = `import os, sys, time
+import cann_train as ct
+
+total, start = ct.total_steps(), ct.restored_step()
+path = os.path.join(ct.checkpoint_dir(), "state.txt")
+w = 1.0
+if start:
+    with open(path) as f:
+        step, w = f.read().split()
+    assert int(step) == start, (step, start)
+    w = float(w)
+print("rank %d of %d from step %d" % (ct.rank(), ct.world_size(), start), flush=True)
+for step in range(start + 1, total + 1):
+    time.sleep(0.02)
+    w *= 0.99
+    print("rank %d step %d" % (ct.rank(), step), flush=True)
+    if start == 0 and ct.rank() == 1 and step == int(os.environ.get("CANN_E2E_CRASH_AT", "0")):
+        print("rank 1: simulated crash", file=sys.stderr, flush=True)
+        sys.exit(3)
+    ct.report(step, loss=w)
+    if ct.should_checkpoint(step) and ct.rank() == 0:
+        with open(path, "w") as f:
+            f.write("%d %r" % (step, w))
+        ct.saved(step)
+`
+
+// TestExternalPauseResume runs a helper-only Python script on two node
+// workers under the embedded server: `cann-train status` shows every
+// rank's last log lines while it runs; `cann-train pause` stops the world
+// after its next checkpoint upload and holds (no process left running);
+// `cann-train resume` relaunches it from that checkpoint on the same
+// nodes, no restart counted, and it completes. Its history is the replay
+// test's trainingrun_external_pause.json
+// (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+func TestExternalPauseResume(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 in PATH: skipping the external-job pause/resume e2e test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, srv := startScriptCluster(ctx, t, dir, "node-1", "node-2")
+
+	s := spec.RunSpec{Name: "ext-pause", Nodes: 2, Steps: 300, CheckpointEvery: 50, HeartbeatTimeout: spec.Duration(2 * time.Second),
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir,
+			Env: map[string]string{"CANN_E2E_MARK": dir}}}.WithDefaults()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
+		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append(args, "--address", srv.FrontendAddr()))
+		if err := root.ExecuteContext(ctx); err != nil {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("cann-train %v: %v\n%s", args, err, errb.String())
+		}
+		return out.String()
+	}
+	// until polls the run until ok says so.
+	until := func(what string, ok func(st spec.RunStatus, live *spec.ChunkProgress, logs []spec.NodeLogs) bool) {
+		t.Helper()
+		for {
+			st, live, logs, closed, err := readLive(ctx, c, run.GetID())
+			if closed {
+				dumpLogs(t, l.LogDir)
+				t.Fatalf("run closed while waiting for %s: %+v %v", what, st, err)
+			}
+			if err == nil && ok(st, live, logs) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				dumpLogs(t, l.LogDir)
+				t.Fatalf("no %s", what)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	// The log tail, live: both nodes' ranks with their step lines.
+	until("both ranks' log tails", func(_ spec.RunStatus, _ *spec.ChunkProgress, logs []spec.NodeLogs) bool {
+		if len(logs) != 2 {
+			return false
+		}
+		for i, n := range logs {
+			if n.NodeRank != i || len(n.Procs) != 1 || len(n.Procs[0].Lines) == 0 ||
+				!strings.HasPrefix(n.Procs[0].Lines[len(n.Procs[0].Lines)-1], "rank ") {
+				return false
+			}
+		}
+		return true
+	})
+	text := cli("status", s.Name)
+	for _, want := range []string{"logs         last 20 lines per process", "  rank-0 on node-1\n", "  rank-1 on node-2\n", "    | rank 1 "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status text lacks %q:\n%s", want, text)
+		}
+	}
+	var pausedAt int64
+	until("step 60", func(_ spec.RunStatus, live *spec.ChunkProgress, _ []spec.NodeLogs) bool {
+		if live != nil {
+			pausedAt = live.Step
+		}
+		return pausedAt >= 60
+	})
+
+	if out := cli("pause", s.Name, "--wait", "60s"); !strings.Contains(out, "paused at step") {
+		t.Fatalf("pause: %q", out)
+	}
+	var held Summary
+	if err := json.Unmarshal([]byte(cli("status", s.Name, "-o", "json")), &held); err != nil {
+		t.Fatal(err)
+	}
+	// Held at the first checkpoint uploaded after the pause.
+	if held.Status != spec.PhasePaused || held.Steps%50 != 0 || held.Steps <= pausedAt || held.Steps >= s.Steps ||
+		!strings.HasSuffix(held.Checkpoints.LastURL, "/manifest.json") || len(held.Recoveries) != 0 {
+		t.Fatalf("after pause (asked at step ≥ %d): %+v", pausedAt, held)
+	}
+	if len(held.Logs) != 0 {
+		t.Errorf("log tails while paused: %+v", held.Logs)
+	}
+	// The world stops: no rank outlives the pause for long (the node sees
+	// the cancellation at its next heartbeat, then SIGTERM).
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		left := processesWithEnv("CANN_E2E_MARK=" + dir)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ranks still running while paused: %v", left)
+		}
+	}
+	cli("resume", s.Name)
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run after resume: %v", err)
+	}
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || st.PauseRequested || len(st.Recoveries) != 0 {
+		t.Fatalf("final status %s at step %d (pause requested %v, recoveries %d)", st.Phase, st.Step, st.PauseRequested, len(st.Recoveries))
+	}
+	if st.Loss <= 0 || st.Loss >= st.InitialLoss {
+		t.Errorf("loss %.4f → %.4f", st.InitialLoss, st.Loss)
+	}
+	// Rank 0's reports: the first launch from step 1, the second from the
+	// held checkpoint on (the restored state checked by the script).
+	reps := worldReports(t, filepath.Join(dir, "work", "node-1"), s.Name)
+	if len(reps) != 2 || len(reps[0]) == 0 || len(reps[1]) == 0 {
+		t.Fatalf("rank-0 report files: %d launches", len(reps))
+	}
+	if reps[0][0].Step != 1 || reps[1][0].Step != held.Steps+1 || reps[1][len(reps[1])-1].Step != s.Steps {
+		t.Errorf("launch 1 from step %d, launch 2 %d..%d; want 1, then %d..%d",
+			reps[0][0].Step, reps[1][0].Step, reps[1][len(reps[1])-1].Step, held.Steps+1, s.Steps)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_pause.json")
+}
+
+// startScriptCluster starts the embedded server, the control worker in
+// this process and node-worker processes (work directories and checkpoint
+// bucket under dir), and writes pauseScript to dir/train.py.
+func startScriptCluster(ctx context.Context, t *testing.T, dir string, nodes ...string) (client.Client, *dev.Launcher, *dev.Server) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "train.py"), []byte(pauseScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	c := controlInProcess(ctx, t, srv)
+	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
+	for _, id := range nodes {
+		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),
+			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--work-dir", filepath.Join(dir, "work", id),
+			"--log-level", "info"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitRegistered(ctx, t, c, len(nodes))
+	return c, l, srv
+}
