@@ -53,7 +53,9 @@ func newPauseCmd(e *env) *cobra.Command {
 		Long: `Asks the run to stop before its next chunk: the chunk that is training finishes
 (and checkpoints if it is due), then the run holds — nodes kept, nothing
 trained — until 'cann-train resume RUN'. A pause during a green-window wait
-holds the run after the wait too.`,
+holds the run after the wait too. An external job (your own script) stops
+after its next checkpoint upload and resumes from it; a second pause stops
+it at once.`,
 		Example: `  cann-train pause mnist-demo
   cann-train pause mnist-demo --wait 2m   # return once the run is paused`,
 		Args: cobra.ExactArgs(1),
@@ -68,7 +70,11 @@ holds the run after the wait too.`,
 				return err
 			}
 			if wait <= 0 {
-				fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds at the next chunk boundary\n", id, st.Step)
+				where := "at the next chunk boundary"
+				if st.Model == spec.ModelExternal {
+					where = "after the job's next checkpoint upload (pause again to stop it at once)"
+				}
+				fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds %s\n", id, st.Step, where)
 				return nil
 			}
 			st, err = awaitPhase(ctx, c, id, wait, spec.PhasePaused)
