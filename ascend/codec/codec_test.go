@@ -373,3 +373,37 @@ func TestSignMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// TestFusedFeedbackMatchesGeneric: a codec's fused error feedback leaves
+// the encodings and residuals of the generic five-pass path, bit for bit,
+// step after step (zeros of both signs included).
+func TestFusedFeedbackMatchesGeneric(t *testing.T) {
+	for _, n := range []int{1, 9, 4099} {
+		fused := NewFeedback(&Sign{Bucket: 64}, n)
+		generic := NewFeedback(plainCodec{&Sign{Bucket: 64}}, n)
+		for step := range 5 {
+			g := randVec(uint64(100*n+step), n)
+			g[0], g[n/2] = float32(math.Copysign(0, -1)), 0
+			a, err := fused.Encode(g, uint64(step), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a = append([]byte(nil), a...)
+			b, err := generic.Encode(g, uint64(step), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(a) != string(b) {
+				t.Fatalf("n %d step %d: encodings differ", n, step)
+			}
+			for i := range fused.Residual {
+				if math.Float32bits(fused.Residual[i]) != math.Float32bits(generic.Residual[i]) {
+					t.Fatalf("n %d step %d: residual %d is %v fused, %v generic", n, step, i, fused.Residual[i], generic.Residual[i])
+				}
+			}
+		}
+	}
+}
+
+// plainCodec hides a codec's fused path.
+type plainCodec struct{ Codec }

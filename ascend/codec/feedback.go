@@ -29,6 +29,10 @@ func (f *Feedback) Encode(g []float32, step uint64, rank int) ([]byte, error) {
 	if len(g) != len(f.Residual) {
 		return nil, fmt.Errorf("%w: gradient of %d values, feedback for %d", ErrInvalid, len(g), len(f.Residual))
 	}
+	if fe, ok := f.Codec.(feedbackEncoder); ok {
+		f.buf = fe.encodeFeedback(f.buf, g, f.Residual)
+		return f.buf, nil
+	}
 	for i, x := range g {
 		f.v[i] = x + f.Residual[i]
 	}
@@ -41,6 +45,14 @@ func (f *Feedback) Encode(g []float32, step uint64, rank int) ([]byte, error) {
 		f.Residual[i] = f.v[i] - f.dec[i]
 	}
 	return f.buf, nil
+}
+
+// feedbackEncoder is implemented by codecs that fuse Feedback.Encode's
+// five passes (sum, encode, clear, decode, subtract) into fewer, with the
+// same bits: encodeFeedback encodes g + residual into dst and leaves in
+// residual exactly what the generic path leaves.
+type feedbackEncoder interface {
+	encodeFeedback(dst []byte, g, residual []float32) []byte
 }
 
 // Reset clears the residual (e.g. when compression is switched off).

@@ -91,3 +91,32 @@ func (s *Sign) DecodeAdd(out []float32, src []byte) error {
 	}
 	return nil
 }
+
+// encodeFeedback is Encode of v = g + residual followed by residual =
+// v − decode(encoding), in three passes instead of five. The decoded
+// value is computed as DecodeAdd computes it into a cleared buffer,
+// 0 + (±scale), so the residual has the generic path's bits (−0 included).
+func (s *Sign) encodeFeedback(dst []byte, g, residual []float32) []byte {
+	v := residual[:len(g)]
+	for i, x := range g {
+		v[i] = x + v[i]
+	}
+	dst = s.Encode(dst, v, 0, 0)
+	nb := (len(v) + s.Bucket - 1) / s.Bucket
+	bits := dst[len(dst)-(len(v)+7)/8:]
+	scales := dst[len(dst)-len(bits)-4*nb : len(dst)-len(bits)]
+	for b := range nb {
+		scale := binary.LittleEndian.Uint32(scales[4*b:])
+		lo := b * s.Bucket
+		hi := min(len(v), lo+s.Bucket)
+		for i := lo; i < hi; i++ {
+			neg := uint32(^bits[i>>3]>>(i&7)) & 1
+			d := math.Float32frombits(scale ^ neg<<31)
+			if d == 0 {
+				d = 0 // 0 + (±0) is +0
+			}
+			v[i] -= d
+		}
+	}
+	return dst
+}
