@@ -2,6 +2,9 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,5 +42,26 @@ func TestSearchStrategy(t *testing.T) {
 	in.Topology.Compute = in.Topology.Compute[:3]
 	if _, err := (Planner{}).SearchStrategy(context.Background(), in); err == nil || !strings.Contains(err.Error(), "3 of 4") {
 		t.Errorf("missing computation: %v", err)
+	}
+}
+
+func TestWriteReport(t *testing.T) {
+	dir := t.TempDir()
+	url := "file://" + dir
+	st := spec.RunStatus{RunID: "run/r", Phase: spec.PhaseCompleted, Step: 42, WeightsSHA256: "abc"}
+	where, err := Planner{}.WriteReport(context.Background(), spec.ReportInput{URL: url, Run: "r", Status: st})
+	if err != nil || where != url+" runs/r/report.json" {
+		t.Fatalf("WriteReport = %q, %v", where, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "runs", "r", "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back spec.RunStatus
+	if err := json.Unmarshal(b, &back); err != nil || back.Step != 42 || back.WeightsSHA256 != "abc" {
+		t.Errorf("report reads back as %+v (%v)", back, err)
+	}
+	if _, err := (Planner{}).WriteReport(context.Background(), spec.ReportInput{Run: "r", Status: st}); err == nil {
+		t.Error("a report without a bucket was accepted")
 	}
 }

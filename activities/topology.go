@@ -3,6 +3,7 @@ package activities
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -168,4 +169,27 @@ func rankTable(t *topology.Topology, nodes []spec.Node) (string, error) {
 	}
 	b, err := tab.Marshal()
 	return string(b), err
+}
+
+// WriteReport stores a finished run's status, as indented JSON, under
+// spec.ReportKey in the run's checkpoint bucket and returns "URL KEY".
+func (Planner) WriteReport(ctx context.Context, in spec.ReportInput) (string, error) {
+	if in.Run == "" || in.URL == "" {
+		err := fmt.Errorf("report of run %q to bucket %q: both are needed", in.Run, in.URL)
+		return "", temporal.NewNonRetryableApplicationError(err.Error(), "BadReport", err)
+	}
+	data, err := json.MarshalIndent(in.Status, "", "  ")
+	if err != nil {
+		return "", temporal.NewNonRetryableApplicationError(err.Error(), "BadReport", err)
+	}
+	store, err := checkpoint.Open(ctx, in.URL)
+	if err != nil {
+		return "", err
+	}
+	defer store.Close()
+	key := spec.ReportKey(in.Run)
+	if err := store.WriteBlob(ctx, key, append(data, '\n'), "application/json"); err != nil {
+		return "", fmt.Errorf("write report %s: %w", key, err)
+	}
+	return in.URL + " " + key, nil
 }

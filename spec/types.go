@@ -32,6 +32,9 @@ const (
 	// ActivityResolveCheckpoint looks up a checkpoint whose upload was
 	// still in flight when its node was lost (control queue).
 	ActivityResolveCheckpoint = "ResolveCheckpoint"
+	// ActivityWriteReport stores a finished run's report next to its
+	// checkpoints (control queue).
+	ActivityWriteReport = "WriteReport"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -358,4 +361,18 @@ type RunStatus struct {
 	Sync *SyncStatus `json:"sync,omitempty"`
 	// Strategy is the parallel-strategy search's plan (strategy: auto).
 	Strategy *StrategyPlan `json:"strategy,omitempty"`
+	// Report is where the finished run's report (this status, as JSON)
+	// was stored: the checkpoint bucket's URL and key.
+	Report string `json:"report,omitempty"`
 }
+
+// ReportInput asks WriteReport to store a finished run's status as its
+// report in the bucket URL.
+type ReportInput struct {
+	URL    string    `json:"url"`
+	Run    string    `json:"run"`
+	Status RunStatus `json:"status"`
+}
+
+// ReportKey is where a run's report lives in its bucket.
+func ReportKey(run string) string { return "runs/" + run + "/report.json" }

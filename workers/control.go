@@ -35,6 +35,7 @@ func RunControl(ctx context.Context, c client.Client, namespace string, log *zap
 	w.RegisterActivityWithOptions(activities.Planner{}.PlanTopology, activity.RegisterOptions{Name: spec.ActivityPlanTopology})
 	w.RegisterActivityWithOptions(activities.Planner{}.ResolveCheckpoint, activity.RegisterOptions{Name: spec.ActivityResolveCheckpoint})
 	w.RegisterActivityWithOptions(activities.Planner{}.SearchStrategy, activity.RegisterOptions{Name: spec.ActivitySearchStrategy})
+	w.RegisterActivityWithOptions(activities.Planner{}.WriteReport, activity.RegisterOptions{Name: spec.ActivityWriteReport})
 	log.Info("control worker serving", zap.String("task_queue", spec.ControlTaskQueue))
 	if err := w.Run(interruptOn(ctx)); err != nil {
 		return fmt.Errorf("control worker: %w", err)

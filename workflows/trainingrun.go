@@ -177,7 +177,35 @@ func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {
 	}
 	r.releaseNodes(ctx)
 	r.setPhase(ctx, spec.PhaseCompleted)
+	r.writeReport(ctx)
 	return r.st.Status, nil
+}
+
+// versionFinalReport: completed runs store their report in the bucket.
+const versionFinalReport = "final-report"
+
+// writeReport stores the finished run's status as its report next to its
+// last checkpoint (best effort: a bucket that refuses it is logged, the
+// run is complete all the same) and records where.
+func (r *run) writeReport(ctx workflow.Context) {
+	ck := r.st.Status.LastCkpt
+	if ck == nil || workflow.GetVersion(ctx, versionFinalReport, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	opts := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           spec.ControlTaskQueue,
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+		Summary:             "write report",
+	})
+	var where string
+	in := spec.ReportInput{URL: ck.URL, Run: ck.Run, Status: r.st.Status}
+	if err := workflow.ExecuteActivity(opts, spec.ActivityWriteReport, in).Get(ctx, &where); err != nil {
+		workflow.GetLogger(ctx).Warn("could not store the run's report", "error", err)
+		return
+	}
+	r.st.Status.Report = where
+	r.publish(ctx)
 }
 
 func (r *run) shouldContinueAsNew(ctx workflow.Context) bool {

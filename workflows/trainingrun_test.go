@@ -89,6 +89,20 @@ type fakeChunks struct {
 	// onStart runs first in every chunk (tests signal the run from it:
 	// the signal reaches the workflow while the chunk runs).
 	onStart func(in spec.ChunkInput)
+	// reports are the WriteReport calls; refuseReports fails them.
+	reports       []spec.ReportInput
+	refuseReports bool
+}
+
+// report plays WriteReport.
+func (f *fakeChunks) report(_ context.Context, in spec.ReportInput) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reports = append(f.reports, in)
+	if f.refuseReports {
+		return "", errors.New("bucket says no")
+	}
+	return in.URL + " " + spec.ReportKey(in.Run), nil
 }
 
 func (f *fakeChunks) train(_ context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
@@ -136,6 +150,7 @@ func newRunEnv(t *testing.T, cl *fakeCluster, ch *fakeChunks) *testsuite.TestWor
 	env.RegisterWorkflowWithOptions(TrainingRun, workflow.RegisterOptions{Name: spec.WorkflowTrainingRun})
 	env.RegisterActivityWithOptions(cl.acquire, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})
 	env.RegisterActivityWithOptions(ch.train, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
+	env.RegisterActivityWithOptions(ch.report, activity.RegisterOptions{Name: spec.ActivityWriteReport})
 	env.OnSignalExternalWorkflow(mock.Anything, spec.DefaultClusterID, "", mock.Anything, mock.Anything).
 		Return(func(_, _, _, name string, arg any) error {
 			if name == spec.SignalMarkFailed {

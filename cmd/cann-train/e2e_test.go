@@ -79,6 +79,15 @@ func TestQuickstartJSON(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "checkpoints", "runs")); err != nil {
 		t.Errorf("no checkpoint files written: %v", err)
 	}
+	// The finished run's report is stored next to its checkpoints.
+	var report spec.RunStatus
+	if rb, err := os.ReadFile(filepath.Join(dir, "checkpoints", filepath.FromSlash(spec.ReportKey("e2e-quickstart")))); err != nil {
+		t.Errorf("no report in the bucket (status says %q): %v", sum.Report, err)
+	} else if err := json.Unmarshal(rb, &report); err != nil || report.Phase != spec.PhaseCompleted ||
+		report.WeightsSHA256 != sum.WeightsSHA256 || report.Step != 300 || !strings.HasSuffix(sum.Report, spec.ReportKey("e2e-quickstart")) {
+		t.Errorf("report %s (%v): phase %s, step %d, weights %s; status says %q, weights %s",
+			rb, err, report.Phase, report.Step, report.WeightsSHA256, sum.Report, sum.WeightsSHA256)
+	}
 
 	// checkpoint verify passes, then names the one object we corrupt.
 	verify := func() (string, error) {

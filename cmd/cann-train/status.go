@@ -277,6 +277,8 @@ type Summary struct {
 	Sync *spec.SyncStatus `json:"sync,omitempty"`
 	// Strategy is the parallel-strategy search's plan (strategy: auto).
 	Strategy *spec.StrategyPlan `json:"strategy,omitempty"`
+	// Report is where the finished run's report is stored ("URL KEY").
+	Report string `json:"report,omitempty"`
 	// Logs are the last lines of each process of a running external job,
 	// per node (`status` only, while a launch runs; the whole logs are on
 	// the nodes and, once a launch ends, in the run's bucket).
@@ -350,7 +352,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
 		MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
-		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy,
+		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 	}
 	for _, r := range st.Recoveries {
 		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, killed))
@@ -426,6 +428,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "error        %s\n", s.Error)
 	}
 	printLogs(w, s.Logs)
+	if s.Report != "" {
+		fmt.Fprintf(w, "report       %s\n", s.Report)
+	}
 	if s.WebUI != "" {
 		fmt.Fprintf(w, "web UI       %s\n", s.WebUI)
 	}

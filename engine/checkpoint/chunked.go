@@ -449,17 +449,17 @@ func (s *Store) putChunk(ctx context.Context, run, hash string, raw []byte, pin 
 	return true, int64(len(*zbuf)), nil
 }
 
-// writeObject writes data to key, conditionally if ifNotExist (a
-// FailedPrecondition error then means key exists). On drivers without
-// conditional writes it falls back to an existence check, which is not
-// atomic; for content-addressed chunks that race is harmless.
 // WriteBlob stores data under key in the store's bucket, replacing what
-// was there: a run's side files, such as its processes' logs, next to its
-// checkpoints.
+// was there: a run's side files, such as its processes' logs or its
+// report, next to its checkpoints.
 func (s *Store) WriteBlob(ctx context.Context, key string, data []byte, contentType string) error {
 	return s.writeObject(ctx, key, data, contentType, false)
 }
 
+// writeObject writes data to key, conditionally if ifNotExist (a
+// FailedPrecondition error then means key exists). On drivers without
+// conditional writes it falls back to an existence check, which is not
+// atomic; for content-addressed chunks that race is harmless.
 func (s *Store) writeObject(ctx context.Context, key string, data []byte, contentType string, ifNotExist bool) error {
 	if ifNotExist && s.noIfNotExist.Load() {
 		ok, err := s.bucket.Exists(ctx, key)
