@@ -18,7 +18,7 @@ func newGreenCmd(e *env) *cobra.Command {
 		Use:   "green",
 		Short: "Carbon-aware planning of training time",
 	}
-	var trace, zone, column, startArg, forecast, output string
+	var trace, zone, column, startArg, forecast, policy, output string
 	var work, deadline, minSlot time.Duration
 	var interruptible bool
 	plan := &cobra.Command{
@@ -29,13 +29,21 @@ func newGreenCmd(e *env) *cobra.Command {
 forecast (perfect: the trace itself; persistence: the value a day earlier),
 and reports the mean intensity of running now (baseline), of the plan by the
 forecast (planned) and by the actual trace (realized), and of the best plan in
-hindsight (oracle), in gCO2eq/kWh.`,
+hindsight (oracle), in gCO2eq/kWh.
+
+--policy says how the forecast is used: once (plan at --start and follow
+the plan), replan (re-plan at every trace step on a fresh forecast), or
+online (decide at every trace step with the observed present intensity and
+the forecast corrected by its own past errors; see engine/carbon.Online).`,
 		Example: `  cann-train green plan --trace ../shared/data/carbon/ES_2022_hourly.csv \
       --start 2022-03-01T08:00:00Z --work 10h --deadline 48h --forecast persistence --interruptible -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
+			}
+			if policy != "once" && policy != "replan" && policy != "online" {
+				return fmt.Errorf("--policy %q: want once, replan or online", policy)
 			}
 			if trace == "" || startArg == "" || work <= 0 || deadline <= 0 {
 				return errors.New("--trace, --start, --work and --deadline are required")
@@ -65,7 +73,15 @@ hindsight (oracle), in gCO2eq/kWh.`,
 				return fmt.Errorf("--forecast %q: want persistence, seasonal or perfect", forecast)
 			}
 			job := carbon.Job{Work: work, Start: start, Deadline: start.Add(deadline), Interruptible: interruptible, MinSlot: minSlot}
-			res, err := carbon.Evaluate(series, fc, job)
+			var res carbon.Result
+			switch policy {
+			case "once":
+				res, err = carbon.Evaluate(series, fc, job)
+			case "replan":
+				res, err = carbon.EvaluateReplanned(series, fc, job)
+			case "online":
+				res, err = carbon.EvaluateOnline(series, fc, job, carbon.DefaultOnline(interruptible))
+			}
 			if err != nil {
 				return err
 			}
@@ -82,6 +98,7 @@ hindsight (oracle), in gCO2eq/kWh.`,
 	f.DurationVar(&minSlot, "min-slot", 0, "shortest slot of an interruptible job")
 	f.BoolVar(&interruptible, "interruptible", false, "the job may pause between slots")
 	f.StringVar(&forecast, "forecast", "persistence", "persistence (a day ago), seasonal (last week's mean for the time of day + the current anomaly) or perfect")
+	f.StringVar(&policy, "policy", "once", "once (plan at the start), replan (re-plan every step) or online (decide every step with the observed present and an error-corrected forecast)")
 	f.StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.AddCommand(plan, newGreenReportCmd(e), newGreenOverrideCmd(e))
 	return cmd

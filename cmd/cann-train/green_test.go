@@ -21,11 +21,12 @@ func TestGreenPlan(t *testing.T) {
 		err := root.Execute()
 		return out.String(), err
 	}
-	for _, fc := range []string{"perfect", "persistence"} {
+	for _, c := range []struct{ fc, policy string }{{"perfect", "once"}, {"persistence", "once"}, {"perfect", "online"}, {"persistence", "online"}, {"persistence", "replan"}} {
+		fc := c.fc
 		out, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--work", "10h", "--deadline", "48h",
-			"--forecast", fc, "--interruptible", "-o", "json")
+			"--forecast", fc, "--policy", c.policy, "--interruptible", "-o", "json")
 		if err != nil {
-			t.Fatalf("%s: %v", fc, err)
+			t.Fatalf("%s %s: %v", fc, c.policy, err)
 		}
 		var p greenPlanJSON
 		if err := json.Unmarshal([]byte(out), &p); err != nil {
@@ -49,7 +50,12 @@ func TestGreenPlan(t *testing.T) {
 	if _, err := run("--trace", bad, "--start", "2022-01-01T00:00:00Z", "--work", "1h", "--deadline", "2h"); err == nil || !strings.Contains(err.Error(), "line 3") {
 		t.Errorf("malformed trace: want an error naming line 3, got %v", err)
 	}
-	if _, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--work", "10h", "--deadline", "5h"); err == nil || !strings.Contains(err.Error(), "deadline") {
-		t.Errorf("deadline shorter than the work: %v", err)
+	for _, policy := range []string{"once", "online"} {
+		if _, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--work", "10h", "--deadline", "5h", "--policy", policy); err == nil || !strings.Contains(err.Error(), "deadline") {
+			t.Errorf("%s: deadline shorter than the work: %v", policy, err)
+		}
+	}
+	if _, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--work", "1h", "--deadline", "5h", "--policy", "hope"); err == nil || !strings.Contains(err.Error(), "--policy") {
+		t.Errorf("unknown policy: %v", err)
 	}
 }

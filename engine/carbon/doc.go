@@ -50,6 +50,19 @@
 // interruptible jobs with a multi-step MinSlot, so meant for tests and short
 // windows). [Evaluate] plans on a forecast and reports baseline, planned,
 // realized (the planned slots on the real trace) and oracle intensities.
+// [EvaluateReplanned] re-plans at every trace step on a fresh forecast.
+//
+// Online policy. [Online] decides at every step, as a TrainingRun does at
+// chunk boundaries, from what is known then: the observed present
+// intensity, the forecast corrected by least squares on the forecaster's
+// own errors over the week before the job ([EstimateErrors];
+// [CorrectBias] or [CorrectLinear]), and a margin of z RMS errors on
+// future steps; it plans the remaining work with Plan on those prices and
+// runs now iff the plan starts now (for one-step interruptible slots: the
+// observed present is among the k cheapest prices ahead, k the remaining
+// work). [DefaultOnline] holds the policy chosen by cross-validation on the
+// first half of the real traces; [EvaluateOnline] measures it. Decisions
+// never read the trace after the present step.
 //
 // Control. [AdjustBatch] is a pure carbon-aware batch controller: above
 // 1.3× a threshold the global batch shrinks ×0.75, below 0.7× it grows

@@ -88,7 +88,7 @@ func (s *Series) Validate() error {
 		return fmt.Errorf("%w: no values", ErrInvalidSeries)
 	}
 	for i, v := range s.Values {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		if !(v >= 0 && v <= math.MaxFloat64) { // negative, NaN or +Inf
 			return fmt.Errorf("%w: value %d is %v", ErrInvalidSeries, i, v)
 		}
 	}

@@ -1,7 +1,6 @@
 package carbon
 
 import (
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -118,81 +117,6 @@ func TestPlanPerfectEqualsOracle(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// TestSavingsReport logs, per trace, the mean savings of the Persistence
-// forecaster (realized on the trace) next to the oracle's, over 50 seeded
-// start times, for a 10 h job with a 48 h deadline.
-func TestSavingsReport(t *testing.T) {
-	const samples = 50
-	const tol = 1e-9
-	type row struct {
-		zone, kind                                       string
-		baseline, perfect, persistence, oracle           float64
-		persistSavings, oracleSavings, persistWorseCount float64
-		replanned, replannedSavings                      float64
-		seasonal, seasonalSavings                        float64
-	}
-	var rows []row
-	for _, rt := range realTraces {
-		s := loadTrace(t, rt)
-		for _, interruptible := range []bool{false, true} {
-			kind := "contiguous"
-			if interruptible {
-				kind = "interruptible"
-			}
-			rng := rand.New(rand.NewPCG(2026, uint64(len(rt.zone))))
-			r := row{zone: rt.zone, kind: kind}
-			lo := s.Start.Add(48 * time.Hour) // Persistence needs up to two days of history
-			span := s.End().Add(-49 * time.Hour).Sub(lo)
-			for i := range samples {
-				start := lo.Add(time.Duration(rng.Int64N(int64(span/time.Minute))) * time.Minute)
-				job := Job{Work: 10 * time.Hour, Start: start, Deadline: start.Add(48 * time.Hour), Interruptible: interruptible}
-				per, err := Evaluate(s, Persistence{s}, job)
-				require.NoError(t, err, "sample %d", i)
-				rp, err := EvaluateReplanned(s, Seasonal{Trace: s}, job)
-				require.NoError(t, err, "sample %d", i)
-				checkRealizedSlots(t, job, s.Step, rp.Slots)
-				require.LessOrEqual(t, rp.OracleGPerKWh, rp.RealizedGPerKWh+tol, "sample %d: re-planned persistence beat the oracle", i)
-				se, err := Evaluate(s, Seasonal{Trace: s}, job)
-				require.NoError(t, err, "sample %d", i)
-				r.seasonal += se.RealizedGPerKWh / samples
-				r.seasonalSavings += se.SavingsPct / samples
-				r.replanned += rp.RealizedGPerKWh / samples
-				r.replannedSavings += rp.SavingsPct / samples
-				pf, err := Evaluate(s, Perfect{s}, job)
-				require.NoError(t, err, "sample %d", i)
-
-				require.LessOrEqual(t, pf.OracleGPerKWh, pf.RealizedGPerKWh+tol, "sample %d: oracle beaten", i)
-				require.LessOrEqual(t, pf.RealizedGPerKWh, pf.BaselineGPerKWh+tol, "sample %d: perfect plan worse than run-now", i)
-				require.InDelta(t, pf.PlannedGPerKWh, pf.RealizedGPerKWh, 1e-9, "sample %d: perfect forecast must realize its plan", i)
-				require.LessOrEqual(t, per.OracleGPerKWh, per.RealizedGPerKWh+tol, "sample %d: persistence beat the oracle", i)
-				require.False(t, math.IsNaN(per.SavingsPct) || math.IsInf(per.SavingsPct, 0))
-				require.NotEmpty(t, per.Slots)
-
-				r.baseline += per.BaselineGPerKWh / samples
-				r.perfect += pf.RealizedGPerKWh / samples
-				r.persistence += per.RealizedGPerKWh / samples
-				r.oracle += per.OracleGPerKWh / samples
-				r.persistSavings += per.SavingsPct / samples
-				r.oracleSavings += per.OracleSavingsPct / samples
-				if per.RealizedGPerKWh > per.BaselineGPerKWh+tol {
-					r.persistWorseCount++
-				}
-			}
-			assert.GreaterOrEqual(t, r.oracleSavings, r.persistSavings-tol, "%s %s: mean persistence savings above oracle", r.zone, r.kind)
-			assert.GreaterOrEqual(t, r.oracleSavings, 0.0)
-			assert.Less(t, r.oracleSavings, 100.0)
-			rows = append(rows, r)
-		}
-	}
-	t.Logf("10 h job, 48 h deadline, %d seeded starts; intensities are means in gCO2eq/kWh, savings vs run-now", samples)
-	t.Logf("| zone, job | run now | oracle | persistence | seasonal | seasonal, re-planned every step | persistence saves | seasonal saves | re-planned saves | oracle saves | re-planned / oracle |")
-	t.Logf("|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, r := range rows {
-		t.Logf("| %s, %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.0f %% |", r.zone, r.kind, r.baseline, r.oracle, r.persistence, r.seasonal, r.replanned,
-			r.persistSavings, r.seasonalSavings, r.replannedSavings, r.oracleSavings, 100*r.replannedSavings/r.oracleSavings)
 	}
 }
 

@@ -1,0 +1,5 @@
+//go:build !race
+
+package carbon
+
+const raceEnabled = false
