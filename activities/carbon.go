@@ -118,7 +118,32 @@ func (c *Carbon) Open(p spec.GreenPolicy, runStart time.Time) (Signal, error) {
 	case spec.ForecastSeasonal:
 		fc = carbon.Seasonal{Trace: tr}
 	}
+	if p.Planner == spec.PlannerOnline {
+		return onlineSignal{traceSignal: traceSignal{trace: tr, fc: fc}, policy: carbon.DefaultOnline(p.Interruptible),
+			runStart: runStart, deadline: runStart.Add(p.Deadline.D())}, nil
+	}
 	return traceSignal{trace: tr, fc: fc}, nil
+}
+
+// onlineSignal forecasts with engine/carbon.Online's prices: the observed
+// present, and the forecast corrected by coefficients fitted on its own
+// errors over the week before the run started (the same at every call).
+type onlineSignal struct {
+	traceSignal
+	policy             carbon.Online
+	runStart, deadline time.Time
+}
+
+func (o onlineSignal) Forecast(_ context.Context, now time.Time, horizon time.Duration) (*carbon.Series, error) {
+	deadline := now.Add(horizon)
+	if end := o.trace.End(); deadline.After(end) {
+		deadline = end
+	}
+	em, err := carbon.EstimateErrors(o.trace, o.fc, o.runStart, o.deadline.Sub(o.runStart), o.policy.History, o.policy.Correction)
+	if err != nil {
+		return nil, err
+	}
+	return o.policy.Prices(o.trace, o.fc, em, now, deadline)
 }
 
 // ShiftFor is how far a trace moves so that runStart falls on the trace

@@ -191,3 +191,40 @@ func TestTrainingRunWithRealPlanner(t *testing.T) {
 		t.Errorf("segments %+v", st.Segments)
 	}
 }
+
+// TestPlanCarbonOnlinePlanner: planner online prices the present at the
+// observed intensity. Today 08:00 is unexpectedly clean (50 g/kWh, where
+// yesterday's persistence forecast says 300): a 1-hour interruptible job
+// runs now, where planning on the forecast alone waits for 12:00.
+func TestPlanCarbonOnlinePlanner(t *testing.T) {
+	b, err := os.ReadFile(writeTrace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(b), "2022-03-02T08:00:00Z,300", "2022-03-02T08:00:00Z,50", 1)
+	trace := filepath.Join(t.TempDir(), "trace.csv")
+	if err := os.WriteFile(trace, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2022, 3, 2, 8, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		planner string
+		want    time.Time
+	}{
+		{spec.PlannerReplan, time.Date(2022, 3, 2, 12, 0, 0, 0, time.UTC)},
+		{spec.PlannerOnline, start},
+	} {
+		p := spec.GreenPolicy{Trace: trace, Deadline: spec.Duration(12 * time.Hour), Interruptible: true, Planner: tc.planner}.WithDefaults()
+		out := runPlanCarbon(t, spec.CarbonInput{Policy: p, RunStart: start, Now: start, Plan: true, Work: time.Hour})
+		if out.PlanError != "" {
+			t.Fatalf("%s: %s", tc.planner, out.PlanError)
+		}
+		if s := out.Plan.Slots[0]; !s.Start.Equal(tc.want) {
+			t.Errorf("%s: first slot %+v, want from %s", tc.planner, s, tc.want.Format(time.RFC3339))
+		}
+	}
+	bad := spec.RunSpec{Name: "x", Green: &spec.GreenPolicy{Provider: spec.ProviderUK, Deadline: spec.Duration(time.Hour), Planner: spec.PlannerOnline}}.WithDefaults()
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "green.planner") {
+		t.Errorf("online planner on a provider: %v", err)
+	}
+}

@@ -16,6 +16,14 @@ const (
 	// the last week plus the current anomaly, decaying by the hour.
 	ForecastSeasonal = "seasonal"
 
+	// PlannerReplan plans the remaining work on the forecast at every
+	// chunk boundary (the default); PlannerOnline plans it on prices that
+	// take the observed present and the forecast corrected by its own
+	// past errors (engine/carbon.Online; trace files only, since it needs
+	// the forecaster's history).
+	PlannerReplan = "replan"
+	PlannerOnline = "online"
+
 	// ProviderElectricityMaps, ProviderCarbonAwareSDK and ProviderUK name
 	// the carbon-signal APIs a policy may read instead of a trace file.
 	ProviderElectricityMaps = "electricitymaps"
@@ -47,8 +55,11 @@ type GreenPolicy struct {
 	// ProviderURL overrides the provider's base URL (required for the
 	// Carbon Aware SDK, which has no public deployment).
 	ProviderURL string `yaml:"provider_url" json:"provider_url,omitempty"`
-	// Forecast is how a trace is forecast: persistence (default) or perfect.
+	// Forecast is how a trace is forecast: persistence (default),
+	// seasonal or perfect.
 	Forecast string `yaml:"forecast" json:"forecast,omitempty"`
+	// Planner is replan (default) or online (see PlannerOnline).
+	Planner string `yaml:"planner" json:"planner,omitempty"`
 	// Deadline, from the run's start, by which training must be done.
 	Deadline Duration `yaml:"deadline" json:"deadline,omitempty"`
 	// Interruptible runs may train in several slots; otherwise in one
@@ -110,7 +121,11 @@ func (g GreenPolicy) Source() string {
 	if g.TraceStart != "" {
 		s += " replayed from " + g.TraceStart
 	}
-	return s + ", " + g.Forecast + " forecast"
+	s += ", " + g.Forecast + " forecast"
+	if g.Planner == PlannerOnline {
+		s += ", online planner"
+	}
+	return s
 }
 
 // validate appends the policy's problems, with fields under "green.".
@@ -139,6 +154,15 @@ func (g GreenPolicy) validate(bad func(field, format string, args ...any)) {
 	}
 	if g.Forecast != ForecastPersistence && g.Forecast != ForecastPerfect && g.Forecast != ForecastSeasonal {
 		bad("green.forecast", "unknown forecast %q (known: %s, %s, %s)", g.Forecast, ForecastPersistence, ForecastSeasonal, ForecastPerfect)
+	}
+	switch g.Planner {
+	case "", PlannerReplan:
+	case PlannerOnline:
+		if g.Trace == "" {
+			bad("green.planner", "online needs a trace file (green.trace): it fits the forecast's corrections on the trace's past")
+		}
+	default:
+		bad("green.planner", "unknown planner %q (known: %s, %s)", g.Planner, PlannerReplan, PlannerOnline)
 	}
 	if g.TraceStart != "" {
 		if g.Trace == "" {
