@@ -38,6 +38,14 @@ import (
 // run's checkpoint bucket. A rank exiting non-zero or a node dying
 // restarts the whole world — the dead node replaced by a spare — from the
 // last uploaded checkpoint, at most max_restarts times.
+//
+// A green: policy works as for built-in runs, with uploaded checkpoints as
+// the boundaries: the run plans before every launch and re-plans at every
+// checkpoint; outside a planned slot it stops the world after that
+// checkpoint, waits for the slot and relaunches from it. The work left is
+// steps left × the pace measured between checkpoints, else green.work's
+// share of the steps left (or, with steps unknown, green.work less the
+// time trained so far) — so the policy needs steps or green.work.
 
 // ModelExternal is RunSpec.Model.Kind of an external job.
 const ModelExternal = "external"
@@ -203,6 +211,10 @@ func (s RunSpec) externalDefaults() RunSpec {
 	if s.MinNodes == 0 {
 		s.MinNodes = s.Nodes
 	}
+	if s.Green != nil {
+		g := s.Green.WithDefaults()
+		s.Green = &g
+	}
 	return s
 }
 
@@ -232,8 +244,14 @@ func (s RunSpec) validateExternal() error {
 	if s.MinNodes != s.Nodes {
 		bad("min_nodes", "%d: an external job keeps its world size (min_nodes must equal nodes, %d)", s.MinNodes, s.Nodes)
 	}
-	if s.Green != nil {
-		bad("green", "not supported for external jobs")
+	if g := s.Green; g != nil {
+		g.validate(bad)
+		// The plan needs the work left: steps left × the pace measured
+		// between checkpoints, or the job's estimate.
+		if s.Steps == 0 && g.Work <= 0 {
+			bad("green", "an external job's green policy needs its length: steps (the script's total; the pace is "+
+				"measured at its checkpoints) or green.work (its estimated training time)")
+		}
 	}
 	for _, f := range []struct {
 		name string

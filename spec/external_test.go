@@ -128,12 +128,17 @@ func TestWithJobDir(t *testing.T) {
 }
 
 func TestExampleExternalJobParses(t *testing.T) {
-	s, err := LoadFile("../examples/torch-ddp/job.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !s.IsExternal() || s.External.ProcsPerNode != 2 || s.Nodes != 2 || s.External.Launcher != LauncherTorchrun {
-		t.Errorf("example: %+v", s.External)
+	for _, f := range []string{"../examples/torch-ddp/job.yaml", "../examples/torch-ddp/job-green.yaml"} {
+		s, err := LoadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.IsExternal() || s.External.ProcsPerNode != 2 || s.Nodes != 2 || s.External.Launcher != LauncherTorchrun {
+			t.Errorf("%s: %+v", f, s.External)
+		}
+		if strings.HasSuffix(f, "green.yaml") && (s.Green == nil || !s.Green.Interruptible || s.Green.Work.D() != 10*time.Minute) {
+			t.Errorf("%s: green %+v", f, s.Green)
+		}
 	}
 }
 
@@ -149,5 +154,59 @@ func TestExternalRejectsEngineGradientFields(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name+": applies to the built-in model only") {
 			t.Errorf("%s in an external job: %v", field, err)
 		}
+	}
+}
+
+// An external job may follow a green policy: defaults applied, the
+// policy validated with lines, and its length (steps or green.work)
+// required for planning.
+func TestParseExternalGreen(t *testing.T) {
+	s, err := Parse("job.yaml", []byte(`name: ddp
+steps: 300
+external:
+  entrypoint: [python3, train.py]
+green:
+  trace: es.csv
+  interruptible: true
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if g := s.Green; g == nil || g.Forecast != ForecastPersistence || g.Deadline.D() != 48*time.Hour || g.NodeWatts != 300 || g.PUE != 1 {
+		t.Fatalf("green = %+v", s.Green)
+	}
+	if err := s.WithDefaults().Validate(); err != nil {
+		t.Errorf("re-validate: %v", err)
+	}
+	// Steps unknown: green.work gives the length.
+	if _, err := Parse("job.yaml", []byte("name: a\nexternal:\n  entrypoint: [python3, t.py]\ngreen:\n  trace: es.csv\n  work: 2h\n")); err != nil {
+		t.Errorf("steps unknown, work 2h: %v", err)
+	}
+	for _, tc := range []struct {
+		name, yaml, field string
+		line              int
+		msg               string
+	}{
+		{"no length", "name: a\nexternal:\n  entrypoint: [python3, t.py]\ngreen:\n  trace: es.csv\n", "green", 4, "needs its length"},
+		{"no source", "name: a\nsteps: 10\nexternal:\n  entrypoint: [python3, t.py]\ngreen:\n  deadline: 4h\n", "green", 5, "trace file"},
+		{"bad forecast", "name: a\nsteps: 10\nexternal:\n  entrypoint: [python3, t.py]\ngreen:\n  trace: es.csv\n  forecast: magic\n",
+			"green.forecast", 7, "unknown forecast"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("job.yaml", []byte(tc.yaml))
+			var se *SpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("want *SpecError, got %v", err)
+			}
+			for _, f := range se.Fields {
+				if f.Field == tc.field {
+					if f.Line != tc.line || !strings.Contains(f.Msg, tc.msg) {
+						t.Errorf("%s: line %d %q, want line %d containing %q", f.Field, f.Line, f.Msg, tc.line, tc.msg)
+					}
+					return
+				}
+			}
+			t.Errorf("no error for %s in %v", tc.field, err)
+		})
 	}
 }

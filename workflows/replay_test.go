@@ -23,10 +23,12 @@ import (
 // recorded before external jobs could pause — a rank crash that restarted
 // the world, and a pause and resume it ignored, which replay through
 // versionExternalPause's default (recorded once with that code; keep it) —
-// and trainingrun_external_pause.json, paused after a checkpoint upload
-// and resumed from it
+// trainingrun_external_pause.json, paused after a checkpoint upload
+// and resumed from it, and trainingrun_external_green.json, stopped after
+// a checkpoint uploaded outside its green slots, held on a green-window
+// timer and relaunched from that checkpoint
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -37,6 +39,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	ids := map[string]string{
 		"trainingrun_external.json":       "run/ext-record",
 		"trainingrun_external_pause.json": "run/ext-pause",
+		"trainingrun_external_green.json": "run/ext-green",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -46,6 +49,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_pause.json", spec.WorkflowTrainingRun},
+		{"trainingrun_external_green.json", spec.WorkflowTrainingRun},
 		{"cluster.json", spec.WorkflowCluster},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

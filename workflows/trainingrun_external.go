@@ -30,6 +30,12 @@ import (
 // checkpoint, as a recovery does but without a failure (no restart is
 // counted). Histories from before this replay through
 // versionExternalPause's default: pauses ignored.
+//
+// A green policy (trainingrun_external_green.go) uses the same stop: the
+// run plans before every launch and re-plans at every uploaded
+// checkpoint; outside a planned slot it stops the world after that
+// checkpoint, waits for the slot on a durable timer and relaunches from
+// the checkpoint, no restart counted.
 
 // versionExternalPause: an external job acts on pause and resume. Asked
 // only once a pause is pending, so that histories in which a pause was
@@ -39,17 +45,38 @@ const versionExternalPause = "external-pause"
 // errWorldPaused: runWorld stopped the world for a pause.
 var errWorldPaused = errors.New("world stopped for a pause")
 
+// errWorldGreen: runWorld stopped the world because a plan made at a
+// checkpoint put the run outside its green slots.
+var errWorldGreen = errors.New("world stopped for a green window")
+
+// worldStop is why awaitWorld cancelled a world (worldRuns: it did not).
+type worldStop int
+
+const (
+	worldRuns worldStop = iota
+	stopForPause
+	stopForGreen
+)
+
 // externalRun is what runExternal's coroutines share about the current
 // launch (not state: a launch never spans continue-as-new).
 type externalRun struct {
 	// pausedCkpts counts the launch's checkpoints committed while a
 	// pause was pending.
 	pausedCkpts int
+	// green: the run follows its green policy (versionExternalGreen).
+	green bool
+	// ckpts counts the launch's new checkpoints; markAt and markStep are
+	// when and at which step the launch's trained time was last recorded
+	// (its start, then each checkpoint): a green run's segments.
+	ckpts    int
+	markAt   time.Time
+	markStep int64
 }
 
 // runExternal is TrainingRun's main loop for an external job.
 func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
-	ext := &externalRun{}
+	ext := &externalRun{green: r.externalGreen(ctx)}
 	r.listenCheckpoints(ctx, ext)
 	if len(r.st.Membership.Nodes) == 0 {
 		if err := r.acquire(ctx); err != nil {
@@ -62,7 +89,11 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
 				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
 		}
-		if r.st.Ctl.Paused && r.externalPause(ctx) {
+		if ext.green {
+			if err := r.beforeLaunch(ctx); err != nil {
+				return r.fail(ctx, err)
+			}
+		} else if r.st.Ctl.Paused && r.externalPause(ctx) {
 			if err := r.holdWorld(ctx); err != nil {
 				return r.fail(ctx, err)
 			}
@@ -71,12 +102,15 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, errWorldPaused) {
+		if errors.Is(err, errWorldPaused) || errors.Is(err, errWorldGreen) {
 			continue
 		}
 		if err := r.recover(ctx, err); err != nil {
 			return r.fail(ctx, err)
 		}
+	}
+	if ext.green {
+		r.priceChunks(ctx)
 	}
 	r.releaseNodes(ctx)
 	r.setPhase(ctx, spec.PhaseCompleted)
@@ -91,7 +125,14 @@ func (r *run) listenCheckpoints(ctx workflow.Context, ext *externalRun) {
 		for {
 			var c spec.CheckpointSaved
 			ch.Receive(ctx, &c)
-			if r.onCheckpoint(ctx, c) && r.st.Ctl.Paused {
+			if !r.onCheckpoint(ctx, c) {
+				continue
+			}
+			if ext.green {
+				r.markTrained(ctx, ext, c.Ref.Step)
+			}
+			ext.ckpts++
+			if r.st.Ctl.Paused {
 				ext.pausedCkpts++
 			}
 		}
@@ -148,8 +189,8 @@ func (r *run) holdWorld(ctx workflow.Context) error {
 
 // runWorld launches the job on the current membership from the last
 // checkpoint and waits for every node; it returns a *chunkFailure when
-// the world did not finish cleanly, errWorldPaused when it was stopped
-// for a pause.
+// the world did not finish cleanly, errWorldPaused or errWorldGreen when
+// it was stopped for a pause or for a green window.
 func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	r.st.Epoch++
 	m := r.st.Membership
@@ -179,15 +220,23 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			r.spec.External.Launcher, rank*procs, rank*procs+procs-1, len(m.Nodes)*procs, node.ID, from, m.Generation)
 		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
 	}
-	ext.pausedCkpts = 0
-	results, errs, paused := r.awaitWorld(ctx, futures, cancel, ext)
+	ext.pausedCkpts, ext.ckpts = 0, 0
+	ext.markAt, ext.markStep = started, from
+	results, errs, stop := r.awaitWorld(ctx, futures, cancel, ext)
 	r.settle(ctx) // checkpoint signals delivered with the results
-	if paused && stoppedForPause(errs) {
-		workflow.GetLogger(ctx).Info("world stopped for a pause", "session", r.st.Session)
+	if stop != worldRuns && stoppedByRun(errs) {
 		// Its processes run on until their nodes see the cancellation (at
 		// the next heartbeat); checkpoints they upload meanwhile are
 		// ignored, so the run holds at — and resumes from — the one the
-		// pause waited for.
+		// stop waited for.
+		log := workflow.GetLogger(ctx)
+		if stop == stopForGreen {
+			log.Info("world stopped for a green window", "session", r.st.Session, "step", r.ckptStep())
+			r.st.Session = ""
+			r.chunksNow++ // a launch is a unit of history, as a chunk is
+			return errWorldGreen
+		}
+		log.Info("world stopped for a pause", "session", r.st.Session)
 		r.st.Session = ""
 		return errWorldPaused
 	}
@@ -196,6 +245,15 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	}
 	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {
 		results[0].Checkpoint = nil // already recorded from its signal
+	}
+	if ext.green {
+		// Priced in workflow time from the last checkpoint on (the
+		// stretches before it were recorded at each checkpoint), not
+		// again over the nodes' whole launch.
+		r.markTrained(ctx, ext, max(ext.markStep, results[0].To))
+		for i := range results {
+			results[i].StartedAt = time.Time{}
+		}
 	}
 	r.absorb(ctx, results)
 	return nil
@@ -208,9 +266,11 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 // usually exit when they lose it), then cancels the rest, so that a dead
 // node is named as such and a hung collective does not hold the run.
 // A pending pause cancels the world once a checkpoint was uploaded since
-// it was asked for (at once after a second pause); paused reports that.
+// it was asked for (at once after a second pause); a green run's plan at a
+// checkpoint that puts it outside its slots cancels it too; stop reports
+// which did (the first).
 func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc,
-	ext *externalRun) (results []spec.ChunkResult, errs []error, paused bool) {
+	ext *externalRun) (results []spec.ChunkResult, errs []error, stop worldStop) {
 	n := len(futures)
 	results = make([]spec.ChunkResult, n)
 	errs = make([]error, n)
@@ -232,7 +292,10 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 		}
 	})
 	sel.AddFuture(pause, func(workflow.Future) {
-		paused = true
+		if stop != worldRuns {
+			return // already stopping for a green window
+		}
+		stop = stopForPause
 		why := "a checkpoint was uploaded"
 		if ext.pausedCkpts == 0 {
 			why = "asked to stop at once"
@@ -240,6 +303,17 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 		workflow.GetLogger(ctx).Info("pause: stopping the world", "why", why, "session", r.st.Session)
 		cancel()
 	})
+	var gw *greenWatch
+	if ext.green {
+		gw = r.watchGreen(ctx, ext)
+		sel.AddFuture(gw.outside, func(workflow.Future) {
+			if stop == worldRuns {
+				stop = stopForGreen
+				r.stopForGreen(ctx, gw.slot)
+				cancel()
+			}
+		})
+	}
 	graceSet, expired := false, false
 	for left > 0 {
 		sel.Select(ctx)
@@ -248,19 +322,23 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 			cancel()
 			continue
 		}
-		if !paused && !graceSet && left > 0 && anyErr(errs) {
+		if stop == worldRuns && !graceSet && left > 0 && anyErr(errs) {
 			graceSet = true
 			hb := r.spec.HeartbeatTimeout.D()
 			grace := hb + max(2*time.Second, hb/2)
 			sel.AddFuture(workflow.NewTimer(tctx, grace), func(workflow.Future) { expired = true })
 		}
 	}
-	return results, errs, paused
+	if gw != nil {
+		gw.finish(ctx)
+	}
+	return results, errs, stop
 }
 
-// stoppedForPause: the world ended by the pause's cancellation (some
-// nodes may have finished first), not by a failure nor by finishing.
-func stoppedForPause(errs []error) bool {
+// stoppedByRun: the world ended by the run's cancellation for a pause or
+// a green window (some nodes may have finished first), not by a failure
+// nor by finishing.
+func stoppedByRun(errs []error) bool {
 	cancelled := false
 	for _, err := range errs {
 		var ce *temporal.CanceledError

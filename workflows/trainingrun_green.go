@@ -153,8 +153,12 @@ func (r *run) checkBudget(ctx workflow.Context) {
 
 // remainingWork estimates the training time left: the measured wall time
 // per step of the chunks so far, else the policy's estimate, else 0 (the
-// planner then takes one forecast step).
+// planner then takes one forecast step). An external job has its own
+// estimate (externalWork).
 func (r *run) remainingWork() time.Duration {
+	if r.spec.IsExternal() {
+		return r.externalWork()
+	}
 	left := r.spec.Steps - r.st.Status.Step
 	if left <= 0 {
 		return 0

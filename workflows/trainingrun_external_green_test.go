@@ -1,0 +1,425 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/cann-train/cann-train/activities"
+	"github.com/cann-train/cann-train/spec"
+)
+
+// greenWorlds plays RunExternal for the green tests: every launch runs
+// until the workflow cancels it or the test lets the running ones finish
+// (done). Checkpoints are sent by the test, from delayed callbacks: the
+// test environment's clock stands still while an activity runs and jumps
+// to each callback's time, so the checkpoints' times — and the pace the
+// run measures from them — are exact.
+type greenWorlds struct {
+	mu        sync.Mutex
+	env       *testsuite.TestWorkflowEnvironment
+	launches  []greenLaunch // rank 0 of each launch
+	cancelled int
+	stop      map[string]context.CancelFunc
+	finish    chan struct{}
+	end       int64
+}
+
+type greenLaunch struct {
+	in spec.ExternalInput
+	at time.Time
+}
+
+func (g *greenWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.ChunkResult, error) {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	g.mu.Lock()
+	g.stop[activity.GetInfo(ctx).ActivityID] = stop
+	if in.Rank == 0 {
+		g.launches = append(g.launches, greenLaunch{in: in, at: g.env.Now().UTC()})
+	}
+	g.mu.Unlock()
+	from := int64(0)
+	if in.Restore != nil {
+		from = in.Restore.Step
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-g.finish:
+	}
+	return &spec.ChunkResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, From: from, To: g.end,
+		FirstLoss: 2.3 / float32(1+from), LastLoss: 2.3 / float32(1+g.end)}, nil
+}
+
+func (g *greenWorlds) cancel(info *activity.Info) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if stop := g.stop[info.ActivityID]; stop != nil {
+		g.cancelled++
+		stop()
+	}
+}
+
+func (g *greenWorlds) all() []greenLaunch {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]greenLaunch(nil), g.launches...)
+}
+
+// checkpoint uploads step from the current launch, as its first node does.
+func (g *greenWorlds) checkpoint(t *testing.T, step int64) {
+	t.Helper()
+	l := g.all()
+	require.NotEmpty(t, l, "no launch to checkpoint")
+	g.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: l[len(l)-1].in.Session,
+		Ref:  spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: step, Key: fmt.Sprintf("ckpt/%d", step)},
+		Loss: 2.3 / float32(1+step)})
+}
+
+// greenEnv is an external job's test environment with PlanCarbon played
+// by cb (nil: register your own), and a record of the timers' durations.
+func greenEnv(t *testing.T, cb *fakeCarbon) (*testsuite.TestWorkflowEnvironment, *greenWorlds, func() []time.Duration) {
+	t.Helper()
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	env := newRunEnv(t, cl, &fakeChunks{})
+	env.SetStartTime(day0)
+	env.SetTestTimeout(20 * time.Second)
+	g := &greenWorlds{env: env, stop: map[string]context.CancelFunc{}, finish: make(chan struct{}), end: 100}
+	env.SetOnActivityCanceledListener(g.cancel)
+	env.RegisterActivityWithOptions(g.run, activity.RegisterOptions{Name: spec.ActivityRunExternal})
+	env.RegisterActivityWithOptions(func(context.Context) (int, error) { return 29500, nil },
+		activity.RegisterOptions{Name: spec.ActivityReservePort})
+	if cb != nil {
+		env.RegisterActivityWithOptions(cb.plan, activity.RegisterOptions{Name: spec.ActivityPlanCarbon})
+	}
+	var mu sync.Mutex
+	var timers []time.Duration
+	env.SetOnTimerScheduledListener(func(_ string, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		timers = append(timers, d)
+	})
+	return env, g, func() []time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]time.Duration(nil), timers...)
+	}
+}
+
+func greenExternalSpec(g spec.GreenPolicy) spec.RunSpec {
+	s := externalSpec(2)
+	s.Green = &g
+	return s.WithDefaults()
+}
+
+// plans are the PlanCarbon calls that planned (not only priced).
+func (f *fakeCarbon) plans() []spec.CarbonInput {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []spec.CarbonInput
+	for _, c := range f.calls {
+		if c.Plan {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (f *fakeCarbon) setSlots(slots ...spec.CarbonSlot) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slots = slots
+}
+
+const ms = time.Millisecond
+
+var window14 = spec.CarbonSlot{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}
+
+// Outside its slot an external job waits before launching, on the
+// durable timer named for the window, planned with its green.work
+// estimate; in the slot it launches and re-plans at every checkpoint with
+// the pace measured between them.
+func TestExternalGreenWaitsBeforeLaunch(t *testing.T) {
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{window14}, gramsPerChunk: 1}
+	env, g, timers := greenEnv(t, cb)
+	var waiting spec.RunStatus
+	env.RegisterDelayedCallback(func() { waiting = queryStatus(t, env) }, 3*time.Hour)
+	env.RegisterDelayedCallback(func() { g.checkpoint(t, 40) }, 6*time.Hour+300*ms)
+	env.RegisterDelayedCallback(func() { g.checkpoint(t, 80) }, 6*time.Hour+600*ms)
+	// The last checkpoint, the forecast now dirty: no plan stops a world
+	// that is about to finish.
+	env.RegisterDelayedCallback(func() {
+		cb.setSlots(spec.CarbonSlot{Start: at("20:00"), End: at("22:00"), GPerKWh: 80})
+		g.checkpoint(t, 100)
+	}, 6*time.Hour+750*ms)
+	env.RegisterDelayedCallback(func() { close(g.finish) }, 6*time.Hour+900*ms)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: greenExternalSpec(spec.GreenPolicy{
+		Trace: "es.csv", Interruptible: true, Work: spec.Duration(10 * time.Hour)})})
+	st := result(t, env)
+
+	require.Equal(t, spec.PhaseGreenWait, waiting.Phase)
+	require.Equal(t, at("14:00"), waiting.WaitUntil.UTC())
+	require.Contains(t, waiting.Detail, "green window 14:00–18:00 UTC, 120 g/kWh")
+	require.Contains(t, timers(), 6*time.Hour, "a durable timer to the slot start")
+
+	l := g.all()
+	require.Len(t, l, 1)
+	require.Equal(t, at("14:00"), l[0].at, "launched when the slot opened")
+	require.Nil(t, l[0].in.Restore)
+	require.Zero(t, g.cancelled)
+
+	plans := cb.plans()
+	require.Len(t, plans, 4, "before the launch, after the wait, at each checkpoint")
+	for i, want := range []struct {
+		now  time.Time
+		work time.Duration
+	}{
+		{day0, 10 * time.Hour}, // the estimate, all 100 steps left
+		{at("14:00"), 10 * time.Hour},
+		{at("14:00").Add(300 * ms), 450 * ms}, // 40 steps in 0.3 s, 60 left
+		{at("14:00").Add(600 * ms), 150 * ms}, // 80 steps in 0.6 s, 20 left
+	} {
+		require.Equal(t, want.now, plans[i].Now.UTC(), "plan %d", i)
+		require.InDelta(t, want.work, plans[i].Work, float64(ms), "plan %d's work", i)
+		require.Equal(t, day0, plans[i].RunStart.UTC(), "the deadline counts from the run's start")
+	}
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 100, st.Step)
+	require.Empty(t, st.Recoveries)
+	require.Equal(t, 1, st.Green.Waits)
+	require.InDelta(t, 6*3600, st.Green.WaitedSeconds, 1)
+	// Trained: 0→40, 40→80, 80→100, then to the end, each priced once.
+	require.InDelta(t, 4, st.Green.Grams, 1e-9)
+	require.Len(t, st.Segments, 1)
+	require.InDelta(t, 0.9, st.Segments[0].WallSeconds, 1e-9)
+	require.EqualValues(t, 0, st.Segments[0].FromStep)
+	require.EqualValues(t, 100, st.Segments[0].ToStep)
+}
+
+// A plan at a checkpoint that puts the run outside its slots stops the
+// world after that checkpoint — not before, although the forecast moved
+// earlier — waits for the slot, and relaunches from the checkpoint on the
+// same nodes without counting a restart.
+func TestExternalGreenStopsAfterCheckpoint(t *testing.T) {
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: at("10:00"), GPerKWh: 90}, window14}, gramsPerChunk: 1}
+	env, g, _ := greenEnv(t, cb)
+	env.RegisterDelayedCallback(func() { g.checkpoint(t, 20) }, 300*ms)
+	// The forecast moves: from now on the clean hours are 14:00–18:00.
+	env.RegisterDelayedCallback(func() { cb.setSlots(window14) }, 450*ms)
+	var before spec.RunStatus
+	env.RegisterDelayedCallback(func() {
+		before = queryStatus(t, env)
+		require.Zero(t, g.cancelled, "stopped before the checkpoint")
+		g.checkpoint(t, 40)
+	}, 600*ms)
+	var waiting spec.RunStatus
+	env.RegisterDelayedCallback(func() { waiting = queryStatus(t, env) }, 3*time.Hour)
+	env.RegisterDelayedCallback(func() { g.checkpoint(t, 60) }, 6*time.Hour+300*ms)
+	env.RegisterDelayedCallback(func() { close(g.finish) }, 6*time.Hour+600*ms)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: greenExternalSpec(spec.GreenPolicy{
+		Trace: "es.csv", Interruptible: true, Work: spec.Duration(10 * time.Hour)})})
+	st := result(t, env)
+
+	require.Equal(t, spec.PhaseTraining, before.Phase)
+	require.EqualValues(t, 20, before.LastCkpt.Step)
+
+	require.Equal(t, spec.PhaseGreenWait, waiting.Phase)
+	require.EqualValues(t, 40, waiting.Step, "held at the checkpoint the plan stopped at")
+	require.Equal(t, at("14:00"), waiting.WaitUntil.UTC())
+	require.Contains(t, waiting.Detail, "green window 14:00–18:00 UTC, 120 g/kWh")
+
+	l := g.all()
+	require.Len(t, l, 2)
+	require.Equal(t, day0, l[0].at)
+	require.Equal(t, at("14:00"), l[1].at)
+	require.EqualValues(t, 40, l[1].in.Restore.Step)
+	require.Zero(t, l[1].in.Restarts, "a green stop is not a restart")
+	require.Equal(t, []string{"node-1", "node-2"}, l[1].in.Membership.NodeIDs())
+	require.EqualValues(t, 1, l[1].in.Membership.Generation, "the nodes were kept")
+	require.Equal(t, 2, g.cancelled, "the first world's two nodes")
+
+	var nows []time.Time
+	var works []time.Duration
+	for _, p := range cb.plans() {
+		nows = append(nows, p.Now.UTC())
+		works = append(works, p.Work)
+	}
+	require.Equal(t, []time.Time{day0, day0.Add(300 * ms), day0.Add(600 * ms), day0.Add(600 * ms), at("14:00"),
+		at("14:00").Add(300 * ms)}, nows, "launch, checkpoints 20 and 40, the boundary after the stop, after the wait, checkpoint 60")
+	for i, want := range []time.Duration{10 * time.Hour, 1200 * ms, 900 * ms, 900 * ms, 900 * ms, 600 * ms} {
+		require.InDelta(t, want, works[i], float64(ms), "plan %d's work", i)
+	}
+
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 100, st.Step)
+	require.Empty(t, st.Recoveries)
+	require.False(t, st.PauseRequested)
+	require.Equal(t, 1, st.Green.Waits)
+	require.EqualValues(t, 60, st.LastCkpt.Step)
+	require.InDelta(t, 4, st.Green.Grams, 1e-9, "0→20, 20→40, 40→60, 60→100")
+}
+
+// A resume or an override cuts the wait after a green stop short: the
+// world relaunches at once from the checkpoint. After a resume the next
+// checkpoint plans again (and stops again); after an override for good
+// nothing is planned any more.
+func TestExternalGreenResumeAndOverrideCutWait(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		signal  string
+		arg     any
+		starts  []time.Time
+		resumes []int64
+		waits   int
+	}{
+		{"resume", spec.SignalResume, nil, []time.Time{day0, at("10:00"), at("14:00")}, []int64{40, 60}, 2},
+		{"override", spec.SignalGreenOverride, spec.GreenOverride{}, []time.Time{day0, at("10:00")}, []int64{40}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: at("10:00"), GPerKWh: 90}, window14}}
+			env, g, _ := greenEnv(t, cb)
+			env.RegisterDelayedCallback(func() {
+				cb.setSlots(window14)
+				g.checkpoint(t, 40)
+			}, 300*ms)
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(tc.signal, tc.arg) }, 2*time.Hour)
+			env.RegisterDelayedCallback(func() { g.checkpoint(t, 60) }, 2*time.Hour+300*ms)
+			done := 2*time.Hour + 600*ms
+			if len(tc.starts) == 3 {
+				done = 6*time.Hour + 300*ms
+			}
+			env.RegisterDelayedCallback(func() { close(g.finish) }, done)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: greenExternalSpec(spec.GreenPolicy{
+				Trace: "es.csv", Interruptible: true, Work: spec.Duration(10 * time.Hour)})})
+			st := result(t, env)
+			l := g.all()
+			var starts []time.Time
+			var resumes []int64
+			for _, x := range l {
+				starts = append(starts, x.at)
+				if x.in.Restore != nil {
+					resumes = append(resumes, x.in.Restore.Step)
+				}
+				require.Zero(t, x.in.Restarts)
+			}
+			require.Equal(t, tc.starts, starts)
+			require.Equal(t, tc.resumes, resumes)
+			require.Equal(t, tc.waits, st.Green.Waits)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.Empty(t, st.Recoveries)
+			if tc.signal == spec.SignalGreenOverride {
+				require.True(t, st.Green.Overridden)
+				for _, p := range cb.plans() {
+					require.True(t, p.Now.Before(at("10:00")), "planned at %v while overridden", p.Now)
+				}
+			}
+		})
+	}
+}
+
+// A script that never uploads a checkpoint is planned at launch only (with
+// steps unknown: green.work less the time trained): once it runs nothing
+// stops it; what it trained is priced at the end.
+func TestExternalGreenWithoutCheckpoints(t *testing.T) {
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{window14}, gramsPerChunk: 2}
+	env, g, _ := greenEnv(t, cb)
+	env.RegisterDelayedCallback(func() { cb.setSlots(spec.CarbonSlot{Start: at("20:00"), End: at("22:00")}) }, 6*time.Hour+300*ms)
+	env.RegisterDelayedCallback(func() { close(g.finish) }, 6*time.Hour+600*ms)
+	s := greenExternalSpec(spec.GreenPolicy{Trace: "es.csv", Work: spec.Duration(3 * time.Hour)})
+	s.Steps = 0
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	l := g.all()
+	require.Len(t, l, 1)
+	require.Equal(t, at("14:00"), l[0].at)
+	require.Zero(t, g.cancelled)
+	plans := cb.plans()
+	require.Len(t, plans, 2)
+	for _, p := range plans {
+		require.Equal(t, 3*time.Hour, p.Work)
+	}
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.True(t, st.Green.Started, "a non-interruptible run entered its window")
+	require.InDelta(t, 2, st.Green.Grams, 1e-9)
+	require.Len(t, st.Segments, 1)
+	require.InDelta(t, 0.6, st.Segments[0].WallSeconds, 1e-9)
+}
+
+// With the real planner on a trace: the cleanest hours (14:00–18:00) lie
+// past the deadline (12:00), so the job waits only for the best slot
+// before it, 10:00–12:00, and trains there; a deadline shorter than the
+// work is the built-in runs' stated fallback — train now, with a note.
+func TestExternalGreenDeadline(t *testing.T) {
+	var csv strings.Builder
+	csv.WriteString("time,XX\n")
+	for h := range 48 {
+		v := map[int]int{8: 300, 9: 300, 10: 100, 11: 200, 12: 300, 13: 300, 14: 20, 15: 20, 16: 20, 17: 20}[h%24]
+		if v == 0 {
+			v = 400
+		}
+		fmt.Fprintf(&csv, "%s,%d\n", day0.Truncate(24*time.Hour).Add(time.Duration(h)*time.Hour).Format(time.RFC3339), v)
+	}
+	trace := filepath.Join(t.TempDir(), "trace.csv")
+	require.NoError(t, os.WriteFile(trace, []byte(csv.String()), 0o644))
+
+	for _, tc := range []struct {
+		name   string
+		work   time.Duration
+		launch time.Time
+		note   string
+	}{
+		{"fits", 2 * time.Hour, at("10:00"), ""},
+		{"too short", 5 * time.Hour, day0, "deadline too short"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, g, _ := greenEnv(t, nil)
+			env.RegisterActivityWithOptions((&activities.Carbon{}).PlanCarbon, activity.RegisterOptions{Name: spec.ActivityPlanCarbon})
+			// Callbacks while the launch runs (the clock then follows
+			// the wall clock from the launch on).
+			off := tc.launch.Sub(day0)
+			var plans []*spec.CarbonPlan
+			if tc.note == "" {
+				env.RegisterDelayedCallback(func() { plans = append(plans, queryStatus(t, env).Green.Plan) }, off+100*ms)
+				env.RegisterDelayedCallback(func() { g.checkpoint(t, 50) }, off+300*ms)
+				env.RegisterDelayedCallback(func() { plans = append(plans, queryStatus(t, env).Green.Plan) }, off+450*ms)
+			}
+			env.RegisterDelayedCallback(func() { close(g.finish) }, off+600*ms)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: greenExternalSpec(spec.GreenPolicy{
+				Trace: trace, Forecast: spec.ForecastPerfect, Deadline: spec.Duration(4 * time.Hour), Interruptible: true,
+				Work: spec.Duration(tc.work)})})
+			st := result(t, env)
+			l := g.all()
+			require.Len(t, l, 1)
+			require.Equal(t, tc.launch, l[0].at)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			if tc.note != "" {
+				require.Contains(t, st.Green.Note, tc.note)
+				require.Contains(t, st.Green.Note, "training without waiting")
+				require.Zero(t, st.Green.Waits)
+				return
+			}
+			require.Equal(t, 1, st.Green.Waits)
+			require.Len(t, plans, 2)
+			for _, p := range plans {
+				require.NotNil(t, p)
+				require.Equal(t, at("12:00"), p.Deadline.UTC())
+				for _, sl := range p.Slots {
+					require.False(t, sl.End.After(at("12:00")), "slot %v past the deadline", sl)
+				}
+			}
+			require.Equal(t, at("10:00"), plans[0].Slots[0].Start.UTC())
+			require.Less(t, time.Duration(plans[1].Work), time.Second, "re-planned with the measured pace")
+			require.Empty(t, st.Green.Note)
+		})
+	}
+}
