@@ -61,7 +61,8 @@ func TestCompressedRunSurvivesKillBitIdentical(t *testing.T) {
 	for _, st := range []spec.RunStatus{killed, clean} {
 		s := st.Sync
 		// Over the whole run the 30 uncompressed Adam steps weigh in: with
-		// the compressed steps cutting 21×, 300/(30+270/21) ≈ 7.0.
+		// the compressed steps cutting 31× (sign: 1 bit per value, a scale
+		// per 1024, 2(n−1)/n of it sent), 300/(30+270/31) ≈ 7.75.
 		if s == nil || s.Codec != "sign:1024" || s.CompressFrom != 30 || s.TrafficReduction < 6.5 {
 			t.Errorf("%s: sync status %+v: want sign:1024 from step 30 and the traffic cut ≈ 7×", st.RunID, s)
 		}
