@@ -18,13 +18,15 @@ package ascend
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
 const (
-	probeLatencyRounds = 16
-	probeBytes         = 256 << 10
-	probeBWRounds      = 3
+	probeLatencyBatches = 5 // of probeLatencyRounds each, see medianTime
+	probeLatencyRounds  = 8
+	probeBytes          = 256 << 10
+	probeBWRounds       = 3
 )
 
 // Calibrate measures the links as described in calibrate.go, installs
@@ -80,23 +82,17 @@ func (c *Communicator) probe(ctx context.Context, tag uint32, to, from *peer, se
 			return 0, 0, err
 		}
 	}
-	start := time.Now()
-	for range probeLatencyRounds {
-		if err := step(nil, nil); err != nil {
-			return 0, 0, err
-		}
+	alpha, err = medianTime(probeLatencyBatches, probeLatencyRounds, func() error { return step(nil, nil) })
+	if err != nil {
+		return 0, 0, err
 	}
-	alpha = time.Since(start).Seconds() / probeLatencyRounds
 	if err := step(send, recv); err != nil { // warm-up: socket buffers, pages
 		return 0, 0, err
 	}
-	start = time.Now()
-	for range probeBWRounds {
-		if err := step(send, recv); err != nil {
-			return 0, 0, err
-		}
+	round, err := medianTime(probeBWRounds, 1, func() error { return step(send, recv) })
+	if err != nil {
+		return 0, 0, err
 	}
-	round := time.Since(start).Seconds() / probeBWRounds
 	return alpha, max(round-alpha, round/10) / float64(4*len(send)), nil
 }
 
@@ -121,24 +117,46 @@ func (c *Communicator) pingPong(ctx context.Context, tag uint32, other *peer, in
 			return 0, 0, err
 		}
 	}
-	start := time.Now()
-	for range probeLatencyRounds {
-		if err := trip(nil); err != nil {
-			return 0, 0, err
-		}
+	rtt, err := medianTime(probeLatencyBatches, probeLatencyRounds, func() error { return trip(nil) })
+	if err != nil {
+		return 0, 0, err
 	}
-	alpha = time.Since(start).Seconds() / probeLatencyRounds / 2
+	alpha = rtt / 2
 	if err := trip(buf); err != nil {
 		return 0, 0, err
 	}
-	start = time.Now()
-	for range probeBWRounds {
-		if err := trip(buf); err != nil {
-			return 0, 0, err
-		}
+	rtt, err = medianTime(probeBWRounds, 1, func() error { return trip(buf) })
+	if err != nil {
+		return 0, 0, err
 	}
-	oneway := time.Since(start).Seconds() / probeBWRounds / 2
+	oneway := rtt / 2
 	return alpha, max(oneway-alpha, oneway/10) / float64(4*len(buf)), nil
+}
+
+// medianTime runs fn in batches of batch calls and returns the median
+// over the batches of the mean time of one call, in seconds. The mean
+// within a batch, since ranks drift apart: a rank that ran late finds its
+// neighbours' frames already there and steps in no time, so single steps
+// understate a step's cost. The median across batches, since a
+// communicator calibrates while its process starts up (runtime, page
+// faults, other ranks still being scheduled), and where ranks outnumber
+// cores one scheduler delay of a millisecond would otherwise set α_all
+// for good (measured: 65–150 µs means of 16 steps against ring steps that
+// take about 10 µs once running).
+func medianTime(batches, batch int, fn func() error) (float64, error) {
+	var ts [8]float64
+	batches = min(batches, len(ts))
+	for i := range batches {
+		start := time.Now()
+		for range batch {
+			if err := fn(); err != nil {
+				return 0, err
+			}
+		}
+		ts[i] = time.Since(start).Seconds() / float64(batch)
+	}
+	slices.Sort(ts[:batches])
+	return ts[batches/2], nil
 }
 
 // measureGamma times a cache-resident Sum reduction: seconds per byte.

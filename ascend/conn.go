@@ -53,6 +53,19 @@ type TrySender interface {
 	FinishSend(ctx context.Context) error
 }
 
+// An InlineSender is a TrySender that says how much of one message the
+// Communicator should offer it from the calling goroutine, frame by frame,
+// before it hands the rest to the peer's writer goroutine. Without it the
+// Communicator offers one frame of at most DefaultChunkBytes. A transport
+// that takes large messages without waiting (a shared-memory ring with
+// room) wants more when ranks outnumber cores: there the writer goroutine
+// needs a second thread the host has no core for.
+type InlineSender interface {
+	TrySender
+	// InlineBytes is the budget in bytes; it may change between calls.
+	InlineBytes() int
+}
+
 // A FrameSink consumes a frame's payload where the transport holds it
 // (see InPlaceReceiver).
 type FrameSink interface {

@@ -149,16 +149,17 @@ type Conn struct {
 	mine, peer *uint32 // closed flags
 	opts       ConnOptions
 
-	spinFor atomic.Int64 // ConnOptions.SpinFor, settable later
-	yieldOS atomic.Bool  // polls yield the CPU to other processes
-	closed  atomic.Bool  // Close was called
-	gone    atomic.Bool  // the liveness channel failed: the peer is gone
-	mu      sync.RWMutex
-	once    sync.Once
-	rhdr    [frameHdr]byte
-	whdr    [frameHdr]byte
-	rts     syscall.Timespec // futex timeouts of the reader and the writer
-	wts     syscall.Timespec
+	spinFor   atomic.Int64 // ConnOptions.SpinFor, settable later
+	yieldOS   atomic.Bool  // polls yield the CPU to other processes
+	inlineAll atomic.Bool  // see InlineBytes
+	closed    atomic.Bool  // Close was called
+	gone      atomic.Bool  // the liveness channel failed: the peer is gone
+	mu        sync.RWMutex
+	once      sync.Once
+	rhdr      [frameHdr]byte
+	whdr      [frameHdr]byte
+	rts       syscall.Timespec // futex timeouts of the reader and the writer
+	wts       syscall.Timespec
 }
 
 var _ ascend.Conn = (*Conn)(nil)
@@ -240,14 +241,31 @@ func (c *Conn) Send(ctx context.Context, tag uint32, p []byte) error {
 	return c.write(p, d)
 }
 
-// inlineMax bounds the frames TrySend takes: larger ones are better sent by
-// the writer goroutine while the caller receives.
+// inlineMax bounds the frames TrySend takes unless SetInline(true): larger
+// ones are better sent by the writer goroutine, on another core, while the
+// caller receives.
 const inlineMax = 32 << 10
 
+// InlineBytes implements ascend.InlineSender: inlineMax, or with
+// SetInline(true) the ring's capacity (TrySend still takes a frame only if
+// the ring has room for it now).
+func (c *Conn) InlineBytes() int {
+	if c.inlineAll.Load() {
+		return len(c.out.data)
+	}
+	return inlineMax
+}
+
+// SetInline sets whether TrySend takes any frame the ring has room for,
+// so that whole messages go into the ring from the calling goroutine.
+// Worth it when the ranks on the host leave no core for each rank's
+// writer goroutine: waking its thread then costs more than the copy.
+func (c *Conn) SetInline(all bool) { c.inlineAll.Store(all) }
+
 // TrySend implements ascend.TrySender: the frame goes into the ring if the
-// ring has room for all of it now.
+// ring has room for all of it now (and it is within InlineBytes).
 func (c *Conn) TrySend(ctx context.Context, tag uint32, p []byte) (ascend.TrySendResult, error) {
-	if len(p) > inlineMax {
+	if len(p) > c.InlineBytes() {
 		return ascend.TryRefused, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -442,6 +460,14 @@ func (c *Conn) wait(seq, waiting *uint32, ready func() bool, d time.Time, ts *sy
 		}
 		if i < c.opts.Spin || (!until.IsZero() && (i&15 != 0 || time.Now().Before(until))) { // the clock every 16th poll
 			if c.yieldOS.Load() {
+				// sched_yield keeps this goroutine's P: now and
+				// then let a goroutine queued on it run (the
+				// writer of a send this one waits on, say); a
+				// stolen one would need a second thread, which an
+				// oversubscribed host schedules late.
+				if i&15 == 15 {
+					runtime.Gosched()
+				}
 				osYield()
 			} else {
 				runtime.Gosched()
@@ -460,6 +486,9 @@ func (c *Conn) wait(seq, waiting *uint32, ready func() bool, d time.Time, ts *sy
 		if ready() || down() != nil {
 			atomic.StoreUint32(waiting, 0)
 			continue
+		}
+		if c.yieldOS.Load() {
+			runtime.Gosched() // see above
 		}
 		futexWait(seq, v, ts)
 		atomic.StoreUint32(waiting, 0)

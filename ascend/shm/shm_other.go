@@ -50,5 +50,8 @@ func (c *Conn) Close() error { return nil }
 // SetSpinFor does nothing.
 func (c *Conn) SetSpinFor(time.Duration, bool) {}
 
+// SetInline does nothing.
+func (c *Conn) SetInline(bool) {}
+
 // HostID is empty: no host sharing is detected.
 func HostID() string { return "" }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cann-train/cann-train/ascend"
 )
 
 // pair makes both sides of a fresh segment with rings of ringBytes.
@@ -222,5 +224,39 @@ func BenchmarkStream(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestInline: TrySend takes frames beyond inlineMax only after
+// SetInline(true), and then only while the ring has room for the whole
+// frame.
+func TestInline(t *testing.T) {
+	ctx := context.Background()
+	a, b := pair(t, 256<<10, ConnOptions{}, ConnOptions{})
+	big := payload(100<<10, 3)
+	if got := a.InlineBytes(); got != inlineMax {
+		t.Fatalf("InlineBytes = %d, want %d", got, inlineMax)
+	}
+	if res, err := a.TrySend(ctx, 1, big); err != nil || res != ascend.TryRefused {
+		t.Fatalf("TrySend(100 KiB) = %v, %v; want refused", res, err)
+	}
+	a.SetInline(true)
+	if got := a.InlineBytes(); got != 256<<10 {
+		t.Fatalf("SetInline(true): InlineBytes = %d, want the ring's 256 KiB", got)
+	}
+	for i := range 2 {
+		if res, err := a.TrySend(ctx, uint32(2+i), big); err != nil || res != ascend.TrySent {
+			t.Fatalf("SetInline(true): TrySend #%d = %v, %v; want sent", i, res, err)
+		}
+	}
+	if res, err := a.TrySend(ctx, 9, big); err != nil || res != ascend.TryRefused {
+		t.Fatalf("TrySend into a full ring = %v, %v; want refused", res, err)
+	}
+	buf := make([]byte, len(big))
+	for i := range 2 {
+		tag, n, err := b.Recv(ctx, buf)
+		if err != nil || tag != uint32(2+i) || n != len(big) || !bytes.Equal(buf, big) {
+			t.Fatalf("Recv #%d = tag %d, %d bytes, %v; want tag %d and the payload", i, tag, n, err, 2+i)
+		}
 	}
 }

@@ -44,6 +44,8 @@ type conn struct {
 	// thdr and of the caller's payload.
 	pending [2][]byte
 	thdr    [frameHdr]byte
+
+	inlineAll bool // see InlineBytes
 }
 
 var _ ascend.Conn = (*conn)(nil)
@@ -381,3 +383,18 @@ func pollYield(os bool) {
 	}
 	runtime.Gosched()
 }
+
+// InlineBytes implements ascend.InlineSender: one frame of at most
+// DefaultChunkBytes, or with setInline(true) whatever the socket buffer
+// takes without waiting (writing into it never waits for the peer).
+func (c *conn) InlineBytes() int {
+	if c.inlineAll {
+		return MaxFrame
+	}
+	return ascend.DefaultChunkBytes
+}
+
+// setInline sets whether a message's frames go to the socket from the
+// calling goroutine as far as the socket buffer takes them, rather than
+// only the first (see InlineBytes and inlineAll).
+func (c *conn) setInline(all bool) { c.inlineAll = all }

@@ -170,3 +170,29 @@ func TestSpinPolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestInlinePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		onHost, cores int
+		want          bool
+	}{
+		{1, 2, false}, // a core for the rank and one for its writer
+		{2, 4, false},
+		{2, 2, true}, // the writer would share a core
+		{3, 4, true},
+		{4, 2, true}, // oversubscribed
+		{1, 1, true},
+	} {
+		if got := inlineAll(tc.onHost, tc.cores); got != tc.want {
+			t.Errorf("inlineAll(%d ranks, %d cores) = %v, want %v", tc.onHost, tc.cores, got, tc.want)
+		}
+	}
+	var c conn
+	if got := c.InlineBytes(); got != ascend.DefaultChunkBytes {
+		t.Errorf("InlineBytes = %d, want one default frame", got)
+	}
+	c.setInline(true)
+	if got := c.InlineBytes(); got != MaxFrame {
+		t.Errorf("setInline(true): InlineBytes = %d, want %d", got, MaxFrame)
+	}
+}
