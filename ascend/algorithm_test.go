@@ -210,3 +210,17 @@ func TestInvalidShapes(t *testing.T) {
 		}
 	})
 }
+
+// TestChooseTwoRanksSmallIsOneExchange: with two ranks a small allreduce
+// is one exchange (recursive doubling), never the tree's two one-way
+// messages, however inflated the measured exchange step is.
+func TestChooseTwoRanksSmallIsOneExchange(t *testing.T) {
+	for _, inflate := range []time.Duration{1, 2, 5, 20} {
+		m := ascend.DefaultCostModel()
+		m.Alpha = 2 * time.Microsecond
+		m.AlphaAll = inflate * m.Alpha
+		if got := m.Choose(ascend.CollAllReduce, 2, 4096); got != ascend.AlgoRD {
+			t.Errorf("α_all = %v×α: chose %v for 4 KiB on 2 ranks, want rd", inflate, got)
+		}
+	}
+}
