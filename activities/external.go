@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -70,65 +69,11 @@ type externalHooks struct {
 	logs func(func() spec.NodeLogs)
 }
 
-// externalHeartbeater is the node's heartbeater for RunExternal: each
-// beat carries the progress and, second, the tail of the processes' logs
-// (spec.NodeLogs), read afresh at every beat — bounded by spec.LogTail*,
-// so a chatty script costs a heartbeat no more than a quiet one. The
-// workflow reads only the first detail; `cann-train status` both.
-type externalHeartbeater struct {
-	mu   sync.Mutex
-	prog spec.ChunkProgress
-	logs func() spec.NodeLogs
-	done chan struct{}
-	wg   sync.WaitGroup
-}
-
-func newExternalHeartbeater(ctx context.Context, in spec.ExternalInput) *externalHeartbeater {
+// newExternalHeartbeater is RunExternal's heartbeater: progress, and the
+// processes' log tails as a second detail.
+func newExternalHeartbeater(ctx context.Context, in spec.ExternalInput) *heartbeater {
 	from := restoredStep(in)
-	h := &externalHeartbeater{prog: spec.ChunkProgress{Step: from, To: in.Spec.Steps, LastCheckpoint: from},
-		done: make(chan struct{})}
-	every := max(in.Spec.HeartbeatTimeout.D()/4, 100*time.Millisecond)
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			h.mu.Lock()
-			p, logs := h.prog, h.logs
-			h.mu.Unlock()
-			var tail spec.NodeLogs
-			if logs != nil {
-				tail = logs()
-			}
-			activity.RecordHeartbeat(ctx, p, tail)
-			select {
-			case <-h.done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return h
-}
-
-func (h *externalHeartbeater) update(p spec.ChunkProgress) {
-	h.mu.Lock()
-	h.prog = p
-	h.mu.Unlock()
-}
-
-func (h *externalHeartbeater) setLogs(f func() spec.NodeLogs) {
-	h.mu.Lock()
-	h.logs = f
-	h.mu.Unlock()
-}
-
-func (h *externalHeartbeater) stop() {
-	close(h.done)
-	h.wg.Wait()
+	return startHeartbeater(ctx, spec.ChunkProgress{Step: from, To: in.Spec.Steps, LastCheckpoint: from}, in.Spec.HeartbeatTimeout.D(), true)
 }
 
 // nodeLogs reads the tail of every process's log: the last

@@ -556,20 +556,35 @@ func peerError(err error, step int64) error {
 }
 
 // heartbeater records the latest progress at a steady rate from its own
-// goroutine (the SDK throttles and batches the calls to the server).
+// goroutine (the SDK throttles and batches the calls to the server). With
+// withLogs (RunExternal) every beat carries a second detail, the tail of
+// the processes' logs (spec.NodeLogs, empty until setLogs), read afresh at
+// every beat and bounded by spec.LogTail*, so a chatty script costs a
+// heartbeat no more than a quiet one; workflows read only the first
+// detail, `cann-train status` both.
 type heartbeater struct {
-	mu   sync.Mutex
-	prog spec.ChunkProgress
-	done chan struct{}
-	wg   sync.WaitGroup
+	mu       sync.Mutex
+	prog     spec.ChunkProgress
+	withLogs bool
+	logs     func() spec.NodeLogs
+	done     chan struct{}
+	wg       sync.WaitGroup
 }
 
+// newHeartbeater is TrainChunk's heartbeater.
 func newHeartbeater(ctx context.Context, in spec.ChunkInput) *heartbeater {
-	h := &heartbeater{prog: spec.ChunkProgress{Step: in.From, To: in.To}, done: make(chan struct{})}
+	prog := spec.ChunkProgress{Step: in.From, To: in.To}
 	if in.Restore != nil {
-		h.prog.LastCheckpoint = in.Restore.Step
+		prog.LastCheckpoint = in.Restore.Step
 	}
-	every := max(in.Spec.HeartbeatTimeout.D()/4, 100*time.Millisecond)
+	return startHeartbeater(ctx, prog, in.Spec.HeartbeatTimeout.D(), false)
+}
+
+// startHeartbeater beats prog (then what update sets) four times per
+// heartbeat timeout, at most every 100 ms.
+func startHeartbeater(ctx context.Context, prog spec.ChunkProgress, timeout time.Duration, withLogs bool) *heartbeater {
+	h := &heartbeater{prog: prog, withLogs: withLogs, done: make(chan struct{})}
+	every := max(timeout/4, 100*time.Millisecond)
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -577,9 +592,17 @@ func newHeartbeater(ctx context.Context, in spec.ChunkInput) *heartbeater {
 		defer t.Stop()
 		for {
 			h.mu.Lock()
-			p := h.prog
+			p, logs := h.prog, h.logs
 			h.mu.Unlock()
-			activity.RecordHeartbeat(ctx, p)
+			if h.withLogs {
+				var tail spec.NodeLogs
+				if logs != nil {
+					tail = logs()
+				}
+				activity.RecordHeartbeat(ctx, p, tail)
+			} else {
+				activity.RecordHeartbeat(ctx, p)
+			}
 			select {
 			case <-h.done:
 				return
@@ -595,6 +618,13 @@ func newHeartbeater(ctx context.Context, in spec.ChunkInput) *heartbeater {
 func (h *heartbeater) update(p spec.ChunkProgress) {
 	h.mu.Lock()
 	h.prog = p
+	h.mu.Unlock()
+}
+
+// setLogs sets what reads the log tail of a withLogs heartbeater.
+func (h *heartbeater) setLogs(f func() spec.NodeLogs) {
+	h.mu.Lock()
+	h.logs = f
 	h.mu.Unlock()
 }
 
