@@ -63,27 +63,5 @@ func EvaluateReplanned(trace *Series, fc Forecaster, job Job) (Result, error) {
 		run(t, d)
 		t = t.Add(d)
 	}
-	var sum float64
-	var dur time.Duration
-	for i, s := range slots {
-		m, err := trace.Mean(s.Start, s.End)
-		if err != nil {
-			return Result{}, fmt.Errorf("evaluate: realized: %w", err)
-		}
-		slots[i].MeanIntensity = m
-		sum += m * float64(s.End.Sub(s.Start))
-		dur += s.End.Sub(s.Start)
-	}
-	res := Result{
-		BaselineGPerKWh: orc.BaselineGPerKWh,
-		PlannedGPerKWh:  planned,
-		RealizedGPerKWh: sum / float64(dur),
-		OracleGPerKWh:   orc.ExpectedGPerKWh,
-		Slots:           slots,
-	}
-	if b := res.BaselineGPerKWh; b > 0 {
-		res.SavingsPct = 100 * (b - res.RealizedGPerKWh) / b
-		res.OracleSavingsPct = 100 * (b - res.OracleGPerKWh) / b
-	}
-	return res, nil
+	return measure(trace, orc, planned, slots)
 }
