@@ -196,26 +196,7 @@ func (s RunSpec) externalDefaults() RunSpec {
 	if s.CheckpointEvery == 0 {
 		s.CheckpointEvery = 100
 	}
-	if s.MaxRestarts == 0 {
-		s.MaxRestarts = 5
-	}
-	if s.NodeWait == 0 {
-		s.NodeWait = Duration(2 * time.Minute)
-	}
-	if s.HeartbeatTimeout == 0 {
-		s.HeartbeatTimeout = Duration(10 * time.Second)
-	}
-	if s.ChunksPerRun == 0 {
-		s.ChunksPerRun = 50
-	}
-	if s.MinNodes == 0 {
-		s.MinNodes = s.Nodes
-	}
-	if s.Green != nil {
-		g := s.Green.WithDefaults()
-		s.Green = &g
-	}
-	return s
+	return s.operationDefaults()
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -170,25 +170,7 @@ func (s RunSpec) WithDefaults() RunSpec {
 	if s.CheckpointEvery == 0 {
 		s.CheckpointEvery = s.ChunkSteps
 	}
-	if s.MaxRestarts == 0 {
-		s.MaxRestarts = 5
-	}
-	if s.NodeWait == 0 {
-		s.NodeWait = Duration(2 * time.Minute)
-	}
-	if s.HeartbeatTimeout == 0 {
-		s.HeartbeatTimeout = Duration(10 * time.Second)
-	}
-	if s.ChunksPerRun == 0 {
-		s.ChunksPerRun = 50
-	}
-	if s.MinNodes == 0 {
-		s.MinNodes = s.Nodes
-	}
-	if s.Green != nil {
-		g := s.Green.WithDefaults()
-		s.Green = &g
-	}
+	s = s.operationDefaults()
 	if s.Collective == "" {
 		s.Collective = "ring"
 	}
@@ -363,6 +345,31 @@ func decodeError(err error) FieldError {
 		msg = "unknown field (check the spelling; `cann-train run --help` lists the fields)"
 	}
 	return FieldError{Field: field, Line: line, Msg: msg}
+}
+
+// operationDefaults fills in the fields every run has, built-in or
+// external: restarts, timeouts, min_nodes and the green policy's own.
+func (s RunSpec) operationDefaults() RunSpec {
+	if s.MaxRestarts == 0 {
+		s.MaxRestarts = 5
+	}
+	if s.NodeWait == 0 {
+		s.NodeWait = Duration(2 * time.Minute)
+	}
+	if s.HeartbeatTimeout == 0 {
+		s.HeartbeatTimeout = Duration(10 * time.Second)
+	}
+	if s.ChunksPerRun == 0 {
+		s.ChunksPerRun = 50
+	}
+	if s.MinNodes == 0 {
+		s.MinNodes = s.Nodes
+	}
+	if s.Green != nil {
+		g := s.Green.WithDefaults()
+		s.Green = &g
+	}
+	return s
 }
 
 // validateOperation checks the fields every run has, built-in or external:
