@@ -60,11 +60,10 @@ func (p Persistence) Forecast(now time.Time, horizon time.Duration) (*Series, er
 		return nil, err
 	}
 	tr := p.Trace
-	const day = 24 * time.Hour
-	if day%tr.Step != 0 {
-		return nil, fmt.Errorf("%w: step %s does not divide 24h", ErrInvalidSeries, tr.Step)
+	perDay, err := stepsPerDay(tr)
+	if err != nil {
+		return nil, err
 	}
-	perDay := int(day / tr.Step)
 	out := &Series{Start: tr.TimeAt(i0), Step: tr.Step, Zone: tr.Zone, Values: make([]float64, 0, i1-i0)}
 	for j := i0; j < i1; j++ {
 		k := j - perDay
@@ -100,9 +99,9 @@ func (p Seasonal) Forecast(now time.Time, horizon time.Duration) (*Series, error
 		return nil, err
 	}
 	tr := p.Trace
-	const day = 24 * time.Hour
-	if day%tr.Step != 0 {
-		return nil, fmt.Errorf("%w: step %s does not divide 24h", ErrInvalidSeries, tr.Step)
+	perDay, err := stepsPerDay(tr)
+	if err != nil {
+		return nil, err
 	}
 	days, decay := p.Days, p.Decay
 	if days <= 0 {
@@ -111,7 +110,6 @@ func (p Seasonal) Forecast(now time.Time, horizon time.Duration) (*Series, error
 	if decay <= 0 || decay > 1 {
 		decay = 0.9
 	}
-	perDay := int(day / tr.Step)
 	last := tr.floorIndex(now) - 1 // the latest step finished by now
 	// mean of the same time of day over the last days days, all finished by now.
 	seasonal := func(j int) (float64, error) {
@@ -146,4 +144,13 @@ func (p Seasonal) Forecast(now time.Time, horizon time.Duration) (*Series, error
 		out.Values = append(out.Values, max(0, m+anomaly*math.Pow(decay, hours)))
 	}
 	return out, nil
+}
+
+// stepsPerDay is how many of tr's steps make 24 h, which they must divide.
+func stepsPerDay(tr *Series) (int, error) {
+	const day = 24 * time.Hour
+	if day%tr.Step != 0 {
+		return 0, fmt.Errorf("%w: step %s does not divide 24h", ErrInvalidSeries, tr.Step)
+	}
+	return int(day / tr.Step), nil
 }
