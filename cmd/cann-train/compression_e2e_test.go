@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
-
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -29,11 +27,7 @@ func TestCompressedRunSurvivesKillBitIdentical(t *testing.T) {
 	start := func(name string, s spec.RunSpec, faults ...spec.InjectFault) spec.RunStatus {
 		t.Helper()
 		s.Name = name
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + name, TaskQueue: spec.ControlTaskQueue},
-			spec.WorkflowTrainingRun, workflows.RunInput{Spec: s, Faults: faults})
-		if err != nil {
-			t.Fatal(err)
-		}
+		run := startRun(ctx, t, c, workflows.RunInput{Spec: s, Faults: faults})
 		var st spec.RunStatus
 		if err := run.Get(ctx, &st); err != nil {
 			dumpLogs(t, l.LogDir)

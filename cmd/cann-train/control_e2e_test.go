@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
-
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -26,11 +24,7 @@ func TestPauseResumeRealRun(t *testing.T) {
 	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3")
 	s := spec.RunSpec{Name: "pause-me", Nodes: 2, MinNodes: 1, Steps: 2000, ChunkSteps: 100,
 		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
-		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	cli := func(args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer

@@ -140,11 +140,7 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 	c, l := pc.c, pc.l
 	s := spec.RunSpec{Name: "survive-control-kill", Nodes: 2, Steps: 400, ChunkSteps: 50,
 		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
-		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	// Wait until the first chunk is done and the second is under way.
 	for {
 		st, live, closed, err := readProgress(ctx, c, run.GetID())
@@ -275,11 +271,7 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	start := func(name string) client.WorkflowRun {
 		s := base
 		s.Name = name
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + name, TaskQueue: spec.ControlTaskQueue},
-			spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
-		if err != nil {
-			t.Fatal(err)
-		}
+		run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 		return run
 	}
 	run := start("node-killed")
@@ -359,6 +351,18 @@ func startInProcessControl(ctx context.Context, t *testing.T, dir string, nodes 
 	// ones are the spares.
 	waitRegistered(ctx, t, c, len(nodes))
 	return c, l, srv.FrontendAddr()
+}
+
+// startRun starts in's TrainingRun as run/<its spec's name> on the
+// control queue.
+func startRun(ctx context.Context, t *testing.T, c client.Client, in workflows.RunInput) client.WorkflowRun {
+	t.Helper()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + in.Spec.Name, TaskQueue: spec.ControlTaskQueue},
+		spec.WorkflowTrainingRun, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
 }
 
 // controlInProcess dials srv and serves the control queue from this test

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/cann-train/cann-train/spec"
@@ -56,11 +55,7 @@ func TestExternalGreenWindow(t *testing.T) {
 		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir},
 		Green: &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(5 * time.Minute),
 			Interruptible: true, Work: spec.Duration(5 * time.Second)}}.WithDefaults()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
-		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)

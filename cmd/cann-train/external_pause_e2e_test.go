@@ -69,11 +69,7 @@ func TestExternalPauseResume(t *testing.T) {
 	s := spec.RunSpec{Name: "ext-pause", Nodes: 2, Steps: 300, CheckpointEvery: 50, HeartbeatTimeout: spec.Duration(2 * time.Second),
 		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir,
 			Env: map[string]string{"CANN_E2E_MARK": dir}}}.WithDefaults()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
-		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	cli := func(args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/cann-train/cann-train/spec"
@@ -49,11 +48,7 @@ func TestGreenWaitSurvivesControlRestart(t *testing.T) {
 	s := spec.RunSpec{Name: "green-restart", Nodes: 2, Steps: 200, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(5 * time.Second),
 		Green: &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(5 * time.Minute),
 			Work: spec.Duration(step)}}.WithDefaults()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
-		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	// Wait for the green wait, then kill the control worker in it.
 	for {
 		st, _, closed, err := readProgress(ctx, c, run.GetID())

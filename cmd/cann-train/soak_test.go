@@ -71,11 +71,7 @@ func TestSoak(t *testing.T) {
 	run := func(name string) client.WorkflowRun {
 		s := base
 		s.Name = name
-		r, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + name, TaskQueue: spec.ControlTaskQueue},
-			spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 		return r
 	}
 	var ref spec.RunStatus

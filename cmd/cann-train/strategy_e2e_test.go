@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
-
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -21,11 +19,7 @@ func TestStrategyAutoRealRun(t *testing.T) {
 	c, l, _ := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3")
 	s := spec.RunSpec{Name: "strategy-auto", Nodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto,
 		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.RunIDPrefix + s.Name, TaskQueue: spec.ControlTaskQueue},
-		spec.WorkflowTrainingRun, workflows.RunInput{Spec: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)
