@@ -352,3 +352,40 @@ func TestCalibrate(t *testing.T) {
 		t.Errorf("Calibrate outside Begin: %v", err)
 	}
 }
+
+// soloComm is a one-rank Comm: every collective leaves the buffer as is.
+type soloComm struct{}
+
+func (soloComm) Rank() int                                             { return 0 }
+func (soloComm) Size() int                                             { return 1 }
+func (soloComm) AllReduce(context.Context, []float32, ascend.Op) error { return nil }
+func (soloComm) AllGather(context.Context, []float32) error            { return nil }
+func (soloComm) AllGatherV(_ context.Context, dst, src []float32, _ []int) error {
+	copy(dst, src)
+	return nil
+}
+func (soloComm) AllToAllV(_ context.Context, dst, src []float32, _, _ []int) error {
+	copy(dst, src)
+	return nil
+}
+
+// TestStepDoesNotAllocate: an uncompressed step costs no allocation
+// beyond the trainer's own (none).
+func TestStepDoesNotAllocate(t *testing.T) {
+	s := ranks(t, 1, engine.Adam, Policy{})[0]
+	if err := s.Begin(soloComm{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.End()
+	ctx := context.Background()
+	if _, err := s.Step(ctx); err != nil { // first-step buffers
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(20, func() {
+		if _, err := s.Step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per step", n)
+	}
+}
