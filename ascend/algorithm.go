@@ -53,6 +53,7 @@ const (
 	AlgoPairwise                  // pairwise exchange (AllToAll, point-to-point)
 	AlgoRD                        // recursive doubling (small-message AllReduce)
 	AlgoHier                      // hierarchical: within hosts, then among host leaders
+	AlgoDirect                    // AllReduce reading peers' shared buffers (direct.go)
 	numAlgo
 )
 
@@ -72,6 +73,8 @@ func (a Algorithm) String() string {
 		return "rd"
 	case AlgoHier:
 		return "hier"
+	case AlgoDirect:
+		return "direct"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
@@ -97,8 +100,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		return AlgoRD, nil
 	case "hier", "hierarchical", "2level", "two-level":
 		return AlgoHier, nil
+	case "direct", "shared":
+		return AlgoDirect, nil
 	}
-	return AlgoAuto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, hd, tree, rd or hier)", ErrInvalid, s)
+	return AlgoAuto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, hd, tree, rd, hier or direct)", ErrInvalid, s)
 }
 
 // Collective names a collective operation; it is also the kind field of
@@ -343,6 +348,9 @@ func (a Algorithm) Implements(coll Collective) bool {
 
 // implements reports whether algorithm a implements coll.
 func implements(a Algorithm, coll Collective) bool {
+	if a == AlgoDirect {
+		return coll == CollAllReduce // not a cost-model candidate: see direct.go
+	}
 	impl := implementation(a)
 	if impl == nil {
 		return false

@@ -94,3 +94,82 @@ func testHotPath(t *testing.T, shared bool, spin time.Duration) {
 		})
 	}
 }
+
+// TestDirectDoesNotAllocate: the direct algorithm over shared buffers,
+// whole-vector and blocked, in place and out of place, and a staged
+// AllReduce allocate nothing once warm.
+func TestDirectDoesNotAllocate(t *testing.T) {
+	const world, runs, n = 3, 10, 200_003
+	cl := ascendtest.NewCluster(t, world)
+	cl.Options.SharedMemory = true
+	comms, err := cl.Connect(context.Background(), cl.NewSession("alloc-direct"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	type state struct {
+		sb    *ascend.SharedBuffer
+		st    *ascend.Staged
+		plain []float32
+	}
+	sts := make([]state, world)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := c.AllocShared(ctx, 2*n)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			st, err := c.Stage(ctx, n)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			sts[r] = state{sb, st, make([]float32, n)}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	step := func(r int) {
+		s := sts[r]
+		f := s.sb.Floats()
+		for _, err := range []error{
+			comms[r].AllReduce(ctx, f[:100], ascend.Sum),
+			comms[r].AllReduceInto(ctx, f[n:n+100], f[:100], ascend.Avg),
+			comms[r].AllReduce(ctx, f[:n], ascend.Max),
+			comms[r].AllReduceInto(ctx, f[n:], f[:n], ascend.Sum),
+			s.st.AllReduce(ctx, s.plain, ascend.Avg),
+		} {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	for r := 1; r < world; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range runs + 1 {
+				step(r)
+			}
+		}()
+	}
+	allocs := testing.AllocsPerRun(runs, func() { step(0) })
+	wg.Wait()
+	if allocs != 0 {
+		t.Errorf("%v allocations per round, want 0", allocs)
+	}
+	if !sts[0].st.Direct() {
+		t.Error("staged AllReduce is not direct")
+	}
+}

@@ -41,6 +41,12 @@ type Config struct {
 	// nil means unknown (one host, as far as the hierarchical algorithm is
 	// concerned).
 	Hosts []int
+	// Shared, if set, maps memory shared with the ranks of this host
+	// (AllocShared; package ascend/shm provides it); OpTimeout then bounds
+	// each wait for a peer in the direct algorithms as the links' timeout
+	// bounds frames (0: only the context's deadline).
+	Shared    SharedMemory
+	OpTimeout time.Duration
 }
 
 // Communicator is one rank's endpoint of a session. See the package
@@ -71,6 +77,11 @@ type Communicator struct {
 	// leader).
 	local, leaders      []int
 	localIdx, leaderIdx int
+	// Shared buffers (shared.go, direct.go); win is set by AllocShared
+	// under opMu.
+	shared    SharedMemory
+	opTimeout time.Duration
+	win       *window
 
 	stateMu sync.Mutex
 	err     error // sticky failure
@@ -173,7 +184,9 @@ func New(cfg Config) (*Communicator, error) {
 		p2pRecv:  make([]uint32, cfg.Size),
 		quit:     make(chan struct{}),
 		watch:    make(chan context.Context, 1),
+		shared:   cfg.Shared,
 	}
+	c.opTimeout = cfg.OpTimeout
 	c.hostGroups(cfg.Hosts)
 	c.wg.Add(1)
 	go c.watcher()
@@ -247,6 +260,9 @@ func (c *Communicator) Close() error {
 		}
 	}
 	c.wg.Wait()
+	c.opMu.Lock() // no collective reads the shared buffers any more
+	c.win.close()
+	c.opMu.Unlock()
 	return errors.Join(errs...)
 }
 

@@ -41,15 +41,7 @@ func reduce3(dst, a, b []float32, op Op) {
 	a, b = a[:n], b[:n]
 	switch op {
 	case Sum, Avg:
-		i := 0
-		for ; i+4 <= n; i += 4 {
-			x, y := a[i:i+4:i+4], b[i:i+4:i+4]
-			d := dst[i : i+4 : i+4]
-			d[0], d[1], d[2], d[3] = x[0]+y[0], x[1]+y[1], x[2]+y[2], x[3]+y[3]
-		}
-		for ; i < n; i++ {
-			dst[i] = a[i] + b[i]
-		}
+		addFloats(dst, a, b)
 	case Max:
 		for i := range dst {
 			dst[i] = max(a[i], b[i])
@@ -58,6 +50,21 @@ func reduce3(dst, a, b []float32, op Op) {
 		for i := range dst {
 			dst[i] = min(a[i], b[i])
 		}
+	}
+}
+
+// addPortable is addFloats without vector instructions.
+func addPortable(dst, a, b []float32) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		x, y := a[i:i+4:i+4], b[i:i+4:i+4]
+		d := dst[i : i+4 : i+4]
+		d[0], d[1], d[2], d[3] = x[0]+y[0], x[1]+y[1], x[2]+y[2], x[3]+y[3]
+	}
+	for ; i < n; i++ {
+		dst[i] = a[i] + b[i]
 	}
 }
 

@@ -369,3 +369,46 @@ func TestManualReport(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLaunchSharedBuffers: -shm -R 1 runs AllReduce on shared buffers
+// with the direct algorithm (the algo column says so), checked at every
+// size; -R 1 without -shm is refused.
+func TestLaunchSharedBuffers(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	opts := small()
+	opts.Ranks = 3
+	opts.SharedMemory, opts.SharedBuffers = true, true
+	opts.MaxBytes = 1 << 20
+	opts.Stdout, opts.Stderr = &out, &errs
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	self := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(exe, append([]string{"-test.run=^$"}, args...)...)
+		cmd.Env = append(os.Environ(), "BENCH_TEST_CHILD=1")
+		return cmd
+	}
+	if err := Launch(ctx, opts, self); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, errs.String())
+	}
+	s := out.String()
+	rows := 0
+	for l := range strings.Lines(s) {
+		if f := strings.Fields(l); len(f) > 0 && !strings.HasPrefix(l, "#") {
+			rows++
+			if f[len(f)-1] != "direct" {
+				t.Errorf("row not direct: %s", l)
+			}
+		}
+	}
+	if rows < 4 || !strings.Contains(s, "-R 1") || !strings.Contains(s, "Wrong values         : 0 OK") {
+		t.Errorf("report (%d rows):\n%s", rows, s)
+	}
+	opts.SharedMemory = false
+	if err := Launch(ctx, opts, self); err == nil || !strings.Contains(err.Error(), "-shm") {
+		t.Errorf("-R 1 without -shm: %v", err)
+	}
+}

@@ -37,6 +37,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	if o.SharedMemory {
 		fmt.Fprintf(bw, "# links: shared memory where ranks share a host (else TCP)\n")
 	}
+	if o.SharedBuffers {
+		fmt.Fprintf(bw, "# buffers: shared memory, read directly by the ranks of a host (-R 1)\n")
+	}
 	fmt.Fprintf(bw, "# cost model: %s\n", rep.CostModel)
 	writeLimits(bw, "before", rep.Limits)
 	var wrong int64

@@ -77,6 +77,11 @@ type Options struct {
 	// SharedMemory makes Launch's ranks link over shared memory (they share
 	// the host) instead of loopback TCP.
 	SharedMemory bool `json:"shared_memory,omitempty"`
+	// SharedBuffers puts the send and receive buffers in shared memory
+	// (ascend.Communicator.AllocShared; needs SharedMemory), so ranks of one
+	// host read each other's buffers directly: nccl-tests' -R (user-buffer
+	// registration).
+	SharedBuffers bool `json:"shared_buffers,omitempty"`
 	// Spin is tcp.Options.Spin of Launch's ranks (0: automatic).
 	Spin time.Duration `json:"spin,omitempty"`
 	// SocketBuffer is tcp.Options.SocketBuffer (0: kernel autotuning).
@@ -135,6 +140,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("bench: output format %q (want table or json)", o.Format)
 	case o.Root < 0:
 		return fmt.Errorf("bench: root %d", o.Root)
+	case o.SharedBuffers && !o.SharedMemory && o.Ranks > 0:
+		return errors.New("bench: -R 1 (shared buffers) needs -shm")
 	}
 	for _, c := range o.Collectives {
 		if _, ok := collectives[c]; !ok {
@@ -319,9 +326,28 @@ func (f checkFlag) Set(s string) error {
 	return nil
 }
 
+// flag01 is a boolean flag written 0 or 1, as nccl-tests' -R.
+type flag01 struct{ on *bool }
+
+func (f flag01) String() string {
+	if f.on != nil && *f.on {
+		return "1"
+	}
+	return "0"
+}
+
+func (f flag01) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 || v > 1 {
+		return fmt.Errorf("bench: %q: want 0 or 1", s)
+	}
+	*f.on = v == 1
+	return nil
+}
+
 // RegisterFlags defines o's flags on fs in the spirit of nccl-tests: -b,
 // -e, -f, -i (sizes), -n (iterations), -w (warm-up), -c (check 0/1), -r
-// (root), plus -shm (shared-memory links), -op (sum|avg|max|min), -o (table|json), -coll (list or
+// (root), -R (shared buffers 0/1), plus -shm (shared-memory links), -op (sum|avg|max|min), -o (table|json), -coll (list or
 // "all"), -algo (list of auto|ring|hd|tree), -np (ranks for Launch),
 // -T (target time per size), -chunk (frame bytes), -limits (0/1). The
 // current values of o are the flags' defaults. (With cobra, add fs to the
@@ -344,6 +370,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ChunkBytes, "chunk", o.ChunkBytes, "frame size in bytes (0: default)")
 	fs.Var(checkFlag{&o.SkipLimits}, "limits", "measure loopback TCP and memcpy (1) or not (0)")
 	fs.BoolVar(&o.SharedMemory, "shm", o.SharedMemory, "link the launched ranks over shared memory instead of TCP")
+	fs.Var(flag01{&o.SharedBuffers}, "R", "buffers in shared memory, read directly by the ranks of a host (1, needs -shm) or ordinary memory (0)")
 	fs.Var(sizeFlag{&o.SocketBuffer}, "sockbuf", "SO_SNDBUF/SO_RCVBUF of TCP links (0: kernel autotuning)")
 	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long a TCP receive polls before sleeping (0: auto, polling only while ranks ≤ cores; negative: never)")
 }

@@ -146,7 +146,17 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 		_, s, rv, _ := collectives[c].shape(opts.MaxBytes, p)
 		maxSend, maxRecv = max(maxSend, s), max(maxRecv, rv)
 	}
-	b := &bufs{send: make([]float32, maxSend), recv: make([]float32, maxRecv)}
+	b := &bufs{}
+	if opts.SharedBuffers {
+		sb, err := comm.AllocShared(ctx, maxSend+maxRecv)
+		if err != nil {
+			return nil, fmt.Errorf("bench: shared buffers: %w", err)
+		}
+		defer sb.Free()
+		b.send, b.recv = sb.Floats()[:maxSend:maxSend], sb.Floats()[maxSend:]
+	} else {
+		b.send, b.recv = make([]float32, maxSend), make([]float32, maxRecv)
+	}
 	clear(b.send)
 	clear(b.recv)
 
@@ -201,6 +211,9 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 		seen[size] = true
 		row := Row{Size: size, Count: count, Type: "float", RedOp: "none", Root: -1,
 			Algorithm: comm.Algorithm(coll, int(size)).String()}
+		if coll == ascend.CollAllReduce && comm.Direct(b.recv[:nr], b.send[:ns]) {
+			row.Algorithm = ascend.AlgoDirect.String()
+		}
 		if cd.reduces {
 			row.RedOp = opts.Op.String()
 		}

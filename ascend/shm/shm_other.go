@@ -55,3 +55,28 @@ func (c *Conn) SetInline(bool) {}
 
 // HostID is empty: no host sharing is detected.
 func HostID() string { return "" }
+
+// Memory is unsupported on this platform: Create and Open fail.
+type Memory struct {
+	Dir string
+}
+
+var _ ascend.SharedMemory = Memory{}
+
+// Create is unsupported.
+func (Memory) Create(string, int) (ascend.SharedRegion, error) { return nil, ErrUnsupported }
+
+// Open is unsupported.
+func (Memory) Open(string, int) (ascend.SharedRegion, error) { return nil, ErrUnsupported }
+
+// Wait returns at once.
+func (Memory) Wait(*uint32, uint32, time.Duration) {}
+
+// Wake does nothing.
+func (Memory) Wake(*uint32) {}
+
+// Yield does nothing.
+func (Memory) Yield() {}
+
+// PeerDown is false.
+func (c *Conn) PeerDown() bool { return false }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cann-train/cann-train/ascend"
+	"github.com/cann-train/cann-train/ascend/shm"
 )
 
 // Group is one rank's description of a session.
@@ -161,7 +162,11 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 	if opts.Hosts != nil {
 		hostIDs = opts.Hosts
 	}
-	comm, err := ascend.New(ascend.Config{Rank: g.Rank, Size: world, Session: g.Session, Conns: conns, Algorithm: opts.Algorithm, ChunkBytes: opts.ChunkBytes, Hosts: ascend.HostIndex(hostIDs)})
+	cfg := ascend.Config{Rank: g.Rank, Size: world, Session: g.Session, Conns: conns, Algorithm: opts.Algorithm, ChunkBytes: opts.ChunkBytes, Hosts: ascend.HostIndex(hostIDs)}
+	if opts.SharedMemory && shm.Supported {
+		cfg.Shared, cfg.OpTimeout = shm.Memory{}, opts.OpTimeout // AllocShared
+	}
+	comm, err := ascend.New(cfg)
 	if err != nil {
 		for _, c := range conns {
 			if c != nil {

@@ -1,0 +1,347 @@
+package ascend
+
+// Direct AllReduce over shared buffers (shared.go): every rank of the
+// session is on this host and passes slices of shared buffers, so each
+// reads the others' data where it lies. With p ranks and n elements split
+// into the ring's p segments:
+//
+//	post      publish (collective, count, op, where src and dst are)
+//	reduce    dst[segment r] = fold of src_0..src_(p-1)[segment r], read
+//	          straight from the peers' buffers, block by block (128 KiB),
+//	          publishing each block
+//	gather    dst[segment j] = dst_j[segment j] for each peer j, block by
+//	          block as j publishes them (while they are still in cache)
+//	done      publish "done"; return once every peer is done (nobody reads
+//	          this rank's buffers any more)
+//
+// Each rank reads n + n(p-1)/p elements and writes n: about one copy of
+// the vector, where a ring over links copies it twice (into the link, out
+// of it) besides reducing. Small vectors (≤ directWhole bytes) skip the
+// gather: every rank folds the whole vector itself, one synchronisation
+// less.
+//
+// Segment j is folded in the order the ring reduce-scatter folds it, so
+// the result is bit-identical to the ring algorithm's (and equal on every
+// rank): direct also stands in for a forced ring (training forces the ring
+// so that a run's bits never depend on the algorithm). Cost ≈ 3 one-way
+// latencies (α) + n·(1 + (p−1)/p)·4 bytes of memory traffic per rank. The
+// cost model does not price it: it runs whenever the buffers allow and no
+// algorithm other than the ring is forced (ASCEND_ALGO=hd, say, uses the
+// links).
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// directWhole is the largest vector every rank reduces whole.
+const directWhole = 16 << 10
+
+// directBlock is the granularity (elements) at which a rank publishes its
+// share: 128 KiB, so a block is copied while it is still in cache.
+const directBlock = 32 << 10
+
+// directSpin is how long a rank polls a peer's word before it sleeps,
+// while the host has a core per rank (a futex wake-up costs several
+// microseconds on a VM); with more ranks than cores it yields instead.
+const directSpin = 50 * time.Microsecond
+
+// directArgs are the shared buffers of one direct collective on this rank.
+type directArgs struct {
+	src, dst       *SharedBuffer
+	srcOff, dstOff int
+}
+
+// directFor reports whether AllReduceInto(dst, src) runs direct: every
+// rank on this host, both slices in shared buffers, and no algorithm but
+// the ring (or direct) forced. It must give the same answer on every rank, which
+// holds when every rank passes shared buffers or none does; a rank that
+// disagrees is detected (ErrMismatch) by the ranks that go direct.
+func (c *Communicator) directFor(dst, src []float32) (directArgs, bool) {
+	if !c.sharedAll() {
+		return directArgs{}, false
+	}
+	switch c.force[CollAllReduce] {
+	case AlgoAuto, AlgoDirect, AlgoRing: // direct has the ring's bits
+	default:
+		return directArgs{}, false
+	}
+	sb, so := c.win.find(src)
+	db, do := c.win.find(dst)
+	if sb == nil || db == nil {
+		return directArgs{}, false
+	}
+	return directArgs{src: sb, dst: db, srcOff: so, dstOff: do}, true
+}
+
+// postLinks tells ranks that may go direct that this one uses the links
+// for collective seq, so they fail with ErrMismatch instead of waiting.
+func (c *Communicator) postLinks(seq uint32) {
+	if c.sharedAll() {
+		w := c.win
+		atomic.StoreUint32(w.u32(w.ctl, ctlMode), 0)
+		w.publish(ctlPosted, seq+1)
+	}
+}
+
+// directAllReduce runs the direct algorithm for collective seq.
+func (c *Communicator) directAllReduce(ctx context.Context, seq uint32, a directArgs, dst, src []float32, op Op) error {
+	const name = "allreduce"
+	w := c.win
+	v := seq + 1
+	n := len(src)
+	*w.u64(w.ctl, ctlCount) = uint64(n)
+	*w.u32(w.ctl, ctlOp) = uint32(op)
+	*w.u32(w.ctl, ctlSrcID), *w.u32(w.ctl, ctlDstID) = a.src.id, a.dst.id
+	*w.u64(w.ctl, ctlSrcOff), *w.u64(w.ctl, ctlDstOff) = uint64(a.srcOff), uint64(a.dstOff)
+	atomic.StoreUint32(w.u32(w.ctl, ctlMode), 1)
+	atomic.StoreUint32(w.u32(w.ctl, ctlReduced), 0) // no block of collective v yet
+	w.publish(ctlPosted, v)
+
+	// The peers' src and dst, by rank (this rank's own slices for itself).
+	srcs, dsts := w.srcs, w.dsts
+	srcs[c.rank], dsts[c.rank] = src, dst
+	d := c.directDeadline(ctx)
+	for i := 1; i < c.size; i++ {
+		j := (c.rank + i) % c.size
+		if err := c.directWait(ctx, name, j, ctlPosted, v, d); err != nil {
+			return err
+		}
+		s, t, err := c.directPeer(j, n, op)
+		if err != nil {
+			return c.abort(&PeerError{Rank: j, Op: name, Err: err})
+		}
+		srcs[j], dsts[j] = s, t
+	}
+
+	offs := equalOffsets(c.offs, n)
+	if 4*n <= directWhole {
+		out := dst
+		if same(dst, src) {
+			out = c.scratchFor(n)[:n] // peers read this rank's src while it sums
+		}
+		for j := range c.size {
+			c.directSum(out[offs[j]:offs[j+1]], srcs, j, offs[j], offs[j+1], op, false)
+		}
+		if err := c.directDone(ctx, name, v, d); err != nil {
+			return err
+		}
+		if same(dst, src) {
+			copy(dst, out)
+		}
+		clear(srcs)
+		clear(dsts)
+		return nil
+	}
+
+	// Shares, in blocks: reduce block k of this rank's share, publish it,
+	// copy block k of every peer's share as soon as that peer published it
+	// (still in a cache the cores share, rather than in DRAM).
+	blocks := (offs[1] - offs[0] + directBlock - 1) / directBlock // share 0 is the longest
+	lo, hi := offs[c.rank], offs[c.rank+1]
+	for k := range blocks {
+		if b0 := lo + k*directBlock; b0 < hi {
+			b1 := min(b0+directBlock, hi)
+			c.directSum(dst[b0:b1], srcs, c.rank, b0, b1, op, same(dst, src))
+			w.publish(ctlReduced, uint32(k+1))
+		}
+		for i := 1; i < c.size; i++ {
+			j := (c.rank + i) % c.size
+			b0 := offs[j] + k*directBlock
+			if b0 >= offs[j+1] {
+				continue
+			}
+			b1 := min(b0+directBlock, offs[j+1])
+			// In place, dst here is src, which j reads for block k until
+			// it publishes it: copy only then.
+			if err := c.directWait(ctx, name, j, ctlReduced, uint32(k+1), d); err != nil {
+				return err
+			}
+			copy(dst[b0:b1], dsts[j][b0:b1])
+		}
+	}
+	if err := c.directDone(ctx, name, v, d); err != nil {
+		return err
+	}
+	clear(srcs)
+	clear(dsts)
+	return nil
+}
+
+// directSum stores into out the reduction of srcs[·][b0:b1], part of
+// segment j, in the order the ring reduce-scatter folds segment j —
+// ((x_(j+1) op x_(j+2)) op …) op x_j — so the result has the ring's bits
+// (the two-operand fold is commutative, the order of the folds is what
+// counts). For Avg it divides as the ring does. With alias, out is
+// srcs[j][b0:b1] itself: the partial sums go to scratch until the last
+// fold reads x_j.
+func (c *Communicator) directSum(out []float32, srcs [][]float32, j, b0, b1 int, op Op, alias bool) {
+	p := c.size
+	x := func(i int) []float32 { return srcs[(j+i)%p][b0:b1] }
+	if p == 2 {
+		reduce3(out, x(1), x(0), op)
+	} else {
+		acc := out
+		if alias {
+			acc = c.scratchFor(b1 - b0)
+		}
+		reduce3(acc, x(1), x(2), op)
+		for i := 3; i < p; i++ {
+			reduce(acc, x(i), op)
+		}
+		reduce3(out, acc, x(0), op)
+	}
+	if op == Avg {
+		divide(out, p)
+	}
+}
+
+// directDone publishes that this rank is done with collective v and waits
+// until every peer is: then nobody reads this rank's buffers any more.
+func (c *Communicator) directDone(ctx context.Context, name string, v uint32, d time.Time) error {
+	w := c.win
+	w.publish(ctlDone, v)
+	for i := 1; i < c.size; i++ {
+		j := (c.rank + i) % c.size
+		if err := c.directWait(ctx, name, j, ctlDone, v, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// directPeer checks rank j's posted collective against this rank's (n
+// elements, op) and returns j's src and dst.
+func (c *Communicator) directPeer(j, n int, op Op) (src, dst []float32, err error) {
+	w := c.win
+	ctl := w.peerCtl[j]
+	if atomic.LoadUint32(w.u32(ctl, ctlMode)) != 1 {
+		return nil, nil, fmt.Errorf("%w: allreduce: rank %d uses the links where this rank uses shared buffers (pass shared buffers on every rank or on none)", ErrMismatch, j)
+	}
+	pn, pop := *w.u64(ctl, ctlCount), Op(*w.u32(ctl, ctlOp))
+	if pn != uint64(n) || pop != op {
+		return nil, nil, fmt.Errorf("%w: allreduce: rank %d reduces %d elements with %v, this rank %d with %v", ErrMismatch, j, pn, pop, n, op)
+	}
+	view := func(id uint32, off uint64, what string) ([]float32, error) {
+		b := w.byID(id)
+		if b == nil || b.views[j] == nil {
+			return nil, fmt.Errorf("%w: allreduce: rank %d's %s is in shared buffer %d, which this rank does not have", ErrMismatch, j, what, id)
+		}
+		if off > uint64(len(b.views[j])) || uint64(len(b.views[j]))-off < uint64(n) {
+			return nil, fmt.Errorf("%w: allreduce: rank %d's %s (%d elements at %d) lies outside shared buffer %d", ErrProtocol, j, what, n, off, id)
+		}
+		return b.views[j][off : off+uint64(n) : off+uint64(n)], nil
+	}
+	if src, err = view(*w.u32(ctl, ctlSrcID), *w.u64(ctl, ctlSrcOff), "src"); err != nil {
+		return nil, nil, err
+	}
+	if dst, err = view(*w.u32(ctl, ctlDstID), *w.u64(ctl, ctlDstOff), "dst"); err != nil {
+		return nil, nil, err
+	}
+	return src, dst, nil
+}
+
+func (c *Communicator) directDeadline(ctx context.Context) time.Time {
+	var d time.Time
+	if c.opTimeout > 0 {
+		d = time.Now().Add(c.opTimeout)
+	}
+	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
+		d = cd
+	}
+	return d
+}
+
+// directSleep bounds one sleep on a peer's control page, so cancellation,
+// a dead peer and the deadline are noticed within it.
+const directSleep = 5 * time.Millisecond
+
+// directWait waits until rank j's sequence word at off reaches v: it
+// polls, then sleeps on j's control page. A peer that goes away, this
+// communicator breaking (cancellation, another failure) or the deadline
+// d end the wait with the error that names the rank.
+func (c *Communicator) directWait(ctx context.Context, name string, j, off int, v uint32, d time.Time) error {
+	w := c.win
+	ctl := w.peerCtl[j]
+	word := w.u32(ctl, off)
+	ready := func() bool { return int32(atomic.LoadUint32(word)-v) >= 0 }
+	if ready() {
+		return nil
+	}
+	p := c.peers[j]
+	pw, _ := p.conn.(peerWatcher)
+	yield := len(c.local) > runtime.NumCPU()
+	var spinUntil time.Time
+	if !yield {
+		spinUntil = time.Now().Add(directSpin)
+	}
+	for i := 0; ; i++ {
+		if ready() {
+			return nil
+		}
+		if pw != nil && pw.PeerDown() {
+			if ready() {
+				return nil
+			}
+			return c.fail(ctx, name, p, c.explainSendError(p, fmt.Errorf("shared buffers: %w", errPeerGone)))
+		}
+		if i&63 == 63 {
+			if err := c.Err(); err != nil {
+				return err
+			}
+			// Any other rank failing (it aborts and closes its links)
+			// ends the collective too.
+			for _, q := range c.peers {
+				if q != nil && q != p {
+					if qw, ok := q.conn.(peerWatcher); ok && qw.PeerDown() {
+						return c.fail(ctx, name, q, c.explainSendError(q, fmt.Errorf("shared buffers: %w", errPeerGone)))
+					}
+				}
+			}
+			if err := ctxErr(ctx); err != nil {
+				return c.abort(fmt.Errorf("ascend: %s: %w", name, err))
+			}
+		}
+		switch {
+		case yield && i < 64:
+			w.mem.Yield()
+			continue
+		case !yield && (i&15 != 0 || time.Now().Before(spinUntil)):
+			runtime.Gosched()
+			continue
+		}
+		timeout := directSleep
+		if !d.IsZero() {
+			left := time.Until(d)
+			if left <= 0 {
+				return c.abort(&PeerError{Rank: j, Op: name, Err: fmt.Errorf("shared buffers: rank %d made no progress: %w", j, os.ErrDeadlineExceeded)})
+			}
+			timeout = min(timeout, left)
+		}
+		ev, waiters := w.u32(ctl, ctlEvent), w.u32(ctl, ctlWaiters)
+		e := atomic.LoadUint32(ev)
+		atomic.AddUint32(waiters, 1)
+		if !ready() {
+			w.mem.Wait(ev, e, timeout)
+		}
+		atomic.AddUint32(waiters, ^uint32(0))
+	}
+}
+
+// errPeerGone: a peer's link reports it went away.
+var errPeerGone = fmt.Errorf("peer went away: %w", io.EOF)
+
+// Direct reports whether AllReduceInto(dst, src) runs the direct
+// algorithm on this rank: every rank is on this host and both slices lie
+// in shared buffers (AllocShared), with no other algorithm forced.
+func (c *Communicator) Direct(dst, src []float32) bool {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	_, ok := c.directFor(dst, src)
+	return ok && c.size > 1
+}

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package ascend
+
+// addFloats stores a[i]+b[i] into dst[i] for i < len(dst); dst may alias a
+// or b exactly.
+func addFloats(dst, a, b []float32) { addPortable(dst, a, b) }

@@ -1,0 +1,378 @@
+package ascend
+
+// Shared buffers: memory the ranks of one host map into each other's
+// address space, so that a collective reads a peer's data where the peer
+// keeps it instead of having it copied through a link (NCCL's user-buffer
+// registration, MPI's single-copy XPMEM path, OpenSHMEM's symmetric heap).
+//
+// AllocShared is collective: every rank creates a named region, the ranks
+// wait for each other, map the regions of the other ranks of their host
+// and drop the names. A collective whose buffers lie in shared buffers on
+// every rank then runs the direct algorithm (direct.go): each rank reduces
+// its share of the vector straight out of the peers' buffers and copies
+// the other shares from the peers' results — about one pass over the data
+// in place of the two a link costs (copy in, copy out). Ranks synchronise
+// through a control page of their own, one per communicator: sequence
+// words the peers poll and then sleep on (SharedMemory.Wait), like the
+// shared-memory links do.
+//
+// The mapping itself is the transport's business (package ascend/shm on
+// Linux): Config.Shared. Without it AllocShared fails with ErrInvalid and
+// collectives use the links as before. Stage wraps a communicator so that
+// AllReduce on any buffer goes through a shared one (two copies), which
+// is how training uses it.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// SharedMemory maps memory that other processes of the host can map too,
+// and lets them wait for each other on words of it. Package ascend/shm
+// implements it.
+type SharedMemory interface {
+	// Create makes a region of size bytes under name, zeroed and
+	// pre-faulted, and maps it. A stale region of that name is replaced.
+	Create(name string, size int) (SharedRegion, error)
+	// Open maps the region another process created under name; size must
+	// be its size.
+	Open(name string, size int) (SharedRegion, error)
+	// Wait sleeps while *addr == val, at most timeout (an address inside a
+	// mapped region). Spurious wake-ups are allowed.
+	Wait(addr *uint32, val uint32, timeout time.Duration)
+	// Wake wakes every waiter on addr.
+	Wake(addr *uint32)
+	// Yield gives the processor to another runnable thread of any
+	// process (used while ranks outnumber cores).
+	Yield()
+}
+
+// A SharedRegion is one mapping of a region.
+type SharedRegion interface {
+	Bytes() []byte
+	// Unlink removes the region's name; mappings stay valid.
+	Unlink() error
+	// Close unmaps the region.
+	Close() error
+}
+
+// A peerWatcher is a Conn that knows, without reading, that its peer went
+// away (the shared-memory link watches the peer's TCP connection).
+type peerWatcher interface {
+	PeerDown() bool
+}
+
+// SharedBuffer is a buffer of float32 in shared memory, allocated on every
+// rank by AllocShared. Collectives given slices of shared buffers on every
+// rank (any part of them, not necessarily the same offsets) read the
+// peers' data directly.
+type SharedBuffer struct {
+	c     *Communicator
+	id    uint32
+	data  []float32
+	own   SharedRegion
+	peers []SharedRegion // by rank; nil for self and other hosts
+	views [][]float32    // peers' data, by rank
+	freed bool
+}
+
+// Floats is the buffer.
+func (b *SharedBuffer) Floats() []float32 { return b.data }
+
+// Free unmaps the buffer here. Peers may keep using their own buffers
+// among themselves, but a collective that passes this rank a slice of a
+// freed buffer fails with ErrMismatch. It must not be called while a
+// collective uses the buffer.
+func (b *SharedBuffer) Free() error {
+	c := b.c
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if b.freed {
+		return nil
+	}
+	b.freed = true
+	w := c.win
+	for i, x := range w.bufs {
+		if x == b {
+			w.bufs = append(w.bufs[:i], w.bufs[i+1:]...)
+			break
+		}
+	}
+	errs := []error{b.own.Close()}
+	for _, r := range b.peers {
+		if r != nil {
+			errs = append(errs, r.Close())
+		}
+	}
+	b.data, b.views = nil, nil
+	return errors.Join(errs...)
+}
+
+// Control page of a rank (all words little-endian, each group on its own
+// cache line): the sequence words are written by the owner only.
+const (
+	ctlPosted  = 0   // u32: this rank entered collective v (v = seq+1)
+	ctlMode    = 4   // u32: 1 direct, 0 through the links
+	ctlCount   = 8   // u64: elements
+	ctlOp      = 16  // u32
+	ctlSrcID   = 20  // u32: shared buffer id of src
+	ctlDstID   = 24  // u32: and of dst
+	ctlSrcOff  = 32  // u64: element offset of src in its buffer
+	ctlDstOff  = 40  // u64: and of dst
+	ctlReduced = 64  // u32: this rank's share of collective v is final
+	ctlDone    = 128 // u32: this rank read all it needs of collective v
+	ctlEvent   = 192 // u32 futex word, bumped after each sequence word
+	ctlWaiters = 196 // u32: peers blocked (or about to block) on ctlEvent
+	ctlBytes   = 4096
+)
+
+// window is a communicator's shared state: its control page, the peers'
+// and its shared buffers.
+type window struct {
+	mem     SharedMemory
+	prefix  string // region names: prefix + "r<rank>-<id>"
+	ctl     []byte
+	ctlReg  SharedRegion
+	peerCtl [][]byte // by rank; nil for self and other hosts
+	peerReg []SharedRegion
+	bufs    []*SharedBuffer
+	nextID  uint32
+	// srcs and dsts hold the ranks' slices during a direct collective.
+	srcs, dsts [][]float32
+}
+
+func (w *window) u32(ctl []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&ctl[off])) }
+func (w *window) u64(ctl []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&ctl[off])) }
+
+// regionName names rank's region id (0: the control page) of the session.
+func (w *window) regionName(rank int, id uint32) string {
+	return fmt.Sprintf("%sr%d-%d", w.prefix, rank, id)
+}
+
+// sharedAll reports whether every rank is on this host, which the direct
+// algorithms need.
+func (c *Communicator) sharedAll() bool {
+	return c.win != nil && c.win.ctl != nil && len(c.local) == c.size
+}
+
+// AllocShared allocates a shared buffer of n float32 on every rank; it is
+// a collective (every rank calls it, with the same n, at the same point of
+// the call sequence) and needs Config.Shared. Ranks on other hosts get a
+// buffer too, mapped by nobody else: collectives across hosts use the
+// links for it as for any memory.
+func (c *Communicator) AllocShared(ctx context.Context, n int) (*SharedBuffer, error) {
+	if n <= 0 {
+		return nil, errorf(ErrInvalid, "AllocShared of %d elements", n)
+	}
+	if c.shared == nil {
+		return nil, errorf(ErrInvalid, "AllocShared: the communicator has no shared memory (Config.Shared)")
+	}
+	c.opMu.Lock()
+	w := c.win
+	if w == nil {
+		sum := sha256.Sum256([]byte(c.session))
+		w = &window{mem: c.shared, prefix: "ascend-w" + hex.EncodeToString(sum[:8]) + "-", nextID: 1}
+		c.win = w
+	}
+	firstCtl := w.ctl == nil
+	id := w.nextID
+	w.nextID++
+	c.opMu.Unlock()
+
+	size := 4 * n
+	own, err := w.mem.Create(w.regionName(c.rank, id), size)
+	if err != nil {
+		return nil, fmt.Errorf("ascend: AllocShared: %w", err)
+	}
+	var ctlReg SharedRegion
+	if firstCtl {
+		if ctlReg, err = w.mem.Create(w.regionName(c.rank, 0), ctlBytes); err != nil {
+			own.Unlink()
+			own.Close()
+			return nil, fmt.Errorf("ascend: AllocShared: %w", err)
+		}
+	}
+	b := &SharedBuffer{c: c, id: id, own: own, peers: make([]SharedRegion, c.size), views: make([][]float32, c.size)}
+	b.data = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(own.Bytes()))), n)
+	var peerCtl []SharedRegion
+	fail := func(err error) (*SharedBuffer, error) {
+		for _, r := range append(b.peers, peerCtl...) {
+			if r != nil {
+				r.Close()
+			}
+		}
+		own.Unlink()
+		own.Close()
+		if ctlReg != nil {
+			ctlReg.Unlink()
+			ctlReg.Close()
+		}
+		return nil, err
+	}
+	// Everyone has created its regions before anyone opens them, and has
+	// opened them before their names go.
+	if err := c.Barrier(ctx); err != nil {
+		return fail(err)
+	}
+	if firstCtl {
+		peerCtl = make([]SharedRegion, c.size)
+	}
+	for _, j := range c.local {
+		if j == c.rank {
+			continue
+		}
+		r, err := w.mem.Open(w.regionName(j, id), size)
+		if err != nil {
+			return fail(fmt.Errorf("ascend: AllocShared: rank %d's buffer: %w", j, err))
+		}
+		b.peers[j] = r
+		b.views[j] = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(r.Bytes()))), n)
+		if firstCtl {
+			if peerCtl[j], err = w.mem.Open(w.regionName(j, 0), ctlBytes); err != nil {
+				return fail(fmt.Errorf("ascend: AllocShared: rank %d's control page: %w", j, err))
+			}
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return fail(err)
+	}
+	own.Unlink()
+	if ctlReg != nil {
+		ctlReg.Unlink()
+	}
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if firstCtl {
+		w.ctlReg, w.ctl = ctlReg, ctlReg.Bytes()
+		w.peerReg, w.peerCtl = peerCtl, make([][]byte, c.size)
+		w.srcs, w.dsts = make([][]float32, c.size), make([][]float32, c.size)
+		for j, r := range peerCtl {
+			if r != nil {
+				w.peerCtl[j] = r.Bytes()
+			}
+		}
+	}
+	w.bufs = append(w.bufs, b)
+	return b, nil
+}
+
+// find returns the shared buffer holding all of s and s's element offset
+// in it (nil if s is not inside one).
+func (w *window) find(s []float32) (*SharedBuffer, int) {
+	if w == nil || len(s) == 0 {
+		return nil, 0
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+	for _, b := range w.bufs {
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(b.data)))
+		if p >= base && p+4*uintptr(len(s)) <= base+4*uintptr(len(b.data)) {
+			return b, int((p - base) / 4)
+		}
+	}
+	return nil, 0
+}
+
+// byID returns the shared buffer id (nil if unknown here).
+func (w *window) byID(id uint32) *SharedBuffer {
+	for _, b := range w.bufs {
+		if b.id == id {
+			return b
+		}
+	}
+	return nil
+}
+
+// closeWindow unmaps everything; the Communicator is closing.
+func (w *window) close() {
+	if w == nil {
+		return
+	}
+	for _, b := range w.bufs {
+		b.freed = true
+		b.own.Close()
+		for _, r := range b.peers {
+			if r != nil {
+				r.Close()
+			}
+		}
+	}
+	w.bufs = nil
+	if w.ctlReg != nil {
+		w.ctlReg.Close()
+	}
+	for _, r := range w.peerReg {
+		if r != nil {
+			r.Close()
+		}
+	}
+	w.ctl, w.peerCtl = nil, nil
+}
+
+// publish stores v into this rank's sequence word at off and wakes peers
+// sleeping on the control page.
+func (w *window) publish(off int, v uint32) {
+	atomic.StoreUint32(w.u32(w.ctl, off), v)
+	atomic.AddUint32(w.u32(w.ctl, ctlEvent), 1)
+	if atomic.LoadUint32(w.u32(w.ctl, ctlWaiters)) != 0 {
+		w.mem.Wake(w.u32(w.ctl, ctlEvent))
+	}
+}
+
+// Staged is a Communicator whose AllReduce goes through a shared buffer
+// (see Stage); its other methods are the Communicator's.
+type Staged struct {
+	*Communicator
+	mu    sync.Mutex
+	stage *SharedBuffer
+}
+
+// Stage returns c with AllReduce of up to n elements staged through a
+// shared buffer: the caller's buffer is copied in, reduced there by the
+// direct algorithm and copied back — two copies that cost less than the
+// links' two copies per element plus their synchronisation. It applies
+// when every rank is on this host and c has shared memory (the same on
+// every rank); otherwise AllReduce is c's own. Stage is collective. The
+// result has the bits of c's AllReduce with the ring (see direct.go), so
+// staging never changes a training run's numbers.
+func (c *Communicator) Stage(ctx context.Context, n int) (*Staged, error) {
+	s := &Staged{Communicator: c}
+	if c.shared == nil || len(c.local) != c.size || c.size < 2 || n <= 0 {
+		return s, nil
+	}
+	b, err := c.AllocShared(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	s.stage = b
+	return s, nil
+}
+
+// Direct reports whether AllReduce goes through the shared buffer.
+func (s *Staged) Direct() bool { return s.stage != nil }
+
+// AllReduce reduces buf in place like Communicator.AllReduce; buffers of
+// up to the staged length run the direct algorithm on a copy.
+func (s *Staged) AllReduce(ctx context.Context, buf []float32, op Op) error {
+	if s.stage == nil || len(buf) > len(s.stage.data) || len(buf) == 0 {
+		return s.Communicator.AllReduce(ctx, buf, op)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stage.data[:len(buf)]
+	if !s.Communicator.Direct(st, st) { // an algorithm other than the ring forced
+		return s.Communicator.AllReduce(ctx, buf, op)
+	}
+	copy(st, buf)
+	if err := s.Communicator.AllReduce(ctx, st, op); err != nil {
+		return err
+	}
+	copy(buf, st)
+	return nil
+}
