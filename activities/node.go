@@ -112,12 +112,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		return nil, peerError(err, in.From)
 	}
 	defer comm.Close()
-	// Ranks of one host average through shared memory (the ring's bits).
-	staged, err := comm.Stage(ctx, tr.BufferLen())
-	if err != nil {
-		return nil, peerError(err, in.From)
-	}
-	if err := sy.Begin(staged); err != nil {
+	if err := sy.Begin(comm); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadChunkInput", err)
 	}
 	defer sy.End()
@@ -427,7 +422,9 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput) (*ascend.Communi
 		OpTimeout:       in.Spec.HeartbeatTimeout.D(),
 		Algorithm:       algo,
 		SkipCalibration: true,
-		SharedMemory:    true, // links between ranks of one host
+		// Ranks of one host average through shared memory (the direct
+		// algorithm, which has the ring's bits).
+		SharedMemory: true,
 	})
 }
 

@@ -53,10 +53,10 @@ func (c *Communicator) AllReduceInto(ctx context.Context, dst, src []float32, op
 		copy(dst, src)
 		return nil
 	}
-	if a, ok := c.directFor(dst, src); ok {
-		return c.directAllReduce(ctx, seq, a, dst, src, op)
+	if a, path := c.sharedPath(dst, src); path != pathLinks {
+		return c.directAllReduce(ctx, a, path, dst, src, op)
 	}
-	c.postLinks(seq)
+	c.postLinks()
 	algo := c.choose(CollAllReduce, 4*len(src))
 	tag := makeTag(seq, algo, CollAllReduce, int(op))
 	switch algo {

@@ -35,6 +35,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sort"
 	"sync/atomic"
 	"time"
 )
@@ -42,8 +43,14 @@ import (
 // directWhole is the largest vector every rank reduces whole.
 const directWhole = 16 << 10
 
+// directPiece is the most elements one direct operation covers (1 MiB):
+// longer vectors go piece by piece, and ordinary buffers are staged
+// through a shared buffer of this size, small enough to stay in cache.
+const directPiece = 256 << 10
+
 // directBlock is the granularity (elements) at which a rank publishes its
-// share: 128 KiB, so a block is copied while it is still in cache.
+// part of a piece: 128 KiB, so a block is copied while it is still in
+// cache.
 const directBlock = 32 << 10
 
 // directSpin is how long a rank polls a peer's word before it sleeps,
@@ -51,112 +58,155 @@ const directBlock = 32 << 10
 // microseconds on a VM); with more ranks than cores it yields instead.
 const directSpin = 50 * time.Microsecond
 
-// directArgs are the shared buffers of one direct collective on this rank.
+// directArgs says where one rank's src and dst of a piece are: shared
+// buffers and element offsets in them.
 type directArgs struct {
 	src, dst       *SharedBuffer
 	srcOff, dstOff int
 }
 
-// directFor reports whether AllReduceInto(dst, src) runs direct: every
-// rank on this host, both slices in shared buffers, and no algorithm but
-// the ring (or direct) forced. It must give the same answer on every rank, which
-// holds when every rank passes shared buffers or none does; a rank that
-// disagrees is detected (ErrMismatch) by the ranks that go direct.
-func (c *Communicator) directFor(dst, src []float32) (directArgs, bool) {
+// Paths of an AllReduce (sharedPath).
+const (
+	pathLinks  = iota // frames over the links
+	pathDirect        // both slices in shared buffers
+	pathStaged        // ordinary memory, staged through the shared stage
+)
+
+// sharedPath decides how AllReduceInto(dst, src) runs here: direct when
+// both slices lie in shared buffers, staged when not but the communicator
+// has a stage (StageShared), over the links otherwise or when an
+// algorithm other than the ring is forced. Ranks may differ between
+// direct and staged (a piece is a piece wherever it lies); a rank on the
+// links while others are not is detected (ErrMismatch) by the others.
+func (c *Communicator) sharedPath(dst, src []float32) (directArgs, int) {
 	if !c.sharedAll() {
-		return directArgs{}, false
+		return directArgs{}, pathLinks
 	}
 	switch c.force[CollAllReduce] {
 	case AlgoAuto, AlgoDirect, AlgoRing: // direct has the ring's bits
 	default:
-		return directArgs{}, false
+		return directArgs{}, pathLinks
 	}
 	sb, so := c.win.find(src)
 	db, do := c.win.find(dst)
-	if sb == nil || db == nil {
-		return directArgs{}, false
+	switch {
+	case sb != nil && db != nil:
+		return directArgs{src: sb, dst: db, srcOff: so, dstOff: do}, pathDirect
+	case c.win.stage != nil:
+		return directArgs{src: c.win.stage, dst: c.win.stage}, pathStaged
 	}
-	return directArgs{src: sb, dst: db, srcOff: so, dstOff: do}, true
+	return directArgs{}, pathLinks
 }
 
 // postLinks tells ranks that may go direct that this one uses the links
-// for collective seq, so they fail with ErrMismatch instead of waiting.
-func (c *Communicator) postLinks(seq uint32) {
+// for this collective, so they fail with ErrMismatch instead of waiting.
+func (c *Communicator) postLinks() {
 	if c.sharedAll() {
 		w := c.win
+		w.next++
 		atomic.StoreUint32(w.u32(w.ctl, ctlMode), 0)
-		w.publish(ctlPosted, seq+1)
+		w.publish(ctlPosted, w.next)
 	}
 }
 
-// directAllReduce runs the direct algorithm for collective seq.
-func (c *Communicator) directAllReduce(ctx context.Context, seq uint32, a directArgs, dst, src []float32, op Op) error {
+// directAllReduce runs AllReduceInto(dst, src) on the shared path,
+// piece by piece.
+func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, path int, dst, src []float32, op Op) error {
+	n := len(src)
+	offs := equalOffsets(c.offs, n) // the ring's segments: the order of folds
+	d := c.directDeadline(ctx)
+	for p0 := 0; p0 < n; p0 += directPiece {
+		m := min(directPiece, n-p0)
+		pa := a
+		s, t := src[p0:p0+m], dst[p0:p0+m]
+		if path == pathStaged {
+			s = a.src.data[:m]
+			t = s
+			copy(s, src[p0:p0+m])
+		} else {
+			pa.srcOff += p0
+			pa.dstOff += p0
+		}
+		if err := c.directOne(ctx, pa, t, s, n, p0, offs, op, d); err != nil {
+			return err
+		}
+		if path == pathStaged {
+			copy(dst[p0:p0+m], s)
+		}
+	}
+	return nil
+}
+
+// directOne reduces one piece: elements [p0, p0+len(src)) of an n-element
+// vector whose ring segments are offs; src and dst are this rank's.
+func (c *Communicator) directOne(ctx context.Context, a directArgs, dst, src []float32, n, p0 int, offs []int, op Op, d time.Time) error {
 	const name = "allreduce"
 	w := c.win
-	v := seq + 1
-	n := len(src)
-	*w.u64(w.ctl, ctlCount) = uint64(n)
+	w.next++
+	v := w.next
+	m := len(src)
+	*w.u64(w.ctl, ctlCount) = uint64(m)
+	*w.u64(w.ctl, ctlTotal) = uint64(n)
+	*w.u64(w.ctl, ctlPieceOff) = uint64(p0)
 	*w.u32(w.ctl, ctlOp) = uint32(op)
 	*w.u32(w.ctl, ctlSrcID), *w.u32(w.ctl, ctlDstID) = a.src.id, a.dst.id
 	*w.u64(w.ctl, ctlSrcOff), *w.u64(w.ctl, ctlDstOff) = uint64(a.srcOff), uint64(a.dstOff)
 	atomic.StoreUint32(w.u32(w.ctl, ctlMode), 1)
-	atomic.StoreUint32(w.u32(w.ctl, ctlReduced), 0) // no block of collective v yet
+	atomic.StoreUint32(w.u32(w.ctl, ctlReduced), 0) // no block of this piece yet
 	w.publish(ctlPosted, v)
 
-	// The peers' src and dst, by rank (this rank's own slices for itself).
+	// The ranks' src and dst of the piece (this rank's own for itself).
 	srcs, dsts := w.srcs, w.dsts
+	defer clear(srcs)
+	defer clear(dsts)
 	srcs[c.rank], dsts[c.rank] = src, dst
-	d := c.directDeadline(ctx)
 	for i := 1; i < c.size; i++ {
 		j := (c.rank + i) % c.size
 		if err := c.directWait(ctx, name, j, ctlPosted, v, d); err != nil {
 			return err
 		}
-		s, t, err := c.directPeer(j, n, op)
+		s, t, err := c.directPeer(j, m, n, p0, op)
 		if err != nil {
 			return c.abort(&PeerError{Rank: j, Op: name, Err: err})
 		}
 		srcs[j], dsts[j] = s, t
 	}
 
-	offs := equalOffsets(c.offs, n)
-	if 4*n <= directWhole {
+	if 4*n <= directWhole { // then the piece is the whole vector
 		out := dst
 		if same(dst, src) {
-			out = c.scratchFor(n)[:n] // peers read this rank's src while it sums
+			out = c.scratchFor(m)[:m] // peers read this rank's src while it sums
 		}
-		for j := range c.size {
-			c.directSum(out[offs[j]:offs[j+1]], srcs, j, offs[j], offs[j+1], op, false)
-		}
+		c.directFold(out, srcs, 0, m, p0, offs, op, false)
 		if err := c.directDone(ctx, name, v, d); err != nil {
 			return err
 		}
 		if same(dst, src) {
 			copy(dst, out)
 		}
-		clear(srcs)
-		clear(dsts)
 		return nil
 	}
 
-	// Shares, in blocks: reduce block k of this rank's share, publish it,
-	// copy block k of every peer's share as soon as that peer published it
-	// (still in a cache the cores share, rather than in DRAM).
-	blocks := (offs[1] - offs[0] + directBlock - 1) / directBlock // share 0 is the longest
-	lo, hi := offs[c.rank], offs[c.rank+1]
+	// Each rank folds an equal part of the piece, in blocks: fold block k
+	// of this rank's part, publish it, copy block k of every peer's part
+	// as soon as that peer published it (still in a cache the cores
+	// share, rather than in DRAM).
+	parts := equalOffsets(w.parts, m)
+	blocks := (parts[1] - parts[0] + directBlock - 1) / directBlock // part 0 is the longest
+	lo, hi := parts[c.rank], parts[c.rank+1]
 	for k := range blocks {
 		if b0 := lo + k*directBlock; b0 < hi {
 			b1 := min(b0+directBlock, hi)
-			c.directSum(dst[b0:b1], srcs, c.rank, b0, b1, op, same(dst, src))
+			c.directFold(dst[b0:b1], srcs, b0, b1, p0, offs, op, same(dst, src))
 			w.publish(ctlReduced, uint32(k+1))
 		}
 		for i := 1; i < c.size; i++ {
 			j := (c.rank + i) % c.size
-			b0 := offs[j] + k*directBlock
-			if b0 >= offs[j+1] {
+			b0 := parts[j] + k*directBlock
+			if b0 >= parts[j+1] {
 				continue
 			}
-			b1 := min(b0+directBlock, offs[j+1])
+			b1 := min(b0+directBlock, parts[j+1])
 			// In place, dst here is src, which j reads for block k until
 			// it publishes it: copy only then.
 			if err := c.directWait(ctx, name, j, ctlReduced, uint32(k+1), d); err != nil {
@@ -165,15 +215,23 @@ func (c *Communicator) directAllReduce(ctx context.Context, seq uint32, a direct
 			copy(dst[b0:b1], dsts[j][b0:b1])
 		}
 	}
-	if err := c.directDone(ctx, name, v, d); err != nil {
-		return err
-	}
-	clear(srcs)
-	clear(dsts)
-	return nil
+	return c.directDone(ctx, name, v, d)
 }
 
-// directSum stores into out the reduction of srcs[·][b0:b1], part of
+// directFold stores into out the reduction of srcs[·][b0:b1] (piece
+// elements; the piece starts at element p0 of the vector), each element
+// folded in the order the ring reduce-scatter folds its segment of the
+// whole vector (offs).
+func (c *Communicator) directFold(out []float32, srcs [][]float32, b0, b1, p0 int, offs []int, op Op, alias bool) {
+	for i := b0; i < b1; {
+		j := sort.SearchInts(offs, p0+i+1) - 1 // the segment of element p0+i
+		e := min(b1, offs[j+1]-p0)
+		c.directSum(out[i-b0:e-b0], srcs, j, i, e, op, alias)
+		i = e
+	}
+}
+
+// directSum stores into out the reduction of srcs[·][b0:b1], part of ring
 // segment j, in the order the ring reduce-scatter folds segment j —
 // ((x_(j+1) op x_(j+2)) op …) op x_j — so the result has the ring's bits
 // (the two-operand fold is commutative, the order of the folds is what
@@ -201,7 +259,7 @@ func (c *Communicator) directSum(out []float32, srcs [][]float32, j, b0, b1 int,
 	}
 }
 
-// directDone publishes that this rank is done with collective v and waits
+// directDone publishes that this rank is done with piece v and waits
 // until every peer is: then nobody reads this rank's buffers any more.
 func (c *Communicator) directDone(ctx context.Context, name string, v uint32, d time.Time) error {
 	w := c.win
@@ -215,27 +273,30 @@ func (c *Communicator) directDone(ctx context.Context, name string, v uint32, d 
 	return nil
 }
 
-// directPeer checks rank j's posted collective against this rank's (n
-// elements, op) and returns j's src and dst.
-func (c *Communicator) directPeer(j, n int, op Op) (src, dst []float32, err error) {
+// directPeer checks rank j's posted piece against this rank's (m
+// elements at p0 of n, op) and returns j's src and dst of it.
+func (c *Communicator) directPeer(j, m, n, p0 int, op Op) (src, dst []float32, err error) {
 	w := c.win
 	ctl := w.peerCtl[j]
 	if atomic.LoadUint32(w.u32(ctl, ctlMode)) != 1 {
-		return nil, nil, fmt.Errorf("%w: allreduce: rank %d uses the links where this rank uses shared buffers (pass shared buffers on every rank or on none)", ErrMismatch, j)
+		return nil, nil, fmt.Errorf("%w: allreduce: rank %d uses the links where this rank uses shared memory (an algorithm other than the ring forced there?)", ErrMismatch, j)
 	}
-	pn, pop := *w.u64(ctl, ctlCount), Op(*w.u32(ctl, ctlOp))
+	pm, pn, pp, pop := *w.u64(ctl, ctlCount), *w.u64(ctl, ctlTotal), *w.u64(ctl, ctlPieceOff), Op(*w.u32(ctl, ctlOp))
 	if pn != uint64(n) || pop != op {
 		return nil, nil, fmt.Errorf("%w: allreduce: rank %d reduces %d elements with %v, this rank %d with %v", ErrMismatch, j, pn, pop, n, op)
+	}
+	if pm != uint64(m) || pp != uint64(p0) {
+		return nil, nil, fmt.Errorf("%w: allreduce: rank %d is at elements %d+%d, this rank at %d+%d", ErrProtocol, j, pp, pm, p0, m)
 	}
 	view := func(id uint32, off uint64, what string) ([]float32, error) {
 		b := w.byID(id)
 		if b == nil || b.views[j] == nil {
 			return nil, fmt.Errorf("%w: allreduce: rank %d's %s is in shared buffer %d, which this rank does not have", ErrMismatch, j, what, id)
 		}
-		if off > uint64(len(b.views[j])) || uint64(len(b.views[j]))-off < uint64(n) {
-			return nil, fmt.Errorf("%w: allreduce: rank %d's %s (%d elements at %d) lies outside shared buffer %d", ErrProtocol, j, what, n, off, id)
+		if off > uint64(len(b.views[j])) || uint64(len(b.views[j]))-off < uint64(m) {
+			return nil, fmt.Errorf("%w: allreduce: rank %d's %s (%d elements at %d) lies outside shared buffer %d", ErrProtocol, j, what, m, off, id)
 		}
-		return b.views[j][off : off+uint64(n) : off+uint64(n)], nil
+		return b.views[j][off : off+uint64(m) : off+uint64(m)], nil
 	}
 	if src, err = view(*w.u32(ctl, ctlSrcID), *w.u64(ctl, ctlSrcOff), "src"); err != nil {
 		return nil, nil, err
@@ -336,12 +397,21 @@ func (c *Communicator) directWait(ctx context.Context, name string, j, off int, 
 // errPeerGone: a peer's link reports it went away.
 var errPeerGone = fmt.Errorf("peer went away: %w", io.EOF)
 
-// Direct reports whether AllReduceInto(dst, src) runs the direct
-// algorithm on this rank: every rank is on this host and both slices lie
-// in shared buffers (AllocShared), with no other algorithm forced.
+// Direct reports whether AllReduceInto(dst, src) reads the peers' buffers
+// directly here: every rank is on this host, both slices lie in shared
+// buffers (AllocShared) and no algorithm but the ring is forced.
 func (c *Communicator) Direct(dst, src []float32) bool {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	_, ok := c.directFor(dst, src)
-	return ok && c.size > 1
+	_, path := c.sharedPath(dst, src)
+	return path == pathDirect && c.size > 1
+}
+
+// Staged reports whether AllReduce of ordinary memory goes through the
+// shared stage (StageShared) and the direct algorithm.
+func (c *Communicator) Staged() bool {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	_, path := c.sharedPath(nil, nil)
+	return path == pathStaged && c.size > 1
 }

@@ -32,13 +32,13 @@ func sharedCluster(t *testing.T, world int) *ascendtest.Cluster {
 // same shared buffer. Results must be exact (integer inputs), equal on
 // every rank, and src left alone out of place.
 func TestDirectAllReduce(t *testing.T) {
-	lengths := []int{0, 1, 7, 4096, 4097, 100_003, 300_007}
+	lengths := []int{0, 1, 7, 4097, 100_003, 600_011} // 600_011: three pieces
 	for world := 1; world <= 9; world++ {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
 			cl := sharedCluster(t, world)
 			cl.Run(t, func(c *ascend.Communicator) {
 				ctx := context.Background()
-				const maxN = 300_007
+				const maxN = 600_011
 				a, err := c.AllocShared(ctx, 2*maxN+64)
 				if err != nil {
 					t.Errorf("rank %d: AllocShared: %v", c.Rank(), err)
@@ -54,8 +54,11 @@ func TestDirectAllReduce(t *testing.T) {
 				off := c.Rank() % 5 // not the same offsets on every rank
 				for li, n := range lengths {
 					for oi, op := range reduceOps {
+						if n > 10_000 && oi%2 == 1 {
+							continue // Sum and Max suffice for the long ones
+						}
 						seed := 10*li + oi
-						for _, place := range []string{"in-place", "same buffer", "two buffers"} {
+						for _, place := range []string{"in-place", "same buffer", "two buffers", "ordinary", "mixed"} {
 							k := &checker{t: t, what: fmt.Sprintf("world %d rank %d %s %v n=%d", world, c.Rank(), place, op, n)}
 							var src, dst []float32
 							switch place {
@@ -64,15 +67,23 @@ func TestDirectAllReduce(t *testing.T) {
 								dst = src
 							case "same buffer":
 								src, dst = a.Floats()[off:off+n], a.Floats()[maxN+off:maxN+off+n]
-							default:
+							case "two buffers":
 								src, dst = a.Floats()[off:off+n], b.Floats()[off:off+n]
+							case "ordinary": // staged
+								src, dst = make([]float32, n), make([]float32, n)
+							case "mixed": // some ranks staged, some direct
+								if c.Rank()%2 == 0 {
+									src, dst = make([]float32, n), make([]float32, n)
+								} else {
+									src, dst = a.Floats()[off:off+n], b.Floats()[off:off+n]
+								}
 							}
 							fill(src, seed, c.Rank(), 0)
 							if place != "in-place" {
 								copy(dst, garbage(n))
 							}
-							if n > 0 && world > 1 && !c.Direct(dst, src) {
-								t.Errorf("%s: not direct", k.what)
+							if direct := c.Direct(dst, src); world > 1 && n > 0 && direct != (place != "ordinary" && (place != "mixed" || c.Rank()%2 == 1)) {
+								t.Errorf("%s: Direct %v", k.what, direct)
 							}
 							if err := c.AllReduceInto(ctx, dst, src, op); err != nil {
 								t.Errorf("%s: %v", k.what, err)
@@ -92,10 +103,23 @@ func TestDirectAllReduce(t *testing.T) {
 						}
 					}
 				}
-				// Unshared buffers still use the links, on every rank.
+				if world > 1 && !c.Staged() {
+					t.Errorf("rank %d: ordinary memory not staged", c.Rank())
+				}
+				// A forced algorithm other than the ring uses the links.
+				if err := c.SetAlgorithm(ascend.AlgoHD); err != nil {
+					t.Error(err)
+				}
 				buf := gen(1000, 7, c.Rank())
+				if c.Staged() || c.Direct(a.Floats(), a.Floats()) {
+					t.Errorf("rank %d: hd forced, still staged or direct", c.Rank())
+				}
 				if err := c.AllReduce(ctx, buf, ascend.Sum); err != nil {
 					t.Errorf("rank %d: links after direct: %v", c.Rank(), err)
+				}
+				for i := range buf {
+					k := &checker{t: t, what: "links"}
+					k.eq("buf", i, buf[i], reduced(world, 7, i, ascend.Sum))
 				}
 				if err := errors.Join(a.Free(), b.Free()); err != nil {
 					t.Errorf("rank %d: Free: %v", c.Rank(), err)
@@ -105,18 +129,18 @@ func TestDirectAllReduce(t *testing.T) {
 	}
 }
 
-// TestDirectMismatch: a rank passing ordinary memory while the others pass
-// shared buffers, or a different length, fails every rank with
-// ErrMismatch instead of a wrong result or a hang.
+// TestDirectMismatch: a rank on the links (another algorithm forced)
+// while the others read shared memory, or a different length, fails
+// every rank with ErrMismatch instead of a wrong result or a hang.
 func TestDirectMismatch(t *testing.T) {
 	const world, n = 3, 50_000
 	for _, tc := range []struct {
 		name string
 		buf  func(c *ascend.Communicator, sb *ascend.SharedBuffer) []float32
 	}{
-		{"one rank unshared", func(c *ascend.Communicator, sb *ascend.SharedBuffer) []float32 {
+		{"one rank on the links", func(c *ascend.Communicator, sb *ascend.SharedBuffer) []float32 {
 			if c.Rank() == 1 {
-				return make([]float32, n)
+				c.SetAlgorithm(ascend.AlgoHD) // a contract violation, to be detected
 			}
 			return sb.Floats()[:n]
 		}},
@@ -251,7 +275,7 @@ func TestDirectHasRingBits(t *testing.T) {
 			cl.Options.Algorithm = ascend.AlgoRing
 			cl.Run(t, func(c *ascend.Communicator) {
 				ctx := context.Background()
-				const maxN = 200_001
+				const maxN = 600_011 // three pieces
 				sb, err := c.AllocShared(ctx, 2*maxN)
 				if err != nil {
 					t.Errorf("rank %d: %v", c.Rank(), err)
