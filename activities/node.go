@@ -112,6 +112,20 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		return nil, peerError(err, in.From)
 	}
 	defer comm.Close()
+	if comm.CanShare() {
+		// Ranks of one host keep the step buffer in shared memory, where
+		// the peers read it directly (the direct algorithm: the ring's
+		// bits, about one copy of the vector instead of the links' two).
+		sb, err := comm.AllocShared(ctx, tr.BufferLen())
+		if err != nil {
+			return nil, peerError(err, in.From)
+		}
+		restore, err := tr.UseStepBuffer(sb.Floats())
+		if err != nil {
+			return nil, err
+		}
+		defer restore() // before comm.Close unmaps it
+	}
 	if err := sy.Begin(comm); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadChunkInput", err)
 	}
@@ -422,9 +436,7 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput) (*ascend.Communi
 		OpTimeout:       in.Spec.HeartbeatTimeout.D(),
 		Algorithm:       algo,
 		SkipCalibration: true,
-		// Ranks of one host average through shared memory (the direct
-		// algorithm, which has the ring's bits).
-		SharedMemory: true,
+		SharedMemory:    true, // links (and the step buffer) in shared memory within a host
 	})
 }
 

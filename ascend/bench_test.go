@@ -191,3 +191,70 @@ func benchLoopback(b *testing.B, size int, duplex bool) {
 	go pump(y, y, bufs[2], bufs[3], duplex, true)
 	wg.Wait()
 }
+
+// BenchmarkAllReduceShared compares, on shared-memory links, AllReduce of
+// ordinary memory over the links and of shared buffers (direct), ranks in
+// this process (cann-train bench collective --shm [-R 1] runs them as
+// processes, which is what the README reports).
+func BenchmarkAllReduceShared(b *testing.B) {
+	for _, world := range []int{2} {
+		for _, bytes := range []int{64 << 10, 1 << 20, 16 << 20} {
+			for _, mode := range []string{"links", "direct"} {
+				b.Run(fmt.Sprintf("world=%d/%dKiB/%s", world, bytes>>10, mode), func(b *testing.B) {
+					cl := ascendtest.NewCluster(b, world)
+					cl.Options.SharedMemory = true
+					comms, err := cl.Connect(context.Background(), cl.NewSession("bench"))
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer func() {
+						for _, c := range comms {
+							c.Close()
+						}
+					}()
+					bufs := make([][]float32, world)
+					var wg sync.WaitGroup
+					for r, c := range comms {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							bufs[r] = make([]float32, bytes/4)
+							if mode == "direct" {
+								sb, err := c.AllocShared(context.Background(), bytes/4)
+								if err != nil {
+									b.Error(err)
+									return
+								}
+								bufs[r] = sb.Floats()
+							}
+						}()
+					}
+					wg.Wait()
+					run := func(iters int) {
+						var wg sync.WaitGroup
+						for r, c := range comms {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								for range iters {
+									if err := c.AllReduce(context.Background(), bufs[r], ascend.Sum); err != nil {
+										b.Error(err)
+										return
+									}
+								}
+							}()
+						}
+						wg.Wait()
+					}
+					run(2)
+					b.SetBytes(int64(bytes))
+					b.ResetTimer()
+					run(b.N)
+					b.StopTimer()
+					sec := b.Elapsed().Seconds() / float64(b.N)
+					b.ReportMetric(float64(bytes)/sec*2*float64(world-1)/float64(world)/1e9, "busbw_GB/s")
+				})
+			}
+		}
+	}
+}

@@ -53,8 +53,8 @@ func (c *Communicator) AllReduceInto(ctx context.Context, dst, src []float32, op
 		copy(dst, src)
 		return nil
 	}
-	if a, path := c.sharedPath(dst, src); path != pathLinks {
-		return c.directAllReduce(ctx, a, path, dst, src, op)
+	if a, ok := c.directFor(dst, src); ok {
+		return c.directAllReduce(ctx, a, dst, src, op)
 	}
 	c.postLinks()
 	algo := c.choose(CollAllReduce, 4*len(src))

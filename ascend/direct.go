@@ -43,14 +43,8 @@ import (
 // directWhole is the largest vector every rank reduces whole.
 const directWhole = 16 << 10
 
-// directPiece is the most elements one direct operation covers (1 MiB):
-// longer vectors go piece by piece, and ordinary buffers are staged
-// through a shared buffer of this size, small enough to stay in cache.
-const directPiece = 256 << 10
-
 // directBlock is the granularity (elements) at which a rank publishes its
-// part of a piece: 128 KiB, so a block is copied while it is still in
-// cache.
+// part: 128 KiB, so a block is copied while it is still in cache.
 const directBlock = 32 << 10
 
 // directSpin is how long a rank polls a peer's word before it sleeps,
@@ -58,44 +52,33 @@ const directBlock = 32 << 10
 // microseconds on a VM); with more ranks than cores it yields instead.
 const directSpin = 50 * time.Microsecond
 
-// directArgs says where one rank's src and dst of a piece are: shared
-// buffers and element offsets in them.
+// directArgs says where this rank's src and dst are: shared buffers and
+// element offsets in them.
 type directArgs struct {
 	src, dst       *SharedBuffer
 	srcOff, dstOff int
 }
 
-// Paths of an AllReduce (sharedPath).
-const (
-	pathLinks  = iota // frames over the links
-	pathDirect        // both slices in shared buffers
-	pathStaged        // ordinary memory, staged through the shared stage
-)
-
-// sharedPath decides how AllReduceInto(dst, src) runs here: direct when
-// both slices lie in shared buffers, staged when not but the communicator
-// has a stage (StageShared), over the links otherwise or when an
-// algorithm other than the ring is forced. Ranks may differ between
-// direct and staged (a piece is a piece wherever it lies); a rank on the
-// links while others are not is detected (ErrMismatch) by the others.
-func (c *Communicator) sharedPath(dst, src []float32) (directArgs, int) {
+// directFor reports whether AllReduceInto(dst, src) runs direct: every
+// rank on this host, both slices in shared buffers, and no algorithm but
+// the ring forced. Every rank must give the same answer — pass shared
+// buffers on every rank or on none; a rank on the links while others are
+// not is detected (ErrMismatch) by the others.
+func (c *Communicator) directFor(dst, src []float32) (directArgs, bool) {
 	if !c.sharedAll() {
-		return directArgs{}, pathLinks
+		return directArgs{}, false
 	}
 	switch c.force[CollAllReduce] {
 	case AlgoAuto, AlgoDirect, AlgoRing: // direct has the ring's bits
 	default:
-		return directArgs{}, pathLinks
+		return directArgs{}, false
 	}
 	sb, so := c.win.find(src)
 	db, do := c.win.find(dst)
-	switch {
-	case sb != nil && db != nil:
-		return directArgs{src: sb, dst: db, srcOff: so, dstOff: do}, pathDirect
-	case c.win.stage != nil:
-		return directArgs{src: c.win.stage, dst: c.win.stage}, pathStaged
+	if sb == nil || db == nil {
+		return directArgs{}, false
 	}
-	return directArgs{}, pathLinks
+	return directArgs{src: sb, dst: db, srcOff: so, dstOff: do}, true
 }
 
 // postLinks tells ranks that may go direct that this one uses the links
@@ -109,53 +92,25 @@ func (c *Communicator) postLinks() {
 	}
 }
 
-// directAllReduce runs AllReduceInto(dst, src) on the shared path,
-// piece by piece.
-func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, path int, dst, src []float32, op Op) error {
-	n := len(src)
-	offs := equalOffsets(c.offs, n) // the ring's segments: the order of folds
-	d := c.directDeadline(ctx)
-	for p0 := 0; p0 < n; p0 += directPiece {
-		m := min(directPiece, n-p0)
-		pa := a
-		s, t := src[p0:p0+m], dst[p0:p0+m]
-		if path == pathStaged {
-			s = a.src.data[:m]
-			t = s
-			copy(s, src[p0:p0+m])
-		} else {
-			pa.srcOff += p0
-			pa.dstOff += p0
-		}
-		if err := c.directOne(ctx, pa, t, s, n, p0, offs, op, d); err != nil {
-			return err
-		}
-		if path == pathStaged {
-			copy(dst[p0:p0+m], s)
-		}
-	}
-	return nil
-}
-
-// directOne reduces one piece: elements [p0, p0+len(src)) of an n-element
-// vector whose ring segments are offs; src and dst are this rank's.
-func (c *Communicator) directOne(ctx context.Context, a directArgs, dst, src []float32, n, p0 int, offs []int, op Op, d time.Time) error {
+// directAllReduce runs AllReduceInto(dst, src) with the direct
+// algorithm; a says where src and dst are.
+func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, src []float32, op Op) error {
 	const name = "allreduce"
 	w := c.win
 	w.next++
 	v := w.next
-	m := len(src)
-	*w.u64(w.ctl, ctlCount) = uint64(m)
-	*w.u64(w.ctl, ctlTotal) = uint64(n)
-	*w.u64(w.ctl, ctlPieceOff) = uint64(p0)
+	n := len(src)
+	offs := equalOffsets(c.offs, n) // the ring's segments: the order of folds
+	d := c.directDeadline(ctx)
+	*w.u64(w.ctl, ctlCount) = uint64(n)
 	*w.u32(w.ctl, ctlOp) = uint32(op)
 	*w.u32(w.ctl, ctlSrcID), *w.u32(w.ctl, ctlDstID) = a.src.id, a.dst.id
 	*w.u64(w.ctl, ctlSrcOff), *w.u64(w.ctl, ctlDstOff) = uint64(a.srcOff), uint64(a.dstOff)
 	atomic.StoreUint32(w.u32(w.ctl, ctlMode), 1)
-	atomic.StoreUint32(w.u32(w.ctl, ctlReduced), 0) // no block of this piece yet
+	atomic.StoreUint32(w.u32(w.ctl, ctlReduced), 0) // no block of collective v yet
 	w.publish(ctlPosted, v)
 
-	// The ranks' src and dst of the piece (this rank's own for itself).
+	// The ranks' src and dst (this rank's own for itself).
 	srcs, dsts := w.srcs, w.dsts
 	defer clear(srcs)
 	defer clear(dsts)
@@ -165,19 +120,19 @@ func (c *Communicator) directOne(ctx context.Context, a directArgs, dst, src []f
 		if err := c.directWait(ctx, name, j, ctlPosted, v, d); err != nil {
 			return err
 		}
-		s, t, err := c.directPeer(j, m, n, p0, op)
+		s, t, err := c.directPeer(j, n, op)
 		if err != nil {
 			return c.abort(&PeerError{Rank: j, Op: name, Err: err})
 		}
 		srcs[j], dsts[j] = s, t
 	}
 
-	if 4*n <= directWhole { // then the piece is the whole vector
+	if 4*n <= directWhole {
 		out := dst
 		if same(dst, src) {
-			out = c.scratchFor(m)[:m] // peers read this rank's src while it sums
+			out = c.scratchFor(n)[:n] // peers read this rank's src while it sums
 		}
-		c.directFold(out, srcs, 0, m, p0, offs, op, false)
+		c.directFold(out, srcs, 0, n, offs, op, false)
 		if err := c.directDone(ctx, name, v, d); err != nil {
 			return err
 		}
@@ -187,26 +142,24 @@ func (c *Communicator) directOne(ctx context.Context, a directArgs, dst, src []f
 		return nil
 	}
 
-	// Each rank folds an equal part of the piece, in blocks: fold block k
-	// of this rank's part, publish it, copy block k of every peer's part
-	// as soon as that peer published it (still in a cache the cores
-	// share, rather than in DRAM).
-	parts := equalOffsets(w.parts, m)
-	blocks := (parts[1] - parts[0] + directBlock - 1) / directBlock // part 0 is the longest
-	lo, hi := parts[c.rank], parts[c.rank+1]
+	// Each rank folds its segment in blocks: fold block k, publish it,
+	// copy block k of every peer's segment as soon as that peer published
+	// it (still in a cache the cores share, rather than in DRAM).
+	blocks := (offs[1] - offs[0] + directBlock - 1) / directBlock // segment 0 is the longest
+	lo, hi := offs[c.rank], offs[c.rank+1]
 	for k := range blocks {
 		if b0 := lo + k*directBlock; b0 < hi {
 			b1 := min(b0+directBlock, hi)
-			c.directFold(dst[b0:b1], srcs, b0, b1, p0, offs, op, same(dst, src))
+			c.directSum(dst[b0:b1], srcs, c.rank, b0, b1, op, same(dst, src))
 			w.publish(ctlReduced, uint32(k+1))
 		}
 		for i := 1; i < c.size; i++ {
 			j := (c.rank + i) % c.size
-			b0 := parts[j] + k*directBlock
-			if b0 >= parts[j+1] {
+			b0 := offs[j] + k*directBlock
+			if b0 >= offs[j+1] {
 				continue
 			}
-			b1 := min(b0+directBlock, parts[j+1])
+			b1 := min(b0+directBlock, offs[j+1])
 			// In place, dst here is src, which j reads for block k until
 			// it publishes it: copy only then.
 			if err := c.directWait(ctx, name, j, ctlReduced, uint32(k+1), d); err != nil {
@@ -218,14 +171,13 @@ func (c *Communicator) directOne(ctx context.Context, a directArgs, dst, src []f
 	return c.directDone(ctx, name, v, d)
 }
 
-// directFold stores into out the reduction of srcs[·][b0:b1] (piece
-// elements; the piece starts at element p0 of the vector), each element
-// folded in the order the ring reduce-scatter folds its segment of the
-// whole vector (offs).
-func (c *Communicator) directFold(out []float32, srcs [][]float32, b0, b1, p0 int, offs []int, op Op, alias bool) {
+// directFold stores into out the reduction of srcs[·][b0:b1], each
+// element folded in the order the ring reduce-scatter folds its segment
+// (offs).
+func (c *Communicator) directFold(out []float32, srcs [][]float32, b0, b1 int, offs []int, op Op, alias bool) {
 	for i := b0; i < b1; {
-		j := sort.SearchInts(offs, p0+i+1) - 1 // the segment of element p0+i
-		e := min(b1, offs[j+1]-p0)
+		j := sort.SearchInts(offs, i+1) - 1 // the segment of element i
+		e := min(b1, offs[j+1])
 		c.directSum(out[i-b0:e-b0], srcs, j, i, e, op, alias)
 		i = e
 	}
@@ -259,7 +211,7 @@ func (c *Communicator) directSum(out []float32, srcs [][]float32, j, b0, b1 int,
 	}
 }
 
-// directDone publishes that this rank is done with piece v and waits
+// directDone publishes that this rank is done with collective v and waits
 // until every peer is: then nobody reads this rank's buffers any more.
 func (c *Communicator) directDone(ctx context.Context, name string, v uint32, d time.Time) error {
 	w := c.win
@@ -273,21 +225,19 @@ func (c *Communicator) directDone(ctx context.Context, name string, v uint32, d 
 	return nil
 }
 
-// directPeer checks rank j's posted piece against this rank's (m
-// elements at p0 of n, op) and returns j's src and dst of it.
-func (c *Communicator) directPeer(j, m, n, p0 int, op Op) (src, dst []float32, err error) {
+// directPeer checks rank j's posted collective against this rank's (n
+// elements, op) and returns j's src and dst.
+func (c *Communicator) directPeer(j, n int, op Op) (src, dst []float32, err error) {
 	w := c.win
 	ctl := w.peerCtl[j]
 	if atomic.LoadUint32(w.u32(ctl, ctlMode)) != 1 {
-		return nil, nil, fmt.Errorf("%w: allreduce: rank %d uses the links where this rank uses shared memory (an algorithm other than the ring forced there?)", ErrMismatch, j)
+		return nil, nil, fmt.Errorf("%w: allreduce: rank %d uses the links where this rank uses shared buffers (pass shared buffers on every rank or on none)", ErrMismatch, j)
 	}
-	pm, pn, pp, pop := *w.u64(ctl, ctlCount), *w.u64(ctl, ctlTotal), *w.u64(ctl, ctlPieceOff), Op(*w.u32(ctl, ctlOp))
+	pn, pop := *w.u64(ctl, ctlCount), Op(*w.u32(ctl, ctlOp))
 	if pn != uint64(n) || pop != op {
 		return nil, nil, fmt.Errorf("%w: allreduce: rank %d reduces %d elements with %v, this rank %d with %v", ErrMismatch, j, pn, pop, n, op)
 	}
-	if pm != uint64(m) || pp != uint64(p0) {
-		return nil, nil, fmt.Errorf("%w: allreduce: rank %d is at elements %d+%d, this rank at %d+%d", ErrProtocol, j, pp, pm, p0, m)
-	}
+	m := n
 	view := func(id uint32, off uint64, what string) ([]float32, error) {
 		b := w.byID(id)
 		if b == nil || b.views[j] == nil {
@@ -403,15 +353,13 @@ var errPeerGone = fmt.Errorf("peer went away: %w", io.EOF)
 func (c *Communicator) Direct(dst, src []float32) bool {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	_, path := c.sharedPath(dst, src)
-	return path == pathDirect && c.size > 1
+	_, ok := c.directFor(dst, src)
+	return ok && c.size > 1
 }
 
-// Staged reports whether AllReduce of ordinary memory goes through the
-// shared stage (StageShared) and the direct algorithm.
-func (c *Communicator) Staged() bool {
-	c.opMu.Lock()
-	defer c.opMu.Unlock()
-	_, path := c.sharedPath(nil, nil)
-	return path == pathStaged && c.size > 1
+// CanShare reports whether shared buffers would be read directly: the
+// communicator has shared memory and every rank is on this host (the
+// same answer on every rank).
+func (c *Communicator) CanShare() bool {
+	return c.shared != nil && len(c.local) == c.size && c.size > 1
 }

@@ -32,7 +32,7 @@ func sharedCluster(t *testing.T, world int) *ascendtest.Cluster {
 // same shared buffer. Results must be exact (integer inputs), equal on
 // every rank, and src left alone out of place.
 func TestDirectAllReduce(t *testing.T) {
-	lengths := []int{0, 1, 7, 4097, 100_003, 600_011} // 600_011: three pieces
+	lengths := []int{0, 1, 7, 4097, 100_003, 600_011}
 	for world := 1; world <= 9; world++ {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
 			cl := sharedCluster(t, world)
@@ -58,7 +58,7 @@ func TestDirectAllReduce(t *testing.T) {
 							continue // Sum and Max suffice for the long ones
 						}
 						seed := 10*li + oi
-						for _, place := range []string{"in-place", "same buffer", "two buffers", "ordinary", "mixed"} {
+						for _, place := range []string{"in-place", "same buffer", "two buffers"} {
 							k := &checker{t: t, what: fmt.Sprintf("world %d rank %d %s %v n=%d", world, c.Rank(), place, op, n)}
 							var src, dst []float32
 							switch place {
@@ -67,23 +67,15 @@ func TestDirectAllReduce(t *testing.T) {
 								dst = src
 							case "same buffer":
 								src, dst = a.Floats()[off:off+n], a.Floats()[maxN+off:maxN+off+n]
-							case "two buffers":
+							default:
 								src, dst = a.Floats()[off:off+n], b.Floats()[off:off+n]
-							case "ordinary": // staged
-								src, dst = make([]float32, n), make([]float32, n)
-							case "mixed": // some ranks staged, some direct
-								if c.Rank()%2 == 0 {
-									src, dst = make([]float32, n), make([]float32, n)
-								} else {
-									src, dst = a.Floats()[off:off+n], b.Floats()[off:off+n]
-								}
 							}
 							fill(src, seed, c.Rank(), 0)
 							if place != "in-place" {
 								copy(dst, garbage(n))
 							}
-							if direct := c.Direct(dst, src); world > 1 && n > 0 && direct != (place != "ordinary" && (place != "mixed" || c.Rank()%2 == 1)) {
-								t.Errorf("%s: Direct %v", k.what, direct)
+							if world > 1 && n > 0 && !c.Direct(dst, src) {
+								t.Errorf("%s: not direct", k.what)
 							}
 							if err := c.AllReduceInto(ctx, dst, src, op); err != nil {
 								t.Errorf("%s: %v", k.what, err)
@@ -103,16 +95,20 @@ func TestDirectAllReduce(t *testing.T) {
 						}
 					}
 				}
-				if world > 1 && !c.Staged() {
-					t.Errorf("rank %d: ordinary memory not staged", c.Rank())
+				if c.CanShare() != (world > 1) {
+					t.Errorf("rank %d: CanShare %v", c.Rank(), c.CanShare())
 				}
-				// A forced algorithm other than the ring uses the links.
+				// Ordinary memory, and a forced algorithm other than the
+				// ring, use the links.
+				buf := gen(1000, 7, c.Rank())
+				if c.Direct(buf, buf) {
+					t.Errorf("rank %d: ordinary memory direct", c.Rank())
+				}
 				if err := c.SetAlgorithm(ascend.AlgoHD); err != nil {
 					t.Error(err)
 				}
-				buf := gen(1000, 7, c.Rank())
-				if c.Staged() || c.Direct(a.Floats(), a.Floats()) {
-					t.Errorf("rank %d: hd forced, still staged or direct", c.Rank())
+				if c.Direct(a.Floats(), a.Floats()) {
+					t.Errorf("rank %d: hd forced, still direct", c.Rank())
 				}
 				if err := c.AllReduce(ctx, buf, ascend.Sum); err != nil {
 					t.Errorf("rank %d: links after direct: %v", c.Rank(), err)
@@ -129,15 +125,21 @@ func TestDirectAllReduce(t *testing.T) {
 	}
 }
 
-// TestDirectMismatch: a rank on the links (another algorithm forced)
-// while the others read shared memory, or a different length, fails
-// every rank with ErrMismatch instead of a wrong result or a hang.
+// TestDirectMismatch: a rank passing ordinary memory or forcing another
+// algorithm while the others pass shared buffers, or a different length,
+// fails every rank with ErrMismatch instead of a wrong result or a hang.
 func TestDirectMismatch(t *testing.T) {
 	const world, n = 3, 50_000
 	for _, tc := range []struct {
 		name string
 		buf  func(c *ascend.Communicator, sb *ascend.SharedBuffer) []float32
 	}{
+		{"one rank unshared", func(c *ascend.Communicator, sb *ascend.SharedBuffer) []float32 {
+			if c.Rank() == 1 {
+				return make([]float32, n)
+			}
+			return sb.Floats()[:n]
+		}},
 		{"one rank on the links", func(c *ascend.Communicator, sb *ascend.SharedBuffer) []float32 {
 			if c.Rank() == 1 {
 				c.SetAlgorithm(ascend.AlgoHD) // a contract violation, to be detected
@@ -275,7 +277,7 @@ func TestDirectHasRingBits(t *testing.T) {
 			cl.Options.Algorithm = ascend.AlgoRing
 			cl.Run(t, func(c *ascend.Communicator) {
 				ctx := context.Background()
-				const maxN = 600_011 // three pieces
+				const maxN = 600_011
 				sb, err := c.AllocShared(ctx, 2*maxN)
 				if err != nil {
 					t.Errorf("rank %d: %v", c.Rank(), err)

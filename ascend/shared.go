@@ -18,10 +18,10 @@ package ascend
 //
 // The mapping itself is the transport's business (package ascend/shm on
 // Linux): Config.Shared. Without it AllocShared fails with ErrInvalid and
-// collectives use the links as before. StageShared gives a communicator a
-// shared staging buffer through which AllReduce of ordinary memory runs
-// the direct algorithm too (two extra copies, in cache), which is how
-// ascend/tcp sets up shared-memory groups and so how training uses it.
+// collectives use the links as before. (Staging ordinary memory through a
+// shared buffer — copy in, direct, copy out — was measured slower than the
+// shared-memory links: the two extra copies cost as much as the links'
+// whole exchange. Training instead keeps its step buffer in shared memory.)
 
 import (
 	"context"
@@ -118,21 +118,19 @@ func (b *SharedBuffer) Free() error {
 // Control page of a rank (all words little-endian, each group on its own
 // cache line): the sequence words are written by the owner only.
 const (
-	ctlPosted   = 0   // u32: this rank posted piece v (a counter of direct pieces)
-	ctlMode     = 4   // u32: 1 direct, 0 through the links
-	ctlCount    = 8   // u64: elements of the piece
-	ctlOp       = 16  // u32
-	ctlSrcID    = 20  // u32: shared buffer id of src
-	ctlDstID    = 24  // u32: and of dst
-	ctlSrcOff   = 32  // u64: element offset of src in its buffer
-	ctlDstOff   = 40  // u64: and of dst
-	ctlTotal    = 48  // u64: elements of the whole vector
-	ctlPieceOff = 56  // u64: where the piece starts in it
-	ctlReduced  = 64  // u32: blocks of this rank's part of piece v that are final
-	ctlDone     = 128 // u32: this rank read all it needs of piece v
-	ctlEvent    = 192 // u32 futex word, bumped after each sequence word
-	ctlWaiters  = 196 // u32: peers blocked (or about to block) on ctlEvent
-	ctlBytes    = 4096
+	ctlPosted  = 0   // u32: this rank posted direct collective v (a counter)
+	ctlMode    = 4   // u32: 1 direct, 0 through the links
+	ctlCount   = 8   // u64: elements
+	ctlOp      = 16  // u32
+	ctlSrcID   = 20  // u32: shared buffer id of src
+	ctlDstID   = 24  // u32: and of dst
+	ctlSrcOff  = 32  // u64: element offset of src in its buffer
+	ctlDstOff  = 40  // u64: and of dst
+	ctlReduced = 64  // u32: blocks of this rank's segment of v that are final
+	ctlDone    = 128 // u32: this rank read all it needs of v
+	ctlEvent   = 192 // u32 futex word, bumped after each sequence word
+	ctlWaiters = 196 // u32: peers blocked (or about to block) on ctlEvent
+	ctlBytes   = 4096
 )
 
 // window is a communicator's shared state: its control page, the peers'
@@ -146,12 +144,9 @@ type window struct {
 	peerReg []SharedRegion
 	bufs    []*SharedBuffer
 	nextID  uint32
-	stage   *SharedBuffer // StageShared's
-	next    uint32        // the last piece posted (ctlPosted)
-	// srcs and dsts hold the ranks' slices during a direct piece, parts
-	// its split among the ranks.
+	next    uint32 // the last direct collective posted (ctlPosted)
+	// srcs and dsts hold the ranks' slices during a direct collective.
 	srcs, dsts [][]float32
-	parts      []int
 }
 
 func (w *window) u32(ctl []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&ctl[off])) }
@@ -259,7 +254,6 @@ func (c *Communicator) AllocShared(ctx context.Context, n int) (*SharedBuffer, e
 		w.ctlReg, w.ctl = ctlReg, ctlReg.Bytes()
 		w.peerReg, w.peerCtl = peerCtl, make([][]byte, c.size)
 		w.srcs, w.dsts = make([][]float32, c.size), make([][]float32, c.size)
-		w.parts = make([]int, c.size+1)
 		for j, r := range peerCtl {
 			if r != nil {
 				w.peerCtl[j] = r.Bytes()
@@ -330,33 +324,4 @@ func (w *window) publish(off int, v uint32) {
 	if atomic.LoadUint32(w.u32(w.ctl, ctlWaiters)) != 0 {
 		w.mem.Wake(w.u32(w.ctl, ctlEvent))
 	}
-}
-
-// StageShared makes AllReduce of ordinary memory run the direct
-// algorithm too, through a shared staging buffer of this rank (1 MiB;
-// longer vectors go piece by piece): each piece is copied in, reduced
-// there, copied out. Two copies of cache-resident data cost less than a
-// link's two copies of every element plus its synchronisation. It is
-// collective and applies when every rank is on this host and the
-// communicator has shared memory (ascend/tcp calls it when it links ranks
-// over shared memory); elsewhere it does nothing. Results keep the ring's
-// bits (see direct.go).
-func (c *Communicator) StageShared(ctx context.Context) error {
-	if c.shared == nil || len(c.local) != c.size || c.size < 2 {
-		return nil
-	}
-	c.opMu.Lock()
-	have := c.win != nil && c.win.stage != nil
-	c.opMu.Unlock()
-	if have {
-		return nil
-	}
-	b, err := c.AllocShared(ctx, directPiece)
-	if err != nil {
-		return err
-	}
-	c.opMu.Lock()
-	c.win.stage = b
-	c.opMu.Unlock()
-	return nil
 }

@@ -164,14 +164,11 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	off := 0
 	for l := 0; l+1 < len(sizes); l++ {
 		in, out := sizes[l], sizes[l+1]
-		ly := layer{in: in, out: out}
 		t.offsets = append(t.offsets, off)
-		ly.w, ly.gw = t.params[off:off+in*out:off+in*out], t.grad[off:off+in*out:off+in*out]
-		off += in * out
-		ly.b, ly.gb = t.params[off:off+out:off+out], t.grad[off:off+out:off+out]
-		off += out
-		t.layers = append(t.layers, ly)
+		t.layers = append(t.layers, layer{in: in, out: out, w: t.params[off : off+in*out : off+in*out], b: t.params[off+in*out : off+in*out+out : off+in*out+out]})
+		off += in*out + out
 	}
+	t.bindGrad()
 	t.buckets = bucketLayout(t.offsets, n, bucketFloats(cfg.BucketBytes, DefaultBucketBytes), bucketFloats(cfg.FirstBucketBytes, DefaultFirstBucketBytes))
 	t.payloadBuckets = len(t.buckets)
 	if nStats > 0 {
@@ -182,6 +179,40 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	t.deltas[0] = nil
 	t.initParams()
 	return t, nil
+}
+
+// bindGrad points the layers' gradient views into t.grad.
+func (t *Trainer) bindGrad() {
+	for l := range t.layers {
+		ly := &t.layers[l]
+		off, in, out := t.offsets[l], ly.in, ly.out
+		ly.gw = t.grad[off : off+in*out : off+in*out]
+		ly.gb = t.grad[off+in*out : off+in*out+out : off+in*out+out]
+	}
+}
+
+// UseStepBuffer makes buf (BufferLen elements) the step buffer — the
+// gradients, loss and statistics a step averages across ranks — until
+// the returned function moves the trainer back to its own buffer. The
+// point is memory the averaging reads without copying (a communicator's
+// shared buffer, which the peers of a host read directly). The buffer's
+// contents carry over both ways; buf must stay valid until the restore.
+func (t *Trainer) UseStepBuffer(buf []float32) (restore func(), err error) {
+	if len(buf) != len(t.grad) {
+		return nil, fmt.Errorf("engine: step buffer of %d elements, want %d", len(buf), len(t.grad))
+	}
+	own := t.grad
+	copy(buf, own)
+	t.grad = buf
+	t.bindGrad()
+	return func() {
+		if &t.grad[0] != &buf[0] {
+			return // restored already, or another buffer since
+		}
+		copy(own, t.grad)
+		t.grad = own
+		t.bindGrad()
+	}, nil
 }
 
 func allocActs(sizes []int, rows int) [][]float32 {

@@ -441,3 +441,46 @@ func BenchmarkStep(b *testing.B) {
 		})
 	}
 }
+
+// TestUseStepBuffer: training with the step buffer moved elsewhere (as a
+// node moves it into shared memory for a chunk) gives the same weights,
+// the reducer sees the new buffer, and the restore moves back for good.
+func TestUseStepBuffer(t *testing.T) {
+	ds := synthDataset(3, 400, 16, 4)
+	cfg := Config{Seed: 5, Hidden: []int{12}, LearningRate: 1e-2, BatchPerRank: 8, World: 1}
+	ref, _ := NewTrainer(cfg, ds)
+	tr, _ := NewTrainer(cfg, ds)
+	if _, err := tr.UseStepBuffer(make([]float32, tr.BufferLen()+1)); err == nil {
+		t.Fatal("a buffer of the wrong length was taken")
+	}
+	for i := range 30 {
+		if _, err := ref.Step(context.Background(), noReduce); err != nil {
+			t.Fatal(err)
+		}
+		var restore func()
+		buf := make([]float32, tr.BufferLen())
+		if i%10 < 5 { // half of the steps on another buffer
+			var err error
+			if restore, err = tr.UseStepBuffer(buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		saw := false
+		if _, err := tr.Step(context.Background(), func(_ context.Context, b []float32) error {
+			saw = &b[0] == &buf[0]
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if saw != (restore != nil) {
+			t.Fatalf("step %d: reducer saw the moved buffer: %v, want %v", i, saw, restore != nil)
+		}
+		if restore != nil {
+			restore()
+			restore() // twice is harmless
+		}
+	}
+	if tr.WeightsSHA256() != ref.WeightsSHA256() {
+		t.Error("weights differ from training on the trainer's own buffer")
+	}
+}

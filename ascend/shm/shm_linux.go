@@ -504,8 +504,12 @@ func (c *Conn) SetSpinFor(d time.Duration, yieldOS bool) {
 	c.yieldOS.Store(yieldOS)
 }
 
-// osYield gives the CPU to another runnable thread of any process.
-func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+// osYield gives the CPU to another runnable thread of any process. Raw
+// (no entersyscall): a yield that gives the core away for more than 20 µs
+// would otherwise let the runtime hand this thread's P to another thread
+// it must wake (see ascend/tcp's pollYield, where that cost 5× the
+// context switches with 4 ranks on 2 cores).
+func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // Close implements ascend.Conn: it tells the peer, wakes every blocked
 // call (theirs and ours), waits for ours to return and unmaps the

@@ -182,13 +182,6 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 		comm.Close()
 		return nil, fmt.Errorf("group not formed: %w", err)
 	}
-	if opts.SharedMemory {
-		// AllReduce of ranks all on this host reads the peers' memory.
-		if err := comm.StageShared(bctx); err != nil {
-			comm.Close()
-			return nil, fmt.Errorf("shared staging buffer: %w", err)
-		}
-	}
 	if !opts.SkipCalibration {
 		if _, err := comm.Calibrate(bctx); err != nil {
 			comm.Close()
