@@ -16,9 +16,9 @@ package ascend
 //
 // Each rank reads n + n(p-1)/p elements and writes n: about one copy of
 // the vector, where a ring over links copies it twice (into the link, out
-// of it) besides reducing. Small vectors (≤ directWhole bytes) skip the
-// gather: every rank folds the whole vector itself, one synchronisation
-// less.
+// of it) besides reducing. Small vectors (p·n·4 ≤ directWhole bytes)
+// skip the gather: every rank folds the whole vector itself, one
+// synchronisation less and no lines to pull from another core's cache.
 //
 // Segment j is folded in the order the ring reduce-scatter folds it, so
 // the result is bit-identical to the ring algorithm's (and equal on every
@@ -40,8 +40,12 @@ import (
 	"time"
 )
 
-// directWhole is the largest vector every rank reduces whole.
-const directWhole = 16 << 10
+// directWhole bounds the bytes a rank reads when it folds the whole vector
+// itself (p inputs of n floats): below it that beats folding a segment and
+// copying the others from the peers, whose freshly written lines are
+// expensive to move between cores (2 ranks, 256 KiB: 25–31 GB/s busbw
+// whole, 11–13 by segments; 4 ranks at 4 MiB and up, whole is 2× slower).
+const directWhole = 1 << 20
 
 // directBlock is the granularity (elements) at which a rank publishes its
 // part: 128 KiB, so a block is copied while it is still in cache.
@@ -127,7 +131,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		srcs[j], dsts[j] = s, t
 	}
 
-	if 4*n <= directWhole {
+	if 4*n*c.size <= directWhole {
 		out := dst
 		if same(dst, src) {
 			out = c.scratchFor(n)[:n] // peers read this rank's src while it sums
