@@ -2,7 +2,11 @@
 
 package ascend
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // hasAVX2 is read-only after package initialisation.
 var hasAVX2 = cpu.X86.HasAVX2
@@ -28,4 +32,50 @@ func addFloats(dst, a, b []float32) {
 		}
 	}
 	addPortable(dst[v:], a[v:], b[v:])
+}
+
+//go:noescape
+func addAVX2NT(dst, a, b *float32, n int)
+
+//go:noescape
+func copyAVX2NT(dst, src *float32, n int)
+
+// ntHead is how many elements of dst precede its first 32-byte boundary.
+func ntHead(dst []float32) int {
+	return int((32-uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%32)%32) / 4
+}
+
+// addFloatsNT is addFloats with non-temporal stores for the bulk: for
+// vectors that do not fit in cache, where writing around the caches saves
+// reading dst in first. Same bits as addFloats; the stores are fenced.
+func addFloatsNT(dst, a, b []float32) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
+	h := min(ntHead(dst), n)
+	if !hasAVX2 || uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%4 != 0 {
+		addFloats(dst, a, b)
+		return
+	}
+	addPortable(dst[:h], a[:h], b[:h])
+	v := (n - h) &^ 31
+	if v > 0 {
+		addAVX2NT(&dst[h], &a[h], &b[h], v)
+	}
+	addPortable(dst[h+v:], a[h+v:], b[h+v:])
+}
+
+// copyNT is copy with non-temporal stores for the bulk (see addFloatsNT).
+func copyNT(dst, src []float32) {
+	n := min(len(dst), len(src))
+	h := min(ntHead(dst), n)
+	if !hasAVX2 || uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%4 != 0 {
+		copy(dst, src)
+		return
+	}
+	copy(dst[:h], src[:h])
+	v := (n - h) &^ 31
+	if v > 0 {
+		copyAVX2NT(&dst[h], &src[h], v)
+	}
+	copy(dst[h+v:n], src[h+v:n])
 }

@@ -32,3 +32,63 @@ loop:
 	JNZ     loop
 	VZEROUPPER
 	RET
+
+// func addAVX2NT(dst, a, b *float32, n int)
+//
+// addAVX2 with non-temporal stores: dst must be 32-byte aligned. The
+// stores bypass the caches (no read-for-ownership of dst) and are fenced
+// (SFENCE) before returning, so a flag published after the call orders
+// after them.
+TEXT ·addAVX2NT(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ a+8(FP), SI
+	MOVQ b+16(FP), DX
+	MOVQ n+24(FP), CX
+
+loopnt:
+	VMOVUPS  0(SI), Y0
+	VMOVUPS  32(SI), Y1
+	VMOVUPS  64(SI), Y2
+	VMOVUPS  96(SI), Y3
+	VADDPS   0(DX), Y0, Y0
+	VADDPS   32(DX), Y1, Y1
+	VADDPS   64(DX), Y2, Y2
+	VADDPS   96(DX), Y3, Y3
+	VMOVNTPS Y0, 0(DI)
+	VMOVNTPS Y1, 32(DI)
+	VMOVNTPS Y2, 64(DI)
+	VMOVNTPS Y3, 96(DI)
+	ADDQ     $128, SI
+	ADDQ     $128, DX
+	ADDQ     $128, DI
+	SUBQ     $32, CX
+	JNZ      loopnt
+	SFENCE
+	VZEROUPPER
+	RET
+
+// func copyAVX2NT(dst, src *float32, n int)
+//
+// dst[i] = src[i] for i < n with non-temporal stores; dst 32-byte
+// aligned, n > 0 a multiple of 32; fenced like addAVX2NT.
+TEXT ·copyAVX2NT(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+loopcp:
+	VMOVUPS  0(SI), Y0
+	VMOVUPS  32(SI), Y1
+	VMOVUPS  64(SI), Y2
+	VMOVUPS  96(SI), Y3
+	VMOVNTPS Y0, 0(DI)
+	VMOVNTPS Y1, 32(DI)
+	VMOVNTPS Y2, 64(DI)
+	VMOVNTPS Y3, 96(DI)
+	ADDQ     $128, SI
+	ADDQ     $128, DI
+	SUBQ     $32, CX
+	JNZ      loopcp
+	SFENCE
+	VZEROUPPER
+	RET

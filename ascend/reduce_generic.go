@@ -5,3 +5,9 @@ package ascend
 // addFloats stores a[i]+b[i] into dst[i] for i < len(dst); dst may alias a
 // or b exactly.
 func addFloats(dst, a, b []float32) { addPortable(dst, a, b) }
+
+// addFloatsNT is addFloats.
+func addFloatsNT(dst, a, b []float32) { addFloats(dst, a, b) }
+
+// copyNT is copy.
+func copyNT(dst, src []float32) { copy(dst, src) }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -35,10 +36,37 @@ func TestAddFloatsMatchesPortable(t *testing.T) {
 				case "b":
 					dst = b
 				}
-				addFloats(dst, a, b)
-				for i := range n {
-					if math.Float32bits(dst[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("n=%d shift=%d alias=%s: [%d] = %v, want %v", n, shift, alias, i, dst[i], want[i])
+				for _, k := range []struct {
+					name string
+					f    func(d, x, y []float32)
+				}{{"addFloats", addFloats}, {"addFloatsNT", addFloatsNT}} {
+					if alias == "none" {
+						clear(dst)
+					}
+					a2, b2 := slices.Clone(a), slices.Clone(b)
+					d := dst
+					switch alias {
+					case "a":
+						copy(a, a2)
+						d = a
+					case "b":
+						copy(b, b2)
+						d = b
+					}
+					k.f(d, a, b)
+					for i := range n {
+						if math.Float32bits(d[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s n=%d shift=%d alias=%s: [%d] = %v, want %v", k.name, n, shift, alias, i, d[i], want[i])
+						}
+					}
+					copy(a, a2)
+					copy(b, b2)
+				}
+				if alias == "none" {
+					c := make([]float32, n+shift)[shift:]
+					copyNT(c, a)
+					if !slices.Equal(c, a) && !slices.EqualFunc(c, a, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }) {
+						t.Fatalf("copyNT n=%d shift=%d differs", n, shift)
 					}
 				}
 			}

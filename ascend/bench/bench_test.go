@@ -412,3 +412,19 @@ func TestLaunchSharedBuffers(t *testing.T) {
 		t.Errorf("-R 1 without -shm: %v", err)
 	}
 }
+
+func TestLimitSizes(t *testing.T) {
+	for _, tc := range []struct {
+		max  int64
+		want []int64
+	}{
+		{8 << 10, []int64{8 << 10}},
+		{1 << 20, []int64{1 << 20}},
+		{8 << 20, []int64{1 << 20, 4 << 20}},
+		{256 << 20, []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20}},
+	} {
+		if got := limitSizes(tc.max); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("limitSizes(%d) = %v, want %v", tc.max, got, tc.want)
+		}
+	}
+}
