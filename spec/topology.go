@@ -101,8 +101,27 @@ type TopologyPlan struct {
 	// one device per rank (the node's NPU device IP where it has one,
 	// else its host address); empty when hosts interleave ranks.
 	RankTable string `json:"rank_table,omitempty"`
-	// Compute is every rank's measured computation (strategy: auto).
+	// Compute is every rank's measured computation (strategy: auto; any
+	// scan of runs started since the scan timed computation always).
 	Compute []RankCompute `json:"compute,omitempty"`
+}
+
+// SingleRankSamplesPerSec is what one rank alone on its host computes per
+// second with b examples per step, by the scan's measured computation
+// (the mean over the scanned ranks); ok is false without it.
+func (t *TopologyPlan) SingleRankSamplesPerSec(b float64) (float64, bool) {
+	if t == nil || len(t.Compute) == 0 || b <= 0 {
+		return 0, false
+	}
+	var ns float64
+	for _, c := range t.Compute {
+		ns += float64(c.OverheadNS) + b*float64(c.PerExampleNS)
+	}
+	ns /= float64(len(t.Compute))
+	if ns <= 0 {
+		return 0, false
+	}
+	return b / (ns / 1e9), true
 }
 
 // SearchStrategyInput is what SearchStrategy plans from: the scan and the

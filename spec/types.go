@@ -312,25 +312,30 @@ const (
 
 // RunStatus answers the status query and is the run's result.
 type RunStatus struct {
-	RunID         string         `json:"workflow_id"`
-	Phase         Phase          `json:"status"`
-	Model         string         `json:"model"`
-	Step          int64          `json:"step"`
-	TotalSteps    int64          `json:"steps"`
-	Nodes         []string       `json:"nodes"`
-	Generation    int64          `json:"generation"`
-	InitialLoss   float32        `json:"initial_loss"`
-	Loss          float32        `json:"final_loss"`
-	EvalMetric    string         `json:"eval_metric_name,omitempty"`
-	EvalValue     float64        `json:"eval_metric"`
-	SamplesPerSec float64        `json:"samples_per_sec"`
-	StepsPerSec   float64        `json:"steps_per_sec"`
-	CommShare     float64        `json:"comm_share"`
-	Chunks        int            `json:"chunks"`
-	Checkpoints   int            `json:"checkpoint_count"`
-	LastCkpt      *CheckpointRef `json:"last_checkpoint,omitempty"`
-	Recoveries    []Recovery     `json:"recoveries"`
-	WeightsSHA256 string         `json:"weights_sha256,omitempty"`
+	RunID         string   `json:"workflow_id"`
+	Phase         Phase    `json:"status"`
+	Model         string   `json:"model"`
+	Step          int64    `json:"step"`
+	TotalSteps    int64    `json:"steps"`
+	Nodes         []string `json:"nodes"`
+	Generation    int64    `json:"generation"`
+	InitialLoss   float32  `json:"initial_loss"`
+	Loss          float32  `json:"final_loss"`
+	EvalMetric    string   `json:"eval_metric_name,omitempty"`
+	EvalValue     float64  `json:"eval_metric"`
+	SamplesPerSec float64  `json:"samples_per_sec"`
+	StepsPerSec   float64  `json:"steps_per_sec"`
+	CommShare     float64  `json:"comm_share"`
+	// ScalingEfficiency is the last chunk's SamplesPerSec over N times what
+	// one rank alone computes at the same batch per rank (measured by the
+	// topology scan; absent without one): 1 is perfect data-parallel
+	// scaling. Ranks that share cores cannot reach it.
+	ScalingEfficiency float64        `json:"scaling_efficiency,omitempty"`
+	Chunks            int            `json:"chunks"`
+	Checkpoints       int            `json:"checkpoint_count"`
+	LastCkpt          *CheckpointRef `json:"last_checkpoint,omitempty"`
+	Recoveries        []Recovery     `json:"recoveries"`
+	WeightsSHA256     string         `json:"weights_sha256,omitempty"`
 	// ChunkIdleSeconds is the mean gap between one chunk's end (as the
 	// slowest node reported) and the next chunk's start.
 	ChunkIdleSeconds float64   `json:"chunk_idle_s"`

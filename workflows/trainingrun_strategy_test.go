@@ -64,14 +64,19 @@ func TestStrategySearchPicksDataParallelDegree(t *testing.T) {
 		require.Len(t, in.Membership.Nodes, 2)
 		require.Equal(t, 96, in.GlobalBatch, "the global batch stays that of the job's 3 nodes")
 	}
-	// Computation is timed by the first scan only; the move to two nodes
-	// re-scans the links (the collective's choice depends on them).
+	// The move to two nodes re-scans the links (the collective's choice
+	// depends on them) and times computation again (the scaling
+	// efficiency's baseline).
 	withCompute := 0
 	for _, in := range probes {
 		if in.Compute != nil {
 			withCompute++
 		}
 	}
-	require.Equal(t, 3, withCompute)
+	require.Equal(t, 5, withCompute)
 	require.Len(t, probes, 5)
+	// 48 examples per rank: one rank alone takes 200 µs + 48 × 20 µs.
+	one := 48 / (200e-6 + 48*20e-6)
+	require.InDelta(t, st.SamplesPerSec/(2*one), st.ScalingEfficiency, 1e-12)
+	require.Greater(t, st.ScalingEfficiency, 0.0)
 }

@@ -21,6 +21,9 @@ import (
 
 const (
 	versionTopologyScan = "topology-scan"
+	// versionComputeProbe: every scan times computation (for the
+	// scaling efficiency), not only those of strategy: auto.
+	versionComputeProbe = "compute-probe"
 	probeBudget         = time.Second
 )
 
@@ -53,7 +56,7 @@ func (r *run) scanTopology(ctx workflow.Context) {
 	futures := make([]workflow.Future, len(m.Nodes))
 	for rank, node := range m.Nodes {
 		in := spec.ProbeInput{RunID: r.st.Status.RunID, Membership: m, Rank: rank, Session: session, Token: r.st.Token,
-			Budget: spec.Duration(probeBudget), Timeout: r.spec.HeartbeatTimeout, Compute: r.computeProbe()}
+			Budget: spec.Duration(probeBudget), Timeout: r.spec.HeartbeatTimeout, Compute: r.computeProbe(ctx)}
 		summary := fmt.Sprintf("link scan · rank %d/%d on %s · gen %d", rank, len(m.Nodes), node.ID, m.Generation)
 		futures[rank] = workflow.ExecuteActivity(probeOptions(ctx, node, summary), spec.ActivityProbeLinks, in)
 	}
@@ -109,10 +112,15 @@ func planTopologyOptions(ctx workflow.Context) workflow.Context {
 // computeProbeBudget is what each node spends timing its computation.
 const computeProbeBudget = 300 * time.Millisecond
 
-// computeProbe asks the scan to time the nodes' computation too while the
-// parallel-strategy search still needs it.
-func (r *run) computeProbe() *spec.ComputeProbe {
-	if r.spec.Strategy != spec.StrategyAuto || r.st.Status.Strategy != nil {
+// computeProbe asks the scan to time the nodes' computation too: the
+// parallel-strategy search needs it, and the status's scaling efficiency
+// (runs started before versionComputeProbe timed it for the search only).
+func (r *run) computeProbe(ctx workflow.Context) *spec.ComputeProbe {
+	if r.spec.IsExternal() {
+		return nil // the built-in engine's computation says nothing of a script's
+	}
+	always := workflow.GetVersion(ctx, versionComputeProbe, workflow.DefaultVersion, 1) >= 1
+	if !always && (r.spec.Strategy != spec.StrategyAuto || r.st.Status.Strategy != nil) {
 		return nil
 	}
 	return &spec.ComputeProbe{Hidden: r.spec.Model.Hidden, LearningRate: r.spec.LearningRate, Budget: spec.Duration(computeProbeBudget)}

@@ -254,6 +254,7 @@ type Summary struct {
 	StepsPerSec    float64           `json:"steps_per_sec"`
 	SamplesPerSec  float64           `json:"samples_per_sec"`
 	CommShare      float64           `json:"comm_share"`
+	ScalingEff     float64           `json:"scaling_efficiency,omitempty"`
 	ChunkIdle      float64           `json:"chunk_idle_s"`
 	Chunks         int               `json:"chunks"`
 	Checkpoints    CheckpointsInfo   `json:"checkpoints"`
@@ -347,7 +348,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		WorkflowID: st.RunID, Status: st.Phase, Model: st.Model, Nodes: st.Nodes, Steps: st.Step,
 		InitialLoss: st.InitialLoss, FinalLoss: st.Loss, EvalMetricName: st.EvalMetric, EvalMetric: st.EvalValue,
 		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
-		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
+		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{},
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
@@ -398,6 +399,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s, comm share %.0f%%, idle between chunks %.3fs\n",
 		s.StepsPerSec, s.SamplesPerSec, 100*s.CommShare, s.ChunkIdle)
+	if s.ScalingEff > 0 {
+		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank alone (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))
+	}
 	fmt.Fprintf(w, "checkpoints  %d, last %s\n", s.Checkpoints.Count, s.Checkpoints.LastURL)
 	fmt.Fprintf(w, "recoveries   %d\n", len(s.Recoveries))
 	for _, r := range s.Recoveries {

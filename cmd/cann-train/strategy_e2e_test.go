@@ -47,5 +47,11 @@ func TestStrategyAutoRealRun(t *testing.T) {
 		}
 	}
 	t.Logf("%s; predicted %.0f steps/s, measured %.0f", p.Reason, 1/p.PredictedStepSeconds, st.StepsPerSec)
+	// The scan timed computation, so the status carries the scaling
+	// efficiency: positive, and (ranks on 2 cores) not above 1 by much.
+	if st.ScalingEfficiency <= 0 || st.ScalingEfficiency > 1.5 {
+		t.Errorf("scaling efficiency %v", st.ScalingEfficiency)
+	}
+	t.Logf("scaling efficiency %.2f", st.ScalingEfficiency)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_strategy.json")
 }
