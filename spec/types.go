@@ -86,6 +86,10 @@ const (
 	SearchAttrNodes  = "CannNodes"  // Int
 	SearchAttrStep   = "CannStep"   // Int
 	SearchAttrStatus = "CannStatus" // Keyword
+	// SearchAttrStrategy is the parallel strategy: "auto dp=2" once the
+	// search chose, "fixed dp=3" for a job that fixed it, "external" for
+	// a job's own script.
+	SearchAttrStrategy = "CannStrategy" // Keyword
 )
 
 // NodeTaskQueue is the task queue a node worker serves.

@@ -44,10 +44,11 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 // SearchAttributes are the custom attributes the workflows upsert.
 func SearchAttributes() map[string]enumspb.IndexedValueType {
 	return map[string]enumspb.IndexedValueType{
-		spec.SearchAttrModel:  enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-		spec.SearchAttrNodes:  enumspb.INDEXED_VALUE_TYPE_INT,
-		spec.SearchAttrStep:   enumspb.INDEXED_VALUE_TYPE_INT,
-		spec.SearchAttrStatus: enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		spec.SearchAttrModel:    enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		spec.SearchAttrNodes:    enumspb.INDEXED_VALUE_TYPE_INT,
+		spec.SearchAttrStep:     enumspb.INDEXED_VALUE_TYPE_INT,
+		spec.SearchAttrStatus:   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		spec.SearchAttrStrategy: enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 	}
 }
 

@@ -267,6 +267,19 @@ func (r *run) setPhase(ctx workflow.Context, p spec.Phase) {
 	r.publish(ctx)
 }
 
+// strategyAttr is the run's SearchAttrStrategy.
+func (r *run) strategyAttr() string {
+	switch {
+	case r.spec.IsExternal():
+		return "external"
+	case r.spec.Strategy == spec.StrategyAuto && r.st.Status.Strategy != nil:
+		return fmt.Sprintf("auto dp=%d", r.st.Status.Strategy.DataParallel)
+	case r.spec.Strategy == spec.StrategyAuto:
+		return "auto"
+	}
+	return fmt.Sprintf("fixed dp=%d", r.size())
+}
+
 func (r *run) publish(ctx workflow.Context) {
 	s := &r.st.Status
 	err := workflow.UpsertTypedSearchAttributes(ctx,
@@ -274,6 +287,7 @@ func (r *run) publish(ctx workflow.Context) {
 		temporal.NewSearchAttributeKeyInt64(spec.SearchAttrNodes).ValueSet(int64(r.size())),
 		temporal.NewSearchAttributeKeyInt64(spec.SearchAttrStep).ValueSet(s.Step),
 		temporal.NewSearchAttributeKeyKeyword(spec.SearchAttrStatus).ValueSet(string(s.Phase)),
+		temporal.NewSearchAttributeKeyKeyword(spec.SearchAttrStrategy).ValueSet(r.strategyAttr()),
 	)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)

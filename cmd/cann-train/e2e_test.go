@@ -202,7 +202,7 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 	sa := desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()
 	for key, want := range map[string]any{
 		spec.SearchAttrModel: spec.ModelMLPMNIST, spec.SearchAttrStatus: string(spec.PhaseCompleted),
-		spec.SearchAttrNodes: float64(2), spec.SearchAttrStep: float64(400),
+		spec.SearchAttrNodes: float64(2), spec.SearchAttrStep: float64(400), spec.SearchAttrStrategy: "fixed dp=2",
 	} {
 		var got any
 		if p, ok := sa[key]; !ok || converter.GetDefaultDataConverter().FromPayload(p, &got) != nil || got != want {

@@ -112,7 +112,7 @@ func TestComposeWorkersWiring(t *testing.T) {
 		t.Errorf("%d node workers, want ≥ 3", nodes)
 	}
 	setup := strings.Join(p.Services["temporal-setup"].Command, " ")
-	for _, sa := range []string{"CannModel", "CannNodes", "CannStep", "CannStatus"} {
+	for _, sa := range []string{"CannModel", "CannNodes", "CannStep", "CannStatus", "CannStrategy"} {
 		if !strings.Contains(setup, sa) {
 			t.Errorf("temporal-setup does not register search attribute %s", sa)
 		}
