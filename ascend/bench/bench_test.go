@@ -288,6 +288,15 @@ func TestFlagsAndSizes(t *testing.T) {
 	}
 }
 
+// selfCmd makes Launch's children of this test binary (see TestMain).
+func selfCmd(exe string) func(args ...string) *exec.Cmd {
+	return func(args ...string) *exec.Cmd {
+		cmd := exec.Command(exe, append([]string{"-test.run=^$"}, args...)...)
+		cmd.Env = append(os.Environ(), "BENCH_TEST_CHILD=1")
+		return cmd
+	}
+}
+
 // TestLaunch runs ranks as separate processes (this test binary).
 func TestLaunch(t *testing.T) {
 	exe, err := os.Executable()
@@ -302,11 +311,7 @@ func TestLaunch(t *testing.T) {
 	opts.Stdout, opts.Stderr = &out, &errs
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err = Launch(ctx, opts, func(args ...string) *exec.Cmd {
-		cmd := exec.Command(exe, append([]string{"-test.run=^$"}, args...)...)
-		cmd.Env = append(os.Environ(), "BENCH_TEST_CHILD=1")
-		return cmd
-	})
+	err = Launch(ctx, opts, selfCmd(exe))
 	if err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, errs.String())
 	}
@@ -386,11 +391,7 @@ func TestLaunchSharedBuffers(t *testing.T) {
 	opts.Stdout, opts.Stderr = &out, &errs
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	self := func(args ...string) *exec.Cmd {
-		cmd := exec.Command(exe, append([]string{"-test.run=^$"}, args...)...)
-		cmd.Env = append(os.Environ(), "BENCH_TEST_CHILD=1")
-		return cmd
-	}
+	self := selfCmd(exe)
 	if err := Launch(ctx, opts, self); err != nil {
 		t.Fatalf("%v\nstderr:\n%s", err, errs.String())
 	}

@@ -98,21 +98,14 @@ func (m Memory) Open(name string, size int) (ascend.SharedRegion, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	mem, err := mapFile(path, syscall.MAP_POPULATE, func(got int64) error {
+		if got != int64(size) {
+			return fmt.Errorf("shm: %s has %d bytes, want %d", path, got, size)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("shm: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("shm: %w", err)
-	}
-	if st.Size() != int64(size) {
-		return nil, fmt.Errorf("shm: %s has %d bytes, want %d", path, st.Size(), size)
-	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
-	if err != nil {
-		return nil, fmt.Errorf("shm: mmap %s: %w", path, err)
+		return nil, err
 	}
 	return &Region{path: path, mem: mem}, nil
 }

@@ -73,6 +73,27 @@ func Create(dir string, ringBytes int) (*Segment, error) {
 // Open maps the segment file at path, created by Create in another
 // process (or goroutine). The opener is side 1.
 func Open(path string) (*Segment, error) {
+	mem, err := mapFile(path, 0, func(size int64) error {
+		if size < int64(segmentSize(pageSize)) || size > int64(segmentSize(MaxRingBytes)) {
+			return fmt.Errorf("shm: %s: size %d is not a segment's", path, size)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	size := len(mem)
+	capacity := int(binary.LittleEndian.Uint64(mem[offCap:]))
+	if string(mem[offMagic:offMagic+len(magic)]) != magic || segmentSize(capacity) != size {
+		syscall.Munmap(mem)
+		return nil, fmt.Errorf("shm: %s is not an ascend segment", path)
+	}
+	return &Segment{path: path, mem: mem, capacity: capacity}, nil
+}
+
+// mapFile maps the whole file at path, shared, read-write, once check
+// accepts its size; flags are added to MAP_SHARED.
+func mapFile(path string, flags int, check func(size int64) error) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
@@ -82,20 +103,14 @@ func Open(path string) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: %w", err)
 	}
-	size := int(st.Size())
-	if size < segmentSize(pageSize) || size > segmentSize(MaxRingBytes) {
-		return nil, fmt.Errorf("shm: %s: size %d is not a segment's", path, size)
+	if err := check(st.Size()); err != nil {
+		return nil, err
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|flags)
 	if err != nil {
-		return nil, fmt.Errorf("shm: mmap: %w", err)
+		return nil, fmt.Errorf("shm: mmap %s: %w", path, err)
 	}
-	capacity := int(binary.LittleEndian.Uint64(mem[offCap:]))
-	if string(mem[offMagic:offMagic+len(magic)]) != magic || segmentSize(capacity) != size {
-		syscall.Munmap(mem)
-		return nil, fmt.Errorf("shm: %s is not an ascend segment", path)
-	}
-	return &Segment{path: path, mem: mem, capacity: capacity}, nil
+	return mem, nil
 }
 
 // Path is the segment file's path.
