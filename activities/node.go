@@ -120,11 +120,13 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		if err != nil {
 			return nil, peerError(err, in.From)
 		}
-		restore, err := tr.UseStepBuffer(sb.Floats())
-		if err != nil {
-			return nil, err
+		if sb.Shared() { // else the ranks could not map each other's: stay
+			restore, err := tr.UseStepBuffer(sb.Floats())
+			if err != nil {
+				return nil, err
+			}
+			defer restore() // before comm.Close unmaps it
 		}
-		defer restore() // before comm.Close unmaps it
 	}
 	if err := sy.Begin(comm); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadChunkInput", err)

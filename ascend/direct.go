@@ -381,10 +381,3 @@ func (c *Communicator) Direct(dst, src []float32) bool {
 	_, ok := c.directFor(dst, src)
 	return ok && c.size > 1
 }
-
-// CanShare reports whether shared buffers would be read directly: the
-// communicator has shared memory and every rank is on this host (the
-// same answer on every rank).
-func (c *Communicator) CanShare() bool {
-	return c.shared != nil && len(c.local) == c.size && c.size > 1
-}

@@ -69,10 +69,12 @@ type peerWatcher interface {
 	PeerDown() bool
 }
 
-// SharedBuffer is a buffer of float32 in shared memory, allocated on every
-// rank by AllocShared. Collectives given slices of shared buffers on every
-// rank (any part of them, not necessarily the same offsets) read the
-// peers' data directly.
+// SharedBuffer is a buffer of float32 allocated on every rank by
+// AllocShared, in shared memory when the ranks could agree on it
+// (Shared). Collectives given slices of shared buffers on every rank (any
+// part of them, not necessarily the same offsets) read the peers' data
+// directly. Its memory is unmapped by Free and by the Communicator's
+// Close.
 type SharedBuffer struct {
 	c     *Communicator
 	id    uint32
@@ -81,6 +83,9 @@ type SharedBuffer struct {
 	peers []SharedRegion // by rank; nil for self and other hosts
 	views [][]float32    // peers' data, by rank
 	freed bool
+	// shared: the ranks agreed to read each other's buffers (else views
+	// are nil and own may be nil: heap memory).
+	shared bool
 }
 
 // Floats is the buffer.
@@ -105,7 +110,10 @@ func (b *SharedBuffer) Free() error {
 			break
 		}
 	}
-	errs := []error{b.own.Close()}
+	var errs []error
+	if b.own != nil {
+		errs = append(errs, b.own.Close())
+	}
 	for _, r := range b.peers {
 		if r != nil {
 			errs = append(errs, r.Close())
@@ -145,6 +153,7 @@ type window struct {
 	bufs    []*SharedBuffer
 	nextID  uint32
 	next    uint32 // the last direct collective posted (ctlPosted)
+	refused bool   // the ranks agreed not to share (AllocShared)
 	// srcs and dsts hold the ranks' slices during a direct collective.
 	srcs, dsts [][]float32
 }
@@ -157,17 +166,40 @@ func (w *window) regionName(rank int, id uint32) string {
 	return fmt.Sprintf("%sr%d-%d", w.prefix, rank, id)
 }
 
-// sharedAll reports whether every rank is on this host, which the direct
-// algorithms need.
+// sharedAll reports whether the ranks read each other's shared buffers:
+// AllocShared agreed on it (every rank on this host mapped every other's
+// regions), the same on every rank.
 func (c *Communicator) sharedAll() bool {
 	return c.win != nil && c.win.ctl != nil && len(c.local) == c.size
 }
 
-// AllocShared allocates a shared buffer of n float32 on every rank; it is
-// a collective (every rank calls it, with the same n, at the same point of
-// the call sequence) and needs Config.Shared. Ranks on other hosts get a
-// buffer too, mapped by nobody else: collectives across hosts use the
-// links for it as for any memory.
+// CanShare reports whether this rank may read its peers' shared buffers:
+// the communicator has shared memory, every rank is on this host and
+// every link is a shared-memory one (ranks in separate containers share a
+// kernel but not /dev/shm, and their links stay on TCP). AllocShared
+// still agrees with the other ranks before it relies on it.
+func (c *Communicator) CanShare() bool {
+	if c.shared == nil || c.size < 2 || len(c.local) != c.size {
+		return false
+	}
+	for _, p := range c.peers {
+		if p != nil {
+			if _, ok := p.conn.(peerWatcher); !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// AllocShared allocates a buffer of n float32 on every rank; it is a
+// collective (every rank calls it, with the same n, at the same point of
+// the call sequence) and needs Config.Shared. The buffer is shared — the
+// peers read it directly — when every rank could map every other rank's
+// (the ranks agree on that, so the answer is the same everywhere);
+// otherwise, say with ranks on several hosts or in containers that do not
+// share /dev/shm, it is plain memory and collectives use the links for
+// it as for any memory. Shared reports which.
 func (c *Communicator) AllocShared(ctx context.Context, n int) (*SharedBuffer, error) {
 	if n <= 0 {
 		return nil, errorf(ErrInvalid, "AllocShared of %d elements", n)
@@ -183,86 +215,125 @@ func (c *Communicator) AllocShared(ctx context.Context, n int) (*SharedBuffer, e
 		c.win = w
 	}
 	firstCtl := w.ctl == nil
+	try := c.CanShare() && !w.refused
 	id := w.nextID
 	w.nextID++
 	c.opMu.Unlock()
 
 	size := 4 * n
+	b := &SharedBuffer{c: c, id: id, peers: make([]SharedRegion, c.size), views: make([][]float32, c.size)}
+	var ctlReg SharedRegion
+	peerCtl := make([]SharedRegion, c.size)
+	var problem error // why this rank cannot share (nil: it can)
+	if !try {
+		problem = errors.New("not every rank is on this host over shared-memory links")
+	}
 	own, err := w.mem.Create(w.regionName(c.rank, id), size)
 	if err != nil {
-		return nil, fmt.Errorf("ascend: AllocShared: %w", err)
+		problem = err
+	} else {
+		b.own = own
+		b.data = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(own.Bytes()))), n)
 	}
-	var ctlReg SharedRegion
-	if firstCtl {
-		if ctlReg, err = w.mem.Create(w.regionName(c.rank, 0), ctlBytes); err != nil {
-			own.Unlink()
-			own.Close()
-			return nil, fmt.Errorf("ascend: AllocShared: %w", err)
-		}
+	if problem == nil && firstCtl {
+		ctlReg, problem = w.mem.Create(w.regionName(c.rank, 0), ctlBytes)
 	}
-	b := &SharedBuffer{c: c, id: id, own: own, peers: make([]SharedRegion, c.size), views: make([][]float32, c.size)}
-	b.data = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(own.Bytes()))), n)
-	var peerCtl []SharedRegion
-	fail := func(err error) (*SharedBuffer, error) {
-		for _, r := range append(b.peers, peerCtl...) {
-			if r != nil {
-				r.Close()
-			}
-		}
-		own.Unlink()
-		own.Close()
-		if ctlReg != nil {
-			ctlReg.Unlink()
-			ctlReg.Close()
-		}
+	// Everyone has created its regions before anyone opens them.
+	if err := c.Barrier(ctx); err != nil {
+		b.drop(ctlReg, peerCtl)
 		return nil, err
 	}
-	// Everyone has created its regions before anyone opens them, and has
-	// opened them before their names go.
-	if err := c.Barrier(ctx); err != nil {
-		return fail(err)
-	}
-	if firstCtl {
-		peerCtl = make([]SharedRegion, c.size)
-	}
 	for _, j := range c.local {
-		if j == c.rank {
+		if j == c.rank || problem != nil {
 			continue
 		}
 		r, err := w.mem.Open(w.regionName(j, id), size)
 		if err != nil {
-			return fail(fmt.Errorf("ascend: AllocShared: rank %d's buffer: %w", j, err))
+			problem = fmt.Errorf("rank %d's buffer: %w", j, err)
+			break
 		}
 		b.peers[j] = r
 		b.views[j] = unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(r.Bytes()))), n)
 		if firstCtl {
 			if peerCtl[j], err = w.mem.Open(w.regionName(j, 0), ctlBytes); err != nil {
-				return fail(fmt.Errorf("ascend: AllocShared: rank %d's control page: %w", j, err))
+				problem = fmt.Errorf("rank %d's control page: %w", j, err)
+				break
 			}
 		}
 	}
-	if err := c.Barrier(ctx); err != nil {
-		return fail(err)
+	// Agree: shared only if every rank mapped everything (and so has
+	// opened all it needs: the names can go).
+	agree := []float32{1}
+	if problem != nil {
+		agree[0] = 0
 	}
-	own.Unlink()
+	if err := c.AllReduce(ctx, agree, Min); err != nil {
+		b.drop(ctlReg, peerCtl)
+		return nil, err
+	}
+	if b.own != nil {
+		b.own.Unlink()
+	}
 	if ctlReg != nil {
 		ctlReg.Unlink()
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
+	if agree[0] != 1 {
+		// Plain memory: this rank's own region (or the heap) only.
+		b.release(ctlReg, peerCtl)
+		if b.own == nil {
+			b.data = make([]float32, n)
+		}
+		if firstCtl {
+			w.refused = true // the same on every rank: do not try again
+		}
+		w.bufs = append(w.bufs, b) // unmapped by Free or Close
+		return b, nil
+	}
+	b.shared = true
 	if firstCtl {
 		w.ctlReg, w.ctl = ctlReg, ctlReg.Bytes()
 		w.peerReg, w.peerCtl = peerCtl, make([][]byte, c.size)
-		w.srcs, w.dsts = make([][]float32, c.size), make([][]float32, c.size)
 		for j, r := range peerCtl {
 			if r != nil {
 				w.peerCtl[j] = r.Bytes()
 			}
 		}
+		w.srcs, w.dsts = make([][]float32, c.size), make([][]float32, c.size)
 	}
 	w.bufs = append(w.bufs, b)
 	return b, nil
 }
+
+// release unmaps the peers' regions of b and the control pages of a
+// failed or refused AllocShared (b's own region stays: it is b's memory).
+func (b *SharedBuffer) release(ctlReg SharedRegion, peerCtl []SharedRegion) {
+	for _, r := range append(b.peers, peerCtl...) {
+		if r != nil {
+			r.Close()
+		}
+	}
+	clear(b.peers)
+	b.views = make([][]float32, len(b.views))
+	if ctlReg != nil {
+		ctlReg.Unlink()
+		ctlReg.Close()
+	}
+}
+
+// drop undoes a failed AllocShared: release, and this rank's own region.
+func (b *SharedBuffer) drop(ctlReg SharedRegion, peerCtl []SharedRegion) {
+	b.release(ctlReg, peerCtl)
+	if b.own != nil {
+		b.own.Unlink()
+		b.own.Close()
+	}
+}
+
+// Shared reports whether the peers read this buffer directly (see
+// AllocShared).
+func (b *SharedBuffer) Shared() bool { return b.shared }
 
 // find returns the shared buffer holding all of s and s's element offset
 // in it (nil if s is not inside one).
@@ -272,6 +343,9 @@ func (w *window) find(s []float32) (*SharedBuffer, int) {
 	}
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
 	for _, b := range w.bufs {
+		if !b.shared {
+			continue
+		}
 		base := uintptr(unsafe.Pointer(unsafe.SliceData(b.data)))
 		if p >= base && p+4*uintptr(len(s)) <= base+4*uintptr(len(b.data)) {
 			return b, int((p - base) / 4)
@@ -297,7 +371,9 @@ func (w *window) close() {
 	}
 	for _, b := range w.bufs {
 		b.freed = true
-		b.own.Close()
+		if b.own != nil {
+			b.own.Close()
+		}
 		for _, r := range b.peers {
 			if r != nil {
 				r.Close()
