@@ -28,7 +28,7 @@ const (
 type conn struct {
 	nc        *net.TCPConn
 	opTimeout time.Duration
-	rhdr      [frameHdr]byte
+	fr        frameReader // frames read through a small buffer
 	wbuf      []byte      // header + small payloads, allocated once
 	iov       [2][]byte   // header and payload of a large frame
 	bufs      net.Buffers // writev view of iov, consumed by each write
@@ -52,9 +52,11 @@ var _ ascend.Conn = (*conn)(nil)
 func newConn(nc *net.TCPConn, opTimeout time.Duration) *conn {
 	c := &conn{nc: nc, opTimeout: opTimeout, wbuf: make([]byte, frameHdr+smallFrame)}
 	c.rd.nc = nc
+	c.fr = frameReader{r: nc, buf: make([]byte, frameHdr+smallFrame)}
 	if rc, err := nc.SyscallConn(); err == nil {
 		// Method values made once: polled I/O stays allocation-free.
 		c.rd.rc, c.rd.fn = rc, c.rd.poll
+		c.fr.spin = &c.rd
 		c.wr.rc, c.wr.fn = rc, c.wr.poll
 	}
 	c.wr.spin = -1 // until setSpin: TrySend's single attempts still work
@@ -192,10 +194,8 @@ func (c *conn) Recv(ctx context.Context, p []byte) (uint32, int, error) {
 	if err := c.nc.SetReadDeadline(c.deadline(ctx)); err != nil {
 		return 0, 0, err
 	}
-	if c.rd.spin > 0 {
-		return readFrame(&c.rd, &c.rhdr, p)
-	}
-	return readFrame(c.nc, &c.rhdr, p)
+	c.fr.polled = c.rd.spin > 0
+	return c.fr.next(p)
 }
 
 // spinReader reads a TCP socket the way MPI progress engines do: it polls
@@ -212,8 +212,11 @@ type spinReader struct {
 	spin    time.Duration
 	yieldOS bool
 
-	// State of the Read in progress, shared with poll.
+	// State of the Read in progress, shared with poll: p, then p2 (a
+	// vectored read; p2 is empty for a plain one).
 	p     []byte
+	p2    []byte
+	iov   [2]syscall.Iovec
 	n     int
 	err   error
 	until time.Time
@@ -233,6 +236,15 @@ func (r *spinReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.n, r.err
 	r.p, r.err = nil, nil
+	return n, err
+}
+
+// readv reads into h, then p, in one system call (see Read); h must not
+// be empty.
+func (r *spinReader) readv(h, p []byte) (int, error) {
+	r.p2 = p
+	n, err := r.Read(h)
+	r.p2 = nil
 	return n, err
 }
 
@@ -326,7 +338,16 @@ func (w *spinWriter) poll(fd uintptr) bool {
 func (r *spinReader) poll(fd uintptr) bool {
 	for {
 		// Raw: the socket is non-blocking (see pollYield).
-		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		var n uintptr
+		var errno syscall.Errno
+		if len(r.p2) > 0 {
+			r.iov[0].Base, r.iov[1].Base = &r.p[0], &r.p2[0]
+			r.iov[0].SetLen(len(r.p))
+			r.iov[1].SetLen(len(r.p2))
+			n, _, errno = syscall.RawSyscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&r.iov[0])), 2)
+		} else {
+			n, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.p[0])), uintptr(len(r.p)))
+		}
 		switch {
 		case errno == 0 && n > 0:
 			r.n = int(n)
@@ -354,24 +375,87 @@ func (c *conn) Close() error {
 	return err
 }
 
-// readFrame reads one frame into p. io.EOF means the stream ended cleanly
-// between frames.
-func readFrame(r io.Reader, hdr *[frameHdr]byte, p []byte) (tag uint32, n int, err error) {
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, 0, err
+// frameReader reads frames so that a frame already in the socket costs one
+// system call, not two (header, then payload). With a polling reader the
+// read that fetches the header is vectored: its second part is the head
+// of the caller's buffer (at most len(buf)-frameHdr bytes of it), so the
+// payload lands where it belongs, and only what turns out to lie past the
+// frame (the next frames, when this one is shorter than the caller's
+// buffer) is moved into buf for the next call. Otherwise headers are read
+// through buf, with whatever follows them. The bulk of a large frame is
+// read straight into the caller's buffer either way.
+type frameReader struct {
+	r      io.Reader   // the connection
+	spin   *spinReader // its polling reader, if any
+	polled bool        // read through spin
+	buf    []byte
+	lo, hi int // buf[lo:hi] is read but not yet consumed
+}
+
+func (f *frameReader) reader() io.Reader {
+	if f.polled {
+		return f.spin
 	}
-	size := binary.LittleEndian.Uint32(hdr[0:])
-	tag = binary.LittleEndian.Uint32(hdr[4:])
+	return f.r
+}
+
+// next reads one frame into p. io.EOF means the stream ended cleanly
+// between frames. Bytes of p past the frame's length may be overwritten.
+func (f *frameReader) next(p []byte) (tag uint32, n int, err error) {
+	r := f.reader()
+	got := 0 // bytes of the payload already in p
+	if f.hi == f.lo && f.polled {
+		spec := p[:min(len(p), len(f.buf)-frameHdr)]
+		k, err := f.spin.readv(f.buf[:frameHdr], spec)
+		f.lo, f.hi = 0, min(k, frameHdr)
+		got = k - f.hi
+		if err != nil && f.hi < frameHdr {
+			if err == io.EOF && k == 0 {
+				return 0, 0, io.EOF
+			}
+			return 0, 0, eofIsUnexpected(err)
+		}
+	}
+	for f.hi-f.lo < frameHdr {
+		if f.lo > 0 {
+			f.hi = copy(f.buf, f.buf[f.lo:f.hi])
+			f.lo = 0
+		}
+		k, err := r.Read(f.buf[f.hi:])
+		f.hi += k
+		if err != nil && f.hi < frameHdr {
+			if err == io.EOF && f.hi == 0 {
+				return 0, 0, io.EOF
+			}
+			return 0, 0, eofIsUnexpected(err)
+		}
+	}
+	h := f.buf[f.lo : f.lo+frameHdr]
+	size := int(binary.LittleEndian.Uint32(h[0:]))
+	tag = binary.LittleEndian.Uint32(h[4:])
 	if size > MaxFrame {
 		return tag, 0, fmt.Errorf("%w: frame of %d bytes exceeds %d", ascend.ErrProtocol, size, MaxFrame)
 	}
-	if int(size) > len(p) {
+	if size > len(p) {
 		return tag, 0, fmt.Errorf("tcp: frame of %d bytes for a %d-byte buffer: %w", size, len(p), io.ErrShortBuffer)
 	}
-	if _, err := io.ReadFull(r, p[:size]); err != nil {
-		return tag, 0, eofIsUnexpected(err)
+	f.lo += frameHdr
+	if got > size { // read past the frame: keep the rest for the next call
+		f.lo, f.hi = 0, copy(f.buf, p[size:got])
+		got = size
 	}
-	return tag, int(size), nil
+	c := copy(p[got:size], f.buf[f.lo:f.hi])
+	f.lo += c
+	got += c
+	if f.lo == f.hi {
+		f.lo, f.hi = 0, 0
+	}
+	if got < size {
+		if _, err := io.ReadFull(r, p[got:size]); err != nil {
+			return tag, 0, eofIsUnexpected(err)
+		}
+	}
+	return tag, size, nil
 }
 
 // pollYield lets others run between two polls: other processes (the peer

@@ -9,10 +9,19 @@ import (
 	"net"
 	"os"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/cann-train/cann-train/ascend"
 )
+
+// frameBufSizes are the read-buffer sizes the frame tests run with: the
+// smallest possible (a header) up to the connection's.
+var frameBufSizes = []int{frameHdr, frameHdr + 1, frameHdr + 5, 64, frameHdr + smallFrame}
+
+func newFrameReader(r io.Reader, bufSize int) *frameReader {
+	return &frameReader{r: r, buf: make([]byte, bufSize)}
+}
 
 func frame(tag uint32, p []byte) []byte {
 	b := binary.LittleEndian.AppendUint32(nil, uint32(len(p)))
@@ -21,35 +30,60 @@ func frame(tag uint32, p []byte) []byte {
 }
 
 func TestReadFrame(t *testing.T) {
-	var hdr [frameHdr]byte
-	buf := make([]byte, 16)
-	r := bytes.NewReader(append(frame(7, []byte("hello")), frame(8, nil)...))
-	if tag, n, err := readFrame(r, &hdr, buf); err != nil || tag != 7 || string(buf[:n]) != "hello" {
-		t.Fatalf("frame 1: %d %q %v", tag, buf[:n], err)
-	}
-	if tag, n, err := readFrame(r, &hdr, buf); err != nil || tag != 8 || n != 0 {
-		t.Fatalf("frame 2: %d %d %v", tag, n, err)
-	}
-	if _, _, err := readFrame(r, &hdr, buf); err != io.EOF {
-		t.Fatalf("clean end: %v", err)
-	}
-	for name, tc := range map[string]struct {
-		in   []byte
-		want error
-	}{
-		"short buffer": {frame(1, make([]byte, 17)), io.ErrShortBuffer},
-		"huge":         {binary.LittleEndian.AppendUint32(nil, MaxFrame+1), io.ErrUnexpectedEOF},
-		"truncated":    {frame(1, []byte("abc"))[:9], io.ErrUnexpectedEOF},
-		"torn header":  {[]byte{1, 2, 3}, io.ErrUnexpectedEOF},
-	} {
-		_, _, err := readFrame(bytes.NewReader(tc.in), &hdr, buf)
-		if !errors.Is(err, tc.want) {
-			t.Errorf("%s: got %v, want %v", name, err, tc.want)
+	for _, bs := range frameBufSizes {
+		for _, oneByte := range []bool{false, true} {
+			src := func(b []byte) io.Reader {
+				if oneByte {
+					return iotest.OneByteReader(bytes.NewReader(b))
+				}
+				return bytes.NewReader(b)
+			}
+			buf := make([]byte, 16)
+			in := append(frame(7, []byte("hello")), frame(8, nil)...)
+			in = append(in, frame(9, []byte("0123456789abcdef"))...)
+			fr := newFrameReader(src(in), bs)
+			for i := range buf {
+				buf[i] = '.'
+			}
+			if tag, n, err := fr.next(buf); err != nil || tag != 7 || string(buf[:n]) != "hello" {
+				t.Fatalf("buf %d: frame 1: %d %q %v", bs, tag, buf[:n], err)
+			}
+			if string(buf[5:]) != "..........." {
+				t.Fatalf("buf %d: bytes past the frame written: %q", bs, buf)
+			}
+			if tag, n, err := fr.next(buf); err != nil || tag != 8 || n != 0 {
+				t.Fatalf("buf %d: frame 2: %d %d %v", bs, tag, n, err)
+			}
+			if tag, n, err := fr.next(buf); err != nil || tag != 9 || string(buf[:n]) != "0123456789abcdef" {
+				t.Fatalf("buf %d: frame 3: %d %q %v", bs, tag, buf[:n], err)
+			}
+			if _, _, err := fr.next(buf); err != io.EOF {
+				t.Fatalf("buf %d: clean end: %v", bs, err)
+			}
+			for name, tc := range map[string]struct {
+				in   []byte
+				want error
+			}{
+				"short buffer": {frame(1, make([]byte, 17)), io.ErrShortBuffer},
+				"huge":         {binary.LittleEndian.AppendUint32(nil, MaxFrame+1), io.ErrUnexpectedEOF},
+				"truncated":    {frame(1, []byte("abc"))[:9], io.ErrUnexpectedEOF},
+				"torn header":  {[]byte{1, 2, 3}, io.ErrUnexpectedEOF},
+				"torn 2nd":     {append(frame(1, nil), 1, 2, 3), io.ErrUnexpectedEOF},
+			} {
+				fr := newFrameReader(src(tc.in), bs)
+				_, _, err := fr.next(buf)
+				if name == "torn 2nd" && err == nil {
+					_, _, err = fr.next(buf)
+				}
+				if !errors.Is(err, tc.want) {
+					t.Errorf("buf %d: %s: got %v, want %v", bs, name, err, tc.want)
+				}
+			}
+			huge := append(binary.LittleEndian.AppendUint32(nil, MaxFrame+1), 0, 0, 0, 0)
+			if _, _, err := newFrameReader(src(huge), bs).next(buf); !errors.Is(err, ascend.ErrProtocol) {
+				t.Errorf("buf %d: oversized frame: %v", bs, err)
+			}
 		}
-	}
-	huge := append(binary.LittleEndian.AppendUint32(nil, MaxFrame+1), 0, 0, 0, 0)
-	if _, _, err := readFrame(bytes.NewReader(huge), &hdr, buf); !errors.Is(err, ascend.ErrProtocol) {
-		t.Errorf("oversized frame: %v", err)
 	}
 }
 
@@ -122,17 +156,24 @@ func FuzzFrame(f *testing.F) {
 		if size < 0 || size > 1<<16 {
 			return
 		}
-		var hdr [frameHdr]byte
 		buf := make([]byte, size)
-		r := bytes.NewReader(data)
+		// The buffered reader must decode what a plain header-then-payload
+		// parse does, for every buffer size.
+		fr := newFrameReader(bytes.NewReader(data), frameHdr+size%61)
+		rest := data
 		for range 1000 {
-			_, n, err := readFrame(r, &hdr, buf)
+			tag, n, err := fr.next(buf)
 			if err != nil {
 				return
 			}
 			if n < 0 || n > size {
 				t.Fatalf("frame of %d bytes in a %d-byte buffer", n, size)
 			}
+			want := binary.LittleEndian.Uint32(rest[4:])
+			if tag != want || !bytes.Equal(buf[:n], rest[frameHdr:frameHdr+n]) {
+				t.Fatalf("frame decoded as tag %d %x, want tag %d %x", tag, buf[:n], want, rest[frameHdr:frameHdr+n])
+			}
+			rest = rest[frameHdr+n:]
 		}
 	})
 }
@@ -182,4 +223,60 @@ func FuzzHandshake(f *testing.F) {
 			t.Fatalf("client accepted a server that does not know the token")
 		}
 	})
+}
+
+// TestConnRecvPolled reads a stream of frames through the polling,
+// vectored read path, with receive buffers of exactly the frame's size and
+// larger ones (which read past the frame), the stream arriving at once or
+// in small pieces.
+func TestConnRecvPolled(t *testing.T) {
+	sizes := []int{0, 5, 100, 40000, 3, smallFrame, smallFrame + 7, 70000, 1, 0, 12, 1 << 20, 9}
+	var stream []byte
+	for i, n := range sizes {
+		p := make([]byte, n)
+		for j := range p {
+			p[j] = byte(i*31 + j)
+		}
+		stream = append(stream, frame(uint32(100+i), p)...)
+	}
+	for _, pieces := range []int{0, 997} {
+		a, b := tcpPair(t)
+		go func() {
+			if pieces == 0 {
+				_, _ = a.Write(stream)
+				return
+			}
+			for s := stream; len(s) > 0; {
+				k := min(len(s), pieces)
+				if _, err := a.Write(s[:k]); err != nil {
+					return
+				}
+				s = s[k:]
+				time.Sleep(10 * time.Microsecond)
+			}
+		}()
+		c := newConn(b, 5*time.Second)
+		c.setSpin(50*time.Microsecond, false)
+		big := make([]byte, 2<<20)
+		for i, n := range sizes {
+			buf := big[:n]
+			if i%2 == 1 {
+				buf = big
+			}
+			tag, m, err := c.Recv(context.Background(), buf)
+			if err != nil || tag != uint32(100+i) || m != n {
+				t.Fatalf("pieces %d frame %d: tag %d len %d err %v", pieces, i, tag, m, err)
+			}
+			for j := range m {
+				if buf[j] != byte(i*31+j) {
+					t.Fatalf("pieces %d frame %d: byte %d is %d", pieces, i, j, buf[j])
+				}
+			}
+		}
+		a.Close()
+		if _, _, err := c.Recv(context.Background(), big); err != io.EOF {
+			t.Errorf("pieces %d: after the last frame: %v", pieces, err)
+		}
+		c.Close()
+	}
 }
