@@ -47,6 +47,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_compression.json", spec.WorkflowTrainingRun},
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},
+		{"trainingrun_strategy_scaling.json", spec.WorkflowTrainingRun}, // every scan times computation
 		{"trainingrun_external.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_green.json", spec.WorkflowTrainingRun},

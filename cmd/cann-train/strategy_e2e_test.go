@@ -53,5 +53,5 @@ func TestStrategyAutoRealRun(t *testing.T) {
 		t.Errorf("scaling efficiency %v", st.ScalingEfficiency)
 	}
 	t.Logf("scaling efficiency %.2f", st.ScalingEfficiency)
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_strategy.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_strategy_scaling.json") // trainingrun_strategy.json: before compute-probe
 }
