@@ -262,16 +262,15 @@ func (c *Communicator) directPeer(j, n int, op Op) (src, dst []float32, err erro
 	if pn != uint64(n) || pop != op {
 		return nil, nil, fmt.Errorf("%w: allreduce: rank %d reduces %d elements with %v, this rank %d with %v", ErrMismatch, j, pn, pop, n, op)
 	}
-	m := n
 	view := func(id uint32, off uint64, what string) ([]float32, error) {
 		b := w.byID(id)
 		if b == nil || b.views[j] == nil {
 			return nil, fmt.Errorf("%w: allreduce: rank %d's %s is in shared buffer %d, which this rank does not have", ErrMismatch, j, what, id)
 		}
-		if off > uint64(len(b.views[j])) || uint64(len(b.views[j]))-off < uint64(m) {
-			return nil, fmt.Errorf("%w: allreduce: rank %d's %s (%d elements at %d) lies outside shared buffer %d", ErrProtocol, j, what, m, off, id)
+		if off > uint64(len(b.views[j])) || uint64(len(b.views[j]))-off < uint64(n) {
+			return nil, fmt.Errorf("%w: allreduce: rank %d's %s (%d elements at %d) lies outside shared buffer %d", ErrProtocol, j, what, n, off, id)
 		}
-		return b.views[j][off : off+uint64(m) : off+uint64(m)], nil
+		return b.views[j][off : off+uint64(n) : off+uint64(n)], nil
 	}
 	if src, err = view(*w.u32(ctl, ctlSrcID), *w.u64(ctl, ctlSrcOff), "src"); err != nil {
 		return nil, nil, err
