@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/activities"
+	"github.com/cann-train/cann-train/ascend/shm"
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
@@ -64,6 +65,11 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	l, err := tcp.Listen(o.CommListen)
 	if err != nil {
 		return fmt.Errorf("node %s: collective listener on %s: %w", o.ID, o.CommListen, err)
+	}
+	// Shared-memory files of ranks killed while setting up a link or a
+	// shared buffer (they are unlinked within seconds otherwise).
+	if n, err := shm.RemoveStale("", time.Hour); err != nil || n > 0 {
+		log.Info("stale shared-memory files", zap.Int("removed", n), zap.Error(err))
 	}
 	defer l.Close()
 	advertise := o.CommAdvertise

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -129,4 +130,34 @@ func (c *Conn) PeerDown() bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.closed.Load() || c.peerDown() // the segment is mapped while not closed
+}
+
+// RemoveStale removes the files this package made in dir (DefaultDir if
+// empty) that are older than age, and returns how many. Segment and
+// region files are unlinked as soon as the peers mapped them (within a
+// connect or operation timeout), so an old one was left by a process
+// killed in between; its mappings, if any process still had one, stay
+// valid. Files of other programs are not touched.
+func RemoveStale(dir string, age time.Duration) (int, error) {
+	if dir == "" {
+		dir = DefaultDir
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("shm: %w", err)
+	}
+	removed := 0
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), "ascend-") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < age {
+			continue
+		}
+		if os.Remove(filepath.Join(dir, e.Name())) == nil {
+			removed++
+		}
+	}
+	return removed, nil
 }

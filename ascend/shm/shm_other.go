@@ -80,3 +80,6 @@ func (Memory) Yield() {}
 
 // PeerDown is false.
 func (c *Conn) PeerDown() bool { return false }
+
+// RemoveStale does nothing here.
+func RemoveStale(dir string, age time.Duration) (int, error) { return 0, nil }

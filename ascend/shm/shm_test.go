@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -258,5 +259,38 @@ func TestInline(t *testing.T) {
 		if err != nil || tag != uint32(2+i) || n != len(big) || !bytes.Equal(buf, big) {
 			t.Fatalf("Recv #%d = tag %d, %d bytes, %v; want tag %d and the payload", i, tag, n, err, 2+i)
 		}
+	}
+}
+
+func TestRemoveStale(t *testing.T) {
+	if !Supported {
+		t.Skip("no shared memory here")
+	}
+	dir := t.TempDir()
+	old := time.Now().Add(-2 * time.Hour)
+	for name, mtime := range map[string]time.Time{
+		"ascend-w1234-r0-1": old, "ascend-deadbeef": old, // ours, old: go
+		"ascend-w1234-r1-1": time.Now(), // ours, fresh: may be in use
+		"other-program":     old,        // not ours
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := RemoveStale(dir, time.Hour)
+	if err != nil || n != 2 {
+		t.Fatalf("removed %d, %v; want 2", n, err)
+	}
+	left, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 || names[0] != "ascend-w1234-r1-1" || names[1] != "other-program" {
+		t.Errorf("left %v", names)
 	}
 }
