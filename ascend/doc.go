@@ -72,19 +72,25 @@
 // carry the algorithm, so ranks that disagree fail with ErrMismatch.
 // Abort notices are in abort.go.
 //
+// Ranks of one host can also share memory (shared.go): AllocShared gives
+// every rank a buffer the others map, and an AllReduce of shared buffers
+// reads the peers' data where it lies (direct.go) instead of sending it
+// over the links, folding in the ring's order so that its bits are the
+// ring's. The sums run on AVX2 where the CPU has it (reduce_amd64.s).
+//
 // Transports implement [Conn]; package ascend/tcp is the TCP transport with
 // a node-level listener, rendezvous and mutual authentication, package
-// package ascend/shm is the shared-memory transport tcp.Connect switches
-// same-host links to on request, package ascend/ascendtest spawns
+// ascend/shm is the shared-memory transport tcp.Connect switches
+// same-host links to on request (and the memory shared buffers live in),
+// package ascend/ascendtest spawns
 // in-process groups over loopback TCP for tests, and package ascend/bench
 // is the nccl-tests style benchmark.
 //
 // # Non-goals (of this version)
 //
-//   - Hierarchical (intra/inter node) algorithms come later; they slot in
-//     behind the same methods. Package ascend/shm already provides
-//     shared-memory links between ranks of one host (tcp.Options.
-//     SharedMemory), but every algorithm treats all links alike.
+//   - The hierarchical algorithm treats a host's links alike whatever
+//     they are; the direct algorithm (shared buffers) covers AllReduce
+//     only, and only when every rank is on one host.
 //   - No data types other than float32, no non-blocking collectives, no
 //     streams, no in-place AllToAll.
 //   - No fault tolerance inside a session: a session does not survive the
