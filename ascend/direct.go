@@ -16,9 +16,7 @@ package ascend
 //
 // Each rank reads n + n(p-1)/p elements and writes n: about one copy of
 // the vector, where a ring over links copies it twice (into the link, out
-// of it) besides reducing. Small vectors (p·n·4 ≤ directWhole bytes)
-// skip the gather: every rank folds the whole vector itself, one
-// synchronisation less and no lines to pull from another core's cache.
+// of it) besides reducing.
 //
 // Segment j is folded in the order the ring reduce-scatter folds it, so
 // the result is bit-identical to the ring algorithm's (and equal on every
@@ -35,17 +33,18 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"sort"
 	"sync/atomic"
 	"time"
 )
 
-// directWhole bounds the bytes a rank reads when it folds the whole vector
-// itself (p inputs of n floats): below it that beats folding a segment and
-// copying the others from the peers, whose freshly written lines are
-// expensive to move between cores (2 ranks, 256 KiB: 25–31 GB/s busbw
-// whole, 11–13 by segments; 4 ranks at 4 MiB and up, whole is 2× slower).
-const directWhole = 1 << 20
+// Every rank folds only its segment, even for small vectors: folding the
+// whole vector on every rank (no gather, one synchronisation less) looked
+// 2-3x faster in the benchmark, whose out-of-place input stays the same
+// from call to call, but peers then read each other's whole input, and an
+// input written just before the call — a gradient, or the benchmark in
+// place — must be pulled across cores line by line: 2 ranks in place,
+// 4 KiB 1.5-1.6 us whole vs 1.1-1.2 by segments, 64 KiB 14 vs 10-11,
+// 3 ranks 256 KiB 95-106 vs 34-67.
 
 // directBlock is the granularity (elements) at which a rank publishes its
 // part: 128 KiB, so a block is copied while it is still in cache.
@@ -139,21 +138,6 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		srcs[j], dsts[j] = s, t
 	}
 
-	if 4*n*c.size <= directWhole {
-		out := dst
-		if same(dst, src) {
-			out = c.scratchFor(n)[:n] // peers read this rank's src while it sums
-		}
-		c.directFold(out, srcs, 0, n, offs, op, false)
-		if err := c.directDone(ctx, name, v, d); err != nil {
-			return err
-		}
-		if same(dst, src) {
-			copy(dst, out)
-		}
-		return nil
-	}
-
 	// Each rank folds its segment in blocks: fold block k, publish it,
 	// copy block k of every peer's segment as soon as that peer published
 	// it (still in a cache the cores share, rather than in DRAM).
@@ -186,18 +170,6 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		}
 	}
 	return c.directDone(ctx, name, v, d)
-}
-
-// directFold stores into out the reduction of srcs[·][b0:b1], each
-// element folded in the order the ring reduce-scatter folds its segment
-// (offs).
-func (c *Communicator) directFold(out []float32, srcs [][]float32, b0, b1 int, offs []int, op Op, alias bool) {
-	for i := b0; i < b1; {
-		j := sort.SearchInts(offs, i+1) - 1 // the segment of element i
-		e := min(b1, offs[j+1])
-		c.directSum(out[i-b0:e-b0], srcs, j, i, e, op, alias, false)
-		i = e
-	}
 }
 
 // directSum stores into out the reduction of srcs[·][b0:b1], part of ring
