@@ -1,6 +1,23 @@
 package ascend
 
-import "context"
+import (
+	"context"
+	"time"
+)
+
+// OpDeadline is when one operation under ctx must end: now plus timeout
+// (0: no limit of its own) or ctx's deadline, whichever comes first; zero
+// means none. Transports and the direct algorithms bound their waits by it.
+func OpDeadline(ctx context.Context, timeout time.Duration) time.Time {
+	var d time.Time
+	if timeout > 0 {
+		d = time.Now().Add(timeout)
+	}
+	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
+		d = cd
+	}
+	return d
+}
 
 // Conn is a reliable, ordered, framed, bidirectional link to one peer, as a
 // transport provides it to a [Communicator].

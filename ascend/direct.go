@@ -112,7 +112,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 	v := w.next
 	n := len(src)
 	offs := equalOffsets(c.offs, n) // the ring's segments: the order of folds
-	d := c.directDeadline(ctx)
+	d := OpDeadline(ctx, c.opTimeout)
 	*w.u64(w.ctl, ctlCount) = uint64(n)
 	*w.u32(w.ctl, ctlOp) = uint32(op)
 	*w.u32(w.ctl, ctlSrcID), *w.u32(w.ctl, ctlDstID) = a.src.id, a.dst.id
@@ -251,17 +251,6 @@ func (c *Communicator) directPeer(j, n int, op Op) (src, dst []float32, err erro
 		return nil, nil, err
 	}
 	return src, dst, nil
-}
-
-func (c *Communicator) directDeadline(ctx context.Context) time.Time {
-	var d time.Time
-	if c.opTimeout > 0 {
-		d = time.Now().Add(c.opTimeout)
-	}
-	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
-		d = cd
-	}
-	return d
 }
 
 // directSleep bounds one sleep on a peer's control page, so cancellation,

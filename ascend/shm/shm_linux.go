@@ -221,14 +221,7 @@ func (c *Conn) wakeAll() {
 }
 
 func (c *Conn) deadline(ctx context.Context) time.Time {
-	var d time.Time
-	if c.opts.OpTimeout > 0 {
-		d = time.Now().Add(c.opts.OpTimeout)
-	}
-	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
-		d = cd
-	}
-	return d
+	return ascend.OpDeadline(ctx, c.opts.OpTimeout)
 }
 
 // peerDown reports that the peer closed or went away.

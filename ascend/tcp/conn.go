@@ -78,16 +78,7 @@ func (c *conn) setSpin(d time.Duration, yieldOS bool) {
 	}
 }
 
-func (c *conn) deadline(ctx context.Context) time.Time {
-	var d time.Time
-	if c.opTimeout > 0 {
-		d = time.Now().Add(c.opTimeout)
-	}
-	if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
-		d = cd
-	}
-	return d
-}
+func (c *conn) deadline(ctx context.Context) time.Time { return ascend.OpDeadline(ctx, c.opTimeout) }
 
 // Send implements ascend.Conn.
 func (c *conn) Send(ctx context.Context, tag uint32, p []byte) error {
