@@ -110,16 +110,28 @@ func (b *SharedBuffer) Free() error {
 			break
 		}
 	}
-	var errs []error
+	return b.unmap()
+}
+
+// unmap closes this rank's mapping of its own region and of the peers'.
+func (b *SharedBuffer) unmap() error {
+	err := closeRegions(b.peers)
 	if b.own != nil {
-		errs = append(errs, b.own.Close())
-	}
-	for _, r := range b.peers {
-		if r != nil {
-			errs = append(errs, r.Close())
-		}
+		err = errors.Join(b.own.Close(), err)
 	}
 	b.data, b.views = nil, nil
+	return err
+}
+
+// closeRegions closes the non-nil regions and clears them.
+func closeRegions(rs []SharedRegion) error {
+	var errs []error
+	for i, r := range rs {
+		if r != nil {
+			errs = append(errs, r.Close())
+			rs[i] = nil
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -309,12 +321,8 @@ func (c *Communicator) AllocShared(ctx context.Context, n int) (*SharedBuffer, e
 // release unmaps the peers' regions of b and the control pages of a
 // failed or refused AllocShared (b's own region stays: it is b's memory).
 func (b *SharedBuffer) release(ctlReg SharedRegion, peerCtl []SharedRegion) {
-	for _, r := range append(b.peers, peerCtl...) {
-		if r != nil {
-			r.Close()
-		}
-	}
-	clear(b.peers)
+	closeRegions(b.peers)
+	closeRegions(peerCtl)
 	b.views = make([][]float32, len(b.views))
 	if ctlReg != nil {
 		ctlReg.Unlink()
@@ -371,24 +379,13 @@ func (w *window) close() {
 	}
 	for _, b := range w.bufs {
 		b.freed = true
-		if b.own != nil {
-			b.own.Close()
-		}
-		for _, r := range b.peers {
-			if r != nil {
-				r.Close()
-			}
-		}
+		b.unmap()
 	}
 	w.bufs = nil
 	if w.ctlReg != nil {
 		w.ctlReg.Close()
 	}
-	for _, r := range w.peerReg {
-		if r != nil {
-			r.Close()
-		}
-	}
+	closeRegions(w.peerReg)
 	w.ctl, w.peerCtl = nil, nil
 }
 
