@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,8 +72,14 @@ func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.Carb
 		return out, nil
 	}
 	out.Plan, out.NowGPerKWh = plan, now
+	if n, ok := sig.(noter); ok {
+		if notes := n.Notes(); len(notes) > 0 {
+			out.PlanNote = strings.Join(notes, "; ")
+			activity.GetLogger(ctx).Warn("carbon plan made with less than the policy asks", "note", out.PlanNote)
+		}
+	}
 	activity.GetLogger(ctx).Info("carbon plan", "slots", len(plan.Slots), "expected_g_per_kwh", plan.ExpectedGPerKWh,
-		"baseline_g_per_kwh", plan.BaselineGPerKWh, "work", plan.Work.D())
+		"baseline_g_per_kwh", plan.BaselineGPerKWh, "work", plan.Work.D(), "now_g_per_kwh", now)
 	return out, nil
 }
 
@@ -96,9 +103,15 @@ type Signal interface {
 
 // Open returns the signal a policy names: its trace file (shifted so that
 // runStart falls on trace_start when that is set) or its provider API.
+// With planner online the signal's Forecast is the online policy's prices
+// (onlineSignal on a trace, onlineProviderSignal on a provider).
 func (c *Carbon) Open(p spec.GreenPolicy, runStart time.Time) (Signal, error) {
 	if p.Provider != "" {
-		return c.provider(p)
+		sig, err := c.provider(p)
+		if err != nil || p.Planner != spec.PlannerOnline {
+			return sig, err
+		}
+		return &onlineProviderSignal{providerSignal: sig, name: p.Provider, policy: carbon.DefaultOnline(p.Interruptible)}, nil
 	}
 	tr, err := c.trace(p)
 	if err != nil {
@@ -213,7 +226,7 @@ type historian interface {
 
 type providerSignal struct{ p historian }
 
-func (c *Carbon) provider(p spec.GreenPolicy) (Signal, error) {
+func (c *Carbon) provider(p spec.GreenPolicy) (providerSignal, error) {
 	cl := carbon.Client{BaseURL: p.ProviderURL, HTTP: c.HTTP, Getenv: c.Getenv}
 	switch p.Provider {
 	case spec.ProviderElectricityMaps:
@@ -230,7 +243,7 @@ func (c *Carbon) provider(p spec.GreenPolicy) (Signal, error) {
 	case spec.ProviderUK:
 		return providerSignal{&carbon.UKCarbonIntensity{Client: cl}}, nil
 	}
-	return nil, fmt.Errorf("green.provider: unknown provider %q", p.Provider)
+	return providerSignal{}, fmt.Errorf("green.provider: unknown provider %q", p.Provider)
 }
 
 func (s providerSignal) Forecast(ctx context.Context, now time.Time, horizon time.Duration) (*carbon.Series, error) {
@@ -239,6 +252,101 @@ func (s providerSignal) Forecast(ctx context.Context, now time.Time, horizon tim
 
 func (s providerSignal) Actual(ctx context.Context, from, to time.Time) (*carbon.Series, error) {
 	return s.p.History(ctx, from, to)
+}
+
+// measurer is a provider that can read measurements alone (the UK API's
+// History fills unmeasured periods with the forecast; Measured does not).
+type measurer interface {
+	Measured(ctx context.Context, from, to time.Time) (*carbon.Series, error)
+}
+
+// Planner online on a live provider: how stale a measurement may stand for
+// the present step (in forecast steps), and the shortest window of
+// measurements asked for (long enough for two readings on an hourly grid).
+const (
+	maxObservedAge = 2
+	observeWindow  = 3 * time.Hour
+)
+
+// onlineProviderSignal is planner online on a provider: at each call the
+// step containing now is priced at the provider's latest measurement (its
+// History, or Measured, over a short window ending at now; up to
+// maxObservedAge steps old), later steps at the provider's own forecast,
+// uncorrected: a provider publishes no past forecasts to fit
+// engine/carbon.Online's correction on, so its ErrorModel is the zero one
+// (no correction, no margin). Planning on these prices is then the online
+// decision rule. Without a usable measurement the present is priced at the
+// forecast, and Notes says so.
+type onlineProviderSignal struct {
+	providerSignal
+	name   string
+	policy carbon.Online
+
+	mu    sync.Mutex
+	notes []string
+}
+
+func (o *onlineProviderSignal) Forecast(ctx context.Context, now time.Time, horizon time.Duration) (*carbon.Series, error) {
+	f, err := o.p.Forecast(ctx, now, horizon)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	// The present step: f's step containing now, or the one before f when
+	// f starts at the next step (as the Carbon Aware SDK's does).
+	k := now.Sub(f.Start) / f.Step
+	if now.Sub(f.Start)%f.Step < 0 {
+		k--
+	}
+	cur := f.Start.Add(k * f.Step)
+	from := now.Add(-max(observeWindow, now.Sub(cur)+(maxObservedAge+1)*f.Step))
+	read := o.p.History
+	if m, ok := o.p.(measurer); ok {
+		read = m.Measured
+	}
+	obs, err := read(ctx, from, now)
+	if err == nil {
+		var prices *carbon.Series
+		var x carbon.Observation
+		prices, x, err = o.policy.ObservedPrices(obs, f, carbon.ErrorModel{}, now, now.Add(horizon), maxObservedAge)
+		if err == nil {
+			if x.Age > 0 {
+				o.note(fmt.Sprintf("green.planner online: %s has no measurement of the present step %s yet; priced it at the latest, %s (%d step(s) old, %.4g g/kWh)",
+					o.name, cur.UTC().Format(time.RFC3339), x.Start.UTC().Format(time.RFC3339), x.Age, x.Value))
+			}
+			return prices, nil
+		}
+		if !errors.Is(err, carbon.ErrNoObservation) {
+			return nil, err
+		}
+	} else if ctx.Err() != nil {
+		return nil, fmt.Errorf("%s measurements: %w", o.name, err)
+	}
+	o.note(fmt.Sprintf("green.planner online: no usable %s measurement of the present (%v); priced the present step at the forecast", o.name, err))
+	return f, nil
+}
+
+func (o *onlineProviderSignal) note(s string) {
+	o.mu.Lock()
+	o.notes = append(o.notes, s)
+	o.mu.Unlock()
+}
+
+// Notes returns and clears what the signal made do without (see noter).
+func (o *onlineProviderSignal) Notes() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.notes
+	o.notes = nil
+	return n
+}
+
+// noter is a Signal that can report having planned with less than its
+// policy asks (a stale or missing observation), so the activity says so.
+type noter interface {
+	Notes() []string
 }
 
 // PlanWork places work of training from now until the policy's deadline

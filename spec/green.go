@@ -19,8 +19,10 @@ const (
 	// PlannerReplan plans the remaining work on the forecast at every
 	// chunk boundary (the default); PlannerOnline plans it on prices that
 	// take the observed present and the forecast corrected by its own
-	// past errors (engine/carbon.Online; trace files only, since it needs
-	// the forecaster's history).
+	// past errors (engine/carbon.Online). On a trace file the correction
+	// is fitted on the trace's past; on a provider the present is the
+	// provider's latest measurement and the future its own forecast,
+	// uncorrected (providers publish no past forecasts to fit on).
 	PlannerReplan = "replan"
 	PlannerOnline = "online"
 
@@ -109,10 +111,14 @@ func (g GreenPolicy) TraceStartTime() (t time.Time, ok bool, err error) {
 // Source names where the intensity comes from, for people.
 func (g GreenPolicy) Source() string {
 	if g.Provider != "" {
+		s := g.Provider
 		if g.Zone != "" {
-			return g.Provider + " " + g.Zone
+			s += " " + g.Zone
 		}
-		return g.Provider
+		if g.Planner == PlannerOnline {
+			s += ", online planner"
+		}
+		return s
 	}
 	s := g.Trace
 	if g.Zone != "" {
@@ -158,8 +164,8 @@ func (g GreenPolicy) validate(bad func(field, format string, args ...any)) {
 	switch g.Planner {
 	case "", PlannerReplan:
 	case PlannerOnline:
-		if g.Trace == "" {
-			bad("green.planner", "online needs a trace file (green.trace): it fits the forecast's corrections on the trace's past")
+		if g.Trace == "" && g.Provider == "" {
+			bad("green.planner", "online needs a trace file (green.trace) or a provider (green.provider) to observe the present intensity")
 		}
 	default:
 		bad("green.planner", "unknown planner %q (known: %s, %s)", g.Planner, PlannerReplan, PlannerOnline)
@@ -278,8 +284,13 @@ type CarbonInput struct {
 // planning come back as text (the run then trains without waiting) rather
 // than failing the run.
 type CarbonOutput struct {
-	Plan       *CarbonPlan     `json:"plan,omitempty"`
-	PlanError  string          `json:"plan_error,omitempty"`
+	Plan      *CarbonPlan `json:"plan,omitempty"`
+	PlanError string      `json:"plan_error,omitempty"`
+	// PlanNote says what the plan made do without, when it was made
+	// with less than the policy asks (planner online on a provider with no
+	// measurement of the present step: a stale one or the forecast stood
+	// for it). The plan stands.
+	PlanNote   string          `json:"plan_note,omitempty"`
 	NowGPerKWh float64         `json:"now_g_per_kwh"`
 	Priced     []PricedSegment `json:"priced,omitempty"`
 	PriceError string          `json:"price_error,omitempty"`

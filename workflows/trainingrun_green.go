@@ -46,7 +46,7 @@ func (r *run) planGreen(ctx workflow.Context, plan bool) (spec.CarbonSlot, bool)
 		workflow.GetLogger(ctx).Warn("green plan failed; training without waiting", "error", out.PlanError)
 		return spec.CarbonSlot{}, false
 	}
-	g.Plan, g.Note = out.Plan, ""
+	g.Plan, g.Note = out.Plan, out.PlanNote // the note: what the plan made do without
 	for _, sl := range out.Plan.Slots {
 		if !now.Before(sl.Start) && now.Before(sl.End) {
 			g.Started = !r.spec.Green.Interruptible

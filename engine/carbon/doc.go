@@ -62,7 +62,14 @@
 // observed present is among the k cheapest prices ahead, k the remaining
 // work). [DefaultOnline] holds the policy chosen by cross-validation on the
 // first half of the real traces; [EvaluateOnline] measures it. Decisions
-// never read the trace after the present step.
+// never read the trace after the present step. For a live provider, which
+// gives a forecast and recent measurements but no past forecasts,
+// [Online.ObservedPrices] prices the present step at the latest
+// measurement (refused with [ErrNoObservation] when older than the
+// caller allows) and later steps at the provider's forecast, corrected by
+// an ErrorModel when the caller has one (the zero one: not at all);
+// [UKCarbonIntensity.Measured] reads the UK API's measurements without
+// its forecast.
 //
 // Control. [AdjustBatch] is a pure carbon-aware batch controller: above
 // 1.3× a threshold the global batch shrinks ×0.75, below 0.7× it grows

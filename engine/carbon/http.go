@@ -332,3 +332,12 @@ func (p *UKCarbonIntensity) History(ctx context.Context, from, to time.Time) (*S
 	return p.get(ctx, "/intensity/"+from.UTC().Format(ukTime)+"/"+to.UTC().Format(ukTime),
 		JSONOptions{MaxGapSteps: p.MaxGapSteps, PreferActual: true})
 }
+
+// Measured is History without the forecast: [from, to] from the same
+// endpoint, reading only the actual intensity; periods not yet measured
+// (actual null, as the latest ones usually are) are missing steps. It is
+// what planner online observes the present with.
+func (p *UKCarbonIntensity) Measured(ctx context.Context, from, to time.Time) (*Series, error) {
+	return p.get(ctx, "/intensity/"+from.UTC().Format(ukTime)+"/"+to.UTC().Format(ukTime),
+		JSONOptions{MaxGapSteps: p.MaxGapSteps, ActualOnly: true})
+}

@@ -20,6 +20,11 @@ type JSONOptions struct {
 	// not null (falling back to intensity.forecast); the default reads the
 	// forecast. Other readers ignore it.
 	PreferActual bool
+	// ActualOnly makes ReadUKIntensity read intensity.actual only: a
+	// period whose actual is null (not yet measured) is a missing step,
+	// never its forecast. It wins over PreferActual; other readers ignore
+	// it.
+	ActualOnly bool
 }
 
 // emForecast is the Electricity Maps v3 /carbon-intensity/forecast shape:
@@ -341,8 +346,9 @@ type ukIntensity struct {
 // response (half-hour periods, UTC) into a Series with zone "GB". The
 // forecast is read unless opts.PreferActual, which reads actual where it is
 // not null (it is null for periods not yet measured) and the forecast
-// otherwise. A period with no usable value counts as a missing step; every
-// period's to-from must equal the inferred step.
+// otherwise, or opts.ActualOnly, which reads actual only. A period with no
+// usable value counts as a missing step; every period's to-from must equal
+// the inferred step.
 func ReadUKIntensity(r io.Reader, opts JSONOptions) (*Series, error) {
 	var doc ukIntensity
 	if err := json.NewDecoder(r).Decode(&doc); err != nil {
@@ -361,7 +367,7 @@ func ReadUKIntensity(r io.Reader, opts JSONOptions) (*Series, error) {
 			return nil, fmt.Errorf("%s.to: %w", where, err)
 		}
 		v, field := d.Intensity.Forecast, "forecast"
-		if opts.PreferActual && d.Intensity.Actual != nil {
+		if opts.ActualOnly || opts.PreferActual && d.Intensity.Actual != nil {
 			v, field = d.Intensity.Actual, "actual"
 		}
 		if v == nil {
