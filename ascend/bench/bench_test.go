@@ -343,6 +343,16 @@ func TestLimits(t *testing.T) {
 	if m := MeasureMemcpy(1 << 20); m <= 0 {
 		t.Fatal(m)
 	}
+	l, err := MeasureLimits(context.Background(), 1<<20, 3)
+	if err != nil || l.Ends != 3 || l.TCPRing <= 0 || l.MemcpyEach <= 0 {
+		t.Fatalf("%+v %v", l, err)
+	}
+	if _, err := MeasureLoopbackRing(context.Background(), 1<<20, 1); err == nil {
+		t.Error("a ring of one end was measured")
+	}
+	if l, err := MeasureLimits(context.Background(), 1<<20, 2); err != nil || l.Ends != 0 || l.TCPRing != 0 {
+		t.Errorf("2 ranks: %+v %v", l, err)
+	}
 }
 
 // TestManualReport runs a real benchmark in separate processes when

@@ -83,8 +83,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 
 func writeLimits(w io.Writer, when string, ls []Limits) {
 	for _, l := range ls {
-		fmt.Fprintf(w, "# limits %s, %s transfers: loopback TCP one-way %.2f GB/s, duplex %.2f GB/s per end; memcpy %.2f GB/s\n",
+		fmt.Fprintf(w, "# limits %s, %s transfers: loopback TCP one-way %.2f GB/s, duplex %.2f GB/s per end; memcpy %.2f GB/s",
 			when, FormatSize(l.Bytes), l.TCPOneWay, l.TCPDuplex, l.Memcpy)
+		if l.Ends > 2 {
+			fmt.Fprintf(w, "; %d ends at once: TCP ring %.2f GB/s, memcpy %.2f GB/s per end", l.Ends, l.TCPRing, l.MemcpyEach)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

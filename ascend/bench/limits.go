@@ -21,6 +21,15 @@ type Limits struct {
 	TCPDuplex float64 `json:"tcp_duplex_gbps"`
 	// Memcpy is single-goroutine copy() between two pre-faulted buffers.
 	Memcpy float64 `json:"memcpy_gbps"`
+	// With more than two ranks the ranks share the host's cores and memory,
+	// so their ceiling is what that many ends reach together: Ends loopback
+	// connections in a ring, each end sending to the next and receiving from
+	// the previous at once (TCPRing, per end: every bandwidth-optimal
+	// collective moves at least this traffic), and Ends goroutines copying
+	// at once (MemcpyEach, per goroutine). Zero when Ends ≤ 2.
+	Ends       int     `json:"ends,omitempty"`
+	TCPRing    float64 `json:"tcp_ring_gbps,omitempty"`
+	MemcpyEach float64 `json:"memcpy_each_gbps,omitempty"`
 }
 
 // measureBudget bounds each measurement.
@@ -30,95 +39,148 @@ const measureBudget = 150 * time.Millisecond
 // per write, one way and both ways at once (each end sending and
 // receiving bytes), for about 150 ms each.
 func MeasureLoopbackTCP(ctx context.Context, bytes int64) (oneWay, duplex float64, err error) {
-	if bytes <= 0 {
-		return 0, 0, errors.New("bench: MeasureLoopbackTCP of no bytes")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lb, err := openLoopback(ctx, 1, bytes)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer ln.Close()
-	type acc struct {
-		c   net.Conn
-		err error
-	}
-	accepted := make(chan acc, 1)
-	go func() {
-		c, err := ln.Accept()
-		accepted <- acc{c, err}
-	}()
-	var d net.Dialer
-	x, err := d.DialContext(ctx, "tcp", ln.Addr().String())
-	if err != nil {
-		return 0, 0, err
-	}
-	defer x.Close()
-	a := <-accepted
-	if a.err != nil {
-		return 0, 0, a.err
-	}
-	y := a.c
-	defer y.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = x.SetDeadline(dl)
-		_ = y.SetDeadline(dl)
-	}
-	bufs := [4][]byte{}
-	for i := range bufs {
-		bufs[i] = prefault(make([]byte, bytes))
-	}
-	// run moves n messages and returns the elapsed time.
-	run := func(n int, both bool) (time.Duration, error) {
-		var wg sync.WaitGroup
-		errs := make([]error, 4)
-		pump := func(i int, w net.Conn, src []byte) {
-			defer wg.Done()
-			for range n {
-				if _, err := w.Write(src); err != nil {
-					errs[i] = err
-					return
-				}
-			}
-		}
-		drain := func(i int, r net.Conn, dst []byte) {
-			defer wg.Done()
-			for range n {
-				if _, err := io.ReadFull(r, dst); err != nil {
-					errs[i] = err
-					return
-				}
-			}
-		}
-		start := time.Now()
-		wg.Add(2)
-		go pump(0, x, bufs[0])
-		go drain(1, y, bufs[1])
-		if both {
-			wg.Add(2)
-			go pump(2, y, bufs[2])
-			go drain(3, x, bufs[3])
-		}
-		wg.Wait()
-		return time.Since(start), errors.Join(errs...)
-	}
-	measure := func(both bool) (float64, error) {
-		t, err := run(1, both) // warm-up and pilot
-		if err != nil {
-			return 0, err
-		}
-		n := max(1, min(1000, int(measureBudget/max(t, time.Microsecond))))
-		if t, err = run(n, both); err != nil {
-			return 0, err
-		}
-		return float64(n) * float64(bytes) / t.Seconds() / 1e9, nil
-	}
-	if oneWay, err = measure(false); err != nil {
+	defer lb.close()
+	if oneWay, err = lb.measure([]flow{{0, false}}); err != nil {
 		return 0, 0, fmt.Errorf("bench: loopback one-way: %w", err)
 	}
-	if duplex, err = measure(true); err != nil {
+	if duplex, err = lb.measure([]flow{{0, false}, {0, true}}); err != nil {
 		return 0, 0, fmt.Errorf("bench: loopback duplex: %w", err)
 	}
 	return oneWay, duplex, nil
+}
+
+// MeasureLoopbackRing measures ends loopback TCP connections in a ring,
+// every end writing bytes at a time to the next end while it reads from
+// the previous one, for about 150 ms, and returns the rate per end.
+func MeasureLoopbackRing(ctx context.Context, bytes int64, ends int) (float64, error) {
+	if ends < 2 {
+		return 0, fmt.Errorf("bench: a loopback ring of %d ends", ends)
+	}
+	lb, err := openLoopback(ctx, ends, bytes)
+	if err != nil {
+		return 0, err
+	}
+	defer lb.close()
+	flows := make([]flow, ends)
+	for i := range flows {
+		flows[i] = flow{conn: i}
+	}
+	r, err := lb.measure(flows)
+	if err != nil {
+		return 0, fmt.Errorf("bench: loopback ring of %d: %w", ends, err)
+	}
+	return r, nil
+}
+
+// loopback is a set of connected loopback TCP pairs with pre-faulted
+// buffers for the flows that measure them.
+type loopback struct {
+	bytes int64
+	pairs [][2]net.Conn // [0] dialled, [1] accepted
+	bufs  [][2][]byte   // per pair and direction: what the writer sends
+	rbufs [][2][]byte   // per pair and direction: where the reader receives
+}
+
+// flow is one direction of one pair: [0]→[1], or [1]→[0] when back.
+type flow struct {
+	conn int
+	back bool
+}
+
+func openLoopback(ctx context.Context, n int, bytes int64) (lb *loopback, err error) {
+	if bytes <= 0 {
+		return nil, errors.New("bench: loopback transfers of no bytes")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	lb = &loopback{bytes: bytes}
+	defer func() {
+		if err != nil {
+			lb.close()
+		}
+	}()
+	var d net.Dialer
+	for range n {
+		x, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+		if err != nil {
+			return nil, err
+		}
+		y, err := ln.Accept() // the only connection pending: x's
+		if err != nil {
+			x.Close()
+			return nil, err
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			_ = x.SetDeadline(dl)
+			_ = y.SetDeadline(dl)
+		}
+		lb.pairs = append(lb.pairs, [2]net.Conn{x, y})
+		lb.bufs = append(lb.bufs, [2][]byte{prefault(make([]byte, bytes)), prefault(make([]byte, bytes))})
+		lb.rbufs = append(lb.rbufs, [2][]byte{prefault(make([]byte, bytes)), prefault(make([]byte, bytes))})
+	}
+	return lb, nil
+}
+
+func (lb *loopback) close() {
+	for _, p := range lb.pairs {
+		p[0].Close()
+		p[1].Close()
+	}
+}
+
+// run moves n messages on every flow at once and returns the elapsed time.
+func (lb *loopback) run(n int, flows []flow) (time.Duration, error) {
+	var wg sync.WaitGroup
+	errs := make([]error, 2*len(flows))
+	start := time.Now()
+	for i, f := range flows {
+		w, r, dir := lb.pairs[f.conn][0], lb.pairs[f.conn][1], 0
+		if f.back {
+			w, r, dir = r, w, 1
+		}
+		src, dst := lb.bufs[f.conn][dir], lb.rbufs[f.conn][dir]
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range n {
+				if _, err := w.Write(src); err != nil {
+					errs[2*i] = err
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range n {
+				if _, err := io.ReadFull(r, dst); err != nil {
+					errs[2*i+1] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), errors.Join(errs...)
+}
+
+// measure is the rate of each flow (GB/s) for about measureBudget.
+func (lb *loopback) measure(flows []flow) (float64, error) {
+	t, err := lb.run(1, flows) // warm-up and pilot
+	if err != nil {
+		return 0, err
+	}
+	n := max(1, min(1000, int(measureBudget/max(t, time.Microsecond))))
+	if t, err = lb.run(n, flows); err != nil {
+		return 0, err
+	}
+	return float64(n) * float64(lb.bytes) / t.Seconds() / 1e9, nil
 }
 
 // MeasureMemcpy measures copy() of bytes between two pre-faulted buffers
@@ -139,14 +201,52 @@ func MeasureMemcpy(bytes int64) float64 {
 	return float64(n) * float64(bytes) / time.Since(start).Seconds() / 1e9
 }
 
-// MeasureLimits measures loopback TCP and memcpy with transfers of bytes.
-func MeasureLimits(ctx context.Context, bytes int64) (Limits, error) {
+// MeasureMemcpyEach measures n goroutines each copying bytes between
+// its own two pre-faulted buffers at once, for about 150 ms, and returns
+// the rate per goroutine in GB/s.
+func MeasureMemcpyEach(bytes int64, n int) float64 {
+	if bytes <= 0 || n <= 0 {
+		return 0
+	}
+	type pair struct{ src, dst []byte }
+	ps := make([]pair, n)
+	for i := range ps {
+		ps[i] = pair{prefault(make([]byte, bytes)), prefault(make([]byte, bytes))}
+	}
+	run := func(reps int) time.Duration {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for _, p := range ps {
+			wg.Go(func() {
+				for range reps {
+					copy(p.dst, p.src)
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	t := run(1)
+	reps := max(1, min(10000, int(measureBudget/max(t, time.Microsecond))))
+	return float64(reps) * float64(bytes) / run(reps).Seconds() / 1e9
+}
+
+// MeasureLimits measures loopback TCP and memcpy with transfers of bytes,
+// and, for more than two ranks, what that many ends reach at once.
+func MeasureLimits(ctx context.Context, bytes int64, ranks int) (Limits, error) {
 	l := Limits{Bytes: bytes}
 	var err error
 	if l.TCPOneWay, l.TCPDuplex, err = MeasureLoopbackTCP(ctx, bytes); err != nil {
 		return l, err
 	}
 	l.Memcpy = MeasureMemcpy(bytes)
+	if ranks > 2 {
+		l.Ends = ranks
+		if l.TCPRing, err = MeasureLoopbackRing(ctx, bytes, ranks); err != nil {
+			return l, err
+		}
+		l.MemcpyEach = MeasureMemcpyEach(bytes, ranks)
+	}
 	return l, nil
 }
 

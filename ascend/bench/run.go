@@ -128,7 +128,7 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 			return nil, comm.Barrier(ctx)
 		}
 		for _, size := range limitSizes(opts.MaxBytes) {
-			l, err := MeasureLimits(ctx, size)
+			l, err := MeasureLimits(ctx, size, p)
 			if err != nil {
 				return nil, err
 			}

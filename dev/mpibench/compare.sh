@@ -6,7 +6,9 @@
 # last repetition, then per size: median busbw of each, ours / MPI, ours
 # against the physical limit measured in the same run (loopback TCP duplex
 # throughput per end, or single-core memcpy for shared memory, measured at
-# the nearest transfer size), and where the row stands on issue 3's goals.
+# the nearest transfer size; with 4 ranks on fewer cores, what 4 ends reach
+# at once: 4 loopback connections in a ring all moving, or 4 concurrent
+# memcpys, per end), and where the row stands on issue 3's goals.
 #
 # Fairness: Open MPI gets its tuned collectives and pre-faulted user buffers;
 # glibc is told not to return freed memory to the kernel
@@ -55,7 +57,13 @@ def table(path):
     for line in open(path):
         m = re.search(r"limits \w+, (\S+) transfers: loopback TCP one-way ([0-9.]+) GB/s, duplex ([0-9.]+) GB/s per end; memcpy ([0-9.]+) GB/s", line)
         if m:
-            limits.setdefault(size(m.group(1)), []).append(tuple(float(m.group(k)) for k in (2, 3, 4)))
+            lim = [float(m.group(k)) for k in (2, 3, 4)]
+            # More than 2 ranks share the cores: their ceiling is what that
+            # many ends reach at once (a ring of TCP connections; memcpy in
+            # every end), which replaces duplex and memcpy for goal 1.
+            e = re.search(r"(\d+) ends at once: TCP ring ([0-9.]+) GB/s, memcpy ([0-9.]+) GB/s per end", line)
+            lim += [float(e.group(2)), float(e.group(3))] if e else lim[1:3]
+            limits.setdefault(size(m.group(1)), []).append(tuple(lim))
         f = line.split()
         if f and f[0].isdigit() and len(f) >= 8:
             rows[int(f[0])] = (float(f[7]), f[-1] if not f[-1].replace(".", "").isdigit() else "")
@@ -73,14 +81,18 @@ for r in range(1, reps + 1):
 def limit_for(s):
     # The limit measured with the transfer size nearest (log scale) to s.
     k = min(limits, key=lambda t: abs(math.log(t) - math.log(s)))
-    return [statistics.median(x[i] for x in limits[k]) for i in range(3)], k
+    return [statistics.median(x[i] for x in limits[k]) for i in range(5)], k
 if tr == "tcp":
-    print("# limits: loopback TCP one-way and duplex per end, medians of the runs' before/after measurements, at the nearest transfer size")
-    print("# goal 1: <= 4 KiB latency no worse than MPI; >= 64 KiB busbw >= 1.5x MPI or >= 0.9x duplex limit")
+    print("# limits: loopback TCP one-way and duplex per end, medians of the runs' before/after measurements, at the nearest transfer size;")
+    print("#   with more than 2 ranks the limit is the rate per end of as many loopback connections in a ring, all moving at once")
+    print("# goal 1: <= 4 KiB latency no worse than MPI; >= 64 KiB busbw >= 1.5x MPI or >= 0.9x the limit")
+    print("#   (the limit is never below MPI's own busbw: what MPI reaches is physically possible)")
     print("# goal 2: 2 ranks, >= 4 MiB: busbw >= 0.8x single-stream (one-way) loopback TCP")
 else:
-    print("# limit: single-core memcpy, median of the runs' before/after measurements, at the nearest transfer size")
-    print("# goal 1: <= 4 KiB latency no worse than MPI; >= 64 KiB busbw >= 1.5x MPI or >= 0.9x memcpy")
+    print("# limit: single-core memcpy, median of the runs' before/after measurements, at the nearest transfer size;")
+    print("#   with more than 2 ranks the memcpy rate of each of as many goroutines copying at once")
+    print("# goal 1: <= 4 KiB latency no worse than MPI; >= 64 KiB busbw >= 1.5x MPI or >= 0.9x the limit")
+    print("#   (the limit is never below MPI's own busbw: what MPI reaches is physically possible)")
     print("# goal 2: 2 ranks, 1-64 MiB: busbw >= 0.5x memcpy")
 print(f"{'size':>10} {'ours':>7} {'mpi':>7} {'ours/mpi':>9} {'limit':>7} {'ours/lim':>9}  algo   goal 1   goal 2")
 for s in sorted(ours):
@@ -90,8 +102,13 @@ for s in sorted(ours):
     r = o / m if m else 0
     lim = 0.0
     if limits:
-        (one, dup, mc), _ = limit_for(s)
-        lim = dup if tr == "tcp" else mc
+        (one, dup, mc, ring, mceach), _ = limit_for(s)
+        lim = ring if tr == "tcp" else mceach
+    # A rate MPI reaches is physically possible: where it beats the limit
+    # measured here (our in-process measurement, threads in one process,
+    # underestimates what two processes reach), MPI's rate is the limit.
+    if m > lim:
+        lim = m
     rl = o / lim if lim else 0
     if s <= 4096:
         g1 = "met" if r >= 1 else "not met"
