@@ -190,8 +190,8 @@ func (c *conn) Recv(ctx context.Context, p []byte) (uint32, int, error) {
 }
 
 // spinReader reads a TCP socket the way MPI progress engines do: it polls
-// the non-blocking socket for up to spin, yielding the processor to other
-// goroutines between polls, and only then parks in the Go netpoller. A
+// the non-blocking socket for up to spin (see pollYield for what runs
+// between polls), and only then parks in the Go netpoller. A
 // netpoller wake-up costs 20–40 µs on a small VM, more than a whole
 // small-message exchange, so polling briefly cuts small-message latency
 // 3–4×; it is only worth it while the ranks on a host do not outnumber its
@@ -286,7 +286,7 @@ func (w *spinWriter) writeNow(h, p []byte) (hl, pl int, err error) {
 }
 
 func (w *spinWriter) poll(fd uintptr) bool {
-	for {
+	for i := 1; ; i++ {
 		k := 0
 		for _, b := range w.b {
 			if len(b) > 0 {
@@ -320,14 +320,14 @@ func (w *spinWriter) poll(fd uintptr) bool {
 		if !time.Now().Before(w.until) {
 			return false
 		}
-		pollYield(w.yieldOS)
+		pollYield(w.yieldOS, i)
 	}
 }
 
 // poll is the RawConn callback: true when the read finished (data, EOF or
 // an error), false to wait in the netpoller.
 func (r *spinReader) poll(fd uintptr) bool {
-	for {
+	for i := 1; ; i++ {
 		// Raw: the socket is non-blocking (see pollYield).
 		var n uintptr
 		var errno syscall.Errno
@@ -355,7 +355,7 @@ func (r *spinReader) poll(fd uintptr) bool {
 		if !time.Now().Before(r.until) {
 			return false
 		}
-		pollYield(r.yieldOS)
+		pollYield(r.yieldOS, i)
 	}
 }
 
@@ -449,9 +449,24 @@ func (f *frameReader) next(p []byte) (tag uint32, n int, err error) {
 	return tag, size, nil
 }
 
-// pollYield lets others run between two polls: other processes (the peer
-// may be waiting for this core when ranks outnumber cores) or other
-// goroutines.
+// pollYield runs between two polls of the socket (the i-th and the
+// next). When ranks outnumber cores (onlyOS) it gives the core to other
+// processes every time, since the peer that will answer may be waiting for
+// this very core. Otherwise the poll spins on, as MPI's progress engine
+// does when it has a core of its own: every 64th time it offers the core
+// to other processes (sched_yield), every 1024th to other goroutines of
+// this one (runtime.Gosched).
+//
+// Not runtime.Gosched every time: Gosched wakes a thread for every idle P
+// (wakep) to run the goroutine it requeues, so a polling rank with a
+// second P idle hops between threads. Measured with 2 ranks on 2 cores
+// over TCP (recursive doubling, fixed iteration counts, runs alternated
+// with the previous build that called Gosched every time): context
+// switches per 1500 1 MiB allreduces 1 900–8 500 against 30 000–39 000;
+// 4 KiB 10.7–15.0 µs against 11.9–14.7, 64 KiB 52.8–60.8 against
+// 59.0–74.4; 1 MiB within the machine's noise (430–940 against 500–980).
+// sched_yield every time was slower for small messages (4 KiB 14–18 µs):
+// a yield is a system call, 0.6 µs here.
 //
 // The polling loops make their system calls raw (no entersyscall), since
 // none of them blocks: sched_yield, and reads and writes of a
@@ -461,12 +476,13 @@ func (f *frameReader) next(p []byte) (tag uint32, n int, err error) {
 // another thread, which it must wake up; measured with 4 ranks on 2 cores
 // that was 5× the context switches and 1.7× the CPU time of a 256 KiB
 // allreduce, and 16–64 KiB allreduces took 1.5–1.8× as long.
-func pollYield(os bool) {
-	if os {
+func pollYield(onlyOS bool, i int) {
+	if onlyOS || i%64 == 0 {
 		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-		return
 	}
-	runtime.Gosched()
+	if !onlyOS && i%1024 == 0 {
+		runtime.Gosched()
+	}
 }
 
 // InlineBytes implements ascend.InlineSender: one frame of at most
