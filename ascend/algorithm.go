@@ -53,7 +53,7 @@ const (
 	AlgoPairwise                  // pairwise exchange (AllToAll, point-to-point)
 	AlgoRD                        // recursive doubling (small-message AllReduce)
 	AlgoHier                      // hierarchical: within hosts, then among host leaders
-	AlgoDirect                    // AllReduce reading peers' shared buffers (direct.go)
+	AlgoDirect                    // reading peers' shared buffers (direct.go): AllReduce, ReduceScatter, AllGather, Broadcast
 	numAlgo
 )
 
@@ -349,7 +349,7 @@ func (a Algorithm) Implements(coll Collective) bool {
 // implements reports whether algorithm a implements coll.
 func implements(a Algorithm, coll Collective) bool {
 	if a == AlgoDirect {
-		return coll == CollAllReduce // not a cost-model candidate: see direct.go
+		return directColl(coll) // not a cost-model candidate: see direct.go
 	}
 	impl := implementation(a)
 	if impl == nil {

@@ -95,9 +95,9 @@ func testHotPath(t *testing.T, shared bool, spin time.Duration) {
 	}
 }
 
-// TestDirectDoesNotAllocate: the direct algorithm over shared buffers,
-// whole-vector and blocked, in place and out of place, allocates nothing
-// once warm.
+// TestDirectDoesNotAllocate: the direct algorithms over shared buffers
+// (AllReduce small and blocked, ReduceScatter, AllGather, Broadcast), in
+// place and out of place, allocate nothing once warm.
 func TestDirectDoesNotAllocate(t *testing.T) {
 	const world, runs, n = 3, 10, 300_003
 	cl := ascendtest.NewCluster(t, world)
@@ -139,6 +139,11 @@ func TestDirectDoesNotAllocate(t *testing.T) {
 			c.AllReduceInto(ctx, f[n:n+100], f[:100], ascend.Avg),
 			c.AllReduce(ctx, f[:n], ascend.Max),
 			c.AllReduceInto(ctx, f[n:], f[:n], ascend.Sum),
+			c.ReduceScatter(ctx, f[:n], ascend.Sum),
+			c.ReduceScatterInto(ctx, f[n:n+n/world], f[:n], ascend.Avg),
+			c.AllGather(ctx, f[:n]),
+			c.AllGatherInto(ctx, f[:n], f[n:n+n/world]),
+			c.Broadcast(ctx, f[:n], 1),
 		} {
 			if err != nil {
 				t.Error(err)
@@ -159,7 +164,9 @@ func TestDirectDoesNotAllocate(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("%v allocations per round, want 0", allocs)
 	}
-	if !comms[0].Direct(sts[0].sb.Floats(), sts[0].sb.Floats()) {
+	f := sts[0].sb.Floats()
+	if !comms[0].Direct(f, f) || !comms[0].DirectFor(ascend.CollReduceScatter, f[n:n+n/world], f[:n]) ||
+		!comms[0].DirectFor(ascend.CollAllGather, f[:n], f[n:n+n/world]) || !comms[0].DirectFor(ascend.CollBroadcast, nil, f[:n]) {
 		t.Error("not direct")
 	}
 }

@@ -53,7 +53,7 @@ func (c *Communicator) AllReduceInto(ctx context.Context, dst, src []float32, op
 		copy(dst, src)
 		return nil
 	}
-	if a, ok := c.directFor(dst, src); ok {
+	if a, ok := c.directFor(CollAllReduce, dst, src); ok {
 		return c.directAllReduce(ctx, a, dst, src, op)
 	}
 	c.postLinks()
@@ -117,6 +117,10 @@ func (c *Communicator) reduceScatter(ctx context.Context, dst, src, work []float
 		copy(dst, src)
 		return nil
 	}
+	if a, ok := c.directFor(CollReduceScatter, nil, src); ok {
+		return c.directReduceScatter(ctx, a, dst, src, op)
+	}
+	c.postLinks()
 	if work == nil {
 		work = c.workFor(len(src))
 	}
@@ -207,6 +211,10 @@ func (c *Communicator) allGather(ctx context.Context, dst, src []float32, counts
 	if c.size == 1 || len(dst) == 0 {
 		return nil
 	}
+	if a, ok := c.directFor(CollAllGather, dst, src); ok {
+		return c.directAllGather(ctx, a, dst, offs)
+	}
+	c.postLinks()
 	algo := c.choose(CollAllGather, 4*len(dst))
 	tag := makeTag(seq, algo, CollAllGather, 0)
 	if algo == AlgoHD {
@@ -259,6 +267,11 @@ func (c *Communicator) broadcast(ctx context.Context, dst, src []float32, root i
 	if c.size == 1 || len(buf) == 0 {
 		return nil
 	}
+	if a, ok := c.directFor(CollBroadcast, nil, buf); ok {
+		err = c.directBroadcast(ctx, a, buf, root)
+		return err
+	}
+	c.postLinks()
 	algo := c.choose(CollBroadcast, 4*len(buf))
 	tag := makeTag(seq, algo, CollBroadcast, root)
 	var parent *peer

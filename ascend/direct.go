@@ -26,6 +26,13 @@ package ascend
 // cost model does not price it: it runs whenever the buffers allow and no
 // algorithm other than the ring is forced (ASCEND_ALGO=hd, say, uses the
 // links).
+//
+// ReduceScatter, AllGather(V) and Broadcast go direct the same way: post,
+// then each rank folds its own segment out of the peers' src
+// (ReduceScatter, in the ring's order as above), copies every peer's src
+// into its dst (AllGather) or copies the root's src (Broadcast), then done.
+// Each rank reads what it needs once, where a ring over links copies it
+// into the link and out again.
 
 import (
 	"context"
@@ -70,26 +77,33 @@ type directArgs struct {
 	srcOff, dstOff int
 }
 
-// directFor reports whether AllReduceInto(dst, src) runs direct: every
-// rank on this host, both slices in shared buffers, and no algorithm but
-// the ring forced. Every rank must give the same answer — pass shared
-// buffers on every rank or on none; a rank on the links while others are
-// not is detected (ErrMismatch) by the others.
-func (c *Communicator) directFor(dst, src []float32) (directArgs, bool) {
+// directFor reports whether collective coll on dst and src runs direct:
+// every rank on this host, src and dst (unless empty) in shared buffers, and
+// no algorithm but the ring forced (direct has the ring's bits). Every
+// rank must give the same answer — pass shared buffers on every rank or on
+// none; a rank on the links while others are not is detected
+// (ErrMismatch) by the others.
+func (c *Communicator) directFor(coll Collective, dst, src []float32) (directArgs, bool) {
 	if !c.sharedAll() {
 		return directArgs{}, false
 	}
-	switch c.force[CollAllReduce] {
+	switch c.force[coll] {
 	case AlgoAuto, AlgoDirect, AlgoRing: // direct has the ring's bits
 	default:
 		return directArgs{}, false
 	}
-	sb, so := c.win.find(src)
-	db, do := c.win.find(dst)
-	if sb == nil || db == nil {
-		return directArgs{}, false
+	var a directArgs
+	if len(src) > 0 { // an empty src (a rank's share of an AllGatherV) is nowhere
+		if a.src, a.srcOff = c.win.find(src); a.src == nil {
+			return directArgs{}, false
+		}
 	}
-	return directArgs{src: sb, dst: db, srcOff: so, dstOff: do}, true
+	if len(dst) > 0 {
+		if a.dst, a.dstOff = c.win.find(dst); a.dst == nil {
+			return directArgs{}, false
+		}
+	}
+	return a, true
 }
 
 // postLinks tells ranks that may go direct that this one uses the links
@@ -108,34 +122,17 @@ func (c *Communicator) postLinks() {
 func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, src []float32, op Op) error {
 	const name = "allreduce"
 	w := c.win
-	w.next++
-	v := w.next
 	n := len(src)
 	offs := equalOffsets(c.offs, n) // the ring's segments: the order of folds
 	d := OpDeadline(ctx, c.opTimeout)
-	*w.u64(w.ctl, ctlCount) = uint64(n)
-	*w.u32(w.ctl, ctlOp) = uint32(op)
-	*w.u32(w.ctl, ctlSrcID), *w.u32(w.ctl, ctlDstID) = a.src.id, a.dst.id
-	*w.u64(w.ctl, ctlSrcOff), *w.u64(w.ctl, ctlDstOff) = uint64(a.srcOff), uint64(a.dstOff)
-	atomic.StoreUint32(w.u32(w.ctl, ctlMode), 1)
-	atomic.StoreUint32(w.u32(w.ctl, ctlReduced), 0) // no block of collective v yet
-	w.publish(ctlPosted, v)
-
+	v := c.directPost(CollAllReduce, uint64(n), uint32(op), a)
 	// The ranks' src and dst (this rank's own for itself).
 	srcs, dsts := w.srcs, w.dsts
 	defer clear(srcs)
 	defer clear(dsts)
 	srcs[c.rank], dsts[c.rank] = src, dst
-	for i := 1; i < c.size; i++ {
-		j := (c.rank + i) % c.size
-		if err := c.directWait(ctx, name, j, ctlPosted, v, d); err != nil {
-			return err
-		}
-		s, t, err := c.directPeer(j, n, op)
-		if err != nil {
-			return c.abort(&PeerError{Rank: j, Op: name, Err: err})
-		}
-		srcs[j], dsts[j] = s, t
+	if err := c.directPeers(ctx, CollAllReduce, v, uint64(n), uint32(op), d, func(int) (int, int) { return n, n }); err != nil {
+		return err
 	}
 
 	// Each rank folds its segment in blocks: fold block k, publish it,
@@ -222,35 +219,160 @@ func (c *Communicator) directDone(ctx context.Context, name string, v uint32, d 
 	return nil
 }
 
-// directPeer checks rank j's posted collective against this rank's (n
-// elements, op) and returns j's src and dst.
-func (c *Communicator) directPeer(j, n int, op Op) (src, dst []float32, err error) {
+// directPost publishes this rank's part of direct collective coll:
+// count elements (its meaning is the collective's, equal on every rank),
+// aux (the op, or the root) and where src and dst lie. It returns the
+// collective's sequence number.
+func (c *Communicator) directPost(coll Collective, count uint64, aux uint32, a directArgs) uint32 {
+	w := c.win
+	w.next++
+	v := w.next
+	*w.u64(w.ctl, ctlCount) = count
+	*w.u32(w.ctl, ctlOp) = aux
+	*w.u32(w.ctl, ctlSrcID), *w.u64(w.ctl, ctlSrcOff) = 0, 0
+	*w.u32(w.ctl, ctlDstID), *w.u64(w.ctl, ctlDstOff) = 0, 0
+	if a.src != nil {
+		*w.u32(w.ctl, ctlSrcID), *w.u64(w.ctl, ctlSrcOff) = a.src.id, uint64(a.srcOff)
+	}
+	if a.dst != nil {
+		*w.u32(w.ctl, ctlDstID), *w.u64(w.ctl, ctlDstOff) = a.dst.id, uint64(a.dstOff)
+	}
+	atomic.StoreUint32(w.u32(w.ctl, ctlMode), uint32(coll)) // 0: the links
+	atomic.StoreUint32(w.u32(w.ctl, ctlReduced), 0)         // no block of collective v yet
+	w.publish(ctlPosted, v)
+	return v
+}
+
+// directPeers waits until every peer has posted collective v and fills
+// w.srcs and w.dsts with their src and dst, of the lengths lens gives for
+// each rank (a negative dst length: not needed).
+func (c *Communicator) directPeers(ctx context.Context, coll Collective, v uint32, count uint64, aux uint32, d time.Time, lens func(j int) (src, dst int)) error {
+	w := c.win
+	name := coll.String()
+	for i := 1; i < c.size; i++ {
+		j := (c.rank + i) % c.size
+		if err := c.directWait(ctx, name, j, ctlPosted, v, d); err != nil {
+			return err
+		}
+		ns, nd := lens(j)
+		s, t, err := c.directPeer(j, coll, count, aux, ns, nd)
+		if err != nil {
+			return c.abort(&PeerError{Rank: j, Op: name, Err: err})
+		}
+		w.srcs[j], w.dsts[j] = s, t
+	}
+	return nil
+}
+
+// directPeer checks rank j's posted collective against this rank's (coll,
+// count, aux) and returns j's src (srcLen elements) and dst (dstLen; nil
+// when dstLen is negative).
+func (c *Communicator) directPeer(j int, coll Collective, count uint64, aux uint32, srcLen, dstLen int) (src, dst []float32, err error) {
 	w := c.win
 	ctl := w.peerCtl[j]
-	if atomic.LoadUint32(w.u32(ctl, ctlMode)) != 1 {
-		return nil, nil, fmt.Errorf("%w: allreduce: rank %d uses the links where this rank uses shared buffers (pass shared buffers on every rank or on none)", ErrMismatch, j)
+	name := coll.String()
+	switch mode := Collective(atomic.LoadUint32(w.u32(ctl, ctlMode))); mode {
+	case coll:
+	case 0:
+		return nil, nil, fmt.Errorf("%w: %s: rank %d uses the links where this rank uses shared buffers (pass shared buffers on every rank or on none)", ErrMismatch, name, j)
+	default:
+		return nil, nil, fmt.Errorf("%w: %s: rank %d runs %v at this point of the call sequence", ErrMismatch, name, j, mode)
 	}
-	pn, pop := *w.u64(ctl, ctlCount), Op(*w.u32(ctl, ctlOp))
-	if pn != uint64(n) || pop != op {
-		return nil, nil, fmt.Errorf("%w: allreduce: rank %d reduces %d elements with %v, this rank %d with %v", ErrMismatch, j, pn, pop, n, op)
+	if pn, pa := *w.u64(ctl, ctlCount), *w.u32(ctl, ctlOp); pn != count || pa != aux {
+		what := func(a uint32) string {
+			if coll == CollBroadcast {
+				return fmt.Sprintf("root %d", a)
+			}
+			return Op(a).String()
+		}
+		return nil, nil, fmt.Errorf("%w: %s: rank %d has %d elements with %s, this rank %d with %s", ErrMismatch, name, j, pn, what(pa), count, what(aux))
 	}
-	view := func(id uint32, off uint64, what string) ([]float32, error) {
+	view := func(id uint32, off uint64, n int, what string) ([]float32, error) {
+		if n == 0 {
+			return nil, nil
+		}
 		b := w.byID(id)
 		if b == nil || b.views[j] == nil {
-			return nil, fmt.Errorf("%w: allreduce: rank %d's %s is in shared buffer %d, which this rank does not have", ErrMismatch, j, what, id)
+			return nil, fmt.Errorf("%w: %s: rank %d's %s is in shared buffer %d, which this rank does not have", ErrMismatch, name, j, what, id)
 		}
 		if off > uint64(len(b.views[j])) || uint64(len(b.views[j]))-off < uint64(n) {
-			return nil, fmt.Errorf("%w: allreduce: rank %d's %s (%d elements at %d) lies outside shared buffer %d", ErrProtocol, j, what, n, off, id)
+			return nil, fmt.Errorf("%w: %s: rank %d's %s (%d elements at %d) lies outside shared buffer %d", ErrProtocol, name, j, what, n, off, id)
 		}
 		return b.views[j][off : off+uint64(n) : off+uint64(n)], nil
 	}
-	if src, err = view(*w.u32(ctl, ctlSrcID), *w.u64(ctl, ctlSrcOff), "src"); err != nil {
+	if src, err = view(*w.u32(ctl, ctlSrcID), *w.u64(ctl, ctlSrcOff), srcLen, "src"); err != nil {
 		return nil, nil, err
 	}
-	if dst, err = view(*w.u32(ctl, ctlDstID), *w.u64(ctl, ctlDstOff), "dst"); err != nil {
-		return nil, nil, err
+	if dstLen >= 0 {
+		if dst, err = view(*w.u32(ctl, ctlDstID), *w.u64(ctl, ctlDstOff), dstLen, "dst"); err != nil {
+			return nil, nil, err
+		}
 	}
 	return src, dst, nil
+}
+
+// directReduceScatter runs ReduceScatterInto(dst, src) direct: this rank
+// folds its segment of every rank's src (in the ring's order, see
+// directSum) into dst, which may be exactly that segment of src.
+func (c *Communicator) directReduceScatter(ctx context.Context, a directArgs, dst, src []float32, op Op) error {
+	w := c.win
+	n := len(src)
+	offs := equalOffsets(c.offs, n)
+	d := OpDeadline(ctx, c.opTimeout)
+	v := c.directPost(CollReduceScatter, uint64(n), uint32(op), a)
+	defer clear(w.srcs)
+	w.srcs[c.rank] = src
+	if err := c.directPeers(ctx, CollReduceScatter, v, uint64(n), uint32(op), d, func(int) (int, int) { return n, -1 }); err != nil {
+		return err
+	}
+	lo, hi := offs[c.rank], offs[c.rank+1]
+	alias := same(dst, src[lo:hi])
+	nt := 4*n >= directNT && op == Sum && !alias
+	for b0 := lo; b0 < hi; b0 += directBlock {
+		b1 := min(b0+directBlock, hi)
+		c.directSum(dst[b0-lo:b1-lo], w.srcs, c.rank, b0, b1, op, alias, nt)
+	}
+	return c.directDone(ctx, "reducescatter", v, d)
+}
+
+// directAllGather runs the gather of allGather direct: this rank's
+// segment of dst is already in place; it copies every peer's src (offs
+// gives the segments) into dst.
+func (c *Communicator) directAllGather(ctx context.Context, a directArgs, dst []float32, offs []int) error {
+	w := c.win
+	d := OpDeadline(ctx, c.opTimeout)
+	v := c.directPost(CollAllGather, uint64(len(dst)), 0, a)
+	defer clear(w.srcs)
+	if err := c.directPeers(ctx, CollAllGather, v, uint64(len(dst)), 0, d, func(j int) (int, int) { return offs[j+1] - offs[j], -1 }); err != nil {
+		return err
+	}
+	for i := 1; i < c.size; i++ {
+		j := (c.rank + i) % c.size
+		copy(dst[offs[j]:offs[j+1]], w.srcs[j])
+	}
+	return c.directDone(ctx, "allgather", v, d)
+}
+
+// directBroadcast runs broadcast direct: every rank but the root copies
+// the root's src into buf (buf is the src on the root).
+func (c *Communicator) directBroadcast(ctx context.Context, a directArgs, buf []float32, root int) error {
+	w := c.win
+	n := len(buf)
+	d := OpDeadline(ctx, c.opTimeout)
+	v := c.directPost(CollBroadcast, uint64(n), uint32(root), a)
+	defer clear(w.srcs)
+	if err := c.directPeers(ctx, CollBroadcast, v, uint64(n), uint32(root), d, func(j int) (int, int) {
+		if j == root {
+			return n, -1
+		}
+		return 0, -1
+	}); err != nil {
+		return err
+	}
+	if c.rank != root {
+		copy(buf, w.srcs[root])
+	}
+	return c.directDone(ctx, "broadcast", v, d)
 }
 
 // directSleep bounds one sleep on a peer's control page, so cancellation,
@@ -335,9 +457,26 @@ var errPeerGone = fmt.Errorf("peer went away: %w", io.EOF)
 // Direct reports whether AllReduceInto(dst, src) reads the peers' buffers
 // directly here: every rank is on this host, both slices lie in shared
 // buffers (AllocShared) and no algorithm but the ring is forced.
-func (c *Communicator) Direct(dst, src []float32) bool {
+func (c *Communicator) Direct(dst, src []float32) bool { return c.DirectFor(CollAllReduce, dst, src) }
+
+// DirectFor is Direct for collective coll (AllReduce, ReduceScatter,
+// AllGather or Broadcast; the others always use the links), given the
+// slices of its Into form (dst may be nil where that form allows it).
+func (c *Communicator) DirectFor(coll Collective, dst, src []float32) bool {
+	if !directColl(coll) || len(dst)+len(src) == 0 {
+		return false
+	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	_, ok := c.directFor(dst, src)
+	_, ok := c.directFor(coll, dst, src)
 	return ok && c.size > 1
+}
+
+// directColl reports whether coll has a direct algorithm.
+func directColl(coll Collective) bool {
+	switch coll {
+	case CollAllReduce, CollReduceScatter, CollAllGather, CollBroadcast:
+		return true
+	}
+	return false
 }

@@ -73,10 +73,10 @@
 // Abort notices are in abort.go.
 //
 // Ranks of one host can also share memory (shared.go): AllocShared gives
-// every rank a buffer the others map, and an AllReduce of shared buffers
-// reads the peers' data where it lies (direct.go) instead of sending it
-// over the links, folding in the ring's order so that its bits are the
-// ring's. The sums run on AVX2 where the CPU has it (reduce_amd64.s).
+// every rank a buffer the others map, and an AllReduce, ReduceScatter,
+// AllGather(V) or Broadcast of shared buffers reads the peers' data where
+// it lies (direct.go) instead of sending it over the links, folding in the
+// ring's order so that its bits are the ring's. The sums run on AVX2 where the CPU has it (reduce_amd64.s).
 //
 // Transports implement [Conn]; package ascend/tcp is the TCP transport with
 // a node-level listener, rendezvous and mutual authentication, package
@@ -89,8 +89,9 @@
 // # Non-goals (of this version)
 //
 //   - The hierarchical algorithm treats a host's links alike whatever
-//     they are; the direct algorithm (shared buffers) covers AllReduce
-//     only, and only when every rank is on one host.
+//     they are; the direct algorithms (shared buffers) cover AllReduce,
+//     ReduceScatter, AllGather(V) and Broadcast (not Reduce, AllToAll),
+//     and only when every rank is on one host.
 //   - No data types other than float32, no non-blocking collectives, no
 //     streams, no in-place AllToAll.
 //   - No fault tolerance inside a session: a session does not survive the

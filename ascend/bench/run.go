@@ -218,7 +218,7 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 		seen[size] = true
 		row := Row{Size: size, Count: count, Type: "float", RedOp: "none", Root: -1,
 			Algorithm: comm.Algorithm(coll, int(size)).String()}
-		if coll == ascend.CollAllReduce && comm.Direct(b.recv[:nr], b.send[:ns]) {
+		if comm.DirectFor(coll, b.recv[:nr], b.send[:ns]) {
 			row.Algorithm = ascend.AlgoDirect.String()
 		}
 		if cd.reduces {
