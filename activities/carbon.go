@@ -296,11 +296,7 @@ func (o *onlineProviderSignal) Forecast(ctx context.Context, now time.Time, hori
 	}
 	// The present step: f's step containing now, or the one before f when
 	// f starts at the next step (as the Carbon Aware SDK's does).
-	k := now.Sub(f.Start) / f.Step
-	if now.Sub(f.Start)%f.Step < 0 {
-		k--
-	}
-	cur := f.Start.Add(k * f.Step)
+	cur := f.Start.Add(ShiftFor(f, now, f.Start))
 	from := now.Add(-max(observeWindow, now.Sub(cur)+(maxObservedAge+1)*f.Step))
 	read := o.p.History
 	if m, ok := o.p.(measurer); ok {

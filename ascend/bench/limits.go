@@ -185,21 +185,7 @@ func (lb *loopback) measure(flows []flow) (float64, error) {
 
 // MeasureMemcpy measures copy() of bytes between two pre-faulted buffers
 // for about 150 ms, in GB/s.
-func MeasureMemcpy(bytes int64) float64 {
-	if bytes <= 0 {
-		return 0
-	}
-	src, dst := prefault(make([]byte, bytes)), prefault(make([]byte, bytes))
-	start := time.Now()
-	copy(dst, src)
-	t := time.Since(start)
-	n := max(1, min(10000, int(measureBudget/max(t, time.Microsecond))))
-	start = time.Now()
-	for range n {
-		copy(dst, src)
-	}
-	return float64(n) * float64(bytes) / time.Since(start).Seconds() / 1e9
-}
+func MeasureMemcpy(bytes int64) float64 { return MeasureMemcpyEach(bytes, 1) }
 
 // MeasureMemcpyEach measures n goroutines each copying bytes between
 // its own two pre-faulted buffers at once, for about 150 ms, and returns
