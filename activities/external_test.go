@@ -126,11 +126,15 @@ while true; do sleep 1; done`
 // TestRunExternalRankExitIsTyped: a rank exiting 7 fails the activity with
 // a RankExited error naming it, its status, its last step and its log.
 func TestRunExternalRankExitIsTyped(t *testing.T) {
+	// Rank 1 crashes only once rank 0 has its TERM trap (the file says
+	// so): a crash before that would kill rank 0 before it could log.
 	script := `if [ "$RANK" = 1 ]; then
+  while [ ! -e rank0-trapped ]; do sleep 0.01; done
   echo '{"event":"report","step":3,"loss":1.5}' >> "$CANN_TRAIN_REPORT_FILE"
   echo "RuntimeError: CUDA is not a thing here" >&2; exit 7
 fi
 trap 'echo got TERM; exit 0' TERM
+touch rank0-trapped
 while true; do sleep 0.05; done`
 	bucket := filepath.Join(t.TempDir(), "ckpt")
 	n := externalNode(t, "n1", "file://"+bucket)
