@@ -47,7 +47,8 @@ type Conn interface {
 type TrySendResult uint8
 
 const (
-	// TrySent: the whole frame was handed to the transport.
+	// TrySent: the whole frame was handed to the transport, which no
+	// longer reads p.
 	TrySent TrySendResult = iota
 	// TryRefused: nothing was sent; send the frame with Send.
 	TryRefused

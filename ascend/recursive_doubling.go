@@ -69,10 +69,24 @@ func (c *Communicator) rdAllReduce(ctx context.Context, tag uint32, src, dst []f
 	}
 	for m := 1; m < l.pp; m <<= 1 {
 		partner := c.peers[l.orig(l.v^m)]
-		if err := c.exchange(ctx, name, tag, partner, cur, partner, spare, cur, op, true); err != nil {
+		c.startSend(ctx, partner, tag, cur)
+		// A send the transport took whole in startSend (a socket or ring
+		// buffer had room) no longer reads cur: fold into it in place,
+		// unless it is the caller's input. In place on two ranks this
+		// saves the workspace's final copy into dst.
+		into := spare
+		if partner.inline && (!same(cur, src) || same(src, dst)) {
+			into = cur
+		}
+		if err := c.recv(ctx, partner, tag, into, cur, op, true); err != nil {
+			return c.failRecv(ctx, name, partner, err)
+		}
+		if err := c.finishSend(ctx, name, partner); err != nil {
 			return err
 		}
-		cur, spare = spare, c.spareAfter(cur, src, dst)
+		if !same(into, cur) {
+			cur, spare = spare, c.spareAfter(cur, src, dst)
+		}
 	}
 	if !same(cur, dst) {
 		copy(dst, cur)

@@ -20,17 +20,44 @@ import (
 const MaxFrame = 64 << 20
 
 const (
-	frameHdr   = 8
-	smallFrame = 32 << 10 // frames up to this size go out in one write
+	// frameHdr is a frame's header: length, tag and 8 reserved bytes,
+	// which must be zero.
+	frameHdr = 16
+	// frameAlign: every frame on the wire is padded with zeros to a
+	// multiple of frameAlign bytes, so that every payload starts
+	// frameAlign-aligned in the stream, as it does in the caller's buffer.
+	// The kernel copies a payload between the caller's buffer and socket
+	// buffer pages laid out as the stream is; when the two are misaligned
+	// by 4, 8 or 12 bytes (as an 8-byte header left them) the copies are
+	// far slower on this machine's CPU (AMD EPYC): two processes exchanging
+	// 1 MiB over loopback with writev(header, payload) took 420–464 µs
+	// with an 8-byte header against 280–290 µs with a 16- or 32-byte one,
+	// 256 KiB 136–165 against 56–58 µs, and a 2-rank 256 KiB allreduce
+	// went from 191–223 to 85–151 µs (six alternating pairs).
+	frameAlign = 16
+	// minFrameBuf is the smallest read buffer a frameReader works with: a
+	// header and the padding of the frame before it.
+	minFrameBuf = frameHdr + frameAlign - 1
+	smallFrame  = 32 << 10 // frames up to this size go out in one write
 )
+
+// padLen is the padding after a payload of n bytes.
+func padLen(n int) int { return -n & (frameAlign - 1) }
+
+// putHeader writes a frame header for a payload of n bytes into h.
+func putHeader(h []byte, n int, tag uint32) {
+	binary.LittleEndian.PutUint32(h[0:], uint32(n))
+	binary.LittleEndian.PutUint32(h[4:], tag)
+	clear(h[8:frameHdr])
+}
 
 // conn is an ascend.Conn over one TCP connection.
 type conn struct {
 	nc        *net.TCPConn
 	opTimeout time.Duration
 	fr        frameReader // frames read through a small buffer
-	wbuf      []byte      // header + small payloads, allocated once
-	iov       [2][]byte   // header and payload of a large frame
+	wbuf      []byte      // header + small payloads + padding, allocated once
+	iov       [3][]byte   // header, payload and padding of a large frame
 	bufs      net.Buffers // writev view of iov, consumed by each write
 	closeOnce sync.Once
 
@@ -40,9 +67,10 @@ type conn struct {
 	wr spinWriter
 
 	// pending is the unsent tail of a frame TrySend started: the rest of
-	// thdr and of the caller's payload.
-	pending [2][]byte
+	// thdr, of the caller's payload and of the padding.
+	pending [3][]byte
 	thdr    [frameHdr]byte
+	pad     [frameAlign]byte // zeros
 
 	inlineAll bool // see InlineBytes
 }
@@ -50,7 +78,7 @@ type conn struct {
 var _ ascend.Conn = (*conn)(nil)
 
 func newConn(nc *net.TCPConn, opTimeout time.Duration) *conn {
-	c := &conn{nc: nc, opTimeout: opTimeout, wbuf: make([]byte, frameHdr+smallFrame)}
+	c := &conn{nc: nc, opTimeout: opTimeout, wbuf: make([]byte, frameHdr+smallFrame+frameAlign)}
 	c.rd.nc = nc
 	c.fr = frameReader{r: nc, buf: make([]byte, frameHdr+smallFrame)}
 	if rc, err := nc.SyscallConn(); err == nil {
@@ -95,25 +123,27 @@ func (c *conn) Send(ctx context.Context, tag uint32, p []byte) error {
 		return err
 	}
 	h := c.wbuf[:frameHdr]
-	binary.LittleEndian.PutUint32(h[0:], uint32(len(p)))
-	binary.LittleEndian.PutUint32(h[4:], tag)
+	putHeader(h, len(p), tag)
+	pad := padLen(len(p))
 	if len(p) <= smallFrame {
 		n := copy(c.wbuf[frameHdr:], p)
+		b := c.wbuf[:frameHdr+n+pad]
+		clear(b[frameHdr+n:])
 		if c.wr.spin > 0 {
-			return c.wr.write(c.wbuf[:frameHdr+n], nil, false)
+			return c.wr.write(b, nil, nil, false)
 		}
-		_, err := c.nc.Write(c.wbuf[:frameHdr+n])
+		_, err := c.nc.Write(b)
 		return err
 	}
 	if c.wr.spin > 0 {
-		return c.wr.write(h, p, false)
+		return c.wr.write(h, p, c.pad[:pad], false)
 	}
 	// One writev: with TCP_NODELAY a separate header write would leave as
 	// its own segment and wake the reader twice.
-	c.iov = [2][]byte{h, p}
+	c.iov = [3][]byte{h, p, c.pad[:pad]}
 	c.bufs = c.iov[:]
 	_, err := c.bufs.WriteTo(c.nc)
-	c.iov = [2][]byte{}
+	c.iov = [3][]byte{}
 	return err
 }
 
@@ -131,23 +161,23 @@ func (c *conn) TrySend(ctx context.Context, tag uint32, p []byte) (ascend.TrySen
 	if err := c.nc.SetWriteDeadline(c.deadline(ctx)); err != nil {
 		return ascend.TrySent, err
 	}
-	binary.LittleEndian.PutUint32(c.thdr[0:], uint32(len(p)))
-	binary.LittleEndian.PutUint32(c.thdr[4:], tag)
-	hl, pl, err := c.wr.writeNow(c.thdr[:], p)
+	putHeader(c.thdr[:], len(p), tag)
+	pad := c.pad[:padLen(len(p))]
+	hl, pl, tl, err := c.wr.writeNow(c.thdr[:], p, pad)
 	switch {
 	case err != nil:
 		return ascend.TrySent, err
-	case hl == 0 && pl == 0:
+	case hl == 0 && pl == 0 && tl == 0:
 		return ascend.TrySent, nil
 	case hl == frameHdr:
 		return ascend.TryRefused, nil
 	}
-	c.pending = [2][]byte{c.thdr[frameHdr-hl:], p[len(p)-pl:]}
+	c.pending = [3][]byte{c.thdr[frameHdr-hl:], p[len(p)-pl:], pad[len(pad)-tl:]}
 	return ascend.TryPartial, nil
 }
 
 // pendingLen is the number of bytes TrySend left to send.
-func (c *conn) pendingLen() int { return len(c.pending[0]) + len(c.pending[1]) }
+func (c *conn) pendingLen() int { return len(c.pending[0]) + len(c.pending[1]) + len(c.pending[2]) }
 
 // FinishSend implements ascend.TrySender.
 func (c *conn) FinishSend(ctx context.Context) error {
@@ -168,12 +198,12 @@ func (c *conn) flush() error {
 	}
 	var err error
 	if c.wr.spin > 0 {
-		err = c.wr.write(c.pending[0], c.pending[1], false)
+		err = c.wr.write(c.pending[0], c.pending[1], c.pending[2], false)
 	} else {
-		b := net.Buffers{c.pending[0], c.pending[1]}
+		b := net.Buffers{c.pending[0], c.pending[1], c.pending[2]}
 		_, err = b.WriteTo(c.nc)
 	}
-	c.pending = [2][]byte{}
+	c.pending = [3][]byte{}
 	return err
 }
 
@@ -249,40 +279,40 @@ type spinWriter struct {
 	spin    time.Duration
 	yieldOS bool
 
-	b     [2][]byte // what is left of the header and the payload
-	iov   [2]syscall.Iovec
+	b     [3][]byte // what is left of the header, the payload and the padding
+	iov   [3]syscall.Iovec
 	err   error
 	until time.Time
 	once  bool // do not wait: stop at the first EAGAIN
 }
 
-// write sends h then p as one stream write (p may be empty).
-func (w *spinWriter) write(h, p []byte, once bool) error {
-	w.b = [2][]byte{h, p}
+// write sends h, p and t as one stream write (p and t may be empty).
+func (w *spinWriter) write(h, p, t []byte, once bool) error {
+	w.b = [3][]byte{h, p, t}
 	w.err = nil
 	w.once = once
 	w.until = time.Now().Add(max(w.spin, 0))
 	err := w.rc.Write(w.fn) // closed, or past the deadline
-	w.b = [2][]byte{}
+	w.b = [3][]byte{}
 	if err != nil {
 		return err
 	}
 	return w.err
 }
 
-// writeNow writes as much of h then p as the socket takes without waiting
-// and returns how many bytes of each are left.
-func (w *spinWriter) writeNow(h, p []byte) (hl, pl int, err error) {
-	w.b = [2][]byte{h, p}
+// writeNow writes as much of h, p and t as the socket takes without
+// waiting and returns how many bytes of each are left.
+func (w *spinWriter) writeNow(h, p, t []byte) (hl, pl, tl int, err error) {
+	w.b = [3][]byte{h, p, t}
 	w.err = nil
 	w.once = true
 	err = w.rc.Write(w.fn)
-	hl, pl = len(w.b[0]), len(w.b[1])
-	w.b = [2][]byte{}
+	hl, pl, tl = len(w.b[0]), len(w.b[1]), len(w.b[2])
+	w.b = [3][]byte{}
 	if err != nil {
-		return hl, pl, err
+		return hl, pl, tl, err
 	}
-	return hl, pl, w.err
+	return hl, pl, tl, w.err
 }
 
 func (w *spinWriter) poll(fd uintptr) bool {
@@ -369,18 +399,20 @@ func (c *conn) Close() error {
 // frameReader reads frames so that a frame already in the socket costs one
 // system call, not two (header, then payload). With a polling reader the
 // read that fetches the header is vectored: its second part is the head
-// of the caller's buffer (at most len(buf)-frameHdr bytes of it), so the
-// payload lands where it belongs, and only what turns out to lie past the
-// frame (the next frames, when this one is shorter than the caller's
-// buffer) is moved into buf for the next call. Otherwise headers are read
-// through buf, with whatever follows them. The bulk of a large frame is
-// read straight into the caller's buffer either way.
+// of the caller's buffer (at most len(buf) less the header and the last
+// frame's padding), so the payload lands where it belongs, and only what
+// turns out to lie past the frame (its padding and the next frames, when
+// this one is shorter than the caller's buffer) is moved into buf for the
+// next call. Otherwise headers are read through buf, with whatever follows
+// them. The bulk of a large frame is read straight into the caller's
+// buffer either way. A frame's padding is consumed with the next header.
 type frameReader struct {
 	r      io.Reader   // the connection
 	spin   *spinReader // its polling reader, if any
 	polled bool        // read through spin
 	buf    []byte
 	lo, hi int // buf[lo:hi] is read but not yet consumed
+	skip   int // padding of the last frame, not yet consumed
 }
 
 func (f *frameReader) reader() io.Reader {
@@ -394,36 +426,39 @@ func (f *frameReader) reader() io.Reader {
 // between frames. Bytes of p past the frame's length may be overwritten.
 func (f *frameReader) next(p []byte) (tag uint32, n int, err error) {
 	r := f.reader()
-	got := 0 // bytes of the payload already in p
+	need := f.skip + frameHdr // the last frame's padding, then a header
+	got := 0                  // bytes of the payload already in p
 	if f.hi == f.lo && f.polled {
-		spec := p[:min(len(p), len(f.buf)-frameHdr)]
-		k, err := f.spin.readv(f.buf[:frameHdr], spec)
-		f.lo, f.hi = 0, min(k, frameHdr)
+		spec := p[:min(len(p), len(f.buf)-need)]
+		k, err := f.spin.readv(f.buf[:need], spec)
+		f.lo, f.hi = 0, min(k, need)
 		got = k - f.hi
-		if err != nil && f.hi < frameHdr {
-			if err == io.EOF && k == 0 {
-				return 0, 0, io.EOF
-			}
-			return 0, 0, eofIsUnexpected(err)
+		if err != nil && f.hi < need {
+			return 0, 0, f.endErr(err)
 		}
 	}
-	for f.hi-f.lo < frameHdr {
+	for f.hi-f.lo < need {
 		if f.lo > 0 {
 			f.hi = copy(f.buf, f.buf[f.lo:f.hi])
 			f.lo = 0
 		}
 		k, err := r.Read(f.buf[f.hi:])
 		f.hi += k
-		if err != nil && f.hi < frameHdr {
-			if err == io.EOF && f.hi == 0 {
-				return 0, 0, io.EOF
-			}
-			return 0, 0, eofIsUnexpected(err)
+		if err != nil && f.hi < need {
+			return 0, 0, f.endErr(err)
 		}
 	}
+	if !zero(f.buf[f.lo : f.lo+f.skip]) {
+		return 0, 0, fmt.Errorf("%w: frame padding is not zero", ascend.ErrProtocol)
+	}
+	f.lo += f.skip
+	f.skip = 0
 	h := f.buf[f.lo : f.lo+frameHdr]
 	size := int(binary.LittleEndian.Uint32(h[0:]))
 	tag = binary.LittleEndian.Uint32(h[4:])
+	if !zero(h[8:]) {
+		return tag, 0, fmt.Errorf("%w: reserved frame header bytes are not zero", ascend.ErrProtocol)
+	}
 	if size > MaxFrame {
 		return tag, 0, fmt.Errorf("%w: frame of %d bytes exceeds %d", ascend.ErrProtocol, size, MaxFrame)
 	}
@@ -446,7 +481,28 @@ func (f *frameReader) next(p []byte) (tag uint32, n int, err error) {
 			return tag, 0, eofIsUnexpected(err)
 		}
 	}
+	f.skip = padLen(size)
 	return tag, size, nil
+}
+
+// endErr is what a read error err before a complete header means: io.EOF
+// when the stream ended cleanly, after the last frame's padding and
+// nothing else, otherwise an unexpected EOF (or err itself).
+func (f *frameReader) endErr(err error) error {
+	if b := f.buf[f.lo:f.hi]; err == io.EOF && len(b) == f.skip && zero(b) {
+		return io.EOF
+	}
+	return eofIsUnexpected(err)
+}
+
+// zero reports whether b is all zeros.
+func zero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // pollYield runs between two polls of the socket (the i-th and the

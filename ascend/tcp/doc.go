@@ -38,8 +38,11 @@
 // # Frames
 //
 // After the handshake the connection carries frames of
-// [length uint32 LE][tag uint32 LE][payload], payloads at most [MaxFrame]
-// bytes. TCP_NODELAY is on. Every frame read and write runs under a deadline
+// [length uint32 LE][tag uint32 LE][8 zero bytes][payload][zero padding],
+// payloads at most [MaxFrame] bytes, each frame padded to a multiple of 16
+// bytes so that every payload starts 16-byte aligned in the stream (the
+// kernel's copies of misaligned payloads are far slower; see frameAlign).
+// Non-zero reserved or padding bytes are a protocol error. TCP_NODELAY is on. Every frame read and write runs under a deadline
 // of Options.OpTimeout (or the context's deadline if earlier), so a dead or
 // stuck peer becomes an [*ascend.PeerError] rather than a hang.
 package tcp

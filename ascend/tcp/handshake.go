@@ -15,7 +15,7 @@ import (
 // [length uint16 LE][magic "ASCN"][version uint16 LE][type u8][status u8][body].
 const (
 	magic      = "ASCN"
-	version    = 2 // 2: the link exchange (link.go) follows the handshake
+	version    = 3 // 2: the link exchange (link.go) follows the handshake; 3: 16-byte frame headers, frames padded to 16 bytes
 	hdrLen     = 8
 	maxMsg     = 2048
 	maxSession = 1024

@@ -17,16 +17,69 @@ import (
 
 // frameBufSizes are the read-buffer sizes the frame tests run with: the
 // smallest possible (a header) up to the connection's.
-var frameBufSizes = []int{frameHdr, frameHdr + 1, frameHdr + 5, 64, frameHdr + smallFrame}
+var frameBufSizes = []int{minFrameBuf, minFrameBuf + 1, minFrameBuf + 5, 64, frameHdr + smallFrame}
 
 func newFrameReader(r io.Reader, bufSize int) *frameReader {
-	return &frameReader{r: r, buf: make([]byte, bufSize)}
+	return &frameReader{r: r, buf: make([]byte, max(bufSize, minFrameBuf))}
 }
 
+// frame is the wire form of a frame: header, payload, zero padding.
 func frame(tag uint32, p []byte) []byte {
 	b := binary.LittleEndian.AppendUint32(nil, uint32(len(p)))
 	b = binary.LittleEndian.AppendUint32(b, tag)
-	return append(b, p...)
+	b = append(b, make([]byte, frameHdr-8)...)
+	b = append(b, p...)
+	return append(b, make([]byte, padLen(len(p)))...)
+}
+
+// TestFrameLayout pins the wire format: a 16-byte header (length, tag,
+// zeros) and zero padding to a multiple of 16, so every payload starts
+// 16-byte aligned in the stream, whatever the sizes before it.
+func TestFrameLayout(t *testing.T) {
+	a, b := tcpPair(t)
+	c := newConn(a, 5*time.Second)
+	defer c.Close()
+	sizes := []int{5, 0, 16, 17, 40000, 3}
+	go func() {
+		for i, n := range sizes {
+			_ = c.Send(context.Background(), uint32(i+1), bytes.Repeat([]byte{0xab}, n))
+		}
+	}()
+	for i, n := range sizes {
+		want := frame(uint32(i+1), bytes.Repeat([]byte{0xab}, n))
+		if len(want)%frameAlign != 0 {
+			t.Fatalf("frame of %d bytes is %d bytes on the wire", n, len(want))
+		}
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(b, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("frame %d (%d bytes) on the wire:\n%x\nwant\n%x", i, n, got, want)
+		}
+	}
+}
+
+// TestFrameGarbage: a header whose reserved bytes, or padding, are not
+// zero is a protocol error, on every read path.
+func TestFrameGarbage(t *testing.T) {
+	reserved := frame(1, []byte("abc"))
+	reserved[9] = 1
+	padding := append(frame(1, []byte("abc")), frame(2, nil)...)
+	padding[frameHdr+3+5] = 7
+	for name, in := range map[string][]byte{"reserved": reserved, "padding": padding} {
+		for _, bs := range frameBufSizes {
+			fr := newFrameReader(bytes.NewReader(in), bs)
+			buf := make([]byte, 16)
+			_, _, err := fr.next(buf)
+			if name == "padding" && err == nil {
+				_, _, err = fr.next(buf)
+			}
+			if !errors.Is(err, ascend.ErrProtocol) {
+				t.Errorf("%s, buffer %d: got %v, want ErrProtocol", name, bs, err)
+			}
+		}
+	}
 }
 
 func TestReadFrame(t *testing.T) {
@@ -66,20 +119,21 @@ func TestReadFrame(t *testing.T) {
 			}{
 				"short buffer": {frame(1, make([]byte, 17)), io.ErrShortBuffer},
 				"huge":         {binary.LittleEndian.AppendUint32(nil, MaxFrame+1), io.ErrUnexpectedEOF},
-				"truncated":    {frame(1, []byte("abc"))[:9], io.ErrUnexpectedEOF},
+				"truncated":    {frame(1, []byte("abc"))[:frameHdr+1], io.ErrUnexpectedEOF},
+				"no padding":   {frame(1, []byte("abc"))[:frameHdr+3], io.ErrUnexpectedEOF},
 				"torn header":  {[]byte{1, 2, 3}, io.ErrUnexpectedEOF},
 				"torn 2nd":     {append(frame(1, nil), 1, 2, 3), io.ErrUnexpectedEOF},
 			} {
 				fr := newFrameReader(src(tc.in), bs)
 				_, _, err := fr.next(buf)
-				if name == "torn 2nd" && err == nil {
+				if (name == "torn 2nd" || name == "no padding") && err == nil {
 					_, _, err = fr.next(buf)
 				}
 				if !errors.Is(err, tc.want) {
 					t.Errorf("buf %d: %s: got %v, want %v", bs, name, err, tc.want)
 				}
 			}
-			huge := append(binary.LittleEndian.AppendUint32(nil, MaxFrame+1), 0, 0, 0, 0)
+			huge := append(binary.LittleEndian.AppendUint32(nil, MaxFrame+1), make([]byte, frameHdr-4)...)
 			if _, _, err := newFrameReader(src(huge), bs).next(buf); !errors.Is(err, ascend.ErrProtocol) {
 				t.Errorf("buf %d: oversized frame: %v", bs, err)
 			}
@@ -160,7 +214,7 @@ func FuzzFrame(f *testing.F) {
 		// The buffered reader must decode what a plain header-then-payload
 		// parse does, for every buffer size.
 		fr := newFrameReader(bytes.NewReader(data), frameHdr+size%61)
-		rest := data
+		rest, pad := data, 0
 		for range 1000 {
 			tag, n, err := fr.next(buf)
 			if err != nil {
@@ -169,11 +223,12 @@ func FuzzFrame(f *testing.F) {
 			if n < 0 || n > size {
 				t.Fatalf("frame of %d bytes in a %d-byte buffer", n, size)
 			}
+			rest = rest[pad:]
 			want := binary.LittleEndian.Uint32(rest[4:])
-			if tag != want || !bytes.Equal(buf[:n], rest[frameHdr:frameHdr+n]) {
+			if tag != want || !zero(rest[8:frameHdr]) || !bytes.Equal(buf[:n], rest[frameHdr:frameHdr+n]) {
 				t.Fatalf("frame decoded as tag %d %x, want tag %d %x", tag, buf[:n], want, rest[frameHdr:frameHdr+n])
 			}
-			rest = rest[frameHdr+n:]
+			rest, pad = rest[frameHdr+n:], padLen(n)
 		}
 	})
 }
