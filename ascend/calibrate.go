@@ -23,7 +23,7 @@ import (
 )
 
 const (
-	probeLatencyBatches = 5 // of probeLatencyRounds each, see medianTime
+	probeLatencyBatches = 8 // of probeLatencyRounds each, see fastestTime
 	probeLatencyRounds  = 8
 	probeBytes          = 256 << 10
 	probeBWRounds       = 3
@@ -82,7 +82,7 @@ func (c *Communicator) probe(ctx context.Context, tag uint32, to, from *peer, se
 			return 0, 0, err
 		}
 	}
-	alpha, err = medianTime(probeLatencyBatches, probeLatencyRounds, func() error { return step(nil, nil) })
+	alpha, err = fastestTime(probeLatencyBatches, probeLatencyRounds, func() error { return step(nil, nil) })
 	if err != nil {
 		return 0, 0, err
 	}
@@ -117,7 +117,7 @@ func (c *Communicator) pingPong(ctx context.Context, tag uint32, other *peer, in
 			return 0, 0, err
 		}
 	}
-	rtt, err := medianTime(probeLatencyBatches, probeLatencyRounds, func() error { return trip(nil) })
+	rtt, err := fastestTime(probeLatencyBatches, probeLatencyRounds, func() error { return trip(nil) })
 	if err != nil {
 		return 0, 0, err
 	}
@@ -133,30 +133,58 @@ func (c *Communicator) pingPong(ctx context.Context, tag uint32, other *peer, in
 	return alpha, max(oneway-alpha, oneway/10) / float64(4*len(buf)), nil
 }
 
-// medianTime runs fn in batches of batch calls and returns the median
-// over the batches of the mean time of one call, in seconds. The mean
-// within a batch, since ranks drift apart: a rank that ran late finds its
-// neighbours' frames already there and steps in no time, so single steps
-// understate a step's cost. The median across batches, since a
-// communicator calibrates while its process starts up (runtime, page
-// faults, other ranks still being scheduled), and where ranks outnumber
-// cores one scheduler delay of a millisecond would otherwise set α_all
-// for good (measured: 65–150 µs means of 16 steps against ring steps that
-// take about 10 µs once running).
-func medianTime(batches, batch int, fn func() error) (float64, error) {
-	var ts [8]float64
-	batches = min(batches, len(ts))
-	for i := range batches {
+// batchMeans runs fn in batches of batch calls and returns each batch's
+// mean time of one call, in seconds, sorted. The mean within a batch,
+// since ranks drift apart: a rank that ran late finds its neighbours'
+// frames already there and steps in no time, so single steps understate a
+// step's cost.
+func batchMeans(ts []float64, batch int, fn func() error) ([]float64, error) {
+	for i := range ts {
 		start := time.Now()
 		for range batch {
 			if err := fn(); err != nil {
-				return 0, err
+				return nil, err
 			}
 		}
 		ts[i] = time.Since(start).Seconds() / float64(batch)
 	}
-	slices.Sort(ts[:batches])
-	return ts[batches/2], nil
+	slices.Sort(ts)
+	return ts, nil
+}
+
+// fastestTime is the fastest of batchMeans: how latencies are taken. A
+// communicator calibrates while its processes start up (runtime, garbage
+// collection of start-up garbage, page faults, other ranks still being
+// scheduled), and the model needs the steady state its collectives will
+// see: with 2 ranks over loopback TCP, empty-frame ping-pong batches took
+// 15–22 µs per round trip in one start and 82–160 µs in another, while
+// 16 KiB allreduces took 15 µs right after both; the median of five
+// batches set α to 9 and 52 µs, and with it recursive doubling over
+// halving-doubling up to 1–5 MiB. Where ranks outnumber cores one
+// scheduler delay of a millisecond would otherwise set α_all for good
+// (65–150 µs means of 16 steps against ring steps of about 10 µs once
+// running). The ranks agree on the maximum, so the slowest rank's fastest
+// batch counts.
+func fastestTime(batches, batch int, fn func() error) (float64, error) {
+	var buf [8]float64
+	ts, err := batchMeans(buf[:min(batches, len(buf))], batch, fn)
+	if err != nil {
+		return 0, err
+	}
+	return ts[0], nil
+}
+
+// medianTime is the median of batchMeans: how the bandwidth probes, single
+// large exchanges, are taken. Their fastest is the drifted rank's, whose
+// peers' data was already there (4 ranks on 2 cores: β_all 8 GB/s per
+// link against 1.4 measured for four loopback connections at once).
+func medianTime(batches, batch int, fn func() error) (float64, error) {
+	var buf [8]float64
+	ts, err := batchMeans(buf[:min(batches, len(buf))], batch, fn)
+	if err != nil {
+		return 0, err
+	}
+	return ts[len(ts)/2], nil
 }
 
 // measureGamma times a cache-resident Sum reduction: seconds per byte.
