@@ -101,6 +101,9 @@ func TestChooseShape(t *testing.T) {
 	// Eight ranks sharing two cores: every rank stepping at once is slow.
 	loaded := m
 	loaded.AlphaAll, loaded.BetaAll = 8*m.Alpha, 4*m.Beta
+	// Shared-memory rings on a loaded host: the ring from 256 KiB.
+	mem := loaded
+	mem.MemoryLinks = true
 	for _, tc := range []struct {
 		m     ascend.CostModel
 		coll  ascend.Collective
@@ -121,6 +124,10 @@ func TestChooseShape(t *testing.T) {
 		{m, ascend.CollAllToAll, 5, 1 << 20, ascend.AlgoPairwise},   // the only one
 		{loaded, ascend.CollAllReduce, 8, 4 << 10, ascend.AlgoTree}, // few messages win on a loaded host
 		{loaded, ascend.CollAllReduce, 8, 64 << 20, ascend.AlgoHD},  // equal bytes per rank; the tree's root carries d·n
+		{mem, ascend.CollAllReduce, 4, 1 << 20, ascend.AlgoRing},    // memory links: a segment per step
+		{mem, ascend.CollAllReduce, 4, 64 << 10, ascend.AlgoTree},   // below memoryRingBytes: the model's choice
+		{mem, ascend.CollAllReduce, 2, 1 << 20, ascend.AlgoRD},      // two ranks: the model's choice
+		{mem, ascend.CollReduceScatter, 4, 1 << 20, ascend.AlgoHD},  // only AllReduce measured
 	} {
 		if got := tc.m.Choose(tc.coll, tc.p, tc.bytes); got != tc.want {
 			t.Errorf("Choose(%v, p=%d, %d B) = %v, want %v", tc.coll, tc.p, tc.bytes, got, tc.want)
@@ -134,6 +141,30 @@ func TestChooseShape(t *testing.T) {
 	want := 6*m.AlphaAll + time.Duration((1.5*(1<<20)*m.BetaAll+0.75*(1<<20)*m.Gamma)*1e9)
 	if d := ring - want; d < -time.Microsecond || d > time.Microsecond {
 		t.Errorf("ring allreduce prediction %v, want %v", ring, want)
+	}
+}
+
+// TestCalibrateMemoryLinks: the ranks agree that their links are
+// shared-memory rings, and that TCP links are not.
+func TestCalibrateMemoryLinks(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		cl := ascendtest.NewCluster(t, 3)
+		cl.Options.SharedMemory = shared
+		var mu sync.Mutex
+		var got []bool
+		cl.Run(t, func(c *ascend.Communicator) {
+			mu.Lock()
+			got = append(got, c.CostModel().MemoryLinks)
+			mu.Unlock()
+		})
+		if len(got) != 3 {
+			t.Fatalf("%d models", len(got))
+		}
+		for _, g := range got {
+			if g != shared {
+				t.Errorf("shared memory %v: a rank's model says MemoryLinks %v", shared, g)
+			}
+		}
 	}
 }
 

@@ -12,9 +12,12 @@ package ascend
 //     round trip of an empty frame is the uncontended one-way α (a tree
 //     step), of probeBytes frames gives β.
 //  3. γ is timed locally on a cache-resident reduction.
+//  4. Each rank says whether all its links are shared-memory rings
+//     (CostModel.MemoryLinks).
 //
 // The ranks then agree on the element-wise maximum (the slowest link and
-// the slowest reducer bound every algorithm), so they all choose alike.
+// the slowest reducer bound every algorithm; a single socket link makes
+// MemoryLinks false), so they all choose alike.
 
 import (
 	"context"
@@ -59,16 +62,31 @@ func (c *Communicator) Calibrate(ctx context.Context) (CostModel, error) {
 			return CostModel{}, err
 		}
 	}
-	vals := []float32{float32(alpha), float32(beta), float32(m.Gamma), float32(alphaAll), float32(betaAll)}
+	vals := []float32{float32(alpha), float32(beta), float32(m.Gamma), float32(alphaAll), float32(betaAll), 0}
+	if !c.memoryLinks() {
+		vals[5] = 1 // a link that is not a shared-memory ring: the maximum tells every rank
+	}
 	if err := c.ringAllReduce(ctx, makeTag(seq, AlgoRing, collProbe, 1), vals, vals, Max); err != nil {
 		return CostModel{}, err
 	}
+	m.MemoryLinks = vals[5] == 0
 	sec := func(v float32) time.Duration { return max(time.Duration(float64(v)*1e9), 100*time.Nanosecond) }
 	perByte := func(v float32) float64 { return max(float64(v), 1e-13) }
 	m.Alpha, m.Beta, m.Gamma = sec(vals[0]), perByte(vals[1]), perByte(vals[2])
 	m.AlphaAll, m.BetaAll = sec(vals[3]), perByte(vals[4])
 	c.model = m
 	return m, nil
+}
+
+// memoryLinks reports whether every link of this rank is a shared-memory
+// ring (a transport that receives in place: see InPlaceReceiver).
+func (c *Communicator) memoryLinks() bool {
+	for _, p := range c.peers {
+		if p != nil && p.ip == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // probe times exchanges (send to `to`, receive from `from`): the latency
