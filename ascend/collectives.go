@@ -27,14 +27,18 @@ func same(a, b []float32) bool {
 }
 
 // AllReduce reduces buf element-wise with op across all ranks, in place.
-// Every rank must pass a buffer of the same length and the same op.
+// Every rank must pass a buffer of the same length and the same op. When
+// it fails, buf's contents are unspecified: algorithms fold the peers'
+// data into it as it arrives.
 func (c *Communicator) AllReduce(ctx context.Context, buf []float32, op Op) error {
 	return c.AllReduceInto(ctx, buf, buf, op)
 }
 
 // AllReduceInto stores the element-wise reduction of every rank's src into
 // dst, leaving src untouched. dst and src must have the same length and
-// either be the same slice (then it is AllReduce) or not overlap.
+// either be the same slice (then it is AllReduce) or not overlap. When it
+// fails, dst's contents are unspecified (src is still untouched, unless it
+// is dst).
 func (c *Communicator) AllReduceInto(ctx context.Context, dst, src []float32, op Op) error {
 	if !op.valid() {
 		return errorf(ErrInvalid, "allreduce: unknown op %d", uint8(op))
