@@ -34,6 +34,9 @@ const (
 	// with an 8-byte header against 280–290 µs with a 16- or 32-byte one,
 	// 256 KiB 136–165 against 56–58 µs, and a 2-rank 256 KiB allreduce
 	// went from 191–223 to 85–151 µs (six alternating pairs).
+	// BenchmarkLoopbackPrefix shows it in Go, prefixes alternating message
+	// by message: 1 MiB each way, 354–418 µs with no prefix, 357–421 with
+	// 16 bytes, 498–592 with 8.
 	frameAlign = 16
 	// minFrameBuf is the smallest read buffer a frameReader works with: a
 	// header and the padding of the frame before it.
