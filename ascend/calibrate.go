@@ -156,7 +156,8 @@ func (c *Communicator) pingPong(ctx context.Context, tag uint32, other *peer, in
 // since ranks drift apart: a rank that ran late finds its neighbours'
 // frames already there and steps in no time, so single steps understate a
 // step's cost.
-func batchMeans(ts []float64, batch int, fn func() error) ([]float64, error) {
+func batchMeans(batches, batch int, fn func() error) ([]float64, error) {
+	ts := make([]float64, batches)
 	for i := range ts {
 		start := time.Now()
 		for range batch {
@@ -184,8 +185,7 @@ func batchMeans(ts []float64, batch int, fn func() error) ([]float64, error) {
 // running). The ranks agree on the maximum, so the slowest rank's fastest
 // batch counts.
 func fastestTime(batches, batch int, fn func() error) (float64, error) {
-	var buf [8]float64
-	ts, err := batchMeans(buf[:min(batches, len(buf))], batch, fn)
+	ts, err := batchMeans(batches, batch, fn)
 	if err != nil {
 		return 0, err
 	}
@@ -197,8 +197,7 @@ func fastestTime(batches, batch int, fn func() error) (float64, error) {
 // peers' data was already there (4 ranks on 2 cores: β_all 8 GB/s per
 // link against 1.4 measured for four loopback connections at once).
 func medianTime(batches, batch int, fn func() error) (float64, error) {
-	var buf [8]float64
-	ts, err := batchMeans(buf[:min(batches, len(buf))], batch, fn)
+	ts, err := batchMeans(batches, batch, fn)
 	if err != nil {
 		return 0, err
 	}
