@@ -57,5 +57,5 @@ calibrate:
 ## bench-mpi: ours vs Open MPI side by side (installs openmpi-bin + libopenmpi-dev if missing).
 bench-mpi: build
 	@command -v mpicc >/dev/null || (apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev)
-	mpicc -O3 -o bin/mpi_allreduce dev/mpibench/allreduce.c
+	mpicc -O3 -o bin/mpi_coll dev/mpibench/collectives.c
 	dev/mpibench/compare.sh

@@ -1,0 +1,223 @@
+/* Open MPI collective benchmark printing the same nccl-tests table as
+ * `cann-train bench collective`, so the two can be compared size by size
+ * (make bench-mpi). float32, sum; out-of-place and in-place; every size is
+ * checked against the exact expected result; time is the mean over ranks.
+ *
+ * usage: mpirun -n N collectives [-c COLL] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS]
+ *
+ * COLL is allreduce (default), reducescatter, allgather, broadcast, reduce
+ * or alltoall. Sizes, counts and bus-bandwidth factors follow nccl-tests
+ * and our benchmark: for reducescatter, allgather and alltoall the size is
+ * the whole buffer of p·n elements (count n per rank) and busbw is
+ * algbw·(p−1)/p; allreduce 2(p−1)/p; broadcast and reduce 1 (root 0).
+ * MPI_Bcast has only one form (the root's buffer is the message), so both
+ * columns time it on one buffer; MPI_Alltoall has no in-place column (as
+ * ours).
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum coll { ALLREDUCE, REDUCESCATTER, ALLGATHER, BROADCAST, REDUCE, ALLTOALL };
+static const char *names[] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce", "alltoall"};
+
+static long parse_size(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    switch (*end) {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    }
+    return (long)v;
+}
+
+/* Distinct, exactly representable values: rank r, element i. */
+static float value(int r, long i) { return (float)((i * 7 + r * 13) % 1024); }
+
+static float sum_at(int size, long i) {
+    double s = 0;
+    for (int r = 0; r < size; r++) s += value(r, i);
+    return (float)s;
+}
+
+struct shape {
+    long n;             /* count column: elements per rank (whole buffer for flat collectives) */
+    long send, recv;    /* elements */
+    long bytes;         /* size column */
+    double factor;      /* busbw / algbw */
+};
+
+static struct shape shape_of(enum coll c, long bytes, int p) {
+    struct shape s;
+    long n = bytes / 4;
+    switch (c) {
+    case REDUCESCATTER: n /= p; s = (struct shape){n, p * n, n, 4 * p * n, (double)(p - 1) / p}; break;
+    case ALLGATHER:     n /= p; s = (struct shape){n, n, p * n, 4 * p * n, (double)(p - 1) / p}; break;
+    case ALLTOALL:      n /= p; s = (struct shape){n, p * n, p * n, 4 * p * n, (double)(p - 1) / p}; break;
+    case ALLREDUCE:     s = (struct shape){n, n, n, 4 * n, 2.0 * (p - 1) / p}; break;
+    default:            s = (struct shape){n, n, n, 4 * n, 1.0}; break;
+    }
+    return s;
+}
+
+/* fill prepares the buffers of one call: send holds this rank's input and,
+ * in place, recv holds it where the collective expects it. */
+static void fill(enum coll c, struct shape s, float *send, float *recv, int inplace, int rank) {
+    for (long i = 0; i < s.send; i++) send[i] = value(rank, i);
+    if (!inplace && c != BROADCAST) return;
+    switch (c) {
+    case ALLGATHER: memcpy(recv + rank * s.n, send, s.n * sizeof(float)); break;
+    case BROADCAST: if (rank == 0) memcpy(recv, send, s.n * sizeof(float)); break;
+    default: memcpy(recv, send, s.send * sizeof(float)); break;
+    }
+}
+
+static void call(enum coll c, struct shape s, float *send, float *recv, int inplace, int rank) {
+    void *in = inplace ? MPI_IN_PLACE : send;
+    switch (c) {
+    case ALLREDUCE: MPI_Allreduce(in, recv, (int)s.n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
+    case REDUCESCATTER: MPI_Reduce_scatter_block(in, recv, (int)s.n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
+    case ALLGATHER: MPI_Allgather(in, (int)s.n, MPI_FLOAT, recv, (int)s.n, MPI_FLOAT, MPI_COMM_WORLD); break;
+    case BROADCAST: MPI_Bcast(recv, (int)s.n, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+    case REDUCE:
+        /* in place only at the root, as MPI defines it */
+        MPI_Reduce(inplace && rank == 0 ? MPI_IN_PLACE : send, recv, (int)s.n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+        break;
+    case ALLTOALL: MPI_Alltoall(send, (int)s.n, MPI_FLOAT, recv, (int)s.n, MPI_FLOAT, MPI_COMM_WORLD); break;
+    }
+}
+
+/* wrong counts this rank's wrong elements after one call. */
+static long wrong(enum coll c, struct shape s, const float *recv, int rank, int size) {
+    long bad = 0;
+    switch (c) {
+    case ALLREDUCE:
+        for (long i = 0; i < s.n; i++) bad += recv[i] != sum_at(size, i);
+        break;
+    case REDUCESCATTER:
+        for (long i = 0; i < s.n; i++) bad += recv[i] != sum_at(size, rank * s.n + i);
+        break;
+    case ALLGATHER:
+        for (int r = 0; r < size; r++)
+            for (long i = 0; i < s.n; i++) bad += recv[r * s.n + i] != value(r, i);
+        break;
+    case BROADCAST:
+        for (long i = 0; i < s.n; i++) bad += recv[i] != value(0, i);
+        break;
+    case REDUCE:
+        if (rank == 0)
+            for (long i = 0; i < s.n; i++) bad += recv[i] != sum_at(size, i);
+        break;
+    case ALLTOALL: /* block r of rank q's output is block q of rank r's input */
+        for (int r = 0; r < size; r++)
+            for (long i = 0; i < s.n; i++) bad += recv[r * s.n + i] != value(r, rank * s.n + i);
+        break;
+    }
+    return bad;
+}
+
+static double run(enum coll c, struct shape s, float *send, float *recv, int iters, int inplace, int rank, int size,
+                  long *nwrong) {
+    fill(c, s, send, recv, inplace, rank);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int it = 0; it < iters; it++) call(c, s, send, recv, inplace, rank);
+    double t = (MPI_Wtime() - t0) / iters;
+    /* check one fresh call */
+    fill(c, s, send, recv, inplace, rank);
+    call(c, s, send, recv, inplace, rank);
+    long bad = wrong(c, s, recv, rank, size);
+    MPI_Allreduce(&bad, nwrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    double sum;
+    MPI_Allreduce(&t, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return sum / size;
+}
+
+int main(int argc, char **argv) {
+    long minb = 8, maxb = 256L << 20;
+    int factor = 2, warm = 5, iters = 0;
+    enum coll c = ALLREDUCE;
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-b")) minb = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-e")) maxb = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "-f")) factor = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-w")) warm = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c")) {
+            int k = 0;
+            while (k < 6 && strcmp(argv[i + 1], names[k])) k++;
+            if (k == 6) {
+                if (rank == 0) fprintf(stderr, "collectives: unknown collective %s\n", argv[i + 1]);
+                MPI_Abort(MPI_COMM_WORLD, 2);
+            }
+            c = (enum coll)k;
+        }
+    }
+    if (factor < 2 || minb < 1 || maxb < minb) {
+        if (rank == 0) fprintf(stderr, "collectives: need -f >= 2 and 1 <= -b <= -e\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    /* the largest buffer any collective here needs: p·n elements for the
+     * whole-buffer collectives, n for the flat ones, both ≤ maxb bytes */
+    float *send = malloc(maxb), *recv = malloc(maxb);
+    if (!send || !recv) MPI_Abort(MPI_COMM_WORLD, 1);
+    memset(send, 1, maxb); /* pre-fault both buffers */
+    memset(recv, 1, maxb);
+    int inplace_col = c != ALLTOALL;
+    if (rank == 0) {
+        printf("# MPI benchmark: %s, %d ranks, float32 sum\n", names[c], size);
+        printf("#%62s%36s\n", "out-of-place", "in-place");
+        printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
+               "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    }
+    double busbw_sum = 0;
+    int nsizes = 0;
+    long total_wrong = 0;
+    int root = (c == BROADCAST || c == REDUCE) ? 0 : -1;
+    const char *redop = (c == ALLGATHER || c == BROADCAST || c == ALLTOALL) ? "none" : "sum";
+    for (long bytes = minb; bytes <= maxb; bytes *= factor) {
+        struct shape s = shape_of(c, bytes, size);
+        if (s.n == 0) continue;
+        int n = iters;
+        long w = 0;
+        if (n == 0) { /* aim at ~0.2 s per size, agreed from rank 0's warm-up */
+            double tw = run(c, s, send, recv, warm, 0, rank, size, &w);
+            n = tw > 0 ? (int)(0.2 / tw) : 1000;
+            if (n < 3) n = 3;
+            if (n > 10000) n = 10000;
+            MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        } else {
+            run(c, s, send, recv, warm, 0, rank, size, &w);
+        }
+        long wo = 0, wi = 0;
+        double to = run(c, s, send, recv, n, 0, rank, size, &wo);
+        double ao = s.bytes / to / 1e9;
+        if (rank == 0)
+            printf("%12ld %12ld %8s %6s %6d %9.2f %7.2f %7.2f %6ld", s.bytes, s.n, "float", redop, root, to * 1e6, ao,
+                   ao * s.factor, wo);
+        if (inplace_col) {
+            double ti = run(c, s, send, recv, n, 1, rank, size, &wi);
+            double ai = s.bytes / ti / 1e9;
+            if (rank == 0) printf(" %9.2f %7.2f %7.2f %6ld\n", ti * 1e6, ai, ai * s.factor, wi);
+        } else if (rank == 0) {
+            printf(" %9s %7s %7s %6s\n", "N/A", "N/A", "N/A", "N/A");
+        }
+        busbw_sum += ao * s.factor;
+        nsizes++;
+        total_wrong += wo + wi;
+    }
+    if (rank == 0) {
+        printf("# Out of bounds values : %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g\n", nsizes ? busbw_sum / nsizes : 0);
+    }
+    free(send);
+    free(recv);
+    MPI_Finalize();
+    return total_wrong ? 1 : 0;
+}
