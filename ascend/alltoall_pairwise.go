@@ -83,14 +83,24 @@ func (c *Communicator) allToAll(ctx context.Context, dst, src []float32, sendCou
 		}
 		return buf[off : off+counts[i]]
 	}
-	copy(block(dst, recvCounts, r), block(src, sendCounts, r))
+	self := func() { copy(block(dst, recvCounts, r), block(src, sendCounts, r)) }
 	if p == 1 || (sendCounts == nil && len(src) == 0) {
+		self()
 		return nil
 	}
 	tag := makeTag(seq, AlgoPairwise, CollAllToAll, 0)
 	for k := 1; k < p; k++ {
-		to, from := mod(r+k, p), mod(r-k, p)
-		if err := c.exchange(ctx, "alltoall", tag, c.peers[to], block(src, sendCounts, to), c.peers[from], block(dst, recvCounts, from), nil, Sum, false); err != nil {
+		to, from := c.peers[mod(r+k, p)], c.peers[mod(r-k, p)]
+		c.startSend(ctx, to, tag, block(src, sendCounts, to.rank))
+		if k == 1 {
+			// This rank's own block, copied while the first send is under
+			// way rather than before it (the peer waits for that send).
+			self()
+		}
+		if err := c.recv(ctx, from, tag, block(dst, recvCounts, from.rank), nil, Sum, false); err != nil {
+			return c.failRecv(ctx, "alltoall", from, err)
+		}
+		if err := c.finishSend(ctx, "alltoall", to); err != nil {
 			return err
 		}
 	}

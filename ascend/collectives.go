@@ -260,19 +260,22 @@ func (c *Communicator) broadcast(ctx context.Context, dst, src []float32, root i
 	}
 	defer c.end()
 	buf := dst
+	var copyTo []float32 // the root's own result, out of place
 	if c.rank == root {
 		buf = src
-		defer func() {
-			if err == nil && dst != nil && !same(dst, src) {
-				copy(dst, src)
-			}
-		}()
+		if dst != nil && !same(dst, src) {
+			copyTo = dst
+		}
 	}
 	if c.size == 1 || len(buf) == 0 {
+		copy(copyTo, buf)
 		return nil
 	}
 	if a, ok := c.directFor(CollBroadcast, nil, buf); ok {
 		err = c.directBroadcast(ctx, a, buf, root)
+		if err == nil {
+			copy(copyTo, buf)
+		}
 		return err
 	}
 	c.postLinks()
@@ -285,8 +288,7 @@ func (c *Communicator) broadcast(ctx context.Context, dst, src []float32, root i
 	} else {
 		parent, children = c.binomial(root, false)
 	}
-	err = c.bcastPipelined(ctx, "broadcast", tag, buf, parent, children)
-	return err
+	return c.bcastPipelined(ctx, "broadcast", tag, buf, parent, children, copyTo)
 }
 
 // Reduce reduces buf element-wise with op across all ranks into root's

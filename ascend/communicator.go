@@ -112,6 +112,7 @@ type peer struct {
 	enc    []byte // encode scratch for the portable wire path
 
 	ts        TrySender       // conn as a TrySender, or nil
+	fs        FramesSender    // conn as a FramesSender, or nil
 	ip        InPlaceReceiver // conn as an InPlaceReceiver, or nil
 	is        InlineSender    // conn as an InlineSender, or nil
 	inline    bool            // the outstanding send completed in startSend
@@ -196,6 +197,7 @@ func New(cfg Config) (*Communicator, error) {
 		}
 		p := &peer{rank: i, conn: conn, jobs: make(chan sendJob, 1), done: make(chan error, 1), exited: make(chan struct{})}
 		p.ts, _ = conn.(TrySender)
+		p.fs, _ = conn.(FramesSender)
 		p.ip, _ = conn.(InPlaceReceiver)
 		p.is, _ = conn.(InlineSender)
 		c.peers[i] = p
@@ -501,9 +503,27 @@ func (c *Communicator) waitSend(p *peer) error {
 	}
 }
 
+// sendBatchBytes bounds what one FramesSender call sends, so that abort
+// notices (sent under sendMu) still find a gap between batches.
+const sendBatchBytes = 4 << 20
+
 // sendFloats sends data as ceil(len/chunk) frames (one empty frame if data
 // is empty).
 func (c *Communicator) sendFloats(ctx context.Context, p *peer, tag uint32, data []float32) error {
+	if p.fs != nil && c.native && len(data) > c.chunk {
+		batch := max(sendBatchBytes/4/c.chunk, 1) * c.chunk
+		for off := 0; off < len(data); {
+			k := min(len(data)-off, batch)
+			p.sendMu.Lock()
+			err := p.fs.SendFrames(ctx, tag, asBytes(data[off:off+k]), 4*c.chunk)
+			p.sendMu.Unlock()
+			if err != nil {
+				return err
+			}
+			off += k
+		}
+		return nil
+	}
 	for off := 0; ; {
 		k := min(len(data)-off, c.chunk)
 		part := data[off : off+k]

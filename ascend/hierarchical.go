@@ -128,5 +128,5 @@ func (c *Communicator) hierAllReduce(ctx context.Context, tag uint32, src, work 
 		}
 	}
 	parent, children = c.binomialOver(c.local, m, c.localIdx, 0, false)
-	return c.bcastPipelined(ctx, name, tag, work, parent, children)
+	return c.bcastPipelined(ctx, name, tag, work, parent, children, nil)
 }

@@ -91,7 +91,23 @@ func (c *Communicator) binomialOver(members []int, p, me, root int, smallFirst b
 
 // bcastPipelined receives buf from parent (nil at the root) chunk by chunk
 // and forwards every chunk to all children while the next one arrives.
-func (c *Communicator) bcastPipelined(ctx context.Context, name string, tag uint32, buf []float32, parent *peer, children []*peer) error {
+// The root has all of buf: it hands the whole of it to every child's link
+// at once (the same frames; a transport writes several per system call,
+// see FramesSender) and meanwhile copies buf to copyTo when that is not
+// nil (an out-of-place broadcast's own result).
+func (c *Communicator) bcastPipelined(ctx context.Context, name string, tag uint32, buf []float32, parent *peer, children []*peer, copyTo []float32) error {
+	if parent == nil {
+		for _, ch := range children {
+			c.startSend(ctx, ch, tag, buf)
+		}
+		copy(copyTo, buf)
+		for _, ch := range children {
+			if err := c.finishSend(ctx, name, ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	n := len(buf)
 	sending := false
 	for off := 0; off < n; off += c.chunk {
@@ -130,6 +146,12 @@ func (c *Communicator) bcastPipelined(ctx context.Context, name string, tag uint
 // out when it is non-nil, else to two reused chunk accumulators, so a
 // non-root rank's buffers are left untouched.
 func (c *Communicator) reducePipelined(ctx context.Context, name string, tag uint32, src, out []float32, parent *peer, children []*peer, op Op) error {
+	if parent != nil && len(children) == 0 {
+		// A leaf sends its input as is: all of it at once, in the same
+		// frames (see bcastPipelined).
+		c.startSend(ctx, parent, tag, src)
+		return c.finishSend(ctx, name, parent)
+	}
 	n := len(src)
 	sending := false
 	for k, off := 0, 0; off < n; k, off = k+1, off+c.chunk {
@@ -182,5 +204,5 @@ func (c *Communicator) treeAllReduce(ctx context.Context, tag uint32, src, work 
 		return err
 	}
 	parent, children = c.binomial(0, false)
-	return c.bcastPipelined(ctx, name, tag, work, parent, children)
+	return c.bcastPipelined(ctx, name, tag, work, parent, children, nil)
 }

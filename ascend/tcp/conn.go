@@ -42,6 +42,14 @@ const (
 	// header and the padding of the frame before it.
 	minFrameBuf = frameHdr + frameAlign - 1
 	smallFrame  = 32 << 10 // frames up to this size go out in one write
+	// maxBatch is the most frames SendFrames hands to one writev: a
+	// writer that hands the kernel 4 MiB at a time rather than 256 KiB
+	// keeps a loopback stream moving faster. 4 MiB messages as 256 KiB
+	// frames, received frame by frame and acknowledged, alternating
+	// message by message: a C program took 755–862 µs (median) with 16
+	// frames per writev against 1130–1349 µs with one writev per frame;
+	// BenchmarkSendFrames, in Go, 922–937 against 1048–1059 µs.
+	maxBatch = 16
 )
 
 // padLen is the padding after a payload of n bytes.
@@ -74,6 +82,12 @@ type conn struct {
 	pending [3][]byte
 	thdr    [frameHdr]byte
 	pad     [frameAlign]byte // zeros
+
+	// SendFrames' headers and write vector: header, payload and padding
+	// of up to maxBatch frames.
+	bhdr [maxBatch][frameHdr]byte
+	biov [3 * maxBatch][]byte
+	bbuf net.Buffers // writev view of biov
 
 	inlineAll bool // see InlineBytes
 }
@@ -179,6 +193,52 @@ func (c *conn) TrySend(ctx context.Context, tag uint32, p []byte) (ascend.TrySen
 	return ascend.TryPartial, nil
 }
 
+// SendFrames implements ascend.FramesSender: up to maxBatch frames go to
+// the socket with one writev.
+func (c *conn) SendFrames(ctx context.Context, tag uint32, p []byte, frame int) error {
+	if frame <= 0 || frame > MaxFrame {
+		return fmt.Errorf("%w: frames of %d bytes (at most %d)", ascend.ErrProtocol, frame, MaxFrame)
+	}
+	if len(p) <= frame {
+		return c.Send(ctx, tag, p)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := c.nc.SetWriteDeadline(c.deadline(ctx)); err != nil {
+		return err
+	}
+	if err := c.flush(); err != nil {
+		return err
+	}
+	for len(p) > 0 {
+		k := 0
+		for f := 0; f < maxBatch && len(p) > 0; f++ {
+			n := min(len(p), frame)
+			putHeader(c.bhdr[f][:], n, tag)
+			c.biov[k], c.biov[k+1] = c.bhdr[f][:], p[:n]
+			k += 2
+			if pad := padLen(n); pad > 0 {
+				c.biov[k] = c.pad[:pad]
+				k++
+			}
+			p = p[n:]
+		}
+		var err error
+		if c.wr.spin > 0 {
+			err = c.wr.writeAll(c.biov[:k], false)
+		} else {
+			c.bbuf = c.biov[:k]
+			_, err = c.bbuf.WriteTo(c.nc)
+		}
+		clear(c.biov[:k])
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // pendingLen is the number of bytes TrySend left to send.
 func (c *conn) pendingLen() int { return len(c.pending[0]) + len(c.pending[1]) + len(c.pending[2]) }
 
@@ -282,8 +342,9 @@ type spinWriter struct {
 	spin    time.Duration
 	yieldOS bool
 
-	b     [3][]byte // what is left of the header, the payload and the padding
-	iov   [3]syscall.Iovec
+	b     [][]byte  // what is left to write: bs, or SendFrames' vector
+	bs    [3][]byte // a frame's header, payload and padding
+	iov   [3 * maxBatch]syscall.Iovec
 	err   error
 	until time.Time
 	once  bool // do not wait: stop at the first EAGAIN
@@ -291,12 +352,21 @@ type spinWriter struct {
 
 // write sends h, p and t as one stream write (p and t may be empty).
 func (w *spinWriter) write(h, p, t []byte, once bool) error {
-	w.b = [3][]byte{h, p, t}
+	w.bs = [3][]byte{h, p, t}
+	err := w.writeAll(w.bs[:], once)
+	w.bs = [3][]byte{}
+	return err
+}
+
+// writeAll sends the buffers of b (at most len(w.iov)) as one stream
+// write; it consumes b's elements.
+func (w *spinWriter) writeAll(b [][]byte, once bool) error {
+	w.b = b
 	w.err = nil
 	w.once = once
 	w.until = time.Now().Add(max(w.spin, 0))
 	err := w.rc.Write(w.fn) // closed, or past the deadline
-	w.b = [3][]byte{}
+	w.b = nil
 	if err != nil {
 		return err
 	}
@@ -306,12 +376,13 @@ func (w *spinWriter) write(h, p, t []byte, once bool) error {
 // writeNow writes as much of h, p and t as the socket takes without
 // waiting and returns how many bytes of each are left.
 func (w *spinWriter) writeNow(h, p, t []byte) (hl, pl, tl int, err error) {
-	w.b = [3][]byte{h, p, t}
+	w.bs = [3][]byte{h, p, t}
+	w.b = w.bs[:]
 	w.err = nil
 	w.once = true
 	err = w.rc.Write(w.fn)
-	hl, pl, tl = len(w.b[0]), len(w.b[1]), len(w.b[2])
-	w.b = [3][]byte{}
+	hl, pl, tl = len(w.bs[0]), len(w.bs[1]), len(w.bs[2])
+	w.b, w.bs = nil, [3][]byte{}
 	if err != nil {
 		return hl, pl, tl, err
 	}
@@ -322,7 +393,7 @@ func (w *spinWriter) poll(fd uintptr) bool {
 	for i := 1; ; i++ {
 		k := 0
 		for _, b := range w.b {
-			if len(b) > 0 {
+			if len(b) > 0 && k < len(w.iov) {
 				w.iov[k].Base = &b[0]
 				w.iov[k].SetLen(len(b))
 				k++
