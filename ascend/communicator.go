@@ -454,6 +454,23 @@ func (c *Communicator) startSend(ctx context.Context, p *peer, tag uint32, data 
 		if p.is != nil {
 			budget = p.is.InlineBytes()
 		}
+		if p.fs != nil && len(data) > c.chunk && budget >= 8*c.chunk {
+			// Several frames at once, in batches (FramesSender).
+			lim := min(len(data), budget/4/c.chunk*c.chunk)
+			p.sendMu.Lock()
+			n, res, err := p.fs.TrySendFrames(ctx, tag, asBytes(data[:lim]), 4*c.chunk)
+			p.sendMu.Unlock()
+			rest := data[n/4:]
+			switch {
+			case err != nil || (res == TrySent && len(rest) == 0):
+				p.inline, p.inlineErr = true, err
+			case res == TryPartial:
+				p.jobs <- sendJob{ctx: ctx, tag: tag, data: rest, finish: true}
+			default:
+				p.jobs <- sendJob{ctx: ctx, tag: tag, data: rest}
+			}
+			return
+		}
 		for {
 			k := min(len(data)-off, c.chunk)
 			if 4*(off+k) > budget {

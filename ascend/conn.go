@@ -84,17 +84,26 @@ type InlineSender interface {
 	InlineBytes() int
 }
 
-// A FramesSender is a Conn that sends a message as several frames in
-// fewer system calls than one Send per frame: a TCP stream moves faster
-// when the kernel gets large writes (see maxBatch and BenchmarkSendFrames
-// in ascend/tcp). Like Send it is never called concurrently with another
-// Send.
+// A FramesSender is a TrySender that sends a message as several frames in
+// fewer system calls than one Send or TrySend per frame: a TCP stream
+// moves faster when the kernel gets large writes (see maxBatch and
+// BenchmarkSendFrames in ascend/tcp). Like Send its methods are never
+// called concurrently with another Send.
 type FramesSender interface {
+	TrySender
 	// SendFrames sends p as frames of frame bytes each (the last one
 	// shorter), all labelled tag: what successive Sends of those pieces
 	// would put on the link. It returns once the last frame has been handed
-	// to the transport; frame is positive and p is longer than frame.
+	// to the transport; frame is positive.
 	SendFrames(ctx context.Context, tag uint32, p []byte, frame int) error
+	// TrySendFrames is SendFrames as far as the transport takes the frames
+	// without waiting. n is how many bytes of p went out in frames begun:
+	// with TrySent they are all sent (n < len(p) when the transport filled
+	// up at a frame boundary) and the caller sends p[n:] later; with
+	// TryPartial the Conn holds the tail of the last frame begun, which
+	// FinishSend (or the next Send) sends first, and p must stay intact
+	// until then; TryRefused sends nothing. An error is final.
+	TrySendFrames(ctx context.Context, tag uint32, p []byte, frame int) (n int, res TrySendResult, err error)
 }
 
 // A FrameSink consumes a frame's payload where the transport holds it

@@ -212,18 +212,8 @@ func (c *conn) SendFrames(ctx context.Context, tag uint32, p []byte, frame int) 
 		return err
 	}
 	for len(p) > 0 {
-		k := 0
-		for f := 0; f < maxBatch && len(p) > 0; f++ {
-			n := min(len(p), frame)
-			putHeader(c.bhdr[f][:], n, tag)
-			c.biov[k], c.biov[k+1] = c.bhdr[f][:], p[:n]
-			k += 2
-			if pad := padLen(n); pad > 0 {
-				c.biov[k] = c.pad[:pad]
-				k++
-			}
-			p = p[n:]
-		}
+		k, nf := c.batch(tag, p, frame)
+		p = p[min(len(p), nf*frame):]
 		var err error
 		if c.wr.spin > 0 {
 			err = c.wr.writeAll(c.biov[:k], false)
@@ -237,6 +227,76 @@ func (c *conn) SendFrames(ctx context.Context, tag uint32, p []byte, frame int) 
 		}
 	}
 	return nil
+}
+
+// batch lays out up to maxBatch frames of p in c.biov (header, payload,
+// padding only where there is any) and returns the number of entries and
+// of frames.
+func (c *conn) batch(tag uint32, p []byte, frame int) (entries, frames int) {
+	k, f := 0, 0
+	for ; f < maxBatch && (len(p) > 0 || f == 0); f++ {
+		n := min(len(p), frame)
+		putHeader(c.bhdr[f][:], n, tag)
+		c.biov[k], c.biov[k+1] = c.bhdr[f][:], p[:n]
+		k += 2
+		if pad := padLen(n); pad > 0 {
+			c.biov[k] = c.pad[:pad]
+			k++
+		}
+		p = p[n:]
+	}
+	return k, f
+}
+
+// TrySendFrames implements ascend.FramesSender: batches of frames go to
+// the socket with non-blocking writevs (no copy) until it is full.
+func (c *conn) TrySendFrames(ctx context.Context, tag uint32, p []byte, frame int) (int, ascend.TrySendResult, error) {
+	if frame <= 0 || frame > MaxFrame || c.wr.rc == nil || c.pendingLen() > 0 {
+		return 0, ascend.TryRefused, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, ascend.TrySent, err
+	}
+	if err := c.nc.SetWriteDeadline(c.deadline(ctx)); err != nil {
+		return 0, ascend.TrySent, err
+	}
+	sent := 0
+	for first := true; first || sent < len(p); first = false {
+		k, nf := c.batch(tag, p[sent:], frame)
+		if err := c.wr.writeAll(c.biov[:k], true); err != nil {
+			clear(c.biov[:k])
+			return sent, ascend.TrySent, err
+		}
+		// Walk the frames: sent whole, begun (the Conn keeps its tail),
+		// or not begun (the caller sends it later).
+		e := 0
+		for f := range nf {
+			n := min(len(p)-sent, frame)
+			hl, pl := len(c.biov[e]), len(c.biov[e+1])
+			tl := 0
+			if padLen(n) > 0 {
+				tl = len(c.biov[e+2])
+			}
+			switch {
+			case hl == 0 && pl == 0 && tl == 0:
+				sent += n
+				e += 2 + min(padLen(n), 1)
+				continue
+			case hl < frameHdr:
+				c.thdr = c.bhdr[f]
+				c.pending = [3][]byte{c.thdr[frameHdr-hl:], c.biov[e+1], c.pad[:tl]}
+				clear(c.biov[:k])
+				return sent + n, ascend.TryPartial, nil
+			}
+			clear(c.biov[:k])
+			if sent == 0 {
+				return 0, ascend.TryRefused, nil
+			}
+			return sent, ascend.TrySent, nil
+		}
+		clear(c.biov[:k])
+	}
+	return sent, ascend.TrySent, nil
 }
 
 // pendingLen is the number of bytes TrySend left to send.

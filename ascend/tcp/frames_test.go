@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cann-train/cann-train/ascend"
 )
 
 // TestSendFramesLayout: SendFrames puts on the wire exactly the frames
@@ -154,5 +156,72 @@ func BenchmarkSendFrames(b *testing.B) {
 	wg.Wait()
 	for m, name := range modes {
 		b.ReportMetric(float64(spent[m].Microseconds())/float64(b.N), "µs/msg-"+name)
+	}
+}
+
+// TestTrySendFrames: TrySendFrames sends what the socket takes without
+// waiting, in whole frames or with the tail of one frame held for
+// FinishSend, and the frames that follow go out with SendFrames; the
+// receiver sees every frame intact, in order. Small socket buffers and a
+// receiver that starts late make the send stop short.
+func TestTrySendFrames(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ n, frame int }{{3 << 20, 1 << 16}, {(1 << 20) + 5, 1000}, {0, 64}, {40, 64}} {
+		t.Run(fmt.Sprintf("n%d/frame%d", tc.n, tc.frame), func(t *testing.T) {
+			a, b := tcpPair(t)
+			if err := a.SetWriteBuffer(64 << 10); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.SetReadBuffer(64 << 10); err != nil {
+				t.Fatal(err)
+			}
+			w, r := newConn(a, 5*time.Second), newConn(b, 5*time.Second)
+			defer w.Close()
+			defer r.Close()
+			w.setSpin(DefaultSpin, false)
+			p := make([]byte, tc.n)
+			for i := range p {
+				p[i] = byte(i*13 + i>>10)
+			}
+			n, res, err := w.TrySendFrames(ctx, 3, p, tc.frame)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n < 0 || n > len(p) || (n%tc.frame != 0 && n != len(p)) {
+				t.Fatalf("n = %d of %d: not at a frame boundary", n, len(p))
+			}
+			if tc.n > 1<<20 && n == len(p) && res == ascend.TrySent {
+				t.Fatalf("%d bytes sent at once through 64 KiB socket buffers", n)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				if res == ascend.TryPartial {
+					if err := w.FinishSend(ctx); err != nil {
+						errc <- err
+						return
+					}
+				}
+				if n < len(p) {
+					errc <- w.SendFrames(ctx, 3, p[n:], tc.frame)
+					return
+				}
+				errc <- nil
+			}()
+			buf := make([]byte, tc.frame)
+			for off := 0; off < len(p) || off == 0; off += tc.frame {
+				want := p[off:min(off+tc.frame, len(p))]
+				tag, k, err := r.Recv(ctx, buf)
+				if err != nil || tag != 3 || !bytes.Equal(buf[:k], want) {
+					w.Close()
+					t.Fatalf("frame at %d (result %v, n %d): tag %d, %d bytes (want %d), %v; sender: %v", off, res, n, tag, k, len(want), err, <-errc)
+				}
+				if len(p) == 0 {
+					break
+				}
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
