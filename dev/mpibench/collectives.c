@@ -10,9 +10,10 @@
  * and our benchmark: for reducescatter, allgather and alltoall the size is
  * the whole buffer of p·n elements (count n per rank) and busbw is
  * algbw·(p−1)/p; allreduce 2(p−1)/p; broadcast and reduce 1 (root 0).
- * MPI_Bcast has only one form (the root's buffer is the message), so both
- * columns time it on one buffer; MPI_Alltoall has no in-place column (as
- * ours).
+ * MPI_Bcast has only one form (the root's buffer is the message): out of
+ * place, the root copies its input to its output and broadcasts that, the
+ * work an out-of-place broadcast (nccl-tests', ours) does; MPI_Alltoall has
+ * no in-place column (as ours).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -80,7 +81,10 @@ static void call(enum coll c, struct shape s, float *send, float *recv, int inpl
     case ALLREDUCE: MPI_Allreduce(in, recv, (int)s.n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
     case REDUCESCATTER: MPI_Reduce_scatter_block(in, recv, (int)s.n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
     case ALLGATHER: MPI_Allgather(in, (int)s.n, MPI_FLOAT, recv, (int)s.n, MPI_FLOAT, MPI_COMM_WORLD); break;
-    case BROADCAST: MPI_Bcast(recv, (int)s.n, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+    case BROADCAST:
+        if (!inplace && rank == 0) memcpy(recv, send, s.n * sizeof(float));
+        MPI_Bcast(recv, (int)s.n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        break;
     case REDUCE:
         /* in place only at the root, as MPI defines it */
         MPI_Reduce(inplace && rank == 0 ? MPI_IN_PLACE : send, recv, (int)s.n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);

@@ -2,7 +2,8 @@
 # make bench-mpi: ours vs Open MPI, 2 and 4 ranks, TCP and shared memory,
 # same sizes, one session; allreduce unless COLLS names others
 # (reducescatter, allgather, broadcast, reduce, alltoall; NPS and TRANSPORTS
-# narrow the runs, e.g. COLLS="broadcast alltoall" NPS=2 TRANSPORTS=tcp). Each pair of runs is repeated REPS times,
+# narrow the runs, e.g. COLLS="broadcast alltoall" NPS=2 TRANSPORTS=tcp;
+# every run's table is kept in OUT, a fresh temporary folder by default). Each pair of runs is repeated REPS times,
 # alternating ours and MPI, and the median busbw per size is compared, so a
 # burst of machine noise does not decide a row. Prints both tables of the
 # last repetition, then per size: median busbw of each, ours / MPI, ours
@@ -35,7 +36,8 @@ NPS=${NPS:-"2 4"}
 TRANSPORTS=${TRANSPORTS:-"tcp shm shmR"}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TUNE='glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:glibc.malloc.top_pad=1073741824'
-out=$(mktemp -d)
+out=${OUT:-$(mktemp -d)} # every run's table stays here
+mkdir -p "$out"
 for coll in $COLLS; do
 for n in $NPS; do
   for tr in $TRANSPORTS; do
@@ -46,11 +48,11 @@ for n in $NPS; do
     esac
     for rep in $(seq 1 "$REPS"); do
       mpirun -n $n --oversubscribe --bind-to none --mca btl $btl -x GLIBC_TUNABLES=$TUNE \
-        bin/mpi_coll -c $coll $SIZES > $out/mpi-$n-$tr-$rep.txt
-      $BIN bench collective --coll $coll --np $n $SIZES $shm --limits 1 > $out/ours-$n-$tr-$rep.txt 2>/dev/null
+        bin/mpi_coll -c $coll $SIZES > $out/mpi-$coll-$n-$tr-$rep.txt
+      $BIN bench collective --coll $coll --np $n $SIZES $shm --limits 1 > $out/ours-$coll-$n-$tr-$rep.txt 2>/dev/null
     done
-    echo "=== $coll, $n ranks, $tr: Open MPI (repetition $REPS of $REPS)"; cat $out/mpi-$n-$tr-$REPS.txt
-    echo "=== $coll, $n ranks, $tr: cann-train (repetition $REPS of $REPS)"; cat $out/ours-$n-$tr-$REPS.txt
+    echo "=== $coll, $n ranks, $tr: Open MPI (repetition $REPS of $REPS)"; cat $out/mpi-$coll-$n-$tr-$REPS.txt
+    echo "=== $coll, $n ranks, $tr: cann-train (repetition $REPS of $REPS)"; cat $out/ours-$coll-$n-$tr-$REPS.txt
     echo "=== $coll, $n ranks, $tr: out-of-place busbw (GB/s), median of $REPS"
     python3 - "$tr" "$out" "$n" "$REPS" "$coll" <<'PY'
 import math, re, statistics, sys
@@ -79,8 +81,8 @@ def table(path):
     return rows, limits
 ours, mpi, limits, algo = {}, {}, {}, {}
 for r in range(1, reps + 1):
-    o, lim = table(f"{out}/ours-{n}-{tr}-{r}.txt")
-    m, _ = table(f"{out}/mpi-{n}-{tr}-{r}.txt")
+    o, lim = table(f"{out}/ours-{coll}-{n}-{tr}-{r}.txt")
+    m, _ = table(f"{out}/mpi-{coll}-{n}-{tr}-{r}.txt")
     for k, v in lim.items():
         limits.setdefault(k, []).extend(v)
     for s, (bw, a) in o.items():
@@ -141,3 +143,4 @@ PY
   done
 done
 done
+echo "# every run's table: $out"
