@@ -237,8 +237,10 @@ type CostModel struct {
 	// equal to Alpha and Beta.
 	AlphaAll time.Duration
 	BetaAll  float64
-	// Segment is the pipelining granularity in bytes (the communicator's
-	// ChunkBytes); 0 means DefaultChunkBytes.
+	// Segment is the pipelining granularity in bytes of the tree and
+	// chain algorithms (the communicator's ChunkBytes, or a multiple of it
+	// over TCP when ranks outnumber cores: see oversubPipeBytes); 0 means
+	// DefaultChunkBytes.
 	Segment int
 	// Hosts and PerHost describe the two-level topology (number of hosts,
 	// most ranks on one host; the communicator fills them in from

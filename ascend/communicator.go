@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 	"unsafe"
@@ -67,7 +68,8 @@ type Communicator struct {
 	model    CostModel
 	offs     []int        // partition scratch: p+1 offsets
 	voffs    []int        // halving-doubling block offsets: p'+1
-	acc      [2][]float32 // ping-pong chunk accumulators (pipelined reduce)
+	acc      [2][]float32 // ping-pong segment accumulators (pipelined reduce)
+	pipe     int          // pipeline segment of tree and chain, elements (see oversubPipeBytes)
 	work     []float32    // workspace of out-of-place variants, grown on demand
 	sink     reduceSink   // in-place reduction of received frames
 	p2pSend  []uint32     // per-peer point-to-point sequence numbers
@@ -204,6 +206,11 @@ func New(cfg Config) (*Communicator, error) {
 		c.wg.Add(1)
 		go c.writer(p)
 	}
+	c.pipe = c.chunk
+	if len(c.local) > runtime.NumCPU() && !c.memoryLinks() {
+		c.pipe = max(1, oversubPipeBytes/4/c.chunk) * c.chunk
+	}
+	c.model.Segment = 4 * c.pipe
 	return c, nil
 }
 
@@ -645,10 +652,10 @@ func (c *Communicator) workFor(n int) []float32 {
 	return c.work[:n]
 }
 
-// accFor returns ping-pong accumulator i (0 or 1) of n ≤ chunk elements.
+// accFor returns ping-pong accumulator i (0 or 1) of n ≤ c.pipe elements.
 func (c *Communicator) accFor(i, n int) []float32 {
 	if cap(c.acc[i]) < n {
-		c.acc[i] = make([]float32, min(c.chunk, max(n, 1024)))
+		c.acc[i] = make([]float32, min(c.pipe, max(n, 1024)))
 	}
 	return c.acc[i][:n]
 }

@@ -395,3 +395,89 @@ func TestReduceSinkSplitPieces(t *testing.T) {
 		t.Errorf("wrong length: %v", err)
 	}
 }
+
+// TestPipelineSegments: the tree and chain algorithms pipeline in segments
+// of several frames (c.pipe; oversubPipeBytes when ranks outnumber cores)
+// and the ranks need not agree on the segment, since a segment is whole
+// frames. Broadcast, Reduce and the tree AllReduce over pipes, every rank
+// with its own segment of 1 to 6 frames, lengths that end mid-frame.
+func TestPipelineSegments(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, n := range []int{3, 4, 5} {
+		comms := pipeGroup(t, n, 12, true) // 3 floats per frame
+		for r, c := range comms {
+			c.pipe = c.chunk * (1 + (r*5)%6)
+			c.model.Segment = 4 * c.pipe
+		}
+		for _, algo := range []Algorithm{AlgoTree, AlgoRing} {
+			for r, err := range parallel(comms, func(c *Communicator) error { return c.SetAlgorithm(algo) }) {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			for _, length := range []int{1, 7, 31, 100} {
+				input := func(r, i int) float32 { return float32(r*1000 + i) }
+				for root := range n {
+					bufs := make([][]float32, n)
+					for r := range bufs {
+						bufs[r] = make([]float32, length)
+						for i := range bufs[r] {
+							bufs[r][i] = input(r, i)
+						}
+					}
+					for r, err := range parallel(comms, func(c *Communicator) error { return c.Reduce(ctx, bufs[c.Rank()], Sum, root) }) {
+						if err != nil {
+							t.Fatalf("n=%d %v len=%d: reduce to %d: rank %d: %v", n, algo, length, root, r, err)
+						}
+					}
+					for i, v := range bufs[root] {
+						want := float32(0)
+						for r := range n {
+							want += input(r, i)
+						}
+						if v != want {
+							t.Fatalf("n=%d %v len=%d: reduce to %d: [%d] = %v, want %v", n, algo, length, root, i, v, want)
+						}
+					}
+					for r, err := range parallel(comms, func(c *Communicator) error { return c.Broadcast(ctx, bufs[c.Rank()], root) }) {
+						if err != nil {
+							t.Fatalf("n=%d %v len=%d: broadcast from %d: rank %d: %v", n, algo, length, root, r, err)
+						}
+					}
+					for r := range bufs {
+						if !slices.Equal(bufs[r], bufs[root]) {
+							t.Fatalf("n=%d %v len=%d: broadcast from %d: rank %d differs", n, algo, length, root, r)
+						}
+					}
+				}
+				if algo != AlgoTree {
+					continue
+				}
+				bufs := make([][]float32, n)
+				for r := range bufs {
+					bufs[r] = make([]float32, length)
+					for i := range bufs[r] {
+						bufs[r][i] = input(r, i)
+					}
+				}
+				for r, err := range parallel(comms, func(c *Communicator) error { return c.AllReduce(ctx, bufs[c.Rank()], Sum) }) {
+					if err != nil {
+						t.Fatalf("n=%d tree allreduce len=%d: rank %d: %v", n, length, r, err)
+					}
+				}
+				for r := range bufs {
+					for i, v := range bufs[r] {
+						want := float32(0)
+						for q := range n {
+							want += input(q, i)
+						}
+						if v != want {
+							t.Fatalf("n=%d tree allreduce len=%d: rank %d [%d] = %v, want %v", n, length, r, i, v, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
