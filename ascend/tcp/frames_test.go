@@ -52,15 +52,21 @@ func TestSendFramesLayout(t *testing.T) {
 	}
 }
 
+// polledPair is both ends of a loopback connection as conns that poll
+// (DefaultSpin), closed when tb ends.
+func polledPair(tb testing.TB, timeout time.Duration) (w, r *conn) {
+	a, b := tcpPair(tb)
+	w, r = newConn(a, timeout), newConn(b, timeout)
+	tb.Cleanup(func() { w.Close(); r.Close() })
+	w.setSpin(DefaultSpin, false)
+	r.setSpin(DefaultSpin, false)
+	return w, r
+}
+
 // TestSendFramesRoundTrip: frames sent by SendFrames come out of Recv one
 // by one, in order, after a frame TrySend left half-sent.
 func TestSendFramesRoundTrip(t *testing.T) {
-	a, b := tcpPair(t)
-	w, r := newConn(a, 5*time.Second), newConn(b, 5*time.Second)
-	defer w.Close()
-	defer r.Close()
-	w.setSpin(DefaultSpin, false)
-	r.setSpin(DefaultSpin, false)
+	w, r := polledPair(t, 5*time.Second)
 	const frameSize, n = 1 << 16, 5<<16 + 12
 	p := bytes.Repeat([]byte{1, 2, 3, 4, 5}, n/5)
 	// A first frame far larger than the socket buffer: TrySend leaves a
@@ -102,12 +108,7 @@ func TestSendFramesRoundTrip(t *testing.T) {
 //	go test -run '^$' -bench SendFrames ./ascend/tcp
 func BenchmarkSendFrames(b *testing.B) {
 	const size, frameSize = 4 << 20, 256 << 10
-	x, y := tcpPair(b)
-	w, r := newConn(x, 10*time.Second), newConn(y, 10*time.Second)
-	defer w.Close()
-	defer r.Close()
-	w.setSpin(DefaultSpin, false)
-	r.setSpin(DefaultSpin, false)
+	w, r := polledPair(b, 10*time.Second)
 	ctx := context.Background()
 	modes := []string{"per-frame", "batched"}
 	var spent [2]time.Duration
