@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -206,7 +206,7 @@ const settleTime = 200 * time.Millisecond
 // rank 0 has seen d pass: it says so in the reduced value, so every rank
 // stops after the same call.
 func settle(ctx context.Context, comm *ascend.Communicator, d time.Duration) error {
-	runtime.GC()
+	debug.FreeOSMemory() // a collection, and the freed heap (the limits' buffers) returned to the OS now rather than by the background scavenger during the first sizes
 	flag := make([]float32, 1)
 	start := time.Now()
 	for {
