@@ -42,7 +42,10 @@
 // payloads at most [MaxFrame] bytes, each frame padded to a multiple of 16
 // bytes so that every payload starts 16-byte aligned in the stream (the
 // kernel's copies of misaligned payloads are far slower; see frameAlign).
-// Non-zero reserved or padding bytes are a protocol error. TCP_NODELAY is on. Every frame read and write runs under a deadline
+// Non-zero reserved or padding bytes are a protocol error. A message's
+// frames go to the socket up to 16 per writev (SendFrames and
+// TrySendFrames, ascend.FramesSender); the receiver reads them one by one.
+// TCP_NODELAY is on. Every frame read and write runs under a deadline
 // of Options.OpTimeout (or the context's deadline if earlier), so a dead or
 // stuck peer becomes an [*ascend.PeerError] rather than a hang.
 package tcp
