@@ -31,13 +31,13 @@ import "context"
 // algorithms over TCP links when the ranks on a host outnumber its cores:
 // every segment handed down the pipeline wakes the next rank, which then
 // needs a core, so fewer and larger segments go faster although the
-// pipeline fills later. (Over shared-memory links a wake-up is cheap and
-// 256 KiB segments stay: with 1 MiB a 4-rank reduce of 4 MiB took
-// 1093–1160 µs against 777–1176.) 4 ranks on 2 cores over TCP, the tree, five alternations
-// (medians): broadcast 1 MiB 548 µs with 256 KiB segments against 513
-// with 1 MiB, 4 MiB 3.06 ms against 2.80; reduce 1 MiB 883 µs against
-// 730, 4 MiB 3.58 ms against 3.45. A segment is whole frames, so the
-// frames on the wire do not depend on it.
+// pipeline fills later. 4 ranks on 2 cores over TCP, the tree, five
+// alternations (medians): broadcast 1 MiB 548 µs with 256 KiB segments
+// against 513 with 1 MiB, 4 MiB 3.06 ms against 2.80; reduce 1 MiB 883
+// µs against 730, 4 MiB 3.58 ms against 3.45. (Over shared-memory links a
+// wake-up is cheap and 256 KiB segments stay: with 1 MiB a 4-rank reduce
+// of 4 MiB took 1093–1160 µs against 777–1176.) A segment is whole
+// frames, so the frames on the wire do not depend on it.
 const oversubPipeBytes = 1 << 20
 
 type treeAlgorithm struct{}
@@ -126,10 +126,8 @@ func (c *Communicator) bcastPipelined(ctx context.Context, name string, tag uint
 	sending := false
 	for off := 0; off < n; off += c.pipe {
 		part := buf[off:min(n, off+c.pipe)]
-		if parent != nil {
-			if err := c.recvFrom(ctx, name, tag, parent, part, nil, Sum, false); err != nil {
-				return err
-			}
+		if err := c.recvFrom(ctx, name, tag, parent, part, nil, Sum, false); err != nil {
+			return err
 		}
 		if sending {
 			for _, ch := range children {
@@ -172,12 +170,9 @@ func (c *Communicator) reducePipelined(ctx context.Context, name string, tag uin
 		hi := min(n, off+c.pipe)
 		base := src[off:hi]
 		var acc []float32
-		switch {
-		case parent != nil && len(children) == 0:
-			acc = base // a leaf sends its input as is
-		case out != nil:
+		if out != nil {
 			acc = out[off:hi]
-		default:
+		} else {
 			acc = c.accFor(k&1, hi-off)
 		}
 		for _, ch := range children {

@@ -169,28 +169,8 @@ func (c *conn) Send(ctx context.Context, tag uint32, p []byte) error {
 // tail left over keeps pointing into p, which the caller keeps intact until
 // FinishSend has returned.
 func (c *conn) TrySend(ctx context.Context, tag uint32, p []byte) (ascend.TrySendResult, error) {
-	if len(p) > MaxFrame || c.wr.rc == nil || c.pendingLen() > 0 {
-		return ascend.TryRefused, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return ascend.TrySent, err
-	}
-	if err := c.nc.SetWriteDeadline(c.deadline(ctx)); err != nil {
-		return ascend.TrySent, err
-	}
-	putHeader(c.thdr[:], len(p), tag)
-	pad := c.pad[:padLen(len(p))]
-	hl, pl, tl, err := c.wr.writeNow(c.thdr[:], p, pad)
-	switch {
-	case err != nil:
-		return ascend.TrySent, err
-	case hl == 0 && pl == 0 && tl == 0:
-		return ascend.TrySent, nil
-	case hl == frameHdr:
-		return ascend.TryRefused, nil
-	}
-	c.pending = [3][]byte{c.thdr[frameHdr-hl:], p[len(p)-pl:], pad[len(pad)-tl:]}
-	return ascend.TryPartial, nil
+	_, res, err := c.TrySendFrames(ctx, tag, p, max(len(p), 1)) // one frame
+	return res, err
 }
 
 // SendFrames implements ascend.FramesSender: up to maxBatch frames go to
@@ -402,8 +382,8 @@ type spinWriter struct {
 	spin    time.Duration
 	yieldOS bool
 
-	b     [][]byte  // what is left to write: bs, or SendFrames' vector
-	bs    [3][]byte // a frame's header, payload and padding
+	b     [][]byte  // what is left to write: bs, or a batch of frames
+	bs    [3][]byte // write's header, payload and padding
 	iov   [3 * maxBatch]syscall.Iovec
 	err   error
 	until time.Time
@@ -431,22 +411,6 @@ func (w *spinWriter) writeAll(b [][]byte, once bool) error {
 		return err
 	}
 	return w.err
-}
-
-// writeNow writes as much of h, p and t as the socket takes without
-// waiting and returns how many bytes of each are left.
-func (w *spinWriter) writeNow(h, p, t []byte) (hl, pl, tl int, err error) {
-	w.bs = [3][]byte{h, p, t}
-	w.b = w.bs[:]
-	w.err = nil
-	w.once = true
-	err = w.rc.Write(w.fn)
-	hl, pl, tl = len(w.bs[0]), len(w.bs[1]), len(w.bs[2])
-	w.b, w.bs = nil, [3][]byte{}
-	if err != nil {
-		return hl, pl, tl, err
-	}
-	return hl, pl, tl, w.err
 }
 
 func (w *spinWriter) poll(fd uintptr) bool {
