@@ -240,7 +240,9 @@ func buildConfig(opts ServerOptions) (*config.Config, error) {
 				InitialFailoverVersion: 1,
 				RPCAddress:             frontend,
 				HTTPAddress:            net.JoinHostPort(opts.IP, strconv.Itoa(httpPort)),
-				ClusterID:              "cann-train-dev",
+				// No ClusterID: a new database gets a random UUID (the
+				// server warned on any non-UUID name), an existing one
+				// keeps its own.
 			},
 		},
 	}
