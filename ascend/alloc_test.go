@@ -170,3 +170,68 @@ func TestDirectDoesNotAllocate(t *testing.T) {
 		t.Error("not direct")
 	}
 }
+
+// TestTypedDoesNotAllocate: the float64 and int32 collectives reuse the
+// communicator's scratch once warm.
+func TestTypedDoesNotAllocate(t *testing.T) {
+	const world, runs, n = 3, 10, 10_001
+	cl := ascendtest.NewCluster(t, world)
+	comms, err := cl.Connect(context.Background(), cl.NewSession("alloc-typed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	ctx := context.Background()
+	type bufs struct {
+		a, b []float64
+		i, j []int32
+	}
+	bs := make([]bufs, world)
+	for r := range bs {
+		bs[r] = bufs{make([]float64, world*n), make([]float64, world*n), make([]int32, world*n), make([]int32, world*n)}
+	}
+	counts := []int{n, 0, n - 1}
+	recv := make([][]int, world) // rank r receives counts[r] from everyone
+	for r := range recv {
+		recv[r] = []int{counts[r], counts[r], counts[r]}
+	}
+	step := func(r int) {
+		c, b := comms[r], bs[r]
+		for _, err := range []error{
+			ascend.AllReduceOf(ctx, c, b.a[:n], b.a[:n], ascend.Avg),
+			ascend.AllReduceOf(ctx, c, b.b[:n], b.a[:n], ascend.Sum),
+			ascend.AllReduceOf(ctx, c, b.i[:n], b.i[:n], ascend.Max),
+			ascend.ReduceScatterOf(ctx, c, b.b[:n], b.a, ascend.Sum),
+			ascend.ReduceScatterOf(ctx, c, b.j[:n], b.i, ascend.Min),
+			ascend.ReduceOf(ctx, c, b.b[:n], b.a[:n], ascend.Sum, 1),
+			ascend.AllGatherOf(ctx, c, b.a, b.b[:n]),
+			ascend.AllGatherVOf(ctx, c, b.j[:2*n-1], b.i[:counts[r]], counts),
+			ascend.BroadcastOf(ctx, c, b.a[:n], b.a[:n], 2),
+			ascend.AllToAllOf(ctx, c, b.b, b.a),
+			ascend.AllToAllVOf(ctx, c, b.j[:world*counts[r]], b.i[:2*n-1], counts, recv[r]),
+		} {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for r := 1; r < world; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range runs + 1 {
+				step(r)
+			}
+		}()
+	}
+	allocs := testing.AllocsPerRun(runs, func() { step(0) })
+	wg.Wait()
+	if allocs != 0 {
+		t.Errorf("%v allocations per round of the typed operations, want 0", allocs)
+	}
+}

@@ -74,6 +74,9 @@ type Communicator struct {
 	sink     reduceSink   // in-place reduction of received frames
 	p2pSend  []uint32     // per-peer point-to-point sequence numbers
 	p2pRecv  []uint32
+	// Typed collectives (typed.go) run several operations on one scratch.
+	typedMu sync.Mutex
+	typed   typedState
 	// Host groups (hierarchical.go): the ranks on this host and the host
 	// leaders, ascending, and this rank's index among each (-1: not a
 	// leader).

@@ -23,6 +23,13 @@
 //     untouched), AllToAll and AllToAllV, Barrier, and point-to-point Send,
 //     Recv and SendRecv (see p2p.go for how they interleave with
 //     collectives). The ops are Sum, Avg, Max and Min on float32.
+//   - float64 and int32 go through the generic functions of typed.go
+//     (AllReduceOf, ReduceScatterOf, ReduceOf, AllGatherOf, AllGatherVOf,
+//     BroadcastOf, AllToAllOf, AllToAllVOf, SendOf, RecvOf; float32 there
+//     is the methods): data movement runs the float32 machinery on the
+//     buffers' 4-byte words, reductions a pairwise exchange of shares that
+//     each owner folds in rank order (the ring's volume, bit-identical on
+//     every rank). Avg is for floats only; Sum on int32 wraps.
 //   - After the first call at a given size, no operation allocates: its
 //     scratch buffers belong to the Communicator and are reused.
 //   - float32 values travel little-endian. On little-endian hosts buffers are
