@@ -17,6 +17,7 @@ import (
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/engine/energy"
 	"github.com/cann-train/cann-train/engine/gradsync"
 	"github.com/cann-train/cann-train/spec"
 )
@@ -42,6 +43,11 @@ type Node struct {
 	// WorkDir holds external jobs' per-run directories (logs, reports,
 	// checkpoint directory, rank table) on this node.
 	WorkDir string
+	// Energy, when set, is the host's energy meter (RAPL, npu-smi,
+	// nvidia-smi): every chunk then reports its measured share of the
+	// host's energy (ChunkResult.Joules), else the run models it.
+	Energy   energy.Meter
+	energyMu sync.Mutex
 
 	// world admits one external job's processes at a time on this node: a
 	// relaunch waits until the last world's processes are gone.
@@ -138,6 +144,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	lo, hi := tr.Config().RankSlice()
 	perRank := float64(hi - lo)
 	res := &spec.ChunkResult{NodeID: n.ID, Rank: in.Rank, From: in.From, To: in.To, StartedAt: started}
+	ew := n.startEnergy(ctx, in.Spec, in.Membership, in.Rank, log)
 	loopStart := time.Now()
 	for step := in.From; step < in.To; step++ {
 		if err := ctx.Err(); err != nil {
@@ -227,6 +234,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		res.EvalMetric, res.EvalValue = "test_accuracy", acc
 	}
 	n.keep(in, sy)
+	res.Joules = ew.joules(ctx, log)
 	res.EndedAt = time.Now()
 	return res, nil
 }

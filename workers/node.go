@@ -19,6 +19,7 @@ import (
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/ascend/shm"
 	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/engine/energy"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -45,6 +46,10 @@ type NodeOptions struct {
 	// WorkDir holds external jobs' directories on this node (logs,
 	// reports, checkpoint directory). Default: a temporary directory.
 	WorkDir string
+	// Energy is the host meter chunks read (energy.HostMeterOptions.Kind:
+	// "" or auto is RAPL when readable; off disables metering). Without a
+	// meter the run models the node's energy.
+	Energy string
 }
 
 // RunNode serves the node's task queue, registers the node with the
@@ -87,6 +92,16 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
 		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir}
 	defer acts.Close()
+	switch m, err := energy.OpenHostMeter(ctx, energy.HostMeterOptions{Kind: o.Energy}); {
+	case err == nil:
+		defer m.Close()
+		acts.Energy = m
+		log.Info("energy meter", zap.Stringer("meter", m))
+	case errors.Is(err, energy.ErrNoMeter) && (o.Energy == "" || o.Energy == energy.MeterAuto || o.Energy == energy.MeterOff):
+		log.Info("no energy meter: runs model this node's energy", zap.Error(err))
+	default:
+		return fmt.Errorf("node %s: energy meter: %w", o.ID, err)
+	}
 	w := worker.New(c, node.TaskQueue, worker.Options{
 		// A relaunched world's activity (and its port reservation) may
 		// arrive while the stopped one still winds down.

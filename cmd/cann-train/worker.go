@@ -79,6 +79,7 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let `cann-train fault kill` SIGKILL this worker (testing and demos only)")
 	f.StringVar(&o.WorkDir, "work-dir", "", "external jobs' logs, reports and checkpoint directories (default <data dir>/work/<id>)")
+	f.StringVar(&o.Energy, "energy", "auto", "energy meter whose readings chunks report: auto (Linux RAPL when readable), rapl, npu-smi, nvidia-smi, or off (the run then models energy)")
 	_ = cmd.MarkFlagRequired("id")
 	return cmd
 }

@@ -8,9 +8,12 @@
 //
 // Meters report cumulative joules since they were opened: [RAPL] reads the
 // Linux powercap counters (/sys/class/powercap/intel-rapl:*/energy_uj, with
-// max_energy_range_uj wraparound; the root directory is injectable), and
-// [ModelMeter] integrates a [Model] (per-device busy power × busy fraction +
-// idle power, × devices × PUE) for accelerators without an energy counter.
+// max_energy_range_uj wraparound; the root directory is injectable),
+// [SampledMeter] integrates the watts a [PowerSource] reports ([NPUSMI]:
+// `npu-smi info` on Ascend hosts; [NVIDIASMI]: NVML's power.draw through
+// nvidia-smi), and [ModelMeter] integrates a [Model] (per-device busy power
+// × busy fraction + idle power, × devices × PUE) where nothing measures.
+// [OpenHostMeter] opens a node's meter by kind.
 // An [Accountant] samples a Meter into intervals, and [Account] prices them
 // on a series and compares them with running the same energy profile
 // back-to-back from a "run now" time (savings %). [RenderSVG] draws the
@@ -18,5 +21,6 @@
 // timeline.
 //
 // The package has no global mutable state; meters and accountants are
-// plain values owned by one goroutine.
+// plain values owned by one goroutine, except SampledMeter, which samples
+// on a goroutine of its own and is safe for concurrent use.
 package energy
