@@ -298,15 +298,16 @@ func ParseCluster(name string, data []byte) (Cluster, error) {
 		file = nil
 	}
 	var c Cluster
-	if err := decodeStrict(name, data, file, &c); err != nil {
-		return Cluster{}, err
+	strict, unknown := decodeAll(name, data, file, &c)
+	if strict != nil && !unknown {
+		return Cluster{}, strict
 	}
 	if lineOf(file, "device") == 0 && c.Device == (Device{}) {
-		return Cluster{}, &SpecError{File: name, Fields: []FieldError{{Field: "device", Msg: "required: a profile name or a mapping with peak_tflops, memory_gib, hbm_gbps"}}}
+		return Cluster{}, joinProblems(name, strict, &SpecError{File: name, Fields: []FieldError{{Field: "device", Msg: "required: a profile name or a mapping with peak_tflops, memory_gib, hbm_gbps"}}})
 	}
 	c = c.WithDefaults()
-	if err := c.Validate(); err != nil {
-		return Cluster{}, withLines(err, name, file)
+	if err := joinProblems(name, strict, withLines(c.Validate(), name, file)); err != nil {
+		return Cluster{}, err
 	}
 	return c, nil
 }

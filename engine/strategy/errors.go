@@ -68,6 +68,8 @@ func (p problems) err(file string) error {
 	return &SpecError{File: file, Fields: append([]FieldError(nil), p...)}
 }
 
+const unknownFieldMsg = "unknown field"
+
 // decodeStrict decodes data into v rejecting unknown fields and wrong types;
 // a failure comes back as a *SpecError carrying the field path and line.
 func decodeStrict(name string, data []byte, file *ast.File, v any) error {
@@ -83,6 +85,44 @@ func decodeStrict(name string, data []byte, file *ast.File, v any) error {
 		fe.Field = "(document)"
 	}
 	return &SpecError{File: name, Fields: []FieldError{fe}}
+}
+
+// decodeAll is decodeStrict that keeps going past unknown fields: when an
+// unknown field is all the strict decoder objects to, v is decoded again
+// ignoring it, and the caller's validation still runs (see joinProblems),
+// so one report names the misspelt field and every impossible value.
+// unknown reports that case; with a type error v is left as the strict
+// decoder left it and unknown is false.
+func decodeAll(name string, data []byte, file *ast.File, v any) (strict error, unknown bool) {
+	strict = decodeStrict(name, data, file, v)
+	var se *SpecError
+	if strict == nil || !errors.As(strict, &se) || len(se.Fields) != 1 || !strings.HasPrefix(se.Fields[0].Msg, unknownFieldMsg) {
+		return strict, false
+	}
+	if yaml.Unmarshal(data, v) != nil {
+		return strict, false
+	}
+	return strict, true
+}
+
+// joinProblems merges *SpecErrors of one file, in order; nil when there
+// are none.
+func joinProblems(name string, errs ...error) error {
+	var fields []FieldError
+	for _, err := range errs {
+		var se *SpecError
+		switch {
+		case err == nil:
+		case errors.As(err, &se):
+			fields = append(fields, se.Fields...)
+		default:
+			return err
+		}
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	return &SpecError{File: name, Fields: fields}
 }
 
 // fieldPath reports whether s looks like a YAML field path
@@ -111,7 +151,7 @@ func decodeError(err error) FieldError {
 	}
 	field, line, msg, unknown := yamlpos.DecodeError(err)
 	if unknown {
-		msg = "unknown field (check the spelling; the package doc lists the fields)"
+		msg = unknownFieldMsg + " (check the spelling; the package doc lists the fields)"
 	}
 	return FieldError{Field: field, Line: line, Msg: msg}
 }

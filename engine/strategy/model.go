@@ -154,12 +154,13 @@ func ParseModel(name string, data []byte) (Model, error) {
 		file = nil
 	}
 	var m Model
-	if err := decodeStrict(name, data, file, &m); err != nil {
-		return Model{}, err
+	strict, unknown := decodeAll(name, data, file, &m)
+	if strict != nil && !unknown {
+		return Model{}, strict
 	}
 	m = m.WithDefaults()
-	if err := m.Validate(); err != nil {
-		return Model{}, withLines(err, name, file)
+	if err := joinProblems(name, strict, withLines(m.Validate(), name, file)); err != nil {
+		return Model{}, err
 	}
 	return m, nil
 }

@@ -93,6 +93,26 @@ func TestParseModelErrors(t *testing.T) {
 	}
 }
 
+// TestParseReportsEveryProblem: an unknown field does not hide the
+// impossible values next to it (model and cluster alike).
+func TestParseReportsEveryProblem(t *testing.T) {
+	bad := strings.Replace(goodModel, "layers: 4", "layers: -4", 1) + "hiden: 3\n"
+	_, err := ParseModel("m.yaml", []byte(bad))
+	specErr(t, err, "hiden", 8, "unknown field")
+	specErr(t, err, "layers", 2, "out of range")
+	badC := goodCluster + "nodez: 2\n"
+	badC = strings.Replace(badC, "devices_per_node: 8", "devices_per_node: 0", 1)
+	_, err = ParseCluster("c.yaml", []byte(badC))
+	specErr(t, err, "nodez", 0, "unknown field")
+	specErr(t, err, "devices_per_node", 0, "out of range")
+	// A wrong type still stops the decoding: nothing else is checked.
+	_, err = ParseModel("m.yaml", []byte(strings.Replace(bad, "hidden: 256", "hidden: big", 1)))
+	var se *SpecError
+	if !errors.As(err, &se) || len(se.Fields) != 1 {
+		t.Errorf("type error: %v, want exactly one problem", err)
+	}
+}
+
 func TestParseCluster(t *testing.T) {
 	c, err := ParseCluster("box.yaml", []byte(goodCluster))
 	if err != nil {
