@@ -31,6 +31,10 @@ type fakeWorlds struct {
 	// stop ends a hanging launch's activity when the workflow cancels it
 	// (the test environment does not cancel an activity's context itself).
 	stop map[string]context.CancelFunc
+	// early holds cancellations that arrived before their activity ran
+	// (under load the workflow may cancel a launch whose second node has
+	// not started yet): that activity stops as soon as it starts.
+	early map[string]bool
 }
 
 func (f *fakeWorlds) cancelled(info *activity.Info) {
@@ -38,7 +42,12 @@ func (f *fakeWorlds) cancelled(info *activity.Info) {
 	defer f.mu.Unlock()
 	if stop := f.stop[info.ActivityID]; stop != nil {
 		stop()
+		return
 	}
+	if f.early == nil {
+		f.early = map[string]bool{}
+	}
+	f.early[info.ActivityID] = true
 }
 
 var errHang = fmt.Errorf("hang")
@@ -51,7 +60,11 @@ func (f *fakeWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.Chun
 	if f.stop == nil {
 		f.stop = map[string]context.CancelFunc{}
 	}
-	f.stop[activity.GetInfo(ctx).ActivityID] = stop
+	id := activity.GetInfo(ctx).ActivityID
+	f.stop[id] = stop
+	if f.early[id] {
+		stop()
+	}
 	f.mu.Unlock()
 	from := int64(0)
 	if in.Restore != nil {
