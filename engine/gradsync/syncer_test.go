@@ -100,6 +100,10 @@ func TestResumeBitIdentical(t *testing.T) {
 		{"1-bit Adam, int8 warm-up", engine.OneBitAdam, Policy{Codec: "sign", GradCodec: "int8"}, true},
 	}
 	cl := ascendtest.NewCluster(t, world)
+	// One allreduce algorithm for every session, as a run pins it
+	// (activities.Node.connect): chosen by each session's calibration, the
+	// uninterrupted and the resumed training could sum in different orders.
+	cl.Options.Algorithm = ascend.AlgoRing
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			full := ranks(t, world, tc.opt, tc.p)
