@@ -31,15 +31,7 @@ func testHotPath(t *testing.T, shared bool, spin time.Duration) {
 	cl := ascendtest.NewCluster(t, world)
 	cl.Options.SharedMemory = shared
 	cl.Options.Spin = spin
-	comms, err := cl.Connect(context.Background(), cl.NewSession("alloc"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := connectAll(t, cl, "alloc")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type bufs struct{ a, b, c, d []float32 }
@@ -102,15 +94,7 @@ func TestDirectDoesNotAllocate(t *testing.T) {
 	const world, runs, n = 3, 10, 300_003
 	cl := ascendtest.NewCluster(t, world)
 	cl.Options.SharedMemory = true
-	comms, err := cl.Connect(context.Background(), cl.NewSession("alloc-direct"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := connectAll(t, cl, "alloc-direct")
 	ctx := context.Background()
 	type state struct{ sb *ascend.SharedBuffer }
 	sts := make([]state, world)
@@ -150,18 +134,7 @@ func TestDirectDoesNotAllocate(t *testing.T) {
 			}
 		}
 	}
-	for r := 1; r < world; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range runs + 1 {
-				step(r)
-			}
-		}()
-	}
-	allocs := testing.AllocsPerRun(runs, func() { step(0) })
-	wg.Wait()
-	if allocs != 0 {
+	if allocs := allocsPerRound(world, runs, step); allocs != 0 {
 		t.Errorf("%v allocations per round, want 0", allocs)
 	}
 	f := sts[0].sb.Floats()
@@ -176,15 +149,7 @@ func TestDirectDoesNotAllocate(t *testing.T) {
 func TestTypedDoesNotAllocate(t *testing.T) {
 	const world, runs, n = 3, 10, 10_001
 	cl := ascendtest.NewCluster(t, world)
-	comms, err := cl.Connect(context.Background(), cl.NewSession("alloc-typed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	}()
+	comms := connectAll(t, cl, "alloc-typed")
 	ctx := context.Background()
 	type bufs struct {
 		a, b []float64
@@ -219,6 +184,29 @@ func TestTypedDoesNotAllocate(t *testing.T) {
 			}
 		}
 	}
+	if allocs := allocsPerRound(world, runs, step); allocs != 0 {
+		t.Errorf("%v allocations per round of the typed operations, want 0", allocs)
+	}
+}
+
+// connectAll forms a session over cl, closed when the test ends.
+func connectAll(t *testing.T, cl *ascendtest.Cluster, session string) []*ascend.Communicator {
+	t.Helper()
+	comms, err := cl.Connect(context.Background(), cl.NewSession(session))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return comms
+}
+
+// allocsPerRound measures rank 0's allocations per call of step while the
+// other ranks run the same rounds (AllocsPerRun makes one warm-up call).
+func allocsPerRound(world, runs int, step func(rank int)) float64 {
 	var wg sync.WaitGroup
 	for r := 1; r < world; r++ {
 		wg.Add(1)
@@ -231,7 +219,5 @@ func TestTypedDoesNotAllocate(t *testing.T) {
 	}
 	allocs := testing.AllocsPerRun(runs, func() { step(0) })
 	wg.Wait()
-	if allocs != 0 {
-		t.Errorf("%v allocations per round of the typed operations, want 0", allocs)
-	}
+	return allocs
 }

@@ -45,24 +45,7 @@ func garbage(n int) []float32 {
 }
 
 // reduced is the reduction of element i over all ranks' inputs.
-func reduced(world, seed, i int, op ascend.Op) float32 {
-	acc := val(seed, 0, i)
-	for r := 1; r < world; r++ {
-		v := val(seed, r, i)
-		switch op {
-		case ascend.Max:
-			acc = max(acc, v)
-		case ascend.Min:
-			acc = min(acc, v)
-		default:
-			acc += v
-		}
-	}
-	if op == ascend.Avg {
-		acc /= float32(world)
-	}
-	return acc
-}
+func reduced(world, seed, i int, op ascend.Op) float32 { return foldRef(f32At, world, seed, i, op) }
 
 // checker collects a rank's mismatches for one call.
 type checker struct {

@@ -74,6 +74,16 @@ func checkTypedOp[T Element](coll string, op Op) error {
 	return nil
 }
 
+// checkPair checks the dst and src of a typed reduction: equal lengths,
+// the same slice or no overlap.
+func checkPair[T Element](coll string, dst, src []T) error {
+	if len(dst) != len(src) || overlap(words(dst), words(src)) {
+		return errorf(ErrInvalid, "%s: %s dst (%d) and src (%d) must have equal lengths and be the same slice or not overlap",
+			coll, typedName[T](), len(dst), len(src))
+	}
+	return nil
+}
+
 // typedState is the Communicator's scratch for typed reductions, reused
 // from call to call.
 type typedState struct {
@@ -184,6 +194,20 @@ func exchangeShares[T Element](ctx context.Context, c *Communicator, src []T, co
 	return recv, nil
 }
 
+// foldOwnShare splits src into Size() near-equal shares, exchanges them
+// and folds the shares of this rank's part, in rank order, into scratch;
+// it returns that and the shares' counts.
+func foldOwnShare[T Element](ctx context.Context, c *Communicator, src []T, op Op) (own []T, counts []int, err error) {
+	counts = c.shares(len(src))
+	recv, err := exchangeShares(ctx, c, src, counts)
+	if err != nil {
+		return nil, nil, err
+	}
+	own = recv[:counts[c.rank]]
+	foldShares(own, recv, c.size, op)
+	return own, counts, nil
+}
+
 // AllReduceOf is AllReduceInto for any Element: dst[i] = op over all ranks
 // of src[i]. dst and src are the same slice (in place) or do not overlap.
 func AllReduceOf[T Element](ctx context.Context, c *Communicator, dst, src []T, op Op) error {
@@ -193,9 +217,8 @@ func AllReduceOf[T Element](ctx context.Context, c *Communicator, dst, src []T, 
 	if err := checkTypedOp[T]("allreduce", op); err != nil {
 		return err
 	}
-	if len(dst) != len(src) || overlap(words(dst), words(src)) {
-		return errorf(ErrInvalid, "allreduce: %s dst (%d) and src (%d) must have equal lengths and be the same slice or not overlap",
-			typedName[T](), len(dst), len(src))
+	if err := checkPair("allreduce", dst, src); err != nil {
+		return err
 	}
 	c.typedMu.Lock()
 	defer c.typedMu.Unlock()
@@ -203,8 +226,7 @@ func AllReduceOf[T Element](ctx context.Context, c *Communicator, dst, src []T, 
 		copy(dst, src)
 		return nil
 	}
-	cnt := c.shares(len(src))
-	recv, err := exchangeShares(ctx, c, src, cnt)
+	folded, cnt, err := foldOwnShare(ctx, c, src, op)
 	if err != nil {
 		return err
 	}
@@ -213,7 +235,7 @@ func AllReduceOf[T Element](ctx context.Context, c *Communicator, dst, src []T, 
 		off += cnt[i]
 	}
 	own := dst[off : off+cnt[c.rank]]
-	foldShares(own, recv, c.size, op) // src has been sent: dst may be src
+	copy(own, folded) // src has been sent: dst may be src
 	return c.AllGatherV(ctx, words(dst), words(own), c.scaled(3, cnt, wordsPer[T]()))
 }
 
@@ -265,9 +287,10 @@ func ReduceOf[T Element](ctx context.Context, c *Communicator, dst, src []T, op 
 	if root < 0 || root >= c.size {
 		return errorf(ErrInvalid, "reduce: root %d out of range [0,%d)", root, c.size)
 	}
-	if c.rank == root && (len(dst) != len(src) || overlap(words(dst), words(src))) {
-		return errorf(ErrInvalid, "reduce: %s dst (%d) and src (%d) must have equal lengths and be the same slice or not overlap",
-			typedName[T](), len(dst), len(src))
+	if c.rank == root {
+		if err := checkPair("reduce", dst, src); err != nil {
+			return err
+		}
 	}
 	c.typedMu.Lock()
 	defer c.typedMu.Unlock()
@@ -275,15 +298,12 @@ func ReduceOf[T Element](ctx context.Context, c *Communicator, dst, src []T, op 
 		copy(dst, src)
 		return nil
 	}
-	cnt := c.shares(len(src))
-	recv, err := exchangeShares(ctx, c, src, cnt)
+	// Send the folded share to the root, which stores the shares in dst
+	// in rank order.
+	own, cnt, err := foldOwnShare(ctx, c, src, op)
 	if err != nil {
 		return err
 	}
-	// Fold this rank's share behind the received ones in scratch, then
-	// send it to the root, which stores the shares in dst in rank order.
-	own := recv[:cnt[c.rank]]
-	foldShares(own, recv, c.size, op)
 	k := wordsPer[T]()
 	send, rc := c.typedCounts(0), c.typedCounts(1)
 	for i := range send {

@@ -35,6 +35,14 @@ type PowerSource interface {
 	String() string
 }
 
+// runner is r, or npusmi.ExecRunner when r is nil.
+func runner(r npusmi.Runner) npusmi.Runner {
+	if r == nil {
+		return npusmi.ExecRunner
+	}
+	return r
+}
+
 // NPUSMI reads the "Power(W)" column of `npu-smi info` and sums it over
 // the chips (of the NPUs listed in NPUs; all when empty). A chip whose
 // power npu-smi prints as "-" (the second die of an A3 NPU, which its
@@ -47,11 +55,7 @@ type NPUSMI struct {
 
 // Watts implements PowerSource.
 func (s NPUSMI) Watts(ctx context.Context) (float64, error) {
-	run := s.Run
-	if run == nil {
-		run = npusmi.ExecRunner
-	}
-	out, err := run(ctx, npusmi.Command, "info")
+	out, err := runner(s.Run)(ctx, npusmi.Command, "info")
 	if err != nil {
 		return 0, fmt.Errorf("%w: npu-smi info: %w", ErrPower, err)
 	}
@@ -101,11 +105,7 @@ type NVIDIASMI struct {
 
 // Watts implements PowerSource.
 func (s NVIDIASMI) Watts(ctx context.Context) (float64, error) {
-	run := s.Run
-	if run == nil {
-		run = npusmi.ExecRunner
-	}
-	out, err := run(ctx, NVIDIASMICommand, "--query-gpu=index,power.draw", "--format=csv,noheader,nounits")
+	out, err := runner(s.Run)(ctx, NVIDIASMICommand, "--query-gpu=index,power.draw", "--format=csv,noheader,nounits")
 	if err != nil {
 		return 0, fmt.Errorf("%w: nvidia-smi: %w", ErrPower, err)
 	}
