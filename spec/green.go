@@ -17,7 +17,8 @@ const (
 	ForecastSeasonal = "seasonal"
 
 	// PlannerReplan plans the remaining work on the forecast at every
-	// chunk boundary (the default); PlannerOnline plans it on prices that
+	// chunk boundary; PlannerOnline (the default: better than re-planning
+	// in every zone and job kind of the savings report) plans it on prices that
 	// take the observed present and the forecast corrected by its own
 	// past errors (engine/carbon.Online). On a trace file the correction
 	// is fitted on the trace's past; on a provider the present is the
@@ -60,7 +61,7 @@ type GreenPolicy struct {
 	// Forecast is how a trace is forecast: persistence (default),
 	// seasonal or perfect.
 	Forecast string `yaml:"forecast" json:"forecast,omitempty"`
-	// Planner is replan (default) or online (see PlannerOnline).
+	// Planner is online (default) or replan (see PlannerOnline).
 	Planner string `yaml:"planner" json:"planner,omitempty"`
 	// Deadline, from the run's start, by which training must be done.
 	Deadline Duration `yaml:"deadline" json:"deadline,omitempty"`
@@ -86,6 +87,9 @@ type GreenPolicy struct {
 func (g GreenPolicy) WithDefaults() GreenPolicy {
 	if g.Forecast == "" {
 		g.Forecast = ForecastPersistence
+	}
+	if g.Planner == "" {
+		g.Planner = PlannerOnline
 	}
 	if g.Deadline == 0 {
 		g.Deadline = Duration(48 * time.Hour)

@@ -31,10 +31,12 @@ and reports the mean intensity of running now (baseline), of the plan by the
 forecast (planned) and by the actual trace (realized), and of the best plan in
 hindsight (oracle), in gCO2eq/kWh.
 
---policy says how the forecast is used: once (plan at --start and follow
-the plan), replan (re-plan at every trace step on a fresh forecast), or
-online (decide at every trace step with the observed present intensity and
-the forecast corrected by its own past errors; see engine/carbon.Online).`,
+--policy says how the forecast is used: online (the default: decide at
+every trace step with the observed present intensity and the forecast
+corrected by its own past errors; see engine/carbon.Online), once (plan at
+--start and follow the plan) or replan (re-plan at every trace step on a
+fresh forecast). On the real traces of the README's savings table online
+keeps the most of the oracle's savings in every zone and job kind.`,
 		Example: `  cann-train green plan --trace ../shared/data/carbon/ES_2022_hourly.csv \
       --start 2022-03-01T08:00:00Z --work 10h --deadline 48h --forecast persistence --interruptible -o json`,
 		Args: cobra.NoArgs,
@@ -98,7 +100,7 @@ the forecast corrected by its own past errors; see engine/carbon.Online).`,
 	f.DurationVar(&minSlot, "min-slot", 0, "shortest slot of an interruptible job")
 	f.BoolVar(&interruptible, "interruptible", false, "the job may pause between slots")
 	f.StringVar(&forecast, "forecast", "persistence", "persistence (a day ago), seasonal (last week's mean for the time of day + the current anomaly) or perfect")
-	f.StringVar(&policy, "policy", "once", "once (plan at the start), replan (re-plan every step) or online (decide every step with the observed present and an error-corrected forecast)")
+	f.StringVar(&policy, "policy", "online", "online (decide every step with the observed present and an error-corrected forecast; the best of the three on the real traces), once (plan at the start and follow the plan) or replan (re-plan every step on a fresh forecast)")
 	f.StringVarP(&output, "output", "o", "text", "text or json")
 	cmd.AddCommand(plan, newGreenReportCmd(e), newGreenOverrideCmd(e))
 	return cmd

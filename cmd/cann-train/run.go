@@ -46,8 +46,8 @@ Job file fields (all optional but name):
   overlap (optional): bucket_kib 25600, first_bucket_kib 1024
   green (optional): trace FILE | provider electricitymaps|carbon-aware-sdk|uk,
     zone, column (direct|lca), trace_start T, provider_url, forecast
-    (persistence|seasonal|perfect), planner (replan|online: the observed
-    present, then the forecast), deadline 48h, interruptible, min_slot, work, budget_g,
+    (persistence|seasonal|perfect), planner (online: the observed
+    present, then the forecast corrected by its past errors | replan), deadline 48h, interruptible, min_slot, work, budget_g,
     node_watts 300, pue 1
   external (optional; runs your own script instead of the built-in model):
     launcher torchrun|ascend|msrun, entrypoint [argv…], procs_per_node 1,

@@ -210,6 +210,11 @@ func EstimateErrors(obs *Series, fc Forecaster, anchor time.Time, horizon, histo
 			m.Coef[h], m.Sigma[h] = m.Coef[h-1], m.Sigma[h-1]
 			continue
 		}
+		if n < minFitSamples {
+			// Too little history to fit on (a run near its trace's
+			// start): the forecast as it is.
+			c = [4]float64{0, 1, 0, 0}
+		}
 		var ss float64
 		for _, p := range hist {
 			if len(p.f) > h {
@@ -221,6 +226,12 @@ func EstimateErrors(obs *Series, fc Forecaster, anchor time.Time, horizon, histo
 	}
 	return m, nil
 }
+
+// minFitSamples is the fewest past forecasts per horizon the correction
+// is fitted on; with fewer (less than a day of history on an hourly
+// grid), the horizon keeps the raw forecast: four coefficients fitted on a
+// handful of points follow their noise.
+const minFitSamples = 24
 
 // solve4 solves the normal equations xtx·c = xty by Gaussian elimination
 // with partial pivoting, after a tiny ridge (1e-9 of the mean diagonal) so

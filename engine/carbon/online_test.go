@@ -129,6 +129,25 @@ func TestOnlineSmall(t *testing.T) {
 		assert.Equal(t, 7.0, v)
 		assert.Zero(t, sigma)
 	})
+	t.Run("little history: the forecast as it is", func(t *testing.T) {
+		// Ten past forecasts (hours 24–33): below minFitSamples, so no
+		// horizon is corrected; with 72 (above) the fit moves some.
+		short, err := EstimateErrors(tr, Persistence{tr}, t0.Add(34*h), 6*h, 0, CorrectLinear)
+		require.NoError(t, err)
+		require.Equal(t, 10, short.Samples)
+		for hz := 1; hz < len(short.Coef); hz++ {
+			assert.Equal(t, [4]float64{0, 1, 0, 0}, short.Coef[hz], "horizon %d", hz)
+		}
+		noisy := *tr
+		noisy.Values = append([]float64(nil), tr.Values...)
+		for i := range noisy.Values {
+			noisy.Values[i] += float64(i % 7) // breaks the daily repetition
+		}
+		long, err := EstimateErrors(&noisy, Persistence{&noisy}, start, 6*h, 0, CorrectLinear)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, long.Samples, minFitSamples)
+		assert.NotEqual(t, [4]float64{0, 1, 0, 0}, long.Coef[1])
+	})
 	t.Run("deadline too short", func(t *testing.T) {
 		job := Job{Work: 10 * h, Start: start, Deadline: start.Add(8 * h)}
 		_, err := EvaluateOnline(tr, Persistence{tr}, job, DefaultOnline(false))
