@@ -140,6 +140,58 @@ func TestEveryCollectiveEveryAlgorithm(t *testing.T) {
 	}
 }
 
+// TestDataTypes: double and int32 (-d) run every collective through the
+// typed functions, checked element by element, with the sizes in their
+// element width; int32 refuses avg.
+func TestDataTypes(t *testing.T) {
+	for _, tc := range []struct {
+		dtype string
+		op    ascend.Op
+		es    int64
+	}{{DTypeDouble, ascend.Avg, 8}, {DTypeInt32, ascend.Max, 4}, {"float64", ascend.Sum, 8}} {
+		t.Run(tc.dtype, func(t *testing.T) {
+			opts := small()
+			opts.Collectives = AllCollectives()
+			opts.DType, opts.Op, opts.Root = tc.dtype, tc.op, 2
+			out, reps := runInProcess(t, 3, opts)
+			if t.Failed() {
+				return
+			}
+			want := tc.dtype
+			if want == "float64" {
+				want = DTypeDouble
+			}
+			for _, tb := range reps[0].Tables {
+				if tb.Wrong != 0 {
+					t.Errorf("%s: %d wrong values", tb.Collective, tb.Wrong)
+				}
+				for _, r := range tb.Rows {
+					if r.Type != want || r.OutOfPlace == nil || r.OutOfPlace.NWrong != 0 {
+						t.Errorf("%s size %d: type %q, %+v", tb.Collective, r.Size, r.Type, r.OutOfPlace)
+					}
+					if tb.Collective == "allreduce" && r.Size != int64(r.Count)*tc.es {
+						t.Errorf("allreduce: %d elements for %d bytes", r.Count, r.Size)
+					}
+				}
+			}
+			if !strings.Contains(out, "type") || !strings.Contains(out, " "+want+" ") {
+				t.Errorf("table does not name %s:\n%s", want, out)
+			}
+		})
+	}
+	opts := small()
+	opts.DType, opts.Op = DTypeInt32, ascend.Avg
+	ascendtest.Spawn(t, 2, func(c *ascend.Communicator) {
+		if _, err := Run(context.Background(), c, opts); err == nil || !strings.Contains(err.Error(), "avg is not defined on int32") {
+			t.Errorf("int32 avg: %v", err)
+		}
+	})
+	opts.DType = "half"
+	if err := opts.Defaults().validate(); err == nil || !strings.Contains(err.Error(), `"half"`) {
+		t.Errorf("unknown type: %v", err)
+	}
+}
+
 // TestTableFormat: the rows parse like nccl-tests' (whitespace-separated
 // columns in its order) and the bus bandwidth follows the factors.
 func TestTableFormat(t *testing.T) {

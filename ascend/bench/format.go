@@ -19,7 +19,11 @@ import (
 func (rep *Report) WriteTable(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	o := rep.Options
-	fmt.Fprintf(bw, "# ascend collective benchmark: %d ranks, float32, sizes %s..%s ", rep.Ranks, FormatSize(o.MinBytes), FormatSize(o.MaxBytes))
+	dtype := o.DType
+	if dtype == DTypeFloat {
+		dtype = "float32"
+	}
+	fmt.Fprintf(bw, "# ascend collective benchmark: %d ranks, %s, sizes %s..%s ", rep.Ranks, dtype, FormatSize(o.MinBytes), FormatSize(o.MaxBytes))
 	if o.StepBytes > 0 {
 		fmt.Fprintf(bw, "+%s", FormatSize(o.StepBytes))
 	} else {

@@ -66,6 +66,10 @@ type Options struct {
 	// Reduce (default 0).
 	Op   ascend.Op `json:"op,omitempty"`
 	Root int       `json:"root,omitempty"`
+	// DType is the element type (-d): float (default), double or int32,
+	// as nccl-tests names them; double and int32 run the typed
+	// collectives (ascend.AllReduceOf and the others).
+	DType string `json:"dtype,omitempty"`
 	// Format is "table" (default) or "json".
 	Format string `json:"format,omitempty"`
 	// SkipLimits skips measuring loopback TCP and memcpy.
@@ -91,6 +95,21 @@ type Options struct {
 	// os.Stdout and os.Stderr). Only rank 0 writes to stdout.
 	Stdout io.Writer `json:"-"`
 	Stderr io.Writer `json:"-"`
+}
+
+// Data types (-d).
+const (
+	DTypeFloat  = "float"
+	DTypeDouble = "double"
+	DTypeInt32  = "int32"
+)
+
+// elemBytes is the size of one element of the data type.
+func (o Options) elemBytes() int {
+	if o.DType == DTypeDouble {
+		return 8
+	}
+	return 4
 }
 
 // Defaults returns o with every unset field at its default.
@@ -128,6 +147,14 @@ func (o Options) Defaults() Options {
 	if o.Format == "" {
 		o.Format = "table"
 	}
+	switch o.DType {
+	case "", "float32":
+		o.DType = DTypeFloat
+	case "float64":
+		o.DType = DTypeDouble
+	case "int":
+		o.DType = DTypeInt32
+	}
 	if o.Ranks <= 0 {
 		o.Ranks = 2
 	}
@@ -142,6 +169,14 @@ func (o Options) validate() error {
 		return fmt.Errorf("bench: root %d", o.Root)
 	case o.SharedBuffers && !o.SharedMemory && o.Ranks > 0:
 		return errors.New("bench: -R 1 (shared buffers) needs -shm")
+	case o.DType != DTypeFloat && o.DType != DTypeDouble && o.DType != DTypeInt32:
+		return fmt.Errorf("bench: data type %q (want float, double or int32)", o.DType)
+	case o.DType == DTypeInt32 && o.Op == ascend.Avg:
+		for _, c := range o.Collectives {
+			if collectives[c].reduces {
+				return fmt.Errorf("bench: -op avg is not defined on int32 (%v reduces)", c)
+			}
+		}
 	}
 	for _, c := range o.Collectives {
 		if _, ok := collectives[c]; !ok {
@@ -347,7 +382,7 @@ func (f flag01) Set(s string) error {
 
 // RegisterFlags defines o's flags on fs in the spirit of nccl-tests: -b,
 // -e, -f, -i (sizes), -n (iterations), -w (warm-up), -c (check 0/1), -r
-// (root), -R (shared buffers 0/1), plus -shm (shared-memory links), -op (sum|avg|max|min), -o (table|json), -coll (list or
+// (root), -d (float|double|int32), -R (shared buffers 0/1), plus -shm (shared-memory links), -op (sum|avg|max|min), -o (table|json), -coll (list or
 // "all"), -algo (list of auto|ring|hd|tree), -np (ranks for Launch),
 // -T (target time per size), -chunk (frame bytes), -limits (0/1). The
 // current values of o are the flags' defaults. (With cobra, add fs to the
@@ -362,6 +397,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(checkFlag{&o.SkipCheck}, "c", "check results (1) or not (0)")
 	fs.IntVar(&o.Root, "r", o.Root, "root rank of broadcast and reduce")
 	fs.Var(opFlag{&o.Op, &o.Collectives}, "op", "reduction: sum, avg, max, min; or a collective list as for -coll")
+	fs.StringVar(&o.DType, "d", o.DType, "data type: float, double or int32")
 	fs.StringVar(&o.Format, "o", o.Format, "output: table or json")
 	fs.Var(collFlag{&o.Collectives}, "coll", "collectives, comma-separated, or all: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
 	fs.Var(listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm, str: ascend.Algorithm.String}, "algo", "algorithms, comma-separated, one table each: auto, ring, hd, tree")

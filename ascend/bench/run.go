@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/cann-train/cann-train/ascend"
 )
@@ -65,33 +66,33 @@ type collective struct {
 	reduces bool                    // has an op
 	inPlace bool                    // has an in-place variant
 	// shape maps a requested nccl-tests size to the count column, the
-	// send and receive lengths (elements) and the actual size.
-	shape func(size int64, p int) (count, send, recv int, actual int64)
+	// send and receive lengths (elements of es bytes) and the actual size.
+	shape func(size int64, p, es int) (count, send, recv int, actual int64)
 }
 
 var collectives = map[ascend.Collective]collective{
 	ascend.CollAllReduce: {factor: func(p float64) float64 { return 2 * (p - 1) / p }, reduces: true, inPlace: true, shape: flat},
 	ascend.CollBroadcast: {factor: one, rooted: true, inPlace: true, shape: flat},
 	ascend.CollReduce:    {factor: one, rooted: true, reduces: true, inPlace: true, shape: flat},
-	ascend.CollReduceScatter: {factor: frac, reduces: true, inPlace: true, shape: func(size int64, p int) (int, int, int, int64) {
-		n := int(size / 4 / int64(p))
-		return n, p * n, n, 4 * int64(p*n)
+	ascend.CollReduceScatter: {factor: frac, reduces: true, inPlace: true, shape: func(size int64, p, es int) (int, int, int, int64) {
+		n := int(size / int64(es*p))
+		return n, p * n, n, int64(es * p * n)
 	}},
-	ascend.CollAllGather: {factor: frac, inPlace: true, shape: func(size int64, p int) (int, int, int, int64) {
-		n := int(size / 4 / int64(p))
-		return n, n, p * n, 4 * int64(p*n)
+	ascend.CollAllGather: {factor: frac, inPlace: true, shape: func(size int64, p, es int) (int, int, int, int64) {
+		n := int(size / int64(es*p))
+		return n, n, p * n, int64(es * p * n)
 	}},
-	ascend.CollAllToAll: {factor: frac, shape: func(size int64, p int) (int, int, int, int64) {
-		n := int(size / 4 / int64(p))
-		return n, p * n, p * n, 4 * int64(p*n)
+	ascend.CollAllToAll: {factor: frac, shape: func(size int64, p, es int) (int, int, int, int64) {
+		n := int(size / int64(es*p))
+		return n, p * n, p * n, int64(es * p * n)
 	}},
 }
 
 func one(float64) float64    { return 1 }
 func frac(p float64) float64 { return (p - 1) / p }
-func flat(size int64, _ int) (int, int, int, int64) {
-	n := int(size / 4)
-	return n, n, n, 4 * int64(n)
+func flat(size int64, _, es int) (int, int, int, int64) {
+	n := int(size / int64(es))
+	return n, n, n, int64(es * n)
 }
 
 // RunRank runs the benchmark on this rank of comm; every rank of comm
@@ -142,11 +143,16 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 		return nil, err
 	}
 	// Buffers for the largest size, allocated and faulted in once.
+	// Lengths in float32 words (an element is es/4 of them); even, so
+	// that a double view of the receive buffer after the send buffer in
+	// shared memory stays aligned.
+	es := opts.elemBytes()
 	var maxSend, maxRecv int
 	for _, c := range opts.Collectives {
-		_, s, rv, _ := collectives[c].shape(opts.MaxBytes, p)
-		maxSend, maxRecv = max(maxSend, s), max(maxRecv, rv)
+		_, s, rv, _ := collectives[c].shape(opts.MaxBytes, p, es)
+		maxSend, maxRecv = max(maxSend, s*es/4), max(maxRecv, rv*es/4)
 	}
+	maxSend += maxSend % 2
 	b := &bufs{}
 	if opts.SharedBuffers {
 		sb, err := comm.AllocShared(ctx, maxSend+maxRecv)
@@ -245,14 +251,19 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 	var nbw int
 	seen := map[int64]bool{}
 	for _, req := range opts.sizes() {
-		count, ns, nr, size := cd.shape(req, p)
+		es := opts.elemBytes()
+		count, ns, nr, size := cd.shape(req, p, es)
 		if seen[size] {
 			continue // several requested sizes round to the same shape
 		}
 		seen[size] = true
-		row := Row{Size: size, Count: count, Type: "float", RedOp: "none", Root: -1,
+		ns, nr = ns*es/4, nr*es/4 // in float32 words
+		row := Row{Size: size, Count: count, Type: opts.DType, RedOp: "none", Root: -1,
 			Algorithm: comm.Algorithm(coll, int(size)).String()}
-		if comm.DirectFor(coll, b.recv[:nr], b.send[:ns]) {
+		switch {
+		case opts.DType != DTypeFloat && cd.reduces:
+			row.Algorithm = typedReduction // see ascend/typed.go
+		case opts.DType == DTypeFloat && comm.DirectFor(coll, b.recv[:nr], b.send[:ns]):
 			row.Algorithm = ascend.AlgoDirect.String()
 		}
 		if cd.reduces {
@@ -321,7 +332,12 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 	return t, nil
 }
 
-// op runs one collective at one size and placement.
+// typedReduction names how double and int32 reductions run: pairwise
+// exchanges of shares folded by their owners (ascend/typed.go).
+const typedReduction = "shares"
+
+// op runs one collective at one size and placement; send and recv are
+// float32 words, count elements of the data type per segment.
 type op struct {
 	comm       *ascend.Communicator
 	coll       ascend.Collective
@@ -332,6 +348,12 @@ type op struct {
 }
 
 func (x *op) run(ctx context.Context) error {
+	switch x.opts.DType {
+	case DTypeDouble:
+		return runTyped[float64](ctx, x)
+	case DTypeInt32:
+		return runTyped[int32](ctx, x)
+	}
 	c, o := x.comm, x.opts
 	switch x.coll {
 	case ascend.CollAllReduce:
@@ -361,6 +383,46 @@ func (x *op) run(ctx context.Context) error {
 		return c.AllGatherInto(ctx, x.recv, x.send)
 	case ascend.CollAllToAll:
 		return c.AllToAll(ctx, x.recv, x.send)
+	}
+	return fmt.Errorf("bench: no benchmark for %v", x.coll)
+}
+
+// view is the float32 words w as elements of T.
+func view[T ascend.Element](w []float32) []T {
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*4/int(unsafe.Sizeof(z)))
+}
+
+// runTyped is run for double and int32, through the typed collectives,
+// with the same buffers and placements as the float32 methods.
+func runTyped[T ascend.Element](ctx context.Context, x *op) error {
+	c, o := x.comm, x.opts
+	send, recv := view[T](x.send), view[T](x.recv)
+	in := send
+	if x.inPlace {
+		in = recv
+	}
+	switch x.coll {
+	case ascend.CollAllReduce:
+		return ascend.AllReduceOf(ctx, c, recv, in, o.Op)
+	case ascend.CollBroadcast:
+		return ascend.BroadcastOf(ctx, c, recv, in, o.Root)
+	case ascend.CollReduce:
+		return ascend.ReduceOf(ctx, c, recv, in, o.Op, o.Root)
+	case ascend.CollReduceScatter:
+		if x.inPlace {
+			r, n := c.Rank(), x.count
+			return ascend.ReduceScatterOf(ctx, c, send[r*n:(r+1)*n], send, o.Op)
+		}
+		return ascend.ReduceScatterOf(ctx, c, recv, send, o.Op)
+	case ascend.CollAllGather:
+		if x.inPlace {
+			r, n := c.Rank(), x.count
+			return ascend.AllGatherOf(ctx, c, recv, recv[r*n:(r+1)*n])
+		}
+		return ascend.AllGatherOf(ctx, c, recv, send)
+	case ascend.CollAllToAll:
+		return ascend.AllToAllOf(ctx, c, recv, send)
 	}
 	return fmt.Errorf("bench: no benchmark for %v", x.coll)
 }
@@ -425,16 +487,20 @@ func baseStep(seed, i int) (base, step float32) {
 }
 
 // expected is the reduction over p ranks of element i.
-func expected(seed, i, p int, o ascend.Op) float32 {
-	base, step := baseStep(seed, i)
-	P := float32(p)
+func expected(seed, i, p int, o ascend.Op) float32 { return expectedAs[float32](seed, i, p, o) }
+
+// expectedAs is expected computed in T (exact: the inputs are small
+// integers, and Avg's one division rounds in T as the collective's does).
+func expectedAs[T ascend.Element](seed, i, p int, o ascend.Op) T {
+	b, st := baseStep(seed, i)
+	base, step, P := T(b), T(st), T(p)
 	switch o {
 	case ascend.Max:
 		return base + (P-1)*step
 	case ascend.Min:
 		return base
 	}
-	sum := P*base + step*float32(p*(p-1)/2)
+	sum := P*base + step*T(p*(p-1)/2)
 	if o == ascend.Avg {
 		return sum / P
 	}
@@ -444,86 +510,18 @@ func expected(seed, i, p int, o ascend.Op) float32 {
 // check fills the inputs, runs the collective once and counts the wrong
 // output elements over all ranks.
 func (x *op) check(ctx context.Context, seed int) (int64, error) {
-	p, r := x.comm.Size(), x.comm.Rank()
-	n, o := x.count, x.opts
-	nan := float32(math.NaN())
-	fillIn := func(buf []float32, rank, from int) {
-		for i := range buf {
-			buf[i] = value(seed, rank, from+i)
-		}
-	}
-	garbage := func(buf []float32) {
-		for i := range buf {
-			buf[i] = nan
-		}
-	}
 	var wrong int64
-	eq := func(got, want float32) {
-		if got != want {
-			wrong++
-		}
+	var err error
+	switch x.opts.DType {
+	case DTypeDouble:
+		wrong, err = checkAs[float64](ctx, x, seed, math.NaN())
+	case DTypeInt32:
+		wrong, err = checkAs[int32](ctx, x, seed, math.MinInt32)
+	default:
+		wrong, err = checkAs[float32](ctx, x, seed, float32(math.NaN()))
 	}
-	in := x.send
-	if x.inPlace {
-		in = x.recv
-	}
-	switch x.coll {
-	case ascend.CollAllReduce, ascend.CollReduce:
-		garbage(x.recv)
-		fillIn(in, r, 0)
-	case ascend.CollBroadcast:
-		garbage(x.recv)
-		if r == o.Root {
-			fillIn(in, r, 0)
-		}
-	case ascend.CollReduceScatter:
-		garbage(x.recv)
-		fillIn(x.send, r, 0)
-	case ascend.CollAllGather:
-		garbage(x.recv)
-		if x.inPlace {
-			fillIn(x.recv[r*n:(r+1)*n], r, 0)
-		} else {
-			fillIn(x.send, r, 0)
-		}
-	case ascend.CollAllToAll:
-		garbage(x.recv)
-		fillIn(x.send, r, 0)
-	}
-	if err := x.run(ctx); err != nil {
+	if err != nil {
 		return 0, err
-	}
-	switch x.coll {
-	case ascend.CollAllReduce:
-		for i, v := range x.recv {
-			eq(v, expected(seed, i, p, o.Op))
-		}
-	case ascend.CollReduce:
-		if r == o.Root {
-			for i, v := range x.recv {
-				eq(v, expected(seed, i, p, o.Op))
-			}
-		}
-	case ascend.CollBroadcast:
-		for i, v := range x.recv {
-			eq(v, value(seed, o.Root, i))
-		}
-	case ascend.CollReduceScatter:
-		out := x.recv
-		if x.inPlace {
-			out = x.send[r*n : (r+1)*n]
-		}
-		for i, v := range out {
-			eq(v, expected(seed, r*n+i, p, o.Op))
-		}
-	case ascend.CollAllGather:
-		for i, v := range x.recv {
-			eq(v, value(seed, i/n, i%n))
-		}
-	case ascend.CollAllToAll:
-		for i, v := range x.recv {
-			eq(v, value(seed, i/n, r*n+i%n))
-		}
 	}
 	// Sum in 12-bit digits: exact in float32 for up to 4096 ranks.
 	tot := []float32{float32(wrong >> 24), float32(wrong >> 12 & 0xFFF), float32(wrong & 0xFFF)}
@@ -531,4 +529,86 @@ func (x *op) check(ctx context.Context, seed int) (int64, error) {
 		return 0, err
 	}
 	return int64(tot[0])<<24 + int64(tot[1])<<12 + int64(tot[2]), nil
+}
+
+// checkAs fills this rank's inputs with value converted to T and unset
+// outputs with garbage, runs the collective once and returns how many of
+// this rank's output elements are wrong.
+func checkAs[T ascend.Element](ctx context.Context, x *op, seed int, garbage T) (int64, error) {
+	p, r := x.comm.Size(), x.comm.Rank()
+	n, o := x.count, x.opts
+	send, recv := view[T](x.send), view[T](x.recv)
+	fillIn := func(buf []T, rank, from int) {
+		for i := range buf {
+			buf[i] = T(value(seed, rank, from+i))
+		}
+	}
+	spoil := func(buf []T) {
+		for i := range buf {
+			buf[i] = garbage
+		}
+	}
+	var wrong int64
+	eq := func(got, want T) {
+		if got != want {
+			wrong++
+		}
+	}
+	in := send
+	if x.inPlace {
+		in = recv
+	}
+	spoil(recv)
+	switch x.coll {
+	case ascend.CollAllReduce, ascend.CollReduce:
+		fillIn(in, r, 0)
+	case ascend.CollBroadcast:
+		if r == o.Root {
+			fillIn(in, r, 0)
+		}
+	case ascend.CollReduceScatter, ascend.CollAllToAll:
+		fillIn(send, r, 0)
+	case ascend.CollAllGather:
+		if x.inPlace {
+			fillIn(recv[r*n:(r+1)*n], r, 0)
+		} else {
+			fillIn(send, r, 0)
+		}
+	}
+	if err := x.run(ctx); err != nil {
+		return 0, err
+	}
+	switch x.coll {
+	case ascend.CollAllReduce:
+		for i, v := range recv {
+			eq(v, expectedAs[T](seed, i, p, o.Op))
+		}
+	case ascend.CollReduce:
+		if r == o.Root {
+			for i, v := range recv {
+				eq(v, expectedAs[T](seed, i, p, o.Op))
+			}
+		}
+	case ascend.CollBroadcast:
+		for i, v := range recv {
+			eq(v, T(value(seed, o.Root, i)))
+		}
+	case ascend.CollReduceScatter:
+		out := recv
+		if x.inPlace {
+			out = send[r*n : (r+1)*n]
+		}
+		for i, v := range out {
+			eq(v, expectedAs[T](seed, r*n+i, p, o.Op))
+		}
+	case ascend.CollAllGather:
+		for i, v := range recv {
+			eq(v, T(value(seed, i/n, i%n)))
+		}
+	case ascend.CollAllToAll:
+		for i, v := range recv {
+			eq(v, T(value(seed, i/n, r*n+i%n)))
+		}
+	}
+	return wrong, nil
 }
