@@ -100,7 +100,7 @@ func scratch[T Element](c *Communicator, n int) []T {
 	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(c.typed.buf[:k]))), n)
 }
 
-// counts returns reusable count slice i, p long.
+// typedCounts returns reusable count slice i, p long.
 func (c *Communicator) typedCounts(i int) []int {
 	if len(c.typed.counts[i]) != c.size {
 		c.typed.counts[i] = make([]int, c.size)
