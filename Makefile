@@ -54,7 +54,7 @@ soak:
 calibrate:
 	$(GO) test -tags calibration -count=1 -v -run 'TestCalibration' ./engine/strategy
 
-## bench-mpi: ours vs Open MPI side by side, allreduce (COLLS="allgather broadcast ..." for others; NPS, TRANSPORTS, REPS narrow or widen it; installs openmpi-bin + libopenmpi-dev if missing).
+## bench-mpi: ours vs Open MPI side by side, allreduce (COLLS="allgather broadcast ..." for others; NPS, TRANSPORTS, REPS, DTYPE=double|int32 narrow or widen it; installs openmpi-bin + libopenmpi-dev if missing).
 bench-mpi: build
 	@command -v mpicc >/dev/null || (apt-get update -qq && apt-get install -y -qq openmpi-bin libopenmpi-dev)
 	mpicc -O3 -o bin/mpi_coll dev/mpibench/collectives.c

@@ -168,6 +168,8 @@ func TestTypedDoesNotAllocate(t *testing.T) {
 		c, b := comms[r], bs[r]
 		for _, err := range []error{
 			ascend.AllReduceOf(ctx, c, b.a[:n], b.a[:n], ascend.Avg),
+			ascend.AllReduceOf(ctx, c, b.b[:100], b.a[:100], ascend.Max), // gathered whole (small)
+			ascend.ReduceOf(ctx, c, b.j[:100], b.i[:100], ascend.Sum, 2),
 			ascend.AllReduceOf(ctx, c, b.b[:n], b.a[:n], ascend.Sum),
 			ascend.AllReduceOf(ctx, c, b.i[:n], b.i[:n], ascend.Max),
 			ascend.ReduceScatterOf(ctx, c, b.b[:n], b.a, ascend.Sum),

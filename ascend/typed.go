@@ -15,7 +15,10 @@ package ascend
 //     per rank (p−1)/p·n elements each way twice, the ring's volume, in
 //     2(p−1) messages;
 //   - ReduceOf folds the shares the same way and gathers them at the root
-//     (AllToAllV with the root as the only destination).
+//     (AllToAllV with the root as the only destination);
+//   - small AllReduceOf and ReduceOf calls (typedGatherBytes) instead
+//     gather every rank's whole input (one AllGather, log p steps) and
+//     fold it locally in the same order.
 //
 // Each element is folded once, by its owner, in rank order, so every rank
 // receives bit-identical results, as from the float32 path. Sum on int32
@@ -194,6 +197,44 @@ func exchangeShares[T Element](ctx context.Context, c *Communicator, src []T, co
 	return recv, nil
 }
 
+// typedGatherBytes is the gathered size (Size()·len(src) elements) below
+// which AllReduceOf and ReduceOf gather every rank's whole input and fold
+// it locally, in rank order as the owners would (the same bits): one
+// AllGather of log p steps instead of 2(p−1) messages. 4 ranks over
+// loopback TCP, double, 4 KiB: the shares took 0.36× Open MPI's time
+// per call's worth of bandwidth (and 0.68× at 16 KiB).
+const typedGatherBytes = 64 << 10
+
+// gatherFirst reports whether a reduction of n elements of T gathers
+// whole inputs (see typedGatherBytes).
+func gatherFirst[T Element](c *Communicator, n int) bool {
+	return TypedReduction(c.size, n*wordsPer[T]()*4) == TypedGather
+}
+
+// How the typed reductions of float64 and int32 run (TypedReduction).
+const (
+	TypedGather = "gather" // every rank's whole input gathered, folded locally
+	TypedShares = "shares" // shares exchanged pairwise, folded by their owners
+)
+
+// TypedReduction names how AllReduceOf and ReduceOf reduce a buffer of
+// bytes on p ranks (ReduceScatterOf always exchanges shares).
+func TypedReduction(p, bytes int) string {
+	if p*bytes <= typedGatherBytes {
+		return TypedGather
+	}
+	return TypedShares
+}
+
+// gatherAll gathers every rank's src, in rank order, into scratch.
+func gatherAll[T Element](ctx context.Context, c *Communicator, src []T) ([]T, error) {
+	all := scratch[T](c, c.size*len(src))
+	if err := c.AllGatherInto(ctx, words(all), words(src)); err != nil {
+		return nil, err
+	}
+	return all, nil
+}
+
 // foldOwnShare splits src into Size() near-equal shares, exchanges them
 // and folds the shares of this rank's part, in rank order, into scratch;
 // it returns that and the shares' counts.
@@ -224,6 +265,14 @@ func AllReduceOf[T Element](ctx context.Context, c *Communicator, dst, src []T, 
 	defer c.typedMu.Unlock()
 	if c.size == 1 || len(src) == 0 {
 		copy(dst, src)
+		return nil
+	}
+	if gatherFirst[T](c, len(src)) {
+		all, err := gatherAll(ctx, c, src)
+		if err != nil {
+			return err
+		}
+		foldShares(dst, all, c.size, op) // src has been sent: dst may be src
 		return nil
 	}
 	folded, cnt, err := foldOwnShare(ctx, c, src, op)
@@ -297,6 +346,13 @@ func ReduceOf[T Element](ctx context.Context, c *Communicator, dst, src []T, op 
 	if c.size == 1 || len(src) == 0 {
 		copy(dst, src)
 		return nil
+	}
+	if gatherFirst[T](c, len(src)) {
+		all, err := gatherAll(ctx, c, src)
+		if err == nil && c.rank == root {
+			foldShares(dst, all, c.size, op)
+		}
+		return err
 	}
 	// Send the folded share to the root, which stores the shares in dst
 	// in rank order.

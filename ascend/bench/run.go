@@ -261,8 +261,10 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 		row := Row{Size: size, Count: count, Type: opts.DType, RedOp: "none", Root: -1,
 			Algorithm: comm.Algorithm(coll, int(size)).String()}
 		switch {
+		case opts.DType != DTypeFloat && coll == ascend.CollReduceScatter:
+			row.Algorithm = ascend.TypedShares
 		case opts.DType != DTypeFloat && cd.reduces:
-			row.Algorithm = typedReduction // see ascend/typed.go
+			row.Algorithm = ascend.TypedReduction(p, int(size))
 		case opts.DType == DTypeFloat && comm.DirectFor(coll, b.recv[:nr], b.send[:ns]):
 			row.Algorithm = ascend.AlgoDirect.String()
 		}
@@ -331,10 +333,6 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 	}
 	return t, nil
 }
-
-// typedReduction names how double and int32 reductions run: pairwise
-// exchanges of shares folded by their owners (ascend/typed.go).
-const typedReduction = "shares"
 
 // op runs one collective at one size and placement; send and recv are
 // float32 words, count elements of the data type per segment.

@@ -1,9 +1,12 @@
 /* Open MPI collective benchmark printing the same nccl-tests table as
  * `cann-train bench collective`, so the two can be compared size by size
- * (make bench-mpi). float32, sum; out-of-place and in-place; every size is
+ * (make bench-mpi). float32 (or -d), sum; out-of-place and in-place; every size is
  * checked against the exact expected result; time is the mean over ranks.
  *
- * usage: mpirun -n N collectives [-c COLL] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS]
+ * usage: mpirun -n N collectives [-c COLL] [-d float|double|int32] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS]
+ *
+ * -d is the element type (MPI_FLOAT, MPI_DOUBLE, MPI_INT), as nccl-tests'
+ * and our -d; sizes are in bytes, counts in elements of that type.
  *
  * COLL is allreduce (default), reducescatter, allgather, broadcast, reduce
  * or alltoall. Sizes, counts and bus-bandwidth factors follow nccl-tests
@@ -34,13 +37,36 @@ static long parse_size(const char *s) {
     return (long)v;
 }
 
-/* Distinct, exactly representable values: rank r, element i. */
-static float value(int r, long i) { return (float)((i * 7 + r * 13) % 1024); }
+/* The element type (-d): its name, size and MPI datatype. */
+enum dtype { FLOAT, DOUBLE, INT32 };
+static const char *dnames[] = {"float", "double", "int32"};
+static enum dtype dt = FLOAT;
+static long es = 4;
+static MPI_Datatype mdt;
 
-static float sum_at(int size, long i) {
+/* Distinct values, exact in every type and in their sums: rank r, element i. */
+static double value(int r, long i) { return (double)((i * 7 + r * 13) % 1024); }
+
+static double sum_at(int size, long i) {
     double s = 0;
     for (int r = 0; r < size; r++) s += value(r, i);
-    return (float)s;
+    return s;
+}
+
+static void set(void *b, long i, double v) {
+    switch (dt) {
+    case FLOAT: ((float *)b)[i] = (float)v; break;
+    case DOUBLE: ((double *)b)[i] = v; break;
+    case INT32: ((int *)b)[i] = (int)v; break;
+    }
+}
+
+static double get(const void *b, long i) {
+    switch (dt) {
+    case FLOAT: return ((const float *)b)[i];
+    case DOUBLE: return ((const double *)b)[i];
+    default: return ((const int *)b)[i];
+    }
 }
 
 struct shape {
@@ -52,77 +78,77 @@ struct shape {
 
 static struct shape shape_of(enum coll c, long bytes, int p) {
     struct shape s;
-    long n = bytes / 4;
+    long n = bytes / es;
     switch (c) {
-    case REDUCESCATTER: n /= p; s = (struct shape){n, p * n, n, 4 * p * n, (double)(p - 1) / p}; break;
-    case ALLGATHER:     n /= p; s = (struct shape){n, n, p * n, 4 * p * n, (double)(p - 1) / p}; break;
-    case ALLTOALL:      n /= p; s = (struct shape){n, p * n, p * n, 4 * p * n, (double)(p - 1) / p}; break;
-    case ALLREDUCE:     s = (struct shape){n, n, n, 4 * n, 2.0 * (p - 1) / p}; break;
-    default:            s = (struct shape){n, n, n, 4 * n, 1.0}; break;
+    case REDUCESCATTER: n /= p; s = (struct shape){n, p * n, n, es * p * n, (double)(p - 1) / p}; break;
+    case ALLGATHER:     n /= p; s = (struct shape){n, n, p * n, es * p * n, (double)(p - 1) / p}; break;
+    case ALLTOALL:      n /= p; s = (struct shape){n, p * n, p * n, es * p * n, (double)(p - 1) / p}; break;
+    case ALLREDUCE:     s = (struct shape){n, n, n, es * n, 2.0 * (p - 1) / p}; break;
+    default:            s = (struct shape){n, n, n, es * n, 1.0}; break;
     }
     return s;
 }
 
 /* fill prepares the buffers of one call: send holds this rank's input and,
  * in place, recv holds it where the collective expects it. */
-static void fill(enum coll c, struct shape s, float *send, float *recv, int inplace, int rank) {
-    for (long i = 0; i < s.send; i++) send[i] = value(rank, i);
+static void fill(enum coll c, struct shape s, char *send, char *recv, int inplace, int rank) {
+    for (long i = 0; i < s.send; i++) set(send, i, value(rank, i));
     if (!inplace && c != BROADCAST) return;
     switch (c) {
-    case ALLGATHER: memcpy(recv + rank * s.n, send, s.n * sizeof(float)); break;
-    case BROADCAST: if (rank == 0) memcpy(recv, send, s.n * sizeof(float)); break;
-    default: memcpy(recv, send, s.send * sizeof(float)); break;
+    case ALLGATHER: memcpy(recv + rank * s.n * es, send, s.n * es); break;
+    case BROADCAST: if (rank == 0) memcpy(recv, send, s.n * es); break;
+    default: memcpy(recv, send, s.send * es); break;
     }
 }
 
-static void call(enum coll c, struct shape s, float *send, float *recv, int inplace, int rank) {
+static void call(enum coll c, struct shape s, char *send, char *recv, int inplace, int rank) {
     void *in = inplace ? MPI_IN_PLACE : send;
     switch (c) {
-    case ALLREDUCE: MPI_Allreduce(in, recv, (int)s.n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
-    case REDUCESCATTER: MPI_Reduce_scatter_block(in, recv, (int)s.n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
-    case ALLGATHER: MPI_Allgather(in, (int)s.n, MPI_FLOAT, recv, (int)s.n, MPI_FLOAT, MPI_COMM_WORLD); break;
+    case ALLREDUCE: MPI_Allreduce(in, recv, (int)s.n, mdt, MPI_SUM, MPI_COMM_WORLD); break;
+    case REDUCESCATTER: MPI_Reduce_scatter_block(in, recv, (int)s.n, mdt, MPI_SUM, MPI_COMM_WORLD); break;
+    case ALLGATHER: MPI_Allgather(in, (int)s.n, mdt, recv, (int)s.n, mdt, MPI_COMM_WORLD); break;
     case BROADCAST:
-        if (!inplace && rank == 0) memcpy(recv, send, s.n * sizeof(float));
-        MPI_Bcast(recv, (int)s.n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        if (!inplace && rank == 0) memcpy(recv, send, s.n * es);
+        MPI_Bcast(recv, (int)s.n, mdt, 0, MPI_COMM_WORLD);
         break;
     case REDUCE:
         /* in place only at the root, as MPI defines it */
-        MPI_Reduce(inplace && rank == 0 ? MPI_IN_PLACE : send, recv, (int)s.n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+        MPI_Reduce(inplace && rank == 0 ? MPI_IN_PLACE : send, recv, (int)s.n, mdt, MPI_SUM, 0, MPI_COMM_WORLD);
         break;
-    case ALLTOALL: MPI_Alltoall(send, (int)s.n, MPI_FLOAT, recv, (int)s.n, MPI_FLOAT, MPI_COMM_WORLD); break;
+    case ALLTOALL: MPI_Alltoall(send, (int)s.n, mdt, recv, (int)s.n, mdt, MPI_COMM_WORLD); break;
     }
 }
 
 /* wrong counts this rank's wrong elements after one call. */
-static long wrong(enum coll c, struct shape s, const float *recv, int rank, int size) {
+static long wrong(enum coll c, struct shape s, const char *recv, int rank, int size) {
     long bad = 0;
     switch (c) {
     case ALLREDUCE:
-        for (long i = 0; i < s.n; i++) bad += recv[i] != sum_at(size, i);
+        for (long i = 0; i < s.n; i++) bad += get(recv, i) != sum_at(size, i);
         break;
     case REDUCESCATTER:
-        for (long i = 0; i < s.n; i++) bad += recv[i] != sum_at(size, rank * s.n + i);
+        for (long i = 0; i < s.n; i++) bad += get(recv, i) != sum_at(size, rank * s.n + i);
         break;
     case ALLGATHER:
         for (int r = 0; r < size; r++)
-            for (long i = 0; i < s.n; i++) bad += recv[r * s.n + i] != value(r, i);
+            for (long i = 0; i < s.n; i++) bad += get(recv, r * s.n + i) != value(r, i);
         break;
     case BROADCAST:
-        for (long i = 0; i < s.n; i++) bad += recv[i] != value(0, i);
+        for (long i = 0; i < s.n; i++) bad += get(recv, i) != value(0, i);
         break;
     case REDUCE:
         if (rank == 0)
-            for (long i = 0; i < s.n; i++) bad += recv[i] != sum_at(size, i);
+            for (long i = 0; i < s.n; i++) bad += get(recv, i) != sum_at(size, i);
         break;
     case ALLTOALL: /* block r of rank q's output is block q of rank r's input */
         for (int r = 0; r < size; r++)
-            for (long i = 0; i < s.n; i++) bad += recv[r * s.n + i] != value(r, rank * s.n + i);
+            for (long i = 0; i < s.n; i++) bad += get(recv, r * s.n + i) != value(r, rank * s.n + i);
         break;
     }
     return bad;
 }
 
-static double run(enum coll c, struct shape s, float *send, float *recv, int iters, int inplace, int rank, int size,
+static double run(enum coll c, struct shape s, char *send, char *recv, int iters, int inplace, int rank, int size,
                   long *nwrong) {
     fill(c, s, send, recv, inplace, rank);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -153,6 +179,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-f")) factor = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-w")) warm = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-d")) {
+            int k = 0;
+            while (k < 3 && strcmp(argv[i + 1], dnames[k])) k++;
+            if (k == 3) {
+                if (rank == 0) fprintf(stderr, "collectives: unknown type %s (want float, double or int32)\n", argv[i + 1]);
+                MPI_Abort(MPI_COMM_WORLD, 2);
+            }
+            dt = (enum dtype)k;
+        }
         else if (!strcmp(argv[i], "-c")) {
             int k = 0;
             while (k < 6 && strcmp(argv[i + 1], names[k])) k++;
@@ -169,13 +204,15 @@ int main(int argc, char **argv) {
     }
     /* the largest buffer any collective here needs: p·n elements for the
      * whole-buffer collectives, n for the flat ones, both ≤ maxb bytes */
-    float *send = malloc(maxb), *recv = malloc(maxb);
+    es = dt == DOUBLE ? 8 : 4;
+    mdt = dt == DOUBLE ? MPI_DOUBLE : dt == INT32 ? MPI_INT : MPI_FLOAT;
+    char *send = malloc(maxb), *recv = malloc(maxb);
     if (!send || !recv) MPI_Abort(MPI_COMM_WORLD, 1);
     memset(send, 1, maxb); /* pre-fault both buffers */
     memset(recv, 1, maxb);
     int inplace_col = c != ALLTOALL;
     if (rank == 0) {
-        printf("# MPI benchmark: %s, %d ranks, float32 sum\n", names[c], size);
+        printf("# MPI benchmark: %s, %d ranks, %s sum\n", names[c], size, dt == FLOAT ? "float32" : dnames[dt]);
         printf("#%62s%36s\n", "out-of-place", "in-place");
         printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
                "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -203,7 +240,7 @@ int main(int argc, char **argv) {
         double to = run(c, s, send, recv, n, 0, rank, size, &wo);
         double ao = s.bytes / to / 1e9;
         if (rank == 0)
-            printf("%12ld %12ld %8s %6s %6d %9.2f %7.2f %7.2f %6ld", s.bytes, s.n, "float", redop, root, to * 1e6, ao,
+            printf("%12ld %12ld %8s %6s %6d %9.2f %7.2f %7.2f %6ld", s.bytes, s.n, dnames[dt], redop, root, to * 1e6, ao,
                    ao * s.factor, wo);
         if (inplace_col) {
             double ti = run(c, s, send, recv, n, 1, rank, size, &wi);
