@@ -54,6 +54,7 @@ const (
 	AlgoRD                        // recursive doubling (small-message AllReduce)
 	AlgoHier                      // hierarchical: within hosts, then among host leaders
 	AlgoDirect                    // reading peers' shared buffers (direct.go): AllReduce, ReduceScatter, AllGather, Broadcast
+	AlgoBruck                     // Bruck's AllToAll: log p rounds (small blocks)
 	numAlgo
 )
 
@@ -75,6 +76,8 @@ func (a Algorithm) String() string {
 		return "hier"
 	case AlgoDirect:
 		return "direct"
+	case AlgoBruck:
+		return "bruck"
 	}
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
@@ -102,8 +105,10 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 		return AlgoHier, nil
 	case "direct", "shared":
 		return AlgoDirect, nil
+	case "bruck":
+		return AlgoBruck, nil
 	}
-	return AlgoAuto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, hd, tree, rd, hier or direct)", ErrInvalid, s)
+	return AlgoAuto, fmt.Errorf("%w: unknown algorithm %q (want auto, ring, hd, tree, rd, hier, pairwise, bruck or direct)", ErrInvalid, s)
 }
 
 // Collective names a collective operation; it is also the kind field of
@@ -350,6 +355,7 @@ var candidates = [...]struct {
 	{AlgoHD, hdAlgorithm{}},
 	{AlgoRing, ringAlgorithm{}},
 	{AlgoPairwise, pairwiseAlgorithm{}},
+	{AlgoBruck, bruckAlgorithm{}},
 	{AlgoHier, hierAlgorithm{}},
 }
 

@@ -14,7 +14,7 @@ import (
 func TestParseAlgorithm(t *testing.T) {
 	for s, want := range map[string]ascend.Algorithm{
 		"": ascend.AlgoAuto, "auto": ascend.AlgoAuto, "Ring": ascend.AlgoRing, "hd": ascend.AlgoHD,
-		"rabenseifner": ascend.AlgoHD, "tree": ascend.AlgoTree, "binomial": ascend.AlgoTree, "pairwise": ascend.AlgoPairwise,
+		"rabenseifner": ascend.AlgoHD, "tree": ascend.AlgoTree, "binomial": ascend.AlgoTree, "pairwise": ascend.AlgoPairwise, "bruck": ascend.AlgoBruck,
 	} {
 		got, err := ascend.ParseAlgorithm(s)
 		if err != nil || got != want {

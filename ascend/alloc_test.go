@@ -42,7 +42,7 @@ func testHotPath(t *testing.T, shared bool, spin time.Duration) {
 	counts := []int{n, 0, n - 1}
 	total := 2*n - 1
 	uniform := []int{n - 1, n - 1, n - 1}
-	for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD, ascend.AlgoHier} {
+	for _, algo := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD, ascend.AlgoHier, ascend.AlgoBruck} {
 		t.Run(algo.String(), func(t *testing.T) {
 			step := func(r int) {
 				c, b := comms[r], bs[r]

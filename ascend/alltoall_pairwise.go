@@ -88,6 +88,9 @@ func (c *Communicator) allToAll(ctx context.Context, dst, src []float32, sendCou
 		self()
 		return nil
 	}
+	if sendCounts == nil && c.choose(CollAllToAll, 4*len(src)) == AlgoBruck {
+		return c.bruckAllToAll(ctx, makeTag(seq, AlgoBruck, CollAllToAll, 0), dst, src)
+	}
 	tag := makeTag(seq, AlgoPairwise, CollAllToAll, 0)
 	for k := 1; k < p; k++ {
 		to, from := c.peers[mod(r+k, p)], c.peers[mod(r-k, p)]

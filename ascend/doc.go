@@ -66,7 +66,8 @@
 // binomial tree (tree.go: pipelined Broadcast and Reduce, and AllReduce as
 // the two), recursive doubling (recursive_doubling.go: small-message
 // AllReduce), hierarchical two-level AllReduce (hierarchical.go: within
-// hosts, then among host leaders), pairwise exchange (alltoall_pairwise.go)
+// hosts, then among host leaders), pairwise exchange (alltoall_pairwise.go),
+// Bruck's AllToAll for small blocks (alltoall_bruck.go)
 // and dissemination (barrier_dissemination.go). Each call picks the algorithm with the lowest
 // predicted time from an α-β-γ cost model (algorithm.go) whose parameters
 // Calibrate measures on the links when a communicator starts (tcp.Connect

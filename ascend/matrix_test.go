@@ -368,7 +368,7 @@ func runMatrix(t testing.TB, c *ascend.Communicator, algos []ascend.Algorithm, l
 	}
 }
 
-var allAlgos = []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD, ascend.AlgoAuto, ascend.AlgoHier}
+var allAlgos = []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoTree, ascend.AlgoRD, ascend.AlgoBruck, ascend.AlgoAuto, ascend.AlgoHier}
 
 // TestMatrixTCP: every operation × algorithm × world 1..9 × lengths 0, 1,
 // odd and large (many frames: 4 KiB frames) over loopback TCP.
@@ -398,7 +398,7 @@ func TestMatrixPipes(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						runMatrix(t, c, allAlgos[:4], []int{0, 1, 2, 11})
+						runMatrix(t, c, allAlgos[:5], []int{0, 1, 2, 11})
 					}()
 				}
 				done := make(chan struct{})
