@@ -164,9 +164,8 @@ type SampledMeter struct {
 	total   float64 // joules up to lastT, before PUE
 	lastErr error
 
-	stop      chan struct{} // closed by Close (nil: no sampler)
-	done      chan struct{} // closed when the sampler has returned
-	closeOnce sync.Once
+	stop context.CancelFunc // ends the sampler (nil: none)
+	done chan struct{}      // closed when the sampler has returned
 }
 
 // NewSampledMeter takes a first reading at now (a failure is returned)
@@ -185,25 +184,23 @@ func NewSampledMeter(ctx context.Context, src PowerSource, interval time.Duratio
 	}
 	m := &SampledMeter{src: src, pue: pue, lastT: now, lastW: w}
 	if interval > 0 {
-		m.stop, m.done = make(chan struct{}), make(chan struct{})
-		go m.loop(interval, m.stop, m.done)
+		var sctx context.Context
+		sctx, m.stop = context.WithCancel(context.Background())
+		m.done = make(chan struct{})
+		go m.loop(sctx, interval, m.done)
 	}
 	return m, nil
 }
 
-func (m *SampledMeter) loop(interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+// loop samples every interval until ctx ends (Close); ctx also aborts a
+// reading in progress.
+func (m *SampledMeter) loop(ctx context.Context, interval time.Duration, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-stop
-		cancel()
-	}()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			_ = m.Sample(ctx, now) // a failed reading is kept for Joules to report
@@ -251,7 +248,7 @@ func (m *SampledMeter) Joules(ctx context.Context, now time.Time) (float64, erro
 // hold the last sample.
 func (m *SampledMeter) Close() error {
 	if m.stop != nil {
-		m.closeOnce.Do(func() { close(m.stop) })
+		m.stop()
 		<-m.done
 	}
 	return nil
