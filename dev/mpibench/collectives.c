@@ -165,6 +165,19 @@ static double run(enum coll c, struct shape s, char *send, char *recv, int iters
     return sum / size;
 }
 
+/* lookup is s's index in names[0..n), or aborts naming what it is. */
+static int lookup(const char *s, const char **names, int n, const char *what, int rank) {
+    for (int k = 0; k < n; k++)
+        if (!strcmp(s, names[k])) return k;
+    if (rank == 0) {
+        fprintf(stderr, "collectives: unknown %s %s (want", what, s);
+        for (int k = 0; k < n; k++) fprintf(stderr, " %s", names[k]);
+        fprintf(stderr, ")\n");
+    }
+    MPI_Abort(MPI_COMM_WORLD, 2);
+    return -1;
+}
+
 int main(int argc, char **argv) {
     long minb = 8, maxb = 256L << 20;
     int factor = 2, warm = 5, iters = 0;
@@ -179,24 +192,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-f")) factor = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-w")) warm = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-d")) {
-            int k = 0;
-            while (k < 3 && strcmp(argv[i + 1], dnames[k])) k++;
-            if (k == 3) {
-                if (rank == 0) fprintf(stderr, "collectives: unknown type %s (want float, double or int32)\n", argv[i + 1]);
-                MPI_Abort(MPI_COMM_WORLD, 2);
-            }
-            dt = (enum dtype)k;
-        }
-        else if (!strcmp(argv[i], "-c")) {
-            int k = 0;
-            while (k < 6 && strcmp(argv[i + 1], names[k])) k++;
-            if (k == 6) {
-                if (rank == 0) fprintf(stderr, "collectives: unknown collective %s\n", argv[i + 1]);
-                MPI_Abort(MPI_COMM_WORLD, 2);
-            }
-            c = (enum coll)k;
-        }
+        else if (!strcmp(argv[i], "-d")) dt = (enum dtype)lookup(argv[i + 1], dnames, 3, "type", rank);
+        else if (!strcmp(argv[i], "-c")) c = (enum coll)lookup(argv[i + 1], names, 6, "collective", rank);
     }
     if (factor < 2 || minb < 1 || maxb < minb) {
         if (rank == 0) fprintf(stderr, "collectives: need -f >= 2 and 1 <= -b <= -e\n");
