@@ -56,8 +56,10 @@ func parseTime(s string) (time.Time, error) {
 // ReadCSVOptions reads a trace in one of two forms, detected by the header:
 //
 //   - Electricity Maps export: "Datetime (UTC),Country,Zone Name,Zone Id,
-//     Carbon Intensity gCO₂eq/kWh (direct),Carbon Intensity gCO₂eq/kWh (LCA),…".
-//     The direct column is read unless opts.Column says otherwise.
+//     Carbon Intensity gCO₂eq/kWh (direct),Carbon Intensity gCO₂eq/kWh (LCA),…"
+//     (names compared without case; newer exports call the LCA column
+//     "(Life cycle)"). The direct column is read unless opts.Column says
+//     otherwise.
 //   - plain: "time,<zone>[,<zone>…]" (first column time/datetime/timestamp),
 //     as in the Let's Wait Awhile traces.
 //
@@ -65,7 +67,10 @@ func parseTime(s string) (time.Time, error) {
 // inferred (smallest spacing) and checked; gaps of at most
 // opts.MaxGapSteps (default MaxInterpolatedSteps) missing steps are filled
 // linearly, longer ones are refused with a *GapError (ErrGap) naming the
-// missing range and the file line after it.
+// missing range and the file line after it. A row whose value cell is
+// empty is a missing step (as a null is in the JSON forms); a row repeating
+// the previous row's time and value is dropped, a repeated time with
+// another value is refused (ErrIrregular).
 // Bad values give ErrBadValue naming line and column.
 func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 	cr := csv.NewReader(r)
@@ -83,6 +88,7 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 		return nil, err
 	}
 	var pts []point
+	empty := 0 // rows with an empty value cell
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -114,17 +120,31 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 			return nil, fmt.Errorf("%s column %d (%s): %w", where, tc+1, header[tc], err)
 		}
 		raw := strings.TrimSpace(rec[vc])
+		if raw == "" {
+			// No reading (Electricity Maps leaves the cell empty): a
+			// missing step, interpolated or refused like a missing row.
+			empty++
+			pts = append(pts, point{t: t, where: where, missing: true})
+			continue
+		}
 		v, perr := strconv.ParseFloat(raw, 64)
 		if perr != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return nil, fmt.Errorf("%w: %s column %d (%s): %q is not a finite non-negative number",
 				ErrBadValue, where, vc+1, header[vc], raw)
+		}
+		if n := len(pts); n > 0 && !pts[n-1].missing && pts[n-1].t.Equal(t) && pts[n-1].v == v {
+			continue // the same reading twice (overlapping exports concatenated)
 		}
 		pts = append(pts, point{t: t, v: v, where: where})
 	}
 	if len(pts) == 0 && zc >= 0 && opts.Zone != "" {
 		return nil, fmt.Errorf("%w: no rows for zone %q", ErrHeader, opts.Zone)
 	}
-	return buildSeries(pts, zone, opts.MaxGapSteps)
+	s, err := buildSeries(pts, zone, opts.MaxGapSteps)
+	if err != nil && empty > 0 {
+		return nil, fmt.Errorf("%w (%d rows have an empty %s)", err, empty, header[vc])
+	}
+	return s, err
 }
 
 // selectColumns returns the time, value and zone-id (-1 if none) column
@@ -143,7 +163,7 @@ func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, er
 			zc = i
 		case strings.HasPrefix(l, "carbon intensity") && strings.Contains(l, "(direct)"):
 			direct = i
-		case strings.HasPrefix(l, "carbon intensity") && strings.Contains(l, "(lca)"):
+		case strings.HasPrefix(l, "carbon intensity") && (strings.Contains(l, "(lca)") || strings.Contains(l, "(life cycle)")):
 			lca = i
 		}
 	}

@@ -33,6 +33,8 @@ func TestReadCSV(t *testing.T) {
 	}{
 		{name: "em direct", in: em, wantZone: "ES", wantStep: time.Hour, wantStart: t0, want: []float64{133.64, 139.1, 147.66}},
 		{name: "em lca", in: em, opts: CSVOptions{Column: "lca"}, wantZone: "ES", wantStep: time.Hour, wantStart: t0, want: []float64{175.54, 181.54, 191.58}},
+		{name: "em newer header, life cycle", in: "Datetime (UTC),Country,Zone name,Zone id,Carbon intensity gCO₂eq/kWh (direct),Carbon intensity gCO₂eq/kWh (Life cycle),Carbon-free energy percentage (CFE%),Renewable energy percentage (RE%),Data source,Data estimated,Data estimation method\n" +
+			strings.Join(strings.SplitAfter(em, "\n")[1:], ""), opts: CSVOptions{Column: "lca"}, wantZone: "ES", wantStep: time.Hour, wantStart: t0, want: []float64{175.54, 181.54, 191.58}},
 		{name: "em zone given", in: em, opts: CSVOptions{Zone: "es"}, wantZone: "es", wantStep: time.Hour, wantStart: t0, want: []float64{133.64, 139.1, 147.66}},
 		{name: "em bom", in: "\ufeff" + em, wantZone: "ES", wantStep: time.Hour, wantStart: t0, want: []float64{133.64, 139.1, 147.66}},
 		{name: "em multi zone filtered", in: emHeader +
@@ -61,14 +63,23 @@ func TestReadCSV(t *testing.T) {
 			wantErr: ErrGap, errHas: []string{"line 4", "2020-01-01T02:00:00Z", "2020-01-01T05:00:00Z", "3 missing"}},
 		{name: "non-numeric", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,abc\n",
 			wantErr: ErrBadValue, errHas: []string{"line 3", "column 2", "abc"}},
-		{name: "empty value", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "", "1"),
-			wantErr: ErrBadValue, errHas: []string{"line 2", "column 5"}},
+		{name: "empty value is a missing step", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "10", "1") +
+			emRow("2022-01-01 01:00:00", "ES", "", "1") + emRow("2022-01-01 02:00:00", "ES", "30", "1"),
+			wantZone: "ES", wantStep: time.Hour, wantStart: time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20, 30}},
+		{name: "empty values beyond the gap limit", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "10", "1") +
+			emRow("2022-01-01 01:00:00", "ES", "", "1") + emRow("2022-01-01 02:00:00", "ES", "", "1") +
+			emRow("2022-01-01 03:00:00", "ES", "", "1") + emRow("2022-01-01 04:00:00", "ES", "50", "1"),
+			wantErr: ErrGap, errHas: []string{"line 6", "2022-01-01T01:00:00Z", "3 missing", "3 rows have an empty Carbon Intensity"}},
+		{name: "only empty values", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "", "1") + emRow("2022-01-01 01:00:00", "ES", "", "1"),
+			wantErr: ErrIrregular, errHas: []string{"got 0", "2 rows have an empty"}},
 		{name: "negative", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,-1\n",
 			wantErr: ErrBadValue, errHas: []string{"line 3", "column 2"}},
 		{name: "nan", in: "time,DE\n2020-01-01 00:00,NaN\n", wantErr: ErrBadValue, errHas: []string{"line 2"}},
 		{name: "bad time", in: "time,DE\n2020-01-01 00:00,10\n01/02/2020,10\n", wantErr: ErrBadTime, errHas: []string{"line 3", "column 1"}},
-		{name: "duplicate time", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,1\n2020-01-01 01:00,1\n",
-			wantErr: ErrIrregular, errHas: []string{"line 4"}},
+		{name: "repeated row dropped", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,1\n2020-01-01 01:00,1\n2020-01-01 02:00,2\n",
+			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 1, 2}},
+		{name: "duplicate time, other value", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,1\n2020-01-01 01:00,2\n",
+			wantErr: ErrIrregular, errHas: []string{"line 4", "not after"}},
 		{name: "off grid", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,1\n2020-01-01 02:30,1\n",
 			wantErr: ErrIrregular, errHas: []string{"line 4"}},
 		{name: "single row", in: "time,DE\n2020-01-01 00:00,10\n", wantErr: ErrIrregular},

@@ -16,8 +16,12 @@
 // for none) are filled linearly (the German 2020 trace has two single
 // missing 15-minute slots); longer gaps fail with a [*GapError] (matching
 // [ErrGap]) naming the missing time range and the line or element after
-// it. Non-numeric, non-finite or negative values fail with [ErrBadValue]
-// naming line and column. The JSON readers apply the same rules to the
+// it. A timestamp without a reading (an empty CSV cell, a null in a history
+// answer) is a missing step, and it still counts in the step inference; a
+// CSV row repeating the previous time and value is dropped. Non-numeric,
+// non-finite or negative values fail with [ErrBadValue] naming line and
+// column. Newer Electricity Maps exports ("Zone id", "Carbon intensity …
+// (Life cycle)") read as the older ones. The JSON readers apply the same rules to the
 // Electricity Maps v3 forecast ([ReadElectricityMapsForecastOptions]) and
 // history/past-range ([ReadElectricityMapsHistory]) shapes, the Carbon
 // Aware SDK forecasts/current ([ReadCarbonAwareForecastsOptions]) and

@@ -146,3 +146,34 @@ func TestParseTimeSpan(t *testing.T) {
 		})
 	}
 }
+
+// A timestamp without a reading still shows the grid: readings at 0 h and
+// 2 h with an empty one at 1 h are an hourly series with 1 h interpolated,
+// not a two-hourly one.
+func TestMissingReadingsSetTheStep(t *testing.T) {
+	h := func(n int) string { return time.Date(2024, 1, 1, n, 0, 0, 0, time.UTC).Format(time.RFC3339) }
+	tests := []struct {
+		name string
+		read func() (*Series, error)
+	}{
+		{"csv empty cell", func() (*Series, error) {
+			return ReadCSV(strings.NewReader("time,DE\n"+h(0)+",10\n"+h(1)+",\n"+h(2)+",30\n"), "")
+		}},
+		{"em history null", func() (*Series, error) {
+			return ReadElectricityMapsHistory(strings.NewReader(`{"zone":"DE","history":[{"carbonIntensity":10,"datetime":"` + h(0) +
+				`"},{"carbonIntensity":null,"datetime":"` + h(1) + `"},{"carbonIntensity":30,"datetime":"` + h(2) + `"}]}`), JSONOptions{})
+		}},
+		{"casdk emissions null", func() (*Series, error) {
+			return ReadCarbonAwareEmissions(strings.NewReader(`[{"location":"x","time":"` + h(0) + `","rating":10},{"location":"x","time":"` + h(1) +
+				`","rating":null},{"location":"x","time":"` + h(2) + `","rating":30}]`), JSONOptions{})
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := tc.read()
+			require.NoError(t, err)
+			assert.Equal(t, time.Hour, s.Step)
+			assert.InDeltaSlice(t, []float64{10, 20, 30}, s.Values, 1e-12)
+		})
+	}
+}

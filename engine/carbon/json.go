@@ -107,6 +107,7 @@ func ReadElectricityMapsHistory(r io.Reader, opts JSONOptions) (*Series, error) 
 			return nil, fmt.Errorf("%s.datetime: %w", where, err)
 		}
 		if e.CarbonIntensity == nil {
+			pts = append(pts, point{t: t, where: where, missing: true})
 			continue
 		}
 		if err := checkValue(*e.CarbonIntensity); err != nil {
@@ -269,6 +270,7 @@ func ReadCarbonAwareEmissions(r io.Reader, opts JSONOptions) (*Series, error) {
 			return nil, fmt.Errorf("%w: %s.location %q differs from %q", ErrHeader, where, d.Location, zone)
 		}
 		if d.Rating == nil {
+			pts = append(pts, point{t: t, where: where, missing: true})
 			continue
 		}
 		if err := checkValue(*d.Rating); err != nil {

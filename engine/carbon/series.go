@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -174,20 +175,29 @@ func (s *Series) Mean(from, to time.Time) (float64, error) {
 // point is one timestamped reading with a human-readable origin
 // ("line 12", "forecast[3]") used in error messages.
 type point struct {
-	t     time.Time
-	v     float64
-	where string
+	t       time.Time
+	v       float64
+	where   string
+	missing bool // a timestamp without a reading (an empty cell, a null)
 }
 
 // buildSeries turns time-ordered points into a regular Series: it infers
 // the step as the smallest positive spacing, checks that every spacing is a
 // whole number of steps, fills gaps of at most maxGap missing steps (an
 // options value, see maxGapSteps) linearly and refuses longer ones with a
-// *GapError.
+// *GapError. Missing points count for the order and the step only: the
+// series runs from the first reading to the last, and a missing point
+// inside it is a missing step.
 func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 	maxGap = maxGapSteps(maxGap)
-	if len(pts) < 2 {
-		return nil, fmt.Errorf("%w: need at least 2 readings to infer the step, got %d", ErrIrregular, len(pts))
+	readings := 0
+	for _, p := range pts {
+		if !p.missing {
+			readings++
+		}
+	}
+	if readings < 2 {
+		return nil, fmt.Errorf("%w: need at least 2 readings to infer the step, got %d", ErrIrregular, readings)
 	}
 	var step time.Duration
 	for i := 1; i < len(pts); i++ {
@@ -200,6 +210,7 @@ func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 			step = d
 		}
 	}
+	pts = slices.DeleteFunc(slices.Clone(pts), func(p point) bool { return p.missing })
 	s := &Series{Start: pts[0].t.UTC(), Step: step, Zone: zone}
 	s.Values = append(s.Values, pts[0].v)
 	for i := 1; i < len(pts); i++ {
