@@ -60,9 +60,13 @@ func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.Carb
 		}
 		out.Priced = priced
 	}
-	if !in.Plan {
+	if !in.Plan && in.Batch == nil {
 		return out, nil
 	}
+	// The batch controller acts on the intensity the planner prices the
+	// present at (the observed present with the online planner), so a
+	// decision without a plan (a contiguous run inside its window) plans
+	// all the same and keeps only that.
 	plan, now, err := PlanWork(ctx, sig, p, in.RunStart, in.Now, in.Work)
 	if err != nil {
 		if transient(ctx, err) {
@@ -71,16 +75,43 @@ func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.Carb
 		out.PlanError = err.Error()
 		return out, nil
 	}
-	out.Plan, out.NowGPerKWh = plan, now
+	out.NowGPerKWh = now
+	if in.Plan {
+		out.Plan = plan
+	}
+	if in.Batch != nil && p.Batch != nil {
+		d, err := AdjustBatch(*p.Batch, *in.Batch, now)
+		if err != nil {
+			out.PlanNote = "batch controller: " + err.Error()
+		} else {
+			out.Batch = &d
+			activity.GetLogger(ctx).Info("carbon batch controller", "action", d.Action, "g_per_kwh", now,
+				"global_batch", d.GlobalBatch, "learning_rate", d.LearningRate)
+		}
+	}
 	if n, ok := sig.(noter); ok {
 		if notes := n.Notes(); len(notes) > 0 {
 			out.PlanNote = strings.Join(notes, "; ")
 			activity.GetLogger(ctx).Warn("carbon plan made with less than the policy asks", "note", out.PlanNote)
 		}
 	}
-	activity.GetLogger(ctx).Info("carbon plan", "slots", len(plan.Slots), "expected_g_per_kwh", plan.ExpectedGPerKWh,
-		"baseline_g_per_kwh", plan.BaselineGPerKWh, "work", plan.Work.D(), "now_g_per_kwh", now)
+	if in.Plan {
+		activity.GetLogger(ctx).Info("carbon plan", "slots", len(plan.Slots), "expected_g_per_kwh", plan.ExpectedGPerKWh,
+			"baseline_g_per_kwh", plan.BaselineGPerKWh, "work", plan.Work.D(), "now_g_per_kwh", now)
+	}
 	return out, nil
+}
+
+// AdjustBatch is the batch controller's decision at intensity gPerKWh
+// (engine/carbon.AdjustBatch with the policy's threshold and bounds, the
+// lower bound raised to the node count).
+func AdjustBatch(c spec.BatchControl, cur spec.BatchInput, gPerKWh float64) (spec.BatchDecision, error) {
+	pol := carbon.BatchPolicy{Threshold: c.ThresholdG, MinBatch: max(c.Min, cur.Nodes, 1), MaxBatch: c.Max}
+	next, act, err := carbon.AdjustBatch(gPerKWh, pol, carbon.BatchState{Batch: cur.GlobalBatch, LR: cur.LearningRate})
+	if err != nil {
+		return spec.BatchDecision{}, err
+	}
+	return spec.BatchDecision{GlobalBatch: next.Batch, LearningRate: next.LR, Action: act.String(), GPerKWh: gPerKWh}, nil
 }
 
 // transient: worth another attempt (a timeout or an HTTP 429/5xx).

@@ -233,3 +233,55 @@ func TestPlanCarbonOnlinePlanner(t *testing.T) {
 		t.Errorf("online planner on a provider: %v", err)
 	}
 }
+
+// The batch controller acts on the present intensity, with or without a
+// plan: 300 g/kWh at 08:30 is above 1.3 × 200 (shrink, floor at the node
+// count), 100 at 13:00 below 0.7 × 200 (grow, capped at max); a hold
+// keeps the learning rate's bits.
+func TestPlanCarbonBatchController(t *testing.T) {
+	trace := writeTrace(t)
+	p := spec.GreenPolicy{Trace: trace, Deadline: spec.Duration(12 * time.Hour), Interruptible: true,
+		Batch: &spec.BatchControl{ThresholdG: 200, Min: 16, Max: 80}}.WithDefaults()
+	morning := time.Date(2022, 3, 2, 8, 30, 0, 0, time.UTC)
+	noon := time.Date(2022, 3, 2, 13, 0, 0, 0, time.UTC)
+	scaled := func(lr float64, to, from int) float64 { return lr * float64(to) / float64(from) } // at run time, as the controller does
+	tests := []struct {
+		name string
+		now  time.Time
+		plan bool
+		in   spec.BatchInput
+		want spec.BatchDecision
+	}{
+		{"dirty shrinks", morning, true, spec.BatchInput{GlobalBatch: 64, LearningRate: 2e-3, Nodes: 2},
+			spec.BatchDecision{GlobalBatch: 48, LearningRate: scaled(2e-3, 48, 64), Action: "shrink", GPerKWh: 300}},
+		{"without a plan", morning, false, spec.BatchInput{GlobalBatch: 64, LearningRate: 2e-3, Nodes: 2},
+			spec.BatchDecision{GlobalBatch: 48, LearningRate: scaled(2e-3, 48, 64), Action: "shrink", GPerKWh: 300}},
+		{"floor at the nodes", morning, false, spec.BatchInput{GlobalBatch: 20, LearningRate: 1e-3, Nodes: 18},
+			spec.BatchDecision{GlobalBatch: 18, LearningRate: scaled(1e-3, 18, 20), Action: "shrink", GPerKWh: 300}},
+		{"clean grows", noon, false, spec.BatchInput{GlobalBatch: 64, LearningRate: 2e-3, Nodes: 2},
+			spec.BatchDecision{GlobalBatch: 80, LearningRate: scaled(2e-3, 80, 64), Action: "grow", GPerKWh: 100}},
+		{"hold at the cap", noon, false, spec.BatchInput{GlobalBatch: 80, LearningRate: 0.0030000000000000005, Nodes: 2},
+			spec.BatchDecision{GlobalBatch: 80, LearningRate: 0.0030000000000000005, Action: "hold", GPerKWh: 100}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			out := runPlanCarbon(t, spec.CarbonInput{Policy: p, RunStart: morning, Now: tc.now, Plan: tc.plan, Work: time.Hour, Batch: &in})
+			if out.PlanError != "" || out.Batch == nil {
+				t.Fatalf("no decision: %+v", out)
+			}
+			if *out.Batch != tc.want {
+				t.Errorf("decision %+v, want %+v", *out.Batch, tc.want)
+			}
+			if (out.Plan != nil) != tc.plan {
+				t.Errorf("plan %v returned with Plan=%v", out.Plan, tc.plan)
+			}
+		})
+	}
+	// Without a batch controller in the policy, no decision.
+	p.Batch = nil
+	in := spec.BatchInput{GlobalBatch: 64, LearningRate: 2e-3, Nodes: 2}
+	if out := runPlanCarbon(t, spec.CarbonInput{Policy: p, RunStart: morning, Now: morning, Plan: true, Work: time.Hour, Batch: &in}); out.Batch != nil {
+		t.Errorf("a decision without a controller: %+v", out.Batch)
+	}
+}

@@ -313,7 +313,10 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.
 	n.mu.Unlock()
 	cfg := engineConfig(in)
 	if w != nil && w.run == in.RunID && w.generation == in.Membership.Generation && w.sync.Trainer().GlobalStep() == in.From &&
-		sameShard(w.sync.Trainer().Config(), cfg) {
+		sameShard(w.sync.Trainer().Config(), cfg) && w.sync.Trainer().SetSchedule(cfg.Schedule) == nil {
+		// (SetSchedule takes the batch controller's latest change; it
+		// refuses one that rewrites steps already trained, and then the
+		// checkpoint below is the way back.)
 		if w.codec == in.Codec {
 			return w.sync, nil
 		}
@@ -392,6 +395,9 @@ func engineConfig(in spec.ChunkInput) engine.Config {
 		GlobalBatch:  in.GlobalBatch,
 		Rank:         in.Rank,
 		World:        len(in.Membership.Nodes),
+	}
+	for _, b := range in.Schedule {
+		cfg.Schedule = append(cfg.Schedule, engine.BatchChange(b))
 	}
 	if in.Spec.Optimizer == spec.OptimizerOneBitAdam {
 		cfg.Optimizer, cfg.FreezeStep = engine.OneBitAdam, in.Spec.FreezeStep

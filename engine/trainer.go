@@ -83,15 +83,18 @@ type Trainer struct {
 
 	// Data order: each step's global batch holds global examples, of which
 	// this rank trains [lo, lo+rows); gradScale multiplies each example's
-	// loss gradient (1/rows, or World/GlobalBatch with GlobalBatch set).
-	global        int64
-	lo            int64
-	rows          int
-	gradScale     float64
-	stepsPerEpoch int64
-	perm          []int32
-	permEpoch     int64
-	pcg           rand.PCG
+	// loss gradient (1/rows, or World/GlobalBatch with GlobalBatch set);
+	// lr is the learning rate. All five are those of the schedule entry
+	// seg (-1: the Config's own), set by applyBatch.
+	global    int64
+	lo        int64
+	rows      int
+	gradScale float64
+	lr        float64
+	seg       int
+	perm      []int32
+	permEpoch int64
+	pcg       rand.PCG
 }
 
 // NewTrainer builds a replica for cfg on the training set train, with
@@ -112,6 +115,11 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 			what = "GlobalBatch"
 		}
 		return nil, fmt.Errorf("engine: global batch %s=%d exceeds the %d training examples", what, global, train.N)
+	}
+	for i, b := range cfg.Schedule {
+		if b.GlobalBatch > train.N {
+			return nil, fmt.Errorf("engine: Schedule[%d].GlobalBatch=%d exceeds the %d training examples", i, b.GlobalBatch, train.N)
+		}
 	}
 	if train.N > math.MaxInt32 {
 		return nil, fmt.Errorf("engine: training set has %d examples, at most %d supported", train.N, math.MaxInt32)
@@ -139,27 +147,28 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 		nStats = 2 * (len(sizes) - 1)
 	}
 	t := &Trainer{
-		statAcc:       make([]float64, nStats),
-		sq:            make([]float64, nStats),
-		sqFrozen:      make([]float64, nStats),
-		floor:         make([]float32, nStats),
-		cfg:           cfg,
-		sizes:         sizes,
-		train:         train,
-		nParams:       n,
-		params:        make([]float32, n),
-		grad:          make([]float32, n+1+nStats),
-		m:             make([]float32, n),
-		v:             make([]float32, n),
-		yb:            make([]uint8, rows),
-		exps:          make([]float64, train.Classes),
-		global:        global,
-		lo:            int64(lo),
-		rows:          rows,
-		gradScale:     gradScale,
-		stepsPerEpoch: int64(train.N) / global,
-		perm:          make([]int32, train.N),
-		permEpoch:     -1,
+		statAcc:   make([]float64, nStats),
+		sq:        make([]float64, nStats),
+		sqFrozen:  make([]float64, nStats),
+		floor:     make([]float32, nStats),
+		cfg:       cfg,
+		sizes:     sizes,
+		train:     train,
+		nParams:   n,
+		params:    make([]float32, n),
+		grad:      make([]float32, n+1+nStats),
+		m:         make([]float32, n),
+		v:         make([]float32, n),
+		yb:        make([]uint8, cfg.maxRows()),
+		exps:      make([]float64, train.Classes),
+		global:    global,
+		lo:        int64(lo),
+		rows:      rows,
+		gradScale: gradScale,
+		lr:        cfg.LearningRate,
+		seg:       -1,
+		perm:      make([]int32, train.N),
+		permEpoch: -1,
 	}
 	off := 0
 	for l := 0; l+1 < len(sizes); l++ {
@@ -174,8 +183,8 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	if nStats > 0 {
 		t.buckets = append(t.buckets, Bucket{Index: len(t.buckets), Offset: n + 1, Len: nStats})
 	}
-	t.acts = allocActs(sizes, rows)
-	t.deltas = allocActs(sizes, rows)
+	t.acts = allocActs(sizes, len(t.yb))
+	t.deltas = allocActs(sizes, len(t.yb))
 	t.deltas[0] = nil
 	t.initParams()
 	return t, nil
@@ -379,6 +388,7 @@ func firstNonFinite(x []float32) int {
 // loadBatch copies this rank's slice of the global batch of step s into
 // acts[0] and yb.
 func (t *Trainer) loadBatch(s int64) {
+	t.applyBatch(s)
 	dim := t.train.Dim
 	x := t.acts[0]
 	for i, idx := range t.batchIndices(s) {
@@ -389,15 +399,18 @@ func (t *Trainer) loadBatch(s int64) {
 
 // batchIndices returns the training-set indices of this rank's examples in
 // step s: entries [off+lo, off+lo+rows) of the epoch's permutation, where
-// off = (s mod stepsPerEpoch)*global. The global batch, and so the union of
-// all ranks' slices, depends only on (Seed, s, global), not on World. The
-// result aliases t.perm and is valid until the next epoch is permuted.
+// off is the step's position (without a schedule (s mod E)*global, E the
+// whole batches per epoch; see [Trainer.position]). The global batch, and
+// so the union of all ranks' slices, depends only on (Seed, s, global
+// batch and schedule), not on World. The result aliases t.perm and is
+// valid until the next epoch is permuted.
 func (t *Trainer) batchIndices(s int64) []int32 {
-	epoch := s / t.stepsPerEpoch
+	t.applyBatch(s)
+	epoch, off := t.position(s)
 	if epoch != t.permEpoch {
 		t.permute(epoch)
 	}
-	off := (s%t.stepsPerEpoch)*t.global + t.lo
+	off += t.lo
 	return t.perm[off : off+int64(t.rows)]
 }
 
@@ -589,7 +602,7 @@ func (t *Trainer) adam() {
 	bc1 := 1 - powInt(adamBeta1, t.adamT)
 	bc2 := 1 - powInt(adamBeta2, t.adamT)
 	// p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), as in PyTorch.
-	stepSize := float32(t.cfg.LearningRate / bc1)
+	stepSize := float32(t.lr / bc1)
 	invSqrtBC2 := float32(1 / math.Sqrt(bc2))
 	const (
 		b1, omb1 = float32(adamBeta1), float32(1 - adamBeta1)

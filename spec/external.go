@@ -227,6 +227,9 @@ func (s RunSpec) validateExternal() error {
 	}
 	if g := s.Green; g != nil {
 		g.validate(bad)
+		if g.Batch != nil {
+			bad("green.batch", "applies to the built-in model only; an external job's script owns its batch size")
+		}
 		// The plan needs the work left: steps left × the pace measured
 		// between checkpoints, or the job's estimate.
 		if s.Steps == 0 && g.Work <= 0 {

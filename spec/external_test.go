@@ -191,6 +191,8 @@ green:
 		{"no source", "name: a\nsteps: 10\nexternal:\n  entrypoint: [python3, t.py]\ngreen:\n  deadline: 4h\n", "green", 5, "trace file"},
 		{"bad forecast", "name: a\nsteps: 10\nexternal:\n  entrypoint: [python3, t.py]\ngreen:\n  trace: es.csv\n  forecast: magic\n",
 			"green.forecast", 7, "unknown forecast"},
+		{"batch controller", "name: a\nsteps: 10\nexternal:\n  entrypoint: [python3, t.py]\ngreen:\n  trace: es.csv\n  batch:\n    threshold_g: 200\n",
+			"green.batch", 7, "built-in model only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("job.yaml", []byte(tc.yaml))

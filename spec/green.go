@@ -81,6 +81,72 @@ type GreenPolicy struct {
 	NodeWatts float64 `yaml:"node_watts" json:"node_watts,omitempty"`
 	// PUE is the facility overhead factor (≥ 1). Default 1.
 	PUE float64 `yaml:"pue" json:"pue,omitempty"`
+	// Batch turns on the carbon-aware batch controller (built-in runs).
+	Batch *BatchControl `yaml:"batch" json:"batch,omitempty"`
+}
+
+// BatchControl is the carbon-aware batch controller: at every chunk
+// boundary where the present intensity is known, a run whose grid is
+// dirtier than 1.3 × ThresholdG trains on with 0.75 × its global batch,
+// one cleaner than 0.7 × ThresholdG with 1.25 × (rounded up), within
+// [Min, Max] and never below the node count; the learning rate scales
+// with the batch (linear scaling rule). Each change takes effect at the
+// next chunk's first step and is recorded in the run's batch schedule, so
+// recoveries and replays train the same batches.
+type BatchControl struct {
+	// ThresholdG is the reference intensity in gCO2eq/kWh (required).
+	ThresholdG float64 `yaml:"threshold_g" json:"threshold_g"`
+	// Min and Max bound the global batch; defaults: half and twice the
+	// run's global batch (batch_per_rank × nodes).
+	Min int `yaml:"min" json:"min,omitempty"`
+	Max int `yaml:"max" json:"max,omitempty"`
+}
+
+// MNISTTrainExamples is the size of the built-in model's training set: no
+// global batch may exceed it.
+const MNISTTrainExamples = 60000
+
+// validate checks the batch controller of a run whose global batch
+// is global on nodes nodes (after defaults).
+func (c *BatchControl) validate(global, nodes int, bad func(field, format string, args ...any)) {
+	if !(c.ThresholdG > 0 && c.ThresholdG < 1e6) {
+		bad("green.batch.threshold_g", "required: the reference intensity in g/kWh, e.g. 200 (got %g)", c.ThresholdG)
+	}
+	if c.Min < nodes {
+		bad("green.batch.min", "%d is below the node count %d: every rank needs an example per step", c.Min, nodes)
+	}
+	if c.Max < c.Min || c.Max > MNISTTrainExamples {
+		bad("green.batch.max", "%d out of range min (%d)..%d (the training set)", c.Max, c.Min, MNISTTrainExamples)
+	}
+	if global < c.Min || global > c.Max {
+		bad("green.batch", "the run's global batch %d (batch_per_rank × nodes) is outside [min %d, max %d]", global, c.Min, c.Max)
+	}
+}
+
+// BatchChange is one change of the global batch and the learning rate
+// from a step on (the controller's decisions, in step order).
+type BatchChange struct {
+	FromStep     int64   `json:"from_step"`
+	GlobalBatch  int     `json:"global_batch"`
+	LearningRate float64 `json:"learning_rate"`
+}
+
+// BatchInput asks PlanCarbon for the controller's decision: the batch and
+// learning rate in force, and the node count (the smallest batch allowed).
+type BatchInput struct {
+	GlobalBatch  int     `json:"global_batch"`
+	LearningRate float64 `json:"learning_rate"`
+	Nodes        int     `json:"nodes"`
+}
+
+// BatchDecision is the controller's answer: the batch and learning rate
+// for the next chunk, the action ("shrink", "grow" or "hold") and the
+// intensity it acted on.
+type BatchDecision struct {
+	GlobalBatch  int     `json:"global_batch"`
+	LearningRate float64 `json:"learning_rate"`
+	Action       string  `json:"action"`
+	GPerKWh      float64 `json:"g_per_kwh"`
 }
 
 // WithDefaults fills the unset fields.
@@ -282,6 +348,8 @@ type CarbonInput struct {
 	Plan     bool          `json:"plan"`
 	Work     time.Duration `json:"work"`
 	Price    []Segment     `json:"price,omitempty"`
+	// Batch, with a plan and a batch controller, asks for its decision.
+	Batch *BatchInput `json:"batch,omitempty"`
 }
 
 // CarbonOutput is PlanCarbon's answer. Problems reading the signal or
@@ -298,6 +366,9 @@ type CarbonOutput struct {
 	NowGPerKWh float64         `json:"now_g_per_kwh"`
 	Priced     []PricedSegment `json:"priced,omitempty"`
 	PriceError string          `json:"price_error,omitempty"`
+	// Batch is the batch controller's decision (nil: none asked, or no
+	// present intensity to act on).
+	Batch *BatchDecision `json:"batch,omitempty"`
 }
 
 // GreenStatus is the carbon side of a run's status.
@@ -323,6 +394,12 @@ type GreenStatus struct {
 	BudgetExceeded bool    `json:"budget_exceeded,omitempty"`
 	// Started: a non-interruptible run has entered its window and runs on.
 	Started bool `json:"started,omitempty"`
+	// With a batch controller: the global batch and learning rate in
+	// force, the last decision and the changes so far.
+	Batch        int     `json:"batch,omitempty"`
+	LearningRate float64 `json:"learning_rate,omitempty"`
+	BatchAction  string  `json:"batch_action,omitempty"`
+	BatchChanges int     `json:"batch_changes,omitempty"`
 }
 
 // BudgetAlertFraction is the share of the carbon budget that raises the alert.

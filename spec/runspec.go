@@ -174,7 +174,26 @@ func (s RunSpec) WithDefaults() RunSpec {
 	if s.Collective == "" {
 		s.Collective = "ring"
 	}
-	return s.syncDefaults()
+	return s.syncDefaults().batchDefaults()
+}
+
+// batchDefaults bounds the batch controller at half and twice the run's
+// global batch (at least the node count, at most the training set).
+func (s RunSpec) batchDefaults() RunSpec {
+	if s.Green == nil || s.Green.Batch == nil {
+		return s
+	}
+	g := *s.Green
+	c := *g.Batch
+	if c.Min == 0 {
+		c.Min = max(s.Nodes, s.GlobalBatch()/2)
+	}
+	if c.Max == 0 {
+		c.Max = min(MNISTTrainExamples, 2*s.GlobalBatch())
+	}
+	g.Batch = &c
+	s.Green = &g
+	return s
 }
 
 // FieldError is one invalid field. Line is 0 when unknown.
@@ -257,6 +276,9 @@ func (s RunSpec) Validate() error {
 	}
 	if s.Green != nil {
 		s.Green.validate(bad)
+		if c := s.Green.Batch; c != nil {
+			c.validate(s.GlobalBatch(), s.Nodes, bad)
+		}
 	}
 	if !slices.Contains(collectiveAlgorithms, s.Collective) {
 		bad("collective", "unknown algorithm %q (want %s)", s.Collective, strings.Join(collectiveAlgorithms, ", "))
@@ -323,7 +345,7 @@ func Parse(name string, data []byte) (RunSpec, error) {
 		g := s.Green.WithDefaults()
 		s.Green = &g
 	}
-	s = s.syncDefaults()
+	s = s.syncDefaults().batchDefaults()
 	if err := s.Validate(); err != nil {
 		var se *SpecError
 		if errors.As(err, &se) {

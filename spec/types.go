@@ -196,6 +196,11 @@ type ChunkInput struct {
 	// ranks), fixed at the start: after a rescale each rank takes
 	// GlobalBatch / world samples. 0: BatchPerRank × world.
 	GlobalBatch int `json:"global_batch,omitempty"`
+	// Schedule is the batch controller's changes so far (green.batch):
+	// from each FromStep on, that global batch and learning rate. Every
+	// chunk carries the whole schedule: the data position of a step
+	// depends on every batch before it.
+	Schedule []BatchChange `json:"schedule,omitempty"`
 	// Algorithm is the gradient allreduce's algorithm (ascend names: ring,
 	// hd, rd, tree, hier); empty means ring.
 	Algorithm string `json:"algorithm,omitempty"`

@@ -67,6 +67,9 @@ type RunState struct {
 	// SyncMeasures are the ranks' measurements from the last chunk, for
 	// an auto compression decision.
 	SyncMeasures []SyncMeasure `json:"sync_measures,omitempty"`
+	// Schedule is the batch controller's changes (green.batch), in step
+	// order; every chunk trains under it.
+	Schedule []spec.BatchChange `json:"schedule,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by
@@ -117,6 +120,9 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 	}
 	if r.spec.Green != nil && r.st.Status.Green == nil {
 		r.st.Status.Green = &spec.GreenStatus{Policy: *r.spec.Green, BudgetG: r.spec.Green.BudgetG}
+		if r.spec.Green.Batch != nil && !r.spec.IsExternal() {
+			r.st.Status.Green.Batch, r.st.Status.Green.LearningRate = r.spec.GlobalBatch(), r.spec.LearningRate
+		}
 	}
 	if err := workflow.SetQueryHandler(ctx, spec.QueryStatus, func() (spec.RunStatus, error) {
 		return r.st.Status, nil

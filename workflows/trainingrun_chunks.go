@@ -49,8 +49,9 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	// Runs from before the controls train in the engine's batch-per-rank
 	// mode; newer ones fix the global batch so that rescales keep it.
 	globalBatch := 0
+	var schedule []spec.BatchChange
 	if r.controlled(ctx) {
-		globalBatch = r.spec.GlobalBatch()
+		globalBatch, schedule = r.spec.GlobalBatch(), r.st.Schedule
 	}
 	algo := r.algorithm(ctx)
 	codecName := r.chunkCodec(ctx, from)
@@ -67,6 +68,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 			Restore: r.st.Status.LastCkpt, Checkpoint: ckpt, Evaluate: to == r.spec.Steps,
 			KillAtStep:  r.faultFor(node.ID, from, to),
 			GlobalBatch: globalBatch,
+			Schedule:    schedule,
 			Algorithm:   algo,
 			Codec:       codecName,
 

@@ -77,10 +77,11 @@ func (r *run) listen(ctx workflow.Context) {
 	sel.AddReceive(rescale, func(c workflow.ReceiveChannel, _ bool) {
 		var req spec.Rescale
 		c.Receive(ctx, &req)
-		// Every rank needs at least one example of the global batch.
-		if req.Nodes < r.spec.MinNodes || req.Nodes > min(1024, r.spec.GlobalBatch()) {
+		// Every rank needs at least one example of the global batch (the
+		// smallest the batch controller has set, too).
+		if req.Nodes < r.spec.MinNodes || req.Nodes > min(1024, r.minBatch()) {
 			log.Warn("rescale refused: node count out of range", "nodes", req.Nodes, "min_nodes", r.spec.MinNodes,
-				"global_batch", r.spec.GlobalBatch())
+				"global_batch", r.minBatch())
 			return
 		}
 		log.Info("rescale requested: applied at the next chunk boundary", "nodes", req.Nodes)

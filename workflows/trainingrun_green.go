@@ -32,12 +32,15 @@ func (r *run) planGreen(ctx workflow.Context, plan bool) (spec.CarbonSlot, bool)
 	}
 	now := workflow.Now(ctx)
 	r.expireOverride(ctx, now)
+	// The batch controller decides at every boundary the policy applies
+	// (a resume cutting a wait short too); an override suspends it.
+	batch := r.spec.Green.Batch != nil && !r.spec.IsExternal() && !g.Overridden
 	// A non-interruptible run that has entered its window runs on to the end.
 	plan = plan && !g.Overridden && !(g.Started && !r.spec.Green.Interruptible)
-	if !plan && len(r.st.Unpriced) == 0 {
+	if !plan && !batch && len(r.st.Unpriced) == 0 {
 		return spec.CarbonSlot{}, false
 	}
-	out, ok := r.callCarbon(ctx, plan)
+	out, ok := r.callCarbon(ctx, plan, batch)
 	if !ok || !plan {
 		return spec.CarbonSlot{}, false
 	}
@@ -60,13 +63,21 @@ func (r *run) planGreen(ctx workflow.Context, plan bool) (spec.CarbonSlot, bool)
 }
 
 // callCarbon runs PlanCarbon: it prices the unpriced chunks (and checks the
-// budget) and, when plan is set, plans the remaining work.
-func (r *run) callCarbon(ctx workflow.Context, plan bool) (spec.CarbonOutput, bool) {
+// budget) and, when plan is set, plans the remaining work; with batch it
+// asks the batch controller too.
+func (r *run) callCarbon(ctx workflow.Context, plan, batch bool) (spec.CarbonOutput, bool) {
 	g := r.st.Status.Green
 	now := workflow.Now(ctx)
 	in := spec.CarbonInput{Policy: *r.spec.Green, RunStart: r.st.Status.StartedAt, Now: now, Plan: plan,
 		Work: r.remainingWork(), Price: r.st.Unpriced}
+	if batch {
+		gb, lr := r.batchAt(r.st.Status.Step)
+		in.Batch = &spec.BatchInput{GlobalBatch: gb, LearningRate: lr, Nodes: max(len(r.st.Membership.Nodes), 1)}
+	}
 	summary := fmt.Sprintf("price %d chunk(s)", len(in.Price))
+	if batch && !plan {
+		summary = "batch controller; " + summary
+	}
 	if plan {
 		deadline := in.RunStart.Add(r.spec.Green.Deadline.D())
 		summary = fmt.Sprintf("plan %s of training by %s UTC; %s", in.Work.Round(time.Second),
@@ -83,13 +94,68 @@ func (r *run) callCarbon(ctx workflow.Context, plan bool) (spec.CarbonOutput, bo
 		g.NowGPerKWh = out.NowGPerKWh
 	}
 	r.absorbPrices(ctx, out)
+	r.takeBatch(ctx, out.Batch)
 	return out, true
+}
+
+// batchAt is the global batch and learning rate in force at step s: the
+// last change of the schedule from s or before, else the spec's.
+func (r *run) batchAt(s int64) (int, float64) {
+	gb, lr := r.spec.GlobalBatch(), r.spec.LearningRate
+	for _, b := range r.st.Schedule {
+		if b.FromStep > s {
+			break
+		}
+		gb, lr = b.GlobalBatch, b.LearningRate
+	}
+	return gb, lr
+}
+
+// minBatch is the smallest global batch of the run so far: a rescale may
+// not exceed it (a checkpoint before its change may have to restore onto
+// the new nodes, and every rank needs an example per step).
+func (r *run) minBatch() int {
+	gb := r.spec.GlobalBatch()
+	for _, b := range r.st.Schedule {
+		gb = min(gb, b.GlobalBatch)
+	}
+	return gb
+}
+
+// takeBatch applies the batch controller's decision from the current step
+// on. After a rewind the steps up to the schedule's last change train as
+// recorded (same batches, same bits) and the controller waits until the
+// run is past it.
+func (r *run) takeBatch(ctx workflow.Context, d *spec.BatchDecision) {
+	g := r.st.Status.Green
+	if d == nil || g == nil {
+		return
+	}
+	from := r.st.Status.Step
+	gb, lr := r.batchAt(from)
+	g.BatchAction = d.Action
+	if n := len(r.st.Schedule); d.GlobalBatch == gb || (n > 0 && r.st.Schedule[n-1].FromStep >= from) {
+		g.Batch, g.LearningRate = gb, lr
+		if d.GlobalBatch != gb {
+			g.BatchAction = "hold (replaying the recorded schedule)"
+		}
+		return
+	}
+	// The linear scaling rule, from the spec's pair rather than chained
+	// from change to change, so that a batch back at its start has its
+	// learning rate back bit for bit.
+	lr = r.spec.LearningRate * float64(d.GlobalBatch) / float64(r.spec.GlobalBatch())
+	r.st.Schedule = append(r.st.Schedule, spec.BatchChange{FromStep: from, GlobalBatch: d.GlobalBatch, LearningRate: lr})
+	g.Batch, g.LearningRate = d.GlobalBatch, lr
+	g.BatchChanges++
+	workflow.GetLogger(ctx).Info("carbon batch controller", "action", d.Action, "g_per_kwh", d.GPerKWh,
+		"from_step", from, "global_batch", d.GlobalBatch, "learning_rate", lr)
 }
 
 // priceChunks prices what the last chunks used (at the end of the run).
 func (r *run) priceChunks(ctx workflow.Context) {
 	if r.spec.Green != nil && r.st.Status.Green != nil && len(r.st.Unpriced) > 0 {
-		r.callCarbon(ctx, false)
+		r.callCarbon(ctx, false, false)
 	}
 }
 

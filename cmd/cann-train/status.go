@@ -533,6 +533,14 @@ func printGreen(w io.Writer, g *spec.GreenStatus) {
 	}
 	fmt.Fprintf(w, "  carbon     %.4f kWh, %.2f g CO2eq (%.0f g/kWh); now %.0f g/kWh; %d green wait(s), %.2f h waited\n",
 		g.KWh, g.Grams, g.GPerKWh, g.NowGPerKWh, g.Waits, g.WaitedSeconds/3600)
+	if g.Batch > 0 && p.Batch != nil {
+		last := ""
+		if g.BatchAction != "" {
+			last = "; last decision " + g.BatchAction
+		}
+		fmt.Fprintf(w, "  batch      global batch %d, learning rate %.4g (carbon controller, threshold %.0f g/kWh); %d change(s)%s\n",
+			g.Batch, g.LearningRate, p.Batch.ThresholdG, g.BatchChanges, last)
+	}
 	if g.BudgetG > 0 {
 		alert := ""
 		switch {

@@ -110,7 +110,7 @@ func AdjustBatch(intensity float64, p BatchPolicy, cur BatchState) (BatchState, 
 	case nb > cur.Batch:
 		return next, Grow, nil
 	}
-	return next, Hold, nil
+	return cur, Hold, nil // the same batch keeps its learning rate bit for bit
 }
 
 // BudgetEvent is what Budget.Add reports.

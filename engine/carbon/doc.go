@@ -78,7 +78,8 @@
 // Control. [AdjustBatch] is a pure carbon-aware batch controller: above
 // 1.3× a threshold the global batch shrinks ×0.75, below 0.7× it grows
 // ×1.25, clamped to [min, max], with the learning rate scaled linearly with
-// the batch. [Budget] accumulates grams and reports [BudgetAlert] once at
+// the batch (TrainingRun applies it through the PlanCarbon activity as a
+// recorded batch schedule; see spec.BatchControl). [Budget] accumulates grams and reports [BudgetAlert] once at
 // 95 % of the limit and [BudgetExceeded] once at 100 %.
 //
 // All errors wrap a sentinel of this package or an underlying I/O/decoding

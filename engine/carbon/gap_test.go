@@ -160,12 +160,12 @@ func TestMissingReadingsSetTheStep(t *testing.T) {
 			return ReadCSV(strings.NewReader("time,DE\n"+h(0)+",10\n"+h(1)+",\n"+h(2)+",30\n"), "")
 		}},
 		{"em history null", func() (*Series, error) {
-			return ReadElectricityMapsHistory(strings.NewReader(`{"zone":"DE","history":[{"carbonIntensity":10,"datetime":"` + h(0) +
-				`"},{"carbonIntensity":null,"datetime":"` + h(1) + `"},{"carbonIntensity":30,"datetime":"` + h(2) + `"}]}`), JSONOptions{})
+			return ReadElectricityMapsHistory(strings.NewReader(`{"zone":"DE","history":[{"carbonIntensity":10,"datetime":"`+h(0)+
+				`"},{"carbonIntensity":null,"datetime":"`+h(1)+`"},{"carbonIntensity":30,"datetime":"`+h(2)+`"}]}`), JSONOptions{})
 		}},
 		{"casdk emissions null", func() (*Series, error) {
-			return ReadCarbonAwareEmissions(strings.NewReader(`[{"location":"x","time":"` + h(0) + `","rating":10},{"location":"x","time":"` + h(1) +
-				`","rating":null},{"location":"x","time":"` + h(2) + `","rating":30}]`), JSONOptions{})
+			return ReadCarbonAwareEmissions(strings.NewReader(`[{"location":"x","time":"`+h(0)+`","rating":10},{"location":"x","time":"`+h(1)+
+				`","rating":null},{"location":"x","time":"`+h(2)+`","rating":30}]`), JSONOptions{})
 		}},
 	}
 	for _, tc := range tests {
