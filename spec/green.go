@@ -395,11 +395,12 @@ type GreenStatus struct {
 	// Started: a non-interruptible run has entered its window and runs on.
 	Started bool `json:"started,omitempty"`
 	// With a batch controller: the global batch and learning rate in
-	// force, the last decision and the changes so far.
-	Batch        int     `json:"batch,omitempty"`
-	LearningRate float64 `json:"learning_rate,omitempty"`
-	BatchAction  string  `json:"batch_action,omitempty"`
-	BatchChanges int     `json:"batch_changes,omitempty"`
+	// force, the last decision, and the schedule of changes so far (the
+	// run's record: every chunk trains under it).
+	Batch        int           `json:"batch,omitempty"`
+	LearningRate float64       `json:"learning_rate,omitempty"`
+	BatchAction  string        `json:"batch_action,omitempty"`
+	Schedule     []BatchChange `json:"schedule,omitempty"`
 }
 
 // BudgetAlertFraction is the share of the carbon budget that raises the alert.

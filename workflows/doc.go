@@ -14,7 +14,10 @@
 // resume, rescale, green-override — and on its green policy: it prices the
 // finished chunks and re-plans through the PlanCarbon activity, then waits
 // on a durable timer for the next slot when outside one
-// (trainingrun_controls.go, trainingrun_green.go). Changes to existing code
+// (trainingrun_controls.go, trainingrun_green.go); with green.batch the
+// same activity returns the carbon batch controller's decision, which the
+// run appends to its batch schedule (in the status) and hands every chunk.
+// Changes to existing code
 // paths are gated with workflow.GetVersion so that recorded histories still
 // replay (replay_test.go).
 package workflows

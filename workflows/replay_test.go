@@ -26,9 +26,11 @@ import (
 // trainingrun_external_pause.json, paused after a checkpoint upload
 // and resumed from it, and trainingrun_external_green.json, stopped after
 // a checkpoint uploaded outside its green slots, held on a green-window
-// timer and relaunched from that checkpoint
+// timer and relaunched from that checkpoint; and trainingrun_batch.json, a
+// run whose carbon batch controller shrank its batch three times and that
+// lost a node after the second change
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -51,6 +53,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_green.json", spec.WorkflowTrainingRun},
+		{"trainingrun_batch.json", spec.WorkflowTrainingRun},
 		{"cluster.json", spec.WorkflowCluster},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

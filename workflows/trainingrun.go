@@ -67,9 +67,6 @@ type RunState struct {
 	// SyncMeasures are the ranks' measurements from the last chunk, for
 	// an auto compression decision.
 	SyncMeasures []SyncMeasure `json:"sync_measures,omitempty"`
-	// Schedule is the batch controller's changes (green.batch), in step
-	// order; every chunk trains under it.
-	Schedule []spec.BatchChange `json:"schedule,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by

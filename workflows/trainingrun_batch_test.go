@@ -84,7 +84,7 @@ func TestTrainingRunCarbonBatchController(t *testing.T) {
 		"asked with the batch in force and the node count")
 	require.Equal(t, 75, st.Green.Batch)
 	require.InDelta(t, e3.LearningRate, st.Green.LearningRate, 1e-15)
-	require.Equal(t, 3, st.Green.BatchChanges)
+	require.Equal(t, 3, len(st.Green.Schedule))
 	require.Equal(t, "grow", st.Green.BatchAction)
 }
 
@@ -125,5 +125,8 @@ func TestTrainingRunBatchScheduleSurvivesRewind(t *testing.T) {
 	final := byFrom[300][0].Schedule
 	require.Len(t, final, 3, "one new decision once past the last recorded change")
 	require.Equal(t, spec.BatchChange{FromStep: 300, GlobalBatch: 100, LearningRate: 2e-3 * 100 / 64}, final[2])
-	require.Equal(t, 40, (&run{spec: batchSpec(400, 400), st: RunState{Schedule: final}}).minBatch())
+	require.Equal(t, final, st.Green.Schedule, "the status carries the schedule")
+	r := &run{spec: batchSpec(400, 400)}
+	r.st.Status.Green = &spec.GreenStatus{Schedule: final}
+	require.Equal(t, 40, r.minBatch())
 }

@@ -51,7 +51,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	globalBatch := 0
 	var schedule []spec.BatchChange
 	if r.controlled(ctx) {
-		globalBatch, schedule = r.spec.GlobalBatch(), r.st.Schedule
+		globalBatch, schedule = r.spec.GlobalBatch(), r.schedule()
 	}
 	algo := r.algorithm(ctx)
 	codecName := r.chunkCodec(ctx, from)

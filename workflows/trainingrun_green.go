@@ -98,11 +98,21 @@ func (r *run) callCarbon(ctx workflow.Context, plan, batch bool) (spec.CarbonOut
 	return out, true
 }
 
+// schedule is the batch controller's changes so far (green.batch), in
+// step order; every chunk trains under them. It lives in the status, so
+// queries, the report and continue-as-new carry it.
+func (r *run) schedule() []spec.BatchChange {
+	if g := r.st.Status.Green; g != nil {
+		return g.Schedule
+	}
+	return nil
+}
+
 // batchAt is the global batch and learning rate in force at step s: the
 // last change of the schedule from s or before, else the spec's.
 func (r *run) batchAt(s int64) (int, float64) {
 	gb, lr := r.spec.GlobalBatch(), r.spec.LearningRate
-	for _, b := range r.st.Schedule {
+	for _, b := range r.schedule() {
 		if b.FromStep > s {
 			break
 		}
@@ -116,7 +126,7 @@ func (r *run) batchAt(s int64) (int, float64) {
 // the new nodes, and every rank needs an example per step).
 func (r *run) minBatch() int {
 	gb := r.spec.GlobalBatch()
-	for _, b := range r.st.Schedule {
+	for _, b := range r.schedule() {
 		gb = min(gb, b.GlobalBatch)
 	}
 	return gb
@@ -134,7 +144,7 @@ func (r *run) takeBatch(ctx workflow.Context, d *spec.BatchDecision) {
 	from := r.st.Status.Step
 	gb, lr := r.batchAt(from)
 	g.BatchAction = d.Action
-	if n := len(r.st.Schedule); d.GlobalBatch == gb || (n > 0 && r.st.Schedule[n-1].FromStep >= from) {
+	if n := len(g.Schedule); d.GlobalBatch == gb || (n > 0 && g.Schedule[n-1].FromStep >= from) {
 		g.Batch, g.LearningRate = gb, lr
 		if d.GlobalBatch != gb {
 			g.BatchAction = "hold (replaying the recorded schedule)"
@@ -145,9 +155,8 @@ func (r *run) takeBatch(ctx workflow.Context, d *spec.BatchDecision) {
 	// from change to change, so that a batch back at its start has its
 	// learning rate back bit for bit.
 	lr = r.spec.LearningRate * float64(d.GlobalBatch) / float64(r.spec.GlobalBatch())
-	r.st.Schedule = append(r.st.Schedule, spec.BatchChange{FromStep: from, GlobalBatch: d.GlobalBatch, LearningRate: lr})
+	g.Schedule = append(g.Schedule, spec.BatchChange{FromStep: from, GlobalBatch: d.GlobalBatch, LearningRate: lr})
 	g.Batch, g.LearningRate = d.GlobalBatch, lr
-	g.BatchChanges++
 	workflow.GetLogger(ctx).Info("carbon batch controller", "action", d.Action, "g_per_kwh", d.GPerKWh,
 		"from_step", from, "global_batch", d.GlobalBatch, "learning_rate", lr)
 }

@@ -60,6 +60,9 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 		if st.Phase != spec.PhaseCompleted || st.Step != 300 {
 			t.Fatalf("%s: %s at step %d", name, st.Phase, st.Step)
 		}
+		if kill {
+			recordHistory(t, fetchHistory(ctx, t, c, r.GetID()), "trainingrun_batch.json")
+		}
 		return st
 	}
 	killed := run("batch-killed", green, true)
@@ -67,7 +70,7 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 		t.Fatalf("recoveries %+v, want one, back to the checkpoint at 200", killed.Recoveries)
 	}
 	g := killed.Green
-	if g == nil || g.Batch != 32 || g.BatchChanges != 3 || g.LearningRate != 2e-3*32/64 {
+	if g == nil || g.Batch != 32 || len(g.Schedule) != 3 || g.LearningRate != 2e-3*32/64 {
 		t.Fatalf("batch controller status %+v: want global batch 32 (lr %g) after 3 changes", g, 2e-3*32/64)
 	}
 	var out bytes.Buffer

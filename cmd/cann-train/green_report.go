@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -102,6 +103,8 @@ type greenReportJSON struct {
 	Segments        []segmentJSON     `json:"segments"`
 	Planned         []spec.CarbonSlot `json:"planned"`
 	Policy          spec.GreenPolicy  `json:"policy"`
+	// BatchSchedule is the carbon batch controller's changes (green.batch).
+	BatchSchedule []spec.BatchChange `json:"batch_schedule,omitempty"`
 }
 
 type segmentJSON struct {
@@ -182,6 +185,7 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 	if g := st.Green; g != nil {
 		out.Waits, out.WaitedHours = g.Waits, g.WaitedSeconds/3600
 		out.BudgetG = g.BudgetG
+		out.BatchSchedule = g.Schedule
 		if g.BudgetG > 0 {
 			out.BudgetUsedPct = 100 * out.Grams / g.BudgetG
 		}
@@ -258,6 +262,13 @@ func printGreenReport(w io.Writer, r greenReportJSON, output string) error {
 	}
 	if r.BudgetG > 0 {
 		fmt.Fprintf(w, "budget     %.4g g, %.1f%% used\n", r.BudgetG, r.BudgetUsedPct)
+	}
+	if len(r.BatchSchedule) > 0 {
+		var ch []string
+		for _, b := range r.BatchSchedule {
+			ch = append(ch, fmt.Sprintf("step %d: %d (lr %.4g)", b.FromStep, b.GlobalBatch, b.LearningRate))
+		}
+		fmt.Fprintf(w, "batch      %s\n", strings.Join(ch, "; "))
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEGMENT START\tEND\tNODES\tSTEPS\tkWh\tg/kWh\tg")

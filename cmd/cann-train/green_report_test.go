@@ -55,7 +55,8 @@ func TestGreenReport(t *testing.T) {
 			{Start: h(15), End: h(15.5), Nodes: 1, WallSeconds: 1800, FromStep: 500, ToStep: 600, Joules: 0.5 * 3.6e6},
 		},
 		Green: &spec.GreenStatus{Policy: policy, Waits: 1, WaitedSeconds: 5 * 3600, BudgetG: 500,
-			Plan: &spec.CarbonPlan{MadeAt: h(8), Slots: []spec.CarbonSlot{{Start: h(13), End: h(16), GPerKWh: 100}}}},
+			Plan:     &spec.CarbonPlan{MadeAt: h(8), Slots: []spec.CarbonSlot{{Start: h(13), End: h(16), GPerKWh: 100}}},
+			Schedule: []spec.BatchChange{{FromStep: 500, GlobalBatch: 48, LearningRate: 1.5e-3}}},
 	}
 	rep, tl, err := greenReport(context.Background(), st, policy)
 	if err != nil {
@@ -75,7 +76,7 @@ func TestGreenReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back greenReportJSON
-	if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.Waits != 1 || back.BudgetG != 500 {
+	if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.Waits != 1 || back.BudgetG != 500 || len(back.BatchSchedule) != 1 {
 		t.Errorf("json %v: %s", err, out.String())
 	}
 	svg := filepath.Join(t.TempDir(), "t.svg")
@@ -87,7 +88,8 @@ func TestGreenReport(t *testing.T) {
 		t.Errorf("svg lacks the chunks or the plan:\n%.400s", b)
 	}
 	out.Reset()
-	if err := printGreenReport(&out, rep, "text"); err != nil || !strings.Contains(out.String(), "saved") {
+	if err := printGreenReport(&out, rep, "text"); err != nil || !strings.Contains(out.String(), "saved") ||
+		!strings.Contains(out.String(), "batch      step 500: 48 (lr 0.0015)") {
 		t.Errorf("text report %v:\n%s", err, out.String())
 	}
 }

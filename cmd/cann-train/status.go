@@ -539,7 +539,7 @@ func printGreen(w io.Writer, g *spec.GreenStatus) {
 			last = "; last decision " + g.BatchAction
 		}
 		fmt.Fprintf(w, "  batch      global batch %d, learning rate %.4g (carbon controller, threshold %.0f g/kWh); %d change(s)%s\n",
-			g.Batch, g.LearningRate, p.Batch.ThresholdG, g.BatchChanges, last)
+			g.Batch, g.LearningRate, p.Batch.ThresholdG, len(g.Schedule), last)
 	}
 	if g.BudgetG > 0 {
 		alert := ""
