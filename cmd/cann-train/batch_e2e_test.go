@@ -3,9 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,17 +23,8 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	const step = time.Minute
-	now := time.Now().UTC().Truncate(step)
-	var csv strings.Builder
-	csv.WriteString("time,Z\n")
-	for ts := now.Add(-time.Hour); ts.Before(now.Add(2 * time.Hour)); ts = ts.Add(step) {
-		fmt.Fprintf(&csv, "%s,500\n", ts.Format(time.RFC3339))
-	}
-	trace := filepath.Join(dir, "trace.csv")
-	if err := os.WriteFile(trace, []byte(csv.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	now := time.Now().UTC().Truncate(time.Minute)
+	trace := writeZoneTrace(t, dir, now.Add(-time.Hour), now.Add(2*time.Hour), time.Minute, func(time.Time) int { return 500 })
 	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
 	green := &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(time.Hour),
 		Work: spec.Duration(time.Minute), Batch: &spec.BatchControl{ThresholdG: 200}}
@@ -45,12 +33,7 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 			Green: g}.WithDefaults()
 		r := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 		if kill {
-			var fout, ferr bytes.Buffer
-			fault := newRootCmd(&env{out: &fout, err: &ferr, command: childCommand})
-			fault.SetArgs([]string{"fault", "kill", "--run", name, "--node", "node-2", "--at-step", "250", "--address", addr})
-			if err := fault.ExecuteContext(ctx); err != nil {
-				t.Fatalf("fault kill: %v\n%s", err, ferr.String())
-			}
+			faultKill(ctx, t, addr, name, "node-2", 250)
 		}
 		var st spec.RunStatus
 		if err := r.Get(ctx, &st); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -275,12 +276,7 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 		return run
 	}
 	run := start("node-killed")
-	var fout, ferr bytes.Buffer
-	fault := newRootCmd(&env{out: &fout, err: &ferr, command: childCommand})
-	fault.SetArgs([]string{"fault", "kill", "--run", "node-killed", "--node", victim, "--at-step", "130", "--address", addr})
-	if err := fault.ExecuteContext(ctx); err != nil {
-		t.Fatalf("fault kill: %v\n%s", err, ferr.String())
-	}
+	faultKill(ctx, t, addr, "node-killed", victim, 130)
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)
@@ -316,6 +312,18 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 		t.Errorf("recovered run's weights %s differ from the fault-free run's %s", st.WeightsSHA256, clean.WeightsSHA256)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_recovery.json")
+}
+
+// faultKill runs `cann-train fault kill`: node SIGKILLs itself once run
+// completes step.
+func faultKill(ctx context.Context, t *testing.T, addr, run, node string, step int64) {
+	t.Helper()
+	var fout, ferr bytes.Buffer
+	fault := newRootCmd(&env{out: &fout, err: &ferr, command: childCommand})
+	fault.SetArgs([]string{"fault", "kill", "--run", run, "--node", node, "--at-step", strconv.FormatInt(step, 10), "--address", addr})
+	if err := fault.ExecuteContext(ctx); err != nil {
+		t.Fatalf("fault kill: %v\n%s", err, ferr.String())
+	}
 }
 
 // waitRegistered fails the test unless n nodes register.

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -38,19 +36,12 @@ func TestExternalGreenWindow(t *testing.T) {
 	// The trace, made now that the cluster is up.
 	t0 := time.Now().UTC().Truncate(time.Second)
 	dirty, clean := t0.Add(3*time.Second), t0.Add(8*time.Second)
-	var csv strings.Builder
-	csv.WriteString("time,Z\n")
-	for ts := t0.Add(-time.Minute); ts.Before(t0.Add(10 * time.Minute)); ts = ts.Add(time.Second) {
-		v := 50
+	trace := writeZoneTrace(t, dir, t0.Add(-time.Minute), t0.Add(10*time.Minute), time.Second, func(ts time.Time) int {
 		if !ts.Before(dirty) && ts.Before(clean) {
-			v = 500
+			return 500
 		}
-		fmt.Fprintf(&csv, "%s,%d\n", ts.Format(time.RFC3339), v)
-	}
-	trace := filepath.Join(dir, "trace.csv")
-	if err := os.WriteFile(trace, []byte(csv.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+		return 50
+	})
 	s := spec.RunSpec{Name: "ext-green", Nodes: 2, Steps: 250, CheckpointEvery: 25, HeartbeatTimeout: spec.Duration(2 * time.Second),
 		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir},
 		Green: &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(5 * time.Minute),

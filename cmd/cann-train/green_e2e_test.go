@@ -21,6 +21,22 @@ import (
 // waits on a durable timer named for the window, the control worker is
 // SIGKILLed during the wait and replaced, and the run still trains only
 // once the window has opened, and completes.
+// writeZoneTrace writes dir/trace.csv, a plain "time,Z" trace from from
+// to to every step, the value of each step given by v.
+func writeZoneTrace(t *testing.T, dir string, from, to time.Time, step time.Duration, v func(time.Time) int) string {
+	t.Helper()
+	var csv strings.Builder
+	csv.WriteString("time,Z\n")
+	for ts := from; ts.Before(to); ts = ts.Add(step) {
+		fmt.Fprintf(&csv, "%s,%d\n", ts.Format(time.RFC3339), v(ts))
+	}
+	trace := filepath.Join(dir, "trace.csv")
+	if err := os.WriteFile(trace, []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return trace
+}
+
 func TestGreenWaitSurvivesControlRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -29,19 +45,12 @@ func TestGreenWaitSurvivesControlRestart(t *testing.T) {
 	const step = 5 * time.Second
 	now := time.Now().UTC().Truncate(step)
 	greenFrom := now.Add(30 * time.Second)
-	var csv strings.Builder
-	csv.WriteString("time,Z\n")
-	for ts := now.Add(-time.Minute); ts.Before(now.Add(10 * time.Minute)); ts = ts.Add(step) {
-		v := 500
-		if !ts.Before(greenFrom) {
-			v = 50
+	trace := writeZoneTrace(t, dir, now.Add(-time.Minute), now.Add(10*time.Minute), step, func(ts time.Time) int {
+		if ts.Before(greenFrom) {
+			return 500
 		}
-		fmt.Fprintf(&csv, "%s,%d\n", ts.Format(time.RFC3339), v)
-	}
-	trace := filepath.Join(dir, "trace.csv")
-	if err := os.WriteFile(trace, []byte(csv.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+		return 50
+	})
 
 	pc := startProcessCluster(ctx, t, dir, "node-1", "node-2")
 	c, l := pc.c, pc.l
