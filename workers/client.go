@@ -17,6 +17,9 @@ type ClientOptions struct {
 	Address   string // host:port of the frontend, default 127.0.0.1:7233
 	Namespace string // default "default"
 	Logger    *zap.Logger
+	// MetricsHandler receives the SDK's and the workflows' metrics (see
+	// ServeMetrics); nil drops them.
+	MetricsHandler client.MetricsHandler
 }
 
 // Dial connects to Temporal.
@@ -31,9 +34,10 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 		o.Logger = zap.NewNop()
 	}
 	c, err := client.DialContext(ctx, client.Options{
-		HostPort:  o.Address,
-		Namespace: o.Namespace,
-		Logger:    SDKLogger(o.Logger.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+		HostPort:       o.Address,
+		Namespace:      o.Namespace,
+		Logger:         SDKLogger(o.Logger.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+		MetricsHandler: o.MetricsHandler,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dial Temporal at %s (namespace %s): %w", o.Address, o.Namespace, err)

@@ -268,6 +268,9 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	s.Step = lead.To
 	s.Loss = lead.LastLoss
 	s.SamplesPerSec = samples
+	m := r.metrics(ctx)
+	m.Gauge(metricStep).Update(float64(s.Step))
+	m.Gauge(metricSamplesPerSec).Update(samples)
 	if r.st.TrainSeconds > 0 {
 		s.StepsPerSec = float64(r.st.StepsTrained) / r.st.TrainSeconds
 	}

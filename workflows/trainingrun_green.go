@@ -157,6 +157,7 @@ func (r *run) takeBatch(ctx workflow.Context, d *spec.BatchDecision) {
 	lr = r.spec.LearningRate * float64(d.GlobalBatch) / float64(r.spec.GlobalBatch())
 	g.Schedule = append(g.Schedule, spec.BatchChange{FromStep: from, GlobalBatch: d.GlobalBatch, LearningRate: lr})
 	g.Batch, g.LearningRate = d.GlobalBatch, lr
+	r.metrics(ctx).Gauge(metricGlobalBatch).Update(float64(d.GlobalBatch))
 	workflow.GetLogger(ctx).Info("carbon batch controller", "action", d.Action, "g_per_kwh", d.GPerKWh,
 		"from_step", from, "global_batch", d.GlobalBatch, "learning_rate", lr)
 }
@@ -194,6 +195,9 @@ func (r *run) absorbPrices(ctx workflow.Context, out spec.CarbonOutput) {
 	if g.KWh > 0 {
 		g.GPerKWh = g.Grams / g.KWh
 	}
+	m := r.metrics(ctx)
+	m.Gauge(metricCarbonGrams).Update(g.Grams)
+	m.Gauge(metricEnergyKWh).Update(g.KWh)
 	r.checkBudget(ctx)
 }
 
@@ -206,11 +210,17 @@ func (r *run) checkBudget(ctx workflow.Context) {
 		return
 	}
 	g.BudgetUsedPct = 100 * g.Grams / g.BudgetG
+	r.metrics(ctx).Gauge(metricBudgetUsed).Update(g.Grams / g.BudgetG)
 	alert := !g.BudgetAlert && g.Grams >= spec.BudgetAlertFraction*g.BudgetG
 	exceeded := !g.BudgetExceeded && g.Grams >= g.BudgetG
 	if !alert && !exceeded {
 		return
 	}
+	level := "alert"
+	if exceeded {
+		level = "exceeded"
+	}
+	r.metrics(ctx).WithTags(map[string]string{"level": level}).Counter(metricBudgetAlerts).Inc(1)
 	g.BudgetAlert = true
 	g.BudgetExceeded = g.BudgetExceeded || exceeded
 	log := workflow.GetLogger(ctx)
@@ -263,6 +273,7 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 	s.WaitUntil = slot.Start
 	s.Detail = fmt.Sprintf("waiting for the green window until %s (%s)", slot.Start.UTC().Format(time.RFC3339), label)
 	g.Waits++
+	r.metrics(ctx).Counter(metricGreenWaits).Inc(1)
 	r.setPhase(ctx, spec.PhaseGreenWait)
 	workflow.GetLogger(ctx).Info("waiting for a green window", "until", slot.Start, "slot", label, "step", s.Step)
 	was := r.st.Ctl

@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
 )
 
@@ -25,9 +29,15 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now().UTC().Truncate(time.Minute)
 	trace := writeZoneTrace(t, dir, now.Add(-time.Hour), now.Add(2*time.Hour), time.Minute, func(time.Time) int { return 500 })
-	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
+	metrics, err := workers.ServeMetrics("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = metrics.Close(context.Background()) })
+	c, l, addr := startInProcessControlWith(ctx, t, dir, metrics.Handler, "node-1", "node-2", "node-3")
+	// A budget the first priced chunk exceeds: the alert's metric too.
 	green := &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(time.Hour),
-		Work: spec.Duration(time.Minute), Batch: &spec.BatchControl{ThresholdG: 200}}
+		Work: spec.Duration(time.Minute), Batch: &spec.BatchControl{ThresholdG: 200}, BudgetG: 1e-3}
 	run := func(name string, g *spec.GreenPolicy, kill bool) spec.RunStatus {
 		s := spec.RunSpec{Name: name, Nodes: 2, Steps: 300, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(3 * time.Second),
 			Green: g}.WithDefaults()
@@ -70,4 +80,69 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 	if plain.WeightsSHA256 == clean.WeightsSHA256 {
 		t.Error("the same weights without the batch controller: the schedule did not reach the engine")
 	}
+
+	// The control worker's Prometheus endpoint: the runs' gauges and the
+	// budget alert, and the SDK's own metrics.
+	resp, err := http.Get(metrics.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(body)
+	for _, m := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"cann_train_global_batch", []string{`run="run/batch-clean"`}, 32},
+		{"cann_train_step", []string{`run="run/batch-clean"`}, 300},
+		{"cann_train_step", []string{`run="run/batch-off"`}, 300},
+		{"cann_train_carbon_budget_alerts_total", []string{`run="run/batch-clean"`, `level="exceeded"`}, 1},
+		{"cann_train_carbon_grams", []string{`run="run/batch-clean"`}, clean.Green.Grams},
+	} {
+		if got, ok := metricValue(text, m.name, m.labels...); !ok || got != m.want {
+			t.Errorf("%s%v = %v (found %v), want %v:\n%s", m.name, m.labels, got, ok, m.want, grep(text, m.name))
+		}
+	}
+	if _, ok := metricValue(text, "cann_train_global_batch", `run="run/batch-off"`); ok {
+		t.Error("a run without the batch controller reports a batch")
+	}
+	if _, ok := metricValue(text, "temporal_workflow_completed_total"); !ok {
+		t.Error("no SDK metrics")
+	}
+}
+
+// metricValue finds the sample of Prometheus text metric name whose
+// labels include every one given, and returns its value.
+func metricValue(text, name string, labels ...string) (float64, bool) {
+	for _, l := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(l, name+"{")
+		if !ok {
+			continue
+		}
+		match := true
+		for _, lb := range labels {
+			match = match && strings.Contains(rest, lb)
+		}
+		if f := strings.Fields(rest); match && len(f) > 0 {
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// grep returns the lines of text that contain s.
+func grep(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

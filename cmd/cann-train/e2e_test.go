@@ -340,12 +340,19 @@ func waitRegistered(ctx context.Context, t *testing.T, c client.Client, n int) {
 // under dir/logs); it returns once they all registered. Cleanups stop all.
 func startInProcessControl(ctx context.Context, t *testing.T, dir string, nodes ...string) (c client.Client, l *dev.Launcher, addr string) {
 	t.Helper()
+	return startInProcessControlWith(ctx, t, dir, nil, nodes...)
+}
+
+// startInProcessControlWith is startInProcessControl whose control worker
+// reports its metrics to h.
+func startInProcessControlWith(ctx context.Context, t *testing.T, dir string, h client.MetricsHandler, nodes ...string) (c client.Client, l *dev.Launcher, addr string) {
+	t.Helper()
 	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop) // after the control worker's cleanup (LIFO)
-	c = controlInProcess(ctx, t, srv)
+	c = controlInProcessWith(ctx, t, srv, h)
 	l = &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
 	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
 	for _, id := range nodes {
@@ -377,8 +384,13 @@ func startRun(ctx context.Context, t *testing.T, c client.Client, in workflows.R
 // process until the test ends.
 func controlInProcess(ctx context.Context, t *testing.T, srv *dev.Server) client.Client {
 	t.Helper()
+	return controlInProcessWith(ctx, t, srv, nil)
+}
+
+func controlInProcessWith(ctx context.Context, t *testing.T, srv *dev.Server, h client.MetricsHandler) client.Client {
+	t.Helper()
 	log, _ := workers.NewLogger("warn", false)
-	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Logger: log})
+	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Logger: log, MetricsHandler: h})
 	if err != nil {
 		t.Fatal(err)
 	}

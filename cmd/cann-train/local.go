@@ -31,6 +31,7 @@ type localCluster struct {
 type localOptions struct {
 	port, uiPort int
 	dataDir      string
+	metricsAddr  string // the control worker's Prometheus endpoint ("": none)
 }
 
 func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, error) {
@@ -48,8 +49,26 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 		return nil, fmt.Errorf("%w (is another server on port %d? try --port 0 --ui-port -1)", err, o.port)
 	}
 	fmt.Fprintf(e.err, "Temporal %s up in %.1fs; Web UI %s\n", srv.FrontendAddr(), time.Since(start).Seconds(), srv.UIURL())
-	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr(), Namespace: srv.Namespace(), Logger: log})
+	co := workers.ClientOptions{Address: srv.FrontendAddr(), Namespace: srv.Namespace(), Logger: log}
+	var metrics *workers.Metrics
+	if o.metricsAddr != "" {
+		if metrics, err = workers.ServeMetrics(o.metricsAddr, quiet); err != nil {
+			srv.Stop()
+			return nil, err
+		}
+		co.MetricsHandler = metrics.Handler
+		fmt.Fprintf(e.err, "metrics at %s\n", metrics.URL)
+	}
+	closeMetrics := func() {
+		if metrics != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = metrics.Close(sctx)
+		}
+	}
+	c, err := workers.Dial(ctx, co)
 	if err != nil {
+		closeMetrics()
 		srv.Stop()
 		return nil, err
 	}
@@ -65,6 +84,7 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 		stopControl()
 		<-controlDone
 		c.Close()
+		closeMetrics()
 		srv.Stop()
 	}
 	if err := os.MkdirAll(ckptDir, 0o755); err != nil {

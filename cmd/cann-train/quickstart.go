@@ -17,21 +17,22 @@ import (
 )
 
 type quickstartOptions struct {
-	nodes      int
-	steps      int64
-	chunkSteps int64
-	name       string
-	port       int
-	uiPort     int
-	dataDir    string
-	output     string
-	keep       bool
-	hbTimeout  time.Duration
-	spares     int
-	inject     []string
-	collective string
-	scan       bool
-	file       string
+	nodes       int
+	steps       int64
+	chunkSteps  int64
+	name        string
+	port        int
+	metricsAddr string
+	uiPort      int
+	dataDir     string
+	output      string
+	keep        bool
+	hbTimeout   time.Duration
+	spares      int
+	inject      []string
+	collective  string
+	scan        bool
+	file        string
 	// changed reports whether a flag was given (with -f, only those
 	// override the job file).
 	changed func(flag string) bool
@@ -101,6 +102,7 @@ a summary with the Web UI link.`,
 	f.StringVarP(&o.file, "file", "f", "", "run this job file (built-in or external) instead of the MNIST demo; --nodes, --steps, --name … given too override it")
 	f.StringVar(&o.collective, "collective", "ring", "gradient allreduce: ring, hd, rd, tree, hier, or auto (chosen by the topology scan)")
 	f.BoolVar(&o.scan, "topology-scan", false, "measure every node pair when the run starts (implied by --collective auto)")
+	addMetricsFlag(cmd, &o.metricsAddr)
 	return cmd
 }
 
@@ -118,7 +120,7 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if err != nil {
 		return err
 	}
-	lc, err := startLocal(ctx, e, localOptions{port: o.port, uiPort: o.uiPort, dataDir: o.dataDir})
+	lc, err := startLocal(ctx, e, localOptions{port: o.port, uiPort: o.uiPort, dataDir: o.dataDir, metricsAddr: o.metricsAddr})
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
@@ -21,28 +24,66 @@ func newWorkerCmd(e *env) *cobra.Command {
 }
 
 func newControlWorkerCmd(e *env) *cobra.Command {
-	return &cobra.Command{
-		Use:     "control",
-		Short:   "Serve workflows and control activities (task queue cann-train)",
-		Example: `  cann-train worker control --address temporal.example:7233`,
-		Args:    cobra.NoArgs,
+	var metricsAddr string
+	cmd := &cobra.Command{
+		Use:   "control",
+		Short: "Serve workflows and control activities (task queue cann-train)",
+		Example: `  cann-train worker control --address temporal.example:7233
+  cann-train worker control --metrics-listen 0.0.0.0:9464   # Prometheus: curl http://host:9464/metrics`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := e.logger()
 			if err != nil {
 				return err
 			}
-			c, err := workers.Dial(cmd.Context(), workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log})
+			c, done, err := dialWorker(cmd.Context(), e, log, metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
+			defer done()
 			return workers.RunControl(cmd.Context(), c, e.namespace, log)
 		},
 	}
+	addMetricsFlag(cmd, &metricsAddr)
+	return cmd
+}
+
+// addMetricsFlag adds --metrics-listen.
+func addMetricsFlag(cmd *cobra.Command, addr *string) {
+	cmd.Flags().StringVar(addr, "metrics-listen", "", "serve Prometheus metrics (the Temporal SDK's and the runs' cann_train_* gauges and counters) on this host:port at /metrics; empty: none")
+}
+
+// dialWorker connects a worker to Temporal, with its metrics served on
+// metricsAddr when that is set; done closes both.
+func dialWorker(ctx context.Context, e *env, log *zap.Logger, metricsAddr string) (client.Client, func(), error) {
+	o := workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log}
+	var m *workers.Metrics
+	if metricsAddr != "" {
+		var err error
+		if m, err = workers.ServeMetrics(metricsAddr, log); err != nil {
+			return nil, nil, err
+		}
+		o.MetricsHandler = m.Handler
+		fmt.Fprintf(e.err, "metrics at %s\n", m.URL)
+	}
+	c, err := workers.Dial(ctx, o)
+	closeMetrics := func() {
+		if m != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = m.Close(sctx)
+		}
+	}
+	if err != nil {
+		closeMetrics()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); closeMetrics() }, nil
 }
 
 func newNodeWorkerCmd(e *env) *cobra.Command {
 	o := workers.NodeOptions{}
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Serve one node: train chunks on queue cann-train/node/<id>",
@@ -55,11 +96,11 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := workers.Dial(cmd.Context(), workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log})
+			c, done, err := dialWorker(cmd.Context(), e, log, metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
+			defer done()
 			if o.WorkDir == "" {
 				o.WorkDir = filepath.Join(defaultDataDir(), "work", o.ID)
 			}
@@ -80,6 +121,7 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let `cann-train fault kill` SIGKILL this worker (testing and demos only)")
 	f.StringVar(&o.WorkDir, "work-dir", "", "external jobs' logs, reports and checkpoint directories (default <data dir>/work/<id>)")
 	f.StringVar(&o.Energy, "energy", "auto", "energy meter whose readings chunks report: auto (Linux RAPL when readable), rapl, npu-smi, nvidia-smi, or off (the run then models energy)")
+	addMetricsFlag(cmd, &metricsAddr)
 	_ = cmd.MarkFlagRequired("id")
 	return cmd
 }

@@ -79,6 +79,9 @@ func TestComposeWorkersWiring(t *testing.T) {
 		}
 		switch cmd[1] {
 		case "control":
+			if flag(cmd, "--metrics-listen") == "" {
+				t.Errorf("%s serves no metrics (--metrics-listen)", name)
+			}
 		case "node":
 			nodes++
 			id := flag(cmd, "--id")

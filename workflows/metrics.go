@@ -1,0 +1,26 @@
+package workflows
+
+import (
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/workflow"
+)
+
+// Metrics a TrainingRun emits through the worker's metrics handler (see
+// workers.ServeMetrics), tagged with the run's workflow ID as "run". The
+// SDK drops them while a history replays, so they are safe in workflow
+// code. Prometheus names: counters gain a _total suffix.
+const (
+	metricStep          = "cann_train_step"                     // gauge: global step after the last chunk
+	metricSamplesPerSec = "cann_train_samples_per_sec"          // gauge: the last chunk's throughput
+	metricCarbonGrams   = "cann_train_carbon_grams"             // gauge: gCO2eq of the chunks priced so far
+	metricEnergyKWh     = "cann_train_energy_kwh"               // gauge: their energy
+	metricBudgetUsed    = "cann_train_carbon_budget_used_ratio" // gauge: grams / budget_g
+	metricBudgetAlerts  = "cann_train_carbon_budget_alerts"     // counter, level=alert|exceeded: once each per run
+	metricGreenWaits    = "cann_train_green_waits"              // counter: waits for a green window
+	metricGlobalBatch   = "cann_train_global_batch"             // gauge: the batch controller's batch in force
+)
+
+// metrics is the workflow's metrics handler, tagged with the run.
+func (r *run) metrics(ctx workflow.Context) client.MetricsHandler {
+	return workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"run": r.st.Status.RunID})
+}
