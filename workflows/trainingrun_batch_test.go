@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -92,12 +93,11 @@ func TestTrainingRunCarbonBatchController(t *testing.T) {
 // train as recorded and the controller decides again only past the last
 // change; a rescale may not outnumber the smallest batch set.
 func TestTrainingRunBatchScheduleSurvivesRewind(t *testing.T) {
-	failed := false
+	var failed atomic.Bool // the ranks' activities run concurrently
 	fail := func(in spec.ChunkInput) error {
-		if in.From != 200 || failed || in.Rank != 0 {
+		if in.From != 200 || in.Rank != 0 || failed.Swap(true) {
 			return nil
 		}
-		failed = true
 		return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 230})
 	}
 	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
