@@ -50,22 +50,12 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	}
 	fmt.Fprintf(e.err, "Temporal %s up in %.1fs; Web UI %s\n", srv.FrontendAddr(), time.Since(start).Seconds(), srv.UIURL())
 	co := workers.ClientOptions{Address: srv.FrontendAddr(), Namespace: srv.Namespace(), Logger: log}
-	var metrics *workers.Metrics
-	if o.metricsAddr != "" {
-		if metrics, err = workers.ServeMetrics(o.metricsAddr, quiet); err != nil {
-			srv.Stop()
-			return nil, err
-		}
-		co.MetricsHandler = metrics.Handler
-		fmt.Fprintf(e.err, "metrics at %s\n", metrics.URL)
+	h, closeMetrics, err := serveMetrics(e, o.metricsAddr, quiet)
+	if err != nil {
+		srv.Stop()
+		return nil, err
 	}
-	closeMetrics := func() {
-		if metrics != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = metrics.Close(sctx)
-		}
-	}
+	co.MetricsHandler = h
 	c, err := workers.Dial(ctx, co)
 	if err != nil {
 		closeMetrics()

@@ -57,28 +57,35 @@ func addMetricsFlag(cmd *cobra.Command, addr *string) {
 // metricsAddr when that is set; done closes both.
 func dialWorker(ctx context.Context, e *env, log *zap.Logger, metricsAddr string) (client.Client, func(), error) {
 	o := workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log}
-	var m *workers.Metrics
-	if metricsAddr != "" {
-		var err error
-		if m, err = workers.ServeMetrics(metricsAddr, log); err != nil {
-			return nil, nil, err
-		}
-		o.MetricsHandler = m.Handler
-		fmt.Fprintf(e.err, "metrics at %s\n", m.URL)
+	h, closeMetrics, err := serveMetrics(e, metricsAddr, log)
+	if err != nil {
+		return nil, nil, err
 	}
+	o.MetricsHandler = h
 	c, err := workers.Dial(ctx, o)
-	closeMetrics := func() {
-		if m != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = m.Close(sctx)
-		}
-	}
 	if err != nil {
 		closeMetrics()
 		return nil, nil, err
 	}
 	return c, func() { c.Close(); closeMetrics() }, nil
+}
+
+// serveMetrics serves a worker's metrics on addr and says where; with addr
+// empty it serves nothing (nil handler). closeMetrics stops serving.
+func serveMetrics(e *env, addr string, log *zap.Logger) (h client.MetricsHandler, closeMetrics func(), err error) {
+	if addr == "" {
+		return nil, func() {}, nil
+	}
+	m, err := workers.ServeMetrics(addr, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(e.err, "metrics at %s\n", m.URL)
+	return m.Handler, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = m.Close(sctx)
+	}, nil
 }
 
 func newNodeWorkerCmd(e *env) *cobra.Command {
