@@ -1,6 +1,8 @@
 package carbon
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -45,12 +47,48 @@ var timeLayouts = []string{
 
 func parseTime(s string) (time.Time, error) {
 	s = strings.TrimSpace(s)
+	if t, ok := unixTime(s); ok {
+		return t, nil
+	}
 	for _, l := range timeLayouts {
 		if t, err := time.ParseInLocation(l, s, time.UTC); err == nil {
 			return t.UTC(), nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("%w: %q (want RFC3339 or YYYY-MM-DD HH:MM[:SS], UTC)", ErrBadTime, s)
+	return time.Time{}, fmt.Errorf("%w: %q (want RFC3339, YYYY-MM-DD HH:MM[:SS] in UTC, or Unix seconds)", ErrBadTime, s)
+}
+
+// unixTime reads a Unix timestamp: 9–11 digits are seconds, 12–13
+// milliseconds (as WattTime-style exports and JavaScript write them).
+func unixTime(s string) (time.Time, bool) {
+	if len(s) < 9 || len(s) > 13 || strings.TrimLeft(s, "0123456789") != "" {
+		return time.Time{}, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	if len(s) >= 12 {
+		return time.UnixMilli(n).UTC(), true
+	}
+	return time.Unix(n, 0).UTC(), true
+}
+
+// delimiter guesses a CSV file's field separator from its first line: a
+// comma, else a semicolon (European spreadsheet exports) or a tab.
+func delimiter(first []byte) rune {
+	if i := bytes.IndexByte(first, '\n'); i >= 0 {
+		first = first[:i]
+	}
+	switch {
+	case bytes.IndexByte(first, ',') >= 0:
+		return ','
+	case bytes.IndexByte(first, ';') >= 0:
+		return ';'
+	case bytes.IndexByte(first, '\t') >= 0:
+		return '\t'
+	}
+	return ','
 }
 
 // ReadCSVOptions reads a trace in one of two forms, detected by the header:
@@ -63,7 +101,9 @@ func parseTime(s string) (time.Time, error) {
 //   - plain: "time,<zone>[,<zone>…]" (first column time/datetime/timestamp),
 //     as in the Let's Wait Awhile traces.
 //
-// Timestamps are RFC3339 or "YYYY-MM-DD HH:MM[:SS]" (UTC). The step is
+// Fields are separated by commas, or by semicolons or tabs when the header
+// has no comma. Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC) or
+// Unix seconds or milliseconds. The step is
 // inferred (smallest spacing) and checked; gaps of at most
 // opts.MaxGapSteps (default MaxInterpolatedSteps) missing steps are filled
 // linearly, longer ones are refused with a *GapError (ErrGap) naming the
@@ -73,7 +113,10 @@ func parseTime(s string) (time.Time, error) {
 // another value is refused (ErrIrregular).
 // Bad values give ErrBadValue naming line and column.
 func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
-	cr := csv.NewReader(r)
+	br := bufio.NewReader(r)
+	head, _ := br.Peek(br.Size()) // the first line, if it is that short (a read error shows below)
+	cr := csv.NewReader(br)
+	cr.Comma = delimiter(head)
 	cr.ReuseRecord = true
 	header, err := cr.Read()
 	if err != nil {

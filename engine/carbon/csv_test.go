@@ -1,6 +1,7 @@
 package carbon
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,16 @@ func TestReadCSV(t *testing.T) {
 			wantErr: ErrBadValue, errHas: []string{"line 3", "column 2"}},
 		{name: "nan", in: "time,DE\n2020-01-01 00:00,NaN\n", wantErr: ErrBadValue, errHas: []string{"line 2"}},
 		{name: "bad time", in: "time,DE\n2020-01-01 00:00,10\n01/02/2020,10\n", wantErr: ErrBadTime, errHas: []string{"line 3", "column 1"}},
+		{name: "semicolons", in: "time;DE\n2020-01-01 00:00;10\n2020-01-01 01:00;20\n",
+			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20}},
+		{name: "tabs", in: "time\tDE\n2020-01-01 00:00\t10\n2020-01-01 01:00\t20\n",
+			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20}},
+		{name: "unix seconds", in: "timestamp,DE\n1577836800,10\n1577838600,20\n",
+			wantZone: "DE", wantStep: 30 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20}},
+		{name: "unix milliseconds", in: "timestamp,DE\n1577836800000,10\n1577837100000,20\n",
+			wantZone: "DE", wantStep: 5 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20}},
+		{name: "offset times", in: "time,DE\n2020-01-01T01:00:00+01:00,10\n2020-01-01T02:00:00+01:00,20\n",
+			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20}},
 		{name: "repeated row dropped", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,1\n2020-01-01 01:00,1\n2020-01-01 02:00,2\n",
 			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 1, 2}},
 		{name: "duplicate time, other value", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,1\n2020-01-01 01:00,2\n",
@@ -108,4 +119,21 @@ func TestReadCSVRaggedRowNamesLine(t *testing.T) {
 	_, err := ReadCSV(strings.NewReader("time,DE\n2020-01-01 00:00,1\n2020-01-01 01:00,1,7\n"), "")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "line 3")
+}
+
+// FuzzReadCSV: any bytes give a valid series or an error, never a panic.
+func FuzzReadCSV(f *testing.F) {
+	f.Add([]byte(emHeader + emRow("2022-01-01 00:00:00", "ES", "1", "2") + emRow("2022-01-01 01:00:00", "ES", "", "2") +
+		emRow("2022-01-01 02:00:00", "ES", "3", "4")))
+	f.Add([]byte("time,DE\n2020-01-01 00:00,10\n2020-01-01 00:15,20\n2020-01-01 00:45,40\n"))
+	f.Add([]byte("time;DE\n1577836800;10\n1577838600;x\n"))
+	f.Add([]byte("\ufefftimestamp\tA\tB\n2020-01-01T00:00Z\t1\t2\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ReadCSVOptions(bytes.NewReader(data), CSVOptions{})
+		if err == nil {
+			if verr := s.Validate(); verr != nil {
+				t.Fatalf("accepted an invalid series: %v", verr)
+			}
+		}
+	})
 }
