@@ -74,10 +74,16 @@ func (c Config) maxRows() int {
 	lo, hi := c.RankSlice()
 	rows := hi - lo
 	for _, b := range c.Schedule {
-		r := int64(c.Rank)
-		rows = max(rows, int((r+1)*int64(b.GlobalBatch)/int64(c.World)-r*int64(b.GlobalBatch)/int64(c.World)))
+		lo, hi := c.sliceOf(b.GlobalBatch)
+		rows = max(rows, hi-lo)
 	}
 	return rows
+}
+
+// sliceOf is RankSlice for a global batch of g.
+func (c Config) sliceOf(g int) (lo, hi int) {
+	c.GlobalBatch = g
+	return c.RankSlice()
 }
 
 // position returns the epoch and the offset in its permutation of the
@@ -134,10 +140,8 @@ func (t *Trainer) applyBatch(s int64) {
 	if seg == t.seg {
 		return
 	}
-	w, r := int64(t.cfg.World), int64(t.cfg.Rank)
-	t.seg, t.global, t.lr = seg, int64(g), lr
-	t.lo = r * int64(g) / w
-	t.rows = int((r+1)*int64(g)/w - t.lo)
+	lo, hi := t.cfg.sliceOf(g)
+	t.seg, t.lr, t.lo, t.rows = seg, lr, int64(lo), hi-lo
 	if t.cfg.GlobalBatch > 0 {
 		t.gradScale = float64(t.cfg.World) / float64(g)
 	}

@@ -81,12 +81,11 @@ type Trainer struct {
 	yb     []uint8
 	exps   []float64
 
-	// Data order: each step's global batch holds global examples, of which
-	// this rank trains [lo, lo+rows); gradScale multiplies each example's
-	// loss gradient (1/rows, or World/GlobalBatch with GlobalBatch set);
-	// lr is the learning rate. All five are those of the schedule entry
-	// seg (-1: the Config's own), set by applyBatch.
-	global    int64
+	// Data order: this rank trains examples [lo, lo+rows) of each step's
+	// global batch; gradScale multiplies each example's loss gradient
+	// (1/rows, or World/G with a global batch G); lr is the learning rate.
+	// All four are those of the schedule entry seg (-1: the Config's
+	// own), set by applyBatch.
 	lo        int64
 	rows      int
 	gradScale float64
@@ -161,7 +160,6 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 		v:         make([]float32, n),
 		yb:        make([]uint8, cfg.maxRows()),
 		exps:      make([]float64, train.Classes),
-		global:    global,
 		lo:        int64(lo),
 		rows:      rows,
 		gradScale: gradScale,
@@ -388,7 +386,6 @@ func firstNonFinite(x []float32) int {
 // loadBatch copies this rank's slice of the global batch of step s into
 // acts[0] and yb.
 func (t *Trainer) loadBatch(s int64) {
-	t.applyBatch(s)
 	dim := t.train.Dim
 	x := t.acts[0]
 	for i, idx := range t.batchIndices(s) {

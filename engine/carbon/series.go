@@ -210,7 +210,9 @@ func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 			step = d
 		}
 	}
-	pts = slices.DeleteFunc(slices.Clone(pts), func(p point) bool { return p.missing })
+	if readings < len(pts) {
+		pts = slices.DeleteFunc(slices.Clone(pts), func(p point) bool { return p.missing })
+	}
 	s := &Series{Start: pts[0].t.UTC(), Step: step, Zone: zone}
 	s.Values = append(s.Values, pts[0].v)
 	for i := 1; i < len(pts); i++ {
