@@ -104,9 +104,11 @@ func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.Carb
 
 // AdjustBatch is the batch controller's decision at intensity gPerKWh
 // (engine/carbon.AdjustBatch with the policy's threshold and bounds, the
-// lower bound raised to the node count).
+// lower bound raised to the node count, the learning rate scaled from the
+// input's base pair when it has one, as TrainingRun applies it).
 func AdjustBatch(c spec.BatchControl, cur spec.BatchInput, gPerKWh float64) (spec.BatchDecision, error) {
-	pol := carbon.BatchPolicy{Threshold: c.ThresholdG, MinBatch: max(c.Min, cur.Nodes, 1), MaxBatch: c.Max}
+	pol := carbon.BatchPolicy{Threshold: c.ThresholdG, MinBatch: max(c.Min, cur.Nodes, 1), MaxBatch: c.Max,
+		Base: carbon.BatchState{Batch: cur.BaseBatch, LR: cur.BaseLearningRate}}
 	next, act, err := carbon.AdjustBatch(gPerKWh, pol, carbon.BatchState{Batch: cur.GlobalBatch, LR: cur.LearningRate})
 	if err != nil {
 		return spec.BatchDecision{}, err

@@ -262,6 +262,10 @@ func TestPlanCarbonBatchController(t *testing.T) {
 			spec.BatchDecision{GlobalBatch: 80, LearningRate: scaled(2e-3, 80, 64), Action: "grow", GPerKWh: 100}},
 		{"hold at the cap", noon, false, spec.BatchInput{GlobalBatch: 80, LearningRate: 0.0030000000000000005, Nodes: 2},
 			spec.BatchDecision{GlobalBatch: 80, LearningRate: 0.0030000000000000005, Action: "hold", GPerKWh: 100}},
+		// With the spec's pair, the rate scales from it (as TrainingRun
+		// applies it), not from the rate in force.
+		{"from the base pair", noon, false, spec.BatchInput{GlobalBatch: 48, LearningRate: 1.4e-3, Nodes: 2, BaseBatch: 64, BaseLearningRate: 2e-3},
+			spec.BatchDecision{GlobalBatch: 60, LearningRate: scaled(2e-3, 60, 64), Action: "grow", GPerKWh: 100}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

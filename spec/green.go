@@ -132,11 +132,15 @@ type BatchChange struct {
 }
 
 // BatchInput asks PlanCarbon for the controller's decision: the batch and
-// learning rate in force, and the node count (the smallest batch allowed).
+// learning rate in force, the node count (the smallest batch allowed), and
+// the spec's pair that the learning rate scales from (zero in histories
+// before it existed: the rate in force is scaled instead).
 type BatchInput struct {
-	GlobalBatch  int     `json:"global_batch"`
-	LearningRate float64 `json:"learning_rate"`
-	Nodes        int     `json:"nodes"`
+	GlobalBatch      int     `json:"global_batch"`
+	LearningRate     float64 `json:"learning_rate"`
+	Nodes            int     `json:"nodes"`
+	BaseBatch        int     `json:"base_batch,omitempty"`
+	BaseLearningRate float64 `json:"base_learning_rate,omitempty"`
 }
 
 // BatchDecision is the controller's answer: the batch and learning rate

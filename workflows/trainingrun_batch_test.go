@@ -79,10 +79,10 @@ func TestTrainingRunCarbonBatchController(t *testing.T) {
 		}
 	}
 	in := func(gb int, lr float64) spec.BatchInput {
-		return spec.BatchInput{GlobalBatch: gb, LearningRate: lr, Nodes: 2}
+		return spec.BatchInput{GlobalBatch: gb, LearningRate: lr, Nodes: 2, BaseBatch: 64, BaseLearningRate: 2e-3}
 	}
 	require.Equal(t, []spec.BatchInput{in(64, 2e-3), in(48, lr(48)), in(48, lr(48)), in(60, lr(60))}, cb.asked,
-		"asked with the batch in force and the node count")
+		"asked with the batch in force, the node count and the spec's pair")
 	require.Equal(t, 75, st.Green.Batch)
 	require.InDelta(t, e3.LearningRate, st.Green.LearningRate, 1e-15)
 	require.Equal(t, 3, len(st.Green.Schedule))

@@ -72,7 +72,8 @@ func (r *run) callCarbon(ctx workflow.Context, plan, batch bool) (spec.CarbonOut
 		Work: r.remainingWork(), Price: r.st.Unpriced}
 	if batch {
 		gb, lr := r.batchAt(r.st.Status.Step)
-		in.Batch = &spec.BatchInput{GlobalBatch: gb, LearningRate: lr, Nodes: max(len(r.st.Membership.Nodes), 1)}
+		in.Batch = &spec.BatchInput{GlobalBatch: gb, LearningRate: lr, Nodes: max(len(r.st.Membership.Nodes), 1),
+			BaseBatch: r.spec.GlobalBatch(), BaseLearningRate: r.spec.LearningRate}
 	}
 	summary := fmt.Sprintf("price %d chunk(s)", len(in.Price))
 	if batch && !plan {
@@ -153,7 +154,9 @@ func (r *run) takeBatch(ctx workflow.Context, d *spec.BatchDecision) {
 	}
 	// The linear scaling rule, from the spec's pair rather than chained
 	// from change to change, so that a batch back at its start has its
-	// learning rate back bit for bit.
+	// learning rate back bit for bit. PlanCarbon computes the same from the
+	// base pair in its input; the workflow keeps its own so that histories
+	// recorded before the input carried the pair replay unchanged.
 	lr = r.spec.LearningRate * float64(d.GlobalBatch) / float64(r.spec.GlobalBatch())
 	g.Schedule = append(g.Schedule, spec.BatchChange{FromStep: from, GlobalBatch: d.GlobalBatch, LearningRate: lr})
 	g.Batch, g.LearningRate = d.GlobalBatch, lr

@@ -28,6 +28,11 @@ type BatchPolicy struct {
 	LowRatio           float64 // > 0
 	ShrinkStep         float64 // in (0, 1)
 	GrowStep           float64 // > 1
+	// Base, when its Batch is set, anchors the linear scaling rule: a new
+	// batch B' gets Base.LR × B'/Base.Batch rather than the rate in force
+	// scaled by B'/Batch, so a run whose batch returns to its start has its
+	// learning rate back bit for bit however many changes lay between.
+	Base BatchState
 }
 
 // BatchState is the global batch size and learning rate in force.
@@ -94,6 +99,8 @@ func AdjustBatch(intensity float64, p BatchPolicy, cur BatchState) (BatchState, 
 		return cur, Hold, fmt.Errorf("%w: batch %d", ErrInvalidControl, cur.Batch)
 	case math.IsNaN(cur.LR) || math.IsInf(cur.LR, 0) || cur.LR < 0:
 		return cur, Hold, fmt.Errorf("%w: learning rate %v", ErrInvalidControl, cur.LR)
+	case p.Base.Batch < 0 || math.IsNaN(p.Base.LR) || math.IsInf(p.Base.LR, 0) || p.Base.LR < 0:
+		return cur, Hold, fmt.Errorf("%w: base batch %d, learning rate %v", ErrInvalidControl, p.Base.Batch, p.Base.LR)
 	}
 	b := float64(cur.Batch)
 	switch {
@@ -104,6 +111,9 @@ func AdjustBatch(intensity float64, p BatchPolicy, cur BatchState) (BatchState, 
 	}
 	nb := int(math.Max(float64(p.MinBatch), math.Min(float64(p.MaxBatch), b)))
 	next := BatchState{Batch: nb, LR: cur.LR * float64(nb) / float64(cur.Batch)}
+	if p.Base.Batch > 0 {
+		next.LR = p.Base.LR * float64(nb) / float64(p.Base.Batch)
+	}
 	switch {
 	case nb < cur.Batch:
 		return next, Shrink, nil
