@@ -424,12 +424,27 @@ func (m CostModel) Choose(coll Collective, p, bytes int) Algorithm {
 	return best
 }
 
-// choose picks the algorithm for one call: forced, else modelled.
+// choose picks the algorithm for one call: forced, else modelled. The
+// model's answer for the last size of each collective is kept (a training
+// loop repeats its sizes), since evaluating every candidate's cost costs
+// more than a small message's own overhead allows (~0.1 µs); whatever
+// replaces c.model clears c.chosen.
 func (c *Communicator) choose(coll Collective, bytes int) Algorithm {
 	if a := c.force[coll]; a != AlgoAuto {
 		return a
 	}
-	return c.model.Choose(coll, c.size, bytes)
+	if ch := c.chosen[coll]; ch.algo != AlgoAuto && ch.bytes == bytes {
+		return ch.algo
+	}
+	a := c.model.Choose(coll, c.size, bytes)
+	c.chosen[coll] = choice{bytes: bytes, algo: a}
+	return a
+}
+
+// choice is one cached answer of the cost model (see choose).
+type choice struct {
+	bytes int
+	algo  Algorithm
 }
 
 // SetAlgorithm forces algo for every collective that implements it (the
@@ -478,6 +493,7 @@ func (c *Communicator) SetCostModel(m CostModel) {
 	c.model = m
 	c.model.Segment = seg
 	c.model.Hosts, c.model.PerHost, c.model.MemoryLinks = hosts, per, mem
+	c.chosen = [numColl]choice{}
 }
 
 // log2ceil is ⌈log2 p⌉ for p ≥ 1.

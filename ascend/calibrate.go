@@ -46,7 +46,7 @@ func (c *Communicator) Calibrate(ctx context.Context) (CostModel, error) {
 	m := c.model
 	m.Gamma = measureGamma()
 	if c.size == 1 {
-		c.model = m
+		c.model, c.chosen = m, [numColl]choice{}
 		return m, nil
 	}
 	p, r := c.size, c.rank
@@ -74,7 +74,7 @@ func (c *Communicator) Calibrate(ctx context.Context) (CostModel, error) {
 	perByte := func(v float32) float64 { return max(float64(v), 1e-13) }
 	m.Alpha, m.Beta, m.Gamma = sec(vals[0]), perByte(vals[1]), perByte(vals[2])
 	m.AlphaAll, m.BetaAll = sec(vals[3]), perByte(vals[4])
-	c.model = m
+	c.model, c.chosen = m, [numColl]choice{}
 	return m, nil
 }
 

@@ -66,13 +66,14 @@ type Communicator struct {
 	force    [numColl]Algorithm
 	initial  [numColl]Algorithm // force as configured (Config, ASCEND_ALGO)
 	model    CostModel
-	offs     []int        // partition scratch: p+1 offsets
-	voffs    []int        // halving-doubling block offsets: p'+1
-	acc      [2][]float32 // ping-pong segment accumulators (pipelined reduce)
-	pipe     int          // pipeline segment of tree and chain, elements (see oversubPipeBytes)
-	work     []float32    // workspace of out-of-place variants, grown on demand
-	sink     reduceSink   // in-place reduction of received frames
-	p2pSend  []uint32     // per-peer point-to-point sequence numbers
+	chosen   [numColl]choice // the model's last choice per collective (see choose)
+	offs     []int           // partition scratch: p+1 offsets
+	voffs    []int           // halving-doubling block offsets: p'+1
+	acc      [2][]float32    // ping-pong segment accumulators (pipelined reduce)
+	pipe     int             // pipeline segment of tree and chain, elements (see oversubPipeBytes)
+	work     []float32       // workspace of out-of-place variants, grown on demand
+	sink     reduceSink      // in-place reduction of received frames
+	p2pSend  []uint32        // per-peer point-to-point sequence numbers
 	p2pRecv  []uint32
 	// Typed collectives (typed.go) run several operations on one scratch.
 	typedMu sync.Mutex
@@ -214,6 +215,7 @@ func New(cfg Config) (*Communicator, error) {
 		c.pipe = max(1, oversubPipeBytes/4/c.chunk) * c.chunk
 	}
 	c.model.Segment = 4 * c.pipe
+	c.chosen = [numColl]choice{}
 	return c, nil
 }
 

@@ -98,6 +98,7 @@ func (c *Communicator) hostGroups(hosts []int) {
 	for _, n := range perHost {
 		c.model.PerHost = max(c.model.PerHost, n)
 	}
+	c.chosen = [numColl]choice{}
 }
 
 // hierAllReduce: reduce to the host leader, ring among leaders, broadcast.

@@ -481,3 +481,31 @@ func TestPipelineSegments(t *testing.T) {
 		}
 	}
 }
+
+// The cost model's choice is cached per collective and size, and a new
+// model (SetCostModel) is asked again.
+func TestChooseCacheFollowsTheModel(t *testing.T) {
+	c := pipeGroup(t, 2, 0, true)[0]
+	const bytes = 64 << 10
+	// Latency-bound links: recursive halving-doubling; bandwidth-bound
+	// ones with free latency: the ring (fewer bytes per rank than RD).
+	lat := CostModel{Alpha: time.Millisecond, Beta: 1e-12, Gamma: 1e-12}
+	bw := CostModel{Alpha: time.Nanosecond, Beta: 1e-6, Gamma: 1e-12}
+	c.SetCostModel(lat)
+	want := lat.Choose(CollAllReduce, 2, bytes)
+	if got := c.Algorithm(CollAllReduce, bytes); got != want || c.Algorithm(CollAllReduce, bytes) != want {
+		t.Fatalf("latency-bound model: %v, want %v", got, want)
+	}
+	c.SetCostModel(bw)
+	m := c.CostModel()
+	want2 := m.Choose(CollAllReduce, 2, bytes)
+	if want2 == want {
+		t.Fatalf("both models choose %v: the test needs them to differ", want)
+	}
+	if got := c.Algorithm(CollAllReduce, bytes); got != want2 {
+		t.Errorf("after SetCostModel: %v, want the new model's %v", got, want2)
+	}
+	if got, want := c.Algorithm(CollAllReduce, 8), m.Choose(CollAllReduce, 2, 8); got != want {
+		t.Errorf("another size: %v, want %v", got, want)
+	}
+}

@@ -226,3 +226,37 @@ func TestTrySendFrames(t *testing.T) {
 		})
 	}
 }
+
+// A deadline set by an earlier operation stands for the one asked only
+// while it is at most opTimeout/deadlineSlack earlier, never later.
+func TestKeepDeadline(t *testing.T) {
+	c := &conn{opTimeout: 64 * time.Second} // slack: 1 s
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var none time.Time
+	tests := []struct {
+		name      string
+		cur, want time.Time
+		keep      bool
+	}{
+		{"none asked, none set", none, none, true},
+		{"first deadline", none, now, false},
+		{"deadline dropped", now, none, false},
+		{"same", now, now, true},
+		{"earlier within the slack", now, now.Add(time.Second), true},
+		{"earlier beyond the slack", now, now.Add(time.Second + time.Nanosecond), false},
+		{"later than asked", now.Add(time.Millisecond), now, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := c.keepDeadline(tc.cur, tc.want); got != tc.keep {
+				t.Errorf("keepDeadline(%v, %v) = %v, want %v", tc.cur, tc.want, got, tc.keep)
+			}
+		})
+	}
+	// Without an operation timeout only the context's deadline counts,
+	// exactly.
+	c.opTimeout = 0
+	if c.keepDeadline(now, now.Add(time.Nanosecond)) {
+		t.Error("kept a deadline 1 ns early without a timeout")
+	}
+}
