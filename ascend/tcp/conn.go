@@ -135,38 +135,34 @@ func (c *conn) deadline(ctx context.Context) time.Time { return ascend.OpDeadlin
 // before the one this operation asks for.
 const deadlineSlack = 64
 
-// setWriteDeadline brings the write deadline to what ctx and the
+func (c *conn) setWriteDeadline(ctx context.Context) error { return c.setDeadline(ctx, true) }
+
+func (c *conn) setReadDeadline(ctx context.Context) error { return c.setDeadline(ctx, false) }
+
+// setDeadline brings the write (or read) deadline to what ctx and the
 // operation timeout ask for, unless the one in force is at most
 // opTimeout/deadlineSlack earlier (never later): a stuck peer is still
 // detected within the timeout, and back-to-back operations skip the
 // runtime timer update each deadline change costs (~130 ns a call here,
-// two per exchange). setReadDeadline is its counterpart.
-func (c *conn) setWriteDeadline(ctx context.Context) error {
+// two per exchange).
+func (c *conn) setDeadline(ctx context.Context, write bool) error {
+	last, set := &c.rdl, c.nc.SetReadDeadline
+	if write {
+		last, set = &c.wdl, c.nc.SetWriteDeadline
+	}
 	want := c.deadline(ctx)
-	if c.keepDeadline(c.wdl, want) {
+	if c.keepDeadline(*last, want) {
 		return nil
 	}
-	if err := c.nc.SetWriteDeadline(want); err != nil {
+	if err := set(want); err != nil {
 		return err
 	}
-	c.wdl = want
-	return nil
-}
-
-func (c *conn) setReadDeadline(ctx context.Context) error {
-	want := c.deadline(ctx)
-	if c.keepDeadline(c.rdl, want) {
-		return nil
-	}
-	if err := c.nc.SetReadDeadline(want); err != nil {
-		return err
-	}
-	c.rdl = want
+	*last = want
 	return nil
 }
 
 // keepDeadline: the deadline in force (cur) may stand for want (see
-// setWriteDeadline).
+// setDeadline).
 func (c *conn) keepDeadline(cur, want time.Time) bool {
 	if cur.IsZero() || want.IsZero() {
 		return cur.Equal(want)
