@@ -40,6 +40,9 @@ func addAVX2NT(dst, a, b *float32, n int)
 //go:noescape
 func copyAVX2NT(dst, src *float32, n int)
 
+//go:noescape
+func addAVX2NT2(dst, dst2, a, b *float32, n int)
+
 // ntHead is how many elements of dst precede its first 32-byte boundary.
 func ntHead(dst []float32) int {
 	return int((32-uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%32)%32) / 4
@@ -62,6 +65,30 @@ func addFloatsNT(dst, a, b []float32) {
 		addAVX2NT(&dst[h], &a[h], &b[h], v)
 	}
 	addPortable(dst[h+v:], a[h+v:], b[h+v:])
+}
+
+// addFloatsNT2 stores a[i]+b[i] into both dst[i] and dst2[i] with
+// non-temporal stores for the bulk (see addFloatsNT): one read of the
+// operands for two results. It reports false, storing nothing, when it
+// cannot (no AVX2, or dst and dst2 not equally aligned to 32 bytes).
+// Neither dst nor dst2 may overlap a or b.
+func addFloatsNT2(dst, dst2, a, b []float32) bool {
+	n := len(dst)
+	dst2, a, b = dst2[:n], a[:n], b[:n]
+	p, p2 := uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(unsafe.Pointer(unsafe.SliceData(dst2)))
+	if !hasAVX2 || p%4 != 0 || p%32 != p2%32 {
+		return false
+	}
+	h := min(ntHead(dst), n)
+	addPortable(dst[:h], a[:h], b[:h])
+	copy(dst2[:h], dst[:h])
+	v := (n - h) &^ 31
+	if v > 0 {
+		addAVX2NT2(&dst[h], &dst2[h], &a[h], &b[h], v)
+	}
+	addPortable(dst[h+v:], a[h+v:], b[h+v:])
+	copy(dst2[h+v:], dst[h+v:])
+	return true
 }
 
 // copyNT is copy with non-temporal stores for the bulk (see addFloatsNT).

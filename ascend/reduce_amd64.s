@@ -67,6 +67,44 @@ loopnt:
 	VZEROUPPER
 	RET
 
+// func addAVX2NT2(dst, dst2, a, b *float32, n int)
+//
+// addAVX2NT storing every sum twice, into dst and dst2 (both 32-byte
+// aligned, neither overlapping a or b); fenced like addAVX2NT.
+TEXT ·addAVX2NT2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ dst2+8(FP), R8
+	MOVQ a+16(FP), SI
+	MOVQ b+24(FP), DX
+	MOVQ n+32(FP), CX
+
+loopnt2:
+	VMOVUPS  0(SI), Y0
+	VMOVUPS  32(SI), Y1
+	VMOVUPS  64(SI), Y2
+	VMOVUPS  96(SI), Y3
+	VADDPS   0(DX), Y0, Y0
+	VADDPS   32(DX), Y1, Y1
+	VADDPS   64(DX), Y2, Y2
+	VADDPS   96(DX), Y3, Y3
+	VMOVNTPS Y0, 0(DI)
+	VMOVNTPS Y1, 32(DI)
+	VMOVNTPS Y2, 64(DI)
+	VMOVNTPS Y3, 96(DI)
+	VMOVNTPS Y0, 0(R8)
+	VMOVNTPS Y1, 32(R8)
+	VMOVNTPS Y2, 64(R8)
+	VMOVNTPS Y3, 96(R8)
+	ADDQ     $128, SI
+	ADDQ     $128, DX
+	ADDQ     $128, DI
+	ADDQ     $128, R8
+	SUBQ     $32, CX
+	JNZ      loopnt2
+	SFENCE
+	VZEROUPPER
+	RET
+
 // func copyAVX2NT(dst, src *float32, n int)
 //
 // dst[i] = src[i] for i < n with non-temporal stores; dst 32-byte
