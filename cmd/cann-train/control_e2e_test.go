@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,31 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if text := cli("status", "pause-me"); !strings.Contains(text, "status       paused: paused at step") {
 		t.Errorf("status text does not say paused:\n%s", text)
 	}
+	// The dashboard lists the run (the visibility store indexes it) with
+	// what its status query says.
+	dashboard := func(what string, ok func(r dashboardRow) bool, args ...string) dashboardRow {
+		t.Helper()
+		for {
+			var rows []dashboardRow
+			if err := json.Unmarshal([]byte(cli(append([]string{"dashboard", "-o", "json"}, args...)...)), &rows); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				if r.WorkflowID == run.GetID() && ok(r) {
+					return r
+				}
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("dashboard never showed %s: %+v", what, rows)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	if r := dashboard("the paused run", func(r dashboardRow) bool { return r.Status == spec.PhasePaused }); r.Execution != "running" ||
+		r.Step != held.Steps || r.Steps != s.Steps || r.Nodes != 2 || r.Model != held.Model || r.RunID != run.GetRunID() {
+		t.Errorf("dashboard row of the paused run: %+v", r)
+	}
 	cli("scale", "pause-me", "--nodes", "3")
 	time.Sleep(2 * time.Second)
 	again := status()
@@ -110,5 +136,14 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if len(st.Rescalings) != 2 || st.Rescalings[0].ToNodes != 3 || st.Rescalings[1].ToNodes != 1 || len(st.Nodes) != 1 {
 		t.Errorf("rescalings %+v, nodes %v: want 2 → 3 → 1", st.Rescalings, st.Nodes)
 	}
+	if r := dashboard("the completed run", func(r dashboardRow) bool { return r.Execution == "completed" },
+		"--query", "CannStatus = 'completed'"); r.Status != spec.PhaseCompleted || r.Step != s.Steps || r.Loss != st.Loss || r.Nodes != 1 {
+		t.Errorf("dashboard row of the completed run: %+v", r)
+	}
+	text := cli("dashboard")
+	if !strings.Contains(text, "pause-me") || !strings.Contains(text, fmt.Sprintf("%d/%d", s.Steps, s.Steps)) {
+		t.Errorf("dashboard table:\n%s", text)
+	}
+	t.Logf("cann-train dashboard:\n%s", text)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause.json")
 }

@@ -86,6 +86,7 @@ Start here:  cann-train quickstart`,
 		newFaultCmd(e),
 		newGreenCmd(e),
 		newPauseCmd(e), newResumeCmd(e), newScaleCmd(e),
+		newDashboardCmd(e),
 	)
 	return root
 }

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// dashboardRow is one run as `cann-train dashboard` shows it: what the
+// visibility store indexes (the search attributes TrainingRun keeps up to
+// date) and, from the run itself, what only its status query or result
+// knows (loss, throughput, carbon).
+type dashboardRow struct {
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id"`
+	// Execution is Temporal's status of the workflow (running, completed,
+	// failed, terminated, …); Status is the run's own phase.
+	Execution     string     `json:"execution"`
+	Status        spec.Phase `json:"status"`
+	Model         string     `json:"model"`
+	Nodes         int64      `json:"nodes"`
+	Step          int64      `json:"step"`
+	Steps         int64      `json:"steps"`
+	Loss          float32    `json:"loss"`
+	SamplesPerSec float64    `json:"samples_per_sec"`
+	Strategy      string     `json:"strategy,omitempty"`
+	Recoveries    int        `json:"recoveries"`
+	CarbonGrams   float64    `json:"carbon_g,omitempty"`
+	Detail        string     `json:"detail,omitempty"`
+	StartedAt     time.Time  `json:"started_at"`
+	WebUI         string     `json:"web_ui,omitempty"`
+	// Unread says why the run's own status could not be read (the row
+	// then has only what the visibility store indexes).
+	Unread string `json:"unread,omitempty"`
+}
+
+// dashboardQuery is the visibility query for TrainingRun workflows (the
+// executions a run continued as new from are left out: the run goes on in
+// the newest one), narrowed by the user's (ANDed, in parentheses) when
+// there is one.
+func dashboardQuery(user string) string {
+	q := "WorkflowType = '" + spec.WorkflowTrainingRun + "' AND ExecutionStatus != 'ContinuedAsNew'"
+	if u := strings.TrimSpace(user); u != "" {
+		q += " AND (" + u + ")"
+	}
+	return q
+}
+
+func newDashboardCmd(e *env) *cobra.Command {
+	var output, query, ui string
+	var limit int
+	var watch bool
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "dashboard",
+		Short: "Every training run at a glance: status, step, loss, throughput, carbon",
+		Long: `Lists the TrainingRun workflows of the namespace, newest first, with what the
+Temporal visibility store indexes (the Cann* search attributes) and what each
+run's status query (or, once closed, its result) adds: loss, samples/s,
+recoveries, grams of CO2. --query narrows the list with a visibility query
+(e.g. CannStatus = 'running', CannModel = 'mlp-mnist', StartTime > '2026-11-30T00:00:00Z');
+--watch redraws it every --every until interrupted.`,
+		Example: `  cann-train dashboard
+  cann-train dashboard --watch
+  cann-train dashboard --query "CannStatus = 'running'" -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
+			if limit < 1 {
+				return fmt.Errorf("--limit %d: want at least 1", limit)
+			}
+			if watch && output == "json" {
+				return errors.New("--watch draws the text table; -o json prints once")
+			}
+			if every <= 0 {
+				return fmt.Errorf("--every %s: want a positive interval", every)
+			}
+			ctx := cmd.Context()
+			c, err := dialQuiet(ctx, e)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for {
+				rows, err := dashboardRows(ctx, c, e.namespace, dashboardQuery(query), limit, ui)
+				if err != nil {
+					return err
+				}
+				if output == "json" {
+					enc := json.NewEncoder(e.out)
+					enc.SetIndent("", "  ")
+					return enc.Encode(rows)
+				}
+				if watch {
+					fmt.Fprint(e.out, "\033[H\033[2J") // home, clear screen
+					fmt.Fprintf(e.out, "cann-train dashboard  %s  every %s (Ctrl-C ends)\n\n", time.Now().Format("15:04:05"), every)
+				}
+				if err := printDashboard(e.out, rows); err != nil {
+					return err
+				}
+				if !watch {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(every):
+				}
+			}
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&output, "output", "o", "text", "text or json")
+	f.StringVar(&query, "query", "", "visibility query narrowing the list (ANDed with the TrainingRun type)")
+	f.IntVar(&limit, "limit", 20, "most runs listed, newest first")
+	f.BoolVarP(&watch, "watch", "w", false, "redraw the table every --every")
+	f.DurationVar(&every, "every", 2*time.Second, "refresh interval of --watch")
+	f.StringVar(&ui, "ui", "http://127.0.0.1:8233", "Web UI base URL, for links (empty: none)")
+	return cmd
+}
+
+// dashboardRows lists up to limit runs matching query, newest first, and
+// reads each one's status: a running run's status query (and its chunks'
+// heartbeats), a closed one's result or failure.
+func dashboardRows(ctx context.Context, c client.Client, namespace, query string, limit int, ui string) ([]dashboardRow, error) {
+	rows := []dashboardRow{}
+	var token []byte
+	for len(rows) < limit {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: namespace, PageSize: int32(min(limit-len(rows), 100)), NextPageToken: token, Query: query,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list runs (query %q): %w", query, err)
+		}
+		for _, info := range resp.GetExecutions() {
+			if len(rows) == limit {
+				break
+			}
+			rows = append(rows, rowFromVisibility(info.GetExecution(), info.GetStatus(),
+				info.GetStartTime().AsTime(), info.GetSearchAttributes().GetIndexedFields()))
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	running := executionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
+	for i := range rows {
+		r := &rows[i]
+		if ui != "" {
+			r.WebUI = fmt.Sprintf("%s/namespaces/%s/workflows/%s/%s", strings.TrimRight(ui, "/"),
+				url.PathEscape(namespace), url.PathEscape(r.WorkflowID), url.PathEscape(r.RunID))
+		}
+		if r.Execution == running {
+			st, live, _, err := readProgress(ctx, c, r.WorkflowID)
+			if err != nil {
+				r.Unread = err.Error()
+			}
+			if st.RunID != "" {
+				r.addStatus(st, live)
+			}
+			continue
+		}
+		var st spec.RunStatus
+		err := c.GetWorkflow(ctx, r.WorkflowID, r.RunID).Get(ctx, &st)
+		switch {
+		case st.RunID != "":
+			r.addStatus(st, nil)
+		case err != nil:
+			r.Detail = err.Error() // how it failed, was terminated or timed out
+		}
+	}
+	return rows, nil
+}
+
+// rowFromVisibility is what the visibility store says of one run.
+func rowFromVisibility(ex *commonpb.WorkflowExecution, status enumspb.WorkflowExecutionStatus, started time.Time, sa map[string]*commonpb.Payload) dashboardRow {
+	r := dashboardRow{WorkflowID: ex.GetWorkflowId(), RunID: ex.GetRunId(), Execution: executionName(status), StartedAt: started}
+	dc := converter.GetDefaultDataConverter()
+	decode := func(name string, v any) {
+		if p, ok := sa[name]; ok {
+			_ = dc.FromPayload(p, v) // a malformed attribute leaves the zero value
+		}
+	}
+	var phase string
+	decode(spec.SearchAttrModel, &r.Model)
+	decode(spec.SearchAttrNodes, &r.Nodes)
+	decode(spec.SearchAttrStep, &r.Step)
+	decode(spec.SearchAttrStatus, &phase)
+	decode(spec.SearchAttrStrategy, &r.Strategy)
+	r.Status = spec.Phase(phase)
+	return r
+}
+
+// addStatus completes a row with the run's status (live: the freshest
+// chunk heartbeat, ahead of the status between chunk boundaries).
+func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
+	r.Status, r.Model, r.Nodes = st.Phase, st.Model, int64(len(st.Nodes))
+	r.Step, r.Steps, r.Loss, r.SamplesPerSec = st.Step, st.TotalSteps, st.Loss, st.SamplesPerSec
+	if live != nil && live.Step > st.Step {
+		r.Step, r.Loss, r.SamplesPerSec = live.Step, live.Loss, live.SamplesPerSec*float64(max(1, len(st.Nodes)))
+	}
+	r.Recoveries = len(st.Recoveries)
+	if st.Green != nil {
+		r.CarbonGrams = st.Green.Grams
+	}
+	r.Detail = st.Detail
+	if st.Error != "" {
+		r.Detail = st.Error
+	}
+}
+
+// executionName is Temporal's workflow status in lower case ("running").
+func executionName(s enumspb.WorkflowExecutionStatus) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
+}
+
+func printDashboard(w io.Writer, rows []dashboardRow) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "no training runs (start one: cann-train quickstart, or cann-train run -f job.yaml)")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATUS\tMODEL\tNODES\tSTEP\tLOSS\tSAMPLES/S\tRECOVERIES\tCO2 g\tSTARTED\tDETAIL")
+	for _, r := range rows {
+		status := string(r.Status)
+		if status == "" || (r.Execution != executionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) &&
+			r.Execution != executionName(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED)) {
+			status = strings.TrimPrefix(strings.Join([]string{status, r.Execution}, "/"), "/")
+		}
+		step := fmt.Sprint(r.Step)
+		if r.Steps > 0 {
+			step = fmt.Sprintf("%d/%d", r.Step, r.Steps)
+		}
+		carbon := "-"
+		if r.CarbonGrams > 0 {
+			carbon = fmt.Sprintf("%.1f", r.CarbonGrams)
+		}
+		detail := r.Detail
+		if r.Unread != "" {
+			detail = "status unreadable: " + r.Unread
+		}
+		if len(detail) > 60 {
+			detail = detail[:57] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.4f\t%.0f\t%d\t%s\t%s\t%s\n", strings.TrimPrefix(r.WorkflowID, spec.RunIDPrefix),
+			status, r.Model, r.Nodes, step, r.Loss, r.SamplesPerSec, r.Recoveries, carbon,
+			r.StartedAt.Local().Format("01-02 15:04:05"), detail)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+func TestDashboardQuery(t *testing.T) {
+	base := "WorkflowType = 'TrainingRun' AND ExecutionStatus != 'ContinuedAsNew'"
+	for _, tc := range []struct{ user, want string }{
+		{"", base},
+		{"  ", base},
+		{"CannStatus = 'running'", base + " AND (CannStatus = 'running')"},
+		{"CannModel = 'a' OR CannModel = 'b'", base + " AND (CannModel = 'a' OR CannModel = 'b')"},
+	} {
+		if got := dashboardQuery(tc.user); got != tc.want {
+			t.Errorf("dashboardQuery(%q) = %q, want %q", tc.user, got, tc.want)
+		}
+	}
+}
+
+// A row reads the search attributes TrainingRun upserts, whatever their
+// payload encoding, and ignores a malformed one.
+func TestDashboardRowFromVisibility(t *testing.T) {
+	dc := converter.GetDefaultDataConverter()
+	payload := func(v any) *commonpb.Payload {
+		p, err := dc.ToPayload(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	sa := map[string]*commonpb.Payload{
+		spec.SearchAttrModel: payload("mlp-mnist"), spec.SearchAttrNodes: payload(int64(3)),
+		spec.SearchAttrStep: payload(int64(400)), spec.SearchAttrStatus: payload(string(spec.PhasePaused)),
+		spec.SearchAttrStrategy: payload([]byte{0xff}), // not a string: left empty
+	}
+	r := rowFromVisibility(&commonpb.WorkflowExecution{WorkflowId: "run/a", RunId: "r1"},
+		enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, start, sa)
+	want := dashboardRow{WorkflowID: "run/a", RunID: "r1", Execution: "running", Status: spec.PhasePaused,
+		Model: "mlp-mnist", Nodes: 3, Step: 400, StartedAt: start}
+	if r != want {
+		t.Errorf("row %+v, want %+v", r, want)
+	}
+	r.addStatus(spec.RunStatus{RunID: "run/a", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n2"},
+		Step: 400, TotalSteps: 1000, Loss: 0.5, SamplesPerSec: 100, Green: &spec.GreenStatus{Grams: 12.5}},
+		&spec.ChunkProgress{Step: 450, Loss: 0.4, SamplesPerSec: 60})
+	if r.Step != 450 || r.Loss != 0.4 || r.SamplesPerSec != 120 || r.Nodes != 2 || r.Steps != 1000 || r.CarbonGrams != 12.5 {
+		t.Errorf("with status and a heartbeat ahead of it: %+v", r)
+	}
+}
+
+func TestPrintDashboard(t *testing.T) {
+	var b bytes.Buffer
+	if err := printDashboard(&b, nil); err != nil || !strings.Contains(b.String(), "no training runs") {
+		t.Errorf("empty: %q %v", b.String(), err)
+	}
+	b.Reset()
+	rows := []dashboardRow{
+		{WorkflowID: "run/a", Execution: "running", Status: spec.PhaseTraining, Model: "m", Nodes: 2, Step: 5, Steps: 10, Loss: 0.25},
+		{WorkflowID: "run/b", Execution: "failed", Detail: strings.Repeat("x", 100)},
+		{WorkflowID: "run/c", Execution: "running", Unread: "query: no worker"},
+	}
+	if err := printDashboard(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "RUN") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	for i, want := range []string{"a  ", "b  ", "c  "} {
+		if !strings.HasPrefix(lines[i+1], want) {
+			t.Errorf("row %d %q: want the run name without run/", i, lines[i+1])
+		}
+	}
+	if !strings.Contains(lines[1], "5/10") || !strings.Contains(lines[1], "0.2500") {
+		t.Errorf("running row %q", lines[1])
+	}
+	if !strings.Contains(lines[2], "failed") || !strings.Contains(lines[2], "...") {
+		t.Errorf("failed row %q: want its execution status and a shortened detail", lines[2])
+	}
+	if !strings.Contains(lines[3], "status unreadable: query: no worker") {
+		t.Errorf("unreadable row %q", lines[3])
+	}
+}
