@@ -70,8 +70,11 @@ func addFloatsNT(dst, a, b []float32) {
 // addFloatsNT2 stores a[i]+b[i] into both dst[i] and dst2[i] with
 // non-temporal stores for the bulk (see addFloatsNT): one read of the
 // operands for two results. It reports false, storing nothing, when it
-// cannot (no AVX2, or dst and dst2 not equally aligned to 32 bytes).
-// Neither dst nor dst2 may overlap a or b.
+// cannot (no AVX2, or dst and dst2 not equally aligned to 32 bytes), and
+// then both ranks of a direct AllReduce do (their buffers' alignments
+// differ by the same amount on each). dst and dst2 may each be a or b
+// exactly (every element is loaded before it is stored), but must not
+// overlap them otherwise, nor each other.
 func addFloatsNT2(dst, dst2, a, b []float32) bool {
 	n := len(dst)
 	dst2, a, b = dst2[:n], a[:n], b[:n]

@@ -70,7 +70,8 @@ loopnt:
 // func addAVX2NT2(dst, dst2, a, b *float32, n int)
 //
 // addAVX2NT storing every sum twice, into dst and dst2 (both 32-byte
-// aligned, neither overlapping a or b); fenced like addAVX2NT.
+// aligned; each may be a or b exactly: every 128-byte block is loaded
+// before it is stored); fenced like addAVX2NT.
 TEXT ·addAVX2NT2(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ dst2+8(FP), R8
