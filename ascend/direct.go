@@ -64,7 +64,8 @@ const directBlock = 32 << 10
 // 5.0–6.6; 64 MiB 7.1–7.3 vs 5.1). In place, dst is src, already in cache
 // from the fold's read, and ordinary stores are faster; except with two
 // ranks, where from this size on every Sum stores its result into both
-// ranks' dst around the caches (see directAllReduce).
+// ranks' dst around the caches (see directAllReduce), and from
+// pathMinBytes on whenever rank 0 finds that faster (see pathChooser).
 const directNT = 8 << 20
 
 // directSpin is how long a rank polls a peer's word before it sleeps,
@@ -140,6 +141,16 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 	n := len(src)
 	offs := equalOffsets(c.offs, n) // the ring's segments: the order of folds
 	d := OpDeadline(ctx, c.opTimeout)
+	// Two ranks, 1–8 MiB: rank 0 picks the fold's path for this call
+	// (pathChooser) and posts it with the call; rank 1 follows.
+	choose := c.size == 2 && op == Sum && 4*n >= pathMinBytes && 4*n < directNT
+	var path uint32
+	var began time.Time
+	if choose && c.rank == 0 {
+		path = w.paths.choose(4 * n)
+		*w.u32(w.ctl, ctlPath) = path
+		began = time.Now()
+	}
 	v := c.directPost(CollAllReduce, uint64(n), uint32(op), a)
 	// The ranks' src and dst (this rank's own for itself).
 	srcs, dsts := w.srcs, w.dsts
@@ -150,15 +161,16 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		return err
 	}
 
-	// Each rank folds its segment in blocks: fold block k, publish it,
-	// copy block k of every peer's segment as soon as that peer published
-	// it (still in a cache the cores share, rather than in DRAM).
 	nt := 4*n >= directNT && op == Sum && !same(dst, src)
 	lo, hi := offs[c.rank], offs[c.rank+1]
-	if c.size == 2 && op == Sum && 4*n >= directNT {
-		// Two ranks, too large for the caches: the fold stores its
-		// segment into both ranks' dst at once, around the caches,
-		// reading the operands once and the result never (folding, then
+	if choose && c.rank != 0 {
+		path = atomic.LoadUint32(w.u32(w.peerCtl[0], ctlPath)) // posted before rank 0's ctlPosted
+	}
+	if c.size == 2 && op == Sum && (4*n >= directNT || path == pathPush) {
+		// Two ranks, too large for the caches (or rank 0 chose push):
+		// the fold stores its segment into both ranks' dst at once,
+		// around the caches, reading the operands once and the result
+		// never (folding, then
 		// copying the peer's segment, reads 1.5× a memcpy's bytes; this
 		// reads as many). In place too: each rank reads and writes only
 		// its own segment of either buffer, every 128 bytes loaded before
@@ -170,9 +182,16 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		// 8.7–11.8 against 6.8–7.3.
 		j := 1 - c.rank
 		if addFloatsNT2(dst[lo:hi], dsts[j][lo:hi], srcs[j][lo:hi], src[lo:hi]) {
-			return c.directDone(ctx, name, v, d)
+			err := c.directDone(ctx, name, v, d)
+			if choose && c.rank == 0 && err == nil {
+				w.paths.record(4*n, pathPush, time.Since(began))
+			}
+			return err
 		}
 	}
+	// Each rank folds its segment in blocks: fold block k, publish it,
+	// copy block k of every peer's segment as soon as that peer published
+	// it (still in a cache the cores share, rather than in DRAM).
 	blocks := (offs[1] - offs[0] + directBlock - 1) / directBlock // segment 0 is the longest
 	for k := range blocks {
 		if b0 := lo + k*directBlock; b0 < hi {
@@ -199,7 +218,11 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 			}
 		}
 	}
-	return c.directDone(ctx, name, v, d)
+	err := c.directDone(ctx, name, v, d)
+	if choose && c.rank == 0 && err == nil {
+		w.paths.record(4*n, pathBlocks, time.Since(began))
+	}
+	return err
 }
 
 // directSum stores into out the reduction of srcs[·][b0:b1], part of ring
