@@ -13,9 +13,10 @@ import (
 // around the caches (addFloatsNT2, as from directNT on): no line moves
 // from one core's cache to the other's, so it keeps its speed when moving
 // lines between cores is slow. On this VM the two vCPUs alternate,
-// minutes at a time, between the two conditions (2 ranks, -R 1, 1–4 MiB:
-// blocks 22–26 GB/s against push 12 in the first, 3.7–4.3 against 12 in
-// the second; three builds alternated enter and leave it together).
+// minutes at a time, between the two conditions (2 ranks, -R 1, 1–4 MiB,
+// out of place: blocks 22–26 GB/s against push 13 in the first, 3.6–4.3
+// against 24–25 in the second; three builds alternated enter and leave it
+// together); choosing per call ran 22.7–23.5 in both.
 const (
 	pathBlocks uint32 = 0
 	pathPush   uint32 = 1
