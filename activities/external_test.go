@@ -185,7 +185,11 @@ for step in range(start + 1, start + 6):
     w *= 0.5
     ct.report(step, loss=w)
     if ct.should_checkpoint(step) and ct.rank() == 0:
-        open(path, "w").write(repr(w))
+        # Replaced whole: a rank still starting up may be reading the
+        # restored value (a plain rewrite let it read an empty file).
+        with open(path + ".tmp", "w") as f:
+            f.write(repr(w))
+        os.replace(path + ".tmp", path)
         assert ct.saved(step, timeout=30)
 print("rank", ct.rank(), "from", start, "w", w)
 `), 0o644)
