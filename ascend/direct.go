@@ -161,6 +161,15 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		return err
 	}
 
+	// finish ends the call and, where rank 0 chose its path, records how
+	// long that path took.
+	finish := func(path uint32) error {
+		err := c.directDone(ctx, name, v, d)
+		if choose && c.rank == 0 && err == nil {
+			w.paths.record(4*n, path, time.Since(began))
+		}
+		return err
+	}
 	nt := 4*n >= directNT && op == Sum && !same(dst, src)
 	lo, hi := offs[c.rank], offs[c.rank+1]
 	if choose && c.rank != 0 {
@@ -182,11 +191,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		// 8.7–11.8 against 6.8–7.3.
 		j := 1 - c.rank
 		if addFloatsNT2(dst[lo:hi], dsts[j][lo:hi], srcs[j][lo:hi], src[lo:hi]) {
-			err := c.directDone(ctx, name, v, d)
-			if choose && c.rank == 0 && err == nil {
-				w.paths.record(4*n, pathPush, time.Since(began))
-			}
-			return err
+			return finish(pathPush)
 		}
 	}
 	// Each rank folds its segment in blocks: fold block k, publish it,
@@ -218,11 +223,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 			}
 		}
 	}
-	err := c.directDone(ctx, name, v, d)
-	if choose && c.rank == 0 && err == nil {
-		w.paths.record(4*n, pathBlocks, time.Since(began))
-	}
-	return err
+	return finish(pathBlocks)
 }
 
 // directSum stores into out the reduction of srcs[·][b0:b1], part of ring

@@ -146,15 +146,21 @@ func (c *conn) setReadDeadline(ctx context.Context) error { return c.setDeadline
 // runtime timer update each deadline change costs (~130 ns a call here,
 // two per exchange).
 func (c *conn) setDeadline(ctx context.Context, write bool) error {
-	last, set := &c.rdl, c.nc.SetReadDeadline
+	last := &c.rdl
 	if write {
-		last, set = &c.wdl, c.nc.SetWriteDeadline
+		last = &c.wdl
 	}
 	want := c.deadline(ctx)
 	if c.keepDeadline(*last, want) {
 		return nil
 	}
-	if err := set(want); err != nil {
+	var err error
+	if write {
+		err = c.nc.SetWriteDeadline(want)
+	} else {
+		err = c.nc.SetReadDeadline(want)
+	}
+	if err != nil {
 		return err
 	}
 	*last = want
