@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	uiserver "github.com/temporalio/ui-server/v2/server"
@@ -87,17 +88,68 @@ func StartServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 	opts.Logger = opts.Logger.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
 		return levelCore{Core: c, min: level}
 	}))
-	var err error
-	if opts.FrontendPort == 0 {
-		if opts.FrontendPort, err = FreePort(opts.IP); err != nil {
-			return nil, err
+	// Free ports are picked ahead of binding (FreePort), so another
+	// process may take one first; the HTTP API's bind fails then with an
+	// error (the gRPC listeners' bind ends the process: nothing to retry),
+	// and the server is built again on fresh ports.
+	pickFrontend, pickUI := opts.FrontendPort == 0, opts.UIPort < 0
+	var srv tserver.Server
+	err := retryPortClash(maxPortAttempts, func() error {
+		var err error
+		if pickFrontend {
+			if opts.FrontendPort, err = FreePort(opts.IP); err != nil {
+				return err
+			}
 		}
-	}
-	if opts.UIPort < 0 {
-		if opts.UIPort, err = FreePort(opts.IP); err != nil {
-			return nil, err
+		if pickUI {
+			if opts.UIPort, err = FreePort(opts.IP); err != nil {
+				return err
+			}
 		}
+		srv, err = newServer(opts)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			opts.Logger.Warn("dev: a port was taken before the server bound it", zap.Error(err))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("dev: start server: %w", err)
+	}
+	s := &Server{
+		level:        level,
+		srv:          srv,
+		frontendAddr: net.JoinHostPort(opts.IP, strconv.Itoa(opts.FrontendPort)),
+		namespace:    opts.Namespace,
+	}
+	if opts.UIPort > 0 {
+		s.uiAddr = net.JoinHostPort(opts.IP, strconv.Itoa(opts.UIPort))
+		s.ui = uiserver.NewServer(uiserveroptions.WithConfigProvider(&uiconfig.Config{
+			Host:                opts.IP,
+			Port:                opts.UIPort,
+			TemporalGRPCAddress: s.frontendAddr,
+			EnableUI:            true,
+			CORS:                uiconfig.CORS{CookieInsecure: true},
+			HideLogs:            true,
+			DisableNewsFetch:    true,
+		}))
+		go func() {
+			if err := s.ui.Start(); err != nil && !errors.Is(err, context.Canceled) {
+				opts.Logger.Warn("web UI stopped", zap.Error(err))
+			}
+		}()
+	}
+	if err := waitTCP(ctx, s.frontendAddr); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newServer builds the Temporal server of opts (ports chosen).
+func newServer(opts ServerOptions) (tserver.Server, error) {
 	conf, err := buildConfig(opts)
 	if err != nil {
 		return nil, err
@@ -135,37 +187,7 @@ func StartServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dev: new server: %w", err)
 	}
-	if err := srv.Start(); err != nil {
-		return nil, fmt.Errorf("dev: start server: %w", err)
-	}
-	s := &Server{
-		level:        level,
-		srv:          srv,
-		frontendAddr: net.JoinHostPort(opts.IP, strconv.Itoa(opts.FrontendPort)),
-		namespace:    opts.Namespace,
-	}
-	if opts.UIPort > 0 {
-		s.uiAddr = net.JoinHostPort(opts.IP, strconv.Itoa(opts.UIPort))
-		s.ui = uiserver.NewServer(uiserveroptions.WithConfigProvider(&uiconfig.Config{
-			Host:                opts.IP,
-			Port:                opts.UIPort,
-			TemporalGRPCAddress: s.frontendAddr,
-			EnableUI:            true,
-			CORS:                uiconfig.CORS{CookieInsecure: true},
-			HideLogs:            true,
-			DisableNewsFetch:    true,
-		}))
-		go func() {
-			if err := s.ui.Start(); err != nil && !errors.Is(err, context.Canceled) {
-				opts.Logger.Warn("web UI stopped", zap.Error(err))
-			}
-		}()
-	}
-	if err := waitTCP(ctx, s.frontendAddr); err != nil {
-		s.Stop()
-		return nil, err
-	}
-	return s, nil
+	return srv, nil
 }
 
 // FrontendAddr is host:port of the gRPC frontend.
@@ -265,6 +287,21 @@ func buildConfig(opts ServerOptions) (*config.Config, error) {
 	conf.NamespaceDefaults.Archival.Visibility.State = "disabled"
 	conf.PublicClient.HostPort = frontend
 	return &conf, nil
+}
+
+// maxPortAttempts bounds StartServer's attempts to bind free ports.
+const maxPortAttempts = 5
+
+// retryPortClash calls try until it succeeds, fails otherwise than on a
+// port another process took (EADDRINUSE), or has been called attempts
+// times; it returns try's last error.
+func retryPortClash(attempts int, try func() error) error {
+	for i := 1; ; i++ {
+		err := try()
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || i >= attempts {
+			return err
+		}
+	}
 }
 
 // FreePort asks the kernel for a free TCP port on ip. Another process can

@@ -2,10 +2,13 @@ package dev
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,5 +58,34 @@ func TestServerWithUIAndSearchAttributes(t *testing.T) {
 			t.Errorf("round %d: Web UI at %s did not serve its page", round, srv.UIURL())
 		}
 		srv.Stop()
+	}
+}
+
+// A bind that lost its port to another process is retried, up to the
+// limit; any other failure is returned at once.
+func TestRetryPortClash(t *testing.T) {
+	clash := fmt.Errorf("dev: new server: listen tcp 127.0.0.1:1: %w", syscall.EADDRINUSE)
+	other := errors.New("dev: authorizer: bad config")
+	for _, tc := range []struct {
+		name  string
+		errs  []error // try's results, in order
+		calls int
+		want  error
+	}{
+		{"first try", []error{nil}, 1, nil},
+		{"clash, then bound", []error{clash, clash, nil}, 3, nil},
+		{"other failure", []error{other, nil}, 1, other},
+		{"clash every time", []error{clash, clash, clash, clash}, 3, clash},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			err := retryPortClash(3, func() error {
+				calls++
+				return tc.errs[calls-1]
+			})
+			if calls != tc.calls || !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+				t.Errorf("%d calls, error %v; want %d calls, error %v", calls, err, tc.calls, tc.want)
+			}
+		})
 	}
 }
