@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,7 +23,7 @@ type energyWindow struct {
 // membership m. Without a meter, or when the reading fails (logged), the
 // chunk reports no measurement and the run models its energy.
 func (n *Node) startEnergy(ctx context.Context, sp spec.RunSpec, m spec.Membership, rank int, log *zap.Logger) *energyWindow {
-	w := &energyWindow{n: n, shares: hostShares(m, rank), pue: 1}
+	w := &energyWindow{n: n, shares: m.HostShares(rank), pue: 1}
 	if sp.Green != nil {
 		w.pue = sp.Green.WithDefaults().PUE
 	}
@@ -58,20 +59,20 @@ func (n *Node) readEnergy(ctx context.Context, now time.Time) (float64, error) {
 	return n.Energy.Joules(ctx, now)
 }
 
-// hostShares is how many nodes of m run on rank's host (same Host), each
-// of which reports an equal share of the host meter's energy, so that the
-// run's sum counts the host once. A host meter sees everything the host
-// draws: for the built-in CPU engine that is the training, on an
-// accelerator host the devices a meter covers.
-func hostShares(m spec.Membership, rank int) int {
-	if rank < 0 || rank >= len(m.Nodes) {
-		return 1
+// ReadEnergy reads the host meter for an external job's launch: the host's
+// energy since the meter was opened. Without a meter, or when the meter
+// fails, the reading says why and the run models that stretch's energy.
+func (n *Node) ReadEnergy(ctx context.Context) (spec.EnergyReading, error) {
+	if n.Energy == nil {
+		return spec.EnergyReading{Reason: "node " + n.ID + " has no energy meter"}, nil
 	}
-	k := 0
-	for _, nd := range m.Nodes {
-		if nd.Host == m.Nodes[rank].Host {
-			k++
-		}
+	j, err := n.readEnergy(ctx, time.Now())
+	if err != nil {
+		return spec.EnergyReading{Reason: fmt.Sprintf("node %s: %v", n.ID, err)}, nil
 	}
-	return max(k, 1)
+	name := "meter"
+	if s, ok := n.Energy.(fmt.Stringer); ok {
+		name = s.String()
+	}
+	return spec.EnergyReading{Joules: j, Meter: name}, nil
 }

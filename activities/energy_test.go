@@ -73,11 +73,32 @@ func TestTrainChunkReportsMeasuredEnergy(t *testing.T) {
 	}
 }
 
-func TestHostShares(t *testing.T) {
-	m := spec.Membership{Nodes: []spec.Node{{Host: "a"}, {Host: "b"}, {Host: "a"}, {Host: "a"}}}
-	for rank, want := range map[int]int{0: 3, 1: 1, 2: 3, 3: 3, 7: 1} {
-		if got := hostShares(m, rank); got != want {
-			t.Errorf("rank %d: %d shares, want %d", rank, got, want)
-		}
+// TestReadEnergy: the host meter's figure, or why there is none (no
+// meter; the meter failed), never an error that would fail the run.
+func TestReadEnergy(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		meter  *readings
+		want   float64
+		reason string
+	}{
+		{"reads", &readings{j: []float64{1234.5}}, 1234.5, ""},
+		{"no meter", nil, 0, "node n1 has no energy meter"},
+		{"meter fails", &readings{}, 0, "node n1: meter unplugged"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Node{ID: "n1"}
+			if tc.meter != nil {
+				n.Energy = tc.meter
+			}
+			got, err := n.ReadEnergy(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Joules != tc.want || got.Reason != tc.reason || (got.Meter != "") != (tc.reason == "") {
+				t.Errorf("reading %+v, want %v J, reason %q", got, tc.want, tc.reason)
+			}
+		})
 	}
 }

@@ -75,6 +75,10 @@ const (
 	// ActivityReservePort finds a free TCP port on the first node for the
 	// job's rendezvous (MASTER_PORT, MS_SCHED_PORT).
 	ActivityReservePort = "ReservePort"
+	// ActivityReadEnergy reads a node's host energy meter (EnergyReading):
+	// an external job's launches are measured by reading every node at
+	// their start and at each checkpoint.
+	ActivityReadEnergy = "ReadEnergy"
 	// SignalCheckpointSaved (payload CheckpointSaved) tells the run that a
 	// node uploaded a checkpoint of the script's directory.
 	SignalCheckpointSaved = "checkpoint-saved"
@@ -85,6 +89,18 @@ const (
 	// unwritable directories, …); restarting does not help.
 	ErrTypeBadJob = "BadJob"
 )
+
+// EnergyReading is a node's host meter as ReadEnergy found it: the
+// energy the host used since its meter was opened (J, facility overhead
+// not included), or, with Meter empty, why there is no figure.
+type EnergyReading struct {
+	Joules float64 `json:"joules"`
+	// Meter names the meter ("" without a reading).
+	Meter string `json:"meter,omitempty"`
+	// Reason says why there is no reading: no meter on the node, or the
+	// meter's error.
+	Reason string `json:"reason,omitempty"`
+}
 
 // Environment variables of the Python helper protocol, set for every
 // process of an external job (python/cann_train.py reads them).

@@ -127,6 +127,24 @@ func (m Membership) NodeIDs() []string {
 	return ids
 }
 
+// HostShares is how many nodes of m run on rank's host (same Host), each
+// of which reports an equal share of the host meter's energy, so that the
+// run's sum counts the host once. A host meter sees everything the host
+// draws: for the built-in CPU engine that is the training, on an
+// accelerator host the devices a meter covers. Out of range: 1.
+func (m Membership) HostShares(rank int) int {
+	if rank < 0 || rank >= len(m.Nodes) {
+		return 1
+	}
+	k := 0
+	for _, nd := range m.Nodes {
+		if nd.Host == m.Nodes[rank].Host {
+			k++
+		}
+	}
+	return max(k, 1)
+}
+
 // AcquireRequest asks the Cluster for nodes for a run. It is idempotent: the
 // run's healthy nodes are kept in their ranks and holes are filled.
 type AcquireRequest struct {

@@ -111,6 +111,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	w.RegisterActivityWithOptions(acts.TrainChunk, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
 	w.RegisterActivityWithOptions(acts.RunExternal, activity.RegisterOptions{Name: spec.ActivityRunExternal})
 	w.RegisterActivityWithOptions(acts.ReservePort, activity.RegisterOptions{Name: spec.ActivityReservePort})
+	w.RegisterActivityWithOptions(acts.ReadEnergy, activity.RegisterOptions{Name: spec.ActivityReadEnergy})
 	w.RegisterActivityWithOptions(acts.ProbeLinks, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("node %s: start worker: %w", o.ID, err)

@@ -86,3 +86,16 @@ func portOptions(ctx workflow.Context, node spec.Node) workflow.Context {
 		Summary:                "reserve a rendezvous port on " + node.ID,
 	})
 }
+
+// meterOptions reads a node's host energy meter. No retry: a stretch
+// without every node's reading is modelled, and a node that does not
+// answer soon is failing the world anyway.
+func meterOptions(ctx workflow.Context, node spec.Node) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              node.TaskQueue,
+		ScheduleToStartTimeout: 5 * time.Second,
+		StartToCloseTimeout:    10 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+		Summary:                "read the energy meter on " + node.ID,
+	})
+}

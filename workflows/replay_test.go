@@ -26,7 +26,10 @@ import (
 // trainingrun_external_pause.json, paused after a checkpoint upload
 // and resumed from it, and trainingrun_external_green.json, stopped after
 // a checkpoint uploaded outside its green slots, held on a green-window
-// timer and relaunched from that checkpoint; and trainingrun_batch.json, a
+// timer and relaunched from that checkpoint (energy modelled; it replays
+// through versionExternalEnergy's default), and
+// trainingrun_external_energy.json, the same with its nodes' meters read
+// at launches and checkpoints; and trainingrun_batch.json, a
 // run whose carbon batch controller shrank its batch three times and that
 // lost a node after the second change
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
@@ -39,9 +42,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// external job's launches are named after it, and its checkpoint
 	// signals matched by that name); else the replayer's default.
 	ids := map[string]string{
-		"trainingrun_external.json":       "run/ext-record",
-		"trainingrun_external_pause.json": "run/ext-pause",
-		"trainingrun_external_green.json": "run/ext-green",
+		"trainingrun_external.json":        "run/ext-record",
+		"trainingrun_external_pause.json":  "run/ext-pause",
+		"trainingrun_external_green.json":  "run/ext-green",
+		"trainingrun_external_energy.json": "run/ext-green",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -53,6 +57,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_green.json", spec.WorkflowTrainingRun},
+		{"trainingrun_external_energy.json", spec.WorkflowTrainingRun},
 		{"trainingrun_batch.json", spec.WorkflowTrainingRun},
 		{"cluster.json", spec.WorkflowCluster},
 	} {

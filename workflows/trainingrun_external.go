@@ -72,6 +72,11 @@ type externalRun struct {
 	ckpts    int
 	markAt   time.Time
 	markStep int64
+	// meters are each node's share of its host meter's energy at markAt
+	// (nil: the launch's energy is modelled); reading: markTrained is
+	// reading them.
+	meters  []float64
+	reading bool
 }
 
 // runExternal is TrainingRun's main loop for an external job.
@@ -206,6 +211,10 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			return r.blameWorld(from, started, workflow.Now(ctx), errs)
 		}
 	}
+	ext.meters = nil
+	if ext.green && r.externalEnergy(ctx) {
+		ext.meters = r.readMeters(ctx, "this launch")
+	}
 	cctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
@@ -224,6 +233,8 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	ext.markAt, ext.markStep = started, from
 	results, errs, stop := r.awaitWorld(ctx, futures, cancel, ext)
 	r.settle(ctx) // checkpoint signals delivered with the results
+	// and recorded: the last one may still be reading the meters
+	_ = workflow.Await(ctx, func() bool { return !ext.reading })
 	if stop != worldRuns && stoppedByRun(errs) {
 		// Its processes run on until their nodes see the cancellation (at
 		// the next heartbeat); checkpoints they upload meanwhile are

@@ -32,10 +32,18 @@ import (
 // steps left; with steps unknown it is green.work less the time trained so
 // far. A script that never calls saved() is planned only at launch: once
 // it runs, nothing stops it. The trained stretches are the run's segments
-// (modelled energy: node_watts × nodes × PUE), priced at every plan and at
-// the end, so the carbon figures, the budget alert and `green report`
-// work as for built-in runs. Steps a stopped or failed world trained past
+// (energy measured, or modelled as node_watts × nodes × PUE: below),
+// priced at every plan and at the end, so the carbon figures, the budget
+// alert and `green report` work as for built-in runs. Steps a stopped or failed world trained past
 // its last checkpoint are neither counted nor priced.
+//
+// Where every node has an energy meter (RAPL, npu-smi, nvidia-smi) the
+// segments carry measured energy instead: the run reads all nodes' meters
+// (ReadEnergy, on each node's queue) before a launch and at each of its
+// marks, and a segment's energy is the sum of the nodes' shares of their
+// hosts' energy between two readings, × PUE. A node without a reading
+// turns the launch's remaining segments to the model, all ranks or none,
+// as for chunks.
 
 // versionExternalGreen: an external job follows its green policy. Asked
 // only for runs with a policy, which external jobs could not have before.
@@ -139,15 +147,73 @@ func (r *run) stopForGreen(ctx workflow.Context, slot spec.CarbonSlot) {
 }
 
 // markTrained records the launch's training since its last mark as a
-// segment (to be priced; its pace plans the rest). Within one instant
-// nothing is recorded: the steps go into the next segment.
+// segment (to be priced; its pace plans the rest), with the energy the
+// nodes' meters counted since the last mark when every node has one.
+// Within one instant nothing is recorded: the steps go into the next
+// segment.
 func (r *run) markTrained(ctx workflow.Context, ext *externalRun, step int64) {
+	_ = workflow.Await(ctx, func() bool { return !ext.reading })
 	now := workflow.Now(ctx)
 	if !now.After(ext.markAt) {
 		return
 	}
-	r.recordSegment(ext.markAt, now, ext.markStep, max(step, ext.markStep), make([]spec.ChunkResult, len(r.st.Membership.Nodes)))
+	results := make([]spec.ChunkResult, len(r.st.Membership.Nodes))
+	if ext.meters != nil {
+		ext.reading = true
+		cur := r.readMeters(ctx, "the rest of this launch")
+		ext.reading = false
+		for i := range cur {
+			// A meter that went back (restarted with its node) gives 0:
+			// the segment is modelled.
+			results[i].Joules = max(0, cur[i]-ext.meters[i])
+		}
+		ext.meters = cur
+	}
+	r.recordSegment(ext.markAt, now, ext.markStep, max(step, ext.markStep), results)
 	ext.markAt, ext.markStep = now, max(step, ext.markStep)
+}
+
+// versionExternalEnergy: an external green run measures its launches'
+// energy on the nodes' meters. Asked at every launch of a green run;
+// histories from before it replay with modelled energy.
+const versionExternalEnergy = "external-energy"
+
+// externalEnergy: this external green run reads its nodes' meters.
+func (r *run) externalEnergy(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionExternalEnergy, workflow.DefaultVersion, 1) >= 1
+}
+
+// readMeters reads every node's host meter at once and returns each
+// node's share of its host's energy so far (nodes on one host split it,
+// so the run counts the host once), facility overhead included — or nil
+// when a node has no reading (no meter, the meter failed, the node did
+// not answer): what (the stretch the readings were for) is then modelled,
+// as a chunk is when one of its nodes has no measurement.
+func (r *run) readMeters(ctx workflow.Context, what string) []float64 {
+	m := r.st.Membership
+	futures := make([]workflow.Future, len(m.Nodes))
+	for i, nd := range m.Nodes {
+		futures[i] = workflow.ExecuteActivity(meterOptions(ctx, nd), spec.ActivityReadEnergy)
+	}
+	pue := r.spec.Green.WithDefaults().PUE
+	out := make([]float64, len(futures))
+	why := ""
+	for i, f := range futures {
+		var rd spec.EnergyReading
+		switch err := f.Get(ctx, &rd); {
+		case err != nil:
+			why = fmt.Sprintf("node %s: %s", m.Nodes[i].ID, message(err))
+		case rd.Meter == "":
+			why = rd.Reason
+		default:
+			out[i] = rd.Joules * pue / float64(m.HostShares(i))
+		}
+	}
+	if why != "" {
+		workflow.GetLogger(ctx).Info("energy: modelling "+what, "why", why, "session", r.st.Session)
+		return nil
+	}
+	return out
 }
 
 // ckptStep is the step of the last uploaded checkpoint (0: none).

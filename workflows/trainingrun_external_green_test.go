@@ -32,6 +32,21 @@ type greenWorlds struct {
 	stop      map[string]context.CancelFunc
 	finish    chan struct{}
 	end       int64
+	// meter plays ReadEnergy on a node at the environment's time (nil:
+	// the nodes have no meter); reads counts the calls.
+	meter func(node string, now time.Time) spec.EnergyReading
+	reads int
+}
+
+func (g *greenWorlds) readEnergy(ctx context.Context) (spec.EnergyReading, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reads++
+	node := strings.TrimPrefix(activity.GetInfo(ctx).TaskQueue, spec.NodeTaskQueue(""))
+	if g.meter == nil {
+		return spec.EnergyReading{Reason: "node " + node + " has no energy meter"}, nil
+	}
+	return g.meter(node, g.env.Now()), nil
 }
 
 type greenLaunch struct {
@@ -99,6 +114,7 @@ func greenEnv(t *testing.T, cb *fakeCarbon) (*testsuite.TestWorkflowEnvironment,
 	env.RegisterActivityWithOptions(g.run, activity.RegisterOptions{Name: spec.ActivityRunExternal})
 	env.RegisterActivityWithOptions(func(context.Context) (int, error) { return 29500, nil },
 		activity.RegisterOptions{Name: spec.ActivityReservePort})
+	env.RegisterActivityWithOptions(g.readEnergy, activity.RegisterOptions{Name: spec.ActivityReadEnergy})
 	if cb != nil {
 		env.RegisterActivityWithOptions(cb.plan, activity.RegisterOptions{Name: spec.ActivityPlanCarbon})
 	}
@@ -420,6 +436,75 @@ func TestExternalGreenDeadline(t *testing.T) {
 			require.Equal(t, at("10:00"), plans[0].Slots[0].Start.UTC())
 			require.Less(t, time.Duration(plans[1].Work), time.Second, "re-planned with the measured pace")
 			require.Empty(t, st.Green.Note)
+		})
+	}
+}
+
+// An external green run whose nodes have energy meters prices measured
+// energy: the nodes' meters are read before each launch and at each
+// checkpoint, and a segment carries the nodes' shares of their host's
+// energy between readings × PUE — not the green wait between two
+// launches. A node without a reading turns the rest of its launch to the
+// model (all ranks or none); the next launch measures again.
+func TestExternalGreenMeasuredEnergy(t *testing.T) {
+	// One host (both nodes' Host is ""), 400 W, read as a host meter
+	// that has counted since before the run.
+	host := func(now time.Time) float64 { return 1000 + 400*now.Sub(day0).Seconds() }
+	const pue = 1.5
+	seg := 400 * 0.6 * pue // a launch's 0.6 s
+	for _, tc := range []struct {
+		name   string
+		meter  func(node string, now time.Time) spec.EnergyReading
+		priced []float64 // the joules of the segments PlanCarbon priced
+		segs   []float64 // the run's segments' joules
+		reads  int
+	}{
+		{"measured", func(_ string, now time.Time) spec.EnergyReading {
+			return spec.EnergyReading{Joules: host(now), Meter: "rapl"}
+		}, []float64{seg / 2, seg / 2, seg / 2, seg / 2}, []float64{seg, seg}, 12},
+		{"a node without a meter", func(node string, now time.Time) spec.EnergyReading {
+			if node == "node-2" {
+				return spec.EnergyReading{Reason: "node node-2 has no energy meter"}
+			}
+			return spec.EnergyReading{Joules: host(now), Meter: "rapl"}
+		}, []float64{0, 0, 0, 0}, []float64{0, 0}, 4},
+		{"a meter failing during the first launch", func(node string, now time.Time) spec.EnergyReading {
+			if node == "node-2" && now.After(day0) && now.Before(at("10:00")) {
+				return spec.EnergyReading{Reason: "node node-2: powercap: permission denied"}
+			}
+			return spec.EnergyReading{Joules: host(now), Meter: "rapl"}
+		}, []float64{0, 0, seg / 2, seg / 2}, []float64{0, seg}, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: at("10:00"), GPerKWh: 90}, window14}, gramsPerChunk: 1}
+			env, g, _ := greenEnv(t, cb)
+			g.meter = tc.meter
+			env.RegisterDelayedCallback(func() { g.checkpoint(t, 20) }, 300*ms)
+			env.RegisterDelayedCallback(func() { cb.setSlots(window14) }, 450*ms)
+			env.RegisterDelayedCallback(func() { g.checkpoint(t, 40) }, 600*ms)
+			env.RegisterDelayedCallback(func() { g.checkpoint(t, 60) }, 6*time.Hour+300*ms)
+			env.RegisterDelayedCallback(func() { close(g.finish) }, 6*time.Hour+600*ms)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: greenExternalSpec(spec.GreenPolicy{
+				Trace: "es.csv", Interruptible: true, Work: spec.Duration(10 * time.Hour), PUE: pue})})
+			st := result(t, env)
+
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.Len(t, g.all(), 2, "stopped for the green window and relaunched")
+			require.Equal(t, 1, st.Green.Waits)
+			var priced []float64
+			for _, c := range cb.calls {
+				for _, s := range c.Price {
+					priced = append(priced, s.Joules)
+				}
+			}
+			require.InDeltaSlice(t, tc.priced, priced, 1e-6, "0→20, 20→40, 40→60, 60→100")
+			require.Len(t, st.Segments, 2)
+			for i, want := range tc.segs {
+				require.InDelta(t, want, st.Segments[i].Joules, 1e-6, "segment %d", i)
+				require.InDelta(t, 0.6, st.Segments[i].WallSeconds, 1e-9, "segment %d", i)
+			}
+			require.Equal(t, tc.reads, g.reads, "meter readings")
+			require.InDelta(t, 4, st.Green.Grams, 1e-9, "each piece priced once")
 		})
 	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -22,8 +24,12 @@ import (
 // the dirty stretch re-plans, the world is stopped after it, the run waits
 // on a timer named for the next window and relaunches from that
 // checkpoint once the window opens — no restart counted — and completes.
-// Its history is the replay test's trainingrun_external_green.json
-// (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+// The node workers meter energy with nvidia-smi (a script on their PATH
+// reporting 150 W): every trained stretch is priced on measured energy.
+// Its history is the replay test's trainingrun_external_energy.json
+// (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata);
+// trainingrun_external_green.json was recorded by this test before the
+// nodes' meters were read, with modelled energy.
 func TestExternalGreenWindow(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job green-window e2e test")
@@ -31,7 +37,19 @@ func TestExternalGreenWindow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, l, _ := startScriptCluster(ctx, t, dir, "node-1", "node-2")
+	// The nodes' energy meter: nvidia-smi, here a script that reports one
+	// GPU drawing a steady 150 W (both nodes share this host, so each
+	// reports half of it).
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const watts = 150.0
+	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte("#!/bin/sh\necho '0, 150.00'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, l, _ := startScriptClusterWith(ctx, t, dir, []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")},
+		[]string{"--energy", "nvidia-smi"}, "node-1", "node-2")
 
 	// The trace, made now that the cluster is up.
 	t0 := time.Now().UTC().Truncate(time.Second)
@@ -45,7 +63,7 @@ func TestExternalGreenWindow(t *testing.T) {
 	s := spec.RunSpec{Name: "ext-green", Nodes: 2, Steps: 250, CheckpointEvery: 25, HeartbeatTimeout: spec.Duration(2 * time.Second),
 		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir},
 		Green: &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(5 * time.Minute),
-			Interruptible: true, Work: spec.Duration(5 * time.Second)}}.WithDefaults()
+			Interruptible: true, Work: spec.Duration(5 * time.Second), PUE: 1.2}}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
@@ -57,6 +75,23 @@ func TestExternalGreenWindow(t *testing.T) {
 	}
 	if st.Green.KWh <= 0 || st.Green.Grams <= 0 {
 		t.Errorf("nothing priced: %+v", st.Green)
+	}
+	// Measured: every trained stretch carries the meters' energy, the
+	// host's 150 W × PUE over the stretch (the readings are taken a moment
+	// after each stretch's bounds, and the meters sample once a second).
+	var joules, wall float64
+	for _, sg := range st.Segments {
+		if sg.Joules <= 0 {
+			t.Errorf("segment %d–%d modelled, want measured: %+v", sg.FromStep, sg.ToStep, sg)
+		}
+		joules += sg.Joules
+		wall += sg.WallSeconds
+	}
+	w := joules / wall
+	t.Logf("measured %.1f J over %d segment(s), %.2f s of training: %.1f W (150 W × PUE %.2f = %.1f W)",
+		joules, len(st.Segments), wall, w, s.Green.PUE, watts*s.Green.PUE)
+	if len(st.Segments) == 0 || math.Abs(w/(watts*s.Green.PUE)-1) > 0.2 {
+		t.Errorf("measured %.1f J over %.2f s = %.1f W, want %.0f W × PUE %.2f ± 20 %%", joules, wall, w, watts, s.Green.PUE)
 	}
 
 	// The history: launches, checkpoint signals and the named timer.
@@ -125,5 +160,5 @@ func TestExternalGreenWindow(t *testing.T) {
 	if len(reps) != 2 || len(reps[1]) == 0 || reps[1][0].Step != from+1 || reps[1][len(reps[1])-1].Step != s.Steps {
 		t.Errorf("rank-0 reports: %d launches; want the second from step %d to %d", len(reps), from+1, s.Steps)
 	}
-	recordHistory(t, hist, "trainingrun_external_green.json")
+	recordHistory(t, hist, "trainingrun_external_energy.json")
 }

@@ -184,6 +184,13 @@ func TestExternalPauseResume(t *testing.T) {
 // bucket under dir), and writes pauseScript to dir/train.py.
 func startScriptCluster(ctx context.Context, t *testing.T, dir string, nodes ...string) (client.Client, *dev.Launcher, *dev.Server) {
 	t.Helper()
+	return startScriptClusterWith(ctx, t, dir, nil, nil, nodes...)
+}
+
+// startScriptClusterWith is startScriptCluster with env added to the node
+// workers' environment and args to their command line.
+func startScriptClusterWith(ctx context.Context, t *testing.T, dir string, env, args []string, nodes ...string) (client.Client, *dev.Launcher, *dev.Server) {
+	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "train.py"), []byte(pauseScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -193,12 +200,13 @@ func startScriptCluster(ctx context.Context, t *testing.T, dir string, nodes ...
 	}
 	t.Cleanup(srv.Stop)
 	c := controlInProcess(ctx, t, srv)
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs"), Env: env}
 	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
 	for _, id := range nodes {
-		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),
-			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--work-dir", filepath.Join(dir, "work", id),
-			"--log-level", "info"); err != nil {
+		a := append([]string{"worker", "node", "--id", id, "--address", srv.FrontendAddr(),
+			"--checkpoint-url", "file://" + filepath.Join(dir, "ckpt"), "--work-dir", filepath.Join(dir, "work", id),
+			"--log-level", "info"}, args...)
+		if _, err := l.Start(id, a...); err != nil {
 			t.Fatal(err)
 		}
 	}
