@@ -29,7 +29,9 @@ import (
 // timer and relaunched from that checkpoint (energy modelled; it replays
 // through versionExternalEnergy's default), and
 // trainingrun_external_energy.json, the same with its nodes' meters read
-// at launches and checkpoints; and trainingrun_batch.json, a
+// at launches and checkpoints, and trainingrun_external_metered.json, the
+// pause and resume with the (absent) meters read; and
+// trainingrun_batch.json, a
 // run whose carbon batch controller shrank its batch three times and that
 // lost a node after the second change
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
@@ -42,10 +44,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// external job's launches are named after it, and its checkpoint
 	// signals matched by that name); else the replayer's default.
 	ids := map[string]string{
-		"trainingrun_external.json":        "run/ext-record",
-		"trainingrun_external_pause.json":  "run/ext-pause",
-		"trainingrun_external_green.json":  "run/ext-green",
-		"trainingrun_external_energy.json": "run/ext-green",
+		"trainingrun_external.json":         "run/ext-record",
+		"trainingrun_external_pause.json":   "run/ext-pause",
+		"trainingrun_external_green.json":   "run/ext-green",
+		"trainingrun_external_energy.json":  "run/ext-green",
+		"trainingrun_external_metered.json": "run/ext-pause",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -58,6 +61,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_green.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_energy.json", spec.WorkflowTrainingRun},
+		{"trainingrun_external_metered.json", spec.WorkflowTrainingRun},
 		{"trainingrun_batch.json", spec.WorkflowTrainingRun},
 		{"cluster.json", spec.WorkflowCluster},
 	} {

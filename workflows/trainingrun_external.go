@@ -66,6 +66,9 @@ type externalRun struct {
 	pausedCkpts int
 	// green: the run follows its green policy (versionExternalGreen).
 	green bool
+	// metered: the run reads its nodes' energy meters and records its
+	// trained stretches at every checkpoint (versionExternalEnergy).
+	metered bool
 	// ckpts counts the launch's new checkpoints; markAt and markStep are
 	// when and at which step the launch's trained time was last recorded
 	// (its start, then each checkpoint): a green run's segments.
@@ -81,7 +84,7 @@ type externalRun struct {
 
 // runExternal is TrainingRun's main loop for an external job.
 func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
-	ext := &externalRun{green: r.externalGreen(ctx)}
+	ext := &externalRun{green: r.externalGreen(ctx), metered: r.externalEnergy(ctx)}
 	r.listenCheckpoints(ctx, ext)
 	if len(r.st.Membership.Nodes) == 0 {
 		if err := r.acquire(ctx); err != nil {
@@ -133,7 +136,7 @@ func (r *run) listenCheckpoints(ctx workflow.Context, ext *externalRun) {
 			if !r.onCheckpoint(ctx, c) {
 				continue
 			}
-			if ext.green {
+			if ext.green || ext.metered {
 				r.markTrained(ctx, ext, c.Ref.Step)
 			}
 			ext.ckpts++
@@ -212,7 +215,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		}
 	}
 	ext.meters = nil
-	if ext.green && r.externalEnergy(ctx) {
+	if ext.metered {
 		ext.meters = r.readMeters(ctx, "this launch")
 	}
 	cctx, cancel := workflow.WithCancel(ctx)
@@ -257,8 +260,8 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {
 		results[0].Checkpoint = nil // already recorded from its signal
 	}
-	if ext.green {
-		// Priced in workflow time from the last checkpoint on (the
+	if ext.green || ext.metered {
+		// Recorded in workflow time from the last checkpoint on (the
 		// stretches before it were recorded at each checkpoint), not
 		// again over the nodes' whole launch.
 		r.markTrained(ctx, ext, max(ext.markStep, results[0].To))

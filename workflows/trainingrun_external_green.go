@@ -34,8 +34,9 @@ import (
 // it runs, nothing stops it. The trained stretches are the run's segments
 // (energy measured, or modelled as node_watts × nodes × PUE: below),
 // priced at every plan and at the end, so the carbon figures, the budget
-// alert and `green report` work as for built-in runs. Steps a stopped or failed world trained past
-// its last checkpoint are neither counted nor priced.
+// alert and `green report` work as for built-in runs. Steps a stopped or
+// failed world trained past its last checkpoint are neither counted nor
+// priced.
 //
 // Where every node has an energy meter (RAPL, npu-smi, nvidia-smi) the
 // segments carry measured energy instead: the run reads all nodes' meters
@@ -43,7 +44,9 @@ import (
 // marks, and a segment's energy is the sum of the nodes' shares of their
 // hosts' energy between two readings, × PUE. A node without a reading
 // turns the launch's remaining segments to the model, all ranks or none,
-// as for chunks.
+// as for chunks. External runs without a green policy record their
+// segments and read the meters the same way (PUE 1), so that `green
+// report --trace` can price them afterwards; only a policy plans.
 
 // versionExternalGreen: an external job follows its green policy. Asked
 // only for runs with a policy, which external jobs could not have before.
@@ -173,12 +176,14 @@ func (r *run) markTrained(ctx workflow.Context, ext *externalRun, step int64) {
 	ext.markAt, ext.markStep = now, max(step, ext.markStep)
 }
 
-// versionExternalEnergy: an external green run measures its launches'
-// energy on the nodes' meters. Asked at every launch of a green run;
-// histories from before it replay with modelled energy.
+// versionExternalEnergy: an external run measures its launches' energy
+// on the nodes' meters and records its trained stretches at every
+// checkpoint, with a green policy or without (for `green report`).
+// Asked once per execution; histories from before it replay with
+// modelled energy (green runs) or one stretch per finished launch.
 const versionExternalEnergy = "external-energy"
 
-// externalEnergy: this external green run reads its nodes' meters.
+// externalEnergy: this external run reads its nodes' meters.
 func (r *run) externalEnergy(ctx workflow.Context) bool {
 	return workflow.GetVersion(ctx, versionExternalEnergy, workflow.DefaultVersion, 1) >= 1
 }
@@ -195,7 +200,10 @@ func (r *run) readMeters(ctx workflow.Context, what string) []float64 {
 	for i, nd := range m.Nodes {
 		futures[i] = workflow.ExecuteActivity(meterOptions(ctx, nd), spec.ActivityReadEnergy)
 	}
-	pue := r.spec.Green.WithDefaults().PUE
+	pue := 1.0 // the facility's overhead is a green policy's
+	if r.spec.Green != nil {
+		pue = r.spec.Green.WithDefaults().PUE
+	}
 	out := make([]float64, len(futures))
 	why := ""
 	for i, f := range futures {

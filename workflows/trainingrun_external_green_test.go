@@ -508,3 +508,31 @@ func TestExternalGreenMeasuredEnergy(t *testing.T) {
 		})
 	}
 }
+
+// An external run without a green policy records its trained stretches
+// and reads its nodes' meters the same way (PUE 1: the facility's
+// overhead is a policy's), so that `green report --trace` can price it
+// afterwards; nothing plans.
+func TestExternalRunMeasuredWithoutPolicy(t *testing.T) {
+	env, g, timers := greenEnv(t, nil)
+	g.meter = func(_ string, now time.Time) spec.EnergyReading {
+		return spec.EnergyReading{Joules: 7 + 250*now.Sub(day0).Seconds(), Meter: "npu-smi"}
+	}
+	env.RegisterDelayedCallback(func() { g.checkpoint(t, 40) }, 300*ms)
+	env.RegisterDelayedCallback(func() { g.checkpoint(t, 80) }, 600*ms)
+	env.RegisterDelayedCallback(func() { close(g.finish) }, 900*ms)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	st := result(t, env)
+
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Nil(t, st.Green)
+	require.Empty(t, timers())
+	require.Len(t, st.Segments, 1)
+	sg := st.Segments[0]
+	require.Equal(t, day0, sg.Start.UTC())
+	require.Equal(t, day0.Add(900*ms), sg.End.UTC())
+	require.EqualValues(t, 0, sg.FromStep)
+	require.EqualValues(t, 100, sg.ToStep)
+	require.InDelta(t, 250*0.9, sg.Joules, 1e-6, "the host's 250 W over 0.9 s, counted once")
+	require.Equal(t, 8, g.reads, "2 nodes at the launch, at 2 checkpoints and at the end")
+}

@@ -121,6 +121,9 @@ func newExternalEnv(t *testing.T, cl *fakeCluster, w *fakeWorlds) *testsuite.Tes
 	env.RegisterActivityWithOptions(w.run, activity.RegisterOptions{Name: spec.ActivityRunExternal})
 	env.RegisterActivityWithOptions(func(context.Context) (int, error) { return 29500, nil },
 		activity.RegisterOptions{Name: spec.ActivityReservePort})
+	env.RegisterActivityWithOptions(func(context.Context) (spec.EnergyReading, error) {
+		return spec.EnergyReading{Reason: "no energy meter"}, nil
+	}, activity.RegisterOptions{Name: spec.ActivityReadEnergy})
 	return env
 }
 

@@ -55,8 +55,10 @@ for step in range(start + 1, total + 1):
 // after its next checkpoint upload and holds (no process left running);
 // `cann-train resume` relaunches it from that checkpoint on the same
 // nodes, no restart counted, and it completes. Its history is the replay
-// test's trainingrun_external_pause.json
-// (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+// test's trainingrun_external_metered.json
+// (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata): the nodes' meters
+// read at launches and checkpoints (none here: the energy is modelled);
+// trainingrun_external_pause.json was recorded before that.
 func TestExternalPauseResume(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job pause/resume e2e test")
@@ -176,7 +178,7 @@ func TestExternalPauseResume(t *testing.T) {
 		t.Errorf("launch 1 from step %d, launch 2 %d..%d; want 1, then %d..%d",
 			reps[0][0].Step, reps[1][0].Step, reps[1][len(reps[1])-1].Step, held.Steps+1, s.Steps)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_pause.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_metered.json")
 }
 
 // startScriptCluster starts the embedded server, the control worker in
