@@ -176,6 +176,11 @@ type ExternalJob struct {
 	// StopGrace is how long processes get between SIGTERM and SIGKILL when
 	// the world is stopped. Default 10s.
 	StopGrace Duration `yaml:"stop_grace" json:"stop_grace,omitempty"`
+	// MeterEvery is how often, at most, a launch reads its nodes' energy
+	// meters: at the first checkpoint after it (and at the launch's
+	// start, stop and end). A round of readings is three history events
+	// per node. 0: 3 minutes per node, about one event per minute.
+	MeterEvery Duration `yaml:"meter_every" json:"meter_every,omitempty"`
 }
 
 // IsExternal reports whether the spec runs a user's script.
@@ -304,6 +309,9 @@ func (s RunSpec) validateExternal() error {
 	}
 	if x.StopGrace == badDuration || x.StopGrace < 0 {
 		bad("external.stop_grace", "not a duration: want e.g. 10s")
+	}
+	if x.MeterEvery == badDuration || x.MeterEvery < 0 {
+		bad("external.meter_every", "not a duration: want e.g. 10m (0: 3 minutes per node)")
 	}
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}

@@ -67,6 +67,7 @@ external:
   env:
     RANK: "3"
     CANN_TRAIN_RANK: "1"
+  meter_every: -5m
 `))
 	var se *SpecError
 	if !errors.As(err, &se) {
@@ -81,6 +82,7 @@ external:
 		"external.master_port":         10,
 		"external.env.RANK":            12,
 		"external.env.CANN_TRAIN_RANK": 13,
+		"external.meter_every":         14,
 	}
 	got := map[string]int{}
 	for _, f := range se.Fields {

@@ -86,6 +86,8 @@ type run struct {
 	clusterID string
 	st        RunState
 	chunksNow int // chunks in this workflow run (since continue-as-new)
+	// ext is an external job's current launch (nil for built-in runs).
+	ext *externalRun
 }
 
 func newRun(ctx workflow.Context, in RunInput) (*run, error) {

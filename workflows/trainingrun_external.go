@@ -76,15 +76,20 @@ type externalRun struct {
 	markAt   time.Time
 	markStep int64
 	// meters are each node's share of its host meter's energy at markAt
-	// (nil: the launch's energy is modelled); reading: markTrained is
-	// reading them.
-	meters  []float64
-	reading bool
+	// (nil: the launch's energy is modelled); reading: a reading is in
+	// flight. While metered, checkpoints are recorded only every
+	// meterEvery (a reading costs history events): pendAt and pendStep
+	// are the last checkpoint not recorded yet (pendAt zero: none).
+	meters   []float64
+	reading  bool
+	pendAt   time.Time
+	pendStep int64
 }
 
 // runExternal is TrainingRun's main loop for an external job.
 func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 	ext := &externalRun{green: r.externalGreen(ctx), metered: r.externalEnergy(ctx)}
+	r.ext = ext
 	r.listenCheckpoints(ctx, ext)
 	if len(r.st.Membership.Nodes) == 0 {
 		if err := r.acquire(ctx); err != nil {
@@ -214,7 +219,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			return r.blameWorld(from, started, workflow.Now(ctx), errs)
 		}
 	}
-	ext.meters = nil
+	ext.meters, ext.pendAt = nil, time.Time{}
 	if ext.metered {
 		ext.meters = r.readMeters(ctx, "this launch")
 	}
@@ -243,6 +248,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		// the next heartbeat); checkpoints they upload meanwhile are
 		// ignored, so the run holds at — and resumes from — the one the
 		// stop waited for.
+		r.closeLaunch(ctx, ext, true)
 		log := workflow.GetLogger(ctx)
 		if stop == stopForGreen {
 			log.Info("world stopped for a green window", "session", r.st.Session, "step", r.ckptStep())
@@ -255,6 +261,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		return errWorldPaused
 	}
 	if f := r.blameWorld(from, started, workflow.Now(ctx), errs); f != nil {
+		r.closeLaunch(ctx, ext, false)
 		return f
 	}
 	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {
@@ -264,7 +271,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		// Recorded in workflow time from the last checkpoint on (the
 		// stretches before it were recorded at each checkpoint), not
 		// again over the nodes' whole launch.
-		r.markTrained(ctx, ext, max(ext.markStep, results[0].To))
+		r.recordTrained(ctx, ext, workflow.Now(ctx), max(ext.markStep, results[0].To))
 		for i := range results {
 			results[i].StartedAt = time.Time{}
 		}

@@ -40,9 +40,11 @@ import (
 //
 // Where every node has an energy meter (RAPL, npu-smi, nvidia-smi) the
 // segments carry measured energy instead: the run reads all nodes' meters
-// (ReadEnergy, on each node's queue) before a launch and at each of its
-// marks, and a segment's energy is the sum of the nodes' shares of their
-// hosts' energy between two readings, × PUE. A node without a reading
+// (ReadEnergy, on each node's queue) before a launch, at its first
+// checkpoint meterEvery after the last reading (the checkpoints between
+// are pending: in the pace, recorded at the next reading), when it is
+// stopped and at its end, and a segment's energy is the sum of the nodes'
+// shares of their hosts' energy between two readings, × PUE. A node without a reading
 // turns the launch's remaining segments to the model, all ranks or none,
 // as for chunks. External runs without a green policy record their
 // segments and read the meters the same way (PUE 1), so that `green
@@ -153,11 +155,37 @@ func (r *run) stopForGreen(ctx workflow.Context, slot spec.CarbonSlot) {
 // segment (to be priced; its pace plans the rest), with the energy the
 // nodes' meters counted since the last mark when every node has one.
 // Within one instant nothing is recorded: the steps go into the next
-// segment.
+// segment. A metered launch records a checkpoint only meterEvery after
+// its last mark; until then it is pending (in the pace, not priced yet).
 func (r *run) markTrained(ctx workflow.Context, ext *externalRun, step int64) {
 	_ = workflow.Await(ctx, func() bool { return !ext.reading })
 	now := workflow.Now(ctx)
-	if !now.After(ext.markAt) {
+	if ext.meters != nil && now.Sub(ext.markAt) < r.meterEvery() {
+		if now.After(ext.markAt) {
+			ext.pendAt, ext.pendStep = now, max(step, ext.markStep)
+		}
+		return
+	}
+	r.recordTrained(ctx, ext, now, step)
+}
+
+// meterEvery is how long a metered launch trains between readings
+// (external.meter_every). By default 3 minutes per node: a round of
+// readings is three history events per node, so this keeps it to about
+// one event per minute of training, and a launch — which cannot
+// continue-as-new while it runs — far from Temporal's history limits.
+func (r *run) meterEvery() time.Duration {
+	if d := r.spec.External.MeterEvery.D(); d > 0 {
+		return d
+	}
+	return time.Duration(3*max(len(r.st.Membership.Nodes), 1)) * time.Minute
+}
+
+// recordTrained records the launch's training from its last mark to end
+// (step), with the meters read now when the launch is metered.
+func (r *run) recordTrained(ctx workflow.Context, ext *externalRun, end time.Time, step int64) {
+	_ = workflow.Await(ctx, func() bool { return !ext.reading })
+	if !end.After(ext.markAt) {
 		return
 	}
 	results := make([]spec.ChunkResult, len(r.st.Membership.Nodes))
@@ -172,8 +200,25 @@ func (r *run) markTrained(ctx workflow.Context, ext *externalRun, step int64) {
 		}
 		ext.meters = cur
 	}
-	r.recordSegment(ext.markAt, now, ext.markStep, max(step, ext.markStep), results)
-	ext.markAt, ext.markStep = now, max(step, ext.markStep)
+	step = max(step, ext.markStep)
+	r.recordSegment(ext.markAt, end, ext.markStep, step, results)
+	ext.markAt, ext.markStep, ext.pendAt = end, step, time.Time{}
+}
+
+// closeLaunch records a stopped or failed launch's pending checkpoint:
+// after a stop measured up to now (the nodes are alive; the few seconds
+// trained past the checkpoint are in the reading), after a failure
+// modelled (a dead node would hold the recovery up to a reading's
+// timeout).
+func (r *run) closeLaunch(ctx workflow.Context, ext *externalRun, stopped bool) {
+	_ = workflow.Await(ctx, func() bool { return !ext.reading })
+	if ext.pendAt.IsZero() {
+		return
+	}
+	if !stopped {
+		ext.meters = nil
+	}
+	r.recordTrained(ctx, ext, ext.pendAt, ext.pendStep)
 }
 
 // versionExternalEnergy: an external run measures its launches' energy
@@ -243,6 +288,10 @@ func (r *run) externalWork() time.Duration {
 	for _, seg := range r.st.Status.Segments {
 		wall += seg.WallSeconds
 		steps += seg.ToStep - seg.FromStep
+	}
+	if e := r.ext; e != nil && !e.pendAt.IsZero() {
+		wall += e.pendAt.Sub(e.markAt).Seconds() // waiting for a reading
+		steps += e.pendStep - e.markStep
 	}
 	est := r.spec.Green.Work.D()
 	if r.spec.Steps <= 0 {

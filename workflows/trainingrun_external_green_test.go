@@ -441,17 +441,20 @@ func TestExternalGreenDeadline(t *testing.T) {
 }
 
 // An external green run whose nodes have energy meters prices measured
-// energy: the nodes' meters are read before each launch and at each
-// checkpoint, and a segment carries the nodes' shares of their host's
-// energy between readings × PUE — not the green wait between two
-// launches. A node without a reading turns the rest of its launch to the
-// model (all ranks or none); the next launch measures again.
+// energy: the nodes' meters are read before each launch, at checkpoints
+// at most every external.meter_every (here 0.6 s; the checkpoints between
+// wait for the next reading), when a world is stopped and at its end; a
+// segment carries the nodes' shares of their host's energy between
+// readings × PUE — not the green wait between two launches. A node
+// without a reading turns the rest of its launch to the model (all ranks
+// or none, every checkpoint recorded at once again); the next launch
+// measures again.
 func TestExternalGreenMeasuredEnergy(t *testing.T) {
 	// One host (both nodes' Host is ""), 400 W, read as a host meter
 	// that has counted since before the run.
 	host := func(now time.Time) float64 { return 1000 + 400*now.Sub(day0).Seconds() }
 	const pue = 1.5
-	seg := 400 * 0.6 * pue // a launch's 0.6 s
+	j := func(d time.Duration) float64 { return 400 * d.Seconds() * pue }
 	for _, tc := range []struct {
 		name   string
 		meter  func(node string, now time.Time) spec.EnergyReading
@@ -459,37 +462,48 @@ func TestExternalGreenMeasuredEnergy(t *testing.T) {
 		segs   []float64 // the run's segments' joules
 		reads  int
 	}{
+		// Read at the launch, at 0.7 s (checkpoint 20), at the stop after
+		// checkpoint 40 (30 and 40 pending), at the relaunch and at the
+		// end (60 pending).
 		{"measured", func(_ string, now time.Time) spec.EnergyReading {
 			return spec.EnergyReading{Joules: host(now), Meter: "rapl"}
-		}, []float64{seg / 2, seg / 2, seg / 2, seg / 2}, []float64{seg, seg}, 12},
+		}, []float64{j(700 * ms), j(300 * ms), j(500 * ms)},
+			[]float64{j(1000 * ms), j(500 * ms)}, 10},
+		// Read at the launches only; every checkpoint recorded at once.
 		{"a node without a meter", func(node string, now time.Time) spec.EnergyReading {
 			if node == "node-2" {
 				return spec.EnergyReading{Reason: "node node-2 has no energy meter"}
 			}
 			return spec.EnergyReading{Joules: host(now), Meter: "rapl"}
-		}, []float64{0, 0, 0, 0}, []float64{0, 0}, 4},
+		}, []float64{0, 0, 0, 0, 0}, []float64{0, 0}, 4},
+		// node-2's meter fails at 0.7 s: the first launch is modelled from
+		// its start, the second measured.
 		{"a meter failing during the first launch", func(node string, now time.Time) spec.EnergyReading {
 			if node == "node-2" && now.After(day0) && now.Before(at("10:00")) {
 				return spec.EnergyReading{Reason: "node node-2: powercap: permission denied"}
 			}
 			return spec.EnergyReading{Joules: host(now), Meter: "rapl"}
-		}, []float64{0, 0, seg / 2, seg / 2}, []float64{0, seg}, 10},
+		}, []float64{0, 0, 0, j(500 * ms)}, []float64{0, j(500 * ms)}, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: at("10:00"), GPerKWh: 90}, window14}, gramsPerChunk: 1}
 			env, g, _ := greenEnv(t, cb)
 			g.meter = tc.meter
-			env.RegisterDelayedCallback(func() { g.checkpoint(t, 20) }, 300*ms)
-			env.RegisterDelayedCallback(func() { cb.setSlots(window14) }, 450*ms)
-			env.RegisterDelayedCallback(func() { g.checkpoint(t, 40) }, 600*ms)
-			env.RegisterDelayedCallback(func() { g.checkpoint(t, 60) }, 6*time.Hour+300*ms)
-			env.RegisterDelayedCallback(func() { close(g.finish) }, 6*time.Hour+600*ms)
-			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: greenExternalSpec(spec.GreenPolicy{
-				Trace: "es.csv", Interruptible: true, Work: spec.Duration(10 * time.Hour), PUE: pue})})
+			env.RegisterDelayedCallback(func() { g.checkpoint(t, 20) }, 700*ms)
+			env.RegisterDelayedCallback(func() { g.checkpoint(t, 30) }, 900*ms)
+			env.RegisterDelayedCallback(func() { cb.setSlots(window14) }, 950*ms)
+			env.RegisterDelayedCallback(func() { g.checkpoint(t, 40) }, 1000*ms)
+			env.RegisterDelayedCallback(func() { g.checkpoint(t, 60) }, 6*time.Hour+400*ms)
+			env.RegisterDelayedCallback(func() { close(g.finish) }, 6*time.Hour+500*ms)
+			sp := greenExternalSpec(spec.GreenPolicy{Trace: "es.csv", Interruptible: true, Work: spec.Duration(10 * time.Hour), PUE: pue})
+			sp.External.MeterEvery = spec.Duration(600 * ms)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: sp})
 			st := result(t, env)
 
 			require.Equal(t, spec.PhaseCompleted, st.Phase)
-			require.Len(t, g.all(), 2, "stopped for the green window and relaunched")
+			l := g.all()
+			require.Len(t, l, 2, "stopped for the green window and relaunched")
+			require.EqualValues(t, 40, l[1].in.Restore.Step)
 			require.Equal(t, 1, st.Green.Waits)
 			var priced []float64
 			for _, c := range cb.calls {
@@ -497,14 +511,19 @@ func TestExternalGreenMeasuredEnergy(t *testing.T) {
 					priced = append(priced, s.Joules)
 				}
 			}
-			require.InDeltaSlice(t, tc.priced, priced, 1e-6, "0→20, 20→40, 40→60, 60→100")
+			require.InDeltaSlice(t, tc.priced, priced, 1e-6)
 			require.Len(t, st.Segments, 2)
-			for i, want := range tc.segs {
-				require.InDelta(t, want, st.Segments[i].Joules, 1e-6, "segment %d", i)
-				require.InDelta(t, 0.6, st.Segments[i].WallSeconds, 1e-9, "segment %d", i)
+			for i, want := range []struct {
+				wall     time.Duration
+				from, to int64
+			}{{1000 * ms, 0, 40}, {500 * ms, 40, 100}} {
+				require.InDelta(t, tc.segs[i], st.Segments[i].Joules, 1e-6, "segment %d", i)
+				require.InDelta(t, want.wall.Seconds(), st.Segments[i].WallSeconds, 1e-9, "segment %d", i)
+				require.Equal(t, want.from, st.Segments[i].FromStep, "segment %d", i)
+				require.Equal(t, want.to, st.Segments[i].ToStep, "segment %d", i)
 			}
 			require.Equal(t, tc.reads, g.reads, "meter readings")
-			require.InDelta(t, 4, st.Green.Grams, 1e-9, "each piece priced once")
+			require.InDelta(t, float64(len(tc.priced)), st.Green.Grams, 1e-9, "each piece priced once")
 		})
 	}
 }
@@ -512,21 +531,27 @@ func TestExternalGreenMeasuredEnergy(t *testing.T) {
 // An external run without a green policy records its trained stretches
 // and reads its nodes' meters the same way (PUE 1: the facility's
 // overhead is a policy's), so that `green report --trace` can price it
-// afterwards; nothing plans.
+// afterwards; nothing plans. The pace of a checkpoint waiting for a
+// reading counts at once.
 func TestExternalRunMeasuredWithoutPolicy(t *testing.T) {
 	env, g, timers := greenEnv(t, nil)
 	g.meter = func(_ string, now time.Time) spec.EnergyReading {
 		return spec.EnergyReading{Joules: 7 + 250*now.Sub(day0).Seconds(), Meter: "npu-smi"}
 	}
-	env.RegisterDelayedCallback(func() { g.checkpoint(t, 40) }, 300*ms)
-	env.RegisterDelayedCallback(func() { g.checkpoint(t, 80) }, 600*ms)
+	var mid spec.RunStatus
+	env.RegisterDelayedCallback(func() { g.checkpoint(t, 40) }, 400*ms)
+	env.RegisterDelayedCallback(func() { mid = queryStatus(t, env) }, 500*ms)
+	env.RegisterDelayedCallback(func() { g.checkpoint(t, 80) }, 700*ms)
 	env.RegisterDelayedCallback(func() { close(g.finish) }, 900*ms)
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	sp := externalSpec(2)
+	sp.External.MeterEvery = spec.Duration(600 * ms)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: sp})
 	st := result(t, env)
 
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
 	require.Nil(t, st.Green)
 	require.Empty(t, timers())
+	require.Empty(t, mid.Segments, "checkpoint 40 waits for a reading")
 	require.Len(t, st.Segments, 1)
 	sg := st.Segments[0]
 	require.Equal(t, day0, sg.Start.UTC())
@@ -534,5 +559,28 @@ func TestExternalRunMeasuredWithoutPolicy(t *testing.T) {
 	require.EqualValues(t, 0, sg.FromStep)
 	require.EqualValues(t, 100, sg.ToStep)
 	require.InDelta(t, 250*0.9, sg.Joules, 1e-6, "the host's 250 W over 0.9 s, counted once")
-	require.Equal(t, 8, g.reads, "2 nodes at the launch, at 2 checkpoints and at the end")
+	require.Equal(t, 2, sg.Chunks, "recorded at checkpoint 80 (0.7 s ≥ 0.6) and at the end")
+	require.Equal(t, 6, g.reads, "2 nodes at the launch, at checkpoint 80 and at the end")
+}
+
+// meter_every bounds the readings: by default 3 minutes per node (a round
+// is three history events per node), or what the job sets.
+func TestMeterEvery(t *testing.T) {
+	for _, tc := range []struct {
+		nodes int
+		set   time.Duration
+		want  time.Duration
+	}{
+		{1, 0, 3 * time.Minute},
+		{2, 0, 6 * time.Minute},
+		{16, 0, 48 * time.Minute},
+		{16, 10 * time.Minute, 10 * time.Minute},
+	} {
+		r := &run{spec: externalSpec(tc.nodes)}
+		r.spec.External.MeterEvery = spec.Duration(tc.set)
+		r.st.Membership.Nodes = testNodes(make([]string, tc.nodes)...)
+		if got := r.meterEvery(); got != tc.want {
+			t.Errorf("%d nodes, meter_every %v: every %v, want %v", tc.nodes, tc.set, got, tc.want)
+		}
+	}
 }

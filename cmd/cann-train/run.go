@@ -52,7 +52,8 @@ Job file fields (all optional but name):
   external (optional; runs your own script instead of the built-in model):
     launcher torchrun|ascend|msrun, entrypoint [argv…], procs_per_node 1,
     env {KEY: value}, workdir (job file's directory), checkpoint_dir,
-    master_port (0: free port), stop_grace 10s. With external, steps is the
+    master_port (0: free port), stop_grace 10s, meter_every (how often the
+    nodes' energy meters are read; 0: 3m per node). With external, steps is the
     script's total (optional, for progress), checkpoint_every is what
     cann_train.should_checkpoint() follows (100), and the built-in fields
     (model.hidden, chunk_steps, batch_per_rank, learning_rate, seed,
