@@ -78,24 +78,23 @@ func externalOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node, summa
 // A node that does not answer is presumed dead (the failure is blamed
 // like a chunk's).
 func portOptions(ctx workflow.Context, node spec.Node) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:              node.TaskQueue,
-		ScheduleToStartTimeout: 30 * time.Second,
-		StartToCloseTimeout:    30 * time.Second,
-		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:                "reserve a rendezvous port on " + node.ID,
-	})
+	return nodeCallOptions(ctx, node, 30*time.Second, 30*time.Second, "reserve a rendezvous port on "+node.ID)
 }
 
 // meterOptions reads a node's host energy meter. No retry: a stretch
 // without every node's reading is modelled, and a node that does not
 // answer soon is failing the world anyway.
 func meterOptions(ctx workflow.Context, node spec.Node) workflow.Context {
+	return nodeCallOptions(ctx, node, 5*time.Second, 10*time.Second, "read the energy meter on "+node.ID)
+}
+
+// nodeCallOptions runs a short call on a node's own queue, never retried.
+func nodeCallOptions(ctx workflow.Context, node spec.Node, toStart, toClose time.Duration, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              node.TaskQueue,
-		ScheduleToStartTimeout: 5 * time.Second,
-		StartToCloseTimeout:    10 * time.Second,
+		ScheduleToStartTimeout: toStart,
+		StartToCloseTimeout:    toClose,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-		Summary:                "read the energy meter on " + node.ID,
+		Summary:                summary,
 	})
 }
