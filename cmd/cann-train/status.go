@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/cann-train/cann-train/engine/energy"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
 )
@@ -278,6 +279,9 @@ type Summary struct {
 	Sync *spec.SyncStatus `json:"sync,omitempty"`
 	// Strategy is the parallel-strategy search's plan (strategy: auto).
 	Strategy *spec.StrategyPlan `json:"strategy,omitempty"`
+	// Energy is what the nodes' meters measured of the trained stretches
+	// (absent when nothing was measured).
+	Energy *EnergySummary `json:"energy,omitempty"`
 	// Report is where the finished run's report is stored ("URL KEY").
 	Report string `json:"report,omitempty"`
 	// Logs are the last lines of each process of a running external job,
@@ -337,6 +341,42 @@ func summarizeRecovery(r spec.Recovery, killed map[string]time.Time) RecoverySum
 	return out
 }
 
+// EnergySummary is the energy the nodes' meters measured over a run's
+// trained stretches (its segments): facility overhead (a green policy's
+// PUE) included, waits and failed work not.
+type EnergySummary struct {
+	KWh float64 `json:"kwh"`
+	// MeanWatts is KWh over the measured stretches' training time.
+	MeanWatts float64 `json:"mean_watts"`
+	// TrainedSeconds is the measured stretches' training time.
+	TrainedSeconds float64 `json:"trained_s"`
+	// Measured of Segments stretches carry a measurement (the others ran
+	// where a node had no meter).
+	Measured int `json:"measured_segments"`
+	Segments int `json:"segments"`
+}
+
+// energySummary sums the measured segments; nil when none is.
+func energySummary(segs []spec.Segment) *EnergySummary {
+	e := &EnergySummary{Segments: len(segs)}
+	var joules float64
+	for _, sg := range segs {
+		if sg.Joules > 0 {
+			e.Measured++
+			joules += sg.Joules
+			e.TrainedSeconds += sg.WallSeconds
+		}
+	}
+	if e.Measured == 0 {
+		return nil
+	}
+	e.KWh = joules / energy.JoulesPerKWh
+	if e.TrainedSeconds > 0 {
+		e.MeanWatts = joules / e.TrainedSeconds
+	}
+	return e
+}
+
 // CheckpointsInfo counts checkpoints and names the last one.
 type CheckpointsInfo struct {
 	Count   int    `json:"count"`
@@ -354,6 +394,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
 		MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
+		Energy: energySummary(st.Segments),
 	}
 	for _, r := range st.Recoveries {
 		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, killed))
@@ -422,6 +463,14 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		}
 	}
 	printStrategy(w, s.Strategy, s.StepsPerSec)
+	if e := s.Energy; e != nil {
+		all := ""
+		if e.Measured < e.Segments {
+			all = fmt.Sprintf("; %d of %d trained stretches (the others ran where a node had no meter)", e.Measured, e.Segments)
+		}
+		fmt.Fprintf(w, "energy       %.4f kWh measured, %.0f W over %s of training%s\n",
+			e.KWh, e.MeanWatts, (time.Duration(e.TrainedSeconds * float64(time.Second))).Round(time.Second), all)
+	}
 	printGreen(w, s.Green)
 	printTopology(w, s.Topology)
 	if s.WeightsSHA256 != "" {
