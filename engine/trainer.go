@@ -515,10 +515,12 @@ func forward(layers []layer, acts [][]float32, rows int) {
 	}
 }
 
-// axpy computes y += a*x without letting the compiler fuse the multiply-add.
+// axpyPortable computes y += a*x without letting the compiler fuse the
+// multiply-add (axpy, kernels_*.go, runs it or a vector kernel with the
+// same bits).
 // It is unrolled by four, which roughly halves loop overhead; the result does
 // not depend on the unrolling since every element is independent.
-func axpy(y, x []float32, a float32) {
+func axpyPortable(y, x []float32, a float32) {
 	x = x[:len(y)]
 	j := 0
 	for ; j+4 <= len(y); j += 4 {
@@ -599,22 +601,34 @@ func (t *Trainer) adam() {
 	bc1 := 1 - powInt(adamBeta1, t.adamT)
 	bc2 := 1 - powInt(adamBeta2, t.adamT)
 	// p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), as in PyTorch.
-	stepSize := float32(t.lr / bc1)
-	invSqrtBC2 := float32(1 / math.Sqrt(bc2))
-	const (
-		b1, omb1 = float32(adamBeta1), float32(1 - adamBeta1)
-		b2, omb2 = float32(adamBeta2), float32(1 - adamBeta2)
-		eps      = float32(adamEps)
-	)
-	p, m, v := t.params, t.m[:len(t.params)], t.v[:len(t.params)]
-	g := t.grad[:len(t.params)]
+	k := adamConsts{
+		b1: adamBeta1, omb1: 1 - adamBeta1, b2: adamBeta2, omb2: 1 - adamBeta2,
+		step: float32(t.lr / bc1), invSqrtBC2: float32(1 / math.Sqrt(bc2)), eps: adamEps,
+	}
+	adamUpdate(t.params, t.m[:len(t.params)], t.v[:len(t.params)], t.grad[:len(t.params)], &k)
+}
+
+// adamConsts are one Adam step's constants, in float32 as the update
+// uses them (the layout adamAVX2 reads).
+type adamConsts struct {
+	b1, omb1, b2, omb2, step, invSqrtBC2, eps float32
+}
+
+// adamPortable applies one Adam step to p with first and second moments m
+// and v and gradient g (all of p's length), every operation an IEEE
+// single-precision one in a fixed order (adamUpdate, kernels_*.go, runs
+// it or a vector kernel with the same bits).
+func adamPortable(p, m, v, g []float32, k *adamConsts) {
+	m, v, g = m[:len(p)], v[:len(p)], g[:len(p)]
 	for i := range p {
 		gi := g[i]
-		mi := float32(b1*m[i]) + float32(omb1*gi)
-		vi := float32(b2*v[i]) + float32(omb2*float32(gi*gi))
+		mi := float32(k.b1*m[i]) + float32(k.omb1*gi)
+		vi := float32(k.b2*v[i]) + float32(k.omb2*float32(gi*gi))
 		m[i], v[i] = mi, vi
-		denom := float32(float32(math.Sqrt(float64(vi)))*invSqrtBC2) + eps
-		p[i] -= float32(stepSize*mi) / denom
+		// The square root of a float32 computed in float64 and rounded is
+		// the correctly rounded float32 square root.
+		denom := float32(float32(math.Sqrt(float64(vi)))*k.invSqrtBC2) + k.eps
+		p[i] -= float32(k.step*mi) / denom
 	}
 }
 

@@ -1,0 +1,99 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// func axpyAVX2(y, x *float32, a float32, n int)
+//
+// y[i] += a*x[i] for i < n: VMULPS then VADDPS (no FMA), the same two
+// roundings as the portable loop. n > 0, a multiple of 8; 32 elements per
+// iteration while at least 32 remain.
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	MOVQ         y+0(FP), DI
+	MOVQ         x+8(FP), SI
+	VBROADCASTSS a+16(FP), Y15
+	MOVQ         n+24(FP), CX
+
+loop32:
+	CMPQ    CX, $32
+	JB      loop8
+	VMULPS  0(SI), Y15, Y0
+	VMULPS  32(SI), Y15, Y1
+	VMULPS  64(SI), Y15, Y2
+	VMULPS  96(SI), Y15, Y3
+	VADDPS  0(DI), Y0, Y0
+	VADDPS  32(DI), Y1, Y1
+	VADDPS  64(DI), Y2, Y2
+	VADDPS  96(DI), Y3, Y3
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ    $128, SI
+	ADDQ    $128, DI
+	SUBQ    $32, CX
+	JMP     loop32
+
+loop8:
+	TESTQ   CX, CX
+	JZ      done
+	VMULPS  0(SI), Y15, Y0
+	VADDPS  0(DI), Y0, Y0
+	VMOVUPS Y0, 0(DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+	JMP     loop8
+
+done:
+	VZEROUPPER
+	RET
+
+// func adamAVX2(p, m, v, grad *float32, n int, k *adamConsts)
+//
+// Eight elements per iteration of adamPortable:
+//   m = b1*m + omb1*g
+//   v = b2*v + omb2*(g*g)
+//   p = p - (step*m) / (sqrt(v)*invSqrtBC2 + eps)
+// k points at float32s b1, omb1, b2, omb2, step, invSqrtBC2, eps.
+TEXT ·adamAVX2(SB), NOSPLIT, $0-48
+	MOVQ         p+0(FP), DI
+	MOVQ         m+8(FP), SI
+	MOVQ         v+16(FP), DX
+	MOVQ         grad+24(FP), BX
+	MOVQ         n+32(FP), CX
+	MOVQ         k+40(FP), AX
+	VBROADCASTSS 0(AX), Y8   // b1
+	VBROADCASTSS 4(AX), Y9   // omb1
+	VBROADCASTSS 8(AX), Y10  // b2
+	VBROADCASTSS 12(AX), Y11 // omb2
+	VBROADCASTSS 16(AX), Y12 // step
+	VBROADCASTSS 20(AX), Y13 // invSqrtBC2
+	VBROADCASTSS 24(AX), Y14 // eps
+
+adamloop:
+	VMOVUPS 0(BX), Y0       // g
+	VMULPS  0(SI), Y8, Y1   // b1*m
+	VMULPS  Y0, Y9, Y2      // omb1*g
+	VADDPS  Y2, Y1, Y1      // m'
+	VMULPS  Y0, Y0, Y3      // g*g
+	VMULPS  Y3, Y11, Y3     // omb2*(g*g)
+	VMULPS  0(DX), Y10, Y4  // b2*v
+	VADDPS  Y3, Y4, Y4      // v'
+	VMOVUPS Y1, 0(SI)
+	VMOVUPS Y4, 0(DX)
+	VSQRTPS Y4, Y5          // sqrt(v')
+	VMULPS  Y13, Y5, Y5     // *invSqrtBC2
+	VADDPS  Y14, Y5, Y5     // +eps
+	VMULPS  Y1, Y12, Y6     // step*m'
+	VDIVPS  Y5, Y6, Y6      // (step*m') / denom
+	VMOVUPS 0(DI), Y7
+	VSUBPS  Y6, Y7, Y7      // p - ...
+	VMOVUPS Y7, 0(DI)
+	ADDQ    $32, DI
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, BX
+	SUBQ    $8, CX
+	JNZ     adamloop
+	VZEROUPPER
+	RET

@@ -1,0 +1,9 @@
+//go:build !amd64 || purego
+
+package engine
+
+// axpy computes y += a*x (x at least as long as y).
+func axpy(y, x []float32, a float32) { axpyPortable(y, x, a) }
+
+// adamUpdate applies one Adam step (adamPortable).
+func adamUpdate(p, m, v, g []float32, k *adamConsts) { adamPortable(p, m, v, g, k) }

@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// kernelValues mixes ordinary values with the ones rounding goes wrong
+// on: subnormals, huge values whose products overflow, signed zeros.
+func kernelValues(r *rand.Rand, n int) []float32 {
+	special := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -3e-39, 3e38, -2e38, 1, -1, 1e-8}
+	out := make([]float32, n)
+	for i := range out {
+		if r.IntN(8) == 0 {
+			out[i] = special[r.IntN(len(special))]
+		} else {
+			out[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(9)-4)))
+		}
+	}
+	return out
+}
+
+func sameBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s[%d] = %v (%#08x), want %v (%#08x)", what, i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
+// TestAxpyMatchesPortable: the kernel axpy runs (a vector one with AVX2)
+// gives the portable loop's bits for every length (vector body and tail)
+// and alignment.
+func TestAxpyMatchesPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 7, 8, 9, 10, 31, 32, 33, 40, 127, 128, 129, 1000} {
+		for off := range 3 {
+			x := kernelValues(r, n+off)[off:]
+			y := kernelValues(r, n+off)[off:]
+			for _, a := range []float32{0, 1, -0.37, 3e30, 1e-30} {
+				want := append([]float32(nil), y...)
+				axpyPortable(want, x, a)
+				got := append([]float32(nil), y...)
+				axpy(got, x, a)
+				sameBits(t, "y", got, want)
+			}
+		}
+	}
+}
+
+// TestAdamMatchesPortable: adamUpdate gives the portable loop's bits for
+// parameters, both moments, every length and several steps' constants.
+func TestAdamMatchesPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{1, 7, 8, 9, 16, 17, 101770} {
+		p, g := kernelValues(r, n), kernelValues(r, n)
+		m := kernelValues(r, n)
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(math.Abs(float64(kernelValues(r, 1)[0])))
+		}
+		p2, m2, v2 := append([]float32(nil), p...), append([]float32(nil), m...), append([]float32(nil), v...)
+		for step := int64(1); step <= 3; step++ {
+			bc1, bc2 := 1-powInt(adamBeta1, step), 1-powInt(adamBeta2, step)
+			k := adamConsts{b1: adamBeta1, omb1: 1 - adamBeta1, b2: adamBeta2, omb2: 1 - adamBeta2,
+				step: float32(1e-3 / bc1), invSqrtBC2: float32(1 / math.Sqrt(bc2)), eps: adamEps}
+			adamPortable(p, m, v, g, &k)
+			adamUpdate(p2, m2, v2, g, &k)
+			sameBits(t, "p", p2, p)
+			sameBits(t, "m", m2, m)
+			sameBits(t, "v", v2, v)
+		}
+	}
+}
+
+func BenchmarkAxpy(b *testing.B) {
+	x, y := make([]float32, 128), make([]float32, 128)
+	for i := range x {
+		x[i] = float32(i)
+	}
+	b.SetBytes(3 * 4 * 128)
+	b.Run("kernel", func(b *testing.B) {
+		for b.Loop() {
+			axpy(y, x, 0.5)
+		}
+	})
+	b.Run("portable", func(b *testing.B) {
+		for b.Loop() {
+			axpyPortable(y, x, 0.5)
+		}
+	})
+}
