@@ -19,6 +19,24 @@ func axpyAVX2(y, x *float32, a float32, n int)
 //go:noescape
 func adamAVX2(p, m, v, grad *float32, n int, k *adamConsts)
 
+// anyNonFiniteAVX2 reports whether x[:n] holds a NaN or ±Inf
+// (kernels_amd64.s); n > 0, a multiple of 8.
+//
+//go:noescape
+func anyNonFiniteAVX2(x *float32, n int) bool
+
+// anyNonFinite reports whether x holds a NaN or ±Inf, eight elements at a
+// time where the CPU has AVX2 (the portable test on each lane).
+func anyNonFinite(x []float32) bool {
+	v := 0
+	if hasAVX2 {
+		if v = len(x) &^ 7; v > 0 && anyNonFiniteAVX2(&x[0], v) {
+			return true
+		}
+	}
+	return anyNonFinitePortable(x[v:])
+}
+
 // axpy computes y += a*x (x at least as long as y). The vector kernel
 // performs the same IEEE single-precision multiply and add per element as
 // axpyPortable, so the results are bit-identical (ranks, restarts and

@@ -97,3 +97,61 @@ adamloop:
 	JNZ     adamloop
 	VZEROUPPER
 	RET
+
+// func anyNonFiniteAVX2(x *float32, n int) bool
+//
+// OR over x[:n] of (bits & 0x7f800000) + 0x00800000, whose sign bit is set
+// exactly for NaN and ±Inf; n > 0, a multiple of 8. 32 elements per
+// iteration (four accumulators) while at least 32 remain.
+TEXT ·anyNonFiniteAVX2(SB), NOSPLIT, $0-17
+	MOVQ         x+0(FP), SI
+	MOVQ         n+8(FP), CX
+	MOVL         $0x7f800000, AX
+	MOVQ         AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL         $0x00800000, AX
+	MOVQ         AX, X13
+	VPBROADCASTD X13, Y13
+	VPXOR        Y0, Y0, Y0
+	VPXOR        Y1, Y1, Y1
+	VPXOR        Y2, Y2, Y2
+	VPXOR        Y3, Y3, Y3
+
+nf32:
+	CMPQ   CX, $32
+	JB     nf8
+	VPAND  0(SI), Y14, Y4
+	VPAND  32(SI), Y14, Y5
+	VPAND  64(SI), Y14, Y6
+	VPAND  96(SI), Y14, Y7
+	VPADDD Y13, Y4, Y4
+	VPADDD Y13, Y5, Y5
+	VPADDD Y13, Y6, Y6
+	VPADDD Y13, Y7, Y7
+	VPOR   Y4, Y0, Y0
+	VPOR   Y5, Y1, Y1
+	VPOR   Y6, Y2, Y2
+	VPOR   Y7, Y3, Y3
+	ADDQ   $128, SI
+	SUBQ   $32, CX
+	JMP    nf32
+
+nf8:
+	TESTQ  CX, CX
+	JZ     nfdone
+	VPAND  0(SI), Y14, Y4
+	VPADDD Y13, Y4, Y4
+	VPOR   Y4, Y0, Y0
+	ADDQ   $32, SI
+	SUBQ   $8, CX
+	JMP    nf8
+
+nfdone:
+	VPOR      Y1, Y0, Y0
+	VPOR      Y3, Y2, Y2
+	VPOR      Y2, Y0, Y0
+	VMOVMSKPS Y0, AX
+	TESTL     AX, AX
+	SETNE     ret+16(FP)
+	VZEROUPPER
+	RET

@@ -7,3 +7,6 @@ func axpy(y, x []float32, a float32) { axpyPortable(y, x, a) }
 
 // adamUpdate applies one Adam step (adamPortable).
 func adamUpdate(p, m, v, g []float32, k *adamConsts) { adamPortable(p, m, v, g, k) }
+
+// anyNonFinite reports whether x holds a NaN or ±Inf.
+func anyNonFinite(x []float32) bool { return anyNonFinitePortable(x) }

@@ -92,3 +92,74 @@ func BenchmarkAxpy(b *testing.B) {
 		}
 	})
 }
+
+// TestAnyNonFinite: NaN and ±Inf anywhere (vector body, tail) are found,
+// the largest finite values and subnormals are not, as by the portable
+// test; firstNonFinite names the first.
+func TestAnyNonFinite(t *testing.T) {
+	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.Float32frombits(0xffc00001)}
+	for _, n := range []int{0, 1, 7, 8, 9, 31, 32, 33, 100, 1000} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = []float32{math.MaxFloat32, -math.MaxFloat32, 1e-45, -0, 1}[i%5]
+		}
+		if anyNonFinite(x) || anyNonFinitePortable(x) || firstNonFinite(x) != -1 {
+			t.Fatalf("n=%d: finite values reported non-finite", n)
+		}
+		for _, at := range []int{0, n / 2, n - 1} {
+			if at < 0 || at >= n {
+				continue
+			}
+			for _, b := range bad {
+				y := append([]float32(nil), x...)
+				y[at] = b
+				if !anyNonFinite(y) || !anyNonFinitePortable(y) || firstNonFinite(y) != at {
+					t.Fatalf("n=%d: %v at %d: any %v, portable %v, first %d", n, b, at, anyNonFinite(y), anyNonFinitePortable(y), firstNonFinite(y))
+				}
+			}
+		}
+	}
+}
+
+// TestGatherColumns: the nonzero inputs grouped by input, rows ascending,
+// as a column walk finds them; ±0 skipped, subnormals and NaN kept.
+func TestGatherColumns(t *testing.T) {
+	for _, tc := range []struct {
+		x    float32
+		want int32
+	}{{0, 0}, {float32(math.Copysign(0, -1)), 0}, {1e-45, 1}, {-1e-45, 1}, {float32(math.NaN()), 1}, {float32(math.Inf(-1)), 1}, {2, 1}} {
+		if got := nonzero(tc.x); got != tc.want {
+			t.Errorf("nonzero(%v) = %d, want %d", tc.x, got, tc.want)
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	var c columns
+	for _, shape := range []struct{ rows, in int }{{1, 1}, {3, 5}, {32, 784}, {7, 128}} {
+		a := kernelValues(r, shape.rows*shape.in)
+		for i := range a {
+			if r.IntN(3) > 0 {
+				a[i] = 0
+			}
+		}
+		nz := c.gather(a, shape.rows, shape.in)
+		for k := 0; k < shape.in; k++ {
+			var rows []int32
+			var vals []float32
+			for i := 0; i < shape.rows; i++ {
+				if x := a[i*shape.in+k]; x != 0 {
+					rows, vals = append(rows, int32(i)), append(vals, x)
+				}
+			}
+			lo := k * nz.rows
+			gotRows, gotVals := nz.row[lo:lo+int(nz.count[k])], nz.val[lo:lo+int(nz.count[k])]
+			if len(gotRows) != len(rows) {
+				t.Fatalf("%v input %d: %d nonzeros, want %d", shape, k, len(gotRows), len(rows))
+			}
+			for j := range rows {
+				if gotRows[j] != rows[j] || math.Float32bits(gotVals[j]) != math.Float32bits(vals[j]) {
+					t.Fatalf("%v input %d entry %d: row %d value %v, want row %d value %v", shape, k, j, gotRows[j], gotVals[j], rows[j], vals[j])
+				}
+			}
+		}
+	}
+}

@@ -80,6 +80,7 @@ type Trainer struct {
 	deltas [][]float32 // deltas[l] is dLoss/d(pre-activation of acts[l]), l >= 1.
 	yb     []uint8
 	exps   []float64
+	nz     columns // a layer's nonzero inputs by input (backward)
 
 	// Data order: this rank trains examples [lo, lo+rows) of each step's
 	// global batch; gradScale multiplies each example's loss gradient
@@ -184,6 +185,7 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	t.acts = allocActs(sizes, len(t.yb))
 	t.deltas = allocActs(sizes, len(t.yb))
 	t.deltas[0] = nil
+	t.nz.reserve(len(t.yb), sizes)
 	t.initParams()
 	return t, nil
 }
@@ -363,24 +365,32 @@ func (t *Trainer) update() (loss float32, err error) {
 }
 
 // firstNonFinite returns the index of the first NaN or ±Inf in x, or -1.
-// The fast path is branch-free: a float32 is not finite exactly when its
-// exponent bits are all ones, and adding one to an all-ones exponent carries
-// into the sign bit.
+// The fast path (anyNonFinite) is branch-free: a float32 is not finite
+// exactly when its exponent bits are all ones, and adding one to an
+// all-ones exponent carries into the sign bit.
 func firstNonFinite(x []float32) int {
-	const exp, one = 0x7f800000, 0x00800000
-	var bad uint32
-	for _, v := range x {
-		bad |= (math.Float32bits(v)&exp + one) >> 31
-	}
-	if bad == 0 {
+	if !anyNonFinite(x) {
 		return -1
 	}
 	for i, v := range x {
-		if math.Float32bits(v)&exp == exp {
+		if math.Float32bits(v)&expBits == expBits {
 			return i
 		}
 	}
 	return -1
+}
+
+// expBits are a float32's exponent bits; oneExp is the lowest of them.
+const expBits, oneExp = 0x7f800000, 0x00800000
+
+// anyNonFinitePortable reports whether x holds a NaN or ±Inf
+// (anyNonFinite, kernels_*.go, runs it or a vector kernel).
+func anyNonFinitePortable(x []float32) bool {
+	var bad uint32
+	for _, v := range x {
+		bad |= (math.Float32bits(v)&expBits + oneExp) >> 31
+	}
+	return bad != 0
 }
 
 // loadBatch copies this rank's slice of the global batch of step s into
@@ -563,15 +573,15 @@ func (t *Trainer) backward(rows int) {
 		wOff := t.offsets[l]
 		t.reached(wOff + ly.in*ly.out)
 		// Input k's weight row sums x[i][k]·d[i] over the rows i in order,
-		// exactly as a row-by-row accumulation would.
+		// exactly as a row-by-row accumulation would; the nonzero inputs
+		// are gathered by input first (one pass over a in memory order
+		// instead of a column walk per input).
+		nz := t.nz.gather(a, rows, ly.in)
 		for k := ly.in - 1; k >= 0; k-- {
 			g := ly.gw[k*ly.out : (k+1)*ly.out]
-			for i := 0; i < rows; i++ {
-				x := a[i*ly.in+k]
-				if x == 0 {
-					continue
-				}
-				axpy(g, dz[i*ly.out:(i+1)*ly.out], x)
+			for j := k * nz.rows; j < k*nz.rows+int(nz.count[k]); j++ {
+				i := int(nz.row[j])
+				axpy(g, dz[i*ly.out:(i+1)*ly.out], nz.val[j])
 			}
 			t.reached(wOff + k*ly.out)
 		}
@@ -593,6 +603,59 @@ func (t *Trainer) backward(rows int) {
 			}
 		}
 	}
+}
+
+// columns holds a batch's nonzero inputs grouped by input: input k's are
+// row[k*rows:k*rows+count[k]] (ascending rows) with values val[...].
+type columns struct {
+	rows  int
+	count []int32
+	row   []int32
+	val   []float32
+}
+
+// reserve sizes the buffers for batches of rows on layers of sizes.
+func (c *columns) reserve(rows int, sizes []int) {
+	in := 0
+	for _, n := range sizes[:len(sizes)-1] {
+		in = max(in, n)
+	}
+	if cap(c.count) < in {
+		c.count = make([]int32, in)
+	}
+	if cap(c.row) < rows*in {
+		c.row = make([]int32, rows*in)
+		c.val = make([]float32, rows*in)
+	}
+}
+
+// gather groups the nonzeros of a (rows × in, row-major) by input, rows
+// ascending within an input, in one pass over a in memory order: every
+// element is written to its input's next slot, which only a nonzero
+// takes (no branch on the data).
+func (c *columns) gather(a []float32, rows, in int) *columns {
+	if cap(c.count) < in || cap(c.row) < rows*in {
+		c.reserve(rows, []int{in, 0}) // a batch larger than reserved
+	}
+	c.rows = rows
+	count := c.count[:in]
+	clear(count)
+	row, val := c.row[:rows*in], c.val[:rows*in]
+	for i := 0; i < rows; i++ {
+		for k, x := range a[i*in : (i+1)*in] {
+			j := k*rows + int(count[k])
+			row[j], val[j] = int32(i), x
+			count[k] += nonzero(x)
+		}
+	}
+	return c
+}
+
+// nonzero is 1 for x != 0 (either zero's sign) and 0 for ±0, without a
+// branch.
+func nonzero(x float32) int32 {
+	b := math.Float32bits(x) << 1 // drop the sign
+	return int32((b | -b) >> 31)
 }
 
 // adam applies one Adam update with the (averaged) gradient in t.grad.
