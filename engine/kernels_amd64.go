@@ -42,14 +42,17 @@ func anyNonFinite(x []float32) bool {
 // axpyPortable, so the results are bit-identical (ranks, restarts and
 // machines without AVX2 must agree to the bit).
 func axpy(y, x []float32, a float32) {
-	x = x[:len(y)]
-	v := 0
-	if hasAVX2 {
-		if v = len(y) &^ 7; v > 0 {
-			axpyAVX2(&y[0], &x[0], a, v)
+	n := len(y)
+	x = x[:n]
+	if hasAVX2 && n >= 8 {
+		v := n &^ 7
+		axpyAVX2(&y[0], &x[0], a, v)
+		if v == n {
+			return
 		}
+		y, x = y[v:], x[v:]
 	}
-	axpyPortable(y[v:], x[v:], a)
+	axpyPortable(y, x, a)
 }
 
 // adamUpdate is adamPortable, eight elements at a time where the CPU has
