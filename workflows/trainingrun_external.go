@@ -66,12 +66,12 @@ type externalRun struct {
 	pausedCkpts int
 	// green: the run follows its green policy (versionExternalGreen).
 	green bool
-	// metered: the run reads its nodes' energy meters and records its
-	// trained stretches at every checkpoint (versionExternalEnergy).
+	// metered: the run records its trained stretches at checkpoints and
+	// reads its nodes' energy meters (versionExternalEnergy).
 	metered bool
 	// ckpts counts the launch's new checkpoints; markAt and markStep are
 	// when and at which step the launch's trained time was last recorded
-	// (its start, then each checkpoint): a green run's segments.
+	// (its start, then checkpoints): the run's segments.
 	ckpts    int
 	markAt   time.Time
 	markStep int64

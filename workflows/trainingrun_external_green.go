@@ -44,11 +44,12 @@ import (
 // checkpoint meterEvery after the last reading (the checkpoints between
 // are pending: in the pace, recorded at the next reading), when it is
 // stopped and at its end, and a segment's energy is the sum of the nodes'
-// shares of their hosts' energy between two readings, × PUE. A node without a reading
-// turns the launch's remaining segments to the model, all ranks or none,
-// as for chunks. External runs without a green policy record their
-// segments and read the meters the same way (PUE 1), so that `green
-// report --trace` can price them afterwards; only a policy plans.
+// shares of their hosts' energy between two readings, × PUE. A node
+// without a reading turns the launch's remaining segments to the model,
+// all ranks or none, as for chunks. External runs without a green policy
+// record their segments and read the meters the same way (PUE 1), so
+// that `green report --trace` can price them afterwards; only a policy
+// plans.
 
 // versionExternalGreen: an external job follows its green policy. Asked
 // only for runs with a policy, which external jobs could not have before.
