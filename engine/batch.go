@@ -181,7 +181,7 @@ func (t *Trainer) SetSchedule(sched []BatchChange) error {
 		t.deltas = allocActs(t.sizes, rows)
 		t.deltas[0] = nil
 		t.yb = make([]uint8, rows)
-		t.nz.reserve(rows, t.sizes)
+		t.nz.reserve(rows, widestInput(t.sizes))
 	}
 	t.cfg = cfg
 	t.seg = -2 // re-derive at the next step

@@ -186,7 +186,7 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	t.acts = allocActs(sizes, len(t.yb))
 	t.deltas = allocActs(sizes, len(t.yb))
 	t.deltas[0] = nil
-	t.nz.reserve(len(t.yb), sizes)
+	t.nz.reserve(len(t.yb), widestInput(sizes))
 	t.initParams()
 	return t, nil
 }
@@ -589,9 +589,9 @@ func (t *Trainer) backward(rows int) {
 		nz := t.nz.gather(a, rows, ly.in)
 		for k := ly.in - 1; k >= 0; k-- {
 			g := ly.gw[k*ly.out : (k+1)*ly.out]
-			for j := k * nz.rows; j < k*nz.rows+int(nz.count[k]); j++ {
-				i := int(nz.row[j])
-				axpy(g, dz[i*ly.out:(i+1)*ly.out], nz.val[j])
+			lo := k * nz.rows
+			for j, i := range nz.row[lo : lo+int(nz.count[k])] {
+				axpy(g, dz[int(i)*ly.out:(int(i)+1)*ly.out], nz.val[lo+j])
 			}
 			t.reached(wOff + k*ly.out)
 		}
@@ -626,12 +626,12 @@ type columns struct {
 	idx []int32
 }
 
-// reserve sizes the buffers for batches of rows on layers of sizes.
-func (c *columns) reserve(rows int, sizes []int) {
-	in := 0
-	for _, n := range sizes[:len(sizes)-1] {
-		in = max(in, n)
-	}
+// widestInput is the most inputs any layer of sizes has.
+func widestInput(sizes []int) int { return slices.Max(sizes[:len(sizes)-1]) }
+
+// reserve sizes the buffers for batches of rows on layers of at most in
+// inputs.
+func (c *columns) reserve(rows, in int) {
 	if cap(c.count) < in {
 		c.count = make([]int32, in)
 		c.idx = make([]int32, in)
@@ -647,9 +647,7 @@ func (c *columns) reserve(rows int, sizes []int) {
 // element is written to its input's next slot, which only a nonzero
 // takes (no branch on the data).
 func (c *columns) gather(a []float32, rows, in int) *columns {
-	if cap(c.count) < in || cap(c.row) < rows*in {
-		c.reserve(rows, []int{in, 0}) // a batch larger than reserved
-	}
+	c.reserve(rows, in) // no-op but for a batch larger than reserved
 	c.rows = rows
 	count := c.count[:in]
 	clear(count)
@@ -781,7 +779,7 @@ func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
 	}
 	const chunk = 256
 	acts := allocActs(t.sizes, chunk)
-	nz := make([]int32, slices.Max(t.sizes))
+	nz := make([]int32, widestInput(t.sizes))
 	exps := make([]float64, ds.Classes)
 	classes := ds.Classes
 	var correct int
