@@ -183,9 +183,10 @@ func (r *run) meterEvery() time.Duration {
 }
 
 // recordTrained records the launch's training from its last mark to end
-// (step), with the meters read now when the launch is metered.
+// (step), with the meters read now when the launch is metered. Callers
+// have waited until no reading is in flight (markTrained, and runWorld
+// once its world has ended).
 func (r *run) recordTrained(ctx workflow.Context, ext *externalRun, end time.Time, step int64) {
-	_ = workflow.Await(ctx, func() bool { return !ext.reading })
 	if !end.After(ext.markAt) {
 		return
 	}
@@ -212,7 +213,6 @@ func (r *run) recordTrained(ctx workflow.Context, ext *externalRun, end time.Tim
 // modelled (a dead node would hold the recovery up to a reading's
 // timeout).
 func (r *run) closeLaunch(ctx workflow.Context, ext *externalRun, stopped bool) {
-	_ = workflow.Await(ctx, func() bool { return !ext.reading })
 	if ext.pendAt.IsZero() {
 		return
 	}
