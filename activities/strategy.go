@@ -20,9 +20,11 @@ import (
 )
 
 // probeCompute times the built-in engine's single-rank steps on this node
-// (engine.MeasureCompute). Ranks on one host take turns, so that none
-// measures while another computes on the same cores: a collective tells
-// each rank its place among its host's ranks.
+// (engine.MeasureCompute). Ranks on one host measure as many at a time as
+// it has cores, in turns: side by side, as they will train (sharing caches
+// and memory bandwidth), but never more than one per core, since the
+// planner prices sharing a core itself. A collective tells each rank its
+// place among its host's ranks.
 func (n *Node) probeCompute(ctx context.Context, comm *ascend.Communicator, in spec.ProbeInput) (*spec.RankCompute, error) {
 	host := shm.HostName()
 	keys := make([]float32, comm.Size())
@@ -30,16 +32,7 @@ func (n *Node) probeCompute(ctx context.Context, comm *ascend.Communicator, in s
 	if err := comm.AllGather(ctx, keys); err != nil {
 		return nil, fmt.Errorf("compute probe: hosts: %w", err)
 	}
-	turn, turns := 0, 0
-	same := map[uint32]int{}
-	for r, k := range keys {
-		b := math.Float32bits(k)
-		if r == comm.Rank() {
-			turn = same[b]
-		}
-		same[b]++
-		turns = max(turns, same[b])
-	}
+	turn, turns := probeTurns(keys, comm.Rank(), runtime.NumCPU())
 	train, _, err := n.data()
 	if err != nil {
 		return nil, err
@@ -57,14 +50,31 @@ func (n *Node) probeCompute(ctx context.Context, comm *ascend.Communicator, in s
 		}
 	}
 	return &spec.RankCompute{Rank: comm.Rank(), Host: host, Cores: runtime.NumCPU(),
-		PerExampleNS: cost.PerExample.Nanoseconds(), OverheadNS: cost.Overhead.Nanoseconds()}, nil
+		PerExampleNS: cost.PerExample.Nanoseconds(), OverheadNS: cost.Overhead.Nanoseconds(), Spread: cost.Spread}, nil
+}
+
+// probeTurns places rank among the ranks whose hosts have its key: the
+// host's ranks measure cores at a time, in rank order; turns is the most
+// any host needs.
+func probeTurns(keys []float32, rank, cores int) (turn, turns int) {
+	same := map[uint32]int{}
+	for r, k := range keys {
+		b := math.Float32bits(k)
+		if r == rank {
+			turn = same[b] / cores
+		}
+		same[b]++
+		turns = max(turns, (same[b]+cores-1)/cores)
+	}
+	return turn, turns
 }
 
 // SearchStrategy chooses the run's data-parallel degree
 // (strategy.PlanDataParallel): each candidate's computation from the
 // nodes' measured cost (the slowest node's, with ranks sharing a host's
 // cores), its gradient allreduce from the collective engine's cost model
-// fed the scan's α and β.
+// fed the scan's α and β, both waiting for the slowest rank as the
+// nodes' step times spread (all nodes' samples pooled).
 func (Planner) SearchStrategy(_ context.Context, in spec.SearchStrategyInput) (*spec.StrategyPlan, error) {
 	t := in.Topology
 	n := len(t.Hosts)
@@ -77,6 +87,7 @@ func (Planner) SearchStrategy(_ context.Context, in spec.SearchStrategyInput) (*
 		dp.Cores[r] = c.Cores
 		dp.SecondsPerExample = max(dp.SecondsPerExample, time.Duration(c.PerExampleNS).Seconds())
 		dp.StepOverhead = max(dp.StepOverhead, time.Duration(c.OverheadNS))
+		dp.Spread = append(dp.Spread, c.Spread...)
 	}
 	algo := ascend.AlgoRing
 	if in.Algorithm != "" {
@@ -102,7 +113,8 @@ func (Planner) SearchStrategy(_ context.Context, in spec.SearchStrategyInput) (*
 	out := &spec.StrategyPlan{DataParallel: plan.Ranks, MaxRanks: in.MaxRanks, Reason: plan.Reason}
 	for _, c := range plan.Candidates {
 		out.Candidates = append(out.Candidates, spec.StrategyCandidate{Ranks: c.Ranks, ComputeSeconds: c.ComputeSeconds,
-			CommSeconds: c.CommSeconds, StepSeconds: c.StepSeconds, ExamplesPerSec: c.ExamplesPerSec, Oversubscription: c.Oversubscription})
+			CommSeconds: c.CommSeconds, StepSeconds: c.StepSeconds, ExamplesPerSec: c.ExamplesPerSec, Oversubscription: c.Oversubscription,
+			Straggle: c.Straggle})
 		if c.Ranks == plan.Ranks {
 			out.PredictedStepSeconds = c.StepSeconds
 		}

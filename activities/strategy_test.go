@@ -3,12 +3,15 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cann-train/cann-train/engine/strategy"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -39,6 +42,26 @@ func TestSearchStrategy(t *testing.T) {
 	if m := planCostModel(plan, 3); m.Alpha != 500*time.Microsecond || m.Hosts != 2 || m.IntraAlpha != 5*time.Microsecond || m.PerHost != 2 {
 		t.Errorf("three ranks priced %+v", m)
 	}
+	// The nodes' step spreads are pooled: every candidate waits for its
+	// slowest rank, priced from all of them.
+	spread := in
+	spread.Topology.Compute = slices.Clone(plan.Compute)
+	spread.Topology.Compute[1].Spread = []float64{1, 1.5}
+	spread.Topology.Compute[3].Spread = []float64{2, 3}
+	slow, err := Planner{}.SearchStrategy(context.Background(), spread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range slow.Candidates {
+		want := strategy.ExpectedMax([]float64{1, 1.5, 2, 3}, c.Ranks)
+		if c.Straggle != want || math.Abs(c.StepSeconds-want*got.Candidates[i].StepSeconds) > 1e-12 {
+			t.Errorf("candidate %+v: want straggle %v and %v× the undisturbed %+v", c, want, want, got.Candidates[i])
+		}
+	}
+	spread.Topology.Compute[2].Spread = []float64{0.5}
+	if _, err := (Planner{}).SearchStrategy(context.Background(), spread); err == nil || !strings.Contains(err.Error(), "spread") {
+		t.Errorf("a spread below 1: %v", err)
+	}
 	in.Topology.Compute = in.Topology.Compute[:3]
 	if _, err := (Planner{}).SearchStrategy(context.Background(), in); err == nil || !strings.Contains(err.Error(), "3 of 4") {
 		t.Errorf("missing computation: %v", err)
@@ -63,5 +86,28 @@ func TestWriteReport(t *testing.T) {
 	}
 	if _, err := (Planner{}).WriteReport(context.Background(), spec.ReportInput{Run: "r", Status: st}); err == nil {
 		t.Error("a report without a bucket was accepted")
+	}
+}
+
+func TestProbeTurns(t *testing.T) {
+	a, b := float32(1), float32(2)
+	for _, tc := range []struct {
+		name            string
+		keys            []float32
+		rank, cores     int
+		turn, wantTurns int
+	}{
+		{"one host, a core each: all at once", []float32{a, a}, 1, 2, 0, 1},
+		{"three ranks on two cores: the third alone", []float32{a, a, a}, 2, 2, 1, 2},
+		{"three ranks on two cores: the second with the first", []float32{a, a, a}, 1, 2, 0, 2},
+		{"one core: one at a time", []float32{a, a, a}, 2, 1, 2, 3},
+		{"hosts count apart", []float32{a, b, a, b, a}, 3, 2, 0, 2},
+		{"the busiest host sets the turns", []float32{a, b, b, b}, 0, 1, 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if turn, turns := probeTurns(tc.keys, tc.rank, tc.cores); turn != tc.turn || turns != tc.wantTurns {
+				t.Errorf("probeTurns(%v, %d, %d) = %d, %d; want %d, %d", tc.keys, tc.rank, tc.cores, turn, turns, tc.turn, tc.wantTurns)
+			}
+		})
 	}
 }

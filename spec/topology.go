@@ -33,6 +33,10 @@ type RankCompute struct {
 	// A step of b examples takes OverheadNS + b·PerExampleNS on one core.
 	PerExampleNS int64 `json:"per_example_ns"`
 	OverheadNS   int64 `json:"overhead_ns"`
+	// Spread is how much slower than that the node's steps ran: equally
+	// likely multiples ≥ 1 (engine.ComputeCost.Spread); absent in scans
+	// recorded before it was measured.
+	Spread []float64 `json:"spread,omitempty"`
 }
 
 // LinkSample is one measured direction of a rank pair.
@@ -145,6 +149,9 @@ type StrategyCandidate struct {
 	StepSeconds      float64 `json:"step_s"`
 	ExamplesPerSec   float64 `json:"examples_per_s"`
 	Oversubscription float64 `json:"oversubscription"`
+	// Straggle is the multiple of an undisturbed rank's time both phases
+	// are priced at: the expected slowest of Ranks ranks (0: not measured).
+	Straggle float64 `json:"straggle,omitempty"`
 }
 
 // StrategyPlan is SearchStrategy's choice, recorded in history and shown

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -14,8 +15,8 @@ type DPInput struct {
 	// GlobalBatch is the examples per step over all ranks.
 	GlobalBatch int
 	// SecondsPerExample is one example's computation (forward, backward
-	// and optimizer share) on one core, measured on the nodes (the
-	// slowest node's).
+	// and optimizer share) on one undisturbed core, measured on the nodes
+	// (the slowest node's).
 	SecondsPerExample float64
 	// StepOverhead is the per-step computation that does not shrink with
 	// the examples per rank (the optimizer update over all parameters,
@@ -26,6 +27,12 @@ type DPInput struct {
 	// order: d ranks means ranks 0..d-1.
 	Hosts []string
 	Cores []int
+	// Spread is how much slower than undisturbed the nodes' measured
+	// steps ran: equally likely multiples (≥ 1) of the undisturbed time,
+	// from all nodes. Ranks step in lockstep, so a phase takes as long as
+	// its slowest rank: d ranks' computation and allreduce take the
+	// expected largest of d draws (ExpectedMax). Empty: undisturbed.
+	Spread []float64
 	// AllReduce is the predicted time of one step's gradient allreduce
 	// over d ranks (the collective engine's α-β model fed the measured
 	// links); 0 for d = 1.
@@ -45,6 +52,10 @@ type DPCandidate struct {
 	// Oversubscription is the most ranks per core on any host (> 1: ranks
 	// share cores, and computation slows by that factor).
 	Oversubscription float64 `json:"oversubscription"`
+	// Straggle is the expected slowest of Ranks ranks' slowdowns (DPInput
+	// Spread): computation and allreduce are priced at that multiple of
+	// an undisturbed rank's.
+	Straggle float64 `json:"straggle,omitempty"`
 }
 
 // DPPlan is PlanDataParallel's choice.
@@ -57,9 +68,10 @@ type DPPlan struct {
 // PlanDataParallel predicts the step time of every data-parallel degree
 // d in [MinRanks, MaxRanks] and picks the fastest: each rank computes
 // ⌈G/d⌉ examples (slowed by the ranks sharing a core on the busiest host)
-// plus the fixed per-step work, then the ranks allreduce the gradient.
-// Communication is not overlapped (the built-in engine's plain step). A
-// tie goes to fewer ranks (fewer nodes held, smaller blast radius).
+// plus the fixed per-step work, then the ranks allreduce the gradient;
+// both phases wait for the slowest of the d ranks (Spread). Communication
+// is not overlapped (the built-in engine's plain step). A tie goes to
+// fewer ranks (fewer nodes held, smaller blast radius).
 func PlanDataParallel(in DPInput) (DPPlan, error) {
 	switch {
 	case in.GlobalBatch < 1:
@@ -79,6 +91,11 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 			return DPPlan{}, fmt.Errorf("strategy: data parallel: rank %d's host %q has %d cores", r, in.Hosts[r], c)
 		}
 	}
+	for i, v := range in.Spread {
+		if !(v >= 1) || math.IsInf(v, 0) {
+			return DPPlan{}, fmt.Errorf("strategy: data parallel: spread[%d] = %g: want multiples ≥ 1 of the undisturbed step", i, v)
+		}
+	}
 	var plan DPPlan
 	best := -1
 	for d := in.MinRanks; d <= in.MaxRanks; d++ {
@@ -89,12 +106,16 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 			over = max(over, float64(perHost[in.Hosts[r]])/float64(in.Cores[r]))
 		}
 		examples := (in.GlobalBatch + d - 1) / d
-		compute := (float64(examples)*in.SecondsPerExample + in.StepOverhead.Seconds()) * over
+		straggle := ExpectedMax(in.Spread, d)
+		compute := (float64(examples)*in.SecondsPerExample + in.StepOverhead.Seconds()) * over * straggle
 		comm := 0.0
 		if d > 1 {
-			comm = in.AllReduce(d).Seconds()
+			comm = in.AllReduce(d).Seconds() * straggle
 		}
 		c := DPCandidate{Ranks: d, ComputeSeconds: compute, CommSeconds: comm, StepSeconds: compute + comm, Oversubscription: over}
+		if len(in.Spread) > 0 {
+			c.Straggle = straggle
+		}
 		c.ExamplesPerSec = float64(in.GlobalBatch) / c.StepSeconds
 		plan.Candidates = append(plan.Candidates, c)
 		if best < 0 || c.StepSeconds < plan.Candidates[best].StepSeconds {
@@ -104,7 +125,11 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 	b := plan.Candidates[best]
 	plan.Ranks = b.Ranks
 	ms := func(s float64) string { return fmt.Sprintf("%.3g ms", 1e3*s) }
-	plan.Reason = fmt.Sprintf("%d rank(s): %s per step (%s computation, %s allreduce)", b.Ranks, ms(b.StepSeconds), ms(b.ComputeSeconds), ms(b.CommSeconds))
+	plan.Reason = fmt.Sprintf("%d rank(s): %s per step (%s computation, %s allreduce", b.Ranks, ms(b.StepSeconds), ms(b.ComputeSeconds), ms(b.CommSeconds))
+	if b.Straggle > 0 {
+		plan.Reason += fmt.Sprintf(", both %.2f× undisturbed for the slowest rank", b.Straggle)
+	}
+	plan.Reason += ")"
 	if last := plan.Candidates[len(plan.Candidates)-1]; last.Ranks != b.Ranks {
 		why := "the allreduce grows faster than computation shrinks"
 		if last.Oversubscription > b.Oversubscription {
@@ -113,4 +138,23 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 		plan.Reason += fmt.Sprintf("; %d would take %s: %s", last.Ranks, ms(last.StepSeconds), why)
 	}
 	return plan, nil
+}
+
+// ExpectedMax is the expected largest of d independent draws from values,
+// equally likely (1 when values is empty): with v₁ ≤ … ≤ vₙ, the largest
+// draw is vᵢ with probability (i/n)^d − ((i−1)/n)^d.
+func ExpectedMax(values []float64, d int) float64 {
+	n := len(values)
+	if n == 0 || d < 1 {
+		return 1
+	}
+	v := slices.Clone(values)
+	slices.Sort(v)
+	e, below := 0.0, 0.0
+	for i, x := range v {
+		at := math.Pow(float64(i+1)/float64(n), float64(d))
+		e += x * (at - below)
+		below = at
+	}
+	return e
 }

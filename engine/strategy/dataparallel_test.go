@@ -1,6 +1,8 @@
 package strategy
 
 import (
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +41,10 @@ func TestPlanDataParallel(t *testing.T) {
 		{"slow links and little computation: one",
 			DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
 				AllReduce: ring(10 * time.Millisecond), MinRanks: 1, MaxRanks: 4}, 1},
+		{"a host per rank, but one step in 20 stalls 30×: every step waits for the slowest rank, so two",
+			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, StepOverhead: 200 * time.Microsecond,
+				Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8), AllReduce: ring(20 * time.Microsecond), MinRanks: 1, MaxRanks: 4,
+				Spread: append(slices.Repeat([]float64{1}, 19), 30)}, 2},
 		{"bounded below",
 			DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
 				AllReduce: ring(10 * time.Millisecond), MinRanks: 3, MaxRanks: 4}, 3},
@@ -57,6 +63,9 @@ func TestPlanDataParallel(t *testing.T) {
 			for _, c := range p.Candidates {
 				if c.StepSeconds < p.Candidates[p.Ranks-tc.in.MinRanks].StepSeconds {
 					t.Errorf("candidate %+v beats the choice", c)
+				}
+				if want := ExpectedMax(tc.in.Spread, c.Ranks); len(tc.in.Spread) > 0 && c.Straggle != want {
+					t.Errorf("candidate %+v: straggle %v, want %v", c, c.Straggle, want)
 				}
 			}
 		})
@@ -77,11 +86,34 @@ func TestPlanDataParallelErrors(t *testing.T) {
 		{"cores", func(in *DPInput) { in.Cores = []int{0} }, "cores"},
 		{"hosts", func(in *DPInput) { in.Cores = nil }, "core counts"},
 		{"model", func(in *DPInput) { in.AllReduce = nil }, "allreduce"},
+		{"spread below 1", func(in *DPInput) { in.Spread = []float64{1, 0.5} }, "spread[1] = 0.5"},
+		{"spread NaN", func(in *DPInput) { in.Spread = []float64{math.NaN()} }, "spread[0]"},
 	} {
 		in := ok
 		tc.edit(&in)
 		if _, err := PlanDataParallel(in); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+func TestExpectedMax(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values []float64
+		d      int
+		want   float64
+	}{
+		{"no values: undisturbed", nil, 3, 1},
+		{"one draw: the mean", []float64{3, 1}, 1, 2},
+		{"two draws of 1 or 3: 1 only if both are", []float64{1, 3}, 2, 1*0.25 + 3*0.75},
+		{"a constant", []float64{2, 2, 2}, 5, 2},
+		{"many draws: nearly the largest", []float64{1, 2}, 30, 2 - math.Pow(0.5, 30)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ExpectedMax(tc.values, tc.d); math.Abs(got-tc.want) > 1e-12 {
+				t.Errorf("ExpectedMax(%v, %d) = %v, want %v", tc.values, tc.d, got, tc.want)
+			}
+		})
 	}
 }
