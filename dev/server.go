@@ -54,6 +54,11 @@ type ServerOptions struct {
 	SearchAttributes map[string]enumspb.IndexedValueType
 	// Logger receives the server's logs. Default: warnings and above to stderr.
 	Logger *zap.Logger
+	// SuggestContinueAsNewEvents is the history length at which the
+	// server suggests continue-as-new to a workflow (0: the server's
+	// default, 4096 events); tests lower it to reach a long history's
+	// behaviour in seconds.
+	SuggestContinueAsNewEvents int
 }
 
 // Server is a running embedded Temporal server.
@@ -174,6 +179,9 @@ func newServer(opts ServerOptions) (tserver.Server, error) {
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key():      true,
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
 		dynamicconfig.HistoryCacheHostLevelMaxSize.Key():                 8096,
+	}
+	if opts.SuggestContinueAsNewEvents > 0 {
+		dyn[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = opts.SuggestContinueAsNewEvents
 	}
 	srv, err := tserver.NewServer(
 		tserver.WithConfig(conf),

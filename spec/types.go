@@ -362,7 +362,11 @@ type RunStatus struct {
 	Checkpoints       int            `json:"checkpoint_count"`
 	LastCkpt          *CheckpointRef `json:"last_checkpoint,omitempty"`
 	Recoveries        []Recovery     `json:"recoveries"`
-	WeightsSHA256     string         `json:"weights_sha256,omitempty"`
+	// Rollovers counts an external job's launches stopped after a
+	// checkpoint so that the run could continue as new (its history had
+	// grown long), each relaunched from that checkpoint.
+	Rollovers     int    `json:"rollovers,omitempty"`
+	WeightsSHA256 string `json:"weights_sha256,omitempty"`
 	// ChunkIdleSeconds is the mean gap between one chunk's end (as the
 	// slowest node reported) and the next chunk's start.
 	ChunkIdleSeconds float64   `json:"chunk_idle_s"`

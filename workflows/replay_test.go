@@ -30,12 +30,15 @@ import (
 // through versionExternalEnergy's default), and
 // trainingrun_external_energy.json, the same with its nodes' meters read
 // at launches and checkpoints, and trainingrun_external_metered.json, the
-// pause and resume with the (absent) meters read; and
+// pause and resume with the (absent) meters read;
+// trainingrun_external_rollover.json, the first execution of a job whose
+// launch was stopped after a checkpoint once the server suggested
+// continue-as-new, ending in continue-as-new; and
 // trainingrun_batch.json, a
 // run whose carbon batch controller shrank its batch three times and that
 // lost a node after the second change
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -44,11 +47,12 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// external job's launches are named after it, and its checkpoint
 	// signals matched by that name); else the replayer's default.
 	ids := map[string]string{
-		"trainingrun_external.json":         "run/ext-record",
-		"trainingrun_external_pause.json":   "run/ext-pause",
-		"trainingrun_external_green.json":   "run/ext-green",
-		"trainingrun_external_energy.json":  "run/ext-green",
-		"trainingrun_external_metered.json": "run/ext-pause",
+		"trainingrun_external.json":          "run/ext-record",
+		"trainingrun_external_pause.json":    "run/ext-pause",
+		"trainingrun_external_green.json":    "run/ext-green",
+		"trainingrun_external_energy.json":   "run/ext-green",
+		"trainingrun_external_metered.json":  "run/ext-pause",
+		"trainingrun_external_rollover.json": "run/ext-rollover",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -62,6 +66,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_green.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_energy.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_metered.json", spec.WorkflowTrainingRun},
+		{"trainingrun_external_rollover.json", spec.WorkflowTrainingRun},
 		{"trainingrun_batch.json", spec.WorkflowTrainingRun},
 		{"cluster.json", spec.WorkflowCluster},
 	} {

@@ -36,11 +36,27 @@ import (
 // checkpoint; outside a planned slot it stops the world after that
 // checkpoint, waits for the slot on a durable timer and relaunches from
 // the checkpoint, no restart counted.
+//
+// A launch cannot continue-as-new while its activities run, and every
+// checkpoint adds events (the signal, a workflow task, the search
+// attributes, meter readings): a long launch would grow the history
+// without bound, up to the server's hard limit, which terminates the run.
+// So once the server suggests continue-as-new, the run stops the world
+// after the next uploaded checkpoint but the job's last (a rollover,
+// counted in the status),
+// continues as new and relaunches from that checkpoint, no restart
+// counted: one relaunch per few thousand events. Histories from before
+// this replay through versionExternalRollover's default (asked only once
+// the server suggests it).
 
 // versionExternalPause: an external job acts on pause and resume. Asked
 // only once a pause is pending, so that histories in which a pause was
 // ignored replay.
 const versionExternalPause = "external-pause"
+
+// versionExternalRollover: an external launch is stopped after a
+// checkpoint once the server suggests continue-as-new.
+const versionExternalRollover = "external-rollover"
 
 // errWorldPaused: runWorld stopped the world for a pause.
 var errWorldPaused = errors.New("world stopped for a pause")
@@ -49,6 +65,10 @@ var errWorldPaused = errors.New("world stopped for a pause")
 // checkpoint put the run outside its green slots.
 var errWorldGreen = errors.New("world stopped for a green window")
 
+// errWorldRollover: runWorld stopped the world after a checkpoint so that
+// the run can continue as new.
+var errWorldRollover = errors.New("world stopped to continue as new")
+
 // worldStop is why awaitWorld cancelled a world (worldRuns: it did not).
 type worldStop int
 
@@ -56,14 +76,17 @@ const (
 	worldRuns worldStop = iota
 	stopForPause
 	stopForGreen
+	stopForRollover
 )
 
 // externalRun is what runExternal's coroutines share about the current
 // launch (not state: a launch never spans continue-as-new).
 type externalRun struct {
 	// pausedCkpts counts the launch's checkpoints committed while a
-	// pause was pending.
+	// pause was pending; rollCkpts those committed while the server
+	// suggested continue-as-new (versionExternalRollover).
 	pausedCkpts int
+	rollCkpts   int
 	// green: the run follows its green policy (versionExternalGreen).
 	green bool
 	// metered: the run records its trained stretches at checkpoints and
@@ -115,6 +138,11 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 		if err == nil {
 			break
 		}
+		if errors.Is(err, errWorldRollover) {
+			r.settle(ctx)
+			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
+				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
+		}
 		if errors.Is(err, errWorldPaused) || errors.Is(err, errWorldGreen) {
 			continue
 		}
@@ -147,6 +175,11 @@ func (r *run) listenCheckpoints(ctx workflow.Context, ext *externalRun) {
 			ext.ckpts++
 			if r.st.Ctl.Paused {
 				ext.pausedCkpts++
+			}
+			// Not at the job's last step: that world is about to finish.
+			last := r.spec.Steps > 0 && c.Ref.Step >= r.spec.Steps
+			if !last && workflow.GetInfo(ctx).GetContinueAsNewSuggested() && r.externalRollover(ctx) {
+				ext.rollCkpts++
 			}
 		}
 	})
@@ -184,6 +217,12 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 // history from before external jobs could pause).
 func (r *run) externalPause(ctx workflow.Context) bool {
 	return workflow.GetVersion(ctx, versionExternalPause, workflow.DefaultVersion, 1) >= 1
+}
+
+// externalRollover: this run stops a launch to continue as new (false
+// when replaying a history from before rollovers).
+func (r *run) externalRollover(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionExternalRollover, workflow.DefaultVersion, 1) >= 1
 }
 
 // holdWorld holds a paused external job between launches until a resume;
@@ -237,7 +276,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			r.spec.External.Launcher, rank*procs, rank*procs+procs-1, len(m.Nodes)*procs, node.ID, from, m.Generation)
 		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
 	}
-	ext.pausedCkpts, ext.ckpts = 0, 0
+	ext.pausedCkpts, ext.rollCkpts, ext.ckpts = 0, 0, 0
 	ext.markAt, ext.markStep = started, from
 	results, errs, stop := r.awaitWorld(ctx, futures, cancel, ext)
 	r.settle(ctx) // checkpoint signals delivered with the results
@@ -250,6 +289,14 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		// stop waited for.
 		r.closeLaunch(ctx, ext, true)
 		log := workflow.GetLogger(ctx)
+		if stop == stopForRollover {
+			log.Info("world stopped to continue as new", "session", r.st.Session, "step", r.ckptStep(),
+				"history_events", workflow.GetInfo(ctx).GetCurrentHistoryLength())
+			r.st.Session = ""
+			r.st.Status.Step = r.ckptStep() // where the next launch starts
+			r.st.Status.Rollovers++
+			return errWorldRollover
+		}
 		if stop == stopForGreen {
 			log.Info("world stopped for a green window", "session", r.st.Session, "step", r.ckptStep())
 			r.st.Session = ""
@@ -314,7 +361,7 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 	})
 	sel.AddFuture(pause, func(workflow.Future) {
 		if stop != worldRuns {
-			return // already stopping for a green window
+			return // already stopping for a green window or a rollover
 		}
 		stop = stopForPause
 		why := "a checkpoint was uploaded"
@@ -323,6 +370,20 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 		}
 		workflow.GetLogger(ctx).Info("pause: stopping the world", "why", why, "session", r.st.Session)
 		cancel()
+	})
+	roll, rollWorld := workflow.NewFuture(ctx)
+	workflow.Go(tctx, func(ctx workflow.Context) {
+		if workflow.Await(ctx, func() bool { return ext.rollCkpts > 0 }) == nil {
+			rollWorld.Set(nil, nil)
+		}
+	})
+	sel.AddFuture(roll, func(workflow.Future) {
+		if stop == worldRuns {
+			stop = stopForRollover
+			workflow.GetLogger(ctx).Info("history long: stopping the world after its checkpoint to continue as new",
+				"session", r.st.Session, "step", r.ckptStep())
+			cancel()
+		}
 	})
 	var gw *greenWatch
 	if ext.green {

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -403,5 +405,81 @@ func TestExternalRunResumeBeforeCheckpoint(t *testing.T) {
 	var st spec.RunStatus
 	require.NoError(t, env.GetWorkflowResult(&st))
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Len(t, w.launches(), 1)
+}
+
+// TestExternalRunRollsOver: once the server suggests continue-as-new, a
+// launch is stopped after its next uploaded checkpoint (not at one
+// uploaded before the suggestion), the run continues as new with that
+// checkpoint and relaunches from it on the same nodes, no restart counted.
+func TestExternalRunRollsOver(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Restore != nil {
+			return nil
+		}
+		if in.Rank == 0 {
+			// Checkpoint 20 was signalled before the suggestion.
+			w.env.SetContinueAsNewSuggested(true)
+			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 40, Key: "ckpt/40"}})
+		}
+		return errHang
+	}
+	env := newExternalEnv(t, cl, w)
+	env.SetTestTimeout(15 * time.Second)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "want continue-as-new, got %v", env.GetWorkflowError())
+	var next RunInput
+	require.NoError(t, decodeArgs(can, &next))
+	st := next.State.Status
+	require.EqualValues(t, 40, st.Step)
+	require.EqualValues(t, 40, st.LastCkpt.Step)
+	require.Equal(t, 1, st.Rollovers)
+	require.Empty(t, st.Recoveries)
+	require.Zero(t, next.State.Restarts)
+	require.Empty(t, next.State.Session, "the stopped launch's late uploads are not taken")
+	require.Len(t, w.launches(), 1)
+
+	env2 := newExternalEnv(t, cl, w)
+	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	require.NoError(t, env2.GetWorkflowError())
+	require.NoError(t, env2.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 100, st.Step)
+	require.Equal(t, 1, st.Rollovers)
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	for _, in := range ls[1] {
+		require.EqualValues(t, 40, in.Restore.Step)
+		require.Zero(t, in.Restarts)
+		require.Equal(t, []string{"node-1", "node-2"}, in.Membership.NodeIDs(), "the nodes were kept")
+	}
+	require.Equal(t, 1, cl.calls, "nodes are acquired once")
+}
+
+// TestExternalRunNoRolloverAtLastStep: a checkpoint at the job's last
+// step stops nothing, suggestion or not: that world is about to finish.
+func TestExternalRunNoRolloverAtLastStep(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	w := &fakeWorlds{end: 100}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Rank == 0 {
+			w.env.SetContinueAsNewSuggested(true)
+			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 100, Key: "ckpt/100"}})
+		}
+		return nil
+	}
+	env := newExternalEnv(t, cl, w)
+	env.SetTestTimeout(15 * time.Second)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Zero(t, st.Rollovers)
 	require.Len(t, w.launches(), 1)
 }

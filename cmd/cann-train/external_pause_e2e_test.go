@@ -193,10 +193,19 @@ func startScriptCluster(ctx context.Context, t *testing.T, dir string, nodes ...
 // workers' environment and args to their command line.
 func startScriptClusterWith(ctx context.Context, t *testing.T, dir string, env, args []string, nodes ...string) (client.Client, *dev.Launcher, *dev.Server) {
 	t.Helper()
+	return startScriptClusterOn(ctx, t, dir, dev.ServerOptions{}, env, args, nodes...)
+}
+
+// startScriptClusterOn is startScriptClusterWith on a server started with
+// opts (search attributes added).
+func startScriptClusterOn(ctx context.Context, t *testing.T, dir string, opts dev.ServerOptions, env, args []string,
+	nodes ...string) (client.Client, *dev.Launcher, *dev.Server) {
+	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "train.py"), []byte(pauseScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	opts.SearchAttributes = workers.SearchAttributes()
+	srv, err := dev.StartServer(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -260,9 +260,12 @@ type Summary struct {
 	Chunks         int               `json:"chunks"`
 	Checkpoints    CheckpointsInfo   `json:"checkpoints"`
 	Recoveries     []RecoverySummary `json:"recoveries"`
-	WeightsSHA256  string            `json:"weights_sha256"`
-	WebUI          string            `json:"web_ui,omitempty"`
-	Error          string            `json:"error,omitempty"`
+	// Rollovers: an external job's launches stopped after a checkpoint
+	// for the run to continue as new (its history had grown long).
+	Rollovers     int    `json:"rollovers,omitempty"`
+	WeightsSHA256 string `json:"weights_sha256"`
+	WebUI         string `json:"web_ui,omitempty"`
+	Error         string `json:"error,omitempty"`
 	// Detail says what the status is about (the green window waited for,
 	// the pause); WaitUntil ends a green wait.
 	Detail         string             `json:"detail,omitempty"`
@@ -389,7 +392,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		InitialLoss: st.InitialLoss, FinalLoss: st.Loss, EvalMetricName: st.EvalMetric, EvalMetric: st.EvalValue,
 		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
-		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{},
+		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers,
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
 		MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
@@ -444,6 +447,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank alone (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))
 	}
 	fmt.Fprintf(w, "checkpoints  %d, last %s\n", s.Checkpoints.Count, s.Checkpoints.LastURL)
+	if s.Rollovers > 0 {
+		fmt.Fprintf(w, "rollovers    %d (relaunched from a checkpoint to continue as new: the history had grown long)\n", s.Rollovers)
+	}
 	fmt.Fprintf(w, "recoveries   %d\n", len(s.Recoveries))
 	for _, r := range s.Recoveries {
 		if r.Shrunk && r.Replacement == "" {
