@@ -110,9 +110,11 @@ type TopologyPlan struct {
 	Compute []RankCompute `json:"compute,omitempty"`
 }
 
-// SingleRankSamplesPerSec is what one rank alone on its host computes per
-// second with b examples per step, by the scan's measured computation
-// (the mean over the scanned ranks); ok is false without it.
+// SingleRankSamplesPerSec is what one rank computes per second with b
+// examples per step and a core of its own, by the scan's measured
+// computation (the fastest steps, timed beside the host's other ranks up
+// to one per core; the mean over the scanned ranks); ok is false without
+// it.
 func (t *TopologyPlan) SingleRankSamplesPerSec(b float64) (float64, bool) {
 	if t == nil || len(t.Compute) == 0 || b <= 0 {
 		return 0, false

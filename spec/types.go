@@ -354,9 +354,9 @@ type RunStatus struct {
 	StepsPerSec   float64  `json:"steps_per_sec"`
 	CommShare     float64  `json:"comm_share"`
 	// ScalingEfficiency is the last chunk's SamplesPerSec over N times what
-	// one rank alone computes at the same batch per rank (measured by the
-	// topology scan; absent without one): 1 is perfect data-parallel
-	// scaling. Ranks that share cores cannot reach it.
+	// one rank with a core of its own computes at the same batch per rank
+	// (measured by the topology scan; absent without one): 1 is perfect
+	// data-parallel scaling. Ranks that share cores cannot reach it.
 	ScalingEfficiency float64        `json:"scaling_efficiency,omitempty"`
 	Chunks            int            `json:"chunks"`
 	Checkpoints       int            `json:"checkpoint_count"`

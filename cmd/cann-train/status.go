@@ -444,7 +444,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s, comm share %.0f%%, idle between chunks %.3fs\n",
 		s.StepsPerSec, s.SamplesPerSec, 100*s.CommShare, s.ChunkIdle)
 	if s.ScalingEff > 0 {
-		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank alone (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))
+		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank on a core of its own (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))
 	}
 	fmt.Fprintf(w, "checkpoints  %d, last %s\n", s.Checkpoints.Count, s.Checkpoints.LastURL)
 	if s.Rollovers > 0 {
