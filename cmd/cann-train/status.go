@@ -188,7 +188,9 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		st, live, closed, err := readProgress(ctx, c, id)
 		if closed {
 			if bar != nil {
+				// The final figures, not the last poll's.
 				_ = bar.Set64(st.Step)
+				bar.Describe(fmt.Sprintf("%-10s loss %.4f  %6.0f samples/s", st.Phase, st.Loss, st.SamplesPerSec))
 				_ = bar.Finish()
 				fmt.Fprintln(w)
 			}
