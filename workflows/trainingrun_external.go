@@ -43,11 +43,10 @@ import (
 // without bound, up to the server's hard limit, which terminates the run.
 // So once the server suggests continue-as-new, the run stops the world
 // after the next uploaded checkpoint but the job's last (a rollover,
-// counted in the status),
-// continues as new and relaunches from that checkpoint, no restart
-// counted: one relaunch per few thousand events. Histories from before
-// this replay through versionExternalRollover's default (asked only once
-// the server suggests it).
+// counted in the status), continues as new and relaunches from that
+// checkpoint, no restart counted: one relaunch per few thousand events.
+// Histories from before this replay through versionExternalRollover's
+// default (asked only once the server suggests it).
 
 // versionExternalPause: an external job acts on pause and resume. Asked
 // only once a pause is pending, so that histories in which a pause was
