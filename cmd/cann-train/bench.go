@@ -23,9 +23,9 @@ import (
 func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure recovery, collectives and gradient compression on this machine",
+		Short: "Measure recovery, collectives, gradient compression, overlap and the strategy planner on this machine",
 	}
-	cmd.AddCommand(newBenchRecoveryCmd(e), newBenchCollectiveCmd(e), newBenchCompressionCmd(e), newBenchOverlapCmd(e))
+	cmd.AddCommand(newBenchRecoveryCmd(e), newBenchCollectiveCmd(e), newBenchCompressionCmd(e), newBenchOverlapCmd(e), newBenchStrategyCmd(e))
 	return cmd
 }
 

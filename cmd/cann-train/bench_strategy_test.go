@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// TestBenchStrategyJSON runs `bench strategy` for one short repetition on
+// two node processes: the plan's prediction and a fixed run's measurement
+// for both degrees, the choice among them.
+func TestBenchStrategyJSON(t *testing.T) {
+	out, errs, err := runCLI(t, "bench", "strategy", "--nodes", "2", "--reps", "1", "--steps", "200", "-o", "json",
+		"--data-dir", t.TempDir())
+	if err != nil {
+		t.Fatalf("bench strategy: %v\n%s", err, errs)
+	}
+	var b StrategyBench
+	if err := json.Unmarshal([]byte(out), &b); err != nil {
+		t.Fatalf("not one JSON object: %v\n%s", err, out)
+	}
+	if b.Nodes != 2 || b.GlobalBatch != 64 || len(b.Choices) != 1 || len(b.AutoMeasured) != 1 || len(b.Candidates) != 2 {
+		t.Fatalf("result %+v", b)
+	}
+	for _, c := range b.Candidates {
+		if len(c.Predicted) != 1 || len(c.Measured) != 1 || !(c.PredictedMedian > 0) || !(c.MeasuredMedian > 0) ||
+			c.Ratio != c.MeasuredMedian/c.PredictedMedian || c.Skipped != "" {
+			t.Errorf("candidate %+v", c)
+		}
+	}
+	if b.Choice != b.Choices[0] || b.Fastest < 1 || b.Fastest > 2 || !(b.ChoiceVsFastest > 0 && b.ChoiceVsFastest <= 1) {
+		t.Errorf("choice %d (of %v), fastest %d, %.2f× the fastest", b.Choice, b.Choices, b.Fastest, b.ChoiceVsFastest)
+	}
+	if _, _, err := runCLI(t, "bench", "strategy", "--reps", "0"); err == nil {
+		t.Error("--reps 0 was accepted")
+	}
+}
+
+func TestStrategyBenchSummarize(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		choices               []int
+		measured              [][]float64 // per degree
+		fastest, choice       int
+		choiceVsFastest, rat0 float64
+	}{
+		{"the choice is the fastest", []int{2, 2, 1}, [][]float64{{10, 30, 20}, {40, 50, 60}}, 2, 2, 1, 20.0 / 10},
+		{"a tie between choices goes to fewer ranks", []int{2, 1}, [][]float64{{10}, {40}}, 2, 1, 10.0 / 40, 1},
+		{"a skipped degree is neither", []int{1}, [][]float64{{10}, nil}, 1, 1, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := StrategyBench{Choices: tc.choices}
+			for d, m := range tc.measured {
+				b.Candidates = append(b.Candidates, StrategyBenchCandidate{Ranks: d + 1, Predicted: []float64{10}, Measured: m})
+			}
+			b.summarize()
+			if b.Fastest != tc.fastest || b.Choice != tc.choice || b.ChoiceVsFastest != tc.choiceVsFastest || b.Candidates[0].Ratio != tc.rat0 {
+				t.Errorf("fastest %d, choice %d, %.3f× the fastest, ratio of 1 rank %.3f; want %d, %d, %.3f, %.3f",
+					b.Fastest, b.Choice, b.ChoiceVsFastest, b.Candidates[0].Ratio, tc.fastest, tc.choice, tc.choiceVsFastest, tc.rat0)
+			}
+		})
+	}
+}
