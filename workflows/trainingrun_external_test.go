@@ -420,8 +420,10 @@ func TestExternalRunRollsOver(t *testing.T) {
 			return nil
 		}
 		if in.Rank == 0 {
-			// Checkpoint 20 was signalled before the suggestion.
-			w.env.SetContinueAsNewSuggested(true)
+			// Checkpoint 20 was signalled before the suggestion. (Set
+			// on the environment's loop, before the signal: this is the
+			// activity's goroutine.)
+			w.env.RegisterDelayedCallback(func() { w.env.SetContinueAsNewSuggested(true) }, 0)
 			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
 				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 40, Key: "ckpt/40"}})
 		}
@@ -467,7 +469,7 @@ func TestExternalRunNoRolloverAtLastStep(t *testing.T) {
 	w := &fakeWorlds{end: 100}
 	w.behave = func(in spec.ExternalInput) error {
 		if in.Rank == 0 {
-			w.env.SetContinueAsNewSuggested(true)
+			w.env.RegisterDelayedCallback(func() { w.env.SetContinueAsNewSuggested(true) }, 0)
 			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
 				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 100, Key: "ckpt/100"}})
 		}
