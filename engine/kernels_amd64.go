@@ -2,7 +2,11 @@
 
 package engine
 
-import "golang.org/x/sys/cpu"
+import (
+	"fmt"
+
+	"golang.org/x/sys/cpu"
+)
 
 // hasAVX2 is read-only after package initialisation.
 var hasAVX2 = cpu.X86.HasAVX2
@@ -12,6 +16,53 @@ var hasAVX2 = cpu.X86.HasAVX2
 //
 //go:noescape
 func axpyAVX2(y, x *float32, a float32, n int)
+
+// axpyRows64AVX2 and axpyRows8AVX2 add vals[t]·m[idx[t]·stride:][:64]
+// (or [:8]) to y[:64] (or [:8]) for t < k, in order, with y held in
+// registers throughout (kernels_amd64.s); k > 0, every listed row in m.
+//
+//go:noescape
+func axpyRows64AVX2(y, m *float32, stride int, idx *int32, vals *float32, k int)
+
+//go:noescape
+func axpyRows8AVX2(y, m *float32, stride int, idx *int32, vals *float32, k int)
+
+// axpyRows adds vals[t]·m[idx[t]·stride:][:len(y)] to y for t = 0, 1, …
+// in order (axpyRowsPortable): where the CPU has AVX2, 64 and then 8
+// columns of y at a time stay in registers while the listed rows stream
+// by — every element still gets its products added one by one in the
+// list's order, multiply then add, so the bits are axpyPortable's.
+func axpyRows(y, m []float32, stride int, idx []int32, vals []float32) {
+	k, n := len(idx), len(y)
+	vals = vals[:k]
+	if k == 0 || n == 0 {
+		return
+	}
+	c := 0
+	if hasAVX2 && n >= 8 {
+		// The kernels index m without bounds checks: check the rows here.
+		last := int32(0)
+		for _, j := range idx {
+			last = max(last, j)
+			if j < 0 {
+				panic(fmt.Sprintf("engine: axpyRows: row %d", j))
+			}
+		}
+		if int(last)*stride+n > len(m) {
+			panic(fmt.Sprintf("engine: axpyRows: row %d of stride %d past %d elements", last, stride, len(m)))
+		}
+		for ; c+64 <= n; c += 64 {
+			axpyRows64AVX2(&y[c], &m[c], stride, &idx[0], &vals[0], k)
+		}
+		for ; c+8 <= n; c += 8 {
+			axpyRows8AVX2(&y[c], &m[c], stride, &idx[0], &vals[0], k)
+		}
+		if c == n {
+			return
+		}
+	}
+	axpyRowsPortable(y[c:], m[c:], stride, idx, vals)
+}
 
 // adamAVX2 is adamPortable over the first n elements (kernels_amd64.s);
 // n > 0, a multiple of 8.

@@ -155,3 +155,91 @@ nfdone:
 	SETNE     ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func axpyRows64AVX2(y, m *float32, stride int, idx *int32, vals *float32, k int)
+//
+// For t < k: y[0:64] += vals[t] * m[idx[t]*stride : +64], VMULPS then
+// VADDPS (product first, as axpyAVX2), with y in Y0..Y7 from the first
+// row to the last. k > 0.
+TEXT ·axpyRows64AVX2(SB), NOSPLIT, $0-48
+	MOVQ    y+0(FP), DI
+	MOVQ    m+8(FP), SI
+	MOVQ    stride+16(FP), R8
+	SHLQ    $2, R8
+	MOVQ    idx+24(FP), R9
+	MOVQ    vals+32(FP), R10
+	MOVQ    k+40(FP), CX
+	VMOVUPS 0(DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	VMOVUPS 128(DI), Y4
+	VMOVUPS 160(DI), Y5
+	VMOVUPS 192(DI), Y6
+	VMOVUPS 224(DI), Y7
+
+rows64:
+	MOVLQSX      (R9), AX
+	IMULQ        R8, AX
+	ADDQ         SI, AX
+	VBROADCASTSS (R10), Y15
+	VMULPS       0(AX), Y15, Y8
+	VMULPS       32(AX), Y15, Y9
+	VMULPS       64(AX), Y15, Y10
+	VMULPS       96(AX), Y15, Y11
+	VADDPS       Y0, Y8, Y0
+	VADDPS       Y1, Y9, Y1
+	VADDPS       Y2, Y10, Y2
+	VADDPS       Y3, Y11, Y3
+	VMULPS       128(AX), Y15, Y12
+	VMULPS       160(AX), Y15, Y13
+	VMULPS       192(AX), Y15, Y14
+	VMULPS       224(AX), Y15, Y8
+	VADDPS       Y4, Y12, Y4
+	VADDPS       Y5, Y13, Y5
+	VADDPS       Y6, Y14, Y6
+	VADDPS       Y7, Y8, Y7
+	ADDQ         $4, R9
+	ADDQ         $4, R10
+	DECQ         CX
+	JNZ          rows64
+
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	VMOVUPS Y4, 128(DI)
+	VMOVUPS Y5, 160(DI)
+	VMOVUPS Y6, 192(DI)
+	VMOVUPS Y7, 224(DI)
+	VZEROUPPER
+	RET
+
+// func axpyRows8AVX2(y, m *float32, stride int, idx *int32, vals *float32, k int)
+//
+// axpyRows64AVX2 for y[0:8].
+TEXT ·axpyRows8AVX2(SB), NOSPLIT, $0-48
+	MOVQ    y+0(FP), DI
+	MOVQ    m+8(FP), SI
+	MOVQ    stride+16(FP), R8
+	SHLQ    $2, R8
+	MOVQ    idx+24(FP), R9
+	MOVQ    vals+32(FP), R10
+	MOVQ    k+40(FP), CX
+	VMOVUPS 0(DI), Y0
+
+rows8:
+	MOVLQSX      (R9), AX
+	IMULQ        R8, AX
+	ADDQ         SI, AX
+	VBROADCASTSS (R10), Y15
+	VMULPS       0(AX), Y15, Y8
+	VADDPS       Y0, Y8, Y0
+	ADDQ         $4, R9
+	ADDQ         $4, R10
+	DECQ         CX
+	JNZ          rows8
+
+	VMOVUPS Y0, 0(DI)
+	VZEROUPPER
+	RET

@@ -5,6 +5,11 @@ package engine
 // axpy computes y += a*x (x at least as long as y).
 func axpy(y, x []float32, a float32) { axpyPortable(y, x, a) }
 
+// axpyRows adds vals[t]·m[idx[t]·stride:][:len(y)] to y for t in order.
+func axpyRows(y, m []float32, stride int, idx []int32, vals []float32) {
+	axpyRowsPortable(y, m, stride, idx, vals)
+}
+
 // adamUpdate applies one Adam step (adamPortable).
 func adamUpdate(p, m, v, g []float32, k *adamConsts) { adamPortable(p, m, v, g, k) }
 

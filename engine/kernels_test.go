@@ -50,6 +50,41 @@ func TestAxpyMatchesPortable(t *testing.T) {
 	}
 }
 
+// TestAxpyRowsMatchesPortable: axpyRows (64 and 8 columns at a time in
+// registers with AVX2) gives the bits of axpyPortable applied row by row in
+// the list's order, for widths around the vector blocks, rows listed out of
+// order and repeated, strides wider than y, and offsets into m.
+func TestAxpyRowsMatchesPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{1, 7, 8, 9, 10, 63, 64, 65, 72, 128, 130, 200} {
+		for _, extra := range []int{0, 5} { // stride = n + extra
+			stride, rows := n+extra, 7
+			m := kernelValues(r, rows*stride)
+			for _, k := range []int{0, 1, 2, 13} {
+				idx, vals := make([]int32, k), kernelValues(r, k)
+				for t := range idx {
+					idx[t] = int32(r.IntN(rows))
+				}
+				y := kernelValues(r, n)
+				want := append([]float32(nil), y...)
+				for t, j := range idx {
+					axpyPortable(want, m[int(j)*stride:int(j)*stride+n], vals[t])
+				}
+				got := append([]float32(nil), y...)
+				axpyRows(got, m, stride, idx, vals)
+				sameBits(t, "y", got, want)
+			}
+		}
+	}
+	// A row past m is refused, not read.
+	defer func() {
+		if recover() == nil {
+			t.Error("a row past the matrix was read")
+		}
+	}()
+	axpyRows(make([]float32, 8), make([]float32, 16), 8, []int32{2}, []float32{1})
+}
+
 // TestAdamMatchesPortable: adamUpdate gives the portable loop's bits for
 // parameters, both moments, every length and several steps' constants.
 func TestAdamMatchesPortable(t *testing.T) {

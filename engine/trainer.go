@@ -458,7 +458,7 @@ func uniformN(src *rand.PCG, n uint64) uint64 {
 // are launched as backward completes them.
 func (t *Trainer) computeGrad() float32 {
 	rows := t.rows
-	forward(t.layers, t.acts, rows, t.nz.idx)
+	forward(t.layers, t.acts, rows, t.nz.idx, t.nz.xv)
 	last := len(t.layers)
 	classes := t.sizes[last]
 	logits, dlog := t.acts[last], t.deltas[last]
@@ -501,9 +501,9 @@ func softmaxExps(z []float32, exps []float64) (mx float32, sum float64) {
 	return mx, sum
 }
 
-// forward computes acts[1..] from acts[0] for the first rows rows; nz is
-// scratch for the widest layer's input indices.
-func forward(layers []layer, acts [][]float32, rows int, nz []int32) {
+// forward computes acts[1..] from acts[0] for the first rows rows; nz and
+// nzv are scratch for the widest layer's input indices and values.
+func forward(layers []layer, acts [][]float32, rows int, nz []int32, nzv []float32) {
 	last := len(layers) - 1
 	for l, ly := range layers {
 		in, out := acts[l][:rows*ly.in], acts[l+1][:rows*ly.out]
@@ -515,15 +515,13 @@ func forward(layers []layer, acts [][]float32, rows int, nz []int32) {
 			// data, then walked in order (the same sums as a walk that
 			// tests each input).
 			x := in[i*ly.in : (i+1)*ly.in]
-			idx := nz[:len(x)]
+			idx, val := nz[:len(x)], nzv[:len(x)]
 			k := 0
 			for j, a := range x {
-				idx[k] = int32(j)
+				idx[k], val[k] = int32(j), a
 				k += int(nonzero(a))
 			}
-			for _, j := range idx[:k] {
-				axpy(o, ly.w[int(j)*ly.out:(int(j)+1)*ly.out], x[j])
-			}
+			axpyRows(o, ly.w, ly.out, idx[:k], val[:k])
 			if l < last {
 				for j, v := range o {
 					if v < 0 {
@@ -552,6 +550,16 @@ func axpyPortable(y, x []float32, a float32) {
 	}
 	for ; j < len(y); j++ {
 		y[j] += float32(a * x[j])
+	}
+}
+
+// axpyRowsPortable adds vals[t]·m[idx[t]·stride:][:len(y)] to y for t =
+// 0, 1, … in order: axpyPortable once per listed row of m.
+func axpyRowsPortable(y, m []float32, stride int, idx []int32, vals []float32) {
+	vals = vals[:len(idx)]
+	for t, j := range idx {
+		off := int(j) * stride
+		axpyPortable(y, m[off:off+len(y)], vals[t])
 	}
 }
 
@@ -588,11 +596,8 @@ func (t *Trainer) backward(rows int) {
 		// instead of a column walk per input).
 		nz := t.nz.gather(a, rows, ly.in)
 		for k := ly.in - 1; k >= 0; k-- {
-			g := ly.gw[k*ly.out : (k+1)*ly.out]
-			lo := k * nz.rows
-			for j, i := range nz.row[lo : lo+int(nz.count[k])] {
-				axpy(g, dz[int(i)*ly.out:(int(i)+1)*ly.out], nz.val[lo+j])
-			}
+			lo, n := k*nz.rows, int(nz.count[k])
+			axpyRows(ly.gw[k*ly.out:(k+1)*ly.out], dz, ly.out, nz.row[lo:lo+n], nz.val[lo:lo+n])
 			t.reached(wOff + k*ly.out)
 		}
 		if l == 0 {
@@ -622,8 +627,10 @@ type columns struct {
 	count []int32
 	row   []int32
 	val   []float32
-	// idx is forward's scratch: one row's nonzero input indices.
+	// idx and xv are forward's scratch: one row's nonzero input indices
+	// and values.
 	idx []int32
+	xv  []float32
 }
 
 // widestInput is the most inputs any layer of sizes has.
@@ -635,6 +642,7 @@ func (c *columns) reserve(rows, in int) {
 	if cap(c.count) < in {
 		c.count = make([]int32, in)
 		c.idx = make([]int32, in)
+		c.xv = make([]float32, in)
 	}
 	if cap(c.row) < rows*in {
 		c.row = make([]int32, rows*in)
@@ -779,7 +787,7 @@ func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
 	}
 	const chunk = 256
 	acts := allocActs(t.sizes, chunk)
-	nz := make([]int32, widestInput(t.sizes))
+	nz, nzv := make([]int32, widestInput(t.sizes)), make([]float32, widestInput(t.sizes))
 	exps := make([]float64, ds.Classes)
 	classes := ds.Classes
 	var correct int
@@ -787,7 +795,7 @@ func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
 	for start := 0; start < ds.N; start += chunk {
 		rows := min(chunk, ds.N-start)
 		copy(acts[0], ds.X[start*ds.Dim:(start+rows)*ds.Dim])
-		forward(t.layers, acts, rows, nz)
+		forward(t.layers, acts, rows, nz, nzv)
 		logits := acts[len(acts)-1]
 		for i := 0; i < rows; i++ {
 			z := logits[i*classes : (i+1)*classes]
