@@ -64,6 +64,52 @@ func axpyRows(y, m []float32, stride int, idx []int32, vals []float32) {
 	axpyRowsPortable(y[c:], m[c:], stride, idx, vals)
 }
 
+// listNonzeroAVX2 lists the nonzero elements of x[:n] (n > 0, a multiple
+// of 8) as listNonzeroPortable does, eight at a time: a comparison with
+// zero (unordered counts as nonzero, as NaN does for nonzero) gives a lane
+// mask, packLanes[mask] the lanes to keep, and all eight slots are stored
+// before the count advances by the mask's population (kernels_amd64.s).
+// idx and val must hold n+listSlack.
+//
+//go:noescape
+func listNonzeroAVX2(x *float32, n int, idx *int32, val *float32, pack *[256][8]int32) int
+
+// packLanes[m] lists the set bits of m, lowest first, then zeros:
+// VPERMD's control for packing a mask's lanes to the front.
+var packLanes = func() (t [256][8]int32) {
+	for m := range t {
+		k := 0
+		for lane := range 8 {
+			if m>>lane&1 == 1 {
+				t[m][k] = int32(lane)
+				k++
+			}
+		}
+	}
+	return t
+}()
+
+// listNonzero writes the indices and values of x's nonzero elements to
+// idx and val in order and returns their count (listNonzeroPortable),
+// eight elements at a time where the CPU has AVX2; idx and val hold
+// len(x)+listSlack.
+func listNonzero(x []float32, idx []int32, val []float32) int {
+	n := len(x)
+	idx, val = idx[:n+listSlack], val[:n+listSlack]
+	k, v := 0, 0
+	if hasAVX2 {
+		if v = n &^ 7; v > 0 {
+			k = listNonzeroAVX2(&x[0], v, &idx[0], &val[0], &packLanes)
+		}
+	}
+	for j := v; j < n; j++ {
+		a := x[j]
+		idx[k], val[k] = int32(j), a
+		k += int(nonzero(a))
+	}
+	return k
+}
+
 // adamAVX2 is adamPortable over the first n elements (kernels_amd64.s);
 // n > 0, a multiple of 8.
 //

@@ -243,3 +243,44 @@ rows8:
 	VMOVUPS Y0, 0(DI)
 	VZEROUPPER
 	RET
+
+// func listNonzeroAVX2(x *float32, n int, idx *int32, val *float32, pack *[256][8]int32) int
+//
+// Eight elements per iteration: Y1 = lanes where x != 0 (or unordered),
+// AX = their mask, Y2 = pack[AX], and the packed lane numbers plus the
+// block's first index go to idx, the packed values to val, eight slots
+// each; the count advances by popcount(AX). n > 0, a multiple of 8.
+TEXT ·listNonzeroAVX2(SB), NOSPLIT, $0-48
+	MOVQ   x+0(FP), SI
+	MOVQ   n+8(FP), CX
+	MOVQ   idx+16(FP), DI
+	MOVQ   val+24(FP), R8
+	MOVQ   pack+32(FP), R9
+	XORQ   R10, R10             // count
+	XORQ   R11, R11             // index of the block's first element
+	VXORPS Y15, Y15, Y15        // zeros
+
+blocks:
+	VMOVUPS    (SI), Y0
+	VCMPPS     $4, Y15, Y0, Y1  // NEQ_UQ: x != 0, or NaN
+	VMOVMSKPS  Y1, AX
+	MOVQ       AX, DX
+	SHLQ       $5, DX
+	VMOVDQU    (R9)(DX*1), Y2   // pack[mask]
+	VPERMPS    Y0, Y2, Y3       // packed values
+	MOVL       R11, BX
+	MOVL       BX, X4
+	VPBROADCASTD X4, Y4
+	VPADDD     Y2, Y4, Y4       // packed indices: first + lane
+	VMOVDQU    Y4, (DI)(R10*4)
+	VMOVUPS    Y3, (R8)(R10*4)
+	POPCNTL    AX, AX
+	ADDQ       AX, R10
+	ADDQ       $32, SI
+	ADDQ       $8, R11
+	SUBQ       $8, CX
+	JNZ        blocks
+
+	MOVQ R10, ret+40(FP)
+	VZEROUPPER
+	RET

@@ -10,6 +10,11 @@ func axpyRows(y, m []float32, stride int, idx []int32, vals []float32) {
 	axpyRowsPortable(y, m, stride, idx, vals)
 }
 
+// listNonzero is listNonzeroPortable (idx and val hold len(x)+listSlack).
+func listNonzero(x []float32, idx []int32, val []float32) int {
+	return listNonzeroPortable(x, idx, val)
+}
+
 // adamUpdate applies one Adam step (adamPortable).
 func adamUpdate(p, m, v, g []float32, k *adamConsts) { adamPortable(p, m, v, g, k) }
 

@@ -85,6 +85,42 @@ func TestAxpyRowsMatchesPortable(t *testing.T) {
 	axpyRows(make([]float32, 8), make([]float32, 16), 8, []int32{2}, []float32{1})
 }
 
+// TestListNonzeroMatchesPortable: listNonzero (eight at a time with
+// AVX2) lists the same indices and values (bits) as the portable loop:
+// both zeros skipped, NaN, subnormals and infinities kept, every length
+// around the vector blocks, sparse and dense inputs.
+func TestListNonzeroMatchesPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(-1)), 1e-45, -1e-40}
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 64, 100, 784} {
+		for _, zeros := range []int{0, 2, 8} { // in 8: none, a quarter, all
+			x := make([]float32, n)
+			for i := range x {
+				switch {
+				case r.IntN(8) < zeros:
+					x[i] = specials[r.IntN(2)]
+				case r.IntN(6) == 0:
+					x[i] = specials[2+r.IntN(len(specials)-2)]
+				default:
+					x[i] = float32(r.NormFloat64())
+				}
+			}
+			wantIdx, wantVal := make([]int32, n), make([]float32, n)
+			want := listNonzeroPortable(x, wantIdx, wantVal)
+			idx, val := make([]int32, n+listSlack), make([]float32, n+listSlack)
+			got := listNonzero(x, idx, val)
+			if got != want {
+				t.Fatalf("n %d: %d listed, want %d", n, got, want)
+			}
+			for i := range want {
+				if idx[i] != wantIdx[i] || math.Float32bits(val[i]) != math.Float32bits(wantVal[i]) {
+					t.Fatalf("n %d: entry %d = %d:%v, want %d:%v", n, i, idx[i], val[i], wantIdx[i], wantVal[i])
+				}
+			}
+		}
+	}
+}
+
 // TestAdamMatchesPortable: adamUpdate gives the portable loop's bits for
 // parameters, both moments, every length and several steps' constants.
 func TestAdamMatchesPortable(t *testing.T) {

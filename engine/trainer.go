@@ -515,13 +515,8 @@ func forward(layers []layer, acts [][]float32, rows int, nz []int32, nzv []float
 			// data, then walked in order (the same sums as a walk that
 			// tests each input).
 			x := in[i*ly.in : (i+1)*ly.in]
-			idx, val := nz[:len(x)], nzv[:len(x)]
-			k := 0
-			for j, a := range x {
-				idx[k], val[k] = int32(j), a
-				k += int(nonzero(a))
-			}
-			axpyRows(o, ly.w, ly.out, idx[:k], val[:k])
+			k := listNonzero(x, nz, nzv)
+			axpyRows(o, ly.w, ly.out, nz[:k], nzv[:k])
 			if l < last {
 				for j, v := range o {
 					if v < 0 {
@@ -641,8 +636,8 @@ func widestInput(sizes []int) int { return slices.Max(sizes[:len(sizes)-1]) }
 func (c *columns) reserve(rows, in int) {
 	if cap(c.count) < in {
 		c.count = make([]int32, in)
-		c.idx = make([]int32, in)
-		c.xv = make([]float32, in)
+		c.idx = make([]int32, in+listSlack)
+		c.xv = make([]float32, in+listSlack)
 	}
 	if cap(c.row) < rows*in {
 		c.row = make([]int32, rows*in)
@@ -668,6 +663,23 @@ func (c *columns) gather(a []float32, rows, in int) *columns {
 		}
 	}
 	return c
+}
+
+// listSlack is how far past its result listNonzero may write: its
+// buffers are len(x)+listSlack long.
+const listSlack = 8
+
+// listNonzeroPortable writes the indices and values of x's nonzero
+// elements (nonzero) to idx and val in order and returns their count,
+// without a branch on the data; idx and val hold at least len(x).
+func listNonzeroPortable(x []float32, idx []int32, val []float32) int {
+	idx, val = idx[:len(x)], val[:len(x)]
+	k := 0
+	for j, a := range x {
+		idx[k], val[k] = int32(j), a
+		k += int(nonzero(a))
+	}
+	return k
 }
 
 // nonzero is 1 for x != 0 (either zero's sign) and 0 for ±0, without a
@@ -787,7 +799,7 @@ func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
 	}
 	const chunk = 256
 	acts := allocActs(t.sizes, chunk)
-	nz, nzv := make([]int32, widestInput(t.sizes)), make([]float32, widestInput(t.sizes))
+	nz, nzv := make([]int32, widestInput(t.sizes)+listSlack), make([]float32, widestInput(t.sizes)+listSlack)
 	exps := make([]float64, ds.Classes)
 	classes := ds.Classes
 	var correct int
