@@ -646,9 +646,8 @@ func (c *columns) reserve(rows, in int) {
 }
 
 // gather groups the nonzeros of a (rows × in, row-major) by input, rows
-// ascending within an input, in one pass over a in memory order: every
-// element is written to its input's next slot, which only a nonzero
-// takes (no branch on the data).
+// ascending within an input, row by row: each row's nonzeros are listed
+// (listNonzero), then each goes to its input's next slot.
 func (c *columns) gather(a []float32, rows, in int) *columns {
 	c.reserve(rows, in) // no-op but for a batch larger than reserved
 	c.rows = rows
@@ -656,10 +655,11 @@ func (c *columns) gather(a []float32, rows, in int) *columns {
 	clear(count)
 	row, val := c.row[:rows*in], c.val[:rows*in]
 	for i := 0; i < rows; i++ {
-		for k, x := range a[i*in : (i+1)*in] {
-			j := k*rows + int(count[k])
-			row[j], val[j] = int32(i), x
-			count[k] += nonzero(x)
+		n := listNonzero(a[i*in:(i+1)*in], c.idx, c.xv)
+		for t, k := range c.idx[:n] {
+			j := int(k)*rows + int(count[k])
+			row[j], val[j] = int32(i), c.xv[t]
+			count[k]++
 		}
 	}
 	return c
