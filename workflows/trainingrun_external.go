@@ -44,7 +44,8 @@ import (
 // So once the server suggests continue-as-new, the run stops the world
 // after the next uploaded checkpoint but the job's last (a rollover,
 // counted in the status), continues as new and relaunches from that
-// checkpoint, no restart counted: one relaunch per few thousand events.
+// checkpoint, no restart counted: one relaunch per few thousand events —
+// and not before the launch has doubled the history it started with.
 // Histories from before this replay through versionExternalRollover's
 // default (asked only once the server suggests it).
 
@@ -86,6 +87,11 @@ type externalRun struct {
 	// suggested continue-as-new (versionExternalRollover).
 	pausedCkpts int
 	rollCkpts   int
+	// launchEvents is the history's length when the launch began: a
+	// launch rolls over only once it has at least doubled it (a launch on
+	// thousands of nodes may start past the suggestion; rolling over at
+	// once would only relaunch it again and again).
+	launchEvents int
 	// green: the run follows its green policy (versionExternalGreen).
 	green bool
 	// metered: the run records its trained stretches at checkpoints and
@@ -177,7 +183,9 @@ func (r *run) listenCheckpoints(ctx workflow.Context, ext *externalRun) {
 			}
 			// Not at the job's last step: that world is about to finish.
 			last := r.spec.Steps > 0 && c.Ref.Step >= r.spec.Steps
-			if !last && workflow.GetInfo(ctx).GetContinueAsNewSuggested() && r.externalRollover(ctx) {
+			info := workflow.GetInfo(ctx)
+			grown := info.GetCurrentHistoryLength() >= 2*ext.launchEvents
+			if !last && info.GetContinueAsNewSuggested() && grown && r.externalRollover(ctx) {
 				ext.rollCkpts++
 			}
 		}
@@ -276,6 +284,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
 	}
 	ext.pausedCkpts, ext.rollCkpts, ext.ckpts = 0, 0, 0
+	ext.launchEvents = workflow.GetInfo(ctx).GetCurrentHistoryLength()
 	ext.markAt, ext.markStep = started, from
 	results, errs, stop := r.awaitWorld(ctx, futures, cancel, ext)
 	r.settle(ctx) // checkpoint signals delivered with the results

@@ -485,3 +485,47 @@ func TestExternalRunNoRolloverAtLastStep(t *testing.T) {
 	require.Zero(t, st.Rollovers)
 	require.Len(t, w.launches(), 1)
 }
+
+// TestExternalRunRollsOverOnceGrown: a launch that began with a long
+// history (thousands of nodes' activities) is not stopped at the first
+// checkpoint the server suggests continue-as-new at, only once it has
+// doubled that history: rolling over at once would relaunch it forever.
+func TestExternalRunRollsOverOnceGrown(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	w := &fakeWorlds{end: 100}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Restore != nil {
+			return nil
+		}
+		if in.Rank == 0 {
+			w.env.RegisterDelayedCallback(func() { w.env.SetContinueAsNewSuggested(true) }, 0)
+			// 3,000 events, as when the launch began.
+			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 40, Key: "ckpt/40"}})
+		}
+		return errHang
+	}
+	env := newExternalEnv(t, cl, w)
+	env.SetTestTimeout(15 * time.Second)
+	env.SetCurrentHistoryLength(3000)
+	sent := false
+	// Wall-clock time (the launch runs): the history has doubled by the
+	// next checkpoint.
+	env.RegisterDelayedCallback(func() {
+		st := queryStatus(t, env)
+		require.EqualValues(t, 40, st.LastCkpt.Step)
+		require.Zero(t, st.Rollovers, "rolled over before the launch doubled its history")
+		env.SetCurrentHistoryLength(6000)
+		env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: fmt.Sprintf("%s/g%d/e1", st.RunID, st.Generation),
+			Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: 60, Key: "ckpt/60"}})
+		sent = true
+	}, 300*time.Millisecond)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "want continue-as-new, got %v", env.GetWorkflowError())
+	require.True(t, sent)
+	var next RunInput
+	require.NoError(t, decodeArgs(can, &next))
+	require.EqualValues(t, 60, next.State.Status.Step, "stopped after the checkpoint that doubled the history")
+	require.Equal(t, 1, next.State.Status.Rollovers)
+}
