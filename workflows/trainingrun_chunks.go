@@ -25,6 +25,13 @@ type chunkFailure struct {
 	// corrupt: the checkpoint the chunk restored from failed verification.
 	corrupt bool
 	first   error
+	// lostState names the nodes that answered NoState: a node process
+	// restarted under the same ID between two chunks holds no state for
+	// the chunk's first step (and its checkpoint may still be uploading).
+	// cause is the first error that is not a cancellation (the ranks
+	// await cancelled after another's failure), when first is one.
+	lostState []string
+	cause     error
 }
 
 func (f *chunkFailure) Error() string {
@@ -80,6 +87,14 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	}
 	results, errs := r.await(ctx, futures, cancel)
 	if fail := r.blame(from, started, workflow.Now(ctx), errs); fail != nil {
+		if len(fail.lostState) > 0 || fail.cause != nil {
+			if workflow.GetVersion(ctx, versionLostState, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+				// As recorded before: a node without state failed the run.
+				fail.retryable = fail.retryable && len(fail.lostState) == 0
+			} else if fail.cause != nil {
+				fail.first = fail.cause // a failed run is Failed, not Canceled
+			}
+		}
 		return fail
 	}
 	r.absorb(ctx, results)
@@ -192,6 +207,8 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 			// Cancelled by await: its peers blamed it (counted below).
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCorruptCheckpoint:
 			f.corrupt = true
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeNoState:
+			f.lostState = append(f.lostState, node)
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypePeerFailed:
 			if pf, ok := peerFailed(err); ok && pf.Rank >= 0 && pf.Rank < len(errs) {
 				blamed[pf.Rank]++
@@ -206,6 +223,15 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 	}
 	if f.first == nil {
 		return nil
+	}
+	var ce *temporal.CanceledError
+	if errors.As(f.first, &ce) {
+		for _, err := range errs {
+			if err != nil && !errors.As(err, &ce) {
+				f.cause = err
+				break
+			}
+		}
 	}
 	switch {
 	case f.corrupt:
@@ -231,6 +257,10 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 			}
 		}
 		f.reason = fmt.Sprintf("peers lost node(s) %v: %s", f.failed, message(f.first))
+	case len(f.lostState) > 0:
+		// Alive, restarted: nobody is marked failed; the new generation
+		// restores every rank from the last committed checkpoint.
+		f.reason = fmt.Sprintf("node(s) %v restarted and lost their state", f.lostState)
 	default:
 		f.reason = message(f.first)
 	}
@@ -366,7 +396,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	now := workflow.Now(ctx)
 	rec := spec.Recovery{
 		Generation:     r.st.Membership.Generation,
-		FailedNodes:    f.failed,
+		FailedNodes:    slices.Concat(f.failed, f.lostState),
 		Replacement:    replacement,
 		Reason:         f.reason,
 		AtStep:         f.from,

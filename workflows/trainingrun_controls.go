@@ -19,6 +19,11 @@ const (
 	// versionShrinkOnFailure: without a spare, a failed node's run goes on
 	// with the healthy nodes (≥ min_nodes) instead of waiting.
 	versionShrinkOnFailure = "shrink-on-failure"
+	// versionLostState: a node that restarted between chunks (NoState)
+	// is recovered from the last checkpoint instead of failing the run,
+	// and a run that does fail reports a rank's own error, not the
+	// cancellation of the others. Asked only when a chunk saw either.
+	versionLostState = "lost-state"
 )
 
 // Controls is what the control signals asked for; it crosses

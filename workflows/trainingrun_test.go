@@ -400,6 +400,76 @@ func TestTrainingRunCancelsPeersWaitingForADeadNode(t *testing.T) {
 	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
 }
 
+// TestTrainingRunRecoversNodeThatLostState: a node process restarted
+// under the same ID between two chunks answers the next one NoState (it
+// holds no state at that step, and that step's checkpoint is not
+// committed). The run is not failed — nor "canceled" by its peers'
+// cancellations —: nobody is marked failed, a new generation on the same
+// nodes restores every rank from the last checkpoint, and it completes.
+func TestTrainingRunRecoversNodeThatLostState(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1"), failed: map[string]bool{}}
+	ch := &fakeChunks{}
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.From != 100 || in.Membership.Generation != 1 {
+			return nil
+		}
+		if in.Membership.Nodes[in.Rank].ID == "node-2" {
+			err := errors.New("node node-2 has no state at step 100 and no checkpoint there")
+			return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeNoState, err)
+		}
+		<-stuck // waiting in rendezvous for node-2
+		return errors.New("unreachable")
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, CheckpointEvery: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 200, st.Step)
+	require.Len(t, st.Recoveries, 1)
+	rec := st.Recoveries[0]
+	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
+	require.Empty(t, rec.Replacement, "the node is alive: nobody replaces it")
+	require.Contains(t, rec.Reason, "restarted and lost their state")
+	require.Empty(t, cl.failed, "nobody is marked failed")
+	require.Equal(t, []string{"node-1", "node-2", "node-3"}, st.Nodes)
+	for _, in := range ch.byFrom()[100] {
+		if in.Membership.Generation == 2 {
+			require.NotNil(t, in.Restore)
+			require.EqualValues(t, 100, in.Restore.Step, "every rank restores the checkpoint")
+		}
+	}
+}
+
+// TestTrainingRunFailsWithTheRanksOwnError: a rank's non-retryable error
+// fails the run with that error, even where a rank before it in rank
+// order was cancelled because of it: the run is Failed, not Canceled.
+func TestTrainingRunFailsWithTheRanksOwnError(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+	ch := &fakeChunks{}
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.Rank == 2 {
+			return temporal.NewNonRetryableApplicationError("bad chunk input", "BadChunkInput", nil)
+		}
+		<-stuck
+		return errors.New("unreachable")
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	err := env.GetWorkflowError()
+	require.Error(t, err)
+	var ce *temporal.CanceledError
+	require.False(t, errors.As(err, &ce), "the run ended canceled: %v", err)
+	require.Contains(t, err.Error(), "bad chunk input")
+}
+
 func TestTrainingRunRoutesInjectedFault(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("a", "b")}
 	ch := &fakeChunks{}

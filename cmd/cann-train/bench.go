@@ -222,7 +222,9 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 			var killed map[string]time.Time
 			select {
 			case <-vp.Done():
-				killed = map[string]time.Time{st.Recoveries[0].FailedNodes[0]: vp.ExitedAt()}
+				if failed := st.Recoveries[0].FailedNodes; len(failed) > 0 {
+					killed = map[string]time.Time{failed[0]: vp.ExitedAt()}
+				}
 			default:
 			}
 			r := summarizeRecovery(st.Recoveries[0], killed)
