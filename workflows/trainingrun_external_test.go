@@ -408,27 +408,33 @@ func TestExternalRunResumeBeforeCheckpoint(t *testing.T) {
 	require.Len(t, w.launches(), 1)
 }
 
+// suggestThenCheckpoint is a behave for the first launch: its rank 0 has
+// the server suggest continue-as-new (set on the environment's loop, ahead
+// of the signal: this is the activity's goroutine) and commits a
+// checkpoint at step; then every rank returns end (errHang: hangs until
+// stopped). Relaunches run to the end.
+func suggestThenCheckpoint(w *fakeWorlds, step int64, end error) func(spec.ExternalInput) error {
+	return func(in spec.ExternalInput) error {
+		if in.Restore != nil {
+			return nil
+		}
+		if in.Rank == 0 {
+			w.env.RegisterDelayedCallback(func() { w.env.SetContinueAsNewSuggested(true) }, 0)
+			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: step, Key: fmt.Sprint("ckpt/", step)}})
+		}
+		return end
+	}
+}
+
 // TestExternalRunRollsOver: once the server suggests continue-as-new, a
 // launch is stopped after its next uploaded checkpoint (not at one
 // uploaded before the suggestion), the run continues as new with that
 // checkpoint and relaunches from it on the same nodes, no restart counted.
 func TestExternalRunRollsOver(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
-	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
-	w.behave = func(in spec.ExternalInput) error {
-		if in.Restore != nil {
-			return nil
-		}
-		if in.Rank == 0 {
-			// Checkpoint 20 was signalled before the suggestion. (Set
-			// on the environment's loop, before the signal: this is the
-			// activity's goroutine.)
-			w.env.RegisterDelayedCallback(func() { w.env.SetContinueAsNewSuggested(true) }, 0)
-			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
-				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 40, Key: "ckpt/40"}})
-		}
-		return errHang
-	}
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}} // 20: before the suggestion
+	w.behave = suggestThenCheckpoint(w, 40, errHang)
 	env := newExternalEnv(t, cl, w)
 	env.SetTestTimeout(15 * time.Second)
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
@@ -467,14 +473,7 @@ func TestExternalRunRollsOver(t *testing.T) {
 func TestExternalRunNoRolloverAtLastStep(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
 	w := &fakeWorlds{end: 100}
-	w.behave = func(in spec.ExternalInput) error {
-		if in.Rank == 0 {
-			w.env.RegisterDelayedCallback(func() { w.env.SetContinueAsNewSuggested(true) }, 0)
-			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
-				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 100, Key: "ckpt/100"}})
-		}
-		return nil
-	}
+	w.behave = suggestThenCheckpoint(w, 100, nil)
 	env := newExternalEnv(t, cl, w)
 	env.SetTestTimeout(15 * time.Second)
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
@@ -493,18 +492,7 @@ func TestExternalRunNoRolloverAtLastStep(t *testing.T) {
 func TestExternalRunRollsOverOnceGrown(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
 	w := &fakeWorlds{end: 100}
-	w.behave = func(in spec.ExternalInput) error {
-		if in.Restore != nil {
-			return nil
-		}
-		if in.Rank == 0 {
-			w.env.RegisterDelayedCallback(func() { w.env.SetContinueAsNewSuggested(true) }, 0)
-			// 3,000 events, as when the launch began.
-			w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
-				Ref: spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 40, Key: "ckpt/40"}})
-		}
-		return errHang
-	}
+	w.behave = suggestThenCheckpoint(w, 40, errHang) // at 3,000 events, as when the launch began
 	env := newExternalEnv(t, cl, w)
 	env.SetTestTimeout(15 * time.Second)
 	env.SetCurrentHistoryLength(3000)
