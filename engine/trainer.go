@@ -622,8 +622,8 @@ type columns struct {
 	count []int32
 	row   []int32
 	val   []float32
-	// idx and xv are forward's scratch: one row's nonzero input indices
-	// and values.
+	// idx and xv are one row's nonzero input indices and values
+	// (listNonzero's scratch, len(x)+listSlack), for forward and gather.
 	idx []int32
 	xv  []float32
 }
@@ -799,7 +799,8 @@ func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
 	}
 	const chunk = 256
 	acts := allocActs(t.sizes, chunk)
-	nz, nzv := make([]int32, widestInput(t.sizes)+listSlack), make([]float32, widestInput(t.sizes)+listSlack)
+	var nz columns // only its list scratch
+	nz.reserve(0, widestInput(t.sizes))
 	exps := make([]float64, ds.Classes)
 	classes := ds.Classes
 	var correct int
@@ -807,7 +808,7 @@ func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
 	for start := 0; start < ds.N; start += chunk {
 		rows := min(chunk, ds.N-start)
 		copy(acts[0], ds.X[start*ds.Dim:(start+rows)*ds.Dim])
-		forward(t.layers, acts, rows, nz, nzv)
+		forward(t.layers, acts, rows, nz.idx, nz.xv)
 		logits := acts[len(acts)-1]
 		for i := 0; i < rows; i++ {
 			z := logits[i*classes : (i+1)*classes]
