@@ -254,7 +254,10 @@ func (m Model) ModelFlopsPerStep() float64 {
 // HardwareFlopsPerStep adds the FLOPs recomputation executes. With full
 // recompute this is Narayanan et al. eq. 3, 96·B·s·L·h²·(1 + s/(6h) +
 // V/(16hL)) for the GPT shape: the convention of Megatron's and BLOOM's
-// published TFLOP/s per GPU.
+// published TFLOP/s per GPU. Selective recompute re-runs the attention
+// core, which FlashAttention never stores in the first place: with it,
+// selective executes what no recompute does (the cost model's time and
+// memory agree).
 func (m Model) HardwareFlopsPerStep(r Recompute) float64 {
 	lin, core := m.layerFlopsPerToken()
 	tokens := float64(m.GlobalBatch) * float64(m.SeqLen)
@@ -263,7 +266,9 @@ func (m Model) HardwareFlopsPerStep(r Recompute) float64 {
 	case RecomputeFull:
 		extra = lin + core
 	case RecomputeSelective:
-		extra = core
+		if !m.FlashAttention {
+			extra = core
+		}
 	}
 	return m.ModelFlopsPerStep() + tokens*float64(m.Layers)*extra
 }
