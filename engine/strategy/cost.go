@@ -343,34 +343,61 @@ func (ev *evaluator) logitTimes(p Plan) float64 {
 	return gemm + mem
 }
 
-// stages returns the layer count of the first and last pipeline stage.
-// Without interleaving the output layer is balanced against layers (the
-// last stage takes fewer layers when that lowers the slowest stage, as
-// DeepSpeed's partitioner and Megatron's uneven split allow).
-func (ev *evaluator) stages(p Plan, layer, logits float64) (first, last int, slowest, avg float64) {
-	L := ev.m.Layers
-	if p.PP == 1 {
-		return L, L, float64(L)*layer + logits, float64(L)*layer + logits
+// stageLayers is how a plan's layers lie on its pipeline stages: the
+// first stage's count, the busiest stage's count before the last (the
+// first one unless the split is uneven) and the last stage's count.
+type stageLayers struct{ first, mid, last int }
+
+// splitLayers places layers on pp stages of vpp chunks each, weighing a
+// layer at `layer` and the output layer (on the last stage) at `logits`;
+// ok is false when no placement gives every stage a layer. Without
+// interleaving the last stage takes fewer layers when that lowers the
+// slowest stage (DeepSpeed's partitioner, Megatron's uneven split). With
+// interleaving an even split (layers a multiple of pp·vpp) is kept as
+// Narayanan et al. ran it; otherwise the stages between the first and the
+// last hold vpp equal chunks and the first and last stages take what is
+// left (Megatron's decoder_first/last_pipeline_num_layers; Llama 3's
+// 126 layers on 16 stages: 7, 8 × 14, 7). Among splits with the same
+// slowest stage the one with the lightest first stage wins: it holds the
+// most micro-batches in flight.
+func splitLayers(layers, pp, vpp int, layer, logits float64) (s stageLayers, ok bool) {
+	L := layers
+	if pp <= 1 {
+		return stageLayers{L, L, L}, L >= 1
 	}
-	avg = (float64(L)*layer + logits) / float64(p.PP)
-	if p.VPP > 1 { // Check made layers divisible by pp·vpp
-		per := L / p.PP
-		return per, per, float64(per)*layer + logits, avg
+	if pp > L {
+		return s, false
 	}
+	if vpp > 1 && L%(pp*vpp) == 0 {
+		per := L / pp
+		return stageLayers{per, per, per}, true
+	}
+	chunk := max(vpp, 1)
 	best := math.Inf(1)
-	maxLast := (L + p.PP - 1) / p.PP
-	for nl := 1; nl <= maxLast; nl++ {
+	maxLast := (L + pp - 1) / pp
+	if vpp > 1 {
+		maxLast = chunk * ((L + pp*chunk - 1) / (pp * chunk))
+	}
+	for nl := 1; nl <= maxLast && nl < L; nl++ {
 		rest := L - nl
-		nf := (rest + p.PP - 2) / (p.PP - 1)
-		if nf < 1 {
-			continue
+		per := (pp - 1) * chunk // layers per chunk-row of the stages before the last
+		nm := chunk * ((rest + per - 1) / per)
+		nf := nm
+		if vpp > 1 {
+			nf = rest - (pp-2)*nm
+			if pp == 2 { // no stages in between: the first takes the rest
+				nm = nf
+			}
+			if nf < 1 || nf > nm {
+				continue
+			}
 		}
-		tmax := math.Max(float64(nf)*layer, float64(nl)*layer+logits)
-		if tmax < best-1e-15 {
-			best, first, last = tmax, nf, nl
+		tmax := math.Max(float64(nm)*layer, float64(nl)*layer+logits)
+		if tmax < best-1e-15 || (tmax <= best+1e-15 && nf < s.first) {
+			best, s, ok = tmax, stageLayers{nf, nm, nl}, true
 		}
 	}
-	return first, last, best, avg
+	return s, ok
 }
 
 // eval fills e for a plan that passed Check.
@@ -383,9 +410,9 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	compute, tp, cpc, epc := ev.layerTimes(p)
 	layer := compute + tp + cpc + epc
 	logits := ev.logitTimes(p)
-	first, last, _, _ := ev.stages(p, layer, logits)
+	st, _ := splitLayers(m.Layers, p.PP, p.VPP, layer, logits) // Check made a split possible
 
-	// ---- memory (busiest of first and last stage) ----
+	// ---- memory (busiest of the first, second and last stage) ----
 	t := float64(p.TP)
 	dpGroup := float64(p.DP * p.CP)
 	epGroup := dpGroup / float64(p.EP)
@@ -408,24 +435,33 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 		}
 		return params, grads, opt
 	}
-	inflight := float64(min(p.PP, mbs))
-	if p.VPP > 1 {
-		inflight *= 1 + float64(p.PP-1)/float64(p.PP*p.VPP)
+	type stageMem struct{ params, grads, opt, act float64 }
+	var peak stageMem
+	peakTotal := -1.0
+	consider := func(layers int, inflight float64, first, last bool) {
+		var sm stageMem
+		sm.params, sm.grads, sm.opt = stateBytes(layers, first || last) // the last stage holds a copy of the word embeddings
+		sm.act = ev.activationBytes(p, layers, inflight)
+		if first {
+			sm.act += inflight * ev.tokens(p) * float64(m.Hidden) * ev.act / t // embedding dropout output
+		}
+		if last {
+			sm.act += 4 * ev.tokens(p) * float64(m.Vocab) / t // fp32 logits of one micro-batch
+		}
+		if tot := sm.params + sm.grads + sm.opt + sm.act; tot > peakTotal {
+			peak, peakTotal = sm, tot
+		}
 	}
-	embedOut := inflight * ev.tokens(p) * float64(m.Hidden) * ev.act / t // embedding dropout output
-	logitsFP32 := 4 * ev.tokens(p) * float64(m.Vocab) / t
-	actFirst := ev.activationBytes(p, first, inflight) + embedOut
-	actLast := ev.activationBytes(p, last, 1) + logitsFP32 // the last stage holds one micro-batch
 	if p.PP == 1 {
-		actFirst = ev.activationBytes(p, first, 1) + logitsFP32
-		actLast = actFirst
+		consider(m.Layers, 1, true, true)
+	} else {
+		consider(st.first, inFlight(p, 0, mbs), true, false)
+		if p.PP > 2 {
+			consider(st.mid, inFlight(p, 1, mbs), false, false)
+		}
+		consider(st.last, inFlight(p, p.PP-1, mbs), false, true)
 	}
-	pf, gf, of := stateBytes(first, true)
-	pl, gl, ol := stateBytes(last, p.PP > 1) // a copy of the word embeddings for the output layer
-	totFirst, totLast := pf+gf+of+actFirst, pl+gl+ol+actLast
-	if totLast > totFirst {
-		pf, gf, of, actFirst, totFirst = pl, gl, ol, actLast, totLast
-	}
+	pf, gf, of, actFirst, totFirst := peak.params, peak.grads, peak.opt, peak.act, peakTotal
 	e.Mem = MemoryBreakdown{ParamsGiB: pf / gib, GradsGiB: gf / gib, OptimizerGiB: of / gib, ActivationsGiB: actFirst / gib, ReservedGiB: c.ReservedGiB}
 	e.MemPerDeviceGiB = totFirst / gib
 	e.MemHeadroomGiB = (ev.memCap - totFirst) / gib
@@ -484,11 +520,11 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	// The slowest stage sets the 1F1B steady state; fill and drain cost
 	// (pp-1)/vpp average slots (Narayanan et al. §2.2).
 	layerZ := layer + z3
-	slowIsLast := float64(last)*layerZ+logits >= float64(first)*layerZ
-	lay := float64(first)
+	slowIsLast := float64(st.last)*layerZ+logits >= float64(st.mid)*layerZ
+	lay := float64(st.mid)
 	slotCompute := lay * compute
 	if slowIsLast {
-		lay = float64(last)
+		lay = float64(st.last)
 		slotCompute = lay*compute + logits
 	}
 	slowest := lay*layerZ + p2p
@@ -502,9 +538,9 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	// Data-parallel gradient reduction, once per step (ZeRO 0-2).
 	var dpT float64
 	if p.ZeRO < 3 && dpGroup > 1 {
-		stageLayers := float64(max(first, last))
-		dense := (stageLayers*ev.denseParams + ev.embedParams) / t
-		exp := stageLayers * ev.expertParams / t / float64(p.EP)
+		busiest := float64(max(st.mid, st.last))
+		dense := (busiest*ev.denseParams + ev.embedParams) / t
+		exp := busiest * ev.expertParams / t / float64(p.EP)
 		pr := m.Precision
 		var red, gather float64
 		if p.ZeRO == 0 {
@@ -564,6 +600,19 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	} else {
 		e.BlastRadius = p.TP * p.PP * max(p.CP, p.EP)
 	}
+}
+
+// inFlight is how many micro-batches' activations pipeline stage i holds
+// at most, in units of the stage's whole layer count: p−i under 1F1B;
+// under the interleaved schedule the warm-up's 2(p−i−1)+(v−1)p chunks
+// plus the one in the steady state (Megatron's
+// get_num_warmup_microbatches), each 1/v of the stage.
+func inFlight(p Plan, i, mbs int) float64 {
+	if p.VPP <= 1 {
+		return float64(min(p.PP-i, mbs))
+	}
+	chunks := min(mbs*p.VPP, 2*(p.PP-i-1)+(p.VPP-1)*p.PP+1)
+	return float64(chunks) / float64(p.VPP)
 }
 
 // tokens is the tokens of one micro-batch on one rank's sequence shard.

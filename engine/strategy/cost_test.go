@@ -29,6 +29,11 @@ func TestFLOPConventions(t *testing.T) {
 		if !(sel > eq7 && sel < eq3) {
 			t.Errorf("%s: selective %g not between %g and %g", name, sel, eq7, eq3)
 		}
+		fa := m
+		fa.FlashAttention = true
+		if got := fa.HardwareFlopsPerStep(RecomputeSelective); got != fa.HardwareFlopsPerStep(RecomputeNone) {
+			t.Errorf("%s with FlashAttention: selective %g executes more than no recompute %g", name, got, fa.HardwareFlopsPerStep(RecomputeNone))
+		}
 		if got := m.Params(); !near(got, eq2, 1e-12) {
 			t.Errorf("%s: params %g, Narayanan eq. 2 (no position embedding) %g", name, got, eq2)
 		}
@@ -209,5 +214,104 @@ func TestEvaluateBand(t *testing.T) {
 	t.Logf("1T on 1024 Atlas A2, %s: %.1f–%.1f s/step", p, band[0].StepTimeS, band[2].StepTimeS)
 	if _, err := EvaluateBand(m, c, p, []string{"nope"}); err == nil {
 		t.Error("unknown profile accepted")
+	}
+}
+
+func TestSplitLayers(t *testing.T) {
+	tests := []struct {
+		name            string
+		layers, pp, vpp int
+		logits          float64 // in layers
+		want            stageLayers
+		ok              bool
+	}{
+		{"one stage", 24, 1, 1, 0.5, stageLayers{24, 24, 24}, true},
+		{"even, no logits", 96, 8, 1, 0, stageLayers{12, 12, 12}, true},
+		{"last stage lightened for the output layer", 24, 4, 1, 1.5, stageLayers{7, 7, 3}, true},
+		{"interleaved, even", 96, 8, 3, 0.6, stageLayers{12, 12, 12}, true},
+		{"Llama 3 405B: 126 layers on 16 stages of 8 chunks", 126, 16, 8, 0.6, stageLayers{7, 8, 7}, true},
+		{"126 layers, 4 chunks", 126, 16, 4, 0.6, stageLayers{7, 8, 7}, true},
+		{"two stages, uneven interleaving", 25, 2, 4, 0, stageLayers{12, 12, 13}, true},
+		{"too few layers for the middle chunks", 96, 12, 5, 0, stageLayers{}, false},
+		{"more stages than layers", 4, 8, 1, 0, stageLayers{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := splitLayers(tt.layers, tt.pp, tt.vpp, 1, tt.logits)
+			if ok != tt.ok || (ok && got != tt.want) {
+				t.Fatalf("splitLayers(%d, %d, %d) = %+v, %v; want %+v, %v", tt.layers, tt.pp, tt.vpp, got, ok, tt.want, tt.ok)
+			}
+			if !ok {
+				return
+			}
+			if n := got.first + (tt.pp-2)*got.mid + got.last; tt.pp > 1 && n != tt.layers && tt.vpp > 1 {
+				t.Errorf("%+v places %d layers, want %d", got, n, tt.layers)
+			}
+			if got.first > got.mid {
+				t.Errorf("%+v: first stage above the middle ones", got)
+			}
+			if tt.pp > 2 && got.mid%tt.vpp != 0 {
+				t.Errorf("%+v: middle stages' %d chunks unequal", got, tt.vpp)
+			}
+		})
+	}
+}
+
+func TestInFlight(t *testing.T) {
+	tests := []struct {
+		pp, vpp, mbs, stage int
+		want                float64
+	}{
+		{8, 1, 64, 0, 8},
+		{8, 1, 64, 7, 1},
+		{8, 1, 4, 0, 4},                    // fewer micro-batches than stages
+		{8, 3, 64, 0, 8 * (1 + 7.0/24)},    // Narayanan: p(1 + (p−1)/(pv))
+		{8, 3, 64, 1, (8*3 + 8 - 3) / 3.0}, // two chunks fewer than the first stage
+		{8, 3, 64, 7, (2*8 + 1) / 3.0},     // the last stage still warms up (v−1)p chunks
+		{16, 4, 16, 0, 16},                 // all 16 micro-batches in flight
+		{16, 4, 16, 1, 16},
+	}
+	for _, tt := range tests {
+		p := Plan{PP: tt.pp, VPP: tt.vpp}
+		if got := inFlight(p, tt.stage, tt.mbs); !near(got, tt.want, 1e-12) {
+			t.Errorf("pp=%d vpp=%d mbs=%d stage %d: %.4f micro-batches in flight, want %.4f", tt.pp, tt.vpp, tt.mbs, tt.stage, got, tt.want)
+		}
+	}
+}
+
+// TestUnevenInterleaving scores Llama 3 405B's split (126 layers on 16
+// stages, the first and the last one layer short) against the same model
+// with 128 layers: the middle stages are the same, so the step takes no
+// longer — a little less, since the even split's last stage carries the
+// output layer on top of its 8 layers, which is why Llama 3 split so —
+// and no stage needs more memory.
+func TestUnevenInterleaving(t *testing.T) {
+	c, err := PresetCluster("dgx_h100_1024")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Nodes = 2048
+	llama := func(layers int) Model {
+		return Model{Name: "llama-405b", Layers: layers, Hidden: 16384, FFNHidden: 53248, Heads: 128, KVHeads: 8, Vocab: 128256,
+			SeqLen: 8192, GlobalBatch: 2048, GatedMLP: true, FlashAttention: true}.WithDefaults()
+	}
+	const plan = "tp=8,pp=16,dp=128,mb=1,recompute=full,sp=true,vpp=4,zero=1,overlap=true"
+	uneven, even := evalPlan(t, llama(126), c, plan), evalPlan(t, llama(128), c, plan)
+	if uneven.Reason != "" {
+		t.Fatalf("126 layers: %s", uneven.Reason)
+	}
+	if r := uneven.StepTimeS / even.StepTimeS; r > 1 || r < 0.9 {
+		t.Errorf("126 layers take %.3f s against %.3f s for 128 (ratio %.3f): want [0.9, 1]", uneven.StepTimeS, even.StepTimeS, r)
+	}
+	if uneven.MemPerDeviceGiB > even.MemPerDeviceGiB+1e-9 {
+		t.Errorf("126 layers need %.2f GiB per device, 128 layers %.2f", uneven.MemPerDeviceGiB, even.MemPerDeviceGiB)
+	}
+	// With more micro-batches than stages the first stage holds the most
+	// in flight, and its one layer less shows in the memory.
+	c.Nodes = 1024
+	plan64 := "tp=8,pp=16,dp=64,mb=1,recompute=full,sp=true,vpp=4,zero=1,overlap=true"
+	u, e := evalPlan(t, llama(126), c, plan64), evalPlan(t, llama(128), c, plan64)
+	if !(u.Mem.ActivationsGiB < e.Mem.ActivationsGiB*0.95) {
+		t.Errorf("dp=64: activations %.2f GiB on 126 layers, %.2f on 128: want the first stage's 7 layers to show", u.Mem.ActivationsGiB, e.Mem.ActivationsGiB)
 	}
 }

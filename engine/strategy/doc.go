@@ -57,14 +57,19 @@
 // per micro-batch). Plan.Overlap hides the gradient reduction behind the
 // last backward pass and ZeRO-3 gathers behind compute. 1F1B step =
 // m·(slowest stage slot) + (pp−1)/vpp·(average slot) + exposed DP +
-// optimizer; the output layer is balanced against layers.
+// optimizer; the output layer is balanced against layers. Layers that do
+// not divide evenly go to the first and last stages (Megatron's uneven
+// split; with interleaving the stages in between hold vpp equal chunks,
+// as Llama 3 put 126 layers on 16 stages: 7, 8 × 14, 7).
 //
 // Memory: model states with the bytes per parameter of [Precision]
 // (default 2+4+12 = 18, Megatron's bf16 recipe) sharded by ZeRO stage over
 // DP×CP (experts over the expert-DP group); activations per Korthikanti et
-// al. Table 2 by recompute mode and SP, on the first stage with min(pp, m)
-// micro-batches in flight (× (1+(pp−1)/(pp·vpp)) interleaved), or the last
-// stage with the fp32 logits, whichever is larger; a reserve
+// al. Table 2 by recompute mode and SP, on the busiest of the first stage
+// (min(pp, m) micro-batches in flight, × (1+(pp−1)/(pp·vpp)) interleaved),
+// the second (one fewer; two chunks fewer interleaved) and the last (one
+// micro-batch and the fp32 logits; interleaved, its (vpp−1)·pp warm-up
+// chunks too); a reserve
 // (ReservedGiB, default 2 GiB + 5%) is never handed out.
 //
 // Calibration: efficiencies are per device type, never per run. A100 GEMM

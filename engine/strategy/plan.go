@@ -182,8 +182,8 @@ func Check(m Model, c Cluster, p Plan) error {
 	if p.VPP > 1 {
 		if p.PP == 1 {
 			e.add("vpp", "interleaving (vpp=%d) needs pp > 1", p.VPP)
-		} else if m.Layers%(p.PP*p.VPP) != 0 {
-			e.add("vpp", "layers (%d) not divisible by pp·vpp (%d)", m.Layers, p.PP*p.VPP)
+		} else if !splittable(m.Layers, p.PP, p.VPP) {
+			e.add("vpp", "layers (%d) cannot be split into %d stages of %d chunks", m.Layers, p.PP, p.VPP)
 		}
 	}
 	if m.GlobalBatch%(p.DP*p.MicroBatch) != 0 {

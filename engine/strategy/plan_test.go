@@ -71,7 +71,7 @@ func TestCheck(t *testing.T) {
 		{"batch vs dp·mb", m, c, "tp=8,pp=12,dp=4,mb=7", "mb", "global_batch (1536) not divisible"},
 		{"too many stages", m, c, "tp=1,pp=128,dp=3", "pp", "128 stages for 96 layers"},
 		{"vpp without pp", m, c, "tp=8,pp=1,dp=48,vpp=2", "vpp", "needs pp > 1"},
-		{"vpp layers", m, c, "tp=8,pp=12,dp=4,vpp=5", "vpp", "not divisible by pp·vpp"},
+		{"vpp layers", m, c, "tp=8,pp=12,dp=4,vpp=5", "vpp", "cannot be split into 12 stages of 5 chunks"},
 		{"vpp micro-batches", m, c, "tp=8,pp=12,dp=4,mb=64,vpp=2", "vpp", "multiple of pp"},
 		{"cp", m, c, "tp=8,pp=4,dp=4,cp=3", "cp", "not divisible by cp"},
 		{"ep dense", m, c, "tp=8,pp=12,dp=4,ep=2", "ep", "needs a model with experts"},

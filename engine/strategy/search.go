@@ -161,7 +161,7 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 						}
 						mbs := m.GlobalBatch / (dp * mb)
 						for vpp := 1; vpp <= o.MaxVPP; vpp *= 2 {
-							if vpp > 1 && (pp == 1 || m.Layers%(pp*vpp) != 0 || mbs%pp != 0) {
+							if vpp > 1 && (pp == 1 || mbs%pp != 0 || !splittable(m.Layers, pp, vpp)) {
 								continue
 							}
 							for _, sp := range [2]bool{false, true} {
@@ -199,4 +199,10 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 		top[i].Config = top[i].Plan.String()
 	}
 	return top, nil
+}
+
+// splittable says whether layers fit on pp stages of vpp chunks each.
+func splittable(layers, pp, vpp int) bool {
+	_, ok := splitLayers(layers, pp, vpp, 1, 0)
+	return ok
 }
