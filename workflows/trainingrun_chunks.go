@@ -32,6 +32,8 @@ type chunkFailure struct {
 	// await cancelled after another's failure), when first is one.
 	lostState []string
 	cause     error
+	// reasonIsFirst: reason is first's message (no node to blame).
+	reasonIsFirst bool
 }
 
 func (f *chunkFailure) Error() string {
@@ -95,6 +97,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 				fail.first = fail.cause // a failed run is Failed, not Canceled
 			}
 		}
+		r.preferCause(ctx, fail)
 		return fail
 	}
 	r.absorb(ctx, results)
@@ -262,9 +265,26 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 		// restores every rank from the last committed checkpoint.
 		f.reason = fmt.Sprintf("node(s) %v restarted and lost their state", f.lostState)
 	default:
-		f.reason = message(f.first)
+		f.reason, f.reasonIsFirst = message(f.first), true
 	}
 	return f
+}
+
+// preferCause replaces a cancellation that stands for a failure's first
+// error — the ranks await cancelled after another rank failed — with that
+// rank's own error, so that the run's reason says what went wrong and a
+// run that gives up ends Failed, not Canceled.
+func (r *run) preferCause(ctx workflow.Context, f *chunkFailure) {
+	if f.cause == nil {
+		return
+	}
+	if workflow.GetVersion(ctx, versionFailureCause, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	f.first = f.cause
+	if f.reasonIsFirst {
+		f.reason = message(f.cause)
+	}
 }
 
 // absorb folds a successful chunk into the run's status.

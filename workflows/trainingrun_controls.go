@@ -24,6 +24,11 @@ const (
 	// and a run that does fail reports a rank's own error, not the
 	// cancellation of the others. Asked only when a chunk saw either.
 	versionLostState = "lost-state"
+	// versionFailureCause: a failed chunk or external world whose other
+	// ranks were cancelled names the failing rank's own error as its
+	// reason, and an external world ends Failed with it instead of
+	// Canceled. Asked only when a cancellation hid such an error.
+	versionFailureCause = "failure-cause"
 )
 
 // Controls is what the control signals asked for; it crosses

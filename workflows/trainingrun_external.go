@@ -317,6 +317,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	}
 	if f := r.blameWorld(from, started, workflow.Now(ctx), errs); f != nil {
 		r.closeLaunch(ctx, ext, false)
+		r.preferCause(ctx, f)
 		return f
 	}
 	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {
@@ -483,6 +484,7 @@ func (r *run) blameWorld(from int64, started, seen time.Time, errs []error) *chu
 	}
 	if len(f.failed) == 0 && !f.corrupt && exited != nil {
 		f.first, f.reason = exited, message(exited)
+		f.cause, f.reasonIsFirst = nil, false // nothing hidden by a cancellation
 	}
 	return f
 }

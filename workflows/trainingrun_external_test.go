@@ -517,3 +517,28 @@ func TestExternalRunRollsOverOnceGrown(t *testing.T) {
 	require.EqualValues(t, 60, next.State.Status.Step, "stopped after the checkpoint that doubled the history")
 	require.Equal(t, 1, next.State.Status.Rollovers)
 }
+
+// TestExternalRunFailsWithTheRanksOwnError: one node cannot start its
+// processes (non-retryable) while the other's run until cancelled; the
+// run fails with the first node's reason, not as Canceled.
+func TestExternalRunFailsWithTheRanksOwnError(t *testing.T) {
+	w := &fakeWorlds{end: 100}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Rank == 1 {
+			return temporal.NewNonRetryableApplicationError("start rank-1: \"python3\" not found in PATH", spec.ErrTypeBadJob, nil)
+		}
+		return errHang
+	}
+	env := newExternalEnv(t, &fakeCluster{pool: testNodes("node-1", "node-2")}, w)
+	env.SetTestTimeout(15 * time.Second)
+	s := externalSpec(2)
+	s.HeartbeatTimeout = spec.Duration(time.Second) // the survivors' grace: 3 s of wall clock
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	err := env.GetWorkflowError()
+	require.Error(t, err)
+	require.Len(t, w.launches(), 1, "a job that cannot start is not relaunched")
+	var ce *temporal.CanceledError
+	require.False(t, errors.As(err, &ce), "the run ended canceled: %v", err)
+	require.ErrorContains(t, err, "chunk from step 0: start rank-1: \"python3\" not found in PATH",
+		"the reason is the node's own error, not the cancellation of the others")
+}

@@ -467,7 +467,7 @@ func TestTrainingRunFailsWithTheRanksOwnError(t *testing.T) {
 	require.Error(t, err)
 	var ce *temporal.CanceledError
 	require.False(t, errors.As(err, &ce), "the run ended canceled: %v", err)
-	require.Contains(t, err.Error(), "bad chunk input")
+	require.Contains(t, err.Error(), "chunk from step 0: bad chunk input", "the reason is the rank's own error")
 }
 
 func TestTrainingRunRoutesInjectedFault(t *testing.T) {
