@@ -350,16 +350,18 @@ type stageLayers struct{ first, mid, last int }
 
 // splitLayers places layers on pp stages of vpp chunks each, weighing a
 // layer at `layer` and the output layer (on the last stage) at `logits`;
-// ok is false when no placement gives every stage a layer. Without
-// interleaving the last stage takes fewer layers when that lowers the
-// slowest stage (DeepSpeed's partitioner, Megatron's uneven split). With
-// interleaving an even split (layers a multiple of pp·vpp) is kept as
-// Narayanan et al. ran it; otherwise the stages between the first and the
-// last hold vpp equal chunks and the first and last stages take what is
-// left (Megatron's decoder_first/last_pipeline_num_layers; Llama 3's
-// 126 layers on 16 stages: 7, 8 × 14, 7). Among splits with the same
-// slowest stage the one with the lightest first stage wins: it holds the
-// most micro-batches in flight.
+// ok is false when no placement gives every stage a layer. An even split
+// (layers a multiple of pp·vpp) is kept, the output layer on top of the
+// last stage's share: Megatron splits so by default, and DeepSpeed's
+// partitioner by parameters does too (the tied embeddings weigh on both
+// ends). Otherwise, without interleaving, the stages before the last hold
+// ⌈rest/(pp−1)⌉ layers at most and the last stage takes fewer when that
+// lowers the slowest stage; with interleaving the stages between the
+// first and the last hold vpp equal chunks and the first and last stages
+// take what is left (Megatron's decoder_first/last_pipeline_num_layers;
+// Llama 3's 126 layers on 16 stages: 7, 8 × 14, 7). Among splits with the
+// same slowest stage the one with the lightest first stage wins: it holds
+// the most micro-batches in flight.
 func splitLayers(layers, pp, vpp int, layer, logits float64) (s stageLayers, ok bool) {
 	L := layers
 	if pp <= 1 {
@@ -368,7 +370,7 @@ func splitLayers(layers, pp, vpp int, layer, logits float64) (s stageLayers, ok 
 	if pp > L {
 		return s, false
 	}
-	if vpp > 1 && L%(pp*vpp) == 0 {
+	if L%(pp*max(vpp, 1)) == 0 {
 		per := L / pp
 		return stageLayers{per, per, per}, true
 	}

@@ -227,7 +227,8 @@ func TestSplitLayers(t *testing.T) {
 	}{
 		{"one stage", 24, 1, 1, 0.5, stageLayers{24, 24, 24}, true},
 		{"even, no logits", 96, 8, 1, 0, stageLayers{12, 12, 12}, true},
-		{"last stage lightened for the output layer", 24, 4, 1, 1.5, stageLayers{7, 7, 3}, true},
+		{"even split kept, the output layer on top", 24, 4, 1, 1.5, stageLayers{6, 6, 6}, true},
+		{"uneven: the last stage lightened for the output layer", 26, 4, 1, 1.5, stageLayers{7, 7, 5}, true},
 		{"interleaved, even", 96, 8, 3, 0.6, stageLayers{12, 12, 12}, true},
 		{"Llama 3 405B: 126 layers on 16 stages of 8 chunks", 126, 16, 8, 0.6, stageLayers{7, 8, 7}, true},
 		{"126 layers, 4 chunks", 126, 16, 4, 0.6, stageLayers{7, 8, 7}, true},

@@ -57,10 +57,12 @@
 // per micro-batch). Plan.Overlap hides the gradient reduction behind the
 // last backward pass and ZeRO-3 gathers behind compute. 1F1B step =
 // m·(slowest stage slot) + (pp−1)/vpp·(average slot) + exposed DP +
-// optimizer; the output layer is balanced against layers. Layers that do
-// not divide evenly go to the first and last stages (Megatron's uneven
-// split; with interleaving the stages in between hold vpp equal chunks,
-// as Llama 3 put 126 layers on 16 stages: 7, 8 × 14, 7).
+// optimizer. Layers that divide evenly are split evenly, the output layer
+// on top of the last stage (Megatron's default); otherwise the last stage
+// takes fewer layers when that lowers the slowest stage, and with
+// interleaving the stages in between hold vpp equal chunks while the first
+// and last take the rest (Megatron's uneven split, as Llama 3 put 126
+// layers on 16 stages: 7, 8 × 14, 7).
 //
 // Memory: model states with the bytes per parameter of [Precision]
 // (default 2+4+12 = 18, Megatron's bf16 recipe) sharded by ZeRO stage over
