@@ -531,10 +531,37 @@ func (r *spinReader) poll(fd uintptr) bool {
 			r.err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", errno)}
 			return true
 		}
-		if !time.Now().Before(r.until) {
+		now := time.Now()
+		if !now.Before(r.until) {
 			return false
 		}
+		if !r.yieldOS {
+			pollPause(now)
+		}
 		pollYield(r.yieldOS, i)
+	}
+}
+
+// pollGap is how long a polling read waits, spinning in user space, after
+// a read that found the socket empty. Every read of a socket takes its
+// lock, and so does the delivery of the data being waited for (over
+// loopback the sending process's CPU queues it): back-to-back reads fight
+// the delivery for that lock. perf of a 2-rank 4 KiB reducescatter showed
+// 6 % of all CPU time in the lock's slow path (lock_sock_nested from
+// tcp_recvmsg) and 3 % in clock reads. With a 1 µs gap, alternating
+// builds with 2 ranks on 2 cores over TCP, 20,000 iterations each, five
+// rounds (medians): reducescatter 4 KiB 11.0 µs against 12.4 (Open MPI
+// 10.7), allgather 9.6 against 10.8 (10.0), alltoall 10.8 against 11.3
+// (10.3), allreduce 10.1 against 10.2 (18.7); 64 KiB and 256 KiB
+// allreduce busbw 2.1 and 4.3 GB/s against 1.8 and 3.7, 1–16 MiB within
+// noise. Ranks that outnumber the cores yield the CPU between reads
+// instead (pollYield).
+const pollGap = time.Microsecond
+
+// pollPause spins until pollGap after now, touching no socket and making
+// no system call.
+func pollPause(now time.Time) {
+	for end := now.Add(pollGap); time.Now().Before(end); {
 	}
 }
 
