@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -73,6 +74,12 @@ func loadCalibration(t testing.TB) []calRow {
 			"shared/data/strategy/calibration.csv); check out ../shared next to the repo root.", err, path)
 	}
 	defer f.Close()
+	return readCalibration(t, f, path)
+}
+
+// readCalibration reads published runs in calibration.csv's columns.
+func readCalibration(t testing.TB, f io.Reader, path string) []calRow {
+	t.Helper()
 	recs, err := csv.NewReader(f).ReadAll()
 	if err != nil {
 		t.Fatalf("read %s: %v", path, err)
@@ -93,7 +100,13 @@ func loadCalibration(t testing.TB) []calRow {
 	}
 	var rows []calRow
 	for _, r := range recs[1:] {
-		get := func(k string) string { return strings.TrimSpace(r[col[k]]) }
+		get := func(k string) string { // "" for a column the file lacks
+			i, ok := col[k]
+			if !ok || i >= len(r) {
+				return ""
+			}
+			return strings.TrimSpace(r[i])
+		}
 		num := func(k string, def int) int {
 			s := get(k)
 			v, err := leadingInt(s)
@@ -114,23 +127,33 @@ func loadCalibration(t testing.TB) []calRow {
 		}
 		row := calRow{ID: get("row_id"), Group: get("group"), Measured: flt("measured_step_time_s"),
 			Derived: flt("derived_step_time_s"), TFLOPS: flt("measured_tflops_per_device")}
+		gated, flash := rowModelKind(get("model"), get("notes")+" "+get("source"))
 		row.Model = Model{
 			Name: get("model"), Layers: num("n_layers", -1), Hidden: num("hidden", -1), FFNHidden: num("ffn_hidden", -1),
 			Heads: num("n_heads", -1), KVHeads: num("n_kv_heads", -1), Vocab: num("vocab", -1), SeqLen: num("seq_len", -1),
-			GlobalBatch: num("global_batch_seqs", -1), Precision: precisionFor(get("group")),
+			GlobalBatch: num("global_batch_seqs", -1), Experts: num("moe_experts", 0), TopK: num("moe_topk", 0),
+			GatedMLP: gated, FlashAttention: flash, Precision: precisionFor(get("group")),
 		}.WithDefaults()
-		cname := clusterFor(row.Group)
-		if cname == "" {
-			t.Fatalf("row %s: no cluster preset for group %q", row.ID, row.Group)
-		}
-		c, err := PresetCluster(cname)
-		if err != nil {
-			t.Fatalf("row %s: %v", row.ID, err)
+		var c Cluster
+		if cname := clusterFor(row.Group); cname != "" {
+			var err error
+			if c, err = PresetCluster(cname); err != nil {
+				t.Fatalf("row %s: %v", row.ID, err)
+			}
+			c.Name = cname
+		} else { // a source without a preset: the row's own columns
+			d, err := rowDevice(get("device"), flt("device_peak_tflops_16bit"), flt("device_mem_GB"))
+			if err != nil {
+				t.Fatalf("row %s: %v", row.ID, err)
+			}
+			c = Cluster{Name: row.Group, Device: d}
+			c.IntraNodeGBps, c.IntraNodeEfficiency = rowIntraGBps(get("intra_node_link"), get("device"))
+			c.InterNodeGBps, c.InterNodeEfficiency = rowInterGBps(get("inter_node_link"), num("devices_per_node", -1))
 		}
 		c.DevicesPerNode = num("devices_per_node", -1)
 		c.Nodes = num("n_devices", -1) / c.DevicesPerNode
-		c.Name = fmt.Sprintf("%s-%d", cname, c.Devices())
-		row.Cluster = c
+		c.Name = fmt.Sprintf("%s-%d", c.Name, c.Devices())
+		row.Cluster = c.WithDefaults()
 		rec := strings.ToLower(get("recompute"))
 		p := Plan{TP: num("tp", -1), PP: num("pp", -1), DP: num("dp", -1), CP: num("cp", 1), EP: num("ep", 1),
 			MicroBatch: num("micro_batch", -1), VPP: num("vpp", 1), SP: strings.HasPrefix(strings.ToLower(get("seq_parallel")), "y")}
@@ -142,9 +165,7 @@ func loadCalibration(t testing.TB) []calRow {
 		default:
 			p.Recompute = RecomputeNone
 		}
-		if z := strings.ToLower(get("optimizer_sharding")); strings.HasPrefix(z, "zero-") {
-			p.ZeRO = int(z[len("zero-")] - '0')
-		}
+		p.ZeRO = rowZeRO(get("optimizer_sharding"))
 		row.Plan = p
 		rows = append(rows, row)
 	}
