@@ -154,13 +154,14 @@ func rowZeRO(text string) int {
 // GeGLU) and FlashAttention-style attention kernels.
 var gatedFamilies = []string{"llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "internlm", "baichuan", "yi-", "palm"}
 
-// rowModelKind says whether a row's model has a gated MLP and runs
-// FlashAttention: by its family, or by what the row's texts say.
-func rowModelKind(name, texts string) (gated, flash bool) {
+// rowModelKind says whether a row's model has a gated MLP, runs
+// FlashAttention and trains without dropout: by its family (the Llama-
+// style ones do all three), or by what the row's texts say.
+func rowModelKind(name, texts string) (gated, flash, noDropout bool) {
 	l := strings.ToLower(name)
 	for _, f := range gatedFamilies {
 		if strings.Contains(l, f) {
-			gated, flash = true, true
+			gated, flash, noDropout = true, true, true
 		}
 	}
 	t := strings.ToLower(texts)
@@ -170,7 +171,7 @@ func rowModelKind(name, texts string) (gated, flash bool) {
 	if strings.Contains(t, "flash") {
 		flash = true
 	}
-	return gated, flash
+	return gated, flash, noDropout
 }
 
 func TestCalibrationRowReaders(t *testing.T) {
@@ -236,11 +237,11 @@ func TestCalibrationRowReaders(t *testing.T) {
 			t.Errorf("rowZeRO(%q) = %d, want %d", text, got, want)
 		}
 	}
-	if g, f := rowModelKind("Llama 3 405B", ""); !g || !f {
-		t.Error("Llama: want a gated MLP and FlashAttention")
+	if g, f, d := rowModelKind("Llama 3 405B", ""); !g || !f || !d {
+		t.Error("Llama: want a gated MLP, FlashAttention and no dropout")
 	}
-	if g, f := rowModelKind("GPT 18.4B", "fp16, Megatron-DeepSpeed"); g || f {
-		t.Error("GPT: want neither")
+	if g, f, d := rowModelKind("GPT 18.4B", "fp16, Megatron-DeepSpeed"); g || f || d {
+		t.Error("GPT: want none")
 	}
 }
 
@@ -264,7 +265,7 @@ func TestCalibrationRowWithoutPreset(t *testing.T) {
 	if c.Device.Name != ProfileH100 || c.IntraNodeGBps != 450 || c.InterNodeGBps != 50 || c.Devices() != 16384 {
 		t.Errorf("cluster %s %g/%g GB/s, %d devices; want h100-sxm 450/50, 16384", c.Device.Name, c.IntraNodeGBps, c.InterNodeGBps, c.Devices())
 	}
-	if !m.GatedMLP || !m.FlashAttention || m.KVHeads != 8 || p.ZeRO != 1 || p.VPP != 4 || !p.SP {
+	if !m.GatedMLP || !m.FlashAttention || !m.NoDropout || m.KVHeads != 8 || p.ZeRO != 1 || p.VPP != 4 || !p.SP {
 		t.Errorf("model gated=%v flash=%v kv=%d, plan %s", m.GatedMLP, m.FlashAttention, m.KVHeads, p)
 	}
 	if e := Evaluate(m, c, p); !(e.StepTimeS > 0) || e.Reason != "" && e.Feasible {

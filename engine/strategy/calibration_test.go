@@ -127,12 +127,12 @@ func readCalibration(t testing.TB, f io.Reader, path string) []calRow {
 		}
 		row := calRow{ID: get("row_id"), Group: get("group"), Measured: flt("measured_step_time_s"),
 			Derived: flt("derived_step_time_s"), TFLOPS: flt("measured_tflops_per_device")}
-		gated, flash := rowModelKind(get("model"), get("notes")+" "+get("source"))
+		gated, flash, noDropout := rowModelKind(get("model"), get("notes")+" "+get("source"))
 		row.Model = Model{
 			Name: get("model"), Layers: num("n_layers", -1), Hidden: num("hidden", -1), FFNHidden: num("ffn_hidden", -1),
 			Heads: num("n_heads", -1), KVHeads: num("n_kv_heads", -1), Vocab: num("vocab", -1), SeqLen: num("seq_len", -1),
 			GlobalBatch: num("global_batch_seqs", -1), Experts: num("moe_experts", 0), TopK: num("moe_topk", 0),
-			GatedMLP: gated, FlashAttention: flash, Precision: precisionFor(get("group")),
+			GatedMLP: gated, FlashAttention: flash, NoDropout: noDropout, Precision: precisionFor(get("group")),
 		}.WithDefaults()
 		var c Cluster
 		if cname := clusterFor(row.Group); cname != "" {

@@ -263,12 +263,18 @@ func (ev *evaluator) layerTimes(p Plan) (compute, tp, cp, ep float64) {
 	if m.moe() {
 		mlp = mlp*ev.topK*ev.padding + 8*h*ev.topK
 	}
-	bytesLin := scale * (tokRepl*22*h + tok*mlp/t)
+	// Without dropout a bias-add streams 6h instead of 7h (no mask), and
+	// the attention core skips the dropout pass (read, write, mask: 5).
+	repl, core := 22.0, 13.0
+	if m.NoDropout {
+		repl, core = 20, 8
+	}
+	bytesLin := scale * (tokRepl*repl*h + tok*mlp/t)
 	var bytesCore float64
 	if m.FlashAttention {
 		bytesCore = scale * tok * 2 * (2*h + 2*m.kvDim()) / t
 	} else {
-		bytesCore = scale * tok * 13 * float64(m.Heads) * s / t
+		bytesCore = scale * tok * core * float64(m.Heads) * s / t
 	}
 	memLin, memCore := bytesLin/ev.hbm, bytesCore/ev.hbm
 	fwdCore := gemmCore + memCore
@@ -632,7 +638,10 @@ func (ev *evaluator) activationBytes(p Plan, layers int, inflight float64) float
 	h, f := float64(m.Hidden), float64(m.FFNHidden)
 	tok := ev.tokens(p)
 	scale := ev.act / 2
-	repl := 10.0 // LayerNorm inputs, dropout masks
+	repl := 10.0 // LayerNorm inputs, dropout masks, the first GEMMs' inputs
+	if m.NoDropout {
+		repl = 8
+	}
 	if p.SP {
 		repl /= t
 	}
@@ -647,6 +656,9 @@ func (ev *evaluator) activationBytes(p Plan, layers int, inflight float64) float
 	core := 0.0
 	if !m.FlashAttention {
 		core = 5 * float64(m.Heads) * float64(m.SeqLen) // scores, softmax, dropout mask and output
+		if m.NoDropout {
+			core = 4 * float64(m.Heads) * float64(m.SeqLen)
+		}
 	}
 	full := scale * tok * (repl*h + split/t + core/t)
 	var per float64

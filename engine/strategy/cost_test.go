@@ -316,3 +316,23 @@ func TestUnevenInterleaving(t *testing.T) {
 		t.Errorf("dp=64: activations %.2f GiB on 126 layers, %.2f on 128: want the first stage's 7 layers to show", u.Mem.ActivationsGiB, e.Mem.ActivationsGiB)
 	}
 }
+
+// TestNoDropout: without dropout a layer stores no masks — 2·s·b·h bytes
+// after attention and MLP and a·s²·b on the attention probabilities — and
+// streams fewer bytes, so it is faster too.
+func TestNoDropout(t *testing.T) {
+	m := mustModel(t, "gpt3_3.6b")
+	c := mustCluster(t, "vtrain_a100_64")
+	const plan = "tp=1,pp=1,dp=64,mb=1,recompute=none"
+	with := evalPlan(t, m, c, plan)
+	m.NoDropout = true
+	without := evalPlan(t, m, c, plan)
+	sb, h, a, L := float64(m.SeqLen), float64(m.Hidden), float64(m.Heads), float64(m.Layers)
+	want := L * sb * (2*h + a*sb) / gib // bytes of 2-byte activations, one micro-batch in flight
+	if got := with.Mem.ActivationsGiB - without.Mem.ActivationsGiB; !near(got, want, 1e-9) {
+		t.Errorf("dropout masks: %.4f GiB, want %.4f", got, want)
+	}
+	if !(without.StepTimeS < with.StepTimeS) {
+		t.Errorf("without dropout %.4f s, with %.4f s: want faster", without.StepTimeS, with.StepTimeS)
+	}
+}

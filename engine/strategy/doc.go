@@ -6,7 +6,7 @@
 //
 // Inputs are plain data: a [Model] (layers, hidden, ffn_hidden, heads,
 // kv_heads, vocab, seq_len, global_batch in sequences; optional experts,
-// top_k, capacity_factor, gated_mlp, flash_attention and the bytes per
+// top_k, capacity_factor, gated_mlp, flash_attention, no_dropout and the bytes per
 // parameter of model state) and a [Cluster] (nodes × devices_per_node, a
 // device profile or an inline device, per-device one-way bandwidths of the
 // intra- and inter-node fabrics, optional latencies and efficiencies). Both

@@ -36,6 +36,13 @@ type Model struct {
 	// stored or streamed through memory. Off is Megatron's fused softmax
 	// (the 5·a·s/h activation term of Korthikanti et al.).
 	FlashAttention bool `yaml:"flash_attention,omitempty" json:"flash_attention,omitempty"`
+	// NoDropout: the model trains without dropout, as Llama-style models
+	// do (dropout 0 runs no dropout kernel and stores no mask). Off is
+	// GPT's hidden and attention dropout: 1-byte masks after attention and
+	// MLP (2 of Korthikanti et al.'s 34·s·b·h bytes per layer) and on the
+	// attention probabilities (1 of the 5·a·s²·b), and the kernels that
+	// write them.
+	NoDropout bool `yaml:"no_dropout,omitempty" json:"no_dropout,omitempty"`
 
 	// Precision is the bytes per parameter of model state; zero fields take
 	// the defaults of Megatron's bf16 / fp32-main-grad recipe (2+4+12 = 18).
