@@ -386,10 +386,10 @@ func splitLayers(layers, pp, vpp int, layer, logits float64) (s stageLayers, ok 
 	if vpp > 1 {
 		maxLast = chunk * ((L + pp*chunk - 1) / (pp * chunk))
 	}
+	row := (pp - 1) * chunk // one chunk on each stage before the last
 	for nl := 1; nl <= maxLast && nl < L; nl++ {
 		rest := L - nl
-		per := (pp - 1) * chunk // layers per chunk-row of the stages before the last
-		nm := chunk * ((rest + per - 1) / per)
+		nm := chunk * ((rest + row - 1) / row)
 		nf := nm
 		if vpp > 1 {
 			nf = rest - (pp-2)*nm
