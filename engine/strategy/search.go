@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -103,6 +104,12 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 		if r != RecomputeNone && r != RecomputeSelective && r != RecomputeFull {
 			return nil, fmt.Errorf("search: unknown recompute mode %q", r)
 		}
+	}
+	// With FlashAttention selective recompute re-runs nothing (the
+	// attention core is never stored): it is the plan without recompute
+	// under another name, listed once.
+	if m.FlashAttention && slices.Contains(o.Recompute, RecomputeNone) {
+		o.Recompute = slices.DeleteFunc(slices.Clone(o.Recompute), func(r Recompute) bool { return r == RecomputeSelective })
 	}
 	n := c.Devices()
 	top := make([]Estimate, 0, o.TopK+1)

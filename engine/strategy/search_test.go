@@ -139,3 +139,32 @@ func TestSearchErrors(t *testing.T) {
 		t.Error("invalid model accepted")
 	}
 }
+
+// TestSearchFlashAttentionListsSelectiveOnce: under FlashAttention
+// selective recompute is no recompute by another name; the top plans do
+// not list a plan twice under both.
+func TestSearchFlashAttentionListsSelectiveOnce(t *testing.T) {
+	m := mustModel(t, "gpt3_18.4b")
+	m.FlashAttention = true
+	res, err := Search(context.Background(), m, mustCluster(t, "vtrain_a100_64"), SearchOptions{TopK: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range res {
+		if e.Plan.Recompute == RecomputeSelective {
+			t.Errorf("%s listed: selective recompute under FlashAttention", e.Config)
+		}
+		p := e.Plan
+		p.Recompute = RecomputeNone
+		if seen[p.String()] {
+			t.Errorf("%s listed twice", p)
+		}
+		seen[p.String()] = true
+	}
+	// Asked for selective alone, it is searched (and priced as none).
+	only, err := Search(context.Background(), m, mustCluster(t, "vtrain_a100_64"), SearchOptions{TopK: 1, Recompute: []Recompute{RecomputeSelective}})
+	if err != nil || len(only) != 1 || only[0].Plan.Recompute != RecomputeSelective {
+		t.Fatalf("selective alone: %v, %v", only, err)
+	}
+}
