@@ -36,11 +36,22 @@ type Estimate struct {
 	BubbleShare float64       `json:"bubble_share"` // pipeline fill, drain and stage imbalance / step time
 
 	Microbatches int `json:"microbatches"`
+	// Stages is how the layers lie on the pipeline stages.
+	Stages StageSplit `json:"stages"`
 	// BlastRadius is how many devices lose state that no surviving device
 	// holds when one device fails: one model replica (tp·pp·max(cp,ep))
 	// without ZeRO, every device with ZeRO ≥ 1 (the sharded optimizer has
 	// no copy).
 	BlastRadius int `json:"blast_radius"`
+}
+
+// StageSplit gives the layers of the first pipeline stage, of the busiest
+// stage between it and the last, and of the last (which also runs the
+// output layer); all three are the model's layers without pipelining.
+type StageSplit struct {
+	First  int `json:"first"`
+	Middle int `json:"middle"`
+	Last   int `json:"last"`
 }
 
 // MemoryBreakdown splits MemPerDeviceGiB.
@@ -419,6 +430,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	layer := compute + tp + cpc + epc
 	logits := ev.logitTimes(p)
 	st, _ := splitLayers(m.Layers, p.PP, p.VPP, layer, logits) // Check made a split possible
+	e.Stages = StageSplit{First: st.first, Middle: st.mid, Last: st.last}
 
 	// ---- memory (busiest of the first, second and last stage) ----
 	t := float64(p.TP)

@@ -301,6 +301,9 @@ func TestUnevenInterleaving(t *testing.T) {
 	if uneven.Reason != "" {
 		t.Fatalf("126 layers: %s", uneven.Reason)
 	}
+	if want := (StageSplit{First: 7, Middle: 8, Last: 7}); uneven.Stages != want || even.Stages != (StageSplit{8, 8, 8}) {
+		t.Errorf("stages %+v and %+v, want %+v and 8 each", uneven.Stages, even.Stages, want)
+	}
 	if r := uneven.StepTimeS / even.StepTimeS; r > 1 || r < 0.9 {
 		t.Errorf("126 layers take %.3f s against %.3f s for 128 (ratio %.3f): want [0.9, 1]", uneven.StepTimeS, even.StepTimeS, r)
 	}
