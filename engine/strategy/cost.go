@@ -360,11 +360,6 @@ func (ev *evaluator) logitTimes(p Plan) float64 {
 	return gemm + mem
 }
 
-// stageLayers is how a plan's layers lie on its pipeline stages: the
-// first stage's count, the busiest stage's count before the last (the
-// first one unless the split is uneven) and the last stage's count.
-type stageLayers struct{ first, mid, last int }
-
 // splitLayers places layers on pp stages of vpp chunks each, weighing a
 // layer at `layer` and the output layer (on the last stage) at `logits`;
 // ok is false when no placement gives every stage a layer. An even split
@@ -379,17 +374,17 @@ type stageLayers struct{ first, mid, last int }
 // Llama 3's 126 layers on 16 stages: 7, 8 × 14, 7). Among splits with the
 // same slowest stage the one with the lightest first stage wins: it holds
 // the most micro-batches in flight.
-func splitLayers(layers, pp, vpp int, layer, logits float64) (s stageLayers, ok bool) {
+func splitLayers(layers, pp, vpp int, layer, logits float64) (s StageSplit, ok bool) {
 	L := layers
 	if pp <= 1 {
-		return stageLayers{L, L, L}, L >= 1
+		return StageSplit{L, L, L}, L >= 1
 	}
 	if pp > L {
 		return s, false
 	}
 	if L%(pp*max(vpp, 1)) == 0 {
 		per := L / pp
-		return stageLayers{per, per, per}, true
+		return StageSplit{per, per, per}, true
 	}
 	chunk := max(vpp, 1)
 	best := math.Inf(1)
@@ -412,8 +407,8 @@ func splitLayers(layers, pp, vpp int, layer, logits float64) (s stageLayers, ok 
 			}
 		}
 		tmax := math.Max(float64(nm)*layer, float64(nl)*layer+logits)
-		if tmax < best-1e-15 || (tmax <= best+1e-15 && nf < s.first) {
-			best, s, ok = tmax, stageLayers{nf, nm, nl}, true
+		if tmax < best-1e-15 || (tmax <= best+1e-15 && nf < s.First) {
+			best, s, ok = tmax, StageSplit{nf, nm, nl}, true
 		}
 	}
 	return s, ok
@@ -430,7 +425,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	layer := compute + tp + cpc + epc
 	logits := ev.logitTimes(p)
 	st, _ := splitLayers(m.Layers, p.PP, p.VPP, layer, logits) // Check made a split possible
-	e.Stages = StageSplit{First: st.first, Middle: st.mid, Last: st.last}
+	e.Stages = st
 
 	// ---- memory (busiest of the first, second and last stage) ----
 	t := float64(p.TP)
@@ -475,11 +470,11 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	if p.PP == 1 {
 		consider(m.Layers, 1, true, true)
 	} else {
-		consider(st.first, inFlight(p, 0, mbs), true, false)
+		consider(st.First, inFlight(p, 0, mbs), true, false)
 		if p.PP > 2 {
-			consider(st.mid, inFlight(p, 1, mbs), false, false)
+			consider(st.Middle, inFlight(p, 1, mbs), false, false)
 		}
-		consider(st.last, inFlight(p, p.PP-1, mbs), false, true)
+		consider(st.Last, inFlight(p, p.PP-1, mbs), false, true)
 	}
 	pf, gf, of, actFirst, totFirst := peak.params, peak.grads, peak.opt, peak.act, peakTotal
 	e.Mem = MemoryBreakdown{ParamsGiB: pf / gib, GradsGiB: gf / gib, OptimizerGiB: of / gib, ActivationsGiB: actFirst / gib, ReservedGiB: c.ReservedGiB}
@@ -540,11 +535,11 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	// The slowest stage sets the 1F1B steady state; fill and drain cost
 	// (pp-1)/vpp average slots (Narayanan et al. §2.2).
 	layerZ := layer + z3
-	slowIsLast := float64(st.last)*layerZ+logits >= float64(st.mid)*layerZ
-	lay := float64(st.mid)
+	slowIsLast := float64(st.Last)*layerZ+logits >= float64(st.Middle)*layerZ
+	lay := float64(st.Middle)
 	slotCompute := lay * compute
 	if slowIsLast {
-		lay = float64(st.last)
+		lay = float64(st.Last)
 		slotCompute = lay*compute + logits
 	}
 	slowest := lay*layerZ + p2p
@@ -558,7 +553,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	// Data-parallel gradient reduction, once per step (ZeRO 0-2).
 	var dpT float64
 	if p.ZeRO < 3 && dpGroup > 1 {
-		busiest := float64(max(st.mid, st.last))
+		busiest := float64(max(st.Middle, st.Last))
 		dense := (busiest*ev.denseParams + ev.embedParams) / t
 		exp := busiest * ev.expertParams / t / float64(p.EP)
 		pr := m.Precision

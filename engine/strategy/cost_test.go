@@ -222,19 +222,19 @@ func TestSplitLayers(t *testing.T) {
 		name            string
 		layers, pp, vpp int
 		logits          float64 // in layers
-		want            stageLayers
+		want            StageSplit
 		ok              bool
 	}{
-		{"one stage", 24, 1, 1, 0.5, stageLayers{24, 24, 24}, true},
-		{"even, no logits", 96, 8, 1, 0, stageLayers{12, 12, 12}, true},
-		{"even split kept, the output layer on top", 24, 4, 1, 1.5, stageLayers{6, 6, 6}, true},
-		{"uneven: the last stage lightened for the output layer", 26, 4, 1, 1.5, stageLayers{7, 7, 5}, true},
-		{"interleaved, even", 96, 8, 3, 0.6, stageLayers{12, 12, 12}, true},
-		{"Llama 3 405B: 126 layers on 16 stages of 8 chunks", 126, 16, 8, 0.6, stageLayers{7, 8, 7}, true},
-		{"126 layers, 4 chunks", 126, 16, 4, 0.6, stageLayers{7, 8, 7}, true},
-		{"two stages, uneven interleaving", 25, 2, 4, 0, stageLayers{12, 12, 13}, true},
-		{"too few layers for the middle chunks", 96, 12, 5, 0, stageLayers{}, false},
-		{"more stages than layers", 4, 8, 1, 0, stageLayers{}, false},
+		{"one stage", 24, 1, 1, 0.5, StageSplit{24, 24, 24}, true},
+		{"even, no logits", 96, 8, 1, 0, StageSplit{12, 12, 12}, true},
+		{"even split kept, the output layer on top", 24, 4, 1, 1.5, StageSplit{6, 6, 6}, true},
+		{"uneven: the last stage lightened for the output layer", 26, 4, 1, 1.5, StageSplit{7, 7, 5}, true},
+		{"interleaved, even", 96, 8, 3, 0.6, StageSplit{12, 12, 12}, true},
+		{"Llama 3 405B: 126 layers on 16 stages of 8 chunks", 126, 16, 8, 0.6, StageSplit{7, 8, 7}, true},
+		{"126 layers, 4 chunks", 126, 16, 4, 0.6, StageSplit{7, 8, 7}, true},
+		{"two stages, uneven interleaving", 25, 2, 4, 0, StageSplit{12, 12, 13}, true},
+		{"too few layers for the middle chunks", 96, 12, 5, 0, StageSplit{}, false},
+		{"more stages than layers", 4, 8, 1, 0, StageSplit{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -245,13 +245,13 @@ func TestSplitLayers(t *testing.T) {
 			if !ok {
 				return
 			}
-			if n := got.first + (tt.pp-2)*got.mid + got.last; tt.pp > 1 && n != tt.layers && tt.vpp > 1 {
+			if n := got.First + (tt.pp-2)*got.Middle + got.Last; tt.pp > 1 && n != tt.layers && tt.vpp > 1 {
 				t.Errorf("%+v places %d layers, want %d", got, n, tt.layers)
 			}
-			if got.first > got.mid {
+			if got.First > got.Middle {
 				t.Errorf("%+v: first stage above the middle ones", got)
 			}
-			if tt.pp > 2 && got.mid%tt.vpp != 0 {
+			if tt.pp > 2 && got.Middle%tt.vpp != 0 {
 				t.Errorf("%+v: middle stages' %d chunks unequal", got, tt.vpp)
 			}
 		})
