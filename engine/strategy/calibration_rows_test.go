@@ -43,7 +43,7 @@ func rowDevice(text string, peak, memGB float64) (Device, error) {
 	switch {
 	case memGB > 0:
 		d.MemoryGiB = memGB
-	case name == ProfileA100 && regexp.MustCompile(`\b40\s*gb`).MatchString(l):
+	case name == ProfileA100 && gb40.MatchString(l):
 		d.MemoryGiB = 40
 	}
 	return d, nil
@@ -55,6 +55,8 @@ var (
 	gbitsPS   = regexp.MustCompile(`(\d+(?:\.\d+)?)\s*(?:Gb/s|Gbps|Gbit/s)`) // bits
 	countX    = regexp.MustCompile(`(\d+)\s*[x×]`)                           // "8x HDR", "8 × 400"
 	countW    = regexp.MustCompile(`(?:^|\s)(\d+)\s+[A-Za-z]`)               // "4 Omni-Path"
+	zeroStage = regexp.MustCompile(`zero[-_ ]?(?:stage[-_ ]?)?([0-3])`)
+	gb40      = regexp.MustCompile(`\b40\s*gb`)
 )
 
 // rowIntraGBps is the one-way bandwidth per device inside a node the link
@@ -136,7 +138,7 @@ func rowInterGBps(text string, perNode int) (gbps, eff float64) {
 // shard: 3; SHARD_GRAD_OP: 2), else 0.
 func rowZeRO(text string) int {
 	l := strings.ToLower(text)
-	if m := regexp.MustCompile(`zero[-_ ]?(?:stage[-_ ]?)?([0-3])`).FindStringSubmatch(l); m != nil {
+	if m := zeroStage.FindStringSubmatch(l); m != nil {
 		return int(m[1][0] - '0')
 	}
 	switch {
