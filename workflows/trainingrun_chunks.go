@@ -97,6 +97,8 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 				fail.first = fail.cause // a failed run is Failed, not Canceled
 			}
 		}
+		// Repeats the line above for new histories and adds the reason;
+		// that line stays for histories recorded between the two versions.
 		r.preferCause(ctx, fail)
 		return fail
 	}
