@@ -491,3 +491,67 @@ func TestLimitSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestTouch: with Touch every timed call runs on the saved input, so an
+// in-place AllReduce Sum timed five times leaves one sum of the input, not
+// the input summed five times over; without it the sums compound. Touch
+// also reads and writes the buffers each collective really uses, and a
+// whole run with it checks clean and says so in its header.
+func TestTouch(t *testing.T) {
+	const world, n = 2, 1000
+	for _, touch := range []bool{true, false} {
+		ascendtest.Spawn(t, world, func(c *ascend.Communicator) {
+			opts := small()
+			opts.Touch = touch
+			b := &bufs{send: make([]float32, n), recv: make([]float32, n), pattern: make([]float32, n), sink: make([]float32, n)}
+			for i := range b.recv {
+				b.recv[i] = float32(i % 7)
+			}
+			x := &op{comm: c, coll: ascend.CollAllReduce, opts: opts, count: n, send: b.send, recv: b.recv, inPlace: true, b: b}
+			if _, err := x.time(context.Background(), 5); err != nil {
+				t.Errorf("rank %d: %v", c.Rank(), err)
+				c.Close()
+				return
+			}
+			want := float32(world) // one sum; without touch 2^5 (one more per call)
+			if !touch {
+				want = 32
+			}
+			for i, v := range b.recv {
+				if v != want*float32(i%7) {
+					t.Errorf("touch=%v rank %d: recv[%d] = %v, want %v", touch, c.Rank(), i, v, want*float32(i%7))
+					return
+				}
+			}
+		})
+	}
+	send, recv := make([]float32, 8), make([]float32, 8)
+	for _, tc := range []struct {
+		coll    ascend.Collective
+		inPlace bool
+		in, out []float32
+	}{
+		{ascend.CollAllReduce, false, send, recv},
+		{ascend.CollAllReduce, true, recv, recv},
+		{ascend.CollReduceScatter, true, send, send},
+		{ascend.CollAllGather, true, recv, recv},
+		{ascend.CollAllToAll, true, send, recv},
+	} {
+		x := &op{coll: tc.coll, send: send, recv: recv, inPlace: tc.inPlace}
+		if in, out := x.touched(); &in[0] != &tc.in[0] || &out[0] != &tc.out[0] {
+			t.Errorf("%v in-place=%v: touches the wrong buffers", tc.coll, tc.inPlace)
+		}
+	}
+	opts := small()
+	opts.Touch = true
+	opts.Collectives = AllCollectives()
+	out, reps := runInProcess(t, 3, opts)
+	for _, tb := range reps[0].Tables {
+		if tb.Wrong != 0 {
+			t.Errorf("%s: %d wrong values", tb.Collective, tb.Wrong)
+		}
+	}
+	if !strings.Contains(out, "# touch: ") {
+		t.Errorf("no touch line in the header:\n%s", out)
+	}
+}

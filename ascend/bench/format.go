@@ -44,6 +44,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	if o.SharedBuffers {
 		fmt.Fprintf(bw, "# buffers: shared memory, read directly by the ranks of a host (-R 1)\n")
 	}
+	if o.Touch {
+		fmt.Fprintf(bw, "# touch: every call's input rewritten just before it and its output read just after it, both in the time (--touch 1)\n")
+	}
 	fmt.Fprintf(bw, "# cost model: %s\n", rep.CostModel)
 	writeLimits(bw, "before", rep.Limits)
 	var wrong int64

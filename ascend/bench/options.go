@@ -86,6 +86,13 @@ type Options struct {
 	// host read each other's buffers directly: nccl-tests' -R (user-buffer
 	// registration).
 	SharedBuffers bool `json:"shared_buffers,omitempty"`
+	// Touch makes every timed call part of a training step's pattern: its
+	// input is rewritten just before it (copied from a saved pattern) and
+	// its output read just after it (copied out), so the time includes
+	// fetching data that another core wrote and finding the results
+	// wherever the collective left them (another core's cache, memory),
+	// which the bare loop of nccl-tests never pays. Off by default.
+	Touch bool `json:"touch,omitempty"`
 	// Spin is tcp.Options.Spin of Launch's ranks (0: automatic).
 	Spin time.Duration `json:"spin,omitempty"`
 	// SocketBuffer is tcp.Options.SocketBuffer (0: kernel autotuning).
@@ -382,7 +389,7 @@ func (f flag01) Set(s string) error {
 
 // RegisterFlags defines o's flags on fs in the spirit of nccl-tests: -b,
 // -e, -f, -i (sizes), -n (iterations), -w (warm-up), -c (check 0/1), -r
-// (root), -d (float|double|int32), -R (shared buffers 0/1), plus -shm (shared-memory links), -op (sum|avg|max|min), -o (table|json), -coll (list or
+// (root), -d (float|double|int32), -R (shared buffers 0/1), plus -touch (0/1), -shm (shared-memory links), -op (sum|avg|max|min), -o (table|json), -coll (list or
 // "all"), -algo (list of auto|ring|hd|tree), -np (ranks for Launch),
 // -T (target time per size), -chunk (frame bytes), -limits (0/1). The
 // current values of o are the flags' defaults. (With cobra, add fs to the
@@ -407,6 +414,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(checkFlag{&o.SkipLimits}, "limits", "measure loopback TCP and memcpy (1) or not (0)")
 	fs.BoolVar(&o.SharedMemory, "shm", o.SharedMemory, "link the launched ranks over shared memory instead of TCP")
 	fs.Var(flag01{&o.SharedBuffers}, "R", "buffers in shared memory, read directly by the ranks of a host (1, needs -shm) or ordinary memory (0)")
+	fs.Var(flag01{&o.Touch}, "touch", "rewrite every call's input before it and read its output after it, as a training step does (1), or not (0)")
 	fs.Var(sizeFlag{&o.SocketBuffer}, "sockbuf", "SO_SNDBUF/SO_RCVBUF of TCP links (0: kernel autotuning)")
 	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long a TCP receive polls before sleeping (0: auto, polling only while ranks ≤ cores; negative: never)")
 }

@@ -166,6 +166,9 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 	}
 	clear(b.send)
 	clear(b.recv)
+	if opts.Touch {
+		b.pattern, b.sink = make([]float32, max(maxSend, maxRecv)), make([]float32, max(maxSend, maxRecv))
+	}
 	if err := settle(ctx, comm, settleTime); err != nil {
 		return nil, err
 	}
@@ -197,7 +200,12 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 	return rep, nil
 }
 
-type bufs struct{ send, recv []float32 }
+type bufs struct {
+	send, recv []float32
+	// pattern and sink (with Options.Touch) are where a call's input is
+	// copied from and its output to.
+	pattern, sink []float32
+}
 
 // settleTime is how long the ranks exchange small messages before the
 // first timed size. Without it the first row paid for the start-up
@@ -274,7 +282,7 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 		if cd.rooted {
 			row.Root = opts.Root
 		}
-		x := &op{comm: comm, coll: coll, opts: opts, count: count, send: b.send[:ns], recv: b.recv[:nr]}
+		x := &op{comm: comm, coll: coll, opts: opts, count: count, send: b.send[:ns], recv: b.recv[:nr], b: b}
 		iters := opts.Iters
 		for pi, inPlace := range []bool{false, true} {
 			if inPlace && !cd.inPlace {
@@ -343,6 +351,20 @@ type op struct {
 	count      int
 	send, recv []float32
 	inPlace    bool
+	b          *bufs
+}
+
+// touched is what a call reads and what it writes (Options.Touch): out of
+// place send and recv; in place the one buffer (send for ReduceScatter,
+// which reduces in send, recv for the others).
+func (x *op) touched() (in, out []float32) {
+	switch {
+	case !x.inPlace || x.coll == ascend.CollAllToAll:
+		return x.send, x.recv
+	case x.coll == ascend.CollReduceScatter:
+		return x.send, x.send
+	}
+	return x.recv, x.recv
 }
 
 func (x *op) run(ctx context.Context) error {
@@ -454,11 +476,19 @@ func (x *op) time(ctx context.Context, iters int) (float64, error) {
 	if err := x.comm.Barrier(ctx); err != nil {
 		return 0, err
 	}
+	var in, out, pattern, sink []float32
+	if x.opts.Touch {
+		in, out = x.touched()
+		pattern, sink = x.b.pattern[:len(in)], x.b.sink[:len(out)]
+		copy(pattern, in) // the values the call just ran on: no overflow from call to call
+	}
 	start := time.Now()
 	for range iters {
+		copy(in, pattern)
 		if err := x.run(ctx); err != nil {
 			return 0, err
 		}
+		copy(sink, out)
 	}
 	sec := []float32{float32(time.Since(start).Seconds() / float64(iters))}
 	if err := x.comm.AllReduce(ctx, sec, ascend.Avg); err != nil {
