@@ -16,7 +16,9 @@ package ascend
 //
 // Each rank reads n + n(p-1)/p elements and writes n: about one copy of
 // the vector, where a ring over links copies it twice (into the link, out
-// of it) besides reducing.
+// of it) besides reducing. Two ranks summing 16 KiB or more skip the
+// gather: each stores its folded half into both ranks' dst at once (a
+// push, see pushMinBytes), reading n elements and writing n.
 //
 // Segment j is folded in the order the ring reduce-scatter folds it, so
 // the result is bit-identical to the ring algorithm's (and equal on every
@@ -62,11 +64,42 @@ const directBlock = 32 << 10
 // before it leaves them, and skipping the read-for-ownership of dst saves
 // a third of the memory traffic (2 ranks, 16 MiB: 8.0–8.5 GB/s busbw vs
 // 5.0–6.6; 64 MiB 7.1–7.3 vs 5.1). In place, dst is src, already in cache
-// from the fold's read, and ordinary stores are faster; except with two
-// ranks, where from this size on every Sum stores its result into both
-// ranks' dst around the caches (see directAllReduce), and from
-// pathMinBytes on whenever rank 0 finds that faster (see pathChooser).
+// from the fold's read, and ordinary stores are faster. (Two ranks push
+// instead from pushMinBytes on, see directAllReduce.)
 const directNT = 8 << 20
+
+// Two ranks summing pushMinBytes or more push: each folds its half of
+// the vector once and stores the sums into both ranks' dst, its own with
+// ordinary stores (kept in its cache, where its own reader will look) and
+// the peer's around the caches (the peer finds them in memory instead of
+// pulling each line out of this core's cache), up to pushKeepMaxBytes;
+// above, where the vector does not fit in the caches anyway, both around
+// them. Nobody waits for anybody's blocks, and no freshly written line
+// moves between cores during the call. Going by blocks instead (fold a
+// block, publish it, copy the peer's blocks as they come) reads 1.5× the
+// bytes and moves every one of the peer's results between the cores
+// inside the call; on this VM that costs most when the two vCPUs sit
+// apart (see README, "the slow mode of two-rank shared buffers").
+//
+// Measured with 2 ranks, -R 1, against the previous code (blocks, or the
+// fold stored around the caches into both dst, chosen by rank 0 from their
+// recent rates), four alternations, medians of busbw out of place / in
+// place (GB/s): 16 KiB 16.9/8.4 against 13.0/6.3, 64 KiB 23.0/16.1 against
+// 11.5/7.5, 256 KiB 26.6/20.8 against 13.2/8.3, 1 MiB 25.9/22.4 against
+// 25.3/10.6, 4 MiB 26.5/24.9 against 23.3/12.8, 16 MiB 17.2/23.0 against
+// 13.4/12.2, 64 MiB 12.6/11.9 against 12.6/12.0. The bare loop flatters a
+// push (its results wait in memory or in the pusher's cache until read,
+// after the call), so the same runs with --touch (each input rewritten
+// before and each output read after the call, in the time): 64 KiB
+// 6.5/6.8 against 5.7/5.9, 256 KiB 7.7/7.4 against 7.1/6.1, 1 MiB 4.8/4.5
+// against 4.6/4.3, 4 MiB 4.6/4.6 against 4.4/4.2, 16 KiB and 16–64 MiB
+// within noise. Keeping both results in the pusher's cache instead ran
+// the bare loop 1.6–2× faster still at 1–4 MiB but gained nothing with
+// --touch: the peer then pulls its whole half out of the other core.
+const (
+	pushMinBytes     = 16 << 10
+	pushKeepMaxBytes = 32 << 20
+)
 
 // directSpin is how long a rank polls a peer's word before it sleeps,
 // while the host has a core per rank (a futex wake-up costs several
@@ -141,16 +174,6 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 	n := len(src)
 	offs := equalOffsets(c.offs, n) // the ring's segments: the order of folds
 	d := OpDeadline(ctx, c.opTimeout)
-	// Two ranks, 1–8 MiB: rank 0 picks the fold's path for this call
-	// (pathChooser) and posts it with the call; rank 1 follows.
-	choose := c.size == 2 && op == Sum && 4*n >= pathMinBytes && 4*n < directNT
-	var path uint32
-	var began time.Time
-	if choose && c.rank == 0 {
-		path = w.paths.choose(4 * n)
-		*w.u32(w.ctl, ctlPath) = path
-		began = time.Now()
-	}
 	v := c.directPost(CollAllReduce, uint64(n), uint32(op), a)
 	// The ranks' src and dst (this rank's own for itself).
 	srcs, dsts := w.srcs, w.dsts
@@ -160,40 +183,29 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 	if err := c.directPeers(ctx, CollAllReduce, v, uint64(n), uint32(op), d, func(int) (int, int) { return n, n }); err != nil {
 		return err
 	}
-
-	// finish ends the call and, where rank 0 chose its path, records how
-	// long that path took.
-	finish := func(path uint32) error {
-		err := c.directDone(ctx, name, v, d)
-		if choose && c.rank == 0 && err == nil {
-			w.paths.record(4*n, path, time.Since(began))
+	lo, hi := offs[c.rank], offs[c.rank+1]
+	if c.size == 2 && op == Sum && 4*n >= pushMinBytes {
+		// Push (see pushMinBytes): in place too, each rank reads and
+		// writes only its own segment of either buffer, every 128 bytes
+		// loaded before they are stored. Nobody waits for a block, so
+		// none is published; done orders the stores (fenced) before the
+		// peer returns. Both ranks take the same branch (same n) and the
+		// kernels refuse alike on both (no AVX2; NT2: the two dst
+		// aligned differently, the same pair on either rank), so both
+		// then go by blocks.
+		j := 1 - c.rank
+		own, far, theirs, mine := dst[lo:hi], dsts[j][lo:hi], srcs[j][lo:hi], src[lo:hi]
+		var pushed bool
+		if 4*n <= pushKeepMaxBytes {
+			pushed = addFloatsKeepNT(own, far, theirs, mine)
+		} else {
+			pushed = addFloatsNT2(own, far, theirs, mine)
 		}
-		return err
+		if pushed {
+			return c.directDone(ctx, name, v, d)
+		}
 	}
 	nt := 4*n >= directNT && op == Sum && !same(dst, src)
-	lo, hi := offs[c.rank], offs[c.rank+1]
-	if choose && c.rank != 0 {
-		path = atomic.LoadUint32(w.u32(w.peerCtl[0], ctlPath)) // posted before rank 0's ctlPosted
-	}
-	if c.size == 2 && op == Sum && (4*n >= directNT || path == pathPush) {
-		// Two ranks, too large for the caches (or rank 0 chose push):
-		// the fold stores its segment into both ranks' dst at once,
-		// around the caches, reading the operands once and the result
-		// never (folding, then
-		// copying the peer's segment, reads 1.5× a memcpy's bytes; this
-		// reads as many). In place too: each rank reads and writes only
-		// its own segment of either buffer, every 128 bytes loaded before
-		// they are stored. Nobody waits for a block, so none is
-		// published; done orders the stores (fenced) before the peer
-		// returns. Measured with 2 ranks, -R 1, alternating: 16 MiB
-		// 8.6–10.7 GB/s busbw against 6.6–8.5 out of place and 8.9–10.2
-		// against 6.8–8.1 in place; 64 MiB 8.2–9.9 against 6.3–7.1 and
-		// 8.7–11.8 against 6.8–7.3.
-		j := 1 - c.rank
-		if addFloatsNT2(dst[lo:hi], dsts[j][lo:hi], srcs[j][lo:hi], src[lo:hi]) {
-			return finish(pathPush)
-		}
-	}
 	// Each rank folds its segment in blocks: fold block k, publish it,
 	// copy block k of every peer's segment as soon as that peer published
 	// it (still in a cache the cores share, rather than in DRAM).
@@ -223,7 +235,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 			}
 		}
 	}
-	return finish(pathBlocks)
+	return c.directDone(ctx, name, v, d)
 }
 
 // directSum stores into out the reduction of srcs[·][b0:b1], part of ring

@@ -328,43 +328,48 @@ func TestDirectHasRingBits(t *testing.T) {
 	}
 }
 
-// TestDirectPathsAgree: two ranks allreduce 1.5 MiB a hundred times over
-// shared buffers, in place and out of place, with inputs that change every
-// call; rank 0 chooses each call's path (blocks or push, both tried, the
-// slower probed every 32 calls) and rank 1 follows: every result is exact
-// and equal on both ranks, and no call hangs on a disagreement.
-func TestDirectPathsAgree(t *testing.T) {
-	const n = 393_217 // 1.5 MiB and a float: odd halves
+// TestDirectPushRepeated: two ranks allreduce over shared buffers call
+// after call, in place and out of place, with inputs that change every
+// call, at sizes on either side of where they start pushing (16 KiB) and of
+// where the pushing rank stops keeping its own result in cache (32 MiB):
+// every result is exact and equal on both ranks, so no rank reads a stale
+// line or a peer's store that has not landed.
+func TestDirectPushRepeated(t *testing.T) {
+	sizes := []struct{ n, calls int }{{4095, 30}, {4096, 30}, {393_217, 30}, {8_388_611, 3}}
+	maxN := sizes[len(sizes)-1].n
 	cl := sharedCluster(t, 2)
 	cl.Run(t, func(c *ascend.Communicator) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		sb, err := c.AllocShared(ctx, 2*n)
+		sb, err := c.AllocShared(ctx, 2*maxN)
 		if err != nil {
 			t.Errorf("rank %d: %v", c.Rank(), err)
 			c.Close()
 			return
 		}
-		src, out := sb.Floats()[:n], sb.Floats()[n:]
-		for call := range 100 {
-			inPlace := call%3 == 0
-			for i := range src {
-				src[i] = float32((i*7+call)%1000 + 1000*c.Rank())
-			}
-			dst := out
-			if inPlace {
-				dst = src
-			}
-			if err := c.AllReduceInto(ctx, dst, src, ascend.Sum); err != nil {
-				t.Errorf("rank %d call %d: %v", c.Rank(), call, err)
-				c.Close()
-				return
-			}
-			for i := range dst {
-				if want := float32(2*((i*7+call)%1000) + 1000); dst[i] != want {
-					t.Errorf("rank %d call %d in-place=%v: [%d] = %v, want %v", c.Rank(), call, inPlace, i, dst[i], want)
+		for _, sz := range sizes {
+			n := sz.n
+			src, out := sb.Floats()[:n], sb.Floats()[maxN:maxN+n]
+			for call := range sz.calls {
+				inPlace := call%3 == 0
+				for i := range src {
+					src[i] = float32((i*7+call)%1000 + 1000*c.Rank())
+				}
+				dst := out
+				if inPlace {
+					dst = src
+				}
+				if err := c.AllReduceInto(ctx, dst, src, ascend.Sum); err != nil {
+					t.Errorf("rank %d n=%d call %d: %v", c.Rank(), n, call, err)
 					c.Close()
 					return
+				}
+				for i := range dst {
+					if want := float32(2*((i*7+call)%1000) + 1000); dst[i] != want {
+						t.Errorf("rank %d n=%d call %d in-place=%v: [%d] = %v, want %v", c.Rank(), n, call, inPlace, i, dst[i], want)
+						c.Close()
+						return
+					}
 				}
 			}
 		}

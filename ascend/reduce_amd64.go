@@ -43,6 +43,9 @@ func copyAVX2NT(dst, src *float32, n int)
 //go:noescape
 func addAVX2NT2(dst, dst2, a, b *float32, n int)
 
+//go:noescape
+func addAVX2KeepNT(dst, far, a, b *float32, n int)
+
 // ntHead is how many elements of dst precede its first 32-byte boundary.
 func ntHead(dst []float32) int {
 	return int((32-uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%32)%32) / 4
@@ -91,6 +94,33 @@ func addFloatsNT2(dst, dst2, a, b []float32) bool {
 	}
 	addPortable(dst[h+v:], a[h+v:], b[h+v:])
 	copy(dst2[h+v:], dst[h+v:])
+	return true
+}
+
+// addFloatsKeepNT stores a[i]+b[i] into both dst[i] and far[i]: into dst
+// with ordinary stores, so the sums stay in this core's cache for the
+// reader on this core, and into far with non-temporal stores for the bulk
+// (as addFloatsNT), for a reader on another core, which will find them in
+// memory rather than pull each line out of this core's cache. It reports
+// false, storing nothing, only without AVX2 (far needs no particular
+// alignment: its head is stored plainly). dst and far may each be a or b
+// exactly (every element is loaded before it is stored), but must not
+// overlap them otherwise, nor each other.
+func addFloatsKeepNT(dst, far, a, b []float32) bool {
+	n := len(dst)
+	far, a, b = far[:n], a[:n], b[:n]
+	if !hasAVX2 || uintptr(unsafe.Pointer(unsafe.SliceData(far)))%4 != 0 {
+		return false
+	}
+	h := min(ntHead(far), n)
+	addPortable(dst[:h], a[:h], b[:h])
+	copy(far[:h], dst[:h])
+	v := (n - h) &^ 31
+	if v > 0 {
+		addAVX2KeepNT(&dst[h], &far[h], &a[h], &b[h], v)
+	}
+	addPortable(dst[h+v:], a[h+v:], b[h+v:])
+	copy(far[h+v:], dst[h+v:])
 	return true
 }
 

@@ -106,6 +106,43 @@ loopnt2:
 	VZEROUPPER
 	RET
 
+// func addAVX2KeepNT(dst, far, a, b *float32, n int)
+// Like addAVX2NT2, but dst gets ordinary (cached) stores and only far
+// non-temporal ones; far must be 32-byte aligned.
+TEXT ·addAVX2KeepNT(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ far+8(FP), R8
+	MOVQ a+16(FP), SI
+	MOVQ b+24(FP), DX
+	MOVQ n+32(FP), CX
+
+loopkeep:
+	VMOVUPS  0(SI), Y0
+	VMOVUPS  32(SI), Y1
+	VMOVUPS  64(SI), Y2
+	VMOVUPS  96(SI), Y3
+	VADDPS   0(DX), Y0, Y0
+	VADDPS   32(DX), Y1, Y1
+	VADDPS   64(DX), Y2, Y2
+	VADDPS   96(DX), Y3, Y3
+	VMOVUPS  Y0, 0(DI)
+	VMOVUPS  Y1, 32(DI)
+	VMOVUPS  Y2, 64(DI)
+	VMOVUPS  Y3, 96(DI)
+	VMOVNTPS Y0, 0(R8)
+	VMOVNTPS Y1, 32(R8)
+	VMOVNTPS Y2, 64(R8)
+	VMOVNTPS Y3, 96(R8)
+	ADDQ     $128, SI
+	ADDQ     $128, DX
+	ADDQ     $128, DI
+	ADDQ     $128, R8
+	SUBQ     $32, CX
+	JNZ      loopkeep
+	SFENCE
+	VZEROUPPER
+	RET
+
 // func copyAVX2NT(dst, src *float32, n int)
 //
 // dst[i] = src[i] for i < n with non-temporal stores; dst 32-byte

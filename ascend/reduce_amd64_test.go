@@ -53,3 +53,43 @@ func TestAddFloatsNT2(t *testing.T) {
 		t.Error("accepted outputs aligned differently")
 	}
 }
+
+// TestAddFloatsKeepNT: the kernel that keeps one output in cache stores
+// the portable loop's bits into both outputs for lengths around its blocks,
+// with the two outputs and the operands on different 32-byte offsets (only
+// far's alignment matters to it), apart or exactly the operands.
+func TestAddFloatsKeepNT(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	at := func(n, shift int) []float32 { // 32-byte aligned, then shifted by shift floats
+		b := make([]float32, n+shift+8)
+		h := ntHead(b)
+		return b[h+shift : h+shift+n]
+	}
+	for _, n := range []int{1, 7, 31, 32, 33, 100, 1000, 4099} {
+		for _, shift := range [][2]int{{0, 0}, {1, 0}, {0, 3}, {5, 2}} {
+			for _, inPlace := range []bool{false, true} {
+				a, b := at(n, shift[1]), at(n, shift[0])
+				for i := range n {
+					a[i], b[i] = float32(rng.NormFloat64()*1e3), float32(rng.NormFloat64()*1e-3)
+				}
+				want := make([]float32, n)
+				addPortable(want, a, b)
+				own, far := at(n, shift[0]), at(n, shift[1])
+				if inPlace {
+					own, far = b, a
+				}
+				if !addFloatsKeepNT(own, far, a, b) {
+					if hasAVX2 {
+						t.Fatalf("n=%d shift=%v: refused", n, shift)
+					}
+					continue
+				}
+				for i := range n {
+					if math.Float32bits(own[i]) != math.Float32bits(want[i]) || math.Float32bits(far[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("n=%d shift=%v in-place=%v: [%d] = %v, %v, want %v", n, shift, inPlace, i, own[i], far[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}

@@ -12,5 +12,8 @@ func addFloatsNT(dst, a, b []float32) { addFloats(dst, a, b) }
 // addFloatsNT2 cannot: the caller stores the sums its own way.
 func addFloatsNT2(dst, dst2, a, b []float32) bool { return false }
 
+// addFloatsKeepNT cannot either.
+func addFloatsKeepNT(dst, far, a, b []float32) bool { return false }
+
 // copyNT is copy.
 func copyNT(dst, src []float32) { copy(dst, src) }

@@ -146,7 +146,6 @@ const (
 	ctlDstID   = 24  // u32: and of dst
 	ctlSrcOff  = 32  // u64: element offset of src in its buffer
 	ctlDstOff  = 40  // u64: and of dst
-	ctlPath    = 48  // u32: rank 0's choice of how v runs, where it has one (see pathChooser)
 	ctlReduced = 64  // u32: blocks of this rank's segment of v that are final
 	ctlDone    = 128 // u32: this rank read all it needs of v
 	ctlEvent   = 192 // u32 futex word, bumped after each sequence word
@@ -169,9 +168,6 @@ type window struct {
 	refused bool   // the ranks agreed not to share (AllocShared)
 	// srcs and dsts hold the ranks' slices during a direct collective.
 	srcs, dsts [][]float32
-	// paths is rank 0's record of how fast each way of running a
-	// two-rank AllReduce has been (see pathChooser).
-	paths pathChooser
 }
 
 func (w *window) u32(ctl []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&ctl[off])) }
