@@ -68,8 +68,8 @@ const directBlock = 32 << 10
 // instead from pushMinBytes on, see directAllReduce.)
 const directNT = 8 << 20
 
-// Two ranks summing pushMinBytes or more push: each folds its half of
-// the vector once and stores the sums into both ranks' dst, its own with
+// Two ranks reducing pushMinBytes or more push: each folds its half of
+// the vector once and stores the results into both ranks' dst, its own with
 // ordinary stores (kept in its cache, where its own reader will look) and
 // the peer's around the caches (the peer finds them in memory instead of
 // pulling each line out of this core's cache), up to pushKeepMaxBytes;
@@ -79,9 +79,13 @@ const directNT = 8 << 20
 // block, publish it, copy the peer's blocks as they come) reads 1.5× the
 // bytes and moves every one of the peer's results between the cores
 // inside the call; on this VM that costs most when the two vCPUs sit
-// apart (see README, "the slow mode of two-rank shared buffers").
+// apart (README, "Two ranks on shared buffers push their sums"). Sum and
+// Avg (what training asks for) run one fused kernel (addFloatsKeepNT,
+// Avg as (a+b)·½); Max and Min fold a block, then copy it. Above
+// pushKeepMaxBytes Sum stores around the caches into both dst
+// (addFloatsNT2) and the others go by blocks.
 //
-// Measured with 2 ranks, -R 1, against the previous code (blocks, or the
+// Sum, measured with 2 ranks, -R 1, against the previous code (blocks, or the
 // fold stored around the caches into both dst, chosen by rank 0 from their
 // recent rates), four alternations, medians of busbw out of place / in
 // place (GB/s): 16 KiB 16.9/8.4 against 13.0/6.3, 64 KiB 23.0/16.1 against
@@ -96,9 +100,18 @@ const directNT = 8 << 20
 // within noise. Keeping both results in the pusher's cache instead ran
 // the bare loop 1.6–2× faster still at 1–4 MiB but gained nothing with
 // --touch: the peer then pulls its whole half out of the other core.
+// Avg, three alternations against the blocks path (whose division ran
+// one scalar division per element then; divide is vectorised now), busbw
+// out of place / in place: 64 KiB 20.9–22.8/12.0–16.3 against 2.5–5.4/
+// 1.5–4.3, 1 MiB 24.1–27.1/15.0–21.5 against 2.6–6.9/1.7–5.2, and with
+// --touch 5.6–6.2/5.0–6.2 against 3.2–3.7/3.5–3.7 and 4.8–7.3/4.6–7.8
+// against 3.0–3.2/2.5–2.6.
 const (
 	pushMinBytes     = 16 << 10
 	pushKeepMaxBytes = 32 << 20
+	// pushBlock (elements) is how much of a Max or Min push is
+	// folded before it is copied to the peer: 16 KiB, in L1 still.
+	pushBlock = 4 << 10
 )
 
 // directSpin is how long a rank polls a peer's word before it sleeps,
@@ -184,22 +197,36 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		return err
 	}
 	lo, hi := offs[c.rank], offs[c.rank+1]
-	if c.size == 2 && op == Sum && 4*n >= pushMinBytes {
+	if c.size == 2 && 4*n >= pushMinBytes && (op == Sum || 4*n <= pushKeepMaxBytes) {
 		// Push (see pushMinBytes): in place too, each rank reads and
-		// writes only its own segment of either buffer, every 128 bytes
-		// loaded before they are stored. Nobody waits for a block, so
-		// none is published; done orders the stores (fenced) before the
-		// peer returns. Both ranks take the same branch (same n) and the
-		// kernels refuse alike on both (no AVX2; NT2: the two dst
+		// writes only its own segment of either buffer, every element
+		// loaded before it is stored. Nobody waits for a block, so none
+		// is published; done orders the stores (fenced) before the peer
+		// returns. Both ranks take the same branch (same n and op) and
+		// the Sum kernels refuse alike on both (no AVX2; NT2: the two dst
 		// aligned differently, the same pair on either rank), so both
 		// then go by blocks.
 		j := 1 - c.rank
 		own, far, theirs, mine := dst[lo:hi], dsts[j][lo:hi], srcs[j][lo:hi], src[lo:hi]
 		var pushed bool
-		if 4*n <= pushKeepMaxBytes {
-			pushed = addFloatsKeepNT(own, far, theirs, mine)
-		} else {
+		switch {
+		case op == Sum && 4*n <= pushKeepMaxBytes:
+			pushed = addFloatsKeepNT(own, far, theirs, mine, 1)
+		case op == Avg && 4*n <= pushKeepMaxBytes:
+			// (a+b)·½ has the bits of the sum divided by 2 (divide).
+			pushed = addFloatsKeepNT(own, far, theirs, mine, 0.5)
+		case op == Sum:
 			pushed = addFloatsNT2(own, far, theirs, mine)
+		default:
+			// Max, Min: fold a block as the blocks path does (same
+			// bits), then copy it to the peer's dst around the caches
+			// while it is in L1.
+			for b0 := lo; b0 < hi; b0 += pushBlock {
+				b1 := min(b0+pushBlock, hi)
+				c.directSum(dst[b0:b1], srcs, c.rank, b0, b1, op, false, false)
+				copyNT(far[b0-lo:b1-lo], dst[b0:b1])
+			}
+			pushed = true
 		}
 		if pushed {
 			return c.directDone(ctx, name, v, d)

@@ -86,11 +86,14 @@ func reduceLE(dst, base []float32, src []byte, op Op) {
 	}
 }
 
-// divide scales buf by 1/n (for Avg), using a true division per element so
-// every rank computes the identical value.
+// divide scales buf by 1/n (for Avg), with the correctly rounded quotient
+// of every element by n (a true division, or for a power of two the
+// multiplication by its exact reciprocal, which rounds the same exact
+// value), so every rank and every algorithm computes the identical bits.
+// The bulk runs vectorised (divideVec).
 func divide(buf []float32, n int) {
 	d := float32(n)
-	for i := range buf {
+	for i := divideVec(buf, n); i < len(buf); i++ {
 		buf[i] /= d
 	}
 }

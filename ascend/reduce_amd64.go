@@ -44,7 +44,13 @@ func copyAVX2NT(dst, src *float32, n int)
 func addAVX2NT2(dst, dst2, a, b *float32, n int)
 
 //go:noescape
-func addAVX2KeepNT(dst, far, a, b *float32, n int)
+func addAVX2KeepNT(dst, far, a, b *float32, scale float32, n int)
+
+//go:noescape
+func scaleAVX2(buf *float32, s float32, n int)
+
+//go:noescape
+func divAVX2(buf *float32, d float32, n int)
 
 // ntHead is how many elements of dst precede its first 32-byte boundary.
 func ntHead(dst []float32) int {
@@ -97,31 +103,58 @@ func addFloatsNT2(dst, dst2, a, b []float32) bool {
 	return true
 }
 
-// addFloatsKeepNT stores a[i]+b[i] into both dst[i] and far[i]: into dst
-// with ordinary stores, so the sums stay in this core's cache for the
-// reader on this core, and into far with non-temporal stores for the bulk
-// (as addFloatsNT), for a reader on another core, which will find them in
-// memory rather than pull each line out of this core's cache. It reports
-// false, storing nothing, only without AVX2 (far needs no particular
-// alignment: its head is stored plainly). dst and far may each be a or b
-// exactly (every element is loaded before it is stored), but must not
-// overlap them otherwise, nor each other.
-func addFloatsKeepNT(dst, far, a, b []float32) bool {
+// addFloatsKeepNT stores (a[i]+b[i])·scale into both dst[i] and far[i]:
+// into dst with ordinary stores, so the results stay in this core's cache
+// for the reader on this core, and into far with non-temporal stores for
+// the bulk (as addFloatsNT), for a reader on another core, which will
+// find them in memory rather than pull each line out of this core's
+// cache. scale is 1 (a sum: the product changes no bit) or 1/2 (the mean
+// of two: the same bits as dividing the sum by 2, both being the
+// correctly rounded value of the same exact quotient). It reports false,
+// storing nothing, only without AVX2 (far needs no particular alignment:
+// its head is stored plainly). dst and far may each be a or b exactly
+// (every element is loaded before it is stored), but must not overlap
+// them otherwise, nor each other.
+func addFloatsKeepNT(dst, far, a, b []float32, scale float32) bool {
 	n := len(dst)
 	far, a, b = far[:n], a[:n], b[:n]
 	if !hasAVX2 || uintptr(unsafe.Pointer(unsafe.SliceData(far)))%4 != 0 {
 		return false
 	}
+	portable := func(lo, hi int) {
+		addPortable(dst[lo:hi], a[lo:hi], b[lo:hi])
+		if scale != 1 {
+			for i := lo; i < hi; i++ {
+				dst[i] *= scale
+			}
+		}
+		copy(far[lo:hi], dst[lo:hi])
+	}
 	h := min(ntHead(far), n)
-	addPortable(dst[:h], a[:h], b[:h])
-	copy(far[:h], dst[:h])
+	portable(0, h)
 	v := (n - h) &^ 31
 	if v > 0 {
-		addAVX2KeepNT(&dst[h], &far[h], &a[h], &b[h], v)
+		addAVX2KeepNT(&dst[h], &far[h], &a[h], &b[h], scale, v)
 	}
-	addPortable(dst[h+v:], a[h+v:], b[h+v:])
-	copy(far[h+v:], dst[h+v:])
+	portable(h+v, n)
 	return true
+}
+
+// divideVec divides the bulk of buf by n with vector instructions and
+// returns how many leading elements it did (a multiple of 32; 0 without
+// AVX2). A power of two is a multiplication by its reciprocal, which is
+// exact: the same bits as the division.
+func divideVec(buf []float32, n int) int {
+	v := len(buf) &^ 31
+	if !hasAVX2 || v == 0 {
+		return 0
+	}
+	if d := float32(n); n > 0 && n&(n-1) == 0 {
+		scaleAVX2(&buf[0], 1/d, v)
+	} else {
+		divAVX2(&buf[0], d, v)
+	}
+	return v
 }
 
 // copyNT is copy with non-temporal stores for the bulk (see addFloatsNT).

@@ -106,15 +106,17 @@ loopnt2:
 	VZEROUPPER
 	RET
 
-// func addAVX2KeepNT(dst, far, a, b *float32, n int)
-// Like addAVX2NT2, but dst gets ordinary (cached) stores and only far
-// non-temporal ones; far must be 32-byte aligned.
-TEXT ·addAVX2KeepNT(SB), NOSPLIT, $0-40
+// func addAVX2KeepNT(dst, far, a, b *float32, scale float32, n int)
+// Like addAVX2NT2, but each sum is multiplied by scale, dst gets ordinary
+// (cached) stores and only far non-temporal ones; far must be 32-byte
+// aligned.
+TEXT ·addAVX2KeepNT(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ far+8(FP), R8
 	MOVQ a+16(FP), SI
 	MOVQ b+24(FP), DX
-	MOVQ n+32(FP), CX
+	VBROADCASTSS scale+32(FP), Y4
+	MOVQ n+40(FP), CX
 
 loopkeep:
 	VMOVUPS  0(SI), Y0
@@ -125,6 +127,10 @@ loopkeep:
 	VADDPS   32(DX), Y1, Y1
 	VADDPS   64(DX), Y2, Y2
 	VADDPS   96(DX), Y3, Y3
+	VMULPS   Y4, Y0, Y0
+	VMULPS   Y4, Y1, Y1
+	VMULPS   Y4, Y2, Y2
+	VMULPS   Y4, Y3, Y3
 	VMOVUPS  Y0, 0(DI)
 	VMOVUPS  Y1, 32(DI)
 	VMOVUPS  Y2, 64(DI)
@@ -166,5 +172,54 @@ loopcp:
 	SUBQ     $32, CX
 	JNZ      loopcp
 	SFENCE
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(buf *float32, s float32, n int)
+// buf[i] *= s for i < n (n > 0, a multiple of 32).
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-24
+	MOVQ buf+0(FP), DI
+	VBROADCASTSS s+8(FP), Y4
+	MOVQ n+16(FP), CX
+
+loopscale:
+	VMULPS   0(DI), Y4, Y0
+	VMULPS   32(DI), Y4, Y1
+	VMULPS   64(DI), Y4, Y2
+	VMULPS   96(DI), Y4, Y3
+	VMOVUPS  Y0, 0(DI)
+	VMOVUPS  Y1, 32(DI)
+	VMOVUPS  Y2, 64(DI)
+	VMOVUPS  Y3, 96(DI)
+	ADDQ     $128, DI
+	SUBQ     $32, CX
+	JNZ      loopscale
+	VZEROUPPER
+	RET
+
+// func divAVX2(buf *float32, d float32, n int)
+// buf[i] /= d for i < n (n > 0, a multiple of 32): the same correctly
+// rounded division as the scalar one.
+TEXT ·divAVX2(SB), NOSPLIT, $0-24
+	MOVQ buf+0(FP), DI
+	VBROADCASTSS d+8(FP), Y4
+	MOVQ n+16(FP), CX
+
+loopdivide:
+	VMOVUPS  0(DI), Y0
+	VMOVUPS  32(DI), Y1
+	VMOVUPS  64(DI), Y2
+	VMOVUPS  96(DI), Y3
+	VDIVPS   Y4, Y0, Y0
+	VDIVPS   Y4, Y1, Y1
+	VDIVPS   Y4, Y2, Y2
+	VDIVPS   Y4, Y3, Y3
+	VMOVUPS  Y0, 0(DI)
+	VMOVUPS  Y1, 32(DI)
+	VMOVUPS  Y2, 64(DI)
+	VMOVUPS  Y3, 96(DI)
+	ADDQ     $128, DI
+	SUBQ     $32, CX
+	JNZ      loopdivide
 	VZEROUPPER
 	RET

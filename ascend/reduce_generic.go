@@ -13,7 +13,10 @@ func addFloatsNT(dst, a, b []float32) { addFloats(dst, a, b) }
 func addFloatsNT2(dst, dst2, a, b []float32) bool { return false }
 
 // addFloatsKeepNT cannot either.
-func addFloatsKeepNT(dst, far, a, b []float32) bool { return false }
+func addFloatsKeepNT(dst, far, a, b []float32, scale float32) bool { return false }
+
+// divideVec does nothing: divide's loop does it all.
+func divideVec(buf []float32, n int) int { return 0 }
 
 // copyNT is copy.
 func copyNT(dst, src []float32) { copy(dst, src) }

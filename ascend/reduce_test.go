@@ -92,3 +92,34 @@ func BenchmarkAdd(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDivide: Avg's division of a vector by the world size, as
+// divide runs it (vectorised) against one scalar division per element;
+// each iteration first restores the vector (a copy, in both) so that the
+// values never drift into subnormals.
+func BenchmarkDivide(b *testing.B) {
+	scalar := func(buf []float32, n int) {
+		d := float32(n)
+		for i := range buf {
+			buf[i] /= d
+		}
+	}
+	for _, n := range []int{2, 3} {
+		for _, k := range []struct {
+			name string
+			f    func([]float32, int)
+		}{{"divide", divide}, {"scalar", scalar}} {
+			b.Run(fmt.Sprintf("%s/by%d/1MiB", k.name, n), func(b *testing.B) {
+				buf, orig := make([]float32, 1<<18), make([]float32, 1<<18)
+				for i := range orig {
+					orig[i] = float32(i%1000) + 0.5
+				}
+				b.SetBytes(4 << 18)
+				for b.Loop() {
+					copy(buf, orig)
+					k.f(buf, n)
+				}
+			})
+		}
+	}
+}
