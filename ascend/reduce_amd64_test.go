@@ -8,6 +8,14 @@ import (
 	"testing"
 )
 
+// shiftedFloats is n zero floats starting shift floats past a 32-byte
+// boundary.
+func shiftedFloats(n, shift int) []float32 {
+	b := make([]float32, n+shift+8)
+	h := ntHead(b)
+	return b[h+shift : h+shift+n]
+}
+
 // TestAddFloatsNT2: the two-destination kernel stores the portable loop's
 // bits into both outputs, for lengths around its blocks and starts off
 // the 32-byte grid, with the outputs apart or exactly the operands (the
@@ -15,11 +23,7 @@ import (
 // nothing, outputs aligned differently.
 func TestAddFloatsNT2(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	aligned := func(n, shift int) []float32 { // 32-byte aligned, then shifted by shift floats
-		b := make([]float32, n+shift+8)
-		h := ntHead(b)
-		return b[h+shift : h+shift+n]
-	}
+	aligned := shiftedFloats
 	for _, n := range []int{1, 31, 32, 33, 100, 1000, 4099} {
 		for _, shift := range []int{0, 1, 3} {
 			for _, inPlace := range []bool{false, true} {
@@ -61,11 +65,7 @@ func TestAddFloatsNT2(t *testing.T) {
 // far's alignment matters to it), apart or exactly the operands.
 func TestAddFloatsKeepNT(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	at := func(n, shift int) []float32 { // 32-byte aligned, then shifted by shift floats
-		b := make([]float32, n+shift+8)
-		h := ntHead(b)
-		return b[h+shift : h+shift+n]
-	}
+	at := shiftedFloats
 	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.NaN()), math.MaxFloat32, math.SmallestNonzeroFloat32, 3e-39}
 	for _, scale := range []float32{1, 0.5} {
 		for _, n := range []int{1, 7, 31, 32, 33, 100, 1000, 4099} {
