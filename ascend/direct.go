@@ -16,7 +16,7 @@ package ascend
 //
 // Each rank reads n + n(p-1)/p elements and writes n: about one copy of
 // the vector, where a ring over links copies it twice (into the link, out
-// of it) besides reducing. Two ranks summing 16 KiB or more skip the
+// of it) besides reducing. Two ranks reducing 16 KiB or more skip the
 // gather: each stores its folded half into both ranks' dst at once (a
 // push, see pushMinBytes), reading n elements and writing n.
 //
