@@ -70,15 +70,22 @@ func killChild() int {
 	}
 }
 
-// TestDirectRankKilled: three rank processes allreduce shared buffers
-// (the direct algorithm) in a loop; one is SIGKILLed mid-collective. The
-// other two must fail with a *PeerError naming it well within their
-// one-minute op timeout: its link's liveness, not a timeout, tells them.
+// TestDirectRankKilled: two or three rank processes allreduce shared
+// buffers (the direct algorithm: two ranks push, three go by blocks) in a
+// loop; one is SIGKILLed mid-collective. The others must fail with a
+// *PeerError naming it well within their one-minute op timeout: its
+// link's liveness, not a timeout, tells them.
 func TestDirectRankKilled(t *testing.T) {
 	if !shm.Supported {
 		t.Skip("no shared memory here")
 	}
-	const world, victim = 3, 1
+	for _, world := range []int{2, 3} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) { directRankKilled(t, world) })
+	}
+}
+
+func directRankKilled(t *testing.T, world int) {
+	const victim = 1
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
