@@ -98,8 +98,12 @@ func delimiter(first []byte) rune {
 //     (names compared without case; newer exports call the LCA column
 //     "(Life cycle)"). The direct column is read unless opts.Column says
 //     otherwise.
-//   - plain: "time,<zone>[,<zone>…]" (first column time/datetime/timestamp),
-//     as in the Let's Wait Awhile traces.
+//   - plain: "time,<zone>[,<zone>…]", as in the Let's Wait Awhile traces:
+//     the first column whose name says time or date (time, timestamp,
+//     from, Datetime (UTC), point_time, …) is the time; other times (to,
+//     end) and labels (zone_name, ba, market, … see plainLabel) are not
+//     zones, so WattTime's "point_time,value,frequency,market,ba,…" reads
+//     its value column.
 //
 // Fields are separated by commas, or by semicolons or tabs when the header
 // has no comma. Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC) or
@@ -190,6 +194,32 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 	return s, err
 }
 
+// timeLike reports whether a lower-cased header names a time: time,
+// timestamp, date, from, start, anything with "time" or "date" in it
+// (Datetime (UTC), point_time as WattTime names it, timestamp_utc), to and
+// end (an interval's end). The first such column is the time column.
+func timeLike(l string) bool {
+	switch l {
+	case "time", "timestamp", "date", "from", "start", "to", "end":
+		return true
+	}
+	return strings.Contains(l, "time") || strings.Contains(l, "date")
+}
+
+// plainLabel reports whether a lower-cased header of the plain form
+// labels the series rather than holding a zone's readings: the zone's or
+// region's name, and the balancing authority, market, frequency, data
+// type, version and unit columns WattTime's exports carry next to their
+// value.
+func plainLabel(l string) bool {
+	switch l {
+	case "zone", "zone_name", "zone name", "zone id", "zone_id", "country", "region",
+		"ba", "market", "frequency", "datatype", "version", "unit", "units":
+		return true
+	}
+	return false
+}
+
 // selectColumns returns the time, value and zone-id (-1 if none) column
 // indexes and the zone name implied by the header.
 func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, err error) {
@@ -198,7 +228,7 @@ func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, er
 	for i, name := range h {
 		l := strings.ToLower(name)
 		switch {
-		case strings.HasPrefix(l, "datetime") || l == "time" || l == "timestamp" || l == "date":
+		case timeLike(l):
 			if tc < 0 {
 				tc = i
 			}
@@ -231,23 +261,26 @@ func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, er
 		}
 		return tc, vc, zc, opts.Zone, nil
 	}
-	// Plain form: every column but the time column is a zone.
+	// Plain form: every column but the times and the series' labels
+	// (plainLabels) is a zone; --zone may still name any column.
 	var zones []string
+	only := -1
 	for i, name := range h {
 		if i == tc {
 			continue
 		}
-		zones = append(zones, name)
 		if opts.Zone != "" && strings.EqualFold(name, opts.Zone) {
 			vc = i
 		}
+		if l := strings.ToLower(name); timeLike(l) || plainLabel(l) {
+			continue
+		}
+		zones = append(zones, name)
+		only = i
 	}
 	switch {
 	case opts.Zone == "" && len(zones) == 1:
-		vc = 1 - tc
-		if len(h) != 2 {
-			vc = -1
-		}
+		vc = only
 	case opts.Zone == "" && len(zones) > 1:
 		return 0, 0, 0, "", fmt.Errorf("%w: several zone columns %q; pass a zone to select one", ErrHeader, zones)
 	}

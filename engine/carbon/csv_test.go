@@ -56,6 +56,17 @@ func TestReadCSV(t *testing.T) {
 		{name: "plain several zones no selection", in: "time,DE,GB\n2020-01-01 00:00:00,1,10\n", wantErr: ErrHeader, errHas: []string{"DE", "GB"}},
 		{name: "plain zone mismatch", in: "time,DE\n2020-01-01 00:00:00,1\n", opts: CSVOptions{Zone: "FR"}, wantErr: ErrHeader},
 		{name: "no time column", in: "when,DE\n2020-01-01 00:00:00,1\n", wantErr: ErrHeader},
+		{name: "watttime labels beside the value", in: "point_time,value,frequency,market,ba,datatype,version\n" +
+			"2023-01-01T00:00:00+00:00,900.5,300,mer,CAISO_NORTH,moer,3.2\n2023-01-01T00:05:00+00:00,910,300,mer,CAISO_NORTH,moer,3.2\n",
+			wantZone: "value", wantStep: 5 * time.Minute, wantStart: time.Date(2023, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{900.5, 910}},
+		{name: "a second time column and a zone name", in: "datetime,timestamp,zone_name,carbon_intensity_avg\n" +
+			"2020-01-01T00:00:00.000Z,1577836800000,DE,300\n2020-01-01T01:00:00.000Z,1577840400000,DE,310\n",
+			wantZone: "carbon_intensity_avg", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{300, 310}},
+		{name: "interval columns, several readings", in: "from,to,forecast,actual,index\n2018-01-20T12:00Z,2018-01-20T12:30Z,266,263,moderate\n",
+			wantErr: ErrHeader, errHas: []string{"forecast", "actual", "index"}},
+		{name: "interval columns, one reading chosen", in: "from,to,forecast,actual,index\n2018-01-20T12:00Z,2018-01-20T12:30Z,266,263,moderate\n2018-01-20T12:30Z,2018-01-20T13:00Z,270,268,moderate\n",
+			opts: CSVOptions{Zone: "actual"}, wantZone: "actual", wantStep: 30 * time.Minute, wantStart: time.Date(2018, 1, 20, 12, 0, 0, 0, time.UTC), want: []float64{263, 268}},
+		{name: "a label column named as the zone", in: "time,ba,value\n2020-01-01 00:00,X,1\n2020-01-01 01:00,X,2\n", opts: CSVOptions{Zone: "ba"}, wantErr: ErrBadValue},
 		{name: "gap of one interpolated", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 00:15,20\n2020-01-01 00:45,40\n",
 			wantZone: "DE", wantStep: 15 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20, 30, 40}},
 		{name: "gap of two interpolated", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,40\n2020-01-01 04:00,10\n",
