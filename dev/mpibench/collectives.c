@@ -3,7 +3,7 @@
  * (make bench-mpi). float32 (or -d), sum; out-of-place and in-place; every size is
  * checked against the exact expected result; time is the mean over ranks.
  *
- * usage: mpirun -n N collectives [-c COLL] [-d float|double|int32] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS]
+ * usage: mpirun -n N collectives [-c COLL] [-d float|double|int32] [-b MIN] [-e MAX] [-f FACTOR] [-w WARMUP] [-n ITERS] [-t 0|1]
  *
  * -d is the element type (MPI_FLOAT, MPI_DOUBLE, MPI_INT), as nccl-tests'
  * and our -d; sizes are in bytes, counts in elements of that type.
@@ -148,12 +148,26 @@ static long wrong(enum coll c, struct shape s, const char *recv, int rank, int s
     return bad;
 }
 
+/* With -t 1 every timed call is part of a training step's pattern, as
+ * cann-train's --touch 1: its input is rewritten just before it (copied
+ * from pattern) and its output read just after it (copied to sink), both
+ * in the time. */
+static int touch = 0;
+static char *pattern, *sink;
+
 static double run(enum coll c, struct shape s, char *send, char *recv, int iters, int inplace, int rank, int size,
                   long *nwrong) {
     fill(c, s, send, recv, inplace, rank);
+    char *in = inplace ? recv : send;
+    long inlen = (inplace ? (s.send > s.recv ? s.send : s.recv) : s.send) * es, outlen = s.recv * es;
+    if (touch) memcpy(pattern, in, inlen);
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    for (int it = 0; it < iters; it++) call(c, s, send, recv, inplace, rank);
+    for (int it = 0; it < iters; it++) {
+        if (touch) memcpy(in, pattern, inlen);
+        call(c, s, send, recv, inplace, rank);
+        if (touch) memcpy(sink, recv, outlen);
+    }
     double t = (MPI_Wtime() - t0) / iters;
     /* check one fresh call */
     fill(c, s, send, recv, inplace, rank);
@@ -192,6 +206,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-f")) factor = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-w")) warm = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t")) touch = atoi(argv[i + 1]) != 0;
         else if (!strcmp(argv[i], "-d")) dt = (enum dtype)lookup(argv[i + 1], dnames, 3, "type", rank);
         else if (!strcmp(argv[i], "-c")) c = (enum coll)lookup(argv[i + 1], names, 6, "collective", rank);
     }
@@ -207,9 +222,16 @@ int main(int argc, char **argv) {
     if (!send || !recv) MPI_Abort(MPI_COMM_WORLD, 1);
     memset(send, 1, maxb); /* pre-fault both buffers */
     memset(recv, 1, maxb);
+    if (touch) {
+        pattern = malloc(maxb), sink = malloc(maxb);
+        if (!pattern || !sink) MPI_Abort(MPI_COMM_WORLD, 1);
+        memset(pattern, 1, maxb);
+        memset(sink, 1, maxb);
+    }
     int inplace_col = c != ALLTOALL;
     if (rank == 0) {
         printf("# MPI benchmark: %s, %d ranks, %s sum\n", names[c], size, dt == FLOAT ? "float32" : dnames[dt]);
+        if (touch) printf("# touch: every call's input rewritten just before it and its output read just after it, both in the time (-t 1)\n");
         printf("#%62s%36s\n", "out-of-place", "in-place");
         printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
                "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -256,6 +278,8 @@ int main(int argc, char **argv) {
     }
     free(send);
     free(recv);
+    free(pattern);
+    free(sink);
     MPI_Finalize();
     return total_wrong ? 1 : 0;
 }

@@ -4,6 +4,9 @@
 # (reducescatter, allgather, broadcast, reduce, alltoall; NPS and TRANSPORTS
 # narrow the runs, e.g. COLLS="broadcast alltoall" NPS=2 TRANSPORTS=tcp;
 # DTYPE=double or int32 runs both benchmarks on that element type;
+# TOUCH=1 times both in a training step's pattern: every call's input
+# rewritten just before it and its output read just after it (our
+# --touch 1, the C benchmark's -t 1);
 # every run's table is kept in OUT, a fresh temporary folder by default). Each pair of runs is repeated REPS times,
 # alternating ours and MPI, and the median busbw per size is compared, so a
 # burst of machine noise does not decide a row. Prints both tables of the
@@ -32,6 +35,7 @@ cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin/cann-train}
 SIZES=${SIZES:-"-b 4K -e 64M -f 4"}
 DTYPE=${DTYPE:-float} # element type of both benchmarks: float, double or int32
+TOUCH=${TOUCH:-0}     # 1: inputs rewritten and outputs read around every call, in both
 REPS=${REPS:-3}
 COLLS=${COLLS:-allreduce}
 NPS=${NPS:-"2 4"}
@@ -50,8 +54,8 @@ for n in $NPS; do
     esac
     for rep in $(seq 1 "$REPS"); do
       mpirun -n $n --oversubscribe --bind-to none --mca btl $btl -x GLIBC_TUNABLES=$TUNE \
-        bin/mpi_coll -c $coll -d $DTYPE $SIZES > $out/mpi-$coll-$n-$tr-$rep.txt
-      $BIN bench collective --coll $coll --np $n -d $DTYPE $SIZES $shm --limits 1 > $out/ours-$coll-$n-$tr-$rep.txt 2>/dev/null
+        bin/mpi_coll -c $coll -d $DTYPE -t $TOUCH $SIZES > $out/mpi-$coll-$n-$tr-$rep.txt
+      $BIN bench collective --coll $coll --np $n -d $DTYPE --touch $TOUCH $SIZES $shm --limits 1 > $out/ours-$coll-$n-$tr-$rep.txt 2>/dev/null
     done
     echo "=== $coll, $n ranks, $tr: Open MPI (repetition $REPS of $REPS)"; cat $out/mpi-$coll-$n-$tr-$REPS.txt
     echo "=== $coll, $n ranks, $tr: cann-train (repetition $REPS of $REPS)"; cat $out/ours-$coll-$n-$tr-$REPS.txt
