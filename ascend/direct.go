@@ -70,18 +70,20 @@ const directNT = 8 << 20
 
 // Two ranks reducing pushMinBytes or more push: each folds its half of
 // the vector once and stores the results into both ranks' dst, its own with
-// ordinary stores (kept in its cache, where its own reader will look) and
-// the peer's around the caches (the peer finds them in memory instead of
-// pulling each line out of this core's cache), up to pushKeepMaxBytes;
-// above, where the vector does not fit in the caches anyway, both around
-// them. Nobody waits for anybody's blocks, and no freshly written line
+// ordinary stores (kept in its cache, where its own reader will look) and,
+// out of place, the peer's around the caches (the peer finds them in
+// memory instead of pulling each line out of this core's cache); in place
+// the peer's dst is the peer's src, whose lines this rank has just read,
+// and ordinary stores into them are cheaper than evicting them first. Up
+// to pushKeepMaxBytes; above, where the vector does not fit in the caches
+// anyway, Sum stores both around them. Nobody waits for anybody's blocks, and no freshly written line
 // moves between cores during the call. Going by blocks instead (fold a
 // block, publish it, copy the peer's blocks as they come) reads 1.5× the
 // bytes and moves every one of the peer's results between the cores
 // inside the call; on this VM that costs most when the two vCPUs sit
 // apart (README, "Two ranks on shared buffers push their sums"). Sum and
-// Avg (what training asks for) run one fused kernel (addFloatsKeepNT,
-// Avg as (a+b)·½); Max and Min fold a block, then copy it. Above
+// Avg (what training asks for) run one fused kernel (addFloatsKeep, Avg
+// as (a+b)·½); Max and Min fold a block, then copy it. Above
 // pushKeepMaxBytes Sum stores around the caches into both dst
 // (addFloatsNT2) and the others go by blocks.
 //
@@ -105,7 +107,12 @@ const directNT = 8 << 20
 // out of place / in place: 64 KiB 20.9–22.8/12.0–16.3 against 2.5–5.4/
 // 1.5–4.3, 1 MiB 24.1–27.1/15.0–21.5 against 2.6–6.9/1.7–5.2, and with
 // --touch 5.6–6.2/5.0–6.2 against 3.2–3.7/3.5–3.7 and 4.8–7.3/4.6–7.8
-// against 3.0–3.2/2.5–2.6.
+// against 3.0–3.2/2.5–2.6. In place, ordinary stores into the peer's dst
+// against stores around the caches, Avg, three alternations (µs): 64 KiB
+// 1.19–1.29 against 3.90–5.40, 256 KiB 2.98–3.24 against 12.2–12.3, with
+// --touch 4.12–4.22 against 9.52–9.95 and 15.6–18.6 against 34.9–37.2,
+// 1–16 MiB within noise; out of place ordinary stores into the peer's dst
+// ran 15–20 % slower with --touch at 16–256 KiB.
 const (
 	pushMinBytes     = 16 << 10
 	pushKeepMaxBytes = 32 << 20
@@ -208,13 +215,19 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		// then go by blocks.
 		j := 1 - c.rank
 		own, far, theirs, mine := dst[lo:hi], dsts[j][lo:hi], srcs[j][lo:hi], src[lo:hi]
+		// In place, far is the peer's src, whose lines this rank has
+		// just read: ordinary stores find them in its cache. Out of
+		// place they go around the caches (see pushMinBytes). Ranks
+		// may differ here (one in place, one not): the kernels never
+		// refuse where the other's does not.
+		farNT := !same(dst, src)
 		var pushed bool
 		switch {
 		case op == Sum && 4*n <= pushKeepMaxBytes:
-			pushed = addFloatsKeepNT(own, far, theirs, mine, 1)
+			pushed = addFloatsKeep(own, far, theirs, mine, 1, farNT)
 		case op == Avg && 4*n <= pushKeepMaxBytes:
 			// (a+b)·½ has the bits of the sum divided by 2 (divide).
-			pushed = addFloatsKeepNT(own, far, theirs, mine, 0.5)
+			pushed = addFloatsKeep(own, far, theirs, mine, 0.5, farNT)
 		case op == Sum:
 			pushed = addFloatsNT2(own, far, theirs, mine)
 		default:

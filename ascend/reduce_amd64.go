@@ -47,6 +47,9 @@ func addAVX2NT2(dst, dst2, a, b *float32, n int)
 func addAVX2KeepNT(dst, far, a, b *float32, scale float32, n int)
 
 //go:noescape
+func addAVX2Keep2(dst, far, a, b *float32, scale float32, n int)
+
+//go:noescape
 func scaleAVX2(buf *float32, s float32, n int)
 
 //go:noescape
@@ -103,19 +106,21 @@ func addFloatsNT2(dst, dst2, a, b []float32) bool {
 	return true
 }
 
-// addFloatsKeepNT stores (a[i]+b[i])·scale into both dst[i] and far[i]:
+// addFloatsKeep stores (a[i]+b[i])·scale into both dst[i] and far[i]:
 // into dst with ordinary stores, so the results stay in this core's cache
-// for the reader on this core, and into far with non-temporal stores for
-// the bulk (as addFloatsNT), for a reader on another core, which will
-// find them in memory rather than pull each line out of this core's
-// cache. scale is 1 (a sum: the product changes no bit) or 1/2 (the mean
-// of two: the same bits as dividing the sum by 2, both being the
+// for the reader on this core, and into far, for a reader on another
+// core, with non-temporal stores for the bulk when farNT (as addFloatsNT:
+// the reader will find them in memory rather than pull each line out of
+// this core's cache), else with ordinary stores too (best where far's
+// lines were just read by this core: a non-temporal store would first
+// evict them). scale is 1 (a sum: the product changes no bit) or 1/2 (the
+// mean of two: the same bits as dividing the sum by 2, both being the
 // correctly rounded value of the same exact quotient). It reports false,
 // storing nothing, only without AVX2 (far needs no particular alignment:
 // its head is stored plainly). dst and far may each be a or b exactly
 // (every element is loaded before it is stored), but must not overlap
 // them otherwise, nor each other.
-func addFloatsKeepNT(dst, far, a, b []float32, scale float32) bool {
+func addFloatsKeep(dst, far, a, b []float32, scale float32, farNT bool) bool {
 	n := len(dst)
 	far, a, b = far[:n], a[:n], b[:n]
 	if !hasAVX2 || uintptr(unsafe.Pointer(unsafe.SliceData(far)))%4 != 0 {
@@ -133,8 +138,11 @@ func addFloatsKeepNT(dst, far, a, b []float32, scale float32) bool {
 	h := min(ntHead(far), n)
 	portable(0, h)
 	v := (n - h) &^ 31
-	if v > 0 {
+	switch {
+	case v > 0 && farNT:
 		addAVX2KeepNT(&dst[h], &far[h], &a[h], &b[h], scale, v)
+	case v > 0:
+		addAVX2Keep2(&dst[h], &far[h], &a[h], &b[h], scale, v)
 	}
 	portable(h+v, n)
 	return true

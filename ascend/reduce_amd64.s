@@ -149,6 +149,47 @@ loopkeep:
 	VZEROUPPER
 	RET
 
+// func addAVX2Keep2(dst, far, a, b *float32, scale float32, n int)
+// addAVX2KeepNT with ordinary stores into far as well (no alignment
+// needed, no fence).
+TEXT ·addAVX2Keep2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ far+8(FP), R8
+	MOVQ a+16(FP), SI
+	MOVQ b+24(FP), DX
+	VBROADCASTSS scale+32(FP), Y4
+	MOVQ n+40(FP), CX
+
+loopkeep2:
+	VMOVUPS  0(SI), Y0
+	VMOVUPS  32(SI), Y1
+	VMOVUPS  64(SI), Y2
+	VMOVUPS  96(SI), Y3
+	VADDPS   0(DX), Y0, Y0
+	VADDPS   32(DX), Y1, Y1
+	VADDPS   64(DX), Y2, Y2
+	VADDPS   96(DX), Y3, Y3
+	VMULPS   Y4, Y0, Y0
+	VMULPS   Y4, Y1, Y1
+	VMULPS   Y4, Y2, Y2
+	VMULPS   Y4, Y3, Y3
+	VMOVUPS  Y0, 0(DI)
+	VMOVUPS  Y1, 32(DI)
+	VMOVUPS  Y2, 64(DI)
+	VMOVUPS  Y3, 96(DI)
+	VMOVUPS  Y0, 0(R8)
+	VMOVUPS  Y1, 32(R8)
+	VMOVUPS  Y2, 64(R8)
+	VMOVUPS  Y3, 96(R8)
+	ADDQ     $128, SI
+	ADDQ     $128, DX
+	ADDQ     $128, DI
+	ADDQ     $128, R8
+	SUBQ     $32, CX
+	JNZ      loopkeep2
+	VZEROUPPER
+	RET
+
 // func copyAVX2NT(dst, src *float32, n int)
 //
 // dst[i] = src[i] for i < n with non-temporal stores; dst 32-byte

@@ -58,16 +58,21 @@ func TestAddFloatsNT2(t *testing.T) {
 	}
 }
 
-// TestAddFloatsKeepNT: the kernel that keeps one output in cache stores
+// TestAddFloatsKeep: the kernels that keep one output in cache (the other
+// around the caches or not) store
 // the bits of the portable sum — or, scaled by ½, of that sum divided by 2
 // as Avg divides — into both outputs, for lengths around its blocks, with
 // the two outputs and the operands on different 32-byte offsets (only
 // far's alignment matters to it), apart or exactly the operands.
-func TestAddFloatsKeepNT(t *testing.T) {
+func TestAddFloatsKeep(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	at := shiftedFloats
 	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.NaN()), math.MaxFloat32, math.SmallestNonzeroFloat32, 3e-39}
-	for _, scale := range []float32{1, 0.5} {
+	for _, c := range []struct {
+		scale float32
+		farNT bool
+	}{{1, true}, {0.5, true}, {1, false}, {0.5, false}} {
+		scale := c.scale
 		for _, n := range []int{1, 7, 31, 32, 33, 100, 1000, 4099} {
 			for _, shift := range [][2]int{{0, 0}, {1, 0}, {0, 3}, {5, 2}} {
 				for _, inPlace := range []bool{false, true} {
@@ -89,7 +94,7 @@ func TestAddFloatsKeepNT(t *testing.T) {
 					if inPlace {
 						own, far = b, a
 					}
-					if !addFloatsKeepNT(own, far, a, b, scale) {
+					if !addFloatsKeep(own, far, a, b, scale, c.farNT) {
 						if hasAVX2 {
 							t.Fatalf("n=%d shift=%v: refused", n, shift)
 						}
@@ -97,7 +102,7 @@ func TestAddFloatsKeepNT(t *testing.T) {
 					}
 					for i := range n {
 						if math.Float32bits(own[i]) != math.Float32bits(want[i]) || math.Float32bits(far[i]) != math.Float32bits(want[i]) {
-							t.Fatalf("scale=%v n=%d shift=%v in-place=%v: [%d] = %v, %v, want %v", scale, n, shift, inPlace, i, own[i], far[i], want[i])
+							t.Fatalf("%+v n=%d shift=%v in-place=%v: [%d] = %v, %v, want %v", c, n, shift, inPlace, i, own[i], far[i], want[i])
 						}
 					}
 				}

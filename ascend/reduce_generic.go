@@ -12,8 +12,8 @@ func addFloatsNT(dst, a, b []float32) { addFloats(dst, a, b) }
 // addFloatsNT2 cannot: the caller stores the sums its own way.
 func addFloatsNT2(dst, dst2, a, b []float32) bool { return false }
 
-// addFloatsKeepNT cannot either.
-func addFloatsKeepNT(dst, far, a, b []float32, scale float32) bool { return false }
+// addFloatsKeep cannot either.
+func addFloatsKeep(dst, far, a, b []float32, scale float32, farNT bool) bool { return false }
 
 // divideVec does nothing: divide's loop does it all.
 func divideVec(buf []float32, n int) int { return 0 }
