@@ -375,3 +375,61 @@ func TestDirectPushRepeated(t *testing.T) {
 		}
 	})
 }
+
+// TestDirectMixedPlacement: ranks that push in place only when every rank
+// is in place must agree on it: with every rank in place, with one rank in
+// place among ranks out of place, and with none, in worlds of 2 to 4 and
+// for every op, each call ends with the exact result on every rank rather
+// than a rank waiting for blocks that a pushing peer never publishes.
+func TestDirectMixedPlacement(t *testing.T) {
+	const n = 100_003
+	for world := 2; world <= 4; world++ {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			cl := sharedCluster(t, world)
+			cl.Run(t, func(c *ascend.Communicator) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				sb, err := c.AllocShared(ctx, 2*n)
+				if err != nil {
+					t.Errorf("rank %d: %v", c.Rank(), err)
+					c.Close()
+					return
+				}
+				src, out := sb.Floats()[:n], sb.Floats()[n:]
+				for call, inPlace := range []func(r int) bool{
+					func(int) bool { return true },
+					func(r int) bool { return r == 0 },
+					func(r int) bool { return r != 0 },
+					func(int) bool { return false },
+				} {
+					for _, op := range reduceOps {
+						for i := range src {
+							src[i] = float32((i*5+call)%100 + 10*c.Rank())
+						}
+						dst := out
+						if inPlace(c.Rank()) {
+							dst = src
+						}
+						if err := c.AllReduceInto(ctx, dst, src, op); err != nil {
+							t.Errorf("rank %d call %d %v: %v", c.Rank(), call, op, err)
+							c.Close()
+							return
+						}
+						for i := range dst {
+							v, w := float32((i*5+call)%100), float32(world)
+							want := map[ascend.Op]float32{
+								ascend.Sum: w*v + 10*w*(w-1)/2, ascend.Avg: (w*v + 10*w*(w-1)/2) / w,
+								ascend.Max: v + 10*(w-1), ascend.Min: v,
+							}[op]
+							if dst[i] != want {
+								t.Errorf("rank %d call %d %v: [%d] = %v, want %v", c.Rank(), call, op, i, dst[i], want)
+								c.Close()
+								return
+							}
+						}
+					}
+				}
+			})
+		})
+	}
+}
