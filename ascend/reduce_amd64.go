@@ -41,13 +41,13 @@ func addAVX2NT(dst, a, b *float32, n int)
 func copyAVX2NT(dst, src *float32, n int)
 
 //go:noescape
-func addAVX2NT2(dst, dst2, a, b *float32, n int)
+func addAVX2Two(dst, far, a, b *float32, scale float32, n int, mode int)
 
-//go:noescape
-func addAVX2KeepNT(dst, far, a, b *float32, scale float32, n int)
-
-//go:noescape
-func addAVX2Keep2(dst, far, a, b *float32, scale float32, n int)
+// addAVX2Two's modes: which outputs it stores around the caches.
+const (
+	twoFarNT = 1
+	twoDstNT = 2
+)
 
 //go:noescape
 func scaleAVX2(buf *float32, s float32, n int)
@@ -99,7 +99,7 @@ func addFloatsNT2(dst, dst2, a, b []float32) bool {
 	copy(dst2[:h], dst[:h])
 	v := (n - h) &^ 31
 	if v > 0 {
-		addAVX2NT2(&dst[h], &dst2[h], &a[h], &b[h], v)
+		addAVX2Two(&dst[h], &dst2[h], &a[h], &b[h], 1, v, twoDstNT|twoFarNT)
 	}
 	addPortable(dst[h+v:], a[h+v:], b[h+v:])
 	copy(dst2[h+v:], dst[h+v:])
@@ -109,7 +109,7 @@ func addFloatsNT2(dst, dst2, a, b []float32) bool {
 // addFloatsKeep stores (a[i]+b[i])·scale into both dst[i] and far[i]:
 // into dst with ordinary stores, so the results stay in this core's cache
 // for the reader on this core, and into far, for a reader on another
-// core, with non-temporal stores for the bulk when farNT (as addFloatsNT:
+// core, with non-temporal stores for the bulk when nt (as addFloatsNT:
 // the reader will find them in memory rather than pull each line out of
 // this core's cache), else with ordinary stores too (best where far's
 // lines were just read by this core: a non-temporal store would first
@@ -120,7 +120,7 @@ func addFloatsNT2(dst, dst2, a, b []float32) bool {
 // its head is stored plainly). dst and far may each be a or b exactly
 // (every element is loaded before it is stored), but must not overlap
 // them otherwise, nor each other.
-func addFloatsKeep(dst, far, a, b []float32, scale float32, farNT bool) bool {
+func addFloatsKeep(dst, far, a, b []float32, scale float32, nt bool) bool {
 	n := len(dst)
 	far, a, b = far[:n], a[:n], b[:n]
 	if !hasAVX2 || uintptr(unsafe.Pointer(unsafe.SliceData(far)))%4 != 0 {
@@ -138,11 +138,12 @@ func addFloatsKeep(dst, far, a, b []float32, scale float32, farNT bool) bool {
 	h := min(ntHead(far), n)
 	portable(0, h)
 	v := (n - h) &^ 31
-	switch {
-	case v > 0 && farNT:
-		addAVX2KeepNT(&dst[h], &far[h], &a[h], &b[h], scale, v)
-	case v > 0:
-		addAVX2Keep2(&dst[h], &far[h], &a[h], &b[h], scale, v)
+	if v > 0 {
+		mode := 0
+		if nt {
+			mode = twoFarNT
+		}
+		addAVX2Two(&dst[h], &far[h], &a[h], &b[h], scale, v, mode)
 	}
 	portable(h+v, n)
 	return true

@@ -67,19 +67,23 @@ loopnt:
 	VZEROUPPER
 	RET
 
-// func addAVX2NT2(dst, dst2, a, b *float32, n int)
-//
-// addAVX2NT storing every sum twice, into dst and dst2 (both 32-byte
-// aligned; each may be a or b exactly: every 128-byte block is loaded
-// before it is stored); fenced like addAVX2NT.
-TEXT ·addAVX2NT2(SB), NOSPLIT, $0-40
+// func addAVX2Two(dst, far, a, b *float32, scale float32, n int, mode int)
+// stores (a[i]+b[i])·scale into dst[i] and far[i] for i < n (n > 0, a
+// multiple of 32): mode bit 0 stores into far, bit 1 into dst, around the
+// caches (non-temporal; that output 32-byte aligned), else ordinary
+// stores. Each may be a or b exactly: every 128-byte block is loaded
+// before it is stored. Fenced, so the non-temporal stores are ordered
+// before the caller's next store (a peer told "done" reads them).
+TEXT ·addAVX2Two(SB), NOSPLIT, $0-56
 	MOVQ dst+0(FP), DI
-	MOVQ dst2+8(FP), R8
+	MOVQ far+8(FP), R8
 	MOVQ a+16(FP), SI
 	MOVQ b+24(FP), DX
-	MOVQ n+32(FP), CX
+	VBROADCASTSS scale+32(FP), Y4
+	MOVQ n+40(FP), CX
+	MOVQ mode+48(FP), R9
 
-loopnt2:
+looptwo:
 	VMOVUPS  0(SI), Y0
 	VMOVUPS  32(SI), Y1
 	VMOVUPS  64(SI), Y2
@@ -88,105 +92,47 @@ loopnt2:
 	VADDPS   32(DX), Y1, Y1
 	VADDPS   64(DX), Y2, Y2
 	VADDPS   96(DX), Y3, Y3
+	VMULPS   Y4, Y0, Y0
+	VMULPS   Y4, Y1, Y1
+	VMULPS   Y4, Y2, Y2
+	VMULPS   Y4, Y3, Y3
+	TESTQ    $2, R9
+	JNZ      dstnt
+	VMOVUPS  Y0, 0(DI)
+	VMOVUPS  Y1, 32(DI)
+	VMOVUPS  Y2, 64(DI)
+	VMOVUPS  Y3, 96(DI)
+	JMP      far
+
+dstnt:
 	VMOVNTPS Y0, 0(DI)
 	VMOVNTPS Y1, 32(DI)
 	VMOVNTPS Y2, 64(DI)
 	VMOVNTPS Y3, 96(DI)
-	VMOVNTPS Y0, 0(R8)
-	VMOVNTPS Y1, 32(R8)
-	VMOVNTPS Y2, 64(R8)
-	VMOVNTPS Y3, 96(R8)
-	ADDQ     $128, SI
-	ADDQ     $128, DX
-	ADDQ     $128, DI
-	ADDQ     $128, R8
-	SUBQ     $32, CX
-	JNZ      loopnt2
-	SFENCE
-	VZEROUPPER
-	RET
 
-// func addAVX2KeepNT(dst, far, a, b *float32, scale float32, n int)
-// Like addAVX2NT2, but each sum is multiplied by scale, dst gets ordinary
-// (cached) stores and only far non-temporal ones; far must be 32-byte
-// aligned.
-TEXT ·addAVX2KeepNT(SB), NOSPLIT, $0-48
-	MOVQ dst+0(FP), DI
-	MOVQ far+8(FP), R8
-	MOVQ a+16(FP), SI
-	MOVQ b+24(FP), DX
-	VBROADCASTSS scale+32(FP), Y4
-	MOVQ n+40(FP), CX
-
-loopkeep:
-	VMOVUPS  0(SI), Y0
-	VMOVUPS  32(SI), Y1
-	VMOVUPS  64(SI), Y2
-	VMOVUPS  96(SI), Y3
-	VADDPS   0(DX), Y0, Y0
-	VADDPS   32(DX), Y1, Y1
-	VADDPS   64(DX), Y2, Y2
-	VADDPS   96(DX), Y3, Y3
-	VMULPS   Y4, Y0, Y0
-	VMULPS   Y4, Y1, Y1
-	VMULPS   Y4, Y2, Y2
-	VMULPS   Y4, Y3, Y3
-	VMOVUPS  Y0, 0(DI)
-	VMOVUPS  Y1, 32(DI)
-	VMOVUPS  Y2, 64(DI)
-	VMOVUPS  Y3, 96(DI)
-	VMOVNTPS Y0, 0(R8)
-	VMOVNTPS Y1, 32(R8)
-	VMOVNTPS Y2, 64(R8)
-	VMOVNTPS Y3, 96(R8)
-	ADDQ     $128, SI
-	ADDQ     $128, DX
-	ADDQ     $128, DI
-	ADDQ     $128, R8
-	SUBQ     $32, CX
-	JNZ      loopkeep
-	SFENCE
-	VZEROUPPER
-	RET
-
-// func addAVX2Keep2(dst, far, a, b *float32, scale float32, n int)
-// addAVX2KeepNT with ordinary stores into far as well (no alignment
-// needed, no fence).
-TEXT ·addAVX2Keep2(SB), NOSPLIT, $0-48
-	MOVQ dst+0(FP), DI
-	MOVQ far+8(FP), R8
-	MOVQ a+16(FP), SI
-	MOVQ b+24(FP), DX
-	VBROADCASTSS scale+32(FP), Y4
-	MOVQ n+40(FP), CX
-
-loopkeep2:
-	VMOVUPS  0(SI), Y0
-	VMOVUPS  32(SI), Y1
-	VMOVUPS  64(SI), Y2
-	VMOVUPS  96(SI), Y3
-	VADDPS   0(DX), Y0, Y0
-	VADDPS   32(DX), Y1, Y1
-	VADDPS   64(DX), Y2, Y2
-	VADDPS   96(DX), Y3, Y3
-	VMULPS   Y4, Y0, Y0
-	VMULPS   Y4, Y1, Y1
-	VMULPS   Y4, Y2, Y2
-	VMULPS   Y4, Y3, Y3
-	VMOVUPS  Y0, 0(DI)
-	VMOVUPS  Y1, 32(DI)
-	VMOVUPS  Y2, 64(DI)
-	VMOVUPS  Y3, 96(DI)
+far:
+	TESTQ    $1, R9
+	JNZ      farnt
 	VMOVUPS  Y0, 0(R8)
 	VMOVUPS  Y1, 32(R8)
 	VMOVUPS  Y2, 64(R8)
 	VMOVUPS  Y3, 96(R8)
+	JMP      next
+
+farnt:
+	VMOVNTPS Y0, 0(R8)
+	VMOVNTPS Y1, 32(R8)
+	VMOVNTPS Y2, 64(R8)
+	VMOVNTPS Y3, 96(R8)
+
+next:
 	ADDQ     $128, SI
 	ADDQ     $128, DX
 	ADDQ     $128, DI
 	ADDQ     $128, R8
 	SUBQ     $32, CX
-	JNZ      loopkeep2
+	JNZ      looptwo
+	SFENCE
 	VZEROUPPER
 	RET
 
