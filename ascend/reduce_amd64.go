@@ -88,21 +88,11 @@ func addFloatsNT(dst, a, b []float32) {
 // exactly (every element is loaded before it is stored), but must not
 // overlap them otherwise, nor each other.
 func addFloatsNT2(dst, dst2, a, b []float32) bool {
-	n := len(dst)
-	dst2, a, b = dst2[:n], a[:n], b[:n]
 	p, p2 := uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(unsafe.Pointer(unsafe.SliceData(dst2)))
 	if !hasAVX2 || p%4 != 0 || p%32 != p2%32 {
 		return false
 	}
-	h := min(ntHead(dst), n)
-	addPortable(dst[:h], a[:h], b[:h])
-	copy(dst2[:h], dst[:h])
-	v := (n - h) &^ 31
-	if v > 0 {
-		addAVX2Two(&dst[h], &dst2[h], &a[h], &b[h], 1, v, twoDstNT|twoFarNT)
-	}
-	addPortable(dst[h+v:], a[h+v:], b[h+v:])
-	copy(dst2[h+v:], dst[h+v:])
+	addTwo(dst, dst2, a, b, 1, twoDstNT|twoFarNT)
 	return true
 }
 
@@ -121,11 +111,24 @@ func addFloatsNT2(dst, dst2, a, b []float32) bool {
 // (every element is loaded before it is stored), but must not overlap
 // them otherwise, nor each other.
 func addFloatsKeep(dst, far, a, b []float32, scale float32, nt bool) bool {
-	n := len(dst)
-	far, a, b = far[:n], a[:n], b[:n]
 	if !hasAVX2 || uintptr(unsafe.Pointer(unsafe.SliceData(far)))%4 != 0 {
 		return false
 	}
+	mode := 0
+	if nt {
+		mode = twoFarNT
+	}
+	addTwo(dst, far, a, b, scale, mode)
+	return true
+}
+
+// addTwo is addFloatsNT2's and addFloatsKeep's body: the elements before
+// far's first 32-byte boundary and after the last whole block of 32 go
+// through the portable loop (scaled alike), the rest through addAVX2Two in
+// mode. With twoDstNT dst must be aligned as far is.
+func addTwo(dst, far, a, b []float32, scale float32, mode int) {
+	n := len(dst)
+	far, a, b = far[:n], a[:n], b[:n]
 	portable := func(lo, hi int) {
 		addPortable(dst[lo:hi], a[lo:hi], b[lo:hi])
 		if scale != 1 {
@@ -139,14 +142,9 @@ func addFloatsKeep(dst, far, a, b []float32, scale float32, nt bool) bool {
 	portable(0, h)
 	v := (n - h) &^ 31
 	if v > 0 {
-		mode := 0
-		if nt {
-			mode = twoFarNT
-		}
 		addAVX2Two(&dst[h], &far[h], &a[h], &b[h], scale, v, mode)
 	}
 	portable(h+v, n)
-	return true
 }
 
 // divideVec divides the bulk of buf by n with vector instructions and
