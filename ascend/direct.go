@@ -234,14 +234,9 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		case op == Sum:
 			pushed = addFloatsNT2(own, far, theirs, mine)
 		default:
-			// Max, Min: fold a block as the blocks path does (same
-			// bits), then copy it to the peer's dst around the caches
-			// while it is in L1.
-			for b0 := lo; b0 < hi; b0 += pushBlock {
-				b1 := min(b0+pushBlock, hi)
-				c.directSum(dst[b0:b1], srcs, c.rank, b0, b1, op, false, false)
-				copyNT(far[b0-lo:b1-lo], dst[b0:b1])
-			}
+			// Max, Min: fold a block, copy it to the peer's dst around
+			// the caches while it is in L1.
+			c.pushBlocks(dst, srcs, dsts, lo, hi, op, true)
 			pushed = true
 		}
 		if pushed {
@@ -265,14 +260,7 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		// 10.3–13.3 against 23.5–25.5, with --touch 16.4–16.5 against
 		// 28.1–29.3; the 3-node quickstart 1,642–1,728 steps/s against
 		// 1,357–1,646 (four pairs, all won), the same weights.
-		for b0 := lo; b0 < hi; b0 += pushBlock {
-			b1 := min(b0+pushBlock, hi)
-			c.directSum(dst[b0:b1], srcs, c.rank, b0, b1, op, true, false)
-			for i := 1; i < c.size; i++ {
-				j := (c.rank + i) % c.size
-				copy(dsts[j][b0:b1], dst[b0:b1])
-			}
-		}
+		c.pushBlocks(dst, srcs, dsts, lo, hi, op, false)
 		return c.directDone(ctx, name, v, d)
 	}
 	nt := 4*n >= directNT && op == Sum && !same(dst, src)
@@ -306,6 +294,26 @@ func (c *Communicator) directAllReduce(ctx context.Context, a directArgs, dst, s
 		}
 	}
 	return c.directDone(ctx, name, v, d)
+}
+
+// pushBlocks folds this rank's segment [lo, hi) of srcs into dst a
+// pushBlock at a time, as the blocks path folds it (same bits), and copies
+// each block into every peer's dst while it is in L1: around the caches
+// with nt, else with ordinary stores.
+func (c *Communicator) pushBlocks(dst []float32, srcs, dsts [][]float32, lo, hi int, op Op, nt bool) {
+	alias := same(dst, srcs[c.rank])
+	for b0 := lo; b0 < hi; b0 += pushBlock {
+		b1 := min(b0+pushBlock, hi)
+		c.directSum(dst[b0:b1], srcs, c.rank, b0, b1, op, alias, false)
+		for i := 1; i < c.size; i++ {
+			j := (c.rank + i) % c.size
+			if nt {
+				copyNT(dsts[j][b0:b1], dst[b0:b1])
+			} else {
+				copy(dsts[j][b0:b1], dst[b0:b1])
+			}
+		}
+	}
 }
 
 // inPlace reports whether every rank's dst is its src.
