@@ -50,10 +50,7 @@ const (
 )
 
 //go:noescape
-func scaleAVX2(buf *float32, s float32, n int)
-
-//go:noescape
-func divAVX2(buf *float32, d float32, n int)
+func scaleAVX2(buf *float32, s float32, n int, div int)
 
 // ntHead is how many elements of dst precede its first 32-byte boundary.
 func ntHead(dst []float32) int {
@@ -157,9 +154,9 @@ func divideVec(buf []float32, n int) int {
 		return 0
 	}
 	if d := float32(n); n > 0 && n&(n-1) == 0 {
-		scaleAVX2(&buf[0], 1/d, v)
+		scaleAVX2(&buf[0], 1/d, v, 0)
 	} else {
-		divAVX2(&buf[0], d, v)
+		scaleAVX2(&buf[0], d, v, 1)
 	}
 	return v
 }

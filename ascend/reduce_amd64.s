@@ -162,18 +162,35 @@ loopcp:
 	VZEROUPPER
 	RET
 
-// func scaleAVX2(buf *float32, s float32, n int)
-// buf[i] *= s for i < n (n > 0, a multiple of 32).
-TEXT ·scaleAVX2(SB), NOSPLIT, $0-24
+// func scaleAVX2(buf *float32, s float32, n int, div int)
+// buf[i] *= s, or with div != 0 buf[i] /= s (the same correctly rounded
+// division as the scalar one), for i < n (n > 0, a multiple of 32).
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-32
 	MOVQ buf+0(FP), DI
 	VBROADCASTSS s+8(FP), Y4
 	MOVQ n+16(FP), CX
+	MOVQ div+24(FP), R9
 
 loopscale:
-	VMULPS   0(DI), Y4, Y0
-	VMULPS   32(DI), Y4, Y1
-	VMULPS   64(DI), Y4, Y2
-	VMULPS   96(DI), Y4, Y3
+	VMOVUPS  0(DI), Y0
+	VMOVUPS  32(DI), Y1
+	VMOVUPS  64(DI), Y2
+	VMOVUPS  96(DI), Y3
+	TESTQ    R9, R9
+	JNZ      divide
+	VMULPS   Y4, Y0, Y0
+	VMULPS   Y4, Y1, Y1
+	VMULPS   Y4, Y2, Y2
+	VMULPS   Y4, Y3, Y3
+	JMP      store
+
+divide:
+	VDIVPS   Y4, Y0, Y0
+	VDIVPS   Y4, Y1, Y1
+	VDIVPS   Y4, Y2, Y2
+	VDIVPS   Y4, Y3, Y3
+
+store:
 	VMOVUPS  Y0, 0(DI)
 	VMOVUPS  Y1, 32(DI)
 	VMOVUPS  Y2, 64(DI)
@@ -181,32 +198,5 @@ loopscale:
 	ADDQ     $128, DI
 	SUBQ     $32, CX
 	JNZ      loopscale
-	VZEROUPPER
-	RET
-
-// func divAVX2(buf *float32, d float32, n int)
-// buf[i] /= d for i < n (n > 0, a multiple of 32): the same correctly
-// rounded division as the scalar one.
-TEXT ·divAVX2(SB), NOSPLIT, $0-24
-	MOVQ buf+0(FP), DI
-	VBROADCASTSS d+8(FP), Y4
-	MOVQ n+16(FP), CX
-
-loopdivide:
-	VMOVUPS  0(DI), Y0
-	VMOVUPS  32(DI), Y1
-	VMOVUPS  64(DI), Y2
-	VMOVUPS  96(DI), Y3
-	VDIVPS   Y4, Y0, Y0
-	VDIVPS   Y4, Y1, Y1
-	VDIVPS   Y4, Y2, Y2
-	VDIVPS   Y4, Y3, Y3
-	VMOVUPS  Y0, 0(DI)
-	VMOVUPS  Y1, 32(DI)
-	VMOVUPS  Y2, 64(DI)
-	VMOVUPS  Y3, 96(DI)
-	ADDQ     $128, DI
-	SUBQ     $32, CX
-	JNZ      loopdivide
 	VZEROUPPER
 	RET
