@@ -325,7 +325,7 @@ func Parse(name string, data []byte) (RunSpec, error) {
 	s.CheckpointEvery = 0 // derived from chunk_steps unless written
 	s.MinNodes = 0        // derived from nodes unless written
 	file, perr := parser.ParseBytes(data, 0)
-	if err := yaml.UnmarshalWithOptions(data, &s, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
+	if err := yamlpos.Unmarshal(data, &s, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
 		fe := decodeError(err)
 		if perr == nil {
 			fe.Field = yamlpos.PathOfToken(file, err, fe.Field)

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +133,10 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"compression unknown field", "name: a\ncompression:\n  ratio: 0.01\n", "compression.ratio", 3, "unknown field"},
 		{"negative bucket", "name: a\noverlap:\n  bucket_kib: -4\n", "overlap.bucket_kib", 3, "out of range"},
 		{"unknown strategy", "name: a\nstrategy: magic\n", "strategy", 2, "unknown strategy"},
+		// Documents with no body: each once panicked looking for lines.
+		{"empty file", "", "name", 0, "required"},
+		{"only a comment", "# to do\n", "name", 0, "required"},
+		{"bare document marker", "---\n", "name", 0, "required"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,4 +224,34 @@ func TestParseSyncPolicy(t *testing.T) {
 	if err != nil || plain.NewSyncStatus() != nil || plain.KeepsCommState() {
 		t.Errorf("a plain run has a sync status or comm state: %v", err)
 	}
+}
+
+// FuzzParse: whatever the bytes, a job file parses into a spec that
+// validates, or fails with a *SpecError naming the file and at least one
+// field; never a panic.
+func FuzzParse(f *testing.F) {
+	for _, p := range []string{"../examples/mnist.yaml", "../examples/mnist-green.yaml", "../examples/mnist-onebit.yaml",
+		"../examples/torch-ddp/job.yaml", "../examples/torch-ddp/job-green.yaml"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, s := range []string{"", "---\n", "# c\n", "name: a\nnodes: [1\n", "name: a\nmodel: {hidden: [64, 0]}\n", "name: a\ngreen: {batch: {min: 1}}\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Parse("fuzz.yaml", data)
+		if err != nil {
+			var se *SpecError
+			if !errors.As(err, &se) || len(se.Fields) == 0 || !strings.Contains(err.Error(), "fuzz.yaml") {
+				t.Fatalf("error is not a *SpecError naming the file and a field: %v", err)
+			}
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("parsed spec does not validate: %v", err)
+		}
+	})
 }

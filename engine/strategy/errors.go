@@ -73,7 +73,7 @@ const unknownFieldMsg = "unknown field"
 // decodeStrict decodes data into v rejecting unknown fields and wrong types;
 // a failure comes back as a *SpecError carrying the field path and line.
 func decodeStrict(name string, data []byte, file *ast.File, v any) error {
-	err := yaml.UnmarshalWithOptions(data, v, yaml.Strict(), yaml.DisallowUnknownField())
+	err := yamlpos.Unmarshal(data, v, yaml.Strict(), yaml.DisallowUnknownField())
 	if err == nil {
 		return nil
 	}
@@ -99,7 +99,7 @@ func decodeAll(name string, data []byte, file *ast.File, v any) (strict error, u
 	if strict == nil || !errors.As(strict, &se) || len(se.Fields) != 1 || !strings.HasPrefix(se.Fields[0].Msg, unknownFieldMsg) {
 		return strict, false
 	}
-	if yaml.Unmarshal(data, v) != nil {
+	if yamlpos.Unmarshal(data, v) != nil {
 		return strict, false
 	}
 	return strict, true

@@ -40,6 +40,8 @@ func FuzzModelSpec(f *testing.F) {
 	f.Add([]byte("name: x\nlayers: -1\nhidden: 3\nheads: 2\n"))
 	f.Add([]byte("{name: [1, 2], layers: {a: b}}"))
 	f.Add([]byte("name: x\nlayers: 1e400\n"))
+	f.Add([]byte(""))
+	f.Add([]byte("---\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := ParseModel("fuzz.yaml", data)
 		if err != nil {
@@ -69,6 +71,7 @@ func FuzzClusterSpec(f *testing.F) {
 	f.Add([]byte("name: x\nnodes: 1\ndevices_per_node: 1\ndevice: {peak_tflops: 1, memory_gib: 1, hbm_gbps: 1}\nintra_node_gbps: 1\n"))
 	f.Add([]byte("device: [a]\n"))
 	f.Add([]byte("device:\n  profile: a100-80gb\n  nope: 1\n"))
+	f.Add([]byte("# only a comment\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseCluster("fuzz.yaml", data)
 		if err != nil {

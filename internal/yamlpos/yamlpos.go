@@ -6,11 +6,31 @@ package yamlpos
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 )
+
+// ErrDecoderPanic marks a document the YAML decoder could not survive:
+// github.com/goccy/go-yaml v1.19.2 (the newest served) dereferences nil on
+// some malformed input, e.g. an empty tagged value where a list is
+// expected ("entrypoint: !x" followed by a stray mapping), which fuzzing
+// the job-file reader found. Unmarshal turns that into this error.
+var ErrDecoderPanic = errors.New("the YAML decoder failed on this document (malformed YAML)")
+
+// Unmarshal is yaml.UnmarshalWithOptions that returns an error wrapping
+// ErrDecoderPanic, naming what the decoder hit, where the decoder would
+// panic.
+func Unmarshal(data []byte, v any, opts ...yaml.DecodeOption) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrDecoderPanic, r)
+		}
+	}()
+	return yaml.UnmarshalWithOptions(data, v, opts...)
+}
 
 // DecodeError describes a goccy/go-yaml decode error: the token it points
 // at (or "(document)"), its line (0 if unknown), its message, and whether
@@ -86,9 +106,22 @@ func LineOf(file *ast.File, field string) int {
 	return line
 }
 
+// visitFunc calls itself on every node below a document. An empty
+// document (an empty file, only comments, a bare "---") has a nil body,
+// which ast.Walk passes on, and a DocumentNode's GetToken dereferences
+// its body: documents themselves are walked through, never looked at.
 type visitFunc func(ast.Node)
 
 func (f visitFunc) Visit(n ast.Node) ast.Visitor {
+	switch n := n.(type) {
+	case nil:
+		return nil
+	case *ast.DocumentNode:
+		if n.Body == nil {
+			return nil
+		}
+		return f
+	}
 	f(n)
 	return f
 }
