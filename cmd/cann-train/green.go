@@ -47,8 +47,11 @@ keeps the most of the oracle's savings in every zone and job kind.`,
 			if policy != "once" && policy != "replan" && policy != "online" {
 				return fmt.Errorf("--policy %q: want once, replan or online", policy)
 			}
-			if trace == "" || startArg == "" || work <= 0 || deadline <= 0 {
+			if trace == "" || startArg == "" || work == 0 || deadline == 0 {
 				return errors.New("--trace, --start, --work and --deadline are required")
+			}
+			if work < 0 || deadline < 0 || minSlot < 0 {
+				return fmt.Errorf("--work %v, --deadline %v, --min-slot %v: durations must not be negative", work, deadline, minSlot)
 			}
 			start, err := time.Parse(time.RFC3339, startArg)
 			if err != nil {

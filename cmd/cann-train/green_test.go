@@ -58,4 +58,10 @@ func TestGreenPlan(t *testing.T) {
 	if _, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--work", "1h", "--deadline", "5h", "--policy", "hope"); err == nil || !strings.Contains(err.Error(), "--policy") {
 		t.Errorf("unknown policy: %v", err)
 	}
+	for _, args := range [][]string{{"--work", "-1h", "--deadline", "5h"}, {"--work", "1h", "--deadline", "-5h"}, {"--work", "1h", "--deadline", "5h", "--min-slot", "-1m"}} {
+		_, err := run(append([]string{"--trace", trace, "--start", "2022-03-01T08:00:00Z", "--interruptible"}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Errorf("%v: want an error saying a duration is negative, got %v", args, err)
+		}
+	}
 }
