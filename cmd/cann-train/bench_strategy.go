@@ -88,11 +88,20 @@ type StrategyBenchCandidate struct {
 	Ranks     int       `json:"ranks"`
 	Predicted []float64 `json:"predicted_steps_per_s"`
 	Measured  []float64 `json:"measured_steps_per_s"`
+	// PredictedCommUs and MeasuredCommUs are each repetition's time per
+	// step in the gradient allreduce (µs): the plan's, and the run's comm
+	// share of its measured step time. Both include waiting for the
+	// slowest rank (the plan's straggle; the time a rank spends in the
+	// call before its peers arrive), which on a loaded host is most of it.
+	PredictedCommUs []float64 `json:"predicted_comm_us,omitempty"`
+	MeasuredCommUs  []float64 `json:"measured_comm_us,omitempty"`
 	// Medians over the repetitions, and measured over predicted.
-	PredictedMedian float64 `json:"predicted_median"`
-	MeasuredMedian  float64 `json:"measured_median"`
-	Ratio           float64 `json:"measured_over_predicted,omitempty"`
-	Skipped         string  `json:"skipped,omitempty"`
+	PredictedMedian     float64 `json:"predicted_median"`
+	MeasuredMedian      float64 `json:"measured_median"`
+	Ratio               float64 `json:"measured_over_predicted,omitempty"`
+	PredictedCommMedian float64 `json:"predicted_comm_us_median,omitempty"`
+	MeasuredCommMedian  float64 `json:"measured_comm_us_median,omitempty"`
+	Skipped             string  `json:"skipped,omitempty"`
 }
 
 func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (StrategyBench, error) {
@@ -160,6 +169,9 @@ func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (Strateg
 			if c.Ranks >= 1 && c.Ranks <= o.nodes && c.StepSeconds > 0 {
 				k := &out.Candidates[c.Ranks-1]
 				k.Predicted = append(k.Predicted, 1/c.StepSeconds)
+				if c.Ranks > 1 {
+					k.PredictedCommUs = append(k.PredictedCommUs, 1e6*c.CommSeconds)
+				}
 			}
 		}
 		fmt.Fprintf(e.err, "repetition %d: plan %d of %d (%s); measured %.0f steps/s on it\n", rep, p.DataParallel, o.nodes, p.Reason, st.StepsPerSec)
@@ -173,6 +185,9 @@ func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (Strateg
 				return out, err
 			}
 			c.Measured = append(c.Measured, st.StepsPerSec)
+			if c.Ranks > 1 {
+				c.MeasuredCommUs = append(c.MeasuredCommUs, 1e6*st.CommShare/st.StepsPerSec)
+			}
 			fmt.Fprintf(e.err, "repetition %d: %d rank(s) %.0f steps/s\n", rep, c.Ranks, st.StepsPerSec)
 		}
 	}
@@ -187,6 +202,7 @@ func (b *StrategyBench) summarize() {
 	for i := range b.Candidates {
 		c := &b.Candidates[i]
 		c.PredictedMedian, c.MeasuredMedian, c.Ratio = median(c.Predicted), median(c.Measured), 0
+		c.PredictedCommMedian, c.MeasuredCommMedian = median(c.PredictedCommUs), median(c.MeasuredCommUs)
 		if c.PredictedMedian > 0 && c.MeasuredMedian > 0 {
 			c.Ratio = c.MeasuredMedian / c.PredictedMedian
 		}
@@ -217,7 +233,7 @@ func printStrategyBench(e *env, b StrategyBench, output string) error {
 	fmt.Fprintf(e.out, "# strategy: auto on %d node(s), %d host(s); MNIST MLP, global batch %d, %d steps per run, %d repetition(s)\n",
 		b.Nodes, b.Hosts, b.GlobalBatch, b.Steps, b.Reps)
 	w := tabwriter.NewWriter(e.out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ranks\tpredicted steps/s\tmeasured steps/s (min–max)\tmeasured/predicted\t")
+	fmt.Fprintln(w, "ranks\tpredicted steps/s\tmeasured steps/s (min–max)\tmeasured/predicted\tallreduce µs/step predicted / measured\t")
 	for _, c := range b.Candidates {
 		mark := ""
 		if c.Ranks == b.Choice {
@@ -227,8 +243,12 @@ func printStrategyBench(e *env, b StrategyBench, output string) error {
 			fmt.Fprintf(w, "%d%s\t%.0f\tnot measured: %s\t\t\n", c.Ranks, mark, c.PredictedMedian, c.Skipped)
 			continue
 		}
-		fmt.Fprintf(w, "%d%s\t%.0f\t%.0f (%.0f–%.0f)\t%.2f\t\n", c.Ranks, mark, c.PredictedMedian, c.MeasuredMedian,
-			slices.Min(c.Measured), slices.Max(c.Measured), c.Ratio)
+		comm := "-"
+		if c.Ranks > 1 {
+			comm = fmt.Sprintf("%.0f / %.0f", c.PredictedCommMedian, c.MeasuredCommMedian)
+		}
+		fmt.Fprintf(w, "%d%s\t%.0f\t%.0f (%.0f–%.0f)\t%.2f\t%s\t\n", c.Ranks, mark, c.PredictedMedian, c.MeasuredMedian,
+			slices.Min(c.Measured), slices.Max(c.Measured), c.Ratio, comm)
 	}
 	if err := w.Flush(); err != nil {
 		return err

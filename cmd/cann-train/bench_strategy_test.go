@@ -26,6 +26,20 @@ func TestBenchStrategyJSON(t *testing.T) {
 			c.Ratio != c.MeasuredMedian/c.PredictedMedian || c.Skipped != "" {
 			t.Errorf("candidate %+v", c)
 		}
+		// Communication per step: none on one rank; on two, the plan's
+		// and the run's, both positive and well below a step.
+		wantComm := 0
+		if c.Ranks > 1 {
+			wantComm = 1
+		}
+		if len(c.PredictedCommUs) != wantComm || len(c.MeasuredCommUs) != wantComm {
+			t.Errorf("%d rank(s): allreduce µs per step predicted %v, measured %v", c.Ranks, c.PredictedCommUs, c.MeasuredCommUs)
+		} else if wantComm == 1 {
+			step := 1e6 / c.MeasuredMedian
+			if !(c.PredictedCommMedian > 0 && c.MeasuredCommMedian > 0 && c.MeasuredCommMedian < step) {
+				t.Errorf("2 ranks: allreduce %.0f µs predicted, %.0f measured, of a %.0f µs step", c.PredictedCommMedian, c.MeasuredCommMedian, step)
+			}
+		}
 	}
 	if b.Choice != b.Choices[0] || b.Fastest < 1 || b.Fastest > 2 || !(b.ChoiceVsFastest > 0 && b.ChoiceVsFastest <= 1) {
 		t.Errorf("choice %d (of %v), fastest %d, %.2f× the fastest", b.Choice, b.Choices, b.Fastest, b.ChoiceVsFastest)
