@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// TestRunSteeredWithHandWrittenJSON drives a run the way the `temporal` CLI
+// does, with none of our Go types on the wire: the workflow input, the
+// rescale payload and the query's answer are JSON written or read by hand
+// (the CLI sends `--input` as a json/plain payload, as json.RawMessage does
+// here), signals are named by string, pause and resume carry no payload.
+// These are the README's commands:
+//
+//	temporal workflow start --type TrainingRun --task-queue cann-train --workflow-id run/raw-json \
+//	  --input '{"spec": {"name": "raw-json", "nodes": 2, "min_nodes": 1, "steps": 1500, "chunk_steps": 100}}'
+//	temporal workflow signal --workflow-id run/raw-json --name pause
+//	temporal workflow query --workflow-id run/raw-json --type status
+//	temporal workflow signal --workflow-id run/raw-json --name rescale --input '{"nodes": 1}'
+//	temporal workflow signal --workflow-id run/raw-json --name resume
+//
+// A spec written this way gets the same defaults and validation as a job
+// file: the workflow applies them itself.
+func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, l, _ := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2")
+	const id = "run/raw-json"
+	input := json.RawMessage(`{"spec": {"name": "raw-json", "nodes": 2, "min_nodes": 1, "steps": 1500, "chunk_steps": 100,
+		"heartbeat_timeout": "5s"}}`)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "cann-train"}, "TrainingRun", input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// status queries the run and decodes its answer into plain JSON.
+	status := func() map[string]any {
+		t.Helper()
+		v, err := c.QueryWorkflow(ctx, id, "", "status")
+		if err != nil {
+			t.Fatalf("query status: %v", err)
+		}
+		var raw json.RawMessage
+		if err := v.Get(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("status is not a JSON object: %v: %s", err, raw)
+		}
+		return m
+	}
+	until := func(what string, ok func(m map[string]any) bool) map[string]any {
+		t.Helper()
+		for {
+			if m := status(); ok(m) {
+				return m
+			}
+			select {
+			case <-ctx.Done():
+				dumpLogs(t, l.LogDir)
+				t.Fatalf("no %s: %v", what, status())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	step := func(m map[string]any) float64 { f, _ := m["step"].(float64); return f }
+	until("training under way", func(m map[string]any) bool { return step(m) >= 100 })
+
+	if err := c.SignalWorkflow(ctx, id, "", "pause", nil); err != nil {
+		t.Fatal(err)
+	}
+	held := until("a pause", func(m map[string]any) bool { return m["status"] == "paused" })
+	if s := step(held); s >= 1500 || int(s)%100 != 0 {
+		t.Fatalf("paused at step %v: want a chunk boundary before the end", s)
+	}
+	if err := c.SignalWorkflow(ctx, id, "", "rescale", json.RawMessage(`{"nodes": 1}`)); err != nil {
+		t.Fatal(err)
+	}
+	until("the rescale noted", func(m map[string]any) bool { return m["pending_nodes"] == 1.0 })
+	if err := c.SignalWorkflow(ctx, id, "", "resume", nil); err != nil {
+		t.Fatal(err)
+	}
+	var raw json.RawMessage
+	if err := run.Get(ctx, &raw); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run: %v", err)
+	}
+	var done map[string]any
+	if err := json.Unmarshal(raw, &done); err != nil {
+		t.Fatal(err)
+	}
+	nodes, _ := done["nodes"].([]any)
+	if done["status"] != string(spec.PhaseCompleted) || step(done) != 1500 || len(nodes) != 1 {
+		t.Fatalf("result: status %v at step %v on nodes %v; want completed at 1500 on one node\n%s", done["status"], done["step"], done["nodes"], raw)
+	}
+	// A spec the workflow cannot accept fails the run at once, naming the
+	// field, instead of training on zero values.
+	bad, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "run/raw-bad", TaskQueue: "cann-train"}, "TrainingRun",
+		json.RawMessage(`{"spec": {"name": "raw-bad", "nodes": 2, "steps": -5}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), "steps") {
+		t.Fatalf("a negative steps: %v", err)
+	}
+}
