@@ -329,6 +329,25 @@ func TestFlagsAndSizes(t *testing.T) {
 	if _, err := ParseSize("12Q"); err == nil {
 		t.Error("bad size accepted")
 	}
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{MinBytes: 1 << 10, MaxBytes: 512}, "-e 512 is below -b 1K"},
+		{Options{StepFactor: 1}, "-f 1 would never grow"},
+		{Options{StepFactor: -2}, "-f -2 would never grow"},
+		{Options{Ranks: -1}, "-np -1"},
+		{Options{Iters: -3}, "negative"},
+	} {
+		if err := tc.o.checkRange(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error saying %q", tc.o, err, tc.want)
+		}
+	}
+	for _, ok := range []Options{{}, {MinBytes: 8, MaxBytes: 8}, {StepFactor: 1, StepBytes: 4}, {MinBytes: 1 << 20}} {
+		if err := ok.checkRange(); err != nil {
+			t.Errorf("%+v refused: %v", ok, err)
+		}
+	}
 	a := ChildArgs{Rank: 1, Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, Session: "s", Token: []byte{1, 2, 3}, ListenFD: 3, Options: want}
 	args, err := a.Args()
 	if err != nil {

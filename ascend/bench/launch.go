@@ -133,6 +133,9 @@ func RunChild(ctx context.Context, a ChildArgs, stdout io.Writer) error {
 // opts.Stdout and every child's standard error to opts.Stderr, unless
 // self set them. If a child fails or ctx ends, the others are killed.
 func Launch(ctx context.Context, opts Options, self func(args ...string) *exec.Cmd) error {
+	if err := opts.checkRange(); err != nil {
+		return err
+	}
 	opts = opts.Defaults()
 	if err := opts.validate(); err != nil {
 		return err

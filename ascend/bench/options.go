@@ -119,6 +119,23 @@ func (o Options) elemBytes() int {
 	return 4
 }
 
+// checkRange refuses what the user set that Defaults would otherwise
+// quietly replace: a size sweep that ends below its start, a factor that
+// never grows the size, negative counts.
+func (o Options) checkRange() error {
+	switch {
+	case o.MinBytes > 0 && o.MaxBytes > 0 && o.MaxBytes < o.MinBytes:
+		return fmt.Errorf("bench: -e %s is below -b %s", FormatSize(o.MaxBytes), FormatSize(o.MinBytes))
+	case o.StepBytes == 0 && (o.StepFactor == 1 || o.StepFactor < 0):
+		return fmt.Errorf("bench: -f %d would never grow the size: want -f 2 or more, or -i for a fixed increment", o.StepFactor)
+	case o.Ranks < 0:
+		return fmt.Errorf("bench: -np %d: want 1 or more ranks", o.Ranks)
+	case o.StepBytes < 0 || o.Iters < 0 || o.Warmup < 0:
+		return fmt.Errorf("bench: negative -i %d, -n %d or -w %d", o.StepBytes, o.Iters, o.Warmup)
+	}
+	return nil
+}
+
 // Defaults returns o with every unset field at its default.
 func (o Options) Defaults() Options {
 	if len(o.Collectives) == 0 {
