@@ -20,7 +20,7 @@ import (
 // These are the README's commands:
 //
 //	temporal workflow start --type TrainingRun --task-queue cann-train --workflow-id run/raw-json \
-//	  --input '{"spec": {"name": "raw-json", "nodes": 2, "min_nodes": 1, "steps": 1500, "chunk_steps": 100}}'
+//	  --input '{"spec": {"name": "raw-json", "nodes": 2, "min_nodes": 1, "steps": 3000, "chunk_steps": 100}}'
 //	temporal workflow signal --workflow-id run/raw-json --name pause
 //	temporal workflow query --workflow-id run/raw-json --type status
 //	temporal workflow signal --workflow-id run/raw-json --name rescale --input '{"nodes": 1}'
@@ -33,7 +33,7 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 	defer cancel()
 	c, l, _ := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2")
 	const id = "run/raw-json"
-	input := json.RawMessage(`{"spec": {"name": "raw-json", "nodes": 2, "min_nodes": 1, "steps": 1500, "chunk_steps": 100,
+	input := json.RawMessage(`{"spec": {"name": "raw-json", "nodes": 2, "min_nodes": 1, "steps": 3000, "chunk_steps": 100,
 		"heartbeat_timeout": "5s"}}`)
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "cann-train"}, "TrainingRun", input)
 	if err != nil {
@@ -77,7 +77,7 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := until("a pause", func(m map[string]any) bool { return m["status"] == "paused" })
-	if s := step(held); s >= 1500 || int(s)%100 != 0 {
+	if s := step(held); s >= 3000 || int(s)%100 != 0 {
 		t.Fatalf("paused at step %v: want a chunk boundary before the end", s)
 	}
 	if err := c.SignalWorkflow(ctx, id, "", "rescale", json.RawMessage(`{"nodes": 1}`)); err != nil {
@@ -97,8 +97,8 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes, _ := done["nodes"].([]any)
-	if done["status"] != string(spec.PhaseCompleted) || step(done) != 1500 || len(nodes) != 1 {
-		t.Fatalf("result: status %v at step %v on nodes %v; want completed at 1500 on one node\n%s", done["status"], done["step"], done["nodes"], raw)
+	if done["status"] != string(spec.PhaseCompleted) || step(done) != 3000 || len(nodes) != 1 {
+		t.Fatalf("result: status %v at step %v on nodes %v; want completed at 3000 on one node\n%s", done["status"], done["step"], done["nodes"], raw)
 	}
 	// A spec the workflow cannot accept fails the run at once, naming the
 	// field, instead of training on zero values.
