@@ -234,3 +234,65 @@ func TestGatherColumns(t *testing.T) {
 		}
 	}
 }
+
+// dot returns sum x[j]*y[j] in index order from a zero sum, unfused: the
+// reference for propagate.
+func dot(x, y []float32) float32 {
+	y = y[:len(x)]
+	var s float32
+	for j := range x {
+		s += float32(x[j] * y[j])
+	}
+	return s
+}
+
+// TestPropagateMatchesDot: propagate's deltas are, bit for bit, one scalar
+// dot per input (zero where ReLU clamped the input), for output widths on
+// either side of the kernels' 8 and 64 columns, with zeros, negative zeros
+// and subnormals among the deltas and weights, and a NaN activation.
+func TestPropagateMatchesDot(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	val := func() float32 {
+		switch rng.IntN(8) {
+		case 0:
+			return 0
+		case 1:
+			return float32(math.Copysign(0, -1))
+		case 2:
+			return math.Float32frombits(uint32(rng.IntN(1 << 20))) // subnormal
+		}
+		return float32(rng.NormFloat64())
+	}
+	const rows = 5
+	for _, in := range []int{1, 5, 64, 128, 131} {
+		for _, out := range []int{1, 3, 8, 10, 64, 70, 130} {
+			w, a, dz := make([]float32, in*out), make([]float32, rows*in), make([]float32, rows*out)
+			for _, s := range [][]float32{w, a, dz} {
+				for i := range s {
+					s[i] = val()
+				}
+			}
+			a[len(a)/2] = float32(math.NaN()) // nonzero, as x == 0 says
+			outs := make([]int32, out)
+			for j := range outs {
+				outs[j] = int32(j)
+			}
+			da := make([]float32, rows*in)
+			for i := range da {
+				da[i] = float32(math.NaN()) // every element must be written
+			}
+			propagate(da, a, dz, w, make([]float32, in*out), outs, in, out)
+			for i := range rows {
+				for k := range in {
+					want := float32(0)
+					if a[i*in+k] != 0 {
+						want = dot(dz[i*out:(i+1)*out], w[k*out:(k+1)*out])
+					}
+					if got := da[i*in+k]; math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("in %d out %d row %d input %d: %v (%#x), want %v (%#x)", in, out, i, k, got, math.Float32bits(got), want, math.Float32bits(want))
+					}
+				}
+			}
+		}
+	}
+}
