@@ -60,6 +60,17 @@ func axpyRows(y, m []float32, stride int, idx []int32, vals []float32) {
 		if c == n {
 			return
 		}
+		// The last n-c < 8 columns (2 of the default model's 10
+		// outputs): one column at a time in a register, the listed
+		// rows in order, instead of a call per row.
+		for ; c < n; c++ {
+			acc := y[c]
+			for t, j := range idx {
+				acc += float32(vals[t] * m[int(j)*stride+c])
+			}
+			y[c] = acc
+		}
+		return
 	}
 	axpyRowsPortable(y[c:], m[c:], stride, idx, vals)
 }
