@@ -296,3 +296,27 @@ func TestPropagateMatchesDot(t *testing.T) {
 		}
 	}
 }
+
+// TestReluMatchesBranch: relu's bits are those of "if x < 0 { x = 0 }" for
+// zeros of both signs, NaNs of both signs, infinities, subnormals and the
+// largest finite values, and random floats.
+func TestReluMatchesBranch(t *testing.T) {
+	x := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), -float32(math.NaN()), float32(math.Inf(1)),
+		float32(math.Inf(-1)), math.Float32frombits(1), math.Float32frombits(0x80000001), math.MaxFloat32, -math.MaxFloat32,
+		math.Float32frombits(0xffc00001), 1, -1}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 1000 {
+		x = append(x, math.Float32frombits(rng.Uint32()))
+	}
+	got := append([]float32(nil), x...)
+	relu(got)
+	for i, v := range x {
+		want := v
+		if v < 0 {
+			want = 0
+		}
+		if math.Float32bits(got[i]) != math.Float32bits(want) {
+			t.Fatalf("relu(%v = %#x) = %#x, want %#x", v, math.Float32bits(v), math.Float32bits(got[i]), math.Float32bits(want))
+		}
+	}
+}

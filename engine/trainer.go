@@ -530,13 +530,24 @@ func forward(layers []layer, acts [][]float32, rows int, nz []int32, nzv []float
 			k := listNonzero(x, nz, nzv)
 			axpyRows(o, ly.w, ly.out, nz[:k], nzv[:k])
 			if l < last {
-				for j, v := range o {
-					if v < 0 {
-						o[j] = 0
-					}
-				}
+				relu(o)
 			}
 		}
+	}
+}
+
+// relu sets every x < 0 to +0, leaving ±0, NaN and the rest as they are
+// (what "if x < 0 { x = 0 }" does), without a branch on the data: about
+// half the pre-activations are negative, at random, and the branch
+// mispredicted that often.
+func relu(x []float32) {
+	for j, v := range x {
+		b := math.Float32bits(v)
+		mag := b & 0x7fffffff
+		isZero := (mag - 1) >> 31         // 1 for ±0 only (mag ≤ 0x7fffffff)
+		isNaN := (0x7f800000 - mag) >> 31 // 1 for NaN only
+		clamp := (b >> 31) &^ (isZero | isNaN)
+		x[j] = math.Float32frombits(b &^ -clamp)
 	}
 }
 
