@@ -182,6 +182,7 @@ func (t *Trainer) SetSchedule(sched []BatchChange) error {
 		t.deltas[0] = nil
 		t.yb = make([]uint8, rows)
 		t.nz.reserve(rows, widestInput(t.sizes))
+		t.lists = newRowLists(t.sizes, rows)
 	}
 	t.cfg = cfg
 	t.seg = -2 // re-derive at the next step

@@ -212,7 +212,12 @@ func TestGatherColumns(t *testing.T) {
 				a[i] = 0
 			}
 		}
-		nz := c.gather(a, shape.rows, shape.in)
+		ls := newRowLists([]int{shape.in, 1}, shape.rows)
+		for i := 0; i < shape.rows; i++ {
+			ri, rv := ls[0].slot(i)
+			ls[0].n[i] = int32(listNonzero(a[i*shape.in:(i+1)*shape.in], ri, rv))
+		}
+		nz := c.gather(&ls[0], shape.rows, shape.in)
 		for k := 0; k < shape.in; k++ {
 			var rows []int32
 			var vals []float32

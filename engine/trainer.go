@@ -82,6 +82,11 @@ type Trainer struct {
 	yb     []uint8
 	exps   []float64
 	nz     columns // a layer's nonzero inputs by input (backward)
+	// lists[l] holds each batch row's nonzero inputs of layer l, listed
+	// once: lists[0] by loadBatch straight from the dataset (no dense
+	// copy of the batch is made), the others by forward; backward groups
+	// them by input from there.
+	lists []rowLists
 	// wT holds a layer's weights transposed (out rows of in) and outs
 	// lists 0..widest output-1: backward propagates deltas through them
 	// with axpyRows (see backward).
@@ -192,6 +197,7 @@ func NewTrainer(cfg Config, train *Dataset) (*Trainer, error) {
 	t.deltas = allocActs(sizes, len(t.yb))
 	t.deltas[0] = nil
 	t.nz.reserve(len(t.yb), widestInput(sizes))
+	t.lists = newRowLists(sizes, len(t.yb))
 	for l := 1; l < len(t.layers); l++ {
 		ly := t.layers[l]
 		t.wT = slices.Grow(t.wT, ly.in*ly.out)[:max(len(t.wT), ly.in*ly.out)]
@@ -406,13 +412,16 @@ func anyNonFinitePortable(x []float32) bool {
 	return bad != 0
 }
 
-// loadBatch copies this rank's slice of the global batch of step s into
-// acts[0] and yb.
+// loadBatch lists the nonzero features of this rank's slice of the global
+// batch of step s into lists[0] (straight from the dataset: MNIST's rows
+// are four-fifths zeros, and the first layer and its gradient read only
+// the nonzeros) and its labels into yb.
 func (t *Trainer) loadBatch(s int64) {
 	dim := t.train.Dim
-	x := t.acts[0]
+	l0 := &t.lists[0]
 	for i, idx := range t.batchIndices(s) {
-		copy(x[i*dim:(i+1)*dim], t.train.X[int(idx)*dim:(int(idx)+1)*dim])
+		ri, rv := l0.slot(i)
+		l0.n[i] = int32(listNonzero(t.train.X[int(idx)*dim:(int(idx)+1)*dim], ri, rv))
 		t.yb[i] = t.train.Y[idx]
 	}
 }
@@ -462,7 +471,7 @@ func uniformN(src *rand.PCG, n uint64) uint64 {
 	return hi
 }
 
-// computeGrad runs forward and backward on the batch in acts[0]/yb, writes
+// computeGrad runs forward and backward on the batch in lists[0]/yb, writes
 // the gradient sum scaled by t.gradScale into t.grad[:nParams] and the loss
 // sum scaled likewise into t.grad[nParams] (the rank-local means with
 // BatchPerRank, and World/GlobalBatch times the rank-local sums with
@@ -470,7 +479,7 @@ func uniformN(src *rand.PCG, n uint64) uint64 {
 // are launched as backward completes them.
 func (t *Trainer) computeGrad() float32 {
 	rows := t.rows
-	forward(t.layers, t.acts, rows, t.nz.idx, t.nz.xv)
+	forward(t.layers, t.acts, rows, t.lists, true)
 	last := len(t.layers)
 	classes := t.sizes[last]
 	logits, dlog := t.acts[last], t.deltas[last]
@@ -513,12 +522,15 @@ func softmaxExps(z []float32, exps []float64) (mx float32, sum float64) {
 	return mx, sum
 }
 
-// forward computes acts[1..] from acts[0] for the first rows rows; nz and
-// nzv are scratch for the widest layer's input indices and values.
-func forward(layers []layer, acts [][]float32, rows int, nz []int32, nzv []float32) {
+// forward computes acts[1..] for the first rows rows, listing each row's
+// nonzero inputs of layer l into lists[l] on the way; with listed0 the
+// input rows are already listed in lists[0] (acts[0] is not read),
+// otherwise they are read from acts[0].
+func forward(layers []layer, acts [][]float32, rows int, lists []rowLists, listed0 bool) {
 	last := len(layers) - 1
 	for l, ly := range layers {
 		in, out := acts[l][:rows*ly.in], acts[l+1][:rows*ly.out]
+		ls := &lists[l]
 		for i := 0; i < rows; i++ {
 			o := out[i*ly.out : (i+1)*ly.out]
 			copy(o, ly.b)
@@ -526,9 +538,12 @@ func forward(layers []layer, acts [][]float32, rows int, nz []int32, nzv []float
 			// their indices are listed first without a branch on the
 			// data, then walked in order (the same sums as a walk that
 			// tests each input).
-			x := in[i*ly.in : (i+1)*ly.in]
-			k := listNonzero(x, nz, nzv)
-			axpyRows(o, ly.w, ly.out, nz[:k], nzv[:k])
+			ri, rv := ls.slot(i)
+			if l > 0 || !listed0 {
+				ls.n[i%len(ls.n)] = int32(listNonzero(in[i*ly.in:(i+1)*ly.in], ri, rv))
+			}
+			k := ls.n[i%len(ls.n)]
+			axpyRows(o, ly.w, ly.out, ri[:k], rv[:k])
 			if l < last {
 				relu(o)
 			}
@@ -602,7 +617,7 @@ func (t *Trainer) backward(rows int) {
 		// exactly as a row-by-row accumulation would; the nonzero inputs
 		// are gathered by input first (one pass over a in memory order
 		// instead of a column walk per input).
-		nz := t.nz.gather(a, rows, ly.in)
+		nz := t.nz.gather(&t.lists[l], rows, ly.in)
 		for k := ly.in - 1; k >= 0; k-- {
 			lo, n := k*nz.rows, int(nz.count[k])
 			axpyRows(ly.gw[k*ly.out:(k+1)*ly.out], dz, ly.out, nz.row[lo:lo+n], nz.val[lo:lo+n])
@@ -653,10 +668,36 @@ type columns struct {
 	count []int32
 	row   []int32
 	val   []float32
-	// idx and xv are one row's nonzero input indices and values
-	// (listNonzero's scratch, len(x)+listSlack), for forward and gather.
+}
+
+// rowLists holds the nonzero inputs of one layer for the rows of a batch:
+// row i's (of the last len(n) rows: i mod len(n)) are the first n[i] of
+// its slot's indices and values. A slot is in+listSlack long, what
+// listNonzero may write.
+type rowLists struct {
+	in  int
+	n   []int32
 	idx []int32
-	xv  []float32
+	val []float32
+}
+
+// newRowLists returns the lists for batches of rows on a model of sizes,
+// one per layer.
+func newRowLists(sizes []int, rows int) []rowLists {
+	rows = max(rows, 1)
+	ls := make([]rowLists, len(sizes)-1)
+	for l := range ls {
+		w := sizes[l] + listSlack
+		ls[l] = rowLists{in: sizes[l], n: make([]int32, rows), idx: make([]int32, rows*w), val: make([]float32, rows*w)}
+	}
+	return ls
+}
+
+// slot returns row i's index and value buffers.
+func (r *rowLists) slot(i int) ([]int32, []float32) {
+	w := r.in + listSlack
+	lo := (i % len(r.n)) * w
+	return r.idx[lo : lo+w : lo+w], r.val[lo : lo+w : lo+w]
 }
 
 // widestInput is the most inputs any layer of sizes has.
@@ -667,8 +708,6 @@ func widestInput(sizes []int) int { return slices.Max(sizes[:len(sizes)-1]) }
 func (c *columns) reserve(rows, in int) {
 	if cap(c.count) < in {
 		c.count = make([]int32, in)
-		c.idx = make([]int32, in+listSlack)
-		c.xv = make([]float32, in+listSlack)
 	}
 	if cap(c.row) < rows*in {
 		c.row = make([]int32, rows*in)
@@ -676,20 +715,23 @@ func (c *columns) reserve(rows, in int) {
 	}
 }
 
-// gather groups the nonzeros of a (rows × in, row-major) by input, rows
-// ascending within an input, row by row: each row's nonzeros are listed
-// (listNonzero), then each goes to its input's next slot.
-func (c *columns) gather(a []float32, rows, in int) *columns {
+// gather groups the listed nonzeros of rows rows (ls, as forward or
+// loadBatch listed them; ls holds at least rows rows) by input, rows
+// ascending within an input: each row's nonzeros go to their inputs' next
+// slots.
+func (c *columns) gather(ls *rowLists, rows, in int) *columns {
 	c.reserve(rows, in) // no-op but for a batch larger than reserved
 	c.rows = rows
 	count := c.count[:in]
 	clear(count)
 	row, val := c.row[:rows*in], c.val[:rows*in]
 	for i := 0; i < rows; i++ {
-		n := listNonzero(a[i*in:(i+1)*in], c.idx, c.xv)
-		for t, k := range c.idx[:n] {
+		ri, rv := ls.slot(i)
+		n := ls.n[i]
+		rv = rv[:n]
+		for t, k := range ri[:n] {
 			j := int(k)*rows + int(count[k])
-			row[j], val[j] = int32(i), c.xv[t]
+			row[j], val[j] = int32(i), rv[t]
 			count[k]++
 		}
 	}
@@ -830,8 +872,7 @@ func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
 	}
 	const chunk = 256
 	acts := allocActs(t.sizes, chunk)
-	var nz columns // only its list scratch
-	nz.reserve(0, widestInput(t.sizes))
+	lists := newRowLists(t.sizes, 1) // one row's lists at a time
 	exps := make([]float64, ds.Classes)
 	classes := ds.Classes
 	var correct int
@@ -839,7 +880,7 @@ func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
 	for start := 0; start < ds.N; start += chunk {
 		rows := min(chunk, ds.N-start)
 		copy(acts[0], ds.X[start*ds.Dim:(start+rows)*ds.Dim])
-		forward(t.layers, acts, rows, nz.idx, nz.xv)
+		forward(t.layers, acts, rows, lists, false)
 		logits := acts[len(acts)-1]
 		for i := 0; i < rows; i++ {
 			z := logits[i*classes : (i+1)*classes]
