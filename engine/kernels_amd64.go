@@ -178,3 +178,39 @@ func adamUpdate(p, m, v, g []float32, k *adamConsts) {
 	}
 	adamPortable(p[w:], m[w:], v[w:], g[w:], k)
 }
+
+// reluAVX2 sets x[i] = +0 where x[i] < 0 for i < n (kernels_amd64.s);
+// n > 0, a multiple of 8.
+//
+//go:noescape
+func reluAVX2(x *float32, n int)
+
+// zeroWhereZeroAVX2 sets d[i] = +0 where a[i] is ±0 for i < n
+// (kernels_amd64.s); n > 0, a multiple of 8.
+//
+//go:noescape
+func zeroWhereZeroAVX2(d, a *float32, n int)
+
+// relu is reluPortable, eight elements at a time where the CPU has AVX2.
+func relu(x []float32) {
+	v := 0
+	if hasAVX2 {
+		if v = len(x) &^ 7; v > 0 {
+			reluAVX2(&x[0], v)
+		}
+	}
+	reluPortable(x[v:])
+}
+
+// zeroWhereZero is zeroWhereZeroPortable, eight elements at a time where
+// the CPU has AVX2.
+func zeroWhereZero(d, a []float32) {
+	a = a[:len(d)]
+	v := 0
+	if hasAVX2 {
+		if v = len(d) &^ 7; v > 0 {
+			zeroWhereZeroAVX2(&d[0], &a[0], v)
+		}
+	}
+	zeroWhereZeroPortable(d[v:], a[v:])
+}

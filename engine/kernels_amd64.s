@@ -284,3 +284,47 @@ blocks:
 	MOVQ R10, ret+40(FP)
 	VZEROUPPER
 	RET
+
+// func reluAVX2(x *float32, n int)
+//
+// x[i] = +0 where x[i] < 0 (an ordered comparison: NaN and -0 stay as they
+// are), 8 elements at a time: VCMPPS less-than-ordered against zero, then
+// VANDNPS clears the lanes it set. n > 0, a multiple of 8.
+TEXT ·reluAVX2(SB), NOSPLIT, $0-16
+	MOVQ   x+0(FP), SI
+	MOVQ   n+8(FP), CX
+	VXORPS Y15, Y15, Y15
+
+relu8:
+	VMOVUPS 0(SI), Y0
+	VCMPPS  $0x11, Y15, Y0, Y1
+	VANDNPS Y0, Y1, Y0
+	VMOVUPS Y0, 0(SI)
+	ADDQ    $32, SI
+	SUBQ    $8, CX
+	JNZ     relu8
+	VZEROUPPER
+	RET
+
+// func zeroWhereZeroAVX2(d, a *float32, n int)
+//
+// d[i] = +0 where a[i] is +0 or -0 (an ordered equality: a NaN a keeps
+// d[i]), 8 elements at a time. n > 0, a multiple of 8.
+TEXT ·zeroWhereZeroAVX2(SB), NOSPLIT, $0-24
+	MOVQ   d+0(FP), DI
+	MOVQ   a+8(FP), SI
+	MOVQ   n+16(FP), CX
+	VXORPS Y15, Y15, Y15
+
+zwz8:
+	VMOVUPS 0(SI), Y0
+	VCMPPS  $0x00, Y15, Y0, Y1
+	VMOVUPS 0(DI), Y2
+	VANDNPS Y2, Y1, Y2
+	VMOVUPS Y2, 0(DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+	JNZ     zwz8
+	VZEROUPPER
+	RET

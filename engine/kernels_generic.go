@@ -20,3 +20,9 @@ func adamUpdate(p, m, v, g []float32, k *adamConsts) { adamPortable(p, m, v, g, 
 
 // anyNonFinite reports whether x holds a NaN or ±Inf.
 func anyNonFinite(x []float32) bool { return anyNonFinitePortable(x) }
+
+// relu is reluPortable.
+func relu(x []float32) { reluPortable(x) }
+
+// zeroWhereZero is zeroWhereZeroPortable.
+func zeroWhereZero(d, a []float32) { zeroWhereZeroPortable(d, a) }

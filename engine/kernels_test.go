@@ -302,9 +302,10 @@ func TestPropagateMatchesDot(t *testing.T) {
 	}
 }
 
-// TestReluMatchesBranch: relu's bits are those of "if x < 0 { x = 0 }" for
-// zeros of both signs, NaNs of both signs, infinities, subnormals and the
-// largest finite values, and random floats.
+// TestReluMatchesBranch: relu's bits (AVX2 and portable) are those of
+// "if x < 0 { x = 0 }" for zeros of both signs, NaNs of both signs,
+// infinities, subnormals and the largest finite values, and random floats;
+// zeroWhereZero's are those of "if a == 0 { d = 0 }".
 func TestReluMatchesBranch(t *testing.T) {
 	x := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), -float32(math.NaN()), float32(math.Inf(1)),
 		float32(math.Inf(-1)), math.Float32frombits(1), math.Float32frombits(0x80000001), math.MaxFloat32, -math.MaxFloat32,
@@ -313,15 +314,47 @@ func TestReluMatchesBranch(t *testing.T) {
 	for range 1000 {
 		x = append(x, math.Float32frombits(rng.Uint32()))
 	}
-	got := append([]float32(nil), x...)
-	relu(got)
-	for i, v := range x {
-		want := v
-		if v < 0 {
-			want = 0
+	for _, f := range []struct {
+		name string
+		fn   func([]float32)
+	}{{"relu", relu}, {"reluPortable", reluPortable}} {
+		for _, n := range []int{len(x), 1, 7, 8, 9, 130} { // around the vector blocks
+			got := append([]float32(nil), x[len(x)-n:]...)
+			f.fn(got)
+			for i, v := range x[len(x)-n:] {
+				want := v
+				if v < 0 {
+					want = 0
+				}
+				if math.Float32bits(got[i]) != math.Float32bits(want) {
+					t.Fatalf("%s, %d elements: %v = %#x gives %#x, want %#x", f.name, n, v, math.Float32bits(v), math.Float32bits(got[i]), math.Float32bits(want))
+				}
+			}
 		}
-		if math.Float32bits(got[i]) != math.Float32bits(want) {
-			t.Fatalf("relu(%v = %#x) = %#x, want %#x", v, math.Float32bits(v), math.Float32bits(got[i]), math.Float32bits(want))
+	}
+	// Zeroing where another vector is zero: d is kept where a is nonzero
+	// or NaN, +0 where a is ±0.
+	for _, f := range []struct {
+		name string
+		fn   func(d, a []float32)
+	}{{"zeroWhereZero", zeroWhereZero}, {"zeroWhereZeroPortable", zeroWhereZeroPortable}} {
+		for _, n := range []int{len(x), 1, 7, 8, 9, 130} {
+			a := x[len(x)-n:]
+			d := make([]float32, n)
+			for i := range d {
+				d[i] = math.Float32frombits(rng.Uint32())
+			}
+			got := append([]float32(nil), d...)
+			f.fn(got, a)
+			for i := range d {
+				want := d[i]
+				if a[i] == 0 {
+					want = 0
+				}
+				if math.Float32bits(got[i]) != math.Float32bits(want) {
+					t.Fatalf("%s, %d elements: a %#x, d %#x gives %#x, want %#x", f.name, n, math.Float32bits(a[i]), math.Float32bits(d[i]), math.Float32bits(got[i]), math.Float32bits(want))
+				}
+			}
 		}
 	}
 }

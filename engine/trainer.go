@@ -551,11 +551,12 @@ func forward(layers []layer, acts [][]float32, rows int, lists []rowLists, liste
 	}
 }
 
-// relu sets every x < 0 to +0, leaving ±0, NaN and the rest as they are
-// (what "if x < 0 { x = 0 }" does), without a branch on the data: about
-// half the pre-activations are negative, at random, and the branch
-// mispredicted that often.
-func relu(x []float32) {
+// reluPortable sets every x < 0 to +0, leaving ±0, NaN and the rest as
+// they are (what "if x < 0 { x = 0 }" does), without a branch on the
+// data: about half the pre-activations are negative, at random, and the
+// branch mispredicted that often. relu (kernels_*.go) runs it or a vector
+// kernel with the same bits.
+func reluPortable(x []float32) {
 	for j, v := range x {
 		b := math.Float32bits(v)
 		mag := b & 0x7fffffff
@@ -650,14 +651,21 @@ func propagate(da, a, dz, w, wT []float32, outs []int32, in, out int) {
 		ar, dr := a[i*in:(i+1)*in], da[i*in:(i+1)*in]
 		clear(dr)
 		axpyRows(dr, wT, in, outs, dz[i*out:(i+1)*out])
-		ar = ar[:len(dr)]
-		for k, x := range ar {
-			// Without a branch (ReLU zeroes about half the inputs, at
-			// random): keep dr[k]'s bits unless x is ±0.
-			nz := math.Float32bits(x) & 0x7fffffff
-			keep := uint32(int32(nz|-nz) >> 31)
-			dr[k] = math.Float32frombits(math.Float32bits(dr[k]) & keep)
-		}
+		zeroWhereZero(dr, ar)
+	}
+}
+
+// zeroWhereZeroPortable sets d[k] = +0 where a[k] is ±0 (a NaN counts as
+// nonzero), without a branch (ReLU zeroes about half the inputs, at
+// random): d[k]'s bits are kept under a mask made from a[k]'s.
+// zeroWhereZero (kernels_*.go) runs it or a vector kernel with the same
+// bits.
+func zeroWhereZeroPortable(d, a []float32) {
+	a = a[:len(d)]
+	for k, x := range a {
+		nz := math.Float32bits(x) & 0x7fffffff
+		keep := uint32(int32(nz|-nz) >> 31)
+		d[k] = math.Float32frombits(math.Float32bits(d[k]) & keep)
 	}
 }
 
