@@ -4,6 +4,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 
 	"golang.org/x/sys/cpu"
 )
@@ -19,13 +20,16 @@ func axpyAVX2(y, x *float32, a float32, n int)
 
 // axpyRows64AVX2 and axpyRows8AVX2 add vals[t]·m[idx[t]·stride:][:64]
 // (or [:8]) to y[:64] (or [:8]) for t < k, in order, with y held in
-// registers throughout (kernels_amd64.s); k > 0, every listed row in m.
+// registers throughout (kernels_amd64.s); k > 0. Each listed row is
+// checked against 0..last (last ≥ 0: the last row whose 64 or 8 columns
+// lie in m) as it is reached; at the first outside, they return false
+// and leave y as it was.
 //
 //go:noescape
-func axpyRows64AVX2(y, m *float32, stride int, idx *int32, vals *float32, k int)
+func axpyRows64AVX2(y, m *float32, stride int, idx *int32, vals *float32, k, last int) bool
 
 //go:noescape
-func axpyRows8AVX2(y, m *float32, stride int, idx *int32, vals *float32, k int)
+func axpyRows8AVX2(y, m *float32, stride int, idx *int32, vals *float32, k, last int) bool
 
 // axpyRows adds vals[t]·m[idx[t]·stride:][:len(y)] to y for t = 0, 1, …
 // in order (axpyRowsPortable): where the CPU has AVX2, 64 and then 8
@@ -40,22 +44,26 @@ func axpyRows(y, m []float32, stride int, idx []int32, vals []float32) {
 	}
 	c := 0
 	if hasAVX2 && n >= 8 {
-		// The kernels index m without bounds checks: check the rows here.
-		last := int32(0)
-		for _, j := range idx {
-			last = max(last, j)
-			if j < 0 {
-				panic(fmt.Sprintf("engine: axpyRows: row %d", j))
+		// The kernels check each row against the last whose block of
+		// columns lies in m as they reach it (no pass over idx here).
+		lastRow := func(width int) int {
+			switch {
+			case stride < 0 || len(m) < c+width:
+				return -1
+			case stride == 0: // every row is m's first
+				return math.MaxInt32
 			}
-		}
-		if int(last)*stride+n > len(m) {
-			panic(fmt.Sprintf("engine: axpyRows: row %d of stride %d past %d elements", last, stride, len(m)))
+			return (len(m) - c - width) / stride
 		}
 		for ; c+64 <= n; c += 64 {
-			axpyRows64AVX2(&y[c], &m[c], stride, &idx[0], &vals[0], k)
+			if last := lastRow(64); last < 0 || !axpyRows64AVX2(&y[c], &m[c], stride, &idx[0], &vals[0], k, last) {
+				badRow(m, stride, idx, c+64)
+			}
 		}
 		for ; c+8 <= n; c += 8 {
-			axpyRows8AVX2(&y[c], &m[c], stride, &idx[0], &vals[0], k)
+			if last := lastRow(8); last < 0 || !axpyRows8AVX2(&y[c], &m[c], stride, &idx[0], &vals[0], k, last) {
+				badRow(m, stride, idx, c+8)
+			}
 		}
 		if c == n {
 			return
@@ -73,6 +81,17 @@ func axpyRows(y, m []float32, stride int, idx []int32, vals []float32) {
 		return
 	}
 	axpyRowsPortable(y[c:], m[c:], stride, idx, vals)
+}
+
+// badRow panics naming the first row of idx whose columns up to end lie
+// outside m (a caller's bug: the kernels refused to read it).
+func badRow(m []float32, stride int, idx []int32, end int) {
+	for _, j := range idx {
+		if j < 0 || int(j)*stride+end > len(m) {
+			panic(fmt.Sprintf("engine: axpyRows: row %d of stride %d past %d elements", j, stride, len(m)))
+		}
+	}
+	panic(fmt.Sprintf("engine: axpyRows: stride %d, %d elements", stride, len(m)))
 }
 
 // listNonzeroAVX2 lists the nonzero elements of x[:n] (n > 0, a multiple

@@ -156,12 +156,14 @@ nfdone:
 	VZEROUPPER
 	RET
 
-// func axpyRows64AVX2(y, m *float32, stride int, idx *int32, vals *float32, k int)
+// func axpyRows64AVX2(y, m *float32, stride int, idx *int32, vals *float32, k, last int) bool
 //
 // For t < k: y[0:64] += vals[t] * m[idx[t]*stride : +64], VMULPS then
 // VADDPS (product first, as axpyAVX2), with y in Y0..Y7 from the first
-// row to the last. k > 0.
-TEXT ·axpyRows64AVX2(SB), NOSPLIT, $0-48
+// row to the last. k > 0, last ≥ 0. Every row is checked before it is
+// read: a row outside 0..last (an unsigned compare of the sign-extended
+// index) returns false with y untouched; else true.
+TEXT ·axpyRows64AVX2(SB), NOSPLIT, $0-57
 	MOVQ    y+0(FP), DI
 	MOVQ    m+8(FP), SI
 	MOVQ    stride+16(FP), R8
@@ -169,6 +171,7 @@ TEXT ·axpyRows64AVX2(SB), NOSPLIT, $0-48
 	MOVQ    idx+24(FP), R9
 	MOVQ    vals+32(FP), R10
 	MOVQ    k+40(FP), CX
+	MOVQ    last+48(FP), R11
 	VMOVUPS 0(DI), Y0
 	VMOVUPS 32(DI), Y1
 	VMOVUPS 64(DI), Y2
@@ -180,6 +183,8 @@ TEXT ·axpyRows64AVX2(SB), NOSPLIT, $0-48
 
 rows64:
 	MOVLQSX      (R9), AX
+	CMPQ         AX, R11
+	JA           bad64
 	IMULQ        R8, AX
 	ADDQ         SI, AX
 	VBROADCASTSS (R10), Y15
@@ -213,12 +218,18 @@ rows64:
 	VMOVUPS Y6, 192(DI)
 	VMOVUPS Y7, 224(DI)
 	VZEROUPPER
+	MOVB    $1, ret+56(FP)
 	RET
 
-// func axpyRows8AVX2(y, m *float32, stride int, idx *int32, vals *float32, k int)
+bad64:
+	VZEROUPPER
+	MOVB $0, ret+56(FP)
+	RET
+
+// func axpyRows8AVX2(y, m *float32, stride int, idx *int32, vals *float32, k, last int) bool
 //
 // axpyRows64AVX2 for y[0:8].
-TEXT ·axpyRows8AVX2(SB), NOSPLIT, $0-48
+TEXT ·axpyRows8AVX2(SB), NOSPLIT, $0-57
 	MOVQ    y+0(FP), DI
 	MOVQ    m+8(FP), SI
 	MOVQ    stride+16(FP), R8
@@ -226,10 +237,13 @@ TEXT ·axpyRows8AVX2(SB), NOSPLIT, $0-48
 	MOVQ    idx+24(FP), R9
 	MOVQ    vals+32(FP), R10
 	MOVQ    k+40(FP), CX
+	MOVQ    last+48(FP), R11
 	VMOVUPS 0(DI), Y0
 
 rows8:
 	MOVLQSX      (R9), AX
+	CMPQ         AX, R11
+	JA           bad8
 	IMULQ        R8, AX
 	ADDQ         SI, AX
 	VBROADCASTSS (R10), Y15
@@ -242,6 +256,12 @@ rows8:
 
 	VMOVUPS Y0, 0(DI)
 	VZEROUPPER
+	MOVB    $1, ret+56(FP)
+	RET
+
+bad8:
+	VZEROUPPER
+	MOVB $0, ret+56(FP)
 	RET
 
 // func listNonzeroAVX2(x *float32, n int, idx *int32, val *float32, pack *[256][8]int32) int

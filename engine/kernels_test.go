@@ -76,13 +76,38 @@ func TestAxpyRowsMatchesPortable(t *testing.T) {
 			}
 		}
 	}
-	// A row past m is refused, not read.
-	defer func() {
-		if recover() == nil {
-			t.Error("a row past the matrix was read")
+	// A row outside m is refused, not read, wherever it is in the list
+	// and whichever kernel meets it; y is left alone.
+	for _, tc := range []struct {
+		n, stride, mlen int
+		idx             []int32
+	}{
+		{8, 8, 16, []int32{2}},
+		{8, 8, 16, []int32{-1}},
+		{10, 10, 40, []int32{0, 4, 1}},  // 8-column kernel
+		{128, 128, 512, []int32{1, 4}},  // 64-column kernel, second row
+		{130, 130, 520, []int32{0, -7}}, // negative, after a good row
+		{64, 64, 127, []int32{0, 1}},    // the second row's block is cut short
+		{72, 0, 71, []int32{0}},         // stride 0: m shorter than y
+	} {
+		y := make([]float32, tc.n)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%+v: a row outside the matrix was read", tc)
+				}
+			}()
+			axpyRows(y, make([]float32, tc.mlen), tc.stride, tc.idx, make([]float32, len(tc.idx)))
+		}()
+	}
+	// Stride 0 repeats m's first row.
+	y, m := make([]float32, 16), kernelValues(r, 16)
+	axpyRows(y, m, 0, []int32{0, 5}, []float32{1, 1})
+	for i := range y {
+		if want := (0 + m[i]) + m[i]; math.Float32bits(y[i]) != math.Float32bits(want) {
+			t.Fatalf("stride 0: y[%d] = %v, want %v", i, y[i], want)
 		}
-	}()
-	axpyRows(make([]float32, 8), make([]float32, 16), 8, []int32{2}, []float32{1})
+	}
 }
 
 // TestListNonzeroMatchesPortable: listNonzero (eight at a time with
