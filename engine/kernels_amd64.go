@@ -233,3 +233,17 @@ func zeroWhereZero(d, a []float32) {
 	}
 	zeroWhereZeroPortable(d[v:], a[v:])
 }
+
+// prefetchLines hints every cache line of x[:n] into the caches (SSE)
+// (kernels_amd64.s); n > 0. It reads nothing.
+//
+//go:noescape
+func prefetchLines(x *float32, n int)
+
+// prefetch hints x's cache lines into the caches: loadBatch asks for the
+// next dataset row while it lists the current one.
+func prefetch(x []float32) {
+	if len(x) > 0 {
+		prefetchLines(&x[0], len(x))
+	}
+}

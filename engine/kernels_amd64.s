@@ -348,3 +348,19 @@ zwz8:
 	JNZ     zwz8
 	VZEROUPPER
 	RET
+
+// func prefetchLines(x *float32, n int)
+//
+// PREFETCHT0 every 64-byte line of x[:n] (n > 0): a hint, no loads.
+TEXT ·prefetchLines(SB), NOSPLIT, $0-16
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	SHLQ $2, CX
+	ADDQ SI, CX
+
+pf:
+	PREFETCHT0 (SI)
+	ADDQ       $64, SI
+	CMPQ       SI, CX
+	JB         pf
+	RET

@@ -26,3 +26,6 @@ func relu(x []float32) { reluPortable(x) }
 
 // zeroWhereZero is zeroWhereZeroPortable.
 func zeroWhereZero(d, a []float32) { zeroWhereZeroPortable(d, a) }
+
+// prefetch does nothing without the assembly kernels.
+func prefetch([]float32) {}

@@ -383,3 +383,16 @@ func TestReluMatchesBranch(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefetchIsOnlyAHint: prefetching any length, aligned or not, from a
+// slice's start up to its end changes nothing.
+func TestPrefetchIsOnlyAHint(t *testing.T) {
+	x := kernelValues(rand.New(rand.NewPCG(7, 7)), 1000)
+	want := append([]float32(nil), x...)
+	for _, n := range []int{0, 1, 15, 16, 17, 784, 999} {
+		for _, off := range []int{0, 1} {
+			prefetch(x[off : off+n])
+		}
+	}
+	sameBits(t, "x", x, want)
+}

@@ -419,7 +419,14 @@ func anyNonFinitePortable(x []float32) bool {
 func (t *Trainer) loadBatch(s int64) {
 	dim := t.train.Dim
 	l0 := &t.lists[0]
-	for i, idx := range t.batchIndices(s) {
+	rows := t.batchIndices(s)
+	for i, idx := range rows {
+		// The rows lie at random in the dataset (188 MB for MNIST): ask
+		// for the next one while this one is listed.
+		if i+1 < len(rows) {
+			next := int(rows[i+1]) * dim
+			prefetch(t.train.X[next : next+dim])
+		}
 		ri, rv := l0.slot(i)
 		l0.n[i] = int32(listNonzero(t.train.X[int(idx)*dim:(int(idx)+1)*dim], ri, rv))
 		t.yb[i] = t.train.Y[idx]
