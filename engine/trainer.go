@@ -521,9 +521,17 @@ func softmaxExps(z []float32, exps []float64) (mx float32, sum float64) {
 		}
 	}
 	exps = exps[:len(z)]
-	for j, v := range z {
-		e := expNonPos(float64(v - mx))
-		exps[j] = e
+	j := 0
+	for ; j+4 <= len(z); j += 4 {
+		// Four independent exponentials at once: expNonPos is a chain of
+		// 24 dependent operations, and one at a time waits on each.
+		zz, ee := z[j:j+4:j+4], exps[j:j+4:j+4]
+		ee[0], ee[1], ee[2], ee[3] = expNonPos4(float64(zz[0]-mx), float64(zz[1]-mx), float64(zz[2]-mx), float64(zz[3]-mx))
+	}
+	for ; j < len(z); j++ {
+		exps[j] = expNonPos(float64(z[j] - mx))
+	}
+	for _, e := range exps {
 		sum += e
 	}
 	return mx, sum
@@ -857,6 +865,42 @@ func expNonPos(x float64) float64 {
 		p = float64(p*r) + c
 	}
 	return p * math.Float64frombits(uint64(int64(k)+1023)<<52)
+}
+
+// expNonPos4 is expNonPos of four arguments, its operations interleaved
+// so that the four dependency chains overlap: each result has expNonPos's
+// bits.
+func expNonPos4(x0, x1, x2, x3 float64) (e0, e1, e2, e3 float64) {
+	const (
+		ln2Hi = 6.93147180369123816490e-01
+		ln2Lo = 1.90821492927058770002e-10
+		log2e = 1.44269504088896338700e+00
+	)
+	for _, x := range [...]float64{x0, x1, x2, x3} {
+		if x != x || x < -700 || x > 700 {
+			return expNonPos(x0), expNonPos(x1), expNonPos(x2), expNonPos(x3)
+		}
+	}
+	k0 := math.Floor(float64(x0*log2e) + 0.5)
+	k1 := math.Floor(float64(x1*log2e) + 0.5)
+	k2 := math.Floor(float64(x2*log2e) + 0.5)
+	k3 := math.Floor(float64(x3*log2e) + 0.5)
+	r0 := float64(float64(x0-float64(k0*ln2Hi)) - float64(k0*ln2Lo))
+	r1 := float64(float64(x1-float64(k1*ln2Hi)) - float64(k1*ln2Lo))
+	r2 := float64(float64(x2-float64(k2*ln2Hi)) - float64(k2*ln2Lo))
+	r3 := float64(float64(x3-float64(k3*ln2Hi)) - float64(k3*ln2Lo))
+	p0, p1, p2, p3 := 1.0/479001600, 1.0/479001600, 1.0/479001600, 1.0/479001600
+	for _, c := range [...]float64{
+		1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
+		1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1, 1,
+	} {
+		p0 = float64(p0*r0) + c
+		p1 = float64(p1*r1) + c
+		p2 = float64(p2*r2) + c
+		p3 = float64(p3*r3) + c
+	}
+	return p0 * math.Float64frombits(uint64(int64(k0)+1023)<<52), p1 * math.Float64frombits(uint64(int64(k1)+1023)<<52),
+		p2 * math.Float64frombits(uint64(int64(k2)+1023)<<52), p3 * math.Float64frombits(uint64(int64(k3)+1023)<<52)
 }
 
 // Evaluate returns the classification accuracy and mean cross-entropy loss

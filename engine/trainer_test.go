@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -415,6 +416,27 @@ func TestEvaluate(t *testing.T) {
 	}
 	if _, _, err := tr.EvaluateErr(synthDataset(5, 10, 10, 4)); err == nil || !strings.Contains(err.Error(), "4 classes") {
 		t.Errorf("EvaluateErr on a mismatched dataset: %v", err)
+	}
+}
+
+// TestExpNonPos4: the interleaved four-at-a-time exponential has
+// expNonPos's bits for every argument, special ones included (a special
+// argument anywhere sends all four the scalar way).
+func TestExpNonPos4(t *testing.T) {
+	xs := []float64{0, -1e-12, -0.1, -0.3465, -0.5, -1, -2.5, -10, -87.3, -103, -400, -699, -700, -701, -800, 699, 800,
+		math.NaN(), math.Inf(-1), math.Inf(1), math.Copysign(0, -1), -5e-324}
+	rng := rand.New(rand.NewPCG(4, 4))
+	for range 2000 {
+		xs = append(xs, -rng.ExpFloat64()*20)
+	}
+	for i := 0; i+4 <= len(xs); i++ {
+		got := [4]float64{}
+		got[0], got[1], got[2], got[3] = expNonPos4(xs[i], xs[i+1], xs[i+2], xs[i+3])
+		for j, g := range got {
+			if want := expNonPos(xs[i+j]); math.Float64bits(g) != math.Float64bits(want) {
+				t.Fatalf("expNonPos4 lane %d of %v: %v (%#x), want %v (%#x)", j, xs[i:i+4], g, math.Float64bits(g), want, math.Float64bits(want))
+			}
+		}
 	}
 }
 
