@@ -77,7 +77,7 @@ type Trainer struct {
 	floorValid bool
 
 	// Step scratch, allocated once.
-	acts   [][]float32 // acts[0] is the input batch; acts[l] the output of layer l.
+	acts   [][]float32 // acts[l] is the output of layer l; acts[0] stays unused (lists[0] holds the input batch)
 	deltas [][]float32 // deltas[l] is dLoss/d(pre-activation of acts[l]), l >= 1.
 	yb     []uint8
 	exps   []float64
@@ -631,8 +631,8 @@ func (t *Trainer) backward(rows int) {
 		t.reached(wOff + ly.in*ly.out)
 		// Input k's weight row sums x[i][k]·d[i] over the rows i in order,
 		// exactly as a row-by-row accumulation would; the nonzero inputs
-		// are gathered by input first (one pass over a in memory order
-		// instead of a column walk per input).
+		// listed per row (by loadBatch or forward) are grouped by input
+		// first.
 		nz := t.nz.gather(&t.lists[l], rows, ly.in)
 		for k := ly.in - 1; k >= 0; k-- {
 			lo, n := k*nz.rows, int(nz.count[k])
@@ -650,12 +650,13 @@ func (t *Trainer) backward(rows int) {
 // propagate sets da (rows of in) to the deltas of a layer's inputs: row i,
 // input k gets dot(dz[i], w[k]) (the outputs in order from a zero sum,
 // multiply then add), or 0 where the input activation a was clamped to 0
-// by ReLU (a NaN input counts as nonzero, as x == 0 would say). With w transposed into wT (out rows of in), axpyRows computes
-// a row's deltas for every input at once, each input's terms added in the
-// same order from the same zero, so the bits are dot's: one pass over wT
-// per row, many inputs in registers, instead of one short scalar dot per
-// input (the default model's last layer: 4096 dots of 10 per step). outs
-// lists 0..out-1.
+// by ReLU (a NaN input counts as nonzero, as x == 0 would say). With w
+// transposed into wT (out rows of in), axpyRows computes a row's deltas
+// for every input at once, each input's terms added in the same order
+// from the same zero, so the bits are dot's: one pass over wT per row,
+// many inputs in registers, instead of one short scalar dot per input
+// (the default model's last layer: 4096 dots of 10 per step). outs lists
+// 0..out-1.
 func propagate(da, a, dz, w, wT []float32, outs []int32, in, out int) {
 	for k := 0; k < in; k++ {
 		for j, v := range w[k*out : (k+1)*out] {
