@@ -95,6 +95,11 @@ type StrategyBenchCandidate struct {
 	// call before its peers arrive), which on a loaded host is most of it.
 	PredictedCommUs []float64 `json:"predicted_comm_us,omitempty"`
 	MeasuredCommUs  []float64 `json:"measured_comm_us,omitempty"`
+	// Straggle and Oversubscription are the plan's factors on an
+	// undisturbed rank's computation (spec.StrategyCandidate), per
+	// repetition.
+	Straggle         []float64 `json:"straggle,omitempty"`
+	Oversubscription []float64 `json:"oversubscription,omitempty"`
 	// Medians over the repetitions, and measured over predicted.
 	PredictedMedian     float64 `json:"predicted_median"`
 	MeasuredMedian      float64 `json:"measured_median"`
@@ -169,6 +174,8 @@ func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (Strateg
 			if c.Ranks >= 1 && c.Ranks <= o.nodes && c.StepSeconds > 0 {
 				k := &out.Candidates[c.Ranks-1]
 				k.Predicted = append(k.Predicted, 1/c.StepSeconds)
+				k.Straggle = append(k.Straggle, c.Straggle)
+				k.Oversubscription = append(k.Oversubscription, c.Oversubscription)
 				if c.Ranks > 1 {
 					k.PredictedCommUs = append(k.PredictedCommUs, 1e6*c.CommSeconds)
 				}

@@ -32,6 +32,9 @@ func TestBenchStrategyJSON(t *testing.T) {
 		if c.Ranks > 1 {
 			wantComm = 1
 		}
+		if len(c.Straggle) != 1 || len(c.Oversubscription) != 1 || !(c.Oversubscription[0] >= 1) {
+			t.Errorf("%d rank(s): straggle %v, oversubscription %v: want one factor each per repetition", c.Ranks, c.Straggle, c.Oversubscription)
+		}
 		if len(c.PredictedCommUs) != wantComm || len(c.MeasuredCommUs) != wantComm {
 			t.Errorf("%d rank(s): allreduce µs per step predicted %v, measured %v", c.Ranks, c.PredictedCommUs, c.MeasuredCommUs)
 		} else if wantComm == 1 {
