@@ -555,9 +555,9 @@ func forward(layers []layer, acts [][]float32, rows int, lists []rowLists, liste
 			// tests each input).
 			ri, rv := ls.slot(i)
 			if l > 0 || !listed0 {
-				ls.n[i%len(ls.n)] = int32(listNonzero(in[i*ly.in:(i+1)*ly.in], ri, rv))
+				ls.n[i] = int32(listNonzero(in[i*ly.in:(i+1)*ly.in], ri, rv))
 			}
-			k := ls.n[i%len(ls.n)]
+			k := ls.n[i]
 			axpyRows(o, ly.w, ly.out, ri[:k], rv[:k])
 			if l < last {
 				relu(o)
@@ -695,9 +695,8 @@ type columns struct {
 }
 
 // rowLists holds the nonzero inputs of one layer for the rows of a batch:
-// row i's (of the last len(n) rows: i mod len(n)) are the first n[i] of
-// its slot's indices and values. A slot is in+listSlack long, what
-// listNonzero may write.
+// row i's are the first n[i] of its slot's indices and values. A slot is
+// in+listSlack long, what listNonzero may write.
 type rowLists struct {
 	in  int
 	n   []int32
@@ -720,7 +719,7 @@ func newRowLists(sizes []int, rows int) []rowLists {
 // slot returns row i's index and value buffers.
 func (r *rowLists) slot(i int) ([]int32, []float32) {
 	w := r.in + listSlack
-	lo := (i % len(r.n)) * w
+	lo := i * w
 	return r.idx[lo : lo+w : lo+w], r.val[lo : lo+w : lo+w]
 }
 
@@ -932,7 +931,7 @@ func (t *Trainer) evaluate(ds *Dataset) (accuracy, loss float64, err error) {
 	}
 	const chunk = 256
 	acts := allocActs(t.sizes, chunk)
-	lists := newRowLists(t.sizes, 1) // one row's lists at a time
+	lists := newRowLists(t.sizes, chunk)
 	exps := make([]float64, ds.Classes)
 	classes := ds.Classes
 	var correct int
