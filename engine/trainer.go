@@ -840,11 +840,6 @@ func powInt(b float64, n int64) float64 {
 // computed with plain IEEE operations so it is bit-identical on every
 // platform. Relative error is below 1e-13, far below float32 resolution.
 func expNonPos(x float64) float64 {
-	const (
-		ln2Hi = 6.93147180369123816490e-01
-		ln2Lo = 1.90821492927058770002e-10
-		log2e = 1.44269504088896338700e+00
-	)
 	switch {
 	case x != x:
 		return x
@@ -853,54 +848,58 @@ func expNonPos(x float64) float64 {
 	case x > 700:
 		return math.Inf(1)
 	}
-	k := math.Floor(float64(x*log2e) + 0.5)
-	r := float64(x - float64(k*ln2Hi))
-	r = float64(r - float64(k*ln2Lo))
-	// Taylor series of e**r for |r| <= ln2/2, Horner form, degree 12.
-	p := 1.0 / 479001600
-	for _, c := range [...]float64{
-		1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
-		1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1, 1,
-	} {
+	k, r := expReduce(x)
+	p := expTaylor[0]
+	for _, c := range expTaylor[1:] {
 		p = float64(p*r) + c
 	}
-	return p * math.Float64frombits(uint64(int64(k)+1023)<<52)
+	return expScale(p, k)
 }
 
-// expNonPos4 is expNonPos of four arguments, its operations interleaved
-// so that the four dependency chains overlap: each result has expNonPos's
-// bits.
-func expNonPos4(x0, x1, x2, x3 float64) (e0, e1, e2, e3 float64) {
+// expTaylor holds the Taylor coefficients of e**r for |r| <= ln2/2,
+// degree 12 down to 0 (Horner form).
+var expTaylor = [...]float64{
+	1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
+	1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1, 1,
+}
+
+// expReduce splits x into k·ln2 + r with integral k and |r| <= ln2/2 (ln2
+// in two parts, so r keeps the bits k·ln2 would round away).
+func expReduce(x float64) (k, r float64) {
 	const (
 		ln2Hi = 6.93147180369123816490e-01
 		ln2Lo = 1.90821492927058770002e-10
 		log2e = 1.44269504088896338700e+00
 	)
+	k = math.Floor(float64(x*log2e) + 0.5)
+	r = float64(x - float64(k*ln2Hi))
+	return k, float64(r - float64(k*ln2Lo))
+}
+
+// expScale returns p·2**k.
+func expScale(p, k float64) float64 { return p * math.Float64frombits(uint64(int64(k)+1023)<<52) }
+
+// expNonPos4 is expNonPos of four arguments, its Horner steps interleaved
+// so that the four dependency chains overlap: each result has expNonPos's
+// bits.
+func expNonPos4(x0, x1, x2, x3 float64) (e0, e1, e2, e3 float64) {
 	for _, x := range [...]float64{x0, x1, x2, x3} {
 		if x != x || x < -700 || x > 700 {
 			return expNonPos(x0), expNonPos(x1), expNonPos(x2), expNonPos(x3)
 		}
 	}
-	k0 := math.Floor(float64(x0*log2e) + 0.5)
-	k1 := math.Floor(float64(x1*log2e) + 0.5)
-	k2 := math.Floor(float64(x2*log2e) + 0.5)
-	k3 := math.Floor(float64(x3*log2e) + 0.5)
-	r0 := float64(float64(x0-float64(k0*ln2Hi)) - float64(k0*ln2Lo))
-	r1 := float64(float64(x1-float64(k1*ln2Hi)) - float64(k1*ln2Lo))
-	r2 := float64(float64(x2-float64(k2*ln2Hi)) - float64(k2*ln2Lo))
-	r3 := float64(float64(x3-float64(k3*ln2Hi)) - float64(k3*ln2Lo))
-	p0, p1, p2, p3 := 1.0/479001600, 1.0/479001600, 1.0/479001600, 1.0/479001600
-	for _, c := range [...]float64{
-		1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
-		1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1, 1,
-	} {
+	k0, r0 := expReduce(x0)
+	k1, r1 := expReduce(x1)
+	k2, r2 := expReduce(x2)
+	k3, r3 := expReduce(x3)
+	p0, p1, p2, p3 := expTaylor[0], expTaylor[0], expTaylor[0], expTaylor[0]
+	for _, c := range expTaylor[1:] {
 		p0 = float64(p0*r0) + c
 		p1 = float64(p1*r1) + c
 		p2 = float64(p2*r2) + c
 		p3 = float64(p3*r3) + c
 	}
-	return p0 * math.Float64frombits(uint64(int64(k0)+1023)<<52), p1 * math.Float64frombits(uint64(int64(k1)+1023)<<52),
-		p2 * math.Float64frombits(uint64(int64(k2)+1023)<<52), p3 * math.Float64frombits(uint64(int64(k3)+1023)<<52)
+	return expScale(p0, k0), expScale(p1, k1), expScale(p2, k2), expScale(p3, k3)
 }
 
 // Evaluate returns the classification accuracy and mean cross-entropy loss
