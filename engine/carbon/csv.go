@@ -262,7 +262,7 @@ func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, er
 		return tc, vc, zc, opts.Zone, nil
 	}
 	// Plain form: every column but the times and the series' labels
-	// (plainLabels) is a zone; --zone may still name any column.
+	// (plainLabel) is a zone; --zone may still name any column.
 	var zones []string
 	only := -1
 	for i, name := range h {
