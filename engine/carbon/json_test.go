@@ -95,7 +95,7 @@ func TestReadCarbonAwareForecastsErrors(t *testing.T) {
 		{"duration mismatch", `[{"location":"x","forecastData":[{"timestamp":"2022-07-19T18:45:00Z","duration":10,"value":1},{"timestamp":"2022-07-19T18:50:00Z","duration":10,"value":1}]}]`, ErrIrregular, "forecastData[0].duration"},
 		{"null value", `[{"location":"x","forecastData":[{"timestamp":"2022-07-19T18:45:00Z","duration":5}]}]`, ErrBadValue, "[0].forecastData[0]"},
 		{"bad time", `[{"location":"x","forecastData":[{"timestamp":"soon","value":1}]}]`, ErrBadTime, "[0].forecastData[0].timestamp"},
-		{"out of order", `[{"location":"x","forecastData":[{"timestamp":"2022-07-19T18:50:00Z","value":1},{"timestamp":"2022-07-19T18:45:00Z","value":1}]}]`, ErrIrregular, "forecastData[1]"},
+		{"out of order", `[{"location":"x","forecastData":[{"timestamp":"2022-07-19T18:50:00Z","value":1},{"timestamp":"2022-07-19T18:45:00Z","value":1},{"timestamp":"2022-07-19T18:55:00Z","value":1}]}]`, ErrIrregular, "forecastData[1]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -181,7 +181,23 @@ type point struct {
 	missing bool // a timestamp without a reading (an empty cell, a null)
 }
 
-// buildSeries turns time-ordered points into a regular Series: it infers
+// newestFirst reports whether every point is strictly older than the one
+// before it, as in exports and API answers that list the latest reading
+// first. Any other disorder is left for buildSeries to refuse.
+func newestFirst(pts []point) bool {
+	if len(pts) < 2 {
+		return false
+	}
+	for i := 1; i < len(pts); i++ {
+		if !pts[i].t.Before(pts[i-1].t) {
+			return false
+		}
+	}
+	return true
+}
+
+// buildSeries turns time-ordered points (oldest first, or all newest
+// first) into a regular Series: it infers
 // the step as the smallest positive spacing, checks that every spacing is a
 // whole number of steps, fills gaps of at most maxGap missing steps (an
 // options value, see maxGapSteps) linearly and refuses longer ones with a
@@ -198,6 +214,10 @@ func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 	}
 	if readings < 2 {
 		return nil, fmt.Errorf("%w: need at least 2 readings to infer the step, got %d", ErrIrregular, readings)
+	}
+	if newestFirst(pts) {
+		pts = slices.Clone(pts)
+		slices.Reverse(pts)
 	}
 	var step time.Duration
 	for i := 1; i < len(pts); i++ {
