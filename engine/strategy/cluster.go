@@ -1,6 +1,7 @@
 package strategy
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -61,7 +62,7 @@ func AscendA2Profiles() []string {
 // profile returns a built-in device; ok is false for an unknown name.
 // Sources: /work/shared/reference/strategy.md §4 and ascend_and_compute.md.
 func profile(name string) (Device, bool) {
-	switch strings.ToLower(name) {
+	switch canonicalProfile(name) {
 	case ProfileAscend910A:
 		// 256 TFLOPS FP16 (Huawei launch), 32 GB HBM (ModelArts "Ascend-910(32GB)");
 		// HBM bandwidth is unverified: 4 HBM2 stacks, ~1.2 TB/s.
@@ -93,6 +94,37 @@ func profile(name string) (Device, bool) {
 	return Device{}, false
 }
 
+// canonicalProfile lower-cases name, spells spaces and underscores as
+// hyphens and resolves the short names people write for a device.
+func canonicalProfile(name string) string {
+	n := strings.NewReplacer(" ", "-", "_", "-").Replace(strings.ToLower(strings.TrimSpace(name)))
+	// The 910B is missing on purpose: it is one of three profiles (see
+	// AscendA2Profiles) and unknownDevice says so.
+	switch n {
+	case "a100", "a100-80g", "a100-sxm", "a100-sxm4-80gb":
+		return ProfileA100
+	case "h100", "h100-80gb", "h100-sxm5":
+		return ProfileH100
+	case "h200", "h200-141gb":
+		return ProfileH200
+	case "910a", "ascend910a", "ascend-910", "ascend910":
+		return ProfileAscend910A
+	case "cpu", "local-cpu":
+		return ProfileLocalCPU
+	}
+	return n
+}
+
+// unknownDevice says why name is not a profile and which ones are.
+func unknownDevice(name string) string {
+	msg := fmt.Sprintf("unknown device %q (known: %s", name, strings.Join(Profiles(), ", "))
+	if strings.Contains(strings.ToLower(name), "910b") {
+		msg += fmt.Sprintf("; a 910B is one of %s: which of 910B1..B4 is which is not published, so pick one or evaluate all three",
+			strings.Join(AscendA2Profiles(), ", "))
+	}
+	return msg
+}
+
 // Profiles lists the built-in device profile names, sorted.
 func Profiles() []string {
 	out := []string{ProfileAscend910A, ProfileAtlasA2376T, ProfileAtlasA2313T, ProfileAtlasA2280T,
@@ -105,7 +137,7 @@ func Profiles() []string {
 func DeviceProfile(name string) (Device, error) {
 	d, ok := profile(name)
 	if !ok {
-		return Device{}, fmt.Errorf("unknown device %q (known: %s)", name, strings.Join(Profiles(), ", "))
+		return Device{}, errors.New(unknownDevice(name) + ")")
 	}
 	return d.withDefaults(), nil
 }
@@ -137,7 +169,7 @@ func (d *Device) UnmarshalYAML(node ast.Node) error {
 		p, ok := profile(n.Value)
 		if !ok {
 			return FieldError{Field: "device", Line: line,
-				Msg: fmt.Sprintf("unknown device %q (known: %s; or give peak_tflops, memory_gib, hbm_gbps inline)", n.Value, strings.Join(Profiles(), ", "))}
+				Msg: unknownDevice(n.Value) + "; or give peak_tflops, memory_gib, hbm_gbps inline)"}
 		}
 		*d = p
 		return nil
@@ -160,7 +192,7 @@ func (d *Device) UnmarshalYAML(node ast.Node) error {
 			p, ok := profile(in.Profile)
 			if !ok {
 				return FieldError{Field: "device.profile", Line: line,
-					Msg: fmt.Sprintf("unknown device %q (known: %s)", in.Profile, strings.Join(Profiles(), ", "))}
+					Msg: unknownDevice(in.Profile) + ")"}
 			}
 			out = p
 		}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -144,6 +145,36 @@ func TestParseCluster(t *testing.T) {
 	}
 }
 
+func TestDeviceAliases(t *testing.T) {
+	tests := []struct{ name, want string }{
+		{"a100-80gb", ProfileA100},
+		{"A100", ProfileA100},
+		{"a100_sxm", ProfileA100},
+		{"H100", ProfileH100},
+		{" h100 SXM5 ", ProfileH100},
+		{"H200", ProfileH200},
+		{"Ascend 910", ProfileAscend910A},
+		{"910a", ProfileAscend910A},
+		{"Atlas_A2_313T", ProfileAtlasA2313T},
+		{"cpu", ProfileLocalCPU},
+	}
+	for _, tc := range tests {
+		d, err := DeviceProfile(tc.name)
+		if err != nil || d.Name != tc.want {
+			t.Errorf("DeviceProfile(%q) = %q, %v; want %q", tc.name, d.Name, err, tc.want)
+		}
+		c, err := ParseCluster("c.yaml", []byte(strings.Replace(goodCluster, "a100-80gb", strconv.Quote(tc.name), 1)))
+		if err != nil || c.Device.Name != tc.want {
+			t.Errorf("device: %q parsed as %q, %v; want %q", tc.name, c.Device.Name, err, tc.want)
+		}
+	}
+	for _, name := range []string{"910b", "h100-pcie", "a10", ""} {
+		if d, err := DeviceProfile(name); err == nil {
+			t.Errorf("DeviceProfile(%q) = %q, want an error", name, d.Name)
+		}
+	}
+}
+
 func TestParseClusterErrors(t *testing.T) {
 	inline := "name: x\nnodes: 1\ndevices_per_node: 8\nintra_node_gbps: 100\ndevice:\n  peak_tflops: 100\n  memory_gib: 16\n"
 	tests := []struct {
@@ -158,6 +189,7 @@ func TestParseClusterErrors(t *testing.T) {
 		{"multi-node without inter", strings.Replace(goodCluster, "inter_node_gbps: 25\n", "", 1), "inter_node_gbps", 0, "out of range"},
 		{"inline missing hbm", inline, "device.hbm_gbps", 5, "out of range"},
 		{"inline unknown field", inline + "  flops: 3\n", "device.flops", 8, "unknown field"},
+		{"910B names no variant", strings.Replace(goodCluster, "a100-80gb", "Ascend 910B", 1), "device", 4, "a 910B is one of atlas-a2-376t, atlas-a2-313t, atlas-a2-280t"},
 		{"inline bad profile", strings.Replace(goodCluster, "device: a100-80gb", "device:\n  profile: nope", 1), "device.profile", 5, "unknown device"},
 		{"device list", strings.Replace(goodCluster, "device: a100-80gb", "device: [1, 2]", 1), "device", 4, "profile name or a mapping"},
 		{"missing device", strings.Replace(goodCluster, "device: a100-80gb\n", "", 1), "device", 0, "required"},
