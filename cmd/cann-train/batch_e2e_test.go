@@ -34,7 +34,7 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = metrics.Close(context.Background()) })
-	c, l, addr := startInProcessControlWith(ctx, t, dir, metrics.Handler, "node-1", "node-2", "node-3")
+	c, l, addr := startInProcessControlWith(ctx, t, dir, controlSetup{metrics: metrics.Handler}, "node-1", "node-2", "node-3")
 	// A budget the first priced chunk exceeds: the alert's metric too.
 	green := &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(time.Hour),
 		Work: spec.Duration(time.Minute), Batch: &spec.BatchControl{ThresholdG: 200}, BudgetG: 1e-3}

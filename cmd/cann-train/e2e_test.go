@@ -343,24 +343,33 @@ func waitRegistered(ctx context.Context, t *testing.T, c client.Client, n int) {
 // under dir/logs); it returns once they all registered. Cleanups stop all.
 func startInProcessControl(ctx context.Context, t *testing.T, dir string, nodes ...string) (c client.Client, l *dev.Launcher, addr string) {
 	t.Helper()
-	return startInProcessControlWith(ctx, t, dir, nil, nodes...)
+	return startInProcessControlWith(ctx, t, dir, controlSetup{}, nodes...)
 }
 
-// startInProcessControlWith is startInProcessControl whose control worker
-// reports its metrics to h.
-func startInProcessControlWith(ctx context.Context, t *testing.T, dir string, h client.MetricsHandler, nodes ...string) (c client.Client, l *dev.Launcher, addr string) {
+// controlSetup varies startInProcessControlWith.
+type controlSetup struct {
+	metrics       client.MetricsHandler // the control worker's metrics
+	checkpointURL string                // the node workers'; default file://<dir>/ckpt
+}
+
+// startInProcessControlWith is startInProcessControl set up by cs.
+func startInProcessControlWith(ctx context.Context, t *testing.T, dir string, cs controlSetup, nodes ...string) (c client.Client, l *dev.Launcher, addr string) {
 	t.Helper()
 	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop) // after the control worker's cleanup (LIFO)
-	c = controlInProcessWith(ctx, t, srv, h)
+	c = controlInProcessWith(ctx, t, srv, cs.metrics)
 	l = &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
 	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
+	ckpt := cs.checkpointURL
+	if ckpt == "" {
+		ckpt = "file://" + filepath.Join(dir, "ckpt")
+	}
 	for _, id := range nodes {
 		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),
-			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--log-level", "info",
+			"--checkpoint-url", ckpt, "--log-level", "info",
 			"--allow-fault-injection"); err != nil {
 			t.Fatal(err)
 		}

@@ -18,8 +18,9 @@ import (
 	"gocloud.dev/blob/memblob"
 )
 
-// backends runs f against a memblob and a temp-dir fileblob store, each
-// with direct access to the underlying bucket for tampering.
+// backends runs f against a memblob, a temp-dir fileblob and an s3blob
+// store (an S3 server on loopback, see s3Bucket), each with direct access
+// to the underlying bucket for tampering.
 func backends(t *testing.T, f func(t *testing.T, s *Store, b *blob.Bucket)) {
 	t.Run("memblob", func(t *testing.T) {
 		b := memblob.OpenBucket(nil)
@@ -28,6 +29,14 @@ func backends(t *testing.T, f func(t *testing.T, s *Store, b *blob.Bucket)) {
 	})
 	t.Run("fileblob", func(t *testing.T) {
 		b, err := fileblob.OpenBucket(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		f(t, New(b), b)
+	})
+	t.Run("s3blob", func(t *testing.T) {
+		b, err := blob.OpenBucket(t.Context(), s3Bucket(t))
 		if err != nil {
 			t.Fatal(err)
 		}
