@@ -233,10 +233,18 @@ func (r *run) acquire(ctx workflow.Context) error {
 // acquireNodes makes the run hold count nodes (at least minCount when
 // that is set: see AcquireRequest) and starts a new generation.
 func (r *run) acquireNodes(ctx workflow.Context, phase spec.Phase, count, minCount int) error {
+	// Say what the run waits for (status, dashboard, Web UI) unless the
+	// caller already did (a rescale).
+	prev := r.st.Status.Detail
+	if prev == "" {
+		r.st.Status.Detail = acquireDetail(count, minCount, workflow.Now(ctx), r.spec.NodeWait.D())
+	}
 	r.setPhase(ctx, phase)
 	var nodes []spec.Node
 	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: r.spec.NodeWait.D()}
-	if err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes); err != nil {
+	err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes)
+	r.st.Status.Detail = prev
+	if err != nil {
 		return fmt.Errorf("acquire nodes: %w", err)
 	}
 	r.st.Membership = spec.Membership{Generation: r.st.Membership.Generation + 1, Nodes: nodes}
@@ -249,6 +257,15 @@ func (r *run) acquireNodes(ctx workflow.Context, phase spec.Phase, count, minCou
 	}
 	r.setPhase(ctx, spec.PhaseTraining)
 	return nil
+}
+
+// acquireDetail says how many free nodes a run waits for and until when.
+func acquireDetail(count, minCount int, now time.Time, wait time.Duration) string {
+	want := fmt.Sprintf("%d free node(s)", count)
+	if minCount > 0 && minCount < count {
+		want = fmt.Sprintf("%d free node(s), or at least %d", count, minCount)
+	}
+	return fmt.Sprintf("waiting for %s until %s (node_wait %s)", want, now.Add(wait).UTC().Format("15:04:05 MST"), wait)
 }
 
 func (r *run) releaseNodes(ctx workflow.Context) {

@@ -1,0 +1,53 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+func TestAcquireDetail(t *testing.T) {
+	now := time.Date(2026, 12, 1, 6, 50, 0, 0, time.UTC)
+	tests := []struct {
+		count, min int
+		wait       time.Duration
+		want       string
+	}{
+		{3, 0, 2 * time.Minute, "waiting for 3 free node(s) until 06:52:00 UTC (node_wait 2m0s)"},
+		{3, 2, 30 * time.Second, "waiting for 3 free node(s), or at least 2 until 06:50:30 UTC (node_wait 30s)"},
+		{3, 3, time.Hour, "waiting for 3 free node(s) until 07:50:00 UTC (node_wait 1h0m0s)"},
+	}
+	for _, tc := range tests {
+		require.Equal(t, tc.want, acquireDetail(tc.count, tc.min, now, tc.wait))
+	}
+}
+
+// TestTrainingRunSaysWhatItWaitsFor: while the run waits for nodes its
+// status says for how many and until when; once it has them the detail is
+// gone.
+func TestTrainingRunSaysWhatItWaitsFor(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	var during spec.RunStatus
+	env.RegisterActivityWithOptions(func(ctx context.Context, id string, req spec.AcquireRequest) ([]spec.Node, error) {
+		v, err := env.QueryWorkflow(spec.QueryStatus)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&during))
+		return cl.acquire(ctx, id, req)
+	}, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 100, ChunkSteps: 100, NodeWait: spec.Duration(90 * time.Second)}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseAcquiring, during.Phase)
+	require.Contains(t, during.Detail, "waiting for 2 free node(s) until ")
+	require.Contains(t, during.Detail, "(node_wait 1m30s)")
+	require.Empty(t, st.Detail)
+}
