@@ -394,14 +394,25 @@ func (s RunSpec) operationDefaults() RunSpec {
 	return s
 }
 
+// CheckpointSchemes are the bucket URL schemes the workers can open (the
+// gocloud.dev/blob drivers they link), sorted.
+func CheckpointSchemes() []string { return []string{"azblob", "file", "gs", "mem", "s3"} }
+
 // validateOperation checks the fields every run has, built-in or external:
 // checkpointing, restarts and the timeouts.
 func (s RunSpec) validateOperation(bad func(field, format string, args ...any)) {
 	if s.CheckpointEvery < 1 {
 		bad("checkpoint_every", "must be positive, got %d", s.CheckpointEvery)
 	}
-	if s.CheckpointURL != "" && !strings.Contains(s.CheckpointURL, "://") {
-		bad("checkpoint_url", "%q is not a bucket URL (file:///path, mem://, s3://bucket, gs://bucket, azblob://container)", s.CheckpointURL)
+	if s.CheckpointURL != "" {
+		const forms = "file:///path, mem://, s3://bucket, gs://bucket, azblob://container"
+		scheme, _, ok := strings.Cut(s.CheckpointURL, "://")
+		switch {
+		case !ok:
+			bad("checkpoint_url", "%q is not a bucket URL (%s)", s.CheckpointURL, forms)
+		case !slices.Contains(CheckpointSchemes(), scheme):
+			bad("checkpoint_url", "%q: no storage driver for %q (%s)", s.CheckpointURL, scheme, forms)
+		}
 	}
 	if s.MaxRestarts < 0 {
 		bad("max_restarts", "must not be negative, got %d", s.MaxRestarts)
