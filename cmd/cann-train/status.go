@@ -17,6 +17,8 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"golang.org/x/term"
 
 	"github.com/cann-train/cann-train/engine/energy"
 	"github.com/cann-train/cann-train/spec"
@@ -139,7 +141,7 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		err := c.GetWorkflow(ctx, id, "").Get(ctx, &st)
 		if st.RunID == "" {
-			return st, nil, nil, true, fmt.Errorf("run %s ended %s: %w", id, info.GetStatus(), err)
+			return st, nil, nil, true, &runEnded{id: id, status: info.GetStatus(), err: err}
 		}
 		return st, nil, nil, true, err
 	}
@@ -177,16 +179,24 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	return st, live, logs, false, nil
 }
 
-// watchRun polls the run until it closes, drawing a progress bar on w (or
-// writing JSON lines), and returns the final status.
+// watchRun polls the run until it closes, drawing a progress bar on w
+// when it is a terminal, else writing a line per change of phase and per
+// tenth of the steps (or JSON lines), and returns the final status.
 func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, jsonl bool) (spec.RunStatus, error) {
 	var bar *progressbar.ProgressBar
+	var lines *progressLines
+	if !jsonl && !isTerminal(w) {
+		lines = &progressLines{w: w, decile: -1}
+	}
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
 	var last int64 = -1
 	for {
 		st, live, closed, err := readProgress(ctx, c, id)
 		if closed {
+			if lines != nil && st.Phase != "" { // no status when the run failed
+				lines.update(st, st.Step, st.Loss, st.SamplesPerSec)
+			}
 			if bar != nil {
 				// The final figures, not the last poll's.
 				_ = bar.Set64(st.Step)
@@ -212,6 +222,8 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 				"workflow_id": id, "status": st.Phase, "step": step, "steps": st.TotalSteps,
 				"loss": loss, "samples_per_sec": sps, "generation": st.Generation, "time": time.Now().UTC(),
 			})
+		case lines != nil:
+			lines.update(st, step, loss, sps)
 		case !jsonl && st.TotalSteps > 0:
 			if bar == nil {
 				bar = progressbar.NewOptions64(st.TotalSteps,
@@ -234,6 +246,92 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		case <-tick.C:
 		}
 	}
+}
+
+// runEnded is a run that closed without a status: it failed, was
+// terminated or timed out. Its message keeps what each layer said and
+// drops what Temporal's errors repeat (the activity's IDs and identity,
+// the cause quoted again in every wrapper).
+type runEnded struct {
+	id     string
+	status enumspb.WorkflowExecutionStatus
+	err    error
+}
+
+func (e *runEnded) Error() string {
+	status, text := strings.ToLower(e.status.String()), failureText(e.err)
+	if text == "" || text == status { // a terminated run's error says only that
+		return fmt.Sprintf("run %s %s", e.id, status)
+	}
+	return fmt.Sprintf("run %s %s: %s", e.id, status, text)
+}
+
+func (e *runEnded) Unwrap() error { return e.err }
+
+// failureText is err's chain as one line: each wrapper's own words (its
+// message less its cause's), the root cause's message and its type.
+func failureText(err error) string {
+	var parts []string
+	for err != nil {
+		next := errors.Unwrap(err)
+		var own string
+		switch e := err.(type) {
+		case *temporal.WorkflowExecutionError, *temporal.ActivityError:
+			// Only IDs and the cause.
+		case *temporal.ApplicationError:
+			own = e.Message()
+			if next != nil {
+				cut, ok := strings.CutSuffix(own, next.Error())
+				if !ok { // the message does not quote its cause: it says it all
+					next = nil
+				}
+				own = cut
+			} else if e.Type() != "" && e.Type() != "wrapError" {
+				own += " (" + e.Type() + ")"
+			}
+		default:
+			own = err.Error()
+			next = nil
+		}
+		if own = strings.TrimSuffix(strings.TrimSpace(own), ":"); own != "" {
+			parts = append(parts, own)
+		}
+		err = next
+	}
+	return strings.Join(parts, ": ")
+}
+
+// isTerminal reports whether w is a terminal, where a redrawn progress bar
+// makes sense.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progressLines is watchRun's output to a log or a pipe: one line when the
+// phase or what it waits for changes and one per tenth of the steps,
+// instead of a bar redrawn with carriage returns several times a second.
+type progressLines struct {
+	w      io.Writer
+	phase  spec.Phase
+	detail string
+	decile int64
+}
+
+func (p *progressLines) update(st spec.RunStatus, step int64, loss float32, sps float64) {
+	decile := int64(0)
+	if st.TotalSteps > 0 {
+		decile = min(step, st.TotalSteps) * 10 / st.TotalSteps
+	}
+	if st.Phase == p.phase && st.Detail == p.detail && decile == p.decile {
+		return
+	}
+	p.phase, p.detail, p.decile = st.Phase, st.Detail, decile
+	line := fmt.Sprintf("%-10s step %d/%d  loss %.4f  %.0f samples/s", st.Phase, step, st.TotalSteps, loss, sps)
+	if st.Detail != "" {
+		line += "  (" + st.Detail + ")"
+	}
+	fmt.Fprintln(p.w, line)
 }
 
 // transient errors (a query while no control worker polls, say) are

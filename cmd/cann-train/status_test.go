@@ -2,9 +2,15 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	failurepb "go.temporal.io/api/failure/v1"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -48,5 +54,95 @@ func TestEnergySummary(t *testing.T) {
 				t.Errorf("energy line %q, want %q", line, tc.wantLine)
 			}
 		})
+	}
+}
+
+// TestProgressLines: to a log or a pipe, watch writes a line when the
+// phase or its detail changes and one per tenth of the steps, nothing for
+// polls that change neither.
+func TestProgressLines(t *testing.T) {
+	var buf bytes.Buffer
+	p := &progressLines{w: &buf, decile: -1}
+	wait := "waiting for 3 free node(s) until 06:52:00 UTC (node_wait 2m0s)"
+	polls := []struct {
+		phase  spec.Phase
+		detail string
+		step   int64
+	}{
+		{spec.PhaseAcquiring, wait, 0},
+		{spec.PhaseAcquiring, wait, 0},
+		{spec.PhaseTraining, "", 0},
+		{spec.PhaseTraining, "", 50},
+		{spec.PhaseTraining, "", 99},
+		{spec.PhaseTraining, "", 100},
+		{spec.PhaseTraining, "", 150},
+		{spec.PhaseTraining, "", 730},
+		{spec.PhasePaused, "paused at step 730 (cann-train resume continues)", 730},
+		{spec.PhaseTraining, "", 730},
+		{spec.PhaseCompleted, "", 1000},
+	}
+	for _, q := range polls {
+		p.update(spec.RunStatus{Phase: q.phase, Detail: q.detail, TotalSteps: 1000}, q.step, 0.5, 1200)
+	}
+	want := []string{
+		"acquiring  step 0/1000  loss 0.5000  1200 samples/s  (" + wait + ")",
+		"training   step 0/1000  loss 0.5000  1200 samples/s",
+		"training   step 100/1000  loss 0.5000  1200 samples/s",
+		"training   step 730/1000  loss 0.5000  1200 samples/s",
+		"paused     step 730/1000  loss 0.5000  1200 samples/s  (paused at step 730 (cann-train resume continues))",
+		"training   step 730/1000  loss 0.5000  1200 samples/s",
+		"completed  step 1000/1000  loss 0.5000  1200 samples/s",
+	}
+	if got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if isTerminal(&buf) {
+		t.Error("a buffer is not a terminal")
+	}
+}
+
+// TestFailureText: a failed run's error as the CLI receives it (the
+// server's failure, converted) reads as what each layer said, once.
+func TestFailureText(t *testing.T) {
+	root := &failurepb.Failure{Message: "acquire 3 nodes for run/x: only 2 live free node(s) after waiting 5s",
+		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: "NotEnoughNodes"}}}
+	act := &failurepb.Failure{Message: "activity error", Cause: root,
+		FailureInfo: &failurepb.Failure_ActivityFailureInfo{ActivityFailureInfo: &failurepb.ActivityFailureInfo{
+			ActivityType: &commonpb.ActivityType{Name: "AcquireNodes"}, ScheduledEventId: 7, StartedEventId: 8, Identity: "27459@vm@"}}}
+	conv := temporal.GetDefaultFailureConverter()
+	actErr := conv.FailureToError(act)
+	top := &failurepb.Failure{Message: "acquire nodes: " + actErr.Error(), Cause: act,
+		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: "wrapError"}}}
+	plain := &failurepb.Failure{Message: "spec: steps: -5 must be positive",
+		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: "BadSpec"}}}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"activity failure wrapped by the workflow", conv.FailureToError(top),
+			"acquire nodes: acquire 3 nodes for run/x: only 2 live free node(s) after waiting 5s (NotEnoughNodes)"},
+		{"the workflow's own error", conv.FailureToError(plain), "spec: steps: -5 must be positive (BadSpec)"},
+		{"terminated", conv.FailureToError(&failurepb.Failure{Message: "by the operator",
+			FailureInfo: &failurepb.Failure_TerminatedFailureInfo{TerminatedFailureInfo: &failurepb.TerminatedFailureInfo{}}}), "terminated"},
+		{"not a Temporal error", errors.New("connection refused"), "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := failureText(tc.err); got != tc.want {
+				t.Errorf("failureText = %q\nwant          %q\n(from %q)", got, tc.want, tc.err)
+			}
+		})
+	}
+	e := &runEnded{id: "run/x", status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, err: conv.FailureToError(top)}
+	if !strings.HasPrefix(e.Error(), "run run/x failed: acquire nodes: ") || strings.Contains(e.Error(), "scheduledEventID") {
+		t.Errorf("runEnded: %s", e)
+	}
+	var ae *temporal.ApplicationError
+	if !errors.As(e, &ae) {
+		t.Error("runEnded hides the Temporal error it wraps")
+	}
+	term := &runEnded{id: "run/x", status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, err: temporal.GetDefaultFailureConverter().FailureToError(&failurepb.Failure{FailureInfo: &failurepb.Failure_TerminatedFailureInfo{TerminatedFailureInfo: &failurepb.TerminatedFailureInfo{}}})}
+	if got := term.Error(); got != "run run/x terminated" {
+		t.Errorf("terminated run: %q", got)
 	}
 }
