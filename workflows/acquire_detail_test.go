@@ -27,27 +27,37 @@ func TestAcquireDetail(t *testing.T) {
 	}
 }
 
-// TestTrainingRunSaysWhatItWaitsFor: while the run waits for nodes its
-// status says for how many and until when; once it has them the detail is
-// gone.
+// TestTrainingRunSaysWhatItWaitsFor: while the run waits for nodes, at
+// the start and for a rescale, its status says for how many and until
+// when; once it has them the detail is gone.
 func TestTrainingRunSaysWhatItWaitsFor(t *testing.T) {
-	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
 	ch := &fakeChunks{}
 	env := newRunEnv(t, cl, ch)
-	var during spec.RunStatus
+	var during []spec.RunStatus
 	env.RegisterActivityWithOptions(func(ctx context.Context, id string, req spec.AcquireRequest) ([]spec.Node, error) {
 		v, err := env.QueryWorkflow(spec.QueryStatus)
 		require.NoError(t, err)
-		require.NoError(t, v.Get(&during))
+		var st spec.RunStatus
+		require.NoError(t, v.Get(&st))
+		during = append(during, st)
 		return cl.acquire(ctx, id, req)
 	}, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})
-	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 100, ChunkSteps: 100, NodeWait: spec.Duration(90 * time.Second)}.WithDefaults()
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 0 && in.Rank == 0 {
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 200, ChunkSteps: 100, NodeWait: spec.Duration(90 * time.Second)}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	require.NoError(t, env.GetWorkflowError())
 	var st spec.RunStatus
 	require.NoError(t, env.GetWorkflowResult(&st))
-	require.Equal(t, spec.PhaseAcquiring, during.Phase)
-	require.Contains(t, during.Detail, "waiting for 2 free node(s) until ")
-	require.Contains(t, during.Detail, "(node_wait 1m30s)")
+	require.Len(t, during, 2)
+	require.Equal(t, spec.PhaseAcquiring, during[0].Phase)
+	require.Regexp(t, `^waiting for 2 free node\(s\) until \d\d:\d\d:\d\d UTC \(node_wait 1m30s\)$`, during[0].Detail)
+	require.Equal(t, spec.PhaseRescaling, during[1].Phase)
+	require.Regexp(t, `^rescaling 2 → 3 nodes at step 100: waiting for 3 free node\(s\) until .* \(node_wait 1m30s\)$`, during[1].Detail)
+	require.Equal(t, []string{"node-1", "node-2", "node-3"}, st.Nodes)
 	require.Empty(t, st.Detail)
 }

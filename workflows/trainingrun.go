@@ -233,11 +233,12 @@ func (r *run) acquire(ctx workflow.Context) error {
 // acquireNodes makes the run hold count nodes (at least minCount when
 // that is set: see AcquireRequest) and starts a new generation.
 func (r *run) acquireNodes(ctx workflow.Context, phase spec.Phase, count, minCount int) error {
-	// Say what the run waits for (status, dashboard, Web UI) unless the
-	// caller already did (a rescale).
+	// Say what the run waits for (status, dashboard, Web UI), after what
+	// the caller said (a rescale).
 	prev := r.st.Status.Detail
-	if prev == "" {
-		r.st.Status.Detail = acquireDetail(count, minCount, workflow.Now(ctx), r.spec.NodeWait.D())
+	r.st.Status.Detail = acquireDetail(count, minCount, workflow.Now(ctx), r.spec.NodeWait.D())
+	if prev != "" {
+		r.st.Status.Detail = prev + ": " + r.st.Status.Detail
 	}
 	r.setPhase(ctx, phase)
 	var nodes []spec.Node

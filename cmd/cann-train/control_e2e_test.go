@@ -78,6 +78,11 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if text := cli("status", "pause-me"); !strings.Contains(text, "status       paused: paused at step") {
 		t.Errorf("status text does not say paused:\n%s", text)
 	}
+	// The paused run is still going: starting its name again is refused,
+	// not answered with the running run as if it had started.
+	if _, err := startRunWith(ctx, c, s, spec.DefaultClusterID); err == nil || !strings.Contains(err.Error(), "a run of that name is still going") {
+		t.Errorf("a second start of a running run: %v, want it refused", err)
+	}
 	// The dashboard lists the run (the visibility store indexes it) with
 	// what its status query says.
 	dashboard := func(what string, ok func(r dashboardRow) bool, args ...string) dashboardRow {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/cann-train/cann-train/spec"
@@ -121,7 +123,13 @@ func startRunWith(ctx context.Context, c client.Client, s spec.RunSpec, clusterI
 		ID:                       id,
 		TaskQueue:                spec.ControlTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		// Without this the SDK hands back the running run as if started.
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
 	}, spec.WorkflowTrainingRun, workflows.RunInput{Spec: s, ClusterID: clusterID, Faults: faults})
+	var running *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &running) {
+		return "", fmt.Errorf("start %s: a run of that name is still going (follow it with `cann-train watch %s`, or give this one another name): %w", id, s.Name, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", id, err)
 	}
