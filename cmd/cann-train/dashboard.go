@@ -183,7 +183,7 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 		case st.RunID != "":
 			r.addStatus(st, nil)
 		case err != nil:
-			r.Detail = err.Error() // how it failed, was terminated or timed out
+			r.Detail = failureText(err) // how it failed, was terminated or timed out
 		}
 	}
 	return rows, nil
