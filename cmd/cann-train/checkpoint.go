@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/spec"
 )
 
 func newCheckpointCmd(e *env) *cobra.Command {
@@ -22,15 +24,28 @@ func newCheckpointCmd(e *env) *cobra.Command {
 		Short: "List, verify and garbage-collect a run's checkpoints in blob storage",
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&url, "url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "checkpoint bucket URL")
+	pf.StringVar(&url, "url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "checkpoint bucket URL (unset: the bucket of the run's last checkpoint, if Temporal answers; else this)")
 	pf.StringVarP(&output, "output", "o", "text", "text or json")
 
 	runName := func(arg string) string { return strings.TrimPrefix(arg, "run/") }
+	// bucket settles url: --url if given, else the bucket of the run's
+	// last checkpoint as its status says (when Temporal answers), else
+	// the default.
+	bucket := func(cmd *cobra.Command, arg string) {
+		if cmd.Flags().Changed("url") {
+			return
+		}
+		if u := runBucket(cmd.Context(), e, runName(arg)); u != "" {
+			url = u
+			fmt.Fprintf(e.err, "bucket %s (run/%s's last checkpoint; --url overrides)\n", url, runName(arg))
+		}
+	}
 	// openRun checks the output format, opens the bucket and lists the run.
 	openRun := func(cmd *cobra.Command, arg string) (*checkpoint.Store, []checkpoint.Ref, error) {
 		if err := checkOutput(output, "text", "json"); err != nil {
 			return nil, nil, err
 		}
+		bucket(cmd, arg)
 		store, err := checkpoint.Open(cmd.Context(), url)
 		if err != nil {
 			return nil, nil, err
@@ -55,6 +70,10 @@ func newCheckpointCmd(e *env) *cobra.Command {
 			defer store.Close()
 			if output == "json" {
 				return json.NewEncoder(e.out).Encode(refs)
+			}
+			if len(refs) == 0 {
+				fmt.Fprintf(e.err, "no checkpoints of run %q in %s (--url names the bucket its nodes write to)\n", runName(args[0]), url)
+				return nil
 			}
 			tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "STEP\tBYTES\tSHA256\tMANIFEST")
@@ -158,6 +177,7 @@ Run it while nothing else saves RUN, or let the run's own retention do it.`,
 			if grace < 0 {
 				return fmt.Errorf("--grace is %v, want >= 0", grace)
 			}
+			bucket(cmd, args[0])
 			opts := checkpoint.Options{GCGrace: grace}
 			if grace == 0 {
 				opts.GCGrace = -1 // none
@@ -202,4 +222,22 @@ Run it while nothing else saves RUN, or let the run's own retention do it.`,
 	gc.Flags().DurationVar(&grace, "grace", checkpoint.DefaultGCGrace, "spare unreferenced chunks younger than this (0: none; only when nothing saves the run)")
 	cmd.AddCommand(ls, verify, gc)
 	return cmd
+}
+
+// runBucket is the bucket URL of run's last checkpoint, from its status on
+// Temporal; "" when Temporal does not answer within a few seconds or the
+// run has no checkpoint (the commands also work offline, on --url).
+func runBucket(ctx context.Context, e *env, run string) string {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := dialQuiet(ctx, e)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	st, _, _, err := readProgress(ctx, c, spec.RunIDPrefix+run)
+	if err != nil || st.LastCkpt == nil {
+		return ""
+	}
+	return st.LastCkpt.URL
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -150,5 +151,14 @@ func TestPauseResumeRealRun(t *testing.T) {
 		t.Errorf("dashboard table:\n%s", text)
 	}
 	t.Logf("cann-train dashboard:\n%s", text)
+	// Without --url the checkpoint commands find the run's bucket from its
+	// status (here the nodes' file:// bucket, not the default one).
+	var refs []checkpoint.Ref
+	if err := json.Unmarshal([]byte(cli("checkpoint", "ls", "pause-me", "-o", "json")), &refs); err != nil {
+		t.Fatal(err)
+	}
+	if len(refs) == 0 || refs[len(refs)-1].Step != s.Steps || refs[len(refs)-1].SHA256 != st.LastCkpt.SHA256 {
+		t.Errorf("checkpoint ls without --url: %+v; want the run's checkpoints up to step %d (%s)", refs, s.Steps, st.LastCkpt.SHA256)
+	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause.json")
 }
