@@ -88,6 +88,11 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	node := spec.Node{ID: o.ID, TaskQueue: spec.NodeTaskQueue(o.ID), CommAddr: advertise, Host: host, Devices: 1,
 		DeviceIPs: hccnDeviceIPs(hccnConf)}
 	log = log.With(zap.String("node", o.ID))
+	// Before polling the node's task queue: a second worker must not take
+	// any of its chunks.
+	if err := notServedElsewhere(ctx, c, o.ClusterID, node, log); err != nil {
+		return err
+	}
 
 	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
 		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir}
@@ -155,6 +160,47 @@ func register(ctx context.Context, c client.Client, clusterID string, node spec.
 		spec.WorkflowCluster, workflows.ClusterInput{})
 	if err != nil {
 		return fmt.Errorf("node %s: register with %s: %w", node.ID, clusterID, err)
+	}
+	return nil
+}
+
+// ErrDuplicateNode: another live worker already serves the node ID.
+var ErrDuplicateNode = errors.New("another worker serves this node ID")
+
+// notServedElsewhere refuses to start a second worker for a node ID whose
+// registered worker is alive: two processes polling one node's task queue
+// would each take some of its chunks while its peers connect to one of
+// them. The registered worker counts as alive when its collective port
+// still accepts a connection — a killed process's listener closes with it,
+// so a worker restarted under the same ID (or at the same address) goes
+// on. A Cluster that does not answer within a few seconds (none yet, or no
+// control worker) is no objection.
+func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, node spec.Node, log *zap.Logger) error {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := c.QueryWorkflow(qctx, clusterID, "", spec.QueryNodes)
+	var records []workflows.NodeRecord
+	if err == nil {
+		err = v.Get(&records)
+	}
+	if err != nil {
+		log.Debug("no node list from the cluster registry; not checking for a second worker", zap.Error(err))
+		return nil
+	}
+	for _, r := range records {
+		if r.Node.ID != node.ID || r.Failed || r.Node.CommAddr == "" || r.Node.CommAddr == node.CommAddr {
+			continue
+		}
+		var d net.Dialer
+		dctx, dcancel := context.WithTimeout(ctx, time.Second)
+		conn, err := d.DialContext(dctx, "tcp", r.Node.CommAddr)
+		dcancel()
+		if err != nil {
+			return nil // gone: this worker replaces it
+		}
+		conn.Close()
+		return fmt.Errorf("node %s: %w: the worker registered on %s (last seen %s) still answers on its collective port %s; stop it or give this one another --id",
+			node.ID, ErrDuplicateNode, r.Node.Host, r.LastSeen.UTC().Format(time.RFC3339), r.Node.CommAddr)
 	}
 	return nil
 }

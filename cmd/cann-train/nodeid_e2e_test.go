@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestNodeIDServedByOneWorker: a second worker started under a node ID
+// whose worker is alive exits with an error naming it (two workers on one
+// node's task queue would split its chunks); once that worker is
+// SIGKILLed, a new one under the same ID takes over at once, as after a
+// machine restart.
+func TestNodeIDServedByOneWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	c, addr := controlInProcess(ctx, t, srv), srv.FrontendAddr()
+	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
+	node := func() []string {
+		return []string{"worker", "node", "--id", "node-1", "--address", addr, "--checkpoint-url", "file://" + filepath.Join(dir, "ckpt")}
+	}
+	first, err := l.Start("node-1", node()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstAddr := commAddr(ctx, t, c, "")
+
+	dup, err := l.Start("node-1-dup", node()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dup.Done():
+	case <-time.After(30 * time.Second): // it exits before it polls, within seconds
+		t.Fatal("a second worker for a live node ID kept running")
+	}
+	logText, _ := os.ReadFile(filepath.Join(l.LogDir, "node-1-dup.log"))
+	if dup.Err() == nil || !strings.Contains(string(logText), "another worker serves this node ID") || !strings.Contains(string(logText), firstAddr) {
+		t.Fatalf("second worker: exit %v, log:\n%s", dup.Err(), logText)
+	}
+	if got := commAddr(ctx, t, c, ""); got != firstAddr {
+		t.Fatalf("the refused worker changed the registration: %s, was %s", got, firstAddr)
+	}
+
+	if err := first.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-first.Done()
+	again, err := l.Start("node-1-again", node()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newAddr := commAddr(ctx, t, c, firstAddr)
+	select {
+	case <-again.Done():
+		logText, _ := os.ReadFile(filepath.Join(l.LogDir, "node-1-again.log"))
+		t.Fatalf("the worker restarted after a kill exited: %v\n%s", again.Err(), logText)
+	default:
+	}
+	t.Logf("node-1 served at %s, a duplicate refused, after the kill at %s", firstAddr, newAddr)
+}
+
+// commAddr waits until the Cluster lists node-1 as live with a collective
+// address other than not, and returns it.
+func commAddr(ctx context.Context, t *testing.T, c client.Client, not string) string {
+	t.Helper()
+	for {
+		var nodes []workflows.NodeRecord
+		q, err := c.QueryWorkflow(ctx, spec.DefaultClusterID, "", spec.QueryNodes)
+		if err == nil && q.Get(&nodes) == nil {
+			for _, n := range nodes {
+				if n.Node.ID == "node-1" && !n.Failed && n.Node.CommAddr != "" && n.Node.CommAddr != not {
+					return n.Node.CommAddr
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node-1 never registered (other than at %q): %v %+v", not, err, nodes)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
