@@ -574,3 +574,22 @@ func TestTouch(t *testing.T) {
 		t.Errorf("no touch line in the header:\n%s", out)
 	}
 }
+
+func TestRankProcs(t *testing.T) {
+	tests := []struct {
+		procs  int
+		envSet bool
+		want   int
+	}{
+		{0, false, 1},  // default: one P per rank
+		{0, true, 0},   // GOMAXPROCS in the environment wins over the default
+		{3, true, 3},   // the flag wins over the environment
+		{2, false, 2},  //
+		{-1, false, 8}, // Go's default: the cores
+	}
+	for _, tc := range tests {
+		if got := rankProcs(tc.procs, tc.envSet, 8); got != tc.want {
+			t.Errorf("rankProcs(%d, env %v) = %d, want %d", tc.procs, tc.envSet, got, tc.want)
+		}
+	}
+}

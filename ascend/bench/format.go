@@ -23,7 +23,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	if dtype == DTypeFloat {
 		dtype = "float32"
 	}
-	fmt.Fprintf(bw, "# ascend collective benchmark: %d ranks, %s, sizes %s..%s ", rep.Ranks, dtype, FormatSize(o.MinBytes), FormatSize(o.MaxBytes))
+	fmt.Fprintf(bw, "# ascend collective benchmark: %d ranks (GOMAXPROCS %d), %s, sizes %s..%s ", rep.Ranks, rep.GOMAXPROCS, dtype, FormatSize(o.MinBytes), FormatSize(o.MaxBytes))
 	if o.StepBytes > 0 {
 		fmt.Fprintf(bw, "+%s", FormatSize(o.StepBytes))
 	} else {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +95,9 @@ func ParseChildArgs(args []string) (ChildArgs, error) {
 // listener, forms the group over TCP and runs RunRank, rank 0 writing the
 // report to stdout.
 func RunChild(ctx context.Context, a ChildArgs, stdout io.Writer) error {
+	if n := rankProcs(a.Options.Procs, os.Getenv("GOMAXPROCS") != "", runtime.NumCPU()); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 	var l *tcp.Listener
 	if a.ListenFD > 0 {
 		f := os.NewFile(uintptr(a.ListenFD), "bench-listener")
@@ -264,4 +268,18 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// rankProcs is the GOMAXPROCS a rank process sets (see Options.Procs); 0
+// leaves the runtime's own.
+func rankProcs(procs int, envSet bool, cpus int) int {
+	switch {
+	case procs > 0:
+		return procs
+	case procs < 0:
+		return cpus
+	case envSet:
+		return 0
+	}
+	return 1
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -18,6 +19,8 @@ type Report struct {
 	Ranks     int     `json:"ranks"`
 	Options   Options `json:"options"`
 	CostModel string  `json:"cost_model"`
+	// GOMAXPROCS is what rank 0 ran with (see Options.Procs).
+	GOMAXPROCS int `json:"gomaxprocs"`
 	// Limits are measured before the sweep and LimitsAfter after it (on a
 	// shared host the two bracket the noise), at 1, 4, 16 and 64 MiB as far
 	// as the sweep reaches (see limitSizes).
@@ -123,12 +126,14 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 	if opts.Root >= p {
 		return nil, fmt.Errorf("bench: root %d of %d ranks", opts.Root, p)
 	}
-	rep := &Report{Ranks: p, Options: opts, Start: time.Now()}
+	rep := &Report{Ranks: p, Options: opts, Start: time.Now(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	limits := func() ([]Limits, error) {
 		var ls []Limits
 		if opts.SkipLimits || r != 0 {
 			return nil, comm.Barrier(ctx)
 		}
+		// With every core, whatever the ranks run with.
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.NumCPU()))
 		for _, size := range limitSizes(opts.MaxBytes) {
 			l, err := MeasureLimits(ctx, size, p)
 			if err != nil {

@@ -52,6 +52,7 @@ func TestSearchCommand(t *testing.T) {
 // TestBenchCollectiveProcesses runs `bench collective` for real: three rank
 // processes over loopback TCP, every size checked.
 func TestBenchCollectiveProcesses(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "") // the ranks' default, not the caller's
 	var out, errb bytes.Buffer
 	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
 	root.SetArgs([]string{"bench", "collective", "--ranks", "3", "--transport", "tcp", "-b", "8", "-e", "256K", "-f", "32",
@@ -60,8 +61,9 @@ func TestBenchCollectiveProcesses(t *testing.T) {
 		t.Fatalf("bench collective: %v\n%s", err, errb.String())
 	}
 	var rep struct {
-		Ranks  int `json:"ranks"`
-		Tables []struct {
+		Ranks      int `json:"ranks"`
+		GOMAXPROCS int `json:"gomaxprocs"`
+		Tables     []struct {
 			Collective string `json:"collective"`
 			Results    []struct {
 				Size int64 `json:"size"`
@@ -75,8 +77,8 @@ func TestBenchCollectiveProcesses(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out.String())
 	}
-	if rep.Ranks != 3 || len(rep.Tables) != 3 {
-		t.Fatalf("ranks %d, tables %d", rep.Ranks, len(rep.Tables))
+	if rep.Ranks != 3 || len(rep.Tables) != 3 || rep.GOMAXPROCS != 1 {
+		t.Fatalf("ranks %d, tables %d, GOMAXPROCS %d (want one P per rank process)", rep.Ranks, len(rep.Tables), rep.GOMAXPROCS)
 	}
 	for _, tb := range rep.Tables {
 		if len(tb.Results) != 4 {
