@@ -10,9 +10,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
-	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
 )
 
@@ -25,14 +23,7 @@ func TestNodeIDServedByOneWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	c, addr := controlInProcess(ctx, t, srv), srv.FrontendAddr()
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
-	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
+	c, l, addr := startInProcessControl(ctx, t, dir) // node-1 is started below
 	node := func() []string {
 		return []string{"worker", "node", "--id", "node-1", "--address", addr, "--checkpoint-url", "file://" + filepath.Join(dir, "ckpt")}
 	}
