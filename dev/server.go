@@ -98,6 +98,18 @@ func StartServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 	// error (the gRPC listeners' bind ends the process: nothing to retry),
 	// and the server is built again on fresh ports.
 	pickFrontend, pickUI := opts.FrontendPort == 0, opts.UIPort < 0
+	// A port asked for by number must be free now: the server's gRPC bind
+	// failing would end the process (a Fatal log), with no error to return.
+	if !pickFrontend {
+		if err := portFree(opts.IP, opts.FrontendPort, "frontend"); err != nil {
+			return nil, err
+		}
+	}
+	if opts.UIPort > 0 {
+		if err := portFree(opts.IP, opts.UIPort, "Web UI"); err != nil {
+			return nil, err
+		}
+	}
 	var srv tserver.Server
 	err := retryPortClash(maxPortAttempts, func() error {
 		var err error
@@ -310,6 +322,23 @@ func retryPortClash(attempts int, try func() error) error {
 			return err
 		}
 	}
+}
+
+// ErrPortInUse is a port StartServer was asked to use that another process
+// holds.
+var ErrPortInUse = errors.New("port in use")
+
+// portFree checks that port on ip can be bound now.
+func portFree(ip string, port int, what string) error {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("dev: %s port %d on %s: %w by another process (a Temporal dev server, `temporal server start-dev` or `cann-train dev`, listens on 7233 and 8233)",
+			what, port, ip, ErrPortInUse)
+	}
+	if err != nil {
+		return fmt.Errorf("dev: %s port %d on %s: %w", what, port, ip, err)
+	}
+	return l.Close()
 }
 
 // FreePort asks the kernel for a free TCP port on ip. Another process can

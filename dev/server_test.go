@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -85,6 +86,37 @@ func TestRetryPortClash(t *testing.T) {
 			})
 			if calls != tc.calls || !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 				t.Errorf("%d calls, error %v; want %d calls, error %v", calls, err, tc.calls, tc.want)
+			}
+		})
+	}
+}
+
+// A port asked for by number that another process holds is an error
+// naming it, before the server would bind it (its gRPC bind failing ends
+// the process).
+func TestStartServerPortInUse(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	port := held.Addr().(*net.TCPAddr).Port
+	for _, tc := range []struct {
+		name string
+		opts ServerOptions
+		what string
+	}{
+		{"frontend", ServerOptions{FrontendPort: port}, "frontend port"},
+		{"web UI", ServerOptions{UIPort: port}, "Web UI port"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, err := StartServer(t.Context(), tc.opts)
+			if err == nil {
+				srv.Stop()
+				t.Fatal("started on a port another listener holds")
+			}
+			if !errors.Is(err, ErrPortInUse) || !strings.Contains(err.Error(), fmt.Sprintf("%s %d", tc.what, port)) {
+				t.Errorf("error %v; want ErrPortInUse naming the %s %d", err, tc.what, port)
 			}
 		})
 	}

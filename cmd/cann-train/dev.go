@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,8 +47,11 @@ func newDevCmd(e *env) *cobra.Command {
 				IP: o.ip, FrontendPort: o.port, UIPort: o.uiPort, DBFile: o.dbFile,
 				Namespace: e.namespace, SearchAttributes: workers.SearchAttributes(), Logger: log.Named("temporal"),
 			})
+			if errors.Is(err, dev.ErrPortInUse) {
+				return fmt.Errorf("%w; stop it, or pass --port 0 (any free port)", err)
+			}
 			if err != nil {
-				return fmt.Errorf("%w (is another server on port %d? try --port 0)", err, o.port)
+				return err
 			}
 			fmt.Fprintf(e.out, "Temporal dev server: %s (namespace %s, db %s)\nWeb UI: %s\nCtrl-C to stop.\n",
 				srv.FrontendAddr(), srv.Namespace(), o.dbFile, srv.UIURL())

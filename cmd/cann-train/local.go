@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,8 +31,11 @@ type localCluster struct {
 
 type localOptions struct {
 	port, uiPort int
-	dataDir      string
-	metricsAddr  string // the control worker's Prometheus endpoint ("": none)
+	// anyPorts: where port or uiPort is taken, use free ones and say so
+	// (the quickstart's default ports).
+	anyPorts    bool
+	dataDir     string
+	metricsAddr string // the control worker's Prometheus endpoint ("": none)
 }
 
 func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, error) {
@@ -41,12 +45,24 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	}
 	quiet := log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
 	start := time.Now()
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{
+	so := dev.ServerOptions{
 		FrontendPort: o.port, UIPort: o.uiPort, Namespace: e.namespace,
 		SearchAttributes: workers.SearchAttributes(), Logger: quiet.Named("temporal"),
-	})
+	}
+	srv, err := dev.StartServer(ctx, so)
+	if errors.Is(err, dev.ErrPortInUse) && o.anyPorts {
+		fmt.Fprintf(e.err, "%v; using free ports instead\n", err)
+		so.FrontendPort = 0
+		if so.UIPort > 0 {
+			so.UIPort = -1
+		}
+		srv, err = dev.StartServer(ctx, so)
+	}
+	if errors.Is(err, dev.ErrPortInUse) {
+		return nil, fmt.Errorf("%w; stop it, or pass --port 0 --ui-port -1 for free ports", err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%w (is another server on port %d? try --port 0 --ui-port -1)", err, o.port)
+		return nil, err
 	}
 	fmt.Fprintf(e.err, "Temporal %s up in %.1fs; Web UI %s\n", srv.FrontendAddr(), time.Since(start).Seconds(), srv.UIURL())
 	co := workers.ClientOptions{Address: srv.FrontendAddr(), Namespace: srv.Namespace(), Logger: log}

@@ -107,6 +107,9 @@ a summary with the Web UI link.`,
 }
 
 func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
+	if o.changed == nil {
+		o.changed = func(string) bool { return false }
+	}
 	s, err := quickstartSpec(o)
 	if err != nil {
 		return err
@@ -120,7 +123,8 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if err != nil {
 		return err
 	}
-	lc, err := startLocal(ctx, e, localOptions{port: o.port, uiPort: o.uiPort, dataDir: o.dataDir, metricsAddr: o.metricsAddr})
+	lc, err := startLocal(ctx, e, localOptions{port: o.port, uiPort: o.uiPort, dataDir: o.dataDir, metricsAddr: o.metricsAddr,
+		anyPorts: !o.changed("port") && !o.changed("ui-port")})
 	if err != nil {
 		return err
 	}

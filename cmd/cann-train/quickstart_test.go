@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cann-train/cann-train/dev"
 )
 
 func TestParseInjections(t *testing.T) {
@@ -63,5 +69,33 @@ func TestQuickstartSpecFromFile(t *testing.T) {
 	o.file = "../../examples/mnist.yaml"
 	if s, err = quickstartSpec(o); err != nil || s.IsExternal() || s.Nodes != 3 {
 		t.Fatalf("built-in file: %+v %v", s, err)
+	}
+}
+
+// TestStartLocalPortTaken: the quickstart's default port held by another
+// server (a `temporal server start-dev`, say) moves it to free ports and
+// says so; a port given by flag is an error naming it.
+func TestStartLocalPortTaken(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	port := held.Addr().(*net.TCPAddr).Port
+	var errb bytes.Buffer
+	e := &env{out: &bytes.Buffer{}, err: &errb, command: childCommand, logLevel: "warn"}
+	lc, err := startLocal(t.Context(), e, localOptions{port: port, uiPort: 0, dataDir: t.TempDir(), anyPorts: true})
+	if err != nil {
+		t.Fatalf("with anyPorts: %v", err)
+	}
+	addr := lc.srv.FrontendAddr()
+	lc.stop()
+	if addr == held.Addr().String() || !strings.Contains(errb.String(), fmt.Sprintf("frontend port %d", port)) ||
+		!strings.Contains(errb.String(), "using free ports instead") {
+		t.Errorf("server at %s; stderr:\n%s", addr, errb.String())
+	}
+	_, err = startLocal(t.Context(), e, localOptions{port: port, uiPort: 0, dataDir: t.TempDir()})
+	if !errors.Is(err, dev.ErrPortInUse) || !strings.Contains(err.Error(), "--port 0") {
+		t.Errorf("port given by flag: %v", err)
 	}
 }
