@@ -169,6 +169,11 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 		}
 	}
 	slices.SortFunc(logs, func(a, b spec.NodeLogs) int { return a.NodeRank - b.NodeRank })
+	// The status query is answered by a control worker: with none polling,
+	// it would wait out the RPC deadline and say only that.
+	if tq, err := c.DescribeTaskQueue(ctx, spec.ControlTaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW); err == nil && len(tq.GetPollers()) == 0 {
+		return st, live, logs, false, errNoControlWorker
+	}
 	q, err := c.QueryWorkflow(ctx, id, "", spec.QueryStatus)
 	if err != nil {
 		return st, live, logs, false, fmt.Errorf("query %s: %w", id, err)
@@ -191,6 +196,7 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
 	var last int64 = -1
+	var lastErr string
 	for {
 		st, live, closed, err := readProgress(ctx, c, id)
 		if closed {
@@ -209,6 +215,14 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		if err != nil && !transient(err) {
 			return st, err
 		}
+		if !jsonl && err != nil && err.Error() != lastErr {
+			fmt.Fprintf(w, "waiting: %v\n", err) // once per kind of trouble
+		}
+		if err != nil {
+			lastErr = err.Error()
+		} else {
+			lastErr = ""
+		}
 		step, loss, sps := st.Step, st.Loss, st.SamplesPerSec
 		// A chunk heartbeats from its start, before any step (loss 0): the
 		// live figures win only once they are ahead of the status, as in
@@ -222,7 +236,7 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 				"workflow_id": id, "status": st.Phase, "step": step, "steps": st.TotalSteps,
 				"loss": loss, "samples_per_sec": sps, "generation": st.Generation, "time": time.Now().UTC(),
 			})
-		case lines != nil:
+		case lines != nil && err == nil:
 			lines.update(st, step, loss, sps)
 		case !jsonl && st.TotalSteps > 0:
 			if bar == nil {
@@ -247,6 +261,10 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		}
 	}
 }
+
+// errNoControlWorker: no worker polls the control task queue, so no run
+// moves and no status query is answered.
+var errNoControlWorker = fmt.Errorf("no control worker polls task queue %q: the run waits for one and its status cannot be read (start `cann-train worker control`, or use `cann-train quickstart`)", spec.ControlTaskQueue)
 
 // runEnded is a run that closed without a status: it failed, was
 // terminated or timed out. Its message keeps what each layer said and

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestStatusWithoutControlWorker: a run started while no control worker
+// runs cannot be read; status says so at once (instead of waiting out the
+// query's deadline) and watch says it once while it waits.
+func TestStatusWithoutControlWorker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: spec.RunSpec{Name: "orphan", Nodes: 1, Steps: 10}.WithDefaults()})
+
+	var out, errb bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs([]string{"status", "orphan", "--address", srv.FrontendAddr()})
+	start := time.Now()
+	err = root.ExecuteContext(ctx)
+	if !errors.Is(err, errNoControlWorker) || time.Since(start) > 5*time.Second {
+		t.Fatalf("status after %v: %v; want errNoControlWorker at once", time.Since(start), err)
+	}
+
+	var w bytes.Buffer
+	wctx, wcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer wcancel()
+	if _, err := watchRun(wctx, c, run.GetID(), &w, false); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("watch: %v", err)
+	}
+	if n := strings.Count(w.String(), "waiting: no control worker polls task queue"); n != 1 || strings.Contains(w.String(), "step 0/0") {
+		t.Errorf("watch wrote the trouble %d times (want once), and no status line:\n%s", n, w.String())
+	}
+}
