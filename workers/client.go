@@ -40,7 +40,7 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 		MetricsHandler: o.MetricsHandler,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dial Temporal at %s (namespace %s): %w", o.Address, o.Namespace, err)
+		return nil, fmt.Errorf("dial Temporal at %s (namespace %s; --address or TEMPORAL_ADDRESS names another, `cann-train dev` starts one here): %w", o.Address, o.Namespace, err)
 	}
 	return c, nil
 }
