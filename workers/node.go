@@ -19,6 +19,7 @@ import (
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/ascend/shm"
 	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/engine/energy"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
@@ -66,6 +67,13 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	}
 	if o.LeaseEvery <= 0 {
 		o.LeaseEvery = 5 * time.Second
+	}
+	if o.CheckpointURL != "" { // every chunk of a run naming no bucket would fail on it
+		st, err := checkpoint.Open(ctx, o.CheckpointURL)
+		if err != nil {
+			return fmt.Errorf("node %s: checkpoint bucket: %w", o.ID, err)
+		}
+		st.Close()
 	}
 	l, err := tcp.Listen(o.CommListen)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -86,6 +87,24 @@ func commAddr(ctx context.Context, t *testing.T, c client.Client, not string) st
 		case <-ctx.Done():
 			t.Fatalf("node-1 never registered (other than at %q): %v %+v", not, err, nodes)
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestNodeWorkerRefusesBadBucket: a node worker whose default checkpoint
+// bucket cannot be opened stops at start, naming it, instead of failing
+// every chunk of every run that names no bucket.
+func TestNodeWorkerRefusesBadBucket(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _, addr := startInProcessControl(ctx, t, t.TempDir())
+	for _, u := range []string{"s4://ckpt", "/tmp/ckpt"} {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs([]string{"worker", "node", "--id", "node-x", "--address", addr, "--checkpoint-url", u})
+		err := root.ExecuteContext(ctx)
+		if err == nil || !strings.Contains(err.Error(), "checkpoint bucket") || !strings.Contains(err.Error(), u) {
+			t.Errorf("--checkpoint-url %s: %v", u, err)
 		}
 	}
 }
