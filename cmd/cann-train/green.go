@@ -53,9 +53,9 @@ keeps the most of the oracle's savings in every zone and job kind.`,
 			if work < 0 || deadline < 0 || minSlot < 0 {
 				return fmt.Errorf("--work %v, --deadline %v, --min-slot %v: durations must not be negative", work, deadline, minSlot)
 			}
-			start, err := time.Parse(time.RFC3339, startArg)
+			start, err := parseInstant(startArg)
 			if err != nil {
-				return fmt.Errorf("--start %q: want RFC 3339, e.g. 2022-03-01T08:00:00Z", startArg)
+				return fmt.Errorf("--start %q: want RFC 3339 (2022-03-01T08:00:00Z), or a UTC date or date and time (2022-03-01, 2022-03-01T08:00)", startArg)
 			}
 			f, err := os.Open(trace)
 			if err != nil {
@@ -146,4 +146,17 @@ func printGreenPlan(e *env, r carbon.Result, output string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.1f\n", s.Start.Format(time.RFC3339), s.End.Format(time.RFC3339), s.DurationH, s.GPerKWh)
 	}
 	return tw.Flush()
+}
+
+// parseInstant reads an RFC 3339 time, or a date or date and minute
+// without a zone, taken as UTC.
+func parseInstant(s string) (time.Time, error) {
+	var err error
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
+		var t time.Time
+		if t, err = time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, err
 }

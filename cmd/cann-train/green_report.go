@@ -304,9 +304,9 @@ good when neither is given. --clear restores the policy.`,
 			case forD > 0:
 				o.Until = time.Now().Add(forD).UTC()
 			case until != "":
-				t, err := time.Parse(time.RFC3339, until)
+				t, err := parseInstant(until)
 				if err != nil {
-					return fmt.Errorf("--until %q: want RFC 3339, e.g. 2026-05-06T18:00:00Z", until)
+					return fmt.Errorf("--until %q: want RFC 3339 (2026-05-06T18:00:00Z), or a UTC date or date and time (2026-05-06, 2026-05-06T18:00)", until)
 				}
 				o.Until = t.UTC()
 			}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestGreenPlan(t *testing.T) {
@@ -62,6 +63,29 @@ func TestGreenPlan(t *testing.T) {
 		_, err := run(append([]string{"--trace", trace, "--start", "2022-03-01T08:00:00Z", "--interruptible"}, args...)...)
 		if err == nil || !strings.Contains(err.Error(), "must not be negative") {
 			t.Errorf("%v: want an error saying a duration is negative, got %v", args, err)
+		}
+	}
+}
+
+func TestParseInstant(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Time
+		ok   bool
+	}{
+		{"2022-03-01T08:00:00Z", time.Date(2022, 3, 1, 8, 0, 0, 0, time.UTC), true},
+		{"2022-03-01T09:00:00+01:00", time.Date(2022, 3, 1, 8, 0, 0, 0, time.UTC), true},
+		{"2022-03-01T08:00", time.Date(2022, 3, 1, 8, 0, 0, 0, time.UTC), true},
+		{"2022-03-01 08:00", time.Date(2022, 3, 1, 8, 0, 0, 0, time.UTC), true},
+		{"2022-03-01", time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC), true},
+		{"03/01/2022", time.Time{}, false},
+		{"2022-13-01", time.Time{}, false},
+		{"", time.Time{}, false},
+	}
+	for _, tc := range tests {
+		got, err := parseInstant(tc.in)
+		if (err == nil) != tc.ok || !got.Equal(tc.want) {
+			t.Errorf("parseInstant(%q) = %v, %v; want %v (ok %v)", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
 }
