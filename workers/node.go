@@ -196,7 +196,7 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 		return nil
 	}
 	for _, r := range records {
-		if r.Node.ID != node.ID || r.Failed || r.Node.CommAddr == "" || r.Node.CommAddr == node.CommAddr {
+		if r.Node.ID != node.ID || r.Node.CommAddr == "" || r.Node.CommAddr == node.CommAddr {
 			continue
 		}
 		var d net.Dialer
