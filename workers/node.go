@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -186,6 +187,12 @@ var ErrDuplicateNode = errors.New("another worker serves this node ID")
 func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, node spec.Node, log *zap.Logger) error {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	// The registry's query is answered by a control worker: with none
+	// polling (nodes started first) it would only time out.
+	if tq, err := c.DescribeTaskQueue(qctx, spec.ControlTaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW); err != nil || len(tq.GetPollers()) == 0 {
+		log.Debug("no control worker to ask; not checking for a second worker", zap.Error(err))
+		return nil
+	}
 	v, err := c.QueryWorkflow(qctx, clusterID, "", spec.QueryNodes)
 	var records []workflows.NodeRecord
 	if err == nil {
