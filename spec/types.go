@@ -43,6 +43,9 @@ const (
 	SignalRelease    = "release"
 	UpdateAcquire    = "acquire"
 	QueryNodes       = "nodes"
+	// QueryRegistry answers the node records with the lease TTL they are
+	// judged by (workflows.Registry).
+	QueryRegistry = "registry"
 
 	// TrainingRun query and signals.
 	QueryStatus = "status"

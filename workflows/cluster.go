@@ -40,6 +40,13 @@ type NodeRecord struct {
 	Rank int    `json:"rank"`
 }
 
+// Registry is the answer to spec.QueryRegistry: every node and the lease
+// TTL that decides whether a node not marked failed is still handed out.
+type Registry struct {
+	Nodes    []NodeRecord  `json:"nodes"`
+	LeaseTTL time.Duration `json:"lease_ttl"`
+}
+
 // Cluster is the node registry: node workers register and renew leases by
 // signal; runs acquire nodes by Update and release or mark them failed by
 // signal. One Cluster serves many runs.
@@ -65,6 +72,11 @@ func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
 	}
 	if err := workflow.SetQueryHandler(ctx, spec.QueryNodes, func() ([]NodeRecord, error) {
 		return c.st.Nodes, nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := workflow.SetQueryHandler(ctx, spec.QueryRegistry, func() (Registry, error) {
+		return Registry{Nodes: c.st.Nodes, LeaseTTL: c.st.LeaseTTL}, nil
 	}); err != nil {
 		return nil, err
 	}

@@ -79,6 +79,24 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if text := cli("status", "pause-me"); !strings.Contains(text, "status       paused: paused at step") {
 		t.Errorf("status text does not say paused:\n%s", text)
 	}
+	// The paused run holds its nodes: `nodes` shows them busy at their
+	// ranks and the third free.
+	var nodes []nodeRow
+	if err := json.Unmarshal([]byte(cli("nodes", "-o", "json")), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	busy, free := 0, 0
+	for _, n := range nodes {
+		switch {
+		case n.State == "busy" && n.Run == run.GetID() && n.Rank >= 0 && n.Rank < 2:
+			busy++
+		case n.State == "free":
+			free++
+		}
+	}
+	if busy != 2 || free != 1 {
+		t.Errorf("nodes while paused: %+v; want 2 busy in %s and 1 free", nodes, run.GetID())
+	}
 	// The paused run is still going: starting its name again is refused,
 	// not answered with the running run as if it had started.
 	if _, err := startRunWith(ctx, c, s, spec.DefaultClusterID); err == nil || !strings.Contains(err.Error(), "a run of that name is still going") {

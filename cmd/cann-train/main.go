@@ -87,6 +87,7 @@ Start here:  cann-train quickstart`,
 		newGreenCmd(e),
 		newPauseCmd(e), newResumeCmd(e), newScaleCmd(e),
 		newDashboardCmd(e),
+		newNodesCmd(e),
 	)
 	return root
 }

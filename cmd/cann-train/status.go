@@ -171,8 +171,8 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	slices.SortFunc(logs, func(a, b spec.NodeLogs) int { return a.NodeRank - b.NodeRank })
 	// The status query is answered by a control worker: with none polling,
 	// it would wait out the RPC deadline and say only that.
-	if tq, err := c.DescribeTaskQueue(ctx, spec.ControlTaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW); err == nil && len(tq.GetPollers()) == 0 {
-		return st, live, logs, false, errNoControlWorker
+	if err := controlWorkerPolls(ctx, c); err != nil {
+		return st, live, logs, false, err
 	}
 	q, err := c.QueryWorkflow(ctx, id, "", spec.QueryStatus)
 	if err != nil {
@@ -264,7 +264,17 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 
 // errNoControlWorker: no worker polls the control task queue, so no run
 // moves and no status query is answered.
-var errNoControlWorker = fmt.Errorf("no control worker polls task queue %q: the run waits for one and its status cannot be read (start `cann-train worker control`, or use `cann-train quickstart`)", spec.ControlTaskQueue)
+var errNoControlWorker = fmt.Errorf("no control worker polls task queue %q: runs wait for one, and neither their status nor the node list can be read (start `cann-train worker control`, or use `cann-train quickstart`)", spec.ControlTaskQueue)
+
+// controlWorkerPolls returns errNoControlWorker when the server lists no
+// poller on the control task queue (queries would wait out their deadline);
+// nil when it lists one or cannot say.
+func controlWorkerPolls(ctx context.Context, c client.Client) error {
+	if tq, err := c.DescribeTaskQueue(ctx, spec.ControlTaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW); err == nil && len(tq.GetPollers()) == 0 {
+		return errNoControlWorker
+	}
+	return nil
+}
 
 // runEnded is a run that closed without a status: it failed, was
 // terminated or timed out. Its message keeps what each layer said and

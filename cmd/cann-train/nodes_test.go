@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+func TestNodeRows(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	rec := func(id string, seen time.Duration, failed bool, run string, rank int) workflows.NodeRecord {
+		return workflows.NodeRecord{Node: spec.Node{ID: id, Host: "h", CommAddr: "127.0.0.1:1"}, LastSeen: now.Add(-seen),
+			Failed: failed, FailReason: map[bool]string{true: "peers lost node(s) [" + id + "]: " + strings.Repeat("x", 80)}[failed], Run: run, Rank: rank}
+	}
+	reg := workflows.Registry{LeaseTTL: 20 * time.Second, Nodes: []workflows.NodeRecord{
+		rec("a", time.Second, false, "", -1),
+		rec("b", 2*time.Second, false, "run/x", 1),
+		rec("c", time.Second, true, "", -1),
+		rec("d", time.Minute, false, "", -1),
+		rec("e", time.Minute, true, "", -1), // failed wins over silent
+	}}
+	rows := nodeRows(reg, now)
+	want := []struct {
+		state string
+		rank  int
+	}{{"free", -1}, {"busy", 1}, {"failed", -1}, {"silent", -1}, {"failed", -1}}
+	for i, w := range want {
+		if rows[i].State != w.state || rows[i].Rank != w.rank {
+			t.Errorf("node %s: %s rank %d, want %s rank %d", rows[i].ID, rows[i].State, rows[i].Rank, w.state, w.rank)
+		}
+	}
+	if !strings.Contains(rows[3].Reason, "20s") {
+		t.Errorf("silent node's reason %q does not name the lease TTL", rows[3].Reason)
+	}
+	var b bytes.Buffer
+	if err := printNodes(&b, rows, now); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	if !strings.Contains(text, "5 node(s), 1 free") || !strings.Contains(text, "run/x") || !strings.Contains(text, "…") ||
+		strings.Contains(text, strings.Repeat("x", 80)) {
+		t.Errorf("table:\n%s", text)
+	}
+}
