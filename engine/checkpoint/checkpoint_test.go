@@ -18,9 +18,10 @@ import (
 	"gocloud.dev/blob/memblob"
 )
 
-// backends runs f against a memblob, a temp-dir fileblob and an s3blob
-// store (an S3 server on loopback, see s3Bucket), each with direct access
-// to the underlying bucket for tampering.
+// backends runs f against a memblob, a temp-dir fileblob, an s3blob and a
+// gcsblob store (S3 and Cloud Storage servers on loopback, see s3Bucket and
+// gcsBucket), each with direct access to the underlying bucket for
+// tampering.
 func backends(t *testing.T, f func(t *testing.T, s *Store, b *blob.Bucket)) {
 	t.Run("memblob", func(t *testing.T) {
 		b := memblob.OpenBucket(nil)
@@ -35,14 +36,19 @@ func backends(t *testing.T, f func(t *testing.T, s *Store, b *blob.Bucket)) {
 		t.Cleanup(func() { b.Close() })
 		f(t, New(b), b)
 	})
-	t.Run("s3blob", func(t *testing.T) {
-		b, err := blob.OpenBucket(t.Context(), s3Bucket(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		f(t, New(b), b)
-	})
+	for _, srv := range []struct {
+		name string
+		open func(*testing.T) string
+	}{{"s3blob", s3Bucket}, {"gcsblob", gcsBucket}} {
+		t.Run(srv.name, func(t *testing.T) {
+			b, err := blob.OpenBucket(t.Context(), srv.open(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			f(t, New(b), b)
+		})
+	}
 }
 
 func payload(step int64) []byte {
