@@ -562,7 +562,11 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	fmt.Fprintf(w, "run          %s\n", s.WorkflowID)
 	fmt.Fprintf(w, "status       %s\n", statusLine(s))
-	fmt.Fprintf(w, "model        %s on %d node(s) %v\n", s.Model, len(s.Nodes), s.Nodes)
+	if len(s.Nodes) == 0 {
+		fmt.Fprintf(w, "model        %s, no nodes yet\n", s.Model)
+	} else {
+		fmt.Fprintf(w, "model        %s on %d node(s) %v\n", s.Model, len(s.Nodes), s.Nodes)
+	}
 	printControls(w, s)
 	fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)
 	fmt.Fprintf(w, "loss         %.4f → %.4f\n", s.InitialLoss, s.FinalLoss)

@@ -146,3 +146,24 @@ func TestFailureText(t *testing.T) {
 		t.Errorf("terminated run: %q", got)
 	}
 }
+
+// TestStatusTextNodes: a run still acquiring says it has no nodes yet,
+// not "on 0 node(s) []".
+func TestStatusTextNodes(t *testing.T) {
+	for _, tc := range []struct {
+		nodes []string
+		want  string
+	}{
+		{nil, "model        mlp-mnist, no nodes yet\n"},
+		{[]string{"n1", "n2"}, "model        mlp-mnist on 2 node(s) [n1 n2]\n"},
+	} {
+		var b bytes.Buffer
+		st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseAcquiring, Model: "mlp-mnist", Nodes: tc.nodes}
+		if err := printStatus(&b, st, "text", "", "default"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("status text:\n%s\nwant the line %q", b.String(), tc.want)
+		}
+	}
+}
