@@ -41,6 +41,9 @@ const (
 	SignalHeartbeat  = "heartbeat"
 	SignalMarkFailed = "mark-failed"
 	SignalRelease    = "release"
+	// SignalDrain takes a node out of the pool (or puts it back): an
+	// operator's maintenance, kept across the node's restarts.
+	SignalDrain = "drain"
 	UpdateAcquire    = "acquire"
 	QueryNodes       = "nodes"
 	// QueryRegistry answers the node records with the lease TTL they are
@@ -167,6 +170,14 @@ type MarkFailed struct {
 	NodeID string `json:"node_id"`
 	RunID  string `json:"run_id"`
 	Reason string `json:"reason"`
+}
+
+// Drain takes NodeID out of the pool (Drained) or puts it back. A run
+// holding the node keeps it until its membership next changes.
+type Drain struct {
+	NodeID  string `json:"node_id"`
+	Drained bool   `json:"drained"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // Release returns a run's nodes to the pool.

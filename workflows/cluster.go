@@ -38,6 +38,10 @@ type NodeRecord struct {
 	// Run holds the node, at Rank; empty when free.
 	Run  string `json:"run,omitempty"`
 	Rank int    `json:"rank"`
+	// Drained: an operator took the node out of the pool (spec.Drain);
+	// it is handed out again only once put back.
+	Drained     bool   `json:"drained,omitempty"`
+	DrainReason string `json:"drain_reason,omitempty"`
 }
 
 // Registry is the answer to spec.QueryRegistry: every node and the lease
@@ -92,6 +96,7 @@ func (c *cluster) run(ctx workflow.Context) error {
 	heartbeat := workflow.GetSignalChannel(ctx, spec.SignalHeartbeat)
 	failed := workflow.GetSignalChannel(ctx, spec.SignalMarkFailed)
 	release := workflow.GetSignalChannel(ctx, spec.SignalRelease)
+	drain := workflow.GetSignalChannel(ctx, spec.SignalDrain)
 
 	sel := workflow.NewSelector(ctx)
 	sel.AddReceive(register, func(ch workflow.ReceiveChannel, _ bool) {
@@ -113,6 +118,17 @@ func (c *cluster) run(ctx workflow.Context) error {
 		var r spec.Release
 		ch.Receive(ctx, &r)
 		c.release(r.RunID)
+	})
+	sel.AddReceive(drain, func(ch workflow.ReceiveChannel, _ bool) {
+		var d spec.Drain
+		ch.Receive(ctx, &d)
+		if r := c.find(d.NodeID); r != nil {
+			r.Drained, r.DrainReason = d.Drained, ""
+			if d.Drained {
+				r.DrainReason = d.Reason
+			}
+			workflow.GetLogger(ctx).Info("node drained or put back", "node", d.NodeID, "drained", d.Drained, "reason", d.Reason)
+		}
 	})
 	for {
 		sel.Select(ctx)
@@ -207,8 +223,10 @@ func (c *cluster) release(runID string) {
 	}
 }
 
+// alive: a node runs may have (or keep when they re-acquire): healthy,
+// renewing its lease and not drained.
 func (c *cluster) alive(now time.Time, r *NodeRecord) bool {
-	return !r.Failed && now.Sub(r.LastSeen) <= c.st.LeaseTTL
+	return !r.Failed && !r.Drained && now.Sub(r.LastSeen) <= c.st.LeaseTTL
 }
 
 func validateAcquire(req spec.AcquireRequest) error {

@@ -172,3 +172,65 @@ func TestClusterShrinksAndRescales(t *testing.T) {
 	require.NoError(t, results["other"].err)
 	require.Equal(t, []string{"c"}, ids(results["other"].nodes), "the rank released by the rescale is free again")
 }
+
+// TestClusterDrain: a drained node is not handed out, stays drained when
+// its worker restarts, leaves the run holding it at that run's next
+// acquisition, and is handed out again once put back.
+func TestClusterDrain(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
+	results := map[string]*acquireResult{}
+	acquire := func(key string, req spec.AcquireRequest) {
+		res := &acquireResult{}
+		results[key] = res
+		env.UpdateWorkflow(spec.UpdateAcquire, key, &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { res.err = err },
+			OnComplete: func(v any, err error) {
+				res.err = err
+				if v != nil {
+					res.nodes = v.([]spec.Node)
+				}
+			},
+		}, req)
+	}
+	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	drain := func(id string, on bool) {
+		env.SignalWorkflow(spec.SignalDrain, spec.Drain{NodeID: id, Drained: on, Reason: "maintenance"})
+	}
+	var registry Registry
+	at(time.Second, func() {
+		for _, n := range testNodes("a", "b", "c") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { drain("b", true) })
+	at(3*time.Second, func() { acquire("without-b", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(4*time.Second, func() { env.SignalWorkflow(spec.SignalRegister, testNodes("b")[0]) }) // b's worker restarts
+	at(5*time.Second, func() { drain("c", true) }) // held by r1
+	at(5500*time.Millisecond, func() {
+		v, err := env.QueryWorkflow(spec.QueryRegistry)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&registry))
+	})
+	at(6*time.Second, func() { acquire("c-leaves", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(8*time.Second, func() { drain("b", false) })
+	at(9*time.Second, func() { acquire("b-back", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(15*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+
+	require.NoError(t, results["without-b"].err)
+	require.Equal(t, []string{"a", "c"}, ids(results["without-b"].nodes))
+	var ae *temporal.ApplicationError
+	require.True(t, errors.As(results["c-leaves"].err, &ae), "a drained node held by the run is not kept: %v", results["c-leaves"].err)
+	require.Equal(t, spec.ErrTypeNotEnoughNodes, ae.Type())
+	require.NoError(t, results["b-back"].err)
+	require.Equal(t, []string{"a", "b"}, ids(results["b-back"].nodes))
+	require.Len(t, registry.Nodes, 3)
+	require.True(t, registry.Nodes[1].Drained, "b stays drained across its restart")
+	require.Equal(t, "maintenance", registry.Nodes[1].DrainReason)
+	require.True(t, registry.Nodes[2].Drained && registry.Nodes[2].Run == "r1", "c is drained while r1 still holds it")
+	require.Equal(t, 20*time.Second, registry.LeaseTTL)
+}

@@ -97,6 +97,44 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if busy != 2 || free != 1 {
 		t.Errorf("nodes while paused: %+v; want 2 busy in %s and 1 free", nodes, run.GetID())
 	}
+	// Drain the free node and put it back (the rescale below needs it).
+	state := func(id string) string {
+		t.Helper()
+		var ns []nodeRow
+		if err := json.Unmarshal([]byte(cli("nodes", "-o", "json")), &ns); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			if n.ID == id {
+				return n.State + " " + n.Reason
+			}
+		}
+		return "missing"
+	}
+	if out := cli("nodes", "drain", "node-3", "--reason", "swap the disk"); !strings.Contains(out, "node-3 drained") {
+		t.Errorf("drain: %q", out)
+	}
+	for st := state("node-3"); st != "drained swap the disk"; st = state("node-3") {
+		select { // the signal lands with the Cluster's next workflow task
+		case <-ctx.Done():
+			t.Fatalf("node-3 never showed drained: %s", st)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cli("nodes", "undrain", "node-3")
+	for st := state("node-3"); st != "free "; st = state("node-3") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node-3 never came back: %s", st)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	var errb bytes.Buffer
+	unknown := newRootCmd(&env{out: &bytes.Buffer{}, err: &errb, command: childCommand})
+	unknown.SetArgs([]string{"nodes", "drain", "node-9", "--address", addr})
+	if err := unknown.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), `no node "node-9"`) {
+		t.Errorf("drain of an unknown node: %v", err)
+	}
 	// The paused run is still going: starting its name again is refused,
 	// not answered with the running run as if it had started.
 	if _, err := startRunWith(ctx, c, s, spec.DefaultClusterID); err == nil || !strings.Contains(err.Error(), "a run of that name is still going") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
@@ -18,7 +20,7 @@ import (
 // nodeRow is one node as `cann-train nodes` shows it.
 type nodeRow struct {
 	ID       string    `json:"id"`
-	State    string    `json:"state"` // free, busy, failed, silent
+	State    string    `json:"state"` // free, busy, drained, draining, failed, silent
 	Reason   string    `json:"reason,omitempty"`
 	Run      string    `json:"run,omitempty"`
 	Rank     int       `json:"rank"`
@@ -39,6 +41,13 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 			row.State, row.Reason = "failed", r.FailReason
 		case now.Sub(r.LastSeen) > reg.LeaseTTL:
 			row.State, row.Reason = "silent", fmt.Sprintf("no lease renewal for over %s", reg.LeaseTTL)
+		case r.Drained && r.Run != "":
+			row.State, row.Reason = "draining", "leaves its run at the run's next membership change"
+			if r.DrainReason != "" {
+				row.Reason = r.DrainReason + "; " + row.Reason
+			}
+		case r.Drained:
+			row.State, row.Reason = "drained", r.DrainReason
 		case r.Run != "":
 			row.State = "busy"
 		default:
@@ -81,14 +90,17 @@ func newNodesCmd(e *env) *cobra.Command {
 	var output, clusterID string
 	cmd := &cobra.Command{
 		Use:   "nodes",
-		Short: "List the registered node workers: free, busy (run and rank), failed (why) or silent",
+		Short: "List the registered node workers: free, busy (run and rank), drained, failed (why) or silent",
 		Long: `Asks the Cluster workflow (the node registry) for every node worker that
 registered: its state as runs see it when they acquire nodes — free; busy in a
-run at a rank; failed, with the reason (a dead peer, a heartbeat timeout, a
-stopped worker); or silent, its lease not renewed for a TTL — with its host,
-collective address and when it was last heard from.`,
+run at a rank; drained by an operator (draining while a run still holds it);
+failed, with the reason (a dead peer, a heartbeat timeout, a stopped worker);
+or silent, its lease not renewed for a TTL — with its host, collective address
+and when it was last heard from. ` + "`nodes drain` / `nodes undrain`" + ` take a node out
+of the pool and put it back.`,
 		Example: `  cann-train nodes
-  cann-train nodes -o json | jq '.[] | select(.state == "free") | .id'`,
+  cann-train nodes -o json | jq '.[] | select(.state == "free") | .id'
+  cann-train nodes drain node-7 --reason "replace the NIC"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
@@ -99,20 +111,9 @@ collective address and when it was last heard from.`,
 				return err
 			}
 			defer c.Close()
-			if err := controlWorkerPolls(cmd.Context(), c); err != nil {
-				return err
-			}
-			v, err := c.QueryWorkflow(cmd.Context(), clusterID, "", spec.QueryRegistry)
-			var notFound *serviceerror.NotFound
-			if errors.As(err, &notFound) {
-				return fmt.Errorf("no node registry %q: no node worker has registered yet (start `cann-train worker node --id ...`)", clusterID)
-			}
+			reg, err := readRegistry(cmd.Context(), c, clusterID)
 			if err != nil {
-				return fmt.Errorf("query the node registry %s: %w", clusterID, err)
-			}
-			var reg workflows.Registry
-			if err := v.Get(&reg); err != nil {
-				return fmt.Errorf("decode the node registry: %w", err)
+				return err
 			}
 			now := time.Now()
 			rows := nodeRows(reg, now)
@@ -122,9 +123,90 @@ collective address and when it was last heard from.`,
 			return printNodes(e.out, rows, now)
 		},
 	}
+	cmd.PersistentFlags().StringVar(&clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-	cmd.Flags().StringVar(&clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
+	var reason string
+	drain := &cobra.Command{
+		Use:   "drain NODE",
+		Short: "Take a node out of the pool for maintenance (kept across its worker's restarts)",
+		Long: `Runs no longer get NODE; a run holding it keeps it until its membership next
+changes (a recovery, a rescale), then goes on without it. The node worker keeps
+running. ` + "`cann-train nodes undrain NODE`" + ` puts it back.`,
+		Example: `  cann-train nodes drain node-7 --reason "replace the NIC"`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return setDrained(cmd, e, clusterID, args[0], true, reason)
+		},
+	}
+	drain.Flags().StringVar(&reason, "reason", "", "why, shown by `cann-train nodes`")
+	undrain := &cobra.Command{
+		Use:   "undrain NODE",
+		Short: "Put a drained node back into the pool",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return setDrained(cmd, e, clusterID, args[0], false, "")
+		},
+	}
+	cmd.AddCommand(drain, undrain)
 	return cmd
+}
+
+// readRegistry asks the Cluster clusterID for its nodes.
+func readRegistry(ctx context.Context, c client.Client, clusterID string) (workflows.Registry, error) {
+	var reg workflows.Registry
+	if err := controlWorkerPolls(ctx, c); err != nil {
+		return reg, err
+	}
+	v, err := c.QueryWorkflow(ctx, clusterID, "", spec.QueryRegistry)
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return reg, fmt.Errorf("no node registry %q: no node worker has registered yet (start `cann-train worker node --id ...`)", clusterID)
+	}
+	if err != nil {
+		return reg, fmt.Errorf("query the node registry %s: %w", clusterID, err)
+	}
+	if err := v.Get(&reg); err != nil {
+		return reg, fmt.Errorf("decode the node registry: %w", err)
+	}
+	return reg, nil
+}
+
+// setDrained signals the Cluster to drain node (or put it back) once it
+// knows the node, and says what follows.
+func setDrained(cmd *cobra.Command, e *env, clusterID, node string, drained bool, reason string) error {
+	ctx := cmd.Context()
+	c, err := dialQuiet(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	reg, err := readRegistry(ctx, c, clusterID)
+	if err != nil {
+		return err
+	}
+	var rec *workflows.NodeRecord
+	var ids []string
+	for i := range reg.Nodes {
+		ids = append(ids, reg.Nodes[i].Node.ID)
+		if reg.Nodes[i].Node.ID == node {
+			rec = &reg.Nodes[i]
+		}
+	}
+	if rec == nil {
+		return fmt.Errorf("no node %q in %s (registered: %v)", node, clusterID, ids)
+	}
+	if err := c.SignalWorkflow(ctx, clusterID, "", spec.SignalDrain, spec.Drain{NodeID: node, Drained: drained, Reason: reason}); err != nil {
+		return fmt.Errorf("signal %s: %w", clusterID, err)
+	}
+	switch {
+	case !drained:
+		fmt.Fprintf(e.out, "%s is back in the pool\n", node)
+	case rec.Run != "":
+		fmt.Fprintf(e.out, "%s drained: no run gets it now; %s keeps it until its membership next changes\n", node, rec.Run)
+	default:
+		fmt.Fprintf(e.out, "%s drained: no run gets it now\n", node)
+	}
+	return nil
 }
 
 // clip shortens s to at most n runes, marking the cut.
