@@ -43,9 +43,9 @@ const (
 	SignalRelease    = "release"
 	// SignalDrain takes a node out of the pool (or puts it back): an
 	// operator's maintenance, kept across the node's restarts.
-	SignalDrain = "drain"
-	UpdateAcquire    = "acquire"
-	QueryNodes       = "nodes"
+	SignalDrain   = "drain"
+	UpdateAcquire = "acquire"
+	QueryNodes    = "nodes"
 	// QueryRegistry answers the node records with the lease TTL they are
 	// judged by (workflows.Registry).
 	QueryRegistry = "registry"

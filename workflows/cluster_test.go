@@ -208,7 +208,7 @@ func TestClusterDrain(t *testing.T) {
 	at(2*time.Second, func() { drain("b", true) })
 	at(3*time.Second, func() { acquire("without-b", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
 	at(4*time.Second, func() { env.SignalWorkflow(spec.SignalRegister, testNodes("b")[0]) }) // b's worker restarts
-	at(5*time.Second, func() { drain("c", true) }) // held by r1
+	at(5*time.Second, func() { drain("c", true) })                                           // held by r1
 	at(5500*time.Millisecond, func() {
 		v, err := env.QueryWorkflow(spec.QueryRegistry)
 		require.NoError(t, err)
