@@ -18,21 +18,15 @@ type acquireResult struct {
 	err   error
 }
 
-func ids(nodes []spec.Node) []string {
-	out := make([]string, len(nodes))
-	for i, n := range nodes {
-		out[i] = n.ID
-	}
-	return out
-}
-
-func TestClusterAllocates(t *testing.T) {
+// clusterEnv is a test environment running Cluster, with acquire (an
+// Update whose outcome lands in results[key]) and at (a callback after d).
+func clusterEnv() (env *testsuite.TestWorkflowEnvironment, acquire func(key string, req spec.AcquireRequest),
+	at func(d time.Duration, f func()), results map[string]*acquireResult) {
 	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
+	env = s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
-
-	results := map[string]*acquireResult{}
-	acquire := func(key string, req spec.AcquireRequest) {
+	results = map[string]*acquireResult{}
+	acquire = func(key string, req spec.AcquireRequest) {
 		res := &acquireResult{}
 		results[key] = res
 		env.UpdateWorkflow(spec.UpdateAcquire, key, &testsuite.TestUpdateCallback{
@@ -46,7 +40,20 @@ func TestClusterAllocates(t *testing.T) {
 			},
 		}, req)
 	}
-	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	at = func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	return env, acquire, at, results
+}
+
+func ids(nodes []spec.Node) []string {
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.ID
+	}
+	return out
+}
+
+func TestClusterAllocates(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
 
 	at(time.Second, func() {
 		for _, n := range testNodes("c", "a", "b") {
@@ -177,25 +184,7 @@ func TestClusterShrinksAndRescales(t *testing.T) {
 // its worker restarts, leaves the run holding it at that run's next
 // acquisition, and is handed out again once put back.
 func TestClusterDrain(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
-	results := map[string]*acquireResult{}
-	acquire := func(key string, req spec.AcquireRequest) {
-		res := &acquireResult{}
-		results[key] = res
-		env.UpdateWorkflow(spec.UpdateAcquire, key, &testsuite.TestUpdateCallback{
-			OnAccept: func() {},
-			OnReject: func(err error) { res.err = err },
-			OnComplete: func(v any, err error) {
-				res.err = err
-				if v != nil {
-					res.nodes = v.([]spec.Node)
-				}
-			},
-		}, req)
-	}
-	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	env, acquire, at, results := clusterEnv()
 	drain := func(id string, on bool) {
 		env.SignalWorkflow(spec.SignalDrain, spec.Drain{NodeID: id, Drained: on, Reason: "maintenance"})
 	}
