@@ -130,8 +130,10 @@ of the pool and put it back.`,
 		Use:   "drain NODE",
 		Short: "Take a node out of the pool for maintenance (kept across its worker's restarts)",
 		Long: `Runs no longer get NODE; a run holding it keeps it until its membership next
-changes (a recovery, a rescale), then goes on without it. The node worker keeps
-running. ` + "`cann-train nodes undrain NODE`" + ` puts it back.`,
+changes (a recovery, a rescale), then goes on without it — to move a run off it
+now, rescale it (` + "`cann-train scale RUN --nodes N`" + `, N other than its node count):
+the new membership leaves the drained node out. The node worker keeps running;
+` + "`cann-train nodes undrain NODE`" + ` puts it back.`,
 		Example: `  cann-train nodes drain node-7 --reason "replace the NIC"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
