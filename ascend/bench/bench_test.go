@@ -579,17 +579,20 @@ func TestRankProcs(t *testing.T) {
 	tests := []struct {
 		procs  int
 		envSet bool
+		ranks  int
 		want   int
 	}{
-		{0, false, 1},  // default: one P per rank
-		{0, true, 0},   // GOMAXPROCS in the environment wins over the default
-		{3, true, 3},   // the flag wins over the environment
-		{2, false, 2},  //
-		{-1, false, 8}, // Go's default: the cores
+		{0, false, 8, 1},   // default, ranks fill the cores: one P per rank
+		{0, false, 12, 1},  // oversubscribed: one P per rank
+		{0, false, 4, 0},   // spare cores: the runtime's own
+		{0, true, 8, 0},    // GOMAXPROCS in the environment wins over the default
+		{3, true, 8, 3},    // the flag wins over the environment
+		{2, false, 4, 2},   //
+		{-1, false, 12, 8}, // Go's default: the cores
 	}
 	for _, tc := range tests {
-		if got := rankProcs(tc.procs, tc.envSet, 8); got != tc.want {
-			t.Errorf("rankProcs(%d, env %v) = %d, want %d", tc.procs, tc.envSet, got, tc.want)
+		if got := rankProcs(tc.procs, tc.envSet, tc.ranks, 8); got != tc.want {
+			t.Errorf("rankProcs(%d, env %v, %d ranks) = %d, want %d", tc.procs, tc.envSet, tc.ranks, got, tc.want)
 		}
 	}
 }

@@ -95,7 +95,7 @@ func ParseChildArgs(args []string) (ChildArgs, error) {
 // listener, forms the group over TCP and runs RunRank, rank 0 writing the
 // report to stdout.
 func RunChild(ctx context.Context, a ChildArgs, stdout io.Writer) error {
-	if n := rankProcs(a.Options.Procs, os.Getenv("GOMAXPROCS") != "", runtime.NumCPU()); n > 0 {
+	if n := rankProcs(a.Options.Procs, os.Getenv("GOMAXPROCS") != "", len(a.Addrs), runtime.NumCPU()); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
 	var l *tcp.Listener
@@ -272,14 +272,14 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // rankProcs is the GOMAXPROCS a rank process sets (see Options.Procs); 0
 // leaves the runtime's own.
-func rankProcs(procs int, envSet bool, cpus int) int {
+func rankProcs(procs int, envSet bool, ranks, cpus int) int {
 	switch {
 	case procs > 0:
 		return procs
 	case procs < 0:
 		return cpus
-	case envSet:
-		return 0
+	case envSet || ranks < cpus:
+		return 0 // spare cores: a rank's send and receive may run side by side
 	}
 	return 1
 }

@@ -97,13 +97,14 @@ type Options struct {
 	Spin time.Duration `json:"spin,omitempty"`
 	// SocketBuffer is tcp.Options.SocketBuffer (0: kernel autotuning).
 	SocketBuffer int64 `json:"socket_buffer,omitempty"`
-	// Procs is GOMAXPROCS in each of Launch's rank processes. 0 means 1 —
-	// a rank's collectives run on one goroutine plus the transport's
-	// syscalls, like an MPI rank's one thread, and idle Ps of a Go process
-	// spin looking for work, taking cores from the other ranks where ranks
-	// outnumber cores — unless the GOMAXPROCS variable is set; negative
-	// means Go's default (the number of cores). The limits are measured
-	// with every core either way.
+	// Procs is GOMAXPROCS in each of Launch's rank processes. 0 means 1
+	// where ranks are at least as many as cores — a rank's collectives run
+	// on one goroutine plus the transport's syscalls, like an MPI rank's
+	// one thread, and idle Ps of a Go process spin looking for work, taking
+	// cores from the other ranks — and Go's default on a host with spare
+	// cores or when the GOMAXPROCS variable is set; negative means Go's
+	// default (the number of cores). The limits are measured with every
+	// core either way.
 	Procs int `json:"procs,omitempty"`
 
 	// Stdout and Stderr receive the children's output in Launch (default
@@ -442,5 +443,5 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(flag01{&o.Touch}, "touch", "rewrite every call's input before it and read its output after it, as a training step does (1), or not (0)")
 	fs.Var(sizeFlag{&o.SocketBuffer}, "sockbuf", "SO_SNDBUF/SO_RCVBUF of TCP links (0: kernel autotuning)")
 	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long a TCP receive polls before sleeping (0: auto, polling only while ranks ≤ cores; negative: never)")
-	fs.IntVar(&o.Procs, "procs", o.Procs, "GOMAXPROCS of each rank process (0: 1 unless the GOMAXPROCS variable is set; negative: the number of cores)")
+	fs.IntVar(&o.Procs, "procs", o.Procs, "GOMAXPROCS of each rank process (0: 1 where ranks >= cores, unless the GOMAXPROCS variable is set; negative: the number of cores)")
 }

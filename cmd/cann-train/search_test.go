@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -77,8 +78,12 @@ func TestBenchCollectiveProcesses(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out.String())
 	}
-	if rep.Ranks != 3 || len(rep.Tables) != 3 || rep.GOMAXPROCS != 1 {
-		t.Fatalf("ranks %d, tables %d, GOMAXPROCS %d (want one P per rank process)", rep.Ranks, len(rep.Tables), rep.GOMAXPROCS)
+	wantProcs := 1 // ranks fill the cores: one P per rank process
+	if runtime.NumCPU() > 3 {
+		wantProcs = runtime.GOMAXPROCS(0) // spare cores: the runtime's own
+	}
+	if rep.Ranks != 3 || len(rep.Tables) != 3 || rep.GOMAXPROCS != wantProcs {
+		t.Fatalf("ranks %d, tables %d, GOMAXPROCS %d (want %d)", rep.Ranks, len(rep.Tables), rep.GOMAXPROCS, wantProcs)
 	}
 	for _, tb := range rep.Tables {
 		if len(tb.Results) != 4 {
