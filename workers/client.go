@@ -45,6 +45,18 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 	return c, nil
 }
 
+// ControlWorkerPolls reports whether the server lists a poller on the
+// control task queue: without one, queries of the TrainingRun and Cluster
+// workflows wait out their deadline. err is the server's when it cannot
+// say.
+func ControlWorkerPolls(ctx context.Context, c client.Client) (bool, error) {
+	tq, err := c.DescribeTaskQueue(ctx, spec.ControlTaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+	if err != nil {
+		return false, fmt.Errorf("describe task queue %s: %w", spec.ControlTaskQueue, err)
+	}
+	return len(tq.GetPollers()) > 0, nil
+}
+
 // SearchAttributes are the custom attributes the workflows upsert.
 func SearchAttributes() map[string]enumspb.IndexedValueType {
 	return map[string]enumspb.IndexedValueType{

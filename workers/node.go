@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -189,7 +188,7 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 	defer cancel()
 	// The registry's query is answered by a control worker: with none
 	// polling (nodes started first) it would only time out.
-	if tq, err := c.DescribeTaskQueue(qctx, spec.ControlTaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW); err != nil || len(tq.GetPollers()) == 0 {
+	if ok, err := ControlWorkerPolls(qctx, c); !ok {
 		log.Debug("no control worker to ask; not checking for a second worker", zap.Error(err))
 		return nil
 	}

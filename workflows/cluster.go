@@ -122,13 +122,7 @@ func (c *cluster) run(ctx workflow.Context) error {
 	sel.AddReceive(drain, func(ch workflow.ReceiveChannel, _ bool) {
 		var d spec.Drain
 		ch.Receive(ctx, &d)
-		if r := c.find(d.NodeID); r != nil {
-			r.Drained, r.DrainReason = d.Drained, ""
-			if d.Drained {
-				r.DrainReason = d.Reason
-			}
-			workflow.GetLogger(ctx).Info("node drained or put back", "node", d.NodeID, "drained", d.Drained, "reason", d.Reason)
-		}
+		c.drain(ctx, d)
 	})
 	for {
 		sel.Select(ctx)
@@ -213,6 +207,19 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 	if mf.RunID == "" || r.Run == mf.RunID {
 		r.Run, r.Rank = "", -1
 	}
+}
+
+// drain takes a node out of the pool or puts it back (spec.Drain).
+func (c *cluster) drain(ctx workflow.Context, d spec.Drain) {
+	r := c.find(d.NodeID)
+	if r == nil {
+		return
+	}
+	r.Drained, r.DrainReason = d.Drained, ""
+	if d.Drained {
+		r.DrainReason = d.Reason
+	}
+	workflow.GetLogger(ctx).Info("node drained or put back", "node", d.NodeID, "drained", d.Drained, "reason", d.Reason)
 }
 
 func (c *cluster) release(runID string) {

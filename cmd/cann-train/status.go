@@ -270,7 +270,7 @@ var errNoControlWorker = fmt.Errorf("no control worker polls task queue %q: runs
 // poller on the control task queue (queries would wait out their deadline);
 // nil when it lists one or cannot say.
 func controlWorkerPolls(ctx context.Context, c client.Client) error {
-	if tq, err := c.DescribeTaskQueue(ctx, spec.ControlTaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW); err == nil && len(tq.GetPollers()) == 0 {
+	if ok, err := workers.ControlWorkerPolls(ctx, c); err == nil && !ok {
 		return errNoControlWorker
 	}
 	return nil
