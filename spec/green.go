@@ -437,4 +437,7 @@ type Rescaling struct {
 	// Error: the Cluster could not fill the request; the run trained on
 	// with its nodes.
 	Error string `json:"error,omitempty"`
+	// Reason says why the membership changed when no rescale asked for
+	// it, e.g. "node-2 drained: swap the disk" (empty: a rescale).
+	Reason string `json:"reason,omitempty"`
 }

@@ -64,6 +64,10 @@ const (
 	SignalRescale = "rescale"
 	// SignalGreenOverride (payload GreenOverride) ignores the green policy.
 	SignalGreenOverride = "green-override"
+	// SignalEvict (payload Evict): the Cluster tells a run that a node it
+	// holds was drained; a built-in run moves off it at its next chunk
+	// boundary.
+	SignalEvict = "evict"
 
 	// MemoCarbon is the memo key the run sets when its carbon budget
 	// reaches BudgetAlertFraction.
@@ -173,11 +177,20 @@ type MarkFailed struct {
 }
 
 // Drain takes NodeID out of the pool (Drained) or puts it back. A run
-// holding the node keeps it until its membership next changes.
+// holding the node is told (SignalEvict); a built-in run replaces it at its
+// next chunk boundary, an external job keeps it until its membership next
+// changes.
 type Drain struct {
 	NodeID  string `json:"node_id"`
 	Drained bool   `json:"drained"`
 	Reason  string `json:"reason,omitempty"`
+}
+
+// Evict is the SignalEvict payload: NodeID, which the run holds, was
+// drained for Reason.
+type Evict struct {
+	NodeID string `json:"node_id"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Release returns a run's nodes to the pool.
@@ -395,6 +408,11 @@ type RunStatus struct {
 	PauseRequested bool `json:"pause_requested,omitempty"`
 	// PendingNodes is a rescale not yet applied (0: none).
 	PendingNodes int `json:"pending_nodes,omitempty"`
+	// Evicting are drained nodes the run still holds; it replaces them
+	// at its next chunk boundary (or shrinks without them, down to
+	// min_nodes), or, when no node is free, keeps them and tries again a
+	// minute later.
+	Evicting []string `json:"evicting,omitempty"`
 	// MinNodes is the fewest nodes the run shrinks to after a failure.
 	MinNodes    int         `json:"min_nodes,omitempty"`
 	GlobalBatch int         `json:"global_batch,omitempty"`

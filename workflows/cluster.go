@@ -209,17 +209,36 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 	}
 }
 
-// drain takes a node out of the pool or puts it back (spec.Drain).
+// versionDrainEvicts: draining a node a run holds tells the run
+// (spec.SignalEvict). Asked only then, so that histories in which a held
+// node was drained without it replay.
+const versionDrainEvicts = "drain-evicts"
+
+// drain takes a node out of the pool or puts it back (spec.Drain). A run
+// that holds a node being drained is told, so that it can move off it.
 func (c *cluster) drain(ctx workflow.Context, d spec.Drain) {
 	r := c.find(d.NodeID)
 	if r == nil {
 		return
 	}
+	was := r.Drained
 	r.Drained, r.DrainReason = d.Drained, ""
 	if d.Drained {
 		r.DrainReason = d.Reason
 	}
-	workflow.GetLogger(ctx).Info("node drained or put back", "node", d.NodeID, "drained", d.Drained, "reason", d.Reason)
+	log := workflow.GetLogger(ctx)
+	log.Info("node drained or put back", "node", d.NodeID, "drained", d.Drained, "reason", d.Reason)
+	if !d.Drained || was || r.Run == "" || workflow.GetVersion(ctx, versionDrainEvicts, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	run := r.Run
+	f := workflow.SignalExternalWorkflow(ctx, run, "", spec.SignalEvict, spec.Evict{NodeID: d.NodeID, Reason: d.Reason})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		// A run that has just ended has nothing to move off.
+		if err := f.Get(ctx, nil); err != nil {
+			log.Warn("could not tell the run that holds a drained node", "run", run, "node", d.NodeID, "error", err)
+		}
+	})
 }
 
 func (c *cluster) release(runID string) {
@@ -253,13 +272,21 @@ func validateAcquire(req spec.AcquireRequest) error {
 // it can give (at least MinCount), the healthy held ones first.
 func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
 	var out []spec.Node
-	ok, err := workflow.AwaitWithTimeout(ctx, req.Wait, func() bool {
-		var done bool
-		out, done = c.tryAcquire(workflow.Now(ctx), req)
-		return done
-	})
-	if err != nil {
-		return nil, err
+	var ok bool
+	if req.Wait <= 0 {
+		// Now or never. (AwaitWithTimeout with no time would not even
+		// look: its timer fires before the first check.)
+		out, ok = c.tryAcquire(workflow.Now(ctx), req)
+	} else {
+		var err error
+		ok, err = workflow.AwaitWithTimeout(ctx, req.Wait, func() bool {
+			var done bool
+			out, done = c.tryAcquire(workflow.Now(ctx), req)
+			return done
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if !ok {
 		now := workflow.Now(ctx)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -189,6 +190,12 @@ func TestClusterDrain(t *testing.T) {
 		env.SignalWorkflow(spec.SignalDrain, spec.Drain{NodeID: id, Drained: on, Reason: "maintenance"})
 	}
 	var registry Registry
+	var told []string // the evict signals the Cluster sent: run/node
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", spec.SignalEvict, mock.Anything).
+		Return(func(_, run, _, _ string, arg any) error {
+			told = append(told, run+"/"+arg.(spec.Evict).NodeID+": "+arg.(spec.Evict).Reason)
+			return nil
+		})
 	at(time.Second, func() {
 		for _, n := range testNodes("a", "b", "c") {
 			env.SignalWorkflow(spec.SignalRegister, n)
@@ -198,6 +205,7 @@ func TestClusterDrain(t *testing.T) {
 	at(3*time.Second, func() { acquire("without-b", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
 	at(4*time.Second, func() { env.SignalWorkflow(spec.SignalRegister, testNodes("b")[0]) }) // b's worker restarts
 	at(5*time.Second, func() { drain("c", true) })                                           // held by r1
+	at(5200*time.Millisecond, func() { drain("c", true) })                                   // again: r1 was told
 	at(5500*time.Millisecond, func() {
 		v, err := env.QueryWorkflow(spec.QueryRegistry)
 		require.NoError(t, err)
@@ -222,4 +230,29 @@ func TestClusterDrain(t *testing.T) {
 	require.Equal(t, "maintenance", registry.Nodes[1].DrainReason)
 	require.True(t, registry.Nodes[2].Drained && registry.Nodes[2].Run == "r1", "c is drained while r1 still holds it")
 	require.Equal(t, 20*time.Second, registry.LeaseTTL)
+	require.Equal(t, []string{"r1/c: maintenance"}, told, "the run holding c is told once; free b's drains tell nobody")
+}
+
+// An acquire with no wait (a run replacing a drained node) takes what is
+// free at once — or shrinks to MinCount — and otherwise fails at once.
+func TestClusterAcquireWithoutWaiting(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	at(time.Second, func() {
+		for _, n := range testNodes("a", "b", "c") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 2}) })
+	at(3*time.Second, func() { acquire("r2-short", spec.AcquireRequest{RunID: "r2", Count: 2}) })
+	at(4*time.Second, func() { acquire("r2-shrunk", spec.AcquireRequest{RunID: "r2", Count: 2, MinCount: 1}) })
+	at(5*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+
+	require.NoError(t, results["r1"].err)
+	require.Equal(t, []string{"a", "b"}, ids(results["r1"].nodes))
+	var ae *temporal.ApplicationError
+	require.True(t, errors.As(results["r2-short"].err, &ae), "%v", results["r2-short"].err)
+	require.Equal(t, spec.ErrTypeNotEnoughNodes, ae.Type())
+	require.NoError(t, results["r2-shrunk"].err)
+	require.Equal(t, []string{"c"}, ids(results["r2-shrunk"].nodes))
 }

@@ -11,7 +11,8 @@
 // (Signal handling uses workflow.Go coroutines, never Go goroutines.)
 //
 // At every chunk boundary TrainingRun acts on its control signals — pause,
-// resume, rescale, green-override — and on its green policy: it prices the
+// resume, rescale, green-override, and evict, which the Cluster sends when
+// an operator drains a node the run holds — and on its green policy: it prices the
 // finished chunks and re-plans through the PlanCarbon activity, then waits
 // on a durable timer for the next slot when outside one
 // (trainingrun_controls.go, trainingrun_green.go); with green.batch the

@@ -36,7 +36,9 @@ import (
 // continue-as-new, ending in continue-as-new; and
 // trainingrun_batch.json, a
 // run whose carbon batch controller shrank its batch three times and that
-// lost a node after the second change
+// lost a node after the second change; trainingrun_pause_drain.json and
+// cluster_drain.json, the paused run again, now also moving off a node
+// drained while it held it, and the Cluster that told it
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -68,7 +70,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_metered.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_rollover.json", spec.WorkflowTrainingRun},
 		{"trainingrun_batch.json", spec.WorkflowTrainingRun},
+		{"trainingrun_pause_drain.json", spec.WorkflowTrainingRun}, // a held node drained: the run moved off it
 		{"cluster.json", spec.WorkflowCluster},
+		{"cluster_drain.json", spec.WorkflowCluster}, // drains, one of a held node (the run told)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

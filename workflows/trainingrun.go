@@ -233,16 +233,22 @@ func (r *run) acquire(ctx workflow.Context) error {
 // acquireNodes makes the run hold count nodes (at least minCount when
 // that is set: see AcquireRequest) and starts a new generation.
 func (r *run) acquireNodes(ctx workflow.Context, phase spec.Phase, count, minCount int) error {
+	return r.acquireNodesWithin(ctx, phase, count, minCount, r.spec.NodeWait.D())
+}
+
+// acquireNodesWithin is acquireNodes waiting up to wait for the nodes
+// (0: take what is free now or fail).
+func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, minCount int, wait time.Duration) error {
 	// Say what the run waits for (status, dashboard, Web UI), after what
 	// the caller said (a rescale).
 	prev := r.st.Status.Detail
-	r.st.Status.Detail = acquireDetail(count, minCount, workflow.Now(ctx), r.spec.NodeWait.D())
+	r.st.Status.Detail = acquireDetail(count, minCount, workflow.Now(ctx), wait)
 	if prev != "" {
 		r.st.Status.Detail = prev + ": " + r.st.Status.Detail
 	}
 	r.setPhase(ctx, phase)
 	var nodes []spec.Node
-	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: r.spec.NodeWait.D()}
+	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait}
 	err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes)
 	r.st.Status.Detail = prev
 	if err != nil {
@@ -265,6 +271,9 @@ func acquireDetail(count, minCount int, now time.Time, wait time.Duration) strin
 	want := fmt.Sprintf("%d free node(s)", count)
 	if minCount > 0 && minCount < count {
 		want = fmt.Sprintf("%d free node(s), or at least %d", count, minCount)
+	}
+	if wait <= 0 {
+		return "asking for " + want
 	}
 	return fmt.Sprintf("waiting for %s until %s (node_wait %s)", want, now.Add(wait).UTC().Format("15:04:05 MST"), wait)
 }

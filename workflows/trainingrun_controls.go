@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -45,6 +46,10 @@ type Controls struct {
 	Resumes int `json:"resumes,omitempty"`
 	// Rescale is the node count asked for and not yet applied (0: none).
 	Rescale int `json:"rescale,omitempty"`
+	// Evict are drained nodes to move off at the next chunk boundary;
+	// EvictRetry, when set, is when to ask again after no node was free.
+	Evict      []spec.Evict `json:"evict,omitempty"`
+	EvictRetry time.Time    `json:"evict_retry,omitzero"`
 	// Override ignores the green policy, until OverrideUntil when set.
 	Override      bool      `json:"override,omitempty"`
 	OverrideUntil time.Time `json:"override_until,omitzero"`
@@ -67,6 +72,7 @@ func (r *run) listen(ctx workflow.Context) {
 	resume := workflow.GetSignalChannel(ctx, spec.SignalResume)
 	rescale := workflow.GetSignalChannel(ctx, spec.SignalRescale)
 	override := workflow.GetSignalChannel(ctx, spec.SignalGreenOverride)
+	evict := workflow.GetSignalChannel(ctx, spec.SignalEvict)
 	log := workflow.GetLogger(ctx)
 	sel := workflow.NewSelector(ctx)
 	sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {
@@ -109,6 +115,11 @@ func (r *run) listen(ctx workflow.Context) {
 		log.Info("green override", "on", r.st.Ctl.Override, "until", r.st.Ctl.OverrideUntil)
 		r.noteOverride(ctx)
 	})
+	sel.AddReceive(evict, func(c workflow.ReceiveChannel, _ bool) {
+		var ev spec.Evict
+		c.Receive(ctx, &ev)
+		r.noteEvict(ctx, ev)
+	})
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			sel.Select(ctx)
@@ -132,8 +143,9 @@ func (r *run) controlled(ctx workflow.Context) bool {
 }
 
 // beforeChunk is the chunk boundary: hold while paused, apply a pending
-// rescale, then follow the green policy — price the finished chunks,
-// re-plan, and wait for the next slot when outside one. Any change of the
+// rescale, replace drained nodes, then follow the green policy — price
+// the finished chunks, re-plan, and wait for the next slot when outside
+// one. Any change of the
 // controls during a wait is acted on at once. A resume at this boundary
 // (ending a pause or cutting a wait) lets the next chunk start now.
 func (r *run) beforeChunk(ctx workflow.Context) error {
@@ -149,6 +161,10 @@ func (r *run) beforeChunk(ctx workflow.Context) error {
 		}
 		if n := r.st.Ctl.Rescale; n > 0 && !deferred {
 			deferred = !r.rescale(ctx, n)
+			continue
+		}
+		if r.evictDue(ctx) && !deferred {
+			deferred = !r.evict(ctx)
 			continue
 		}
 		cut := r.st.Ctl.Resumes != resumes
@@ -181,34 +197,134 @@ func (r *run) hold(ctx workflow.Context) error {
 	return nil
 }
 
-// rescale changes the node count to n at this boundary: the Cluster keeps
-// the nodes in ranks below n and fills or frees the rest; a new generation
-// starts from the checkpoint at the current step. When the last checkpoint
-// is older than the current step, the rescale waits one chunk that
-// checkpoints at its end (so no trained step is lost) and rescale returns
-// false. A rescale the Cluster cannot fill is dropped; the run trains on.
+// rescale changes the node count to n at this boundary (see changeNodes).
+// A rescale the Cluster cannot fill is dropped; the run trains on.
 func (r *run) rescale(ctx workflow.Context, n int) bool {
+	if n == len(r.st.Membership.Nodes) {
+		r.st.Ctl.Rescale, r.st.Status.PendingNodes = 0, 0
+		return true
+	}
+	rec, done := r.changeNodes(ctx, n, 0, r.spec.NodeWait.D(), "")
+	if !done {
+		return false
+	}
+	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
+	r.st.Ctl.Rescale, r.st.Status.PendingNodes = 0, 0
+	r.publish(ctx)
+	return true
+}
+
+// evictRetry: how long a run that found no free node to replace a drained
+// one trains on before it asks again.
+const evictRetry = time.Minute
+
+// noteEvict records that a node the run holds was drained (spec.Evict);
+// the run replaces it at the next chunk boundary (evict). An external job
+// has no chunk boundaries: it keeps the node until its membership next
+// changes.
+func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
+	log := workflow.GetLogger(ctx)
+	if r.spec.IsExternal() {
+		log.Warn("a node of this external job was drained; the job keeps it until its nodes next change (a recovery)",
+			"node", ev.NodeID, "reason", ev.Reason)
+		return
+	}
+	if slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == ev.NodeID }) {
+		return
+	}
+	log.Info("node drained: replaced at the next chunk boundary", "node", ev.NodeID, "reason", ev.Reason)
+	r.st.Ctl.Evict = append(r.st.Ctl.Evict, ev)
+	r.st.Ctl.EvictRetry = time.Time{}
+	r.st.Status.Evicting = append(r.st.Status.Evicting, ev.NodeID)
+}
+
+// evictDue: drained nodes wait to be replaced and no failed attempt asked
+// to wait.
+func (r *run) evictDue(ctx workflow.Context) bool {
+	return len(r.st.Ctl.Evict) > 0 && !workflow.Now(ctx).Before(r.st.Ctl.EvictRetry)
+}
+
+// evict moves the run off the drained nodes it holds, at this boundary:
+// free nodes take their ranks; without enough of them the run goes on
+// without them down to min_nodes, as after a failure; short of that it
+// keeps them, says so once, and asks again evictRetry later. Like a
+// rescale it first lets a chunk checkpoint when the last checkpoint is
+// older than the current step (it then returns false).
+func (r *run) evict(ctx workflow.Context) bool {
+	ids := r.st.Membership.NodeIDs()
+	var held []spec.Evict
+	for _, e := range r.st.Ctl.Evict {
+		if slices.Contains(ids, e.NodeID) {
+			held = append(held, e)
+		}
+	}
+	r.st.Ctl.Evict = held
+	r.st.Status.Evicting = nil
+	for _, e := range held {
+		r.st.Status.Evicting = append(r.st.Status.Evicting, e.NodeID)
+	}
+	if len(held) == 0 {
+		r.st.Ctl.EvictRetry = time.Time{}
+		return true
+	}
+	reasons := make([]string, len(held))
+	for i, e := range held {
+		reasons[i] = e.NodeID + " drained"
+		if e.Reason != "" {
+			reasons[i] += ": " + e.Reason
+		}
+	}
+	minCount := 0
+	if r.spec.MinNodes < len(ids) {
+		minCount = r.spec.MinNodes
+	}
+	rec, done := r.changeNodes(ctx, len(ids), minCount, 0, strings.Join(reasons, "; "))
+	if !done {
+		return false
+	}
+	if rec.Error != "" {
+		if r.st.Ctl.EvictRetry.IsZero() {
+			rec.Error = "no free node to take its place; training on with it and asking again every " +
+				evictRetry.String() + " (" + rec.Error + ")"
+			r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
+		}
+		r.st.Ctl.EvictRetry = workflow.Now(ctx).Add(evictRetry)
+		r.publish(ctx)
+		return true
+	}
+	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
+	r.st.Ctl.Evict, r.st.Ctl.EvictRetry, r.st.Status.Evicting = nil, time.Time{}, nil
+	r.publish(ctx)
+	return true
+}
+
+// changeNodes re-acquires count nodes at this boundary (or, when the
+// Cluster has too few, at least minCount > 0 of them), waiting up to wait:
+// the Cluster keeps the live nodes in ranks below count, leaves drained
+// ones out and fills or frees the rest; a new generation starts from the
+// checkpoint at the current step. When the last checkpoint is older than
+// the current step, nothing changes: the next chunk checkpoints at its end
+// (so no trained step is lost) and changeNodes returns false. Otherwise it
+// returns the change (its Error set when the Cluster could not fill it:
+// the run trains on with its nodes), which the caller records. why says
+// what asked for it (empty: a rescale).
+func (r *run) changeNodes(ctx workflow.Context, count, minCount int, wait time.Duration, why string) (spec.Rescaling, bool) {
 	log := workflow.GetLogger(ctx)
 	s := &r.st.Status
 	cur := len(r.st.Membership.Nodes)
-	done := func() {
-		r.st.Ctl.Rescale = 0
-		s.PendingNodes = 0
-	}
-	if n == cur {
-		done()
-		return true
-	}
 	if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
 		r.st.ForceCheckpoint = true
-		log.Info("rescale waits for a checkpoint at the end of the next chunk", "step", s.Step, "nodes", n)
-		return false
+		log.Info("node change waits for a checkpoint at the end of the next chunk", "step", s.Step, "nodes", count, "why", why)
+		return spec.Rescaling{}, false
 	}
 	before := slices.Clone(r.st.Membership.NodeIDs())
-	s.Detail = fmt.Sprintf("rescaling %d → %d nodes at step %d", cur, n, s.Step)
-	rec := spec.Rescaling{AtStep: s.Step, FromNodes: cur, ToNodes: n, ResumeStep: s.Step}
-	if err := r.acquireNodes(ctx, spec.PhaseRescaling, n, 0); err != nil {
-		log.Warn("rescale failed; training on with the current nodes", "nodes", n, "error", err)
+	s.Detail = fmt.Sprintf("rescaling %d → %d nodes at step %d", cur, count, s.Step)
+	if why != "" {
+		s.Detail = fmt.Sprintf("replacing nodes at step %d (%s)", s.Step, why)
+	}
+	rec := spec.Rescaling{AtStep: s.Step, FromNodes: cur, ToNodes: count, ResumeStep: s.Step, Reason: why}
+	if err := r.acquireNodesWithin(ctx, spec.PhaseRescaling, count, minCount, wait); err != nil {
+		log.Warn("node change failed; training on with the current nodes", "nodes", count, "why", why, "error", err)
 		rec.Error = message(err)
 		rec.Generation = r.st.Membership.Generation
 		rec.ToNodes = cur
@@ -225,15 +341,14 @@ func (r *run) rescale(ctx workflow.Context, n int) bool {
 			}
 		}
 		rec.Generation = r.st.Membership.Generation
+		rec.ToNodes = len(after)
 		r.st.LastChunkEnd = time.Time{}
-		log.Info("rescaled", "from", cur, "to", n, "generation", rec.Generation, "added", rec.Added, "removed", rec.Removed)
+		log.Info("nodes changed", "from", cur, "to", len(after), "generation", rec.Generation, "added", rec.Added,
+			"removed", rec.Removed, "why", why)
 	}
 	rec.At = workflow.Now(ctx)
-	s.Rescalings = append(s.Rescalings, rec)
 	s.Detail = ""
-	done()
-	r.publish(ctx)
-	return true
+	return rec, true
 }
 
 // recordSegment adds a finished chunk to the trained segments (and to the

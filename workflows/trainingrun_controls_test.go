@@ -416,3 +416,102 @@ func TestTrainingRunContinueAsNewKeepsControls(t *testing.T) {
 	require.EqualValues(t, 400, st.Step)
 	require.Len(t, st.Nodes, 3)
 }
+
+// A node the run holds is drained (the Cluster stops handing it out and
+// signals the run): at the next chunk boundary a free node takes its rank;
+// without one the run goes on without it down to min_nodes; short of
+// that it keeps the node, says so once, and asks again a minute later.
+func TestTrainingRunEvictsDrainedNode(t *testing.T) {
+	cases := []struct {
+		name     string
+		pool     []string
+		minNodes int
+		// freeAfterPause: the run pauses after the first try and a node
+		// frees up while it holds (the retry finds it).
+		freeAfterPause string
+		nodes          []string // at the end
+		rescalings     []spec.Rescaling
+	}{
+		{name: "replaced", pool: []string{"n1", "n2", "n3"}, minNodes: 2, nodes: []string{"n1", "n3"},
+			rescalings: []spec.Rescaling{{Generation: 2, AtStep: 200, FromNodes: 2, ToNodes: 2, Added: []string{"n3"},
+				Removed: []string{"n2"}, ResumeStep: 200, Reason: "n2 drained: swap the disk"}}},
+		{name: "shrunk", pool: []string{"n1", "n2"}, minNodes: 1, nodes: []string{"n1"},
+			rescalings: []spec.Rescaling{{Generation: 2, AtStep: 200, FromNodes: 2, ToNodes: 1,
+				Removed: []string{"n2"}, ResumeStep: 200, Reason: "n2 drained: swap the disk"}}},
+		{name: "kept, then replaced", pool: []string{"n1", "n2"}, minNodes: 2, freeAfterPause: "n3",
+			nodes: []string{"n1", "n3"},
+			rescalings: []spec.Rescaling{
+				{Generation: 1, AtStep: 200, FromNodes: 2, ToNodes: 2, ResumeStep: 200, Reason: "n2 drained: swap the disk"},
+				{Generation: 2, AtStep: 300, FromNodes: 2, ToNodes: 2, Added: []string{"n3"}, Removed: []string{"n2"},
+					ResumeStep: 300, Reason: "n2 drained: swap the disk"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes(tc.pool...)}
+			ch := &fakeChunks{}
+			env, _ := controlEnv(t, cl, ch, nil)
+			env.SetStartTime(day0)
+			var during spec.RunStatus
+			ch.onStart = func(in spec.ChunkInput) {
+				switch {
+				case in.From == 100 && in.Rank == 0:
+					cl.mu.Lock()
+					cl.failed = map[string]bool{"n2": true} // drained: not handed out
+					cl.mu.Unlock()
+					env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "n2", Reason: "swap the disk"})
+				case in.From == 200 && in.Rank == 0 && tc.freeAfterPause != "":
+					env.SignalWorkflow(spec.SignalPause, nil)
+				}
+			}
+			if tc.freeAfterPause != "" {
+				// Held at step 300 meanwhile; a minute is long past at the resume.
+				env.RegisterDelayedCallback(func() { during = queryStatus(t, env) }, time.Hour)
+				env.RegisterDelayedCallback(func() {
+					cl.mu.Lock()
+					cl.pool = append(cl.pool, testNodes(tc.freeAfterPause)...)
+					cl.mu.Unlock()
+					env.SignalWorkflow(spec.SignalResume, nil)
+				}, 2*time.Hour)
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: tc.minNodes, Steps: 400, ChunkSteps: 100}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+
+			require.EqualValues(t, 400, st.Step)
+			require.Equal(t, tc.nodes, st.Nodes)
+			require.Empty(t, st.Evicting, "nothing left to move off")
+			require.Len(t, st.Rescalings, len(tc.rescalings))
+			for i, want := range tc.rescalings {
+				got := st.Rescalings[i]
+				want.At = got.At
+				if want.Added == nil && want.Removed == nil {
+					require.Contains(t, got.Error, "no free node to take its place")
+					want.Error = got.Error
+				}
+				require.Equal(t, want, got)
+			}
+			last := tc.rescalings[len(tc.rescalings)-1]
+			for from, ins := range ch.byFrom() {
+				want := len(tc.pool)
+				if from >= last.AtStep {
+					want = len(tc.nodes)
+				} else if want > 2 {
+					want = 2
+				}
+				require.Len(t, ins, want, "chunk from %d", from)
+				for _, in := range ins {
+					if from == last.AtStep {
+						require.EqualValues(t, from, in.Restore.Step, "the new membership resumes from the checkpoint at the current step")
+					}
+					if from >= last.AtStep {
+						require.NotEqual(t, "n2", in.Membership.Nodes[in.Rank].ID, "chunk from %d ran on the drained node", from)
+					}
+				}
+			}
+			if tc.freeAfterPause != "" {
+				require.Equal(t, []string{"n2"}, during.Evicting, "the status names the drained node it still holds")
+				require.Len(t, during.Rescalings, 1)
+			}
+		})
+	}
+}

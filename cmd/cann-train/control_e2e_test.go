@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,6 +184,31 @@ func TestPauseResumeRealRun(t *testing.T) {
 	until("a chunk on 3 nodes", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return len(st.Rescalings) == 1 && st.Step > held.Steps
 	})
+	// Drain a node the run holds: the run is told and moves off it at its
+	// next chunk boundary; no node is free and min_nodes is 1, so it goes
+	// on with the other two.
+	cli("pause", "pause-me", "--wait", "60s")
+	if out := cli("nodes", "drain", "node-2", "--reason", "swap the disk"); !strings.Contains(out, "pause-me moves off it at its next chunk boundary") {
+		t.Errorf("drain of a held node: %q", out)
+	}
+	until("the run told of the drain", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return slices.Equal(st.Evicting, []string{"node-2"})
+	})
+	if st := state("node-2"); !strings.HasPrefix(st, "draining swap the disk") {
+		t.Errorf("node-2 while its run holds it: %q", st)
+	}
+	if text := cli("status", "pause-me"); !strings.Contains(text, "drained [node-2] still held") {
+		t.Errorf("status text does not name the drained node:\n%s", text)
+	}
+	cli("resume", "pause-me")
+	until("the run off node-2", func(st spec.RunStatus, _ *spec.ChunkProgress) bool { return len(st.Rescalings) == 2 })
+	if off := status(); !slices.Equal(off.Nodes, []string{"node-1", "node-3"}) || len(off.Evicting) != 0 ||
+		off.Rescalings[1].Reason != "node-2 drained: swap the disk" || !slices.Equal(off.Rescalings[1].Removed, []string{"node-2"}) {
+		t.Errorf("after the drain: nodes %v, evicting %v, change %+v; want node-2 left out", off.Nodes, off.Evicting, off.Rescalings[1])
+	}
+	if st := state("node-2"); st != "drained swap the disk" {
+		t.Errorf("node-2 after its run left it: %q", st)
+	}
 	cli("pause", "pause-me", "--wait", "60s")
 	cli("scale", "pause-me", "--nodes", "1")
 	cli("resume", "pause-me")
@@ -195,8 +221,9 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || st.PauseRequested || st.EvalValue < 0.85 {
 		t.Fatalf("final status %s at step %d (pause requested %v, accuracy %.3f)", st.Phase, st.Step, st.PauseRequested, st.EvalValue)
 	}
-	if len(st.Rescalings) != 2 || st.Rescalings[0].ToNodes != 3 || st.Rescalings[1].ToNodes != 1 || len(st.Nodes) != 1 {
-		t.Errorf("rescalings %+v, nodes %v: want 2 → 3 → 1", st.Rescalings, st.Nodes)
+	if len(st.Rescalings) != 3 || st.Rescalings[0].ToNodes != 3 || st.Rescalings[1].ToNodes != 2 || st.Rescalings[2].ToNodes != 1 ||
+		len(st.Nodes) != 1 {
+		t.Errorf("rescalings %+v, nodes %v: want 2 → 3 → 2 (node-2 drained) → 1", st.Rescalings, st.Nodes)
 	}
 	if r := dashboard("the completed run", func(r dashboardRow) bool { return r.Execution == "completed" },
 		"--query", "CannStatus = 'completed'"); r.Status != spec.PhaseCompleted || r.Step != s.Steps || r.Loss != st.Loss || r.Nodes != 1 {
@@ -216,5 +243,6 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if len(refs) == 0 || refs[len(refs)-1].Step != s.Steps || refs[len(refs)-1].SHA256 != st.LastCkpt.SHA256 {
 		t.Errorf("checkpoint ls without --url: %+v; want the run's checkpoints up to step %d (%s)", refs, s.Steps, st.LastCkpt.SHA256)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause_drain.json") // trainingrun_pause.json: before drains evicted
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_drain.json")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -42,7 +43,7 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 		case now.Sub(r.LastSeen) > reg.LeaseTTL:
 			row.State, row.Reason = "silent", fmt.Sprintf("no lease renewal for over %s", reg.LeaseTTL)
 		case r.Drained && r.Run != "":
-			row.State, row.Reason = "draining", "leaves its run at the run's next membership change"
+			row.State, row.Reason = "draining", "leaves its run at the run's next chunk boundary"
 			if r.DrainReason != "" {
 				row.Reason = r.DrainReason + "; " + row.Reason
 			}
@@ -129,11 +130,12 @@ of the pool and put it back.`,
 	drain := &cobra.Command{
 		Use:   "drain NODE",
 		Short: "Take a node out of the pool for maintenance (kept across its worker's restarts)",
-		Long: `Runs no longer get NODE; a run holding it keeps it until its membership next
-changes (a recovery, a rescale), then goes on without it — to move a run off it
-now, rescale it (` + "`cann-train scale RUN --nodes N`" + `, N other than its node count):
-the new membership leaves the drained node out. The node worker keeps running;
-` + "`cann-train nodes undrain NODE`" + ` puts it back.`,
+		Long: `Runs no longer get NODE. A run holding it is told and moves off it at its next
+chunk boundary: after a checkpoint at that step a free node takes its rank, or,
+with none free, the run goes on without it (down to its min_nodes); short of
+that it keeps the node, says so in its status, and asks again every minute.
+An external job keeps the node until its nodes next change (a recovery). The
+node worker keeps running; ` + "`cann-train nodes undrain NODE`" + ` puts it back.`,
 		Example: `  cann-train nodes drain node-7 --reason "replace the NIC"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -204,7 +206,8 @@ func setDrained(cmd *cobra.Command, e *env, clusterID, node string, drained bool
 	case !drained:
 		fmt.Fprintf(e.out, "%s is back in the pool\n", node)
 	case rec.Run != "":
-		fmt.Fprintf(e.out, "%s drained: no run gets it now; %s keeps it until its membership next changes\n", node, rec.Run)
+		fmt.Fprintf(e.out, "%s drained: no run gets it now; %s moves off it at its next chunk boundary (`cann-train status %s` shows it)\n",
+			node, rec.Run, strings.TrimPrefix(rec.Run, spec.RunIDPrefix))
 	default:
 		fmt.Fprintf(e.out, "%s drained: no run gets it now\n", node)
 	}

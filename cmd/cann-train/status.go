@@ -400,6 +400,7 @@ type Summary struct {
 	WaitUntil      time.Time          `json:"wait_until,omitzero"`
 	PauseRequested bool               `json:"pause_requested,omitempty"`
 	PendingNodes   int                `json:"pending_nodes,omitempty"`
+	Evicting       []string           `json:"evicting,omitempty"`
 	MinNodes       int                `json:"min_nodes,omitempty"`
 	GlobalBatch    int                `json:"global_batch,omitempty"`
 	Rescalings     []spec.Rescaling   `json:"rescalings,omitempty"`
@@ -523,7 +524,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers,
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
-		MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
+		Evicting: st.Evicting, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 		Energy: energySummary(st.Segments),
 	}
@@ -666,12 +667,15 @@ func statusLine(s Summary) string {
 
 // printControls prints the node count's limits and changes.
 func printControls(w io.Writer, s Summary) {
-	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && len(s.Rescalings) == 0 {
+	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && len(s.Rescalings) == 0 && len(s.Evicting) == 0 {
 		return
 	}
 	line := fmt.Sprintf("min %d, global batch %d", s.MinNodes, s.GlobalBatch)
 	if s.PendingNodes > 0 {
 		line += fmt.Sprintf("; rescale to %d pending (next chunk boundary)", s.PendingNodes)
+	}
+	if len(s.Evicting) > 0 {
+		line += fmt.Sprintf("; drained %v still held, replaced at a chunk boundary", s.Evicting)
 	}
 	fmt.Fprintf(w, "nodes        %s\n", line)
 	for _, r := range s.Rescalings {
@@ -682,10 +686,18 @@ func printControls(w io.Writer, s Summary) {
 		if len(r.Removed) > 0 {
 			change += fmt.Sprintf(" −%v", r.Removed)
 		}
+		kind := "rescale"
+		if r.Reason != "" {
+			kind = "replace"
+			change += " (" + r.Reason + ")"
+		}
 		if r.Error != "" {
 			change = fmt.Sprintf("%d → %d nodes refused: %s", r.FromNodes, r.FromNodes, r.Error)
+			if r.Reason != "" {
+				change = r.Reason + ": " + r.Error
+			}
 		}
-		fmt.Fprintf(w, "  rescale    gen %d at step %d: %s\n", r.Generation, r.AtStep, change)
+		fmt.Fprintf(w, "  %-10s gen %d at step %d: %s\n", kind, r.Generation, r.AtStep, change)
 	}
 }
 
