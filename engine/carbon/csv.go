@@ -103,7 +103,10 @@ func delimiter(first []byte) rune {
 //     from, Datetime (UTC), point_time, …) is the time; other times (to,
 //     end) and labels (zone_name, ba, market, … see plainLabel) are not
 //     zones, so WattTime's "point_time,value,frequency,market,ba,…" reads
-//     its value column.
+//     its value column. Of several value columns, one named
+//     carbon_intensity_avg (older Electricity Maps exports), carbon_intensity
+//     or actual (the UK API's, beside its forecast) is read; otherwise
+//     opts.Zone must name one.
 //
 // Fields are separated by commas, or by semicolons or tabs when the header
 // has no comma. Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC) or
@@ -214,10 +217,32 @@ func timeLike(l string) bool {
 func plainLabel(l string) bool {
 	switch l {
 	case "zone", "zone_name", "zone name", "zone id", "zone_id", "country", "region",
-		"ba", "market", "frequency", "datatype", "version", "unit", "units":
+		"ba", "market", "frequency", "datatype", "version", "unit", "units", "index":
 		return true
 	}
 	return false
+}
+
+// readingColumn picks, among several value columns of the plain form, the
+// one that is the grid's measured intensity by its name: Electricity Maps'
+// older exports' carbon_intensity_avg (next to its production, import and
+// discharge intensities and power averages), a bare carbon_intensity, or
+// the UK API's actual (next to its forecast). -1: none, or more than one.
+func readingColumn(h []string, tc int) int {
+	found := -1
+	for i, name := range h {
+		if i == tc {
+			continue
+		}
+		switch strings.NewReplacer(" ", "_", "-", "_").Replace(strings.ToLower(name)) {
+		case "carbon_intensity_avg", "carbon_intensity", "actual":
+			if found >= 0 {
+				return -1
+			}
+			found = i
+		}
+	}
+	return found
 }
 
 // selectColumns returns the time, value and zone-id (-1 if none) column
@@ -282,7 +307,9 @@ func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, er
 	case opts.Zone == "" && len(zones) == 1:
 		vc = only
 	case opts.Zone == "" && len(zones) > 1:
-		return 0, 0, 0, "", fmt.Errorf("%w: several zone columns %q; pass a zone to select one", ErrHeader, zones)
+		if vc = readingColumn(h, tc); vc < 0 {
+			return 0, 0, 0, "", fmt.Errorf("%w: several zone columns %q; pass a zone to select one", ErrHeader, zones)
+		}
 	}
 	if vc < 0 {
 		return 0, 0, 0, "", fmt.Errorf("%w: zone %q not among columns %q", ErrHeader, opts.Zone, zones)

@@ -62,8 +62,17 @@ func TestReadCSV(t *testing.T) {
 		{name: "a second time column and a zone name", in: "datetime,timestamp,zone_name,carbon_intensity_avg\n" +
 			"2020-01-01T00:00:00.000Z,1577836800000,DE,300\n2020-01-01T01:00:00.000Z,1577840400000,DE,310\n",
 			wantZone: "carbon_intensity_avg", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{300, 310}},
-		{name: "interval columns, several readings", in: "from,to,forecast,actual,index\n2018-01-20T12:00Z,2018-01-20T12:30Z,266,263,moderate\n",
-			wantErr: ErrHeader, errHas: []string{"forecast", "actual", "index"}},
+		{name: "interval columns, the actual reading", in: "from,to,forecast,actual,index\n2018-01-20T12:00Z,2018-01-20T12:30Z,266,263,moderate\n2018-01-20T12:30Z,2018-01-20T13:00Z,270,268,moderate\n",
+			wantZone: "actual", wantStep: 30 * time.Minute, wantStart: time.Date(2018, 1, 20, 12, 0, 0, 0, time.UTC), want: []float64{263, 268}},
+		{name: "several readings, none by name", in: "from,to,forecast,low,high\n2018-01-20T12:00Z,2018-01-20T12:30Z,266,263,270\n",
+			wantErr: ErrHeader, errHas: []string{"forecast", "low", "high"}},
+		{name: "older electricity maps export", in: "datetime,timestamp,zone_name,carbon_intensity_avg,carbon_intensity_production_avg,carbon_intensity_import_avg,total_production_avg,power_origin_percent_fossil_avg\n" +
+			"2020-01-01T00:00:00.000Z,1577836800000,DE,300,290,350,50000,40\n2020-01-01T01:00:00.000Z,1577840400000,DE,310,300,340,51000,41\n",
+			wantZone: "carbon_intensity_avg", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{300, 310}},
+		{name: "older export, another column chosen", in: "datetime,zone_name,carbon_intensity_avg,carbon_intensity_production_avg\n" +
+			"2020-01-01T00:00:00Z,DE,300,290\n2020-01-01T01:00:00Z,DE,310,300\n", opts: CSVOptions{Zone: "carbon_intensity_production_avg"},
+			wantZone: "carbon_intensity_production_avg", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{290, 300}},
+		{name: "two columns named as readings", in: "time,actual,carbon_intensity\n2020-01-01 00:00,1,2\n", wantErr: ErrHeader, errHas: []string{"several zone columns"}},
 		{name: "interval columns, one reading chosen", in: "from,to,forecast,actual,index\n2018-01-20T12:00Z,2018-01-20T12:30Z,266,263,moderate\n2018-01-20T12:30Z,2018-01-20T13:00Z,270,268,moderate\n",
 			opts: CSVOptions{Zone: "actual"}, wantZone: "actual", wantStep: 30 * time.Minute, wantStart: time.Date(2018, 1, 20, 12, 0, 0, 0, time.UTC), want: []float64{263, 268}},
 		{name: "a label column named as the zone", in: "time,ba,value\n2020-01-01 00:00,X,1\n2020-01-01 01:00,X,2\n", opts: CSVOptions{Zone: "ba"}, wantErr: ErrBadValue},

@@ -9,8 +9,9 @@
 // [Start+i*Step, Start+(i+1)*Step), times in UTC. [ReadCSV] accepts the
 // Electricity Maps export (direct intensity column by default, LCA on
 // request via [CSVOptions]) and the plain "time,<zone>…" form of the Let's
-// Wait Awhile traces, selecting the zone column like the --zone flag
-// (comma-, semicolon- or tab-separated; RFC 3339, "YYYY-MM-DD HH:MM[:SS]"
+// Wait Awhile traces, selecting the zone column like the --zone flag (of
+// several value columns, one named carbon_intensity_avg, carbon_intensity
+// or actual by default) (comma-, semicolon- or tab-separated; RFC 3339, "YYYY-MM-DD HH:MM[:SS]"
 // UTC or Unix-second/millisecond times). The
 // step is inferred (the smallest spacing) and every spacing must be a whole
 // number of steps. Gaps of at most MaxGapSteps missing steps (an option of
