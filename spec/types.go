@@ -187,10 +187,12 @@ type Drain struct {
 }
 
 // Evict is the SignalEvict payload: NodeID, which the run holds, was
-// drained for Reason.
+// drained for Reason — or, with Undrained, put back before the run left it
+// (the run keeps it).
 type Evict struct {
-	NodeID string `json:"node_id"`
-	Reason string `json:"reason,omitempty"`
+	NodeID    string `json:"node_id"`
+	Reason    string `json:"reason,omitempty"`
+	Undrained bool   `json:"undrained,omitempty"`
 }
 
 // Release returns a run's nodes to the pool.

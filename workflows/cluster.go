@@ -215,7 +215,8 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 const versionDrainEvicts = "drain-evicts"
 
 // drain takes a node out of the pool or puts it back (spec.Drain). A run
-// that holds a node being drained is told, so that it can move off it.
+// that holds a node being drained is told, so that it can move off it, and
+// told again if the node is put back while it still holds it.
 func (c *cluster) drain(ctx workflow.Context, d spec.Drain) {
 	r := c.find(d.NodeID)
 	if r == nil {
@@ -228,11 +229,12 @@ func (c *cluster) drain(ctx workflow.Context, d spec.Drain) {
 	}
 	log := workflow.GetLogger(ctx)
 	log.Info("node drained or put back", "node", d.NodeID, "drained", d.Drained, "reason", d.Reason)
-	if !d.Drained || was || r.Run == "" || workflow.GetVersion(ctx, versionDrainEvicts, workflow.DefaultVersion, 1) < 1 {
+	if d.Drained == was || r.Run == "" || workflow.GetVersion(ctx, versionDrainEvicts, workflow.DefaultVersion, 1) < 1 {
 		return
 	}
 	run := r.Run
-	f := workflow.SignalExternalWorkflow(ctx, run, "", spec.SignalEvict, spec.Evict{NodeID: d.NodeID, Reason: d.Reason})
+	f := workflow.SignalExternalWorkflow(ctx, run, "", spec.SignalEvict,
+		spec.Evict{NodeID: d.NodeID, Reason: r.DrainReason, Undrained: !d.Drained})
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		// A run that has just ended has nothing to move off.
 		if err := f.Get(ctx, nil); err != nil {

@@ -256,3 +256,32 @@ func TestClusterAcquireWithoutWaiting(t *testing.T) {
 	require.NoError(t, results["r2-shrunk"].err)
 	require.Equal(t, []string{"c"}, ids(results["r2-shrunk"].nodes))
 }
+
+// Draining a node a run holds tells the run; putting it back while the run
+// still holds it tells the run too; repeats tell nobody.
+func TestClusterDrainTellsTheRun(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	var told []spec.Evict
+	env.OnSignalExternalWorkflow(mock.Anything, "r1", "", spec.SignalEvict, mock.Anything).
+		Return(func(_, _, _, _ string, arg any) error {
+			told = append(told, arg.(spec.Evict))
+			return nil
+		})
+	drain := func(on bool) {
+		env.SignalWorkflow(spec.SignalDrain, spec.Drain{NodeID: "b", Drained: on, Reason: "disk"})
+	}
+	at(time.Second, func() {
+		for _, n := range testNodes("a", "b") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 2}) })
+	at(3*time.Second, func() { drain(true) })
+	at(4*time.Second, func() { drain(false) })
+	at(5*time.Second, func() { drain(false) })
+	at(6*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+
+	require.NoError(t, results["r1"].err)
+	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "disk"}, {NodeID: "b", Undrained: true}}, told)
+}

@@ -229,7 +229,16 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 			"node", ev.NodeID, "reason", ev.Reason)
 		return
 	}
-	if slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == ev.NodeID }) {
+	pending := func(e spec.Evict) bool { return e.NodeID == ev.NodeID }
+	if ev.Undrained {
+		if slices.ContainsFunc(r.st.Ctl.Evict, pending) {
+			log.Info("drained node put back before the run left it: kept", "node", ev.NodeID)
+			r.st.Ctl.Evict = slices.DeleteFunc(r.st.Ctl.Evict, pending)
+			r.st.Status.Evicting = slices.DeleteFunc(r.st.Status.Evicting, func(id string) bool { return id == ev.NodeID })
+		}
+		return
+	}
+	if slices.ContainsFunc(r.st.Ctl.Evict, pending) {
 		return
 	}
 	log.Info("node drained: replaced at the next chunk boundary", "node", ev.NodeID, "reason", ev.Reason)

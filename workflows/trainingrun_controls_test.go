@@ -429,8 +429,10 @@ func TestTrainingRunEvictsDrainedNode(t *testing.T) {
 		// freeAfterPause: the run pauses after the first try and a node
 		// frees up while it holds (the retry finds it).
 		freeAfterPause string
-		nodes          []string // at the end
-		rescalings     []spec.Rescaling
+		// putBack: the node is undrained before the boundary.
+		putBack    bool
+		nodes      []string // at the end
+		rescalings []spec.Rescaling
 	}{
 		{name: "replaced", pool: []string{"n1", "n2", "n3"}, minNodes: 2, nodes: []string{"n1", "n3"},
 			rescalings: []spec.Rescaling{{Generation: 2, AtStep: 200, FromNodes: 2, ToNodes: 2, Added: []string{"n3"},
@@ -438,6 +440,7 @@ func TestTrainingRunEvictsDrainedNode(t *testing.T) {
 		{name: "shrunk", pool: []string{"n1", "n2"}, minNodes: 1, nodes: []string{"n1"},
 			rescalings: []spec.Rescaling{{Generation: 2, AtStep: 200, FromNodes: 2, ToNodes: 1,
 				Removed: []string{"n2"}, ResumeStep: 200, Reason: "n2 drained: swap the disk"}}},
+		{name: "put back in time", pool: []string{"n1", "n2", "n3"}, minNodes: 2, putBack: true, nodes: []string{"n1", "n2"}},
 		{name: "kept, then replaced", pool: []string{"n1", "n2"}, minNodes: 2, freeAfterPause: "n3",
 			nodes: []string{"n1", "n3"},
 			rescalings: []spec.Rescaling{
@@ -459,6 +462,12 @@ func TestTrainingRunEvictsDrainedNode(t *testing.T) {
 					cl.failed = map[string]bool{"n2": true} // drained: not handed out
 					cl.mu.Unlock()
 					env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "n2", Reason: "swap the disk"})
+					if tc.putBack {
+						cl.mu.Lock()
+						cl.failed = nil
+						cl.mu.Unlock()
+						env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "n2", Undrained: true})
+					}
 				case in.From == 200 && in.Rank == 0 && tc.freeAfterPause != "":
 					env.SignalWorkflow(spec.SignalPause, nil)
 				}
@@ -489,6 +498,13 @@ func TestTrainingRunEvictsDrainedNode(t *testing.T) {
 					want.Error = got.Error
 				}
 				require.Equal(t, want, got)
+			}
+			if len(tc.rescalings) == 0 {
+				for from, ins := range ch.byFrom() {
+					require.Len(t, ins, 2, "chunk from %d", from)
+					require.EqualValues(t, 1, ins[0].Membership.Generation, "chunk from %d: the membership never changed", from)
+				}
+				return
 			}
 			last := tc.rescalings[len(tc.rescalings)-1]
 			for from, ins := range ch.byFrom() {
