@@ -178,8 +178,7 @@ type MarkFailed struct {
 
 // Drain takes NodeID out of the pool (Drained) or puts it back. A run
 // holding the node is told (SignalEvict); a built-in run replaces it at its
-// next chunk boundary, an external job keeps it until its membership next
-// changes.
+// next chunk boundary, an external job after its next checkpoint upload.
 type Drain struct {
 	NodeID  string `json:"node_id"`
 	Drained bool   `json:"drained"`

@@ -279,6 +279,7 @@ func acquireDetail(count, minCount int, now time.Time, wait time.Duration) strin
 }
 
 func (r *run) releaseNodes(ctx workflow.Context) {
+	r.st.Status.Evicting = nil // none held any more
 	// Best effort: a Cluster that is gone has nothing to release.
 	_ = workflow.SignalExternalWorkflow(ctx, r.clusterID, "", spec.SignalRelease,
 		spec.Release{RunID: r.st.Status.RunID}).Get(ctx, nil)

@@ -219,16 +219,11 @@ func (r *run) rescale(ctx workflow.Context, n int) bool {
 const evictRetry = time.Minute
 
 // noteEvict records that a node the run holds was drained (spec.Evict);
-// the run replaces it at the next chunk boundary (evict). An external job
-// has no chunk boundaries: it keeps the node until its membership next
-// changes.
+// the run replaces it at the next chunk boundary (evict) — an external job
+// stops its world after its next checkpoint upload and relaunches from it
+// without the node (or at once when no world runs).
 func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 	log := workflow.GetLogger(ctx)
-	if r.spec.IsExternal() {
-		log.Warn("a node of this external job was drained; the job keeps it until its nodes next change (a recovery)",
-			"node", ev.NodeID, "reason", ev.Reason)
-		return
-	}
 	pending := func(e spec.Evict) bool { return e.NodeID == ev.NodeID }
 	if ev.Undrained {
 		if slices.ContainsFunc(r.st.Ctl.Evict, pending) {
@@ -241,7 +236,8 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 	if slices.ContainsFunc(r.st.Ctl.Evict, pending) {
 		return
 	}
-	log.Info("node drained: replaced at the next chunk boundary", "node", ev.NodeID, "reason", ev.Reason)
+	log.Info("node drained: replaced at the next chunk boundary (an external job: after its next checkpoint upload)",
+		"node", ev.NodeID, "reason", ev.Reason)
 	r.st.Ctl.Evict = append(r.st.Ctl.Evict, ev)
 	r.st.Ctl.EvictRetry = time.Time{}
 	r.st.Status.Evicting = append(r.st.Status.Evicting, ev.NodeID)
@@ -251,6 +247,13 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 // to wait.
 func (r *run) evictDue(ctx workflow.Context) bool {
 	return len(r.st.Ctl.Evict) > 0 && !workflow.Now(ctx).Before(r.st.Ctl.EvictRetry)
+}
+
+// externalEvictDue: an external job has drained nodes to leave and has not
+// tried yet. A job finding no free node keeps them (a stop costs a
+// relaunch: it is not tried again until another node is drained).
+func (r *run) externalEvictDue() bool {
+	return len(r.st.Ctl.Evict) > 0 && r.st.Ctl.EvictRetry.IsZero()
 }
 
 // evict moves the run off the drained nodes it holds, at this boundary:
@@ -293,8 +296,11 @@ func (r *run) evict(ctx workflow.Context) bool {
 	}
 	if rec.Error != "" {
 		if r.st.Ctl.EvictRetry.IsZero() {
-			rec.Error = "no free node to take its place; training on with it and asking again every " +
-				evictRetry.String() + " (" + rec.Error + ")"
+			again := "asking again every " + evictRetry.String()
+			if r.spec.IsExternal() {
+				again = "kept until the job's nodes next change"
+			}
+			rec.Error = "no free node to take its place; training on with it, " + again + " (" + rec.Error + ")"
 			r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
 		}
 		r.st.Ctl.EvictRetry = workflow.Now(ctx).Add(evictRetry)

@@ -31,6 +31,13 @@ import (
 // counted). Histories from before this replay through
 // versionExternalPause's default: pauses ignored.
 //
+// A drained node (SignalEvict from the Cluster) uses the same stop too:
+// after the next checkpoint upload the world stops, a free node takes the
+// drained one's rank and the world relaunches from that checkpoint, no
+// restart counted; with no node free it relaunches on the same nodes (and
+// does not stop again for that drain). Between launches the node is left
+// before the next one.
+//
 // A green policy (trainingrun_external_green.go) uses the same stop: the
 // run plans before every launch and re-plans at every uploaded
 // checkpoint; outside a planned slot it stops the world after that
@@ -69,6 +76,10 @@ var errWorldGreen = errors.New("world stopped for a green window")
 // the run can continue as new.
 var errWorldRollover = errors.New("world stopped to continue as new")
 
+// errWorldEvict: runWorld stopped the world after a checkpoint to relaunch
+// it without a drained node.
+var errWorldEvict = errors.New("world stopped to leave a drained node")
+
 // worldStop is why awaitWorld cancelled a world (worldRuns: it did not).
 type worldStop int
 
@@ -77,6 +88,7 @@ const (
 	stopForPause
 	stopForGreen
 	stopForRollover
+	stopForEvict
 )
 
 // externalRun is what runExternal's coroutines share about the current
@@ -87,6 +99,9 @@ type externalRun struct {
 	// suggested continue-as-new (versionExternalRollover).
 	pausedCkpts int
 	rollCkpts   int
+	// evictCkpts counts the launch's checkpoints committed while drained
+	// nodes waited to be left (Controls.Evict).
+	evictCkpts int
 	// launchEvents is the history's length when the launch began: a
 	// launch rolls over only once it has at least doubled it (a launch on
 	// thousands of nodes may start past the suggestion; rolling over at
@@ -139,6 +154,9 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 				return r.fail(ctx, err)
 			}
 		}
+		if r.externalEvictDue() && r.st.Status.Step == r.ckptStep() {
+			r.evict(ctx) // between launches: nothing to stop
+		}
 		err := r.runWorld(ctx, ext)
 		if err == nil {
 			break
@@ -148,7 +166,7 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
 				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
 		}
-		if errors.Is(err, errWorldPaused) || errors.Is(err, errWorldGreen) {
+		if errors.Is(err, errWorldPaused) || errors.Is(err, errWorldGreen) || errors.Is(err, errWorldEvict) {
 			continue
 		}
 		if err := r.recover(ctx, err); err != nil {
@@ -183,6 +201,9 @@ func (r *run) listenCheckpoints(ctx workflow.Context, ext *externalRun) {
 			}
 			// Not at the job's last step: that world is about to finish.
 			last := r.spec.Steps > 0 && c.Ref.Step >= r.spec.Steps
+			if !last && r.externalEvictDue() {
+				ext.evictCkpts++
+			}
 			info := workflow.GetInfo(ctx)
 			grown := info.GetCurrentHistoryLength() >= 2*ext.launchEvents
 			if !last && info.GetContinueAsNewSuggested() && grown && r.externalRollover(ctx) {
@@ -283,7 +304,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			r.spec.External.Launcher, rank*procs, rank*procs+procs-1, len(m.Nodes)*procs, node.ID, from, m.Generation)
 		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
 	}
-	ext.pausedCkpts, ext.rollCkpts, ext.ckpts = 0, 0, 0
+	ext.pausedCkpts, ext.rollCkpts, ext.evictCkpts, ext.ckpts = 0, 0, 0, 0
 	ext.launchEvents = workflow.GetInfo(ctx).GetCurrentHistoryLength()
 	ext.markAt, ext.markStep = started, from
 	results, errs, stop := r.awaitWorld(ctx, futures, cancel, ext)
@@ -304,6 +325,13 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			r.st.Status.Step = r.ckptStep() // where the next launch starts
 			r.st.Status.Rollovers++
 			return errWorldRollover
+		}
+		if stop == stopForEvict {
+			log.Info("world stopped to leave drained node(s)", "session", r.st.Session, "step", r.ckptStep(),
+				"nodes", r.st.Status.Evicting)
+			r.st.Session = ""
+			r.st.Status.Step = r.ckptStep() // where the next launch starts
+			return errWorldEvict
 		}
 		if stop == stopForGreen {
 			log.Info("world stopped for a green window", "session", r.st.Session, "step", r.ckptStep())
@@ -391,6 +419,20 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 			stop = stopForRollover
 			workflow.GetLogger(ctx).Info("history long: stopping the world after its checkpoint to continue as new",
 				"session", r.st.Session, "step", r.ckptStep())
+			cancel()
+		}
+	})
+	leave, leaveWorld := workflow.NewFuture(ctx)
+	workflow.Go(tctx, func(ctx workflow.Context) {
+		if workflow.Await(ctx, func() bool { return ext.evictCkpts > 0 }) == nil {
+			leaveWorld.Set(nil, nil)
+		}
+	})
+	sel.AddFuture(leave, func(workflow.Future) {
+		if stop == worldRuns {
+			stop = stopForEvict
+			workflow.GetLogger(ctx).Info("drained node(s): stopping the world after its checkpoint",
+				"session", r.st.Session, "step", r.ckptStep(), "nodes", r.st.Status.Evicting)
 			cancel()
 		}
 	})

@@ -542,3 +542,99 @@ func TestExternalRunFailsWithTheRanksOwnError(t *testing.T) {
 	require.ErrorContains(t, err, "chunk from step 0: start rank-1: \"python3\" not found in PATH",
 		"the reason is the node's own error, not the cancellation of the others")
 }
+
+// TestExternalRunLeavesDrainedNode: a node of an external job is drained
+// (the Cluster tells the run): the world stops after its next checkpoint
+// upload and relaunches from it with a free node in the drained one's
+// rank, no restart counted. With no node free it relaunches on the same
+// nodes and says so.
+func TestExternalRunLeavesDrainedNode(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pool  []string
+		nodes []string // of the second launch
+	}{
+		{"a spare takes its rank", []string{"node-1", "node-2", "spare"}, []string{"node-1", "spare"}},
+		{"no spare", []string{"node-1", "node-2"}, []string{"node-1", "node-2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+			w.behave = hangFirst(w)
+			cl := &fakeCluster{pool: testNodes(tc.pool...), failed: map[string]bool{}}
+			env := newExternalEnv(t, cl, w)
+			env.SetTestTimeout(15 * time.Second)
+			var before spec.RunStatus
+			env.RegisterDelayedCallback(func() {
+				cl.mu.Lock()
+				cl.failed["node-2"] = true // drained: not handed out
+				cl.mu.Unlock()
+				env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "node-2", Reason: "swap the disk"})
+			}, 300*time.Millisecond)
+			env.RegisterDelayedCallback(func() {
+				before = queryStatus(t, env)
+				env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{
+					Session: fmt.Sprintf("%s/g%d/e1", before.RunID, before.Generation),
+					Ref:     spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: 40, Key: "ckpt/40"}})
+			}, 600*time.Millisecond)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+			require.NoError(t, env.GetWorkflowError())
+			var st spec.RunStatus
+			require.NoError(t, env.GetWorkflowResult(&st))
+
+			require.Equal(t, spec.PhaseTraining, before.Phase, "the world runs until the next checkpoint")
+			require.Equal(t, []string{"node-2"}, before.Evicting)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.EqualValues(t, 100, st.Step)
+			require.Empty(t, st.Recoveries, "leaving a drained node is not a failure")
+			ls := w.launches()
+			require.Len(t, ls, 2, "stopped once, after the checkpoint at 40")
+			for _, in := range ls[1] {
+				require.EqualValues(t, 40, in.Restore.Step)
+				require.Zero(t, in.Restarts)
+				require.Equal(t, tc.nodes, in.Membership.NodeIDs())
+			}
+			require.Len(t, st.Rescalings, 1)
+			rec := st.Rescalings[0]
+			require.Equal(t, "node-2 drained: swap the disk", rec.Reason)
+			require.EqualValues(t, 40, rec.AtStep)
+			if len(tc.pool) == 3 {
+				require.Equal(t, []string{"node-2"}, rec.Removed)
+				require.Equal(t, []string{"spare"}, rec.Added)
+				require.Empty(t, rec.Error)
+			} else {
+				require.Contains(t, rec.Error, "kept until the job's nodes next change")
+			}
+		})
+	}
+}
+
+// TestExternalRunLeavesDrainedNodeWhilePaused: a node drained while the
+// job is paused (no world runs) is left at the relaunch: nothing to stop.
+func TestExternalRunLeavesDrainedNodeWhilePaused(t *testing.T) {
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	w.behave = hangFirst(w, spec.SignalPause, spec.SignalPause) // stops at once
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare"), failed: map[string]bool{}}
+	env := newExternalEnv(t, cl, w)
+	env.SetTestTimeout(15 * time.Second)
+	env.RegisterDelayedCallback(func() {
+		cl.mu.Lock()
+		cl.failed["node-2"] = true
+		cl.mu.Unlock()
+		env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "node-2"})
+	}, 30*time.Minute)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, time.Hour)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	for _, in := range ls[1] {
+		require.EqualValues(t, 20, in.Restore.Step)
+		require.Equal(t, []string{"node-1", "spare"}, in.Membership.NodeIDs())
+	}
+	require.Len(t, st.Rescalings, 1)
+	require.Equal(t, []string{"node-2"}, st.Rescalings[0].Removed)
+	require.Empty(t, st.Evicting)
+}

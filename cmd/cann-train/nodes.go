@@ -134,7 +134,8 @@ of the pool and put it back.`,
 chunk boundary: after a checkpoint at that step a free node takes its rank, or,
 with none free, the run goes on without it (down to its min_nodes); short of
 that it keeps the node, says so in its status, and asks again every minute.
-An external job keeps the node until its nodes next change (a recovery). The
+An external job stops after its next checkpoint upload and relaunches from it
+with a free node in that rank (with none free, on the same nodes). The
 node worker keeps running; ` + "`cann-train nodes undrain NODE`" + ` puts it back.`,
 		Example: `  cann-train nodes drain node-7 --reason "replace the NIC"`,
 		Args:    cobra.ExactArgs(1),
