@@ -38,9 +38,11 @@ import (
 // run whose carbon batch controller shrank its batch three times and that
 // lost a node after the second change; trainingrun_pause_drain.json and
 // cluster_drain.json, the paused run again, now also moving off a node
-// drained while it held it, and the Cluster that told it
+// drained while it held it, and the Cluster that told it;
+// trainingrun_external_drain.json, an external job's world stopped after
+// a checkpoint and relaunched without a drained node
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -55,6 +57,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_energy.json":   "run/ext-green",
 		"trainingrun_external_metered.json":  "run/ext-pause",
 		"trainingrun_external_rollover.json": "run/ext-rollover",
+		"trainingrun_external_drain.json":    "run/ext-drain",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -70,7 +73,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_metered.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_rollover.json", spec.WorkflowTrainingRun},
 		{"trainingrun_batch.json", spec.WorkflowTrainingRun},
-		{"trainingrun_pause_drain.json", spec.WorkflowTrainingRun}, // a held node drained: the run moved off it
+		{"trainingrun_pause_drain.json", spec.WorkflowTrainingRun},    // a held node drained: the run moved off it
+		{"trainingrun_external_drain.json", spec.WorkflowTrainingRun}, // the same for an external job's world
 		{"cluster.json", spec.WorkflowCluster},
 		{"cluster_drain.json", spec.WorkflowCluster}, // drains, one of a held node (the run told)
 	} {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -223,4 +224,61 @@ func startScriptClusterOn(ctx context.Context, t *testing.T, dir string, opts de
 	}
 	waitRegistered(ctx, t, c, len(nodes))
 	return c, l, srv
+}
+
+// TestExternalDrainMovesTheWorld drains a node of a running external job
+// with `cann-train nodes drain`: the world stops after its next
+// checkpoint upload and relaunches from it with the free node in the
+// drained one's rank, no restart counted, and completes. Its history is
+// the replay test's trainingrun_external_drain.json.
+func TestExternalDrainMovesTheWorld(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 in PATH: skipping the external-job drain e2e test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, srv := startScriptCluster(ctx, t, dir, "node-1", "node-2", "node-3")
+	s := spec.RunSpec{Name: "ext-drain", Nodes: 2, Steps: 300, CheckpointEvery: 50, HeartbeatTimeout: spec.Duration(2 * time.Second),
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir}}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	for {
+		_, live, _, closed, err := readLive(ctx, c, run.GetID())
+		if closed || ctx.Err() != nil {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("run closed or timed out before step 60: %v", err)
+		}
+		if live != nil && live.Step >= 60 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var out, errb bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs([]string{"nodes", "drain", "node-2", "--reason", "swap the disk", "--address", srv.FrontendAddr()})
+	if err := root.ExecuteContext(ctx); err != nil || !strings.Contains(out.String(), "ext-drain moves off it") {
+		t.Fatalf("drain: %v %q %s", err, out.String(), errb.String())
+	}
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run after the drain: %v", err)
+	}
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 0 {
+		t.Fatalf("final status %s at step %d (recoveries %d)", st.Phase, st.Step, len(st.Recoveries))
+	}
+	if len(st.Rescalings) != 1 || !slices.Equal(st.Rescalings[0].Removed, []string{"node-2"}) ||
+		!slices.Equal(st.Rescalings[0].Added, []string{"node-3"}) || st.Rescalings[0].AtStep%50 != 0 || st.Rescalings[0].AtStep < 100 {
+		t.Errorf("node changes %+v; want node-2 left for node-3 at a checkpoint after step 60", st.Rescalings)
+	}
+	if !slices.Equal(st.Nodes, []string{"node-1", "node-3"}) {
+		t.Errorf("final nodes %v", st.Nodes)
+	}
+	// node-1's rank-0 reports: the second launch starts after the
+	// checkpoint the stop waited for.
+	reps := worldReports(t, filepath.Join(dir, "work", "node-1"), s.Name)
+	if len(reps) != 2 || len(reps[1]) == 0 || reps[1][0].Step != st.Rescalings[0].AtStep+1 {
+		t.Errorf("rank-0 launches %d; want 2, the second from step %d", len(reps), st.Rescalings[0].AtStep+1)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_drain.json")
 }
