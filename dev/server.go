@@ -341,15 +341,47 @@ func portFree(ip string, port int, what string) error {
 	return l.Close()
 }
 
-// FreePort asks the kernel for a free TCP port on ip. Another process can
-// take it before it is used; callers that can bind directly should.
+// FreePort finds a free TCP port on ip for a server that binds it later.
+// It prefers a port below the kernel's ephemeral range (picked at random,
+// checked free): the ports of listeners on port 0 elsewhere — node
+// workers' collective links, other tests — come from that range, so none
+// of them can take this one before the server binds it (an embedded
+// Temporal service that loses its port ends the process). Without such a
+// port, it asks the kernel for one. Callers that can bind directly should.
 func FreePort(ip string) (int, error) {
+	if lo := ephemeralLow(); lo-minPickedPort >= 1000 {
+		for range 32 {
+			p := minPickedPort + rand.IntN(lo-minPickedPort)
+			if l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p))); err == nil {
+				l.Close()
+				return p, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return 0, fmt.Errorf("dev: free port on %s: %w", ip, err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// minPickedPort is the lowest port FreePort picks at random: above the
+// well-known and most registered service ports.
+const minPickedPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// net.ipv4.ip_local_port_range), 0 when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil || lo <= 0 || hi < lo {
+		return 0
+	}
+	return lo
 }
 
 func waitTCP(ctx context.Context, addr string) error {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -119,5 +120,30 @@ func TestStartServerPortInUse(t *testing.T) {
 				t.Errorf("error %v; want ErrPortInUse naming the %s %d", err, tc.what, port)
 			}
 		})
+	}
+}
+
+// TestFreePortOutsideEphemeralRange: the ports FreePort hands out for the
+// server to bind later lie below the kernel's ephemeral range, so that no
+// listener on port 0 (a node worker's collective link) can take one first;
+// and they are free.
+func TestFreePortOutsideEphemeralRange(t *testing.T) {
+	lo := ephemeralLow()
+	if lo == 0 {
+		t.Skip("no /proc/sys/net/ipv4/ip_local_port_range: FreePort asks the kernel")
+	}
+	for range 20 {
+		p, err := FreePort("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < minPickedPort || p >= lo {
+			t.Fatalf("FreePort = %d, want in [%d, %d)", p, minPickedPort, lo)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatalf("port %d from FreePort is not free: %v", p, err)
+		}
+		l.Close()
 	}
 }
