@@ -363,6 +363,10 @@ const (
 	PhaseRescaling Phase = "rescaling"
 	PhaseCompleted Phase = "completed"
 	PhaseFailed    Phase = "failed"
+	// PhaseCancelled: the workflow was cancelled (cann-train cancel,
+	// temporal workflow cancel); its nodes were released, its checkpoints
+	// kept.
+	PhaseCancelled Phase = "cancelled"
 )
 
 // RunStatus answers the status query and is the run's result.

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -78,7 +79,38 @@ func TrainingRun(ctx workflow.Context, in RunInput) (spec.RunStatus, error) {
 	if err != nil {
 		return spec.RunStatus{}, err
 	}
-	return r.run(ctx)
+	st, err := r.run(ctx)
+	var can *workflow.ContinueAsNewError
+	if ctx.Err() == nil || errors.As(err, &can) {
+		return st, err
+	}
+	// Cancelled (the last steps may have finished meanwhile): whatever
+	// the cancelled context could not do, the nodes go back to the pool.
+	if err == nil {
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		r.releaseNodes(dctx)
+		return st, nil
+	}
+	if r.st.Status.Phase == spec.PhaseCancelled {
+		return st, err // fail saw it first
+	}
+	return r.cancelled(ctx)
+}
+
+// cancelled ends a run whose workflow was cancelled: its chunks (or its
+// external world) were cancelled with it; it releases its nodes, says
+// where it stopped and ends Canceled. Its checkpoints stay in the bucket.
+func (r *run) cancelled(ctx workflow.Context) (spec.RunStatus, error) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	s := &r.st.Status
+	s.Error = fmt.Sprintf("cancelled at step %d", max(s.Step, r.ckptStep())) // an external launch's Step is its start
+	if s.LastCkpt != nil {
+		s.Error += fmt.Sprintf("; last checkpoint at step %d", s.LastCkpt.Step)
+	}
+	workflow.GetLogger(ctx).Info("run cancelled: releasing its nodes", "step", s.Step)
+	r.releaseNodes(dctx)
+	r.setPhase(dctx, spec.PhaseCancelled)
+	return r.st.Status, ctx.Err()
 }
 
 type run struct {
@@ -286,6 +318,9 @@ func (r *run) releaseNodes(ctx workflow.Context) {
 }
 
 func (r *run) fail(ctx workflow.Context, err error) (spec.RunStatus, error) {
+	if ctx.Err() != nil {
+		return r.cancelled(ctx) // not a failure: the workflow was cancelled
+	}
 	r.st.Status.Error = err.Error()
 	r.releaseNodes(ctx)
 	r.setPhase(ctx, spec.PhaseFailed)

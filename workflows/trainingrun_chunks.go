@@ -373,6 +373,9 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 // and rewind to the last committed checkpoint. It returns an error when the
 // failure is not recoverable or the restart budget is spent.
 func (r *run) recover(ctx workflow.Context, err error) error {
+	if ctx.Err() != nil {
+		return err // the workflow was cancelled, and its chunks with it
+	}
 	var f *chunkFailure
 	if !errors.As(err, &f) {
 		return err

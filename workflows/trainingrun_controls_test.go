@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -528,6 +529,48 @@ func TestTrainingRunEvictsDrainedNode(t *testing.T) {
 				require.Equal(t, []string{"n2"}, during.Evicting, "the status names the drained node it still holds")
 				require.Len(t, during.Rescalings, 1)
 			}
+		})
+	}
+}
+
+// A cancelled run (cann-train cancel, temporal workflow cancel) ends
+// Canceled — not Failed after a recovery attempt on a cancelled context —
+// and gives its nodes back, whether a chunk was training or it held
+// paused.
+func TestTrainingRunCancelled(t *testing.T) {
+	for _, paused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("paused=%v", paused), func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("n1", "n2")}
+			ch := &fakeChunks{}
+			env, _ := controlEnv(t, cl, ch, nil)
+			ch.onStart = func(in spec.ChunkInput) {
+				if in.From == 100 && in.Rank == 0 {
+					if paused {
+						env.SignalWorkflow(spec.SignalPause, nil)
+					} else {
+						env.CancelWorkflow()
+					}
+				}
+			}
+			if paused {
+				env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.True(t, env.IsWorkflowCompleted())
+			err := env.GetWorkflowError()
+			var ce *temporal.CanceledError
+			require.True(t, errors.As(err, &ce), "want Canceled, got %v", err)
+			st := queryStatus(t, env)
+			require.Equal(t, spec.PhaseCancelled, st.Phase)
+			want := "cancelled at step 100; last checkpoint at step 100"
+			if paused {
+				want = "cancelled at step 200; last checkpoint at step 200"
+			}
+			require.Equal(t, want, st.Error)
+			require.Empty(t, st.Recoveries, "a cancellation is not a failure to recover from")
+			require.Equal(t, 1, cl.releases, "the nodes go back to the Cluster")
+			require.Equal(t, 1, cl.calls, "no replacement was asked for")
 		})
 	}
 }

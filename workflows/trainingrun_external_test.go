@@ -638,3 +638,24 @@ func TestExternalRunLeavesDrainedNodeWhilePaused(t *testing.T) {
 	require.Equal(t, []string{"node-2"}, st.Rescalings[0].Removed)
 	require.Empty(t, st.Evicting)
 }
+
+// TestExternalRunCancelled: cancelling an external job's workflow stops
+// its world (the nodes' activities are cancelled), gives the nodes back and
+// ends Canceled with where it stopped — no relaunch, no recovery.
+func TestExternalRunCancelled(t *testing.T) {
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	w.behave = hangFirst(w)
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2"), failed: map[string]bool{}}
+	env := newExternalEnv(t, cl, w)
+	env.SetTestTimeout(15 * time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 300*time.Millisecond)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	var ce *temporal.CanceledError
+	require.True(t, errors.As(env.GetWorkflowError(), &ce), "want Canceled, got %v", env.GetWorkflowError())
+	st := queryStatus(t, env)
+	require.Equal(t, spec.PhaseCancelled, st.Phase)
+	require.Equal(t, "cancelled at step 20; last checkpoint at step 20", st.Error)
+	require.Empty(t, st.Recoveries)
+	require.Len(t, w.launches(), 1, "not relaunched")
+	require.Equal(t, 1, cl.releases)
+}

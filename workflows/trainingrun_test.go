@@ -34,6 +34,8 @@ type fakeCluster struct {
 	held   []spec.Node
 	failed map[string]bool
 	calls  int
+	// releases counts the runs' release signals.
+	releases int
 }
 
 func (f *fakeCluster) acquire(_ context.Context, _ string, req spec.AcquireRequest) ([]spec.Node, error) {
@@ -153,6 +155,11 @@ func newRunEnv(t *testing.T, cl *fakeCluster, ch *fakeChunks) *testsuite.TestWor
 	env.RegisterActivityWithOptions(ch.report, activity.RegisterOptions{Name: spec.ActivityWriteReport})
 	env.OnSignalExternalWorkflow(mock.Anything, spec.DefaultClusterID, "", mock.Anything, mock.Anything).
 		Return(func(_, _, _, name string, arg any) error {
+			if name == spec.SignalRelease {
+				cl.mu.Lock()
+				defer cl.mu.Unlock()
+				cl.releases++
+			}
 			if name == spec.SignalMarkFailed {
 				cl.mu.Lock()
 				defer cl.mu.Unlock()

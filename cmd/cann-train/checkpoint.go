@@ -235,8 +235,8 @@ func runBucket(ctx context.Context, e *env, run string) string {
 		return ""
 	}
 	defer c.Close()
-	st, _, _, err := readProgress(ctx, c, spec.RunIDPrefix+run)
-	if err != nil || st.LastCkpt == nil {
+	st, _, _, _ := readProgress(ctx, c, spec.RunIDPrefix+run) // a failed or cancelled run's status too
+	if st.LastCkpt == nil {
 		return ""
 	}
 	return st.LastCkpt.URL

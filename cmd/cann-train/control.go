@@ -106,6 +106,60 @@ func awaitPhase(ctx context.Context, c client.Client, id string, limit time.Dura
 	}
 }
 
+func newCancelCmd(e *env) *cobra.Command {
+	var wait time.Duration
+	cmd := &cobra.Command{
+		Use:   "cancel RUN",
+		Short: "Stop a run now and give its nodes back; its checkpoints stay",
+		Long: `Cancels the run's workflow, as 'temporal workflow cancel' does: the chunk that
+is training stops (the steps since its last checkpoint are lost), an external
+job's processes are stopped, the nodes go back to the pool and the run ends
+cancelled. Its checkpoints stay in the bucket ('cann-train checkpoint
+ls RUN'); 'cann-train status RUN' still shows where it stopped.`,
+		Example: `  cann-train cancel mnist-demo
+  cann-train cancel mnist-demo --wait 1m   # return once it has ended`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, id, st, err := openLiveRun(ctx, e, args[0])
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.CancelWorkflow(ctx, id, ""); err != nil {
+				return fmt.Errorf("cancel %s: %w", id, err)
+			}
+			if wait <= 0 {
+				fmt.Fprintf(e.out, "%s: cancel requested at step %d\n", id, st.Step)
+				return nil
+			}
+			wctx, stop := context.WithTimeout(ctx, wait)
+			defer stop()
+			for {
+				end, _, closed, err := readProgress(wctx, c, id)
+				var ended *runEnded
+				switch {
+				case closed && end.Phase == spec.PhaseCancelled:
+					fmt.Fprintf(e.out, "%s: %s; its nodes are free again\n", id, end.Error)
+					return nil
+				case closed && errors.As(err, &ended):
+					return err // it failed, or was terminated, first
+				case closed:
+					fmt.Fprintf(e.out, "%s: ended %s at step %d before the cancel took effect\n", id, end.Phase, end.Step)
+					return nil
+				}
+				select {
+				case <-wctx.Done():
+					return fmt.Errorf("%s still running %s after the cancel (now %s at step %d): %w", id, wait, end.Phase, end.Step, wctx.Err())
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the run to end (0: do not wait)")
+	return cmd
+}
+
 func newResumeCmd(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume RUN",

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
@@ -245,4 +248,66 @@ func TestPauseResumeRealRun(t *testing.T) {
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause_drain.json") // trainingrun_pause.json: before drains evicted
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_drain.json")
+}
+
+// TestCancelRealRun cancels a run training on node-worker processes with
+// `cann-train cancel --wait`: the run ends cancelled, its nodes are free
+// again at once, and `status` and `checkpoint ls` still find where it
+// stopped and its checkpoints.
+func TestCancelRealRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2")
+	s := spec.RunSpec{Name: "cancel-me", Nodes: 2, Steps: 1_000_000, ChunkSteps: 100}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	cli := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append(args, "--address", addr))
+		err := root.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	for {
+		st, _, closed, err := readProgress(ctx, c, run.GetID())
+		if closed || ctx.Err() != nil {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("run closed or timed out before its first checkpoint: %v", err)
+		}
+		if st.LastCkpt != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	out, err := cli("cancel", "cancel-me", "--wait", "60s")
+	if err != nil || !strings.Contains(out, "run/cancel-me: cancelled at step ") || !strings.Contains(out, "its nodes are free again") {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("cancel: %v %q", err, out)
+	}
+	var ce *temporal.CanceledError
+	if err := run.Get(ctx, nil); !errors.As(err, &ce) {
+		t.Errorf("the workflow ended with %v, want Canceled", err)
+	}
+	js, err := cli("nodes", "-o", "json")
+	var nodes []nodeRow
+	if err != nil || json.Unmarshal([]byte(js), &nodes) != nil || len(nodes) != 2 {
+		t.Fatalf("nodes: %v %q", err, js)
+	}
+	for _, n := range nodes {
+		if n.State != "free" {
+			t.Errorf("after the cancel %s is %s (%s)", n.ID, n.State, n.Run)
+		}
+	}
+	text, err := cli("status", "cancel-me")
+	if err == nil || !strings.Contains(err.Error(), "run run/cancel-me canceled") ||
+		!strings.Contains(text, "cancelled") || !strings.Contains(text, "cancelled at step") {
+		t.Errorf("status of the cancelled run: %v\n%s", err, text)
+	}
+	js, err = cli("checkpoint", "ls", "cancel-me", "-o", "json")
+	var refs []checkpoint.Ref
+	if err != nil || json.Unmarshal([]byte(js), &refs) != nil || len(refs) == 0 {
+		t.Errorf("checkpoint ls of the cancelled run: %v %q", err, js)
+	}
+	if _, err := cli("cancel", "cancel-me"); err == nil || !strings.Contains(err.Error(), "canceled") {
+		t.Errorf("a second cancel: %v, want it refused (the run has ended)", err)
+	}
 }

@@ -85,7 +85,7 @@ Start here:  cann-train quickstart`,
 		newTopoScanCmd(e),
 		newFaultCmd(e),
 		newGreenCmd(e),
-		newPauseCmd(e), newResumeCmd(e), newScaleCmd(e),
+		newPauseCmd(e), newResumeCmd(e), newScaleCmd(e), newCancelCmd(e),
 		newDashboardCmd(e),
 		newNodesCmd(e),
 	)

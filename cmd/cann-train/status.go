@@ -51,9 +51,10 @@ func newStatusCmd(e *env) *cobra.Command {
 			}
 			defer c.Close()
 			st, live, logs, _, err := readLive(cmd.Context(), c, runID(args[0]))
-			if err != nil {
+			if err != nil && st.RunID == "" {
 				return err
 			}
+			ended := err // a run that failed or was cancelled: its status, then why
 			if live != nil && live.Step > st.Step {
 				st.Step, st.Loss = live.Step, live.Loss
 			}
@@ -67,7 +68,10 @@ func newStatusCmd(e *env) *cobra.Command {
 			}
 			sum := summarize(st, ui, e.namespace, nil)
 			sum.Logs = logs
-			return printSummary(e.out, st, sum, output)
+			if err := printSummary(e.out, st, sum, output); err != nil {
+				return err
+			}
+			return ended
 		},
 	}
 	cmd.Flags().StringVar(&rankTable, "rank-table", "", "write the HCCL rank table (v1.0) of the run's scanned nodes to this file")
@@ -120,8 +124,10 @@ func dialQuiet(ctx context.Context, e *env) (client.Client, error) {
 	return workers.Dial(ctx, workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log})
 }
 
-// readProgress returns the run's status (its result once closed), the
-// freshest heartbeat of a running chunk, and whether the run has closed.
+// readProgress returns the run's status (its result once closed; for a
+// run that failed or was cancelled, what its status query still answers,
+// with the *runEnded error), the freshest heartbeat of a running chunk, and
+// whether the run has closed.
 func readProgress(ctx context.Context, c client.Client, id string) (spec.RunStatus, *spec.ChunkProgress, bool, error) {
 	st, live, _, closed, err := readLive(ctx, c, id)
 	return st, live, closed, err
@@ -141,7 +147,16 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		err := c.GetWorkflow(ctx, id, "").Get(ctx, &st)
 		if st.RunID == "" {
-			return st, nil, nil, true, &runEnded{id: id, status: info.GetStatus(), err: err}
+			// A failed or cancelled run returns no result, but its status
+			// query still answers (a control worker replays its history):
+			// where it stopped, its checkpoints, its recoveries.
+			ended := &runEnded{id: id, status: info.GetStatus(), err: err}
+			if controlWorkerPolls(ctx, c) == nil {
+				if q, qerr := c.QueryWorkflow(ctx, id, "", spec.QueryStatus); qerr == nil && q.Get(&st) != nil {
+					st = spec.RunStatus{}
+				}
+			}
+			return st, nil, nil, true, ended
 		}
 		return st, nil, nil, true, err
 	}
