@@ -253,7 +253,8 @@ func TestPauseResumeRealRun(t *testing.T) {
 // TestCancelRealRun cancels a run training on node-worker processes with
 // `cann-train cancel --wait`: the run ends cancelled, its nodes are free
 // again at once, and `status` and `checkpoint ls` still find where it
-// stopped and its checkpoints.
+// stopped and its checkpoints. Then it terminates another: its nodes show
+// orphaned until `cann-train nodes release`.
 func TestCancelRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -309,5 +310,48 @@ func TestCancelRealRun(t *testing.T) {
 	}
 	if _, err := cli("cancel", "cancel-me"); err == nil || !strings.Contains(err.Error(), "canceled") {
 		t.Errorf("a second cancel: %v, want it refused (the run has ended)", err)
+	}
+
+	// A terminated run runs no code: its nodes stay held, shown orphaned,
+	// until `nodes release` gives them back.
+	s.Name = "terminate-me"
+	run = startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	state := func() map[string]string {
+		t.Helper()
+		js, err := cli("nodes", "-o", "json")
+		var nodes []nodeRow
+		if err != nil || json.Unmarshal([]byte(js), &nodes) != nil {
+			t.Fatalf("nodes: %v %q", err, js)
+		}
+		m := map[string]string{}
+		for _, n := range nodes {
+			m[n.ID] = n.State
+		}
+		return m
+	}
+	for st := state(); st["node-1"] != "busy" || st["node-2"] != "busy"; st = state() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := cli("nodes", "release", "terminate-me"); err == nil || !strings.Contains(err.Error(), "is running") {
+		t.Errorf("release of a running run: %v, want it refused", err)
+	}
+	if err := c.TerminateWorkflow(ctx, run.GetID(), "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(); st["node-1"] != "orphaned" || st["node-2"] != "orphaned" {
+		t.Errorf("nodes of the terminated run: %v, want orphaned", st)
+	}
+	if out, err := cli("nodes", "release", "terminate-me"); err != nil || !strings.Contains(out, "released 2 node(s) held by run/terminate-me (terminated)") {
+		t.Errorf("release: %v %q", err, out)
+	}
+	for st := state(); st["node-1"] != "free" || st["node-2"] != "free"; st = state() {
+		select { // the signal lands with the Cluster's next workflow task
+		case <-ctx.Done():
+			t.Fatalf("nodes never freed: %v", st)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if out, err := cli("nodes", "release", "cancel-me"); err != nil || !strings.Contains(out, "no node is held by run/cancel-me (canceled)") {
+		t.Errorf("release of a run that gave its nodes back: %v %q", err, out)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
@@ -21,7 +22,7 @@ import (
 // nodeRow is one node as `cann-train nodes` shows it.
 type nodeRow struct {
 	ID       string    `json:"id"`
-	State    string    `json:"state"` // free, busy, drained, draining, failed, silent
+	State    string    `json:"state"` // free, busy, drained, draining, failed, silent, orphaned
 	Reason   string    `json:"reason,omitempty"`
 	Run      string    `json:"run,omitempty"`
 	Rank     int       `json:"rank"`
@@ -96,9 +97,10 @@ func newNodesCmd(e *env) *cobra.Command {
 registered: its state as runs see it when they acquire nodes — free; busy in a
 run at a rank; drained by an operator (draining while a run still holds it);
 failed, with the reason (a dead peer, a heartbeat timeout, a stopped worker);
-or silent, its lease not renewed for a TTL — with its host, collective address
-and when it was last heard from. ` + "`nodes drain` / `nodes undrain`" + ` take a node out
-of the pool and put it back.`,
+silent, its lease not renewed for a TTL; or orphaned, held by a run that was
+terminated — with its host, collective address and when it was last heard
+from. ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and put it back;
+` + "`nodes release RUN`" + ` frees an ended run's nodes.`,
 		Example: `  cann-train nodes
   cann-train nodes -o json | jq '.[] | select(.state == "free") | .id'
   cann-train nodes drain node-7 --reason "replace the NIC"`,
@@ -118,6 +120,7 @@ of the pool and put it back.`,
 			}
 			now := time.Now()
 			rows := nodeRows(reg, now)
+			markOrphans(cmd.Context(), c, rows)
 			if output == "json" {
 				return json.NewEncoder(e.out).Encode(rows)
 			}
@@ -152,8 +155,96 @@ node worker keeps running; ` + "`cann-train nodes undrain NODE`" + ` puts it bac
 			return setDrained(cmd, e, clusterID, args[0], false, "")
 		},
 	}
-	cmd.AddCommand(drain, undrain)
+	release := &cobra.Command{
+		Use:   "release RUN",
+		Short: "Give back the nodes an ended run still holds (a run terminated rather than cancelled)",
+		Long: `A run that ends — completed, failed or cancelled — gives its nodes back itself.
+One terminated ('temporal workflow terminate') runs no more code: its nodes stay
+held, shown as orphaned by 'cann-train nodes'. This puts them back into the
+pool. A running run is refused: 'cann-train cancel RUN' ends it and frees them.`,
+		Example: `  cann-train nodes release mnist-demo`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return releaseRun(cmd.Context(), e, clusterID, runID(args[0]))
+		},
+	}
+	cmd.AddCommand(drain, undrain, release)
 	return cmd
+}
+
+// runEndedHow says how the run id ended ("" while it runs): its Temporal
+// execution status, or "deleted" when the server no longer knows it.
+func runEndedHow(ctx context.Context, c client.Client, id string) (string, error) {
+	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return "deleted", nil
+	case err != nil:
+		return "", fmt.Errorf("describe %s: %w", id, err)
+	}
+	if s := desc.GetWorkflowExecutionInfo().GetStatus(); s != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return executionName(s), nil
+	}
+	return "", nil
+}
+
+// markOrphans marks the rows held by runs that have ended (terminated:
+// a run that ends otherwise releases its nodes) as orphaned. Runs the
+// server cannot describe now are left as they are.
+func markOrphans(ctx context.Context, c client.Client, rows []nodeRow) {
+	ended := map[string]string{}
+	for i := range rows {
+		r := &rows[i]
+		if r.Run == "" || (r.State != "busy" && r.State != "draining") {
+			continue
+		}
+		how, seen := ended[r.Run]
+		if !seen {
+			how, _ = runEndedHow(ctx, c, r.Run)
+			ended[r.Run] = how
+		}
+		if how != "" {
+			r.State = "orphaned"
+			r.Reason = fmt.Sprintf("held by %s, which has ended (%s): `cann-train nodes release %s` frees it",
+				r.Run, how, strings.TrimPrefix(r.Run, spec.RunIDPrefix))
+		}
+	}
+}
+
+// releaseRun gives back the nodes the ended run id still holds.
+func releaseRun(ctx context.Context, e *env, clusterID, id string) error {
+	c, err := dialQuiet(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	how, err := runEndedHow(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if how == "" {
+		return fmt.Errorf("%s is running: `cann-train cancel %s` ends it and frees its nodes", id, strings.TrimPrefix(id, spec.RunIDPrefix))
+	}
+	reg, err := readRegistry(ctx, c, clusterID)
+	if err != nil {
+		return err
+	}
+	var held []string
+	for _, r := range reg.Nodes {
+		if r.Run == id {
+			held = append(held, r.Node.ID)
+		}
+	}
+	if len(held) == 0 {
+		fmt.Fprintf(e.out, "no node is held by %s (%s)\n", id, how)
+		return nil
+	}
+	if err := c.SignalWorkflow(ctx, clusterID, "", spec.SignalRelease, spec.Release{RunID: id}); err != nil {
+		return fmt.Errorf("signal %s: %w", clusterID, err)
+	}
+	fmt.Fprintf(e.out, "released %d node(s) held by %s (%s): %v\n", len(held), id, how, held)
+	return nil
 }
 
 // readRegistry asks the Cluster clusterID for its nodes.
