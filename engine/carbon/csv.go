@@ -25,7 +25,8 @@ type CSVOptions struct {
 	// "direct" (default), "lca", or an exact header name.
 	Column string
 	// MaxGapSteps is the longest run of missing steps filled by linear
-	// interpolation: 0 means MaxInterpolatedSteps, negative means none.
+	// interpolation: 0 means the default (MaxInterpolatedSteps, or an hour of
+	// steps on a finer grid), negative means none.
 	MaxGapSteps int
 }
 
@@ -112,7 +113,7 @@ func delimiter(first []byte) rune {
 // has no comma. Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC) or
 // Unix seconds or milliseconds. The step is
 // inferred (smallest spacing) and checked; gaps of at most
-// opts.MaxGapSteps (default MaxInterpolatedSteps) missing steps are filled
+// opts.MaxGapSteps (default 2, or an hour of steps on a finer grid) missing steps are filled
 // linearly, longer ones are refused with a *GapError (ErrGap) naming the
 // missing range and the file line after it. A row whose value cell is
 // empty is a missing step (as a null is in the JSON forms); a row repeating

@@ -82,6 +82,13 @@ func TestReadCSV(t *testing.T) {
 			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 40, 30, 20, 10}},
 		{name: "gap of three refused", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,40\n2020-01-01 05:00,10\n",
 			wantErr: ErrGap, errHas: []string{"line 4", "2020-01-01T02:00:00Z", "2020-01-01T05:00:00Z", "3 missing"}},
+		{name: "5-minute grid, a 15-minute hole interpolated", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 00:05,20\n2020-01-01 00:25,60\n",
+			wantZone: "DE", wantStep: 5 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20, 30, 40, 50, 60}},
+		{name: "5-minute grid, an hour missing interpolated", in: "time,DE\n2020-01-01 00:00,0\n2020-01-01 00:05,0\n2020-01-01 01:10,130\n",
+			wantZone: "DE", wantStep: 5 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC),
+			want: []float64{0, 0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130}},
+		{name: "5-minute grid, over an hour refused", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 00:05,20\n2020-01-01 01:15,60\n",
+			wantErr: ErrGap, errHas: []string{"line 4", "13 missing", "at most 12"}},
 		{name: "non-numeric", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,abc\n",
 			wantErr: ErrBadValue, errHas: []string{"line 3", "column 2", "abc"}},
 		{name: "empty value is a missing step", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "10", "1") +

@@ -15,8 +15,9 @@
 // UTC or Unix-second/millisecond times). The
 // step is inferred (the smallest spacing) and every spacing must be a whole
 // number of steps. Gaps of at most MaxGapSteps missing steps (an option of
-// every reader and provider; default [MaxInterpolatedSteps] = 2, negative
-// for none) are filled linearly (the German 2020 trace has two single
+// every reader and provider; default [MaxInterpolatedSteps] = 2, or an
+// hour's worth ([MaxInterpolatedSpan]) on a finer grid; negative for none)
+// are filled linearly (the German 2020 trace has two single
 // missing 15-minute slots); longer gaps fail with a [*GapError] (matching
 // [ErrGap]) naming the missing time range and the line or element after
 // it. A timestamp without a reading (an empty CSV cell, a null in a history

@@ -14,7 +14,8 @@ import (
 // JSONOptions tunes the JSON readers.
 type JSONOptions struct {
 	// MaxGapSteps is the longest run of missing steps filled by linear
-	// interpolation: 0 means MaxInterpolatedSteps, negative means none.
+	// interpolation: 0 means the default (MaxInterpolatedSteps, or an hour of
+	// steps on a finer grid), negative means none.
 	MaxGapSteps int
 	// PreferActual makes ReadUKIntensity use intensity.actual where it is
 	// not null (falling back to intensity.forecast); the default reads the

@@ -29,18 +29,25 @@ var (
 	ErrGap = errors.New("carbon: gap too long to interpolate")
 )
 
-// MaxInterpolatedSteps is the default longest run of missing steps that
-// the readers fill by linear interpolation; longer gaps are refused with
-// ErrGap. Each reader's options (CSVOptions.MaxGapSteps,
-// JSONOptions.MaxGapSteps, the providers' MaxGapSteps) can change it.
-const MaxInterpolatedSteps = 2
+// MaxInterpolatedSteps and MaxInterpolatedSpan set the default longest
+// run of missing steps that the readers fill by linear interpolation: two
+// steps, or as many as fit in an hour on a finer grid (a 15-minute hole in
+// a 5-minute trace is as short as one missing step of a 15-minute trace);
+// longer gaps are refused with ErrGap. Each reader's options
+// (CSVOptions.MaxGapSteps, JSONOptions.MaxGapSteps, the providers'
+// MaxGapSteps) can change it.
+const (
+	MaxInterpolatedSteps = 2
+	MaxInterpolatedSpan  = time.Hour
+)
 
-// maxGapSteps resolves an options value: 0 means MaxInterpolatedSteps,
-// a negative value means "interpolate nothing".
-func maxGapSteps(n int) int {
+// maxGapSteps resolves an options value for a grid of step: 0 means the
+// default (MaxInterpolatedSteps, or MaxInterpolatedSpan's worth of steps
+// when that is more), a negative value means "interpolate nothing".
+func maxGapSteps(n int, step time.Duration) int {
 	switch {
 	case n == 0:
-		return MaxInterpolatedSteps
+		return max(MaxInterpolatedSteps, int(MaxInterpolatedSpan/step))
 	case n < 0:
 		return 0
 	}
@@ -205,7 +212,6 @@ func newestFirst(pts []point) bool {
 // series runs from the first reading to the last, and a missing point
 // inside it is a missing step.
 func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
-	maxGap = maxGapSteps(maxGap)
 	readings := 0
 	for _, p := range pts {
 		if !p.missing {
@@ -230,6 +236,7 @@ func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 			step = d
 		}
 	}
+	maxGap = maxGapSteps(maxGap, step)
 	if readings < len(pts) {
 		pts = slices.DeleteFunc(slices.Clone(pts), func(p point) bool { return p.missing })
 	}
