@@ -64,10 +64,16 @@ func Cluster(ctx workflow.Context, in ClusterInput) error {
 
 type cluster struct {
 	st ClusterState
+	// waiting counts each run's acquires in flight; ended marks the runs
+	// among them that released their nodes meanwhile (a run cancelled
+	// while it waited for nodes): their acquires end without taking any.
+	// Neither crosses continue-as-new, which waits for every acquire.
+	waiting map[string]int
+	ended   map[string]bool
 }
 
 func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
-	c := &cluster{st: in.State}
+	c := &cluster{st: in.State, waiting: map[string]int{}, ended: map[string]bool{}}
 	if c.st.LeaseTTL <= 0 {
 		c.st.LeaseTTL = 20 * time.Second
 	}
@@ -244,6 +250,9 @@ func (c *cluster) drain(ctx workflow.Context, d spec.Drain) {
 }
 
 func (c *cluster) release(runID string) {
+	if c.waiting[runID] > 0 {
+		c.ended[runID] = true // a release comes only from a run that ends
+	}
 	for i := range c.st.Nodes {
 		if c.st.Nodes[i].Run == runID {
 			c.st.Nodes[i].Run, c.st.Nodes[i].Rank = "", -1
@@ -273,6 +282,13 @@ func validateAcquire(req spec.AcquireRequest) error {
 // req.MinCount allows fewer: then it answers at once with every live node
 // it can give (at least MinCount), the healthy held ones first.
 func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
+	c.waiting[req.RunID]++
+	defer func() {
+		if c.waiting[req.RunID]--; c.waiting[req.RunID] == 0 {
+			delete(c.waiting, req.RunID)
+			delete(c.ended, req.RunID)
+		}
+	}()
 	var out []spec.Node
 	var ok bool
 	if req.Wait <= 0 {
@@ -282,6 +298,9 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 	} else {
 		var err error
 		ok, err = workflow.AwaitWithTimeout(ctx, req.Wait, func() bool {
+			if c.ended[req.RunID] {
+				return true
+			}
 			var done bool
 			out, done = c.tryAcquire(workflow.Now(ctx), req)
 			return done
@@ -289,6 +308,11 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 		if err != nil {
 			return nil, err
 		}
+	}
+	if c.ended[req.RunID] {
+		return nil, temporal.NewApplicationError(
+			fmt.Sprintf("acquire %d nodes for %s: the run released its nodes while it waited (it ended)", req.Count, req.RunID),
+			spec.ErrTypeNotEnoughNodes)
 	}
 	if !ok {
 		now := workflow.Now(ctx)

@@ -285,3 +285,29 @@ func TestClusterDrainTellsTheRun(t *testing.T) {
 	require.NoError(t, results["r1"].err)
 	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "disk"}, {NodeID: "b", Undrained: true}}, told)
 }
+
+// A run that ends while it waits for nodes (cancelled) releases them; its
+// acquire still waiting in the Cluster then ends without taking the nodes
+// that free up later, which would stay held by a run that is gone.
+func TestClusterAcquireOfAnEndedRun(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	var registry Registry
+	at(time.Second, func() { env.SignalWorkflow(spec.SignalRegister, testNodes("a")[0]) })
+	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Minute}) })
+	at(3*time.Second, func() { env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "r1"}) })
+	at(4*time.Second, func() { env.SignalWorkflow(spec.SignalRegister, testNodes("b")[0]) })
+	at(5*time.Second, func() { acquire("r1-again", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Minute}) })
+	at(6*time.Second, func() {
+		v, err := env.QueryWorkflow(spec.QueryRegistry)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&registry))
+	})
+	at(7*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+
+	require.ErrorContains(t, results["r1"].err, "released its nodes while it waited")
+	require.Nil(t, results["r1"].nodes)
+	require.NoError(t, results["r1-again"].err, "a later run of the same name acquires as usual")
+	require.Equal(t, []string{"a", "b"}, ids(results["r1-again"].nodes))
+	require.Len(t, registry.Nodes, 2)
+}
