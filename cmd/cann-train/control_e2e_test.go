@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -258,7 +259,8 @@ func TestPauseResumeRealRun(t *testing.T) {
 func TestCancelRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2")
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2")
 	s := spec.RunSpec{Name: "cancel-me", Nodes: 2, Steps: 1_000_000, ChunkSteps: 100}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	cli := func(args ...string) (string, error) {
@@ -353,5 +355,37 @@ func TestCancelRealRun(t *testing.T) {
 	}
 	if out, err := cli("nodes", "release", "cancel-me"); err != nil || !strings.Contains(out, "no node is held by run/cancel-me (canceled)") {
 		t.Errorf("release of a run that gave its nodes back: %v %q", err, out)
+	}
+
+	// A run cancelled while it waits for nodes: a node that registers
+	// afterwards stays free (the Cluster's acquire ended with the run).
+	s.Name, s.Nodes, s.MinNodes, s.NodeWait = "wait-me", 3, 3, spec.Duration(time.Minute)
+	run = startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	for {
+		st, _, closed, _ := readProgress(ctx, c, run.GetID())
+		if closed || ctx.Err() != nil {
+			t.Fatalf("wait-me closed or timed out before waiting for nodes: %+v", st)
+		}
+		if strings.Contains(st.Detail, "waiting for 3 free node(s)") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if out, err := cli("cancel", "wait-me", "--wait", "60s"); err != nil || !strings.Contains(out, "cancelled at step 0") {
+		t.Fatalf("cancel while waiting: %v %q", err, out)
+	}
+	if _, err := l.Start("node-3", "worker", "node", "--id", "node-3", "--address", addr,
+		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	for st := state(); st["node-3"] == ""; st = state() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("node-3 never registered")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if st := state(); st["node-1"] != "free" || st["node-2"] != "free" || st["node-3"] != "free" {
+		t.Errorf("after the cancelled run's wait: %v, want all free", st)
 	}
 }
