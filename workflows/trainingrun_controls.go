@@ -228,8 +228,7 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 	if ev.Undrained {
 		if slices.ContainsFunc(r.st.Ctl.Evict, pending) {
 			log.Info("drained node put back before the run left it: kept", "node", ev.NodeID)
-			r.st.Ctl.Evict = slices.DeleteFunc(r.st.Ctl.Evict, pending)
-			r.st.Status.Evicting = slices.DeleteFunc(r.st.Status.Evicting, func(id string) bool { return id == ev.NodeID })
+			r.setEvict(slices.DeleteFunc(r.st.Ctl.Evict, pending))
 		}
 		return
 	}
@@ -238,9 +237,17 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 	}
 	log.Info("node drained: replaced at the next chunk boundary (an external job: after its next checkpoint upload)",
 		"node", ev.NodeID, "reason", ev.Reason)
-	r.st.Ctl.Evict = append(r.st.Ctl.Evict, ev)
+	r.setEvict(append(r.st.Ctl.Evict, ev))
 	r.st.Ctl.EvictRetry = time.Time{}
-	r.st.Status.Evicting = append(r.st.Status.Evicting, ev.NodeID)
+}
+
+// setEvict sets the drained nodes to move off, and the status's list of
+// them.
+func (r *run) setEvict(evs []spec.Evict) {
+	r.st.Ctl.Evict, r.st.Status.Evicting = evs, nil
+	for _, e := range evs {
+		r.st.Status.Evicting = append(r.st.Status.Evicting, e.NodeID)
+	}
 }
 
 // evictDue: drained nodes wait to be replaced and no failed attempt asked
@@ -270,11 +277,7 @@ func (r *run) evict(ctx workflow.Context) bool {
 			held = append(held, e)
 		}
 	}
-	r.st.Ctl.Evict = held
-	r.st.Status.Evicting = nil
-	for _, e := range held {
-		r.st.Status.Evicting = append(r.st.Status.Evicting, e.NodeID)
-	}
+	r.setEvict(held)
 	if len(held) == 0 {
 		r.st.Ctl.EvictRetry = time.Time{}
 		return true
@@ -308,7 +311,8 @@ func (r *run) evict(ctx workflow.Context) bool {
 		return true
 	}
 	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
-	r.st.Ctl.Evict, r.st.Ctl.EvictRetry, r.st.Status.Evicting = nil, time.Time{}, nil
+	r.setEvict(nil)
+	r.st.Ctl.EvictRetry = time.Time{}
 	r.publish(ctx)
 	return true
 }

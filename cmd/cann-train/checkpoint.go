@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,7 +26,6 @@ func newCheckpointCmd(e *env) *cobra.Command {
 	pf.StringVar(&url, "url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "checkpoint bucket URL (unset: the bucket of the run's last checkpoint, if Temporal answers; else this)")
 	pf.StringVarP(&output, "output", "o", "text", "text or json")
 
-	runName := func(arg string) string { return strings.TrimPrefix(arg, "run/") }
 	// bucket settles url: --url if given, else the bucket of the run's
 	// last checkpoint as its status says (when Temporal answers), else
 	// the default.

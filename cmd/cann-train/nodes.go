@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -207,7 +206,7 @@ func markOrphans(ctx context.Context, c client.Client, rows []nodeRow) {
 		if how != "" {
 			r.State = "orphaned"
 			r.Reason = fmt.Sprintf("held by %s, which has ended (%s): `cann-train nodes release %s` frees it",
-				r.Run, how, strings.TrimPrefix(r.Run, spec.RunIDPrefix))
+				r.Run, how, runName(r.Run))
 		}
 	}
 }
@@ -224,7 +223,7 @@ func releaseRun(ctx context.Context, e *env, clusterID, id string) error {
 		return err
 	}
 	if how == "" {
-		return fmt.Errorf("%s is running: `cann-train cancel %s` ends it and frees its nodes", id, strings.TrimPrefix(id, spec.RunIDPrefix))
+		return fmt.Errorf("%s is running: `cann-train cancel %s` ends it and frees its nodes", id, runName(id))
 	}
 	reg, err := readRegistry(ctx, c, clusterID)
 	if err != nil {
@@ -299,7 +298,7 @@ func setDrained(cmd *cobra.Command, e *env, clusterID, node string, drained bool
 		fmt.Fprintf(e.out, "%s is back in the pool\n", node)
 	case rec.Run != "":
 		fmt.Fprintf(e.out, "%s drained: no run gets it now; %s moves off it at its next chunk boundary (`cann-train status %s` shows it)\n",
-			node, rec.Run, strings.TrimPrefix(rec.Run, spec.RunIDPrefix))
+			node, rec.Run, runName(rec.Run))
 	default:
 		fmt.Fprintf(e.out, "%s drained: no run gets it now\n", node)
 	}

@@ -32,6 +32,9 @@ func runID(arg string) string {
 	return spec.RunIDPrefix + arg
 }
 
+// runName is runID's inverse: the run's name from its name or workflow ID.
+func runName(arg string) string { return strings.TrimPrefix(arg, spec.RunIDPrefix) }
+
 func newStatusCmd(e *env) *cobra.Command {
 	var output, ui, rankTable string
 	cmd := &cobra.Command{
@@ -151,9 +154,10 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 			// query still answers (a control worker replays its history):
 			// where it stopped, its checkpoints, its recoveries.
 			ended := &runEnded{id: id, status: info.GetStatus(), err: err}
+			var last spec.RunStatus
 			if controlWorkerPolls(ctx, c) == nil {
-				if q, qerr := c.QueryWorkflow(ctx, id, "", spec.QueryStatus); qerr == nil && q.Get(&st) != nil {
-					st = spec.RunStatus{}
+				if q, qerr := c.QueryWorkflow(ctx, id, "", spec.QueryStatus); qerr == nil && q.Get(&last) == nil {
+					st = last
 				}
 			}
 			return st, nil, nil, true, ended
