@@ -40,9 +40,10 @@ import (
 // cluster_drain.json, the paused run again, now also moving off a node
 // drained while it held it, and the Cluster that told it;
 // trainingrun_external_drain.json, an external job's world stopped after
-// a checkpoint and relaunched without a drained node
+// a checkpoint and relaunched without a drained node; trainingrun_cancel.json,
+// a run cancelled mid-chunk that released its nodes and ended Canceled
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -75,6 +76,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_batch.json", spec.WorkflowTrainingRun},
 		{"trainingrun_pause_drain.json", spec.WorkflowTrainingRun},    // a held node drained: the run moved off it
 		{"trainingrun_external_drain.json", spec.WorkflowTrainingRun}, // the same for an external job's world
+		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},         // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},
 		{"cluster_drain.json", spec.WorkflowCluster}, // drains, one of a held node (the run told)
 	} {

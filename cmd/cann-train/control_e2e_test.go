@@ -254,7 +254,8 @@ func TestPauseResumeRealRun(t *testing.T) {
 // TestCancelRealRun cancels a run training on node-worker processes with
 // `cann-train cancel --wait`: the run ends cancelled, its nodes are free
 // again at once, and `status` and `checkpoint ls` still find where it
-// stopped and its checkpoints. Then it terminates another: its nodes show
+// stopped and its checkpoints (its history is the replay test's
+// trainingrun_cancel.json). Then it terminates another: its nodes show
 // orphaned until `cann-train nodes release`.
 func TestCancelRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -313,6 +314,7 @@ func TestCancelRealRun(t *testing.T) {
 	if _, err := cli("cancel", "cancel-me"); err == nil || !strings.Contains(err.Error(), "canceled") {
 		t.Errorf("a second cancel: %v, want it refused (the run has ended)", err)
 	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_cancel.json")
 
 	// A terminated run runs no code: its nodes stay held, shown orphaned,
 	// until `nodes release` gives them back.
