@@ -366,14 +366,13 @@ func (ev *evaluator) logitTimes(p Plan) float64 {
 // (layers a multiple of pp·vpp) is kept, the output layer on top of the
 // last stage's share: Megatron splits so by default, and DeepSpeed's
 // partitioner by parameters does too (the tied embeddings weigh on both
-// ends). Otherwise, without interleaving, the stages before the last hold
-// ⌈rest/(pp−1)⌉ layers at most and the last stage takes fewer when that
-// lowers the slowest stage; with interleaving the stages between the
-// first and the last hold vpp equal chunks and the first and last stages
-// take what is left (Megatron's decoder_first/last_pipeline_num_layers;
+// ends). Otherwise the stages between the first and the last hold
+// ⌈rest/(pp−1)⌉ layers (vpp equal chunks with interleaving), the last
+// stage takes fewer when that lowers the slowest stage, and the first
+// stage takes what is left (Megatron's decoder_first/last_pipeline_num_layers;
 // Llama 3's 126 layers on 16 stages: 7, 8 × 14, 7). Among splits with the
-// same slowest stage the one with the lightest first stage wins: it holds
-// the most micro-batches in flight.
+// same slowest stage the one with the lightest first stage wins: under
+// 1F1B, interleaved or not, it holds the most micro-batches in flight.
 func splitLayers(layers, pp, vpp int, layer, logits float64) (s StageSplit, ok bool) {
 	L := layers
 	if pp <= 1 {
@@ -396,15 +395,12 @@ func splitLayers(layers, pp, vpp int, layer, logits float64) (s StageSplit, ok b
 	for nl := 1; nl <= maxLast && nl < L; nl++ {
 		rest := L - nl
 		nm := chunk * ((rest + row - 1) / row)
-		nf := nm
-		if vpp > 1 {
-			nf = rest - (pp-2)*nm
-			if pp == 2 { // no stages in between: the first takes the rest
-				nm = nf
-			}
-			if nf < 1 || nf > nm {
-				continue
-			}
+		nf := rest - (pp-2)*nm
+		if pp == 2 { // no stages in between: the first takes the rest
+			nm = nf
+		}
+		if nf < 1 || nf > nm {
+			continue
 		}
 		tmax := math.Max(float64(nm)*layer, float64(nl)*layer+logits)
 		if tmax < best-1e-15 || (tmax <= best+1e-15 && nf < s.First) {
@@ -550,7 +546,8 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	bubble := float64(p.PP-1) / float64(p.VPP) * avg
 	pipe := float64(mbs)*slowest + bubble
 
-	// Data-parallel gradient reduction, once per step (ZeRO 0-2).
+	// Data-parallel gradient reduction: once per step for ZeRO 0-1, once per
+	// micro-batch for ZeRO-2 (below); ZeRO-3 is z3 above.
 	var dpT float64
 	if p.ZeRO < 3 && dpGroup > 1 {
 		busiest := float64(max(st.Middle, st.Last))
@@ -571,10 +568,23 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 				gather += ev.gatherLike(pr.Param*exp, eg)
 			}
 		}
+		last := red
 		if p.Overlap { // hides behind the last micro-batch's backward pass
-			red = math.Max(0, red-2.0/3.0*slotCompute)
+			last = math.Max(0, red-2.0/3.0*slotCompute)
 		}
-		dpT = red + gather
+		dpT = last + gather
+		// ZeRO-2 keeps only its shard of the gradients, so it can only
+		// accumulate reduced ones: every micro-batch's backward pass ends
+		// in a reduce-scatter (DeepSpeed stage 2, FSDP's SHARD_GRAD_OP),
+		// where ZeRO-1 accumulates whole gradients and reduces once. With
+		// Overlap each one runs under the next slot's computation.
+		if p.ZeRO == 2 && mbs > 1 {
+			each := red
+			if p.Overlap {
+				each = math.Max(0, red-slotCompute)
+			}
+			dpT += float64(mbs-1) * each
+		}
 	}
 
 	// Optimizer: Adam reads and writes master weights, m and v, reads the

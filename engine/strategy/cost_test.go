@@ -229,6 +229,8 @@ func TestSplitLayers(t *testing.T) {
 		{"even, no logits", 96, 8, 1, 0, StageSplit{12, 12, 12}, true},
 		{"even split kept, the output layer on top", 24, 4, 1, 1.5, StageSplit{6, 6, 6}, true},
 		{"uneven: the last stage lightened for the output layer", 26, 4, 1, 1.5, StageSplit{7, 7, 5}, true},
+		{"uneven, no output layer: the first stage takes the shortfall", 30, 4, 1, 0, StageSplit{6, 8, 8}, true},
+		{"Llama 3 405B without interleaving: first and last one layer short", 126, 16, 1, 0.6, StageSplit{7, 8, 7}, true},
 		{"interleaved, even", 96, 8, 3, 0.6, StageSplit{12, 12, 12}, true},
 		{"Llama 3 405B: 126 layers on 16 stages of 8 chunks", 126, 16, 8, 0.6, StageSplit{7, 8, 7}, true},
 		{"126 layers, 4 chunks", 126, 16, 4, 0.6, StageSplit{7, 8, 7}, true},
@@ -245,7 +247,7 @@ func TestSplitLayers(t *testing.T) {
 			if !ok {
 				return
 			}
-			if n := got.First + (tt.pp-2)*got.Middle + got.Last; tt.pp > 1 && n != tt.layers && tt.vpp > 1 {
+			if n := got.First + (tt.pp-2)*got.Middle + got.Last; tt.pp > 1 && n != tt.layers {
 				t.Errorf("%+v places %d layers, want %d", got, n, tt.layers)
 			}
 			if got.First > got.Middle {
@@ -318,6 +320,22 @@ func TestUnevenInterleaving(t *testing.T) {
 	if !(u.Mem.ActivationsGiB < e.Mem.ActivationsGiB*0.95) {
 		t.Errorf("dp=64: activations %.2f GiB on 126 layers, %.2f on 128: want the first stage's 7 layers to show", u.Mem.ActivationsGiB, e.Mem.ActivationsGiB)
 	}
+	// Without interleaving too: the first stage's 16 micro-batches in
+	// flight cover 7 layers (112 layer-micro-batches, the second stage's
+	// 15 cover 8: 120) against 8 (128) for the even split, at the same
+	// step time (the slowest stage holds 8 layers either way).
+	plan1 := "tp=8,pp=16,dp=64,mb=1,recompute=full,sp=true,vpp=1,zero=1"
+	u, e = evalPlan(t, llama(126), c, plan1), evalPlan(t, llama(128), c, plan1)
+	if want := (StageSplit{First: 7, Middle: 8, Last: 7}); u.Stages != want {
+		t.Errorf("vpp=1: stages %+v, want %+v", u.Stages, want)
+	}
+	if r := u.Mem.ActivationsGiB / e.Mem.ActivationsGiB; r > 120.0/128 || u.MemPerDeviceGiB >= e.MemPerDeviceGiB {
+		t.Errorf("vpp=1: activations %.2f GiB on 126 layers, %.2f on 128 (ratio %.3f, want ≤ 120/128); %.2f GiB per device against %.2f",
+			u.Mem.ActivationsGiB, e.Mem.ActivationsGiB, r, u.MemPerDeviceGiB, e.MemPerDeviceGiB)
+	}
+	if u.StepTimeS > e.StepTimeS {
+		t.Errorf("vpp=1: 126 layers take %.3f s, 128 layers %.3f", u.StepTimeS, e.StepTimeS)
+	}
 }
 
 // TestNoDropout: without dropout a layer stores no masks — 2·s·b·h bytes
@@ -337,5 +355,36 @@ func TestNoDropout(t *testing.T) {
 	}
 	if !(without.StepTimeS < with.StepTimeS) {
 		t.Errorf("without dropout %.4f s, with %.4f s: want faster", without.StepTimeS, with.StepTimeS)
+	}
+}
+
+// TestZeRO2ReducesEveryMicroBatch: ZeRO-2 holds only its shard of the
+// gradients, so each micro-batch's gradients are reduce-scattered before
+// the next accumulates (DeepSpeed stage 2, FSDP SHARD_GRAD_OP), where
+// ZeRO-1 accumulates whole gradients and reduces once per step. With one
+// micro-batch the two cost the same; with m they differ by m−1
+// reduce-scatters, which Overlap hides when a slot's computation is longer.
+func TestZeRO2ReducesEveryMicroBatch(t *testing.T) {
+	m := mustModel(t, "gpt3_18.4b") // global batch 1024
+	c := mustCluster(t, "vtrain_a100_256")
+	dp := func(plan string) float64 { return evalPlan(t, m, c, plan).Time.DPCommS }
+	const base = "tp=8,pp=1,dp=32,recompute=full"
+	one1, one2 := dp(base+",mb=32,zero=1"), dp(base+",mb=32,zero=2") // m = 1
+	if !near(one2, one1, 1e-12) {
+		t.Errorf("one micro-batch: ZeRO-2 %.4f s of DP communication, ZeRO-1 %.4f", one2, one1)
+	}
+	four1, four2 := dp(base+",mb=8,zero=1"), dp(base+",mb=8,zero=2") // m = 4
+	if !near(four1, one1, 1e-12) {
+		t.Errorf("ZeRO-1 reduces once per step: %.4f s with 4 micro-batches, %.4f with 1", four1, one1)
+	}
+	// A reduce-scatter of 4-byte gradients is 2/3 of RS + AG (2-byte
+	// parameters) on the same group, latency aside.
+	if rs := (four2 - four1) / 3; !near(rs, 2.0/3.0*one1, 0.02) {
+		t.Errorf("ZeRO-2 with 4 micro-batches adds %.4f s per extra micro-batch, want a reduce-scatter ≈ %.4f", rs, 2.0/3.0*one1)
+	}
+	ov1, ov2 := dp(base+",mb=8,zero=1,overlap=true"), dp(base+",mb=8,zero=2,overlap=true")
+	slot := evalPlan(t, m, c, base+",mb=8,zero=2,overlap=true").Time.ComputeS / 4
+	if want := ov1 + 3*math.Max(0, 2.0/3.0*one1-slot); !near(ov2, want, 0.02) {
+		t.Errorf("with overlap ZeRO-2 shows %.4f s, want %.4f (ZeRO-1 %.4f, slot %.4f s)", ov2, want, ov1, slot)
 	}
 }

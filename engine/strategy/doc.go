@@ -53,16 +53,19 @@
 // latency): TP two all-reduces (or RS+AG) per pass, CP K/V all-gather
 // hidden behind the attention core, EP dispatch+combine all-to-all with
 // capacity padding, PP point-to-point of 1/t of the activation per
-// micro-batch and chunk, DP all-reduce (ZeRO 1/2: RS+AG; ZeRO 3: gathers
-// per micro-batch). Plan.Overlap hides the gradient reduction behind the
-// last backward pass and ZeRO-3 gathers behind compute. 1F1B step =
+// micro-batch and chunk, DP all-reduce (ZeRO 1: RS+AG; ZeRO 2: a
+// reduce-scatter per micro-batch, since sharded gradients accumulate only
+// reduced ones, and one AG; ZeRO 3: gathers per micro-batch).
+// Plan.Overlap hides the gradient reductions behind backward passes and
+// ZeRO-3 gathers behind compute. 1F1B step =
 // m·(slowest stage slot) + (pp−1)/vpp·(average slot) + exposed DP +
 // optimizer. Layers that divide evenly are split evenly, the output layer
 // on top of the last stage (Megatron's default); otherwise the last stage
-// takes fewer layers when that lowers the slowest stage, and with
-// interleaving the stages in between hold vpp equal chunks while the first
-// and last take the rest (Megatron's uneven split, as Llama 3 put 126
-// layers on 16 stages: 7, 8 × 14, 7).
+// takes fewer layers when that lowers the slowest stage, the stages in
+// between hold ⌈rest/(pp−1)⌉ (vpp equal chunks with interleaving) and the
+// first takes what is left, the lightest first stage among equally fast
+// splits since it holds the most micro-batches in flight (Megatron's
+// uneven split, as Llama 3 put 126 layers on 16 stages: 7, 8 × 14, 7).
 //
 // Memory: model states with the bytes per parameter of [Precision]
 // (default 2+4+12 = 18, Megatron's bf16 recipe) sharded by ZeRO stage over
