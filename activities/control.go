@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -48,4 +50,51 @@ func (c *Control) AcquireNodes(ctx context.Context, clusterID string, req spec.A
 		}
 		return nodes, nil
 	}
+}
+
+// EndedRuns describes each run (a TrainingRun's workflow ID) and returns
+// those that have ended, in the order given. A run the server cannot
+// describe now counts as running: freeing the nodes of a live run would
+// hand them to two runs at once, while leaving an ended run's nodes held
+// costs only a later sweep.
+func (c *Control) EndedRuns(ctx context.Context, ids []string) ([]spec.EndedRun, error) {
+	var out []spec.EndedRun
+	for _, id := range ids {
+		how, err := RunEnded(ctx, c.Client, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			activity.GetLogger(ctx).Warn("cannot tell whether a run holding nodes has ended", "run", id, "error", err)
+			continue
+		}
+		if how != "" {
+			out = append(out, spec.EndedRun{RunID: id, How: how})
+		}
+	}
+	return out, nil
+}
+
+// RunEnded says how the run id (a workflow ID; its latest execution)
+// ended: its execution status in lower case ("terminated", …), "deleted"
+// when the server no longer knows it, "" while it runs.
+func RunEnded(ctx context.Context, c client.Client, id string) (string, error) {
+	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &notFound):
+		return "deleted", nil
+	case err != nil:
+		return "", fmt.Errorf("describe %s: %w", id, err)
+	}
+	if s := desc.GetWorkflowExecutionInfo().GetStatus(); s != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return ExecutionName(s), nil
+	}
+	return "", nil
+}
+
+// ExecutionName is a workflow execution status in lower case, as the CLI
+// shows it: "running", "completed", "terminated", …
+func ExecutionName(s enumspb.WorkflowExecutionStatus) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
 }

@@ -35,6 +35,10 @@ const (
 	// ActivityWriteReport stores a finished run's report next to its
 	// checkpoints (control queue).
 	ActivityWriteReport = "WriteReport"
+	// ActivityEndedRuns says which of the runs holding nodes have ended
+	// (control queue): the Cluster frees what a terminated run, which runs
+	// no more code, still holds.
+	ActivityEndedRuns = "EndedRuns"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -197,6 +201,14 @@ type Evict struct {
 // Release returns a run's nodes to the pool.
 type Release struct {
 	RunID string `json:"run_id"`
+}
+
+// EndedRun is a run, by workflow ID, that has ended, and How: its
+// execution status in lower case ("terminated", "completed", …) or
+// "deleted" when the server no longer knows it.
+type EndedRun struct {
+	RunID string `json:"run_id"`
+	How   string `json:"how"`
 }
 
 // NodeHeartbeat renews a node's lease.

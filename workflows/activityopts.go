@@ -44,6 +44,19 @@ func acquireOptions(ctx workflow.Context, s spec.RunSpec, count int) workflow.Co
 	})
 }
 
+// sweepOptions runs EndedRuns on the control queue, inside an acquire: a
+// few seconds at most (a sweep that cannot run leaves the nodes held, as
+// before it existed).
+func sweepOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              spec.ControlTaskQueue,
+		ScheduleToStartTimeout: 10 * time.Second,
+		StartToCloseTimeout:    10 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 2},
+		Summary:                "which runs holding nodes have ended",
+	})
+}
+
 // carbonOptions runs PlanCarbon on the control queue. It reads a file or a
 // carbon-signal API: a few quick retries, then the run trains on without
 // waiting rather than stall on an outage.

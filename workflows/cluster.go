@@ -289,6 +289,9 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 			delete(c.ended, req.RunID)
 		}
 	}()
+	if _, ok := c.allocate(workflow.Now(ctx), req, false); !ok {
+		c.sweep(ctx, req.RunID)
+	}
 	var out []spec.Node
 	var ok bool
 	if req.Wait <= 0 {
@@ -330,8 +333,59 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 	return out, nil
 }
 
+// versionSweep: an acquire that finds too few free nodes first frees the
+// nodes of runs that have ended without giving them back. Asked only
+// then, so that histories of acquires that waited without it replay.
+const versionSweep = "sweep-ended-runs"
+
+// sweep frees the live nodes held by runs other than self that have ended
+// without releasing them — a terminated run runs no more code — and says
+// whether it freed any. It asks the server (activity EndedRuns); when that
+// fails the nodes stay held, as `cann-train nodes` shows (orphaned) and
+// `cann-train nodes release` undoes.
+func (c *cluster) sweep(ctx workflow.Context, self string) bool {
+	now := workflow.Now(ctx)
+	var holders []string
+	for i := range c.st.Nodes {
+		r := &c.st.Nodes[i]
+		if r.Run != "" && r.Run != self && c.alive(now, r) && !slices.Contains(holders, r.Run) {
+			holders = append(holders, r.Run)
+		}
+	}
+	if len(holders) == 0 || workflow.GetVersion(ctx, versionSweep, workflow.DefaultVersion, 1) < 1 {
+		return false
+	}
+	log := workflow.GetLogger(ctx)
+	var ended []spec.EndedRun
+	if err := workflow.ExecuteActivity(sweepOptions(ctx), spec.ActivityEndedRuns, holders).Get(ctx, &ended); err != nil {
+		log.Warn("could not ask which runs holding nodes have ended", "runs", holders, "error", err)
+		return false
+	}
+	freed := false
+	for _, e := range ended {
+		n := 0
+		for i := range c.st.Nodes {
+			if c.st.Nodes[i].Run == e.RunID {
+				n++
+			}
+		}
+		// Still held: a release may have landed while the activity ran.
+		if n > 0 && c.waiting[e.RunID] == 0 {
+			log.Info("freeing the nodes of a run that ended without releasing them", "run", e.RunID, "how", e.How, "nodes", n)
+			c.release(e.RunID)
+			freed = true
+		}
+	}
+	return freed
+}
+
 // tryAcquire allocates if it can; it changes nothing when it cannot.
 func (c *cluster) tryAcquire(now time.Time, req spec.AcquireRequest) ([]spec.Node, bool) {
+	return c.allocate(now, req, true)
+}
+
+// allocate says whether req can be met now and, with commit, allocates.
+func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) ([]spec.Node, bool) {
 	held := make([]*NodeRecord, req.Count)
 	var free []*NodeRecord
 	for i := range c.st.Nodes {
@@ -365,6 +419,9 @@ func (c *cluster) tryAcquire(now time.Time, req spec.AcquireRequest) ([]spec.Nod
 			return nil, false
 		}
 		held = keep
+	}
+	if !commit {
+		return nil, true
 	}
 	// Commit: drop stale holdings, fill holes.
 	for i := range c.st.Nodes {

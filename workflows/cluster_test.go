@@ -1,12 +1,14 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -26,6 +28,9 @@ func clusterEnv() (env *testsuite.TestWorkflowEnvironment, acquire func(key stri
 	var s testsuite.WorkflowTestSuite
 	env = s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
+	// Every run is running unless a test says otherwise (env.OnActivity).
+	env.RegisterActivityWithOptions(func(context.Context, []string) ([]spec.EndedRun, error) { return nil, nil },
+		activity.RegisterOptions{Name: spec.ActivityEndedRuns})
 	results = map[string]*acquireResult{}
 	acquire = func(key string, req spec.AcquireRequest) {
 		res := &acquireResult{}
@@ -310,4 +315,62 @@ func TestClusterAcquireOfAnEndedRun(t *testing.T) {
 	require.NoError(t, results["r1-again"].err, "a later run of the same name acquires as usual")
 	require.Equal(t, []string{"a", "b"}, ids(results["r1-again"].nodes))
 	require.Len(t, registry.Nodes, 2)
+}
+
+// TestClusterFreesTheNodesOfEndedRuns: a terminated run runs no more code
+// and never releases its nodes. An acquire that finds too few free nodes
+// asks which holders have ended (EndedRuns, once per acquire) and frees
+// theirs; a holder still running, or one the answer does not name, keeps
+// its nodes, and an acquire that can be met asks nothing.
+func TestClusterFreesTheNodesOfEndedRuns(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	var asked [][]string
+	env.OnActivity(spec.ActivityEndedRuns, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, runs []string) ([]spec.EndedRun, error) {
+			asked = append(asked, runs)
+			var out []spec.EndedRun
+			for _, r := range runs {
+				if r == "gone" {
+					out = append(out, spec.EndedRun{RunID: r, How: "terminated"})
+				}
+			}
+			return out, nil
+		})
+	var registry Registry
+	at(time.Second, func() {
+		for _, n := range testNodes("a", "b", "c", "d") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("gone", spec.AcquireRequest{RunID: "gone", Count: 2, Wait: time.Second}) })
+	at(3*time.Second, func() { acquire("alive", spec.AcquireRequest{RunID: "alive", Count: 1, Wait: time.Second}) })
+	// One node left; "new" wants two: "gone" has ended, "alive" has not.
+	at(4*time.Second, func() { acquire("new", spec.AcquireRequest{RunID: "new", Count: 2, Wait: time.Second}) })
+	// Now "later" fits in what is free: nobody is asked.
+	at(5*time.Second, func() { acquire("later", spec.AcquireRequest{RunID: "later", Count: 1, Wait: time.Second}) })
+	// Nothing free and nobody ended: asked, then it waits and times out.
+	at(6*time.Second, func() { acquire("starved", spec.AcquireRequest{RunID: "starved", Count: 1, Wait: time.Second}) })
+	at(9*time.Second, func() {
+		v, err := env.QueryWorkflow(spec.QueryRegistry)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&registry))
+	})
+	at(10*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+
+	require.NoError(t, results["gone"].err)
+	require.Equal(t, []string{"a", "b"}, ids(results["gone"].nodes))
+	require.NoError(t, results["alive"].err)
+	require.Equal(t, []string{"c"}, ids(results["alive"].nodes))
+	require.NoError(t, results["new"].err)
+	require.Equal(t, []string{"a", "b"}, ids(results["new"].nodes), "the ended run's nodes, freed")
+	require.NoError(t, results["later"].err)
+	require.Equal(t, []string{"d"}, ids(results["later"].nodes))
+	require.Error(t, results["starved"].err)
+	require.Equal(t, [][]string{{"gone", "alive"}, {"new", "alive", "later"}}, asked)
+	holders := map[string]string{}
+	for _, r := range registry.Nodes {
+		holders[r.Node.ID] = r.Run
+	}
+	require.Equal(t, map[string]string{"a": "new", "b": "new", "c": "alive", "d": "later"}, holders)
 }

@@ -1,7 +1,10 @@
 // Package workflows holds the deterministic orchestration of cann-train:
 // TrainingRun (one durable training run: acquire nodes, train in chunks,
 // checkpoint, replace failed nodes, report) and Cluster (the node registry
-// and allocator that node workers register with).
+// and allocator that node workers register with; an acquire it cannot meet
+// first frees the nodes of runs that ended without releasing them — a
+// terminated run runs no more code — asking the server through the
+// EndedRuns activity).
 //
 // Workflow code here does no I/O, reads no wall clock, starts no goroutines
 // and carries no tensors: time comes from workflow.Now and timers, order

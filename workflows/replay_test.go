@@ -41,7 +41,9 @@ import (
 // drained while it held it, and the Cluster that told it;
 // trainingrun_external_drain.json, an external job's world stopped after
 // a checkpoint and relaunched without a drained node; trainingrun_cancel.json,
-// a run cancelled mid-chunk that released its nodes and ended Canceled
+// a run cancelled mid-chunk that released its nodes and ended Canceled;
+// cluster_sweep.json, the Cluster of that test, which at its end freed the
+// nodes a terminated run still held for the next run that needed them
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -79,6 +81,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},         // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},
 		{"cluster_drain.json", spec.WorkflowCluster}, // drains, one of a held node (the run told)
+		{"cluster_sweep.json", spec.WorkflowCluster}, // a terminated run's nodes freed for the next run
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -390,4 +390,27 @@ func TestCancelRealRun(t *testing.T) {
 	if st := state(); st["node-1"] != "free" || st["node-2"] != "free" || st["node-3"] != "free" {
 		t.Errorf("after the cancelled run's wait: %v, want all free", st)
 	}
+
+	// Nobody releases a terminated run's nodes by hand this time: the next
+	// run that needs them finds it ended (the Cluster asks the server),
+	// frees all its nodes and takes what it needs.
+	s.Name, s.Nodes, s.MinNodes, s.NodeWait = "terminate-me-too", 3, 0, spec.Duration(time.Minute)
+	run = startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	for st := state(); st["node-1"] != "busy" || st["node-2"] != "busy" || st["node-3"] != "busy"; st = state() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := c.TerminateWorkflow(ctx, run.GetID(), "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	next := spec.RunSpec{Name: "after-terminate", Nodes: 2, Steps: 200, ChunkSteps: 100, NodeWait: spec.Duration(30 * time.Second)}.WithDefaults()
+	run = startRun(ctx, t, c, workflows.RunInput{Spec: next})
+	if err := run.Get(ctx, nil); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("a run after a terminated one that held every node: %v", err)
+	}
+	// All three freed with the ended run, the third too.
+	if st := state(); st["node-1"] != "free" || st["node-2"] != "free" || st["node-3"] != "free" {
+		t.Errorf("after the run that followed the terminated one: %v, want all free", st)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_sweep.json")
 }

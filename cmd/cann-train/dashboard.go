@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -160,7 +161,7 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 			break
 		}
 	}
-	running := executionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
+	running := activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
 	for i := range rows {
 		r := &rows[i]
 		if ui != "" {
@@ -191,7 +192,7 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 
 // rowFromVisibility is what the visibility store says of one run.
 func rowFromVisibility(ex *commonpb.WorkflowExecution, status enumspb.WorkflowExecutionStatus, started time.Time, sa map[string]*commonpb.Payload) dashboardRow {
-	r := dashboardRow{WorkflowID: ex.GetWorkflowId(), RunID: ex.GetRunId(), Execution: executionName(status), StartedAt: started}
+	r := dashboardRow{WorkflowID: ex.GetWorkflowId(), RunID: ex.GetRunId(), Execution: activities.ExecutionName(status), StartedAt: started}
 	dc := converter.GetDefaultDataConverter()
 	decode := func(name string, v any) {
 		if p, ok := sa[name]; ok {
@@ -226,11 +227,6 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 	}
 }
 
-// executionName is Temporal's workflow status in lower case ("running").
-func executionName(s enumspb.WorkflowExecutionStatus) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
-}
-
 func printDashboard(w io.Writer, rows []dashboardRow) error {
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(w, "no training runs (start one: cann-train quickstart, or cann-train run -f job.yaml)")
@@ -240,8 +236,8 @@ func printDashboard(w io.Writer, rows []dashboardRow) error {
 	fmt.Fprintln(tw, "RUN\tSTATUS\tMODEL\tNODES\tSTEP\tLOSS\tSAMPLES/S\tRECOVERIES\tCO2 g\tSTARTED\tDETAIL")
 	for _, r := range rows {
 		status := string(r.Status)
-		if status == "" || (r.Execution != executionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) &&
-			r.Execution != executionName(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED)) {
+		if status == "" || (r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) &&
+			r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED)) {
 			status = strings.TrimPrefix(strings.Join([]string{status, r.Execution}, "/"), "/")
 		}
 		step := fmt.Sprint(r.Step)

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -97,7 +97,7 @@ registered: its state as runs see it when they acquire nodes — free; busy in a
 run at a rank; drained by an operator (draining while a run still holds it);
 failed, with the reason (a dead peer, a heartbeat timeout, a stopped worker);
 silent, its lease not renewed for a TTL; or orphaned, held by a run that was
-terminated — with its host, collective address and when it was last heard
+terminated (the next run short of free nodes frees it) — with its host, collective address and when it was last heard
 from. ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and put it back;
 ` + "`nodes release RUN`" + ` frees an ended run's nodes.`,
 		Example: `  cann-train nodes
@@ -159,8 +159,10 @@ node worker keeps running; ` + "`cann-train nodes undrain NODE`" + ` puts it bac
 		Short: "Give back the nodes an ended run still holds (a run terminated rather than cancelled)",
 		Long: `A run that ends — completed, failed or cancelled — gives its nodes back itself.
 One terminated ('temporal workflow terminate') runs no more code: its nodes stay
-held, shown as orphaned by 'cann-train nodes'. This puts them back into the
-pool. A running run is refused: 'cann-train cancel RUN' ends it and frees them.`,
+held, shown as orphaned by 'cann-train nodes', until a run that finds too few
+free nodes has the Cluster ask the server which holders have ended and free
+theirs. This puts them back into the pool at once. A running run is refused:
+'cann-train cancel RUN' ends it and frees them.`,
 		Example: `  cann-train nodes release mnist-demo`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -169,23 +171,6 @@ pool. A running run is refused: 'cann-train cancel RUN' ends it and frees them.`
 	}
 	cmd.AddCommand(drain, undrain, release)
 	return cmd
-}
-
-// runEndedHow says how the run id ended ("" while it runs): its Temporal
-// execution status, or "deleted" when the server no longer knows it.
-func runEndedHow(ctx context.Context, c client.Client, id string) (string, error) {
-	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
-	var notFound *serviceerror.NotFound
-	switch {
-	case errors.As(err, &notFound):
-		return "deleted", nil
-	case err != nil:
-		return "", fmt.Errorf("describe %s: %w", id, err)
-	}
-	if s := desc.GetWorkflowExecutionInfo().GetStatus(); s != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return executionName(s), nil
-	}
-	return "", nil
 }
 
 // markOrphans marks the rows held by runs that have ended (terminated:
@@ -200,12 +185,12 @@ func markOrphans(ctx context.Context, c client.Client, rows []nodeRow) {
 		}
 		how, seen := ended[r.Run]
 		if !seen {
-			how, _ = runEndedHow(ctx, c, r.Run)
+			how, _ = activities.RunEnded(ctx, c, r.Run)
 			ended[r.Run] = how
 		}
 		if how != "" {
 			r.State = "orphaned"
-			r.Reason = fmt.Sprintf("held by %s, which has ended (%s): `cann-train nodes release %s` frees it",
+			r.Reason = fmt.Sprintf("held by %s, which has ended (%s): the next run short of nodes frees it, `cann-train nodes release %s` at once",
 				r.Run, how, runName(r.Run))
 		}
 	}
@@ -218,7 +203,7 @@ func releaseRun(ctx context.Context, e *env, clusterID, id string) error {
 		return err
 	}
 	defer c.Close()
-	how, err := runEndedHow(ctx, c, id)
+	how, err := activities.RunEnded(ctx, c, id)
 	if err != nil {
 		return err
 	}
