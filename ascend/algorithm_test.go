@@ -116,6 +116,9 @@ func TestChooseShape(t *testing.T) {
 		{m, ascend.CollAllReduce, 7, 64 << 20, ascend.AlgoRing},     // the fold costs hd 2nβ
 		{m, ascend.CollAllReduce, 16, 256 << 10, ascend.AlgoHD},     // medium
 		{m, ascend.CollAllReduce, 2, 16 << 10, ascend.AlgoRD},       // one exchange instead of two steps
+		{m, ascend.CollAllReduce, 2, 48 << 10, ascend.AlgoRD},       // the exchange fits in a TCP segment
+		{m, ascend.CollAllReduce, 2, 64 << 10, ascend.AlgoHD},       // its header makes a second: two wakeups either way
+		{mem, ascend.CollAllReduce, 2, 64 << 10, ascend.AlgoRD},     // memory links have no segments
 		{m, ascend.CollBroadcast, 8, 64, ascend.AlgoTree},           // latency
 		{m, ascend.CollBroadcast, 8, 256 << 20, ascend.AlgoRing},    // pipelined chain
 		{m, ascend.CollReduce, 6, 256 << 20, ascend.AlgoRing},       // pipelined chain
@@ -137,8 +140,13 @@ func TestChooseShape(t *testing.T) {
 		t.Error("tree allgather predicted")
 	}
 	ring, _ := m.Predict(ascend.CollAllReduce, ascend.AlgoRing, 4, 1<<20)
-	// 6α + 1.5 MiB·β + 0.75 MiB·γ, every rank stepping
-	want := 6*m.AlphaAll + time.Duration((1.5*(1<<20)*m.BetaAll+0.75*(1<<20)*m.Gamma)*1e9)
+	// Every rank stepping: 6 messages of 256 KiB, each in 5 TCP segments
+	// of at most 65,484 bytes (its 16-byte header makes a fifth), so 30
+	// wakeups; the bytes at β_all less the wakeups it was measured with,
+	// but at least half of it.
+	const seg = 65536 - 52
+	perByte := max(m.BetaAll-m.AlphaAll.Seconds()/seg, m.BetaAll/2)
+	want := 30*m.AlphaAll + time.Duration((1.5*(1<<20)*perByte+0.75*(1<<20)*m.Gamma)*1e9)
 	if d := ring - want; d < -time.Microsecond || d > time.Microsecond {
 		t.Errorf("ring allreduce prediction %v, want %v", ring, want)
 	}

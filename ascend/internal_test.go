@@ -486,7 +486,7 @@ func TestPipelineSegments(t *testing.T) {
 // model (SetCostModel) is asked again.
 func TestChooseCacheFollowsTheModel(t *testing.T) {
 	c := pipeGroup(t, 2, 0, true)[0]
-	const bytes = 64 << 10
+	const bytes = 32 << 10 // one TCP segment: no wakeups in the way
 	// Latency-bound links: recursive halving-doubling; bandwidth-bound
 	// ones with free latency: the ring (fewer bytes per rank than RD).
 	lat := CostModel{Alpha: time.Millisecond, Beta: 1e-12, Gamma: 1e-12}
