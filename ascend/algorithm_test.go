@@ -127,9 +127,10 @@ func TestChooseShape(t *testing.T) {
 		{m, ascend.CollAllToAll, 5, 1 << 20, ascend.AlgoPairwise},   // the only one
 		{loaded, ascend.CollAllReduce, 8, 4 << 10, ascend.AlgoTree}, // few messages win on a loaded host
 		{loaded, ascend.CollAllReduce, 8, 64 << 20, ascend.AlgoHD},  // equal bytes per rank; the tree's root carries d·n
+		{loaded, ascend.CollAllReduce, 2, 64 << 20, ascend.AlgoHD},  // two ranks: both step like one exchange, hd reduces half
 		{mem, ascend.CollAllReduce, 4, 1 << 20, ascend.AlgoRing},    // memory links: a segment per step
 		{mem, ascend.CollAllReduce, 4, 64 << 10, ascend.AlgoTree},   // below memoryRingBytes: the model's choice
-		{mem, ascend.CollAllReduce, 2, 1 << 20, ascend.AlgoRD},      // two ranks: the model's choice
+		{mem, ascend.CollAllReduce, 2, 1 << 20, ascend.AlgoHD},      // two ranks: the model's choice, not the ring
 		{mem, ascend.CollReduceScatter, 4, 1 << 20, ascend.AlgoHD},  // only AllReduce measured
 	} {
 		if got := tc.m.Choose(tc.coll, tc.p, tc.bytes); got != tc.want {
