@@ -427,50 +427,74 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	t := float64(p.TP)
 	dpGroup := float64(p.DP * p.CP)
 	epGroup := dpGroup / float64(p.EP)
-	stateBytes := func(layers int, embed bool) (params, grads, opt float64) {
-		dense := float64(layers) * ev.denseParams / t
-		if embed {
-			dense += ev.embedParams / t
-		}
-		exp := float64(layers) * ev.expertParams / t / float64(p.EP)
-		pr := m.Precision
-		shard := func(b, stage float64) float64 {
-			if float64(p.ZeRO) >= stage {
-				return b * (dense/dpGroup + exp/epGroup)
-			}
-			return b * (dense + exp)
-		}
-		params, grads, opt = shard(pr.Param, 3), shard(pr.Grad, 2), shard(pr.Optimizer, 1)
-		if p.ZeRO == 3 { // gathered working copy of the current and the prefetched layer
-			params += 2 * pr.Param * (ev.denseParams + ev.expertParams/float64(p.EP)) / t
-		}
-		return params, grads, opt
-	}
+	// zero is the stage the step executes. ZeRO-3 in a pipeline keeps the
+	// stage's parameters gathered from the first micro-batch to the last:
+	// a 1F1B stage runs forward and backward passes of different
+	// micro-batches back to back, and re-gathering every layer for each
+	// multiplies the traffic by the micro-batches (Llama 3: "we do not
+	// reshard after forward"; torch's pipeline schedules turn FSDP's
+	// resharding off until the last backward pass). With its gradients
+	// whole too it reduce-scatters once (ZeRO-1's traffic and peak memory;
+	// the schedules turn gradient sync off as well) if that fits, else
+	// once per micro-batch into sharded gradients (ZeRO-2's). When neither
+	// fits, and without a pipeline (DeepSpeed's and Megatron's ZeRO-3),
+	// every micro-batch gathers each layer (z3 below).
 	type stageMem struct{ params, grads, opt, act float64 }
-	var peak stageMem
-	peakTotal := -1.0
-	consider := func(layers int, inflight float64, first, last bool) {
-		var sm stageMem
-		sm.params, sm.grads, sm.opt = stateBytes(layers, first || last) // the last stage holds a copy of the word embeddings
-		sm.act = ev.activationBytes(p, layers, inflight)
-		if first {
-			sm.act += inflight * ev.tokens(p) * float64(m.Hidden) * ev.act / t // embedding dropout output
+	memory := func(zero int) (peak stageMem, peakTotal float64) {
+		stateBytes := func(layers int, embed bool) (params, grads, opt float64) {
+			dense := float64(layers) * ev.denseParams / t
+			if embed {
+				dense += ev.embedParams / t
+			}
+			exp := float64(layers) * ev.expertParams / t / float64(p.EP)
+			pr := m.Precision
+			shard := func(b, stage float64) float64 {
+				if float64(zero) >= stage {
+					return b * (dense/dpGroup + exp/epGroup)
+				}
+				return b * (dense + exp)
+			}
+			params, grads, opt = shard(pr.Param, 3), shard(pr.Grad, 2), shard(pr.Optimizer, 1)
+			if zero == 3 { // gathered working copy of the current and the prefetched layer
+				params += 2 * pr.Param * (ev.denseParams + ev.expertParams/float64(p.EP)) / t
+			}
+			return params, grads, opt
 		}
-		if last {
-			sm.act += 4 * ev.tokens(p) * float64(m.Vocab) / t // fp32 logits of one micro-batch
+		peakTotal = -1
+		consider := func(layers int, inflight float64, first, last bool) {
+			var sm stageMem
+			sm.params, sm.grads, sm.opt = stateBytes(layers, first || last) // the last stage holds a copy of the word embeddings
+			sm.act = ev.activationBytes(p, layers, inflight)
+			if first {
+				sm.act += inflight * ev.tokens(p) * float64(m.Hidden) * ev.act / t // embedding dropout output
+			}
+			if last {
+				sm.act += 4 * ev.tokens(p) * float64(m.Vocab) / t // fp32 logits of one micro-batch
+			}
+			if tot := sm.params + sm.grads + sm.opt + sm.act; tot > peakTotal {
+				peak, peakTotal = sm, tot
+			}
 		}
-		if tot := sm.params + sm.grads + sm.opt + sm.act; tot > peakTotal {
-			peak, peakTotal = sm, tot
+		if p.PP == 1 {
+			consider(m.Layers, 1, true, true)
+		} else {
+			consider(st.First, inFlight(p, 0, mbs), true, false)
+			if p.PP > 2 {
+				consider(st.Middle, inFlight(p, 1, mbs), false, false)
+			}
+			consider(st.Last, inFlight(p, p.PP-1, mbs), false, true)
 		}
+		return peak, peakTotal
 	}
-	if p.PP == 1 {
-		consider(m.Layers, 1, true, true)
-	} else {
-		consider(st.First, inFlight(p, 0, mbs), true, false)
-		if p.PP > 2 {
-			consider(st.Middle, inFlight(p, 1, mbs), false, false)
+	zero := p.ZeRO
+	peak, peakTotal := memory(zero)
+	if zero == 3 && p.PP > 1 {
+		for _, kept := range []int{1, 2} { // whole gradients, then sharded ones
+			if kp, kt := memory(kept); kt <= ev.memCap {
+				zero, peak, peakTotal = kept, kp, kt
+				break
+			}
 		}
-		consider(st.Last, inFlight(p, p.PP-1, mbs), false, true)
 	}
 	pf, gf, of, actFirst, totFirst := peak.params, peak.grads, peak.opt, peak.act, peakTotal
 	e.Mem = MemoryBreakdown{ParamsGiB: pf / gib, GradsGiB: gf / gib, OptimizerGiB: of / gib, ActivationsGiB: actFirst / gib, ReservedGiB: c.ReservedGiB}
@@ -506,7 +530,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	var z3 float64
 	dg := ev.group(p.TP, p.DP*p.CP)           // dense gradients: DP×CP
 	eg := ev.group(p.TP*p.EP, p.DP*p.CP/p.EP) // expert gradients: expert-DP
-	if p.ZeRO == 3 {
+	if zero == 3 {
 		fwdPasses := 1.0
 		if p.Recompute == RecomputeFull {
 			fwdPasses = 2
@@ -549,7 +573,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	// Data-parallel gradient reduction: once per step for ZeRO 0-1, once per
 	// micro-batch for ZeRO-2 (below); ZeRO-3 is z3 above.
 	var dpT float64
-	if p.ZeRO < 3 && dpGroup > 1 {
+	if zero < 3 && dpGroup > 1 {
 		busiest := float64(max(st.Middle, st.Last))
 		dense := (busiest*ev.denseParams + ev.embedParams) / t
 		exp := busiest * ev.expertParams / t / float64(p.EP)
@@ -578,7 +602,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 		// in a reduce-scatter (DeepSpeed stage 2, FSDP's SHARD_GRAD_OP),
 		// where ZeRO-1 accumulates whole gradients and reduces once. With
 		// Overlap each one runs under the next slot's computation.
-		if p.ZeRO == 2 && mbs > 1 {
+		if zero == 2 && mbs > 1 {
 			each := red
 			if p.Overlap {
 				each = math.Max(0, red-slotCompute)

@@ -114,10 +114,12 @@ func TestCostModelDirections(t *testing.T) {
 	base := "tp=8,pp=12,dp=4,mb=1,"
 	states := func(e Estimate) float64 { return e.Mem.ParamsGiB + e.Mem.GradsGiB + e.Mem.OptimizerGiB }
 
-	// ZeRO stages shard more and more model state.
+	// ZeRO stages shard more and more model state (without a pipeline: a
+	// pipeline's ZeRO-3 keeps its stage gathered where that fits, see
+	// TestZeRO3InAPipeline).
 	prev := math.Inf(1)
 	for _, z := range []string{"0", "1", "2", "3"} {
-		e := evalPlan(t, m, c, base+"recompute=full,zero="+z)
+		e := evalPlan(t, m, c, "tp=8,pp=1,dp=48,mb=1,recompute=full,zero="+z)
 		if s := states(e); s >= prev {
 			t.Errorf("zero=%s: model states %.2f GiB not below %.2f", z, s, prev)
 		} else {
@@ -386,5 +388,55 @@ func TestZeRO2ReducesEveryMicroBatch(t *testing.T) {
 	slot := evalPlan(t, m, c, base+",mb=8,zero=2,overlap=true").Time.ComputeS / 4
 	if want := ov1 + 3*math.Max(0, 2.0/3.0*one1-slot); !near(ov2, want, 0.02) {
 		t.Errorf("with overlap ZeRO-2 shows %.4f s, want %.4f (ZeRO-1 %.4f, slot %.4f s)", ov2, want, ov1, slot)
+	}
+}
+
+// TestZeRO3InAPipeline: a pipeline stage keeps its parameters gathered
+// across the step's micro-batches, its gradients whole and reduce-scattered
+// once where that fits — the communication and peak memory of ZeRO-1 —
+// else sharded (ZeRO-2's); without a pipeline, or where neither fits,
+// ZeRO-3 gathers every layer for every micro-batch (DeepSpeed's stage 3)
+// and holds only its shards.
+func TestZeRO3InAPipeline(t *testing.T) {
+	m := mustModel(t, "gpt3_18.4b")
+	c := mustCluster(t, "vtrain_a100_256")
+	const pipe = "tp=8,pp=2,dp=16,mb=2,recompute=full"
+	z1, z3 := evalPlan(t, m, c, pipe+",zero=1"), evalPlan(t, m, c, pipe+",zero=3")
+	if z3.StepTimeS != z1.StepTimeS || z3.Time.DPCommS != z1.Time.DPCommS || z3.MemPerDeviceGiB != z1.MemPerDeviceGiB {
+		t.Errorf("pipelined ZeRO-3: %.4f s (DP %.4f), %.2f GiB; want ZeRO-1's %.4f s (DP %.4f), %.2f GiB",
+			z3.StepTimeS, z3.Time.DPCommS, z3.MemPerDeviceGiB, z1.StepTimeS, z1.Time.DPCommS, z1.MemPerDeviceGiB)
+	}
+	if z3.BlastRadius != z3.Plan.Devices() {
+		t.Errorf("blast radius %d, want every device (the optimizer is sharded)", z3.BlastRadius)
+	}
+	// Where whole gradients do not fit, sharded ones are reduce-scattered
+	// every micro-batch (ZeRO-2's execution); where the gathered stage
+	// does not fit either, every micro-batch gathers each layer.
+	big := mustModel(t, "gpt3_174.6b")
+	sel := mustCluster(t, "selene_a100_384")
+	same := func(what string, a, b Estimate) {
+		t.Helper()
+		if a.StepTimeS != b.StepTimeS || a.Time.DPCommS != b.Time.DPCommS || a.MemPerDeviceGiB != b.MemPerDeviceGiB {
+			t.Errorf("%s: %.3f s (DP %.3f), %.1f GiB against %.3f s (DP %.3f), %.1f GiB", what,
+				a.StepTimeS, a.Time.DPCommS, a.MemPerDeviceGiB, b.StepTimeS, b.Time.DPCommS, b.MemPerDeviceGiB)
+		}
+	}
+	const tight = "tp=4,pp=2,dp=48,mb=1,recompute=full"
+	t1, t2, t3 := evalPlan(t, big, sel, tight+",zero=1"), evalPlan(t, big, sel, tight+",zero=2"), evalPlan(t, big, sel, tight+",zero=3")
+	if t1.Feasible || !t2.Feasible {
+		t.Fatalf("%s: ZeRO-1 %.1f GiB, ZeRO-2 %.1f GiB: want only ZeRO-2 to fit", tight, t1.MemPerDeviceGiB, t2.MemPerDeviceGiB)
+	}
+	same("ZeRO-3 where only ZeRO-2 fits, against ZeRO-2", t3, t2)
+	const tighter = "tp=2,pp=2,dp=96,mb=1,recompute=full"
+	u2, u3 := evalPlan(t, big, sel, tighter+",zero=2"), evalPlan(t, big, sel, tighter+",zero=3")
+	if u2.Feasible || !(u3.Time.DPCommS > u2.Time.DPCommS && u3.Mem.ParamsGiB < u2.Mem.ParamsGiB/4) {
+		t.Errorf("%s: ZeRO-2 %.1f GiB (feasible %v), ZeRO-3 DP %.2f s and %.1f GiB of parameters against %.2f and %.1f: want ZeRO-3 to shard and gather",
+			tighter, u2.MemPerDeviceGiB, u2.Feasible, u3.Time.DPCommS, u3.Mem.ParamsGiB, u2.Time.DPCommS, u2.Mem.ParamsGiB)
+	}
+	const flat = "tp=8,pp=1,dp=32,mb=2,recompute=full"
+	f1, f3 := evalPlan(t, m, c, flat+",zero=1"), evalPlan(t, m, c, flat+",zero=3")
+	if !(f3.Time.DPCommS > 2*f1.Time.DPCommS && f3.Mem.ParamsGiB < f1.Mem.ParamsGiB/4) {
+		t.Errorf("ZeRO-3 without a pipeline: DP %.3f s and %.2f GiB of parameters against ZeRO-1's %.3f s and %.2f: want per-micro-batch gathers of sharded parameters",
+			f3.Time.DPCommS, f3.Mem.ParamsGiB, f1.Time.DPCommS, f1.Mem.ParamsGiB)
 	}
 }

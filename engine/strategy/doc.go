@@ -55,7 +55,9 @@
 // capacity padding, PP point-to-point of 1/t of the activation per
 // micro-batch and chunk, DP all-reduce (ZeRO 1: RS+AG; ZeRO 2: a
 // reduce-scatter per micro-batch, since sharded gradients accumulate only
-// reduced ones, and one AG; ZeRO 3: gathers per micro-batch).
+// reduced ones, and one AG; ZeRO 3: gathers per micro-batch, except in a
+// pipeline, which keeps its stage gathered as ZeRO-1 or ZeRO-2 would
+// where that fits).
 // Plan.Overlap hides the gradient reductions behind backward passes and
 // ZeRO-3 gathers behind compute. 1F1B step =
 // m·(slowest stage slot) + (pp−1)/vpp·(average slot) + exposed DP +
