@@ -369,6 +369,15 @@ func (m params) perByte() (b, ba float64) {
 	return max(m.b-m.a/m.wake, m.b/2), max(m.ba-m.aa/m.wake, m.ba/2)
 }
 
+// pair is m for steps between two ranks only: the same two processes
+// whose one-way messages α and β measure, so a step costs at most two of
+// them back to back, however a noisy calibration inflated α_all and β_all
+// (a loaded host slows many ranks stepping at once, not these two).
+func (m params) pair() params {
+	m.aa, m.ba = min(m.aa, 2*m.a), min(m.ba, 2*m.b)
+	return m
+}
+
 // split prices an algorithm whose critical path (steps, critBytes on the
 // busiest rank, critReduced) differs from its per-rank share of the work
 // (msgs, bytes, reduced per rank).

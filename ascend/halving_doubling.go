@@ -58,13 +58,12 @@ func (hdAlgorithm) cost(coll Collective, p int, n float64, m params) (float64, b
 		pm := m
 		pm.ba = min(m.ba, 2*m.b)
 		if p == 2 {
-			// The same two processes as recursive doubling's one exchange
-			// (recursive_doubling.go): their steps cost no more than two
-			// one-way messages either. Left unclamped, a calibration on a
+			// Both steps are exchanges of the same two processes, as
+			// recursive doubling's one. Left unclamped, a calibration on a
 			// loaded host (α_all 78 µs against α 6 µs) priced every TCP
 			// wakeup of a 64 MiB halving-doubling at α_all and every one
 			// of the exchange at 2α, and chose the exchange there.
-			pm.aa = min(m.aa, 2*m.a)
+			pm = m.pair()
 		}
 		t = pm.busy(2*L, 2*f*n, f*n)
 		fold = 2*m.a + 2*n*m.b + n*m.g

@@ -29,12 +29,8 @@ func (rdAlgorithm) cost(coll Collective, p int, n float64, m params) (float64, b
 	}
 	pp := pow2floor(p)
 	L := float64(log2ceil(pp))
-	if p == 2 {
-		// Two ranks exchange once, the same two processes whose one-way
-		// messages α and β measure: the exchange costs at most two of them
-		// back to back, however a noisy calibration inflated α_all (a
-		// loaded host slows many ranks stepping at once, not these two).
-		m.aa, m.ba = min(m.aa, 2*m.a), min(m.ba, 2*m.b)
+	if p == 2 { // two ranks exchange once
+		m = m.pair()
 	}
 	t := m.busy(L, L*n, L*n)
 	if p != pp {

@@ -339,11 +339,10 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 const versionSweep = "sweep-ended-runs"
 
 // sweep frees the live nodes held by runs other than self that have ended
-// without releasing them — a terminated run runs no more code — and says
-// whether it freed any. It asks the server (activity EndedRuns); when that
-// fails the nodes stay held, as `cann-train nodes` shows (orphaned) and
-// `cann-train nodes release` undoes.
-func (c *cluster) sweep(ctx workflow.Context, self string) bool {
+// without releasing them — a terminated run runs no more code. It asks
+// the server (activity EndedRuns); when that fails the nodes stay held, as
+// `cann-train nodes` shows (orphaned) and `cann-train nodes release` undoes.
+func (c *cluster) sweep(ctx workflow.Context, self string) {
 	now := workflow.Now(ctx)
 	var holders []string
 	for i := range c.st.Nodes {
@@ -353,15 +352,14 @@ func (c *cluster) sweep(ctx workflow.Context, self string) bool {
 		}
 	}
 	if len(holders) == 0 || workflow.GetVersion(ctx, versionSweep, workflow.DefaultVersion, 1) < 1 {
-		return false
+		return
 	}
 	log := workflow.GetLogger(ctx)
 	var ended []spec.EndedRun
 	if err := workflow.ExecuteActivity(sweepOptions(ctx), spec.ActivityEndedRuns, holders).Get(ctx, &ended); err != nil {
 		log.Warn("could not ask which runs holding nodes have ended", "runs", holders, "error", err)
-		return false
+		return
 	}
-	freed := false
 	for _, e := range ended {
 		n := 0
 		for i := range c.st.Nodes {
@@ -373,10 +371,8 @@ func (c *cluster) sweep(ctx workflow.Context, self string) bool {
 		if n > 0 && c.waiting[e.RunID] == 0 {
 			log.Info("freeing the nodes of a run that ended without releasing them", "run", e.RunID, "how", e.How, "nodes", n)
 			c.release(e.RunID)
-			freed = true
 		}
 	}
-	return freed
 }
 
 // tryAcquire allocates if it can; it changes nothing when it cannot.

@@ -487,7 +487,8 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 		return peak, peakTotal
 	}
 	zero := p.ZeRO
-	peak, peakTotal := memory(zero)
+	var peak stageMem
+	peakTotal := -1.0
 	if zero == 3 && p.PP > 1 {
 		for _, kept := range []int{1, 2} { // whole gradients, then sharded ones
 			if kp, kt := memory(kept); kt <= ev.memCap {
@@ -495,6 +496,9 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 				break
 			}
 		}
+	}
+	if peakTotal < 0 {
+		peak, peakTotal = memory(zero)
 	}
 	pf, gf, of, actFirst, totFirst := peak.params, peak.grads, peak.opt, peak.act, peakTotal
 	e.Mem = MemoryBreakdown{ParamsGiB: pf / gib, GradsGiB: gf / gib, OptimizerGiB: of / gib, ActivationsGiB: actFirst / gib, ReservedGiB: c.ReservedGiB}
