@@ -396,6 +396,13 @@ func splitLayers(layers, pp, vpp int, layer, logits float64) (s StageSplit, ok b
 		rest := L - nl
 		nm := chunk * ((rest + row - 1) / row)
 		nf := rest - (pp-2)*nm
+		if vpp <= 1 && nf < 1 && pp > 2 {
+			// The stages in between cannot all hold nm (40 layers on 16
+			// stages: 3 × 14 > 38): the first keeps one layer and they
+			// share the rest, the busiest holding at most nm.
+			nf = 1
+			nm = (rest - nf + pp - 3) / (pp - 2)
+		}
 		if pp == 2 { // no stages in between: the first takes the rest
 			nm = nf
 		}

@@ -1,6 +1,9 @@
 package strategy
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -238,6 +241,8 @@ func TestSplitLayers(t *testing.T) {
 		{"126 layers, 4 chunks", 126, 16, 4, 0.6, StageSplit{7, 8, 7}, true},
 		{"two stages, uneven interleaving", 25, 2, 4, 0, StageSplit{12, 12, 13}, true},
 		{"too few layers for the middle chunks", 96, 12, 5, 0, StageSplit{}, false},
+		{"40 layers on 16 stages: the middle ones cannot all hold 3", 40, 16, 1, 0, StageSplit{1, 3, 1}, true},
+		{"the same with the output layer", 40, 16, 1, 0.6, StageSplit{1, 3, 1}, true},
 		{"more stages than layers", 4, 8, 1, 0, StageSplit{}, false},
 	}
 	for _, tt := range tests {
@@ -249,16 +254,114 @@ func TestSplitLayers(t *testing.T) {
 			if !ok {
 				return
 			}
-			if n := got.First + (tt.pp-2)*got.Middle + got.Last; tt.pp > 1 && n != tt.layers {
-				t.Errorf("%+v places %d layers, want %d", got, n, tt.layers)
-			}
-			if got.First > got.Middle {
-				t.Errorf("%+v: first stage above the middle ones", got)
-			}
-			if tt.pp > 2 && got.Middle%tt.vpp != 0 {
-				t.Errorf("%+v: middle stages' %d chunks unequal", got, tt.vpp)
+			if err := checkSplit(got, tt.layers, tt.pp, tt.vpp); err != "" {
+				t.Error(err)
 			}
 		})
+	}
+}
+
+// checkSplit says what is wrong with split s of layers on pp stages of
+// vpp chunks, or "". The stages in between hold Middle layers each with
+// interleaving, at most Middle (and more than Middle−1 on average)
+// without it.
+func checkSplit(s StageSplit, layers, pp, vpp int) string {
+	if pp <= 1 {
+		if s != (StageSplit{layers, layers, layers}) {
+			return fmt.Sprintf("%+v: one stage of %d layers", s, layers)
+		}
+		return ""
+	}
+	if s.First < 1 || s.Middle < 1 || s.Last < 1 || s.First > s.Middle {
+		return fmt.Sprintf("%+v: a stage without layers, or the first above the middle ones", s)
+	}
+	between := layers - s.First - s.Last
+	if pp == 2 {
+		if between != 0 {
+			return fmt.Sprintf("%+v places %d layers, want %d", s, s.First+s.Last, layers)
+		}
+		return ""
+	}
+	if vpp > 1 {
+		if between != (pp-2)*s.Middle || s.Middle%vpp != 0 {
+			return fmt.Sprintf("%+v: middle stages of %d equal chunks cannot hold %d layers", s, vpp, between)
+		}
+		return ""
+	}
+	if between > (pp-2)*s.Middle || between <= (pp-2)*(s.Middle-1) {
+		return fmt.Sprintf("%+v: %d middle stages of at most %d layers, the busiest full, cannot hold %d", s, pp-2, s.Middle, between)
+	}
+	return ""
+}
+
+// TestSplitLayersWithoutInterleaving places every layer count on every
+// stage count it can take, without interleaving: a placement always
+// exists, it holds every layer, and its slowest stage is never slower than
+// ⌈layers/pp⌉ layers (plus the output layer when the last stage is the
+// slowest).
+func TestSplitLayersWithoutInterleaving(t *testing.T) {
+	for _, logits := range []float64{0, 0.6, 2.5} {
+		for layers := 1; layers <= 140; layers++ {
+			for pp := 1; pp <= layers && pp <= 80; pp++ {
+				s, ok := splitLayers(layers, pp, 1, 1, logits)
+				if !ok {
+					t.Fatalf("splitLayers(%d, %d, 1, logits %g): no placement", layers, pp, logits)
+				}
+				if err := checkSplit(s, layers, pp, 1); err != "" {
+					t.Fatalf("%d layers on %d stages, logits %g: %s", layers, pp, logits, err)
+				}
+				slowest := math.Max(float64(s.Middle), float64(s.Last)+logits)
+				if bound := float64((layers+pp-1)/pp) + logits; pp > 1 && slowest > bound+1e-12 {
+					t.Fatalf("%d layers on %d stages, logits %g: %+v's slowest stage %g > %g", layers, pp, logits, s, slowest, bound)
+				}
+			}
+		}
+	}
+}
+
+// TestSearchNeverBeatsPeak searches every preset model on every preset
+// cluster: no plan it returns may compute faster than the devices' peak,
+// and every plan's stages must hold the model's layers.
+func TestSearchNeverBeatsPeak(t *testing.T) {
+	var models, clusters []string
+	for _, name := range Presets() {
+		if _, err := PresetModel(name); err == nil {
+			models = append(models, name)
+		} else {
+			clusters = append(clusters, name)
+		}
+	}
+	if len(models) < 2 || len(clusters) < 2 {
+		t.Fatalf("presets: %d models, %d clusters", len(models), len(clusters))
+	}
+	searched := 0
+	for _, mn := range models {
+		m, _ := PresetModel(mn)
+		for _, cn := range clusters {
+			c, err := PresetCluster(cn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Search(context.Background(), m, c, SearchOptions{TopK: 5})
+			if errors.Is(err, ErrNoPlan) {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s on %s: %v", mn, cn, err)
+			}
+			searched++
+			for _, e := range res {
+				if !(e.HFU > 0 && e.HFU < 1) || !(e.MFU > 0 && e.MFU <= e.HFU) {
+					t.Errorf("%s on %s: %s predicts HFU %.3f, MFU %.3f", mn, cn, e.Config, e.HFU, e.MFU)
+				}
+				if err := checkSplit(e.Stages, m.Layers, e.Plan.PP, e.Plan.VPP); err != "" {
+					t.Errorf("%s on %s: %s: %s", mn, cn, e.Config, err)
+				}
+			}
+		}
+	}
+	if searched < len(models) {
+		t.Errorf("only %d model/cluster pairs have a plan", searched)
 	}
 }
 

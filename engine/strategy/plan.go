@@ -178,6 +178,8 @@ func Check(m Model, c Cluster, p Plan) error {
 	}
 	if p.PP > m.Layers {
 		e.add("pp", "%d stages for %d layers", p.PP, m.Layers)
+	} else if p.VPP <= 1 && !splittable(m.Layers, p.PP, 1) {
+		e.add("pp", "layers (%d) cannot be split into %d stages", m.Layers, p.PP)
 	}
 	if p.VPP > 1 {
 		if p.PP == 1 {
