@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +16,7 @@ import (
 func newSearchCmd(e *env) *cobra.Command {
 	var modelArg, clusterArg, evaluate, output string
 	var top int
+	var space searchSpace
 	cmd := &cobra.Command{
 		Use:   "search --model M --cluster C",
 		Short: "Rank parallel strategies (DP×TP×PP×EP×CP, micro-batch, recompute, ZeRO) by a cost model",
@@ -21,10 +24,22 @@ func newSearchCmd(e *env) *cobra.Command {
 throughput, showing memory headroom, communication and pipeline-bubble shares
 and the failure blast radius. --model and --cluster take a YAML file or a
 preset name (--list-presets). --evaluate scores one given plan. -o html writes
-a self-contained HTML report (inline CSS, no external assets) of the plans.`,
+a self-contained HTML report (inline CSS, no external assets) of the plans.
+
+The search space can be narrowed to what a training framework offers:
+--zero and --recompute list the ZeRO stages and recompute modes to try,
+--max-tp, --max-cp, --max-ep, --max-mb and --max-vpp cap the degrees
+(--max-vpp 1: no interleaving), --no-sp leaves sequence parallelism out,
+--min-headroom drops plans with less free device memory, and --overlap
+prices every plan with the data-parallel gradient reduction overlapped with
+the backward pass and ZeRO-3's parameter gathers prefetched (Megatron's
+--overlap-grad-reduce, FSDP, DeepSpeed's overlap_comm; without it the
+reduction runs after the pipeline flush). A plan given to --evaluate says
+all of that itself (zero=, recompute=, overlap=true, ...).`,
 		Example: `  cann-train search --model moe_bert --cluster 1024_ascend910b
   cann-train search --model gpt3_18.4b --cluster vtrain_a100_256 --top 5 -o json
   cann-train search --model moe_bert --cluster 1024_ascend910b --top 20 -o html > plans.html
+  cann-train search --model gpt3_174.6b --cluster selene_a100_384 --zero 0,1 --recompute selective,full --max-vpp 4 --overlap
   cann-train search --model my_model.yaml --cluster my_cluster.yaml \
       --evaluate "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1,vpp=1,sp=true,ep=1,cp=1"`,
 		Args: cobra.NoArgs,
@@ -43,6 +58,10 @@ a self-contained HTML report (inline CSS, no external assets) of the plans.`,
 			if err != nil {
 				return err
 			}
+			opts, err := space.options(cmd, top, evaluate != "")
+			if err != nil {
+				return err
+			}
 			var res []strategy.Estimate
 			if evaluate != "" {
 				p, err := strategy.ParsePlan(evaluate)
@@ -50,7 +69,7 @@ a self-contained HTML report (inline CSS, no external assets) of the plans.`,
 					return fmt.Errorf("--evaluate: %w", err)
 				}
 				res = []strategy.Estimate{strategy.Evaluate(m, c, p)}
-			} else if res, err = strategy.Search(cmd.Context(), m, c, strategy.SearchOptions{TopK: top}); err != nil {
+			} else if res, err = strategy.Search(cmd.Context(), m, c, opts); err != nil {
 				return err
 			}
 			switch output {
@@ -73,7 +92,83 @@ a self-contained HTML report (inline CSS, no external assets) of the plans.`,
 	f.StringVar(&evaluate, "evaluate", "", `score one plan, e.g. "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1"`)
 	f.IntVar(&top, "top", 10, "plans to show")
 	f.StringVarP(&output, "output", "o", "table", "table, json, or html (a self-contained report page)")
+	space.flags(cmd)
 	return cmd
+}
+
+// searchSpace holds the flags that narrow the search space
+// (strategy.SearchOptions); zero values keep the defaults.
+type searchSpace struct {
+	zero                               []int
+	recompute                          []string
+	maxTP, maxCP, maxEP, maxMB, maxVPP int
+	noSP, overlap                      bool
+	minHeadroomGiB                     float64
+}
+
+func (s *searchSpace) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.IntSliceVar(&s.zero, "zero", nil, "ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)")
+	f.StringSliceVar(&s.recompute, "recompute", nil, "recompute modes to try: none, selective, full (default all three)")
+	f.IntVar(&s.maxTP, "max-tp", 0, "largest tensor-parallel degree, a power of two (default devices_per_node)")
+	f.IntVar(&s.maxCP, "max-cp", 0, "largest context-parallel degree, a power of two (default 8)")
+	f.IntVar(&s.maxEP, "max-ep", 0, "largest expert-parallel degree (default the model's experts)")
+	f.IntVar(&s.maxMB, "max-mb", 0, "largest micro-batch in sequences (default 16)")
+	f.IntVar(&s.maxVPP, "max-vpp", 0, "most interleaved chunks per pipeline stage, a power of two; 1: no interleaving (default 8)")
+	f.BoolVar(&s.noSP, "no-sp", false, "leave sequence parallelism out")
+	f.BoolVar(&s.overlap, "overlap", false, "price plans with the gradient reduction overlapped with the backward pass and ZeRO-3 gathers prefetched")
+	f.Float64Var(&s.minHeadroomGiB, "min-headroom", 0, "drop plans with less free device memory, in GiB")
+}
+
+// spaceFlags are the flags of searchSpace, in the order errors name them.
+var spaceFlags = []string{"zero", "recompute", "max-tp", "max-cp", "max-ep", "max-mb", "max-vpp", "no-sp", "overlap", "min-headroom"}
+
+// options checks the flags and returns the search options. With
+// --evaluate none of them may be set: the plan string says it all.
+func (s *searchSpace) options(cmd *cobra.Command, top int, evaluating bool) (strategy.SearchOptions, error) {
+	o := strategy.SearchOptions{TopK: top, MaxTP: s.maxTP, MaxCP: s.maxCP, MaxEP: s.maxEP, MaxMicroBatch: s.maxMB,
+		MaxVPP: s.maxVPP, NoSP: s.noSP, Overlap: s.overlap, MinHeadroomGiB: s.minHeadroomGiB, ZeRO: s.zero}
+	var set []string
+	for _, name := range spaceFlags {
+		if cmd.Flags().Changed(name) {
+			set = append(set, "--"+name)
+		}
+	}
+	if evaluating && len(set) > 0 {
+		return o, fmt.Errorf("%s: search-space flags do not apply to --evaluate; say it in the plan (e.g. zero=1,recompute=full,vpp=1,sp=false,overlap=true)", strings.Join(set, ", "))
+	}
+	if top < 1 {
+		return o, fmt.Errorf("--top %d: want at least 1", top)
+	}
+	for _, z := range s.zero {
+		if z < 0 || z > 3 {
+			return o, fmt.Errorf("--zero %d: want stages in 0..3", z)
+		}
+	}
+	for _, r := range s.recompute {
+		switch m := strategy.Recompute(strings.ToLower(strings.TrimSpace(r))); m {
+		case strategy.RecomputeNone, strategy.RecomputeSelective, strategy.RecomputeFull:
+			o.Recompute = append(o.Recompute, m)
+		default:
+			return o, fmt.Errorf("--recompute %q: want none, selective or full", r)
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		v        int
+		powerOf2 bool
+	}{{"max-tp", s.maxTP, true}, {"max-cp", s.maxCP, true}, {"max-ep", s.maxEP, false}, {"max-mb", s.maxMB, false}, {"max-vpp", s.maxVPP, true}} {
+		switch {
+		case cmd.Flags().Changed(c.name) && c.v < 1:
+			return o, fmt.Errorf("--%s %d: want at least 1", c.name, c.v)
+		case c.powerOf2 && c.v&(c.v-1) != 0:
+			return o, fmt.Errorf("--%s %d: want a power of two", c.name, c.v)
+		}
+	}
+	if s.minHeadroomGiB < 0 || math.IsNaN(s.minHeadroomGiB) || math.IsInf(s.minHeadroomGiB, 0) {
+		return o, fmt.Errorf("--min-headroom %g: want a finite number of GiB, at least 0", s.minHeadroomGiB)
+	}
+	return o, nil
 }
 
 func loadModel(arg string) (strategy.Model, error) {

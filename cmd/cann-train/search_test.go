@@ -50,6 +50,76 @@ func TestSearchCommand(t *testing.T) {
 	}
 }
 
+// TestSearchSpaceFlags narrows the search to what a framework offers: every
+// plan returned keeps to the flags, and a bad flag is refused by name.
+func TestSearchSpaceFlags(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append([]string{"search", "--model", "gpt3_18.4b", "--cluster", "vtrain_a100_256"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	plans := func(args ...string) []strategy.Estimate {
+		t.Helper()
+		out, err := run(append(args, "-o", "json")...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var res []strategy.Estimate
+		if err := json.Unmarshal([]byte(out), &res); err != nil || len(res) == 0 {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		return res
+	}
+	free := plans("--top", "50")
+	narrowed := plans("--top", "50", "--zero", "1", "--recompute", "full,selective", "--max-tp", "4", "--max-mb", "2",
+		"--max-vpp", "1", "--no-sp", "--overlap", "--min-headroom", "20")
+	for _, e := range narrowed {
+		p := e.Plan
+		if p.ZeRO != 1 || p.Recompute == strategy.RecomputeNone || p.TP > 4 || p.MicroBatch > 2 || p.VPP != 1 || p.SP || !p.Overlap || e.MemHeadroomGiB < 20 {
+			t.Errorf("outside the narrowed space: %s (headroom %.1f GiB)", e.Config, e.MemHeadroomGiB)
+		}
+	}
+	// The narrowing must bite: the free search's best is outside it.
+	if p := free[0].Plan; p.ZeRO == 1 && p.Recompute != strategy.RecomputeNone && p.TP <= 4 && p.MicroBatch <= 2 && p.VPP == 1 && !p.SP {
+		t.Errorf("the free search's best %s is inside the narrowed space: the test proves nothing", free[0].Config)
+	}
+	// --overlap prices the same plan faster or equal, never slower.
+	plain := plans("--zero", "1", "--max-vpp", "1", "--top", "1")[0]
+	if p := plain.Plan; p.Overlap {
+		t.Fatalf("overlap without --overlap: %s", plain.Config)
+	}
+	p := plain.Plan
+	p.Overlap = true
+	out, err := run("--evaluate", p.String(), "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var over strategy.Estimate
+	if err := json.Unmarshal([]byte(out), &over); err != nil || over.StepTimeS > plain.StepTimeS {
+		t.Errorf("%s with overlap: %v, %.3f s against %.3f s", p, err, over.StepTimeS, plain.StepTimeS)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--zero", "4"}, "--zero 4"},
+		{[]string{"--zero", "one"}, "--zero"},
+		{[]string{"--recompute", "most"}, `--recompute "most"`},
+		{[]string{"--max-tp", "3"}, "--max-tp 3: want a power of two"},
+		{[]string{"--max-vpp", "0"}, "--max-vpp 0: want at least 1"},
+		{[]string{"--max-mb", "-2"}, "--max-mb -2"},
+		{[]string{"--min-headroom", "-1"}, "--min-headroom -1"},
+		{[]string{"--top", "0"}, "--top 0"},
+		{[]string{"--evaluate", "tp=8,pp=1,dp=32,mb=8,recompute=full", "--zero", "1", "--overlap"}, "--zero, --overlap: search-space flags do not apply to --evaluate"},
+	} {
+		if _, err := run(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 // TestBenchCollectiveProcesses runs `bench collective` for real: three rank
 // processes over loopback TCP, every size checked.
 func TestBenchCollectiveProcesses(t *testing.T) {
