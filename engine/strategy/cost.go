@@ -241,7 +241,14 @@ func (ev *evaluator) allToAll(s float64, gr group) float64 {
 
 // layerTimes returns the per-micro-batch, per-layer compute and
 // communication of plan p.
-func (ev *evaluator) layerTimes(p Plan) (compute, tp, cp, ep float64) {
+//
+// busy is the part of compute during which the layer's own TP and CP
+// collectives run hidden (the backward TP all-reduces under the weight-
+// gradient GEMMs, the K/V exchanges under the attention core): overlapped
+// communication of other kinds (ZeRO-3 gathers, the data-parallel
+// reduction) can hide only behind the rest, so that a faster device never
+// predicts a slower step by hiding two transfers behind the same time.
+func (ev *evaluator) layerTimes(p Plan) (compute, tp, cp, ep, busy float64) {
 	m := ev.m
 	t := float64(p.TP)
 	h, f := float64(m.Hidden), float64(m.FFNHidden)
@@ -330,6 +337,7 @@ func (ev *evaluator) layerTimes(p Plan) (compute, tp, cp, ep float64) {
 		// The backward pass's two collectives run asynchronously under the
 		// weight-gradient GEMMs (Megatron's async TP all-reduce).
 		tp = 2*fwdPasses*one + math.Max(0, 2*one-gemmLin)
+		busy += math.Min(2*one, gemmLin)
 	}
 	// Context parallel: all-gather K and V in each forward pass,
 	// reduce-scatter their gradients in the backward pass, overlapped with
@@ -338,7 +346,9 @@ func (ev *evaluator) layerTimes(p Plan) (compute, tp, cp, ep float64) {
 		gr := ev.group(p.TP, p.CP)
 		kv := float64(p.MicroBatch) * s * 2 * m.kvDim() * ev.act / t
 		one := ev.gatherLike(kv, gr)
-		cp = fwdPasses*math.Max(0, one-fwdCore) + math.Max(0, one-2*fwdCore)
+		bwdCore := 2*gemmCore + bwdMemFactor*memCore // the backward attention core, as in bwd below
+		cp = fwdPasses*math.Max(0, one-fwdCore) + math.Max(0, one-bwdCore)
+		busy += fwdPasses*math.Min(one, fwdCore) + math.Min(one, bwdCore)
 	}
 	// Expert parallel: dispatch and combine all-to-all per pass.
 	if m.moe() && p.EP > 1 {
@@ -346,7 +356,7 @@ func (ev *evaluator) layerTimes(p Plan) (compute, tp, cp, ep float64) {
 		sent := tokRepl * ev.topK * h * ev.act * ev.padding
 		ep = (2*fwdPasses + 2) * ev.allToAll(sent, gr)
 	}
-	return compute, tp, cp, ep
+	return compute, tp, cp, ep, busy
 }
 
 // logitTimes is the output layer (last stage) per micro-batch: GEMM fwd +
@@ -424,7 +434,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	mbs := m.GlobalBatch / (p.DP * p.MicroBatch)
 	*e = Estimate{Plan: p, Microbatches: mbs}
 
-	compute, tp, cpc, epc := ev.layerTimes(p)
+	compute, tp, cpc, epc, busy := ev.layerTimes(p)
 	layer := compute + tp + cpc + epc
 	logits := ev.logitTimes(p)
 	st, _ := splitLayers(m.Layers, p.PP, p.VPP, layer, logits) // Check made a split possible
@@ -559,7 +569,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 		lat := perLayer(0, 0)
 		z3 = bw
 		if p.Overlap {
-			z3 = math.Max(0, bw-lat-compute) + lat
+			z3 = math.Max(0, bw-lat-(compute-busy)) + lat
 		}
 	}
 
@@ -573,6 +583,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 		lay = float64(st.Last)
 		slotCompute = lay*compute + logits
 	}
+	slotFree := slotCompute - lay*busy // what the slot's own collectives leave to hide behind
 	slowest := lay*layerZ + p2p
 	if slowIsLast {
 		slowest += logits
@@ -605,7 +616,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 		}
 		last := red
 		if p.Overlap { // hides behind the last micro-batch's backward pass
-			last = math.Max(0, red-2.0/3.0*slotCompute)
+			last = math.Max(0, red-2.0/3.0*slotFree)
 		}
 		dpT = last + gather
 		// ZeRO-2 keeps only its shard of the gradients, so it can only
@@ -616,7 +627,7 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 		if zero == 2 && mbs > 1 {
 			each := red
 			if p.Overlap {
-				each = math.Max(0, red-slotCompute)
+				each = math.Max(0, red-slotFree)
 			}
 			dpT += float64(mbs-1) * each
 		}

@@ -1,0 +1,104 @@
+package strategy
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+)
+
+// randomPlans returns up to n plans that pass Check, drawn with a fixed
+// seed over the preset models and clusters: every degree, micro-batch,
+// recompute mode, ZeRO stage, interleaving, SP and overlap.
+func randomPlans(t *testing.T, n int) (out []struct {
+	m Model
+	c Cluster
+	p Plan
+}) {
+	t.Helper()
+	var models []Model
+	var clusters []Cluster
+	for _, name := range Presets() {
+		if m, err := PresetModel(name); err == nil {
+			models = append(models, m)
+		} else if c, err := PresetCluster(name); err == nil {
+			clusters = append(clusters, c)
+		} else {
+			t.Fatalf("preset %s: %v", name, err)
+		}
+	}
+	rng := rand.New(rand.NewSource(1))
+	pow := []int{1, 2, 4, 8, 16, 32, 64}
+	modes := []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull}
+	for try := 0; len(out) < n && try < 200*n; try++ {
+		m, c := models[rng.Intn(len(models))], clusters[rng.Intn(len(clusters))]
+		p := Plan{TP: pow[rng.Intn(4)], PP: 1 + rng.Intn(64), CP: pow[rng.Intn(3)], EP: pow[rng.Intn(4)],
+			MicroBatch: 1 + rng.Intn(8), Recompute: modes[rng.Intn(3)], ZeRO: rng.Intn(4), VPP: pow[rng.Intn(4)],
+			SP: rng.Intn(2) == 0, Overlap: rng.Intn(2) == 0}
+		if d := c.Devices(); d%(p.TP*p.PP*p.CP) == 0 {
+			p.DP = d / (p.TP * p.PP * p.CP)
+			if Check(m, c, p) == nil {
+				out = append(out, struct {
+					m Model
+					c Cluster
+					p Plan
+				}{m, c, p})
+			}
+		}
+	}
+	if len(out) < n {
+		t.Fatalf("only %d of %d random plans pass Check", len(out), n)
+	}
+	return out
+}
+
+// TestCostModelIsPhysical scores random valid plans and checks what any
+// physical model must satisfy: no plan computes faster than the devices'
+// peak; the time and memory breakdowns add up to the totals; and a device
+// with twice the FLOP/s or memory bandwidth, links with twice the
+// bandwidth, or overlapping what can be overlapped never make a step
+// slower (each overlapped transfer hides behind time no other one uses).
+func TestCostModelIsPhysical(t *testing.T) {
+	faster := []struct {
+		name string
+		mod  func(*Cluster)
+	}{
+		{"inter-node links ×2", func(c *Cluster) { c.InterNodeGBps *= 2 }},
+		{"intra-node links ×2", func(c *Cluster) { c.IntraNodeGBps *= 2 }},
+		{"peak FLOP/s ×2", func(c *Cluster) { c.Device.PeakTFLOPS *= 2 }},
+		{"HBM bandwidth ×2", func(c *Cluster) { c.Device.HBMGBps *= 2 }},
+	}
+	for _, x := range randomPlans(t, 3000) {
+		m, c, p := x.m, x.c, x.p
+		e := Evaluate(m, c, p)
+		where := m.Name + " on " + c.Name + ": " + p.String()
+		if !(e.HFU > 0 && e.HFU < 1) || !(e.MFU > 0 && e.MFU <= e.HFU) {
+			t.Errorf("%s: HFU %.3f, MFU %.3f", where, e.HFU, e.MFU)
+		}
+		tb := e.Time
+		sum := tb.ComputeS + tb.TPCommS + tb.CPCommS + tb.EPCommS + tb.PPCommS + tb.DPCommS + tb.BubbleS + tb.OptimizerS
+		if math.Abs(sum-e.StepTimeS) > 1e-6*e.StepTimeS {
+			t.Errorf("%s: time breakdown sums to %g s, step %g s", where, sum, e.StepTimeS)
+		}
+		mb := e.Mem
+		if got := mb.ParamsGiB + mb.GradsGiB + mb.OptimizerGiB + mb.ActivationsGiB; math.Abs(got-e.MemPerDeviceGiB) > 1e-6*e.MemPerDeviceGiB {
+			t.Errorf("%s: memory breakdown sums to %g GiB, total %g", where, got, e.MemPerDeviceGiB)
+		}
+		if e.CommShare < 0 || e.CommShare > 1 || e.BubbleShare < 0 || e.BubbleShare > 1 {
+			t.Errorf("%s: comm share %g, bubble share %g", where, e.CommShare, e.BubbleShare)
+		}
+		for _, f := range faster {
+			c2 := c
+			f.mod(&c2)
+			if e2 := Evaluate(m, c2, p); e2.StepTimeS > e.StepTimeS*(1+1e-9) {
+				t.Errorf("%s: %s makes the step slower, %.6g s → %.6g s\n  %+v\n  %+v", where, f.name, e.StepTimeS, e2.StepTimeS, e.Time, e2.Time)
+			}
+		}
+		if !p.Overlap {
+			q := p
+			q.Overlap = true
+			if e2 := Evaluate(m, c, q); e2.StepTimeS > e.StepTimeS*(1+1e-9) {
+				t.Errorf("%s: overlap makes the step slower, %.6g s → %.6g s", where, e.StepTimeS, e2.StepTimeS)
+			}
+		}
+	}
+}
