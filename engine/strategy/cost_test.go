@@ -321,7 +321,8 @@ func TestSplitLayersWithoutInterleaving(t *testing.T) {
 
 // TestSearchNeverBeatsPeak searches every preset model on every preset
 // cluster: no plan it returns may compute faster than the devices' peak,
-// and every plan's stages must hold the model's layers.
+// every plan's stages must hold the model's layers, and Check must accept
+// every plan (the search enumerates without it).
 func TestSearchNeverBeatsPeak(t *testing.T) {
 	var models, clusters []string
 	for _, name := range Presets() {
@@ -342,7 +343,7 @@ func TestSearchNeverBeatsPeak(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := Search(context.Background(), m, c, SearchOptions{TopK: 5})
+			res, err := Search(context.Background(), m, c, SearchOptions{TopK: 20})
 			if errors.Is(err, ErrNoPlan) {
 				continue
 			}
@@ -356,6 +357,9 @@ func TestSearchNeverBeatsPeak(t *testing.T) {
 				}
 				if err := checkSplit(e.Stages, m.Layers, e.Plan.PP, e.Plan.VPP); err != "" {
 					t.Errorf("%s on %s: %s: %s", mn, cn, e.Config, err)
+				}
+				if err := Check(m, c, e.Plan); err != nil {
+					t.Errorf("%s on %s: the search returned a plan Check refuses: %v", mn, cn, err)
 				}
 			}
 		}

@@ -1,6 +1,7 @@
 package strategy
 
 import (
+	"context"
 	"math"
 	"math/rand"
 	"testing"
@@ -101,4 +102,42 @@ func TestCostModelIsPhysical(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSearchMissesNothing: no random valid plan inside the default search
+// space may beat the search's best for its model and cluster (the search
+// enumerates the space itself, without Check).
+func TestSearchMissesNothing(t *testing.T) {
+	best := map[string]Estimate{}
+	checked := 0
+	for _, x := range randomPlans(t, 3000) {
+		m, c, p := x.m, x.c, x.p
+		d := SearchOptions{}.withDefaults(m, c)
+		if p.TP > d.MaxTP || p.CP > d.MaxCP || p.EP > d.MaxEP || p.MicroBatch > d.MaxMicroBatch || p.VPP > d.MaxVPP ||
+			p.Overlap || (p.SP && p.TP == 1) {
+			continue
+		}
+		e := Evaluate(m, c, p)
+		if !e.Feasible {
+			continue
+		}
+		key := m.Name + " on " + c.Name
+		b, ok := best[key]
+		if !ok {
+			res, err := Search(context.Background(), m, c, SearchOptions{TopK: 1})
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			b = res[0]
+			best[key] = b
+		}
+		checked++
+		if e.TokensPerS > b.TokensPerS*(1+1e-12) {
+			t.Errorf("%s: %s (%.0f tokens/s) beats the search's best %s (%.0f)", key, p, e.TokensPerS, b.Config, b.TokensPerS)
+		}
+	}
+	if checked < 100 {
+		t.Errorf("only %d feasible random plans inside the search space", checked)
+	}
+	t.Logf("%d feasible random plans, %d model/cluster pairs", checked, len(best))
 }
