@@ -694,7 +694,8 @@ func (ev *evaluator) tokens(p Plan) float64 {
 // activationBytes is what one device stores for `layers` layers and
 // `inflight` micro-batches (Korthikanti et al. Table 2, with general FFN
 // width, GQA and MoE terms), plus the working set of the layer being
-// recomputed under full recompute.
+// recomputed: the whole layer under full recompute, its attention core
+// under selective recompute.
 func (ev *evaluator) activationBytes(p Plan, layers int, inflight float64) float64 {
 	m := ev.m
 	t := float64(p.TP)
@@ -729,7 +730,10 @@ func (ev *evaluator) activationBytes(p Plan, layers int, inflight float64) float
 	case RecomputeNone:
 		per = full
 	case RecomputeSelective:
+		// The attention core re-runs in the backward pass one layer at a
+		// time: its scores and softmax exist again for that layer only.
 		per = scale * tok * (repl*h + split/t)
+		return float64(layers)*inflight*per + scale*tok*core/t
 	case RecomputeFull:
 		in := scale * tok * 2 * h
 		if p.SP {

@@ -54,7 +54,8 @@ func randomPlans(t *testing.T, n int) (out []struct {
 
 // TestCostModelIsPhysical scores random valid plans and checks what any
 // physical model must satisfy: no plan computes faster than the devices'
-// peak; the time and memory breakdowns add up to the totals; and a device
+// peak; the time and memory breakdowns add up to the totals; more
+// recompute never stores more activations; and a device
 // with twice the FLOP/s or memory bandwidth, links with twice the
 // bandwidth, or overlapping what can be overlapped never make a step
 // slower (each overlapped transfer hides behind time no other one uses).
@@ -93,6 +94,15 @@ func TestCostModelIsPhysical(t *testing.T) {
 			if e2 := Evaluate(m, c2, p); e2.StepTimeS > e.StepTimeS*(1+1e-9) {
 				t.Errorf("%s: %s makes the step slower, %.6g s → %.6g s\n  %+v\n  %+v", where, f.name, e.StepTimeS, e2.StepTimeS, e.Time, e2.Time)
 			}
+		}
+		var act [3]float64 // none, selective, full
+		for i, r := range []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull} {
+			q := p
+			q.Recompute = r
+			act[i] = Evaluate(m, c, q).Mem.ActivationsGiB
+		}
+		if act[0] < act[1]*(1-1e-9) || act[1] < act[2]*(1-1e-9) {
+			t.Errorf("%s: activations without, with selective and with full recompute %.3f, %.3f, %.3f GiB: want non-increasing", where, act[0], act[1], act[2])
 		}
 		if !p.Overlap {
 			q := p
