@@ -55,7 +55,9 @@ func randomPlans(t *testing.T, n int) (out []struct {
 // TestCostModelIsPhysical scores random valid plans and checks what any
 // physical model must satisfy: no plan computes faster than the devices'
 // peak; the time and memory breakdowns add up to the totals; more
-// recompute never stores more activations; and a device
+// recompute or a smaller micro-batch never stores more activations; twice
+// the global batch is never faster, lower in throughput or smaller in
+// memory; and a device
 // with twice the FLOP/s or memory bandwidth, links with twice the
 // bandwidth, or overlapping what can be overlapped never make a step
 // slower (each overlapped transfer hides behind time no other one uses).
@@ -103,6 +105,23 @@ func TestCostModelIsPhysical(t *testing.T) {
 		}
 		if act[0] < act[1]*(1-1e-9) || act[1] < act[2]*(1-1e-9) {
 			t.Errorf("%s: activations without, with selective and with full recompute %.3f, %.3f, %.3f GiB: want non-increasing", where, act[0], act[1], act[2])
+		}
+		m2 := m
+		m2.GlobalBatch *= 2
+		if Check(m2, c, p) == nil {
+			if e2 := Evaluate(m2, c, p); e2.StepTimeS < e.StepTimeS || e2.TokensPerS < e.TokensPerS*(1-1e-9) || e2.MemPerDeviceGiB < e.MemPerDeviceGiB*(1-1e-9) {
+				t.Errorf("%s: twice the batch takes %.6g s (%.6g), %.6g tokens/s (%.6g), %.4g GiB (%.4g): want no less of each",
+					where, e2.StepTimeS, e.StepTimeS, e2.TokensPerS, e.TokensPerS, e2.MemPerDeviceGiB, e.MemPerDeviceGiB)
+			}
+		}
+		if p.MicroBatch > 1 {
+			q := p
+			q.MicroBatch--
+			if Check(m, c, q) == nil {
+				if e2 := Evaluate(m, c, q); e2.Mem.ActivationsGiB > e.Mem.ActivationsGiB*(1+1e-9) {
+					t.Errorf("%s: a smaller micro-batch stores more activations, %.4g GiB against %.4g", where, e2.Mem.ActivationsGiB, e.Mem.ActivationsGiB)
+				}
+			}
 		}
 		if !p.Overlap {
 			q := p
