@@ -74,7 +74,11 @@ all of that itself (zero=, recompute=, overlap=true, ...).`,
 			}
 			switch output {
 			case "html":
-				return strategy.WriteHTML(e.out, strategy.Report{Model: m, Cluster: c, Estimates: res})
+				rep := strategy.Report{Model: m, Cluster: c, Estimates: res}
+				if evaluate == "" {
+					rep.Space = opts.Describe()
+				}
+				return strategy.WriteHTML(e.out, rep)
 			case "json":
 				enc := json.NewEncoder(e.out)
 				enc.SetIndent("", "  ")

@@ -100,6 +100,10 @@ func TestSearchSpaceFlags(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &over); err != nil || over.StepTimeS > plain.StepTimeS {
 		t.Errorf("%s with overlap: %v, %.3f s against %.3f s", p, err, over.StepTimeS, plain.StepTimeS)
 	}
+	page, err := run("--zero", "1", "--max-vpp", "1", "--top", "2", "-o", "html")
+	if err != nil || !strings.Contains(page, "searched: ZeRO 1 · no interleaving") {
+		t.Errorf("the HTML report does not say what was searched: %v", err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -16,6 +16,9 @@ type Report struct {
 	Model     Model
 	Cluster   Cluster
 	Estimates []Estimate // in rank order, best first
+	// Space says what the search covered (SearchOptions.Describe); empty
+	// for a default search or a single evaluated plan.
+	Space string
 }
 
 // WriteHTML writes r as one self-contained HTML page (inline CSS, no
@@ -28,7 +31,7 @@ type Report struct {
 // name is HTML-escaped (html/template). The output is deterministic.
 func WriteHTML(w io.Writer, r Report) error {
 	m, c := r.Model.WithDefaults(), r.Cluster.WithDefaults()
-	v := htmlView{Title: r.Title, Model: m, Cluster: c, Devices: c.Devices(),
+	v := htmlView{Title: r.Title, Model: m, Cluster: c, Devices: c.Devices(), Space: r.Space,
 		ParamsB: m.Params() / 1e9, ActiveB: m.ActiveParams() / 1e9, MoE: m.moe(), Convention: FLOPConvention}
 	if v.Title == "" {
 		v.Title = fmt.Sprintf("Parallel strategies: %s on %s", m.Name, c.Name)
@@ -50,6 +53,7 @@ type htmlView struct {
 	ParamsB, ActiveB float64
 	MoE              bool
 	Convention       string
+	Space            string
 	Rows             []htmlRow
 }
 
@@ -165,7 +169,8 @@ code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
 </div>
 
 <h2>Top {{len .Rows}} plan{{if ne (len .Rows) 1}}s{{end}}</h2>
-<p class="legend note">memory: <span class="used"></span>used <span class="reserved"></span>reserved <span class="free"></span>free ·
+{{if .Space}}<p class="note">searched: {{.Space}}</p>
+{{end}}<p class="legend note">memory: <span class="used"></span>used <span class="reserved"></span>reserved <span class="free"></span>free ·
 time: <span class="compute"></span>compute <span class="tp"></span>TP <span class="cp"></span>CP <span class="ep"></span>EP <span class="pp"></span>PP <span class="dp"></span>DP <span class="bubble"></span>bubble <span class="opt"></span>optimizer</p>
 <table class="plans">
 <thead>

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // SearchOptions bounds the exhaustive search. The zero value searches the
@@ -36,6 +37,51 @@ type SearchOptions struct {
 	Overlap bool
 	// MinHeadroomGiB drops plans with less free device memory (default 0).
 	MinHeadroomGiB float64
+}
+
+// Describe says how o narrows the default search space, e.g. "ZeRO 0, 1 ·
+// recompute full · tp ≤ 4 · no interleaving · overlap"; "" when it does
+// not (TopK aside).
+func (o SearchOptions) Describe() string {
+	var parts []string
+	if len(o.ZeRO) > 0 {
+		z := make([]string, len(o.ZeRO))
+		for i, v := range o.ZeRO {
+			z[i] = fmt.Sprint(v)
+		}
+		parts = append(parts, "ZeRO "+strings.Join(z, ", "))
+	}
+	if len(o.Recompute) > 0 {
+		r := make([]string, len(o.Recompute))
+		for i, v := range o.Recompute {
+			r[i] = string(v)
+		}
+		parts = append(parts, "recompute "+strings.Join(r, ", "))
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"tp", o.MaxTP}, {"cp", o.MaxCP}, {"ep", o.MaxEP}, {"micro-batch", o.MaxMicroBatch}} {
+		if c.v > 0 {
+			parts = append(parts, fmt.Sprintf("%s ≤ %d", c.name, c.v))
+		}
+	}
+	switch {
+	case o.MaxVPP == 1:
+		parts = append(parts, "no interleaving")
+	case o.MaxVPP > 1:
+		parts = append(parts, fmt.Sprintf("vpp ≤ %d", o.MaxVPP))
+	}
+	if o.NoSP {
+		parts = append(parts, "no sequence parallelism")
+	}
+	if o.Overlap {
+		parts = append(parts, "overlap")
+	}
+	if o.MinHeadroomGiB > 0 {
+		parts = append(parts, fmt.Sprintf("headroom ≥ %g GiB", o.MinHeadroomGiB))
+	}
+	return strings.Join(parts, " · ")
 }
 
 // ErrNoPlan is returned (wrapped) when no plan fits.

@@ -168,3 +168,21 @@ func TestSearchFlashAttentionListsSelectiveOnce(t *testing.T) {
 		t.Fatalf("selective alone: %v, %v", only, err)
 	}
 }
+
+func TestSearchOptionsDescribe(t *testing.T) {
+	tests := []struct {
+		o    SearchOptions
+		want string
+	}{
+		{SearchOptions{}, ""},
+		{SearchOptions{TopK: 3}, ""},
+		{SearchOptions{ZeRO: []int{0, 1}, Recompute: []Recompute{RecomputeFull}, MaxTP: 4, MaxVPP: 1, NoSP: true, Overlap: true, MinHeadroomGiB: 2.5},
+			"ZeRO 0, 1 · recompute full · tp ≤ 4 · no interleaving · no sequence parallelism · overlap · headroom ≥ 2.5 GiB"},
+		{SearchOptions{MaxCP: 2, MaxEP: 8, MaxMicroBatch: 4, MaxVPP: 4}, "cp ≤ 2 · ep ≤ 8 · micro-batch ≤ 4 · vpp ≤ 4"},
+	}
+	for _, tt := range tests {
+		if got := tt.o.Describe(); got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.o, got, tt.want)
+		}
+	}
+}
