@@ -150,12 +150,11 @@ func (s *searchSpace) options(cmd *cobra.Command, top int, evaluating bool) (str
 		}
 	}
 	for _, r := range s.recompute {
-		switch m := strategy.Recompute(strings.ToLower(strings.TrimSpace(r))); m {
-		case strategy.RecomputeNone, strategy.RecomputeSelective, strategy.RecomputeFull:
-			o.Recompute = append(o.Recompute, m)
-		default:
-			return o, fmt.Errorf("--recompute %q: want none, selective or full", r)
+		m, err := strategy.ParseRecompute(r)
+		if err != nil {
+			return o, fmt.Errorf("--recompute %w", err)
 		}
+		o.Recompute = append(o.Recompute, m)
 	}
 	for _, c := range []struct {
 		name     string

@@ -18,6 +18,15 @@ const (
 	RecomputeFull      Recompute = "full"
 )
 
+// ParseRecompute reads a recompute mode, in any case.
+func ParseRecompute(s string) (Recompute, error) {
+	switch r := Recompute(strings.ToLower(strings.TrimSpace(s))); r {
+	case RecomputeNone, RecomputeSelective, RecomputeFull:
+		return r, nil
+	}
+	return "", fmt.Errorf("%q: want none, selective or full", s)
+}
+
 // Plan is one parallel configuration. Devices used = TP·PP·DP·CP; EP
 // splits the experts over ranks of the DP×CP group (it must divide DP·CP),
 // as Megatron-Core does. MicroBatch is in sequences; the number of
@@ -131,12 +140,11 @@ func ParsePlan(s string) (Plan, error) {
 		case "overlap":
 			boolVal(&p.Overlap)
 		case "recompute":
-			switch r := Recompute(strings.ToLower(val)); r {
-			case RecomputeNone, RecomputeSelective, RecomputeFull:
-				p.Recompute = r
-			default:
-				errs.add(key, "%q: want none, selective or full", val)
+			r, err := ParseRecompute(val)
+			if err != nil {
+				errs.add(key, "%v", err)
 			}
+			p.Recompute = r
 		default:
 			errs.add(key, "unknown key (known: tp, pp, dp, cp, ep, mb, recompute, zero, vpp, sp, overlap)")
 		}
