@@ -324,25 +324,11 @@ func TestSplitLayersWithoutInterleaving(t *testing.T) {
 // every plan's stages must hold the model's layers, and Check must accept
 // every plan (the search enumerates without it).
 func TestSearchNeverBeatsPeak(t *testing.T) {
-	var models, clusters []string
-	for _, name := range Presets() {
-		if _, err := PresetModel(name); err == nil {
-			models = append(models, name)
-		} else {
-			clusters = append(clusters, name)
-		}
-	}
-	if len(models) < 2 || len(clusters) < 2 {
-		t.Fatalf("presets: %d models, %d clusters", len(models), len(clusters))
-	}
+	models, clusters := presetSpecs(t)
 	searched := 0
-	for _, mn := range models {
-		m, _ := PresetModel(mn)
-		for _, cn := range clusters {
-			c, err := PresetCluster(cn)
-			if err != nil {
-				t.Fatal(err)
-			}
+	for _, m := range models {
+		for _, c := range clusters {
+			mn, cn := m.Name, c.Name
 			res, err := Search(context.Background(), m, c, SearchOptions{TopK: 20})
 			if errors.Is(err, ErrNoPlan) {
 				continue

@@ -7,17 +7,9 @@ import (
 	"testing"
 )
 
-// randomPlans returns up to n plans that pass Check, drawn with a fixed
-// seed over the preset models and clusters: every degree, micro-batch,
-// recompute mode, ZeRO stage, interleaving, SP and overlap.
-func randomPlans(t *testing.T, n int) (out []struct {
-	m Model
-	c Cluster
-	p Plan
-}) {
+// presetSpecs loads every preset model and cluster.
+func presetSpecs(t *testing.T) (models []Model, clusters []Cluster) {
 	t.Helper()
-	var models []Model
-	var clusters []Cluster
 	for _, name := range Presets() {
 		if m, err := PresetModel(name); err == nil {
 			models = append(models, m)
@@ -27,6 +19,25 @@ func randomPlans(t *testing.T, n int) (out []struct {
 			t.Fatalf("preset %s: %v", name, err)
 		}
 	}
+	if len(models) < 2 || len(clusters) < 2 {
+		t.Fatalf("presets: %d models, %d clusters", len(models), len(clusters))
+	}
+	return models, clusters
+}
+
+// randomPlan is a plan for a model on a cluster.
+type randomPlan struct {
+	m Model
+	c Cluster
+	p Plan
+}
+
+// randomPlans returns up to n plans that pass Check, drawn with a fixed
+// seed over the preset models and clusters: every degree, micro-batch,
+// recompute mode, ZeRO stage, interleaving, SP and overlap.
+func randomPlans(t *testing.T, n int) (out []randomPlan) {
+	t.Helper()
+	models, clusters := presetSpecs(t)
 	rng := rand.New(rand.NewSource(1))
 	pow := []int{1, 2, 4, 8, 16, 32, 64}
 	modes := []Recompute{RecomputeNone, RecomputeSelective, RecomputeFull}
@@ -38,11 +49,7 @@ func randomPlans(t *testing.T, n int) (out []struct {
 		if d := c.Devices(); d%(p.TP*p.PP*p.CP) == 0 {
 			p.DP = d / (p.TP * p.PP * p.CP)
 			if Check(m, c, p) == nil {
-				out = append(out, struct {
-					m Model
-					c Cluster
-					p Plan
-				}{m, c, p})
+				out = append(out, randomPlan{m, c, p})
 			}
 		}
 	}
