@@ -378,6 +378,11 @@ func (s *Syncer) Step(ctx context.Context) (float32, error) {
 	case !compressed:
 		cur = s.grad
 	}
+	if s.size == 1 {
+		// Nothing to send: a codec would only add its encoding, its
+		// decoding and its error to the step.
+		cur = denseReducer{}
+	}
 	_, whole := cur.(denseReducer)
 	t0 := time.Now()
 	var loss float32

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -195,6 +196,30 @@ func TestStatsAccount(t *testing.T) {
 	}
 	if got := ss[0].Phase(); !strings.Contains(got, "sign:1024") {
 		t.Errorf("phase %q", got)
+	}
+}
+
+// TestOneRankDoesNotCompress: alone, a rank has nothing to send, so a
+// compressed policy trains exactly as an uncompressed one (no encoding
+// cost, no quantisation error) and counts no compressed steps.
+func TestOneRankDoesNotCompress(t *testing.T) {
+	cl := ascendtest.NewCluster(t, 1)
+	for _, tc := range []struct {
+		opt          engine.Optimizer
+		codec, grads string
+	}{{engine.Adam, "int8", ""}, {engine.Adam, "topk:0.01", ""}, {engine.OneBitAdam, "sign", "int8"}} {
+		t.Run(fmt.Sprintf("%v/%s", tc.opt, tc.codec), func(t *testing.T) {
+			plain := ranks(t, 1, tc.opt, Policy{Codec: "none"})
+			comp := ranks(t, 1, tc.opt, Policy{Codec: tc.codec, GradCodec: tc.grads, Warmup: 2})
+			train(t, cl, plain, 8)
+			train(t, cl, comp, 8)
+			if a, b := plain[0].Trainer().WeightsSHA256(), comp[0].Trainer().WeightsSHA256(); a != b {
+				t.Errorf("weights %s, uncompressed %s", b, a)
+			}
+			if st := comp[0].Stats(); st.CompressedSteps != 0 || st.Steps != 8 {
+				t.Errorf("stats %+v", st)
+			}
+		})
 	}
 }
 
