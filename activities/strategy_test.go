@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cann-train/cann-train/ascend/codec"
 	"github.com/cann-train/cann-train/engine/strategy"
 	"github.com/cann-train/cann-train/spec"
 )
@@ -65,6 +66,114 @@ func TestSearchStrategy(t *testing.T) {
 	in.Topology.Compute = in.Topology.Compute[:3]
 	if _, err := (Planner{}).SearchStrategy(context.Background(), in); err == nil || !strings.Contains(err.Error(), "3 of 4") {
 		t.Errorf("missing computation: %v", err)
+	}
+}
+
+// TestSearchStrategyCompressed: a compressed job's exchange is priced
+// with its codec's encoded sizes and measured cost, so links too slow for
+// the dense gradient become worth crossing; an auto codec stays
+// uncompressed where the allreduce already fits in computation; the
+// warm-up's steps are priced uncompressed; codecs the scan did not time
+// are refused.
+func TestSearchStrategyCompressed(t *testing.T) {
+	const values = 1 << 20
+	plan := spec.TopologyPlan{Hosts: []string{"a", "b", "c", "d"},
+		Levels: []spec.TopologyLevel{{Name: "inter-host", AlphaNS: 50_000, BytesPerSec: 0.2e9}}}
+	costs := []spec.CodecCost{{Codec: "sign:1024", EncodeNS: 2, DecodeNS: 1}, {Codec: "int8:256", EncodeNS: 4, DecodeNS: 1},
+		{Codec: "topk:0.01", EncodeNS: 6, DecodeNS: 0.5}, {Codec: "topk:0.001", EncodeNS: 6, DecodeNS: 0.5}}
+	for r, h := range plan.Hosts {
+		c := slices.Clone(costs)
+		c[0].EncodeNS += float64(r) // the slowest node's cost prices the exchange
+		plan.Compute = append(plan.Compute, spec.RankCompute{Rank: r, Host: h, Cores: 4, PerExampleNS: 500_000, Codecs: c})
+	}
+	search := func(c *spec.StrategyCompression) *spec.StrategyPlan {
+		t.Helper()
+		in := spec.SearchStrategyInput{Topology: plan, GradientBytes: 4 * values, GlobalBatch: 64, MinRanks: 1, MaxRanks: 4, Compression: c}
+		got, err := Planner{}.SearchStrategy(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	dense := search(nil)
+	sign := search(&spec.StrategyCompression{Codec: "sign:1024", Exchange: "twophase", Steps: 100})
+	if dense.DataParallel != 1 || sign.DataParallel != 4 {
+		t.Fatalf("dense chose %d ranks (%s), sign %d (%s): want 1 and 4", dense.DataParallel, dense.Reason, sign.DataParallel, sign.Reason)
+	}
+	for i, c := range sign.Candidates {
+		if c.Ranks == 1 {
+			continue
+		}
+		enc := codec.TwoPhaseWork(&codec.Sign{Bucket: 1024}, values, c.Ranks).Compute(codec.Cost{EncodeNS: 2 + 3, DecodeNS: 1})
+		if c.Codec != "sign:1024" || math.Abs(c.CodecSeconds-enc.Seconds()) > 1e-9 || c.CommSeconds-c.CodecSeconds > dense.Candidates[i].CommSeconds/10 {
+			t.Errorf("sign on %d ranks: %+v; encoding should take %v, the network a tenth of the dense allreduce's %v s at most",
+				c.Ranks, c, enc, dense.Candidates[i].CommSeconds)
+		}
+	}
+	if !strings.Contains(sign.Reason, "sign:1024 compressed") {
+		t.Errorf("reason %q does not name the codec", sign.Reason)
+	}
+	// Half the steps are the warm-up's allreduce.
+	half := search(&spec.StrategyCompression{Codec: "sign:1024", Exchange: "twophase", From: 50, Steps: 100})
+	for i, c := range half.Candidates {
+		want := (dense.Candidates[i].CommSeconds + sign.Candidates[i].CommSeconds) / 2
+		if math.Abs(c.CommSeconds-want) > 1e-9 {
+			t.Errorf("%d ranks, half warm-up: comm %v s, want %v", c.Ranks, c.CommSeconds, want)
+		}
+	}
+	// The allgather exchange sends n−1 encodings: dearer than two-phase's
+	// 2(n−1)/n of one on 4 ranks.
+	ag := search(&spec.StrategyCompression{Codec: "sign:1024", Exchange: "allgather", Steps: 100})
+	if ag.Candidates[3].CommSeconds <= sign.Candidates[3].CommSeconds {
+		t.Errorf("4 ranks: allgather exchange %v s, two-phase %v s", ag.Candidates[3].CommSeconds, sign.Candidates[3].CommSeconds)
+	}
+	// auto compresses where the allreduce outweighs computation …
+	auto := search(&spec.StrategyCompression{Codec: "auto", Exchange: "twophase", Steps: 100})
+	if auto.DataParallel < 2 || !slices.ContainsFunc(costs, func(c spec.CodecCost) bool { return c.Codec == auto.Candidates[3].Codec }) {
+		t.Errorf("auto: %d ranks, 4 ranks priced with codec %q: %s", auto.DataParallel, auto.Candidates[3].Codec, auto.Reason)
+	}
+	// … and not where it fits.
+	fast := plan
+	fast.Levels = []spec.TopologyLevel{{Name: "inter-host", AlphaNS: 5_000, BytesPerSec: 100e9}}
+	plan = fast
+	fastDense, fastAuto := search(nil), search(&spec.StrategyCompression{Codec: "auto", Exchange: "twophase", Steps: 100})
+	for i, c := range fastAuto.Candidates {
+		if c.Codec != "" || c.CommSeconds != fastDense.Candidates[i].CommSeconds {
+			t.Errorf("fast links, auto on %d ranks: %+v, the dense plan %+v", c.Ranks, c, fastDense.Candidates[i])
+		}
+	}
+	// A codec the scan did not time is refused, not priced as free.
+	plan.Compute[2].Codecs = plan.Compute[2].Codecs[1:]
+	in := spec.SearchStrategyInput{Topology: plan, GradientBytes: 4 * values, GlobalBatch: 64, MinRanks: 1, MaxRanks: 4,
+		Compression: &spec.StrategyCompression{Codec: "sign:1024", Exchange: "twophase", Steps: 100}}
+	if _, err := (Planner{}).SearchStrategy(context.Background(), in); err == nil || !strings.Contains(err.Error(), "did not time codec sign:1024") {
+		t.Errorf("untimed codec: %v", err)
+	}
+	in.Compression = &spec.StrategyCompression{Codec: "sign:1024", From: 101, Steps: 100}
+	if _, err := (Planner{}).SearchStrategy(context.Background(), in); err == nil || !strings.Contains(err.Error(), "from step 101 of 100") {
+		t.Errorf("warm-up past the end: %v", err)
+	}
+}
+
+// TestMeasureCodecs: auto times the ladder, each codec once, none never;
+// a bad codec is refused naming it.
+func TestMeasureCodecs(t *testing.T) {
+	got, err := measureCodecs(context.Background(), &spec.ComputeProbe{Codecs: []string{"auto", "sign", "none"}, GradientValues: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range got {
+		names = append(names, c.Codec)
+		if !(c.EncodeNS > 0 && c.DecodeNS > 0) {
+			t.Errorf("%+v", c)
+		}
+	}
+	if want := []string{"int8:256", "sign:1024", "topk:0.01", "topk:0.001"}; !slices.Equal(names, want) {
+		t.Errorf("timed %v, want %v", names, want)
+	}
+	if _, err := measureCodecs(context.Background(), &spec.ComputeProbe{Codecs: []string{"zip"}, GradientValues: 1000}); err == nil || !strings.Contains(err.Error(), `codec "zip"`) {
+		t.Errorf("bad codec: %v", err)
 	}
 }
 

@@ -150,10 +150,29 @@ func (s RunSpec) AutoCodec() (auto bool, from int64) {
 	if c == nil || c.Codec != gradsync.CodecAuto {
 		return false, 0
 	}
-	if s.Optimizer == OptimizerOneBitAdam {
-		return true, s.FreezeStep
+	return true, s.CompressFrom()
+}
+
+// CompressFrom is the first step of a compressed run's compressed phase:
+// the end of its warm-up (freeze_step with onebit-adam).
+func (s RunSpec) CompressFrom() int64 {
+	switch {
+	case s.Compression == nil:
+		return 0
+	case s.Optimizer == OptimizerOneBitAdam:
+		return s.FreezeStep
 	}
-	return true, c.WarmupSteps
+	return s.Compression.WarmupSteps
+}
+
+// StrategyCompression is what the strategy search needs of the run's
+// compression (nil: none).
+func (s RunSpec) StrategyCompression() *StrategyCompression {
+	c := s.Compression
+	if c == nil {
+		return nil
+	}
+	return &StrategyCompression{Codec: c.Codec, Exchange: c.Exchange, WarmupCodec: c.WarmupCodec, From: s.CompressFrom(), Steps: s.Steps}
 }
 
 // KeepsCommState reports whether the run's checkpoints carry per-rank
@@ -228,10 +247,7 @@ func (s RunSpec) NewSyncStatus() *SyncStatus {
 	st := &SyncStatus{Optimizer: s.Optimizer, Policy: "none", Overlap: s.Overlap != nil}
 	if c := s.Compression; c != nil {
 		st.Policy, st.Exchange = c.Codec, c.Exchange
-		st.CompressFrom = c.WarmupSteps
-		if s.Optimizer == OptimizerOneBitAdam {
-			st.CompressFrom = s.FreezeStep
-		}
+		st.CompressFrom = s.CompressFrom()
 		if c.Codec != gradsync.CodecAuto {
 			st.Codec = c.Codec
 		}

@@ -22,6 +22,18 @@ type ComputeProbe struct {
 	Hidden       []int    `json:"hidden"`
 	LearningRate float64  `json:"learning_rate"`
 	Budget       Duration `json:"budget"`
+	// Codecs are gradient codecs (canonical names) to time on
+	// GradientValues values as well, for a compressed job's search.
+	Codecs         []string `json:"codecs,omitempty"`
+	GradientValues int      `json:"gradient_values,omitempty"`
+}
+
+// CodecCost is one codec's measured computation on one core, per value:
+// encoding with error feedback and decoding into a sum.
+type CodecCost struct {
+	Codec    string  `json:"codec"`
+	EncodeNS float64 `json:"encode_ns"`
+	DecodeNS float64 `json:"decode_ns"`
 }
 
 // RankCompute is one node's measured computation (ProbeResult, and the
@@ -37,6 +49,9 @@ type RankCompute struct {
 	// likely multiples ≥ 1 (engine.ComputeCost.Spread); absent in scans
 	// recorded before it was measured.
 	Spread []float64 `json:"spread,omitempty"`
+	// Codecs are the ComputeProbe's codecs' costs, timed one rank at a
+	// time like the steps.
+	Codecs []CodecCost `json:"codecs,omitempty"`
 }
 
 // LinkSample is one measured direction of a rank pair.
@@ -140,6 +155,21 @@ type SearchStrategyInput struct {
 	MaxRanks      int          `json:"max_ranks"`
 	// Algorithm prices the gradient allreduce (ring when empty).
 	Algorithm string `json:"algorithm,omitempty"`
+	// Compression is the job's gradient compression (nil: none); its
+	// codecs' costs are in the scan's Compute.
+	Compression *StrategyCompression `json:"compression,omitempty"`
+}
+
+// StrategyCompression is what the search needs of a compressed job: steps
+// From..Steps-1 exchange Codec-encoded gradients (auto: the codec the run
+// will choose after its warm-up, predicted by the same policy), the steps
+// before them WarmupCodec's (empty or none: uncompressed).
+type StrategyCompression struct {
+	Codec       string `json:"codec"`
+	Exchange    string `json:"exchange"`
+	WarmupCodec string `json:"warmup_codec,omitempty"`
+	From        int64  `json:"from"`
+	Steps       int64  `json:"steps"`
 }
 
 // StrategyCandidate is the cost model's prediction for one data-parallel
@@ -154,6 +184,11 @@ type StrategyCandidate struct {
 	// Straggle is the multiple of an undisturbed rank's time both phases
 	// are priced at: the expected slowest of Ranks ranks (0: not measured).
 	Straggle float64 `json:"straggle,omitempty"`
+	// Codec is the compression priced for the compressed steps, and
+	// CodecSeconds the encoding and decoding in CommSeconds (per step,
+	// averaged over the run's steps like CommSeconds).
+	Codec        string  `json:"codec,omitempty"`
+	CodecSeconds float64 `json:"codec_s,omitempty"`
 }
 
 // StrategyPlan is SearchStrategy's choice, recorded in history and shown

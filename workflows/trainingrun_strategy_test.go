@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/spec"
@@ -21,30 +22,7 @@ func TestStrategySearchPicksDataParallelDegree(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
 	ch := &fakeChunks{}
 	env := newRunEnv(t, cl, ch)
-	var mu sync.Mutex
-	var probes []spec.ProbeInput
-	env.RegisterActivityWithOptions(func(_ context.Context, in spec.ProbeInput) (*spec.ProbeResult, error) {
-		mu.Lock()
-		probes = append(probes, in)
-		mu.Unlock()
-		res := &spec.ProbeResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, Host: "a"}
-		if in.Compute != nil {
-			res.Compute = &spec.RankCompute{Rank: in.Rank, Host: "a", Cores: 2, PerExampleNS: 20_000, OverheadNS: 200_000}
-		}
-		if in.Rank == 0 {
-			n := len(in.Membership.Nodes)
-			for i := range n {
-				for j := range n {
-					if i != j {
-						res.Links = append(res.Links, spec.LinkSample{From: i, To: j, LatencyNS: 5_000, BytesPerSec: 10e9})
-					}
-				}
-			}
-		}
-		return res, nil
-	}, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
-	env.RegisterActivityWithOptions(activities.Planner{}.PlanTopology, activity.RegisterOptions{Name: spec.ActivityPlanTopology})
-	env.RegisterActivityWithOptions(activities.Planner{}.SearchStrategy, activity.RegisterOptions{Name: spec.ActivitySearchStrategy})
+	probes := registerStrategyActivities(env, nil)
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	require.True(t, env.IsWorkflowCompleted())
@@ -68,15 +46,94 @@ func TestStrategySearchPicksDataParallelDegree(t *testing.T) {
 	// depends on them) and times computation again (the scaling
 	// efficiency's baseline).
 	withCompute := 0
-	for _, in := range probes {
+	for _, in := range *probes {
 		if in.Compute != nil {
 			withCompute++
 		}
 	}
 	require.Equal(t, 5, withCompute)
-	require.Len(t, probes, 5)
+	require.Len(t, *probes, 5)
 	// 48 examples per rank: one rank alone takes 200 µs + 48 × 20 µs.
 	one := 48 / (200e-6 + 48*20e-6)
 	require.InDelta(t, st.SamplesPerSec/(2*one), st.ScalingEfficiency, 1e-12)
 	require.Greater(t, st.ScalingEfficiency, 0.0)
+}
+
+// registerStrategyActivities registers a fake link scan of one 2-core
+// host (10 GB/s links; computation and, when asked, codecs timed) and the
+// real PlanTopology and SearchStrategy; searches receives every
+// SearchStrategy input when not nil. It returns the scans' inputs.
+func registerStrategyActivities(env *testsuite.TestWorkflowEnvironment, searches *[]spec.SearchStrategyInput) *[]spec.ProbeInput {
+	var mu sync.Mutex
+	var probes []spec.ProbeInput
+	env.RegisterActivityWithOptions(func(_ context.Context, in spec.ProbeInput) (*spec.ProbeResult, error) {
+		mu.Lock()
+		probes = append(probes, in)
+		mu.Unlock()
+		res := &spec.ProbeResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, Host: "a"}
+		if in.Compute != nil {
+			res.Compute = &spec.RankCompute{Rank: in.Rank, Host: "a", Cores: 2, PerExampleNS: 20_000, OverheadNS: 200_000}
+			for _, c := range in.Compute.Codecs {
+				res.Compute.Codecs = append(res.Compute.Codecs, spec.CodecCost{Codec: c, EncodeNS: 3, DecodeNS: 1})
+			}
+		}
+		if in.Rank == 0 {
+			n := len(in.Membership.Nodes)
+			for i := range n {
+				for j := range n {
+					if i != j {
+						res.Links = append(res.Links, spec.LinkSample{From: i, To: j, LatencyNS: 5_000, BytesPerSec: 10e9})
+					}
+				}
+			}
+		}
+		return res, nil
+	}, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
+	env.RegisterActivityWithOptions(activities.Planner{}.PlanTopology, activity.RegisterOptions{Name: spec.ActivityPlanTopology})
+	env.RegisterActivityWithOptions(func(ctx context.Context, in spec.SearchStrategyInput) (*spec.StrategyPlan, error) {
+		if searches != nil {
+			mu.Lock()
+			*searches = append(*searches, in)
+			mu.Unlock()
+		}
+		return activities.Planner{}.SearchStrategy(ctx, in)
+	}, activity.RegisterOptions{Name: spec.ActivitySearchStrategy})
+	return &probes
+}
+
+// TestStrategySearchPricesCompression: a compressed job's first scan also
+// times its codec on the gradient's size, and the search gets the job's
+// compression (codec, exchange, the warm-up's end) and prices the codec:
+// the plan's candidates name it. The scans after the plan do not time
+// codecs again.
+func TestStrategySearchPricesCompression(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	var searches []spec.SearchStrategyInput
+	probes := registerStrategyActivities(env, &searches)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto,
+		Compression: &spec.CompressionPolicy{Codec: "sign", WarmupSteps: 20}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+
+	require.Len(t, searches, 1)
+	require.Equal(t, &spec.StrategyCompression{Codec: "sign:1024", Exchange: "twophase", From: 20, Steps: 200}, searches[0].Compression)
+	first := (*probes)[0].Compute
+	require.NotNil(t, first)
+	require.Equal(t, []string{"sign:1024"}, first.Codecs)
+	require.Equal(t, s.GradientFloats(), first.GradientValues)
+	for _, in := range (*probes)[3:] {
+		require.Empty(t, in.Compute.Codecs, "a scan after the plan timed codecs")
+	}
+	require.NotNil(t, st.Strategy)
+	for _, c := range st.Strategy.Candidates {
+		if c.Ranks > 1 {
+			require.Equal(t, "sign:1024", c.Codec)
+			require.Greater(t, c.CodecSeconds, 0.0)
+		}
+	}
 }

@@ -123,7 +123,15 @@ func (r *run) computeProbe(ctx workflow.Context) *spec.ComputeProbe {
 	if !always && (r.spec.Strategy != spec.StrategyAuto || r.st.Status.Strategy != nil) {
 		return nil
 	}
-	return &spec.ComputeProbe{Hidden: r.spec.Model.Hidden, LearningRate: r.spec.LearningRate, Budget: spec.Duration(computeProbeBudget)}
+	p := &spec.ComputeProbe{Hidden: r.spec.Model.Hidden, LearningRate: r.spec.LearningRate, Budget: spec.Duration(computeProbeBudget)}
+	if c := r.spec.StrategyCompression(); c != nil && r.spec.Strategy == spec.StrategyAuto && r.st.Status.Strategy == nil {
+		// The search prices the compressed exchange with the codecs' cost.
+		p.Codecs, p.GradientValues = []string{c.Codec}, r.spec.GradientFloats()
+		if c.WarmupCodec != "" {
+			p.Codecs = append(p.Codecs, c.WarmupCodec)
+		}
+	}
+	return p
 }
 
 // planStrategy runs SearchStrategy once, before the first step: the cost
@@ -143,7 +151,7 @@ func (r *run) planStrategy(ctx workflow.Context) error {
 		return nil
 	}
 	in := spec.SearchStrategyInput{Topology: *t, GradientBytes: 4 * r.spec.GradientFloats(), GlobalBatch: r.spec.GlobalBatch(),
-		MinRanks: 1, MaxRanks: nodes, Algorithm: r.st.Algorithm}
+		MinRanks: 1, MaxRanks: nodes, Algorithm: r.st.Algorithm, Compression: r.spec.StrategyCompression()}
 	var plan spec.StrategyPlan
 	opts := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           spec.ControlTaskQueue,

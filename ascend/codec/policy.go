@@ -140,20 +140,10 @@ func (m Measure) checkPrice(c Choice, cd Codec, n int) Choice {
 }
 
 // Ratio returns the traffic reduction of codec c on n values: 4n bytes
-// over the length of an encoding (for top-k, estimated with index gaps of
-// 1/ratio values).
+// over the length of an encoding (for top-k, its expected length:
+// [EncodedLen]).
 func Ratio(c Codec, n int) float64 {
-	var enc int
-	switch c := c.(type) {
-	case sizer:
-		enc = c.EncodedLen(n)
-	case *TopK:
-		k := c.K(n)
-		gap := uvarintLen(uint64(math.Ceil(1 / c.Ratio)))
-		enc = headerLen(n) + uvarintLen(uint64(k)) + k*(4+gap)
-	default:
-		return 1
-	}
+	enc := EncodedLen(c, n)
 	if enc <= 0 {
 		return 1
 	}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,6 +21,7 @@ type strategyBenchOptions struct {
 	nodes, reps, batch int
 	steps              int64
 	output, dataDir    string
+	codec              string
 }
 
 func newBenchStrategyCmd(e *env) *cobra.Command {
@@ -34,9 +37,11 @@ the global batch), and one run on each degree d with the same global batch
 repetition to the next. It prints, per degree, the predicted and the measured
 steps per second (medians over the repetitions, steps inside chunks) and their
 ratio, the planner's choices, and how the degree it chose measured against the
-fastest one.`,
+fastest one. With --codec every run compresses its gradient exchange
+(job file compression.codec), and the plan prices that.`,
 		Example: `  cann-train bench strategy
-  cann-train bench strategy --nodes 3 --reps 5 --steps 600 -o json`,
+  cann-train bench strategy --nodes 3 --reps 5 --steps 600 -o json
+  cann-train bench strategy --codec auto`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(o.output, "text", "json"); err != nil {
@@ -59,6 +64,7 @@ fastest one.`,
 	f.Int64Var(&o.steps, "steps", 600, "steps per run")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-strategy"), "checkpoints and logs")
+	f.StringVar(&o.codec, "codec", "", "compress every run's gradient exchange: auto, none, sign, int8, topk:RATIO (default: uncompressed)")
 	return cmd
 }
 
@@ -69,6 +75,8 @@ type StrategyBench struct {
 	GlobalBatch int   `json:"global_batch"`
 	Steps       int64 `json:"steps"`
 	Reps        int   `json:"repetitions"`
+	// Codec is --codec ("": uncompressed).
+	Codec string `json:"codec,omitempty"`
 	// Choices is the plan's degree in each repetition; AutoMeasured what
 	// the auto run then measured on it (steps/s).
 	Choices      []int                    `json:"choices"`
@@ -100,6 +108,11 @@ type StrategyBenchCandidate struct {
 	// repetition.
 	Straggle         []float64 `json:"straggle,omitempty"`
 	Oversubscription []float64 `json:"oversubscription,omitempty"`
+	// Codecs are the compression the plan priced, per repetition ("":
+	// none); PredictedCodecUs the encoding and decoding in its
+	// communication.
+	Codecs           []string  `json:"codecs,omitempty"`
+	PredictedCodecUs []float64 `json:"predicted_codec_us,omitempty"`
 	// Medians over the repetitions, and measured over predicted.
 	PredictedMedian     float64 `json:"predicted_median"`
 	MeasuredMedian      float64 `json:"measured_median"`
@@ -111,7 +124,7 @@ type StrategyBenchCandidate struct {
 
 func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (StrategyBench, error) {
 	g := o.nodes * o.batch
-	out := StrategyBench{Nodes: o.nodes, GlobalBatch: g, Steps: o.steps, Reps: o.reps}
+	out := StrategyBench{Nodes: o.nodes, GlobalBatch: g, Steps: o.steps, Reps: o.reps, Codec: o.codec}
 	for d := 1; d <= o.nodes; d++ {
 		c := StrategyBenchCandidate{Ranks: d}
 		if g%d != 0 {
@@ -138,6 +151,9 @@ func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (Strateg
 			HeartbeatTimeout: spec.Duration(5 * time.Second), NodeWait: spec.Duration(time.Minute)}
 		if auto {
 			s.Strategy = spec.StrategyAuto
+		}
+		if o.codec != "" {
+			s.Compression = &spec.CompressionPolicy{Codec: o.codec}
 		}
 		s = s.WithDefaults()
 		if err := s.Validate(); err != nil {
@@ -178,6 +194,10 @@ func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (Strateg
 				k.Oversubscription = append(k.Oversubscription, c.Oversubscription)
 				if c.Ranks > 1 {
 					k.PredictedCommUs = append(k.PredictedCommUs, 1e6*c.CommSeconds)
+					if o.codec != "" {
+						k.Codecs = append(k.Codecs, cmp.Or(c.Codec, "none"))
+						k.PredictedCodecUs = append(k.PredictedCodecUs, 1e6*c.CodecSeconds)
+					}
 				}
 			}
 		}
@@ -237,10 +257,14 @@ func printStrategyBench(e *env, b StrategyBench, output string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(b)
 	}
-	fmt.Fprintf(e.out, "# strategy: auto on %d node(s), %d host(s); MNIST MLP, global batch %d, %d steps per run, %d repetition(s)\n",
-		b.Nodes, b.Hosts, b.GlobalBatch, b.Steps, b.Reps)
+	compressed := ""
+	if b.Codec != "" {
+		compressed = ", compression " + b.Codec
+	}
+	fmt.Fprintf(e.out, "# strategy: auto on %d node(s), %d host(s); MNIST MLP, global batch %d, %d steps per run, %d repetition(s)%s\n",
+		b.Nodes, b.Hosts, b.GlobalBatch, b.Steps, b.Reps, compressed)
 	w := tabwriter.NewWriter(e.out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ranks\tpredicted steps/s\tmeasured steps/s (min–max)\tmeasured/predicted\tallreduce µs/step predicted / measured\t")
+	fmt.Fprintln(w, "ranks\tpredicted steps/s\tmeasured steps/s (min–max)\tmeasured/predicted\tcommunication µs/step predicted / measured\t")
 	for _, c := range b.Candidates {
 		mark := ""
 		if c.Ranks == b.Choice {
@@ -253,6 +277,9 @@ func printStrategyBench(e *env, b StrategyBench, output string) error {
 		comm := "-"
 		if c.Ranks > 1 {
 			comm = fmt.Sprintf("%.0f / %.0f", c.PredictedCommMedian, c.MeasuredCommMedian)
+			if len(c.Codecs) > 0 {
+				comm += fmt.Sprintf(" (priced: %s, %.0f µs encoding)", strings.Join(slices.Compact(slices.Clone(c.Codecs)), ", "), median(c.PredictedCodecUs))
+			}
 		}
 		fmt.Fprintf(w, "%d%s\t%.0f\t%.0f (%.0f–%.0f)\t%.2f\t%s\t\n", c.Ranks, mark, c.PredictedMedian, c.MeasuredMedian,
 			slices.Min(c.Measured), slices.Max(c.Measured), c.Ratio, comm)

@@ -5,12 +5,14 @@ import (
 	"testing"
 )
 
-// TestBenchStrategyJSON runs `bench strategy` for one short repetition on
-// two node processes: the plan's prediction and a fixed run's measurement
-// for both degrees, the choice among them.
+// TestBenchStrategyJSON runs `bench strategy --codec int8` for one short
+// repetition on two node processes: the plan's prediction (the real nodes
+// timed the codec, the planner priced its exchange) and a fixed run's
+// measurement for both degrees, the choice among them. (The uncompressed
+// plan on real nodes: TestStrategyAutoRealRun.)
 func TestBenchStrategyJSON(t *testing.T) {
 	out, errs, err := runCLI(t, "bench", "strategy", "--nodes", "2", "--reps", "1", "--steps", "200", "-o", "json",
-		"--data-dir", t.TempDir())
+		"--codec", "int8", "--data-dir", t.TempDir())
 	if err != nil {
 		t.Fatalf("bench strategy: %v\n%s", err, errs)
 	}
@@ -18,7 +20,7 @@ func TestBenchStrategyJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &b); err != nil {
 		t.Fatalf("not one JSON object: %v\n%s", err, out)
 	}
-	if b.Nodes != 2 || b.GlobalBatch != 64 || len(b.Choices) != 1 || len(b.AutoMeasured) != 1 || len(b.Candidates) != 2 {
+	if b.Nodes != 2 || b.GlobalBatch != 64 || len(b.Choices) != 1 || len(b.AutoMeasured) != 1 || len(b.Candidates) != 2 || b.Codec != "int8" {
 		t.Fatalf("result %+v", b)
 	}
 	for _, c := range b.Candidates {
@@ -34,6 +36,9 @@ func TestBenchStrategyJSON(t *testing.T) {
 		}
 		if len(c.Straggle) != 1 || len(c.Oversubscription) != 1 || !(c.Oversubscription[0] >= 1) {
 			t.Errorf("%d rank(s): straggle %v, oversubscription %v: want one factor each per repetition", c.Ranks, c.Straggle, c.Oversubscription)
+		}
+		if len(c.Codecs) != wantComm || wantComm == 1 && (c.Codecs[0] != "int8:256" || !(c.PredictedCodecUs[0] > 0 && c.PredictedCodecUs[0] < c.PredictedCommUs[0])) {
+			t.Errorf("%d rank(s): priced codecs %v, encoding %v µs of %v", c.Ranks, c.Codecs, c.PredictedCodecUs, c.PredictedCommUs)
 		}
 		if len(c.PredictedCommUs) != wantComm || len(c.MeasuredCommUs) != wantComm {
 			t.Errorf("%d rank(s): allreduce µs per step predicted %v, measured %v", c.Ranks, c.PredictedCommUs, c.MeasuredCommUs)

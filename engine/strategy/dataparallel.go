@@ -33,13 +33,24 @@ type DPInput struct {
 	// its slowest rank: d ranks' computation and allreduce take the
 	// expected largest of d draws (ExpectedMax). Empty: undisturbed.
 	Spread []float64
-	// AllReduce is the predicted time of one step's gradient allreduce
-	// over d ranks (the collective engine's α-β model fed the measured
-	// links); 0 for d = 1.
-	AllReduce func(d int) time.Duration
+	// Comm prices one step's gradient exchange over d ≥ 2 ranks whose
+	// computation takes compute seconds per step (an adaptive codec
+	// chooses by it): the collective engine's α-β model fed the measured
+	// links, and a compressed exchange's encoding and decoding.
+	Comm func(d int, compute float64) DPComm
 	// MinRanks and MaxRanks bound the choice (1 ≤ MinRanks ≤ MaxRanks ≤
 	// len(Hosts)).
 	MinRanks, MaxRanks int
+}
+
+// DPComm is one step's gradient exchange.
+type DPComm struct {
+	// Network is the collectives' time; Codec the encoding and decoding
+	// on one undisturbed core (0 uncompressed), which ranks sharing a
+	// core slow down like the rest of their computation.
+	Network, Codec time.Duration
+	// Name is the compression priced ("" for none).
+	Name string
 }
 
 // DPCandidate is the prediction for one data-parallel degree.
@@ -56,6 +67,10 @@ type DPCandidate struct {
 	// Spread): computation and allreduce are priced at that multiple of
 	// an undisturbed rank's.
 	Straggle float64 `json:"straggle,omitempty"`
+	// Codec is the compression priced and CodecSeconds its encoding and
+	// decoding, part of CommSeconds.
+	Codec        string  `json:"codec,omitempty"`
+	CodecSeconds float64 `json:"codec_s,omitempty"`
 }
 
 // DPPlan is PlanDataParallel's choice.
@@ -68,9 +83,11 @@ type DPPlan struct {
 // PlanDataParallel predicts the step time of every data-parallel degree
 // d in [MinRanks, MaxRanks] and picks the fastest: each rank computes
 // ⌈G/d⌉ examples (slowed by the ranks sharing a core on the busiest host)
-// plus the fixed per-step work, then the ranks allreduce the gradient;
-// both phases wait for the slowest of the d ranks (Spread). Communication
-// is not overlapped (the built-in engine's plain step). A tie goes to
+// plus the fixed per-step work, then the ranks exchange the gradient
+// (allreduce, or a compressed exchange whose encoding shares the cores
+// like computation); both phases wait for the slowest of the d ranks
+// (Spread). Communication is not overlapped (the built-in engine's plain
+// step). A tie goes to
 // fewer ranks (fewer nodes held, smaller blast radius).
 func PlanDataParallel(in DPInput) (DPPlan, error) {
 	switch {
@@ -83,8 +100,8 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 	case !(in.SecondsPerExample > 0) || math.IsInf(in.SecondsPerExample, 0) || in.StepOverhead < 0:
 		return DPPlan{}, fmt.Errorf("strategy: data parallel: computation %g s/example, %v per step: want measured, positive values",
 			in.SecondsPerExample, in.StepOverhead)
-	case in.AllReduce == nil:
-		return DPPlan{}, errors.New("strategy: data parallel: no allreduce model")
+	case in.Comm == nil:
+		return DPPlan{}, errors.New("strategy: data parallel: no communication model")
 	}
 	for r, c := range in.Cores {
 		if c < 1 {
@@ -108,11 +125,14 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 		examples := (in.GlobalBatch + d - 1) / d
 		straggle := ExpectedMax(in.Spread, d)
 		compute := (float64(examples)*in.SecondsPerExample + in.StepOverhead.Seconds()) * over * straggle
-		comm := 0.0
+		c := DPCandidate{Ranks: d, ComputeSeconds: compute, Oversubscription: over}
 		if d > 1 {
-			comm = in.AllReduce(d).Seconds() * straggle
+			x := in.Comm(d, compute)
+			c.CodecSeconds = x.Codec.Seconds() * over * straggle
+			c.CommSeconds = x.Network.Seconds()*straggle + c.CodecSeconds
+			c.Codec = x.Name
 		}
-		c := DPCandidate{Ranks: d, ComputeSeconds: compute, CommSeconds: comm, StepSeconds: compute + comm, Oversubscription: over}
+		c.StepSeconds = compute + c.CommSeconds
 		if len(in.Spread) > 0 {
 			c.Straggle = straggle
 		}
@@ -125,13 +145,17 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 	b := plan.Candidates[best]
 	plan.Ranks = b.Ranks
 	ms := func(s float64) string { return fmt.Sprintf("%.3g ms", 1e3*s) }
-	plan.Reason = fmt.Sprintf("%d rank(s): %s per step (%s computation, %s allreduce", b.Ranks, ms(b.StepSeconds), ms(b.ComputeSeconds), ms(b.CommSeconds))
+	comm := "allreduce"
+	if b.Codec != "" {
+		comm = fmt.Sprintf("exchange, %s compressed, %s of it encoding and decoding", b.Codec, ms(b.CodecSeconds))
+	}
+	plan.Reason = fmt.Sprintf("%d rank(s): %s per step (%s computation, %s %s", b.Ranks, ms(b.StepSeconds), ms(b.ComputeSeconds), ms(b.CommSeconds), comm)
 	if b.Straggle > 0 {
 		plan.Reason += fmt.Sprintf(", both %.2f× undisturbed for the slowest rank", b.Straggle)
 	}
 	plan.Reason += ")"
 	if last := plan.Candidates[len(plan.Candidates)-1]; last.Ranks != b.Ranks {
-		why := "the allreduce grows faster than computation shrinks"
+		why := "communication grows faster than computation shrinks"
 		if last.Oversubscription > b.Oversubscription {
 			why = fmt.Sprintf("%d ranks would share cores (%.2g per core)", last.Ranks, last.Oversubscription)
 		}

@@ -9,9 +9,15 @@ import (
 )
 
 func TestPlanDataParallel(t *testing.T) {
-	ring := func(perStep time.Duration) func(int) time.Duration {
+	ring := func(perStep time.Duration) func(int, float64) DPComm {
 		// 2(d−1) steps of α plus a bandwidth term.
-		return func(d int) time.Duration { return time.Duration(2*(d-1)) * perStep }
+		return func(d int, _ float64) DPComm { return DPComm{Network: time.Duration(2*(d-1)) * perStep} }
+	}
+	// A codec cutting the traffic 32× at a fixed encoding cost.
+	compressed := func(perStep, codec time.Duration) func(int, float64) DPComm {
+		return func(d int, _ float64) DPComm {
+			return DPComm{Network: time.Duration(2*(d-1)) * perStep / 32, Codec: codec, Name: "sign:1024"}
+		}
 	}
 	hosts := func(n int, names ...string) []string {
 		out := make([]string, n)
@@ -34,20 +40,29 @@ func TestPlanDataParallel(t *testing.T) {
 	}{
 		{"one host of 2 cores: the third rank only shares them",
 			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, StepOverhead: 200 * time.Microsecond,
-				Hosts: hosts(3, "a"), Cores: cores(3, 2), AllReduce: ring(20 * time.Microsecond), MinRanks: 1, MaxRanks: 3}, 2},
+				Hosts: hosts(3, "a"), Cores: cores(3, 2), Comm: ring(20 * time.Microsecond), MinRanks: 1, MaxRanks: 3}, 2},
 		{"a host per rank, cheap links: all of them",
 			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, StepOverhead: 200 * time.Microsecond,
-				Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8), AllReduce: ring(20 * time.Microsecond), MinRanks: 1, MaxRanks: 4}, 4},
+				Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8), Comm: ring(20 * time.Microsecond), MinRanks: 1, MaxRanks: 4}, 4},
 		{"slow links and little computation: one",
 			DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
-				AllReduce: ring(10 * time.Millisecond), MinRanks: 1, MaxRanks: 4}, 1},
+				Comm: ring(10 * time.Millisecond), MinRanks: 1, MaxRanks: 4}, 1},
 		{"a host per rank, but one step in 20 stalls 30×: every step waits for the slowest rank, so two",
 			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, StepOverhead: 200 * time.Microsecond,
-				Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8), AllReduce: ring(20 * time.Microsecond), MinRanks: 1, MaxRanks: 4,
+				Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8), Comm: ring(20 * time.Microsecond), MinRanks: 1, MaxRanks: 4,
 				Spread: append(slices.Repeat([]float64{1}, 19), 30)}, 2},
+		{"links slower than the computation they would split: one",
+			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
+				Comm: ring(time.Millisecond), MinRanks: 1, MaxRanks: 4}, 1},
+		{"the same links, compressed 32×: all of them",
+			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
+				Comm: compressed(time.Millisecond, 100*time.Microsecond), MinRanks: 1, MaxRanks: 4}, 4},
+		{"compressed, but the encoding costs more than the traffic it saves: one",
+			DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
+				Comm: compressed(10*time.Microsecond, 5*time.Millisecond), MinRanks: 1, MaxRanks: 4}, 1},
 		{"bounded below",
 			DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
-				AllReduce: ring(10 * time.Millisecond), MinRanks: 3, MaxRanks: 4}, 3},
+				Comm: ring(10 * time.Millisecond), MinRanks: 3, MaxRanks: 4}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := PlanDataParallel(tc.in)
@@ -67,14 +82,44 @@ func TestPlanDataParallel(t *testing.T) {
 				if want := ExpectedMax(tc.in.Spread, c.Ranks); len(tc.in.Spread) > 0 && c.Straggle != want {
 					t.Errorf("candidate %+v: straggle %v, want %v", c, c.Straggle, want)
 				}
+				if c.Ranks == 1 && (c.CommSeconds != 0 || c.Codec != "") {
+					t.Errorf("one rank communicates: %+v", c)
+				}
+				if x := tc.in.Comm(c.Ranks, c.ComputeSeconds); c.Ranks > 1 && c.Codec != x.Name {
+					t.Errorf("candidate %+v: codec %q, priced %q", c, c.Codec, x.Name)
+				}
 			}
 		})
 	}
 }
 
+// TestPlanDataParallelCodecSharesCores: a compressed exchange's encoding
+// and decoding slow down with the ranks sharing a host's cores and with
+// the slowest rank, as computation does; the network part only with the
+// slowest rank.
+func TestPlanDataParallelCodecSharesCores(t *testing.T) {
+	in := DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, Hosts: []string{"a", "a", "a"}, Cores: []int{2, 2, 2},
+		Spread: []float64{1, 2}, MinRanks: 3, MaxRanks: 3,
+		Comm: func(d int, compute float64) DPComm {
+			return DPComm{Network: time.Millisecond, Codec: 2 * time.Millisecond, Name: "int8:256"}
+		}}
+	p, err := PlanDataParallel(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.Candidates[0]
+	s := ExpectedMax(in.Spread, 3)
+	if math.Abs(c.CodecSeconds-2e-3*1.5*s) > 1e-12 || math.Abs(c.CommSeconds-(1e-3*s+c.CodecSeconds)) > 1e-12 {
+		t.Errorf("3 ranks on 2 cores, straggle %v: codec %v s, comm %v s", s, c.CodecSeconds, c.CommSeconds)
+	}
+	if !strings.Contains(p.Reason, "int8:256 compressed") {
+		t.Errorf("reason %q does not name the codec", p.Reason)
+	}
+}
+
 func TestPlanDataParallelErrors(t *testing.T) {
 	ok := DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: []string{"a"}, Cores: []int{1},
-		AllReduce: func(int) time.Duration { return 0 }, MinRanks: 1, MaxRanks: 1}
+		Comm: func(int, float64) DPComm { return DPComm{} }, MinRanks: 1, MaxRanks: 1}
 	for _, tc := range []struct {
 		name string
 		edit func(*DPInput)
@@ -85,7 +130,7 @@ func TestPlanDataParallelErrors(t *testing.T) {
 		{"ranks", func(in *DPInput) { in.MaxRanks = 2 }, "ranks"},
 		{"cores", func(in *DPInput) { in.Cores = []int{0} }, "cores"},
 		{"hosts", func(in *DPInput) { in.Cores = nil }, "core counts"},
-		{"model", func(in *DPInput) { in.AllReduce = nil }, "allreduce"},
+		{"model", func(in *DPInput) { in.Comm = nil }, "communication model"},
 		{"spread below 1", func(in *DPInput) { in.Spread = []float64{1, 0.5} }, "spread[1] = 0.5"},
 		{"spread NaN", func(in *DPInput) { in.Spread = []float64{math.NaN()} }, "spread[0]"},
 	} {
