@@ -71,6 +71,62 @@ func TestTopKKeepsTheLargest(t *testing.T) {
 	}
 }
 
+// TestTopKThresholdExact: on long vectors, where the selection starts from
+// a sampled guess, the threshold and the count above it are those of a
+// full sort, whatever the sample sees: smooth, tied, sparse, NaN-laden and
+// sample-dodging data, k from 1 to n.
+func TestTopKThresholdExact(t *testing.T) {
+	const n = 3 * sampledSelectMin
+	shapes := map[string]func(i int, r float32) float32{
+		"normal":   func(_ int, r float32) float32 { return r },
+		"all tied": func(int, float32) float32 { return -2 },
+		"sparse":   func(i int, r float32) float32 { return float32(i%97/96) * r },
+		"nan": func(i int, r float32) float32 {
+			return map[bool]float32{true: float32(math.NaN()), false: r}[i%500 == 7]
+		},
+		// The sample reads indices j·n/2048; the large values sit between.
+		"dodging": func(i int, r float32) float32 {
+			if i%(n/2048) == 1 {
+				return 1000 + r
+			}
+			return r / 1000
+		},
+		"ascending": func(i int, _ float32) float32 { return float32(i) },
+		// … or only there: the guess keeps too few, and the full selection runs.
+		"sampled": func(i int, r float32) float32 {
+			if i%(n/2048) == 0 {
+				return 1000 + r
+			}
+			return r / 1000
+		},
+	}
+	for name, shape := range shapes {
+		x := randVec(5, n)
+		for i := range x {
+			x[i] = shape(i, x[i])
+		}
+		ref := make([]float64, n)
+		for i, v := range x {
+			ref[i] = float64(magnitude(v))
+		}
+		slices.Sort(ref)
+		slices.Reverse(ref)
+		for _, k := range []int{1, 7, n / 1000, n / 100, n / 20, n / 3, n - 1, n} {
+			tk := &TopK{Ratio: float64(k) / n}
+			thr, above := tk.threshold(x, k)
+			wantAbove := 0
+			for _, v := range ref {
+				if v > ref[k-1] {
+					wantAbove++
+				}
+			}
+			if float64(thr) != ref[k-1] || above != wantAbove {
+				t.Errorf("%s, k %d: threshold %v with %d above, want %v with %d", name, k, thr, above, ref[k-1], wantAbove)
+			}
+		}
+	}
+}
+
 func TestTopKTiesDeterministic(t *testing.T) {
 	x := []float32{1, -1, 1, 1, -1, 0.5}
 	tk, _ := NewTopK(0.5) // k = 3
@@ -376,29 +432,47 @@ func TestSignMatchesReference(t *testing.T) {
 
 // TestFusedFeedbackMatchesGeneric: a codec's fused error feedback leaves
 // the encodings and residuals of the generic five-pass path, bit for bit,
-// step after step (zeros of both signs included).
+// step after step (zeros of both signs, an all-zero bucket, and a step
+// with infinities and a NaN included).
 func TestFusedFeedbackMatchesGeneric(t *testing.T) {
-	for _, n := range []int{1, 9, 4099} {
-		fused := NewFeedback(&Sign{Bucket: 64}, n)
-		generic := NewFeedback(plainCodec{&Sign{Bucket: 64}}, n)
-		for step := range 5 {
-			g := randVec(uint64(100*n+step), n)
-			g[0], g[n/2] = float32(math.Copysign(0, -1)), 0
-			a, err := fused.Encode(g, uint64(step), 0)
-			if err != nil {
-				t.Fatal(err)
+	for _, name := range []string{"sign:64", "int8:64", "int8:256", "topk:0.01", "topk:0.3", "topk:1"} {
+		for _, n := range []int{1, 9, 4099, 40009} {
+			fused := NewFeedback(mustCodec(t, name), n)
+			generic := NewFeedback(plainCodec{mustCodec(t, name)}, n)
+			if _, ok := fused.Codec.(feedbackEncoder); !ok {
+				t.Fatalf("%s has no fused path", name)
 			}
-			a = append([]byte(nil), a...)
-			b, err := generic.Encode(g, uint64(step), 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(a) != string(b) {
-				t.Fatalf("n %d step %d: encodings differ", n, step)
-			}
-			for i := range fused.Residual {
-				if math.Float32bits(fused.Residual[i]) != math.Float32bits(generic.Residual[i]) {
-					t.Fatalf("n %d step %d: residual %d is %v fused, %v generic", n, step, i, fused.Residual[i], generic.Residual[i])
+			for step := range 6 {
+				g := randVec(uint64(100*n+step), n)
+				g[0], g[n/2] = float32(math.Copysign(0, -1)), 0
+				if n > 200 {
+					clear(g[64:128]) // a bucket of zeros (with a zero residual at step 0)
+				}
+				if step == 4 {
+					g[n-1] = float32(math.Inf(1))
+					g[0] = float32(math.NaN())
+				}
+				a, err := fused.Encode(g, uint64(step), 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a = append([]byte(nil), a...)
+				b, err := generic.Encode(g, uint64(step), 3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(a) != string(b) {
+					t.Fatalf("%s n %d step %d: encodings differ", name, n, step)
+				}
+				for i := range fused.Residual {
+					f, g := fused.Residual[i], generic.Residual[i]
+					if math.Float32bits(f) != math.Float32bits(g) && !(f != f && g != g) {
+						t.Fatalf("%s n %d step %d: residual %d is %v fused, %v generic", name, n, step, i, f, g)
+					}
+				}
+				if step == 4 { // start clean again
+					fused.Reset()
+					generic.Reset()
 				}
 			}
 		}

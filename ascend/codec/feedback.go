@@ -30,7 +30,7 @@ func (f *Feedback) Encode(g []float32, step uint64, rank int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: gradient of %d values, feedback for %d", ErrInvalid, len(g), len(f.Residual))
 	}
 	if fe, ok := f.Codec.(feedbackEncoder); ok {
-		f.buf = fe.encodeFeedback(f.buf, g, f.Residual)
+		f.buf = fe.encodeFeedback(f.buf, g, f.Residual, step, rank)
 		return f.buf, nil
 	}
 	for i, x := range g {
@@ -52,7 +52,7 @@ func (f *Feedback) Encode(g []float32, step uint64, rank int) ([]byte, error) {
 // same bits: encodeFeedback encodes g + residual into dst and leaves in
 // residual exactly what the generic path leaves.
 type feedbackEncoder interface {
-	encodeFeedback(dst []byte, g, residual []float32) []byte
+	encodeFeedback(dst []byte, g, residual []float32, step uint64, rank int) []byte
 }
 
 // Reset clears the residual (e.g. when compression is switched off).

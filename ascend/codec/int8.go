@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // DefaultInt8Bucket is the number of values sharing one scale.
@@ -53,6 +54,70 @@ func (q *Int8) Encode(dst []byte, x []float32, step uint64, rank int) []byte {
 				qv = int8(max(-127, min(127, f)))
 			}
 			dst = append(dst, byte(qv))
+		}
+	}
+	return dst
+}
+
+// encodeFeedback is Encode of v = g + residual followed by residual =
+// v − decode(encoding), in two passes per bucket (sum and maximum, then
+// quantise and subtract) instead of five over the vector, with the same
+// bits: the same draws of the same generator (rand.Rand.Float64 of a PCG,
+// without the interface call), and the decoded value computed as
+// DecodeAdd computes it into a cleared buffer.
+func (q *Int8) encodeFeedback(dst []byte, g, residual []float32, step uint64, rank int) []byte {
+	v := residual[:len(g)]
+	dst = header(dst, idInt8, len(g))
+	dst = binary.AppendUvarint(dst, uint64(q.Bucket))
+	nb := (len(g) + q.Bucket - 1) / q.Bucket
+	scales := len(dst)
+	dst = slices.Grow(dst, 4*nb+len(g))[:scales+4*nb+len(g)]
+	vals := dst[scales+4*nb:]
+	rng := rand.NewPCG(step, uint64(rank))
+	for b := range nb {
+		lo, hi := b*q.Bucket, min(len(g), (b+1)*q.Bucket)
+		part, in, out := v[lo:hi], g[lo:hi], vals[lo:hi]
+		// The largest magnitude, as the largest of the magnitudes' bits
+		// (ordered as the magnitudes are, without float max's NaN and
+		// zero rules); a NaN (bits above +Inf's) takes Encode's own
+		// reduction, whose NaN the encoding carries.
+		var mb uint32
+		for i, x := range in {
+			y := x + part[i]
+			part[i] = y
+			mb = max(mb, math.Float32bits(y)&^(1<<31))
+		}
+		m := math.Float32frombits(mb)
+		if mb > 0x7f800000 {
+			m = 0
+			for _, y := range part {
+				m = max(m, abs32(y))
+			}
+		}
+		scale := m / 127
+		if m == 0 || m != m || math.IsInf(float64(m), 0) {
+			scale = m
+		}
+		putF32(dst[scales+4*b:], scale)
+		if scale == 0 || scale != scale || math.IsInf(float64(scale), 0) {
+			for i, y := range part {
+				out[i] = 0
+				part[i] = y - (0 + float32(0)*scale)
+			}
+			continue
+		}
+		for i, y := range part {
+			u := float64(rng.Uint64()<<11>>11) / (1 << 53)
+			// ⌊f⌋ of f in [−128, 128) as math.Floor computes it: truncate,
+			// then step down below zero.
+			f := float64(y/scale) + u
+			fl := int64(f)
+			if float64(fl) > f {
+				fl--
+			}
+			qv := int8(max(-127, min(127, fl)))
+			out[i] = byte(qv)
+			part[i] = y - (0 + float32(float32(qv)*scale))
 		}
 	}
 	return dst

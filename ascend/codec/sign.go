@@ -84,9 +84,21 @@ func (s *Sign) DecodeAdd(out []float32, src []byte) error {
 		scale := binary.LittleEndian.Uint32(body[4*b:])
 		lo := b * int(bucket)
 		hi := min(len(out), lo+int(bucket))
-		for i := lo; i < hi; i++ {
-			neg := uint32(^bits[i>>3]>>(i&7)) & 1
-			out[i] += math.Float32frombits(scale ^ neg<<31)
+		o := out[lo:hi]
+		i := 0
+		if lo%8 == 0 { // a byte of bits at a time
+			bs := bits[lo/8:]
+			for ; i+8 <= len(o); i += 8 {
+				oo, inv := o[i:i+8:i+8], uint32(^bs[i/8])
+				for j := range oo {
+					oo[j] += math.Float32frombits(scale ^ (inv>>j&1)<<31)
+				}
+			}
+		}
+		for ; i < len(o); i++ {
+			k := lo + i
+			neg := uint32(^bits[k>>3]>>(k&7)) & 1
+			o[i] += math.Float32frombits(scale ^ neg<<31)
 		}
 	}
 	return nil
@@ -96,7 +108,7 @@ func (s *Sign) DecodeAdd(out []float32, src []byte) error {
 // v − decode(encoding), in three passes instead of five. The decoded
 // value is computed as DecodeAdd computes it into a cleared buffer,
 // 0 + (±scale), so the residual has the generic path's bits (−0 included).
-func (s *Sign) encodeFeedback(dst []byte, g, residual []float32) []byte {
+func (s *Sign) encodeFeedback(dst []byte, g, residual []float32, _ uint64, _ int) []byte {
 	v := residual[:len(g)]
 	for i, x := range g {
 		v[i] = x + v[i]
@@ -109,13 +121,22 @@ func (s *Sign) encodeFeedback(dst []byte, g, residual []float32) []byte {
 		scale := binary.LittleEndian.Uint32(scales[4*b:])
 		lo := b * s.Bucket
 		hi := min(len(v), lo+s.Bucket)
-		for i := lo; i < hi; i++ {
-			neg := uint32(^bits[i>>3]>>(i&7)) & 1
-			d := math.Float32frombits(scale ^ neg<<31)
-			if d == 0 {
-				d = 0 // 0 + (±0) is +0
+		// As DecodeAdd, subtracting 0 + (±scale): 0 + (±0) is +0.
+		o := v[lo:hi]
+		i := 0
+		if lo%8 == 0 {
+			bs := bits[lo/8:]
+			for ; i+8 <= len(o); i += 8 {
+				oo, inv := o[i:i+8:i+8], uint32(^bs[i/8])
+				for j := range oo {
+					oo[j] -= 0 + math.Float32frombits(scale^(inv>>j&1)<<31)
+				}
 			}
-			v[i] -= d
+		}
+		for ; i < len(o); i++ {
+			k := lo + i
+			neg := uint32(^bits[k>>3]>>(k&7)) & 1
+			o[i] -= 0 + math.Float32frombits(scale^neg<<31)
 		}
 	}
 	return dst

@@ -15,8 +15,9 @@ import (
 // 1/16384.
 type TopK struct {
 	Ratio float64
-	mag   []float32 // selection scratch
+	mag   []uint32  // selection scratch: magnitudes' bits
 	vals  []float32 // kept values scratch
+	kept  []int     // their indices
 }
 
 // NewTopK returns a TopK codec keeping fraction ratio in (0, 1].
@@ -38,6 +39,28 @@ func (t *TopK) K(n int) int {
 }
 
 func (t *TopK) Encode(dst []byte, x []float32, _ uint64, _ int) []byte {
+	return t.encode(dst, x)
+}
+
+// encodeFeedback is Encode of v = g + residual followed by residual =
+// v − decode(encoding), in two passes instead of five, with the same
+// bits: a dropped value's residual is v − 0 = v, a kept one's v − (0 + v),
+// as the generic path computes them.
+func (t *TopK) encodeFeedback(dst []byte, g, residual []float32, _ uint64, _ int) []byte {
+	v := residual[:len(g)]
+	for i, x := range g {
+		v[i] = x + v[i]
+	}
+	dst = t.encode(dst, v)
+	for _, i := range t.kept {
+		v[i] -= 0 + v[i]
+	}
+	return dst
+}
+
+// encode is Encode, leaving the kept indices in t.kept.
+func (t *TopK) encode(dst []byte, x []float32) []byte {
+	t.kept = t.kept[:0]
 	dst = header(dst, idTopK, len(x))
 	k := t.K(len(x))
 	dst = binary.AppendUvarint(dst, uint64(k))
@@ -49,7 +72,7 @@ func (t *TopK) Encode(dst []byte, x []float32, _ uint64, _ int) []byte {
 	// until k: deterministic.
 	ties := k - above
 	prev := -1
-	vals := t.vals[:0]
+	vals, kept := t.vals[:0], t.kept[:0]
 	for i, v := range x {
 		a := magnitude(v)
 		if a > thr || (a == thr && ties > 0) {
@@ -58,13 +81,13 @@ func (t *TopK) Encode(dst []byte, x []float32, _ uint64, _ int) []byte {
 			}
 			dst = binary.AppendUvarint(dst, uint64(i-prev-1))
 			prev = i
-			vals = append(vals, v)
+			vals, kept = append(vals, v), append(kept, i)
 			if len(vals) == k {
 				break
 			}
 		}
 	}
-	t.vals = vals
+	t.vals, t.kept = vals, kept
 	for _, v := range vals {
 		dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(v))
 	}
@@ -72,20 +95,67 @@ func (t *TopK) Encode(dst []byte, x []float32, _ uint64, _ int) []byte {
 }
 
 // threshold returns the k-th largest magnitude and how many magnitudes
-// exceed it (quickselect on a scratch copy; NaNs sort as largest).
+// exceed it. On long vectors a strided sample guesses a magnitude a little
+// below the k-th largest; one branch-free pass keeps every value at or
+// above the guess, and the selection runs on those (the k-th largest of
+// all is the k-th largest of any subset holding at least k of the largest
+// and everything above them, so the answer is exact). A guess that keeps
+// fewer than k falls back to selecting on every value.
 func (t *TopK) threshold(x []float32, k int) (float32, int) {
 	if cap(t.mag) < len(x) {
-		t.mag = make([]float32, len(x))
+		t.mag = make([]uint32, len(x))
 	}
-	m := t.mag[:len(x)]
+	keys := t.mag[:len(x)]
+	if len(x) >= sampledSelectMin {
+		const samples = 2048
+		sample := keys[:samples]
+		for j := range sample {
+			sample[j] = magnitudeKey(x[j*len(x)/samples])
+		}
+		// Aim for 1.25 k kept, plus slack for the sample's error.
+		r := int(1.25*float64(k)*samples/float64(len(x))) + 24
+		if r < samples {
+			guess := selectKey(sample, r)
+			c := 0
+			for _, v := range x {
+				kv := magnitudeKey(v)
+				keys[c] = kv
+				if kv >= guess {
+					c++
+				}
+			}
+			if c >= k {
+				return countAbove(keys[:c], k)
+			}
+		}
+	}
 	for i, v := range x {
-		m[i] = magnitude(v)
+		keys[i] = magnitudeKey(v)
 	}
-	// Select so that m[k-1] is the k-th largest.
+	return countAbove(keys, k)
+}
+
+// sampledSelectMin is the length from which threshold samples.
+const sampledSelectMin = 16384
+
+// countAbove selects the k-th largest of keys (reordering them) and counts
+// the keys above it.
+func countAbove(keys []uint32, k int) (float32, int) {
+	thr := selectKey(keys, k-1)
+	above := 0
+	for _, kv := range keys {
+		if kv > thr {
+			above++
+		}
+	}
+	return math.Float32frombits(thr), above
+}
+
+// selectKey reorders m so that m[target] is its (target+1)-th largest and
+// returns it (quickselect, median-of-three pivots, descending).
+func selectKey(m []uint32, target int) uint32 {
 	lo, hi := 0, len(m)-1
-	target := k - 1
 	for lo < hi {
-		// Median of three pivot, descending partition.
 		mid := lo + (hi-lo)/2
 		a, b, c := m[lo], m[mid], m[hi]
 		p := max(min(a, b), min(max(a, b), c))
@@ -112,14 +182,13 @@ func (t *TopK) threshold(x []float32, k int) (float32, int) {
 			lo, hi = target, target
 		}
 	}
-	thr := m[target]
-	above := 0
-	for _, v := range x {
-		if magnitude(v) > thr {
-			above++
-		}
-	}
-	return thr, above
+	return m[target]
+}
+
+// magnitudeKey is magnitude(v)'s bits: non-negative floats order as their
+// bits do, so selection compares integers.
+func magnitudeKey(v float32) uint32 {
+	return min(math.Float32bits(v)&^(1<<31), 0x7f800000) // a NaN as +Inf
 }
 
 func (t *TopK) DecodeAdd(out []float32, src []byte) error {
