@@ -242,10 +242,10 @@ func (p commPricer) comm(d int, compute float64) strategy.DPComm {
 	return strategy.DPComm{Network: mix(warmNet, net), Codec: mix(warmCPU, cpu), Name: name}
 }
 
-// exchange prices one compressed exchange with codec cd over d ranks: its
-// collectives (the run's algorithm where it implements them, else the
-// model's choice, as the communicator does) and its encoding and decoding
-// on one core.
+// exchange prices one compressed step's communication with codec cd over
+// d ranks: the exchange's collectives and the loss's allreduce (the run's
+// algorithm where it implements them, else the model's choice, as the
+// communicator does), and the encoding and decoding on one core.
 func (p commPricer) exchange(m ascend.CostModel, cd codec.Codec, d int) (net, cpu time.Duration) {
 	n := p.bytes / 4
 	w := codec.TwoPhaseWork(cd, n, d)
@@ -267,6 +267,9 @@ func (p commPricer) exchange(m ascend.CostModel, cd codec.Codec, d int) (net, cp
 		net += coll(ascend.CollAllGather, w.AllGather)
 	}
 	net += time.Duration(w.LengthAllToAlls)*coll(ascend.CollAllToAll, 4*d) + time.Duration(w.LengthAllGathers)*coll(ascend.CollAllGather, 4*d)
+	// The step's loss (and 1-bit Adam's statistics) travel apart, exactly:
+	// one more small allreduce.
+	net += coll(ascend.CollAllReduce, 4)
 	return net, w.Compute(p.costs[cd.Name()])
 }
 

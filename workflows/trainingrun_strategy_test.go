@@ -25,10 +25,7 @@ func TestStrategySearchPicksDataParallelDegree(t *testing.T) {
 	probes := registerStrategyActivities(env, nil)
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
-	var st spec.RunStatus
-	require.NoError(t, env.GetWorkflowResult(&st))
+	st := result(t, env)
 
 	p := st.Strategy
 	require.NotNil(t, p)
@@ -115,10 +112,7 @@ func TestStrategySearchPricesCompression(t *testing.T) {
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto,
 		Compression: &spec.CompressionPolicy{Codec: "sign", WarmupSteps: 20}}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
-	var st spec.RunStatus
-	require.NoError(t, env.GetWorkflowResult(&st))
+	st := result(t, env)
 
 	require.Len(t, searches, 1)
 	require.Equal(t, &spec.StrategyCompression{Codec: "sign:1024", Exchange: "twophase", From: 20, Steps: 200}, searches[0].Compression)
