@@ -132,6 +132,9 @@ func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (Strateg
 		}
 		out.Candidates = append(out.Candidates, c)
 	}
+	if _, err := o.spec("check", o.nodes, true); err != nil {
+		return out, err // before starting anything
+	}
 	lc, err := startLocal(ctx, e, localOptions{port: 0, uiPort: 0, dataDir: o.dataDir})
 	if err != nil {
 		return out, err
@@ -147,16 +150,8 @@ func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (Strateg
 	}
 	stamp := time.Now().Format("150405")
 	run := func(name string, nodes int, auto bool) (spec.RunStatus, error) {
-		s := spec.RunSpec{Name: name, Nodes: nodes, Steps: o.steps, BatchPerRank: g / nodes,
-			HeartbeatTimeout: spec.Duration(5 * time.Second), NodeWait: spec.Duration(time.Minute)}
-		if auto {
-			s.Strategy = spec.StrategyAuto
-		}
-		if o.codec != "" {
-			s.Compression = &spec.CompressionPolicy{Codec: o.codec}
-		}
-		s = s.WithDefaults()
-		if err := s.Validate(); err != nil {
+		s, err := o.spec(name, nodes, auto)
+		if err != nil {
 			return spec.RunStatus{}, err
 		}
 		id, err := startRunWith(ctx, lc.client, s, spec.DefaultClusterID)
@@ -220,6 +215,20 @@ func benchStrategy(ctx context.Context, e *env, o strategyBenchOptions) (Strateg
 	}
 	out.summarize()
 	return out, nil
+}
+
+// spec is the job of one of the bench's runs, checked.
+func (o strategyBenchOptions) spec(name string, nodes int, auto bool) (spec.RunSpec, error) {
+	s := spec.RunSpec{Name: name, Nodes: nodes, Steps: o.steps, BatchPerRank: o.nodes * o.batch / nodes,
+		HeartbeatTimeout: spec.Duration(5 * time.Second), NodeWait: spec.Duration(time.Minute)}
+	if auto {
+		s.Strategy = spec.StrategyAuto
+	}
+	if o.codec != "" {
+		s.Compression = &spec.CompressionPolicy{Codec: o.codec}
+	}
+	s = s.WithDefaults()
+	return s, s.Validate()
 }
 
 // summarize fills the medians, ratios, the fastest degree and the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -54,6 +55,9 @@ func TestBenchStrategyJSON(t *testing.T) {
 	}
 	if _, _, err := runCLI(t, "bench", "strategy", "--reps", "0"); err == nil {
 		t.Error("--reps 0 was accepted")
+	}
+	if _, _, err := runCLI(t, "bench", "strategy", "--codec", "zip", "--data-dir", t.TempDir()); err == nil || !strings.Contains(err.Error(), "compression.codec") {
+		t.Errorf("--codec zip: %v", err)
 	}
 }
 
