@@ -801,8 +801,12 @@ func printStrategy(w io.Writer, p *spec.StrategyPlan, stepsPerSec float64) {
 		if c.Ranks == p.DataParallel {
 			mark = "*"
 		}
-		fmt.Fprintf(w, "           %s %d rank(s): step %.3g ms = %.3g compute + %.3g allreduce; %.0f examples/s; %.2g rank(s) per core\n",
-			mark, c.Ranks, 1e3*c.StepSeconds, 1e3*c.ComputeSeconds, 1e3*c.CommSeconds, c.ExamplesPerSec, c.Oversubscription)
+		comm := "allreduce"
+		if c.Codec != "" {
+			comm = fmt.Sprintf("%s exchange (%.3g encoding)", c.Codec, 1e3*c.CodecSeconds)
+		}
+		fmt.Fprintf(w, "           %s %d rank(s): step %.3g ms = %.3g compute + %.3g %s; %.0f examples/s; %.2g rank(s) per core\n",
+			mark, c.Ranks, 1e3*c.StepSeconds, 1e3*c.ComputeSeconds, 1e3*c.CommSeconds, comm, c.ExamplesPerSec, c.Oversubscription)
 	}
 	if p.PredictedStepSeconds > 0 && stepsPerSec > 0 {
 		fmt.Fprintf(w, "             predicted %.0f steps/s, measured %.0f (×%.2f)\n", 1/p.PredictedStepSeconds, stepsPerSec, stepsPerSec*p.PredictedStepSeconds)

@@ -192,3 +192,26 @@ func TestStatusTextNodeChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintStrategy: every candidate's line names what its communication
+// is, the codec and its encoding for a compressed job; the chosen one is
+// marked and the prediction set against the measured speed.
+func TestPrintStrategy(t *testing.T) {
+	p := &spec.StrategyPlan{DataParallel: 2, MaxRanks: 2, Reason: "r", PredictedStepSeconds: 2e-3, Candidates: []spec.StrategyCandidate{
+		{Ranks: 1, ComputeSeconds: 3e-3, StepSeconds: 3e-3, ExamplesPerSec: 100, Oversubscription: 1},
+		{Ranks: 2, ComputeSeconds: 1.5e-3, CommSeconds: 0.5e-3, StepSeconds: 2e-3, ExamplesPerSec: 150, Oversubscription: 1,
+			Codec: "sign:1024", CodecSeconds: 0.2e-3},
+	}}
+	var b strings.Builder
+	printStrategy(&b, p, 400)
+	for _, want := range []string{
+		"data parallel 2 of 2 node(s): r",
+		"  1 rank(s): step 3 ms = 3 compute + 0 allreduce;",
+		"* 2 rank(s): step 2 ms = 1.5 compute + 0.5 sign:1024 exchange (0.2 encoding);",
+		"predicted 500 steps/s, measured 400 (×0.80)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("missing %q in\n%s", want, b.String())
+		}
+	}
+}
