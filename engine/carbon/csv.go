@@ -110,7 +110,7 @@ func delimiter(first []byte) rune {
 //     opts.Zone must name one.
 //
 // Fields are separated by commas, or by semicolons or tabs when the header
-// has no comma. Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC) or
+// has no comma (and then a value may have a decimal comma, "212,5"). Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC) or
 // Unix seconds or milliseconds. The step is
 // inferred (smallest spacing) and checked; gaps of at most
 // opts.MaxGapSteps (default 2, or an hour of steps on a finer grid) missing steps are filled
@@ -177,6 +177,9 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 			empty++
 			pts = append(pts, point{t: t, where: where, missing: true})
 			continue
+		}
+		if cr.Comma != ',' && strings.Count(raw, ",") == 1 && !strings.Contains(raw, ".") {
+			raw = strings.Replace(raw, ",", ".", 1) // a decimal comma (e.g. "212,5;" in a German export)
 		}
 		v, perr := strconv.ParseFloat(raw, 64)
 		if perr != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
@@ -311,6 +314,16 @@ func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, er
 		if vc = readingColumn(h, tc); vc < 0 {
 			return 0, 0, 0, "", fmt.Errorf("%w: several zone columns %q; pass a zone to select one", ErrHeader, zones)
 		}
+	}
+	if vc < 0 && opts.Zone == "" {
+		var labels []string
+		for i, name := range h {
+			if i != tc {
+				labels = append(labels, name)
+			}
+		}
+		return 0, 0, 0, "", fmt.Errorf("%w: no zone column: %q after the time column %q are read as labels (a zone's name, a market, a unit…); pass a zone to read one of them",
+			ErrHeader, labels, h[tc])
 	}
 	if vc < 0 {
 		return 0, 0, 0, "", fmt.Errorf("%w: zone %q not among columns %q", ErrHeader, opts.Zone, zones)
