@@ -221,7 +221,7 @@ func (c *Carbon) trace(p spec.GreenPolicy) (*carbon.Series, error) {
 		return nil, fmt.Errorf("green.trace: %w", err)
 	}
 	defer f.Close()
-	s, err = carbon.ReadCSVOptions(f, carbon.CSVOptions{Zone: p.Zone, Column: p.Column})
+	s, err = carbon.ReadTrace(f, carbon.TraceOptions{Zone: p.Zone, Column: p.Column})
 	if err != nil {
 		return nil, fmt.Errorf("green.trace %s: %w", p.Trace, err)
 	}

@@ -39,12 +39,16 @@ const (
 // slots, waits on a durable timer for the next one. The intensity comes
 // from a trace file (read by the control worker) or a provider API.
 type GreenPolicy struct {
-	// Trace is a carbon-intensity CSV on the control worker (Electricity
-	// Maps export or "time,<zone>…"); exclusive with Provider.
+	// Trace is a carbon-intensity trace on the control worker: a CSV
+	// (Electricity Maps export or "time,<zone>…") or a saved API answer
+	// (Electricity Maps history or forecast, UK Carbon Intensity national
+	// or regional, Carbon Aware SDK emissions or forecasts; see
+	// carbon.ReadTrace); exclusive with Provider.
 	Trace string `yaml:"trace" json:"trace,omitempty"`
-	// Zone selects the trace's zone (Electricity Maps "Zone Id", or the
-	// column of a plain CSV), the Electricity Maps zone or the Carbon
-	// Aware SDK location.
+	// Zone selects the trace's zone (Electricity Maps "Zone Id", the
+	// column of a plain CSV, a UK region's short name or id, a Carbon
+	// Aware SDK location), the Electricity Maps zone or the Carbon Aware
+	// SDK location.
 	Zone string `yaml:"zone" json:"zone,omitempty"`
 	// Column picks the Electricity Maps export column: direct (default) or lca.
 	Column string `yaml:"column" json:"column,omitempty"`

@@ -62,7 +62,7 @@ keeps the most of the oracle's savings in every zone and job kind.`,
 				return err
 			}
 			defer f.Close()
-			series, err := carbon.ReadCSVOptions(f, carbon.CSVOptions{Zone: zone, Column: column})
+			series, err := carbon.ReadTrace(f, carbon.TraceOptions{Zone: zone, Column: column})
 			if err != nil {
 				return fmt.Errorf("%s: %w", trace, err)
 			}
@@ -94,8 +94,8 @@ keeps the most of the oracle's savings in every zone and job kind.`,
 		},
 	}
 	f := plan.Flags()
-	f.StringVar(&trace, "trace", "", "carbon-intensity CSV")
-	f.StringVar(&zone, "zone", "", "zone (Electricity Maps Zone Id, or the column of a plain CSV)")
+	f.StringVar(&trace, "trace", "", "carbon-intensity trace: CSV, or JSON as the Electricity Maps, UK Carbon Intensity or Carbon Aware SDK APIs answer")
+	f.StringVar(&zone, "zone", "", "zone (Electricity Maps Zone Id, the column of a plain CSV, a UK region's short name or id, a Carbon Aware SDK location)")
 	f.StringVar(&column, "column", "", `intensity column of an Electricity Maps export (default "direct"; e.g. "lca")`)
 	f.StringVar(&startArg, "start", "", "earliest start, RFC 3339")
 	f.DurationVar(&work, "work", 0, "training time needed")

@@ -44,6 +44,13 @@ func TestGreenPlan(t *testing.T) {
 			t.Errorf("a perfect forecast must realize the oracle: %.3f vs %.3f", p.Realized, p.Oracle)
 		}
 	}
+	// A saved UK Carbon Intensity API answer reads as a trace too.
+	uk := filepath.Join("..", "..", "engine", "carbon", "testdata", "uk_fw48h.json")
+	out, err := run("--trace", uk, "--start", "2018-01-20T11:30:00Z", "--work", "1h", "--deadline", "3h", "--forecast", "perfect", "-o", "json")
+	var p greenPlanJSON
+	if err != nil || json.Unmarshal([]byte(out), &p) != nil || len(p.Slots) == 0 || p.Realized != p.Oracle {
+		t.Errorf("UK API answer as a trace: %v\n%s", err, out)
+	}
 	bad := filepath.Join(t.TempDir(), "bad.csv")
 	if err := os.WriteFile(bad, []byte("time,ES\n2022-01-01T00:00:00Z,100\n2022-01-01T01:00:00Z,oops\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -30,8 +30,10 @@
 // history/past-range ([ReadElectricityMapsHistory]) shapes, the Carbon
 // Aware SDK forecasts/current ([ReadCarbonAwareForecastsOptions]) and
 // bylocation ([ReadCarbonAwareEmissions]) shapes, and the UK Carbon
-// Intensity API shape ([ReadUKIntensity]). In history answers a null value
-// is a missing step; in forecasts it is an error.
+// Intensity API shapes, national and regional ([ReadUKIntensity]). In
+// history answers a null value is a missing step; in forecasts it is an
+// error. [ReadTrace] reads a file in any of these forms, told apart by its
+// content (what `green plan --trace` and a job's green.trace read).
 //
 // Providers. [ElectricityMaps] (auth-token header from $ELECTRICITYMAPS_TOKEN
 // or a named variable), [CarbonAwareSDK] (a WebAPI deployment) and

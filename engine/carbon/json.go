@@ -26,6 +26,10 @@ type JSONOptions struct {
 	// never its forecast. It wins over PreferActual; other readers ignore
 	// it.
 	ActualOnly bool
+	// Zone selects a region of the UK API's all-regions answers (its
+	// short name or id; ReadUKIntensity) and a location of a Carbon Aware
+	// SDK forecasts answer (ReadTrace). Empty: the only one.
+	Zone string
 }
 
 // emForecast is the Electricity Maps v3 /carbon-intensity/forecast shape:
@@ -330,33 +334,147 @@ func parseTimeSpan(s string) (time.Duration, error) {
 		time.Duration(math.Round(sec*1e9)), nil
 }
 
-// ukIntensity is the UK Carbon Intensity API shape of /intensity,
-// /intensity/date/{date}, /intensity/{from}/{to} and /intensity/{from}/fw48h:
-// {"data":[{"from","to","intensity":{"forecast","actual","index"}}]}.
+// ukPeriod is one half-hour of the UK Carbon Intensity API:
+// {"from","to","intensity":{"forecast","actual","index"}}.
+type ukPeriod struct {
+	From      string      `json:"from"`
+	To        string      `json:"to"`
+	Intensity ukIntensity `json:"intensity"`
+}
+
 type ukIntensity struct {
-	Data []struct {
-		From      string `json:"from"`
-		To        string `json:"to"`
-		Intensity struct {
-			Forecast *float64 `json:"forecast"`
-			Actual   *float64 `json:"actual"`
-			Index    string   `json:"index"`
-		} `json:"intensity"`
-	} `json:"data"`
+	Forecast *float64 `json:"forecast"`
+	Actual   *float64 `json:"actual"`
+	Index    string   `json:"index"`
+}
+
+// ukRegion is a region of the API's regional answers: its periods (data)
+// in the one-region shapes, its intensity in the all-regions one.
+type ukRegion struct {
+	RegionID  *int        `json:"regionid"`
+	ShortName string      `json:"shortname"`
+	Data      []ukPeriod  `json:"data"`
+	Intensity ukIntensity `json:"intensity"`
+}
+
+// ukElement is an element of "data": a national period, a region (with its
+// periods), or a period of every region.
+type ukElement struct {
+	ukPeriod
+	RegionID  *int       `json:"regionid"`
+	ShortName string     `json:"shortname"`
+	Data      []ukPeriod `json:"data"`
+	Regions   []ukRegion `json:"regions"`
+}
+
+// name is a region's zone name: its short name, else its id.
+func (r ukRegion) name() string {
+	if r.ShortName != "" || r.RegionID == nil {
+		return r.ShortName
+	}
+	return "region " + strconv.Itoa(*r.RegionID)
+}
+
+// matches reports whether zone names the region (short name without case,
+// or id).
+func (r ukRegion) matches(zone string) bool {
+	return strings.EqualFold(r.ShortName, zone) || r.RegionID != nil && strconv.Itoa(*r.RegionID) == strings.TrimSpace(zone)
+}
+
+// pickRegion returns the region of rs that opts.Zone names, or the only
+// one; where says where the regions were listed.
+func pickRegion(rs []ukRegion, zone, where string) (ukRegion, error) {
+	var names []string
+	for _, r := range rs {
+		if zone != "" && r.matches(zone) {
+			return r, nil
+		}
+		names = append(names, r.name())
+	}
+	if zone == "" && len(rs) == 1 {
+		return rs[0], nil
+	}
+	if zone == "" {
+		return ukRegion{}, fmt.Errorf("%w: %s: several regions %q; pass a zone (short name or region id) to select one", ErrHeader, where, names)
+	}
+	return ukRegion{}, fmt.Errorf("%w: %s: region %q not among %q", ErrHeader, where, zone, names)
+}
+
+// ukPeriods finds the periods of a UK API answer, national or regional,
+// and its zone: "GB" nationally, else the region's short name.
+func ukPeriods(r io.Reader, zone string) ([]ukPeriod, string, error) {
+	var doc struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(r).Decode(&doc); err != nil {
+		return nil, "", fmt.Errorf("carbon: decoding UK carbon intensity: %w", err)
+	}
+	raw := strings.TrimSpace(string(doc.Data))
+	if strings.HasPrefix(raw, "{") { // /regional/intensity/{from}/{to}/regionid/{id}
+		var one ukRegion
+		if err := json.Unmarshal(doc.Data, &one); err != nil {
+			return nil, "", fmt.Errorf("carbon: decoding UK carbon intensity: data: %w", err)
+		}
+		if zone != "" && !one.matches(zone) {
+			return nil, "", fmt.Errorf("%w: data: region %q, not %q", ErrHeader, one.name(), zone)
+		}
+		return one.Data, one.name(), nil
+	}
+	var elems []ukElement
+	if raw != "" && raw != "null" {
+		if err := json.Unmarshal(doc.Data, &elems); err != nil {
+			return nil, "", fmt.Errorf("carbon: decoding UK carbon intensity: data: %w", err)
+		}
+	}
+	switch {
+	case len(elems) > 0 && elems[0].Regions != nil: // every region, period by period
+		periods := make([]ukPeriod, len(elems))
+		name := ""
+		for i, e := range elems {
+			r, err := pickRegion(e.Regions, zone, fmt.Sprintf("data[%d].regions", i))
+			if err != nil {
+				return nil, "", err
+			}
+			periods[i] = ukPeriod{From: e.From, To: e.To, Intensity: r.Intensity}
+			name = r.name()
+		}
+		return periods, name, nil
+	case len(elems) > 0 && (elems[0].RegionID != nil || elems[0].Data != nil): // /regional/regionid/{id}, /regional/postcode/{pc}
+		rs := make([]ukRegion, len(elems))
+		for i, e := range elems {
+			rs[i] = ukRegion{RegionID: e.RegionID, ShortName: e.ShortName, Data: e.Data}
+		}
+		r, err := pickRegion(rs, zone, "data")
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Data, r.name(), nil
+	}
+	periods := make([]ukPeriod, len(elems))
+	for i, e := range elems {
+		periods[i] = e.ukPeriod
+	}
+	return periods, "GB", nil
 }
 
 // ReadUKIntensity decodes a UK National Grid ESO Carbon Intensity API
-// response (half-hour periods, UTC) into a Series with zone "GB". The
-// forecast is read unless opts.PreferActual, which reads actual where it is
-// not null (it is null for periods not yet measured) and the forecast
-// otherwise, or opts.ActualOnly, which reads actual only. A period with no
-// usable value counts as a missing step; every period's to-from must equal
-// the inferred step.
+// response (half-hour periods, UTC) into a Series: the national answers
+// (/intensity…) with zone "GB", and the regional ones — one region's
+// periods (/regional/regionid/{id}, /regional/postcode/{pc},
+// /regional/intensity/{from}/{to}/regionid/{id}) or every region's per
+// period (/regional/intensity/{from}/fw24h…, where opts.Zone picks the
+// region by short name or id) — with the region's short name. The
+// forecast is read unless opts.PreferActual, which reads actual where it
+// is not null (it is null for periods not yet measured, and regional
+// answers have none) and the forecast otherwise, or opts.ActualOnly, which
+// reads actual only. A period with no usable value counts as a missing
+// step; every period's to-from must equal the inferred step.
 func ReadUKIntensity(r io.Reader, opts JSONOptions) (*Series, error) {
-	var doc ukIntensity
-	if err := json.NewDecoder(r).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("carbon: decoding UK carbon intensity: %w", err)
+	periods, zone, err := ukPeriods(r, opts.Zone)
+	if err != nil {
+		return nil, err
 	}
+	doc := struct{ Data []ukPeriod }{periods}
 	pts := make([]point, 0, len(doc.Data))
 	spans := make([]time.Duration, 0, len(doc.Data))
 	for i, d := range doc.Data {
@@ -382,7 +500,7 @@ func ReadUKIntensity(r io.Reader, opts JSONOptions) (*Series, error) {
 		pts = append(pts, point{t: from, v: *v, where: where})
 		spans = append(spans, to.Sub(from))
 	}
-	s, err := buildSeries(pts, "GB", opts.MaxGapSteps)
+	s, err := buildSeries(pts, zone, opts.MaxGapSteps)
 	if err != nil {
 		return nil, err
 	}

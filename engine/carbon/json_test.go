@@ -110,8 +110,8 @@ func TestReadCarbonAwareForecastsErrors(t *testing.T) {
 }
 
 // FuzzReadJSON: whatever a provider sends (these bodies come from the
-// network), every JSON reader returns a valid series or an error, never a
-// panic. Seeded with the recorded responses in testdata.
+// network), every JSON reader, and ReadTrace, returns a valid series or an
+// error, never a panic. Seeded with the recorded responses in testdata.
 func FuzzReadJSON(f *testing.F) {
 	for _, name := range []string{"em_forecast.json", "em_history.json", "em_past_range.json", "casdk_bylocation.json",
 		"casdk_forecasts.json", "uk_fw48h.json"} {
@@ -124,6 +124,10 @@ func FuzzReadJSON(f *testing.F) {
 	f.Add([]byte(`{"forecast":[{"carbonIntensity":1,"datetime":"2020-01-01T00:00:00Z"},{"carbonIntensity":null,"datetime":"x"}]}`))
 	f.Add([]byte(`[{"forecastData":[{"timestamp":"2020-01-01T00:00:00Z","duration":0,"value":-1}]}]`))
 	f.Add([]byte(`{"data":[{"from":"2020-01-01T00:00Z","to":"2020-01-01T00:00Z","intensity":{"forecast":1e400}}]}`))
+	f.Add([]byte(`{"data":{"regionid":1,"shortname":"x","data":[{"from":"2020-01-01T00:00Z","to":"2020-01-01T00:30Z","intensity":{"forecast":1}}]}}`))
+	f.Add([]byte(`{"data":[{"from":"2020-01-01T00:00Z","to":"2020-01-01T00:30Z","regions":[{"regionid":1,"intensity":{"forecast":1}}]}]}`))
+	f.Add([]byte(`{"data":[{"regionid":null,"data":null}]}`))
+	f.Add([]byte("time,DE\n2020-01-01 00:00,1\n2020-01-01 01:00,2\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		valid := func(reader string, s *Series, err error) {
 			if err == nil {
@@ -142,6 +146,14 @@ func FuzzReadJSON(f *testing.F) {
 		valid("ReadElectricityMapsHistory", s, err)
 		s, err = ReadCarbonAwareEmissions(bytes.NewReader(data), opts)
 		valid("ReadCarbonAwareEmissions", s, err)
+		for _, o := range []TraceOptions{{}, {Zone: "x"}, {Zone: "1"}} {
+			s, err = ReadTrace(bytes.NewReader(data), o)
+			valid("ReadTrace", s, err)
+		}
+		for _, z := range []string{"x", "1"} {
+			s, err = ReadUKIntensity(bytes.NewReader(data), JSONOptions{Zone: z})
+			valid("ReadUKIntensity", s, err)
+		}
 		for _, o := range []JSONOptions{{}, {PreferActual: true}, {ActualOnly: true, MaxGapSteps: -1}} {
 			s, err = ReadUKIntensity(bytes.NewReader(data), o)
 			valid("ReadUKIntensity", s, err)
