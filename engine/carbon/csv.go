@@ -44,19 +44,29 @@ var timeLayouts = []string{
 	"2006-01-02T15:04:05",
 	"2006-01-02 15:04",
 	"2006-01-02T15:04",
+	"2006-01-02 15:04:05-0700", // offsets without a colon (ISO 8601 basic, strftime %z)
+	"2006-01-02T15:04:05-0700",
+	"2006/01/02 15:04:05",
+	"2006/01/02 15:04",
 }
 
 func parseTime(s string) (time.Time, error) {
+	orig := s
 	s = strings.TrimSpace(s)
 	if t, ok := unixTime(s); ok {
 		return t, nil
+	}
+	for _, utc := range []string{" UTC", " GMT"} { // "2024-03-01 00:00:00 UTC", as BigQuery writes times
+		if len(s) > len(utc) && strings.EqualFold(s[len(s)-len(utc):], utc) {
+			s = s[:len(s)-len(utc)]
+		}
 	}
 	for _, l := range timeLayouts {
 		if t, err := time.ParseInLocation(l, s, time.UTC); err == nil {
 			return t.UTC(), nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("%w: %q (want RFC3339, YYYY-MM-DD HH:MM[:SS] in UTC, or Unix seconds)", ErrBadTime, s)
+	return time.Time{}, fmt.Errorf("%w: %q (want RFC3339, YYYY-MM-DD HH:MM[:SS] in UTC, or Unix seconds)", ErrBadTime, strings.TrimSpace(orig))
 }
 
 // unixTime reads a Unix timestamp: 9–11 digits are seconds, 12–13
@@ -110,8 +120,10 @@ func delimiter(first []byte) rune {
 //     opts.Zone must name one.
 //
 // Fields are separated by commas, or by semicolons or tabs when the header
-// has no comma (and then a value may have a decimal comma, "212,5"). Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC) or
-// Unix seconds or milliseconds. The step is
+// has no comma (and then a value may have a decimal comma, "212,5").
+// Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC; also with slashes,
+// a trailing " UTC" or an offset without a colon) or Unix seconds or
+// milliseconds. The step is
 // inferred (smallest spacing) and checked; gaps of at most
 // opts.MaxGapSteps (default 2, or an hour of steps on a finer grid) missing steps are filled
 // linearly, longer ones are refused with a *GapError (ErrGap) naming the

@@ -118,6 +118,11 @@ func TestReadCSV(t *testing.T) {
 			wantZone: "zone", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{212, 20}},
 		{name: "tabs", in: "time\tDE\n2020-01-01 00:00\t10\n2020-01-01 01:00\t20\n",
 			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20}},
+		{name: "UTC suffix, slashes, basic offset, fractions", in: "time,DE\n2020-01-01 00:00:00 UTC,1\n2020/01/01 01:00,2\n2020-01-01 03:00:00+0100,3\n2020-01-01 03:00:00.000,4\n2020-01-01 04:00:00.5 gmt,5\n",
+			wantErr: ErrIrregular, errHas: []string{"line 6"}}, // the last is half a second off the grid: read, then refused
+		{name: "UTC suffix, slashes, basic offset", in: "time,DE\n2020-01-01 00:00:00 UTC,1\n2020/01/01 01:00,2\n2020-01-01 03:00:00+0100,3\n2020-01-01 03:00:00.000,4\n",
+			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{1, 2, 3, 4}},
+		{name: "day first is ambiguous", in: "time,DE\n01/02/2020 00:00,1\n", wantErr: ErrBadTime, errHas: []string{"01/02/2020"}},
 		{name: "unix seconds", in: "timestamp,DE\n1577836800,10\n1577838600,20\n",
 			wantZone: "DE", wantStep: 30 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20}},
 		{name: "unix milliseconds", in: "timestamp,DE\n1577836800000,10\n1577837100000,20\n",
