@@ -274,7 +274,7 @@ func (c *Carbon) provider(p spec.GreenPolicy) (providerSignal, error) {
 	case spec.ProviderCarbonAwareSDK:
 		return providerSignal{&carbon.CarbonAwareSDK{Client: cl, Location: p.Zone}}, nil
 	case spec.ProviderUK:
-		return providerSignal{&carbon.UKCarbonIntensity{Client: cl}}, nil
+		return providerSignal{&carbon.UKCarbonIntensity{Client: cl, Region: p.Zone}}, nil
 	}
 	return providerSignal{}, fmt.Errorf("green.provider: unknown provider %q", p.Provider)
 }

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -47,8 +48,9 @@ type GreenPolicy struct {
 	Trace string `yaml:"trace" json:"trace,omitempty"`
 	// Zone selects the trace's zone (Electricity Maps "Zone Id", the
 	// column of a plain CSV, a UK region's short name or id, a Carbon
-	// Aware SDK location), the Electricity Maps zone or the Carbon Aware
-	// SDK location.
+	// Aware SDK location), the Electricity Maps zone, the Carbon Aware
+	// SDK location, or the uk provider's region (an id 1–17 or a
+	// postcode's outward code; empty: national).
 	Zone string `yaml:"zone" json:"zone,omitempty"`
 	// Column picks the Electricity Maps export column: direct (default) or lca.
 	Column string `yaml:"column" json:"column,omitempty"`
@@ -212,6 +214,10 @@ func (g GreenPolicy) Source() string {
 	return s
 }
 
+// ukRegion is a UK Carbon Intensity API region: its id (1–17) or a
+// postcode's outward code.
+var ukRegion = regexp.MustCompile(`^(?:[1-9]|1[0-7]|[A-Za-z]{1,2}[0-9][A-Za-z0-9]?)$`)
+
 // validate appends the policy's problems, with fields under "green.".
 func (g GreenPolicy) validate(bad func(field, format string, args ...any)) {
 	switch {
@@ -221,7 +227,11 @@ func (g GreenPolicy) validate(bad func(field, format string, args ...any)) {
 		bad("green.provider", "give either green.trace or green.provider, not both")
 	}
 	switch g.Provider {
-	case "", ProviderUK:
+	case "":
+	case ProviderUK:
+		if g.Zone != "" && !ukRegion.MatchString(g.Zone) {
+			bad("green.zone", "uk: %q is neither a region id (1–17) nor a postcode's outward code such as RG10; leave it empty for national data", g.Zone)
+		}
 	case ProviderElectricityMaps:
 		if g.Zone == "" {
 			bad("green.zone", "electricitymaps needs a zone, e.g. DE")

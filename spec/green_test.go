@@ -19,6 +19,8 @@ func TestGreenPlannerOnlineSources(t *testing.T) {
 	}{
 		{name: "trace", green: "  trace: x.csv\n  planner: online\n"},
 		{name: "uk", green: "  provider: uk\n  planner: online\n"},
+		{name: "uk region", green: "  provider: uk\n  zone: 13\n  planner: online\n"},
+		{name: "uk postcode", green: "  provider: uk\n  zone: RG10\n  planner: online\n"},
 		{name: "electricitymaps", green: "  provider: electricitymaps\n  zone: DE\n  planner: online\n  interruptible: true\n"},
 		{name: "carbon-aware-sdk", green: "  provider: carbon-aware-sdk\n  zone: westus\n  provider_url: http://sdk:8080\n  planner: online\n"},
 		{name: "provider, replan", green: "  provider: uk\n  planner: replan\n"},

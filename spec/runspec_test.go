@@ -114,6 +114,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"green bad trace_start", "name: a\ngreen:\n  trace: x.csv\n  trace_start: yesterday\n", "green.trace_start", 4, "RFC 3339"},
 		{"green provider needs zone", "name: a\ngreen:\n  provider: electricitymaps\n", "green.zone", 0, "zone"},
 		{"green unknown provider", "name: a\ngreen:\n  provider: wattime\n", "green.provider", 3, "unknown provider"},
+		{"green uk bad region", "name: a\ngreen:\n  provider: uk\n  zone: London\n", "green.zone", 4, "region id (1–17)"},
+		{"green uk region out of range", "name: a\ngreen:\n  provider: uk\n  zone: \"18\"\n", "green.zone", 4, "outward code"},
 		{"green negative budget", "name: a\ngreen:\n  trace: x.csv\n  budget_g: -1\n", "green.budget_g", 4, "negative"},
 		{"green pue", "name: a\ngreen:\n  trace: x.csv\n  pue: 0.5\n", "green.pue", 4, "out of range"},
 		{"batch without threshold", "name: a\ngreen:\n  trace: x.csv\n  batch:\n    min: 48\n", "green.batch.threshold_g", 0, "required"},

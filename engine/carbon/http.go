@@ -302,9 +302,37 @@ const DefaultUKCarbonIntensityURL = "https://api.carbonintensity.org.uk"
 // ukTime is the API's path time form, e.g. 2018-01-20T12:00Z.
 const ukTime = "2006-01-02T15:04Z"
 
-// UKCarbonIntensity is a client of the national UK Carbon Intensity API.
+// UKCarbonIntensity is a client of the UK Carbon Intensity API: national,
+// or one region's.
 type UKCarbonIntensity struct {
 	Client
+	// Region selects the regional endpoints: a region id (1–17, the API's
+	// regionid) or a postcode's outward code (e.g. RG10). Empty: national.
+	// Regional answers carry the API's modelled forecast only, no actual,
+	// so History and Measured read that forecast.
+	Region string
+}
+
+// regional returns the path suffix of the regional endpoints, or "" for
+// national ones.
+func (p *UKCarbonIntensity) regional() string {
+	r := strings.TrimSpace(p.Region)
+	switch {
+	case r == "":
+		return ""
+	case strings.Trim(r, "0123456789") == "":
+		return "/regionid/" + r
+	}
+	return "/postcode/" + url.PathEscape(strings.ToUpper(r))
+}
+
+// path is the intensity endpoint for the time part tail (e.g.
+// "{from}/fw48h"), national or regional.
+func (p *UKCarbonIntensity) path(tail string) string {
+	if r := p.regional(); r != "" {
+		return "/regional/intensity/" + tail + r
+	}
+	return "/intensity/" + tail
 }
 
 func (p *UKCarbonIntensity) get(ctx context.Context, path string, opts JSONOptions) (*Series, error) {
@@ -317,27 +345,29 @@ func (p *UKCarbonIntensity) get(ctx context.Context, path string, opts JSONOptio
 }
 
 // Forecast implements Provider with GET /intensity/{from}/fw48h (the
-// forecast field). from is the half hour before the one containing now, so
+// forecast field; with a Region, /regional/intensity/{from}/fw48h/regionid/{id}
+// or …/postcode/{outward code}). from is the half hour before the one containing now, so
 // the answer covers now whichever period the API starts with; the API
 // reaches 48 h ahead.
 func (p *UKCarbonIntensity) Forecast(ctx context.Context, now time.Time, horizon time.Duration) (*Series, error) {
 	from := now.UTC().Truncate(30 * time.Minute).Add(-30 * time.Minute)
-	return p.get(ctx, "/intensity/"+from.Format(ukTime)+"/fw48h", JSONOptions{MaxGapSteps: p.MaxGapSteps})
+	return p.get(ctx, p.path(from.Format(ukTime)+"/fw48h"), JSONOptions{MaxGapSteps: p.MaxGapSteps})
 }
 
 // History returns [from, to] from GET /intensity/{from}/{to}, reading the
 // actual intensity where the API has it and the forecast otherwise (the API
 // caps a range at 14 days).
 func (p *UKCarbonIntensity) History(ctx context.Context, from, to time.Time) (*Series, error) {
-	return p.get(ctx, "/intensity/"+from.UTC().Format(ukTime)+"/"+to.UTC().Format(ukTime),
+	return p.get(ctx, p.path(from.UTC().Format(ukTime)+"/"+to.UTC().Format(ukTime)),
 		JSONOptions{MaxGapSteps: p.MaxGapSteps, PreferActual: true})
 }
 
 // Measured is History without the forecast: [from, to] from the same
 // endpoint, reading only the actual intensity; periods not yet measured
 // (actual null, as the latest ones usually are) are missing steps. It is
-// what planner online observes the present with.
+// what planner online observes the present with. Regional answers have no
+// actual: with a Region it reads their (modelled) values, as History does.
 func (p *UKCarbonIntensity) Measured(ctx context.Context, from, to time.Time) (*Series, error) {
-	return p.get(ctx, "/intensity/"+from.UTC().Format(ukTime)+"/"+to.UTC().Format(ukTime),
-		JSONOptions{MaxGapSteps: p.MaxGapSteps, ActualOnly: true})
+	return p.get(ctx, p.path(from.UTC().Format(ukTime)+"/"+to.UTC().Format(ukTime)),
+		JSONOptions{MaxGapSteps: p.MaxGapSteps, ActualOnly: p.regional() == "", PreferActual: true})
 }

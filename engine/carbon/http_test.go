@@ -182,6 +182,39 @@ func TestUKHistoryPrefersActual(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{268, 263, 259, 248, 240, 232, 221, 195, 187}, s.Values, 1e-12)
 }
 
+// TestUKRegional: with a Region the client asks the regional endpoints (by
+// region id or postcode outward code) and reads their one-region answer,
+// which has no actual: History and Measured read its modelled values.
+func TestUKRegional(t *testing.T) {
+	from := time.Date(2018, 5, 15, 11, 30, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		region, path string
+		fetch        func(p *UKCarbonIntensity) (*Series, error)
+	}{
+		{"13", "/regional/intensity/2018-05-15T11:00Z/fw48h/regionid/13", func(p *UKCarbonIntensity) (*Series, error) {
+			return p.Forecast(context.Background(), from.Add(10*time.Minute), time.Hour)
+		}},
+		{"rg10", "/regional/intensity/2018-05-15T11:30Z/2018-05-15T14:30Z/postcode/RG10", func(p *UKCarbonIntensity) (*Series, error) {
+			return p.History(context.Background(), from, from.Add(3*time.Hour))
+		}},
+		{"13", "/regional/intensity/2018-05-15T11:30Z/2018-05-15T14:30Z/regionid/13", func(p *UKCarbonIntensity) (*Series, error) {
+			return p.Measured(context.Background(), from, from.Add(3*time.Hour))
+		}},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			srv := replay(t, 200, "testdata/uk_regional_fw48h.json", func(r *http.Request) {
+				assert.Equal(t, tc.path, r.URL.Path)
+			})
+			s, err := tc.fetch(&UKCarbonIntensity{Client: client(srv, ""), Region: tc.region})
+			require.NoError(t, err)
+			assert.Equal(t, "London", s.Zone)
+			assert.True(t, s.Start.Equal(from), "start %s", s.Start)
+			// 12:30 is left out by the answer and interpolated.
+			assert.InDeltaSlice(t, []float64{266, 259, 253.5, 248, 240, 232}, s.Values, 1e-12)
+		})
+	}
+}
+
 // providers runs every provider's fetch against one server.
 var providers = []struct {
 	name  string
