@@ -322,6 +322,8 @@ func (s *Syncer) compressedPhase() bool {
 // Phase describes what the next step does, for status lines.
 func (s *Syncer) Phase() string {
 	switch {
+	case s.size == 1:
+		return "uncompressed (one rank: nothing to send)"
 	case !s.compressedPhase() && s.opt == engine.OneBitAdam:
 		return fmt.Sprintf("warm-up (Adam until step %d), gradient %s", s.freeze, s.p.GradCodec)
 	case !s.compressedPhase():

@@ -219,6 +219,9 @@ func TestOneRankDoesNotCompress(t *testing.T) {
 			if st := comp[0].Stats(); st.CompressedSteps != 0 || st.Steps != 8 {
 				t.Errorf("stats %+v", st)
 			}
+			if p := comp[0].Phase(); !strings.Contains(p, "one rank") {
+				t.Errorf("phase %q does not say the lone rank sends nothing", p)
+			}
 		})
 	}
 }
