@@ -59,7 +59,7 @@ green:
 }
 
 func TestExampleJobFilesParse(t *testing.T) {
-	for _, f := range []string{"../examples/mnist.yaml", "../examples/mnist-green.yaml", "../examples/mnist-onebit.yaml"} {
+	for _, f := range []string{"../examples/mnist.yaml", "../examples/mnist-green.yaml", "../examples/mnist-onebit.yaml", "../examples/mnist-auto.yaml"} {
 		if _, err := LoadFile(f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
@@ -233,7 +233,7 @@ func TestParseSyncPolicy(t *testing.T) {
 // field; never a panic.
 func FuzzParse(f *testing.F) {
 	for _, p := range []string{"../examples/mnist.yaml", "../examples/mnist-green.yaml", "../examples/mnist-onebit.yaml",
-		"../examples/torch-ddp/job.yaml", "../examples/torch-ddp/job-green.yaml"} {
+		"../examples/mnist-auto.yaml", "../examples/torch-ddp/job.yaml", "../examples/torch-ddp/job-green.yaml"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)
