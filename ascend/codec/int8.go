@@ -45,14 +45,11 @@ func (q *Int8) Encode(dst []byte, x []float32, step uint64, rank int) []byte {
 		for _, v := range part {
 			m = max(m, abs32(v))
 		}
-		scale := m / 127
-		if m == 0 || m != m || math.IsInf(float64(m), 0) {
-			scale = m // 0: all zero; NaN/Inf: passed on, the loss check reports it
-		}
+		scale, ok := int8Scale(m)
 		putF32(dst[scales+4*b:], scale)
 		for _, v := range part {
 			var qv int8
-			if scale != 0 && scale == scale && !math.IsInf(float64(scale), 0) {
+			if ok {
 				f := math.Floor(float64(v/scale) + rng.Float64())
 				qv = int8(max(-127, min(127, f)))
 			}
@@ -60,6 +57,18 @@ func (q *Int8) Encode(dst []byte, x []float32, step uint64, rank int) []byte {
 		}
 	}
 	return dst
+}
+
+// int8Scale is the scale of a bucket whose largest magnitude is m, and
+// whether its values are quantised: not when the scale is 0 (all zero, or
+// m too small to divide) or not finite (a NaN or Inf is passed on, and
+// the loss check reports it).
+func int8Scale(m float32) (scale float32, ok bool) {
+	scale = m / 127
+	if m == 0 || m != m || math.IsInf(float64(m), 0) {
+		scale = m
+	}
+	return scale, scale != 0 && scale == scale && !math.IsInf(float64(scale), 0)
 }
 
 // encodeFeedback is Encode of v = g + residual followed by residual =
@@ -101,12 +110,9 @@ func (q *Int8) encodeFeedback(dst []byte, g, residual []float32, step uint64, ra
 				m = max(m, abs32(y))
 			}
 		}
-		scale := m / 127
-		if m == 0 || m != m || math.IsInf(float64(m), 0) {
-			scale = m
-		}
+		scale, ok := int8Scale(m)
 		putF32(dst[scales+4*b:], scale)
-		if scale == 0 || scale != scale || math.IsInf(float64(scale), 0) {
+		if !ok {
 			for i, y := range part {
 				out[i] = 0
 				part[i] = y - (0 + float32(0)*scale)
