@@ -61,22 +61,28 @@ func (n *Node) probeCompute(ctx context.Context, comm *ascend.Communicator, in s
 		Codecs: codecs}, nil
 }
 
+// codecsToTime is the codecs a job's names stand for: auto is every codec
+// of the ladder its policy chooses from.
+func codecsToTime(names ...string) []string {
+	var out []string
+	for _, name := range names {
+		if name == gradsync.CodecAuto {
+			out = append(out, codec.Ladder...)
+		} else {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // codecProbeBudget is what timing one codec may take on a node.
 const codecProbeBudget = 30 * time.Millisecond
 
 // measureCodecs times the probe's codecs (auto: the ladder an adaptive
 // policy chooses from) on a gradient of the job's size.
 func measureCodecs(ctx context.Context, p *spec.ComputeProbe) ([]spec.CodecCost, error) {
-	var names []string
-	for _, name := range p.Codecs {
-		if name == gradsync.CodecAuto {
-			names = append(names, codec.Ladder...)
-		} else {
-			names = append(names, name)
-		}
-	}
 	var out []spec.CodecCost
-	for _, name := range names {
+	for _, name := range codecsToTime(p.Codecs...) {
 		c, err := codec.Parse(name)
 		if err == nil && p.GradientValues < 1 {
 			err = fmt.Errorf("%d gradient values", p.GradientValues)
@@ -196,11 +202,7 @@ func newCommPricer(in spec.SearchStrategyInput, algo ascend.Algorithm) (commPric
 	if p.comp == nil {
 		return p, nil
 	}
-	names := []string{p.comp.Codec, p.comp.WarmupCodec}
-	if p.comp.Codec == gradsync.CodecAuto {
-		names = append(names[1:], codec.Ladder...)
-	}
-	for _, name := range names {
+	for _, name := range codecsToTime(p.comp.Codec, p.comp.WarmupCodec) {
 		c, err := codec.Parse(name)
 		if err != nil {
 			return p, fmt.Errorf("compression: %w", err)
