@@ -318,7 +318,11 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	r.st.TrainSeconds += secs
 	r.st.StepsTrained += lead.To - lead.From
 	s.Step = lead.To
-	s.Loss = lead.LastLoss
+	if lead.To > lead.From {
+		// A launch that trained nothing (an external job restored at its
+		// last step) keeps the loss of the checkpoint it restored.
+		s.Loss = lead.LastLoss
+	}
 	s.SamplesPerSec = samples
 	m := r.metrics(ctx)
 	m.Gauge(metricStep).Update(float64(s.Step))

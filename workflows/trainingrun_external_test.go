@@ -90,9 +90,14 @@ func (f *fakeWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.Chun
 		}
 	}
 	t0 := time.Unix(1_700_000_000, 0)
-	return &spec.ChunkResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, From: from, To: f.end,
+	res := &spec.ChunkResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, From: from, To: f.end,
 		FirstLoss: 2.3 / float32(1+from), LastLoss: 2.3 / float32(1+f.end), Seconds: 10,
-		StartedAt: t0, FirstStepAt: t0.Add(time.Second), EndedAt: t0.Add(10 * time.Second)}, nil
+		StartedAt: t0, FirstStepAt: t0.Add(time.Second), EndedAt: t0.Add(10 * time.Second)}
+	if from >= f.end {
+		// Restored at its last step, the script trains and reports nothing.
+		res.To, res.FirstLoss, res.LastLoss, res.FirstStepAt = from, 0, 0, time.Time{}
+	}
+	return res, nil
 }
 
 func (f *fakeWorlds) launches() [][]spec.ExternalInput {
@@ -205,6 +210,37 @@ func TestExternalRunReplacesDeadNode(t *testing.T) {
 	require.Equal(t, "spare", second[1].Membership.Nodes[1].ID)
 	require.NotEqual(t, ls[0][0].Session, second[0].Session)
 	require.Equal(t, 2, st.Checkpoints) // 20 and 40 once: no step past 40 was committed again
+}
+
+// TestExternalRunEndsFromLastCheckpoint: a world uploads its last step's
+// checkpoint, then both nodes miss their heartbeats (a stalled server);
+// the relaunch restores that checkpoint and has nothing left to train.
+// The run completes at the last step and keeps the checkpoint's loss
+// (before: the empty launch's, 0).
+func TestExternalRunEndsFromLastCheckpoint(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1", "spare-2"), failed: map[string]bool{}}
+	w := &fakeWorlds{end: 100, ckpts: []int64{50, 100}}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Restore != nil {
+			return nil
+		}
+		return temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 22, LastCheckpoint: 0})
+	}
+	env := newExternalEnv(t, cl, w)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 100, st.Step)
+	require.EqualValues(t, 100, st.LastCkpt.Step)
+	require.Len(t, st.Recoveries, 1)
+	require.EqualValues(t, 100, st.Recoveries[0].ResumeStep)
+	require.InDelta(t, 2.3, st.InitialLoss, 1e-6)
+	require.InDelta(t, 2.3/101, st.Loss, 1e-6, "the last checkpoint's loss, not the empty launch's")
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	require.EqualValues(t, 100, ls[1][0].Restore.Step)
 }
 
 // TestExternalRunRestartsWorldOnRankExit: a rank exits non-zero while
