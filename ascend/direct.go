@@ -566,20 +566,24 @@ func (c *Communicator) directWait(ctx context.Context, name string, j, off int, 
 			return c.fail(ctx, name, p, c.explainSendError(p, fmt.Errorf("shared buffers: %w", errPeerGone)))
 		}
 		if i&63 == 63 {
-			if err := c.Err(); err != nil {
-				return err
-			}
 			// Any other rank failing (it aborts and closes its links)
-			// ends the collective too.
-			for _, q := range c.peers {
-				if q != nil && q != p {
-					if qw, ok := q.conn.(peerWatcher); ok && qw.PeerDown() {
-						return c.fail(ctx, name, q, c.explainSendError(q, fmt.Errorf("shared buffers: %w", errPeerGone)))
-					}
-				}
+			// ends the collective too — unless the word is ready once the
+			// failure is seen: a rank that saw every peer done returns and
+			// closes (an abort notice on its links) while this rank may
+			// still be on its way to the last peer's done word.
+			gone := c.downPeer(p)
+			err := c.Err()
+			cerr := ctxErr(ctx)
+			if (gone != nil || err != nil || cerr != nil) && ready() {
+				return nil
 			}
-			if err := ctxErr(ctx); err != nil {
-				return c.abort(fmt.Errorf("ascend: %s: %w", name, err))
+			switch {
+			case err != nil:
+				return err
+			case gone != nil:
+				return c.fail(ctx, name, gone, c.explainSendError(gone, fmt.Errorf("shared buffers: %w", errPeerGone)))
+			case cerr != nil:
+				return c.abort(fmt.Errorf("ascend: %s: %w", name, cerr))
 			}
 		}
 		switch {
@@ -610,6 +614,19 @@ func (c *Communicator) directWait(ctx context.Context, name string, j, off int, 
 		}
 		atomic.AddUint32(waiters, ^uint32(0))
 	}
+}
+
+// downPeer returns a peer other than p whose link reports it went away,
+// or nil.
+func (c *Communicator) downPeer(p *peer) *peer {
+	for _, q := range c.peers {
+		if q != nil && q != p {
+			if qw, ok := q.conn.(peerWatcher); ok && qw.PeerDown() {
+				return q
+			}
+		}
+	}
+	return nil
 }
 
 // errPeerGone: a peer's link reports it went away.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -142,6 +143,76 @@ func TestAllocSharedAgrees(t *testing.T) {
 				if err != nil {
 					t.Errorf("rank %d: %v", r, err)
 				}
+			}
+		})
+	}
+}
+
+// goneAfterConn is rank 0's link to a peer that finished the collective
+// and closed: the first time PeerDown is asked once armed, it runs hook
+// (the last peer publishes its word just then) and reports the peer gone.
+type goneAfterConn struct {
+	Conn
+	armed bool
+	hook  func()
+}
+
+func (g *goneAfterConn) PeerDown() bool {
+	if !g.armed {
+		return false
+	}
+	if g.hook != nil {
+		g.hook()
+		g.hook = nil
+	}
+	return true
+}
+
+// TestDirectWaitPeerLeftAfterDone: rank 0 waits for rank 2's done word
+// while rank 1 — which saw every rank done — returns and closes. A peer
+// that leaves once the awaited word is ready does not fail the wait (CI
+// flake, session 20: a chunk's last allreduce failed with "rank 1 closed
+// or cancelled its communicator"); one that leaves before it does.
+func TestDirectWaitPeerLeftAfterDone(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		publishes bool // rank 2 publishes as rank 1 leaves
+	}{
+		{"word ready as the peer leaves", true},
+		{"word never ready", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			comms := heapGroup(t, 3, []string{"shm", "shm", "shm"})
+			errs := parallel(comms, func(c *Communicator) error {
+				_, err := c.AllocShared(context.Background(), 1024)
+				return err
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			c := comms[0]
+			if !c.sharedAll() {
+				t.Fatal("the ranks do not share")
+			}
+			const v = 7
+			word := c.win.u32(c.win.peerCtl[2], ctlDone)
+			gone := &goneAfterConn{Conn: c.peers[1].conn, armed: true}
+			if tc.publishes {
+				gone.hook = func() { atomic.StoreUint32(word, v) }
+			}
+			c.peers[1].conn = gone
+			err := c.directWait(context.Background(), "allreduce", 2, ctlDone, v, time.Now().Add(5*time.Second))
+			if tc.publishes {
+				if err != nil {
+					t.Fatalf("wait failed although rank 2's word was ready: %v", err)
+				}
+				return
+			}
+			var pe *PeerError
+			if !errors.As(err, &pe) || pe.Rank != 1 {
+				t.Fatalf("wait = %v, want a PeerError naming rank 1", err)
 			}
 		})
 	}

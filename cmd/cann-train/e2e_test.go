@@ -290,6 +290,7 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 		t.Fatalf("status %s at step %d", st.Phase, st.Step)
 	}
 	if len(st.Recoveries) != 1 {
+		dumpLogs(t, l.LogDir) // a second recovery's cause is in the nodes' logs
 		t.Fatalf("recoveries %+v, want exactly one", st.Recoveries)
 	}
 	rec := st.Recoveries[0]
