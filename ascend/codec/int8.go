@@ -75,9 +75,9 @@ func int8Scale(m float32) (scale float32, ok bool) {
 // v − decode(encoding), in two passes per bucket (sum and maximum, then
 // quantise and subtract) instead of five over the vector, with the same
 // bits: the same draws of the same generator (rand.Rand.Float64 of a PCG,
-// without the interface call), the same operations four values at a time
-// with AVX2 (quantizeVec), and the decoded value computed as DecodeAdd
-// computes it into a cleared buffer.
+// drawn four at a time by pcg.uniforms), the same operations four values
+// at a time with AVX2 (quantizeVec), and the decoded value computed as
+// DecodeAdd computes it into a cleared buffer.
 func (q *Int8) encodeFeedback(dst []byte, g, residual []float32, step uint64, rank int) []byte {
 	v := residual[:len(g)]
 	dst = header(dst, idInt8, len(g))
@@ -86,7 +86,7 @@ func (q *Int8) encodeFeedback(dst []byte, g, residual []float32, step uint64, ra
 	scales := len(dst)
 	dst = slices.Grow(dst, 4*nb+len(g))[:scales+4*nb+len(g)]
 	vals := dst[scales+4*nb:]
-	rng := rand.NewPCG(step, uint64(rank))
+	rng := newPCG(step, uint64(rank))
 	if cap(q.draws) < q.Bucket {
 		q.draws = make([]float64, q.Bucket)
 	}
@@ -122,9 +122,7 @@ func (q *Int8) encodeFeedback(dst []byte, g, residual []float32, step uint64, ra
 		// The draws first (the generator is serial), then the
 		// quantisation, four values at a time where the CPU can.
 		us := q.draws[:len(part)]
-		for i := range us {
-			us[i] = float64(rng.Uint64()<<11>>11) / (1 << 53)
-		}
+		rng.uniforms(us)
 		for i := quantizeVec(part, us, out, scale); i < len(part); i++ {
 			y := part[i]
 			// ⌊f⌋ of f in [−128, 128) as math.Floor computes it: truncate,
