@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cann-train/cann-train/ascend"
@@ -71,6 +72,14 @@ type Options struct {
 	// (ascend.Communicator.Calibrate, a few milliseconds); the cost model
 	// then stays ascend.DefaultCostModel. It must be equal on all ranks.
 	SkipCalibration bool
+	// RefusedGrace, when positive, ends Connect with an *ascend.PeerError
+	// naming a lower rank whose address has refused every connection for
+	// this long: where every rank's listener is known to be up before the
+	// group forms (node workers open theirs before they register), a
+	// refusal means that rank's process is gone, and waiting out
+	// ConnectTimeout only delays its replacement. Zero keeps dialling
+	// until ConnectTimeout (ranks that may still be starting).
+	RefusedGrace time.Duration
 }
 
 const (
@@ -87,7 +96,13 @@ const (
 // barrier, then calibrates the cost model unless Options.SkipCalibration
 // is set). It fails with a *HandshakeError (wrapping ErrAuth, ErrVersion,
 // ErrGroupMismatch or ascend.ErrProtocol), with context.DeadlineExceeded
-// when ConnectTimeout passes, or with the ctx's error.
+// when ConnectTimeout passes, or with the ctx's error. A rank that never
+// connected within ConnectTimeout and (with RefusedGrace) a rank whose
+// address refuses connections are named by an *ascend.PeerError in the
+// chain, so that a caller can blame that rank. (A link that breaks while
+// forming names nobody: its peer may have hung up only because a third
+// rank failed, and the notices that say so flow only once the group has
+// formed.)
 func Connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.Communicator, error) {
 	c, err := connect(ctx, l, g, opts)
 	if err != nil {
@@ -140,7 +155,7 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 	}
 	defer l.unregister(k, w)
 
-	ncs, err := mesh(cctx, l, w, s, g.Addrs)
+	ncs, err := mesh(cctx, l, w, s, g.Addrs, opts.RefusedGrace)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +219,7 @@ const failGrace = time.Second
 
 // mesh dials the lower ranks and accepts the higher ranks, authenticating
 // each link. It returns conns indexed by rank (nil for self).
-func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string) ([]*net.TCPConn, error) {
+func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, refusedGrace time.Duration) ([]*net.TCPConn, error) {
 	world := len(addrs)
 	// loopCtx stops dialling and accepting; hsCtx interrupts handshakes.
 	loopCtx, stopLoops := context.WithCancel(ctx)
@@ -226,7 +241,7 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string) (
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, err := dialPeer(loopCtx, hsCtx, s, j, addrs[j])
+			nc, err := dialPeer(loopCtx, hsCtx, s, j, addrs[j], refusedGrace)
 			deliver(result{j, nc, err})
 		}()
 	}
@@ -280,6 +295,11 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string) (
 				}
 			}
 			err = fmt.Errorf("waiting for ranks %v: %w", missing, ctx.Err())
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && len(missing) > 0 {
+				// Never showed up: blame the first (the others are in
+				// the message).
+				err = &ascend.PeerError{Rank: missing[0], Op: "connect", Err: err}
+			}
 		}
 	}
 	stopLoops()
@@ -319,11 +339,21 @@ func fatal(err error) bool {
 
 // dialPeer dials rank peer until the handshake succeeds, fails fatally or
 // ctx ends; hsCtx bounds a handshake in progress.
-func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string) (*net.TCPConn, error) {
+func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string, refusedGrace time.Duration) (*net.TCPConn, error) {
 	var d net.Dialer
 	backoff := 10 * time.Millisecond
+	var refusedSince time.Time
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
+		switch {
+		case err == nil || !errors.Is(err, syscall.ECONNREFUSED):
+			refusedSince = time.Time{}
+		case refusedSince.IsZero():
+			refusedSince = time.Now()
+		case refusedGrace > 0 && time.Since(refusedSince) >= refusedGrace:
+			return nil, &ascend.PeerError{Rank: peer, Op: "connect",
+				Err: fmt.Errorf("%s has refused connections for %v (its process is gone): %w", addr, time.Since(refusedSince).Round(time.Millisecond), err)}
+		}
 		if err == nil {
 			nc := c.(*net.TCPConn)
 			remote, herr := underCtx(hsCtx, nc, func() (bool, error) { return clientHandshake(nc, s, peer) })

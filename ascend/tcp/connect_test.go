@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -281,8 +282,60 @@ func TestConnectTimeoutNamesMissingRanks(t *testing.T) {
 		if !errors.Is(x.err, context.DeadlineExceeded) {
 			t.Errorf("rank %d: %v, want DeadlineExceeded", r, x.err)
 		}
+		var pe *ascend.PeerError
+		if !errors.As(x.err, &pe) || pe.Rank != 2 {
+			t.Errorf("rank %d: %v, want a PeerError naming rank 2", r, x.err)
+		}
 	}
 	t.Log(res[0].err)
+}
+
+// TestConnectRefusedGrace: rank 0's address refuses connections (its
+// process is gone). With RefusedGrace, rank 1 names rank 0 soon after the
+// grace; without, it dials until ConnectTimeout and then names it as
+// missing.
+func TestConnectRefusedGrace(t *testing.T) {
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := gone.Addr().String()
+	gone.Close()
+	for _, tc := range []struct {
+		name    string
+		opts    Options
+		refused bool // the error says the address refused
+		within  time.Duration
+	}{
+		{"grace", Options{ConnectTimeout: 20 * time.Second, RefusedGrace: 200 * time.Millisecond}, true, 10 * time.Second},
+		{"no grace", Options{ConnectTimeout: 500 * time.Millisecond}, false, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := listen(t, ListenConfig{})
+			g := Group{Session: "refused-" + tc.name, Rank: 1, Addrs: []string{dead, l.Addr()}, Token: token(t)}
+			start := time.Now()
+			comm, err := Connect(context.Background(), l, g, tc.opts)
+			took := time.Since(start)
+			if comm != nil {
+				comm.Close()
+				t.Fatal("connected to a closed port")
+			}
+			var pe *ascend.PeerError
+			if !errors.As(err, &pe) || pe.Rank != 0 || pe.Op != "connect" {
+				t.Fatalf("err = %v, want a PeerError naming rank 0", err)
+			}
+			if got := errors.Is(err, syscall.ECONNREFUSED); got != tc.refused {
+				t.Errorf("err = %v: refused %v, want %v", err, got, tc.refused)
+			}
+			if !tc.refused && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want DeadlineExceeded", err)
+			}
+			if took > tc.within {
+				t.Errorf("took %v", took)
+			}
+			t.Log(err)
+		})
+	}
 }
 
 func TestConnectCancelAndListenerClose(t *testing.T) {
