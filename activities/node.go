@@ -40,6 +40,11 @@ type Node struct {
 	MNISTDir string
 	// AllowFaults lets a chunk's KillAtStep SIGKILL this process.
 	AllowFaults bool
+	// Incarnation is this worker process's spec.Node.Incarnation (empty:
+	// not checked). A chunk planned for an earlier process of the node
+	// (the run's membership still lists that one's address) fails at once
+	// as NoState, and the run re-forms the group with this one.
+	Incarnation string
 	// WorkDir holds external jobs' per-run directories (logs, reports,
 	// checkpoint directory, rank table) on this node.
 	WorkDir string
@@ -97,6 +102,9 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	if err := n.checkInput(in); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadChunkInput", err)
 	}
+	if err := n.checkIncarnation(in.Membership.Nodes[in.Rank]); err != nil {
+		return nil, err
+	}
 	log := n.Logger.With(zap.String("run", in.RunID), zap.Int("rank", in.Rank), zap.String("session", in.Session))
 	// Heartbeat from the start, not only after steps: connecting to peers
 	// and restoring a checkpoint can take longer than the heartbeat
@@ -115,6 +123,9 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	tr := sy.Trainer()
 	comm, err := n.connect(ctx, in)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // cancelled: blame nobody
+		}
 		return nil, peerError(err, in.From)
 	}
 	defer comm.Close()
@@ -262,6 +273,18 @@ func chunkSync(sp spec.RunSpec, sy *gradsync.Syncer, d gradsync.Stats) *spec.Chu
 		}
 	}
 	return cs
+}
+
+// checkIncarnation refuses work planned for an earlier process of this
+// node: its peers would dial that process's address, which nobody
+// answers, and this one would wait for them until the connect timeout.
+func (n *Node) checkIncarnation(me spec.Node) error {
+	if me.Incarnation == "" || n.Incarnation == "" || me.Incarnation == n.Incarnation {
+		return nil
+	}
+	err := fmt.Errorf("node %s restarted (process %s) after the run planned this chunk for its process %s at %s",
+		n.ID, n.Incarnation, me.Incarnation, me.CommAddr)
+	return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeNoState, err)
 }
 
 func (n *Node) checkInput(in spec.ChunkInput) error {
@@ -453,8 +476,17 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput) (*ascend.Communi
 		Algorithm:       algo,
 		SkipCalibration: true,
 		SharedMemory:    true, // links (and the step buffer) in shared memory within a host
+		RefusedGrace:    peerRefusedGrace,
 	})
 }
+
+// peerRefusedGrace is how long a member's address may refuse connections
+// before the rank dialling it names it as failed: a node worker's listener
+// is up before it registers, so a refusal means its process is gone (a
+// worker restarted since listens elsewhere and is told its new peers by the
+// next generation). Without it the chunk waited out its 30 s connect
+// timeout, or the dead node's heartbeat timeout.
+const peerRefusedGrace = time.Second
 
 func (n *Node) checkpointURL(in spec.ChunkInput) string {
 	if in.Spec.CheckpointURL != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -144,6 +145,11 @@ func TestTrainChunkAcrossTwoNodes(t *testing.T) {
 func TestTrainChunkRejectsBadInput(t *testing.T) {
 	nodes, m := newNodes(t, 1, "mem://")
 	s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 10}.WithDefaults()
+	// This worker is process "p2" of node-1; a chunk planned while the run
+	// knew process "p1" (and its address) is refused as NoState.
+	nodes[0].Incarnation = "p2"
+	earlier := spec.Membership{Generation: m.Generation, Nodes: slices.Clone(m.Nodes)}
+	earlier.Nodes[0].Incarnation = "p1"
 	tests := []struct {
 		name string
 		in   spec.ChunkInput
@@ -152,6 +158,7 @@ func TestTrainChunkRejectsBadInput(t *testing.T) {
 		{"wrong node", spec.ChunkInput{RunID: "r", Spec: s, Membership: spec.Membership{Nodes: []spec.Node{{ID: "other"}}}, From: 0, To: 5}, "BadChunkInput"},
 		{"empty range", spec.ChunkInput{RunID: "r", Spec: s, Membership: m, From: 5, To: 5}, "BadChunkInput"},
 		{"no state", spec.ChunkInput{RunID: "r", Spec: s, Membership: m, Session: "x", From: 5, To: 10}, spec.ErrTypeNoState},
+		{"earlier process", spec.ChunkInput{RunID: "r", Spec: s, Membership: earlier, Session: "y", From: 0, To: 5}, spec.ErrTypeNoState},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

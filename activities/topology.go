@@ -34,8 +34,11 @@ func (n *Node) ProbeLinks(ctx context.Context, in spec.ProbeInput) (*spec.ProbeR
 		addrs[i] = m.CommAddr
 	}
 	comm, err := tcp.Connect(ctx, n.Listener, tcp.Group{Session: in.Session, Rank: in.Rank, Addrs: addrs, Token: []byte(in.Token)},
-		tcp.Options{ConnectTimeout: 30 * time.Second, OpTimeout: in.Timeout.D(), SkipCalibration: true})
+		tcp.Options{ConnectTimeout: 30 * time.Second, OpTimeout: in.Timeout.D(), SkipCalibration: true, RefusedGrace: peerRefusedGrace})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, peerError(err, 0)
 	}
 	defer comm.Close()

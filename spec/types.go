@@ -123,6 +123,10 @@ type Node struct {
 	// /etc/hccn.conf; empty elsewhere): an external job's HCCL rank table
 	// lists them, else the node's host address.
 	DeviceIPs []string `json:"device_ips,omitempty"`
+	// Incarnation is new each time the node's worker process starts, so
+	// that the Cluster can tell a worker restarted under the same ID from
+	// the process a run saw fail (empty from workers before it existed).
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // Membership is the set of nodes of one run generation; rank i runs on
@@ -178,6 +182,11 @@ type MarkFailed struct {
 	NodeID string `json:"node_id"`
 	RunID  string `json:"run_id"`
 	Reason string `json:"reason"`
+	// Incarnation is the worker process that failed (Node.Incarnation as
+	// the run or the worker knew it). When the node has registered again
+	// since, as another process, that one is healthy: the Cluster only
+	// takes the node from the run. Empty: whichever process holds the ID.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // Drain takes NodeID out of the pool (Drained) or puts it back. A run

@@ -94,7 +94,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		host = h + " (" + host + ")"
 	}
 	node := spec.Node{ID: o.ID, TaskQueue: spec.NodeTaskQueue(o.ID), CommAddr: advertise, Host: host, Devices: 1,
-		DeviceIPs: hccnDeviceIPs(hccnConf)}
+		DeviceIPs: hccnDeviceIPs(hccnConf), Incarnation: fmt.Sprintf("%d.%d", time.Now().UnixNano(), os.Getpid())}
 	log = log.With(zap.String("node", o.ID))
 	// Before polling the node's task queue: a second worker must not take
 	// any of its chunks.
@@ -103,7 +103,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	}
 
 	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
-		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir}
+		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation}
 	defer acts.Close()
 	switch m, err := energy.OpenHostMeter(ctx, energy.HostMeterOptions{Kind: o.Energy}); {
 	case err == nil:
@@ -126,10 +126,6 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	w.RegisterActivityWithOptions(acts.ReservePort, activity.RegisterOptions{Name: spec.ActivityReservePort})
 	w.RegisterActivityWithOptions(acts.ReadEnergy, activity.RegisterOptions{Name: spec.ActivityReadEnergy})
 	w.RegisterActivityWithOptions(acts.ProbeLinks, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("node %s: start worker: %w", o.ID, err)
-	}
-	defer w.Stop()
 	// Load the data before offering the node: a spare is then ready to
 	// train the moment it replaces a failed rank.
 	if err := acts.Preload(); err != nil {
@@ -138,6 +134,15 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	if err := register(ctx, c, o.ClusterID, node); err != nil {
 		return err
 	}
+	// Poll only once registered: a restarted worker then takes no chunk
+	// before the Cluster knows its new address, so a run that held the
+	// node re-forms its group with this process (a chunk still planned
+	// for the last one is refused as NoState, once) instead of looping
+	// on chunks this process must refuse.
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("node %s: start worker: %w", o.ID, err)
+	}
+	defer w.Stop()
 	log.Info("node worker serving", zap.String("task_queue", node.TaskQueue), zap.String("comm", advertise))
 
 	t := time.NewTicker(o.LeaseEvery)
@@ -145,7 +150,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	for {
 		select {
 		case <-ctx.Done():
-			leave(c, o.ClusterID, o.ID, log)
+			leave(c, o.ClusterID, node, log)
 			return nil
 		case <-t.C:
 		}
@@ -221,11 +226,13 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 
 // leave tells the Cluster that a gracefully stopping node is gone, so it is
 // not handed to a run before its lease would run out.
-func leave(c client.Client, clusterID, nodeID string, log *zap.Logger) {
+func leave(c client.Client, clusterID string, node spec.Node, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
+	// (With its incarnation: a worker started meanwhile under the same ID
+	// stays in the pool.)
 	err := c.SignalWorkflow(ctx, clusterID, "", spec.SignalMarkFailed,
-		spec.MarkFailed{NodeID: nodeID, Reason: "worker stopped"})
+		spec.MarkFailed{NodeID: node.ID, Reason: "worker stopped", Incarnation: node.Incarnation})
 	if err != nil {
 		log.Warn("could not deregister from the cluster; its lease will expire", zap.Error(err))
 	}

@@ -209,6 +209,15 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 	if r == nil {
 		return
 	}
+	if mf.Incarnation != "" && r.Node.Incarnation != "" && mf.Incarnation != r.Node.Incarnation {
+		// The worker restarted and registered again after the process the
+		// failure names: the new one is healthy, and a run that held the
+		// node keeps it in its rank (before, the node stayed out of the
+		// pool for a lease TTL when a run blamed it late).
+		workflow.GetLogger(ctx).Info("failure of an earlier worker process; the node registered again since",
+			"node", mf.NodeID, "reason", mf.Reason)
+		return
+	}
 	r.Failed, r.FailReason, r.FailedAt = true, mf.Reason, workflow.Now(ctx)
 	if mf.RunID == "" || r.Run == mf.RunID {
 		r.Run, r.Rank = "", -1

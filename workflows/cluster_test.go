@@ -374,3 +374,67 @@ func TestClusterFreesTheNodesOfEndedRuns(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{"a": "new", "b": "new", "c": "alive", "d": "later"}, holders)
 }
+
+// TestClusterFailureOfAnEarlierProcess: a run blames node "n2" after
+// n2's worker restarted and registered again (a kill noticed only when the
+// heartbeat timed out). When the failure names the earlier process, n2
+// stays in the pool and keeps its rank in the run (although the spare n1
+// comes first in ID order); when it names the current process, or no
+// process (older runs and workers), n2 is failed and n1 takes its rank.
+func TestClusterFailureOfAnEarlierProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		incarnation string // in MarkFailed
+		want        string
+		failed      bool
+	}{
+		{"earlier process", "n2-1", "n2", false},
+		{"current process", "n2-2", "n1", true},
+		{"process not named", "", "n1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, acquire, at, results := clusterEnv()
+			nodes := testNodes("n1", "n2")
+			spare, old := nodes[0], nodes[1]
+			spare.Incarnation, old.Incarnation = "n1-1", "n2-1"
+			restarted := old
+			restarted.Incarnation, restarted.CommAddr = "n2-2", "127.0.0.1:9100"
+			at(time.Second, func() {
+				env.SignalWorkflow(spec.SignalRegister, old)
+				acquire("first", spec.AcquireRequest{RunID: "r1", Count: 1, Wait: time.Second})
+				env.SignalWorkflow(spec.SignalRegister, spare)
+			})
+			at(2*time.Second, func() { env.SignalWorkflow(spec.SignalRegister, restarted) })
+			at(3*time.Second, func() {
+				env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "n2", RunID: "r1", Reason: "stopped heartbeating", Incarnation: tc.incarnation})
+				acquire("recover", spec.AcquireRequest{RunID: "r1", Count: 1, Wait: time.Second})
+			})
+			var reg Registry
+			at(4*time.Second, func() {
+				v, err := env.QueryWorkflow(spec.QueryRegistry)
+				require.NoError(t, err)
+				require.NoError(t, v.Get(&reg))
+				env.CancelWorkflow()
+			})
+			env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+			require.True(t, env.IsWorkflowCompleted())
+			require.NoError(t, results["first"].err)
+			require.Equal(t, []string{"n2"}, ids(results["first"].nodes))
+			require.NoError(t, results["recover"].err)
+			require.Equal(t, []string{tc.want}, ids(results["recover"].nodes))
+			if tc.want == "n2" {
+				got := results["recover"].nodes[0]
+				require.Equal(t, "n2-2", got.Incarnation, "the run gets the restarted process")
+				require.Equal(t, restarted.CommAddr, got.CommAddr)
+			}
+			var seen bool
+			for _, r := range reg.Nodes {
+				if r.Node.ID == "n2" {
+					seen = true
+					require.Equal(t, tc.failed, r.Failed)
+				}
+			}
+			require.True(t, seen)
+		})
+	}
+}

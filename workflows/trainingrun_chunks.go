@@ -397,8 +397,14 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		r.dropLastCheckpoint(ctx, f.reason)
 	}
 	for _, id := range f.failed {
+		// The process the run saw fail: a worker restarted meanwhile under
+		// the same ID is healthy, and the run may take it back at once.
+		var inc string
+		if i := slices.IndexFunc(r.st.Membership.Nodes, func(n spec.Node) bool { return n.ID == id }); i >= 0 {
+			inc = r.st.Membership.Nodes[i].Incarnation
+		}
 		_ = workflow.SignalExternalWorkflow(ctx, r.clusterID, "", spec.SignalMarkFailed,
-			spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason}).Get(ctx, nil)
+			spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason, Incarnation: inc}).Get(ctx, nil)
 	}
 	before := slices.Clone(r.st.Membership.NodeIDs())
 	// Without a spare, go on with the healthy nodes (at least min_nodes)

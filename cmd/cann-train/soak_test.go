@@ -121,10 +121,13 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("soak run failed: %v", err)
 	}
 	var resume []float64
-	for _, rec := range st.Recoveries {
+	for i, rec := range st.Recoveries {
 		if !rec.ResumedAt.IsZero() && !rec.NoticedAt.IsZero() {
 			resume = append(resume, rec.ResumedAt.Sub(rec.NoticedAt).Seconds())
 		}
+		t.Logf("recovery %d: %v → %v at step %d; detect %.2fs, notice→seen %.2fs, replace %.2fs, seen→first step %.2fs: %s",
+			i+1, rec.FailedNodes, rec.Replacement, rec.FailedAtStep, rec.DetectSeconds, rec.SeenAt.Sub(rec.NoticedAt).Seconds(),
+			rec.ReplaceSeconds, rec.ResumedAt.Sub(rec.SeenAt).Seconds(), rec.Reason)
 	}
 	slices.Sort(resume)
 	med := 0.0
