@@ -110,7 +110,11 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 // reports; its peers do at once, naming it (PeerFailed). As soon as every
 // rank still pending is blamed by a peer and every other rank has failed,
 // the pending ones are cancelled instead of waiting out their heartbeat
-// timeout: detection in milliseconds, not seconds.
+// timeout: detection in milliseconds, not seconds. When a pending rank is
+// blamed but others are not (a dead rank that only some peers dial: the
+// ones waiting for its connection do not notice), the rest get
+// blameGrace to report — their votes name the culprit — and are then
+// cancelled too: the chunk cannot finish without the blamed rank.
 func (r *run) await(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc) ([]spec.ChunkResult, []error) {
 	n := len(futures)
 	results := make([]spec.ChunkResult, n)
@@ -123,15 +127,60 @@ func (r *run) await(ctx workflow.Context, futures []workflow.Future, cancel work
 			done[i] = true
 		})
 	}
-	cancelled := false
-	for left := n; left > 0; left-- {
+	tctx, stopTimer := workflow.WithCancel(ctx)
+	defer stopTimer()
+	cancelled, timing := false, false
+	for slices.Contains(done, false) {
 		sel.Select(ctx)
-		if !cancelled && (r.onlyBlamedPending(done, errs) || hopeless(done, errs)) {
+		switch {
+		case cancelled:
+		case r.onlyBlamedPending(done, errs) || hopeless(done, errs):
 			cancelled = true
 			cancel()
+		case !timing && blamedPending(done, errs) && r.blameGraceOn(ctx):
+			timing = true
+			sel.AddFuture(workflow.NewTimer(tctx, blameGrace), func(f workflow.Future) {
+				if f.Get(ctx, nil) == nil && !cancelled {
+					workflow.GetLogger(ctx).Info("ranks not blamed by their peers cancelled after the grace", "grace", blameGrace)
+					cancelled = true
+					cancel()
+				}
+			})
 		}
 	}
 	return results, errs
+}
+
+// blameGrace is how long ranks that no peer blames may still report once
+// a pending rank has been blamed (see await).
+const blameGrace = 500 * time.Millisecond
+
+// versionBlameGrace: await cancels unblamed pending ranks after
+// blameGrace (histories from before it waited for their heartbeat
+// timeout).
+const versionBlameGrace = "blame-grace"
+
+func (r *run) blameGraceOn(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionBlameGrace, workflow.DefaultVersion, 1) >= 1
+}
+
+// blamedPending: every finished rank failed with PeerFailed, and one of
+// them blames a rank that is still pending.
+func blamedPending(done []bool, errs []error) bool {
+	blamed := false
+	for i := range done {
+		if !done[i] {
+			continue
+		}
+		pf, ok := peerFailed(errs[i])
+		if !ok {
+			return false
+		}
+		if pf.Rank >= 0 && pf.Rank < len(done) && !done[pf.Rank] {
+			blamed = true
+		}
+	}
+	return blamed
 }
 
 // hopeless: a rank failed for a reason other than losing a peer (it timed

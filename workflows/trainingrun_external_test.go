@@ -134,6 +134,19 @@ func newExternalEnv(t *testing.T, cl *fakeCluster, w *fakeWorlds) *testsuite.Tes
 	return env
 }
 
+// completeExternal runs the external job s to completion on cl and w and
+// returns its final status.
+func completeExternal(t *testing.T, cl *fakeCluster, w *fakeWorlds, s spec.RunSpec) spec.RunStatus {
+	t.Helper()
+	env := newExternalEnv(t, cl, w)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	return st
+}
+
 func externalSpec(nodes int) spec.RunSpec {
 	return spec.RunSpec{Name: "ddp", Nodes: nodes, Steps: 100, MaxRestarts: 3, HeartbeatTimeout: spec.Duration(10 * time.Second),
 		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 2, Workdir: "/w"}}.WithDefaults()
@@ -185,12 +198,7 @@ func TestExternalRunReplacesDeadNode(t *testing.T) {
 		return temporal.NewApplicationError("rank-1 on node node-1 exited with status 1 at step 56", spec.ErrTypeRankExited,
 			spec.RankExit{Rank: 1, Process: "rank-1", Node: "node-1", ExitCode: 1, Step: 56})
 	}
-	env := newExternalEnv(t, cl, w)
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
-	require.NoError(t, env.GetWorkflowError())
-	var st spec.RunStatus
-	require.NoError(t, env.GetWorkflowResult(&st))
-	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	st := completeExternal(t, cl, w, externalSpec(2))
 	require.Equal(t, []string{"node-1", "spare"}, st.Nodes)
 	require.Len(t, st.Recoveries, 1)
 	rec := st.Recoveries[0]
@@ -226,12 +234,7 @@ func TestExternalRunEndsFromLastCheckpoint(t *testing.T) {
 		}
 		return temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 22, LastCheckpoint: 0})
 	}
-	env := newExternalEnv(t, cl, w)
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
-	require.NoError(t, env.GetWorkflowError())
-	var st spec.RunStatus
-	require.NoError(t, env.GetWorkflowResult(&st))
-	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	st := completeExternal(t, cl, w, externalSpec(2))
 	require.EqualValues(t, 100, st.Step)
 	require.EqualValues(t, 100, st.LastCkpt.Step)
 	require.Len(t, st.Recoveries, 1)
@@ -435,12 +438,7 @@ func TestExternalRunResumeBeforeCheckpoint(t *testing.T) {
 		}
 		return nil
 	}
-	env := newExternalEnv(t, cl, w)
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
-	require.NoError(t, env.GetWorkflowError())
-	var st spec.RunStatus
-	require.NoError(t, env.GetWorkflowResult(&st))
-	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	completeExternal(t, cl, w, externalSpec(2))
 	require.Len(t, w.launches(), 1)
 }
 

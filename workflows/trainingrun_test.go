@@ -347,6 +347,44 @@ func TestTrainingRunCancelsBlamedSilentNode(t *testing.T) {
 	require.EqualValues(t, 200, st.Step)
 }
 
+// TestTrainingRunCancelsUnblamedAfterGrace: node-2 (rank 1) died while the
+// group formed. Rank 2 dials it and names it (its address refuses
+// connections); rank 0 waits for rank 1 to dial it and notices nothing.
+// After blameGrace the waiting rank is cancelled too, instead of the chunk
+// waiting for the dead node's (here one hour) heartbeat timeout; only
+// node-2 is blamed.
+func TestTrainingRunCancelsUnblamedAfterGrace(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1")}
+	ch := &fakeChunks{}
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.From != 100 || in.Membership.Generation != 1 {
+			return nil
+		}
+		switch in.Membership.Nodes[in.Rank].ID {
+		case "node-3":
+			return temporal.NewApplicationErrorWithCause("connect: peer rank 1 refuses connections", spec.ErrTypePeerFailed,
+				errors.New("refused"), spec.PeerFailure{Rank: 1, Step: 100})
+		default: // node-2 is dead; node-1 waits for it in rendezvous
+			<-stuck
+			return errors.New("unreachable")
+		}
+	}
+	env := newRunEnv(t, cl, ch)
+	env.SetTestTimeout(30 * time.Second)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Len(t, st.Recoveries, 1)
+	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes, "the waiting peer is not blamed")
+	require.Less(t, st.Recoveries[0].DetectSeconds, 60.0, "detected by blame and the grace, not by the 1h heartbeat timeout")
+	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
+	require.EqualValues(t, 200, st.Step)
+}
+
 // A node dies; on resume the checkpoint at 100 fails verification, so the
 // run falls back to the one before it (here: step 0) and still completes.
 func TestTrainingRunFallsBackFromCorruptCheckpoint(t *testing.T) {
