@@ -73,12 +73,14 @@ type Options struct {
 	// then stays ascend.DefaultCostModel. It must be equal on all ranks.
 	SkipCalibration bool
 	// RefusedGrace, when positive, ends Connect with an *ascend.PeerError
-	// naming a lower rank whose address has refused every connection for
-	// this long: where every rank's listener is known to be up before the
-	// group forms (node workers open theirs before they register), a
-	// refusal means that rank's process is gone, and waiting out
-	// ConnectTimeout only delays its replacement. Zero keeps dialling
-	// until ConnectTimeout (ranks that may still be starting).
+	// naming a rank whose address has refused every connection for this
+	// long (a lower rank, which this one dials; a higher rank that has not
+	// dialled this one within RefusedGrace is probed): where every rank's
+	// listener is known to be up before the group forms (node workers open
+	// theirs before they register), a refusal means that rank's process is
+	// gone, and waiting out ConnectTimeout only delays its replacement.
+	// Zero keeps waiting until ConnectTimeout (ranks that may still be
+	// starting).
 	RefusedGrace time.Duration
 }
 
@@ -245,6 +247,22 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, r
 			deliver(result{j, nc, err})
 		}()
 	}
+	if refusedGrace > 0 {
+		// A higher rank dials us; one whose process is gone never does, and
+		// only its address can tell (it refuses connections).
+		for j := s.rank + 1; j < world; j++ {
+			if addrs[j] == "" {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := probeGone(loopCtx, j, addrs[j], refusedGrace); err != nil {
+					deliver(result{peer: j, err: err})
+				}
+			}()
+		}
+	}
 	{ // Even the highest rank accepts, to refuse stray dialers explicitly.
 		wg.Add(1)
 		go func() {
@@ -273,7 +291,10 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, r
 	for need > 0 && err == nil {
 		select {
 		case r := <-results:
+			var gone *ascend.PeerError
 			switch {
+			case r.err != nil && errors.As(r.err, &gone):
+				err = r.err // probeGone
 			case r.err != nil && r.peer > s.rank && !fatal(r.err):
 				// An inbound attempt died (e.g. the peer gave up and will
 				// redial); keep waiting.
@@ -372,6 +393,41 @@ func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string, refused
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// probeGone looks, after grace, at the address of a higher rank that
+// should dial this one: an *ascend.PeerError once it has refused every
+// connection for grace (its process is gone), nil once a connection is
+// accepted there (the rank is alive: it dials us, or ConnectTimeout names
+// it) or ctx ends. An accepted probe sends nothing; the peer's listener
+// drops it.
+func probeGone(ctx context.Context, peer int, addr string, grace time.Duration) error {
+	var d net.Dialer
+	var refusedSince time.Time
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		switch {
+		case err == nil:
+			c.Close()
+			return nil
+		case !errors.Is(err, syscall.ECONNREFUSED):
+			refusedSince = time.Time{}
+		case refusedSince.IsZero():
+			refusedSince = time.Now()
+		case time.Since(refusedSince) >= grace:
+			return &ascend.PeerError{Rank: peer, Op: "connect",
+				Err: fmt.Errorf("rank %d never connected and %s has refused connections for %v (its process is gone): %w",
+					peer, addr, time.Since(refusedSince).Round(time.Millisecond), err)}
+		}
+		t.Reset(grace / 4)
 	}
 }
 

@@ -290,10 +290,11 @@ func TestConnectTimeoutNamesMissingRanks(t *testing.T) {
 	t.Log(res[0].err)
 }
 
-// TestConnectRefusedGrace: rank 0's address refuses connections (its
-// process is gone). With RefusedGrace, rank 1 names rank 0 soon after the
-// grace; without, it dials until ConnectTimeout and then names it as
-// missing.
+// TestConnectRefusedGrace: one rank's address refuses connections (its
+// process is gone). With RefusedGrace, the other rank names it soon after
+// the grace, whether it dials it (rank 0 gone) or waits for it to dial
+// (rank 1 gone: its address is probed); without, it waits until
+// ConnectTimeout and then names it as missing.
 func TestConnectRefusedGrace(t *testing.T) {
 	gone, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -303,16 +304,21 @@ func TestConnectRefusedGrace(t *testing.T) {
 	gone.Close()
 	for _, tc := range []struct {
 		name    string
+		deadRk  int
 		opts    Options
 		refused bool // the error says the address refused
-		within  time.Duration
 	}{
-		{"grace", Options{ConnectTimeout: 20 * time.Second, RefusedGrace: 200 * time.Millisecond}, true, 10 * time.Second},
-		{"no grace", Options{ConnectTimeout: 500 * time.Millisecond}, false, 10 * time.Second},
+		{"lower rank gone, grace", 0, Options{ConnectTimeout: 20 * time.Second, RefusedGrace: 200 * time.Millisecond}, true},
+		{"higher rank gone, grace", 1, Options{ConnectTimeout: 20 * time.Second, RefusedGrace: 200 * time.Millisecond}, true},
+		{"lower rank gone, no grace", 0, Options{ConnectTimeout: 500 * time.Millisecond}, false},
+		{"higher rank gone, no grace", 1, Options{ConnectTimeout: 500 * time.Millisecond}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := listen(t, ListenConfig{})
-			g := Group{Session: "refused-" + tc.name, Rank: 1, Addrs: []string{dead, l.Addr()}, Token: token(t)}
+			me := 1 - tc.deadRk
+			addrs := make([]string, 2)
+			addrs[me], addrs[tc.deadRk] = l.Addr(), dead
+			g := Group{Session: "refused-" + tc.name, Rank: me, Addrs: addrs, Token: token(t)}
 			start := time.Now()
 			comm, err := Connect(context.Background(), l, g, tc.opts)
 			took := time.Since(start)
@@ -321,8 +327,8 @@ func TestConnectRefusedGrace(t *testing.T) {
 				t.Fatal("connected to a closed port")
 			}
 			var pe *ascend.PeerError
-			if !errors.As(err, &pe) || pe.Rank != 0 || pe.Op != "connect" {
-				t.Fatalf("err = %v, want a PeerError naming rank 0", err)
+			if !errors.As(err, &pe) || pe.Rank != tc.deadRk || pe.Op != "connect" {
+				t.Fatalf("err = %v, want a PeerError naming rank %d", err, tc.deadRk)
 			}
 			if got := errors.Is(err, syscall.ECONNREFUSED); got != tc.refused {
 				t.Errorf("err = %v: refused %v, want %v", err, got, tc.refused)
@@ -330,11 +336,38 @@ func TestConnectRefusedGrace(t *testing.T) {
 			if !tc.refused && !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("err = %v, want DeadlineExceeded", err)
 			}
-			if took > tc.within {
+			if took > 10*time.Second {
 				t.Errorf("took %v", took)
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestConnectProbeSparesLiveRank: with RefusedGrace, a higher rank that
+// starts late (after the grace) is probed, found alive, and the group forms.
+func TestConnectProbeSparesLiveRank(t *testing.T) {
+	ls := []*Listener{listen(t, ListenConfig{}), listen(t, ListenConfig{})}
+	gs := groups("late", ls, token(t))
+	opts := Options{ConnectTimeout: 20 * time.Second, OpTimeout: 5 * time.Second, RefusedGrace: 100 * time.Millisecond}
+	res := make([]connectResult, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 1 {
+				time.Sleep(600 * time.Millisecond) // rank 1 starts late; its listener is up
+			}
+			res[i].comm, res[i].err = Connect(context.Background(), ls[i], gs[i], opts)
+		}()
+	}
+	wg.Wait()
+	defer closeAllComms(res)
+	for r, x := range res {
+		if x.err != nil {
+			t.Errorf("rank %d: %v", r, x.err)
+		}
 	}
 }
 
