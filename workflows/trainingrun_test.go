@@ -318,58 +318,21 @@ func TestTrainingRunContinuesAsNew(t *testing.T) {
 	require.Equal(t, 1, cl.calls, "nodes are acquired once, not per continue-as-new")
 }
 
-// A killed node never reports; its peers blame it at once. The workflow
-// must not wait for the dead node's heartbeat timeout.
-func TestTrainingRunCancelsBlamedSilentNode(t *testing.T) {
+// failFirstChunkFrom100 runs a 3-node, 200-step job (chunks of 100, a
+// one-hour heartbeat timeout) whose generation-1 chunk from step 100 ends as
+// behave says for each node (hang: blocks until the test ends, as a dead or
+// waiting process does) and returns the final status of the recovered run.
+func failFirstChunkFrom100(t *testing.T, behave func(node string, hang <-chan struct{}) error) spec.RunStatus {
+	t.Helper()
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1")}
 	ch := &fakeChunks{}
-	dead := make(chan struct{})
-	t.Cleanup(func() { close(dead) })
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
 	ch.fail = func(in spec.ChunkInput) error {
 		if in.From != 100 || in.Membership.Generation != 1 {
 			return nil
 		}
-		if in.Membership.Nodes[in.Rank].ID == "node-2" {
-			<-dead // a dead process: no result, no error, until the test ends
-			return errors.New("unreachable")
-		}
-		return temporal.NewApplicationErrorWithCause("rank 1 link lost", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 150})
-	}
-	env := newRunEnv(t, cl, ch)
-	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	require.NoError(t, env.GetWorkflowError())
-	var st spec.RunStatus
-	require.NoError(t, env.GetWorkflowResult(&st))
-	require.Len(t, st.Recoveries, 1)
-	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
-	require.Less(t, st.Recoveries[0].DetectSeconds, 60.0, "detected by blame, not by the 1h heartbeat timeout")
-	require.EqualValues(t, 200, st.Step)
-}
-
-// TestTrainingRunCancelsUnblamedAfterGrace: node-2 (rank 1) died while the
-// group formed. Rank 2 dials it and names it (its address refuses
-// connections); rank 0 waits for rank 1 to dial it and notices nothing.
-// After blameGrace the waiting rank is cancelled too, instead of the chunk
-// waiting for the dead node's (here one hour) heartbeat timeout; only
-// node-2 is blamed.
-func TestTrainingRunCancelsUnblamedAfterGrace(t *testing.T) {
-	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1")}
-	ch := &fakeChunks{}
-	stuck := make(chan struct{})
-	t.Cleanup(func() { close(stuck) })
-	ch.fail = func(in spec.ChunkInput) error {
-		if in.From != 100 || in.Membership.Generation != 1 {
-			return nil
-		}
-		switch in.Membership.Nodes[in.Rank].ID {
-		case "node-3":
-			return temporal.NewApplicationErrorWithCause("connect: peer rank 1 refuses connections", spec.ErrTypePeerFailed,
-				errors.New("refused"), spec.PeerFailure{Rank: 1, Step: 100})
-		default: // node-2 is dead; node-1 waits for it in rendezvous
-			<-stuck
-			return errors.New("unreachable")
-		}
+		return behave(in.Membership.Nodes[in.Rank].ID, hang)
 	}
 	env := newRunEnv(t, cl, ch)
 	env.SetTestTimeout(30 * time.Second)
@@ -379,10 +342,42 @@ func TestTrainingRunCancelsUnblamedAfterGrace(t *testing.T) {
 	var st spec.RunStatus
 	require.NoError(t, env.GetWorkflowResult(&st))
 	require.Len(t, st.Recoveries, 1)
+	require.EqualValues(t, 200, st.Step)
+	return st
+}
+
+// A killed node never reports; its peers blame it at once. The workflow
+// must not wait for the dead node's heartbeat timeout.
+func TestTrainingRunCancelsBlamedSilentNode(t *testing.T) {
+	st := failFirstChunkFrom100(t, func(node string, hang <-chan struct{}) error {
+		if node == "node-2" {
+			<-hang // a dead process: no result, no error, until the test ends
+			return errors.New("unreachable")
+		}
+		return temporal.NewApplicationErrorWithCause("rank 1 link lost", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 150})
+	})
+	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
+	require.Less(t, st.Recoveries[0].DetectSeconds, 60.0, "detected by blame, not by the 1h heartbeat timeout")
+}
+
+// TestTrainingRunCancelsUnblamedAfterGrace: node-2 (rank 1) died while the
+// group formed. Rank 2 dials it and names it (its address refuses
+// connections); rank 0 waits for rank 1 to dial it and notices nothing.
+// After blameGrace the waiting rank is cancelled too, instead of the chunk
+// waiting for the dead node's (here one hour) heartbeat timeout; only
+// node-2 is blamed.
+func TestTrainingRunCancelsUnblamedAfterGrace(t *testing.T) {
+	st := failFirstChunkFrom100(t, func(node string, hang <-chan struct{}) error {
+		if node == "node-3" {
+			return temporal.NewApplicationErrorWithCause("connect: peer rank 1 refuses connections", spec.ErrTypePeerFailed,
+				errors.New("refused"), spec.PeerFailure{Rank: 1, Step: 100})
+		}
+		<-hang // node-2 is dead; node-1 waits for it in rendezvous
+		return errors.New("unreachable")
+	})
 	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes, "the waiting peer is not blamed")
 	require.Less(t, st.Recoveries[0].DetectSeconds, 60.0, "detected by blame and the grace, not by the 1h heartbeat timeout")
 	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
-	require.EqualValues(t, 200, st.Step)
 }
 
 // A node dies; on resume the checkpoint at 100 fails verification, so the
