@@ -363,17 +363,11 @@ func fatal(err error) bool {
 func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string, refusedGrace time.Duration) (*net.TCPConn, error) {
 	var d net.Dialer
 	backoff := 10 * time.Millisecond
-	var refusedSince time.Time
+	var refused refusals
 	for {
 		c, err := d.DialContext(ctx, "tcp", addr)
-		switch {
-		case err == nil || !errors.Is(err, syscall.ECONNREFUSED):
-			refusedSince = time.Time{}
-		case refusedSince.IsZero():
-			refusedSince = time.Now()
-		case refusedGrace > 0 && time.Since(refusedSince) >= refusedGrace:
-			return nil, &ascend.PeerError{Rank: peer, Op: "connect",
-				Err: fmt.Errorf("%s has refused connections for %v (its process is gone): %w", addr, time.Since(refusedSince).Round(time.Millisecond), err)}
+		if gone := refused.note(err, refusedGrace, peer, addr, ""); gone != nil {
+			return nil, gone
 		}
 		if err == nil {
 			nc := c.(*net.TCPConn)
@@ -404,7 +398,8 @@ func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string, refused
 // drops it.
 func probeGone(ctx context.Context, peer int, addr string, grace time.Duration) error {
 	var d net.Dialer
-	var refusedSince time.Time
+	var refused refusals
+	how := fmt.Sprintf("rank %d never connected and ", peer)
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	for {
@@ -414,21 +409,35 @@ func probeGone(ctx context.Context, peer int, addr string, grace time.Duration) 
 		case <-t.C:
 		}
 		c, err := d.DialContext(ctx, "tcp", addr)
-		switch {
-		case err == nil:
+		if err == nil {
 			c.Close()
 			return nil
-		case !errors.Is(err, syscall.ECONNREFUSED):
-			refusedSince = time.Time{}
-		case refusedSince.IsZero():
-			refusedSince = time.Now()
-		case time.Since(refusedSince) >= grace:
-			return &ascend.PeerError{Rank: peer, Op: "connect",
-				Err: fmt.Errorf("rank %d never connected and %s has refused connections for %v (its process is gone): %w",
-					peer, addr, time.Since(refusedSince).Round(time.Millisecond), err)}
+		}
+		if gone := refused.note(err, grace, peer, addr, how); gone != nil {
+			return gone
 		}
 		t.Reset(grace / 4)
 	}
+}
+
+// refusals tracks how long a rank's address has refused every connection.
+type refusals struct{ since time.Time }
+
+// note records a dial's outcome; once the address has refused every
+// connection for grace (> 0) it returns the *ascend.PeerError naming the
+// rank (how prefixes its message).
+func (r *refusals) note(err error, grace time.Duration, peer int, addr, how string) error {
+	switch {
+	case err == nil || !errors.Is(err, syscall.ECONNREFUSED):
+		r.since = time.Time{}
+	case r.since.IsZero():
+		r.since = time.Now()
+	case grace > 0 && time.Since(r.since) >= grace:
+		return &ascend.PeerError{Rank: peer, Op: "connect",
+			Err: fmt.Errorf("%s%s has refused connections for %v (its process is gone): %w",
+				how, addr, time.Since(r.since).Round(time.Millisecond), err)}
+	}
+	return nil
 }
 
 // acceptPeer runs the listener side of the handshake for a dispatched
