@@ -167,20 +167,33 @@ func (r *run) blameGraceOn(ctx workflow.Context) bool {
 // blamedPending: every finished rank failed with PeerFailed, and one of
 // them blames a rank that is still pending.
 func blamedPending(done []bool, errs []error) bool {
-	blamed := false
+	blamed, ok := peerBlames(done, errs)
+	if !ok {
+		return false
+	}
+	for i := range done {
+		if !done[i] && blamed[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// peerBlames is the set of ranks the finished ranks blame, and whether
+// every finished rank failed with PeerFailed.
+func peerBlames(done []bool, errs []error) (map[int]bool, bool) {
+	blamed := map[int]bool{}
 	for i := range done {
 		if !done[i] {
 			continue
 		}
 		pf, ok := peerFailed(errs[i])
 		if !ok {
-			return false
+			return nil, false
 		}
-		if pf.Rank >= 0 && pf.Rank < len(done) && !done[pf.Rank] {
-			blamed = true
-		}
+		blamed[pf.Rank] = true
 	}
-	return blamed
+	return blamed, true
 }
 
 // hopeless: a rank failed for a reason other than losing a peer (it timed
@@ -202,18 +215,15 @@ func hopeless(done []bool, errs []error) bool {
 // onlyBlamedPending: some rank failed, every finished rank failed with
 // PeerFailed, and every pending rank is blamed by one of them.
 func (r *run) onlyBlamedPending(done []bool, errs []error) bool {
-	blamed := map[int]bool{}
+	blamed, ok := peerBlames(done, errs)
+	if !ok {
+		return false
+	}
 	pending := 0
-	for i := range done {
-		if !done[i] {
+	for _, d := range done {
+		if !d {
 			pending++
-			continue
 		}
-		pf, ok := peerFailed(errs[i])
-		if !ok {
-			return false
-		}
-		blamed[pf.Rank] = true
 	}
 	if pending == 0 || pending == len(done) {
 		return false
