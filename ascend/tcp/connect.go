@@ -75,7 +75,8 @@ type Options struct {
 	// RefusedGrace, when positive, ends Connect with an *ascend.PeerError
 	// naming a rank whose address has refused every connection for this
 	// long (a lower rank, which this one dials; a higher rank that has not
-	// dialled this one within RefusedGrace is probed): where every rank's
+	// dialled this one within RefusedGrace, or a rank whose link broke while
+	// the links were set up, is probed): where every rank's
 	// listener is known to be up before the group forms (node workers open
 	// theirs before they register), a refusal means that rank's process is
 	// gone, and waiting out ConnectTimeout only delays its replacement.
@@ -101,10 +102,11 @@ const (
 // when ConnectTimeout passes, or with the ctx's error. A rank that never
 // connected within ConnectTimeout and (with RefusedGrace) a rank whose
 // address refuses connections are named by an *ascend.PeerError in the
-// chain, so that a caller can blame that rank. (A link that breaks while
-// forming names nobody: its peer may have hung up only because a third
-// rank failed, and the notices that say so flow only once the group has
-// formed.)
+// chain, so that a caller can blame that rank. A link that breaks while
+// the links are set up names its peer only if (with RefusedGrace) the
+// peer's address then refuses connections too: a rank that hangs up
+// because a third rank failed is alive and keeps its listener, and the
+// abort notices that say so flow only once the group has formed.
 func Connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.Communicator, error) {
 	c, err := connect(ctx, l, g, opts)
 	if err != nil {
@@ -174,7 +176,7 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 	conns, hostIDs, err := links(cctx, ncs, g.Rank, opts)
 	if err != nil {
 		closeAll(ncs)
-		return nil, err
+		return nil, blameGone(cctx, err, g.Addrs, opts.RefusedGrace)
 	}
 	if opts.Hosts != nil {
 		hostIDs = opts.Hosts
@@ -257,7 +259,8 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, r
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := probeGone(loopCtx, j, addrs[j], refusedGrace); err != nil {
+				how := fmt.Sprintf("rank %d never connected and ", j)
+				if err := probeGone(loopCtx, j, addrs[j], refusedGrace, refusedGrace, how); err != nil {
 					deliver(result{peer: j, err: err})
 				}
 			}()
@@ -390,17 +393,16 @@ func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string, refused
 	}
 }
 
-// probeGone looks, after grace, at the address of a higher rank that
-// should dial this one: an *ascend.PeerError once it has refused every
-// connection for grace (its process is gone), nil once a connection is
-// accepted there (the rank is alive: it dials us, or ConnectTimeout names
-// it) or ctx ends. An accepted probe sends nothing; the peer's listener
-// drops it.
-func probeGone(ctx context.Context, peer int, addr string, grace time.Duration) error {
+// probeGone looks, after first, at the address of rank peer (a higher rank
+// that should dial this one, or one whose link broke): an *ascend.PeerError
+// once it has refused every connection for grace (its process is gone; how
+// prefixes the message), nil once a connection is accepted there (the rank
+// is alive) or ctx ends. An accepted probe sends nothing; the peer's
+// listener drops it.
+func probeGone(ctx context.Context, peer int, addr string, grace, first time.Duration, how string) error {
 	var d net.Dialer
 	var refused refusals
-	how := fmt.Sprintf("rank %d never connected and ", peer)
-	t := time.NewTimer(grace)
+	t := time.NewTimer(first)
 	defer t.Stop()
 	for {
 		select {
@@ -418,6 +420,44 @@ func probeGone(ctx context.Context, peer int, addr string, grace time.Duration) 
 		}
 		t.Reset(grace / 4)
 	}
+}
+
+// blameGone turns err, a failed link exchange (*linksError), into an
+// *ascend.PeerError naming the lowest rank whose link broke and whose
+// address then refuses connections for grace: its process is gone. A
+// broken link alone names nobody, since its peer may have hung up only
+// because a third rank failed (no abort notice flows before the group has
+// formed), but a rank that leaves alive keeps its listener, and a dead
+// one's refuses. Without grace, or if every such peer is alive (or cannot
+// be told within twice the grace), err is returned as it is.
+func blameGone(ctx context.Context, err error, addrs []string, grace time.Duration) error {
+	var le *linksError
+	if grace <= 0 || ctx.Err() != nil || !errors.As(err, &le) {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*grace)
+	defer cancel()
+	gone := make([]error, len(le.peers))
+	var wg sync.WaitGroup
+	for i, p := range le.peers {
+		if addrs[p] == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			how := fmt.Sprintf("rank %d's link broke and ", p)
+			gone[i] = probeGone(pctx, p, addrs[p], grace, 0, how)
+		}()
+	}
+	wg.Wait()
+	for _, g := range gone {
+		var pe *ascend.PeerError
+		if errors.As(g, &pe) {
+			return &ascend.PeerError{Rank: pe.Rank, Op: pe.Op, Err: fmt.Errorf("%w (%v)", err, pe.Err)}
+		}
+	}
+	return err
 }
 
 // refusals tracks how long a rank's address has refused every connection.

@@ -456,3 +456,68 @@ func TestSessionsDoNotMixOnOneListener(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestConnectLinkLostBlamesOnlyTheGone: rank 1 finishes its handshake with
+// rank 0 and hangs up before the link exchange. With RefusedGrace, rank 0
+// names rank 1 when rank 1's address refuses connections (its process is
+// gone), and names nobody when rank 1's listener is still up (it left
+// alive, e.g. because a third rank failed); without RefusedGrace it names
+// nobody either way.
+func TestConnectLinkLostBlamesOnlyTheGone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		alive bool // rank 1's listener stays up
+		grace time.Duration
+		blame bool
+	}{
+		{"gone, grace", false, 200 * time.Millisecond, true},
+		{"alive, grace", true, 200 * time.Millisecond, false},
+		{"gone, no grace", false, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := listen(t, ListenConfig{})
+			other, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			addrs := []string{l.Addr(), other.Addr().String()}
+			if !tc.alive {
+				other.Close()
+			}
+			tok := token(t)
+			session := "lost-" + tc.name
+			fake := make(chan error, 1)
+			go func() { // rank 1: handshake, then hang up
+				nc, err := net.Dial("tcp", addrs[0])
+				if err != nil {
+					fake <- err
+					return
+				}
+				defer nc.Close()
+				s := side{token: tok, session: session, world: 2, rank: 1, rand: rand.Reader}
+				_, err = clientHandshake(nc, s, 0)
+				fake <- err
+			}()
+			opts := Options{ConnectTimeout: 10 * time.Second, OpTimeout: 5 * time.Second, RefusedGrace: tc.grace}
+			start := time.Now()
+			comm, err := Connect(context.Background(), l, Group{Session: session, Rank: 0, Addrs: addrs, Token: tok}, opts)
+			took := time.Since(start)
+			if ferr := <-fake; ferr != nil {
+				t.Fatalf("fake rank 1: %v", ferr)
+			}
+			if comm != nil {
+				comm.Close()
+				t.Fatal("formed a group with a rank that hung up")
+			}
+			var pe *ascend.PeerError
+			if got := errors.As(err, &pe); got != tc.blame || (got && (pe.Rank != 1 || pe.Op != "connect")) {
+				t.Fatalf("err = %v: blames a rank %v, want %v (rank 1)", err, got, tc.blame)
+			}
+			if took > 5*time.Second {
+				t.Errorf("took %v", took)
+			}
+			t.Logf("%v: %v", took.Round(time.Millisecond), err)
+		})
+	}
+}

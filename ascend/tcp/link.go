@@ -30,8 +30,8 @@ import (
 
 // links makes the Communicator's Conn of every connection, concurrently,
 // and sets the receive polling of the TCP ones (see Options.Spin) from the
-// number of ranks found on this host. On error the connections are left to
-// the caller.
+// number of ranks found on this host. On error (a *linksError) the
+// connections are left to the caller.
 //
 // It also returns every rank's host id as the ranks told each other (ids
 // the same on all ranks; nil if this host's is unknown).
@@ -60,7 +60,13 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 				_ = sc.Close() // closes its TCP connection too
 			}
 		}
-		return nil, nil, err
+		lost := &linksError{err: err}
+		for i, e := range errs {
+			if e != nil {
+				lost.peers = append(lost.peers, i)
+			}
+		}
+		return nil, nil, lost
 	}
 	onHost := 0
 	for _, h := range hosts {
@@ -86,6 +92,16 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 	}
 	return conns, hosts, nil
 }
+
+// linksError is a failed link exchange: err joins every link's error, and
+// peers lists the ranks whose link failed, in rank order.
+type linksError struct {
+	peers []int
+	err   error
+}
+
+func (e *linksError) Error() string { return e.err.Error() }
+func (e *linksError) Unwrap() error { return e.err }
 
 // spinFor resolves Options.Spin: negative never polls, positive is used as
 // given, zero means DefaultSpin. While the ranks on this host (onHost, this
