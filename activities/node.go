@@ -485,8 +485,11 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput) (*ascend.Communi
 // is up before it registers, so a refusal means its process is gone (a
 // worker restarted since listens elsewhere and is told its new peers by the
 // next generation). Without it the chunk waited out its 30 s connect
-// timeout, or the dead node's heartbeat timeout.
-const peerRefusedGrace = time.Second
+// timeout, or the dead node's heartbeat timeout. A listener refuses only
+// when no process holds its port, so the grace need not cover slow starts,
+// only a few retries (1 s until session 22: a kill between chunks then took
+// 1.3–2.2 s to be named).
+const peerRefusedGrace = 250 * time.Millisecond
 
 func (n *Node) checkpointURL(in spec.ChunkInput) string {
 	if in.Spec.CheckpointURL != "" {
