@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cann-train/cann-train/ascend"
@@ -175,8 +174,12 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 	}
 	conns, hostIDs, err := links(cctx, ncs, g.Rank, opts)
 	if err != nil {
+		// Name the rank that died before hanging up on the others: they
+		// would take our leaving for a death.
+		err = blameGone(cctx, err, g.Addrs, opts.RefusedGrace)
+		closeLinks(conns)
 		closeAll(ncs)
-		return nil, blameGone(cctx, err, g.Addrs, opts.RefusedGrace)
+		return nil, err
 	}
 	if opts.Hosts != nil {
 		hostIDs = opts.Hosts
@@ -199,7 +202,7 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 	defer bcancel()
 	if err := comm.Barrier(bctx); err != nil {
 		comm.Close()
-		return nil, fmt.Errorf("group not formed: %w", err)
+		return nil, fmt.Errorf("group not formed: %w", checkLost(ctx, err, g.Addrs, opts.RefusedGrace))
 	}
 	if !opts.SkipCalibration {
 		if _, err := comm.Calibrate(bctx); err != nil {
@@ -260,8 +263,8 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, r
 			go func() {
 				defer wg.Done()
 				how := fmt.Sprintf("rank %d never connected and ", j)
-				if err := probeGone(loopCtx, j, addrs[j], refusedGrace, refusedGrace, how); err != nil {
-					deliver(result{peer: j, err: err})
+				if _, gone := probe(loopCtx, j, addrs[j], refusedGrace, refusedGrace, how); gone != nil {
+					deliver(result{peer: j, err: gone})
 				}
 			}()
 		}
@@ -297,7 +300,7 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, r
 			var gone *ascend.PeerError
 			switch {
 			case r.err != nil && errors.As(r.err, &gone):
-				err = r.err // probeGone
+				err = r.err // probe
 			case r.err != nil && r.peer > s.rank && !fatal(r.err):
 				// An inbound attempt died (e.g. the peer gave up and will
 				// redial); keep waiting.
@@ -391,93 +394,6 @@ func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string, refused
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
-}
-
-// probeGone looks, after first, at the address of rank peer (a higher rank
-// that should dial this one, or one whose link broke): an *ascend.PeerError
-// once it has refused every connection for grace (its process is gone; how
-// prefixes the message), nil once a connection is accepted there (the rank
-// is alive) or ctx ends. An accepted probe sends nothing; the peer's
-// listener drops it.
-func probeGone(ctx context.Context, peer int, addr string, grace, first time.Duration, how string) error {
-	var d net.Dialer
-	var refused refusals
-	t := time.NewTimer(first)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if gone := refused.note(err, grace, peer, addr, how); gone != nil {
-			return gone
-		}
-		t.Reset(grace / 4)
-	}
-}
-
-// blameGone turns err, a failed link exchange (*linksError), into an
-// *ascend.PeerError naming the lowest rank whose link broke and whose
-// address then refuses connections for grace: its process is gone. A
-// broken link alone names nobody, since its peer may have hung up only
-// because a third rank failed (no abort notice flows before the group has
-// formed), but a rank that leaves alive keeps its listener, and a dead
-// one's refuses. Without grace, or if every such peer is alive (or cannot
-// be told within twice the grace), err is returned as it is.
-func blameGone(ctx context.Context, err error, addrs []string, grace time.Duration) error {
-	var le *linksError
-	if grace <= 0 || ctx.Err() != nil || !errors.As(err, &le) {
-		return err
-	}
-	pctx, cancel := context.WithTimeout(ctx, 2*grace)
-	defer cancel()
-	gone := make([]error, len(le.peers))
-	var wg sync.WaitGroup
-	for i, p := range le.peers {
-		if addrs[p] == "" {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			how := fmt.Sprintf("rank %d's link broke and ", p)
-			gone[i] = probeGone(pctx, p, addrs[p], grace, 0, how)
-		}()
-	}
-	wg.Wait()
-	for _, g := range gone {
-		var pe *ascend.PeerError
-		if errors.As(g, &pe) {
-			return &ascend.PeerError{Rank: pe.Rank, Op: pe.Op, Err: fmt.Errorf("%w (%v)", err, pe.Err)}
-		}
-	}
-	return err
-}
-
-// refusals tracks how long a rank's address has refused every connection.
-type refusals struct{ since time.Time }
-
-// note records a dial's outcome; once the address has refused every
-// connection for grace (> 0) it returns the *ascend.PeerError naming the
-// rank (how prefixes its message).
-func (r *refusals) note(err error, grace time.Duration, peer int, addr, how string) error {
-	switch {
-	case err == nil || !errors.Is(err, syscall.ECONNREFUSED):
-		r.since = time.Time{}
-	case r.since.IsZero():
-		r.since = time.Now()
-	case grace > 0 && time.Since(r.since) >= grace:
-		return &ascend.PeerError{Rank: peer, Op: "connect",
-			Err: fmt.Errorf("%s%s has refused connections for %v (its process is gone): %w",
-				how, addr, time.Since(r.since).Round(time.Millisecond), err)}
-	}
-	return nil
 }
 
 // acceptPeer runs the listener side of the handshake for a dispatched

@@ -31,7 +31,7 @@ import (
 // links makes the Communicator's Conn of every connection, concurrently,
 // and sets the receive polling of the TCP ones (see Options.Spin) from the
 // number of ranks found on this host. On error (a *linksError) the
-// connections are left to the caller.
+// connections, and the links made (closeLinks), are left to the caller.
 //
 // It also returns every rank's host id as the ranks told each other (ids
 // the same on all ranks; nil if this host's is unknown).
@@ -55,18 +55,13 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		for _, c := range conns {
-			if sc, ok := c.(*shm.Conn); ok {
-				_ = sc.Close() // closes its TCP connection too
-			}
-		}
 		lost := &linksError{err: err}
 		for i, e := range errs {
 			if e != nil {
 				lost.peers = append(lost.peers, i)
 			}
 		}
-		return nil, nil, lost
+		return conns, nil, lost
 	}
 	onHost := 0
 	for _, h := range hosts {
@@ -91,6 +86,16 @@ func links(ctx context.Context, ncs []*net.TCPConn, rank int, opts Options) ([]a
 		hosts = nil
 	}
 	return conns, hosts, nil
+}
+
+// closeLinks closes the shared-memory links of conns (each closes its TCP
+// connection too); the TCP ones are only wrappers of their connections.
+func closeLinks(conns []ascend.Conn) {
+	for _, c := range conns {
+		if sc, ok := c.(*shm.Conn); ok {
+			_ = sc.Close()
+		}
+	}
 }
 
 // linksError is a failed link exchange: err joins every link's error, and
