@@ -610,15 +610,21 @@ func fromRef(url string, r checkpoint.Ref) spec.CheckpointRef {
 }
 
 // peerError maps a collective failure to PeerFailed with the lost rank as
-// detail, so the workflow knows whom to blame; other errors stay retryable
-// at the group level.
+// detail, so the workflow knows whom to blame (rank -1 when a peer left the
+// forming group alive: this rank is a bystander of another's failure, and
+// the workflow waits for the votes that name it); other errors stay
+// retryable at the group level.
 func peerError(err error, step int64) error {
 	var pe *ascend.PeerError
-	if errors.As(err, &pe) {
-		return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypePeerFailed, err,
-			spec.PeerFailure{Rank: pe.Rank, Step: step, NoticedAt: time.Now()})
+	rank := -1
+	switch {
+	case errors.As(err, &pe):
+		rank = pe.Rank
+	case !errors.Is(err, tcp.ErrPeerLeft):
+		return err
 	}
-	return err
+	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypePeerFailed, err,
+		spec.PeerFailure{Rank: rank, Step: step, NoticedAt: time.Now()})
 }
 
 // heartbeater records the latest progress at a steady rate from its own

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
 
+	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/spec"
@@ -301,5 +302,38 @@ func TestTrainChunkAsyncCheckpoint(t *testing.T) {
 	}
 	if cold[0].WeightsSHA256 != res2[0].WeightsSHA256 {
 		t.Errorf("restored from the async checkpoint: %s, uninterrupted %s", cold[0].WeightsSHA256, res2[0].WeightsSHA256)
+	}
+}
+
+// TestPeerErrorBlames: a lost peer becomes PeerFailed naming it, a peer
+// that left the forming group alive PeerFailed naming nobody (-1), and
+// anything else stays as it is.
+func TestPeerErrorBlames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		rank int // -2: not PeerFailed
+	}{
+		{"lost peer", fmt.Errorf("tcp: connect: %w", &ascend.PeerError{Rank: 2, Op: "barrier", Err: errors.New("EOF")}), 2},
+		{"peer left alive", fmt.Errorf("tcp: connect: %w: link to rank 1: EOF", tcp.ErrPeerLeft), -1},
+		{"other", errors.New("disk full"), -2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := peerError(tc.err, 40)
+			var ae *temporal.ApplicationError
+			if !errors.As(got, &ae) || ae.Type() != spec.ErrTypePeerFailed {
+				if tc.rank != -2 {
+					t.Fatalf("peerError = %v, want PeerFailed", got)
+				}
+				if got != tc.err {
+					t.Fatalf("peerError = %v, want the error unchanged", got)
+				}
+				return
+			}
+			var pf spec.PeerFailure
+			if err := ae.Details(&pf); err != nil || pf.Rank != tc.rank || pf.Step != 40 {
+				t.Fatalf("detail %+v (%v), want rank %d at step 40", pf, err, tc.rank)
+			}
+		})
 	}
 }

@@ -328,7 +328,9 @@ type ChunkResult struct {
 }
 
 // PeerFailure is the detail of a PeerFailed error: whom a rank lost, at
-// which step, and when it noticed.
+// which step, and when it noticed. Rank -1 names nobody: a peer hung up
+// while the group formed but is alive (it left because another rank
+// failed; that rank's other peers name it).
 type PeerFailure struct {
 	Rank      int       `json:"rank"`
 	Step      int64     `json:"step"`

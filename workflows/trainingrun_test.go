@@ -380,6 +380,32 @@ func TestTrainingRunCancelsUnblamedAfterGrace(t *testing.T) {
 	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
 }
 
+// TestTrainingRunWaitsPastABystander: node-2 (rank 1) died while the group
+// formed. node-1 (rank 0) reports first, naming nobody (rank -1: a peer
+// hung up on it but is alive, i.e. node-3 giving up); node-3 (rank 2)
+// names node-2 after probing its address. The bystander's report must not
+// end the chunk before node-3's vote: only node-2 is blamed and replaced.
+func TestTrainingRunWaitsPastABystander(t *testing.T) {
+	left := make(chan struct{})
+	st := failFirstChunkFrom100(t, func(node string, hang <-chan struct{}) error {
+		switch node {
+		case "node-1":
+			defer close(left)
+			return temporal.NewApplicationErrorWithCause("tcp: a peer left the forming group alive", spec.ErrTypePeerFailed,
+				errors.New("EOF"), spec.PeerFailure{Rank: -1, Step: 100})
+		case "node-3":
+			<-left
+			return temporal.NewApplicationErrorWithCause("connect: rank 1's link broke and its address refuses connections", spec.ErrTypePeerFailed,
+				errors.New("refused"), spec.PeerFailure{Rank: 1, Step: 100})
+		}
+		<-hang // node-2 is dead
+		return errors.New("unreachable")
+	})
+	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
+	require.Less(t, st.Recoveries[0].DetectSeconds, 60.0, "detected by blame, not by the 1h heartbeat timeout")
+	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
+}
+
 // A node dies; on resume the checkpoint at 100 fails verification, so the
 // run falls back to the one before it (here: step 0) and still completes.
 func TestTrainingRunFallsBackFromCorruptCheckpoint(t *testing.T) {

@@ -24,6 +24,8 @@ import (
 // random node workers, which come back under the same ID, and one restart
 // of the Temporal server itself (SQLite file, same port). It must complete
 // with weights bit-identical to a fault-free run of the same spec.
+// SOAK_KILLS sets the number of kills; SOAK_LOGS keeps the node workers'
+// logs in that directory.
 func TestSoak(t *testing.T) {
 	kills := 20
 	if v, err := strconv.Atoi(os.Getenv("SOAK_KILLS")); err == nil && v > 0 {
@@ -48,7 +50,11 @@ func TestSoak(t *testing.T) {
 	t.Cleanup(func() { srv.Stop() }) // srv changes on restart; runs after the control worker's cleanup
 	c := controlInProcess(ctx, t, srv)
 
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	logs := filepath.Join(dir, "logs")
+	if v := os.Getenv("SOAK_LOGS"); v != "" { // keep the node workers' logs there
+		logs = v
+	}
+	l := &dev.Launcher{Command: childCommand, LogDir: logs}
 	defer func() { _ = l.StopAll(5 * time.Second) }()
 	ids := []string{"node-1", "node-2", "node-3", "node-4", "node-5"}
 	procs := map[string]*dev.Proc{}
