@@ -101,11 +101,13 @@ const (
 // when ConnectTimeout passes, or with the ctx's error. A rank that never
 // connected within ConnectTimeout and (with RefusedGrace) a rank whose
 // address refuses connections are named by an *ascend.PeerError in the
-// chain, so that a caller can blame that rank. A link that breaks while
-// the links are set up names its peer only if (with RefusedGrace) the
-// peer's address then refuses connections too: a rank that hangs up
-// because a third rank failed is alive and keeps its listener, and the
-// abort notices that say so flow only once the group has formed.
+// chain, so that a caller can blame that rank. With RefusedGrace, a link
+// that breaks while the group forms (the link exchange, the first barrier)
+// is checked against the peer's listener (probe.go): the peer is named if
+// its address refuses connections, and if it answers — alive, it hung up
+// because a third rank failed, and the abort notices that would say so
+// flow only once the group has formed — the error wraps ErrPeerLeft and
+// names nobody.
 func Connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.Communicator, error) {
 	c, err := connect(ctx, l, g, opts)
 	if err != nil {
