@@ -215,8 +215,9 @@ func newCommPricer(in spec.SearchStrategyInput, algo ascend.Algorithm) (commPric
 }
 
 // comm prices one step over d ranks whose computation takes compute
-// seconds.
-func (p commPricer) comm(d int, compute float64) strategy.DPComm {
+// seconds and who run slow (an auto codec is predicted from the slowed
+// times its warm-up will measure; the prices returned are undisturbed).
+func (p commPricer) comm(d int, compute float64, slow strategy.DPSlowdown) strategy.DPComm {
 	m := planCostModel(p.t, d)
 	dense, ok := m.Predict(ascend.CollAllReduce, p.algo, d, p.bytes)
 	if !ok {
@@ -228,7 +229,7 @@ func (p commPricer) comm(d int, compute float64) strategy.DPComm {
 	}
 	phase := func(name string) (net, cpu time.Duration, used string) {
 		if name == gradsync.CodecAuto {
-			name = p.choose(m, d, dense, compute)
+			name = p.choose(m, d, dense, compute, slow)
 		}
 		cd, _ := codec.Parse(name) // checked by newCommPricer
 		if cd == nil || cd.Name() == "none" {
@@ -277,17 +278,21 @@ func (p commPricer) exchange(m ascend.CostModel, cd codec.Codec, d int) (net, cp
 
 // choose is the codec an auto policy would pick on d ranks (codec.Choose,
 // as the run applies it after the warm-up), fed the model's times instead
-// of the warm-up's measurements.
-func (p commPricer) choose(m ascend.CostModel, d int, dense time.Duration, compute float64) string {
+// of the warm-up's measurements, slowed as the ranks will measure them.
+func (p commPricer) choose(m ascend.CostModel, d int, dense time.Duration, compute float64, slow strategy.DPSlowdown) string {
 	if d < 2 || dense <= 0 {
 		return "none"
 	}
+	net := max(slow.Straggle, 1)
+	cpu := max(slow.Cores, 1) * net
+	scale := func(t time.Duration, f float64) time.Duration { return time.Duration(float64(t) * f) }
+	dense = scale(dense, net)
 	meas := codec.Measure{DenseBytes: p.bytes, Ranks: d, Compute: time.Duration(compute * 1e9), Dense: dense,
 		BytesPerSec: 2 * float64(d-1) / float64(d) * float64(p.bytes) / dense.Seconds(), Exchange: map[string]time.Duration{}}
 	for _, name := range codec.Ladder {
 		cd, _ := codec.Parse(name)
-		net, cpu := p.exchange(m, cd, d)
-		meas.Exchange[cd.Name()] = net + cpu
+		n, c := p.exchange(m, cd, d)
+		meas.Exchange[cd.Name()] = scale(n, net) + scale(c, cpu)
 	}
 	return codec.Choose(meas).Codec
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/codec"
 	"github.com/cann-train/cann-train/engine/strategy"
 	"github.com/cann-train/cann-train/spec"
@@ -152,6 +153,41 @@ func TestSearchStrategyCompressed(t *testing.T) {
 	in.Compression = &spec.StrategyCompression{Codec: "sign:1024", From: 101, Steps: 100}
 	if _, err := (Planner{}).SearchStrategy(context.Background(), in); err == nil || !strings.Contains(err.Error(), "from step 101 of 100") {
 		t.Errorf("warm-up past the end: %v", err)
+	}
+}
+
+// TestAutoCodecSeesSlowCores: an auto codec is predicted from what its
+// warm-up will measure. On undisturbed cores a codec beats the slow link's
+// allreduce; where ranks share cores (or wait for a slow one) encoding and
+// decoding take as much longer as computation, and auto stays
+// uncompressed; a straggler slows both sides alike and changes nothing.
+func TestAutoCodecSeesSlowCores(t *testing.T) {
+	const values = 1 << 20
+	plan := spec.TopologyPlan{Hosts: []string{"a", "b", "c", "d"},
+		Levels: []spec.TopologyLevel{{Name: "inter-host", AlphaNS: 50_000, BytesPerSec: 0.2e9}}}
+	costs := []spec.CodecCost{{Codec: "sign:1024", EncodeNS: 2, DecodeNS: 1}, {Codec: "int8:256", EncodeNS: 4, DecodeNS: 1},
+		{Codec: "topk:0.01", EncodeNS: 6, DecodeNS: 0.5}, {Codec: "topk:0.001", EncodeNS: 6, DecodeNS: 0.5}}
+	for r, h := range plan.Hosts {
+		plan.Compute = append(plan.Compute, spec.RankCompute{Rank: r, Host: h, Cores: 4, PerExampleNS: 500_000, Codecs: costs})
+	}
+	in := spec.SearchStrategyInput{Topology: plan, GradientBytes: 4 * values, GlobalBatch: 64, MinRanks: 1, MaxRanks: 4,
+		Compression: &spec.StrategyCompression{Codec: "auto", Exchange: "twophase", Steps: 100}}
+	pr, err := newCommPricer(in, ascend.AlgoRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		slow  strategy.DPSlowdown
+		codec bool
+	}{
+		{strategy.DPSlowdown{Cores: 1, Straggle: 1}, true},
+		{strategy.DPSlowdown{Cores: 40, Straggle: 1}, false},
+		{strategy.DPSlowdown{Cores: 1, Straggle: 40}, true}, // a slow rank slows its encoding and the exchange alike
+	} {
+		c := pr.comm(4, 1e-3, tc.slow)
+		if (c.Name != "") != tc.codec {
+			t.Errorf("slowdown %+v: priced codec %q (codec wanted: %v)", tc.slow, c.Name, tc.codec)
+		}
 	}
 }
 

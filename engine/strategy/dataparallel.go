@@ -34,13 +34,24 @@ type DPInput struct {
 	// expected largest of d draws (ExpectedMax). Empty: undisturbed.
 	Spread []float64
 	// Comm prices one step's gradient exchange over d ≥ 2 ranks whose
-	// computation takes compute seconds per step (an adaptive codec
-	// chooses by it): the collective engine's α-β model fed the measured
-	// links, and a compressed exchange's encoding and decoding.
-	Comm func(d int, compute float64) DPComm
+	// computation takes compute seconds per step and who run slow
+	// (oversubscribed cores, the slowest rank): the collective engine's
+	// α-β model fed the measured links, and a compressed exchange's
+	// encoding and decoding, both undisturbed (PlanDataParallel applies
+	// slow). An adaptive codec chooses by what the ranks will measure:
+	// compute and the exchanges slowed by slow.
+	Comm func(d int, compute float64, slow DPSlowdown) DPComm
 	// MinRanks and MaxRanks bound the choice (1 ≤ MinRanks ≤ MaxRanks ≤
 	// len(Hosts)).
 	MinRanks, MaxRanks int
+}
+
+// DPSlowdown is how much slower than undisturbed d ranks run: work on a
+// core (computation, encoding, decoding) by Cores × Straggle, the network
+// by Straggle.
+type DPSlowdown struct {
+	Cores    float64 // the most ranks per core on any host (≥ 1)
+	Straggle float64 // the expected slowest rank's slowdown (≥ 1)
 }
 
 // DPComm is one step's gradient exchange.
@@ -127,7 +138,7 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 		compute := (float64(examples)*in.SecondsPerExample + in.StepOverhead.Seconds()) * over * straggle
 		c := DPCandidate{Ranks: d, ComputeSeconds: compute, Oversubscription: over}
 		if d > 1 {
-			x := in.Comm(d, compute)
+			x := in.Comm(d, compute, DPSlowdown{Cores: over, Straggle: straggle})
 			c.CodecSeconds = x.Codec.Seconds() * over * straggle
 			c.CommSeconds = x.Network.Seconds()*straggle + c.CodecSeconds
 			c.Codec = x.Name

@@ -9,13 +9,13 @@ import (
 )
 
 func TestPlanDataParallel(t *testing.T) {
-	ring := func(perStep time.Duration) func(int, float64) DPComm {
+	ring := func(perStep time.Duration) func(int, float64, DPSlowdown) DPComm {
 		// 2(d−1) steps of α plus a bandwidth term.
-		return func(d int, _ float64) DPComm { return DPComm{Network: time.Duration(2*(d-1)) * perStep} }
+		return func(d int, _ float64, _ DPSlowdown) DPComm { return DPComm{Network: time.Duration(2*(d-1)) * perStep} }
 	}
 	// A codec cutting the traffic 32× at a fixed encoding cost.
-	compressed := func(perStep, codec time.Duration) func(int, float64) DPComm {
-		return func(d int, _ float64) DPComm {
+	compressed := func(perStep, codec time.Duration) func(int, float64, DPSlowdown) DPComm {
+		return func(d int, _ float64, _ DPSlowdown) DPComm {
 			return DPComm{Network: time.Duration(2*(d-1)) * perStep / 32, Codec: codec, Name: "sign:1024"}
 		}
 	}
@@ -85,7 +85,7 @@ func TestPlanDataParallel(t *testing.T) {
 				if c.Ranks == 1 && (c.CommSeconds != 0 || c.Codec != "") {
 					t.Errorf("one rank communicates: %+v", c)
 				}
-				if x := tc.in.Comm(c.Ranks, c.ComputeSeconds); c.Ranks > 1 && c.Codec != x.Name {
+				if x := tc.in.Comm(c.Ranks, c.ComputeSeconds, DPSlowdown{Cores: c.Oversubscription, Straggle: max(c.Straggle, 1)}); c.Ranks > 1 && c.Codec != x.Name {
 					t.Errorf("candidate %+v: codec %q, priced %q", c, c.Codec, x.Name)
 				}
 			}
@@ -100,7 +100,7 @@ func TestPlanDataParallel(t *testing.T) {
 func TestPlanDataParallelCodecSharesCores(t *testing.T) {
 	in := DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, Hosts: []string{"a", "a", "a"}, Cores: []int{2, 2, 2},
 		Spread: []float64{1, 2}, MinRanks: 3, MaxRanks: 3,
-		Comm: func(d int, compute float64) DPComm {
+		Comm: func(d int, compute float64, _ DPSlowdown) DPComm {
 			return DPComm{Network: time.Millisecond, Codec: 2 * time.Millisecond, Name: "int8:256"}
 		}}
 	p, err := PlanDataParallel(in)
@@ -119,7 +119,7 @@ func TestPlanDataParallelCodecSharesCores(t *testing.T) {
 
 func TestPlanDataParallelErrors(t *testing.T) {
 	ok := DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: []string{"a"}, Cores: []int{1},
-		Comm: func(int, float64) DPComm { return DPComm{} }, MinRanks: 1, MaxRanks: 1}
+		Comm: func(int, float64, DPSlowdown) DPComm { return DPComm{} }, MinRanks: 1, MaxRanks: 1}
 	for _, tc := range []struct {
 		name string
 		edit func(*DPInput)
