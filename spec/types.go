@@ -175,6 +175,10 @@ type AcquireRequest struct {
 	MinCount int `json:"min_count,omitempty"`
 	// Wait bounds how long the Cluster waits for enough live nodes.
 	Wait time.Duration `json:"wait"`
+	// Failed are failures the Cluster records first (a run replacing the
+	// nodes it lost says so in the same request: a separate mark-failed
+	// signal costs the run a round trip to know it arrived first).
+	Failed []MarkFailed `json:"failed,omitempty"`
 }
 
 // MarkFailed tells the Cluster a node is not to be used again.

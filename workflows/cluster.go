@@ -282,15 +282,24 @@ func validateAcquire(req spec.AcquireRequest) error {
 	if req.Count < 1 {
 		return fmt.Errorf("acquire: count must be positive, got %d", req.Count)
 	}
+	for i, mf := range req.Failed {
+		if mf.NodeID == "" || mf.RunID != req.RunID {
+			return fmt.Errorf("acquire: failed[%d] names node %q of run %q: want a node of run %q", i, mf.NodeID, mf.RunID, req.RunID)
+		}
+	}
 	return nil
 }
 
-// acquire makes the run hold req.Count live nodes: nodes it already holds
+// acquire records req.Failed, then makes the run hold req.Count live
+// nodes: nodes it already holds
 // keep their ranks, holes left by dead nodes are filled from the free pool
 // (by node ID order). It waits up to req.Wait for enough live nodes — unless
 // req.MinCount allows fewer: then it answers at once with every live node
 // it can give (at least MinCount), the healthy held ones first.
 func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
+	for _, mf := range req.Failed {
+		c.markFailed(ctx, mf)
+	}
 	c.waiting[req.RunID]++
 	defer func() {
 		if c.waiting[req.RunID]--; c.waiting[req.RunID] == 0 {

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -381,16 +382,22 @@ func TestClusterFreesTheNodesOfEndedRuns(t *testing.T) {
 // stays in the pool and keeps its rank in the run (although the spare n1
 // comes first in ID order); when it names the current process, or no
 // process (older runs and workers), n2 is failed and n1 takes its rank.
+// The failure comes by mark-failed signal, or with the run's acquire
+// request (AcquireRequest.Failed), alike.
 func TestClusterFailureOfAnEarlierProcess(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		incarnation string // in MarkFailed
 		want        string
 		failed      bool
+		inAcquire   bool
 	}{
-		{"earlier process", "n2-1", "n2", false},
-		{"current process", "n2-2", "n1", true},
-		{"process not named", "", "n1", true},
+		{"earlier process", "n2-1", "n2", false, false},
+		{"current process", "n2-2", "n1", true, false},
+		{"process not named", "", "n1", true, false},
+		{"earlier process, in acquire", "n2-1", "n2", false, true},
+		{"current process, in acquire", "n2-2", "n1", true, true},
+		{"process not named, in acquire", "", "n1", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env, acquire, at, results := clusterEnv()
@@ -406,8 +413,14 @@ func TestClusterFailureOfAnEarlierProcess(t *testing.T) {
 			})
 			at(2*time.Second, func() { env.SignalWorkflow(spec.SignalRegister, restarted) })
 			at(3*time.Second, func() {
-				env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "n2", RunID: "r1", Reason: "stopped heartbeating", Incarnation: tc.incarnation})
-				acquire("recover", spec.AcquireRequest{RunID: "r1", Count: 1, Wait: time.Second})
+				mf := spec.MarkFailed{NodeID: "n2", RunID: "r1", Reason: "stopped heartbeating", Incarnation: tc.incarnation}
+				req := spec.AcquireRequest{RunID: "r1", Count: 1, Wait: time.Second}
+				if tc.inAcquire {
+					req.Failed = []spec.MarkFailed{mf}
+				} else {
+					env.SignalWorkflow(spec.SignalMarkFailed, mf)
+				}
+				acquire("recover", req)
 			})
 			var reg Registry
 			at(4*time.Second, func() {
@@ -435,6 +448,31 @@ func TestClusterFailureOfAnEarlierProcess(t *testing.T) {
 				}
 			}
 			require.True(t, seen)
+		})
+	}
+}
+
+// TestValidateAcquire: an acquire request is refused before it reaches the
+// Cluster's state when it names no run, asks for no node, or carries a
+// failure of another run or of no node.
+func TestValidateAcquire(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		req  spec.AcquireRequest
+		want string // "" valid
+	}{
+		{"valid", spec.AcquireRequest{RunID: "r", Count: 2}, ""},
+		{"valid with failures", spec.AcquireRequest{RunID: "r", Count: 2, Failed: []spec.MarkFailed{{NodeID: "a", RunID: "r"}}}, ""},
+		{"no run", spec.AcquireRequest{Count: 2}, "run_id"},
+		{"no node", spec.AcquireRequest{RunID: "r"}, "count"},
+		{"failure of another run", spec.AcquireRequest{RunID: "r", Count: 1, Failed: []spec.MarkFailed{{NodeID: "a", RunID: "s"}}}, "failed[0]"},
+		{"failure of no node", spec.AcquireRequest{RunID: "r", Count: 1, Failed: []spec.MarkFailed{{RunID: "r"}}}, "failed[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := validateAcquire(tc.req)
+			if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("validateAcquire(%+v) = %v, want %q", tc.req, err, tc.want)
+			}
 		})
 	}
 }

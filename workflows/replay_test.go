@@ -43,7 +43,10 @@ import (
 // a checkpoint and relaunched without a drained node; trainingrun_cancel.json,
 // a run cancelled mid-chunk that released its nodes and ended Canceled;
 // cluster_sweep.json, the Cluster of that test, which at its end freed the
-// nodes a terminated run still held for the next run that needed them
+// nodes a terminated run still held for the next run that needed them;
+// trainingrun_recovery_acquire.json and cluster_recovery.json, the
+// replaced node again, now named in the run's acquire request
+// (versionFailedWithAcquire), and the Cluster that applied it
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -65,6 +68,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
 		{"trainingrun_recovery.json", spec.WorkflowTrainingRun},
+		{"trainingrun_recovery_acquire.json", spec.WorkflowTrainingRun}, // the failed node named in the acquire request
+		{"cluster_recovery.json", spec.WorkflowCluster},                 // that request applied
 		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_compression.json", spec.WorkflowTrainingRun},
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},

@@ -120,6 +120,8 @@ type run struct {
 	chunksNow int // chunks in this workflow run (since continue-as-new)
 	// ext is an external job's current launch (nil for built-in runs).
 	ext *externalRun
+	// failedNodes go with the next acquire request (AcquireRequest.Failed).
+	failedNodes []spec.MarkFailed
 }
 
 func newRun(ctx workflow.Context, in RunInput) (*run, error) {
@@ -280,7 +282,8 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	}
 	r.setPhase(ctx, phase)
 	var nodes []spec.Node
-	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait}
+	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait, Failed: r.failedNodes}
+	r.failedNodes = nil
 	err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes)
 	r.st.Status.Detail = prev
 	if err != nil {

@@ -34,14 +34,20 @@ type fakeCluster struct {
 	held   []spec.Node
 	failed map[string]bool
 	calls  int
-	// releases counts the runs' release signals.
-	releases int
+	// releases counts the runs' release signals; markSignals the
+	// mark-failed signals, markedInAcquire the failures acquire requests
+	// carried.
+	releases, markSignals, markedInAcquire int
 }
 
 func (f *fakeCluster) acquire(_ context.Context, _ string, req spec.AcquireRequest) ([]spec.Node, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	for _, mf := range req.Failed {
+		f.markFailedLocked(mf)
+		f.markedInAcquire++
+	}
 	out := make([]spec.Node, req.Count)
 	used := map[string]bool{}
 	for i := range out {
@@ -163,14 +169,19 @@ func newRunEnv(t *testing.T, cl *fakeCluster, ch *fakeChunks) *testsuite.TestWor
 			if name == spec.SignalMarkFailed {
 				cl.mu.Lock()
 				defer cl.mu.Unlock()
-				if cl.failed == nil {
-					cl.failed = map[string]bool{}
-				}
-				cl.failed[arg.(spec.MarkFailed).NodeID] = true
+				cl.markFailedLocked(arg.(spec.MarkFailed))
+				cl.markSignals++
 			}
 			return nil
 		})
 	return env
+}
+
+func (f *fakeCluster) markFailedLocked(mf spec.MarkFailed) {
+	if f.failed == nil {
+		f.failed = map[string]bool{}
+	}
+	f.failed[mf.NodeID] = true
 }
 
 func TestTrainingRunCompletes(t *testing.T) {
@@ -244,6 +255,8 @@ func TestTrainingRunReplacesDeadNode(t *testing.T) {
 	rec := st.Recoveries[0]
 	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
 	require.Equal(t, []string{"spare-1"}, rec.Replacement)
+	require.Equal(t, 1, cl.markedInAcquire, "the failure travels with the acquire request")
+	require.Zero(t, cl.markSignals, "no mark-failed signal awaited first")
 	require.EqualValues(t, 100, rec.ResumeStep, "resume from the checkpoint at 100")
 	require.EqualValues(t, 130, rec.FailedAtStep)
 	require.EqualValues(t, 30, rec.LostSteps)

@@ -315,7 +315,10 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	if st.WeightsSHA256 != clean.WeightsSHA256 {
 		t.Errorf("recovered run's weights %s differ from the fault-free run's %s", st.WeightsSHA256, clean.WeightsSHA256)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_recovery.json")
+	// trainingrun_recovery.json: recorded before failures travelled with
+	// the acquire request (keep it).
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_recovery_acquire.json")
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_recovery.json")
 }
 
 // faultKill runs `cann-train fault kill`: node SIGKILLs itself once run
