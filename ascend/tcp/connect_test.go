@@ -583,7 +583,11 @@ func TestProbe(t *testing.T) {
 					}()
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			wait := 5 * time.Second // ample: these end on their own
+			if tc.kind == "silent" {
+				wait = time.Second // ends only with ctx
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
 			alive, gone := probe(ctx, 3, addr, 150*time.Millisecond, 0, "probe: ")
 			var pe *ascend.PeerError
