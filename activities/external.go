@@ -11,12 +11,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/engine/launch"
 	"github.com/cann-train/cann-train/python"
@@ -292,16 +294,27 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		// left it unchanged uploads nothing.
 		lastSaved: from, lastSum: restoredSum, committed: in.Restore != nil,
 	}
+	// wctx stops the world when a watched peer is gone.
+	wctx, stopWorld := context.WithCancel(ctx)
+	defer stopWorld()
 	waited := make(chan error, 1)
-	go func() { waited <- g.Wait(ctx, x.StopGrace.D()) }()
+	go func() { waited <- g.Wait(wctx, x.StopGrace.D()) }()
+	lostPeer := make(chan error, 1)
+	if n.PeerWatch > 0 {
+		go n.watchPeers(wctx, in, lostPeer)
+	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	var werr error
+	var werr, lost error
 loop:
 	for {
 		select {
 		case werr = <-waited:
 			break loop
+		case lost = <-lostPeer:
+			log.Warn("a neighbour node's worker is gone: stopping the world", zap.Error(lost))
+			stopWorld()
+			lostPeer = nil
 		case <-tick.C:
 			sup.poll(ctx)
 		}
@@ -311,8 +324,15 @@ loop:
 	sup.res.Seconds = sup.res.EndedAt.Sub(started).Seconds()
 	var ee *launch.ExitError
 	switch {
+	case lost != nil && ctx.Err() == nil:
+		return nil, peerError(lost, sup.prog.Step)
 	case werr == nil:
 	case errors.As(werr, &ee):
+		// The process may have died because a node did: name the node
+		// rather than restart the world on it.
+		if gone := n.peersGone(ctx, in); gone != nil {
+			return nil, peerError(fmt.Errorf("%w; meanwhile %v", gone, ee), sup.prog.Step)
+		}
 		return nil, sup.rankExited(ee)
 	case ctx.Err() != nil:
 		log.Info("external job stopped: activity cancelled", zap.Error(werr))
@@ -331,6 +351,71 @@ loop:
 	}
 	log.Info("external job finished", zap.Int64("step", sup.res.To), zap.Float64("seconds", sup.res.Seconds))
 	return sup.res, nil
+}
+
+// watchPeers asks the neighbour nodes' workers (node ranks Rank±1 of the
+// membership) every PeerWatch whether they are alive, and sends on lost
+// the *ascend.PeerError of the first that is gone (its address refuses
+// connections: the worker and the processes it ran are dead, though this
+// node's processes may hang in a collective rather than exit).
+func (n *Node) watchPeers(ctx context.Context, in spec.ExternalInput, lost chan<- error) {
+	nodes := in.Membership.Nodes
+	var watch []int
+	for _, d := range []int{-1, 1} {
+		r := (in.Rank + d + len(nodes)) % len(nodes)
+		if r != in.Rank && !slices.Contains(watch, r) && nodes[r].CommAddr != "" {
+			watch = append(watch, r)
+		}
+	}
+	if len(watch) == 0 {
+		return
+	}
+	t := time.NewTicker(n.PeerWatch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, r := range watch {
+			if _, gone := tcp.Probe(ctx, r, nodes[r].CommAddr, peerRefusedGrace); gone != nil {
+				lost <- fmt.Errorf("node %s: %w", nodes[r].ID, gone)
+				return
+			}
+		}
+	}
+}
+
+// peersGone asks every other node's worker at once whether it is alive
+// (with PeerWatch set): the *ascend.PeerError of the lowest node rank that
+// is gone, or nil.
+func (n *Node) peersGone(ctx context.Context, in spec.ExternalInput) error {
+	if n.PeerWatch <= 0 {
+		return nil
+	}
+	nodes := in.Membership.Nodes
+	gone := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for r, m := range nodes {
+		if r == in.Rank || m.CommAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, g := tcp.Probe(ctx, r, m.CommAddr, peerRefusedGrace); g != nil {
+				gone[r] = fmt.Errorf("node %s: %w", m.ID, g)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, g := range gone {
+		if g != nil {
+			return g
+		}
+	}
+	return nil
 }
 
 // LogKey is where a process's log of one launch (session) is stored in the

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -339,5 +340,62 @@ while [ ! -e go ]; do sleep 0.02; done`
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the processes did not exit")
+	}
+}
+
+// TestRunExternalNamesAGoneNode: node n2's worker is gone (its collective
+// listener's address refuses connections). When this node's processes
+// exit because of it, the node reports PeerFailed naming n2 instead of a
+// RankExited that would restart the world on n2; when n2 answers, the
+// exit stays RankExited. When the processes hang instead (a collective
+// waiting for n2), the watch of the neighbour nodes stops them and names
+// n2 all the same.
+func TestRunExternalNamesAGoneNode(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		script string
+		n2     string // "gone", "alive", "dies" (alive, then gone while the world runs)
+		blame  bool
+	}{
+		{"exit, n2 gone", "exit 3", "gone", true},
+		{"exit, n2 alive", "exit 3", "alive", false},
+		{"hang, n2 dies", "while true; do sleep 0.05; done", "dies", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+			n.PeerWatch = 100 * time.Millisecond
+			in := externalInput("gone", t.TempDir(), 2, "sh", "-c", tc.script)
+			l, err := tcp.Listen("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			in.Membership.Nodes[0].CommAddr = "127.0.0.1:1" // this node: never probed
+			in.Membership.Nodes[1].CommAddr = l.Addr()
+			switch tc.n2 {
+			case "gone":
+				l.Close()
+			case "dies":
+				time.AfterFunc(300*time.Millisecond, func() { l.Close() })
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err = n.runExternal(ctx, in, externalHooks{progress: func(spec.ChunkProgress) {}})
+			var ae *temporal.ApplicationError
+			if !errors.As(err, &ae) {
+				t.Fatalf("err = %v, want an application error", err)
+			}
+			if !tc.blame {
+				if ae.Type() != spec.ErrTypeRankExited {
+					t.Fatalf("err = %v, want RankExited", err)
+				}
+				return
+			}
+			var pf spec.PeerFailure
+			if ae.Type() != spec.ErrTypePeerFailed || ae.Details(&pf) != nil || pf.Rank != 1 || !strings.Contains(ae.Message(), "node n2") {
+				t.Fatalf("err = %v (detail %+v), want PeerFailed naming node rank 1 (n2)", err, pf)
+			}
+			t.Log(ae.Message())
+		})
 	}
 }

@@ -48,6 +48,13 @@ type Node struct {
 	// WorkDir holds external jobs' per-run directories (logs, reports,
 	// checkpoint directory, rank table) on this node.
 	WorkDir string
+	// PeerWatch, when positive, is how often an external job's node asks
+	// its neighbour nodes' workers (their collective listeners) whether
+	// they are alive; when a process exits non-zero it asks every node.
+	// A node whose worker's address refuses connections is named
+	// (PeerFailed) instead of the world waiting for its heartbeat timeout.
+	// Zero: never (the members' addresses are not node workers').
+	PeerWatch time.Duration
 	// Energy, when set, is the host's energy meter (RAPL, npu-smi,
 	// nvidia-smi): every chunk then reports its measured share of the
 	// host's energy (ChunkResult.Joules), else the run models it.

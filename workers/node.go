@@ -103,7 +103,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	}
 
 	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
-		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation}
+		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation, PeerWatch: peerWatch}
 	defer acts.Close()
 	switch m, err := energy.OpenHostMeter(ctx, energy.HostMeterOptions{Kind: o.Energy}); {
 	case err == nil:
@@ -268,3 +268,8 @@ func hccnDeviceIPs(path string) []string {
 	}
 	return out
 }
+
+// peerWatch is how often an external job's node asks its neighbour nodes'
+// workers whether they are alive (activities.Node.PeerWatch): every member
+// of a run's membership is a node worker with a collective listener.
+const peerWatch = time.Second

@@ -379,11 +379,13 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 	n := len(futures)
 	results = make([]spec.ChunkResult, n)
 	errs = make([]error, n)
+	done := make([]bool, n)
 	left := n
 	sel := workflow.NewSelector(ctx)
 	for i, f := range futures {
 		sel.AddFuture(f, func(f workflow.Future) {
 			errs[i] = f.Get(ctx, &results[i])
+			done[i] = true
 			left--
 		})
 	}
@@ -447,11 +449,20 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 			}
 		})
 	}
-	graceSet, expired := false, false
+	graceSet, expired, blamedStop := false, false, false
 	for left > 0 {
 		sel.Select(ctx)
 		if expired {
 			expired = false
+			cancel()
+			continue
+		}
+		if stop == worldRuns && !blamedStop && left > 0 && blamesPending(done, errs) && r.worldBlameOn(ctx) {
+			// A node found a pending one's worker gone: that node's
+			// activity would only end at its heartbeat timeout, and the
+			// world cannot go on without it.
+			blamedStop = true
+			workflow.GetLogger(ctx).Info("a node's worker is gone: stopping the world", "session", r.st.Session)
 			cancel()
 			continue
 		}
@@ -466,6 +477,29 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 		gw.finish(ctx)
 	}
 	return results, errs, stop
+}
+
+// versionWorldBlame: awaitWorld stops the world as soon as a finished
+// node blames a pending one (PeerFailed: the node workers watch each
+// other), instead of waiting for the pending one's heartbeat timeout.
+// Asked only then (older worlds never reported PeerFailed).
+const versionWorldBlame = "world-blame"
+
+func (r *run) worldBlameOn(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionWorldBlame, workflow.DefaultVersion, 1) >= 1
+}
+
+// blamesPending: a finished node's PeerFailed names a node still pending.
+func blamesPending(done []bool, errs []error) bool {
+	for i := range done {
+		if !done[i] {
+			continue
+		}
+		if pf, ok := peerFailed(errs[i]); ok && pf.Rank >= 0 && pf.Rank < len(done) && !done[pf.Rank] {
+			return true
+		}
+	}
+	return false
 }
 
 // stoppedByRun: the world ended by the run's cancellation for a pause or

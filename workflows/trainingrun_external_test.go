@@ -220,6 +220,39 @@ func TestExternalRunReplacesDeadNode(t *testing.T) {
 	require.Equal(t, 2, st.Checkpoints) // 20 and 40 once: no step past 40 was committed again
 }
 
+// TestExternalRunStopsWorldOnBlame: node-2's worker dies at step 57 and
+// its processes with it (its activity would end only at its one-hour
+// heartbeat timeout); node-1 finds node-2's address refusing connections
+// and reports PeerFailed naming it. The run stops the world at once,
+// replaces node-2 with the spare and relaunches from step 40.
+func TestExternalRunStopsWorldOnBlame(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare"), failed: map[string]bool{}}
+	w := &fakeWorlds{end: 100, ckpts: []int64{20, 40}}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Restore != nil {
+			return nil
+		}
+		if in.Rank == 1 {
+			return errHang // dead: never reports
+		}
+		return temporal.NewApplicationErrorWithCause("node node-2: 127.0.0.1:9 has refused connections for 250ms (its process is gone)",
+			spec.ErrTypePeerFailed, errors.New("refused"), spec.PeerFailure{Rank: 1, Step: 57})
+	}
+	s := externalSpec(2)
+	s.HeartbeatTimeout = spec.Duration(time.Hour)
+	st := completeExternal(t, cl, w, s)
+	require.Equal(t, []string{"node-1", "spare"}, st.Nodes)
+	require.Len(t, st.Recoveries, 1)
+	rec := st.Recoveries[0]
+	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
+	require.Equal(t, []string{"spare"}, rec.Replacement)
+	require.EqualValues(t, 40, rec.ResumeStep)
+	require.Less(t, rec.DetectSeconds, 60.0, "stopped on the blame, not at the 1 h heartbeat timeout")
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	require.Equal(t, "spare", ls[1][1].Membership.Nodes[1].ID)
+}
+
 // TestExternalRunEndsFromLastCheckpoint: a world uploads its last step's
 // checkpoint, then both nodes miss their heartbeats (a stalled server);
 // the relaunch restores that checkpoint and has nothing left to train.

@@ -172,3 +172,19 @@ func checkLost(ctx context.Context, err error, addrs []string, grace time.Durati
 	}
 	return err
 }
+
+// Probe asks whether the process behind rank's listener at addr (a node
+// worker's, say) is alive: alive when the listener answers, gone (an
+// *ascend.PeerError naming rank) once the address has refused connections
+// for grace, neither when ctx ends or 2·grace plus a reply's wait pass
+// first (a host that drops packets, a frozen process).
+func Probe(ctx context.Context, rank int, addr string, grace time.Duration) (alive bool, gone error) {
+	pctx, cancel := context.WithTimeout(ctx, probeWindow(grace))
+	defer cancel()
+	alive, gone = probe(pctx, rank, addr, grace, 0, "")
+	var pe *ascend.PeerError
+	if errors.As(gone, &pe) {
+		pe.Op = "probe"
+	}
+	return alive, gone
+}

@@ -166,6 +166,11 @@ func TestExternalNodeKilledResumesOnSpare(t *testing.T) {
 	if rec.FailedNode != "node-2" || rec.Replacement != "node-3" {
 		t.Errorf("recovery %+v: want node-2 replaced by the spare node-3", rec)
 	}
+	// node-1 found node-2's worker gone (its address refused connections)
+	// rather than the run waiting for node-2's 3 s heartbeat timeout.
+	if !strings.Contains(rec.Reason, "refused connections") || rec.DetectSeconds >= 3 {
+		t.Errorf("recovery %+v: want node-2 named by its peer within the 3 s heartbeat timeout", rec)
+	}
 	if rec.ResumeStep < 50 || rec.ResumeStep > 90 || rec.ResumeStep%25 != 0 || rec.FailedAtStep < 90 {
 		t.Errorf("recovery %+v: want a resume from the last checkpoint before step 90 (50 or 75)", rec)
 	}
