@@ -76,17 +76,27 @@ func TestSearchStrategy(t *testing.T) {
 // uncompressed where the allreduce already fits in computation; the
 // warm-up's steps are priced uncompressed; codecs the scan did not time
 // are refused.
-func TestSearchStrategyCompressed(t *testing.T) {
-	const values = 1 << 20
+// slowLinkPlan is four hosts on a slow link (0.2 GB/s) that timed every
+// codec of the ladder; with skew, host r's sign encoding is r ns/value
+// slower (the slowest node's cost prices the exchange).
+func slowLinkPlan(skew bool) (spec.TopologyPlan, []spec.CodecCost) {
 	plan := spec.TopologyPlan{Hosts: []string{"a", "b", "c", "d"},
 		Levels: []spec.TopologyLevel{{Name: "inter-host", AlphaNS: 50_000, BytesPerSec: 0.2e9}}}
 	costs := []spec.CodecCost{{Codec: "sign:1024", EncodeNS: 2, DecodeNS: 1}, {Codec: "int8:256", EncodeNS: 4, DecodeNS: 1},
 		{Codec: "topk:0.01", EncodeNS: 6, DecodeNS: 0.5}, {Codec: "topk:0.001", EncodeNS: 6, DecodeNS: 0.5}}
 	for r, h := range plan.Hosts {
 		c := slices.Clone(costs)
-		c[0].EncodeNS += float64(r) // the slowest node's cost prices the exchange
+		if skew {
+			c[0].EncodeNS += float64(r)
+		}
 		plan.Compute = append(plan.Compute, spec.RankCompute{Rank: r, Host: h, Cores: 4, PerExampleNS: 500_000, Codecs: c})
 	}
+	return plan, costs
+}
+
+func TestSearchStrategyCompressed(t *testing.T) {
+	const values = 1 << 20
+	plan, costs := slowLinkPlan(true)
 	search := func(c *spec.StrategyCompression) *spec.StrategyPlan {
 		t.Helper()
 		in := spec.SearchStrategyInput{Topology: plan, GradientBytes: 4 * values, GlobalBatch: 64, MinRanks: 1, MaxRanks: 4, Compression: c}
@@ -163,13 +173,7 @@ func TestSearchStrategyCompressed(t *testing.T) {
 // uncompressed; a straggler slows both sides alike and changes nothing.
 func TestAutoCodecSeesSlowCores(t *testing.T) {
 	const values = 1 << 20
-	plan := spec.TopologyPlan{Hosts: []string{"a", "b", "c", "d"},
-		Levels: []spec.TopologyLevel{{Name: "inter-host", AlphaNS: 50_000, BytesPerSec: 0.2e9}}}
-	costs := []spec.CodecCost{{Codec: "sign:1024", EncodeNS: 2, DecodeNS: 1}, {Codec: "int8:256", EncodeNS: 4, DecodeNS: 1},
-		{Codec: "topk:0.01", EncodeNS: 6, DecodeNS: 0.5}, {Codec: "topk:0.001", EncodeNS: 6, DecodeNS: 0.5}}
-	for r, h := range plan.Hosts {
-		plan.Compute = append(plan.Compute, spec.RankCompute{Rank: r, Host: h, Cores: 4, PerExampleNS: 500_000, Codecs: costs})
-	}
+	plan, _ := slowLinkPlan(false)
 	in := spec.SearchStrategyInput{Topology: plan, GradientBytes: 4 * values, GlobalBatch: 64, MinRanks: 1, MaxRanks: 4,
 		Compression: &spec.StrategyCompression{Codec: "auto", Exchange: "twophase", Steps: 100}}
 	pr, err := newCommPricer(in, ascend.AlgoRing)

@@ -181,30 +181,47 @@ func TestExternalRunCompletes(t *testing.T) {
 	}
 }
 
-// TestExternalRunReplacesDeadNode: node-2 dies (heartbeat timeout) at
-// step 57 while node-1's ranks exit when they lose their peers; the run
-// replaces node-2 with the spare and relaunches from the checkpoint at
-// step 40, counting one restart.
-func TestExternalRunReplacesDeadNode(t *testing.T) {
+// loseNode2 is a two-node world (and a spare) whose first launch, after
+// checkpoints at steps 20 and 40, ends with node2 on node-2 and node1 on
+// node-1; relaunches finish.
+func loseNode2(node2, node1 error) (*fakeCluster, *fakeWorlds) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare"), failed: map[string]bool{}}
 	w := &fakeWorlds{end: 100, ckpts: []int64{20, 40}}
 	w.behave = func(in spec.ExternalInput) error {
-		if in.Restore != nil {
+		switch {
+		case in.Restore != nil:
 			return nil
+		case in.Rank == 1:
+			return node2
 		}
-		if in.Rank == 1 {
-			return temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 40})
-		}
-		return temporal.NewApplicationError("rank-1 on node node-1 exited with status 1 at step 56", spec.ErrTypeRankExited,
-			spec.RankExit{Rank: 1, Process: "rank-1", Node: "node-1", ExitCode: 1, Step: 56})
+		return node1
 	}
-	st := completeExternal(t, cl, w, externalSpec(2))
+	return cl, w
+}
+
+// requireNode2Replaced checks loseNode2's outcome: one recovery, node-2
+// replaced by the spare, the world relaunched from step 40.
+func requireNode2Replaced(t *testing.T, st spec.RunStatus) spec.Recovery {
+	t.Helper()
 	require.Equal(t, []string{"node-1", "spare"}, st.Nodes)
 	require.Len(t, st.Recoveries, 1)
 	rec := st.Recoveries[0]
 	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
 	require.Equal(t, []string{"spare"}, rec.Replacement)
 	require.EqualValues(t, 40, rec.ResumeStep)
+	return rec
+}
+
+// TestExternalRunReplacesDeadNode: node-2 dies (heartbeat timeout) at
+// step 57 while node-1's ranks exit when they lose their peers; the run
+// replaces node-2 with the spare and relaunches from the checkpoint at
+// step 40, counting one restart.
+func TestExternalRunReplacesDeadNode(t *testing.T) {
+	cl, w := loseNode2(temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 40}),
+		temporal.NewApplicationError("rank-1 on node node-1 exited with status 1 at step 56", spec.ErrTypeRankExited,
+			spec.RankExit{Rank: 1, Process: "rank-1", Node: "node-1", ExitCode: 1, Step: 56}))
+	st := completeExternal(t, cl, w, externalSpec(2))
+	rec := requireNode2Replaced(t, st)
 	require.EqualValues(t, 57, rec.FailedAtStep)
 	require.EqualValues(t, 17, rec.LostSteps)
 	require.InDelta(t, 2.3/41, rec.ResumeLoss, 1e-6, "the loss curve goes on from the checkpoint")
@@ -226,27 +243,13 @@ func TestExternalRunReplacesDeadNode(t *testing.T) {
 // and reports PeerFailed naming it. The run stops the world at once,
 // replaces node-2 with the spare and relaunches from step 40.
 func TestExternalRunStopsWorldOnBlame(t *testing.T) {
-	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare"), failed: map[string]bool{}}
-	w := &fakeWorlds{end: 100, ckpts: []int64{20, 40}}
-	w.behave = func(in spec.ExternalInput) error {
-		if in.Restore != nil {
-			return nil
-		}
-		if in.Rank == 1 {
-			return errHang // dead: never reports
-		}
-		return temporal.NewApplicationErrorWithCause("node node-2: 127.0.0.1:9 has refused connections for 250ms (its process is gone)",
-			spec.ErrTypePeerFailed, errors.New("refused"), spec.PeerFailure{Rank: 1, Step: 57})
-	}
+	cl, w := loseNode2(errHang, // dead: never reports
+		temporal.NewApplicationErrorWithCause("node node-2: 127.0.0.1:9 has refused connections for 250ms (its process is gone)",
+			spec.ErrTypePeerFailed, errors.New("refused"), spec.PeerFailure{Rank: 1, Step: 57}))
 	s := externalSpec(2)
 	s.HeartbeatTimeout = spec.Duration(time.Hour)
 	st := completeExternal(t, cl, w, s)
-	require.Equal(t, []string{"node-1", "spare"}, st.Nodes)
-	require.Len(t, st.Recoveries, 1)
-	rec := st.Recoveries[0]
-	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
-	require.Equal(t, []string{"spare"}, rec.Replacement)
-	require.EqualValues(t, 40, rec.ResumeStep)
+	rec := requireNode2Replaced(t, st)
 	require.Less(t, rec.DetectSeconds, 60.0, "stopped on the blame, not at the 1 h heartbeat timeout")
 	ls := w.launches()
 	require.Len(t, ls, 2)
