@@ -88,7 +88,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		futures[rank] = workflow.ExecuteActivity(chunkOptions(cctx, r.spec, node, summary), spec.ActivityTrainChunk, in)
 	}
 	results, errs := r.await(ctx, futures, cancel)
-	if fail := r.blame(from, started, workflow.Now(ctx), errs); fail != nil {
+	if fail := r.blame(ctx, from, started, workflow.Now(ctx), errs); fail != nil {
 		if len(fail.lostState) > 0 || fail.cause != nil {
 			if workflow.GetVersion(ctx, versionLostState, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 				// As recorded before: a node without state failed the run.
@@ -248,8 +248,10 @@ func peerFailed(err error) (spec.PeerFailure, bool) {
 
 // blame turns per-rank errors into one failure, or nil if all succeeded.
 // A rank whose activity timed out is dead or stuck; otherwise the ranks its
-// peers name are suspects, the most-named first.
-func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFailure {
+// peers name are suspects, the most-named first — and of several named as
+// often, those that never reported themselves (cancelled while pending)
+// if any did: a rank that reported was alive then.
+func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, errs []error) *chunkFailure {
 	f := &chunkFailure{from: from, started: started, seen: seen, retryable: true}
 	var timedOut []string
 	blamed := map[int]int{}
@@ -315,10 +317,18 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 		for _, n := range blamed {
 			top = max(top, n)
 		}
+		var tied []int
 		for _, rank := range workflow.DeterministicKeys(blamed) {
 			if blamed[rank] == top {
-				f.failed = append(f.failed, r.st.Membership.Nodes[rank].ID)
+				tied = append(tied, rank)
 			}
+		}
+		if silent := silentRanks(tied, errs); len(silent) > 0 && len(silent) < len(tied) &&
+			workflow.GetVersion(ctx, versionSilentSuspects, workflow.DefaultVersion, 1) >= 1 {
+			tied = silent
+		}
+		for _, rank := range tied {
+			f.failed = append(f.failed, r.st.Membership.Nodes[rank].ID)
 		}
 		f.reason = fmt.Sprintf("peers lost node(s) %v: %s", f.failed, message(f.first))
 	case len(f.lostState) > 0:
@@ -329,6 +339,25 @@ func (r *run) blame(from int64, started, seen time.Time, errs []error) *chunkFai
 		f.reason, f.reasonIsFirst = message(f.first), true
 	}
 	return f
+}
+
+// versionSilentSuspects: of ranks blamed equally often, blame keeps those
+// that never reported (before: all of them). Asked only when the two
+// differ.
+const versionSilentSuspects = "silent-suspects"
+
+// silentRanks are the ranks among ranks whose activity never reported:
+// cancelled while pending, or timed out.
+func silentRanks(ranks []int, errs []error) []int {
+	var out []int
+	for _, rank := range ranks {
+		var ce *temporal.CanceledError
+		var te *temporal.TimeoutError
+		if errors.As(errs[rank], &ce) || errors.As(errs[rank], &te) {
+			out = append(out, rank)
+		}
+	}
+	return out
 }
 
 // preferCause replaces a cancellation that stands for a failure's first

@@ -283,7 +283,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		if err != nil {
 			errs := make([]error, len(m.Nodes))
 			errs[0] = err
-			return r.blameWorld(from, started, workflow.Now(ctx), errs)
+			return r.blameWorld(ctx, from, started, workflow.Now(ctx), errs)
 		}
 	}
 	ext.meters, ext.pendAt = nil, time.Time{}
@@ -343,7 +343,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		r.st.Session = ""
 		return errWorldPaused
 	}
-	if f := r.blameWorld(from, started, workflow.Now(ctx), errs); f != nil {
+	if f := r.blameWorld(ctx, from, started, workflow.Now(ctx), errs); f != nil {
 		r.closeLaunch(ctx, ext, false)
 		r.preferCause(ctx, f)
 		return f
@@ -533,8 +533,8 @@ func anyErr(errs []error) bool {
 // replaced); otherwise a process that exited is the reason (the world is
 // restarted on the same nodes). The step the world had reached comes from
 // the processes' reports and the dead nodes' last heartbeats.
-func (r *run) blameWorld(from int64, started, seen time.Time, errs []error) *chunkFailure {
-	f := r.blame(from, started, seen, errs)
+func (r *run) blameWorld(ctx workflow.Context, from int64, started, seen time.Time, errs []error) *chunkFailure {
+	f := r.blame(ctx, from, started, seen, errs)
 	if f == nil {
 		return nil
 	}

@@ -419,6 +419,29 @@ func TestTrainingRunWaitsPastABystander(t *testing.T) {
 	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
 }
 
+// TestTrainingRunBlamesTheSilentOfATie: node-3 (rank 2) died; node-2
+// (rank 1) names it, but node-1 (rank 0) names node-2 (it saw node-2 hang
+// up). One vote each: node-2 reported itself, so it was alive, and only
+// the silent node-3 is replaced.
+func TestTrainingRunBlamesTheSilentOfATie(t *testing.T) {
+	peerFailed := func(rank int) error {
+		return temporal.NewApplicationErrorWithCause(fmt.Sprintf("rank %d lost", rank), spec.ErrTypePeerFailed,
+			errors.New("EOF"), spec.PeerFailure{Rank: rank, Step: 120})
+	}
+	st := failFirstChunkFrom100(t, func(node string, hang <-chan struct{}) error {
+		switch node {
+		case "node-1":
+			return peerFailed(1)
+		case "node-2":
+			return peerFailed(2)
+		}
+		<-hang // node-3 is dead
+		return errors.New("unreachable")
+	})
+	require.Equal(t, []string{"node-3"}, st.Recoveries[0].FailedNodes)
+	require.Equal(t, []string{"node-1", "node-2", "spare-1"}, st.Nodes)
+}
+
 // A node dies; on resume the checkpoint at 100 fails verification, so the
 // run falls back to the one before it (here: step 0) and still completes.
 func TestTrainingRunFallsBackFromCorruptCheckpoint(t *testing.T) {
