@@ -369,7 +369,9 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 // least 2 s more — to
 // end on their own (a dead node's activity times out; its peers' processes
 // usually exit when they lose it), then cancels the rest, so that a dead
-// node is named as such and a hung collective does not hold the run.
+// node is named as such and a hung collective does not hold the run. A
+// node that names a pending one as gone (PeerFailed: the node workers
+// watch each other) stops the world at once.
 // A pending pause cancels the world once a checkpoint was uploaded since
 // it was asked for (at once after a second pause); a green run's plan at a
 // checkpoint that puts it outside its slots cancels it too; stop reports
