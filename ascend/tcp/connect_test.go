@@ -537,9 +537,9 @@ func TestConnectLinkLostBlamesOnlyTheGone(t *testing.T) {
 	}
 }
 
-// TestProbe: a killed process's listener may still take a probe into its
-// accept queue just after the process's links dropped, and resets it when
-// it closes: probe counts that as a refusal (gone). A Listener answers the
+// TestProbe: a killed process's listener may still take a probe just after
+// the process's links dropped, and drop it unanswered when it closes:
+// probe counts that as a refusal (gone). A Listener answers the
 // probe (alive); an address that takes connections and never answers (a
 // frozen process) is neither, until ctx ends.
 func TestProbe(t *testing.T) {
@@ -549,7 +549,7 @@ func TestProbe(t *testing.T) {
 		alive bool
 		gone  bool
 	}{
-		{"closing", "closing", false, true},
+		{"closing", "closing", false, true}, // takes the first probe, then closes unanswered
 		{"listener", "listener", true, false},
 		{"silent", "silent", false, false},
 	} {
@@ -565,11 +565,13 @@ func TestProbe(t *testing.T) {
 				defer ln.Close()
 				addr = ln.Addr().String()
 				if tc.kind == "closing" {
-					// Close once the first probe sits in the accept queue: the
-					// kernel completed its handshake, nobody will accept it.
+					// The dying process's listener: it has taken the first
+					// probe and closes without answering it.
 					go func() {
-						time.Sleep(30 * time.Millisecond)
-						ln.Close()
+						if c, err := ln.Accept(); err == nil {
+							ln.Close()
+							c.Close()
+						}
 					}()
 				} else {
 					go func() {

@@ -165,9 +165,7 @@ func checkLost(ctx context.Context, err error, addrs []string, grace time.Durati
 		errors.Is(pe, os.ErrDeadlineExceeded) || errors.Is(pe, ascend.ErrMismatch) {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, probeWindow(grace))
-	defer cancel()
-	if alive, _ := probe(pctx, pe.Rank, addrs[pe.Rank], grace, 0, ""); alive {
+	if alive, _ := Probe(ctx, pe.Rank, addrs[pe.Rank], grace); alive {
 		return fmt.Errorf("%w: %v (rank %d is alive)", ErrPeerLeft, err, pe.Rank)
 	}
 	return err
