@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -394,23 +393,13 @@ func (n *Node) peersGone(ctx context.Context, in spec.ExternalInput) error {
 	if n.PeerWatch <= 0 {
 		return nil
 	}
-	nodes := in.Membership.Nodes
-	gone := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for r, m := range nodes {
-		if r == in.Rank || m.CommAddr == "" {
-			continue
+	var others []int
+	for r := range in.Membership.Nodes {
+		if r != in.Rank {
+			others = append(others, r)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, g := tcp.Probe(ctx, r, m.CommAddr, peerRefusedGrace); g != nil {
-				gone[r] = fmt.Errorf("node %s: %w", m.ID, g)
-			}
-		}()
 	}
-	wg.Wait()
-	for _, g := range gone {
+	for _, g := range goneNodes(ctx, in.Membership.Nodes, others) {
 		if g != nil {
 			return g
 		}

@@ -39,6 +39,11 @@ const (
 	// (control queue): the Cluster frees what a terminated run, which runs
 	// no more code, still holds.
 	ActivityEndedRuns = "EndedRuns"
+	// ActivityCheckNodes asks a node worker which of other nodes' workers
+	// are gone (their collective listeners refuse connections): a run
+	// whose other ranks finished a chunk asks it about a rank that has
+	// not reported (node queues).
+	ActivityCheckNodes = "CheckNodes"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -339,6 +344,14 @@ type PeerFailure struct {
 	Rank      int       `json:"rank"`
 	Step      int64     `json:"step"`
 	NoticedAt time.Time `json:"noticed_at"`
+}
+
+// CheckNodesInput asks a node worker whether the workers of some of a
+// membership's nodes are alive.
+type CheckNodesInput struct {
+	Membership Membership `json:"membership"`
+	// Ranks are the nodes (by rank) to ask about.
+	Ranks []int `json:"ranks"`
 }
 
 // Recovery records one replacement of failed nodes.
