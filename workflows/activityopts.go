@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -99,6 +100,13 @@ func portOptions(ctx workflow.Context, node spec.Node) workflow.Context {
 // answer soon is failing the world anyway.
 func meterOptions(ctx workflow.Context, node spec.Node) workflow.Context {
 	return nodeCallOptions(ctx, node, 5*time.Second, 10*time.Second, "read the energy meter on "+node.ID)
+}
+
+// checkOptions asks a node that finished its chunk whether the pending
+// ranks' nodes are alive: its worker polls, and the probes take under a
+// second. No retry: the next check is the retry.
+func checkOptions(ctx workflow.Context, node spec.Node, ranks []int) workflow.Context {
+	return nodeCallOptions(ctx, node, 2*time.Second, 5*time.Second, fmt.Sprintf("ask %s whether rank(s) %v are alive", node.ID, ranks))
 }
 
 // nodeCallOptions runs a short call on a node's own queue, never retried.

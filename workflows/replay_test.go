@@ -46,7 +46,9 @@ import (
 // nodes a terminated run still held for the next run that needed them;
 // trainingrun_recovery_acquire.json and cluster_recovery.json, the
 // replaced node again, now named in the run's acquire request
-// (versionFailedWithAcquire), and the Cluster that applied it
+// (versionFailedWithAcquire), and the Cluster that applied it;
+// trainingrun_recovery_gone.json, a run whose node died after a chunk's
+// last step, found by asking a finished node (versionStragglerCheck)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -70,6 +72,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_recovery.json", spec.WorkflowTrainingRun},
 		{"trainingrun_recovery_acquire.json", spec.WorkflowTrainingRun}, // the failed node named in the acquire request
 		{"cluster_recovery.json", spec.WorkflowCluster},                 // that request applied
+		{"trainingrun_recovery_gone.json", spec.WorkflowTrainingRun},    // a node gone after its chunk, found by CheckNodes
 		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_compression.json", spec.WorkflowTrainingRun},
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},

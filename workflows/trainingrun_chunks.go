@@ -87,8 +87,8 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 			r.st.Status.Chunks+1, from, to, rank, len(m.Nodes), node.ID, m.Generation)
 		futures[rank] = workflow.ExecuteActivity(chunkOptions(cctx, r.spec, node, summary), spec.ActivityTrainChunk, in)
 	}
-	results, errs := r.await(ctx, futures, cancel)
-	if fail := r.blame(ctx, from, started, workflow.Now(ctx), errs); fail != nil {
+	results, errs, gone := r.await(ctx, futures, cancel)
+	if fail := r.blame(ctx, from, started, workflow.Now(ctx), errs, gone); fail != nil {
 		if len(fail.lostState) > 0 || fail.cause != nil {
 			if workflow.GetVersion(ctx, versionLostState, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 				// As recorded before: a node without state failed the run.
@@ -115,7 +115,13 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 // ones waiting for its connection do not notice), the rest get
 // blameGrace to report — their votes name the culprit — and are then
 // cancelled too: the chunk cannot finish without the blamed rank.
-func (r *run) await(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc) ([]spec.ChunkResult, []error) {
+//
+// A rank that dies after the chunk's last collective is named by nobody:
+// its peers finish. While every rank that reported succeeded and some
+// have not, a finished node is asked whether the pending nodes' workers
+// are alive (checkStragglers); the gone ones are returned, and every
+// pending rank cancelled.
+func (r *run) await(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc) ([]spec.ChunkResult, []error, []spec.PeerFailure) {
 	n := len(futures)
 	results := make([]spec.ChunkResult, n)
 	errs := make([]error, n)
@@ -129,7 +135,8 @@ func (r *run) await(ctx workflow.Context, futures []workflow.Future, cancel work
 	}
 	tctx, stopTimer := workflow.WithCancel(ctx)
 	defer stopTimer()
-	cancelled, timing := false, false
+	cancelled, timing, checking := false, false, false
+	var gone []spec.PeerFailure
 	for slices.Contains(done, false) {
 		sel.Select(ctx)
 		switch {
@@ -146,10 +153,104 @@ func (r *run) await(ctx workflow.Context, futures []workflow.Future, cancel work
 					cancel()
 				}
 			})
+		case !checking && straggling(done, errs) && r.stragglerCheckOn(ctx):
+			checking = true
+			live := func() bool { return !cancelled && straggling(done, errs) }
+			r.checkStragglers(ctx, tctx, sel, done, results, live, func(pfs []spec.PeerFailure) {
+				gone, cancelled = pfs, true
+				cancel()
+			})
 		}
 	}
-	return results, errs
+	return results, errs, gone
 }
+
+// straggling: some ranks reported, all of them success, and some have not.
+func straggling(done []bool, errs []error) bool {
+	reported := 0
+	for i, d := range done {
+		if d {
+			if errs[i] != nil {
+				return false
+			}
+			reported++
+		}
+	}
+	return reported > 0 && reported < len(done)
+}
+
+// stragglerWait is how long the ranks still pending after the others
+// finished a chunk may take before a finished node is asked whether their
+// workers are alive (a live rank 0 may still be saving a checkpoint or
+// evaluating: it is asked about, not blamed).
+const stragglerWait = 500 * time.Millisecond
+
+// versionStragglerCheck: await asks a finished node about ranks still
+// pending after the others finished (before, a rank that died after the
+// chunk's last collective was found by its heartbeat timeout). Asked when
+// the case first arises.
+const versionStragglerCheck = "straggler-check"
+
+func (r *run) stragglerCheckOn(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionStragglerCheck, workflow.DefaultVersion, 1) >= 1
+}
+
+// checkStragglers asks, stragglerWait from now and then at doubling
+// intervals while live holds (until the heartbeat timeout, which finds a
+// dead rank anyway), the lowest finished rank's node whether the pending
+// ranks' workers are alive (CheckNodes). The first answer naming any gone
+// goes to onGone, with the step the chunk ended at. A check that fails
+// (the asked node is gone too, or runs a build without CheckNodes) counts
+// as "alive"; the next one is still scheduled.
+func (r *run) checkStragglers(ctx, tctx workflow.Context, sel workflow.Selector, done []bool, results []spec.ChunkResult,
+	live func() bool, onGone func([]spec.PeerFailure)) {
+	start, wait := workflow.Now(ctx), stragglerWait
+	var next func()
+	next = func() {
+		if workflow.Now(ctx).Sub(start)+wait >= r.spec.HeartbeatTimeout.D() {
+			return
+		}
+		timer := workflow.NewTimerWithOptions(tctx, wait, workflow.TimerOptions{
+			Summary: "some nodes finished: then ask one whether the others are alive"})
+		sel.AddFuture(timer, func(f workflow.Future) {
+			if f.Get(ctx, nil) != nil || !live() {
+				return
+			}
+			asker := slices.Index(done, true)
+			var pending []int
+			for i, d := range done {
+				if !d {
+					pending = append(pending, i)
+				}
+			}
+			node := r.st.Membership.Nodes[asker]
+			in := spec.CheckNodesInput{Membership: r.st.Membership, Ranks: pending}
+			check := workflow.ExecuteActivity(checkOptions(tctx, node, pending), spec.ActivityCheckNodes, in)
+			sel.AddFuture(check, func(f workflow.Future) {
+				var pfs []spec.PeerFailure
+				err := f.Get(ctx, &pfs)
+				if !live() {
+					return
+				}
+				if err == nil && len(pfs) > 0 {
+					for i := range pfs {
+						pfs[i].Step = results[asker].To
+					}
+					workflow.GetLogger(ctx).Warn("pending ranks' nodes are gone", "asked", node.ID, "gone", len(pfs))
+					onGone(pfs)
+					return
+				}
+				wait *= 2
+				next()
+			})
+		})
+	}
+	next()
+}
+
+// errTypeNodeGone is the failure of a chunk whose pending ranks' nodes
+// were found gone (await).
+const errTypeNodeGone = "NodeGone"
 
 // blameGrace is how long ranks that no peer blames may still report once
 // a pending rank has been blamed (see await).
@@ -251,7 +352,10 @@ func peerFailed(err error) (spec.PeerFailure, bool) {
 // peers name are suspects, the most-named first — and of several named as
 // often, those that never reported themselves (cancelled while pending)
 // if any did: a rank that reported was alive then.
-func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, errs []error) *chunkFailure {
+//
+// gone are ranks a finished node found dead after the others had finished
+// (await): theirs is the failure.
+func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, errs []error, gone []spec.PeerFailure) *chunkFailure {
 	f := &chunkFailure{from: from, started: started, seen: seen, retryable: true}
 	var timedOut []string
 	blamed := map[int]int{}
@@ -312,6 +416,16 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 	case len(timedOut) > 0:
 		f.failed = timedOut
 		f.reason = fmt.Sprintf("node(s) %v stopped heartbeating", timedOut)
+	case len(gone) > 0:
+		for _, pf := range gone {
+			f.failed = append(f.failed, r.st.Membership.Nodes[pf.Rank].ID)
+			f.atStep = max(f.atStep, pf.Step)
+			if f.noticed.IsZero() || pf.NoticedAt.Before(f.noticed) {
+				f.noticed = pf.NoticedAt
+			}
+		}
+		f.reason = fmt.Sprintf("node(s) %v gone before reporting, after the other nodes finished (their workers' listeners refuse connections)", f.failed)
+		f.cause = temporal.NewApplicationError(f.reason, errTypeNodeGone)
 	case len(blamed) > 0:
 		top := 0
 		for _, n := range blamed {

@@ -283,7 +283,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		if err != nil {
 			errs := make([]error, len(m.Nodes))
 			errs[0] = err
-			return r.blameWorld(ctx, from, started, workflow.Now(ctx), errs)
+			return r.blameWorld(ctx, from, started, workflow.Now(ctx), errs, nil)
 		}
 	}
 	ext.meters, ext.pendAt = nil, time.Time{}
@@ -307,7 +307,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	ext.pausedCkpts, ext.rollCkpts, ext.evictCkpts, ext.ckpts = 0, 0, 0, 0
 	ext.launchEvents = workflow.GetInfo(ctx).GetCurrentHistoryLength()
 	ext.markAt, ext.markStep = started, from
-	results, errs, stop := r.awaitWorld(ctx, futures, cancel, ext)
+	results, errs, gone, stop := r.awaitWorld(ctx, futures, cancel, ext)
 	r.settle(ctx) // checkpoint signals delivered with the results
 	// and recorded: the last one may still be reading the meters
 	_ = workflow.Await(ctx, func() bool { return !ext.reading })
@@ -343,7 +343,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		r.st.Session = ""
 		return errWorldPaused
 	}
-	if f := r.blameWorld(ctx, from, started, workflow.Now(ctx), errs); f != nil {
+	if f := r.blameWorld(ctx, from, started, workflow.Now(ctx), errs, gone); f != nil {
 		r.closeLaunch(ctx, ext, false)
 		r.preferCause(ctx, f)
 		return f
@@ -371,13 +371,15 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 // usually exit when they lose it), then cancels the rest, so that a dead
 // node is named as such and a hung collective does not hold the run. A
 // node that names a pending one as gone (PeerFailed: the node workers
-// watch each other) stops the world at once.
+// watch each other) stops the world at once; so does a pending node that
+// a finished one, asked while every node that ended ended cleanly, finds
+// gone (checkStragglers: nobody watches a node whose neighbours are done).
 // A pending pause cancels the world once a checkpoint was uploaded since
 // it was asked for (at once after a second pause); a green run's plan at a
 // checkpoint that puts it outside its slots cancels it too; stop reports
 // which did (the first).
 func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc,
-	ext *externalRun) (results []spec.ChunkResult, errs []error, stop worldStop) {
+	ext *externalRun) (results []spec.ChunkResult, errs []error, gone []spec.PeerFailure, stop worldStop) {
 	n := len(futures)
 	results = make([]spec.ChunkResult, n)
 	errs = make([]error, n)
@@ -451,7 +453,7 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 			}
 		})
 	}
-	graceSet, expired, blamedStop := false, false, false
+	graceSet, expired, blamedStop, checking := false, false, false, false
 	for left > 0 {
 		sel.Select(ctx)
 		if expired {
@@ -468,6 +470,16 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 			cancel()
 			continue
 		}
+		if stop == worldRuns && !checking && left > 0 && straggling(done, errs) && r.stragglerCheckOn(ctx) {
+			checking = true
+			live := func() bool { return stop == worldRuns && gone == nil && straggling(done, errs) }
+			r.checkStragglers(ctx, tctx, sel, done, results, live, func(pfs []spec.PeerFailure) {
+				gone = pfs
+				workflow.GetLogger(ctx).Info("a pending node's worker is gone: stopping the world", "session", r.st.Session)
+				cancel()
+			})
+			continue
+		}
 		if stop == worldRuns && !graceSet && left > 0 && anyErr(errs) {
 			graceSet = true
 			hb := r.spec.HeartbeatTimeout.D()
@@ -478,7 +490,7 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 	if gw != nil {
 		gw.finish(ctx)
 	}
-	return results, errs, stop
+	return results, errs, gone, stop
 }
 
 // versionWorldBlame: awaitWorld stops the world as soon as a finished
@@ -534,9 +546,10 @@ func anyErr(errs []error) bool {
 // blameWorld is blame for a world: a node that timed out is dead (it is
 // replaced); otherwise a process that exited is the reason (the world is
 // restarted on the same nodes). The step the world had reached comes from
-// the processes' reports and the dead nodes' last heartbeats.
-func (r *run) blameWorld(ctx workflow.Context, from int64, started, seen time.Time, errs []error) *chunkFailure {
-	f := r.blame(ctx, from, started, seen, errs)
+// the processes' reports and the dead nodes' last heartbeats. gone are
+// pending nodes found dead after the others ended cleanly (awaitWorld).
+func (r *run) blameWorld(ctx workflow.Context, from int64, started, seen time.Time, errs []error, gone []spec.PeerFailure) *chunkFailure {
+	f := r.blame(ctx, from, started, seen, errs, gone)
 	if f == nil {
 		return nil
 	}

@@ -37,6 +37,8 @@ type fakeWorlds struct {
 	// (under load the workflow may cancel a launch whose second node has
 	// not started yet): that activity stops as soon as it starts.
 	early map[string]bool
+	// gone answers CheckNodes (nil: every node alive).
+	gone func(spec.CheckNodesInput) ([]spec.PeerFailure, error)
 }
 
 func (f *fakeWorlds) cancelled(info *activity.Info) {
@@ -122,7 +124,7 @@ func (f *fakeWorlds) launches() [][]spec.ExternalInput {
 }
 
 func newExternalEnv(t *testing.T, cl *fakeCluster, w *fakeWorlds) *testsuite.TestWorkflowEnvironment {
-	env := newRunEnv(t, cl, &fakeChunks{})
+	env := newRunEnv(t, cl, &fakeChunks{gone: w.gone})
 	w.env = env
 	env.SetOnActivityCanceledListener(w.cancelled)
 	env.RegisterActivityWithOptions(w.run, activity.RegisterOptions{Name: spec.ActivityRunExternal})
@@ -254,6 +256,29 @@ func TestExternalRunStopsWorldOnBlame(t *testing.T) {
 	ls := w.launches()
 	require.Len(t, ls, 2)
 	require.Equal(t, "spare", ls[1][1].Membership.Nodes[1].ID)
+}
+
+// TestExternalRunAsksAboutAStraggler: node-1's ranks finish the job;
+// node-2's worker dies before it reports (nobody watches it: its
+// neighbour is done). Asked, node-1 finds it gone, and the run relaunches
+// on the spare at once instead of waiting out the (one hour) heartbeat
+// timeout.
+func TestExternalRunAsksAboutAStraggler(t *testing.T) {
+	cl, w := loseNode2(errHang, nil)
+	var asked []spec.CheckNodesInput
+	w.gone = func(in spec.CheckNodesInput) ([]spec.PeerFailure, error) {
+		asked = append(asked, in)
+		return []spec.PeerFailure{{Rank: 1}}, nil
+	}
+	s := externalSpec(2)
+	s.HeartbeatTimeout = spec.Duration(time.Hour)
+	st := completeExternal(t, cl, w, s)
+	rec := requireNode2Replaced(t, st)
+	require.Contains(t, rec.Reason, "gone before reporting")
+	require.Less(t, rec.DetectSeconds, 60.0, "found by asking, not at the 1 h heartbeat timeout")
+	require.Len(t, asked, 1)
+	require.Equal(t, []int{1}, asked[0].Ranks)
+	require.Len(t, w.launches(), 2)
 }
 
 // TestExternalRunEndsFromLastCheckpoint: a world uploads its last step's

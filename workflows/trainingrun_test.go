@@ -100,6 +100,27 @@ type fakeChunks struct {
 	// reports are the WriteReport calls; refuseReports fails them.
 	reports       []spec.ReportInput
 	refuseReports bool
+	// checks are the CheckNodes calls (with the asked node's queue);
+	// gone answers them (nil: every node alive).
+	checks []checkCall
+	gone   func(in spec.CheckNodesInput) ([]spec.PeerFailure, error)
+}
+
+type checkCall struct {
+	queue string
+	in    spec.CheckNodesInput
+}
+
+// check plays CheckNodes.
+func (f *fakeChunks) check(ctx context.Context, in spec.CheckNodesInput) ([]spec.PeerFailure, error) {
+	f.mu.Lock()
+	f.checks = append(f.checks, checkCall{queue: activity.GetInfo(ctx).TaskQueue, in: in})
+	gone := f.gone
+	f.mu.Unlock()
+	if gone == nil {
+		return nil, nil
+	}
+	return gone(in)
 }
 
 // report plays WriteReport.
@@ -159,6 +180,7 @@ func newRunEnv(t *testing.T, cl *fakeCluster, ch *fakeChunks) *testsuite.TestWor
 	env.RegisterActivityWithOptions(cl.acquire, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})
 	env.RegisterActivityWithOptions(ch.train, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
 	env.RegisterActivityWithOptions(ch.report, activity.RegisterOptions{Name: spec.ActivityWriteReport})
+	env.RegisterActivityWithOptions(ch.check, activity.RegisterOptions{Name: spec.ActivityCheckNodes})
 	env.OnSignalExternalWorkflow(mock.Anything, spec.DefaultClusterID, "", mock.Anything, mock.Anything).
 		Return(func(_, _, _, name string, arg any) error {
 			if name == spec.SignalRelease {
@@ -337,8 +359,16 @@ func TestTrainingRunContinuesAsNew(t *testing.T) {
 // waiting process does) and returns the final status of the recovered run.
 func failFirstChunkFrom100(t *testing.T, behave func(node string, hang <-chan struct{}) error) spec.RunStatus {
 	t.Helper()
+	return failFirstChunkFrom100With(t, func(*fakeChunks) {}, behave)
+}
+
+// failFirstChunkFrom100With is failFirstChunkFrom100 with the fake chunks
+// set up by setup first.
+func failFirstChunkFrom100With(t *testing.T, setup func(*fakeChunks), behave func(node string, hang <-chan struct{}) error) spec.RunStatus {
+	t.Helper()
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1")}
 	ch := &fakeChunks{}
+	setup(ch)
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
 	ch.fail = func(in spec.ChunkInput) error {
@@ -417,6 +447,88 @@ func TestTrainingRunWaitsPastABystander(t *testing.T) {
 	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
 	require.Less(t, st.Recoveries[0].DetectSeconds, 60.0, "detected by blame, not by the 1h heartbeat timeout")
 	require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
+}
+
+// TestTrainingRunAsksAboutAStraggler: node-2 (rank 1) died after the
+// chunk's last collective. Its peers finished the chunk and blame nobody;
+// a finished node, asked, finds node-2's worker gone, and the run
+// replaces it at once instead of waiting out the (one hour) heartbeat
+// timeout. A check that fails or finds the node alive is asked again.
+func TestTrainingRunAsksAboutAStraggler(t *testing.T) {
+	noticed := time.Unix(1_800_000_000, 0)
+	goneAnswer := func() ([]spec.PeerFailure, error) {
+		return []spec.PeerFailure{{Rank: 1, NoticedAt: noticed}}, nil
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []func() ([]spec.PeerFailure, error)
+	}{
+		{"found at once", []func() ([]spec.PeerFailure, error){goneAnswer}},
+		{"first check fails", []func() ([]spec.PeerFailure, error){
+			func() ([]spec.PeerFailure, error) { return nil, errors.New("no CheckNodes on this build") }, goneAnswer}},
+		{"first alive", []func() ([]spec.PeerFailure, error){
+			func() ([]spec.PeerFailure, error) { return nil, nil }, goneAnswer}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ch *fakeChunks
+			st := failFirstChunkFrom100With(t, func(c *fakeChunks) {
+				ch = c
+				calls := 0
+				c.gone = func(spec.CheckNodesInput) ([]spec.PeerFailure, error) {
+					calls++
+					return tc.answers[min(calls, len(tc.answers))-1]()
+				}
+			}, func(node string, hang <-chan struct{}) error {
+				if node == "node-2" {
+					<-hang // died after its last step: no result, until the test ends
+					return errors.New("unreachable")
+				}
+				return nil
+			})
+			rec := st.Recoveries[0]
+			require.Equal(t, []string{"node-2"}, rec.FailedNodes)
+			require.Contains(t, rec.Reason, "gone before reporting")
+			require.EqualValues(t, 200, rec.FailedAtStep, "the peers had finished the chunk")
+			require.Equal(t, noticed.UTC(), rec.NoticedAt.UTC())
+			require.Less(t, rec.DetectSeconds, 60.0, "found by asking, not by the 1h heartbeat timeout")
+			require.Equal(t, []string{"node-1", "spare-1", "node-3"}, st.Nodes)
+			require.Len(t, ch.checks, len(tc.answers))
+			for _, c := range ch.checks {
+				require.Equal(t, []int{1}, c.in.Ranks)
+				require.Equal(t, spec.NodeTaskQueue("node-1"), c.queue, "asked of the first finished node")
+			}
+		})
+	}
+}
+
+// TestTrainingRunWaitsForALiveStraggler: rank 1 is slow to report after
+// its peers finished; asked, the finished node finds it alive, and the
+// chunk completes when it reports, with no recovery.
+func TestTrainingRunWaitsForALiveStraggler(t *testing.T) {
+	asked := make(chan struct{})
+	var once sync.Once
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+	ch := &fakeChunks{gone: func(spec.CheckNodesInput) ([]spec.PeerFailure, error) {
+		once.Do(func() { close(asked) })
+		return nil, nil
+	}}
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.From == 100 && in.Rank == 1 {
+			<-asked // reports only once a finished node was asked about it
+		}
+		return nil
+	}
+	env := newRunEnv(t, cl, ch)
+	env.SetTestTimeout(30 * time.Second)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.EqualValues(t, 200, st.Step)
+	require.Empty(t, st.Recoveries)
+	require.NotEmpty(t, ch.checks)
+	require.Equal(t, []int{1}, ch.checks[0].in.Ranks)
 }
 
 // TestTrainingRunBlamesTheSilentOfATie: node-3 (rank 2) died; node-2

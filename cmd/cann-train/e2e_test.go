@@ -262,7 +262,11 @@ func dumpLogs(t *testing.T, dir string) {
 // TestNodeKilledMidRunIsReplaced SIGKILLs a node-worker process mid-chunk.
 // The run must detect it, mark it failed, take the spare, rewind to the
 // last checkpoint in a new generation, finish — and end with exactly the
-// weights of a run that never failed (same seed, same global batch).
+// weights of a run that never failed (same seed, same global batch). A
+// second run loses a node right after a chunk's last step, before the
+// node reports the chunk: its peers finish and name nobody, so the run
+// must find it by asking a finished node (well within the heartbeat
+// timeout), and it too ends with the fault-free weights.
 func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -270,29 +274,34 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	// node-2 holds rank 1; `cann-train fault kill` makes it die mid-chunk,
 	// after step 130 (the last checkpoint is at 100); node-4 is the spare.
 	const victim = "node-2"
-	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3", "node-4")
-	base := spec.RunSpec{Nodes: 3, Steps: 400, ChunkSteps: 50, HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3", "node-4", "node-5")
+	hb := 3 * time.Second
+	base := spec.RunSpec{Nodes: 3, Steps: 400, ChunkSteps: 50, HeartbeatTimeout: spec.Duration(hb)}.WithDefaults()
 	start := func(name string) client.WorkflowRun {
 		s := base
 		s.Name = name
 		run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 		return run
 	}
+	finish := func(run client.WorkflowRun) spec.RunStatus {
+		var st spec.RunStatus
+		if err := run.Get(ctx, &st); err != nil {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("run did not survive the kill: %v", err)
+		}
+		t.Logf("recoveries %+v", st.Recoveries)
+		if st.Phase != spec.PhaseCompleted || st.Step != base.Steps {
+			t.Fatalf("status %s at step %d", st.Phase, st.Step)
+		}
+		if len(st.Recoveries) != 1 {
+			dumpLogs(t, l.LogDir) // a second recovery's cause is in the nodes' logs
+			t.Fatalf("recoveries %+v, want exactly one", st.Recoveries)
+		}
+		return st
+	}
 	run := start("node-killed")
 	faultKill(ctx, t, addr, "node-killed", victim, 130)
-	var st spec.RunStatus
-	if err := run.Get(ctx, &st); err != nil {
-		dumpLogs(t, l.LogDir)
-		t.Fatalf("run did not survive the kill: %v", err)
-	}
-	t.Logf("recoveries %+v", st.Recoveries)
-	if st.Phase != spec.PhaseCompleted || st.Step != base.Steps {
-		t.Fatalf("status %s at step %d", st.Phase, st.Step)
-	}
-	if len(st.Recoveries) != 1 {
-		dumpLogs(t, l.LogDir) // a second recovery's cause is in the nodes' logs
-		t.Fatalf("recoveries %+v, want exactly one", st.Recoveries)
-	}
+	st := finish(run)
 	rec := st.Recoveries[0]
 	if len(rec.FailedNodes) != 1 || rec.FailedNodes[0] != victim || len(rec.Replacement) != 1 || rec.Replacement[0] != "node-4" {
 		t.Errorf("recovery %+v: want %s replaced by the spare node-4", rec, victim)
@@ -303,6 +312,18 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	if st.Nodes[1] != "node-4" {
 		t.Errorf("nodes after recovery %v: the spare must take the lost rank", st.Nodes)
 	}
+	// Now on node-1, node-3 and node-4 (node-5 spare): node-3 (rank 1)
+	// dies once step 150 — the end of the chunk from 100 — is done.
+	after := start("node-gone-after-chunk")
+	faultKill(ctx, t, addr, "node-gone-after-chunk", "node-3", 150)
+	gone := finish(after)
+	grec := gone.Recoveries[0]
+	if len(grec.FailedNodes) != 1 || grec.FailedNodes[0] != "node-3" || !strings.Contains(grec.Reason, "gone before reporting") {
+		t.Errorf("recovery %+v: want node-3 found gone after its chunk", grec)
+	}
+	if grec.DetectSeconds >= hb.Seconds() || grec.FailedAtStep != 150 || grec.ResumeStep != 100 {
+		t.Errorf("recovery %+v: want it found before the %s heartbeat timeout, at step 150, resumed from 100", grec, hb)
+	}
 	// A fault-free run on the surviving nodes, same seed and batch.
 	var clean spec.RunStatus
 	if err := start("fault-free").Get(ctx, &clean); err != nil {
@@ -312,12 +333,15 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	if len(clean.Recoveries) != 0 || clean.Step != base.Steps {
 		t.Fatalf("reference run %+v", clean)
 	}
-	if st.WeightsSHA256 != clean.WeightsSHA256 {
-		t.Errorf("recovered run's weights %s differ from the fault-free run's %s", st.WeightsSHA256, clean.WeightsSHA256)
+	for _, r := range []spec.RunStatus{st, gone} {
+		if r.WeightsSHA256 != clean.WeightsSHA256 {
+			t.Errorf("recovered run %s's weights %s differ from the fault-free run's %s", r.RunID, r.WeightsSHA256, clean.WeightsSHA256)
+		}
 	}
 	// trainingrun_recovery.json: recorded before failures travelled with
 	// the acquire request (keep it).
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_recovery_acquire.json")
+	recordHistory(t, fetchHistory(ctx, t, c, after.GetID()), "trainingrun_recovery_gone.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_recovery.json")
 }
 
