@@ -227,15 +227,19 @@ func (r *run) checkStragglers(ctx, tctx workflow.Context, sel workflow.Selector,
 			in := spec.CheckNodesInput{Membership: r.st.Membership, Ranks: pending}
 			check := workflow.ExecuteActivity(checkOptions(tctx, node, pending), spec.ActivityCheckNodes, in)
 			sel.AddFuture(check, func(f workflow.Future) {
-				var pfs []spec.PeerFailure
-				err := f.Get(ctx, &pfs)
+				var answer []spec.PeerFailure
+				err := f.Get(ctx, &answer)
 				if !live() {
 					return
 				}
-				if err == nil && len(pfs) > 0 {
-					for i := range pfs {
-						pfs[i].Step = results[asker].To
+				var pfs []spec.PeerFailure // only ranks asked about
+				for _, pf := range answer {
+					if slices.Contains(pending, pf.Rank) {
+						pf.Step = results[asker].To
+						pfs = append(pfs, pf)
 					}
+				}
+				if err == nil && len(pfs) > 0 {
 					workflow.GetLogger(ctx).Warn("pending ranks' nodes are gone", "asked", node.ID, "gone", len(pfs))
 					onGone(pfs)
 					return

@@ -462,7 +462,8 @@ func TestTrainingRunWaitsPastABystander(t *testing.T) {
 // chunk's last collective. Its peers finished the chunk and blame nobody;
 // a finished node, asked, finds node-2's worker gone, and the run
 // replaces it at once instead of waiting out the (one hour) heartbeat
-// timeout. A check that fails or finds the node alive is asked again.
+// timeout. A check that fails, finds the node alive or names only ranks
+// it was not asked about is asked again.
 func TestTrainingRunAsksAboutAStraggler(t *testing.T) {
 	noticed := time.Unix(1_800_000_000, 0)
 	goneAnswer := func() ([]spec.PeerFailure, error) {
@@ -477,6 +478,8 @@ func TestTrainingRunAsksAboutAStraggler(t *testing.T) {
 			func() ([]spec.PeerFailure, error) { return nil, errors.New("no CheckNodes on this build") }, goneAnswer}},
 		{"first alive", []func() ([]spec.PeerFailure, error){
 			func() ([]spec.PeerFailure, error) { return nil, nil }, goneAnswer}},
+		{"first names ranks not asked about", []func() ([]spec.PeerFailure, error){
+			func() ([]spec.PeerFailure, error) { return []spec.PeerFailure{{Rank: 7}, {Rank: -1}, {Rank: 0}}, nil }, goneAnswer}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ch *fakeChunks
