@@ -24,7 +24,11 @@ const (
 	// versionComputeProbe: every scan times computation (for the
 	// scaling efficiency), not only those of strategy: auto.
 	versionComputeProbe = "compute-probe"
-	probeBudget         = time.Second
+	// versionScanCancel: a scan one of whose ranks failed cancels the
+	// others (before, it waited for every rank: a dead node's probe held
+	// the run until its one-minute timeout). Asked when a rank fails.
+	versionScanCancel = "scan-cancel"
+	probeBudget       = time.Second
 )
 
 // algorithm is the gradient allreduce's algorithm chunks use ("" = ring).
@@ -53,19 +57,35 @@ func (r *run) scanTopology(ctx workflow.Context) {
 	}
 	r.st.Epoch++
 	session := fmt.Sprintf("%s/g%d/e%d/probe", r.st.Status.RunID, m.Generation, r.st.Epoch)
+	sctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
 	for rank, node := range m.Nodes {
 		in := spec.ProbeInput{RunID: r.st.Status.RunID, Membership: m, Rank: rank, Session: session, Token: r.st.Token,
 			Budget: spec.Duration(probeBudget), Timeout: r.spec.HeartbeatTimeout, Compute: r.computeProbe(ctx)}
 		summary := fmt.Sprintf("link scan · rank %d/%d on %s · gen %d", rank, len(m.Nodes), node.ID, m.Generation)
-		futures[rank] = workflow.ExecuteActivity(probeOptions(ctx, node, summary), spec.ActivityProbeLinks, in)
+		futures[rank] = workflow.ExecuteActivity(probeOptions(sctx, node, summary), spec.ActivityProbeLinks, in)
 	}
 	results := make([]spec.ProbeResult, len(m.Nodes))
 	var firstErr error
+	sel := workflow.NewSelector(ctx)
 	for rank, f := range futures {
-		if err := f.Get(ctx, &results[rank]); err != nil && firstErr == nil {
+		sel.AddFuture(f, func(f workflow.Future) {
+			err := f.Get(ctx, &results[rank])
+			if err == nil || firstErr != nil {
+				return
+			}
 			firstErr = err
-		}
+			if workflow.GetVersion(ctx, versionScanCancel, workflow.DefaultVersion, 1) >= 1 {
+				// The scan is lost: the other ranks need not finish it, and
+				// a dead node's part would hold it until its timeout (the
+				// first chunk names the dead node in well under a second).
+				cancel()
+			}
+		})
+	}
+	for range futures {
+		sel.Select(ctx)
 	}
 	log := workflow.GetLogger(ctx)
 	if firstErr != nil {

@@ -3,11 +3,14 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/ascend/ranktable"
@@ -20,6 +23,10 @@ type fakeProbe struct {
 	mu    sync.Mutex
 	calls int
 	fail  bool
+	// dead, when set, is a rank whose node died: its probe never returns
+	// (until hang closes) and the others name it.
+	dead *int
+	hang chan struct{}
 }
 
 func (f *fakeProbe) probe(_ context.Context, in spec.ProbeInput) (*spec.ProbeResult, error) {
@@ -28,6 +35,14 @@ func (f *fakeProbe) probe(_ context.Context, in spec.ProbeInput) (*spec.ProbeRes
 	f.mu.Unlock()
 	if f.fail {
 		return nil, errors.New("probe broke")
+	}
+	if f.dead != nil {
+		if in.Rank == *f.dead {
+			<-f.hang
+			return nil, errors.New("unreachable")
+		}
+		return nil, temporal.NewApplicationErrorWithCause(fmt.Sprintf("probe: rank %d refuses connections", *f.dead),
+			spec.ErrTypePeerFailed, errors.New("refused"), spec.PeerFailure{Rank: *f.dead})
 	}
 	host := "a"
 	if in.Rank >= 2 {
@@ -108,4 +123,28 @@ func TestTopologyScanChoosesAlgorithm(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTopologyScanLosesADeadNode: node-2 died as the scan began; the
+// other ranks name it, and the scan, lost, ends at once instead of
+// waiting out the dead node's one-minute probe timeout (the run trains on
+// with the ring; its first chunk names the dead node).
+func TestTopologyScanLosesADeadNode(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	env.SetTestTimeout(30 * time.Second) // the dead probe keeps the test clock real
+	dead := 1
+	pr := &fakeProbe{dead: &dead, hang: make(chan struct{})}
+	t.Cleanup(func() { close(pr.hang) })
+	env.RegisterActivityWithOptions(pr.probe, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, Collective: "auto", TopologyScan: true}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Nil(t, st.Topology)
+	require.EqualValues(t, 200, st.Step)
+	require.Len(t, ch.byFrom()[0], 3, "trained on, with the ring")
 }
