@@ -87,6 +87,7 @@ type recoveryBenchOptions struct {
 	steps, chunk    int64
 	ckptEvery       int64
 	seed            uint64
+	killAt          string // random or chunk-end
 	output, dataDir string
 }
 
@@ -124,8 +125,11 @@ worker at a random step (seeded). Each trial has its own spare and cluster
 registry. For each: seconds from the kill until the workflow acts (detect),
 until the new membership stands (replace), until the first step after the
 recovery completes (resume); steps lost; and whether the final weights equal
-the reference run's bit for bit.`,
+the reference run's bit for bit. With --kill-at chunk-end every kill comes
+right after a chunk's last step, before the node reports the chunk (its
+peers finish it and name nobody: the run asks a finished node about it).`,
 		Example: `  cann-train bench recovery --kills 5
+  cann-train bench recovery --kills 5 --kill-at chunk-end
   cann-train bench recovery --kills 3 --steps 600 --checkpoint-every 50 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -134,6 +138,12 @@ the reference run's bit for bit.`,
 			}
 			if o.kills < 1 || o.nodes < 2 || o.ckptEvery < 1 || o.steps < 3*o.ckptEvery {
 				return fmt.Errorf("need --kills ≥ 1, --nodes ≥ 2 and --steps ≥ 3 × --checkpoint-every")
+			}
+			if o.killAt != "random" && o.killAt != "chunk-end" {
+				return fmt.Errorf("--kill-at %q: want random or chunk-end", o.killAt)
+			}
+			if o.killAt == "chunk-end" && (o.chunk < 1 || len(chunkEnds(o)) == 0) {
+				return fmt.Errorf("--kill-at chunk-end: no chunk ends after the first checkpoint and one checkpoint interval before the last step (--chunk-steps %d)", o.chunk)
 			}
 			res, err := benchRecovery(cmd.Context(), e, o)
 			if err != nil {
@@ -149,6 +159,7 @@ the reference run's bit for bit.`,
 	f.Int64Var(&o.chunk, "chunk-steps", 50, "steps per chunk")
 	f.Int64Var(&o.ckptEvery, "checkpoint-every", 50, "checkpoint interval in steps")
 	f.Uint64Var(&o.seed, "seed", 1, "seed for victims and kill steps")
+	f.StringVar(&o.killAt, "kill-at", "random", "random steps, or chunk-end: a chunk's last step, before the node reports it")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-recovery"), "checkpoints and logs")
 	return cmd
@@ -210,6 +221,10 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 	for i := 1; i <= o.kills; i++ {
 		victim := rng.IntN(o.nodes)
 		killAt := o.ckptEvery + 1 + rng.Int64N(o.steps-2*o.ckptEvery-1)
+		if o.killAt == "chunk-end" {
+			ends := chunkEnds(o)
+			killAt = ends[rng.IntN(len(ends))]
+		}
 		name := fmt.Sprintf("kill%d-%s", i, stamp)
 		st, vp, err := trial(name, victim, killAt)
 		t := RecoveryTrial{Trial: i, Victim: fmt.Sprintf("rank %d", victim), KillStep: killAt}
@@ -246,6 +261,18 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 	}
 	out.MedianDetect, out.MedianReplace, out.MedianResume, out.MedianLostSteps = median(d), median(r), median(s), median(l)
 	return out, nil
+}
+
+// chunkEnds are the steps ending a chunk in (checkpoint-every, steps −
+// checkpoint-every]: a kill there loses a whole chunk at most.
+func chunkEnds(o recoveryBenchOptions) []int64 {
+	var ends []int64
+	for s := o.chunk; s <= o.steps-o.ckptEvery; s += o.chunk {
+		if s > o.ckptEvery {
+			ends = append(ends, s)
+		}
+	}
+	return ends
 }
 
 func median(xs []float64) float64 {
