@@ -89,10 +89,12 @@ func externalOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node, summa
 }
 
 // portOptions asks the first node of a world for a free rendezvous port.
-// A node that does not answer is presumed dead (the failure is blamed
-// like a chunk's).
-func portOptions(ctx workflow.Context, node spec.Node) workflow.Context {
-	return nodeCallOptions(ctx, node, 30*time.Second, 30*time.Second, "reserve a rendezvous port on "+node.ID)
+// A node that does not take the call within the heartbeat timeout (30 s
+// at most) is presumed dead, as one silent that long in a chunk is (the
+// failure is blamed like a chunk's); a live worker takes it in
+// milliseconds.
+func portOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node) workflow.Context {
+	return nodeCallOptions(ctx, node, min(s.HeartbeatTimeout.D(), 30*time.Second), 30*time.Second, "reserve a rendezvous port on "+node.ID)
 }
 
 // meterOptions reads a node's host energy meter. No retry: a stretch

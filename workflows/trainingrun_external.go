@@ -279,7 +279,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	started := workflow.Now(ctx)
 	port := r.spec.External.MasterPort
 	if port == 0 {
-		err := workflow.ExecuteActivity(portOptions(ctx, m.Nodes[0]), spec.ActivityReservePort).Get(ctx, &port)
+		err := workflow.ExecuteActivity(portOptions(ctx, r.spec, m.Nodes[0]), spec.ActivityReservePort).Get(ctx, &port)
 		if err != nil {
 			errs := make([]error, len(m.Nodes))
 			errs[0] = err
