@@ -143,25 +143,7 @@ func TestClusterContinuesAsNewWithItsState(t *testing.T) {
 // healthy ones (compacted in rank order) instead of waiting; a smaller
 // Count releases the ranks above it.
 func TestClusterShrinksAndRescales(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
-	results := map[string]*acquireResult{}
-	acquire := func(key string, req spec.AcquireRequest) {
-		res := &acquireResult{}
-		results[key] = res
-		env.UpdateWorkflow(spec.UpdateAcquire, key, &testsuite.TestUpdateCallback{
-			OnAccept: func() {},
-			OnReject: func(err error) { res.err = err },
-			OnComplete: func(v any, err error) {
-				res.err = err
-				if v != nil {
-					res.nodes = v.([]spec.Node)
-				}
-			},
-		}, req)
-	}
-	at := func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
+	env, acquire, at, results := clusterEnv()
 	at(time.Second, func() {
 		for _, n := range testNodes("a", "b", "c") {
 			env.SignalWorkflow(spec.SignalRegister, n)
