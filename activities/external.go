@@ -324,13 +324,13 @@ loop:
 	var ee *launch.ExitError
 	switch {
 	case lost != nil && ctx.Err() == nil:
-		return nil, peerError(lost, sup.prog.Step)
+		return nil, peerError(lost, sup.prog.Step, 1)
 	case werr == nil:
 	case errors.As(werr, &ee):
 		// The process may have died because a node did: name the node
 		// rather than restart the world on it.
 		if gone := n.peersGone(ctx, in); gone != nil {
-			return nil, peerError(fmt.Errorf("%w; meanwhile %v", gone, ee), sup.prog.Step)
+			return nil, peerError(fmt.Errorf("%w; meanwhile %v", gone, ee), sup.prog.Step, 1)
 		}
 		return nil, sup.rankExited(ee)
 	case ctx.Err() != nil:

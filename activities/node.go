@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/tcp"
@@ -70,7 +71,7 @@ type Node struct {
 	train  *engine.Dataset
 	test   *engine.Dataset
 	stores map[string]*checkpoint.Store
-	warm   *warmTrainer
+	warm   []*warmTrainer // by local rank
 	// pending is rank 0's checkpoint still uploading (AsyncCheckpoint).
 	pending *pendingSave
 }
@@ -100,10 +101,14 @@ func (n *Node) Close() error {
 	return errors.Join(errs...)
 }
 
-// TrainChunk trains steps [in.From, in.To) as rank in.Rank: it connects to
-// its peers, restores state (in memory, or from in.Restore), steps with
-// gradients averaged by allreduce, heartbeats every step, honours
-// cancellation between steps, and checkpoints/evaluates at the end (rank 0).
+// TrainChunk trains steps [in.From, in.To) as node rank in.Rank, with its
+// spec's ranks_per_node ranks (one by default), each in its own goroutine
+// with its own communicator and trainer: each connects to its peers,
+// restores state (in memory, or from in.Restore), steps with gradients
+// averaged by allreduce, honours cancellation between steps, and global
+// rank 0 checkpoints and evaluates at the end. The node heartbeats its
+// first rank's progress. A rank that fails cancels its node's others; the
+// node fails with the first error, a lost peer named by its node rank.
 func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
 	started := time.Now()
 	if err := n.checkInput(in); err != nil {
@@ -123,17 +128,81 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoData", err)
 	}
-	sy, err := n.trainerAt(ctx, in, train)
+	k := in.Spec.LocalRanks()
+	places := make([]place, k)
+	examples := 0 // this node's examples per step (its ranks' slices)
+	for local := range k {
+		places[local] = place{local: local, global: in.Rank*k + local, world: len(in.Membership.Nodes) * k, perNode: k}
+		lo, hi := engineConfig(in, places[local]).RankSlice()
+		examples += hi - lo
+	}
+	outs := make([]*spec.ChunkResult, k)
+	g, gctx := errgroup.WithContext(ctx)
+	for local := range k {
+		g.Go(func() error {
+			p := places[local]
+			p.nodeExamples = examples
+			if local == 0 {
+				p.hb = hb
+			}
+			res, err := n.trainRank(gctx, in, p, train, test, log)
+			outs[local] = res
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		n.forget()
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // cancelled: blame nobody
+		}
+		return nil, err
+	}
+	res := outs[0]
+	res.NodeID, res.Rank, res.From, res.To, res.StartedAt = n.ID, in.Rank, in.From, in.To, started
+	if k > 1 {
+		var samples, comm float64
+		for _, o := range outs {
+			samples += o.SamplesPerSec
+			comm += o.CommShare / float64(k)
+			res.Seconds = max(res.Seconds, o.Seconds)
+			if o.FirstStepAt.After(res.FirstStepAt) {
+				res.FirstStepAt = o.FirstStepAt // the step is complete when the slowest rank has it
+			}
+		}
+		res.SamplesPerSec, res.CommShare = samples, comm
+	}
+	res.EndedAt = time.Now()
+	return res, nil
+}
+
+// place is one of a node's ranks in the run's world.
+type place struct {
+	local, global, world int
+	perNode              int // ranks per node
+	// nodeExamples is the node's examples per step, for the progress the
+	// node's first rank reports (hb: nil for the others).
+	nodeExamples int
+	hb           *heartbeater
+}
+
+// trainRank is one rank's part of TrainChunk: its figures in a
+// ChunkResult (with the checkpoint and evaluation on global rank 0, and
+// the node's measured energy on its first rank).
+func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train, test *engine.Dataset, log *zap.Logger) (*spec.ChunkResult, error) {
+	if p.perNode > 1 {
+		log = log.With(zap.Int("global_rank", p.global))
+	}
+	sy, err := n.trainerAt(ctx, in, p, train)
 	if err != nil {
 		return nil, err
 	}
 	tr := sy.Trainer()
-	comm, err := n.connect(ctx, in)
+	comm, err := n.connect(ctx, in, p)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // cancelled: blame nobody
 		}
-		return nil, peerError(err, in.From)
+		return nil, peerError(err, in.From, p.perNode)
 	}
 	defer comm.Close()
 	if comm.CanShare() {
@@ -142,7 +211,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		// bits, about one copy of the vector instead of the links' two).
 		sb, err := comm.AllocShared(ctx, tr.BufferLen())
 		if err != nil {
-			return nil, peerError(err, in.From)
+			return nil, peerError(err, in.From, p.perNode)
 		}
 		if sb.Shared() { // else the ranks could not map each other's: stay
 			restore, err := tr.UseStepBuffer(sb.Floats())
@@ -161,8 +230,11 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	// may differ by one).
 	lo, hi := tr.Config().RankSlice()
 	perRank := float64(hi - lo)
-	res := &spec.ChunkResult{NodeID: n.ID, Rank: in.Rank, From: in.From, To: in.To, StartedAt: started}
-	ew := n.startEnergy(ctx, in.Spec, in.Membership, in.Rank, log)
+	res := &spec.ChunkResult{}
+	var ew *energyWindow
+	if p.hb != nil {
+		ew = n.startEnergy(ctx, in.Spec, in.Membership, in.Rank, log)
+	}
 	loopStart := time.Now()
 	for step := in.From; step < in.To; step++ {
 		if err := ctx.Err(); err != nil {
@@ -174,24 +246,27 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, peerError(err, step)
+			return nil, peerError(err, step, p.perNode)
 		}
 		if step == in.From {
 			res.FirstLoss = loss
 			res.FirstStepAt = time.Now()
 		}
 		res.LastLoss = loss
+		if p.hb == nil {
+			continue
+		}
 		el := time.Since(loopStart).Seconds()
 		done := step + 1 - in.From
 		prog := spec.ChunkProgress{Step: step + 1, To: in.To, Loss: loss}
 		if el > 0 {
-			prog.SamplesPerSec = float64(done) * perRank / el
+			prog.SamplesPerSec = float64(done) * float64(p.nodeExamples) / el
 			prog.CommShare = sy.Stats().Sub(before).Exposed.Seconds() / el
 		}
 		if in.Restore != nil {
 			prog.LastCheckpoint = in.Restore.Step
 		}
-		hb.update(prog)
+		p.hb.update(prog)
 		if in.KillAtStep == step+1 {
 			n.injectedKill(log, step+1)
 		}
@@ -208,7 +283,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		// time real exchanges (every rank, collectively).
 		if err := sy.Calibrate(ctx); err != nil {
 			n.forget()
-			return nil, peerError(err, in.To)
+			return nil, peerError(err, in.To, p.perNode)
 		}
 	}
 	res.Sync = chunkSync(in.Spec, sy, d)
@@ -223,14 +298,14 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		}
 		if commState, err = gradsync.GatherStates(ctx, comm, mine); err != nil {
 			n.forget()
-			return nil, peerError(err, in.To)
+			return nil, peerError(err, in.To, p.perNode)
 		}
 	}
-	if in.Rank == 0 {
+	if p.global == 0 {
 		// An earlier chunk's checkpoint has had this whole chunk to upload.
 		res.EarlierCheckpoint = n.finishPending(ctx, in, log)
 	}
-	if in.Rank == 0 && in.Checkpoint && in.AsyncCheckpoint {
+	if p.global == 0 && in.Checkpoint && in.AsyncCheckpoint {
 		pend, err := n.saveAsync(in, snapshot(tr, commState))
 		if err != nil {
 			n.forget()
@@ -238,7 +313,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		}
 		res.PendingCheckpoint = pend
 		log.Info("checkpoint uploading", zap.Int64("step", pend.Step))
-	} else if in.Rank == 0 && in.Checkpoint {
+	} else if p.global == 0 && in.Checkpoint {
 		ref, err := n.save(ctx, in, snapshot(tr, commState))
 		if err != nil {
 			n.forget()
@@ -247,13 +322,14 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		res.Checkpoint = ref
 		log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key))
 	}
-	if in.Rank == 0 && in.Evaluate {
+	if p.global == 0 && in.Evaluate {
 		acc, _ := tr.Evaluate(test)
 		res.EvalMetric, res.EvalValue = "test_accuracy", acc
 	}
-	n.keep(in, sy)
-	res.Joules = ew.joules(ctx, log)
-	res.EndedAt = time.Now()
+	n.keep(in, p.local, sy)
+	if ew != nil {
+		res.Joules = ew.joules(ctx, log)
+	}
 	return res, nil
 }
 
@@ -336,12 +412,14 @@ func (n *Node) data() (train, test *engine.Dataset, err error) {
 // averages its gradients: the pair kept from the previous chunk of the same
 // generation, the checkpoint in.Restore (this rank's error-feedback
 // residuals included), or a fresh one at step 0.
-func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.Dataset) (*gradsync.Syncer, error) {
+func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train *engine.Dataset) (*gradsync.Syncer, error) {
 	n.mu.Lock()
-	w := n.warm
-	n.warm = nil
+	var w *warmTrainer
+	if p.local < len(n.warm) {
+		w, n.warm[p.local] = n.warm[p.local], nil
+	}
 	n.mu.Unlock()
-	cfg := engineConfig(in)
+	cfg := engineConfig(in, p)
 	if w != nil && w.run == in.RunID && w.generation == in.Membership.Generation && w.sync.Trainer().GlobalStep() == in.From &&
 		sameShard(w.sync.Trainer().Config(), cfg) && w.sync.Trainer().SetSchedule(cfg.Schedule) == nil {
 		// (SetSchedule takes the batch controller's latest change; it
@@ -390,9 +468,9 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.
 		}
 		switch {
 		case len(st.CommState) == cfg.World:
-			if err := sy.UnmarshalBinary(st.CommState[in.Rank]); err != nil {
+			if err := sy.UnmarshalBinary(st.CommState[p.global]); err != nil {
 				return nil, temporal.NewNonRetryableApplicationError(
-					fmt.Sprintf("checkpoint %s: rank %d's communication state: %v", in.Restore.Key, in.Rank, err), spec.ErrTypeCorruptCheckpoint, err)
+					fmt.Sprintf("checkpoint %s: rank %d's communication state: %v", in.Restore.Key, p.global, err), spec.ErrTypeCorruptCheckpoint, err)
 			}
 		case len(st.CommState) > 0:
 			// Another world size: the residuals belong to other shards.
@@ -410,21 +488,21 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, train *engine.
 	}
 }
 
-// engineConfig is the engine configuration of rank in.Rank. With
+// engineConfig is the engine configuration of p's rank. With
 // in.GlobalBatch set (the run's global batch, kept across rescales) the
 // engine splits that many examples per step over the membership and
 // normalises gradients by it, so a run that shrank or grew trains the same
 // global batch; a checkpoint made on another world size restores into it
 // (engine.Trainer.Restore reshards). 0 keeps BatchPerRank × world.
-func engineConfig(in spec.ChunkInput) engine.Config {
+func engineConfig(in spec.ChunkInput, p place) engine.Config {
 	cfg := engine.Config{
 		Seed:         in.Spec.Seed,
 		Hidden:       in.Spec.Model.Hidden,
 		LearningRate: in.Spec.LearningRate,
 		BatchPerRank: in.Spec.BatchPerRank,
 		GlobalBatch:  in.GlobalBatch,
-		Rank:         in.Rank,
-		World:        len(in.Membership.Nodes),
+		Rank:         p.global,
+		World:        p.world,
 	}
 	for _, b := range in.Schedule {
 		cfg.Schedule = append(cfg.Schedule, engine.BatchChange(b))
@@ -445,10 +523,13 @@ func sameShard(have, want engine.Config) bool {
 	return have.Rank == want.Rank && have.World == want.World && have.GlobalBatchSize() == want.GlobalBatchSize()
 }
 
-func (n *Node) keep(in spec.ChunkInput, sy *gradsync.Syncer) {
+func (n *Node) keep(in spec.ChunkInput, local int, sy *gradsync.Syncer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.warm = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, codec: in.Codec, sync: sy}
+	if local >= len(n.warm) {
+		n.warm = append(n.warm, make([]*warmTrainer, local+1-len(n.warm))...)
+	}
+	n.warm[local] = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, codec: in.Codec, sync: sy}
 }
 
 func (n *Node) forget() {
@@ -457,10 +538,10 @@ func (n *Node) forget() {
 	n.warm = nil
 }
 
-func (n *Node) connect(ctx context.Context, in spec.ChunkInput) (*ascend.Communicator, error) {
-	addrs := make([]string, len(in.Membership.Nodes))
-	for i, m := range in.Membership.Nodes {
-		addrs[i] = m.CommAddr
+func (n *Node) connect(ctx context.Context, in spec.ChunkInput, p place) (*ascend.Communicator, error) {
+	addrs := make([]string, p.world)
+	for g := range addrs {
+		addrs[g] = in.Membership.Nodes[g/p.perNode].CommAddr // a node's ranks share its listener
 	}
 	// Determinism: the gradient allreduce uses one algorithm for the whole
 	// run — the ring unless the job named another or its topology scan
@@ -476,7 +557,7 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput) (*ascend.Communi
 		algo = a
 	}
 	return tcp.Connect(ctx, n.Listener, tcp.Group{
-		Session: in.Session, Rank: in.Rank, Addrs: addrs, Token: []byte(in.Token),
+		Session: in.Session, Rank: p.global, Addrs: addrs, Token: []byte(in.Token),
 	}, tcp.Options{
 		ConnectTimeout:  30 * time.Second,
 		OpTimeout:       in.Spec.HeartbeatTimeout.D(),
@@ -616,17 +697,18 @@ func fromRef(url string, r checkpoint.Ref) spec.CheckpointRef {
 	return spec.CheckpointRef{URL: url, Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes}
 }
 
-// peerError maps a collective failure to PeerFailed with the lost rank as
-// detail, so the workflow knows whom to blame (rank -1 when a peer left the
-// forming group alive: this rank is a bystander of another's failure, and
-// the workflow waits for the votes that name it); other errors stay
+// peerError maps a collective failure to PeerFailed with the lost rank's
+// node (rank / perNode: the node ranks of a membership host perNode ranks
+// each) as detail, so the workflow knows whom to blame (-1 when a peer left
+// the forming group alive: this rank is a bystander of another's failure,
+// and the workflow waits for the votes that name it); other errors stay
 // retryable at the group level.
-func peerError(err error, step int64) error {
+func peerError(err error, step int64, perNode int) error {
 	var pe *ascend.PeerError
 	rank := -1
 	switch {
 	case errors.As(err, &pe):
-		rank = pe.Rank
+		rank = pe.Rank / max(perNode, 1)
 	case !errors.Is(err, tcp.ErrPeerLeft):
 		return err
 	}

@@ -143,6 +143,75 @@ func TestTrainChunkAcrossTwoNodes(t *testing.T) {
 	}
 }
 
+// TestTrainChunkSeveralRanksPerNode: 2 nodes of 2 ranks train exactly
+// what 4 nodes of one rank do (the same world, global batch and rank
+// order), in a chunk that checkpoints, in the next one that continues in
+// memory, and from that checkpoint on fresh nodes; the node reports its
+// ranks' examples together.
+func TestTrainChunkSeveralRanksPerNode(t *testing.T) {
+	chunks := func(t *testing.T, nodes, perNode int) (first, warm, cold []*spec.ChunkResult) {
+		t.Helper()
+		ns, m := newNodes(t, nodes, "file://"+t.TempDir())
+		s := spec.RunSpec{Name: "act", Nodes: nodes, RanksPerNode: perNode, BatchPerRank: 8, Steps: 40, ChunkSteps: 20}.WithDefaults()
+		in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "secret",
+			From: 0, To: 20, Checkpoint: true, GlobalBatch: s.GlobalBatch()}
+		run := func(ns []*Node, in spec.ChunkInput) []*spec.ChunkResult {
+			res, errs := runChunk(t, ns, in)
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("%d×%d, chunk %d–%d, node %d: %v", nodes, perNode, in.From, in.To, i, err)
+				}
+			}
+			return res
+		}
+		first = run(ns, in)
+		in2 := in
+		in2.Session, in2.From, in2.To, in2.Checkpoint = "run/act/g1/e2", 20, 40, false
+		warm = run(ns, in2)
+		fresh, m2 := newNodes(t, nodes, "file://unused")
+		in3 := in2
+		in3.Membership, in3.Session, in3.Restore = spec.Membership{Generation: 2, Nodes: m2.Nodes}, "run/act/g2/e3", first[0].Checkpoint
+		cold = run(fresh, in3)
+		return first, warm, cold
+	}
+	one1, one2, one3 := chunks(t, 4, 1)
+	two1, two2, two3 := chunks(t, 2, 2)
+	for i, r := range two1 {
+		if r.WeightsSHA256 != one1[0].WeightsSHA256 || two2[i].WeightsSHA256 != one2[0].WeightsSHA256 || two3[i].WeightsSHA256 != one2[0].WeightsSHA256 {
+			t.Errorf("node %d of 2×2: weights %.8s / %.8s / %.8s, want 4×1's %.8s / %.8s (and the restored chunk the same)",
+				i, r.WeightsSHA256, two2[i].WeightsSHA256, two3[i].WeightsSHA256, one1[0].WeightsSHA256, one2[0].WeightsSHA256)
+		}
+		if r.Rank != i || r.NodeID != fmt.Sprintf("node-%d", i+1) || !(r.SamplesPerSec > 0) {
+			t.Errorf("node %d's result %+v", i, r)
+		}
+	}
+	if one3[0].WeightsSHA256 != one2[0].WeightsSHA256 {
+		t.Errorf("4×1 restored %.8s, warm %.8s", one3[0].WeightsSHA256, one2[0].WeightsSHA256)
+	}
+	if two1[0].Checkpoint == nil || two1[0].Checkpoint.Step != 20 || two1[1].Checkpoint != nil {
+		t.Errorf("checkpoints %+v / %+v: want one at 20 from global rank 0", two1[0].Checkpoint, two1[1].Checkpoint)
+	}
+	if two1[0].FirstLoss != one1[0].FirstLoss || two1[0].LastLoss != one1[0].LastLoss {
+		t.Errorf("global rank 0's losses %v → %v, 4×1's %v → %v", two1[0].FirstLoss, two1[0].LastLoss, one1[0].FirstLoss, one1[0].LastLoss)
+	}
+}
+
+// TestTrainChunkNamesALostNodeOfSeveralRanks: node-2's worker is gone
+// (its address refuses connections); node-1's two ranks, dialling its
+// ranks 2 and 3, fail with PeerFailed naming node rank 1, not a rank.
+func TestTrainChunkNamesALostNodeOfSeveralRanks(t *testing.T) {
+	ns, m := newNodes(t, 2, "mem://")
+	ns[1].Listener.Close()
+	s := spec.RunSpec{Name: "act", Nodes: 2, RanksPerNode: 2, Steps: 20, ChunkSteps: 20}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "secret", From: 0, To: 20}
+	_, errs := runChunk(t, ns[:1], in)
+	var ae *temporal.ApplicationError
+	var pf spec.PeerFailure
+	if !errors.As(errs[0], &ae) || ae.Type() != spec.ErrTypePeerFailed || ae.Details(&pf) != nil || pf.Rank != 1 {
+		t.Fatalf("node-1: %v (detail %+v), want PeerFailed naming node rank 1", errs[0], pf)
+	}
+}
+
 func TestTrainChunkRejectsBadInput(t *testing.T) {
 	nodes, m := newNodes(t, 1, "mem://")
 	s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 10}.WithDefaults()
@@ -305,21 +374,26 @@ func TestTrainChunkAsyncCheckpoint(t *testing.T) {
 	}
 }
 
-// TestPeerErrorBlames: a lost peer becomes PeerFailed naming it, a peer
-// that left the forming group alive PeerFailed naming nobody (-1), and
-// anything else stays as it is.
+// TestPeerErrorBlames: a lost peer becomes PeerFailed naming its node (a
+// rank of a node with several names the node), a peer that left the
+// forming group alive PeerFailed naming nobody (-1), and anything else
+// stays as it is.
 func TestPeerErrorBlames(t *testing.T) {
+	lost := fmt.Errorf("tcp: connect: %w", &ascend.PeerError{Rank: 5, Op: "barrier", Err: errors.New("EOF")})
 	for _, tc := range []struct {
-		name string
-		err  error
-		rank int // -2: not PeerFailed
+		name    string
+		err     error
+		perNode int
+		rank    int // -2: not PeerFailed
 	}{
-		{"lost peer", fmt.Errorf("tcp: connect: %w", &ascend.PeerError{Rank: 2, Op: "barrier", Err: errors.New("EOF")}), 2},
-		{"peer left alive", fmt.Errorf("tcp: connect: %w: link to rank 1: EOF", tcp.ErrPeerLeft), -1},
-		{"other", errors.New("disk full"), -2},
+		{"lost peer", lost, 1, 5},
+		{"lost peer, 2 ranks per node", lost, 2, 2},
+		{"lost peer, 3 ranks per node", lost, 3, 1},
+		{"peer left alive", fmt.Errorf("tcp: connect: %w: link to rank 1: EOF", tcp.ErrPeerLeft), 2, -1},
+		{"other", errors.New("disk full"), 1, -2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := peerError(tc.err, 40)
+			got := peerError(tc.err, 40, tc.perNode)
 			var ae *temporal.ApplicationError
 			if !errors.As(got, &ae) || ae.Type() != spec.ErrTypePeerFailed {
 				if tc.rank != -2 {

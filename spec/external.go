@@ -267,6 +267,9 @@ func (s RunSpec) validateExternal() error {
 			bad(f.name, "applies to the built-in model only; an external job's script owns its optimizer and gradient exchange")
 		}
 	}
+	if s.RanksPerNode > 1 {
+		bad("ranks_per_node", "applies to the built-in model only; an external job sets external.procs_per_node")
+	}
 	x := s.External
 	if !slices.Contains(Launchers, x.Launcher) {
 		bad("external.launcher", "unknown launcher %q (want %s)", x.Launcher, strings.Join(Launchers, ", "))

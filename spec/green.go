@@ -114,18 +114,18 @@ const MNISTTrainExamples = 60000
 
 // validate checks the batch controller of a run whose global batch
 // is global on nodes nodes (after defaults).
-func (c *BatchControl) validate(global, nodes int, bad func(field, format string, args ...any)) {
+func (c *BatchControl) validate(global, ranks int, bad func(field, format string, args ...any)) {
 	if !(c.ThresholdG > 0 && c.ThresholdG < 1e6) {
 		bad("green.batch.threshold_g", "required: the reference intensity in g/kWh, e.g. 200 (got %g)", c.ThresholdG)
 	}
-	if c.Min < nodes {
-		bad("green.batch.min", "%d is below the node count %d: every rank needs an example per step", c.Min, nodes)
+	if c.Min < ranks {
+		bad("green.batch.min", "%d is below the rank count %d (nodes × ranks_per_node): every rank needs an example per step", c.Min, ranks)
 	}
 	if c.Max < c.Min || c.Max > MNISTTrainExamples {
 		bad("green.batch.max", "%d out of range min (%d)..%d (the training set)", c.Max, c.Min, MNISTTrainExamples)
 	}
 	if global < c.Min || global > c.Max {
-		bad("green.batch", "the run's global batch %d (batch_per_rank × nodes) is outside [min %d, max %d]", global, c.Min, c.Max)
+		bad("green.batch", "the run's global batch %d (batch_per_rank × nodes × ranks_per_node) is outside [min %d, max %d]", global, c.Min, c.Max)
 	}
 }
 

@@ -79,7 +79,16 @@ type RunSpec struct {
 	// and the nodes' measured computation (implies the scan); fixed (the
 	// default) trains on all of them.
 	Strategy string `yaml:"strategy" json:"strategy,omitempty"`
+	// RanksPerNode is how many ranks (devices) each node trains: its
+	// TrainChunk hosts them all, and ranks of one node exchange through
+	// shared memory (0 or 1: one). The world is nodes × ranks_per_node
+	// ranks; batch_per_rank is per rank.
+	RanksPerNode int `yaml:"ranks_per_node" json:"ranks_per_node,omitempty"`
 }
+
+// LocalRanks is the number of ranks each node trains (RanksPerNode, at
+// least 1).
+func (s RunSpec) LocalRanks() int { return max(s.RanksPerNode, 1) }
 
 // Collective algorithms a job file may name.
 var collectiveAlgorithms = []string{"ring", "hd", "rd", "tree", "hier", "auto"}
@@ -106,9 +115,9 @@ func (s RunSpec) GradientFloats() int {
 	return n + in*10 + 10
 }
 
-// GlobalBatch is the run's global batch: batch_per_rank on the nodes it
-// starts with. Rescaled runs keep it.
-func (s RunSpec) GlobalBatch() int { return s.BatchPerRank * s.Nodes }
+// GlobalBatch is the run's global batch: batch_per_rank on every rank of
+// the nodes it starts with. Rescaled runs keep it.
+func (s RunSpec) GlobalBatch() int { return s.BatchPerRank * s.Nodes * s.LocalRanks() }
 
 // Duration is a time.Duration written as "90s" or "2m" in YAML and JSON.
 type Duration time.Duration
@@ -186,7 +195,7 @@ func (s RunSpec) batchDefaults() RunSpec {
 	g := *s.Green
 	c := *g.Batch
 	if c.Min == 0 {
-		c.Min = max(s.Nodes, s.GlobalBatch()/2)
+		c.Min = max(s.Nodes*s.LocalRanks(), s.GlobalBatch()/2)
 	}
 	if c.Max == 0 {
 		c.Max = min(MNISTTrainExamples, 2*s.GlobalBatch())
@@ -277,7 +286,7 @@ func (s RunSpec) Validate() error {
 	if s.Green != nil {
 		s.Green.validate(bad)
 		if c := s.Green.Batch; c != nil {
-			c.validate(s.GlobalBatch(), s.Nodes, bad)
+			c.validate(s.GlobalBatch(), s.Nodes*s.LocalRanks(), bad)
 		}
 	}
 	if !slices.Contains(collectiveAlgorithms, s.Collective) {
@@ -286,6 +295,12 @@ func (s RunSpec) Validate() error {
 	s.validateSync(bad)
 	if s.Strategy != "" && s.Strategy != StrategyFixed && s.Strategy != StrategyAuto {
 		bad("strategy", "unknown strategy %q (want fixed or auto)", s.Strategy)
+	}
+	switch {
+	case s.RanksPerNode < 0 || s.RanksPerNode > 64:
+		bad("ranks_per_node", "%d out of range 1..64", s.RanksPerNode)
+	case s.RanksPerNode > 1 && s.Strategy == StrategyAuto:
+		bad("ranks_per_node", "strategy: auto plans one rank per node; use ranks_per_node: 1 or strategy: fixed")
 	}
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}
