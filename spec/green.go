@@ -138,7 +138,8 @@ type BatchChange struct {
 }
 
 // BatchInput asks PlanCarbon for the controller's decision: the batch and
-// learning rate in force, the node count (the smallest batch allowed), and
+// learning rate in force, the rank count (Nodes: nodes × ranks per node,
+// the smallest batch allowed), and
 // the spec's pair that the learning rate scales from (zero in histories
 // before it existed: the rate in force is scaled instead).
 type BatchInput struct {

@@ -459,9 +459,11 @@ type RunStatus struct {
 	// minute later.
 	Evicting []string `json:"evicting,omitempty"`
 	// MinNodes is the fewest nodes the run shrinks to after a failure.
-	MinNodes    int         `json:"min_nodes,omitempty"`
-	GlobalBatch int         `json:"global_batch,omitempty"`
-	Rescalings  []Rescaling `json:"rescalings,omitempty"`
+	MinNodes    int `json:"min_nodes,omitempty"`
+	GlobalBatch int `json:"global_batch,omitempty"`
+	// RanksPerNode is how many ranks each node trains (set when above 1).
+	RanksPerNode int         `json:"ranks_per_node,omitempty"`
+	Rescalings   []Rescaling `json:"rescalings,omitempty"`
 	// Segments are the stretches that trained (for energy accounting).
 	Segments []Segment `json:"segments,omitempty"`
 	// Green is set when the run has a green policy.

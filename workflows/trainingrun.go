@@ -148,6 +148,9 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 	}
 	r.st.Status.MinNodes = r.spec.MinNodes
 	r.st.Status.GlobalBatch = r.spec.GlobalBatch()
+	if k := r.spec.LocalRanks(); k > 1 {
+		r.st.Status.RanksPerNode = k
+	}
 	if r.st.Status.Sync == nil {
 		r.st.Status.Sync = r.spec.NewSyncStatus()
 	}

@@ -537,8 +537,9 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 		s.StepsPerSec = float64(r.st.StepsTrained) / r.st.TrainSeconds
 	}
 	s.CommShare = comm
-	if one, ok := s.Topology.SingleRankSamplesPerSec(float64(r.spec.GlobalBatch()) / float64(len(results))); ok {
-		s.ScalingEfficiency = samples / (float64(len(results)) * one)
+	ranks := float64(len(results) * r.spec.LocalRanks())
+	if one, ok := s.Topology.SingleRankSamplesPerSec(float64(r.spec.GlobalBatch()) / ranks); ok {
+		s.ScalingEfficiency = samples / (ranks * one)
 	}
 	s.WeightsSHA256 = lead.WeightsSHA256
 	s.Chunks++

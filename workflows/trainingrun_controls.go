@@ -95,7 +95,7 @@ func (r *run) listen(ctx workflow.Context) {
 		c.Receive(ctx, &req)
 		// Every rank needs at least one example of the global batch (the
 		// smallest the batch controller has set, too).
-		if req.Nodes < r.spec.MinNodes || req.Nodes > min(1024, r.minBatch()) {
+		if req.Nodes < r.spec.MinNodes || req.Nodes > min(1024, r.minBatch()/r.spec.LocalRanks()) {
 			log.Warn("rescale refused: node count out of range", "nodes", req.Nodes, "min_nodes", r.spec.MinNodes,
 				"global_batch", r.minBatch())
 			return

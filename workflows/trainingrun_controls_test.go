@@ -248,6 +248,33 @@ func TestTrainingRunRescaleUpAndDown(t *testing.T) {
 	require.Equal(t, []string{"n1"}, ids(cl.held), "the Cluster got the released nodes back")
 }
 
+// With several ranks per node a rescale counts ranks: every rank needs an
+// example of the global batch (2 per rank × 2 nodes × 4 ranks = 16), so 5
+// nodes (20 ranks) are refused and 4 (16) taken.
+func TestTrainingRunRescaleCountsRanks(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3", "n4", "n5")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		switch {
+		case in.From == 100 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 5})
+		case in.From == 200 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 4})
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, RanksPerNode: 4, BatchPerRank: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.EqualValues(t, 400, st.Step)
+	require.Equal(t, 16, st.GlobalBatch)
+	require.Equal(t, 4, st.RanksPerNode)
+	require.Len(t, st.Rescalings, 1, "5 nodes of 4 ranks refused")
+	require.Equal(t, 4, st.Rescalings[0].ToNodes)
+	require.Len(t, st.Nodes, 4)
+}
+
 // With checkpoints sparser than chunks, a rescale first lets one chunk
 // checkpoint, so that no trained step is lost.
 func TestTrainingRunRescaleWaitsForCheckpoint(t *testing.T) {

@@ -72,7 +72,7 @@ func (r *run) callCarbon(ctx workflow.Context, plan, batch bool) (spec.CarbonOut
 		Work: r.remainingWork(), Price: r.st.Unpriced}
 	if batch {
 		gb, lr := r.batchAt(r.st.Status.Step)
-		in.Batch = &spec.BatchInput{GlobalBatch: gb, LearningRate: lr, Nodes: max(len(r.st.Membership.Nodes), 1),
+		in.Batch = &spec.BatchInput{GlobalBatch: gb, LearningRate: lr, Nodes: max(len(r.st.Membership.Nodes), 1) * r.spec.LocalRanks(),
 			BaseBatch: r.spec.GlobalBatch(), BaseLearningRate: r.spec.LearningRate}
 	}
 	summary := fmt.Sprintf("price %d chunk(s)", len(in.Price))

@@ -90,7 +90,12 @@ func TestTopologyScanChoosesAlgorithm(t *testing.T) {
 			require.NoError(t, env.GetWorkflowError())
 			var st spec.RunStatus
 			require.NoError(t, env.GetWorkflowResult(&st))
-			require.Equal(t, 3, pr.calls, "one probe per node, once")
+			if tc.fail {
+				// The first failure cancels the probes not yet run.
+				require.True(t, pr.calls >= 1 && pr.calls <= 3, "%d probes: at most one per node", pr.calls)
+			} else {
+				require.Equal(t, 3, pr.calls, "one probe per node, once")
+			}
 			if tc.fail {
 				require.Nil(t, st.Topology)
 			} else {
