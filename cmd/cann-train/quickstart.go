@@ -18,6 +18,7 @@ import (
 
 type quickstartOptions struct {
 	nodes       int
+	perNode     int // ranks per node
 	steps       int64
 	chunkSteps  int64
 	name        string
@@ -74,6 +75,7 @@ an MLP on MNIST data-parallel across them, showing live progress, and prints
 a summary with the Web UI link.`,
 		Example: `  cann-train quickstart
   cann-train quickstart --nodes 3 --steps 300 -o json
+  cann-train quickstart --nodes 2 --ranks-per-node 2   # 4 ranks, two in each node worker
   cann-train quickstart --keep      # leave the server up to browse the Web UI
   cann-train quickstart --spares 1 --inject kill:node-2@250   # watch a node die and be replaced
   cann-train quickstart -f examples/torch-ddp/job.yaml --spares 1 --inject kill:node-2@40 -o json`,
@@ -87,7 +89,8 @@ a summary with the Web UI link.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.nodes, "nodes", 3, "node-worker processes (and ranks)")
+	f.IntVar(&o.nodes, "nodes", 3, "node-worker processes")
+	f.IntVar(&o.perNode, "ranks-per-node", 1, "ranks each node trains (its devices): the world is nodes × ranks-per-node")
 	f.Int64Var(&o.steps, "steps", 1000, "training steps")
 	f.Int64Var(&o.chunkSteps, "chunk-steps", 100, "steps per chunk (one activity per node)")
 	f.StringVar(&o.name, "name", "", "run name (default quickstart-<time>)")
@@ -198,6 +201,9 @@ func quickstartSpec(o quickstartOptions) (spec.RunSpec, error) {
 			HeartbeatTimeout: spec.Duration(o.hbTimeout), NodeWait: spec.Duration(time.Minute),
 			Collective: o.collective, TopologyScan: o.scan,
 		}.WithDefaults()
+		if o.perNode != 1 {
+			s.RanksPerNode = o.perNode
+		}
 		return s, s.Validate()
 	}
 	s, err := spec.LoadFile(o.file)
@@ -219,6 +225,9 @@ func quickstartSpec(o quickstartOptions) (spec.RunSpec, error) {
 	}
 	if changed("steps") {
 		s.Steps = o.steps
+	}
+	if changed("ranks-per-node") {
+		s.RanksPerNode = o.perNode
 	}
 	if changed("chunk-steps") && !s.IsExternal() {
 		s.ChunkSteps = o.chunkSteps

@@ -70,6 +70,29 @@ func TestQuickstartSpecFromFile(t *testing.T) {
 	if s, err = quickstartSpec(o); err != nil || s.IsExternal() || s.Nodes != 3 {
 		t.Fatalf("built-in file: %+v %v", s, err)
 	}
+	o.changed = func(f string) bool { return f == "ranks-per-node" }
+	o.perNode = 2
+	if s, err = quickstartSpec(o); err != nil || s.LocalRanks() != 2 || s.GlobalBatch() != 2*s.Nodes*s.BatchPerRank {
+		t.Fatalf("built-in file, 2 ranks per node: %+v %v", s, err)
+	}
+	o.file = "../../examples/torch-ddp/job.yaml"
+	if _, err = quickstartSpec(o); err == nil || !strings.Contains(err.Error(), "external.procs_per_node") {
+		t.Fatalf("external job with --ranks-per-node: %v, want an error pointing at external.procs_per_node", err)
+	}
+}
+
+// The demo's spec takes --ranks-per-node (1 leaves the spec as before).
+func TestQuickstartSpecRanksPerNode(t *testing.T) {
+	for _, tc := range []struct{ perNode, want, field int }{{1, 1, 0}, {2, 2, 2}, {4, 4, 4}} {
+		s, err := quickstartSpec(quickstartOptions{nodes: 2, perNode: tc.perNode, steps: 100, chunkSteps: 50, hbTimeout: time.Second, collective: "ring"})
+		if err != nil || s.LocalRanks() != tc.want || s.RanksPerNode != tc.field || s.GlobalBatch() != 2*tc.want*s.BatchPerRank {
+			t.Errorf("--ranks-per-node %d: %+v, %v", tc.perNode, s, err)
+		}
+	}
+	if _, err := quickstartSpec(quickstartOptions{nodes: 2, perNode: 65, steps: 100, chunkSteps: 50, hbTimeout: time.Second, collective: "ring"}); err == nil ||
+		!strings.Contains(err.Error(), "ranks_per_node") {
+		t.Errorf("--ranks-per-node 65: %v, want an error naming ranks_per_node", err)
+	}
 }
 
 // TestStartLocalPortTaken: the quickstart's default port held by another

@@ -422,6 +422,7 @@ type Summary struct {
 	Evicting       []string           `json:"evicting,omitempty"`
 	MinNodes       int                `json:"min_nodes,omitempty"`
 	GlobalBatch    int                `json:"global_batch,omitempty"`
+	RanksPerNode   int                `json:"ranks_per_node,omitempty"`
 	Rescalings     []spec.Rescaling   `json:"rescalings,omitempty"`
 	Green          *spec.GreenStatus  `json:"green,omitempty"`
 	Topology       *spec.TopologyPlan `json:"topology,omitempty"`
@@ -543,7 +544,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers,
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
-		Evicting: st.Evicting, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, Rescalings: st.Rescalings, Green: st.Green,
+		Evicting: st.Evicting, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 		Energy: energySummary(st.Segments),
 	}
@@ -690,6 +691,9 @@ func printControls(w io.Writer, s Summary) {
 		return
 	}
 	line := fmt.Sprintf("min %d, global batch %d", s.MinNodes, s.GlobalBatch)
+	if s.RanksPerNode > 1 {
+		line += fmt.Sprintf(", %d ranks per node", s.RanksPerNode)
+	}
 	if s.PendingNodes > 0 {
 		line += fmt.Sprintf("; rescale to %d pending (next chunk boundary)", s.PendingNodes)
 	}
