@@ -260,3 +260,55 @@ func TestProbeTurns(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanTopologyPricesEveryRank: with ranks_per_node the algorithms are
+// priced for nodes × ranks ranks, a node's ranks on its host — not for the
+// scanned nodes alone.
+func TestPlanTopologyPricesEveryRank(t *testing.T) {
+	hosts := []string{"a", "a", "b", "b"}
+	var results []spec.ProbeResult
+	for r, h := range hosts {
+		res := spec.ProbeResult{NodeID: "n" + string(rune('1'+r)), Rank: r, Host: h}
+		if r == 0 {
+			for i := range hosts {
+				for j := range hosts {
+					if i == j {
+						continue
+					}
+					l := spec.LinkSample{From: i, To: j, LatencyNS: 5_000, BytesPerSec: 10e9}
+					if hosts[i] != hosts[j] {
+						l.LatencyNS, l.BytesPerSec = 50_000, 1e9
+					}
+					res.Links = append(res.Links, l)
+				}
+			}
+		}
+		results = append(results, res)
+	}
+	in := spec.PlanTopologyInput{Results: results, GradientBytes: 4 << 20, Collective: "auto"}
+	one, err := Planner{}.PlanTopology(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.RanksPerNode = 4
+	four, err := Planner{}.PlanTopology(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := planCostModel(*four, 4)
+	model.PerHost *= 4
+	if len(four.Predictions) == 0 || len(four.Predictions) != len(one.Predictions) {
+		t.Fatalf("predictions %+v / %+v", one.Predictions, four.Predictions)
+	}
+	for i, p := range four.Predictions {
+		a, err := ascend.ParseAlgorithm(p.Algorithm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := model.Predict(ascend.CollAllReduce, a, 16, in.GradientBytes)
+		if math.Abs(p.Seconds-want.Seconds()) > 1e-12 || p.Seconds == one.Predictions[i].Seconds {
+			t.Errorf("%s: %g s with 4 ranks per node, want %g (16 ranks, 8 per host; 4 ranks: %g)",
+				p.Algorithm, p.Seconds, want.Seconds(), one.Predictions[i].Seconds)
+		}
+	}
+}

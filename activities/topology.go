@@ -108,9 +108,11 @@ func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec
 		}
 	}
 	model := planCostModel(*plan, n)
+	k := max(in.RanksPerNode, 1)
+	model.PerHost *= k // a node's ranks share its host
 	best, bestT := "", math.Inf(1)
 	for _, a := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoRD, ascend.AlgoTree, ascend.AlgoHier} {
-		d, ok := model.Predict(ascend.CollAllReduce, a, n, in.GradientBytes)
+		d, ok := model.Predict(ascend.CollAllReduce, a, n*k, in.GradientBytes)
 		if !ok || (a == ascend.AlgoHier && len(t.Hosts) < 2) {
 			continue
 		}

@@ -83,6 +83,10 @@ type PlanTopologyInput struct {
 	// Nodes are the scanned nodes by rank (their addresses and NPU
 	// device IPs go into the rank table).
 	Nodes []Node `json:"nodes,omitempty"`
+	// RanksPerNode is how many ranks each scanned node trains (0: one):
+	// the algorithms are priced for nodes × ranks_per_node ranks, a
+	// node's ranks on its host.
+	RanksPerNode int `json:"ranks_per_node,omitempty"`
 }
 
 // TopologyLevel is one level of the measured hierarchy.

@@ -94,6 +94,9 @@ func (r *run) scanTopology(ctx workflow.Context) {
 	}
 	var plan spec.TopologyPlan
 	in := spec.PlanTopologyInput{Results: results, GradientBytes: 4 * r.spec.GradientFloats(), Collective: r.spec.Collective, Nodes: m.Nodes}
+	if k := r.spec.LocalRanks(); k > 1 {
+		in.RanksPerNode = k
+	}
 	if err := workflow.ExecuteActivity(planTopologyOptions(ctx), spec.ActivityPlanTopology, in).Get(ctx, &plan); err != nil {
 		log.Warn("topology plan failed; training with the ring", "error", err)
 		return
