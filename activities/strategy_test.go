@@ -13,6 +13,7 @@ import (
 
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/codec"
+	"github.com/cann-train/cann-train/ascend/ranktable"
 	"github.com/cann-train/cann-train/engine/strategy"
 	"github.com/cann-train/cann-train/spec"
 )
@@ -263,7 +264,7 @@ func TestProbeTurns(t *testing.T) {
 
 // TestPlanTopologyPricesEveryRank: with ranks_per_node the algorithms are
 // priced for nodes × ranks ranks, a node's ranks on its host — not for the
-// scanned nodes alone.
+// scanned nodes alone — and the HCCL rank table lists every rank.
 func TestPlanTopologyPricesEveryRank(t *testing.T) {
 	hosts := []string{"a", "a", "b", "b"}
 	var results []spec.ProbeResult
@@ -285,7 +286,9 @@ func TestPlanTopologyPricesEveryRank(t *testing.T) {
 		}
 		results = append(results, res)
 	}
-	in := spec.PlanTopologyInput{Results: results, GradientBytes: 4 << 20, Collective: "auto"}
+	nodes := []spec.Node{{ID: "n1", CommAddr: "10.0.0.1:1"}, {ID: "n2", CommAddr: "10.0.0.1:2"},
+		{ID: "n3", CommAddr: "10.0.0.2:1", DeviceIPs: []string{"192.168.1.1", "192.168.1.2"}}, {ID: "n4", CommAddr: "10.0.0.2:2"}}
+	in := spec.PlanTopologyInput{Results: results, GradientBytes: 4 << 20, Collective: "auto", Nodes: nodes}
 	one, err := Planner{}.PlanTopology(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
@@ -294,6 +297,28 @@ func TestPlanTopologyPricesEveryRank(t *testing.T) {
 	four, err := Planner{}.PlanTopology(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The rank table lists every rank: two servers of 8 devices (2 nodes
+	// × 4 ranks), the devices of n3 at its NPU addresses.
+	for _, tc := range []struct {
+		plan    *spec.TopologyPlan
+		perHost int
+	}{{one, 2}, {four, 8}} {
+		rt, err := ranktable.Parse([]byte(tc.plan.RankTable))
+		if err != nil {
+			t.Fatalf("rank table %q: %v", tc.plan.RankTable, err)
+		}
+		if len(rt.Servers) != 2 || rt.RankSize() != 2*tc.perHost || len(rt.Servers[1].Devices) != tc.perHost {
+			t.Fatalf("rank table with %d per host: %+v", tc.perHost, rt)
+		}
+	}
+	rt, _ := ranktable.Parse([]byte(four.RankTable))
+	var ips []string
+	for _, d := range rt.Servers[1].Devices {
+		ips = append(ips, d.DeviceIP)
+	}
+	if want := []string{"192.168.1.1", "192.168.1.2", "192.168.1.1", "192.168.1.1", "10.0.0.2", "10.0.0.2", "10.0.0.2", "10.0.0.2"}; !slices.Equal(ips, want) {
+		t.Errorf("server b's device IPs %v, want %v", ips, want)
 	}
 	model := planCostModel(*four, 4)
 	model.PerHost *= 4

@@ -98,7 +98,7 @@ func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec
 		plan.Text = text.String()
 	}
 	if in.Nodes != nil && len(in.Nodes) == n {
-		if rt, err := rankTable(t, in.Nodes); err == nil {
+		if rt, err := rankTable(t, in.Nodes, max(in.RanksPerNode, 1)); err == nil {
 			plan.RankTable = rt
 		}
 	}
@@ -152,23 +152,32 @@ func (Planner) ResolveCheckpoint(ctx context.Context, want spec.CheckpointRef) (
 	return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoSuchCheckpoint", err)
 }
 
-// rankTable writes the scanned cluster's HCCL rank table: per host, one
-// device per rank in rank order, its IP the node's first NPU device IP or
-// else the host part of its communicator address.
-func rankTable(t *topology.Topology, nodes []spec.Node) (string, error) {
+// rankTable writes the scanned cluster's HCCL rank table: per host, perNode
+// devices per node in rank order (node rank r holds ranks r·perNode …), the
+// j-th device's IP the node's j-th NPU device IP (else its first, else the
+// host part of its communicator address).
+func rankTable(t *topology.Topology, nodes []spec.Node, perNode int) (string, error) {
 	devices := map[string][]ranktable.NodeDevice{}
+	ranks := &topology.Topology{}
 	for _, h := range t.Hosts {
-		for i, r := range h.Ranks {
-			ip := ""
-			if d := nodes[r].DeviceIPs; len(d) > 0 {
-				ip = d[0]
-			} else if host, _, err := net.SplitHostPort(nodes[r].CommAddr); err == nil {
-				ip = host
+		g := topology.HostGroup{Host: h.Host}
+		for _, r := range h.Ranks {
+			for j := range perNode {
+				ip := ""
+				if d := nodes[r].DeviceIPs; j < len(d) {
+					ip = d[j]
+				} else if len(d) > 0 {
+					ip = d[0]
+				} else if host, _, err := net.SplitHostPort(nodes[r].CommAddr); err == nil {
+					ip = host
+				}
+				devices[h.Host] = append(devices[h.Host], ranktable.NodeDevice{ID: len(g.Ranks), IP: ip})
+				g.Ranks = append(g.Ranks, r*perNode+j)
 			}
-			devices[h.Host] = append(devices[h.Host], ranktable.NodeDevice{ID: i, IP: ip})
 		}
+		ranks.Hosts = append(ranks.Hosts, g)
 	}
-	tab, err := topology.RankTable(t, devices)
+	tab, err := topology.RankTable(ranks, devices)
 	if err != nil {
 		return "", err
 	}
