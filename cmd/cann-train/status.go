@@ -586,7 +586,11 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	if len(s.Nodes) == 0 {
 		fmt.Fprintf(w, "model        %s, no nodes yet\n", s.Model)
 	} else {
-		fmt.Fprintf(w, "model        %s on %d node(s) %v\n", s.Model, len(s.Nodes), s.Nodes)
+		ranks := ""
+		if s.RanksPerNode > 1 {
+			ranks = fmt.Sprintf(", %d ranks", len(s.Nodes)*s.RanksPerNode)
+		}
+		fmt.Fprintf(w, "model        %s on %d node(s)%s %v\n", s.Model, len(s.Nodes), ranks, s.Nodes)
 	}
 	printControls(w, s)
 	fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)

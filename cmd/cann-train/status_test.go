@@ -148,17 +148,19 @@ func TestFailureText(t *testing.T) {
 }
 
 // TestStatusTextNodes: a run still acquiring says it has no nodes yet,
-// not "on 0 node(s) []".
+// not "on 0 node(s) []"; one with several ranks per node counts them.
 func TestStatusTextNodes(t *testing.T) {
 	for _, tc := range []struct {
-		nodes []string
-		want  string
+		nodes   []string
+		perNode int
+		want    string
 	}{
-		{nil, "model        mlp-mnist, no nodes yet\n"},
-		{[]string{"n1", "n2"}, "model        mlp-mnist on 2 node(s) [n1 n2]\n"},
+		{nil, 0, "model        mlp-mnist, no nodes yet\n"},
+		{[]string{"n1", "n2"}, 0, "model        mlp-mnist on 2 node(s) [n1 n2]\n"},
+		{[]string{"n1", "n2"}, 4, "model        mlp-mnist on 2 node(s), 8 ranks [n1 n2]\n"},
 	} {
 		var b bytes.Buffer
-		st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseAcquiring, Model: "mlp-mnist", Nodes: tc.nodes}
+		st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseAcquiring, Model: "mlp-mnist", Nodes: tc.nodes, RanksPerNode: tc.perNode}
 		if err := printStatus(&b, st, "text", "", "default"); err != nil {
 			t.Fatal(err)
 		}
