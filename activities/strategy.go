@@ -136,9 +136,19 @@ func (Planner) SearchStrategy(_ context.Context, in spec.SearchStrategyInput) (*
 		err := fmt.Errorf("the scan measured computation on %d of %d nodes", len(t.Compute), n)
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadScan", err)
 	}
-	dp := strategy.DPInput{GlobalBatch: in.GlobalBatch, Hosts: t.Hosts, Cores: make([]int, n), MinRanks: in.MinRanks, MaxRanks: in.MaxRanks}
+	// A node of k ranks is k candidate ranks on its host, taken whole.
+	k := max(in.RanksPerNode, 1)
+	hosts := make([]string, 0, n*k)
+	for _, h := range t.Hosts {
+		hosts = append(hosts, slices.Repeat([]string{h}, k)...)
+	}
+	in.Topology.Hosts = hosts
+	dp := strategy.DPInput{GlobalBatch: in.GlobalBatch, Hosts: hosts, Cores: make([]int, n*k),
+		MinRanks: in.MinRanks * k, MaxRanks: in.MaxRanks * k, RankStep: k}
 	for r, c := range t.Compute {
-		dp.Cores[r] = c.Cores
+		for j := range k {
+			dp.Cores[r*k+j] = c.Cores
+		}
 		dp.SecondsPerExample = max(dp.SecondsPerExample, time.Duration(c.PerExampleNS).Seconds())
 		dp.StepOverhead = max(dp.StepOverhead, time.Duration(c.OverheadNS))
 		dp.Spread = append(dp.Spread, c.Spread...)
@@ -161,7 +171,7 @@ func (Planner) SearchStrategy(_ context.Context, in spec.SearchStrategyInput) (*
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadScan", err)
 	}
-	out := &spec.StrategyPlan{DataParallel: plan.Ranks, MaxRanks: in.MaxRanks, Reason: plan.Reason}
+	out := &spec.StrategyPlan{DataParallel: plan.Ranks, MaxRanks: in.MaxRanks * k, Reason: plan.Reason}
 	for _, c := range plan.Candidates {
 		out.Candidates = append(out.Candidates, spec.StrategyCandidate{Ranks: c.Ranks, ComputeSeconds: c.ComputeSeconds,
 			CommSeconds: c.CommSeconds, StepSeconds: c.StepSeconds, ExamplesPerSec: c.ExamplesPerSec, Oversubscription: c.Oversubscription,

@@ -39,6 +39,21 @@ func TestSearchStrategy(t *testing.T) {
 	if got.DataParallel != 2 || len(got.Candidates) != 4 || got.PredictedStepSeconds <= 0 {
 		t.Fatalf("plan %+v", got)
 	}
+	// Nodes of two ranks: whole nodes only, and still host a's two nodes
+	// (four ranks on its four cores).
+	two := in
+	two.RanksPerNode = 2
+	pair, err := Planner{}.SearchStrategy(context.Background(), two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ranks []int
+	for _, c := range pair.Candidates {
+		ranks = append(ranks, c.Ranks)
+	}
+	if pair.DataParallel != 4 || pair.MaxRanks != 8 || !slices.Equal(ranks, []int{2, 4, 6, 8}) {
+		t.Fatalf("2 ranks per node: plan %+v", pair)
+	}
 	if m := planCostModel(plan, 2); m.Alpha != 5*time.Microsecond || m.Hosts != 1 {
 		t.Errorf("two ranks of host a priced at α %v over %d hosts", m.Alpha, m.Hosts)
 	}

@@ -296,11 +296,8 @@ func (s RunSpec) Validate() error {
 	if s.Strategy != "" && s.Strategy != StrategyFixed && s.Strategy != StrategyAuto {
 		bad("strategy", "unknown strategy %q (want fixed or auto)", s.Strategy)
 	}
-	switch {
-	case s.RanksPerNode < 0 || s.RanksPerNode > 64:
+	if s.RanksPerNode < 0 || s.RanksPerNode > 64 {
 		bad("ranks_per_node", "%d out of range 1..64", s.RanksPerNode)
-	case s.RanksPerNode > 1 && s.Strategy == StrategyAuto:
-		bad("ranks_per_node", "strategy: auto plans one rank per node; use ranks_per_node: 1 or strategy: fixed")
 	}
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}

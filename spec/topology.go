@@ -162,6 +162,10 @@ type SearchStrategyInput struct {
 	// Compression is the job's gradient compression (nil: none); its
 	// codecs' costs are in the scan's Compute.
 	Compression *StrategyCompression `json:"compression,omitempty"`
+	// RanksPerNode is how many ranks each scanned node trains (0: one):
+	// MinRanks and MaxRanks then count nodes, and the plan's
+	// DataParallel counts ranks, whole nodes of them.
+	RanksPerNode int `json:"ranks_per_node,omitempty"`
 }
 
 // StrategyCompression is what the search needs of a compressed job: steps
@@ -199,8 +203,8 @@ type StrategyCandidate struct {
 // in the status.
 type StrategyPlan struct {
 	PlannedAt time.Time `json:"planned_at"`
-	// DataParallel is the ranks (nodes) the run trains on, out of the
-	// MaxRanks it had.
+	// DataParallel is the ranks the run trains on (whole nodes: with one
+	// rank per node, the nodes), out of the MaxRanks it had.
 	DataParallel int                 `json:"data_parallel"`
 	MaxRanks     int                 `json:"max_ranks"`
 	Candidates   []StrategyCandidate `json:"candidates"`

@@ -56,6 +56,39 @@ func TestStrategySearchPicksDataParallelDegree(t *testing.T) {
 	require.Greater(t, st.ScalingEfficiency, 0.0)
 }
 
+// TestStrategySearchTakesWholeNodes: with two ranks per node on one 2-core
+// host the search prices 2, 4 and 6 ranks — whole nodes — and keeps one
+// node (its two ranks already fill the cores); the run moves to it, its
+// two ranks training the job's global batch.
+func TestStrategySearchTakesWholeNodes(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	var searches []spec.SearchStrategyInput
+	registerStrategyActivities(env, &searches)
+	s := spec.RunSpec{Name: "t", Nodes: 3, RanksPerNode: 2, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.Len(t, searches, 1)
+	require.Equal(t, 2, searches[0].RanksPerNode)
+	p := st.Strategy
+	require.NotNil(t, p)
+	var ranks []int
+	for _, c := range p.Candidates {
+		ranks = append(ranks, c.Ranks)
+	}
+	require.Equal(t, []int{2, 4, 6}, ranks)
+	require.Equal(t, 6, p.MaxRanks)
+	require.Equal(t, 2, p.DataParallel, "%s", p.Reason)
+	require.Equal(t, []string{"node-1"}, st.Nodes)
+	require.Equal(t, 192, st.GlobalBatch)
+	for _, in := range ch.inputs {
+		require.Len(t, in.Membership.Nodes, 1)
+		require.Equal(t, 192, in.GlobalBatch)
+	}
+}
+
 // registerStrategyActivities registers a fake link scan of one 2-core
 // host (10 GB/s links; computation and, when asked, codecs timed) and the
 // real PlanTopology and SearchStrategy; searches receives every

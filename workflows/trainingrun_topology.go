@@ -175,6 +175,10 @@ func (r *run) planStrategy(ctx workflow.Context) error {
 	}
 	in := spec.SearchStrategyInput{Topology: *t, GradientBytes: 4 * r.spec.GradientFloats(), GlobalBatch: r.spec.GlobalBatch(),
 		MinRanks: 1, MaxRanks: nodes, Algorithm: r.st.Algorithm, Compression: r.spec.StrategyCompression()}
+	k := r.spec.LocalRanks()
+	if k > 1 {
+		in.RanksPerNode = k
+	}
 	var plan spec.StrategyPlan
 	opts := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           spec.ControlTaskQueue,
@@ -188,9 +192,10 @@ func (r *run) planStrategy(ctx workflow.Context) error {
 	}
 	plan.PlannedAt = workflow.Now(ctx)
 	r.st.Status.Strategy = &plan
-	log.Info("strategy planned", "data_parallel", plan.DataParallel, "of", nodes, "reason", plan.Reason)
-	if plan.DataParallel < 1 || plan.DataParallel == nodes {
+	want := plan.DataParallel / k // whole nodes of k ranks
+	log.Info("strategy planned", "data_parallel", plan.DataParallel, "nodes", want, "of", nodes, "reason", plan.Reason)
+	if want < 1 || want == nodes {
 		return nil
 	}
-	return r.acquireNodes(ctx, spec.PhaseAcquiring, plan.DataParallel, 0)
+	return r.acquireNodes(ctx, spec.PhaseAcquiring, want, 0)
 }

@@ -625,7 +625,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 			fmt.Fprintf(w, "             now: %s\n", s.Sync.Phase)
 		}
 	}
-	printStrategy(w, s.Strategy, s.StepsPerSec)
+	printStrategy(w, s.Strategy, s.RanksPerNode, s.StepsPerSec)
 	if e := s.Energy; e != nil {
 		all := ""
 		if e.Measured < e.Segments {
@@ -799,11 +799,16 @@ func printTopology(w io.Writer, t *spec.TopologyPlan) {
 
 // printStrategy prints the parallel-strategy search's choice, each
 // candidate's prediction, and the prediction against the measured speed.
-func printStrategy(w io.Writer, p *spec.StrategyPlan, stepsPerSec float64) {
+func printStrategy(w io.Writer, p *spec.StrategyPlan, perNode int, stepsPerSec float64) {
 	if p == nil {
 		return
 	}
-	fmt.Fprintf(w, "strategy     data parallel %d of %d node(s): %s\n", p.DataParallel, p.MaxRanks, p.Reason)
+	if perNode > 1 {
+		fmt.Fprintf(w, "strategy     data parallel %d of %d rank(s), %d node(s) of %d: %s\n",
+			p.DataParallel, p.MaxRanks, p.DataParallel/perNode, perNode, p.Reason)
+	} else {
+		fmt.Fprintf(w, "strategy     data parallel %d of %d node(s): %s\n", p.DataParallel, p.MaxRanks, p.Reason)
+	}
 	for _, c := range p.Candidates {
 		mark := " "
 		if c.Ranks == p.DataParallel {

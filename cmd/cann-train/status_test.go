@@ -205,7 +205,12 @@ func TestPrintStrategy(t *testing.T) {
 			Codec: "sign:1024", CodecSeconds: 0.2e-3},
 	}}
 	var b strings.Builder
-	printStrategy(&b, p, 400)
+	printStrategy(&b, p, 1, 400)
+	var pairs strings.Builder
+	printStrategy(&pairs, &spec.StrategyPlan{DataParallel: 4, MaxRanks: 6, Reason: "r"}, 2, 0)
+	if want := "data parallel 4 of 6 rank(s), 2 node(s) of 2: r"; !strings.Contains(pairs.String(), want) {
+		t.Errorf("missing %q in\n%s", want, pairs.String())
+	}
 	for _, want := range []string{
 		"data parallel 2 of 2 node(s): r",
 		"  1 rank(s): step 3 ms = 3 compute + 0 allreduce;",

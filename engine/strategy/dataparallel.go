@@ -44,6 +44,10 @@ type DPInput struct {
 	// MinRanks and MaxRanks bound the choice (1 ≤ MinRanks ≤ MaxRanks ≤
 	// len(Hosts)).
 	MinRanks, MaxRanks int
+	// RankStep, when above 1, allows only multiples of it (a node trains
+	// RankStep ranks: whole nodes are held or not); MinRanks and MaxRanks
+	// must be multiples too.
+	RankStep int
 }
 
 // DPSlowdown is how much slower than undisturbed d ranks run: work on a
@@ -108,6 +112,8 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 		return DPPlan{}, fmt.Errorf("strategy: data parallel: %d hosts, %d core counts", len(in.Hosts), len(in.Cores))
 	case in.MinRanks < 1 || in.MaxRanks < in.MinRanks || in.MaxRanks > len(in.Hosts):
 		return DPPlan{}, fmt.Errorf("strategy: data parallel: ranks %d..%d of %d nodes", in.MinRanks, in.MaxRanks, len(in.Hosts))
+	case in.RankStep < 0 || in.RankStep > 1 && (in.MinRanks%in.RankStep != 0 || in.MaxRanks%in.RankStep != 0):
+		return DPPlan{}, fmt.Errorf("strategy: data parallel: ranks %d..%d in steps of %d: want multiples of the step", in.MinRanks, in.MaxRanks, in.RankStep)
 	case !(in.SecondsPerExample > 0) || math.IsInf(in.SecondsPerExample, 0) || in.StepOverhead < 0:
 		return DPPlan{}, fmt.Errorf("strategy: data parallel: computation %g s/example, %v per step: want measured, positive values",
 			in.SecondsPerExample, in.StepOverhead)
@@ -126,7 +132,7 @@ func PlanDataParallel(in DPInput) (DPPlan, error) {
 	}
 	var plan DPPlan
 	best := -1
-	for d := in.MinRanks; d <= in.MaxRanks; d++ {
+	for d := in.MinRanks; d <= in.MaxRanks; d += max(in.RankStep, 1) {
 		perHost := map[string]int{}
 		over := 1.0
 		for r := range d {

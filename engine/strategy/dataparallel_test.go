@@ -63,6 +63,12 @@ func TestPlanDataParallel(t *testing.T) {
 		{"bounded below",
 			DPInput{GlobalBatch: 8, SecondsPerExample: 1e-6, Hosts: hosts(4, "a", "b", "c", "d"), Cores: cores(4, 8),
 				Comm: ring(10 * time.Millisecond), MinRanks: 3, MaxRanks: 4}, 3},
+		{"nodes of 2 ranks on one host of 2 cores: one node",
+			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, StepOverhead: 200 * time.Microsecond,
+				Hosts: hosts(6, "a"), Cores: cores(6, 2), Comm: ring(20 * time.Microsecond), MinRanks: 2, MaxRanks: 6, RankStep: 2}, 2},
+		{"nodes of 2 ranks, a host of 2 cores each, cheap links: every node",
+			DPInput{GlobalBatch: 96, SecondsPerExample: 20e-6, StepOverhead: 200 * time.Microsecond,
+				Hosts: []string{"a", "a", "b", "b", "c", "c"}, Cores: cores(6, 2), Comm: ring(20 * time.Microsecond), MinRanks: 2, MaxRanks: 6, RankStep: 2}, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := PlanDataParallel(tc.in)
@@ -72,11 +78,15 @@ func TestPlanDataParallel(t *testing.T) {
 			if p.Ranks != tc.want {
 				t.Fatalf("chose %d ranks, want %d: %s (%+v)", p.Ranks, tc.want, p.Reason, p.Candidates)
 			}
-			if len(p.Candidates) != tc.in.MaxRanks-tc.in.MinRanks+1 {
+			step := max(tc.in.RankStep, 1)
+			if len(p.Candidates) != (tc.in.MaxRanks-tc.in.MinRanks)/step+1 {
 				t.Errorf("%d candidates", len(p.Candidates))
 			}
 			for _, c := range p.Candidates {
-				if c.StepSeconds < p.Candidates[p.Ranks-tc.in.MinRanks].StepSeconds {
+				if c.Ranks%step != 0 {
+					t.Errorf("candidate %+v: not whole nodes of %d ranks", c, step)
+				}
+				if c.StepSeconds < p.Candidates[(p.Ranks-tc.in.MinRanks)/step].StepSeconds {
 					t.Errorf("candidate %+v beats the choice", c)
 				}
 				if want := ExpectedMax(tc.in.Spread, c.Ranks); len(tc.in.Spread) > 0 && c.Straggle != want {
@@ -133,6 +143,7 @@ func TestPlanDataParallelErrors(t *testing.T) {
 		{"model", func(in *DPInput) { in.Comm = nil }, "communication model"},
 		{"spread below 1", func(in *DPInput) { in.Spread = []float64{1, 0.5} }, "spread[1] = 0.5"},
 		{"spread NaN", func(in *DPInput) { in.Spread = []float64{math.NaN()} }, "spread[0]"},
+		{"step", func(in *DPInput) { in.RankStep = 2 }, "multiples of the step"},
 	} {
 		in := ok
 		tc.edit(&in)
