@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -135,6 +136,14 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		places[local] = place{local: local, global: in.Rank*k + local, world: len(in.Membership.Nodes) * k, perNode: k}
 		lo, hi := engineConfig(in, places[local]).RankSlice()
 		examples += hi - lo
+	}
+	if want := k + 1; k > 1 && runtime.GOMAXPROCS(0) < want {
+		// The ranks poll their links on up to k Ps (yielding the thread,
+		// keeping the P); the worker's own goroutines — heartbeats, the
+		// SDK's pollers — need one more, or they wait for a rank's
+		// occasional Gosched (2 nodes of 2 ranks on 2 cores: 388–405
+		// steps/s without the third P, 437–442 with it).
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(want))
 	}
 	outs := make([]*spec.ChunkResult, k)
 	g, gctx := errgroup.WithContext(ctx)
