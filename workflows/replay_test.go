@@ -48,7 +48,9 @@ import (
 // replaced node again, now named in the run's acquire request
 // (versionFailedWithAcquire), and the Cluster that applied it;
 // trainingrun_recovery_gone.json, a run whose node died after a chunk's
-// last step, found by asking a finished node (versionStragglerCheck)
+// last step, found by asking a finished node (versionStragglerCheck), and
+// trainingrun_recovery_salvage.json, the same resuming from the checkpoint
+// rank 0 made at that chunk's end (versionSalvage)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -73,6 +75,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_recovery_acquire.json", spec.WorkflowTrainingRun}, // the failed node named in the acquire request
 		{"cluster_recovery.json", spec.WorkflowCluster},                 // that request applied
 		{"trainingrun_recovery_gone.json", spec.WorkflowTrainingRun},    // a node gone after its chunk, found by CheckNodes
+		{"trainingrun_recovery_salvage.json", spec.WorkflowTrainingRun}, // and that chunk's checkpoint kept
 		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_compression.json", spec.WorkflowTrainingRun},
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},

@@ -53,17 +53,31 @@ func (r *run) resolvePending(ctx workflow.Context) {
 	if last := r.st.Status.LastCkpt; last != nil && last.Step >= p.Step {
 		return
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           spec.ControlTaskQueue,
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{"NoSuchCheckpoint"}},
-		Summary:             "find the checkpoint at step " + itoa(int(p.Step)),
-	})
-	var ref spec.CheckpointRef
-	if err := workflow.ExecuteActivity(actx, spec.ActivityResolveCheckpoint, *p).Get(ctx, &ref); err != nil {
+	ref, err := resolveCheckpoint(ctx, *p, false)
+	if err != nil {
 		workflow.GetLogger(ctx).Warn("checkpoint uploading when the node was lost is not there; resuming from an older one",
 			"step", p.Step, "error", err)
 		return
 	}
 	r.commitCheckpoint(ref)
+}
+
+// resolveCheckpoint runs ResolveCheckpoint for p. Patient, it also retries
+// while the checkpoint is not there yet (for about 7 s: its uploader is
+// alive and finishing); else a missing checkpoint is an answer.
+func resolveCheckpoint(ctx workflow.Context, p spec.CheckpointRef, patient bool) (spec.CheckpointRef, error) {
+	retry := &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{"NoSuchCheckpoint"}}
+	if patient {
+		retry = &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
+			MaximumInterval: 2 * time.Second, MaximumAttempts: 8}
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           spec.ControlTaskQueue,
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         retry,
+		Summary:             "find the checkpoint at step " + itoa(int(p.Step)),
+	})
+	var ref spec.CheckpointRef
+	err := workflow.ExecuteActivity(actx, spec.ActivityResolveCheckpoint, p).Get(ctx, &ref)
+	return ref, err
 }

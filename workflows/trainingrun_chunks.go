@@ -100,11 +100,55 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		// Repeats the line above for new histories and adds the reason;
 		// that line stays for histories recorded between the two versions.
 		r.preferCause(ctx, fail)
+		if len(gone) > 0 {
+			r.salvage(ctx, results, errs)
+		}
 		return fail
 	}
 	r.absorb(ctx, results)
 	return nil
 }
+
+// salvage keeps the checkpoints rank 0 reported for a chunk that every
+// rank but the gone ones finished (await's straggler check): the chunk's
+// own (committed, or still uploading: found in the bucket once rank 0 has
+// written it, retried for a few seconds) and an earlier one it finished
+// uploading. The recovery then resumes from the
+// chunk's end instead of redoing it — the checkpoint holds the state
+// every rank reached, bit for bit what the rerun would compute. Nothing
+// when rank 0 is among the gone, nor for the run's last chunk (whose
+// results — final loss, evaluation, weights — the rerun reports).
+func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []error) {
+	lead := results[0]
+	if errs[0] != nil || lead.To >= r.spec.Steps || lead.Checkpoint == nil && lead.PendingCheckpoint == nil && lead.EarlierCheckpoint == nil {
+		return // (the last chunk is redone: its results end the run)
+	}
+	if workflow.GetVersion(ctx, versionSalvage, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	if lead.EarlierCheckpoint != nil {
+		r.commitCheckpoint(*lead.EarlierCheckpoint)
+	}
+	if p := lead.PendingCheckpoint; p != nil {
+		// Rank 0 is alive and finishing the upload: wait for it.
+		ref, err := resolveCheckpoint(ctx, *p, true)
+		if err != nil {
+			workflow.GetLogger(ctx).Warn("the chunk's checkpoint did not appear; the chunk is redone", "step", p.Step, "error", err)
+		} else {
+			r.commitCheckpoint(ref)
+		}
+	}
+	if lead.Checkpoint != nil {
+		r.st.ForceCheckpoint = false
+		r.commitCheckpoint(*lead.Checkpoint)
+	}
+	workflow.GetLogger(ctx).Info("kept the checkpoints of a chunk its surviving ranks finished", "to", lead.To,
+		"last_checkpoint", r.st.Status.LastCkpt)
+}
+
+// versionSalvage: a chunk lost to a node gone after its last step keeps
+// rank 0's checkpoints (salvage). Asked only when there are some.
+const versionSalvage = "salvage-checkpoints"
 
 // await collects every rank's outcome. A rank whose process died never
 // reports; its peers do at once, naming it (PeerFailed). As soon as every

@@ -513,6 +513,52 @@ func TestTrainingRunAsksAboutAStraggler(t *testing.T) {
 	}
 }
 
+// TestTrainingRunSalvagesAStragglersChunk: node-2 dies after finishing
+// the chunk 100–200, whose checkpoint rank 0 committed; the run replaces
+// it and resumes from that checkpoint (no step lost, the chunk not rerun)
+// instead of from the one at 100. Had rank 0 been the one gone, or the
+// chunk the run's last, it would be rerun.
+func TestTrainingRunSalvagesAStragglersChunk(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		dead   string
+		steps  int64
+		resume int64
+	}{
+		{"a later rank", "node-2", 300, 200},
+		{"rank 0", "node-1", 300, 100},
+		{"the last chunk", "node-2", 200, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1")}
+			hang := make(chan struct{})
+			t.Cleanup(func() { close(hang) })
+			ch := &fakeChunks{gone: func(in spec.CheckNodesInput) ([]spec.PeerFailure, error) {
+				return []spec.PeerFailure{{Rank: in.Ranks[0]}}, nil
+			}}
+			ch.fail = func(in spec.ChunkInput) error {
+				if in.From == 100 && in.Membership.Generation == 1 && in.Membership.Nodes[in.Rank].ID == tc.dead {
+					<-hang // died after its last step
+					return errors.New("unreachable")
+				}
+				return nil
+			}
+			env := newRunEnv(t, cl, ch)
+			env.SetTestTimeout(30 * time.Second)
+			s := spec.RunSpec{Name: "t", Nodes: 3, Steps: tc.steps, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.EqualValues(t, tc.steps, st.Step)
+			require.Len(t, st.Recoveries, 1)
+			rec := st.Recoveries[0]
+			require.Equal(t, []string{tc.dead}, rec.FailedNodes)
+			require.EqualValues(t, tc.resume, rec.ResumeStep)
+			require.EqualValues(t, 200-tc.resume, rec.LostSteps)
+			require.Len(t, ch.byFrom()[100], map[bool]int{true: 3, false: 6}[tc.resume == 200], "the chunk from 100 rerun only when not salvaged")
+		})
+	}
+}
+
 // TestTrainingRunWaitsForALiveStraggler: rank 1 is slow to report after
 // its peers finished; asked, the finished node finds it alive, and the
 // chunk completes when it reports, with no recovery.
