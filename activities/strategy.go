@@ -142,7 +142,7 @@ func (Planner) SearchStrategy(_ context.Context, in spec.SearchStrategyInput) (*
 	for _, h := range t.Hosts {
 		hosts = append(hosts, slices.Repeat([]string{h}, k)...)
 	}
-	in.Topology.Hosts = hosts
+	in.Topology.Hosts = hosts // newCommPricer prices the first d of these ranks
 	dp := strategy.DPInput{GlobalBatch: in.GlobalBatch, Hosts: hosts, Cores: make([]int, n*k),
 		MinRanks: in.MinRanks * k, MaxRanks: in.MaxRanks * k, RankStep: k}
 	for r, c := range t.Compute {

@@ -97,8 +97,9 @@ func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec
 	if err := t.WriteText(&text); err == nil {
 		plan.Text = text.String()
 	}
+	k := max(in.RanksPerNode, 1) // each node's ranks, on its host
 	if in.Nodes != nil && len(in.Nodes) == n {
-		if rt, err := rankTable(t, in.Nodes, max(in.RanksPerNode, 1)); err == nil {
+		if rt, err := rankTable(t, in.Nodes, k); err == nil {
 			plan.RankTable = rt
 		}
 	}
@@ -108,8 +109,7 @@ func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec
 		}
 	}
 	model := planCostModel(*plan, n)
-	k := max(in.RanksPerNode, 1)
-	model.PerHost *= k // a node's ranks share its host
+	model.PerHost *= k
 	best, bestT := "", math.Inf(1)
 	for _, a := range []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD, ascend.AlgoRD, ascend.AlgoTree, ascend.AlgoHier} {
 		d, ok := model.Predict(ascend.CollAllReduce, a, n*k, in.GradientBytes)

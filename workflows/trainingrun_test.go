@@ -387,14 +387,20 @@ func failFirstChunkFrom100With(t *testing.T, setup func(*fakeChunks), behave fun
 // means), and returns the completed run's status.
 func runHourHeartbeat(t *testing.T, cl *fakeCluster, ch *fakeChunks) spec.RunStatus {
 	t.Helper()
+	return runHourHeartbeatSteps(t, cl, ch, 200)
+}
+
+// runHourHeartbeatSteps is runHourHeartbeat for a run of steps steps.
+func runHourHeartbeatSteps(t *testing.T, cl *fakeCluster, ch *fakeChunks, steps int64) spec.RunStatus {
+	t.Helper()
 	env := newRunEnv(t, cl, ch)
 	env.SetTestTimeout(30 * time.Second)
-	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: steps, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	require.NoError(t, env.GetWorkflowError())
 	var st spec.RunStatus
 	require.NoError(t, env.GetWorkflowResult(&st))
-	require.EqualValues(t, 200, st.Step)
+	require.EqualValues(t, steps, st.Step)
 	return st
 }
 
@@ -543,12 +549,7 @@ func TestTrainingRunSalvagesAStragglersChunk(t *testing.T) {
 				}
 				return nil
 			}
-			env := newRunEnv(t, cl, ch)
-			env.SetTestTimeout(30 * time.Second)
-			s := spec.RunSpec{Name: "t", Nodes: 3, Steps: tc.steps, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
-			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-			st := result(t, env)
-			require.EqualValues(t, tc.steps, st.Step)
+			st := runHourHeartbeatSteps(t, cl, ch, tc.steps)
 			require.Len(t, st.Recoveries, 1)
 			rec := st.Recoveries[0]
 			require.Equal(t, []string{tc.dead}, rec.FailedNodes)
