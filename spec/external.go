@@ -439,6 +439,8 @@ type ExternalInput struct {
 	// KillAtStep, when positive, asks the node to SIGKILL itself once its
 	// first process reports that step (fault injection).
 	KillAtStep int64 `json:"kill_at_step,omitempty"`
+	// Freeze makes that fault a SIGSTOP of the node and its processes.
+	Freeze bool `json:"freeze,omitempty"`
 }
 
 // RankExit is the detail of a RankExited error.

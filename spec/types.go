@@ -1,6 +1,9 @@
 package spec
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Names shared by workers, workflows and the CLI.
 const (
@@ -61,8 +64,9 @@ const (
 
 	// TrainingRun query and signals.
 	QueryStatus = "status"
-	// SignalInjectFault asks a node to SIGKILL itself at a step (testing
-	// and demos; node workers honour it only with --allow-fault-injection).
+	// SignalInjectFault asks a node to SIGKILL (or SIGSTOP) itself at a
+	// step (testing and demos; node workers honour it only with
+	// --allow-fault-injection).
 	SignalInjectFault = "inject-fault"
 	// SignalPause holds the run at the next chunk boundary until
 	// SignalResume; a resume also cuts a green-window wait short.
@@ -268,6 +272,9 @@ type ChunkInput struct {
 	// KillAtStep, when in (From, To], asks the node to SIGKILL itself once
 	// that global step completes (fault injection; see SignalInjectFault).
 	KillAtStep int64 `json:"kill_at_step,omitempty"`
+	// Freeze makes that fault a SIGSTOP: the process hangs, its sockets
+	// open, as a node stuck in a driver call does.
+	Freeze bool `json:"freeze,omitempty"`
 	// GlobalBatch is the run's global batch (samples per step over all
 	// ranks), fixed at the start: after a rescale each rank takes
 	// GlobalBatch / world samples. 0: BatchPerRank × world.
@@ -285,10 +292,33 @@ type ChunkInput struct {
 	Codec string `json:"codec,omitempty"`
 }
 
+// Fault kinds of InjectFault.
+const (
+	// FaultKill: the node SIGKILLs itself (a power cut). The default.
+	FaultKill = "kill"
+	// FaultFreeze: the node SIGSTOPs itself and hangs, its connections
+	// open and its listener accepting, until something kills it.
+	FaultFreeze = "freeze"
+)
+
 // InjectFault is the SignalInjectFault payload.
 type InjectFault struct {
 	NodeID string `json:"node_id"`
 	AtStep int64  `json:"at_step"`
+	// Kind is FaultKill (also when empty) or FaultFreeze.
+	Kind string `json:"kind,omitempty"`
+}
+
+// Freeze reports whether the fault hangs the node instead of killing it.
+func (f InjectFault) Freeze() bool { return f.Kind == FaultFreeze }
+
+// Validate checks the fault's kind.
+func (f InjectFault) Validate() error {
+	switch f.Kind {
+	case "", FaultKill, FaultFreeze:
+		return nil
+	}
+	return fmt.Errorf("fault kind %q: want %s or %s", f.Kind, FaultKill, FaultFreeze)
 }
 
 // ChunkProgress is the heartbeat detail of a running chunk.

@@ -18,8 +18,10 @@ import (
 func chunkOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue: node.TaskQueue,
-		// No poller on the queue for this long means the node is gone.
-		ScheduleToStartTimeout: 30 * time.Second,
+		// No poller on the queue for this long means the node is gone
+		// (or hangs): a node silent for its heartbeat timeout is presumed
+		// dead, taking its chunk or training it.
+		ScheduleToStartTimeout: toStart(s),
 		StartToCloseTimeout:    6 * time.Hour,
 		HeartbeatTimeout:       s.HeartbeatTimeout.D(),
 		// A cancelled chunk is one whose node is presumed dead: do not wait
@@ -79,7 +81,7 @@ func carbonOptions(ctx workflow.Context, summary string) workflow.Context {
 func externalOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              node.TaskQueue,
-		ScheduleToStartTimeout: 30 * time.Second,
+		ScheduleToStartTimeout: toStart(s),
 		StartToCloseTimeout:    30 * 24 * time.Hour,
 		HeartbeatTimeout:       s.HeartbeatTimeout.D(),
 		WaitForCancellation:    false,
@@ -94,7 +96,7 @@ func externalOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node, summa
 // failure is blamed like a chunk's); a live worker takes it in
 // milliseconds.
 func portOptions(ctx workflow.Context, s spec.RunSpec, node spec.Node) workflow.Context {
-	return nodeCallOptions(ctx, node, min(s.HeartbeatTimeout.D(), 30*time.Second), 30*time.Second, "reserve a rendezvous port on "+node.ID)
+	return nodeCallOptions(ctx, node, toStart(s), 30*time.Second, "reserve a rendezvous port on "+node.ID)
 }
 
 // meterOptions reads a node's host energy meter. No retry: a stretch
@@ -112,6 +114,11 @@ func checkOptions(ctx workflow.Context, node spec.Node, ranks []int) workflow.Co
 }
 
 // nodeCallOptions runs a short call on a node's own queue, never retried.
+// toStart is how long a node's queue may hold its task unpolled before
+// the node is presumed gone: its heartbeat timeout, at most 30 s (a node
+// frozen between chunks is found as fast as one frozen in a chunk).
+func toStart(s spec.RunSpec) time.Duration { return min(s.HeartbeatTimeout.D(), 30*time.Second) }
+
 func nodeCallOptions(ctx workflow.Context, node spec.Node, toStart, toClose time.Duration, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              node.TaskQueue,

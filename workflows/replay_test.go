@@ -50,9 +50,12 @@ import (
 // trainingrun_recovery_gone.json, a run whose node died after a chunk's
 // last step, found by asking a finished node (versionStragglerCheck), and
 // trainingrun_recovery_salvage.json, the same resuming from the checkpoint
-// rank 0 made at that chunk's end (versionSalvage)
+// rank 0 made at that chunk's end (versionSalvage);
+// trainingrun_recovery_frozen.json, a run whose node hung (SIGSTOP) after
+// a chunk's last step, timed out heartbeating, and whose chunk was kept
+// all the same (versionSalvageTimedOut)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun|TestFrozenNodeIsReplaced'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -76,6 +79,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"cluster_recovery.json", spec.WorkflowCluster},                 // that request applied
 		{"trainingrun_recovery_gone.json", spec.WorkflowTrainingRun},    // a node gone after its chunk, found by CheckNodes
 		{"trainingrun_recovery_salvage.json", spec.WorkflowTrainingRun}, // and that chunk's checkpoint kept
+		{"trainingrun_recovery_frozen.json", spec.WorkflowTrainingRun},  // a hung node's chunk kept after its heartbeat timeout
 		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_compression.json", spec.WorkflowTrainingRun},
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},

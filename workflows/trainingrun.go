@@ -177,15 +177,16 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 	return r, nil
 }
 
-// faultFor takes the pending fault for node that falls in (from, to].
-func (r *run) faultFor(node string, from, to int64) int64 {
+// faultFor takes the pending fault for node that falls in (from, to]
+// (AtStep 0: none).
+func (r *run) faultFor(node string, from, to int64) spec.InjectFault {
 	for i, f := range r.st.Faults {
 		if f.NodeID == node && f.AtStep > from && f.AtStep <= to {
 			r.st.Faults = append(r.st.Faults[:i:i], r.st.Faults[i+1:]...)
-			return f.AtStep
+			return f
 		}
 	}
-	return 0
+	return spec.InjectFault{}
 }
 
 func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -71,11 +72,13 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
 	for rank, node := range m.Nodes {
+		fault := r.faultFor(node.ID, from, to)
 		in := spec.ChunkInput{
 			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank,
 			Session: session, Token: r.st.Token, From: from, To: to,
 			Restore: r.st.Status.LastCkpt, Checkpoint: ckpt, Evaluate: to == r.spec.Steps,
-			KillAtStep:  r.faultFor(node.ID, from, to),
+			KillAtStep:  fault.AtStep,
+			Freeze:      fault.Freeze(),
 			GlobalBatch: globalBatch,
 			Schedule:    schedule,
 			Algorithm:   algo,
@@ -100,8 +103,12 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		// Repeats the line above for new histories and adds the reason;
 		// that line stays for histories recorded between the two versions.
 		r.preferCause(ctx, fail)
-		if len(gone) > 0 {
-			r.salvage(ctx, results, errs)
+		switch {
+		case len(gone) > 0:
+			r.salvage(ctx, results, errs, false)
+		case finishedButSilent(errs):
+			fail.atStep = max(fail.atStep, to)
+			r.salvage(ctx, results, errs, true)
 		}
 		return fail
 	}
@@ -118,10 +125,18 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 // every rank reached, bit for bit what the rerun would compute. Nothing
 // when rank 0 is among the gone, nor for the run's last chunk (whose
 // results — final loss, evaluation, weights — the rerun reports).
-func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []error) {
+//
+// timedOut: the lost ranks are not gone but silent (they stopped
+// heartbeating after the others finished: frozen).
+func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []error, timedOut bool) {
 	lead := results[0]
 	if errs[0] != nil || lead.To >= r.spec.Steps || lead.Checkpoint == nil && lead.PendingCheckpoint == nil && lead.EarlierCheckpoint == nil {
 		return // (the last chunk is redone: its results end the run)
+	}
+	// (versionSalvageTimedOut first: a history from before it never asks
+	// versionSalvage here.)
+	if timedOut && workflow.GetVersion(ctx, versionSalvageTimedOut, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
 	}
 	if workflow.GetVersion(ctx, versionSalvage, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
@@ -149,6 +164,35 @@ func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []e
 // versionSalvage: a chunk lost to a node gone after its last step keeps
 // rank 0's checkpoints (salvage). Asked only when there are some.
 const versionSalvage = "salvage-checkpoints"
+
+// versionSalvageTimedOut: so does one lost to a node that stopped
+// heartbeating after the others finished it (a frozen node; before, only
+// a gone one's). Asked only when there are checkpoints to keep.
+const versionSalvageTimedOut = "salvage-timed-out"
+
+// finishedButSilent: the ranks that failed all timed out heartbeating (a
+// rank in its chunk that fell silent), and every other rank finished the
+// chunk: the silent ones took part in its every collective, and the
+// chunk's end is what every rank reached.
+func finishedButSilent(errs []error) bool {
+	return onlyHeartbeatTimeouts(errs) && slices.Contains(errs, nil)
+}
+
+// onlyHeartbeatTimeouts: some errors, each a heartbeat timeout.
+func onlyHeartbeatTimeouts(errs []error) bool {
+	some := false
+	for _, err := range errs {
+		var te *temporal.TimeoutError
+		switch {
+		case err == nil:
+		case errors.As(err, &te) && te.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT:
+			some = true
+		default:
+			return false
+		}
+	}
+	return some
+}
 
 // await collects every rank's outcome. A rank whose process died never
 // reports; its peers do at once, naming it (PeerFailed). As soon as every
@@ -405,7 +449,7 @@ func peerFailed(err error) (spec.PeerFailure, bool) {
 // (await): theirs is the failure.
 func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, errs []error, gone []spec.PeerFailure) *chunkFailure {
 	f := &chunkFailure{from: from, started: started, seen: seen, retryable: true}
-	var timedOut []string
+	var timedOut, untaken []string
 	blamed := map[int]int{}
 	for rank, err := range errs {
 		if err == nil {
@@ -421,6 +465,14 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 		switch {
 		case errors.As(err, &te):
 			timedOut = append(timedOut, node)
+			if te.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
+				untaken = append(untaken, node)
+			}
+			// Its last heartbeat says how far it got.
+			var p spec.ChunkProgress
+			if te.HasLastHeartbeatDetails() && te.LastHeartbeatDetails(&p) == nil {
+				f.atStep = max(f.atStep, p.Step)
+			}
 		case errors.As(err, &ce):
 			// Cancelled by await: its peers blamed it (counted below).
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCorruptCheckpoint:
@@ -463,7 +515,7 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 		}
 	case len(timedOut) > 0:
 		f.failed = timedOut
-		f.reason = fmt.Sprintf("node(s) %v stopped heartbeating", timedOut)
+		f.reason = timeoutReason(timedOut, untaken)
 	case len(gone) > 0:
 		for _, pf := range gone {
 			f.failed = append(f.failed, r.st.Membership.Nodes[pf.Rank].ID)
@@ -501,6 +553,21 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 		f.reason, f.reasonIsFirst = message(f.first), true
 	}
 	return f
+}
+
+// timeoutReason says why the timed-out nodes are presumed dead: silent
+// while they trained, or their task never taken (nobody polled their
+// queue: the worker is gone, or hangs).
+func timeoutReason(timedOut, untaken []string) string {
+	if len(untaken) == 0 {
+		return fmt.Sprintf("node(s) %v stopped heartbeating", timedOut)
+	}
+	silent := slices.DeleteFunc(slices.Clone(timedOut), func(n string) bool { return slices.Contains(untaken, n) })
+	why := fmt.Sprintf("node(s) %v never took their task (no worker polled their queue)", untaken)
+	if len(silent) > 0 {
+		why = fmt.Sprintf("node(s) %v stopped heartbeating; %s", silent, why)
+	}
+	return why
 }
 
 // versionSilentSuspects: of ranks blamed equally often, blame keeps those
@@ -690,12 +757,14 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	}
 	now := workflow.Now(ctx)
 	rec := spec.Recovery{
-		Generation:     r.st.Membership.Generation,
-		FailedNodes:    slices.Concat(f.failed, f.lostState),
-		Replacement:    replacement,
-		Reason:         f.reason,
-		AtStep:         f.from,
-		FailedAtStep:   f.atStep,
+		Generation:  r.st.Membership.Generation,
+		FailedNodes: slices.Concat(f.failed, f.lostState),
+		Replacement: replacement,
+		Reason:      f.reason,
+		AtStep:      f.from,
+		// The failure came after the checkpoint resumed from (a silent
+		// node's last heartbeat may say less).
+		FailedAtStep:   max(f.atStep, resume),
 		ResumeStep:     resume,
 		NoticedAt:      f.noticed,
 		SeenAt:         f.seen,

@@ -295,10 +295,11 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	futures := make([]workflow.Future, len(m.Nodes))
 	procs := r.spec.External.ProcsPerNode
 	for rank, node := range m.Nodes {
+		fault := r.faultFor(node.ID, from, math.MaxInt64)
 		in := spec.ExternalInput{
 			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank, Session: r.st.Session,
 			Restarts: r.st.Restarts, MasterPort: port, Restore: r.st.Status.LastCkpt,
-			KillAtStep: r.faultFor(node.ID, from, math.MaxInt64),
+			KillAtStep: fault.AtStep, Freeze: fault.Freeze(),
 		}
 		summary := fmt.Sprintf("%s · ranks %d–%d of %d on %s · from step %d · gen %d",
 			r.spec.External.Launcher, rank*procs, rank*procs+procs-1, len(m.Nodes)*procs, node.ID, from, m.Generation)
@@ -481,9 +482,16 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 			continue
 		}
 		if stop == worldRuns && !graceSet && left > 0 && anyErr(errs) {
+			// The other nodes' processes get a heartbeat timeout and a
+			// margin to see the loss and end by themselves (with their
+			// own diagnostics) — less the heartbeat timeout when every
+			// error is one: the silent nodes have been silent that long.
 			graceSet = true
 			hb := r.spec.HeartbeatTimeout.D()
 			grace := hb + max(2*time.Second, hb/2)
+			if onlyHeartbeatTimeouts(errs) {
+				grace -= hb
+			}
 			sel.AddFuture(workflow.NewTimer(tctx, grace), func(workflow.Future) { expired = true })
 		}
 	}
@@ -546,7 +554,7 @@ func anyErr(errs []error) bool {
 // blameWorld is blame for a world: a node that timed out is dead (it is
 // replaced); otherwise a process that exited is the reason (the world is
 // restarted on the same nodes). The step the world had reached comes from
-// the processes' reports and the dead nodes' last heartbeats. gone are
+// the processes' reports (blame reads the dead nodes' last heartbeats). gone are
 // pending nodes found dead after the others ended cleanly (awaitWorld).
 func (r *run) blameWorld(ctx workflow.Context, from int64, started, seen time.Time, errs []error, gone []spec.PeerFailure) *chunkFailure {
 	f := r.blame(ctx, from, started, seen, errs, gone)
@@ -556,20 +564,13 @@ func (r *run) blameWorld(ctx workflow.Context, from int64, started, seen time.Ti
 	var exited error
 	for _, err := range errs {
 		var ae *temporal.ApplicationError
-		var te *temporal.TimeoutError
-		switch {
-		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeRankExited:
+		if errors.As(err, &ae) && ae.Type() == spec.ErrTypeRankExited {
 			var d spec.RankExit
 			if ae.HasDetails() && ae.Details(&d) == nil {
 				f.atStep = max(f.atStep, d.Step)
 			}
 			if exited == nil {
 				exited = err
-			}
-		case errors.As(err, &te) && te.HasLastHeartbeatDetails():
-			var p spec.ChunkProgress
-			if te.LastHeartbeatDetails(&p) == nil {
-				f.atStep = max(f.atStep, p.Step)
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -528,22 +529,35 @@ func TestTrainingRunSalvagesAStragglersChunk(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		dead   string
+		frozen bool // silent, not gone: found alive, then times out heartbeating
 		steps  int64
 		resume int64
 	}{
-		{"a later rank", "node-2", 300, 200},
-		{"rank 0", "node-1", 300, 100},
-		{"the last chunk", "node-2", 200, 100},
+		{"a later rank", "node-2", false, 300, 200},
+		{"rank 0", "node-1", false, 300, 100},
+		{"the last chunk", "node-2", false, 200, 100},
+		{"a later rank frozen", "node-3", true, 300, 200},
+		{"rank 0 frozen", "node-1", true, 300, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1")}
 			hang := make(chan struct{})
 			t.Cleanup(func() { close(hang) })
+			asked := make(chan struct{})
+			var once sync.Once
 			ch := &fakeChunks{gone: func(in spec.CheckNodesInput) ([]spec.PeerFailure, error) {
+				once.Do(func() { close(asked) })
+				if tc.frozen {
+					return nil, nil // its listener accepts
+				}
 				return []spec.PeerFailure{{Rank: in.Ranks[0]}}, nil
 			}}
 			ch.fail = func(in spec.ChunkInput) error {
 				if in.From == 100 && in.Membership.Generation == 1 && in.Membership.Nodes[in.Rank].ID == tc.dead {
+					if tc.frozen {
+						<-asked // silent after its last step, until its heartbeat times out
+						return temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, spec.ChunkProgress{Step: 150, To: 200})
+					}
 					<-hang // died after its last step
 					return errors.New("unreachable")
 				}
@@ -554,6 +568,7 @@ func TestTrainingRunSalvagesAStragglersChunk(t *testing.T) {
 			rec := st.Recoveries[0]
 			require.Equal(t, []string{tc.dead}, rec.FailedNodes)
 			require.EqualValues(t, tc.resume, rec.ResumeStep)
+			require.EqualValues(t, 200, rec.FailedAtStep, "the others finished the chunk")
 			require.EqualValues(t, 200-tc.resume, rec.LostSteps)
 			require.Len(t, ch.byFrom()[100], map[bool]int{true: 3, false: 6}[tc.resume == 200], "the chunk from 100 rerun only when not salvaged")
 		})
@@ -776,4 +791,19 @@ func TestTrainingRunStartsWithFaults(t *testing.T) {
 		}
 	}
 	require.Equal(t, []int64{5}, got, "a start-time fault reaches even the first chunk")
+}
+
+func TestTimeoutReason(t *testing.T) {
+	for _, tc := range []struct {
+		timedOut, untaken []string
+		want              string
+	}{
+		{[]string{"a"}, nil, "node(s) [a] stopped heartbeating"},
+		{[]string{"a", "b"}, []string{"b"}, "node(s) [a] stopped heartbeating; node(s) [b] never took their task (no worker polled their queue)"},
+		{[]string{"b"}, []string{"b"}, "node(s) [b] never took their task (no worker polled their queue)"},
+	} {
+		if got := timeoutReason(tc.timedOut, tc.untaken); got != tc.want {
+			t.Errorf("timeoutReason(%v, %v) = %q, want %q", tc.timedOut, tc.untaken, got, tc.want)
+		}
+	}
 }
