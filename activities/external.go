@@ -292,6 +292,7 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		// The restored directory counts as committed: a clean exit that
 		// left it unchanged uploads nothing.
 		lastSaved: from, lastSum: restoredSum, committed: in.Restore != nil,
+		groups: g.Pids(),
 	}
 	// wctx stops the world when a watched peer is gone.
 	wctx, stopWorld := context.WithCancel(ctx)
@@ -501,6 +502,8 @@ type supervision struct {
 	lastSum   [32]byte
 	committed bool
 	firstSeen bool
+	// groups are the processes' group IDs (a frozen node stops them too).
+	groups []int
 }
 
 // poll reads every process's new report lines, updates the progress,
@@ -537,7 +540,7 @@ func (s *supervision) poll(ctx context.Context) {
 	s.hooks.progress(s.prog)
 	if k := s.in.KillAtStep; k > 0 && s.prog.Step >= k {
 		s.in.KillAtStep = 0 // once (a node that does not allow it only warns)
-		s.n.injectedKill(s.log, s.prog.Step)
+		s.n.injectedFault(s.log, s.prog.Step, s.in.Freeze, s.groups)
 	}
 }
 

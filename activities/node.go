@@ -40,7 +40,8 @@ type Node struct {
 	DefaultCheckpointURL string
 	// MNISTDir overrides where the data set is read from.
 	MNISTDir string
-	// AllowFaults lets a chunk's KillAtStep SIGKILL this process.
+	// AllowFaults lets a chunk's KillAtStep SIGKILL (or SIGSTOP) this
+	// process.
 	AllowFaults bool
 	// Incarnation is this worker process's spec.Node.Incarnation (empty:
 	// not checked). A chunk planned for an earlier process of the node
@@ -277,7 +278,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		}
 		p.hb.update(prog)
 		if in.KillAtStep == step+1 {
-			n.injectedKill(log, step+1)
+			n.injectedFault(log, step+1, in.Freeze, nil)
 		}
 	}
 	el := time.Since(loopStart).Seconds()
@@ -803,14 +804,27 @@ func (h *heartbeater) stop() {
 	h.wg.Wait()
 }
 
-// injectedKill ends this process as a power cut would: no cleanup, no
-// goodbye to peers or to Temporal.
-func (n *Node) injectedKill(log *zap.Logger, step int64) {
+// injectedFault ends this process as a power cut would: no cleanup, no
+// goodbye to peers or to Temporal. With freeze it hangs it instead, as a
+// node stuck in a driver call: SIGSTOP to the process groups in groups
+// (an external job's processes) and then to itself; its sockets stay
+// open and its listener accepts, and it stays so until something kills
+// it (or SIGCONTs it).
+func (n *Node) injectedFault(log *zap.Logger, step int64, freeze bool, groups []int) {
 	if !n.AllowFaults {
 		log.Warn("fault injection requested but not allowed on this node (--allow-fault-injection)", zap.Int64("step", step))
 		return
 	}
-	log.Warn("fault injection: SIGKILL", zap.Int64("step", step))
+	if !freeze {
+		log.Warn("fault injection: SIGKILL", zap.Int64("step", step))
+		_ = log.Sync()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		return
+	}
+	log.Warn("fault injection: SIGSTOP (the node hangs)", zap.Int64("step", step), zap.Ints("process_groups", groups))
 	_ = log.Sync()
-	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	for _, g := range groups {
+		_ = syscall.Kill(-g, syscall.SIGSTOP)
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 }

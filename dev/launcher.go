@@ -1,6 +1,8 @@
 package dev
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -50,7 +52,8 @@ func (p *Proc) Err() error { return p.err }
 // machine dies.
 func (p *Proc) Kill() error { return p.cmd.Process.Kill() }
 
-// Stop asks the process to exit (SIGTERM) and kills it after grace.
+// Stop asks the process to exit (SIGTERM, and SIGCONT so that a stopped
+// process gets it) and kills it after grace.
 func (p *Proc) Stop(grace time.Duration) error {
 	select {
 	case <-p.done:
@@ -60,6 +63,7 @@ func (p *Proc) Stop(grace time.Duration) error {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("stop %s: %w", p.Name, err)
 	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	select {
 	case <-p.done:
 		return nil
@@ -67,6 +71,30 @@ func (p *Proc) Stop(grace time.Duration) error {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		return fmt.Errorf("stop %s: killed after %s", p.Name, grace)
+	}
+}
+
+// StoppedAt polls the process's state every interval until it is stopped
+// (SIGSTOP: state T or t in /proc/<pid>/stat), it exits or ctx ends, and
+// returns when it first saw it stopped (zero if it did not).
+func (p *Proc) StoppedAt(ctx context.Context, every time.Duration) time.Time {
+	path := fmt.Sprintf("/proc/%d/stat", p.Pid())
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			// pid (comm) state …
+			if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+				return time.Now()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}
+		case <-p.done:
+			return time.Time{}
+		case <-t.C:
+		}
 	}
 }
 
@@ -123,6 +151,18 @@ func (l *Launcher) Start(name string, args ...string) (*Proc, error) {
 	l.procs = append(l.procs, p)
 	l.mu.Unlock()
 	return p, nil
+}
+
+// Proc is the last child started as name (nil if none).
+func (l *Launcher) Proc(name string) *Proc {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.procs) - 1; i >= 0; i-- {
+		if l.procs[i].Name == name {
+			return l.procs[i]
+		}
+	}
+	return nil
 }
 
 // StopAll stops every child still running.

@@ -88,6 +88,8 @@ type recoveryBenchOptions struct {
 	ckptEvery       int64
 	seed            uint64
 	killAt          string // random or chunk-end
+	fault           string // spec.FaultKill or spec.FaultFreeze
+	hbTimeout       time.Duration
 	output, dataDir string
 }
 
@@ -113,13 +115,17 @@ type RecoveryBench struct {
 	MedianLostSteps float64         `json:"median_lost_steps"`
 	CheckpointEvery int64           `json:"checkpoint_every"`
 	AllIdentical    bool            `json:"all_identical"`
+	// Fault is how the victims failed: kill or freeze.
+	Fault string `json:"fault"`
+	// HeartbeatTimeout finds a frozen node (seconds).
+	HeartbeatTimeout float64 `json:"heartbeat_timeout_s"`
 }
 
 func newBenchRecoveryCmd(e *env) *cobra.Command {
 	o := recoveryBenchOptions{}
 	cmd := &cobra.Command{
 		Use:   "recovery",
-		Short: "SIGKILL a node at a random step, several times; median detect/replace/resume times",
+		Short: "SIGKILL (or SIGSTOP) a node at a random step, several times; median detect/replace/resume times",
 		Long: `Runs a fault-free reference run, then --kills runs that each SIGKILL one node
 worker at a random step (seeded). Each trial has its own spare and cluster
 registry. For each: seconds from the kill until the workflow acts (detect),
@@ -127,9 +133,12 @@ until the new membership stands (replace), until the first step after the
 recovery completes (resume); steps lost; and whether the final weights equal
 the reference run's bit for bit. With --kill-at chunk-end every kill comes
 right after a chunk's last step, before the node reports the chunk (its
-peers finish it and name nobody: the run asks a finished node about it).`,
+peers finish it and name nobody: the run asks a finished node about it).
+With --fault freeze the victim SIGSTOPs itself instead (it hangs, its
+connections open): found by its heartbeat timeout.`,
 		Example: `  cann-train bench recovery --kills 5
   cann-train bench recovery --kills 5 --kill-at chunk-end
+  cann-train bench recovery --kills 5 --fault freeze --heartbeat-timeout 2s
   cann-train bench recovery --kills 3 --steps 600 --checkpoint-every 50 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -138,6 +147,12 @@ peers finish it and name nobody: the run asks a finished node about it).`,
 			}
 			if o.kills < 1 || o.nodes < 2 || o.ckptEvery < 1 || o.steps < 3*o.ckptEvery {
 				return fmt.Errorf("need --kills ≥ 1, --nodes ≥ 2 and --steps ≥ 3 × --checkpoint-every")
+			}
+			if o.fault != spec.FaultKill && o.fault != spec.FaultFreeze {
+				return fmt.Errorf("--fault %q: want kill or freeze", o.fault)
+			}
+			if o.hbTimeout < time.Second {
+				return fmt.Errorf("--heartbeat-timeout %v: at least 1s", o.hbTimeout)
 			}
 			if o.killAt != "random" && o.killAt != "chunk-end" {
 				return fmt.Errorf("--kill-at %q: want random or chunk-end", o.killAt)
@@ -160,13 +175,15 @@ peers finish it and name nobody: the run asks a finished node about it).`,
 	f.Int64Var(&o.ckptEvery, "checkpoint-every", 50, "checkpoint interval in steps")
 	f.Uint64Var(&o.seed, "seed", 1, "seed for victims and kill steps")
 	f.StringVar(&o.killAt, "kill-at", "random", "random steps, or chunk-end: a chunk's last step, before the node reports it")
+	f.StringVar(&o.fault, "fault", spec.FaultKill, "kill (SIGKILL) or freeze (SIGSTOP: the node hangs)")
+	f.DurationVar(&o.hbTimeout, "heartbeat-timeout", 5*time.Second, "the runs' heartbeat timeout (a frozen node is silent this long)")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-recovery"), "checkpoints and logs")
 	return cmd
 }
 
 func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (RecoveryBench, error) {
-	out := RecoveryBench{CheckpointEvery: o.ckptEvery, AllIdentical: true}
+	out := RecoveryBench{CheckpointEvery: o.ckptEvery, AllIdentical: true, Fault: o.fault, HeartbeatTimeout: o.hbTimeout.Seconds()}
 	lc, err := startLocal(ctx, e, localOptions{port: 0, uiPort: 0, dataDir: o.dataDir})
 	if err != nil {
 		return out, err
@@ -176,7 +193,8 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
 
 	// trial runs one run on its own registry and nodes; victim < 0: none.
-	trial := func(name string, victim int, killAt int64) (spec.RunStatus, *dev.Proc, error) {
+	// struck says when the fault struck the victim (zero: it did not).
+	trial := func(name string, victim int, killAt int64) (st spec.RunStatus, struck map[string]injected, err error) {
 		cluster := "cluster-" + name
 		var victimProc *dev.Proc
 		var procs []*dev.Proc
@@ -196,21 +214,41 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 			}
 		}
 		s := spec.RunSpec{Name: name, Nodes: o.nodes, Steps: o.steps, ChunkSteps: o.chunk,
-			CheckpointEvery: o.ckptEvery, HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
+			CheckpointEvery: o.ckptEvery, HeartbeatTimeout: spec.Duration(o.hbTimeout)}.WithDefaults()
 		if err := awaitNodes(ctx, lc.client, cluster, o.nodes+1); err != nil {
 			return spec.RunStatus{}, nil, err
 		}
 		var faults []spec.InjectFault
+		var stopped chan time.Time
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
 		if victimProc != nil {
-			faults = append(faults, spec.InjectFault{NodeID: victimProc.Name, AtStep: killAt})
+			faults = append(faults, spec.InjectFault{NodeID: victimProc.Name, AtStep: killAt, Kind: o.fault})
+			if o.fault == spec.FaultFreeze {
+				stopped = make(chan time.Time, 1)
+				go func() { stopped <- victimProc.StoppedAt(wctx, 2*time.Millisecond) }()
+			}
 		}
 		id, err := startRunWith(ctx, lc.client, s, cluster, faults...)
 		if err != nil {
 			return spec.RunStatus{}, nil, err
 		}
-		var st spec.RunStatus
 		err = lc.client.GetWorkflow(ctx, id, "").Get(ctx, &st)
-		return st, victimProc, err
+		stopWatch()
+		switch {
+		case victimProc == nil:
+		case stopped != nil:
+			if at := <-stopped; !at.IsZero() {
+				struck = map[string]injected{victimProc.Name: {at, spec.FaultFreeze}}
+			}
+		default:
+			select {
+			case <-victimProc.Done():
+				struck = map[string]injected{victimProc.Name: {victimProc.ExitedAt(), spec.FaultKill}}
+			default:
+			}
+		}
+		return st, struck, err
 	}
 
 	ref, _, err := trial("ref-"+stamp, -1, 0)
@@ -226,7 +264,7 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 			killAt = ends[rng.IntN(len(ends))]
 		}
 		name := fmt.Sprintf("kill%d-%s", i, stamp)
-		st, vp, err := trial(name, victim, killAt)
+		st, struck, err := trial(name, victim, killAt)
 		t := RecoveryTrial{Trial: i, Victim: fmt.Sprintf("rank %d", victim), KillStep: killAt}
 		switch {
 		case err != nil:
@@ -234,23 +272,15 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 		case len(st.Recoveries) != 1:
 			t.Error = fmt.Sprintf("%d recoveries, want 1", len(st.Recoveries))
 		default:
-			var killed map[string]time.Time
-			select {
-			case <-vp.Done():
-				if failed := st.Recoveries[0].FailedNodes; len(failed) > 0 {
-					killed = map[string]time.Time{failed[0]: vp.ExitedAt()}
-				}
-			default:
-			}
-			r := summarizeRecovery(st.Recoveries[0], killed)
+			r := summarizeRecovery(st.Recoveries[0], struck)
 			t.Victim, t.Detect, t.Replace, t.Resume, t.LostSteps = r.FailedNode, r.DetectSeconds, r.ReplaceSeconds, r.ResumeSeconds, r.LostSteps
 			t.Identical = st.WeightsSHA256 == ref.WeightsSHA256
 		}
 		if !t.Identical {
 			out.AllIdentical = false
 		}
-		fmt.Fprintf(e.err, "trial %d: %s killed after step %d → detect %.2fs, resume %.2fs, %d steps lost, identical %v %s\n",
-			i, t.Victim, t.KillStep, t.Detect, t.Resume, t.LostSteps, t.Identical, t.Error)
+		fmt.Fprintf(e.err, "trial %d: %s (%s) after step %d → detect %.2fs, resume %.2fs, %d steps lost, identical %v %s\n",
+			i, t.Victim, o.fault, t.KillStep, t.Detect, t.Resume, t.LostSteps, t.Identical, t.Error)
 		out.Trials = append(out.Trials, t)
 	}
 	var d, r, s, l []float64
@@ -306,7 +336,12 @@ func printRecoveryBench(e *env, b RecoveryBench, output string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "checkpoint every %d steps; times from the SIGKILL\n", b.CheckpointEvery)
+	if b.Fault == spec.FaultFreeze {
+		fmt.Fprintf(e.out, "checkpoint every %d steps, heartbeat timeout %gs; times from the SIGSTOP (a frozen node's lost steps count from its last heartbeat, up to 0.8 × the timeout old)\n",
+			b.CheckpointEvery, b.HeartbeatTimeout)
+	} else {
+		fmt.Fprintf(e.out, "checkpoint every %d steps; times from the SIGKILL\n", b.CheckpointEvery)
+	}
 	if !b.AllIdentical {
 		return &exitError{fmt.Errorf("a recovered run did not end bit-identical to the reference")}
 	}

@@ -211,6 +211,39 @@ func TestExternalNodeKilledResumesOnSpare(t *testing.T) {
 	}
 }
 
+// TestExternalFrozenNodeResumesOnSpare: node-2 and its PyTorch processes
+// hang (SIGSTOP) at step 90. Nobody can tell from outside (its listener
+// accepts; its peers' gloo waits); its heartbeat timeout names it, the
+// world is stopped two seconds later rather than a heartbeat timeout more,
+// and it resumes on the spare from the last checkpoint.
+func TestExternalFrozenNodeResumesOnSpare(t *testing.T) {
+	torchOnPath(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	sum := quickstartJSON(ctx, t, dir, "-f", "../../examples/torch-ddp/job.yaml", "--name", "e2e-ddp-freeze",
+		"--steps", "160", "--spares", "1", "--inject", "freeze:node-2@90", "--heartbeat-timeout", "3s")
+	if sum.Status != spec.PhaseCompleted || sum.Steps != 160 || len(sum.Recoveries) != 1 {
+		t.Fatalf("status %s at step %d, recoveries %+v; want completed after one", sum.Status, sum.Steps, sum.Recoveries)
+	}
+	rec := sum.Recoveries[0]
+	if rec.FailedNode != "node-2" || rec.Replacement != "node-3" || rec.From != spec.FaultFreeze ||
+		!strings.Contains(rec.Reason, "stopped heartbeating") {
+		t.Errorf("recovery %+v: want the frozen node-2 replaced by the spare node-3", rec)
+	}
+	// Silent for at most the 3 s heartbeat timeout, then 2 s for the
+	// other node's processes (before: another heartbeat timeout on top).
+	if rec.DetectSeconds <= 0 || rec.DetectSeconds > 6 {
+		t.Errorf("recovery %+v: found %.2fs after the freeze, want within 6s", rec, rec.DetectSeconds)
+	}
+	if rec.ResumeStep < 50 || rec.ResumeStep > 90 || rec.ResumeStep%25 != 0 || rec.FailedAtStep < rec.ResumeStep {
+		t.Errorf("recovery %+v: want a resume from the last checkpoint before step 90 (50 or 75)", rec)
+	}
+	if left := processesWithEnv(dir); len(left) > 0 {
+		t.Errorf("processes of the run still alive: %v", left)
+	}
+}
+
 // processesWithEnv lists live processes whose environment mentions s (the
 // ranks' CANN_TRAIN_* paths name their data directory).
 func processesWithEnv(s string) []string {

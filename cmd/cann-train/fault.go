@@ -14,17 +14,33 @@ func newFaultCmd(e *env) *cobra.Command {
 		Use:   "fault",
 		Short: "Inject faults into a running run (testing and demos)",
 	}
+	cmd.AddCommand(newFaultKindCmd(e, spec.FaultKill, "SIGKILL a node worker when it completes a given step",
+		`Tells the run to have node ID SIGKILL its own process once it completes
+global step S (default: 20 steps after the run's current step), as a power
+cut would. The node worker must run with --allow-fault-injection. The run
+then detects the loss, replaces the node and resumes from its last
+checkpoint; see its recoveries with 'cann-train status RUN'.`,
+		"will SIGKILL itself"))
+	cmd.AddCommand(newFaultKindCmd(e, spec.FaultFreeze, "SIGSTOP a node worker when it completes a given step (it hangs)",
+		`Tells the run to have node ID SIGSTOP its own process (and an external
+job's processes) once it completes global step S (default: 20 steps after
+the run's current step): the node hangs as one stuck in a driver call does,
+its connections open and its listener accepting, until you SIGCONT or kill
+it. The node worker must run with --allow-fault-injection. The run finds it
+silent within its heartbeat timeout, replaces it and resumes.`,
+		"will SIGSTOP itself (and hang)"))
+	return cmd
+}
+
+// newFaultKindCmd is `fault kill` or `fault freeze`.
+func newFaultKindCmd(e *env, kind, short, long, does string) *cobra.Command {
 	var run, node string
 	var at int64
-	kill := &cobra.Command{
-		Use:   "kill --run RUN --node ID [--at-step S]",
-		Short: "SIGKILL a node worker when it completes a given step",
-		Long: `Tells the run to have node ID SIGKILL its own process once it completes
-global step S (default: 20 steps after the run's current step). The node
-worker must run with --allow-fault-injection. The run then detects the loss,
-replaces the node and resumes from its last checkpoint; see its recoveries
-with 'cann-train status RUN'.`,
-		Example: `  cann-train fault kill --run mnist-demo --node node-2 --at-step 250`,
+	c := &cobra.Command{
+		Use:     kind + " --run RUN --node ID [--at-step S]",
+		Short:   short,
+		Long:    long,
+		Example: fmt.Sprintf("  cann-train fault %s --run mnist-demo --node node-2 --at-step 250", kind),
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if run == "" || node == "" {
@@ -46,20 +62,20 @@ with 'cann-train status RUN'.`,
 					at = live.Step + 20
 				}
 				if st.TotalSteps > 0 && at >= st.TotalSteps {
-					return fmt.Errorf("run %s is at step %d of %d: too close to the end for a kill; give --at-step", id, at-20, st.TotalSteps)
+					return fmt.Errorf("run %s is at step %d of %d: too close to the end for a fault; give --at-step", id, at-20, st.TotalSteps)
 				}
 			}
-			if err := c.SignalWorkflow(cmd.Context(), id, "", spec.SignalInjectFault, spec.InjectFault{NodeID: node, AtStep: at}); err != nil {
+			f := spec.InjectFault{NodeID: node, AtStep: at, Kind: kind}
+			if err := c.SignalWorkflow(cmd.Context(), id, "", spec.SignalInjectFault, f); err != nil {
 				return fmt.Errorf("signal %s: %w", id, err)
 			}
-			fmt.Fprintf(e.out, "%s will SIGKILL itself after step %d of %s\n", node, at, id)
+			fmt.Fprintf(e.out, "%s %s after step %d of %s\n", node, does, at, id)
 			return nil
 		},
 	}
-	f := kill.Flags()
+	f := c.Flags()
 	f.StringVar(&run, "run", "", "run name or run/<name>")
 	f.StringVar(&node, "node", "", "node ID")
-	f.Int64Var(&at, "at-step", 0, "global step after which the node dies (default: current step + 20)")
-	cmd.AddCommand(kill)
-	return cmd
+	f.Int64Var(&at, "at-step", 0, "global step after which the fault strikes (default: current step + 20)")
+	return c
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,14 +41,15 @@ type quickstartOptions struct {
 	changed func(flag string) bool
 }
 
-// parseInjections reads --inject values "kill:<node-id>@<step>".
-func parseInjections(specs []string, nodes int, steps int64) (map[string]int64, error) {
-	out := map[string]int64{}
+// parseInjections reads --inject values "kill:<node-id>@<step>" and
+// "freeze:<node-id>@<step>".
+func parseInjections(specs []string, nodes int, steps int64) (map[string]spec.InjectFault, error) {
+	out := map[string]spec.InjectFault{}
 	for _, s := range specs {
 		kind, rest, ok := strings.Cut(s, ":")
 		node, stepStr, ok2 := strings.Cut(rest, "@")
-		if !ok || !ok2 || kind != "kill" {
-			return nil, fmt.Errorf("--inject %q: want kill:<node-id>@<step>, e.g. kill:node-2@130", s)
+		if !ok || !ok2 || (kind != spec.FaultKill && kind != spec.FaultFreeze) {
+			return nil, fmt.Errorf("--inject %q: want kill:<node-id>@<step> or freeze:<node-id>@<step>, e.g. kill:node-2@130", s)
 		}
 		step, err := strconv.ParseInt(stepStr, 10, 64)
 		if err != nil || step < 1 || step >= steps {
@@ -57,9 +60,9 @@ func parseInjections(specs []string, nodes int, steps int64) (map[string]int64, 
 			return nil, fmt.Errorf("--inject %q: no such node (quickstart names them node-1 … node-%d)", s, nodes)
 		}
 		if _, dup := out[node]; dup {
-			return nil, fmt.Errorf("--inject %q: %s is already killed once", s, node)
+			return nil, fmt.Errorf("--inject %q: %s already has a fault", s, node)
 		}
-		out[node] = step
+		out[node] = spec.InjectFault{NodeID: node, AtStep: step, Kind: kind}
 	}
 	return out, nil
 }
@@ -78,6 +81,7 @@ a summary with the Web UI link.`,
   cann-train quickstart --nodes 2 --ranks-per-node 2   # 4 ranks, two in each node worker
   cann-train quickstart --keep      # leave the server up to browse the Web UI
   cann-train quickstart --spares 1 --inject kill:node-2@250   # watch a node die and be replaced
+  cann-train quickstart --spares 1 --inject freeze:node-2@250 --heartbeat-timeout 3s   # … or hang
   cann-train quickstart -f examples/torch-ddp/job.yaml --spares 1 --inject kill:node-2@40 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -101,7 +105,7 @@ a summary with the Web UI link.`,
 	f.BoolVar(&o.keep, "keep", false, "keep the server and Web UI up after the run (Ctrl-C to stop)")
 	f.DurationVar(&o.hbTimeout, "heartbeat-timeout", 10*time.Second, "a node silent this long is presumed dead")
 	f.IntVar(&o.spares, "spares", 0, "extra node workers that replace failed ones")
-	f.StringArrayVar(&o.inject, "inject", nil, "fault injection, repeatable: kill:<node-id>@<step> SIGKILLs that node's process after the step")
+	f.StringArrayVar(&o.inject, "inject", nil, "fault injection, repeatable: kill:<node-id>@<step> SIGKILLs that node's process after the step, freeze:<node-id>@<step> SIGSTOPs it (it hangs until the quickstart ends)")
 	f.StringVarP(&o.file, "file", "f", "", "run this job file (built-in or external) instead of the MNIST demo; --nodes, --steps, --name … given too override it")
 	f.StringVar(&o.collective, "collective", "ring", "gradient allreduce: ring, hd, rd, tree, hier, or auto (chosen by the topology scan)")
 	f.BoolVar(&o.scan, "topology-scan", false, "measure every node pair when the run starts (implied by --collective auto)")
@@ -148,8 +152,18 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	fmt.Fprintf(e.err, "%d node workers registered (%d spare; logs in %s)\n", o.nodes+o.spares, o.spares, lc.launcher.LogDir)
 
 	var faults []spec.InjectFault
-	for node, step := range kills {
-		faults = append(faults, spec.InjectFault{NodeID: node, AtStep: step})
+	// A frozen node does not exit: watch for its stop (until the run ends).
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	frozen := map[string]chan time.Time{}
+	for _, node := range slices.Sorted(maps.Keys(kills)) {
+		f := kills[node]
+		faults = append(faults, f)
+		if f.Freeze() {
+			ch, p := make(chan time.Time, 1), procs[node]
+			frozen[node] = ch
+			go func() { ch <- p.StoppedAt(watchCtx, 2*time.Millisecond) }()
+		}
 	}
 	id, err := startRunWith(ctx, c, s, spec.DefaultClusterID, faults...)
 	if err != nil {
@@ -160,15 +174,22 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if err != nil && st.RunID == "" {
 		return err
 	}
-	killed := map[string]time.Time{}
-	for id := range kills {
+	stopWatch()
+	struck := map[string]injected{}
+	for id, f := range kills {
+		if ch, ok := frozen[id]; ok {
+			if at := <-ch; !at.IsZero() {
+				struck[id] = injected{at, spec.FaultFreeze}
+			}
+			continue
+		}
 		select {
 		case <-procs[id].Done():
-			killed[id] = procs[id].ExitedAt()
+			struck[id] = injected{procs[id].ExitedAt(), f.Kind}
 		default: // the run ended before that step reached the node
 		}
 	}
-	if perr := printSummary(e.out, st, summarize(st, srv.UIURL(), srv.Namespace(), killed), o.output); perr != nil {
+	if perr := printSummary(e.out, st, summarize(st, srv.UIURL(), srv.Namespace(), struck), o.output); perr != nil {
 		return perr
 	}
 	if err != nil {

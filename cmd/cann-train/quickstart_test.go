@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"strings"
@@ -11,22 +12,29 @@ import (
 	"time"
 
 	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/spec"
 )
 
 func TestParseInjections(t *testing.T) {
+	kill := func(node string, at int64) spec.InjectFault {
+		return spec.InjectFault{NodeID: node, AtStep: at, Kind: spec.FaultKill}
+	}
 	tests := []struct {
 		specs   []string
-		want    map[string]int64
+		want    map[string]spec.InjectFault
 		wantErr string
 	}{
-		{nil, map[string]int64{}, ""},
-		{[]string{"kill:node-2@130", "kill:node-4@10"}, map[string]int64{"node-2": 130, "node-4": 10}, ""},
+		{nil, map[string]spec.InjectFault{}, ""},
+		{[]string{"kill:node-2@130", "kill:node-4@10"}, map[string]spec.InjectFault{"node-2": kill("node-2", 130), "node-4": kill("node-4", 10)}, ""},
+		{[]string{"freeze:node-1@99", "kill:node-3@5"}, map[string]spec.InjectFault{
+			"node-1": {NodeID: "node-1", AtStep: 99, Kind: spec.FaultFreeze}, "node-3": kill("node-3", 5)}, ""},
 		{[]string{"kill:node-5@10"}, nil, "no such node"},
 		{[]string{"kill:node-2@0"}, nil, "step must be"},
 		{[]string{"kill:node-2@600"}, nil, "step must be"},
 		{[]string{"stop:node-2@10"}, nil, "want kill:"},
 		{[]string{"kill:node-2"}, nil, "want kill:"},
-		{[]string{"kill:node-2@5", "kill:node-2@6"}, nil, "already killed"},
+		{[]string{"kill:node-2@5", "kill:node-2@6"}, nil, "already has a fault"},
+		{[]string{"freeze:node-2@5", "kill:node-2@6"}, nil, "already has a fault"},
 	}
 	for _, tc := range tests {
 		got, err := parseInjections(tc.specs, 4, 600)
@@ -36,14 +44,8 @@ func TestParseInjections(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || len(got) != len(tc.want) {
-			t.Errorf("%v: got %v, %v", tc.specs, got, err)
-			continue
-		}
-		for k, v := range tc.want {
-			if got[k] != v {
-				t.Errorf("%v: %s = %d, want %d", tc.specs, k, got[k], v)
-			}
+		if err != nil || !maps.Equal(got, tc.want) {
+			t.Errorf("%v: got %v, %v; want %v", tc.specs, got, err, tc.want)
 		}
 	}
 }

@@ -443,8 +443,9 @@ type Summary struct {
 }
 
 // RecoverySummary is one node replacement as users read it. Times are
-// measured from the kill when the CLI did the killing (quickstart
-// --inject), else from the first surviving peer noticing the loss.
+// measured from the fault when the CLI injected it (quickstart --inject:
+// the kill, or the freeze), else from the first surviving peer noticing
+// the loss.
 type RecoverySummary struct {
 	Generation   int64    `json:"generation"`
 	FailedNode   string   `json:"failed_node"`
@@ -456,19 +457,27 @@ type RecoverySummary struct {
 	LostSteps    int64    `json:"lost_steps"`
 	// ResumeLoss is the first loss after the recovery (0: unknown).
 	ResumeLoss float32 `json:"resume_loss,omitempty"`
-	// DetectSeconds: kill → the workflow acts on the failure.
+	// DetectSeconds: fault → the workflow acts on the failure.
 	DetectSeconds float64 `json:"detect_s"`
 	// ReplaceSeconds: the workflow acts → new membership.
 	ReplaceSeconds float64 `json:"replace_s"`
-	// ResumeSeconds: kill → first completed step after the recovery.
+	// ResumeSeconds: fault → first completed step after the recovery.
 	ResumeSeconds float64 `json:"resume_s"`
-	// From says what the times count from: "kill" or "peer_notice".
+	// From says what the times count from: "kill", "freeze" or
+	// "peer_notice".
 	From string `json:"from"`
 	// Shrunk: no spare was free; the run went on with fewer nodes.
 	Shrunk bool `json:"shrunk,omitempty"`
 }
 
-func summarizeRecovery(r spec.Recovery, killed map[string]time.Time) RecoverySummary {
+// injected is a fault the CLI injected: when it struck the node and its
+// kind (spec.FaultKill or spec.FaultFreeze).
+type injected struct {
+	at   time.Time
+	kind string
+}
+
+func summarizeRecovery(r spec.Recovery, faults map[string]injected) RecoverySummary {
 	out := RecoverySummary{
 		Generation: r.Generation, FailedNodes: r.FailedNodes, Reason: r.Reason,
 		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps, ResumeLoss: r.ResumeLoss,
@@ -481,8 +490,8 @@ func summarizeRecovery(r spec.Recovery, killed map[string]time.Time) RecoverySum
 		out.Replacement = r.Replacement[0]
 	}
 	t0 := r.NoticedAt
-	if k, ok := killed[out.FailedNode]; ok {
-		t0, out.From = k, "kill"
+	if f, ok := faults[out.FailedNode]; ok {
+		t0, out.From = f.at, f.kind
 	}
 	if !t0.IsZero() {
 		out.DetectSeconds = r.SeenAt.Sub(t0).Seconds()
@@ -535,7 +544,7 @@ type CheckpointsInfo struct {
 	LastURL string `json:"last_url"`
 }
 
-func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]time.Time) Summary {
+func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]injected) Summary {
 	s := Summary{
 		WorkflowID: st.RunID, Status: st.Phase, Model: st.Model, Nodes: st.Nodes, Steps: st.Step,
 		InitialLoss: st.InitialLoss, FinalLoss: st.Loss, EvalMetricName: st.EvalMetric, EvalMetric: st.EvalValue,
@@ -549,7 +558,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, killed map[string]ti
 		Energy: energySummary(st.Segments),
 	}
 	for _, r := range st.Recoveries {
-		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, killed))
+		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, faults))
 	}
 	if st.LastCkpt != nil {
 		s.Checkpoints.LastURL = checkpointURL(*st.LastCkpt)
