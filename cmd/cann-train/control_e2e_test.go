@@ -32,17 +32,7 @@ func TestPauseResumeRealRun(t *testing.T) {
 	s := spec.RunSpec{Name: "pause-me", Nodes: 2, MinNodes: 1, Steps: 2000, ChunkSteps: 100,
 		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
-	cli := func(args ...string) string {
-		t.Helper()
-		var out, errb bytes.Buffer
-		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		root.SetArgs(append(args, "--address", addr))
-		if err := root.ExecuteContext(ctx); err != nil {
-			dumpLogs(t, l.LogDir)
-			t.Fatalf("cann-train %v: %v\n%s", args, err, errb.String())
-		}
-		return out.String()
-	}
+	cli := cliAt(ctx, t, addr, l.LogDir)
 	status := func() Summary {
 		t.Helper()
 		var sum Summary
@@ -413,4 +403,21 @@ func TestCancelRealRun(t *testing.T) {
 		t.Errorf("after the run that followed the terminated one: %v, want all free", st)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_sweep.json")
+}
+
+// cliAt runs `cann-train args… --address addr` in this process and
+// returns its standard output; an error fails the test, with the node
+// logs in logDir.
+func cliAt(ctx context.Context, t *testing.T, addr, logDir string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append(args, "--address", addr))
+		if err := root.ExecuteContext(ctx); err != nil {
+			dumpLogs(t, logDir)
+			t.Fatalf("cann-train %v: %v\n%s", args, err, errb.String())
+		}
+		return out.String()
+	}
 }

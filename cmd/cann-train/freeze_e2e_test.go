@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -30,17 +29,7 @@ func TestFrozenNodeIsReplaced(t *testing.T) {
 	// for a loaded machine (the chunk's own start, the server's timer).
 	bound := hb + 2*time.Second
 	base := spec.RunSpec{Nodes: 3, Steps: 400, ChunkSteps: 50, CheckpointEvery: 50, HeartbeatTimeout: spec.Duration(hb)}.WithDefaults()
-	cli := func(args ...string) string {
-		t.Helper()
-		var out, errb bytes.Buffer
-		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		root.SetArgs(append(args, "--address", addr))
-		if err := root.ExecuteContext(ctx); err != nil {
-			dumpLogs(t, l.LogDir)
-			t.Fatalf("cann-train %v: %v\n%s", args, err, errb.String())
-		}
-		return out.String()
-	}
+	cli := cliAt(ctx, t, addr, l.LogDir)
 	start := func(name string) client.WorkflowRun {
 		s := base
 		s.Name = name
