@@ -61,3 +61,47 @@ func TestStrategyAutoRealRun(t *testing.T) {
 	t.Logf("scaling efficiency %.2f", st.ScalingEfficiency)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_strategy_scaling.json") // trainingrun_strategy.json: before compute-probe
 }
+
+// TestTopologyScanLosesADeadNodeRealRun: node-2's worker dies after it
+// registered, before the run. The topology scan's probes to it are
+// refused and the scan ends at once — node-2's own probe, which nobody
+// takes, is cancelled rather than waited for (30 s to start, a minute to
+// finish) — and the first chunk names node-2 and gives its rank to the
+// spare.
+func TestTopologyScanLosesADeadNodeRealRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, l, _ := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3", "node-4")
+	dead := l.Proc("node-2")
+	if err := dead.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-dead.Done()
+	s := spec.RunSpec{Name: "scan-dead-node", Nodes: 3, Steps: 200, ChunkSteps: 100, Collective: "auto", TopologyScan: true,
+		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatal(err)
+	}
+	t.Logf("recoveries %+v", st.Recoveries)
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 1 {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("status %s at step %d, %d recoveries; want completed after one", st.Phase, st.Step, len(st.Recoveries))
+	}
+	rec := st.Recoveries[0]
+	if len(rec.FailedNodes) != 1 || rec.FailedNodes[0] != "node-2" || len(rec.Replacement) != 1 || rec.Replacement[0] != "node-4" {
+		t.Errorf("recovery %+v: want node-2 replaced by the spare node-4", rec)
+	}
+	// From the run's start: the scan and the first chunk's dial, well
+	// under the probe's 30 s schedule-to-start timeout.
+	desc, err := c.DescribeWorkflowExecution(ctx, run.GetID(), run.GetRunID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := rec.SeenAt.Sub(desc.GetWorkflowExecutionInfo().GetStartTime().AsTime()); d > 15*time.Second {
+		t.Errorf("node-2 found %v after the run started; want the scan to end when its probes are refused", d)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_scan_lost.json")
+}
