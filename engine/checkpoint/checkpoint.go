@@ -118,7 +118,12 @@ type Store struct {
 
 // Open opens the bucket at bucketURL (any scheme registered with
 // gocloud.dev/blob; mem:// and file:// are linked in). For file:// URLs the
-// directory is created if missing. mem:// gives a fresh, private bucket.
+// directory is created if missing, and objects are written through
+// temporary files next to them rather than in os.TempDir (renamed into
+// place: a bucket on another filesystem than /tmp — a mounted volume, an
+// NFS share — would fail every write with "invalid cross-device link");
+// the URL's own create_dir and no_tmp_dir win. mem:// gives a fresh,
+// private bucket.
 func Open(ctx context.Context, bucketURL string) (*Store, error) {
 	return OpenWithOptions(ctx, bucketURL, Options{})
 }
@@ -135,10 +140,12 @@ func OpenWithOptions(ctx context.Context, bucketURL string, o Options) (*Store, 
 	}
 	if u.Scheme == "file" {
 		q := u.Query()
-		if q.Get("create_dir") == "" {
-			q.Set("create_dir", "true")
-			u.RawQuery = q.Encode()
+		for _, opt := range []string{"create_dir", "no_tmp_dir"} {
+			if !q.Has(opt) {
+				q.Set(opt, "true")
+			}
 		}
+		u.RawQuery = q.Encode()
 	}
 	b, err := blob.OpenBucket(ctx, u.String())
 	if err != nil {

@@ -463,6 +463,35 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// TestOpenWritesBesideTheObjects: a file:// bucket writes its temporary
+// files next to the objects, so a bucket on another filesystem than the
+// temporary directory works (renames across filesystems fail). Here the
+// temporary directory does not exist at all; asking for os.TempDir
+// (no_tmp_dir empty) fails the save.
+func TestOpenWritesBesideTheObjects(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", filepath.Join(dir, "no-such-tmp"))
+	url := "file://" + filepath.ToSlash(filepath.Join(dir, "bucket"))
+	s, err := Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := mustSave(t, s, "r", 1)
+	if got, err := s.Load(ctx, ref); err != nil || !bytes.Equal(got, payload(1)) {
+		t.Fatalf("Load: %v", err)
+	}
+	must(t, s.Close())
+	viaTmp, err := Open(ctx, url+"?no_tmp_dir=")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaTmp.Close()
+	if _, err := viaTmp.Save(ctx, "r", 2, payload(2)); err == nil {
+		t.Fatal("a save through a missing os.TempDir succeeded: the test does not test the option")
+	}
+}
+
 func TestRefJSON(t *testing.T) {
 	ref := Ref{Run: "r", Step: 3, Key: "k", SHA256: "ab", Bytes: 9}
 	raw, err := json.Marshal(ref)
