@@ -313,13 +313,13 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	}
 	if p.global == 0 {
 		// An earlier chunk's checkpoint has had this whole chunk to upload.
-		res.EarlierCheckpoint = n.finishPending(ctx, in, log)
+		res.EarlierCheckpoint, res.CheckpointFailed = n.finishPending(ctx, in, log)
 	}
 	if p.global == 0 && in.Checkpoint && in.AsyncCheckpoint {
 		pend, err := n.saveAsync(in, snapshot(tr, commState))
 		if err != nil {
 			n.forget()
-			return nil, err
+			return nil, storageError(ctx, err)
 		}
 		res.PendingCheckpoint = pend
 		log.Info("checkpoint uploading", zap.Int64("step", pend.Step))
@@ -327,7 +327,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		ref, err := n.save(ctx, in, snapshot(tr, commState))
 		if err != nil {
 			n.forget()
-			return nil, err
+			return nil, storageError(ctx, err)
 		}
 		res.Checkpoint = ref
 		log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key))
@@ -671,23 +671,24 @@ func (n *Node) saveAsync(in spec.ChunkInput, st *engine.State) (*spec.Checkpoint
 const asyncSaveTimeout = 30 * time.Minute
 
 // finishPending waits for the checkpoint an earlier chunk left uploading
-// and returns it if it is this run's and committed; a failed upload is
-// logged (the run keeps its older checkpoints).
-func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.Logger) *spec.CheckpointRef {
+// and returns it if it is this run's and committed; a failed upload of
+// this run's is logged and returned as a CheckpointFailure (the run keeps
+// its older checkpoints).
+func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.Logger) (*spec.CheckpointRef, *spec.CheckpointFailure) {
 	n.mu.Lock()
 	p := n.pending
 	n.pending = nil
 	n.mu.Unlock()
 	if p == nil {
-		return nil
+		return nil, nil
 	}
 	ref, err := p.save.Wait(ctx)
+	if p.run != in.Spec.Name {
+		return nil, nil
+	}
 	if err != nil {
 		log.Warn("background checkpoint upload failed", zap.Int64("step", p.step), zap.Error(err))
-		return nil
-	}
-	if p.run != in.Spec.Name {
-		return nil
+		return nil, &spec.CheckpointFailure{Step: p.step, Error: err.Error()}
 	}
 	if store, err := n.store(ctx, p.url); err == nil {
 		if _, err := store.Retain(ctx, p.run, keepCheckpoints, 0); err != nil {
@@ -696,7 +697,7 @@ func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.L
 	}
 	log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key), zap.Duration("upload", p.save.Stats().Duration))
 	out := fromRef(p.url, ref)
-	return &out
+	return &out, nil
 }
 
 func toRef(r spec.CheckpointRef) checkpoint.Ref {
@@ -705,6 +706,16 @@ func toRef(r spec.CheckpointRef) checkpoint.Ref {
 
 func fromRef(url string, r checkpoint.Ref) spec.CheckpointRef {
 	return spec.CheckpointRef{URL: url, Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes}
+}
+
+// storageError types a checkpoint that could not be stored
+// (ErrTypeCheckpointStorage: the workflow gives up when the storage keeps
+// failing); a cancelled chunk's error stays as it is.
+func storageError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointStorage, err)
 }
 
 // peerError maps a collective failure to PeerFailed with the lost rank's

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -371,6 +373,50 @@ func TestTrainChunkAsyncCheckpoint(t *testing.T) {
 	}
 	if cold[0].WeightsSHA256 != res2[0].WeightsSHA256 {
 		t.Errorf("restored from the async checkpoint: %s, uninterrupted %s", cold[0].WeightsSHA256, res2[0].WeightsSHA256)
+	}
+}
+
+// TestTrainChunkCheckpointStorageFails: once the bucket refuses writes,
+// a background upload's failure is reported by rank 0's next chunk
+// (CheckpointFailed, naming its step) and a synchronous save fails the
+// chunk with ErrTypeCheckpointStorage, not as a lost peer.
+func TestTrainChunkCheckpointStorageFails(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bucket")
+	url := "file://" + dir
+	nodes, m := newNodes(t, 2, url)
+	s := spec.RunSpec{Name: "full", Nodes: 2, Steps: 120, ChunkSteps: 30}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/full", Spec: s, Membership: m, Session: "run/full/g1/e1", Token: "secret",
+		From: 0, To: 30, Checkpoint: true}
+	res, errs := runChunk(t, nodes, in)
+	if errs[0] != nil || errs[1] != nil || res[0].Checkpoint == nil {
+		t.Fatalf("first chunk: %v %v", errs, res[0])
+	}
+	// The bucket's directory becomes a file: every write fails.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	chunk := func(e, from, to int64, ckpt, async bool) ([]*spec.ChunkResult, []error) {
+		c := in
+		c.Session, c.From, c.To, c.Checkpoint, c.AsyncCheckpoint = fmt.Sprintf("run/full/g1/e%d", e), from, to, ckpt, async
+		return runChunk(t, nodes, c)
+	}
+	if _, errs := chunk(2, 30, 60, true, true); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("the chunk that starts the upload: %v", errs)
+	}
+	res, errs = chunk(3, 60, 90, false, false)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("the chunk after it: %v", errs)
+	}
+	if f := res[0].CheckpointFailed; f == nil || f.Step != 60 || f.Error == "" || res[0].EarlierCheckpoint != nil || res[1].CheckpointFailed != nil {
+		t.Fatalf("rank 0 reports %+v (earlier %+v); want the upload at 60 failed", f, res[0].EarlierCheckpoint)
+	}
+	_, errs = chunk(4, 90, 120, true, false)
+	var ae *temporal.ApplicationError
+	if !errors.As(errs[0], &ae) || ae.Type() != spec.ErrTypeCheckpointStorage {
+		t.Fatalf("a synchronous save into a broken bucket: %v; want %s", errs[0], spec.ErrTypeCheckpointStorage)
 	}
 }
 

@@ -100,6 +100,10 @@ const (
 	ErrTypeCorruptCheckpoint = "CorruptCheckpoint"
 	// ErrTypeNotEnoughNodes: the Cluster could not fill the request in time.
 	ErrTypeNotEnoughNodes = "NotEnoughNodes"
+	// ErrTypeCheckpointStorage: rank 0 trained the chunk but could not
+	// store its checkpoint (the bucket refused the write: full,
+	// unreachable, not allowed).
+	ErrTypeCheckpointStorage = "CheckpointStorage"
 )
 
 // Search attributes the workflows upsert; registered when the dev server
@@ -301,6 +305,12 @@ const (
 	FaultFreeze = "freeze"
 )
 
+// CheckpointFailure is a checkpoint that could not be stored.
+type CheckpointFailure struct {
+	Step  int64  `json:"step"`
+	Error string `json:"error"`
+}
+
 // InjectFault is the SignalInjectFault payload.
 type InjectFault struct {
 	NodeID string `json:"node_id"`
@@ -349,6 +359,9 @@ type ChunkResult struct {
 	// chunk's pending checkpoint, now committed.
 	PendingCheckpoint *CheckpointRef `json:"pending_checkpoint,omitempty"`
 	EarlierCheckpoint *CheckpointRef `json:"earlier_checkpoint,omitempty"`
+	// CheckpointFailed is an earlier chunk's pending checkpoint whose
+	// upload failed (the run keeps its older ones).
+	CheckpointFailed *CheckpointFailure `json:"checkpoint_failed,omitempty"`
 	// EvalMetric names EvalValue, e.g. "test_accuracy"; empty when the
 	// chunk did not evaluate.
 	EvalMetric    string    `json:"eval_metric,omitempty"`
@@ -463,7 +476,11 @@ type RunStatus struct {
 	Chunks            int            `json:"chunks"`
 	Checkpoints       int            `json:"checkpoint_count"`
 	LastCkpt          *CheckpointRef `json:"last_checkpoint,omitempty"`
-	Recoveries        []Recovery     `json:"recoveries"`
+	// CheckpointFailed is the last checkpoint whose upload failed since the
+	// last one committed (nil once a later one commits): the storage's
+	// trouble, seen while the run goes on.
+	CheckpointFailed *CheckpointFailure `json:"checkpoint_failed,omitempty"`
+	Recoveries       []Recovery         `json:"recoveries"`
 	// Rollovers counts an external job's launches stopped after a
 	// checkpoint so that the run could continue as new (its history had
 	// grown long), each relaunched from that checkpoint.

@@ -373,6 +373,9 @@ func (r *run) publish(ctx workflow.Context) {
 	if s.Detail != "" {
 		details += "\n\n" + s.Detail
 	}
+	if f := s.CheckpointFailed; f != nil {
+		details += fmt.Sprintf("\n\n**the checkpoint at step %d could not be stored** (none since): %s", f.Step, f.Error)
+	}
 	if g := s.Green; g != nil {
 		details += fmt.Sprintf("\n\ncarbon %.0f g (%.0f g/kWh, %.3f kWh)", g.Grams, g.GPerKWh, g.KWh)
 		if g.BudgetG > 0 {

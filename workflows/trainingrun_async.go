@@ -35,10 +35,19 @@ func (r *run) commitCheckpoint(ref spec.CheckpointRef) {
 		return
 	}
 	s.LastCkpt = &ref
+	r.storedPast(ref.Step)
 	s.Checkpoints++
 	r.st.Checkpoints = append(r.st.Checkpoints, ref)
 	if len(r.st.Checkpoints) > keepCheckpointRefs {
 		r.st.Checkpoints = r.st.Checkpoints[len(r.st.Checkpoints)-keepCheckpointRefs:]
+	}
+}
+
+// storedPast clears the status's failed checkpoint once a later one
+// committed at step: the storage works again.
+func (r *run) storedPast(step int64) {
+	if f := r.st.Status.CheckpointFailed; f != nil && step > f.Step {
+		r.st.Status.CheckpointFailed = nil
 	}
 }
 

@@ -103,6 +103,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		// Repeats the line above for new histories and adds the reason;
 		// that line stays for histories recorded between the two versions.
 		r.preferCause(ctx, fail)
+		r.storageTrouble(ctx, fail, errs, to)
 		switch {
 		case len(gone) > 0:
 			r.salvage(ctx, results, errs, false)
@@ -555,6 +556,40 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 	return f
 }
 
+// storageTrouble handles a chunk whose checkpoint could not be stored
+// (rank 0's ErrTypeCheckpointStorage): the first time since a checkpoint
+// was stored it is noted in the status and the chunk is retried like any
+// failure (the storage may have hiccuped); when one had already failed —
+// in the background, or such a chunk before — the run gives up instead of
+// rewinding and retraining for a bucket that keeps refusing (full, gone,
+// not allowed). Its stored checkpoints stay; the status says which failed.
+func (r *run) storageTrouble(ctx workflow.Context, f *chunkFailure, errs []error, to int64) {
+	var msg string
+	for _, err := range errs {
+		var ae *temporal.ApplicationError
+		if errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointStorage {
+			msg = ae.Message()
+			break
+		}
+	}
+	if msg == "" {
+		return
+	}
+	s := &r.st.Status
+	if earlier := s.CheckpointFailed; earlier != nil &&
+		workflow.GetVersion(ctx, versionStorageGivesUp, workflow.DefaultVersion, 1) >= 1 {
+		f.retryable = false
+		f.reason = fmt.Sprintf("checkpoint storage keeps failing: the checkpoint at step %d could not be stored, nor now the one at %d "+
+			"(the run's stored checkpoints are kept; fix the bucket and start again from them): %s", earlier.Step, to, msg)
+	}
+	s.CheckpointFailed = &spec.CheckpointFailure{Step: to, Error: msg}
+}
+
+// versionStorageGivesUp: a chunk whose checkpoint could not be stored,
+// after an earlier one could not either, fails the run (before: retried
+// like any failure, up to max_restarts). Asked only then.
+const versionStorageGivesUp = "storage-gives-up"
+
 // timeoutReason says why the timed-out nodes are presumed dead: silent
 // while they trained, or their task never taken (nobody polled their
 // queue: the worker is gone, or hangs).
@@ -632,6 +667,10 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	if s.Step == 0 {
 		s.InitialLoss = lead.FirstLoss
 	}
+	if f := lead.CheckpointFailed; f != nil {
+		s.CheckpointFailed = f
+		workflow.GetLogger(ctx).Warn("a checkpoint's upload failed; the run keeps its older ones", "step", f.Step, "error", f.Error)
+	}
 	r.st.TrainSeconds += secs
 	r.st.StepsTrained += lead.To - lead.From
 	s.Step = lead.To
@@ -667,6 +706,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	if lead.Checkpoint != nil {
 		r.st.ForceCheckpoint = false
 		s.LastCkpt = lead.Checkpoint
+		r.storedPast(lead.Checkpoint.Step)
 		s.Checkpoints++
 		r.st.Checkpoints = append(r.st.Checkpoints, *lead.Checkpoint)
 		if len(r.st.Checkpoints) > keepCheckpointRefs {
@@ -756,15 +796,17 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		resume = r.st.Status.LastCkpt.Step
 	}
 	now := workflow.Now(ctx)
+	// The failure came in the chunk and after the checkpoint resumed from
+	// (a silent node's last heartbeat may say less, an error that names no
+	// step nothing).
+	failedAt := max(f.atStep, f.from, resume)
 	rec := spec.Recovery{
-		Generation:  r.st.Membership.Generation,
-		FailedNodes: slices.Concat(f.failed, f.lostState),
-		Replacement: replacement,
-		Reason:      f.reason,
-		AtStep:      f.from,
-		// The failure came after the checkpoint resumed from (a silent
-		// node's last heartbeat may say less).
-		FailedAtStep:   max(f.atStep, resume),
+		Generation:     r.st.Membership.Generation,
+		FailedNodes:    slices.Concat(f.failed, f.lostState),
+		Replacement:    replacement,
+		Reason:         f.reason,
+		AtStep:         f.from,
+		FailedAtStep:   failedAt,
 		ResumeStep:     resume,
 		NoticedAt:      f.noticed,
 		SeenAt:         f.seen,
@@ -777,9 +819,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		workflow.GetLogger(ctx).Warn("no spare node free; training on with fewer nodes",
 			"nodes", len(r.st.Membership.Nodes), "before", len(before), "min_nodes", r.spec.MinNodes)
 	}
-	if f.atStep > resume {
-		rec.LostSteps = f.atStep - resume
-	}
+	rec.LostSteps = failedAt - resume
 	r.st.Status.Recoveries = append(r.st.Status.Recoveries, rec)
 	r.st.Status.Step = resume
 	r.st.LastChunkEnd = time.Time{}

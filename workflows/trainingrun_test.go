@@ -95,6 +95,8 @@ type fakeChunks struct {
 	mu     sync.Mutex
 	inputs []spec.ChunkInput
 	fail   func(in spec.ChunkInput) error
+	// edit, when set, amends each successful result.
+	edit func(in spec.ChunkInput, res *spec.ChunkResult)
 	// onStart runs first in every chunk (tests signal the run from it:
 	// the signal reaches the workflow while the chunk runs).
 	onStart func(in spec.ChunkInput)
@@ -159,6 +161,9 @@ func (f *fakeChunks) train(_ context.Context, in spec.ChunkInput) (*spec.ChunkRe
 	}
 	if in.Rank == 0 && in.Evaluate {
 		res.EvalMetric, res.EvalValue = "test_accuracy", 0.97
+	}
+	if f.edit != nil {
+		f.edit(in, res)
 	}
 	return res, nil
 }
@@ -805,5 +810,78 @@ func TestTimeoutReason(t *testing.T) {
 		if got := timeoutReason(tc.timedOut, tc.untaken); got != tc.want {
 			t.Errorf("timeoutReason(%v, %v) = %q, want %q", tc.timedOut, tc.untaken, got, tc.want)
 		}
+	}
+}
+
+// TestTrainingRunCheckpointStorage: a chunk whose checkpoint could not be
+// stored is retried once the storage may have hiccuped; when a checkpoint
+// had already failed since the last stored one — in the background, or a
+// chunk before — the run fails at once, naming both, instead of
+// rewinding and retraining up to max_restarts times.
+func TestTrainingRunCheckpointStorage(t *testing.T) {
+	full := func(step int64) error {
+		return temporal.NewApplicationError(fmt.Sprintf("save checkpoint at %d: no space left on device", step), spec.ErrTypeCheckpointStorage)
+	}
+	for _, tc := range []struct {
+		name       string
+		fail       func(in spec.ChunkInput) error
+		background bool // the upload of the checkpoint at 100 failed, reported by the chunk from 100
+		recoveries int
+		gaveUp     int64 // the step of the checkpoint it gave up on (0: it did not)
+	}{
+		{"a hiccup", func(in spec.ChunkInput) error {
+			if in.Rank == 0 && in.From == 100 && in.Membership.Generation == 1 {
+				return full(in.To)
+			}
+			return nil
+		}, false, 1, 0},
+		{"keeps failing", func(in spec.ChunkInput) error {
+			if in.Rank == 0 && in.From >= 100 {
+				return full(in.To)
+			}
+			return nil
+		}, false, 1, 200},
+		{"after a background upload failed", func(in spec.ChunkInput) error {
+			if in.Rank == 0 && in.From == 200 {
+				return full(in.To)
+			}
+			return nil
+		}, true, 0, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1")}
+			ch := &fakeChunks{fail: tc.fail}
+			if tc.background {
+				ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+					if in.Rank == 0 && in.From == 100 {
+						res.CheckpointFailed = &spec.CheckpointFailure{Step: 100, Error: "no space left on device"}
+						res.Checkpoint = nil // its own still uploading (and failing too)
+					}
+				}
+			}
+			env := newRunEnv(t, cl, ch)
+			env.SetTestTimeout(30 * time.Second)
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.True(t, env.IsWorkflowCompleted())
+			var st spec.RunStatus
+			if tc.gaveUp > 0 {
+				err := env.GetWorkflowError()
+				require.ErrorContains(t, err, "checkpoint storage keeps failing")
+				require.ErrorContains(t, err, "no space left on device")
+				// The status query still answers after the failure.
+				v, qerr := env.QueryWorkflow(spec.QueryStatus)
+				require.NoError(t, qerr)
+				require.NoError(t, v.Get(&st))
+				require.NotNil(t, st.CheckpointFailed)
+				require.EqualValues(t, tc.gaveUp, st.CheckpointFailed.Step)
+			} else {
+				require.NoError(t, env.GetWorkflowError())
+				require.NoError(t, env.GetWorkflowResult(&st))
+				require.EqualValues(t, 400, st.Step)
+				require.Nil(t, st.CheckpointFailed, "cleared by the checkpoints stored since")
+			}
+			require.Len(t, st.Recoveries, tc.recoveries)
+		})
 	}
 }

@@ -542,6 +542,9 @@ func energySummary(segs []spec.Segment) *EnergySummary {
 type CheckpointsInfo struct {
 	Count   int    `json:"count"`
 	LastURL string `json:"last_url"`
+	// Failed is the last checkpoint whose upload failed, when none
+	// committed since.
+	Failed *spec.CheckpointFailure `json:"failed,omitempty"`
 }
 
 func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]injected) Summary {
@@ -563,6 +566,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 	if st.LastCkpt != nil {
 		s.Checkpoints.LastURL = checkpointURL(*st.LastCkpt)
 	}
+	s.Checkpoints.Failed = st.CheckpointFailed
 	if uiBase != "" && st.RunID != "" {
 		s.WebUI = fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(uiBase, "/"),
 			url.PathEscape(namespace), url.PathEscape(st.RunID))
@@ -613,6 +617,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank on a core of its own (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))
 	}
 	fmt.Fprintf(w, "checkpoints  %d, last %s\n", s.Checkpoints.Count, s.Checkpoints.LastURL)
+	if f := s.Checkpoints.Failed; f != nil {
+		fmt.Fprintf(w, "             the checkpoint at step %d could not be stored (none since): %s\n", f.Step, f.Error)
+	}
 	if s.Rollovers > 0 {
 		fmt.Fprintf(w, "rollovers    %d (relaunched from a checkpoint to continue as new: the history had grown long)\n", s.Rollovers)
 	}
