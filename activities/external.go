@@ -532,6 +532,7 @@ func (s *supervision) poll(ctx context.Context) {
 				if name == "rank-0" {
 					if err := s.upload(ctx, e.Step, false); err != nil {
 						s.log.Warn("checkpoint upload failed; the script goes on", zap.Int64("step", e.Step), zap.Error(err))
+						s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: spec.CheckpointRef{Run: s.in.Spec.Name, Step: e.Step}, Failed: err.Error()})
 					}
 				}
 			}
@@ -614,13 +615,18 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	if len(st.Skipped) > 0 {
 		s.log.Warn("checkpoint directory entries not saved (not regular files)", zap.Strings("paths", st.Skipped))
 	}
-	if s.hooks.saved != nil {
-		c := spec.CheckpointSaved{Session: s.in.Session, Ref: out, Loss: s.prog.Loss, From: s.res.From, FirstLoss: s.res.FirstLoss}
-		if err := s.hooks.saved(c); err != nil {
-			s.log.Warn("could not tell the run about the checkpoint", zap.Error(err))
-		}
-	}
+	s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: out, Loss: s.prog.Loss, From: s.res.From, FirstLoss: s.res.FirstLoss})
 	return nil
+}
+
+// tell signals the run a checkpoint uploaded, or one that failed to.
+func (s *supervision) tell(c spec.CheckpointSaved) {
+	if s.hooks.saved == nil {
+		return
+	}
+	if err := s.hooks.saved(c); err != nil {
+		s.log.Warn("could not tell the run about the checkpoint", zap.Int64("step", c.Ref.Step), zap.Error(err))
+	}
 }
 
 // rankExited is the RankExited error for a process that did not exit

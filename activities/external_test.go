@@ -238,6 +238,50 @@ print("rank", ct.rank(), "from", start, "w", w)
 	}
 }
 
+// TestRunExternalTellsAFailedUpload: with a bucket that refuses writes,
+// every checkpoint the script commits is told to the run as failed (the
+// script goes on).
+func TestRunExternalTellsAFailedUpload(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	work := t.TempDir()
+	os.WriteFile(filepath.Join(work, "train.py"), []byte(`
+import os
+import cann_train as ct
+for step in range(1, 5):
+    ct.report(step, loss=1.0 / step)
+    if ct.should_checkpoint(step) and ct.rank() == 0:
+        open(os.path.join(ct.checkpoint_dir(), "w.txt"), "w").write(str(step))
+        ct.saved(step, timeout=30)
+`), 0o644)
+	bucket := filepath.Join(t.TempDir(), "bucket")
+	n := externalNode(t, "n1", "file://"+bucket)
+	// The bucket's directory is a file: every write fails.
+	if err := os.WriteFile(bucket, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var told []spec.CheckpointSaved
+	in := externalInput("full", work, 1, py, "train.py")
+	_, err = n.runExternal(context.Background(), in, externalHooks{
+		progress: func(spec.ChunkProgress) {},
+		saved:    func(c spec.CheckpointSaved) error { mu.Lock(); told = append(told, c); mu.Unlock(); return nil },
+	})
+	t.Logf("run: %v", err)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) < 2 || told[0].Ref.Step != 2 || told[1].Ref.Step != 4 {
+		t.Fatalf("told %+v; want the checkpoints at 2 and 4", told)
+	}
+	for _, c := range told[:2] {
+		if c.Failed == "" || c.Ref.Key != "" || c.Session != in.Session {
+			t.Errorf("told %+v: want a failed upload of this launch", c)
+		}
+	}
+}
+
 // TestRunExternalAscendAndMSRun: an ascend launch writes the HCCL rank
 // table its processes name in RANK_TABLE_FILE; an msrun launch runs the
 // scheduler on the first node only.

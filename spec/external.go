@@ -472,6 +472,9 @@ type CheckpointSaved struct {
 	// loss it reported: the run's initial loss when From is 0.
 	From      int64   `json:"from,omitempty"`
 	FirstLoss float32 `json:"first_loss,omitempty"`
+	// Failed, when set, says the upload of the checkpoint at Ref.Step
+	// failed, and why (Ref then carries only Run and Step).
+	Failed string `json:"failed,omitempty"`
 }
 
 // JoinWorkdir resolves p against the job's workdir (p absolute: as is).

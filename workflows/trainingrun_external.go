@@ -224,6 +224,12 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 		return false
 	}
 	s := &r.st.Status
+	if c.Failed != "" {
+		// Shown by the status query until a later checkpoint is stored.
+		s.CheckpointFailed = &spec.CheckpointFailure{Step: c.Ref.Step, Error: c.Failed}
+		log.Warn("a checkpoint's upload failed; the world goes on", "step", c.Ref.Step, "error", c.Failed)
+		return false
+	}
 	if last := s.LastCkpt; last != nil && c.Ref.Step <= last.Step {
 		return false
 	}

@@ -39,6 +39,8 @@ type fakeWorlds struct {
 	early map[string]bool
 	// gone answers CheckNodes (nil: every node alive).
 	gone func(spec.CheckNodesInput) ([]spec.PeerFailure, error)
+	// failCkpt is a step of ckpts whose upload fails (0: none).
+	failCkpt int64
 }
 
 func (f *fakeWorlds) cancelled(info *activity.Info) {
@@ -76,11 +78,17 @@ func (f *fakeWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.Chun
 	}
 	if in.Rank == 0 {
 		for _, s := range f.ckpts {
-			if s > from {
-				f.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
-					Ref:  spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: s, Key: fmt.Sprintf("ckpt/%d", s), SHA256: fmt.Sprint(s)},
-					Loss: 2.3 / float32(1+s), From: from, FirstLoss: 2.3 / float32(1+from)})
+			if s <= from {
+				continue
 			}
+			if s == f.failCkpt {
+				f.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+					Ref: spec.CheckpointRef{Run: in.Spec.Name, Step: s}, Failed: "write: no space left on device"})
+				continue
+			}
+			f.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+				Ref:  spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: s, Key: fmt.Sprintf("ckpt/%d", s), SHA256: fmt.Sprint(s)},
+				Loss: 2.3 / float32(1+s), From: from, FirstLoss: 2.3 / float32(1+from)})
 		}
 	}
 	if f.behave != nil {
@@ -218,6 +226,24 @@ func requireNode2Replaced(t *testing.T, st spec.RunStatus) spec.Recovery {
 // step 57 while node-1's ranks exit when they lose their peers; the run
 // replaces node-2 with the spare and relaunches from the checkpoint at
 // step 40, counting one restart.
+// TestExternalRunSaysACheckpointFailed: a world's upload that failed is
+// in the status (the world goes on) until a later checkpoint is stored.
+func TestExternalRunSaysACheckpointFailed(t *testing.T) {
+	for _, tc := range []struct {
+		fail int64
+		want *spec.CheckpointFailure
+	}{
+		{80, &spec.CheckpointFailure{Step: 80, Error: "write: no space left on device"}},
+		{40, nil}, // the one at 80 was stored since
+	} {
+		cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+		w := &fakeWorlds{end: 100, ckpts: []int64{40, 80}, failCkpt: tc.fail}
+		st := completeExternal(t, cl, w, externalSpec(2))
+		require.Equal(t, tc.want, st.CheckpointFailed, "upload at %d failed", tc.fail)
+		require.Equal(t, 1, st.Checkpoints)
+	}
+}
+
 func TestExternalRunReplacesDeadNode(t *testing.T) {
 	cl, w := loseNode2(temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 40}),
 		temporal.NewApplicationError("rank-1 on node node-1 exited with status 1 at step 56", spec.ErrTypeRankExited,
