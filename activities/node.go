@@ -161,7 +161,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		})
 	}
 	if err := g.Wait(); err != nil {
-		n.forget()
+		n.forget(in)
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // cancelled: blame nobody
 		}
@@ -252,7 +252,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		}
 		loss, err := sy.Step(ctx)
 		if err != nil {
-			n.forget()
+			n.forget(in)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -292,7 +292,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		// The warm-up ends here and the workflow decides the codec next:
 		// time real exchanges (every rank, collectively).
 		if err := sy.Calibrate(ctx); err != nil {
-			n.forget()
+			n.forget(in)
 			return nil, peerError(err, in.To, p.perNode)
 		}
 	}
@@ -303,11 +303,11 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		// Every rank's error-feedback residuals go into rank 0's checkpoint.
 		mine, err := sy.MarshalBinary()
 		if err != nil {
-			n.forget()
+			n.forget(in)
 			return nil, fmt.Errorf("communication state: %w", err)
 		}
 		if commState, err = gradsync.GatherStates(ctx, comm, mine); err != nil {
-			n.forget()
+			n.forget(in)
 			return nil, peerError(err, in.To, p.perNode)
 		}
 	}
@@ -318,7 +318,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	if p.global == 0 && in.Checkpoint && in.AsyncCheckpoint {
 		pend, err := n.saveAsync(in, snapshot(tr, commState))
 		if err != nil {
-			n.forget()
+			n.forget(in)
 			return nil, storageError(ctx, err)
 		}
 		res.PendingCheckpoint = pend
@@ -326,7 +326,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	} else if p.global == 0 && in.Checkpoint {
 		ref, err := n.save(ctx, in, snapshot(tr, commState))
 		if err != nil {
-			n.forget()
+			n.forget(in)
 			return nil, storageError(ctx, err)
 		}
 		res.Checkpoint = ref
@@ -542,10 +542,20 @@ func (n *Node) keep(in spec.ChunkInput, local int, sy *gradsync.Syncer) {
 	n.warm[local] = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, codec: in.Codec, sync: sy}
 }
 
-func (n *Node) forget() {
+// forget drops the warm state a failed chunk leaves suspect: its run's, of
+// its generation or an earlier one (a node's other local ranks may have
+// kept theirs). Another run's, or a later generation's, stays: a chunk
+// cancelled late — one that learnt of its cancellation only at its next
+// heartbeat, after the node had moved on — must not wipe the state of the
+// chunk the node trains now.
+func (n *Node) forget(in spec.ChunkInput) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.warm = nil
+	for i, w := range n.warm {
+		if w != nil && w.run == in.RunID && w.generation <= in.Membership.Generation {
+			n.warm[i] = nil
+		}
+	}
 }
 
 func (n *Node) connect(ctx context.Context, in spec.ChunkInput, p place) (*ascend.Communicator, error) {
