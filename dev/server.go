@@ -111,19 +111,20 @@ func StartServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 		}
 	}
 	var srv tserver.Server
+	ports := &portPicker{ip: opts.IP, taken: map[int]bool{opts.FrontendPort: true, opts.UIPort: true}}
 	err := retryPortClash(maxPortAttempts, func() error {
 		var err error
 		if pickFrontend {
-			if opts.FrontendPort, err = FreePort(opts.IP); err != nil {
+			if opts.FrontendPort, err = ports.free(); err != nil {
 				return err
 			}
 		}
 		if pickUI {
-			if opts.UIPort, err = FreePort(opts.IP); err != nil {
+			if opts.UIPort, err = ports.free(); err != nil {
 				return err
 			}
 		}
-		srv, err = newServer(opts)
+		srv, err = newServer(opts, ports)
 		if errors.Is(err, syscall.EADDRINUSE) {
 			opts.Logger.Warn("dev: a port was taken before the server bound it", zap.Error(err))
 		}
@@ -165,9 +166,10 @@ func StartServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 	return s, nil
 }
 
-// newServer builds the Temporal server of opts (ports chosen).
-func newServer(opts ServerOptions) (tserver.Server, error) {
-	conf, err := buildConfig(opts)
+// newServer builds the Temporal server of opts (ports chosen; ports picks
+// its services' own).
+func newServer(opts ServerOptions, ports *portPicker) (tserver.Server, error) {
+	conf, err := buildConfig(opts, ports)
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +237,7 @@ func (s *Server) Stop() {
 	}
 }
 
-func buildConfig(opts ServerOptions) (*config.Config, error) {
+func buildConfig(opts ServerOptions, ports *portPicker) (*config.Config, error) {
 	sqlConf := config.SQL{PluginName: sqliteplugin.PluginName}
 	if opts.DBFile == "" {
 		sqlConf.ConnectAttributes = map[string]string{"mode": "memory", "cache": "shared"}
@@ -267,7 +269,7 @@ func buildConfig(opts ServerOptions) (*config.Config, error) {
 	conf.Persistence.VisibilityStore = "sqlite-default"
 	conf.Persistence.NumHistoryShards = 1
 	conf.Persistence.DataStores = map[string]config.DataStore{"sqlite-default": {SQL: &sqlConf}}
-	httpPort, err := FreePort(opts.IP)
+	httpPort, err := ports.free()
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +298,7 @@ func buildConfig(opts ServerOptions) (*config.Config, error) {
 		if name == "frontend" {
 			svc.RPC.GRPCPort = opts.FrontendPort
 			svc.RPC.HTTPPort = httpPort
-		} else if svc.RPC.GRPCPort, err = FreePort(opts.IP); err != nil {
+		} else if svc.RPC.GRPCPort, err = ports.free(); err != nil {
 			return nil, err
 		}
 		conf.Services[name] = svc
@@ -364,6 +366,29 @@ func FreePort(ip string) (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portPicker hands out free ports for one server, never the same one
+// twice: FreePort checks that a port is free now, not that an earlier pick
+// has not taken it, and two of a server's services on one port end the
+// process (the second gRPC bind is a Fatal log: seen in CI).
+type portPicker struct {
+	ip    string
+	taken map[int]bool
+}
+
+func (p *portPicker) free() (int, error) {
+	for range 64 {
+		port, err := FreePort(p.ip)
+		if err != nil {
+			return 0, err
+		}
+		if !p.taken[port] {
+			p.taken[port] = true
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("dev: no free port on %s apart from the %d this server took", p.ip, len(p.taken))
 }
 
 // minPickedPort is the lowest port FreePort picks at random: above the

@@ -147,3 +147,21 @@ func TestFreePortOutsideEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestPortPickerNeverRepeats: a server's ports are distinct (FreePort
+// alone picks at random among free ports, and 200 picks of ~12,800 would
+// repeat one with a probability near 80 %).
+func TestPortPickerNeverRepeats(t *testing.T) {
+	p := &portPicker{ip: "127.0.0.1", taken: map[int]bool{}}
+	seen := map[int]bool{}
+	for range 200 {
+		port, err := p.free()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("port %d handed out twice", port)
+		}
+		seen[port] = true
+	}
+}
