@@ -346,7 +346,7 @@ loop:
 	if in.Rank == 0 {
 		step := max(sup.prog.Step, sup.lastSaved)
 		if err := sup.upload(ctx, step, true); err != nil {
-			return nil, err
+			return nil, storageError(ctx, err, step)
 		}
 	}
 	log.Info("external job finished", zap.Int64("step", sup.res.To), zap.Float64("seconds", sup.res.Seconds))

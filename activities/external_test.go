@@ -269,7 +269,12 @@ for step in range(1, 5):
 		progress: func(spec.ChunkProgress) {},
 		saved:    func(c spec.CheckpointSaved) error { mu.Lock(); told = append(told, c); mu.Unlock(); return nil },
 	})
-	t.Logf("run: %v", err)
+	// The final upload (what the directory holds at the clean exit) fails
+	// the node's activity, typed for the workflow.
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeCheckpointStorage {
+		t.Errorf("run: %v; want %s", err, spec.ErrTypeCheckpointStorage)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(told) < 2 || told[0].Ref.Step != 2 || told[1].Ref.Step != 4 {

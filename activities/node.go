@@ -319,7 +319,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		pend, err := n.saveAsync(in, snapshot(tr, commState))
 		if err != nil {
 			n.forget(in)
-			return nil, storageError(ctx, err)
+			return nil, storageError(ctx, err, in.To)
 		}
 		res.PendingCheckpoint = pend
 		log.Info("checkpoint uploading", zap.Int64("step", pend.Step))
@@ -327,7 +327,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		ref, err := n.save(ctx, in, snapshot(tr, commState))
 		if err != nil {
 			n.forget(in)
-			return nil, storageError(ctx, err)
+			return nil, storageError(ctx, err, in.To)
 		}
 		res.Checkpoint = ref
 		log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key))
@@ -718,14 +718,16 @@ func fromRef(url string, r checkpoint.Ref) spec.CheckpointRef {
 	return spec.CheckpointRef{URL: url, Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes}
 }
 
-// storageError types a checkpoint that could not be stored
-// (ErrTypeCheckpointStorage: the workflow gives up when the storage keeps
-// failing); a cancelled chunk's error stays as it is.
-func storageError(ctx context.Context, err error) error {
+// storageError types the checkpoint at step that could not be stored
+// (ErrTypeCheckpointStorage, a spec.CheckpointFailure as detail: the
+// workflow gives up when the storage keeps failing); a cancelled chunk's
+// error stays as it is.
+func storageError(ctx context.Context, err error, step int64) error {
 	if ctx.Err() != nil {
 		return err
 	}
-	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointStorage, err)
+	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointStorage, err,
+		spec.CheckpointFailure{Step: step, Error: err.Error()})
 }
 
 // peerError maps a collective failure to PeerFailed with the lost rank's

@@ -556,23 +556,27 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 	return f
 }
 
-// storageTrouble handles a chunk whose checkpoint could not be stored
-// (rank 0's ErrTypeCheckpointStorage): the first time since a checkpoint
-// was stored it is noted in the status and the chunk is retried like any
-// failure (the storage may have hiccuped); when one had already failed —
-// in the background, or such a chunk before — the run gives up instead of
-// rewinding and retraining for a bucket that keeps refusing (full, gone,
-// not allowed). Its stored checkpoints stay; the status says which failed.
+// storageTrouble handles a chunk or world whose checkpoint could not be
+// stored (rank 0's ErrTypeCheckpointStorage; its detail names the step,
+// else to): the first time since a checkpoint was stored it is noted in
+// the status and the chunk is retried like any failure (the storage may
+// have hiccuped); when one had already failed — in the background, or
+// such a chunk before — the run gives up instead of rewinding and
+// retraining for a bucket that keeps refusing (full, gone, not allowed).
+// Its stored checkpoints stay; the status says which failed.
 func (r *run) storageTrouble(ctx workflow.Context, f *chunkFailure, errs []error, to int64) {
-	var msg string
+	var failed *spec.CheckpointFailure
 	for _, err := range errs {
 		var ae *temporal.ApplicationError
 		if errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointStorage {
-			msg = ae.Message()
+			failed = &spec.CheckpointFailure{Step: to, Error: ae.Message()}
+			if ae.HasDetails() {
+				_ = ae.Details(failed) // else the chunk's end
+			}
 			break
 		}
 	}
-	if msg == "" {
+	if failed == nil {
 		return
 	}
 	s := &r.st.Status
@@ -580,9 +584,9 @@ func (r *run) storageTrouble(ctx workflow.Context, f *chunkFailure, errs []error
 		workflow.GetVersion(ctx, versionStorageGivesUp, workflow.DefaultVersion, 1) >= 1 {
 		f.retryable = false
 		f.reason = fmt.Sprintf("checkpoint storage keeps failing: the checkpoint at step %d could not be stored, nor now the one at %d "+
-			"(the run's stored checkpoints are kept; fix the bucket and start again from them): %s", earlier.Step, to, msg)
+			"(the run's stored checkpoints are kept; fix the bucket and start again from them): %s", earlier.Step, failed.Step, failed.Error)
 	}
-	s.CheckpointFailed = &spec.CheckpointFailure{Step: to, Error: msg}
+	s.CheckpointFailed = failed
 }
 
 // versionStorageGivesUp: a chunk whose checkpoint could not be stored,

@@ -353,6 +353,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	if f := r.blameWorld(ctx, from, started, workflow.Now(ctx), errs, gone); f != nil {
 		r.closeLaunch(ctx, ext, false)
 		r.preferCause(ctx, f)
+		r.storageTrouble(ctx, f, errs, r.st.Status.Step)
 		return f
 	}
 	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {

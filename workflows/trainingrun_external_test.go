@@ -244,6 +244,27 @@ func TestExternalRunSaysACheckpointFailed(t *testing.T) {
 	}
 }
 
+// TestExternalRunGivesUpOnFailingStorage: a world whose in-flight upload
+// failed and whose final upload fails too ends the run at once, naming
+// both, instead of relaunching it up to max_restarts times.
+func TestExternalRunGivesUpOnFailingStorage(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	w := &fakeWorlds{end: 100, ckpts: []int64{40, 80}, failCkpt: 80}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Rank == 0 {
+			return temporal.NewApplicationError("save checkpoint: no space left on device", spec.ErrTypeCheckpointStorage,
+				spec.CheckpointFailure{Step: 100, Error: "save checkpoint: no space left on device"})
+		}
+		return nil
+	}
+	env := newExternalEnv(t, cl, w)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	require.True(t, env.IsWorkflowCompleted())
+	err := env.GetWorkflowError()
+	require.ErrorContains(t, err, "checkpoint storage keeps failing: the checkpoint at step 80 could not be stored, nor now the one at 100")
+	require.Len(t, w.launches(), 1, "no relaunch")
+}
+
 func TestExternalRunReplacesDeadNode(t *testing.T) {
 	cl, w := loseNode2(temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 40}),
 		temporal.NewApplicationError("rank-1 on node node-1 exited with status 1 at step 56", spec.ErrTypeRankExited,
