@@ -616,7 +616,11 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	if s.ScalingEff > 0 {
 		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank on a core of its own (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))
 	}
-	fmt.Fprintf(w, "checkpoints  %d, last %s\n", s.Checkpoints.Count, s.Checkpoints.LastURL)
+	if s.Checkpoints.LastURL == "" {
+		fmt.Fprintf(w, "checkpoints  %d\n", s.Checkpoints.Count)
+	} else {
+		fmt.Fprintf(w, "checkpoints  %d, last %s\n", s.Checkpoints.Count, s.Checkpoints.LastURL)
+	}
 	if f := s.Checkpoints.Failed; f != nil {
 		fmt.Fprintf(w, "             the checkpoint at step %d could not be stored (none since): %s\n", f.Step, f.Error)
 	}

@@ -170,6 +170,32 @@ func TestStatusTextNodes(t *testing.T) {
 	}
 }
 
+// TestStatusTextCheckpoints: none yet, the last one, and one that could
+// not be stored since.
+func TestStatusTextCheckpoints(t *testing.T) {
+	last := &spec.CheckpointRef{URL: "file:///b", Run: "x", Step: 300, Key: "runs/x/ckpt/000000000300/manifest.json"}
+	for _, tc := range []struct {
+		name  string
+		st    spec.RunStatus
+		want  string
+		never string
+	}{
+		{"none yet", spec.RunStatus{}, "checkpoints  0\n", "could not be stored"},
+		{"stored", spec.RunStatus{Checkpoints: 3, LastCkpt: last}, "checkpoints  3, last file:///b/runs/x/ckpt/000000000300/manifest.json\n", "could not be stored"},
+		{"failed since", spec.RunStatus{Checkpoints: 3, LastCkpt: last, CheckpointFailed: &spec.CheckpointFailure{Step: 400, Error: "no space left on device"}},
+			"             the checkpoint at step 400 could not be stored (none since): no space left on device\n", ""},
+	} {
+		tc.st.RunID, tc.st.Phase, tc.st.Model = "run/x", spec.PhaseTraining, "mlp-mnist"
+		var b bytes.Buffer
+		if err := printStatus(&b, tc.st, "text", "", "default"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) || tc.never != "" && strings.Contains(b.String(), tc.never) {
+			t.Errorf("%s: status text:\n%s\nwant the line %q", tc.name, b.String(), tc.want)
+		}
+	}
+}
+
 // TestStatusTextNodeChanges: rescales, a drained node replaced, one that
 // could not be, and a drained node still held read as what they were.
 func TestStatusTextNodeChanges(t *testing.T) {
