@@ -624,19 +624,47 @@ func (n *Node) store(ctx context.Context, url string) (*checkpoint.Store, error)
 	return s, nil
 }
 
+// saveTries is how often a synchronous save is tried, saveRetry apart
+// (doubling), before the chunk fails: a bucket's hiccup then costs a
+// second or two, not a rewind to the last stored checkpoint; a bucket
+// that keeps refusing costs 1.5 s more before the workflow hears of it.
+const (
+	saveTries = 3
+	saveRetry = 500 * time.Millisecond
+)
+
 func (n *Node) save(ctx context.Context, in spec.ChunkInput, st *engine.State) (*spec.CheckpointRef, error) {
+	payload, err := st.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	wait := saveRetry
+	for try := 1; ; try++ {
+		ref, err := n.saveOnce(ctx, in, st.Step, payload)
+		if err == nil || try == saveTries || ctx.Err() != nil {
+			return ref, err
+		}
+		n.Logger.Warn("checkpoint save failed; retrying", zap.Int64("step", st.Step), zap.Int("try", try),
+			zap.Duration("in", wait), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// saveOnce stores payload as the run's checkpoint at step.
+func (n *Node) saveOnce(ctx context.Context, in spec.ChunkInput, step int64, payload []byte) (*spec.CheckpointRef, error) {
 	url := n.checkpointURL(in)
 	store, err := n.store(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	payload, err := st.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
 	// Incremental: only chunks that changed since the last checkpoint are
 	// uploaded; the manifest, written last, makes the checkpoint real.
-	ref, stats, err := store.SaveIncremental(ctx, in.Spec.Name, st.Step, payload)
+	ref, stats, err := store.SaveIncremental(ctx, in.Spec.Name, step, payload)
 	if err != nil {
 		return nil, fmt.Errorf("save checkpoint: %w", err)
 	}

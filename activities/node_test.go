@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/tcp"
@@ -417,6 +420,47 @@ func TestTrainChunkCheckpointStorageFails(t *testing.T) {
 	var ae *temporal.ApplicationError
 	if !errors.As(errs[0], &ae) || ae.Type() != spec.ErrTypeCheckpointStorage {
 		t.Fatalf("a synchronous save into a broken bucket: %v; want %s", errs[0], spec.ErrTypeCheckpointStorage)
+	}
+}
+
+// TestTrainChunkSaveRetries: a synchronous save that fails once (the
+// bucket's directory briefly a file) is tried again and the chunk ends
+// with its checkpoint, instead of failing.
+func TestTrainChunkSaveRetries(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bucket")
+	url := "file://" + dir
+	nodes, m := newNodes(t, 2, url)
+	var retries atomic.Int32
+	// The retry's log line repairs the bucket.
+	nodes[0].Logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.DebugLevel),
+		zap.Hooks(func(e zapcore.Entry) error {
+			if e.Message == "checkpoint save failed; retrying" && retries.Add(1) == 1 {
+				if err := os.Remove(dir); err != nil {
+					return err
+				}
+				return os.MkdirAll(dir, 0o755)
+			}
+			return nil
+		}))
+	s := spec.RunSpec{Name: "retry", Nodes: 2, Steps: 60, ChunkSteps: 30}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/retry", Spec: s, Membership: m, Session: "run/retry/g1/e1", Token: "secret",
+		From: 0, To: 30, Checkpoint: true}
+	if _, errs := runChunk(t, nodes, in); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("first chunk: %v", errs)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in.Session, in.From, in.To = "run/retry/g1/e2", 30, 60
+	res, errs := runChunk(t, nodes, in)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("the chunk whose save failed once: %v", errs)
+	}
+	if ck := res[0].Checkpoint; ck == nil || ck.Step != 60 || retries.Load() != 1 {
+		t.Fatalf("checkpoint %+v after %d retries; want the one at 60 after one", ck, retries.Load())
 	}
 }
 
