@@ -426,6 +426,18 @@ func startRun(ctx context.Context, t *testing.T, c client.Client, in workflows.R
 	return run
 }
 
+// awaitRun waits for run's result; a failed run fails the test, with the
+// node logs in logDir.
+func awaitRun(ctx context.Context, t *testing.T, run client.WorkflowRun, logDir string) spec.RunStatus {
+	t.Helper()
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, logDir)
+		t.Fatalf("run %s: %v", run.GetID(), err)
+	}
+	return st
+}
+
 // controlInProcess dials srv and serves the control queue from this test
 // process until the test ends.
 func controlInProcess(ctx context.Context, t *testing.T, srv *dev.Server) client.Client {

@@ -20,11 +20,7 @@ func TestStrategyAutoRealRun(t *testing.T) {
 	s := spec.RunSpec{Name: "strategy-auto", Nodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto,
 		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
-	var st spec.RunStatus
-	if err := run.Get(ctx, &st); err != nil {
-		dumpLogs(t, l.LogDir)
-		t.Fatal(err)
-	}
+	st := awaitRun(ctx, t, run, l.LogDir)
 	p := st.Strategy
 	if st.Phase != spec.PhaseCompleted || p == nil {
 		t.Fatalf("status %s, strategy %+v", st.Phase, p)
@@ -80,11 +76,7 @@ func TestTopologyScanLosesADeadNodeRealRun(t *testing.T) {
 	s := spec.RunSpec{Name: "scan-dead-node", Nodes: 3, Steps: 200, ChunkSteps: 100, Collective: "auto", TopologyScan: true,
 		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
-	var st spec.RunStatus
-	if err := run.Get(ctx, &st); err != nil {
-		dumpLogs(t, l.LogDir)
-		t.Fatal(err)
-	}
+	st := awaitRun(ctx, t, run, l.LogDir)
 	t.Logf("recoveries %+v", st.Recoveries)
 	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 1 {
 		dumpLogs(t, l.LogDir)
