@@ -161,6 +161,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		})
 	}
 	if err := g.Wait(); err != nil {
+		// Every rank has ended: the state any of them kept is suspect.
 		n.forget(in)
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // cancelled: blame nobody
@@ -252,7 +253,6 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		}
 		loss, err := sy.Step(ctx)
 		if err != nil {
-			n.forget(in)
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -292,7 +292,6 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		// The warm-up ends here and the workflow decides the codec next:
 		// time real exchanges (every rank, collectively).
 		if err := sy.Calibrate(ctx); err != nil {
-			n.forget(in)
 			return nil, peerError(err, in.To, p.perNode)
 		}
 	}
@@ -303,11 +302,9 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		// Every rank's error-feedback residuals go into rank 0's checkpoint.
 		mine, err := sy.MarshalBinary()
 		if err != nil {
-			n.forget(in)
 			return nil, fmt.Errorf("communication state: %w", err)
 		}
 		if commState, err = gradsync.GatherStates(ctx, comm, mine); err != nil {
-			n.forget(in)
 			return nil, peerError(err, in.To, p.perNode)
 		}
 	}
@@ -318,7 +315,6 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	if p.global == 0 && in.Checkpoint && in.AsyncCheckpoint {
 		pend, err := n.saveAsync(in, snapshot(tr, commState))
 		if err != nil {
-			n.forget(in)
 			return nil, storageError(ctx, err, in.To)
 		}
 		res.PendingCheckpoint = pend
@@ -326,7 +322,6 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	} else if p.global == 0 && in.Checkpoint {
 		ref, err := n.save(ctx, in, snapshot(tr, commState))
 		if err != nil {
-			n.forget(in)
 			return nil, storageError(ctx, err, in.To)
 		}
 		res.Checkpoint = ref
