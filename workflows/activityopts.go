@@ -113,16 +113,16 @@ func checkOptions(ctx workflow.Context, node spec.Node, ranks []int) workflow.Co
 	return nodeCallOptions(ctx, node, 2*time.Second, 5*time.Second, fmt.Sprintf("ask %s whether rank(s) %v are alive", node.ID, ranks))
 }
 
-// nodeCallOptions runs a short call on a node's own queue, never retried.
 // toStart is how long a node's queue may hold its task unpolled before
-// the node is presumed gone: its heartbeat timeout, at most 30 s (a node
-// frozen between chunks is found as fast as one frozen in a chunk).
+// the node is presumed gone: its heartbeat timeout, at most 30 s (a worker
+// cut off from the server is found as fast as one silent in a chunk).
 func toStart(s spec.RunSpec) time.Duration { return min(s.HeartbeatTimeout.D(), 30*time.Second) }
 
-func nodeCallOptions(ctx workflow.Context, node spec.Node, toStart, toClose time.Duration, summary string) workflow.Context {
+// nodeCallOptions runs a short call on a node's own queue, never retried.
+func nodeCallOptions(ctx workflow.Context, node spec.Node, startWithin, toClose time.Duration, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:              node.TaskQueue,
-		ScheduleToStartTimeout: toStart,
+		ScheduleToStartTimeout: startWithin,
 		StartToCloseTimeout:    toClose,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
 		Summary:                summary,
