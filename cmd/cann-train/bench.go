@@ -219,36 +219,19 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 			return spec.RunStatus{}, nil, err
 		}
 		var faults []spec.InjectFault
-		var stopped chan time.Time
-		wctx, stopWatch := context.WithCancel(ctx)
-		defer stopWatch()
+		victims := map[string]*dev.Proc{}
 		if victimProc != nil {
 			faults = append(faults, spec.InjectFault{NodeID: victimProc.Name, AtStep: killAt, Kind: o.fault})
-			if o.fault == spec.FaultFreeze {
-				stopped = make(chan time.Time, 1)
-				go func() { stopped <- victimProc.StoppedAt(wctx, 2*time.Millisecond) }()
-			}
+			victims[victimProc.Name] = victimProc
 		}
+		watch := watchFaults(ctx, faults, victims)
+		defer watch.stop()
 		id, err := startRunWith(ctx, lc.client, s, cluster, faults...)
 		if err != nil {
 			return spec.RunStatus{}, nil, err
 		}
 		err = lc.client.GetWorkflow(ctx, id, "").Get(ctx, &st)
-		stopWatch()
-		switch {
-		case victimProc == nil:
-		case stopped != nil:
-			if at := <-stopped; !at.IsZero() {
-				struck = map[string]injected{victimProc.Name: {at, spec.FaultFreeze}}
-			}
-		default:
-			select {
-			case <-victimProc.Done():
-				struck = map[string]injected{victimProc.Name: {victimProc.ExitedAt(), spec.FaultKill}}
-			default:
-			}
-		}
-		return st, struck, err
+		return st, watch.struck(), err
 	}
 
 	ref, _, err := trial("ref-"+stamp, -1, 0)

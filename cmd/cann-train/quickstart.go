@@ -152,19 +152,11 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	fmt.Fprintf(e.err, "%d node workers registered (%d spare; logs in %s)\n", o.nodes+o.spares, o.spares, lc.launcher.LogDir)
 
 	var faults []spec.InjectFault
-	// A frozen node does not exit: watch for its stop (until the run ends).
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	frozen := map[string]chan time.Time{}
 	for _, node := range slices.Sorted(maps.Keys(kills)) {
-		f := kills[node]
-		faults = append(faults, f)
-		if f.Freeze() {
-			ch, p := make(chan time.Time, 1), procs[node]
-			frozen[node] = ch
-			go func() { ch <- p.StoppedAt(watchCtx, 2*time.Millisecond) }()
-		}
+		faults = append(faults, kills[node])
 	}
+	watch := watchFaults(ctx, faults, procs)
+	defer watch.stop()
 	id, err := startRunWith(ctx, c, s, spec.DefaultClusterID, faults...)
 	if err != nil {
 		return err
@@ -174,21 +166,7 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if err != nil && st.RunID == "" {
 		return err
 	}
-	stopWatch()
-	struck := map[string]injected{}
-	for id, f := range kills {
-		if ch, ok := frozen[id]; ok {
-			if at := <-ch; !at.IsZero() {
-				struck[id] = injected{at, spec.FaultFreeze}
-			}
-			continue
-		}
-		select {
-		case <-procs[id].Done():
-			struck[id] = injected{procs[id].ExitedAt(), f.Kind}
-		default: // the run ended before that step reached the node
-		}
-	}
+	struck := watch.struck()
 	if perr := printSummary(e.out, st, summarize(st, srv.UIURL(), srv.Namespace(), struck), o.output); perr != nil {
 		return perr
 	}
