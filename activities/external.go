@@ -543,6 +543,7 @@ func (s *supervision) poll(ctx context.Context) {
 		s.in.KillAtStep = 0 // once (a node that does not allow it only warns)
 		s.n.injectedFault(s.log, s.prog.Step, s.in.Freeze, s.groups)
 	}
+	s.n.strikeArmed(s.log, s.in.RunID, s.prog.Step, s.groups)
 }
 
 func (s *supervision) onReport(e launch.Event) {

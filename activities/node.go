@@ -69,6 +69,9 @@ type Node struct {
 	world chan struct{}
 	once  sync.Once
 
+	// faults are signalled faults armed on this worker (ArmFault).
+	faults armedFaults
+
 	mu     sync.Mutex
 	train  *engine.Dataset
 	test   *engine.Dataset
@@ -280,6 +283,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		if in.KillAtStep == step+1 {
 			n.injectedFault(log, step+1, in.Freeze, nil)
 		}
+		n.strikeArmed(log, in.RunID, step+1, nil)
 	}
 	el := time.Since(loopStart).Seconds()
 	res.Seconds = el

@@ -47,6 +47,10 @@ const (
 	// whose other ranks finished a chunk asks it about a rank that has
 	// not reported (node queues).
 	ActivityCheckNodes = "CheckNodes"
+	// ActivityArmFault hands a signalled fault to a member node's worker
+	// (its own task queue), so that it strikes inside the chunk in flight
+	// too: a chunk's input is fixed when it starts.
+	ActivityArmFault = "ArmFault"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -317,6 +321,14 @@ type InjectFault struct {
 	AtStep int64  `json:"at_step"`
 	// Kind is FaultKill (also when empty) or FaultFreeze.
 	Kind string `json:"kind,omitempty"`
+}
+
+// ArmFaultInput is the ActivityArmFault input: the node keeps the fault
+// and strikes once a chunk of the run completes its step, also a chunk
+// already running when it is armed.
+type ArmFaultInput struct {
+	RunID string      `json:"run_id"`
+	Fault InjectFault `json:"fault"`
 }
 
 // Freeze reports whether the fault hangs the node instead of killing it.

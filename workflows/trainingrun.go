@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -171,10 +172,53 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 			var f spec.InjectFault
 			faults.Receive(ctx, &f)
 			r.st.Faults = append(r.st.Faults, f)
+			r.armFault(ctx, f)
 		}
 	})
 	r.listen(ctx)
 	return r, nil
+}
+
+// versionArmFaults: a signalled fault for a member node is handed to its
+// worker (ActivityArmFault), so that it strikes in the chunk in flight
+// too; before, it waited for a chunk starting before its step, and one
+// signalled during the chunk that held its step never struck.
+const versionArmFaults = "arm-faults"
+
+// armFault hands fault f, just signalled, to its node's worker when the
+// node is a member now: the worker strikes once a chunk of this run
+// completes the step, the one in flight included, and the fault is no
+// longer pending here. A node that is not a member (or does not answer
+// within its heartbeat timeout) keeps it pending for its next chunk's
+// input; one that refuses fault injection, or a malformed fault, drops
+// it with a warning.
+func (r *run) armFault(ctx workflow.Context, f spec.InjectFault) {
+	if workflow.GetVersion(ctx, versionArmFaults, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	i := slices.IndexFunc(r.st.Membership.Nodes, func(n spec.Node) bool { return n.ID == f.NodeID })
+	if i < 0 {
+		return
+	}
+	node := r.st.Membership.Nodes[i]
+	kind := f.Kind
+	if kind == "" {
+		kind = spec.FaultKill
+	}
+	actx := nodeCallOptions(ctx, node, toStart(r.spec), 10*time.Second, fmt.Sprintf("arm a %s fault on %s after step %d", kind, node.ID, f.AtStep))
+	err := workflow.ExecuteActivity(actx, spec.ActivityArmFault, spec.ArmFaultInput{RunID: r.st.Status.RunID, Fault: f}).Get(ctx, nil)
+	var app *temporal.ApplicationError
+	switch {
+	case err == nil:
+	case errors.As(err, &app) && app.NonRetryable():
+		workflow.GetLogger(ctx).Warn("fault dropped", "node", f.NodeID, "step", f.AtStep, "error", err)
+	default:
+		workflow.GetLogger(ctx).Warn("fault not armed on its node; it waits for the node's next chunk", "node", f.NodeID, "step", f.AtStep, "error", err)
+		return
+	}
+	if j := slices.Index(r.st.Faults, f); j >= 0 {
+		r.st.Faults = append(r.st.Faults[:j:j], r.st.Faults[j+1:]...)
+	}
 }
 
 // faultFor takes the pending fault for node that falls in (from, to]

@@ -781,6 +781,71 @@ func TestTrainingRunRoutesInjectedFault(t *testing.T) {
 	require.Equal(t, 1, hits, "a fault is delivered once")
 }
 
+// TestTrainingRunArmsSignalledFault: a fault signalled while its node
+// trains is handed to the node's worker (ArmFault), since the chunk in
+// flight cannot learn it from its input; once armed it is no longer
+// pending, so no later chunk carries it. A node that refuses drops it; one
+// that does not answer leaves it pending for its next chunk.
+func TestTrainingRunArmsSignalledFault(t *testing.T) {
+	refused := temporal.NewNonRetryableApplicationError("node b does not allow fault injection", "FaultInjectionNotAllowed", nil)
+	cases := []struct {
+		name    string
+		armErr  error
+		at      int64
+		carried []int64 // KillAtStep of b's chunks, by chunk
+	}{
+		{name: "armed in the chunk in flight", at: 50},
+		{name: "armed for a later chunk", at: 150},
+		{name: "refused", armErr: refused, at: 150},
+		{name: "not armed: pending", armErr: errors.New("node b is busy"), at: 150, carried: []int64{150}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("a", "b")}
+			ch := &fakeChunks{}
+			env := newRunEnv(t, cl, ch)
+			var mu sync.Mutex
+			var arms []spec.ArmFaultInput
+			var queues []string
+			armed := make(chan struct{})
+			env.RegisterActivityWithOptions(func(ctx context.Context, in spec.ArmFaultInput) error {
+				mu.Lock()
+				arms = append(arms, in)
+				queues = append(queues, activity.GetInfo(ctx).TaskQueue)
+				mu.Unlock()
+				close(armed)
+				return tc.armErr
+			}, activity.RegisterOptions{Name: spec.ActivityArmFault})
+			ch.onStart = func(in spec.ChunkInput) {
+				if in.From == 0 && in.Rank == 0 {
+					env.SignalWorkflow(spec.SignalInjectFault, spec.InjectFault{NodeID: "b", AtStep: tc.at})
+					// The chunk ends once the node has its fault.
+					select {
+					case <-armed:
+					case <-time.After(10 * time.Second):
+						t.Error("ArmFault never called while the chunk ran")
+					}
+				}
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.NoError(t, env.GetWorkflowError())
+			require.Equal(t, []spec.ArmFaultInput{{RunID: "default-test-workflow-id", Fault: spec.InjectFault{NodeID: "b", AtStep: tc.at}}}, arms)
+			require.Equal(t, []string{spec.NodeTaskQueue("b")}, queues, "the node's own worker")
+			var carried []int64
+			for _, from := range []int64{0, 100, 200} {
+				for _, in := range ch.byFrom()[from] {
+					if in.KillAtStep != 0 {
+						require.Equal(t, "b", in.Membership.Nodes[in.Rank].ID)
+						carried = append(carried, in.KillAtStep)
+					}
+				}
+			}
+			require.Equal(t, tc.carried, carried)
+		})
+	}
+}
+
 func TestTrainingRunStartsWithFaults(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("a", "b")}
 	ch := &fakeChunks{}

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,17 +19,19 @@ func newFaultCmd(e *env) *cobra.Command {
 	cmd.AddCommand(newFaultKindCmd(e, spec.FaultKill, "SIGKILL a node worker when it completes a given step",
 		`Tells the run to have node ID SIGKILL its own process once it completes
 global step S (default: 20 steps after the run's current step), as a power
-cut would. The node worker must run with --allow-fault-injection. The run
-then detects the loss, replaces the node and resumes from its last
-checkpoint; see its recoveries with 'cann-train status RUN'.`,
+cut would. A node training the run now gets the fault at once (the chunk in
+flight strikes it); another one when it next trains the run. The node
+worker must run with --allow-fault-injection. The run then detects the
+loss, replaces the node and resumes from its last checkpoint; see its recoveries with 'cann-train status RUN'.`,
 		"will SIGKILL itself"))
 	cmd.AddCommand(newFaultKindCmd(e, spec.FaultFreeze, "SIGSTOP a node worker when it completes a given step (it hangs)",
 		`Tells the run to have node ID SIGSTOP its own process (and an external
 job's processes) once it completes global step S (default: 20 steps after
 the run's current step): the node hangs as one stuck in a driver call does,
 its connections open and its listener accepting, until you SIGCONT or kill
-it. The node worker must run with --allow-fault-injection. The run finds it
-silent within its heartbeat timeout, replaces it and resumes.`,
+it. It reaches the node as kill's does. The node worker must run with
+--allow-fault-injection. The run finds it silent within its heartbeat
+timeout, replaces it and resumes.`,
 		"will SIGSTOP itself (and hang)"))
 	return cmd
 }
@@ -46,30 +50,41 @@ func newFaultKindCmd(e *env, kind, short, long, does string) *cobra.Command {
 			if run == "" || node == "" {
 				return errors.New("--run and --node are required")
 			}
-			c, err := dialQuiet(cmd.Context(), e)
+			ctx := cmd.Context()
+			c, err := dialQuiet(ctx, e)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
 			id := runID(run)
-			if at <= 0 {
-				st, live, closed, err := readProgress(cmd.Context(), c, id)
-				if err != nil || closed {
-					return fmt.Errorf("no step given and the run's progress is unknown (closed: %v): %w", closed, err)
-				}
-				at = st.Step + 20
-				if live != nil && live.Step+20 > at {
-					at = live.Step + 20
-				}
+			st, live, closed, err := readProgress(ctx, c, id)
+			if closed && err == nil {
+				err = fmt.Errorf("run %s has ended (%s)", id, st.Phase)
+			}
+			if err != nil {
+				return fmt.Errorf("a fault needs the run's progress: %w", err)
+			}
+			now := st.Step
+			if live != nil {
+				now = max(now, live.Step)
+			}
+			switch {
+			case at <= 0:
+				at = now + 20
 				if st.TotalSteps > 0 && at >= st.TotalSteps {
-					return fmt.Errorf("run %s is at step %d of %d: too close to the end for a fault; give --at-step", id, at-20, st.TotalSteps)
+					return fmt.Errorf("run %s is at step %d of %d: too close to the end for a fault; give --at-step", id, now, st.TotalSteps)
 				}
+			case at <= now:
+				return fmt.Errorf("run %s is at step %d already: give an --at-step after it", id, now)
 			}
 			f := spec.InjectFault{NodeID: node, AtStep: at, Kind: kind}
-			if err := c.SignalWorkflow(cmd.Context(), id, "", spec.SignalInjectFault, f); err != nil {
+			if err := c.SignalWorkflow(ctx, id, "", spec.SignalInjectFault, f); err != nil {
 				return fmt.Errorf("signal %s: %w", id, err)
 			}
-			fmt.Fprintf(e.out, "%s %s after step %d of %s\n", node, does, at, id)
+			fmt.Fprintf(e.out, "%s %s after step %d of %s (at once where it has trained past it)\n", node, does, at, id)
+			if len(st.Nodes) > 0 && !slices.Contains(st.Nodes, node) {
+				fmt.Fprintf(e.out, "%s does not train %s now (nodes %s): the fault waits until it does\n", node, id, strings.Join(st.Nodes, " "))
+			}
 			return nil
 		},
 	}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestFaultReachesTheChunkInFlight: `cann-train fault kill` without a
+// step, sent while the run's only chunk trains, kills the node inside that
+// chunk (a chunk's input is fixed when it starts: the run hands the fault
+// to the node's worker), and the run replaces it and completes. Before,
+// the fault waited for a chunk whose range held its step, and none came.
+// A step the run has passed is refused, with the step it is at.
+func TestFaultReachesTheChunkInFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3", "node-4")
+	const steps = 3000
+	s := spec.RunSpec{Name: "fault-in-flight", Nodes: 3, Steps: steps, ChunkSteps: steps,
+		HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	victim := membership(ctx, t, c, run.GetID(), 1)
+	// Wait until the chunk trains: its first progress report.
+	var at int64
+	for at == 0 {
+		st, live, closed, err := readProgress(ctx, c, run.GetID())
+		if closed {
+			t.Fatalf("run closed before its chunk trained: %+v %v", st, err)
+		}
+		if live != nil && live.Step > 0 {
+			at = live.Step
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the chunk never reported progress")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	var out, errb strings.Builder
+	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs([]string{"fault", "kill", "--run", s.Name, "--node", victim, "--at-step", "1", "--address", addr})
+	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "already: give an --at-step after it") {
+		t.Errorf("fault kill at a passed step: %v; want it refused", err)
+	}
+	cli := cliAt(ctx, t, addr, l.LogDir)
+	if got := cli("fault", "kill", "--run", s.Name, "--node", victim); !strings.Contains(got, victim+" will SIGKILL itself after step") {
+		t.Errorf("fault kill said %q", got)
+	}
+	st := awaitRun(ctx, t, run, l.LogDir)
+	if st.Phase != spec.PhaseCompleted || st.Step != steps || len(st.Recoveries) != 1 {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("status %s at step %d, recoveries %+v: want completed after one", st.Phase, st.Step, st.Recoveries)
+	}
+	rec := st.Recoveries[0]
+	if len(rec.FailedNodes) != 1 || rec.FailedNodes[0] != victim || rec.FailedAtStep <= at || rec.FailedAtStep >= steps || rec.ResumeStep != 0 {
+		t.Errorf("recovery %+v: want %s killed inside the chunk in flight (after step %d, before %d), the run rewound to 0", rec, victim, at, steps)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_fault_armed.json")
+}
