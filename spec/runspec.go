@@ -37,7 +37,8 @@ type RunSpec struct {
 	// gs://, azblob://). Empty: the worker's default.
 	CheckpointURL string `yaml:"checkpoint_url" json:"checkpoint_url"`
 	// CheckpointEvery is in steps; a checkpoint is taken at the first chunk
-	// boundary at or after each multiple, and always at the end.
+	// boundary at or after each multiple, and always at the end. Below
+	// ChunkSteps, chunks end at its multiples.
 	CheckpointEvery int64 `yaml:"checkpoint_every" json:"checkpoint_every"`
 	// MaxRestarts bounds node replacements before the run fails.
 	MaxRestarts int `yaml:"max_restarts" json:"max_restarts"`

@@ -58,7 +58,8 @@ import (
 // scan's other probes (versionScanCancel) and replaced the node at its
 // first chunk; trainingrun_fault_armed.json, a run whose node was told to
 // SIGKILL itself while its chunk trained, the fault handed to the node's
-// worker (versionArmFaults)
+// worker (versionArmFaults), its chunks ended where checkpoint_every, below
+// chunk_steps, asked for checkpoints (versionCheckpointChunks)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -90,7 +91,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},
 		{"trainingrun_strategy_scaling.json", spec.WorkflowTrainingRun}, // every scan times computation
 		{"trainingrun_scan_lost.json", spec.WorkflowTrainingRun},        // a scan that lost a node cancelled its other probes
-		{"trainingrun_fault_armed.json", spec.WorkflowTrainingRun},      // a signalled fault armed on the node in flight
+		{"trainingrun_fault_armed.json", spec.WorkflowTrainingRun},      // a signalled fault armed on the node in flight; checkpoint-sized chunks
 		{"trainingrun_external.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_green.json", spec.WorkflowTrainingRun},

@@ -43,12 +43,32 @@ func (f *chunkFailure) Error() string {
 
 func (f *chunkFailure) Unwrap() error { return f.first }
 
+// versionCheckpointChunks: with checkpoint_every below chunk_steps a chunk
+// ends at the next multiple of checkpoint_every, where its checkpoint is
+// due; before, checkpoints came only every chunk_steps.
+const versionCheckpointChunks = "checkpoint-chunks"
+
+// checkpointEnd ends a chunk [from, to) early at the next multiple of
+// checkpoint_every when checkpoints are asked for more often than
+// chunk_steps (checkpoints are taken at chunk boundaries).
+func (r *run) checkpointEnd(ctx workflow.Context, from, to int64) int64 {
+	every := r.spec.CheckpointEvery
+	if every <= 0 || every >= r.spec.ChunkSteps {
+		return to
+	}
+	next := (from/every + 1) * every
+	if next >= to || workflow.GetVersion(ctx, versionCheckpointChunks, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return to
+	}
+	return next
+}
+
 // trainChunk runs steps [from, to) as one TrainChunk per node and waits for
 // all of them. On failure it returns a *chunkFailure naming the nodes that
 // timed out (dead or stuck) or that their peers blamed.
 func (r *run) trainChunk(ctx workflow.Context) error {
 	from := r.st.Status.Step
-	to := r.chunkEnd(from, min(from+r.spec.ChunkSteps, r.spec.Steps))
+	to := r.checkpointEnd(ctx, from, r.chunkEnd(from, min(from+r.spec.ChunkSteps, r.spec.Steps)))
 	every := r.spec.CheckpointEvery
 	ckpt := to == r.spec.Steps || to/every > from/every || r.st.ForceCheckpoint
 	r.st.Epoch++

@@ -255,6 +255,47 @@ func TestTrainingRunCompletes(t *testing.T) {
 	require.EqualValues(t, 200, chunks[200][0].Restore.Step, "later chunks carry the last checkpoint")
 }
 
+// TestTrainingRunCheckpointsMoreOftenThanChunks: checkpoint_every below
+// chunk_steps ends chunks at its multiples, each with its checkpoint;
+// otherwise chunks keep their length.
+func TestTrainingRunCheckpointsMoreOftenThanChunks(t *testing.T) {
+	cases := []struct {
+		name              string
+		chunk, every      int64
+		froms, checkpoint []int64
+	}{
+		{"every below chunk", 400, 150, []int64{0, 150, 300, 450, 600, 750, 900}, []int64{150, 300, 450, 600, 750, 900, 1000}},
+		{"every a chunk", 400, 400, []int64{0, 400, 800}, []int64{400, 800, 1000}},
+		{"every two chunks", 250, 500, []int64{0, 250, 500, 750}, []int64{500, 1000}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("a", "b")}
+			ch := &fakeChunks{}
+			env := newRunEnv(t, cl, ch)
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 1000, ChunkSteps: tc.chunk, CheckpointEvery: tc.every}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.NoError(t, env.GetWorkflowError())
+			var st spec.RunStatus
+			require.NoError(t, env.GetWorkflowResult(&st))
+			require.EqualValues(t, 1000, st.Step)
+			var froms, ckpts []int64
+			for _, in := range ch.inputs {
+				if in.Rank != 0 {
+					continue
+				}
+				froms = append(froms, in.From)
+				if in.Checkpoint {
+					ckpts = append(ckpts, in.To)
+				}
+			}
+			require.Equal(t, tc.froms, froms)
+			require.Equal(t, tc.checkpoint, ckpts)
+			require.Equal(t, len(tc.checkpoint), st.Checkpoints)
+		})
+	}
+}
+
 func TestTrainingRunReplacesDeadNode(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1"), failed: map[string]bool{}}
 	ch := &fakeChunks{}

@@ -15,14 +15,17 @@ import (
 // chunk (a chunk's input is fixed when it starts: the run hands the fault
 // to the node's worker), and the run replaces it and completes. Before,
 // the fault waited for a chunk whose range held its step, and none came.
-// A step the run has passed is refused, with the step it is at.
+// A step the run has passed is refused, with the step it is at. With
+// checkpoint_every below chunk_steps, chunks end at its multiples.
 func TestFaultReachesTheChunkInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3", "node-4")
-	const steps = 3000
-	s := spec.RunSpec{Name: "fault-in-flight", Nodes: 3, Steps: steps, ChunkSteps: steps,
+	// One chunk_steps for the run, checkpoints every 1000: chunks end at
+	// 1000 and 2000 (versionCheckpointChunks).
+	const steps, every = 3000, 1000
+	s := spec.RunSpec{Name: "fault-in-flight", Nodes: 3, Steps: steps, ChunkSteps: steps, CheckpointEvery: every,
 		HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	victim := membership(ctx, t, c, run.GetID(), 1)
@@ -59,8 +62,11 @@ func TestFaultReachesTheChunkInFlight(t *testing.T) {
 		t.Fatalf("status %s at step %d, recoveries %+v: want completed after one", st.Phase, st.Step, st.Recoveries)
 	}
 	rec := st.Recoveries[0]
-	if len(rec.FailedNodes) != 1 || rec.FailedNodes[0] != victim || rec.FailedAtStep <= at || rec.FailedAtStep >= steps || rec.ResumeStep != 0 {
-		t.Errorf("recovery %+v: want %s killed inside the chunk in flight (after step %d, before %d), the run rewound to 0", rec, victim, at, steps)
+	if len(rec.FailedNodes) != 1 || rec.FailedNodes[0] != victim || rec.FailedAtStep <= at || rec.FailedAtStep%every == 0 || rec.ResumeStep != rec.FailedAtStep/every*every {
+		t.Errorf("recovery %+v: want %s killed inside the chunk in flight (after step %d), the run rewound to the checkpoint before", rec, victim, at)
+	}
+	if st.Checkpoints != steps/every || st.LastCkpt == nil || st.LastCkpt.Step != steps {
+		t.Errorf("%d checkpoints, last %+v: want one every %d steps", st.Checkpoints, st.LastCkpt, every)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_fault_armed.json")
 }

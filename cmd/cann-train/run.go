@@ -36,7 +36,8 @@ Job file fields (all optional but name):
   name, model.kind (mlp-mnist), model.hidden [128], nodes 3, steps 600,
   chunk_steps 100, batch_per_rank 32, learning_rate 0.002, seed 1,
   checkpoint_url (file:///…, mem://, s3://…, gs://…, azblob://…),
-  checkpoint_every (chunk_steps), max_restarts 5, node_wait 2m,
+  checkpoint_every (chunk_steps; smaller: chunks end where one is due),
+  max_restarts 5, node_wait 2m,
   heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes),
   collective ring|hd|rd|tree|hier|auto, topology_scan false, strategy
     fixed|auto (auto: train on the data-parallel degree the cost model
