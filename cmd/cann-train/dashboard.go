@@ -100,7 +100,7 @@ recoveries, grams of CO2. --query narrows the list with a visibility query
 			}
 			defer c.Close()
 			for {
-				rows, err := dashboardRows(ctx, c, e.namespace, dashboardQuery(query), limit, ui)
+				rows, err := dashboardRows(ctx, c, e.namespace, dashboardQuery(query), limit, e.webUI(ui))
 				if err != nil {
 					return err
 				}
@@ -133,7 +133,7 @@ recoveries, grams of CO2. --query narrows the list with a visibility query
 	f.IntVar(&limit, "limit", 20, "most runs listed, newest first")
 	f.BoolVarP(&watch, "watch", "w", false, "redraw the table every --every")
 	f.DurationVar(&every, "every", 2*time.Second, "refresh interval of --watch")
-	f.StringVar(&ui, "ui", "http://127.0.0.1:8233", "Web UI base URL, for links (empty: none)")
+	addUIFlag(f, &ui)
 	return cmd
 }
 

@@ -43,6 +43,9 @@ func newDevCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("ui-port") && o.port > 0 && o.port+1000 <= 65535 {
+				o.uiPort = o.port + 1000 // as temporal server start-dev; the CLI's links expect it
+			}
 			srv, err := dev.StartServer(cmd.Context(), dev.ServerOptions{
 				IP: o.ip, FrontendPort: o.port, UIPort: o.uiPort, DBFile: o.dbFile,
 				Namespace: e.namespace, SearchAttributes: workers.SearchAttributes(), Logger: log.Named("temporal"),
@@ -63,7 +66,7 @@ func newDevCmd(e *env) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.ip, "ip", "127.0.0.1", "IP to bind")
 	f.IntVar(&o.port, "port", 7233, "frontend gRPC port (0: any free port)")
-	f.IntVar(&o.uiPort, "ui-port", 8233, "Web UI port (0: no UI)")
+	f.IntVar(&o.uiPort, "ui-port", 8233, "Web UI port (0: no UI; default: --port + 1000)")
 	f.StringVar(&o.dbFile, "db-file", filepath.Join(defaultDataDir(), "temporal.db"), "SQLite database file")
 	return cmd
 }

@@ -9,11 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/dev"
@@ -90,6 +93,33 @@ Start here:  cann-train quickstart`,
 		newNodesCmd(e),
 	)
 	return root
+}
+
+// addUIFlag adds --ui, the Temporal Web UI base URL for links.
+func addUIFlag(f *pflag.FlagSet, ui *string) {
+	f.StringVar(ui, "ui", envOr("CANN_TRAIN_UI", ""), "Web UI base URL for links (env CANN_TRAIN_UI; default: the --address host at port + 1000, where `cann-train dev` serves it; none: no links)")
+}
+
+// webUI resolves --ui: ui when set ("none": no links), else the UI beside
+// the frontend at --address, port + 1000, as `cann-train dev` and
+// `temporal server start-dev` serve it.
+func (e *env) webUI(ui string) string {
+	switch ui {
+	case "none":
+		return ""
+	case "":
+	default:
+		return ui
+	}
+	host, port, err := net.SplitHostPort(e.address)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || p < 1 || p+1000 > 65535 {
+		return ""
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(p+1000))
 }
 
 func envOr(key, def string) string {

@@ -101,7 +101,7 @@ Job file fields (all optional but name):
 			if err != nil {
 				return err
 			}
-			return printStatus(e.out, st, o.output, o.uiURL, e.namespace)
+			return printStatus(e.out, st, o.output, e.webUI(o.uiURL), e.namespace)
 		},
 	}
 	f := cmd.Flags()
@@ -109,7 +109,7 @@ Job file fields (all optional but name):
 	f.BoolVar(&o.wait, "wait", false, "watch the run until it ends")
 	f.StringVar(&o.clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
 	f.StringVarP(&o.output, "output", "o", "text", "output with --wait: text, json or jsonl (progress lines)")
-	f.StringVar(&o.uiURL, "ui", "http://127.0.0.1:8233", "Web UI base URL, for links")
+	addUIFlag(f, &o.uiURL)
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
 }

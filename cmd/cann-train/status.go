@@ -69,7 +69,7 @@ func newStatusCmd(e *env) *cobra.Command {
 					return err
 				}
 			}
-			sum := summarize(st, ui, e.namespace, nil)
+			sum := summarize(st, e.webUI(ui), e.namespace, nil)
 			sum.Logs = logs
 			if err := printSummary(e.out, st, sum, output); err != nil {
 				return err
@@ -79,7 +79,7 @@ func newStatusCmd(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&rankTable, "rank-table", "", "write the HCCL rank table (v1.0) of the run's scanned nodes to this file")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
-	cmd.Flags().StringVar(&ui, "ui", "http://127.0.0.1:8233", "Web UI base URL, for links")
+	addUIFlag(cmd.Flags(), &ui)
 	return cmd
 }
 
@@ -111,11 +111,11 @@ func newWatchCmd(e *env) *cobra.Command {
 			if output == "jsonl" {
 				return nil
 			}
-			return printStatus(e.out, st, output, ui, e.namespace)
+			return printStatus(e.out, st, output, e.webUI(ui), e.namespace)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, json (final status) or jsonl (one progress object per line)")
-	cmd.Flags().StringVar(&ui, "ui", "http://127.0.0.1:8233", "Web UI base URL, for links")
+	addUIFlag(cmd.Flags(), &ui)
 	return cmd
 }
 

@@ -248,3 +248,26 @@ func TestPrintStrategy(t *testing.T) {
 		}
 	}
 }
+
+// TestWebUI: links point at --ui when given, else beside the frontend at
+// port + 1000 (where `cann-train dev` and temporal server start-dev serve
+// the UI); "none" and an address without a usable port give no link.
+func TestWebUI(t *testing.T) {
+	cases := []struct{ address, ui, want string }{
+		{"127.0.0.1:7233", "", "http://127.0.0.1:8233"},
+		{"127.0.0.1:17233", "", "http://127.0.0.1:18233"},
+		{"temporal.example:7233", "", "http://temporal.example:8233"},
+		{"0.0.0.0:7233", "", "http://127.0.0.1:8233"},
+		{"[::1]:7233", "", "http://[::1]:8233"},
+		{"127.0.0.1:7233", "http://ui.example:8080", "http://ui.example:8080"},
+		{"127.0.0.1:7233", "none", ""},
+		{"127.0.0.1:65000", "", ""},
+		{"temporal.example", "", ""},
+	}
+	for _, tc := range cases {
+		e := &env{address: tc.address}
+		if got := e.webUI(tc.ui); got != tc.want {
+			t.Errorf("address %q, --ui %q: %q; want %q", tc.address, tc.ui, got, tc.want)
+		}
+	}
+}
