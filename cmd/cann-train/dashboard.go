@@ -236,8 +236,8 @@ func printDashboard(w io.Writer, rows []dashboardRow) error {
 	fmt.Fprintln(tw, "RUN\tSTATUS\tMODEL\tNODES\tSTEP\tLOSS\tSAMPLES/S\tRECOVERIES\tCO2 g\tSTARTED\tDETAIL")
 	for _, r := range rows {
 		status := string(r.Status)
-		if status == "" || (r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) &&
-			r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED)) {
+		if status != r.Execution && (status == "" || (r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) &&
+			r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED))) {
 			status = strings.TrimPrefix(strings.Join([]string{status, r.Execution}, "/"), "/")
 		}
 		step := fmt.Sprint(r.Step)

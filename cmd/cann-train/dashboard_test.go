@@ -69,15 +69,17 @@ func TestPrintDashboard(t *testing.T) {
 		{WorkflowID: "run/a", Execution: "running", Status: spec.PhaseTraining, Model: "m", Nodes: 2, Step: 5, Steps: 10, Loss: 0.25},
 		{WorkflowID: "run/b", Execution: "failed", Detail: strings.Repeat("x", 100)},
 		{WorkflowID: "run/c", Execution: "running", Unread: "query: no worker"},
+		{WorkflowID: "run/d", Execution: "failed", Status: spec.PhaseFailed},
+		{WorkflowID: "run/e", Execution: "terminated", Status: spec.PhaseTraining},
 	}
 	if err := printDashboard(&b, rows); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "RUN") {
+	if len(lines) != 6 || !strings.HasPrefix(lines[0], "RUN") {
 		t.Fatalf("table:\n%s", b.String())
 	}
-	for i, want := range []string{"a  ", "b  ", "c  "} {
+	for i, want := range []string{"a  ", "b  ", "c  ", "d  ", "e  "} {
 		if !strings.HasPrefix(lines[i+1], want) {
 			t.Errorf("row %d %q: want the run name without run/", i, lines[i+1])
 		}
@@ -90,5 +92,11 @@ func TestPrintDashboard(t *testing.T) {
 	}
 	if !strings.Contains(lines[3], "status unreadable: query: no worker") {
 		t.Errorf("unreadable row %q", lines[3])
+	}
+	if f := strings.Fields(lines[4]); len(f) < 2 || f[1] != "failed" {
+		t.Errorf("failed run's row %q: want its status once", lines[4])
+	}
+	if f := strings.Fields(lines[5]); len(f) < 2 || f[1] != "training/terminated" {
+		t.Errorf("terminated run's row %q: want where it was and how it ended", lines[5])
 	}
 }
