@@ -110,6 +110,7 @@ func TestAsyncCheckpointResolvedAfterLoss(t *testing.T) {
 			require.Len(t, asked, 1)
 			require.EqualValues(t, 100, asked[0].Step)
 			require.Len(t, st.Recoveries, 1)
+			require.Equal(t, "peers lost node(s) [node-1]: peer 0 reset", st.Recoveries[0].Reason, "the peers' words, not the lost rank's cancellation")
 			if found {
 				require.EqualValues(t, 100, st.Recoveries[0].ResumeStep)
 				require.EqualValues(t, 30, st.Recoveries[0].LostSteps)

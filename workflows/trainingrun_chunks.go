@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -565,7 +566,13 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 		for _, rank := range tied {
 			f.failed = append(f.failed, r.st.Membership.Nodes[rank].ID)
 		}
-		f.reason = fmt.Sprintf("peers lost node(s) %v: %s", f.failed, message(f.first))
+		// In the peers' words: the first error may be the lost rank's own
+		// activity, cancelled once its peers named it.
+		said := f.first
+		if f.cause != nil {
+			said = f.cause
+		}
+		f.reason = fmt.Sprintf("peers lost node(s) %v: %s", f.failed, message(said))
 	case len(f.lostState) > 0:
 		// Alive, restarted: nobody is marked failed; the new generation
 		// restores every rank from the last committed checkpoint.
@@ -801,7 +808,14 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	if workflow.GetVersion(ctx, versionShrinkOnFailure, workflow.DefaultVersion, 1) >= 1 && r.spec.MinNodes < r.size() {
 		minCount = r.spec.MinNodes
 	}
-	if err := r.acquireNodes(ctx, spec.PhaseAcquiring, r.size(), minCount); err != nil {
+	// Say why the run waits (status, dashboard, Web UI) while it does.
+	prevDetail := r.st.Status.Detail
+	if len(f.failed) > 0 {
+		r.st.Status.Detail = fmt.Sprintf("replacing %s, lost in the chunk from step %d", strings.Join(f.failed, " "), f.from)
+	}
+	err = r.acquireNodes(ctx, spec.PhaseAcquiring, r.size(), minCount)
+	r.st.Status.Detail = prevDetail
+	if err != nil {
 		if withAcquire {
 			r.signalFailed(ctx, marks) // the Cluster may not have seen the request
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -312,6 +313,18 @@ func TestTrainingRunReplacesDeadNode(t *testing.T) {
 		return temporal.NewApplicationErrorWithCause("peer 1 reset", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 130})
 	}
 	env := newRunEnv(t, cl, ch)
+	// What the status says while the replacement is asked for.
+	var waiting []string
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name != spec.ActivityAcquireNodes {
+			return
+		}
+		v, err := env.QueryWorkflow(spec.QueryStatus)
+		require.NoError(t, err)
+		var st spec.RunStatus
+		require.NoError(t, v.Get(&st))
+		waiting = append(waiting, st.Detail)
+	})
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	require.NoError(t, env.GetWorkflowError())
@@ -322,6 +335,9 @@ func TestTrainingRunReplacesDeadNode(t *testing.T) {
 	require.EqualValues(t, 300, st.Step)
 	require.Len(t, st.Recoveries, 1)
 	rec := st.Recoveries[0]
+	require.Len(t, waiting, 2)
+	require.Contains(t, waiting[1], "replacing node-2, lost in the chunk from step 100: waiting for 3 free node(s)", "the status says why the run waits")
+	require.Empty(t, st.Detail)
 	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
 	require.Equal(t, []string{"spare-1"}, rec.Replacement)
 	require.Equal(t, 1, cl.markedInAcquire, "the failure travels with the acquire request")

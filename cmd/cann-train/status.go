@@ -629,8 +629,13 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	fmt.Fprintf(w, "recoveries   %d\n", len(s.Recoveries))
 	for _, r := range s.Recoveries {
-		if r.Shrunk && r.Replacement == "" {
+		switch {
+		case r.Replacement != "":
+		case r.Shrunk:
 			r.Replacement = "(no spare: shrunk)"
+		default:
+			// The same node(s) again: a restarted worker re-registered.
+			r.Replacement = r.FailedNode + " (back)"
 		}
 		fmt.Fprintf(w, "  gen %d: %s → %s at step %d, rewound to %d (%d steps lost); detected %.2fs, first step %.2fs after the %s\n      %s\n",
 			r.Generation, r.FailedNode, r.Replacement, r.FailedAtStep, r.ResumeStep, r.LostSteps,

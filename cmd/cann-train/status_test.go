@@ -271,3 +271,29 @@ func TestWebUI(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusTextRecoveries: a node replaced by a spare, one the run went
+// on without, and one whose restarted worker took its rank again.
+func TestStatusTextRecoveries(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rec  spec.Recovery
+		want string
+	}{
+		{"spare", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30},
+			"  gen 2: n2 → n4 at step 130, rewound to 100 (30 steps lost)"},
+		{"shrunk", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Shrunk: true, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30},
+			"  gen 2: n2 → (no spare: shrunk) at step 130"},
+		{"back", spec.Recovery{Generation: 2, FailedNodes: []string{"n1"}, FailedAtStep: 1848, ResumeStep: 1800, LostSteps: 48},
+			"  gen 2: n1 → n1 (back) at step 1848"},
+	} {
+		st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Recoveries: []spec.Recovery{tc.rec}}
+		var b bytes.Buffer
+		if err := printStatus(&b, st, "text", "", "default"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("%s: status text:\n%s\nwant %q", tc.name, b.String(), tc.want)
+		}
+	}
+}
