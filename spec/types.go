@@ -309,6 +309,19 @@ const (
 	FaultFreeze = "freeze"
 )
 
+// Resumption is an earlier run of a name that a later one continued from
+// its last checkpoint.
+type Resumption struct {
+	// Phase and Error are how the earlier run ended; Step its last step.
+	Phase Phase  `json:"status"`
+	Error string `json:"error,omitempty"`
+	Step  int64  `json:"step"`
+	// FromStep is the checkpoint the later run started from.
+	FromStep int64 `json:"from_step"`
+	// At is when the later run started.
+	At time.Time `json:"at"`
+}
+
 // CheckpointFailure is a checkpoint that could not be stored.
 type CheckpointFailure struct {
 	Step  int64  `json:"step"`
@@ -496,8 +509,11 @@ type RunStatus struct {
 	// Rollovers counts an external job's launches stopped after a
 	// checkpoint so that the run could continue as new (its history had
 	// grown long), each relaunched from that checkpoint.
-	Rollovers     int    `json:"rollovers,omitempty"`
-	WeightsSHA256 string `json:"weights_sha256,omitempty"`
+	Rollovers int `json:"rollovers,omitempty"`
+	// Resumed are the earlier runs of this name this one continues, each
+	// from its last checkpoint (`cann-train run --resume`), oldest first.
+	Resumed       []Resumption `json:"resumed,omitempty"`
+	WeightsSHA256 string       `json:"weights_sha256,omitempty"`
 	// ChunkIdleSeconds is the mean gap between one chunk's end (as the
 	// slowest node reported) and the next chunk's start.
 	ChunkIdleSeconds float64   `json:"chunk_idle_s"`

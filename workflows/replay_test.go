@@ -59,9 +59,11 @@ import (
 // first chunk; trainingrun_fault_armed.json, a run whose node was told to
 // SIGKILL itself while its chunk trained, the fault handed to the node's
 // worker (versionArmFaults), its chunks ended where checkpoint_every, below
-// chunk_steps, asked for checkpoints (versionCheckpointChunks)
+// chunk_steps, asked for checkpoints (versionCheckpointChunks);
+// trainingrun_resumed.json, a run started with `run --resume` from a
+// cancelled run's last checkpoint (RunInput.Resume)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -92,6 +94,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_strategy_scaling.json", spec.WorkflowTrainingRun}, // every scan times computation
 		{"trainingrun_scan_lost.json", spec.WorkflowTrainingRun},        // a scan that lost a node cancelled its other probes
 		{"trainingrun_fault_armed.json", spec.WorkflowTrainingRun},      // a signalled fault armed on the node in flight; checkpoint-sized chunks
+		{"trainingrun_resumed.json", spec.WorkflowTrainingRun},          // started from an ended run's last checkpoint
 		{"trainingrun_external.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_green.json", spec.WorkflowTrainingRun},

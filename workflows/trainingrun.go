@@ -22,6 +22,11 @@ type RunInput struct {
 	// Faults to inject from the start (testing and demos), as if signalled
 	// with SignalInjectFault before the first chunk.
 	Faults []spec.InjectFault `json:"faults,omitempty"`
+	// Resume is the last status of an earlier run of this name (ended:
+	// failed, cancelled, terminated or completed) to continue from its
+	// last checkpoint, keeping its history: recoveries, checkpoints, the
+	// batch controller's schedule and carbon accounting, a decided codec.
+	Resume *spec.RunStatus `json:"resume,omitempty"`
 }
 
 // RunState is everything that crosses continue-as-new.
@@ -146,6 +151,9 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 		}
 		r.st.Token = newToken(ctx)
 		r.st.Faults = in.Faults
+		if in.Resume != nil && in.Resume.LastCkpt != nil {
+			r.resumeFrom(ctx, *in.Resume)
+		}
 	}
 	r.st.Status.MinNodes = r.spec.MinNodes
 	r.st.Status.GlobalBatch = r.spec.GlobalBatch()
@@ -177,6 +185,32 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 	})
 	r.listen(ctx)
 	return r, nil
+}
+
+// resumeFrom starts the run where an earlier run of its name checkpointed
+// last: its status carries over (what it did stays on the record), the
+// step is its last checkpoint's, and the generations go on from its (a
+// node's warm state of that run is never taken for this one's).
+func (r *run) resumeFrom(ctx workflow.Context, prev spec.RunStatus) {
+	ck := *prev.LastCkpt
+	st := prev
+	st.RunID, st.Phase, st.Model, st.TotalSteps = r.st.Status.RunID, spec.PhaseAcquiring, r.st.Status.Model, r.st.Status.TotalSteps
+	st.Step, st.LastCkpt, st.StartedAt = ck.Step, &ck, r.st.Status.StartedAt
+	st.Nodes, st.Error, st.Detail, st.WaitUntil, st.PauseRequested, st.PendingNodes, st.Evicting = nil, "", "", time.Time{}, false, 0, nil
+	st.CheckpointFailed, st.Topology, st.Strategy, st.Report = nil, nil, nil, ""
+	if st.Recoveries == nil {
+		st.Recoveries = []spec.Recovery{}
+	}
+	st.Resumed = append(slices.Clone(prev.Resumed), spec.Resumption{
+		Phase: prev.Phase, Error: prev.Error, Step: prev.Step, FromStep: ck.Step, At: workflow.Now(ctx),
+	})
+	if st.Sync != nil && st.Sync.Codec == "" {
+		st.Sync = nil // undecided: measured afresh (newRun)
+	}
+	r.st.Status = st
+	r.st.Checkpoints = []spec.CheckpointRef{ck}
+	r.st.Membership.Generation = prev.Generation
+	workflow.GetLogger(ctx).Info("resuming an earlier run from its last checkpoint", "ended", prev.Phase, "step", prev.Step, "checkpoint", ck.Step)
 }
 
 // versionArmFaults: a signalled fault for a member node is handed to its

@@ -903,6 +903,37 @@ func TestTrainingRunArmsSignalledFault(t *testing.T) {
 	}
 }
 
+// TestTrainingRunResumes: a run given an earlier run's last status starts
+// at its last checkpoint, restoring it, in the generation after the
+// earlier run's, and keeps its record.
+func TestTrainingRunResumes(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	ck := spec.CheckpointRef{URL: "mem://", Run: "run/t", Step: 200, Key: "ckpt/200"}
+	prev := spec.RunStatus{RunID: "run/t", Phase: spec.PhaseFailed, Error: "gave up", Step: 230, Generation: 3, Checkpoints: 2, LastCkpt: &ck,
+		InitialLoss: 2.3, Recoveries: []spec.Recovery{{Generation: 2, FailedNodes: []string{"c"}}}}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s, Resume: &prev})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.EqualValues(t, 400, st.Step)
+	require.Nil(t, ch.byFrom()[0], "nothing before the checkpoint is trained again")
+	first := ch.byFrom()[200]
+	require.Len(t, first, 2)
+	for _, in := range first {
+		require.Equal(t, &ck, in.Restore)
+		require.EqualValues(t, 4, in.Membership.Generation)
+	}
+	require.Len(t, st.Recoveries, 1, "the earlier run's record stays")
+	require.InDelta(t, 2.3, st.InitialLoss, 1e-6)
+	require.Equal(t, 4, st.Checkpoints, "its two and the two at 300 and 400")
+	require.Len(t, st.Resumed, 1)
+	require.Equal(t, spec.Resumption{Phase: spec.PhaseFailed, Error: "gave up", Step: 230, FromStep: 200, At: st.Resumed[0].At}, st.Resumed[0])
+	require.Empty(t, st.Error)
+}
+
 func TestTrainingRunStartsWithFaults(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("a", "b")}
 	ch := &fakeChunks{}

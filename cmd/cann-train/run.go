@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
@@ -19,6 +22,8 @@ import (
 type runOptions struct {
 	file      string
 	wait      bool
+	resume    bool
+	fresh     bool
 	clusterID string
 	output    string
 	uiURL     string
@@ -88,7 +93,11 @@ Job file fields (all optional but name):
 				return err
 			}
 			defer c.Close()
-			id, err := startRunWith(cmd.Context(), c, s, o.clusterID)
+			in, err := o.input(cmd.Context(), c, s, e.err)
+			if err != nil {
+				return err
+			}
+			id, err := startRunInput(cmd.Context(), c, in)
 			if err != nil {
 				return err
 			}
@@ -110,8 +119,77 @@ Job file fields (all optional but name):
 	f.StringVar(&o.clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
 	f.StringVarP(&o.output, "output", "o", "text", "output with --wait: text, json or jsonl (progress lines)")
 	addUIFlag(f, &o.uiURL)
+	f.BoolVar(&o.resume, "resume", false, "continue the earlier run of this name (ended: failed, cancelled, terminated or completed) from its last checkpoint")
+	f.BoolVar(&o.fresh, "fresh", false, "start over from step 0 although an earlier run of this name left checkpoints (they are replaced as the new run reaches their steps)")
+	cmd.MarkFlagsMutuallyExclusive("resume", "fresh")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
+}
+
+// input is the run to start for job s: fresh, or continuing the earlier
+// run of its name with --resume. Without either flag an earlier run that
+// left checkpoints is an error naming both ways, not a silent start over
+// its checkpoints.
+func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, say io.Writer) (workflows.RunInput, error) {
+	in := workflows.RunInput{Spec: s, ClusterID: o.clusterID}
+	id := spec.RunIDPrefix + s.Name
+	prev, prevSpec, err := earlierRun(ctx, c, id)
+	switch {
+	case err != nil:
+		if o.fresh {
+			return in, nil
+		}
+		return in, err
+	case prev == nil && o.resume:
+		return in, fmt.Errorf("--resume: no earlier run named %s has ended", s.Name)
+	case prev == nil || o.fresh || (prev.LastCkpt == nil && !o.resume):
+		return in, nil
+	case !o.resume:
+		return in, fmt.Errorf("run %s ran before (%s at step %d; its last checkpoint is at step %d): --resume continues from that checkpoint, --fresh starts over from step 0 (replacing its checkpoints as it goes), or give the job another name",
+			id, prev.Phase, prev.Step, prev.LastCkpt.Step)
+	case prev.LastCkpt == nil:
+		return in, fmt.Errorf("--resume: run %s (%s at step %d) stored no checkpoint; --fresh starts it over", id, prev.Phase, prev.Step)
+	case prev.LastCkpt.Step >= s.Steps:
+		return in, fmt.Errorf("--resume: run %s's last checkpoint is at step %d and the job has %d steps: nothing left to train (raise steps)", id, prev.LastCkpt.Step, s.Steps)
+	}
+	resumed, conflicts := s.ResumeOf(prevSpec)
+	if len(conflicts) > 0 {
+		return in, fmt.Errorf("--resume: this job cannot continue run %s's checkpoint: %s", id, strings.Join(conflicts, "; "))
+	}
+	in.Spec, in.Resume = resumed, prev
+	why := ""
+	if prev.Error != "" {
+		why = ": " + prev.Error
+	}
+	fmt.Fprintf(say, "resuming %s from its checkpoint at step %d (the earlier run ended %s at step %d%s)\n",
+		id, prev.LastCkpt.Step, prev.Phase, prev.Step, why)
+	return in, nil
+}
+
+// earlierRun is the last status and the spec of the ended run with
+// workflow ID id (nil when there is none, or it is still going).
+func earlierRun(ctx context.Context, c client.Client, id string) (*spec.RunStatus, spec.RunSpec, error) {
+	st, _, _, closed, err := readLive(ctx, c, id)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) || !closed {
+		return nil, spec.RunSpec{}, nil // none, or going (the start says so)
+	}
+	if st.RunID == "" {
+		return nil, spec.RunSpec{}, fmt.Errorf("run %s ran before, and its last status is unreadable (%v): start a control worker to read it, or pass --fresh to start over", id, err)
+	}
+	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return nil, spec.RunSpec{}, fmt.Errorf("run %s: empty history", id)
+	}
+	ev, err := it.Next()
+	if err != nil {
+		return nil, spec.RunSpec{}, fmt.Errorf("run %s's history: %w", id, err)
+	}
+	var in workflows.RunInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil {
+		return nil, spec.RunSpec{}, fmt.Errorf("run %s's input: %w", id, err)
+	}
+	return &st, in.Spec, nil
 }
 
 // startRun starts TrainingRun with ID run/<name>; a run of that name that
@@ -119,17 +197,22 @@ Job file fields (all optional but name):
 // faults are fault injections the run starts with (quickstart --inject,
 // bench recovery); `cann-train fault kill` adds them to a running run.
 func startRunWith(ctx context.Context, c client.Client, s spec.RunSpec, clusterID string, faults ...spec.InjectFault) (string, error) {
-	id := spec.RunIDPrefix + s.Name
+	return startRunInput(ctx, c, workflows.RunInput{Spec: s, ClusterID: clusterID, Faults: faults})
+}
+
+// startRunInput is startRunWith with the whole input (a resumed run's).
+func startRunInput(ctx context.Context, c client.Client, in workflows.RunInput) (string, error) {
+	id := spec.RunIDPrefix + in.Spec.Name
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       id,
 		TaskQueue:                spec.ControlTaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		// Without this the SDK hands back the running run as if started.
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-	}, spec.WorkflowTrainingRun, workflows.RunInput{Spec: s, ClusterID: clusterID, Faults: faults})
+	}, spec.WorkflowTrainingRun, in)
 	var running *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &running) {
-		return "", fmt.Errorf("start %s: a run of that name is still going (follow it with `cann-train watch %s`, or give this one another name): %w", id, s.Name, err)
+		return "", fmt.Errorf("start %s: a run of that name is still going (follow it with `cann-train watch %s`, or give this one another name): %w", id, in.Spec.Name, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", id, err)

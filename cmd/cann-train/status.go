@@ -409,10 +409,12 @@ type Summary struct {
 	Recoveries     []RecoverySummary `json:"recoveries"`
 	// Rollovers: an external job's launches stopped after a checkpoint
 	// for the run to continue as new (its history had grown long).
-	Rollovers     int    `json:"rollovers,omitempty"`
-	WeightsSHA256 string `json:"weights_sha256"`
-	WebUI         string `json:"web_ui,omitempty"`
-	Error         string `json:"error,omitempty"`
+	Rollovers int `json:"rollovers,omitempty"`
+	// Resumed: the earlier runs of this name it continues (run --resume).
+	Resumed       []spec.Resumption `json:"resumed,omitempty"`
+	WeightsSHA256 string            `json:"weights_sha256"`
+	WebUI         string            `json:"web_ui,omitempty"`
+	Error         string            `json:"error,omitempty"`
 	// Detail says what the status is about (the green window waited for,
 	// the pause); WaitUntil ends a green wait.
 	Detail         string             `json:"detail,omitempty"`
@@ -553,7 +555,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		InitialLoss: st.InitialLoss, FinalLoss: st.Loss, EvalMetricName: st.EvalMetric, EvalMetric: st.EvalValue,
 		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
-		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers,
+		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
 		Evicting: st.Evicting, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
@@ -623,6 +625,13 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	if f := s.Checkpoints.Failed; f != nil {
 		fmt.Fprintf(w, "             the checkpoint at step %d could not be stored (none since): %s\n", f.Step, f.Error)
+	}
+	for _, r := range s.Resumed {
+		why := ""
+		if r.Error != "" {
+			why = ": " + r.Error
+		}
+		fmt.Fprintf(w, "resumed      from step %d at %s: an earlier run %s at step %d%s\n", r.FromStep, r.At.UTC().Format("2006-01-02 15:04:05"), r.Phase, r.Step, why)
 	}
 	if s.Rollovers > 0 {
 		fmt.Fprintf(w, "rollovers    %d (relaunched from a checkpoint to continue as new: the history had grown long)\n", s.Rollovers)
