@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -188,7 +189,7 @@ policy for longer).`,
 func newScaleCmd(e *env) *cobra.Command {
 	var nodes int
 	cmd := &cobra.Command{
-		Use:   "scale RUN --nodes N",
+		Use:   "scale RUN --nodes N  (or: scale RUN N)",
 		Short: "Train a run on N nodes from its next chunk boundary",
 		Long: `Changes the run's node count at the next chunk boundary: the run asks the
 Cluster for more nodes or releases some, starts a new membership generation
@@ -196,9 +197,23 @@ and resumes from the checkpoint at the current step (when the last checkpoint
 is older, one more chunk runs and checkpoints first, so no step is lost). The
 global batch stays what it was at the start; each rank's share changes.
 N must be at least the run's min_nodes and at most its global batch.`,
-		Example: `  cann-train scale mnist-demo --nodes 4`,
-		Args:    cobra.ExactArgs(1),
+		Example: `  cann-train scale mnist-demo --nodes 4
+  cann-train scale mnist-demo 4`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			set := cmd.Flags().Changed("nodes")
+			switch {
+			case len(args) == 2 && set:
+				return errors.New("give the node count once: scale RUN N or scale RUN --nodes N")
+			case len(args) == 2:
+				n, err := strconv.Atoi(args[1])
+				if err != nil {
+					return fmt.Errorf("node count %q: want a number", args[1])
+				}
+				nodes = n
+			case !set:
+				return errors.New("how many nodes? scale RUN N or scale RUN --nodes N")
+			}
 			if nodes < 1 || nodes > 1024 {
 				return fmt.Errorf("--nodes %d: want 1..1024", nodes)
 			}
@@ -222,6 +237,5 @@ N must be at least the run's min_nodes and at most its global batch.`,
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 0, "node count to train on")
-	_ = cmd.MarkFlagRequired("nodes")
 	return cmd
 }

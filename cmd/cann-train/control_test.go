@@ -13,8 +13,12 @@ func TestControlFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"scale", "r"}, `"nodes" not set`},
+		{[]string{"scale", "r"}, "how many nodes? scale RUN N or scale RUN --nodes N"},
 		{[]string{"scale", "r", "--nodes", "0"}, "--nodes 0: want 1..1024"},
+		{[]string{"scale", "r", "0"}, "--nodes 0: want 1..1024"},
+		{[]string{"scale", "r", "four"}, `node count "four": want a number`},
+		{[]string{"scale", "r", "4", "--nodes", "4"}, "give the node count once"},
+		{[]string{"scale", "r", "4", "5"}, "accepts between 1 and 2 arg"},
 		{[]string{"pause"}, "accepts 1 arg"},
 		{[]string{"resume", "a", "b"}, "accepts 1 arg"},
 		{[]string{"green", "override", "r", "--clear", "--for", "1h"}, "--clear takes neither"},
