@@ -406,7 +406,7 @@ func (r *run) fail(ctx workflow.Context, err error) (spec.RunStatus, error) {
 	if ctx.Err() != nil {
 		return r.cancelled(ctx) // not a failure: the workflow was cancelled
 	}
-	r.st.Status.Error = err.Error()
+	r.st.Status.Error = failureMessage(err)
 	r.releaseNodes(ctx)
 	r.setPhase(ctx, spec.PhaseFailed)
 	return r.st.Status, err

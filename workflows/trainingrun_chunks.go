@@ -888,6 +888,20 @@ func message(err error) string {
 	return err.Error()
 }
 
+// failureMessage is err's text for people (the status, the dashboard):
+// an activity's failure in its cause's own words, without the IDs and
+// error types Temporal adds to its text.
+func failureMessage(err error) string {
+	text := err.Error()
+	var ae *temporal.ActivityError
+	if errors.As(err, &ae) {
+		if cause := errors.Unwrap(ae); cause != nil {
+			text = strings.Replace(text, ae.Error(), message(cause), 1)
+		}
+	}
+	return text
+}
+
 // keepCheckpointRefs bounds how far back a run can fall on corruption.
 const keepCheckpointRefs = 8
 

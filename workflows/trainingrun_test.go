@@ -934,6 +934,23 @@ func TestTrainingRunResumes(t *testing.T) {
 	require.Empty(t, st.Error)
 }
 
+// TestTrainingRunFailureSaysWhy: a run that fails for want of nodes
+// says so in its status in the activity's own words, without the IDs and
+// types Temporal adds.
+func TestTrainingRunFailureSaysWhy(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	env := newRunEnv(t, cl, &fakeChunks{})
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 100, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.Error(t, env.GetWorkflowError())
+	v, err := env.QueryWorkflow(spec.QueryStatus)
+	require.NoError(t, err)
+	var st spec.RunStatus
+	require.NoError(t, v.Get(&st))
+	require.Equal(t, spec.PhaseFailed, st.Phase)
+	require.Equal(t, "acquire nodes: not enough nodes", st.Error)
+}
+
 func TestTrainingRunStartsWithFaults(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("a", "b")}
 	ch := &fakeChunks{}

@@ -328,7 +328,14 @@ func failureText(err error) string {
 		case *temporal.ApplicationError:
 			own = e.Message()
 			if next != nil {
-				cut, ok := strings.CutSuffix(own, next.Error())
+				// A wrapped Go error's message is its cause's text as
+				// the workflow saw it: an error's message, not its
+				// Error() with the type the conversion adds.
+				said := next.Error()
+				if n, ok := next.(*temporal.ApplicationError); ok {
+					said = n.Message()
+				}
+				cut, ok := strings.CutSuffix(own, said)
 				if !ok { // the message does not quote its cause: it says it all
 					next = nil
 				}
@@ -542,8 +549,9 @@ func energySummary(segs []spec.Segment) *EnergySummary {
 
 // CheckpointsInfo counts checkpoints and names the last one.
 type CheckpointsInfo struct {
-	Count   int    `json:"count"`
-	LastURL string `json:"last_url"`
+	Count    int    `json:"count"`
+	LastURL  string `json:"last_url"`
+	LastStep int64  `json:"last_step,omitempty"`
 	// Failed is the last checkpoint whose upload failed, when none
 	// committed since.
 	Failed *spec.CheckpointFailure `json:"failed,omitempty"`
@@ -566,7 +574,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		s.Recoveries = append(s.Recoveries, summarizeRecovery(r, faults))
 	}
 	if st.LastCkpt != nil {
-		s.Checkpoints.LastURL = checkpointURL(*st.LastCkpt)
+		s.Checkpoints.LastURL, s.Checkpoints.LastStep = checkpointURL(*st.LastCkpt), st.LastCkpt.Step
 	}
 	s.Checkpoints.Failed = st.CheckpointFailed
 	if uiBase != "" && st.RunID != "" {
@@ -676,6 +684,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	fmt.Fprintf(w, "wall         %.1fs\n", s.WallSeconds)
 	if s.Error != "" {
 		fmt.Fprintf(w, "error        %s\n", s.Error)
+	}
+	if (s.Status == spec.PhaseFailed || s.Status == spec.PhaseCancelled) && s.Checkpoints.LastURL != "" && st.Step < st.TotalSteps {
+		fmt.Fprintf(w, "resume       cann-train run -f JOB --resume continues it from step %d\n", s.Checkpoints.LastStep)
 	}
 	printLogs(w, s.Logs)
 	if s.Report != "" {

@@ -113,6 +113,10 @@ func TestFailureText(t *testing.T) {
 	actErr := conv.FailureToError(act)
 	top := &failurepb.Failure{Message: "acquire nodes: " + actErr.Error(), Cause: act,
 		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: "wrapError"}}}
+	// Wrapped twice by the workflow: fmt.Errorf("replace …: %w",
+	// fmt.Errorf("acquire nodes: %w", activity error)).
+	twice := &failurepb.Failure{Message: "replace node(s) [node-3]: " + top.Message, Cause: top,
+		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: "wrapError"}}}
 	plain := &failurepb.Failure{Message: "spec: steps: -5 must be positive",
 		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: "BadSpec"}}}
 	for _, tc := range []struct {
@@ -122,6 +126,8 @@ func TestFailureText(t *testing.T) {
 	}{
 		{"activity failure wrapped by the workflow", conv.FailureToError(top),
 			"acquire nodes: acquire 3 nodes for run/x: only 2 live free node(s) after waiting 5s (NotEnoughNodes)"},
+		{"wrapped twice", conv.FailureToError(twice),
+			"replace node(s) [node-3]: acquire nodes: acquire 3 nodes for run/x: only 2 live free node(s) after waiting 5s (NotEnoughNodes)"},
 		{"the workflow's own error", conv.FailureToError(plain), "spec: steps: -5 must be positive (BadSpec)"},
 		{"terminated", conv.FailureToError(&failurepb.Failure{Message: "by the operator",
 			FailureInfo: &failurepb.Failure_TerminatedFailureInfo{TerminatedFailureInfo: &failurepb.TerminatedFailureInfo{}}}), "terminated"},
@@ -294,6 +300,34 @@ func TestStatusTextRecoveries(t *testing.T) {
 		}
 		if !strings.Contains(b.String(), tc.want) {
 			t.Errorf("%s: status text:\n%s\nwant %q", tc.name, b.String(), tc.want)
+		}
+	}
+}
+
+// TestStatusTextResumeHint: a failed or cancelled run with a checkpoint
+// says how to continue it; a completed one, or one without, does not.
+func TestStatusTextResumeHint(t *testing.T) {
+	last := &spec.CheckpointRef{URL: "file:///b", Run: "x", Step: 1300, Key: "runs/x/ckpt/000000001300/manifest.json"}
+	const hint = "resume       cann-train run -f JOB --resume continues it from step 1300\n"
+	for _, tc := range []struct {
+		phase spec.Phase
+		ck    *spec.CheckpointRef
+		step  int64
+		want  bool
+	}{
+		{spec.PhaseFailed, last, 1400, true},
+		{spec.PhaseCancelled, last, 1350, true},
+		{spec.PhaseFailed, nil, 40, false},
+		{spec.PhaseCompleted, last, 2000, false},
+		{spec.PhaseTraining, last, 1400, false},
+	} {
+		st := spec.RunStatus{RunID: "run/x", Phase: tc.phase, Model: "mlp-mnist", Step: tc.step, TotalSteps: 2000, LastCkpt: tc.ck, Error: "x"}
+		var b bytes.Buffer
+		if err := printStatus(&b, st, "text", "", "default"); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(b.String(), hint); got != tc.want {
+			t.Errorf("%s at %d (checkpoint %v): hint shown %v, want %v\n%s", tc.phase, tc.step, tc.ck != nil, got, tc.want, b.String())
 		}
 	}
 }
