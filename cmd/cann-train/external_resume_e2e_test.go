@@ -14,10 +14,11 @@ import (
 	"github.com/cann-train/cann-train/spec"
 )
 
-// TestExternalResumeEndedRun: an external job cancelled after a
-// checkpoint upload is continued by `cann-train run --resume`: the script
-// is launched from that checkpoint (it checks the restored state) and
-// completes, and the status says what it continued.
+// TestExternalResumeEndedRun: an external job terminated after a
+// checkpoint upload (`temporal workflow terminate`: no code of it runs
+// again) is continued by `cann-train run --resume`: the script is launched
+// from that checkpoint (it checks the restored state) and completes, and
+// the status says it continued a terminated run.
 func TestExternalResumeEndedRun(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job resume e2e test")
@@ -57,10 +58,14 @@ func TestExternalResumeEndedRun(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cli("cancel", name, "--wait", "60s")
+	// Terminated: it runs no more code (its nodes are freed when the next
+	// run needs them, its processes stop at their next heartbeat).
+	if err := c.TerminateWorkflow(ctx, id, "", "by the test"); err != nil {
+		t.Fatal(err)
+	}
 	ended, _, _, _ := readProgress(ctx, c, id)
-	if ended.Phase != spec.PhaseCancelled || ended.LastCkpt == nil || ended.LastCkpt.Step >= steps {
-		t.Fatalf("the first run ended %s at step %d (checkpoint %+v); want cancelled with a checkpoint before the end", ended.Phase, ended.Step, ended.LastCkpt)
+	if ended.LastCkpt == nil || ended.LastCkpt.Step >= steps {
+		t.Fatalf("the first run ended %s at step %d (checkpoint %+v); want a checkpoint before the end", ended.Phase, ended.Step, ended.LastCkpt)
 	}
 	from := ended.LastCkpt.Step
 	_, said := cli("run", "-f", job, "--resume", "--wait")
@@ -68,7 +73,7 @@ func TestExternalResumeEndedRun(t *testing.T) {
 		t.Errorf("run --resume said %q", said)
 	}
 	st, _, _, err := readProgress(ctx, c, id)
-	if err != nil || st.Phase != spec.PhaseCompleted || st.Step != steps || len(st.Resumed) != 1 || st.Resumed[0].FromStep != from {
+	if err != nil || st.Phase != spec.PhaseCompleted || st.Step != steps || len(st.Resumed) != 1 || st.Resumed[0].FromStep != from || st.Resumed[0].Phase != "terminated" {
 		t.Fatalf("the resumed run: %s at %d, resumed %+v: %v", st.Phase, st.Step, st.Resumed, err)
 	}
 	// Rank 0's launches: the first from step 1, the last from the
