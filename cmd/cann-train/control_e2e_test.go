@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
@@ -254,24 +255,12 @@ func TestCancelRealRun(t *testing.T) {
 	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2")
 	s := spec.RunSpec{Name: "cancel-me", Nodes: 2, Steps: 1_000_000, ChunkSteps: 100}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	run3 := cliRun(ctx, addr)
 	cli := func(args ...string) (string, error) {
-		var out, errb bytes.Buffer
-		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		root.SetArgs(append(args, "--address", addr))
-		err := root.ExecuteContext(ctx)
-		return out.String(), err
+		out, _, err := run3(args...)
+		return out, err
 	}
-	for {
-		st, _, closed, err := readProgress(ctx, c, run.GetID())
-		if closed || ctx.Err() != nil {
-			dumpLogs(t, l.LogDir)
-			t.Fatalf("run closed or timed out before its first checkpoint: %v", err)
-		}
-		if st.LastCkpt != nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitCheckpoint(ctx, t, c, run.GetID(), 1, l.LogDir)
 	out, err := cli("cancel", "cancel-me", "--wait", "60s")
 	if err != nil || !strings.Contains(out, "run/cancel-me: cancelled at step ") || !strings.Contains(out, "its nodes are free again") {
 		dumpLogs(t, l.LogDir)
@@ -409,15 +398,46 @@ func TestCancelRealRun(t *testing.T) {
 // returns its standard output; an error fails the test, with the node
 // logs in logDir.
 func cliAt(ctx context.Context, t *testing.T, addr, logDir string) func(args ...string) string {
+	run := cliRun(ctx, addr)
 	return func(args ...string) string {
 		t.Helper()
+		out, said, err := run(args...)
+		if err != nil {
+			dumpLogs(t, logDir)
+			t.Fatalf("cann-train %v: %v\n%s", args, err, said)
+		}
+		return out
+	}
+}
+
+// cliRun runs `cann-train args… --address addr` in this process and
+// returns its standard output, its standard error and its error.
+func cliRun(ctx context.Context, addr string) func(args ...string) (string, string, error) {
+	return func(args ...string) (string, string, error) {
 		var out, errb bytes.Buffer
 		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
 		root.SetArgs(append(args, "--address", addr))
-		if err := root.ExecuteContext(ctx); err != nil {
+		err := root.ExecuteContext(ctx)
+		return out.String(), errb.String(), err
+	}
+}
+
+// awaitCheckpoint waits until run id has a checkpoint at step at least
+// at; the run closing first fails the test, with the node logs in logDir.
+func awaitCheckpoint(ctx context.Context, t *testing.T, c client.Client, id string, at int64, logDir string) {
+	t.Helper()
+	for {
+		st, _, closed, err := readProgress(ctx, c, id)
+		if closed || ctx.Err() != nil {
 			dumpLogs(t, logDir)
-			t.Fatalf("cann-train %v: %v\n%s", args, err, errb.String())
+			t.Fatalf("run %s closed (or the test timed out) before a checkpoint at step %d: %v", id, at, err)
 		}
-		return out.String()
+		if st.LastCkpt != nil && st.LastCkpt.Step >= at {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -34,30 +33,19 @@ func TestExternalResumeEndedRun(t *testing.T) {
 	if err := os.WriteFile(job, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	run := cliRun(ctx, srv.FrontendAddr())
 	cli := func(args ...string) (string, string) {
 		t.Helper()
-		var out, errb bytes.Buffer
-		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		root.SetArgs(append(args, "--address", srv.FrontendAddr()))
-		if err := root.ExecuteContext(ctx); err != nil {
+		out, said, err := run(args...)
+		if err != nil {
 			dumpLogs(t, l.LogDir)
-			t.Fatalf("cann-train %v: %v\n%s", args, err, errb.String())
+			t.Fatalf("cann-train %v: %v\n%s", args, err, said)
 		}
-		return out.String(), errb.String()
+		return out, said
 	}
 	cli("run", "-f", job)
 	id := spec.RunIDPrefix + name
-	for {
-		st, _, closed, err := readProgress(ctx, c, id)
-		if closed || ctx.Err() != nil {
-			dumpLogs(t, l.LogDir)
-			t.Fatalf("run closed before its checkpoint at 100: %v", err)
-		}
-		if st.LastCkpt != nil && st.LastCkpt.Step >= 100 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitCheckpoint(ctx, t, c, id, 100, l.LogDir)
 	// Terminated: it runs no more code (its nodes are freed when the next
 	// run needs them, its processes stop at their next heartbeat).
 	if err := c.TerminateWorkflow(ctx, id, "", "by the test"); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -34,13 +33,7 @@ func TestResumeEndedRun(t *testing.T) {
 		}
 		return p
 	}
-	cli := func(args ...string) (string, string, error) {
-		var out, errb bytes.Buffer
-		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		root.SetArgs(append(args, "--address", addr))
-		err := root.ExecuteContext(ctx)
-		return out.String(), errb.String(), err
-	}
+	cli := cliRun(ctx, addr)
 
 	// The reference: the same job, never interrupted.
 	ref, _ := spec.LoadFile(job("uninterrupted", steps, "128"))
@@ -53,17 +46,7 @@ func TestResumeEndedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := spec.RunIDPrefix + "resume-me"
-	for {
-		st, _, closed, err := readProgress(ctx, c, id)
-		if closed || ctx.Err() != nil {
-			dumpLogs(t, l.LogDir)
-			t.Fatalf("run closed before its checkpoint at 200: %v", err)
-		}
-		if st.LastCkpt != nil && st.LastCkpt.Step >= 200 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	awaitCheckpoint(ctx, t, c, id, 200, l.LogDir)
 	if _, _, err := cli("cancel", "resume-me", "--wait", "60s"); err != nil {
 		t.Fatal(err)
 	}
