@@ -142,6 +142,9 @@ ls RUN'); 'cann-train status RUN' still shows where it stopped.`,
 				switch {
 				case closed && end.Phase == spec.PhaseCancelled:
 					fmt.Fprintf(e.out, "%s: %s; its nodes are free again\n", id, end.Error)
+					if end.LastCkpt != nil && end.Step < end.TotalSteps {
+						fmt.Fprintf(e.out, "%s: cann-train run -f JOB --resume continues it from step %d\n", id, end.LastCkpt.Step)
+					}
 					return nil
 				case closed && errors.As(err, &ended):
 					return err // it failed, or was terminated, first

@@ -47,10 +47,14 @@ func TestResumeEndedRun(t *testing.T) {
 	}
 	id := spec.RunIDPrefix + "resume-me"
 	awaitCheckpoint(ctx, t, c, id, 200, l.LogDir)
-	if _, _, err := cli("cancel", "resume-me", "--wait", "60s"); err != nil {
+	out, _, err := cli("cancel", "resume-me", "--wait", "60s")
+	if err != nil {
 		t.Fatal(err)
 	}
 	ended, _, _, _ := readProgress(ctx, c, id)
+	if ended.LastCkpt != nil && !strings.Contains(out, fmt.Sprintf("%s: cann-train run -f JOB --resume continues it from step %d\n", id, ended.LastCkpt.Step)) {
+		t.Errorf("cancel said %q; want how to continue the run", out)
+	}
 	if ended.Phase != spec.PhaseCancelled || ended.LastCkpt == nil || ended.LastCkpt.Step >= steps {
 		t.Fatalf("the first run ended %s at step %d (checkpoint %+v); want cancelled with a checkpoint before the end", ended.Phase, ended.Step, ended.LastCkpt)
 	}
