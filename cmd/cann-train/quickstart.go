@@ -178,6 +178,9 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	}
 	if o.keep {
 		fmt.Fprintf(e.err, "server kept up: Web UI %s — Ctrl-C to stop\n", srv.UIURL())
+		if ui := srv.UIURL(); srv.FrontendAddr() != "127.0.0.1:7233" || ui != (&env{address: srv.FrontendAddr()}).webUI("") {
+			fmt.Fprintf(e.err, "other commands reach it with: export TEMPORAL_ADDRESS=%s CANN_TRAIN_UI=%s\n", srv.FrontendAddr(), ui)
+		}
 		<-ctx.Done()
 	}
 	return nil
