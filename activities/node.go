@@ -90,8 +90,11 @@ type pendingSave struct {
 type warmTrainer struct {
 	run        string
 	generation int64
-	codec      string // the decided codec the syncer was built with
-	sync       *gradsync.Syncer
+	// token is the run's (new with every start, kept across recoveries and
+	// continue-as-new): an earlier run of the same name never matches.
+	token string
+	codec string // the decided codec the syncer was built with
+	sync  *gradsync.Syncer
 }
 
 // Close releases open buckets.
@@ -429,7 +432,7 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train
 	}
 	n.mu.Unlock()
 	cfg := engineConfig(in, p)
-	if w != nil && w.run == in.RunID && w.generation == in.Membership.Generation && w.sync.Trainer().GlobalStep() == in.From &&
+	if w != nil && w.run == in.RunID && w.token == in.Token && w.generation == in.Membership.Generation && w.sync.Trainer().GlobalStep() == in.From &&
 		sameShard(w.sync.Trainer().Config(), cfg) && w.sync.Trainer().SetSchedule(cfg.Schedule) == nil {
 		// (SetSchedule takes the batch controller's latest change; it
 		// refuses one that rewrites steps already trained, and then the
@@ -538,7 +541,7 @@ func (n *Node) keep(in spec.ChunkInput, local int, sy *gradsync.Syncer) {
 	if local >= len(n.warm) {
 		n.warm = append(n.warm, make([]*warmTrainer, local+1-len(n.warm))...)
 	}
-	n.warm[local] = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, codec: in.Codec, sync: sy}
+	n.warm[local] = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, token: in.Token, codec: in.Codec, sync: sy}
 }
 
 // forget drops the warm state a failed chunk leaves suspect: its run's, of

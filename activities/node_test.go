@@ -532,3 +532,25 @@ func TestForgetKeepsOtherState(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmStateIsTheRunsOwn: a chunk of a later run of the same name
+// (another token: `run --resume`, `run --fresh`), though in the same
+// generation and at the step the nodes' warm trainers reached, does not
+// take their state: without a checkpoint to restore it has none.
+func TestWarmStateIsTheRunsOwn(t *testing.T) {
+	nodes, m := newNodes(t, 2, "file://"+t.TempDir())
+	s := spec.RunSpec{Name: "act", Nodes: 2, Steps: 60, ChunkSteps: 30}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "first", From: 0, To: 30}
+	if _, errs := runChunk(t, nodes, in); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	later := in
+	later.Session, later.Token, later.From, later.To = "run/act/g1/e2", "later", 30, 60
+	_, errs := runChunk(t, nodes, later)
+	for rank, err := range errs {
+		var ae *temporal.ApplicationError
+		if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeNoState {
+			t.Errorf("rank %d of the later run: %v; want %s (the earlier run's warm state is not its own)", rank, err, spec.ErrTypeNoState)
+		}
+	}
+}

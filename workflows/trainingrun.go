@@ -27,6 +27,10 @@ type RunInput struct {
 	// last checkpoint, keeping its history: recoveries, checkpoints, the
 	// batch controller's schedule and carbon accounting, a decided codec.
 	Resume *spec.RunStatus `json:"resume,omitempty"`
+	// ResumeCheckpoints are the earlier run's checkpoints up to its last,
+	// oldest first (at most keepCheckpointRefs), for falling back when the
+	// last is corrupt; without them only the last is known.
+	ResumeCheckpoints []spec.CheckpointRef `json:"resume_checkpoints,omitempty"`
 }
 
 // RunState is everything that crosses continue-as-new.
@@ -152,7 +156,7 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 		r.st.Token = newToken(ctx)
 		r.st.Faults = in.Faults
 		if in.Resume != nil && in.Resume.LastCkpt != nil {
-			r.resumeFrom(ctx, *in.Resume)
+			r.resumeFrom(ctx, *in.Resume, in.ResumeCheckpoints)
 		}
 	}
 	r.st.Status.MinNodes = r.spec.MinNodes
@@ -191,7 +195,7 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 // last: its status carries over (what it did stays on the record), the
 // step is its last checkpoint's, and the generations go on from its (a
 // node's warm state of that run is never taken for this one's).
-func (r *run) resumeFrom(ctx workflow.Context, prev spec.RunStatus) {
+func (r *run) resumeFrom(ctx workflow.Context, prev spec.RunStatus, earlier []spec.CheckpointRef) {
 	ck := *prev.LastCkpt
 	st := prev
 	st.RunID, st.Phase, st.Model, st.TotalSteps = r.st.Status.RunID, spec.PhaseAcquiring, r.st.Status.Model, r.st.Status.TotalSteps
@@ -209,6 +213,9 @@ func (r *run) resumeFrom(ctx workflow.Context, prev spec.RunStatus) {
 	}
 	r.st.Status = st
 	r.st.Checkpoints = []spec.CheckpointRef{ck}
+	if n := len(earlier); n > 0 && earlier[n-1].Step == ck.Step {
+		r.st.Checkpoints = slices.Clone(earlier[max(0, n-keepCheckpointRefs):])
+	}
 	r.st.Membership.Generation = prev.Generation
 	workflow.GetLogger(ctx).Info("resuming an earlier run from its last checkpoint", "ended", prev.Phase, "step", prev.Step, "checkpoint", ck.Step)
 }

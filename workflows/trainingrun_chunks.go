@@ -779,6 +779,11 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	if r.st.Restarts >= r.spec.MaxRestarts {
 		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
 	}
+	if f.corrupt && len(r.st.Checkpoints) <= 1 && len(r.st.Status.Resumed) > 0 {
+		// (Only resumed runs: RunInput.Resume.) Starting over from step
+		// 0 would train over the earlier run's checkpoints.
+		return fmt.Errorf("%w; this resumed run knows no earlier checkpoint to fall back to: `cann-train checkpoint verify %s` names the good ones", f, r.spec.Name)
+	}
 	r.st.Restarts++
 	r.setPhase(ctx, spec.PhaseRecovering)
 	workflow.GetLogger(ctx).Warn("chunk failed; recovering", "error", f.Error(), "failed", f.failed)

@@ -937,6 +937,47 @@ func TestTrainingRunResumes(t *testing.T) {
 // TestTrainingRunFailureSaysWhy: a run that fails for want of nodes
 // says so in its status in the activity's own words, without the IDs and
 // types Temporal adds.
+// TestTrainingRunResumedCorruptCheckpoint: the checkpoint a resumed run
+// starts from turns out corrupt: it falls back to the earlier run's
+// checkpoint before it when it was given the list, and without one it
+// fails, saying so, rather than train from step 0 over them.
+func TestTrainingRunResumedCorruptCheckpoint(t *testing.T) {
+	ck := func(step int64) spec.CheckpointRef {
+		return spec.CheckpointRef{URL: "mem://", Run: "t", Step: step, Key: fmt.Sprintf("earlier/%d", step)}
+	}
+	for _, withList := range []bool{true, false} {
+		t.Run(map[bool]string{true: "falls back", false: "fails"}[withList], func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("a", "b")}
+			ch := &fakeChunks{}
+			ch.fail = func(in spec.ChunkInput) error {
+				if in.Restore != nil && in.Restore.Key == "earlier/200" && in.From == 200 {
+					return temporal.NewNonRetryableApplicationError("checkpoint at step 200 is corrupt: earlier/200: sha256 mismatch", spec.ErrTypeCorruptCheckpoint, nil)
+				}
+				return nil
+			}
+			env := newRunEnv(t, cl, ch)
+			last := ck(200)
+			prev := spec.RunStatus{RunID: "run/t", Phase: spec.PhaseFailed, Step: 230, Generation: 1, LastCkpt: &last}
+			in := RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults(), Resume: &prev}
+			if withList {
+				in.ResumeCheckpoints = []spec.CheckpointRef{ck(100), ck(200)}
+			}
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, in)
+			if !withList {
+				err := env.GetWorkflowError()
+				require.Error(t, err)
+				require.Contains(t, err.Error(), "knows no earlier checkpoint to fall back to")
+				require.Nil(t, ch.byFrom()[0], "nothing trained from step 0")
+				return
+			}
+			require.NoError(t, env.GetWorkflowError())
+			again := ch.byFrom()[100]
+			require.Len(t, again, 2, "resumed from the checkpoint before the corrupt one")
+			require.EqualValues(t, 100, again[0].Restore.Step)
+		})
+	}
+}
+
 func TestTrainingRunFailureSaysWhy(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("a", "b")}
 	env := newRunEnv(t, cl, &fakeChunks{})

@@ -70,6 +70,9 @@ func TestResumeEndedRun(t *testing.T) {
 		dumpLogs(t, l.LogDir)
 		t.Fatalf("run --resume: %v\n%s", err, said)
 	}
+	if strings.Contains(said, "cannot be listed") {
+		t.Errorf("run --resume could not list the earlier checkpoints: %q", said)
+	}
 	if want := "resuming " + id + " from its checkpoint at step " + fmt.Sprint(ended.LastCkpt.Step) + " (the earlier run ended cancelled"; !strings.Contains(said, want) {
 		t.Errorf("run --resume said %q; want %q", said, want)
 	}

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
@@ -157,6 +158,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		return in, fmt.Errorf("--resume: this job cannot continue run %s's checkpoint: %s", id, strings.Join(conflicts, "; "))
 	}
 	in.Spec, in.Resume = resumed, prev
+	in.ResumeCheckpoints = earlierCheckpoints(ctx, *prev.LastCkpt, say)
 	why := ""
 	if prev.Error != "" {
 		why = ": " + prev.Error
@@ -164,6 +166,30 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	fmt.Fprintf(say, "resuming %s from its checkpoint at step %d (the earlier run ended %s at step %d%s)\n",
 		id, prev.LastCkpt.Step, prev.Phase, prev.Step, why)
 	return in, nil
+}
+
+// earlierCheckpoints lists the ended run's checkpoints up to last from
+// its bucket (manifests only), oldest first, for the resumed run to fall
+// back on should last be corrupt; nil, said, when the bucket cannot be
+// read from here (the run then knows only last).
+func earlierCheckpoints(ctx context.Context, last spec.CheckpointRef, say io.Writer) []spec.CheckpointRef {
+	store, err := checkpoint.Open(ctx, last.URL)
+	var refs []checkpoint.Ref
+	if err == nil {
+		defer store.Close()
+		refs, err = store.List(ctx, last.Run)
+	}
+	if err != nil {
+		fmt.Fprintf(say, "(the bucket %s cannot be listed from here: the resumed run knows only the checkpoint at step %d: %v)\n", last.URL, last.Step, err)
+		return nil
+	}
+	var out []spec.CheckpointRef
+	for _, r := range refs {
+		if r.Step <= last.Step && r.SHA256 != "" {
+			out = append(out, spec.CheckpointRef{URL: last.URL, Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes})
+		}
+	}
+	return out
 }
 
 // earlierRun is the last status and the spec of the ended run with
