@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
@@ -18,7 +23,9 @@ import (
 // processes, and ends bit-identical to a run never interrupted; its status
 // says what it continued. Without a flag, a job named like the ended run
 // is refused (its checkpoints are not silently trained over), and one that
-// changes the model is refused naming the field.
+// changes the model is refused naming the field. A run the server has
+// forgotten (history deleted) is resumed from the newest checkpoint in the
+// job's bucket, bit-identical too.
 func TestResumeEndedRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -27,7 +34,10 @@ func TestResumeEndedRun(t *testing.T) {
 	const steps = 600
 	job := func(name string, steps int64, hidden string) string {
 		p := filepath.Join(dir, name+"-"+hidden+".yaml")
-		y := fmt.Sprintf("name: %s\nmodel:\n  kind: mlp-mnist\n  hidden: [%s]\nnodes: 3\nsteps: %d\nchunk_steps: 50\nseed: 7\n", name, hidden, steps)
+		// The nodes' bucket, named: `run --resume` without a history
+		// reads the job's.
+		y := fmt.Sprintf("name: %s\nmodel:\n  kind: mlp-mnist\n  hidden: [%s]\nnodes: 3\nsteps: %d\nchunk_steps: 50\nseed: 7\ncheckpoint_url: file://%s\n",
+			name, hidden, steps, filepath.Join(dir, "ckpt"))
 		if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +80,7 @@ func TestResumeEndedRun(t *testing.T) {
 		dumpLogs(t, l.LogDir)
 		t.Fatalf("run --resume: %v\n%s", err, said)
 	}
-	if strings.Contains(said, "cannot be listed") {
+	if strings.Contains(said, "knows only the checkpoint") {
 		t.Errorf("run --resume could not list the earlier checkpoints: %q", said)
 	}
 	if want := "resuming " + id + " from its checkpoint at step " + fmt.Sprint(ended.LastCkpt.Step) + " (the earlier run ended cancelled"; !strings.Contains(said, want) {
@@ -94,4 +104,51 @@ func TestResumeEndedRun(t *testing.T) {
 		t.Errorf("status: %v\n%s", err, text)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, id), "trainingrun_resumed.json")
+
+	// A run the server has forgotten (its history deleted, as retention
+	// does): --resume continues from the newest checkpoint in the job's
+	// bucket, bit-identical too.
+	lost := job("forgotten", steps, "128")
+	if _, _, err := cli("run", "-f", lost); err != nil {
+		t.Fatal(err)
+	}
+	lid := spec.RunIDPrefix + "forgotten"
+	awaitCheckpoint(ctx, t, c, lid, 200, l.LogDir)
+	if _, _, err := cli("cancel", "forgotten", "--wait", "60s"); err != nil {
+		t.Fatal(err)
+	}
+	lastAt := int64(0)
+	if st, _, _, _ := readProgress(ctx, c, lid); st.LastCkpt != nil {
+		lastAt = st.LastCkpt.Step
+	}
+	if _, err := c.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
+		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: lid}}); err != nil {
+		t.Fatal(err)
+	}
+	for { // deletion is asynchronous (~30 s on the dev server)
+		_, err := c.DescribeWorkflowExecution(ctx, lid, "")
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("run %s never deleted: %v", lid, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	_, said, err = cli("run", "-f", lost, "--resume", "--wait")
+	if err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run --resume of a forgotten run: %v\n%s", err, said)
+	}
+	// (The newest may be later than the status' last: an upload that
+	// finished as the cancel struck, never committed by the run.)
+	fst, _, _, err := readProgress(ctx, c, lid)
+	if err != nil || fst.Phase != spec.PhaseCompleted || len(fst.Resumed) != 1 || fst.Resumed[0].FromStep < lastAt || fst.WeightsSHA256 != clean.WeightsSHA256 {
+		t.Fatalf("the forgotten run resumed: %s, resumed %+v (last committed checkpoint %d), weights %.12s (want %.12s): %v", fst.Phase, fst.Resumed, lastAt, fst.WeightsSHA256, clean.WeightsSHA256, err)
+	}
+	if want := fmt.Sprintf("resuming %s from the newest of its", lid); !strings.Contains(said, want) || !strings.Contains(said, fmt.Sprintf("at step %d", fst.Resumed[0].FromStep)) {
+		t.Errorf("run --resume said %q; want %q, at step %d", said, want, fst.Resumed[0].FromStep)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -142,7 +143,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		}
 		return in, err
 	case prev == nil && o.resume:
-		return in, fmt.Errorf("--resume: no earlier run named %s has ended", s.Name)
+		return o.resumeFromBucket(ctx, in, say)
 	case prev == nil || o.fresh || (prev.LastCkpt == nil && !o.resume):
 		return in, nil
 	case !o.resume:
@@ -158,7 +159,11 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		return in, fmt.Errorf("--resume: this job cannot continue run %s's checkpoint: %s", id, strings.Join(conflicts, "; "))
 	}
 	in.Spec, in.Resume = resumed, prev
-	in.ResumeCheckpoints = earlierCheckpoints(ctx, *prev.LastCkpt, say)
+	last := *prev.LastCkpt
+	in.ResumeCheckpoints, err = earlierCheckpoints(ctx, last.URL, last.Run, last.Step)
+	if err != nil {
+		fmt.Fprintf(say, "(the resumed run knows only the checkpoint at step %d: %v)\n", last.Step, err)
+	}
 	why := ""
 	if prev.Error != "" {
 		why = ": " + prev.Error
@@ -168,28 +173,59 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	return in, nil
 }
 
-// earlierCheckpoints lists the ended run's checkpoints up to last from
-// its bucket (manifests only), oldest first, for the resumed run to fall
-// back on should last be corrupt; nil, said, when the bucket cannot be
-// read from here (the run then knows only last).
-func earlierCheckpoints(ctx context.Context, last spec.CheckpointRef, say io.Writer) []spec.CheckpointRef {
-	store, err := checkpoint.Open(ctx, last.URL)
-	var refs []checkpoint.Ref
-	if err == nil {
-		defer store.Close()
-		refs, err = store.List(ctx, last.Run)
+// resumeFromBucket is --resume for a name the server knows no run of (its
+// history deleted, expired, or on another server): the run continues from
+// the newest checkpoint of its name in the job's bucket (checkpoint_url,
+// else the node workers' default on this host), the ones before it to
+// fall back on. The earlier job is unknown here, so what must match
+// cannot be checked before the start: a checkpoint that does not fit the
+// model fails its restore, and the run with it.
+func (o runOptions) resumeFromBucket(ctx context.Context, in workflows.RunInput, say io.Writer) (workflows.RunInput, error) {
+	url := in.Spec.CheckpointURL
+	if url == "" {
+		url = "file://" + filepath.Join(defaultDataDir(), "checkpoints")
 	}
+	refs, err := earlierCheckpoints(ctx, url, in.Spec.Name, math.MaxInt64)
 	if err != nil {
-		fmt.Fprintf(say, "(the bucket %s cannot be listed from here: the resumed run knows only the checkpoint at step %d: %v)\n", last.URL, last.Step, err)
-		return nil
+		return in, fmt.Errorf("--resume: the server knows no run named %s: %w", in.Spec.Name, err)
+	}
+	if len(refs) == 0 {
+		return in, fmt.Errorf("--resume: the server knows no run named %s, and %s holds no checkpoint of it (checkpoint_url names the bucket)", in.Spec.Name, url)
+	}
+	last := refs[len(refs)-1]
+	if last.Step >= in.Spec.Steps {
+		return in, fmt.Errorf("--resume: the newest checkpoint of %s in %s is at step %d and the job has %d steps: nothing left to train (raise steps)", in.Spec.Name, url, last.Step, in.Spec.Steps)
+	}
+	in.Resume = &spec.RunStatus{RunID: spec.RunIDPrefix + in.Spec.Name, Phase: phaseUnknown, Step: last.Step, LastCkpt: &last, Checkpoints: len(refs)}
+	in.ResumeCheckpoints = refs
+	fmt.Fprintf(say, "resuming %s from the newest of its %d checkpoint(s) in %s, at step %d (the server knows no earlier run of this name: this job must be the one that wrote them — same model, seed and global batch)\n",
+		in.Resume.RunID, len(refs), url, last.Step)
+	return in, nil
+}
+
+// phaseUnknown is how an earlier run the server knows nothing of ended.
+const phaseUnknown spec.Phase = "unknown"
+
+// earlierCheckpoints lists run's checkpoints up to step upTo in the bucket
+// at url (manifests only; unreadable ones left out), oldest first: what a
+// resumed run falls back on should its last be corrupt.
+func earlierCheckpoints(ctx context.Context, url, run string, upTo int64) ([]spec.CheckpointRef, error) {
+	store, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("the bucket %s cannot be opened from here: %w", url, err)
+	}
+	defer store.Close()
+	refs, err := store.List(ctx, run)
+	if err != nil {
+		return nil, fmt.Errorf("the bucket %s cannot be listed from here: %w", url, err)
 	}
 	var out []spec.CheckpointRef
 	for _, r := range refs {
-		if r.Step <= last.Step && r.SHA256 != "" {
-			out = append(out, spec.CheckpointRef{URL: last.URL, Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes})
+		if r.Step <= upTo && r.SHA256 != "" {
+			out = append(out, spec.CheckpointRef{URL: url, Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes})
 		}
 	}
-	return out
+	return out, nil
 }
 
 // earlierRun is the last status and the spec of the ended run with
