@@ -607,7 +607,7 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	if _, err := store.Retain(ctx, s.in.Spec.Name, keepCheckpoints, 0); err != nil {
 		s.log.Warn("checkpoint retention", zap.Error(err))
 	}
-	out := fromRef(url, ref)
+	out := FromStoreRef(url, ref)
 	s.lastSaved, s.lastSum, s.committed = step, sum, true
 	s.res.Checkpoint = &out
 	s.prog.LastCheckpoint = step

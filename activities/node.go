@@ -675,7 +675,7 @@ func (n *Node) saveOnce(ctx context.Context, in spec.ChunkInput, step int64, pay
 	if _, err := store.Retain(ctx, in.Spec.Name, keepCheckpoints, 0); err != nil {
 		n.Logger.Warn("checkpoint retention", zap.Error(err))
 	}
-	out := fromRef(url, ref)
+	out := FromStoreRef(url, ref)
 	return &out, nil
 }
 
@@ -736,7 +736,7 @@ func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.L
 		}
 	}
 	log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key), zap.Duration("upload", p.save.Stats().Duration))
-	out := fromRef(p.url, ref)
+	out := FromStoreRef(p.url, ref)
 	return &out, nil
 }
 
@@ -744,7 +744,9 @@ func toRef(r spec.CheckpointRef) checkpoint.Ref {
 	return checkpoint.Ref{Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes}
 }
 
-func fromRef(url string, r checkpoint.Ref) spec.CheckpointRef {
+// FromStoreRef is r, a checkpoint the store at url saved or listed, as
+// runs name it.
+func FromStoreRef(url string, r checkpoint.Ref) spec.CheckpointRef {
 	return spec.CheckpointRef{URL: url, Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes}
 }
 

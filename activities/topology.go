@@ -144,7 +144,7 @@ func (Planner) ResolveCheckpoint(ctx context.Context, want spec.CheckpointRef) (
 	}
 	for _, r := range refs {
 		if r.Step == want.Step && r.SHA256 != "" {
-			out := fromRef(want.URL, r)
+			out := FromStoreRef(want.URL, r)
 			return &out, nil
 		}
 	}

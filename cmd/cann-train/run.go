@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
@@ -222,7 +223,7 @@ func earlierCheckpoints(ctx context.Context, url, run string, upTo int64) ([]spe
 	var out []spec.CheckpointRef
 	for _, r := range refs {
 		if r.Step <= upTo && r.SHA256 != "" {
-			out = append(out, spec.CheckpointRef{URL: url, Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes})
+			out = append(out, activities.FromStoreRef(url, r))
 		}
 	}
 	return out, nil
