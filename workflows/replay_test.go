@@ -61,7 +61,10 @@ import (
 // worker (versionArmFaults), its chunks ended where checkpoint_every, below
 // chunk_steps, asked for checkpoints (versionCheckpointChunks);
 // trainingrun_resumed.json, a run started with `run --resume` from a
-// cancelled run's last checkpoint (RunInput.Resume)
+// cancelled run's last checkpoint (RunInput.Resume);
+// trainingrun_pause_settled.json, the paused, drained and rescaled run
+// again, each pause settling the checkpoint still uploading
+// (versionSettlePending)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -103,6 +106,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_rollover.json", spec.WorkflowTrainingRun},
 		{"trainingrun_batch.json", spec.WorkflowTrainingRun},
 		{"trainingrun_pause_drain.json", spec.WorkflowTrainingRun},    // a held node drained: the run moved off it
+		{"trainingrun_pause_settled.json", spec.WorkflowTrainingRun},  // each pause settled the upload in flight
 		{"trainingrun_external_drain.json", spec.WorkflowTrainingRun}, // the same for an external job's world
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},         // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},

@@ -109,9 +109,11 @@ func TrainingRun(ctx workflow.Context, in RunInput) (spec.RunStatus, error) {
 
 // cancelled ends a run whose workflow was cancelled: its chunks (or its
 // external world) were cancelled with it; it releases its nodes, says
-// where it stopped and ends Canceled. Its checkpoints stay in the bucket.
+// where it stopped and ends Canceled. Its checkpoints stay in the bucket,
+// the one still uploading included once it is there.
 func (r *run) cancelled(ctx workflow.Context) (spec.RunStatus, error) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	r.settlePending(dctx)
 	s := &r.st.Status
 	s.Error = fmt.Sprintf("cancelled at step %d", max(s.Step, r.ckptStep())) // an external launch's Step is its start
 	if s.LastCkpt != nil {

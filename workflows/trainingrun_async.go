@@ -71,6 +71,33 @@ func (r *run) resolvePending(ctx workflow.Context) {
 	r.commitCheckpoint(ref)
 }
 
+// versionSettlePending: a run that holds (paused, or waiting for a
+// green window) or is cancelled looks its pending checkpoint up in the
+// bucket first; before, the status (and so a later run --resume) named
+// the checkpoint before it until a next chunk reported it.
+const versionSettlePending = "settle-pending-checkpoint"
+
+// settlePending commits the checkpoint rank 0 was still uploading when
+// the last chunk ended, once it is in the bucket (its uploader is alive
+// and finishing). One still missing after a few seconds stays pending:
+// the node's next chunk reports it.
+func (r *run) settlePending(ctx workflow.Context) {
+	p := r.st.PendingCkpt
+	if p == nil || workflow.GetVersion(ctx, versionSettlePending, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	if last := r.st.Status.LastCkpt; last != nil && last.Step >= p.Step {
+		r.st.PendingCkpt = nil
+		return
+	}
+	ref, err := resolveCheckpoint(ctx, *p, true)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("checkpoint still uploading; the node's next chunk reports it", "step", p.Step, "error", err)
+		return
+	}
+	r.commitCheckpoint(ref)
+}
+
 // resolveCheckpoint runs ResolveCheckpoint for p. Patient, it also retries
 // while the checkpoint is not there yet (for about 7 s: its uploader is
 // alive and finishing); else a missing checkpoint is an answer.

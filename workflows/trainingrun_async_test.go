@@ -3,12 +3,15 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -44,12 +47,7 @@ func (a *asyncChunks) train(ctx context.Context, in spec.ChunkInput) (*spec.Chun
 }
 
 func newAsyncEnv(t *testing.T, cl *fakeCluster, fail func(spec.ChunkInput) error, resolve func(context.Context, spec.CheckpointRef) (*spec.CheckpointRef, error)) (*asyncChunks, func(spec.RunSpec) (spec.RunStatus, error)) {
-	ch := &asyncChunks{fakeChunks: &fakeChunks{fail: fail}, pending: map[string]spec.CheckpointRef{}}
-	env := newRunEnv(t, cl, ch.fakeChunks)
-	env.RegisterActivityWithOptions(ch.train, activity.RegisterOptions{Name: spec.ActivityTrainChunk, DisableAlreadyRegisteredCheck: true})
-	if resolve != nil {
-		env.RegisterActivityWithOptions(resolve, activity.RegisterOptions{Name: spec.ActivityResolveCheckpoint})
-	}
+	ch, env := asyncEnv(t, cl, fail, resolve)
 	return ch, func(s spec.RunSpec) (spec.RunStatus, error) {
 		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 		var st spec.RunStatus
@@ -58,6 +56,16 @@ func newAsyncEnv(t *testing.T, cl *fakeCluster, fail func(spec.ChunkInput) error
 		}
 		return st, env.GetWorkflowResult(&st)
 	}
+}
+
+func asyncEnv(t *testing.T, cl *fakeCluster, fail func(spec.ChunkInput) error, resolve func(context.Context, spec.CheckpointRef) (*spec.CheckpointRef, error)) (*asyncChunks, *testsuite.TestWorkflowEnvironment) {
+	ch := &asyncChunks{fakeChunks: &fakeChunks{fail: fail}, pending: map[string]spec.CheckpointRef{}}
+	env := newRunEnv(t, cl, ch.fakeChunks)
+	env.RegisterActivityWithOptions(ch.train, activity.RegisterOptions{Name: spec.ActivityTrainChunk, DisableAlreadyRegisteredCheck: true})
+	if resolve != nil {
+		env.RegisterActivityWithOptions(resolve, activity.RegisterOptions{Name: spec.ActivityResolveCheckpoint})
+	}
+	return ch, env
 }
 
 func TestAsyncCheckpointsCommitOneChunkLater(t *testing.T) {
@@ -116,6 +124,77 @@ func TestAsyncCheckpointResolvedAfterLoss(t *testing.T) {
 				require.EqualValues(t, 30, st.Recoveries[0].LostSteps)
 			} else {
 				require.EqualValues(t, 0, st.Recoveries[0].ResumeStep)
+			}
+		})
+	}
+}
+
+// TestPendingCheckpointSettles: a run that pauses, or is cancelled, while
+// its last chunk's checkpoint is still uploading looks it up first: the
+// status names the step it holds at (a later run --resume continues
+// there), not the checkpoint before it. Missing in the bucket, it stays
+// pending and the status keeps the older one.
+func TestPendingCheckpointSettles(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		paused   bool // else cancelled while the chunk from 100 trains
+		uploaded bool
+		want     string
+		wantLast int64
+	}{
+		{"paused", true, true, "cancelled at step 200; last checkpoint at step 200", 200},
+		{"paused, upload missing", true, false, "cancelled at step 200; last checkpoint at step 100", 100},
+		{"cancelled in a chunk", false, true, "cancelled at step 100; last checkpoint at step 100", 100},
+		{"cancelled, upload missing", false, false, "cancelled at step 100", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("n1", "n2")}
+			var mu sync.Mutex
+			var asked []int64
+			resolve := func(_ context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
+				mu.Lock()
+				asked = append(asked, want.Step)
+				mu.Unlock()
+				if !tc.uploaded {
+					return nil, temporal.NewApplicationError("not there yet", "NoSuchCheckpoint")
+				}
+				out := want
+				out.Key = fmt.Sprintf("ckpt/%d", want.Step)
+				return &out, nil
+			}
+			ch, env := asyncEnv(t, cl, nil, resolve)
+			ch.onStart = func(in spec.ChunkInput) {
+				if in.From == 100 && in.Rank == 0 {
+					if tc.paused {
+						env.SignalWorkflow(spec.SignalPause, nil)
+					} else {
+						env.CancelWorkflow()
+					}
+				}
+			}
+			var held spec.RunStatus
+			if tc.paused {
+				env.RegisterDelayedCallback(func() { held = queryStatus(t, env) }, time.Hour)
+				env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Hour)
+			}
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()})
+			require.True(t, env.IsWorkflowCompleted())
+			var ce *temporal.CanceledError
+			require.ErrorAs(t, env.GetWorkflowError(), &ce)
+			st := queryStatus(t, env)
+			require.Equal(t, tc.want, st.Error)
+			if tc.wantLast == 0 {
+				require.Nil(t, st.LastCkpt)
+			} else {
+				require.EqualValues(t, tc.wantLast, st.LastCkpt.Step)
+			}
+			if tc.paused {
+				require.Equal(t, spec.PhasePaused, held.Phase)
+				require.EqualValues(t, 200, held.Step)
+				require.EqualValues(t, tc.wantLast, held.LastCkpt.Step, "the hold settles the upload before the cancel")
+				require.Equal(t, []int64{200}, asked[:1], "looked up once by the hold")
+			} else {
+				require.Equal(t, []int64{100}, asked[:1])
 			}
 		})
 	}

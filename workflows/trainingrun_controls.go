@@ -184,8 +184,14 @@ func (r *run) beforeChunk(ctx workflow.Context) error {
 	return nil
 }
 
-// hold waits at the chunk boundary until a resume.
+// hold waits at the chunk boundary until a resume; the checkpoint the
+// last chunk was uploading is settled first, so that a paused run's
+// status names its checkpoint at the step it holds at.
 func (r *run) hold(ctx workflow.Context) error {
+	if r.st.PendingCkpt != nil {
+		r.st.Status.Detail = fmt.Sprintf("pausing at step %d: its checkpoint is uploading", r.st.Status.Step)
+		r.settlePending(ctx)
+	}
 	r.st.Status.Detail = fmt.Sprintf("paused at step %d (cann-train resume continues)", r.st.Status.Step)
 	r.setPhase(ctx, spec.PhasePaused)
 	workflow.GetLogger(ctx).Info("paused", "step", r.st.Status.Step)

@@ -270,6 +270,7 @@ func (r *run) remainingWork() time.Duration {
 // until the slot starts, or until a pause, resume, rescale or override
 // arrives.
 func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
+	r.settlePending(ctx)
 	g, s := r.st.Status.Green, &r.st.Status
 	now := workflow.Now(ctx)
 	label := slot.Label(now)

@@ -25,7 +25,7 @@ import (
 // that the step stands still, rescales it while paused (`cann-train scale`:
 // 2 → 3 nodes, and later 3 → 1), resumes it with `cann-train resume`, and
 // waits for it to complete. Its history is the replay test's
-// trainingrun_pause.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+// trainingrun_pause_settled.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestPauseResumeRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -71,6 +71,9 @@ func TestPauseResumeRealRun(t *testing.T) {
 	held := status()
 	if held.Status != spec.PhasePaused || held.Steps >= s.Steps || held.Steps%s.ChunkSteps != 0 {
 		t.Fatalf("after pause: status %s at step %d; want paused at a chunk boundary", held.Status, held.Steps)
+	}
+	if held.Checkpoints.LastStep != held.Steps {
+		t.Errorf("paused at step %d with its last checkpoint at step %d; want the one it holds at (uploading when the chunk ended)", held.Steps, held.Checkpoints.LastStep)
 	}
 	if text := cli("status", "pause-me"); !strings.Contains(text, "status       paused: paused at step") {
 		t.Errorf("status text does not say paused:\n%s", text)
@@ -238,7 +241,8 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if len(refs) == 0 || refs[len(refs)-1].Step != s.Steps || refs[len(refs)-1].SHA256 != st.LastCkpt.SHA256 {
 		t.Errorf("checkpoint ls without --url: %+v; want the run's checkpoints up to step %d (%s)", refs, s.Steps, st.LastCkpt.SHA256)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause_drain.json") // trainingrun_pause.json: before drains evicted
+	// trainingrun_pause.json: before drains evicted; trainingrun_pause_drain.json: before a pause settled its checkpoint
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause_settled.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_drain.json")
 }
 

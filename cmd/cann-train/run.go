@@ -165,12 +165,8 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	if err != nil {
 		fmt.Fprintf(say, "(the resumed run knows only the checkpoint at step %d: %v)\n", last.Step, err)
 	}
-	why := ""
-	if prev.Error != "" {
-		why = ": " + prev.Error
-	}
-	fmt.Fprintf(say, "resuming %s from its checkpoint at step %d (the earlier run ended %s at step %d%s)\n",
-		id, prev.LastCkpt.Step, prev.Phase, prev.Step, why)
+	fmt.Fprintf(say, "resuming %s from its checkpoint at step %d (the earlier run ended %s)\n",
+		id, prev.LastCkpt.Step, endedAs(prev.Phase, prev.Step, prev.Error))
 	return in, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -635,11 +636,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "             the checkpoint at step %d could not be stored (none since): %s\n", f.Step, f.Error)
 	}
 	for _, r := range s.Resumed {
-		why := ""
-		if r.Error != "" {
-			why = ": " + r.Error
-		}
-		fmt.Fprintf(w, "resumed      from step %d at %s: an earlier run %s at step %d%s\n", r.FromStep, r.At.UTC().Format("2006-01-02 15:04:05"), r.Phase, r.Step, why)
+		fmt.Fprintf(w, "resumed      from step %d at %s: an earlier run %s\n", r.FromStep, r.At.UTC().Format("2006-01-02 15:04:05"), endedAs(r.Phase, r.Step, r.Error))
 	}
 	if s.Rollovers > 0 {
 		fmt.Fprintf(w, "rollovers    %d (relaunched from a checkpoint to continue as new: the history had grown long)\n", s.Rollovers)
@@ -870,3 +867,19 @@ func printStrategy(w io.Writer, p *spec.StrategyPlan, perNode int, stepsPerSec f
 		fmt.Fprintf(w, "             predicted %.0f steps/s, measured %.0f (×%.2f)\n", 1/p.PredictedStepSeconds, stepsPerSec, stepsPerSec*p.PredictedStepSeconds)
 	}
 }
+
+// endedAs says how an earlier run ended — "cancelled at step 200",
+// "failed at step 340: <why>" — without the parts of its error that
+// repeat the phase and step or name its last checkpoint (the resumed
+// run's own line says where it continued from).
+func endedAs(phase spec.Phase, step int64, errText string) string {
+	why := strings.Trim(repeatsEnd.ReplaceAllString(errText, ""), "; ")
+	if why == "" {
+		return fmt.Sprintf("%s at step %d", phase, step)
+	}
+	return fmt.Sprintf("%s at step %d: %s", phase, step, why)
+}
+
+// repeatsEnd matches what endedAs leaves out of an earlier run's error:
+// its "cancelled at step N" opening and "last checkpoint at step N".
+var repeatsEnd = regexp.MustCompile(`^cancelled at step \d+|(^|; )last checkpoint at step \d+`)

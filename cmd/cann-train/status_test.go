@@ -331,3 +331,22 @@ func TestStatusTextResumeHint(t *testing.T) {
 		}
 	}
 }
+
+func TestEndedAs(t *testing.T) {
+	for _, tc := range []struct {
+		phase spec.Phase
+		step  int64
+		err   string
+		want  string
+	}{
+		{spec.PhaseCancelled, 200, "cancelled at step 200; last checkpoint at step 100", "cancelled at step 200"},
+		{spec.PhaseCancelled, 40, "cancelled at step 40", "cancelled at step 40"},
+		{spec.PhaseFailed, 340, "no node to replace node-2 within 5m0s", "failed at step 340: no node to replace node-2 within 5m0s"},
+		{spec.PhaseFailed, 340, "checkpoint at step 300 is corrupt; last checkpoint at step 200", "failed at step 340: checkpoint at step 300 is corrupt"},
+		{"terminated", 512, "", "terminated at step 512"},
+	} {
+		if got := endedAs(tc.phase, tc.step, tc.err); got != tc.want {
+			t.Errorf("endedAs(%s, %d, %q) = %q, want %q", tc.phase, tc.step, tc.err, got, tc.want)
+		}
+	}
+}
