@@ -295,9 +295,10 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		res.SamplesPerSec = float64(in.To-in.From) * perRank / el
 		res.CommShare = d.Exposed.Seconds() / el
 	}
-	if auto, at := in.Spec.AutoCodec(); auto && in.Codec == "" && in.To == at {
-		// The warm-up ends here and the workflow decides the codec next:
-		// time real exchanges (every rank, collectively).
+	if auto, at := in.Spec.AutoCodec(); auto && in.Codec == "" && (in.To == at || in.Calibrate) {
+		// The warm-up ends here (or a resumed run measures what it lost)
+		// and the workflow decides the codec next: time real exchanges
+		// (every rank, collectively).
 		if err := sy.Calibrate(ctx); err != nil {
 			return nil, peerError(err, in.To, p.perNode)
 		}

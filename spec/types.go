@@ -298,6 +298,11 @@ type ChunkInput struct {
 	// Codec is the codec an auto compression policy decided after the
 	// warm-up ("" while undecided; see SyncStatus).
 	Codec string `json:"codec,omitempty"`
+	// Calibrate asks an undecided auto codec's ranks to time every
+	// codec's exchange at the chunk's end, as the warm-up's last chunk
+	// does: a run resumed past its warm-up before the decision measures
+	// afresh (its earlier measurements are gone).
+	Calibrate bool `json:"calibrate,omitempty"`
 }
 
 // Fault kinds of InjectFault.

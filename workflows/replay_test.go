@@ -64,7 +64,11 @@ import (
 // cancelled run's last checkpoint (RunInput.Resume);
 // trainingrun_pause_settled.json, the paused, drained and rescaled run
 // again, each pause settling the checkpoint still uploading
-// (versionSettlePending)
+// (versionSettlePending); trainingrun_codec_decided.json, an auto codec
+// decided as the warm-up's last chunk reported, and
+// trainingrun_codec_carried.json, a run resumed past that decision
+// without its status, taking the codec its checkpoint carried
+// (versionDecideOnMeasure)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -93,6 +97,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_recovery_frozen.json", spec.WorkflowTrainingRun},  // a hung node's chunk kept after its heartbeat timeout
 		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_compression.json", spec.WorkflowTrainingRun},
+		{"trainingrun_codec_decided.json", spec.WorkflowTrainingRun}, // decided at the warm-up's end
+		{"trainingrun_codec_carried.json", spec.WorkflowTrainingRun}, // resumed: the checkpoint's codec kept
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},
 		{"trainingrun_strategy_scaling.json", spec.WorkflowTrainingRun}, // every scan times computation
 		{"trainingrun_scan_lost.json", spec.WorkflowTrainingRun},        // a scan that lost a node cancelled its other probes

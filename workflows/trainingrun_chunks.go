@@ -85,7 +85,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		globalBatch, schedule = r.spec.GlobalBatch(), r.schedule()
 	}
 	algo := r.algorithm(ctx)
-	codecName := r.chunkCodec(ctx, from)
+	codecName, calibrate := r.chunkCodec(ctx, from)
 	// The last chunk and a forced checkpoint (a rescale waits for it) save
 	// synchronously; the others upload while the next chunk trains.
 	async := ckpt && to < r.spec.Steps && !r.st.ForceCheckpoint && r.asyncCheckpoints(ctx)
@@ -104,6 +104,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 			Schedule:    schedule,
 			Algorithm:   algo,
 			Codec:       codecName,
+			Calibrate:   calibrate,
 
 			AsyncCheckpoint: async,
 		}
@@ -726,6 +727,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	s.Chunks++
 	r.chunksNow++
 	r.absorbSync(results)
+	r.decideOnMeasure(ctx, results)
 	r.recordSegment(start, end, lead.From, lead.To, results)
 	if lead.EarlierCheckpoint != nil {
 		r.commitCheckpoint(*lead.EarlierCheckpoint)

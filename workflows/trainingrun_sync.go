@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -28,19 +29,56 @@ func (r *run) chunkEnd(from, to int64) int64 {
 	return to
 }
 
+// versionDecideOnMeasure: the codec is decided as soon as the warm-up's
+// last chunk has reported its measurements, so that a run paused or
+// cancelled at the warm-up's end holds the decision (a resumed run keeps
+// it); and a run resumed past the warm-up undecided — its measurements
+// lost with the earlier run — measures again in its first chunk instead
+// of deciding from none. Before, the decision waited for the next chunk's
+// start.
+const versionDecideOnMeasure = "decide-codec-on-measure"
+
 // chunkCodec returns the codec the next chunk compresses with: the
 // decided one of an auto policy ("" while its warm-up lasts), deciding it
-// first when the chunk starts at or after the warm-up's end.
-func (r *run) chunkCodec(ctx workflow.Context, from int64) string {
+// first when the chunk starts at or after the warm-up's end. calibrate:
+// undecided past the warm-up with nothing measured, the chunk trains
+// uncompressed and measures (ChunkInput.Calibrate).
+func (r *run) chunkCodec(ctx workflow.Context, from int64) (name string, calibrate bool) {
 	auto, at := r.spec.AutoCodec()
 	st := r.st.Status.Sync
 	if !auto || st == nil {
-		return ""
+		return "", false
 	}
 	if st.Codec == "" && from >= at {
+		if len(r.st.SyncMeasures) == 0 && workflow.GetVersion(ctx, versionDecideOnMeasure, workflow.DefaultVersion, 1) >= 1 {
+			return "", true
+		}
 		r.decideCodec(ctx, from)
 	}
-	return st.Codec
+	return st.Codec, false
+}
+
+// decideOnMeasure decides an auto codec at the end of the chunk that
+// measured for it: the warm-up's last, or a resumed run's calibrating
+// one. A resumed run whose checkpoint carried the earlier run's codec
+// (its error-feedback state: the ranks restored it and compressed with
+// it) keeps that codec instead: its residuals are that codec's.
+func (r *run) decideOnMeasure(ctx workflow.Context, results []spec.ChunkResult) {
+	auto, at := r.spec.AutoCodec()
+	st, step := r.st.Status.Sync, r.st.Status.Step
+	if !auto || st == nil || st.Codec != "" || step < at || len(r.st.SyncMeasures) == 0 ||
+		workflow.GetVersion(ctx, versionDecideOnMeasure, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	for _, res := range results {
+		if res.Sync != nil && res.Sync.Codec != "" {
+			st.Codec, st.DecidedAtStep = res.Sync.Codec, step
+			st.Decision = fmt.Sprintf("the checkpoint this run resumed from (step %d) carries the earlier run's %s", res.From, res.Sync.Codec)
+			workflow.GetLogger(ctx).Info("compression carried by the checkpoint", "codec", st.Codec, "step", step)
+			return
+		}
+	}
+	r.decideCodec(ctx, step)
 }
 
 // decideCodec applies codec.Choose to every rank's warm-up measurement

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +19,9 @@ import (
 // ends bit-identical to a fault-free one, with the traffic reduction in
 // its status. Then a run with the adaptive codec: its warm-up ends on a
 // chunk boundary, the workflow records the decision (a SideEffect, in
-// history) and the status shows it.
+// history) and the status shows it; a run resumed from one of its later
+// checkpoints without its status takes the codec from the checkpoint's
+// residuals and ends bit-identical.
 func TestCompressedRunSurvivesKillBitIdentical(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -76,5 +80,33 @@ func TestCompressedRunSurvivesKillBitIdentical(t *testing.T) {
 		t.Errorf("%d chunks, want 3: the warm-up must end on a chunk boundary", st.Chunks)
 	}
 	t.Logf("auto decided %s: %s", s.Codec, s.Decision)
-	recordHistory(t, fetchHistory(ctx, t, c, st.RunID), "trainingrun_compression.json")
+	// trainingrun_compression.json: recorded before the decision fell at the warm-up's end
+	recordHistory(t, fetchHistory(ctx, t, c, st.RunID), "trainingrun_codec_decided.json")
+
+	// A run resumed from the checkpoint at step 70 knowing nothing of the
+	// decision (as from a bucket whose run history is gone): its ranks
+	// restore the codec's residuals, the workflow takes the codec from
+	// them, and the run ends bit-identical to the uninterrupted one.
+	refs, err := earlierCheckpoints(ctx, st.LastCkpt.URL, st.LastCkpt.Run, st.LastCkpt.Step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(refs, func(r spec.CheckpointRef) bool { return r.Step == 70 })
+	if i < 0 {
+		t.Fatalf("no checkpoint at step 70 among %+v", refs)
+	}
+	auto.Name = "auto-resumed"
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: auto, Resume: &spec.RunStatus{RunID: st.RunID, Phase: "unknown", Step: 70, LastCkpt: &refs[i]}})
+	var resumed spec.RunStatus
+	if err := run.Get(ctx, &resumed); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("resumed run: %v", err)
+	}
+	if r := resumed.Sync; r == nil || r.Codec != s.Codec || r.DecidedAtStep != 120 || !strings.Contains(r.Decision, "carries the earlier run's "+s.Codec) {
+		t.Errorf("resumed run's sync status %+v: want %s taken from the checkpoint", r, s.Codec)
+	}
+	if resumed.WeightsSHA256 != st.WeightsSHA256 {
+		t.Errorf("resumed run's weights %s differ from the uninterrupted run's %s", resumed.WeightsSHA256, st.WeightsSHA256)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, resumed.RunID), "trainingrun_codec_carried.json")
 }
