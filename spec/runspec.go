@@ -281,7 +281,10 @@ func (s RunSpec) Validate() error {
 		bad("learning_rate", "%g out of range (0, 10)", s.LearningRate)
 	}
 	s.validateOperation(bad)
-	if s.MinNodes < 1 || s.MinNodes > s.Nodes {
+	switch nodesOK := s.Nodes >= 1 && s.Nodes <= 1024; {
+	case !nodesOK && s.MinNodes == s.Nodes:
+		// derived from nodes, whose range is said above
+	case s.MinNodes < 1 || (nodesOK && s.MinNodes > s.Nodes):
 		bad("min_nodes", "%d out of range 1..nodes (%d)", s.MinNodes, s.Nodes)
 	}
 	if s.Green != nil {

@@ -259,3 +259,15 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseNoDerivedProblems: a value out of range is said once, not
+// again through the defaults derived from it (min_nodes from nodes).
+func TestParseNoDerivedProblems(t *testing.T) {
+	for _, doc := range []string{"name: a\nnodes: 0\n", "name: a\nnodes: -3\n", "name: a\nnodes: 5000\n"} {
+		_, err := Parse("job.yaml", []byte(doc))
+		var se *SpecError
+		if !errors.As(err, &se) || len(se.Fields) != 1 || se.Fields[0].Field != "nodes" {
+			t.Errorf("%q: %v; want one problem, nodes", doc, err)
+		}
+	}
+}
