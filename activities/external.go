@@ -604,6 +604,7 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	if err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
+	s.n.recordJob(ctx, store, s.in.Spec, s.in.Session)
 	if _, err := store.Retain(ctx, s.in.Spec.Name, keepCheckpoints, 0); err != nil {
 		s.log.Warn("checkpoint retention", zap.Error(err))
 	}

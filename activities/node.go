@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -79,6 +80,9 @@ type Node struct {
 	warm   []*warmTrainer // by local rank
 	// pending is rank 0's checkpoint still uploading (AsyncCheckpoint).
 	pending *pendingSave
+	// jobs: by run name, the run (token or launch) whose job this process
+	// stored last (recordJob).
+	jobs map[string]string
 }
 
 type pendingSave struct {
@@ -672,6 +676,7 @@ func (n *Node) saveOnce(ctx context.Context, in spec.ChunkInput, step int64, pay
 		return nil, fmt.Errorf("save checkpoint: %w", err)
 	}
 	n.Logger.Debug("checkpoint saved", zap.Int64("step", ref.Step), zap.Any("stats", stats))
+	n.recordJob(ctx, store, in.Spec, in.Token)
 	// Keep as many as the workflow may fall back to.
 	if _, err := store.Retain(ctx, in.Spec.Name, keepCheckpoints, 0); err != nil {
 		n.Logger.Warn("checkpoint retention", zap.Error(err))
@@ -701,11 +706,45 @@ func (n *Node) saveAsync(in spec.ChunkInput, st *engine.State) (*spec.Checkpoint
 		cancel()
 		return nil, fmt.Errorf("save checkpoint: %w", err)
 	}
-	go func() { <-p.Done(); cancel() }()
+	go func() {
+		<-p.Done()
+		if _, err := p.Wait(bctx); err == nil {
+			n.recordJob(bctx, store, in.Spec, in.Token)
+		}
+		cancel()
+	}()
 	n.mu.Lock()
 	n.pending = &pendingSave{run: in.Spec.Name, url: url, step: st.Step, save: p}
 	n.mu.Unlock()
 	return &spec.CheckpointRef{URL: url, Run: in.Spec.Name, Step: st.Step}, nil
+}
+
+// recordJob stores the run's job next to its checkpoints (spec.JobKey)
+// after this process's first checkpoint of the run (once: by run token,
+// or an external job's launch): run --resume of a name the server no
+// longer knows checks the job against it. Best effort: a bucket that
+// refuses it is logged; the checkpoint is what counts.
+func (n *Node) recordJob(ctx context.Context, store *checkpoint.Store, s spec.RunSpec, once string) {
+	n.mu.Lock()
+	done := once != "" && n.jobs[s.Name] == once
+	n.mu.Unlock()
+	if done {
+		return
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err == nil {
+		err = store.WriteBlob(ctx, spec.JobKey(s.Name), append(data, '\n'), "application/json")
+	}
+	if err != nil {
+		n.Logger.Warn("the run's job is not stored next to its checkpoints", zap.String("run", s.Name), zap.Error(err))
+		return
+	}
+	n.mu.Lock()
+	if n.jobs == nil {
+		n.jobs = map[string]string{}
+	}
+	n.jobs[s.Name] = once
+	n.mu.Unlock()
 }
 
 // asyncSaveTimeout bounds a background upload.

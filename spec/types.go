@@ -571,3 +571,8 @@ type ReportInput struct {
 
 // ReportKey is where a run's report lives in its bucket.
 func ReportKey(run string) string { return "runs/" + run + "/report.json" }
+
+// JobKey is where a run's job (its RunSpec as the run trains it) lives in
+// its bucket, next to its checkpoints: `run --resume` of a name the
+// server no longer knows checks the job against it.
+func JobKey(run string) string { return "runs/" + run + "/job.json" }

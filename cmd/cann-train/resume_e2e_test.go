@@ -25,7 +25,8 @@ import (
 // is refused (its checkpoints are not silently trained over), and one that
 // changes the model is refused naming the field. A run the server has
 // forgotten (history deleted) is resumed from the newest checkpoint in the
-// job's bucket, bit-identical too.
+// job's bucket, bit-identical too, the job checked against the one stored
+// with the checkpoints.
 func TestResumeEndedRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -137,6 +138,10 @@ func TestResumeEndedRun(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	// The job the run stored next to its checkpoints still speaks for it.
+	if _, _, err := cli("run", "-f", job("forgotten", steps, "64"), "--resume"); err == nil || !strings.Contains(err.Error(), "model.hidden [64] (the earlier run's: [128])") {
+		t.Errorf("--resume of a forgotten run with another model: %v; want it refused naming model.hidden", err)
+	}
 	_, said, err = cli("run", "-f", lost, "--resume", "--wait")
 	if err != nil {
 		dumpLogs(t, l.LogDir)
@@ -148,7 +153,8 @@ func TestResumeEndedRun(t *testing.T) {
 	if err != nil || fst.Phase != spec.PhaseCompleted || len(fst.Resumed) != 1 || fst.Resumed[0].FromStep < lastAt || fst.WeightsSHA256 != clean.WeightsSHA256 {
 		t.Fatalf("the forgotten run resumed: %s, resumed %+v (last committed checkpoint %d), weights %.12s (want %.12s): %v", fst.Phase, fst.Resumed, lastAt, fst.WeightsSHA256, clean.WeightsSHA256, err)
 	}
-	if want := fmt.Sprintf("resuming %s from the newest of its", lid); !strings.Contains(said, want) || !strings.Contains(said, fmt.Sprintf("at step %d", fst.Resumed[0].FromStep)) {
-		t.Errorf("run --resume said %q; want %q, at step %d", said, want, fst.Resumed[0].FromStep)
+	if want := fmt.Sprintf("resuming %s from the newest of its", lid); !strings.Contains(said, want) || !strings.Contains(said, fmt.Sprintf("at step %d", fst.Resumed[0].FromStep)) ||
+		!strings.Contains(said, "the job stored with them agrees with this one") {
+		t.Errorf("run --resume said %q; want %q, at step %d, the stored job checked", said, want, fst.Resumed[0].FromStep)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -193,11 +194,48 @@ func (o runOptions) resumeFromBucket(ctx context.Context, in workflows.RunInput,
 	if last.Step >= in.Spec.Steps {
 		return in, fmt.Errorf("--resume: the newest checkpoint of %s in %s is at step %d and the job has %d steps: nothing left to train (raise steps)", in.Spec.Name, url, last.Step, in.Spec.Steps)
 	}
-	in.Resume = &spec.RunStatus{RunID: spec.RunIDPrefix + in.Spec.Name, Phase: phaseUnknown, Step: last.Step, LastCkpt: &last, Checkpoints: len(refs)}
+	id := spec.RunIDPrefix + in.Spec.Name
+	checked := "this job must be the one that wrote them — same model, seed and global batch"
+	switch prev, err := storedJob(ctx, url, in.Spec.Name); {
+	case errors.Is(err, checkpoint.ErrNotFound):
+		// written before jobs were stored with their checkpoints
+	case err != nil:
+		fmt.Fprintf(say, "(the job stored with the checkpoints is unreadable, so this job cannot be checked against it: %v)\n", err)
+	default:
+		resumed, conflicts := in.Spec.ResumeOf(prev)
+		if len(conflicts) > 0 {
+			return in, fmt.Errorf("--resume: this job cannot continue the checkpoints of %s in %s: %s", in.Spec.Name, url, strings.Join(conflicts, "; "))
+		}
+		in.Spec = resumed
+		checked = "the job stored with them agrees with this one"
+	}
+	in.Resume = &spec.RunStatus{RunID: id, Phase: phaseUnknown, Step: last.Step, LastCkpt: &last, Checkpoints: len(refs)}
 	in.ResumeCheckpoints = refs
-	fmt.Fprintf(say, "resuming %s from the newest of its %d checkpoint(s) in %s, at step %d (the server knows no earlier run of this name: this job must be the one that wrote them — same model, seed and global batch)\n",
-		in.Resume.RunID, len(refs), url, last.Step)
+	fmt.Fprintf(say, "resuming %s from the newest of its %d checkpoint(s) in %s, at step %d (the server knows no earlier run of this name; %s)\n",
+		id, len(refs), url, last.Step, checked)
 	return in, nil
+}
+
+// storedJob reads the job a run stored next to its checkpoints
+// (spec.JobKey); checkpoint.ErrNotFound when there is none.
+func storedJob(ctx context.Context, url, run string) (spec.RunSpec, error) {
+	store, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		return spec.RunSpec{}, err
+	}
+	defer store.Close()
+	data, err := store.ReadBlob(ctx, spec.JobKey(run), 1<<20)
+	if err != nil {
+		return spec.RunSpec{}, err
+	}
+	var s spec.RunSpec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return spec.RunSpec{}, fmt.Errorf("%s: %w", spec.JobKey(run), err)
+	}
+	if s.Name != run {
+		return spec.RunSpec{}, fmt.Errorf("%s names run %q", spec.JobKey(run), s.Name)
+	}
+	return s, nil
 }
 
 // phaseUnknown is how an earlier run the server knows nothing of ended.

@@ -2,10 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/spec"
 )
 
 func TestRunRejectsBadJobFile(t *testing.T) {
@@ -55,5 +60,46 @@ func TestUnknownOutputFormatListsAllowed(t *testing.T) {
 	err := root.Execute()
 	if err == nil || !strings.Contains(err.Error(), "text") || !strings.Contains(err.Error(), "json") {
 		t.Fatalf("want an error listing the formats, got %v", err)
+	}
+}
+
+// TestStoredJob: the job a run stored next to its checkpoints is read
+// back; none is checkpoint.ErrNotFound (resumed unchecked); a garbled or
+// another run's job is an error naming the key.
+func TestStoredJob(t *testing.T) {
+	dir := t.TempDir()
+	url := "file://" + dir
+	ctx := t.Context()
+	store, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	good, _ := json.Marshal(spec.RunSpec{Name: "a", Nodes: 3, Seed: 7}.WithDefaults())
+	for _, tc := range []struct {
+		name, run, body, want string
+	}{
+		{"stored", "a", string(good), ""},
+		{"none", "none", "", "checkpoint not found"},
+		{"garbled", "b", "{\"name\": \"b\", \"nodes\": ", "runs/b/job.json: unexpected end of JSON input"},
+		{"another run's", "c", string(good), `runs/c/job.json names run "a"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.body != "" {
+				if err := store.WriteBlob(ctx, spec.JobKey(tc.run), []byte(tc.body), "application/json"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := storedJob(ctx, url, tc.run)
+			switch {
+			case tc.want == "" && (err != nil || s.Seed != 7 || s.Nodes != 3):
+				t.Errorf("storedJob = %+v, %v; want the stored job", s, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("storedJob: %v; want %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := storedJob(ctx, url, "none"); !errors.Is(err, checkpoint.ErrNotFound) {
+		t.Errorf("no job: %v; want checkpoint.ErrNotFound", err)
 	}
 }

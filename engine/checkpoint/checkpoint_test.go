@@ -506,3 +506,25 @@ func TestRefJSON(t *testing.T) {
 		t.Fatalf("round trip = %+v, %v", back, err)
 	}
 }
+
+// TestBlobRoundTrip: ReadBlob returns what WriteBlob stored, ErrNotFound
+// for a key never written, and refuses one larger than its limit.
+func TestBlobRoundTrip(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store, _ *blob.Bucket) {
+		ctx := t.Context()
+		if _, err := s.ReadBlob(ctx, "runs/a/job.json", 1024); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("missing key: %v, want ErrNotFound", err)
+		}
+		want := []byte(`{"name":"a"}`)
+		if err := s.WriteBlob(ctx, "runs/a/job.json", want, "application/json"); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.ReadBlob(ctx, "runs/a/job.json", int64(len(want)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("ReadBlob = %q, %v; want %q", got, err, want)
+		}
+		if _, err := s.ReadBlob(ctx, "runs/a/job.json", int64(len(want))-1); err == nil || errors.Is(err, ErrNotFound) {
+			t.Fatalf("over the limit: %v, want an error", err)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"sync"
@@ -454,6 +455,28 @@ func (s *Store) putChunk(ctx context.Context, run, hash string, raw []byte, pin 
 // report, next to its checkpoints.
 func (s *Store) WriteBlob(ctx context.Context, key string, data []byte, contentType string) error {
 	return s.writeObject(ctx, key, data, contentType, false)
+}
+
+// ReadBlob reads back what WriteBlob stored under key, at most limit
+// bytes; a key that is not there is ErrNotFound, one larger than limit
+// an error.
+func (s *Store) ReadBlob(ctx context.Context, key string, limit int64) ([]byte, error) {
+	r, err := s.bucket.NewReader(ctx, key, nil)
+	if isNotFound(err) {
+		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	defer r.Close()
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", key, limit)
+	}
+	return data, nil
 }
 
 // writeObject writes data to key, conditionally if ifNotExist (a
