@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -396,18 +397,29 @@ func parseExternal(name string, decoded RunSpec, file *ast.File, perr error) (Ru
 	return s, nil
 }
 
-// WithJobDir makes an external job's relative workdir absolute, taking it
-// from dir (the job file's directory); an empty workdir becomes dir. A
-// built-in run is returned unchanged.
+// WithJobDir resolves the job's relative paths from dir (the job file's
+// directory), making them absolute: an external job's workdir (empty
+// becomes dir), and a green policy's trace when the file is there (else
+// it stays relative: the control worker reads it from its own directory).
 func (s RunSpec) WithJobDir(dir string) (RunSpec, error) {
-	if s.External == nil {
+	if s.External == nil && (s.Green == nil || s.Green.Trace == "") {
 		return s, nil
 	}
-	x := *s.External
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return s, fmt.Errorf("job directory %s: %w", dir, err)
 	}
+	if g := s.Green; g != nil && g.Trace != "" && !filepath.IsAbs(g.Trace) {
+		if p := filepath.Join(abs, g.Trace); fileExists(p) {
+			gc := *g
+			gc.Trace = p
+			s.Green = &gc
+		}
+	}
+	if s.External == nil {
+		return s, nil
+	}
+	x := *s.External
 	switch {
 	case x.Workdir == "":
 		x.Workdir = abs
@@ -520,4 +532,9 @@ type ProcessTail struct {
 // LogTailBudget is the bytes each of procs processes may show.
 func LogTailBudget(procs int) int {
 	return max(LogTailMinBytes, LogTailBytes/max(1, procs))
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir()
 }

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -126,6 +127,33 @@ func TestWithJobDir(t *testing.T) {
 	}
 	if got := s.External.JoinWorkdir("ckpt"); got != "/jobs/here/ckpt" {
 		t.Errorf("JoinWorkdir %q", got)
+	}
+}
+
+// TestWithJobDirTrace: a green trace relative to the job file is made
+// absolute when the file is there; one that is not stays as written (the
+// control worker reads it from its own directory).
+func TestWithJobDirTrace(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "traces"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "traces", "es.csv"), []byte("time,ES\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ trace, want string }{
+		{"traces/es.csv", filepath.Join(dir, "traces", "es.csv")},
+		{"elsewhere/es.csv", "elsewhere/es.csv"},
+		{"traces", "traces"}, // a directory is not a trace
+		{"/abs/es.csv", "/abs/es.csv"},
+	} {
+		s, err := Parse("j", []byte("name: x\ngreen:\n  trace: "+tc.trace+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, err = s.WithJobDir(dir); err != nil || s.Green.Trace != tc.want {
+			t.Errorf("trace %s → %q (%v), want %q", tc.trace, s.Green.Trace, err, tc.want)
+		}
 	}
 }
 

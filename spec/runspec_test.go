@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,9 +60,17 @@ green:
 }
 
 func TestExampleJobFilesParse(t *testing.T) {
-	for _, f := range []string{"../examples/mnist.yaml", "../examples/mnist-green.yaml", "../examples/mnist-onebit.yaml", "../examples/mnist-auto.yaml"} {
-		if _, err := LoadFile(f); err != nil {
+	for _, f := range []string{"../examples/mnist.yaml", "../examples/mnist-green.yaml", "../examples/mnist-onebit.yaml", "../examples/mnist-auto.yaml",
+		"../examples/torch-ddp/job-green.yaml"} {
+		s, err := LoadFile(f)
+		if err != nil {
 			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		// A green example's trace is found from the job file, wherever
+		// the CLI and the control worker run.
+		if s, err = s.WithJobDir(filepath.Dir(f)); err != nil || (s.Green != nil && !filepath.IsAbs(s.Green.Trace)) {
+			t.Errorf("%s: trace not found from the job file's directory: %+v (%v)", f, s.Green, err)
 		}
 	}
 }

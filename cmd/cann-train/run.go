@@ -84,9 +84,13 @@ Job file fields (all optional but name):
 			if err != nil {
 				return err
 			}
-			// An external job's relative workdir is the job file's directory.
+			// Relative paths (an external job's workdir, a green trace)
+			// are the job file's.
 			if s, err = s.WithJobDir(filepath.Dir(o.file)); err != nil {
 				return err
+			}
+			if g := s.Green; g != nil && g.Trace != "" && !filepath.IsAbs(g.Trace) {
+				fmt.Fprintf(e.err, "(green.trace %s is not next to the job file here: the control worker reads it from its own directory)\n", g.Trace)
 			}
 			log, err := e.logger()
 			if err != nil {
