@@ -294,6 +294,27 @@ func TestCancelRealRun(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(js), &refs) != nil || len(refs) == 0 {
 		t.Errorf("checkpoint ls of the cancelled run: %v %q", err, js)
 	}
+	// The dashboard row says where the cancelled run stopped (its status
+	// query), not Temporal's bare "canceled".
+	for {
+		js, err := cli("dashboard", "-o", "json")
+		var rows []dashboardRow
+		if err != nil || json.Unmarshal([]byte(js), &rows) != nil {
+			t.Fatalf("dashboard: %v %q", err, js)
+		}
+		i := slices.IndexFunc(rows, func(r dashboardRow) bool { return r.WorkflowID == run.GetID() && r.Execution == "canceled" })
+		if i >= 0 {
+			if r := rows[i]; r.Status != spec.PhaseCancelled || !strings.HasPrefix(r.Detail, "cancelled at step ") || r.Step == 0 {
+				t.Errorf("dashboard row of the cancelled run: %+v", r)
+			}
+			break
+		}
+		select { // the visibility store indexes the close shortly after
+		case <-ctx.Done():
+			t.Fatalf("the dashboard never listed the cancelled run: %s", js)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	if _, err := cli("cancel", "cancel-me"); err == nil || !strings.Contains(err.Error(), "canceled") {
 		t.Errorf("a second cancel: %v, want it refused (the run has ended)", err)
 	}

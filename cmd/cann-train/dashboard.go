@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/spec"
@@ -162,6 +163,7 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 		}
 	}
 	running := activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
+	asked, polls := false, false // a control worker answers queries (asked once)
 	for i := range rows {
 		r := &rows[i]
 		if ui != "" {
@@ -180,6 +182,19 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 		}
 		var st spec.RunStatus
 		err := c.GetWorkflow(ctx, r.WorkflowID, r.RunID).Get(ctx, &st)
+		var ce *temporal.CanceledError
+		if st.RunID == "" && errors.As(err, &ce) {
+			// A cancelled run returns its status with the cancellation
+			// only to a query: where it stopped and its last checkpoint.
+			if !asked {
+				asked, polls = true, controlWorkerPolls(ctx, c) == nil
+			}
+			if polls {
+				if q, qerr := c.QueryWorkflow(ctx, r.WorkflowID, r.RunID, spec.QueryStatus); qerr == nil {
+					_ = q.Get(&st) // unreadable: the row keeps what it has
+				}
+			}
+		}
 		switch {
 		case st.RunID != "":
 			r.addStatus(st, nil)
@@ -236,7 +251,9 @@ func printDashboard(w io.Writer, rows []dashboardRow) error {
 	fmt.Fprintln(tw, "RUN\tSTATUS\tMODEL\tNODES\tSTEP\tLOSS\tSAMPLES/S\tRECOVERIES\tCO2 g\tSTARTED\tDETAIL")
 	for _, r := range rows {
 		status := string(r.Status)
-		if status != r.Execution && (status == "" || (r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) &&
+		same := status == r.Execution || // (Temporal spells it canceled)
+			(r.Status == spec.PhaseCancelled && r.Execution == activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED))
+		if !same && (status == "" || (r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) &&
 			r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED))) {
 			status = strings.TrimPrefix(strings.Join([]string{status, r.Execution}, "/"), "/")
 		}

@@ -71,15 +71,16 @@ func TestPrintDashboard(t *testing.T) {
 		{WorkflowID: "run/c", Execution: "running", Unread: "query: no worker"},
 		{WorkflowID: "run/d", Execution: "failed", Status: spec.PhaseFailed},
 		{WorkflowID: "run/e", Execution: "terminated", Status: spec.PhaseTraining},
+		{WorkflowID: "run/f", Execution: "canceled", Status: spec.PhaseCancelled, Detail: "cancelled at step 40"},
 	}
 	if err := printDashboard(&b, rows); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 6 || !strings.HasPrefix(lines[0], "RUN") {
+	if len(lines) != 7 || !strings.HasPrefix(lines[0], "RUN") {
 		t.Fatalf("table:\n%s", b.String())
 	}
-	for i, want := range []string{"a  ", "b  ", "c  ", "d  ", "e  "} {
+	for i, want := range []string{"a  ", "b  ", "c  ", "d  ", "e  ", "f  "} {
 		if !strings.HasPrefix(lines[i+1], want) {
 			t.Errorf("row %d %q: want the run name without run/", i, lines[i+1])
 		}
@@ -98,5 +99,8 @@ func TestPrintDashboard(t *testing.T) {
 	}
 	if f := strings.Fields(lines[5]); len(f) < 2 || f[1] != "training/terminated" {
 		t.Errorf("terminated run's row %q: want where it was and how it ended", lines[5])
+	}
+	if f := strings.Fields(lines[6]); len(f) < 2 || f[1] != "cancelled" {
+		t.Errorf("cancelled run's row %q: want its status once", lines[6])
 	}
 }

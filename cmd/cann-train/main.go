@@ -27,11 +27,18 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCmd(&env{out: os.Stdout, err: os.Stderr, command: dev.SelfCommand}).ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		var quiet *exitError
-		if !errors.As(err, &quiet) {
-			fmt.Fprintln(os.Stderr, "cann-train:", err)
-		}
+	var quiet *exitError
+	switch {
+	case err == nil:
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		// Ctrl-C (or SIGTERM) ended the command: nothing went wrong with
+		// it, and runs it started or watched go on.
+		fmt.Fprintln(os.Stderr, "cann-train: interrupted")
+		os.Exit(130)
+	case errors.As(err, &quiet):
+		os.Exit(1)
+	default:
+		fmt.Fprintln(os.Stderr, "cann-train:", err)
 		os.Exit(1)
 	}
 }
