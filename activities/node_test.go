@@ -361,8 +361,10 @@ func TestTrainChunkAsyncCheckpoint(t *testing.T) {
 	}
 	missing := *p
 	missing.Step = 45
-	if _, err := (Planner{}).ResolveCheckpoint(context.Background(), missing); err == nil {
-		t.Error("a checkpoint that was never written was found")
+	var app *temporal.ApplicationError
+	if _, err := (Planner{}).ResolveCheckpoint(context.Background(), missing); !errors.As(err, &app) ||
+		app.Type() != spec.ErrTypeNoSuchCheckpoint || app.NonRetryable() {
+		t.Errorf("a checkpoint that was never written: %v; want a retryable NoSuchCheckpoint (a patient caller waits for its upload)", err)
 	}
 	// Fresh nodes restoring the async checkpoint end where the warm ones did.
 	fresh, m2 := newNodes(t, 2, "file://unused")

@@ -130,8 +130,11 @@ func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec
 
 // ResolveCheckpoint finds the committed checkpoint of want.Run at
 // want.Step in the bucket want.URL: one whose upload was still in flight
-// when its node was lost. It fails (non-retryable) when there is none or
-// its manifest is unreadable, and the run falls back to an older one.
+// when its node was lost, or still uploading when its run held. It fails
+// with type NoSuchCheckpoint when there is none or its manifest is
+// unreadable — retryable, so that a caller whose retry policy waits for
+// an upload in flight retries; others list the type as non-retryable and
+// fall back to an older checkpoint.
 func (Planner) ResolveCheckpoint(ctx context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
 	store, err := checkpoint.Open(ctx, want.URL)
 	if err != nil {
@@ -149,7 +152,7 @@ func (Planner) ResolveCheckpoint(ctx context.Context, want spec.CheckpointRef) (
 		}
 	}
 	err = fmt.Errorf("no committed checkpoint of run %q at step %d in %s", want.Run, want.Step, want.URL)
-	return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoSuchCheckpoint", err)
+	return nil, temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeNoSuchCheckpoint, err)
 }
 
 // rankTable writes the scanned cluster's HCCL rank table: per host, perNode

@@ -102,6 +102,9 @@ const (
 	// ErrTypeCorruptCheckpoint: the checkpoint to restore failed its hash
 	// or does not decode; the run falls back to the one before.
 	ErrTypeCorruptCheckpoint = "CorruptCheckpoint"
+	// ErrTypeNoSuchCheckpoint: ResolveCheckpoint found no committed
+	// checkpoint at the step (yet: retryable for a caller that waits).
+	ErrTypeNoSuchCheckpoint = "NoSuchCheckpoint"
 	// ErrTypeNotEnoughNodes: the Cluster could not fill the request in time.
 	ErrTypeNotEnoughNodes = "NotEnoughNodes"
 	// ErrTypeCheckpointStorage: rank 0 trained the chunk but could not

@@ -102,7 +102,7 @@ func (r *run) settlePending(ctx workflow.Context) {
 // while the checkpoint is not there yet (for about 7 s: its uploader is
 // alive and finishing); else a missing checkpoint is an answer.
 func resolveCheckpoint(ctx workflow.Context, p spec.CheckpointRef, patient bool) (spec.CheckpointRef, error) {
-	retry := &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{"NoSuchCheckpoint"}}
+	retry := &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{spec.ErrTypeNoSuchCheckpoint}}
 	if patient {
 		retry = &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
 			MaximumInterval: 2 * time.Second, MaximumAttempts: 8}
