@@ -605,7 +605,7 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	s.n.recordJob(ctx, store, s.in.Spec, s.in.Session)
-	if _, err := store.Retain(ctx, s.in.Spec.Name, keepCheckpoints, 0); err != nil {
+	if _, err := store.RetainFrom(ctx, s.in.Spec.Name, ref.Step, keepCheckpoints, 0); err != nil {
 		s.log.Warn("checkpoint retention", zap.Error(err))
 	}
 	out := FromStoreRef(url, ref)

@@ -677,8 +677,9 @@ func (n *Node) saveOnce(ctx context.Context, in spec.ChunkInput, step int64, pay
 	}
 	n.Logger.Debug("checkpoint saved", zap.Int64("step", ref.Step), zap.Any("stats", stats))
 	n.recordJob(ctx, store, in.Spec, in.Token)
-	// Keep as many as the workflow may fall back to.
-	if _, err := store.Retain(ctx, in.Spec.Name, keepCheckpoints, 0); err != nil {
+	// Keep as many as the workflow may fall back to (and none past this
+	// one: another timeline's).
+	if _, err := store.RetainFrom(ctx, in.Spec.Name, ref.Step, keepCheckpoints, 0); err != nil {
 		n.Logger.Warn("checkpoint retention", zap.Error(err))
 	}
 	out := FromStoreRef(url, ref)
@@ -771,7 +772,7 @@ func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.L
 		return nil, &spec.CheckpointFailure{Step: p.step, Error: err.Error()}
 	}
 	if store, err := n.store(ctx, p.url); err == nil {
-		if _, err := store.Retain(ctx, p.run, keepCheckpoints, 0); err != nil {
+		if _, err := store.RetainFrom(ctx, p.run, ref.Step, keepCheckpoints, 0); err != nil {
 			log.Warn("checkpoint retention", zap.Error(err))
 		}
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,6 +140,11 @@ func TestResumeEndedRun(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	// Its bucket still remembers it: a plain run of the name is refused.
+	if _, _, err := cli("run", "-f", lost); err == nil || !strings.Contains(err.Error(), "the server knows no run named forgotten, but") ||
+		!strings.Contains(err.Error(), "--resume continues from them, --fresh starts over") {
+		t.Errorf("a plain run over a forgotten run's checkpoints: %v; want it refused, naming --resume and --fresh", err)
+	}
 	// The job the run stored next to its checkpoints still speaks for it.
 	if _, _, err := cli("run", "-f", job("forgotten", steps, "64"), "--resume"); err == nil || !strings.Contains(err.Error(), "model.hidden [64] (the earlier run's: [128])") {
 		t.Errorf("--resume of a forgotten run with another model: %v; want it refused naming model.hidden", err)
@@ -157,4 +164,24 @@ func TestResumeEndedRun(t *testing.T) {
 		!strings.Contains(said, "the job stored with them agrees with this one") {
 		t.Errorf("run --resume said %q; want %q, at step %d, the stored job checked", said, want, fst.Resumed[0].FromStep)
 	}
+
+	// --fresh over the completed run's checkpoints (up to 600) with a
+	// shorter job: its first checkpoint deletes those past it, and the
+	// retention keeps its own — not the earlier run's newest.
+	if _, said, err := cli("run", "-f", job("resume-me", 200, "128"), "--fresh", "--wait"); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run --fresh: %v\n%s", err, said)
+	}
+	refs, err := earlierCheckpoints(ctx, "file://"+filepath.Join(dir, "ckpt"), "resume-me", math.MaxInt64)
+	if got := stepsOf(refs); err != nil || !slices.Equal(got, []int64{50, 100, 150, 200}) {
+		t.Errorf("checkpoints after run --fresh with 200 steps: %v (%v); want the new run's 50–200 only", got, err)
+	}
+}
+
+func stepsOf(refs []spec.CheckpointRef) []int64 {
+	out := make([]int64, len(refs))
+	for i, r := range refs {
+		out[i] = r.Step
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -128,7 +129,7 @@ Job file fields (all optional but name):
 	f.StringVarP(&o.output, "output", "o", "text", "output with --wait: text, json or jsonl (progress lines)")
 	addUIFlag(f, &o.uiURL)
 	f.BoolVar(&o.resume, "resume", false, "continue the earlier run of this name (ended: failed, cancelled, terminated or completed) from its last checkpoint")
-	f.BoolVar(&o.fresh, "fresh", false, "start over from step 0 although an earlier run of this name left checkpoints (they are replaced as the new run reaches their steps)")
+	f.BoolVar(&o.fresh, "fresh", false, "start over from step 0 although an earlier run of this name left checkpoints (the new run's first checkpoint deletes those past its step; the others are replaced as it reaches them)")
 	cmd.MarkFlagsMutuallyExclusive("resume", "fresh")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
@@ -150,6 +151,16 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		return in, err
 	case prev == nil && o.resume:
 		return o.resumeFromBucket(ctx, in, say)
+	case prev == nil && !o.fresh:
+		// The server may have forgotten a run its bucket remembers.
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		url := jobBucket(s)
+		if refs, err := earlierCheckpoints(lctx, url, s.Name, math.MaxInt64); err == nil && len(refs) > 0 {
+			return in, fmt.Errorf("the server knows no run named %s, but %s holds its checkpoints up to step %d: --resume continues from them, --fresh starts over from step 0 (deleting them as it goes), or give the job another name",
+				s.Name, url, refs[len(refs)-1].Step)
+		}
+		return in, nil // (a bucket this host cannot read is the nodes' business)
 	case prev == nil || o.fresh || (prev.LastCkpt == nil && !o.resume):
 		return in, nil
 	case !o.resume:
@@ -183,10 +194,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 // cannot be checked before the start: a checkpoint that does not fit the
 // model fails its restore, and the run with it.
 func (o runOptions) resumeFromBucket(ctx context.Context, in workflows.RunInput, say io.Writer) (workflows.RunInput, error) {
-	url := in.Spec.CheckpointURL
-	if url == "" {
-		url = "file://" + filepath.Join(defaultDataDir(), "checkpoints")
-	}
+	url := jobBucket(in.Spec)
 	refs, err := earlierCheckpoints(ctx, url, in.Spec.Name, math.MaxInt64)
 	if err != nil {
 		return in, fmt.Errorf("--resume: the server knows no run named %s: %w", in.Spec.Name, err)
@@ -240,6 +248,15 @@ func storedJob(ctx context.Context, url, run string) (spec.RunSpec, error) {
 		return spec.RunSpec{}, fmt.Errorf("%s names run %q", spec.JobKey(run), s.Name)
 	}
 	return s, nil
+}
+
+// jobBucket is the bucket of job s's checkpoints as this host names it:
+// its checkpoint_url, else the node workers' default here.
+func jobBucket(s spec.RunSpec) string {
+	if s.CheckpointURL != "" {
+		return s.CheckpointURL
+	}
+	return "file://" + filepath.Join(defaultDataDir(), "checkpoints")
 }
 
 // phaseUnknown is how an earlier run the server knows nothing of ended.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,20 @@ func (r *registry) pinned() map[string]bool {
 // Retain verifies no payloads: a corrupt newest checkpoint counts like any
 // other. Chunks the deleted checkpoints referenced stay until GC.
 func (s *Store) Retain(ctx context.Context, run string, keepLast int, keepEvery int64) (deleted []Ref, err error) {
+	return s.retain(ctx, run, math.MaxInt64, keepLast, keepEvery)
+}
+
+// RetainFrom is Retain for a run that has just saved its checkpoint at
+// step newest: the run's checkpoints above newest belong to another
+// timeline — an earlier run of the name that went further (started over,
+// run --fresh), or uploads a rewound run left behind — and are deleted
+// too. Retain alone would count them among the newest, keep them and
+// delete the run's own, and they would pass for its latest.
+func (s *Store) RetainFrom(ctx context.Context, run string, newest int64, keepLast int, keepEvery int64) (deleted []Ref, err error) {
+	return s.retain(ctx, run, newest, keepLast, keepEvery)
+}
+
+func (s *Store) retain(ctx context.Context, run string, newest int64, keepLast int, keepEvery int64) (deleted []Ref, err error) {
 	if keepLast < 1 {
 		return nil, fmt.Errorf("checkpoint: Retain keepLast is %d, want >= 1", keepLast)
 	}
@@ -92,6 +107,7 @@ func (s *Store) Retain(ctx context.Context, run string, keepLast int, keepEvery 
 		switch r := refs[i]; {
 		case r.SHA256 == "": // Unreadable manifest.
 			keep[i] = true
+		case r.Step > newest: // another timeline's
 		case kept < keepLast:
 			keep[i] = true
 			kept++

@@ -19,6 +19,7 @@ func TestRetain(t *testing.T) {
 		keepLast  int
 		keepEvery int64
 		garbage   int64 // Step whose manifest is made unreadable, if not 0.
+		newest    int64 // RetainFrom's step, if not 0 (else Retain).
 		want      []int64
 		wantErr   string
 	}{
@@ -31,6 +32,11 @@ func TestRetain(t *testing.T) {
 		{name: "unreadable old manifest kept", keepLast: 1, garbage: 20, want: []int64{20, 100}},
 		{name: "keepLast 0", keepLast: 0, wantErr: "keepLast"},
 		{name: "negative keepEvery", keepLast: 1, keepEvery: -1, wantErr: "keepEvery"},
+		// RetainFrom: the run just saved step 40 over a longer run's
+		// checkpoints; those above 40 go, the run's own newest stay.
+		{name: "from 40, last 3", newest: 40, keepLast: 3, want: []int64{20, 30, 40}},
+		{name: "from 100 is Retain", newest: 100, keepLast: 3, want: []int64{80, 90, 100}},
+		{name: "from 40, unreadable above kept", newest: 40, keepLast: 2, garbage: 70, want: []int64{30, 40, 70}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,7 +55,12 @@ func TestRetain(t *testing.T) {
 			if tc.garbage != 0 {
 				must(t, b.WriteAll(ctx, ManifestKey("r", tc.garbage), []byte("garbage"), nil))
 			}
-			deleted, err := s.Retain(ctx, "r", tc.keepLast, tc.keepEvery)
+			var deleted []Ref
+			if tc.newest != 0 {
+				deleted, err = s.RetainFrom(ctx, "r", tc.newest, tc.keepLast, tc.keepEvery)
+			} else {
+				deleted, err = s.Retain(ctx, "r", tc.keepLast, tc.keepEvery)
+			}
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || deleted != nil {
 					t.Fatalf("Retain() = %v, %v; want an error about %s", deleted, err, tc.wantErr)
