@@ -736,7 +736,7 @@ func printControls(w io.Writer, s Summary) {
 	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && len(s.Rescalings) == 0 && len(s.Evicting) == 0 {
 		return
 	}
-	line := fmt.Sprintf("min %d, global batch %d", s.MinNodes, s.GlobalBatch)
+	line := fmt.Sprintf("min_nodes %d, global batch %d", s.MinNodes, s.GlobalBatch) // (the job's floor after a failure, not the plan's size)
 	if s.RanksPerNode > 1 {
 		line += fmt.Sprintf(", %d ranks per node", s.RanksPerNode)
 	}

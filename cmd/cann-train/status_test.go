@@ -216,7 +216,7 @@ func TestStatusTextNodeChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"nodes        min 1, global batch 64; drained [n3] still held, replaced at a chunk boundary\n",
+		"nodes        min_nodes 1, global batch 64; drained [n3] still held, replaced at a chunk boundary\n",
 		"  rescale    gen 2 at step 200: 2 → 3 nodes +[n3]\n",
 		"  replace    gen 3 at step 400: 3 → 3 nodes +[n4] −[n2] (n2 drained: disk)\n",
 		"  replace    gen 3 at step 600: n3 drained: no free node to take its place\n",
