@@ -309,6 +309,16 @@ func (s RunSpec) Validate() error {
 	return nil
 }
 
+// CheckNodeID says what is wrong with id as a node worker's ID (nil when
+// nothing): the rules of a run name, since it names the node's task
+// queue, its directories and its place in rank tables and logs.
+func CheckNodeID(id string) error {
+	if id == "" || !validName(id) {
+		return fmt.Errorf("node ID %q: use letters, digits, '-', '_' and '.', at most 64 characters", id)
+	}
+	return nil
+}
+
 func validName(s string) bool {
 	if len(s) > 64 {
 		return false

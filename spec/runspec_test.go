@@ -280,3 +280,14 @@ func TestParseNoDerivedProblems(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckNodeID(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"node-1": true, "spare_2": true, "host.example.com": true, "N0": true,
+		"": false, "bad id": false, "node/1": false, "nœud": false, strings.Repeat("n", 65): false,
+	} {
+		if err := CheckNodeID(id); (err == nil) != ok {
+			t.Errorf("CheckNodeID(%q) = %v, want ok %v", id, err, ok)
+		}
+	}
+}

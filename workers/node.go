@@ -68,11 +68,22 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	if o.LeaseEvery <= 0 {
 		o.LeaseEvery = 5 * time.Second
 	}
+	if err := spec.CheckNodeID(o.ID); err != nil {
+		return err // (the CLI says "node worker: ")
+	}
 	if o.CheckpointURL != "" { // every chunk of a run naming no bucket would fail on it
 		st, err := checkpoint.Open(ctx, o.CheckpointURL)
 		if err != nil {
 			return fmt.Errorf("node %s: checkpoint bucket: %w", o.ID, err)
 		}
+		// Reachable? Only said: the bucket may come back, and runs
+		// naming their own checkpoint_url do not need it.
+		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		if err := st.Accessible(actx); err != nil {
+			log.Warn("default checkpoint bucket not accessible: runs without checkpoint_url will fail to checkpoint until it is",
+				zap.String("url", o.CheckpointURL), zap.Error(err))
+		}
+		cancel()
 		st.Close()
 	}
 	l, err := tcp.Listen(o.CommListen)

@@ -191,6 +191,20 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// Accessible checks that the bucket exists and these credentials may use
+// it (a cheap request; see blob.Bucket.IsAccessible), so that a worker
+// can say so at its start rather than at a run's first checkpoint.
+func (s *Store) Accessible(ctx context.Context) error {
+	ok, err := s.bucket.IsAccessible(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("checkpoint: bucket: %w", err)
+	case !ok:
+		return errors.New("checkpoint: bucket does not exist")
+	}
+	return nil
+}
+
 // ValidateRun reports whether run can name a run's checkpoints.
 func ValidateRun(run string) error {
 	switch {

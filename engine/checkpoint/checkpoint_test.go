@@ -528,3 +528,22 @@ func TestBlobRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// TestAccessible: an S3 bucket that is there answers; one that is not
+// is said to be missing (a worker warns at its start).
+func TestAccessible(t *testing.T) {
+	u := s3Bucket(t)
+	for _, tc := range []struct {
+		url     string
+		present bool
+	}{{u, true}, {strings.Replace(u, "s3://ckpt?", "s3://no-such-bucket?", 1), false}} {
+		s, err := Open(t.Context(), tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Accessible(t.Context()); (err == nil) != tc.present {
+			t.Errorf("%s: Accessible = %v, want present %v", tc.url, err, tc.present)
+		}
+		s.Close()
+	}
+}
