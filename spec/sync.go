@@ -241,8 +241,8 @@ type SyncStatus struct {
 // NewSyncStatus describes the spec's policy (nil: plain Adam, plain
 // allreduce, nothing to show).
 func (s RunSpec) NewSyncStatus() *SyncStatus {
-	if s.Compression == nil && s.Overlap == nil && s.Optimizer == OptimizerAdam {
-		return nil
+	if s.IsExternal() || (s.Compression == nil && s.Overlap == nil && s.Optimizer == OptimizerAdam) {
+		return nil // (an external job's script exchanges its own gradients)
 	}
 	st := &SyncStatus{Optimizer: s.Optimizer, Policy: "none", Overlap: s.Overlap != nil}
 	if c := s.Compression; c != nil {

@@ -57,6 +57,16 @@ func quickstartJSON(ctx context.Context, t *testing.T, dir string, args ...strin
 		t.Fatalf("quickstart %v: %v (%v)\nstderr:\n%s\nstdout:\n%s", args, err, jerr, errb.String(), out.String())
 	}
 	t.Logf("summary: %s", out.String())
+	// The progress says each recovery in a line of its own; the control
+	// worker's warnings go to its log file, not between the lines.
+	for _, r := range sum.Recoveries {
+		if want := "recovered  " + recoveryHeadline(r) + ": "; !strings.Contains(errb.String(), want) {
+			t.Errorf("quickstart's progress lacks %q:\n%s", want, errb.String())
+		}
+	}
+	if strings.Contains(errb.String(), "\tWARN\t") {
+		t.Errorf("a worker's warning in the progress:\n%s", errb.String())
+	}
 	return sum
 }
 

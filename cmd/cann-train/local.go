@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
@@ -65,9 +66,18 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 		return nil, err
 	}
 	fmt.Fprintf(e.err, "Temporal %s up in %.1fs; Web UI %s\n", srv.FrontendAddr(), time.Since(start).Seconds(), srv.UIURL())
-	co := workers.ClientOptions{Address: srv.FrontendAddr(), Namespace: srv.Namespace(), Logger: log}
+	// The in-process control worker (and its SDK client) log to a file
+	// beside the node workers': a recovery's warnings would break into
+	// the progress lines, which say it in a line of their own.
+	ctlLog, closeLog, err := fileLogger(e, filepath.Join(o.dataDir, "logs", "control.log"))
+	if err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	co := workers.ClientOptions{Address: srv.FrontendAddr(), Namespace: srv.Namespace(), Logger: ctlLog}
 	h, closeMetrics, err := serveMetrics(e, o.metricsAddr, quiet)
 	if err != nil {
+		closeLog()
 		srv.Stop()
 		return nil, err
 	}
@@ -75,12 +85,13 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	c, err := workers.Dial(ctx, co)
 	if err != nil {
 		closeMetrics()
+		closeLog()
 		srv.Stop()
 		return nil, err
 	}
 	wctx, stopControl := context.WithCancel(ctx)
 	controlDone := make(chan error, 1)
-	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), quiet) }()
+	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), ctlLog) }()
 
 	ckptDir := filepath.Join(o.dataDir, "checkpoints")
 	launcher := &dev.Launcher{Command: e.command, LogDir: filepath.Join(o.dataDir, "logs")}
@@ -91,6 +102,7 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 		<-controlDone
 		c.Close()
 		closeMetrics()
+		closeLog()
 		srv.Stop()
 	}
 	if err := os.MkdirAll(ckptDir, 0o755); err != nil {
@@ -125,4 +137,28 @@ func awaitNodes(ctx context.Context, c client.Client, clusterID string, n int) e
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// fileLogger is a logger at the command's level and format that appends
+// to path (its directory created).
+func fileLogger(e *env, path string) (*zap.Logger, func(), error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, nil, fmt.Errorf("log dir: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log file: %w", err)
+	}
+	log, err := e.logger()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	core := log.Core()
+	enc := zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
+	if e.logJSON {
+		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	}
+	fl := zap.New(zapcore.NewCore(enc, zapcore.AddSync(f), core), zap.AddCaller())
+	return fl, func() { _ = fl.Sync(); f.Close() }, nil
 }

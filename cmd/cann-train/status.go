@@ -217,8 +217,21 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 	defer tick.Stop()
 	var last int64 = -1
 	var lastErr string
+	told := 0 // recoveries said
+	// tell says each recovery once, in a line of its own (the ones before
+	// the watch began too).
+	tell := func(st spec.RunStatus) {
+		for ; !jsonl && told < len(st.Recoveries); told++ {
+			if bar != nil {
+				_ = bar.Clear()
+			}
+			r := summarizeRecovery(st.Recoveries[told], nil)
+			fmt.Fprintf(w, "%-10s %s: %s\n", "recovered", recoveryHeadline(r), r.Reason)
+		}
+	}
 	for {
 		st, live, closed, err := readProgress(ctx, c, id)
+		tell(st)
 		if closed {
 			if lines != nil && st.Phase != "" { // no status when the run failed
 				lines.update(st, st.Step, st.Loss, st.SamplesPerSec)
@@ -243,6 +256,7 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		} else {
 			lastErr = ""
 		}
+		tell(st)
 		step, loss, sps := st.Step, st.Loss, st.SamplesPerSec
 		// A chunk heartbeats from its start, before any step (loss 0): the
 		// live figures win only once they are ahead of the status, as in
@@ -617,13 +631,22 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "model        %s on %d node(s)%s %v\n", s.Model, len(s.Nodes), ranks, s.Nodes)
 	}
 	printControls(w, s)
-	fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)
+	if st.Model == spec.ModelExternal {
+		// An external job runs in launches of its script, not chunks.
+		fmt.Fprintf(w, "steps        %d/%d\n", st.Step, st.TotalSteps)
+	} else {
+		fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)
+	}
 	fmt.Fprintf(w, "loss         %.4f → %.4f\n", s.InitialLoss, s.FinalLoss)
 	if s.EvalMetricName != "" {
 		fmt.Fprintf(w, "%-12s %.4f\n", s.EvalMetricName, s.EvalMetric)
 	}
-	fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s, comm share %.0f%%, idle between chunks %.3fs\n",
-		s.StepsPerSec, s.SamplesPerSec, 100*s.CommShare, s.ChunkIdle)
+	if st.Model == spec.ModelExternal { // (its script's communication is its own)
+		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s\n", s.StepsPerSec, s.SamplesPerSec)
+	} else {
+		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s, comm share %.0f%%, idle between chunks %.3fs\n",
+			s.StepsPerSec, s.SamplesPerSec, 100*s.CommShare, s.ChunkIdle)
+	}
 	if s.ScalingEff > 0 {
 		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank on a core of its own (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))
 	}
@@ -643,17 +666,8 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	fmt.Fprintf(w, "recoveries   %d\n", len(s.Recoveries))
 	for _, r := range s.Recoveries {
-		switch {
-		case r.Replacement != "":
-		case r.Shrunk:
-			r.Replacement = "(no spare: shrunk)"
-		default:
-			// The same node(s) again: a restarted worker re-registered.
-			r.Replacement = r.FailedNode + " (back)"
-		}
-		fmt.Fprintf(w, "  gen %d: %s → %s at step %d, rewound to %d (%d steps lost); detected %.2fs, first step %.2fs after the %s\n      %s\n",
-			r.Generation, r.FailedNode, r.Replacement, r.FailedAtStep, r.ResumeStep, r.LostSteps,
-			r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "), r.Reason)
+		fmt.Fprintf(w, "  %s; detected %.2fs, first step %.2fs after the %s\n      %s\n",
+			recoveryHeadline(r), r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "), r.Reason)
 	}
 	if s.Sync != nil {
 		fmt.Fprintf(w, "gradients    %s\n", s.Sync)
@@ -736,7 +750,12 @@ func printControls(w io.Writer, s Summary) {
 	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && len(s.Rescalings) == 0 && len(s.Evicting) == 0 {
 		return
 	}
-	line := fmt.Sprintf("min_nodes %d, global batch %d", s.MinNodes, s.GlobalBatch) // (the job's floor after a failure, not the plan's size)
+	// min_nodes is the job's floor after a failure, not the plan's size;
+	// an external job's global batch is its script's own.
+	line := fmt.Sprintf("min_nodes %d", s.MinNodes)
+	if s.GlobalBatch > 0 {
+		line += fmt.Sprintf(", global batch %d", s.GlobalBatch)
+	}
 	if s.RanksPerNode > 1 {
 		line += fmt.Sprintf(", %d ranks per node", s.RanksPerNode)
 	}
@@ -883,3 +902,18 @@ func endedAs(phase spec.Phase, step int64, errText string) string {
 // repeatsEnd matches what endedAs leaves out of an earlier run's error:
 // its "cancelled at step N" opening and "last checkpoint at step N".
 var repeatsEnd = regexp.MustCompile(`^cancelled at step \d+|(^|; )last checkpoint at step \d+`)
+
+// recoveryHeadline says what a recovery did: "gen 2: node-2 → node-3 at
+// step 121, rewound to 100 (21 steps lost)".
+func recoveryHeadline(r RecoverySummary) string {
+	switch {
+	case r.Replacement != "":
+	case r.Shrunk:
+		r.Replacement = "(no spare: shrunk)"
+	default:
+		// The same node(s) again: a restarted worker re-registered.
+		r.Replacement = r.FailedNode + " (back)"
+	}
+	return fmt.Sprintf("gen %d: %s → %s at step %d, rewound to %d (%d steps lost)",
+		r.Generation, r.FailedNode, r.Replacement, r.FailedAtStep, r.ResumeStep, r.LostSteps)
+}

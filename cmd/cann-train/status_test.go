@@ -350,3 +350,27 @@ func TestEndedAs(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusTextExternal: an external job's status leaves out what only
+// the built-in engine measures (chunks, comm share, the global batch, the
+// gradient exchange) rather than print zeros.
+func TestStatusTextExternal(t *testing.T) {
+	s := spec.RunSpec{Name: "ddp", Nodes: 2, Steps: 300, External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}}}.WithDefaults()
+	st := spec.RunStatus{RunID: "run/ddp", Phase: spec.PhaseCompleted, Model: spec.ModelExternal, Nodes: []string{"n1", "n2"},
+		Step: 300, TotalSteps: 300, MinNodes: 2, GlobalBatch: s.GlobalBatch(), Sync: s.NewSyncStatus(), StepsPerSec: 22.3, SamplesPerSec: 3943}
+	var b bytes.Buffer
+	if err := printStatus(&b, st, "text", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	for _, want := range []string{"steps        300/300\n", "speed        22.3 steps/s, 3943 samples/s\n", "nodes        min_nodes 2\n"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status text lacks %q:\n%s", want, text)
+		}
+	}
+	for _, not := range []string{"chunk(s)", "comm share", "global batch", "gradients"} {
+		if strings.Contains(text, not) {
+			t.Errorf("status text of an external job says %q:\n%s", not, text)
+		}
+	}
+}
