@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -138,6 +139,27 @@ func TestPauseResumeRealRun(t *testing.T) {
 	// not answered with the running run as if it had started.
 	if _, err := startRunWith(ctx, c, s, spec.DefaultClusterID); err == nil || !strings.Contains(err.Error(), "a run of that name is still going") {
 		t.Errorf("a second start of a running run: %v, want it refused", err)
+	}
+	// run --fresh of it too, and its checkpoints stay.
+	before := cli("checkpoint", "ls", "pause-me")
+	job := filepath.Join(t.TempDir(), "pause-me.yaml")
+	bucket := ""
+	if st, _, _, err := readProgress(ctx, c, run.GetID()); err == nil && st.LastCkpt != nil {
+		bucket = st.LastCkpt.URL
+	}
+	if bucket == "" {
+		t.Fatal("the paused run names no checkpoint bucket")
+	}
+	if err := os.WriteFile(job, []byte("name: pause-me\nnodes: 2\nsteps: 2000\ncheckpoint_url: "+bucket+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fresh := newRootCmd(&env{out: &bytes.Buffer{}, err: &bytes.Buffer{}, command: childCommand})
+	fresh.SetArgs([]string{"run", "-f", job, "--fresh", "--address", addr})
+	if err := fresh.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "a run of that name is still going") {
+		t.Errorf("run --fresh of a running run: %v, want it refused", err)
+	}
+	if after := cli("checkpoint", "ls", "pause-me"); after != before {
+		t.Errorf("run --fresh of a running run touched its checkpoints:\n%s\nthen\n%s", before, after)
 	}
 	// The dashboard lists the run (the visibility store indexes it) with
 	// what its status query says.

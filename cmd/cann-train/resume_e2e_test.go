@@ -72,7 +72,7 @@ func TestResumeEndedRun(t *testing.T) {
 		t.Fatalf("the first run ended %s at step %d (checkpoint %+v); want cancelled with a checkpoint before the end", ended.Phase, ended.Step, ended.LastCkpt)
 	}
 
-	if _, _, err := cli("run", "-f", first); err == nil || !strings.Contains(err.Error(), "--resume continues from that checkpoint, --fresh starts over") {
+	if _, _, err := cli("run", "-f", first); err == nil || !strings.Contains(err.Error(), "--resume continues from that checkpoint, --fresh deletes its checkpoints and starts over") {
 		t.Errorf("the same job again without a flag: %v; want it refused, naming --resume and --fresh", err)
 	}
 	if _, _, err := cli("run", "-f", job("resume-me", steps, "64"), "--resume"); err == nil || !strings.Contains(err.Error(), "model.hidden [64] (the earlier run's: [128])") {
@@ -142,7 +142,7 @@ func TestResumeEndedRun(t *testing.T) {
 	}
 	// Its bucket still remembers it: a plain run of the name is refused.
 	if _, _, err := cli("run", "-f", lost); err == nil || !strings.Contains(err.Error(), "the server knows no run named forgotten, but") ||
-		!strings.Contains(err.Error(), "--resume continues from them, --fresh starts over") {
+		!strings.Contains(err.Error(), "--resume continues from them, --fresh deletes them and starts over") {
 		t.Errorf("a plain run over a forgotten run's checkpoints: %v; want it refused, naming --resume and --fresh", err)
 	}
 	// The job the run stored next to its checkpoints still speaks for it.
@@ -166,11 +166,14 @@ func TestResumeEndedRun(t *testing.T) {
 	}
 
 	// --fresh over the completed run's checkpoints (up to 600) with a
-	// shorter job: its first checkpoint deletes those past it, and the
-	// retention keeps its own — not the earlier run's newest.
-	if _, said, err := cli("run", "-f", job("resume-me", 200, "128"), "--fresh", "--wait"); err != nil {
+	// shorter job: they are deleted first, and the new run's are its own.
+	_, said, err = cli("run", "-f", job("resume-me", 200, "128"), "--fresh", "--wait")
+	if err != nil {
 		dumpLogs(t, l.LogDir)
 		t.Fatalf("run --fresh: %v\n%s", err, said)
+	}
+	if !strings.Contains(said, "--fresh: deleted the 8 checkpoint(s) of the earlier run of resume-me (steps 250–600)") {
+		t.Errorf("run --fresh said %q; want the earlier checkpoints deleted", said)
 	}
 	refs, err := earlierCheckpoints(ctx, "file://"+filepath.Join(dir, "ckpt"), "resume-me", math.MaxInt64)
 	if got := stepsOf(refs); err != nil || !slices.Equal(got, []int64{50, 100, 150, 200}) {

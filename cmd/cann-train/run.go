@@ -129,7 +129,7 @@ Job file fields (all optional but name):
 	f.StringVarP(&o.output, "output", "o", "text", "output with --wait: text, json or jsonl (progress lines)")
 	addUIFlag(f, &o.uiURL)
 	f.BoolVar(&o.resume, "resume", false, "continue the earlier run of this name (ended: failed, cancelled, terminated or completed) from its last checkpoint")
-	f.BoolVar(&o.fresh, "fresh", false, "start over from step 0 although an earlier run of this name left checkpoints (the new run's first checkpoint deletes those past its step; the others are replaced as it reaches them)")
+	f.BoolVar(&o.fresh, "fresh", false, "start over from step 0 although an earlier run of this name left checkpoints (deleting them from its bucket)")
 	cmd.MarkFlagsMutuallyExclusive("resume", "fresh")
 	_ = cmd.MarkFlagRequired("file")
 	return cmd
@@ -143,28 +143,29 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	in := workflows.RunInput{Spec: s, ClusterID: o.clusterID}
 	id := spec.RunIDPrefix + s.Name
 	prev, prevSpec, err := earlierRun(ctx, c, id)
+	if o.fresh {
+		clearEarlier(ctx, c, s, prev, say)
+		return in, nil
+	}
 	switch {
 	case err != nil:
-		if o.fresh {
-			return in, nil
-		}
 		return in, err
 	case prev == nil && o.resume:
 		return o.resumeFromBucket(ctx, in, say)
-	case prev == nil && !o.fresh:
+	case prev == nil:
 		// The server may have forgotten a run its bucket remembers.
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		url := jobBucket(s)
 		if refs, err := earlierCheckpoints(lctx, url, s.Name, math.MaxInt64); err == nil && len(refs) > 0 {
-			return in, fmt.Errorf("the server knows no run named %s, but %s holds its checkpoints up to step %d: --resume continues from them, --fresh starts over from step 0 (deleting them as it goes), or give the job another name",
+			return in, fmt.Errorf("the server knows no run named %s, but %s holds its checkpoints up to step %d: --resume continues from them, --fresh deletes them and starts over from step 0, or give the job another name",
 				s.Name, url, refs[len(refs)-1].Step)
 		}
 		return in, nil // (a bucket this host cannot read is the nodes' business)
-	case prev == nil || o.fresh || (prev.LastCkpt == nil && !o.resume):
+	case prev.LastCkpt == nil && !o.resume:
 		return in, nil
 	case !o.resume:
-		return in, fmt.Errorf("run %s ran before (%s at step %d; its last checkpoint is at step %d): --resume continues from that checkpoint, --fresh starts over from step 0 (replacing its checkpoints as it goes), or give the job another name",
+		return in, fmt.Errorf("run %s ran before (%s at step %d; its last checkpoint is at step %d): --resume continues from that checkpoint, --fresh deletes its checkpoints and starts over from step 0, or give the job another name",
 			id, prev.Phase, prev.Step, prev.LastCkpt.Step)
 	case prev.LastCkpt == nil:
 		return in, fmt.Errorf("--resume: run %s (%s at step %d) stored no checkpoint; --fresh starts it over", id, prev.Phase, prev.Step)
@@ -248,6 +249,57 @@ func storedJob(ctx context.Context, url, run string) (spec.RunSpec, error) {
 		return spec.RunSpec{}, fmt.Errorf("%s names run %q", spec.JobKey(run), s.Name)
 	}
 	return s, nil
+}
+
+// clearEarlier deletes, for run --fresh, the checkpoints an earlier run
+// of job s's name left (prev: its last status, nil when the server knows
+// none) in its bucket, so that nothing passes for the new run's — not
+// while a run of the name is still going (its start is then refused).
+// A bucket this host cannot reach is said and left: the new run's
+// retention leaves checkpoints past its step alone.
+func clearEarlier(ctx context.Context, c client.Client, s spec.RunSpec, prev *spec.RunStatus, say io.Writer) {
+	id := spec.RunIDPrefix + s.Name
+	if d, err := c.DescribeWorkflowExecution(ctx, id, ""); err == nil &&
+		d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return
+	}
+	url := jobBucket(s)
+	if prev != nil && prev.LastCkpt != nil {
+		url = prev.LastCkpt.URL
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	n, first, last, err := deleteCheckpoints(lctx, url, s.Name)
+	switch {
+	case err != nil:
+		fmt.Fprintf(say, "--fresh: the earlier checkpoints of %s in %s are left (%d deleted): %v\n", s.Name, url, n, err)
+	case n > 0:
+		fmt.Fprintf(say, "--fresh: deleted the %d checkpoint(s) of the earlier run of %s (steps %d–%d) from %s\n", n, s.Name, first, last, url)
+	}
+}
+
+// deleteCheckpoints deletes every checkpoint of run in the bucket at url
+// (the chunks they shared stay for `cann-train checkpoint gc`).
+func deleteCheckpoints(ctx context.Context, url, run string) (n int, first, last int64, err error) {
+	store, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer store.Close()
+	refs, err := store.List(ctx, run)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, r := range refs {
+		if err := store.Delete(ctx, r); err != nil {
+			return n, first, last, err
+		}
+		if n == 0 {
+			first = r.Step
+		}
+		n, last = n+1, r.Step
+	}
+	return n, first, last, nil
 }
 
 // jobBucket is the bucket of job s's checkpoints as this host names it:

@@ -82,11 +82,12 @@ func (s *Store) Retain(ctx context.Context, run string, keepLast int, keepEvery 
 }
 
 // RetainFrom is Retain for a run that has just saved its checkpoint at
-// step newest: the run's checkpoints above newest belong to another
-// timeline — an earlier run of the name that went further (started over,
-// run --fresh), or uploads a rewound run left behind — and are deleted
-// too. Retain alone would count them among the newest, keep them and
-// delete the run's own, and they would pass for its latest.
+// step newest: checkpoints above newest belong to another timeline — an
+// earlier run of the name that went further, uploads a rewound run left
+// behind — and are neither counted nor deleted. Retain alone would count
+// them among the newest, keep them and delete the run's own. (Not
+// deleted: a writer that lags, a node thawed after its replacement, must
+// not take the newer checkpoints of the run that went on without it.)
 func (s *Store) RetainFrom(ctx context.Context, run string, newest int64, keepLast int, keepEvery int64) (deleted []Ref, err error) {
 	return s.retain(ctx, run, newest, keepLast, keepEvery)
 }
@@ -108,6 +109,7 @@ func (s *Store) retain(ctx context.Context, run string, newest int64, keepLast i
 		case r.SHA256 == "": // Unreadable manifest.
 			keep[i] = true
 		case r.Step > newest: // another timeline's
+			keep[i] = true
 		case kept < keepLast:
 			keep[i] = true
 			kept++

@@ -33,10 +33,11 @@ func TestRetain(t *testing.T) {
 		{name: "keepLast 0", keepLast: 0, wantErr: "keepLast"},
 		{name: "negative keepEvery", keepLast: 1, keepEvery: -1, wantErr: "keepEvery"},
 		// RetainFrom: the run just saved step 40 over a longer run's
-		// checkpoints; those above 40 go, the run's own newest stay.
-		{name: "from 40, last 3", newest: 40, keepLast: 3, want: []int64{20, 30, 40}},
+		// checkpoints; those above 40 are left alone, and the run's own
+		// newest 3 kept.
+		{name: "from 40, last 3", newest: 40, keepLast: 3, want: []int64{20, 30, 40, 50, 60, 70, 80, 90, 100}},
 		{name: "from 100 is Retain", newest: 100, keepLast: 3, want: []int64{80, 90, 100}},
-		{name: "from 40, unreadable above kept", newest: 40, keepLast: 2, garbage: 70, want: []int64{30, 40, 70}},
+		{name: "from 40, last 1, every 20", newest: 40, keepLast: 1, keepEvery: 20, want: []int64{20, 40, 50, 60, 70, 80, 90, 100}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
