@@ -217,16 +217,23 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 	defer tick.Stop()
 	var last int64 = -1
 	var lastErr string
-	told := 0 // recoveries said
-	// tell says each recovery once, in a line of its own (the ones before
-	// the watch began too).
+	told, toldScale := 0, 0 // recoveries and node-count changes said
+	// tell says each recovery and change of the node count once, in a
+	// line of its own (the ones before the watch began too).
 	tell := func(st spec.RunStatus) {
-		for ; !jsonl && told < len(st.Recoveries); told++ {
-			if bar != nil {
-				_ = bar.Clear()
-			}
+		if jsonl || told == len(st.Recoveries) && toldScale == len(st.Rescalings) {
+			return
+		}
+		if bar != nil {
+			_ = bar.Clear()
+		}
+		for ; told < len(st.Recoveries); told++ {
 			r := summarizeRecovery(st.Recoveries[told], nil)
 			fmt.Fprintf(w, "%-10s %s: %s\n", "recovered", recoveryHeadline(r), r.Reason)
+		}
+		for ; toldScale < len(st.Rescalings); toldScale++ {
+			kind, line := rescalingLine(st.Rescalings[toldScale])
+			fmt.Fprintf(w, "%-10s %s\n", kind, line)
 		}
 	}
 	for {
@@ -767,26 +774,34 @@ func printControls(w io.Writer, s Summary) {
 	}
 	fmt.Fprintf(w, "nodes        %s\n", line)
 	for _, r := range s.Rescalings {
-		change := fmt.Sprintf("%d → %d nodes", r.FromNodes, r.ToNodes)
-		if len(r.Added) > 0 {
-			change += fmt.Sprintf(" +%v", r.Added)
-		}
-		if len(r.Removed) > 0 {
-			change += fmt.Sprintf(" −%v", r.Removed)
-		}
-		kind := "rescale"
-		if r.Reason != "" {
-			kind = "replace"
-			change += " (" + r.Reason + ")"
-		}
-		if r.Error != "" {
-			change = fmt.Sprintf("%d → %d nodes refused: %s", r.FromNodes, r.FromNodes, r.Error)
-			if r.Reason != "" {
-				change = r.Reason + ": " + r.Error
-			}
-		}
-		fmt.Fprintf(w, "  %-10s gen %d at step %d: %s\n", kind, r.Generation, r.AtStep, change)
+		kind, change := rescalingLine(r)
+		fmt.Fprintf(w, "  %-10s %s\n", kind, change)
 	}
+}
+
+// rescalingLine says what a change of the node count did: its kind
+// (rescale, or replace for a drained node) and "gen 3 at step 400: 2 → 3
+// nodes +[node-3]".
+func rescalingLine(r spec.Rescaling) (kind, line string) {
+	change := fmt.Sprintf("%d → %d nodes", r.FromNodes, r.ToNodes)
+	if len(r.Added) > 0 {
+		change += fmt.Sprintf(" +%v", r.Added)
+	}
+	if len(r.Removed) > 0 {
+		change += fmt.Sprintf(" −%v", r.Removed)
+	}
+	kind = "rescale"
+	if r.Reason != "" {
+		kind = "replace"
+		change += " (" + r.Reason + ")"
+	}
+	if r.Error != "" {
+		change = fmt.Sprintf("%d → %d nodes refused: %s", r.FromNodes, r.FromNodes, r.Error)
+		if r.Reason != "" {
+			change = r.Reason + ": " + r.Error
+		}
+	}
+	return kind, fmt.Sprintf("gen %d at step %d: %s", r.Generation, r.AtStep, change)
 }
 
 // printGreen prints the green policy's plan and carbon figures.
