@@ -154,7 +154,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		return o.resumeFromBucket(ctx, in, say)
 	case prev == nil:
 		// The server may have forgotten a run its bucket remembers.
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second) // (every new name asks)
 		defer cancel()
 		url := jobBucket(s)
 		if refs, err := earlierCheckpoints(lctx, url, s.Name, math.MaxInt64); err == nil && len(refs) > 0 {
