@@ -63,8 +63,10 @@ import (
 // trainingrun_resumed.json, a run started with `run --resume` from a
 // cancelled run's last checkpoint (RunInput.Resume);
 // trainingrun_pause_settled.json, the paused, drained and rescaled run
-// again, each pause settling the checkpoint still uploading
-// (versionSettlePending); trainingrun_codec_decided.json, an auto codec
+// again, each pause settling the checkpoint still uploading before it
+// said paused (versionSettlePending 1), and
+// trainingrun_pause_background.json, the same settling it while paused
+// (2); trainingrun_codec_decided.json, an auto codec
 // decided as the warm-up's last chunk reported, and
 // trainingrun_codec_carried.json, a run resumed past that decision
 // without its status, taking the codec its checkpoint carried
@@ -111,10 +113,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_metered.json", spec.WorkflowTrainingRun},
 		{"trainingrun_external_rollover.json", spec.WorkflowTrainingRun},
 		{"trainingrun_batch.json", spec.WorkflowTrainingRun},
-		{"trainingrun_pause_drain.json", spec.WorkflowTrainingRun},    // a held node drained: the run moved off it
-		{"trainingrun_pause_settled.json", spec.WorkflowTrainingRun},  // each pause settled the upload in flight
-		{"trainingrun_external_drain.json", spec.WorkflowTrainingRun}, // the same for an external job's world
-		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},         // cancelled mid-chunk: nodes released, ends Canceled
+		{"trainingrun_pause_drain.json", spec.WorkflowTrainingRun},      // a held node drained: the run moved off it
+		{"trainingrun_pause_settled.json", spec.WorkflowTrainingRun},    // each pause settled the upload in flight
+		{"trainingrun_pause_background.json", spec.WorkflowTrainingRun}, // … while it held
+		{"trainingrun_external_drain.json", spec.WorkflowTrainingRun},   // the same for an external job's world
+		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},           // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},
 		{"cluster_drain.json", spec.WorkflowCluster}, // drains, one of a held node (the run told)
 		{"cluster_sweep.json", spec.WorkflowCluster}, // a terminated run's nodes freed for the next run

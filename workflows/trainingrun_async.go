@@ -62,7 +62,7 @@ func (r *run) resolvePending(ctx workflow.Context) {
 	if last := r.st.Status.LastCkpt; last != nil && last.Step >= p.Step {
 		return
 	}
-	ref, err := resolveCheckpoint(ctx, *p, false)
+	ref, err := resolveCheckpoint(ctx, *p, impatient)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("checkpoint uploading when the node was lost is not there; resuming from an older one",
 			"step", p.Step, "error", err)
@@ -74,38 +74,85 @@ func (r *run) resolvePending(ctx workflow.Context) {
 // versionSettlePending: a run that holds (paused, or waiting for a
 // green window) or is cancelled looks its pending checkpoint up in the
 // bucket first; before, the status (and so a later run --resume) named
-// the checkpoint before it until a next chunk reported it.
+// the checkpoint before it until a next chunk reported it. Version 2: a
+// pause says paused at once and settles the checkpoint in the
+// background, for as long as a large upload takes (1: it waited up to
+// ~7 s before saying paused).
 const versionSettlePending = "settle-pending-checkpoint"
+
+// settleVersion is versionSettlePending's version for this run (asked
+// only with a checkpoint pending).
+func settleVersion(ctx workflow.Context) workflow.Version {
+	return workflow.GetVersion(ctx, versionSettlePending, workflow.DefaultVersion, 2)
+}
 
 // settlePending commits the checkpoint rank 0 was still uploading when
 // the last chunk ended, once it is in the bucket (its uploader is alive
 // and finishing). One still missing after a few seconds stays pending:
 // the node's next chunk reports it.
 func (r *run) settlePending(ctx workflow.Context) {
+	if r.st.PendingCkpt == nil || settleVersion(ctx) == workflow.DefaultVersion {
+		return
+	}
+	r.settleCheckpoint(ctx, patient)
+}
+
+// settleHeld is settlePending for a paused run, in a coroutine: patient
+// for as long as a large upload may take, while the run holds (a resume
+// does not wait for it: the node's next chunk would report it too).
+func (r *run) settleHeld(ctx workflow.Context) {
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		step := r.st.Status.Step
+		r.settleCheckpoint(ctx, held)
+		if ctx.Err() == nil && r.st.Status.Phase == spec.PhasePaused && r.st.Status.Step == step {
+			r.st.Status.Detail = pausedDetail(step)
+			r.publish(ctx)
+		}
+	})
+}
+
+func (r *run) settleCheckpoint(ctx workflow.Context, wait patience) {
 	p := r.st.PendingCkpt
-	if p == nil || workflow.GetVersion(ctx, versionSettlePending, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if p == nil {
 		return
 	}
 	if last := r.st.Status.LastCkpt; last != nil && last.Step >= p.Step {
 		r.st.PendingCkpt = nil
 		return
 	}
-	ref, err := resolveCheckpoint(ctx, *p, true)
-	if err != nil {
+	ref, err := resolveCheckpoint(ctx, *p, wait)
+	switch {
+	case err == nil:
+		r.commitCheckpoint(ref)
+	case ctx.Err() == nil:
 		workflow.GetLogger(ctx).Warn("checkpoint still uploading; the node's next chunk reports it", "step", p.Step, "error", err)
-		return
 	}
-	r.commitCheckpoint(ref)
 }
 
-// resolveCheckpoint runs ResolveCheckpoint for p. Patient, it also retries
-// while the checkpoint is not there yet (for about 7 s: its uploader is
-// alive and finishing); else a missing checkpoint is an answer.
-func resolveCheckpoint(ctx workflow.Context, p spec.CheckpointRef, patient bool) (spec.CheckpointRef, error) {
+// patience is how long resolveCheckpoint waits for a checkpoint that is
+// not in the bucket yet.
+type patience int
+
+const (
+	// impatient: a missing checkpoint is an answer.
+	impatient patience = iota
+	// patient: retried for about 7 s (its uploader is alive and finishing).
+	patient
+	// held: retried for about 30 min (a paused run, a large upload).
+	held
+)
+
+// resolveCheckpoint runs ResolveCheckpoint for p, retried for a missing
+// checkpoint as wait says.
+func resolveCheckpoint(ctx workflow.Context, p spec.CheckpointRef, wait patience) (spec.CheckpointRef, error) {
 	retry := &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{spec.ErrTypeNoSuchCheckpoint}}
-	if patient {
+	switch wait {
+	case patient:
 		retry = &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
 			MaximumInterval: 2 * time.Second, MaximumAttempts: 8}
+	case held:
+		retry = &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
+			MaximumInterval: 30 * time.Second, MaximumAttempts: 70}
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           spec.ControlTaskQueue,

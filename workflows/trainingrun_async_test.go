@@ -192,7 +192,12 @@ func TestPendingCheckpointSettles(t *testing.T) {
 				require.Equal(t, spec.PhasePaused, held.Phase)
 				require.EqualValues(t, 200, held.Step)
 				require.EqualValues(t, tc.wantLast, held.LastCkpt.Step, "the hold settles the upload before the cancel")
-				require.Equal(t, []int64{200}, asked[:1], "looked up once by the hold")
+				require.Equal(t, "paused at step 200 (cann-train resume continues)", held.Detail, "settled (or given up on)")
+				require.EqualValues(t, 200, asked[0], "looked up by the hold")
+				if tc.uploaded {
+					require.Len(t, asked, 1, "found by the hold; the cancel has nothing left to settle")
+					require.Equal(t, 2, st.Checkpoints)
+				}
 			} else {
 				require.Equal(t, []int64{100}, asked[:1])
 			}

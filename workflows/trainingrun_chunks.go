@@ -169,7 +169,7 @@ func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []e
 	}
 	if p := lead.PendingCheckpoint; p != nil {
 		// Rank 0 is alive and finishing the upload: wait for it.
-		ref, err := resolveCheckpoint(ctx, *p, true)
+		ref, err := resolveCheckpoint(ctx, *p, patient)
 		if err != nil {
 			workflow.GetLogger(ctx).Warn("the chunk's checkpoint did not appear; the chunk is redone", "step", p.Step, "error", err)
 		} else {

@@ -185,15 +185,26 @@ func (r *run) beforeChunk(ctx workflow.Context) error {
 }
 
 // hold waits at the chunk boundary until a resume; the checkpoint the
-// last chunk was uploading is settled first, so that a paused run's
-// status names its checkpoint at the step it holds at.
+// last chunk was uploading is settled meanwhile (settleHeld), so that a
+// paused run's status comes to name its checkpoint at the step it holds
+// at.
 func (r *run) hold(ctx workflow.Context) error {
+	v := workflow.DefaultVersion
 	if r.st.PendingCkpt != nil {
-		r.st.Status.Detail = fmt.Sprintf("pausing at step %d: its checkpoint is uploading", r.st.Status.Step)
-		r.settlePending(ctx)
+		v = settleVersion(ctx)
 	}
-	r.st.Status.Detail = fmt.Sprintf("paused at step %d (cann-train resume continues)", r.st.Status.Step)
+	if v == 1 {
+		r.st.Status.Detail = fmt.Sprintf("pausing at step %d: its checkpoint is uploading", r.st.Status.Step)
+		r.settleCheckpoint(ctx, patient)
+	}
+	r.st.Status.Detail = pausedDetail(r.st.Status.Step)
+	if v >= 2 {
+		r.st.Status.Detail = fmt.Sprintf("paused at step %d; its checkpoint is still uploading (cann-train resume continues)", r.st.Status.Step)
+	}
 	r.setPhase(ctx, spec.PhasePaused)
+	if v >= 2 {
+		r.settleHeld(ctx)
+	}
 	workflow.GetLogger(ctx).Info("paused", "step", r.st.Status.Step)
 	if err := workflow.Await(ctx, func() bool { return !r.st.Ctl.Paused }); err != nil {
 		return err
@@ -201,6 +212,10 @@ func (r *run) hold(ctx workflow.Context) error {
 	r.st.Status.Detail = ""
 	workflow.GetLogger(ctx).Info("resumed", "step", r.st.Status.Step)
 	return nil
+}
+
+func pausedDetail(step int64) string {
+	return fmt.Sprintf("paused at step %d (cann-train resume continues)", step)
 }
 
 // rescale changes the node count to n at this boundary (see changeNodes).

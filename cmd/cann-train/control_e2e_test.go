@@ -26,7 +26,7 @@ import (
 // that the step stands still, rescales it while paused (`cann-train scale`:
 // 2 → 3 nodes, and later 3 → 1), resumes it with `cann-train resume`, and
 // waits for it to complete. Its history is the replay test's
-// trainingrun_pause_settled.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+// trainingrun_pause_background.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestPauseResumeRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -73,8 +73,13 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if held.Status != spec.PhasePaused || held.Steps >= s.Steps || held.Steps%s.ChunkSteps != 0 {
 		t.Fatalf("after pause: status %s at step %d; want paused at a chunk boundary", held.Status, held.Steps)
 	}
-	if held.Checkpoints.LastStep != held.Steps {
-		t.Errorf("paused at step %d with its last checkpoint at step %d; want the one it holds at (uploading when the chunk ended)", held.Steps, held.Checkpoints.LastStep)
+	// The checkpoint the last chunk was uploading settles while it holds.
+	for st := held; st.Checkpoints.LastStep != held.Steps; st = status() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("paused at step %d with its last checkpoint at step %d; want the one it holds at (uploading when the chunk ended)", held.Steps, st.Checkpoints.LastStep)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	if text := cli("status", "pause-me"); !strings.Contains(text, "status       paused: paused at step") {
 		t.Errorf("status text does not say paused:\n%s", text)
@@ -263,8 +268,9 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if len(refs) == 0 || refs[len(refs)-1].Step != s.Steps || refs[len(refs)-1].SHA256 != st.LastCkpt.SHA256 {
 		t.Errorf("checkpoint ls without --url: %+v; want the run's checkpoints up to step %d (%s)", refs, s.Steps, st.LastCkpt.SHA256)
 	}
-	// trainingrun_pause.json: before drains evicted; trainingrun_pause_drain.json: before a pause settled its checkpoint
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause_settled.json")
+	// trainingrun_pause.json: before drains evicted; trainingrun_pause_drain.json: before a pause settled its checkpoint;
+	// trainingrun_pause_settled.json: when it settled it before saying paused
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause_background.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_drain.json")
 }
 
