@@ -343,6 +343,11 @@ func TestCancelRealRun(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	for _, cmd := range []string{"status", "cancel", "pause"} {
+		if _, err := cli(cmd, "never-ran"); err == nil || !strings.Contains(err.Error(), "no run run/never-ran here (cann-train dashboard lists the runs)") {
+			t.Errorf("%s of a run that never was: %v; want it named as unknown", cmd, err)
+		}
+	}
 	if _, err := cli("cancel", "cancel-me"); err == nil || !strings.Contains(err.Error(), "canceled") {
 		t.Errorf("a second cancel: %v, want it refused (the run has ended)", err)
 	}

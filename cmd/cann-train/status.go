@@ -16,6 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -145,6 +146,10 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	var st spec.RunStatus
 	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return st, nil, nil, false, fmt.Errorf("no run %s here (cann-train dashboard lists the runs): %w", id, err)
+		}
 		return st, nil, nil, false, fmt.Errorf("describe %s: %w", id, err)
 	}
 	info := desc.GetWorkflowExecutionInfo()
