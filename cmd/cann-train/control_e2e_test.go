@@ -163,6 +163,11 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if err := fresh.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "a run of that name is still going") {
 		t.Errorf("run --fresh of a running run: %v, want it refused", err)
 	}
+	resume := newRootCmd(&env{out: &bytes.Buffer{}, err: &bytes.Buffer{}, command: childCommand})
+	resume.SetArgs([]string{"run", "-f", job, "--resume", "--address", addr})
+	if err := resume.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "--resume: run run/pause-me has not ended") {
+		t.Errorf("run --resume of a running run: %v, want it refused as not ended (not taken for a forgotten run)", err)
+	}
 	if after := cli("checkpoint", "ls", "pause-me"); after != before {
 		t.Errorf("run --fresh of a running run touched its checkpoints:\n%s\nthen\n%s", before, after)
 	}

@@ -148,6 +148,10 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		return in, nil
 	}
 	switch {
+	case errors.Is(err, errRunGoing) && o.resume:
+		return in, fmt.Errorf("--resume: run %s has not ended (a cancel takes a moment: `cann-train cancel %s --wait`, then --resume)", id, s.Name)
+	case errors.Is(err, errRunGoing):
+		return in, nil // (the start says it is going)
 	case err != nil:
 		return in, err
 	case prev == nil && o.resume:
@@ -311,6 +315,9 @@ func jobBucket(s spec.RunSpec) string {
 	return "file://" + filepath.Join(defaultDataDir(), "checkpoints")
 }
 
+// errRunGoing: the run of the name has not ended.
+var errRunGoing = errors.New("a run of that name is still going")
+
 // phaseUnknown is how an earlier run the server knows nothing of ended.
 const phaseUnknown spec.Phase = "unknown"
 
@@ -337,12 +344,16 @@ func earlierCheckpoints(ctx context.Context, url, run string, upTo int64) ([]spe
 }
 
 // earlierRun is the last status and the spec of the ended run with
-// workflow ID id (nil when there is none, or it is still going).
+// workflow ID id (nil when there is none); errRunGoing when a run of
+// that ID has not ended (a cancel may still be winding it down).
 func earlierRun(ctx context.Context, c client.Client, id string) (*spec.RunStatus, spec.RunSpec, error) {
 	st, _, _, closed, err := readLive(ctx, c, id)
 	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) || !closed {
-		return nil, spec.RunSpec{}, nil // none, or going (the start says so)
+	switch {
+	case errors.As(err, &nf):
+		return nil, spec.RunSpec{}, nil
+	case !closed:
+		return nil, spec.RunSpec{}, errRunGoing
 	}
 	if st.RunID == "" {
 		return nil, spec.RunSpec{}, fmt.Errorf("run %s ran before, and its last status is unreadable (%v): start a control worker to read it, or pass --fresh to start over", id, err)

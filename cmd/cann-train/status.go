@@ -653,9 +653,12 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	if s.EvalMetricName != "" {
 		fmt.Fprintf(w, "%-12s %.4f\n", s.EvalMetricName, s.EvalMetric)
 	}
-	if st.Model == spec.ModelExternal { // (its script's communication is its own)
+	switch {
+	case st.Model == spec.ModelExternal && s.StepsPerSec == 0:
+		// (measured when a launch ends: none has yet)
+	case st.Model == spec.ModelExternal: // (its script's communication is its own)
 		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s\n", s.StepsPerSec, s.SamplesPerSec)
-	} else {
+	default:
 		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s, comm share %.0f%%, idle between chunks %.3fs\n",
 			s.StepsPerSec, s.SamplesPerSec, 100*s.CommShare, s.ChunkIdle)
 	}

@@ -373,4 +373,13 @@ func TestStatusTextExternal(t *testing.T) {
 			t.Errorf("status text of an external job says %q:\n%s", not, text)
 		}
 	}
+	// Paused in its first launch: no speed measured yet, and none said.
+	st.Phase, st.StepsPerSec, st.SamplesPerSec = spec.PhasePaused, 0, 0
+	b.Reset()
+	if err := printStatus(&b, st, "text", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "speed") {
+		t.Errorf("status text of an external job with no launch ended says a speed:\n%s", b.String())
+	}
 }
