@@ -273,6 +273,13 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if len(refs) == 0 || refs[len(refs)-1].Step != s.Steps || refs[len(refs)-1].SHA256 != st.LastCkpt.SHA256 {
 		t.Errorf("checkpoint ls without --url: %+v; want the run's checkpoints up to step %d (%s)", refs, s.Steps, st.LastCkpt.SHA256)
 	}
+	// watch of the ended run says each change of its node count in a line.
+	_, said, err := cliRun(ctx, addr)("watch", "pause-me")
+	for _, want := range []string{"rescale    gen ", ": 2 → 3 nodes +[node-3]", "replace    gen ", "−[node-2] (node-2 drained: swap the disk)", ": 2 → 1 nodes"} {
+		if err != nil || !strings.Contains(said, want) {
+			t.Errorf("watch of the ended run: %v; lacks %q:\n%s", err, want, said)
+		}
+	}
 	// trainingrun_pause.json: before drains evicted; trainingrun_pause_drain.json: before a pause settled its checkpoint;
 	// trainingrun_pause_settled.json: when it settled it before saying paused
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause_background.json")
