@@ -263,8 +263,13 @@ func storedJob(ctx context.Context, url, run string) (spec.RunSpec, error) {
 // retention leaves checkpoints past its step alone.
 func clearEarlier(ctx context.Context, c client.Client, s spec.RunSpec, prev *spec.RunStatus, say io.Writer) {
 	id := spec.RunIDPrefix + s.Name
-	if d, err := c.DescribeWorkflowExecution(ctx, id, ""); err == nil &&
-		d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	switch {
+	case err != nil && !errors.As(err, &nf):
+		fmt.Fprintf(say, "--fresh: the earlier checkpoints of %s are left (whether a run of the name is going is unknown: %v)\n", s.Name, err)
+		return
+	case err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 		return
 	}
 	url := jobBucket(s)
