@@ -144,7 +144,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	id := spec.RunIDPrefix + s.Name
 	prev, prevSpec, err := earlierRun(ctx, c, id)
 	if o.fresh {
-		clearEarlier(ctx, c, s, prev, say)
+		clearEarlier(ctx, s, prev, err, say)
 		return in, nil
 	}
 	switch {
@@ -257,19 +257,18 @@ func storedJob(ctx context.Context, url, run string) (spec.RunSpec, error) {
 
 // clearEarlier deletes, for run --fresh, the checkpoints an earlier run
 // of job s's name left (prev: its last status, nil when the server knows
-// none) in its bucket, so that nothing passes for the new run's — not
-// while a run of the name is still going (its start is then refused).
+// none; prevErr: earlierRun's) in its bucket, so that nothing passes for
+// the new run's — not while a run of the name is still going (its start
+// is then refused), nor when the server could not say.
 // A bucket this host cannot reach is said and left: the new run's
 // retention leaves checkpoints past its step alone.
-func clearEarlier(ctx context.Context, c client.Client, s spec.RunSpec, prev *spec.RunStatus, say io.Writer) {
-	id := spec.RunIDPrefix + s.Name
-	d, err := c.DescribeWorkflowExecution(ctx, id, "")
-	var nf *serviceerror.NotFound
+func clearEarlier(ctx context.Context, s spec.RunSpec, prev *spec.RunStatus, prevErr error, say io.Writer) {
+	var de *describeError
 	switch {
-	case err != nil && !errors.As(err, &nf):
-		fmt.Fprintf(say, "--fresh: the earlier checkpoints of %s are left (whether a run of the name is going is unknown: %v)\n", s.Name, err)
+	case errors.Is(prevErr, errRunGoing):
 		return
-	case err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	case errors.As(prevErr, &de):
+		fmt.Fprintf(say, "--fresh: the earlier checkpoints of %s are left (whether a run of the name is going is unknown: %v)\n", s.Name, prevErr)
 		return
 	}
 	url := jobBucket(s)
@@ -350,13 +349,17 @@ func earlierCheckpoints(ctx context.Context, url, run string, upTo int64) ([]spe
 
 // earlierRun is the last status and the spec of the ended run with
 // workflow ID id (nil when there is none); errRunGoing when a run of
-// that ID has not ended (a cancel may still be winding it down).
+// that ID has not ended (a cancel may still be winding it down), a
+// *describeError when the server did not answer.
 func earlierRun(ctx context.Context, c client.Client, id string) (*spec.RunStatus, spec.RunSpec, error) {
 	st, _, _, closed, err := readLive(ctx, c, id)
 	var nf *serviceerror.NotFound
+	var de *describeError
 	switch {
 	case errors.As(err, &nf):
 		return nil, spec.RunSpec{}, nil
+	case errors.As(err, &de):
+		return nil, spec.RunSpec{}, err // the server did not answer
 	case !closed:
 		return nil, spec.RunSpec{}, errRunGoing
 	}

@@ -146,11 +146,7 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	var st spec.RunStatus
 	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			return st, nil, nil, false, fmt.Errorf("no run %s here (cann-train dashboard lists the runs): %w", id, err)
-		}
-		return st, nil, nil, false, fmt.Errorf("describe %s: %w", id, err)
+		return st, nil, nil, false, &describeError{id: id, err: err}
 	}
 	info := desc.GetWorkflowExecutionInfo()
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
@@ -208,6 +204,23 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	}
 	return st, live, logs, false, nil
 }
+
+// describeError is readLive's when the server does not describe the run:
+// it knows none of that ID, or did not answer.
+type describeError struct {
+	id  string
+	err error
+}
+
+func (e *describeError) Error() string {
+	var nf *serviceerror.NotFound
+	if errors.As(e.err, &nf) {
+		return fmt.Sprintf("no run %s here (cann-train dashboard lists the runs): %v", e.id, e.err)
+	}
+	return fmt.Sprintf("describe %s: %v", e.id, e.err)
+}
+
+func (e *describeError) Unwrap() error { return e.err }
 
 // watchRun polls the run until it closes, drawing a progress bar on w
 // when it is a terminal, else writing a line per change of phase and per
