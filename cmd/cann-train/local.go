@@ -69,7 +69,7 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	// The in-process control worker (and its SDK client) log to a file
 	// beside the node workers': a recovery's warnings would break into
 	// the progress lines, which say it in a line of their own.
-	ctlLog, closeLog, err := fileLogger(e, filepath.Join(o.dataDir, "logs", "control.log"))
+	ctlLog, closeLog, err := fileLogger(e, log, filepath.Join(o.dataDir, "logs", "control.log"))
 	if err != nil {
 		srv.Stop()
 		return nil, err
@@ -139,9 +139,9 @@ func awaitNodes(ctx context.Context, c client.Client, clusterID string, n int) e
 	}
 }
 
-// fileLogger is a logger at the command's level and format that appends
-// to path (its directory created).
-func fileLogger(e *env, path string) (*zap.Logger, func(), error) {
+// fileLogger is a logger at log's level, in the command's format, that
+// appends to path (its directory created).
+func fileLogger(e *env, log *zap.Logger, path string) (*zap.Logger, func(), error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, nil, fmt.Errorf("log dir: %w", err)
 	}
@@ -149,16 +149,10 @@ func fileLogger(e *env, path string) (*zap.Logger, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("log file: %w", err)
 	}
-	log, err := e.logger()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	core := log.Core()
 	enc := zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
 	if e.logJSON {
 		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	}
-	fl := zap.New(zapcore.NewCore(enc, zapcore.AddSync(f), core), zap.AddCaller())
+	fl := zap.New(zapcore.NewCore(enc, zapcore.AddSync(f), log.Core()), zap.AddCaller())
 	return fl, func() { _ = fl.Sync(); f.Close() }, nil
 }

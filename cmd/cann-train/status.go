@@ -281,7 +281,6 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		} else {
 			lastErr = ""
 		}
-		tell(st)
 		step, loss, sps := st.Step, st.Loss, st.SamplesPerSec
 		// A chunk heartbeats from its start, before any step (loss 0): the
 		// live figures win only once they are ahead of the status, as in
