@@ -66,7 +66,9 @@ import (
 // again, each pause settling the checkpoint still uploading before it
 // said paused (versionSettlePending 1), and
 // trainingrun_pause_background.json, the same settling it while paused
-// (2); trainingrun_codec_decided.json, an auto codec
+// (2); trainingrun_scale_settled.json, the same with its last rescale
+// sent while it trained, made at the next boundary once that boundary's
+// checkpoint had uploaded (versionChangeSettles); trainingrun_codec_decided.json, an auto codec
 // decided as the warm-up's last chunk reported, and
 // trainingrun_codec_carried.json, a run resumed past that decision
 // without its status, taking the codec its checkpoint carried
@@ -116,6 +118,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_pause_drain.json", spec.WorkflowTrainingRun},      // a held node drained: the run moved off it
 		{"trainingrun_pause_settled.json", spec.WorkflowTrainingRun},    // each pause settled the upload in flight
 		{"trainingrun_pause_background.json", spec.WorkflowTrainingRun}, // … while it held
+		{"trainingrun_scale_settled.json", spec.WorkflowTrainingRun},    // a rescale at a boundary awaited its upload
 		{"trainingrun_external_drain.json", spec.WorkflowTrainingRun},   // the same for an external job's world
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},           // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},

@@ -204,3 +204,52 @@ func TestPendingCheckpointSettles(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeChangeSettlesUpload: a rescale at a boundary whose checkpoint
+// is still uploading waits for the upload and changes there (before, one
+// more chunk trained on the old nodes to checkpoint synchronously); when
+// the upload does not appear, that is still what happens.
+func TestNodeChangeSettlesUpload(t *testing.T) {
+	for _, uploaded := range []bool{true, false} {
+		t.Run(map[bool]string{true: "uploaded", false: "missing"}[uploaded], func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
+			var mu sync.Mutex
+			var asked []int64
+			resolve := func(_ context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
+				mu.Lock()
+				asked = append(asked, want.Step)
+				mu.Unlock()
+				if !uploaded {
+					return nil, temporal.NewApplicationError("not there yet", spec.ErrTypeNoSuchCheckpoint)
+				}
+				out := want
+				out.Key = fmt.Sprintf("ckpt/%d", want.Step)
+				return &out, nil
+			}
+			ch, env := asyncEnv(t, cl, nil, resolve)
+			ch.onStart = func(in spec.ChunkInput) {
+				if in.From == 100 && in.Rank == 0 {
+					env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
+				}
+			}
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 2, Steps: 500, ChunkSteps: 100}.WithDefaults()})
+			st := result(t, env)
+			require.EqualValues(t, 500, st.Step)
+			require.Len(t, st.Rescalings, 1)
+			chunks := ch.byFrom()
+			require.Equal(t, int64(200), asked[0], "the upload at the boundary looked up")
+			if uploaded {
+				require.EqualValues(t, 200, st.Rescalings[0].AtStep, "changed at the boundary after the signal")
+				require.Len(t, chunks[200], 3)
+				require.EqualValues(t, 200, chunks[200][0].Restore.Step, "from the settled checkpoint")
+				return
+			}
+			require.EqualValues(t, 300, st.Rescalings[0].AtStep, "one more chunk checkpoints first")
+			require.Len(t, chunks[200], 2)
+			require.True(t, chunks[200][0].Checkpoint)
+			require.False(t, chunks[200][0].AsyncCheckpoint, "synchronously: the change waits for it")
+			require.Len(t, chunks[300], 3)
+			require.EqualValues(t, 300, chunks[300][0].Restore.Step)
+		})
+	}
+}

@@ -353,6 +353,9 @@ func (r *run) changeNodes(ctx workflow.Context, count, minCount int, wait time.D
 	s := &r.st.Status
 	cur := len(r.st.Membership.Nodes)
 	if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
+		r.settleForChange(ctx, why)
+	}
+	if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
 		r.st.ForceCheckpoint = true
 		log.Info("node change waits for a checkpoint at the end of the next chunk", "step", s.Step, "nodes", count, "why", why)
 		return spec.Rescaling{}, false
@@ -389,6 +392,31 @@ func (r *run) changeNodes(ctx workflow.Context, count, minCount int, wait time.D
 	rec.At = workflow.Now(ctx)
 	s.Detail = ""
 	return rec, true
+}
+
+// versionChangeSettles: a node change at a boundary whose checkpoint
+// the last chunk is still uploading waits for that upload (a few seconds)
+// and changes there; before, it trained one more chunk to checkpoint
+// synchronously at its end, so that `scale` took effect a chunk late.
+// Asked only when the pending checkpoint is at the current step.
+const versionChangeSettles = "change-settles-upload"
+
+// settleForChange commits the checkpoint at the current step that rank
+// 0 is still uploading, once it is in the bucket (patient: a few
+// seconds). The change then resumes from it; if it does not appear, the
+// next chunk checkpoints first, as before.
+func (r *run) settleForChange(ctx workflow.Context, why string) {
+	s := &r.st.Status
+	p := r.st.PendingCkpt
+	if p == nil || p.Step != s.Step || workflow.GetVersion(ctx, versionChangeSettles, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	what := "rescaling"
+	if why != "" {
+		what = "replacing nodes"
+	}
+	s.Detail = fmt.Sprintf("%s at step %d once its checkpoint is uploaded", what, s.Step)
+	r.settleCheckpoint(ctx, patient)
 }
 
 // recordSegment adds a finished chunk to the trained segments (and to the

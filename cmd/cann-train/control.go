@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -92,16 +93,27 @@ it at once.`,
 
 // awaitPhase polls the run's status until it is in phase.
 func awaitPhase(ctx context.Context, c client.Client, id string, limit time.Duration, phase spec.Phase) (spec.RunStatus, error) {
+	return awaitLive(ctx, c, id, limit, string(phase), func(st spec.RunStatus) bool { return st.Phase == phase })
+}
+
+// awaitLive polls the running run's status until ok says so; what names
+// the awaited state in the error when limit passes first.
+func awaitLive(ctx context.Context, c client.Client, id string, limit time.Duration, what string, ok func(spec.RunStatus) bool) (spec.RunStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	for {
-		st, err := liveRun(ctx, c, id)
-		if err == nil && st.Phase == phase {
+		st, _, closed, err := readProgress(ctx, c, id)
+		switch {
+		case closed && err == nil:
+			return st, fmt.Errorf("run %s ended (%s at step %d) before it was %s", id, st.Phase, st.Step, what)
+		case closed:
+			return st, err
+		case err == nil && ok(st):
 			return st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("%s not %s after %s (now %s at step %d): %w", id, phase, limit, st.Phase, st.Step, errors.Join(err, ctx.Err()))
+			return st, fmt.Errorf("%s not %s after %s (now %s at step %d): %w", id, what, limit, st.Phase, st.Step, errors.Join(err, ctx.Err()))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -191,17 +203,21 @@ policy for longer).`,
 
 func newScaleCmd(e *env) *cobra.Command {
 	var nodes int
+	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:   "scale RUN --nodes N  (or: scale RUN N)",
 		Short: "Train a run on N nodes from its next chunk boundary",
 		Long: `Changes the run's node count at the next chunk boundary: the run asks the
 Cluster for more nodes or releases some, starts a new membership generation
 and resumes from the checkpoint at the current step (when the last checkpoint
-is older, one more chunk runs and checkpoints first, so no step is lost). The
-global batch stays what it was at the start; each rank's share changes.
+is older, the checkpoint the last chunk is still uploading is awaited, or
+one more chunk runs and checkpoints first, so no step is lost). The global
+batch stays what it was at the start; each rank's share changes. A paused
+run changes when it resumes.
 N must be at least the run's min_nodes and at most its global batch.`,
 		Example: `  cann-train scale mnist-demo --nodes 4
-  cann-train scale mnist-demo 4`,
+  cann-train scale mnist-demo 4
+  cann-train scale mnist-demo 2 --wait 5m   # return once it trains on 2 nodes`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set := cmd.Flags().Changed("nodes")
@@ -232,13 +248,41 @@ N must be at least the run's min_nodes and at most its global batch.`,
 			if st.GlobalBatch > 0 && nodes > st.GlobalBatch {
 				return fmt.Errorf("--nodes %d is more than the run's global batch %d: every rank needs an example per step", nodes, st.GlobalBatch)
 			}
+			if nodes == len(st.Nodes) && (st.PendingNodes == 0 || st.PendingNodes == nodes) {
+				fmt.Fprintf(e.out, "%s: already on %d node(s)\n", id, nodes)
+				return nil
+			}
 			if err := signalRun(ctx, c, id, spec.SignalRescale, spec.Rescale{Nodes: nodes}); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.out, "%s: %d → %d node(s) at the next chunk boundary (step %d)\n", id, len(st.Nodes), nodes, st.Step)
+			if wait <= 0 || st.Phase == spec.PhasePaused {
+				when := "at its next chunk boundary"
+				if st.Phase == spec.PhasePaused {
+					when = "when it resumes (it is paused)"
+				}
+				fmt.Fprintf(e.out, "%s: %d → %d node(s) %s; it has trained %d of %d steps\n", id, len(st.Nodes), nodes, when, st.Step, st.TotalSteps)
+				return nil
+			}
+			seen := len(st.Rescalings)
+			st, err = awaitLive(ctx, c, id, wait, fmt.Sprintf("rescaled to %d node(s)", nodes), func(st spec.RunStatus) bool {
+				return st.PendingNodes == 0 && (len(st.Nodes) == nodes ||
+					slices.ContainsFunc(st.Rescalings[min(seen, len(st.Rescalings)):], func(r spec.Rescaling) bool { return r.Reason == "" }))
+			})
+			if err != nil {
+				return err
+			}
+			for _, r := range st.Rescalings[min(seen, len(st.Rescalings)):] {
+				kind, line := rescalingLine(r)
+				fmt.Fprintf(e.out, "%s: %-7s %s\n", id, kind, line)
+			}
+			if len(st.Nodes) != nodes {
+				return fmt.Errorf("%s trains on %d node(s), not %d", id, len(st.Nodes), nodes)
+			}
+			fmt.Fprintf(e.out, "%s: on %d node(s) %v from step %d\n", id, nodes, st.Nodes, st.Step)
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 0, "node count to train on")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the change to take effect, and say how it went (0: do not wait)")
 	return cmd
 }

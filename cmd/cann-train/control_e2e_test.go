@@ -24,9 +24,10 @@ import (
 // TestPauseResumeRealRun pauses a run training on node-worker processes
 // with `cann-train pause`, checks that `cann-train status` says paused and
 // that the step stands still, rescales it while paused (`cann-train scale`:
-// 2 → 3 nodes, and later 3 → 1), resumes it with `cann-train resume`, and
-// waits for it to complete. Its history is the replay test's
-// trainingrun_pause_background.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+// 2 → 3 nodes), resumes it with `cann-train resume`, moves it off a
+// drained node (3 → 2), rescales it while it trains (`scale --wait`:
+// 2 → 1) and waits for it to complete. Its history is the replay test's
+// trainingrun_scale_settled.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestPauseResumeRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -239,9 +240,21 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if st := state("node-2"); st != "drained swap the disk" {
 		t.Errorf("node-2 after its run left it: %q", st)
 	}
-	cli("pause", "pause-me", "--wait", "60s")
-	cli("scale", "pause-me", "--nodes", "1")
-	cli("resume", "pause-me")
+	// A rescale while it trains: at the boundary after the signal, whose
+	// checkpoint is still uploading (every chunk checkpoints in the
+	// background), the run waits for the upload and changes there — not
+	// one more chunk later.
+	was := status()
+	out = cli("scale", "pause-me", "--nodes", "1", "--wait", "60s")
+	scaled := status()
+	if len(scaled.Rescalings) != 3 || !strings.Contains(out, "rescale gen ") || !strings.Contains(out, ": 2 → 1 nodes") ||
+		!strings.Contains(out, "on 1 node(s) [node-1]") {
+		t.Fatalf("scale --wait: %q; rescalings %+v", out, scaled.Rescalings)
+	}
+	if at := scaled.Rescalings[2].AtStep; at > was.Steps+2*s.ChunkSteps || scaled.Rescalings[2].ResumeStep != at {
+		t.Errorf("scaled at step %d (resuming at %d) after a signal at step %d: want the boundary after it (its chunk in flight may have ended first)",
+			at, scaled.Rescalings[2].ResumeStep, was.Steps)
+	}
 
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
@@ -281,8 +294,9 @@ func TestPauseResumeRealRun(t *testing.T) {
 		}
 	}
 	// trainingrun_pause.json: before drains evicted; trainingrun_pause_drain.json: before a pause settled its checkpoint;
-	// trainingrun_pause_settled.json: when it settled it before saying paused
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_pause_background.json")
+	// trainingrun_pause_settled.json: when it settled it before saying paused;
+	// trainingrun_pause_background.json: before a rescale awaited an upload
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_scale_settled.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_drain.json")
 }
 
