@@ -211,6 +211,9 @@ func TestPauseResumeRealRun(t *testing.T) {
 		t.Errorf("a chunk is training while paused: %+v", live)
 	}
 	t.Logf("paused at step %d of %d; resuming on 3 nodes", held.Steps, s.Steps)
+	if _, _, err := cliRun(ctx, addr)("green", "override", "pause-me", "--for", "1h"); err == nil || !strings.Contains(err.Error(), "has no green policy") {
+		t.Errorf("green override of a run without a policy: %v", err)
+	}
 	cli("resume", "pause-me")
 	until("a chunk on 3 nodes", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return len(st.Rescalings) == 1 && st.Step > held.Steps

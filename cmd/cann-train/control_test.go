@@ -24,6 +24,7 @@ func TestControlFlagErrors(t *testing.T) {
 		{[]string{"green", "override", "r", "--clear", "--for", "1h"}, "--clear takes neither"},
 		{[]string{"green", "override", "r", "--for", "1h", "--until", "2026-01-01T00:00:00Z"}, "not both"},
 		{[]string{"green", "override", "r", "--until", "tomorrow"}, "RFC 3339"},
+		{[]string{"green", "override", "r", "--until", "2020-01-01T00:00:00Z"}, "--until 2020-01-01T00:00:00Z has passed"},
 		{[]string{"green", "report", "r", "-o", "yaml"}, "allowed"},
 	} {
 		var out, errb bytes.Buffer

@@ -309,13 +309,19 @@ good when neither is given. --clear restores the policy.`,
 					return fmt.Errorf("--until %q: want RFC 3339 (2026-05-06T18:00:00Z), or a UTC date or date and time (2026-05-06, 2026-05-06T18:00)", until)
 				}
 				o.Until = t.UTC()
+				if !o.Until.After(time.Now()) {
+					return fmt.Errorf("--until %s has passed", o.Until.Format(time.RFC3339))
+				}
 			}
 			ctx := cmd.Context()
-			c, id, _, err := openLiveRun(ctx, e, args[0])
+			c, id, st, err := openLiveRun(ctx, e, args[0])
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			if st.Green == nil {
+				return fmt.Errorf("%s has no green policy: nothing to override (a job file's green: block sets one)", id)
+			}
 			if err := signalRun(ctx, c, id, spec.SignalGreenOverride, o); err != nil {
 				return err
 			}
