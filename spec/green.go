@@ -455,4 +455,7 @@ type Rescaling struct {
 	// Reason says why the membership changed when no rescale asked for
 	// it, e.g. "node-2 drained: swap the disk" (empty: a rescale).
 	Reason string `json:"reason,omitempty"`
+	// Regrow: the run took free nodes back after it had gone on with
+	// fewer (RunStatus.TargetNodes).
+	Regrow bool `json:"regrow,omitempty"`
 }

@@ -536,6 +536,10 @@ type RunStatus struct {
 	PauseRequested bool `json:"pause_requested,omitempty"`
 	// PendingNodes is a rescale not yet applied (0: none).
 	PendingNodes int `json:"pending_nodes,omitempty"`
+	// TargetNodes is the node count a run that went on with fewer nodes
+	// (a failure without a spare, a drained node without a replacement)
+	// grows back to as nodes come free (0: none).
+	TargetNodes int `json:"target_nodes,omitempty"`
 	// Evicting are drained nodes the run still holds; it replaces them
 	// at its next chunk boundary (or shrinks without them, down to
 	// min_nodes), or, when no node is free, keeps them and tries again a

@@ -68,13 +68,15 @@ import (
 // trainingrun_pause_background.json, the same settling it while paused
 // (2); trainingrun_scale_settled.json, the same with its last rescale
 // sent while it trained, made at the next boundary once that boundary's
-// checkpoint had uploaded (versionChangeSettles); trainingrun_codec_decided.json, an auto codec
+// checkpoint had uploaded (versionChangeSettles); trainingrun_regrow.json,
+// a run that lost a node with no spare free, went on with two and took it
+// back when its worker returned (versionRegrow); trainingrun_codec_decided.json, an auto codec
 // decided as the warm-up's last chunk reported, and
 // trainingrun_codec_carried.json, a run resumed past that decision
 // without its status, taking the codec its checkpoint carried
 // (versionDecideOnMeasure)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -119,6 +121,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_pause_settled.json", spec.WorkflowTrainingRun},    // each pause settled the upload in flight
 		{"trainingrun_pause_background.json", spec.WorkflowTrainingRun}, // … while it held
 		{"trainingrun_scale_settled.json", spec.WorkflowTrainingRun},    // a rescale at a boundary awaited its upload
+		{"trainingrun_regrow.json", spec.WorkflowTrainingRun},           // shrunk after a kill, grown back when the node returned
 		{"trainingrun_external_drain.json", spec.WorkflowTrainingRun},   // the same for an external job's world
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},           // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},

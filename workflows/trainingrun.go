@@ -59,6 +59,9 @@ type RunState struct {
 	// Size is the node count the run trains on (0: spec.Nodes); rescales
 	// and shrinks after failures change it.
 	Size int `json:"size,omitempty"`
+	// RegrowAt is when a run below its target size (Status.TargetNodes)
+	// next asks the Cluster for free nodes.
+	RegrowAt time.Time `json:"regrow_at,omitzero"`
 	// ForceCheckpoint makes the next chunk checkpoint at its end (a
 	// pending rescale waits for it).
 	ForceCheckpoint bool `json:"force_checkpoint,omitempty"`

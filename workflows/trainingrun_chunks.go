@@ -861,6 +861,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		Shrunk:         shrunk,
 	}
 	if shrunk {
+		r.shrank(ctx, len(before))
 		workflow.GetLogger(ctx).Warn("no spare node free; training on with fewer nodes",
 			"nodes", len(r.st.Membership.Nodes), "before", len(before), "min_nodes", r.spec.MinNodes)
 	}

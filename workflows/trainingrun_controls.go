@@ -167,6 +167,10 @@ func (r *run) beforeChunk(ctx workflow.Context) error {
 			deferred = !r.evict(ctx)
 			continue
 		}
+		if !deferred && r.regrowDue(ctx) {
+			deferred = !r.regrow(ctx)
+			continue
+		}
 		cut := r.st.Ctl.Resumes != resumes
 		slot, wait := r.planGreen(ctx, !cut)
 		if !wait {
@@ -231,6 +235,82 @@ func (r *run) rescale(ctx workflow.Context, n int) bool {
 	}
 	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
 	r.st.Ctl.Rescale, r.st.Status.PendingNodes = 0, 0
+	if rec.Error == "" {
+		r.setTarget(0) // the node count asked for is the plan now
+	}
+	r.publish(ctx)
+	return true
+}
+
+// regrowRetry: how long a run below its target size trains on after it
+// shrank, or after the Cluster had no free node for it, before it asks
+// (again) — node_wait when shorter.
+const regrowRetry = time.Minute
+
+func (r *run) regrowAfter(ctx workflow.Context) time.Time {
+	return workflow.Now(ctx).Add(min(regrowRetry, r.spec.NodeWait.D()))
+}
+
+// versionRegrow: a run that went on with fewer nodes (a failure without
+// a spare, a drained node without a replacement) takes free nodes back
+// at chunk boundaries, up to the size it had (before: it stayed small
+// until a rescale). Asked only when such a run is at a boundary where it
+// could change.
+const versionRegrow = "regrow"
+
+// setTarget records the node count to grow back to (0: none).
+func (r *run) setTarget(n int) {
+	r.st.Status.TargetNodes = n
+	if n == 0 {
+		r.st.RegrowAt = time.Time{}
+	}
+}
+
+// shrank notes that the run went on with fewer nodes than before (from):
+// it grows back to the larger of from and an earlier target, asking
+// first a while from now (it has just taken every free node).
+func (r *run) shrank(ctx workflow.Context, from int) {
+	if r.spec.IsExternal() {
+		return // (see regrowDue)
+	}
+	r.setTarget(max(r.st.Status.TargetNodes, from))
+	r.st.RegrowAt = r.regrowAfter(ctx)
+}
+
+// regrowDue: the run is below its target size, its last ask is a while
+// ago, and this boundary has (or is uploading) the checkpoint a new
+// membership starts from — a regrow never makes a chunk checkpoint just
+// to ask. Not for external jobs (a change stops their world).
+func (r *run) regrowDue(ctx workflow.Context) bool {
+	s := &r.st.Status
+	if s.TargetNodes <= len(r.st.Membership.Nodes) || r.spec.IsExternal() || s.Step >= r.spec.Steps ||
+		workflow.Now(ctx).Before(r.st.RegrowAt) {
+		return false
+	}
+	at := s.Step == 0 || s.LastCkpt != nil && s.LastCkpt.Step == s.Step || r.st.PendingCkpt != nil && r.st.PendingCkpt.Step == s.Step
+	return at && workflow.GetVersion(ctx, versionRegrow, workflow.DefaultVersion, 1) >= 1
+}
+
+// regrow asks the Cluster for free nodes, at once, up to the target size
+// (at least one more than the run has): they take the next ranks and the
+// run resumes from the checkpoint at this step. With none free it trains
+// on and asks again regrowRetry later, recording nothing. It returns
+// false when the change waits for a checkpoint (see changeNodes).
+func (r *run) regrow(ctx workflow.Context) bool {
+	target, cur := r.st.Status.TargetNodes, len(r.st.Membership.Nodes)
+	rec, done := r.changeNodes(ctx, target, cur+1, 0, fmt.Sprintf("growing back to %d nodes", target))
+	if !done {
+		return false
+	}
+	r.st.RegrowAt = r.regrowAfter(ctx)
+	if rec.Error != "" {
+		return true // none free: ask again later
+	}
+	rec.Regrow = true
+	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
+	if len(r.st.Membership.Nodes) >= target {
+		r.setTarget(0)
+	}
 	r.publish(ctx)
 	return true
 }
@@ -334,6 +414,9 @@ func (r *run) evict(ctx workflow.Context) bool {
 	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
 	r.setEvict(nil)
 	r.st.Ctl.EvictRetry = time.Time{}
+	if rec.ToNodes < rec.FromNodes {
+		r.shrank(ctx, rec.FromNodes)
+	}
 	r.publish(ctx)
 	return true
 }

@@ -336,6 +336,67 @@ func TestTrainingRunShrinksWithoutSpare(t *testing.T) {
 	require.Contains(t, err.Error(), "replace node(s) [b]")
 }
 
+// A run that went on with fewer nodes grows back when the lost node's
+// worker returns: it does not ask for a minute after the shrink (it has
+// just taken every free node); after that a free node takes the next rank
+// at a boundary, from the checkpoint there. A rescale then sets the size
+// itself: nothing to grow back to.
+func TestTrainingRunGrowsBackAfterShrinking(t *testing.T) {
+	fail := func(in spec.ChunkInput) error {
+		if in.From != 100 || in.Membership.Generation != 1 {
+			return nil
+		}
+		return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 130})
+	}
+	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
+	ch := &fakeChunks{fail: fail}
+	env, _ := controlEnv(t, cl, ch, nil)
+	var shrunk spec.RunStatus
+	callsShrunk := 0
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.Rank != 0 {
+			return
+		}
+		switch in.From {
+		case 200:
+			cl.mu.Lock()
+			delete(cl.failed, "b") // its worker came back
+			callsShrunk = cl.calls
+			cl.mu.Unlock()
+		case 300:
+			env.SignalWorkflow(spec.SignalPause, nil)
+		case 500:
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 2})
+		}
+	}
+	env.RegisterDelayedCallback(func() {
+		shrunk = queryStatus(t, env)
+		env.SignalWorkflow(spec.SignalResume, nil)
+	}, time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 700, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.EqualValues(t, 700, st.Step)
+	require.Equal(t, []string{"a", "c"}, shrunk.Nodes, "paused at 400 on the two left")
+	require.Equal(t, 3, shrunk.TargetNodes)
+	require.Equal(t, 2, callsShrunk, "start, recovery; no ask in the minute after")
+	chunks := ch.byFrom()
+	require.Len(t, chunks[200], 2)
+	require.Len(t, chunks[300], 2)
+	require.Len(t, chunks[400], 3, "grown back after the pause (a minute on)")
+	require.EqualValues(t, 400, chunks[400][0].Restore.Step)
+	require.Equal(t, "b", chunks[400][2].Membership.Nodes[2].ID, "the returning node takes the next rank")
+	require.Len(t, st.Rescalings, 2)
+	grew := st.Rescalings[0]
+	require.True(t, grew.Regrow)
+	require.Equal(t, spec.Rescaling{Generation: 3, AtStep: 400, FromNodes: 2, ToNodes: 3, Added: []string{"b"}, At: grew.At,
+		ResumeStep: 400, Reason: "growing back to 3 nodes", Regrow: true}, grew)
+	require.Equal(t, 2, st.Rescalings[1].ToNodes)
+	require.Zero(t, st.TargetNodes, "the rescale to 2 is the plan now")
+	require.Len(t, chunks[600], 2, "…and it stays at 2")
+}
+
 // green-override ends a wait and ignores the policy until its time; then
 // the plan applies again.
 func TestTrainingRunGreenOverride(t *testing.T) {

@@ -467,6 +467,7 @@ type Summary struct {
 	WaitUntil      time.Time          `json:"wait_until,omitzero"`
 	PauseRequested bool               `json:"pause_requested,omitempty"`
 	PendingNodes   int                `json:"pending_nodes,omitempty"`
+	TargetNodes    int                `json:"target_nodes,omitempty"`
 	Evicting       []string           `json:"evicting,omitempty"`
 	MinNodes       int                `json:"min_nodes,omitempty"`
 	GlobalBatch    int                `json:"global_batch,omitempty"`
@@ -604,7 +605,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
-		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes,
+		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, TargetNodes: st.TargetNodes,
 		Evicting: st.Evicting, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 		Energy: energySummary(st.Segments),
@@ -774,7 +775,7 @@ func statusLine(s Summary) string {
 
 // printControls prints the node count's limits and changes.
 func printControls(w io.Writer, s Summary) {
-	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && len(s.Rescalings) == 0 && len(s.Evicting) == 0 {
+	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && s.TargetNodes == 0 && len(s.Rescalings) == 0 && len(s.Evicting) == 0 {
 		return
 	}
 	// min_nodes is the job's floor after a failure, not the plan's size;
@@ -791,6 +792,10 @@ func printControls(w io.Writer, s Summary) {
 	}
 	if len(s.Evicting) > 0 {
 		line += fmt.Sprintf("; drained %v still held, replaced at a chunk boundary", s.Evicting)
+	}
+	if live := !slices.Contains([]spec.Phase{spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled}, s.Status); live &&
+		s.TargetNodes > len(s.Nodes) && s.PendingNodes == 0 {
+		line += fmt.Sprintf("; %d of %d after losing some: free nodes are taken back at chunk boundaries", len(s.Nodes), s.TargetNodes)
 	}
 	fmt.Fprintf(w, "nodes        %s\n", line)
 	for _, r := range s.Rescalings {
@@ -811,7 +816,10 @@ func rescalingLine(r spec.Rescaling) (kind, line string) {
 		change += fmt.Sprintf(" −%v", r.Removed)
 	}
 	kind = "rescale"
-	if r.Reason != "" {
+	switch {
+	case r.Regrow:
+		kind = "regrow"
+	case r.Reason != "":
 		kind = "replace"
 		change += " (" + r.Reason + ")"
 	}

@@ -225,6 +225,27 @@ func TestStatusTextNodeChanges(t *testing.T) {
 			t.Errorf("status text:\n%s\nwant the line %q", b.String(), want)
 		}
 	}
+
+	// Shrunk after a failure, then grown back by one of two.
+	st = spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n3"},
+		MinNodes: 1, TargetNodes: 3, Rescalings: []spec.Rescaling{
+			{Generation: 4, AtStep: 800, FromNodes: 1, ToNodes: 2, Added: []string{"n3"}, Reason: "growing back to 3 nodes", Regrow: true},
+		}}
+	for phase, want := range map[spec.Phase]string{
+		spec.PhaseTraining:  "nodes        min_nodes 1; 2 of 3 after losing some: free nodes are taken back at chunk boundaries\n",
+		spec.PhaseCompleted: "nodes        min_nodes 1\n",
+	} {
+		st.Phase = phase
+		b.Reset()
+		if err := printStatus(&b, st, "text", "", "default"); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{want, "  regrow     gen 4 at step 800: 1 → 2 nodes +[n3]\n"} {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("%s: status text:\n%s\nwant the line %q", phase, b.String(), want)
+			}
+		}
+	}
 }
 
 // TestPrintStrategy: every candidate's line names what its communication

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestShrunkRunGrowsBack: a run of 3 nodes (min_nodes 2) loses node-3 to
+// a SIGKILL with no spare free and goes on with 2; the node's worker is
+// started again under its ID, and at a chunk boundary after node_wait the
+// run takes it back (a new generation from the checkpoint there) and
+// completes on 3. `cann-train status` says both while they hold. Its
+// history is the replay test's trainingrun_regrow.json.
+func TestShrunkRunGrowsBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
+	// node_wait 3s: the run asks for free nodes 3 s after the shrink (at
+	// most a minute); one execution (no continue-as-new) for the history.
+	s := spec.RunSpec{Name: "grow-back", Nodes: 3, MinNodes: 2, Steps: 6000, ChunkSteps: 500, CheckpointEvery: 500,
+		ChunksPerRun: 100, HeartbeatTimeout: spec.Duration(3 * time.Second), NodeWait: spec.Duration(3 * time.Second)}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	faultKill(ctx, t, addr, s.Name, "node-3", 730)
+	cli := cliAt(ctx, t, addr, l.LogDir)
+	until := func(what string, ok func(st spec.RunStatus) bool) spec.RunStatus {
+		t.Helper()
+		for {
+			st, _, closed, err := readProgress(ctx, c, run.GetID())
+			if closed {
+				dumpLogs(t, l.LogDir)
+				t.Fatalf("run closed while waiting for %s: %+v %v", what, st, err)
+			}
+			if err == nil && ok(st) {
+				return st
+			}
+			select {
+			case <-ctx.Done():
+				dumpLogs(t, l.LogDir)
+				t.Fatalf("no %s: %+v", what, st)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	shrunk := until("the shrink", func(st spec.RunStatus) bool { return len(st.Recoveries) == 1 && len(st.Nodes) == 2 })
+	if rec := shrunk.Recoveries[0]; !rec.Shrunk || !slices.Equal(rec.FailedNodes, []string{"node-3"}) || shrunk.TargetNodes != 3 {
+		t.Fatalf("after the kill: recovery %+v, target %d; want node-3 lost, shrunk, 3 to grow back to", rec, shrunk.TargetNodes)
+	}
+	if text := cli("status", s.Name); !strings.Contains(text, "2 of 3 after losing some: free nodes are taken back at chunk boundaries") {
+		t.Errorf("status while shrunk:\n%s", text)
+	}
+	if _, err := l.Start("node-3-again", "worker", "node", "--id", "node-3", "--address", addr,
+		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--allow-fault-injection"); err != nil {
+		t.Fatal(err)
+	}
+	grown := until("the regrow", func(st spec.RunStatus) bool { return len(st.Rescalings) == 1 })
+	g := grown.Rescalings[0]
+	if !g.Regrow || g.Error != "" || g.FromNodes != 2 || g.ToNodes != 3 || !slices.Equal(g.Added, []string{"node-3"}) ||
+		g.ResumeStep != g.AtStep || g.AtStep <= shrunk.Recoveries[0].ResumeStep {
+		t.Errorf("regrow %+v: want node-3 back as the third node at a later boundary, from its checkpoint", g)
+	}
+	if text := cli("status", s.Name); !strings.Contains(text, "  regrow     gen ") || strings.Contains(text, "after losing some") {
+		t.Errorf("status after the regrow:\n%s", text)
+	}
+	st := awaitRun(ctx, t, run, l.LogDir)
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Nodes) != 3 || st.TargetNodes != 0 || len(st.Recoveries) != 1 {
+		t.Fatalf("final: %s at step %d on %v (target %d), recoveries %+v", st.Phase, st.Step, st.Nodes, st.TargetNodes, st.Recoveries)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_regrow.json")
+}
