@@ -462,6 +462,11 @@ type Recovery struct {
 	// Shrunk: no spare was free, so the run went on with the remaining
 	// healthy nodes (at least min_nodes).
 	Shrunk bool `json:"shrunk,omitempty"`
+	// Back are failed nodes the new membership holds again (their
+	// workers restarted and registered under the same IDs); Nodes is the
+	// new membership's size (0 in records from before it was kept).
+	Back  []string `json:"back,omitempty"`
+	Nodes int      `json:"nodes,omitempty"`
 }
 
 // Phase names a run's state, also the CannStatus search attribute.

@@ -829,10 +829,14 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		return fmt.Errorf("replace node(s) %v: %w", f.failed, err)
 	}
 	shrunk := len(r.st.Membership.Nodes) < len(before)
-	var replacement []string
+	var replacement, back []string
+	failedIDs := slices.Concat(f.failed, f.lostState)
 	for _, id := range r.st.Membership.NodeIDs() {
-		if !slices.Contains(before, id) {
+		switch {
+		case !slices.Contains(before, id):
 			replacement = append(replacement, id)
+		case slices.Contains(failedIDs, id):
+			back = append(back, id)
 		}
 	}
 	r.resolvePending(ctx)
@@ -847,8 +851,10 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	failedAt := max(f.atStep, f.from, resume)
 	rec := spec.Recovery{
 		Generation:     r.st.Membership.Generation,
-		FailedNodes:    slices.Concat(f.failed, f.lostState),
+		FailedNodes:    failedIDs,
 		Replacement:    replacement,
+		Back:           back,
+		Nodes:          len(r.st.Membership.Nodes),
 		Reason:         f.reason,
 		AtStep:         f.from,
 		FailedAtStep:   failedAt,

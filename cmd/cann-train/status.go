@@ -496,10 +496,17 @@ type Summary struct {
 // the kill, or the freeze), else from the first surviving peer noticing
 // the loss.
 type RecoverySummary struct {
-	Generation   int64    `json:"generation"`
-	FailedNode   string   `json:"failed_node"`
-	FailedNodes  []string `json:"failed_nodes"`
+	Generation  int64    `json:"generation"`
+	FailedNode  string   `json:"failed_node"`
+	FailedNodes []string `json:"failed_nodes"`
+	// Replacement is the first of Replacements (the spares that took the
+	// failed nodes' ranks).
 	Replacement  string   `json:"replacement"`
+	Replacements []string `json:"replacements,omitempty"`
+	// Back are failed nodes taken again (their workers restarted); Nodes
+	// the run's size after the recovery (0: not recorded).
+	Back         []string `json:"back,omitempty"`
+	Nodes        int      `json:"nodes,omitempty"`
 	Reason       string   `json:"reason"`
 	FailedAtStep int64    `json:"failed_at_step"`
 	ResumeStep   int64    `json:"resume_step"`
@@ -512,8 +519,9 @@ type RecoverySummary struct {
 	ReplaceSeconds float64 `json:"replace_s"`
 	// ResumeSeconds: fault → first completed step after the recovery.
 	ResumeSeconds float64 `json:"resume_s"`
-	// From says what the times count from: "kill", "freeze" or
-	// "peer_notice".
+	// From says what the times count from: "kill", "freeze",
+	// "peer_notice", or "failure_seen" when nothing earlier is known (the
+	// nodes fell silent: no peer noticed; DetectSeconds is then 0).
 	From string `json:"from"`
 	// Shrunk: no spare was free; the run went on with fewer nodes.
 	Shrunk bool `json:"shrunk,omitempty"`
@@ -531,6 +539,7 @@ func summarizeRecovery(r spec.Recovery, faults map[string]injected) RecoverySumm
 		Generation: r.Generation, FailedNodes: r.FailedNodes, Reason: r.Reason,
 		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps, ResumeLoss: r.ResumeLoss,
 		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice", Shrunk: r.Shrunk,
+		Replacements: r.Replacement, Back: r.Back, Nodes: r.Nodes,
 	}
 	if len(r.FailedNodes) > 0 {
 		out.FailedNode = r.FailedNodes[0]
@@ -541,6 +550,9 @@ func summarizeRecovery(r spec.Recovery, faults map[string]injected) RecoverySumm
 	t0 := r.NoticedAt
 	if f, ok := faults[out.FailedNode]; ok {
 		t0, out.From = f.at, f.kind
+	}
+	if t0.IsZero() {
+		t0, out.From = r.SeenAt, "failure_seen"
 	}
 	if !t0.IsZero() {
 		out.DetectSeconds = r.SeenAt.Sub(t0).Seconds()
@@ -694,8 +706,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	fmt.Fprintf(w, "recoveries   %d\n", len(s.Recoveries))
 	for _, r := range s.Recoveries {
-		fmt.Fprintf(w, "  %s; detected %.2fs, first step %.2fs after the %s\n      %s\n",
-			recoveryHeadline(r), r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "), r.Reason)
+		fmt.Fprintf(w, "  %s; %s\n      %s\n", recoveryHeadline(r), recoveryTimes(r), r.Reason)
 	}
 	if s.Sync != nil {
 		fmt.Fprintf(w, "gradients    %s\n", s.Sync)
@@ -948,15 +959,43 @@ var repeatsEnd = regexp.MustCompile(`^cancelled at step \d+|(^|; )last checkpoin
 
 // recoveryHeadline says what a recovery did: "gen 2: node-2 → node-3 at
 // step 121, rewound to 100 (21 steps lost)".
+// recoveryTimes says how fast a recovery was, counted from the fault when
+// known (an injected one, a peer's notice), else from when the workflow
+// saw the chunk fail.
+func recoveryTimes(r RecoverySummary) string {
+	if r.From == "failure_seen" {
+		if r.ResumeSeconds == 0 {
+			return "no peer noticed first (the nodes fell silent)"
+		}
+		return fmt.Sprintf("no peer noticed first (the nodes fell silent); first step %.2fs after the chunk failed", r.ResumeSeconds)
+	}
+	return fmt.Sprintf("detected %.2fs, first step %.2fs after the %s", r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "))
+}
+
 func recoveryHeadline(r RecoverySummary) string {
+	failed := r.FailedNode
+	if len(r.FailedNodes) > 1 {
+		failed = strings.Join(r.FailedNodes, " ")
+	}
+	var to []string
 	switch {
+	case len(r.Replacements) > 0:
+		to = append(to, strings.Join(r.Replacements, " "))
 	case r.Replacement != "":
+		to = append(to, r.Replacement)
+	}
+	if len(r.Back) > 0 {
+		to = append(to, strings.Join(r.Back, " ")+" (back)")
+	}
+	switch {
+	case r.Shrunk && r.Nodes > 0:
+		to = append(to, fmt.Sprintf("(no spare: shrunk to %d)", r.Nodes))
 	case r.Shrunk:
-		r.Replacement = "(no spare: shrunk)"
-	default:
-		// The same node(s) again: a restarted worker re-registered.
-		r.Replacement = r.FailedNode + " (back)"
+		to = append(to, "(no spare: shrunk)")
+	case len(to) == 0:
+		// A record from before Back was kept: the same node(s) again.
+		to = append(to, failed+" (back)")
 	}
 	return fmt.Sprintf("gen %d: %s → %s at step %d, rewound to %d (%d steps lost)",
-		r.Generation, r.FailedNode, r.Replacement, r.FailedAtStep, r.ResumeStep, r.LostSteps)
+		r.Generation, failed, strings.Join(to, ", "), r.FailedAtStep, r.ResumeStep, r.LostSteps)
 }

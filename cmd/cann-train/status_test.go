@@ -302,6 +302,7 @@ func TestWebUI(t *testing.T) {
 // TestStatusTextRecoveries: a node replaced by a spare, one the run went
 // on without, and one whose restarted worker took its rank again.
 func TestStatusTextRecoveries(t *testing.T) {
+	t0 := time.Date(2026, 5, 6, 10, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name string
 		rec  spec.Recovery
@@ -313,6 +314,18 @@ func TestStatusTextRecoveries(t *testing.T) {
 			"  gen 2: n2 → (no spare: shrunk) at step 130"},
 		{"back", spec.Recovery{Generation: 2, FailedNodes: []string{"n1"}, FailedAtStep: 1848, ResumeStep: 1800, LostSteps: 48},
 			"  gen 2: n1 → n1 (back) at step 1848"},
+		{"back, recorded", spec.Recovery{Generation: 2, FailedNodes: []string{"n1"}, Back: []string{"n1"}, Nodes: 3, FailedAtStep: 1848, ResumeStep: 1800, LostSteps: 48},
+			"  gen 2: n1 → n1 (back) at step 1848"},
+		// Every worker restarted at once (the nodes fell silent: no peer
+		// noticed); two were back when the run acquired, one spare.
+		{"all lost", spec.Recovery{Generation: 4, FailedNodes: []string{"n1", "n2", "n3", "n4"}, Replacement: []string{"n5"}, Back: []string{"n1", "n3"},
+			Nodes: 3, Shrunk: true, FailedAtStep: 5000, ResumeStep: 5000, SeenAt: t0, ResumedAt: t0.Add(1500 * time.Millisecond),
+			Reason: "node(s) [n1 n2 n3 n4] stopped heartbeating"},
+			"  gen 4: n1 n2 n3 n4 → n5, n1 n3 (back), (no spare: shrunk to 3) at step 5000, rewound to 5000 (0 steps lost); " +
+				"no peer noticed first (the nodes fell silent); first step 1.50s after the chunk failed\n"},
+		{"peer noticed", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30,
+			NoticedAt: t0, SeenAt: t0.Add(20 * time.Millisecond), ResumedAt: t0.Add(200 * time.Millisecond)},
+			"(30 steps lost); detected 0.02s, first step 0.20s after the peer notice\n"},
 	} {
 		st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Recoveries: []spec.Recovery{tc.rec}}
 		var b bytes.Buffer
