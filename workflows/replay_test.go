@@ -50,7 +50,9 @@ import (
 // trainingrun_recovery_gone.json, a run whose node died after a chunk's
 // last step, found by asking a finished node (versionStragglerCheck), and
 // trainingrun_recovery_salvage.json, the same resuming from the checkpoint
-// rank 0 made at that chunk's end (versionSalvage);
+// rank 0 made at that chunk's end (versionSalvage), and
+// trainingrun_recovery_salvage_absorbed.json, the same counting that
+// chunk's loss, steps and stretch (versionSalvageAbsorb);
 // trainingrun_recovery_frozen.json, a run whose node hung (SIGSTOP) after
 // a chunk's last step, timed out heartbeating, and whose chunk was kept
 // all the same (versionSalvageTimedOut); trainingrun_scan_lost.json, a
@@ -96,11 +98,12 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
 		{"trainingrun_recovery.json", spec.WorkflowTrainingRun},
-		{"trainingrun_recovery_acquire.json", spec.WorkflowTrainingRun}, // the failed node named in the acquire request
-		{"cluster_recovery.json", spec.WorkflowCluster},                 // that request applied
-		{"trainingrun_recovery_gone.json", spec.WorkflowTrainingRun},    // a node gone after its chunk, found by CheckNodes
-		{"trainingrun_recovery_salvage.json", spec.WorkflowTrainingRun}, // and that chunk's checkpoint kept
-		{"trainingrun_recovery_frozen.json", spec.WorkflowTrainingRun},  // a hung node's chunk kept after its heartbeat timeout
+		{"trainingrun_recovery_acquire.json", spec.WorkflowTrainingRun},          // the failed node named in the acquire request
+		{"cluster_recovery.json", spec.WorkflowCluster},                          // that request applied
+		{"trainingrun_recovery_gone.json", spec.WorkflowTrainingRun},             // a node gone after its chunk, found by CheckNodes
+		{"trainingrun_recovery_salvage.json", spec.WorkflowTrainingRun},          // and that chunk's checkpoint kept
+		{"trainingrun_recovery_salvage_absorbed.json", spec.WorkflowTrainingRun}, // … and the chunk counted as trained
+		{"trainingrun_recovery_frozen.json", spec.WorkflowTrainingRun},           // a hung node's chunk kept after its heartbeat timeout
 		{"trainingrun_pause.json", spec.WorkflowTrainingRun},
 		{"trainingrun_compression.json", spec.WorkflowTrainingRun},
 		{"trainingrun_codec_decided.json", spec.WorkflowTrainingRun}, // decided at the warm-up's end

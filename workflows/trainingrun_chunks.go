@@ -182,6 +182,51 @@ func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []e
 	}
 	workflow.GetLogger(ctx).Info("kept the checkpoints of a chunk its surviving ranks finished", "to", lead.To,
 		"last_checkpoint", r.st.Status.LastCkpt)
+	if last := r.st.Status.LastCkpt; last != nil && last.Step == lead.To &&
+		workflow.GetVersion(ctx, versionSalvageAbsorb, workflow.DefaultVersion, 1) >= 1 {
+		r.absorbSalvaged(ctx, results, errs)
+	}
+}
+
+// versionSalvageAbsorb: a salvaged chunk's progress counts (absorbSalvaged);
+// before, the status jumped to its end with the loss, chunk count, trained
+// time and energy of the chunk before. Asked when the chunk's end is kept.
+const versionSalvageAbsorb = "salvage-absorb"
+
+// absorbSalvaged counts a chunk kept by salvage, from the ranks that
+// finished it: its loss, steps and training time, its weights' hash and
+// its stretch for energy accounting (modelled: the lost node's meter
+// reading is gone). Not its speeds, traffic or warm-up measures, which
+// want every rank (a run past an undecided auto codec measures again).
+func (r *run) absorbSalvaged(ctx workflow.Context, results []spec.ChunkResult, errs []error) {
+	s := &r.st.Status
+	var start, end time.Time
+	var secs float64
+	for i, res := range results {
+		if errs[i] != nil {
+			continue
+		}
+		if start.IsZero() || res.StartedAt.Before(start) {
+			start = res.StartedAt
+		}
+		end = maxTime(end, res.EndedAt)
+		secs = max(secs, res.Seconds)
+	}
+	lead := results[0]
+	if s.Step == 0 {
+		s.InitialLoss = lead.FirstLoss
+	}
+	r.st.TrainSeconds += secs
+	r.st.StepsTrained += lead.To - lead.From
+	if r.st.TrainSeconds > 0 {
+		s.StepsPerSec = float64(r.st.StepsTrained) / r.st.TrainSeconds
+	}
+	s.Loss = lead.LastLoss
+	s.WeightsSHA256 = lead.WeightsSHA256
+	s.Chunks++
+	r.chunksNow++
+	r.recordSegment(start, end, lead.From, lead.To, results) // a lost rank's Joules are 0: modelled
+	r.metrics(ctx).Gauge(metricStep).Update(float64(lead.To))
 }
 
 // versionSalvage: a chunk lost to a node gone after its last step keeps

@@ -633,6 +633,15 @@ func TestTrainingRunSalvagesAStragglersChunk(t *testing.T) {
 			require.EqualValues(t, 200, rec.FailedAtStep, "the others finished the chunk")
 			require.EqualValues(t, 200-tc.resume, rec.LostSteps)
 			require.Len(t, ch.byFrom()[100], map[bool]int{true: 3, false: 6}[tc.resume == 200], "the chunk from 100 rerun only when not salvaged")
+			// A salvaged chunk counts as trained (its stretch for energy
+			// accounting too, modelled: the lost node's reading is gone).
+			var trained int64
+			for _, seg := range st.Segments {
+				trained += seg.ToStep - seg.FromStep
+				require.Zero(t, seg.Joules)
+			}
+			require.EqualValues(t, tc.steps, trained, "segments %+v", st.Segments)
+			require.EqualValues(t, tc.steps/100, st.Chunks)
 		})
 	}
 }

@@ -323,9 +323,17 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 		t.Errorf("recovery %+v: want node-3 found gone after its chunk", grec)
 	}
 	// Rank 0 finished the chunk and uploaded its checkpoint at 150: the
-	// run keeps it and loses no step.
+	// run keeps it and loses no step, and counts the chunk as trained.
 	if grec.DetectSeconds >= hb.Seconds() || grec.FailedAtStep != 150 || grec.ResumeStep != 150 || grec.LostSteps != 0 {
 		t.Errorf("recovery %+v: want it found before the %s heartbeat timeout, at step 150, resumed from 150", grec, hb)
+	}
+	var trained int64
+	for _, seg := range gone.Segments {
+		trained += seg.ToStep - seg.FromStep
+	}
+	if trained != base.Steps || gone.Chunks != int(base.Steps/base.ChunkSteps) {
+		t.Errorf("%d chunks, segments %+v: want the salvaged chunk counted (%d steps trained in %d chunks)",
+			gone.Chunks, gone.Segments, base.Steps, base.Steps/base.ChunkSteps)
 	}
 	// A fault-free run on the surviving nodes, same seed and batch.
 	var clean spec.RunStatus
@@ -344,8 +352,9 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	// trainingrun_recovery.json: recorded before failures travelled with
 	// the acquire request (keep it).
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_recovery_acquire.json")
-	// trainingrun_recovery_gone.json: recorded before the salvage (keep it).
-	recordHistory(t, fetchHistory(ctx, t, c, after.GetID()), "trainingrun_recovery_salvage.json")
+	// trainingrun_recovery_gone.json: recorded before the salvage;
+	// trainingrun_recovery_salvage.json: before it counted the chunk (keep them).
+	recordHistory(t, fetchHistory(ctx, t, c, after.GetID()), "trainingrun_recovery_salvage_absorbed.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_recovery.json")
 }
 
