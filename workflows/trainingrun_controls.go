@@ -277,13 +277,20 @@ func (r *run) shrank(ctx workflow.Context, from int) {
 	r.st.RegrowAt = r.regrowAfter(ctx)
 }
 
+// regrowTarget is the size to grow back to: the target, but no more
+// nodes than every rank can have an example of the smallest global batch
+// the carbon batch controller has set since (as for a rescale).
+func (r *run) regrowTarget() int {
+	return min(r.st.Status.TargetNodes, r.minBatch()/r.spec.LocalRanks())
+}
+
 // regrowDue: the run is below its target size, its last ask is a while
 // ago, and this boundary has (or is uploading) the checkpoint a new
 // membership starts from — a regrow never makes a chunk checkpoint just
 // to ask. Not for external jobs (a change stops their world).
 func (r *run) regrowDue(ctx workflow.Context) bool {
 	s := &r.st.Status
-	if s.TargetNodes <= len(r.st.Membership.Nodes) || r.spec.IsExternal() || s.Step >= r.spec.Steps ||
+	if r.regrowTarget() <= len(r.st.Membership.Nodes) || r.spec.IsExternal() || s.Step >= r.spec.Steps ||
 		workflow.Now(ctx).Before(r.st.RegrowAt) {
 		return false
 	}
@@ -297,7 +304,7 @@ func (r *run) regrowDue(ctx workflow.Context) bool {
 // on and asks again regrowRetry later, recording nothing. It returns
 // false when the change waits for a checkpoint (see changeNodes).
 func (r *run) regrow(ctx workflow.Context) bool {
-	target, cur := r.st.Status.TargetNodes, len(r.st.Membership.Nodes)
+	target, cur := r.regrowTarget(), len(r.st.Membership.Nodes)
 	rec, done := r.changeNodes(ctx, target, cur+1, 0, fmt.Sprintf("growing back to %d nodes", target))
 	if !done {
 		return false
@@ -308,7 +315,7 @@ func (r *run) regrow(ctx workflow.Context) bool {
 	}
 	rec.Regrow = true
 	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
-	if len(r.st.Membership.Nodes) >= target {
+	if len(r.st.Membership.Nodes) >= r.st.Status.TargetNodes {
 		r.setTarget(0)
 	}
 	r.publish(ctx)
