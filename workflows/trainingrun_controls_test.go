@@ -662,3 +662,27 @@ func TestTrainingRunCancelled(t *testing.T) {
 		})
 	}
 }
+
+// regrowTarget: the size lost, but no more ranks than the smallest global
+// batch the carbon batch controller has set gives examples to.
+func TestRegrowTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		target, ranks int
+		schedule      []spec.BatchChange
+		want          int
+	}{
+		{"no controller", 4, 1, nil, 4},
+		{"batch shrank below the target", 4, 1, []spec.BatchChange{{FromStep: 100, GlobalBatch: 3}}, 3},
+		{"in ranks of a node", 4, 2, []spec.BatchChange{{FromStep: 100, GlobalBatch: 6}}, 3},
+		{"none to grow to", 0, 1, nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := spec.RunSpec{Name: "t", Nodes: 4, RanksPerNode: tc.ranks, BatchPerRank: 8, Steps: 400, ChunkSteps: 100}.WithDefaults()
+			r := &run{spec: s}
+			r.st.Status.TargetNodes = tc.target
+			r.st.Status.Green = &spec.GreenStatus{Schedule: tc.schedule}
+			require.Equal(t, tc.want, r.regrowTarget())
+		})
+	}
+}
