@@ -467,6 +467,10 @@ type Recovery struct {
 	// new membership's size (0 in records from before it was kept).
 	Back  []string `json:"back,omitempty"`
 	Nodes int      `json:"nodes,omitempty"`
+	// Removed are the old membership's nodes the new one lacks: the
+	// failed ones not back, and, after a shrink, any the Cluster no
+	// longer found alive.
+	Removed []string `json:"removed,omitempty"`
 }
 
 // Phase names a run's state, also the CannStatus search attribute.

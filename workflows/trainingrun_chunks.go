@@ -874,14 +874,20 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		return fmt.Errorf("replace node(s) %v: %w", f.failed, err)
 	}
 	shrunk := len(r.st.Membership.Nodes) < len(before)
-	var replacement, back []string
+	var replacement, back, removed []string
 	failedIDs := slices.Concat(f.failed, f.lostState)
-	for _, id := range r.st.Membership.NodeIDs() {
+	after := r.st.Membership.NodeIDs()
+	for _, id := range after {
 		switch {
 		case !slices.Contains(before, id):
 			replacement = append(replacement, id)
 		case slices.Contains(failedIDs, id):
 			back = append(back, id)
+		}
+	}
+	for _, id := range before {
+		if !slices.Contains(after, id) {
+			removed = append(removed, id)
 		}
 	}
 	r.resolvePending(ctx)
@@ -899,6 +905,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		FailedNodes:    failedIDs,
 		Replacement:    replacement,
 		Back:           back,
+		Removed:        removed,
 		Nodes:          len(r.st.Membership.Nodes),
 		Reason:         f.reason,
 		AtStep:         f.from,

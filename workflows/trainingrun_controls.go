@@ -242,13 +242,17 @@ func (r *run) rescale(ctx workflow.Context, n int) bool {
 	return true
 }
 
-// regrowRetry: how long a run below its target size trains on after it
-// shrank, or after the Cluster had no free node for it, before it asks
-// (again) — node_wait when shorter.
-const regrowRetry = time.Minute
+// regrowFirst and regrowRetry: how long a run below its target size
+// trains on after it shrank (it had just taken every free node; workers
+// that crashed are often back seconds later), and after the Cluster had
+// no free node for it, before it asks — node_wait when shorter.
+const (
+	regrowFirst = 10 * time.Second
+	regrowRetry = time.Minute
+)
 
-func (r *run) regrowAfter(ctx workflow.Context) time.Time {
-	return workflow.Now(ctx).Add(min(regrowRetry, r.spec.NodeWait.D()))
+func (r *run) regrowAfter(ctx workflow.Context, wait time.Duration) time.Time {
+	return workflow.Now(ctx).Add(min(wait, r.spec.NodeWait.D()))
 }
 
 // versionRegrow: a run that went on with fewer nodes (a failure without
@@ -268,13 +272,13 @@ func (r *run) setTarget(n int) {
 
 // shrank notes that the run went on with fewer nodes than before (from):
 // it grows back to the larger of from and an earlier target, asking
-// first a while from now (it has just taken every free node).
+// first regrowFirst from now.
 func (r *run) shrank(ctx workflow.Context, from int) {
 	if r.spec.IsExternal() {
 		return // (see regrowDue)
 	}
 	r.setTarget(max(r.st.Status.TargetNodes, from))
-	r.st.RegrowAt = r.regrowAfter(ctx)
+	r.st.RegrowAt = r.regrowAfter(ctx, regrowFirst)
 }
 
 // regrowTarget is the size to grow back to: the target, but no more
@@ -309,7 +313,7 @@ func (r *run) regrow(ctx workflow.Context) bool {
 	if !done {
 		return false
 	}
-	r.st.RegrowAt = r.regrowAfter(ctx)
+	r.st.RegrowAt = r.regrowAfter(ctx, regrowRetry)
 	if rec.Error != "" {
 		return true // none free: ask again later
 	}

@@ -337,10 +337,12 @@ func TestTrainingRunShrinksWithoutSpare(t *testing.T) {
 }
 
 // A run that went on with fewer nodes grows back when the lost node's
-// worker returns: it does not ask for a minute after the shrink (it has
-// just taken every free node); after that a free node takes the next rank
-// at a boundary, from the checkpoint there. A rescale then sets the size
-// itself: nothing to grow back to.
+// worker returns. It asks only once time has passed since the shrink (it
+// had just taken every free node; here the chunks take no time, so a
+// pause lets an hour pass): at 400 nothing is free, and it does not ask
+// again for a minute (not at 500); after the next pause the returned node
+// takes the next rank at 600, from the checkpoint there. A rescale then
+// sets the size itself: nothing to grow back to.
 func TestTrainingRunGrowsBackAfterShrinking(t *testing.T) {
 	fail := func(in spec.ChunkInput) error {
 		if in.From != 100 || in.Membership.Generation != 1 {
@@ -352,20 +354,21 @@ func TestTrainingRunGrowsBackAfterShrinking(t *testing.T) {
 	ch := &fakeChunks{fail: fail}
 	env, _ := controlEnv(t, cl, ch, nil)
 	var shrunk spec.RunStatus
-	callsShrunk := 0
+	calls := map[int64]int{} // acquires before the chunk from
 	ch.onStart = func(in spec.ChunkInput) {
 		if in.Rank != 0 {
 			return
 		}
-		switch in.From {
-		case 200:
-			cl.mu.Lock()
+		cl.mu.Lock()
+		calls[in.From] = cl.calls
+		if in.From == 500 {
 			delete(cl.failed, "b") // its worker came back
-			callsShrunk = cl.calls
-			cl.mu.Unlock()
-		case 300:
+		}
+		cl.mu.Unlock()
+		switch in.From {
+		case 300, 500:
 			env.SignalWorkflow(spec.SignalPause, nil)
-		case 500:
+		case 700:
 			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 2})
 		}
 	}
@@ -373,28 +376,30 @@ func TestTrainingRunGrowsBackAfterShrinking(t *testing.T) {
 		shrunk = queryStatus(t, env)
 		env.SignalWorkflow(spec.SignalResume, nil)
 	}, time.Hour)
-	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 700, ChunkSteps: 100}.WithDefaults()
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, 2*time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 900, ChunkSteps: 100}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	st := result(t, env)
 
-	require.EqualValues(t, 700, st.Step)
+	require.EqualValues(t, 900, st.Step)
 	require.Equal(t, []string{"a", "c"}, shrunk.Nodes, "paused at 400 on the two left")
 	require.Equal(t, 3, shrunk.TargetNodes)
-	require.Equal(t, 2, callsShrunk, "start, recovery; no ask in the minute after")
+	require.Equal(t, map[int64]int{0: 1, 100: 2, 200: 2, 300: 2, 400: 3, 500: 3, 600: 4, 700: 4, 800: 5}, calls,
+		"start; recovery (before the retried chunk from 100); no ask until time passed; at 400 one that found nothing free; none at 500, a minute not passed; at 600 the regrow; at 800 the rescale")
 	chunks := ch.byFrom()
-	require.Len(t, chunks[200], 2)
-	require.Len(t, chunks[300], 2)
-	require.Len(t, chunks[400], 3, "grown back after the pause (a minute on)")
-	require.EqualValues(t, 400, chunks[400][0].Restore.Step)
-	require.Equal(t, "b", chunks[400][2].Membership.Nodes[2].ID, "the returning node takes the next rank")
-	require.Len(t, st.Rescalings, 2)
+	for from, n := range map[int64]int{200: 2, 300: 2, 400: 2, 500: 2, 600: 3, 800: 2} {
+		require.Len(t, chunks[from], n, "chunk from %d", from)
+	}
+	require.EqualValues(t, 600, chunks[600][0].Restore.Step)
+	require.Equal(t, "b", chunks[600][2].Membership.Nodes[2].ID, "the returning node takes the next rank")
+	require.Len(t, st.Rescalings, 2, "the ask that found nothing is not recorded")
 	grew := st.Rescalings[0]
 	require.True(t, grew.Regrow)
-	require.Equal(t, spec.Rescaling{Generation: 3, AtStep: 400, FromNodes: 2, ToNodes: 3, Added: []string{"b"}, At: grew.At,
-		ResumeStep: 400, Reason: "growing back to 3 nodes", Regrow: true}, grew)
+	require.Equal(t, spec.Rescaling{Generation: 3, AtStep: 600, FromNodes: 2, ToNodes: 3, Added: []string{"b"}, At: grew.At,
+		ResumeStep: 600, Reason: "growing back to 3 nodes", Regrow: true}, grew)
 	require.Equal(t, 2, st.Rescalings[1].ToNodes)
 	require.Zero(t, st.TargetNodes, "the rescale to 2 is the plan now")
-	require.Len(t, chunks[600], 2, "…and it stays at 2")
+	require.Len(t, chunks[800], 2, "…and it stays at 2")
 }
 
 // green-override ends a wait and ignores the policy until its time; then

@@ -505,8 +505,11 @@ type RecoverySummary struct {
 	Replacements []string `json:"replacements,omitempty"`
 	// Back are failed nodes taken again (their workers restarted); Nodes
 	// the run's size after the recovery (0: not recorded).
-	Back         []string `json:"back,omitempty"`
-	Nodes        int      `json:"nodes,omitempty"`
+	Back  []string `json:"back,omitempty"`
+	Nodes int      `json:"nodes,omitempty"`
+	// Removed are the nodes the run left behind (the failed ones not
+	// back, and after a shrink any no longer alive).
+	Removed      []string `json:"removed,omitempty"`
 	Reason       string   `json:"reason"`
 	FailedAtStep int64    `json:"failed_at_step"`
 	ResumeStep   int64    `json:"resume_step"`
@@ -539,7 +542,7 @@ func summarizeRecovery(r spec.Recovery, faults map[string]injected) RecoverySumm
 		Generation: r.Generation, FailedNodes: r.FailedNodes, Reason: r.Reason,
 		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps, ResumeLoss: r.ResumeLoss,
 		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice", Shrunk: r.Shrunk,
-		Replacements: r.Replacement, Back: r.Back, Nodes: r.Nodes,
+		Replacements: r.Replacement, Back: r.Back, Nodes: r.Nodes, Removed: r.Removed,
 	}
 	if len(r.FailedNodes) > 0 {
 		out.FailedNode = r.FailedNodes[0]
@@ -987,7 +990,17 @@ func recoveryHeadline(r RecoverySummary) string {
 	if len(r.Back) > 0 {
 		to = append(to, strings.Join(r.Back, " ")+" (back)")
 	}
+	// Nodes dropped that were not among the failed: gone too (a worker
+	// that was not back when the run acquired).
+	var also []string
+	for _, id := range r.Removed {
+		if !slices.Contains(r.FailedNodes, id) {
+			also = append(also, id)
+		}
+	}
 	switch {
+	case r.Shrunk && r.Nodes > 0 && len(also) > 0:
+		to = append(to, fmt.Sprintf("(no spare: shrunk to %d; %s gone too)", r.Nodes, strings.Join(also, " ")))
 	case r.Shrunk && r.Nodes > 0:
 		to = append(to, fmt.Sprintf("(no spare: shrunk to %d)", r.Nodes))
 	case r.Shrunk:

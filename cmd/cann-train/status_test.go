@@ -323,6 +323,12 @@ func TestStatusTextRecoveries(t *testing.T) {
 			Reason: "node(s) [n1 n2 n3 n4] stopped heartbeating"},
 			"  gen 4: n1 n2 n3 n4 → n5, n1 n3 (back), (no spare: shrunk to 3) at step 5000, rewound to 5000 (0 steps lost); " +
 				"no peer noticed first (the nodes fell silent); first step 1.50s after the chunk failed\n"},
+		// Every worker restarted at once: n1 came back first and failed
+		// the chunk without state; n3 and n4 were not back when the run
+		// acquired.
+		{"others gone", spec.Recovery{Generation: 2, FailedNodes: []string{"n1"}, Back: []string{"n1"}, Removed: []string{"n3", "n4"},
+			Nodes: 2, Shrunk: true, FailedAtStep: 3000, ResumeStep: 3000},
+			"  gen 2: n1 → n1 (back), (no spare: shrunk to 2; n3 n4 gone too) at step 3000"},
 		{"peer noticed", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30,
 			NoticedAt: t0, SeenAt: t0.Add(20 * time.Millisecond), ResumedAt: t0.Add(200 * time.Millisecond)},
 			"(30 steps lost); detected 0.02s, first step 0.20s after the peer notice\n"},
