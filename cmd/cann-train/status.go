@@ -264,7 +264,7 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 			if bar != nil {
 				// The final figures, not the last poll's.
 				_ = bar.Set64(st.Step)
-				bar.Describe(fmt.Sprintf("%-10s loss %.4f  %6.0f samples/s", st.Phase, st.Loss, st.SamplesPerSec))
+				bar.Describe(fmt.Sprintf("%-10s", st.Phase) + figures(st.Loss, st.SamplesPerSec, 6))
 				_ = bar.Finish()
 				fmt.Fprintln(w)
 			}
@@ -308,7 +308,7 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 					progressbar.OptionSetItsString("step"),
 				)
 			}
-			bar.Describe(fmt.Sprintf("%-10s loss %.4f  %6.0f samples/s", st.Phase, loss, sps))
+			bar.Describe(fmt.Sprintf("%-10s", st.Phase) + figures(loss, sps, 6))
 			_ = bar.Set64(step)
 		}
 		last = step
@@ -420,11 +420,25 @@ func (p *progressLines) update(st spec.RunStatus, step int64, loss float32, sps 
 		return
 	}
 	p.phase, p.detail, p.decile = st.Phase, st.Detail, decile
-	line := fmt.Sprintf("%-10s step %d/%d  loss %.4f  %.0f samples/s", st.Phase, step, st.TotalSteps, loss, sps)
+	line := fmt.Sprintf("%-10s step %d/%d", st.Phase, step, st.TotalSteps) + figures(loss, sps, 0)
 	if st.Detail != "" {
 		line += "  (" + st.Detail + ")"
 	}
 	fmt.Fprintln(p.w, line)
+}
+
+// figures are a progress line's loss and speed (padded to width, for a
+// bar redrawn in place), each left out while it is zero (nothing trained
+// yet, or a job that reports no loss).
+func figures(loss float32, sps float64, width int) string {
+	out := ""
+	if loss != 0 {
+		out += fmt.Sprintf("  loss %.4f", loss)
+	}
+	if sps > 0 {
+		out += fmt.Sprintf("  %*.0f samples/s", width, sps)
+	}
+	return out
 }
 
 // transient errors (a query while no control worker polls, say) are

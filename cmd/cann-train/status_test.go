@@ -82,10 +82,14 @@ func TestProgressLines(t *testing.T) {
 		{spec.PhaseCompleted, "", 1000},
 	}
 	for _, q := range polls {
-		p.update(spec.RunStatus{Phase: q.phase, Detail: q.detail, TotalSteps: 1000}, q.step, 0.5, 1200)
+		loss, sps := float32(0.5), 1200.0
+		if q.phase == spec.PhaseAcquiring {
+			loss, sps = 0, 0 // nothing trained yet: no figures
+		}
+		p.update(spec.RunStatus{Phase: q.phase, Detail: q.detail, TotalSteps: 1000}, q.step, loss, sps)
 	}
 	want := []string{
-		"acquiring  step 0/1000  loss 0.5000  1200 samples/s  (" + wait + ")",
+		"acquiring  step 0/1000  (" + wait + ")",
 		"training   step 0/1000  loss 0.5000  1200 samples/s",
 		"training   step 100/1000  loss 0.5000  1200 samples/s",
 		"training   step 730/1000  loss 0.5000  1200 samples/s",
