@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -345,10 +346,49 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 			}
 		}
 		return nil, temporal.NewApplicationError(
-			fmt.Sprintf("acquire %d nodes for %s: only %d live free node(s) after waiting %s",
-				req.Count, req.RunID, live, req.Wait), spec.ErrTypeNotEnoughNodes)
+			fmt.Sprintf("acquire %d nodes for %s: only %d live free node(s) after waiting %s%s",
+				req.Count, req.RunID, live, req.Wait, c.census(now, req.RunID)), spec.ErrTypeNotEnoughNodes)
 	}
 	return out, nil
+}
+
+// census says where the registered nodes are that self could not have:
+// " (5 registered: 3 busy with run/a run/b, 1 drained, 1 silent)".
+func (c *cluster) census(now time.Time, self string) string {
+	var busy, drained, failed, silent int
+	var runs []string
+	for i := range c.st.Nodes {
+		r := &c.st.Nodes[i]
+		switch {
+		case r.Drained:
+			drained++
+		case r.Failed:
+			failed++
+		case now.Sub(r.LastSeen) > c.st.LeaseTTL:
+			silent++
+		case r.Run != "" && r.Run != self:
+			busy++
+			if !slices.Contains(runs, r.Run) {
+				runs = append(runs, r.Run)
+			}
+		}
+	}
+	var parts []string
+	if busy > 0 {
+		parts = append(parts, fmt.Sprintf("%d busy with %s", busy, strings.Join(runs, " ")))
+	}
+	for _, p := range []struct {
+		n    int
+		what string
+	}{{drained, "drained"}, {failed, "failed"}, {silent, "silent"}} {
+		if p.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf(" (%d registered)", len(c.st.Nodes))
+	}
+	return fmt.Sprintf(" (%d registered: %s)", len(c.st.Nodes), strings.Join(parts, ", "))
 }
 
 // versionSweep: an acquire that finds too few free nodes first frees the

@@ -211,6 +211,7 @@ func TestClusterDrain(t *testing.T) {
 	var ae *temporal.ApplicationError
 	require.True(t, errors.As(results["c-leaves"].err, &ae), "a drained node held by the run is not kept: %v", results["c-leaves"].err)
 	require.Equal(t, spec.ErrTypeNotEnoughNodes, ae.Type())
+	require.Contains(t, ae.Message(), "after waiting 1s (3 registered: 2 drained)")
 	require.NoError(t, results["b-back"].err)
 	require.Equal(t, []string{"a", "b"}, ids(results["b-back"].nodes))
 	require.Len(t, registry.Nodes, 3)
@@ -241,6 +242,8 @@ func TestClusterAcquireWithoutWaiting(t *testing.T) {
 	var ae *temporal.ApplicationError
 	require.True(t, errors.As(results["r2-short"].err, &ae), "%v", results["r2-short"].err)
 	require.Equal(t, spec.ErrTypeNotEnoughNodes, ae.Type())
+	require.Equal(t, "acquire 2 nodes for r2: only 1 live free node(s) after waiting 0s (3 registered: 2 busy with r1)", ae.Message(),
+		"says where the other nodes are")
 	require.NoError(t, results["r2-shrunk"].err)
 	require.Equal(t, []string{"c"}, ids(results["r2-shrunk"].nodes))
 }
