@@ -723,7 +723,11 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	fmt.Fprintf(w, "recoveries   %d\n", len(s.Recoveries))
 	for _, r := range s.Recoveries {
-		fmt.Fprintf(w, "  %s; %s\n      %s\n", recoveryHeadline(r), recoveryTimes(r), r.Reason)
+		times := recoveryTimes(r)
+		if times != "" {
+			times = "; " + times
+		}
+		fmt.Fprintf(w, "  %s%s\n      %s\n", recoveryHeadline(r), times, r.Reason)
 	}
 	if s.Sync != nil {
 		fmt.Fprintf(w, "gradients    %s\n", s.Sync)
@@ -981,15 +985,24 @@ var repeatsEnd = regexp.MustCompile(`^cancelled at step \d+|(^|; )last checkpoin
 // saw the chunk fail.
 func recoveryTimes(r RecoverySummary) string {
 	if r.From == "failure_seen" {
-		if r.ResumeSeconds == 0 {
-			return "no peer noticed first (the nodes fell silent)"
+		var parts []string
+		if len(r.FailedNodes) > 0 {
+			parts = append(parts, "no peer noticed first (the nodes fell silent)")
 		}
-		return fmt.Sprintf("no peer noticed first (the nodes fell silent); first step %.2fs after the chunk failed", r.ResumeSeconds)
+		if r.ResumeSeconds > 0 {
+			parts = append(parts, fmt.Sprintf("first step %.2fs after the chunk failed", r.ResumeSeconds))
+		}
+		return strings.Join(parts, "; ")
 	}
 	return fmt.Sprintf("detected %.2fs, first step %.2fs after the %s", r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "))
 }
 
 func recoveryHeadline(r RecoverySummary) string {
+	if len(r.FailedNodes) == 0 {
+		// No node lost (a corrupt checkpoint, say): the run went back.
+		return fmt.Sprintf("gen %d: no node lost; at step %d, rewound to %d (%d steps lost)",
+			r.Generation, r.FailedAtStep, r.ResumeStep, r.LostSteps)
+	}
 	failed := r.FailedNode
 	if len(r.FailedNodes) > 1 {
 		failed = strings.Join(r.FailedNodes, " ")

@@ -333,6 +333,10 @@ func TestStatusTextRecoveries(t *testing.T) {
 		{"others gone", spec.Recovery{Generation: 2, FailedNodes: []string{"n1"}, Back: []string{"n1"}, Removed: []string{"n3", "n4"},
 			Nodes: 2, Shrunk: true, FailedAtStep: 3000, ResumeStep: 3000},
 			"  gen 2: n1 → n1 (back), (no spare: shrunk to 2; n3 n4 gone too) at step 3000"},
+		// A corrupt checkpoint: no node lost, the run went back one.
+		{"corrupt", spec.Recovery{Generation: 3, FailedAtStep: 2500, ResumeStep: 2000, LostSteps: 500, SeenAt: t0,
+			ResumedAt: t0.Add(80 * time.Millisecond), Reason: "checkpoint at step 2500 is corrupt: …"},
+			"  gen 3: no node lost; at step 2500, rewound to 2000 (500 steps lost); first step 0.08s after the chunk failed\n      checkpoint at step 2500 is corrupt"},
 		{"peer noticed", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30,
 			NoticedAt: t0, SeenAt: t0.Add(20 * time.Millisecond), ResumedAt: t0.Add(200 * time.Millisecond)},
 			"(30 steps lost); detected 0.02s, first step 0.20s after the peer notice\n"},
