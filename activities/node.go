@@ -332,7 +332,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		res.PendingCheckpoint = pend
 		log.Info("checkpoint uploading", zap.Int64("step", pend.Step))
 	} else if p.global == 0 && in.Checkpoint {
-		ref, err := n.save(ctx, in, snapshot(tr, commState))
+		ref, err := n.save(ctx, in, snapshot(tr, commState), time.Duration(res.Seconds*float64(time.Second)))
 		if err != nil {
 			return nil, storageError(ctx, err, in.To)
 		}
@@ -631,35 +631,53 @@ func (n *Node) store(ctx context.Context, url string) (*checkpoint.Store, error)
 	return s, nil
 }
 
-// saveTries is how often a synchronous save is tried, saveRetry apart
-// (doubling), before the chunk fails: a bucket's hiccup then costs a
-// second or two, not a rewind to the last stored checkpoint; a bucket
-// that keeps refusing costs 1.5 s more before the workflow hears of it.
+// A synchronous save that fails is tried again, saveRetry apart
+// (doubling, at most saveRetryMax), at least saveTries times in all and
+// for as long as the chunk trained (at most saveMaxPatience): a bucket's
+// hiccup — or a longer outage in a long chunk — then costs the wait, not
+// a rewind to the last stored checkpoint and the chunk trained again. A
+// bucket that keeps refusing is reported after that.
 const (
-	saveTries = 3
-	saveRetry = 500 * time.Millisecond
+	saveTries       = 3
+	saveRetry       = 500 * time.Millisecond
+	saveRetryMax    = 30 * time.Second
+	saveMaxPatience = 5 * time.Minute
 )
 
-func (n *Node) save(ctx context.Context, in spec.ChunkInput, st *engine.State) (*spec.CheckpointRef, error) {
-	payload, err := st.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
-	wait := saveRetry
+// retrySave calls once until it succeeds, ctx ends, or it has been tried
+// tries times and patience has passed (counting the next wait); onRetry
+// hears of each failure before its wait.
+func retrySave(ctx context.Context, tries int, first, most, patience time.Duration, once func() (*spec.CheckpointRef, error),
+	onRetry func(try int, wait time.Duration, err error)) (*spec.CheckpointRef, error) {
+	start, wait := time.Now(), first
 	for try := 1; ; try++ {
-		ref, err := n.saveOnce(ctx, in, st.Step, payload)
-		if err == nil || try == saveTries || ctx.Err() != nil {
+		ref, err := once()
+		if err == nil || ctx.Err() != nil || try >= tries && time.Since(start)+wait > patience {
 			return ref, err
 		}
-		n.Logger.Warn("checkpoint save failed; retrying", zap.Int64("step", st.Step), zap.Int("try", try),
-			zap.Duration("in", wait), zap.Error(err))
+		onRetry(try, wait, err)
 		select {
 		case <-ctx.Done():
 			return nil, err
 		case <-time.After(wait):
 		}
-		wait *= 2
+		wait = min(2*wait, most)
 	}
+}
+
+// save stores st as the run's checkpoint, retrying (retrySave) for up to
+// trained, the chunk's training time.
+func (n *Node) save(ctx context.Context, in spec.ChunkInput, st *engine.State, trained time.Duration) (*spec.CheckpointRef, error) {
+	payload, err := st.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	return retrySave(ctx, saveTries, saveRetry, saveRetryMax, min(trained, saveMaxPatience),
+		func() (*spec.CheckpointRef, error) { return n.saveOnce(ctx, in, st.Step, payload) },
+		func(try int, wait time.Duration, err error) {
+			n.Logger.Warn("checkpoint save failed; retrying", zap.Int64("step", st.Step), zap.Int("try", try),
+				zap.Duration("in", wait), zap.Error(err))
+		})
 }
 
 // saveOnce stores payload as the run's checkpoint at step.

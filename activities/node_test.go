@@ -556,3 +556,41 @@ func TestWarmStateIsTheRunsOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestRetrySave: a save is tried saveTries times at least, and more while
+// the patience (the chunk's training time) lasts; a cancelled chunk stops
+// trying.
+func TestRetrySave(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failures  int
+		patience  time.Duration
+		cancel    bool
+		wantCalls int
+		wantErr   bool
+	}{
+		{"a hiccup", 2, 0, false, 3, false},
+		{"three failures, a short chunk", 3, 0, false, 3, true},
+		{"a longer outage in a long chunk", 6, time.Minute, false, 7, false},
+		{"cancelled", 6, time.Minute, true, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			calls, retries := 0, 0
+			ref, err := retrySave(ctx, 3, time.Millisecond, 4*time.Millisecond, tc.patience, func() (*spec.CheckpointRef, error) {
+				calls++
+				if tc.cancel {
+					cancel()
+				}
+				if calls <= tc.failures {
+					return nil, errors.New("bucket refuses")
+				}
+				return &spec.CheckpointRef{Step: 60}, nil
+			}, func(int, time.Duration, error) { retries++ })
+			if calls != tc.wantCalls || (err != nil) != tc.wantErr || (err == nil) != (ref != nil) || retries != calls-1 && !tc.cancel {
+				t.Errorf("%d calls, %d retries, ref %v, err %v; want %d calls, error %v", calls, retries, ref, err, tc.wantCalls, tc.wantErr)
+			}
+		})
+	}
+}
