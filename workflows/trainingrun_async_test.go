@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -129,6 +130,29 @@ func TestAsyncCheckpointResolvedAfterLoss(t *testing.T) {
 	}
 }
 
+// uploads plays ResolveCheckpoint: every checkpoint asked for is in the
+// bucket when uploaded, else not there yet; asked lists the steps.
+func uploads(uploaded bool) (func(context.Context, spec.CheckpointRef) (*spec.CheckpointRef, error), func() []int64) {
+	var mu sync.Mutex
+	var steps []int64
+	resolve := func(_ context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
+		mu.Lock()
+		steps = append(steps, want.Step)
+		mu.Unlock()
+		if !uploaded {
+			return nil, temporal.NewApplicationError("not there yet", spec.ErrTypeNoSuchCheckpoint)
+		}
+		out := want
+		out.Key = fmt.Sprintf("ckpt/%d", want.Step)
+		return &out, nil
+	}
+	return resolve, func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(steps)
+	}
+}
+
 // TestPendingCheckpointSettles: a run that pauses, or is cancelled, while
 // its last chunk's checkpoint is still uploading looks it up first: the
 // status names the step it holds at (a later run --resume continues
@@ -149,19 +173,7 @@ func TestPendingCheckpointSettles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("n1", "n2")}
-			var mu sync.Mutex
-			var asked []int64
-			resolve := func(_ context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
-				mu.Lock()
-				asked = append(asked, want.Step)
-				mu.Unlock()
-				if !tc.uploaded {
-					return nil, temporal.NewApplicationError("not there yet", "NoSuchCheckpoint")
-				}
-				out := want
-				out.Key = fmt.Sprintf("ckpt/%d", want.Step)
-				return &out, nil
-			}
+			resolve, asked := uploads(tc.uploaded)
 			ch, env := asyncEnv(t, cl, nil, resolve)
 			ch.onStart = func(in spec.ChunkInput) {
 				if in.From == 100 && in.Rank == 0 {
@@ -193,13 +205,13 @@ func TestPendingCheckpointSettles(t *testing.T) {
 				require.EqualValues(t, 200, held.Step)
 				require.EqualValues(t, tc.wantLast, held.LastCkpt.Step, "the hold settles the upload before the cancel")
 				require.Equal(t, "paused at step 200 (cann-train resume continues)", held.Detail, "settled (or given up on)")
-				require.EqualValues(t, 200, asked[0], "looked up by the hold")
+				require.EqualValues(t, 200, asked()[0], "looked up by the hold")
 				if tc.uploaded {
-					require.Len(t, asked, 1, "found by the hold; the cancel has nothing left to settle")
+					require.Len(t, asked(), 1, "found by the hold; the cancel has nothing left to settle")
 					require.Equal(t, 2, st.Checkpoints)
 				}
 			} else {
-				require.Equal(t, []int64{100}, asked[:1])
+				require.Equal(t, []int64{100}, asked()[:1])
 			}
 		})
 	}
@@ -213,19 +225,7 @@ func TestNodeChangeSettlesUpload(t *testing.T) {
 	for _, uploaded := range []bool{true, false} {
 		t.Run(map[bool]string{true: "uploaded", false: "missing"}[uploaded], func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
-			var mu sync.Mutex
-			var asked []int64
-			resolve := func(_ context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
-				mu.Lock()
-				asked = append(asked, want.Step)
-				mu.Unlock()
-				if !uploaded {
-					return nil, temporal.NewApplicationError("not there yet", spec.ErrTypeNoSuchCheckpoint)
-				}
-				out := want
-				out.Key = fmt.Sprintf("ckpt/%d", want.Step)
-				return &out, nil
-			}
+			resolve, asked := uploads(uploaded)
 			ch, env := asyncEnv(t, cl, nil, resolve)
 			ch.onStart = func(in spec.ChunkInput) {
 				if in.From == 100 && in.Rank == 0 {
@@ -237,7 +237,7 @@ func TestNodeChangeSettlesUpload(t *testing.T) {
 			require.EqualValues(t, 500, st.Step)
 			require.Len(t, st.Rescalings, 1)
 			chunks := ch.byFrom()
-			require.Equal(t, int64(200), asked[0], "the upload at the boundary looked up")
+			require.Equal(t, int64(200), asked()[0], "the upload at the boundary looked up")
 			if uploaded {
 				require.EqualValues(t, 200, st.Rescalings[0].AtStep, "changed at the boundary after the signal")
 				require.Len(t, chunks[200], 3)

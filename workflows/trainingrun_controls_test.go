@@ -298,15 +298,19 @@ func TestTrainingRunRescaleWaitsForCheckpoint(t *testing.T) {
 	require.EqualValues(t, 200, st.Rescalings[0].AtStep)
 }
 
+// loseRank1At100 fails the first generation's chunk from step 100: its
+// peers lost rank 1 at step 130.
+func loseRank1At100(in spec.ChunkInput) error {
+	if in.From != 100 || in.Membership.Generation != 1 {
+		return nil
+	}
+	return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 130})
+}
+
 // A node fails and no spare is free: the run goes on with the healthy
 // nodes (min_nodes allows it) from the last checkpoint.
 func TestTrainingRunShrinksWithoutSpare(t *testing.T) {
-	fail := func(in spec.ChunkInput) error {
-		if in.From != 100 || in.Membership.Generation != 1 {
-			return nil
-		}
-		return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 130})
-	}
+	fail := loseRank1At100
 	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
 	ch := &fakeChunks{fail: fail}
 	env := newRunEnv(t, cl, ch)
@@ -344,12 +348,7 @@ func TestTrainingRunShrinksWithoutSpare(t *testing.T) {
 // takes the next rank at 600, from the checkpoint there. A rescale then
 // sets the size itself: nothing to grow back to.
 func TestTrainingRunGrowsBackAfterShrinking(t *testing.T) {
-	fail := func(in spec.ChunkInput) error {
-		if in.From != 100 || in.Membership.Generation != 1 {
-			return nil
-		}
-		return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 130})
-	}
+	fail := loseRank1At100
 	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
 	ch := &fakeChunks{fail: fail}
 	env, _ := controlEnv(t, cl, ch, nil)

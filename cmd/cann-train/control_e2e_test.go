@@ -44,25 +44,9 @@ func TestPauseResumeRealRun(t *testing.T) {
 		}
 		return sum
 	}
-	// until polls the run until ok says so.
 	until := func(what string, ok func(st spec.RunStatus, live *spec.ChunkProgress) bool) {
 		t.Helper()
-		for {
-			st, live, closed, err := readProgress(ctx, c, run.GetID())
-			if closed {
-				dumpLogs(t, l.LogDir)
-				t.Fatalf("run closed while waiting for %s: %+v %v", what, st, err)
-			}
-			if err == nil && ok(st, live) {
-				return
-			}
-			select {
-			case <-ctx.Done():
-				dumpLogs(t, l.LogDir)
-				t.Fatalf("no %s", what)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		untilStatus(ctx, t, c, run.GetID(), l.LogDir, what, ok)
 	}
 	until("training under way", func(st spec.RunStatus, live *spec.ChunkProgress) bool { return st.Step >= 100 && live != nil })
 

@@ -435,6 +435,30 @@ func startRun(ctx context.Context, t *testing.T, c client.Client, in workflows.R
 	return run
 }
 
+// untilStatus polls run id's status until ok says so and returns it; the
+// run closing, or ctx ending, first fails the test with the node logs in
+// logDir.
+func untilStatus(ctx context.Context, t *testing.T, c client.Client, id, logDir, what string,
+	ok func(st spec.RunStatus, live *spec.ChunkProgress) bool) spec.RunStatus {
+	t.Helper()
+	for {
+		st, live, closed, err := readProgress(ctx, c, id)
+		if closed {
+			dumpLogs(t, logDir)
+			t.Fatalf("run closed while waiting for %s: %+v %v", what, st, err)
+		}
+		if err == nil && ok(st, live) {
+			return st
+		}
+		select {
+		case <-ctx.Done():
+			dumpLogs(t, logDir)
+			t.Fatalf("no %s: %+v", what, st)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // awaitRun waits for run's result; a failed run fails the test, with the
 // node logs in logDir.
 func awaitRun(ctx context.Context, t *testing.T, run client.WorkflowRun, logDir string) spec.RunStatus {

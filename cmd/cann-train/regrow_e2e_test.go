@@ -32,22 +32,7 @@ func TestShrunkRunGrowsBack(t *testing.T) {
 	cli := cliAt(ctx, t, addr, l.LogDir)
 	until := func(what string, ok func(st spec.RunStatus) bool) spec.RunStatus {
 		t.Helper()
-		for {
-			st, _, closed, err := readProgress(ctx, c, run.GetID())
-			if closed {
-				dumpLogs(t, l.LogDir)
-				t.Fatalf("run closed while waiting for %s: %+v %v", what, st, err)
-			}
-			if err == nil && ok(st) {
-				return st
-			}
-			select {
-			case <-ctx.Done():
-				dumpLogs(t, l.LogDir)
-				t.Fatalf("no %s: %+v", what, st)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		return untilStatus(ctx, t, c, run.GetID(), l.LogDir, what, func(st spec.RunStatus, _ *spec.ChunkProgress) bool { return ok(st) })
 	}
 	shrunk := until("the shrink", func(st spec.RunStatus) bool { return len(st.Recoveries) == 1 && len(st.Nodes) == 2 })
 	if rec := shrunk.Recoveries[0]; !rec.Shrunk || !slices.Equal(rec.FailedNodes, []string{"node-3"}) || shrunk.TargetNodes != 3 {
