@@ -227,6 +227,7 @@ func pausedDetail(step int64) string {
 func (r *run) rescale(ctx workflow.Context, n int) bool {
 	if n == len(r.st.Membership.Nodes) {
 		r.st.Ctl.Rescale, r.st.Status.PendingNodes = 0, 0
+		r.setTarget(0) // asked to stay at this size: no growing back
 		return true
 	}
 	rec, done := r.changeNodes(ctx, n, 0, r.spec.NodeWait.D(), "")
@@ -457,7 +458,7 @@ func (r *run) changeNodes(ctx workflow.Context, count, minCount int, wait time.D
 	before := slices.Clone(r.st.Membership.NodeIDs())
 	s.Detail = fmt.Sprintf("rescaling %d → %d nodes at step %d", cur, count, s.Step)
 	if why != "" {
-		s.Detail = fmt.Sprintf("replacing nodes at step %d (%s)", s.Step, why)
+		s.Detail = fmt.Sprintf("changing nodes at step %d (%s)", s.Step, why)
 	}
 	rec := spec.Rescaling{AtStep: s.Step, FromNodes: cur, ToNodes: count, ResumeStep: s.Step, Reason: why}
 	if err := r.acquireNodesWithin(ctx, spec.PhaseRescaling, count, minCount, wait); err != nil {
@@ -507,7 +508,7 @@ func (r *run) settleForChange(ctx workflow.Context, why string) {
 	}
 	what := "rescaling"
 	if why != "" {
-		what = "replacing nodes"
+		what = "changing nodes (" + why + ")"
 	}
 	s.Detail = fmt.Sprintf("%s at step %d once its checkpoint is uploaded", what, s.Step)
 	r.settleCheckpoint(ctx, patient)

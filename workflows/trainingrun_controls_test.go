@@ -690,3 +690,34 @@ func TestRegrowTarget(t *testing.T) {
 		})
 	}
 }
+
+// A rescale to the size a shrunk run has keeps it there: no growing back
+// when the lost node returns.
+func TestTrainingRunStaysShrunkWhenAsked(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
+	ch := &fakeChunks{fail: loseRank1At100}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.Rank != 0 {
+			return
+		}
+		switch in.From {
+		case 200:
+			cl.mu.Lock()
+			delete(cl.failed, "b")
+			cl.mu.Unlock()
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 2})
+		case 300:
+			env.SignalWorkflow(spec.SignalPause, nil)
+		}
+	}
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 600, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.EqualValues(t, 600, st.Step)
+	require.Equal(t, []string{"a", "c"}, st.Nodes)
+	require.Zero(t, st.TargetNodes)
+	require.Empty(t, st.Rescalings)
+	require.Len(t, ch.byFrom()[500], 2, "an hour on, b free, still two")
+}

@@ -248,12 +248,17 @@ N must be at least the run's min_nodes and at most its global batch.`,
 			if st.GlobalBatch > 0 && nodes > st.GlobalBatch {
 				return fmt.Errorf("--nodes %d is more than the run's global batch %d: every rank needs an example per step", nodes, st.GlobalBatch)
 			}
-			if nodes == len(st.Nodes) && (st.PendingNodes == 0 || st.PendingNodes == nodes) {
+			if nodes == len(st.Nodes) && (st.PendingNodes == 0 || st.PendingNodes == nodes) && st.TargetNodes <= nodes {
 				fmt.Fprintf(e.out, "%s: already on %d node(s)\n", id, nodes)
 				return nil
 			}
 			if err := signalRun(ctx, c, id, spec.SignalRescale, spec.Rescale{Nodes: nodes}); err != nil {
 				return err
+			}
+			if nodes == len(st.Nodes) && st.TargetNodes > nodes {
+				// Shrunk after a failure: stay, instead of growing back.
+				fmt.Fprintf(e.out, "%s: stays on %d node(s), not growing back to %d\n", id, nodes, st.TargetNodes)
+				return nil
 			}
 			if wait <= 0 || st.Phase == spec.PhasePaused {
 				when := "at its next chunk boundary"
