@@ -283,7 +283,7 @@ N must be at least the run's min_nodes and at most its global batch.`,
 			if len(st.Nodes) != nodes {
 				return fmt.Errorf("%s trains on %d node(s), not %d", id, len(st.Nodes), nodes)
 			}
-			fmt.Fprintf(e.out, "%s: on %d node(s) %v from step %d\n", id, nodes, st.Nodes, st.Step)
+			fmt.Fprintf(e.out, "%s: now on %d node(s) %v\n", id, nodes, st.Nodes)
 			return nil
 		},
 	}
