@@ -226,6 +226,7 @@ func (r *run) absorbSalvaged(ctx workflow.Context, results []spec.ChunkResult, e
 	s.Chunks++
 	r.chunksNow++
 	r.recordSegment(start, end, lead.From, lead.To, results) // a lost rank's Joules are 0: modelled
+	r.noteResumed(results)                                   // (this chunk came after an earlier recovery)
 	r.metrics(ctx).Gauge(metricStep).Update(float64(lead.To))
 }
 
@@ -794,18 +795,25 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	if lead.EvalMetric != "" {
 		s.EvalMetric, s.EvalValue = lead.EvalMetric, lead.EvalValue
 	}
-	if n := len(s.Recoveries); n > 0 && s.Recoveries[n-1].ResumedAt.IsZero() {
-		first := results[0].FirstStepAt
-		for _, res := range results[1:] {
-			if res.FirstStepAt.After(first) {
-				first = res.FirstStepAt // the step is complete when the slowest rank has it
-			}
-		}
-		s.Recoveries[n-1].ResumedAt = first
-		s.Recoveries[n-1].ResumeLoss = lead.FirstLoss
-	}
+	r.noteResumed(results)
 	s.UpdatedAt = workflow.Now(ctx)
 	r.publish(ctx)
+}
+
+// noteResumed completes the last recovery with the first step after it:
+// when the slowest rank had it, and its loss.
+func (r *run) noteResumed(results []spec.ChunkResult) {
+	s := &r.st.Status
+	n := len(s.Recoveries)
+	if n == 0 || !s.Recoveries[n-1].ResumedAt.IsZero() {
+		return
+	}
+	var first time.Time
+	for _, res := range results {
+		first = maxTime(first, res.FirstStepAt) // (a lost rank's is zero)
+	}
+	s.Recoveries[n-1].ResumedAt = first
+	s.Recoveries[n-1].ResumeLoss = results[0].FirstLoss
 }
 
 // recover handles a failed chunk: mark the blamed nodes failed, re-fill the
