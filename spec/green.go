@@ -348,6 +348,11 @@ type Segment struct {
 	WallSeconds float64   `json:"wall_s"`
 	Joules      float64   `json:"joules,omitempty"`
 	Chunks      int       `json:"chunks"`
+	// Lost: a chunk that failed (a node lost in it) and was rewound: its
+	// energy was spent all the same (modelled: the nodes report none from
+	// a failed chunk); FromStep–ToStep are the steps it reached, trained
+	// again later. Such a segment is never merged with others.
+	Lost bool `json:"lost,omitempty"`
 }
 
 // PricedSegment is a segment's energy and emissions.

@@ -47,6 +47,8 @@ import (
 // trainingrun_recovery_acquire.json and cluster_recovery.json, the
 // replaced node again, now named in the run's acquire request
 // (versionFailedWithAcquire), and the Cluster that applied it;
+// trainingrun_recovery_lost.json, the same with the failed chunk kept as
+// a lost segment for energy accounting (versionLostSegments);
 // trainingrun_recovery_gone.json, a run whose node died after a chunk's
 // last step, found by asking a finished node (versionStragglerCheck), and
 // trainingrun_recovery_salvage.json, the same resuming from the checkpoint
@@ -99,6 +101,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun.json", spec.WorkflowTrainingRun},
 		{"trainingrun_recovery.json", spec.WorkflowTrainingRun},
 		{"trainingrun_recovery_acquire.json", spec.WorkflowTrainingRun},          // the failed node named in the acquire request
+		{"trainingrun_recovery_lost.json", spec.WorkflowTrainingRun},             // … and its failed chunk a lost segment
 		{"cluster_recovery.json", spec.WorkflowCluster},                          // that request applied
 		{"trainingrun_recovery_gone.json", spec.WorkflowTrainingRun},             // a node gone after its chunk, found by CheckNodes
 		{"trainingrun_recovery_salvage.json", spec.WorkflowTrainingRun},          // and that chunk's checkpoint kept

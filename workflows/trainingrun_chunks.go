@@ -126,12 +126,16 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		// that line stays for histories recorded between the two versions.
 		r.preferCause(ctx, fail)
 		r.storageTrouble(ctx, fail, errs, to)
+		kept := false
 		switch {
 		case len(gone) > 0:
-			r.salvage(ctx, results, errs, false)
+			kept = r.salvage(ctx, results, errs, false)
 		case finishedButSilent(errs):
 			fail.atStep = max(fail.atStep, to)
-			r.salvage(ctx, results, errs, true)
+			kept = r.salvage(ctx, results, errs, true)
+		}
+		if !kept {
+			r.recordLost(ctx, fail, len(m.Nodes))
 		}
 		return fail
 	}
@@ -151,18 +155,18 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 //
 // timedOut: the lost ranks are not gone but silent (they stopped
 // heartbeating after the others finished: frozen).
-func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []error, timedOut bool) {
+func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []error, timedOut bool) (kept bool) {
 	lead := results[0]
 	if errs[0] != nil || lead.To >= r.spec.Steps || lead.Checkpoint == nil && lead.PendingCheckpoint == nil && lead.EarlierCheckpoint == nil {
-		return // (the last chunk is redone: its results end the run)
+		return false // (the last chunk is redone: its results end the run)
 	}
 	// (versionSalvageTimedOut first: a history from before it never asks
 	// versionSalvage here.)
 	if timedOut && workflow.GetVersion(ctx, versionSalvageTimedOut, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return
+		return false
 	}
 	if workflow.GetVersion(ctx, versionSalvage, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return
+		return false
 	}
 	if lead.EarlierCheckpoint != nil {
 		r.commitCheckpoint(*lead.EarlierCheckpoint)
@@ -182,10 +186,33 @@ func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []e
 	}
 	workflow.GetLogger(ctx).Info("kept the checkpoints of a chunk its surviving ranks finished", "to", lead.To,
 		"last_checkpoint", r.st.Status.LastCkpt)
-	if last := r.st.Status.LastCkpt; last != nil && last.Step == lead.To &&
-		workflow.GetVersion(ctx, versionSalvageAbsorb, workflow.DefaultVersion, 1) >= 1 {
-		r.absorbSalvaged(ctx, results, errs)
+	last := r.st.Status.LastCkpt
+	if last == nil || last.Step != lead.To || workflow.GetVersion(ctx, versionSalvageAbsorb, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false
 	}
+	r.absorbSalvaged(ctx, results, errs)
+	return true
+}
+
+// versionLostSegments: a failed chunk that is not kept adds a lost
+// segment, so that energy accounting counts the work a failure cost
+// (before: only chunks that completed). Asked at such a failure.
+const versionLostSegments = "lost-segments"
+
+// recordLost adds the failed chunk f, trained on nodes nodes, as a lost
+// segment: from the chunk's start to when the run saw it fail (workflow
+// time; the nodes report nothing from a failed chunk), its energy
+// modelled.
+func (r *run) recordLost(ctx workflow.Context, f *chunkFailure, nodes int) {
+	if !f.seen.After(f.started) || workflow.GetVersion(ctx, versionLostSegments, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	seg := spec.Segment{Start: f.started, End: f.seen, Nodes: nodes, Generation: r.st.Membership.Generation,
+		FromStep: f.from, ToStep: max(f.from, f.atStep), WallSeconds: f.seen.Sub(f.started).Seconds(), Chunks: 1, Lost: true}
+	if r.spec.Green != nil {
+		r.st.Unpriced = append(r.st.Unpriced, seg)
+	}
+	r.appendSegment(seg)
 }
 
 // versionSalvageAbsorb: a salvaged chunk's progress counts (absorbSalvaged);

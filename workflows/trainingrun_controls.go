@@ -536,7 +536,7 @@ func (r *run) recordSegment(start, end time.Time, from, to int64, results []spec
 	segs := r.st.Status.Segments
 	if n := len(segs); n > 0 {
 		last := &segs[n-1]
-		if last.Generation == seg.Generation && last.Nodes == seg.Nodes && (last.Joules > 0) == measured &&
+		if !last.Lost && last.Generation == seg.Generation && last.Nodes == seg.Nodes && (last.Joules > 0) == measured &&
 			!seg.Start.Before(last.End.Add(-segmentGap)) && seg.Start.Sub(last.End) < segmentGap {
 			last.End = maxTime(last.End, seg.End)
 			last.ToStep = seg.ToStep
@@ -546,7 +546,14 @@ func (r *run) recordSegment(start, end time.Time, from, to int64, results []spec
 			return
 		}
 	}
-	segs = append(segs, seg)
+	r.appendSegment(seg)
+}
+
+// appendSegment adds seg to the status's segments, merging the two
+// oldest when there are too many (a lost one with its neighbour too: the
+// list stays bounded).
+func (r *run) appendSegment(seg spec.Segment) {
+	segs := append(r.st.Status.Segments, seg)
 	if len(segs) > maxSegments {
 		a, b := segs[0], segs[1]
 		a.End, a.ToStep = maxTime(a.End, b.End), b.ToStep
@@ -556,6 +563,7 @@ func (r *run) recordSegment(start, end time.Time, from, to int64, results []spec
 			a.Joules = 0 // one of them is modelled: model both
 		}
 		a.Chunks += b.Chunks
+		a.Lost = a.Lost && b.Lost
 		segs = append([]spec.Segment{a}, segs[2:]...)
 	}
 	r.st.Status.Segments = segs

@@ -287,6 +287,9 @@ func (r *run) externalWork() time.Duration {
 	var wall float64
 	var steps int64
 	for _, seg := range r.st.Status.Segments {
+		if seg.Lost {
+			continue // its steps are trained again: not the pace
+		}
 		wall += seg.WallSeconds
 		steps += seg.ToStep - seg.FromStep
 	}

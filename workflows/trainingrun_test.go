@@ -634,14 +634,28 @@ func TestTrainingRunSalvagesAStragglersChunk(t *testing.T) {
 			require.EqualValues(t, 200-tc.resume, rec.LostSteps)
 			require.Len(t, ch.byFrom()[100], map[bool]int{true: 3, false: 6}[tc.resume == 200], "the chunk from 100 rerun only when not salvaged")
 			// A salvaged chunk counts as trained (its stretch for energy
-			// accounting too, modelled: the lost node's reading is gone).
+			// accounting too, modelled: the lost node's reading is gone);
+			// one redone is a lost segment: its energy was spent.
 			var trained int64
+			var lost []spec.Segment
 			for _, seg := range st.Segments {
-				trained += seg.ToStep - seg.FromStep
 				require.Zero(t, seg.Joules)
+				if seg.Lost {
+					lost = append(lost, seg)
+					continue
+				}
+				trained += seg.ToStep - seg.FromStep
 			}
 			require.EqualValues(t, tc.steps, trained, "segments %+v", st.Segments)
 			require.EqualValues(t, tc.steps/100, st.Chunks)
+			if tc.resume == 200 {
+				require.Empty(t, lost)
+			} else {
+				require.Len(t, lost, 1, "segments %+v", st.Segments)
+				require.Equal(t, spec.Segment{Start: lost[0].Start, End: lost[0].End, Nodes: 3, Generation: 1, FromStep: 100, ToStep: 200,
+					WallSeconds: lost[0].End.Sub(lost[0].Start).Seconds(), Chunks: 1, Lost: true}, lost[0])
+				require.Greater(t, lost[0].WallSeconds, 0.0)
+			}
 		})
 	}
 }

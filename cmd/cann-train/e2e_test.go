@@ -313,6 +313,17 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 	if st.Nodes[1] != "node-4" {
 		t.Errorf("nodes after recovery %v: the spare must take the lost rank", st.Nodes)
 	}
+	// The failed chunk's energy counts: a lost segment, 100 to the step
+	// its peers reached.
+	var lost []spec.Segment
+	for _, seg := range st.Segments {
+		if seg.Lost {
+			lost = append(lost, seg)
+		}
+	}
+	if len(lost) != 1 || lost[0].FromStep != 100 || lost[0].ToStep != 130 || lost[0].Nodes != 3 || lost[0].WallSeconds <= 0 {
+		t.Errorf("lost segments %+v: want the chunk from 100 that failed at 130, on 3 nodes", lost)
+	}
 	// Now on node-1, node-3 and node-4 (node-5 spare): node-3 (rank 1)
 	// dies once step 150 — the end of the chunk from 100 — is done.
 	after := start("node-gone-after-chunk")
@@ -350,8 +361,9 @@ func TestNodeKilledMidRunIsReplaced(t *testing.T) {
 		}
 	}
 	// trainingrun_recovery.json: recorded before failures travelled with
-	// the acquire request (keep it).
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_recovery_acquire.json")
+	// the acquire request; trainingrun_recovery_acquire.json: before the
+	// failed chunk was a lost segment (keep them).
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_recovery_lost.json")
 	// trainingrun_recovery_gone.json: recorded before the salvage;
 	// trainingrun_recovery_salvage.json: before it counted the chunk (keep them).
 	recordHistory(t, fetchHistory(ctx, t, c, after.GetID()), "trainingrun_recovery_salvage_absorbed.json")

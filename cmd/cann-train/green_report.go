@@ -86,23 +86,27 @@ chunks that ran and the planned slots.`,
 
 // greenReportJSON is `green report -o json`.
 type greenReportJSON struct {
-	WorkflowID      string            `json:"workflow_id"`
-	Status          spec.Phase        `json:"status"`
-	Source          string            `json:"source"`
-	Energy          string            `json:"energy"` // measured, modelled or mixed
-	KWh             float64           `json:"kwh"`
-	Grams           float64           `json:"grams"`
-	GPerKWh         float64           `json:"g_per_kwh"`
-	BaselineGrams   float64           `json:"baseline_grams"`
-	BaselineGPerKWh float64           `json:"baseline_g_per_kwh"`
-	SavingsPct      float64           `json:"savings_pct"`
-	Waits           int               `json:"waits"`
-	WaitedHours     float64           `json:"waited_h"`
-	BudgetG         float64           `json:"budget_g,omitempty"`
-	BudgetUsedPct   float64           `json:"budget_used_pct,omitempty"`
-	Segments        []segmentJSON     `json:"segments"`
-	Planned         []spec.CarbonSlot `json:"planned"`
-	Policy          spec.GreenPolicy  `json:"policy"`
+	WorkflowID      string     `json:"workflow_id"`
+	Status          spec.Phase `json:"status"`
+	Source          string     `json:"source"`
+	Energy          string     `json:"energy"` // measured, modelled or mixed
+	KWh             float64    `json:"kwh"`
+	Grams           float64    `json:"grams"`
+	GPerKWh         float64    `json:"g_per_kwh"`
+	BaselineGrams   float64    `json:"baseline_grams"`
+	BaselineGPerKWh float64    `json:"baseline_g_per_kwh"`
+	SavingsPct      float64    `json:"savings_pct"`
+	// LostKWh and LostGrams are the part of KWh and Grams spent in chunks
+	// that failed and were trained again (lost segments).
+	LostKWh       float64           `json:"lost_kwh,omitempty"`
+	LostGrams     float64           `json:"lost_grams,omitempty"`
+	Waits         int               `json:"waits"`
+	WaitedHours   float64           `json:"waited_h"`
+	BudgetG       float64           `json:"budget_g,omitempty"`
+	BudgetUsedPct float64           `json:"budget_used_pct,omitempty"`
+	Segments      []segmentJSON     `json:"segments"`
+	Planned       []spec.CarbonSlot `json:"planned"`
+	Policy        spec.GreenPolicy  `json:"policy"`
 	// BatchSchedule is the carbon batch controller's changes (green.batch).
 	BatchSchedule []spec.BatchChange `json:"batch_schedule,omitempty"`
 }
@@ -117,6 +121,8 @@ type segmentJSON struct {
 	GPerKWh  float64   `json:"g_per_kwh"`
 	Grams    float64   `json:"grams"`
 	Measured bool      `json:"measured"`
+	// Lost: a failed chunk, rewound (its steps were trained again).
+	Lost bool `json:"lost,omitempty"`
 }
 
 // greenReport prices st's segments on policy's actual intensity (see the
@@ -171,8 +177,12 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 		if seg.Joules > 0 {
 			measured++
 		}
+		if seg.Lost {
+			out.LostKWh += p.KWh
+			out.LostGrams += p.Grams
+		}
 		out.Segments = append(out.Segments, segmentJSON{Start: p.Start, End: p.End, Nodes: seg.Nodes, FromStep: seg.FromStep,
-			ToStep: seg.ToStep, KWh: p.KWh, GPerKWh: p.GPerKWh, Grams: p.Grams, Measured: seg.Joules > 0})
+			ToStep: seg.ToStep, KWh: p.KWh, GPerKWh: p.GPerKWh, Grams: p.Grams, Measured: seg.Joules > 0, Lost: seg.Lost})
 	}
 	switch measured {
 	case 0:
@@ -191,9 +201,18 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 		}
 	}
 	pad := 2 * actual.Step
+	var trained, lost []energy.Interval
+	for i, iv := range ivs {
+		if st.Segments[i].Lost {
+			lost = append(lost, iv)
+		} else {
+			trained = append(trained, iv)
+		}
+	}
 	tl = energy.Timeline{
 		Series:  cutSeries(actual, from.Add(-pad), to.Add(pad)),
-		Chunks:  energy.Chunks(ivs),
+		Chunks:  energy.Chunks(trained),
+		Lost:    energy.Chunks(lost),
 		Planned: energy.SlotSpans(toCarbonSlots(out.Planned)),
 		Title: fmt.Sprintf("%s: %.1f g CO2eq (%.0f g/kWh), %.1f%% below running now — %s",
 			st.RunID, out.Grams, out.GPerKWh, out.SavingsPct, out.Source),
@@ -257,6 +276,9 @@ func printGreenReport(w io.Writer, r greenReportJSON, output string) error {
 	fmt.Fprintf(w, "energy     %.4f kWh (%s)\n", r.KWh, r.Energy)
 	fmt.Fprintf(w, "CO2        %.2f g at %.1f g/kWh\n", r.Grams, r.GPerKWh)
 	fmt.Fprintf(w, "run now    %.2f g at %.1f g/kWh → %.1f%% saved\n", r.BaselineGrams, r.BaselineGPerKWh, r.SavingsPct)
+	if r.LostKWh > 0 {
+		fmt.Fprintf(w, "lost       %.4f kWh, %.2f g in chunks that failed and were trained again\n", r.LostKWh, r.LostGrams)
+	}
 	if r.Waits > 0 {
 		fmt.Fprintf(w, "waited     %.2f h in %d green wait(s)\n", r.WaitedHours, r.Waits)
 	}
@@ -273,8 +295,12 @@ func printGreenReport(w io.Writer, r greenReportJSON, output string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEGMENT START\tEND\tNODES\tSTEPS\tkWh\tg/kWh\tg")
 	for _, s := range r.Segments {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d–%d\t%.4f\t%.1f\t%.2f\n", s.Start.UTC().Format(time.RFC3339), s.End.UTC().Format(time.RFC3339),
-			s.Nodes, s.FromStep, s.ToStep, s.KWh, s.GPerKWh, s.Grams)
+		steps := fmt.Sprintf("%d–%d", s.FromStep, s.ToStep)
+		if s.Lost {
+			steps += " (lost)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.4f\t%.1f\t%.2f\n", s.Start.UTC().Format(time.RFC3339), s.End.UTC().Format(time.RFC3339),
+			s.Nodes, steps, s.KWh, s.GPerKWh, s.Grams)
 	}
 	return tw.Flush()
 }

@@ -52,6 +52,9 @@ func TestGreenReport(t *testing.T) {
 		RunID: "run/green", Phase: spec.PhaseCompleted, StartedAt: h(8),
 		Segments: []spec.Segment{
 			{Start: h(13), End: h(14), Nodes: 2, WallSeconds: 3600, FromStep: 0, ToStep: 500},
+			// A chunk that failed after 15 minutes (a node lost); the rest
+			// was trained again on one node.
+			{Start: h(14), End: h(14.25), Nodes: 2, WallSeconds: 900, FromStep: 500, ToStep: 530, Lost: true},
 			{Start: h(15), End: h(15.5), Nodes: 1, WallSeconds: 1800, FromStep: 500, ToStep: 600, Joules: 0.5 * 3.6e6},
 		},
 		Green: &spec.GreenStatus{Policy: policy, Waits: 1, WaitedSeconds: 5 * 3600, BudgetG: 500,
@@ -63,12 +66,16 @@ func TestGreenReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	kwh1 := 2 * 250 * 1.2 / 1000.0 // modelled: 2 nodes × 250 W × PUE 1.2 × 1 h
-	want := kwh1*ci(13) + 0.5*ci(15)
-	base := kwh1*ci(8) + 0.5*ci(9) // back to back from 08:00
-	if !near(rep.KWh, kwh1+0.5) || !near(rep.Grams, want) || !near(rep.BaselineGrams, base) {
-		t.Errorf("kWh %v g %v baseline %v; want %v, %v, %v", rep.KWh, rep.Grams, rep.BaselineGrams, kwh1+0.5, want, base)
+	lost := kwh1 / 4
+	want := kwh1*ci(13) + lost*ci(14) + 0.5*ci(15)
+	base := kwh1*ci(8) + lost*ci(9) + 0.5*ci(9) // back to back from 08:00
+	if !near(rep.KWh, kwh1+lost+0.5) || !near(rep.Grams, want) || !near(rep.BaselineGrams, base) {
+		t.Errorf("kWh %v g %v baseline %v; want %v, %v, %v", rep.KWh, rep.Grams, rep.BaselineGrams, kwh1+lost+0.5, want, base)
 	}
-	if !near(rep.SavingsPct, 100*(base-want)/base) || rep.Energy != "mixed" || len(rep.Segments) != 2 || !rep.Segments[1].Measured {
+	if !near(rep.LostKWh, lost) || !near(rep.LostGrams, lost*ci(14)) || !rep.Segments[1].Lost || rep.Segments[0].Lost {
+		t.Errorf("lost %v kWh %v g, segments %+v; want the failed chunk's %v kWh", rep.LostKWh, rep.LostGrams, rep.Segments, lost)
+	}
+	if !near(rep.SavingsPct, 100*(base-want)/base) || rep.Energy != "mixed" || len(rep.Segments) != 3 || !rep.Segments[2].Measured {
 		t.Errorf("report %+v", rep)
 	}
 	var out bytes.Buffer
@@ -84,12 +91,13 @@ func TestGreenReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(svg)
-	if strings.Count(string(b), `class="chunk"`) != 2 || strings.Count(string(b), `class="planned"`) != 1 {
+	if strings.Count(string(b), `class="chunk"`) != 2 || strings.Count(string(b), `class="lost"`) != 1 || strings.Count(string(b), `class="planned"`) != 1 {
 		t.Errorf("svg lacks the chunks or the plan:\n%.400s", b)
 	}
 	out.Reset()
 	if err := printGreenReport(&out, rep, "text"); err != nil || !strings.Contains(out.String(), "saved") ||
-		!strings.Contains(out.String(), "batch      step 500: 48 (lr 0.0015)") {
+		!strings.Contains(out.String(), "batch      step 500: 48 (lr 0.0015)") ||
+		!strings.Contains(out.String(), "lost       0.1500 kWh") || !strings.Contains(out.String(), "500–530 (lost)") {
 		t.Errorf("text report %v:\n%s", err, out.String())
 	}
 }

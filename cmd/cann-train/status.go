@@ -597,9 +597,13 @@ type EnergySummary struct {
 
 // energySummary sums the measured segments; nil when none is.
 func energySummary(segs []spec.Segment) *EnergySummary {
-	e := &EnergySummary{Segments: len(segs)}
+	e := &EnergySummary{}
 	var joules float64
 	for _, sg := range segs {
+		if sg.Lost {
+			continue // a failed chunk: modelled, in the green report
+		}
+		e.Segments++
 		if sg.Joules > 0 {
 			e.Measured++
 			joules += sg.Joules

@@ -16,8 +16,9 @@ import (
 )
 
 // TestEnergySummary: the measured segments' energy, mean power and
-// training time; the unmeasured ones only counted; nothing measured, no
-// summary (and no line in the status).
+// training time; the unmeasured ones only counted, a failed chunk's not
+// at all (the green report models it); nothing measured, no summary (and
+// no line in the status).
 func TestEnergySummary(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -27,7 +28,7 @@ func TestEnergySummary(t *testing.T) {
 	}{
 		{"none", nil, nil, ""},
 		{"modelled only", []spec.Segment{{WallSeconds: 60}}, nil, ""},
-		{"measured", []spec.Segment{{WallSeconds: 60, Joules: 9000}, {WallSeconds: 30, Joules: 4500}},
+		{"measured", []spec.Segment{{WallSeconds: 60, Joules: 9000}, {WallSeconds: 20, Lost: true}, {WallSeconds: 30, Joules: 4500}},
 			&EnergySummary{KWh: 13500 / 3.6e6, MeanWatts: 150, TrainedSeconds: 90, Measured: 2, Segments: 2},
 			"energy       0.0037 kWh measured, 150 W over 1m30s of training\n"},
 		{"mixed", []spec.Segment{{WallSeconds: 60, Joules: 12000}, {WallSeconds: 600}},

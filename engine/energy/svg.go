@@ -16,6 +16,7 @@ import (
 type Timeline struct {
 	Series  *carbon.Series // the intensity curve (required)
 	Chunks  []Span         // what ran: one shaded rect (class "chunk") each
+	Lost    []Span         // optional failed chunks, trained again: hatched-red rects (class "lost")
 	Planned []Span         // optional planned slots: dashed outlines (class "planned")
 	Title   string
 	// Width and Height in pixels; 0 means 960 × 320.
@@ -35,14 +36,15 @@ var tickSteps = []time.Duration{
 
 // RenderSVG writes tl as a standalone SVG document: the intensity step
 // curve (gCO2eq/kWh) over UTC time, the chunks that ran as shaded
-// rectangles, planned slots as dashed outlines, and labelled axes. The time
+// rectangles (failed ones in orange), planned slots as dashed outlines,
+// and labelled axes. The time
 // range covers the series and every span, so each chunk gets a rectangle.
 func RenderSVG(w io.Writer, tl Timeline) error {
 	s := tl.Series
 	if err := s.Validate(); err != nil {
 		return fmt.Errorf("energy: timeline: %w", err)
 	}
-	for i, sp := range slices.Concat(tl.Chunks, tl.Planned) {
+	for i, sp := range slices.Concat(tl.Chunks, tl.Lost, tl.Planned) {
 		if !sp.Start.Before(sp.End) {
 			return fmt.Errorf("%w: timeline span %d is empty", ErrInvalid, i)
 		}
@@ -58,7 +60,7 @@ func RenderSVG(w io.Writer, tl Timeline) error {
 		return fmt.Errorf("%w: timeline size %v×%v too small", ErrInvalid, W, H)
 	}
 	t0, t1 := s.Start, s.End()
-	for _, sp := range slices.Concat(tl.Chunks, tl.Planned) {
+	for _, sp := range slices.Concat(tl.Chunks, tl.Lost, tl.Planned) {
 		if sp.Start.Before(t0) {
 			t0 = sp.Start
 		}
@@ -124,6 +126,9 @@ func RenderSVG(w io.Writer, tl Timeline) error {
 	}
 	for _, sp := range tl.Chunks {
 		rect("chunk", `fill="#2e7d32" fill-opacity="0.25"`, sp)
+	}
+	for _, sp := range tl.Lost {
+		rect("lost", `fill="#e65100" fill-opacity="0.3"`, sp)
 	}
 	for _, sp := range tl.Planned {
 		rect("planned", `fill="none" stroke="#1565c0" stroke-dasharray="4 3"`, sp)
