@@ -207,12 +207,25 @@ func (r *run) recordLost(ctx workflow.Context, f *chunkFailure, nodes int) {
 	if !f.seen.After(f.started) || workflow.GetVersion(ctx, versionLostSegments, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
-	seg := spec.Segment{Start: f.started, End: f.seen, Nodes: nodes, Generation: r.st.Membership.Generation,
-		FromStep: f.from, ToStep: max(f.from, f.atStep), WallSeconds: f.seen.Sub(f.started).Seconds(), Chunks: 1, Lost: true}
+	seg := lostSegment(f, nodes, r.st.Membership.Generation, r.st.Status.Segments)
 	if r.spec.Green != nil {
 		r.st.Unpriced = append(r.st.Unpriced, seg)
 	}
 	r.appendSegment(seg)
+}
+
+// lostSegment is f's lost segment after the segments before. Those come
+// from the nodes' clocks: one ahead of the server's must not swallow it
+// (it is moved after them, not cut).
+func lostSegment(f *chunkFailure, nodes int, generation int64, before []spec.Segment) spec.Segment {
+	start, end := f.started, f.seen
+	if n := len(before); n > 0 {
+		if last := before[n-1].End; start.Before(last) {
+			end, start = end.Add(last.Sub(start)), last
+		}
+	}
+	return spec.Segment{Start: start, End: end, Nodes: nodes, Generation: generation, FromStep: f.from,
+		ToStep: max(f.from, f.atStep), WallSeconds: f.seen.Sub(f.started).Seconds(), Chunks: 1, Lost: true}
 }
 
 // versionSalvageAbsorb: a salvaged chunk's progress counts (absorbSalvaged);

@@ -1119,3 +1119,27 @@ func TestTrainingRunCheckpointStorage(t *testing.T) {
 		})
 	}
 }
+
+// lostSegment: a failed chunk's stretch in workflow time, moved after
+// the segment before it when the nodes' clock ran ahead.
+func TestLostSegment(t *testing.T) {
+	t0 := time.Date(2026, 5, 6, 10, 0, 0, 0, time.UTC)
+	f := &chunkFailure{from: 100, atStep: 130, started: t0, seen: t0.Add(3 * time.Second)}
+	for _, tc := range []struct {
+		name       string
+		before     []spec.Segment
+		start, end time.Time
+	}{
+		{"first", nil, t0, t0.Add(3 * time.Second)},
+		{"after", []spec.Segment{{End: t0.Add(-time.Second)}}, t0, t0.Add(3 * time.Second)},
+		{"clock ahead", []spec.Segment{{End: t0.Add(10 * time.Second)}}, t0.Add(10 * time.Second), t0.Add(13 * time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := lostSegment(f, 3, 2, tc.before)
+			require.Equal(t, spec.Segment{Start: tc.start, End: tc.end, Nodes: 3, Generation: 2, FromStep: 100, ToStep: 130,
+				WallSeconds: 3, Chunks: 1, Lost: true}, got)
+		})
+	}
+	f.atStep = 0 // nothing known of how far it got
+	require.EqualValues(t, 100, lostSegment(f, 3, 2, nil).ToStep)
+}
