@@ -40,7 +40,9 @@ import (
 // cluster_drain.json, the paused run again, now also moving off a node
 // drained while it held it, and the Cluster that told it;
 // trainingrun_external_drain.json, an external job's world stopped after
-// a checkpoint and relaunched without a drained node; trainingrun_cancel.json,
+// a checkpoint and relaunched without a drained node;
+// trainingrun_external_lost.json, a world that crashed, what it trained
+// past its last checkpoint kept as a lost segment (versionLostSegments); trainingrun_cancel.json,
 // a run cancelled mid-chunk that released its nodes and ended Canceled;
 // cluster_sweep.json, the Cluster of that test, which at its end freed the
 // nodes a terminated run still held for the next run that needed them;
@@ -80,7 +82,7 @@ import (
 // without its status, taking the codec its checkpoint carried
 // (versionDecideOnMeasure)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -96,6 +98,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_metered.json":  "run/ext-pause",
 		"trainingrun_external_rollover.json": "run/ext-rollover",
 		"trainingrun_external_drain.json":    "run/ext-drain",
+		"trainingrun_external_lost.json":     "run/ext-lost",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -129,6 +132,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_scale_settled.json", spec.WorkflowTrainingRun},    // a rescale at a boundary awaited its upload
 		{"trainingrun_regrow.json", spec.WorkflowTrainingRun},           // shrunk after a kill, grown back when the node returned
 		{"trainingrun_external_drain.json", spec.WorkflowTrainingRun},   // the same for an external job's world
+		{"trainingrun_external_lost.json", spec.WorkflowTrainingRun},    // a crashed world: what it trained past its checkpoint a lost segment
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},           // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},
 		{"cluster_drain.json", spec.WorkflowCluster}, // drains, one of a held node (the run told)

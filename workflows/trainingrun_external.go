@@ -352,6 +352,9 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	}
 	if f := r.blameWorld(ctx, from, started, workflow.Now(ctx), errs, gone); f != nil {
 		r.closeLaunch(ctx, ext, false)
+		if ext.green || ext.metered {
+			r.recordLostLaunch(ctx, ext, f)
+		}
 		r.preferCause(ctx, f)
 		r.storageTrouble(ctx, f, errs, r.st.Status.Step)
 		return f

@@ -222,6 +222,15 @@ func (r *run) closeLaunch(ctx workflow.Context, ext *externalRun, stopped bool) 
 	r.recordTrained(ctx, ext, ext.pendAt, ext.pendStep)
 }
 
+// recordLostLaunch records what a failed launch trained after its last
+// recorded checkpoint as a lost segment (see recordLost): the world
+// restarts from that checkpoint.
+func (r *run) recordLostLaunch(ctx workflow.Context, ext *externalRun, f *chunkFailure) {
+	lost := &chunkFailure{from: ext.markStep, atStep: f.atStep, started: ext.markAt, seen: workflow.Now(ctx)}
+	r.recordLost(ctx, lost, len(r.st.Membership.Nodes))
+	ext.markAt = lost.seen
+}
+
 // versionExternalEnergy: an external run measures its launches' energy
 // on the nodes' meters and records its trained stretches at every
 // checkpoint, with a green policy or without (for `green report`).

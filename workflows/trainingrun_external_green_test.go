@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/cann-train/cann-train/activities"
@@ -37,6 +38,11 @@ type greenWorlds struct {
 	// the nodes have no meter); reads counts the calls.
 	meter func(node string, now time.Time) spec.EnergyReading
 	reads int
+	// crash, when set and closed, makes rank 1 of the first launch (from
+	// step 0) exit with status 1 at step 25; the first launch's ranks
+	// heartbeat meanwhile (the grace after a failure runs on the wall
+	// clock while activities run), and a relaunch finishes at once.
+	crash chan struct{}
 }
 
 func (g *greenWorlds) readEnergy(ctx context.Context) (spec.EnergyReading, error) {
@@ -68,14 +74,39 @@ func (g *greenWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.Chu
 	if in.Restore != nil {
 		from = in.Restore.Step
 	}
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-g.finish:
+	var crash <-chan struct{}
+	var beat <-chan time.Time
+	finish := g.finish
+	if g.crash != nil {
+		if in.Rank == 1 && in.Restore == nil {
+			crash = g.crash
+		}
+		if in.Restore != nil {
+			finish = closed
+		}
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		beat = tick.C
+	}
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-crash:
+			return nil, temporal.NewApplicationError("rank-1 on node node-2 exited with status 1 at step 25", spec.ErrTypeRankExited,
+				spec.RankExit{Rank: 1, Process: "rank-1", Node: "node-2", ExitCode: 1, Step: 25})
+		case <-beat:
+			activity.RecordHeartbeat(ctx)
+		case <-finish:
+			done = true
+		}
 	}
 	return &spec.ChunkResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, From: from, To: g.end,
 		FirstLoss: 2.3 / float32(1+from), LastLoss: 2.3 / float32(1+g.end)}, nil
 }
+
+// closed is a closed channel: a receive from it never waits.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (g *greenWorlds) cancel(info *activity.Info) {
 	g.mu.Lock()
@@ -597,4 +628,46 @@ func TestMeterEvery(t *testing.T) {
 			t.Errorf("%d nodes, meter_every %v: every %v, want %v", tc.nodes, tc.set, got, tc.want)
 		}
 	}
+}
+
+// A launch that fails costs what it trained after its last checkpoint: a
+// lost segment, priced like the others; the relaunch trains those steps
+// again from the checkpoint.
+func TestExternalGreenLostLaunch(t *testing.T) {
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: at("18:00"), GPerKWh: 90}}, gramsPerChunk: 1}
+	env, g, _ := greenEnv(t, cb)
+	g.crash = make(chan struct{})
+	env.RegisterDelayedCallback(func() { g.checkpoint(t, 20) }, 700*ms)
+	env.RegisterDelayedCallback(func() { close(g.crash) }, time.Second)
+	sp := greenExternalSpec(spec.GreenPolicy{Trace: "es.csv", Interruptible: true, Work: spec.Duration(10 * time.Hour)})
+	sp.HeartbeatTimeout = spec.Duration(time.Second) // the grace after the crash: 2 s (wall clock)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: sp})
+	st := result(t, env)
+
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Len(t, st.Recoveries, 1)
+	l := g.all()
+	require.Len(t, l, 2)
+	require.EqualValues(t, 20, l[1].in.Restore.Step)
+	var lost []spec.Segment
+	for _, sg := range st.Segments {
+		if sg.Lost {
+			lost = append(lost, sg)
+		}
+	}
+	require.Len(t, lost, 1, "segments %+v", st.Segments)
+	require.Equal(t, day0.Add(700*ms), lost[0].Start.UTC(), "from the last checkpoint")
+	require.False(t, lost[0].End.Before(day0.Add(time.Second)), "to the failure")
+	require.EqualValues(t, 20, lost[0].FromStep)
+	require.EqualValues(t, 25, lost[0].ToStep, "the step the rank exited at")
+	require.Equal(t, 2, lost[0].Nodes)
+	var priced int
+	for _, c := range cb.calls {
+		for _, sg := range c.Price {
+			if sg.Lost {
+				priced++
+			}
+		}
+	}
+	require.Equal(t, 1, priced, "the lost segment priced")
 }

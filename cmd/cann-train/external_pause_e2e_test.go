@@ -23,7 +23,9 @@ import (
 // pauseScript is a tiny training script on the Python helper alone (no
 // torch): a weight that decays every step, checkpointed by rank 0 and
 // restored on relaunch, a line of output per step. With CANN_E2E_CRASH_AT
-// set, rank 1 of a fresh start exits 3 at that step.
+// set, rank 1 of a fresh start exits 3 at that step (every rank with
+// CANN_E2E_CRASH_ALL: the script has no collective to stop rank 0 as a
+// real job's would).
 const pauseScript = `import os, sys, time
 import cann_train as ct
 
@@ -40,8 +42,8 @@ for step in range(start + 1, total + 1):
     time.sleep(0.02)
     w *= 0.99
     print("rank %d step %d" % (ct.rank(), step), flush=True)
-    if start == 0 and ct.rank() == 1 and step == int(os.environ.get("CANN_E2E_CRASH_AT", "0")):
-        print("rank 1: simulated crash", file=sys.stderr, flush=True)
+    if start == 0 and (ct.rank() == 1 or os.environ.get("CANN_E2E_CRASH_ALL")) and step == int(os.environ.get("CANN_E2E_CRASH_AT", "0")):
+        print("rank %d: simulated crash" % ct.rank(), file=sys.stderr, flush=True)
         sys.exit(3)
     ct.report(step, loss=w)
     if ct.should_checkpoint(step) and ct.rank() == 0:
@@ -281,4 +283,37 @@ func TestExternalDrainMovesTheWorld(t *testing.T) {
 		t.Errorf("rank-0 launches %d; want 2, the second from step %d", len(reps), st.Rescalings[0].AtStep+1)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_drain.json")
+}
+
+// TestExternalCrashCountsLostWork: the script's first launch crashes at
+// step 80; the run relaunches the world from the checkpoint at
+// 50 and completes, and what the failed launch trained after that
+// checkpoint is a lost segment (its energy counted). Its history is the
+// replay test's trainingrun_external_lost.json.
+func TestExternalCrashCountsLostWork(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 in PATH: skipping the external-job crash e2e test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, _ := startScriptCluster(ctx, t, dir, "node-1", "node-2")
+	s := spec.RunSpec{Name: "ext-lost", Nodes: 2, Steps: 200, CheckpointEvery: 50, HeartbeatTimeout: spec.Duration(2 * time.Second),
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir,
+			Env: map[string]string{"CANN_E2E_CRASH_AT": "80", "CANN_E2E_CRASH_ALL": "1"}}}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	st := awaitRun(ctx, t, run, l.LogDir)
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 1 || st.Recoveries[0].ResumeStep != 50 {
+		t.Fatalf("final status %s at step %d, recoveries %+v: want completed after one relaunch from 50", st.Phase, st.Step, st.Recoveries)
+	}
+	var lost []spec.Segment
+	for _, seg := range st.Segments {
+		if seg.Lost {
+			lost = append(lost, seg)
+		}
+	}
+	if len(lost) != 1 || lost[0].FromStep != 50 || lost[0].ToStep < 50 || lost[0].ToStep > 80 || lost[0].Nodes != 2 || lost[0].WallSeconds <= 0 {
+		t.Errorf("lost segments %+v: want the first launch's steps after its checkpoint at 50, up to the crash at 80", lost)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_lost.json")
 }
