@@ -60,8 +60,10 @@ type RunState struct {
 	// and shrinks after failures change it.
 	Size int `json:"size,omitempty"`
 	// RegrowAt is when a run below its target size (Status.TargetNodes)
-	// next asks the Cluster for free nodes.
-	RegrowAt time.Time `json:"regrow_at,omitzero"`
+	// next asks the Cluster for free nodes; RegrowWait is the wait after
+	// the last ask that found none (doubling up to regrowMax).
+	RegrowAt   time.Time     `json:"regrow_at,omitzero"`
+	RegrowWait time.Duration `json:"regrow_wait,omitempty"`
 	// ForceCheckpoint makes the next chunk checkpoint at its end (a
 	// pending rescale waits for it).
 	ForceCheckpoint bool `json:"force_checkpoint,omitempty"`

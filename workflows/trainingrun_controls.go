@@ -246,11 +246,20 @@ func (r *run) rescale(ctx workflow.Context, n int) bool {
 // regrowFirst and regrowRetry: how long a run below its target size
 // trains on after it shrank (it had just taken every free node; workers
 // that crashed are often back seconds later), and after the Cluster had
-// no free node for it, before it asks — node_wait when shorter.
+// no free node for it, before it asks — the latter doubling with every
+// ask that finds none, up to regrowMax (each ask is a few events in the
+// run's and the Cluster's histories); node_wait when shorter.
 const (
 	regrowFirst = 10 * time.Second
 	regrowRetry = time.Minute
+	regrowMax   = 16 * time.Minute
 )
+
+// nextRegrowWait is the wait after an ask that found no free node, the
+// last wait having been prev (0: none yet).
+func nextRegrowWait(prev time.Duration) time.Duration {
+	return min(max(regrowRetry, 2*prev), regrowMax)
+}
 
 func (r *run) regrowAfter(ctx workflow.Context, wait time.Duration) time.Time {
 	return workflow.Now(ctx).Add(min(wait, r.spec.NodeWait.D()))
@@ -267,7 +276,7 @@ const versionRegrow = "regrow"
 func (r *run) setTarget(n int) {
 	r.st.Status.TargetNodes = n
 	if n == 0 {
-		r.st.RegrowAt = time.Time{}
+		r.st.RegrowAt, r.st.RegrowWait = time.Time{}, 0
 	}
 }
 
@@ -279,7 +288,7 @@ func (r *run) shrank(ctx workflow.Context, from int) {
 		return // (see regrowDue)
 	}
 	r.setTarget(max(r.st.Status.TargetNodes, from))
-	r.st.RegrowAt = r.regrowAfter(ctx, regrowFirst)
+	r.st.RegrowAt, r.st.RegrowWait = r.regrowAfter(ctx, regrowFirst), 0
 }
 
 // regrowTarget is the size to grow back to: the target, but no more
@@ -306,7 +315,7 @@ func (r *run) regrowDue(ctx workflow.Context) bool {
 // regrow asks the Cluster for free nodes, at once, up to the target size
 // (at least one more than the run has): they take the next ranks and the
 // run resumes from the checkpoint at this step. With none free it trains
-// on and asks again regrowRetry later, recording nothing. It returns
+// on and asks again regrowRetry later (doubling), recording nothing. It returns
 // false when the change waits for a checkpoint (see changeNodes).
 func (r *run) regrow(ctx workflow.Context) bool {
 	target, cur := r.regrowTarget(), len(r.st.Membership.Nodes)
@@ -314,10 +323,13 @@ func (r *run) regrow(ctx workflow.Context) bool {
 	if !done {
 		return false
 	}
-	r.st.RegrowAt = r.regrowAfter(ctx, regrowRetry)
 	if rec.Error != "" {
-		return true // none free: ask again later
+		// None free: ask again later, and later still after each miss.
+		r.st.RegrowWait = nextRegrowWait(r.st.RegrowWait)
+		r.st.RegrowAt = r.regrowAfter(ctx, r.st.RegrowWait)
+		return true
 	}
+	r.st.RegrowAt, r.st.RegrowWait = r.regrowAfter(ctx, regrowRetry), 0
 	rec.Regrow = true
 	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
 	if len(r.st.Membership.Nodes) >= r.st.Status.TargetNodes {

@@ -721,3 +721,16 @@ func TestTrainingRunStaysShrunkWhenAsked(t *testing.T) {
 	require.Empty(t, st.Rescalings)
 	require.Len(t, ch.byFrom()[500], 2, "an hour on, b free, still two")
 }
+
+// The asks of a run below its size back off: a minute, then doubling up
+// to 16 minutes.
+func TestNextRegrowWait(t *testing.T) {
+	var got []time.Duration
+	w := time.Duration(0)
+	for range 7 {
+		w = nextRegrowWait(w)
+		got = append(got, w)
+	}
+	require.Equal(t, []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute,
+		16 * time.Minute, 16 * time.Minute, 16 * time.Minute}, got)
+}
