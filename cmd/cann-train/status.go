@@ -982,8 +982,6 @@ func endedAs(phase spec.Phase, step int64, errText string) string {
 // its "cancelled at step N" opening and "last checkpoint at step N".
 var repeatsEnd = regexp.MustCompile(`^cancelled at step \d+|(^|; )last checkpoint at step \d+`)
 
-// recoveryHeadline says what a recovery did: "gen 2: node-2 → node-3 at
-// step 121, rewound to 100 (21 steps lost)".
 // recoveryTimes says how fast a recovery was, counted from the fault when
 // known (an injected one, a peer's notice), else from when the workflow
 // saw the chunk fail.
@@ -1001,6 +999,9 @@ func recoveryTimes(r RecoverySummary) string {
 	return fmt.Sprintf("detected %.2fs, first step %.2fs after the %s", r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "))
 }
 
+// recoveryHeadline says what a recovery did: "gen 2: node-2 → node-3 at
+// step 121, rewound to 100 (21 steps lost)" — every failed node, the
+// spares that took their ranks, the ones taken back, a shrink.
 func recoveryHeadline(r RecoverySummary) string {
 	if len(r.FailedNodes) == 0 {
 		// No node lost (a corrupt checkpoint, say): the run went back.
