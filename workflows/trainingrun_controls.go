@@ -285,7 +285,7 @@ func (r *run) setTarget(n int) {
 // first regrowFirst from now.
 func (r *run) shrank(ctx workflow.Context, from int) {
 	if r.spec.IsExternal() {
-		return // (see regrowDue)
+		return // (it keeps its world size: min_nodes is nodes)
 	}
 	r.setTarget(max(r.st.Status.TargetNodes, from))
 	r.st.RegrowAt, r.st.RegrowWait = r.regrowAfter(ctx, regrowFirst), 0
@@ -301,7 +301,7 @@ func (r *run) regrowTarget() int {
 // regrowDue: the run is below its target size, its last ask is a while
 // ago, and this boundary has (or is uploading) the checkpoint a new
 // membership starts from — a regrow never makes a chunk checkpoint just
-// to ask. Not for external jobs (a change stops their world).
+// to ask. Not for external jobs (they keep their world size).
 func (r *run) regrowDue(ctx workflow.Context) bool {
 	s := &r.st.Status
 	if r.regrowTarget() <= len(r.st.Membership.Nodes) || r.spec.IsExternal() || s.Step >= r.spec.Steps ||
