@@ -32,20 +32,23 @@ type dashboardRow struct {
 	RunID      string `json:"run_id"`
 	// Execution is Temporal's status of the workflow (running, completed,
 	// failed, terminated, …); Status is the run's own phase.
-	Execution     string     `json:"execution"`
-	Status        spec.Phase `json:"status"`
-	Model         string     `json:"model"`
-	Nodes         int64      `json:"nodes"`
-	Step          int64      `json:"step"`
-	Steps         int64      `json:"steps"`
-	Loss          float32    `json:"loss"`
-	SamplesPerSec float64    `json:"samples_per_sec"`
-	Strategy      string     `json:"strategy,omitempty"`
-	Recoveries    int        `json:"recoveries"`
-	CarbonGrams   float64    `json:"carbon_g,omitempty"`
-	Detail        string     `json:"detail,omitempty"`
-	StartedAt     time.Time  `json:"started_at"`
-	WebUI         string     `json:"web_ui,omitempty"`
+	Execution string     `json:"execution"`
+	Status    spec.Phase `json:"status"`
+	Model     string     `json:"model"`
+	Nodes     int64      `json:"nodes"`
+	// TargetNodes is the size a running run that lost nodes grows back
+	// to (status target_nodes; 0: none).
+	TargetNodes   int64     `json:"target_nodes,omitempty"`
+	Step          int64     `json:"step"`
+	Steps         int64     `json:"steps"`
+	Loss          float32   `json:"loss"`
+	SamplesPerSec float64   `json:"samples_per_sec"`
+	Strategy      string    `json:"strategy,omitempty"`
+	Recoveries    int       `json:"recoveries"`
+	CarbonGrams   float64   `json:"carbon_g,omitempty"`
+	Detail        string    `json:"detail,omitempty"`
+	StartedAt     time.Time `json:"started_at"`
+	WebUI         string    `json:"web_ui,omitempty"`
 	// Unread says why the run's own status could not be read (the row
 	// then has only what the visibility store indexes).
 	Unread string `json:"unread,omitempty"`
@@ -233,6 +236,9 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 		r.Step, r.Loss, r.SamplesPerSec = live.Step, live.Loss, live.SamplesPerSec*float64(max(1, len(st.Nodes)))
 	}
 	r.Recoveries = len(st.Recoveries)
+	if st.TargetNodes > len(st.Nodes) {
+		r.TargetNodes = int64(st.TargetNodes)
+	}
 	if st.Green != nil {
 		r.CarbonGrams = st.Green.Grams
 	}
@@ -261,6 +267,10 @@ func printDashboard(w io.Writer, rows []dashboardRow) error {
 		if r.Steps > 0 {
 			step = fmt.Sprintf("%d/%d", r.Step, r.Steps)
 		}
+		nodes := fmt.Sprint(r.Nodes)
+		if r.TargetNodes > r.Nodes && r.Execution == activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) {
+			nodes = fmt.Sprintf("%d/%d", r.Nodes, r.TargetNodes) // shrunk, growing back
+		}
 		carbon := "-"
 		if r.CarbonGrams > 0 {
 			carbon = fmt.Sprintf("%.1f", r.CarbonGrams)
@@ -272,8 +282,8 @@ func printDashboard(w io.Writer, rows []dashboardRow) error {
 		if len(detail) > 60 {
 			detail = detail[:57] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.4f\t%.0f\t%d\t%s\t%s\t%s\n", strings.TrimPrefix(r.WorkflowID, spec.RunIDPrefix),
-			status, r.Model, r.Nodes, step, r.Loss, r.SamplesPerSec, r.Recoveries, carbon,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.4f\t%.0f\t%d\t%s\t%s\t%s\n", strings.TrimPrefix(r.WorkflowID, spec.RunIDPrefix),
+			status, r.Model, nodes, step, r.Loss, r.SamplesPerSec, r.Recoveries, carbon,
 			r.StartedAt.Local().Format("01-02 15:04:05"), detail)
 	}
 	return tw.Flush()

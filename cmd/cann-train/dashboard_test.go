@@ -66,7 +66,7 @@ func TestPrintDashboard(t *testing.T) {
 	}
 	b.Reset()
 	rows := []dashboardRow{
-		{WorkflowID: "run/a", Execution: "running", Status: spec.PhaseTraining, Model: "m", Nodes: 2, Step: 5, Steps: 10, Loss: 0.25},
+		{WorkflowID: "run/a", Execution: "running", Status: spec.PhaseTraining, Model: "m", Nodes: 2, TargetNodes: 3, Step: 5, Steps: 10, Loss: 0.25},
 		{WorkflowID: "run/b", Execution: "failed", Detail: strings.Repeat("x", 100)},
 		{WorkflowID: "run/c", Execution: "running", Unread: "query: no worker"},
 		{WorkflowID: "run/d", Execution: "failed", Status: spec.PhaseFailed},
@@ -85,8 +85,8 @@ func TestPrintDashboard(t *testing.T) {
 			t.Errorf("row %d %q: want the run name without run/", i, lines[i+1])
 		}
 	}
-	if !strings.Contains(lines[1], "5/10") || !strings.Contains(lines[1], "0.2500") {
-		t.Errorf("running row %q", lines[1])
+	if f := strings.Fields(lines[1]); len(f) < 5 || f[3] != "2/3" || f[4] != "5/10" || !strings.Contains(lines[1], "0.2500") {
+		t.Errorf("running row %q: want 2/3 nodes (shrunk, growing back), 5/10 steps", lines[1])
 	}
 	if !strings.Contains(lines[2], "failed") || !strings.Contains(lines[2], "...") {
 		t.Errorf("failed row %q: want its execution status and a shortened detail", lines[2])
