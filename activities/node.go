@@ -259,11 +259,13 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	loopStart := time.Now()
 	for step := in.From; step < in.To; step++ {
 		if err := ctx.Err(); err != nil {
+			log.Info("chunk cancelled", zap.Int64("step", step))
 			return nil, err
 		}
 		loss, err := sy.Step(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
+				log.Info("chunk cancelled", zap.Int64("step", step))
 				return nil, ctx.Err()
 			}
 			return nil, peerError(err, step, p.perNode)
@@ -866,10 +868,13 @@ func newHeartbeater(ctx context.Context, in spec.ChunkInput) *heartbeater {
 }
 
 // startHeartbeater beats prog (then what update sets) four times per
-// heartbeat timeout, at most every 100 ms.
+// heartbeat timeout, at most every 100 ms and at least every 500 ms.
 func startHeartbeater(ctx context.Context, prog spec.ChunkProgress, timeout time.Duration, withLogs bool) *heartbeater {
 	h := &heartbeater{prog: prog, withLogs: withLogs, done: make(chan struct{})}
-	every := max(timeout/4, 100*time.Millisecond)
+	// A quarter of the timeout, but at least twice a second: the reply to
+	// a heartbeat is how the activity hears of its cancellation (the node
+	// worker sends them at most a second apart: workers.heartbeatEvery).
+	every := min(max(timeout/4, 100*time.Millisecond), 500*time.Millisecond)
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()

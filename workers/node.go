@@ -53,6 +53,10 @@ type NodeOptions struct {
 	Energy string
 }
 
+// heartbeatEvery bounds how long a node's running activities wait to
+// send their latest heartbeat (worker.Options.MaxHeartbeatThrottleInterval).
+const heartbeatEvery = time.Second
+
 // RunNode serves the node's task queue, registers the node with the
 // Cluster and renews its lease until ctx ends.
 func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logger) error {
@@ -131,6 +135,14 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		// arrive while the stopped one still winds down.
 		MaxConcurrentActivityExecutionSize: 4,
 		WorkerStopTimeout:                  5 * time.Second,
+		// An activity learns of its cancellation only from the reply to a
+		// heartbeat, and the SDK sends one at most every 0.8 × the
+		// heartbeat timeout (8 s for the default 10 s): a cancelled chunk
+		// trained on that long, on nodes the run may have released. A
+		// heartbeat a second (RecordActivityTaskHeartbeat per running
+		// activity) stops it within about one, and keeps the live
+		// progress that status and watch read as fresh.
+		MaxHeartbeatThrottleInterval: heartbeatEvery,
 	})
 	w.RegisterActivityWithOptions(acts.TrainChunk, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
 	w.RegisterActivityWithOptions(acts.RunExternal, activity.RegisterOptions{Name: spec.ActivityRunExternal})

@@ -512,3 +512,38 @@ func awaitCheckpoint(ctx context.Context, t *testing.T, c client.Client, id stri
 		}
 	}
 }
+
+// TestCancelStopsTheChunkInFlight: a cancelled run's chunk stops on its
+// nodes within seconds, not at the SDK's throttled heartbeat (0.8 × a 30 s
+// heartbeat timeout here: 24 s), which is when an activity hears of its
+// cancellation; the node workers send heartbeats every second.
+func TestCancelStopsTheChunkInFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, _ := startInProcessControl(ctx, t, dir, "node-1", "node-2")
+	s := spec.RunSpec{Name: "cancel-chunk", Nodes: 2, Steps: 10_000_000, ChunkSteps: 10_000_000, CheckpointEvery: 10_000_000,
+		HeartbeatTimeout: spec.Duration(30 * time.Second)}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the chunk training", func(_ spec.RunStatus, live *spec.ChunkProgress) bool {
+		return live != nil && live.Step > 0
+	})
+	if err := c.CancelWorkflow(ctx, run.GetID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	asked := time.Now()
+	for _, node := range []string{"node-1", "node-2"} {
+		for {
+			b, _ := os.ReadFile(filepath.Join(l.LogDir, node+".log"))
+			if bytes.Contains(b, []byte("chunk cancelled")) {
+				break
+			}
+			if time.Since(asked) > 5*time.Second {
+				dumpLogs(t, l.LogDir)
+				t.Fatalf("%s's chunk still trains %s after the cancel", node, time.Since(asked).Round(time.Millisecond))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("both nodes' chunks stopped %s after the cancel", time.Since(asked).Round(time.Millisecond))
+}
