@@ -874,6 +874,8 @@ func startHeartbeater(ctx context.Context, prog spec.ChunkProgress, timeout time
 	// A quarter of the timeout, but at least twice a second: the reply to
 	// a heartbeat is how the activity hears of its cancellation (the node
 	// worker sends them at most a second apart: workers.heartbeatEvery).
+	// (Beating once a second, the period of the SDK's batches, did not
+	// deliver a cancel within 5 s: TestCancelStopsTheChunkInFlight.)
 	every := min(max(timeout/4, 100*time.Millisecond), 500*time.Millisecond)
 	h.wg.Add(1)
 	go func() {

@@ -16,7 +16,7 @@ import (
 type Timeline struct {
 	Series  *carbon.Series // the intensity curve (required)
 	Chunks  []Span         // what ran: one shaded rect (class "chunk") each
-	Lost    []Span         // optional failed chunks, trained again: hatched-red rects (class "lost")
+	Lost    []Span         // optional failed chunks, trained again: orange rects (class "lost")
 	Planned []Span         // optional planned slots: dashed outlines (class "planned")
 	Title   string
 	// Width and Height in pixels; 0 means 960 × 320.
