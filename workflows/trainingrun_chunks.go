@@ -239,7 +239,6 @@ const versionSalvageAbsorb = "salvage-absorb"
 // reading is gone). Not its speeds, traffic or warm-up measures, which
 // want every rank (a run past an undecided auto codec measures again).
 func (r *run) absorbSalvaged(ctx workflow.Context, results []spec.ChunkResult, errs []error) {
-	s := &r.st.Status
 	var start, end time.Time
 	var secs float64
 	for i, res := range results {
@@ -253,18 +252,7 @@ func (r *run) absorbSalvaged(ctx workflow.Context, results []spec.ChunkResult, e
 		secs = max(secs, res.Seconds)
 	}
 	lead := results[0]
-	if s.Step == 0 {
-		s.InitialLoss = lead.FirstLoss
-	}
-	r.st.TrainSeconds += secs
-	r.st.StepsTrained += lead.To - lead.From
-	if r.st.TrainSeconds > 0 {
-		s.StepsPerSec = float64(r.st.StepsTrained) / r.st.TrainSeconds
-	}
-	s.Loss = lead.LastLoss
-	s.WeightsSHA256 = lead.WeightsSHA256
-	s.Chunks++
-	r.chunksNow++
+	r.countChunk(lead, secs)
 	r.recordSegment(start, end, lead.From, lead.To, results) // a lost rank's Joules are 0: modelled
 	r.noteResumed(results)                                   // (this chunk came after an earlier recovery)
 	r.metrics(ctx).Gauge(metricStep).Update(float64(lead.To))
@@ -782,36 +770,21 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	}
 	r.st.LastChunkEnd = end
 	lead := results[0]
-	if s.Step == 0 {
-		s.InitialLoss = lead.FirstLoss
-	}
 	if f := lead.CheckpointFailed; f != nil {
 		s.CheckpointFailed = f
 		workflow.GetLogger(ctx).Warn("a checkpoint's upload failed; the run keeps its older ones", "step", f.Step, "error", f.Error)
 	}
-	r.st.TrainSeconds += secs
-	r.st.StepsTrained += lead.To - lead.From
+	r.countChunk(lead, secs)
 	s.Step = lead.To
-	if lead.To > lead.From {
-		// A launch that trained nothing (an external job restored at its
-		// last step) keeps the loss of the checkpoint it restored.
-		s.Loss = lead.LastLoss
-	}
 	s.SamplesPerSec = samples
 	m := r.metrics(ctx)
 	m.Gauge(metricStep).Update(float64(s.Step))
 	m.Gauge(metricSamplesPerSec).Update(samples)
-	if r.st.TrainSeconds > 0 {
-		s.StepsPerSec = float64(r.st.StepsTrained) / r.st.TrainSeconds
-	}
 	s.CommShare = comm
 	ranks := float64(len(results) * r.spec.LocalRanks())
 	if one, ok := s.Topology.SingleRankSamplesPerSec(float64(r.spec.GlobalBatch()) / ranks); ok {
 		s.ScalingEfficiency = samples / (ranks * one)
 	}
-	s.WeightsSHA256 = lead.WeightsSHA256
-	s.Chunks++
-	r.chunksNow++
 	r.absorbSync(results)
 	r.decideOnMeasure(ctx, results)
 	r.recordSegment(start, end, lead.From, lead.To, results)
@@ -838,6 +811,29 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	r.noteResumed(results)
 	s.UpdatedAt = workflow.Now(ctx)
 	r.publish(ctx)
+}
+
+// countChunk counts a chunk that trained lead's steps in secs (its
+// slowest rank's time): its first loss when the run's first, its last
+// loss, steps and time, the weights' hash it reached.
+func (r *run) countChunk(lead spec.ChunkResult, secs float64) {
+	s := &r.st.Status
+	if s.Step == 0 {
+		s.InitialLoss = lead.FirstLoss
+	}
+	r.st.TrainSeconds += secs
+	r.st.StepsTrained += lead.To - lead.From
+	if r.st.TrainSeconds > 0 {
+		s.StepsPerSec = float64(r.st.StepsTrained) / r.st.TrainSeconds
+	}
+	if lead.To > lead.From {
+		// A launch that trained nothing (an external job restored at its
+		// last step) keeps the loss of the checkpoint it restored.
+		s.Loss = lead.LastLoss
+	}
+	s.WeightsSHA256 = lead.WeightsSHA256
+	s.Chunks++
+	r.chunksNow++
 }
 
 // noteResumed completes the last recovery with the first step after it:
