@@ -64,6 +64,12 @@ type Node struct {
 	// host's energy (ChunkResult.Joules), else the run models it.
 	Energy   energy.Meter
 	energyMu sync.Mutex
+	// BucketGrace is how long this node may miss a run's last committed
+	// checkpoint in the bucket before its chunks fail as
+	// ErrTypeBucketNotShared (zero: DefaultBucketGrace): a shorter miss
+	// may be a shared filesystem's directory cache (NFS trusts cached
+	// attributes for up to a minute), not a bucket of its own.
+	BucketGrace time.Duration
 
 	// world admits one external job's processes at a time on this node: a
 	// relaunch waits until the last world's processes are gone.
@@ -83,6 +89,9 @@ type Node struct {
 	// jobs: by run name, the run (token or launch) whose job this process
 	// stored last (recordJob).
 	jobs map[string]string
+	// sights: by run token and bucket URL, whether this process has seen
+	// the run's checkpoints there (checkSharedBucket).
+	sights map[string]*bucketSight
 }
 
 type pendingSave struct {
@@ -136,6 +145,9 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	// also how a cancellation reaches this activity.
 	hb := newHeartbeater(ctx, in)
 	defer hb.stop()
+	if err := n.checkSharedBucket(ctx, in, log); err != nil {
+		return nil, err
+	}
 	train, test, err := n.data()
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoData", err)
@@ -473,6 +485,10 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train
 			return nil, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", in.Restore.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
 		}
+		if errors.Is(err, checkpoint.ErrNotFound) {
+			return nil, fmt.Errorf("load checkpoint %s: %w in %s as node %s opens it: deleted since it was committed, "+
+				"or this node does not reach the bucket its saver wrote to (mem:// is each process's own, file:// each host's unless shared)", in.Restore.Key, err, in.Restore.URL, n.ID)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("load checkpoint %s: %w", in.Restore.Key, err)
 		}
@@ -613,6 +629,86 @@ func (n *Node) checkpointURL(in spec.ChunkInput) string {
 		return in.Spec.CheckpointURL
 	}
 	return n.DefaultCheckpointURL
+}
+
+// DefaultBucketGrace is Node.BucketGrace's default.
+const DefaultBucketGrace = 90 * time.Second
+
+// bucketSight is what a node knows of a run's checkpoints in a bucket.
+type bucketSight struct {
+	seen      bool      // it found one there
+	missSince time.Time // the first of the misses since (zero: none)
+}
+
+// checkSharedBucket checks that this node reaches the bucket the run's
+// checkpoints are in: that the last one committed (in.Restore, which
+// global rank 0's node saved) is there as this process opens the bucket.
+// Once found, it is not asked again for the run (its token) and bucket.
+// A node that cannot see it could not restore from it either: with every
+// node saving into its own bucket — mem:// (each process's memory),
+// file:// on hosts that do not share the path — the run trains well until
+// a recovery finds no checkpoint, hours later. So a miss that lasts
+// BucketGrace fails the chunk, not retryable, saying so; a check that
+// errs (a bucket's hiccup) is asked again at the next chunk.
+func (n *Node) checkSharedBucket(ctx context.Context, in spec.ChunkInput, log *zap.Logger) error {
+	r := in.Restore
+	if r == nil {
+		return nil
+	}
+	key := in.Token + "\x00" + r.URL
+	n.mu.Lock()
+	known := n.sights[key] != nil && n.sights[key].seen
+	n.mu.Unlock()
+	if known {
+		return nil
+	}
+	store, err := n.store(ctx, r.URL)
+	if err != nil {
+		return err
+	}
+	found, err := store.Exists(ctx, toRef(*r))
+	if err != nil {
+		log.Warn("could not check that this node sees the run's checkpoints", zap.String("bucket", r.URL), zap.Error(err))
+		return nil
+	}
+	now := time.Now()
+	n.mu.Lock()
+	if n.sights == nil {
+		n.sights = map[string]*bucketSight{}
+	}
+	sight := n.sights[key]
+	if sight == nil {
+		sight = &bucketSight{}
+		n.sights[key] = sight
+	}
+	firstMiss := !found && sight.missSince.IsZero()
+	if found {
+		sight.seen, sight.missSince = true, time.Time{}
+	} else if firstMiss {
+		sight.missSince = now
+	}
+	missing := now.Sub(sight.missSince)
+	n.mu.Unlock()
+	if found {
+		return nil
+	}
+	grace := n.BucketGrace
+	if grace <= 0 {
+		grace = DefaultBucketGrace
+	}
+	if missing < grace {
+		if firstMiss {
+			log.Warn("the run's last checkpoint is not in this node's bucket (yet?): its chunks fail if it stays missing", zap.String("bucket", r.URL),
+				zap.Int64("step", r.Step), zap.Duration("grace", grace))
+		}
+		return nil
+	}
+	err = fmt.Errorf("node %s does not find the run's last checkpoint (step %d, %s) in %s, where the node that saved it committed it (missing here for %s): "+
+		"every node of a run must reach the same bucket (mem:// is each worker process's own memory, file:// each host's own disk unless the path is shared), "+
+		"or no node could resume from it after a failure; set checkpoint_url (or every node worker's --checkpoint-url) to storage they all reach: "+
+		"s3://, gs://, azblob://, or file:// on a shared filesystem",
+		n.ID, r.Step, r.Key, r.URL, missing.Round(time.Millisecond))
+	return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeBucketNotShared, err)
 }
 
 func (n *Node) store(ctx context.Context, url string) (*checkpoint.Store, error) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -270,6 +271,64 @@ func TestTrainChunkBlamesLostPeer(t *testing.T) {
 	}
 	if el := time.Since(res[1].EndedAt); el > 4*time.Second {
 		t.Errorf("detection took %s; a closed peer must be seen at once, not by timeout", el)
+	}
+}
+
+// TestTrainChunkSeesTheRunsBucket: nodes that save into buckets of their
+// own (mem:// is each process's; here each Node's) train on, warning,
+// while a node misses the run's committed checkpoint for less than
+// BucketGrace; then its chunk fails at once as BucketNotShared, naming the
+// node, the step and the bucket. Nodes sharing a bucket never fail so.
+func TestTrainChunkSeesTheRunsBucket(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		url    func(t *testing.T) string
+		shared bool
+	}{
+		{"own buckets", func(*testing.T) string { return "mem://" }, false},
+		{"one bucket", func(t *testing.T) string { return "file://" + t.TempDir() }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, m := newNodes(t, 2, tc.url(t))
+			for _, n := range nodes {
+				n.BucketGrace = time.Millisecond
+			}
+			s := spec.RunSpec{Name: "act", Nodes: 2, Steps: 90, ChunkSteps: 30}.WithDefaults()
+			in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "tok", From: 0, To: 30, Checkpoint: true}
+			res, errs := runChunk(t, nodes, in)
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			ck := res[0].Checkpoint
+			if ck == nil {
+				t.Fatal("rank 0 saved no checkpoint")
+			}
+			// The workflow names the committed checkpoint in every chunk
+			// after it (Restore; not restored by a warm node).
+			in.Session, in.From, in.To, in.Checkpoint, in.Restore = "run/act/g1/e2", 30, 60, false, ck
+			if _, errs = runChunk(t, nodes, in); errors.Join(errs...) != nil {
+				t.Fatalf("first miss, within the grace: %v", errors.Join(errs...))
+			}
+			time.Sleep(2 * time.Millisecond) // past the grace
+			in.Session, in.From, in.To = "run/act/g1/e3", 60, 90
+			if tc.shared {
+				if _, errs = runChunk(t, nodes, in); errors.Join(errs...) != nil {
+					t.Fatalf("nodes sharing the bucket, past the grace: %v", errors.Join(errs...))
+				}
+				return
+			}
+			// Rank 1 alone: it fails before it would wait for rank 0.
+			_, errs = runChunk(t, nodes[1:], in, func(_ int, in *spec.ChunkInput) { in.Rank = 1 })
+			var ae *temporal.ApplicationError
+			if !errors.As(errs[0], &ae) || ae.Type() != spec.ErrTypeBucketNotShared || !ae.NonRetryable() {
+				t.Fatalf("want a non-retryable BucketNotShared, got %v", errs[0])
+			}
+			for _, want := range []string{"node-2", "step 30", "mem://", "same bucket"} {
+				if !strings.Contains(ae.Message(), want) {
+					t.Errorf("message lacks %q: %s", want, ae.Message())
+				}
+			}
+		})
 	}
 }
 

@@ -343,8 +343,28 @@ func LoadFile(path string) (RunSpec, error) {
 
 // Parse decodes a job file's bytes; name is used in errors. Unknown fields,
 // wrong types and impossible values come back as a *SpecError whose fields
-// carry the YAML line.
+// carry the YAML line. A job file's checkpoint_url is never mem://: a job
+// file is for node workers, each its own process, and mem:// is one
+// process's memory (RunSpec.Validate accepts it, for tests that run every
+// worker in one process).
 func Parse(name string, data []byte) (RunSpec, error) {
+	s, err := parse(name, data)
+	if err != nil {
+		return s, err
+	}
+	if scheme, _, _ := strings.Cut(s.CheckpointURL, "://"); scheme == "mem" {
+		line := 0
+		if file, perr := parser.ParseBytes(data, 0); perr == nil {
+			line = yamlpos.LineOf(file, "checkpoint_url")
+		}
+		return RunSpec{}, &SpecError{File: name, Fields: []FieldError{{Field: "checkpoint_url", Line: line,
+			Msg: fmt.Sprintf("%q is one process's memory: the node workers (each its own process) would not see each other's checkpoints, "+
+				"and a replacement node could not resume; use file:///path on one host, or s3://, gs://, azblob:// that every node reaches", s.CheckpointURL)}}}
+	}
+	return s, nil
+}
+
+func parse(name string, data []byte) (RunSpec, error) {
 	// Decode over the defaults, so that a value written explicitly — a
 	// zero too — is what gets validated.
 	s := RunSpec{}.WithDefaults()
@@ -431,7 +451,7 @@ func (s RunSpec) validateOperation(bad func(field, format string, args ...any)) 
 		bad("checkpoint_every", "must be positive, got %d", s.CheckpointEvery)
 	}
 	if s.CheckpointURL != "" {
-		const forms = "file:///path, mem://, s3://bucket, gs://bucket, azblob://container"
+		const forms = "file:///path, s3://bucket, gs://bucket, azblob://container"
 		scheme, _, ok := strings.Cut(s.CheckpointURL, "://")
 		switch {
 		case !ok:

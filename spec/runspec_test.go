@@ -146,6 +146,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"compression unknown field", "name: a\ncompression:\n  ratio: 0.01\n", "compression.ratio", 3, "unknown field"},
 		{"negative bucket", "name: a\noverlap:\n  bucket_kib: -4\n", "overlap.bucket_kib", 3, "out of range"},
 		{"unknown strategy", "name: a\nstrategy: magic\n", "strategy", 2, "unknown strategy"},
+		{"mem bucket", "name: a\nnodes: 2\ncheckpoint_url: mem://\n", "checkpoint_url", 3, "one process's memory"},
+		{"mem bucket, external job", "name: a\nexternal:\n  entrypoint: [python, t.py]\ncheckpoint_url: mem://x\n", "checkpoint_url", 4, "one process's memory"},
+		{"no bucket driver", "name: a\ncheckpoint_url: ftp://host/ckpt\n", "checkpoint_url", 2, "no storage driver"},
 		// Documents with no body: each once panicked looking for lines.
 		{"empty file", "", "name", 0, "required"},
 		{"only a comment", "# to do\n", "name", 0, "required"},

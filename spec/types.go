@@ -111,6 +111,11 @@ const (
 	// store its checkpoint (the bucket refused the write: full,
 	// unreachable, not allowed).
 	ErrTypeCheckpointStorage = "CheckpointStorage"
+	// ErrTypeBucketNotShared: a node cannot see the checkpoint another
+	// node of the run committed (the two do not reach the same bucket:
+	// mem://, or file:// on different hosts). Not retryable: a recovery
+	// would need that checkpoint.
+	ErrTypeBucketNotShared = "BucketNotShared"
 )
 
 // Search attributes the workflows upsert; registered when the dev server

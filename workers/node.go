@@ -38,6 +38,10 @@ type NodeOptions struct {
 	ClusterID string
 	// CheckpointURL is the default checkpoint bucket.
 	CheckpointURL string
+	// BucketGrace is how long the node may miss a run's committed
+	// checkpoint before failing its chunks (activities.Node.BucketGrace;
+	// zero: activities.DefaultBucketGrace).
+	BucketGrace time.Duration
 	// MNISTDir overrides the data location.
 	MNISTDir string
 	// LeaseEvery is how often the lease is renewed. Default 5s.
@@ -89,6 +93,11 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		}
 		cancel()
 		st.Close()
+		if strings.HasPrefix(o.CheckpointURL, "mem:") {
+			log.Warn("default checkpoint bucket mem:// is this process's memory: no other node sees its checkpoints, and a run "+
+				"without checkpoint_url fails once another node needs them (give every node one bucket: file:// on one host, s3://, gs://, azblob://)",
+				zap.String("url", o.CheckpointURL))
+		}
 	}
 	l, err := tcp.Listen(o.CommListen)
 	if err != nil {
@@ -118,7 +127,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	}
 
 	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
-		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation, PeerWatch: peerWatch}
+		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation, PeerWatch: peerWatch, BucketGrace: o.BucketGrace}
 	defer acts.Close()
 	switch m, err := energy.OpenHostMeter(ctx, energy.HostMeterOptions{Kind: o.Energy}); {
 	case err == nil:

@@ -36,6 +36,9 @@ type chunkFailure struct {
 	cause     error
 	// reasonIsFirst: reason is first's message (no node to blame).
 	reasonIsFirst bool
+	// unshared: a node's BucketNotShared message (the run cannot recover
+	// from a checkpoint some of its nodes do not see).
+	unshared string
 }
 
 func (f *chunkFailure) Error() string {
@@ -576,6 +579,11 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			f.corrupt = true
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeNoState:
 			f.lostState = append(f.lostState, node)
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeBucketNotShared:
+			f.retryable = false
+			if f.unshared == "" {
+				f.unshared = ae.Message()
+			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypePeerFailed:
 			if pf, ok := peerFailed(err); ok && pf.Rank >= 0 && pf.Rank < len(errs) {
 				blamed[pf.Rank]++
@@ -601,6 +609,8 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 		}
 	}
 	switch {
+	case f.unshared != "":
+		f.reason = f.unshared // (not the peers' words: it is no node's loss)
 	case f.corrupt:
 		f.reason = message(f.first)
 		for _, err := range errs {

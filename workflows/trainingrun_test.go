@@ -737,6 +737,40 @@ func TestTrainingRunFallsBackFromCorruptCheckpoint(t *testing.T) {
 	require.EqualValues(t, 0, st.Recoveries[1].ResumeStep, "fell back past the corrupt checkpoint")
 }
 
+// TestTrainingRunFailsOnAnUnsharedBucket: a node that does not see the
+// run's committed checkpoint (BucketNotShared: its bucket is not the one
+// rank 0 saved to) fails the run at once in its words — no recovery, no
+// node blamed — while its peer waits for it in rendezvous.
+func TestTrainingRunFailsOnAnUnsharedBucket(t *testing.T) {
+	const said = "node node-2 does not find the run's last checkpoint (step 100, runs/t/ckpt/000000000100/manifest.json) in mem://"
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1")}
+	ch := &fakeChunks{}
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	ch.fail = func(in spec.ChunkInput) error {
+		switch {
+		case in.From < 200:
+			return nil
+		case in.Rank == 1:
+			return temporal.NewNonRetryableApplicationError(said, spec.ErrTypeBucketNotShared, nil)
+		}
+		<-stuck // in rendezvous for node-2
+		return errors.New("unreachable")
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.True(t, env.IsWorkflowCompleted())
+	err := env.GetWorkflowError()
+	require.ErrorContains(t, err, "not retryable: chunk from step 200: "+said)
+	v, qerr := env.QueryWorkflow(spec.QueryStatus)
+	require.NoError(t, qerr)
+	var st spec.RunStatus
+	require.NoError(t, v.Get(&st))
+	require.Empty(t, st.Recoveries, "no recovery: none could restore from a checkpoint some nodes do not see")
+	require.EqualValues(t, 200, st.Step)
+}
+
 // A node dies while the group is still forming: its peers are blocked in
 // rendezvous and report nothing. Its heartbeat timeout must end the chunk
 // at once, cancelling the waiting peers, and only it is blamed.

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
+	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
 )
@@ -123,6 +124,8 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.StringVar(&o.CommAdvertise, "comm-advertise", "", "address peers dial (default: the bound address)")
 	f.StringVar(&o.ClusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow to register with")
 	f.StringVar(&o.CheckpointURL, "checkpoint-url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "default checkpoint bucket URL")
+	f.DurationVar(&o.BucketGrace, "bucket-grace", activities.DefaultBucketGrace,
+		"how long a run's committed checkpoint may be missing from this node's view of the bucket before its chunks fail (nodes that do not share one)")
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let `cann-train fault kill` SIGKILL this worker (testing and demos only)")

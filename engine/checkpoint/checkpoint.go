@@ -357,6 +357,25 @@ func decodeManifest(key string, b []byte) (*manifest, error) {
 	return &m, nil
 }
 
+// Exists reports whether the manifest of ref's checkpoint is in the bucket
+// (Run and Step name it; the payload is not read). A node that was not the
+// one to save a run's checkpoint asks it to learn whether it reaches the
+// same bucket.
+func (s *Store) Exists(ctx context.Context, ref Ref) (bool, error) {
+	if err := ValidateRun(ref.Run); err != nil {
+		return false, err
+	}
+	if err := validateStep(ref.Step); err != nil {
+		return false, err
+	}
+	key := ManifestKey(ref.Run, ref.Step)
+	ok, err := s.bucket.Exists(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("checkpoint: %s: %w", key, err)
+	}
+	return ok, nil
+}
+
 // Load reads and verifies the checkpoint ref points to. A missing manifest
 // gives an error wrapping ErrNotFound; anything untrustworthy a *CorruptError.
 // Only Run and Step are required; Key, SHA256 and Bytes are checked if set.

@@ -401,6 +401,34 @@ func TestDelete(t *testing.T) {
 	})
 }
 
+func TestExists(t *testing.T) {
+	backends(t, func(t *testing.T, s *Store, b *blob.Bucket) {
+		ctx := t.Context()
+		r1 := mustSave(t, s, "r", 1)
+		for _, c := range []struct {
+			ref  Ref
+			want bool
+		}{
+			{r1, true},
+			{Ref{Run: "r", Step: 1}, true}, // run and step suffice
+			{Ref{Run: "r", Step: 2}, false},
+			{Ref{Run: "other", Step: 1}, false},
+		} {
+			if got, err := s.Exists(ctx, c.ref); err != nil || got != c.want {
+				t.Errorf("Exists(%s@%d) = %v, %v; want %v", c.ref.Run, c.ref.Step, got, err, c.want)
+			}
+		}
+		// The manifest is what makes a checkpoint: a payload alone is not one.
+		must(t, b.Delete(ctx, r1.Key))
+		if got, err := s.Exists(ctx, r1); err != nil || got {
+			t.Errorf("Exists after its manifest was deleted = %v, %v; want false", got, err)
+		}
+		if _, err := s.Exists(ctx, Ref{Run: "", Step: 1}); err == nil {
+			t.Error("Exists of a ref without a run: no error")
+		}
+	})
+}
+
 func TestInvalidArguments(t *testing.T) {
 	s := New(memblob.OpenBucket(nil))
 	ctx := t.Context()

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestUnsharedBucketFailsTheRun: node workers that each save into a bucket
+// of their own (here --checkpoint-url mem://, each process's memory; on a
+// real cluster file:// on hosts that do not share the path) fail a run
+// that names no checkpoint_url early — once a node has missed the
+// checkpoint rank 0 committed for its --bucket-grace — saying so, instead
+// of training on until a recovery finds no checkpoint. No node is blamed
+// and no recovery is tried.
+func TestUnsharedBucketFailsTheRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, l, addr := startInProcessControl(ctx, t, t.TempDir())
+	for _, id := range []string{"node-1", "node-2"} {
+		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", addr,
+			"--checkpoint-url", "mem://", "--bucket-grace", "1s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitRegistered(ctx, t, c, 2)
+	s := spec.RunSpec{Name: "unshared", Nodes: 2, Steps: 1_000_000, ChunkSteps: 100, CheckpointEvery: 100}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	err := run.Get(ctx, nil)
+	if err == nil {
+		t.Fatal("the run completed")
+	}
+	for _, want := range []string{"not retryable", "node node-2 does not find the run's last checkpoint", "in mem://", "same bucket"} {
+		if !strings.Contains(err.Error(), want) {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("run error lacks %q: %v", want, err)
+		}
+	}
+	v, qerr := c.QueryWorkflow(ctx, run.GetID(), "", spec.QueryStatus)
+	var st spec.RunStatus
+	if qerr == nil {
+		qerr = v.Get(&st)
+	}
+	if qerr != nil {
+		t.Fatal(qerr)
+	}
+	if st.Phase != spec.PhaseFailed || len(st.Recoveries) != 0 || st.LastCkpt == nil || st.Step <= st.LastCkpt.Step {
+		t.Errorf("status: %s at step %d, checkpoint %+v, recoveries %+v; want failed past a checkpoint, no recovery",
+			st.Phase, st.Step, st.LastCkpt, st.Recoveries)
+	}
+}
