@@ -45,7 +45,7 @@ bandwidth (GB = 1e9). Every size is checked for correctness.`,
 		Example: `  cann-train bench collective --op allreduce --ranks 2 --transport tcp -b 8 -e 256M -f 2
   cann-train bench collective --coll allreduce --np 4 -b 1M -e 64M -f 4 --algo ring,hd,tree -o json
   cann-train bench collective --np 2 --shm -b 1M -e 64M -f 4`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ranks > 0 {
 				opts.Ranks = ranks
@@ -140,7 +140,7 @@ connections open): found by its heartbeat timeout.`,
   cann-train bench recovery --kills 5 --kill-at chunk-end
   cann-train bench recovery --kills 5 --fault freeze --heartbeat-timeout 2s
   cann-train bench recovery --kills 3 --steps 600 --checkpoint-every 50 -o json`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(o.output, "text", "json"); err != nil {
 				return err

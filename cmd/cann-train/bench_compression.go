@@ -40,7 +40,7 @@ the run (tail_loss_gap_pct, less noisy); --svg draws both loss curves.`,
 		Example: `  cann-train bench compression --optimizer onebit-adam --steps 2000 -o json --svg loss.svg
   cann-train bench compression --codec topk:0.01 --steps 600
   cann-train bench compression --optimizer onebit-adam --codec auto --link-gbps 1`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err

@@ -42,7 +42,7 @@ communication sharing its cores. GOMAXPROCS is raised to 2·ranks for the run
 as a rank process on two cores would.`,
 		Example: `  cann-train bench overlap
   cann-train bench overlap --hidden 64,1024,1024 --steps 60 -o json`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err

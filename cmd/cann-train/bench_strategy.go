@@ -42,7 +42,7 @@ fastest one. With --codec every run compresses its gradient exchange
 		Example: `  cann-train bench strategy
   cann-train bench strategy --nodes 3 --reps 5 --steps 600 -o json
   cann-train bench strategy --codec auto`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(o.output, "text", "json"); err != nil {
 				return err

@@ -57,9 +57,10 @@ func newCheckpointCmd(e *env) *cobra.Command {
 	}
 	ls := &cobra.Command{
 		Use:     "ls RUN",
+		Aliases: []string{"list"},
 		Short:   "List a run's checkpoints, oldest first",
 		Example: `  cann-train checkpoint ls mnist-demo --url file:///tmp/ckpt`,
-		Args:    cobra.ExactArgs(1),
+		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, refs, err := openRun(cmd, args[0])
 			if err != nil {
@@ -88,7 +89,7 @@ func newCheckpointCmd(e *env) *cobra.Command {
 manifest and decodes the training state. Exits non-zero if any is bad, naming
 the object and what is wrong with it.`,
 		Example: `  cann-train checkpoint verify mnist-demo --url file:///tmp/ckpt`,
-		Args:    cobra.ExactArgs(1),
+		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, refs, err := openRun(cmd, args[0])
 			if err != nil {
@@ -161,7 +162,7 @@ content-addressed chunks that no remaining manifest references (chunks
 younger than the grace period are spared, as a save in flight may use them).
 Run it while nothing else saves RUN, or let the run's own retention do it.`,
 		Example: `  cann-train checkpoint gc mnist-demo --keep-last 3 --keep-every 1000 --url file:///tmp/ckpt`,
-		Args:    cobra.ExactArgs(1),
+		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if keepLast < 1 {
 				return fmt.Errorf("--keep-last is %d: the newest checkpoint is always kept, want >= 1", keepLast)

@@ -60,7 +60,7 @@ after its next checkpoint upload and resumes from it; a second pause stops
 it at once.`,
 		Example: `  cann-train pause mnist-demo
   cann-train pause mnist-demo --wait 2m   # return once the run is paused`,
-		Args: cobra.ExactArgs(1),
+		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, id, st, err := openLiveRun(ctx, e, args[0])
@@ -131,7 +131,7 @@ cancelled. Its checkpoints stay in the bucket ('cann-train checkpoint
 ls RUN'); 'cann-train status RUN' still shows where it stopped.`,
 		Example: `  cann-train cancel mnist-demo
   cann-train cancel mnist-demo --wait 1m   # return once it has ended`,
-		Args: cobra.ExactArgs(1),
+		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, id, st, err := openLiveRun(ctx, e, args[0])
@@ -184,7 +184,7 @@ func newResumeCmd(e *env) *cobra.Command {
 (the boundary after it plans again; 'cann-train green override' ignores the
 policy for longer).`,
 		Example: `  cann-train resume mnist-demo`,
-		Args:    cobra.ExactArgs(1),
+		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, id, st, err := openLiveRun(ctx, e, args[0])
@@ -218,7 +218,7 @@ N must be at least the run's min_nodes and at most its global batch.`,
 		Example: `  cann-train scale mnist-demo --nodes 4
   cann-train scale mnist-demo 4
   cann-train scale mnist-demo 2 --wait 5m   # return once it trains on 2 nodes`,
-		Args: cobra.RangeArgs(1, 2),
+		Args: wantArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set := cmd.Flags().Changed("nodes")
 			switch {

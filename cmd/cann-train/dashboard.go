@@ -83,7 +83,7 @@ recoveries, grams of CO2. --query narrows the list with a visibility query
 		Example: `  cann-train dashboard
   cann-train dashboard --watch
   cann-train dashboard --query "CannStatus = 'running'" -o json`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err

@@ -37,7 +37,7 @@ func newDevCmd(e *env) *cobra.Command {
 		Short: "Run the embedded Temporal dev server (SQLite file, Web UI)",
 		Example: `  cann-train dev
   cann-train dev --port 7233 --ui-port 8233 --db-file /tmp/temporal.db`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := e.logger()
 			if err != nil {

@@ -45,7 +45,7 @@ func newFaultKindCmd(e *env, kind, short, long, does string) *cobra.Command {
 		Short:   short,
 		Long:    long,
 		Example: fmt.Sprintf("  cann-train fault %s --run mnist-demo --node node-2 --at-step 250", kind),
-		Args:    cobra.NoArgs,
+		Args:    wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if run == "" || node == "" {
 				return errors.New("--run and --node are required")

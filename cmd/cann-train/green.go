@@ -39,7 +39,7 @@ fresh forecast). On the real traces of the README's savings table online
 keeps the most of the oracle's savings in every zone and job kind.`,
 		Example: `  cann-train green plan --trace ../shared/data/carbon/ES_2022_hourly.csv \
       --start 2022-03-01T08:00:00Z --work 10h --deadline 48h --forecast persistence --interruptible -o json`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err

@@ -35,7 +35,7 @@ chunks that ran and the planned slots.`,
 		Example: `  cann-train green report mnist-green
   cann-train green report mnist-green -o json --svg mnist-green.svg
   cann-train green report mnist-demo --trace ../shared/data/carbon/ES_2022_hourly.csv`,
-		Args: cobra.ExactArgs(1),
+		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
@@ -317,7 +317,7 @@ the next chunks run at once, until --until (RFC 3339) or for --for, or for
 good when neither is given. --clear restores the policy.`,
 		Example: `  cann-train green override mnist-green --for 6h
   cann-train green override mnist-green --clear`,
-		Args: cobra.ExactArgs(1),
+		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := spec.GreenOverride{Clear: clear}
 			switch {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -99,6 +100,7 @@ Start here:  cann-train quickstart`,
 		newDashboardCmd(e),
 		newNodesCmd(e),
 	)
+	groupsRefuseUnknown(root)
 	return root
 }
 
@@ -134,4 +136,70 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// wantArgs checks a command's positional arguments — min to max of the
+// upper-case words its usage line names after it ("status RUN") — and
+// says which one is missing, or which is one too many, with the usage
+// line (cobra's own: "accepts 1 arg(s), received 0").
+func wantArgs(min, max int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		name := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ") // (errors print after "cann-train: ")
+		switch {
+		case len(args) < min:
+			what := "an argument"
+			if names := positionalNames(cmd.Use); len(args) < len(names) {
+				what = names[len(args)]
+			}
+			return fmt.Errorf("%s needs %s (usage: %s)", name, what, cmd.UseLine())
+		case len(args) > max && max == 0:
+			hint := ""
+			if f := cmd.Flags().ShorthandLookup("f"); f != nil && f.Name == "file" {
+				hint = "; a job file is given with -f"
+			}
+			return fmt.Errorf("%s takes no arguments, got %q%s (usage: %s)", name, args[0], hint, cmd.UseLine())
+		case len(args) > max:
+			return fmt.Errorf("%s takes at most %d argument(s), got %d: %q is one too many (usage: %s)",
+				name, max, len(args), args[max], cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// positionalNames are the argument names in a usage line: the upper-case
+// words after the command's name, up to the first flag or aside.
+func positionalNames(use string) []string {
+	var names []string
+	for _, w := range strings.Fields(use)[1:] {
+		if w != strings.ToUpper(w) || strings.ContainsAny(w[:1], "-[(") {
+			break
+		}
+		names = append(names, w)
+	}
+	return names
+}
+
+// groupsRefuseUnknown makes every command that only groups others (bench,
+// checkpoint, fault, green, worker) refuse a subcommand it does not know,
+// as the root does, suggesting near names — cobra checks names at the root
+// only, and a group printed its help and exited 0 (`checkpoint list`).
+func groupsRefuseUnknown(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		groupsRefuseUnknown(sub)
+	}
+	if !c.HasParent() || c.Runnable() || !c.HasSubCommands() {
+		return
+	}
+	c.SuggestionsMinimumDistance = 2
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if near := cmd.SuggestionsFor(args[0]); len(near) > 0 {
+			msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(near, " or "))
+		}
+		return fmt.Errorf("%s; '%s --help' lists its commands", msg, cmd.CommandPath())
+	}
 }

@@ -103,7 +103,7 @@ from. ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and 
 		Example: `  cann-train nodes
   cann-train nodes -o json | jq '.[] | select(.state == "free") | .id'
   cann-train nodes drain node-7 --reason "replace the NIC"`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
@@ -140,7 +140,7 @@ An external job stops after its next checkpoint upload and relaunches from it
 with a free node in that rank (with none free, on the same nodes). The
 node worker keeps running; ` + "`cann-train nodes undrain NODE`" + ` puts it back.`,
 		Example: `  cann-train nodes drain node-7 --reason "replace the NIC"`,
-		Args:    cobra.ExactArgs(1),
+		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return setDrained(cmd, e, clusterID, args[0], true, reason)
 		},
@@ -149,7 +149,7 @@ node worker keeps running; ` + "`cann-train nodes undrain NODE`" + ` puts it bac
 	undrain := &cobra.Command{
 		Use:   "undrain NODE",
 		Short: "Put a drained node back into the pool",
-		Args:  cobra.ExactArgs(1),
+		Args:  wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return setDrained(cmd, e, clusterID, args[0], false, "")
 		},
@@ -164,7 +164,7 @@ free nodes has the Cluster ask the server which holders have ended and free
 theirs. This puts them back into the pool at once. A running run is refused:
 'cann-train cancel RUN' ends it and frees them.`,
 		Example: `  cann-train nodes release mnist-demo`,
-		Args:    cobra.ExactArgs(1),
+		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return releaseRun(cmd.Context(), e, clusterID, runID(args[0]))
 		},

@@ -83,7 +83,7 @@ a summary with the Web UI link.`,
   cann-train quickstart --spares 1 --inject kill:node-2@250   # watch a node die and be replaced
   cann-train quickstart --spares 1 --inject freeze:node-2@250 --heartbeat-timeout 3s   # … or hang
   cann-train quickstart -f examples/torch-ddp/job.yaml --spares 1 --inject kill:node-2@40 -o json`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(o.output, "text", "json"); err != nil {
 				return err

@@ -77,7 +77,7 @@ Job file fields (all optional but name):
   cann-train run -f examples/mnist-onebit.yaml --wait
   cann-train run -f examples/torch-ddp/job.yaml --wait
   temporal workflow describe --workflow-id run/mnist-demo`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(o.output, "text", "json", "jsonl"); err != nil {
 				return err

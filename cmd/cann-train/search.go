@@ -42,7 +42,7 @@ all of that itself (zero=, recompute=, overlap=true, ...).`,
   cann-train search --model gpt3_174.6b --cluster selene_a100_384 --zero 0,1 --recompute selective,full --max-vpp 4 --overlap
   cann-train search --model my_model.yaml --cluster my_cluster.yaml \
       --evaluate "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1,vpp=1,sp=true,ep=1,cp=1"`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "table", "json", "html"); err != nil {
 				return err

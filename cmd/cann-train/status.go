@@ -45,7 +45,7 @@ func newStatusCmd(e *env) *cobra.Command {
 		Example: `  cann-train status mnist-demo
   cann-train status run/mnist-demo -o json
   cann-train status mnist-demo --rank-table hccl.json   # from the run's topology scan`,
-		Args: cobra.ExactArgs(1),
+		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
@@ -92,7 +92,7 @@ func newWatchCmd(e *env) *cobra.Command {
 		Short: "Follow a run live: step/total, loss, samples/s, ETA",
 		Example: `  cann-train watch mnist-demo
   cann-train watch mnist-demo -o jsonl | jq .loss`,
-		Args: cobra.ExactArgs(1),
+		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json", "jsonl"); err != nil {
 				return err

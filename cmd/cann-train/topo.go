@@ -84,7 +84,7 @@ name the offending field (e.g. server_list[0].device[1].rank_id).`,
   cann-train topo-scan --ranks 8 --shm --rank-table hccl.json -o json
   cann-train topo-scan --ranks 4 --devices-per-node 8 --rank-table hccl.json
   cann-train topo-scan --read-rank-table /user/serverid/devindex/config/hccl.json`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(cfg.Output, "text", "json"); err != nil {
 				return err

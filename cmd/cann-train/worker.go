@@ -31,7 +31,7 @@ func newControlWorkerCmd(e *env) *cobra.Command {
 		Short: "Serve workflows and control activities (task queue cann-train)",
 		Example: `  cann-train worker control --address temporal.example:7233
   cann-train worker control --metrics-listen 0.0.0.0:9464   # Prometheus: curl http://host:9464/metrics`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := e.logger()
 			if err != nil {
@@ -98,7 +98,7 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 		Example: `  cann-train worker node --id node-1
   cann-train worker node --id gpu-07 --comm-listen 0.0.0.0:29500 --comm-advertise 10.0.0.7:29500 \
       --checkpoint-url s3://ckpt?endpoint=http://minio:9000&use_path_style=true`,
-		Args: cobra.NoArgs,
+		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := e.logger()
 			if err != nil {

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestArgumentErrors: a wrong command line fails (no help on stdout and a
+// zero exit) and says what is wrong: an unknown subcommand of a group, with
+// near names; a missing argument by its usage name; one too many; a job
+// file given without -f. No server is needed: all fail before dialling.
+func TestArgumentErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"checkpoint", "lst", "r"}, []string{`unknown command "lst" for "cann-train checkpoint"`, "did you mean ls?"}},
+		{[]string{"green", "foo"}, []string{`unknown command "foo" for "cann-train green"`, "'cann-train green --help' lists its commands"}},
+		{[]string{"worker", "nod"}, []string{`unknown command "nod"`, "did you mean node?"}},
+		{[]string{"bench", "colective"}, []string{"did you mean collective?"}},
+		{[]string{"fault", "kil"}, []string{"did you mean kill?"}},
+		{[]string{"statu", "r"}, []string{`unknown command "statu" for "cann-train"`}},
+		{[]string{"status"}, []string{"status needs RUN", "usage: cann-train status RUN"}},
+		{[]string{"status", "a", "b"}, []string{`"b" is one too many`}},
+		{[]string{"nodes", "drain"}, []string{"nodes drain needs NODE"}},
+		{[]string{"green", "report"}, []string{"green report needs RUN"}},
+		{[]string{"scale"}, []string{"scale needs RUN"}},
+		{[]string{"scale", "a", "2", "3"}, []string{"at most 2 argument(s)", `"3" is one too many`}},
+		{[]string{"run", "job.yaml"}, []string{`run takes no arguments, got "job.yaml"; a job file is given with -f`}},
+		{[]string{"dashboard", "x"}, []string{`dashboard takes no arguments, got "x" (usage`}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+			root.SetArgs(append(tc.args, "--address", "127.0.0.1:1"))
+			err := root.Execute()
+			if err == nil {
+				t.Fatalf("no error; stdout:\n%s", out.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	// A group alone still shows its commands.
+	var out bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &out, command: childCommand})
+	root.SetArgs([]string{"checkpoint"})
+	if err := root.Execute(); err != nil || !strings.Contains(out.String(), "Available Commands") {
+		t.Errorf("checkpoint alone: %v\n%s", err, out.String())
+	}
+	// `checkpoint list` is `checkpoint ls`.
+	root = newRootCmd(&env{out: &out, err: &out, command: childCommand})
+	if c, _, err := root.Find([]string{"checkpoint", "list", "r"}); err != nil || c.Name() != "ls" {
+		t.Errorf("checkpoint list finds %v, %v", c, err)
+	}
+}
