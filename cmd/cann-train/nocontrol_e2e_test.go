@@ -16,7 +16,8 @@ import (
 
 // TestStatusWithoutControlWorker: a run started while no control worker
 // runs cannot be read; status says so at once (instead of waiting out the
-// query's deadline) and watch says it once while it waits.
+// query's deadline) and watch says it once while it waits. Watching a run
+// the server does not know fails at once.
 func TestStatusWithoutControlWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -49,5 +50,14 @@ func TestStatusWithoutControlWorker(t *testing.T) {
 	}
 	if n := strings.Count(w.String(), "waiting: no control worker polls task queue"); n != 1 || strings.Contains(w.String(), "step 0/0") {
 		t.Errorf("watch wrote the trouble %d times (want once), and no status line:\n%s", n, w.String())
+	}
+
+	// A run the server does not know is no trouble to wait out.
+	w.Reset()
+	root = newRootCmd(&env{out: &w, err: &w, command: childCommand})
+	root.SetArgs([]string{"watch", "never-started", "--address", srv.FrontendAddr()})
+	start = time.Now()
+	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "no run run/never-started here") || time.Since(start) > 5*time.Second {
+		t.Fatalf("watch of an unknown run after %v: %v; want \"no run\" at once", time.Since(start), err)
 	}
 }

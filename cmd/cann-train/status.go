@@ -441,10 +441,13 @@ func figures(loss float32, sps float64, width int) string {
 	return out
 }
 
-// transient errors (a query while no control worker polls, say) are
-// retried by the next poll.
+// transient errors (a query while no control worker polls, say; the
+// server restarting) are retried by the next poll. A run the server does
+// not know is not: it was never started under that name (or is past the
+// namespace's retention), and `watch nosuch` waited forever.
 func transient(err error) bool {
-	return !errors.Is(err, context.Canceled)
+	var nf *serviceerror.NotFound
+	return !errors.Is(err, context.Canceled) && !errors.As(err, &nf)
 }
 
 // Summary is the run summary that quickstart and `run --wait -o json` print.
