@@ -221,6 +221,9 @@ func releaseRun(ctx context.Context, e *env, clusterID, id string) error {
 		}
 	}
 	if len(held) == 0 {
+		if how == "deleted" {
+			how = "the server knows no such run" // (it never was, or is past retention)
+		}
 		fmt.Fprintf(e.out, "no node is held by %s (%s)\n", id, how)
 		return nil
 	}
