@@ -485,12 +485,8 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train
 			return nil, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", in.Restore.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
 		}
-		if errors.Is(err, checkpoint.ErrNotFound) {
-			return nil, fmt.Errorf("load checkpoint %s: %w in %s as node %s opens it: deleted since it was committed, "+
-				"or this node does not reach the bucket its saver wrote to (mem:// is each process's own, file:// each host's unless shared)", in.Restore.Key, err, in.Restore.URL, n.ID)
-		}
 		if err != nil {
-			return nil, fmt.Errorf("load checkpoint %s: %w", in.Restore.Key, err)
+			return nil, n.loadError(*in.Restore, err)
 		}
 		var st engine.State
 		if err := st.UnmarshalBinary(payload); err != nil {
@@ -629,6 +625,19 @@ func (n *Node) checkpointURL(in spec.ChunkInput) string {
 		return in.Spec.CheckpointURL
 	}
 	return n.DefaultCheckpointURL
+}
+
+// loadError is a failed load of checkpoint ref (not a corrupt one). One
+// that is not there was deleted since it was committed, or this node does
+// not reach the bucket its saver wrote to (checkSharedBucket fails a run
+// so before it needs a restore, unless the restore comes first).
+func (n *Node) loadError(ref spec.CheckpointRef, err error) error {
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return fmt.Errorf("load checkpoint %s: %w in %s as node %s opens it: deleted since it was committed, "+
+			"or this node does not reach the bucket its saver wrote to (mem:// is each process's own, file:// each host's unless shared)",
+			ref.Key, err, ref.URL, n.ID)
+	}
+	return fmt.Errorf("load checkpoint %s: %w", ref.Key, err)
 }
 
 // DefaultBucketGrace is Node.BucketGrace's default.

@@ -332,6 +332,26 @@ func TestTrainChunkSeesTheRunsBucket(t *testing.T) {
 	}
 }
 
+// TestTrainChunkRestoreFindsNoCheckpoint: a node told to restore a
+// checkpoint its bucket does not hold (deleted, or another node's bucket)
+// fails the chunk, retryably, saying both and where it looked.
+func TestTrainChunkRestoreFindsNoCheckpoint(t *testing.T) {
+	nodes, m := newNodes(t, 1, "mem://")
+	s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 60, ChunkSteps: 30}.WithDefaults()
+	ref := &spec.CheckpointRef{URL: "mem://", Run: "act", Step: 30, Key: "runs/act/ckpt/000000000030/manifest.json"}
+	in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g2/e1", Token: "tok", From: 30, To: 60, Restore: ref}
+	_, errs := runChunk(t, nodes, in)
+	var ae *temporal.ApplicationError
+	if errs[0] == nil || errors.As(errs[0], &ae) && ae.NonRetryable() {
+		t.Fatalf("want a retryable error, got %v", errs[0])
+	}
+	for _, want := range []string{"checkpoint not found in mem:// as node node-1 opens it", "deleted since it was committed", "does not reach the bucket"} {
+		if !strings.Contains(errs[0].Error(), want) {
+			t.Errorf("error lacks %q: %v", want, errs[0])
+		}
+	}
+}
+
 // TestTrainChunkShrinkKeepsGlobalBatch shrinks a 3-node run to 2 nodes at a
 // checkpoint, keeping the global batch (3×32): the 2-node chunk restores the
 // 3-node checkpoint (made before the run carried a global batch) and must

@@ -9,7 +9,8 @@ import (
 // TestArgumentErrors: a wrong command line fails (no help on stdout and a
 // zero exit) and says what is wrong: an unknown subcommand of a group, with
 // near names; a missing argument by its usage name; one too many; a job
-// file given without -f. No server is needed: all fail before dialling.
+// file given without -f; a mem:// bucket, which only its writer can read.
+// No server is needed: all fail before dialling.
 func TestArgumentErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -29,6 +30,7 @@ func TestArgumentErrors(t *testing.T) {
 		{[]string{"scale", "a", "2", "3"}, []string{"at most 2 argument(s)", `"3" is one too many`}},
 		{[]string{"run", "job.yaml"}, []string{`run takes no arguments, got "job.yaml"; a job file is given with -f`}},
 		{[]string{"dashboard", "x"}, []string{`dashboard takes no arguments, got "x" (usage`}},
+		{[]string{"checkpoint", "verify", "r", "--url", "mem://"}, []string{"bucket mem:// is the memory of the process that wrote it"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,6 +45,9 @@ func newCheckpointCmd(e *env) *cobra.Command {
 			return nil, nil, err
 		}
 		bucket(cmd, arg)
+		if strings.HasPrefix(url, "mem:") {
+			return nil, nil, fmt.Errorf("bucket %s is the memory of the process that wrote it: another process (this command) cannot read it", url)
+		}
 		store, err := checkpoint.Open(cmd.Context(), url)
 		if err != nil {
 			return nil, nil, err
