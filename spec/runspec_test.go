@@ -106,6 +106,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 	}{
 		{"unknown field", "name: a\nnodse: 3\n", "nodse", 2, "unknown field"},
 		{"wrong type", "name: a\nsteps: many\n", "steps", 2, ""},
+		{"fraction", "name: a\nnodes: 2.7\n", "nodes", 2, "want a whole number, got 2.7"},
+		{"nested fraction", "name: a\nmodel:\n  hidden: [64, 32.5]\n", "model.hidden[1]", 3, "want a whole number, got 32.5"},
+		{"fraction in external", "name: a\nexternal:\n  entrypoint: [python, t.py]\n  procs_per_node: 1.5\n", "external.procs_per_node", 4, "want a whole number"},
 		{"impossible value", "name: a\nnodes: 3\nsteps: -5\n", "steps", 3, "must be positive"},
 		{"nested impossible", "name: a\nmodel:\n  hidden: [64, 0]\n", "model.hidden[1]", 3, "out of range"},
 		{"bad duration", "name: a\nnode_wait: soon\n", "node_wait", 2, ""},

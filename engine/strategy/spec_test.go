@@ -77,6 +77,7 @@ func TestParseModelErrors(t *testing.T) {
 		{"bytes", goodModel + "precision:\n  param_bytes: -2\n", "precision.param_bytes", 9, "out of range"},
 		{"unknown field", goodModel + "hiden: 3\n", "hiden", 8, "unknown field"},
 		{"wrong type", strings.Replace(goodModel, "layers: 4", "layers: four", 1), "layers", 2, ""},
+		{"fraction", strings.Replace(goodModel, "layers: 4", "layers: 4.5", 1), "layers", 2, "want a whole number, got 4.5"},
 		{"missing name", strings.Replace(goodModel, "name: tiny\n", "", 1), "name", 0, "required"},
 		{"not a mapping", "- 1\n- 2\n", "(document)", 0, ""},
 	}

@@ -7,10 +7,14 @@ package yamlpos
 import (
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
 )
 
 // ErrDecoderPanic marks a document the YAML decoder could not survive:
@@ -22,20 +26,170 @@ var ErrDecoderPanic = errors.New("the YAML decoder failed on this document (malf
 
 // Unmarshal is yaml.UnmarshalWithOptions that returns an error wrapping
 // ErrDecoderPanic, naming what the decoder hit, where the decoder would
-// panic.
+// panic, and a *FractionError where a number with a fractional part went
+// into an integer field (the decoder truncates it: "nodes: 2.7" gave 2).
 func Unmarshal(data []byte, v any, opts ...yaml.DecodeOption) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v", ErrDecoderPanic, r)
 		}
 	}()
-	return yaml.UnmarshalWithOptions(data, v, opts...)
+	if err := yaml.UnmarshalWithOptions(data, v, opts...); err != nil {
+		return err
+	}
+	return fractions(data, reflect.TypeOf(v))
+}
+
+// FractionError is a number with a fractional part (or not a number)
+// written where a whole number is wanted.
+type FractionError struct {
+	Path  string // e.g. "model.hidden[0]"
+	Line  int
+	Value string // as written
+}
+
+func (e *FractionError) Error() string {
+	return fmt.Sprintf("line %d: %s: want a whole number, got %s", e.Line, e.Path, e.Value)
+}
+
+// fractions finds the first float in data whose field in t (the type
+// decoded into) is an integer.
+func fractions(data []byte, t reflect.Type) error {
+	file, err := parser.ParseBytes(data, 0)
+	if err != nil {
+		return nil // (it decoded: nothing to say)
+	}
+	var found *FractionError
+	for _, doc := range file.Docs {
+		ast.Walk(visitFunc(func(n ast.Node) {
+			if found != nil {
+				return
+			}
+			// A float, or a string the decoder reads as one ("1e-3").
+			var x float64
+			switch v := n.(type) {
+			case *ast.FloatNode:
+				x = v.Value
+			case *ast.StringNode:
+				var err error
+				if x, err = strconv.ParseFloat(strings.TrimSpace(v.Value), 64); err != nil {
+					return
+				}
+			default:
+				return
+			}
+			if x == math.Trunc(x) {
+				return
+			}
+			path := strings.TrimPrefix(n.GetPath(), "$.")
+			if k, ok := kindAt(t, path); ok && integer(k) {
+				tok := n.GetToken()
+				found = &FractionError{Path: path, Value: tok.Value}
+				if tok.Position != nil {
+					found.Line = tok.Position.Line
+				}
+			}
+		}), doc)
+	}
+	if found != nil {
+		return found
+	}
+	return nil
+}
+
+func integer(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// kindAt is the kind of the value at path ("model.hidden[0]") in type t,
+// following fields by their yaml name (else json, else lower-case name),
+// slice and map elements, and pointers; false where the path leaves what
+// it can follow or reaches a type that decodes itself.
+func kindAt(t reflect.Type, path string) (reflect.Kind, bool) {
+	if decodesItself(t) {
+		return 0, false
+	}
+	for _, seg := range strings.Split(path, ".") {
+		name, rest, _ := strings.Cut(seg, "[")
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch {
+		case name == "":
+		case t.Kind() == reflect.Struct:
+			f, ok := fieldByYAMLName(t, name)
+			if !ok {
+				return 0, false
+			}
+			t = f.Type
+		case t.Kind() == reflect.Map:
+			t = t.Elem()
+		default:
+			return 0, false
+		}
+		for ; rest != ""; _, rest, _ = strings.Cut(rest, "[") {
+			for t.Kind() == reflect.Pointer {
+				t = t.Elem()
+			}
+			if t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+				return 0, false
+			}
+			t = t.Elem()
+		}
+		if decodesItself(t) {
+			return 0, false
+		}
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind(), true
+}
+
+// decodesItself: t (or *t) has its own UnmarshalYAML (any of the
+// decoder's forms) or UnmarshalText.
+func decodesItself(t reflect.Type) bool {
+	for _, m := range []string{"UnmarshalYAML", "UnmarshalText"} {
+		if _, ok := t.MethodByName(m); ok {
+			return true
+		}
+		if _, ok := reflect.PointerTo(t).MethodByName(m); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "" {
+			tag, _, _ = strings.Cut(f.Tag.Get("json"), ",")
+		}
+		if tag == "" {
+			tag = strings.ToLower(f.Name)
+		}
+		if tag == name && tag != "-" {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 // DecodeError describes a goccy/go-yaml decode error: the token it points
 // at (or "(document)"), its line (0 if unknown), its message, and whether
 // the error is an unknown field.
 func DecodeError(err error) (field string, line int, msg string, unknownField bool) {
+	var fe *FractionError
+	if errors.As(err, &fe) {
+		return fe.Path, fe.Line, "want a whole number, got " + fe.Value, false
+	}
 	var ye yaml.Error
 	if !errors.As(err, &ye) {
 		return "(document)", 0, err.Error(), false
@@ -46,9 +200,57 @@ func DecodeError(err error) (field string, line int, msg string, unknownField bo
 		if tok.Value != "" {
 			field = tok.Value
 		}
+		msg = plainType(msg, tok.Value)
 	}
 	var uf *yaml.UnknownFieldError
 	return field, line, msg, errors.As(err, &uf)
+}
+
+// plainType says a decoder's type error ("cannot unmarshal string into Go
+// struct field RunSpec.Nodes of type int") in the file's terms ("want a
+// whole number, got three"); other messages stay as they are.
+func plainType(msg, value string) string {
+	if !strings.Contains(msg, "cannot unmarshal") {
+		switch {
+		case strings.Contains(msg, "where sequence is expected"):
+			return fmt.Sprintf("want a list, e.g. [%s]", strings.Join(strings.Fields(value), ", "))
+		case strings.Contains(msg, "where mapping is expected"):
+			return "want a mapping (indented key: value lines)"
+		}
+		return msg
+	}
+	_, typ, ok := strings.Cut(msg, " of type ")
+	if !ok {
+		_, typ, ok = strings.Cut(msg, "Go value of type ")
+	}
+	if !ok {
+		return msg
+	}
+	typ, _, _ = strings.Cut(typ, " ")
+	var want string
+	switch {
+	case strings.HasPrefix(typ, "uint"):
+		want = "a whole number, 0 or more"
+	case strings.HasPrefix(typ, "int"):
+		want = "a whole number"
+	case strings.HasPrefix(typ, "float"):
+		want = "a number"
+	case typ == "bool":
+		want = "true or false"
+	case typ == "string":
+		want = "a string"
+	default:
+		return msg
+	}
+	switch {
+	case strings.Contains(msg, "overflow"):
+		return fmt.Sprintf("%s: out of range for %s", value, want)
+	case value == "[" || value == "-":
+		value = "a list"
+	case value == "{":
+		value = "a mapping"
+	}
+	return fmt.Sprintf("want %s, got %s", want, value)
 }
 
 // PathOfToken names the YAML path (without "$.") of the node a decode error

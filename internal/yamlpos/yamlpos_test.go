@@ -2,6 +2,7 @@ package yamlpos
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/goccy/go-yaml"
@@ -81,5 +82,90 @@ func TestUnmarshalDecoderPanic(t *testing.T) {
 	}
 	if err := Unmarshal([]byte("external:\n  entrypoint: [a, b]\n"), &v); err != nil || len(v.External.Entrypoint) != 2 {
 		t.Fatalf("good document: err %v, decoded %+v", err, v)
+	}
+}
+
+// selfDecoding decodes itself: fractions within it are its business.
+type selfDecoding struct{ n int }
+
+func (s *selfDecoding) UnmarshalYAML(b []byte) error { s.n = len(b); return nil }
+
+func TestUnmarshalRefusesFractionsInIntegers(t *testing.T) {
+	type inner struct {
+		Widths []int          `yaml:"widths"`
+		Ratio  float64        `yaml:"ratio"`
+		ByName map[string]int `yaml:"by_name"`
+	}
+	type doc struct {
+		Count  int64        `yaml:"count"`
+		Seed   uint64       `yaml:"seed"`
+		Scale  float32      `yaml:"scale"`
+		In     *inner       `yaml:"in"`
+		Custom selfDecoding `yaml:"custom"`
+		Any    any          `yaml:"any"`
+		Plain  int
+	}
+	for _, tc := range []struct {
+		yaml, path string // path "": no error
+		line       int
+	}{
+		{"count: 3\nscale: 0.5\n", "", 0},
+		{"count: 2.0\n", "", 0}, // integral: fine
+		{"count: 2.7\n", "count", 1},
+		{"scale: 1.5\nseed: 1e-3\n", "seed", 2},
+		{"in:\n  ratio: 0.25\n  widths: [64, 32.5]\n", "in.widths[1]", 3},
+		{"in:\n  by_name: {a: 1, b: 0.5}\n", "in.by_name.b", 2},
+		{"custom: 1.5\nany: 2.5\n", "", 0},
+		{"plain: 0.1\n", "plain", 1},
+		{"count: \"2.5\"\n", "count", 1}, // a string the decoder would read as 2
+		{"count: \"7\"\n", "", 0},
+	} {
+		var v doc
+		err := Unmarshal([]byte(tc.yaml), &v)
+		var fe *FractionError
+		switch {
+		case tc.path == "" && err != nil:
+			t.Errorf("%q: %v", tc.yaml, err)
+		case tc.path == "":
+		case !errors.As(err, &fe) || fe.Path != tc.path || fe.Line != tc.line:
+			t.Errorf("%q: got %v, want a FractionError at %s, line %d", tc.yaml, err, tc.path, tc.line)
+		default:
+			if field, line, msg, _ := DecodeError(err); field != tc.path || line != tc.line || !strings.HasPrefix(msg, "want a whole number, got ") {
+				t.Errorf("%q: DecodeError = %s, %d, %q", tc.yaml, field, line, msg)
+			}
+		}
+	}
+}
+
+func TestDecodeErrorSaysTypesPlainly(t *testing.T) {
+	type doc struct {
+		N int             `yaml:"n"`
+		U uint64          `yaml:"u"`
+		F float64         `yaml:"f"`
+		B bool            `yaml:"b"`
+		S string          `yaml:"s"`
+		L []string        `yaml:"l"`
+		M struct{ K int } `yaml:"m"`
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"n: three\n", "want a whole number, got three"},
+		{"u: -5\n", "-5: out of range for a whole number, 0 or more"},
+		{"n: 1e40\n", "1e40: out of range for a whole number"},
+		{"f: fast\n", "want a number, got fast"},
+		{"b: maybe\n", "want true or false, got maybe"},
+		{"s: [a, b]\n", "want a string, got a list"},
+		{"n: {a: 1}\n", "want a whole number, got a mapping"},
+		{"l: python t.py\n", "want a list, e.g. [python, t.py]"},
+		{"m: 3\n", "want a mapping"},
+	} {
+		var v doc
+		err := Unmarshal([]byte(tc.yaml), &v, yaml.Strict())
+		if err == nil {
+			t.Errorf("%q: accepted", tc.yaml)
+			continue
+		}
+		if _, _, msg, _ := DecodeError(err); msg != tc.want && !strings.HasPrefix(msg, tc.want) {
+			t.Errorf("%q: %q, want %q", tc.yaml, msg, tc.want)
+		}
 	}
 }
