@@ -1,10 +1,13 @@
 package workflows
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -31,7 +34,37 @@ type RunInput struct {
 	// oldest first (at most keepCheckpointRefs), for falling back when the
 	// last is corrupt; without them only the last is known.
 	ResumeCheckpoints []spec.CheckpointRef `json:"resume_checkpoints,omitempty"`
+
+	// unknown is the first field of the JSON input this type does not
+	// know (UnmarshalJSON), e.g. `unknown field "nodse"`.
+	unknown string
 }
+
+// UnmarshalJSON decodes a RunInput and notes the first field it does not
+// know: a hand-written input (`temporal workflow start --input`) with a
+// misspelt field would otherwise start a run without it, as if unset —
+// where a job file names the field and its line. TrainingRun refuses such
+// an input (versionUnknownInput).
+func (in *RunInput) UnmarshalJSON(b []byte) error {
+	type plain RunInput // (without this method)
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*in = RunInput(p)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(new(plain)); err != nil {
+		in.unknown = strings.TrimPrefix(err.Error(), "json: ")
+	}
+	return nil
+}
+
+// versionUnknownInput: an input with a field TrainingRun does not know
+// fails the run at once (before: the field was ignored). Asked only for
+// such an input, so that a history whose input held a field since removed
+// replays as it ran.
+const versionUnknownInput = "unknown-input"
 
 // RunState is everything that crosses continue-as-new.
 type RunState struct {
@@ -147,6 +180,10 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 		r.clusterID = spec.DefaultClusterID
 	}
 	if err := r.spec.Validate(); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
+	}
+	if in.unknown != "" && workflow.GetVersion(ctx, versionUnknownInput, workflow.DefaultVersion, 1) >= 1 {
+		err := fmt.Errorf("workflow input: %s (the spec's fields are the job file's: `cann-train run --help` lists them)", in.unknown)
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
 	}
 	if in.State != nil {

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -381,6 +382,33 @@ func TestTrainingRunRejectsBadSpec(t *testing.T) {
 	var ae *temporal.ApplicationError
 	require.True(t, errors.As(err, &ae), "got %v", err)
 	require.Equal(t, "InvalidSpec", ae.Type())
+}
+
+// TestTrainingRunRejectsUnknownInputFields: a hand-written JSON input
+// (the `temporal` CLI's --input) with a field TrainingRun does not know
+// fails the run at once, naming it, instead of running without it; the
+// same input spelt right runs.
+func TestTrainingRunRejectsUnknownInputFields(t *testing.T) {
+	for _, tc := range []struct{ input, unknown string }{
+		{`{"spec": {"name": "t", "nodse": 1, "steps": 100}}`, `unknown field "nodse"`},
+		{`{"spec": {"name": "t", "nodes": 1, "steps": 100}, "cluster": "c"}`, `unknown field "cluster"`},
+		{`{"spec": {"name": "t", "nodes": 1, "steps": 100, "green": {"trace": "x.csv", "deadlin": "2h"}}}`, `unknown field "deadlin"`},
+		{`{"spec": {"name": "t", "nodes": 1, "steps": 100}}`, ""},
+	} {
+		cl := &fakeCluster{pool: testNodes("a")}
+		env := newRunEnv(t, cl, &fakeChunks{})
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, json.RawMessage(tc.input))
+		err := env.GetWorkflowError()
+		if tc.unknown == "" {
+			require.NoError(t, err, tc.input)
+			continue
+		}
+		var ae *temporal.ApplicationError
+		require.True(t, errors.As(err, &ae), "%s: got %v", tc.input, err)
+		require.Equal(t, "InvalidSpec", ae.Type())
+		require.Contains(t, ae.Message(), "workflow input: "+tc.unknown)
+		require.Zero(t, cl.calls, "no node was asked for")
+	}
 }
 
 func TestTrainingRunContinuesAsNew(t *testing.T) {
