@@ -47,11 +47,15 @@ keeps the most of the oracle's savings in every zone and job kind.`,
 			if policy != "once" && policy != "replan" && policy != "online" {
 				return fmt.Errorf("--policy %q: want once, replan or online", policy)
 			}
-			if trace == "" || startArg == "" || work == 0 || deadline == 0 {
+			fl := cmd.Flags()
+			if trace == "" || startArg == "" || !fl.Changed("work") || !fl.Changed("deadline") {
 				return errors.New("--trace, --start, --work and --deadline are required")
 			}
-			if work < 0 || deadline < 0 || minSlot < 0 {
-				return fmt.Errorf("--work %v, --deadline %v, --min-slot %v: durations must not be negative", work, deadline, minSlot)
+			if work <= 0 || deadline <= 0 || minSlot < 0 {
+				return fmt.Errorf("--work %v, --deadline %v, --min-slot %v: work and deadline must be positive, min-slot not negative", work, deadline, minSlot)
+			}
+			if work > deadline {
+				return fmt.Errorf("--work %v does not fit before --deadline %v: no plan finishes in time", work, deadline)
 			}
 			start, err := parseInstant(startArg)
 			if err != nil {
@@ -86,6 +90,18 @@ keeps the most of the oracle's savings in every zone and job kind.`,
 				res, err = carbon.EvaluateReplanned(series, fc, job)
 			case "online":
 				res, err = carbon.EvaluateOnline(series, fc, job, carbon.DefaultOnline(interruptible))
+			}
+			if errors.Is(err, carbon.ErrOutOfRange) || errors.Is(err, carbon.ErrNoHistory) {
+				// The window must lie within the trace, and a forecast
+				// other than perfect needs a day of it before the start.
+				const day = "2006-01-02T15:04Z"
+				earliest, why := series.Start, ""
+				if forecast != "perfect" {
+					earliest, why = earliest.Add(24*time.Hour), fmt.Sprintf(" (a %s forecast needs a day of the trace before it)", forecast)
+				}
+				return fmt.Errorf("%s covers %s to %s; the job's window is --start %s plus --deadline %v: "+
+					"start between %s%s and %s, or shorten --deadline (%w)", trace, series.Start.UTC().Format(day), series.End().UTC().Format(day),
+					start.UTC().Format(day), deadline, earliest.UTC().Format(day), why, series.End().Add(-deadline).UTC().Format(day), err)
 			}
 			if err != nil {
 				return err

@@ -66,10 +66,26 @@ func TestGreenPlan(t *testing.T) {
 	if _, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--work", "1h", "--deadline", "5h", "--policy", "hope"); err == nil || !strings.Contains(err.Error(), "--policy") {
 		t.Errorf("unknown policy: %v", err)
 	}
-	for _, args := range [][]string{{"--work", "-1h", "--deadline", "5h"}, {"--work", "1h", "--deadline", "-5h"}, {"--work", "1h", "--deadline", "5h", "--min-slot", "-1m"}} {
+	for _, args := range [][]string{{"--work", "-1h", "--deadline", "5h"}, {"--work", "0s", "--deadline", "5h"},
+		{"--work", "1h", "--deadline", "-5h"}, {"--work", "1h", "--deadline", "5h", "--min-slot", "-1m"}} {
 		_, err := run(append([]string{"--trace", trace, "--start", "2022-03-01T08:00:00Z", "--interruptible"}, args...)...)
-		if err == nil || !strings.Contains(err.Error(), "must not be negative") {
-			t.Errorf("%v: want an error saying a duration is negative, got %v", args, err)
+		if err == nil || !strings.Contains(err.Error(), "work and deadline must be positive, min-slot not negative") {
+			t.Errorf("%v: want an error saying a duration is out of range, got %v", args, err)
+		}
+	}
+	if _, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--deadline", "5h"); err == nil || !strings.Contains(err.Error(), "are required") {
+		t.Errorf("no --work: %v", err)
+	}
+	// A window outside the trace, or without the day of history a
+	// forecast needs before it, says which starts would do.
+	for _, c := range []struct{ start, fc, want string }{
+		{"2022-12-31T20:00:00Z", "persistence", "start between 2022-01-02T00:00Z (a persistence forecast needs a day of the trace before it) and 2022-12-30T00:00Z"},
+		{"2022-01-01T00:00:00Z", "seasonal", "start between 2022-01-02T00:00Z (a seasonal forecast"},
+		{"2021-12-31T00:00:00Z", "perfect", "start between 2022-01-01T00:00Z and 2022-12-30T00:00Z"},
+	} {
+		_, err := run("--trace", trace, "--start", c.start, "--work", "10h", "--deadline", "48h", "--forecast", c.fc)
+		if err == nil || !strings.Contains(err.Error(), "covers 2022-01-01T00:00Z to 2023-01-01T00:00Z") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("start %s, %s: %v; want %q", c.start, c.fc, err, c.want)
 		}
 	}
 }
