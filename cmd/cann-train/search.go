@@ -64,7 +64,7 @@ all of that itself (zero=, recompute=, overlap=true, ...).`,
 			}
 			var res []strategy.Estimate
 			if evaluate != "" {
-				p, err := strategy.ParsePlan(evaluate)
+				p, err := strategy.ParsePlanOn(evaluate, c)
 				if err != nil {
 					return fmt.Errorf("--evaluate: %w", err)
 				}
@@ -93,7 +93,7 @@ all of that itself (zero=, recompute=, overlap=true, ...).`,
 	f := cmd.Flags()
 	f.StringVar(&modelArg, "model", "", "model spec: YAML file or preset name")
 	f.StringVar(&clusterArg, "cluster", "", "cluster spec: YAML file or preset name")
-	f.StringVar(&evaluate, "evaluate", "", `score one plan, e.g. "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1"`)
+	f.StringVar(&evaluate, "evaluate", "", `score one plan, e.g. "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1" (without dp: the devices tp·pp·cp leave)`)
 	f.IntVar(&top, "top", 10, "plans to show")
 	f.StringVarP(&output, "output", "o", "table", "table, json, or html (a self-contained report page)")
 	space.flags(cmd)

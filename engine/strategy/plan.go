@@ -161,6 +161,27 @@ func ParsePlan(s string) (Plan, error) {
 
 const maxDevices = maxNodes * maxDevicesPerNode
 
+// ParsePlanOn is ParsePlan for cluster c: a plan that leaves dp out takes
+// every device the other degrees leave, dp = devices / (tp·pp·cp), as
+// Megatron derives the data-parallel size from the world ("tp=8,pp=16" on
+// 1,024 devices is dp=8). Where that does not divide, dp stays 1 and
+// Check says why the plan does not fit.
+func ParsePlanOn(s string, c Cluster) (Plan, error) {
+	p, err := ParsePlan(s)
+	if err != nil {
+		return p, err
+	}
+	for _, part := range strings.Split(s, ",") {
+		if key, _, _ := strings.Cut(part, "="); strings.ToLower(strings.TrimSpace(key)) == "dp" {
+			return p, nil
+		}
+	}
+	if rest := p.TP * p.PP * p.CP; c.Devices()%rest == 0 {
+		p.DP = c.Devices() / rest
+	}
+	return p, nil
+}
+
 // Check says why p cannot run model m on cluster c, as a *SpecError whose
 // fields name the plan key (tp, mb, …) or the model field at fault; nil
 // when the plan is well formed. Memory is not checked here (Evaluate
