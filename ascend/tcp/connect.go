@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -323,7 +324,7 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, r
 					missing = append(missing, i)
 				}
 			}
-			err = fmt.Errorf("waiting for ranks %v: %w", missing, ctx.Err())
+			err = fmt.Errorf("waiting for ranks %s: %w", rankList(missing), ctx.Err())
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) && len(missing) > 0 {
 				// Never showed up: blame the first (the others are in
 				// the message).
@@ -425,4 +426,15 @@ func underCtx(ctx context.Context, nc *net.TCPConn, f func() (bool, error)) (boo
 	}
 	_ = nc.SetDeadline(time.Time{})
 	return remote, err
+}
+
+// rankList prints ranks as [2 5 7], or for many as the first few, the
+// last and the count: [491 496 502 522 527 … 999] (473 ranks). A world
+// of hundreds printed every missing rank in every rank's error.
+func rankList(ranks []int) string {
+	const head = 5
+	if len(ranks) <= head+2 {
+		return fmt.Sprint(ranks)
+	}
+	return fmt.Sprintf("%v … %d] (%d ranks)", strings.TrimSuffix(fmt.Sprint(ranks[:head]), "]"), ranks[len(ranks)-1], len(ranks))
 }

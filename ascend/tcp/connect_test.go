@@ -641,3 +641,24 @@ func TestCheckLost(t *testing.T) {
 		})
 	}
 }
+
+func TestRankList(t *testing.T) {
+	many := make([]int, 0, 473)
+	for r := 527; len(many) < 473; r++ {
+		many = append(many, r)
+	}
+	for _, tc := range []struct {
+		ranks []int
+		want  string
+	}{
+		{nil, "[]"},
+		{[]int{3}, "[3]"},
+		{[]int{1, 2, 3, 4, 5, 6, 7}, "[1 2 3 4 5 6 7]"},
+		{[]int{1, 2, 3, 4, 5, 6, 7, 9}, "[1 2 3 4 5 … 9] (8 ranks)"},
+		{many, "[527 528 529 530 531 … 999] (473 ranks)"},
+	} {
+		if got := rankList(tc.ranks); got != tc.want {
+			t.Errorf("rankList(%d ranks) = %q, want %q", len(tc.ranks), got, tc.want)
+		}
+	}
+}
