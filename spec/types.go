@@ -550,6 +550,10 @@ type RunStatus struct {
 	PauseRequested bool `json:"pause_requested,omitempty"`
 	// PendingNodes is a rescale not yet applied (0: none).
 	PendingNodes int `json:"pending_nodes,omitempty"`
+	// RefusedRescale says why the last rescale signal was refused (a node
+	// count out of range, e.g. a hand-written payload's misspelt field);
+	// empty once one is accepted.
+	RefusedRescale string `json:"refused_rescale,omitempty"`
 	// TargetNodes is the node count a run that went on with fewer nodes
 	// (a failure without a spare, a drained node without a replacement)
 	// grows back to as nodes come free (0: none).

@@ -95,11 +95,14 @@ func (r *run) listen(ctx workflow.Context) {
 		c.Receive(ctx, &req)
 		// Every rank needs at least one example of the global batch (the
 		// smallest the batch controller has set, too).
-		if req.Nodes < r.spec.MinNodes || req.Nodes > min(1024, r.minBatch()/r.spec.LocalRanks()) {
+		if most := min(1024, r.minBatch()/r.spec.LocalRanks()); req.Nodes < r.spec.MinNodes || req.Nodes > most {
 			log.Warn("rescale refused: node count out of range", "nodes", req.Nodes, "min_nodes", r.spec.MinNodes,
 				"global_batch", r.minBatch())
+			r.st.Status.RefusedRescale = fmt.Sprintf("rescale to %d node(s) refused: want %d..%d (min_nodes %d; every rank needs an example of the global batch %d)",
+				req.Nodes, r.spec.MinNodes, most, r.spec.MinNodes, r.minBatch())
 			return
 		}
+		r.st.Status.RefusedRescale = ""
 		log.Info("rescale requested: applied at the next chunk boundary", "nodes", req.Nodes)
 		r.st.Ctl.Rescale = req.Nodes
 		r.st.Status.PendingNodes = req.Nodes

@@ -250,7 +250,8 @@ func TestTrainingRunRescaleUpAndDown(t *testing.T) {
 
 // With several ranks per node a rescale counts ranks: every rank needs an
 // example of the global batch (2 per rank × 2 nodes × 4 ranks = 16), so 5
-// nodes (20 ranks) are refused and 4 (16) taken.
+// nodes (20 ranks) are refused and 4 (16) taken; a rescale without a count
+// is refused too, and the status says why.
 func TestTrainingRunRescaleCountsRanks(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3", "n4", "n5")}
 	ch := &fakeChunks{}
@@ -261,11 +262,15 @@ func TestTrainingRunRescaleCountsRanks(t *testing.T) {
 			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 5})
 		case in.From == 200 && in.Rank == 0:
 			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 4})
+		case in.From == 300 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{}) // e.g. {"node": 4}: no count
 		}
 	}
 	s := spec.RunSpec{Name: "t", Nodes: 2, RanksPerNode: 4, BatchPerRank: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	st := result(t, env)
+	require.Equal(t, "rescale to 0 node(s) refused: want 2..4 (min_nodes 2; every rank needs an example of the global batch 16)", st.RefusedRescale,
+		"the status says why the last rescale was refused")
 
 	require.EqualValues(t, 400, st.Step)
 	require.Equal(t, 16, st.GlobalBatch)

@@ -484,6 +484,7 @@ type Summary struct {
 	WaitUntil      time.Time          `json:"wait_until,omitzero"`
 	PauseRequested bool               `json:"pause_requested,omitempty"`
 	PendingNodes   int                `json:"pending_nodes,omitempty"`
+	RefusedRescale string             `json:"refused_rescale,omitempty"`
 	TargetNodes    int                `json:"target_nodes,omitempty"`
 	Evicting       []string           `json:"evicting,omitempty"`
 	MinNodes       int                `json:"min_nodes,omitempty"`
@@ -641,7 +642,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
 		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
-		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, TargetNodes: st.TargetNodes,
+		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, TargetNodes: st.TargetNodes,
 		Evicting: st.Evicting, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 		Energy: energySummary(st.Segments),
@@ -814,7 +815,8 @@ func statusLine(s Summary) string {
 
 // printControls prints the node count's limits and changes.
 func printControls(w io.Writer, s Summary) {
-	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && s.TargetNodes == 0 && len(s.Rescalings) == 0 && len(s.Evicting) == 0 {
+	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && s.TargetNodes == 0 && len(s.Rescalings) == 0 && len(s.Evicting) == 0 &&
+		s.RefusedRescale == "" {
 		return
 	}
 	// min_nodes is the job's floor after a failure, not the plan's size;
@@ -840,6 +842,9 @@ func printControls(w io.Writer, s Summary) {
 	for _, r := range s.Rescalings {
 		kind, change := rescalingLine(r)
 		fmt.Fprintf(w, "  %-10s %s\n", kind, change)
+	}
+	if s.RefusedRescale != "" {
+		fmt.Fprintf(w, "  %-10s %s\n", "refused", s.RefusedRescale)
 	}
 }
 
