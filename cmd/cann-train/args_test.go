@@ -9,8 +9,9 @@ import (
 // TestArgumentErrors: a wrong command line fails (no help on stdout and a
 // zero exit) and says what is wrong: an unknown subcommand of a group, with
 // near names; a missing argument by its usage name; one too many; a job
-// file given without -f; a mem:// bucket, which only its writer can read.
-// No server is needed: all fail before dialling.
+// file given without -f; a mem:// bucket, which only its writer can read;
+// the controls' flags. No server is needed: all fail before dialling (the
+// address is one nothing listens on).
 func TestArgumentErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -31,6 +32,20 @@ func TestArgumentErrors(t *testing.T) {
 		{[]string{"run", "job.yaml"}, []string{`run takes no arguments, got "job.yaml"; a job file is given with -f`}},
 		{[]string{"dashboard", "x"}, []string{`dashboard takes no arguments, got "x" (usage`}},
 		{[]string{"checkpoint", "verify", "r", "--url", "mem://"}, []string{"bucket mem:// is the memory of the process that wrote it"}},
+		// Controls: flags checked before any connection.
+		{[]string{"scale", "r"}, []string{"how many nodes? scale RUN N or scale RUN --nodes N"}},
+		{[]string{"scale", "r", "--nodes", "0"}, []string{"--nodes 0: want 1..1024"}},
+		{[]string{"scale", "r", "0"}, []string{"--nodes 0: want 1..1024"}},
+		{[]string{"scale", "r", "four"}, []string{`node count "four": want a number`}},
+		{[]string{"scale", "r", "4", "--nodes", "4"}, []string{"give the node count once"}},
+		{[]string{"scale", "r", "4", "5"}, []string{`scale takes at most 2 argument(s), got 3: "5" is one too many`}},
+		{[]string{"pause"}, []string{"pause needs RUN"}},
+		{[]string{"resume", "a", "b"}, []string{`resume takes at most 1 argument(s), got 2: "b" is one too many`}},
+		{[]string{"green", "override", "r", "--clear", "--for", "1h"}, []string{"--clear takes neither"}},
+		{[]string{"green", "override", "r", "--for", "1h", "--until", "2026-01-01T00:00:00Z"}, []string{"not both"}},
+		{[]string{"green", "override", "r", "--until", "tomorrow"}, []string{"RFC 3339"}},
+		{[]string{"green", "override", "r", "--until", "2020-01-01T00:00:00Z"}, []string{"--until 2020-01-01T00:00:00Z has passed"}},
+		{[]string{"green", "report", "r", "-o", "yaml"}, []string{"allowed"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer
