@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,7 @@ import (
 // that names no checkpoint_url early — once a node has missed the
 // checkpoint rank 0 committed for its --bucket-grace — saying so, instead
 // of training on until a recovery finds no checkpoint. No node is blamed
-// and no recovery is tried.
+// and no recovery is tried; the dashboard shows where it stopped.
 func TestUnsharedBucketFailsTheRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -51,5 +53,26 @@ func TestUnsharedBucketFailsTheRun(t *testing.T) {
 	if st.Phase != spec.PhaseFailed || len(st.Recoveries) != 0 || st.LastCkpt == nil || st.Step <= st.LastCkpt.Step {
 		t.Errorf("status: %s at step %d, checkpoint %+v, recoveries %+v; want failed past a checkpoint, no recovery",
 			st.Phase, st.Step, st.LastCkpt, st.Recoveries)
+	}
+	// The dashboard's row of the failed run has its status (the query's):
+	// where it stopped, its loss, why — not zeros.
+	cli := cliAt(ctx, t, addr, l.LogDir)
+	for {
+		var rows []dashboardRow
+		if err := json.Unmarshal([]byte(cli("dashboard", "-o", "json")), &rows); err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(rows, func(r dashboardRow) bool { return r.WorkflowID == run.GetID() && r.Execution == "failed" })
+		if i >= 0 {
+			if r := rows[i]; r.Status != spec.PhaseFailed || r.Step != st.Step || r.Loss <= 0 || !strings.Contains(r.Detail, "does not find the run's last checkpoint") {
+				t.Errorf("dashboard row of the failed run: %+v", r)
+			}
+			break
+		}
+		select { // the visibility store indexes the close shortly after
+		case <-ctx.Done():
+			t.Fatal("the dashboard never listed the failed run")
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

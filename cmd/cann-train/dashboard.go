@@ -17,7 +17,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/spec"
@@ -185,10 +184,10 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 		}
 		var st spec.RunStatus
 		err := c.GetWorkflow(ctx, r.WorkflowID, r.RunID).Get(ctx, &st)
-		var ce *temporal.CanceledError
-		if st.RunID == "" && errors.As(err, &ce) {
-			// A cancelled run returns its status with the cancellation
-			// only to a query: where it stopped and its last checkpoint.
+		if st.RunID == "" && err != nil {
+			// A run that failed or was cancelled (or terminated) returns
+			// no status; its query still answers: where it stopped, its
+			// loss, recoveries and last checkpoint.
 			if !asked {
 				asked, polls = true, controlWorkerPolls(ctx, c) == nil
 			}
@@ -201,6 +200,9 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 		switch {
 		case st.RunID != "":
 			r.addStatus(st, nil)
+			if st.Error == "" && err != nil {
+				r.Detail = failureText(err) // terminated or timed out: no code of its said why
+			}
 		case err != nil:
 			r.Detail = failureText(err) // how it failed, was terminated or timed out
 		}
