@@ -32,6 +32,9 @@ func TestArgumentErrors(t *testing.T) {
 		{[]string{"run", "job.yaml"}, []string{`run takes no arguments, got "job.yaml"; a job file is given with -f`}},
 		{[]string{"dashboard", "x"}, []string{`dashboard takes no arguments, got "x" (usage`}},
 		{[]string{"checkpoint", "verify", "r", "--url", "mem://"}, []string{"bucket mem:// is the memory of the process that wrote it"}},
+		{[]string{"quickstart", "--nodes", "0"}, []string{"--nodes 0: want 1 or more"}},
+		{[]string{"quickstart", "--steps", "0"}, []string{"--steps 0: want 1 or more"}},
+		{[]string{"quickstart", "--spares", "-1"}, []string{"--spares -1: want 0 or more"}},
 		// Controls: flags checked before any connection.
 		{[]string{"scale", "r"}, []string{"how many nodes? scale RUN N or scale RUN --nodes N"}},
 		{[]string{"scale", "r", "--nodes", "0"}, []string{"--nodes 0: want 1..1024"}},

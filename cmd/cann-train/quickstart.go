@@ -117,6 +117,18 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if o.changed == nil {
 		o.changed = func(string) bool { return false }
 	}
+	// (A zero would read as "unset" in the run spec: --nodes 0 ran on 3.)
+	for _, f := range []struct {
+		name     string
+		val, min int64
+	}{
+		{"nodes", int64(o.nodes), 1}, {"steps", o.steps, 1}, {"chunk-steps", o.chunkSteps, 1},
+		{"ranks-per-node", int64(o.perNode), 1}, {"spares", int64(o.spares), 0},
+	} {
+		if f.val < f.min {
+			return fmt.Errorf("--%s %d: want %d or more", f.name, f.val, f.min)
+		}
+	}
 	s, err := quickstartSpec(o)
 	if err != nil {
 		return err
