@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // TestArgumentErrors: a wrong command line fails (no help on stdout and a
@@ -77,4 +81,22 @@ func TestArgumentErrors(t *testing.T) {
 	if c, _, err := root.Find([]string{"checkpoint", "list", "r"}); err != nil || c.Name() != "ls" {
 		t.Errorf("checkpoint list finds %v, %v", c, err)
 	}
+}
+
+// TestFlagUsageNamesNoType: pflag shows a back-quoted word in a flag's
+// usage as its value's name ("--ui cann-train dev" in --help); no flag's
+// usage quotes that way.
+func TestFlagUsageNamesNoType(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "`") {
+				t.Errorf("%s --%s: usage %q has a back quote (help would read it as the value's name)", c.CommandPath(), f.Name, f.Usage)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd(&env{out: io.Discard, err: io.Discard, command: childCommand}))
 }

@@ -106,7 +106,7 @@ Start here:  cann-train quickstart`,
 
 // addUIFlag adds --ui, the Temporal Web UI base URL for links.
 func addUIFlag(f *pflag.FlagSet, ui *string) {
-	f.StringVar(ui, "ui", envOr("CANN_TRAIN_UI", ""), "Web UI base URL for links (env CANN_TRAIN_UI; default: the --address host at port + 1000, where `cann-train dev` serves it; none: no links)")
+	f.StringVar(ui, "ui", envOr("CANN_TRAIN_UI", ""), "Web UI base URL for links (env CANN_TRAIN_UI; default: the --address host at port + 1000, where 'cann-train dev' serves it; none: no links)")
 }
 
 // webUI resolves --ui: ui when set ("none": no links), else the UI beside

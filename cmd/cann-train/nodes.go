@@ -145,7 +145,7 @@ node worker keeps running; ` + "`cann-train nodes undrain NODE`" + ` puts it bac
 			return setDrained(cmd, e, clusterID, args[0], true, reason)
 		},
 	}
-	drain.Flags().StringVar(&reason, "reason", "", "why, shown by `cann-train nodes`")
+	drain.Flags().StringVar(&reason, "reason", "", "why, shown by 'cann-train nodes'")
 	undrain := &cobra.Command{
 		Use:   "undrain NODE",
 		Short: "Put a drained node back into the pool",

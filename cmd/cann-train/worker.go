@@ -128,7 +128,7 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 		"how long a run's committed checkpoint may be missing from this node's view of the bucket before its chunks fail (nodes that do not share one)")
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
-	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let `cann-train fault kill` SIGKILL this worker (testing and demos only)")
+	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let 'cann-train fault kill' SIGKILL this worker (testing and demos only)")
 	f.StringVar(&o.WorkDir, "work-dir", "", "external jobs' logs, reports and checkpoint directories (default <data dir>/work/<id>)")
 	f.StringVar(&o.Energy, "energy", "auto", "energy meter whose readings chunks report: auto (Linux RAPL when readable), rapl, npu-smi, nvidia-smi, or off (the run then models energy)")
 	addMetricsFlag(cmd, &metricsAddr)
