@@ -204,6 +204,7 @@ policy for longer).`,
 func newScaleCmd(e *env) *cobra.Command {
 	var nodes int
 	var wait time.Duration
+	var clusterID string
 	cmd := &cobra.Command{
 		Use:   "scale RUN --nodes N  (or: scale RUN N)",
 		Short: "Train a run on N nodes from its next chunk boundary",
@@ -260,6 +261,11 @@ N must be at least the run's min_nodes and at most its global batch.`,
 				fmt.Fprintf(e.out, "%s: stays on %d node(s), not growing back to %d\n", id, nodes, st.TargetNodes)
 				return nil
 			}
+			if more := nodes - len(st.Nodes); more > 0 {
+				if note := freeNote(ctx, c, clusterID, more, len(st.Nodes)); note != "" {
+					fmt.Fprintf(e.err, "%s: %s\n", id, note)
+				}
+			}
 			if wait <= 0 || st.Phase == spec.PhasePaused {
 				when := "at its next chunk boundary"
 				if st.Phase == spec.PhasePaused {
@@ -288,6 +294,31 @@ N must be at least the run's min_nodes and at most its global batch.`,
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 0, "node count to train on")
+	cmd.Flags().StringVar(&clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the change to take effect, and say how it went (0: do not wait)")
 	return cmd
+}
+
+// freeNote warns a scale-up that asks for more nodes than the Cluster has
+// free now (live, not drained, failed or held): the run then waits up to
+// its node_wait at the boundary and trains on with the nodes it has, and
+// a scale --wait meanwhile sees only "rescaling". Empty when enough are
+// free, or the registry cannot be read.
+func freeNote(ctx context.Context, c client.Client, clusterID string, more, have int) string {
+	reg, err := readRegistry(ctx, c, clusterID)
+	if err != nil {
+		return ""
+	}
+	free := 0
+	now := time.Now()
+	for _, r := range reg.Nodes {
+		if r.Run == "" && !r.Drained && !r.Failed && now.Sub(r.LastSeen) <= reg.LeaseTTL {
+			free++
+		}
+	}
+	if free >= more {
+		return ""
+	}
+	return fmt.Sprintf("note: %d more node(s) asked for, %d free now (%d registered; 'cann-train nodes' lists them): "+
+		"the run waits up to its node_wait for them at the boundary, then trains on with its %d", more, free, len(reg.Nodes), have)
 }

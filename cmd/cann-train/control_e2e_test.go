@@ -181,6 +181,12 @@ func TestPauseResumeRealRun(t *testing.T) {
 		r.Step != held.Steps || r.Steps != s.Steps || r.Nodes != 2 || r.Model != held.Model || r.RunID != run.GetRunID() {
 		t.Errorf("dashboard row of the paused run: %+v", r)
 	}
+	// More nodes than are free: said, and asked all the same (the
+	// rescale to 3 below replaces it: the run is paused).
+	if _, said, err := cliRun(ctx, addr)("scale", "pause-me", "--nodes", "5"); err != nil ||
+		!strings.Contains(said, "run/pause-me: note: 3 more node(s) asked for, 1 free now (3 registered;") {
+		t.Errorf("scale beyond the free nodes: %v %q", err, said)
+	}
 	cli("scale", "pause-me", "--nodes", "3")
 	time.Sleep(2 * time.Second)
 	again := status()
