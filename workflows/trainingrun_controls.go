@@ -238,13 +238,22 @@ func (r *run) rescale(ctx workflow.Context, n int) bool {
 		return false
 	}
 	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
-	r.st.Ctl.Rescale, r.st.Status.PendingNodes = 0, 0
+	if r.st.Ctl.Rescale != n && workflow.GetVersion(ctx, versionNewerRescale, workflow.DefaultVersion, 1) >= 1 {
+		// Another rescale came while this one was under way: it is next.
+	} else {
+		r.st.Ctl.Rescale, r.st.Status.PendingNodes = 0, 0
+	}
 	if rec.Error == "" {
 		r.setTarget(0) // the node count asked for is the plan now
 	}
 	r.publish(ctx)
 	return true
 }
+
+// versionNewerRescale: a rescale signalled while another was under way
+// (its nodes being acquired) is applied after it; before, the end of the
+// first dropped it. Asked only then.
+const versionNewerRescale = "newer-rescale"
 
 // regrowFirst and regrowRetry: how long a run below its target size
 // trains on after it shrank (it had just taken every free node; workers

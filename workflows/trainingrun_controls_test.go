@@ -280,6 +280,35 @@ func TestTrainingRunRescaleCountsRanks(t *testing.T) {
 	require.Len(t, st.Nodes, 4)
 }
 
+// TestTrainingRunRescaleDuringRescale: a rescale signalled while another
+// is under way (its nodes being acquired) is applied after it — here at
+// the same boundary —, not dropped when the first ends.
+func TestTrainingRunRescaleDuringRescale(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 100 && in.Rank == 0 {
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
+		}
+	}
+	cl.onAcquire = func(req spec.AcquireRequest) {
+		if req.Count == 3 {
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 2})
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.EqualValues(t, 400, st.Step)
+	require.Len(t, st.Rescalings, 2, "both rescales applied: %+v", st.Rescalings)
+	require.Equal(t, 3, st.Rescalings[0].ToNodes)
+	require.Equal(t, 2, st.Rescalings[1].ToNodes)
+	require.GreaterOrEqual(t, st.Rescalings[1].AtStep, st.Rescalings[0].AtStep)
+	require.Len(t, st.Nodes, 2)
+	require.Zero(t, st.PendingNodes)
+}
+
 // With checkpoints sparser than chunks, a rescale first lets one chunk
 // checkpoint, so that no trained step is lost.
 func TestTrainingRunRescaleWaitsForCheckpoint(t *testing.T) {

@@ -41,9 +41,14 @@ type fakeCluster struct {
 	// mark-failed signals, markedInAcquire the failures acquire requests
 	// carried.
 	releases, markSignals, markedInAcquire int
+	// onAcquire, when set, hears of each request before it is served.
+	onAcquire func(req spec.AcquireRequest)
 }
 
 func (f *fakeCluster) acquire(_ context.Context, _ string, req spec.AcquireRequest) ([]spec.Node, error) {
+	if f.onAcquire != nil {
+		f.onAcquire(req)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++

@@ -261,6 +261,14 @@ N must be at least the run's min_nodes and at most its global batch.`,
 				fmt.Fprintf(e.out, "%s: stays on %d node(s), not growing back to %d\n", id, nodes, st.TargetNodes)
 				return nil
 			}
+			if nodes == len(st.Nodes) && st.PendingNodes > 0 {
+				how := "replaces the pending rescale to %d"
+				if st.Phase == spec.PhaseRescaling {
+					how = "once the rescale to %d under way has ended"
+				}
+				fmt.Fprintf(e.out, "%s: stays on %d node(s) ("+how+")\n", id, nodes, st.PendingNodes)
+				return nil
+			}
 			if more := nodes - len(st.Nodes); more > 0 {
 				if note := freeNote(ctx, c, clusterID, more, len(st.Nodes)); note != "" {
 					fmt.Fprintf(e.err, "%s: %s\n", id, note)

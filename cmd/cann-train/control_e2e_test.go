@@ -187,6 +187,9 @@ func TestPauseResumeRealRun(t *testing.T) {
 		!strings.Contains(said, "run/pause-me: note: 3 more node(s) asked for, 1 free now (3 registered;") {
 		t.Errorf("scale beyond the free nodes: %v %q", err, said)
 	}
+	if out := cli("scale", "pause-me", "2"); out != "run/pause-me: stays on 2 node(s) (replaces the pending rescale to 5)\n" {
+		t.Errorf("scale to its size with a rescale pending: %q", out)
+	}
 	cli("scale", "pause-me", "--nodes", "3")
 	time.Sleep(2 * time.Second)
 	again := status()
