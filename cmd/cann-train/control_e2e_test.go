@@ -525,7 +525,8 @@ func awaitCheckpoint(ctx context.Context, t *testing.T, c client.Client, id stri
 // TestCancelStopsTheChunkInFlight: a cancelled run's chunk stops on its
 // nodes within seconds, not at the SDK's throttled heartbeat (0.8 × a 30 s
 // heartbeat timeout here: 24 s), which is when an activity hears of its
-// cancellation; the node workers send heartbeats every second.
+// cancellation; the node workers send heartbeats every second. (The node
+// that hears first stops, and its peer's collective ends with it.)
 func TestCancelStopsTheChunkInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -541,10 +542,22 @@ func TestCancelStopsTheChunkInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	asked := time.Now()
+	// A node's chunk has stopped once its activity ended: cancelled, or
+	// aborted by its peer that was cancelled first ("session aborted: rank
+	// 0 closed or cancelled its communicator"), whichever came first.
+	ended := func(log []byte) bool {
+		for line := range bytes.Lines(log) {
+			if bytes.Contains(line, []byte("Activity error.")) && bytes.Contains(line, []byte(`"ActivityType": "TrainChunk"`)) &&
+				bytes.Contains(line, []byte(`"WorkflowID": "run/cancel-chunk"`)) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, node := range []string{"node-1", "node-2"} {
 		for {
 			b, _ := os.ReadFile(filepath.Join(l.LogDir, node+".log"))
-			if bytes.Contains(b, []byte("chunk cancelled")) {
+			if ended(b) {
 				break
 			}
 			if time.Since(asked) > 5*time.Second {
