@@ -378,7 +378,7 @@ func parseExternal(name string, decoded RunSpec, file *ast.File, perr error) (Ru
 		errs = append(errs, FieldError{Field: "external.procs_per_node", Line: line, Msg: "0 out of range 1..256"})
 	}
 	s = s.WithDefaults()
-	if err := s.Validate(); err != nil {
+	if err := s.validateJobFile(); err != nil {
 		var se *SpecError
 		if !errors.As(err, &se) {
 			return RunSpec{}, err

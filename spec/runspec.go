@@ -343,28 +343,9 @@ func LoadFile(path string) (RunSpec, error) {
 
 // Parse decodes a job file's bytes; name is used in errors. Unknown fields,
 // wrong types and impossible values come back as a *SpecError whose fields
-// carry the YAML line. A job file's checkpoint_url is never mem://: a job
-// file is for node workers, each its own process, and mem:// is one
-// process's memory (RunSpec.Validate accepts it, for tests that run every
-// worker in one process).
+// carry the YAML line (see validateJobFile for what a job file may not say
+// that a RunSpec may).
 func Parse(name string, data []byte) (RunSpec, error) {
-	s, err := parse(name, data)
-	if err != nil {
-		return s, err
-	}
-	if scheme, _, _ := strings.Cut(s.CheckpointURL, "://"); scheme == "mem" {
-		line := 0
-		if file, perr := parser.ParseBytes(data, 0); perr == nil {
-			line = yamlpos.LineOf(file, "checkpoint_url")
-		}
-		return RunSpec{}, &SpecError{File: name, Fields: []FieldError{{Field: "checkpoint_url", Line: line,
-			Msg: fmt.Sprintf("%q is one process's memory: the node workers (each its own process) would not see each other's checkpoints, "+
-				"and a replacement node could not resume; use file:///path on one host, or s3://, gs://, azblob:// that every node reaches", s.CheckpointURL)}}}
-	}
-	return s, nil
-}
-
-func parse(name string, data []byte) (RunSpec, error) {
 	// Decode over the defaults, so that a value written explicitly — a
 	// zero too — is what gets validated.
 	s := RunSpec{}.WithDefaults()
@@ -392,7 +373,7 @@ func parse(name string, data []byte) (RunSpec, error) {
 		s.Green = &g
 	}
 	s = s.syncDefaults().batchDefaults()
-	if err := s.Validate(); err != nil {
+	if err := s.validateJobFile(); err != nil {
 		var se *SpecError
 		if errors.As(err, &se) {
 			se.File = name
@@ -405,6 +386,28 @@ func parse(name string, data []byte) (RunSpec, error) {
 		return RunSpec{}, err
 	}
 	return s, nil
+}
+
+// validateJobFile is Validate for a job file, which also never names a
+// mem:// checkpoint_url: a job file is for node workers, each its own
+// process, and mem:// is one process's memory (Validate accepts it, for
+// tests that run every worker in one process).
+func (s RunSpec) validateJobFile() error {
+	err := s.Validate()
+	if scheme, _, _ := strings.Cut(s.CheckpointURL, "://"); scheme != "mem" {
+		return err
+	}
+	mem := FieldError{Field: "checkpoint_url", Msg: fmt.Sprintf("%q is one process's memory: the node workers (each its own process) "+
+		"would not see each other's checkpoints, and a replacement node could not resume; use file:///path on one host, "+
+		"or s3://, gs://, azblob:// that every node reaches", s.CheckpointURL)}
+	var se *SpecError
+	switch {
+	case err == nil:
+		return &SpecError{Fields: []FieldError{mem}}
+	case errors.As(err, &se):
+		se.Fields = append(se.Fields, mem)
+	}
+	return err
 }
 
 func decodeError(err error) FieldError {

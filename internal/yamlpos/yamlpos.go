@@ -49,8 +49,10 @@ type FractionError struct {
 }
 
 func (e *FractionError) Error() string {
-	return fmt.Sprintf("line %d: %s: want a whole number, got %s", e.Line, e.Path, e.Value)
+	return fmt.Sprintf("line %d: %s: %s", e.Line, e.Path, e.msg())
 }
+
+func (e *FractionError) msg() string { return "want a whole number, got " + e.Value }
 
 // fractions finds the first float in data whose field in t (the type
 // decoded into) is an integer.
@@ -188,7 +190,7 @@ func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
 func DecodeError(err error) (field string, line int, msg string, unknownField bool) {
 	var fe *FractionError
 	if errors.As(err, &fe) {
-		return fe.Path, fe.Line, "want a whole number, got " + fe.Value, false
+		return fe.Path, fe.Line, fe.msg(), false
 	}
 	var ye yaml.Error
 	if !errors.As(err, &ye) {
