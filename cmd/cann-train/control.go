@@ -308,7 +308,7 @@ N must be at least the run's min_nodes and at most its global batch.`,
 }
 
 // freeNote warns a scale-up that asks for more nodes than the Cluster has
-// free now (live, not drained, failed or held): the run then waits up to
+// free now: the run then waits up to
 // its node_wait at the boundary and trains on with the nodes it has, and
 // a scale --wait meanwhile sees only "rescaling". Empty when enough are
 // free, or the registry cannot be read.
@@ -318,9 +318,8 @@ func freeNote(ctx context.Context, c client.Client, clusterID string, more, have
 		return ""
 	}
 	free := 0
-	now := time.Now()
-	for _, r := range reg.Nodes {
-		if r.Run == "" && !r.Drained && !r.Failed && now.Sub(r.LastSeen) <= reg.LeaseTTL {
+	for _, r := range nodeRows(reg, time.Now()) { // judged as `cann-train nodes` does
+		if r.State == "free" {
 			free++
 		}
 	}
