@@ -394,7 +394,7 @@ func Parse(name string, data []byte) (RunSpec, error) {
 // tests that run every worker in one process).
 func (s RunSpec) validateJobFile() error {
 	err := s.Validate()
-	if scheme, _, _ := strings.Cut(s.CheckpointURL, "://"); scheme != "mem" {
+	if !MemoryBucket(s.CheckpointURL) {
 		return err
 	}
 	mem := FieldError{Field: "checkpoint_url", Msg: fmt.Sprintf("%q is one process's memory: the node workers (each its own process) "+
@@ -446,6 +446,13 @@ func (s RunSpec) operationDefaults() RunSpec {
 // CheckpointSchemes are the bucket URL schemes the workers can open (the
 // gocloud.dev/blob drivers they link), sorted.
 func CheckpointSchemes() []string { return []string{"azblob", "file", "gs", "mem", "s3"} }
+
+// MemoryBucket reports whether url is a mem:// bucket: one process's
+// memory, which no other process (another node worker, the CLI) sees.
+func MemoryBucket(url string) bool {
+	scheme, _, _ := strings.Cut(url, "://")
+	return scheme == "mem"
+}
 
 // validateOperation checks the fields every run has, built-in or external:
 // checkpointing, restarts and the timeouts.

@@ -93,7 +93,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		}
 		cancel()
 		st.Close()
-		if strings.HasPrefix(o.CheckpointURL, "mem:") {
+		if spec.MemoryBucket(o.CheckpointURL) {
 			log.Warn("default checkpoint bucket mem:// is this process's memory: no other node sees its checkpoints, and a run "+
 				"without checkpoint_url fails once another node needs them (give every node one bucket: file:// on one host, s3://, gs://, azblob://)",
 				zap.String("url", o.CheckpointURL))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -45,7 +44,7 @@ func newCheckpointCmd(e *env) *cobra.Command {
 			return nil, nil, err
 		}
 		bucket(cmd, arg)
-		if strings.HasPrefix(url, "mem:") {
+		if spec.MemoryBucket(url) {
 			return nil, nil, fmt.Errorf("bucket %s is the memory of the process that wrote it: another process (this command) cannot read it", url)
 		}
 		store, err := checkpoint.Open(cmd.Context(), url)
