@@ -954,19 +954,28 @@ func TestTrainingRunArmsSignalledFault(t *testing.T) {
 			var mu sync.Mutex
 			var arms []spec.ArmFaultInput
 			var queues []string
-			armed := make(chan struct{})
 			env.RegisterActivityWithOptions(func(ctx context.Context, in spec.ArmFaultInput) error {
 				mu.Lock()
 				arms = append(arms, in)
 				queues = append(queues, activity.GetInfo(ctx).TaskQueue)
 				mu.Unlock()
-				close(armed)
 				return tc.armErr
 			}, activity.RegisterOptions{Name: spec.ActivityArmFault})
+			// Answered: the environment hands the workflow ArmFault's
+			// outcome before the chunk's result that comes after.
+			armed := make(chan struct{})
+			var once sync.Once
+			env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, _ error) {
+				if info.ActivityType.Name == spec.ActivityArmFault {
+					once.Do(func() { close(armed) })
+				}
+			})
 			ch.onStart = func(in spec.ChunkInput) {
 				if in.From == 0 && in.Rank == 0 {
 					env.SignalWorkflow(spec.SignalInjectFault, spec.InjectFault{NodeID: "b", AtStep: tc.at})
-					// The chunk ends once the node has its fault.
+					// The chunk ends once the node has answered for its
+					// fault (were it to end before, the next chunk could
+					// carry the fault still being armed).
 					select {
 					case <-armed:
 					case <-time.After(10 * time.Second):
