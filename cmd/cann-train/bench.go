@@ -65,6 +65,7 @@ bandwidth (GB = 1e9). Every size is checked for correctness.`,
 	}
 	cmd.Flags().AddGoFlagSet(fs)
 	cmd.Flags().IntVar(&ranks, "ranks", 0, "ranks (processes) to launch; same as --np")
+	atLeast(cmd.Flags(), "1", "ranks")
 	cmd.Flags().StringVar(&transport, "transport", "tcp", "tcp, shm, or auto (shm when all ranks share a host, as here); --shm is shm")
 	cmd.AddCommand(&cobra.Command{
 		Use:                "bench-rank",
@@ -151,9 +152,6 @@ connections open): found by its heartbeat timeout.`,
 			if o.fault != spec.FaultKill && o.fault != spec.FaultFreeze {
 				return fmt.Errorf("--fault %q: want kill or freeze", o.fault)
 			}
-			if o.hbTimeout < time.Second {
-				return fmt.Errorf("--heartbeat-timeout %v: at least 1s", o.hbTimeout)
-			}
 			if o.killAt != "random" && o.killAt != "chunk-end" {
 				return fmt.Errorf("--kill-at %q: want random or chunk-end", o.killAt)
 			}
@@ -177,6 +175,7 @@ connections open): found by its heartbeat timeout.`,
 	f.StringVar(&o.killAt, "kill-at", "random", "random steps, or chunk-end: a chunk's last step, before the node reports it")
 	f.StringVar(&o.fault, "fault", spec.FaultKill, "kill (SIGKILL) or freeze (SIGSTOP: the node hangs)")
 	f.DurationVar(&o.hbTimeout, "heartbeat-timeout", 5*time.Second, "the runs' heartbeat timeout (a frozen node is silent this long)")
+	atLeast(f, "1s", "heartbeat-timeout")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-recovery"), "checkpoints and logs")
 	return cmd

@@ -90,6 +90,9 @@ the run (tail_loss_gap_pct, less noisy); --svg draws both loss curves.`,
 	f.StringVar(&o.GradCodec, "grad-codec", "", "onebit-adam: codec of the warm-up's gradient (default none)")
 	f.Float64Var(&linkGbps, "link-gbps", 0, "--codec auto: decide for this link bandwidth (Gbit/s) instead of the measured one")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
+	atLeast(f, "2", "ranks")
+	atLeast(f, "1", "steps")
+	atLeast(f, "0", "freeze-step", "link-gbps")
 	f.StringVar(&svg, "svg", "", "write both loss curves to this SVG file")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -69,8 +70,10 @@ func TestBenchOverlapJSON(t *testing.T) {
 	if h, _ := res["hidden_comm_pct"].(float64); h < 0 || h > 100 {
 		t.Errorf("hidden_comm_pct %v", h)
 	}
-	table, _, err := runCLI(t, "bench", "overlap", "--ranks", "2", "--steps", "2", "--warmup", "1", "--hidden", "8")
-	if err != nil || !strings.Contains(table, "hidden_comm_pct") {
-		t.Errorf("table output: %v\n%s", err, table)
+	// --warmup 0 times every step: the first chunk is step 0 (trainbench's
+	// own 0 is "the default", 3).
+	table, _, err := runCLI(t, "bench", "overlap", "--ranks", "2", "--steps", "2", "--warmup", "0", "--hidden", "8")
+	if err != nil || !strings.Contains(table, "hidden_comm_pct") || !regexp.MustCompile(`(?m)^serial +0-0 `).MatchString(table) {
+		t.Errorf("table output (want a first row of serial step 0-0): %v\n%s", err, table)
 	}
 }

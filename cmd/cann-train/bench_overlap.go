@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -47,6 +48,12 @@ as a rank process on two cores would.`,
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
+			if o.Ranks == 1 {
+				return errors.New("--ranks 1: one rank has nothing to overlap; want 2 or more (0: the CPUs, within 2..3)")
+			}
+			if o.Warmup == 0 {
+				o.Warmup = -1 // (trainbench's 0 is its default)
+			}
 			res, err := trainbench.Overlap(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -75,7 +82,7 @@ as a rank process on two cores would.`,
 	f := cmd.Flags()
 	f.IntVar(&o.Ranks, "ranks", 0, "data-parallel ranks (0: the CPUs, within 2..3; more ranks than cores time-slice and drift apart)")
 	f.IntVar(&o.Steps, "steps", 40, "timed steps of each run")
-	f.IntVar(&o.Warmup, "warmup", 3, "untimed steps first")
+	f.IntVar(&o.Warmup, "warmup", 3, "untimed steps first (0: none)")
 	f.IntVar(&o.Chunk, "chunk", 0, "steps per reported chunk (0: a quarter of --steps)")
 	f.IntSliceVar(&o.Hidden, "hidden", trainbench.DefaultOverlapHidden, "hidden layer widths")
 	f.IntVar(&o.BatchPerRank, "batch", 32, "examples per rank per step")
@@ -83,5 +90,7 @@ as a rank process on two cores would.`,
 	f.IntVar(&o.FirstBucketBytes, "first-bucket-bytes", trainbench.DefaultOverlapFirstBucketBytes, "cap of the first bucket (the last layer's)")
 	f.IntVar(&o.Procs, "procs", 0, "GOMAXPROCS during the run (0: max(2·ranks, current); negative: unchanged)")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
+	atLeast(f, "0", "ranks", "chunk", "warmup")
+	atLeast(f, "1", "steps", "batch", "bucket-bytes", "first-bucket-bytes")
 	return cmd
 }

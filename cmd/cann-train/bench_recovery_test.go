@@ -16,7 +16,7 @@ func TestBenchRecoveryFlagErrors(t *testing.T) {
 		{[]string{"--kill-at", "noon"}, `--kill-at "noon": want random or chunk-end`},
 		{[]string{"--kill-at", "chunk-end", "--steps", "150", "--chunk-steps", "200"}, "no chunk ends"},
 		{[]string{"--fault", "melt"}, `--fault "melt": want kill or freeze`},
-		{[]string{"--fault", "freeze", "--heartbeat-timeout", "500ms"}, "--heartbeat-timeout 500ms: at least 1s"},
+		{[]string{"--fault", "freeze", "--heartbeat-timeout", "500ms"}, "--heartbeat-timeout 500ms: want at least 1s"},
 	} {
 		_, _, err := runCLI(t, append([]string{"bench", "recovery", "--data-dir", t.TempDir()}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -167,17 +167,8 @@ Run it while nothing else saves RUN, or let the run's own retention do it.`,
 		Example: `  cann-train checkpoint gc mnist-demo --keep-last 3 --keep-every 1000 --url file:///tmp/ckpt`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if keepLast < 1 {
-				return fmt.Errorf("--keep-last is %d: the newest checkpoint is always kept, want >= 1", keepLast)
-			}
-			if keepEvery < 0 {
-				return fmt.Errorf("--keep-every is %d, want >= 0", keepEvery)
-			}
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
-			}
-			if grace < 0 {
-				return fmt.Errorf("--grace is %v, want >= 0", grace)
 			}
 			bucket(cmd, args[0])
 			opts := checkpoint.Options{GCGrace: grace}
@@ -222,6 +213,8 @@ Run it while nothing else saves RUN, or let the run's own retention do it.`,
 	gc.Flags().IntVar(&keepLast, "keep-last", 3, "keep this many newest checkpoints (>= 1)")
 	gc.Flags().Int64Var(&keepEvery, "keep-every", 0, "also keep checkpoints whose step is a multiple of this (0: none)")
 	gc.Flags().DurationVar(&grace, "grace", checkpoint.DefaultGCGrace, "spare unreferenced chunks younger than this (0: none; only when nothing saves the run)")
+	atLeast(gc.Flags(), "1", "keep-last")
+	atLeast(gc.Flags(), "0", "keep-every", "grace")
 	cmd.AddCommand(ls, verify, gc)
 	return cmd
 }

@@ -88,6 +88,7 @@ it at once.`,
 		},
 	}
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the run to be paused (0: do not wait)")
+	atLeast(cmd.Flags(), "0", "wait")
 	return cmd
 }
 
@@ -173,6 +174,7 @@ ls RUN'); 'cann-train status RUN' still shows where it stopped.`,
 		},
 	}
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the run to end (0: do not wait)")
+	atLeast(cmd.Flags(), "0", "wait")
 	return cmd
 }
 
@@ -304,6 +306,7 @@ N must be at least the run's min_nodes and at most its global batch.`,
 	cmd.Flags().IntVar(&nodes, "nodes", 0, "node count to train on")
 	cmd.Flags().StringVar(&clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the change to take effect, and say how it went (0: do not wait)")
+	atLeast(cmd.Flags(), "0", "wait")
 	return cmd
 }
 

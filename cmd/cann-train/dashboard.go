@@ -87,14 +87,8 @@ recoveries, grams of CO2. --query narrows the list with a visibility query
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
-			if limit < 1 {
-				return fmt.Errorf("--limit %d: want at least 1", limit)
-			}
 			if watch && output == "json" {
 				return errors.New("--watch draws the text table; -o json prints once")
-			}
-			if every <= 0 {
-				return fmt.Errorf("--every %s: want a positive interval", every)
 			}
 			ctx := cmd.Context()
 			c, err := dialQuiet(ctx, e)
@@ -136,6 +130,8 @@ recoveries, grams of CO2. --query narrows the list with a visibility query
 	f.IntVar(&limit, "limit", 20, "most runs listed, newest first")
 	f.BoolVarP(&watch, "watch", "w", false, "redraw the table every --every")
 	f.DurationVar(&every, "every", 2*time.Second, "refresh interval of --watch")
+	atLeast(f, "1", "limit")
+	atLeast(f, "1ns", "every")
 	addUIFlag(f, &ui)
 	return cmd
 }

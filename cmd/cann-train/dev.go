@@ -67,6 +67,7 @@ func newDevCmd(e *env) *cobra.Command {
 	f.StringVar(&o.ip, "ip", "127.0.0.1", "IP to bind")
 	f.IntVar(&o.port, "port", 7233, "frontend gRPC port (0: any free port)")
 	f.IntVar(&o.uiPort, "ui-port", 8233, "Web UI port (0: no UI; default: --port + 1000)")
+	bounded(f, "0", "65535", "port", "ui-port")
 	f.StringVar(&o.dbFile, "db-file", filepath.Join(defaultDataDir(), "temporal.db"), "SQLite database file")
 	return cmd
 }

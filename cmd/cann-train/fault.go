@@ -92,5 +92,6 @@ func newFaultKindCmd(e *env, kind, short, long, does string) *cobra.Command {
 	f.StringVar(&run, "run", "", "run name or run/<name>")
 	f.StringVar(&node, "node", "", "node ID")
 	f.Int64Var(&at, "at-step", 0, "global step after which the fault strikes (default: current step + 20)")
+	atLeast(f, "1", "at-step")
 	return c
 }

@@ -325,8 +325,6 @@ good when neither is given. --clear restores the policy.`,
 				return errors.New("--clear takes neither --for nor --until")
 			case forD != 0 && until != "":
 				return errors.New("give --for or --until, not both")
-			case forD < 0:
-				return fmt.Errorf("--for %s: must be positive", forD)
 			case forD > 0:
 				o.Until = time.Now().Add(forD).UTC()
 			case until != "":
@@ -364,6 +362,7 @@ good when neither is given. --clear restores the policy.`,
 	}
 	f := cmd.Flags()
 	f.DurationVar(&forD, "for", 0, "ignore the policy for this long")
+	atLeast(f, "1ns", "for")
 	f.StringVar(&until, "until", "", "ignore the policy until this time (RFC 3339)")
 	f.BoolVar(&clear, "clear", false, "apply the policy again")
 	return cmd

@@ -75,6 +75,9 @@ checkpoints and replacement of failed nodes.
 Start here:  cann-train quickstart`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return checkFlagBounds(cmd)
+		},
 	}
 	root.SetOut(e.out)
 	root.SetErr(e.err)

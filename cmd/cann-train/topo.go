@@ -95,18 +95,9 @@ name the offending field (e.g. server_list[0].device[1].rank_id).`,
 				}
 				return readRankTable(e.out, readTable, cfg.Output)
 			}
-			if ranks < 1 {
-				return fmt.Errorf("--ranks %d: want at least 1", ranks)
-			}
-			if cfg.DevicesPerNode < 0 {
-				return fmt.Errorf("--devices-per-node %d: want a positive count (0: one per rank)", cfg.DevicesPerNode)
-			}
 			if _, err := exec.LookPath(npusmi.Command); err != nil && cfg.RankTable != "" && cfg.DevicesPerNode > 0 && cfg.DevicesPerNode < ranks {
 				// Virtual devices (no npu-smi): fail before the scan.
 				return fmt.Errorf("--devices-per-node %d: every rank needs its own device, and all %d ranks run on this host", cfg.DevicesPerNode, ranks)
-			}
-			if cfg.Probe.Budget <= 0 {
-				return fmt.Errorf("--budget %v: want a positive duration", cfg.Probe.Budget)
 			}
 			b, err := bench.ParseSize(bytesArg)
 			if err != nil || b < 4 || b > 1<<30 {
@@ -140,6 +131,8 @@ name the offending field (e.g. server_list[0].device[1].rank_id).`,
 	f.StringVar(&bytesArg, "bytes", bench.FormatSize(ascend.DefaultProbeBytes), "size of one bandwidth transfer (K, M, G suffixes)")
 	f.StringVar(&cfg.RankTable, "rank-table", "", "write the HCCL rank table (v1.0) of the group to this file")
 	f.IntVar(&cfg.DevicesPerNode, "devices-per-node", 0, "virtual devices per node when npu-smi is absent (default: one per rank)")
+	atLeast(f, "1", "ranks", "devices-per-node")
+	atLeast(f, "1ns", "budget")
 	f.StringVar(&readTable, "read-rank-table", "", "validate and print this rank table instead of scanning")
 	f.StringVarP(&cfg.Output, "output", "o", "text", "text or json")
 	cmd.AddCommand(&cobra.Command{

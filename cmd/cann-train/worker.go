@@ -100,6 +100,9 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
       --checkpoint-url s3://ckpt?endpoint=http://minio:9000&use_path_style=true`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := spec.CheckNodeID(o.ID); err != nil {
+				return fmt.Errorf("--id: %w", err)
+			}
 			log, err := e.logger()
 			if err != nil {
 				return err
@@ -128,6 +131,7 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 		"how long a run's committed checkpoint may be missing from this node's view of the bucket before its chunks fail (nodes that do not share one)")
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
+	atLeast(f, "1ns", "lease-every", "bucket-grace")
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let 'cann-train fault kill' SIGKILL this worker (testing and demos only)")
 	f.StringVar(&o.WorkDir, "work-dir", "", "external jobs' logs, reports and checkpoint directories (default <data dir>/work/<id>)")
 	f.StringVar(&o.Energy, "energy", "auto", "energy meter whose readings chunks report: auto (Linux RAPL when readable), rapl, npu-smi, nvidia-smi, or off (the run then models energy)")

@@ -23,7 +23,7 @@ type OverlapOptions struct {
 	// overlap can hide (and the serial run counts as communication).
 	Ranks int
 	Steps int // timed steps of each run (default 40)
-	// Warmup steps run first and are not timed (default 3).
+	// Warmup steps run first and are not timed (0: 3; negative: none).
 	Warmup int
 	// Chunk is the number of steps per reported chunk (default Steps/4).
 	Chunk int
@@ -68,8 +68,11 @@ func (o OverlapOptions) withDefaults() OverlapOptions {
 	if o.Steps <= 0 {
 		o.Steps = 40
 	}
-	if o.Warmup <= 0 {
+	switch {
+	case o.Warmup == 0:
 		o.Warmup = 3
+	case o.Warmup < 0:
+		o.Warmup = 0
 	}
 	if o.Chunk <= 0 {
 		o.Chunk = max(1, o.Steps/4)
