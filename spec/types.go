@@ -563,6 +563,9 @@ type RunStatus struct {
 	// min_nodes), or, when no node is free, keeps them and tries again a
 	// minute later.
 	Evicting []string `json:"evicting,omitempty"`
+	// ClusterID is the Cluster workflow (node registry) the run takes
+	// its nodes from.
+	ClusterID string `json:"cluster_id,omitempty"`
 	// MinNodes is the fewest nodes the run shrinks to after a failure.
 	MinNodes    int `json:"min_nodes,omitempty"`
 	GlobalBatch int `json:"global_batch,omitempty"`

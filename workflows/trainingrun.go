@@ -203,6 +203,7 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 			r.resumeFrom(ctx, *in.Resume, in.ResumeCheckpoints)
 		}
 	}
+	r.st.Status.ClusterID = r.clusterID
 	r.st.Status.MinNodes = r.spec.MinNodes
 	r.st.Status.GlobalBatch = r.spec.GlobalBatch()
 	if k := r.spec.LocalRanks(); k > 1 {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -34,6 +36,30 @@ it. It reaches the node as kill's does. The node worker must run with
 timeout, replaces it and resumes.`,
 		"will SIGSTOP itself (and hang)"))
 	return cmd
+}
+
+// checkRegistered refuses a fault for a node the run's Cluster does not
+// know (a typo would wait for it for ever); a registry that cannot be read
+// is no reason to refuse.
+func checkRegistered(ctx context.Context, c client.Client, st spec.RunStatus, node string) error {
+	cluster := st.ClusterID
+	if cluster == "" { // (a run started by an older build)
+		cluster = spec.DefaultClusterID
+	}
+	reg, err := readRegistry(ctx, c, cluster)
+	if err != nil {
+		return nil
+	}
+	ids := make([]string, 0, len(reg.Nodes))
+	for _, r := range reg.Nodes {
+		if r.Node.ID == node {
+			return nil
+		}
+		ids = append(ids, r.Node.ID)
+	}
+	slices.Sort(ids)
+	return fmt.Errorf("node %s is not registered with %s, which gives %s its nodes (registered: %s; `cann-train nodes` lists them)",
+		node, cluster, st.RunID, strings.Join(ids, " "))
 }
 
 // newFaultKindCmd is `fault kill` or `fault freeze`.
@@ -76,6 +102,9 @@ func newFaultKindCmd(e *env, kind, short, long, does string) *cobra.Command {
 				}
 			case at <= now:
 				return fmt.Errorf("run %s is at step %d already: give an --at-step after it", id, now)
+			}
+			if err := checkRegistered(ctx, c, st, node); err != nil {
+				return err
 			}
 			f := spec.InjectFault{NodeID: node, AtStep: at, Kind: kind}
 			if err := c.SignalWorkflow(ctx, id, "", spec.SignalInjectFault, f); err != nil {

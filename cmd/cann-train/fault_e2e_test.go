@@ -15,7 +15,8 @@ import (
 // chunk (a chunk's input is fixed when it starts: the run hands the fault
 // to the node's worker), and the run replaces it and completes. Before,
 // the fault waited for a chunk whose range held its step, and none came.
-// A step the run has passed is refused, with the step it is at. With
+// A step the run has passed is refused, with the step it is at, and so is
+// a node that is not registered. With
 // checkpoint_every below chunk_steps, chunks end at its multiples.
 func TestFaultReachesTheChunkInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -51,6 +52,13 @@ func TestFaultReachesTheChunkInFlight(t *testing.T) {
 	root.SetArgs([]string{"fault", "kill", "--run", s.Name, "--node", victim, "--at-step", "1", "--address", addr})
 	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "already: give an --at-step after it") {
 		t.Errorf("fault kill at a passed step: %v; want it refused", err)
+	}
+	// A node the run's Cluster does not know is a typo, not a fault to keep.
+	root = newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs([]string{"fault", "freeze", "--run", s.Name, "--node", "node-9", "--address", addr})
+	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "node node-9 is not registered with "+spec.DefaultClusterID) ||
+		!strings.Contains(err.Error(), "registered: node-1 node-2 node-3 node-4;") {
+		t.Errorf("fault freeze of an unknown node: %v; want it refused, naming the registered nodes", err)
 	}
 	cli := cliAt(ctx, t, addr, l.LogDir)
 	if got := cli("fault", "kill", "--run", s.Name, "--node", victim); !strings.Contains(got, victim+" will SIGKILL itself after step") {
