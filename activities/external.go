@@ -471,7 +471,7 @@ func (n *Node) restoreDir(ctx context.Context, ref spec.CheckpointRef, dir strin
 			fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", ref.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
 	}
 	if err != nil {
-		return n.loadError(ref, err)
+		return n.loadError("", ref, err)
 	}
 	if !launch.IsPackedDir(payload) {
 		return temporal.NewNonRetryableApplicationError(

@@ -486,7 +486,7 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train
 				fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", in.Restore.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
 		}
 		if err != nil {
-			return nil, n.loadError(*in.Restore, err)
+			return nil, n.loadError(in.Token, *in.Restore, err)
 		}
 		var st engine.State
 		if err := st.UnmarshalBinary(payload); err != nil {
@@ -627,17 +627,37 @@ func (n *Node) checkpointURL(in spec.ChunkInput) string {
 	return n.DefaultCheckpointURL
 }
 
-// loadError is a failed load of checkpoint ref (not a corrupt one). One
-// that is not there was deleted since it was committed, or this node does
-// not reach the bucket its saver wrote to (checkSharedBucket fails a run
-// so before it needs a restore, unless the restore comes first).
-func (n *Node) loadError(ref spec.CheckpointRef, err error) error {
-	if errors.Is(err, checkpoint.ErrNotFound) {
+// loadError is a failed load of checkpoint ref (not a corrupt one) by a
+// chunk of the run with token. One that is not there was deleted since it
+// was committed, when this node found the run's checkpoints in that bucket
+// before (CheckpointGone: the run falls back to the one before); else this
+// node does not reach the bucket its saver wrote to (CheckpointNotHere:
+// the run replaces the node; checkSharedBucket fails the whole run once
+// the miss outlasts the grace). Without a token (an external job's chunk:
+// no sight of its bucket is kept) it says both.
+func (n *Node) loadError(token string, ref spec.CheckpointRef, err error) error {
+	if !errors.Is(err, checkpoint.ErrNotFound) {
+		return fmt.Errorf("load checkpoint %s: %w", ref.Key, err)
+	}
+	if token == "" {
 		return fmt.Errorf("load checkpoint %s: %w in %s as node %s opens it: deleted since it was committed, "+
 			"or this node does not reach the bucket its saver wrote to (mem:// is each process's own, file:// each host's unless shared)",
 			ref.Key, err, ref.URL, n.ID)
 	}
-	return fmt.Errorf("load checkpoint %s: %w", ref.Key, err)
+	n.mu.Lock()
+	sight := n.sights[token+"\x00"+ref.URL]
+	seen := sight != nil && sight.seen
+	n.mu.Unlock()
+	if seen {
+		err = fmt.Errorf("node %s does not find the run's checkpoint at step %d (%s) in %s, where it found the run's checkpoints before: "+
+			"it was deleted since it was committed (by hand, or by a lifecycle rule of the bucket): %w", n.ID, ref.Step, ref.Key, ref.URL, err)
+		return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointGone, err)
+	}
+	err = fmt.Errorf("node %s does not find the run's checkpoint at step %d (%s) in %s, where the node that saved it committed it, "+
+		"and has found none of the run's checkpoints there: this node does not reach the bucket the run's nodes share "+
+		"(mem:// is each process's own, file:// each host's own disk unless the path is a shared filesystem): %w",
+		n.ID, ref.Step, ref.Key, ref.URL, err)
+	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointNotHere, err)
 }
 
 // DefaultBucketGrace is Node.BucketGrace's default.

@@ -333,21 +333,59 @@ func TestTrainChunkSeesTheRunsBucket(t *testing.T) {
 }
 
 // TestTrainChunkRestoreFindsNoCheckpoint: a node told to restore a
-// checkpoint its bucket does not hold (deleted, or another node's bucket)
-// fails the chunk, retryably, saying both and where it looked.
+// checkpoint its bucket does not hold fails the chunk, retryably, saying
+// where it looked and what follows: CheckpointNotHere when it has found
+// none of the run's checkpoints in that bucket (it does not reach the
+// bucket: the run replaces it), CheckpointGone when it found them there
+// before (deleted: the run falls back to the one before).
 func TestTrainChunkRestoreFindsNoCheckpoint(t *testing.T) {
-	nodes, m := newNodes(t, 1, "mem://")
-	s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 60, ChunkSteps: 30}.WithDefaults()
-	ref := &spec.CheckpointRef{URL: "mem://", Run: "act", Step: 30, Key: "runs/act/ckpt/000000000030/manifest.json"}
-	in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g2/e1", Token: "tok", From: 30, To: 60, Restore: ref}
-	_, errs := runChunk(t, nodes, in)
+	t.Run("never seen", func(t *testing.T) {
+		nodes, m := newNodes(t, 1, "mem://")
+		s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 60, ChunkSteps: 30}.WithDefaults()
+		ref := &spec.CheckpointRef{URL: "mem://", Run: "act", Step: 30, Key: "runs/act/ckpt/000000000030/manifest.json"}
+		in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g2/e1", Token: "tok", From: 30, To: 60, Restore: ref}
+		_, errs := runChunk(t, nodes, in)
+		wantLoadError(t, errs[0], spec.ErrTypeCheckpointNotHere,
+			"node node-1 does not find the run's checkpoint at step 30", "in mem://", "has found none of the run's checkpoints there", "does not reach the bucket")
+	})
+	t.Run("deleted", func(t *testing.T) {
+		dir := t.TempDir()
+		nodes, m := newNodes(t, 1, "file://"+dir)
+		s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 90, ChunkSteps: 30}.WithDefaults()
+		in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "tok", From: 0, To: 30, Checkpoint: true}
+		res, errs := runChunk(t, nodes, in)
+		if err := errors.Join(errs...); err != nil || res[0].Checkpoint == nil {
+			t.Fatalf("first chunk: %v, checkpoint %v", err, res[0].Checkpoint)
+		}
+		ck := res[0].Checkpoint
+		// The next chunk names it (the node sees it there), then it is
+		// deleted, and a new generation must restore it.
+		in.Session, in.From, in.To, in.Checkpoint, in.Restore = "run/act/g1/e2", 30, 60, false, ck
+		if _, errs = runChunk(t, nodes, in); errors.Join(errs...) != nil {
+			t.Fatal(errors.Join(errs...))
+		}
+		if err := os.Remove(filepath.Join(dir, filepath.FromSlash(ck.Key))); err != nil {
+			t.Fatal(err)
+		}
+		in.Membership.Generation++
+		in.Session, in.From, in.To = "run/act/g2/e1", 30, 60
+		_, errs = runChunk(t, nodes, in)
+		wantLoadError(t, errs[0], spec.ErrTypeCheckpointGone,
+			"node node-1 does not find the run's checkpoint at step 30", "where it found the run's checkpoints before", "was deleted")
+	})
+}
+
+// wantLoadError checks a retryable ApplicationError of type typ whose
+// message holds every one of want.
+func wantLoadError(t *testing.T, err error, typ string, want ...string) {
+	t.Helper()
 	var ae *temporal.ApplicationError
-	if errs[0] == nil || errors.As(errs[0], &ae) && ae.NonRetryable() {
-		t.Fatalf("want a retryable error, got %v", errs[0])
+	if !errors.As(err, &ae) || ae.Type() != typ || ae.NonRetryable() {
+		t.Fatalf("want a retryable %s, got %v", typ, err)
 	}
-	for _, want := range []string{"checkpoint not found in mem:// as node node-1 opens it", "deleted since it was committed", "does not reach the bucket"} {
-		if !strings.Contains(errs[0].Error(), want) {
-			t.Errorf("error lacks %q: %v", want, errs[0])
+	for _, w := range want {
+		if !strings.Contains(ae.Message(), w) {
+			t.Errorf("message lacks %q: %s", w, ae.Message())
 		}
 	}
 }

@@ -116,6 +116,16 @@ const (
 	// mem://, or file:// on different hosts). Not retryable: a recovery
 	// would need that checkpoint.
 	ErrTypeBucketNotShared = "BucketNotShared"
+	// ErrTypeCheckpointNotHere: the node does not find the checkpoint to
+	// restore and has not seen the run's checkpoints in that bucket: it
+	// does not reach the bucket the run's nodes share (a misconfigured
+	// host). The run replaces the node.
+	ErrTypeCheckpointNotHere = "CheckpointNotHere"
+	// ErrTypeCheckpointGone: the node does not find the checkpoint to
+	// restore in a bucket where it found the run's checkpoints before: it
+	// was deleted. The run falls back to the one before, as from a
+	// corrupt one.
+	ErrTypeCheckpointGone = "CheckpointGone"
 )
 
 // Search attributes the workflows upsert; registered when the dev server
@@ -216,6 +226,11 @@ type MarkFailed struct {
 	// since, as another process, that one is healthy: the Cluster only
 	// takes the node from the run. Empty: whichever process holds the ID.
 	Incarnation string `json:"incarnation,omitempty"`
+	// Misconfigured: the node is alive but cannot serve runs as it is (it
+	// does not reach the run's checkpoint bucket). Its lease renewals do
+	// not reinstate it, as they do a node blamed by mistake; its worker
+	// registering again (restarted, fixed) does.
+	Misconfigured bool `json:"misconfigured,omitempty"`
 }
 
 // Drain takes NodeID out of the pool (Drained) or puts it back. A run

@@ -36,6 +36,9 @@ type NodeRecord struct {
 	Failed     bool      `json:"failed"`
 	FailReason string    `json:"fail_reason,omitempty"`
 	FailedAt   time.Time `json:"failed_at,omitzero"`
+	// Misconfigured: failed while alive (spec.MarkFailed.Misconfigured):
+	// only registering again reinstates it.
+	Misconfigured bool `json:"misconfigured,omitempty"`
 	// Run holds the node, at Rank; empty when free.
 	Run  string `json:"run,omitempty"`
 	Rank int    `json:"rank"`
@@ -175,7 +178,7 @@ func (c *cluster) register(ctx workflow.Context, n spec.Node) {
 		// holds it finds out through its own failure handling.
 		r.Node = n
 		r.LastSeen = workflow.Now(ctx)
-		r.Failed, r.FailReason = false, ""
+		r.Failed, r.FailReason, r.Misconfigured = false, "", false
 		return
 	}
 	c.st.Nodes = append(c.st.Nodes, NodeRecord{Node: n, LastSeen: workflow.Now(ctx), Rank: -1})
@@ -192,14 +195,15 @@ func (c *cluster) register(ctx workflow.Context, n spec.Node) {
 
 // heartbeat renews a lease. A node marked failed that keeps renewing for a
 // whole lease TTL afterwards is alive after all (blamed by mistake, or cut
-// off while Temporal itself restarted) and is handed out again.
+// off while Temporal itself restarted) and is handed out again — unless
+// it was failed for being misconfigured, which its lease does not disprove.
 func (c *cluster) heartbeat(ctx workflow.Context, hb spec.NodeHeartbeat) {
 	r := c.find(hb.NodeID)
 	if r == nil {
 		return
 	}
 	r.LastSeen = workflow.Now(ctx)
-	if r.Failed && r.LastSeen.Sub(r.FailedAt) > c.st.LeaseTTL {
+	if r.Failed && !r.Misconfigured && r.LastSeen.Sub(r.FailedAt) > c.st.LeaseTTL {
 		workflow.GetLogger(ctx).Info("failed node kept its lease; reinstated", "node", r.Node.ID, "reason", r.FailReason)
 		r.Failed, r.FailReason = false, ""
 	}
@@ -219,7 +223,7 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 			"node", mf.NodeID, "reason", mf.Reason)
 		return
 	}
-	r.Failed, r.FailReason, r.FailedAt = true, mf.Reason, workflow.Now(ctx)
+	r.Failed, r.FailReason, r.FailedAt, r.Misconfigured = true, mf.Reason, workflow.Now(ctx), mf.Misconfigured
 	if mf.RunID == "" || r.Run == mf.RunID {
 		r.Run, r.Rank = "", -1
 	}

@@ -112,6 +112,39 @@ func TestClusterAllocates(t *testing.T) {
 	require.Equal(t, []string{"b"}, ids(results["reinstated"].nodes))
 }
 
+// TestClusterKeepsAMisconfiguredNodeFailed: a node failed as misconfigured
+// (it does not reach the run's bucket) renews its lease, but is not
+// reinstated as a node blamed by mistake is; its worker registering again
+// (restarted, fixed) is.
+func TestClusterKeepsAMisconfiguredNodeFailed(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	at(time.Second, func() {
+		for _, n := range testNodes("a", "b") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() {
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "a", Reason: "does not reach the bucket", Misconfigured: true})
+	})
+	for i := 3; i <= 70; i += 3 {
+		at(time.Duration(i)*time.Second, func() {
+			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"})
+			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "b"})
+		})
+	}
+	at(71*time.Second, func() { acquire("still-failed", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(73*time.Second, func() { env.SignalWorkflow(spec.SignalRegister, testNodes("a")[0]) })
+	at(74*time.Second, func() { acquire("registered", spec.AcquireRequest{RunID: "r2", Count: 2, Wait: time.Second}) })
+	at(80*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+	var ae *temporal.ApplicationError
+	require.True(t, errors.As(results["still-failed"].err, &ae), "a misconfigured node renewing its lease past the TTL was handed out: %v", results["still-failed"])
+	require.Equal(t, spec.ErrTypeNotEnoughNodes, ae.Type())
+	require.NoError(t, results["registered"].err)
+	require.Equal(t, []string{"a", "b"}, ids(results["registered"].nodes))
+}
+
 func TestClusterContinuesAsNewWithItsState(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()

@@ -24,9 +24,15 @@ type chunkFailure struct {
 	failed    []string // node IDs
 	reason    string
 	retryable bool
-	// corrupt: the checkpoint the chunk restored from failed verification.
+	// corrupt: the checkpoint the chunk restored from failed verification,
+	// or was deleted (CheckpointGone).
 	corrupt bool
-	first   error
+	// notHere are the nodes that do not find the checkpoint to restore in
+	// a bucket where they never found the run's checkpoints
+	// (CheckpointNotHere): they do not reach it, and are replaced.
+	notHere    []string
+	notHereMsg string // the first one's words
+	first      error
 	// lostState names the nodes that answered NoState: a node process
 	// restarted under the same ID between two chunks holds no state for
 	// the chunk's first step (and its checkpoint may still be uploading).
@@ -575,8 +581,15 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			}
 		case errors.As(err, &ce):
 			// Cancelled by await: its peers blamed it (counted below).
-		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCorruptCheckpoint:
+		case errors.As(err, &ae) && (ae.Type() == spec.ErrTypeCorruptCheckpoint || ae.Type() == spec.ErrTypeCheckpointGone):
 			f.corrupt = true
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointNotHere:
+			// (A type only newer node workers send: histories before it
+			// never take this branch, so it needs no version.)
+			f.notHere = append(f.notHere, node)
+			if f.notHereMsg == "" {
+				f.notHereMsg = ae.Message()
+			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeNoState:
 			f.lostState = append(f.lostState, node)
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeBucketNotShared:
@@ -615,11 +628,15 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 		f.reason = message(f.first)
 		for _, err := range errs {
 			var ae *temporal.ApplicationError
-			if errors.As(err, &ae) && ae.Type() == spec.ErrTypeCorruptCheckpoint {
+			if errors.As(err, &ae) && (ae.Type() == spec.ErrTypeCorruptCheckpoint || ae.Type() == spec.ErrTypeCheckpointGone) {
 				f.reason = ae.Message()
 				break
 			}
 		}
+	case len(f.notHere) > 0:
+		// Theirs is the failure, whatever their peers said of them.
+		f.failed = f.notHere
+		f.reason = f.notHereMsg
 	case len(timedOut) > 0:
 		f.failed = timedOut
 		f.reason = timeoutReason(timedOut, untaken)
@@ -899,7 +916,8 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		if i := slices.IndexFunc(r.st.Membership.Nodes, func(n spec.Node) bool { return n.ID == id }); i >= 0 {
 			inc = r.st.Membership.Nodes[i].Incarnation
 		}
-		marks = append(marks, spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason, Incarnation: inc})
+		marks = append(marks, spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason, Incarnation: inc,
+			Misconfigured: slices.Contains(f.notHere, id)})
 	}
 	withAcquire := len(marks) > 0 && workflow.GetVersion(ctx, versionFailedWithAcquire, workflow.DefaultVersion, 1) >= 1
 	if withAcquire {

@@ -36,7 +36,9 @@ type fakeCluster struct {
 	pool   []spec.Node
 	held   []spec.Node
 	failed map[string]bool
-	calls  int
+	// misconfigured are the nodes marked failed as misconfigured.
+	misconfigured map[string]bool
+	calls         int
 	// releases counts the runs' release signals; markSignals the
 	// mark-failed signals, markedInAcquire the failures acquire requests
 	// carried.
@@ -217,6 +219,12 @@ func (f *fakeCluster) markFailedLocked(mf spec.MarkFailed) {
 		f.failed = map[string]bool{}
 	}
 	f.failed[mf.NodeID] = true
+	if mf.Misconfigured {
+		if f.misconfigured == nil {
+			f.misconfigured = map[string]bool{}
+		}
+		f.misconfigured[mf.NodeID] = true
+	}
 }
 
 func TestTrainingRunCompletes(t *testing.T) {
@@ -768,6 +776,73 @@ func TestTrainingRunFallsBackFromCorruptCheckpoint(t *testing.T) {
 	require.Contains(t, st.Recoveries[1].Reason, "corrupt")
 	require.Empty(t, st.Recoveries[1].FailedNodes, "corruption is not a node's fault")
 	require.EqualValues(t, 0, st.Recoveries[1].ResumeStep, "fell back past the corrupt checkpoint")
+}
+
+// TestTrainingRunMissingCheckpoint: after a node is lost, its replacement
+// does not find the checkpoint to restore. When it never found the run's
+// checkpoints in that bucket (CheckpointNotHere: a host that does not mount
+// the shared bucket) it is the failed node, in its own words, and is
+// replaced in turn; when the checkpoint is gone from a bucket where it was
+// seen (CheckpointGone: deleted) the run falls back to the one before, as
+// from a corrupt one, and blames nobody. Before, both restarted the same
+// nodes until max_restarts ran out.
+func TestTrainingRunMissingCheckpoint(t *testing.T) {
+	const notHere = "node spare-1 does not find the run's checkpoint at step 100 (runs/t/ckpt/000000000100/manifest.json) in file:///ckpt, " +
+		"where the node that saved it committed it, and has found none of the run's checkpoints there"
+	const gone = "node node-1 does not find the run's checkpoint at step 100 (runs/t/ckpt/000000000100/manifest.json) in file:///ckpt, " +
+		"where it found the run's checkpoints before: it was deleted"
+	for _, tc := range []struct {
+		name string
+		typ  string
+		// failed and resume are the second recovery's.
+		failed []string
+		resume int64
+		nodes  []string
+	}{
+		{"not here", spec.ErrTypeCheckpointNotHere, []string{"spare-1"}, 100, []string{"node-1", "spare-2"}},
+		{"gone", spec.ErrTypeCheckpointGone, nil, 0, []string{"node-1", "spare-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1", "spare-2"), failed: map[string]bool{}}
+			ch := &fakeChunks{}
+			stuck := make(chan struct{})
+			t.Cleanup(func() { close(stuck) })
+			ch.fail = func(in spec.ChunkInput) error {
+				id := in.Membership.Nodes[in.Rank].ID
+				switch {
+				case in.Membership.Generation == 1 && in.From == 100:
+					return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 110})
+				case in.Membership.Generation != 2 || in.Restore == nil || in.Restore.Step != 100:
+					return nil
+				case tc.typ == spec.ErrTypeCheckpointNotHere && id == "spare-1":
+					return temporal.NewApplicationError(notHere, tc.typ)
+				case tc.typ == spec.ErrTypeCheckpointGone && id == "node-1":
+					return temporal.NewApplicationError(gone, tc.typ)
+				}
+				<-stuck // in rendezvous for the failing node
+				return errors.New("unreachable")
+			}
+			env := newRunEnv(t, cl, ch)
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 200, ChunkSteps: 50, CheckpointEvery: 100}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.NoError(t, env.GetWorkflowError())
+			var st spec.RunStatus
+			require.NoError(t, env.GetWorkflowResult(&st))
+			require.EqualValues(t, 200, st.Step)
+			require.Len(t, st.Recoveries, 2)
+			require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
+			rec := st.Recoveries[1]
+			require.Equal(t, tc.failed, rec.FailedNodes)
+			require.EqualValues(t, tc.resume, rec.ResumeStep)
+			require.Contains(t, rec.Reason, map[string]string{spec.ErrTypeCheckpointNotHere: notHere, spec.ErrTypeCheckpointGone: gone}[tc.typ])
+			require.Equal(t, tc.nodes, st.Nodes)
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			require.Equal(t, tc.typ == spec.ErrTypeCheckpointNotHere, cl.failed["spare-1"], "spare-1 marked failed")
+			require.Equal(t, tc.typ == spec.ErrTypeCheckpointNotHere, cl.misconfigured["spare-1"], "spare-1 marked misconfigured (its lease does not reinstate it)")
+			require.False(t, cl.misconfigured["node-2"], "node-2 was lost, not misconfigured")
+		})
+	}
 }
 
 // TestTrainingRunFailsOnAnUnsharedBucket: a node that does not see the

@@ -997,7 +997,7 @@ func recoveryTimes(r RecoverySummary) string {
 	if r.From == "failure_seen" {
 		var parts []string
 		if len(r.FailedNodes) > 0 {
-			parts = append(parts, "no peer noticed first (the nodes fell silent)")
+			parts = append(parts, "no peer noticed first")
 		}
 		if r.ResumeSeconds > 0 {
 			parts = append(parts, fmt.Sprintf("first step %.2fs after the chunk failed", r.ResumeSeconds))

@@ -328,7 +328,7 @@ func TestStatusTextRecoveries(t *testing.T) {
 			Nodes: 3, Shrunk: true, FailedAtStep: 5000, ResumeStep: 5000, SeenAt: t0, ResumedAt: t0.Add(1500 * time.Millisecond),
 			Reason: "node(s) [n1 n2 n3 n4] stopped heartbeating"},
 			"  gen 4: n1 n2 n3 n4 → n5, n1 n3 (back), (no spare: shrunk to 3) at step 5000, rewound to 5000 (0 steps lost); " +
-				"no peer noticed first (the nodes fell silent); first step 1.50s after the chunk failed\n"},
+				"no peer noticed first; first step 1.50s after the chunk failed\n"},
 		// Every worker restarted at once: n1 came back first and failed
 		// the chunk without state; n3 and n4 were not back when the run
 		// acquired.
