@@ -160,6 +160,10 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		return nil, err
 	}
 	defer release()
+	// (Keyed by the run's ID: a world's input carries no token.)
+	if err := n.checkSharedBucket(ctx, in.RunID, in.Restore, log); err != nil {
+		return nil, err
+	}
 	p := n.paths(in)
 	pidFile := filepath.Join(n.workDir(), "groups.json")
 	if k, err := launch.SweepPidFile(pidFile); err != nil || k > 0 {
@@ -182,7 +186,7 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	from := restoredStep(in)
 	var restoredSum [32]byte
 	if in.Restore != nil {
-		if err := n.restoreDir(ctx, *in.Restore, p.ckpt); err != nil {
+		if err := n.restoreDir(ctx, in.RunID, *in.Restore, p.ckpt); err != nil {
 			return nil, err
 		}
 		if payload, _, err := launch.PackDir(p.ckpt, checkpoint.DefaultChunkBytes); err == nil {
@@ -458,8 +462,8 @@ func (n *Node) checkExternal(in spec.ExternalInput) error {
 	return in.Spec.Validate()
 }
 
-// restoreDir fills dir with checkpoint ref.
-func (n *Node) restoreDir(ctx context.Context, ref spec.CheckpointRef, dir string) error {
+// restoreDir fills dir with checkpoint ref of run.
+func (n *Node) restoreDir(ctx context.Context, run string, ref spec.CheckpointRef, dir string) error {
 	store, err := n.store(ctx, ref.URL)
 	if err != nil {
 		return err
@@ -471,7 +475,7 @@ func (n *Node) restoreDir(ctx context.Context, ref spec.CheckpointRef, dir strin
 			fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", ref.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
 	}
 	if err != nil {
-		return n.loadError("", ref, err)
+		return n.loadError(run, ref, err)
 	}
 	if !launch.IsPackedDir(payload) {
 		return temporal.NewNonRetryableApplicationError(

@@ -53,6 +53,32 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }
 
+// TestRunExternalMissingCheckpoint: a world told to restore a checkpoint
+// its node's bucket does not hold (each node its own mem://) fails as the
+// built-in model's chunks do — CheckpointNotHere (the run replaces the
+// node) while the miss is younger than BucketGrace, then BucketNotShared
+// (the run fails, saying every node must reach one bucket) — before any
+// process starts.
+func TestRunExternalMissingCheckpoint(t *testing.T) {
+	work := t.TempDir()
+	n := externalNode(t, "n1", "mem://")
+	n.BucketGrace = 50 * time.Millisecond
+	in := externalInput("elsewhere", work, 1, "sh", "-c", "touch started")
+	in.Restore = &spec.CheckpointRef{URL: "mem://", Run: "elsewhere", Step: 4, Key: "runs/elsewhere/ckpt/000000000004/manifest.json"}
+	hooks := externalHooks{progress: func(spec.ChunkProgress) {}}
+	_, err := n.runExternal(context.Background(), in, hooks)
+	wantLoadError(t, err, spec.ErrTypeCheckpointNotHere, "node n1 does not find the run's checkpoint at step 4", "has found none of the run's checkpoints there")
+	time.Sleep(60 * time.Millisecond) // past the grace
+	_, err = n.runExternal(context.Background(), in, hooks)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeBucketNotShared || !ae.NonRetryable() {
+		t.Fatalf("past the grace: want a non-retryable BucketNotShared, got %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(work, "started")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a rank started without its checkpoint: %v", err)
+	}
+}
+
 // TestRunExternalCancelLeavesNoOrphans kills the activity's context while
 // two ranks run (each with a grandchild, each ignoring SIGTERM): every
 // process must be gone when the activity returns. The ranks saw the

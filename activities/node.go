@@ -145,7 +145,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	// also how a cancellation reaches this activity.
 	hb := newHeartbeater(ctx, in)
 	defer hb.stop()
-	if err := n.checkSharedBucket(ctx, in, log); err != nil {
+	if err := n.checkSharedBucket(ctx, in.Token, in.Restore, log); err != nil {
 		return nil, err
 	}
 	train, test, err := n.data()
@@ -628,13 +628,12 @@ func (n *Node) checkpointURL(in spec.ChunkInput) string {
 }
 
 // loadError is a failed load of checkpoint ref (not a corrupt one) by a
-// chunk of the run with token. One that is not there was deleted since it
+// chunk of the run with token (an external job's: its run ID). One that is not there was deleted since it
 // was committed, when this node found the run's checkpoints in that bucket
 // before (CheckpointGone: the run falls back to the one before); else this
 // node does not reach the bucket its saver wrote to (CheckpointNotHere:
 // the run replaces the node; checkSharedBucket fails the whole run once
-// the miss outlasts the grace). Without a token (an external job's chunk:
-// no sight of its bucket is kept) it says both.
+// the miss outlasts the grace). Without a token it says both.
 func (n *Node) loadError(token string, ref spec.CheckpointRef, err error) error {
 	if !errors.Is(err, checkpoint.ErrNotFound) {
 		return fmt.Errorf("load checkpoint %s: %w", ref.Key, err)
@@ -645,7 +644,7 @@ func (n *Node) loadError(token string, ref spec.CheckpointRef, err error) error 
 			ref.Key, err, ref.URL, n.ID)
 	}
 	n.mu.Lock()
-	sight := n.sights[token+"\x00"+ref.URL]
+	sight := n.sights[sightKey(token, ref.URL)]
 	seen := sight != nil && sight.seen
 	n.mu.Unlock()
 	if seen {
@@ -660,6 +659,10 @@ func (n *Node) loadError(token string, ref spec.CheckpointRef, err error) error 
 	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointNotHere, err)
 }
 
+// sightKey keys Node.sights: a run (its token; an external job's run ID)
+// and a bucket.
+func sightKey(run, url string) string { return run + "\x00" + url }
+
 // DefaultBucketGrace is Node.BucketGrace's default.
 const DefaultBucketGrace = 90 * time.Second
 
@@ -672,19 +675,19 @@ type bucketSight struct {
 // checkSharedBucket checks that this node reaches the bucket the run's
 // checkpoints are in: that the last one committed (in.Restore, which
 // global rank 0's node saved) is there as this process opens the bucket.
-// Once found, it is not asked again for the run (its token) and bucket.
+// Once found, it is not asked again for the run (its token; an external
+// job's run ID) and bucket.
 // A node that cannot see it could not restore from it either: with every
 // node saving into its own bucket — mem:// (each process's memory),
 // file:// on hosts that do not share the path — the run trains well until
 // a recovery finds no checkpoint, hours later. So a miss that lasts
 // BucketGrace fails the chunk, not retryable, saying so; a check that
 // errs (a bucket's hiccup) is asked again at the next chunk.
-func (n *Node) checkSharedBucket(ctx context.Context, in spec.ChunkInput, log *zap.Logger) error {
-	r := in.Restore
+func (n *Node) checkSharedBucket(ctx context.Context, run string, r *spec.CheckpointRef, log *zap.Logger) error {
 	if r == nil {
 		return nil
 	}
-	key := in.Token + "\x00" + r.URL
+	key := sightKey(run, r.URL)
 	n.mu.Lock()
 	known := n.sights[key] != nil && n.sights[key].seen
 	n.mu.Unlock()
