@@ -164,6 +164,9 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	if err := n.checkSharedBucket(ctx, in.RunID, in.Restore, log); err != nil {
 		return nil, err
 	}
+	if err := n.openBucket(ctx, in.Spec); err != nil {
+		return nil, err
+	}
 	p := n.paths(in)
 	pidFile := filepath.Join(n.workDir(), "groups.json")
 	if k, err := launch.SweepPidFile(pidFile); err != nil || k > 0 {
@@ -421,10 +424,7 @@ func LogKey(run, session, process string) string {
 // uploadLogs copies every process's log file into the run's bucket
 // (best effort, with its own deadline: it also runs after a cancellation).
 func (n *Node) uploadLogs(in spec.ExternalInput, specs []launch.Spec, log *zap.Logger) {
-	url := in.Spec.CheckpointURL
-	if url == "" {
-		url = n.DefaultCheckpointURL
-	}
+	url := n.bucketURL(in.Spec)
 	if url == "" {
 		return
 	}
@@ -596,10 +596,7 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	if final && (st.Files == 0 || (s.committed && sum == s.lastSum)) {
 		return nil
 	}
-	url := s.in.Spec.CheckpointURL
-	if url == "" {
-		url = s.n.DefaultCheckpointURL
-	}
+	url := s.n.bucketURL(s.in.Spec)
 	store, err := s.n.store(ctx, url)
 	if err != nil {
 		return err

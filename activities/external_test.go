@@ -284,8 +284,11 @@ for step in range(1, 5):
 `), 0o644)
 	bucket := filepath.Join(t.TempDir(), "bucket")
 	n := externalNode(t, "n1", "file://"+bucket)
-	// The bucket's directory is a file: every write fails.
-	if err := os.WriteFile(bucket, []byte("not a directory"), 0o644); err != nil {
+	// The bucket opens, but its runs/ is a file: every write fails.
+	if err := os.MkdirAll(bucket, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bucket, "runs"), []byte("not a directory"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex

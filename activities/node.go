@@ -148,6 +148,9 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	if err := n.checkSharedBucket(ctx, in.Token, in.Restore, log); err != nil {
 		return nil, err
 	}
+	if err := n.openBucket(ctx, in.Spec); err != nil {
+		return nil, err
+	}
 	train, test, err := n.data()
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "NoData", err)
@@ -620,20 +623,35 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput, p place) (*ascen
 // 1.3–2.2 s to be named).
 const peerRefusedGrace = 250 * time.Millisecond
 
-func (n *Node) checkpointURL(in spec.ChunkInput) string {
-	if in.Spec.CheckpointURL != "" {
-		return in.Spec.CheckpointURL
+// bucketURL is the bucket a run saves into: its spec's, else this node's
+// default.
+func (n *Node) bucketURL(s spec.RunSpec) string {
+	if s.CheckpointURL != "" {
+		return s.CheckpointURL
 	}
 	return n.DefaultCheckpointURL
 }
 
+// openBucket opens the bucket the run saves into before a chunk (or a
+// world) starts: a URL no driver opens as given — an unknown query
+// parameter, a directory that cannot be created — fails it at once, not
+// retryable, instead of once a whole chunk trained and rank 0 saved.
+func (n *Node) openBucket(ctx context.Context, s spec.RunSpec) error {
+	if u := n.bucketURL(s); u != "" {
+		_, err := n.store(ctx, u)
+		return err
+	}
+	return nil
+}
+
 // loadError is a failed load of checkpoint ref (not a corrupt one) by a
-// chunk of the run with token (an external job's: its run ID). One that is not there was deleted since it
-// was committed, when this node found the run's checkpoints in that bucket
-// before (CheckpointGone: the run falls back to the one before); else this
-// node does not reach the bucket its saver wrote to (CheckpointNotHere:
-// the run replaces the node; checkSharedBucket fails the whole run once
-// the miss outlasts the grace). Without a token it says both.
+// chunk of the run with token (an external job's: its run ID). One that
+// is not there was deleted since it was committed, when this node found
+// the run's checkpoints in that bucket before (CheckpointGone: the run
+// falls back to the one before); else this node does not reach the bucket
+// its saver wrote to (CheckpointNotHere: the run replaces the node;
+// checkSharedBucket fails the whole run once the miss outlasts the
+// grace). Without a token it says both.
 func (n *Node) loadError(token string, ref spec.CheckpointRef, err error) error {
 	if !errors.Is(err, checkpoint.ErrNotFound) {
 		return fmt.Errorf("load checkpoint %s: %w", ref.Key, err)
@@ -752,7 +770,7 @@ func (n *Node) store(ctx context.Context, url string) (*checkpoint.Store, error)
 	s, err := checkpoint.Open(ctx, url)
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("open checkpoint bucket %q: %v", url, err), "BadCheckpointURL", err)
+			fmt.Sprintf("node %s: %v", n.ID, err), "BadCheckpointURL", err) // (err names the URL)
 	}
 	if n.stores == nil {
 		n.stores = map[string]*checkpoint.Store{}
@@ -812,7 +830,7 @@ func (n *Node) save(ctx context.Context, in spec.ChunkInput, st *engine.State, t
 
 // saveOnce stores payload as the run's checkpoint at step.
 func (n *Node) saveOnce(ctx context.Context, in spec.ChunkInput, step int64, payload []byte) (*spec.CheckpointRef, error) {
-	url := n.checkpointURL(in)
+	url := n.bucketURL(in.Spec)
 	store, err := n.store(ctx, url)
 	if err != nil {
 		return nil, err
@@ -838,7 +856,7 @@ func (n *Node) saveOnce(ctx context.Context, in spec.ChunkInput, step int64, pay
 // the background; the next chunk on this node reports it (finishPending).
 // The upload has its own context: it outlives this activity.
 func (n *Node) saveAsync(in spec.ChunkInput, st *engine.State) (*spec.CheckpointRef, error) {
-	url := n.checkpointURL(in)
+	url := n.bucketURL(in.Spec)
 	bctx, cancel := context.WithTimeout(context.Background(), asyncSaveTimeout)
 	store, err := n.store(bctx, url)
 	if err != nil {

@@ -226,6 +226,8 @@ func TestTrainChunkRejectsBadInput(t *testing.T) {
 	nodes[0].Incarnation = "p2"
 	earlier := spec.Membership{Generation: m.Generation, Nodes: slices.Clone(m.Nodes)}
 	earlier.Nodes[0].Incarnation = "p1"
+	badBucket := s
+	badBucket.CheckpointURL = "file://" + t.TempDir() + "?colour=blue"
 	tests := []struct {
 		name string
 		in   spec.ChunkInput
@@ -235,6 +237,8 @@ func TestTrainChunkRejectsBadInput(t *testing.T) {
 		{"empty range", spec.ChunkInput{RunID: "r", Spec: s, Membership: m, From: 5, To: 5}, "BadChunkInput"},
 		{"no state", spec.ChunkInput{RunID: "r", Spec: s, Membership: m, Session: "x", From: 5, To: 10}, spec.ErrTypeNoState},
 		{"earlier process", spec.ChunkInput{RunID: "r", Spec: s, Membership: earlier, Session: "y", From: 0, To: 5}, spec.ErrTypeNoState},
+		// Refused before training, not once rank 0 saves.
+		{"bucket its driver refuses", spec.ChunkInput{RunID: "r", Spec: badBucket, Membership: m, Session: "z", From: 0, To: 5}, "BadCheckpointURL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

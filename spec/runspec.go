@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -454,6 +455,34 @@ func MemoryBucket(url string) bool {
 	return scheme == "mem"
 }
 
+// CheckBucketURL says what is wrong with a checkpoint bucket URL that a
+// node's driver would refuse, or take to mean another place: no scheme, one
+// no driver serves, a file:// URL naming a host (file://data/ckpt) or no
+// directory, a cloud URL naming no bucket. Query parameters are the
+// drivers' to check (a node opens the bucket before it trains a chunk).
+func CheckBucketURL(raw string) error {
+	const forms = "file:///path, s3://bucket, gs://bucket, azblob://container"
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok {
+		return fmt.Errorf("%q is not a bucket URL (%s)", raw, forms)
+	}
+	if !slices.Contains(CheckpointSchemes(), scheme) {
+		return fmt.Errorf("%q: no storage driver for %q (%s)", raw, scheme, forms)
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q: %w", raw, err)
+	case scheme == "file" && u.Host != "" && u.Host != "localhost":
+		return fmt.Errorf("%q names host %q: a file:// URL is an absolute path on each node's own host, after three slashes (file:///data/ckpt)", raw, u.Host)
+	case scheme == "file" && strings.Trim(u.Path, "/") == "":
+		return fmt.Errorf("%q names no directory (file:///data/ckpt)", raw)
+	case scheme != "file" && scheme != "mem" && u.Host == "":
+		return fmt.Errorf("%q names no bucket (%s://bucket)", raw, scheme)
+	}
+	return nil
+}
+
 // validateOperation checks the fields every run has, built-in or external:
 // checkpointing, restarts and the timeouts.
 func (s RunSpec) validateOperation(bad func(field, format string, args ...any)) {
@@ -461,13 +490,8 @@ func (s RunSpec) validateOperation(bad func(field, format string, args ...any)) 
 		bad("checkpoint_every", "must be positive, got %d", s.CheckpointEvery)
 	}
 	if s.CheckpointURL != "" {
-		const forms = "file:///path, s3://bucket, gs://bucket, azblob://container"
-		scheme, _, ok := strings.Cut(s.CheckpointURL, "://")
-		switch {
-		case !ok:
-			bad("checkpoint_url", "%q is not a bucket URL (%s)", s.CheckpointURL, forms)
-		case !slices.Contains(CheckpointSchemes(), scheme):
-			bad("checkpoint_url", "%q: no storage driver for %q (%s)", s.CheckpointURL, scheme, forms)
+		if err := CheckBucketURL(s.CheckpointURL); err != nil {
+			bad("checkpoint_url", "%v", err)
 		}
 	}
 	if s.MaxRestarts < 0 {

@@ -152,6 +152,10 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"mem bucket", "name: a\nnodes: 2\ncheckpoint_url: mem://\n", "checkpoint_url", 3, "one process's memory"},
 		{"mem bucket, external job", "name: a\nexternal:\n  entrypoint: [python, t.py]\ncheckpoint_url: mem://x\n", "checkpoint_url", 4, "one process's memory"},
 		{"no bucket driver", "name: a\ncheckpoint_url: ftp://host/ckpt\n", "checkpoint_url", 2, "no storage driver"},
+		{"file URL naming a host", "name: a\ncheckpoint_url: file://data/ckpt\n", "checkpoint_url", 2, `names host "data": a file:// URL is an absolute path`},
+		{"file URL naming no directory", "name: a\ncheckpoint_url: file:///\n", "checkpoint_url", 2, "names no directory"},
+		{"s3 URL naming no bucket", "name: a\ncheckpoint_url: s3://?region=x\n", "checkpoint_url", 2, "names no bucket (s3://bucket)"},
+		{"gs URL naming no bucket", "name: a\ncheckpoint_url: gs:///x\n", "checkpoint_url", 2, "names no bucket (gs://bucket)"},
 		// Documents with no body: each once panicked looking for lines.
 		{"empty file", "", "name", 0, "required"},
 		{"only a comment", "# to do\n", "name", 0, "required"},

@@ -80,6 +80,9 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		return err // (the CLI says "node worker: ")
 	}
 	if o.CheckpointURL != "" { // every chunk of a run naming no bucket would fail on it
+		if err := spec.CheckBucketURL(o.CheckpointURL); err != nil {
+			return fmt.Errorf("node %s: --checkpoint-url: %w", o.ID, err)
+		}
 		st, err := checkpoint.Open(ctx, o.CheckpointURL)
 		if err != nil {
 			return fmt.Errorf("node %s: checkpoint bucket: %w", o.ID, err)

@@ -712,8 +712,12 @@ func (r *run) storageTrouble(ctx workflow.Context, f *chunkFailure, errs []error
 	if earlier := s.CheckpointFailed; earlier != nil &&
 		workflow.GetVersion(ctx, versionStorageGivesUp, workflow.DefaultVersion, 1) >= 1 {
 		f.retryable = false
-		f.reason = fmt.Sprintf("checkpoint storage keeps failing: the checkpoint at step %d could not be stored, nor now the one at %d "+
-			"(the run's stored checkpoints are kept; fix the bucket and start again from them): %s", earlier.Step, failed.Step, failed.Error)
+		which := fmt.Sprintf("the checkpoint at step %d could not be stored, nor now the one at %d", earlier.Step, failed.Step)
+		if earlier.Step == failed.Step {
+			which = fmt.Sprintf("the checkpoint at step %d could not be stored, twice", failed.Step)
+		}
+		f.reason = fmt.Sprintf("checkpoint storage keeps failing: %s "+
+			"(the run's stored checkpoints are kept; fix the bucket and start again from them): %s", which, failed.Error)
 	}
 	s.CheckpointFailed = failed
 }

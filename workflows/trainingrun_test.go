@@ -1213,25 +1213,26 @@ func TestTrainingRunCheckpointStorage(t *testing.T) {
 		background bool // the upload of the checkpoint at 100 failed, reported by the chunk from 100
 		recoveries int
 		gaveUp     int64 // the step of the checkpoint it gave up on (0: it did not)
+		said       string
 	}{
 		{"a hiccup", func(in spec.ChunkInput) error {
 			if in.Rank == 0 && in.From == 100 && in.Membership.Generation == 1 {
 				return full(in.To)
 			}
 			return nil
-		}, false, 1, 0},
+		}, false, 1, 0, ""},
 		{"keeps failing", func(in spec.ChunkInput) error {
 			if in.Rank == 0 && in.From >= 100 {
 				return full(in.To)
 			}
 			return nil
-		}, false, 1, 200},
+		}, false, 1, 200, "the checkpoint at step 200 could not be stored, twice"},
 		{"after a background upload failed", func(in spec.ChunkInput) error {
 			if in.Rank == 0 && in.From == 200 {
 				return full(in.To)
 			}
 			return nil
-		}, true, 0, 300},
+		}, true, 0, 300, "the checkpoint at step 100 could not be stored, nor now the one at 300"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1")}
@@ -1252,7 +1253,7 @@ func TestTrainingRunCheckpointStorage(t *testing.T) {
 			var st spec.RunStatus
 			if tc.gaveUp > 0 {
 				err := env.GetWorkflowError()
-				require.ErrorContains(t, err, "checkpoint storage keeps failing")
+				require.ErrorContains(t, err, "checkpoint storage keeps failing: "+tc.said)
 				require.ErrorContains(t, err, "no space left on device")
 				// The status query still answers after the failure.
 				v, qerr := env.QueryWorkflow(spec.QueryStatus)

@@ -47,6 +47,9 @@ func newCheckpointCmd(e *env) *cobra.Command {
 		if spec.MemoryBucket(url) {
 			return nil, nil, fmt.Errorf("bucket %s is the memory of the process that wrote it: another process (this command) cannot read it", url)
 		}
+		if err := spec.CheckBucketURL(url); err != nil {
+			return nil, nil, fmt.Errorf("--url: %w", err)
+		}
 		store, err := checkpoint.Open(cmd.Context(), url)
 		if err != nil {
 			return nil, nil, err

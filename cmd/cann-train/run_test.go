@@ -24,6 +24,7 @@ func TestRunRejectsBadJobFile(t *testing.T) {
 		{"impossible value", "name: a\nnodes: 0\nsteps: 10\nbatch_per_rank: -1\n", []string{"line 2", "nodes", "line 4", "batch_per_rank"}},
 		{"bad checkpoint url", "name: a\ncheckpoint_url: /tmp/x\n", []string{"line 2", "checkpoint_url", "not a bucket URL"}},
 		{"unknown storage scheme", "name: a\nnodes: 2\ncheckpoint_url: s4://ckpt\n", []string{"line 3", "checkpoint_url", `no storage driver for "s4"`}},
+		{"file URL with two slashes", "name: a\ncheckpoint_url: file://ckpt/a\n", []string{"line 2", "checkpoint_url", `names host "ckpt"`, "file:///data/ckpt"}},
 		{"memory bucket", "name: a\nnodes: 2\ncheckpoint_url: mem://\n", []string{"line 3", "checkpoint_url", "one process's memory"}},
 		{"not yaml", "name: [\n", []string{"bad.yaml"}},
 	}
