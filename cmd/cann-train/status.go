@@ -1004,7 +1004,11 @@ func recoveryTimes(r RecoverySummary) string {
 		}
 		return strings.Join(parts, "; ")
 	}
-	return fmt.Sprintf("detected %.2fs, first step %.2fs after the %s", r.DetectSeconds, r.ResumeSeconds, strings.ReplaceAll(r.From, "_", " "))
+	from := strings.ReplaceAll(r.From, "_", " ")
+	if r.ResumeSeconds <= 0 { // (it failed, or waits, before a step)
+		return fmt.Sprintf("detected %.2fs after the %s; no step trained in this generation", r.DetectSeconds, from)
+	}
+	return fmt.Sprintf("detected %.2fs, first step %.2fs after the %s", r.DetectSeconds, r.ResumeSeconds, from)
 }
 
 // recoveryHeadline says what a recovery did: "gen 2: node-2 → node-3 at

@@ -342,6 +342,11 @@ func TestStatusTextRecoveries(t *testing.T) {
 		{"peer noticed", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30,
 			NoticedAt: t0, SeenAt: t0.Add(20 * time.Millisecond), ResumedAt: t0.Add(200 * time.Millisecond)},
 			"(30 steps lost); detected 0.02s, first step 0.20s after the peer notice\n"},
+		// The generation failed before its first step (the next recovery
+		// follows): no "first step 0.00s".
+		{"no step", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30,
+			NoticedAt: t0, SeenAt: t0.Add(10 * time.Millisecond)},
+			"(30 steps lost); detected 0.01s after the peer notice; no step trained in this generation\n"},
 	} {
 		st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Recoveries: []spec.Recovery{tc.rec}}
 		var b bytes.Buffer
