@@ -98,13 +98,18 @@ func TestNodeWorkerRefusesBadBucket(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, _, addr := startInProcessControl(ctx, t, t.TempDir())
-	for _, u := range []string{"s4://ckpt", "/tmp/ckpt"} {
+	for _, tc := range []struct{ url, want string }{
+		{"s4://ckpt", `no storage driver for "s4"`},
+		{"/tmp/ckpt", "is not a bucket URL"},
+		{"file://ckpt/x", `names host "ckpt"`},
+		{"file://" + t.TempDir() + "?colour=blue", `invalid query parameter "colour"`},
+	} {
 		var out, errb bytes.Buffer
 		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		root.SetArgs([]string{"worker", "node", "--id", "node-x", "--address", addr, "--checkpoint-url", u})
+		root.SetArgs([]string{"worker", "node", "--id", "node-x", "--address", addr, "--checkpoint-url", tc.url})
 		err := root.ExecuteContext(ctx)
-		if err == nil || !strings.Contains(err.Error(), "checkpoint bucket") || !strings.Contains(err.Error(), u) {
-			t.Errorf("--checkpoint-url %s: %v", u, err)
+		if err == nil || !strings.Contains(err.Error(), "node node-x") || !strings.Contains(err.Error(), tc.url) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--checkpoint-url %s: %v; want it refused, saying %q", tc.url, err, tc.want)
 		}
 	}
 }
