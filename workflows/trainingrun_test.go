@@ -825,9 +825,7 @@ func TestTrainingRunMissingCheckpoint(t *testing.T) {
 			env := newRunEnv(t, cl, ch)
 			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 200, ChunkSteps: 50, CheckpointEvery: 100}.WithDefaults()
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-			require.NoError(t, env.GetWorkflowError())
-			var st spec.RunStatus
-			require.NoError(t, env.GetWorkflowResult(&st))
+			st := result(t, env)
 			require.EqualValues(t, 200, st.Step)
 			require.Len(t, st.Recoveries, 2)
 			require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
