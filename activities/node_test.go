@@ -379,8 +379,20 @@ func TestTrainChunkRestoreFindsNoCheckpoint(t *testing.T) {
 	})
 }
 
+// TestTrainChunkWithoutData: a node whose worker finds no data set for the
+// built-in model fails the chunk as NodeUnfit (retryable: the run replaces
+// the node), naming the node and how to give it the data.
+func TestTrainChunkWithoutData(t *testing.T) {
+	nodes, m := newNodes(t, 1, "mem://")
+	nodes[0].train, nodes[0].test, nodes[0].MNISTDir = nil, nil, filepath.Join(t.TempDir(), "nowhere")
+	s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 10}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "tok", From: 0, To: 10}
+	_, errs := runChunk(t, nodes, in)
+	wantLoadError(t, errs[0], spec.ErrTypeNodeUnfit, "node node-1 has no data set for mlp-mnist", "nowhere", "--mnist-dir")
+}
+
 // wantLoadError checks a retryable ApplicationError of type typ whose
-// message holds every one of want.
+// message holds every one of want (a load, or a node unfit for the run).
 func wantLoadError(t *testing.T, err error, typ string, want ...string) {
 	t.Helper()
 	var ae *temporal.ApplicationError

@@ -126,6 +126,11 @@ const (
 	// was deleted. The run falls back to the one before, as from a
 	// corrupt one.
 	ErrTypeCheckpointGone = "CheckpointGone"
+	// ErrTypeNodeUnfit: the node cannot serve the run as it is set up (no
+	// data set for the built-in model). The run replaces it, and the
+	// Cluster keeps it failed until its worker registers again. (NoData,
+	// its type before, failed the run.)
+	ErrTypeNodeUnfit = "NodeUnfit"
 )
 
 // Search attributes the workflows upsert; registered when the dev server

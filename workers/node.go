@@ -166,7 +166,8 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	// Load the data before offering the node: a spare is then ready to
 	// train the moment it replaces a failed rank.
 	if err := acts.Preload(); err != nil {
-		log.Warn("data set not preloaded; chunks will report the problem", zap.Error(err))
+		log.Warn("no data set for the built-in model: its runs' chunks fail on this node, which they replace (and the Cluster keeps failed "+
+			"until this worker registers again); give --mnist-dir or CANN_TRAIN_MNIST_DIR (external jobs do not need it)", zap.Error(err))
 	}
 	if err := register(ctx, c, o.ClusterID, node); err != nil {
 		return err

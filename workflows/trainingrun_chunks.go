@@ -27,12 +27,14 @@ type chunkFailure struct {
 	// corrupt: the checkpoint the chunk restored from failed verification,
 	// or was deleted (CheckpointGone).
 	corrupt bool
-	// notHere are the nodes that do not find the checkpoint to restore in
-	// a bucket where they never found the run's checkpoints
-	// (CheckpointNotHere): they do not reach it, and are replaced.
-	notHere    []string
-	notHereMsg string // the first one's words
-	first      error
+	// unfit are the nodes that cannot serve the run as they are set up:
+	// they do not find the checkpoint to restore in a bucket where they
+	// never found the run's checkpoints (CheckpointNotHere: they do not
+	// reach it), or lack its data set (NodeUnfit). They are replaced, and
+	// stay failed until their workers register again.
+	unfit    []string
+	unfitMsg string // the first one's words
+	first    error
 	// lostState names the nodes that answered NoState: a node process
 	// restarted under the same ID between two chunks holds no state for
 	// the chunk's first step (and its checkpoint may still be uploading).
@@ -583,12 +585,12 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			// Cancelled by await: its peers blamed it (counted below).
 		case errors.As(err, &ae) && (ae.Type() == spec.ErrTypeCorruptCheckpoint || ae.Type() == spec.ErrTypeCheckpointGone):
 			f.corrupt = true
-		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointNotHere:
-			// (A type only newer node workers send: histories before it
+		case errors.As(err, &ae) && (ae.Type() == spec.ErrTypeCheckpointNotHere || ae.Type() == spec.ErrTypeNodeUnfit):
+			// (Types only newer node workers send: histories before them
 			// never take this branch, so it needs no version.)
-			f.notHere = append(f.notHere, node)
-			if f.notHereMsg == "" {
-				f.notHereMsg = ae.Message()
+			f.unfit = append(f.unfit, node)
+			if f.unfitMsg == "" {
+				f.unfitMsg = ae.Message()
 			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeNoState:
 			f.lostState = append(f.lostState, node)
@@ -633,10 +635,10 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 				break
 			}
 		}
-	case len(f.notHere) > 0:
+	case len(f.unfit) > 0:
 		// Theirs is the failure, whatever their peers said of them.
-		f.failed = f.notHere
-		f.reason = f.notHereMsg
+		f.failed = f.unfit
+		f.reason = f.unfitMsg
 	case len(timedOut) > 0:
 		f.failed = timedOut
 		f.reason = timeoutReason(timedOut, untaken)
@@ -921,7 +923,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 			inc = r.st.Membership.Nodes[i].Incarnation
 		}
 		marks = append(marks, spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason, Incarnation: inc,
-			Misconfigured: slices.Contains(f.notHere, id)})
+			Misconfigured: slices.Contains(f.unfit, id)})
 	}
 	withAcquire := len(marks) > 0 && workflow.GetVersion(ctx, versionFailedWithAcquire, workflow.DefaultVersion, 1) >= 1
 	if withAcquire {
@@ -947,7 +949,8 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		if withAcquire {
 			r.signalFailed(ctx, marks) // the Cluster may not have seen the request
 		}
-		return fmt.Errorf("replace node(s) %v: %w", f.failed, err)
+		// (Why they were lost: the last word a failed run has of it.)
+		return fmt.Errorf("replace node(s) %v (%s): %w", f.failed, f.reason, err)
 	}
 	shrunk := len(r.st.Membership.Nodes) < len(before)
 	var replacement, back, removed []string

@@ -371,7 +371,7 @@ func TestTrainingRunShrinksWithoutSpare(t *testing.T) {
 	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	err := env2.GetWorkflowError()
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "replace node(s) [b]")
+	require.Contains(t, err.Error(), "replace node(s) [b] (peers lost node(s) [b]: lost): ", "says why b was lost")
 }
 
 // A run that went on with fewer nodes grows back when the lost node's

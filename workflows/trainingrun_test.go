@@ -779,28 +779,33 @@ func TestTrainingRunFallsBackFromCorruptCheckpoint(t *testing.T) {
 }
 
 // TestTrainingRunMissingCheckpoint: after a node is lost, its replacement
-// does not find the checkpoint to restore. When it never found the run's
-// checkpoints in that bucket (CheckpointNotHere: a host that does not mount
-// the shared bucket) it is the failed node, in its own words, and is
-// replaced in turn; when the checkpoint is gone from a bucket where it was
-// seen (CheckpointGone: deleted) the run falls back to the one before, as
-// from a corrupt one, and blames nobody. Before, both restarted the same
-// nodes until max_restarts ran out.
+// cannot serve the run. When it never found the run's checkpoints in the
+// bucket (CheckpointNotHere: a host that does not mount the shared bucket)
+// or has no data set (NodeUnfit) it is the failed node, in its own words,
+// and is replaced in turn and kept failed as misconfigured; when the
+// checkpoint is gone from a bucket where it was seen (CheckpointGone:
+// deleted) the run falls back to the one before, as from a corrupt one,
+// and blames nobody. Before, all three failed the run or restarted the
+// same nodes until max_restarts ran out.
 func TestTrainingRunMissingCheckpoint(t *testing.T) {
-	const notHere = "node spare-1 does not find the run's checkpoint at step 100 (runs/t/ckpt/000000000100/manifest.json) in file:///ckpt, " +
-		"where the node that saved it committed it, and has found none of the run's checkpoints there"
-	const gone = "node node-1 does not find the run's checkpoint at step 100 (runs/t/ckpt/000000000100/manifest.json) in file:///ckpt, " +
-		"where it found the run's checkpoints before: it was deleted"
 	for _, tc := range []struct {
-		name string
-		typ  string
+		name, typ string
+		who, said string // the node that fails the second generation, in its words
 		// failed and resume are the second recovery's.
 		failed []string
 		resume int64
 		nodes  []string
 	}{
-		{"not here", spec.ErrTypeCheckpointNotHere, []string{"spare-1"}, 100, []string{"node-1", "spare-2"}},
-		{"gone", spec.ErrTypeCheckpointGone, nil, 0, []string{"node-1", "spare-1"}},
+		{"not here", spec.ErrTypeCheckpointNotHere, "spare-1",
+			"node spare-1 does not find the run's checkpoint at step 100 (runs/t/ckpt/000000000100/manifest.json) in file:///ckpt, " +
+				"where the node that saved it committed it, and has found none of the run's checkpoints there",
+			[]string{"spare-1"}, 100, []string{"node-1", "spare-2"}},
+		{"no data", spec.ErrTypeNodeUnfit, "spare-1", "node spare-1 has no data set for mlp-mnist: engine: open MNIST file: no such file",
+			[]string{"spare-1"}, 100, []string{"node-1", "spare-2"}},
+		{"gone", spec.ErrTypeCheckpointGone, "node-1",
+			"node node-1 does not find the run's checkpoint at step 100 (runs/t/ckpt/000000000100/manifest.json) in file:///ckpt, " +
+				"where it found the run's checkpoints before: it was deleted",
+			nil, 0, []string{"node-1", "spare-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1", "spare-2"), failed: map[string]bool{}}
@@ -808,16 +813,13 @@ func TestTrainingRunMissingCheckpoint(t *testing.T) {
 			stuck := make(chan struct{})
 			t.Cleanup(func() { close(stuck) })
 			ch.fail = func(in spec.ChunkInput) error {
-				id := in.Membership.Nodes[in.Rank].ID
 				switch {
 				case in.Membership.Generation == 1 && in.From == 100:
 					return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 110})
 				case in.Membership.Generation != 2 || in.Restore == nil || in.Restore.Step != 100:
 					return nil
-				case tc.typ == spec.ErrTypeCheckpointNotHere && id == "spare-1":
-					return temporal.NewApplicationError(notHere, tc.typ)
-				case tc.typ == spec.ErrTypeCheckpointGone && id == "node-1":
-					return temporal.NewApplicationError(gone, tc.typ)
+				case in.Membership.Nodes[in.Rank].ID == tc.who:
+					return temporal.NewApplicationError(tc.said, tc.typ)
 				}
 				<-stuck // in rendezvous for the failing node
 				return errors.New("unreachable")
@@ -832,12 +834,13 @@ func TestTrainingRunMissingCheckpoint(t *testing.T) {
 			rec := st.Recoveries[1]
 			require.Equal(t, tc.failed, rec.FailedNodes)
 			require.EqualValues(t, tc.resume, rec.ResumeStep)
-			require.Contains(t, rec.Reason, map[string]string{spec.ErrTypeCheckpointNotHere: notHere, spec.ErrTypeCheckpointGone: gone}[tc.typ])
+			require.Contains(t, rec.Reason, tc.said)
 			require.Equal(t, tc.nodes, st.Nodes)
 			cl.mu.Lock()
 			defer cl.mu.Unlock()
-			require.Equal(t, tc.typ == spec.ErrTypeCheckpointNotHere, cl.failed["spare-1"], "spare-1 marked failed")
-			require.Equal(t, tc.typ == spec.ErrTypeCheckpointNotHere, cl.misconfigured["spare-1"], "spare-1 marked misconfigured (its lease does not reinstate it)")
+			unfit := tc.typ != spec.ErrTypeCheckpointGone
+			require.Equal(t, unfit, cl.failed["spare-1"], "spare-1 marked failed")
+			require.Equal(t, unfit, cl.misconfigured["spare-1"], "spare-1 marked misconfigured (its lease does not reinstate it)")
 			require.False(t, cl.misconfigured["node-2"], "node-2 was lost, not misconfigured")
 		})
 	}
