@@ -118,8 +118,9 @@ const (
 	ErrTypeBucketNotShared = "BucketNotShared"
 	// ErrTypeCheckpointNotHere: the node does not find the checkpoint to
 	// restore and has not seen the run's checkpoints in that bucket: it
-	// does not reach the bucket the run's nodes share (a misconfigured
-	// host). The run replaces the node.
+	// does not reach the bucket the run's nodes share (a host without the
+	// shared mount). The run replaces the node; the Cluster marks it failed
+	// as for any loss (the bucket is the run's: other runs may use it).
 	ErrTypeCheckpointNotHere = "CheckpointNotHere"
 	// ErrTypeCheckpointGone: the node does not find the checkpoint to
 	// restore in a bucket where it found the run's checkpoints before: it
@@ -231,10 +232,10 @@ type MarkFailed struct {
 	// since, as another process, that one is healthy: the Cluster only
 	// takes the node from the run. Empty: whichever process holds the ID.
 	Incarnation string `json:"incarnation,omitempty"`
-	// Misconfigured: the node is alive but cannot serve runs as it is (it
-	// does not reach the run's checkpoint bucket). Its lease renewals do
-	// not reinstate it, as they do a node blamed by mistake; its worker
-	// registering again (restarted, fixed) does.
+	// Misconfigured: the node is alive but cannot serve any run of the
+	// kind as it is (no data set for the built-in model). Its lease
+	// renewals do not reinstate it, as they do a node blamed by mistake;
+	// its worker registering again (restarted, fixed) does.
 	Misconfigured bool `json:"misconfigured,omitempty"`
 }
 

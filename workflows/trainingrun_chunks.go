@@ -30,11 +30,14 @@ type chunkFailure struct {
 	// unfit are the nodes that cannot serve the run as they are set up:
 	// they do not find the checkpoint to restore in a bucket where they
 	// never found the run's checkpoints (CheckpointNotHere: they do not
-	// reach it), or lack its data set (NodeUnfit). They are replaced, and
-	// stay failed until their workers register again.
-	unfit    []string
-	unfitMsg string // the first one's words
-	first    error
+	// reach it), or lack its data set (NodeUnfit). They are replaced;
+	// those without data (misconfigured) stay failed until their workers
+	// register again — a bucket is the run's, and other runs may not need
+	// it.
+	unfit         []string
+	unfitMsg      string // the first one's words
+	misconfigured []string
+	first         error
 	// lostState names the nodes that answered NoState: a node process
 	// restarted under the same ID between two chunks holds no state for
 	// the chunk's first step (and its checkpoint may still be uploading).
@@ -592,6 +595,9 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			if f.unfitMsg == "" {
 				f.unfitMsg = ae.Message()
 			}
+			if ae.Type() == spec.ErrTypeNodeUnfit {
+				f.misconfigured = append(f.misconfigured, node)
+			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeNoState:
 			f.lostState = append(f.lostState, node)
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeBucketNotShared:
@@ -923,7 +929,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 			inc = r.st.Membership.Nodes[i].Incarnation
 		}
 		marks = append(marks, spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason, Incarnation: inc,
-			Misconfigured: slices.Contains(f.unfit, id)})
+			Misconfigured: slices.Contains(f.misconfigured, id)})
 	}
 	withAcquire := len(marks) > 0 && workflow.GetVersion(ctx, versionFailedWithAcquire, workflow.DefaultVersion, 1) >= 1
 	if withAcquire {

@@ -838,9 +838,9 @@ func TestTrainingRunMissingCheckpoint(t *testing.T) {
 			require.Equal(t, tc.nodes, st.Nodes)
 			cl.mu.Lock()
 			defer cl.mu.Unlock()
-			unfit := tc.typ != spec.ErrTypeCheckpointGone
-			require.Equal(t, unfit, cl.failed["spare-1"], "spare-1 marked failed")
-			require.Equal(t, unfit, cl.misconfigured["spare-1"], "spare-1 marked misconfigured (its lease does not reinstate it)")
+			require.Equal(t, tc.typ != spec.ErrTypeCheckpointGone, cl.failed["spare-1"], "spare-1 marked failed")
+			// Only a node without data stays failed: a bucket is the run's.
+			require.Equal(t, tc.typ == spec.ErrTypeNodeUnfit, cl.misconfigured["spare-1"], "spare-1 marked misconfigured (its lease does not reinstate it)")
 			require.False(t, cl.misconfigured["node-2"], "node-2 was lost, not misconfigured")
 		})
 	}
