@@ -80,9 +80,12 @@ import (
 // decided as the warm-up's last chunk reported, and
 // trainingrun_codec_carried.json, a run resumed past that decision
 // without its status, taking the codec its checkpoint carried
-// (versionDecideOnMeasure)
+// (versionDecideOnMeasure); trainingrun_unknown_input.json, a workflow
+// input with a misspelled field, failed at once (versionUnknownInput), and
+// trainingrun_node_unfit.json and cluster_unfit.json, a node worker without
+// the data set replaced and kept failed as misconfigured (NodeUnfit)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -135,8 +138,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_lost.json", spec.WorkflowTrainingRun},    // a crashed world: what it trained past its checkpoint a lost segment
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},           // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},
-		{"cluster_drain.json", spec.WorkflowCluster}, // drains, one of a held node (the run told)
-		{"cluster_sweep.json", spec.WorkflowCluster}, // a terminated run's nodes freed for the next run
+		{"cluster_drain.json", spec.WorkflowCluster},                 // drains, one of a held node (the run told)
+		{"cluster_sweep.json", spec.WorkflowCluster},                 // a terminated run's nodes freed for the next run
+		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun}, // a misspelled input field: failed at once (versionUnknownInput)
+		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},    // a node without data replaced (NodeUnfit: no version)
+		{"cluster_unfit.json", spec.WorkflowCluster},                 // … and kept failed as misconfigured
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
