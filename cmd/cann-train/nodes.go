@@ -21,7 +21,7 @@ import (
 // nodeRow is one node as `cann-train nodes` shows it.
 type nodeRow struct {
 	ID       string    `json:"id"`
-	State    string    `json:"state"` // free, busy, drained, draining, failed, silent, orphaned
+	State    string    `json:"state"` // free, busy, drained, draining, failed, unfit, silent, orphaned
 	Reason   string    `json:"reason,omitempty"`
 	Run      string    `json:"run,omitempty"`
 	Rank     int       `json:"rank"`
@@ -31,13 +31,15 @@ type nodeRow struct {
 }
 
 // nodeRows judges each record as the Cluster does when it hands nodes
-// out: failed, silent (no lease renewal for a TTL), busy (held by a run)
-// or free.
+// out: failed (unfit when failed as misconfigured), silent (no lease
+// renewal for a TTL), busy (held by a run) or free.
 func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 	rows := make([]nodeRow, 0, len(reg.Nodes))
 	for _, r := range reg.Nodes {
 		row := nodeRow{ID: r.Node.ID, Run: r.Run, Rank: r.Rank, Host: r.Node.Host, CommAddr: r.Node.CommAddr, LastSeen: r.LastSeen}
 		switch {
+		case r.Failed && r.Misconfigured:
+			row.State, row.Reason = "unfit", r.FailReason+"; out of the pool until its worker restarts"
 		case r.Failed:
 			row.State, row.Reason = "failed", r.FailReason
 		case now.Sub(r.LastSeen) > reg.LeaseTTL:
@@ -97,8 +99,8 @@ registered: its state as runs see it when they acquire nodes — free; busy in a
 run at a rank; drained by an operator (draining while a run still holds it);
 failed, with the reason (a dead peer, a heartbeat timeout, a stopped worker;
 a failed node that keeps renewing its lease is handed out again after a lease
-TTL, unless it failed as misconfigured — it has no data set for the built-in
-model —, which only restarting its worker clears);
+TTL); unfit, failed as misconfigured (no data set for the built-in model),
+which only restarting its worker clears;
 silent, its lease not renewed for a TTL; or orphaned, held by a run that was
 terminated (the next run short of free nodes frees it) — with its host, collective address and when it was last heard
 from. ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and put it back;

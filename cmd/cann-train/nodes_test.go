@@ -22,16 +22,20 @@ func TestNodeRows(t *testing.T) {
 		rec("c", time.Second, true, "", -1),
 		rec("d", time.Minute, false, "", -1),
 		rec("e", time.Minute, true, "", -1), // failed wins over silent
+		{Node: spec.Node{ID: "f"}, LastSeen: now, Failed: true, Misconfigured: true, FailReason: "node f has no data set for mlp-mnist"},
 	}}
 	rows := nodeRows(reg, now)
 	want := []struct {
 		state string
 		rank  int
-	}{{"free", -1}, {"busy", 1}, {"failed", -1}, {"silent", -1}, {"failed", -1}}
+	}{{"free", -1}, {"busy", 1}, {"failed", -1}, {"silent", -1}, {"failed", -1}, {"unfit", -1}}
 	for i, w := range want {
 		if rows[i].State != w.state || rows[i].Rank != w.rank {
 			t.Errorf("node %s: %s rank %d, want %s rank %d", rows[i].ID, rows[i].State, rows[i].Rank, w.state, w.rank)
 		}
+	}
+	if !strings.Contains(rows[5].Reason, "node f has no data set for mlp-mnist; out of the pool until its worker restarts") {
+		t.Errorf("unfit node's reason %q", rows[5].Reason)
 	}
 	if !strings.Contains(rows[3].Reason, "20s") {
 		t.Errorf("silent node's reason %q does not name the lease TTL", rows[3].Reason)
@@ -41,7 +45,7 @@ func TestNodeRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := b.String()
-	if !strings.Contains(text, "5 node(s), 1 free") || !strings.Contains(text, "run/x") || !strings.Contains(text, "…") ||
+	if !strings.Contains(text, "6 node(s), 1 free") || !strings.Contains(text, "run/x") || !strings.Contains(text, "…") ||
 		strings.Contains(text, strings.Repeat("x", 80)) {
 		t.Errorf("table:\n%s", text)
 	}

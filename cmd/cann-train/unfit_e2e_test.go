@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -62,6 +63,9 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 		if r.Node.ID == "node-0" && (!r.Failed || !r.Misconfigured || !strings.Contains(r.FailReason, "has no data set")) {
 			t.Errorf("node-0 in the registry: %+v; want it failed as misconfigured, saying why", r)
 		}
+	}
+	if got := cliAt(ctx, t, addr, l.LogDir)("nodes"); !regexp.MustCompile(`(?m)^node-0 +unfit: node node-0 has no data set`).MatchString(got) {
+		t.Errorf("cann-train nodes:\n%s\nwant node-0 unfit, saying why", got)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_node_unfit.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_unfit.json")
