@@ -35,7 +35,7 @@ type chunkFailure struct {
 	// register again — a bucket is the run's, and other runs may not need
 	// it.
 	unfit         []string
-	unfitMsg      string // the first one's words
+	unfitWhy      []string // each one's words
 	misconfigured []string
 	first         error
 	// lostState names the nodes that answered NoState: a node process
@@ -592,9 +592,7 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			// (Types only newer node workers send: histories before them
 			// never take this branch, so it needs no version.)
 			f.unfit = append(f.unfit, node)
-			if f.unfitMsg == "" {
-				f.unfitMsg = ae.Message()
-			}
+			f.unfitWhy = append(f.unfitWhy, ae.Message())
 			if ae.Type() == spec.ErrTypeNodeUnfit {
 				f.misconfigured = append(f.misconfigured, node)
 			}
@@ -644,7 +642,10 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 	case len(f.unfit) > 0:
 		// Theirs is the failure, whatever their peers said of them.
 		f.failed = f.unfit
-		f.reason = f.unfitMsg
+		f.reason = f.unfitWhy[0]
+		if n := len(f.unfit); n > 1 {
+			f.reason += fmt.Sprintf(" (and %d more: %s)", n-1, strings.Join(f.unfit[1:], " "))
+		}
 	case len(timedOut) > 0:
 		f.failed = timedOut
 		f.reason = timeoutReason(timedOut, untaken)
@@ -891,6 +892,28 @@ func (r *run) noteResumed(results []spec.ChunkResult) {
 	s.Recoveries[n-1].ResumeLoss = results[0].FirstLoss
 }
 
+// failureMarks are the Cluster's records of f's failed nodes: each names
+// the worker process the run saw fail (a worker restarted meanwhile under
+// the same ID is healthy, and the run may take it back at once), and an
+// unfit node is failed in its own words — as misconfigured when it lacks
+// the data set.
+func (r *run) failureMarks(f *chunkFailure) []spec.MarkFailed {
+	var marks []spec.MarkFailed
+	for _, id := range f.failed {
+		var inc string
+		if i := slices.IndexFunc(r.st.Membership.Nodes, func(n spec.Node) bool { return n.ID == id }); i >= 0 {
+			inc = r.st.Membership.Nodes[i].Incarnation
+		}
+		why := f.reason
+		if i := slices.Index(f.unfit, id); i >= 0 {
+			why = f.unfitWhy[i] // (not the first unfit node's words)
+		}
+		marks = append(marks, spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: why, Incarnation: inc,
+			Misconfigured: slices.Contains(f.misconfigured, id)})
+	}
+	return marks
+}
+
 // recover handles a failed chunk: mark the blamed nodes failed, re-fill the
 // membership (keeping healthy nodes in their ranks), start a new generation
 // and rewind to the last committed checkpoint. It returns an error when the
@@ -920,17 +943,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	if f.corrupt {
 		r.dropLastCheckpoint(ctx, f.reason)
 	}
-	var marks []spec.MarkFailed
-	for _, id := range f.failed {
-		// The process the run saw fail: a worker restarted meanwhile under
-		// the same ID is healthy, and the run may take it back at once.
-		var inc string
-		if i := slices.IndexFunc(r.st.Membership.Nodes, func(n spec.Node) bool { return n.ID == id }); i >= 0 {
-			inc = r.st.Membership.Nodes[i].Incarnation
-		}
-		marks = append(marks, spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: f.reason, Incarnation: inc,
-			Misconfigured: slices.Contains(f.misconfigured, id)})
-	}
+	marks := r.failureMarks(f)
 	withAcquire := len(marks) > 0 && workflow.GetVersion(ctx, versionFailedWithAcquire, workflow.DefaultVersion, 1) >= 1
 	if withAcquire {
 		r.failedNodes = marks

@@ -846,6 +846,23 @@ func TestTrainingRunMissingCheckpoint(t *testing.T) {
 	}
 }
 
+// TestFailureMarks: the Cluster's records of a failure name each node's
+// worker process; unfit nodes are failed in their own words (not the
+// first one's), as misconfigured when they lack the data set.
+func TestFailureMarks(t *testing.T) {
+	r := &run{}
+	r.st.Status.RunID = "run/t"
+	r.st.Membership.Nodes = []spec.Node{{ID: "a", Incarnation: "pa"}, {ID: "b", Incarnation: "pb"}, {ID: "c", Incarnation: "pc"}}
+	f := &chunkFailure{failed: []string{"a", "c"}, reason: "node a has no data set (and 1 more: c)",
+		unfit: []string{"a", "c"}, unfitWhy: []string{"node a has no data set", "node c does not find the run's checkpoint"}, misconfigured: []string{"a"}}
+	require.Equal(t, []spec.MarkFailed{
+		{NodeID: "a", RunID: "run/t", Reason: "node a has no data set", Incarnation: "pa", Misconfigured: true},
+		{NodeID: "c", RunID: "run/t", Reason: "node c does not find the run's checkpoint", Incarnation: "pc"},
+	}, r.failureMarks(f))
+	lost := &chunkFailure{failed: []string{"b"}, reason: "peers lost node(s) [b]"}
+	require.Equal(t, []spec.MarkFailed{{NodeID: "b", RunID: "run/t", Reason: "peers lost node(s) [b]", Incarnation: "pb"}}, r.failureMarks(lost))
+}
+
 // TestTrainingRunFailsOnAnUnsharedBucket: a node that does not see the
 // run's committed checkpoint (BucketNotShared: its bucket is not the one
 // rank 0 saved to) fails the run at once in its words — no recovery, no
