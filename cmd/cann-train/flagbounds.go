@@ -62,23 +62,23 @@ func checkFlagBounds(cmd *cobra.Command) error {
 			errs = append(errs, fmt.Sprintf("--%s %s: %v", fl.Name, fl.Value, err))
 			return
 		}
-		var min, max float64
+		var least, most float64
 		if hasLo {
-			min, _ = parseFlagNumber(t, lo[0])
+			least, _ = parseFlagNumber(t, lo[0])
 		}
 		if hasHi {
-			max, _ = parseFlagNumber(t, hi[0])
+			most, _ = parseFlagNumber(t, hi[0])
 		}
-		if (!hasLo || v >= min) && (!hasHi || v <= max) && !math.IsNaN(v) {
+		if (!hasLo || v >= least) && (!hasHi || v <= most) && !math.IsNaN(v) {
 			return
 		}
 		var want string
 		switch {
 		case hasLo && hasHi:
 			want = fmt.Sprintf("want %s..%s", lo[0], hi[0])
-		case t == "duration" && min == 1:
+		case t == "duration" && least == 1:
 			want = "want a positive duration"
-		case min == 0:
+		case least == 0:
 			want = "want 0 or more"
 		default:
 			want = "want at least " + lo[0]
