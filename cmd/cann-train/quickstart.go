@@ -105,6 +105,7 @@ a summary with the Web UI link.`,
 	f.BoolVar(&o.keep, "keep", false, "keep the server and Web UI up after the run (Ctrl-C to stop)")
 	f.DurationVar(&o.hbTimeout, "heartbeat-timeout", 10*time.Second, "a node silent this long is presumed dead")
 	f.IntVar(&o.spares, "spares", 0, "extra node workers that replace failed ones")
+	// (A zero would read as "unset" in the run spec: --nodes 0 ran on 3.)
 	atLeast(f, "1", "nodes", "ranks-per-node", "steps", "chunk-steps")
 	atLeast(f, "0", "spares")
 	atLeast(f, "1s", "heartbeat-timeout")
@@ -121,18 +122,6 @@ a summary with the Web UI link.`,
 func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if o.changed == nil {
 		o.changed = func(string) bool { return false }
-	}
-	// (A zero would read as "unset" in the run spec: --nodes 0 ran on 3.)
-	for _, f := range []struct {
-		name     string
-		val, min int64
-	}{
-		{"nodes", int64(o.nodes), 1}, {"steps", o.steps, 1}, {"chunk-steps", o.chunkSteps, 1},
-		{"ranks-per-node", int64(o.perNode), 1}, {"spares", int64(o.spares), 0},
-	} {
-		if f.val < f.min {
-			return fmt.Errorf("--%s %d: want %d or more", f.name, f.val, f.min)
-		}
 	}
 	s, err := quickstartSpec(o)
 	if err != nil {
