@@ -350,12 +350,9 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		res.PendingCheckpoint = pend
 		log.Info("checkpoint uploading", zap.Int64("step", pend.Step))
 	} else if p.global == 0 && in.Checkpoint {
-		ref, err := n.save(ctx, in, snapshot(tr, commState), time.Duration(res.Seconds*float64(time.Second)))
-		if err != nil {
-			return nil, storageError(ctx, err, in.To)
+		if err := n.saveNow(ctx, in, res, snapshot(tr, commState), log); err != nil {
+			return nil, err
 		}
-		res.Checkpoint = ref
-		log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key))
 	}
 	if p.global == 0 && in.Evaluate {
 		acc, _ := tr.Evaluate(test)
@@ -366,6 +363,31 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		res.Joules = ew.joules(ctx, log)
 	}
 	return res, nil
+}
+
+// saveNow stores st, the state at in.To, before the chunk ends (into
+// res.Checkpoint). A bucket that refuses it fails the chunk
+// (ErrTypeCheckpointStorage) or, with in.ReportStorageFailure, is
+// reported in res.CheckpointFailed: the chunk succeeds and its ranks keep
+// their state for the run to store again. A save-only chunk whose step
+// the chunk before was uploading (committed since: res.EarlierCheckpoint)
+// has nothing left to store.
+func (n *Node) saveNow(ctx context.Context, in spec.ChunkInput, res *spec.ChunkResult, st *engine.State, log *zap.Logger) error {
+	if e := res.EarlierCheckpoint; in.From == in.To && e != nil && e.Step == in.To {
+		return nil
+	}
+	ref, err := n.save(ctx, in, st, time.Duration(res.Seconds*float64(time.Second)))
+	switch {
+	case err != nil && in.ReportStorageFailure && ctx.Err() == nil:
+		log.Warn("checkpoint not stored; the ranks keep the state for the run to store it again", zap.Int64("step", in.To), zap.Error(err))
+		res.CheckpointFailed = &spec.CheckpointFailure{Step: in.To, Error: err.Error()}
+	case err != nil:
+		return storageError(ctx, err, in.To)
+	default:
+		res.Checkpoint = ref
+		log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key))
+	}
+	return nil
 }
 
 // snapshot is tr's state with every rank's communication state.
@@ -412,8 +434,11 @@ func (n *Node) checkInput(in spec.ChunkInput) error {
 	if got := in.Membership.Nodes[in.Rank].ID; got != n.ID {
 		return fmt.Errorf("chunk for rank %d is meant for node %q, this is %q", in.Rank, got, n.ID)
 	}
-	if in.From < 0 || in.To <= in.From {
-		return fmt.Errorf("empty or negative step range [%d, %d)", in.From, in.To)
+	switch {
+	case in.From < 0 || in.To < in.From:
+		return fmt.Errorf("negative step range [%d, %d)", in.From, in.To)
+	case in.To == in.From && (!in.Checkpoint || in.AsyncCheckpoint):
+		return fmt.Errorf("empty step range [%d, %d) that saves no checkpoint (a save-only chunk checkpoints synchronously)", in.From, in.To)
 	}
 	return in.Spec.Validate()
 }

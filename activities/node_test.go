@@ -558,6 +558,86 @@ func TestTrainChunkCheckpointStorageFails(t *testing.T) {
 	}
 }
 
+// TestTrainChunkKeepsStateTheBucketRefuses: with ReportStorageFailure a
+// synchronous save the bucket refuses is reported (CheckpointFailed at
+// the chunk's end), not an error, and the ranks keep their state:
+// save-only chunks (From == To) store it once the bucket takes it again,
+// and nodes restoring that checkpoint train on bit-identical to the ones
+// that kept it. A save-only chunk must save synchronously.
+func TestTrainChunkKeepsStateTheBucketRefuses(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bucket")
+	url := "file://" + dir
+	nodes, m := newNodes(t, 2, url)
+	s := spec.RunSpec{Name: "held", Nodes: 2, Steps: 90, ChunkSteps: 30}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/held", Spec: s, Membership: m, Token: "secret", Checkpoint: true, ReportStorageFailure: true}
+	epoch := 0
+	chunk := func(nodes []*Node, in spec.ChunkInput, from, to int64) ([]*spec.ChunkResult, []error) {
+		epoch++
+		in.Session, in.From, in.To = fmt.Sprintf("run/held/g%d/e%d", in.Membership.Generation, epoch), from, to
+		return runChunk(t, nodes, in)
+	}
+	if _, errs := chunk(nodes, in, 0, 30); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("first chunk: %v", errs)
+	}
+	broken := func(on bool) {
+		t.Helper()
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if on {
+			err = os.WriteFile(dir, []byte("not a directory"), 0o644)
+		} else {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	broken(true)
+	trained, errs := chunk(nodes, in, 30, 60)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("a chunk whose checkpoint the bucket refuses: %v; want it reported", errs)
+	}
+	if f := trained[0].CheckpointFailed; f == nil || f.Step != 60 || trained[0].Checkpoint != nil {
+		t.Fatalf("rank 0 reports %+v, checkpoint %+v; want the one at 60 refused", f, trained[0].Checkpoint)
+	}
+	res, errs := chunk(nodes, in, 60, 60)
+	if errs[0] != nil || errs[1] != nil || res[0].CheckpointFailed == nil || res[0].CheckpointFailed.Step != 60 {
+		t.Fatalf("a save-only chunk into the broken bucket: %v, %+v", errs, res[0])
+	}
+	broken(false)
+	res, errs = chunk(nodes, in, 60, 60)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("a save-only chunk once the bucket works: %v", errs)
+	}
+	ck := res[0].Checkpoint
+	if ck == nil || ck.Step != 60 || res[0].CheckpointFailed != nil || res[0].WeightsSHA256 != trained[0].WeightsSHA256 {
+		t.Fatalf("stored %+v (failed %+v, weights %s); want the kept state at 60 (%s)", ck, res[0].CheckpointFailed, res[0].WeightsSHA256, trained[0].WeightsSHA256)
+	}
+	in.Checkpoint = false
+	warm, errs := chunk(nodes, in, 60, 90)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("training on: %v", errs)
+	}
+	fresh, m2 := newNodes(t, 2, "file://unused")
+	in2 := in
+	in2.Membership, in2.Restore = spec.Membership{Generation: 2, Nodes: m2.Nodes}, ck
+	cold, errs := chunk(fresh, in2, 60, 90)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("restored: %v", errs)
+	}
+	if cold[0].WeightsSHA256 != warm[0].WeightsSHA256 {
+		t.Errorf("restored from the held state's checkpoint: %s, kept: %s", cold[0].WeightsSHA256, warm[0].WeightsSHA256)
+	}
+	in.Checkpoint, in.AsyncCheckpoint = true, true
+	_, errs = chunk(nodes, in, 90, 90)
+	var ae *temporal.ApplicationError
+	if !errors.As(errs[0], &ae) || ae.Type() != "BadChunkInput" || !strings.Contains(ae.Error(), "synchronously") {
+		t.Errorf("an asynchronous save-only chunk: %v; want BadChunkInput", errs[0])
+	}
+}
+
 // TestTrainChunkSaveRetries: a synchronous save that fails once (the
 // bucket's directory briefly a file) is tried again and the chunk ends
 // with its checkpoint, instead of failing.

@@ -298,8 +298,16 @@ type ChunkInput struct {
 	From    int64          `json:"from"`
 	To      int64          `json:"to"`
 	Restore *CheckpointRef `json:"restore,omitempty"`
-	// Checkpoint asks rank 0 to save a checkpoint at To.
+	// Checkpoint asks rank 0 to save a checkpoint at To. With From ==
+	// To (and no AsyncCheckpoint) the chunk trains nothing and only
+	// saves the state its nodes kept at that step: the run stores again
+	// a checkpoint the storage refused (ReportStorageFailure).
 	Checkpoint bool `json:"checkpoint"`
+	// ReportStorageFailure: a checkpoint the bucket refuses does not fail
+	// the chunk; its result says so (ChunkResult.CheckpointFailed at To)
+	// and the nodes keep the state they reached, for a save-only chunk
+	// to store it once the bucket takes it again.
+	ReportStorageFailure bool `json:"report_storage_failure,omitempty"`
 	// AsyncCheckpoint lets rank 0 upload that checkpoint in the background
 	// and return at once (ChunkResult.PendingCheckpoint); the next chunk
 	// on the node reports it committed (EarlierCheckpoint).
@@ -419,7 +427,8 @@ type ChunkResult struct {
 	PendingCheckpoint *CheckpointRef `json:"pending_checkpoint,omitempty"`
 	EarlierCheckpoint *CheckpointRef `json:"earlier_checkpoint,omitempty"`
 	// CheckpointFailed is an earlier chunk's pending checkpoint whose
-	// upload failed (the run keeps its older ones).
+	// upload failed (the run keeps its older ones), or this chunk's own
+	// (Step = To: ReportStorageFailure).
 	CheckpointFailed *CheckpointFailure `json:"checkpoint_failed,omitempty"`
 	// EvalMetric names EvalValue, e.g. "test_accuracy"; empty when the
 	// chunk did not evaluate.
@@ -510,6 +519,11 @@ const (
 	PhasePaused Phase = "paused"
 	// PhaseGreenWait: waiting for the next green window (RunStatus.WaitUntil).
 	PhaseGreenWait Phase = "waiting-green"
+	// PhaseStorageWait: the checkpoint storage refused the run's
+	// checkpoints; the run holds at a chunk boundary, its nodes keeping
+	// the state they reached, and stores it again from time to time
+	// (RunStatus.WaitUntil: the next try) until the storage takes it.
+	PhaseStorageWait Phase = "waiting-storage"
 	// PhaseRescaling: changing the node count (SignalRescale).
 	PhaseRescaling Phase = "rescaling"
 	PhaseCompleted Phase = "completed"
@@ -558,14 +572,17 @@ type RunStatus struct {
 	Resumed       []Resumption `json:"resumed,omitempty"`
 	WeightsSHA256 string       `json:"weights_sha256,omitempty"`
 	// ChunkIdleSeconds is the mean gap between one chunk's end (as the
-	// slowest node reported) and the next chunk's start.
+	// slowest node reported) and the next chunk's start: the workflow's
+	// own overhead (not counting gaps across a pause, a wait, a recovery
+	// or a change of nodes).
 	ChunkIdleSeconds float64   `json:"chunk_idle_s"`
 	StartedAt        time.Time `json:"started_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
 	Error            string    `json:"error,omitempty"`
 	// Detail says what the phase is about, e.g. the green window waited for.
 	Detail string `json:"detail,omitempty"`
-	// WaitUntil is when the current green wait ends.
+	// WaitUntil is when the current green wait ends, or when a run that
+	// holds for its checkpoint storage stores again.
 	WaitUntil time.Time `json:"wait_until,omitzero"`
 	// PauseRequested: a pause takes hold at the next chunk boundary.
 	PauseRequested bool `json:"pause_requested,omitempty"`

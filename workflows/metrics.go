@@ -18,6 +18,8 @@ const (
 	metricBudgetAlerts  = "cann_train_carbon_budget_alerts"     // counter, level=alert|exceeded: once each per run
 	metricGreenWaits    = "cann_train_green_waits"              // counter: waits for a green window
 	metricGlobalBatch   = "cann_train_global_batch"             // gauge: the batch controller's batch in force
+	metricCkptRefused   = "cann_train_checkpoint_refusals"      // counter: checkpoints the bucket refused
+	metricStorageHeld   = "cann_train_storage_held"             // gauge: 1 while the run holds for its bucket
 )
 
 // metrics is the workflow's metrics handler, tagged with the run.

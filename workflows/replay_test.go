@@ -83,9 +83,12 @@ import (
 // (versionDecideOnMeasure); trainingrun_unknown_input.json, a workflow
 // input with a misspelled field, failed at once (versionUnknownInput), and
 // trainingrun_node_unfit.json and cluster_unfit.json, a node worker without
-// the data set replaced and kept failed as misconfigured (NodeUnfit)
+// the data set replaced and kept failed as misconfigured (NodeUnfit), and
+// trainingrun_storage_hold.json, a run whose bucket refused two uploads in
+// a row, held with its nodes' state and stored it once resumed
+// (versionStorageWaits)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -143,6 +146,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun}, // a misspelled input field: failed at once (versionUnknownInput)
 		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},    // a node without data replaced (NodeUnfit: no version)
 		{"cluster_unfit.json", spec.WorkflowCluster},                 // … and kept failed as misconfigured
+		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},  // held for a refusing bucket, stored at a resume (versionStorageWaits)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

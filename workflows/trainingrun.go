@@ -97,6 +97,10 @@ type RunState struct {
 	// the last ask that found none (doubling up to regrowMax).
 	RegrowAt   time.Time     `json:"regrow_at,omitzero"`
 	RegrowWait time.Duration `json:"regrow_wait,omitempty"`
+	// StorageHeld: the run holds for its checkpoint storage (storeHeld)
+	// and tries next after StorageWait (0: at once).
+	StorageHeld bool          `json:"storage_held,omitempty"`
+	StorageWait time.Duration `json:"storage_wait,omitempty"`
 	// ForceCheckpoint makes the next chunk checkpoint at its end (a
 	// pending rescale waits for it).
 	ForceCheckpoint bool `json:"force_checkpoint,omitempty"`
@@ -328,11 +332,19 @@ func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {
 			return r.fail(ctx, err)
 		}
 	}
-	for r.st.Status.Step < r.spec.Steps {
+	for r.st.Status.Step < r.spec.Steps || r.st.StorageHeld {
 		if r.shouldContinueAsNew(ctx) {
 			r.settle(ctx)
 			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
 				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
+		}
+		if r.st.StorageHeld {
+			if err := r.storeHeld(ctx); err != nil {
+				if err := r.recover(ctx, err); err != nil {
+					return r.fail(ctx, err)
+				}
+			}
+			continue
 		}
 		if r.controlled(ctx) {
 			if err := r.beforeChunk(ctx); err != nil {

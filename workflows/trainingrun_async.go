@@ -26,7 +26,7 @@ func (r *run) asyncCheckpoints(ctx workflow.Context) bool {
 }
 
 // commitCheckpoint records a committed checkpoint newer than the last one.
-func (r *run) commitCheckpoint(ref spec.CheckpointRef) {
+func (r *run) commitCheckpoint(ctx workflow.Context, ref spec.CheckpointRef) {
 	s := &r.st.Status
 	if p := r.st.PendingCkpt; p != nil && p.Step <= ref.Step {
 		r.st.PendingCkpt = nil
@@ -35,7 +35,7 @@ func (r *run) commitCheckpoint(ref spec.CheckpointRef) {
 		return
 	}
 	s.LastCkpt = &ref
-	r.storedPast(ref.Step)
+	r.storedPast(ctx, ref.Step)
 	s.Checkpoints++
 	r.st.Checkpoints = append(r.st.Checkpoints, ref)
 	if len(r.st.Checkpoints) > keepCheckpointRefs {
@@ -43,12 +43,16 @@ func (r *run) commitCheckpoint(ref spec.CheckpointRef) {
 	}
 }
 
-// storedPast clears the status's failed checkpoint once a later one
-// committed at step: the storage works again.
-func (r *run) storedPast(step int64) {
-	if f := r.st.Status.CheckpointFailed; f != nil && step > f.Step {
-		r.st.Status.CheckpointFailed = nil
+// storedPast clears the status's failed checkpoint once one at its step
+// or later committed at step: the storage works again. (Histories from
+// before versionStorageWaits cleared it only for a later one: asked when
+// the steps are equal.)
+func (r *run) storedPast(ctx workflow.Context, step int64) {
+	f := r.st.Status.CheckpointFailed
+	if f == nil || step < f.Step || step == f.Step && !r.storageWaits(ctx) {
+		return
 	}
+	r.st.Status.CheckpointFailed = nil
 }
 
 // resolvePending looks up, after a failure, the checkpoint whose upload
@@ -68,7 +72,7 @@ func (r *run) resolvePending(ctx workflow.Context) {
 			"step", p.Step, "error", err)
 		return
 	}
-	r.commitCheckpoint(ref)
+	r.commitCheckpoint(ctx, ref)
 }
 
 // versionSettlePending: a run that holds (paused, or waiting for a
@@ -123,7 +127,7 @@ func (r *run) settleCheckpoint(ctx workflow.Context, wait patience) {
 	ref, err := resolveCheckpoint(ctx, *p, wait)
 	switch {
 	case err == nil:
-		r.commitCheckpoint(ref)
+		r.commitCheckpoint(ctx, ref)
 	case ctx.Err() == nil:
 		workflow.GetLogger(ctx).Warn("checkpoint still uploading; the node's next chunk reports it", "step", p.Step, "error", err)
 	}

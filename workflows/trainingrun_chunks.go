@@ -80,12 +80,52 @@ func (r *run) checkpointEnd(ctx workflow.Context, from, to int64) int64 {
 
 // trainChunk runs steps [from, to) as one TrainChunk per node and waits for
 // all of them. On failure it returns a *chunkFailure naming the nodes that
-// timed out (dead or stuck) or that their peers blamed.
+// timed out (dead or stuck) or that their peers blamed. A chunk after
+// which the run holds no checkpoint it can do without — its own,
+// synchronous one refused, or a second upload refused in a row — holds
+// the run until the storage takes the state its nodes kept (storeHeld).
 func (r *run) trainChunk(ctx workflow.Context) error {
 	from := r.st.Status.Step
 	to := r.checkpointEnd(ctx, from, r.chunkEnd(from, min(from+r.spec.ChunkSteps, r.spec.Steps)))
 	every := r.spec.CheckpointEvery
 	ckpt := to == r.spec.Steps || to/every > from/every || r.st.ForceCheckpoint
+	// The last chunk and a forced checkpoint (a rescale waits for it) save
+	// synchronously; the others upload while the next chunk trains.
+	async := ckpt && to < r.spec.Steps && !r.st.ForceCheckpoint && r.asyncCheckpoints(ctx)
+	report := ckpt && !async && r.storageWaits(ctx)
+	results, err := r.runChunk(ctx, chunkPlan{from: from, to: to, checkpoint: ckpt, async: async, report: report})
+	if err != nil {
+		return err
+	}
+	lead := results[0]
+	again := lead.CheckpointFailed != nil && r.st.Status.CheckpointFailed != nil
+	r.absorb(ctx, results)
+	if r.st.Status.CheckpointFailed == nil || lead.Checkpoint != nil {
+		return nil // stored, or no second refusal
+	}
+	// (A refused synchronous checkpoint is reported only in the new
+	// version; the background case asks it here.)
+	own := report && lead.CheckpointFailed != nil && lead.CheckpointFailed.Step == to
+	if own || (again && r.storageWaits(ctx)) {
+		r.st.StorageHeld, r.st.StorageWait = true, 0
+	}
+	return nil
+}
+
+// chunkPlan is what one chunk does: train steps [from, to) and, with
+// checkpoint, save the state at to (async: in the background; report: a
+// refusal is reported, not a failure). from == to: save only.
+type chunkPlan struct {
+	from, to                  int64
+	checkpoint, async, report bool
+}
+
+func (c chunkPlan) saveOnly() bool { return c.from == c.to }
+
+// runChunk runs plan as one TrainChunk per node of the membership and
+// returns their results (rank order), or the failure with its blame.
+func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult, error) {
+	from, to := plan.from, plan.to
 	r.st.Epoch++
 	m := r.st.Membership
 	session := fmt.Sprintf("%s/g%d/e%d", r.st.Status.RunID, m.Generation, r.st.Epoch)
@@ -100,9 +140,6 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	}
 	algo := r.algorithm(ctx)
 	codecName, calibrate := r.chunkCodec(ctx, from)
-	// The last chunk and a forced checkpoint (a rescale waits for it) save
-	// synchronously; the others upload while the next chunk trains.
-	async := ckpt && to < r.spec.Steps && !r.st.ForceCheckpoint && r.asyncCheckpoints(ctx)
 	cctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
@@ -111,7 +148,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		in := spec.ChunkInput{
 			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank,
 			Session: session, Token: r.st.Token, From: from, To: to,
-			Restore: r.st.Status.LastCkpt, Checkpoint: ckpt, Evaluate: to == r.spec.Steps,
+			Restore: r.st.Status.LastCkpt, Checkpoint: plan.checkpoint, Evaluate: to == r.spec.Steps && !plan.saveOnly(),
 			KillAtStep:  fault.AtStep,
 			Freeze:      fault.Freeze(),
 			GlobalBatch: globalBatch,
@@ -120,41 +157,160 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 			Codec:       codecName,
 			Calibrate:   calibrate,
 
-			AsyncCheckpoint: async,
+			AsyncCheckpoint:      plan.async,
+			ReportStorageFailure: plan.report,
 		}
 		summary := fmt.Sprintf("chunk %d · steps %d–%d · rank %d/%d on %s · gen %d",
 			r.st.Status.Chunks+1, from, to, rank, len(m.Nodes), node.ID, m.Generation)
+		if plan.saveOnly() {
+			summary = fmt.Sprintf("store the checkpoint at step %d · rank %d/%d on %s · gen %d", from, rank, len(m.Nodes), node.ID, m.Generation)
+		}
 		futures[rank] = workflow.ExecuteActivity(chunkOptions(cctx, r.spec, node, summary), spec.ActivityTrainChunk, in)
 	}
 	results, errs, gone := r.await(ctx, futures, cancel)
-	if fail := r.blame(ctx, from, started, workflow.Now(ctx), errs, gone); fail != nil {
-		if len(fail.lostState) > 0 || fail.cause != nil {
-			if workflow.GetVersion(ctx, versionLostState, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-				// As recorded before: a node without state failed the run.
-				fail.retryable = fail.retryable && len(fail.lostState) == 0
-			} else if fail.cause != nil {
-				fail.first = fail.cause // a failed run is Failed, not Canceled
-			}
-		}
-		// Repeats the line above for new histories and adds the reason;
-		// that line stays for histories recorded between the two versions.
-		r.preferCause(ctx, fail)
-		r.storageTrouble(ctx, fail, errs, to)
-		kept := false
-		switch {
-		case len(gone) > 0:
-			kept = r.salvage(ctx, results, errs, false)
-		case finishedButSilent(errs):
-			fail.atStep = max(fail.atStep, to)
-			kept = r.salvage(ctx, results, errs, true)
-		}
-		if !kept {
-			r.recordLost(ctx, fail, len(m.Nodes))
-		}
-		return fail
+	fail := r.blame(ctx, from, started, workflow.Now(ctx), errs, gone)
+	if fail == nil {
+		return results, nil
 	}
-	r.absorb(ctx, results)
-	return nil
+	if len(fail.lostState) > 0 || fail.cause != nil {
+		if workflow.GetVersion(ctx, versionLostState, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			// As recorded before: a node without state failed the run.
+			fail.retryable = fail.retryable && len(fail.lostState) == 0
+		} else if fail.cause != nil {
+			fail.first = fail.cause // a failed run is Failed, not Canceled
+		}
+	}
+	// Repeats the line above for new histories and adds the reason;
+	// that line stays for histories recorded between the two versions.
+	r.preferCause(ctx, fail)
+	r.storageTrouble(ctx, fail, errs, to)
+	kept := false
+	switch {
+	case plan.saveOnly():
+		// Nothing trained to keep: the recovery goes back to the last
+		// stored checkpoint.
+	case len(gone) > 0:
+		kept = r.salvage(ctx, results, errs, false)
+	case finishedButSilent(errs):
+		fail.atStep = max(fail.atStep, to)
+		kept = r.salvage(ctx, results, errs, true)
+	}
+	if !kept {
+		r.recordLost(ctx, fail, len(m.Nodes))
+	}
+	return nil, fail
+}
+
+// versionStorageWaits: a run whose checkpoint storage refuses what it
+// needs — the synchronous checkpoint of its last chunk or of a forced
+// one, or a second background upload in a row — holds with its nodes'
+// state until the storage takes it (storeHeld). Before, it trained
+// on without checkpoints after a refused upload, retrained a chunk whose
+// synchronous checkpoint was refused, and failed once a second
+// checkpoint was refused: a full bucket cost the run every step since
+// its last stored checkpoint. Asked when a chunk saves synchronously, and
+// when a second upload in a row failed.
+const versionStorageWaits = "storage-waits"
+
+func (r *run) storageWaits(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionStorageWaits, workflow.DefaultVersion, 1) >= 1
+}
+
+// storageRetryFirst and storageRetryMax: how long a run that holds for
+// its checkpoint storage waits before it stores again, doubling after
+// every refusal up to the maximum (each try is a few events per node in
+// the run's history). A resume tries at once.
+const (
+	storageRetryFirst = 15 * time.Second
+	storageRetryMax   = 10 * time.Minute
+)
+
+// storeHeld is one try of a run that holds for its checkpoint storage:
+// after the wait the last refusal set (none at first; a resume cuts it
+// short), a save-only chunk stores the state the nodes keep at the run's
+// step. Stored, the hold ends and the run trains on (a pause or rescale
+// signalled meanwhile applies at that boundary); refused, the next wait
+// doubles, from storageRetryFirst up to storageRetryMax. A node lost
+// meanwhile ends the hold with its chunk's failure: the recovery goes
+// back to the last stored checkpoint. The hold lives in the run's state,
+// so it crosses continue-as-new (a long hold grows the history).
+func (r *run) storeHeld(ctx workflow.Context) error {
+	s := &r.st.Status
+	held := r.metrics(ctx).Gauge(metricStorageHeld)
+	held.Update(1)
+	if w := r.st.StorageWait; w > 0 {
+		if err := r.waitForStorage(ctx, w); err != nil {
+			return err
+		}
+	}
+	stored, err := r.storeKept(ctx)
+	if err == nil && !stored {
+		r.st.StorageWait = nextStorageWait(r.st.StorageWait)
+		return nil
+	}
+	r.st.StorageHeld, r.st.StorageWait = false, 0
+	s.WaitUntil, s.Detail = time.Time{}, ""
+	held.Update(0)
+	if err == nil {
+		workflow.GetLogger(ctx).Info("checkpoint storage takes the run's checkpoints again", "step", s.Step)
+		r.st.LastChunkEnd = time.Time{} // the hold is no gap between chunks
+	}
+	return err
+}
+
+// nextStorageWait is the wait after a refusal, the last having been prev
+// (0: the first).
+func nextStorageWait(prev time.Duration) time.Duration {
+	return min(max(storageRetryFirst, 2*prev), storageRetryMax)
+}
+
+// waitForStorage says that the run holds for its storage and waits d,
+// or until a resume.
+func (r *run) waitForStorage(ctx workflow.Context, d time.Duration) error {
+	s := &r.st.Status
+	now := workflow.Now(ctx)
+	s.WaitUntil = now.Add(d)
+	s.Detail = fmt.Sprintf("the checkpoint storage refuses the run's checkpoints; its nodes keep the state at step %d and store it again at %s "+
+		"(cann-train resume: now)", s.Step, s.WaitUntil.UTC().Format("15:04:05 UTC"))
+	r.setPhase(ctx, spec.PhaseStorageWait)
+	workflow.GetLogger(ctx).Warn("holding for the checkpoint storage", "step", s.Step, "retry_in", d)
+	was := r.st.Ctl.Resumes
+	_, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{
+		Timeout:      d,
+		TimerOptions: workflow.TimerOptions{Summary: fmt.Sprintf("store the checkpoint at step %d again", s.Step)},
+	}, func() bool { return r.st.Ctl.Resumes != was })
+	return err
+}
+
+// storeKept runs a save-only chunk at the run's step and reports whether
+// the state is stored now (by it, or by the upload the chunk before had
+// in flight).
+func (r *run) storeKept(ctx workflow.Context) (bool, error) {
+	step := r.st.Status.Step
+	results, err := r.runChunk(ctx, chunkPlan{from: step, to: step, checkpoint: true, report: true})
+	if err != nil {
+		return false, err
+	}
+	r.chunksNow++ // a unit of history, as a chunk is
+	s, lead := &r.st.Status, results[0]
+	if lead.EarlierCheckpoint != nil {
+		r.commitCheckpoint(ctx, *lead.EarlierCheckpoint)
+	}
+	if lead.Checkpoint != nil {
+		r.st.ForceCheckpoint = false
+		r.commitCheckpoint(ctx, *lead.Checkpoint)
+	}
+	if p := r.st.PendingCkpt; p != nil && p.Step <= step {
+		r.st.PendingCkpt = nil // settled by the chunk, either way
+	}
+	stored := s.LastCkpt != nil && s.LastCkpt.Step >= step
+	if f := lead.CheckpointFailed; f != nil && !stored {
+		s.CheckpointFailed = f
+		r.metrics(ctx).Counter(metricCkptRefused).Inc(1)
+	}
+	s.UpdatedAt = workflow.Now(ctx)
+	r.publish(ctx)
+	return stored, nil
 }
 
 // salvage keeps the checkpoints rank 0 reported for a chunk that every
@@ -183,7 +339,7 @@ func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []e
 		return false
 	}
 	if lead.EarlierCheckpoint != nil {
-		r.commitCheckpoint(*lead.EarlierCheckpoint)
+		r.commitCheckpoint(ctx, *lead.EarlierCheckpoint)
 	}
 	if p := lead.PendingCheckpoint; p != nil {
 		// Rank 0 is alive and finishing the upload: wait for it.
@@ -191,12 +347,12 @@ func (r *run) salvage(ctx workflow.Context, results []spec.ChunkResult, errs []e
 		if err != nil {
 			workflow.GetLogger(ctx).Warn("the chunk's checkpoint did not appear; the chunk is redone", "step", p.Step, "error", err)
 		} else {
-			r.commitCheckpoint(ref)
+			r.commitCheckpoint(ctx, ref)
 		}
 	}
 	if lead.Checkpoint != nil {
 		r.st.ForceCheckpoint = false
-		r.commitCheckpoint(*lead.Checkpoint)
+		r.commitCheckpoint(ctx, *lead.Checkpoint)
 	}
 	workflow.GetLogger(ctx).Info("kept the checkpoints of a chunk its surviving ranks finished", "to", lead.To,
 		"last_checkpoint", r.st.Status.LastCkpt)
@@ -717,6 +873,7 @@ func (r *run) storageTrouble(ctx workflow.Context, f *chunkFailure, errs []error
 	if failed == nil {
 		return
 	}
+	r.metrics(ctx).Counter(metricCkptRefused).Inc(1)
 	s := &r.st.Status
 	if earlier := s.CheckpointFailed; earlier != nil &&
 		workflow.GetVersion(ctx, versionStorageGivesUp, workflow.DefaultVersion, 1) >= 1 {
@@ -812,6 +969,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	lead := results[0]
 	if f := lead.CheckpointFailed; f != nil {
 		s.CheckpointFailed = f
+		r.metrics(ctx).Counter(metricCkptRefused).Inc(1)
 		workflow.GetLogger(ctx).Warn("a checkpoint's upload failed; the run keeps its older ones", "step", f.Step, "error", f.Error)
 	}
 	r.countChunk(lead, secs)
@@ -829,7 +987,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	r.decideOnMeasure(ctx, results)
 	r.recordSegment(start, end, lead.From, lead.To, results)
 	if lead.EarlierCheckpoint != nil {
-		r.commitCheckpoint(*lead.EarlierCheckpoint)
+		r.commitCheckpoint(ctx, *lead.EarlierCheckpoint)
 	}
 	if lead.PendingCheckpoint != nil {
 		p := *lead.PendingCheckpoint
@@ -838,7 +996,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	if lead.Checkpoint != nil {
 		r.st.ForceCheckpoint = false
 		s.LastCkpt = lead.Checkpoint
-		r.storedPast(lead.Checkpoint.Step)
+		r.storedPast(ctx, lead.Checkpoint.Step)
 		s.Checkpoints++
 		r.st.Checkpoints = append(r.st.Checkpoints, *lead.Checkpoint)
 		if len(r.st.Checkpoints) > keepCheckpointRefs {

@@ -217,6 +217,7 @@ func (r *run) hold(ctx workflow.Context) error {
 		return err
 	}
 	r.st.Status.Detail = ""
+	r.st.LastChunkEnd = time.Time{} // the pause is no gap between chunks
 	workflow.GetLogger(ctx).Info("resumed", "step", r.st.Status.Step)
 	return nil
 }

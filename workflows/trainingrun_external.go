@@ -234,7 +234,7 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 		return false
 	}
 	ref := c.Ref
-	r.commitCheckpoint(ref)
+	r.commitCheckpoint(ctx, ref)
 	if c.Loss != 0 {
 		s.Loss = c.Loss
 	}

@@ -293,6 +293,7 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 	})
 	g.WaitedSeconds += workflow.Now(ctx).Sub(now).Seconds()
 	s.WaitUntil, s.Detail = time.Time{}, ""
+	r.st.LastChunkEnd = time.Time{} // the wait is no gap between chunks
 	return err
 }
 

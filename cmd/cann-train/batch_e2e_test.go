@@ -83,16 +83,7 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 
 	// The control worker's Prometheus endpoint: the runs' gauges and the
 	// budget alert, and the SDK's own metrics.
-	resp, err := http.Get(metrics.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(body)
+	text := scrape(t, metrics.URL)
 	for _, m := range []struct {
 		name   string
 		labels []string
@@ -114,6 +105,21 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 	if _, ok := metricValue(text, "temporal_workflow_completed_total"); !ok {
 		t.Error("no SDK metrics")
 	}
+}
+
+// scrape reads the Prometheus text at url.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
 
 // metricValue finds the sample of Prometheus text metric name whose

@@ -181,10 +181,11 @@ ls RUN'); 'cann-train status RUN' still shows where it stopped.`,
 func newResumeCmd(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume RUN",
-		Short: "Resume a paused run; also cuts a green-window wait short",
+		Short: "Resume a paused run; also cuts a green-window or storage wait short",
 		Long: `Ends a pause. A run waiting for its green window starts its next chunk at once
 (the boundary after it plans again; 'cann-train green override' ignores the
-policy for longer).`,
+policy for longer). A run holding because its checkpoint storage refused its
+checkpoints (waiting-storage) tries to store its state again at once.`,
 		Example: `  cann-train resume mnist-demo`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -479,7 +479,8 @@ type Summary struct {
 	WebUI         string            `json:"web_ui,omitempty"`
 	Error         string            `json:"error,omitempty"`
 	// Detail says what the status is about (the green window waited for,
-	// the pause); WaitUntil ends a green wait.
+	// the pause, the storage held for); WaitUntil ends a green wait, or
+	// the wait before the run stores its checkpoint again.
 	Detail         string             `json:"detail,omitempty"`
 	WaitUntil      time.Time          `json:"wait_until,omitzero"`
 	PauseRequested bool               `json:"pause_requested,omitempty"`

@@ -1,0 +1,224 @@
+package workflows
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// refusingBucket plays the bucket of rank 0's checkpoints as a node with
+// ReportStorageFailure reports it: refuse(in, tries) says whether the
+// tries-th save at in.To is refused; background uploads (AsyncCheckpoint)
+// are reported by the next chunk, refused when refuse says so.
+type refusingBucket struct {
+	mu      sync.Mutex
+	refuse  func(in spec.ChunkInput, tries int) bool
+	tries   map[int64]int // save attempts per step
+	pending *spec.ChunkInput
+}
+
+func (b *refusingBucket) edit(in spec.ChunkInput, res *spec.ChunkResult) {
+	if in.Rank != 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tries == nil {
+		b.tries = map[int64]int{}
+	}
+	if p := b.pending; p != nil {
+		// The upload the chunk before left in flight.
+		b.pending = nil
+		b.tries[p.To]++
+		if b.refuse(*p, b.tries[p.To]) {
+			res.CheckpointFailed = &spec.CheckpointFailure{Step: p.To, Error: "write: no space left on device"}
+		} else {
+			res.EarlierCheckpoint = &spec.CheckpointRef{URL: "mem://", Run: p.RunID, Step: p.To, Key: "ckpt"}
+		}
+	}
+	switch {
+	case !in.Checkpoint:
+	case in.AsyncCheckpoint:
+		res.Checkpoint = nil // reported by the next chunk
+		b.pending = &in
+	default:
+		b.tries[in.To]++
+		if b.refuse(in, b.tries[in.To]) {
+			res.Checkpoint = nil
+			res.CheckpointFailed = &spec.CheckpointFailure{Step: in.To, Error: "write: no space left on device"}
+		}
+	}
+}
+
+// saveOnlySteps are the save-only chunks' steps, in order.
+func saveOnlySteps(ins []spec.ChunkInput) []int64 {
+	var out []int64
+	for _, in := range ins {
+		if in.From == in.To && in.Rank == 0 {
+			out = append(out, in.From)
+		}
+	}
+	return out
+}
+
+// TestTrainingRunHoldsForStorage: a run whose bucket refuses the
+// checkpoint it needs — its last chunk's, or a second upload in a row —
+// holds at the boundary with the state its nodes keep and stores it with
+// save-only chunks (at once, then after 15 s, 30 s, … or at a resume)
+// until the bucket takes it: it neither trains on without checkpoints,
+// nor retrains, nor fails. A node lost during the hold is a recovery
+// from the last stored checkpoint. One refused upload alone is noted,
+// not held for.
+func TestTrainingRunHoldsForStorage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		refuse func(in spec.ChunkInput, tries int) bool
+		// loseOnSave: rank 1's node is lost in the first save-only chunk.
+		loseOnSave bool
+		resumeAt   time.Duration // a resume signal (0: none)
+		saves      []int64       // the save-only chunks' steps
+		recoveries int
+		// queries during the hold (offsets from the start) and the
+		// WaitUntil each expects.
+		at, waitUntil []time.Duration
+		trained       []int64 // the first step of every chunk that trained, in order
+	}{
+		{name: "the last chunk's, refused three times",
+			refuse:   func(in spec.ChunkInput, tries int) bool { return in.To == 400 && tries <= 3 },
+			resumeAt: 5 * time.Second, saves: []int64{400, 400, 400},
+			// Refused, then in the save-only chunk right after; a 15 s
+			// wait cut by the resume at 5 s; refused; a 30 s wait.
+			at: []time.Duration{2 * time.Second, 10 * time.Second}, waitUntil: []time.Duration{15 * time.Second, 35 * time.Second},
+			trained: []int64{0, 100, 200, 300}},
+		{name: "two uploads in a row",
+			refuse: func(in spec.ChunkInput, _ int) bool { return in.To == 100 || in.To == 200 },
+			// 100 refused (noted), 200 refused: hold at 300, where the
+			// upload of 300 in flight is taken (no save of its own).
+			saves: []int64{300}, trained: []int64{0, 100, 200, 300}},
+		{name: "one upload refused",
+			refuse:  func(in spec.ChunkInput, _ int) bool { return in.To == 200 },
+			trained: []int64{0, 100, 200, 300}},
+		{name: "a node lost during the hold",
+			refuse:     func(in spec.ChunkInput, tries int) bool { return in.To == 400 && tries <= 1 },
+			loseOnSave: true, saves: []int64{400}, recoveries: 1,
+			// back to the last stored checkpoint (300) and train again
+			trained: []int64{0, 100, 200, 300, 300}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1")}
+			b := &refusingBucket{refuse: tc.refuse}
+			lost := false
+			ch := &fakeChunks{edit: b.edit, fail: func(in spec.ChunkInput) error {
+				if tc.loseOnSave && in.From == in.To && in.Rank == 1 && !lost {
+					lost = true
+					return temporal.NewApplicationErrorWithCause("peer 0 reset", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: in.From})
+				}
+				return nil
+			}}
+			env := newRunEnv(t, cl, ch)
+			env.SetTestTimeout(30 * time.Second)
+			if tc.resumeAt > 0 {
+				env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, tc.resumeAt)
+			}
+			start := env.Now()
+			held := make([]spec.RunStatus, len(tc.at))
+			for i, d := range tc.at {
+				env.RegisterDelayedCallback(func() {
+					v, err := env.QueryWorkflow(spec.QueryStatus)
+					require.NoError(t, err)
+					require.NoError(t, v.Get(&held[i]))
+				}, d)
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.True(t, env.IsWorkflowCompleted())
+			require.NoError(t, env.GetWorkflowError())
+			var st spec.RunStatus
+			require.NoError(t, env.GetWorkflowResult(&st))
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.EqualValues(t, 400, st.Step)
+			require.NotNil(t, st.LastCkpt)
+			require.EqualValues(t, 400, st.LastCkpt.Step)
+			require.Nil(t, st.CheckpointFailed, "cleared by the checkpoints stored since")
+			require.Len(t, st.Recoveries, tc.recoveries)
+			require.Equal(t, len(tc.trained), st.Chunks, "save-only chunks are no chunks")
+			require.Equal(t, "test_accuracy", st.EvalMetric, "the last chunk's evaluation stays")
+
+			ins := ch.inputs
+			require.Equal(t, tc.saves, saveOnlySteps(ins))
+			var trained []int64
+			for i, in := range ins {
+				if in.Rank != 0 {
+					continue
+				}
+				if in.From == in.To {
+					require.True(t, in.Checkpoint && in.ReportStorageFailure && !in.AsyncCheckpoint && !in.Evaluate,
+						"save-only chunk %+v", in)
+					// Nothing trains before the state is stored (or lost).
+					if j := slices.IndexFunc(ins[i:], func(x spec.ChunkInput) bool { return x.From < x.To }); j >= 0 && !tc.loseOnSave {
+						require.GreaterOrEqual(t, ins[i+j].From, in.From)
+					}
+					continue
+				}
+				trained = append(trained, in.From)
+				require.Equal(t, in.Checkpoint && !in.AsyncCheckpoint, in.ReportStorageFailure, "chunk from %d", in.From)
+			}
+			require.Equal(t, tc.trained, trained)
+			for i, want := range tc.waitUntil {
+				require.Equal(t, spec.PhaseStorageWait, held[i].Phase, "at %v", tc.at[i])
+				require.WithinDuration(t, start.Add(want), held[i].WaitUntil, 0, "at %v", tc.at[i])
+				require.Contains(t, held[i].Detail, "its nodes keep the state at step 400")
+				require.NotNil(t, held[i].CheckpointFailed)
+				require.EqualValues(t, 400, held[i].CheckpointFailed.Step)
+			}
+		})
+	}
+}
+
+// nextStorageWait doubles from storageRetryFirst up to storageRetryMax.
+func TestNextStorageWait(t *testing.T) {
+	var got []time.Duration
+	for d := time.Duration(0); len(got) < 8; {
+		d = nextStorageWait(d)
+		got = append(got, d)
+	}
+	m := time.Minute
+	require.Equal(t, []time.Duration{15 * time.Second, 30 * time.Second, m, 2 * m, 4 * m, 8 * m, 10 * m, 10 * m}, got)
+}
+
+// TestStorageHoldCrossesContinueAsNew: a hold begun as the run continues
+// as new (its last chunk's checkpoint refused at the execution's last
+// chunk) goes on in the next execution, from the state it carries.
+func TestStorageHoldCrossesContinueAsNew(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	b := &refusingBucket{refuse: func(in spec.ChunkInput, tries int) bool { return in.To == 400 && tries <= 2 }}
+	ch := &fakeChunks{edit: b.edit}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, ChunksPerRun: 4}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "want continue-as-new, got %v", env.GetWorkflowError())
+	var next RunInput
+	require.NoError(t, decodeArgs(can, &next))
+	require.True(t, next.State.StorageHeld, "the hold is carried")
+	require.EqualValues(t, 400, next.State.Status.Step)
+	require.Empty(t, saveOnlySteps(ch.inputs), "no save-only chunk before continue-as-new")
+
+	env2 := newRunEnv(t, cl, ch)
+	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	require.NoError(t, env2.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env2.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 400, st.LastCkpt.Step)
+	require.Equal(t, []int64{400, 400}, saveOnlySteps(ch.inputs), "refused once more, then stored")
+	require.Equal(t, 1, cl.calls, "the nodes (and their state) are kept")
+}
