@@ -131,18 +131,11 @@ func TestTrainingRunHoldsForStorage(t *testing.T) {
 			start := env.Now()
 			held := make([]spec.RunStatus, len(tc.at))
 			for i, d := range tc.at {
-				env.RegisterDelayedCallback(func() {
-					v, err := env.QueryWorkflow(spec.QueryStatus)
-					require.NoError(t, err)
-					require.NoError(t, v.Get(&held[i]))
-				}, d)
+				env.RegisterDelayedCallback(func() { held[i] = queryStatus(t, env) }, d)
 			}
 			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-			require.True(t, env.IsWorkflowCompleted())
-			require.NoError(t, env.GetWorkflowError())
-			var st spec.RunStatus
-			require.NoError(t, env.GetWorkflowResult(&st))
+			st := result(t, env)
 			require.Equal(t, spec.PhaseCompleted, st.Phase)
 			require.EqualValues(t, 400, st.Step)
 			require.NotNil(t, st.LastCkpt)
@@ -214,9 +207,7 @@ func TestStorageHoldCrossesContinueAsNew(t *testing.T) {
 
 	env2 := newRunEnv(t, cl, ch)
 	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
-	require.NoError(t, env2.GetWorkflowError())
-	var st spec.RunStatus
-	require.NoError(t, env2.GetWorkflowResult(&st))
+	st := result(t, env2)
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
 	require.EqualValues(t, 400, st.LastCkpt.Step)
 	require.Equal(t, []int64{400, 400}, saveOnlySteps(ch.inputs), "refused once more, then stored")
