@@ -20,6 +20,12 @@ type ClientOptions struct {
 	// MetricsHandler receives the SDK's and the workflows' metrics (see
 	// ServeMetrics); nil drops them.
 	MetricsHandler client.MetricsHandler
+	// Connection is how to reach the frontend besides its address and
+	// namespace — TLS (ConnectionOptions), Credentials (an API key),
+	// HeadersProvider (gRPC metadata) —, as Temporal's client environment
+	// configuration sets them up (go.temporal.io/sdk/contrib/envconfig).
+	// Zero: plain gRPC.
+	Connection client.Options
 }
 
 // Dial connects to Temporal.
@@ -33,14 +39,18 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort:       o.Address,
-		Namespace:      o.Namespace,
-		Logger:         SDKLogger(o.Logger.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
-		MetricsHandler: o.MetricsHandler,
-	})
+	opts := o.Connection
+	opts.HostPort, opts.Namespace = o.Address, o.Namespace
+	opts.Logger = SDKLogger(o.Logger.WithOptions(zap.IncreaseLevel(zap.WarnLevel)))
+	opts.MetricsHandler = o.MetricsHandler
+	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("dial Temporal at %s (namespace %s; --address or TEMPORAL_ADDRESS names another, `cann-train dev` starts one here): %w", o.Address, o.Namespace, err)
+		how := "plain gRPC"
+		if opts.ConnectionOptions.TLS != nil {
+			how = "TLS"
+		}
+		return nil, fmt.Errorf("dial Temporal at %s (namespace %s, %s; --address or TEMPORAL_ADDRESS names another, `cann-train dev` starts one here): %w",
+			o.Address, o.Namespace, how, err)
 	}
 	return c, nil
 }

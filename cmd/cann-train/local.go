@@ -116,7 +116,7 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 // Local nodes accept fault injection (RunInput.Faults, fault kill).
 func (lc *localCluster) startNode(id, clusterID string) (*dev.Proc, error) {
 	return lc.launcher.Start(id, "worker", "node", "--id", id,
-		"--address", lc.srv.FrontendAddr(), "--namespace", lc.srv.Namespace(),
+		"--address", lc.srv.FrontendAddr(), "--namespace", lc.srv.Namespace(), "--env-config=false",
 		"--cluster-id", clusterID, "--checkpoint-url", lc.ckptURL, "--log-level", "info",
 		"--work-dir", filepath.Join(lc.dataDir, "work", id), "--allow-fault-injection")
 }

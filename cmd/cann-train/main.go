@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/dev"
@@ -54,6 +55,12 @@ type env struct {
 	namespace string
 	logLevel  string
 	logJSON   bool
+	// envConfig: read Temporal's client environment configuration
+	// (loadTemporalEnv); temporal is the connection it sets up (TLS,
+	// credentials, gRPC metadata), temporalErr why it could not be read.
+	envConfig   bool
+	temporal    client.Options
+	temporalErr error
 }
 
 // exitError fails the command without printing again.
@@ -76,14 +83,20 @@ Start here:  cann-train quickstart`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return checkFlagBounds(cmd)
+			if err := checkFlagBounds(cmd); err != nil {
+				return err
+			}
+			e.loadTemporalEnv(cmd.Flags())
+			return nil
 		},
 	}
 	root.SetOut(e.out)
 	root.SetErr(e.err)
 	pf := root.PersistentFlags()
-	pf.StringVar(&e.address, "address", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS)")
-	pf.StringVar(&e.namespace, "namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE)")
+	pf.StringVar(&e.address, "address", envOr("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (env TEMPORAL_ADDRESS, else the client configuration's)")
+	pf.StringVar(&e.namespace, "namespace", envOr("TEMPORAL_NAMESPACE", "default"), "Temporal namespace (env TEMPORAL_NAMESPACE, else the client configuration's)")
+	pf.BoolVar(&e.envConfig, "env-config", true, "read Temporal's client configuration, as the temporal CLI does: TLS, mTLS, API key, gRPC metadata "+
+		"(TEMPORAL_* variables over the TEMPORAL_PROFILE profile of TEMPORAL_CONFIG_FILE, default ~/.config/temporalio/temporal.toml)")
 	pf.StringVar(&e.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.BoolVar(&e.logJSON, "log-json", false, "log as JSON")
 	root.AddCommand(

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -35,6 +36,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	// Tests dial servers of their own: a Temporal client configuration of
+	// the developer's (TLS, an API key, a profile) must not reach them. A
+	// test that wants one sets it.
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "TEMPORAL_") {
+			os.Unsetenv(k)
+		}
+	}
+	os.Setenv("TEMPORAL_CONFIG_FILE", os.DevNull)
 	os.Exit(m.Run())
 }
 

@@ -98,7 +98,11 @@ Job file fields (all optional but name):
 			if err != nil {
 				return err
 			}
-			c, err := workers.Dial(cmd.Context(), workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log})
+			co, err := e.clientOptions(log)
+			if err != nil {
+				return err
+			}
+			c, err := workers.Dial(cmd.Context(), co)
 			if err != nil {
 				return err
 			}

@@ -126,7 +126,11 @@ func dialQuiet(ctx context.Context, e *env) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return workers.Dial(ctx, workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log})
+	o, err := e.clientOptions(log)
+	if err != nil {
+		return nil, err
+	}
+	return workers.Dial(ctx, o)
 }
 
 // readProgress returns the run's status (its result once closed; for a

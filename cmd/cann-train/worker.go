@@ -57,7 +57,10 @@ func addMetricsFlag(cmd *cobra.Command, addr *string) {
 // dialWorker connects a worker to Temporal, with its metrics served on
 // metricsAddr when that is set; done closes both.
 func dialWorker(ctx context.Context, e *env, log *zap.Logger, metricsAddr string) (client.Client, func(), error) {
-	o := workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log}
+	o, err := e.clientOptions(log)
+	if err != nil {
+		return nil, nil, err
+	}
 	h, closeMetrics, err := serveMetrics(e, metricsAddr, log)
 	if err != nil {
 		return nil, nil, err

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+	"go.temporal.io/sdk/contrib/envconfig"
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/workers"
+)
+
+// loadTemporalEnv reads Temporal's client environment configuration, as
+// the temporal CLI and the SDKs do: the profile TEMPORAL_PROFILE names
+// ("default" unless set) of the TOML file TEMPORAL_CONFIG_FILE names
+// (~/.config/temporalio/temporal.toml unless set), with the TEMPORAL_*
+// variables over it — TLS and mTLS (TEMPORAL_TLS, TEMPORAL_TLS_CLIENT_CERT_PATH,
+// TEMPORAL_TLS_CLIENT_KEY_PATH, TEMPORAL_TLS_SERVER_CA_CERT_PATH, …), an
+// API key (TEMPORAL_API_KEY: TLS on unless TEMPORAL_TLS=false), gRPC
+// metadata (TEMPORAL_GRPC_META_*). Its address and namespace count where
+// neither --address / --namespace nor TEMPORAL_ADDRESS /
+// TEMPORAL_NAMESPACE say. One that cannot be read fails the commands
+// that dial Temporal, naming it, and no other. Off with --env-config=false
+// (quickstart's own node workers, which dial its embedded server).
+func (e *env) loadTemporalEnv(flags *pflag.FlagSet) {
+	if !e.envConfig {
+		return
+	}
+	var err error
+	if f := os.Getenv("TEMPORAL_CONFIG_FILE"); f != "" {
+		_, err = os.Stat(f) // (the SDK reads a missing one as empty)
+	}
+	var prof envconfig.ClientConfigProfile
+	if err == nil {
+		prof, err = envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{})
+	}
+	if err == nil {
+		if !flags.Changed("address") && os.Getenv("TEMPORAL_ADDRESS") == "" && prof.Address != "" {
+			e.address = prof.Address
+		}
+		if !flags.Changed("namespace") && os.Getenv("TEMPORAL_NAMESPACE") == "" && prof.Namespace != "" {
+			e.namespace = prof.Namespace
+		}
+		e.temporal, err = prof.ToClientOptions(envconfig.ToClientOptionsRequest{})
+	}
+	if err != nil {
+		e.temporalErr = fmt.Errorf("read Temporal's client configuration (%s; --env-config=false ignores it): %w", temporalEnvSource(), err)
+	}
+}
+
+// temporalEnvSource names where the client configuration came from.
+func temporalEnvSource() string {
+	file := os.Getenv("TEMPORAL_CONFIG_FILE")
+	if file == "" {
+		file = envconfig.DefaultConfigFilePath()
+	}
+	profile := os.Getenv("TEMPORAL_PROFILE")
+	if profile == "" {
+		profile = envconfig.DefaultConfigFileProfile
+	}
+	return fmt.Sprintf("profile %q of %s, and the TEMPORAL_* variables", profile, file)
+}
+
+// clientOptions are the options commands dial Temporal with.
+func (e *env) clientOptions(log *zap.Logger) (workers.ClientOptions, error) {
+	if e.temporalErr != nil {
+		return workers.ClientOptions{}, e.temporalErr
+	}
+	return workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log, Connection: e.temporal}, nil
+}

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/dev"
+)
+
+// TestTemporalEnvResolves: the client configuration's address and
+// namespace count only where neither the flags nor TEMPORAL_ADDRESS /
+// TEMPORAL_NAMESPACE say; its TLS and API key reach the dial options; one
+// that cannot be read is an error naming the file and profile, raised
+// when a command dials; --env-config=false ignores it all.
+func TestTemporalEnvResolves(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, newTestPKI(t).caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "temporal.toml")
+	if err := os.WriteFile(good, []byte(`[profile.default]
+address = "profile.example:7233"
+namespace = "ml"
+[profile.default.tls]
+server_ca_cert_path = "`+ca+`"
+[profile.cloud]
+address = "cloud.example:7233"
+api_key = "secret"
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[profile.default\naddress = 1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name            string
+		env             map[string]string
+		args            []string
+		address, ns     string
+		tls, credential bool
+		err             string // in clientOptions' error
+	}{
+		{name: "profile", address: "profile.example:7233", ns: "ml", tls: true},
+		{name: "flags win", args: []string{"--address", "flag.example:1", "--namespace", "n"}, address: "flag.example:1", ns: "n", tls: true},
+		{name: "variables win", env: map[string]string{"TEMPORAL_ADDRESS": "env.example:2", "TEMPORAL_NAMESPACE": "e"},
+			address: "env.example:2", ns: "e", tls: true},
+		{name: "api key profile", env: map[string]string{"TEMPORAL_PROFILE": "cloud"}, address: "cloud.example:7233", ns: "default",
+			tls: true, credential: true},
+		{name: "api key without TLS", env: map[string]string{"TEMPORAL_PROFILE": "cloud", "TEMPORAL_TLS": "false"},
+			address: "cloud.example:7233", ns: "default", credential: true},
+		{name: "off", args: []string{"--env-config=false"}, address: "127.0.0.1:7233", ns: "default"},
+		{name: "no such profile", env: map[string]string{"TEMPORAL_PROFILE": "nope"}, err: `profile "nope" of ` + good},
+		{name: "malformed file", env: map[string]string{"TEMPORAL_CONFIG_FILE": bad}, err: `profile "default" of ` + bad},
+		{name: "a file that is not there", env: map[string]string{"TEMPORAL_CONFIG_FILE": filepath.Join(dir, "nope.toml")},
+			err: "nope.toml: no such file"},
+		{name: "malformed file ignored", env: map[string]string{"TEMPORAL_CONFIG_FILE": bad}, args: []string{"--env-config=false"},
+			address: "127.0.0.1:7233", ns: "default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []string{"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE", "TEMPORAL_API_KEY", "TEMPORAL_TLS"} {
+				t.Setenv(k, "")
+				os.Unsetenv(k)
+			}
+			t.Setenv("TEMPORAL_CONFIG_FILE", good)
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			e := &env{out: io.Discard, err: io.Discard}
+			root := newRootCmd(e)
+			if err := root.PersistentFlags().Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			e.loadTemporalEnv(root.PersistentFlags())
+			o, err := e.clientOptions(nil)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Address != tc.address || o.Namespace != tc.ns || (o.Connection.ConnectionOptions.TLS != nil) != tc.tls ||
+				(o.Connection.Credentials != nil) != tc.credential {
+				t.Errorf("dials %s (namespace %s), TLS %v, credentials %v; want %s (%s), %v, %v", o.Address, o.Namespace,
+					o.Connection.ConnectionOptions.TLS != nil, o.Connection.Credentials != nil, tc.address, tc.ns, tc.tls, tc.credential)
+			}
+		})
+	}
+}
+
+// TestTemporalOverMutualTLS: node workers and the CLI reach a Temporal
+// frontend that only speaks mutual TLS (here a TLS-terminating proxy in
+// front of the embedded server, as an ingress is) through the
+// standard client configuration alone — a temporal.toml profile with the
+// CA and a client certificate, no --address —, and a run trains through
+// it; a profile without the client certificate is refused by the server.
+func TestTemporalOverMutualTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir) // the control worker inside, on plain gRPC
+	pki := newTestPKI(t)
+	proxy := startTLSProxy(t, pki, addr)
+	files := map[string][]byte{"ca.pem": pki.caPEM, "client.pem": pki.clientPEM, "client-key.pem": pki.clientKeyPEM}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(dir, "temporal.toml")
+	profile := func(name string, cert bool) string {
+		p := "[profile." + name + "]\naddress = \"" + proxy.addr + "\"\n[profile." + name + ".tls]\nserver_ca_cert_path = \"" + filepath.Join(dir, "ca.pem") + "\"\n"
+		if cert {
+			p += "client_cert_path = \"" + filepath.Join(dir, "client.pem") + "\"\nclient_key_path = \"" + filepath.Join(dir, "client-key.pem") + "\"\n"
+		}
+		return p
+	}
+	if err := os.WriteFile(conf, []byte(profile("mtls", true)+profile("nocert", false)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_API_KEY", "TEMPORAL_TLS"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	t.Setenv("TEMPORAL_CONFIG_FILE", conf)
+	t.Setenv("TEMPORAL_PROFILE", "mtls")
+
+	tl := &dev.Launcher{Command: childCommand, LogDir: l.LogDir}
+	t.Cleanup(func() { _ = tl.StopAll(5 * time.Second) })
+	if _, err := tl.Start("node-1", "worker", "node", "--id", "node-1", "--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	waitRegistered(ctx, t, c, 1) // registered through the proxy: its only way in
+	cli := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(args)
+		err := root.ExecuteContext(ctx)
+		return out.String() + errb.String(), err
+	}
+	out, err := cli("nodes")
+	if err != nil || !strings.Contains(out, "node-1") {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("nodes over mutual TLS: %v\n%s", err, out)
+	}
+	job := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(job, []byte("name: tls\nnodes: 1\nsteps: 200\nchunk_steps: 100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cli("run", "-f", job, "--wait"); err != nil || !strings.Contains(out, "completed") {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("a run over mutual TLS: %v\n%s", err, out)
+	}
+	if n := proxy.conns.Load(); n < 3 {
+		t.Errorf("%d connection(s) through the proxy; want the node worker's and the CLI's", n)
+	}
+
+	t.Setenv("TEMPORAL_PROFILE", "nocert")
+	out, err = cli("nodes")
+	if err == nil || !strings.Contains(err.Error(), "TLS") {
+		t.Errorf("without a client certificate: %v\n%s; want a refused TLS dial", err, out)
+	}
+	t.Setenv("TEMPORAL_PROFILE", "missing")
+	if _, err := cli("nodes"); err == nil || !strings.Contains(err.Error(), `profile "missing" of `+conf) {
+		t.Errorf("a missing profile: %v", err)
+	}
+}
+
+// testPKI is a CA with a server certificate for 127.0.0.1 and a client
+// certificate, PEM-encoded.
+type testPKI struct {
+	caPEM, clientPEM, clientKeyPEM []byte
+	server                         tls.Certificate
+	pool                           *x509.CertPool
+}
+
+func newTestPKI(t *testing.T) testPKI {
+	t.Helper()
+	key := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	now := time.Now()
+	caKey := key()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "cann-train test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(serial int64, usage x509.ExtKeyUsage) ([]byte, []byte, *ecdsa.PrivateKey) {
+		k := key()
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "cann-train test"},
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), k
+	}
+	srvPEM, srvKeyPEM, _ := issue(2, x509.ExtKeyUsageServerAuth)
+	server, err := tls.X509KeyPair(srvPEM, srvKeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := testPKI{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), server: server, pool: x509.NewCertPool()}
+	p.pool.AddCert(caCert)
+	p.clientPEM, p.clientKeyPEM, _ = issue(3, x509.ExtKeyUsageClientAuth)
+	return p
+}
+
+// tlsProxy terminates mutual TLS and forwards the bytes to a plain
+// backend, as an ingress in front of a Temporal frontend does.
+type tlsProxy struct {
+	addr  string
+	conns atomic.Int64
+}
+
+func startTLSProxy(t *testing.T, pki testPKI, backend string) *tlsProxy {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.pool, ClientAuth: tls.RequireAndVerifyClientCert,
+		NextProtos: []string{"h2"}, // gRPC insists on ALPN
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tlsProxy{addr: ln.Addr().String()}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.conns.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer in.Close()
+				out, err := net.Dial("tcp", backend)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return p
+}
