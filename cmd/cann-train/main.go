@@ -122,12 +122,14 @@ Start here:  cann-train quickstart`,
 
 // addUIFlag adds --ui, the Temporal Web UI base URL for links.
 func addUIFlag(f *pflag.FlagSet, ui *string) {
-	f.StringVar(ui, "ui", envOr("CANN_TRAIN_UI", ""), "Web UI base URL for links (env CANN_TRAIN_UI; default: the --address host at port + 1000, where 'cann-train dev' serves it; none: no links)")
+	f.StringVar(ui, "ui", envOr("CANN_TRAIN_UI", ""), "Web UI base URL for links (env CANN_TRAIN_UI; default: the --address host at port + 1000, where 'cann-train dev' serves it — over TLS, Temporal Cloud's UI for its endpoints, else none; none: no links)")
 }
 
 // webUI resolves --ui: ui when set ("none": no links), else the UI beside
 // the frontend at --address, port + 1000, as `cann-train dev` and
-// `temporal server start-dev` serve it.
+// `temporal server start-dev` serve it — on plain gRPC. Over TLS the
+// frontend is no dev server: Temporal Cloud's UI for its endpoints, else
+// no guess.
 func (e *env) webUI(ui string) string {
 	switch ui {
 	case "none":
@@ -137,6 +139,12 @@ func (e *env) webUI(ui string) string {
 		return ui
 	}
 	host, port, err := net.SplitHostPort(e.address)
+	if e.temporal.ConnectionOptions.TLS != nil {
+		if err == nil && strings.HasSuffix(host, ".tmprl.cloud") {
+			return "https://cloud.temporal.io"
+		}
+		return ""
+	}
 	p, perr := strconv.Atoi(port)
 	if err != nil || perr != nil || p < 1 || p+1000 > 65535 {
 		return ""

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"strings"
 	"testing"
@@ -286,21 +287,30 @@ func TestPrintStrategy(t *testing.T) {
 // port + 1000 (where `cann-train dev` and temporal server start-dev serve
 // the UI); "none" and an address without a usable port give no link.
 func TestWebUI(t *testing.T) {
-	cases := []struct{ address, ui, want string }{
-		{"127.0.0.1:7233", "", "http://127.0.0.1:8233"},
-		{"127.0.0.1:17233", "", "http://127.0.0.1:18233"},
-		{"temporal.example:7233", "", "http://temporal.example:8233"},
-		{"0.0.0.0:7233", "", "http://127.0.0.1:8233"},
-		{"[::1]:7233", "", "http://[::1]:8233"},
-		{"127.0.0.1:7233", "http://ui.example:8080", "http://ui.example:8080"},
-		{"127.0.0.1:7233", "none", ""},
-		{"127.0.0.1:65000", "", ""},
-		{"temporal.example", "", ""},
+	cases := []struct {
+		address, ui, want string
+		tls               bool
+	}{
+		{"127.0.0.1:7233", "", "http://127.0.0.1:8233", false},
+		{"127.0.0.1:17233", "", "http://127.0.0.1:18233", false},
+		{"temporal.example:7233", "", "http://temporal.example:8233", false},
+		{"0.0.0.0:7233", "", "http://127.0.0.1:8233", false},
+		{"[::1]:7233", "", "http://[::1]:8233", false},
+		{"127.0.0.1:7233", "http://ui.example:8080", "http://ui.example:8080", false},
+		{"127.0.0.1:7233", "none", "", false},
+		{"127.0.0.1:65000", "", "", false},
+		{"temporal.example", "", "", false},
+		{"ml.a1b2c.tmprl.cloud:7233", "", "https://cloud.temporal.io", true},
+		{"temporal.example:7233", "", "", true},
+		{"temporal.example:7233", "https://ui.example", "https://ui.example", true},
 	}
 	for _, tc := range cases {
 		e := &env{address: tc.address}
+		if tc.tls {
+			e.temporal.ConnectionOptions.TLS = &tls.Config{}
+		}
 		if got := e.webUI(tc.ui); got != tc.want {
-			t.Errorf("address %q, --ui %q: %q; want %q", tc.address, tc.ui, got, tc.want)
+			t.Errorf("address %q (TLS %v), --ui %q: %q; want %q", tc.address, tc.tls, tc.ui, got, tc.want)
 		}
 	}
 }
