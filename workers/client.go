@@ -99,7 +99,8 @@ func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace stri
 	if _, err := ops.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
 		Namespace: namespace, SearchAttributes: missing,
 	}); err != nil {
-		return fmt.Errorf("register search attributes %v (or register them with `temporal operator search-attribute create`): %w", missing, err)
+		return fmt.Errorf("register search attributes %v (or register them with `temporal operator search-attribute create`; "+
+			"on Temporal Cloud, `tcld namespace search-attributes add`): %w", missing, err)
 	}
 	return nil
 }
