@@ -479,8 +479,16 @@ func (r *run) fail(ctx workflow.Context, err error) (spec.RunStatus, error) {
 // setPhase records the phase in the status, the search attributes and the
 // workflow's current details shown in the Web UI.
 func (r *run) setPhase(ctx workflow.Context, p spec.Phase) {
-	r.st.Status.Phase = p
-	r.st.Status.UpdatedAt = workflow.Now(ctx)
+	s := &r.st.Status
+	s.Phase = p
+	switch p {
+	case spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled:
+		// What only a live run says — what it waits for and until when, a
+		// pause or node count asked for — is not its end's (a run
+		// cancelled while waiting said so ever after).
+		s.Detail, s.WaitUntil, s.PauseRequested, s.PendingNodes = "", time.Time{}, false, 0
+	}
+	s.UpdatedAt = workflow.Now(ctx)
 	r.publish(ctx)
 }
 

@@ -213,3 +213,29 @@ func TestStorageHoldCrossesContinueAsNew(t *testing.T) {
 	require.Equal(t, []int64{400, 400}, saveOnlySteps(ch.inputs), "refused once more, then stored")
 	require.Equal(t, 1, cl.calls, "the nodes (and their state) are kept")
 }
+
+// TestCancelledWhileHeldSaysNoMore: a run cancelled while it holds for
+// its storage, with a pause asked for, ends cancelled without the hold's
+// words, its retry time or the pause request (its status said them ever
+// after), the refused checkpoint still named.
+func TestCancelledWhileHeldSaysNoMore(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	b := &refusingBucket{refuse: func(in spec.ChunkInput, _ int) bool { return in.To == 400 }}
+	env := newRunEnv(t, cl, &fakeChunks{edit: b.edit})
+	var held spec.RunStatus
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, time.Second)
+	env.RegisterDelayedCallback(func() { held = queryStatus(t, env) }, 5*time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 10*time.Second)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.True(t, env.IsWorkflowCompleted())
+	require.Error(t, env.GetWorkflowError())
+	require.Equal(t, spec.PhaseStorageWait, held.Phase)
+	require.True(t, held.PauseRequested && held.Detail != "" && !held.WaitUntil.IsZero(), "while held: %+v", held)
+	st := queryStatus(t, env)
+	require.Equal(t, spec.PhaseCancelled, st.Phase)
+	require.True(t, st.Detail == "" && st.WaitUntil.IsZero() && !st.PauseRequested, "ended: detail %q, until %v, pause %v",
+		st.Detail, st.WaitUntil, st.PauseRequested)
+	require.NotNil(t, st.CheckpointFailed)
+	require.EqualValues(t, 400, st.CheckpointFailed.Step)
+}
