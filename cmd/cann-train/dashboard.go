@@ -77,11 +77,13 @@ func newDashboardCmd(e *env) *cobra.Command {
 Temporal visibility store indexes (the Cann* search attributes) and what each
 run's status query (or, once closed, its result) adds: loss, samples/s,
 recoveries, grams of CO2. --query narrows the list with a visibility query
-(e.g. CannStatus = 'running', CannModel = 'mlp-mnist', StartTime > '2026-11-30T00:00:00Z');
+(e.g. CannStatus = 'training', CannModel = 'mlp-mnist', StartTime > '2026-11-30T00:00:00Z');
+CannStatus is the run's phase: acquiring, training, recovering, paused,
+waiting-green, waiting-storage, rescaling, completed, failed or cancelled.
 --watch redraws it every --every until interrupted.`,
 		Example: `  cann-train dashboard
   cann-train dashboard --watch
-  cann-train dashboard --query "CannStatus = 'running'" -o json`,
+  cann-train dashboard --query "CannStatus IN ('paused', 'waiting-storage')" -o json`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
@@ -110,7 +112,7 @@ recoveries, grams of CO2. --query narrows the list with a visibility query
 					fmt.Fprint(e.out, "\033[H\033[2J") // home, clear screen
 					fmt.Fprintf(e.out, "cann-train dashboard  %s  every %s (Ctrl-C ends)\n\n", time.Now().Format("15:04:05"), every)
 				}
-				if err := printDashboard(e.out, rows); err != nil {
+				if err := printDashboard(e.out, rows, query); err != nil {
 					return err
 				}
 				if !watch {
@@ -246,7 +248,17 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 	}
 }
 
-func printDashboard(w io.Writer, rows []dashboardRow) error {
+// runPhases are CannStatus's values, for the hint of a --query that
+// matched nothing.
+const runPhases = "acquiring, training, recovering, paused, waiting-green, waiting-storage, rescaling, completed, failed, cancelled"
+
+// printDashboard prints rows; none says so, and with a --query what
+// CannStatus takes (a guess such as 'running' matches nothing).
+func printDashboard(w io.Writer, rows []dashboardRow, query string) error {
+	if len(rows) == 0 && query != "" {
+		_, err := fmt.Fprintf(w, "no training runs match %s (CannStatus is the phase: %s)\n", query, runPhases)
+		return err
+	}
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(w, "no training runs (start one: cann-train quickstart, or cann-train run -f job.yaml)")
 		return err

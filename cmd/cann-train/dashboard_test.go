@@ -18,7 +18,7 @@ func TestDashboardQuery(t *testing.T) {
 	for _, tc := range []struct{ user, want string }{
 		{"", base},
 		{"  ", base},
-		{"CannStatus = 'running'", base + " AND (CannStatus = 'running')"},
+		{"CannStatus = 'training'", base + " AND (CannStatus = 'training')"},
 		{"CannModel = 'a' OR CannModel = 'b'", base + " AND (CannModel = 'a' OR CannModel = 'b')"},
 	} {
 		if got := dashboardQuery(tc.user); got != tc.want {
@@ -61,8 +61,13 @@ func TestDashboardRowFromVisibility(t *testing.T) {
 
 func TestPrintDashboard(t *testing.T) {
 	var b bytes.Buffer
-	if err := printDashboard(&b, nil); err != nil || !strings.Contains(b.String(), "no training runs") {
+	if err := printDashboard(&b, nil, ""); err != nil || !strings.Contains(b.String(), "no training runs") {
 		t.Errorf("empty: %q %v", b.String(), err)
+	}
+	b.Reset()
+	if err := printDashboard(&b, nil, "CannStatus = 'running'"); err != nil ||
+		!strings.Contains(b.String(), "no training runs match CannStatus = 'running' (CannStatus is the phase: acquiring, training,") {
+		t.Errorf("empty, with a query: %q %v", b.String(), err)
 	}
 	b.Reset()
 	rows := []dashboardRow{
@@ -73,7 +78,7 @@ func TestPrintDashboard(t *testing.T) {
 		{WorkflowID: "run/e", Execution: "terminated", Status: spec.PhaseTraining},
 		{WorkflowID: "run/f", Execution: "canceled", Status: spec.PhaseCancelled, Detail: "cancelled at step 40"},
 	}
-	if err := printDashboard(&b, rows); err != nil {
+	if err := printDashboard(&b, rows, ""); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
