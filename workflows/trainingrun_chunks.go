@@ -305,8 +305,7 @@ func (r *run) storeKept(ctx workflow.Context) (bool, error) {
 	}
 	stored := s.LastCkpt != nil && s.LastCkpt.Step >= step
 	if f := lead.CheckpointFailed; f != nil && !stored {
-		s.CheckpointFailed = f
-		r.metrics(ctx).Counter(metricCkptRefused).Inc(1)
+		r.refused(ctx, f)
 	}
 	s.UpdatedAt = workflow.Now(ctx)
 	r.publish(ctx)
@@ -873,7 +872,6 @@ func (r *run) storageTrouble(ctx workflow.Context, f *chunkFailure, errs []error
 	if failed == nil {
 		return
 	}
-	r.metrics(ctx).Counter(metricCkptRefused).Inc(1)
 	s := &r.st.Status
 	if earlier := s.CheckpointFailed; earlier != nil &&
 		workflow.GetVersion(ctx, versionStorageGivesUp, workflow.DefaultVersion, 1) >= 1 {
@@ -885,7 +883,14 @@ func (r *run) storageTrouble(ctx workflow.Context, f *chunkFailure, errs []error
 		f.reason = fmt.Sprintf("checkpoint storage keeps failing: %s "+
 			"(the run's stored checkpoints are kept; fix the bucket and start again from them): %s", which, failed.Error)
 	}
-	s.CheckpointFailed = failed
+	r.refused(ctx, failed)
+}
+
+// refused records f, a checkpoint the bucket refused, in the status (until
+// one at its step or later is stored) and the refusals metric.
+func (r *run) refused(ctx workflow.Context, f *spec.CheckpointFailure) {
+	r.st.Status.CheckpointFailed = f
+	r.metrics(ctx).Counter(metricCkptRefused).Inc(1)
 }
 
 // versionStorageGivesUp: a chunk whose checkpoint could not be stored,
@@ -968,8 +973,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 	r.st.LastChunkEnd = end
 	lead := results[0]
 	if f := lead.CheckpointFailed; f != nil {
-		s.CheckpointFailed = f
-		r.metrics(ctx).Counter(metricCkptRefused).Inc(1)
+		r.refused(ctx, f)
 		workflow.GetLogger(ctx).Warn("a checkpoint's upload failed; the run keeps its older ones", "step", f.Step, "error", f.Error)
 	}
 	r.countChunk(lead, secs)
