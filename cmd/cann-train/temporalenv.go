@@ -27,14 +27,7 @@ func (e *env) loadTemporalEnv(flags *pflag.FlagSet) {
 	if !e.envConfig {
 		return
 	}
-	var err error
-	if f := os.Getenv("TEMPORAL_CONFIG_FILE"); f != "" {
-		_, err = os.Stat(f) // (the SDK reads a missing one as empty)
-	}
-	var prof envconfig.ClientConfigProfile
-	if err == nil {
-		prof, err = envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{})
-	}
+	prof, err := loadTemporalProfile()
 	if err == nil {
 		if !flags.Changed("address") && os.Getenv("TEMPORAL_ADDRESS") == "" && prof.Address != "" {
 			e.address = prof.Address
@@ -47,6 +40,18 @@ func (e *env) loadTemporalEnv(flags *pflag.FlagSet) {
 	if err != nil {
 		e.temporalErr = fmt.Errorf("read Temporal's client configuration (%s; --env-config=false ignores it): %w", temporalEnvSource(), err)
 	}
+}
+
+// loadTemporalProfile is the client configuration's profile; a
+// TEMPORAL_CONFIG_FILE that is not there is an error (the SDK reads it as
+// empty).
+func loadTemporalProfile() (envconfig.ClientConfigProfile, error) {
+	if f := os.Getenv("TEMPORAL_CONFIG_FILE"); f != "" {
+		if _, err := os.Stat(f); err != nil {
+			return envconfig.ClientConfigProfile{}, err
+		}
+	}
+	return envconfig.LoadClientConfigProfile(envconfig.LoadClientConfigProfileOptions{})
 }
 
 // temporalEnvSource names where the client configuration came from.

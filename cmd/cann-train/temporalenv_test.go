@@ -76,10 +76,6 @@ api_key = "secret"
 			address: "127.0.0.1:7233", ns: "default"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, k := range []string{"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE", "TEMPORAL_API_KEY", "TEMPORAL_TLS"} {
-				t.Setenv(k, "")
-				os.Unsetenv(k)
-			}
 			t.Setenv("TEMPORAL_CONFIG_FILE", good)
 			for k, v := range tc.env {
 				t.Setenv(k, v)
@@ -138,10 +134,6 @@ func TestTemporalOverMutualTLS(t *testing.T) {
 	}
 	if err := os.WriteFile(conf, []byte(profile("mtls", true)+profile("nocert", false)), 0o644); err != nil {
 		t.Fatal(err)
-	}
-	for _, k := range []string{"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_API_KEY", "TEMPORAL_TLS"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
 	}
 	t.Setenv("TEMPORAL_CONFIG_FILE", conf)
 	t.Setenv("TEMPORAL_PROFILE", "mtls")
@@ -217,7 +209,7 @@ func newTestPKI(t *testing.T) testPKI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	issue := func(serial int64, usage x509.ExtKeyUsage) ([]byte, []byte, *ecdsa.PrivateKey) {
+	issue := func(serial int64, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 		k := key()
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "cann-train test"},
 			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
@@ -230,16 +222,16 @@ func newTestPKI(t *testing.T) testPKI {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), k
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 	}
-	srvPEM, srvKeyPEM, _ := issue(2, x509.ExtKeyUsageServerAuth)
+	srvPEM, srvKeyPEM := issue(2, x509.ExtKeyUsageServerAuth)
 	server, err := tls.X509KeyPair(srvPEM, srvKeyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := testPKI{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), server: server, pool: x509.NewCertPool()}
 	p.pool.AddCert(caCert)
-	p.clientPEM, p.clientKeyPEM, _ = issue(3, x509.ExtKeyUsageClientAuth)
+	p.clientPEM, p.clientKeyPEM = issue(3, x509.ExtKeyUsageClientAuth)
 	return p
 }
 
