@@ -195,7 +195,11 @@ func (s *Store) Close() error {
 // it (a cheap request; see blob.Bucket.IsAccessible), so that a worker
 // can say so at its start rather than at a run's first checkpoint.
 func (s *Store) Accessible(ctx context.Context) error {
-	ok, err := s.bucket.IsAccessible(ctx)
+	var ok bool
+	err := s.within(ctx, 0, func(ctx context.Context) (err error) {
+		ok, err = s.bucket.IsAccessible(ctx)
+		return err
+	})
 	switch {
 	case err != nil:
 		return fmt.Errorf("checkpoint: bucket: %w", err)
@@ -274,12 +278,12 @@ func (s *Store) Save(ctx context.Context, run string, step int64, payload []byte
 	var corrupt *CorruptError
 	switch {
 	case err == nil && old.Version == formatVersion && old.SHA256 == ref.SHA256 && old.Bytes == ref.Bytes:
-		if attrs, aerr := s.bucket.Attributes(ctx, dkey); aerr == nil && attrs.Size == ref.Bytes {
+		if attrs, aerr := s.attributes(ctx, dkey); aerr == nil && attrs.Size == ref.Bytes {
 			return ref, nil
 		}
 		fallthrough
 	case err == nil || errors.As(err, &corrupt):
-		if derr := s.bucket.Delete(ctx, ref.Key); derr != nil && !isNotFound(derr) {
+		if derr := s.remove(ctx, ref.Key); derr != nil && !isNotFound(derr) {
 			return Ref{}, fmt.Errorf("checkpoint: save %s: remove stale manifest: %w", ref.Key, derr)
 		}
 	case errors.Is(err, ErrNotFound):
@@ -287,7 +291,7 @@ func (s *Store) Save(ctx context.Context, run string, step int64, payload []byte
 		return Ref{}, fmt.Errorf("checkpoint: save %s: %w", ref.Key, err)
 	}
 
-	if err := s.bucket.WriteAll(ctx, dkey, payload, &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
+	if err := s.write(ctx, dkey, payload, &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
 		return Ref{}, fmt.Errorf("checkpoint: save %s: write payload: %w", dkey, err)
 	}
 	m := manifest{
@@ -298,7 +302,7 @@ func (s *Store) Save(ctx context.Context, run string, step int64, payload []byte
 	if err != nil {
 		return Ref{}, fmt.Errorf("checkpoint: save %s: encode manifest: %w", ref.Key, err)
 	}
-	if err := s.bucket.WriteAll(ctx, ref.Key, append(mb, '\n'), &blob.WriterOptions{ContentType: "application/json"}); err != nil {
+	if err := s.write(ctx, ref.Key, append(mb, '\n'), &blob.WriterOptions{ContentType: "application/json"}); err != nil {
 		return Ref{}, fmt.Errorf("checkpoint: save %s: write manifest: %w", ref.Key, err)
 	}
 	return ref, nil
@@ -307,7 +311,7 @@ func (s *Store) Save(ctx context.Context, run string, step int64, payload []byte
 // readManifest fetches and validates the manifest at key. A missing manifest
 // wraps ErrNotFound; an unusable one is a *CorruptError.
 func (s *Store) readManifest(ctx context.Context, key string) (*manifest, error) {
-	b, err := s.bucket.ReadAll(ctx, key)
+	b, err := s.readAll(ctx, key, 0)
 	if err != nil {
 		if isNotFound(err) {
 			return nil, fmt.Errorf("checkpoint: %s: %w", key, ErrNotFound)
@@ -369,7 +373,7 @@ func (s *Store) Exists(ctx context.Context, ref Ref) (bool, error) {
 		return false, err
 	}
 	key := ManifestKey(ref.Run, ref.Step)
-	ok, err := s.bucket.Exists(ctx, key)
+	ok, err := s.exists(ctx, key)
 	if err != nil {
 		return false, fmt.Errorf("checkpoint: %s: %w", key, err)
 	}
@@ -411,15 +415,19 @@ func (s *Store) load(ctx context.Context, ref Ref) ([]byte, *manifest, error) {
 		return data, m, err
 	}
 	dkey := dataKey(ref.Run, ref.Step)
-	r, err := s.bucket.NewReader(ctx, dkey, nil)
-	if err != nil {
-		if isNotFound(err) {
-			return nil, m, &CorruptError{Key: dkey, Reason: "payload is missing", Err: err}
+	var data []byte
+	err = s.within(ctx, m.Bytes, func(ctx context.Context) error {
+		r, err := s.bucket.NewReader(ctx, dkey, nil)
+		if err != nil {
+			return err
 		}
-		return nil, m, fmt.Errorf("checkpoint: read %s: %w", dkey, err)
+		defer r.Close()
+		data, err = io.ReadAll(io.LimitReader(r, m.Bytes+1))
+		return err
+	})
+	if isNotFound(err) {
+		return nil, m, &CorruptError{Key: dkey, Reason: "payload is missing", Err: err}
 	}
-	defer r.Close()
-	data, err := io.ReadAll(io.LimitReader(r, m.Bytes+1))
 	if err != nil {
 		return nil, m, fmt.Errorf("checkpoint: read %s: %w", dkey, err)
 	}
@@ -444,7 +452,7 @@ func (s *Store) steps(ctx context.Context, run string) ([]int64, error) {
 	var steps []int64
 	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
-		obj, err := it.Next(ctx)
+		obj, err := s.next(ctx, it)
 		if err == io.EOF {
 			break
 		}
@@ -563,7 +571,7 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 		return err
 	}
 	for _, key := range []string{ManifestKey(ref.Run, ref.Step), dataKey(ref.Run, ref.Step)} {
-		if err := s.bucket.Delete(ctx, key); err != nil && !isNotFound(err) {
+		if err := s.remove(ctx, key); err != nil && !isNotFound(err) {
 			return fmt.Errorf("checkpoint: delete %s: %w", key, err)
 		}
 	}

@@ -55,6 +55,12 @@ type Options struct {
 	// orphaned version 1 payload, modified less than GCGrace ago. 0 means
 	// DefaultGCGrace (1 h); a negative value disables the grace period.
 	GCGrace time.Duration
+	// RequestTimeout bounds each request a Store makes to the bucket (a
+	// stat, the upload or download of one object, a page of a listing,
+	// a delete), plus a second per MiB the request moves; one that takes
+	// longer fails with ErrStalled. 0 means DefaultRequestTimeout (1 min);
+	// a negative value sets no limit.
+	RequestTimeout time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -81,6 +87,9 @@ func (o Options) withDefaults() (Options, error) {
 		o.GCGrace = DefaultGCGrace
 	case o.GCGrace < 0:
 		o.GCGrace = 0
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = DefaultRequestTimeout
 	}
 	return o, nil
 }
@@ -371,7 +380,7 @@ func (s *Store) saveChunked(ctx context.Context, run string, step int64, data []
 		stats.Reused = true
 		return ref, stats, nil
 	case err == nil || errors.As(err, &corrupt):
-		if derr := s.bucket.Delete(ctx, key); derr != nil && !isNotFound(derr) {
+		if derr := s.remove(ctx, key); derr != nil && !isNotFound(derr) {
 			return Ref{}, stats, fmt.Errorf("checkpoint: save %s: remove stale manifest: %w", key, derr)
 		}
 	case errors.Is(err, ErrNotFound):
@@ -414,7 +423,7 @@ func (s *Store) intact(ctx context.Context, run string, step int64, old *manifes
 	if old.Version == formatChunked {
 		return slices.Equal(old.Chunks, chunks)
 	}
-	attrs, err := s.bucket.Attributes(ctx, dataKey(run, step))
+	attrs, err := s.attributes(ctx, dataKey(run, step))
 	return err == nil && attrs.Size == old.Bytes
 }
 
@@ -426,7 +435,7 @@ func (s *Store) putChunk(ctx context.Context, run, hash string, raw []byte, pin 
 	pin.add(key)
 	_, bad := s.badChunks.Load(key)
 	if !bad {
-		ok, err := s.bucket.Exists(ctx, key)
+		ok, err := s.exists(ctx, key)
 		if err != nil {
 			return false, 0, fmt.Errorf("stat %s: %w", key, err)
 		}
@@ -460,16 +469,19 @@ func (s *Store) WriteBlob(ctx context.Context, key string, data []byte, contentT
 // ReadBlob reads back what WriteBlob stored under key, at most limit
 // bytes; a key that is not there is ErrNotFound, one larger than limit
 // an error.
-func (s *Store) ReadBlob(ctx context.Context, key string, limit int64) ([]byte, error) {
-	r, err := s.bucket.NewReader(ctx, key, nil)
+func (s *Store) ReadBlob(ctx context.Context, key string, limit int64) (data []byte, err error) {
+	err = s.within(ctx, limit, func(ctx context.Context) error {
+		r, err := s.bucket.NewReader(ctx, key, nil)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		data, err = io.ReadAll(io.LimitReader(r, limit+1))
+		return err
+	})
 	if isNotFound(err) {
 		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", key, err)
-	}
-	defer r.Close()
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", key, err)
 	}
@@ -485,7 +497,7 @@ func (s *Store) ReadBlob(ctx context.Context, key string, limit int64) ([]byte, 
 // atomic; for content-addressed chunks that race is harmless.
 func (s *Store) writeObject(ctx context.Context, key string, data []byte, contentType string, ifNotExist bool) error {
 	if ifNotExist && s.noIfNotExist.Load() {
-		ok, err := s.bucket.Exists(ctx, key)
+		ok, err := s.exists(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -511,21 +523,23 @@ func isPrecondition(err error) bool {
 	return gcerrors.Code(err) == gcerrors.FailedPrecondition || errors.Is(err, errExists)
 }
 
-// write is one upload; a failed Write aborts it (ctx cancelled before Close)
-// rather than committing a partial object.
+// write is one upload, a request; a failed Write aborts it (ctx cancelled
+// before Close) rather than committing a partial object.
 func (s *Store) write(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := s.bucket.NewWriter(wctx, key, opts)
-	if err != nil {
-		return err
-	}
-	if _, err := w.Write(data); err != nil {
-		cancel()
-		_ = w.Close()
-		return err
-	}
-	return w.Close()
+	return s.within(ctx, int64(len(data)), func(ctx context.Context) error {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		w, err := s.bucket.NewWriter(wctx, key, opts)
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(data); err != nil {
+			cancel()
+			_ = w.Close()
+			return err
+		}
+		return w.Close()
+	})
 }
 
 // loadChunked reads and verifies the chunks of m, a validated version 2
@@ -592,7 +606,7 @@ func (s *Store) loadChunked(ctx context.Context, key string, m *manifest) ([]byt
 // manifest gives, and verifies it.
 func (s *Store) fetchChunk(ctx context.Context, run, hash string, dst []byte) error {
 	key := chunkKey(run, hash)
-	z, err := s.bucket.ReadAll(ctx, key)
+	z, err := s.readAll(ctx, key, int64(len(dst)))
 	if err != nil {
 		if isNotFound(err) {
 			return &CorruptError{Key: key, Reason: "chunk is missing", Err: err}

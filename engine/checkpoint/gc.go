@@ -214,7 +214,7 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 		return st, err
 	}
 	for _, key := range manifests {
-		raw, err := s.bucket.ReadAll(ctx, key)
+		raw, err := s.readAll(ctx, key, 0)
 		if isNotFound(err) {
 			continue // Deleted since listing.
 		}
@@ -244,7 +244,7 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 			st.Young++
 			continue
 		}
-		if err := s.bucket.Delete(ctx, key); err != nil && !isNotFound(err) {
+		if err := s.remove(ctx, key); err != nil && !isNotFound(err) {
 			return st, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
 		}
 		st.Deleted++
@@ -259,7 +259,7 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 			continue
 		}
 		key := dataKey(run, step)
-		if err := s.bucket.Delete(ctx, key); err != nil && !isNotFound(err) {
+		if err := s.remove(ctx, key); err != nil && !isNotFound(err) {
 			return st, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
 		}
 		st.Orphans++
@@ -271,7 +271,7 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 func (s *Store) list(ctx context.Context, prefix string, f func(*blob.ListObject) error) error {
 	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
-		o, err := it.Next(ctx)
+		o, err := s.next(ctx, it)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}

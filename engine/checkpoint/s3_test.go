@@ -1,10 +1,15 @@
 package checkpoint
 
 import (
+	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
@@ -15,10 +20,18 @@ import (
 // conditional puts included, over real HTTP), creates a bucket and returns
 // the s3:// URL a user would give for MinIO: endpoint, path-style
 // addressing, credentials from the environment.
-func s3Bucket(t *testing.T) string {
+func s3Bucket(t *testing.T) string { return s3BucketVia(t, nil) }
+
+// s3BucketVia is s3Bucket with the server's handler wrapped by wrap (nil:
+// as it is).
+func s3BucketVia(t *testing.T, wrap func(http.Handler) http.Handler) string {
 	t.Helper()
 	backend := s3mem.New()
-	srv := httptest.NewServer(gofakes3.New(backend).Server())
+	h := gofakes3.New(backend).Server()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	if err := backend.CreateBucket("ckpt"); err != nil {
 		t.Fatal(err)
@@ -96,5 +109,115 @@ func TestOpenS3(t *testing.T) {
 	}
 	if _, err := missing.Latest(ctx, "run-s3"); err == nil || errors.Is(err, ErrNotFound) {
 		t.Fatalf("Latest on a missing bucket: %v, want an error other than ErrNotFound", err)
+	}
+}
+
+// hangingEndpoint can stop answering: while on, every request is held
+// open and silent until the client gives up, as a hung MinIO or a load
+// balancer in front of a dead one does.
+type hangingEndpoint struct {
+	on   atomic.Bool
+	held atomic.Int64
+}
+
+func (h *hangingEndpoint) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.on.Load() {
+			h.held.Add(1)
+			<-r.Context().Done()
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// TestStalledBucketFailsInTime: against an S3 endpoint that takes requests
+// and never answers, a save, a load and a listing fail with ErrStalled,
+// naming the object, within the request timeout — the SDK alone would wait
+// for the TCP stack. Nothing is lost: once the endpoint answers again the
+// same store saves and loads.
+func TestStalledBucketFailsInTime(t *testing.T) {
+	ctx := t.Context()
+	hang := &hangingEndpoint{}
+	u := s3BucketVia(t, hang.wrap)
+	const timeout = 300 * time.Millisecond
+	s, err := OpenWithOptions(ctx, u, Options{RequestTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const run = "run-hang"
+	saved, _, err := s.SaveIncremental(ctx, run, 1, payload(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hang.on.Store(true)
+	for _, tc := range []struct {
+		name string
+		op   func(context.Context) error
+	}{
+		{"save", func(ctx context.Context) error { _, _, err := s.SaveIncremental(ctx, run, 2, payload(2)); return err }},
+		{"load", func(ctx context.Context) error { _, err := s.Load(ctx, saved); return err }},
+		{"latest", func(ctx context.Context) error { _, err := s.Latest(ctx, run); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Far above the request timeout: without it, the call would
+			// end here, not with ErrStalled.
+			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := tc.op(octx)
+			took := time.Since(start)
+			if !errors.Is(err, ErrStalled) {
+				t.Fatalf("%s against a silent endpoint: %v (after %s), want ErrStalled", tc.name, err, took)
+			}
+			if !strings.Contains(err.Error(), "runs/"+run+"/") || !strings.Contains(err.Error(), timeout.String()) {
+				t.Errorf("error %q does not name the object and the time it waited", err)
+			}
+			if took > 10*time.Second {
+				t.Errorf("%s took %s to give up; the request timeout is %s", tc.name, took, timeout)
+			}
+		})
+	}
+	if hang.held.Load() == 0 {
+		t.Fatal("no request reached the silent endpoint")
+	}
+
+	hang.on.Store(false)
+	ref, _, err := s.SaveIncremental(ctx, run, 2, payload(2))
+	if err != nil {
+		t.Fatalf("save once the endpoint answers again: %v", err)
+	}
+	for _, r := range []Ref{saved, ref} {
+		got, err := s.Load(ctx, r)
+		if err != nil || string(got) != string(payload(r.Step)) {
+			t.Fatalf("load step %d once the endpoint answers again: %v", r.Step, err)
+		}
+	}
+}
+
+// TestRequestTimeout: the time a request may take grows with the bytes it
+// moves, at 1 MiB/s beyond its base; a negative option sets no limit.
+func TestRequestTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		opt  time.Duration
+		n    int64
+		want time.Duration
+	}{
+		{0, 0, DefaultRequestTimeout},
+		{0, 1 << 20, DefaultRequestTimeout + time.Second},
+		{0, 64 << 20, DefaultRequestTimeout + 64*time.Second},
+		{5 * time.Second, 512 << 10, 5*time.Second + 500*time.Millisecond},
+		{-1, 1 << 30, 0},
+	} {
+		o, err := Options{RequestTimeout: tc.opt}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newStore(nil, o)
+		if got := s.requestTimeout(tc.n); got != tc.want {
+			t.Errorf("RequestTimeout %s, %d bytes: %s, want %s", tc.opt, tc.n, got, tc.want)
+		}
 	}
 }
