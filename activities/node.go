@@ -515,6 +515,9 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train
 				fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", in.Restore.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err() // cancelled: blame nobody
+			}
 			return nil, n.loadError(in.Token, *in.Restore, err)
 		}
 		var st engine.State
@@ -677,10 +680,15 @@ func (n *Node) openBucket(ctx context.Context, s spec.RunSpec) error {
 // falls back to the one before); else this node does not reach the bucket
 // its saver wrote to (CheckpointNotHere: the run replaces the node;
 // checkSharedBucket fails the whole run once the miss outlasts the
-// grace). Without a token it says both.
+// grace). Without a token it says both. A load the bucket failed for
+// another reason — an error of its own, no answer in time — is
+// CheckpointUnreachable: the storage, not this node, is at fault, and
+// the run holds for it.
 func (n *Node) loadError(token string, ref spec.CheckpointRef, err error) error {
 	if !errors.Is(err, checkpoint.ErrNotFound) {
-		return fmt.Errorf("load checkpoint %s: %w", ref.Key, err)
+		err = fmt.Errorf("node %s cannot read the checkpoint at step %d from %s: %w", n.ID, ref.Step, ref.URL, err)
+		return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointUnreachable, err,
+			spec.CheckpointFailure{Step: ref.Step, Error: err.Error()})
 	}
 	if token == "" {
 		return fmt.Errorf("load checkpoint %s: %w in %s as node %s opens it: deleted since it was committed, "+

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	_ "gocloud.dev/blob/s3blob" // s3:// URLs, as the node workers register them
 
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/tcp"
@@ -377,6 +378,29 @@ func TestTrainChunkRestoreFindsNoCheckpoint(t *testing.T) {
 		wantLoadError(t, errs[0], spec.ErrTypeCheckpointGone,
 			"node node-1 does not find the run's checkpoint at step 30", "where it found the run's checkpoints before", "was deleted")
 	})
+}
+
+// TestTrainChunkRestoreStorageDown: a node whose storage does not serve
+// the checkpoint to restore (here an S3 endpoint nothing listens on)
+// fails the chunk as CheckpointUnreachable, retryable, naming itself, the
+// step and the bucket, with the step as detail: the run holds for the
+// storage instead of replacing the node.
+func TestTrainChunkRestoreStorageDown(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "cann-train")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "cann-train-secret")
+	nodes, m := newNodes(t, 1, "mem://")
+	s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 60, ChunkSteps: 30}.WithDefaults()
+	url := "s3://ckpt?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1"
+	ref := &spec.CheckpointRef{URL: url, Run: "act", Step: 30, Key: "runs/act/ckpt/000000000030/manifest.json"}
+	in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g2/e1", Token: "tok", From: 30, To: 60, Restore: ref}
+	_, errs := runChunk(t, nodes, in)
+	wantLoadError(t, errs[0], spec.ErrTypeCheckpointUnreachable,
+		"node node-1 cannot read the checkpoint at step 30 from s3://ckpt", "127.0.0.1:1")
+	var ae *temporal.ApplicationError
+	var f spec.CheckpointFailure
+	if !errors.As(errs[0], &ae) || ae.Details(&f) != nil || f.Step != 30 || f.Error != ae.Message() {
+		t.Fatalf("detail %+v, want the step and the message", f)
+	}
 }
 
 // TestTrainChunkWithoutData: a node whose worker finds no data set for the

@@ -127,6 +127,13 @@ const (
 	// was deleted. The run falls back to the one before, as from a
 	// corrupt one.
 	ErrTypeCheckpointGone = "CheckpointGone"
+	// ErrTypeCheckpointUnreachable: the node could not read the
+	// checkpoint to restore — the bucket failed the request or did not
+	// answer in time (an outage, expired credentials), not that the
+	// checkpoint is missing or corrupt. Its detail is a CheckpointFailure
+	// naming the step. The run blames no node and holds until the storage
+	// serves it.
+	ErrTypeCheckpointUnreachable = "CheckpointUnreachable"
 	// ErrTypeNodeUnfit: the node cannot serve the run as it is set up (no
 	// data set for the built-in model). The run replaces it, and the
 	// Cluster keeps it failed until its worker registers again. (NoData,

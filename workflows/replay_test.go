@@ -86,7 +86,9 @@ import (
 // the data set replaced and kept failed as misconfigured (NodeUnfit), and
 // trainingrun_storage_hold.json, a run whose bucket refused two uploads in
 // a row, held with its nodes' state and stored it once resumed
-// (versionStorageWaits)
+// (versionStorageWaits), and trainingrun_load_hold.json, a run whose
+// S3 bucket failed the reads of the checkpoint a recovery restored,
+// held until it served them and a resume (versionLoadWaits)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -147,6 +149,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},    // a node without data replaced (NodeUnfit: no version)
 		{"cluster_unfit.json", spec.WorkflowCluster},                 // … and kept failed as misconfigured
 		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},  // held for a refusing bucket, stored at a resume (versionStorageWaits)
+		{"trainingrun_load_hold.json", spec.WorkflowTrainingRun},     // held for a bucket that failed a restore's reads (versionLoadWaits)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

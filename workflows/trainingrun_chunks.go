@@ -50,6 +50,12 @@ type chunkFailure struct {
 	// unshared: a node's BucketNotShared message (the run cannot recover
 	// from a checkpoint some of its nodes do not see).
 	unshared string
+	// unread: the checkpoint to restore that the storage did not serve
+	// (CheckpointUnreachable; the first such node's words); storageDown:
+	// that is all that failed — no node to blame, the run holds for its
+	// storage (waitToLoad).
+	unread      *spec.CheckpointFailure
+	storageDown bool
 }
 
 func (f *chunkFailure) Error() string {
@@ -97,6 +103,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	if err != nil {
 		return err
 	}
+	r.st.StorageWait = 0 // (a hold for a checkpoint to read is over)
 	lead := results[0]
 	again := lead.CheckpointFailed != nil && r.st.Status.CheckpointFailed != nil
 	r.absorb(ctx, results)
@@ -267,18 +274,52 @@ func nextStorageWait(prev time.Duration) time.Duration {
 // waitForStorage says that the run holds for its storage and waits d,
 // or until a resume.
 func (r *run) waitForStorage(ctx workflow.Context, d time.Duration) error {
+	step := r.st.Status.Step
+	return r.holdFor(ctx, d,
+		fmt.Sprintf("the checkpoint storage refuses the run's checkpoints; its nodes keep the state at step %d and store it again", step),
+		fmt.Sprintf("store the checkpoint at step %d again", step))
+}
+
+// holdFor waits d in the waiting-storage phase, or until a resume; the
+// status says what the run does then (what, "at" the time).
+func (r *run) holdFor(ctx workflow.Context, d time.Duration, what, summary string) error {
 	s := &r.st.Status
 	now := workflow.Now(ctx)
 	s.WaitUntil = now.Add(d)
-	s.Detail = fmt.Sprintf("the checkpoint storage refuses the run's checkpoints; its nodes keep the state at step %d and store it again at %s "+
-		"(cann-train resume: now)", s.Step, s.WaitUntil.UTC().Format("15:04:05 UTC"))
+	s.Detail = fmt.Sprintf("%s at %s (cann-train resume: now)", what, s.WaitUntil.UTC().Format("15:04:05 UTC"))
 	r.setPhase(ctx, spec.PhaseStorageWait)
 	workflow.GetLogger(ctx).Warn("holding for the checkpoint storage", "step", s.Step, "retry_in", d)
 	was := r.st.Ctl.Resumes
 	_, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{
 		Timeout:      d,
-		TimerOptions: workflow.TimerOptions{Summary: fmt.Sprintf("store the checkpoint at step %d again", s.Step)},
+		TimerOptions: workflow.TimerOptions{Summary: summary},
 	}, func() bool { return r.st.Ctl.Resumes != was })
+	return err
+}
+
+// versionLoadWaits: a chunk that failed only because the storage did
+// not serve the checkpoint its nodes restore from (CheckpointUnreachable)
+// holds the run until it does (waitToLoad); before, it was a restart
+// like any failure, and an outage of the storage through max_restarts
+// tries failed the run. Asked only then.
+const versionLoadWaits = "load-waits"
+
+// waitToLoad holds a run whose storage did not serve the checkpoint to
+// restore (f): no node is blamed, no restart counted, nothing trained is
+// lost. After the wait (storageRetryFirst, doubling up to
+// storageRetryMax while the storage keeps failing; a resume cuts it
+// short) the run tries the chunk again. A pause, rescale or drain
+// signalled meanwhile applies then, at the boundary.
+func (r *run) waitToLoad(ctx workflow.Context, f *chunkFailure) error {
+	d := nextStorageWait(r.st.StorageWait)
+	r.st.StorageWait = d
+	held := r.metrics(ctx).Gauge(metricStorageHeld)
+	held.Update(1)
+	err := r.holdFor(ctx, d, f.reason+"; the run reads it again", fmt.Sprintf("read the checkpoint at step %d again", f.unread.Step))
+	held.Update(0)
+	s := &r.st.Status
+	s.WaitUntil, s.Detail = time.Time{}, ""
+	r.st.LastChunkEnd = time.Time{} // the hold is no gap between chunks
 	return err
 }
 
@@ -766,6 +807,14 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 					f.noticed = pf.NoticedAt
 				}
 			}
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointUnreachable:
+			// (A type only newer node workers send: no version.)
+			if f.unread == nil {
+				f.unread = &spec.CheckpointFailure{Step: from, Error: ae.Message()}
+				if ae.HasDetails() {
+					_ = ae.Details(f.unread)
+				}
+			}
 		case errors.As(err, &ae) && ae.NonRetryable():
 			f.retryable = false
 		}
@@ -839,6 +888,8 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			said = f.cause
 		}
 		f.reason = fmt.Sprintf("peers lost node(s) %v: %s", f.failed, message(said))
+	case f.unread != nil:
+		f.reason, f.storageDown = f.unread.Error, true
 	case len(f.lostState) > 0:
 		// Alive, restarted: nobody is marked failed; the new generation
 		// restores every rank from the last committed checkpoint.
@@ -1091,6 +1142,10 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	if !f.retryable {
 		return fmt.Errorf("not retryable: %w", f)
 	}
+	if f.storageDown && workflow.GetVersion(ctx, versionLoadWaits, workflow.DefaultVersion, 1) >= 1 {
+		return r.waitToLoad(ctx, f)
+	}
+	r.st.StorageWait = 0 // (a hold for a checkpoint to read is over)
 	if r.st.Restarts >= r.spec.MaxRestarts {
 		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
 	}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/cann-train/cann-train/spec"
@@ -238,4 +240,132 @@ func TestCancelledWhileHeldSaysNoMore(t *testing.T) {
 		st.Detail, st.WaitUntil, st.PauseRequested)
 	require.NotNil(t, st.CheckpointFailed)
 	require.EqualValues(t, 400, st.CheckpointFailed.Step)
+}
+
+// unreadable is the error a node sends when the storage does not serve
+// the checkpoint it restores from.
+func unreadable(node string, step int64) error {
+	msg := fmt.Sprintf("node %s cannot read the checkpoint at step %d from s3://ckpt: the bucket did not answer in time", node, step)
+	return temporal.NewApplicationErrorWithCause(msg, spec.ErrTypeCheckpointUnreachable, errors.New("stalled"),
+		spec.CheckpointFailure{Step: step, Error: msg})
+}
+
+// TestTrainingRunWaitsToReadItsCheckpoint: after node-2 is lost at step
+// 250, the new generation's nodes cannot read the checkpoint at 200
+// (the storage is down): the run blames no node and counts no restart —
+// max_restarts is 1 — but holds in waiting-storage, saying which node
+// could not read what, and tries again after 15 s, then 30 s (a resume
+// cuts a wait short). When the storage serves it again the run trains
+// on from 200 and completes.
+func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// unread(in, tries): the tries-th chunk from 200 after the loss
+		// fails to read on this rank.
+		unread     func(in spec.ChunkInput, tries int) error
+		resumeAt   time.Duration
+		at         []time.Duration // queries during the holds, from the loss
+		waitUntil  []time.Duration
+		recoveries int
+		failed     []string // nodes the Cluster has marked failed
+		trained    []int64  // rank 0's chunks' first steps
+	}{
+		{name: "every rank, three times",
+			unread: func(in spec.ChunkInput, tries int) error {
+				if tries <= 3 {
+					return unreadable(in.Membership.Nodes[in.Rank].ID, 200)
+				}
+				return nil
+			},
+			resumeAt: 5 * time.Second,
+			// 15 s cut by the resume at 5 s; then 30 s, then 60 s.
+			at: []time.Duration{2 * time.Second, 10 * time.Second, 50 * time.Second}, waitUntil: []time.Duration{15 * time.Second, 35 * time.Second, 95 * time.Second},
+			recoveries: 1, failed: []string{"node-2"},
+			trained: []int64{0, 100, 200, 200, 200, 200, 200, 300}},
+		{name: "one rank",
+			unread: func(in spec.ChunkInput, tries int) error {
+				switch {
+				case tries > 1:
+					return nil
+				case in.Rank == 1:
+					return unreadable(in.Membership.Nodes[1].ID, 200)
+				}
+				// It saw rank 1 leave the forming group alive.
+				return temporal.NewApplicationErrorWithCause("peer 1 left", spec.ErrTypePeerFailed, errors.New("EOF"), spec.PeerFailure{Rank: -1, Step: 200})
+			},
+			at: []time.Duration{2 * time.Second}, waitUntil: []time.Duration{15 * time.Second},
+			recoveries: 1, failed: []string{"node-2"},
+			trained: []int64{0, 100, 200, 200, 200, 300}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1", "spare-2")}
+			var (
+				mu        sync.Mutex
+				lossChunk string // the session of the chunk node-2 is lost in
+				lost      time.Time
+				tries     int    // chunks from 200 after it
+				last      string // the session of the last
+			)
+			var env *testsuite.TestWorkflowEnvironment
+			ch := &fakeChunks{fail: func(in spec.ChunkInput) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if in.From != 200 {
+					return nil
+				}
+				if lossChunk == "" {
+					lossChunk, lost = in.Session, env.Now()
+				}
+				if in.Session == lossChunk {
+					return temporal.NewApplicationErrorWithCause("peer 1 gone", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 250})
+				}
+				if in.Session != last {
+					tries, last = tries+1, in.Session
+				}
+				return tc.unread(in, tries)
+			}}
+			env = newRunEnv(t, cl, ch)
+			env.SetTestTimeout(30 * time.Second)
+			start := env.Now()
+			if tc.resumeAt > 0 {
+				env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, tc.resumeAt)
+			}
+			held := make([]spec.RunStatus, len(tc.at))
+			for i, d := range tc.at {
+				env.RegisterDelayedCallback(func() { held[i] = queryStatus(t, env) }, d)
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, MaxRestarts: 1,
+				HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.EqualValues(t, 400, st.Step)
+			require.Len(t, st.Recoveries, tc.recoveries, "a storage that does not serve the checkpoint is no recovery")
+			require.Empty(t, st.Detail)
+			cl.mu.Lock()
+			var failed []string
+			for id, f := range cl.failed {
+				if f {
+					failed = append(failed, id)
+				}
+			}
+			cl.mu.Unlock()
+			slices.Sort(failed)
+			require.Equal(t, tc.failed, failed)
+			var trained []int64
+			for _, in := range ch.inputs {
+				if in.Rank == 0 {
+					trained = append(trained, in.From)
+				}
+			}
+			require.Equal(t, tc.trained, trained)
+			require.Equal(t, start, lost, "the loss is at the start: the queries' offsets count from it")
+			for i, want := range tc.waitUntil {
+				require.Equal(t, spec.PhaseStorageWait, held[i].Phase, "at %v", tc.at[i])
+				require.WithinDuration(t, start.Add(want), held[i].WaitUntil, 0, "at %v", tc.at[i])
+				require.Contains(t, held[i].Detail, "cannot read the checkpoint at step 200 from s3://ckpt")
+				require.Contains(t, held[i].Detail, "the run reads it again at")
+			}
+		})
+	}
 }

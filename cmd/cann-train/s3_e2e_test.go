@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,13 +23,18 @@ import (
 // as MinIO is in the README — endpoint, path-style URLs, keys from the
 // node workers' environment. A node killed mid-run is replaced and its
 // rank resumes from the checkpoint read back from the bucket, ending with
-// the weights of a fault-free run.
+// the weights of a fault-free run. The bucket fails the first reads of
+// the checkpoint's data (503, as an overloaded or restarting MinIO does): the
+// run blames no node for it but holds in waiting-storage, saying so,
+// until the bucket serves it again and a resume cuts the wait short.
 func TestRunCheckpointsOnS3(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	backend := s3mem.New()
-	s3 := httptest.NewServer(gofakes3.New(backend).Server())
+	down := &unreadChunks{prefix: "/ckpt/runs/s3-killed/chunks/"}
+	down.failing.Store(true)
+	s3 := httptest.NewServer(down.wrap(gofakes3.New(backend).Server()))
 	defer s3.Close()
 	if err := backend.CreateBucket("ckpt"); err != nil {
 		t.Fatal(err)
@@ -49,6 +56,15 @@ func TestRunCheckpointsOnS3(t *testing.T) {
 	}
 	run := start("s3-killed")
 	faultKill(ctx, t, addr, "s3-killed", "node-2", 130)
+	held := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a hold for the checkpoint storage", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Phase == spec.PhaseStorageWait
+	})
+	if !strings.Contains(held.Detail, "cannot read the checkpoint at step 100 from s3://ckpt") || len(held.Recoveries) != 1 || down.refused.Load() == 0 {
+		t.Fatalf("held: %q after %d recovery(ies), %d read(s) refused; want the reason, the kill's recovery only, refusals",
+			held.Detail, len(held.Recoveries), down.refused.Load())
+	}
+	down.failing.Store(false)
+	cliAt(ctx, t, addr, l.LogDir)("resume", "s3-killed")
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)
@@ -60,6 +76,7 @@ func TestRunCheckpointsOnS3(t *testing.T) {
 	if rec := st.Recoveries[0]; rec.FailedAtStep != 130 || rec.ResumeStep != 100 || rec.LostSteps != 30 {
 		t.Errorf("recovery %+v: want failure at 130 and a resume from the checkpoint at 100", rec)
 	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_load_hold.json")
 
 	list, err := backend.ListBucket("ckpt", nil, gofakes3.ListBucketPage{})
 	if err != nil {
@@ -90,4 +107,26 @@ func TestRunCheckpointsOnS3(t *testing.T) {
 	if st.WeightsSHA256 != clean.WeightsSHA256 {
 		t.Errorf("recovered run's weights %s differ from the fault-free run's %s", st.WeightsSHA256, clean.WeightsSHA256)
 	}
+}
+
+// unreadChunks fails, while failing, every read of an object under
+// prefix — a run's checkpoint chunks, which only a restore reads — with
+// 503 SlowDown; writes and existence checks pass.
+type unreadChunks struct {
+	prefix  string
+	failing atomic.Bool
+	refused atomic.Int64
+}
+
+func (u *unreadChunks) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, u.prefix) && u.failing.Load() {
+			u.refused.Add(1)
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
