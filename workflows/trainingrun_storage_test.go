@@ -264,9 +264,11 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 		// fails to read on this rank.
 		unread     func(in spec.ChunkInput, tries int) error
 		resumeAt   time.Duration
+		evictAt    time.Duration   // spare-1 drained (0: not)
 		at         []time.Duration // queries during the holds, from the loss
 		waitUntil  []time.Duration
 		recoveries int
+		rescalings int
 		failed     []string // nodes the Cluster has marked failed
 		trained    []int64  // rank 0's chunks' first steps
 	}{
@@ -295,6 +297,21 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			},
 			at: []time.Duration{2 * time.Second}, waitUntil: []time.Duration{15 * time.Second},
 			recoveries: 1, failed: []string{"node-2"},
+			trained: []int64{0, 100, 200, 200, 200, 300}},
+		{name: "one node cut off, drained",
+			unread: func(in spec.ChunkInput, _ int) error {
+				switch {
+				case !slices.Contains(in.Membership.NodeIDs(), "spare-1"):
+					return nil
+				case in.Membership.Nodes[in.Rank].ID == "spare-1":
+					return unreadable("spare-1", 200)
+				}
+				return temporal.NewApplicationErrorWithCause("peer 1 left", spec.ErrTypePeerFailed, errors.New("EOF"), spec.PeerFailure{Rank: -1, Step: 200})
+			},
+			// Held until the drain and the resume after it.
+			evictAt: 4 * time.Second, resumeAt: 5 * time.Second,
+			at: []time.Duration{2 * time.Second}, waitUntil: []time.Duration{15 * time.Second},
+			recoveries: 1, failed: []string{"node-2", "spare-1"}, rescalings: 1, // (spare-1: the drain)
 			trained: []int64{0, 100, 200, 200, 200, 300}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -330,6 +347,14 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			if tc.resumeAt > 0 {
 				env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, tc.resumeAt)
 			}
+			if tc.evictAt > 0 {
+				env.RegisterDelayedCallback(func() {
+					cl.mu.Lock()
+					cl.failed["spare-1"] = true // (the Cluster offers no drained node)
+					cl.mu.Unlock()
+					env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "spare-1", Reason: "no route to the bucket"})
+				}, tc.evictAt)
+			}
 			held := make([]spec.RunStatus, len(tc.at))
 			for i, d := range tc.at {
 				env.RegisterDelayedCallback(func() { held[i] = queryStatus(t, env) }, d)
@@ -341,6 +366,7 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			require.Equal(t, spec.PhaseCompleted, st.Phase)
 			require.EqualValues(t, 400, st.Step)
 			require.Len(t, st.Recoveries, tc.recoveries, "a storage that does not serve the checkpoint is no recovery")
+			require.Len(t, st.Rescalings, tc.rescalings)
 			require.Empty(t, st.Detail)
 			cl.mu.Lock()
 			var failed []string
