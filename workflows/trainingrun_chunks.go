@@ -317,10 +317,14 @@ func (r *run) waitToLoad(ctx workflow.Context, f *chunkFailure) error {
 	held.Update(1)
 	err := r.holdFor(ctx, d, f.reason+"; the run reads it again", fmt.Sprintf("read the checkpoint at step %d again", f.unread.Step))
 	held.Update(0)
+	if err != nil {
+		return err
+	}
 	s := &r.st.Status
 	s.WaitUntil, s.Detail = time.Time{}, ""
-	r.st.LastChunkEnd = time.Time{} // the hold is no gap between chunks
-	return err
+	r.st.LastChunkEnd = time.Time{}     // the hold is no gap between chunks
+	r.setPhase(ctx, spec.PhaseTraining) // (an external job's relaunch sets none)
+	return nil
 }
 
 // storeKept runs a save-only chunk at the run's step and reports whether

@@ -265,6 +265,56 @@ func TestExternalRunGivesUpOnFailingStorage(t *testing.T) {
 	require.Len(t, w.launches(), 1, "no relaunch")
 }
 
+// TestExternalRunWaitsToReadItsCheckpoint: after node-2 is lost, the
+// relaunch's nodes cannot read the checkpoint at 40 twice (the storage is
+// down): the run holds in waiting-storage, counts no restart and blames
+// no node, then relaunches from 40 and completes.
+func TestExternalRunWaitsToReadItsCheckpoint(t *testing.T) {
+	cl, w := loseNode2(temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 40}),
+		temporal.NewApplicationError("rank-1 on node node-1 exited with status 1 at step 56", spec.ErrTypeRankExited,
+			spec.RankExit{Rank: 1, Process: "rank-1", Node: "node-1", ExitCode: 1, Step: 56}))
+	lose := w.behave
+	var (
+		mu       sync.Mutex
+		launches = map[string]bool{}
+	)
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Restore == nil {
+			return lose(in)
+		}
+		mu.Lock()
+		launches[in.Session] = true
+		n := len(launches)
+		mu.Unlock()
+		if n <= 2 {
+			return unreadable(in.Membership.Nodes[in.Rank].ID, 40)
+		}
+		return nil
+	}
+	env := newExternalEnv(t, cl, w)
+	var during []spec.RunStatus
+	for _, d := range []time.Duration{5 * time.Second, 30 * time.Second} {
+		env.RegisterDelayedCallback(func() { during = append(during, queryStatus(t, env)) }, d)
+	}
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+	st := result(t, env)
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	requireNode2Replaced(t, st)
+	ls := w.launches()
+	require.Len(t, ls, 4)
+	for _, l := range ls[1:] {
+		require.EqualValues(t, 40, l[0].Restore.Step)
+		require.Equal(t, 1, l[0].Restarts, "a hold for the storage is no restart")
+	}
+	// Held 15 s, then 30 s: waiting at 5 s and at 30 s.
+	require.Len(t, during, 2)
+	for _, h := range during {
+		require.Equal(t, spec.PhaseStorageWait, h.Phase)
+		require.Contains(t, h.Detail, "cannot read the checkpoint at step 40")
+	}
+	require.Equal(t, []string{"node-2"}, failedIn(cl))
+}
+
 func TestExternalRunReplacesDeadNode(t *testing.T) {
 	cl, w := loseNode2(temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 40}),
 		temporal.NewApplicationError("rank-1 on node node-1 exited with status 1 at step 56", spec.ErrTypeRankExited,

@@ -242,6 +242,20 @@ func TestCancelledWhileHeldSaysNoMore(t *testing.T) {
 	require.EqualValues(t, 400, st.CheckpointFailed.Step)
 }
 
+// failedIn lists the nodes cl has marked failed, sorted.
+func failedIn(cl *fakeCluster) []string {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	var failed []string
+	for id, f := range cl.failed {
+		if f {
+			failed = append(failed, id)
+		}
+	}
+	slices.Sort(failed)
+	return failed
+}
+
 // unreadable is the error a node sends when the storage does not serve
 // the checkpoint it restores from.
 func unreadable(node string, step int64) error {
@@ -368,16 +382,7 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			require.Len(t, st.Recoveries, tc.recoveries, "a storage that does not serve the checkpoint is no recovery")
 			require.Len(t, st.Rescalings, tc.rescalings)
 			require.Empty(t, st.Detail)
-			cl.mu.Lock()
-			var failed []string
-			for id, f := range cl.failed {
-				if f {
-					failed = append(failed, id)
-				}
-			}
-			cl.mu.Unlock()
-			slices.Sort(failed)
-			require.Equal(t, tc.failed, failed)
+			require.Equal(t, tc.failed, failedIn(cl))
 			// By session: a rank cancelled before it ran has no input.
 			var trained []int64
 			seen := map[string]bool{}
