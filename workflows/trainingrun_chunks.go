@@ -249,6 +249,9 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 		if err := r.waitForStorage(ctx, w); err != nil {
 			return err
 		}
+	} else if workflow.GetVersion(ctx, versionStoringSaysSo, workflow.DefaultVersion, 1) >= 1 {
+		s.Detail = fmt.Sprintf("the checkpoint storage refused the run's checkpoint; its nodes keep the state at step %d and store it now", s.Step)
+		r.setPhase(ctx, spec.PhaseStorageWait)
 	}
 	stored, err := r.storeKept(ctx)
 	if err == nil && !stored {
@@ -264,6 +267,13 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 	}
 	return err
 }
+
+// versionStoringSaysSo: a run entering its storage hold says so at once
+// (waiting-storage, "store it now") for its first save-only chunk;
+// before, it said training until the first wait — minutes, with a bucket
+// that does not answer and a save tried three times. Asked at a hold's
+// first try.
+const versionStoringSaysSo = "storing-says-so"
 
 // nextStorageWait is the wait after a refusal, the last having been prev
 // (0: the first).

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -118,7 +119,19 @@ func TestTrainingRunHoldsForStorage(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1")}
 			b := &refusingBucket{refuse: tc.refuse}
 			lost := false
+			// The phase the run last published as each save-only chunk
+			// starts.
+			var (
+				mu      sync.Mutex
+				phase   string
+				storing []string
+			)
 			ch := &fakeChunks{edit: b.edit, fail: func(in spec.ChunkInput) error {
+				if in.From == in.To && in.Rank == 0 {
+					mu.Lock()
+					storing = append(storing, phase)
+					mu.Unlock()
+				}
 				if tc.loseOnSave && in.From == in.To && in.Rank == 1 && !lost {
 					lost = true
 					return temporal.NewApplicationErrorWithCause("peer 0 reset", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: in.From})
@@ -126,6 +139,12 @@ func TestTrainingRunHoldsForStorage(t *testing.T) {
 				return nil
 			}}
 			env := newRunEnv(t, cl, ch)
+			env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+				sa := args.Get(0).(temporal.SearchAttributes)
+				mu.Lock()
+				defer mu.Unlock()
+				phase, _ = sa.GetKeyword(temporal.NewSearchAttributeKeyKeyword(spec.SearchAttrStatus))
+			})
 			env.SetTestTimeout(30 * time.Second)
 			if tc.resumeAt > 0 {
 				env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, tc.resumeAt)
@@ -149,6 +168,11 @@ func TestTrainingRunHoldsForStorage(t *testing.T) {
 
 			ins := ch.inputs
 			require.Equal(t, tc.saves, saveOnlySteps(ins))
+			// Each try says so, the first (at once) too.
+			require.Len(t, storing, len(tc.saves))
+			for i, p := range storing {
+				require.Equal(t, string(spec.PhaseStorageWait), p, "save-only chunk %d", i)
+			}
 			var trained []int64
 			for i, in := range ins {
 				if in.Rank != 0 {
