@@ -848,13 +848,19 @@ func retrySave(ctx context.Context, tries int, first, most, patience time.Durati
 }
 
 // save stores st as the run's checkpoint, retrying (retrySave) for up to
-// trained, the chunk's training time.
+// trained, the chunk's training time. A save-only chunk tries once: it is
+// a try of a run that holds for its storage, which tries again itself
+// (and says when).
 func (n *Node) save(ctx context.Context, in spec.ChunkInput, st *engine.State, trained time.Duration) (*spec.CheckpointRef, error) {
 	payload, err := st.MarshalBinary()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	return retrySave(ctx, saveTries, saveRetry, saveRetryMax, min(trained, saveMaxPatience),
+	tries := saveTries
+	if in.From == in.To {
+		tries = 1
+	}
+	return retrySave(ctx, tries, saveRetry, saveRetryMax, min(trained, saveMaxPatience),
 		func() (*spec.CheckpointRef, error) { return n.saveOnce(ctx, in, st.Step, payload) },
 		func(try int, wait time.Duration, err error) {
 			n.Logger.Warn("checkpoint save failed; retrying", zap.Int64("step", st.Step), zap.Int("try", try),

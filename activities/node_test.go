@@ -587,11 +587,20 @@ func TestTrainChunkCheckpointStorageFails(t *testing.T) {
 // the chunk's end), not an error, and the ranks keep their state:
 // save-only chunks (From == To) store it once the bucket takes it again,
 // and nodes restoring that checkpoint train on bit-identical to the ones
-// that kept it. A save-only chunk must save synchronously.
+// that kept it. A save-only chunk tries once (the run's hold is its
+// retry) and must save synchronously.
 func TestTrainChunkKeepsStateTheBucketRefuses(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "bucket")
 	url := "file://" + dir
 	nodes, m := newNodes(t, 2, url)
+	var retries atomic.Int32
+	nodes[0].Logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.DebugLevel),
+		zap.Hooks(func(e zapcore.Entry) error {
+			if e.Message == "checkpoint save failed; retrying" {
+				retries.Add(1)
+			}
+			return nil
+		}))
 	s := spec.RunSpec{Name: "held", Nodes: 2, Steps: 90, ChunkSteps: 30}.WithDefaults()
 	in := spec.ChunkInput{RunID: "run/held", Spec: s, Membership: m, Token: "secret", Checkpoint: true, ReportStorageFailure: true}
 	epoch := 0
@@ -626,9 +635,15 @@ func TestTrainChunkKeepsStateTheBucketRefuses(t *testing.T) {
 	if f := trained[0].CheckpointFailed; f == nil || f.Step != 60 || trained[0].Checkpoint != nil {
 		t.Fatalf("rank 0 reports %+v, checkpoint %+v; want the one at 60 refused", f, trained[0].Checkpoint)
 	}
+	if n := retries.Load(); n != saveTries-1 {
+		t.Fatalf("the chunk's save was retried %d times, want %d", n, saveTries-1)
+	}
 	res, errs := chunk(nodes, in, 60, 60)
 	if errs[0] != nil || errs[1] != nil || res[0].CheckpointFailed == nil || res[0].CheckpointFailed.Step != 60 {
 		t.Fatalf("a save-only chunk into the broken bucket: %v, %+v", errs, res[0])
+	}
+	if n := retries.Load(); n != saveTries-1 {
+		t.Fatalf("the save-only chunk's save was retried %d times, want none", n-(saveTries-1))
 	}
 	broken(false)
 	res, errs = chunk(nodes, in, 60, 60)
