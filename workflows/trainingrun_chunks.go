@@ -249,8 +249,10 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 		if err := r.waitForStorage(ctx, w); err != nil {
 			return err
 		}
-	} else if workflow.GetVersion(ctx, versionStoringSaysSo, workflow.DefaultVersion, 1) >= 1 {
+	}
+	if workflow.GetVersion(ctx, versionStoringSaysSo, workflow.DefaultVersion, 1) >= 1 {
 		s.Detail = fmt.Sprintf("the checkpoint storage refused the run's checkpoint; its nodes keep the state at step %d and store it now", s.Step)
+		s.WaitUntil = time.Time{}
 		r.setPhase(ctx, spec.PhaseStorageWait)
 	}
 	stored, err := r.storeKept(ctx)
@@ -268,11 +270,11 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 	return err
 }
 
-// versionStoringSaysSo: a run entering its storage hold says so at once
-// (waiting-storage, "store it now") for its first save-only chunk;
-// before, it said training until the first wait — minutes, with a bucket
-// that does not answer and a save tried three times. Asked at a hold's
-// first try.
+// versionStoringSaysSo: a run that holds for its storage says "store it
+// now" while a save-only chunk tries (in waiting-storage, the first try
+// too); before, the first try said training and the others the time it
+// started at — minutes, with a bucket that does not answer. Asked at
+// every try.
 const versionStoringSaysSo = "storing-says-so"
 
 // nextStorageWait is the wait after a refusal, the last having been prev
