@@ -88,7 +88,9 @@ import (
 // a row, held with its nodes' state and stored it once resumed
 // (versionStorageWaits), and trainingrun_load_hold.json, a run whose
 // S3 bucket failed the reads of the checkpoint a recovery restored,
-// held until it served them and a resume (versionLoadWaits)
+// held until it served them and a resume (versionLoadWaits), and
+// trainingrun_storage_says.json, a storage hold whose every try says
+// "store it now" (versionStoringSaysSo)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -150,6 +152,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"cluster_unfit.json", spec.WorkflowCluster},                 // … and kept failed as misconfigured
 		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},  // held for a refusing bucket, stored at a resume (versionStorageWaits)
 		{"trainingrun_load_hold.json", spec.WorkflowTrainingRun},     // held for a bucket that failed a restore's reads (versionLoadWaits)
+		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},  // a storage hold whose tries say so (versionStoringSaysSo)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
