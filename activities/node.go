@@ -724,6 +724,9 @@ type bucketSight struct {
 	missSince time.Time // the first of the misses since (zero: none)
 }
 
+// sharedCheckTimeout bounds checkSharedBucket's look at the bucket.
+const sharedCheckTimeout = 5 * time.Second
+
 // checkSharedBucket checks that this node reaches the bucket the run's
 // checkpoints are in: that the last one committed (in.Restore, which
 // global rank 0's node saved) is there as this process opens the bucket.
@@ -734,7 +737,8 @@ type bucketSight struct {
 // file:// on hosts that do not share the path — the run trains well until
 // a recovery finds no checkpoint, hours later. So a miss that lasts
 // BucketGrace fails the chunk, not retryable, saying so; a check that
-// errs (a bucket's hiccup) is asked again at the next chunk.
+// errs (a bucket's hiccup, no answer within sharedCheckTimeout) is asked
+// again at the next chunk.
 func (n *Node) checkSharedBucket(ctx context.Context, run string, r *spec.CheckpointRef, log *zap.Logger) error {
 	if r == nil {
 		return nil
@@ -750,7 +754,12 @@ func (n *Node) checkSharedBucket(ctx context.Context, run string, r *spec.Checkp
 	if err != nil {
 		return err
 	}
-	found, err := store.Exists(ctx, toRef(*r))
+	// Bounded well inside the peers' connect timeout: this node's ranks
+	// join the group only after it, and a bucket that does not answer
+	// must not get this node blamed for its silence.
+	cctx, cancel := context.WithTimeout(ctx, sharedCheckTimeout)
+	found, err := store.Exists(cctx, toRef(*r))
+	cancel()
 	if err != nil {
 		log.Warn("could not check that this node sees the run's checkpoints", zap.String("bucket", r.URL), zap.Error(err))
 		return nil

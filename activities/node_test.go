@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -400,6 +402,41 @@ func TestTrainChunkRestoreStorageDown(t *testing.T) {
 	var f spec.CheckpointFailure
 	if !errors.As(errs[0], &ae) || ae.Details(&f) != nil || f.Step != 30 || f.Error != ae.Message() {
 		t.Fatalf("detail %+v, want the step and the message", f)
+	}
+}
+
+// TestSharedBucketCheckDoesNotWaitForASilentBucket: the check that a
+// node reaches the run's bucket, made before its ranks join the group,
+// gives up on a bucket that does not answer within sharedCheckTimeout —
+// well inside the peers' connect timeout, which would otherwise blame
+// this node — and asks again at the next chunk.
+func TestSharedBucketCheckDoesNotWaitForASilentBucket(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "cann-train")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "cann-train-secret")
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		<-r.Context().Done() // silent
+	}))
+	defer srv.Close()
+	n := &Node{ID: "node-2", Logger: zap.NewNop()}
+	defer n.Close()
+	ref := &spec.CheckpointRef{URL: "s3://ckpt?endpoint=" + srv.URL + "&use_path_style=true&region=us-east-1",
+		Run: "act", Step: 30, Key: "runs/act/ckpt/000000000030/manifest.json"}
+	start := time.Now()
+	if err := n.checkSharedBucket(t.Context(), "tok", ref, zap.NewNop()); err != nil {
+		t.Fatalf("check against a silent bucket: %v; want it given up, not the chunk failed", err)
+	}
+	if took := time.Since(start); took > sharedCheckTimeout+5*time.Second {
+		t.Fatalf("the check took %s; want about %s", took, sharedCheckTimeout)
+	}
+	if asked.Load() == 0 {
+		t.Fatal("the bucket was not asked")
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.sights[sightKey("tok", ref.URL)]; s != nil && (s.seen || !s.missSince.IsZero()) {
+		t.Fatalf("sight %+v after no answer; want nothing known (asked again at the next chunk)", s)
 	}
 }
 
