@@ -53,6 +53,26 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }
 
+// TestRunExternalStorageDown: a world whose bucket does not serve the
+// checkpoint to restore (an S3 endpoint nothing listens on) fails as the
+// built-in model's chunks do — CheckpointUnreachable, naming the node, the
+// step and the bucket: the run holds for its storage — before any
+// process starts.
+func TestRunExternalStorageDown(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "cann-train")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "cann-train-secret")
+	work := t.TempDir()
+	n := externalNode(t, "n1", "mem://")
+	in := externalInput("down", work, 1, "sh", "-c", "touch started")
+	in.Restore = &spec.CheckpointRef{URL: "s3://ckpt?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1",
+		Run: "down", Step: 4, Key: "runs/down/ckpt/000000000004/manifest.json"}
+	_, err := n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}})
+	wantLoadError(t, err, spec.ErrTypeCheckpointUnreachable, "node n1 cannot read the checkpoint at step 4 from s3://ckpt")
+	if _, err := os.Stat(filepath.Join(work, "started")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the job started (%v); want no process before its checkpoint is restored", err)
+	}
+}
+
 // TestRunExternalMissingCheckpoint: a world told to restore a checkpoint
 // its node's bucket does not hold (each node its own mem://) fails as the
 // built-in model's chunks do — CheckpointNotHere (the run replaces the
