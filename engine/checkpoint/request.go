@@ -28,7 +28,8 @@ func (s *Store) requestTimeout(n int64) time.Duration {
 	if s.opts.RequestTimeout <= 0 {
 		return 0
 	}
-	return s.opts.RequestTimeout + time.Duration(n)*time.Second/slowestRate
+	// (Whole seconds first: n·1e9 overflows past 9 GB.)
+	return s.opts.RequestTimeout + time.Duration(n/slowestRate)*time.Second + time.Duration(n%slowestRate)*time.Second/slowestRate
 }
 
 // within runs f, one request to the bucket moving about n bytes, under the

@@ -209,6 +209,7 @@ func TestRequestTimeout(t *testing.T) {
 		{0, 1 << 20, DefaultRequestTimeout + time.Second},
 		{0, 64 << 20, DefaultRequestTimeout + 64*time.Second},
 		{5 * time.Second, 512 << 10, 5*time.Second + 500*time.Millisecond},
+		{0, 100 << 30, DefaultRequestTimeout + 100*1024*time.Second}, // a 100 GiB object
 		{-1, 1 << 30, 0},
 	} {
 		o, err := Options{RequestTimeout: tc.opt}.withDefaults()
