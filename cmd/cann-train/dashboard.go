@@ -78,8 +78,7 @@ Temporal visibility store indexes (the Cann* search attributes) and what each
 run's status query (or, once closed, its result) adds: loss, samples/s,
 recoveries, grams of CO2. --query narrows the list with a visibility query
 (e.g. CannStatus = 'training', CannModel = 'mlp-mnist', StartTime > '2026-11-30T00:00:00Z');
-CannStatus is the run's phase: acquiring, training, recovering, paused,
-waiting-green, waiting-storage, rescaling, completed, failed or cancelled.
+CannStatus is the run's phase: ` + runPhases() + `.
 --watch redraws it every --every until interrupted.`,
 		Example: `  cann-train dashboard
   cann-train dashboard --watch
@@ -248,15 +247,23 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 	}
 }
 
-// runPhases are CannStatus's values, for the hint of a --query that
-// matched nothing.
-const runPhases = "acquiring, training, recovering, paused, waiting-green, waiting-storage, rescaling, completed, failed, cancelled"
+// runPhases lists CannStatus's values (the help, and the hint of a
+// --query that matched nothing).
+func runPhases() string {
+	phases := []spec.Phase{spec.PhaseAcquiring, spec.PhaseTraining, spec.PhaseRecovering, spec.PhasePaused, spec.PhaseGreenWait,
+		spec.PhaseStorageWait, spec.PhaseRescaling, spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled}
+	names := make([]string, len(phases))
+	for i, p := range phases {
+		names[i] = string(p)
+	}
+	return strings.Join(names, ", ")
+}
 
 // printDashboard prints rows; none says so, and with a --query what
 // CannStatus takes (a guess such as 'running' matches nothing).
 func printDashboard(w io.Writer, rows []dashboardRow, query string) error {
 	if len(rows) == 0 && query != "" {
-		_, err := fmt.Fprintf(w, "no training runs match %s (CannStatus is the phase: %s)\n", query, runPhases)
+		_, err := fmt.Fprintf(w, "no training runs match %s (CannStatus is the phase: %s)\n", query, runPhases())
 		return err
 	}
 	if len(rows) == 0 {
