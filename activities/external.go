@@ -475,10 +475,7 @@ func (n *Node) restoreDir(ctx context.Context, run string, ref spec.CheckpointRe
 			fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", ref.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
 	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return n.loadError(run, ref, err)
+		return n.loadError(ctx, run, ref, err)
 	}
 	if !launch.IsPackedDir(payload) {
 		return temporal.NewNonRetryableApplicationError(

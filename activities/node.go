@@ -515,10 +515,7 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train
 				fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", in.Restore.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err() // cancelled: blame nobody
-			}
-			return nil, n.loadError(in.Token, *in.Restore, err)
+			return nil, n.loadError(ctx, in.Token, *in.Restore, err)
 		}
 		var st engine.State
 		if err := st.UnmarshalBinary(payload); err != nil {
@@ -683,8 +680,12 @@ func (n *Node) openBucket(ctx context.Context, s spec.RunSpec) error {
 // grace). Without a token it says both. A load the bucket failed for
 // another reason — an error of its own, no answer in time — is
 // CheckpointUnreachable: the storage, not this node, is at fault, and
-// the run holds for it.
-func (n *Node) loadError(token string, ref spec.CheckpointRef, err error) error {
+// the run holds for it. A cancelled chunk's is ctx's error: it blames
+// nobody.
+func (n *Node) loadError(ctx context.Context, token string, ref spec.CheckpointRef, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
 	if !errors.Is(err, checkpoint.ErrNotFound) {
 		err = fmt.Errorf("node %s cannot read the checkpoint at step %d from %s: %w", n.ID, ref.Step, ref.URL, err)
 		return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointUnreachable, err,
