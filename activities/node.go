@@ -70,6 +70,15 @@ type Node struct {
 	// may be a shared filesystem's directory cache (NFS trusts cached
 	// attributes for up to a minute), not a bucket of its own.
 	BucketGrace time.Duration
+	// CheckpointRequestTimeout bounds each request this node's checkpoint
+	// stores make to a bucket (checkpoint.Options.RequestTimeout: zero
+	// is the default, a minute plus a second per MiB moved; negative,
+	// none). A chunk that restores a checkpoint waits for its peers'
+	// restores as long as such a load may take (connectTimeout): keep it
+	// the same on every node.
+	CheckpointRequestTimeout time.Duration
+	// connectWait replaces connectTimeout when positive (tests).
+	connectWait time.Duration
 
 	// world admits one external job's processes at a time on this node: a
 	// relaunch waits until the last world's processes are gone.
@@ -629,7 +638,7 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput, p place) (*ascen
 	return tcp.Connect(ctx, n.Listener, tcp.Group{
 		Session: in.Session, Rank: p.global, Addrs: addrs, Token: []byte(in.Token),
 	}, tcp.Options{
-		ConnectTimeout:  30 * time.Second,
+		ConnectTimeout:  n.connectTimeout(in),
 		OpTimeout:       in.Spec.HeartbeatTimeout.D(),
 		Algorithm:       algo,
 		SkipCalibration: true,
@@ -637,6 +646,31 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput, p place) (*ascen
 		RefusedGrace:    peerRefusedGrace,
 	})
 }
+
+// connectTimeout bounds forming a chunk's group: connectBase, and when the
+// chunk starts from a checkpoint, as long as reading it may take
+// (checkpoint.Options.LoadTimeout). A rank joins once it has its state:
+// one whose reads are slower than its peers' (a node far from the
+// bucket, one whose requests stall) or the only one reading (its peers
+// kept theirs) is still loading when the others are ready. They must
+// outwait its load, so that the reader reports the storage
+// (CheckpointUnreachable: the run holds for it) instead of being blamed
+// for never connecting — and replaced, and its replacement after it. A
+// dead peer is found sooner anyway: its address refuses connections
+// (peerRefusedGrace), or its heartbeat stops.
+func (n *Node) connectTimeout(in spec.ChunkInput) time.Duration {
+	d := connectBase
+	if n.connectWait > 0 {
+		d = n.connectWait
+	}
+	if r := in.Restore; r != nil && r.Step == in.From {
+		d += checkpoint.Options{RequestTimeout: n.CheckpointRequestTimeout}.LoadTimeout(r.Bytes)
+	}
+	return d
+}
+
+// connectBase is the connect timeout of a chunk that restores nothing.
+const connectBase = 30 * time.Second
 
 // peerRefusedGrace is how long a member's address may refuse connections
 // before the rank dialling it names it as failed: a node worker's listener
@@ -811,7 +845,7 @@ func (n *Node) store(ctx context.Context, url string) (*checkpoint.Store, error)
 	if s, ok := n.stores[url]; ok {
 		return s, nil
 	}
-	s, err := checkpoint.Open(ctx, url)
+	s, err := checkpoint.OpenWithOptions(ctx, url, checkpoint.Options{RequestTimeout: n.CheckpointRequestTimeout})
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("node %s: %v", n.ID, err), "BadCheckpointURL", err) // (err names the URL)

@@ -75,8 +75,17 @@ func mnist(t *testing.T) (train, test *engine.Dataset) {
 // runChunk runs TrainChunk on every node concurrently, as the workflow does.
 func runChunk(t *testing.T, nodes []*Node, in spec.ChunkInput, tweak ...func(rank int, in *spec.ChunkInput)) ([]*spec.ChunkResult, []error) {
 	t.Helper()
+	res, errs, _ := runChunkTimed(t, nodes, in, tweak...)
+	return res, errs
+}
+
+// runChunkTimed is runChunk that also says when each node's activity
+// ended.
+func runChunkTimed(t *testing.T, nodes []*Node, in spec.ChunkInput, tweak ...func(rank int, in *spec.ChunkInput)) ([]*spec.ChunkResult, []error, []time.Time) {
+	t.Helper()
 	res := make([]*spec.ChunkResult, len(nodes))
 	errs := make([]error, len(nodes))
+	ends := make([]time.Time, len(nodes))
 	var wg sync.WaitGroup
 	for rank, n := range nodes {
 		wg.Add(1)
@@ -94,11 +103,11 @@ func runChunk(t *testing.T, nodes []*Node, in spec.ChunkInput, tweak ...func(ran
 			if err == nil {
 				err = v.Get(&res[rank])
 			}
-			errs[rank] = err
+			errs[rank], ends[rank] = err, time.Now()
 		}()
 	}
 	wg.Wait()
-	return res, errs
+	return res, errs, ends
 }
 
 func TestTrainChunkAcrossTwoNodes(t *testing.T) {

@@ -42,6 +42,10 @@ type NodeOptions struct {
 	// checkpoint before failing its chunks (activities.Node.BucketGrace;
 	// zero: activities.DefaultBucketGrace).
 	BucketGrace time.Duration
+	// CheckpointRequestTimeout bounds each request to a checkpoint bucket
+	// (activities.Node.CheckpointRequestTimeout: zero is the default,
+	// negative none).
+	CheckpointRequestTimeout time.Duration
 	// MNISTDir overrides the data location.
 	MNISTDir string
 	// LeaseEvery is how often the lease is renewed. Default 5s.
@@ -83,7 +87,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		if err := spec.CheckBucketURL(o.CheckpointURL); err != nil {
 			return fmt.Errorf("node %s: --checkpoint-url: %w", o.ID, err)
 		}
-		st, err := checkpoint.Open(ctx, o.CheckpointURL)
+		st, err := checkpoint.OpenWithOptions(ctx, o.CheckpointURL, checkpoint.Options{RequestTimeout: o.CheckpointRequestTimeout})
 		if err != nil {
 			return fmt.Errorf("node %s: checkpoint bucket: %w", o.ID, err)
 		}
@@ -130,7 +134,8 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	}
 
 	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
-		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation, PeerWatch: peerWatch, BucketGrace: o.BucketGrace}
+		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation, PeerWatch: peerWatch, BucketGrace: o.BucketGrace,
+		CheckpointRequestTimeout: o.CheckpointRequestTimeout}
 	defer acts.Close()
 	switch m, err := energy.OpenHostMeter(ctx, energy.HostMeterOptions{Kind: o.Energy}); {
 	case err == nil:

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/activities"
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
 )
@@ -95,6 +96,7 @@ func serveMetrics(e *env, addr string, log *zap.Logger) (h client.MetricsHandler
 func newNodeWorkerCmd(e *env) *cobra.Command {
 	o := workers.NodeOptions{}
 	var metricsAddr string
+	var requestTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Serve one node: train chunks on queue cann-train/node/<id>",
@@ -118,6 +120,9 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 			if o.WorkDir == "" {
 				o.WorkDir = filepath.Join(defaultDataDir(), "work", o.ID)
 			}
+			if o.CheckpointRequestTimeout = requestTimeout; requestTimeout == 0 {
+				o.CheckpointRequestTimeout = -1 // no limit
+			}
 			if err := workers.RunNode(cmd.Context(), c, o, log); err != nil {
 				return fmt.Errorf("node worker: %w", err)
 			}
@@ -132,6 +137,10 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.StringVar(&o.CheckpointURL, "checkpoint-url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "default checkpoint bucket URL")
 	f.DurationVar(&o.BucketGrace, "bucket-grace", activities.DefaultBucketGrace,
 		"how long a run's committed checkpoint may be missing from this node's view of the bucket before its chunks fail (nodes that do not share one)")
+	f.DurationVar(&requestTimeout, "checkpoint-request-timeout", checkpoint.DefaultRequestTimeout,
+		"how long one request to a checkpoint bucket may take, plus 1s per MiB it moves, before it fails as stalled (0: no limit; "+
+			"keep it the same on every node: peers wait as long for a node restoring a checkpoint)")
+	atLeast(f, "0s", "checkpoint-request-timeout")
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
 	atLeast(f, "1ns", "lease-every", "bucket-grace")

@@ -28,8 +28,34 @@ func (s *Store) requestTimeout(n int64) time.Duration {
 	if s.opts.RequestTimeout <= 0 {
 		return 0
 	}
+	return s.opts.RequestTimeout + slowestTransfer(n)
+}
+
+// slowestTransfer is how long moving n bytes takes at slowestRate.
+func slowestTransfer(n int64) time.Duration {
 	// (Whole seconds first: n·1e9 overflows past 9 GB.)
-	return s.opts.RequestTimeout + time.Duration(n/slowestRate)*time.Second + time.Duration(n%slowestRate)*time.Second/slowestRate
+	return time.Duration(n/slowestRate)*time.Second + time.Duration(n%slowestRate)*time.Second/slowestRate
+}
+
+// LoadTimeout is how long a Load of an n-byte checkpoint by a Store with
+// these options takes at most before it has either finished or failed with
+// ErrStalled, while the bucket moves data at least at the slowest rate a
+// request's timeout allows (1 MiB/s): the manifest's request timeout, and
+// the payload's (its base, and n bytes at that rate). Without a request
+// timeout (a negative RequestTimeout) nothing fails a stalled load, and
+// LoadTimeout is only the transfer at that rate.
+//
+// Whoever waits for another process to restore a checkpoint — its peers,
+// to form a group — waits at least this long, so that a bucket that stops
+// answering is reported by the reader, not blamed on it.
+func (o Options) LoadTimeout(n int64) time.Duration {
+	switch {
+	case o.RequestTimeout < 0:
+		return slowestTransfer(n)
+	case o.RequestTimeout == 0:
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	return 2*o.RequestTimeout + slowestTransfer(n)
 }
 
 // within runs f, one request to the bucket moving about n bytes, under the

@@ -200,17 +200,19 @@ func TestStalledBucketFailsInTime(t *testing.T) {
 // TestRequestTimeout: the time a request may take grows with the bytes it
 // moves, at 1 MiB/s beyond its base; a negative option sets no limit.
 func TestRequestTimeout(t *testing.T) {
+	const dflt = DefaultRequestTimeout
 	for _, tc := range []struct {
 		opt  time.Duration
 		n    int64
-		want time.Duration
+		want time.Duration // one request moving n bytes
+		load time.Duration // a Load of an n-byte checkpoint (Options.LoadTimeout)
 	}{
-		{0, 0, DefaultRequestTimeout},
-		{0, 1 << 20, DefaultRequestTimeout + time.Second},
-		{0, 64 << 20, DefaultRequestTimeout + 64*time.Second},
-		{5 * time.Second, 512 << 10, 5*time.Second + 500*time.Millisecond},
-		{0, 100 << 30, DefaultRequestTimeout + 100*1024*time.Second}, // a 100 GiB object
-		{-1, 1 << 30, 0},
+		{0, 0, dflt, 2 * dflt},
+		{0, 1 << 20, dflt + time.Second, 2*dflt + time.Second},
+		{0, 64 << 20, dflt + 64*time.Second, 2*dflt + 64*time.Second},
+		{5 * time.Second, 512 << 10, 5*time.Second + 500*time.Millisecond, 10*time.Second + 500*time.Millisecond},
+		{0, 100 << 30, dflt + 100*1024*time.Second, 2*dflt + 100*1024*time.Second}, // a 100 GiB object
+		{-1, 1 << 30, 0, 1024 * time.Second},                                       // no limit: only the transfer
 	} {
 		o, err := Options{RequestTimeout: tc.opt}.withDefaults()
 		if err != nil {
@@ -219,6 +221,9 @@ func TestRequestTimeout(t *testing.T) {
 		s := newStore(nil, o)
 		if got := s.requestTimeout(tc.n); got != tc.want {
 			t.Errorf("RequestTimeout %s, %d bytes: %s, want %s", tc.opt, tc.n, got, tc.want)
+		}
+		if got := (Options{RequestTimeout: tc.opt}).LoadTimeout(tc.n); got != tc.load {
+			t.Errorf("RequestTimeout %s: LoadTimeout(%d) = %s, want %s", tc.opt, tc.n, got, tc.load)
 		}
 	}
 }
