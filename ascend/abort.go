@@ -48,8 +48,14 @@ func reasonText(r uint32) string {
 }
 
 // noticeGrace bounds writing a notice: it is tiny and either fits in the
-// socket buffer at once or the peer is not reading anyway.
-const noticeGrace = 20 * time.Millisecond
+// socket buffer at once or the peer is not reading anyway. The grace is
+// for a link busy with a frame, and for the scheduler: on a loaded host
+// (ranks outnumbering cores) the goroutine that writes a notice may first
+// run tens of milliseconds after the abort — with 20 ms, until session
+// 32, notices expired unsent under load and their peers blamed the
+// messenger, whose link then dropped, instead of the rank that failed.
+// It costs an abort time only where a link is stuck.
+const noticeGrace = 250 * time.Millisecond
 
 // abortedError is a failure learned from an abort notice. It matches
 // ErrPeerAborted, and also ErrMismatch or os.ErrDeadlineExceeded when that
