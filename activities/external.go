@@ -148,6 +148,14 @@ func badJob(format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeBadJob, err)
 }
 
+// unfitHost is a failure of this node's own disk or configuration (its
+// work directory cannot be written): NodeUnfit, so that the run replaces
+// the node rather than fail, as it did when this was BadJob.
+func unfitHost(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeNodeUnfit, err)
+}
+
 func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks externalHooks) (*spec.ChunkResult, error) {
 	started := time.Now()
 	if err := n.checkExternal(in); err != nil {
@@ -174,17 +182,17 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	}
 	for _, d := range []string{p.dir, p.lib} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, badJob("node %s: work directory: %v", n.ID, err)
+			return nil, unfitHost("node %s: work directory: %v", n.ID, err)
 		}
 	}
 	pruneWorlds(filepath.Dir(p.dir), keepWorlds)
 	if err := os.WriteFile(filepath.Join(p.lib, python.HelperModule), python.Helper, 0o644); err != nil {
-		return nil, badJob("node %s: write the python helper: %v", n.ID, err)
+		return nil, unfitHost("node %s: write the python helper: %v", n.ID, err)
 	}
 
 	// The checkpoint directory: emptied, then the run's last checkpoint.
 	if err := launch.ResetDir(p.ckpt); err != nil {
-		return nil, badJob("node %s: checkpoint directory %s: %v", n.ID, p.ckpt, err)
+		return nil, unfitHost("node %s: checkpoint directory %s: %v", n.ID, p.ckpt, err)
 	}
 	from := restoredStep(in)
 	var restoredSum [32]byte

@@ -73,6 +73,32 @@ func TestRunExternalStorageDown(t *testing.T) {
 	}
 }
 
+// TestRunExternalUnwritableWorkDir: a node whose work directory cannot
+// be made (here a file stands where it goes) fails the world as NodeUnfit,
+// naming the node and the directory — retryable: the run replaces the
+// node, where BadJob failed the run — while a program this host lacks
+// stays BadJob (the job's fault unless another node launched it).
+func TestRunExternalUnwritableWorkDir(t *testing.T) {
+	work := t.TempDir()
+	hooks := externalHooks{progress: func(spec.ChunkProgress) {}}
+	n := externalNode(t, "n1", "mem://")
+	if err := os.WriteFile(n.WorkDir, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n.runExternal(context.Background(), externalInput("nodir", work, 1, "sh", "-c", "touch started"), hooks)
+	wantLoadError(t, err, spec.ErrTypeNodeUnfit, "node n1: work directory:", n.WorkDir)
+	if _, err := os.Stat(filepath.Join(work, "started")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the job started (%v)", err)
+	}
+
+	m := externalNode(t, "n1", "mem://") // (its own work directory)
+	_, err = m.runExternal(context.Background(), externalInput("noprog", work, 1, filepath.Join(work, "no-such-program")), hooks)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeBadJob || !ae.NonRetryable() || !strings.Contains(ae.Message(), "no-such-program") {
+		t.Fatalf("a program the host lacks: %v; want a non-retryable BadJob naming it", err)
+	}
+}
+
 // TestRunExternalMissingCheckpoint: a world told to restore a checkpoint
 // its node's bucket does not hold (each node its own mem://) fails as the
 // built-in model's chunks do — CheckpointNotHere (the run replaces the

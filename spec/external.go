@@ -87,7 +87,11 @@ const (
 	// killed); details carry a RankExit.
 	ErrTypeRankExited = "RankExited"
 	// ErrTypeBadJob: the job cannot start on this node (no such program,
-	// unwritable directories, …); restarting does not help.
+	// its workdir missing, a launcher's setting); restarting does not
+	// help. It fails the run unless the job trained before and another
+	// node of the world launched it: then this host lacks it, and is
+	// replaced. (A node's own work directory that cannot be written is
+	// ErrTypeNodeUnfit.)
 	ErrTypeBadJob = "BadJob"
 )
 

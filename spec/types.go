@@ -135,7 +135,8 @@ const (
 	// serves it.
 	ErrTypeCheckpointUnreachable = "CheckpointUnreachable"
 	// ErrTypeNodeUnfit: the node cannot serve the run as it is set up (no
-	// data set for the built-in model). The run replaces it, and the
+	// data set for the built-in model, a work directory it cannot write
+	// for an external job). The run replaces it, and the
 	// Cluster keeps it failed until its worker registers again. (NoData,
 	// its type before, failed the run.)
 	ErrTypeNodeUnfit = "NodeUnfit"

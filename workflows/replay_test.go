@@ -90,9 +90,11 @@ import (
 // S3 bucket failed the reads of the checkpoint a recovery restored,
 // held until it served them and a resume (versionLoadWaits), and
 // trainingrun_storage_says.json, a storage hold whose every try says
-// "store it now" (versionStoringSaysSo)
+// "store it now" (versionStoringSaysSo), and
+// trainingrun_host_cannot_launch.json, an external job's spare that could
+// not launch it replaced (versionHostCannotLaunch)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -101,14 +103,15 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// external job's launches are named after it, and its checkpoint
 	// signals matched by that name); else the replayer's default.
 	ids := map[string]string{
-		"trainingrun_external.json":          "run/ext-record",
-		"trainingrun_external_pause.json":    "run/ext-pause",
-		"trainingrun_external_green.json":    "run/ext-green",
-		"trainingrun_external_energy.json":   "run/ext-green",
-		"trainingrun_external_metered.json":  "run/ext-pause",
-		"trainingrun_external_rollover.json": "run/ext-rollover",
-		"trainingrun_external_drain.json":    "run/ext-drain",
-		"trainingrun_external_lost.json":     "run/ext-lost",
+		"trainingrun_external.json":           "run/ext-record",
+		"trainingrun_external_pause.json":     "run/ext-pause",
+		"trainingrun_external_green.json":     "run/ext-green",
+		"trainingrun_external_energy.json":    "run/ext-green",
+		"trainingrun_external_metered.json":   "run/ext-pause",
+		"trainingrun_external_rollover.json":  "run/ext-rollover",
+		"trainingrun_external_drain.json":     "run/ext-drain",
+		"trainingrun_external_lost.json":      "run/ext-lost",
+		"trainingrun_host_cannot_launch.json": "run/ext-host",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -145,14 +148,15 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_lost.json", spec.WorkflowTrainingRun},    // a crashed world: what it trained past its checkpoint a lost segment
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},           // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},
-		{"cluster_drain.json", spec.WorkflowCluster},                 // drains, one of a held node (the run told)
-		{"cluster_sweep.json", spec.WorkflowCluster},                 // a terminated run's nodes freed for the next run
-		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun}, // a misspelled input field: failed at once (versionUnknownInput)
-		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},    // a node without data replaced (NodeUnfit: no version)
-		{"cluster_unfit.json", spec.WorkflowCluster},                 // … and kept failed as misconfigured
-		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},  // held for a refusing bucket, stored at a resume (versionStorageWaits)
-		{"trainingrun_load_hold.json", spec.WorkflowTrainingRun},     // held for a bucket that failed a restore's reads (versionLoadWaits)
-		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},  // a storage hold whose tries say so (versionStoringSaysSo)
+		{"cluster_drain.json", spec.WorkflowCluster},                      // drains, one of a held node (the run told)
+		{"cluster_sweep.json", spec.WorkflowCluster},                      // a terminated run's nodes freed for the next run
+		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun},      // a misspelled input field: failed at once (versionUnknownInput)
+		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},         // a node without data replaced (NodeUnfit: no version)
+		{"cluster_unfit.json", spec.WorkflowCluster},                      // … and kept failed as misconfigured
+		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},       // held for a refusing bucket, stored at a resume (versionStorageWaits)
+		{"trainingrun_load_hold.json", spec.WorkflowTrainingRun},          // held for a bucket that failed a restore's reads (versionLoadWaits)
+		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},       // a storage hold whose tries say so (versionStoringSaysSo)
+		{"trainingrun_host_cannot_launch.json", spec.WorkflowTrainingRun}, // a host that cannot launch the job replaced (versionHostCannotLaunch)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -774,6 +774,7 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 	f := &chunkFailure{from: from, started: started, seen: seen, retryable: true}
 	var timedOut, untaken []string
 	blamed := map[int]int{}
+	hostCannot := r.hostCannotLaunch(ctx, errs)
 	for rank, err := range errs {
 		if err == nil {
 			continue
@@ -808,6 +809,10 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			if ae.Type() == spec.ErrTypeNodeUnfit {
 				f.misconfigured = append(f.misconfigured, node)
 			}
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeBadJob && hostCannot:
+			f.unfit = append(f.unfit, node)
+			f.unfitWhy = append(f.unfitWhy, ae.Message())
+			f.misconfigured = append(f.misconfigured, node)
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeNoState:
 			f.lostState = append(f.lostState, node)
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeBucketNotShared:
@@ -914,6 +919,31 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 		f.reason, f.reasonIsFirst = message(f.first), true
 	}
 	return f
+}
+
+// versionHostCannotLaunch: a node that cannot launch an external job
+// (BadJob: no such program, its workdir missing) is the failed node,
+// replaced and marked misconfigured, when the job has trained before and
+// another node of the world did not fail so — the job is sound, that host
+// lacks it. Before, and still for a job that never trained or that no
+// node launches (a typo), BadJob fails the run. Asked only in that case.
+const versionHostCannotLaunch = "host-cannot-launch"
+
+// hostCannotLaunch: errs are a world's where some nodes, not all, failed
+// as BadJob, and the run's job has trained before (a step or a
+// checkpoint): those hosts are at fault, not the job.
+func (r *run) hostCannotLaunch(ctx workflow.Context, errs []error) bool {
+	bad := 0
+	for _, err := range errs {
+		var ae *temporal.ApplicationError
+		if errors.As(err, &ae) && ae.Type() == spec.ErrTypeBadJob {
+			bad++
+		}
+	}
+	if bad == 0 || bad == len(errs) || (r.st.Status.Step == 0 && r.st.Status.LastCkpt == nil) {
+		return false
+	}
+	return workflow.GetVersion(ctx, versionHostCannotLaunch, workflow.DefaultVersion, 1) >= 1
 }
 
 // storageTrouble handles a chunk or world whose checkpoint could not be

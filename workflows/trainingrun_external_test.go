@@ -851,3 +851,62 @@ func TestExternalRunCancelled(t *testing.T) {
 	require.Len(t, w.launches(), 1, "not relaunched")
 	require.Equal(t, 1, cl.releases)
 }
+
+// TestExternalRunReplacesAHostThatCannotLaunch: the job trained to its
+// checkpoint at 40 when node-2 died; the spare that replaces it cannot
+// launch the job (BadJob: its python is missing) while node-1 does. The
+// job is sound — that host lacks it: the spare is replaced too, marked
+// misconfigured, and the run completes on the second spare. The same
+// BadJob from every node of the world fails the run, naming the error
+// (the job's fault: a typo, or no host has it).
+func TestExternalRunReplacesAHostThatCannotLaunch(t *testing.T) {
+	const missing = `start rank-2: "python3" not found in PATH`
+	for _, tc := range []struct {
+		name    string
+		noHost  func(node string) bool // the nodes that cannot launch the job after the loss
+		fails   bool
+		nodes   []string
+		launchN int
+	}{
+		{"the spare lacks it", func(n string) bool { return n == "spare" }, false, []string{"node-1", "spare-2"}, 3},
+		{"no node launches it", func(string) bool { return true }, true, nil, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, w := loseNode2(temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 40}), errHang)
+			cl.pool = testNodes("node-1", "node-2", "spare", "spare-2")
+			cl.misconfigured = map[string]bool{}
+			lose := w.behave
+			w.behave = func(in spec.ExternalInput) error {
+				switch {
+				case in.Restore == nil:
+					return lose(in)
+				case tc.noHost(in.Membership.Nodes[in.Rank].ID):
+					return temporal.NewNonRetryableApplicationError(missing, spec.ErrTypeBadJob, nil)
+				case slices.Contains(in.Membership.NodeIDs(), "spare"):
+					return errHang // launched: waits for the spare's ranks until cancelled
+				}
+				return nil
+			}
+			env := newExternalEnv(t, cl, w)
+			env.SetTestTimeout(30 * time.Second)
+			s := externalSpec(2)
+			s.HeartbeatTimeout = spec.Duration(time.Second) // the survivors' grace: 3 s of wall clock
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.Len(t, w.launches(), tc.launchN)
+			if tc.fails {
+				require.True(t, env.IsWorkflowCompleted())
+				require.ErrorContains(t, env.GetWorkflowError(), missing)
+				return
+			}
+			st := result(t, env)
+			require.Equal(t, tc.nodes, st.Nodes)
+			require.Len(t, st.Recoveries, 2)
+			require.Equal(t, []string{"spare"}, st.Recoveries[1].FailedNodes)
+			require.Contains(t, st.Recoveries[1].Reason, missing)
+			require.EqualValues(t, 40, st.Recoveries[1].ResumeStep)
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			require.True(t, cl.misconfigured["spare"], "the host that lacks the job stays out of the pool until its worker registers again")
+		})
+	}
+}

@@ -99,8 +99,9 @@ registered: its state as runs see it when they acquire nodes — free; busy in a
 run at a rank; drained by an operator (draining while a run still holds it);
 failed, with the reason (a dead peer, a heartbeat timeout, a stopped worker;
 a failed node that keeps renewing its lease is handed out again after a lease
-TTL); unfit, failed as misconfigured (no data set for the built-in model),
-which only restarting its worker clears;
+TTL); unfit, failed as misconfigured (no data set for the built-in model, an
+external job it cannot launch, a work directory it cannot write), which only
+restarting its worker clears;
 silent, its lease not renewed for a TTL; or orphaned, held by a run that was
 terminated (the next run short of free nodes frees it) — with its host, collective address and when it was last heard
 from. ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and put it back;
