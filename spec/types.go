@@ -510,6 +510,10 @@ type Recovery struct {
 	// new membership's size (0 in records from before it was kept).
 	Back  []string `json:"back,omitempty"`
 	Nodes int      `json:"nodes,omitempty"`
+	// Outage: every node's heartbeats were lost at once and every node
+	// answered after: the service was out, not the nodes. None was
+	// failed or replaced, and no restart counted.
+	Outage bool `json:"outage,omitempty"`
 	// Removed are the old membership's nodes the new one lacks: the
 	// failed ones not back, and, after a shrink, any the Cluster no
 	// longer found alive.

@@ -92,9 +92,11 @@ import (
 // trainingrun_storage_says.json, a storage hold whose every try says
 // "store it now" (versionStoringSaysSo), and
 // trainingrun_host_cannot_launch.json, an external job's spare that could
-// not launch it replaced (versionHostCannotLaunch)
+// not launch it replaced (versionHostCannotLaunch), and
+// trainingrun_outage.json, a run whose server was down for three heartbeat
+// timeouts resumed on the same nodes (versionServiceOutage)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -157,6 +159,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_load_hold.json", spec.WorkflowTrainingRun},          // held for a bucket that failed a restore's reads (versionLoadWaits)
 		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},       // a storage hold whose tries say so (versionStoringSaysSo)
 		{"trainingrun_host_cannot_launch.json", spec.WorkflowTrainingRun}, // a host that cannot launch the job replaced (versionHostCannotLaunch)
+		{"trainingrun_outage.json", spec.WorkflowTrainingRun},             // a server outage outlived on the same nodes (versionServiceOutage)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -56,6 +56,11 @@ type chunkFailure struct {
 	// storage (waitToLoad).
 	unread      *spec.CheckpointFailure
 	storageDown bool
+	// allSilent: every node's activity timed out for want of heartbeats,
+	// none reported anything — all dead at once, or the service (or the
+	// nodes' way to it) out for longer than the heartbeat timeout
+	// (recover asks them: answerAfterSilence).
+	allSilent bool
 }
 
 func (f *chunkFailure) Error() string {
@@ -874,6 +879,7 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 	case len(timedOut) > 0:
 		f.failed = timedOut
 		f.reason = timeoutReason(timedOut, untaken)
+		f.allSilent = len(timedOut) == len(errs) && len(untaken) == 0
 	case len(gone) > 0:
 		for _, pf := range gone {
 			f.failed = append(f.failed, r.st.Membership.Nodes[pf.Rank].ID)
@@ -1192,7 +1198,9 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		return r.waitToLoad(ctx, f)
 	}
 	r.st.StorageWait = 0 // (a hold for a checkpoint to read is over)
-	if r.st.Restarts >= r.spec.MaxRestarts {
+	outage := f.allSilent && workflow.GetVersion(ctx, versionServiceOutage, workflow.DefaultVersion, 1) >= 1 &&
+		r.answerAfterSilence(ctx, f)
+	if r.st.Restarts >= r.spec.MaxRestarts && !outage {
 		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
 	}
 	if f.corrupt && len(r.st.Checkpoints) <= 1 && len(r.st.Status.Resumed) > 0 {
@@ -1200,7 +1208,9 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		// 0 would train over the earlier run's checkpoints.
 		return fmt.Errorf("%w; this resumed run knows no earlier checkpoint to fall back to: `cann-train checkpoint verify %s` names the good ones", f, r.spec.Name)
 	}
-	r.st.Restarts++
+	if !outage {
+		r.st.Restarts++
+	}
 	r.setPhase(ctx, spec.PhaseRecovering)
 	workflow.GetLogger(ctx).Warn("chunk failed; recovering", "error", f.Error(), "failed", f.failed)
 	if f.corrupt {
@@ -1225,7 +1235,14 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	if len(f.failed) > 0 {
 		r.st.Status.Detail = fmt.Sprintf("replacing %s, lost in the chunk from step %d", strings.Join(f.failed, " "), f.from)
 	}
-	err = r.acquireNodes(ctx, spec.PhaseAcquiring, r.size(), minCount)
+	if outage {
+		// The same nodes, still the run's: a new generation of them.
+		r.st.Membership.Generation++
+		r.st.Status.Generation = r.st.Membership.Generation
+		err = nil
+	} else {
+		err = r.acquireNodes(ctx, spec.PhaseAcquiring, r.size(), minCount)
+	}
 	r.st.Status.Detail = prevDetail
 	if err != nil {
 		if withAcquire {
@@ -1278,6 +1295,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		DetectSeconds:  f.seen.Sub(f.started).Seconds(),
 		ReplaceSeconds: now.Sub(f.seen).Seconds(),
 		Shrunk:         shrunk,
+		Outage:         outage,
 	}
 	if shrunk {
 		r.shrank(ctx, len(before))
@@ -1290,6 +1308,58 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.st.LastChunkEnd = time.Time{}
 	r.publish(ctx)
 	return nil
+}
+
+// versionServiceOutage: when every node of a chunk or world timed out
+// for want of heartbeats, recover first asks each node's worker to take a
+// call (answerAfterSilence). Those that do were alive: the service, or
+// the nodes' way to it, was out for longer than the heartbeat timeout —
+// every heartbeat of that while was lost, not the nodes. When all answer
+// the run resumes on them from its last checkpoint (a new generation),
+// marks nobody failed and counts no restart; before, it failed every
+// node, waited for other nodes or for theirs to come back (a lease TTL),
+// and spent a restart on each outage. Asked only then.
+const versionServiceOutage = "service-outage"
+
+// silenceAnswerWithin is how long a node silent in a chunk may take to
+// take answerAfterSilence's call: after an outage the workers' pollers
+// come back within their backoff (up to 10 s in the SDK).
+const silenceAnswerWithin = 20 * time.Second
+
+// answerAfterSilence asks the worker of every node f found silent to take
+// a call on its queue (CheckNodes asking about nobody), all at once, and
+// narrows f.failed to those that did not. It reports whether all did:
+// then f.failed is empty and f.reason says what happened.
+func (r *run) answerAfterSilence(ctx workflow.Context, f *chunkFailure) bool {
+	var futures []workflow.Future
+	var nodes []string
+	for _, n := range r.st.Membership.Nodes {
+		if !slices.Contains(f.failed, n.ID) {
+			continue
+		}
+		actx := nodeCallOptions(ctx, n, max(toStart(r.spec), silenceAnswerWithin), 10*time.Second,
+			"every node went silent: is "+n.ID+"'s worker there?")
+		futures = append(futures, workflow.ExecuteActivity(actx, spec.ActivityCheckNodes,
+			spec.CheckNodesInput{Membership: r.st.Membership}))
+		nodes = append(nodes, n.ID)
+	}
+	var silent []string
+	for i, fut := range futures {
+		if fut.Get(ctx, nil) != nil {
+			silent = append(silent, nodes[i])
+		}
+	}
+	if len(silent) > 0 {
+		if len(silent) < len(nodes) {
+			f.failed = silent
+			f.reason = timeoutReason(silent, nil) + " (the others answer)"
+		}
+		return false
+	}
+	f.failed = nil
+	f.reason = fmt.Sprintf("every node's heartbeats stopped at once for over heartbeat_timeout (%s) and every node answers now: "+
+		"the Temporal service, or the nodes' way to it, was out; no node failed", r.spec.HeartbeatTimeout.D())
+	return true
 }
 
 // versionFailedWithAcquire: a recovery tells the Cluster which nodes

@@ -116,6 +116,9 @@ type fakeChunks struct {
 	// gone answers them (nil: every node alive).
 	checks []checkCall
 	gone   func(in spec.CheckNodesInput) ([]spec.PeerFailure, error)
+	// deaf, when set, names the task queues whose worker takes no
+	// CheckNodes call (dead, or still unreachable).
+	deaf func(queue string) bool
 }
 
 type checkCall struct {
@@ -126,9 +129,13 @@ type checkCall struct {
 // check plays CheckNodes.
 func (f *fakeChunks) check(ctx context.Context, in spec.CheckNodesInput) ([]spec.PeerFailure, error) {
 	f.mu.Lock()
-	f.checks = append(f.checks, checkCall{queue: activity.GetInfo(ctx).TaskQueue, in: in})
-	gone := f.gone
+	queue := activity.GetInfo(ctx).TaskQueue
+	f.checks = append(f.checks, checkCall{queue: queue, in: in})
+	gone, deaf := f.gone, f.deaf
 	f.mu.Unlock()
+	if deaf != nil && deaf(queue) {
+		return nil, temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
+	}
 	if gone == nil {
 		return nil, nil
 	}

@@ -551,6 +551,9 @@ type RecoverySummary struct {
 	From string `json:"from"`
 	// Shrunk: no spare was free; the run went on with fewer nodes.
 	Shrunk bool `json:"shrunk,omitempty"`
+	// Outage: every node's heartbeats were lost at once and every node
+	// answered after (the service was out): none failed, no restart.
+	Outage bool `json:"outage,omitempty"`
 }
 
 // injected is a fault the CLI injected: when it struck the node and its
@@ -564,7 +567,7 @@ func summarizeRecovery(r spec.Recovery, faults map[string]injected) RecoverySumm
 	out := RecoverySummary{
 		Generation: r.Generation, FailedNodes: r.FailedNodes, Reason: r.Reason,
 		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps, ResumeLoss: r.ResumeLoss,
-		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice", Shrunk: r.Shrunk,
+		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice", Shrunk: r.Shrunk, Outage: r.Outage,
 		Replacements: r.Replacement, Back: r.Back, Nodes: r.Nodes, Removed: r.Removed,
 	}
 	if len(r.FailedNodes) > 0 {
@@ -1022,8 +1025,12 @@ func recoveryTimes(r RecoverySummary) string {
 func recoveryHeadline(r RecoverySummary) string {
 	if len(r.FailedNodes) == 0 {
 		// No node lost (a corrupt checkpoint, say): the run went back.
-		return fmt.Sprintf("gen %d: no node lost; at step %d, rewound to %d (%d steps lost)",
-			r.Generation, r.FailedAtStep, r.ResumeStep, r.LostSteps)
+		what := "no node lost"
+		if r.Outage {
+			what = "service outage, no node lost"
+		}
+		return fmt.Sprintf("gen %d: %s; at step %d, rewound to %d (%d steps lost)",
+			r.Generation, what, r.FailedAtStep, r.ResumeStep, r.LostSteps)
 	}
 	failed := r.FailedNode
 	if len(r.FailedNodes) > 1 {

@@ -349,6 +349,10 @@ func TestStatusTextRecoveries(t *testing.T) {
 		{"corrupt", spec.Recovery{Generation: 3, FailedAtStep: 2500, ResumeStep: 2000, LostSteps: 500, SeenAt: t0,
 			ResumedAt: t0.Add(80 * time.Millisecond), Reason: "checkpoint at step 2500 is corrupt: …"},
 			"  gen 3: no node lost; at step 2500, rewound to 2000 (500 steps lost); first step 0.08s after the chunk failed\n      checkpoint at step 2500 is corrupt"},
+		// The service was out: every node answered after, none failed.
+		{"outage", spec.Recovery{Generation: 5, FailedAtStep: 1000, ResumeStep: 1000, Outage: true, SeenAt: t0,
+			ResumedAt: t0.Add(120 * time.Millisecond), Reason: "every node's heartbeats stopped at once …"},
+			"  gen 5: service outage, no node lost; at step 1000, rewound to 1000 (0 steps lost); first step 0.12s after the chunk failed\n"},
 		{"peer noticed", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30,
 			NoticedAt: t0, SeenAt: t0.Add(20 * time.Millisecond), ResumedAt: t0.Add(200 * time.Millisecond)},
 			"(30 steps lost); detected 0.02s, first step 0.20s after the peer notice\n"},
