@@ -639,6 +639,7 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput, p place) (*ascen
 		Session: in.Session, Rank: p.global, Addrs: addrs, Token: []byte(in.Token),
 	}, tcp.Options{
 		ConnectTimeout:  n.connectTimeout(in),
+		ReachWithin:     connectBase, // a peer no dial reaches is named then, however long a restore may take
 		OpTimeout:       in.Spec.HeartbeatTimeout.D(),
 		Algorithm:       algo,
 		SkipCalibration: true,
@@ -657,7 +658,9 @@ func (n *Node) connect(ctx context.Context, in spec.ChunkInput, p place) (*ascen
 // (CheckpointUnreachable: the run holds for it) instead of being blamed
 // for never connecting — and replaced, and its replacement after it. A
 // dead peer is found sooner anyway: its address refuses connections
-// (peerRefusedGrace), or its heartbeat stops.
+// (peerRefusedGrace), or its heartbeat stops; one that no dial reaches (a
+// partition, a firewall on its port) is named after connectBase
+// (tcp.Options.ReachWithin).
 func (n *Node) connectTimeout(in spec.ChunkInput) time.Duration {
 	d := connectBase
 	if n.connectWait > 0 {

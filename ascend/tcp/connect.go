@@ -83,6 +83,14 @@ type Options struct {
 	// Zero keeps waiting until ConnectTimeout (ranks that may still be
 	// starting).
 	RefusedGrace time.Duration
+	// ReachWithin, when positive, ends Connect with an *ascend.PeerError
+	// naming a rank whose address has not taken one TCP connection within
+	// this long of Connect's start (a lower rank, dialled; a higher rank,
+	// probed): a partition, or a firewall on its port. A rank whose
+	// listener answers may take until ConnectTimeout to join — it may be
+	// slow to get ready (restoring a checkpoint) — so ConnectTimeout can
+	// be long without a peer that cannot be reached costing that long.
+	ReachWithin time.Duration
 }
 
 const (
@@ -161,7 +169,7 @@ func connect(ctx context.Context, l *Listener, g Group, opts Options) (*ascend.C
 	}
 	defer l.unregister(k, w)
 
-	ncs, err := mesh(cctx, l, w, s, g.Addrs, opts.RefusedGrace)
+	ncs, err := mesh(cctx, l, w, s, g.Addrs, opts.RefusedGrace, reachBy(opts.ReachWithin))
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +237,7 @@ const failGrace = time.Second
 
 // mesh dials the lower ranks and accepts the higher ranks, authenticating
 // each link. It returns conns indexed by rank (nil for self).
-func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, refusedGrace time.Duration) ([]*net.TCPConn, error) {
+func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, refusedGrace time.Duration, reach deadline) ([]*net.TCPConn, error) {
 	world := len(addrs)
 	// loopCtx stops dialling and accepting; hsCtx interrupts handshakes.
 	loopCtx, stopLoops := context.WithCancel(ctx)
@@ -251,13 +259,18 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, r
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, err := dialPeer(loopCtx, hsCtx, s, j, addrs[j], refusedGrace)
+			nc, err := dialPeer(loopCtx, hsCtx, s, j, addrs[j], refusedGrace, reach)
 			deliver(result{j, nc, err})
 		}()
 	}
-	if refusedGrace > 0 {
+	if refusedGrace > 0 || reach.set() {
 		// A higher rank dials us; one whose process is gone never does, and
-		// only its address can tell (it refuses connections).
+		// only its address can tell (it refuses connections, or takes
+		// none).
+		first := refusedGrace
+		if first <= 0 {
+			first = reach.within / 4
+		}
 		for j := s.rank + 1; j < world; j++ {
 			if addrs[j] == "" {
 				continue
@@ -266,7 +279,7 @@ func mesh(ctx context.Context, l *Listener, w *waiter, s side, addrs []string, r
 			go func() {
 				defer wg.Done()
 				how := fmt.Sprintf("rank %d never connected and ", j)
-				if _, gone := probe(loopCtx, j, addrs[j], refusedGrace, refusedGrace, how); gone != nil {
+				if _, gone := probeUntil(loopCtx, j, addrs[j], refusedGrace, first, reach, how); gone != nil {
 					deliver(result{peer: j, err: gone})
 				}
 			}()
@@ -369,16 +382,21 @@ func fatal(err error) bool {
 
 // dialPeer dials rank peer until the handshake succeeds, fails fatally or
 // ctx ends; hsCtx bounds a handshake in progress.
-func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string, refusedGrace time.Duration) (*net.TCPConn, error) {
+func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string, refusedGrace time.Duration, reach deadline) (*net.TCPConn, error) {
 	var d net.Dialer
 	backoff := 10 * time.Millisecond
 	var refused refusals
+	reached := false
 	for {
-		c, err := d.DialContext(ctx, "tcp", addr)
+		c, err := dialBefore(ctx, &d, addr, reached, reach)
 		if gone := refused.note(err, refusedGrace, peer, addr, ""); gone != nil {
 			return nil, gone
 		}
+		if err != nil && !reached && reach.passed() {
+			return nil, unreachable(peer, addr, "", reach, err)
+		}
 		if err == nil {
+			reached = true
 			nc := c.(*net.TCPConn)
 			remote, herr := underCtx(hsCtx, nc, func() (bool, error) { return clientHandshake(nc, s, peer) })
 			if herr == nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -660,5 +661,119 @@ func TestRankList(t *testing.T) {
 		if got := rankList(tc.ranks); got != tc.want {
 			t.Errorf("rankList(%d ranks) = %q, want %q", len(tc.ranks), got, tc.want)
 		}
+	}
+}
+
+// blackhole is a loopback address that takes no TCP connection and
+// refuses none: a listening socket whose accept queue (backlog 0) is
+// full, so the kernel drops every further SYN — as a partition, or a
+// firewall that drops packets, leaves a dial hanging.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	for range 8 {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			return addr // full: this dial was dropped
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	t.Fatalf("%s still takes connections", addr)
+	return ""
+}
+
+// TestConnectReachWithin: a rank whose address takes no connection (a
+// partition) is named within ReachWithin, whether this rank dials it
+// (lower) or waits for it to dial (higher: its address is probed),
+// although ConnectTimeout is long; without ReachWithin it is named only
+// when ConnectTimeout passes. A rank whose listener answers is waited
+// for past ReachWithin (TestConnectReachWithinWaitsForALateRank).
+func TestConnectReachWithin(t *testing.T) {
+	hole := blackhole(t)
+	for _, tc := range []struct {
+		name   string
+		holeRk int
+		opts   Options
+		within time.Duration // the error comes about then
+	}{
+		{"lower rank unreachable", 0, Options{ConnectTimeout: 20 * time.Second, ReachWithin: 500 * time.Millisecond}, 500 * time.Millisecond},
+		{"higher rank unreachable", 1, Options{ConnectTimeout: 20 * time.Second, ReachWithin: 500 * time.Millisecond}, 500 * time.Millisecond},
+		{"higher rank, refused grace too", 1, Options{ConnectTimeout: 20 * time.Second, ReachWithin: 500 * time.Millisecond, RefusedGrace: 100 * time.Millisecond},
+			500 * time.Millisecond},
+		{"lower rank, no ReachWithin", 0, Options{ConnectTimeout: 1500 * time.Millisecond}, 1500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := listen(t, ListenConfig{})
+			me := 1 - tc.holeRk
+			addrs := make([]string, 2)
+			addrs[me], addrs[tc.holeRk] = l.Addr(), hole
+			g := Group{Session: "hole-" + tc.name, Rank: me, Addrs: addrs, Token: token(t)}
+			start := time.Now()
+			comm, err := Connect(context.Background(), l, g, tc.opts)
+			took := time.Since(start)
+			if comm != nil {
+				comm.Close()
+				t.Fatal("connected through a black hole")
+			}
+			var pe *ascend.PeerError
+			if !errors.As(err, &pe) || pe.Rank != tc.holeRk {
+				t.Fatalf("err = %v, want a PeerError naming rank %d", err, tc.holeRk)
+			}
+			if said := strings.Contains(err.Error(), "has taken no connection in 500ms (unreachable"); said != (tc.opts.ReachWithin > 0) {
+				t.Errorf("err = %v: says unreachable %v, want %v", err, said, tc.opts.ReachWithin > 0)
+			}
+			if took < tc.within || took > tc.within+3*time.Second {
+				t.Errorf("took %v, want about %v", took, tc.within)
+			}
+		})
+	}
+}
+
+// TestConnectReachWithinWaitsForALateRank: ranks whose listeners answer
+// but that join after ReachWithin — the lower one and the higher one in
+// turn, as a peer restoring a checkpoint is late — are waited for until
+// ConnectTimeout, and the group forms.
+func TestConnectReachWithinWaitsForALateRank(t *testing.T) {
+	for late := range 2 {
+		t.Run(fmt.Sprintf("rank %d late", late), func(t *testing.T) {
+			ls := []*Listener{listen(t, ListenConfig{}), listen(t, ListenConfig{})}
+			gs := groups(fmt.Sprintf("reach-late-%d", late), ls, token(t))
+			opts := Options{ConnectTimeout: 20 * time.Second, OpTimeout: 5 * time.Second, ReachWithin: 200 * time.Millisecond,
+				RefusedGrace: 100 * time.Millisecond}
+			res := make([]connectResult, 2)
+			var wg sync.WaitGroup
+			for i := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if i == late {
+						time.Sleep(800 * time.Millisecond) // four times ReachWithin; its listener is up
+					}
+					res[i].comm, res[i].err = Connect(context.Background(), ls[i], gs[i], opts)
+				}()
+			}
+			wg.Wait()
+			defer closeAllComms(res)
+			for r, x := range res {
+				if x.err != nil {
+					t.Errorf("rank %d: %v", r, x.err)
+				}
+			}
+		})
 	}
 }

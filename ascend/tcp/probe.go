@@ -62,9 +62,21 @@ func ping(c net.Conn, hold time.Duration) (alive bool, err error) {
 // how prefixing its message), a connection there is answered (alive), or
 // ctx ends (neither).
 func probe(ctx context.Context, peer int, addr string, grace, first time.Duration, how string) (alive bool, gone error) {
+	return probeUntil(ctx, peer, addr, grace, first, deadline{}, how)
+}
+
+// probeUntil is probe that also gives up on an address that has taken no
+// TCP connection by reach (when set): the *ascend.PeerError says it cannot
+// be reached.
+func probeUntil(ctx context.Context, peer int, addr string, grace, first time.Duration, reach deadline, how string) (alive bool, gone error) {
 	var d net.Dialer
 	var refused refusals
-	t := time.NewTimer(first)
+	reached := false
+	every := grace / 4
+	if every <= 0 {
+		every = max(reach.within/8, 10*time.Millisecond)
+	}
+	t := time.NewTimer(max(first, 0))
 	defer t.Stop()
 	for {
 		select {
@@ -72,8 +84,9 @@ func probe(ctx context.Context, peer int, addr string, grace, first time.Duratio
 			return false, nil
 		case <-t.C:
 		}
-		c, err := d.DialContext(ctx, "tcp", addr)
+		c, err := dialBefore(ctx, &d, addr, reached, reach)
 		if err == nil {
+			reached = true
 			var ok bool
 			ok, err = ping(c, probeHold)
 			c.Close()
@@ -84,8 +97,49 @@ func probe(ctx context.Context, peer int, addr string, grace, first time.Duratio
 		if gone := refused.note(err, grace, peer, addr, how); gone != nil {
 			return false, gone
 		}
-		t.Reset(grace / 4)
+		if !reached && reach.passed() {
+			return false, unreachable(peer, addr, how, reach, err)
+		}
+		t.Reset(every)
 	}
+}
+
+// dialBefore dials addr; until the address has taken a connection
+// (reached) a dial gives up at reach (when set), not only at ctx's end: a
+// dropped SYN leaves a dial hanging for minutes.
+func dialBefore(ctx context.Context, d *net.Dialer, addr string, reached bool, reach deadline) (net.Conn, error) {
+	if reached || !reach.set() {
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	dctx, cancel := context.WithDeadline(ctx, reach.by)
+	defer cancel()
+	return d.DialContext(dctx, "tcp", addr)
+}
+
+// deadline is when a rank's address must have taken a connection
+// (Options.ReachWithin after Connect began; zero: never asked).
+type deadline struct {
+	by     time.Time
+	within time.Duration
+}
+
+func reachBy(within time.Duration) deadline {
+	if within <= 0 {
+		return deadline{}
+	}
+	return deadline{by: time.Now().Add(within), within: within}
+}
+
+func (d deadline) set() bool    { return !d.by.IsZero() }
+func (d deadline) passed() bool { return d.set() && !time.Now().Before(d.by) }
+
+// unreachable is the *ascend.PeerError for rank peer, whose address addr
+// took no connection by the deadline (how prefixes the message; err is
+// the last dial's).
+func unreachable(peer int, addr, how string, reach deadline, err error) error {
+	return &ascend.PeerError{Rank: peer, Op: "connect",
+		Err: fmt.Errorf("%s%s has taken no connection in %v (unreachable: a partition, or a firewall on its port): %w",
+			how, addr, reach.within, err)}
 }
 
 // refusals tracks how long a rank's address has refused every connection.
