@@ -485,6 +485,25 @@ func awaitRun(ctx context.Context, t *testing.T, run client.WorkflowRun, logDir 
 
 // controlInProcess dials srv and serves the control queue from this test
 // process until the test ends.
+// serverOnDisk returns a function that starts the embedded server on one
+// port and one SQLite file in dir, so that a test can stop the server and
+// start it again with its history (a restart, an outage).
+func serverOnDisk(ctx context.Context, t *testing.T, dir string) func() *dev.Server {
+	t.Helper()
+	port, err := dev.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "temporal.db")
+	return func() *dev.Server {
+		srv, err := dev.StartServer(ctx, dev.ServerOptions{FrontendPort: port, DBFile: db, SearchAttributes: workers.SearchAttributes()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+}
+
 func controlInProcess(ctx context.Context, t *testing.T, srv *dev.Server) client.Client {
 	t.Helper()
 	return controlInProcessWith(ctx, t, srv, nil)

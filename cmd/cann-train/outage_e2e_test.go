@@ -10,7 +10,6 @@ import (
 
 	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
-	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
 )
 
@@ -28,18 +27,7 @@ func TestRunOutlivesAServiceOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	port, err := dev.FreePort("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := filepath.Join(dir, "temporal.db")
-	startServer := func() *dev.Server {
-		srv, err := dev.StartServer(ctx, dev.ServerOptions{FrontendPort: port, DBFile: db, SearchAttributes: workers.SearchAttributes()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return srv
-	}
+	startServer := serverOnDisk(ctx, t, dir)
 	srv := startServer()
 	t.Cleanup(func() { srv.Stop() }) // srv changes on restart
 	c := controlInProcess(ctx, t, srv)
