@@ -148,9 +148,9 @@ func badJob(format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeBadJob, err)
 }
 
-// unfitHost is a failure of this node's own disk or configuration (its
-// work directory cannot be written): NodeUnfit, so that the run replaces
-// the node rather than fail, as it did when this was BadJob.
+// unfitHost is a failure of this node's own setup (no data set for the
+// built-in model, a work directory it cannot write): NodeUnfit, so that
+// the run replaces the node rather than fail.
 func unfitHost(format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
 	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeNodeUnfit, err)

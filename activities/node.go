@@ -162,8 +162,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	}
 	train, test, err := n.data()
 	if err != nil {
-		err = fmt.Errorf("node %s has no data set for %s: %w (give its worker --mnist-dir, or CANN_TRAIN_MNIST_DIR)", n.ID, in.Spec.Model.Kind, err)
-		return nil, temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeNodeUnfit, err)
+		return nil, unfitHost("node %s has no data set for %s: %w (give its worker --mnist-dir, or CANN_TRAIN_MNIST_DIR)", n.ID, in.Spec.Model.Kind, err)
 	}
 	k := in.Spec.LocalRanks()
 	places := make([]place, k)

@@ -483,8 +483,6 @@ func awaitRun(ctx context.Context, t *testing.T, run client.WorkflowRun, logDir 
 	return st
 }
 
-// controlInProcess dials srv and serves the control queue from this test
-// process until the test ends.
 // serverOnDisk returns a function that starts the embedded server on one
 // port and one SQLite file in dir, so that a test can stop the server and
 // start it again with its history (a restart, an outage).
@@ -504,6 +502,8 @@ func serverOnDisk(ctx context.Context, t *testing.T, dir string) func() *dev.Ser
 	}
 }
 
+// controlInProcess dials srv and serves the control queue from this test
+// process until the test ends.
 func controlInProcess(ctx context.Context, t *testing.T, srv *dev.Server) client.Client {
 	t.Helper()
 	return controlInProcessWith(ctx, t, srv, nil)
