@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"go.temporal.io/sdk/client"
 
+	"github.com/cann-train/cann-train/internal/s3fake"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -31,21 +30,14 @@ func TestRunCheckpointsOnS3(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	backend := s3mem.New()
 	down := &unreadChunks{prefix: "/ckpt/runs/s3-killed/chunks/"}
 	down.failing.Store(true)
-	s3 := httptest.NewServer(down.wrap(gofakes3.New(backend).Server()))
-	defer s3.Close()
-	if err := backend.CreateBucket("ckpt"); err != nil {
-		t.Fatal(err)
-	}
 	// The node workers (children) and the control worker (this process),
 	// which finds checkpoints and writes the run's report, read the keys
-	// from the environment.
-	t.Setenv("AWS_ACCESS_KEY_ID", "cann-train")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "cann-train-secret")
-	q := url.Values{"endpoint": {s3.URL}, "use_path_style": {"true"}, "region": {"us-east-1"}}
-	c, l, addr := startInProcessControlWith(ctx, t, dir, controlSetup{checkpointURL: "s3://ckpt?" + q.Encode()},
+	// from the environment (s3fake sets them).
+	backend := s3mem.New()
+	bucket := s3fake.BucketOn(t, backend, down.wrap)
+	c, l, addr := startInProcessControlWith(ctx, t, dir, controlSetup{checkpointURL: bucket},
 		"node-1", "node-2", "node-3")
 
 	base := spec.RunSpec{Nodes: 2, Steps: 200, ChunkSteps: 50, HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()

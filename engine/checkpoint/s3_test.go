@@ -3,45 +3,19 @@ package checkpoint
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	_ "gocloud.dev/blob/s3blob" // s3:// URLs, as the node workers register them
+
+	"github.com/cann-train/cann-train/internal/s3fake"
 )
 
-// s3Bucket starts an S3 server on loopback (gofakes3: the S3 REST API,
-// conditional puts included, over real HTTP), creates a bucket and returns
-// the s3:// URL a user would give for MinIO: endpoint, path-style
-// addressing, credentials from the environment.
-func s3Bucket(t *testing.T) string { return s3BucketVia(t, nil) }
-
-// s3BucketVia is s3Bucket with the server's handler wrapped by wrap (nil:
-// as it is).
-func s3BucketVia(t *testing.T, wrap func(http.Handler) http.Handler) string {
-	t.Helper()
-	backend := s3mem.New()
-	h := gofakes3.New(backend).Server()
-	if wrap != nil {
-		h = wrap(h)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	if err := backend.CreateBucket("ckpt"); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("AWS_ACCESS_KEY_ID", "cann-train")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "cann-train-secret")
-	t.Setenv("AWS_REGION", "us-east-1")
-	q := url.Values{"endpoint": {srv.URL}, "use_path_style": {"true"}, "region": {"us-east-1"}}
-	return "s3://ckpt?" + q.Encode()
-}
+// s3Bucket is a bucket on a loopback S3 server (gofakes3 over real HTTP),
+// by the s3:// URL a user would give for MinIO.
+func s3Bucket(t *testing.T) string { return s3fake.Bucket(t, nil) }
 
 // TestOpenS3 opens a store by its s3:// URL, as `cann-train node
 // --checkpoint-url` does, and round-trips a checkpoint through it; a
@@ -112,25 +86,6 @@ func TestOpenS3(t *testing.T) {
 	}
 }
 
-// hangingEndpoint can stop answering: while on, every request is held
-// open and silent until the client gives up, as a hung MinIO or a load
-// balancer in front of a dead one does.
-type hangingEndpoint struct {
-	on   atomic.Bool
-	held atomic.Int64
-}
-
-func (h *hangingEndpoint) wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.on.Load() {
-			h.held.Add(1)
-			<-r.Context().Done()
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
 // TestStalledBucketFailsInTime: against an S3 endpoint that takes requests
 // and never answers, a save, a load and a listing fail with ErrStalled,
 // naming the object, within the request timeout — the SDK alone would wait
@@ -138,8 +93,8 @@ func (h *hangingEndpoint) wrap(next http.Handler) http.Handler {
 // same store saves and loads.
 func TestStalledBucketFailsInTime(t *testing.T) {
 	ctx := t.Context()
-	hang := &hangingEndpoint{}
-	u := s3BucketVia(t, hang.wrap)
+	hang := &s3fake.Hang{} // every request, as a hung MinIO or a load balancer in front of a dead one
+	u := s3fake.Bucket(t, hang.Wrap)
 	const timeout = 300 * time.Millisecond
 	s, err := OpenWithOptions(ctx, u, Options{RequestTimeout: timeout})
 	if err != nil {
@@ -152,7 +107,7 @@ func TestStalledBucketFailsInTime(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hang.on.Store(true)
+	hang.On.Store(true)
 	for _, tc := range []struct {
 		name string
 		op   func(context.Context) error
@@ -180,11 +135,11 @@ func TestStalledBucketFailsInTime(t *testing.T) {
 			}
 		})
 	}
-	if hang.held.Load() == 0 {
+	if hang.Held.Load() == 0 {
 		t.Fatal("no request reached the silent endpoint")
 	}
 
-	hang.on.Store(false)
+	hang.On.Store(false)
 	ref, _, err := s.SaveIncremental(ctx, run, 2, payload(2))
 	if err != nil {
 		t.Fatalf("save once the endpoint answers again: %v", err)
