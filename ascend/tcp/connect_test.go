@@ -316,22 +316,7 @@ func TestConnectRefusedGrace(t *testing.T) {
 		{"higher rank gone, no grace", 1, Options{ConnectTimeout: 500 * time.Millisecond}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := listen(t, ListenConfig{})
-			me := 1 - tc.deadRk
-			addrs := make([]string, 2)
-			addrs[me], addrs[tc.deadRk] = l.Addr(), dead
-			g := Group{Session: "refused-" + tc.name, Rank: me, Addrs: addrs, Token: token(t)}
-			start := time.Now()
-			comm, err := Connect(context.Background(), l, g, tc.opts)
-			took := time.Since(start)
-			if comm != nil {
-				comm.Close()
-				t.Fatal("connected to a closed port")
-			}
-			var pe *ascend.PeerError
-			if !errors.As(err, &pe) || pe.Rank != tc.deadRk || pe.Op != "connect" {
-				t.Fatalf("err = %v, want a PeerError naming rank %d", err, tc.deadRk)
-			}
+			took, err := connectToNobody(t, "refused-"+tc.name, tc.deadRk, dead, tc.opts)
 			if got := errors.Is(err, syscall.ECONNREFUSED); got != tc.refused {
 				t.Errorf("err = %v: refused %v, want %v", err, got, tc.refused)
 			}
@@ -344,6 +329,31 @@ func TestConnectRefusedGrace(t *testing.T) {
 			t.Log(err)
 		})
 	}
+}
+
+// connectToNobody connects the other rank of a 2-rank group whose rank
+// other is at addr, where nobody will join, and checks that Connect fails
+// with a PeerError naming other; it returns how long Connect took and
+// that error.
+func connectToNobody(t *testing.T, session string, other int, addr string, opts Options) (took time.Duration, err error) {
+	t.Helper()
+	l := listen(t, ListenConfig{})
+	me := 1 - other
+	addrs := make([]string, 2)
+	addrs[me], addrs[other] = l.Addr(), addr
+	g := Group{Session: session, Rank: me, Addrs: addrs, Token: token(t)}
+	start := time.Now()
+	comm, err := Connect(context.Background(), l, g, opts)
+	took = time.Since(start)
+	if comm != nil {
+		comm.Close()
+		t.Fatalf("connected to %s, where nobody listens for the group", addr)
+	}
+	var pe *ascend.PeerError
+	if !errors.As(err, &pe) || pe.Rank != other || pe.Op != "connect" {
+		t.Fatalf("err = %v, want a PeerError naming rank %d", err, other)
+	}
+	return took, err
 }
 
 // TestConnectProbeSparesLiveRank: with RefusedGrace, a higher rank that
@@ -718,22 +728,7 @@ func TestConnectReachWithin(t *testing.T) {
 		{"lower rank, no ReachWithin", 0, Options{ConnectTimeout: 1500 * time.Millisecond}, 1500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := listen(t, ListenConfig{})
-			me := 1 - tc.holeRk
-			addrs := make([]string, 2)
-			addrs[me], addrs[tc.holeRk] = l.Addr(), hole
-			g := Group{Session: "hole-" + tc.name, Rank: me, Addrs: addrs, Token: token(t)}
-			start := time.Now()
-			comm, err := Connect(context.Background(), l, g, tc.opts)
-			took := time.Since(start)
-			if comm != nil {
-				comm.Close()
-				t.Fatal("connected through a black hole")
-			}
-			var pe *ascend.PeerError
-			if !errors.As(err, &pe) || pe.Rank != tc.holeRk {
-				t.Fatalf("err = %v, want a PeerError naming rank %d", err, tc.holeRk)
-			}
+			took, err := connectToNobody(t, "hole-"+tc.name, tc.holeRk, hole, tc.opts)
 			if said := strings.Contains(err.Error(), "has taken no connection in 500ms (unreachable"); said != (tc.opts.ReachWithin > 0) {
 				t.Errorf("err = %v: says unreachable %v, want %v", err, said, tc.opts.ReachWithin > 0)
 			}
