@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -130,28 +131,31 @@ func (Planner) PlanTopology(_ context.Context, in spec.PlanTopologyInput) (*spec
 
 // ResolveCheckpoint finds the committed checkpoint of want.Run at
 // want.Step in the bucket want.URL: one whose upload was still in flight
-// when its node was lost, or still uploading when its run held. It fails
-// with type NoSuchCheckpoint when there is none or its manifest is
-// unreadable — retryable, so that a caller whose retry policy waits for
-// an upload in flight retries; others list the type as non-retryable and
-// fall back to an older checkpoint.
+// when its node was lost, or still uploading when its run held. It reads
+// that step's manifest only. It fails with type NoSuchCheckpoint when
+// there is none or its manifest is unreadable — retryable, so that a
+// caller whose retry policy waits for an upload in flight retries; others
+// list the type as non-retryable and fall back to an older checkpoint. A
+// storage that does not answer is any other error: the checkpoint may be
+// there.
 func (Planner) ResolveCheckpoint(ctx context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
 	store, err := checkpoint.Open(ctx, want.URL)
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
-	refs, err := store.List(ctx, want.Run)
-	if err != nil {
-		return nil, err
+	r, err := store.At(ctx, want.Run, want.Step)
+	switch {
+	case err == nil && r.SHA256 != "":
+		out := FromStoreRef(want.URL, r)
+		return &out, nil
+	case err == nil:
+		err = fmt.Errorf("the checkpoint of run %q at step %d in %s has an unreadable manifest", want.Run, want.Step, want.URL)
+	case errors.Is(err, checkpoint.ErrNotFound):
+		err = fmt.Errorf("no committed checkpoint of run %q at step %d in %s", want.Run, want.Step, want.URL)
+	default:
+		return nil, fmt.Errorf("look up the checkpoint of run %q at step %d in %s: %w", want.Run, want.Step, want.URL, err)
 	}
-	for _, r := range refs {
-		if r.Step == want.Step && r.SHA256 != "" {
-			out := FromStoreRef(want.URL, r)
-			return &out, nil
-		}
-	}
-	err = fmt.Errorf("no committed checkpoint of run %q at step %d in %s", want.Run, want.Step, want.URL)
 	return nil, temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeNoSuchCheckpoint, err)
 }
 

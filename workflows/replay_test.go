@@ -94,9 +94,12 @@ import (
 // trainingrun_host_cannot_launch.json, an external job's spare that could
 // not launch it replaced (versionHostCannotLaunch), and
 // trainingrun_outage.json, a run whose server was down for three heartbeat
-// timeouts resumed on the same nodes (versionServiceOutage)
+// timeouts resumed on the same nodes (versionServiceOutage), and
+// trainingrun_resolve_hold.json, the S3 run again, now also held while its
+// bucket failed the lookup of the checkpoint uploading when its node was
+// lost, and resumed from it (versionResolveWaits)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -160,6 +163,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},       // a storage hold whose tries say so (versionStoringSaysSo)
 		{"trainingrun_host_cannot_launch.json", spec.WorkflowTrainingRun}, // a host that cannot launch the job replaced (versionHostCannotLaunch)
 		{"trainingrun_outage.json", spec.WorkflowTrainingRun},             // a server outage outlived on the same nodes (versionServiceOutage)
+		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},       // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

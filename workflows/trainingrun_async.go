@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -56,23 +58,75 @@ func (r *run) storedPast(ctx workflow.Context, step int64) {
 }
 
 // resolvePending looks up, after a failure, the checkpoint whose upload
-// was in flight; if it was committed the run resumes from it.
-func (r *run) resolvePending(ctx workflow.Context) {
+// was in flight; if it was committed the run resumes from it. When the
+// storage does not answer whether it was (versionResolveWaits), the run
+// holds until it does, as for a checkpoint it cannot read: the recovery
+// does not rewind past a checkpoint that may be stored.
+func (r *run) resolvePending(ctx workflow.Context) error {
 	p := r.st.PendingCkpt
 	if p == nil {
-		return
+		return nil
 	}
 	r.st.PendingCkpt = nil
 	if last := r.st.Status.LastCkpt; last != nil && last.Step >= p.Step {
-		return
+		return nil
 	}
-	ref, err := resolveCheckpoint(ctx, *p, impatient)
-	if err != nil {
-		workflow.GetLogger(ctx).Warn("checkpoint uploading when the node was lost is not there; resuming from an older one",
-			"step", p.Step, "error", err)
-		return
+	for held := false; ; held = true {
+		ref, err := resolveCheckpoint(ctx, *p, impatient)
+		switch {
+		case err == nil:
+			if held {
+				r.resolveHeld(ctx)
+			}
+			r.commitCheckpoint(ctx, ref)
+			return nil
+		case ctx.Err() != nil || isType(err, spec.ErrTypeNoSuchCheckpoint) || !r.resolveWaits(ctx):
+			if held {
+				r.resolveHeld(ctx)
+			}
+			workflow.GetLogger(ctx).Warn("checkpoint uploading when the node was lost is not there; resuming from an older one",
+				"step", p.Step, "error", err)
+			return nil
+		}
+		d := nextStorageWait(r.st.StorageWait)
+		r.st.StorageWait = d
+		r.metrics(ctx).Gauge(metricStorageHeld).Update(1)
+		err = r.holdFor(ctx, d,
+			fmt.Sprintf("the checkpoint storage did not say whether the checkpoint at step %d, uploading when the node was lost, is stored (%s); the run asks again",
+				p.Step, message(err)),
+			fmt.Sprintf("look the checkpoint at step %d up again", p.Step))
+		if err != nil {
+			return err
+		}
 	}
-	r.commitCheckpoint(ctx, ref)
+}
+
+// resolveHeld ends resolvePending's hold: the storage answered.
+func (r *run) resolveHeld(ctx workflow.Context) {
+	s := &r.st.Status
+	s.WaitUntil, s.Detail = time.Time{}, ""
+	r.st.StorageWait = 0
+	r.metrics(ctx).Gauge(metricStorageHeld).Update(0)
+	r.setPhase(ctx, spec.PhaseRecovering)
+}
+
+// versionResolveWaits: a recovery whose storage does not answer whether
+// the checkpoint uploading when its node was lost is stored holds the run
+// in waiting-storage until it answers (a resume cuts a wait short);
+// before, it resumed from the checkpoint before that one, and lost a
+// checkpoint interval of training to a storage outage of a few seconds.
+// Asked only then.
+const versionResolveWaits = "resolve-waits"
+
+func (r *run) resolveWaits(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionResolveWaits, workflow.DefaultVersion, 1) >= 1
+}
+
+// isType reports whether err is, or wraps, an application error of type
+// typ.
+func isType(err error, typ string) bool {
+	var ae *temporal.ApplicationError
+	return errors.As(err, &ae) && ae.Type() == typ
 }
 
 // versionSettlePending: a run that holds (paused, or waiting for a

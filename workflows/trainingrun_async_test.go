@@ -24,9 +24,19 @@ type asyncChunks struct {
 	*fakeChunks
 	mu      sync.Mutex
 	pending map[string]spec.CheckpointRef
+	// lost, when set, names the chunks whose node is gone: each ends once
+	// the run cancelled it and gone is closed (the test environment does
+	// not cancel an activity's context, and one still running stops its
+	// clock).
+	lost func(in spec.ChunkInput) bool
+	gone chan struct{}
 }
 
 func (a *asyncChunks) train(ctx context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
+	if a.lost != nil && a.lost(in) {
+		<-a.gone
+		return nil, temporal.NewCanceledError("the node is gone")
+	}
 	res, err := a.fakeChunks.train(ctx, in)
 	if err != nil || in.Rank != 0 {
 		return res, err
@@ -86,45 +96,100 @@ func TestAsyncCheckpointsCommitOneChunkLater(t *testing.T) {
 // TestAsyncCheckpointResolvedAfterLoss: rank 0's node dies while its
 // checkpoint at 100 is known only as pending; the recovery finds it in the
 // bucket and resumes there (or, when it is not there, from the start).
+// A storage that does not answer the lookup holds the run in
+// waiting-storage — 15 s, then 30 s; a resume cuts a wait short — until
+// it does (versionResolveWaits): the recovery does not rewind past a
+// checkpoint that may be stored.
 func TestAsyncCheckpointResolvedAfterLoss(t *testing.T) {
-	for _, found := range []bool{true, false} {
-		t.Run(map[bool]string{true: "found", false: "missing"}[found], func(t *testing.T) {
+	refused := errors.New("dial tcp 127.0.0.1:9000: connect: connection refused")
+	none := temporal.NewApplicationError("none", spec.ErrTypeNoSuchCheckpoint)
+	for _, tc := range []struct {
+		name string
+		// lookups: the answers to the lookups in turn (nil: found;
+		// past the end: found).
+		lookups  []error
+		resumeAt time.Duration // from the loss (0: none)
+		// at: queries from the loss; each finds the run holding, until
+		// the offset in waitUntil.
+		at, waitUntil []time.Duration
+		asked         int
+		resume        int64
+	}{
+		{name: "found", asked: 1, resume: 100},
+		{name: "missing", lookups: []error{none}, asked: 1, resume: 0},
+		// Three tries a lookup (the second 1 s after the first, the third
+		// at once); holds of 15 s, then 30 s.
+		{name: "storage down, then found", lookups: slices.Repeat([]error{refused}, 6),
+			at: []time.Duration{5 * time.Second, 30 * time.Second}, waitUntil: []time.Duration{17 * time.Second, 49 * time.Second},
+			asked: 7, resume: 100},
+		{name: "storage down, a resume, then missing", lookups: []error{refused, refused, refused, none},
+			resumeAt: 5 * time.Second, at: []time.Duration{4 * time.Second}, waitUntil: []time.Duration{17 * time.Second},
+			asked: 4, resume: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1"), failed: map[string]bool{}}
-			dead := make(chan struct{})
-			t.Cleanup(func() { close(dead) })
+			// Rank 0's process is gone, its pending upload unreported.
+			lost := func(in spec.ChunkInput) bool {
+				return in.From == 100 && in.Membership.Generation == 1 && in.Rank == 0
+			}
 			fail := func(in spec.ChunkInput) error {
 				if in.From != 100 || in.Membership.Generation != 1 {
 					return nil
 				}
-				if in.Membership.Nodes[in.Rank].ID == "node-1" {
-					<-dead // rank 0's process is gone, its pending upload unreported
-					return errors.New("unreachable")
-				}
 				return temporal.NewApplicationErrorWithCause("peer 0 reset", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 0, Step: 130})
 			}
-			var asked []spec.CheckpointRef
+			var (
+				mu    sync.Mutex
+				asked []spec.CheckpointRef
+			)
 			resolve := func(_ context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
+				mu.Lock()
+				defer mu.Unlock()
 				asked = append(asked, want)
-				if !found {
-					return nil, temporal.NewNonRetryableApplicationError("none", "NoSuchCheckpoint", nil)
+				if n := len(asked); n <= len(tc.lookups) && tc.lookups[n-1] != nil {
+					return nil, tc.lookups[n-1]
 				}
 				out := want
 				out.Key = "ckpt/100"
 				return &out, nil
 			}
-			_, run := newAsyncEnv(t, cl, fail, resolve)
-			st, err := run(spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100}.WithDefaults())
-			require.NoError(t, err)
+			ch, env := asyncEnv(t, cl, fail, resolve)
+			ch.lost, ch.gone = lost, make(chan struct{})
+			var once sync.Once
+			env.SetOnActivityCanceledListener(func(info *activity.Info) {
+				if info.ActivityType.Name == spec.ActivityTrainChunk {
+					once.Do(func() { close(ch.gone) })
+				}
+			})
+			env.SetTestTimeout(30 * time.Second)
+			start := env.Now()
+			if tc.resumeAt > 0 {
+				env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, tc.resumeAt)
+			}
+			held := make([]spec.RunStatus, len(tc.at))
+			for i, d := range tc.at {
+				env.RegisterDelayedCallback(func() { held[i] = queryStatus(t, env) }, d)
+			}
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100,
+				MaxRestarts: 1}.WithDefaults()})
+			st := result(t, env)
 			require.EqualValues(t, 300, st.Step)
-			require.Len(t, asked, 1)
-			require.EqualValues(t, 100, asked[0].Step)
-			require.Len(t, st.Recoveries, 1)
-			require.Equal(t, "peers lost node(s) [node-1]: peer 0 reset", st.Recoveries[0].Reason, "the peers' words, not the lost rank's cancellation")
-			if found {
-				require.EqualValues(t, 100, st.Recoveries[0].ResumeStep)
-				require.EqualValues(t, 30, st.Recoveries[0].LostSteps)
-			} else {
-				require.EqualValues(t, 0, st.Recoveries[0].ResumeStep)
+			require.Len(t, asked, tc.asked)
+			for _, a := range asked {
+				require.EqualValues(t, 100, a.Step)
+			}
+			require.Len(t, st.Recoveries, 1, "a storage that does not answer is no recovery")
+			rec := st.Recoveries[0]
+			require.Equal(t, "peers lost node(s) [node-1]: peer 0 reset", rec.Reason, "the peers' words, not the lost rank's cancellation")
+			require.Equal(t, tc.resume, rec.ResumeStep)
+			require.Equal(t, 130-tc.resume, rec.LostSteps)
+			require.WithinDuration(t, start, rec.SeenAt, 0, "the loss is at the start: the queries' offsets count from it")
+			require.Empty(t, st.Detail)
+			for i, want := range tc.waitUntil {
+				h := held[i]
+				require.Equal(t, spec.PhaseStorageWait, h.Phase, "at %v", tc.at[i])
+				require.WithinDuration(t, start.Add(want), h.WaitUntil, 0, "at %v", tc.at[i])
+				require.Contains(t, h.Detail, "the checkpoint storage did not say whether the checkpoint at step 100, uploading when the node was lost, is stored (dial tcp 127.0.0.1:9000: connect: connection refused); the run asks again at")
 			}
 		})
 	}

@@ -1268,7 +1268,9 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 			removed = append(removed, id)
 		}
 	}
-	r.resolvePending(ctx)
+	if err := r.resolvePending(ctx); err != nil {
+		return err
+	}
 	resume := int64(0)
 	if r.st.Status.LastCkpt != nil {
 		resume = r.st.Status.LastCkpt.Step

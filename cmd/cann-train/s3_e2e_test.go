@@ -12,6 +12,7 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"go.temporal.io/sdk/client"
 
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/internal/s3fake"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
@@ -22,16 +23,21 @@ import (
 // as MinIO is in the README — endpoint, path-style URLs, keys from the
 // node workers' environment. A node killed mid-run is replaced and its
 // rank resumes from the checkpoint read back from the bucket, ending with
-// the weights of a fault-free run. The bucket fails the first reads of
-// the checkpoint's data (503, as an overloaded or restarting MinIO does): the
-// run blames no node for it but holds in waiting-storage, saying so,
-// until the bucket serves it again and a resume cuts the wait short.
+// the weights of a fault-free run. The checkpoint it resumes from was
+// still uploading when the node died, and the bucket fails (503, as an
+// overloaded or restarting MinIO does) first the lookup of that
+// checkpoint's manifest, then the reads of its data: for each the run
+// blames no node and does not rewind past it, but holds in
+// waiting-storage, saying so, until the bucket serves it again and a
+// resume cuts the wait short.
 func TestRunCheckpointsOnS3(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	down := &unreadChunks{prefix: "/ckpt/runs/s3-killed/chunks/"}
+	down := &unreadChunks{prefix: "/ckpt/runs/s3-killed/chunks/",
+		manifest: "/ckpt/" + checkpoint.ManifestKey("s3-killed", 100)}
 	down.failing.Store(true)
+	down.lookups.Store(true)
 	// The node workers (children) and the control worker (this process),
 	// which finds checkpoints and writes the run's report, read the keys
 	// from the environment (s3fake sets them).
@@ -48,15 +54,26 @@ func TestRunCheckpointsOnS3(t *testing.T) {
 	}
 	run := start("s3-killed")
 	faultKill(ctx, t, addr, "s3-killed", "node-2", 130)
-	held := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a hold for the checkpoint storage", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+	cli := cliAt(ctx, t, addr, l.LogDir)
+	lookup := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a hold for the checkpoint's lookup", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return st.Phase == spec.PhaseStorageWait
+	})
+	if !strings.Contains(lookup.Detail, "the checkpoint storage did not say whether the checkpoint at step 100, uploading when the node was lost, is stored") ||
+		!strings.Contains(lookup.Detail, "SlowDown") || down.lookupsRefused.Load() == 0 || down.refused.Load() != 0 {
+		t.Fatalf("held: %q, %d lookup(s) and %d read(s) refused; want the reason, refused lookups, no read yet",
+			lookup.Detail, down.lookupsRefused.Load(), down.refused.Load())
+	}
+	down.lookups.Store(false)
+	cli("resume", "s3-killed")
+	held := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a hold for the checkpoint's data", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Phase == spec.PhaseStorageWait && strings.Contains(st.Detail, "cannot read")
 	})
 	if !strings.Contains(held.Detail, "cannot read the checkpoint at step 100 from s3://ckpt") || len(held.Recoveries) != 1 || down.refused.Load() == 0 {
 		t.Fatalf("held: %q after %d recovery(ies), %d read(s) refused; want the reason, the kill's recovery only, refusals",
 			held.Detail, len(held.Recoveries), down.refused.Load())
 	}
 	down.failing.Store(false)
-	cliAt(ctx, t, addr, l.LogDir)("resume", "s3-killed")
+	cli("resume", "s3-killed")
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)
@@ -68,7 +85,7 @@ func TestRunCheckpointsOnS3(t *testing.T) {
 	if rec := st.Recoveries[0]; rec.FailedAtStep != 130 || rec.ResumeStep != 100 || rec.LostSteps != 30 {
 		t.Errorf("recovery %+v: want failure at 130 and a resume from the checkpoint at 100", rec)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_load_hold.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_resolve_hold.json")
 
 	list, err := backend.ListBucket("ckpt", nil, gofakes3.ListBucketPage{})
 	if err != nil {
@@ -102,23 +119,37 @@ func TestRunCheckpointsOnS3(t *testing.T) {
 }
 
 // unreadChunks fails, while failing, every read of an object under
-// prefix — a run's checkpoint chunks, which only a restore reads — with
-// 503 SlowDown; writes and existence checks pass.
+// prefix — a run's checkpoint chunks, which only a restore reads — and,
+// while lookups, every read of the manifest once it is written — which
+// only a lookup of the checkpoint or its restore reads — with 503
+// SlowDown; writes and existence checks pass.
 type unreadChunks struct {
-	prefix  string
-	failing atomic.Bool
-	refused atomic.Int64
+	prefix, manifest string
+	failing, lookups atomic.Bool
+	written          atomic.Bool // the manifest
+	refused          atomic.Int64
+	lookupsRefused   atomic.Int64
 }
 
 func (u *unreadChunks) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, u.prefix) && u.failing.Load() {
-			u.refused.Add(1)
-			w.Header().Set("Content-Type", "application/xml")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`))
+		var n *atomic.Int64
+		switch {
+		case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, u.prefix) && u.failing.Load():
+			n = &u.refused
+		case r.Method == http.MethodGet && r.URL.Path == u.manifest && u.written.Load() && u.lookups.Load():
+			n = &u.lookupsRefused
+		}
+		if n == nil {
+			next.ServeHTTP(w, r)
+			if r.Method == http.MethodPut && r.URL.Path == u.manifest {
+				u.written.Store(true)
+			}
 			return
 		}
-		next.ServeHTTP(w, r)
+		n.Add(1)
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>`))
 	})
 }

@@ -490,6 +490,20 @@ func (s *Store) ref(ctx context.Context, run string, step int64) (Ref, error) {
 	return ref, nil
 }
 
+// At returns run's checkpoint at step from its manifest alone (one read,
+// where List reads every manifest of the run): an error wrapping
+// ErrNotFound when it has none, a Ref without SHA256 and Bytes when the
+// manifest is unreadable; any other error is the storage's.
+func (s *Store) At(ctx context.Context, run string, step int64) (Ref, error) {
+	if err := ValidateRun(run); err != nil {
+		return Ref{}, err
+	}
+	if step < 0 {
+		return Ref{}, fmt.Errorf("checkpoint: run %q: step %d is negative", run, step)
+	}
+	return s.ref(ctx, run, step)
+}
+
 // List returns run's checkpoints (those with a manifest), oldest first.
 func (s *Store) List(ctx context.Context, run string) ([]Ref, error) {
 	steps, err := s.steps(ctx, run)
