@@ -2,11 +2,16 @@ package activities
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -88,11 +93,14 @@ type Node struct {
 	// faults are signalled faults armed on this worker (ArmFault).
 	faults armedFaults
 
-	mu     sync.Mutex
-	train  *engine.Dataset
-	test   *engine.Dataset
-	stores map[string]*checkpoint.Store
-	warm   []*warmTrainer // by local rank
+	mu    sync.Mutex
+	train *engine.Dataset
+	test  *engine.Dataset
+	// dataSum fingerprints train and test (dataFingerprint), read from
+	// the directory dataAt.
+	dataSum, dataAt string
+	stores          map[string]*checkpoint.Store
+	warm            []*warmTrainer // by local rank
 	// pending is rank 0's checkpoint still uploading (AsyncCheckpoint).
 	pending *pendingSave
 	// jobs: by run name, the run (token or launch) whose job this process
@@ -164,6 +172,9 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	if err != nil {
 		return nil, unfitHost("node %s has no data set for %s: %w (give its worker --mnist-dir, or CANN_TRAIN_MNIST_DIR)", n.ID, in.Spec.Model.Kind, err)
 	}
+	if err := n.checkData(in); err != nil {
+		return nil, err
+	}
 	k := in.Spec.LocalRanks()
 	places := make([]place, k)
 	examples := 0 // this node's examples per step (its ranks' slices)
@@ -204,6 +215,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	}
 	res := outs[0]
 	res.NodeID, res.Rank, res.From, res.To, res.StartedAt = n.ID, in.Rank, in.From, in.To, started
+	res.DataSHA256 = n.dataSum
 	if k > 1 {
 		var samples, comm float64
 		for _, o := range outs {
@@ -250,6 +262,9 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		return nil, peerError(err, in.From, p.perNode)
 	}
 	defer comm.Close()
+	if err := n.agreeOnData(ctx, comm, in, p); err != nil {
+		return nil, err
+	}
 	if comm.CanShare() {
 		// Ranks of one host keep the step buffer in shared memory, where
 		// the peers read it directly (the direct algorithm: the ring's
@@ -470,10 +485,107 @@ func (n *Node) data() (train, test *engine.Dataset, err error) {
 			return nil, nil, err
 		}
 	}
-	if n.train, n.test, err = engine.LoadMNIST(dir); err != nil {
+	train, test, err = engine.LoadMNIST(dir)
+	if err != nil {
 		return nil, nil, err
 	}
-	return n.train, n.test, nil
+	n.train, n.test, n.dataSum, n.dataAt = train, test, dataFingerprint(train, test), dir
+	return train, test, nil
+}
+
+// dataFingerprint is a node's data set's fingerprint (ChunkInput.DataSHA256):
+// SHA-256 over its training and test sets' (about 0.2 s for MNIST, once
+// per process).
+func dataFingerprint(train, test *engine.Dataset) string {
+	sum := sha256.Sum256([]byte(train.SHA256() + " " + test.SHA256()))
+	return hex.EncodeToString(sum[:])
+}
+
+// agreeOnData compares, at a run's first chunk (no in.DataSHA256 yet),
+// this node's data fingerprint with its peers' (an allgather of 16
+// floats a rank, each two bytes of the SHA-256). All equal: nil. Else
+// the fingerprint more than half the nodes share is the run's: a node
+// without it is unfit (NodeUnfit, in its own words) and its peers name
+// it (PeerFailed); with no such majority nobody can tell which is right,
+// and the chunk fails for good (DataMismatch), naming every node's.
+func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in spec.ChunkInput, p place) error {
+	if in.DataSHA256 != "" {
+		return nil // checkData compared it
+	}
+	n.mu.Lock()
+	mine, at := n.dataSum, n.dataAt
+	n.mu.Unlock()
+	raw, err := hex.DecodeString(mine)
+	if err != nil || len(raw) != sha256.Size {
+		return fmt.Errorf("node %s: data fingerprint %q: %v", n.ID, mine, err)
+	}
+	const words = sha256.Size / 2
+	src := make([]float32, words)
+	for i := range src {
+		src[i] = float32(binary.BigEndian.Uint16(raw[2*i:])) // exact: no float bits to keep
+	}
+	all := make([]float32, words*p.world)
+	if err := comm.AllGatherInto(ctx, all, src); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return peerError(err, in.From, p.perNode)
+	}
+	nodes := len(in.Membership.Nodes)
+	sums := make([]string, nodes) // by node rank (a node's ranks share its data)
+	count := map[string]int{}
+	for node := range nodes {
+		b := make([]byte, 0, sha256.Size)
+		for _, v := range all[node*p.perNode*words:][:words] {
+			b = binary.BigEndian.AppendUint16(b, uint16(v))
+		}
+		sums[node] = hex.EncodeToString(b)
+		count[sums[node]]++
+	}
+	if count[mine] == nodes {
+		return nil
+	}
+	right := ""
+	for sum, c := range count {
+		if 2*c > nodes {
+			right = sum
+		}
+	}
+	var odd []string
+	for node, sum := range sums {
+		if sum != right {
+			odd = append(odd, fmt.Sprintf("%s %s", in.Membership.Nodes[node].ID, short(sum)))
+		}
+	}
+	switch {
+	case right == "":
+		err := fmt.Errorf("the nodes' data sets differ and no majority agrees on one: %s (give their workers the same files)", strings.Join(odd, ", "))
+		return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeDataMismatch, err)
+	case mine != right:
+		return unfitHost("node %s's data set (%s) differs from its peers': sha256 %s, %d of %d nodes hold %s (give its worker the same files)",
+			n.ID, at, short(mine), count[right], nodes, short(right))
+	}
+	first := slices.IndexFunc(sums, func(sum string) bool { return sum != right })
+	err = fmt.Errorf("node %s's data set differs from the run's (%s)", in.Membership.Nodes[first].ID, strings.Join(odd, ", "))
+	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypePeerFailed, err,
+		spec.PeerFailure{Rank: first, Step: in.From, NoticedAt: time.Now()})
+}
+
+// short is a fingerprint's first 12 hex digits, for people.
+func short(sum string) string { return sum[:min(len(sum), 12)] + "…" }
+
+// checkData refuses a chunk of a run whose data set (in.DataSHA256) this
+// node does not hold: it would train another model, and nothing else
+// would show it.
+func (n *Node) checkData(in spec.ChunkInput) error {
+	n.mu.Lock()
+	sum, at := n.dataSum, n.dataAt
+	n.mu.Unlock()
+	if in.DataSHA256 == "" || sum == in.DataSHA256 {
+		return nil
+	}
+	return unfitHost("node %s's data set (%s) differs from the one run %s trains on: sha256 %s, not %s (give its worker the same files)",
+		n.ID, at, in.RunID, short(sum), short(in.DataSHA256))
 }
 
 // trainerAt returns a trainer positioned at in.From, with the syncer that

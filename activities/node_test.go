@@ -45,6 +45,7 @@ func newNodes(t *testing.T, n int, ckptURL string) ([]*Node, spec.Membership) {
 		id := fmt.Sprintf("node-%d", i+1)
 		nodes[i] = &Node{ID: id, Listener: l, Logger: zap.NewNop(), DefaultCheckpointURL: ckptURL}
 		nodes[i].train, nodes[i].test = mnist(t)
+		nodes[i].dataSum, nodes[i].dataAt = mnistSum, "the test's MNIST"
 		t.Cleanup(func() { nodes[i].Close() })
 		m.Nodes = append(m.Nodes, spec.Node{ID: id, TaskQueue: spec.NodeTaskQueue(id), CommAddr: l.Addr()})
 	}
@@ -54,6 +55,7 @@ func newNodes(t *testing.T, n int, ckptURL string) ([]*Node, spec.Membership) {
 var (
 	mnistOnce             sync.Once
 	mnistTrain, mnistTest *engine.Dataset
+	mnistSum              string // their dataFingerprint
 	mnistErr              error
 )
 
@@ -64,6 +66,9 @@ func mnist(t *testing.T) (train, test *engine.Dataset) {
 		var dir string
 		if dir, mnistErr = engine.MNISTDir(); mnistErr == nil {
 			mnistTrain, mnistTest, mnistErr = engine.LoadMNIST(dir)
+		}
+		if mnistErr == nil {
+			mnistSum = dataFingerprint(mnistTrain, mnistTest)
 		}
 	})
 	if mnistErr != nil {

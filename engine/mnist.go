@@ -2,10 +2,13 @@ package engine
 
 import (
 	"compress/gzip"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -52,6 +55,29 @@ type Dataset struct {
 	N       int
 	Dim     int
 	Classes int
+}
+
+// SHA256 fingerprints ds — its shape, every feature value (as float32
+// bits, little-endian) and every label — in hex. Nodes that train one run
+// must hold the same data: a copy that differs in a single pixel trains
+// another model, with nothing else to show for it.
+func (ds *Dataset) SHA256() string {
+	h := sha256.New()
+	var buf [64 << 10]byte
+	b := binary.LittleEndian.AppendUint64(buf[:0], uint64(ds.N))
+	b = binary.LittleEndian.AppendUint64(b, uint64(ds.Dim))
+	b = binary.LittleEndian.AppendUint64(b, uint64(ds.Classes))
+	h.Write(b)
+	for x := ds.X; len(x) > 0; {
+		n := min(len(x), len(buf)/4)
+		for i, v := range x[:n] {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+		}
+		h.Write(buf[:4*n])
+		x = x[n:]
+	}
+	h.Write(ds.Y)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // validate checks the internal consistency of ds.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,5 +192,44 @@ func TestLoadMNISTBadFiles(t *testing.T) {
 				t.Fatalf("LoadMNIST() error = %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDatasetSHA256: equal data, equal fingerprints; a single pixel, a
+// single label or the shape changed, another one. (The real training set
+// fingerprints in well under a second: BenchmarkDatasetSHA256.)
+func TestDatasetSHA256(t *testing.T) {
+	base := func() *Dataset {
+		return &Dataset{N: 3, Dim: 2, Classes: 10, X: []float32{0, 0.5, 1, 0.25, 0.75, 0}, Y: []uint8{1, 2, 3}}
+	}
+	want := base().SHA256()
+	if len(want) != 64 {
+		t.Fatalf("SHA256() = %q, want 64 hex digits", want)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Dataset)
+		same bool
+	}{
+		{"a copy", func(*Dataset) {}, true},
+		{"a pixel", func(ds *Dataset) { ds.X[3] = 0.2500001 }, false},
+		{"the sign of a zero", func(ds *Dataset) { ds.X[0] = float32(math.Copysign(0, -1)) }, false},
+		{"a label", func(ds *Dataset) { ds.Y[2] = 4 }, false},
+		{"the shape", func(ds *Dataset) { ds.N, ds.Dim = 2, 3 }, false},
+		{"the classes", func(ds *Dataset) { ds.Classes = 11 }, false},
+	} {
+		ds := base()
+		tc.edit(ds)
+		if got := ds.SHA256(); (got == want) != tc.same {
+			t.Errorf("%s: %s vs %s; want same=%v", tc.name, got, want, tc.same)
+		}
+	}
+}
+
+func BenchmarkDatasetSHA256(b *testing.B) {
+	train, _ := loadMNISTForTest(b)
+	b.SetBytes(int64(4*len(train.X) + len(train.Y)))
+	for b.Loop() {
+		train.SHA256()
 	}
 }

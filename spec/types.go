@@ -102,6 +102,9 @@ const (
 	// ErrTypeCorruptCheckpoint: the checkpoint to restore failed its hash
 	// or does not decode; the run falls back to the one before.
 	ErrTypeCorruptCheckpoint = "CorruptCheckpoint"
+	// ErrTypeDataMismatch: a run's nodes hold different data sets and no
+	// majority agrees on one (non-retryable).
+	ErrTypeDataMismatch = "DataMismatch"
 	// ErrTypeNoSuchCheckpoint: ResolveCheckpoint found no committed
 	// checkpoint at the step (yet: retryable for a caller that waits).
 	ErrTypeNoSuchCheckpoint = "NoSuchCheckpoint"
@@ -348,6 +351,12 @@ type ChunkInput struct {
 	// does: a run resumed past its warm-up before the decision measures
 	// afresh (its earlier measurements are gone).
 	Calibrate bool `json:"calibrate,omitempty"`
+	// DataSHA256 is the fingerprint of the data set the run trains on
+	// (engine.Dataset.SHA256 of the training and test sets: the run's
+	// first chunk's, where every node agreed); a node whose data differs
+	// is unfit (NodeUnfit). Empty at the run's first chunk: its ranks
+	// compare theirs and the odd ones out are unfit.
+	DataSHA256 string `json:"data_sha256,omitempty"`
 }
 
 // Fault kinds of InjectFault.
@@ -440,10 +449,13 @@ type ChunkResult struct {
 	CheckpointFailed *CheckpointFailure `json:"checkpoint_failed,omitempty"`
 	// EvalMetric names EvalValue, e.g. "test_accuracy"; empty when the
 	// chunk did not evaluate.
-	EvalMetric    string    `json:"eval_metric,omitempty"`
-	EvalValue     float64   `json:"eval_value,omitempty"`
-	WeightsSHA256 string    `json:"weights_sha256"`
-	StartedAt     time.Time `json:"started_at"`
+	EvalMetric    string  `json:"eval_metric,omitempty"`
+	EvalValue     float64 `json:"eval_value,omitempty"`
+	WeightsSHA256 string  `json:"weights_sha256"`
+	// DataSHA256 is the fingerprint of the node's data set
+	// (ChunkInput.DataSHA256); empty from an external job.
+	DataSHA256 string    `json:"data_sha256,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
 	// FirstStepAt: the chunk's first step completed.
 	FirstStepAt time.Time `json:"first_step_at"`
 	EndedAt     time.Time `json:"ended_at"`

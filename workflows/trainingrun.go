@@ -120,6 +120,10 @@ type RunState struct {
 	// SyncMeasures are the ranks' measurements from the last chunk, for
 	// an auto compression decision.
 	SyncMeasures []SyncMeasure `json:"sync_measures,omitempty"`
+	// DataSHA256 fingerprints the data set the run trains on: the first
+	// chunk's (its nodes compared theirs); the chunks after tell the
+	// nodes (ChunkInput.DataSHA256), and one whose data differs is unfit.
+	DataSHA256 string `json:"data_sha256,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by

@@ -168,6 +168,7 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 			Algorithm:   algo,
 			Codec:       codecName,
 			Calibrate:   calibrate,
+			DataSHA256:  r.st.DataSHA256,
 
 			AsyncCheckpoint:      plan.async,
 			ReportStorageFailure: plan.report,
@@ -182,6 +183,9 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 	results, errs, gone := r.await(ctx, futures, cancel)
 	fail := r.blame(ctx, from, started, workflow.Now(ctx), errs, gone)
 	if fail == nil {
+		if r.st.DataSHA256 == "" {
+			r.st.DataSHA256 = results[0].DataSHA256 // (the nodes agreed on it)
+		}
 		return results, nil
 	}
 	if len(fail.lostState) > 0 || fail.cause != nil {

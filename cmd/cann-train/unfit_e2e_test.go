@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -12,6 +16,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -21,16 +26,23 @@ import (
 // NodeUnfit, the run replaces it in its words and completes, and the
 // Cluster keeps it failed, saying why (`cann-train nodes`). Before, it
 // failed the run. A workflow input with a misspelled field fails at once
-// on the same server, naming the field.
+// on the same server, naming the field. Then a node whose data set
+// differs from its peers' in one label (node-00) takes a rank of a
+// 3-node run: at the first chunk the nodes compare their data sets'
+// fingerprints, and it is replaced in the same way — before, it trained
+// on its own labels, unseen.
 func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
-	if _, err := l.Start("node-0", "worker", "node", "--id", "node-0", "--address", addr,
-		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--mnist-dir", filepath.Join(dir, "nowhere")); err != nil {
-		t.Fatal(err)
+	startWith := func(id, data string) {
+		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", addr,
+			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--mnist-dir", data); err != nil {
+			t.Fatal(err)
+		}
 	}
+	startWith("node-0", filepath.Join(dir, "nowhere"))
 	waitRegistered(ctx, t, c, 4)
 
 	typo, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "run/typo", TaskQueue: spec.ControlTaskQueue},
@@ -69,4 +81,68 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_node_unfit.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_unfit.json")
+
+	startWith("node-00", otherMNIST(t))
+	waitRegistered(ctx, t, c, 5)
+	s = spec.RunSpec{Name: "odd-data", Nodes: 3, Steps: 200, ChunkSteps: 100}.WithDefaults()
+	st = awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: s}), l.LogDir)
+	if st.Phase != spec.PhaseCompleted || len(st.Recoveries) != 1 {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("%s at step %d, recoveries %+v: want completed after one", st.Phase, st.Step, st.Recoveries)
+	}
+	rec = st.Recoveries[0]
+	if !slices.Equal(rec.FailedNodes, []string{"node-00"}) || !strings.Contains(rec.Reason, "node node-00's data set (") ||
+		!strings.Contains(rec.Reason, "differs from its peers': sha256 ") || !strings.Contains(rec.Reason, "2 of 3 nodes hold") ||
+		!slices.Equal(st.Nodes, []string{"node-3", "node-1", "node-2"}) {
+		t.Errorf("recovery %+v, nodes %v: want node-00 replaced (by node-3) for its data set", rec, st.Nodes)
+	}
+	if got := cliAt(ctx, t, addr, l.LogDir)("nodes"); !regexp.MustCompile(`(?m)^node-00 +unfit: node node-00's data set`).MatchString(got) {
+		t.Errorf("cann-train nodes:\n%s\nwant node-00 unfit, saying why", got)
+	}
+}
+
+// otherMNIST is a directory with MNIST as it is but for the label of
+// the first training example (5, now 3).
+func otherMNIST(t *testing.T) string {
+	t.Helper()
+	src, err := engine.MNISTDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	for _, name := range []string{"train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
+		if err := os.Symlink(filepath.Join(src, name), filepath.Join(dst, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const labels = "train-labels-idx1-ubyte.gz"
+	f, err := os.Open(filepath.Join(src, labels))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw[8] != 5 { // (after the magic and the count)
+		t.Fatalf("first training label %d, want 5", raw[8])
+	}
+	raw[8] = 3
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	if _, err := zw.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, labels), out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }

@@ -1,0 +1,76 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// TestTrainingRunTellsNodesItsDataSet: the run's first chunk carries no
+// data fingerprint (its nodes compare theirs); the chunks after carry the
+// one its nodes reported, so a replacement whose data differs refuses as
+// unfit and is replaced in turn, marked misconfigured. Nodes that cannot
+// agree on a data set fail the run at once, saying so.
+func TestTrainingRunTellsNodesItsDataSet(t *testing.T) {
+	const sum = "5fd4a112"
+	t.Run("a replacement with other data", func(t *testing.T) {
+		cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1", "spare-2"), failed: map[string]bool{}}
+		dead := make(chan struct{})
+		t.Cleanup(func() { close(dead) })
+		ch := &fakeChunks{
+			edit: func(_ spec.ChunkInput, res *spec.ChunkResult) { res.DataSHA256 = sum },
+			fail: func(in spec.ChunkInput) error {
+				switch node := in.Membership.Nodes[in.Rank].ID; {
+				case in.From == 100 && in.Membership.Generation == 1 && node == "node-1":
+					return temporal.NewApplicationErrorWithCause("peer 1 reset", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 130})
+				case in.From == 100 && in.Membership.Generation == 1:
+					<-dead // killed: it never answers
+					return errors.New("unreachable")
+				case node == "spare-1" && in.DataSHA256 != "":
+					msg := fmt.Sprintf("node spare-1's data set (/data) differs from the one run %s trains on: sha256 0011…, not %s…", in.RunID, in.DataSHA256)
+					return temporal.NewApplicationError(msg, spec.ErrTypeNodeUnfit)
+				case node == "node-1" && in.Membership.Generation == 2:
+					return temporal.NewApplicationErrorWithCause("peer 1 left", spec.ErrTypePeerFailed, errors.New("EOF"), spec.PeerFailure{Rank: -1, Step: 100})
+				}
+				return nil
+			},
+		}
+		env := newRunEnv(t, cl, ch)
+		s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100, MaxRestarts: 3}.WithDefaults()
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+		st := result(t, env)
+		require.Equal(t, []string{"node-1", "spare-2"}, st.Nodes)
+		require.Len(t, st.Recoveries, 2)
+		require.Equal(t, []string{"spare-1"}, st.Recoveries[1].FailedNodes)
+		require.Contains(t, st.Recoveries[1].Reason, "node spare-1's data set (/data) differs from the one run")
+		cl.mu.Lock()
+		require.True(t, cl.misconfigured["spare-1"], "kept failed as misconfigured")
+		cl.mu.Unlock()
+		for _, in := range ch.inputs {
+			want := sum
+			if in.From == 0 {
+				want = ""
+			}
+			require.Equal(t, want, in.DataSHA256, "chunk from %d, gen %d, rank %d", in.From, in.Membership.Generation, in.Rank)
+		}
+	})
+	t.Run("no majority", func(t *testing.T) {
+		cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+		ch := &fakeChunks{fail: func(spec.ChunkInput) error {
+			return temporal.NewNonRetryableApplicationError("the nodes' data sets differ and no majority agrees on one: node-1 aa…, node-2 bb…",
+				spec.ErrTypeDataMismatch, nil)
+		}}
+		env := newRunEnv(t, cl, ch)
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 2, Steps: 100, ChunkSteps: 50}.WithDefaults()})
+		err := env.GetWorkflowError()
+		require.ErrorContains(t, err, "no majority agrees on one: node-1 aa…, node-2 bb…")
+		for _, in := range ch.inputs {
+			require.EqualValues(t, 1, in.Membership.Generation, "no restart")
+		}
+	})
+}
