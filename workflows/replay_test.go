@@ -97,9 +97,12 @@ import (
 // timeouts resumed on the same nodes (versionServiceOutage), and
 // trainingrun_resolve_hold.json, the S3 run again, now also held while its
 // bucket failed the lookup of the checkpoint uploading when its node was
-// lost, and resumed from it (versionResolveWaits)
+// lost, and resumed from it (versionResolveWaits), and
+// trainingrun_skip_gone.json, a run whose bucket lost three checkpoints
+// and that fell back past the older missing ones in one restart
+// (versionSkipGone)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -164,6 +167,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_host_cannot_launch.json", spec.WorkflowTrainingRun}, // a host that cannot launch the job replaced (versionHostCannotLaunch)
 		{"trainingrun_outage.json", spec.WorkflowTrainingRun},             // a server outage outlived on the same nodes (versionServiceOutage)
 		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},       // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
+		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},          // fell back past deleted checkpoints in one restart (versionSkipGone)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

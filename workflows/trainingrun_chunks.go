@@ -1219,6 +1219,9 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	workflow.GetLogger(ctx).Warn("chunk failed; recovering", "error", f.Error(), "failed", f.failed)
 	if f.corrupt {
 		r.dropLastCheckpoint(ctx, f.reason)
+		if workflow.GetVersion(ctx, versionSkipGone, workflow.DefaultVersion, 1) >= 1 {
+			r.dropGone(ctx)
+		}
 	}
 	marks := r.failureMarks(f)
 	withAcquire := len(marks) > 0 && workflow.GetVersion(ctx, versionFailedWithAcquire, workflow.DefaultVersion, 1) >= 1
@@ -1407,6 +1410,32 @@ func failureMessage(err error) string {
 
 // keepCheckpointRefs bounds how far back a run can fall on corruption.
 const keepCheckpointRefs = 8
+
+// versionSkipGone: a recovery that falls back past a corrupt or deleted
+// checkpoint looks the ones before it up in the bucket, newest first, and
+// falls back past those that are gone too (dropGone); before, each took a
+// restart of its own — a deleted run directory cost one per checkpoint
+// the run knew (up to eight), and failed the run once max_restarts ran
+// out. Asked only then.
+const versionSkipGone = "skip-gone-checkpoints"
+
+// dropGone drops, newest first, the checkpoints the run would resume
+// from whose manifest is no longer in their bucket (NoSuchCheckpoint),
+// and stops at the first one there, or when the bucket does not answer
+// (the restore then says what it finds). A resumed run keeps its oldest:
+// it must not start over on top of the earlier run's checkpoints.
+func (r *run) dropGone(ctx workflow.Context) {
+	for last := r.st.Status.LastCkpt; last != nil; last = r.st.Status.LastCkpt {
+		if len(r.st.Checkpoints) <= 1 && len(r.st.Status.Resumed) > 0 {
+			return
+		}
+		_, err := resolveCheckpoint(ctx, *last, impatient)
+		if err == nil || !isType(err, spec.ErrTypeNoSuchCheckpoint) {
+			return
+		}
+		r.dropLastCheckpoint(ctx, "gone too: "+message(err))
+	}
+}
 
 // dropLastCheckpoint forgets the checkpoint that failed verification, so
 // the run resumes from the one before it (or from step 0).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -851,6 +852,88 @@ func TestTrainingRunMissingCheckpoint(t *testing.T) {
 			require.False(t, cl.misconfigured["node-2"], "node-2 was lost, not misconfigured")
 		})
 	}
+}
+
+// TestTrainingRunSkipsGoneCheckpoints: after a node is lost at 330, the
+// checkpoint at 300 is gone from the bucket (deleted), and so is the one
+// at 200: the recovery looks the older ones up and resumes from 100 in
+// one restart — max_restarts is 2 — instead of one restart per missing
+// checkpoint (versionSkipGone). A resumed run keeps its oldest checkpoint
+// however it is found: it must not start over on the earlier run's.
+func TestTrainingRunSkipsGoneCheckpoints(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		gone    []int64 // steps whose manifests are gone (besides 300)
+		resumed bool
+		asked   []int64
+		resume  int64
+	}{
+		{name: "two gone", gone: []int64{200}, asked: []int64{200, 100}, resume: 100},
+		{name: "all gone", gone: []int64{100, 200}, asked: []int64{200, 100}, resume: 0},
+		{name: "none other gone", asked: []int64{200}, resume: 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1"), failed: map[string]bool{}}
+			stuck := make(chan struct{})
+			t.Cleanup(func() { close(stuck) })
+			ch := &fakeChunks{fail: func(in spec.ChunkInput) error {
+				switch {
+				case in.Membership.Generation == 1 && in.From == 300 && in.Rank == 0:
+					return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 330})
+				case in.Membership.Generation == 1 && in.From == 300:
+					<-stuck // node-2 died
+					return errors.New("unreachable")
+				case in.Restore != nil && in.Membership.Generation == 2 && (in.Restore.Step == 300 || slices.Contains(tc.gone, in.Restore.Step)):
+					return temporal.NewApplicationError(fmt.Sprintf("node %s does not find the run's checkpoint at step %d: it was deleted",
+						in.Membership.Nodes[in.Rank].ID, in.Restore.Step), spec.ErrTypeCheckpointGone)
+				}
+				return nil
+			}}
+			env := newRunEnv(t, cl, ch)
+			var asked []int64
+			env.RegisterActivityWithOptions(func(_ context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
+				asked = append(asked, want.Step)
+				if slices.Contains(tc.gone, want.Step) {
+					return nil, temporal.NewApplicationError("no committed checkpoint", spec.ErrTypeNoSuchCheckpoint)
+				}
+				return &want, nil
+			}, activity.RegisterOptions{Name: spec.ActivityResolveCheckpoint})
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, MaxRestarts: 2}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.EqualValues(t, 400, st.Step)
+			require.Equal(t, tc.asked, asked)
+			require.Len(t, st.Recoveries, 2)
+			require.EqualValues(t, 300, st.Recoveries[0].ResumeStep)
+			require.EqualValues(t, tc.resume, st.Recoveries[1].ResumeStep)
+			require.Contains(t, st.Recoveries[1].Reason, "does not find the run's checkpoint at step 300")
+		})
+	}
+	t.Run("resumed", func(t *testing.T) {
+		ck := func(step int64) spec.CheckpointRef {
+			return spec.CheckpointRef{URL: "mem://", Run: "t", Step: step, Key: fmt.Sprintf("earlier/%d", step)}
+		}
+		ch := &fakeChunks{fail: func(in spec.ChunkInput) error {
+			if in.Restore != nil {
+				return temporal.NewApplicationError(fmt.Sprintf("the checkpoint at step %d was deleted", in.Restore.Step), spec.ErrTypeCheckpointGone)
+			}
+			return nil
+		}}
+		env := newRunEnv(t, &fakeCluster{pool: testNodes("a", "b")}, ch)
+		var asked []int64
+		env.RegisterActivityWithOptions(func(_ context.Context, want spec.CheckpointRef) (*spec.CheckpointRef, error) {
+			asked = append(asked, want.Step)
+			return nil, temporal.NewApplicationError("no committed checkpoint", spec.ErrTypeNoSuchCheckpoint)
+		}, activity.RegisterOptions{Name: spec.ActivityResolveCheckpoint})
+		last := ck(200)
+		prev := spec.RunStatus{RunID: "run/t", Phase: spec.PhaseFailed, Step: 230, Generation: 1, LastCkpt: &last}
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults(),
+			Resume: &prev, ResumeCheckpoints: []spec.CheckpointRef{ck(100), ck(200)}})
+		require.ErrorContains(t, env.GetWorkflowError(), "knows no earlier checkpoint to fall back to")
+		require.Empty(t, asked, "its oldest checkpoint is kept, not looked up")
+		require.EqualValues(t, 100, ch.byFrom()[100][0].Restore.Step, "tried from 100")
+		require.Nil(t, ch.byFrom()[0], "nothing trained from step 0")
+	})
 }
 
 // TestFailureMarks: the Cluster's records of a failure name each node's

@@ -118,6 +118,59 @@ func TestRunCheckpointsOnS3(t *testing.T) {
 	}
 }
 
+// TestRunSkipsDeletedCheckpoints: a run's checkpoints at 100, 150 and
+// 200 are gone from its S3 bucket (deleted by hand, or by a lifecycle
+// rule: here the bucket answers 404 for their manifests). A node is killed
+// at 230, while 200 — its rank 0's upload, committed but gone — was
+// pending: the recovery finds it gone and restores 150, which its nodes
+// find gone too. The second recovery looks the older ones up in the
+// bucket and resumes from 50 at once (versionSkipGone); before, each
+// missing checkpoint took a restart of its own, and the third ran past
+// max_restarts (2) and failed the run.
+func TestRunSkipsDeletedCheckpoints(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	gone := map[string]bool{}
+	for _, step := range []int64{100, 150, 200} {
+		gone["/ckpt/"+checkpoint.ManifestKey("skip-gone", step)] = true
+	}
+	var hidden atomic.Int64
+	bucket := s3fake.Bucket(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if (r.Method == http.MethodGet || r.Method == http.MethodHead) && gone[r.URL.Path] {
+				hidden.Add(1)
+				w.Header().Set("Content-Type", "application/xml")
+				w.WriteHeader(http.StatusNotFound)
+				if r.Method == http.MethodGet {
+					_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>`))
+				}
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	c, l, addr := startInProcessControlWith(ctx, t, dir, controlSetup{checkpointURL: bucket}, "node-1", "node-2", "node-3")
+	s := spec.RunSpec{Name: "skip-gone", Nodes: 2, Steps: 300, ChunkSteps: 50, MaxRestarts: 2,
+		HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	faultKill(ctx, t, addr, s.Name, "node-2", 230)
+	st := awaitRun(ctx, t, run, l.LogDir)
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 2 {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("%s at step %d, recoveries %+v: want completed after two", st.Phase, st.Step, st.Recoveries)
+	}
+	first, second := st.Recoveries[0], st.Recoveries[1]
+	if first.ResumeStep != 150 || second.ResumeStep != 50 || len(second.FailedNodes) != 0 ||
+		!strings.Contains(second.Reason, "does not find the run's checkpoint at step 150") || !strings.Contains(second.Reason, "it was deleted") {
+		t.Errorf("recoveries %+v; want the kill's back to 150, then back to 50 blaming nobody", st.Recoveries)
+	}
+	if hidden.Load() == 0 {
+		t.Error("no request for a deleted manifest")
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_skip_gone.json")
+}
+
 // unreadChunks fails, while failing, every read of an object under
 // prefix — a run's checkpoint chunks, which only a restore reads — and,
 // while lookups, every read of the manifest once it is written — which
