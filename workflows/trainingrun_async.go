@@ -96,6 +96,7 @@ func (r *run) resolvePending(ctx workflow.Context) error {
 				p.Step, message(err)),
 			fmt.Sprintf("look the checkpoint at step %d up again", p.Step))
 		if err != nil {
+			r.metrics(ctx).Gauge(metricStorageHeld).Update(0)
 			return err
 		}
 	}
