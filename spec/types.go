@@ -558,6 +558,17 @@ const (
 	PhaseCancelled Phase = "cancelled"
 )
 
+// SlowNode is a node of a run whose computation (its chunk's time less
+// the time its ranks waited in collectives) took Factor times the median
+// of its peers' in the last chunk, and at least the slow threshold in
+// each of Chunks chunks in a row, the first of them from step Since.
+type SlowNode struct {
+	NodeID string  `json:"node_id"`
+	Factor float64 `json:"factor"`
+	Chunks int     `json:"chunks"`
+	Since  int64   `json:"since"`
+}
+
 // RunStatus answers the status query and is the run's result.
 type RunStatus struct {
 	RunID         string   `json:"workflow_id"`
@@ -578,10 +589,15 @@ type RunStatus struct {
 	// one rank with a core of its own computes at the same batch per rank
 	// (measured by the topology scan; absent without one): 1 is perfect
 	// data-parallel scaling. Ranks that share cores cannot reach it.
-	ScalingEfficiency float64        `json:"scaling_efficiency,omitempty"`
-	Chunks            int            `json:"chunks"`
-	Checkpoints       int            `json:"checkpoint_count"`
-	LastCkpt          *CheckpointRef `json:"last_checkpoint,omitempty"`
+	ScalingEfficiency float64 `json:"scaling_efficiency,omitempty"`
+	// SlowNodes are the nodes whose computation took much longer than
+	// their peers' several chunks in a row: data-parallel ranks wait for
+	// the slowest, so the run trains at its pace (a throttled or
+	// oversubscribed host). Only live nodes; the run keeps them.
+	SlowNodes   []SlowNode     `json:"slow_nodes,omitempty"`
+	Chunks      int            `json:"chunks"`
+	Checkpoints int            `json:"checkpoint_count"`
+	LastCkpt    *CheckpointRef `json:"last_checkpoint,omitempty"`
 	// CheckpointFailed is the last checkpoint whose upload failed since the
 	// last one committed (nil once a later one commits): the storage's
 	// trouble, seen while the run goes on.

@@ -124,6 +124,10 @@ type RunState struct {
 	// chunk's (its nodes compared theirs); the chunks after tell the
 	// nodes (ChunkInput.DataSHA256), and one whose data differs is unfit.
 	DataSHA256 string `json:"data_sha256,omitempty"`
+	// SlowStreaks are the nodes that computed slowNodeFactor× their
+	// peers' time in the last chunk, with how many chunks in a row
+	// (noteSlow).
+	SlowStreaks []spec.SlowNode `json:"slow_streaks,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by

@@ -1095,6 +1095,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 		s.ScalingEfficiency = samples / (ranks * one)
 	}
 	r.absorbSync(results)
+	r.noteSlow(ctx, results)
 	r.decideOnMeasure(ctx, results)
 	r.recordSegment(start, end, lead.From, lead.To, results)
 	if lead.EarlierCheckpoint != nil {

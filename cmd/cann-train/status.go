@@ -720,6 +720,10 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s, comm share %.0f%%, idle between chunks %.3fs\n",
 			s.StepsPerSec, s.SamplesPerSec, 100*s.CommShare, s.ChunkIdle)
 	}
+	for _, sn := range st.SlowNodes {
+		fmt.Fprintf(w, "slow node    %s computes %.1f× its peers' time, %d chunks in a row since step %d: the run trains at its pace (`cann-train nodes drain %s` moves the run off it)\n",
+			sn.NodeID, sn.Factor, sn.Chunks, sn.Since, sn.NodeID)
+	}
 	if s.ScalingEff > 0 {
 		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank on a core of its own (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))
 	}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestSlowNodeIsNamed: one node of a 3-node run is throttled — its
+// process stopped 30 ms of every 45, as a host shared with other work or
+// a throttled CPU would run it. Its peers wait for it at every allreduce;
+// the status names it as the slow node, with how much slower it computes,
+// and no other; `cann-train status` says so and how to move off it. Once
+// it keeps up again the run completes, naming nobody.
+func TestSlowNodeIsNamed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
+	s := spec.RunSpec{Name: "slow", Nodes: 3, Steps: 4000, ChunkSteps: 200}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+
+	pid := l.Proc("node-3").Pid()
+	tctx, stop := context.WithCancel(ctx)
+	throttled := make(chan struct{})
+	go func() {
+		defer close(throttled)
+		defer syscall.Kill(pid, syscall.SIGCONT)
+		for tctx.Err() == nil {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			time.Sleep(30 * time.Millisecond)
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			time.Sleep(15 * time.Millisecond)
+		}
+	}()
+	unthrottle := func() {
+		stop()
+		<-throttled
+	}
+	defer unthrottle()
+
+	st := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "node-3 named slow", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.SlowNodes) > 0 || st.Phase == spec.PhaseCompleted
+	})
+	if len(st.SlowNodes) != 1 || st.SlowNodes[0].NodeID != "node-3" || st.SlowNodes[0].Factor < 1.5 || st.SlowNodes[0].Chunks < 3 {
+		t.Fatalf("slow nodes %+v at step %d; want node-3 alone, 1.5× or more, 3 chunks or more", st.SlowNodes, st.Step)
+	}
+	out := cliAt(ctx, t, addr, l.LogDir)("status", s.Name)
+	if !strings.Contains(out, "slow node    node-3 computes ") || !strings.Contains(out, "`cann-train nodes drain node-3` moves the run off it") {
+		t.Errorf("status does not name the slow node:\n%s", out)
+	}
+	unthrottle()
+	end := awaitRun(ctx, t, run, l.LogDir)
+	if end.Phase != spec.PhaseCompleted || len(end.SlowNodes) != 0 || len(end.Recoveries) != 0 {
+		t.Errorf("ended %s with slow nodes %+v, recoveries %d; want completed, nobody slow at the end, no recovery",
+			end.Phase, end.SlowNodes, len(end.Recoveries))
+	}
+}

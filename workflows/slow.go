@@ -1,0 +1,77 @@
+package workflows
+
+import (
+	"slices"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// A slow node: data-parallel ranks meet at every step's allreduce, so a
+// node that computes slower than its peers (a throttled CPU or device,
+// a host shared with other work) sets the run's pace, and its peers'
+// time shows as waiting in collectives. Each node's computation in a
+// chunk is its time less the time its ranks waited (ChunkResult.Seconds
+// × (1 − CommShare)); a node that took slowNodeFactor times the median of
+// its peers' in slowNodeChunks chunks in a row is named in the status
+// (SlowNodes), the log and the cann_train_slow_nodes gauge, so that it
+// can be drained (`cann-train nodes drain`: the run moves off it at a
+// boundary). The run does not move off it by itself: the replacement
+// may share the cause.
+const (
+	slowNodeFactor = 1.5
+	slowNodeChunks = 3
+	// slowNodeMinSeconds: chunks whose median computation is shorter
+	// are too short to judge (timer and scheduling noise); they leave
+	// the streaks as they are.
+	slowNodeMinSeconds = 0.05
+)
+
+// noteSlow updates the streaks of slow nodes with a chunk's results (one
+// per node, in rank order) and the status's SlowNodes with those that
+// reached slowNodeChunks.
+func (r *run) noteSlow(ctx workflow.Context, results []spec.ChunkResult) {
+	if len(results) < 2 || results[0].To <= results[0].From || r.spec.IsExternal() {
+		return // one node has no peers; a save-only chunk computes nothing; an external job's launches time its script
+	}
+	compute := make([]float64, len(results))
+	for i, res := range results {
+		compute[i] = res.Seconds * (1 - res.CommShare)
+	}
+	if median(slices.Clone(compute)) < slowNodeMinSeconds {
+		return
+	}
+	var streaks []spec.SlowNode
+	for i, res := range results {
+		peers := median(slices.Concat(compute[:i], compute[i+1:]))
+		if peers <= 0 || compute[i] < slowNodeFactor*peers {
+			continue
+		}
+		sn := spec.SlowNode{NodeID: res.NodeID, Factor: compute[i] / peers, Chunks: 1, Since: res.From}
+		if j := slices.IndexFunc(r.st.SlowStreaks, func(p spec.SlowNode) bool { return p.NodeID == res.NodeID }); j >= 0 {
+			sn.Chunks, sn.Since = r.st.SlowStreaks[j].Chunks+1, r.st.SlowStreaks[j].Since
+		}
+		if sn.Chunks == slowNodeChunks {
+			workflow.GetLogger(ctx).Warn("a node computes much slower than its peers; the run trains at its pace (cann-train nodes drain moves the run off it)",
+				"node", res.NodeID, "factor", sn.Factor, "chunks", sn.Chunks, "since_step", sn.Since)
+		}
+		streaks = append(streaks, sn)
+	}
+	r.st.SlowStreaks = streaks
+	r.st.Status.SlowNodes = slices.DeleteFunc(slices.Clone(streaks), func(sn spec.SlowNode) bool { return sn.Chunks < slowNodeChunks })
+	r.metrics(ctx).Gauge(metricSlowNodes).Update(float64(len(r.st.Status.SlowNodes)))
+}
+
+// median of xs (reordered); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
