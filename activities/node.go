@@ -517,7 +517,7 @@ func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in sp
 	n.mu.Unlock()
 	raw, err := hex.DecodeString(mine)
 	if err != nil || len(raw) != sha256.Size {
-		return fmt.Errorf("node %s: data fingerprint %q: %v", n.ID, mine, err)
+		return fmt.Errorf("node %s: data fingerprint %q is not a SHA-256", n.ID, mine)
 	}
 	const words = sha256.Size / 2
 	src := make([]float32, words)
