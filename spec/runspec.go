@@ -86,7 +86,20 @@ type RunSpec struct {
 	// shared memory (0 or 1: one). The world is nodes × ranks_per_node
 	// ranks; batch_per_rank is per rank.
 	RanksPerNode int `yaml:"ranks_per_node" json:"ranks_per_node,omitempty"`
+	// SlowNode is what the run does about a node whose computation takes
+	// much longer than its peers' chunk after chunk (it sets the run's
+	// pace): report (the default) names it in the status; drain also
+	// drains it, as `cann-train nodes drain` does — the run moves off it
+	// at a boundary, to a free node, and no run gets it until it is
+	// undrained.
+	SlowNode string `yaml:"slow_node" json:"slow_node,omitempty"`
 }
+
+// SlowNode values.
+const (
+	SlowNodeReport = "report"
+	SlowNodeDrain  = "drain"
+)
 
 // LocalRanks is the number of ranks each node trains (RanksPerNode, at
 // least 1).
@@ -300,6 +313,9 @@ func (s RunSpec) Validate() error {
 	s.validateSync(bad)
 	if s.Strategy != "" && s.Strategy != StrategyFixed && s.Strategy != StrategyAuto {
 		bad("strategy", "unknown strategy %q (want fixed or auto)", s.Strategy)
+	}
+	if s.SlowNode != "" && s.SlowNode != SlowNodeReport && s.SlowNode != SlowNodeDrain {
+		bad("slow_node", "unknown action %q (want report or drain)", s.SlowNode)
 	}
 	if s.RanksPerNode < 0 || s.RanksPerNode > 64 {
 		bad("ranks_per_node", "%d out of range 1..64", s.RanksPerNode)

@@ -134,6 +134,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"batch min below nodes", "name: a\nnodes: 4\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    min: 2\n", "green.batch.min", 7, "rank count 4"},
 		{"batch min below ranks", "name: a\nnodes: 2\nranks_per_node: 3\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    min: 4\n", "green.batch.min", 8, "rank count 6"},
 		{"ranks per node negative", "name: a\nranks_per_node: -2\n", "ranks_per_node", 2, "out of range 1..64"},
+		{"unknown slow node action", "name: a\nslow_node: evict\n", "slow_node", 2, "unknown action \"evict\" (want report or drain)"},
 		{"batch max past the data", "name: a\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    max: 70000\n", "green.batch.max", 6, "training set"},
 		{"batch range excludes the run's", "name: a\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    min: 100\n    max: 200\n", "green.batch", 4, "global batch 96"},
 		{"batch unknown field", "name: a\ngreen:\n  trace: x.csv\n  batch:\n    threshold: 200\n", "green.batch.threshold", 5, "unknown field"},

@@ -100,9 +100,10 @@ import (
 // lost, and resumed from it (versionResolveWaits), and
 // trainingrun_skip_gone.json, a run whose bucket lost three checkpoints
 // and that fell back past the older missing ones in one restart
-// (versionSkipGone)
+// (versionSkipGone), and trainingrun_slow_drain.json, a run with
+// slow_node: drain that drained its throttled node and moved off it
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -120,6 +121,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_drain.json":     "run/ext-drain",
 		"trainingrun_external_lost.json":      "run/ext-lost",
 		"trainingrun_host_cannot_launch.json": "run/ext-host",
+		"trainingrun_slow_drain.json":         "run/slow-drain",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -168,6 +170,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_outage.json", spec.WorkflowTrainingRun},             // a server outage outlived on the same nodes (versionServiceOutage)
 		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},       // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
 		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},          // fell back past deleted checkpoints in one restart (versionSkipGone)
+		{"trainingrun_slow_drain.json", spec.WorkflowTrainingRun},         // drained its slow node (slow_node: drain) and moved off it
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"slices"
 
 	"go.temporal.io/sdk/workflow"
@@ -17,8 +18,10 @@ import (
 // its peers' in slowNodeChunks chunks in a row is named in the status
 // (SlowNodes), the log and the cann_train_slow_nodes gauge, so that it
 // can be drained (`cann-train nodes drain`: the run moves off it at a
-// boundary). The run does not move off it by itself: the replacement
-// may share the cause.
+// boundary). With slow_node: drain the run asks the Cluster to drain it
+// itself (once; the Cluster tells the run, which moves off it as from
+// any drained node); by default it does not: a replacement may share
+// the cause, and a drain outlives the run.
 const (
 	slowNodeFactor = 1.5
 	slowNodeChunks = 3
@@ -55,6 +58,15 @@ func (r *run) noteSlow(ctx workflow.Context, results []spec.ChunkResult) {
 		if sn.Chunks == slowNodeChunks {
 			workflow.GetLogger(ctx).Warn("a node computes much slower than its peers; the run trains at its pace (cann-train nodes drain moves the run off it)",
 				"node", res.NodeID, "factor", sn.Factor, "chunks", sn.Chunks, "since_step", sn.Since)
+		}
+		if sn.Chunks >= slowNodeChunks && r.spec.SlowNode == spec.SlowNodeDrain && !slices.Contains(r.st.SlowDrained, res.NodeID) {
+			r.st.SlowDrained = append(r.st.SlowDrained, res.NodeID)
+			why := fmt.Sprintf("slow: computed %.1f× its peers' time %d chunks in a row from step %d of run %s (slow_node: drain)",
+				sn.Factor, sn.Chunks, sn.Since, r.st.Status.RunID)
+			err := workflow.SignalExternalWorkflow(ctx, r.clusterID, "", spec.SignalDrain, spec.Drain{NodeID: res.NodeID, Drained: true, Reason: why}).Get(ctx, nil)
+			if err != nil {
+				workflow.GetLogger(ctx).Warn("could not drain the slow node", "node", res.NodeID, "error", err)
+			}
 		}
 		streaks = append(streaks, sn)
 	}

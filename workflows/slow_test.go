@@ -13,7 +13,8 @@ import (
 // its peers, who wait for it: after three such chunks in a row the status
 // names it, with the factor, the streak and where it began, until a chunk
 // in which it keeps up. Noise (10 %) and chunks too short to time name
-// nobody.
+// nobody. With slow_node: drain the run asks the Cluster, once, to drain
+// it.
 func TestTrainingRunNamesASlowNode(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -22,6 +23,7 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 		compute func(from int64) float64
 		secs    float64
 		want    []spec.SlowNode
+		drain   bool // slow_node: drain
 	}{
 		{name: "slow from 200", compute: func(from int64) float64 {
 			if from >= 200 {
@@ -29,6 +31,12 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 			}
 			return 0.3
 		}, secs: 1, want: []spec.SlowNode{{NodeID: "node-3", Factor: 2, Chunks: 8, Since: 200}}},
+		{name: "slow from 200, drained", compute: func(from int64) float64 {
+			if from >= 200 {
+				return 0.6
+			}
+			return 0.3
+		}, secs: 1, want: []spec.SlowNode{{NodeID: "node-3", Factor: 2, Chunks: 8, Since: 200}}, drain: true},
 		{name: "keeps up again", compute: func(from int64) float64 {
 			if from >= 200 && from < 700 {
 				return 0.6
@@ -52,9 +60,25 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 				}
 				res.Seconds, res.CommShare = tc.secs, 1-c/tc.secs
 			}}
-			env := newRunEnv(t, &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}, ch)
-			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 3, Steps: 1000, ChunkSteps: 100}.WithDefaults()})
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+			env := newRunEnv(t, cl, ch)
+			s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 1000, ChunkSteps: 100}.WithDefaults()
+			if tc.drain {
+				s.SlowNode = spec.SlowNodeDrain
+			}
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 			st := result(t, env)
+			// (The Cluster would tell the run to move off the drained
+			// node; this one does not.)
+			if tc.drain {
+				require.Len(t, cl.drains, 1, "drained once")
+				d := cl.drains[0]
+				require.Equal(t, "node-3", d.NodeID)
+				require.True(t, d.Drained)
+				require.Equal(t, "slow: computed 2.0× its peers' time 3 chunks in a row from step 200 of run default-test-workflow-id (slow_node: drain)", d.Reason)
+			} else {
+				require.Empty(t, cl.drains, "reported, not drained")
+			}
 			require.Len(t, st.SlowNodes, len(tc.want))
 			for i, want := range tc.want {
 				got := st.SlowNodes[i]

@@ -128,6 +128,9 @@ type RunState struct {
 	// peers' time in the last chunk, with how many chunks in a row
 	// (noteSlow).
 	SlowStreaks []spec.SlowNode `json:"slow_streaks,omitempty"`
+	// SlowDrained are the slow nodes the run asked the Cluster to drain
+	// (slow_node: drain), each once.
+	SlowDrained []string `json:"slow_drained,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by

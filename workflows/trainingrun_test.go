@@ -44,6 +44,8 @@ type fakeCluster struct {
 	// mark-failed signals, markedInAcquire the failures acquire requests
 	// carried.
 	releases, markSignals, markedInAcquire int
+	// drains are the runs' drain signals (slow_node: drain).
+	drains []spec.Drain
 	// onAcquire, when set, hears of each request before it is served.
 	onAcquire func(req spec.AcquireRequest)
 }
@@ -216,6 +218,11 @@ func newRunEnv(t *testing.T, cl *fakeCluster, ch *fakeChunks) *testsuite.TestWor
 				defer cl.mu.Unlock()
 				cl.markFailedLocked(arg.(spec.MarkFailed))
 				cl.markSignals++
+			}
+			if name == spec.SignalDrain {
+				cl.mu.Lock()
+				defer cl.mu.Unlock()
+				cl.drains = append(cl.drains, arg.(spec.Drain))
 			}
 			return nil
 		})

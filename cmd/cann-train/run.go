@@ -53,6 +53,8 @@ Job file fields (all optional but name):
   collective ring|hd|rd|tree|hier|auto, topology_scan false, strategy
     fixed|auto (auto: train on the data-parallel degree the cost model
     predicts fastest, from the scanned links and measured computation),
+  slow_node report|drain (a node computing 1.5× its peers' time 3 chunks
+    in a row: named in the status; drain: also drained, the run moves off it),
   optimizer adam|onebit-adam, freeze_step (1.5 % of steps; onebit-adam)
   compression (optional): codec auto|none|topk:RATIO|sign|int8 (auto;
     sign with onebit-adam), exchange twophase|allgather, warmup_steps

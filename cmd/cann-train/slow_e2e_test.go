@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,32 +18,42 @@ import (
 // a throttled CPU would run it. Its peers wait for it at every allreduce;
 // the status names it as the slow node, with how much slower it computes,
 // and no other; `cann-train status` says so and how to move off it. Once
-// it keeps up again the run completes, naming nobody.
+// it keeps up again the run completes, naming nobody. A second run, with
+// slow_node: drain, drains it when it is named (the Cluster records why)
+// and moves off it to the spare node-4.
 func TestSlowNodeIsNamed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3", "node-4")
 	s := spec.RunSpec{Name: "slow", Nodes: 3, Steps: 4000, ChunkSteps: 200}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 
-	pid := l.Proc("node-3").Pid()
-	tctx, stop := context.WithCancel(ctx)
-	throttled := make(chan struct{})
-	go func() {
-		defer close(throttled)
-		defer syscall.Kill(pid, syscall.SIGCONT)
-		for tctx.Err() == nil {
-			_ = syscall.Kill(pid, syscall.SIGSTOP)
-			time.Sleep(30 * time.Millisecond)
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-			time.Sleep(15 * time.Millisecond)
+	// throttle stops node-3's process 30 ms of every 45 until the
+	// function it returns is called.
+	throttle := func() func() {
+		pid := l.Proc("node-3").Pid()
+		tctx, stop := context.WithCancel(ctx)
+		throttled := make(chan struct{})
+		go func() {
+			defer close(throttled)
+			defer syscall.Kill(pid, syscall.SIGCONT)
+			for tctx.Err() == nil {
+				_ = syscall.Kill(pid, syscall.SIGSTOP)
+				time.Sleep(30 * time.Millisecond)
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+				time.Sleep(15 * time.Millisecond)
+			}
+		}()
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				stop()
+				<-throttled
+			})
 		}
-	}()
-	unthrottle := func() {
-		stop()
-		<-throttled
 	}
+	unthrottle := throttle()
 	defer unthrottle()
 
 	st := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "node-3 named slow", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
@@ -60,4 +72,29 @@ func TestSlowNodeIsNamed(t *testing.T) {
 		t.Errorf("ended %s with slow nodes %+v, recoveries %d; want completed, nobody slow at the end, no recovery",
 			end.Phase, end.SlowNodes, len(end.Recoveries))
 	}
+
+	s.Name, s.SlowNode = "slow-drain", spec.SlowNodeDrain
+	run = startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	unthrottle = throttle()
+	defer unthrottle()
+	moved := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the run off node-3", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.Nodes) > 0 && !slices.Contains(st.Nodes, "node-3") || st.Phase == spec.PhaseCompleted
+	})
+	unthrottle()
+	if !slices.Equal(moved.Nodes, []string{"node-1", "node-2", "node-4"}) {
+		t.Errorf("nodes %v at step %d; want node-3's rank on node-4", moved.Nodes, moved.Step)
+	}
+	reg, err := readRegistry(ctx, c, spec.DefaultClusterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reg.Nodes {
+		if r.Node.ID == "node-3" && (!r.Drained || !strings.Contains(r.DrainReason, "slow: computed ") || !strings.Contains(r.DrainReason, "of run run/slow-drain (slow_node: drain)")) {
+			t.Errorf("node-3 in the registry: %+v; want it drained, saying why", r)
+		}
+	}
+	if end := awaitRun(ctx, t, run, l.LogDir); end.Phase != spec.PhaseCompleted || len(end.Recoveries) != 0 {
+		t.Errorf("ended %s with recoveries %+v; want completed without one", end.Phase, end.Recoveries)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_slow_drain.json")
 }
