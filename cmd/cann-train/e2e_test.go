@@ -382,6 +382,23 @@ func faultKill(ctx context.Context, t *testing.T, addr, run, node string, step i
 	}
 }
 
+// registryRecord is node id's record in the default Cluster's registry;
+// the test fails when it has none.
+func registryRecord(ctx context.Context, t *testing.T, c client.Client, id string) workflows.NodeRecord {
+	t.Helper()
+	reg, err := readRegistry(ctx, c, spec.DefaultClusterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reg.Nodes {
+		if r.Node.ID == id {
+			return r
+		}
+	}
+	t.Fatalf("node %s is not in the registry", id)
+	return workflows.NodeRecord{}
+}
+
 // waitRegistered fails the test unless n nodes register.
 func waitRegistered(ctx context.Context, t *testing.T, c client.Client, n int) {
 	t.Helper()

@@ -65,14 +65,8 @@ func TestExternalHostWithoutTheJobIsReplaced(t *testing.T) {
 	if !slices.Equal(st.Nodes, []string{"node-1", "node-4"}) {
 		t.Errorf("nodes %v, want node-1 and node-4", st.Nodes)
 	}
-	reg, err := readRegistry(ctx, c, spec.DefaultClusterID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range reg.Nodes {
-		if r.Node.ID == "node-3" && (!r.Failed || !r.Misconfigured || !strings.Contains(r.FailReason, "python3")) {
-			t.Errorf("node-3 in the registry: %+v; want it failed as misconfigured, saying why", r)
-		}
+	if r := registryRecord(ctx, t, c, "node-3"); !r.Failed || !r.Misconfigured || !strings.Contains(r.FailReason, "python3") {
+		t.Errorf("node-3 in the registry: %+v; want it failed as misconfigured, saying why", r)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_host_cannot_launch.json")
 }

@@ -84,14 +84,9 @@ func TestSlowNodeIsNamed(t *testing.T) {
 	if !slices.Equal(moved.Nodes, []string{"node-1", "node-2", "node-4"}) {
 		t.Errorf("nodes %v at step %d; want node-3's rank on node-4", moved.Nodes, moved.Step)
 	}
-	reg, err := readRegistry(ctx, c, spec.DefaultClusterID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range reg.Nodes {
-		if r.Node.ID == "node-3" && (!r.Drained || !strings.Contains(r.DrainReason, "slow: computed ") || !strings.Contains(r.DrainReason, "of run run/slow-drain (slow_node: drain)")) {
-			t.Errorf("node-3 in the registry: %+v; want it drained, saying why", r)
-		}
+	if r := registryRecord(ctx, t, c, "node-3"); !r.Drained || !strings.Contains(r.DrainReason, "slow: computed ") ||
+		!strings.Contains(r.DrainReason, "of run run/slow-drain (slow_node: drain)") {
+		t.Errorf("node-3 in the registry: %+v; want it drained, saying why", r)
 	}
 	if end := awaitRun(ctx, t, run, l.LogDir); end.Phase != spec.PhaseCompleted || len(end.Recoveries) != 0 {
 		t.Errorf("ended %s with recoveries %+v; want completed without one", end.Phase, end.Recoveries)

@@ -67,14 +67,8 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 		!strings.Contains(rec.Reason, "--mnist-dir") || slices.Contains(st.Nodes, "node-0") {
 		t.Errorf("recovery %+v, nodes %v: want node-0 replaced for its missing data set", rec, st.Nodes)
 	}
-	reg, err := readRegistry(ctx, c, spec.DefaultClusterID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range reg.Nodes {
-		if r.Node.ID == "node-0" && (!r.Failed || !r.Misconfigured || !strings.Contains(r.FailReason, "has no data set")) {
-			t.Errorf("node-0 in the registry: %+v; want it failed as misconfigured, saying why", r)
-		}
+	if r := registryRecord(ctx, t, c, "node-0"); !r.Failed || !r.Misconfigured || !strings.Contains(r.FailReason, "has no data set") {
+		t.Errorf("node-0 in the registry: %+v; want it failed as misconfigured, saying why", r)
 	}
 	if got := cliAt(ctx, t, addr, l.LogDir)("nodes"); !regexp.MustCompile(`(?m)^node-0 +unfit: node node-0 has no data set`).MatchString(got) {
 		t.Errorf("cann-train nodes:\n%s\nwant node-0 unfit, saying why", got)
