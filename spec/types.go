@@ -611,6 +611,9 @@ type RunStatus struct {
 	// from its last checkpoint (`cann-train run --resume`), oldest first.
 	Resumed       []Resumption `json:"resumed,omitempty"`
 	WeightsSHA256 string       `json:"weights_sha256,omitempty"`
+	// DataSHA256 fingerprints the data set the run trains on (its nodes'
+	// engine data set, compared at its first chunk).
+	DataSHA256 string `json:"data_sha256,omitempty"`
 	// ChunkIdleSeconds is the mean gap between one chunk's end (as the
 	// slowest node reported) and the next chunk's start: the workflow's
 	// own overhead (not counting gaps across a pause, a wait, a recovery

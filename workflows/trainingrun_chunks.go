@@ -185,6 +185,7 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 	if fail == nil {
 		if r.st.DataSHA256 == "" {
 			r.st.DataSHA256 = results[0].DataSHA256 // (the nodes agreed on it)
+			r.st.Status.DataSHA256 = r.st.DataSHA256
 		}
 		return results, nil
 	}

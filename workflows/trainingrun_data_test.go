@@ -45,6 +45,7 @@ func TestTrainingRunTellsNodesItsDataSet(t *testing.T) {
 		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 		st := result(t, env)
 		require.Equal(t, []string{"node-1", "spare-2"}, st.Nodes)
+		require.Equal(t, sum, st.DataSHA256, "the status names the data set")
 		require.Len(t, st.Recoveries, 2)
 		require.Equal(t, []string{"spare-1"}, st.Recoveries[1].FailedNodes)
 		require.Contains(t, st.Recoveries[1].Reason, "node spare-1's data set (/data) differs from the one run")

@@ -480,8 +480,12 @@ type Summary struct {
 	// Resumed: the earlier runs of this name it continues (run --resume).
 	Resumed       []spec.Resumption `json:"resumed,omitempty"`
 	WeightsSHA256 string            `json:"weights_sha256"`
-	WebUI         string            `json:"web_ui,omitempty"`
-	Error         string            `json:"error,omitempty"`
+	// DataSHA256 fingerprints the data set the run trains on.
+	DataSHA256 string `json:"data_sha256,omitempty"`
+	// SlowNodes are the nodes setting the run's pace (spec.SlowNode).
+	SlowNodes []spec.SlowNode `json:"slow_nodes,omitempty"`
+	WebUI     string          `json:"web_ui,omitempty"`
+	Error     string          `json:"error,omitempty"`
 	// Detail says what the status is about (the green window waited for,
 	// the pause, the storage held for); WaitUntil ends a green wait, or
 	// the wait before the run stores its checkpoint again.
@@ -649,7 +653,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
-		WeightsSHA256: st.WeightsSHA256, Error: st.Error,
+		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, TargetNodes: st.TargetNodes,
 		Evicting: st.Evicting, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
@@ -720,7 +724,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s, comm share %.0f%%, idle between chunks %.3fs\n",
 			s.StepsPerSec, s.SamplesPerSec, 100*s.CommShare, s.ChunkIdle)
 	}
-	for _, sn := range st.SlowNodes {
+	for _, sn := range s.SlowNodes {
 		fmt.Fprintf(w, "slow node    %s computes %.1f× its peers' time, %d chunks in a row since step %d: the run trains at its pace (`cann-train nodes drain %s` moves the run off it)\n",
 			sn.NodeID, sn.Factor, sn.Chunks, sn.Since, sn.NodeID)
 	}
@@ -771,6 +775,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	printTopology(w, s.Topology)
 	if s.WeightsSHA256 != "" {
 		fmt.Fprintf(w, "weights      sha256 %s\n", s.WeightsSHA256)
+	}
+	if s.DataSHA256 != "" {
+		fmt.Fprintf(w, "data         sha256 %s (the data set every node compared)\n", s.DataSHA256)
 	}
 	fmt.Fprintf(w, "wall         %.1fs\n", s.WallSeconds)
 	if s.Error != "" {

@@ -93,6 +93,10 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	if got := cliAt(ctx, t, addr, l.LogDir)("nodes"); !regexp.MustCompile(`(?m)^node-00 +unfit: node node-00's data set`).MatchString(got) {
 		t.Errorf("cann-train nodes:\n%s\nwant node-00 unfit, saying why", got)
 	}
+	if got := cliAt(ctx, t, addr, l.LogDir)("status", s.Name); len(st.DataSHA256) != 64 || !strings.Contains(rec.Reason, st.DataSHA256[:12]) ||
+		!strings.Contains(got, "data         sha256 "+st.DataSHA256) {
+		t.Errorf("data set %q, recovery %q; cann-train status:\n%s\nwant the run's fingerprint, the one its nodes held", st.DataSHA256, rec.Reason, got)
+	}
 }
 
 // otherMNIST is a directory with MNIST as it is but for the label of
