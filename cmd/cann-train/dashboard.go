@@ -37,17 +37,19 @@ type dashboardRow struct {
 	Nodes     int64      `json:"nodes"`
 	// TargetNodes is the size a running run that lost nodes grows back
 	// to (status target_nodes; 0: none).
-	TargetNodes   int64     `json:"target_nodes,omitempty"`
-	Step          int64     `json:"step"`
-	Steps         int64     `json:"steps"`
-	Loss          float32   `json:"loss"`
-	SamplesPerSec float64   `json:"samples_per_sec"`
-	Strategy      string    `json:"strategy,omitempty"`
-	Recoveries    int       `json:"recoveries"`
-	CarbonGrams   float64   `json:"carbon_g,omitempty"`
-	Detail        string    `json:"detail,omitempty"`
-	StartedAt     time.Time `json:"started_at"`
-	WebUI         string    `json:"web_ui,omitempty"`
+	TargetNodes   int64   `json:"target_nodes,omitempty"`
+	Step          int64   `json:"step"`
+	Steps         int64   `json:"steps"`
+	Loss          float32 `json:"loss"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	Strategy      string  `json:"strategy,omitempty"`
+	Recoveries    int     `json:"recoveries"`
+	// SlowNodes are the nodes setting the run's pace (status slow_nodes).
+	SlowNodes   []string  `json:"slow_nodes,omitempty"`
+	CarbonGrams float64   `json:"carbon_g,omitempty"`
+	Detail      string    `json:"detail,omitempty"`
+	StartedAt   time.Time `json:"started_at"`
+	WebUI       string    `json:"web_ui,omitempty"`
 	// Unread says why the run's own status could not be read (the row
 	// then has only what the visibility store indexes).
 	Unread string `json:"unread,omitempty"`
@@ -241,9 +243,18 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 	if st.Green != nil {
 		r.CarbonGrams = st.Green.Grams
 	}
+	var slow []string
+	r.SlowNodes = nil
+	for _, sn := range st.SlowNodes {
+		r.SlowNodes = append(r.SlowNodes, sn.NodeID)
+		slow = append(slow, fmt.Sprintf("%s %.1f×", sn.NodeID, sn.Factor))
+	}
 	r.Detail = st.Detail
-	if st.Error != "" {
+	switch {
+	case st.Error != "":
 		r.Detail = st.Error
+	case r.Detail == "" && len(slow) > 0:
+		r.Detail = "slow: " + strings.Join(slow, ", ")
 	}
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +50,7 @@ func TestDashboardRowFromVisibility(t *testing.T) {
 		enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, start, sa)
 	want := dashboardRow{WorkflowID: "run/a", RunID: "r1", Execution: "running", Status: spec.PhasePaused,
 		Model: "mlp-mnist", Nodes: 3, Step: 400, StartedAt: start}
-	if r != want {
+	if !reflect.DeepEqual(r, want) {
 		t.Errorf("row %+v, want %+v", r, want)
 	}
 	r.addStatus(spec.RunStatus{RunID: "run/a", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n2"},
@@ -56,6 +58,17 @@ func TestDashboardRowFromVisibility(t *testing.T) {
 		&spec.ChunkProgress{Step: 450, Loss: 0.4, SamplesPerSec: 60})
 	if r.Step != 450 || r.Loss != 0.4 || r.SamplesPerSec != 120 || r.Nodes != 2 || r.Steps != 1000 || r.CarbonGrams != 12.5 {
 		t.Errorf("with status and a heartbeat ahead of it: %+v", r)
+	}
+	// A slow node is the detail of a run that has none of its own.
+	slow := []spec.SlowNode{{NodeID: "n2", Factor: 2.04, Chunks: 3, Since: 200}}
+	for _, tc := range []struct{ detail, want string }{
+		{"", "slow: n2 2.0×"},
+		{"paused at step 400", "paused at step 400"},
+	} {
+		r.addStatus(spec.RunStatus{Phase: spec.PhaseTraining, Nodes: []string{"n1", "n2"}, SlowNodes: slow, Detail: tc.detail}, nil)
+		if r.Detail != tc.want || !slices.Equal(r.SlowNodes, []string{"n2"}) {
+			t.Errorf("detail %q, slow nodes %v; want %q, [n2]", r.Detail, r.SlowNodes, tc.want)
+		}
 	}
 }
 

@@ -62,9 +62,13 @@ func TestSlowNodeIsNamed(t *testing.T) {
 	if len(st.SlowNodes) != 1 || st.SlowNodes[0].NodeID != "node-3" || st.SlowNodes[0].Factor < 1.5 || st.SlowNodes[0].Chunks < 3 {
 		t.Fatalf("slow nodes %+v at step %d; want node-3 alone, 1.5× or more, 3 chunks or more", st.SlowNodes, st.Step)
 	}
-	out := cliAt(ctx, t, addr, l.LogDir)("status", s.Name)
+	cli := cliAt(ctx, t, addr, l.LogDir)
+	out := cli("status", s.Name)
 	if !strings.Contains(out, "slow node    node-3 computes ") || !strings.Contains(out, "`cann-train nodes drain node-3` moves the run off it") {
 		t.Errorf("status does not name the slow node:\n%s", out)
+	}
+	if out := cli("dashboard"); !strings.Contains(out, "slow: node-3 ") {
+		t.Errorf("dashboard does not name the slow node:\n%s", out)
 	}
 	unthrottle()
 	end := awaitRun(ctx, t, run, l.LogDir)
