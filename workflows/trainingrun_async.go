@@ -88,15 +88,11 @@ func (r *run) resolvePending(ctx workflow.Context) error {
 				"step", p.Step, "error", err)
 			return nil
 		}
-		d := nextStorageWait(r.st.StorageWait)
-		r.st.StorageWait = d
-		r.metrics(ctx).Gauge(metricStorageHeld).Update(1)
-		err = r.holdFor(ctx, d,
+		err = r.waitToRead(ctx,
 			fmt.Sprintf("the checkpoint storage did not say whether the checkpoint at step %d, uploading when the node was lost, is stored (%s); the run asks again",
 				p.Step, message(err)),
 			fmt.Sprintf("look the checkpoint at step %d up again", p.Step))
 		if err != nil {
-			r.metrics(ctx).Gauge(metricStorageHeld).Update(0)
 			return err
 		}
 	}
@@ -107,7 +103,6 @@ func (r *run) resolveHeld(ctx workflow.Context) {
 	s := &r.st.Status
 	s.WaitUntil, s.Detail = time.Time{}, ""
 	r.st.StorageWait = 0
-	r.metrics(ctx).Gauge(metricStorageHeld).Update(0)
 	r.setPhase(ctx, spec.PhaseRecovering)
 }
 

@@ -333,13 +333,7 @@ const versionLoadWaits = "load-waits"
 // short) the run tries the chunk again. A pause, rescale or drain
 // signalled meanwhile applies then, at the boundary.
 func (r *run) waitToLoad(ctx workflow.Context, f *chunkFailure) error {
-	d := nextStorageWait(r.st.StorageWait)
-	r.st.StorageWait = d
-	held := r.metrics(ctx).Gauge(metricStorageHeld)
-	held.Update(1)
-	err := r.holdFor(ctx, d, f.reason+"; the run reads it again", fmt.Sprintf("read the checkpoint at step %d again", f.unread.Step))
-	held.Update(0)
-	if err != nil {
+	if err := r.waitToRead(ctx, f.reason+"; the run reads it again", fmt.Sprintf("read the checkpoint at step %d again", f.unread.Step)); err != nil {
 		return err
 	}
 	s := &r.st.Status
@@ -347,6 +341,20 @@ func (r *run) waitToLoad(ctx workflow.Context, f *chunkFailure) error {
 	r.st.LastChunkEnd = time.Time{}     // the hold is no gap between chunks
 	r.setPhase(ctx, spec.PhaseTraining) // (an external job's relaunch sets none)
 	return nil
+}
+
+// waitToRead is one wait of a run that holds because its storage does
+// not serve a read (a checkpoint to restore, or to look up): the next of
+// the doubling waits (nextStorageWait), in waiting-storage with the
+// cann_train_storage_held gauge at 1, saying what (holdFor).
+func (r *run) waitToRead(ctx workflow.Context, what, summary string) error {
+	d := nextStorageWait(r.st.StorageWait)
+	r.st.StorageWait = d
+	held := r.metrics(ctx).Gauge(metricStorageHeld)
+	held.Update(1)
+	err := r.holdFor(ctx, d, what, summary)
+	held.Update(0)
+	return err
 }
 
 // storeKept runs a save-only chunk at the run's step and reports whether
