@@ -96,6 +96,8 @@ type Node struct {
 	mu    sync.Mutex
 	train *engine.Dataset
 	test  *engine.Dataset
+	// began numbers the chunks this node began (warmTrainer.seq).
+	began uint64
 	// dataSum fingerprints train and test (dataFingerprint), read from
 	// the directory dataAt.
 	dataSum, dataAt string
@@ -125,6 +127,8 @@ type warmTrainer struct {
 	token string
 	codec string // the decided codec the syncer was built with
 	sync  *gradsync.Syncer
+	// seq is the sequence number of the chunk that kept it (Node.began).
+	seq uint64
 }
 
 // Close releases open buckets.
@@ -149,6 +153,10 @@ func (n *Node) Close() error {
 // node fails with the first error, a lost peer named by its node rank.
 func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
 	started := time.Now()
+	n.mu.Lock()
+	n.began++
+	seq := n.began
+	n.mu.Unlock()
 	if err := n.checkInput(in); err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadChunkInput", err)
 	}
@@ -179,7 +187,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	places := make([]place, k)
 	examples := 0 // this node's examples per step (its ranks' slices)
 	for local := range k {
-		places[local] = place{local: local, global: in.Rank*k + local, world: len(in.Membership.Nodes) * k, perNode: k}
+		places[local] = place{local: local, global: in.Rank*k + local, world: len(in.Membership.Nodes) * k, perNode: k, seq: seq}
 		lo, hi := engineConfig(in, places[local]).RankSlice()
 		examples += hi - lo
 	}
@@ -207,7 +215,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	}
 	if err := g.Wait(); err != nil {
 		// Every rank has ended: the state any of them kept is suspect.
-		n.forget(in)
+		n.forget(in, seq)
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // cancelled: blame nobody
 		}
@@ -240,6 +248,7 @@ type place struct {
 	// node's first rank reports (hb: nil for the others).
 	nodeExamples int
 	hb           *heartbeater
+	seq          uint64 // the chunk's (Node.began)
 }
 
 // trainRank is one rank's part of TrainChunk: its figures in a
@@ -381,7 +390,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		acc, _ := tr.Evaluate(test)
 		res.EvalMetric, res.EvalValue = "test_accuracy", acc
 	}
-	n.keep(in, p.local, sy)
+	n.keep(in, p.seq, p.local, sy)
 	if ew != nil {
 		res.Joules = ew.joules(ctx, log)
 	}
@@ -703,26 +712,29 @@ func sameShard(have, want engine.Config) bool {
 	return have.Rank == want.Rank && have.World == want.World && have.GlobalBatchSize() == want.GlobalBatchSize()
 }
 
-func (n *Node) keep(in spec.ChunkInput, local int, sy *gradsync.Syncer) {
+func (n *Node) keep(in spec.ChunkInput, seq uint64, local int, sy *gradsync.Syncer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if local >= len(n.warm) {
 		n.warm = append(n.warm, make([]*warmTrainer, local+1-len(n.warm))...)
 	}
-	n.warm[local] = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, token: in.Token, codec: in.Codec, sync: sy}
+	n.warm[local] = &warmTrainer{run: in.RunID, generation: in.Membership.Generation, token: in.Token, codec: in.Codec, sync: sy, seq: seq}
 }
 
-// forget drops the warm state a failed chunk leaves suspect: its run's, of
-// its generation or an earlier one (a node's other local ranks may have
-// kept theirs). Another run's, or a later generation's, stays: a chunk
-// cancelled late — one that learnt of its cancellation only at its next
-// heartbeat, after the node had moved on — must not wipe the state of the
-// chunk the node trains now.
-func (n *Node) forget(in spec.ChunkInput) {
+// forget drops the warm state a failed chunk (the seq-th this node began)
+// leaves suspect: its run's, of its generation or an earlier one, kept by
+// a chunk that began no later than it (a node's other local ranks may
+// have kept theirs). Another run's, a later generation's, or one a later
+// chunk kept stays: a chunk cancelled late — one that learnt of its
+// cancellation only at its next heartbeat, after the node had moved on,
+// in a new generation or in a retry of the same one (a run that held
+// for its storage) — must not wipe the state of the chunk the node
+// trains now.
+func (n *Node) forget(in spec.ChunkInput, seq uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for i, w := range n.warm {
-		if w != nil && w.run == in.RunID && w.generation <= in.Membership.Generation {
+		if w != nil && w.run == in.RunID && w.generation <= in.Membership.Generation && w.seq <= seq {
 			n.warm[i] = nil
 		}
 	}

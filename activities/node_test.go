@@ -808,9 +808,9 @@ func TestPeerErrorBlames(t *testing.T) {
 }
 
 // TestForgetKeepsOtherState: a failed chunk drops its run's warm state of
-// its generation or an earlier one, never another run's or a later
-// generation's (a chunk cancelled late must not wipe what the node trains
-// now).
+// its generation or an earlier one, never another run's, a later
+// generation's or one a chunk begun after it kept (a chunk cancelled late
+// must not wipe what the node trains now).
 func TestForgetKeepsOtherState(t *testing.T) {
 	chunk := func(run string, gen int64) spec.ChunkInput {
 		return spec.ChunkInput{RunID: run, Membership: spec.Membership{Generation: gen}}
@@ -819,17 +819,23 @@ func TestForgetKeepsOtherState(t *testing.T) {
 		name   string
 		kept   spec.ChunkInput // whose state local rank 0 holds
 		failed spec.ChunkInput
+		later  bool // the state was kept by a chunk begun after the failed one
 		stays  bool
 	}{
-		{"same run and generation", chunk("run/a", 2), chunk("run/a", 2), false},
-		{"an earlier generation's", chunk("run/a", 1), chunk("run/a", 2), false},
-		{"a later generation's", chunk("run/a", 3), chunk("run/a", 2), true},
-		{"another run's", chunk("run/b", 1), chunk("run/a", 1), true},
+		{"same run and generation", chunk("run/a", 2), chunk("run/a", 2), false, false},
+		{"an earlier generation's", chunk("run/a", 1), chunk("run/a", 2), false, false},
+		{"a later generation's", chunk("run/a", 3), chunk("run/a", 2), false, true},
+		{"another run's", chunk("run/b", 1), chunk("run/a", 1), false, true},
+		{"a later chunk's, same generation", chunk("run/a", 2), chunk("run/a", 2), true, true},
 	} {
 		n := &Node{}
-		n.keep(tc.kept, 0, nil)
-		n.keep(tc.kept, 1, nil)
-		n.forget(tc.failed)
+		failedSeq, keptSeq := uint64(5), uint64(4)
+		if tc.later {
+			keptSeq = 6
+		}
+		n.keep(tc.kept, keptSeq, 0, nil)
+		n.keep(tc.kept, keptSeq, 1, nil)
+		n.forget(tc.failed, failedSeq)
 		for local, w := range n.warm {
 			if (w != nil) != tc.stays {
 				t.Errorf("%s: local rank %d's state kept %v, want %v", tc.name, local, w != nil, tc.stays)

@@ -48,7 +48,7 @@ func TestPeersOutwaitARestore(t *testing.T) {
 	}
 
 	// Node 2 lost its state; node 1 keeps its own and reads nothing.
-	nodes[1].forget(in)
+	nodes[1].forget(in, nodes[1].began)
 	reads.On.Store(true)
 	in.Session, in.From, in.To, in.Restore, in.Checkpoint = "run/act/g1/e2", 30, 60, ref, false
 	_, errs, ends := runChunkTimed(t, nodes, in)
