@@ -24,6 +24,7 @@ func TestChunkComparesDataSets(t *testing.T) {
 		nodes int
 		odd   []int // nodes whose data differs
 		known bool  // the run knows its fingerprint
+		pin   string
 		// want, by node: "" succeeds, "*" fails somehow, else the error
 		// type and a phrase of its message.
 		want []string
@@ -37,6 +38,20 @@ func TestChunkComparesDataSets(t *testing.T) {
 		{name: "first chunk, no majority", nodes: 2, odd: []int{1}, want: []string{
 			spec.ErrTypeDataMismatch + ": the nodes' data sets differ and no majority agrees on one: node-1 " + short(mnistSumFor(t)) + ", node-2 001122334455…",
 			spec.ErrTypeDataMismatch + ": no majority",
+		}},
+		{name: "pinned, all hold it", nodes: 2, pin: "mnist", want: []string{"", ""}},
+		{name: "pinned, one of two differs", nodes: 2, odd: []int{1}, pin: "mnist", want: []string{
+			spec.ErrTypePeerFailed + ": node node-2's data set differs from the run's (node-2 001122334455…)",
+			spec.ErrTypeNodeUnfit + ": node node-2's data set (the test's MNIST) differs from the one the job pins (data_sha256): sha256 001122334455…, not " + short(mnistSumFor(t)),
+		}},
+		{name: "pinned, held by a minority", nodes: 3, odd: []int{0, 2}, pin: "mnist", want: []string{
+			spec.ErrTypeNodeUnfit + ": differs from the one the job pins",
+			spec.ErrTypePeerFailed + ": node node-1's data set differs from the run's (node-1 001122334455…, node-3 001122334455…)",
+			spec.ErrTypeNodeUnfit + ": differs from the one the job pins",
+		}},
+		{name: "pinned, nobody holds it", nodes: 2, pin: other, want: []string{
+			spec.ErrTypeDataMismatch + ": no node holds the data set the job pins (data_sha256 001122334455…): node-1 " + short(mnistSumFor(t)) + ", node-2 " + short(mnistSumFor(t)) + " (check the pin",
+			spec.ErrTypeDataMismatch + ": no node holds the data set the job pins",
 		}},
 		{name: "known, all agree", nodes: 2, known: true, want: []string{"", ""}},
 		{name: "known, one differs", nodes: 2, odd: []int{1}, known: true, want: []string{
@@ -52,7 +67,10 @@ func TestChunkComparesDataSets(t *testing.T) {
 			for _, n := range nodes {
 				n.connectWait = 2 * time.Second
 			}
-			s := spec.RunSpec{Name: "data", Nodes: tc.nodes, Steps: 4, ChunkSteps: 2}.WithDefaults()
+			s := spec.RunSpec{Name: "data", Nodes: tc.nodes, Steps: 4, ChunkSteps: 2, DataSHA256: tc.pin}.WithDefaults()
+			if tc.pin == "mnist" {
+				s.DataSHA256 = mnistSumFor(t)
+			}
 			in := spec.ChunkInput{RunID: "run/data", Spec: s, Membership: m, Session: "run/data/g1/e1", Token: "secret", From: 0, To: 2}
 			if tc.known {
 				in.DataSHA256 = mnistSum

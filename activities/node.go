@@ -512,11 +512,15 @@ func dataFingerprint(train, test *engine.Dataset) string {
 
 // agreeOnData compares, at a run's first chunk (no in.DataSHA256 yet),
 // this node's data fingerprint with its peers' (an allgather of 16
-// floats a rank, each two bytes of the SHA-256). All equal: nil. Else
-// the fingerprint more than half the nodes share is the run's: a node
-// without it is unfit (NodeUnfit, in its own words) and its peers name
-// it (PeerFailed); with no such majority nobody can tell which is right,
-// and the chunk fails for good (DataMismatch), naming every node's.
+// floats a rank, each two bytes of the SHA-256). All equal, and equal to
+// the job's pin (in.Spec.DataSHA256) if it has one: nil. Else the run's
+// data set is the pinned one where some node holds it, or without a pin
+// the one more than half the nodes hold: a node without it is unfit
+// (NodeUnfit, in its own words) and its peers name it (PeerFailed).
+// Where no node holds the pinned set, or no majority agrees, nobody can
+// tell which node is wrong (a mistyped pin must not mark every node it
+// meets), and the chunk fails for good (DataMismatch), naming every
+// node's.
 func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in spec.ChunkInput, p place) error {
 	if in.DataSHA256 != "" {
 		return nil // checkData compared it
@@ -524,6 +528,7 @@ func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in sp
 	n.mu.Lock()
 	mine, at := n.dataSum, n.dataAt
 	n.mu.Unlock()
+	pin := in.Spec.DataSHA256
 	raw, err := hex.DecodeString(mine)
 	if err != nil || len(raw) != sha256.Size {
 		return fmt.Errorf("node %s: data fingerprint %q is not a SHA-256", n.ID, mine)
@@ -551,13 +556,20 @@ func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in sp
 		sums[node] = hex.EncodeToString(b)
 		count[sums[node]]++
 	}
-	if count[mine] == nodes {
+	if count[mine] == nodes && (pin == "" || mine == pin) {
 		return nil
 	}
-	right := ""
-	for sum, c := range count {
-		if 2*c > nodes {
-			right = sum
+	right, why := "", "" // the run's data set, and how this node's differs from it
+	switch {
+	case pin != "" && count[pin] > 0:
+		right = pin
+		why = fmt.Sprintf("the one the job pins (data_sha256): sha256 %s, not %s", short(mine), short(right))
+	case pin == "":
+		for sum, c := range count {
+			if 2*c > nodes {
+				right = sum
+				why = fmt.Sprintf("its peers': sha256 %s, %d of %d nodes hold %s", short(mine), c, nodes, short(sum))
+			}
 		}
 	}
 	var odd []string
@@ -567,12 +579,15 @@ func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in sp
 		}
 	}
 	switch {
+	case right == "" && pin != "":
+		err := fmt.Errorf("no node holds the data set the job pins (data_sha256 %s): %s (check the pin, or give the workers its files)",
+			short(pin), strings.Join(odd, ", "))
+		return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeDataMismatch, err)
 	case right == "":
-		err := fmt.Errorf("the nodes' data sets differ and no majority agrees on one: %s (give their workers the same files)", strings.Join(odd, ", "))
+		err := fmt.Errorf("the nodes' data sets differ and no majority agrees on one: %s (give their workers the same files, or name the run's in the job file's data_sha256)", strings.Join(odd, ", "))
 		return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeDataMismatch, err)
 	case mine != right:
-		return unfitHost("node %s's data set (%s) differs from its peers': sha256 %s, %d of %d nodes hold %s (give its worker the same files)",
-			n.ID, at, short(mine), count[right], nodes, short(right))
+		return unfitHost("node %s's data set (%s) differs from %s (give its worker the same files)", n.ID, at, why)
 	}
 	first := slices.IndexFunc(sums, func(sum string) bool { return sum != right })
 	err = fmt.Errorf("node %s's data set differs from the run's (%s)", in.Membership.Nodes[first].ID, strings.Join(odd, ", "))

@@ -275,6 +275,12 @@ func (s RunSpec) validateExternal() error {
 	if s.RanksPerNode > 1 {
 		bad("ranks_per_node", "applies to the built-in model only; an external job sets external.procs_per_node")
 	}
+	if s.DataSHA256 != "" {
+		bad("data_sha256", "applies to the built-in model only; an external job's script reads its own data")
+	}
+	if s.SlowNode != "" {
+		bad("slow_node", "applies to the built-in model only; an external job's chunks are not timed node by node")
+	}
 	x := s.External
 	if !slices.Contains(Launchers, x.Launcher) {
 		bad("external.launcher", "unknown launcher %q (want %s)", x.Launcher, strings.Join(Launchers, ", "))
@@ -339,7 +345,8 @@ func sortedKeys(m map[string]string) []string {
 // builtinOnly are job-file fields of the built-in model that an external
 // job must not set.
 var builtinOnly = []string{"model.hidden", "chunk_steps", "batch_per_rank", "learning_rate", "seed",
-	"collective", "topology_scan", "optimizer", "freeze_step", "compression", "overlap", "strategy"}
+	"collective", "topology_scan", "optimizer", "freeze_step", "compression", "overlap", "strategy",
+	"ranks_per_node", "slow_node", "data_sha256"}
 
 // parseExternal finishes Parse for an external job: drops the built-in
 // defaults the file did not set, reports the built-in fields it did set,

@@ -178,7 +178,8 @@ func TestExternalRejectsEngineGradientFields(t *testing.T) {
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "overlap: applies to the built-in model only") {
 		t.Errorf("overlap in an external spec: %v", err)
 	}
-	for _, field := range []string{"optimizer: onebit-adam", "freeze_step: 3", "compression: {}", "overlap: {}"} {
+	for _, field := range []string{"optimizer: onebit-adam", "freeze_step: 3", "compression: {}", "overlap: {}",
+		"data_sha256: " + strings.Repeat("ab", 32), "slow_node: drain", "ranks_per_node: 2"} {
 		_, err := Parse("job.yaml", []byte("name: x\nexternal:\n  entrypoint: [python3, t.py]\n"+field+"\n"))
 		name, _, _ := strings.Cut(field, ":")
 		if err == nil || !strings.Contains(err.Error(), name+": applies to the built-in model only") {

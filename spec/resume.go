@@ -63,7 +63,22 @@ func (s RunSpec) resumeConflicts(prev RunSpec) []string {
 	if a, b := jsonText(s.Compression), jsonText(prev.Compression); a != b {
 		differ("compression", a, b)
 	}
+	if s.DataSHA256 != "" && prev.DataSHA256 != "" && s.DataSHA256 != prev.DataSHA256 {
+		differ("data_sha256", s.DataSHA256, prev.DataSHA256)
+	}
 	return out
+}
+
+// DataConflict says how s's pinned data set (DataSHA256) contradicts
+// trained, the one an earlier run of its name trained on (its
+// RunStatus.DataSHA256), which s would continue; "" when it does not
+// (either unknown, or the same). Unpinned, a resumed run's nodes compare
+// their data afresh and its status names a change.
+func (s RunSpec) DataConflict(trained string) string {
+	if s.DataSHA256 == "" || trained == "" || s.DataSHA256 == trained {
+		return ""
+	}
+	return fmt.Sprintf("data_sha256 %s (the data set the earlier run trained on: %s)", s.DataSHA256, trained)
 }
 
 func jsonText(v any) string {

@@ -30,6 +30,9 @@ func TestResumeOf(t *testing.T) {
 		{"other seed", base, with(func(s *RunSpec) { s.Seed = 2 }), "seed 2"},
 		{"other optimizer", base, with(func(s *RunSpec) { s.Optimizer = OptimizerOneBitAdam }), "optimizer onebit-adam"},
 		{"compression added", base, with(func(s *RunSpec) { s.Compression = &CompressionPolicy{Codec: "int8"} }), "compression"},
+		{"data set pinned", base, with(func(s *RunSpec) { s.DataSHA256 = strings.Repeat("a", 64) }), ""},
+		{"other data set pinned", with(func(s *RunSpec) { s.DataSHA256 = strings.Repeat("b", 64) }), with(func(s *RunSpec) { s.DataSHA256 = strings.Repeat("a", 64) }),
+			"data_sha256 aaaa"},
 		{"external for built-in", base, with(func(s *RunSpec) {
 			s.External = &ExternalJob{Launcher: "torchrun", Entrypoint: []string{"python3", "train.py"}}
 		}), "runs an external job, the earlier run the built-in model"},
@@ -53,6 +56,20 @@ func TestResumeOf(t *testing.T) {
 // TestResumeOfKeepsDerivedSchedules: more steps would move the defaults
 // derived from them (1-bit Adam's freeze step, the compression warm-up);
 // the continuing run keeps the earlier run's, and one written out stays.
+// TestDataConflict: a job pinning a data set cannot continue a run that
+// trained on another; unpinned, or the earlier run's unknown, it can.
+func TestDataConflict(t *testing.T) {
+	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	for _, tc := range []struct{ pinned, trained, want string }{
+		{"", a, ""}, {a, "", ""}, {a, a, ""},
+		{a, b, "data_sha256 " + a + " (the data set the earlier run trained on: " + b + ")"},
+	} {
+		if got := (RunSpec{DataSHA256: tc.pinned}).DataConflict(tc.trained); got != tc.want {
+			t.Errorf("pinned %.4q, trained %.4q: %q, want %q", tc.pinned, tc.trained, got, tc.want)
+		}
+	}
+}
+
 func TestResumeOfKeepsDerivedSchedules(t *testing.T) {
 	prev := RunSpec{Name: "r", Nodes: 2, Steps: 1000, BatchPerRank: 32, Optimizer: OptimizerOneBitAdam}
 	next := prev

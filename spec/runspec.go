@@ -93,6 +93,14 @@ type RunSpec struct {
 	// at a boundary, to a free node, and no run gets it until it is
 	// undrained.
 	SlowNode string `yaml:"slow_node" json:"slow_node,omitempty"`
+	// DataSHA256 pins the data set the run trains on: the fingerprint
+	// (SHA-256, 64 hex digits) a run on that data shows in its status
+	// ("data sha256 …"). A node holding other data is unfit from the
+	// first chunk on, however many nodes hold it. Unset, the run's first
+	// chunk takes the data set more than half its nodes hold (a tie,
+	// such as two nodes that differ, fails the run: nobody can tell
+	// which is right).
+	DataSHA256 string `yaml:"data_sha256" json:"data_sha256,omitempty"`
 }
 
 // SlowNode values.
@@ -198,6 +206,7 @@ func (s RunSpec) WithDefaults() RunSpec {
 	if s.Collective == "" {
 		s.Collective = "ring"
 	}
+	s.DataSHA256 = strings.ToLower(s.DataSHA256) // as sha256sum and the status print it
 	return s.syncDefaults().batchDefaults()
 }
 
@@ -320,6 +329,9 @@ func (s RunSpec) Validate() error {
 	if s.RanksPerNode < 0 || s.RanksPerNode > 64 {
 		bad("ranks_per_node", "%d out of range 1..64", s.RanksPerNode)
 	}
+	if s.DataSHA256 != "" && !isSHA256(s.DataSHA256) {
+		bad("data_sha256", "%q is not a SHA-256 (64 hex digits, as `cann-train status` shows a run's data set)", s.DataSHA256)
+	}
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}
 	}
@@ -334,6 +346,19 @@ func CheckNodeID(id string) error {
 		return fmt.Errorf("node ID %q: use letters, digits, '-', '_' and '.', at most 64 characters", id)
 	}
 	return nil
+}
+
+// isSHA256 says whether s is a SHA-256 in lower-case hex.
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func validName(s string) bool {
@@ -390,6 +415,7 @@ func Parse(name string, data []byte) (RunSpec, error) {
 		s.Green = &g
 	}
 	s = s.syncDefaults().batchDefaults()
+	s.DataSHA256 = strings.ToLower(s.DataSHA256)
 	if err := s.validateJobFile(); err != nil {
 		var se *SpecError
 		if errors.As(err, &se) {

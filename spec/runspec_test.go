@@ -23,6 +23,11 @@ func TestParseValid(t *testing.T) {
 	if s.Model.Kind != ModelMLPMNIST || s.BatchPerRank != 32 || s.CheckpointEvery != 10 {
 		t.Fatalf("defaults not applied: %+v", s)
 	}
+	// A pinned data set is read as sha256sum prints it, in either case.
+	sum := "AC2983E2" + strings.Repeat("0f", 28)
+	if s, err = Parse("job.yaml", []byte("name: demo\ndata_sha256: "+sum+"\n")); err != nil || s.DataSHA256 != strings.ToLower(sum) {
+		t.Fatalf("data_sha256: %q %v", s.DataSHA256, err)
+	}
 }
 
 func TestParseMinNodesAndGreen(t *testing.T) {
@@ -135,6 +140,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"batch min below ranks", "name: a\nnodes: 2\nranks_per_node: 3\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    min: 4\n", "green.batch.min", 8, "rank count 6"},
 		{"ranks per node negative", "name: a\nranks_per_node: -2\n", "ranks_per_node", 2, "out of range 1..64"},
 		{"unknown slow node action", "name: a\nslow_node: evict\n", "slow_node", 2, "unknown action \"evict\" (want report or drain)"},
+		{"data set not a SHA-256", "name: a\ndata_sha256: ac2983e2\n", "data_sha256", 2, `"ac2983e2" is not a SHA-256 (64 hex digits`},
+		{"data set not hex", "name: a\ndata_sha256: " + strings.Repeat("g", 64) + "\n", "data_sha256", 2, "not a SHA-256"},
 		{"batch max past the data", "name: a\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    max: 70000\n", "green.batch.max", 6, "training set"},
 		{"batch range excludes the run's", "name: a\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    min: 100\n    max: 200\n", "green.batch", 4, "global batch 96"},
 		{"batch unknown field", "name: a\ngreen:\n  trace: x.csv\n  batch:\n    threshold: 200\n", "green.batch.threshold", 5, "unknown field"},

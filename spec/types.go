@@ -379,6 +379,10 @@ type Resumption struct {
 	FromStep int64 `json:"from_step"`
 	// At is when the later run started.
 	At time.Time `json:"at"`
+	// DataSHA256 is the data set the earlier run trained on (its
+	// RunStatus.DataSHA256): the later run's nodes compare theirs afresh,
+	// and a change is named in its status.
+	DataSHA256 string `json:"data_sha256,omitempty"`
 }
 
 // CheckpointFailure is a checkpoint that could not be stored.

@@ -217,6 +217,9 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 		if in.Resume != nil && in.Resume.LastCkpt != nil {
 			r.resumeFrom(ctx, *in.Resume, in.ResumeCheckpoints)
 		}
+		// A pinned data set (the spec's, in every chunk's input) is the
+		// one the status names until the first chunk's nodes confirm it.
+		r.st.Status.DataSHA256 = r.spec.DataSHA256
 	}
 	r.st.Status.ClusterID = r.clusterID
 	r.st.Status.MinNodes = r.spec.MinNodes
@@ -267,6 +270,7 @@ func (r *run) resumeFrom(ctx workflow.Context, prev spec.RunStatus, earlier []sp
 	}
 	st.Resumed = append(slices.Clone(prev.Resumed), spec.Resumption{
 		Phase: prev.Phase, Error: prev.Error, Step: prev.Step, FromStep: ck.Step, At: workflow.Now(ctx),
+		DataSHA256: prev.DataSHA256,
 	})
 	if st.Sync != nil && st.Sync.Codec == "" {
 		st.Sync = nil // undecided: measured afresh (newRun)

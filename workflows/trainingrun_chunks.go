@@ -186,6 +186,7 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 		if r.st.DataSHA256 == "" {
 			r.st.DataSHA256 = results[0].DataSHA256 // (the nodes agreed on it)
 			r.st.Status.DataSHA256 = r.st.DataSHA256
+			r.noteDataChange(ctx)
 		}
 		return results, nil
 	}
@@ -1468,4 +1469,18 @@ func (r *run) dropLastCheckpoint(ctx workflow.Context, why string) {
 		from = bad.Step
 	}
 	workflow.GetLogger(ctx).Warn("falling back to an earlier checkpoint", "corrupt_step", from, "resume_step", to, "why", why)
+}
+
+// noteDataChange warns when a resumed run trains on another data set
+// than the run it resumes (the status names both): its checkpoint's
+// weights and data position came from the other.
+func (r *run) noteDataChange(ctx workflow.Context) {
+	res := r.st.Status.Resumed
+	if len(res) == 0 || r.st.DataSHA256 == "" {
+		return
+	}
+	if was := res[len(res)-1].DataSHA256; was != "" && was != r.st.DataSHA256 {
+		workflow.GetLogger(ctx).Warn("the run trains on another data set than the run it resumes",
+			"data_sha256", r.st.DataSHA256, "resumed_data_sha256", was, "from_step", res[len(res)-1].FromStep)
+	}
 }

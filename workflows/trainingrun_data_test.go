@@ -1,11 +1,16 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/spec"
@@ -74,4 +79,76 @@ func TestTrainingRunTellsNodesItsDataSet(t *testing.T) {
 			require.EqualValues(t, 1, in.Membership.Generation, "no restart")
 		}
 	})
+}
+
+// TestTrainingRunPinnedDataSet: a job that names its data set
+// (data_sha256) hands it to every chunk in its spec; the first chunk's
+// nodes compare theirs with it, so that a node holding other data is
+// unfit and replaced even where no majority could say which data is right
+// (two nodes that differ), and the chunks after carry it as the run's.
+// The status shows the pinned fingerprint from the start.
+func TestTrainingRunPinnedDataSet(t *testing.T) {
+	pinned := strings.Repeat("ac2983e2", 8)
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1"), failed: map[string]bool{}}
+	ch := &fakeChunks{
+		edit: func(_ spec.ChunkInput, res *spec.ChunkResult) { res.DataSHA256 = pinned },
+		fail: func(in spec.ChunkInput) error {
+			switch {
+			case in.Spec.DataSHA256 != pinned:
+				return temporal.NewNonRetryableApplicationError("the nodes' data sets differ and no majority agrees on one", spec.ErrTypeDataMismatch, nil)
+			case in.Membership.Nodes[in.Rank].ID == "node-2":
+				return temporal.NewApplicationError("node node-2's data set (/data) differs from the one the job pins", spec.ErrTypeNodeUnfit)
+			case slices.ContainsFunc(in.Membership.Nodes, func(n spec.Node) bool { return n.ID == "node-2" }):
+				return temporal.NewApplicationErrorWithCause("peer's data differs", spec.ErrTypePeerFailed, errors.New("data"), spec.PeerFailure{Rank: 1, Step: in.From})
+			}
+			return nil
+		},
+	}
+	env := newRunEnv(t, cl, ch)
+	var seen []string
+	env.SetOnActivityStartedListener(func(*activity.Info, context.Context, converter.EncodedValues) {
+		seen = append(seen, queryStatus(t, env).DataSHA256)
+	})
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 200, ChunkSteps: 100, DataSHA256: pinned}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, []string{"node-1", "spare-1"}, st.Nodes)
+	require.Len(t, st.Recoveries, 1)
+	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
+	require.Equal(t, pinned, st.DataSHA256)
+	for _, in := range ch.inputs {
+		want := pinned
+		if in.From == 0 {
+			want = "" // compared, against the pin
+		}
+		require.Equal(t, want, in.DataSHA256, "chunk from %d, gen %d, rank %d", in.From, in.Membership.Generation, in.Rank)
+	}
+	require.NotEmpty(t, seen)
+	for _, sum := range seen {
+		require.Equal(t, pinned, sum, "the status names the pinned data set before any chunk reports")
+	}
+}
+
+// TestTrainingRunResumedOnOtherData: a run resumed from an earlier run's
+// checkpoint compares its nodes' data afresh (the earlier run's
+// fingerprint is not carried over as this run's) and keeps the earlier
+// one in the resumption's record, so the status can say the data changed.
+func TestTrainingRunResumedOnOtherData(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	ch := &fakeChunks{edit: func(_ spec.ChunkInput, res *spec.ChunkResult) { res.DataSHA256 = "new" }}
+	env := newRunEnv(t, cl, ch)
+	ck := spec.CheckpointRef{URL: "mem://", Run: "run/t", Step: 200, Key: "ckpt/200"}
+	prev := spec.RunStatus{RunID: "run/t", Phase: spec.PhaseFailed, Step: 230, Generation: 3, LastCkpt: &ck, DataSHA256: "old"}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s, Resume: &prev})
+	st := result(t, env)
+	for _, in := range ch.byFrom()[200] {
+		require.Empty(t, in.DataSHA256, "the nodes compare theirs")
+	}
+	for _, in := range ch.byFrom()[300] {
+		require.Equal(t, "new", in.DataSHA256)
+	}
+	require.Equal(t, "new", st.DataSHA256)
+	require.Len(t, st.Resumed, 1)
+	require.Equal(t, "old", st.Resumed[0].DataSHA256)
 }

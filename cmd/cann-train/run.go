@@ -55,6 +55,8 @@ Job file fields (all optional but name):
     predicts fastest, from the scanned links and measured computation),
   slow_node report|drain (a node computing 1.5× its peers' time 3 chunks
     in a row: named in the status; drain: also drained, the run moves off it),
+  data_sha256 (the data set's fingerprint, as a run's status shows it: nodes
+    holding other data are replaced; none holding it fails the run),
   optimizer adam|onebit-adam, freeze_step (1.5 % of steps; onebit-adam)
   compression (optional): codec auto|none|topk:RATIO|sign|int8 (auto;
     sign with onebit-adam), exchange twophase|allgather, warmup_steps
@@ -184,6 +186,9 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		return in, fmt.Errorf("--resume: run %s's last checkpoint is at step %d and the job has %d steps: nothing left to train (raise steps)", id, prev.LastCkpt.Step, s.Steps)
 	}
 	resumed, conflicts := s.ResumeOf(prevSpec)
+	if c := s.DataConflict(prev.DataSHA256); c != "" {
+		conflicts = append(conflicts, c)
+	}
 	if len(conflicts) > 0 {
 		return in, fmt.Errorf("--resume: this job cannot continue run %s's checkpoint: %s", id, strings.Join(conflicts, "; "))
 	}

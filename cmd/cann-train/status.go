@@ -739,8 +739,15 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	if f := s.Checkpoints.Failed; f != nil {
 		fmt.Fprintf(w, "             the checkpoint at step %d could not be stored (none since): %s\n", f.Step, f.Error)
 	}
-	for _, r := range s.Resumed {
+	for i, r := range s.Resumed {
 		fmt.Fprintf(w, "resumed      from step %d at %s: an earlier run %s\n", r.FromStep, r.At.UTC().Format("2006-01-02 15:04:05"), endedAs(r.Phase, r.Step, r.Error))
+		now := s.DataSHA256 // the data set of the run after this resumption
+		if i+1 < len(s.Resumed) {
+			now = s.Resumed[i+1].DataSHA256
+		}
+		if r.DataSHA256 != "" && now != "" && now != r.DataSHA256 {
+			fmt.Fprintf(w, "             on another data set: it trained on sha256 %s, the run after it on %s\n", r.DataSHA256, now)
+		}
 	}
 	if s.Rollovers > 0 {
 		fmt.Fprintf(w, "rollovers    %d (relaunched from a checkpoint to continue as new: the history had grown long)\n", s.Rollovers)

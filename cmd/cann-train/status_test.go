@@ -401,6 +401,45 @@ func TestStatusTextResumeHint(t *testing.T) {
 	}
 }
 
+// TestStatusTextResumedData: a resumption whose earlier run trained on
+// another data set than the run after it says so; the same data, or an
+// unknown one, adds nothing.
+func TestStatusTextResumedData(t *testing.T) {
+	const note = "on another data set"
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		resumed []spec.Resumption
+		now     string
+		want    []string
+	}{
+		{"same data", []spec.Resumption{{Phase: spec.PhaseFailed, FromStep: 200, At: at, DataSHA256: "aaaa"}}, "aaaa", nil},
+		{"unknown before", []spec.Resumption{{Phase: spec.PhaseFailed, FromStep: 200, At: at}}, "aaaa", nil},
+		{"not yet compared", []spec.Resumption{{Phase: spec.PhaseFailed, FromStep: 200, At: at, DataSHA256: "aaaa"}}, "", nil},
+		{"changed", []spec.Resumption{{Phase: spec.PhaseFailed, FromStep: 200, At: at, DataSHA256: "aaaa"}}, "bbbb",
+			[]string{"             on another data set: it trained on sha256 aaaa, the run after it on bbbb\n"}},
+		{"changed at the first of two", []spec.Resumption{
+			{Phase: spec.PhaseFailed, FromStep: 200, At: at, DataSHA256: "aaaa"},
+			{Phase: spec.PhaseCancelled, FromStep: 400, At: at, DataSHA256: "bbbb"}}, "bbbb",
+			[]string{"resumed      from step 200 at 2026-12-04 09:00:00: an earlier run failed at step 0\n             on another data set: it trained on sha256 aaaa, the run after it on bbbb\nresumed      from step 400"}},
+	} {
+		st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Resumed: tc.resumed, DataSHA256: tc.now}
+		var b bytes.Buffer
+		if err := printStatus(&b, st, "text", "", "default"); err != nil {
+			t.Fatal(err)
+		}
+		got := b.String()
+		if strings.Count(got, note) != len(tc.want) {
+			t.Errorf("%s: %d notes of a data change, want %d:\n%s", tc.name, strings.Count(got, note), len(tc.want), got)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: status text:\n%s\nwant %q", tc.name, got, w)
+			}
+		}
+	}
+}
+
 func TestEndedAs(t *testing.T) {
 	for _, tc := range []struct {
 		phase spec.Phase

@@ -97,6 +97,20 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 		!strings.Contains(got, "data         sha256 "+st.DataSHA256) {
 		t.Errorf("data set %q, recovery %q; cann-train status:\n%s\nwant the run's fingerprint, the one its nodes held", st.DataSHA256, rec.Reason, got)
 	}
+
+	// A job pinning a data set no node holds (a typo) fails at once and
+	// marks no node: the nodes agree with each other, not with it.
+	s = spec.RunSpec{Name: "wrong-pin", Nodes: 2, Steps: 100, ChunkSteps: 100, DataSHA256: strings.Repeat("0", 64)}.WithDefaults()
+	err = startRun(ctx, t, c, workflows.RunInput{Spec: s}).Get(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), "no node holds the data set the job pins (data_sha256 000000000000…): node-") {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("a run pinning a data set nobody holds: %v; want it failed, saying so", err)
+	}
+	for _, id := range []string{"node-1", "node-2", "node-3"} {
+		if r := registryRecord(ctx, t, c, id); r.Failed {
+			t.Errorf("%s in the registry after the mistyped pin: %+v; want it free", id, r)
+		}
+	}
 }
 
 // otherMNIST is a directory with MNIST as it is but for the label of
