@@ -330,7 +330,11 @@ func (s RunSpec) Validate() error {
 		bad("ranks_per_node", "%d out of range 1..64", s.RanksPerNode)
 	}
 	if s.DataSHA256 != "" && !isSHA256(s.DataSHA256) {
-		bad("data_sha256", "%q is not a SHA-256 (64 hex digits, as `cann-train status` shows a run's data set)", s.DataSHA256)
+		hint := ""
+		if strings.Trim(s.DataSHA256, "0123456789.e+-") == "" {
+			hint = `; put it in quotes: unquoted, YAML reads digits as a number`
+		}
+		bad("data_sha256", "%q is not a SHA-256 (64 hex digits, as `cann-train status` shows a run's data set)%s", s.DataSHA256, hint)
 	}
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}

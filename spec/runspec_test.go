@@ -141,6 +141,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"ranks per node negative", "name: a\nranks_per_node: -2\n", "ranks_per_node", 2, "out of range 1..64"},
 		{"unknown slow node action", "name: a\nslow_node: evict\n", "slow_node", 2, "unknown action \"evict\" (want report or drain)"},
 		{"data set not a SHA-256", "name: a\ndata_sha256: ac2983e2\n", "data_sha256", 2, `"ac2983e2" is not a SHA-256 (64 hex digits`},
+		{"data set read as a number", "name: a\ndata_sha256: " + strings.Repeat("0", 64) + "\n", "data_sha256", 2, `"0" is not a SHA-256 (64 hex digits, as ` + "`cann-train status`" + ` shows a run's data set); put it in quotes`},
 		{"data set not hex", "name: a\ndata_sha256: " + strings.Repeat("g", 64) + "\n", "data_sha256", 2, "not a SHA-256"},
 		{"batch max past the data", "name: a\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    max: 70000\n", "green.batch.max", 6, "training set"},
 		{"batch range excludes the run's", "name: a\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    min: 100\n    max: 200\n", "green.batch", 4, "global batch 96"},

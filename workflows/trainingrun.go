@@ -217,9 +217,6 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 		if in.Resume != nil && in.Resume.LastCkpt != nil {
 			r.resumeFrom(ctx, *in.Resume, in.ResumeCheckpoints)
 		}
-		// A pinned data set (the spec's, in every chunk's input) is the
-		// one the status names until the first chunk's nodes confirm it.
-		r.st.Status.DataSHA256 = r.spec.DataSHA256
 	}
 	r.st.Status.ClusterID = r.clusterID
 	r.st.Status.MinNodes = r.spec.MinNodes
@@ -265,6 +262,7 @@ func (r *run) resumeFrom(ctx workflow.Context, prev spec.RunStatus, earlier []sp
 	st.Step, st.LastCkpt, st.StartedAt = ck.Step, &ck, r.st.Status.StartedAt
 	st.Nodes, st.Error, st.Detail, st.WaitUntil, st.PauseRequested, st.PendingNodes, st.Evicting = nil, "", "", time.Time{}, false, 0, nil
 	st.CheckpointFailed, st.Topology, st.Strategy, st.Report = nil, nil, nil, ""
+	st.DataSHA256 = "" // this run's nodes compare theirs (the resumption keeps it)
 	if st.Recoveries == nil {
 		st.Recoveries = []spec.Recovery{}
 	}
