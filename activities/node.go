@@ -482,6 +482,14 @@ func (n *Node) Preload() error {
 	return err
 }
 
+// DataSHA256 is the fingerprint of the data set the node loaded
+// (Preload), empty before or without one.
+func (n *Node) DataSHA256() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.dataSum
+}
+
 func (n *Node) data() (train, test *engine.Dataset, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

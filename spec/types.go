@@ -179,6 +179,12 @@ type Node struct {
 	// that the Cluster can tell a worker restarted under the same ID from
 	// the process a run saw fail (empty from workers before it existed).
 	Incarnation string `json:"incarnation,omitempty"`
+	// DataSHA256 fingerprints the built-in model's data set the worker
+	// loaded when it started (ChunkInput.DataSHA256's form; empty: none,
+	// or a worker from before nodes said): `cann-train nodes` shows it,
+	// and a run that knows its data set takes no free node holding
+	// another (AcquireRequest.DataSHA256).
+	DataSHA256 string `json:"data_sha256,omitempty"`
 }
 
 // Membership is the set of nodes of one run generation; rank i runs on
@@ -231,6 +237,11 @@ type AcquireRequest struct {
 	// nodes it lost says so in the same request: a separate mark-failed
 	// signal costs the run a round trip to know it arrived first).
 	Failed []MarkFailed `json:"failed,omitempty"`
+	// DataSHA256 is the data set the run trains on, once its nodes
+	// confirmed it: a free node that registered another (Node.DataSHA256)
+	// is not handed out — it would refuse the run's chunks as unfit and
+	// cost a restart. Nodes that registered none are.
+	DataSHA256 string `json:"data_sha256,omitempty"`
 }
 
 // MarkFailed tells the Cluster a node is not to be used again.

@@ -298,7 +298,8 @@ func validateAcquire(req spec.AcquireRequest) error {
 // acquire records req.Failed, then makes the run hold req.Count live
 // nodes: nodes it already holds
 // keep their ranks, holes left by dead nodes are filled from the free pool
-// (by node ID order). It waits up to req.Wait for enough live nodes — unless
+// (by node ID order; free nodes that registered another data set than
+// req.DataSHA256 are left aside). It waits up to req.Wait for enough live nodes — unless
 // req.MinCount allows fewer: then it answers at once with every live node
 // it can give (at least MinCount), the healthy held ones first.
 func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
@@ -345,21 +346,21 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 		live := 0
 		for i := range c.st.Nodes {
 			r := &c.st.Nodes[i]
-			if c.alive(now, r) && (r.Run == "" || r.Run == req.RunID) {
+			if c.alive(now, r) && (r.Run == "" && holds(r, req.DataSHA256) || r.Run == req.RunID) {
 				live++
 			}
 		}
 		return nil, temporal.NewApplicationError(
 			fmt.Sprintf("acquire %d nodes for %s: only %d live free node(s) after waiting %s%s",
-				req.Count, req.RunID, live, req.Wait, c.census(now, req.RunID)), spec.ErrTypeNotEnoughNodes)
+				req.Count, req.RunID, live, req.Wait, c.census(now, req.RunID, req.DataSHA256)), spec.ErrTypeNotEnoughNodes)
 	}
 	return out, nil
 }
 
 // census says where the registered nodes are that self could not have:
 // " (5 registered: 3 busy with run/a run/b, 1 drained, 1 silent)".
-func (c *cluster) census(now time.Time, self string) string {
-	var busy, drained, failed, silent int
+func (c *cluster) census(now time.Time, self, data string) string {
+	var busy, drained, failed, silent, other int
 	var runs []string
 	for i := range c.st.Nodes {
 		r := &c.st.Nodes[i]
@@ -375,6 +376,8 @@ func (c *cluster) census(now time.Time, self string) string {
 			if !slices.Contains(runs, r.Run) {
 				runs = append(runs, r.Run)
 			}
+		case r.Run == "" && !holds(r, data):
+			other++
 		}
 	}
 	var parts []string
@@ -384,7 +387,7 @@ func (c *cluster) census(now time.Time, self string) string {
 	for _, p := range []struct {
 		n    int
 		what string
-	}{{drained, "drained"}, {failed, "failed"}, {silent, "silent"}} {
+	}{{drained, "drained"}, {failed, "failed"}, {silent, "silent"}, {other, "free with another data set"}} {
 		if p.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.what))
 		}
@@ -437,6 +440,12 @@ func (c *cluster) sweep(ctx workflow.Context, self string) {
 	}
 }
 
+// holds says whether node r may hold a run's data set sum: it is not
+// known (the run's, or the node's) or it is the node's.
+func holds(r *NodeRecord, sum string) bool {
+	return sum == "" || r.Node.DataSHA256 == "" || r.Node.DataSHA256 == sum
+}
+
 // tryAcquire allocates if it can; it changes nothing when it cannot.
 func (c *cluster) tryAcquire(now time.Time, req spec.AcquireRequest) ([]spec.Node, bool) {
 	return c.allocate(now, req, true)
@@ -451,7 +460,7 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 		switch {
 		case r.Run == req.RunID && c.alive(now, r) && r.Rank >= 0 && r.Rank < req.Count && held[r.Rank] == nil:
 			held[r.Rank] = r
-		case r.Run == "" && c.alive(now, r):
+		case r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256):
 			free = append(free, r)
 		}
 	}

@@ -145,6 +145,46 @@ func TestClusterKeepsAMisconfiguredNodeFailed(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, ids(results["registered"].nodes))
 }
 
+// TestClusterHandsOutNodesWithTheRunsData: a run that knows its data set
+// gets no free node that registered another (it would refuse the run's
+// chunks as unfit); nodes that registered none are handed out, nodes it
+// holds keep their ranks, and a run that cannot be served says why.
+func TestClusterHandsOutNodesWithTheRunsData(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	nodes := testNodes("a", "b", "c", "d", "e")
+	for i, sum := range []string{"run", "other", "run", "", "other"} { // d said none
+		nodes[i].DataSHA256 = sum
+	}
+	at(time.Second, func() {
+		for _, n := range nodes {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("unknown", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(3*time.Second, func() {
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "a", RunID: "r1", Reason: "test"})
+		acquire("known", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second, DataSHA256: "run"})
+	})
+	at(4*time.Second, func() {
+		acquire("none said", spec.AcquireRequest{RunID: "r2", Count: 1, Wait: time.Second, DataSHA256: "run"})
+	})
+	at(5*time.Second, func() {
+		acquire("none left", spec.AcquireRequest{RunID: "r3", Count: 1, Wait: time.Second, DataSHA256: "run"})
+	})
+	at(10*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, results["unknown"].err)
+	require.Equal(t, []string{"a", "b"}, ids(results["unknown"].nodes), "a run not knowing its data set takes any")
+	require.NoError(t, results["known"].err)
+	require.Equal(t, []string{"c", "b"}, ids(results["known"].nodes), "b keeps its rank; c fills a's")
+	require.Equal(t, "run", results["known"].nodes[0].DataSHA256)
+	require.NoError(t, results["none said"].err)
+	require.Equal(t, []string{"d"}, ids(results["none said"].nodes), "a node that said no data set may serve")
+	require.ErrorContains(t, results["none left"].err, "only 0 live free node(s)")
+	require.ErrorContains(t, results["none left"].err, "1 free with another data set")
+}
+
 func TestClusterContinuesAsNewWithItsState(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()

@@ -441,7 +441,8 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	}
 	r.setPhase(ctx, phase)
 	var nodes []spec.Node
-	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait, Failed: r.failedNodes}
+	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait, Failed: r.failedNodes,
+		DataSHA256: r.st.DataSHA256}
 	r.failedNodes = nil
 	err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes)
 	r.st.Status.Detail = prev

@@ -45,12 +45,15 @@ func TestTrainingRunTellsNodesItsDataSet(t *testing.T) {
 				return nil
 			},
 		}
+		var asked []string // each acquire's data set
+		cl.onAcquire = func(req spec.AcquireRequest) { asked = append(asked, req.DataSHA256) }
 		env := newRunEnv(t, cl, ch)
 		s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100, MaxRestarts: 3}.WithDefaults()
 		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 		st := result(t, env)
 		require.Equal(t, []string{"node-1", "spare-2"}, st.Nodes)
 		require.Equal(t, sum, st.DataSHA256, "the status names the data set")
+		require.Equal(t, []string{"", sum, sum}, asked, "replacements are asked for nodes holding the run's data set")
 		require.Len(t, st.Recoveries, 2)
 		require.Equal(t, []string{"spare-1"}, st.Recoveries[1].FailedNodes)
 		require.Contains(t, st.Recoveries[1].Reason, "node spare-1's data set (/data) differs from the one run")

@@ -28,6 +28,8 @@ type nodeRow struct {
 	Host     string    `json:"host"`
 	CommAddr string    `json:"comm_addr"`
 	LastSeen time.Time `json:"last_seen"`
+	// DataSHA256 is the data set the worker loaded (spec.Node.DataSHA256).
+	DataSHA256 string `json:"data_sha256,omitempty"`
 }
 
 // nodeRows judges each record as the Cluster does when it hands nodes
@@ -36,7 +38,8 @@ type nodeRow struct {
 func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 	rows := make([]nodeRow, 0, len(reg.Nodes))
 	for _, r := range reg.Nodes {
-		row := nodeRow{ID: r.Node.ID, Run: r.Run, Rank: r.Rank, Host: r.Node.Host, CommAddr: r.Node.CommAddr, LastSeen: r.LastSeen}
+		row := nodeRow{ID: r.Node.ID, Run: r.Run, Rank: r.Rank, Host: r.Node.Host, CommAddr: r.Node.CommAddr, LastSeen: r.LastSeen,
+			DataSHA256: r.Node.DataSHA256}
 		switch {
 		case r.Failed && r.Misconfigured:
 			row.State, row.Reason = "unfit", r.FailReason+"; out of the pool until its worker restarts"
@@ -66,10 +69,13 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 
 func printNodes(w io.Writer, rows []nodeRow, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tRUN\tRANK\tHOST\tCOMM\tLAST SEEN")
+	fmt.Fprintln(tw, "NODE\tSTATE\tRUN\tRANK\tDATA\tHOST\tCOMM\tLAST SEEN")
 	free := 0
 	for _, r := range rows {
-		state, run, rank := r.State, "-", "-"
+		state, run, rank, data := r.State, "-", "-", "-"
+		if r.DataSHA256 != "" {
+			data = r.DataSHA256[:min(12, len(r.DataSHA256))] // as runs' messages shorten it
+		}
 		if r.Reason != "" {
 			state += ": " + clip(r.Reason, 60) // -o json has all of it
 		}
@@ -79,7 +85,7 @@ func printNodes(w io.Writer, rows []nodeRow, now time.Time) error {
 		if r.State == "free" {
 			free++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s ago\n", r.ID, state, run, rank, r.Host, r.CommAddr,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s ago\n", r.ID, state, run, rank, data, r.Host, r.CommAddr,
 			now.Sub(r.LastSeen).Round(time.Second))
 	}
 	if err := tw.Flush(); err != nil {
@@ -103,8 +109,10 @@ TTL); unfit, failed as misconfigured (no data set for the built-in model, an
 external job it cannot launch, a work directory it cannot write), which only
 restarting its worker clears;
 silent, its lease not renewed for a TTL; or orphaned, held by a run that was
-terminated (the next run short of free nodes frees it) — with its host, collective address and when it was last heard
-from. ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and put it back;
+terminated (the next run short of free nodes frees it) — with the fingerprint
+of the data set it loaded (DATA: the first 12 hex digits of the SHA-256 a
+run's status shows; a run takes no free node holding another than its own),
+its host, collective address and when it was last heard from. ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and put it back;
 ` + "`nodes release RUN`" + ` frees an ended run's nodes.`,
 		Example: `  cann-train nodes
   cann-train nodes -o json | jq '.[] | select(.state == "free") | .id'

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func TestNodeRows(t *testing.T) {
 		rec("e", time.Minute, true, "", -1), // failed wins over silent
 		{Node: spec.Node{ID: "f"}, LastSeen: now, Failed: true, Misconfigured: true, FailReason: "node f has no data set for mlp-mnist"},
 	}}
+	reg.Nodes[0].Node.DataSHA256 = "ac2983e23822bfed59982262317aea03de838c4127d171dcaaecac6db024bc14"
 	rows := nodeRows(reg, now)
 	want := []struct {
 		state string
@@ -45,6 +47,9 @@ func TestNodeRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := b.String()
+	if !regexp.MustCompile(`(?m)^a +free +- +- +ac2983e23822 +h `).MatchString(text) || !regexp.MustCompile(`(?m)^b +busy +run/x +1 +- +h `).MatchString(text) {
+		t.Errorf("table:\n%s\nwant each node's data set (a's, none known for b)", text)
+	}
 	if !strings.Contains(text, "6 node(s), 1 free") || !strings.Contains(text, "run/x") || !strings.Contains(text, "…") ||
 		strings.Contains(text, strings.Repeat("x", 80)) {
 		t.Errorf("table:\n%s", text)

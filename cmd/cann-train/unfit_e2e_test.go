@@ -90,8 +90,9 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 		!slices.Equal(st.Nodes, []string{"node-3", "node-1", "node-2"}) {
 		t.Errorf("recovery %+v, nodes %v: want node-00 replaced (by node-3) for its data set", rec, st.Nodes)
 	}
-	if got := cliAt(ctx, t, addr, l.LogDir)("nodes"); !regexp.MustCompile(`(?m)^node-00 +unfit: node node-00's data set`).MatchString(got) {
-		t.Errorf("cann-train nodes:\n%s\nwant node-00 unfit, saying why", got)
+	if got := cliAt(ctx, t, addr, l.LogDir)("nodes"); !regexp.MustCompile(`(?m)^node-00 +unfit: node node-00's data set`).MatchString(got) ||
+		len(st.DataSHA256) != 64 || !regexp.MustCompile(`(?m)^node-1 +free +- +- +`+st.DataSHA256[:12]+` `).MatchString(got) {
+		t.Errorf("cann-train nodes:\n%s\nwant node-00 unfit, saying why, and node-1 free with the run's data set", got)
 	}
 	if got := cliAt(ctx, t, addr, l.LogDir)("status", s.Name); len(st.DataSHA256) != 64 || !strings.Contains(rec.Reason, st.DataSHA256[:12]) ||
 		!strings.Contains(got, "data         sha256 "+st.DataSHA256) {
