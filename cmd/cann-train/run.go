@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,6 +116,15 @@ Job file fields (all optional but name):
 			in, err := o.input(cmd.Context(), c, s, e.err)
 			if err != nil {
 				return err
+			}
+			if s.DataSHA256 != "" {
+				rctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+				if reg, err := readRegistry(rctx, c, o.clusterID); err == nil {
+					if w := pinWarning(reg, s.DataSHA256); w != "" {
+						fmt.Fprintln(e.err, w)
+					}
+				}
+				cancel()
 			}
 			id, err := startRunInput(cmd.Context(), c, in)
 			if err != nil {
@@ -434,4 +445,33 @@ func checkOutput(got string, allowed ...string) error {
 		}
 	}
 	return fmt.Errorf("unknown output format %q (allowed: %v)", got, allowed)
+}
+
+// pinWarning says, before a job that pins its data set (sum) starts,
+// that no node worker in the registry holds it, and what they hold
+// instead: the run would fail at its first chunk unless a node holding
+// it registers. "" when a usable node holds it or has not said (a worker
+// from before nodes said), or when no node is registered at all.
+func pinWarning(reg workflows.Registry, sum string) string {
+	held := map[string]int{}
+	for _, r := range reg.Nodes {
+		if r.Failed {
+			continue
+		}
+		if r.Node.DataSHA256 == "" || r.Node.DataSHA256 == sum {
+			return ""
+		}
+		held[r.Node.DataSHA256]++
+	}
+	if len(held) == 0 {
+		return ""
+	}
+	sums := slices.Sorted(maps.Keys(held))
+	parts := make([]string, len(sums))
+	for i, h := range sums {
+		parts[i] = fmt.Sprintf("%s… on %d", h[:min(12, len(h))], held[h])
+	}
+	return fmt.Sprintf("warning: no registered node worker holds the data set the job pins (data_sha256 %s…); they hold %s: "+
+		"the run fails at its first chunk unless a node holding it registers (`cann-train nodes` shows each node's)",
+		sum[:min(12, len(sum))], strings.Join(parts, ", "))
 }

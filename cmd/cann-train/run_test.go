@@ -11,6 +11,7 @@ import (
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
 )
 
 func TestRunRejectsBadJobFile(t *testing.T) {
@@ -103,5 +104,32 @@ func TestStoredJob(t *testing.T) {
 	}
 	if _, err := storedJob(ctx, url, "none"); !errors.Is(err, checkpoint.ErrNotFound) {
 		t.Errorf("no job: %v; want checkpoint.ErrNotFound", err)
+	}
+}
+
+// TestPinWarning: a job pinning a data set no usable registered node
+// holds is warned of before it starts, naming what they hold; a node
+// holding it, or one that has not said, or none registered, warns of
+// nothing. Failed nodes do not count.
+func TestPinWarning(t *testing.T) {
+	pin, other, third := strings.Repeat("a", 64), strings.Repeat("b", 64), strings.Repeat("c", 64)
+	rec := func(sum string, failed bool) workflows.NodeRecord {
+		return workflows.NodeRecord{Node: spec.Node{ID: "n", DataSHA256: sum}, Failed: failed}
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []workflows.NodeRecord
+		want  string
+	}{
+		{"none registered", nil, ""},
+		{"one holds it", []workflows.NodeRecord{rec(other, false), rec(pin, false)}, ""},
+		{"one has not said", []workflows.NodeRecord{rec(other, false), rec("", false)}, ""},
+		{"only a failed node holds it", []workflows.NodeRecord{rec(third, false), rec(pin, true), rec(other, false), rec(third, false)},
+			"warning: no registered node worker holds the data set the job pins (data_sha256 aaaaaaaaaaaa…); they hold bbbbbbbbbbbb… on 1, cccccccccccc… on 2: the run fails"},
+	} {
+		got := pinWarning(workflows.Registry{Nodes: tc.nodes}, pin)
+		if tc.want == "" && got != "" || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -101,8 +101,17 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 
 	// A job pinning a data set no node holds (a typo) fails at once and
 	// marks no node: the nodes agree with each other, not with it.
-	s = spec.RunSpec{Name: "wrong-pin", Nodes: 2, Steps: 100, ChunkSteps: 100, DataSHA256: strings.Repeat("0", 64)}.WithDefaults()
-	err = startRun(ctx, t, c, workflows.RunInput{Spec: s}).Get(ctx, nil)
+	// `cann-train run` warns before it starts.
+	job := filepath.Join(dir, "wrong-pin.yaml")
+	if err := os.WriteFile(job, []byte("name: wrong-pin\nnodes: 2\nsteps: 100\ndata_sha256: \""+strings.Repeat("0", 64)+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, said, err := cliRun(ctx, addr)("run", "-f", job)
+	if err != nil || !strings.Contains(said, "warning: no registered node worker holds the data set the job pins (data_sha256 000000000000…); they hold "+
+		st.DataSHA256[:12]+"… on 3: the run fails at its first chunk") {
+		t.Errorf("cann-train run: %v, said %q; want a warning naming what the nodes hold", err, said)
+	}
+	err = c.GetWorkflow(ctx, spec.RunIDPrefix+"wrong-pin", "").Get(ctx, nil)
 	if err == nil || !strings.Contains(err.Error(), "no node holds the data set the job pins (data_sha256 000000000000…): node-") {
 		dumpLogs(t, l.LogDir)
 		t.Fatalf("a run pinning a data set nobody holds: %v; want it failed, saying so", err)
