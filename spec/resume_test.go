@@ -53,9 +53,6 @@ func TestResumeOf(t *testing.T) {
 	}
 }
 
-// TestResumeOfKeepsDerivedSchedules: more steps would move the defaults
-// derived from them (1-bit Adam's freeze step, the compression warm-up);
-// the continuing run keeps the earlier run's, and one written out stays.
 // TestDataConflict: a job pinning a data set cannot continue a run that
 // trained on another; unpinned, or the earlier run's unknown, it can.
 func TestDataConflict(t *testing.T) {
@@ -70,6 +67,9 @@ func TestDataConflict(t *testing.T) {
 	}
 }
 
+// TestResumeOfKeepsDerivedSchedules: more steps would move the defaults
+// derived from them (1-bit Adam's freeze step, the compression warm-up);
+// the continuing run keeps the earlier run's, and one written out stays.
 func TestResumeOfKeepsDerivedSchedules(t *testing.T) {
 	prev := RunSpec{Name: "r", Nodes: 2, Steps: 1000, BatchPerRank: 32, Optimizer: OptimizerOneBitAdam}
 	next := prev

@@ -95,11 +95,12 @@ type RunSpec struct {
 	SlowNode string `yaml:"slow_node" json:"slow_node,omitempty"`
 	// DataSHA256 pins the data set the run trains on: the fingerprint
 	// (SHA-256, 64 hex digits) a run on that data shows in its status
-	// ("data sha256 …"). A node holding other data is unfit from the
-	// first chunk on, however many nodes hold it. Unset, the run's first
-	// chunk takes the data set more than half its nodes hold (a tie,
-	// such as two nodes that differ, fails the run: nobody can tell
-	// which is right).
+	// ("data sha256 …"). Where one of the first chunk's nodes holds it,
+	// however few, it is the run's and a node holding other data is unfit
+	// (replaced); where none does, the run fails at once, marking no
+	// node. Unset, the first chunk takes the data set more than half its
+	// nodes hold (a tie, such as two nodes that differ, fails the run:
+	// nobody can tell which is right).
 	DataSHA256 string `yaml:"data_sha256" json:"data_sha256,omitempty"`
 }
 
