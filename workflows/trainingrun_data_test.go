@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,22 +46,29 @@ func TestTrainingRunTellsNodesItsDataSet(t *testing.T) {
 				return nil
 			},
 		}
-		var asked []string // each acquire's data set
-		cl.onAcquire = func(req spec.AcquireRequest) { asked = append(asked, req.DataSHA256) }
+		var asked []string // each acquire's data set (onAcquire runs in the activity)
+		var mu sync.Mutex
+		cl.onAcquire = func(req spec.AcquireRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, req.DataSHA256)
+		}
 		env := newRunEnv(t, cl, ch)
 		s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100, MaxRestarts: 3}.WithDefaults()
 		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 		st := result(t, env)
 		require.Equal(t, []string{"node-1", "spare-2"}, st.Nodes)
 		require.Equal(t, sum, st.DataSHA256, "the status names the data set")
+		mu.Lock()
 		require.Equal(t, []string{"", sum, sum}, asked, "replacements are asked for nodes holding the run's data set")
+		mu.Unlock()
 		require.Len(t, st.Recoveries, 2)
 		require.Equal(t, []string{"spare-1"}, st.Recoveries[1].FailedNodes)
 		require.Contains(t, st.Recoveries[1].Reason, "node spare-1's data set (/data) differs from the one run")
 		cl.mu.Lock()
 		require.True(t, cl.misconfigured["spare-1"], "kept failed as misconfigured")
 		cl.mu.Unlock()
-		for _, in := range ch.inputs {
+		for _, in := range ch.all() {
 			want := sum
 			if in.From == 0 {
 				want = ""
@@ -78,7 +86,7 @@ func TestTrainingRunTellsNodesItsDataSet(t *testing.T) {
 		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 2, Steps: 100, ChunkSteps: 50}.WithDefaults()})
 		err := env.GetWorkflowError()
 		require.ErrorContains(t, err, "no majority agrees on one: node-1 aa…, node-2 bb…")
-		for _, in := range ch.inputs {
+		for _, in := range ch.all() {
 			require.EqualValues(t, 1, in.Membership.Generation, "no restart")
 		}
 	})
@@ -115,7 +123,7 @@ func TestTrainingRunPinnedDataSet(t *testing.T) {
 	require.Len(t, st.Recoveries, 1)
 	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
 	require.Equal(t, pinned, st.DataSHA256)
-	for _, in := range ch.inputs {
+	for _, in := range ch.all() {
 		want := pinned
 		if in.From == 0 {
 			want = "" // compared, against the pin

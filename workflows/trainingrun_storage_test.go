@@ -166,7 +166,7 @@ func TestTrainingRunHoldsForStorage(t *testing.T) {
 			require.Equal(t, len(tc.trained), st.Chunks, "save-only chunks are no chunks")
 			require.Equal(t, "test_accuracy", st.EvalMetric, "the last chunk's evaluation stays")
 
-			ins := ch.inputs
+			ins := ch.all()
 			require.Equal(t, tc.saves, saveOnlySteps(ins))
 			// Each try says so, the first (at once) too.
 			require.Len(t, storing, len(tc.saves))
@@ -229,14 +229,14 @@ func TestStorageHoldCrossesContinueAsNew(t *testing.T) {
 	require.NoError(t, decodeArgs(can, &next))
 	require.True(t, next.State.StorageHeld, "the hold is carried")
 	require.EqualValues(t, 400, next.State.Status.Step)
-	require.Empty(t, saveOnlySteps(ch.inputs), "no save-only chunk before continue-as-new")
+	require.Empty(t, saveOnlySteps(ch.all()), "no save-only chunk before continue-as-new")
 
 	env2 := newRunEnv(t, cl, ch)
 	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
 	st := result(t, env2)
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
 	require.EqualValues(t, 400, st.LastCkpt.Step)
-	require.Equal(t, []int64{400, 400}, saveOnlySteps(ch.inputs), "refused once more, then stored")
+	require.Equal(t, []int64{400, 400}, saveOnlySteps(ch.all()), "refused once more, then stored")
 	require.Equal(t, 1, cl.calls, "the nodes (and their state) are kept")
 }
 
@@ -410,7 +410,7 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			// By session: a rank cancelled before it ran has no input.
 			var trained []int64
 			seen := map[string]bool{}
-			for _, in := range ch.inputs {
+			for _, in := range ch.all() {
 				if !seen[in.Session] {
 					seen[in.Session] = true
 					trained = append(trained, in.From)

@@ -35,7 +35,7 @@ func TestStrategySearchPicksDataParallelDegree(t *testing.T) {
 	require.Contains(t, p.Reason, "share cores")
 	require.Equal(t, []string{"node-1", "node-2"}, st.Nodes)
 	require.Equal(t, 96, st.GlobalBatch)
-	for _, in := range ch.inputs {
+	for _, in := range ch.all() {
 		require.Len(t, in.Membership.Nodes, 2)
 		require.Equal(t, 96, in.GlobalBatch, "the global batch stays that of the job's 3 nodes")
 	}
@@ -83,7 +83,7 @@ func TestStrategySearchTakesWholeNodes(t *testing.T) {
 	require.Equal(t, 2, p.DataParallel, "%s", p.Reason)
 	require.Equal(t, []string{"node-1"}, st.Nodes)
 	require.Equal(t, 192, st.GlobalBatch)
-	for _, in := range ch.inputs {
+	for _, in := range ch.all() {
 		require.Len(t, in.Membership.Nodes, 1)
 		require.Equal(t, 192, in.GlobalBatch)
 	}

@@ -187,6 +187,14 @@ func (f *fakeChunks) train(_ context.Context, in spec.ChunkInput) (*spec.ChunkRe
 	return res, nil
 }
 
+// all is every chunk input so far (a copy: a chunk still running when
+// its workflow ended may add one).
+func (f *fakeChunks) all() []spec.ChunkInput {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.inputs)
+}
+
 func (f *fakeChunks) byFrom() map[int64][]spec.ChunkInput {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -310,7 +318,7 @@ func TestTrainingRunCheckpointsMoreOftenThanChunks(t *testing.T) {
 			require.NoError(t, env.GetWorkflowResult(&st))
 			require.EqualValues(t, 1000, st.Step)
 			var froms, ckpts []int64
-			for _, in := range ch.inputs {
+			for _, in := range ch.all() {
 				if in.Rank != 0 {
 					continue
 				}
