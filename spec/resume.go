@@ -63,8 +63,8 @@ func (s RunSpec) resumeConflicts(prev RunSpec) []string {
 	if a, b := jsonText(s.Compression), jsonText(prev.Compression); a != b {
 		differ("compression", a, b)
 	}
-	if s.DataSHA256 != "" && prev.DataSHA256 != "" && s.DataSHA256 != prev.DataSHA256 {
-		differ("data_sha256", s.DataSHA256, prev.DataSHA256)
+	if c := s.DataConflict(prev.DataSHA256); c != "" { // (a pinned run trains on its pin)
+		out = append(out, c)
 	}
 	return out
 }

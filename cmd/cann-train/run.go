@@ -469,9 +469,9 @@ func pinWarning(reg workflows.Registry, sum string) string {
 	sums := slices.Sorted(maps.Keys(held))
 	parts := make([]string, len(sums))
 	for i, h := range sums {
-		parts[i] = fmt.Sprintf("%s… on %d", h[:min(12, len(h))], held[h])
+		parts[i] = fmt.Sprintf("%s… on %d", shortSHA(h), held[h])
 	}
 	return fmt.Sprintf("warning: no registered node worker holds the data set the job pins (data_sha256 %s…); they hold %s: "+
 		"the run fails at its first chunk unless a node holding it registers (`cann-train nodes` shows each node's)",
-		sum[:min(12, len(sum))], strings.Join(parts, ", "))
+		shortSHA(sum), strings.Join(parts, ", "))
 }
