@@ -31,7 +31,7 @@ func TestChunkComparesDataSets(t *testing.T) {
 	}{
 		{name: "first chunk, all agree", nodes: 3, want: []string{"", "", ""}},
 		{name: "first chunk, one differs", nodes: 3, odd: []int{2}, want: []string{
-			spec.ErrTypePeerFailed + ": node node-3's data set differs from the run's (node-3 001122334455…)",
+			spec.ErrTypePeerFailed + ": node node-3's data set differs from the run's, sha256 " + short(mnistSumFor(t)) + " (node-3 001122334455…)",
 			spec.ErrTypePeerFailed + ": node node-3's data set differs from the run's",
 			spec.ErrTypeNodeUnfit + ": node node-3's data set (the test's MNIST) differs from its peers': sha256 001122334455…, 2 of 3 nodes hold " + short(mnistSumFor(t)),
 		}},
@@ -41,12 +41,12 @@ func TestChunkComparesDataSets(t *testing.T) {
 		}},
 		{name: "pinned, all hold it", nodes: 2, pin: "mnist", want: []string{"", ""}},
 		{name: "pinned, one of two differs", nodes: 2, odd: []int{1}, pin: "mnist", want: []string{
-			spec.ErrTypePeerFailed + ": node node-2's data set differs from the run's (node-2 001122334455…)",
+			spec.ErrTypePeerFailed + ": node node-2's data set differs from the run's, sha256 " + short(mnistSumFor(t)) + " (node-2 001122334455…)",
 			spec.ErrTypeNodeUnfit + ": node node-2's data set (the test's MNIST) differs from the one the job pins (data_sha256): sha256 001122334455…, not " + short(mnistSumFor(t)),
 		}},
 		{name: "pinned, held by a minority", nodes: 3, odd: []int{0, 2}, pin: "mnist", want: []string{
 			spec.ErrTypeNodeUnfit + ": differs from the one the job pins",
-			spec.ErrTypePeerFailed + ": node node-1's data set differs from the run's (node-1 001122334455…, node-3 001122334455…)",
+			spec.ErrTypePeerFailed + ": node node-1's data set differs from the run's, sha256 " + short(mnistSumFor(t)) + " (node-1 001122334455…, node-3 001122334455…)",
 			spec.ErrTypeNodeUnfit + ": differs from the one the job pins",
 		}},
 		{name: "pinned, nobody holds it", nodes: 2, pin: other, want: []string{
@@ -98,9 +98,18 @@ func TestChunkComparesDataSets(t *testing.T) {
 				if ae.NonRetryable() != (typ == spec.ErrTypeDataMismatch) {
 					t.Errorf("node %d: %s non-retryable %v", i, typ, ae.NonRetryable())
 				}
+				// Both name the node's data set and the run's: the run
+				// learns its own, and whether to give the node back.
+				wantData := spec.DataDisagreement{Run: mnistSum, Node: other}
 				var pf spec.PeerFailure
-				if typ == spec.ErrTypePeerFailed && (ae.Details(&pf) != nil || pf.Rank != tc.odd[0]) {
+				var d spec.DataDisagreement
+				switch {
+				case typ == spec.ErrTypePeerFailed && (ae.Details(&pf) != nil || pf.Rank != tc.odd[0]):
 					t.Errorf("node %d names rank %d, want %d", i, pf.Rank, tc.odd[0])
+				case typ == spec.ErrTypePeerFailed && (pf.Data == nil || *pf.Data != wantData):
+					t.Errorf("node %d says the data sets are %+v, want %+v", i, pf.Data, wantData)
+				case typ == spec.ErrTypeNodeUnfit && (ae.Details(&d) != nil || d != wantData):
+					t.Errorf("node %d says the data sets are %+v, want %+v", i, d, wantData)
 				}
 			}
 		})

@@ -595,12 +595,13 @@ func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in sp
 		err := fmt.Errorf("the nodes' data sets differ and no majority agrees on one: %s (give their workers the same files, or name the run's in the job file's data_sha256)", strings.Join(odd, ", "))
 		return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeDataMismatch, err)
 	case mine != right:
-		return unfitHost("node %s's data set (%s) differs from %s (give its worker the same files)", n.ID, at, why)
+		return unfitData(spec.DataDisagreement{Run: right, Node: mine},
+			"node %s's data set (%s) differs from %s (give its worker the same files)", n.ID, at, why)
 	}
 	first := slices.IndexFunc(sums, func(sum string) bool { return sum != right })
-	err = fmt.Errorf("node %s's data set differs from the run's (%s)", in.Membership.Nodes[first].ID, strings.Join(odd, ", "))
+	err = fmt.Errorf("node %s's data set differs from the run's, sha256 %s (%s)", in.Membership.Nodes[first].ID, short(right), strings.Join(odd, ", "))
 	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypePeerFailed, err,
-		spec.PeerFailure{Rank: first, Step: in.From, NoticedAt: time.Now()})
+		spec.PeerFailure{Rank: first, Step: in.From, NoticedAt: time.Now(), Data: &spec.DataDisagreement{Run: right, Node: sums[first]}})
 }
 
 // short is a fingerprint's first 12 hex digits, for people.
@@ -616,8 +617,17 @@ func (n *Node) checkData(in spec.ChunkInput) error {
 	if in.DataSHA256 == "" || sum == in.DataSHA256 {
 		return nil
 	}
-	return unfitHost("node %s's data set (%s) differs from the one run %s trains on: sha256 %s, not %s (give its worker the same files)",
+	return unfitData(spec.DataDisagreement{Run: in.DataSHA256, Node: sum},
+		"node %s's data set (%s) differs from the one run %s trains on: sha256 %s, not %s (give its worker the same files)",
 		n.ID, at, in.RunID, short(sum), short(in.DataSHA256))
+}
+
+// unfitData is unfitHost for a node whose data set is not the run's,
+// with both fingerprints as its detail: the run learns its data set
+// from it, and gives the node back fit for runs on its own.
+func unfitData(d spec.DataDisagreement, format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeNodeUnfit, err, d)
 }
 
 // trainerAt returns a trainer positioned at in.From, with the syncer that

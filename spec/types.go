@@ -242,6 +242,12 @@ type AcquireRequest struct {
 	// is not handed out — it would refuse the run's chunks as unfit and
 	// cost a restart. Nodes that registered none are.
 	DataSHA256 string `json:"data_sha256,omitempty"`
+	// PreferDataSHA256 is the data set the run's job pins
+	// (RunSpec.DataSHA256) while its nodes have not confirmed one: free
+	// nodes that registered it are handed out first, then those that
+	// registered none, then the others (their first chunk then says
+	// whether any node holds the pin; see ErrTypeDataMismatch).
+	PreferDataSHA256 string `json:"prefer_data_sha256,omitempty"`
 }
 
 // MarkFailed tells the Cluster a node is not to be used again.
@@ -259,6 +265,19 @@ type MarkFailed struct {
 	// renewals do not reinstate it, as they do a node blamed by mistake;
 	// its worker registering again (restarted, fixed) does.
 	Misconfigured bool `json:"misconfigured,omitempty"`
+	// OtherData: the node is fit, but registered (Node.DataSHA256)
+	// another data set than the run's. The Cluster takes it from the run
+	// and keeps it free for runs on its data set: the run's next
+	// acquires (AcquireRequest.DataSHA256) pass it over.
+	OtherData bool `json:"other_data,omitempty"`
+}
+
+// DataDisagreement is the detail of a NodeUnfit error from a node whose
+// data set is not the run's: the run's (the one its job pins, or the
+// one most of its nodes hold) and the node's, as SHA-256 fingerprints.
+type DataDisagreement struct {
+	Run  string `json:"run"`
+	Node string `json:"node"`
 }
 
 // Drain takes NodeID out of the pool (Drained) or puts it back. A run
@@ -490,6 +509,10 @@ type PeerFailure struct {
 	Rank      int       `json:"rank"`
 	Step      int64     `json:"step"`
 	NoticedAt time.Time `json:"noticed_at"`
+	// Data, when the rank's node holds another data set than the run's,
+	// names both (the node's own NodeUnfit says it too, but it may be
+	// cancelled before it reports).
+	Data *DataDisagreement `json:"data,omitempty"`
 }
 
 // CheckNodesInput asks a node worker whether the workers of some of a

@@ -223,6 +223,15 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 			"node", mf.NodeID, "reason", mf.Reason)
 		return
 	}
+	if mf.OtherData {
+		// Fit for runs on the data set it registered: only taken from
+		// the run (whose acquires pass it over).
+		workflow.GetLogger(ctx).Info("node given back: it holds another data set than the run's", "node", mf.NodeID, "run", mf.RunID)
+		if r.Run == mf.RunID {
+			r.Run, r.Rank = "", -1
+		}
+		return
+	}
 	r.Failed, r.FailReason, r.FailedAt, r.Misconfigured = true, mf.Reason, workflow.Now(ctx), mf.Misconfigured
 	if mf.RunID == "" || r.Run == mf.RunID {
 		r.Run, r.Rank = "", -1
@@ -298,8 +307,9 @@ func validateAcquire(req spec.AcquireRequest) error {
 // acquire records req.Failed, then makes the run hold req.Count live
 // nodes: nodes it already holds
 // keep their ranks, holes left by dead nodes are filled from the free pool
-// (by node ID order; free nodes that registered another data set than
-// req.DataSHA256 are left aside). It waits up to req.Wait for enough live nodes — unless
+// (by node ID order — those that registered req.PreferDataSHA256 first;
+// free nodes that registered another data set than req.DataSHA256 are
+// left aside). It waits up to req.Wait for enough live nodes — unless
 // req.MinCount allows fewer: then it answers at once with every live node
 // it can give (at least MinCount), the healthy held ones first.
 func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
@@ -446,6 +456,18 @@ func holds(r *NodeRecord, sum string) bool {
 	return sum == "" || r.Node.DataSHA256 == "" || r.Node.DataSHA256 == sum
 }
 
+// dataOrder ranks node r for a run that prefers data set sum: 0 it
+// registered it, 1 it registered none, 2 another.
+func dataOrder(r *NodeRecord, sum string) int {
+	switch r.Node.DataSHA256 {
+	case sum:
+		return 0
+	case "":
+		return 1
+	}
+	return 2
+}
+
 // tryAcquire allocates if it can; it changes nothing when it cannot.
 func (c *cluster) tryAcquire(now time.Time, req spec.AcquireRequest) ([]spec.Node, bool) {
 	return c.allocate(now, req, true)
@@ -463,6 +485,11 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 		case r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256):
 			free = append(free, r)
 		}
+	}
+	if req.PreferDataSHA256 != "" {
+		slices.SortStableFunc(free, func(a, b *NodeRecord) int {
+			return dataOrder(a, req.PreferDataSHA256) - dataOrder(b, req.PreferDataSHA256)
+		})
 	}
 	need := 0
 	for _, h := range held {

@@ -185,6 +185,45 @@ func TestClusterHandsOutNodesWithTheRunsData(t *testing.T) {
 	require.ErrorContains(t, results["none left"].err, "1 free with another data set")
 }
 
+// A pinned run's first acquire takes the nodes that registered its data
+// set first; a node given back for holding another data set (OtherData)
+// is not failed: the run's next acquires pass it over, runs on its data
+// set take it.
+func TestClusterPrefersThePinAndGivesBackOtherData(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	nodes := testNodes("a", "b", "c", "d", "e", "f")
+	for i, sum := range []string{"other", "", "run", "other", "run", "other"} { // b said none
+		nodes[i].DataSHA256 = sum
+	}
+	at(time.Second, func() {
+		for _, n := range nodes {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() {
+		acquire("pinned", spec.AcquireRequest{RunID: "r1", Count: 3, Wait: time.Second, PreferDataSHA256: "run"})
+	})
+	at(3*time.Second, func() { acquire("unpinned", spec.AcquireRequest{RunID: "r2", Count: 1, Wait: time.Second}) })
+	at(4*time.Second, func() {
+		acquire("passed over", spec.AcquireRequest{RunID: "r2", Count: 1, Wait: time.Second, DataSHA256: "run",
+			Failed: []spec.MarkFailed{{NodeID: "a", RunID: "r2", Reason: "holds other", OtherData: true}}})
+	})
+	at(6*time.Second, func() {
+		acquire("on its data", spec.AcquireRequest{RunID: "r3", Count: 3, Wait: time.Second, DataSHA256: "other"})
+	})
+	at(10*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, results["pinned"].err)
+	require.Equal(t, []string{"c", "e", "b"}, ids(results["pinned"].nodes), "holders of the pin, then one that said none")
+	require.NoError(t, results["unpinned"].err)
+	require.Equal(t, []string{"a"}, ids(results["unpinned"].nodes), "by node ID")
+	require.ErrorContains(t, results["passed over"].err, "only 0 live free node(s)")
+	require.ErrorContains(t, results["passed over"].err, "3 free with another data set", "a is free again, not failed")
+	require.NoError(t, results["on its data"].err)
+	require.Equal(t, []string{"a", "d", "f"}, ids(results["on its data"].nodes), "a serves runs on its data set")
+}
+
 func TestClusterContinuesAsNewWithItsState(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()

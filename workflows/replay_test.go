@@ -101,8 +101,12 @@ import (
 // trainingrun_skip_gone.json, a run whose bucket lost three checkpoints
 // and that fell back past the older missing ones in one restart
 // (versionSkipGone), and trainingrun_slow_drain.json, a run with
-// slow_node: drain that drained its throttled node and moved off it
-// (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
+// slow_node: drain that drained its throttled node and moved off it, and
+// trainingrun_other_data.json, a run whose node held another data set
+// (registered) that took the run's from its peers and gave that node
+// back, trainingrun_data_pinned.json, a pinned run handed the nodes
+// holding its pin first, and cluster_data.json, the registry that saw
+// them (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
@@ -171,6 +175,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},       // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
 		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},          // fell back past deleted checkpoints in one restart (versionSkipGone)
 		{"trainingrun_slow_drain.json", spec.WorkflowTrainingRun},         // drained its slow node (slow_node: drain) and moved off it
+		{"trainingrun_other_data.json", spec.WorkflowTrainingRun},         // a node on other data given back, the run's learnt (no version)
+		{"trainingrun_data_pinned.json", spec.WorkflowTrainingRun},        // pinned: its pin's holders asked for first (no version)
+		{"cluster_data.json", spec.WorkflowCluster},                       // … a node given back free (OtherData), a pin preferred
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

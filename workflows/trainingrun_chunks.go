@@ -37,7 +37,12 @@ type chunkFailure struct {
 	unfit         []string
 	unfitWhy      []string // each one's words
 	misconfigured []string
-	first         error
+	// otherData are the unfit nodes that hold another data set than the
+	// run's (their NodeUnfit's DataDisagreement, by node ID), and
+	// runData the run's as they said it.
+	otherData map[string]string
+	runData   string
+	first     error
 	// lostState names the nodes that answered NoState: a node process
 	// restarted under the same ID between two chunks holds no state for
 	// the chunk's first step (and its checkpoint may still be uploading).
@@ -61,6 +66,18 @@ type chunkFailure struct {
 	// nodes' way to it) out for longer than the heartbeat timeout
 	// (recover asks them: answerAfterSilence).
 	allSilent bool
+}
+
+// onOtherData notes that node holds another data set than the run's, as
+// d says (its own NodeUnfit, or a peer's PeerFailed).
+func (f *chunkFailure) onOtherData(node string, d spec.DataDisagreement) {
+	if d.Run == "" || d.Node == "" || d.Node == d.Run {
+		return
+	}
+	if f.otherData == nil {
+		f.otherData = map[string]string{}
+	}
+	f.otherData[node], f.runData = d.Node, d.Run
 }
 
 func (f *chunkFailure) Error() string {
@@ -731,6 +748,23 @@ func peerBlames(done []bool, errs []error) (map[int]bool, bool) {
 	return blamed, true
 }
 
+// heldOtherDataPending: a finished rank blames a pending one for holding
+// another data set (PeerFailure.Data). That node is alive and about to
+// say so itself, in words that name its data: await waits blameGrace for
+// it rather than cancel it at once. (Only newer node workers send Data:
+// older histories never meet the case.)
+func heldOtherDataPending(done []bool, errs []error) bool {
+	for i := range done {
+		if !done[i] {
+			continue
+		}
+		if pf, ok := peerFailed(errs[i]); ok && pf.Data != nil && pf.Rank >= 0 && pf.Rank < len(done) && !done[pf.Rank] {
+			return true
+		}
+	}
+	return false
+}
+
 // hopeless: a rank failed for a reason other than losing a peer (it timed
 // out — dead or stuck — or hit a real error). The group cannot finish the
 // chunk, and ranks still waiting for it (in a collective, or still
@@ -751,7 +785,7 @@ func hopeless(done []bool, errs []error) bool {
 // PeerFailed, and every pending rank is blamed by one of them.
 func (r *run) onlyBlamedPending(done []bool, errs []error) bool {
 	blamed, ok := peerBlames(done, errs)
-	if !ok {
+	if !ok || heldOtherDataPending(done, errs) {
 		return false
 	}
 	pending := 0
@@ -827,6 +861,10 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			f.unfitWhy = append(f.unfitWhy, ae.Message())
 			if ae.Type() == spec.ErrTypeNodeUnfit {
 				f.misconfigured = append(f.misconfigured, node)
+				var d spec.DataDisagreement
+				if ae.HasDetails() && ae.Details(&d) == nil {
+					f.onOtherData(node, d)
+				}
 			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeBadJob && hostCannot:
 			f.unfit = append(f.unfit, node)
@@ -843,6 +881,9 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			if pf, ok := peerFailed(err); ok && pf.Rank >= 0 && pf.Rank < len(errs) {
 				blamed[pf.Rank]++
 				f.atStep = max(f.atStep, pf.Step)
+				if pf.Data != nil { // (only newer node workers say it: no version)
+					f.onOtherData(r.st.Membership.Nodes[pf.Rank].ID, *pf.Data)
+				}
 				if f.noticed.IsZero() || pf.NoticedAt.Before(f.noticed) {
 					f.noticed = pf.NoticedAt
 				}
@@ -1176,20 +1217,28 @@ func (r *run) noteResumed(results []spec.ChunkResult) {
 // the worker process the run saw fail (a worker restarted meanwhile under
 // the same ID is healthy, and the run may take it back at once), and an
 // unfit node is failed in its own words — as misconfigured when it lacks
-// the data set.
+// the data set, or holds another than the run's. A node that holds
+// another and registered it (so that the run's next acquires pass it
+// over) is not failed but given back, fit for runs on its data set.
 func (r *run) failureMarks(f *chunkFailure) []spec.MarkFailed {
 	var marks []spec.MarkFailed
 	for _, id := range f.failed {
-		var inc string
+		var node spec.Node
 		if i := slices.IndexFunc(r.st.Membership.Nodes, func(n spec.Node) bool { return n.ID == id }); i >= 0 {
-			inc = r.st.Membership.Nodes[i].Incarnation
+			node = r.st.Membership.Nodes[i]
 		}
 		why := f.reason
 		if i := slices.Index(f.unfit, id); i >= 0 {
 			why = f.unfitWhy[i] // (not the first unfit node's words)
 		}
-		marks = append(marks, spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: why, Incarnation: inc,
-			Misconfigured: slices.Contains(f.misconfigured, id)})
+		mf := spec.MarkFailed{NodeID: id, RunID: r.st.Status.RunID, Reason: why, Incarnation: node.Incarnation,
+			Misconfigured: slices.Contains(f.misconfigured, id)}
+		if has, ok := f.otherData[id]; ok {
+			// (As its peers found it, if it did not say so itself.)
+			mf.OtherData = has == node.DataSHA256
+			mf.Misconfigured = !mf.OtherData
+		}
+		marks = append(marks, mf)
 	}
 	return marks
 }
@@ -1233,6 +1282,12 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		if workflow.GetVersion(ctx, versionSkipGone, workflow.DefaultVersion, 1) >= 1 {
 			r.dropGone(ctx)
 		}
+	}
+	if r.st.DataSHA256 == "" && f.runData != "" {
+		// The run's data set, as its nodes found it (and told the unfit
+		// ones): the next acquire passes over free nodes holding another,
+		// and the next chunk's nodes check theirs against it.
+		r.st.DataSHA256, r.st.Status.DataSHA256 = f.runData, f.runData
 	}
 	marks := r.failureMarks(f)
 	withAcquire := len(marks) > 0 && workflow.GetVersion(ctx, versionFailedWithAcquire, workflow.DefaultVersion, 1) >= 1

@@ -20,7 +20,8 @@ import (
 // TestTrainingRunTellsNodesItsDataSet: the run's first chunk carries no
 // data fingerprint (its nodes compare theirs); the chunks after carry the
 // one its nodes reported, so a replacement whose data differs refuses as
-// unfit and is replaced in turn, marked misconfigured. Nodes that cannot
+// unfit and is replaced in turn, marked misconfigured (it registered no
+// data set, and says so without its fingerprint). Nodes that cannot
 // agree on a data set fail the run at once, saying so.
 func TestTrainingRunTellsNodesItsDataSet(t *testing.T) {
 	const sum = "5fd4a112"
@@ -160,4 +161,78 @@ func TestTrainingRunResumedOnOtherData(t *testing.T) {
 	require.Equal(t, "new", st.DataSHA256)
 	require.Len(t, st.Resumed, 1)
 	require.Equal(t, "old", st.Resumed[0].DataSHA256)
+}
+
+// TestTrainingRunGivesBackNodesOnOtherData: a first chunk's node whose
+// data set is not the run's says both (DataDisagreement). The run takes
+// its data set from it at once — the replacement acquire passes over
+// nodes holding another, the next chunk's nodes check theirs against it
+// — and gives the node back fit for runs on its own data set when it
+// registered that set (the Cluster then never hands it to this run), or
+// keeps it failed as misconfigured when it registered none (an older
+// worker: nothing would keep it from the run). A pinned job asks for the
+// nodes holding its pin first.
+func TestTrainingRunGivesBackNodesOnOtherData(t *testing.T) {
+	sum, other := strings.Repeat("5fd4a112", 8), strings.Repeat("0011aabb", 8)
+	for _, tc := range []struct {
+		name       string
+		registered string // node-2's data set as it registered it
+		pin        string
+		otherData  bool
+	}{
+		{name: "registered its data set", registered: other, otherData: true},
+		{name: "registered none", registered: ""},
+		{name: "pinned", registered: other, pin: sum, otherData: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := testNodes("node-1", "node-2", "spare-1")
+			pool[0].DataSHA256, pool[1].DataSHA256, pool[2].DataSHA256 = sum, tc.registered, sum
+			cl := &fakeCluster{pool: pool, failed: map[string]bool{}}
+			ch := &fakeChunks{
+				edit: func(_ spec.ChunkInput, res *spec.ChunkResult) { res.DataSHA256 = sum },
+				fail: func(in spec.ChunkInput) error {
+					switch {
+					case in.Membership.Nodes[in.Rank].ID == "node-2":
+						return temporal.NewApplicationErrorWithCause("node node-2's data set (/other) differs from its peers'",
+							spec.ErrTypeNodeUnfit, errors.New("data"), spec.DataDisagreement{Run: sum, Node: other})
+					case slices.ContainsFunc(in.Membership.Nodes, func(n spec.Node) bool { return n.ID == "node-2" }):
+						return temporal.NewApplicationErrorWithCause("node node-2's data set differs from the run's", spec.ErrTypePeerFailed, errors.New("data"),
+							spec.PeerFailure{Rank: 1, Step: in.From, Data: &spec.DataDisagreement{Run: sum, Node: other}})
+					}
+					return nil
+				},
+			}
+			var asked []spec.AcquireRequest
+			var mu sync.Mutex
+			cl.onAcquire = func(req spec.AcquireRequest) {
+				mu.Lock()
+				defer mu.Unlock()
+				asked = append(asked, req)
+			}
+			env := newRunEnv(t, cl, ch)
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 200, ChunkSteps: 100, DataSHA256: tc.pin}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.Equal(t, []string{"node-1", "spare-1"}, st.Nodes)
+			require.Equal(t, sum, st.DataSHA256)
+			mu.Lock()
+			require.Len(t, asked, 2)
+			require.Equal(t, "", asked[0].DataSHA256)
+			require.Equal(t, tc.pin, asked[0].PreferDataSHA256, "a pinned job asks for its pin's holders first")
+			require.Equal(t, sum, asked[1].DataSHA256, "the replacement holds the run's data set")
+			require.Empty(t, asked[1].PreferDataSHA256)
+			require.Len(t, asked[1].Failed, 1)
+			mark := asked[1].Failed[0]
+			mu.Unlock()
+			require.Equal(t, "node-2", mark.NodeID)
+			require.Equal(t, tc.otherData, mark.OtherData)
+			require.Equal(t, !tc.otherData, mark.Misconfigured)
+			require.Contains(t, mark.Reason, "node node-2's data set (/other) differs", "in its own words: the run waits for them")
+			for _, in := range ch.all() {
+				if in.Membership.Generation == 2 {
+					require.Equal(t, sum, in.DataSHA256, "chunk from %d, rank %d: checked against the run's", in.From, in.Rank)
+				}
+			}
+		})
+	}
 }

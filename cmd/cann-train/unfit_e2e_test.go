@@ -30,7 +30,9 @@ import (
 // differs from its peers' in one label (node-00) takes a rank of a
 // 3-node run: at the first chunk the nodes compare their data sets'
 // fingerprints, and it is replaced in the same way — before, it trained
-// on its own labels, unseen.
+// on its own labels, unseen — but given back free: it registered its data
+// set, and a run pinned to that set gets it, while a run pinned to the
+// others' is handed a node holding theirs before it.
 func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -90,14 +92,33 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 		!slices.Equal(st.Nodes, []string{"node-3", "node-1", "node-2"}) {
 		t.Errorf("recovery %+v, nodes %v: want node-00 replaced (by node-3) for its data set", rec, st.Nodes)
 	}
-	if got := cliAt(ctx, t, addr, l.LogDir)("nodes"); !regexp.MustCompile(`(?m)^node-00 +unfit: node node-00's data set`).MatchString(got) ||
+	// node-00 registered its data set: given back, fit for runs on it.
+	theirs := registryRecord(ctx, t, c, "node-00")
+	if got := cliAt(ctx, t, addr, l.LogDir)("nodes"); theirs.Failed || len(theirs.Node.DataSHA256) != 64 || theirs.Node.DataSHA256 == st.DataSHA256 ||
+		!regexp.MustCompile(`(?m)^node-00 +free +- +- +`+theirs.Node.DataSHA256[:12]+` `).MatchString(got) ||
 		len(st.DataSHA256) != 64 || !regexp.MustCompile(`(?m)^node-1 +free +- +- +`+st.DataSHA256[:12]+` `).MatchString(got) {
-		t.Errorf("cann-train nodes:\n%s\nwant node-00 unfit, saying why, and node-1 free with the run's data set", got)
+		t.Errorf("node-00 %+v; cann-train nodes:\n%s\nwant node-00 free with its data set, and node-1 with the run's", theirs, got)
 	}
+	recordHistory(t, fetchHistory(ctx, t, c, spec.RunIDPrefix+s.Name), "trainingrun_other_data.json")
 	if got := cliAt(ctx, t, addr, l.LogDir)("status", s.Name); len(st.DataSHA256) != 64 || !strings.Contains(rec.Reason, st.DataSHA256[:12]) ||
 		!strings.Contains(got, "data         sha256 "+st.DataSHA256) {
 		t.Errorf("data set %q, recovery %q; cann-train status:\n%s\nwant the run's fingerprint, the one its nodes held", st.DataSHA256, rec.Reason, got)
 	}
+
+	// A job pinning a data set is handed the nodes holding it first
+	// (node-00, first by ID, holds another), and a run on node-00's
+	// data set gets node-00.
+	for _, want := range []struct{ sum, node string }{{st.DataSHA256, "node-1"}, {theirs.Node.DataSHA256, "node-00"}} {
+		s := spec.RunSpec{Name: "pinned-" + want.node, Nodes: 1, Steps: 100, DataSHA256: want.sum}.WithDefaults()
+		pinned := awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: s}), l.LogDir)
+		if pinned.Phase != spec.PhaseCompleted || !slices.Equal(pinned.Nodes, []string{want.node}) || len(pinned.Recoveries) != 0 || pinned.DataSHA256 != want.sum {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("a run pinning %s…: %s on %v, data %s, recoveries %+v; want it completed on %s", want.sum[:12], pinned.Phase, pinned.Nodes,
+				pinned.DataSHA256, pinned.Recoveries, want.node)
+		}
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, spec.RunIDPrefix+"pinned-node-1"), "trainingrun_data_pinned.json")
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_data.json")
 
 	// A job pinning a data set no node holds (a typo) fails at once and
 	// marks no node: the nodes agree with each other, not with it.
@@ -107,8 +128,9 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, said, err := cliRun(ctx, addr)("run", "-f", job)
-	if err != nil || !strings.Contains(said, "warning: no registered node worker holds the data set the job pins (data_sha256 000000000000…); they hold "+
-		st.DataSHA256[:12]+"… on 3: the run fails at its first chunk") {
+	if err != nil || !strings.Contains(said, "warning: no registered node worker holds the data set the job pins (data_sha256 000000000000…); they hold ") ||
+		!strings.Contains(said, st.DataSHA256[:12]+"… on 3") || !strings.Contains(said, theirs.Node.DataSHA256[:12]+"… on 1") ||
+		!strings.Contains(said, ": the run fails at its first chunk") {
 		t.Errorf("cann-train run: %v, said %q; want a warning naming what the nodes hold", err, said)
 	}
 	err = c.GetWorkflow(ctx, spec.RunIDPrefix+"wrong-pin", "").Get(ctx, nil)
