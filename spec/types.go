@@ -248,6 +248,13 @@ type AcquireRequest struct {
 	// registered none, then the others (their first chunk then says
 	// whether any node holds the pin; see ErrTypeDataMismatch).
 	PreferDataSHA256 string `json:"prefer_data_sha256,omitempty"`
+	// SameData: the run trains on the built-in model's data but knows no
+	// data set yet (no pin, none confirmed): free nodes that registered
+	// the set most live free nodes registered are handed out first, then
+	// those that registered none, then the others — a pick across data
+	// sets costs a restart at its first chunk, or fails the run where no
+	// majority holds one.
+	SameData bool `json:"same_data,omitempty"`
 }
 
 // MarkFailed tells the Cluster a node is not to be used again.

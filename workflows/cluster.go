@@ -307,7 +307,8 @@ func validateAcquire(req spec.AcquireRequest) error {
 // acquire records req.Failed, then makes the run hold req.Count live
 // nodes: nodes it already holds
 // keep their ranks, holes left by dead nodes are filled from the free pool
-// (by node ID order — those that registered req.PreferDataSHA256 first;
+// (by node ID order — those that registered req.PreferDataSHA256 first,
+// or with req.SameData those that registered the most common data set;
 // free nodes that registered another data set than req.DataSHA256 are
 // left aside). It waits up to req.Wait for enough live nodes — unless
 // req.MinCount allows fewer: then it answers at once with every live node
@@ -456,6 +457,25 @@ func holds(r *NodeRecord, sum string) bool {
 	return sum == "" || r.Node.DataSHA256 == "" || r.Node.DataSHA256 == sum
 }
 
+// commonData is the data set most of the nodes registered ("" when none
+// did); of several as common, the one the first of them in ID order holds.
+func commonData(nodes []*NodeRecord) string {
+	count := map[string]int{}
+	most := 0
+	for _, r := range nodes {
+		if sum := r.Node.DataSHA256; sum != "" {
+			count[sum]++
+			most = max(most, count[sum])
+		}
+	}
+	for _, r := range nodes {
+		if sum := r.Node.DataSHA256; sum != "" && count[sum] == most {
+			return sum
+		}
+	}
+	return ""
+}
+
 // dataOrder ranks node r for a run that prefers data set sum: 0 it
 // registered it, 1 it registered none, 2 another.
 func dataOrder(r *NodeRecord, sum string) int {
@@ -486,9 +506,13 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 			free = append(free, r)
 		}
 	}
-	if req.PreferDataSHA256 != "" {
+	prefer := req.PreferDataSHA256
+	if prefer == "" && req.SameData {
+		prefer = commonData(free)
+	}
+	if prefer != "" {
 		slices.SortStableFunc(free, func(a, b *NodeRecord) int {
-			return dataOrder(a, req.PreferDataSHA256) - dataOrder(b, req.PreferDataSHA256)
+			return dataOrder(a, prefer) - dataOrder(b, prefer)
 		})
 	}
 	need := 0

@@ -224,6 +224,56 @@ func TestClusterPrefersThePinAndGivesBackOtherData(t *testing.T) {
 	require.Equal(t, []string{"a", "d", "f"}, ids(results["on its data"].nodes), "a serves runs on its data set")
 }
 
+// A run that knows no data set yet (SameData) is handed the nodes of the
+// data set most free nodes registered first: a pick across data sets
+// would cost it a restart, or fail it without a majority.
+func TestClusterHandsOutNodesOfOneDataSet(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	nodes := testNodes("a", "b", "c", "d", "e", "f")
+	for i, sum := range []string{"", "y", "x", "y", "x", "x"} {
+		nodes[i].DataSHA256 = sum
+	}
+	at(time.Second, func() {
+		for _, n := range nodes {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("most", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second, SameData: true}) })
+	at(3*time.Second, func() {
+		acquire("now y", spec.AcquireRequest{RunID: "r2", Count: 3, Wait: time.Second, SameData: true})
+	})
+	at(4*time.Second, func() { acquire("by ID", spec.AcquireRequest{RunID: "r3", Count: 1, Wait: time.Second}) })
+	at(10*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, results["most"].err)
+	require.Equal(t, []string{"c", "e"}, ids(results["most"].nodes), "x: 3 of the 6")
+	require.NoError(t, results["now y"].err)
+	require.Equal(t, []string{"b", "d", "a"}, ids(results["now y"].nodes), "y: 2 of the 4 left, then one that said none")
+	require.NoError(t, results["by ID"].err)
+	require.Equal(t, []string{"f"}, ids(results["by ID"].nodes))
+}
+
+func TestCommonData(t *testing.T) {
+	for _, tc := range []struct {
+		sums []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"", ""}, ""},
+		{[]string{"", "x"}, "x"},
+		{[]string{"x", "y", "y"}, "y"},
+		{[]string{"x", "y", "y", "x"}, "x"}, // a tie: the first node's
+		{[]string{"", "y", "x", "x", "y", "y"}, "y"},
+	} {
+		var nodes []*NodeRecord
+		for _, sum := range tc.sums {
+			nodes = append(nodes, &NodeRecord{Node: spec.Node{DataSHA256: sum}})
+		}
+		require.Equal(t, tc.want, commonData(nodes), "%q", tc.sums)
+	}
+}
+
 func TestClusterContinuesAsNewWithItsState(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()

@@ -106,7 +106,9 @@ import (
 // (registered) that took the run's from its peers and gave that node
 // back, trainingrun_data_pinned.json, a pinned run handed the nodes
 // holding its pin first, and cluster_data.json, the registry that saw
-// them (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
+// them, and cluster_same_data.json, the same registry where runs that
+// knew no data set were handed nodes of the most common one first
+// (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
@@ -178,6 +180,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_other_data.json", spec.WorkflowTrainingRun},         // a node on other data given back, the run's learnt (no version)
 		{"trainingrun_data_pinned.json", spec.WorkflowTrainingRun},        // pinned: its pin's holders asked for first (no version)
 		{"cluster_data.json", spec.WorkflowCluster},                       // … a node given back free (OtherData), a pin preferred
+		{"cluster_same_data.json", spec.WorkflowCluster},                  // … and runs without one handed nodes of one data set (SameData)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

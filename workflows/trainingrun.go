@@ -443,8 +443,9 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	var nodes []spec.Node
 	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait, Failed: r.failedNodes,
 		DataSHA256: r.st.DataSHA256}
-	if req.DataSHA256 == "" {
+	if req.DataSHA256 == "" && !r.spec.IsExternal() {
 		req.PreferDataSHA256 = r.spec.DataSHA256
+		req.SameData = req.PreferDataSHA256 == ""
 	}
 	r.failedNodes = nil
 	err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes)

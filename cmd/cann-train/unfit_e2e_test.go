@@ -22,17 +22,19 @@ import (
 )
 
 // TestNodeWithoutDataIsReplaced: a node worker whose --mnist-dir holds no
-// data set takes a rank (it is first in ID order); its chunk fails as
-// NodeUnfit, the run replaces it in its words and completes, and the
+// data set takes a rank (the last of a run that needs every node: nodes
+// that registered none come after those holding a data set); its chunk
+// fails as NodeUnfit, the run drops it in its words and completes, and the
 // Cluster keeps it failed, saying why (`cann-train nodes`). Before, it
 // failed the run. A workflow input with a misspelled field fails at once
 // on the same server, naming the field. Then a node whose data set
-// differs from its peers' in one label (node-00) takes a rank of a
-// 3-node run: at the first chunk the nodes compare their data sets'
-// fingerprints, and it is replaced in the same way — before, it trained
-// on its own labels, unseen — but given back free: it registered its data
-// set, and a run pinned to that set gets it, while a run pinned to the
-// others' is handed a node holding theirs before it.
+// differs from its peers' in one label (node-00) takes the last rank of
+// a 4-node run (its data set is the fewest's): at the first chunk the
+// nodes compare their data sets' fingerprints, and it is removed in the
+// same way — before, it trained on its own labels, unseen — but given
+// back free: it registered its data set, and a run pinned to that set
+// gets it, while a run pinned to the others', or unpinned, is handed a
+// node holding theirs before it.
 func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -57,7 +59,9 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, typo.GetID()), "trainingrun_unknown_input.json")
 
-	s := spec.RunSpec{Name: "unfit", Nodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	// Four nodes for three holding the data set and one that said none
+	// (handed out last): it takes rank 3, and the run goes on with three.
+	s := spec.RunSpec{Name: "unfit", Nodes: 4, MinNodes: 3, Steps: 300, ChunkSteps: 100}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	st := awaitRun(ctx, t, run, l.LogDir)
 	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 1 {
@@ -80,7 +84,7 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 
 	startWith("node-00", otherMNIST(t))
 	waitRegistered(ctx, t, c, 5)
-	s = spec.RunSpec{Name: "odd-data", Nodes: 3, Steps: 200, ChunkSteps: 100}.WithDefaults()
+	s = spec.RunSpec{Name: "odd-data", Nodes: 4, MinNodes: 3, Steps: 200, ChunkSteps: 100}.WithDefaults()
 	st = awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: s}), l.LogDir)
 	if st.Phase != spec.PhaseCompleted || len(st.Recoveries) != 1 {
 		dumpLogs(t, l.LogDir)
@@ -88,9 +92,9 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	}
 	rec = st.Recoveries[0]
 	if !slices.Equal(rec.FailedNodes, []string{"node-00"}) || !strings.Contains(rec.Reason, "node node-00's data set (") ||
-		!strings.Contains(rec.Reason, "differs from its peers': sha256 ") || !strings.Contains(rec.Reason, "2 of 3 nodes hold") ||
-		!slices.Equal(st.Nodes, []string{"node-3", "node-1", "node-2"}) {
-		t.Errorf("recovery %+v, nodes %v: want node-00 replaced (by node-3) for its data set", rec, st.Nodes)
+		!strings.Contains(rec.Reason, "differs from its peers': sha256 ") || !strings.Contains(rec.Reason, "3 of 4 nodes hold") ||
+		!slices.Equal(st.Nodes, []string{"node-1", "node-2", "node-3"}) {
+		t.Errorf("recovery %+v, nodes %v: want node-00 (rank 3: its data set is the fewest's) removed for its data set", rec, st.Nodes)
 	}
 	// node-00 registered its data set: given back, fit for runs on it.
 	theirs := registryRecord(ctx, t, c, "node-00")
@@ -106,15 +110,19 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	}
 
 	// A job pinning a data set is handed the nodes holding it first
-	// (node-00, first by ID, holds another), and a run on node-00's
-	// data set gets node-00.
-	for _, want := range []struct{ sum, node string }{{st.DataSHA256, "node-1"}, {theirs.Node.DataSHA256, "node-00"}} {
-		s := spec.RunSpec{Name: "pinned-" + want.node, Nodes: 1, Steps: 100, DataSHA256: want.sum}.WithDefaults()
-		pinned := awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: s}), l.LogDir)
-		if pinned.Phase != spec.PhaseCompleted || !slices.Equal(pinned.Nodes, []string{want.node}) || len(pinned.Recoveries) != 0 || pinned.DataSHA256 != want.sum {
+	// (node-00, first by ID, holds another), a run on node-00's data set
+	// gets node-00, and an unpinned one a node of the set most hold.
+	for _, want := range []struct{ name, pin, node, data string }{
+		{"pinned-node-1", st.DataSHA256, "node-1", st.DataSHA256},
+		{"pinned-node-00", theirs.Node.DataSHA256, "node-00", theirs.Node.DataSHA256},
+		{"unpinned", "", "node-1", st.DataSHA256},
+	} {
+		s := spec.RunSpec{Name: want.name, Nodes: 1, Steps: 100, DataSHA256: want.pin}.WithDefaults()
+		got := awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: s}), l.LogDir)
+		if got.Phase != spec.PhaseCompleted || !slices.Equal(got.Nodes, []string{want.node}) || len(got.Recoveries) != 0 || got.DataSHA256 != want.data {
 			dumpLogs(t, l.LogDir)
-			t.Fatalf("a run pinning %s…: %s on %v, data %s, recoveries %+v; want it completed on %s", want.sum[:12], pinned.Phase, pinned.Nodes,
-				pinned.DataSHA256, pinned.Recoveries, want.node)
+			t.Fatalf("run %s: %s on %v, data %s, recoveries %+v; want it completed on %s, data %s…", want.name, got.Phase, got.Nodes,
+				got.DataSHA256, got.Recoveries, want.node, want.data[:12])
 		}
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, spec.RunIDPrefix+"pinned-node-1"), "trainingrun_data_pinned.json")
