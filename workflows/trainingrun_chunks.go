@@ -1243,6 +1243,23 @@ func (r *run) failureMarks(f *chunkFailure) []spec.MarkFailed {
 	return marks
 }
 
+// dropOtherData adds to f's failed nodes those of the membership that
+// registered another data set than the run's (f.runData): they would
+// refuse the next chunk, each costing a restart — and the first that
+// said so cancelled the others before they could.
+func (r *run) dropOtherData(f *chunkFailure) {
+	for _, n := range r.st.Membership.Nodes {
+		if n.DataSHA256 == "" || n.DataSHA256 == f.runData || slices.Contains(f.failed, n.ID) {
+			continue
+		}
+		why := fmt.Sprintf("node %s registered data set sha256 %s…, not the run's (%s…)", n.ID, n.DataSHA256[:min(12, len(n.DataSHA256))], f.runData[:min(12, len(f.runData))])
+		f.failed = append(f.failed, n.ID)
+		f.unfit = append(f.unfit, n.ID)
+		f.unfitWhy = append(f.unfitWhy, why)
+		f.onOtherData(n.ID, spec.DataDisagreement{Run: f.runData, Node: n.DataSHA256})
+	}
+}
+
 // recover handles a failed chunk: mark the blamed nodes failed, re-fill the
 // membership (keeping healthy nodes in their ranks), start a new generation
 // and rewind to the last committed checkpoint. It returns an error when the
@@ -1288,6 +1305,9 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		// ones): the next acquire passes over free nodes holding another,
 		// and the next chunk's nodes check theirs against it.
 		r.st.DataSHA256, r.st.Status.DataSHA256 = f.runData, f.runData
+	}
+	if f.runData != "" {
+		r.dropOtherData(f)
 	}
 	marks := r.failureMarks(f)
 	withAcquire := len(marks) > 0 && workflow.GetVersion(ctx, versionFailedWithAcquire, workflow.DefaultVersion, 1) >= 1

@@ -238,3 +238,62 @@ func TestTrainingRunGivesBackNodesOnOtherData(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainingRunDropsEveryNodeOnOtherData: once the run knows its data
+// set, every node of its membership that registered another is replaced
+// in the same restart, not only the one that said so first (its NodeUnfit
+// cancelled the other before it could report, which would cost a restart
+// more at the next chunk).
+func TestTrainingRunDropsEveryNodeOnOtherData(t *testing.T) {
+	sum, other := strings.Repeat("5fd4a112", 8), strings.Repeat("0011aabb", 8)
+	pool := testNodes("node-1", "node-2", "node-3", "spare-1", "spare-2")
+	for i, d := range []string{sum, other, other, sum, sum} {
+		pool[i].DataSHA256 = d
+	}
+	cl := &fakeCluster{pool: pool, failed: map[string]bool{}}
+	dead := make(chan struct{})
+	t.Cleanup(func() { close(dead) })
+	unfit := func(node string) error {
+		return temporal.NewApplicationErrorWithCause("node "+node+"'s data set (/other) differs from its peers'",
+			spec.ErrTypeNodeUnfit, errors.New("data"), spec.DataDisagreement{Run: sum, Node: other})
+	}
+	ch := &fakeChunks{
+		edit: func(_ spec.ChunkInput, res *spec.ChunkResult) { res.DataSHA256 = sum },
+		fail: func(in spec.ChunkInput) error {
+			switch node := in.Membership.Nodes[in.Rank].ID; {
+			case node == "node-2":
+				return unfit(node)
+			case node == "node-3" && in.Membership.Generation == 1:
+				<-dead // still comparing when node-2's failure cancels it
+				return errors.New("unreachable")
+			case node == "node-3":
+				return unfit(node)
+			case in.Membership.Generation == 1:
+				return temporal.NewApplicationErrorWithCause("node node-2's data set differs from the run's", spec.ErrTypePeerFailed, errors.New("data"),
+					spec.PeerFailure{Rank: 1, Step: in.From, Data: &spec.DataDisagreement{Run: sum, Node: other}})
+			}
+			return nil
+		},
+	}
+	var asked []spec.AcquireRequest
+	var mu sync.Mutex
+	cl.onAcquire = func(req spec.AcquireRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, req)
+	}
+	env := newRunEnv(t, cl, ch)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100}.WithDefaults()})
+	st := result(t, env)
+	require.Equal(t, []string{"node-1", "spare-1", "spare-2"}, st.Nodes)
+	require.Len(t, st.Recoveries, 1, "one restart for both")
+	require.Equal(t, []string{"node-2", "node-3"}, st.Recoveries[0].FailedNodes)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, asked, 2)
+	require.Len(t, asked[1].Failed, 2)
+	for _, mf := range asked[1].Failed {
+		require.True(t, mf.OtherData, "%s given back", mf.NodeID)
+	}
+	require.Equal(t, "node node-3 registered data set sha256 0011aabb0011…, not the run's (5fd4a1125fd4…)", asked[1].Failed[1].Reason)
+}
