@@ -117,10 +117,14 @@ Job file fields (all optional but name):
 			if err != nil {
 				return err
 			}
-			if s.DataSHA256 != "" {
+			if !s.IsExternal() {
 				rctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
 				if reg, err := readRegistry(rctx, c, o.clusterID); err == nil {
-					if w := pinWarning(reg, s.DataSHA256); w != "" {
+					w := mixedWarning(reg, s.Nodes)
+					if s.DataSHA256 != "" {
+						w = pinWarning(reg, s.DataSHA256)
+					}
+					if w != "" {
 						fmt.Fprintln(e.err, w)
 					}
 				}
@@ -447,15 +451,55 @@ func checkOutput(got string, allowed ...string) error {
 	return fmt.Errorf("unknown output format %q (allowed: %v)", got, allowed)
 }
 
+// mixedWarning says, before a job that does not pin its data set starts,
+// that the usable node workers in the registry hold several data sets
+// and none is on as many nodes as the job needs: its first chunk will
+// drop the nodes of the others (or fail with no majority). "" when one
+// set (with the nodes that have not said which they hold) can fill it.
+func mixedWarning(reg workflows.Registry, nodes int) string {
+	held := map[string]int{}
+	unknown := 0
+	for _, r := range reg.Nodes {
+		switch {
+		case r.Failed || r.Drained:
+		case r.Node.DataSHA256 == "":
+			unknown++
+		default:
+			held[r.Node.DataSHA256]++
+		}
+	}
+	most := 0
+	for _, n := range held {
+		most = max(most, n)
+	}
+	if len(held) < 2 || most+unknown >= nodes {
+		return ""
+	}
+	return fmt.Sprintf("warning: the node workers hold %d data sets (%s) and none is on the %d nodes the job needs: "+
+		"its first chunk replaces the nodes whose data most do not hold, or fails where no majority holds one "+
+		"(pin the run's with data_sha256, or give the workers the same files)", len(held), dataCounts(held), nodes)
+}
+
+// dataCounts lists data sets and their nodes: "ac2983e23822… on 3, …".
+func dataCounts(held map[string]int) string {
+	sums := slices.Sorted(maps.Keys(held))
+	parts := make([]string, len(sums))
+	for i, h := range sums {
+		parts[i] = fmt.Sprintf("%s… on %d", shortSHA(h), held[h])
+	}
+	return strings.Join(parts, ", ")
+}
+
 // pinWarning says, before a job that pins its data set (sum) starts,
 // that no node worker in the registry holds it, and what they hold
 // instead: the run would fail at its first chunk unless a node holding
-// it registers. "" when a usable node holds it or has not said (a worker
-// from before nodes said), or when no node is registered at all.
+// it registers. "" when a usable (neither failed nor drained) node holds
+// it or has not said (a worker from before nodes said), or when no node
+// is registered at all.
 func pinWarning(reg workflows.Registry, sum string) string {
 	held := map[string]int{}
 	for _, r := range reg.Nodes {
-		if r.Failed {
+		if r.Failed || r.Drained {
 			continue
 		}
 		if r.Node.DataSHA256 == "" || r.Node.DataSHA256 == sum {
@@ -466,12 +510,7 @@ func pinWarning(reg workflows.Registry, sum string) string {
 	if len(held) == 0 {
 		return ""
 	}
-	sums := slices.Sorted(maps.Keys(held))
-	parts := make([]string, len(sums))
-	for i, h := range sums {
-		parts[i] = fmt.Sprintf("%s… on %d", shortSHA(h), held[h])
-	}
 	return fmt.Sprintf("warning: no registered node worker holds the data set the job pins (data_sha256 %s…); they hold %s: "+
 		"the run fails at its first chunk unless a node holding it registers (`cann-train nodes` shows each node's)",
-		shortSHA(sum), strings.Join(parts, ", "))
+		shortSHA(sum), dataCounts(held))
 }

@@ -107,15 +107,47 @@ func TestStoredJob(t *testing.T) {
 	}
 }
 
+// TestMixedWarning: a job without a pin is warned of before it starts
+// when the usable node workers hold several data sets and none is on as
+// many nodes as it needs (counting those that have not said).
+func TestMixedWarning(t *testing.T) {
+	x, y := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	rec := func(sum string, failed, drained bool) workflows.NodeRecord {
+		return workflows.NodeRecord{Node: spec.Node{ID: "n", DataSHA256: sum}, Failed: failed, Drained: drained}
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []workflows.NodeRecord
+		need  int
+		want  string
+	}{
+		{"none registered", nil, 2, ""},
+		{"one data set", []workflows.NodeRecord{rec(x, false, false), rec(x, false, false)}, 3, ""},
+		{"one set fills it", []workflows.NodeRecord{rec(x, false, false), rec(y, false, false), rec(x, false, false)}, 2, ""},
+		{"with one that has not said", []workflows.NodeRecord{rec(x, false, false), rec(y, false, false), rec("", false, false)}, 2, ""},
+		{"none fills it", []workflows.NodeRecord{rec(x, false, false), rec(y, false, false), rec(x, false, false)}, 3,
+			"warning: the node workers hold 2 data sets (aaaaaaaaaaaa… on 2, bbbbbbbbbbbb… on 1) and none is on the 3 nodes the job needs: its first chunk replaces"},
+		{"failed and drained nodes do not count", []workflows.NodeRecord{rec(x, false, false), rec(y, false, false), rec(x, true, false), rec(x, false, true)}, 2,
+			"warning: the node workers hold 2 data sets (aaaaaaaaaaaa… on 1, bbbbbbbbbbbb… on 1) and none is on the 2 nodes"},
+	} {
+		got := mixedWarning(workflows.Registry{Nodes: tc.nodes}, tc.need)
+		if tc.want == "" && got != "" || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestPinWarning: a job pinning a data set no usable registered node
 // holds is warned of before it starts, naming what they hold; a node
 // holding it, or one that has not said, or none registered, warns of
-// nothing. Failed nodes do not count.
+// nothing. Failed and drained nodes do not count.
 func TestPinWarning(t *testing.T) {
 	pin, other, third := strings.Repeat("a", 64), strings.Repeat("b", 64), strings.Repeat("c", 64)
 	rec := func(sum string, failed bool) workflows.NodeRecord {
 		return workflows.NodeRecord{Node: spec.Node{ID: "n", DataSHA256: sum}, Failed: failed}
 	}
+	drained := rec(pin, false)
+	drained.Drained = true
 	for _, tc := range []struct {
 		name  string
 		nodes []workflows.NodeRecord
@@ -124,7 +156,7 @@ func TestPinWarning(t *testing.T) {
 		{"none registered", nil, ""},
 		{"one holds it", []workflows.NodeRecord{rec(other, false), rec(pin, false)}, ""},
 		{"one has not said", []workflows.NodeRecord{rec(other, false), rec("", false)}, ""},
-		{"only a failed node holds it", []workflows.NodeRecord{rec(third, false), rec(pin, true), rec(other, false), rec(third, false)},
+		{"only a failed or drained node holds it", []workflows.NodeRecord{rec(third, false), rec(pin, true), rec(other, false), drained, rec(third, false)},
 			"warning: no registered node worker holds the data set the job pins (data_sha256 aaaaaaaaaaaa…); they hold bbbbbbbbbbbb… on 1, cccccccccccc… on 2: the run fails"},
 	} {
 		got := pinWarning(workflows.Registry{Nodes: tc.nodes}, pin)

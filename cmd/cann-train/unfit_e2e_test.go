@@ -128,14 +128,29 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	recordHistory(t, fetchHistory(ctx, t, c, spec.RunIDPrefix+"pinned-node-1"), "trainingrun_data_pinned.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_data.json")
 
-	// A job pinning a data set no node holds (a typo) fails at once and
-	// marks no node: the nodes agree with each other, not with it.
-	// `cann-train run` warns before it starts.
-	job := filepath.Join(dir, "wrong-pin.yaml")
-	if err := os.WriteFile(job, []byte("name: wrong-pin\nnodes: 2\nsteps: 100\ndata_sha256: \""+strings.Repeat("0", 64)+"\"\n"), 0o644); err != nil {
+	// An unpinned job needing more nodes than hold one data set is
+	// warned of before it starts; it drops node-00 and goes on with three.
+	job := filepath.Join(dir, "mixed.yaml")
+	if err := os.WriteFile(job, []byte("name: mixed\nnodes: 4\nmin_nodes: 3\nsteps: 100\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, said, err := cliRun(ctx, addr)("run", "-f", job)
+	if err != nil || !strings.Contains(said, "warning: the node workers hold 2 data sets (") || !strings.Contains(said, st.DataSHA256[:12]+"… on 3") ||
+		!strings.Contains(said, "none is on the 4 nodes the job needs") {
+		t.Errorf("cann-train run: %v, said %q; want a warning naming the data sets", err, said)
+	}
+	if err := c.GetWorkflow(ctx, spec.RunIDPrefix+"mixed", "").Get(ctx, nil); err != nil {
+		t.Errorf("the mixed run: %v; want it completed on three nodes", err)
+	}
+
+	// A job pinning a data set no node holds (a typo) fails at once and
+	// marks no node: the nodes agree with each other, not with it.
+	// `cann-train run` warns before it starts.
+	job = filepath.Join(dir, "wrong-pin.yaml")
+	if err := os.WriteFile(job, []byte("name: wrong-pin\nnodes: 2\nsteps: 100\ndata_sha256: \""+strings.Repeat("0", 64)+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, said, err = cliRun(ctx, addr)("run", "-f", job)
 	if err != nil || !strings.Contains(said, "warning: no registered node worker holds the data set the job pins (data_sha256 000000000000…); they hold ") ||
 		!strings.Contains(said, st.DataSHA256[:12]+"… on 3") || !strings.Contains(said, theirs.Node.DataSHA256[:12]+"… on 1") ||
 		!strings.Contains(said, ": the run fails at its first chunk") {
