@@ -1244,7 +1244,8 @@ func (r *run) failureMarks(f *chunkFailure) []spec.MarkFailed {
 }
 
 // dropOtherData adds to f's failed nodes those of the membership that
-// registered another data set than the run's (f.runData): they would
+// registered another data set than the run's (f.runData, once the run's
+// own): they would
 // refuse the next chunk, each costing a restart — and the first that
 // said so cancelled the others before they could.
 func (r *run) dropOtherData(f *chunkFailure) {
@@ -1305,8 +1306,9 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		// ones): the next acquire passes over free nodes holding another,
 		// and the next chunk's nodes check theirs against it.
 		r.st.DataSHA256, r.st.Status.DataSHA256 = f.runData, f.runData
+		r.noteDataChange(ctx)
 	}
-	if f.runData != "" {
+	if f.runData != "" && f.runData == r.st.DataSHA256 {
 		r.dropOtherData(f)
 	}
 	marks := r.failureMarks(f)
