@@ -47,22 +47,18 @@ func TestTrainingRunTellsNodesItsDataSet(t *testing.T) {
 				return nil
 			},
 		}
-		var asked []string // each acquire's data set (onAcquire runs in the activity)
-		var mu sync.Mutex
-		cl.onAcquire = func(req spec.AcquireRequest) {
-			mu.Lock()
-			defer mu.Unlock()
-			asked = append(asked, req.DataSHA256)
-		}
+		requests := acquireLog(cl)
 		env := newRunEnv(t, cl, ch)
 		s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100, MaxRestarts: 3}.WithDefaults()
 		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 		st := result(t, env)
 		require.Equal(t, []string{"node-1", "spare-2"}, st.Nodes)
 		require.Equal(t, sum, st.DataSHA256, "the status names the data set")
-		mu.Lock()
+		var asked []string // each acquire's data set
+		for _, req := range requests() {
+			asked = append(asked, req.DataSHA256)
+		}
 		require.Equal(t, []string{"", sum, sum}, asked, "replacements are asked for nodes holding the run's data set")
-		mu.Unlock()
 		require.Len(t, st.Recoveries, 2)
 		require.Equal(t, []string{"spare-1"}, st.Recoveries[1].FailedNodes)
 		require.Contains(t, st.Recoveries[1].Reason, "node spare-1's data set (/data) differs from the one run")
@@ -202,20 +198,14 @@ func TestTrainingRunGivesBackNodesOnOtherData(t *testing.T) {
 					return nil
 				},
 			}
-			var asked []spec.AcquireRequest
-			var mu sync.Mutex
-			cl.onAcquire = func(req spec.AcquireRequest) {
-				mu.Lock()
-				defer mu.Unlock()
-				asked = append(asked, req)
-			}
+			requests := acquireLog(cl)
 			env := newRunEnv(t, cl, ch)
 			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 200, ChunkSteps: 100, DataSHA256: tc.pin}.WithDefaults()
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 			st := result(t, env)
 			require.Equal(t, []string{"node-1", "spare-1"}, st.Nodes)
 			require.Equal(t, sum, st.DataSHA256)
-			mu.Lock()
+			asked := requests()
 			require.Len(t, asked, 2)
 			require.Equal(t, "", asked[0].DataSHA256)
 			require.Equal(t, tc.pin, asked[0].PreferDataSHA256, "a pinned job asks for its pin's holders first")
@@ -225,7 +215,6 @@ func TestTrainingRunGivesBackNodesOnOtherData(t *testing.T) {
 			require.Empty(t, asked[1].PreferDataSHA256)
 			require.Len(t, asked[1].Failed, 1)
 			mark := asked[1].Failed[0]
-			mu.Unlock()
 			require.Equal(t, "node-2", mark.NodeID)
 			require.Equal(t, tc.otherData, mark.OtherData)
 			require.Equal(t, !tc.otherData, mark.Misconfigured)
@@ -275,25 +264,36 @@ func TestTrainingRunDropsEveryNodeOnOtherData(t *testing.T) {
 			return nil
 		},
 	}
-	var asked []spec.AcquireRequest
-	var mu sync.Mutex
-	cl.onAcquire = func(req spec.AcquireRequest) {
-		mu.Lock()
-		defer mu.Unlock()
-		asked = append(asked, req)
-	}
+	requests := acquireLog(cl)
 	env := newRunEnv(t, cl, ch)
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100}.WithDefaults()})
 	st := result(t, env)
 	require.Equal(t, []string{"node-1", "spare-1", "spare-2"}, st.Nodes)
 	require.Len(t, st.Recoveries, 1, "one restart for both")
 	require.Equal(t, []string{"node-2", "node-3"}, st.Recoveries[0].FailedNodes)
-	mu.Lock()
-	defer mu.Unlock()
+	asked := requests()
 	require.Len(t, asked, 2)
 	require.Len(t, asked[1].Failed, 2)
 	for _, mf := range asked[1].Failed {
 		require.True(t, mf.OtherData, "%s given back", mf.NodeID)
 	}
 	require.Equal(t, "node node-3 registered data set sha256 0011aabb0011…, not the run's (5fd4a1125fd4…)", asked[1].Failed[1].Reason)
+}
+
+// acquireLog records cl's acquire requests (onAcquire runs in the
+// activity, which may still run when the workflow has ended) and returns
+// a copy of those so far.
+func acquireLog(cl *fakeCluster) func() []spec.AcquireRequest {
+	var mu sync.Mutex
+	var asked []spec.AcquireRequest
+	cl.onAcquire = func(req spec.AcquireRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, req)
+	}
+	return func() []spec.AcquireRequest {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(asked)
+	}
 }
