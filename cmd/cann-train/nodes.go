@@ -115,7 +115,8 @@ restarting its worker clears;
 silent, its lease not renewed for a TTL; or orphaned, held by a run that was
 terminated (the next run short of free nodes frees it) — with the fingerprint
 of the data set it loaded (DATA: the first 12 hex digits of the SHA-256 a
-run's status shows; a run takes no free node holding another than its own),
+run's status shows; a run takes no free node holding another than its own,
+and a run that found one of its nodes holding another gave it back free),
 its host, collective address and when it was last heard from.
 ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and put it back;
 ` + "`nodes release RUN`" + ` frees an ended run's nodes.`,
