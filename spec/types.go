@@ -255,6 +255,11 @@ type AcquireRequest struct {
 	// sets costs a restart at its first chunk, or fails the run where no
 	// majority holds one.
 	SameData bool `json:"same_data,omitempty"`
+	// RecheckHeld: nodes the run holds are held to DataSHA256 too — one
+	// whose worker registered again with another data set since the run
+	// took it is dropped from its rank (and stays free for runs on its
+	// data) instead of refusing the run's next chunk.
+	RecheckHeld bool `json:"recheck_held,omitempty"`
 }
 
 // MarkFailed tells the Cluster a node is not to be used again.

@@ -305,12 +305,13 @@ func validateAcquire(req spec.AcquireRequest) error {
 }
 
 // acquire records req.Failed, then makes the run hold req.Count live
-// nodes: nodes it already holds
-// keep their ranks, holes left by dead nodes are filled from the free pool
-// (by node ID order — those that registered req.PreferDataSHA256 first,
-// or with req.SameData those that registered the most common data set;
-// free nodes that registered another data set than req.DataSHA256 are
-// left aside). It waits up to req.Wait for enough live nodes — unless
+// nodes: nodes it already holds keep their ranks (with req.RecheckHeld,
+// only those that did not register another data set than
+// req.DataSHA256 since), holes are filled from the free pool (by node ID
+// order — those that registered req.PreferDataSHA256 first, or with
+// req.SameData those that registered the most common data set; free
+// nodes that registered another data set than req.DataSHA256 are left
+// aside). It waits up to req.Wait for enough live nodes — unless
 // req.MinCount allows fewer: then it answers at once with every live node
 // it can give (at least MinCount), the healthy held ones first.
 func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
@@ -500,7 +501,8 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 	for i := range c.st.Nodes {
 		r := &c.st.Nodes[i]
 		switch {
-		case r.Run == req.RunID && c.alive(now, r) && r.Rank >= 0 && r.Rank < req.Count && held[r.Rank] == nil:
+		case r.Run == req.RunID && c.alive(now, r) && r.Rank >= 0 && r.Rank < req.Count && held[r.Rank] == nil &&
+			(!req.RecheckHeld || holds(r, req.DataSHA256)):
 			held[r.Rank] = r
 		case r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256):
 			free = append(free, r)

@@ -254,6 +254,51 @@ func TestClusterHandsOutNodesOfOneDataSet(t *testing.T) {
 	require.Equal(t, []string{"f"}, ids(results["by ID"].nodes))
 }
 
+// A held node whose worker registered again with another data set is
+// dropped from its rank when the run asks with RecheckHeld (it would
+// refuse the run's next chunk), and stays free; without it, kept.
+func TestClusterRechecksHeldNodesData(t *testing.T) {
+	for _, recheck := range []bool{false, true} {
+		env, acquire, at, results := clusterEnv()
+		nodes := testNodes("a", "b", "c")
+		for i := range nodes {
+			nodes[i].DataSHA256 = "x"
+		}
+		at(time.Second, func() {
+			for _, n := range nodes[:2] {
+				env.SignalWorkflow(spec.SignalRegister, n)
+			}
+		})
+		at(2*time.Second, func() { acquire("first", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+		at(3*time.Second, func() {
+			b := nodes[1]
+			b.DataSHA256, b.Incarnation = "y", "restarted"
+			env.SignalWorkflow(spec.SignalRegister, b)
+			env.SignalWorkflow(spec.SignalRegister, nodes[2])
+		})
+		at(4*time.Second, func() {
+			acquire("again", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second, DataSHA256: "x", RecheckHeld: recheck})
+		})
+		at(5*time.Second, func() {
+			acquire("on y", spec.AcquireRequest{RunID: "r2", Count: 1, Wait: time.Second, DataSHA256: "y"})
+		})
+		at(10*time.Second, func() { env.CancelWorkflow() })
+		env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+		require.True(t, env.IsWorkflowCompleted())
+		require.NoError(t, results["first"].err)
+		require.Equal(t, []string{"a", "b"}, ids(results["first"].nodes))
+		require.NoError(t, results["again"].err)
+		if !recheck {
+			require.Equal(t, []string{"a", "b"}, ids(results["again"].nodes), "as before: held nodes keep their ranks")
+			require.ErrorContains(t, results["on y"].err, "only 0 live free node(s)")
+			continue
+		}
+		require.Equal(t, []string{"a", "c"}, ids(results["again"].nodes), "b holds y now")
+		require.NoError(t, results["on y"].err)
+		require.Equal(t, []string{"b"}, ids(results["on y"].nodes), "b is free for runs on y")
+	}
+}
+
 func TestCommonData(t *testing.T) {
 	for _, tc := range []struct {
 		sums []string

@@ -442,7 +442,7 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	r.setPhase(ctx, phase)
 	var nodes []spec.Node
 	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait, Failed: r.failedNodes,
-		DataSHA256: r.st.DataSHA256}
+		DataSHA256: r.st.DataSHA256, RecheckHeld: r.st.DataSHA256 != ""}
 	if req.DataSHA256 == "" && !r.spec.IsExternal() {
 		req.PreferDataSHA256 = r.spec.DataSHA256
 		req.SameData = req.PreferDataSHA256 == ""

@@ -211,6 +211,8 @@ func TestTrainingRunGivesBackNodesOnOtherData(t *testing.T) {
 			require.Equal(t, tc.pin, asked[0].PreferDataSHA256, "a pinned job asks for its pin's holders first")
 			require.Equal(t, tc.pin == "", asked[0].SameData, "an unpinned one for nodes of one data set")
 			require.False(t, asked[1].SameData)
+			require.False(t, asked[0].RecheckHeld)
+			require.True(t, asked[1].RecheckHeld, "held nodes are held to the run's data set too")
 			require.Equal(t, sum, asked[1].DataSHA256, "the replacement holds the run's data set")
 			require.Empty(t, asked[1].PreferDataSHA256)
 			require.Len(t, asked[1].Failed, 1)
