@@ -121,3 +121,47 @@ func mnistSumFor(t *testing.T) string {
 	mnist(t)
 	return mnistSum
 }
+
+// TestChunkRefusesOlderBuilds: a run's first chunk compares the nodes'
+// data sets, which a node worker of an older build does not: every node
+// names it at once (PeerFailed, Unfit in words saying so) rather than
+// wait for it in the allgather until the timeouts. A build that
+// registered a data set compares them; later chunks (the run's data set
+// known) are the same on every build.
+func TestChunkRefusesOlderBuilds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		older spec.Node // node-2's registration
+		known bool
+		want  bool // refused
+	}{
+		{name: "first chunk, an older build", older: spec.Node{}, want: true},
+		{name: "first chunk, a build that registered its data", older: spec.Node{DataSHA256: strings.Repeat("0", 64)}},
+		{name: "a later chunk", older: spec.Node{}, known: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, m := newNodes(t, 2, "file://"+t.TempDir())
+			m.Nodes[1].Protocol, m.Nodes[1].DataSHA256 = tc.older.Protocol, tc.older.DataSHA256
+			s := spec.RunSpec{Name: "builds", Nodes: 2, Steps: 4, ChunkSteps: 2}.WithDefaults()
+			in := spec.ChunkInput{RunID: "run/builds", Spec: s, Membership: m, Session: "run/builds/g1/e1", Token: "secret", From: 0, To: 2}
+			if tc.known {
+				in.DataSHA256 = mnistSumFor(t)
+			}
+			_, errs := runChunk(t, nodes, in)
+			for i, err := range errs {
+				var ae *temporal.ApplicationError
+				var pf spec.PeerFailure
+				switch {
+				case !tc.want && err != nil:
+					t.Errorf("node %d: %v; want it to train", i, err)
+				case !tc.want:
+				case !errors.As(err, &ae) || ae.Type() != spec.ErrTypePeerFailed || ae.Details(&pf) != nil:
+					t.Errorf("node %d: %v; want PeerFailed", i, err)
+				case pf.Rank != 1 || !strings.HasPrefix(pf.Unfit, "node node-2 runs an older cann-train build (chunk protocol 0, not 1") ||
+					pf.Unfit != ae.Message():
+					t.Errorf("node %d names rank %d, unfit %q; want rank 1 unfit for its build", i, pf.Rank, pf.Unfit)
+				}
+			}
+		})
+	}
+}

@@ -163,6 +163,9 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	if err := n.checkIncarnation(in.Membership.Nodes[in.Rank]); err != nil {
 		return nil, err
 	}
+	if err := checkProtocols(in); err != nil {
+		return nil, err
+	}
 	log := n.Logger.With(zap.String("run", in.RunID), zap.Int("rank", in.Rank), zap.String("session", in.Session))
 	// Heartbeat from the start, not only after steps: connecting to peers
 	// and restoring a checkpoint can take longer than the heartbeat
@@ -602,6 +605,29 @@ func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in sp
 	err = fmt.Errorf("node %s's data set differs from the run's, sha256 %s (%s)", in.Membership.Nodes[first].ID, short(right), strings.Join(odd, ", "))
 	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypePeerFailed, err,
 		spec.PeerFailure{Rank: first, Step: in.From, NoticedAt: time.Now(), Data: &spec.DataDisagreement{Run: right, Node: sums[first]}})
+}
+
+// checkProtocols refuses, before a chunk whose nodes compare their data
+// sets (a run's first: no in.DataSHA256), a membership with a node whose
+// worker does not (an older build, spec.Node.ChunkProtocol): it would
+// never join the allgather, and every node would wait out its timeouts.
+// Each node names the first such node (PeerFailed with Unfit, that node
+// itself included): the run fails it as misconfigured, out of the pool
+// until its worker registers again, upgraded. Later chunks do the same
+// on every build.
+func checkProtocols(in spec.ChunkInput) error {
+	if in.DataSHA256 != "" {
+		return nil
+	}
+	for rank, nd := range in.Membership.Nodes {
+		if p := nd.ChunkProtocol(); p < spec.ChunkProtocolVersion {
+			why := fmt.Sprintf("node %s runs an older cann-train build (chunk protocol %d, not %d: it does not compare data sets "+
+				"at a run's first chunk); upgrade its worker", nd.ID, p, spec.ChunkProtocolVersion)
+			return temporal.NewApplicationErrorWithCause(why, spec.ErrTypePeerFailed, errors.New(why),
+				spec.PeerFailure{Rank: rank, Step: in.From, NoticedAt: time.Now(), Unfit: why})
+		}
+	}
+	return nil
 }
 
 // short is a fingerprint's first 12 hex digits, for people.

@@ -47,7 +47,7 @@ func newNodes(t *testing.T, n int, ckptURL string) ([]*Node, spec.Membership) {
 		nodes[i].train, nodes[i].test = mnist(t)
 		nodes[i].dataSum, nodes[i].dataAt = mnistSum, "the test's MNIST"
 		t.Cleanup(func() { nodes[i].Close() })
-		m.Nodes = append(m.Nodes, spec.Node{ID: id, TaskQueue: spec.NodeTaskQueue(id), CommAddr: l.Addr()})
+		m.Nodes = append(m.Nodes, spec.Node{ID: id, TaskQueue: spec.NodeTaskQueue(id), CommAddr: l.Addr(), Protocol: spec.ChunkProtocolVersion})
 	}
 	return nodes, m
 }

@@ -185,6 +185,30 @@ type Node struct {
 	// and a run that knows its data set takes no free node holding
 	// another (AcquireRequest.DataSHA256).
 	DataSHA256 string `json:"data_sha256,omitempty"`
+	// Protocol is the ChunkProtocolVersion of the worker's build (0 from
+	// workers before it: see ChunkProtocol).
+	Protocol int `json:"protocol,omitempty"`
+}
+
+// ChunkProtocolVersion is what this build's TrainChunk does besides
+// training that the other nodes of a run must do too: 1, a run's first
+// chunk compares the nodes' data sets (an allgather before training).
+// Nodes of a run whose first chunk speaks different versions would wait
+// for each other until their timeouts; the newer ones refuse the older
+// at once instead (their workers must be upgraded).
+const ChunkProtocolVersion = 1
+
+// ChunkProtocol is the chunk protocol n's worker speaks: Protocol when it
+// said, else 1 when it registered a data set (builds that did compared
+// them) and 0 when not.
+func (n Node) ChunkProtocol() int {
+	switch {
+	case n.Protocol > 0:
+		return n.Protocol
+	case n.DataSHA256 != "":
+		return 1
+	}
+	return 0
 }
 
 // Membership is the set of nodes of one run generation; rank i runs on
@@ -525,6 +549,10 @@ type PeerFailure struct {
 	// names both (the node's own NodeUnfit says it too, but it may be
 	// cancelled before it reports).
 	Data *DataDisagreement `json:"data,omitempty"`
+	// Unfit, when set, says why the rank's node cannot serve the run, as
+	// its peers found it before any collective (it runs an older build):
+	// the run fails it as misconfigured, in these words.
+	Unfit string `json:"unfit,omitempty"`
 }
 
 // CheckNodesInput asks a node worker whether the workers of some of a

@@ -10,3 +10,19 @@ func TestHostShares(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeChunkProtocol(t *testing.T) {
+	for _, tc := range []struct {
+		n    Node
+		want int
+	}{
+		{Node{}, 0},                 // a build before data sets were compared
+		{Node{DataSHA256: "ab"}, 1}, // a build that registered its data set compared them
+		{Node{Protocol: 1}, 1},      // a build that says so (with or without data)
+		{Node{Protocol: 2, DataSHA256: "ab"}, 2},
+	} {
+		if got := tc.n.ChunkProtocol(); got != tc.want {
+			t.Errorf("%+v: %d, want %d", tc.n, got, tc.want)
+		}
+	}
+}

@@ -174,7 +174,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		log.Warn("no data set for the built-in model: its runs' chunks fail on this node, which they replace (and the Cluster keeps failed "+
 			"until this worker registers again); give --mnist-dir or CANN_TRAIN_MNIST_DIR (external jobs do not need it)", zap.Error(err))
 	}
-	node.DataSHA256 = acts.DataSHA256()
+	node.DataSHA256, node.Protocol = acts.DataSHA256(), spec.ChunkProtocolVersion
 	if err := register(ctx, c, o.ClusterID, node); err != nil {
 		return err
 	}

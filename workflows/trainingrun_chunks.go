@@ -884,6 +884,13 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 				if pf.Data != nil { // (only newer node workers say it: no version)
 					f.onOtherData(r.st.Membership.Nodes[pf.Rank].ID, *pf.Data)
 				}
+				if id := r.st.Membership.Nodes[pf.Rank].ID; pf.Unfit != "" && !slices.Contains(f.unfit, id) {
+					// Unfit in its peers' words (an older build): as if it
+					// had said so itself. (Only newer node workers say it.)
+					f.unfit = append(f.unfit, id)
+					f.unfitWhy = append(f.unfitWhy, pf.Unfit)
+					f.misconfigured = append(f.misconfigured, id)
+				}
 				if f.noticed.IsZero() || pf.NoticedAt.Before(f.noticed) {
 					f.noticed = pf.NoticedAt
 				}

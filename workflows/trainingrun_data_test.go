@@ -299,3 +299,37 @@ func acquireLog(cl *fakeCluster) func() []spec.AcquireRequest {
 		return slices.Clone(asked)
 	}
 }
+
+// TestTrainingRunFailsOlderBuildsAsMisconfigured: a node its peers name
+// unfit (PeerFailure.Unfit: its worker runs an older build) is replaced
+// at once — not waited for, as it waits in a collective it does not know
+// — and failed as misconfigured in their words: out of the pool until
+// its worker registers again, upgraded.
+func TestTrainingRunFailsOlderBuildsAsMisconfigured(t *testing.T) {
+	const why = "node node-2 runs an older cann-train build (chunk protocol 0, not 1: …); upgrade its worker"
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1"), failed: map[string]bool{}}
+	dead := make(chan struct{})
+	t.Cleanup(func() { close(dead) })
+	ch := &fakeChunks{fail: func(in spec.ChunkInput) error {
+		switch node := in.Membership.Nodes[in.Rank].ID; {
+		case node == "node-2":
+			<-dead // the older build waits for an allgather nobody joins
+			return errors.New("unreachable")
+		case in.Membership.Generation == 1:
+			return temporal.NewApplicationErrorWithCause(why, spec.ErrTypePeerFailed, errors.New(why),
+				spec.PeerFailure{Rank: 1, Step: in.From, Unfit: why})
+		}
+		return nil
+	}}
+	requests := acquireLog(cl)
+	env := newRunEnv(t, cl, ch)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 2, Steps: 200, ChunkSteps: 100}.WithDefaults()})
+	st := result(t, env)
+	require.Equal(t, []string{"node-1", "spare-1"}, st.Nodes)
+	require.Len(t, st.Recoveries, 1)
+	require.Equal(t, []string{"node-2"}, st.Recoveries[0].FailedNodes)
+	require.Equal(t, why, st.Recoveries[0].Reason)
+	asked := requests()
+	require.Len(t, asked, 2)
+	require.Equal(t, []spec.MarkFailed{{NodeID: "node-2", RunID: asked[1].RunID, Reason: why, Misconfigured: true}}, asked[1].Failed)
+}

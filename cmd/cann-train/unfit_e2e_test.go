@@ -166,6 +166,29 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 			t.Errorf("%s in the registry after the mistyped pin: %+v; want it free", id, r)
 		}
 	}
+
+	// A node worker of an older build (registered as those did: no chunk
+	// protocol, no data set; nothing polls its queue) takes a rank of a
+	// 4-node run (after the three holding the common data set): the
+	// others refuse it at once, and it is failed as misconfigured —
+	// rather than every node waiting for it in the data allgather. The
+	// run then drops node-00 for its data set and goes on with three.
+	old := spec.Node{ID: "node-old", TaskQueue: spec.NodeTaskQueue("node-old"), CommAddr: "127.0.0.1:1", Host: "old", Devices: 1}
+	if err := c.SignalWorkflow(ctx, spec.DefaultClusterID, "", spec.SignalRegister, old); err != nil {
+		t.Fatal(err)
+	}
+	waitRegistered(ctx, t, c, 6)
+	s = spec.RunSpec{Name: "older-build", Nodes: 4, MinNodes: 3, Steps: 100}.WithDefaults()
+	st = awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: s}), l.LogDir)
+	if st.Phase != spec.PhaseCompleted || len(st.Recoveries) < 1 || !slices.Equal(st.Recoveries[0].FailedNodes, []string{"node-old"}) ||
+		!strings.Contains(st.Recoveries[0].Reason, "node node-old runs an older cann-train build (chunk protocol 0, not 1") ||
+		!slices.Equal(st.Nodes, []string{"node-1", "node-2", "node-3"}) {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("%s on %v, recoveries %+v: want node-old refused for its build, completed on node-1..3", st.Phase, st.Nodes, st.Recoveries)
+	}
+	if r := registryRecord(ctx, t, c, "node-old"); !r.Failed || !r.Misconfigured || !strings.Contains(r.FailReason, "upgrade its worker") {
+		t.Errorf("node-old in the registry: %+v; want it failed as misconfigured, saying why", r)
+	}
 }
 
 // otherMNIST is a directory with MNIST as it is but for the label of
