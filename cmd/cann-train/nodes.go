@@ -30,6 +30,10 @@ type nodeRow struct {
 	LastSeen time.Time `json:"last_seen"`
 	// DataSHA256 is the data set the worker loaded (spec.Node.DataSHA256).
 	DataSHA256 string `json:"data_sha256,omitempty"`
+	// ChunkProtocol is what the worker's build does in a chunk
+	// (spec.Node.ChunkProtocol; below spec.ChunkProtocolVersion: an
+	// older build, to upgrade).
+	ChunkProtocol int `json:"chunk_protocol"`
 }
 
 // nodeRows judges each record as the Cluster does when it hands nodes
@@ -39,7 +43,7 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 	rows := make([]nodeRow, 0, len(reg.Nodes))
 	for _, r := range reg.Nodes {
 		row := nodeRow{ID: r.Node.ID, Run: r.Run, Rank: r.Rank, Host: r.Node.Host, CommAddr: r.Node.CommAddr, LastSeen: r.LastSeen,
-			DataSHA256: r.Node.DataSHA256}
+			DataSHA256: r.Node.DataSHA256, ChunkProtocol: r.Node.ChunkProtocol()}
 		switch {
 		case r.Failed && r.Misconfigured:
 			row.State, row.Reason = "unfit", r.FailReason+"; out of the pool until its worker restarts"
@@ -110,14 +114,16 @@ run at a rank; drained by an operator (draining while a run still holds it);
 failed, with the reason (a dead peer, a heartbeat timeout, a stopped worker;
 a failed node that keeps renewing its lease is handed out again after a lease
 TTL); unfit, failed as misconfigured (no data set for the built-in model, an
-external job it cannot launch, a work directory it cannot write), which only
-restarting its worker clears;
+older build, an external job it cannot launch, a work directory it cannot
+write), which only restarting its worker clears;
 silent, its lease not renewed for a TTL; or orphaned, held by a run that was
 terminated (the next run short of free nodes frees it) — with the fingerprint
 of the data set it loaded (DATA: the first 12 hex digits of the SHA-256 a
 run's status shows; a run takes no free node holding another than its own,
 and a run that found one of its nodes holding another gave it back free),
-its host, collective address and when it was last heard from.
+its host, collective address and when it was last heard from (-o json adds
+chunk_protocol: below 1, a worker of an older build, which runs' first
+chunks refuse until it is upgraded).
 ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and put it back;
 ` + "`nodes release RUN`" + ` frees an ended run's nodes.`,
 		Example: `  cann-train nodes

@@ -36,6 +36,9 @@ func TestNodeRows(t *testing.T) {
 			t.Errorf("node %s: %s rank %d, want %s rank %d", rows[i].ID, rows[i].State, rows[i].Rank, w.state, w.rank)
 		}
 	}
+	if rows[0].ChunkProtocol != 1 || rows[1].ChunkProtocol != 0 {
+		t.Errorf("chunk protocols %d (a data set registered) and %d (nothing said), want 1 and 0", rows[0].ChunkProtocol, rows[1].ChunkProtocol)
+	}
 	if !strings.Contains(rows[5].Reason, "node f has no data set for mlp-mnist; out of the pool until its worker restarts") {
 		t.Errorf("unfit node's reason %q", rows[5].Reason)
 	}
