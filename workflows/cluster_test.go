@@ -3,6 +3,8 @@ package workflows
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +51,25 @@ func clusterEnv() (env *testsuite.TestWorkflowEnvironment, acquire func(key stri
 	}
 	at = func(d time.Duration, f func()) { env.RegisterDelayedCallback(f, d) }
 	return env, acquire, at, results
+}
+
+// dataNodes are test nodes (by ID order) that registered the data sets
+// sums gives them ("": none).
+func dataNodes(sums map[string]string) []spec.Node {
+	nodes := testNodes(slices.Sorted(maps.Keys(sums))...)
+	for i := range nodes {
+		nodes[i].DataSHA256 = sums[nodes[i].ID]
+	}
+	return nodes
+}
+
+// registerAt registers nodes with the Cluster at d.
+func registerAt(env *testsuite.TestWorkflowEnvironment, at func(time.Duration, func()), d time.Duration, nodes []spec.Node) {
+	at(d, func() {
+		for _, n := range nodes {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
 }
 
 func ids(nodes []spec.Node) []string {
@@ -151,15 +172,7 @@ func TestClusterKeepsAMisconfiguredNodeFailed(t *testing.T) {
 // holds keep their ranks, and a run that cannot be served says why.
 func TestClusterHandsOutNodesWithTheRunsData(t *testing.T) {
 	env, acquire, at, results := clusterEnv()
-	nodes := testNodes("a", "b", "c", "d", "e")
-	for i, sum := range []string{"run", "other", "run", "", "other"} { // d said none
-		nodes[i].DataSHA256 = sum
-	}
-	at(time.Second, func() {
-		for _, n := range nodes {
-			env.SignalWorkflow(spec.SignalRegister, n)
-		}
-	})
+	registerAt(env, at, time.Second, dataNodes(map[string]string{"a": "run", "b": "other", "c": "run", "d": "", "e": "other"})) // d said none
 	at(2*time.Second, func() { acquire("unknown", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
 	at(3*time.Second, func() {
 		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "a", RunID: "r1", Reason: "test"})
@@ -191,15 +204,7 @@ func TestClusterHandsOutNodesWithTheRunsData(t *testing.T) {
 // set take it.
 func TestClusterPrefersThePinAndGivesBackOtherData(t *testing.T) {
 	env, acquire, at, results := clusterEnv()
-	nodes := testNodes("a", "b", "c", "d", "e", "f")
-	for i, sum := range []string{"other", "", "run", "other", "run", "other"} { // b said none
-		nodes[i].DataSHA256 = sum
-	}
-	at(time.Second, func() {
-		for _, n := range nodes {
-			env.SignalWorkflow(spec.SignalRegister, n)
-		}
-	})
+	registerAt(env, at, time.Second, dataNodes(map[string]string{"a": "other", "b": "", "c": "run", "d": "other", "e": "run", "f": "other"})) // b said none
 	at(2*time.Second, func() {
 		acquire("pinned", spec.AcquireRequest{RunID: "r1", Count: 3, Wait: time.Second, PreferDataSHA256: "run"})
 	})
@@ -229,15 +234,7 @@ func TestClusterPrefersThePinAndGivesBackOtherData(t *testing.T) {
 // would cost it a restart, or fail it without a majority.
 func TestClusterHandsOutNodesOfOneDataSet(t *testing.T) {
 	env, acquire, at, results := clusterEnv()
-	nodes := testNodes("a", "b", "c", "d", "e", "f")
-	for i, sum := range []string{"", "y", "x", "y", "x", "x"} {
-		nodes[i].DataSHA256 = sum
-	}
-	at(time.Second, func() {
-		for _, n := range nodes {
-			env.SignalWorkflow(spec.SignalRegister, n)
-		}
-	})
+	registerAt(env, at, time.Second, dataNodes(map[string]string{"a": "", "b": "y", "c": "x", "d": "y", "e": "x", "f": "x"}))
 	at(2*time.Second, func() { acquire("most", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second, SameData: true}) })
 	at(3*time.Second, func() {
 		acquire("now y", spec.AcquireRequest{RunID: "r2", Count: 3, Wait: time.Second, SameData: true})
@@ -260,22 +257,11 @@ func TestClusterHandsOutNodesOfOneDataSet(t *testing.T) {
 func TestClusterRechecksHeldNodesData(t *testing.T) {
 	for _, recheck := range []bool{false, true} {
 		env, acquire, at, results := clusterEnv()
-		nodes := testNodes("a", "b", "c")
-		for i := range nodes {
-			nodes[i].DataSHA256 = "x"
-		}
-		at(time.Second, func() {
-			for _, n := range nodes[:2] {
-				env.SignalWorkflow(spec.SignalRegister, n)
-			}
-		})
+		registerAt(env, at, time.Second, dataNodes(map[string]string{"a": "x", "b": "x"}))
 		at(2*time.Second, func() { acquire("first", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
-		at(3*time.Second, func() {
-			b := nodes[1]
-			b.DataSHA256, b.Incarnation = "y", "restarted"
-			env.SignalWorkflow(spec.SignalRegister, b)
-			env.SignalWorkflow(spec.SignalRegister, nodes[2])
-		})
+		restarted := dataNodes(map[string]string{"b": "y", "c": "x"}) // b's worker restarted on y
+		restarted[0].Incarnation = "restarted"
+		registerAt(env, at, 3*time.Second, restarted)
 		at(4*time.Second, func() {
 			acquire("again", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second, DataSHA256: "x", RecheckHeld: recheck})
 		})
