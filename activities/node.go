@@ -630,8 +630,8 @@ func checkProtocols(in spec.ChunkInput) error {
 	return nil
 }
 
-// short is a fingerprint's first 12 hex digits, for people.
-func short(sum string) string { return sum[:min(len(sum), 12)] + "…" }
+// short is a fingerprint as the node's messages show it: "ac2983e23822…".
+func short(sum string) string { return spec.ShortSHA256(sum) + "…" }
 
 // checkData refuses a chunk of a run whose data set (in.DataSHA256) this
 // node does not hold: it would train another model, and nothing else

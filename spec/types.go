@@ -190,6 +190,10 @@ type Node struct {
 	Protocol int `json:"protocol,omitempty"`
 }
 
+// ShortSHA256 is a fingerprint's first 12 hex digits, as messages and
+// tables show it to people.
+func ShortSHA256(sum string) string { return sum[:min(12, len(sum))] }
+
 // ChunkProtocolVersion is what this build's TrainChunk does besides
 // training that the other nodes of a run must do too: 1, a run's first
 // chunk compares the nodes' data sets (an allgather before training).

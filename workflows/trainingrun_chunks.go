@@ -1260,7 +1260,7 @@ func (r *run) dropOtherData(f *chunkFailure) {
 		if n.DataSHA256 == "" || n.DataSHA256 == f.runData || slices.Contains(f.failed, n.ID) {
 			continue
 		}
-		why := fmt.Sprintf("node %s registered data set sha256 %s…, not the run's (%s…)", n.ID, n.DataSHA256[:min(12, len(n.DataSHA256))], f.runData[:min(12, len(f.runData))])
+		why := fmt.Sprintf("node %s registered data set sha256 %s…, not the run's (%s…)", n.ID, spec.ShortSHA256(n.DataSHA256), spec.ShortSHA256(f.runData))
 		f.failed = append(f.failed, n.ID)
 		f.unfit = append(f.unfit, n.ID)
 		f.unfitWhy = append(f.unfitWhy, why)

@@ -71,10 +71,6 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 	return rows
 }
 
-// shortSHA is a fingerprint's first 12 hex digits, as runs' messages
-// shorten it.
-func shortSHA(sum string) string { return sum[:min(12, len(sum))] }
-
 func printNodes(w io.Writer, rows []nodeRow, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tRUN\tRANK\tDATA\tHOST\tCOMM\tLAST SEEN")
@@ -82,7 +78,7 @@ func printNodes(w io.Writer, rows []nodeRow, now time.Time) error {
 	for _, r := range rows {
 		state, run, rank, data := r.State, "-", "-", "-"
 		if r.DataSHA256 != "" {
-			data = shortSHA(r.DataSHA256)
+			data = spec.ShortSHA256(r.DataSHA256)
 		}
 		if r.Reason != "" {
 			state += ": " + clip(r.Reason, 60) // -o json has all of it

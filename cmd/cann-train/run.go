@@ -485,7 +485,7 @@ func dataCounts(held map[string]int) string {
 	sums := slices.Sorted(maps.Keys(held))
 	parts := make([]string, len(sums))
 	for i, h := range sums {
-		parts[i] = fmt.Sprintf("%s… on %d", shortSHA(h), held[h])
+		parts[i] = fmt.Sprintf("%s… on %d", spec.ShortSHA256(h), held[h])
 	}
 	return strings.Join(parts, ", ")
 }
@@ -512,5 +512,5 @@ func pinWarning(reg workflows.Registry, sum string) string {
 	}
 	return fmt.Sprintf("warning: no registered node worker holds the data set the job pins (data_sha256 %s…); they hold %s: "+
 		"the run fails at its first chunk unless a node holding it registers (`cann-train nodes` shows each node's)",
-		shortSHA(sum), dataCounts(held))
+		spec.ShortSHA256(sum), dataCounts(held))
 }
