@@ -80,6 +80,16 @@ func (f *chunkFailure) onOtherData(node string, d spec.DataDisagreement) {
 	f.otherData[node], f.runData = d.Node, d.Run
 }
 
+// addUnfit notes that node cannot serve the run, in why's words;
+// misconfigured: failed until its worker registers again.
+func (f *chunkFailure) addUnfit(node, why string, misconfigured bool) {
+	f.unfit = append(f.unfit, node)
+	f.unfitWhy = append(f.unfitWhy, why)
+	if misconfigured {
+		f.misconfigured = append(f.misconfigured, node)
+	}
+}
+
 func (f *chunkFailure) Error() string {
 	return fmt.Sprintf("chunk from step %d: %s", f.from, f.reason)
 }
@@ -857,19 +867,15 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 		case errors.As(err, &ae) && (ae.Type() == spec.ErrTypeCheckpointNotHere || ae.Type() == spec.ErrTypeNodeUnfit):
 			// (Types only newer node workers send: histories before them
 			// never take this branch, so it needs no version.)
-			f.unfit = append(f.unfit, node)
-			f.unfitWhy = append(f.unfitWhy, ae.Message())
+			f.addUnfit(node, ae.Message(), ae.Type() == spec.ErrTypeNodeUnfit)
 			if ae.Type() == spec.ErrTypeNodeUnfit {
-				f.misconfigured = append(f.misconfigured, node)
 				var d spec.DataDisagreement
 				if ae.HasDetails() && ae.Details(&d) == nil {
 					f.onOtherData(node, d)
 				}
 			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeBadJob && hostCannot:
-			f.unfit = append(f.unfit, node)
-			f.unfitWhy = append(f.unfitWhy, ae.Message())
-			f.misconfigured = append(f.misconfigured, node)
+			f.addUnfit(node, ae.Message(), true)
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeNoState:
 			f.lostState = append(f.lostState, node)
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeBucketNotShared:
@@ -887,9 +893,7 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 				if id := r.st.Membership.Nodes[pf.Rank].ID; pf.Unfit != "" && !slices.Contains(f.unfit, id) {
 					// Unfit in its peers' words (an older build): as if it
 					// had said so itself. (Only newer node workers say it.)
-					f.unfit = append(f.unfit, id)
-					f.unfitWhy = append(f.unfitWhy, pf.Unfit)
-					f.misconfigured = append(f.misconfigured, id)
+					f.addUnfit(id, pf.Unfit, true)
 				}
 				if f.noticed.IsZero() || pf.NoticedAt.Before(f.noticed) {
 					f.noticed = pf.NoticedAt
@@ -1261,9 +1265,8 @@ func (r *run) dropOtherData(f *chunkFailure) {
 			continue
 		}
 		why := fmt.Sprintf("node %s registered data set sha256 %s…, not the run's (%s…)", n.ID, spec.ShortSHA256(n.DataSHA256), spec.ShortSHA256(f.runData))
-		f.failed = append(f.failed, n.ID)
-		f.unfit = append(f.unfit, n.ID)
-		f.unfitWhy = append(f.unfitWhy, why)
+		f.failed = append(slices.Clip(f.failed), n.ID) // (f.failed may be f.unfit: blame)
+		f.addUnfit(n.ID, why, false)
 		f.onOtherData(n.ID, spec.DataDisagreement{Run: f.runData, Node: n.DataSHA256})
 	}
 }
