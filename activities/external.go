@@ -614,9 +614,7 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	s.n.recordJob(ctx, store, s.in.Spec, s.in.Session)
-	if _, err := store.RetainFrom(ctx, s.in.Spec.Name, ref.Step, keepCheckpoints, 0); err != nil {
-		s.log.Warn("checkpoint retention", zap.Error(err))
-	}
+	s.n.retain(ctx, store, url, s.in.Spec.Name, ref.Step, s.log)
 	out := FromStoreRef(url, ref)
 	s.lastSaved, s.lastSum, s.committed = step, sum, true
 	s.res.Checkpoint = &out

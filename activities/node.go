@@ -82,6 +82,11 @@ type Node struct {
 	// restores as long as such a load may take (connectTimeout): keep it
 	// the same on every node.
 	CheckpointRequestTimeout time.Duration
+	// CheckpointGCGrace is the grace period of the chunk collection that
+	// follows this node's checkpoint retention (checkpoint.Options.GCGrace:
+	// zero is checkpoint.DefaultGCGrace, negative none): chunks written
+	// less than this ago stay even when no checkpoint references them.
+	CheckpointGCGrace time.Duration
 	// connectWait replaces connectTimeout when positive (tests).
 	connectWait time.Duration
 
@@ -111,6 +116,8 @@ type Node struct {
 	// sights: by run token and bucket URL, whether this process has seen
 	// the run's checkpoints there (checkSharedBucket).
 	sights map[string]*bucketSight
+	// gc collects the chunks retention left unreferenced (retain).
+	gc collector
 }
 
 type pendingSave struct {
@@ -131,8 +138,9 @@ type warmTrainer struct {
 	seq uint64
 }
 
-// Close releases open buckets.
+// Close stops chunk collection and releases open buckets.
 func (n *Node) Close() error {
+	n.gc.close()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var errs []error
@@ -1030,7 +1038,7 @@ func (n *Node) store(ctx context.Context, url string) (*checkpoint.Store, error)
 	if s, ok := n.stores[url]; ok {
 		return s, nil
 	}
-	s, err := checkpoint.OpenWithOptions(ctx, url, checkpoint.Options{RequestTimeout: n.CheckpointRequestTimeout})
+	s, err := checkpoint.OpenWithOptions(ctx, url, checkpoint.Options{RequestTimeout: n.CheckpointRequestTimeout, GCGrace: n.CheckpointGCGrace})
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("node %s: %v", n.ID, err), "BadCheckpointURL", err) // (err names the URL)
@@ -1114,9 +1122,7 @@ func (n *Node) saveOnce(ctx context.Context, in spec.ChunkInput, step int64, pay
 	n.recordJob(ctx, store, in.Spec, in.Token)
 	// Keep as many as the workflow may fall back to (and none past this
 	// one: another timeline's).
-	if _, err := store.RetainFrom(ctx, in.Spec.Name, ref.Step, keepCheckpoints, 0); err != nil {
-		n.Logger.Warn("checkpoint retention", zap.Error(err))
-	}
+	n.retain(ctx, store, url, in.Spec.Name, ref.Step, n.Logger)
 	out := FromStoreRef(url, ref)
 	return &out, nil
 }
@@ -1207,9 +1213,7 @@ func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.L
 		return nil, &spec.CheckpointFailure{Step: p.step, Error: err.Error()}
 	}
 	if store, err := n.store(ctx, p.url); err == nil {
-		if _, err := store.RetainFrom(ctx, p.run, ref.Step, keepCheckpoints, 0); err != nil {
-			log.Warn("checkpoint retention", zap.Error(err))
-		}
+		n.retain(ctx, store, p.url, p.run, ref.Step, log)
 	}
 	log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key), zap.Duration("upload", p.save.Stats().Duration))
 	out := FromStoreRef(p.url, ref)

@@ -46,6 +46,10 @@ type NodeOptions struct {
 	// (activities.Node.CheckpointRequestTimeout: zero is the default,
 	// negative none).
 	CheckpointRequestTimeout time.Duration
+	// CheckpointGCGrace is how young an unreferenced checkpoint chunk
+	// may be and stay when the node collects a run's old chunks
+	// (activities.Node.CheckpointGCGrace: zero is the default, an hour).
+	CheckpointGCGrace time.Duration
 	// MNISTDir overrides the data location.
 	MNISTDir string
 	// LeaseEvery is how often the lease is renewed. Default 5s.
@@ -135,7 +139,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 
 	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
 		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation, PeerWatch: peerWatch, BucketGrace: o.BucketGrace,
-		CheckpointRequestTimeout: o.CheckpointRequestTimeout}
+		CheckpointRequestTimeout: o.CheckpointRequestTimeout, CheckpointGCGrace: o.CheckpointGCGrace}
 	defer acts.Close()
 	switch m, err := energy.OpenHostMeter(ctx, energy.HostMeterOptions{Kind: o.Energy}); {
 	case err == nil:

@@ -166,7 +166,9 @@ the object and what is wrong with it.`,
 is a multiple of --keep-every (0: none), deletes the others, then deletes the
 content-addressed chunks that no remaining manifest references (chunks
 younger than the grace period are spared, as a save in flight may use them).
-Run it while nothing else saves RUN, or let the run's own retention do it.`,
+Run it while nothing else saves RUN, or let the run's own retention do it: the
+node that saves a run's checkpoints keeps the newest 8 and collects the chunks
+they left once older than its --checkpoint-gc-grace (an hour by default).`,
 		Example: `  cann-train checkpoint gc mnist-demo --keep-last 3 --keep-every 1000 --url file:///tmp/ckpt`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {

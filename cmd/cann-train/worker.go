@@ -140,7 +140,11 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.DurationVar(&requestTimeout, "checkpoint-request-timeout", checkpoint.DefaultRequestTimeout,
 		"how long one request to a checkpoint bucket may take, plus 1s per MiB it moves, before it fails as stalled (0: no limit; "+
 			"keep it the same on every node: peers wait as long for a node restoring a checkpoint)")
+	f.DurationVar(&o.CheckpointGCGrace, "checkpoint-gc-grace", checkpoint.DefaultGCGrace,
+		"after retention deletes a run's old checkpoints, this node (the run's writer) deletes the chunks no remaining checkpoint references once they are this old "+
+			"(a pass at most every quarter of it; keep it above the longest checkpoint upload of another process into the same run)")
 	atLeast(f, "0s", "checkpoint-request-timeout")
+	atLeast(f, "1s", "checkpoint-gc-grace")
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
 	atLeast(f, "1ns", "lease-every", "bucket-grace")
