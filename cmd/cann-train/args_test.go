@@ -72,6 +72,8 @@ func TestArgumentErrors(t *testing.T) {
 		{[]string{"cancel", "r", "--wait", "-1s"}, []string{"--wait -1s: want 0 or more"}},
 		{[]string{"green", "override", "r", "--until", "2020-01-01T00:00:00Z"}, []string{"--until 2020-01-01T00:00:00Z has passed"}},
 		{[]string{"green", "report", "r", "-o", "yaml"}, []string{"allowed"}},
+		{[]string{"dev", "--port", "0", "--server-log-level", "loud"}, []string{`--server-log-level: log level "loud"`}},
+		{[]string{"worker", "node", "--id", "n", "--checkpoint-gc-grace", "0s"}, []string{"--checkpoint-gc-grace 0s: want at least 1s"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -28,6 +28,8 @@ type devOptions struct {
 	port   int
 	uiPort int
 	dbFile string
+	// serverLog is the server's log level (--log-level is ours).
+	serverLog string
 }
 
 func newDevCmd(e *env) *cobra.Command {
@@ -39,9 +41,9 @@ func newDevCmd(e *env) *cobra.Command {
   cann-train dev --port 7233 --ui-port 8233 --db-file /tmp/temporal.db`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := e.logger()
+			log, err := workers.NewLogger(o.serverLog, e.logJSON)
 			if err != nil {
-				return err
+				return fmt.Errorf("--server-log-level: %w", err)
 			}
 			if !cmd.Flags().Changed("ui-port") && o.port > 0 && o.port+1000 <= 65535 {
 				o.uiPort = o.port + 1000 // as temporal server start-dev; the CLI's links expect it
@@ -56,8 +58,12 @@ func newDevCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ui := srv.UIURL()
+			if ui == "" {
+				ui = "off (--ui-port 0)"
+			}
 			fmt.Fprintf(e.out, "Temporal dev server: %s (namespace %s, db %s)\nWeb UI: %s\nCtrl-C to stop.\n",
-				srv.FrontendAddr(), srv.Namespace(), o.dbFile, srv.UIURL())
+				srv.FrontendAddr(), srv.Namespace(), o.dbFile, ui)
 			<-cmd.Context().Done()
 			srv.Stop()
 			return nil
@@ -69,5 +75,6 @@ func newDevCmd(e *env) *cobra.Command {
 	f.IntVar(&o.uiPort, "ui-port", 8233, "Web UI port (0: no UI; default: --port + 1000)")
 	bounded(f, "0", "65535", "port", "ui-port")
 	f.StringVar(&o.dbFile, "db-file", filepath.Join(defaultDataDir(), "temporal.db"), "SQLite database file")
+	f.StringVar(&o.serverLog, "server-log-level", "warn", "the Temporal server's log level: debug, info, warn, error (as temporal server start-dev's --log-level)")
 	return cmd
 }
