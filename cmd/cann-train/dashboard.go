@@ -165,6 +165,7 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 	}
 	running := activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
 	asked, polls := false, false // a control worker answers queries (asked once)
+	var noAnswer *noAnswerError  // once one query went unanswered, the others would too
 	for i := range rows {
 		r := &rows[i]
 		if ui != "" {
@@ -172,7 +173,17 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 				url.PathEscape(namespace), url.PathEscape(r.WorkflowID), url.PathEscape(r.RunID))
 		}
 		if r.Execution == running {
+			if noAnswer != nil {
+				r.Unread = noAnswer.Error()
+				continue
+			}
 			st, live, _, err := readProgress(ctx, c, r.WorkflowID)
+			if errors.As(err, &noAnswer) {
+				polls = false // nor would an ended run's query be answered
+				asked = true
+				r.Unread = err.Error()
+				continue
+			}
 			if err != nil {
 				r.Unread = err.Error()
 			}
@@ -191,8 +202,11 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 				asked, polls = true, controlWorkerPolls(ctx, c) == nil
 			}
 			if polls {
-				if q, qerr := c.QueryWorkflow(ctx, r.WorkflowID, r.RunID, spec.QueryStatus); qerr == nil {
+				switch q, qerr := queryWorkflow(ctx, c, r.WorkflowID, r.RunID, spec.QueryStatus); {
+				case qerr == nil:
 					_ = q.Get(&st) // unreadable: the row keeps what it has
+				case errors.As(qerr, &noAnswer):
+					polls = false // nor would the next
 				}
 			}
 		}

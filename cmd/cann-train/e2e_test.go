@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -163,7 +164,38 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	pc.replaceControl(t)
+	// Meanwhile the server still lists the killed worker's poller: status
+	// and dashboard say that no control worker answers, with what the run
+	// last recorded, instead of a bare "context deadline exceeded".
+	pc.replaceControl(t, func() {
+		for _, args := range [][]string{{"status", s.Name}, {"dashboard"}, {"nodes"}} {
+			var out, errb bytes.Buffer
+			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+			root.SetArgs(append(args, "--address", pc.srv.FrontendAddr()))
+			start := time.Now()
+			err := root.ExecuteContext(ctx)
+			took := time.Since(start)
+			var noAnswer *noAnswerError
+			switch args[0] {
+			case "status":
+				if !errors.As(err, &noAnswer) || !strings.Contains(out.String(), "training (as the run last recorded it") ||
+					!strings.Contains(out.String(), "mlp-mnist on 2 node(s)") {
+					t.Errorf("status without an answering control worker (%v): %v\n%s", took, err, out.String())
+				}
+			case "dashboard":
+				if err != nil || !strings.Contains(out.String(), "status unreadable: no control worker answered") {
+					t.Errorf("dashboard without an answering control worker (%v): %v\n%s", took, err, out.String())
+				}
+			default:
+				if !errors.As(err, &noAnswer) || !strings.Contains(err.Error(), spec.DefaultClusterID+"'s registry query") {
+					t.Errorf("nodes without an answering control worker (%v): %v", took, err)
+				}
+			}
+			if took > 2*queryTimeout {
+				t.Errorf("%s took %v", args[0], took)
+			}
+		}
+	})
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)
@@ -582,13 +614,17 @@ func startProcessCluster(ctx context.Context, t *testing.T, dir string, nodes ..
 	return pc
 }
 
-// replaceControl SIGKILLs the control worker and starts "control-2".
-func (pc *processCluster) replaceControl(t *testing.T) {
+// replaceControl SIGKILLs the control worker, calls each meanwhile, and
+// starts "control-2".
+func (pc *processCluster) replaceControl(t *testing.T, meanwhile ...func()) {
 	t.Helper()
 	if err := pc.control.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	<-pc.control.Done()
+	for _, f := range meanwhile {
+		f()
+	}
 	if _, err := pc.l.Start("control-2", append([]string{"worker", "control"}, pc.common...)...); err != nil {
 		t.Fatal(err)
 	}

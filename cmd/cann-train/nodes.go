@@ -262,10 +262,13 @@ func readRegistry(ctx context.Context, c client.Client, clusterID string) (workf
 	if err := controlWorkerPolls(ctx, c); err != nil {
 		return reg, err
 	}
-	v, err := c.QueryWorkflow(ctx, clusterID, "", spec.QueryRegistry)
+	v, err := queryWorkflow(ctx, c, clusterID, "", spec.QueryRegistry)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return reg, fmt.Errorf("no node registry %q: no node worker has registered yet (start `cann-train worker node --id ...`)", clusterID)
+	}
+	if noAnswer := (*noAnswerError)(nil); errors.As(err, &noAnswer) {
+		return reg, err // (it names the registry)
 	}
 	if err != nil {
 		return reg, fmt.Errorf("query the node registry %s: %w", clusterID, err)

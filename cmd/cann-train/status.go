@@ -21,6 +21,8 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/term"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cann-train/cann-train/engine/energy"
 	"github.com/cann-train/cann-train/spec"
@@ -57,6 +59,12 @@ func newStatusCmd(e *env) *cobra.Command {
 			defer c.Close()
 			st, live, logs, _, err := readLive(cmd.Context(), c, runID(args[0]))
 			if err != nil && st.RunID == "" {
+				return err
+			}
+			if noAnswer := (*noAnswerError)(nil); errors.As(err, &noAnswer) {
+				if perr := printUnanswered(e.out, noAnswer, live, summarize(st, e.webUI(ui), e.namespace, nil), output); perr != nil {
+					return perr
+				}
 				return err
 			}
 			ended := err // a run that failed or was cancelled: its status, then why
@@ -162,7 +170,7 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 			ended := &runEnded{id: id, status: info.GetStatus(), err: err}
 			var last spec.RunStatus
 			if controlWorkerPolls(ctx, c) == nil {
-				if q, qerr := c.QueryWorkflow(ctx, id, "", spec.QueryStatus); qerr == nil && q.Get(&last) == nil {
+				if q, qerr := queryWorkflow(ctx, c, id, "", spec.QueryStatus); qerr == nil && q.Get(&last) == nil {
 					st = last
 				}
 			}
@@ -199,7 +207,12 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	if err := controlWorkerPolls(ctx, c); err != nil {
 		return st, live, logs, false, err
 	}
-	q, err := c.QueryWorkflow(ctx, id, "", spec.QueryStatus)
+	q, err := queryWorkflow(ctx, c, id, "", spec.QueryStatus)
+	if noAnswer := (*noAnswerError)(nil); errors.As(err, &noAnswer) {
+		noAnswer.seen = rowFromVisibility(info.GetExecution(), info.GetStatus(), info.GetStartTime().AsTime(), info.GetSearchAttributes().GetIndexedFields())
+		st := spec.RunStatus{RunID: id, Phase: noAnswer.seen.Status, Model: noAnswer.seen.Model, Step: noAnswer.seen.Step}
+		return st, live, logs, false, err
+	}
 	if err != nil {
 		return st, live, logs, false, fmt.Errorf("query %s: %w", id, err)
 	}
@@ -207,6 +220,77 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 		return st, live, logs, false, fmt.Errorf("decode status of %s: %w", id, err)
 	}
 	return st, live, logs, false, nil
+}
+
+// queryTimeout bounds a query: a control worker answers in milliseconds
+// (a replay of a rolled-over history in well under a second). The server
+// gives up sooner, keeping part of the deadline for its reply.
+const queryTimeout = 5 * time.Second
+
+// queryWorkflow asks workflow id (runID: its latest run if empty) the query name,
+// bounded by queryTimeout; one no control worker answered in time fails
+// as a *noAnswerError.
+func queryWorkflow(ctx context.Context, c client.Client, id, runID, name string) (converter.EncodedValue, error) {
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	v, err := c.QueryWorkflow(qctx, id, runID, name)
+	if err == nil || ctx.Err() != nil {
+		return v, err
+	}
+	var deadline *serviceerror.DeadlineExceeded
+	var canceled *serviceerror.Canceled
+	if qctx.Err() != nil || errors.As(err, &deadline) || errors.As(err, &canceled) ||
+		status.Code(err) == codes.DeadlineExceeded || status.Code(err) == codes.Canceled {
+		return nil, &noAnswerError{id: id, query: name, err: err}
+	}
+	return nil, err
+}
+
+// noAnswerError is a query no control worker answered in time while the
+// server describes the workflow: the server still lists a worker's
+// poller for minutes after it stopped, so controlWorkerPolls cannot tell.
+type noAnswerError struct {
+	id, query string
+	err       error
+	// seen is what a run last recorded in its search attributes (its
+	// status's stand-in; readLive sets it).
+	seen dashboardRow
+}
+
+func (e *noAnswerError) Error() string {
+	return fmt.Sprintf("no control worker answered %s's %s query in time: one may have just stopped (the server lists a stopped "+
+		"worker for minutes); runs wait for one and lose nothing (start `cann-train worker control`, or see its log)", e.id, e.query)
+}
+
+func (e *noAnswerError) Unwrap() error { return e.err }
+
+// printUnanswered prints the status of a run whose status query no
+// control worker answered: what the run last recorded in its search
+// attributes and, when a chunk is in flight, its latest heartbeat.
+func printUnanswered(w io.Writer, e *noAnswerError, live *spec.ChunkProgress, sum Summary, output string) error {
+	r := e.seen
+	if live != nil && live.Step > r.Step {
+		r.Step, r.Loss = live.Step, live.Loss
+	}
+	if output == "json" {
+		// The summary's shape, with what is known: no node names.
+		sum.Steps, sum.FinalLoss = r.Step, r.Loss
+		sum.Detail = fmt.Sprintf("as the run last recorded it (on %d node(s)): no control worker answered", r.Nodes)
+		sum.Error = e.Error()
+		return printSummary(w, spec.RunStatus{}, sum, output)
+	}
+	webUI := sum.WebUI
+	fmt.Fprintf(w, "run          %s\n", e.id)
+	fmt.Fprintf(w, "status       %s (as the run last recorded it: no control worker answered)\n", r.Status)
+	fmt.Fprintf(w, "model        %s on %d node(s)\n", r.Model, r.Nodes)
+	fmt.Fprintf(w, "steps        %d\n", r.Step)
+	if live != nil {
+		fmt.Fprintf(w, "in flight    a chunk at step %d, loss %.4f (its latest heartbeat)\n", live.Step, live.Loss)
+	}
+	if webUI != "" {
+		fmt.Fprintf(w, "web UI       %s\n", webUI)
+	}
+	return nil
 }
 
 // describeError is readLive's when the server does not describe the run:
