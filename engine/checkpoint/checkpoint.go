@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -114,6 +116,13 @@ type Store struct {
 
 	noIfNotExist atomic.Bool // The driver rejected WriterOptions.IfNotExist.
 	badChunks    sync.Map    // Chunk keys a Load found corrupt: the next save rewrites them.
+
+	// dir is a file:// bucket's directory (Open), where Delete removes
+	// the step directory it emptied: fileblob leaves directories behind,
+	// and every listing of the run walks them all (a long run's thousands
+	// of deleted checkpoints made each retention's listing seconds long
+	// on NFS).
+	dir string
 }
 
 // Open opens the bucket at bucketURL (any scheme registered with
@@ -153,6 +162,12 @@ func OpenWithOptions(ctx context.Context, bucketURL string, o Options) (*Store, 
 	}
 	s := newStore(b, o)
 	s.ownBucket = true
+	if u.Scheme == "file" {
+		s.dir = u.Path // as fileblob reads it
+		if u.Host == "." {
+			s.dir = strings.TrimPrefix(s.dir, "/")
+		}
+	}
 	return s, nil
 }
 
@@ -588,6 +603,11 @@ func (s *Store) Delete(ctx context.Context, ref Ref) error {
 		if err := s.remove(ctx, key); err != nil && !isNotFound(err) {
 			return fmt.Errorf("checkpoint: delete %s: %w", key, err)
 		}
+	}
+	if s.dir != "" {
+		// Only an empty directory goes (anything else is not ours to
+		// delete); one that does not is no error.
+		_ = os.Remove(filepath.Join(s.dir, filepath.FromSlash(ckptPrefix(ref.Run, ref.Step))))
 	}
 	return nil
 }

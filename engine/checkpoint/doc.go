@@ -76,7 +76,8 @@
 //
 // [Store.Retain] deletes all but the newest keepLast checkpoints and those
 // whose step is a multiple of keepEvery. Deleting a version 2 checkpoint
-// removes only its manifest; [Store.GC] then deletes the run's chunks that no
+// removes only its manifest (and, in a file:// bucket opened by [Open], the
+// step directory it leaves empty); [Store.GC] then deletes the run's chunks that no
 // manifest references, and version 1 payloads left without a manifest. GC
 // never deletes a chunk named by a manifest it reads, aborts on any read
 // error, and keeps objects younger than [Options].GCGrace (1 h by default).

@@ -2,6 +2,8 @@ package checkpoint
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -89,6 +91,39 @@ func TestRetain(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRetainRemovesEmptyDirectories: in a file:// bucket, a deleted
+// checkpoint's step directory goes with it (listings walk every
+// directory), the kept ones and anything not emptied stay.
+func TestRetainRemovesEmptyDirectories(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s, err := OpenWithOptions(ctx, "file://"+dir, testOpts)
+	must(t, err)
+	defer s.Close()
+	for _, step := range []int64{10, 20, 30, 40} {
+		if _, _, err := s.SaveIncremental(ctx, "r", step, randBytes(uint64(step), 2*testChunk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Something that is not a checkpoint's, in step 10's directory.
+	stray := filepath.Join(dir, filepath.FromSlash(ckptPrefix("r", 10)), "notes.txt")
+	must(t, os.WriteFile(stray, []byte("mine"), 0o644))
+	deleted, err := s.Retain(ctx, "r", 2, 0)
+	must(t, err)
+	if len(deleted) != 2 {
+		t.Fatalf("deleted %v; want steps 10 and 20", deleted)
+	}
+	for step, want := range map[int64]bool{10: true, 20: false, 30: true, 40: true} {
+		_, err := os.Stat(filepath.Join(dir, filepath.FromSlash(ckptPrefix("r", step))))
+		if got := err == nil; got != want {
+			t.Errorf("step %d's directory exists: %v, want %v (%v)", step, got, want, err)
+		}
+	}
+	if _, err := os.Stat(stray); err != nil {
+		t.Errorf("a file that is not the checkpoint's went with it: %v", err)
 	}
 }
 
