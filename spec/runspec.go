@@ -88,10 +88,13 @@ type RunSpec struct {
 	RanksPerNode int `yaml:"ranks_per_node" json:"ranks_per_node,omitempty"`
 	// SlowNode is what the run does about a node whose computation takes
 	// much longer than its peers' chunk after chunk (it sets the run's
-	// pace): report (the default) names it in the status; drain also
-	// drains it, as `cann-train nodes drain` does — the run moves off it
-	// at a boundary, to a free node, and no run gets it until it is
-	// undrained.
+	// pace): report (the default) names it in the status; replace also
+	// moves the run off it at the next boundary, to a free node (none
+	// free: it keeps the node and asks again a minute later), and gives
+	// it back to the pool for other runs — the slowness may be this
+	// run's share of a busy host; drain drains it, as `cann-train nodes
+	// drain` does — the run moves off it at a boundary, to a free node or
+	// down to min_nodes, and no run gets it until it is undrained.
 	SlowNode string `yaml:"slow_node" json:"slow_node,omitempty"`
 	// DataSHA256 pins the data set the run trains on: the fingerprint
 	// (SHA-256, 64 hex digits) a run on that data shows in its status
@@ -106,8 +109,9 @@ type RunSpec struct {
 
 // SlowNode values.
 const (
-	SlowNodeReport = "report"
-	SlowNodeDrain  = "drain"
+	SlowNodeReport  = "report"
+	SlowNodeReplace = "replace"
+	SlowNodeDrain   = "drain"
 )
 
 // LocalRanks is the number of ranks each node trains (RanksPerNode, at
@@ -324,8 +328,8 @@ func (s RunSpec) Validate() error {
 	if s.Strategy != "" && s.Strategy != StrategyFixed && s.Strategy != StrategyAuto {
 		bad("strategy", "unknown strategy %q (want fixed or auto)", s.Strategy)
 	}
-	if s.SlowNode != "" && s.SlowNode != SlowNodeReport && s.SlowNode != SlowNodeDrain {
-		bad("slow_node", "unknown action %q (want report or drain)", s.SlowNode)
+	if s.SlowNode != "" && s.SlowNode != SlowNodeReport && s.SlowNode != SlowNodeReplace && s.SlowNode != SlowNodeDrain {
+		bad("slow_node", "unknown action %q (want report, replace or drain)", s.SlowNode)
 	}
 	if s.RanksPerNode < 0 || s.RanksPerNode > 64 {
 		bad("ranks_per_node", "%d out of range 1..64", s.RanksPerNode)

@@ -139,7 +139,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"batch min below nodes", "name: a\nnodes: 4\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    min: 2\n", "green.batch.min", 7, "rank count 4"},
 		{"batch min below ranks", "name: a\nnodes: 2\nranks_per_node: 3\ngreen:\n  trace: x.csv\n  batch:\n    threshold_g: 200\n    min: 4\n", "green.batch.min", 8, "rank count 6"},
 		{"ranks per node negative", "name: a\nranks_per_node: -2\n", "ranks_per_node", 2, "out of range 1..64"},
-		{"unknown slow node action", "name: a\nslow_node: evict\n", "slow_node", 2, "unknown action \"evict\" (want report or drain)"},
+		{"unknown slow node action", "name: a\nslow_node: evict\n", "slow_node", 2, "unknown action \"evict\" (want report, replace or drain)"},
 		{"data set not a SHA-256", "name: a\ndata_sha256: ac2983e2\n", "data_sha256", 2, `"ac2983e2" is not a SHA-256 (64 hex digits`},
 		{"data set read as a number", "name: a\ndata_sha256: " + strings.Repeat("0", 64) + "\n", "data_sha256", 2, `"0" is not a SHA-256 (64 hex digits, as ` + "`cann-train status`" + ` shows a run's data set); put it in quotes`},
 		{"data set not hex", "name: a\ndata_sha256: " + strings.Repeat("g", 64) + "\n", "data_sha256", 2, "not a SHA-256"},

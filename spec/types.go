@@ -288,6 +288,10 @@ type AcquireRequest struct {
 	// took it is dropped from its rank (and stays free for runs on its
 	// data) instead of refusing the run's next chunk.
 	RecheckHeld bool `json:"recheck_held,omitempty"`
+	// Leave are nodes the run holds and gives back in this request (its
+	// slow nodes, slow_node: replace): they are free again for other
+	// runs but fill none of this request's ranks.
+	Leave []string `json:"leave,omitempty"`
 }
 
 // MarkFailed tells the Cluster a node is not to be used again.
@@ -336,6 +340,10 @@ type Evict struct {
 	NodeID    string `json:"node_id"`
 	Reason    string `json:"reason,omitempty"`
 	Undrained bool   `json:"undrained,omitempty"`
+	// Leave: the run itself moves off the node (a slow node, slow_node:
+	// replace), which is not drained: the run's acquire request names it
+	// (AcquireRequest.Leave), and only a free node takes its rank.
+	Leave bool `json:"leave,omitempty"`
 }
 
 // Release returns a run's nodes to the pool.

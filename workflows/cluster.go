@@ -501,6 +501,8 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 	for i := range c.st.Nodes {
 		r := &c.st.Nodes[i]
 		switch {
+		case slices.Contains(req.Leave, r.Node.ID):
+			// Given back (freed below on commit), not taken again.
 		case r.Run == req.RunID && c.alive(now, r) && r.Rank >= 0 && r.Rank < req.Count && held[r.Rank] == nil &&
 			(!req.RecheckHeld || holds(r, req.DataSHA256)):
 			held[r.Rank] = r

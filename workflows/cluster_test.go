@@ -285,6 +285,31 @@ func TestClusterRechecksHeldNodesData(t *testing.T) {
 	}
 }
 
+// TestClusterLetsARunLeaveANode: a run that gives a node back in its
+// request (AcquireRequest.Leave: its slow node) gets a free one in that
+// rank, and the node it left is free for another run; with none free the
+// request fails and the run keeps what it held.
+func TestClusterLetsARunLeaveANode(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b", "c"))
+	at(2*time.Second, func() { acquire("first", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(3*time.Second, func() { acquire("leave b", spec.AcquireRequest{RunID: "r1", Count: 2, Leave: []string{"b"}}) })
+	at(4*time.Second, func() { acquire("r2", spec.AcquireRequest{RunID: "r2", Count: 1}) })
+	at(5*time.Second, func() { acquire("leave a", spec.AcquireRequest{RunID: "r1", Count: 2, Leave: []string{"a"}}) })
+	at(6*time.Second, func() { acquire("kept", spec.AcquireRequest{RunID: "r1", Count: 2}) })
+	at(10*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+	for _, key := range []string{"first", "leave b", "r2", "kept"} {
+		require.NoError(t, results[key].err, key)
+	}
+	require.Equal(t, []string{"a", "b"}, ids(results["first"].nodes))
+	require.Equal(t, []string{"a", "c"}, ids(results["leave b"].nodes), "c takes b's rank")
+	require.Equal(t, []string{"b"}, ids(results["r2"].nodes), "b is free again, for other runs")
+	require.Error(t, results["leave a"].err, "no free node to take a's rank")
+	require.Equal(t, []string{"a", "c"}, ids(results["kept"].nodes), "a failed request changes nothing")
+}
+
 func TestCommonData(t *testing.T) {
 	for _, tc := range []struct {
 		sums []string

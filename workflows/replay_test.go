@@ -102,6 +102,8 @@ import (
 // and that fell back past the older missing ones in one restart
 // (versionSkipGone), and trainingrun_slow_drain.json, a run with
 // slow_node: drain that drained its throttled node and moved off it, and
+// trainingrun_slow_replace.json, one with slow_node: replace that left it
+// for the spare without draining it (AcquireRequest.Leave), and
 // trainingrun_other_data.json, a run whose node held another data set
 // (registered) that took the run's from its peers and gave that node
 // back, trainingrun_data_pinned.json, a pinned run handed the nodes
@@ -128,6 +130,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_lost.json":      "run/ext-lost",
 		"trainingrun_host_cannot_launch.json": "run/ext-host",
 		"trainingrun_slow_drain.json":         "run/slow-drain",
+		"trainingrun_slow_replace.json":       "run/slow-replace",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -177,6 +180,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},       // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
 		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},          // fell back past deleted checkpoints in one restart (versionSkipGone)
 		{"trainingrun_slow_drain.json", spec.WorkflowTrainingRun},         // drained its slow node (slow_node: drain) and moved off it
+		{"trainingrun_slow_replace.json", spec.WorkflowTrainingRun},       // left its slow node for a free one (slow_node: replace; no version)
 		{"trainingrun_other_data.json", spec.WorkflowTrainingRun},         // a node on other data given back, the run's learnt (no version)
 		{"trainingrun_data_pinned.json", spec.WorkflowTrainingRun},        // pinned: its pin's holders asked for first (no version)
 		{"cluster_data.json", spec.WorkflowCluster},                       // … a node given back free (OtherData), a pin preferred

@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -20,8 +21,11 @@ import (
 // can be drained (`cann-train nodes drain`: the run moves off it at a
 // boundary). With slow_node: drain the run asks the Cluster to drain it
 // itself (once; the Cluster tells the run, which moves off it as from
-// any drained node); by default it does not: a replacement may share
-// the cause, and a drain outlives the run.
+// any drained node); with slow_node: replace it moves off it at the next
+// boundary when a free node can take its rank, and gives it back
+// undrained (its slowness may be this run's share of a busy host); by
+// default it does neither: a replacement may share the cause, and a
+// drain outlives the run.
 const (
 	slowNodeFactor = 1.5
 	slowNodeChunks = 3
@@ -67,6 +71,14 @@ func (r *run) noteSlow(ctx workflow.Context, results []spec.ChunkResult) {
 			if err != nil {
 				workflow.GetLogger(ctx).Warn("could not drain the slow node", "node", res.NodeID, "error", err)
 			}
+		}
+		if sn.Chunks >= slowNodeChunks && r.spec.SlowNode == spec.SlowNodeReplace &&
+			!slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == res.NodeID }) {
+			why := fmt.Sprintf("slow: computed %.1f× its peers' time %d chunks in a row from step %d (slow_node: replace)",
+				sn.Factor, sn.Chunks, sn.Since)
+			workflow.GetLogger(ctx).Info("slow node: replaced at the next chunk boundary when a node is free", "node", res.NodeID, "reason", why)
+			r.setEvict(append(r.st.Ctl.Evict, spec.Evict{NodeID: res.NodeID, Reason: why, Leave: true}))
+			r.st.Ctl.EvictRetry = time.Time{}
 		}
 		streaks = append(streaks, sn)
 	}

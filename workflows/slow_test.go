@@ -89,3 +89,66 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainingRunReplacesASlowNode: with slow_node: replace, node-3
+// computing twice its peers' time three chunks in a row is left at the
+// next boundary for the free node-4 — named in the acquire request, not
+// drained — and the run trains on at its peers' pace. With no free node
+// it keeps node-3, says so once, and trains on.
+func TestTrainingRunReplacesASlowNode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pool []string
+	}{
+		{name: "a free node takes its rank", pool: []string{"node-1", "node-2", "node-3", "node-4"}},
+		{name: "none free", pool: []string{"node-1", "node-2", "node-3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := &fakeChunks{edit: func(in spec.ChunkInput, res *spec.ChunkResult) {
+				c := 0.3
+				if res.NodeID == "node-3" && in.From >= 200 {
+					c = 0.6
+				}
+				res.Seconds, res.CommShare = 1, 1-c
+			}}
+			cl := &fakeCluster{pool: testNodes(tc.pool...)}
+			var leaves [][]string
+			cl.onAcquire = func(req spec.AcquireRequest) {
+				if len(req.Leave) > 0 {
+					leaves = append(leaves, req.Leave)
+				}
+			}
+			env := newRunEnv(t, cl, ch)
+			s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 1000, ChunkSteps: 100, SlowNode: spec.SlowNodeReplace}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.Empty(t, cl.drains, "replaced, not drained")
+			require.NotEmpty(t, st.Rescalings)
+			rec := st.Rescalings[0]
+			require.Equal(t, int64(500), rec.AtStep, "after the chunks from 200, 300 and 400")
+			require.Contains(t, rec.Reason, "node-3 replaced: slow: computed 2.0× its peers' time 3 chunks in a row from step 200 (slow_node: replace)")
+			require.Equal(t, []string{"node-3"}, leaves[0])
+			byFrom := ch.byFrom()
+			if len(tc.pool) == 4 {
+				require.Len(t, st.Rescalings, 1)
+				require.Empty(t, rec.Error)
+				require.Equal(t, []string{"node-4"}, rec.Added)
+				require.Equal(t, []string{"node-3"}, rec.Removed)
+				require.Equal(t, []string{"node-1", "node-2", "node-4"}, st.Nodes)
+				for from := int64(500); from < 1000; from += 100 {
+					require.Equal(t, []string{"node-1", "node-2", "node-4"}, byFrom[from][0].Membership.NodeIDs(), "chunk from %d", from)
+				}
+				require.Empty(t, st.SlowNodes, "the run trains at its peers' pace")
+				return
+			}
+			// None free: kept, said once, trained on (asked again a minute
+			// later, which the chunks' mock time does not reach).
+			require.Contains(t, rec.Error, "no free node to take its place; training on with it")
+			require.Equal(t, 3, rec.ToNodes)
+			require.Equal(t, []string{"node-1", "node-2", "node-3"}, st.Nodes)
+			require.Len(t, st.SlowNodes, 1)
+			require.Equal(t, "node-3", st.SlowNodes[0].NodeID)
+			require.Len(t, byFrom[900], 3)
+		})
+	}
+}

@@ -187,6 +187,8 @@ type run struct {
 	ext *externalRun
 	// failedNodes go with the next acquire request (AcquireRequest.Failed).
 	failedNodes []spec.MarkFailed
+	// leaving go with the next acquire request too (AcquireRequest.Leave).
+	leaving []string
 }
 
 func newRun(ctx workflow.Context, in RunInput) (*run, error) {
@@ -442,12 +444,12 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	r.setPhase(ctx, phase)
 	var nodes []spec.Node
 	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait, Failed: r.failedNodes,
-		DataSHA256: r.st.DataSHA256, RecheckHeld: r.st.DataSHA256 != ""}
+		DataSHA256: r.st.DataSHA256, RecheckHeld: r.st.DataSHA256 != "", Leave: r.leaving}
 	if req.DataSHA256 == "" && !r.spec.IsExternal() {
 		req.PreferDataSHA256 = r.spec.DataSHA256
 		req.SameData = req.PreferDataSHA256 == ""
 	}
-	r.failedNodes = nil
+	r.failedNodes, r.leaving = nil, nil
 	err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes)
 	r.st.Status.Detail = prev
 	if err != nil {

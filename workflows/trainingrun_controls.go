@@ -421,17 +421,24 @@ func (r *run) evict(ctx workflow.Context) bool {
 		return true
 	}
 	reasons := make([]string, len(held))
+	var leave []string
 	for i, e := range held {
 		reasons[i] = e.NodeID + " drained"
+		if e.Leave {
+			reasons[i] = e.NodeID + " replaced"
+			leave = append(leave, e.NodeID)
+		}
 		if e.Reason != "" {
 			reasons[i] += ": " + e.Reason
 		}
 	}
 	minCount := 0
-	if r.spec.MinNodes < len(ids) {
-		minCount = r.spec.MinNodes
+	if r.spec.MinNodes < len(ids) && len(leave) == 0 {
+		minCount = r.spec.MinNodes // (a node left for a faster one: only for one)
 	}
+	r.leaving = leave // (for this acquire only: not a recovery's before it)
 	rec, done := r.changeNodes(ctx, len(ids), minCount, 0, strings.Join(reasons, "; "))
+	r.leaving = nil
 	if !done {
 		return false
 	}

@@ -63,8 +63,11 @@ func (f *fakeCluster) acquire(_ context.Context, _ string, req spec.AcquireReque
 	}
 	out := make([]spec.Node, req.Count)
 	used := map[string]bool{}
+	for _, id := range req.Leave {
+		used[id] = true // given back: fills no rank
+	}
 	for i := range out {
-		if i < len(f.held) && !f.failed[f.held[i].ID] {
+		if i < len(f.held) && !f.failed[f.held[i].ID] && !slices.Contains(req.Leave, f.held[i].ID) {
 			out[i] = f.held[i]
 			used[out[i].ID] = true
 		}

@@ -20,7 +20,9 @@ import (
 // and no other; `cann-train status` says so and how to move off it. Once
 // it keeps up again the run completes, naming nobody. A second run, with
 // slow_node: drain, drains it when it is named (the Cluster records why)
-// and moves off it to the spare node-4.
+// and moves off it to the spare node-4. A third, with slow_node: replace
+// (node-3 undrained first), moves off it to node-4 and leaves it free,
+// undrained.
 func TestSlowNodeIsNamed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -96,4 +98,27 @@ func TestSlowNodeIsNamed(t *testing.T) {
 		t.Errorf("ended %s with recoveries %+v; want completed without one", end.Phase, end.Recoveries)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_slow_drain.json")
+
+	cli("nodes", "undrain", "node-3")
+	s.Name, s.SlowNode = "slow-replace", spec.SlowNodeReplace
+	run = startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	unthrottle = throttle()
+	defer unthrottle()
+	moved = untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the run off node-3", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.Nodes) > 0 && !slices.Contains(st.Nodes, "node-3") || st.Phase == spec.PhaseCompleted
+	})
+	unthrottle()
+	if !slices.Equal(moved.Nodes, []string{"node-1", "node-2", "node-4"}) {
+		t.Errorf("nodes %v at step %d; want node-3's rank on node-4", moved.Nodes, moved.Step)
+	}
+	if n := len(moved.Rescalings); n == 0 || !strings.Contains(moved.Rescalings[n-1].Reason, "node-3 replaced: slow: computed ") {
+		t.Errorf("rescalings %+v; want the last one to say node-3 was replaced for its slowness", moved.Rescalings)
+	}
+	if r := registryRecord(ctx, t, c, "node-3"); r.Drained || r.Run != "" {
+		t.Errorf("node-3 in the registry: %+v; want it free and not drained", r)
+	}
+	if end := awaitRun(ctx, t, run, l.LogDir); end.Phase != spec.PhaseCompleted || len(end.Recoveries) != 0 {
+		t.Errorf("ended %s with recoveries %+v; want completed without one", end.Phase, end.Recoveries)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_slow_replace.json")
 }
