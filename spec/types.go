@@ -734,6 +734,10 @@ type RunStatus struct {
 	// min_nodes), or, when no node is free, keeps them and tries again a
 	// minute later.
 	Evicting []string `json:"evicting,omitempty"`
+	// Leaving are slow nodes the run holds and moves off at a chunk
+	// boundary (slow_node: replace) once a free node can take their rank;
+	// they are not drained.
+	Leaving []string `json:"leaving,omitempty"`
 	// ClusterID is the Cluster workflow (node registry) the run takes
 	// its nodes from.
 	ClusterID string `json:"cluster_id,omitempty"`

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -94,7 +95,9 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 // computing twice its peers' time three chunks in a row is left at the
 // next boundary for the free node-4 — named in the acquire request, not
 // drained — and the run trains on at its peers' pace. With no free node
-// it keeps node-3, says so once, and trains on.
+// it keeps node-3, says so once, trains on with the status naming the
+// node it is to leave, and leaves it at the first boundary a minute on
+// where a node is free (here: after a pause, node-4 joined the pool).
 func TestTrainingRunReplacesASlowNode(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -119,6 +122,22 @@ func TestTrainingRunReplacesASlowNode(t *testing.T) {
 				}
 			}
 			env := newRunEnv(t, cl, ch)
+			var during spec.RunStatus
+			if len(tc.pool) == 3 {
+				ch.onStart = func(in spec.ChunkInput) {
+					if in.From == 700 && in.Rank == 0 {
+						env.SignalWorkflow(spec.SignalPause, nil)
+					}
+				}
+				// Held at step 800 meanwhile; a minute is long past at the resume.
+				env.RegisterDelayedCallback(func() { during = queryStatus(t, env) }, time.Hour)
+				env.RegisterDelayedCallback(func() {
+					cl.mu.Lock()
+					cl.pool = append(cl.pool, testNodes("node-4")...)
+					cl.mu.Unlock()
+					env.SignalWorkflow(spec.SignalResume, nil)
+				}, 2*time.Hour)
+			}
 			s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 1000, ChunkSteps: 100, SlowNode: spec.SlowNodeReplace}.WithDefaults()
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 			st := result(t, env)
@@ -141,14 +160,21 @@ func TestTrainingRunReplacesASlowNode(t *testing.T) {
 				require.Empty(t, st.SlowNodes, "the run trains at its peers' pace")
 				return
 			}
-			// None free: kept, said once, trained on (asked again a minute
-			// later, which the chunks' mock time does not reach).
+			// None free: kept, said once, trained on; left once node-4 is.
 			require.Contains(t, rec.Error, "no free node to take its place; training on with it")
 			require.Equal(t, 3, rec.ToNodes)
-			require.Equal(t, []string{"node-1", "node-2", "node-3"}, st.Nodes)
-			require.Len(t, st.SlowNodes, 1)
-			require.Equal(t, "node-3", st.SlowNodes[0].NodeID)
-			require.Len(t, byFrom[900], 3)
+			require.Equal(t, []string{"node-3"}, during.Leaving, "the status names the slow node it is to leave")
+			require.Empty(t, during.Evicting, "not drained")
+			require.Equal(t, []string{"node-1", "node-2", "node-3"}, byFrom[700][0].Membership.NodeIDs())
+			require.Len(t, st.Rescalings, 2)
+			again := st.Rescalings[1]
+			require.Empty(t, again.Error)
+			require.Equal(t, int64(800), again.AtStep)
+			require.Equal(t, []string{"node-4"}, again.Added)
+			require.Equal(t, []string{"node-3"}, again.Removed)
+			require.Equal(t, []string{"node-1", "node-2", "node-4"}, st.Nodes)
+			require.Len(t, leaves, 2, "asked once, then once more a minute on")
+			require.Empty(t, st.Leaving)
 		})
 	}
 }

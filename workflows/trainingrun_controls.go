@@ -379,12 +379,16 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 	r.st.Ctl.EvictRetry = time.Time{}
 }
 
-// setEvict sets the drained nodes to move off, and the status's list of
-// them.
+// setEvict sets the nodes to move off, and the status's lists of them:
+// drained ones (Evicting) and slow ones the run leaves (Leaving).
 func (r *run) setEvict(evs []spec.Evict) {
-	r.st.Ctl.Evict, r.st.Status.Evicting = evs, nil
+	r.st.Ctl.Evict, r.st.Status.Evicting, r.st.Status.Leaving = evs, nil, nil
 	for _, e := range evs {
-		r.st.Status.Evicting = append(r.st.Status.Evicting, e.NodeID)
+		if e.Leave {
+			r.st.Status.Leaving = append(r.st.Status.Leaving, e.NodeID)
+		} else {
+			r.st.Status.Evicting = append(r.st.Status.Evicting, e.NodeID)
+		}
 	}
 }
 

@@ -580,6 +580,7 @@ type Summary struct {
 	RefusedRescale string             `json:"refused_rescale,omitempty"`
 	TargetNodes    int                `json:"target_nodes,omitempty"`
 	Evicting       []string           `json:"evicting,omitempty"`
+	Leaving        []string           `json:"leaving,omitempty"`
 	MinNodes       int                `json:"min_nodes,omitempty"`
 	GlobalBatch    int                `json:"global_batch,omitempty"`
 	RanksPerNode   int                `json:"ranks_per_node,omitempty"`
@@ -739,7 +740,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
 		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, TargetNodes: st.TargetNodes,
-		Evicting: st.Evicting, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
+		Evicting: st.Evicting, Leaving: st.Leaving, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 		Energy: energySummary(st.Segments),
 	}
@@ -925,7 +926,7 @@ func statusLine(s Summary) string {
 
 // printControls prints the node count's limits and changes.
 func printControls(w io.Writer, s Summary) {
-	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && s.TargetNodes == 0 && len(s.Rescalings) == 0 && len(s.Evicting) == 0 &&
+	if s.MinNodes == 0 && s.GlobalBatch == 0 && s.PendingNodes == 0 && s.TargetNodes == 0 && len(s.Rescalings) == 0 && len(s.Evicting) == 0 && len(s.Leaving) == 0 &&
 		s.RefusedRescale == "" {
 		return
 	}
@@ -943,6 +944,9 @@ func printControls(w io.Writer, s Summary) {
 	}
 	if len(s.Evicting) > 0 {
 		line += fmt.Sprintf("; drained %v still held, replaced at a chunk boundary", s.Evicting)
+	}
+	if len(s.Leaving) > 0 {
+		line += fmt.Sprintf("; slow %v replaced at a chunk boundary once a node is free (slow_node: replace)", s.Leaving)
 	}
 	if live := !slices.Contains([]spec.Phase{spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled}, s.Status); live &&
 		s.TargetNodes > len(s.Nodes) && s.PendingNodes == 0 {
