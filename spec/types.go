@@ -292,6 +292,9 @@ type AcquireRequest struct {
 	// slow nodes, slow_node: replace): they are free again for other
 	// runs but fill none of this request's ranks.
 	Leave []string `json:"leave,omitempty"`
+	// Avoid are nodes the run left for being slow (Leave, earlier): free
+	// ones fill its ranks only when no other free node can.
+	Avoid []string `json:"avoid,omitempty"`
 }
 
 // MarkFailed tells the Cluster a node is not to be used again.

@@ -519,6 +519,15 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 			return dataOrder(a, prefer) - dataOrder(b, prefer)
 		})
 	}
+	if len(req.Avoid) > 0 {
+		avoided := func(r *NodeRecord) int {
+			if slices.Contains(req.Avoid, r.Node.ID) {
+				return 1
+			}
+			return 0
+		}
+		slices.SortStableFunc(free, func(a, b *NodeRecord) int { return avoided(a) - avoided(b) })
+	}
 	need := 0
 	for _, h := range held {
 		if h == nil {

@@ -310,6 +310,22 @@ func TestClusterLetsARunLeaveANode(t *testing.T) {
 	require.Equal(t, []string{"a", "c"}, ids(results["kept"].nodes), "a failed request changes nothing")
 }
 
+// TestClusterAvoidsTheNodesARunLeft: a run's avoided nodes (the slow
+// ones it left) fill its ranks only when no other free node can.
+func TestClusterAvoidsTheNodesARunLeft(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b", "c", "d"))
+	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 2, Avoid: []string{"a"}}) })
+	at(3*time.Second, func() { acquire("r2", spec.AcquireRequest{RunID: "r2", Count: 2, Avoid: []string{"d"}}) })
+	at(10*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, results["r1"].err)
+	require.Equal(t, []string{"b", "c"}, ids(results["r1"].nodes), "a passed over")
+	require.NoError(t, results["r2"].err)
+	require.Equal(t, []string{"a", "d"}, ids(results["r2"].nodes), "d taken last, when nothing else is free")
+}
+
 func TestCommonData(t *testing.T) {
 	for _, tc := range []struct {
 		sums []string

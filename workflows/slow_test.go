@@ -98,27 +98,29 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 // it keeps node-3, says so once, trains on with the status naming the
 // node it is to leave, and leaves it at the first boundary a minute on
 // where a node is free (here: after a pause, node-4 joined the pool).
+// When node-4 is slow in turn, the free node-5 takes its rank, not node-3,
+// which the run left (AcquireRequest.Avoid).
 func TestTrainingRunReplacesASlowNode(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		pool []string
 	}{
-		{name: "a free node takes its rank", pool: []string{"node-1", "node-2", "node-3", "node-4"}},
+		{name: "a free node takes its rank", pool: []string{"node-1", "node-2", "node-3", "node-4", "node-5"}},
 		{name: "none free", pool: []string{"node-1", "node-2", "node-3"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ch := &fakeChunks{edit: func(in spec.ChunkInput, res *spec.ChunkResult) {
 				c := 0.3
-				if res.NodeID == "node-3" && in.From >= 200 {
+				if res.NodeID == "node-3" && in.From >= 200 || res.NodeID == "node-4" && in.From >= 800 {
 					c = 0.6
 				}
 				res.Seconds, res.CommShare = 1, 1-c
 			}}
 			cl := &fakeCluster{pool: testNodes(tc.pool...)}
-			var leaves [][]string
+			var leaves, avoids [][]string
 			cl.onAcquire = func(req spec.AcquireRequest) {
 				if len(req.Leave) > 0 {
-					leaves = append(leaves, req.Leave)
+					leaves, avoids = append(leaves, req.Leave), append(avoids, req.Avoid)
 				}
 			}
 			env := newRunEnv(t, cl, ch)
@@ -139,6 +141,9 @@ func TestTrainingRunReplacesASlowNode(t *testing.T) {
 				}, 2*time.Hour)
 			}
 			s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 1000, ChunkSteps: 100, SlowNode: spec.SlowNodeReplace}.WithDefaults()
+			if len(tc.pool) == 5 {
+				s.Steps = 1400
+			}
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 			st := result(t, env)
 			require.Empty(t, cl.drains, "replaced, not drained")
@@ -148,15 +153,21 @@ func TestTrainingRunReplacesASlowNode(t *testing.T) {
 			require.Contains(t, rec.Reason, "node-3 replaced: slow: computed 2.0× its peers' time 3 chunks in a row from step 200 (slow_node: replace)")
 			require.Equal(t, []string{"node-3"}, leaves[0])
 			byFrom := ch.byFrom()
-			if len(tc.pool) == 4 {
-				require.Len(t, st.Rescalings, 1)
+			if len(tc.pool) == 5 {
+				require.Len(t, st.Rescalings, 2)
 				require.Empty(t, rec.Error)
 				require.Equal(t, []string{"node-4"}, rec.Added)
 				require.Equal(t, []string{"node-3"}, rec.Removed)
-				require.Equal(t, []string{"node-1", "node-2", "node-4"}, st.Nodes)
-				for from := int64(500); from < 1000; from += 100 {
+				for from := int64(500); from < 1100; from += 100 {
 					require.Equal(t, []string{"node-1", "node-2", "node-4"}, byFrom[from][0].Membership.NodeIDs(), "chunk from %d", from)
 				}
+				again := st.Rescalings[1]
+				require.Equal(t, int64(1100), again.AtStep)
+				require.Equal(t, []string{"node-5"}, again.Added, "node-5, not node-3, which the run left")
+				require.Equal(t, []string{"node-4"}, again.Removed)
+				require.Equal(t, [][]string{{"node-3"}, {"node-4"}}, leaves)
+				require.Equal(t, [][]string{nil, {"node-3"}}, avoids)
+				require.Equal(t, []string{"node-1", "node-2", "node-5"}, st.Nodes)
 				require.Empty(t, st.SlowNodes, "the run trains at its peers' pace")
 				return
 			}

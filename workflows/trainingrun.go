@@ -131,6 +131,9 @@ type RunState struct {
 	// SlowDrained are the slow nodes the run asked the Cluster to drain
 	// (slow_node: drain), each once.
 	SlowDrained []string `json:"slow_drained,omitempty"`
+	// SlowLeft are the slow nodes the run left (slow_node: replace): its
+	// acquire requests take them last (AcquireRequest.Avoid).
+	SlowLeft []string `json:"slow_left,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by
@@ -445,7 +448,7 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	r.setPhase(ctx, phase)
 	var nodes []spec.Node
 	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait, Failed: r.failedNodes,
-		DataSHA256: r.st.DataSHA256, RecheckHeld: r.st.DataSHA256 != "", Leave: r.leaving}
+		DataSHA256: r.st.DataSHA256, RecheckHeld: r.st.DataSHA256 != "", Leave: r.leaving, Avoid: r.st.SlowLeft}
 	if req.DataSHA256 == "" && !r.spec.IsExternal() {
 		req.PreferDataSHA256 = r.spec.DataSHA256
 		req.SameData = req.PreferDataSHA256 == ""

@@ -446,6 +446,11 @@ func (r *run) evict(ctx workflow.Context) bool {
 	if !done {
 		return false
 	}
+	for _, id := range rec.Removed {
+		if slices.Contains(leave, id) && !slices.Contains(r.st.SlowLeft, id) {
+			r.st.SlowLeft = append(r.st.SlowLeft, id)
+		}
+	}
 	if rec.Error != "" {
 		if r.st.Ctl.EvictRetry.IsZero() {
 			again := "asking again every " + evictRetry.String()

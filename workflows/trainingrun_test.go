@@ -76,7 +76,11 @@ func (f *fakeCluster) acquire(_ context.Context, _ string, req spec.AcquireReque
 		if out[i].ID != "" {
 			continue
 		}
-		for _, n := range f.pool {
+		// Avoided nodes last, like the Cluster.
+		pool := slices.Concat(
+			slices.DeleteFunc(slices.Clone(f.pool), func(n spec.Node) bool { return slices.Contains(req.Avoid, n.ID) }),
+			slices.DeleteFunc(slices.Clone(f.pool), func(n spec.Node) bool { return !slices.Contains(req.Avoid, n.ID) }))
+		for _, n := range pool {
 			if !used[n.ID] && !f.failed[n.ID] {
 				out[i], used[n.ID] = n, true
 				break
