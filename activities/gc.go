@@ -18,6 +18,15 @@ import (
 // once per gcEvery(grace): chunks younger than the grace are kept anyway,
 // so a run's storage stays near its retained checkpoints plus the grace
 // period's worth of chunks instead of growing with every checkpoint.
+//
+// Another process may save the run meanwhile — after a recovery moved
+// rank 0, the new writer — while a pass that began on the old one still
+// runs: the chunks it uploads are younger than the grace and stay; a
+// chunk it would reuse instead of uploading is one some kept checkpoint
+// references (a state's unchanged bytes), which no pass deletes. Only a
+// chunk that no kept checkpoint references yet is identical to the new
+// state's, over an hour old, could be lost, and a load then reports that
+// checkpoint corrupt and falls back.
 
 // gcTimeout bounds one background GC pass.
 const gcTimeout = 30 * time.Minute

@@ -247,10 +247,10 @@ N must be at least the run's min_nodes and at most its global batch.`,
 			}
 			defer c.Close()
 			if st.MinNodes > 0 && nodes < st.MinNodes {
-				return fmt.Errorf("--nodes %d is below the run's min_nodes %d", nodes, st.MinNodes)
+				return fmt.Errorf("%d node(s) is below the run's min_nodes %d (its job's floor)", nodes, st.MinNodes)
 			}
 			if st.GlobalBatch > 0 && nodes > st.GlobalBatch {
-				return fmt.Errorf("--nodes %d is more than the run's global batch %d: every rank needs an example per step", nodes, st.GlobalBatch)
+				return fmt.Errorf("%d node(s) is more than the run's global batch %d: every rank needs an example per step", nodes, st.GlobalBatch)
 			}
 			if nodes == len(st.Nodes) && (st.PendingNodes == 0 || st.PendingNodes == nodes) && st.TargetNodes <= nodes {
 				fmt.Fprintf(e.out, "%s: already on %d node(s)\n", id, nodes)
