@@ -119,19 +119,23 @@ Job file fields (all optional but name):
 			if err != nil {
 				return err
 			}
-			if !s.IsExternal() {
-				rctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
-				if reg, err := readRegistry(rctx, c, o.clusterID); err == nil {
-					w := mixedWarning(reg, s.Nodes)
-					if s.DataSHA256 != "" {
-						w = pinWarning(reg, s.DataSHA256)
-					}
-					if w != "" {
-						fmt.Fprintln(e.err, w)
+			rctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
+			if reg, err := readRegistry(rctx, c, o.clusterID); err == nil {
+				var w string
+				switch {
+				case s.IsExternal():
+				case s.DataSHA256 != "":
+					w = pinWarning(reg, s.DataSHA256)
+				default:
+					w = mixedWarning(reg, s.Nodes)
+				}
+				for _, line := range []string{fewNote(reg, time.Now(), s.Nodes, s.NodeWait.D()), w} {
+					if line != "" {
+						fmt.Fprintln(e.err, line)
 					}
 				}
-				cancel()
 			}
+			cancel()
 			id, err := startRunInput(cmd.Context(), c, in)
 			if err != nil {
 				return err
@@ -451,6 +455,24 @@ func checkOutput(got string, allowed ...string) error {
 		}
 	}
 	return fmt.Errorf("unknown output format %q (allowed: %v)", got, allowed)
+}
+
+// fewNote says, before a job starts, that fewer nodes are free than it
+// asks for (as `cann-train nodes` judges them): the run waits up to its
+// node_wait for the others, then fails. "" when enough are free or none
+// is registered (a cluster starting up).
+func fewNote(reg workflows.Registry, now time.Time, nodes int, wait time.Duration) string {
+	free := 0
+	for _, r := range nodeRows(reg, now) {
+		if r.State == "free" {
+			free++
+		}
+	}
+	if free >= nodes || len(reg.Nodes) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("note: the job asks for %d node(s) and %d are free now (%d registered; 'cann-train nodes' lists them): "+
+		"the run waits up to its node_wait (%s) for the others, then fails", nodes, free, len(reg.Nodes), wait)
 }
 
 // mixedWarning says, before a job that does not pin its data set starts,

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
@@ -110,6 +111,35 @@ func TestStoredJob(t *testing.T) {
 // TestMixedWarning: a job without a pin is warned of before it starts
 // when the usable node workers hold several data sets and none is on as
 // many nodes as it needs (counting those that have not said).
+// TestFewNote: a job asking for more nodes than are free is told before
+// it starts; busy, failed and silent nodes are not free; with enough free,
+// or none registered yet, nothing is said.
+func TestFewNote(t *testing.T) {
+	now := time.Now()
+	rec := func(id, run string, failed bool, seen time.Duration) workflows.NodeRecord {
+		return workflows.NodeRecord{Node: spec.Node{ID: id}, Run: run, Failed: failed, LastSeen: now.Add(-seen)}
+	}
+	reg := workflows.Registry{LeaseTTL: 20 * time.Second, Nodes: []workflows.NodeRecord{
+		rec("a", "", false, time.Second), rec("b", "run/other", false, time.Second), rec("c", "", true, time.Second),
+		rec("d", "", false, time.Minute), rec("e", "", false, 0),
+	}}
+	for _, tc := range []struct {
+		name  string
+		reg   workflows.Registry
+		nodes int
+		want  string
+	}{
+		{"enough free", reg, 2, ""},
+		{"too few", reg, 3, "note: the job asks for 3 node(s) and 2 are free now (5 registered; 'cann-train nodes' lists them): " +
+			"the run waits up to its node_wait (2m0s) for the others, then fails"},
+		{"none registered", workflows.Registry{}, 3, ""},
+	} {
+		if got := fewNote(tc.reg, now, tc.nodes, 2*time.Minute); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestMixedWarning(t *testing.T) {
 	x, y := strings.Repeat("a", 64), strings.Repeat("b", 64)
 	rec := func(sum string, failed, drained bool) workflows.NodeRecord {
