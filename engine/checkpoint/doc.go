@@ -82,8 +82,9 @@
 // never deletes a chunk named by a manifest it reads, aborts on any read
 // error, and keeps objects younger than [Options].GCGrace (1 h by default).
 // Saves in flight through the same Store pin the chunks they rely on before
-// checking that they exist, and GC spares pinned chunks while holding off new
-// pins, so GC may run at any time alongside the Store's own saves. A save in
+// checking that they exist, and GC spares chunks pinned when it began or
+// since, holding off new pins only while it deletes one chunk, so GC may run
+// at any time alongside the Store's own saves without stalling them. A save in
 // another process is protected only by the grace period (which does not
 // cover existing, unreferenced chunks it reuses): run GC in the process that
 // saves the run, or while nothing saves it.

@@ -15,13 +15,19 @@ import (
 	"gocloud.dev/blob"
 )
 
-// registry records the chunk keys that saves in flight rely on, so that GC,
-// which holds gate exclusively while it decides and deletes, never removes
-// a chunk a save has found present but not yet committed in a manifest.
+// registry records the chunk keys that saves in flight rely on, so that GC
+// never removes a chunk a save has found present but not yet committed in
+// a manifest. GC takes its snapshot of the pins and starts watching under
+// gate's Lock; while any GC watches, every key pinned is remembered in
+// seen (released or not: its manifest may be one GC did not read), and GC
+// deletes each key under Lock after checking seen, so a save either pins
+// first (and GC spares the key) or finds the deletion done.
 type registry struct {
-	gate sync.RWMutex // Pins are added under RLock; GC holds Lock.
-	mu   sync.Mutex   // Guards refs and every pin's keys.
-	refs map[string]int
+	gate     sync.RWMutex // Pins are added under RLock; GC holds Lock to snapshot and to delete a key.
+	mu       sync.Mutex   // Guards refs, every pin's keys, watchers and seen.
+	refs     map[string]int
+	watchers int             // GCs running
+	seen     map[string]bool // keys pinned while watchers > 0
 }
 
 func newRegistry() *registry { return &registry{refs: map[string]int{}} }
@@ -42,8 +48,51 @@ func (p *pin) add(key string) {
 	p.r.mu.Lock()
 	p.r.refs[key]++
 	p.keys = append(p.keys, key)
+	if p.r.watchers > 0 {
+		p.r.seen[key] = true
+	}
 	p.r.mu.Unlock()
 	p.r.gate.RUnlock()
+}
+
+// watch takes a GC's snapshot of the pinned keys and starts remembering
+// every key pinned from now on, until unwatch.
+func (r *registry) watch() map[string]bool {
+	r.gate.Lock()
+	defer r.gate.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watchers++; r.watchers == 1 {
+		r.seen = map[string]bool{}
+	}
+	out := make(map[string]bool, len(r.refs))
+	for k := range r.refs {
+		out[k] = true
+	}
+	return out
+}
+
+// unwatch ends a GC's watch.
+func (r *registry) unwatch() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watchers--; r.watchers == 0 {
+		r.seen = nil
+	}
+}
+
+// removeUnpinned deletes key with remove unless a save pinned it since the
+// watch began, holding off new pins meanwhile; it says whether it did.
+func (r *registry) removeUnpinned(key string, remove func() error) (bool, error) {
+	r.gate.Lock()
+	defer r.gate.Unlock()
+	r.mu.Lock()
+	pinned := r.seen[key] || r.refs[key] > 0
+	r.mu.Unlock()
+	if pinned {
+		return false, nil
+	}
+	return true, remove()
 }
 
 // release drops the pin's keys, once its manifest is written or the save
@@ -57,17 +106,6 @@ func (p *pin) release() {
 		}
 	}
 	p.keys = nil
-}
-
-// pinned returns a snapshot of the registered keys.
-func (r *registry) pinned() map[string]bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]bool, len(r.refs))
-	for k := range r.refs {
-		out[k] = true
-	}
-	return out
 }
 
 // Retain deletes run's checkpoints except the newest keepLast and, if
@@ -150,9 +188,11 @@ type GCStats struct {
 //     reading manifests aborts GC before it deletes anything.
 //   - Saves through the same Store are safe at any time: each pins a chunk
 //     key before checking whether the chunk exists and until its manifest is
-//     written, and GC spares pinned keys. GC decides and deletes while
-//     holding out new pins, so a save either sees a deletion (and uploads
-//     the chunk again) or pins the chunk first.
+//     written, and GC spares keys pinned when it began or since (a
+//     manifest written after GC read the manifests names only such keys).
+//     GC holds out new pins only while it deletes one key, so a save either
+//     sees that deletion (and uploads the chunk again) or pins the chunk
+//     first; saves never wait for a whole pass's deletions.
 //   - A save by another process is protected only by the grace period,
 //     which covers chunks it uploads but not existing, unreferenced chunks
 //     it reuses. Under the one-writer-per-run rule, run GC in the process
@@ -183,9 +223,8 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 		return st, err
 	}
 
-	s.reg.gate.Lock()
-	defer s.reg.gate.Unlock()
-	referenced := s.reg.pinned()
+	referenced := s.reg.watch()
+	defer s.reg.unwatch()
 
 	// Every manifest of run, read after the pins were taken: a save that
 	// committed before then is in one or the other.
@@ -244,8 +283,13 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 			st.Young++
 			continue
 		}
-		if err := s.remove(ctx, key); err != nil && !isNotFound(err) {
+		deleted, err := s.reg.removeUnpinned(key, func() error { return s.remove(ctx, key) })
+		if err != nil && !isNotFound(err) {
 			return st, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
+		}
+		if !deleted {
+			st.Referenced++ // pinned by a save since the listing
+			continue
 		}
 		st.Deleted++
 		st.DeletedBytes += o.size
@@ -259,10 +303,13 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 			continue
 		}
 		key := dataKey(run, step)
-		if err := s.remove(ctx, key); err != nil && !isNotFound(err) {
+		deleted, err := s.reg.removeUnpinned(key, func() error { return s.remove(ctx, key) })
+		if err != nil && !isNotFound(err) {
 			return st, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
 		}
-		st.Orphans++
+		if deleted {
+			st.Orphans++
+		}
 	}
 	return st, nil
 }

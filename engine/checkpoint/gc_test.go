@@ -236,6 +236,85 @@ func TestGCSparesPinnedChunk(t *testing.T) {
 	mustLoad(t, s, ref, p)
 }
 
+// TestGCWatchesPinsWithoutHoldingThemOff: once GC has its snapshot, saves
+// pin keys freely (before, GC held new pins off for its whole pass, and a
+// save waited for every deletion); a key pinned since the snapshot is
+// spared even once released (its manifest may be one GC did not read),
+// others go; the watch ends with the pass.
+func TestGCWatchesPinsWithoutHoldingThemOff(t *testing.T) {
+	r := newRegistry()
+	old := r.newPin()
+	old.add("held")
+	snap := r.watch()
+	if !snap["held"] || len(snap) != 1 {
+		t.Fatalf("snapshot %v; want the key pinned before it", snap)
+	}
+	added := make(chan struct{})
+	p := r.newPin()
+	go func() { p.add("k"); close(added) }()
+	<-added // (with the gate held for the pass, this would wait for unwatch)
+	p.release()
+	var removed []string
+	remove := func(key string) func() error {
+		return func() error { removed = append(removed, key); return nil }
+	}
+	for _, tc := range []struct {
+		key  string
+		want bool
+	}{{"k", false}, {"held", false}, {"j", true}} {
+		if ok, err := r.removeUnpinned(tc.key, remove(tc.key)); ok != tc.want || err != nil {
+			t.Errorf("removeUnpinned(%q) = %v, %v; want %v", tc.key, ok, err, tc.want)
+		}
+	}
+	if !slices.Equal(removed, []string{"j"}) {
+		t.Errorf("removed %v; want only j", removed)
+	}
+	r.unwatch()
+	old.release()
+	if ok, _ := r.removeUnpinned("k", remove("k")); !ok {
+		t.Error("k is still spared after the pass that saw it pinned ended")
+	}
+}
+
+// TestGCAlongsideASave: a save that reuses the content GC is collecting,
+// started while GC deletes, loads; every candidate chunk is either
+// deleted or spared for the save.
+func TestGCAlongsideASave(t *testing.T) {
+	inner := memblob.OpenBucket(nil)
+	defer inner.Close()
+	h, b := newHookBucket(t, inner)
+	s, err := NewWithOptions(b, testOpts)
+	must(t, err)
+	ctx := t.Context()
+
+	const n = 6
+	p := randBytes(111, n*testChunk)
+	r1, _, err := s.SaveIncremental(ctx, "r", 1, p)
+	must(t, err)
+	must(t, s.Delete(ctx, r1)) // n unreferenced chunks for GC
+
+	first, saved := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.mu.Lock()
+	h.beforeDelete = func(string) { once.Do(func() { close(first) }) }
+	h.mu.Unlock()
+	var ref Ref
+	var saveErr error
+	go func() {
+		defer close(saved)
+		<-first
+		ref, _, saveErr = s.SaveIncremental(ctx, "r", 2, p)
+	}()
+	st, err := s.GC(ctx, "r")
+	must(t, err)
+	<-saved
+	must(t, saveErr)
+	if st.Deleted+st.Referenced != n || st.Deleted < 1 {
+		t.Errorf("GC = %+v; want %d chunks deleted or spared for the save, at least one deleted", st, n)
+	}
+	mustLoad(t, s, ref, p)
+}
+
 // TestConcurrentSaveAsyncAndGC saves while another goroutine keeps pruning
 // and collecting; every checkpoint that survives must load.
 func TestConcurrentSaveAsyncAndGC(t *testing.T) {

@@ -34,6 +34,8 @@ type hookBucket struct {
 	failRead func(key string) error
 	// noIfNotExist makes conditional writes fail as Unimplemented.
 	noIfNotExist bool
+	// beforeDelete runs before every Delete.
+	beforeDelete func(key string)
 }
 
 // newHookBucket wraps inner; the returned *blob.Bucket goes to the Store,
@@ -213,6 +215,12 @@ func (h *hookBucket) Copy(ctx context.Context, dst, src string, _ *driver.CopyOp
 }
 
 func (h *hookBucket) Delete(ctx context.Context, key string, _ *driver.DeleteOptions) error {
+	h.mu.Lock()
+	f := h.beforeDelete
+	h.mu.Unlock()
+	if f != nil {
+		f(key)
+	}
 	return h.inner.Delete(ctx, key)
 }
 
