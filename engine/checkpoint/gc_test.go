@@ -191,24 +191,32 @@ func TestGC(t *testing.T) {
 	})
 }
 
+// orphanedChunks is a Store over a hook bucket (over a memblob) whose run
+// "r" holds the n chunks of a payload p drawn from seed, which no
+// checkpoint references any more.
+func orphanedChunks(t *testing.T, o Options, seed uint64, n int) (*Store, *hookBucket, []byte) {
+	t.Helper()
+	inner := memblob.OpenBucket(nil)
+	t.Cleanup(func() { inner.Close() })
+	h, b := newHookBucket(t, inner)
+	s, err := NewWithOptions(b, o)
+	must(t, err)
+	p := randBytes(seed, n*testChunk)
+	r1, _, err := s.SaveIncremental(t.Context(), "r", 1, p)
+	must(t, err)
+	must(t, s.Delete(t.Context(), r1))
+	return s, h, p
+}
+
 // TestGCSparesPinnedChunk stops a save right after it found a chunk present
 // and runs GC then: the chunk has no manifest yet, and must survive.
 func TestGCSparesPinnedChunk(t *testing.T) {
-	inner := memblob.OpenBucket(nil)
-	defer inner.Close()
-	h, b := newHookBucket(t, inner)
 	o := testOpts
 	o.Concurrency = 1 // Chunks in order: the save stops at chunk 0.
-	s, err := NewWithOptions(b, o)
-	must(t, err)
-	ctx := t.Context()
-
 	const n = 6
-	p := randBytes(110, n*testChunk)
-	r1, _, err := s.SaveIncremental(ctx, "r", 1, p)
-	must(t, err)
-	must(t, s.Delete(ctx, r1)) // Its chunks are now unreferenced...
-	// ...and a new save of the same content reuses them.
+	s, h, p := orphanedChunks(t, o, 110, n)
+	ctx := t.Context()
+	// A new save of the same content reuses them.
 	first := chunkKey("r", chunkHash(p[:testChunk]))
 	reached, resume := make(chan struct{}), make(chan struct{})
 	var once, resumed sync.Once
@@ -280,18 +288,9 @@ func TestGCWatchesPinsWithoutHoldingThemOff(t *testing.T) {
 // started while GC deletes, loads; every candidate chunk is either
 // deleted or spared for the save.
 func TestGCAlongsideASave(t *testing.T) {
-	inner := memblob.OpenBucket(nil)
-	defer inner.Close()
-	h, b := newHookBucket(t, inner)
-	s, err := NewWithOptions(b, testOpts)
-	must(t, err)
-	ctx := t.Context()
-
 	const n = 6
-	p := randBytes(111, n*testChunk)
-	r1, _, err := s.SaveIncremental(ctx, "r", 1, p)
-	must(t, err)
-	must(t, s.Delete(ctx, r1)) // n unreferenced chunks for GC
+	s, h, p := orphanedChunks(t, testOpts, 111, n)
+	ctx := t.Context()
 
 	first, saved := make(chan struct{}), make(chan struct{})
 	var once sync.Once
