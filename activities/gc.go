@@ -117,7 +117,7 @@ func (n *Node) retain(ctx context.Context, store *checkpoint.Store, url, run str
 	if len(deleted) == 0 {
 		return
 	}
-	n.gc.deleted(gcKey{url, run}, gcEvery(n.gcGrace()), func(ctx context.Context) {
+	n.gc.deleted(gcKey{url, run}, gcEvery(store.GCGrace()), func(ctx context.Context) {
 		st, err := store.GC(ctx, run)
 		if err != nil {
 			log.Warn("checkpoint chunks not collected", zap.String("run", run), zap.Error(err))
@@ -126,16 +126,4 @@ func (n *Node) retain(ctx context.Context, store *checkpoint.Store, url, run str
 		log.Debug("checkpoint chunks collected", zap.String("run", run), zap.Int("deleted", st.Deleted),
 			zap.Int64("deleted_bytes", st.DeletedBytes), zap.Int("young", st.Young), zap.Int("referenced", st.Referenced))
 	})
-}
-
-// gcGrace is the grace period of this node's checkpoint stores.
-func (n *Node) gcGrace() time.Duration {
-	switch g := n.CheckpointGCGrace; {
-	case g == 0:
-		return checkpoint.DefaultGCGrace
-	case g < 0:
-		return 0
-	default:
-		return g
-	}
 }

@@ -190,6 +190,10 @@ func newStore(b *blob.Bucket, o Options) *Store {
 	return &Store{bucket: b, now: time.Now, opts: o, pool: newBufPool(o.MaxPending), reg: newRegistry()}
 }
 
+// GCGrace is the grace period GC keeps young objects for (Options.GCGrace
+// with its default filled in; 0: none).
+func (s *Store) GCGrace() time.Duration { return s.opts.GCGrace }
+
 // Close waits for the saves SaveAsync started, then releases the bucket if
 // Open opened it. SaveAsync fails once Close has been called.
 func (s *Store) Close() error {
