@@ -279,7 +279,6 @@ func printUnanswered(w io.Writer, e *noAnswerError, live *spec.ChunkProgress, su
 		sum.Error = e.Error()
 		return printSummary(w, spec.RunStatus{}, sum, output)
 	}
-	webUI := sum.WebUI
 	fmt.Fprintf(w, "run          %s\n", e.id)
 	fmt.Fprintf(w, "status       %s (as the run last recorded it: no control worker answered)\n", r.Status)
 	fmt.Fprintf(w, "model        %s on %d node(s)\n", r.Model, r.Nodes)
@@ -287,8 +286,8 @@ func printUnanswered(w io.Writer, e *noAnswerError, live *spec.ChunkProgress, su
 	if live != nil {
 		fmt.Fprintf(w, "in flight    a chunk at step %d, loss %.4f (its latest heartbeat)\n", live.Step, live.Loss)
 	}
-	if webUI != "" {
-		fmt.Fprintf(w, "web UI       %s\n", webUI)
+	if sum.WebUI != "" {
+		fmt.Fprintf(w, "web UI       %s\n", sum.WebUI)
 	}
 	return nil
 }
