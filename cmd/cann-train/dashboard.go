@@ -251,6 +251,11 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 		r.Step, r.Loss, r.SamplesPerSec = live.Step, live.Loss, live.SamplesPerSec*float64(max(1, len(st.Nodes)))
 	}
 	r.Recoveries = len(st.Recoveries)
+	if !st.StartedAt.IsZero() {
+		// The run's own start: the visibility store's is its current
+		// execution's, later after every continue-as-new.
+		r.StartedAt = st.StartedAt
+	}
 	if st.TargetNodes > len(st.Nodes) {
 		r.TargetNodes = int64(st.TargetNodes)
 	}

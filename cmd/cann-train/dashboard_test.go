@@ -54,10 +54,15 @@ func TestDashboardRowFromVisibility(t *testing.T) {
 		t.Errorf("row %+v, want %+v", r, want)
 	}
 	r.addStatus(spec.RunStatus{RunID: "run/a", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n2"},
-		Step: 400, TotalSteps: 1000, Loss: 0.5, SamplesPerSec: 100, Green: &spec.GreenStatus{Grams: 12.5}},
+		Step: 400, TotalSteps: 1000, Loss: 0.5, SamplesPerSec: 100, Green: &spec.GreenStatus{Grams: 12.5},
+		StartedAt: start.Add(-time.Hour)},
 		&spec.ChunkProgress{Step: 450, Loss: 0.4, SamplesPerSec: 60})
 	if r.Step != 450 || r.Loss != 0.4 || r.SamplesPerSec != 120 || r.Nodes != 2 || r.Steps != 1000 || r.CarbonGrams != 12.5 {
 		t.Errorf("with status and a heartbeat ahead of it: %+v", r)
+	}
+	// The run started before its current execution (continued as new).
+	if !r.StartedAt.Equal(start.Add(-time.Hour)) {
+		t.Errorf("started %v, want the status's %v", r.StartedAt, start.Add(-time.Hour))
 	}
 	// A slow node is the detail of a run that has none of its own.
 	slow := []spec.SlowNode{{NodeID: "n2", Factor: 2.04, Chunks: 3, Since: 200}}
