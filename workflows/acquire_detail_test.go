@@ -14,16 +14,19 @@ import (
 func TestAcquireDetail(t *testing.T) {
 	now := time.Date(2026, 12, 1, 6, 50, 0, 0, time.UTC)
 	tests := []struct {
-		count, min int
-		wait       time.Duration
-		want       string
+		count, min, held int
+		wait             time.Duration
+		want             string
 	}{
-		{3, 0, 2 * time.Minute, "waiting for 3 free node(s) until 06:52:00 UTC (node_wait 2m0s)"},
-		{3, 2, 30 * time.Second, "waiting for 3 free node(s), or at least 2 until 06:50:30 UTC (node_wait 30s)"},
-		{3, 3, time.Hour, "waiting for 3 free node(s) until 07:50:00 UTC (node_wait 1h0m0s)"},
+		{3, 0, 0, 2 * time.Minute, "waiting for 3 free node(s) until 06:52:00 UTC (node_wait 2m0s)"},
+		{3, 2, 0, 30 * time.Second, "waiting for 3 free node(s), or at least 2 until 06:50:30 UTC (node_wait 30s)"},
+		{3, 3, 0, time.Hour, "waiting for 3 free node(s) until 07:50:00 UTC (node_wait 1h0m0s)"},
+		{2, 0, 1, 2 * time.Minute, "waiting for 1 free node(s) beside the 1 it keeps (2 in all) until 06:52:00 UTC (node_wait 2m0s)"},
+		{4, 2, 3, time.Minute, "waiting for 1 free node(s) beside the 3 it keeps (4 in all, or at least 2) until 06:51:00 UTC (node_wait 1m0s)"},
+		{2, 0, 2, 0, "asking for 2 free node(s)"}, // keeps them all: nothing to wait for
 	}
 	for _, tc := range tests {
-		require.Equal(t, tc.want, acquireDetail(tc.count, tc.min, now, tc.wait))
+		require.Equal(t, tc.want, acquireDetail(tc.count, tc.min, tc.held, now, tc.wait))
 	}
 }
 
@@ -57,7 +60,7 @@ func TestTrainingRunSaysWhatItWaitsFor(t *testing.T) {
 	require.Equal(t, spec.PhaseAcquiring, during[0].Phase)
 	require.Regexp(t, `^waiting for 2 free node\(s\) until \d\d:\d\d:\d\d UTC \(node_wait 1m30s\)$`, during[0].Detail)
 	require.Equal(t, spec.PhaseRescaling, during[1].Phase)
-	require.Regexp(t, `^rescaling 2 → 3 nodes at step 100: waiting for 3 free node\(s\) until .* \(node_wait 1m30s\)$`, during[1].Detail)
+	require.Regexp(t, `^rescaling 2 → 3 nodes at step 100: waiting for 1 free node\(s\) beside the 2 it keeps \(3 in all\) until .* \(node_wait 1m30s\)$`, during[1].Detail)
 	require.Equal(t, []string{"node-1", "node-2", "node-3"}, st.Nodes)
 	require.Empty(t, st.Detail)
 }

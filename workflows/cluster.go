@@ -355,16 +355,23 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 	}
 	if !ok {
 		now := workflow.Now(ctx)
-		live := 0
+		free, kept := 0, ""
 		for i := range c.st.Nodes {
 			r := &c.st.Nodes[i]
-			if c.alive(now, r) && (r.Run == "" && holds(r, req.DataSHA256) || r.Run == req.RunID) {
-				live++
+			switch {
+			case !c.alive(now, r) || slices.Contains(req.Leave, r.Node.ID):
+			case r.Run == "" && holds(r, req.DataSHA256):
+				free++
+			case r.Run == req.RunID:
+				kept += " " + r.Node.ID
 			}
 		}
+		if kept != "" {
+			kept = fmt.Sprintf(" beside its own [%s]", kept[1:])
+		}
 		return nil, temporal.NewApplicationError(
-			fmt.Sprintf("acquire %d nodes for %s: only %d live free node(s) after waiting %s%s",
-				req.Count, req.RunID, live, req.Wait, c.census(now, req.RunID, req.DataSHA256)), spec.ErrTypeNotEnoughNodes)
+			fmt.Sprintf("acquire %d nodes for %s: only %d live free node(s)%s after waiting %s%s",
+				req.Count, req.RunID, free, kept, req.Wait, c.census(now, req.RunID, req.DataSHA256)), spec.ErrTypeNotEnoughNodes)
 	}
 	return out, nil
 }

@@ -468,6 +468,7 @@ func TestClusterAcquireWithoutWaiting(t *testing.T) {
 	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 2}) })
 	at(3*time.Second, func() { acquire("r2-short", spec.AcquireRequest{RunID: "r2", Count: 2}) })
 	at(4*time.Second, func() { acquire("r2-shrunk", spec.AcquireRequest{RunID: "r2", Count: 2, MinCount: 1}) })
+	at(4500*time.Millisecond, func() { acquire("r1-grown", spec.AcquireRequest{RunID: "r1", Count: 4}) })
 	at(5*time.Second, func() { env.CancelWorkflow() })
 	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
 
@@ -480,6 +481,9 @@ func TestClusterAcquireWithoutWaiting(t *testing.T) {
 		"says where the other nodes are")
 	require.NoError(t, results["r2-shrunk"].err)
 	require.Equal(t, []string{"c"}, ids(results["r2-shrunk"].nodes))
+	require.True(t, errors.As(results["r1-grown"].err, &ae), "%v", results["r1-grown"].err)
+	require.Equal(t, "acquire 4 nodes for r1: only 0 live free node(s) beside its own [a b] after waiting 0s (3 registered: 1 busy with r2)",
+		ae.Message(), "the nodes a run holds are not counted as free")
 }
 
 // Draining a node a run holds tells the run; putting it back while the run

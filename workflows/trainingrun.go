@@ -441,7 +441,7 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	// Say what the run waits for (status, dashboard, Web UI), after what
 	// the caller said (a rescale).
 	prev := r.st.Status.Detail
-	r.st.Status.Detail = acquireDetail(count, minCount, workflow.Now(ctx), wait)
+	r.st.Status.Detail = acquireDetail(count, minCount, r.keeps(count), workflow.Now(ctx), wait)
 	if prev != "" {
 		r.st.Status.Detail = prev + ": " + r.st.Status.Detail
 	}
@@ -471,11 +471,34 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	return nil
 }
 
-// acquireDetail says how many free nodes a run waits for and until when.
-func acquireDetail(count, minCount int, now time.Time, wait time.Duration) string {
+// keeps is how many of the nodes the run holds an acquire of count
+// keeps: its members in the first count ranks, less the failed ones and
+// those it leaves. (The Cluster decides: one whose lease lapsed unnoticed
+// is replaced too.)
+func (r *run) keeps(count int) int {
+	n := 0
+	for rank, node := range r.st.Membership.Nodes {
+		if rank < count && !slices.Contains(r.leaving, node.ID) &&
+			!slices.ContainsFunc(r.failedNodes, func(f spec.MarkFailed) bool { return f.NodeID == node.ID }) {
+			n++
+		}
+	}
+	return n
+}
+
+// acquireDetail says how many free nodes a run waits for, beside the
+// held ones it keeps, and until when.
+func acquireDetail(count, minCount, held int, now time.Time, wait time.Duration) string {
 	want := fmt.Sprintf("%d free node(s)", count)
 	if minCount > 0 && minCount < count {
 		want = fmt.Sprintf("%d free node(s), or at least %d", count, minCount)
+	}
+	if held > 0 && held < count {
+		want = fmt.Sprintf("%d free node(s) beside the %d it keeps (%d in all", count-held, held, count)
+		if minCount > 0 && minCount < count {
+			want += fmt.Sprintf(", or at least %d", minCount)
+		}
+		want += ")"
 	}
 	if wait <= 0 {
 		return "asking for " + want

@@ -380,7 +380,7 @@ func TestTrainingRunReplacesDeadNode(t *testing.T) {
 	require.Len(t, st.Recoveries, 1)
 	rec := st.Recoveries[0]
 	require.Len(t, waiting, 2)
-	require.Contains(t, waiting[1], "replacing node-2, lost in the chunk from step 100: waiting for 3 free node(s)", "the status says why the run waits")
+	require.Contains(t, waiting[1], "replacing node-2, lost in the chunk from step 100: waiting for 1 free node(s) beside the 2 it keeps (3 in all)", "the status says why the run waits")
 	require.Empty(t, st.Detail)
 	require.Equal(t, []string{"node-2"}, rec.FailedNodes)
 	require.Equal(t, []string{"spare-1"}, rec.Replacement)
