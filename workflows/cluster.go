@@ -232,7 +232,12 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 		}
 		return
 	}
-	r.Failed, r.FailReason, r.FailedAt, r.Misconfigured = true, mf.Reason, workflow.Now(ctx), mf.Misconfigured
+	if !r.Failed {
+		// (Else the first reason stands: a stopped worker, "worker
+		// stopped", is blamed by its run's peers after.)
+		r.FailReason = mf.Reason
+	}
+	r.Failed, r.FailedAt, r.Misconfigured = true, workflow.Now(ctx), r.Misconfigured || mf.Misconfigured
 	if mf.RunID == "" || r.Run == mf.RunID {
 		r.Run, r.Rank = "", -1
 	}

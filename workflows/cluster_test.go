@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -673,6 +674,53 @@ func TestClusterFailureOfAnEarlierProcess(t *testing.T) {
 			require.True(t, seen)
 		})
 	}
+}
+
+// TestClusterKeepsTheFirstFailure: a node that left ("worker stopped")
+// and is then blamed by its run's peers stays failed for the first
+// reason, the one an operator needs; a node that registers again is
+// healthy until blamed anew.
+func TestClusterKeepsTheFirstFailure(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	at(time.Second, func() {
+		for _, n := range testNodes("a", "b") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+		acquire("first", spec.AcquireRequest{RunID: "r1", Count: 2})
+	})
+	at(2*time.Second, func() {
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "b", Reason: "worker stopped"})
+	})
+	at(3*time.Second, func() {
+		acquire("recover", spec.AcquireRequest{RunID: "r1", Count: 2, MinCount: 1,
+			Failed: []spec.MarkFailed{{NodeID: "b", RunID: "r1", Reason: "peers lost node(s) [b]: connection refused"}}})
+	})
+	reasons := map[string]string{}
+	query := func(key string) func() {
+		return func() {
+			v, err := env.QueryWorkflow(spec.QueryRegistry)
+			require.NoError(t, err)
+			var reg Registry
+			require.NoError(t, v.Get(&reg))
+			for _, r := range reg.Nodes {
+				if r.Node.ID == "b" {
+					reasons[key] = fmt.Sprint(r.Failed, " ", r.FailReason)
+				}
+			}
+		}
+	}
+	at(4*time.Second, query("blamed"))
+	at(5*time.Second, func() {
+		env.SignalWorkflow(spec.SignalRegister, testNodes("b")[0])
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "b", Reason: "unreachable"})
+	})
+	at(6*time.Second, query("again"))
+	at(7*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.NoError(t, results["recover"].err)
+	require.Equal(t, []string{"a"}, ids(results["recover"].nodes))
+	require.Equal(t, "true worker stopped", reasons["blamed"], "the peers' blame after the worker left")
+	require.Equal(t, "true unreachable", reasons["again"], "registered again, then failed anew")
 }
 
 // TestValidateAcquire: an acquire request is refused before it reaches the
