@@ -37,6 +37,8 @@ const keepWorlds = 10
 // before it returns. A process exiting non-zero fails it with a
 // RankExited error naming the rank, its exit status and its log tail.
 func (n *Node) RunExternal(ctx context.Context, in spec.ExternalInput) (*spec.ChunkResult, error) {
+	n.running.Add(1)
+	defer n.running.Add(-1)
 	hb := newExternalHeartbeater(ctx, in)
 	defer hb.stop()
 	return n.runExternal(ctx, in, externalHooks{

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -118,12 +119,21 @@ type Node struct {
 	sights map[string]*bucketSight
 	// gc collects the chunks retention left unreferenced (retain).
 	gc collector
+	// running counts the chunks and external jobs in flight (Running).
+	running atomic.Int32
 }
 
 type pendingSave struct {
 	run, url string
 	step     int64
-	save     *checkpoint.Pending
+	save     upload
+}
+
+// upload is a background checkpoint save (*checkpoint.Pending).
+type upload interface {
+	Done() <-chan struct{}
+	Wait(ctx context.Context) (checkpoint.Ref, error)
+	Stats() checkpoint.SaveStats
 }
 
 type warmTrainer struct {
@@ -136,6 +146,31 @@ type warmTrainer struct {
 	sync  *gradsync.Syncer
 	// seq is the sequence number of the chunk that kept it (Node.began).
 	seq uint64
+}
+
+// Running is how many chunks and external jobs this node has in flight.
+func (n *Node) Running() int { return int(n.running.Load()) }
+
+// Settle waits, until ctx ends, for rank 0's checkpoint still uploading
+// in the background (a chunk's AsyncCheckpoint): a stopping worker calls
+// it before Close, so that the run finds that checkpoint committed when it
+// recovers (ResolveCheckpoint) instead of rewinding past it. It says what
+// it waited for: the run and step, zero when no upload was still going,
+// and the upload's error.
+func (n *Node) Settle(ctx context.Context) (run string, step int64, err error) {
+	n.mu.Lock()
+	p := n.pending
+	n.mu.Unlock()
+	if p == nil {
+		return "", 0, nil
+	}
+	select {
+	case <-p.save.Done():
+		return "", 0, nil // over before: the next chunk reports how it went
+	default:
+	}
+	_, err = p.save.Wait(ctx)
+	return p.run, p.step, err
 }
 
 // Close stops chunk collection and releases open buckets.
@@ -160,6 +195,8 @@ func (n *Node) Close() error {
 // first rank's progress. A rank that fails cancels its node's others; the
 // node fails with the first error, a lost peer named by its node rank.
 func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
+	n.running.Add(1)
+	defer n.running.Add(-1)
 	started := time.Now()
 	n.mu.Lock()
 	n.began++

@@ -56,6 +56,14 @@ type NodeOptions struct {
 	LeaseEvery time.Duration
 	// AllowFaults honours `cann-train fault kill` for this node.
 	AllowFaults bool
+	// StopGrace is how long a stopping worker (ctx ended: SIGTERM,
+	// Ctrl-C) lets the chunk or external job in flight, and then rank 0's
+	// checkpoint upload, finish before it cancels them and exits. From the
+	// first moment it takes no new chunk and the Cluster hands it to no
+	// run. Zero: cancel at once.
+	StopGrace time.Duration
+	// Hurry, once closed, cuts StopGrace short (a second signal).
+	Hurry <-chan struct{}
 	// WorkDir holds external jobs' directories on this node (logs,
 	// reports, checkpoint directory). Default: a temporary directory.
 	WorkDir string
@@ -155,7 +163,9 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		// A relaunched world's activity (and its port reservation) may
 		// arrive while the stopped one still winds down.
 		MaxConcurrentActivityExecutionSize: 4,
-		WorkerStopTimeout:                  5 * time.Second,
+		// Stop stops polling at once and gives the activities in flight
+		// this long (stop).
+		WorkerStopTimeout: max(o.StopGrace, 0),
 		// An activity learns of its cancellation only from the reply to a
 		// heartbeat, and the SDK sends one at most every 0.8 × the
 		// heartbeat timeout (8 s for the default 10 s): a cancelled chunk
@@ -199,6 +209,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		select {
 		case <-ctx.Done():
 			leave(c, o.ClusterID, node, log)
+			stop(w, acts, o, log)
 			return nil
 		case <-t.C:
 		}
@@ -283,6 +294,63 @@ func leave(c client.Client, clusterID string, node spec.Node, log *zap.Logger) {
 		spec.MarkFailed{NodeID: node.ID, Reason: "worker stopped", Incarnation: node.Incarnation})
 	if err != nil {
 		log.Warn("could not deregister from the cluster; its lease will expire", zap.Error(err))
+	}
+}
+
+// stopper is the part of a Temporal worker that stop uses.
+type stopper interface{ Stop() }
+
+// inFlight is what stop asks of the node's activities (activities.Node).
+type inFlight interface {
+	Running() int
+	Settle(ctx context.Context) (run string, step int64, err error)
+}
+
+// stop ends a node worker that has left the Cluster: it takes no new
+// task, lets the chunk (or external job) in flight finish within
+// o.StopGrace — its peers finish it too, and the run moves off the node
+// at that chunk boundary, losing no step — and then waits out what is
+// left of the grace for rank 0's checkpoint upload, which the run's
+// recovery then finds committed. Whatever still runs after the grace (or
+// o.Hurry) is cancelled or abandoned.
+func stop(w stopper, acts inFlight, o NodeOptions, log *zap.Logger) {
+	deadline := time.Now().Add(o.StopGrace)
+	if n := acts.Running(); n > 0 {
+		log.Info("stopping: no new chunks; finishing the one(s) in flight first (a second signal stops at once)",
+			zap.Int("in_flight", n), zap.Duration("grace", o.StopGrace))
+	}
+	stopped := make(chan struct{})
+	go func() {
+		w.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-o.Hurry:
+		log.Warn("stopping now: the chunk in flight is abandoned; its run recovers from its last checkpoint",
+			zap.Int("in_flight", acts.Running()))
+		return
+	}
+	if n := acts.Running(); n > 0 {
+		log.Warn("stop grace over: the chunk in flight was cancelled; its run recovers from its last checkpoint",
+			zap.Int("in_flight", n), zap.Duration("grace", o.StopGrace))
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	go func() {
+		select {
+		case <-o.Hurry:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	switch run, step, err := acts.Settle(ctx); {
+	case run == "":
+	case err != nil:
+		log.Warn("stopping with the checkpoint upload unfinished: the run recovers from an earlier one",
+			zap.String("run", run), zap.Int64("step", step), zap.Error(err))
+	default:
+		log.Info("checkpoint upload finished before stopping", zap.String("run", run), zap.Int64("step", step))
 	}
 }
 

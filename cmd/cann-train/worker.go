@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -93,6 +96,28 @@ func serveMetrics(e *env, addr string, log *zap.Logger) (h client.MetricsHandler
 	}, nil
 }
 
+// secondSignal returns a channel closed by the second SIGINT or SIGTERM
+// from now on, and a function that stops listening.
+func secondSignal() (<-chan struct{}, func()) {
+	hurry, done := make(chan struct{}), make(chan struct{})
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		for range 2 {
+			select {
+			case <-sig:
+			case <-done:
+				return
+			}
+		}
+		close(hurry)
+	}()
+	return hurry, func() {
+		signal.Stop(sig)
+		close(done)
+	}
+}
+
 func newNodeWorkerCmd(e *env) *cobra.Command {
 	o := workers.NodeOptions{}
 	var metricsAddr string
@@ -123,6 +148,11 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 			if o.CheckpointRequestTimeout = requestTimeout; requestTimeout == 0 {
 				o.CheckpointRequestTimeout = -1 // no limit
 			}
+			// The first signal ends cmd.Context() (main): the worker stops
+			// within --stop-grace. A second one stops it at once.
+			hurry, quit := secondSignal()
+			defer quit()
+			o.Hurry = hurry
 			if err := workers.RunNode(cmd.Context(), c, o, log); err != nil {
 				return fmt.Errorf("node worker: %w", err)
 			}
@@ -148,6 +178,11 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
 	atLeast(f, "1ns", "lease-every", "bucket-grace")
+	f.DurationVar(&o.StopGrace, "stop-grace", 25*time.Second,
+		"on SIGTERM or Ctrl-C the node leaves the cluster and takes no new chunk, but lets the chunk in flight and then its checkpoint upload finish for this long "+
+			"(its run then moves off it at that chunk boundary, losing no step); a second signal stops at once. Keep it under what your supervisor waits "+
+			"before SIGKILL (Kubernetes' terminationGracePeriodSeconds, 30s by default; docker compose's stop_grace_period)")
+	atLeast(f, "0s", "stop-grace")
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let 'cann-train fault kill' SIGKILL this worker (testing and demos only)")
 	f.StringVar(&o.WorkDir, "work-dir", "", "external jobs' logs, reports and checkpoint directories (default <data dir>/work/<id>)")
 	f.StringVar(&o.Energy, "energy", "auto", "energy meter whose readings chunks report: auto (Linux RAPL when readable), rapl, npu-smi, nvidia-smi, or off (the run then models energy)")

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -89,6 +90,11 @@ func TestComposeWorkersWiring(t *testing.T) {
 				t.Errorf("%s: node id %q missing or duplicated", name, id)
 			}
 			ids[id] = true
+			// The worker's stop grace (--stop-grace, 25s by default) and
+			// its leaving the cluster must fit before compose's SIGKILL.
+			if g := svc.StopGracePeriod; g == nil || time.Duration(*g) < 30*time.Second {
+				t.Errorf("%s: stop_grace_period %v, want ≥ 30s (the node's stop grace, 25s, and its leaving)", name, g)
+			}
 			adv := flag(cmd, "--comm-advertise")
 			if host, _, _ := strings.Cut(adv, ":"); host != name {
 				t.Errorf("%s advertises %q: peers could not reach it", name, adv)
