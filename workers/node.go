@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -200,7 +201,8 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("node %s: start worker: %w", o.ID, err)
 	}
-	defer w.Stop()
+	// (Stopped by stop, the only way out from here: a deferred Stop
+	// would wait out the grace that a second signal cuts short.)
 	log.Info("node worker serving", zap.String("task_queue", node.TaskQueue), zap.String("comm", advertise))
 
 	t := time.NewTicker(o.LeaseEvery)
@@ -209,7 +211,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		select {
 		case <-ctx.Done():
 			leave(c, o.ClusterID, node, log)
-			stop(w, acts, o, log)
+			stop(w, acts, l, o, log)
 			return nil
 		case <-t.C:
 		}
@@ -311,9 +313,10 @@ type inFlight interface {
 // o.StopGrace — its peers finish it too, and the run moves off the node
 // at that chunk boundary, losing no step — and then waits out what is
 // left of the grace for rank 0's checkpoint upload, which the run's
-// recovery then finds committed. Whatever still runs after the grace (or
-// o.Hurry) is cancelled or abandoned.
-func stop(w stopper, acts inFlight, o NodeOptions, log *zap.Logger) {
+// recovery then finds committed; its collective listener, comm, closes in
+// between. Whatever still runs after the grace (or o.Hurry) is cancelled
+// or abandoned.
+func stop(w stopper, acts inFlight, comm io.Closer, o NodeOptions, log *zap.Logger) {
 	deadline := time.Now().Add(o.StopGrace)
 	if n := acts.Running(); n > 0 {
 		log.Info("stopping: no new chunks; finishing the one(s) in flight first (a second signal stops at once)",
@@ -335,6 +338,11 @@ func stop(w stopper, acts inFlight, o NodeOptions, log *zap.Logger) {
 		log.Warn("stop grace over: the chunk in flight was cancelled; its run recovers from its last checkpoint",
 			zap.Int("in_flight", n), zap.Duration("grace", o.StopGrace))
 	}
+	// No chunk runs here any more: the run's next one, planned on this
+	// node, finds its address refusing connections at once (its process
+	// gone, to its peers) instead of a listener that never answers while
+	// the upload settles.
+	_ = comm.Close()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	go func() {

@@ -35,12 +35,24 @@ type fakeNode struct {
 	upload  bool
 	done    chan struct{}
 	settle  chan time.Time // the deadline Settle was given
+	comm    *fakeListener
+	// commOpen: the listener was still open when Settle began.
+	commOpen bool
+}
+
+// fakeListener records its Close.
+type fakeListener struct{ closed bool }
+
+func (l *fakeListener) Close() error {
+	l.closed = true
+	return nil
 }
 
 func (n *fakeNode) Running() int { return n.running }
 
 func (n *fakeNode) Settle(ctx context.Context) (string, int64, error) {
 	d, _ := ctx.Deadline()
+	n.commOpen = !n.comm.closed
 	n.settle <- d
 	if !n.upload {
 		return "", 0, nil
@@ -54,8 +66,9 @@ func (n *fakeNode) Settle(ctx context.Context) (string, int64, error) {
 }
 
 // TestStop: a stopping node worker waits for its worker's Stop (the
-// chunk in flight) and then, within what is left of the grace, for the
-// checkpoint upload; a second signal (Hurry) ends either wait at once.
+// chunk in flight), closes its collective listener, and then, within what
+// is left of the grace, waits for the checkpoint upload; a second signal
+// (Hurry) ends either wait at once.
 func TestStop(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -86,7 +99,8 @@ func TestStop(t *testing.T) {
 			logs: []string{"stopping with the checkpoint upload unfinished: the run recovers from an earlier one"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := &fakeNode{running: tc.running, upload: tc.upload, done: make(chan struct{}), settle: make(chan time.Time, 1)}
+			n := &fakeNode{running: tc.running, upload: tc.upload, done: make(chan struct{}), settle: make(chan time.Time, 1),
+				comm: &fakeListener{}}
 			w := &fakeWorker{called: make(chan struct{}), release: make(chan struct{}), node: n, outlasts: tc.outlasts}
 			hurry := make(chan struct{})
 			const grace = 300 * time.Millisecond
@@ -95,7 +109,7 @@ func TestStop(t *testing.T) {
 			returned := make(chan struct{})
 			go func() {
 				defer close(returned)
-				stop(w, n, NodeOptions{StopGrace: grace, Hurry: hurry}, zap.New(core))
+				stop(w, n, n.comm, NodeOptions{StopGrace: grace, Hurry: hurry}, zap.New(core))
 			}()
 			<-w.called
 			select {
@@ -120,6 +134,10 @@ func TestStop(t *testing.T) {
 					close(n.done)
 				}
 				<-returned
+			}
+			if tc.hurry != 1 && (n.commOpen || !n.comm.closed) {
+				t.Errorf("collective listener open while the upload settled: %v, closed at the end: %v; want it closed once the worker stopped",
+					n.commOpen, n.comm.closed)
 			}
 			var got []string
 			for _, e := range logs.All() {
