@@ -16,8 +16,9 @@ import (
 // a SIGKILL with no spare free and goes on with 2; the node's worker is
 // started again under its ID, and at a chunk boundary after node_wait the
 // run takes it back (a new generation from the checkpoint there) and
-// completes on 3. `cann-train status` says both while they hold. Its
-// history is the replay test's trainingrun_regrow.json.
+// completes on 3. `cann-train status` says both while they hold. (The run
+// is paused while node-3 comes back: it trains 6,000 steps in 3 s here.)
+// Its history is the replay test's trainingrun_regrow.json.
 func TestShrunkRunGrowsBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -41,10 +42,26 @@ func TestShrunkRunGrowsBack(t *testing.T) {
 	if text := cli("status", s.Name); !strings.Contains(text, "2 of 3 after losing some: free nodes are taken back at chunk boundaries") {
 		t.Errorf("status while shrunk:\n%s", text)
 	}
+	// Hold the run at a boundary until node-3's worker is back and the
+	// regrow is due (node_wait after the shrink): however fast this
+	// machine trains, the run then still has steps to take on 3 nodes.
+	cli("pause", s.Name, "--wait", "60s")
+	gone := registryRecord(ctx, t, c, "node-3").Node.Incarnation
 	if _, err := l.Start("node-3-again", "worker", "node", "--id", "node-3", "--address", addr,
 		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--allow-fault-injection"); err != nil {
 		t.Fatal(err)
 	}
+	for r := registryRecord(ctx, t, c, "node-3"); r.Failed || r.Node.Incarnation == gone; r = registryRecord(ctx, t, c, "node-3") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node-3's worker never registered again: %+v", r)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// (The run's own deadline, not a stand-in for an event: it asks for
+	// free nodes at the first boundary after it.)
+	time.Sleep(time.Until(shrunk.Recoveries[0].ResumedAt.Add(s.NodeWait.D() + 200*time.Millisecond)))
+	cli("resume", s.Name)
 	grown := until("the regrow", func(st spec.RunStatus) bool { return len(st.Rescalings) == 1 })
 	g := grown.Rescalings[0]
 	if !g.Regrow || g.Error != "" || g.FromNodes != 2 || g.ToNodes != 3 || !slices.Equal(g.Added, []string{"node-3"}) ||

@@ -17,8 +17,9 @@ import (
 // process stopped 30 ms of every 45, as a host shared with other work or
 // a throttled CPU would run it. Its peers wait for it at every allreduce;
 // the status names it as the slow node, with how much slower it computes,
-// and no other; `cann-train status` says so and how to move off it. Once
-// it keeps up again the run completes, naming nobody. A second run, with
+// and no other; `cann-train dashboard` and, with the run paused,
+// `cann-train status` say so and how to move off it. Once it keeps up
+// again the resumed run completes, naming nobody. A second run, with
 // slow_node: drain, drains it when it is named (the Cluster records why)
 // and moves off it to the spare node-4. A third, with slow_node: replace
 // (node-3 undrained first), moves off it to node-4 and leaves it free,
@@ -28,7 +29,10 @@ func TestSlowNodeIsNamed(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3", "node-4")
-	s := spec.RunSpec{Name: "slow", Nodes: 3, Steps: 4000, ChunkSteps: 200}.WithDefaults()
+	// Chunks of 1,000 steps: each spans many throttle cycles (a chunk of
+	// 200 took 0.1 s unthrottled here, two cycles, and whether a stop
+	// fell in node-3's computation or its collectives decided too much).
+	s := spec.RunSpec{Name: "slow", Nodes: 3, Steps: 12000, ChunkSteps: 1000}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 
 	// throttle stops node-3's process 30 ms of every 45 until the
@@ -65,14 +69,19 @@ func TestSlowNodeIsNamed(t *testing.T) {
 		t.Fatalf("slow nodes %+v at step %d; want node-3 alone, 1.5× or more, 3 chunks or more", st.SlowNodes, st.Step)
 	}
 	cli := cliAt(ctx, t, addr, l.LogDir)
+	if out := cli("dashboard"); !strings.Contains(out, "slow: node-3 ") {
+		t.Errorf("dashboard does not name the slow node:\n%s", out)
+	}
+	// Held at a boundary from here (the dashboard's detail would be the
+	// pause): the run has chunks left to show node-3 keeping up, however
+	// fast the machine.
+	cli("pause", s.Name, "--wait", "60s")
 	out := cli("status", s.Name)
 	if !strings.Contains(out, "slow node    node-3 computes ") || !strings.Contains(out, "`cann-train nodes drain node-3` moves the run off it") {
 		t.Errorf("status does not name the slow node:\n%s", out)
 	}
-	if out := cli("dashboard"); !strings.Contains(out, "slow: node-3 ") {
-		t.Errorf("dashboard does not name the slow node:\n%s", out)
-	}
 	unthrottle()
+	cli("resume", s.Name)
 	end := awaitRun(ctx, t, run, l.LogDir)
 	if end.Phase != spec.PhaseCompleted || len(end.SlowNodes) != 0 || len(end.Recoveries) != 0 {
 		t.Errorf("ended %s with slow nodes %+v, recoveries %d; want completed, nobody slow at the end, no recovery",
