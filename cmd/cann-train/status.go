@@ -795,7 +795,18 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	} else {
 		fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)
 	}
-	fmt.Fprintf(w, "loss         %.4f → %.4f\n", s.InitialLoss, s.FinalLoss)
+	// Before any chunk ended (the first, which may take minutes, or one
+	// lost before it did) there is no first loss nor a measured speed: a
+	// chunk in flight's heartbeat gives the step and loss.
+	first := st.Model != spec.ModelExternal && s.Chunks == 0 && s.InitialLoss == 0
+	switch {
+	case first && st.Step > 0:
+		fmt.Fprintf(w, "loss         %.4f at step %d (the chunk in flight's; none has ended yet)\n", s.FinalLoss, st.Step)
+	case first:
+		fmt.Fprintln(w, "loss         - (no chunk has ended yet)")
+	default:
+		fmt.Fprintf(w, "loss         %.4f → %.4f\n", s.InitialLoss, s.FinalLoss)
+	}
 	if s.EvalMetricName != "" {
 		fmt.Fprintf(w, "%-12s %.4f\n", s.EvalMetricName, s.EvalMetric)
 	}
@@ -804,6 +815,8 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		// (measured when a launch ends: none has yet)
 	case st.Model == spec.ModelExternal: // (its script's communication is its own)
 		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s\n", s.StepsPerSec, s.SamplesPerSec)
+	case s.Chunks == 0 && s.StepsPerSec == 0:
+		fmt.Fprintln(w, "speed        measured when the first chunk ends (`cann-train watch` shows the chunk in flight's)")
 	default:
 		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s, comm share %.0f%%, idle between chunks %.3fs\n",
 			s.StepsPerSec, s.SamplesPerSec, 100*s.CommShare, s.ChunkIdle)

@@ -182,6 +182,37 @@ func TestStatusTextNodes(t *testing.T) {
 	}
 }
 
+// TestStatusTextFirstChunk: before any chunk ended the status shows no
+// first loss nor speed of zero, but the chunk in flight's step and loss.
+func TestStatusTextFirstChunk(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   spec.RunStatus
+		want []string
+	}{
+		{"no step yet", spec.RunStatus{},
+			[]string{"loss         - (no chunk has ended yet)\n", "speed        measured when the first chunk ends"}},
+		{"chunk in flight", spec.RunStatus{Step: 19841, Loss: 0.0091},
+			[]string{"loss         0.0091 at step 19841 (the chunk in flight's; none has ended yet)\n", "speed        measured when the first chunk ends"}},
+		{"a chunk ended", spec.RunStatus{Step: 200, Loss: 0.5, InitialLoss: 2.47, Chunks: 2, StepsPerSec: 1900, SamplesPerSec: 182400},
+			[]string{"loss         2.4700 → 0.5000\n", "speed        1900.0 steps/s, 182400 samples/s, comm share"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			st := tc.st
+			st.RunID, st.Phase, st.Model, st.Nodes, st.TotalSteps = "run/x", spec.PhaseTraining, "mlp-mnist", []string{"n1", "n2"}, 200000
+			if err := printStatus(&b, st, "text", "", "default"); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(b.String(), want) {
+					t.Errorf("status text:\n%s\nwant %q", b.String(), want)
+				}
+			}
+		})
+	}
+}
+
 // TestStatusTextCheckpoints: none yet, the last one, and one that could
 // not be stored since.
 func TestStatusTextCheckpoints(t *testing.T) {
