@@ -148,6 +148,19 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if err := fresh.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "a run of that name is still going") {
 		t.Errorf("run --fresh of a running run: %v, want it refused", err)
 	}
+	// A plain run of it is refused without a note on the nodes it would
+	// have waited for (it asks for 3; the paused run holds 2 or 3).
+	var note bytes.Buffer
+	plain := newRootCmd(&env{out: &bytes.Buffer{}, err: &note, command: childCommand})
+	job3 := filepath.Join(t.TempDir(), "pause-me.yaml")
+	if err := os.WriteFile(job3, []byte("name: pause-me\nnodes: 3\nsteps: 2000\ncheckpoint_url: "+bucket+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain.SetArgs([]string{"run", "-f", job3, "--address", addr})
+	if err := plain.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "a run of that name is still going") ||
+		strings.Contains(note.String(), "note:") {
+		t.Errorf("run of a running run: %v, said %q; want it refused, no note on free nodes", err, note.String())
+	}
 	resume := newRootCmd(&env{out: &bytes.Buffer{}, err: &bytes.Buffer{}, command: childCommand})
 	resume.SetArgs([]string{"run", "-f", job, "--resume", "--address", addr})
 	if err := resume.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "--resume: run run/pause-me has not ended") {

@@ -119,6 +119,9 @@ Job file fields (all optional but name):
 			if err != nil {
 				return err
 			}
+			// What the nodes are now, said once the run started (a start
+			// refused — a run of that name still going — needs no note).
+			var notes []string
 			rctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Second)
 			if reg, err := readRegistry(rctx, c, o.clusterID); err == nil {
 				var w string
@@ -129,11 +132,7 @@ Job file fields (all optional but name):
 				default:
 					w = mixedWarning(reg, s.Nodes)
 				}
-				for _, line := range []string{fewNote(reg, time.Now(), s.Nodes, s.NodeWait.D()), w} {
-					if line != "" {
-						fmt.Fprintln(e.err, line)
-					}
-				}
+				notes = []string{fewNote(reg, time.Now(), s.Nodes, s.NodeWait.D()), w}
 			}
 			cancel()
 			id, err := startRunInput(cmd.Context(), c, in)
@@ -141,6 +140,11 @@ Job file fields (all optional but name):
 				return err
 			}
 			fmt.Fprintf(e.err, "started %s\n", id)
+			for _, line := range notes {
+				if line != "" {
+					fmt.Fprintln(e.err, line)
+				}
+			}
 			if !o.wait {
 				fmt.Fprintln(e.out, id)
 				return nil
