@@ -29,11 +29,25 @@ func liveRun(ctx context.Context, c client.Client, id string) (spec.RunStatus, e
 // openLiveRun dials the server and reads the status of the running run
 // named by arg (name or run/<name>). On success the caller closes c.
 func openLiveRun(ctx context.Context, e *env, arg string) (c client.Client, id string, st spec.RunStatus, err error) {
+	return openRun(ctx, e, arg, "")
+}
+
+// openRun is openLiveRun for a request the server records whether or not
+// a control worker answers now (what: "cancel", "pause"): a running run
+// that no control worker answers for is taken as it last recorded itself
+// (its search attributes: phase, model, step), and a note on e.err says
+// that the request waits for one.
+func openRun(ctx context.Context, e *env, arg, what string) (c client.Client, id string, st spec.RunStatus, err error) {
 	if c, err = dialQuiet(ctx, e); err != nil {
 		return nil, "", st, err
 	}
 	id = runID(arg)
-	if st, err = liveRun(ctx, c, id); err != nil {
+	st, err = liveRun(ctx, c, id)
+	if noAnswer := (*noAnswerError)(nil); what != "" && errors.As(err, &noAnswer) {
+		fmt.Fprintf(e.err, "note: %v\n  the %s is recorded and takes effect once a control worker runs the workflow\n", err, what)
+		return c, id, st, nil
+	}
+	if err != nil {
 		c.Close()
 		return nil, "", st, err
 	}
@@ -63,7 +77,7 @@ it at once.`,
 		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, id, st, err := openLiveRun(ctx, e, args[0])
+			c, id, st, err := openRun(ctx, e, args[0], "pause")
 			if err != nil {
 				return err
 			}
@@ -135,7 +149,7 @@ ls RUN'); 'cann-train status RUN' still shows where it stopped.`,
 		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, id, st, err := openLiveRun(ctx, e, args[0])
+			c, id, st, err := openRun(ctx, e, args[0], "cancel")
 			if err != nil {
 				return err
 			}
@@ -190,7 +204,7 @@ checkpoints (waiting-storage) tries to store its state again at once.`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, id, st, err := openLiveRun(ctx, e, args[0])
+			c, id, st, err := openRun(ctx, e, args[0], "resume")
 			if err != nil {
 				return err
 			}

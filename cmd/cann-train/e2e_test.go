@@ -166,9 +166,11 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 	}
 	// Meanwhile the server still lists the killed worker's poller: status
 	// and dashboard say that no control worker answers, with what the run
-	// last recorded, instead of a bare "context deadline exceeded".
+	// last recorded, instead of a bare "context deadline exceeded"; a
+	// pause is recorded all the same (the new control worker holds the
+	// run at its next boundary, and a resume lets it go on).
 	pc.replaceControl(t, func() {
-		for _, args := range [][]string{{"status", s.Name}, {"dashboard"}, {"nodes"}} {
+		for _, args := range [][]string{{"status", s.Name}, {"dashboard"}, {"nodes"}, {"pause", s.Name}} {
 			var out, errb bytes.Buffer
 			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
 			root.SetArgs(append(args, "--address", pc.srv.FrontendAddr()))
@@ -186,6 +188,11 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 				if err != nil || !strings.Contains(out.String(), "status unreadable: no control worker answered") {
 					t.Errorf("dashboard without an answering control worker (%v): %v\n%s", took, err, out.String())
 				}
+			case "pause":
+				if err != nil || !strings.Contains(out.String(), "pause requested at step ") ||
+					!strings.Contains(errb.String(), "the pause is recorded and takes effect once a control worker runs the workflow") {
+					t.Errorf("pause without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
+				}
 			default:
 				if !errors.As(err, &noAnswer) || !strings.Contains(err.Error(), spec.DefaultClusterID+"'s registry query") {
 					t.Errorf("nodes without an answering control worker (%v): %v", took, err)
@@ -196,6 +203,12 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 			}
 		}
 	})
+	if _, err := awaitPhase(ctx, c, run.GetID(), time.Minute, spec.PhasePaused); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("the pause asked while no control worker ran: %v", err)
+	}
+	cli := cliAt(ctx, t, pc.srv.FrontendAddr(), l.LogDir)
+	cli("resume", s.Name)
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)
