@@ -22,9 +22,35 @@ type Control struct {
 
 // AcquireNodes asks the Cluster workflow, by Update, for the run's nodes.
 // Workflows cannot send Updates, so the TrainingRun does it through here.
+//
+// The wait can be long (node_wait), so it heartbeats: a control worker
+// that dies meanwhile is noticed within the heartbeat timeout, and the
+// retry on another one sends the same Update ID — the attempt's run and
+// activity — so it takes over the Update still waiting in the Cluster (and
+// its result, if it ended meanwhile) instead of waiting beside it, while
+// the run waited out the activity's whole timeout before.
 func (c *Control) AcquireNodes(ctx context.Context, clusterID string, req spec.AcquireRequest) ([]spec.Node, error) {
+	info := activity.GetInfo(ctx)
+	updateID := fmt.Sprintf("acquire/%s/%s/%s", info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.ActivityID)
+	if every := info.HeartbeatTimeout / 3; every > 0 {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+					activity.RecordHeartbeat(ctx, "waiting for nodes")
+				}
+			}
+		}()
+	}
 	for {
 		handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			UpdateID:     updateID,
 			WorkflowID:   clusterID,
 			UpdateName:   spec.UpdateAcquire,
 			Args:         []any{req},

@@ -38,6 +38,10 @@ func acquireOptions(ctx workflow.Context, s spec.RunSpec, count int) workflow.Co
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           spec.ControlTaskQueue,
 		StartToCloseTimeout: s.NodeWait.D() + time.Minute,
+		// A control worker that dies while the run waits for nodes is
+		// noticed this soon, not at the start-to-close timeout
+		// (AcquireNodes heartbeats; no command changes with it).
+		HeartbeatTimeout: acquireHeartbeat(s),
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        time.Second,
 			MaximumAttempts:        3,
@@ -45,6 +49,13 @@ func acquireOptions(ctx workflow.Context, s spec.RunSpec, count int) workflow.Co
 		},
 		Summary: "acquire " + itoa(count) + " node(s)",
 	})
+}
+
+// acquireHeartbeat is AcquireNodes' heartbeat timeout: the run's
+// heartbeat_timeout, at least 10 s (the control worker's heartbeats go
+// through the server like any other activity's).
+func acquireHeartbeat(s spec.RunSpec) time.Duration {
+	return max(s.HeartbeatTimeout.D(), 10*time.Second)
 }
 
 // sweepOptions runs EndedRuns on the control queue, inside an acquire: a
