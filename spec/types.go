@@ -297,6 +297,10 @@ type AcquireRequest struct {
 	Avoid []string `json:"avoid,omitempty"`
 }
 
+// ReasonWorkerStopped is the MarkFailed reason of a node whose worker
+// stopped on purpose (SIGTERM, Ctrl-C) and told the Cluster so.
+const ReasonWorkerStopped = "worker stopped"
+
 // MarkFailed tells the Cluster a node is not to be used again.
 type MarkFailed struct {
 	NodeID string `json:"node_id"`

@@ -293,7 +293,7 @@ func leave(c client.Client, clusterID string, node spec.Node, log *zap.Logger) {
 	// (With its incarnation: a worker started meanwhile under the same ID
 	// stays in the pool.)
 	err := c.SignalWorkflow(ctx, clusterID, "", spec.SignalMarkFailed,
-		spec.MarkFailed{NodeID: node.ID, Reason: "worker stopped", Incarnation: node.Incarnation})
+		spec.MarkFailed{NodeID: node.ID, Reason: spec.ReasonWorkerStopped, Incarnation: node.Incarnation})
 	if err != nil {
 		log.Warn("could not deregister from the cluster; its lease will expire", zap.Error(err))
 	}

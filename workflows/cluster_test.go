@@ -689,7 +689,7 @@ func TestClusterKeepsTheFirstFailure(t *testing.T) {
 		acquire("first", spec.AcquireRequest{RunID: "r1", Count: 2})
 	})
 	at(2*time.Second, func() {
-		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "b", Reason: "worker stopped"})
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "b", Reason: spec.ReasonWorkerStopped})
 	})
 	at(3*time.Second, func() {
 		acquire("recover", spec.AcquireRequest{RunID: "r1", Count: 2, MinCount: 1,

@@ -45,6 +45,8 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 		row := nodeRow{ID: r.Node.ID, Run: r.Run, Rank: r.Rank, Host: r.Node.Host, CommAddr: r.Node.CommAddr, LastSeen: r.LastSeen,
 			DataSHA256: r.Node.DataSHA256, ChunkProtocol: r.Node.ChunkProtocol()}
 		switch {
+		case r.Failed && r.FailReason == spec.ReasonWorkerStopped:
+			row.State, row.Reason = "stopped", "free again when its worker registers"
 		case r.Failed && r.Misconfigured:
 			row.State, row.Reason = "unfit", r.FailReason+"; out of the pool until its worker restarts"
 		case r.Failed:
@@ -103,13 +105,13 @@ func newNodesCmd(e *env) *cobra.Command {
 	var output, clusterID string
 	cmd := &cobra.Command{
 		Use:   "nodes",
-		Short: "List the registered node workers: free, busy (run and rank), drained, failed (why) or silent",
+		Short: "List the registered node workers: free, busy (run and rank), drained, failed (why), stopped or silent",
 		Long: `Asks the Cluster workflow (the node registry) for every node worker that
 registered: its state as runs see it when they acquire nodes — free; busy in a
 run at a rank; drained by an operator (draining while a run still holds it);
-failed, with the reason (a dead peer, a heartbeat timeout, a stopped worker;
-a failed node that keeps renewing its lease is handed out again after a lease
-TTL); unfit, failed as misconfigured (no data set for the built-in model, an
+failed, with the reason (a dead peer, a heartbeat timeout; a failed node that
+keeps renewing its lease is handed out again after a lease TTL); stopped, its
+worker stopped on purpose (SIGTERM, Ctrl-C: free again when it registers); unfit, failed as misconfigured (no data set for the built-in model, an
 older build, an external job it cannot launch, a work directory it cannot
 write), which only restarting its worker clears;
 silent, its lease not renewed for a TTL; or orphaned, held by a run that was

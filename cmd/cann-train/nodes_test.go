@@ -24,13 +24,14 @@ func TestNodeRows(t *testing.T) {
 		rec("d", time.Minute, false, "", -1),
 		rec("e", time.Minute, true, "", -1), // failed wins over silent
 		{Node: spec.Node{ID: "f"}, LastSeen: now, Failed: true, Misconfigured: true, FailReason: "node f has no data set for mlp-mnist"},
+		{Node: spec.Node{ID: "g"}, LastSeen: now.Add(-time.Minute), Failed: true, FailReason: spec.ReasonWorkerStopped},
 	}}
 	reg.Nodes[0].Node.DataSHA256 = "ac2983e23822bfed59982262317aea03de838c4127d171dcaaecac6db024bc14"
 	rows := nodeRows(reg, now)
 	want := []struct {
 		state string
 		rank  int
-	}{{"free", -1}, {"busy", 1}, {"failed", -1}, {"silent", -1}, {"failed", -1}, {"unfit", -1}}
+	}{{"free", -1}, {"busy", 1}, {"failed", -1}, {"silent", -1}, {"failed", -1}, {"unfit", -1}, {"stopped", -1}}
 	for i, w := range want {
 		if rows[i].State != w.state || rows[i].Rank != w.rank {
 			t.Errorf("node %s: %s rank %d, want %s rank %d", rows[i].ID, rows[i].State, rows[i].Rank, w.state, w.rank)
@@ -53,7 +54,7 @@ func TestNodeRows(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^a +free +- +- +ac2983e23822 +h `).MatchString(text) || !regexp.MustCompile(`(?m)^b +busy +run/x +1 +- +h `).MatchString(text) {
 		t.Errorf("table:\n%s\nwant each node's data set (a's, none known for b)", text)
 	}
-	if !strings.Contains(text, "6 node(s), 1 free") || !strings.Contains(text, "run/x") || !strings.Contains(text, "…") ||
+	if !strings.Contains(text, "7 node(s), 1 free") || !strings.Contains(text, "stopped: free again when its worker registers") || !strings.Contains(text, "run/x") || !strings.Contains(text, "…") ||
 		strings.Contains(text, strings.Repeat("x", 80)) {
 		t.Errorf("table:\n%s", text)
 	}

@@ -18,7 +18,8 @@ import (
 // the run's checkpoints), told to stop (SIGTERM, as a supervisor,
 // Kubernetes or `docker compose stop` does) in the middle of a long chunk,
 // leaves the cluster at once — the registry says "worker stopped", and
-// that stays its reason after its peers blame it — but finishes the chunk
+// that stays its reason after its peers blame it (`nodes`: stopped) — but
+// finishes the chunk
 // with its peer and then its checkpoint upload (in the background, as
 // every chunk's but the last) before it exits, cleanly, well within its
 // default --stop-grace. The run moves rank 0 to the spare at that chunk
@@ -29,7 +30,8 @@ func TestNodeStopsGracefully(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	c, l, _ := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
+	cli := cliAt(ctx, t, addr, l.LogDir)
 	// One long chunk (about 11 s here, at 4,500 steps/s on two nodes) and
 	// a short one: the stop comes early in the first, so that most of it
 	// is left when it comes — longer than the 5 s the worker used to wait.
@@ -72,8 +74,17 @@ func TestNodeStopsGracefully(t *testing.T) {
 		rec.ResumeStep != chunk || rec.LostSteps != 0 {
 		t.Errorf("recovery %+v; want node-1's rank on node-3 from the first chunk's checkpoint at %d, no step lost", rec, chunk)
 	}
-	if r := registryRecord(ctx, t, c, "node-1"); !r.Failed || r.FailReason != "worker stopped" {
-		t.Errorf("node-1 in the registry: failed %v, %q; want failed, \"worker stopped\"", r.Failed, r.FailReason)
+	if r := registryRecord(ctx, t, c, "node-1"); !r.Failed || r.FailReason != spec.ReasonWorkerStopped {
+		t.Errorf("node-1 in the registry: failed %v, %q; want failed, %q", r.Failed, r.FailReason, spec.ReasonWorkerStopped)
+	}
+	listed := false
+	for _, line := range strings.Split(cli("nodes"), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "node-1" {
+			listed = strings.HasPrefix(f[1], "stopped:")
+		}
+	}
+	if !listed {
+		t.Errorf("cann-train nodes does not list node-1 as stopped:\n%s", cli("nodes"))
 	}
 	log, err := os.ReadFile(filepath.Join(l.LogDir, "node-1.log"))
 	if err != nil {
