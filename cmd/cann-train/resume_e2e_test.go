@@ -17,7 +17,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/cann-train/cann-train/spec"
-	"github.com/cann-train/cann-train/workflows"
 )
 
 // TestResumeEndedRun: a run cancelled mid-way is continued by `cann-train
@@ -48,13 +47,20 @@ func TestResumeEndedRun(t *testing.T) {
 	}
 	cli := cliRun(ctx, addr)
 
-	// The reference: the same job, never interrupted.
-	ref, _ := spec.LoadFile(job("uninterrupted", steps, "128"))
-	clean := awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: ref}), l.LogDir)
+	// The reference: the same job file under another name (run --name),
+	// never interrupted.
+	first := job("resume-me", steps, "128")
+	if _, said, err := cli("run", "-f", first, "--name", "uninterrupted", "--wait"); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run --name uninterrupted: %v\n%s", err, said)
+	}
+	clean, _, _, err := readProgress(ctx, c, spec.RunIDPrefix+"uninterrupted")
+	if err != nil || clean.Phase != spec.PhaseCompleted || clean.Step != steps {
+		t.Fatalf("run/uninterrupted (the job file's resume-me under --name): %s at %d: %v", clean.Phase, clean.Step, err)
+	}
 
 	// Started with more steps than it will train before the cancel: the
 	// first run ends cancelled after its checkpoint at 200 or later.
-	first := job("resume-me", steps, "128")
 	if _, _, err := cli("run", "-f", first); err != nil {
 		t.Fatal(err)
 	}

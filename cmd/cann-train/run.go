@@ -28,6 +28,7 @@ import (
 
 type runOptions struct {
 	file      string
+	name      string
 	wait      bool
 	resume    bool
 	fresh     bool
@@ -94,6 +95,12 @@ Job file fields (all optional but name):
 			if err != nil {
 				return err
 			}
+			if o.name != "" {
+				s.Name = o.name
+				if err := s.Validate(); err != nil {
+					return fmt.Errorf("--name: %w", err)
+				}
+			}
 			// Relative paths (an external job's workdir, a green trace)
 			// are the job file's.
 			if s, err = s.WithJobDir(filepath.Dir(o.file)); err != nil {
@@ -158,6 +165,7 @@ Job file fields (all optional but name):
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.file, "file", "f", "", "job file (YAML)")
+	f.StringVar(&o.name, "name", "", "run under this name instead of the job file's (one job file, several runs side by side)")
 	f.BoolVar(&o.wait, "wait", false, "watch the run until it ends")
 	f.StringVar(&o.clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
 	f.StringVarP(&o.output, "output", "o", "text", "output with --wait: text, json or jsonl (progress lines)")
@@ -444,7 +452,7 @@ func startRunInput(ctx context.Context, c client.Client, in workflows.RunInput) 
 	}, spec.WorkflowTrainingRun, in)
 	var running *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &running) {
-		return "", fmt.Errorf("start %s: a run of that name is still going (follow it with `cann-train watch %s`, or give this one another name): %w", id, in.Spec.Name, err)
+		return "", fmt.Errorf("start %s: a run of that name is still going (follow it with `cann-train watch %s`, or give this one another name: --name): %w", id, in.Spec.Name, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", id, err)

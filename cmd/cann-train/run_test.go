@@ -29,6 +29,7 @@ func TestRunRejectsBadJobFile(t *testing.T) {
 		{"file URL with two slashes", "name: a\ncheckpoint_url: file://ckpt/a\n", []string{"line 2", "checkpoint_url", `names host "ckpt"`, "file:///data/ckpt"}},
 		{"memory bucket", "name: a\nnodes: 2\ncheckpoint_url: mem://\n", []string{"line 3", "checkpoint_url", "one process's memory"}},
 		{"not yaml", "name: [\n", []string{"bad.yaml"}},
+		{"bad --name", "name: a\nnodes: 2\n", []string{"--name", "name", `"run 2": use letters, digits`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,7 +41,11 @@ func TestRunRejectsBadJobFile(t *testing.T) {
 			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
 			// An address nothing listens on: validation must fail before
 			// any connection, so no workflow can start.
-			root.SetArgs([]string{"run", "-f", path, "--address", "127.0.0.1:1"})
+			args := []string{"run", "-f", path, "--address", "127.0.0.1:1"}
+			if tc.name == "bad --name" {
+				args = append(args, "--name", "run 2")
+			}
+			root.SetArgs(args)
 			err := root.Execute()
 			if err == nil {
 				t.Fatal("bad job file accepted")
