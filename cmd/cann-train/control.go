@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,29 +30,30 @@ func liveRun(ctx context.Context, c client.Client, id string) (spec.RunStatus, e
 // openLiveRun dials the server and reads the status of the running run
 // named by arg (name or run/<name>). On success the caller closes c.
 func openLiveRun(ctx context.Context, e *env, arg string) (c client.Client, id string, st spec.RunStatus, err error) {
-	return openRun(ctx, e, arg, "")
+	c, id, st, _, err = openRun(ctx, e, arg, "")
+	return c, id, st, err
 }
 
 // openRun is openLiveRun for a request the server records whether or not
 // a control worker answers now (what: "cancel", "pause"): a running run
 // that no control worker answers for is taken as it last recorded itself
 // (its search attributes: phase, model, step), and a note on e.err says
-// that the request waits for one.
-func openRun(ctx context.Context, e *env, arg, what string) (c client.Client, id string, st spec.RunStatus, err error) {
+// that the request waits for one (unanswered).
+func openRun(ctx context.Context, e *env, arg, what string) (c client.Client, id string, st spec.RunStatus, unanswered bool, err error) {
 	if c, err = dialQuiet(ctx, e); err != nil {
-		return nil, "", st, err
+		return nil, "", st, false, err
 	}
 	id = runID(arg)
 	st, err = liveRun(ctx, c, id)
 	if noAnswer := (*noAnswerError)(nil); what != "" && errors.As(err, &noAnswer) {
 		fmt.Fprintf(e.err, "note: %v\n  the %s is recorded and takes effect once a control worker runs the workflow\n", err, what)
-		return c, id, st, nil
+		return c, id, st, true, nil
 	}
 	if err != nil {
 		c.Close()
-		return nil, "", st, err
+		return nil, "", st, false, err
 	}
-	return c, id, st, nil
+	return c, id, st, false, nil
 }
 
 func signalRun(ctx context.Context, c client.Client, id, name string, arg any) error {
@@ -77,7 +79,7 @@ it at once.`,
 		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, id, st, err := openRun(ctx, e, args[0], "pause")
+			c, id, st, _, err := openRun(ctx, e, args[0], "pause")
 			if err != nil {
 				return err
 			}
@@ -149,7 +151,7 @@ ls RUN'); 'cann-train status RUN' still shows where it stopped.`,
 		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, id, st, err := openRun(ctx, e, args[0], "cancel")
+			c, id, st, _, err := openRun(ctx, e, args[0], "cancel")
 			if err != nil {
 				return err
 			}
@@ -204,7 +206,7 @@ checkpoints (waiting-storage) tries to store its state again at once.`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, id, st, err := openRun(ctx, e, args[0], "resume")
+			c, id, st, _, err := openRun(ctx, e, args[0], "resume")
 			if err != nil {
 				return err
 			}
@@ -255,11 +257,21 @@ N must be at least the run's min_nodes and at most its global batch.`,
 				return fmt.Errorf("--nodes %d: want 1..1024", nodes)
 			}
 			ctx := cmd.Context()
-			c, id, st, err := openLiveRun(ctx, e, args[0])
+			c, id, st, unanswered, err := openRun(ctx, e, args[0], "rescale")
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			if unanswered {
+				// Nothing to check it against here: the run refuses a count
+				// outside min_nodes..global batch itself (its status says so).
+				if err := signalRun(ctx, c, id, spec.SignalRescale, spec.Rescale{Nodes: nodes}); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.out, "%s: rescale to %d node(s) requested at step %d; the run checks it against its min_nodes and global batch "+
+					"(`cann-train status %s` says if it refused it)\n", id, nodes, st.Step, strings.TrimPrefix(id, spec.RunIDPrefix))
+				return nil
+			}
 			if st.MinNodes > 0 && nodes < st.MinNodes {
 				return fmt.Errorf("%d node(s) is below the run's min_nodes %d (its job's floor)", nodes, st.MinNodes)
 			}

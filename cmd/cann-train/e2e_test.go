@@ -168,9 +168,10 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 	// and dashboard say that no control worker answers, with what the run
 	// last recorded, instead of a bare "context deadline exceeded"; a
 	// pause is recorded all the same (the new control worker holds the
-	// run at its next boundary, and a resume lets it go on).
+	// run at its next boundary, and a resume lets it go on), and so is a
+	// rescale, which the run itself then refuses (below min_nodes).
 	pc.replaceControl(t, func() {
-		for _, args := range [][]string{{"status", s.Name}, {"dashboard"}, {"nodes"}, {"pause", s.Name}} {
+		for _, args := range [][]string{{"status", s.Name}, {"dashboard"}, {"nodes"}, {"pause", s.Name}, {"scale", s.Name, "1"}} {
 			var out, errb bytes.Buffer
 			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
 			root.SetArgs(append(args, "--address", pc.srv.FrontendAddr()))
@@ -187,6 +188,11 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 			case "dashboard":
 				if err != nil || !strings.Contains(out.String(), "status unreadable: no control worker answered") {
 					t.Errorf("dashboard without an answering control worker (%v): %v\n%s", took, err, out.String())
+				}
+			case "scale": // (below min_nodes: the run itself refuses it, later)
+				if err != nil || !strings.Contains(out.String(), "rescale to 1 node(s) requested at step ") ||
+					!strings.Contains(errb.String(), "the rescale is recorded and takes effect once a control worker runs the workflow") {
+					t.Errorf("scale without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
 				}
 			case "pause":
 				if err != nil || !strings.Contains(out.String(), "pause requested at step ") ||
@@ -207,6 +213,9 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 		dumpLogs(t, l.LogDir)
 		t.Fatalf("the pause asked while no control worker ran: %v", err)
 	}
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the rescale asked meanwhile refused", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return strings.Contains(st.RefusedRescale, "rescale to 1 node(s) refused: want 2..")
+	})
 	cli := cliAt(ctx, t, pc.srv.FrontendAddr(), l.LogDir)
 	cli("resume", s.Name)
 	var st spec.RunStatus
