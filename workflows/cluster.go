@@ -360,7 +360,8 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 	}
 	if !ok {
 		now := workflow.Now(ctx)
-		free, kept := 0, ""
+		free, beside := 0, ""
+		var kept []string
 		for i := range c.st.Nodes {
 			r := &c.st.Nodes[i]
 			switch {
@@ -368,15 +369,15 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 			case r.Run == "" && holds(r, req.DataSHA256):
 				free++
 			case r.Run == req.RunID:
-				kept += " " + r.Node.ID
+				kept = append(kept, r.Node.ID)
 			}
 		}
-		if kept != "" {
-			kept = fmt.Sprintf(" beside its own [%s]", kept[1:])
+		if len(kept) > 0 {
+			beside = fmt.Sprintf(" beside its own %v", kept)
 		}
 		return nil, temporal.NewApplicationError(
 			fmt.Sprintf("acquire %d nodes for %s: only %d live free node(s)%s after waiting %s%s",
-				req.Count, req.RunID, free, kept, req.Wait, c.census(now, req.RunID, req.DataSHA256)), spec.ErrTypeNotEnoughNodes)
+				req.Count, req.RunID, free, beside, req.Wait, c.census(now, req.RunID, req.DataSHA256)), spec.ErrTypeNotEnoughNodes)
 	}
 	return out, nil
 }

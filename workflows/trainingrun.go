@@ -489,16 +489,13 @@ func (r *run) keeps(count int) int {
 // acquireDetail says how many free nodes a run waits for, beside the
 // held ones it keeps, and until when.
 func acquireDetail(count, minCount, held int, now time.Time, wait time.Duration) string {
-	want := fmt.Sprintf("%d free node(s)", count)
+	atLeast := ""
 	if minCount > 0 && minCount < count {
-		want = fmt.Sprintf("%d free node(s), or at least %d", count, minCount)
+		atLeast = fmt.Sprintf(", or at least %d", minCount)
 	}
+	want := fmt.Sprintf("%d free node(s)%s", count, atLeast)
 	if held > 0 && held < count {
-		want = fmt.Sprintf("%d free node(s) beside the %d it keeps (%d in all", count-held, held, count)
-		if minCount > 0 && minCount < count {
-			want += fmt.Sprintf(", or at least %d", minCount)
-		}
-		want += ")"
+		want = fmt.Sprintf("%d free node(s) beside the %d it keeps (%d in all%s)", count-held, held, count, atLeast)
 	}
 	if wait <= 0 {
 		return "asking for " + want
