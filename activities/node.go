@@ -121,6 +121,8 @@ type Node struct {
 	gc collector
 	// running counts the chunks and external jobs in flight (Running).
 	running atomic.Int32
+	// ending: the chunks end early (EndChunks).
+	ending atomic.Bool
 }
 
 type pendingSave struct {
@@ -270,7 +272,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		return nil, err
 	}
 	res := outs[0]
-	res.NodeID, res.Rank, res.From, res.To, res.StartedAt = n.ID, in.Rank, in.From, in.To, started
+	res.NodeID, res.Rank, res.From, res.StartedAt = n.ID, in.Rank, in.From, started // (To: where the ranks ended)
 	res.DataSHA256 = n.dataSum
 	if k > 1 {
 		var samples, comm float64
@@ -352,6 +354,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	if p.hb != nil {
 		ew = n.startEnergy(ctx, in.Spec, in.Membership, in.Rank, log)
 	}
+	vote := newStopVote(comm, in, p, n.ending.Load)
 	loopStart := time.Now()
 	for step := in.From; step < in.To; step++ {
 		if err := ctx.Err(); err != nil {
@@ -371,6 +374,18 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 			res.FirstStepAt = time.Now()
 		}
 		res.LastLoss = loss
+		if stop, by, err := vote.after(ctx, step+1); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, peerError(err, step+1, p.perNode)
+		} else if stop && step+1 < in.To {
+			res.EndedBy = in.Membership.Nodes[by/p.perNode].ID
+			log.Info("ending the chunk early: a node of the run is stopping; a checkpoint here lets the run go on without it",
+				zap.Int64("step", step+1), zap.Int64("planned", in.To), zap.String("stopping", res.EndedBy))
+			in = endedAt(in, step+1)
+			break
+		}
 		if p.hb == nil {
 			continue
 		}
@@ -391,7 +406,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		n.strikeArmed(log, in.RunID, step+1, nil)
 	}
 	el := time.Since(loopStart).Seconds()
-	res.Seconds = el
+	res.Seconds, res.To = el, in.To
 	d := sy.Stats().Sub(before)
 	if el > 0 {
 		res.SamplesPerSec = float64(in.To-in.From) * perRank / el
@@ -443,6 +458,15 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		res.Joules = ew.joules(ctx, log)
 	}
 	return res, nil
+}
+
+// endedAt is in for a chunk whose ranks agreed to end it at step, before
+// in.To: it saves a checkpoint there, synchronously (the stopping node may
+// hold rank 0), and neither evaluates nor calibrates (the run's next
+// chunk, which reaches in.To, does).
+func endedAt(in spec.ChunkInput, step int64) spec.ChunkInput {
+	in.To, in.Checkpoint, in.AsyncCheckpoint, in.Evaluate, in.Calibrate = step, true, false, false, false
+	return in
 }
 
 // saveNow stores st, the state at in.To, before the chunk ends (into
@@ -654,7 +678,8 @@ func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in sp
 
 // checkProtocols refuses, before a chunk whose nodes compare their data
 // sets (a run's first: no in.DataSHA256), a membership with a node whose
-// worker does not (an older build, spec.Node.ChunkProtocol): it would
+// worker does not (an older build: spec.Node.ChunkProtocol below
+// spec.ChunkProtocolDataCheck): it would
 // never join the allgather, and every node would wait out its timeouts.
 // Each node names the first such node (PeerFailed with Unfit, that node
 // itself included): the run fails it as misconfigured, out of the pool
@@ -665,9 +690,9 @@ func checkProtocols(in spec.ChunkInput) error {
 		return nil
 	}
 	for rank, nd := range in.Membership.Nodes {
-		if p := nd.ChunkProtocol(); p < spec.ChunkProtocolVersion {
+		if p := nd.ChunkProtocol(); p < spec.ChunkProtocolDataCheck {
 			why := fmt.Sprintf("node %s runs an older cann-train build (chunk protocol %d, not %d: it does not compare data sets "+
-				"at a run's first chunk); upgrade its worker", nd.ID, p, spec.ChunkProtocolVersion)
+				"at a run's first chunk); upgrade its worker", nd.ID, p, spec.ChunkProtocolDataCheck)
 			return temporal.NewApplicationErrorWithCause(why, spec.ErrTypePeerFailed, errors.New(why),
 				spec.PeerFailure{Rank: rank, Step: in.From, NoticedAt: time.Now(), Unfit: why})
 		}

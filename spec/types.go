@@ -195,12 +195,24 @@ type Node struct {
 func ShortSHA256(sum string) string { return sum[:min(12, len(sum))] }
 
 // ChunkProtocolVersion is what this build's TrainChunk does besides
-// training that the other nodes of a run must do too: 1, a run's first
-// chunk compares the nodes' data sets (an allgather before training).
-// Nodes of a run whose first chunk speaks different versions would wait
-// for each other until their timeouts; the newer ones refuse the older
-// at once instead (their workers must be upgraded).
-const ChunkProtocolVersion = 1
+// training that the other nodes of a run must do too:
+//   - 1 (ChunkProtocolDataCheck): a run's first chunk compares the nodes'
+//     data sets (an allgather before training). Nodes of a run whose
+//     first chunk speaks different versions would wait for each other
+//     until their timeouts; the newer ones refuse the older at once
+//     instead (their workers must be upgraded).
+//   - 2 (ChunkProtocolEndEarly): the ranks vote, every fraction of a
+//     second, on ending the chunk before its last step — a node whose
+//     worker stops asks, and the chunk ends with a checkpoint at the step
+//     they agree on (ChunkResult.EndedBy). They vote only when every
+//     node of the membership speaks it.
+const ChunkProtocolVersion = 2
+
+// The chunk protocol versions, by what each added (ChunkProtocolVersion).
+const (
+	ChunkProtocolDataCheck = 1
+	ChunkProtocolEndEarly  = 2
+)
 
 // ChunkProtocol is the chunk protocol n's worker speaks: Protocol when it
 // said, else 1 when it registered a data set (builds that did compared
@@ -554,6 +566,10 @@ type ChunkResult struct {
 	// Sync is how the chunk averaged gradients (runs with an optimizer,
 	// compression or overlap policy).
 	Sync *ChunkSync `json:"sync,omitempty"`
+	// EndedBy, when set, is the node whose worker was stopping: the
+	// chunk's ranks agreed to end it at To, before the step it was to
+	// reach, with a checkpoint there (ChunkProtocolEndEarly).
+	EndedBy string `json:"ended_by,omitempty"`
 }
 
 // PeerFailure is the detail of a PeerFailed error: whom a rank lost, at
@@ -623,6 +639,11 @@ type Recovery struct {
 	// answered after: the service was out, not the nodes. None was
 	// failed or replaced, and no restart counted.
 	Outage bool `json:"outage,omitempty"`
+	// Stopped: the failed node's worker was stopping (SIGTERM): the
+	// chunk's ranks ended it early, at a checkpoint (ChunkResult.EndedBy),
+	// and the run replaced the node there. No step lost, no restart
+	// counted.
+	Stopped bool `json:"stopped,omitempty"`
 	// Removed are the old membership's nodes the new one lacks: the
 	// failed ones not back, and, after a shrink, any the Cluster no
 	// longer found alive.

@@ -58,10 +58,12 @@ type NodeOptions struct {
 	// AllowFaults honours `cann-train fault kill` for this node.
 	AllowFaults bool
 	// StopGrace is how long a stopping worker (ctx ended: SIGTERM,
-	// Ctrl-C) lets the chunk or external job in flight, and then rank 0's
-	// checkpoint upload, finish before it cancels them and exits. From the
-	// first moment it takes no new chunk and the Cluster hands it to no
-	// run. Zero: cancel at once.
+	// Ctrl-C) lets the chunk in flight end early (activities.Node.EndChunks)
+	// or the external job in flight finish, and then rank 0's checkpoint
+	// upload finish, before it cancels them and exits
+	// (DefaultStopGrace for the command). From the first moment it takes
+	// no new chunk and the Cluster hands it to no run. Zero: cancel at
+	// once.
 	StopGrace time.Duration
 	// Hurry, once closed, cuts StopGrace short (a second signal).
 	Hurry <-chan struct{}
@@ -299,27 +301,35 @@ func leave(c client.Client, clusterID string, node spec.Node, log *zap.Logger) {
 	}
 }
 
+// DefaultStopGrace is `worker node --stop-grace`'s default: under the
+// 30 s that Kubernetes (terminationGracePeriodSeconds) waits before its
+// SIGKILL.
+const DefaultStopGrace = 25 * time.Second
+
 // stopper is the part of a Temporal worker that stop uses.
 type stopper interface{ Stop() }
 
 // inFlight is what stop asks of the node's activities (activities.Node).
 type inFlight interface {
 	Running() int
+	EndChunks()
 	Settle(ctx context.Context) (run string, step int64, err error)
 }
 
 // stop ends a node worker that has left the Cluster: it takes no new
-// task, lets the chunk (or external job) in flight finish within
-// o.StopGrace — its peers finish it too, and the run moves off the node
-// at that chunk boundary, losing no step — and then waits out what is
-// left of the grace for rank 0's checkpoint upload, which the run's
-// recovery then finds committed; its collective listener, comm, closes in
-// between. Whatever still runs after the grace (or o.Hurry) is cancelled
-// or abandoned.
+// task and asks the chunk in flight to end early — its ranks and their
+// peers agree, within a fraction of a second, on a step to stop after and
+// store a checkpoint there, and the run moves off the node at that
+// boundary, losing no step — or lets an external job in flight finish,
+// within o.StopGrace; then it waits out what is left of the grace for
+// rank 0's checkpoint upload, which the run's recovery then finds
+// committed; its collective listener, comm, closes in between. Whatever
+// still runs after the grace (or o.Hurry) is cancelled or abandoned.
 func stop(w stopper, acts inFlight, comm io.Closer, o NodeOptions, log *zap.Logger) {
 	deadline := time.Now().Add(o.StopGrace)
+	acts.EndChunks()
 	if n := acts.Running(); n > 0 {
-		log.Info("stopping: no new chunks; finishing the one(s) in flight first (a second signal stops at once)",
+		log.Info("stopping: no new chunks; ending the one(s) in flight at a step the run's nodes agree on, with a checkpoint there (a second signal stops at once)",
 			zap.Int("in_flight", n), zap.Duration("grace", o.StopGrace))
 	}
 	stopped := make(chan struct{})

@@ -38,6 +38,9 @@ type fakeNode struct {
 	comm    *fakeListener
 	// commOpen: the listener was still open when Settle began.
 	commOpen bool
+	// ended: EndChunks was called; endedFirst: before the worker's Stop.
+	ended, endedFirst bool
+	worker            *fakeWorker
 }
 
 // fakeListener records its Close.
@@ -49,6 +52,15 @@ func (l *fakeListener) Close() error {
 }
 
 func (n *fakeNode) Running() int { return n.running }
+
+func (n *fakeNode) EndChunks() {
+	n.ended = true
+	select {
+	case <-n.worker.called:
+	default:
+		n.endedFirst = true
+	}
+}
 
 func (n *fakeNode) Settle(ctx context.Context) (string, int64, error) {
 	d, _ := ctx.Deadline()
@@ -65,8 +77,8 @@ func (n *fakeNode) Settle(ctx context.Context) (string, int64, error) {
 	}
 }
 
-// TestStop: a stopping node worker waits for its worker's Stop (the
-// chunk in flight), closes its collective listener, and then, within what
+// TestStop: a stopping node worker asks its chunks in flight to end
+// early, waits for its worker's Stop (the chunk in flight), closes its collective listener, and then, within what
 // is left of the grace, waits for the checkpoint upload; a second signal
 // (Hurry) ends either wait at once.
 func TestStop(t *testing.T) {
@@ -84,12 +96,12 @@ func TestStop(t *testing.T) {
 	}{
 		{name: "idle", logs: nil},
 		{name: "chunk in flight", running: 1,
-			logs: []string{"stopping: no new chunks; finishing the one(s) in flight first (a second signal stops at once)"}},
+			logs: []string{"stopping: no new chunks; ending the one(s) in flight at a step the run's nodes agree on, with a checkpoint there (a second signal stops at once)"}},
 		{name: "chunk outlasts the grace", running: 1, outlasts: true,
-			logs: []string{"stopping: no new chunks; finishing the one(s) in flight first (a second signal stops at once)",
+			logs: []string{"stopping: no new chunks; ending the one(s) in flight at a step the run's nodes agree on, with a checkpoint there (a second signal stops at once)",
 				"stop grace over: the chunk in flight was cancelled; its run recovers from its last checkpoint"}},
 		{name: "hurried during the chunk", running: 1, hurry: 1,
-			logs: []string{"stopping: no new chunks; finishing the one(s) in flight first (a second signal stops at once)",
+			logs: []string{"stopping: no new chunks; ending the one(s) in flight at a step the run's nodes agree on, with a checkpoint there (a second signal stops at once)",
 				"stopping now: the chunk in flight is abandoned; its run recovers from its last checkpoint"}},
 		{name: "upload finishes", upload: true, finish: true,
 			logs: []string{"checkpoint upload finished before stopping"}},
@@ -102,6 +114,7 @@ func TestStop(t *testing.T) {
 			n := &fakeNode{running: tc.running, upload: tc.upload, done: make(chan struct{}), settle: make(chan time.Time, 1),
 				comm: &fakeListener{}}
 			w := &fakeWorker{called: make(chan struct{}), release: make(chan struct{}), node: n, outlasts: tc.outlasts}
+			n.worker = w
 			hurry := make(chan struct{})
 			const grace = 300 * time.Millisecond
 			core, logs := observer.New(zap.InfoLevel)
@@ -138,6 +151,9 @@ func TestStop(t *testing.T) {
 			if tc.hurry != 1 && (n.commOpen || !n.comm.closed) {
 				t.Errorf("collective listener open while the upload settled: %v, closed at the end: %v; want it closed once the worker stopped",
 					n.commOpen, n.comm.closed)
+			}
+			if !n.ended || !n.endedFirst {
+				t.Errorf("chunks asked to end early: %v, before the worker's Stop: %v; want both", n.ended, n.endedFirst)
 			}
 			var got []string
 			for _, e := range logs.All() {

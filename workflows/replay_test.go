@@ -109,9 +109,13 @@ import (
 // back, trainingrun_data_pinned.json, a pinned run handed the nodes
 // holding its pin first, and cluster_data.json, the registry that saw
 // them, and cluster_same_data.json, the same registry where runs that
-// knew no data set were handed nodes of the most common one first
+// knew no data set were handed nodes of the most common one first;
+// trainingrun_stopped_node.json, a run whose rank-0 node's worker was
+// stopped mid-chunk (SIGTERM): its ranks ended the chunk early at a
+// checkpoint and the run replaced the node there (versionEndedEarly),
+// then was cancelled
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -185,6 +189,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_data_pinned.json", spec.WorkflowTrainingRun},        // pinned: its pin's holders asked for first (no version)
 		{"cluster_data.json", spec.WorkflowCluster},                       // … a node given back free (OtherData), a pin preferred
 		{"cluster_same_data.json", spec.WorkflowCluster},                  // … and runs without one handed nodes of one data set (SameData)
+		{"trainingrun_stopped_node.json", spec.WorkflowTrainingRun},       // a stopping node's chunk ended early, the node replaced there (versionEndedEarly)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

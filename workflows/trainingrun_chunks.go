@@ -61,6 +61,10 @@ type chunkFailure struct {
 	// storage (waitToLoad).
 	unread      *spec.CheckpointFailure
 	storageDown bool
+	// stopped: no chunk failed — the last one ended early, at a stored
+	// checkpoint, because the worker of the node in failed was stopping
+	// (stoppedNode): a planned loss, which counts no restart.
+	stopped bool
 	// allSilent: every node's activity timed out for want of heartbeats,
 	// none reported anything — all dead at once, or the service (or the
 	// nodes' way to it) out for longer than the heartbeat timeout
@@ -139,6 +143,9 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	lead := results[0]
 	again := lead.CheckpointFailed != nil && r.st.Status.CheckpointFailed != nil
 	r.absorb(ctx, results)
+	if f := r.stoppedNode(ctx, lead); f != nil {
+		return f
+	}
 	if r.st.Status.CheckpointFailed == nil || lead.Checkpoint != nil {
 		return nil // stored, or no second refusal
 	}
@@ -149,6 +156,33 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		r.st.StorageHeld, r.st.StorageWait = true, 0
 	}
 	return nil
+}
+
+// versionEndedEarly: a chunk whose ranks ended it early for a node whose
+// worker was stopping (ChunkResult.EndedBy), with its checkpoint stored
+// there, has the run replace that node at once (stoppedNode), counting no
+// restart. Before, the run's next chunk failed on the node (its address
+// refusing connections) and the recovery counted a restart: a rolling
+// upgrade of the node workers spent max_restarts. Asked only then.
+const versionEndedEarly = "ended-early"
+
+// stoppedNode is the planned loss after a chunk that its ranks ended early
+// for a node whose worker is stopping (lead.EndedBy), at a checkpoint
+// they stored: recover then replaces the node, as after a failure but
+// with no restart counted and no step lost, before a chunk is planned on
+// it. nil when no node stopped, or the checkpoint at the chunk's end was
+// not stored (the run's next chunk then fails on the node, as before).
+func (r *run) stoppedNode(ctx workflow.Context, lead spec.ChunkResult) *chunkFailure {
+	by := lead.EndedBy
+	if by == "" || lead.Checkpoint == nil || lead.Checkpoint.Step != lead.To || !slices.Contains(r.st.Membership.NodeIDs(), by) ||
+		workflow.GetVersion(ctx, versionEndedEarly, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	now := workflow.Now(ctx)
+	workflow.GetLogger(ctx).Info("a node's worker is stopping: its chunk ended early, at a checkpoint; replacing the node", "node", by, "step", lead.To)
+	why := fmt.Sprintf("node %s's worker stopped; the chunk ended at step %d for it, with a checkpoint there", by, lead.To)
+	return &chunkFailure{from: lead.To, atStep: lead.To, noticed: lead.EndedAt, started: now, seen: now, failed: []string{by},
+		reason: why, first: errors.New(why), retryable: true, stopped: true}
 }
 
 // chunkPlan is what one chunk does: train steps [from, to) and, with
@@ -1292,7 +1326,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.st.StorageWait = 0 // (a hold for a checkpoint to read is over)
 	outage := f.allSilent && workflow.GetVersion(ctx, versionServiceOutage, workflow.DefaultVersion, 1) >= 1 &&
 		r.answerAfterSilence(ctx, f)
-	if r.st.Restarts >= r.spec.MaxRestarts && !outage {
+	if r.st.Restarts >= r.spec.MaxRestarts && !outage && !f.stopped {
 		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
 	}
 	if f.corrupt && len(r.st.Checkpoints) <= 1 && len(r.st.Status.Resumed) > 0 {
@@ -1300,7 +1334,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		// 0 would train over the earlier run's checkpoints.
 		return fmt.Errorf("%w; this resumed run knows no earlier checkpoint to fall back to: `cann-train checkpoint verify %s` names the good ones", f, r.spec.Name)
 	}
-	if !outage {
+	if !outage && !f.stopped {
 		r.st.Restarts++
 	}
 	r.setPhase(ctx, spec.PhaseRecovering)
@@ -1403,6 +1437,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		ReplaceSeconds: now.Sub(f.seen).Seconds(),
 		Shrunk:         shrunk,
 		Outage:         outage,
+		Stopped:        f.stopped,
 	}
 	if shrunk {
 		r.shrank(ctx, len(before))

@@ -642,6 +642,9 @@ type RecoverySummary struct {
 	// Outage: every node's heartbeats were lost at once and every node
 	// answered after (the service was out): none failed, no restart.
 	Outage bool `json:"outage,omitempty"`
+	// Stopped: the failed node's worker was stopping; its chunk ended
+	// early at a checkpoint (no step lost, no restart counted).
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // injected is a fault the CLI injected: when it struck the node and its
@@ -655,7 +658,7 @@ func summarizeRecovery(r spec.Recovery, faults map[string]injected) RecoverySumm
 	out := RecoverySummary{
 		Generation: r.Generation, FailedNodes: r.FailedNodes, Reason: r.Reason,
 		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps, ResumeLoss: r.ResumeLoss,
-		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice", Shrunk: r.Shrunk, Outage: r.Outage,
+		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice", Shrunk: r.Shrunk, Outage: r.Outage, Stopped: r.Stopped,
 		Replacements: r.Replacement, Back: r.Back, Nodes: r.Nodes, Removed: r.Removed,
 	}
 	if len(r.FailedNodes) > 0 {

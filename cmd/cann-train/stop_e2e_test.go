@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,33 +11,34 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
 )
 
 // TestNodeStopsGracefully: the worker of rank 0 (the node that writes
 // the run's checkpoints), told to stop (SIGTERM, as a supervisor,
-// Kubernetes or `docker compose stop` does) in the middle of a long chunk,
-// leaves the cluster at once — the registry says "worker stopped", and
-// that stays its reason after its peers blame it (`nodes`: stopped) — but
-// finishes the chunk
-// with its peer and then its checkpoint upload (in the background, as
-// every chunk's but the last) before it exits, cleanly, well within its
-// default --stop-grace. The run moves rank 0 to the spare at that chunk
-// boundary and loses no step: it resumes from the chunk's own checkpoint.
-// (Before, the worker cancelled the chunk after 5 s, closed the bucket
-// under the upload, and the run rewound to its start.)
+// Kubernetes or `docker compose stop` does) in the middle of a chunk far
+// longer than its stop grace, leaves the cluster at once — the registry
+// says "worker stopped", and that stays its reason after its peers blame
+// it (`nodes`: stopped) — and ends the chunk early: its ranks and their
+// peer agree on a step, rank 0 stores a checkpoint there, and the worker
+// exits, cleanly, well within its default --stop-grace (25 s). The run
+// moves rank 0 to the spare at that step, before it plans a chunk on
+// node-1, and loses none: it resumes from that checkpoint, and counts no
+// restart. (Before, the worker waited out its grace for the chunk,
+// then cancelled it: the run rewound to its start.)
 func TestNodeStopsGracefully(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
 	cli := cliAt(ctx, t, addr, l.LogDir)
-	// One long chunk (about 11 s here, at 4,500 steps/s on two nodes) and
-	// a short one: the stop comes early in the first, so that most of it
-	// is left when it comes — longer than the 5 s the worker used to wait.
-	const chunk = 50000
-	s := spec.RunSpec{Name: "stop", Nodes: 2, Steps: chunk + 1000, ChunkSteps: chunk}.WithDefaults()
+	// One chunk of about 40 minutes here (4,500 steps/s on two nodes).
+	const chunk = 10_000_000
+	s := spec.RunSpec{Name: "stop", Nodes: 2, Steps: chunk, ChunkSteps: chunk}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the first chunk under way", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
 		return live != nil && live.Step >= 200
@@ -45,6 +47,7 @@ func TestNodeStopsGracefully(t *testing.T) {
 	if err := syscall.Kill(node1.Pid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	signalled := time.Now()
 	for r := registryRecord(ctx, t, c, "node-1"); !r.Failed; r = registryRecord(ctx, t, c, "node-1") {
 		select { // the Cluster takes the signal at its next workflow task
 		case <-ctx.Done():
@@ -62,18 +65,33 @@ func TestNodeStopsGracefully(t *testing.T) {
 	if err := node1.Err(); err != nil {
 		t.Errorf("node-1 exited with %v, want a clean exit", err)
 	}
-	end := awaitRun(ctx, t, run, l.LogDir)
-	if end.Phase != spec.PhaseCompleted || end.Step != s.Steps {
-		t.Fatalf("ended %s at step %d, want completed at %d", end.Phase, end.Step, s.Steps)
+	exited := time.Since(signalled)
+	if exited >= workers.DefaultStopGrace {
+		t.Errorf("node-1 took %v to exit, its whole stop grace (%v): the chunk did not end early", exited, workers.DefaultStopGrace)
 	}
-	if len(end.Recoveries) != 1 {
-		t.Fatalf("recoveries %+v, want one", end.Recoveries)
+	st := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the run training on node-3", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
+		return len(st.Recoveries) > 0 && live != nil && live.Step > st.Recoveries[0].ResumeStep
+	})
+	if len(st.Recoveries) != 1 {
+		t.Fatalf("recoveries %+v, want one", st.Recoveries)
 	}
-	rec := end.Recoveries[0]
+	rec := st.Recoveries[0]
 	if !slices.Equal(rec.FailedNodes, []string{"node-1"}) || !slices.Equal(rec.Replacement, []string{"node-3"}) ||
-		rec.ResumeStep != chunk || rec.LostSteps != 0 {
-		t.Errorf("recovery %+v; want node-1's rank on node-3 from the first chunk's checkpoint at %d, no step lost", rec, chunk)
+		rec.ResumeStep < 200 || rec.ResumeStep >= chunk || rec.LostSteps != 0 || st.LastCkpt == nil || st.LastCkpt.Step < rec.ResumeStep ||
+		!rec.Stopped || !strings.Contains(rec.Reason, "node-1's worker stopped") {
+		t.Errorf("recovery %+v, last checkpoint %+v; want node-1's rank on node-3 from the checkpoint where the chunk ended, past step 200, "+
+			"no step lost, as node-1's worker stopped", rec, st.LastCkpt)
 	}
+	t.Logf("node-1 exited %v after its SIGTERM; the chunk ended at step %d; the run had replaced node-1 %v after the signal",
+		exited.Round(time.Millisecond), rec.ResumeStep, rec.ReplacedAt.Sub(signalled).Round(time.Millisecond))
+	if err := c.CancelWorkflow(ctx, run.GetID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	var canceled *temporal.CanceledError
+	if err := run.Get(ctx, nil); !errors.As(err, &canceled) {
+		t.Fatalf("the cancelled run ended with %v", err)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_stopped_node.json")
 	if r := registryRecord(ctx, t, c, "node-1"); !r.Failed || r.FailReason != spec.ReasonWorkerStopped {
 		t.Errorf("node-1 in the registry: failed %v, %q; want failed, %q", r.Failed, r.FailReason, spec.ReasonWorkerStopped)
 	}
@@ -90,7 +108,8 @@ func TestNodeStopsGracefully(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"stopping: no new chunks; finishing the one(s) in flight first", "checkpoint uploading"} {
+	for _, want := range []string{"stopping: no new chunks; ending the one(s) in flight at a step the run's nodes agree on",
+		"ending the chunk early: a node of the run is stopping", "checkpoint committed"} {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("node-1's log does not say %q:\n%s", want, log)
 		}

@@ -178,9 +178,10 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
 	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
 	atLeast(f, "1ns", "lease-every", "bucket-grace")
-	f.DurationVar(&o.StopGrace, "stop-grace", 25*time.Second,
-		"on SIGTERM or Ctrl-C the node leaves the cluster and takes no new chunk, but lets the chunk in flight and then its checkpoint upload finish for this long "+
-			"(its run then moves off it at that chunk boundary, losing no step); a second signal stops at once. Keep it under what your supervisor waits "+
+	f.DurationVar(&o.StopGrace, "stop-grace", workers.DefaultStopGrace,
+		"on SIGTERM or Ctrl-C the node leaves the cluster and takes no new chunk; the chunk in flight ends early, at a step its nodes agree on within a second, with a checkpoint there "+
+			"(its run then moves off the node at that step, losing none), and an external job in flight and then the checkpoint upload may finish for this long; "+
+			"a second signal stops at once. Keep it under what your supervisor waits "+
 			"before SIGKILL (Kubernetes' terminationGracePeriodSeconds, 30s by default; docker compose's stop_grace_period)")
 	atLeast(f, "0s", "stop-grace")
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let 'cann-train fault kill' SIGKILL this worker (testing and demos only)")

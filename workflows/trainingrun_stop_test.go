@@ -1,0 +1,73 @@
+package workflows
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// TestTrainingRunReplacesStoppingNodes: node-2's worker, then node-3's,
+// is stopped (a rolling upgrade) in the middle of a chunk; its ranks end
+// the chunk early with a checkpoint there (EndedBy) and the worker leaves
+// the Cluster. The run replaces each at once, planning no chunk on it,
+// losing no step and counting no restart: with max_restarts 1 the second
+// stop would otherwise fail the run.
+func TestTrainingRunReplacesStoppingNodes(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1", "spare-2"), failed: map[string]bool{}}
+	// By generation, the chunk in which a node stops, and which.
+	stops := map[int64]struct {
+		from int64
+		node string
+	}{1: {100, "node-2"}, 2: {130, "node-3"}}
+	ch := &fakeChunks{}
+	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+		stop, ok := stops[in.Membership.Generation]
+		if !ok || in.From != stop.from {
+			return
+		}
+		by := stop.node
+		end := in.From + 30
+		res.To, res.EndedBy, res.WeightsSHA256, res.PendingCheckpoint = end, by, fmt.Sprintf("w%d", end), nil
+		if in.Rank == 0 {
+			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+		}
+		cl.mu.Lock()
+		cl.markFailedLocked(spec.MarkFailed{NodeID: by, Reason: spec.ReasonWorkerStopped}) // (its worker's leave)
+		cl.mu.Unlock()
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100, MaxRestarts: 1}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.NoError(t, env.GetWorkflowError())
+	var st spec.RunStatus
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 300, st.Step)
+	require.Len(t, st.Recoveries, 2)
+	for i, want := range []struct {
+		node, spare string
+		step        int64
+	}{{"node-2", "spare-1", 130}, {"node-3", "spare-2", 160}} {
+		rec := st.Recoveries[i]
+		require.Equal(t, []string{want.node}, rec.FailedNodes, "recovery %d", i)
+		require.Equal(t, []string{want.spare}, rec.Replacement, "recovery %d", i)
+		require.True(t, rec.Stopped, "recovery %d", i)
+		require.EqualValues(t, want.step, rec.ResumeStep, "recovery %d", i)
+		require.Zero(t, rec.LostSteps, "recovery %d", i)
+		require.Contains(t, rec.Reason, want.node+"'s worker stopped; the chunk ended at step "+fmt.Sprint(want.step))
+	}
+	require.Equal(t, []string{"node-1", "spare-1", "spare-2"}, st.Nodes)
+	for _, in := range ch.all() {
+		node := in.Membership.Nodes[in.Rank].ID
+		if node == "node-2" && in.From >= 130 || node == "node-3" && in.From >= 160 {
+			t.Errorf("a chunk from step %d planned on %s after its worker stopped", in.From, node)
+		}
+		if in.From == 130 || in.From == 160 {
+			require.NotNil(t, in.Restore, "the chunk from %d restores the checkpoint where the stop ended the chunk", in.From)
+			require.Equal(t, in.From, in.Restore.Step)
+		}
+	}
+}
