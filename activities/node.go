@@ -123,6 +123,9 @@ type Node struct {
 	running atomic.Int32
 	// ending: the chunks end early (EndChunks).
 	ending atomic.Bool
+	// endAsked are the sessions whose chunks the run asked to end early
+	// (EndChunk; under mu).
+	endAsked []string
 }
 
 type pendingSave struct {
@@ -199,6 +202,7 @@ func (n *Node) Close() error {
 func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
 	n.running.Add(1)
 	defer n.running.Add(-1)
+	defer n.endDone(in.Session)
 	started := time.Now()
 	n.mu.Lock()
 	n.began++
@@ -354,7 +358,9 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	if p.hb != nil {
 		ew = n.startEnergy(ctx, in.Spec, in.Membership, in.Rank, log)
 	}
-	vote := newStopVote(comm, in, p, n.ending.Load)
+	vote := newStopVote(comm, in, p, func() endReason {
+		return endReason{stopping: n.ending.Load(), asked: n.endAskedFor(in.Session)}
+	})
 	loopStart := time.Now()
 	for step := in.From; step < in.To; step++ {
 		if err := ctx.Err(); err != nil {
@@ -380,9 +386,13 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 			}
 			return nil, peerError(err, step+1, p.perNode)
 		} else if stop && step+1 < in.To {
-			res.EndedBy = in.Membership.Nodes[by/p.perNode].ID
-			log.Info("ending the chunk early: a node of the run is stopping; a checkpoint here lets the run go on without it",
-				zap.Int64("step", step+1), zap.Int64("planned", in.To), zap.String("stopping", res.EndedBy))
+			if by >= 0 {
+				res.EndedBy = in.Membership.Nodes[by/p.perNode].ID
+				log.Info("ending the chunk early: a node of the run is stopping; a checkpoint here lets the run go on without it",
+					zap.Int64("step", step+1), zap.Int64("planned", in.To), zap.String("stopping", res.EndedBy))
+			} else {
+				log.Info("ending the chunk early, as the run asked; with a checkpoint here", zap.Int64("step", step+1), zap.Int64("planned", in.To))
+			}
 			in = endedAt(in, step+1)
 			break
 		}

@@ -51,6 +51,11 @@ const (
 	// (its own task queue), so that it strikes inside the chunk in flight
 	// too: a chunk's input is fixed when it starts.
 	ActivityArmFault = "ArmFault"
+	// ActivityEndChunk asks a node worker to end a run's chunk in flight
+	// early, at a step its ranks agree on, with a checkpoint there
+	// (EndChunkInput; node queues): a pause, drain or rescale signalled
+	// during a long chunk takes effect within a second.
+	ActivityEndChunk = "EndChunk"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -203,9 +208,10 @@ func ShortSHA256(sum string) string { return sum[:min(12, len(sum))] }
 //     instead (their workers must be upgraded).
 //   - 2 (ChunkProtocolEndEarly): the ranks vote, every fraction of a
 //     second, on ending the chunk before its last step — a node whose
-//     worker stops asks, and the chunk ends with a checkpoint at the step
-//     they agree on (ChunkResult.EndedBy). They vote only when every
-//     node of the membership speaks it.
+//     worker stops asks (ChunkResult.EndedBy), and so does one the run
+//     asked to (ActivityEndChunk) — and the chunk ends with a checkpoint
+//     at the step they agree on. They vote only when every node of the
+//     membership speaks it, and the run asks only then.
 const ChunkProtocolVersion = 2
 
 // The chunk protocol versions, by what each added (ChunkProtocolVersion).
@@ -232,6 +238,18 @@ func (n Node) ChunkProtocol() int {
 type Membership struct {
 	Generation int64  `json:"generation"`
 	Nodes      []Node `json:"nodes"`
+}
+
+// EndsEarly reports whether every node of m speaks ChunkProtocolEndEarly:
+// its chunks' ranks vote on ending a chunk early, and its run may ask them
+// to (ActivityEndChunk).
+func (m Membership) EndsEarly() bool {
+	for _, nd := range m.Nodes {
+		if nd.ChunkProtocol() < ChunkProtocolEndEarly {
+			return false
+		}
+	}
+	return len(m.Nodes) > 0
 }
 
 // NodeIDs lists the members' IDs in rank order.
@@ -502,6 +520,15 @@ type InjectFault struct {
 type ArmFaultInput struct {
 	RunID string      `json:"run_id"`
 	Fault InjectFault `json:"fault"`
+}
+
+// EndChunkInput is the ActivityEndChunk input: the chunk is the one of
+// Session (ChunkInput.Session), in flight or about to start on the node;
+// Why says what asked (a pause, a drain), for the node's log.
+type EndChunkInput struct {
+	RunID   string `json:"run_id"`
+	Session string `json:"session"`
+	Why     string `json:"why,omitempty"`
 }
 
 // Freeze reports whether the fault hangs the node instead of killing it.

@@ -192,6 +192,8 @@ type run struct {
 	failedNodes []spec.MarkFailed
 	// leaving go with the next acquire request too (AcquireRequest.Leave).
 	leaving []string
+	// flight is the chunk training now (nil between chunks).
+	flight *chunkFlight
 }
 
 func newRun(ctx workflow.Context, in RunInput) (*run, error) {

@@ -185,6 +185,46 @@ func (r *run) stoppedNode(ctx workflow.Context, lead spec.ChunkResult) *chunkFai
 		reason: why, first: errors.New(why), retryable: true, stopped: true}
 }
 
+// chunkFlight is the chunk training now, whose nodes may be asked to end
+// it early (endInFlight): its session, its rank 0's node, its steps, and
+// whether the run asked yet.
+type chunkFlight struct {
+	session  string
+	lead     spec.Node
+	from, to int64
+	asked    bool
+}
+
+// versionEndOnControl: a pause, rescale or drain signalled while a chunk
+// trains asks the chunk's nodes to end it early (endInFlight), so that it
+// takes effect within a second, at a checkpoint, instead of at the
+// chunk's planned end — minutes, for a long chunk. Asked only then.
+const versionEndOnControl = "end-on-control"
+
+// endInFlight asks the chunk in flight, if any and when its nodes can, to
+// end early for why (a pause, a rescale, a drain): rank 0's node is told
+// (ActivityEndChunk), its ranks and their peers agree on a step at their
+// next vote, and the chunk returns there with a checkpoint, where the run
+// acts on the control at its chunk boundary. A node that does not answer
+// changes nothing: the chunk ends as planned (or fails, if the node is
+// gone).
+func (r *run) endInFlight(ctx workflow.Context, why string) {
+	f := r.flight
+	if f == nil || f.asked || f.to-f.from < 2 ||
+		workflow.GetVersion(ctx, versionEndOnControl, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	f.asked = true
+	actx := nodeCallOptions(ctx, f.lead, toStart(r.spec), 10*time.Second,
+		fmt.Sprintf("end the chunk %d–%d early on %s: %s", f.from, f.to, f.lead.ID, why))
+	fut := workflow.ExecuteActivity(actx, spec.ActivityEndChunk, spec.EndChunkInput{RunID: r.st.Status.RunID, Session: f.session, Why: why})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		if err := fut.Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("the chunk in flight was not asked to end early; the run acts at its planned end", "why", why, "error", err)
+		}
+	})
+}
+
 // chunkPlan is what one chunk does: train steps [from, to) and, with
 // checkpoint, save the state at to (async: in the background; report: a
 // refusal is reported, not a failure). from == to: save only.
@@ -241,7 +281,11 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 		}
 		futures[rank] = workflow.ExecuteActivity(chunkOptions(cctx, r.spec, node, summary), spec.ActivityTrainChunk, in)
 	}
+	if !plan.saveOnly() && m.EndsEarly() {
+		r.flight = &chunkFlight{session: session, lead: m.Nodes[0], from: from, to: to}
+	}
 	results, errs, gone := r.await(ctx, futures, cancel)
+	r.flight = nil
 	fail := r.blame(ctx, from, started, workflow.Now(ctx), errs, gone)
 	if fail == nil {
 		if r.st.DataSHA256 == "" {

@@ -81,6 +81,7 @@ func (r *run) listen(ctx workflow.Context) {
 		r.st.Ctl.PauseNow = r.st.Ctl.Paused
 		r.st.Ctl.Paused = true
 		r.st.Status.PauseRequested = true
+		r.endInFlight(ctx, "pause")
 	})
 	sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) {
 		c.Receive(ctx, nil)
@@ -106,6 +107,9 @@ func (r *run) listen(ctx workflow.Context) {
 		log.Info("rescale requested: applied at the next chunk boundary", "nodes", req.Nodes)
 		r.st.Ctl.Rescale = req.Nodes
 		r.st.Status.PendingNodes = req.Nodes
+		if req.Nodes != len(r.st.Membership.Nodes) {
+			r.endInFlight(ctx, fmt.Sprintf("rescale to %d node(s)", req.Nodes))
+		}
 	})
 	sel.AddReceive(override, func(c workflow.ReceiveChannel, _ bool) {
 		var o spec.GreenOverride
@@ -377,6 +381,9 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 		"node", ev.NodeID, "reason", ev.Reason)
 	r.setEvict(append(r.st.Ctl.Evict, ev))
 	r.st.Ctl.EvictRetry = time.Time{}
+	if slices.Contains(r.st.Membership.NodeIDs(), ev.NodeID) {
+		r.endInFlight(ctx, "drain of "+ev.NodeID)
+	}
 }
 
 // setEvict sets the nodes to move off, and the status's lists of them:

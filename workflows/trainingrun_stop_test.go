@@ -1,10 +1,14 @@
 package workflows
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -69,5 +73,101 @@ func TestTrainingRunReplacesStoppingNodes(t *testing.T) {
 			require.NotNil(t, in.Restore, "the chunk from %d restores the checkpoint where the stop ended the chunk", in.From)
 			require.Equal(t, in.From, in.Restore.Step)
 		}
+	}
+}
+
+// TestTrainingRunPauseEndsTheChunkInFlight: a pause signalled while a
+// chunk trains asks rank 0's node to end it early (EndChunk, once); the
+// chunk comes back short, at its checkpoint, and the run holds there, not
+// at the chunk's planned end. Nodes of an older build are not asked: their
+// run holds at the planned end.
+func TestTrainingRunPauseEndsTheChunkInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		protocol int
+		held     int64
+	}{
+		{name: "nodes that end chunks early", protocol: spec.ChunkProtocolEndEarly, held: 137},
+		{name: "an older build", protocol: spec.ChunkProtocolDataCheck, held: 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := testNodes("a", "b")
+			for i := range nodes {
+				nodes[i].Protocol = tc.protocol
+			}
+			cl := &fakeCluster{pool: nodes}
+			ch := &fakeChunks{}
+			env, starts := controlEnv(t, cl, ch, nil)
+			env.SetStartTime(day0)
+			var mu sync.Mutex
+			var asked []spec.EndChunkInput
+			var queues []string
+			askedCh := make(chan struct{})
+			env.RegisterActivityWithOptions(func(ctx context.Context, in spec.EndChunkInput) error {
+				mu.Lock()
+				defer mu.Unlock()
+				asked, queues = append(asked, in), append(queues, activity.GetInfo(ctx).TaskQueue)
+				if len(asked) == 1 {
+					close(askedCh)
+				}
+				return nil
+			}, activity.RegisterOptions{Name: spec.ActivityEndChunk})
+			ch.onStart = func(in spec.ChunkInput) {
+				if in.From == 100 && in.Rank == 0 {
+					env.SignalWorkflow(spec.SignalPause, nil)
+				}
+			}
+			ch.fail = func(in spec.ChunkInput) error {
+				if in.From == 100 && tc.protocol >= spec.ChunkProtocolEndEarly {
+					select { // the chunk trains until its node is asked to end it
+					case <-askedCh:
+					case <-time.After(10 * time.Second):
+					}
+				}
+				return nil
+			}
+			ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+				mu.Lock()
+				n := len(asked)
+				mu.Unlock()
+				if in.From != 100 || n == 0 {
+					return
+				}
+				res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = 137, "w137", nil, nil
+				if in.Rank == 0 {
+					res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: 137, Key: "ckpt/137"}
+				}
+			}
+			var held spec.RunStatus
+			env.RegisterDelayedCallback(func() { held = queryStatus(t, env) }, time.Hour)
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, 2*time.Hour)
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+
+			require.Equal(t, spec.PhasePaused, held.Phase)
+			require.EqualValues(t, tc.held, held.Step)
+			require.NotNil(t, held.LastCkpt)
+			require.EqualValues(t, tc.held, held.LastCkpt.Step, "held at a stored checkpoint")
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.EqualValues(t, 400, st.Step)
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.protocol < spec.ChunkProtocolEndEarly {
+				require.Empty(t, asked)
+				return
+			}
+			require.Len(t, asked, 1)
+			require.Equal(t, "pause", asked[0].Why)
+			require.Equal(t, spec.NodeTaskQueue("a"), queues[0], "rank 0's node asked")
+			var session string
+			for _, in := range ch.all() {
+				if in.From == 100 {
+					session = in.Session
+				}
+			}
+			require.Equal(t, session, asked[0].Session)
+			require.Equal(t, day0.Add(2*time.Hour), starts()[2], "the next chunk waited for the resume")
+		})
 	}
 }

@@ -68,9 +68,11 @@ func newPauseCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pause RUN",
 		Short: "Hold a run at its next chunk boundary until `cann-train resume`",
-		Long: `Asks the run to stop before its next chunk: the chunk that is training finishes
-(and checkpoints if it is due), then the run holds — nodes kept, nothing
-trained — until 'cann-train resume RUN'. A pause during a green-window wait
+		Long: `Asks the run to stop before its next chunk: the chunk that is training ends
+early — within a second its nodes agree on a step and store a checkpoint
+there (nodes of an older build finish the chunk, and checkpoint if it is
+due) —, then the run holds — nodes kept, nothing trained — until
+'cann-train resume RUN'. A pause during a green-window wait
 holds the run after the wait too. An external job (your own script) stops
 after its next checkpoint upload and resumes from it; a second pause stops
 it at once.`,
@@ -227,7 +229,8 @@ func newScaleCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "scale RUN --nodes N  (or: scale RUN N)",
 		Short: "Train a run on N nodes from its next chunk boundary",
-		Long: `Changes the run's node count at the next chunk boundary: the run asks the
+		Long: `Changes the run's node count at the next chunk boundary (the chunk in flight
+ends early, within a second, at a checkpoint its nodes store): the run asks the
 Cluster for more nodes or releases some, starts a new membership generation
 and resumes from the checkpoint at the current step (when the last checkpoint
 is older, the checkpoint the last chunk is still uploading is awaited, or

@@ -55,8 +55,9 @@ func TestPauseResumeRealRun(t *testing.T) {
 		t.Fatalf("pause: %q", out)
 	}
 	held := status()
-	if held.Status != spec.PhasePaused || held.Steps >= s.Steps || held.Steps%s.ChunkSteps != 0 {
-		t.Fatalf("after pause: status %s at step %d; want paused at a chunk boundary", held.Status, held.Steps)
+	if held.Status != spec.PhasePaused || held.Steps >= s.Steps {
+		// (At the chunk's planned end, or where its nodes ended it early.)
+		t.Fatalf("after pause: status %s at step %d; want paused before the end", held.Status, held.Steps)
 	}
 	// The checkpoint the last chunk was uploading settles while it holds.
 	for st := held; st.Checkpoints.LastStep != held.Steps; st = status() {

@@ -157,7 +157,8 @@ chunks refuse until it is upgraded).
 		Use:   "drain NODE",
 		Short: "Take a node out of the pool for maintenance (kept across its worker's restarts)",
 		Long: `Runs no longer get NODE. A run holding it is told and moves off it at its next
-chunk boundary: after a checkpoint at that step a free node takes its rank, or,
+chunk boundary (the chunk in flight ends early, within a second, at a
+checkpoint its nodes store): after a checkpoint at that step a free node takes its rank, or,
 with none free, the run goes on without it (down to its min_nodes); short of
 that it keeps the node, says so in its status, and asks again every minute.
 An external job stops after its next checkpoint upload and relaunches from it

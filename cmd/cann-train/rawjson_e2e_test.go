@@ -77,8 +77,10 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := until("a pause", func(m map[string]any) bool { return m["status"] == "paused" })
-	if s := step(held); s >= 3000 || int(s)%100 != 0 {
-		t.Fatalf("paused at step %v: want a chunk boundary before the end", s)
+	// (At the end of the chunk in flight, or where its nodes, asked to,
+	// ended it early.)
+	if s := step(held); s >= 3000 {
+		t.Fatalf("paused at step %v: want a step before the end", s)
 	}
 	if err := c.SignalWorkflow(ctx, id, "", "rescale", json.RawMessage(`{"nodes": 1}`)); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -117,4 +118,62 @@ func TestNodeStopsGracefully(t *testing.T) {
 	if strings.Contains(string(log), "chunk cancelled") {
 		t.Errorf("node-1's log says the chunk was cancelled:\n%s", log)
 	}
+}
+
+// TestControlsEndALongChunk: a run whose chunks are far longer than an
+// operator waits (10,000,000 steps: about 40 minutes here) is paused with
+// `cann-train pause --wait` and a node of it drained with `nodes drain`,
+// each while a chunk trains. Each takes effect within seconds: the run
+// asks rank 0's node to end the chunk (EndChunk), the ranks agree on a
+// step and store a checkpoint there, and the run holds at that step, or
+// moves off the drained node to the spare at it. (Before, each waited for
+// the chunk's planned end.)
+func TestControlsEndALongChunk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3")
+	cli := cliAt(ctx, t, addr, l.LogDir)
+	const chunk = 10_000_000
+	s := spec.RunSpec{Name: "long", Nodes: 2, Steps: 2 * chunk, ChunkSteps: chunk}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	training := func(what string, past int64) spec.RunStatus {
+		t.Helper()
+		return untilStatus(ctx, t, c, run.GetID(), l.LogDir, what, func(st spec.RunStatus, live *spec.ChunkProgress) bool {
+			return st.Phase == spec.PhaseTraining && live != nil && live.Step >= past+200
+		})
+	}
+	training("the first chunk under way", 0)
+	asked := time.Now()
+	out := cli("pause", "long", "--wait", "60s")
+	paused := time.Since(asked)
+	st := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "paused", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Phase == spec.PhasePaused
+	})
+	if !strings.Contains(out, fmt.Sprintf("paused at step %d", st.Step)) || st.Step < 200 || st.Step >= chunk ||
+		st.LastCkpt == nil || st.LastCkpt.Step != st.Step {
+		t.Fatalf("pause said %q; the run holds at step %d, last checkpoint %+v; want it held within the chunk, at a checkpoint", out, st.Step, st.LastCkpt)
+	}
+	t.Logf("`pause --wait` returned %v after it was run: paused at step %d", paused.Round(time.Millisecond), st.Step)
+	cli("resume", "long")
+	training("training again", st.Step)
+	asked = time.Now()
+	cli("nodes", "drain", "node-2", "--reason", "swap the disk")
+	moved := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "moved off node-2", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.Rescalings) > 0
+	})
+	took := time.Since(asked)
+	rs := moved.Rescalings[0]
+	if !slices.Equal(rs.Removed, []string{"node-2"}) || !slices.Equal(rs.Added, []string{"node-3"}) || rs.Error != "" ||
+		rs.ResumeStep <= st.Step || rs.ResumeStep >= chunk || len(moved.Recoveries) != 0 {
+		t.Fatalf("rescaling %+v (recoveries %+v); want node-2 replaced by node-3 within the chunk, after the pause", rs, moved.Recoveries)
+	}
+	t.Logf("drained node-2: the run moved to node-3 at step %d, %v after `nodes drain`", rs.ResumeStep, took.Round(time.Millisecond))
+	if err := c.CancelWorkflow(ctx, run.GetID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	var canceled *temporal.CanceledError
+	if err := run.Get(ctx, nil); !errors.As(err, &canceled) {
+		t.Fatalf("the cancelled run ended with %v", err)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_controls_end_chunk.json")
 }
