@@ -116,9 +116,12 @@ import (
 // then was cancelled; trainingrun_controls_end_chunk.json, a run of
 // 10,000,000-step chunks paused and then moved off a drained node, each
 // within its chunk, which its nodes were asked to end early
-// (versionEndOnControl), then cancelled
+// (versionEndOnControl), then cancelled; and
+// trainingrun_green_window_end.json, an interruptible green run whose
+// 10,000,000-step chunk outlived its planned window, ended there on a
+// timer (versionEndAtSlotEnd), then cancelled
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -194,6 +197,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"cluster_same_data.json", spec.WorkflowCluster},                  // … and runs without one handed nodes of one data set (SameData)
 		{"trainingrun_stopped_node.json", spec.WorkflowTrainingRun},       // a stopping node's chunk ended early, the node replaced there (versionEndedEarly)
 		{"trainingrun_controls_end_chunk.json", spec.WorkflowTrainingRun}, // a pause and a drain ended the chunk in flight early (versionEndOnControl)
+		{"trainingrun_green_window_end.json", spec.WorkflowTrainingRun},   // a green window's end ended the chunk in flight (versionEndAtSlotEnd)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

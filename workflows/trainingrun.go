@@ -194,6 +194,9 @@ type run struct {
 	leaving []string
 	// flight is the chunk training now (nil between chunks).
 	flight *chunkFlight
+	// slotEnd is the end of the planned green window an interruptible run
+	// trains in (planGreen; zero: none).
+	slotEnd time.Time
 }
 
 func newRun(ctx workflow.Context, in RunInput) (*run, error) {

@@ -283,6 +283,7 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 	}
 	if !plan.saveOnly() && m.EndsEarly() {
 		r.flight = &chunkFlight{session: session, lead: m.Nodes[0], from: from, to: to}
+		r.endAtSlotEnd(cctx)
 	}
 	results, errs, gone := r.await(ctx, futures, cancel)
 	r.flight = nil

@@ -27,6 +27,7 @@ const maxUnpriced = 64
 // slot to wait for when now lies outside every planned slot.
 func (r *run) planGreen(ctx workflow.Context, plan bool) (spec.CarbonSlot, bool) {
 	g := r.st.Status.Green
+	r.slotEnd = time.Time{}
 	if r.spec.Green == nil || g == nil {
 		return spec.CarbonSlot{}, false
 	}
@@ -53,6 +54,9 @@ func (r *run) planGreen(ctx workflow.Context, plan bool) (spec.CarbonSlot, bool)
 	for _, sl := range out.Plan.Slots {
 		if !now.Before(sl.Start) && now.Before(sl.End) {
 			g.Started = !r.spec.Green.Interruptible
+			if r.spec.Green.Interruptible {
+				r.slotEnd = sl.End // (the chunk in flight then ends: endAtSlotEnd)
+			}
 			return spec.CarbonSlot{}, false
 		}
 		if sl.Start.After(now) {
@@ -312,4 +316,32 @@ func (r *run) noteOverride(workflow.Context) {
 	if g := r.st.Status.Green; g != nil {
 		g.Overridden, g.OverrideUntil = r.st.Ctl.Override, r.st.Ctl.OverrideUntil
 	}
+}
+
+// versionEndAtSlotEnd: an interruptible green run whose chunk is still
+// training when the planned window it started in ends asks the chunk's
+// nodes to end it there (endInFlight), and waits for the next window at
+// that boundary; before, the chunk trained on into the dirtier hours
+// after the window, up to a chunk's length. Asked when such a chunk
+// starts.
+const versionEndAtSlotEnd = "end-at-slot-end"
+
+// endAtSlotEnd starts, for the chunk in flight (ctx: its context, which
+// ends with it), a durable timer to the end of the green window the run
+// trains in (planGreen), at which the run asks the chunk to end early.
+func (r *run) endAtSlotEnd(ctx workflow.Context) {
+	end := r.slotEnd
+	now := workflow.Now(ctx)
+	if r.flight == nil || end.IsZero() || !end.After(now) ||
+		workflow.GetVersion(ctx, versionEndAtSlotEnd, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	timer := workflow.NewTimerWithOptions(ctx, end.Sub(now), workflow.TimerOptions{
+		Summary: fmt.Sprintf("end the chunk at the green window's end, %s UTC", end.UTC().Format("15:04")),
+	})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		if timer.Get(ctx, nil) == nil {
+			r.endInFlight(ctx, fmt.Sprintf("the green window ended at %s UTC", end.UTC().Format("15:04")))
+		}
+	})
 }

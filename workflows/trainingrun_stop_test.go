@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 
@@ -45,9 +46,7 @@ func TestTrainingRunReplacesStoppingNodes(t *testing.T) {
 	env := newRunEnv(t, cl, ch)
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100, MaxRestarts: 1}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	require.NoError(t, env.GetWorkflowError())
-	var st spec.RunStatus
-	require.NoError(t, env.GetWorkflowResult(&st))
+	st := result(t, env)
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
 	require.EqualValues(t, 300, st.Step)
 	require.Len(t, st.Recoveries, 2)
@@ -170,4 +169,57 @@ func TestTrainingRunPauseEndsTheChunkInFlight(t *testing.T) {
 			require.Equal(t, day0.Add(2*time.Hour), starts()[2], "the next chunk waited for the resume")
 		})
 	}
+}
+
+// TestTrainingRunGreenWindowEndsTheChunk: an interruptible green run
+// whose chunk (two virtual hours each) is still training when the window
+// it started in ends (09:00) asks the chunk's nodes to end it then; the
+// chunk comes back short and the run waits at that boundary for the next
+// window (14:00) instead of training on to the chunk's planned end.
+func TestTrainingRunGreenWindowEndsTheChunk(t *testing.T) {
+	nodes := testNodes("a", "b")
+	for i := range nodes {
+		nodes[i].Protocol = spec.ChunkProtocolEndEarly
+	}
+	cl := &fakeCluster{pool: nodes}
+	ch := &fakeChunks{}
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: at("08:00"), End: at("09:00"), GPerKWh: 90}, {Start: at("14:00"), End: at("23:00"), GPerKWh: 120}}}
+	env, starts := controlEnv(t, cl, ch, cb)
+	env.SetStartTime(day0)
+	var mu sync.Mutex
+	var asked []spec.EndChunkInput
+	var askedAt []time.Time
+	env.RegisterActivityWithOptions(func(_ context.Context, in spec.EndChunkInput) error {
+		mu.Lock()
+		defer mu.Unlock()
+		asked, askedAt = append(asked, in), append(askedAt, env.Now().UTC())
+		return nil
+	}, activity.RegisterOptions{Name: spec.ActivityEndChunk})
+	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(func(ctx context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
+		res, err := ch.train(ctx, in)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil && len(asked) > 0 && asked[len(asked)-1].Session == in.Session {
+			end := in.From + 50 // where the ranks agreed
+			res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
+			if in.Rank == 0 {
+				res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+			}
+		}
+		return res, err
+	}).After(2 * time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100,
+		Green: &spec.GreenPolicy{Trace: "es.csv", Interruptible: true}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.EqualValues(t, 300, st.Step)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, asked, 1, "only the chunk that outlived its window")
+	require.Equal(t, at("09:00"), askedAt[0])
+	require.Equal(t, "the green window ended at 09:00 UTC", asked[0].Why)
+	require.Equal(t, []time.Time{at("08:00"), at("14:00"), at("16:00"), at("18:00")}, starts(),
+		"the first chunk ended at 50 (at 10:00); the rest waited for the next window")
 }

@@ -117,3 +117,61 @@ func TestGreenWaitSurvivesControlRestart(t *testing.T) {
 		t.Errorf("workflow tasks completed by %d worker(s), want both control workers", len(identities))
 	}
 }
+
+// TestGreenWindowEndsALongChunk: an interruptible green run of
+// 10,000,000-step chunks (about 40 minutes each here) starts a chunk in a
+// planned clean window of seconds; when the window ends, a durable timer
+// has the run ask the chunk's nodes to end it (EndChunk), and the chunk
+// comes back there, at a checkpoint, instead of training on into the
+// dirty hours for the rest of its length.
+func TestGreenWindowEndsALongChunk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	// 5-second steps: clean (50 g/kWh) now, dirty (500) from 20 s on,
+	// clean again from 50 s.
+	const step = 5 * time.Second
+	now := time.Now().UTC().Truncate(step)
+	trace := writeZoneTrace(t, dir, now.Add(-time.Minute), now.Add(10*time.Minute), step, func(ts time.Time) int {
+		if ts.Before(now.Add(20*time.Second)) || !ts.Before(now.Add(50*time.Second)) {
+			return 50
+		}
+		return 500
+	})
+	c, l, _ := startInProcessControl(ctx, t, dir, "node-1", "node-2")
+	const chunk = 10_000_000
+	s := spec.RunSpec{Name: "green-long", Nodes: 2, Steps: 2 * chunk, ChunkSteps: chunk,
+		Green: &spec.GreenPolicy{Trace: trace, Zone: "Z", Forecast: spec.ForecastPerfect, Deadline: spec.Duration(5 * time.Minute),
+			Work: spec.Duration(10 * time.Second), Interruptible: true}}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	st := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the first chunk back", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Chunks >= 1
+	})
+	if st.Step <= 0 || st.Step >= chunk || st.LastCkpt == nil || st.LastCkpt.Step != st.Step {
+		t.Fatalf("the first chunk came back at step %d (last checkpoint %+v); want it ended early, at a checkpoint", st.Step, st.LastCkpt)
+	}
+	cancelAndAwait(ctx, t, c, run)
+	hist := fetchHistory(ctx, t, c, run.GetID())
+	var timer, asked string
+	for _, ev := range hist.GetEvents() {
+		summary := ""
+		if p := ev.GetUserMetadata().GetSummary(); p != nil {
+			_ = converter.GetDefaultDataConverter().FromPayload(p, &summary)
+		}
+		switch ev.GetEventType() {
+		case enumspb.EVENT_TYPE_TIMER_STARTED:
+			if strings.Contains(summary, "green window's end") && timer == "" {
+				timer = summary
+			}
+		case enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+			if ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == spec.ActivityEndChunk && asked == "" {
+				asked = summary
+			}
+		}
+	}
+	if timer == "" || !strings.Contains(asked, "the green window ended at") {
+		t.Fatalf("timer %q, EndChunk %q: want a timer to the window's end and the chunk asked to end there", timer, asked)
+	}
+	t.Logf("%s; %s; the chunk came back at step %d", timer, asked, st.Step)
+	recordHistory(t, hist, "trainingrun_green_window_end.json")
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/spec"
@@ -85,13 +86,7 @@ func TestNodeStopsGracefully(t *testing.T) {
 	}
 	t.Logf("node-1 exited %v after its SIGTERM; the chunk ended at step %d; the run had replaced node-1 %v after the signal",
 		exited.Round(time.Millisecond), rec.ResumeStep, rec.ReplacedAt.Sub(signalled).Round(time.Millisecond))
-	if err := c.CancelWorkflow(ctx, run.GetID(), ""); err != nil {
-		t.Fatal(err)
-	}
-	var canceled *temporal.CanceledError
-	if err := run.Get(ctx, nil); !errors.As(err, &canceled) {
-		t.Fatalf("the cancelled run ended with %v", err)
-	}
+	cancelAndAwait(ctx, t, c, run)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_stopped_node.json")
 	if r := registryRecord(ctx, t, c, "node-1"); !r.Failed || r.FailReason != spec.ReasonWorkerStopped {
 		t.Errorf("node-1 in the registry: failed %v, %q; want failed, %q", r.Failed, r.FailReason, spec.ReasonWorkerStopped)
@@ -168,6 +163,14 @@ func TestControlsEndALongChunk(t *testing.T) {
 		t.Fatalf("rescaling %+v (recoveries %+v); want node-2 replaced by node-3 within the chunk, after the pause", rs, moved.Recoveries)
 	}
 	t.Logf("drained node-2: the run moved to node-3 at step %d, %v after `nodes drain`", rs.ResumeStep, took.Round(time.Millisecond))
+	cancelAndAwait(ctx, t, c, run)
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_controls_end_chunk.json")
+}
+
+// cancelAndAwait cancels run (as `temporal workflow cancel` does) and
+// waits for it to end Canceled.
+func cancelAndAwait(ctx context.Context, t *testing.T, c client.Client, run client.WorkflowRun) {
+	t.Helper()
 	if err := c.CancelWorkflow(ctx, run.GetID(), ""); err != nil {
 		t.Fatal(err)
 	}
@@ -175,5 +178,4 @@ func TestControlsEndALongChunk(t *testing.T) {
 	if err := run.Get(ctx, nil); !errors.As(err, &canceled) {
 		t.Fatalf("the cancelled run ended with %v", err)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_controls_end_chunk.json")
 }
