@@ -2,12 +2,17 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -53,6 +58,48 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 			o.Address, o.Namespace, how, err)
 	}
 	return c, nil
+}
+
+// DialWaiting is Dial for a worker process, which may start before its
+// Temporal server (a host booting, pods of one deployment starting
+// together): while the frontend does not answer (Unavailable, or no
+// answer in time) it logs why and tries again, after 1 s, then twice as
+// long each time up to dialRetryMax, until ctx ends. Any other error —
+// a TLS or credentials problem, an unknown namespace — is returned at
+// once: waiting would not cure it.
+func DialWaiting(ctx context.Context, o ClientOptions, log *zap.Logger) (client.Client, error) {
+	wait := time.Second
+	for {
+		c, err := Dial(ctx, o)
+		if err == nil || !unreachable(err) || ctx.Err() != nil {
+			return c, err
+		}
+		log.Warn("Temporal does not answer yet; trying again", zap.Duration("in", wait), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (stopped waiting: %w)", err, context.Cause(ctx))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, dialRetryMax)
+	}
+}
+
+// dialRetryMax bounds the wait between DialWaiting's tries.
+const dialRetryMax = 15 * time.Second
+
+// unreachable reports whether err says that the frontend did not answer
+// (as opposed to answering no).
+func unreachable(err error) bool {
+	var unavailable *serviceerror.Unavailable
+	var deadline *serviceerror.DeadlineExceeded
+	if errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) { // (a wrapped gRPC status too)
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 // ControlWorkerPolls reports whether the server lists a poller on the

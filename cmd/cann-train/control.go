@@ -147,9 +147,12 @@ func newCancelCmd(e *env) *cobra.Command {
 is training stops (the steps since its last checkpoint are lost), an external
 job's processes are stopped, the nodes go back to the pool and the run ends
 cancelled. Its checkpoints stay in the bucket ('cann-train checkpoint
-ls RUN'); 'cann-train status RUN' still shows where it stopped.`,
+ls RUN'); 'cann-train status RUN' still shows where it stopped. To lose no
+step, pause it first: the chunk in flight then ends within a second at a
+checkpoint, from which 'cann-train run JOB --resume' goes on later.`,
 		Example: `  cann-train cancel mnist-demo
-  cann-train cancel mnist-demo --wait 1m   # return once it has ended`,
+  cann-train cancel mnist-demo --wait 1m   # return once it has ended
+  cann-train pause mnist-demo --wait 1m && cann-train cancel mnist-demo   # keep every step`,
 		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()

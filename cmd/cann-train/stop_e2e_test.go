@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
@@ -177,5 +179,53 @@ func cancelAndAwait(ctx context.Context, t *testing.T, c client.Client, run clie
 	var canceled *temporal.CanceledError
 	if err := run.Get(ctx, nil); !errors.As(err, &canceled) {
 		t.Fatalf("the cancelled run ended with %v", err)
+	}
+}
+
+// TestNodeWorkerWaitsForTemporal: a node worker started before its
+// Temporal server (a host booting, a deployment's pods starting together)
+// says that the server does not answer and tries again, instead of
+// exiting; once the server is up on that address it registers.
+func TestNodeWorkerWaitsForTemporal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close() // (free again: nothing answers there until the server starts)
+	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
+	node, err := l.Start("node-1", "worker", "node", "--id", "node-1", "--address", fmt.Sprintf("127.0.0.1:%d", port),
+		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--log-level", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		b, _ := os.ReadFile(filepath.Join(l.LogDir, "node-1.log"))
+		if strings.Contains(string(b), "Temporal does not answer yet; trying again") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node-1 never said it waits for Temporal:\n%s", b)
+		case <-node.Done():
+			t.Fatalf("node-1 exited (%v) before its server started:\n%s", node.Err(), b)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	srv, err := dev.StartServer(ctx, dev.ServerOptions{FrontendPort: port, SearchAttributes: workers.SearchAttributes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	c := controlInProcess(ctx, t, srv)
+	waitRegistered(ctx, t, c, 1)
+	select {
+	case <-node.Done():
+		t.Fatalf("node-1 exited: %v", node.Err())
+	default:
 	}
 }

@@ -70,7 +70,7 @@ func dialWorker(ctx context.Context, e *env, log *zap.Logger, metricsAddr string
 		return nil, nil, err
 	}
 	o.MetricsHandler = h
-	c, err := workers.Dial(ctx, o)
+	c, err := workers.DialWaiting(ctx, o, log)
 	if err != nil {
 		closeMetrics()
 		return nil, nil, err
