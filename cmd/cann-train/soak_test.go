@@ -4,11 +4,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,12 +21,16 @@ import (
 	"github.com/cann-train/cann-train/workflows"
 )
 
-// TestSoak (make soak; not in CI): one long run meets ≥ 20 SIGKILLs of
-// random node workers, which come back under the same ID, and one restart
-// of the Temporal server itself (SQLite file, same port). It must complete
-// with weights bit-identical to a fault-free run of the same spec.
-// SOAK_KILLS sets the number of kills; SOAK_LOGS keeps the node workers'
-// logs in that directory.
+// TestSoak (make soak; not in CI): one long run meets ≥ 20 faults of
+// random node workers — SIGKILLs, and every third a SIGTERM (a graceful
+// stop: the chunk in flight may end early, at a checkpoint) — which come
+// back under the same ID, and one restart of the Temporal server itself
+// (SQLite file, same port). It must complete with weights bit-identical to
+// a fault-free run of the same spec, and lose no step to a stop.
+// SOAK_KILLS sets the number of faults; SOAK_CHUNK_STEPS the chunk (and
+// checkpoint) length, 40 by default — with chunks longer than the ranks'
+// vote interval (~0.2 s; 2000 steps here) stops end chunks mid-way;
+// SOAK_LOGS keeps the node workers' logs in that directory.
 func TestSoak(t *testing.T) {
 	kills := 20
 	if v, err := strconv.Atoi(os.Getenv("SOAK_KILLS")); err == nil && v > 0 {
@@ -60,7 +66,11 @@ func TestSoak(t *testing.T) {
 	}
 	waitRegistered(ctx, t, c, len(ids))
 
-	base := spec.RunSpec{Nodes: 3, Steps: int64(400 + 120*kills), ChunkSteps: 40, CheckpointEvery: 40,
+	chunk := int64(40)
+	if v, err := strconv.ParseInt(os.Getenv("SOAK_CHUNK_STEPS"), 10, 64); err == nil && v > 0 {
+		chunk = v
+	}
+	base := spec.RunSpec{Nodes: 3, Steps: 400 + 3*chunk*int64(kills), ChunkSteps: chunk, CheckpointEvery: chunk,
 		MaxRestarts: 3 * kills, HeartbeatTimeout: spec.Duration(4 * time.Second)}.WithDefaults()
 	run := func(name string) client.WorkflowRun {
 		s := base
@@ -76,7 +86,7 @@ func TestSoak(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	r := run("soak")
 	began := time.Now()
-	done, restarted := 0, false
+	done, restarted, stops := 0, false, 0
 	lastRecoveries, lastStep := 0, int64(0)
 	for done < kills || !restarted {
 		st, _, closed, err := readProgress(ctx, c, r.GetID())
@@ -101,9 +111,17 @@ func TestSoak(t *testing.T) {
 			continue
 		}
 		victim := st.Nodes[rng.IntN(len(st.Nodes))]
-		t.Logf("kill %d: %s at step %d", done+1, victim, st.Step)
-		if err := procs[victim].Kill(); err != nil {
-			t.Fatal(err)
+		if done%3 == 2 {
+			t.Logf("stop %d: %s at step %d", done+1, victim, st.Step)
+			if err := syscall.Kill(procs[victim].Pid(), syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			stops++
+		} else {
+			t.Logf("kill %d: %s at step %d", done+1, victim, st.Step)
+			if err := procs[victim].Kill(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		<-procs[victim].Done()
 		done++
@@ -115,21 +133,33 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("soak run failed: %v", err)
 	}
 	var resume []float64
+	stopped := 0
 	for i, rec := range st.Recoveries {
+		if rec.Stopped {
+			stopped++
+			if rec.LostSteps != 0 {
+				t.Errorf("recovery %d after a stop lost %d steps", i+1, rec.LostSteps)
+			}
+		}
 		if !rec.ResumedAt.IsZero() && !rec.NoticedAt.IsZero() {
 			resume = append(resume, rec.ResumedAt.Sub(rec.NoticedAt).Seconds())
 		}
-		t.Logf("recovery %d: %v → %v at step %d; detect %.2fs, notice→seen %.2fs, replace %.2fs, seen→first step %.2fs: %s",
+		first := "no chunk ended before the next fault" // (ResumedAt unset)
+		if !rec.ResumedAt.IsZero() {
+			first = fmt.Sprintf("seen→first step %.2fs", rec.ResumedAt.Sub(rec.SeenAt).Seconds())
+		}
+		t.Logf("recovery %d: %v → %v at step %d; detect %.2fs, notice→seen %.2fs, replace %.2fs, %s: %s",
 			i+1, rec.FailedNodes, rec.Replacement, rec.FailedAtStep, rec.DetectSeconds, rec.SeenAt.Sub(rec.NoticedAt).Seconds(),
-			rec.ReplaceSeconds, rec.ResumedAt.Sub(rec.SeenAt).Seconds(), rec.Reason)
+			rec.ReplaceSeconds, first, rec.Reason)
 	}
 	slices.Sort(resume)
 	med := 0.0
 	if len(resume) > 0 {
 		med = resume[len(resume)/2]
 	}
-	t.Logf("soak: %d kills + 1 server restart, %d recoveries, %d steps in %.0fs; median notice→first step %.2fs; identical %v",
-		done, len(st.Recoveries), st.Step, time.Since(began).Seconds(), med, st.WeightsSHA256 == ref.WeightsSHA256)
+	t.Logf("soak: %d kills, %d stops + 1 server restart, %d recoveries (%d at a chunk its stopping node ended early), %d steps in %.0fs; "+
+		"median notice→first step %.2fs; identical %v",
+		done-stops, stops, len(st.Recoveries), stopped, st.Step, time.Since(began).Seconds(), med, st.WeightsSHA256 == ref.WeightsSHA256)
 	if st.Phase != spec.PhaseCompleted || st.WeightsSHA256 != ref.WeightsSHA256 {
 		t.Fatalf("soak run %s, weights %s vs reference %s", st.Phase, st.WeightsSHA256, ref.WeightsSHA256)
 	}
