@@ -381,6 +381,9 @@ type Evict struct {
 	// replace), which is not drained: the run's acquire request names it
 	// (AcquireRequest.Leave), and only a free node takes its rank.
 	Leave bool `json:"leave,omitempty"`
+	// Stopping: the node's worker is stopping (the Cluster tells; it
+	// ends a built-in chunk in flight itself, at its ranks' vote).
+	Stopping bool `json:"stopping,omitempty"`
 }
 
 // Release returns a run's nodes to the pool.

@@ -232,6 +232,7 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 		}
 		return
 	}
+	run, was := r.Run, r.Failed
 	if !r.Failed {
 		// (Else the first reason stands: a stopped worker, "worker
 		// stopped", is blamed by its run's peers after.)
@@ -241,6 +242,31 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 	if mf.RunID == "" || r.Run == mf.RunID {
 		r.Run, r.Rank = "", -1
 	}
+	if mf.Reason == spec.ReasonWorkerStopped && mf.RunID == "" && !was && run != "" &&
+		workflow.GetVersion(ctx, versionStopEvicts, workflow.DefaultVersion, 1) >= 1 {
+		c.tellRun(ctx, run, spec.Evict{NodeID: mf.NodeID, Reason: "its worker is stopping", Stopping: true})
+	}
+}
+
+// versionStopEvicts: a node whose worker stops (its own MarkFailed, "worker
+// stopped") while a run holds it tells that run, as a drain does
+// (spec.Evict, Stopping): an external job's world then stops after its
+// next checkpoint upload — within the worker's stop grace, when the job
+// checkpoints often enough — and relaunches without the node, instead of
+// crashing once the worker's grace is over. (A built-in run's chunk
+// ends early at the node's own vote.) Asked only then.
+const versionStopEvicts = "stop-evicts"
+
+// tellRun signals run that a node it holds is to be left (or kept: ev).
+func (c *cluster) tellRun(ctx workflow.Context, run string, ev spec.Evict) {
+	log := workflow.GetLogger(ctx)
+	f := workflow.SignalExternalWorkflow(ctx, run, "", spec.SignalEvict, ev)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		// A run that has just ended has nothing to move off.
+		if err := f.Get(ctx, nil); err != nil {
+			log.Warn("could not tell the run that holds a node to leave it", "run", run, "node", ev.NodeID, "error", err)
+		}
+	})
 }
 
 // versionDrainEvicts: draining a node a run holds tells the run
@@ -266,15 +292,7 @@ func (c *cluster) drain(ctx workflow.Context, d spec.Drain) {
 	if d.Drained == was || r.Run == "" || workflow.GetVersion(ctx, versionDrainEvicts, workflow.DefaultVersion, 1) < 1 {
 		return
 	}
-	run := r.Run
-	f := workflow.SignalExternalWorkflow(ctx, run, "", spec.SignalEvict,
-		spec.Evict{NodeID: d.NodeID, Reason: r.DrainReason, Undrained: !d.Drained})
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		// A run that has just ended has nothing to move off.
-		if err := f.Get(ctx, nil); err != nil {
-			log.Warn("could not tell the run that holds a drained node", "run", run, "node", d.NodeID, "error", err)
-		}
-	})
+	c.tellRun(ctx, r.Run, spec.Evict{NodeID: d.NodeID, Reason: r.DrainReason, Undrained: !d.Drained})
 }
 
 func (c *cluster) release(runID string) {

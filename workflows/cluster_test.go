@@ -682,6 +682,7 @@ func TestClusterFailureOfAnEarlierProcess(t *testing.T) {
 // healthy until blamed anew.
 func TestClusterKeepsTheFirstFailure(t *testing.T) {
 	env, acquire, at, results := clusterEnv()
+	env.OnSignalExternalWorkflow(mock.Anything, "r1", "", spec.SignalEvict, mock.Anything).Return(nil) // (told of the stop)
 	at(time.Second, func() {
 		for _, n := range testNodes("a", "b") {
 			env.SignalWorkflow(spec.SignalRegister, n)
@@ -746,4 +747,39 @@ func TestValidateAcquire(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClusterStopTellsTheRun: a held node whose worker stops (its own
+// MarkFailed, "worker stopped") is failed and its run told to leave it
+// (Evict, Stopping), once; a node no run holds, or a failure a run reports,
+// tells nobody.
+func TestClusterStopTellsTheRun(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	var told []spec.Evict
+	env.OnSignalExternalWorkflow(mock.Anything, "r1", "", spec.SignalEvict, mock.Anything).
+		Return(func(_, _, _, _ string, arg any) error {
+			told = append(told, arg.(spec.Evict))
+			return nil
+		})
+	stop := func(id string) {
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: id, Reason: spec.ReasonWorkerStopped})
+	}
+	at(time.Second, func() {
+		for _, n := range testNodes("a", "b", "c", "d") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 3}) })
+	at(3*time.Second, func() { stop("b") })
+	at(4*time.Second, func() { stop("b") }) // (a second signal: already failed)
+	at(5*time.Second, func() { stop("d") }) // free
+	at(6*time.Second, func() {
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "c", Reason: "peers lost it", RunID: "r1"})
+	})
+	at(7*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+
+	require.NoError(t, results["r1"].err)
+	require.Equal(t, []string{"a", "b", "c"}, ids(results["r1"].nodes))
+	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "its worker is stopping", Stopping: true}}, told)
 }

@@ -119,9 +119,14 @@ import (
 // (versionEndOnControl), then cancelled; and
 // trainingrun_green_window_end.json, an interruptible green run whose
 // 10,000,000-step chunk outlived its planned window, ended there on a
-// timer (versionEndAtSlotEnd), then cancelled
+// timer (versionEndAtSlotEnd), then cancelled; cluster_stop.json, the
+// Cluster of the stopped-node run, telling it of the stop
+// (versionStopEvicts), and trainingrun_stopped_told.json, that run told;
+// trainingrun_external_stop.json, an external job whose node's worker
+// was stopped: its world stopped after its next checkpoint upload and
+// relaunched on the spare
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -141,6 +146,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_host_cannot_launch.json": "run/ext-host",
 		"trainingrun_slow_drain.json":         "run/slow-drain",
 		"trainingrun_slow_replace.json":       "run/slow-replace",
+		"trainingrun_external_stop.json":      "run/ext-stop",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -198,6 +204,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_stopped_node.json", spec.WorkflowTrainingRun},       // a stopping node's chunk ended early, the node replaced there (versionEndedEarly)
 		{"trainingrun_controls_end_chunk.json", spec.WorkflowTrainingRun}, // a pause and a drain ended the chunk in flight early (versionEndOnControl)
 		{"trainingrun_green_window_end.json", spec.WorkflowTrainingRun},   // a green window's end ended the chunk in flight (versionEndAtSlotEnd)
+		{"cluster_stop.json", spec.WorkflowCluster},                       // a held node's worker stopped: its run told (versionStopEvicts)
+		{"trainingrun_stopped_told.json", spec.WorkflowTrainingRun},       // … and that run, told, replacing the node where its chunk ended
+		{"trainingrun_external_stop.json", spec.WorkflowTrainingRun},      // an external world moved off a stopping node's at a checkpoint
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

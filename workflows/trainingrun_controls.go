@@ -377,11 +377,15 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 	if slices.ContainsFunc(r.st.Ctl.Evict, pending) {
 		return
 	}
-	log.Info("node drained: replaced at the next chunk boundary (an external job: after its next checkpoint upload)",
+	what := "node drained"
+	if ev.Stopping {
+		what = "node's worker stopping"
+	}
+	log.Info(what+": replaced at the next chunk boundary (an external job: after its next checkpoint upload)",
 		"node", ev.NodeID, "reason", ev.Reason)
 	r.setEvict(append(r.st.Ctl.Evict, ev))
 	r.st.Ctl.EvictRetry = time.Time{}
-	if slices.Contains(r.st.Membership.NodeIDs(), ev.NodeID) {
+	if slices.Contains(r.st.Membership.NodeIDs(), ev.NodeID) && !ev.Stopping { // (a stopping node ends it itself)
 		r.endInFlight(ctx, "drain of "+ev.NodeID)
 	}
 }
@@ -435,6 +439,9 @@ func (r *run) evict(ctx workflow.Context) bool {
 	var leave []string
 	for i, e := range held {
 		reasons[i] = e.NodeID + " drained"
+		if e.Stopping {
+			reasons[i] = e.NodeID + " stopping"
+		}
 		if e.Leave {
 			reasons[i] = e.NodeID + " replaced"
 			leave = append(leave, e.NodeID)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -87,14 +88,16 @@ func TestSoak(t *testing.T) {
 	r := run("soak")
 	began := time.Now()
 	done, restarted, stops := 0, false, 0
-	lastRecoveries, lastStep := 0, int64(0)
+	// changes: recoveries, and moves off a stopping node at a boundary.
+	lastChanges, lastStep := 0, int64(0)
 	for done < kills || !restarted {
 		st, _, closed, err := readProgress(ctx, c, r.GetID())
 		if closed {
 			t.Fatalf("run closed after %d kills: %+v %v", done, st, err)
 		}
 		// Act only once the run has moved on since the last fault.
-		if err != nil || len(st.Recoveries) < lastRecoveries || st.Step < lastStep+80 || len(st.Nodes) == 0 || st.Phase != spec.PhaseTraining {
+		changes := len(st.Recoveries) + len(st.Rescalings)
+		if err != nil || changes < lastChanges || st.Step < lastStep+80 || len(st.Nodes) == 0 || st.Phase != spec.PhaseTraining {
 			select {
 			case <-ctx.Done():
 				t.Fatal("soak timed out")
@@ -102,7 +105,7 @@ func TestSoak(t *testing.T) {
 			}
 			continue
 		}
-		lastStep, lastRecoveries = st.Step, len(st.Recoveries)
+		lastStep, lastChanges = st.Step, changes
 		if !restarted && done == kills/2 {
 			t.Logf("restarting the Temporal server at step %d", st.Step)
 			srv.Stop()
@@ -126,7 +129,7 @@ func TestSoak(t *testing.T) {
 		<-procs[victim].Done()
 		done++
 		start(victim) // the machine comes back
-		lastRecoveries++
+		lastChanges++
 	}
 	var st spec.RunStatus
 	if err := r.Get(ctx, &st); err != nil {
@@ -157,13 +160,19 @@ func TestSoak(t *testing.T) {
 	if len(resume) > 0 {
 		med = resume[len(resume)/2]
 	}
-	t.Logf("soak: %d kills, %d stops + 1 server restart, %d recoveries (%d at a chunk its stopping node ended early), %d steps in %.0fs; "+
-		"median notice→first step %.2fs; identical %v",
-		done-stops, stops, len(st.Recoveries), stopped, st.Step, time.Since(began).Seconds(), med, st.WeightsSHA256 == ref.WeightsSHA256)
+	t.Logf("soak: %d kills, %d stops + 1 server restart, %d recoveries (%d at a chunk its stopping node ended early), %d moves off a stopping node "+
+		"at a chunk boundary, %d steps in %.0fs; median notice→first step %.2fs; identical %v",
+		done-stops, stops, len(st.Recoveries), stopped, len(st.Rescalings), st.Step, time.Since(began).Seconds(), med, st.WeightsSHA256 == ref.WeightsSHA256)
 	if st.Phase != spec.PhaseCompleted || st.WeightsSHA256 != ref.WeightsSHA256 {
 		t.Fatalf("soak run %s, weights %s vs reference %s", st.Phase, st.WeightsSHA256, ref.WeightsSHA256)
 	}
-	if len(st.Recoveries) < kills {
-		t.Errorf("%d recoveries for %d kills", len(st.Recoveries), kills)
+	moved := 0 // off a stopping node at a chunk boundary (the Cluster told the run)
+	for _, rs := range st.Rescalings {
+		if strings.Contains(rs.Reason, " stopping") {
+			moved++
+		}
+	}
+	if len(st.Recoveries)+moved < kills {
+		t.Errorf("%d recoveries and %d moves off a stopping node for %d faults", len(st.Recoveries), moved, kills)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -90,6 +91,7 @@ func TestNodeStopsGracefully(t *testing.T) {
 		exited.Round(time.Millisecond), rec.ResumeStep, rec.ReplacedAt.Sub(signalled).Round(time.Millisecond))
 	cancelAndAwait(ctx, t, c, run)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_stopped_node.json")
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_stop.json")
 	if r := registryRecord(ctx, t, c, "node-1"); !r.Failed || r.FailReason != spec.ReasonWorkerStopped {
 		t.Errorf("node-1 in the registry: failed %v, %q; want failed, %q", r.Failed, r.FailReason, spec.ReasonWorkerStopped)
 	}
@@ -228,4 +230,54 @@ func TestNodeWorkerWaitsForTemporal(t *testing.T) {
 		t.Fatalf("node-1 exited: %v", node.Err())
 	default:
 	}
+}
+
+// TestExternalStopMovesTheWorld: the worker of a node running an external
+// job's process is stopped (SIGTERM). The Cluster tells the run
+// (Evict, Stopping), whose world stops after its next checkpoint upload —
+// well within the worker's stop grace — and relaunches from it with the
+// free node in that rank, no restart counted; the stopped worker exits
+// cleanly once its process is done. (Before, the world kept the stopping
+// node: here it finished on it within the worker's grace; a longer job
+// crashed when the grace ended, relaunched from its last checkpoint as
+// after a failure.)
+func TestExternalStopMovesTheWorld(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 in PATH: skipping the external-job stop e2e test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, _ := startScriptCluster(ctx, t, dir, "node-1", "node-2", "node-3")
+	s := spec.RunSpec{Name: "ext-stop", Nodes: 2, Steps: 300, CheckpointEvery: 50, HeartbeatTimeout: spec.Duration(2 * time.Second),
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir}}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the world past step 60", func(_ spec.RunStatus, live *spec.ChunkProgress) bool {
+		return live != nil && live.Step >= 60
+	})
+	node2 := l.Proc("node-2")
+	signalled := time.Now()
+	if err := syscall.Kill(node2.Pid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	st := awaitRun(ctx, t, run, l.LogDir)
+	select {
+	case <-node2.Done():
+	case <-ctx.Done():
+		t.Fatal("node-2 did not exit")
+	}
+	if err := node2.Err(); err != nil {
+		t.Errorf("node-2 exited with %v, want a clean exit", err)
+	}
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 0 {
+		t.Fatalf("final status %s at step %d, recoveries %+v: want completed, none", st.Phase, st.Step, st.Recoveries)
+	}
+	if len(st.Rescalings) != 1 || !slices.Equal(st.Rescalings[0].Removed, []string{"node-2"}) ||
+		!slices.Equal(st.Rescalings[0].Added, []string{"node-3"}) || st.Rescalings[0].AtStep%50 != 0 ||
+		!strings.Contains(st.Rescalings[0].Reason, "node-2 stopping") {
+		t.Fatalf("node changes %+v; want node-2 left for node-3 at a checkpoint, as it was stopping", st.Rescalings)
+	}
+	t.Logf("node-2 stopped: the world moved to node-3 at step %d, %v after the signal",
+		st.Rescalings[0].AtStep, st.Rescalings[0].At.Sub(signalled).Round(time.Millisecond))
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_stop.json")
 }
