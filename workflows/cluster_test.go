@@ -491,12 +491,7 @@ func TestClusterAcquireWithoutWaiting(t *testing.T) {
 // still holds it tells the run too; repeats tell nobody.
 func TestClusterDrainTellsTheRun(t *testing.T) {
 	env, acquire, at, results := clusterEnv()
-	var told []spec.Evict
-	env.OnSignalExternalWorkflow(mock.Anything, "r1", "", spec.SignalEvict, mock.Anything).
-		Return(func(_, _, _, _ string, arg any) error {
-			told = append(told, arg.(spec.Evict))
-			return nil
-		})
+	told := evictsTo(env, "r1")
 	drain := func(on bool) {
 		env.SignalWorkflow(spec.SignalDrain, spec.Drain{NodeID: "b", Drained: on, Reason: "disk"})
 	}
@@ -513,7 +508,18 @@ func TestClusterDrainTellsTheRun(t *testing.T) {
 	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
 
 	require.NoError(t, results["r1"].err)
-	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "disk"}, {NodeID: "b", Undrained: true}}, told)
+	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "disk"}, {NodeID: "b", Undrained: true}}, *told)
+}
+
+// evictsTo records the evict signals the Cluster sends run.
+func evictsTo(env *testsuite.TestWorkflowEnvironment, run string) *[]spec.Evict {
+	var told []spec.Evict
+	env.OnSignalExternalWorkflow(mock.Anything, run, "", spec.SignalEvict, mock.Anything).
+		Return(func(_, _, _, _ string, arg any) error {
+			told = append(told, arg.(spec.Evict))
+			return nil
+		})
+	return &told
 }
 
 // A run that ends while it waits for nodes (cancelled) releases them; its
@@ -755,12 +761,7 @@ func TestValidateAcquire(t *testing.T) {
 // tells nobody.
 func TestClusterStopTellsTheRun(t *testing.T) {
 	env, acquire, at, results := clusterEnv()
-	var told []spec.Evict
-	env.OnSignalExternalWorkflow(mock.Anything, "r1", "", spec.SignalEvict, mock.Anything).
-		Return(func(_, _, _, _ string, arg any) error {
-			told = append(told, arg.(spec.Evict))
-			return nil
-		})
+	told := evictsTo(env, "r1")
 	stop := func(id string) {
 		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: id, Reason: spec.ReasonWorkerStopped})
 	}
@@ -781,5 +782,5 @@ func TestClusterStopTellsTheRun(t *testing.T) {
 
 	require.NoError(t, results["r1"].err)
 	require.Equal(t, []string{"a", "b", "c"}, ids(results["r1"].nodes))
-	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "its worker is stopping", Stopping: true}}, told)
+	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "its worker is stopping", Stopping: true}}, *told)
 }
