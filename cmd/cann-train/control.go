@@ -68,10 +68,10 @@ func newPauseCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pause RUN",
 		Short: "Hold a run at its next chunk boundary until `cann-train resume`",
-		Long: `Asks the run to stop before its next chunk: the chunk that is training ends
-early — within a second its nodes agree on a step and store a checkpoint
+		Long: `Asks the run to stop before its next chunk. The chunk that is training ends
+early: within a second its nodes agree on a step and store a checkpoint
 there (nodes of an older build finish the chunk, and checkpoint if it is
-due) —, then the run holds — nodes kept, nothing trained — until
+due). The run then holds — nodes kept, nothing trained — until
 'cann-train resume RUN'. A pause during a green-window wait
 holds the run after the wait too. An external job (your own script) stops
 after its next checkpoint upload and resumes from it; a second pause stops
