@@ -124,7 +124,9 @@ import (
 // (versionStopEvicts), and trainingrun_stopped_told.json, that run told;
 // trainingrun_external_stop.json, an external job whose node's worker
 // was stopped: its world stopped after its next checkpoint upload and
-// relaunched on the spare
+// relaunched on the spare; trainingrun_cancel_end_chunk.json, the
+// paused and drained run of long chunks again, then cancelled mid-chunk:
+// its chunk ended early at a checkpoint first (versionCancelEndsChunk)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -207,6 +209,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"cluster_stop.json", spec.WorkflowCluster},                       // a held node's worker stopped: its run told (versionStopEvicts)
 		{"trainingrun_stopped_told.json", spec.WorkflowTrainingRun},       // … and that run, told, replacing the node where its chunk ended
 		{"trainingrun_external_stop.json", spec.WorkflowTrainingRun},      // an external world moved off a stopping node's at a checkpoint
+		{"trainingrun_cancel_end_chunk.json", spec.WorkflowTrainingRun},   // cancelled mid-chunk: the chunk ended at a checkpoint first (versionCancelEndsChunk)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -197,6 +197,9 @@ type run struct {
 	// slotEnd is the end of the planned green window an interruptible run
 	// trains in (planGreen; zero: none).
 	slotEnd time.Time
+	// cancelSeen: the run was cancelled while a chunk trained, and asked
+	// the chunk to end at a checkpoint first (endOnCancel).
+	cancelSeen bool
 }
 
 func newRun(ctx workflow.Context, in RunInput) (*run, error) {
@@ -379,6 +382,9 @@ func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {
 			if err := r.recover(ctx, err); err != nil {
 				return r.fail(ctx, err)
 			}
+		}
+		if r.cancelSeen && r.st.Status.Step < r.spec.Steps {
+			return r.st.Status, ctx.Err() // its chunk ended at a checkpoint: the run ends cancelled there
 		}
 	}
 	if r.controlled(ctx) {

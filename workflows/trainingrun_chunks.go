@@ -225,6 +225,56 @@ func (r *run) endInFlight(ctx workflow.Context, why string) {
 	})
 }
 
+// versionCancelEndsChunk: a run cancelled while a chunk trains on nodes
+// that can end it early has them end it at a checkpoint first
+// (endOnCancel), and ends cancelled at that step; before, the chunk was
+// cancelled with the workflow and the steps since its last checkpoint
+// were lost (a `run --resume` trained them again). Asked when such a
+// chunk starts: its activities are then not cancelled with the workflow.
+const versionCancelEndsChunk = "cancel-ends-chunk"
+
+// cancelGrace is how long a cancelled run's chunk has to end at a
+// checkpoint (a vote, then rank 0's synchronous upload) before it is
+// cancelled as it would have been at once.
+const cancelGrace = time.Minute
+
+// endOnCancel watches, while the chunk in flight trains (its activities
+// on dctx, which the run's cancellation does not reach), for ctx's
+// cancellation: then it asks the chunk's nodes to end it early, at a
+// checkpoint (endInFlight), and cancels it (cancel) if it has not
+// returned within cancelGrace. The run then ends cancelled at the step
+// the chunk reached (cancelSeen). Call the returned func once the chunk
+// has returned.
+func (r *run) endOnCancel(ctx, dctx workflow.Context, cancel workflow.CancelFunc) (over func()) {
+	done := workflow.NewChannel(dctx)
+	workflow.Go(dctx, func(gctx workflow.Context) {
+		ended := false
+		sel := workflow.NewSelector(gctx)
+		sel.AddReceive(done, func(workflow.ReceiveChannel, bool) { ended = true })
+		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
+		sel.Select(gctx)
+		if ended {
+			return
+		}
+		r.cancelSeen = true
+		r.st.Status.Detail = fmt.Sprintf("cancelled: the chunk in flight ends at a checkpoint first (within %s)", cancelGrace)
+		workflow.GetLogger(gctx).Info("run cancelled: its chunk in flight ends early, at a checkpoint, first", "grace", cancelGrace)
+		r.endInFlight(gctx, "the run was cancelled")
+		tctx, stopTimer := workflow.WithCancel(gctx)
+		defer stopTimer()
+		wait := workflow.NewSelector(gctx)
+		wait.AddReceive(done, func(workflow.ReceiveChannel, bool) {})
+		wait.AddFuture(workflow.NewTimer(tctx, cancelGrace), func(f workflow.Future) {
+			if f.Get(gctx, nil) == nil {
+				workflow.GetLogger(gctx).Warn("the cancelled run's chunk did not end within the grace; cancelling it", "grace", cancelGrace)
+				cancel()
+			}
+		})
+		wait.Select(gctx)
+	})
+	return func() { done.Close() }
+}
+
 // chunkPlan is what one chunk does: train steps [from, to) and, with
 // checkpoint, save the state at to (async: in the background; report: a
 // refusal is reported, not a failure). from == to: save only.
@@ -253,7 +303,14 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 	}
 	algo := r.algorithm(ctx)
 	codecName, calibrate := r.chunkCodec(ctx, from)
-	cctx, cancel := workflow.WithCancel(ctx)
+	flight := !plan.saveOnly() && m.EndsEarly()
+	// A chunk that can end early is not cancelled with the run: a
+	// cancellation asks it to end at a checkpoint first (endOnCancel).
+	actx := ctx
+	if flight && workflow.GetVersion(ctx, versionCancelEndsChunk, workflow.DefaultVersion, 1) >= 1 {
+		actx, _ = workflow.NewDisconnectedContext(ctx)
+	}
+	cctx, cancel := workflow.WithCancel(actx)
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
 	for rank, node := range m.Nodes {
@@ -281,11 +338,16 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 		}
 		futures[rank] = workflow.ExecuteActivity(chunkOptions(cctx, r.spec, node, summary), spec.ActivityTrainChunk, in)
 	}
-	if !plan.saveOnly() && m.EndsEarly() {
+	if flight {
 		r.flight = &chunkFlight{session: session, lead: m.Nodes[0], from: from, to: to}
 		r.endAtSlotEnd(cctx)
 	}
-	results, errs, gone := r.await(ctx, futures, cancel)
+	over := func() {}
+	if actx != ctx {
+		over = r.endOnCancel(ctx, actx, cancel)
+	}
+	results, errs, gone := r.await(actx, futures, cancel)
+	over()
 	r.flight = nil
 	fail := r.blame(ctx, from, started, workflow.Now(ctx), errs, gone)
 	if fail == nil {

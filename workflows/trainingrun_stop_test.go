@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -222,4 +223,109 @@ func TestTrainingRunGreenWindowEndsTheChunk(t *testing.T) {
 	require.Equal(t, "the green window ended at 09:00 UTC", asked[0].Why)
 	require.Equal(t, []time.Time{at("08:00"), at("14:00"), at("16:00"), at("18:00")}, starts(),
 		"the first chunk ended at 50 (at 10:00); the rest waited for the next window")
+}
+
+// TestTrainingRunCancelEndsTheChunkInFlight: a run cancelled while a
+// chunk trains on nodes that can end it early asks rank 0's node to end
+// it (EndChunk) instead of cancelling it; the chunk comes back at its
+// checkpoint and the run ends cancelled there, its nodes released. On an
+// older build the chunk is cancelled with the run (the steps since the
+// last checkpoint lost), and a chunk that does not end within
+// cancelGrace is cancelled then.
+func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		protocol int
+		// deaf: the chunk ignores EndChunk and trains on (two virtual
+		// hours a chunk).
+		deaf bool
+		step int64
+	}{
+		{name: "nodes that end chunks early", protocol: spec.ChunkProtocolEndEarly, step: 137},
+		{name: "an older build", protocol: spec.ChunkProtocolDataCheck, step: 100},
+		{name: "a chunk that does not end", protocol: spec.ChunkProtocolEndEarly, deaf: true, step: 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := testNodes("a", "b")
+			for i := range nodes {
+				nodes[i].Protocol = tc.protocol
+			}
+			cl := &fakeCluster{pool: nodes}
+			ch := &fakeChunks{}
+			env := newRunEnv(t, cl, ch)
+			env.SetStartTime(day0)
+			var mu sync.Mutex
+			var asked []spec.EndChunkInput
+			askedCh := make(chan struct{})
+			env.RegisterActivityWithOptions(func(ctx context.Context, in spec.EndChunkInput) error {
+				mu.Lock()
+				defer mu.Unlock()
+				asked = append(asked, in)
+				if len(asked) == 1 {
+					close(askedCh)
+				}
+				return nil
+			}, activity.RegisterOptions{Name: spec.ActivityEndChunk})
+			cancelAt := day0.Add(2*time.Hour + 30*time.Minute)
+			if tc.deaf {
+				env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
+				env.RegisterDelayedCallback(env.CancelWorkflow, cancelAt.Sub(day0))
+			} else {
+				ch.onStart = func(in spec.ChunkInput) {
+					if in.From == 100 && in.Rank == 0 {
+						env.CancelWorkflow()
+					}
+				}
+				ch.fail = func(in spec.ChunkInput) error {
+					if in.From == 100 && tc.protocol >= spec.ChunkProtocolEndEarly {
+						select { // the chunk trains until its node is asked to end it
+						case <-askedCh:
+						case <-time.After(10 * time.Second):
+						}
+					}
+					return nil
+				}
+				ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+					mu.Lock()
+					n := len(asked)
+					mu.Unlock()
+					if in.From != 100 || n == 0 {
+						return
+					}
+					res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = 137, "w137", nil, nil
+					if in.Rank == 0 {
+						res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: 137, Key: "ckpt/137"}
+					}
+				}
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.True(t, env.IsWorkflowCompleted())
+			var can *temporal.CanceledError
+			require.ErrorAs(t, env.GetWorkflowError(), &can)
+			st := queryStatus(t, env)
+
+			require.Equal(t, spec.PhaseCancelled, st.Phase)
+			require.EqualValues(t, tc.step, st.Step)
+			require.NotNil(t, st.LastCkpt)
+			require.EqualValues(t, tc.step, st.LastCkpt.Step, "ended at a stored checkpoint")
+			require.Equal(t, fmt.Sprintf("cancelled at step %d; last checkpoint at step %d", tc.step, tc.step), st.Error)
+			require.Empty(t, st.Detail)
+			cl.mu.Lock()
+			require.Equal(t, 1, cl.releases, "its nodes released")
+			cl.mu.Unlock()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case tc.protocol < spec.ChunkProtocolEndEarly:
+				require.Empty(t, asked)
+			case tc.deaf:
+				require.Len(t, asked, 1)
+				require.Equal(t, cancelAt.Add(cancelGrace), st.UpdatedAt.UTC(), "the chunk cancelled after the grace")
+			default:
+				require.Len(t, asked, 1)
+				require.Equal(t, "the run was cancelled", asked[0].Why)
+			}
+		})
+	}
 }

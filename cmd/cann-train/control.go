@@ -143,16 +143,17 @@ func newCancelCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cancel RUN",
 		Short: "Stop a run now and give its nodes back; its checkpoints stay",
-		Long: `Cancels the run's workflow, as 'temporal workflow cancel' does: the chunk that
-is training stops (the steps since its last checkpoint are lost), an external
-job's processes are stopped, the nodes go back to the pool and the run ends
-cancelled. Its checkpoints stay in the bucket ('cann-train checkpoint
-ls RUN'); 'cann-train status RUN' still shows where it stopped. To lose no
-step, pause it first: the chunk in flight then ends within a second at a
-checkpoint, from which 'cann-train run JOB --resume' goes on later.`,
+		Long: `Cancels the run's workflow, as 'temporal workflow cancel' does. The chunk that
+is training ends first, within about a second, at a step its nodes agree on,
+with a checkpoint there (nodes of chunk protocol 2: 'cann-train nodes -o
+json'; on older ones, or if it has not ended within a minute, it is stopped
+and the steps since its last checkpoint are lost). An external job's
+processes are stopped. The nodes go back to the pool and the run ends
+cancelled; its checkpoints stay in the bucket ('cann-train checkpoint ls
+RUN'), 'cann-train status RUN' still shows where it stopped, and
+'cann-train run JOB --resume' goes on from there later.`,
 		Example: `  cann-train cancel mnist-demo
-  cann-train cancel mnist-demo --wait 1m   # return once it has ended
-  cann-train pause mnist-demo --wait 1m && cann-train cancel mnist-demo   # keep every step`,
+  cann-train cancel mnist-demo --wait 1m   # return once it has ended, saying at which step`,
 		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()

@@ -126,7 +126,9 @@ func TestNodeStopsGracefully(t *testing.T) {
 // asks rank 0's node to end the chunk (EndChunk), the ranks agree on a
 // step and store a checkpoint there, and the run holds at that step, or
 // moves off the drained node to the spare at it. (Before, each waited for
-// the chunk's planned end.)
+// the chunk's planned end.) Then `cann-train cancel --wait` ends the chunk
+// the same way and the run ends cancelled at that step, its checkpoint
+// there (before, the chunk was cancelled and its steps lost).
 func TestControlsEndALongChunk(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -167,8 +169,29 @@ func TestControlsEndALongChunk(t *testing.T) {
 		t.Fatalf("rescaling %+v (recoveries %+v); want node-2 replaced by node-3 within the chunk, after the pause", rs, moved.Recoveries)
 	}
 	t.Logf("drained node-2: the run moved to node-3 at step %d, %v after `nodes drain`", rs.ResumeStep, took.Round(time.Millisecond))
-	cancelAndAwait(ctx, t, c, run)
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_controls_end_chunk.json")
+	training("training on node-3", rs.ResumeStep)
+	asked = time.Now()
+	out = cli("cancel", "long", "--wait", "60s")
+	took = time.Since(asked)
+	var canceled *temporal.CanceledError
+	if err := run.Get(ctx, nil); !errors.As(err, &canceled) {
+		t.Fatalf("the cancelled run ended with %v", err)
+	}
+	v, err := c.QueryWorkflow(ctx, run.GetID(), "", spec.QueryStatus)
+	var end spec.RunStatus
+	if err == nil {
+		err = v.Get(&end)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.Phase != spec.PhaseCancelled || end.Step <= rs.ResumeStep || end.Step >= chunk || end.LastCkpt == nil || end.LastCkpt.Step != end.Step ||
+		!strings.Contains(out, fmt.Sprintf("cancelled at step %d; last checkpoint at step %d", end.Step, end.Step)) ||
+		!strings.Contains(out, fmt.Sprintf("--resume continues it from step %d", end.Step)) {
+		t.Fatalf("cancel said %q; the run ended at step %d, last checkpoint %+v; want it cancelled within the chunk, at a checkpoint", out, end.Step, end.LastCkpt)
+	}
+	t.Logf("`cancel --wait` returned %v after it was run: cancelled at step %d, its checkpoint there", took.Round(time.Millisecond), end.Step)
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_cancel_end_chunk.json")
 }
 
 // cancelAndAwait cancels run (as `temporal workflow cancel` does) and
