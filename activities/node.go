@@ -387,7 +387,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 			return nil, peerError(err, step+1, p.perNode)
 		} else if stop && step+1 < in.To {
 			if by >= 0 {
-				res.EndedBy = in.Membership.Nodes[by/p.perNode].ID
+				res.EndedBy, res.Stopping = in.Membership.Nodes[by/p.perNode].ID, n.ending.Load()
 				log.Info("ending the chunk early: a node of the run is stopping; a checkpoint here lets the run go on without it",
 					zap.Int64("step", step+1), zap.Int64("planned", in.To), zap.String("stopping", res.EndedBy))
 			} else {

@@ -600,6 +600,10 @@ type ChunkResult struct {
 	// chunk's ranks agreed to end it at To, before the step it was to
 	// reach, with a checkpoint there (ChunkProtocolEndEarly).
 	EndedBy string `json:"ended_by,omitempty"`
+	// Stopping: this rank's node's worker was stopping too when the chunk
+	// ended early (EndedBy names one stopping node of the chunk; several
+	// may stop at once, as in a rolling restart of several hosts).
+	Stopping bool `json:"stopping,omitempty"`
 }
 
 // PeerFailure is the detail of a PeerFailed error: whom a rank lost, at

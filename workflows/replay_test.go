@@ -126,9 +126,12 @@ import (
 // was stopped: its world stopped after its next checkpoint upload and
 // relaunched on the spare; trainingrun_cancel_end_chunk.json, the
 // paused and drained run of long chunks again, then cancelled mid-chunk:
-// its chunk ended early at a checkpoint first (versionCancelEndsChunk)
+// its chunk ended early at a checkpoint first (versionCancelEndsChunk);
+// trainingrun_stopped_two.json, a run both of whose nodes' workers were
+// stopped at once, each named by its ranks (ChunkResult.Stopping), both
+// replaced in one recovery at the step the chunk ended
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -210,6 +213,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_stopped_told.json", spec.WorkflowTrainingRun},       // … and that run, told, replacing the node where its chunk ended
 		{"trainingrun_external_stop.json", spec.WorkflowTrainingRun},      // an external world moved off a stopping node's at a checkpoint
 		{"trainingrun_cancel_end_chunk.json", spec.WorkflowTrainingRun},   // cancelled mid-chunk: the chunk ended at a checkpoint first (versionCancelEndsChunk)
+		{"trainingrun_stopped_two.json", spec.WorkflowTrainingRun},        // two nodes stopped at once, both replaced where the chunk ended (no version)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

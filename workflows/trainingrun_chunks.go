@@ -143,7 +143,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	lead := results[0]
 	again := lead.CheckpointFailed != nil && r.st.Status.CheckpointFailed != nil
 	r.absorb(ctx, results)
-	if f := r.stoppedNode(ctx, lead); f != nil {
+	if f := r.stoppedNode(ctx, results); f != nil {
 		return f
 	}
 	if r.st.Status.CheckpointFailed == nil || lead.Checkpoint != nil {
@@ -167,21 +167,35 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 const versionEndedEarly = "ended-early"
 
 // stoppedNode is the planned loss after a chunk that its ranks ended early
-// for a node whose worker is stopping (lead.EndedBy), at a checkpoint
-// they stored: recover then replaces the node, as after a failure but
-// with no restart counted and no step lost, before a chunk is planned on
-// it. nil when no node stopped, or the checkpoint at the chunk's end was
-// not stored (the run's next chunk then fails on the node, as before).
-func (r *run) stoppedNode(ctx workflow.Context, lead spec.ChunkResult) *chunkFailure {
+// for a node whose worker is stopping (the lead result's EndedBy), at a
+// checkpoint they stored: recover then replaces the node — and every
+// other node whose ranks say theirs was stopping too (Stopping: several
+// stopped at once) —, as after a failure but with no restart counted and
+// no step lost, before a chunk is planned on it. nil when no node
+// stopped, or the checkpoint at the chunk's end was not stored (the run's
+// next chunk then fails on the node, as before).
+func (r *run) stoppedNode(ctx workflow.Context, results []spec.ChunkResult) *chunkFailure {
+	lead := results[0]
 	by := lead.EndedBy
-	if by == "" || lead.Checkpoint == nil || lead.Checkpoint.Step != lead.To || !slices.Contains(r.st.Membership.NodeIDs(), by) ||
+	members := r.st.Membership.NodeIDs()
+	if by == "" || lead.Checkpoint == nil || lead.Checkpoint.Step != lead.To || !slices.Contains(members, by) ||
 		workflow.GetVersion(ctx, versionEndedEarly, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nil
 	}
+	// (Stopping is set only by node workers newer than these histories.)
+	var stopped []string
+	for _, res := range results {
+		if (res.NodeID == by || res.Stopping) && slices.Contains(members, res.NodeID) && !slices.Contains(stopped, res.NodeID) {
+			stopped = append(stopped, res.NodeID)
+		}
+	}
 	now := workflow.Now(ctx)
-	workflow.GetLogger(ctx).Info("a node's worker is stopping: its chunk ended early, at a checkpoint; replacing the node", "node", by, "step", lead.To)
+	workflow.GetLogger(ctx).Info("a node's worker is stopping: its chunk ended early, at a checkpoint; replacing the node", "nodes", stopped, "step", lead.To)
 	why := fmt.Sprintf("node %s's worker stopped; the chunk ended at step %d for it, with a checkpoint there", by, lead.To)
-	return &chunkFailure{from: lead.To, atStep: lead.To, noticed: lead.EndedAt, started: now, seen: now, failed: []string{by},
+	if len(stopped) > 1 {
+		why = fmt.Sprintf("the workers of nodes %s stopped; the chunk ended at step %d for them, with a checkpoint there", strings.Join(stopped, ", "), lead.To)
+	}
+	return &chunkFailure{from: lead.To, atStep: lead.To, noticed: lead.EndedAt, started: now, seen: now, failed: stopped,
 		reason: why, first: errors.New(why), retryable: true, stopped: true}
 }
 

@@ -76,6 +76,43 @@ func TestTrainingRunReplacesStoppingNodes(t *testing.T) {
 	}
 }
 
+// TestTrainingRunReplacesNodesStoppingTogether: node-2's and node-3's
+// workers stop at once; the chunk's vote names one of them (EndedBy) and
+// each of their ranks says its own node was stopping (Stopping). The run
+// replaces both at that step in one recovery, counting no restart.
+func TestTrainingRunReplacesNodesStoppingTogether(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1", "spare-2"), failed: map[string]bool{}}
+	ch := &fakeChunks{}
+	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+		if in.Membership.Generation != 1 || in.From != 100 {
+			return
+		}
+		end := in.From + 30
+		res.To, res.EndedBy, res.WeightsSHA256, res.PendingCheckpoint = end, "node-3", fmt.Sprintf("w%d", end), nil
+		res.Stopping = res.NodeID != "node-1"
+		if in.Rank == 0 {
+			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+		}
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100, MaxRestarts: 1}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Len(t, st.Recoveries, 1)
+	rec := st.Recoveries[0]
+	require.Equal(t, []string{"node-2", "node-3"}, rec.FailedNodes)
+	require.Equal(t, []string{"spare-1", "spare-2"}, rec.Replacement)
+	require.True(t, rec.Stopped)
+	require.EqualValues(t, 130, rec.ResumeStep)
+	require.Zero(t, rec.LostSteps)
+	require.Contains(t, rec.Reason, "the workers of nodes node-2, node-3 stopped; the chunk ended at step 130 for them")
+	require.Equal(t, []string{"node-1", "spare-1", "spare-2"}, st.Nodes)
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	require.True(t, cl.failed["node-2"] && cl.failed["node-3"], "both marked failed in the Cluster: %v", cl.failed)
+}
+
 // TestTrainingRunPauseEndsTheChunkInFlight: a pause signalled while a
 // chunk trains asks rank 0's node to end it early (EndChunk, once); the
 // chunk comes back short, at its checkpoint, and the run holds there, not

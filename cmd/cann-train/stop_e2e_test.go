@@ -304,3 +304,63 @@ func TestExternalStopMovesTheWorld(t *testing.T) {
 		st.Rescalings[0].AtStep, st.Rescalings[0].At.Sub(signalled).Round(time.Millisecond))
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_stop.json")
 }
+
+// TestTwoNodesStopAtOnce: both nodes of a run have their workers stopped
+// at the same moment (a rolling restart that takes several hosts at a
+// time) in the middle of a long chunk. The ranks' vote names one of them
+// and each rank says whether its own node was stopping; the chunk ends
+// there for both, at a checkpoint, both workers exit cleanly, and the run
+// moves to the two spares at that step in one recovery naming both,
+// losing no step and counting no restart.
+func TestTwoNodesStopAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, l, _ := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3", "node-4")
+	const chunk = 10_000_000
+	s := spec.RunSpec{Name: "stop-two", Nodes: 2, Steps: chunk, ChunkSteps: chunk, MaxRestarts: 1}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	first := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the first chunk under way", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
+		return live != nil && live.Step >= 200
+	})
+	held := first.Nodes
+	signalled := time.Now()
+	for _, id := range held {
+		if err := syscall.Kill(l.Proc(id).Pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range held {
+		p := l.Proc(id)
+		select {
+		case <-p.Done():
+		case <-ctx.Done():
+			t.Fatalf("%s did not exit", id)
+		}
+		if err := p.Err(); err != nil {
+			t.Errorf("%s exited with %v, want a clean exit", id, err)
+		}
+	}
+	exited := time.Since(signalled)
+	if exited >= workers.DefaultStopGrace {
+		t.Errorf("the workers took %v to exit, their whole stop grace: the chunk did not end early", exited)
+	}
+	st := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the run training on the spares", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
+		return live != nil && len(st.Recoveries) > 0 && !slices.ContainsFunc(st.Nodes, func(n string) bool { return slices.Contains(held, n) }) &&
+			live.Step > st.Recoveries[len(st.Recoveries)-1].ResumeStep
+	})
+	for _, rec := range st.Recoveries {
+		if !rec.Stopped || rec.LostSteps != 0 || rec.ResumeStep < 200 {
+			t.Errorf("recovery %+v; want a stop, no step lost, past step 200", rec)
+		}
+	}
+	rec := st.Recoveries[0]
+	if len(st.Recoveries) != 1 || !slices.Equal(rec.FailedNodes, held) || st.LastCkpt == nil || st.LastCkpt.Step < rec.ResumeStep ||
+		!strings.Contains(rec.Reason, fmt.Sprintf("the workers of nodes %s stopped", strings.Join(held, ", "))) {
+		t.Errorf("recoveries %+v, last checkpoint %+v; want one naming both stopped nodes, from the checkpoint where the chunk ended",
+			st.Recoveries, st.LastCkpt)
+	}
+	t.Logf("%v stopped at once: both exited %v after the signal; the chunk ended at step %d; recoveries %d, the run on %v",
+		held, exited.Round(time.Millisecond), rec.ResumeStep, len(st.Recoveries), st.Nodes)
+	cancelAndAwait(ctx, t, c, run)
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_stopped_two.json")
+}
