@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -128,53 +130,17 @@ func TestTrainingRunPauseEndsTheChunkInFlight(t *testing.T) {
 		{name: "an older build", protocol: spec.ChunkProtocolDataCheck, held: 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes := testNodes("a", "b")
-			for i := range nodes {
-				nodes[i].Protocol = tc.protocol
-			}
-			cl := &fakeCluster{pool: nodes}
+			cl := &fakeCluster{pool: speaking(tc.protocol, "a", "b")}
 			ch := &fakeChunks{}
 			env, starts := controlEnv(t, cl, ch, nil)
 			env.SetStartTime(day0)
-			var mu sync.Mutex
-			var asked []spec.EndChunkInput
-			var queues []string
-			askedCh := make(chan struct{})
-			env.RegisterActivityWithOptions(func(ctx context.Context, in spec.EndChunkInput) error {
-				mu.Lock()
-				defer mu.Unlock()
-				asked, queues = append(asked, in), append(queues, activity.GetInfo(ctx).TaskQueue)
-				if len(asked) == 1 {
-					close(askedCh)
-				}
-				return nil
-			}, activity.RegisterOptions{Name: spec.ActivityEndChunk})
+			ends := newEndChunks(env)
 			ch.onStart = func(in spec.ChunkInput) {
 				if in.From == 100 && in.Rank == 0 {
 					env.SignalWorkflow(spec.SignalPause, nil)
 				}
 			}
-			ch.fail = func(in spec.ChunkInput) error {
-				if in.From == 100 && tc.protocol >= spec.ChunkProtocolEndEarly {
-					select { // the chunk trains until its node is asked to end it
-					case <-askedCh:
-					case <-time.After(10 * time.Second):
-					}
-				}
-				return nil
-			}
-			ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
-				mu.Lock()
-				n := len(asked)
-				mu.Unlock()
-				if in.From != 100 || n == 0 {
-					return
-				}
-				res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = 137, "w137", nil, nil
-				if in.Rank == 0 {
-					res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: 137, Key: "ckpt/137"}
-				}
-			}
+			ends.endAt137(ch, tc.protocol)
 			var held spec.RunStatus
 			env.RegisterDelayedCallback(func() { held = queryStatus(t, env) }, time.Hour)
 			env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, 2*time.Hour)
@@ -188,8 +154,7 @@ func TestTrainingRunPauseEndsTheChunkInFlight(t *testing.T) {
 			require.EqualValues(t, tc.held, held.LastCkpt.Step, "held at a stored checkpoint")
 			require.Equal(t, spec.PhaseCompleted, st.Phase)
 			require.EqualValues(t, 400, st.Step)
-			mu.Lock()
-			defer mu.Unlock()
+			asked, queues := ends.calls()
 			if tc.protocol < spec.ChunkProtocolEndEarly {
 				require.Empty(t, asked)
 				return
@@ -215,11 +180,7 @@ func TestTrainingRunPauseEndsTheChunkInFlight(t *testing.T) {
 // chunk comes back short and the run waits at that boundary for the next
 // window (14:00) instead of training on to the chunk's planned end.
 func TestTrainingRunGreenWindowEndsTheChunk(t *testing.T) {
-	nodes := testNodes("a", "b")
-	for i := range nodes {
-		nodes[i].Protocol = spec.ChunkProtocolEndEarly
-	}
-	cl := &fakeCluster{pool: nodes}
+	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b")}
 	ch := &fakeChunks{}
 	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: at("08:00"), End: at("09:00"), GPerKWh: 90}, {Start: at("14:00"), End: at("23:00"), GPerKWh: 120}}}
 	env, starts := controlEnv(t, cl, ch, cb)
@@ -283,26 +244,11 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 		{name: "a chunk that does not end", protocol: spec.ChunkProtocolEndEarly, deaf: true, step: 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nodes := testNodes("a", "b")
-			for i := range nodes {
-				nodes[i].Protocol = tc.protocol
-			}
-			cl := &fakeCluster{pool: nodes}
+			cl := &fakeCluster{pool: speaking(tc.protocol, "a", "b")}
 			ch := &fakeChunks{}
 			env := newRunEnv(t, cl, ch)
 			env.SetStartTime(day0)
-			var mu sync.Mutex
-			var asked []spec.EndChunkInput
-			askedCh := make(chan struct{})
-			env.RegisterActivityWithOptions(func(ctx context.Context, in spec.EndChunkInput) error {
-				mu.Lock()
-				defer mu.Unlock()
-				asked = append(asked, in)
-				if len(asked) == 1 {
-					close(askedCh)
-				}
-				return nil
-			}, activity.RegisterOptions{Name: spec.ActivityEndChunk})
+			ends := newEndChunks(env)
 			cancelAt := day0.Add(2*time.Hour + 30*time.Minute)
 			if tc.deaf {
 				env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
@@ -313,27 +259,7 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 						env.CancelWorkflow()
 					}
 				}
-				ch.fail = func(in spec.ChunkInput) error {
-					if in.From == 100 && tc.protocol >= spec.ChunkProtocolEndEarly {
-						select { // the chunk trains until its node is asked to end it
-						case <-askedCh:
-						case <-time.After(10 * time.Second):
-						}
-					}
-					return nil
-				}
-				ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
-					mu.Lock()
-					n := len(asked)
-					mu.Unlock()
-					if in.From != 100 || n == 0 {
-						return
-					}
-					res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = 137, "w137", nil, nil
-					if in.Rank == 0 {
-						res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: 137, Key: "ckpt/137"}
-					}
-				}
+				ends.endAt137(ch, tc.protocol)
 			}
 			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
@@ -351,8 +277,7 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 			cl.mu.Lock()
 			require.Equal(t, 1, cl.releases, "its nodes released")
 			cl.mu.Unlock()
-			mu.Lock()
-			defer mu.Unlock()
+			asked, _ := ends.calls()
 			switch {
 			case tc.protocol < spec.ChunkProtocolEndEarly:
 				require.Empty(t, asked)
@@ -365,4 +290,67 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 			}
 		})
 	}
+}
+
+// endChunks plays the EndChunk node activity and records its calls.
+type endChunks struct {
+	mu     sync.Mutex
+	asked  []spec.EndChunkInput
+	queues []string
+	first  chan struct{} // closed at the first call
+}
+
+func newEndChunks(env *testsuite.TestWorkflowEnvironment) *endChunks {
+	e := &endChunks{first: make(chan struct{})}
+	env.RegisterActivityWithOptions(func(ctx context.Context, in spec.EndChunkInput) error {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.asked, e.queues = append(e.asked, in), append(e.queues, activity.GetInfo(ctx).TaskQueue)
+		if len(e.asked) == 1 {
+			close(e.first)
+		}
+		return nil
+	}, activity.RegisterOptions{Name: spec.ActivityEndChunk})
+	return e
+}
+
+// calls are the EndChunk inputs so far, and the task queues they went to.
+func (e *endChunks) calls() ([]spec.EndChunkInput, []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.asked), slices.Clone(e.queues)
+}
+
+// endAt137 makes ch's chunk from step 100 train, on nodes of protocol
+// ChunkProtocolEndEarly, until its node is asked to end it, and then
+// come back at step 137 with rank 0's checkpoint there; nodes of an
+// older protocol train it to its end.
+func (e *endChunks) endAt137(ch *fakeChunks, protocol int) {
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.From == 100 && protocol >= spec.ChunkProtocolEndEarly {
+			select { // the chunk trains until its node is asked to end it
+			case <-e.first:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return nil
+	}
+	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+		if asked, _ := e.calls(); in.From != 100 || len(asked) == 0 {
+			return
+		}
+		res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = 137, "w137", nil, nil
+		if in.Rank == 0 {
+			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: 137, Key: "ckpt/137"}
+		}
+	}
+}
+
+// speaking is testNodes(ids...) registered with chunk protocol protocol.
+func speaking(protocol int, ids ...string) []spec.Node {
+	nodes := testNodes(ids...)
+	for i := range nodes {
+		nodes[i].Protocol = protocol
+	}
+	return nodes
 }

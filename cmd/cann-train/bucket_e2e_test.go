@@ -42,14 +42,7 @@ func TestUnsharedBucketFailsTheRun(t *testing.T) {
 			t.Fatalf("run error lacks %q: %v", want, err)
 		}
 	}
-	v, qerr := c.QueryWorkflow(ctx, run.GetID(), "", spec.QueryStatus)
-	var st spec.RunStatus
-	if qerr == nil {
-		qerr = v.Get(&st)
-	}
-	if qerr != nil {
-		t.Fatal(qerr)
-	}
+	st := queryRun(ctx, t, c, run.GetID())
 	if st.Phase != spec.PhaseFailed || len(st.Recoveries) != 0 || st.LastCkpt == nil || st.Step <= st.LastCkpt.Step {
 		t.Errorf("status: %s at step %d, checkpoint %+v, recoveries %+v; want failed past a checkpoint, no recovery",
 			st.Phase, st.Step, st.LastCkpt, st.Recoveries)

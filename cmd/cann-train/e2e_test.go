@@ -287,6 +287,20 @@ func fetchHistory(ctx context.Context, t *testing.T, c client.Client, id string)
 
 // recordHistory writes a history for the replay tests when
 // CANN_TRAIN_RECORD_HISTORY names a directory (see workflows/testdata).
+// queryRun asks the run's workflow, running or closed, for its status.
+func queryRun(ctx context.Context, t *testing.T, c client.Client, id string) spec.RunStatus {
+	t.Helper()
+	v, err := c.QueryWorkflow(ctx, id, "", spec.QueryStatus)
+	var st spec.RunStatus
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil {
+		t.Fatalf("query %s's status: %v", id, err)
+	}
+	return st
+}
+
 func recordHistory(t *testing.T, h *history.History, name string) {
 	dir := os.Getenv("CANN_TRAIN_RECORD_HISTORY")
 	if dir == "" {

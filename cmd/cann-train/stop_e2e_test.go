@@ -177,14 +177,7 @@ func TestControlsEndALongChunk(t *testing.T) {
 	if err := run.Get(ctx, nil); !errors.As(err, &canceled) {
 		t.Fatalf("the cancelled run ended with %v", err)
 	}
-	v, err := c.QueryWorkflow(ctx, run.GetID(), "", spec.QueryStatus)
-	var end spec.RunStatus
-	if err == nil {
-		err = v.Get(&end)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	end := queryRun(ctx, t, c, run.GetID())
 	if end.Phase != spec.PhaseCancelled || end.Step <= rs.ResumeStep || end.Step >= chunk || end.LastCkpt == nil || end.LastCkpt.Step != end.Step ||
 		!strings.Contains(out, fmt.Sprintf("cancelled at step %d; last checkpoint at step %d", end.Step, end.Step)) ||
 		!strings.Contains(out, fmt.Sprintf("--resume continues it from step %d", end.Step)) {
