@@ -129,9 +129,13 @@ import (
 // its chunk ended early at a checkpoint first (versionCancelEndsChunk);
 // trainingrun_stopped_two.json, a run both of whose nodes' workers were
 // stopped at once, each named by its ranks (ChunkResult.Stopping), both
-// replaced in one recovery at the step the chunk ended
+// replaced in one recovery at the step the chunk ended;
+// trainingrun_external_stop_late.json, an external job whose node's
+// worker stopped further from its next checkpoint than its stop grace:
+// relaunched from the last one on the spare, counting no restart
+// (versionStoppingNoRestart)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -152,6 +156,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_slow_drain.json":         "run/slow-drain",
 		"trainingrun_slow_replace.json":       "run/slow-replace",
 		"trainingrun_external_stop.json":      "run/ext-stop",
+		"trainingrun_external_stop_late.json": "run/ext-stop-late",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -214,6 +219,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_stop.json", spec.WorkflowTrainingRun},      // an external world moved off a stopping node's at a checkpoint
 		{"trainingrun_cancel_end_chunk.json", spec.WorkflowTrainingRun},   // cancelled mid-chunk: the chunk ended at a checkpoint first (versionCancelEndsChunk)
 		{"trainingrun_stopped_two.json", spec.WorkflowTrainingRun},        // two nodes stopped at once, both replaced where the chunk ended (no version)
+		{"trainingrun_external_stop_late.json", spec.WorkflowTrainingRun}, // a stop past the grace: no restart counted (versionStoppingNoRestart)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -1447,6 +1447,11 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.st.StorageWait = 0 // (a hold for a checkpoint to read is over)
 	outage := f.allSilent && workflow.GetVersion(ctx, versionServiceOutage, workflow.DefaultVersion, 1) >= 1 &&
 		r.answerAfterSilence(ctx, f)
+	if !f.stopped && !outage && r.stoppingOnly(f) &&
+		workflow.GetVersion(ctx, versionStoppingNoRestart, workflow.DefaultVersion, 1) >= 1 {
+		f.stopped = true
+		f.reason += " (its worker was stopping, SIGTERM: no restart counted)"
+	}
 	if r.st.Restarts >= r.spec.MaxRestarts && !outage && !f.stopped {
 		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
 	}
@@ -1571,6 +1576,30 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.st.LastChunkEnd = time.Time{}
 	r.publish(ctx)
 	return nil
+}
+
+// versionStoppingNoRestart: a failure whose every failed node the Cluster
+// said is stopping (spec.Evict.Stopping: its worker got SIGTERM) — a
+// chunk or an external world that did not reach a checkpoint within the
+// worker's stop grace, and was cancelled there — counts no restart
+// (Recovery.Stopped), as a chunk that ended at a checkpoint for the stop
+// does; the steps since the last checkpoint are lost all the same.
+// Before, each such stop spent one of max_restarts: a rolling upgrade of
+// an external job's hosts could fail the run. Asked only then.
+const versionStoppingNoRestart = "stopping-no-restart"
+
+// stoppingOnly: f failed nodes, and only nodes the run was told are
+// stopping (noteEvict).
+func (r *run) stoppingOnly(f *chunkFailure) bool {
+	if len(f.failed) == 0 || len(f.lostState) > 0 || f.corrupt {
+		return false
+	}
+	for _, id := range f.failed {
+		if !slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == id && e.Stopping }) {
+			return false
+		}
+	}
+	return true
 }
 
 // versionServiceOutage: when every node of a chunk or world timed out

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -353,4 +354,71 @@ func speaking(protocol int, ids ...string) []spec.Node {
 		nodes[i].Protocol = protocol
 	}
 	return nodes
+}
+
+// TestTrainingRunStoppingNodeCountsNoRestart: the Cluster tells the run
+// that node b's worker is stopping (Evict.Stopping), and b's chunk does
+// not end at a checkpoint for it (an older build, or a stop grace too
+// short): it times out. The recovery resumes from the last checkpoint but
+// counts no restart (Recovery.Stopped), so with max_restarts 1 a second
+// such stop (spare-1's) does not fail the run. A node that fails
+// without having been said to stop still counts one.
+func TestTrainingRunStoppingNodeCountsNoRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		told    bool
+		stopped bool
+	}{
+		{name: "told it stops", told: true, stopped: true},
+		{name: "not told", told: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("a", "b", "spare-1", "spare-2"), failed: map[string]bool{}}
+			ch := &fakeChunks{}
+			// By generation, the chunk in which a node stops, and which.
+			stops := map[int64]struct {
+				from int64
+				node string
+			}{1: {100, "b"}, 2: {200, "spare-1"}}
+			ch.fail = func(in spec.ChunkInput) error {
+				stop := stops[in.Membership.Generation]
+				if in.From == stop.from && in.Membership.Nodes[in.Rank].ID == stop.node {
+					return temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, spec.ChunkProgress{Step: 150, To: 200})
+				}
+				return nil
+			}
+			env := newRunEnv(t, cl, ch)
+			env.SetStartTime(day0)
+			env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(time.Hour)
+			if tc.told {
+				// The chunk from 100 of generation 1: 1h–2h; from 200 of
+				// generation 2: 2h–3h.
+				for at, node := range map[time.Duration]string{90 * time.Minute: "b", 150 * time.Minute: "spare-1"} {
+					env.RegisterDelayedCallback(func() {
+						env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: node, Reason: "its worker is stopping", Stopping: true})
+					}, at)
+				}
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, MaxRestarts: 1}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.True(t, env.IsWorkflowCompleted())
+			if !tc.stopped {
+				require.ErrorContains(t, env.GetWorkflowError(), "gave up after 1 restart(s)")
+				return
+			}
+			st := result(t, env)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.Len(t, st.Recoveries, 2)
+			for i, gen := range []int64{1, 2} {
+				rec := st.Recoveries[i]
+				require.Equal(t, []string{stops[gen].node}, rec.FailedNodes, "recovery %d", i)
+				require.True(t, rec.Stopped, "recovery %d", i)
+				// (From the chunk's start, or its end where a's result,
+				// with its checkpoint, came first: both finish at once.)
+				require.GreaterOrEqual(t, rec.ResumeStep, stops[gen].from, "recovery %d", i)
+				require.Contains(t, rec.Reason, "its worker was stopping, SIGTERM: no restart counted")
+			}
+			require.Equal(t, []string{"a", "spare-2"}, st.Nodes)
+		})
+	}
 }

@@ -539,8 +539,9 @@ func awaitCheckpoint(ctx context.Context, t *testing.T, c client.Client, id stri
 // TestCancelStopsTheChunkInFlight: a cancelled run's chunk stops on its
 // nodes within seconds, not at the SDK's throttled heartbeat (0.8 × a 30 s
 // heartbeat timeout here: 24 s), which is when an activity hears of its
-// cancellation; the node workers send heartbeats every second. (The node
-// that hears first stops, and its peer's collective ends with it.)
+// cancellation: the run asks rank 0's node to end it (EndChunk), its
+// ranks end it at their next vote with a checkpoint there, and the run
+// ends cancelled at that step. Neither node's chunk is cancelled.
 func TestCancelStopsTheChunkInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -556,30 +557,25 @@ func TestCancelStopsTheChunkInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	asked := time.Now()
-	// A node's chunk has stopped once its activity ended: cancelled, or
-	// aborted by its peer that was cancelled first ("session aborted: rank
-	// 0 closed or cancelled its communicator"), whichever came first.
-	ended := func(log []byte) bool {
-		for line := range bytes.Lines(log) {
-			if bytes.Contains(line, []byte("Activity error.")) && bytes.Contains(line, []byte(`"ActivityType": "TrainChunk"`)) &&
-				bytes.Contains(line, []byte(`"WorkflowID": "run/cancel-chunk"`)) {
-				return true
-			}
-		}
-		return false
+	var canceled *temporal.CanceledError
+	if err := run.Get(ctx, nil); !errors.As(err, &canceled) {
+		t.Fatalf("the cancelled run ended with %v", err)
+	}
+	took := time.Since(asked)
+	if took > 5*time.Second {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("the run ended %s after the cancel", took.Round(time.Millisecond))
+	}
+	st := queryRun(ctx, t, c, run.GetID())
+	if st.Phase != spec.PhaseCancelled || st.Step == 0 || st.LastCkpt == nil || st.LastCkpt.Step != st.Step {
+		t.Fatalf("the cancelled run: %s at step %d, last checkpoint %+v; want cancelled at a checkpoint in the chunk", st.Phase, st.Step, st.LastCkpt)
 	}
 	for _, node := range []string{"node-1", "node-2"} {
-		for {
-			b, _ := os.ReadFile(filepath.Join(l.LogDir, node+".log"))
-			if ended(b) {
-				break
-			}
-			if time.Since(asked) > 5*time.Second {
-				dumpLogs(t, l.LogDir)
-				t.Fatalf("%s's chunk still trains %s after the cancel", node, time.Since(asked).Round(time.Millisecond))
-			}
-			time.Sleep(20 * time.Millisecond)
+		b, _ := os.ReadFile(filepath.Join(l.LogDir, node+".log"))
+		if !bytes.Contains(b, []byte("ending the chunk early, as the run asked")) || bytes.Contains(b, []byte("chunk cancelled")) {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("%s's log does not say the chunk ended early, or says it was cancelled", node)
 		}
 	}
-	t.Logf("both nodes' chunks stopped %s after the cancel", time.Since(asked).Round(time.Millisecond))
+	t.Logf("the run ended cancelled %s after the cancel, at step %d, its checkpoint there", took.Round(time.Millisecond), st.Step)
 }

@@ -357,3 +357,46 @@ func TestTwoNodesStopAtOnce(t *testing.T) {
 	cancelAndAwait(ctx, t, c, run)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_stopped_two.json")
 }
+
+// TestExternalStopPastTheGrace: an external job whose next checkpoint is
+// further off than its node worker's stop grace (1 s here) cannot stop at
+// one: the stopping worker cancels its part of the world when the grace
+// ends, and the run relaunches from the last checkpoint on the spare,
+// losing the steps since — but, the node having been said to stop,
+// counting no restart (Recovery.Stopped).
+func TestExternalStopPastTheGrace(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 in PATH: skipping the external-job stop e2e test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, _ := startScriptClusterWith(ctx, t, dir, nil, []string{"--stop-grace", "1s"}, "node-1", "node-2", "node-3")
+	s := spec.RunSpec{Name: "ext-stop-late", Nodes: 2, Steps: 600, CheckpointEvery: 200, HeartbeatTimeout: spec.Duration(2 * time.Second),
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir}}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the world past its first checkpoint", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
+		return st.LastCkpt != nil && live != nil && live.Step >= 210
+	})
+	node2 := l.Proc("node-2")
+	if err := syscall.Kill(node2.Pid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	st := awaitRun(ctx, t, run, l.LogDir)
+	select {
+	case <-node2.Done():
+	case <-ctx.Done():
+		t.Fatal("node-2 did not exit")
+	}
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 1 {
+		t.Fatalf("final status %s at step %d, recoveries %+v: want completed after one recovery", st.Phase, st.Step, st.Recoveries)
+	}
+	rec := st.Recoveries[0]
+	if !slices.Equal(rec.FailedNodes, []string{"node-2"}) || !slices.Equal(rec.Replacement, []string{"node-3"}) || !rec.Stopped ||
+		rec.ResumeStep != 200 || !strings.Contains(rec.Reason, "no restart counted") {
+		t.Fatalf("recovery %+v; want node-2 replaced by node-3 from the checkpoint at 200, as a stop (no restart counted)", rec)
+	}
+	t.Logf("node-2 stopped before a checkpoint: the world relaunched on node-3 from step %d (%d steps lost), no restart counted",
+		rec.ResumeStep, rec.LostSteps)
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_stop_late.json")
+}
