@@ -319,9 +319,10 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 	codecName, calibrate := r.chunkCodec(ctx, from)
 	flight := !plan.saveOnly() && m.EndsEarly()
 	// A chunk that can end early is not cancelled with the run: a
-	// cancellation asks it to end at a checkpoint first (endOnCancel).
+	// cancellation asks it to end at a checkpoint first (endOnCancel). (A
+	// run cancelled already schedules nothing: its chunk fails at once.)
 	actx := ctx
-	if flight && workflow.GetVersion(ctx, versionCancelEndsChunk, workflow.DefaultVersion, 1) >= 1 {
+	if flight && ctx.Err() == nil && workflow.GetVersion(ctx, versionCancelEndsChunk, workflow.DefaultVersion, 1) >= 1 {
 		actx, _ = workflow.NewDisconnectedContext(ctx)
 	}
 	cctx, cancel := workflow.WithCancel(actx)
