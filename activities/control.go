@@ -101,6 +101,20 @@ func (c *Control) EndedRuns(ctx context.Context, ids []string) ([]spec.EndedRun,
 	return out, nil
 }
 
+// FreeNodes asks the Cluster clusterID how many live free nodes an
+// acquire by req's run could take now (spec.QueryFree).
+func (c *Control) FreeNodes(ctx context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
+	v, err := c.Client.QueryWorkflow(ctx, clusterID, "", spec.QueryFree, req)
+	if err != nil {
+		return 0, fmt.Errorf("ask %s for free nodes: %w", clusterID, err)
+	}
+	var free int
+	if err := v.Get(&free); err != nil {
+		return 0, fmt.Errorf("ask %s for free nodes: %w", clusterID, err)
+	}
+	return free, nil
+}
+
 // RunEnded says how the run id (a workflow ID; its latest execution)
 // ended: its execution status in lower case ("terminated", …), "deleted"
 // when the server no longer knows it, "" while it runs.

@@ -56,6 +56,10 @@ const (
 	// (EndChunkInput; node queues): a pause, drain or rescale signalled
 	// during a long chunk takes effect within a second.
 	ActivityEndChunk = "EndChunk"
+	// ActivityFreeNodes asks the Cluster how many live free nodes an
+	// acquire of a run could take now (QueryFree; control queue): a run
+	// below its size ends a long chunk early when one is.
+	ActivityFreeNodes = "FreeNodes"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -70,6 +74,10 @@ const (
 	// QueryRegistry answers the node records with the lease TTL they are
 	// judged by (workflows.Registry).
 	QueryRegistry = "registry"
+	// QueryFree (argument: an AcquireRequest's RunID, DataSHA256 and
+	// Leave) answers how many live free nodes an acquire of that run could
+	// take now.
+	QueryFree = "free"
 
 	// TrainingRun query and signals.
 	QueryStatus = "status"

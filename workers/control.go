@@ -32,6 +32,7 @@ func RunControl(ctx context.Context, c client.Client, namespace string, log *zap
 	ctl := &activities.Control{Client: c}
 	w.RegisterActivityWithOptions(ctl.AcquireNodes, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})
 	w.RegisterActivityWithOptions(ctl.EndedRuns, activity.RegisterOptions{Name: spec.ActivityEndedRuns})
+	w.RegisterActivityWithOptions(ctl.FreeNodes, activity.RegisterOptions{Name: spec.ActivityFreeNodes})
 	w.RegisterActivityWithOptions((&activities.Carbon{}).PlanCarbon, activity.RegisterOptions{Name: spec.ActivityPlanCarbon})
 	w.RegisterActivityWithOptions(activities.Planner{}.PlanTopology, activity.RegisterOptions{Name: spec.ActivityPlanTopology})
 	w.RegisterActivityWithOptions(activities.Planner{}.ResolveCheckpoint, activity.RegisterOptions{Name: spec.ActivityResolveCheckpoint})

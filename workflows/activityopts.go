@@ -71,6 +71,18 @@ func sweepOptions(ctx workflow.Context) workflow.Context {
 	})
 }
 
+// freeNodesOptions asks the Cluster for free nodes (FreeNodes) on the
+// control queue: quick, or not at all (the run asks again later).
+func freeNodesOptions(ctx workflow.Context, why string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              spec.ControlTaskQueue,
+		ScheduleToStartTimeout: 10 * time.Second,
+		StartToCloseTimeout:    10 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 2},
+		Summary:                "free nodes? " + why,
+	})
+}
+
 // carbonOptions runs PlanCarbon on the control queue. It reads a file or a
 // carbon-signal API: a few quick retries, then the run trains on without
 // waiting rather than stall on an outage.

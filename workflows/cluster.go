@@ -94,6 +94,12 @@ func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if err := workflow.SetQueryHandler(ctx, spec.QueryFree, func(req spec.AcquireRequest) (int, error) {
+		free, _ := c.freeFor(workflow.Now(ctx), req)
+		return free, nil
+	}); err != nil {
+		return nil, err
+	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, spec.UpdateAcquire, c.acquire,
 		workflow.UpdateHandlerOptions{Validator: validateAcquire}); err != nil {
 		return nil, err
@@ -378,18 +384,8 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 	}
 	if !ok {
 		now := workflow.Now(ctx)
-		free, beside := 0, ""
-		var kept []string
-		for i := range c.st.Nodes {
-			r := &c.st.Nodes[i]
-			switch {
-			case !c.alive(now, r) || slices.Contains(req.Leave, r.Node.ID):
-			case r.Run == "" && holds(r, req.DataSHA256):
-				free++
-			case r.Run == req.RunID:
-				kept = append(kept, r.Node.ID)
-			}
-		}
+		free, kept := c.freeFor(now, req)
+		beside := ""
 		if len(kept) > 0 {
 			beside = fmt.Sprintf(" beside its own %v", kept)
 		}
@@ -398,6 +394,23 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 				req.Count, req.RunID, free, beside, req.Wait, c.census(now, req.RunID, req.DataSHA256)), spec.ErrTypeNotEnoughNodes)
 	}
 	return out, nil
+}
+
+// freeFor counts the live free nodes an acquire of req's run could take
+// now (on its data set, not among those it leaves), and names the live
+// ones it holds.
+func (c *cluster) freeFor(now time.Time, req spec.AcquireRequest) (free int, kept []string) {
+	for i := range c.st.Nodes {
+		r := &c.st.Nodes[i]
+		switch {
+		case !c.alive(now, r) || slices.Contains(req.Leave, r.Node.ID):
+		case r.Run == "" && holds(r, req.DataSHA256):
+			free++
+		case r.Run == req.RunID:
+			kept = append(kept, r.Node.ID)
+		}
+	}
+	return free, kept
 }
 
 // census says where the registered nodes are that self could not have:

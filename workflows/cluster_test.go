@@ -784,3 +784,38 @@ func TestClusterStopTellsTheRun(t *testing.T) {
 	require.Equal(t, []string{"a", "b", "c"}, ids(results["r1"].nodes))
 	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "its worker is stopping", Stopping: true}}, *told)
 }
+
+// TestClusterAnswersFreeNodes: QueryFree counts the live free nodes an
+// acquire of the asking run could take: not its own, not a drained one,
+// not one it leaves, and one of its data set.
+func TestClusterAnswersFreeNodes(t *testing.T) {
+	env, acquire, at, _ := clusterEnv()
+	nodes := testNodes("a", "b", "c", "d", "e")
+	nodes[4].DataSHA256 = "other"
+	at(time.Second, func() {
+		for _, n := range nodes {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("r", spec.AcquireRequest{RunID: "r", Count: 2, Wait: time.Second}) })
+	at(3*time.Second, func() { env.SignalWorkflow(spec.SignalDrain, spec.Drain{NodeID: "c", Drained: true, Reason: "disk"}) })
+	free := map[string]int{}
+	at(4*time.Second, func() {
+		for name, req := range map[string]spec.AcquireRequest{
+			"any data":   {RunID: "r"},
+			"its data":   {RunID: "r", DataSHA256: "mine"},
+			"leaving d":  {RunID: "r", DataSHA256: "mine", Leave: []string{"d"}},
+			"other data": {RunID: "s", DataSHA256: "other"},
+		} {
+			v, err := env.QueryWorkflow(spec.QueryFree, req)
+			require.NoError(t, err)
+			var n int
+			require.NoError(t, v.Get(&n))
+			free[name] = n
+		}
+	})
+	at(5*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.Equal(t, map[string]int{"any data": 2, "its data": 1, "leaving d": 0, "other data": 2}, free,
+		"a and b held, c drained; d holds no data set (any run's), e another")
+}

@@ -133,9 +133,12 @@ import (
 // trainingrun_external_stop_late.json, an external job whose node's
 // worker stopped further from its next checkpoint than its stop grace:
 // relaunched from the last one on the spare, counting no restart
-// (versionStoppingNoRestart)
+// (versionStoppingNoRestart); trainingrun_regrow_in_flight.json, a run of
+// long chunks that shrank after a SIGKILL and, asking the Cluster while
+// its chunk trained, grew back mid-chunk once the node's worker returned
+// (versionNodesInFlight)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -220,6 +223,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_cancel_end_chunk.json", spec.WorkflowTrainingRun},   // cancelled mid-chunk: the chunk ended at a checkpoint first (versionCancelEndsChunk)
 		{"trainingrun_stopped_two.json", spec.WorkflowTrainingRun},        // two nodes stopped at once, both replaced where the chunk ended (no version)
 		{"trainingrun_external_stop_late.json", spec.WorkflowTrainingRun}, // a stop past the grace: no restart counted (versionStoppingNoRestart)
+		{"trainingrun_regrow_in_flight.json", spec.WorkflowTrainingRun},   // grew back mid-chunk, asking the Cluster for free nodes (versionNodesInFlight)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

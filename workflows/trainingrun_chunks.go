@@ -356,6 +356,7 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 	if flight {
 		r.flight = &chunkFlight{session: session, lead: m.Nodes[0], from: from, to: to}
 		r.endAtSlotEnd(cctx)
+		r.watchForNodes(cctx)
 	}
 	over := func() {}
 	if actx != ctx {

@@ -356,6 +356,57 @@ func (r *run) regrow(ctx workflow.Context) bool {
 	return true
 }
 
+// versionNodesInFlight: a run below its size after a loss, waiting to
+// grow back (regrow), asks the Cluster, while a chunk trains, whether a
+// node is free when it would have asked at a chunk boundary (RegrowAt),
+// and ends the chunk early when one is (endInFlight): before, it asked
+// only at chunk boundaries, a chunk's length later (minutes, or more for
+// long chunks). Asked when such a chunk starts.
+const versionNodesInFlight = "nodes-in-flight"
+
+// watchForNodes starts, for the chunk in flight (ctx: its context, which
+// ends with it), the asks of a run waiting to grow back: at each time the
+// run would have asked at a chunk boundary, it asks the Cluster how many
+// free nodes it could take (ActivityFreeNodes); one free ends the chunk
+// early, and the boundary takes it; none backs the next ask off as a
+// boundary's miss does. (A run keeping a drained node for want of a free
+// one still asks at boundaries only.)
+func (r *run) watchForNodes(ctx workflow.Context) {
+	if !r.regrowWanted() || r.flight == nil ||
+		workflow.GetVersion(ctx, versionNodesInFlight, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	why := fmt.Sprintf("growing back to %d nodes", r.regrowTarget())
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for r.regrowWanted() {
+			if d := r.st.RegrowAt.Sub(workflow.Now(ctx)); d > 0 {
+				if workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: "ask for a free node: " + why}).Get(ctx, nil) != nil {
+					return // the chunk ended
+				}
+			}
+			var free int
+			req := spec.AcquireRequest{RunID: r.st.Status.RunID, DataSHA256: r.st.DataSHA256, Count: 1}
+			err := workflow.ExecuteActivity(freeNodesOptions(ctx, why), spec.ActivityFreeNodes, r.clusterID, req).Get(ctx, &free)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err == nil && free > 0:
+				r.endInFlight(ctx, fmt.Sprintf("%s: %d free node(s)", why, free))
+				return
+			case err != nil:
+				workflow.GetLogger(ctx).Warn("could not ask the Cluster for free nodes; asking again later", "why", why, "error", err)
+			}
+			r.st.RegrowWait = nextRegrowWait(r.st.RegrowWait)
+			r.st.RegrowAt = r.regrowAfter(ctx, r.st.RegrowWait)
+		}
+	})
+}
+
+// regrowWanted: the run is below the size it grows back to.
+func (r *run) regrowWanted() bool {
+	return !r.spec.IsExternal() && r.regrowTarget() > len(r.st.Membership.Nodes) && r.st.Status.Step < r.spec.Steps
+}
+
 // evictRetry: how long a run that found no free node to replace a drained
 // one trains on before it asks again.
 const evictRetry = time.Minute

@@ -375,14 +375,13 @@ func TestTrainingRunStoppingNodeCountsNoRestart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("a", "b", "spare-1", "spare-2"), failed: map[string]bool{}}
 			ch := &fakeChunks{}
-			// By generation, the chunk in which a node stops, and which.
-			stops := map[int64]struct {
-				from int64
-				node string
-			}{1: {100, "b"}, 2: {200, "spare-1"}}
+			// By generation, the node that stops: b in the chunk from 100,
+			// spare-1 in its first chunk (from 100 or 200: a's result and
+			// checkpoint at 200 may come before b's failure or not).
+			stops := map[int64]string{1: "b", 2: "spare-1"}
 			ch.fail = func(in spec.ChunkInput) error {
-				stop := stops[in.Membership.Generation]
-				if in.From == stop.from && in.Membership.Nodes[in.Rank].ID == stop.node {
+				gen := in.Membership.Generation
+				if (gen == 2 || in.From == 100) && in.Membership.Nodes[in.Rank].ID == stops[gen] {
 					return temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, spec.ChunkProgress{Step: 150, To: 200})
 				}
 				return nil
@@ -391,8 +390,8 @@ func TestTrainingRunStoppingNodeCountsNoRestart(t *testing.T) {
 			env.SetStartTime(day0)
 			env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(time.Hour)
 			if tc.told {
-				// The chunk from 100 of generation 1: 1h–2h; from 200 of
-				// generation 2: 2h–3h.
+				// The chunk from 100 of generation 1: 1h–2h; generation 2's
+				// first: 2h–3h.
 				for at, node := range map[time.Duration]string{90 * time.Minute: "b", 150 * time.Minute: "spare-1"} {
 					env.RegisterDelayedCallback(func() {
 						env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: node, Reason: "its worker is stopping", Stopping: true})
@@ -411,14 +410,88 @@ func TestTrainingRunStoppingNodeCountsNoRestart(t *testing.T) {
 			require.Len(t, st.Recoveries, 2)
 			for i, gen := range []int64{1, 2} {
 				rec := st.Recoveries[i]
-				require.Equal(t, []string{stops[gen].node}, rec.FailedNodes, "recovery %d", i)
+				require.Equal(t, []string{stops[gen]}, rec.FailedNodes, "recovery %d", i)
 				require.True(t, rec.Stopped, "recovery %d", i)
-				// (From the chunk's start, or its end where a's result,
-				// with its checkpoint, came first: both finish at once.)
-				require.GreaterOrEqual(t, rec.ResumeStep, stops[gen].from, "recovery %d", i)
+				require.GreaterOrEqual(t, rec.ResumeStep, int64(100), "recovery %d: from a checkpoint", i)
 				require.Contains(t, rec.Reason, "its worker was stopping, SIGTERM: no restart counted")
 			}
 			require.Equal(t, []string{"a", "spare-2"}, st.Nodes)
 		})
 	}
+}
+
+// TestTrainingRunGrowsBackDuringAChunk: a run that shrank to a and c when
+// b was lost trains chunks of two virtual hours. While one trains, it
+// asks the Cluster for a free node when it would have at a boundary —
+// 10 s after the shrink, then 1 minute, then every 2 (node_wait) after
+// each miss — and once b's worker is back (20 minutes in), the next ask finds it: the
+// chunk's nodes are asked to end it, and the run grows back at that step
+// instead of at the chunk's planned end.
+func TestTrainingRunGrowsBackDuringAChunk(t *testing.T) {
+	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c")}
+	ch := &fakeChunks{fail: loseRank1At100}
+	env := newRunEnv(t, cl, ch)
+	env.SetStartTime(day0)
+	ends := newEndChunks(env)
+	var mu sync.Mutex
+	var asks []time.Time
+	env.RegisterActivityWithOptions(func(_ context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		mu.Lock()
+		asks = append(asks, env.Now().UTC())
+		mu.Unlock()
+		free := 0
+		for _, n := range cl.pool {
+			if !cl.failed[n.ID] && !slices.ContainsFunc(cl.held, func(h spec.Node) bool { return h.ID == n.ID }) {
+				free++
+			}
+		}
+		return free, nil
+	}, activity.RegisterOptions{Name: spec.ActivityFreeNodes})
+	// Chunks 0–100 and 100–200 (b lost) take 0–4 h; the shrunk run's chunk
+	// from 100 starts at 4 h.
+	shrunk := day0.Add(4 * time.Hour)
+	env.RegisterDelayedCallback(func() {
+		cl.mu.Lock()
+		delete(cl.failed, "b") // its worker came back
+		cl.mu.Unlock()
+	}, 4*time.Hour+20*time.Minute)
+	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+		if asked, _ := ends.calls(); in.Membership.Generation != 2 || len(asked) == 0 {
+			return
+		}
+		res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = 137, "w137", nil, nil
+		if in.Rank == 0 {
+			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: 137, Key: "ckpt/137"}
+		}
+	}
+	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.EqualValues(t, 400, st.Step)
+	mu.Lock()
+	defer mu.Unlock()
+	var after []time.Duration
+	for _, a := range asks {
+		after = append(after, a.Sub(shrunk))
+	}
+	want := []time.Duration{10 * time.Second, 70 * time.Second}
+	for at := 190 * time.Second; at <= 1270*time.Second; at += 2 * time.Minute {
+		want = append(want, at)
+	}
+	require.Equal(t, want, after, "asks 10 s after the shrink, then backing off up to node_wait (2 min); the last finds b")
+	asked, queues := ends.calls()
+	require.Len(t, asked, 1)
+	require.Equal(t, "growing back to 3 nodes: 1 free node(s)", asked[0].Why)
+	require.Equal(t, spec.NodeTaskQueue("a"), queues[0])
+	require.Len(t, st.Rescalings, 1)
+	grew := st.Rescalings[0]
+	require.True(t, grew.Regrow)
+	require.EqualValues(t, 137, grew.AtStep, "grown back where the chunk ended")
+	require.Equal(t, []string{"b"}, grew.Added)
+	require.Equal(t, []string{"a", "c", "b"}, st.Nodes)
+	require.Zero(t, st.TargetNodes)
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,4 +77,48 @@ func TestShrunkRunGrowsBack(t *testing.T) {
 		t.Fatalf("final: %s at step %d on %v (target %d), recoveries %+v", st.Phase, st.Step, st.Nodes, st.TargetNodes, st.Recoveries)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_regrow.json")
+}
+
+// TestShrunkRunGrowsBackMidChunk: a run of 2 nodes (min_nodes 1) training
+// 10,000,000-step chunks (about 40 minutes here) loses node-2 to a
+// SIGKILL and goes on alone; node-2's worker is started again. While the
+// chunk trains, the run asks the Cluster for a free node when it would
+// have at a boundary (10 s after the shrink), finds node-2, has its chunk
+// end early at a checkpoint, and grows back there — instead of at the
+// chunk's planned end.
+func TestShrunkRunGrowsBackMidChunk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2")
+	const chunk = 10_000_000
+	s := spec.RunSpec{Name: "grow-mid-chunk", Nodes: 2, MinNodes: 1, Steps: 2 * chunk, ChunkSteps: chunk,
+		HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the first chunk under way", func(_ spec.RunStatus, live *spec.ChunkProgress) bool {
+		return live != nil && live.Step >= 200
+	})
+	if err := syscall.Kill(l.Proc("node-2").Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	shrunk := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the shrink", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.Recoveries) == 1 && len(st.Nodes) == 1
+	})
+	if _, err := l.Start("node-2-again", "worker", "node", "--id", "node-2", "--address", addr,
+		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	grown := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the regrow", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.Rescalings) == 1
+	})
+	g := grown.Rescalings[0]
+	took := g.At.Sub(shrunk.Recoveries[0].ReplacedAt)
+	if !g.Regrow || g.Error != "" || !slices.Equal(g.Added, []string{"node-2"}) || g.AtStep <= shrunk.Recoveries[0].ResumeStep ||
+		g.AtStep >= chunk || g.ResumeStep != g.AtStep || took > time.Minute {
+		t.Fatalf("regrow %+v, %v after the shrink; want node-2 back within the chunk, at its checkpoint, about 10 s after the shrink", g, took)
+	}
+	t.Logf("shrunk to node-1 at step %d; grown back to 2 nodes at step %d, %v after the shrink (its chunk planned to step %d)",
+		shrunk.Recoveries[0].ResumeStep, g.AtStep, took.Round(time.Millisecond), shrunk.Recoveries[0].ResumeStep+chunk)
+	cancelAndAwait(ctx, t, c, run)
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_regrow_in_flight.json")
 }
