@@ -356,30 +356,34 @@ func (r *run) regrow(ctx workflow.Context) bool {
 	return true
 }
 
-// versionNodesInFlight: a run below its size after a loss, waiting to
-// grow back (regrow), asks the Cluster, while a chunk trains, whether a
-// node is free when it would have asked at a chunk boundary (RegrowAt),
-// and ends the chunk early when one is (endInFlight): before, it asked
-// only at chunk boundaries, a chunk's length later (minutes, or more for
-// long chunks). Asked when such a chunk starts.
+// versionNodesInFlight: a run waiting for a free node — below its size
+// after a loss, to grow back (regrow), or keeping a drained node for want
+// of a replacement (evict) — asks the Cluster, while a chunk trains,
+// whether one is free when it would have asked at a chunk boundary
+// (RegrowAt, EvictRetry), and ends the chunk early when one is
+// (endInFlight): before, it asked only at chunk boundaries, a chunk's
+// length later (minutes, or more for long chunks). Asked when such a
+// chunk starts.
 const versionNodesInFlight = "nodes-in-flight"
 
 // watchForNodes starts, for the chunk in flight (ctx: its context, which
-// ends with it), the asks of a run waiting to grow back: at each time the
-// run would have asked at a chunk boundary, it asks the Cluster how many
-// free nodes it could take (ActivityFreeNodes); one free ends the chunk
-// early, and the boundary takes it; none backs the next ask off as a
-// boundary's miss does. (A run keeping a drained node for want of a free
-// one still asks at boundaries only.)
+// ends with it), the asks of a run waiting for a free node: at each time
+// the run would have asked at a chunk boundary, it asks the Cluster how
+// many free nodes it could take (ActivityFreeNodes); one free ends the
+// chunk early, and the boundary takes it; none backs the next ask off as
+// a boundary's miss does.
 func (r *run) watchForNodes(ctx workflow.Context) {
-	if !r.regrowWanted() || r.flight == nil ||
+	if _, _, ok := r.wantsNodes(); !ok || r.flight == nil ||
 		workflow.GetVersion(ctx, versionNodesInFlight, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
-	why := fmt.Sprintf("growing back to %d nodes", r.regrowTarget())
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		for r.regrowWanted() {
-			if d := r.st.RegrowAt.Sub(workflow.Now(ctx)); d > 0 {
+		for {
+			why, next, ok := r.wantsNodes()
+			if !ok {
+				return
+			}
+			if d := next.Sub(workflow.Now(ctx)); d > 0 {
 				if workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: "ask for a free node: " + why}).Get(ctx, nil) != nil {
 					return // the chunk ended
 				}
@@ -396,15 +400,57 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			case err != nil:
 				workflow.GetLogger(ctx).Warn("could not ask the Cluster for free nodes; asking again later", "why", why, "error", err)
 			}
-			r.st.RegrowWait = nextRegrowWait(r.st.RegrowWait)
-			r.st.RegrowAt = r.regrowAfter(ctx, r.st.RegrowWait)
+			// None: the next ask as after a boundary's miss.
+			now := workflow.Now(ctx)
+			if r.regrowWanted() && !now.Before(r.st.RegrowAt) {
+				r.st.RegrowWait = nextRegrowWait(r.st.RegrowWait)
+				r.st.RegrowAt = r.regrowAfter(ctx, r.st.RegrowWait)
+			}
+			if r.evictWanted() && !now.Before(r.st.Ctl.EvictRetry) {
+				r.st.Ctl.EvictRetry = now.Add(evictRetry)
+			}
 		}
 	})
+}
+
+// wantsNodes says whether the run waits for a free node, why, and when it
+// asks next.
+func (r *run) wantsNodes() (why string, next time.Time, ok bool) {
+	var whys []string
+	if r.regrowWanted() {
+		whys = append(whys, fmt.Sprintf("growing back to %d nodes", r.regrowTarget()))
+		next = r.st.RegrowAt
+	}
+	if r.evictWanted() {
+		whys = append(whys, "replacing "+strings.Join(r.evictHeld(), ", "))
+		if len(whys) == 1 || r.st.Ctl.EvictRetry.Before(next) {
+			next = r.st.Ctl.EvictRetry
+		}
+	}
+	return strings.Join(whys, "; "), next, len(whys) > 0
 }
 
 // regrowWanted: the run is below the size it grows back to.
 func (r *run) regrowWanted() bool {
 	return !r.spec.IsExternal() && r.regrowTarget() > len(r.st.Membership.Nodes) && r.st.Status.Step < r.spec.Steps
+}
+
+// evictWanted: the run keeps a node to move off (drained, or slow) that
+// it found no free node to replace (evict), and asks again at EvictRetry.
+func (r *run) evictWanted() bool {
+	return !r.spec.IsExternal() && r.st.Status.Step < r.spec.Steps && !r.st.Ctl.EvictRetry.IsZero() && len(r.evictHeld()) > 0
+}
+
+// evictHeld are the nodes the run holds and is to move off.
+func (r *run) evictHeld() []string {
+	ids := r.st.Membership.NodeIDs()
+	var held []string
+	for _, e := range r.st.Ctl.Evict {
+		if slices.Contains(ids, e.NodeID) {
+			held = append(held, e.NodeID)
+		}
+	}
+	return held
 }
 
 // evictRetry: how long a run that found no free node to replace a drained

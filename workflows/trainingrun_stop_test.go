@@ -495,3 +495,84 @@ func TestTrainingRunGrowsBackDuringAChunk(t *testing.T) {
 	require.Equal(t, []string{"a", "c", "b"}, st.Nodes)
 	require.Zero(t, st.TargetNodes)
 }
+
+// TestTrainingRunReplacesADrainedNodeDuringAChunk: b is drained while
+// the run (2 nodes, min_nodes 2) trains chunks of two virtual hours, and
+// no node is free: the chunk ends early for the drain, the run keeps b,
+// and trains on. While the next chunk trains it asks the Cluster every
+// minute (evictRetry) for a free node; once c's worker is back (10.5
+// minutes in), the next ask finds it, that chunk ends early too, and the
+// run moves off b there.
+func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
+	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c"), failed: map[string]bool{"c": true}}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	env.SetStartTime(day0)
+	ends := newEndChunks(env)
+	var mu sync.Mutex
+	var asks []time.Time
+	env.RegisterActivityWithOptions(func(_ context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		mu.Lock()
+		asks = append(asks, env.Now().UTC())
+		mu.Unlock()
+		free := 0
+		for _, n := range cl.pool {
+			if !cl.failed[n.ID] && !slices.ContainsFunc(cl.held, func(h spec.Node) bool { return h.ID == n.ID }) {
+				free++
+			}
+		}
+		return free, nil
+	}, activity.RegisterOptions{Name: spec.ActivityFreeNodes})
+	env.RegisterDelayedCallback(func() {
+		cl.mu.Lock()
+		cl.failed["b"] = true // drained: the Cluster hands it out no more
+		cl.mu.Unlock()
+		env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "disk"})
+	}, 30*time.Minute)
+	// The first chunk returns at 2 h (ended for the drain); the next
+	// trains 2–4 h.
+	env.RegisterDelayedCallback(func() {
+		cl.mu.Lock()
+		delete(cl.failed, "c") // its worker came back
+		cl.mu.Unlock()
+	}, 2*time.Hour+10*time.Minute+30*time.Second)
+	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+		asked, _ := ends.calls()
+		if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
+			return
+		}
+		end := in.From + 37
+		res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
+		if in.Rank == 0 {
+			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+		}
+	}
+	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.EqualValues(t, 300, st.Step)
+	asked, _ := ends.calls()
+	require.Len(t, asked, 2)
+	require.Equal(t, "drain of b", asked[0].Why)
+	require.Equal(t, "replacing b: 1 free node(s)", asked[1].Why)
+	mu.Lock()
+	defer mu.Unlock()
+	var after []time.Duration
+	for _, a := range asks {
+		after = append(after, a.Sub(day0.Add(2*time.Hour)))
+	}
+	require.Equal(t, []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute, 4 * time.Minute, 5 * time.Minute,
+		6 * time.Minute, 7 * time.Minute, 8 * time.Minute, 9 * time.Minute, 10 * time.Minute, 11 * time.Minute}, after,
+		"every minute after the boundary that kept b; the last finds c")
+	require.Len(t, st.Rescalings, 2, "the boundary that kept b, then the move")
+	require.NotEmpty(t, st.Rescalings[0].Error, "no free node at the first boundary")
+	moved := st.Rescalings[1]
+	require.Equal(t, []string{"b"}, moved.Removed)
+	require.Equal(t, []string{"c"}, moved.Added)
+	require.EqualValues(t, 74, moved.AtStep, "where the second chunk ended for it")
+	require.Equal(t, []string{"a", "c"}, st.Nodes)
+}
