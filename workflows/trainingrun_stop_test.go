@@ -433,22 +433,7 @@ func TestTrainingRunGrowsBackDuringAChunk(t *testing.T) {
 	env := newRunEnv(t, cl, ch)
 	env.SetStartTime(day0)
 	ends := newEndChunks(env)
-	var mu sync.Mutex
-	var asks []time.Time
-	env.RegisterActivityWithOptions(func(_ context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
-		cl.mu.Lock()
-		defer cl.mu.Unlock()
-		mu.Lock()
-		asks = append(asks, env.Now().UTC())
-		mu.Unlock()
-		free := 0
-		for _, n := range cl.pool {
-			if !cl.failed[n.ID] && !slices.ContainsFunc(cl.held, func(h spec.Node) bool { return h.ID == n.ID }) {
-				free++
-			}
-		}
-		return free, nil
-	}, activity.RegisterOptions{Name: spec.ActivityFreeNodes})
+	asks := freeNodes(env, cl)
 	// Chunks 0–100 and 100–200 (b lost) take 0–4 h; the shrunk run's chunk
 	// from 100 starts at 4 h.
 	shrunk := day0.Add(4 * time.Hour)
@@ -472,10 +457,8 @@ func TestTrainingRunGrowsBackDuringAChunk(t *testing.T) {
 	st := result(t, env)
 
 	require.EqualValues(t, 400, st.Step)
-	mu.Lock()
-	defer mu.Unlock()
 	var after []time.Duration
-	for _, a := range asks {
+	for _, a := range asks() {
 		after = append(after, a.Sub(shrunk))
 	}
 	want := []time.Duration{10 * time.Second, 70 * time.Second}
@@ -509,22 +492,7 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 	env := newRunEnv(t, cl, ch)
 	env.SetStartTime(day0)
 	ends := newEndChunks(env)
-	var mu sync.Mutex
-	var asks []time.Time
-	env.RegisterActivityWithOptions(func(_ context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
-		cl.mu.Lock()
-		defer cl.mu.Unlock()
-		mu.Lock()
-		asks = append(asks, env.Now().UTC())
-		mu.Unlock()
-		free := 0
-		for _, n := range cl.pool {
-			if !cl.failed[n.ID] && !slices.ContainsFunc(cl.held, func(h spec.Node) bool { return h.ID == n.ID }) {
-				free++
-			}
-		}
-		return free, nil
-	}, activity.RegisterOptions{Name: spec.ActivityFreeNodes})
+	asks := freeNodes(env, cl)
 	env.RegisterDelayedCallback(func() {
 		cl.mu.Lock()
 		cl.failed["b"] = true // drained: the Cluster hands it out no more
@@ -559,10 +527,8 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 	require.Len(t, asked, 2)
 	require.Equal(t, "drain of b", asked[0].Why)
 	require.Equal(t, "replacing b: 1 free node(s)", asked[1].Why)
-	mu.Lock()
-	defer mu.Unlock()
 	var after []time.Duration
-	for _, a := range asks {
+	for _, a := range asks() {
 		after = append(after, a.Sub(day0.Add(2*time.Hour)))
 	}
 	require.Equal(t, []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute, 4 * time.Minute, 5 * time.Minute,
@@ -575,4 +541,27 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 	require.Equal(t, []string{"c"}, moved.Added)
 	require.EqualValues(t, 74, moved.AtStep, "where the second chunk ended for it")
 	require.Equal(t, []string{"a", "c"}, st.Nodes)
+}
+
+// freeNodes plays the FreeNodes activity on cl's nodes (free: neither
+// failed nor held) and returns the times of its calls so far.
+func freeNodes(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster) (asks func() []time.Time) {
+	var at []time.Time
+	env.RegisterActivityWithOptions(func(_ context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		at = append(at, env.Now().UTC())
+		free := 0
+		for _, n := range cl.pool {
+			if !cl.failed[n.ID] && !slices.ContainsFunc(cl.held, func(h spec.Node) bool { return h.ID == n.ID }) {
+				free++
+			}
+		}
+		return free, nil
+	}, activity.RegisterOptions{Name: spec.ActivityFreeNodes})
+	return func() []time.Time {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return slices.Clone(at)
+	}
 }
