@@ -422,10 +422,14 @@ func (r *run) wantsNodes() (why string, next time.Time, ok bool) {
 		next = r.st.RegrowAt
 	}
 	if r.evictWanted() {
-		whys = append(whys, "replacing "+strings.Join(r.evictHeld(), ", "))
-		if len(whys) == 1 || r.st.Ctl.EvictRetry.Before(next) {
-			next = r.st.Ctl.EvictRetry
+		var ids []string
+		for _, e := range r.heldEvicts() {
+			ids = append(ids, e.NodeID)
 		}
+		if len(whys) == 0 || r.st.Ctl.EvictRetry.Before(next) {
+			next = r.st.Ctl.EvictRetry // (the earlier of the two asks)
+		}
+		whys = append(whys, "replacing "+strings.Join(ids, ", "))
 	}
 	return strings.Join(whys, "; "), next, len(whys) > 0
 }
@@ -438,16 +442,16 @@ func (r *run) regrowWanted() bool {
 // evictWanted: the run keeps a node to move off (drained, or slow) that
 // it found no free node to replace (evict), and asks again at EvictRetry.
 func (r *run) evictWanted() bool {
-	return !r.spec.IsExternal() && r.st.Status.Step < r.spec.Steps && !r.st.Ctl.EvictRetry.IsZero() && len(r.evictHeld()) > 0
+	return !r.spec.IsExternal() && r.st.Status.Step < r.spec.Steps && !r.st.Ctl.EvictRetry.IsZero() && len(r.heldEvicts()) > 0
 }
 
-// evictHeld are the nodes the run holds and is to move off.
-func (r *run) evictHeld() []string {
+// heldEvicts are the nodes to move off (Ctl.Evict) that the run holds.
+func (r *run) heldEvicts() []spec.Evict {
 	ids := r.st.Membership.NodeIDs()
-	var held []string
+	var held []spec.Evict
 	for _, e := range r.st.Ctl.Evict {
 		if slices.Contains(ids, e.NodeID) {
-			held = append(held, e.NodeID)
+			held = append(held, e)
 		}
 	}
 	return held
@@ -521,12 +525,7 @@ func (r *run) externalEvictDue() bool {
 // older than the current step (it then returns false).
 func (r *run) evict(ctx workflow.Context) bool {
 	ids := r.st.Membership.NodeIDs()
-	var held []spec.Evict
-	for _, e := range r.st.Ctl.Evict {
-		if slices.Contains(ids, e.NodeID) {
-			held = append(held, e)
-		}
-	}
+	held := r.heldEvicts()
 	r.setEvict(held)
 	if len(held) == 0 {
 		r.st.Ctl.EvictRetry = time.Time{}

@@ -309,19 +309,12 @@ func TestTwoNodesStopAtOnce(t *testing.T) {
 	})
 	held := first.Nodes
 	signalled := time.Now()
-	for _, id := range held {
-		if err := syscall.Kill(l.Proc(id).Pid(), syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
+	procs := make([]*dev.Proc, len(held))
+	for i, id := range held {
+		procs[i] = sigterm(t, l, id)
 	}
-	for _, id := range held {
-		p := l.Proc(id)
-		select {
-		case <-p.Done():
-		case <-ctx.Done():
-			t.Fatalf("%s did not exit", id)
-		}
-		if err := p.Err(); err != nil {
+	for i, id := range held {
+		if err := exited(ctx, t, id, procs[i]); err != nil {
 			t.Errorf("%s exited with %v, want a clean exit", id, err)
 		}
 	}
