@@ -81,9 +81,13 @@ func newCheckpointCmd(e *env) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "STEP\tBYTES\tSHA256\tMANIFEST")
+			fmt.Fprintln(tw, "STEP\tBYTES\tCREATED (UTC)\tSHA256\tMANIFEST")
 			for _, r := range refs {
-				fmt.Fprintf(tw, "%d\t%d\t%.16s\t%s\n", r.Step, r.Bytes, r.SHA256, r.Key)
+				created := "unreadable"
+				if r.SHA256 != "" {
+					created = r.Created.UTC().Format(time.DateTime)
+				}
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%.16s\t%s\n", r.Step, r.Bytes, created, r.SHA256, r.Key)
 			}
 			return tw.Flush()
 		},

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
 )
@@ -106,6 +107,9 @@ func TestCheckpointGC(t *testing.T) {
 	for _, r := range refs {
 		if _, err := store.Load(ctx, r); err != nil {
 			t.Errorf("step %d after gc: %v", r.Step, err)
+		}
+		if r.Created.IsZero() || !strings.Contains(ls, r.Created.UTC().Format(time.DateTime)) {
+			t.Errorf("ls does not say when step %d was written (%v):\n%s", r.Step, r.Created, ls)
 		}
 	}
 	// A second pass finds nothing more to delete.

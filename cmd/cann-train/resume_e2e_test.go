@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -84,6 +85,14 @@ func TestResumeEndedRun(t *testing.T) {
 	if _, _, err := cli("run", "-f", job("resume-me", steps, "64"), "--resume"); err == nil || !strings.Contains(err.Error(), "model.hidden [64] (the earlier run's: [128])") {
 		t.Errorf("--resume with another model: %v; want it refused naming model.hidden", err)
 	}
+	// An upload that finished as the run ended, which its history never
+	// recorded: the checkpoint this job reaches at a later step (the
+	// uninterrupted run's, bit for bit), stored under the run's name
+	// after it started. --resume continues from it, not from the
+	// history's last.
+	bucket := "file://" + filepath.Join(dir, "ckpt")
+	late := lateUpload(ctx, t, bucket, "uninterrupted", "resume-me", ended.Step, steps)
+	t.Logf("the run ended at step %d, its last checkpoint at %d; a later upload at %d", ended.Step, ended.LastCkpt.Step, late)
 	_, said, err := cli("run", "-f", first, "--resume", "--wait")
 	if err != nil {
 		dumpLogs(t, l.LogDir)
@@ -92,15 +101,16 @@ func TestResumeEndedRun(t *testing.T) {
 	if strings.Contains(said, "knows only the checkpoint") {
 		t.Errorf("run --resume could not list the earlier checkpoints: %q", said)
 	}
-	if want := "resuming " + id + " from its checkpoint at step " + fmt.Sprint(ended.LastCkpt.Step) + " (the earlier run ended cancelled"; !strings.Contains(said, want) {
+	if want := fmt.Sprintf("resuming %s from its checkpoint at step %d (the earlier run ended cancelled at step %d)\n(%s holds it, written after the run started, past the last checkpoint its history records (step %d)",
+		id, late, late, bucket, ended.LastCkpt.Step); !strings.Contains(said, want) {
 		t.Errorf("run --resume said %q; want %q", said, want)
 	}
 	st, _, _, err := readProgress(ctx, c, id)
 	if err != nil || st.Phase != spec.PhaseCompleted || st.Step != steps {
 		t.Fatalf("the resumed run: %s at %d: %v", st.Phase, st.Step, err)
 	}
-	if len(st.Resumed) != 1 || st.Resumed[0].Phase != spec.PhaseCancelled || st.Resumed[0].FromStep != ended.LastCkpt.Step || st.Resumed[0].Step != ended.Step {
-		t.Errorf("resumed %+v; want the cancelled run at %d continued from %d", st.Resumed, ended.Step, ended.LastCkpt.Step)
+	if len(st.Resumed) != 1 || st.Resumed[0].Phase != spec.PhaseCancelled || st.Resumed[0].FromStep != late || st.Resumed[0].Step != late {
+		t.Errorf("resumed %+v; want the cancelled run continued from the later upload at %d", st.Resumed, late)
 	}
 	if st.Generation <= ended.Generation {
 		t.Errorf("generation %d after the earlier run's %d: want the generations to go on", st.Generation, ended.Generation)
@@ -109,7 +119,7 @@ func TestResumeEndedRun(t *testing.T) {
 		t.Errorf("resumed run's weights %s differ from the uninterrupted run's %s", st.WeightsSHA256, clean.WeightsSHA256)
 	}
 	text, _, err := cli("status", "resume-me")
-	if err != nil || !strings.Contains(text, "resumed      from step "+fmt.Sprint(ended.LastCkpt.Step)) {
+	if err != nil || !strings.Contains(text, "resumed      from step "+fmt.Sprint(late)) {
 		t.Errorf("status: %v\n%s", err, text)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, id), "trainingrun_resumed.json")
@@ -181,10 +191,39 @@ func TestResumeEndedRun(t *testing.T) {
 	if !strings.Contains(said, "--fresh: deleted the 8 checkpoint(s) of the earlier run of resume-me (steps 250–600)") {
 		t.Errorf("run --fresh said %q; want the earlier checkpoints deleted", said)
 	}
-	refs, err := earlierCheckpoints(ctx, "file://"+filepath.Join(dir, "ckpt"), "resume-me", math.MaxInt64)
+	refs, err := earlierCheckpoints(ctx, bucket, "resume-me", math.MaxInt64)
 	if got := stepsOf(refs); err != nil || !slices.Equal(got, []int64{50, 100, 150, 200}) {
 		t.Errorf("checkpoints after run --fresh with 200 steps: %v (%v); want the new run's 50–200 only", got, err)
 	}
+}
+
+// lateUpload stores under run the checkpoint of ref, a run of the same
+// job, at its first step past reached and before steps, as a node's
+// upload that finished after the run's history ended would, and returns
+// its step.
+func lateUpload(ctx context.Context, t *testing.T, url, ref, run string, reached, steps int64) int64 {
+	t.Helper()
+	store, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	refs, err := store.List(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(refs, func(r checkpoint.Ref) bool { return r.Step > reached && r.Step < steps })
+	if i < 0 {
+		t.Fatalf("run %s reached step %d: %s kept no checkpoint between it and %d (%v)", run, reached, ref, steps, refs)
+	}
+	payload, err := store.Load(ctx, refs[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.SaveIncremental(ctx, run, refs[i].Step, payload); err != nil {
+		t.Fatal(err)
+	}
+	return refs[i].Step
 }
 
 func stepsOf(refs []spec.CheckpointRef) []int64 {

@@ -208,15 +208,32 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 				s.Name, url, refs[len(refs)-1].Step)
 		}
 		return in, nil // (a bucket this host cannot read is the nodes' business)
-	case prev.LastCkpt == nil && !o.resume:
+	}
+	// The run ended. Its bucket may hold checkpoints of it past the last
+	// its history records: uploads that finished as it ended.
+	url := jobBucket(prevSpec)
+	if prev.LastCkpt != nil {
+		url = prev.LastCkpt.URL
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stored, listErr := bucketCheckpoints(lctx, url, s.Name)
+	recorded, last := prev.LastCkpt, prev.LastCkpt
+	later := ownLater(stored, *prev)
+	if n := len(later); n > 0 {
+		ref := activities.FromStoreRef(url, later[n-1])
+		last = &ref
+	}
+	switch {
+	case last == nil && !o.resume:
 		return in, nil
 	case !o.resume:
 		return in, fmt.Errorf("run %s ran before (%s at step %d; its last checkpoint is at step %d): --resume continues from that checkpoint, --fresh deletes its checkpoints and starts over from step 0, or give the job another name",
-			id, prev.Phase, prev.Step, prev.LastCkpt.Step)
-	case prev.LastCkpt == nil:
+			id, prev.Phase, max(prev.Step, last.Step), last.Step)
+	case last == nil:
 		return in, fmt.Errorf("--resume: run %s (%s at step %d) stored no checkpoint; --fresh starts it over", id, prev.Phase, prev.Step)
-	case prev.LastCkpt.Step >= s.Steps:
-		return in, fmt.Errorf("--resume: run %s's last checkpoint is at step %d and the job has %d steps: nothing left to train (raise steps)", id, prev.LastCkpt.Step, s.Steps)
+	case last.Step >= s.Steps:
+		return in, fmt.Errorf("--resume: run %s's last checkpoint is at step %d and the job has %d steps: nothing left to train (raise steps)", id, last.Step, s.Steps)
 	}
 	resumed, conflicts := s.ResumeOf(prevSpec)
 	if c := s.DataConflict(prev.DataSHA256); c != "" {
@@ -225,15 +242,58 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	if len(conflicts) > 0 {
 		return in, fmt.Errorf("--resume: this job cannot continue run %s's checkpoint: %s", id, strings.Join(conflicts, "; "))
 	}
-	in.Spec, in.Resume = resumed, prev
-	last := *prev.LastCkpt
-	in.ResumeCheckpoints, err = earlierCheckpoints(ctx, last.URL, last.Run, last.Step)
-	if err != nil {
-		fmt.Fprintf(say, "(the resumed run knows only the checkpoint at step %d: %v)\n", last.Step, err)
+	from := *prev
+	from.LastCkpt, from.Step = last, max(prev.Step, last.Step)
+	in.Spec, in.Resume = resumed, &from
+	if listErr != nil {
+		fmt.Fprintf(say, "(the resumed run knows only the checkpoint at step %d: %v)\n", last.Step, listErr)
+	} else {
+		// What a corrupt last falls back on: the run's own up to the
+		// last recorded, then the later ones.
+		for _, r := range stored {
+			if recorded != nil && r.Step <= recorded.Step {
+				in.ResumeCheckpoints = append(in.ResumeCheckpoints, activities.FromStoreRef(url, r))
+			}
+		}
+		for _, r := range later {
+			in.ResumeCheckpoints = append(in.ResumeCheckpoints, activities.FromStoreRef(url, r))
+		}
 	}
 	fmt.Fprintf(say, "resuming %s from its checkpoint at step %d (the earlier run ended %s)\n",
-		id, prev.LastCkpt.Step, endedAs(prev.Phase, prev.Step, prev.Error))
+		id, last.Step, endedAs(from.Phase, from.Step, from.Error))
+	if len(later) > 0 {
+		recordedAt := "none"
+		if recorded != nil {
+			recordedAt = fmt.Sprintf("step %d", recorded.Step)
+		}
+		fmt.Fprintf(say, "(%s holds it, written after the run started, past the last checkpoint its history records (%s): an upload that finished as the run ended)\n",
+			url, recordedAt)
+	}
 	return in, nil
+}
+
+// ownLater are the checkpoints in stored (oldest first) past the last
+// one the ended run prev recorded that the run wrote itself: written
+// since it started (by the writers' clocks). One past it written before
+// is another timeline's — an earlier run of the name that went further,
+// which a resumption from an earlier checkpoint left in the bucket —
+// and continuing from it would skip steps this run's lineage never
+// trained.
+func ownLater(stored []checkpoint.Ref, prev spec.RunStatus) []checkpoint.Ref {
+	if prev.StartedAt.IsZero() {
+		return nil // (which are its own is unknown)
+	}
+	after := int64(-1)
+	if prev.LastCkpt != nil {
+		after = prev.LastCkpt.Step
+	}
+	var out []checkpoint.Ref
+	for _, r := range stored {
+		if r.Step > after && !r.Created.IsZero() && !r.Created.Before(prev.StartedAt) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // resumeFromBucket is --resume for a name the server knows no run of (its
@@ -374,6 +434,22 @@ const phaseUnknown spec.Phase = "unknown"
 // at url (manifests only; unreadable ones left out), oldest first: what a
 // resumed run falls back on should its last be corrupt.
 func earlierCheckpoints(ctx context.Context, url, run string, upTo int64) ([]spec.CheckpointRef, error) {
+	refs, err := bucketCheckpoints(ctx, url, run)
+	if err != nil {
+		return nil, err
+	}
+	var out []spec.CheckpointRef
+	for _, r := range refs {
+		if r.Step <= upTo {
+			out = append(out, activities.FromStoreRef(url, r))
+		}
+	}
+	return out, nil
+}
+
+// bucketCheckpoints lists run's checkpoints in the bucket at url whose
+// manifests are readable, oldest first.
+func bucketCheckpoints(ctx context.Context, url, run string) ([]checkpoint.Ref, error) {
 	store, err := checkpoint.Open(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("the bucket %s cannot be opened from here: %w", url, err)
@@ -383,13 +459,7 @@ func earlierCheckpoints(ctx context.Context, url, run string, upTo int64) ([]spe
 	if err != nil {
 		return nil, fmt.Errorf("the bucket %s cannot be listed from here: %w", url, err)
 	}
-	var out []spec.CheckpointRef
-	for _, r := range refs {
-		if r.Step <= upTo && r.SHA256 != "" {
-			out = append(out, activities.FromStoreRef(url, r))
-		}
-	}
-	return out, nil
+	return slices.DeleteFunc(refs, func(r checkpoint.Ref) bool { return r.SHA256 == "" }), nil
 }
 
 // earlierRun is the last status and the spec of the ended run with

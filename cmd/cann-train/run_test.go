@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,5 +199,45 @@ func TestPinWarning(t *testing.T) {
 		if tc.want == "" && got != "" || !strings.HasPrefix(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestOwnLater: --resume continues from a checkpoint past the last one
+// the ended run recorded only when that run wrote it (created since it
+// started); later ones of another timeline, unreadable ones and those of
+// a run whose start is unknown are not taken.
+func TestOwnLater(t *testing.T) {
+	start := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	at := func(step int64, created time.Time) checkpoint.Ref {
+		return checkpoint.Ref{Run: "r", Step: step, SHA256: "ab", Created: created}
+	}
+	before, after := start.Add(-time.Hour), start.Add(time.Minute)
+	stored := []checkpoint.Ref{at(100, before), at(200, after), at(250, before), at(300, after), at(350, time.Time{}), at(400, start)}
+	tests := []struct {
+		name     string
+		recorded int64 // -1: none
+		started  time.Time
+		want     []int64
+	}{
+		{"past the recorded, written since the start", 200, start, []int64{300, 400}},
+		{"none recorded", -1, start, []int64{200, 300, 400}},
+		{"the newest recorded", 400, start, nil},
+		{"start unknown", 200, time.Time{}, nil},
+		{"started after them all", 100, start.Add(2 * time.Hour), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			prev := spec.RunStatus{StartedAt: tc.started}
+			if tc.recorded >= 0 {
+				prev.LastCkpt = &spec.CheckpointRef{Run: "r", Step: tc.recorded}
+			}
+			var got []int64
+			for _, r := range ownLater(stored, prev) {
+				got = append(got, r.Step)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("ownLater = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -53,6 +53,9 @@ type Ref struct {
 	// in a Ref listed for a checkpoint whose manifest cannot be parsed.
 	SHA256 string `json:"sha256"`
 	Bytes  int64  `json:"bytes"`
+	// Created is when the manifest was written, by the writer's clock
+	// (UTC); zero where SHA256 is empty.
+	Created time.Time `json:"created,omitzero"`
 }
 
 // Skipped is a checkpoint that [Store.LoadLatestValid] passed over.
@@ -298,6 +301,7 @@ func (s *Store) Save(ctx context.Context, run string, step int64, payload []byte
 	switch {
 	case err == nil && old.Version == formatVersion && old.SHA256 == ref.SHA256 && old.Bytes == ref.Bytes:
 		if attrs, aerr := s.attributes(ctx, dkey); aerr == nil && attrs.Size == ref.Bytes {
+			ref.Created = old.Created
 			return ref, nil
 		}
 		fallthrough
@@ -313,9 +317,10 @@ func (s *Store) Save(ctx context.Context, run string, step int64, payload []byte
 	if err := s.write(ctx, dkey, payload, &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
 		return Ref{}, fmt.Errorf("checkpoint: save %s: write payload: %w", dkey, err)
 	}
+	ref.Created = s.now().UTC()
 	m := manifest{
 		Format: manifestKind, Version: formatVersion, Run: run, Step: step,
-		Data: dataName, Bytes: ref.Bytes, SHA256: ref.SHA256, Created: s.now().UTC(),
+		Data: dataName, Bytes: ref.Bytes, SHA256: ref.SHA256, Created: ref.Created,
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -501,7 +506,7 @@ func (s *Store) ref(ctx context.Context, run string, step int64) (Ref, error) {
 	var corrupt *CorruptError
 	switch {
 	case err == nil:
-		ref.SHA256, ref.Bytes = m.SHA256, m.Bytes
+		ref.SHA256, ref.Bytes, ref.Created = m.SHA256, m.Bytes, m.Created
 	case errors.As(err, &corrupt):
 	default:
 		return Ref{}, err
@@ -574,7 +579,7 @@ func (s *Store) LoadLatestValid(ctx context.Context, run string) (payload []byte
 		ref := Ref{Run: run, Step: steps[i], Key: ManifestKey(run, steps[i])}
 		payload, m, err := s.load(ctx, ref)
 		if m != nil {
-			ref.SHA256, ref.Bytes = m.SHA256, m.Bytes
+			ref.SHA256, ref.Bytes, ref.Created = m.SHA256, m.Bytes, m.Created
 		}
 		var corrupt *CorruptError
 		switch {

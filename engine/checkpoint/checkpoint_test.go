@@ -75,9 +75,12 @@ func steps(refs []Ref) []int64 {
 func TestRoundTrip(t *testing.T) {
 	backends(t, func(t *testing.T, s *Store, _ *blob.Bucket) {
 		ctx := t.Context()
+		before := time.Now().UTC()
+		saved := make(map[int64]Ref)
 		for _, step := range []int64{100, 5, 20, 0} {
-			mustSave(t, s, "run-1", step)
+			saved[step] = mustSave(t, s, "run-1", step)
 		}
+		after := time.Now().UTC()
 		refs, err := s.List(ctx, "run-1")
 		if err != nil {
 			t.Fatal(err)
@@ -90,9 +93,14 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := Ref{Run: "run-1", Step: 100, Key: "runs/run-1/ckpt/000000000100/manifest.json",
-			SHA256: refs[3].SHA256, Bytes: int64(len(payload(100)))}
-		if latest != want || refs[3] != want {
-			t.Fatalf("Latest() = %+v, List()[3] = %+v, want %+v", latest, refs[3], want)
+			SHA256: refs[3].SHA256, Bytes: int64(len(payload(100))), Created: saved[100].Created}
+		if latest != want || refs[3] != want || saved[100] != want {
+			t.Fatalf("Latest() = %+v, List()[3] = %+v, Save = %+v, want %+v", latest, refs[3], saved[100], want)
+		}
+		for _, r := range refs {
+			if r.Created.Before(before) || r.Created.After(after) {
+				t.Errorf("checkpoint %d created %v; want the time of its save, within [%v, %v]", r.Step, r.Created, before, after)
+			}
 		}
 		for _, ref := range refs {
 			got, err := s.Load(ctx, ref)

@@ -378,6 +378,7 @@ func (s *Store) saveChunked(ctx context.Context, run string, step int64, data []
 	switch {
 	case err == nil && old.SHA256 == ref.SHA256 && old.Bytes == ref.Bytes && s.intact(ctx, run, step, old, chunks):
 		stats.Reused = true
+		ref.Created = old.Created
 		return ref, stats, nil
 	case err == nil || errors.As(err, &corrupt):
 		if derr := s.remove(ctx, key); derr != nil && !isNotFound(derr) {
@@ -388,9 +389,10 @@ func (s *Store) saveChunked(ctx context.Context, run string, step int64, data []
 		return Ref{}, stats, fmt.Errorf("checkpoint: save %s: %w", key, err)
 	}
 
+	ref.Created = s.now().UTC()
 	m := manifest{
 		Format: manifestKind, Version: formatChunked, Run: run, Step: step,
-		Bytes: ref.Bytes, SHA256: ref.SHA256, Created: s.now().UTC(),
+		Bytes: ref.Bytes, SHA256: ref.SHA256, Created: ref.Created,
 		ChunkBytes: cs, ChunkHash: chunkHashName, Compression: chunkCompression, Chunks: chunks,
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
@@ -405,6 +407,7 @@ func (s *Store) saveChunked(ctx context.Context, run string, step int64, data []
 	if isPrecondition(err) {
 		if other, rerr := s.readManifest(ctx, key); rerr == nil && other.SHA256 == ref.SHA256 && other.Bytes == ref.Bytes {
 			stats.Reused = true
+			ref.Created = other.Created
 			return ref, stats, nil
 		}
 		return Ref{}, stats, fmt.Errorf("checkpoint: save %s: another writer committed a different checkpoint at this step: %w", key, err)

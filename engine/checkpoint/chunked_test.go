@@ -91,7 +91,12 @@ func TestChunkedRoundTrip(t *testing.T) {
 				sum := sha256.Sum256(tc.payload)
 				want := Ref{Run: "r", Key: ManifestKey("r", 1), Step: 1, SHA256: hex.EncodeToString(sum[:]), Bytes: int64(len(tc.payload))}
 
+				before := time.Now().UTC()
 				ref, st := saveAsync(t, s, "r", 1, tc.payload)
+				if ref.Created.Before(before) || ref.Created.After(time.Now()) {
+					t.Errorf("SaveAsync ref created %v; want the time of the save (after %v)", ref.Created, before)
+				}
+				want.Created = ref.Created
 				if ref != want {
 					t.Fatalf("SaveAsync ref = %+v, want %+v", ref, want)
 				}
