@@ -264,6 +264,7 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 			spec.EnvCheckpointEvery: strconv.FormatInt(in.Spec.CheckpointEvery, 10),
 			spec.EnvReportFile:      filepath.Join(p.dir, pr.Name+".jsonl"),
 			spec.EnvAckFile:         filepath.Join(p.dir, pr.Name+".ack"),
+			spec.EnvRequestFile:     filepath.Join(p.dir, requestFile),
 			spec.EnvRank:            strconv.Itoa(rank),
 			spec.EnvWorldSize:       strconv.Itoa(w.WorldSize()),
 			spec.EnvTotalSteps:      strconv.FormatInt(in.Spec.Steps, 10),
@@ -320,6 +321,8 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	if n.PeerWatch > 0 {
 		go n.watchPeers(wctx, in, lostPeer)
 	}
+	asks, unserve := n.serveAsks(in.Session)
+	defer unserve()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var werr, lost error
@@ -328,14 +331,19 @@ loop:
 		select {
 		case werr = <-waited:
 			break loop
+		case a := <-asks.ask:
+			sup.poll(ctx) // the processes' latest steps
+			sup.ask(a)
 		case lost = <-lostPeer:
 			log.Warn("a neighbour node's worker is gone: stopping the world", zap.Error(lost))
 			stopWorld()
 			lostPeer = nil
 		case <-tick.C:
 			sup.poll(ctx)
+			sup.answerWaiting(false)
 		}
 	}
+	sup.answerWaiting(true)
 	sup.poll(ctx) // what the processes wrote last
 	sup.res.EndedAt = time.Now()
 	sup.res.Seconds = sup.res.EndedAt.Sub(started).Seconds()
@@ -516,6 +524,13 @@ type supervision struct {
 	lastSum   [32]byte
 	committed bool
 	firstSeen bool
+	// firstStep and firstTime are the lead process's first reported step
+	// and when it reported it (the script's clock, seconds); lastTime when
+	// it reported its last (prog.Step): its pace.
+	firstStep           int64
+	firstTime, lastTime float64
+	// waiting are checkpoint requests waiting for the lead's pace (ask).
+	waiting []ckptAsk
 	// groups are the processes' group IDs (a frozen node stops them too).
 	groups []int
 }
@@ -564,12 +579,13 @@ func (s *supervision) onReport(e launch.Event) {
 	now := time.Now()
 	if !s.firstSeen {
 		s.firstSeen = true
+		s.firstStep, s.firstTime = e.Step, e.Time
 		s.res.FirstStepAt = now
 		if e.Loss != nil {
 			s.res.FirstLoss = float32(*e.Loss)
 		}
 	}
-	s.prog.Step = e.Step
+	s.prog.Step, s.lastTime = e.Step, e.Time
 	s.res.To = e.Step
 	if e.Loss != nil {
 		s.prog.Loss = float32(*e.Loss)

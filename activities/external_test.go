@@ -523,3 +523,91 @@ func TestRunExternalNamesAGoneNode(t *testing.T) {
 		})
 	}
 }
+
+// TestRunExternalTakesACheckpointRequest: asked for a checkpoint
+// (RequestCheckpoint, step 0: the node picks) while the world runs, the
+// node writes a step ahead of its processes to their request file; both
+// ranks' should_checkpoint() say yes there, rank 0 commits it and it is
+// uploaded and told — with no periodic checkpoint for thousands of
+// steps. A request for another world, or once the world has ended,
+// asks nothing.
+func TestRunExternalTakesACheckpointRequest(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	work := t.TempDir()
+	os.WriteFile(filepath.Join(work, "train.py"), []byte(`
+import os, sys, time
+import cann_train as ct
+for step in range(1, ct.total_steps() + 1):
+    time.sleep(0.005)
+    ct.report(step, loss=1.0 / step)
+    if ct.should_checkpoint(step):
+        if ct.rank() == 0:
+            open(os.path.join(ct.checkpoint_dir(), "w.txt"), "w").write(str(step))
+            assert ct.saved(step, timeout=30)
+        print("rank", ct.rank(), "checkpoint", step, flush=True)
+        sys.exit(0)
+`), 0o644)
+	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "bucket"))
+	in := externalInput("asked", work, 1, py, "train.py")
+	in.Spec.Steps, in.Spec.CheckpointEvery = 100000, 50000
+	var mu sync.Mutex
+	var saved []spec.CheckpointSaved
+	reached := make(chan int64, 1)
+	hooks := externalHooks{
+		progress: func(p spec.ChunkProgress) {
+			if p.Step >= 20 {
+				select {
+				case reached <- p.Step:
+				default:
+				}
+			}
+		},
+		saved: func(c spec.CheckpointSaved) error { mu.Lock(); saved = append(saved, c); mu.Unlock(); return nil },
+	}
+	type ended struct {
+		res *spec.ChunkResult
+		err error
+	}
+	done := make(chan ended, 1)
+	go func() {
+		res, err := n.runExternal(t.Context(), in, hooks)
+		done <- ended{res, err}
+	}()
+	var at int64
+	select {
+	case at = <-reached:
+	case e := <-done:
+		t.Fatalf("the world ended before step 20: %+v %v", e.res, e.err)
+	}
+	if s, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: "run/asked/g9/e9"}); s != 0 || err != nil {
+		t.Errorf("request for another world: %d, %v; want 0", s, err)
+	}
+	t0 := time.Now()
+	step, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: in.Session, Why: "a test"})
+	t.Logf("at %d asked: %d after %v", at, step, time.Since(t0))
+	if err != nil || step <= at || step >= in.Spec.CheckpointEvery {
+		t.Fatalf("requested step %d (%v); want one past step %d, before the periodic one", step, err, at)
+	}
+	e := <-done
+	t.Logf("ended after %v", time.Since(t0))
+	if e.err != nil {
+		t.Fatal(e.err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(saved) != 1 || saved[0].Ref.Step != step || saved[0].Ref.Key == "" || e.res.Checkpoint == nil || e.res.Checkpoint.Step != step {
+		t.Fatalf("saved %+v, result %+v; want the requested step %d uploaded", saved, e.res, step)
+	}
+	for rank := range 2 {
+		logs, _ := filepath.Glob(filepath.Join(n.WorkDir, "runs", "asked", "worlds", "*", fmt.Sprintf("rank-%d.log", rank)))
+		if b, _ := os.ReadFile(logs[0]); !strings.Contains(string(b), fmt.Sprintf("rank %d checkpoint %d", rank, step)) {
+			t.Errorf("rank %d's log %q; want its checkpoint at the requested step %d", rank, b, step)
+		}
+	}
+	if s, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: in.Session}); s != 0 || err != nil {
+		t.Errorf("request once the world ended: %d, %v; want 0", s, err)
+	}
+}

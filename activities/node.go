@@ -126,6 +126,9 @@ type Node struct {
 	// endAsked are the sessions whose chunks the run asked to end early
 	// (EndChunk; under mu).
 	endAsked []string
+	// asks reaches the external world running here (RequestCheckpoint;
+	// under mu; nil: none).
+	asks *worldAsks
 }
 
 type pendingSave struct {

@@ -29,6 +29,7 @@ Environment, set for every process:
   CANN_TRAIN_CHECKPOINT_EVERY  the job's checkpoint_every, in steps
   CANN_TRAIN_REPORT_FILE       this process's report file (JSON lines)
   CANN_TRAIN_ACK_FILE          where the node worker acknowledges checkpoints
+  CANN_TRAIN_REQUEST_FILE      where the node worker asks for a checkpoint
   CANN_TRAIN_RANK, CANN_TRAIN_WORLD_SIZE, CANN_TRAIN_TOTAL_STEPS
 
 report() and saved() append one JSON object per line to the report file,
@@ -41,7 +42,11 @@ interleave):
 After a "saved" line the node worker copies the checkpoint directory, then
 replaces the ack file (write + rename) with the step it copied; saved()
 returns once the ack file holds that step or a later one, so the script
-must not touch the directory until saved() returns. Only global rank 0's
+must not touch the directory until saved() returns. The node worker
+writes the request file (the same way) with a step when the run wants a
+checkpoint before the next periodic one — a pause, a drain, a worker
+stopping —: should_checkpoint() says yes at that step too, on every rank
+(the step lies ahead of them all). Only global rank 0's
 checkpoints are uploaded (other ranks' saved() return at once). Without
 this helper a job still runs: liveness is then "the processes are alive",
 and only the directory left at a clean exit is uploaded.
@@ -109,13 +114,38 @@ def restored_step():
 
 
 def should_checkpoint(step=None):
-    """True at every checkpoint_every-th step (the same answer on every
-    rank, so collective saves stay in step). step defaults to the last
-    step given to report()."""
+    """True at every checkpoint_every-th step, and at the step the run
+    asked for a checkpoint at (the same answer on every rank, so
+    collective saves stay in step). step defaults to the last step given
+    to report(). Call it every step: a request is a few steps ahead."""
     if step is None:
         step = _last_step
+    if step <= 0:
+        return False
     every = _env_int("CANN_TRAIN_CHECKPOINT_EVERY", 0)
-    return every > 0 and step > 0 and step % every == 0
+    if every > 0 and step % every == 0:
+        return True
+    return step == _requested_step()
+
+
+_request = (None, -1)  # (the request file's identity when read, its step)
+
+
+def _requested_step():
+    """The step of the node worker's last checkpoint request (-1: none).
+    One stat() per call; the file is read again only when it changed."""
+    global _request
+    path = os.environ.get("CANN_TRAIN_REQUEST_FILE")
+    if not path:
+        return -1
+    try:
+        st = os.stat(path)
+    except OSError:
+        return -1
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    if key != _request[0]:
+        _request = (key, _read_ack(path))
+    return _request[1]
 
 
 def _append(record):

@@ -123,6 +123,10 @@ const (
 	// EnvAckFile is where the node worker writes the last checkpoint step
 	// it has copied; saved() waits for it.
 	EnvAckFile = "CANN_TRAIN_ACK_FILE"
+	// EnvRequestFile is where the node worker writes the step the run asks
+	// the processes to checkpoint at (ActivityRequestCheckpoint);
+	// should_checkpoint() says yes there too.
+	EnvRequestFile = "CANN_TRAIN_REQUEST_FILE"
 	// EnvRank and EnvWorldSize are the process's global rank (-1 for a
 	// process that is not a rank, e.g. the msrun scheduler) and the world
 	// size, whatever the launcher.
@@ -134,7 +138,7 @@ const (
 
 // HelperEnv lists the CANN_TRAIN_* variables the node worker sets.
 var HelperEnv = []string{EnvCheckpointDir, EnvRestoredStep, EnvCheckpointEvery, EnvReportFile, EnvAckFile,
-	EnvRank, EnvWorldSize, EnvTotalSteps}
+	EnvRequestFile, EnvRank, EnvWorldSize, EnvTotalSteps}
 
 // LauncherEnv lists the variables a launcher's contract fixes for every
 // process: a job's env may not set them (the defaults a launcher only

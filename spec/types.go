@@ -56,6 +56,13 @@ const (
 	// (EndChunkInput; node queues): a pause, drain or rescale signalled
 	// during a long chunk takes effect within a second.
 	ActivityEndChunk = "EndChunk"
+	// ActivityRequestCheckpoint asks a node worker running a world of an
+	// external job to have its processes checkpoint soon, at a step its
+	// rank 0 is not past (CheckpointRequest; node queues; it returns that
+	// step, 0 when it cannot ask): the helper's should_checkpoint() says
+	// yes there. A pause or a drain then need not wait for the job's next
+	// periodic checkpoint.
+	ActivityRequestCheckpoint = "RequestCheckpoint"
 	// ActivityFreeNodes asks the Cluster how many live free nodes an
 	// acquire of a run could take now (QueryFree; control queue): a run
 	// below its size ends a long chunk early when one is.
@@ -220,12 +227,18 @@ func ShortSHA256(sum string) string { return sum[:min(12, len(sum))] }
 //     asked to (ActivityEndChunk) — and the chunk ends with a checkpoint
 //     at the step they agree on. They vote only when every node of the
 //     membership speaks it, and the run asks only then.
-const ChunkProtocolVersion = 2
+//   - 3 (ChunkProtocolCheckpointRequest): an external job's world takes
+//     checkpoint requests (ActivityRequestCheckpoint): each node worker
+//     writes the step to its processes' request file (EnvRequestFile),
+//     where the helper's should_checkpoint() finds it. The run asks only
+//     when every node of the membership speaks it.
+const ChunkProtocolVersion = 3
 
 // The chunk protocol versions, by what each added (ChunkProtocolVersion).
 const (
-	ChunkProtocolDataCheck = 1
-	ChunkProtocolEndEarly  = 2
+	ChunkProtocolDataCheck         = 1
+	ChunkProtocolEndEarly          = 2
+	ChunkProtocolCheckpointRequest = 3
 )
 
 // ChunkProtocol is the chunk protocol n's worker speaks: Protocol when it
@@ -251,9 +264,19 @@ type Membership struct {
 // EndsEarly reports whether every node of m speaks ChunkProtocolEndEarly:
 // its chunks' ranks vote on ending a chunk early, and its run may ask them
 // to (ActivityEndChunk).
-func (m Membership) EndsEarly() bool {
+func (m Membership) EndsEarly() bool { return m.speaks(ChunkProtocolEndEarly) }
+
+// TakesCheckpointRequests reports whether every node of m speaks
+// ChunkProtocolCheckpointRequest: its run may ask an external job's world
+// for a checkpoint (ActivityRequestCheckpoint).
+func (m Membership) TakesCheckpointRequests() bool {
+	return m.speaks(ChunkProtocolCheckpointRequest)
+}
+
+// speaks reports whether m has nodes and every one speaks protocol p.
+func (m Membership) speaks(p int) bool {
 	for _, nd := range m.Nodes {
-		if nd.ChunkProtocol() < ChunkProtocolEndEarly {
+		if nd.ChunkProtocol() < p {
 			return false
 		}
 	}
@@ -539,6 +562,18 @@ type ArmFaultInput struct {
 type EndChunkInput struct {
 	RunID   string `json:"run_id"`
 	Session string `json:"session"`
+	Why     string `json:"why,omitempty"`
+}
+
+// CheckpointRequest is ActivityRequestCheckpoint's input: the run's
+// world Session should checkpoint at Step. Step 0 asks the node to pick
+// the step (the world's first node, whose rank 0 commits checkpoints):
+// far enough ahead of its processes that the run can tell the other
+// nodes before their ranks reach it.
+type CheckpointRequest struct {
+	RunID   string `json:"run_id"`
+	Session string `json:"session"`
+	Step    int64  `json:"step,omitempty"`
 	Why     string `json:"why,omitempty"`
 }
 

@@ -26,3 +26,33 @@ func TestNodeChunkProtocol(t *testing.T) {
 		}
 	}
 }
+
+// TestMembershipSpeaks: a run votes on ending chunks early, and asks an
+// external world for checkpoints, only when every node speaks the
+// protocol (an empty membership speaks none).
+func TestMembershipSpeaks(t *testing.T) {
+	m := func(ps ...int) Membership {
+		var out Membership
+		for _, p := range ps {
+			out.Nodes = append(out.Nodes, Node{Protocol: p})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		m                  Membership
+		endsEarly, request bool
+	}{
+		{m(), false, false},
+		{m(2, 2), true, false},
+		{m(3, 2), true, false},
+		{m(3, 3), true, true},
+		{m(3, 1), false, false},
+	} {
+		if got := tc.m.EndsEarly(); got != tc.endsEarly {
+			t.Errorf("%+v: EndsEarly %v, want %v", tc.m.Nodes, got, tc.endsEarly)
+		}
+		if got := tc.m.TakesCheckpointRequests(); got != tc.request {
+			t.Errorf("%+v: TakesCheckpointRequests %v, want %v", tc.m.Nodes, got, tc.request)
+		}
+	}
+}

@@ -186,6 +186,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	w.RegisterActivityWithOptions(acts.CheckNodes, activity.RegisterOptions{Name: spec.ActivityCheckNodes})
 	w.RegisterActivityWithOptions(acts.ArmFault, activity.RegisterOptions{Name: spec.ActivityArmFault})
 	w.RegisterActivityWithOptions(acts.EndChunk, activity.RegisterOptions{Name: spec.ActivityEndChunk})
+	w.RegisterActivityWithOptions(acts.RequestCheckpoint, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 	// Load the data before offering the node: a spare is then ready to
 	// train the moment it replaces a failed rank.
 	if err := acts.Preload(); err != nil {

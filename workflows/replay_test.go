@@ -136,9 +136,11 @@ import (
 // (versionStoppingNoRestart); trainingrun_regrow_in_flight.json, a run of
 // long chunks that shrank after a SIGKILL and, asking the Cluster while
 // its chunk trained, grew back mid-chunk once the node's worker returned
-// (versionNodesInFlight)
+// (versionNodesInFlight); trainingrun_external_request.json, an external
+// job paused hundreds of steps before its next periodic checkpoint: its
+// world asked for one (versionCheckpointRequest) and held there
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -160,6 +162,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_slow_replace.json":       "run/slow-replace",
 		"trainingrun_external_stop.json":      "run/ext-stop",
 		"trainingrun_external_stop_late.json": "run/ext-stop-late",
+		"trainingrun_external_request.json":   "run/ext-asked",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -224,6 +227,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_stopped_two.json", spec.WorkflowTrainingRun},        // two nodes stopped at once, both replaced where the chunk ended (no version)
 		{"trainingrun_external_stop_late.json", spec.WorkflowTrainingRun}, // a stop past the grace: no restart counted (versionStoppingNoRestart)
 		{"trainingrun_regrow_in_flight.json", spec.WorkflowTrainingRun},   // grew back mid-chunk, asking the Cluster for free nodes (versionNodesInFlight)
+		{"trainingrun_external_request.json", spec.WorkflowTrainingRun},   // a pause asked the external world for a checkpoint (versionCheckpointRequest)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

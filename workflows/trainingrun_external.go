@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -425,6 +426,13 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 		workflow.GetLogger(ctx).Info("pause: stopping the world", "why", why, "session", r.st.Session)
 		cancel()
 	})
+	if r.st.Membership.TakesCheckpointRequests() {
+		workflow.Go(tctx, func(ctx workflow.Context) {
+			if workflow.Await(ctx, r.checkpointWanted) == nil {
+				r.requestCheckpoint(ctx)
+			}
+		})
+	}
 	roll, rollWorld := workflow.NewFuture(ctx)
 	workflow.Go(tctx, func(ctx workflow.Context) {
 		if workflow.Await(ctx, func() bool { return ext.rollCkpts > 0 }) == nil {
@@ -509,6 +517,59 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 		gw.finish(ctx)
 	}
 	return results, errs, gone, stop
+}
+
+// versionCheckpointRequest: an external job's world on nodes that take
+// checkpoint requests (spec.ChunkProtocolCheckpointRequest) is asked for
+// a checkpoint as soon as the run wants to stop it after one — a pause,
+// a drained or stopping node — instead of waiting for the job's next
+// periodic checkpoint (a real job's may be half an hour off; a stopping
+// worker's grace is shorter). Asked when the run first wants one during
+// a launch.
+const versionCheckpointRequest = "checkpoint-request"
+
+// checkpointWanted: the run stops the world after its next checkpoint —
+// a pause (not a second one: that stops it at once) or nodes to leave.
+func (r *run) checkpointWanted() bool {
+	return r.st.Ctl.Paused && !r.st.Ctl.PauseNow || r.externalEvictDue()
+}
+
+// requestCheckpoint asks the world running now for a checkpoint soon: the
+// first node picks a step ahead of its rank 0 (ActivityRequestCheckpoint),
+// then every other node is given it, so that every rank's
+// should_checkpoint() says yes at that step. A node that does not answer,
+// or a world that cannot take the request (a script without the helper),
+// changes nothing: the world stops after its next periodic checkpoint.
+func (r *run) requestCheckpoint(ctx workflow.Context) {
+	if workflow.GetVersion(ctx, versionCheckpointRequest, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	why := "a pause"
+	if !r.st.Ctl.Paused {
+		why = "nodes to leave: " + strings.Join(r.st.Status.Evicting, ", ")
+	}
+	m, log := r.st.Membership, workflow.GetLogger(ctx)
+	in := spec.CheckpointRequest{RunID: r.st.Status.RunID, Session: r.st.Session, Why: why}
+	call := func(node spec.Node) workflow.Future {
+		actx := nodeCallOptions(ctx, node, toStart(r.spec), 10*time.Second,
+			fmt.Sprintf("ask the world's processes on %s for a checkpoint (%s)", node.ID, why))
+		return workflow.ExecuteActivity(actx, spec.ActivityRequestCheckpoint, in)
+	}
+	if err := call(m.Nodes[0]).Get(ctx, &in.Step); err != nil || in.Step == 0 {
+		log.Info("no checkpoint requested; the world stops after its next one", "why", why, "error", err)
+		return
+	}
+	futures := make([]workflow.Future, 0, len(m.Nodes)-1)
+	for _, node := range m.Nodes[1:] {
+		futures = append(futures, call(node))
+	}
+	for i, f := range futures {
+		var step int64
+		if err := f.Get(ctx, &step); err != nil || step != in.Step {
+			log.Warn("a node's processes were not asked for the checkpoint", "node", m.Nodes[i+1].ID, "step", in.Step, "error", err)
+		}
+	}
+	log.Info("checkpoint requested of the world", "step", in.Step, "why", why)
 }
 
 // versionWorldBlame: awaitWorld stops the world as soon as a finished

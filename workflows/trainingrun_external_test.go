@@ -493,7 +493,13 @@ func hangFirst(w *fakeWorlds, signals ...string) func(spec.ExternalInput) error 
 // the run is resumed.
 func runPaused(t *testing.T, w *fakeWorlds, setup func(*testsuite.TestWorkflowEnvironment), held func(spec.RunStatus)) spec.RunStatus {
 	t.Helper()
-	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare"), failed: map[string]bool{}}
+	return runPausedOn(t, testNodes("node-1", "node-2", "spare"), w, setup, held)
+}
+
+// runPausedOn is runPaused on the nodes pool.
+func runPausedOn(t *testing.T, pool []spec.Node, w *fakeWorlds, setup func(*testsuite.TestWorkflowEnvironment), held func(spec.RunStatus)) spec.RunStatus {
+	t.Helper()
+	cl := &fakeCluster{pool: pool, failed: map[string]bool{}}
 	env := newExternalEnv(t, cl, w)
 	env.SetTestTimeout(15 * time.Second)
 	if setup != nil {
@@ -564,6 +570,50 @@ func TestExternalRunPauseAfterCheckpoint(t *testing.T) {
 		require.Equal(t, []string{"node-1", "node-2"}, in.Membership.NodeIDs(), "the nodes were kept")
 		require.EqualValues(t, 1, in.Membership.Generation)
 	}
+}
+
+// TestExternalRunPauseRequestsACheckpoint: on nodes that take checkpoint
+// requests, a pause asks the world's first node for a checkpoint (it
+// picks the step: 57), then the other node is given that step; the world
+// stops once the checkpoint at 57 is uploaded — long before the job's
+// next periodic one — and holds there.
+func TestExternalRunPauseRequestsACheckpoint(t *testing.T) {
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	w.behave = hangFirst(w)
+	pool := testNodes("node-1", "node-2", "spare")
+	for i := range pool {
+		pool[i].Protocol = spec.ChunkProtocolCheckpointRequest
+	}
+	var mu sync.Mutex
+	var asked []string // "node: step asked"
+	runPausedOn(t, pool, w, func(env *testsuite.TestWorkflowEnvironment) {
+		env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
+			q := activity.GetInfo(ctx).TaskQueue
+			mu.Lock()
+			asked = append(asked, fmt.Sprintf("%s: %d", q, in.Step))
+			mu.Unlock()
+			if in.Step == 0 {
+				return 57, nil // the first node picks the step
+			}
+			// Every rank knows it: the first node's rank 0 commits the
+			// checkpoint when it gets there.
+			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step), SHA256: "57"}})
+			return in.Step, nil
+		}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 300*time.Millisecond)
+	}, func(st spec.RunStatus) {
+		require.Equal(t, spec.PhasePaused, st.Phase)
+		require.EqualValues(t, 57, st.Step)
+		require.EqualValues(t, 57, st.LastCkpt.Step)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{spec.NodeTaskQueue("node-1") + ": 0", spec.NodeTaskQueue("node-2") + ": 57"}, asked)
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	require.EqualValues(t, 57, ls[1][0].Restore.Step)
+	require.Zero(t, ls[1][0].Restarts)
 }
 
 // TestExternalRunPauseTwiceStopsAtOnce: a second pause before any

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,9 @@ import (
 // restored on relaunch, a line of output per step. With CANN_E2E_CRASH_AT
 // set, rank 1 of a fresh start exits 3 at that step (every rank with
 // CANN_E2E_CRASH_ALL: the script has no collective to stop rank 0 as a
-// real job's would).
+// real job's would). With CANN_E2E_OWN_SCHEDULE set it checkpoints every
+// checkpoint_every steps by itself, not through should_checkpoint(): the
+// run's checkpoint requests go unheard.
 const pauseScript = `import os, sys, time
 import cann_train as ct
 
@@ -46,7 +49,8 @@ for step in range(start + 1, total + 1):
         print("rank %d: simulated crash" % ct.rank(), file=sys.stderr, flush=True)
         sys.exit(3)
     ct.report(step, loss=w)
-    if ct.should_checkpoint(step) and ct.rank() == 0:
+    due = step % ct._env_int("CANN_TRAIN_CHECKPOINT_EVERY", 0) == 0 if os.environ.get("CANN_E2E_OWN_SCHEDULE") else ct.should_checkpoint(step)
+    if due and ct.rank() == 0:
         with open(path, "w") as f:
             f.write("%d %r" % (step, w))
         ct.saved(step)
@@ -140,8 +144,10 @@ func TestExternalPauseResume(t *testing.T) {
 	if err := json.Unmarshal([]byte(cli("status", s.Name, "-o", "json")), &held); err != nil {
 		t.Fatal(err)
 	}
-	// Held at the first checkpoint uploaded after the pause.
-	if held.Status != spec.PhasePaused || held.Steps%50 != 0 || held.Steps <= pausedAt || held.Steps >= s.Steps ||
+	// Held at the first checkpoint uploaded after the pause: a periodic
+	// one, or the one the pause asked for.
+	asked := requestedSteps(t, filepath.Join(dir, "work", "node-1"), s.Name)
+	if held.Status != spec.PhasePaused || held.Steps%50 != 0 && !slices.Contains(asked, held.Steps) || held.Steps <= pausedAt || held.Steps >= s.Steps ||
 		!strings.HasSuffix(held.Checkpoints.LastURL, "/manifest.json") || len(held.Recoveries) != 0 {
 		t.Fatalf("after pause (asked at step ≥ %d): %+v", pausedAt, held)
 	}
@@ -182,6 +188,89 @@ func TestExternalPauseResume(t *testing.T) {
 			reps[0][0].Step, reps[1][0].Step, reps[1][len(reps[1])-1].Step, held.Steps+1, s.Steps)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_metered.json")
+}
+
+// TestExternalPauseAtARequestedCheckpoint: a job whose next periodic
+// checkpoint is hundreds of steps off is paused within about a second:
+// the run asks the world for a checkpoint (node-1 picks a step about a
+// second ahead of its rank 0, node-2 is told it), the script's
+// should_checkpoint() says yes there, and the run holds at that step;
+// the resume relaunches the world from it and the job completes.
+func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 in PATH: skipping the external-job checkpoint request e2e test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, srv := startScriptCluster(ctx, t, dir, "node-1", "node-2")
+	s := spec.RunSpec{Name: "ext-asked", Nodes: 2, Steps: 600, CheckpointEvery: 500, HeartbeatTimeout: spec.Duration(2 * time.Second),
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir}}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	var seen int64
+	for seen < 60 {
+		_, live, _, closed, err := readLive(ctx, c, run.GetID())
+		if closed || ctx.Err() != nil {
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("run closed or timed out before step 60: %v", err)
+		}
+		if live != nil {
+			seen = live.Step
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cli := cliRun(ctx, srv.FrontendAddr())
+	t0 := time.Now()
+	out, _, err := cli("pause", s.Name, "--wait", "60s")
+	took := time.Since(t0)
+	if err != nil || !strings.Contains(out, "paused at step") {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("pause: %v %q", err, out)
+	}
+	st := queryRun(ctx, t, c, run.GetID())
+	asked1 := requestedSteps(t, filepath.Join(dir, "work", "node-1"), s.Name)
+	asked2 := requestedSteps(t, filepath.Join(dir, "work", "node-2"), s.Name)
+	t.Logf("pause asked at step ≥ %d: held at step %d after %.2f s (periodic checkpoints every %d)", seen, st.Step, took.Seconds(), s.CheckpointEvery)
+	if st.Phase != spec.PhasePaused || st.LastCkpt == nil || st.LastCkpt.Step != st.Step || st.Step <= seen || st.Step >= s.CheckpointEvery ||
+		!slices.Equal(asked1, []int64{st.Step}) || !slices.Equal(asked2, []int64{st.Step}) {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("paused %s at step %d (checkpoint %+v); requests node-1 %v, node-2 %v: want held at the requested step past %d, before %d",
+			st.Phase, st.Step, st.LastCkpt, asked1, asked2, seen, s.CheckpointEvery)
+	}
+	cli("resume", s.Name)
+	var final spec.RunStatus
+	if err := run.Get(ctx, &final); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run after resume: %v", err)
+	}
+	if final.Phase != spec.PhaseCompleted || final.Step != s.Steps || len(final.Recoveries) != 0 {
+		t.Fatalf("final status %s at step %d (recoveries %d)", final.Phase, final.Step, len(final.Recoveries))
+	}
+	reps := worldReports(t, filepath.Join(dir, "work", "node-1"), s.Name)
+	if len(reps) != 2 || len(reps[1]) == 0 || reps[1][0].Step != st.Step+1 {
+		t.Errorf("rank-0 launches %d; want 2, the second from step %d", len(reps), st.Step+1)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_request.json")
+}
+
+// requestedSteps are the checkpoint steps the run asked of the worlds of
+// run on the node whose work directory is nodeWork (its request files).
+func requestedSteps(t *testing.T, nodeWork, run string) []int64 {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(nodeWork, "runs", run, "worlds", "*", "checkpoint.request"))
+	var out []int64
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out = append(out, step)
+	}
+	return out
 }
 
 // startScriptCluster starts the embedded server, the control worker in
@@ -269,9 +358,11 @@ func TestExternalDrainMovesTheWorld(t *testing.T) {
 	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 0 {
 		t.Fatalf("final status %s at step %d (recoveries %d)", st.Phase, st.Step, len(st.Recoveries))
 	}
+	asked := requestedSteps(t, filepath.Join(dir, "work", "node-1"), s.Name)
 	if len(st.Rescalings) != 1 || !slices.Equal(st.Rescalings[0].Removed, []string{"node-2"}) ||
-		!slices.Equal(st.Rescalings[0].Added, []string{"node-3"}) || st.Rescalings[0].AtStep%50 != 0 || st.Rescalings[0].AtStep < 100 {
-		t.Errorf("node changes %+v; want node-2 left for node-3 at a checkpoint after step 60", st.Rescalings)
+		!slices.Equal(st.Rescalings[0].Added, []string{"node-3"}) || st.Rescalings[0].AtStep <= 60 ||
+		st.Rescalings[0].AtStep%50 != 0 && !slices.Contains(asked, st.Rescalings[0].AtStep) {
+		t.Errorf("node changes %+v; want node-2 left for node-3 at a checkpoint after step 60 (a periodic one or the one asked for: %v)", st.Rescalings, asked)
 	}
 	if !slices.Equal(st.Nodes, []string{"node-1", "node-3"}) {
 		t.Errorf("final nodes %v", st.Nodes)

@@ -343,12 +343,14 @@ func TestTwoNodesStopAtOnce(t *testing.T) {
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_stopped_two.json")
 }
 
-// TestExternalStopPastTheGrace: an external job whose next checkpoint is
-// further off than its node worker's stop grace (1 s here) cannot stop at
-// one: the stopping worker cancels its part of the world when the grace
-// ends, and the run relaunches from the last checkpoint on the spare,
-// losing the steps since — but, the node having been said to stop,
-// counting no restart (Recovery.Stopped).
+// TestExternalStopPastTheGrace: an external job that checkpoints on its
+// own schedule (not through should_checkpoint(): the run's request goes
+// unheard) and whose next checkpoint is further off than its node
+// worker's stop grace (1 s here) cannot stop at one: the stopping worker
+// cancels its part of the world when the grace ends, and the run
+// relaunches from the last checkpoint on the spare, losing the steps
+// since — but, the node having been said to stop, counting no restart
+// (Recovery.Stopped).
 func TestExternalStopPastTheGrace(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job stop e2e test")
@@ -358,7 +360,8 @@ func TestExternalStopPastTheGrace(t *testing.T) {
 	dir := t.TempDir()
 	c, l, _ := startScriptClusterWith(ctx, t, dir, nil, []string{"--stop-grace", "1s"}, "node-1", "node-2", "node-3")
 	s := spec.RunSpec{Name: "ext-stop-late", Nodes: 2, Steps: 600, CheckpointEvery: 200, HeartbeatTimeout: spec.Duration(2 * time.Second),
-		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir}}.WithDefaults()
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir,
+			Env: map[string]string{"CANN_E2E_OWN_SCHEDULE": "1"}}}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the world past its first checkpoint", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
 		return st.LastCkpt != nil && live != nil && live.Step >= 210
@@ -377,6 +380,44 @@ func TestExternalStopPastTheGrace(t *testing.T) {
 	t.Logf("node-2 stopped before a checkpoint: the world relaunched on node-3 from step %d (%d steps lost), no restart counted",
 		rec.ResumeStep, rec.LostSteps)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_stop_late.json")
+}
+
+// TestExternalStopAtARequestedCheckpoint: a stop like the one above (a
+// 5 s grace here, the next periodic checkpoint some 8 s off) of a job
+// that asks should_checkpoint() every step loses nothing: told that
+// node-2 stops, the run asks the world for a checkpoint, which comes
+// within the grace, and moves the world there to the spare — no
+// recovery, no step lost.
+func TestExternalStopAtARequestedCheckpoint(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 in PATH: skipping the external-job stop e2e test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, _ := startScriptClusterWith(ctx, t, dir, nil, []string{"--stop-grace", "5s"}, "node-1", "node-2", "node-3")
+	s := spec.RunSpec{Name: "ext-stop-asked", Nodes: 2, Steps: 700, CheckpointEvery: 600, HeartbeatTimeout: spec.Duration(2 * time.Second),
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir}}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the world under way", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
+		return live != nil && live.Step >= 100
+	})
+	signalled := time.Now()
+	node2 := sigterm(t, l, "node-2")
+	if err := exited(ctx, t, "node-2", node2); err != nil {
+		t.Errorf("node-2 exited with %v, want a clean exit", err)
+	}
+	exitedAfter := time.Since(signalled)
+	st := awaitRun(ctx, t, run, l.LogDir)
+	asked := requestedSteps(t, filepath.Join(dir, "work", "node-1"), s.Name)
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 0 || len(st.Rescalings) != 1 ||
+		!slices.Equal(st.Rescalings[0].Removed, []string{"node-2"}) || !slices.Equal(st.Rescalings[0].Added, []string{"node-3"}) ||
+		!slices.Equal(asked, []int64{st.Rescalings[0].AtStep}) || st.Rescalings[0].AtStep >= s.CheckpointEvery {
+		t.Fatalf("final status %s at step %d, recoveries %+v, node changes %+v, checkpoints asked %v: want node-2 left for node-3 at the requested checkpoint, no recovery",
+			st.Phase, st.Step, st.Recoveries, st.Rescalings, asked)
+	}
+	t.Logf("node-2 stopped (5 s grace) %.2f s after the signal, before the first periodic checkpoint: the world moved to node-3 at the requested step %d, no step lost",
+		exitedAfter.Seconds(), st.Rescalings[0].AtStep)
 }
 
 // sigterm stops the named worker process as a supervisor does.

@@ -11,8 +11,8 @@ import (
 	"strings"
 )
 
-// The helper protocol (python/cann_train.py ↔ node worker) is two files per
-// process, named by its environment:
+// The helper protocol (python/cann_train.py ↔ node worker) is three files
+// per process, named by its environment:
 //
 //   - CANN_TRAIN_REPORT_FILE: the script appends one JSON object per line
 //     (each line one write(2) on an O_APPEND descriptor, so a reader never
@@ -25,6 +25,11 @@ import (
 //     temporary file, rename) with the last step whose checkpoint it has
 //     copied, as decimal text. saved(step) returns once it reads a value
 //     ≥ step: the script may then overwrite the directory.
+//   - CANN_TRAIN_REQUEST_FILE (one per node, shared by its processes): the
+//     node worker replaces it the same way with the step the run asks a
+//     checkpoint at (activities' RequestCheckpoint); should_checkpoint(step)
+//     says yes at that step besides every checkpoint_every-th. No file: no
+//     request.
 //
 // Files rather than a socket: nothing to connect, no ordering between the
 // worker's and the script's start, a record survives a slow reader, and

@@ -204,3 +204,36 @@ print(os.path.basename(ct.checkpoint_dir()))`)
 		t.Errorf("unmanaged: %v %s", err, out)
 	}
 }
+
+// TestPythonHelperCheckpointRequest: should_checkpoint() says yes at the
+// step the node worker wrote to the request file (WriteAck's form) as
+// well as at every checkpoint_every-th step, sees a new request when the
+// file is replaced, and none while there is no file.
+func TestPythonHelperCheckpointRequest(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	req := filepath.Join(dir, "checkpoint.request")
+	if err := WriteAck(req, 7); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-c", `import os, cann_train as ct
+req = os.environ["CANN_TRAIN_REQUEST_FILE"]
+os.rename(req, req + ".hold")
+assert not ct.should_checkpoint(7), "no request file: no request"
+os.rename(req + ".hold", req)
+assert ct.should_checkpoint(7), "the requested step"
+assert ct.should_checkpoint(6) and not ct.should_checkpoint(8), "every 3 besides"
+ct.report(7)
+assert ct.should_checkpoint(), "the last reported step"
+with open(req + ".tmp", "w") as f:
+    f.write("11\n")
+os.replace(req + ".tmp", req)
+assert ct.should_checkpoint(11) and not ct.should_checkpoint(7), "a new request replaces the old"
+assert not ct.should_checkpoint(0) and not ct.should_checkpoint(-1)
+print("ok")`)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+helperDir(t), "CANN_TRAIN_REQUEST_FILE="+req, "CANN_TRAIN_CHECKPOINT_EVERY=3",
+		"CANN_TRAIN_REPORT_FILE="+filepath.Join(dir, "r.jsonl"), "CANN_TRAIN_RANK=0")
+	if out, err := cmd.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,143 @@
+package activities
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/engine/launch"
+	"github.com/cann-train/cann-train/spec"
+)
+
+// requestLead is how far ahead of rank 0's last report, in its steps'
+// time, the first node of an external world sets a requested checkpoint:
+// the run must tell the other nodes, and their ranks read the request
+// file, before any rank reaches the step (every rank must take the same
+// step's checkpoint: a sharded save is collective).
+const requestLead = time.Second
+
+// minRequestSteps is the least lead in steps (a job that reports seldom
+// or has no measured pace yet).
+const minRequestSteps = 2
+
+// requestFile is the name of a world's checkpoint request file in its
+// directory on each node (spec.EnvRequestFile).
+const requestFile = "checkpoint.request"
+
+// worldAsks is how RequestCheckpoint reaches the world running on this
+// node (one at a time: admit): its supervision loop answers asks.
+type worldAsks struct {
+	session string
+	ask     chan ckptAsk
+	done    chan struct{} // closed when the world's loop is gone
+}
+
+type ckptAsk struct {
+	step  int64
+	reply chan int64 // buffered: the loop never blocks on it
+}
+
+// serveAsks registers the world of session for checkpoint requests; call
+// the returned func when its supervision loop stops answering.
+func (n *Node) serveAsks(session string) (*worldAsks, func()) {
+	w := &worldAsks{session: session, ask: make(chan ckptAsk), done: make(chan struct{})}
+	n.mu.Lock()
+	n.asks = w
+	n.mu.Unlock()
+	return w, func() {
+		n.mu.Lock()
+		if n.asks == w {
+			n.asks = nil
+		}
+		n.mu.Unlock()
+		close(w.done)
+	}
+}
+
+// RequestCheckpoint is ActivityRequestCheckpoint: the run asks the world
+// in.Session running here to checkpoint at in.Step (0: at a step this
+// node picks, requestLead ahead of its rank 0, once its pace is known).
+// It returns the step written to the processes' request file, or 0 when
+// none was: the world does not run here (any more), or the step is past
+// the job's end or already passed here. A script without the helper
+// reports no steps: the ask then waits until the activity times out, and
+// the run waits for the world's next checkpoint as before.
+func (n *Node) RequestCheckpoint(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
+	n.mu.Lock()
+	w := n.asks
+	n.mu.Unlock()
+	log := n.Logger.With(zap.String("run", in.RunID), zap.String("session", in.Session), zap.String("why", in.Why))
+	if w == nil || w.session != in.Session {
+		log.Info("checkpoint requested for a world that does not run here")
+		return 0, nil
+	}
+	a := ckptAsk{step: in.Step, reply: make(chan int64, 1)}
+	select {
+	case w.ask <- a:
+	case <-w.done:
+		return 0, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	step := <-a.reply
+	log.Info("checkpoint requested of the world's processes", zap.Int64("asked", in.Step), zap.Int64("step", step))
+	return step, nil
+}
+
+// ask answers a (RequestCheckpoint's): at once when it gives the step,
+// or once the lead process's pace is known (its second report, by the
+// times the script wrote) when this node is to pick it.
+func (s *supervision) ask(a ckptAsk) {
+	if a.step == 0 && !s.paced() {
+		s.waiting = append(s.waiting, a)
+		return
+	}
+	a.reply <- s.request(a.step)
+}
+
+// answerWaiting answers the asks waiting for the pace, once it is known;
+// with over (the world has ended) it answers them 0.
+func (s *supervision) answerWaiting(over bool) {
+	if len(s.waiting) == 0 || !over && !s.paced() {
+		return
+	}
+	for _, a := range s.waiting {
+		if over {
+			a.reply <- 0
+		} else {
+			a.reply <- s.request(0)
+		}
+	}
+	s.waiting = nil
+}
+
+// paced: the lead process has reported two steps at two times, so its
+// pace is known.
+func (s *supervision) paced() bool {
+	return s.firstSeen && s.prog.Step > s.firstStep && s.lastTime > s.firstTime && s.firstTime > 0
+}
+
+// request has this node's processes checkpoint at step (0: requestLead
+// ahead of the lead process's last report, at its measured pace) by
+// writing it to their request file, and returns it; 0 when it cannot
+// (see RequestCheckpoint).
+func (s *supervision) request(step int64) int64 {
+	if step == 0 {
+		if !s.paced() {
+			return 0
+		}
+		pace := float64(s.prog.Step-s.firstStep) / (s.lastTime - s.firstTime) // steps a second
+		step = s.prog.Step + max(minRequestSteps, int64(math.Ceil(pace*requestLead.Seconds())))
+	}
+	if step <= s.prog.Step || (s.in.Spec.Steps > 0 && step >= s.in.Spec.Steps) {
+		return 0 // passed already; or the job ends first, and uploads its end
+	}
+	if err := launch.WriteAck(filepath.Join(s.paths.dir, requestFile), step); err != nil {
+		s.log.Warn("checkpoint request not written", zap.Int64("step", step), zap.Error(err))
+		return 0
+	}
+	return step
+}
