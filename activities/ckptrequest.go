@@ -61,10 +61,11 @@ func (n *Node) serveAsks(session string) (*worldAsks, func()) {
 // in.Session running here to checkpoint at in.Step (0: at a step this
 // node picks, requestLead ahead of its rank 0, once its pace is known).
 // It returns the step written to the processes' request file, or 0 when
-// none was: the world does not run here (any more), or the step is past
-// the job's end or already passed here. A script without the helper
-// reports no steps: the ask then waits until the activity times out, and
-// the run waits for the world's next checkpoint as before.
+// none was: the world does not run here (any more), its processes have
+// reported no step yet (a script without the helper never does), or the
+// step is past the job's end or already passed here. Rank 0's node then
+// watches the step: passed without a checkpoint, it tells the run
+// (CheckpointSaved.Missed).
 func (n *Node) RequestCheckpoint(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
 	n.mu.Lock()
 	w := n.asks
@@ -91,11 +92,14 @@ func (n *Node) RequestCheckpoint(ctx context.Context, in spec.CheckpointRequest)
 // or once the lead process's pace is known (its second report, by the
 // times the script wrote) when this node is to pick it.
 func (s *supervision) ask(a ckptAsk) {
-	if a.step == 0 && !s.paced() {
+	switch {
+	case a.step == 0 && !s.firstSeen:
+		a.reply <- 0 // nothing reported yet: no pace to go by, perhaps no helper
+	case a.step == 0 && !s.paced():
 		s.waiting = append(s.waiting, a)
-		return
+	default:
+		a.reply <- s.request(a.step)
 	}
-	a.reply <- s.request(a.step)
 }
 
 // answerWaiting answers the asks waiting for the pace, once it is known;
@@ -139,5 +143,23 @@ func (s *supervision) request(step int64) int64 {
 		s.log.Warn("checkpoint request not written", zap.Int64("step", step), zap.Error(err))
 		return 0
 	}
+	if s.in.Rank == 0 {
+		s.requested = step // watched: missedRequest
+	}
 	return step
+}
+
+// missedRequest tells the run, once, that rank 0 went past the step it
+// asked a checkpoint at without committing one there (its script
+// checkpoints on its own schedule): a run waiting for that checkpoint to
+// stop the world need not wait any longer.
+func (s *supervision) missedRequest() {
+	if s.requested == 0 || s.prog.Step <= s.requested {
+		return
+	}
+	if s.savedAt < s.requested {
+		s.log.Info("the processes went past the requested checkpoint without taking it", zap.Int64("step", s.requested))
+		s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: spec.CheckpointRef{Run: s.in.Spec.Name, Step: s.requested}, Missed: true})
+	}
+	s.requested = 0
 }

@@ -531,6 +531,9 @@ type supervision struct {
 	firstTime, lastTime float64
 	// waiting are checkpoint requests waiting for the lead's pace (ask).
 	waiting []ckptAsk
+	// requested is the step the run asked rank 0 to checkpoint at, until
+	// it is past (0: none); savedAt the last step rank 0 committed.
+	requested, savedAt int64
 	// groups are the processes' group IDs (a frozen node stops them too).
 	groups []int
 }
@@ -559,6 +562,7 @@ func (s *supervision) poll(ctx context.Context) {
 				}
 			case launch.EventSaved:
 				if name == "rank-0" {
+					s.savedAt = max(s.savedAt, e.Step)
 					if err := s.upload(ctx, e.Step, false); err != nil {
 						s.log.Warn("checkpoint upload failed; the script goes on", zap.Int64("step", e.Step), zap.Error(err))
 						s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: spec.CheckpointRef{Run: s.in.Spec.Name, Step: e.Step}, Failed: err.Error()})
@@ -567,6 +571,7 @@ func (s *supervision) poll(ctx context.Context) {
 			}
 		}
 	}
+	s.missedRequest()
 	s.hooks.progress(s.prog)
 	if k := s.in.KillAtStep; k > 0 && s.prog.Step >= k {
 		s.in.KillAtStep = 0 // once (a node that does not allow it only warns)

@@ -502,6 +502,11 @@ type CheckpointSaved struct {
 	// Failed, when set, says the upload of the checkpoint at Ref.Step
 	// failed, and why (Ref then carries only Run and Step).
 	Failed string `json:"failed,omitempty"`
+	// Missed says instead that rank 0 went past Ref.Step, the step the
+	// run asked a checkpoint at (ActivityRequestCheckpoint), without
+	// committing one there: the script does not take requests (Ref
+	// carries only Run and Step).
+	Missed bool `json:"missed,omitempty"`
 }
 
 // JoinWorkdir resolves p against the job's workdir (p absolute: as is).

@@ -138,7 +138,11 @@ import (
 // its chunk trained, grew back mid-chunk once the node's worker returned
 // (versionNodesInFlight); trainingrun_external_request.json, an external
 // job paused hundreds of steps before its next periodic checkpoint: its
-// world asked for one (versionCheckpointRequest) and held there
+// world asked for one (versionCheckpointRequest) and held there;
+// trainingrun_external_cancel_request.json, the same run resumed, then
+// cancelled: its world asked for a checkpoint and the run ended
+// cancelled there (versionCancelAsksCheckpoint; the test records this
+// one now)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -149,20 +153,21 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// external job's launches are named after it, and its checkpoint
 	// signals matched by that name); else the replayer's default.
 	ids := map[string]string{
-		"trainingrun_external.json":           "run/ext-record",
-		"trainingrun_external_pause.json":     "run/ext-pause",
-		"trainingrun_external_green.json":     "run/ext-green",
-		"trainingrun_external_energy.json":    "run/ext-green",
-		"trainingrun_external_metered.json":   "run/ext-pause",
-		"trainingrun_external_rollover.json":  "run/ext-rollover",
-		"trainingrun_external_drain.json":     "run/ext-drain",
-		"trainingrun_external_lost.json":      "run/ext-lost",
-		"trainingrun_host_cannot_launch.json": "run/ext-host",
-		"trainingrun_slow_drain.json":         "run/slow-drain",
-		"trainingrun_slow_replace.json":       "run/slow-replace",
-		"trainingrun_external_stop.json":      "run/ext-stop",
-		"trainingrun_external_stop_late.json": "run/ext-stop-late",
-		"trainingrun_external_request.json":   "run/ext-asked",
+		"trainingrun_external.json":                "run/ext-record",
+		"trainingrun_external_pause.json":          "run/ext-pause",
+		"trainingrun_external_green.json":          "run/ext-green",
+		"trainingrun_external_energy.json":         "run/ext-green",
+		"trainingrun_external_metered.json":        "run/ext-pause",
+		"trainingrun_external_rollover.json":       "run/ext-rollover",
+		"trainingrun_external_drain.json":          "run/ext-drain",
+		"trainingrun_external_lost.json":           "run/ext-lost",
+		"trainingrun_host_cannot_launch.json":      "run/ext-host",
+		"trainingrun_slow_drain.json":              "run/slow-drain",
+		"trainingrun_slow_replace.json":            "run/slow-replace",
+		"trainingrun_external_stop.json":           "run/ext-stop",
+		"trainingrun_external_stop_late.json":      "run/ext-stop-late",
+		"trainingrun_external_request.json":        "run/ext-asked",
+		"trainingrun_external_cancel_request.json": "run/ext-asked",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -199,35 +204,36 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_lost.json", spec.WorkflowTrainingRun},    // a crashed world: what it trained past its checkpoint a lost segment
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},           // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},
-		{"cluster_drain.json", spec.WorkflowCluster},                      // drains, one of a held node (the run told)
-		{"cluster_sweep.json", spec.WorkflowCluster},                      // a terminated run's nodes freed for the next run
-		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun},      // a misspelled input field: failed at once (versionUnknownInput)
-		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},         // a node without data replaced (NodeUnfit: no version)
-		{"cluster_unfit.json", spec.WorkflowCluster},                      // … and kept failed as misconfigured
-		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},       // held for a refusing bucket, stored at a resume (versionStorageWaits)
-		{"trainingrun_load_hold.json", spec.WorkflowTrainingRun},          // held for a bucket that failed a restore's reads (versionLoadWaits)
-		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},       // a storage hold whose tries say so (versionStoringSaysSo)
-		{"trainingrun_host_cannot_launch.json", spec.WorkflowTrainingRun}, // a host that cannot launch the job replaced (versionHostCannotLaunch)
-		{"trainingrun_outage.json", spec.WorkflowTrainingRun},             // a server outage outlived on the same nodes (versionServiceOutage)
-		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},       // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
-		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},          // fell back past deleted checkpoints in one restart (versionSkipGone)
-		{"trainingrun_slow_drain.json", spec.WorkflowTrainingRun},         // drained its slow node (slow_node: drain) and moved off it
-		{"trainingrun_slow_replace.json", spec.WorkflowTrainingRun},       // left its slow node for a free one (slow_node: replace; no version)
-		{"trainingrun_other_data.json", spec.WorkflowTrainingRun},         // a node on other data given back, the run's learnt (no version)
-		{"trainingrun_data_pinned.json", spec.WorkflowTrainingRun},        // pinned: its pin's holders asked for first (no version)
-		{"cluster_data.json", spec.WorkflowCluster},                       // … a node given back free (OtherData), a pin preferred
-		{"cluster_same_data.json", spec.WorkflowCluster},                  // … and runs without one handed nodes of one data set (SameData)
-		{"trainingrun_stopped_node.json", spec.WorkflowTrainingRun},       // a stopping node's chunk ended early, the node replaced there (versionEndedEarly)
-		{"trainingrun_controls_end_chunk.json", spec.WorkflowTrainingRun}, // a pause and a drain ended the chunk in flight early (versionEndOnControl)
-		{"trainingrun_green_window_end.json", spec.WorkflowTrainingRun},   // a green window's end ended the chunk in flight (versionEndAtSlotEnd)
-		{"cluster_stop.json", spec.WorkflowCluster},                       // a held node's worker stopped: its run told (versionStopEvicts)
-		{"trainingrun_stopped_told.json", spec.WorkflowTrainingRun},       // … and that run, told, replacing the node where its chunk ended
-		{"trainingrun_external_stop.json", spec.WorkflowTrainingRun},      // an external world moved off a stopping node's at a checkpoint
-		{"trainingrun_cancel_end_chunk.json", spec.WorkflowTrainingRun},   // cancelled mid-chunk: the chunk ended at a checkpoint first (versionCancelEndsChunk)
-		{"trainingrun_stopped_two.json", spec.WorkflowTrainingRun},        // two nodes stopped at once, both replaced where the chunk ended (no version)
-		{"trainingrun_external_stop_late.json", spec.WorkflowTrainingRun}, // a stop past the grace: no restart counted (versionStoppingNoRestart)
-		{"trainingrun_regrow_in_flight.json", spec.WorkflowTrainingRun},   // grew back mid-chunk, asking the Cluster for free nodes (versionNodesInFlight)
-		{"trainingrun_external_request.json", spec.WorkflowTrainingRun},   // a pause asked the external world for a checkpoint (versionCheckpointRequest)
+		{"cluster_drain.json", spec.WorkflowCluster},                           // drains, one of a held node (the run told)
+		{"cluster_sweep.json", spec.WorkflowCluster},                           // a terminated run's nodes freed for the next run
+		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun},           // a misspelled input field: failed at once (versionUnknownInput)
+		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},              // a node without data replaced (NodeUnfit: no version)
+		{"cluster_unfit.json", spec.WorkflowCluster},                           // … and kept failed as misconfigured
+		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},            // held for a refusing bucket, stored at a resume (versionStorageWaits)
+		{"trainingrun_load_hold.json", spec.WorkflowTrainingRun},               // held for a bucket that failed a restore's reads (versionLoadWaits)
+		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},            // a storage hold whose tries say so (versionStoringSaysSo)
+		{"trainingrun_host_cannot_launch.json", spec.WorkflowTrainingRun},      // a host that cannot launch the job replaced (versionHostCannotLaunch)
+		{"trainingrun_outage.json", spec.WorkflowTrainingRun},                  // a server outage outlived on the same nodes (versionServiceOutage)
+		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},            // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
+		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},               // fell back past deleted checkpoints in one restart (versionSkipGone)
+		{"trainingrun_slow_drain.json", spec.WorkflowTrainingRun},              // drained its slow node (slow_node: drain) and moved off it
+		{"trainingrun_slow_replace.json", spec.WorkflowTrainingRun},            // left its slow node for a free one (slow_node: replace; no version)
+		{"trainingrun_other_data.json", spec.WorkflowTrainingRun},              // a node on other data given back, the run's learnt (no version)
+		{"trainingrun_data_pinned.json", spec.WorkflowTrainingRun},             // pinned: its pin's holders asked for first (no version)
+		{"cluster_data.json", spec.WorkflowCluster},                            // … a node given back free (OtherData), a pin preferred
+		{"cluster_same_data.json", spec.WorkflowCluster},                       // … and runs without one handed nodes of one data set (SameData)
+		{"trainingrun_stopped_node.json", spec.WorkflowTrainingRun},            // a stopping node's chunk ended early, the node replaced there (versionEndedEarly)
+		{"trainingrun_controls_end_chunk.json", spec.WorkflowTrainingRun},      // a pause and a drain ended the chunk in flight early (versionEndOnControl)
+		{"trainingrun_green_window_end.json", spec.WorkflowTrainingRun},        // a green window's end ended the chunk in flight (versionEndAtSlotEnd)
+		{"cluster_stop.json", spec.WorkflowCluster},                            // a held node's worker stopped: its run told (versionStopEvicts)
+		{"trainingrun_stopped_told.json", spec.WorkflowTrainingRun},            // … and that run, told, replacing the node where its chunk ended
+		{"trainingrun_external_stop.json", spec.WorkflowTrainingRun},           // an external world moved off a stopping node's at a checkpoint
+		{"trainingrun_cancel_end_chunk.json", spec.WorkflowTrainingRun},        // cancelled mid-chunk: the chunk ended at a checkpoint first (versionCancelEndsChunk)
+		{"trainingrun_stopped_two.json", spec.WorkflowTrainingRun},             // two nodes stopped at once, both replaced where the chunk ended (no version)
+		{"trainingrun_external_stop_late.json", spec.WorkflowTrainingRun},      // a stop past the grace: no restart counted (versionStoppingNoRestart)
+		{"trainingrun_regrow_in_flight.json", spec.WorkflowTrainingRun},        // grew back mid-chunk, asking the Cluster for free nodes (versionNodesInFlight)
+		{"trainingrun_external_request.json", spec.WorkflowTrainingRun},        // a pause asked the external world for a checkpoint (versionCheckpointRequest)
+		{"trainingrun_external_cancel_request.json", spec.WorkflowTrainingRun}, // … and a cancel too, ending there (versionCancelAsksCheckpoint)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -81,6 +81,10 @@ var errWorldRollover = errors.New("world stopped to continue as new")
 // it without a drained node.
 var errWorldEvict = errors.New("world stopped to leave a drained node")
 
+// errWorldCancelled: runWorld stopped the world after a checkpoint
+// because the run was cancelled (versionCancelAsksCheckpoint).
+var errWorldCancelled = errors.New("world stopped: the run was cancelled")
+
 // worldStop is why awaitWorld cancelled a world (worldRuns: it did not).
 type worldStop int
 
@@ -90,6 +94,7 @@ const (
 	stopForGreen
 	stopForRollover
 	stopForEvict
+	stopForCancel
 )
 
 // externalRun is what runExternal's coroutines share about the current
@@ -101,8 +106,13 @@ type externalRun struct {
 	pausedCkpts int
 	rollCkpts   int
 	// evictCkpts counts the launch's checkpoints committed while drained
-	// nodes waited to be left (Controls.Evict).
-	evictCkpts int
+	// nodes waited to be left (Controls.Evict); cancelCkpts those
+	// committed since the run was cancelled (versionCancelAsksCheckpoint).
+	evictCkpts  int
+	cancelCkpts int
+	// missed: the world went past a step the run asked a checkpoint at
+	// without taking it (CheckpointSaved.Missed).
+	missed bool
 	// launchEvents is the history's length when the launch began: a
 	// launch rolls over only once it has at least doubled it (a launch on
 	// thousands of nodes may start past the suggestion; rolling over at
@@ -167,6 +177,9 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
 				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
 		}
+		if errors.Is(err, errWorldCancelled) {
+			return r.st.Status, ctx.Err() // stopped at its checkpoint: the run ends cancelled there
+		}
 		if errors.Is(err, errWorldPaused) || errors.Is(err, errWorldGreen) || errors.Is(err, errWorldEvict) {
 			continue
 		}
@@ -190,8 +203,18 @@ func (r *run) listenCheckpoints(ctx workflow.Context, ext *externalRun) {
 		for {
 			var c spec.CheckpointSaved
 			ch.Receive(ctx, &c)
+			if c.Missed {
+				if c.Session == r.st.Session {
+					ext.missed = true
+					workflow.GetLogger(ctx).Info("the world went past the requested checkpoint without taking it", "step", c.Ref.Step)
+				}
+				continue
+			}
 			if !r.onCheckpoint(ctx, c) {
 				continue
+			}
+			if r.cancelSeen {
+				ext.cancelCkpts++
 			}
 			if ext.green || ext.metered {
 				r.markTrained(ctx, ext, c.Ref.Step)
@@ -297,6 +320,13 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	if ext.metered {
 		ext.meters = r.readMeters(ctx, "this launch")
 	}
+	// A world that takes checkpoint requests is not cancelled with the
+	// run: a cancellation asks it for a checkpoint first (awaitWorld).
+	runCtx := ctx
+	if m.TakesCheckpointRequests() && ctx.Err() == nil &&
+		workflow.GetVersion(ctx, versionCancelAsksCheckpoint, workflow.DefaultVersion, 1) >= 1 {
+		ctx, _ = workflow.NewDisconnectedContext(ctx)
+	}
 	cctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
@@ -312,10 +342,10 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			r.spec.External.Launcher, rank*procs, rank*procs+procs-1, len(m.Nodes)*procs, node.ID, from, m.Generation)
 		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
 	}
-	ext.pausedCkpts, ext.rollCkpts, ext.evictCkpts, ext.ckpts = 0, 0, 0, 0
+	ext.pausedCkpts, ext.rollCkpts, ext.evictCkpts, ext.cancelCkpts, ext.ckpts, ext.missed = 0, 0, 0, 0, 0, false
 	ext.launchEvents = workflow.GetInfo(ctx).GetCurrentHistoryLength()
 	ext.markAt, ext.markStep = started, from
-	results, errs, gone, stop := r.awaitWorld(ctx, futures, cancel, ext)
+	results, errs, gone, stop := r.awaitWorld(ctx, runCtx, futures, cancel, ext)
 	r.settle(ctx) // checkpoint signals delivered with the results
 	// and recorded: the last one may still be reading the meters
 	_ = workflow.Await(ctx, func() bool { return !ext.reading })
@@ -340,6 +370,12 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			r.st.Session = ""
 			r.st.Status.Step = r.ckptStep() // where the next launch starts
 			return errWorldEvict
+		}
+		if stop == stopForCancel {
+			log.Info("world stopped: the run was cancelled", "session", r.st.Session, "step", r.ckptStep())
+			r.st.Session = ""
+			r.st.Status.Step = r.ckptStep()
+			return errWorldCancelled
 		}
 		if stop == stopForGreen {
 			log.Info("world stopped for a green window", "session", r.st.Session, "step", r.ckptStep())
@@ -390,7 +426,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 // it was asked for (at once after a second pause); a green run's plan at a
 // checkpoint that puts it outside its slots cancels it too; stop reports
 // which did (the first).
-func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc,
+func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future, cancel workflow.CancelFunc,
 	ext *externalRun) (results []spec.ChunkResult, errs []error, gone []spec.PeerFailure, stop worldStop) {
 	n := len(futures)
 	results = make([]spec.ChunkResult, n)
@@ -429,7 +465,22 @@ func (r *run) awaitWorld(ctx workflow.Context, futures []workflow.Future, cancel
 	if r.st.Membership.TakesCheckpointRequests() {
 		workflow.Go(tctx, func(ctx workflow.Context) {
 			if workflow.Await(ctx, r.checkpointWanted) == nil {
-				r.requestCheckpoint(ctx)
+				why := "a pause"
+				if !r.st.Ctl.Paused {
+					why = "nodes to leave: " + strings.Join(r.st.Status.Evicting, ", ")
+				}
+				r.requestCheckpoint(ctx, why)
+			}
+		})
+	}
+	if runCtx != ctx {
+		// The world's activities are on a disconnected context: the run's
+		// cancellation reaches them through here.
+		sel.AddFuture(r.checkpointOnCancel(tctx, runCtx, ext), func(workflow.Future) {
+			if stop == worldRuns {
+				stop = stopForCancel
+				workflow.GetLogger(ctx).Info("run cancelled: stopping the world", "session", r.st.Session, "step", r.ckptStep())
+				cancel()
 			}
 		})
 	}
@@ -540,13 +591,9 @@ func (r *run) checkpointWanted() bool {
 // should_checkpoint() says yes at that step. A node that does not answer,
 // or a world that cannot take the request (a script without the helper),
 // changes nothing: the world stops after its next periodic checkpoint.
-func (r *run) requestCheckpoint(ctx workflow.Context) {
+func (r *run) requestCheckpoint(ctx workflow.Context, why string) (asked bool) {
 	if workflow.GetVersion(ctx, versionCheckpointRequest, workflow.DefaultVersion, 1) < 1 {
-		return
-	}
-	why := "a pause"
-	if !r.st.Ctl.Paused {
-		why = "nodes to leave: " + strings.Join(r.st.Status.Evicting, ", ")
+		return false
 	}
 	m, log := r.st.Membership, workflow.GetLogger(ctx)
 	in := spec.CheckpointRequest{RunID: r.st.Status.RunID, Session: r.st.Session, Why: why}
@@ -557,7 +604,7 @@ func (r *run) requestCheckpoint(ctx workflow.Context) {
 	}
 	if err := call(m.Nodes[0]).Get(ctx, &in.Step); err != nil || in.Step == 0 {
 		log.Info("no checkpoint requested; the world stops after its next one", "why", why, "error", err)
-		return
+		return false
 	}
 	futures := make([]workflow.Future, 0, len(m.Nodes)-1)
 	for _, node := range m.Nodes[1:] {
@@ -570,6 +617,44 @@ func (r *run) requestCheckpoint(ctx workflow.Context) {
 		}
 	}
 	log.Info("checkpoint requested of the world", "step", in.Step, "why", why)
+	return true
+}
+
+// versionCancelAsksCheckpoint: a cancelled run whose external world takes
+// checkpoint requests asks it for one and stops it once that (or any
+// later) checkpoint is uploaded — within cancelGrace, and at once when
+// the world cannot be asked or goes past the step without taking it —
+// and ends cancelled at that step (checkpointOnCancel); before, the
+// world was cancelled with the run and the steps since its last
+// checkpoint were lost. Asked when such a world is launched: its
+// activities are then not cancelled with the workflow.
+const versionCancelAsksCheckpoint = "external-cancel-checkpoint"
+
+// checkpointOnCancel watches, while the world runs, for runCtx's
+// cancellation: then it asks the world for a checkpoint and returns a
+// future that is ready once one is uploaded — or at once when none could
+// be asked for, when the world went past the step without taking it, or
+// after cancelGrace. ctx ends the watch (the world ended first).
+func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun) workflow.Future {
+	f, set := workflow.NewFuture(ctx)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(runCtx.Done(), func(workflow.ReceiveChannel, bool) {})
+		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
+		sel.Select(ctx)
+		if runCtx.Err() == nil || ctx.Err() != nil {
+			return
+		}
+		r.cancelSeen = true
+		ext.missed = false
+		r.st.Status.Detail = fmt.Sprintf("cancelled: the world stops after a checkpoint, asked for now (within %s)", cancelGrace)
+		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", cancelGrace)
+		if r.requestCheckpoint(ctx, "the run was cancelled") || ext.cancelCkpts > 0 {
+			_, _ = workflow.AwaitWithTimeout(ctx, cancelGrace, func() bool { return ext.cancelCkpts > 0 || ext.missed })
+		}
+		set.Set(nil, nil)
+	})
+	return f
 }
 
 // versionWorldBlame: awaitWorld stops the world as soon as a finished

@@ -960,3 +960,68 @@ func TestExternalRunReplacesAHostThatCannotLaunch(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalRunCancelAsksACheckpoint: a run cancelled while its world
+// runs on nodes that take checkpoint requests asks the world for one
+// and ends cancelled at it (no step lost); when the first node cannot ask
+// (nothing reported yet) or the world goes past the step without taking
+// it, and on an older build, the world stops at once, back at the last
+// checkpoint (20).
+func TestExternalRunCancelAsksACheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		protocol int
+		pick     int64 // the first node's answer
+		missed   bool  // the world goes past it without a checkpoint
+		step     int64
+		asked    int
+	}{
+		{name: "takes the request", protocol: spec.ChunkProtocolCheckpointRequest, pick: 57, step: 57, asked: 2},
+		{name: "cannot be asked", protocol: spec.ChunkProtocolCheckpointRequest, pick: 0, step: 20, asked: 1},
+		{name: "misses the request", protocol: spec.ChunkProtocolCheckpointRequest, pick: 57, missed: true, step: 20, asked: 2},
+		{name: "an older build", protocol: spec.ChunkProtocolEndEarly, step: 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := testNodes("node-1", "node-2")
+			for i := range pool {
+				pool[i].Protocol = tc.protocol
+			}
+			cl := &fakeCluster{pool: pool, failed: map[string]bool{}}
+			w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+			w.behave = hangFirst(w)
+			env := newExternalEnv(t, cl, w)
+			env.SetTestTimeout(15 * time.Second)
+			var mu sync.Mutex
+			asked := 0
+			env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
+				mu.Lock()
+				asked++
+				mu.Unlock()
+				require.Equal(t, "the run was cancelled", in.Why)
+				if in.Step == 0 {
+					return tc.pick, nil
+				}
+				env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session, Missed: tc.missed,
+					Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step), SHA256: "s"}})
+				return in.Step, nil
+			}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
+			env.RegisterDelayedCallback(env.CancelWorkflow, 300*time.Millisecond)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+			require.True(t, env.IsWorkflowCompleted())
+			var can *temporal.CanceledError
+			require.ErrorAs(t, env.GetWorkflowError(), &can)
+			st := queryStatus(t, env)
+			require.Equal(t, spec.PhaseCancelled, st.Phase)
+			require.EqualValues(t, tc.step, st.LastCkpt.Step)
+			require.Equal(t, fmt.Sprintf("cancelled at step %d; last checkpoint at step %d", tc.step, tc.step), st.Error)
+			require.Empty(t, st.Recoveries)
+			mu.Lock()
+			require.Equal(t, tc.asked, asked)
+			mu.Unlock()
+			cl.mu.Lock()
+			require.Equal(t, 1, cl.releases, "its nodes released")
+			cl.mu.Unlock()
+			require.Len(t, w.launches(), 1)
+		})
+	}
+}

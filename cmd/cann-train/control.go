@@ -74,7 +74,8 @@ there (nodes of an older build finish the chunk, and checkpoint if it is
 due). The run then holds — nodes kept, nothing trained — until
 'cann-train resume RUN'. A pause during a green-window wait
 holds the run after the wait too. An external job (your own script) stops
-after its next checkpoint upload and resumes from it; a second pause stops
+after its next checkpoint upload — asked for now: its should_checkpoint()
+says yes a second or so ahead — and resumes from it; a second pause stops
 it at once.`,
 		Example: `  cann-train pause mnist-demo
   cann-train pause mnist-demo --wait 2m   # return once the run is paused`,
@@ -147,8 +148,11 @@ func newCancelCmd(e *env) *cobra.Command {
 is training ends first, within about a second, at a step its nodes agree on,
 with a checkpoint there (nodes of chunk protocol 2: 'cann-train nodes -o
 json'; on older ones, or if it has not ended within a minute, it is stopped
-and the steps since its last checkpoint are lost). An external job's
-processes are stopped. The nodes go back to the pool and the run ends
+and the steps since its last checkpoint are lost). An external job's world
+is asked for a checkpoint (its script's should_checkpoint() says yes a
+second or so ahead) and stopped once that is uploaded — at once when it
+cannot be asked (nodes of chunk protocol below 3, a script that reports no
+step) or goes past the step without checkpointing. The nodes go back to the pool and the run ends
 cancelled; its checkpoints stay in the bucket ('cann-train checkpoint ls
 RUN'), 'cann-train status RUN' still shows where it stopped, and
 'cann-train run JOB --resume' goes on from there later.`,

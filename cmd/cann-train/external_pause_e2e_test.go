@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -195,7 +196,8 @@ func TestExternalPauseResume(t *testing.T) {
 // the run asks the world for a checkpoint (node-1 picks a step about a
 // second ahead of its rank 0, node-2 is told it), the script's
 // should_checkpoint() says yes there, and the run holds at that step;
-// the resume relaunches the world from it and the job completes.
+// the resume relaunches the world from it, and a cancel, asking again,
+// ends the run cancelled at the next requested checkpoint.
 func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job checkpoint request e2e test")
@@ -238,19 +240,49 @@ func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
 			st.Phase, st.Step, st.LastCkpt, asked1, asked2, seen, s.CheckpointEvery)
 	}
 	cli("resume", s.Name)
-	var final spec.RunStatus
-	if err := run.Get(ctx, &final); err != nil {
-		dumpLogs(t, l.LogDir)
-		t.Fatalf("run after resume: %v", err)
+	// The relaunched world's rank 0 reports (the stopped world's last
+	// heartbeats may still be pending on the server).
+	for {
+		reps := worldReports(t, filepath.Join(dir, "work", "node-1"), s.Name)
+		if len(reps) == 2 && len(reps[1]) > 0 && reps[1][len(reps[1])-1].Step >= st.Step+20 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("the relaunched world never reached step %d", st.Step+20)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	if final.Phase != spec.PhaseCompleted || final.Step != s.Steps || len(final.Recoveries) != 0 {
-		t.Fatalf("final status %s at step %d (recoveries %d)", final.Phase, final.Step, len(final.Recoveries))
+	// A cancel asks for a checkpoint too, and the run ends cancelled at
+	// it: nothing trained is lost.
+	t0 = time.Now()
+	out, _, err = cli("cancel", s.Name, "--wait", "60s")
+	took = time.Since(t0)
+	if err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("cancel: %v %q", err, out)
+	}
+	final := queryRun(ctx, t, c, run.GetID())
+	asked1 = requestedSteps(t, filepath.Join(dir, "work", "node-1"), s.Name)
+	t.Logf("cancelled: ended at step %d after %.2f s; steps asked of the two worlds %v", final.Step, took.Seconds(), asked1)
+	if final.Phase != spec.PhaseCancelled || final.LastCkpt == nil || final.LastCkpt.Step != final.Step || len(final.Recoveries) != 0 ||
+		len(asked1) != 2 || !slices.Contains(asked1, final.Step) || final.Step <= st.Step+20 || final.Step >= s.CheckpointEvery ||
+		final.Error != fmt.Sprintf("cancelled at step %d; last checkpoint at step %d", final.Step, final.Step) {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("after cancel: %s at step %d (checkpoint %+v, %q), requests %v: want cancelled at the requested checkpoint",
+			final.Phase, final.Step, final.LastCkpt, final.Error, asked1)
+	}
+	for deadline := time.Now().Add(15 * time.Second); len(processesWithEnv("CANN_TRAIN_CHECKPOINT_DIR="+filepath.Join(dir, "work"))) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("ranks still running after the cancel")
+		}
 	}
 	reps := worldReports(t, filepath.Join(dir, "work", "node-1"), s.Name)
 	if len(reps) != 2 || len(reps[1]) == 0 || reps[1][0].Step != st.Step+1 {
 		t.Errorf("rank-0 launches %d; want 2, the second from step %d", len(reps), st.Step+1)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_request.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_cancel_request.json")
 }
 
 // requestedSteps are the checkpoint steps the run asked of the worlds of
