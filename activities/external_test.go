@@ -611,3 +611,60 @@ for step in range(1, ct.total_steps() + 1):
 		t.Errorf("request once the world ended: %d, %v; want 0", s, err)
 	}
 }
+
+// TestRunExternalTellsAMissedRequest: a script that checkpoints on its
+// own schedule goes past the requested step; rank 0's node tells the run
+// so, once (CheckpointSaved.Missed), and uploads nothing for it.
+func TestRunExternalTellsAMissedRequest(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	work := t.TempDir()
+	os.WriteFile(filepath.Join(work, "train.py"), []byte(`
+import time
+import cann_train as ct
+for step in range(1, ct.total_steps() + 1):
+    time.sleep(0.005)
+    ct.report(step, loss=1.0 / step)
+`), 0o644)
+	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "bucket"))
+	in := externalInput("deaf", work, 1, py, "train.py")
+	in.Spec.Steps, in.Spec.CheckpointEvery = 400, 50000
+	var mu sync.Mutex
+	var told []spec.CheckpointSaved
+	reached := make(chan struct{}, 1)
+	hooks := externalHooks{
+		progress: func(p spec.ChunkProgress) {
+			if p.Step >= 20 {
+				select {
+				case reached <- struct{}{}:
+				default:
+				}
+			}
+		},
+		saved: func(c spec.CheckpointSaved) error { mu.Lock(); told = append(told, c); mu.Unlock(); return nil },
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.runExternal(t.Context(), in, hooks)
+		done <- err
+	}()
+	select {
+	case <-reached:
+	case err := <-done:
+		t.Fatalf("the world ended before step 20: %v", err)
+	}
+	step, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: in.Session})
+	if err != nil || step == 0 {
+		t.Fatalf("requested step %d: %v", step, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 || !told[0].Missed || told[0].Ref.Step != step || told[0].Ref.Key != "" || told[0].Session != in.Session {
+		t.Fatalf("told %+v; want one missed request at step %d", told, step)
+	}
+}
