@@ -515,6 +515,9 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 	var gw *greenWatch
 	if ext.green {
 		gw = r.watchGreen(ctx, ext)
+		if r.st.Membership.TakesCheckpointRequests() {
+			r.askAtSlotEnd(tctx, gw)
+		}
 		sel.AddFuture(gw.outside, func(workflow.Future) {
 			if stop == worldRuns {
 				stop = stopForGreen

@@ -134,6 +134,48 @@ func (r *run) watchGreen(ctx workflow.Context, ext *externalRun) *greenWatch {
 	return gw
 }
 
+// versionExternalSlotEnd: an interruptible green run's external world,
+// on nodes that take checkpoint requests, is asked for a checkpoint when
+// the planned window it trains in ends; the plan made at that checkpoint
+// then stops it. Before, it trained on into the dirty hours until its
+// next periodic checkpoint. Asked when a window's end is first due
+// during a launch.
+const versionExternalSlotEnd = "external-slot-end"
+
+// askAtSlotEnd asks the world for a checkpoint when the window it trains
+// in ends (r.slotEnd, which every plan sets anew: the timer follows it)
+// until the launch ends (gw.over, or ctx).
+func (r *run) askAtSlotEnd(ctx workflow.Context, gw *greenWatch) {
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for !gw.over {
+			end, now := r.slotEnd, workflow.Now(ctx)
+			moved := func() bool { return gw.over || !r.slotEnd.Equal(end) }
+			if end.IsZero() || !end.After(now) {
+				if workflow.Await(ctx, moved) != nil {
+					return
+				}
+				continue
+			}
+			if workflow.GetVersion(ctx, versionExternalSlotEnd, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+				return
+			}
+			ok, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: end.Sub(now),
+				TimerOptions: workflow.TimerOptions{Summary: fmt.Sprintf("ask the world for a checkpoint at the green window's end, %s UTC", end.UTC().Format("15:04"))}},
+				moved)
+			if err != nil {
+				return
+			}
+			if ok {
+				continue // re-planned: another end, or none
+			}
+			r.requestCheckpoint(ctx, fmt.Sprintf("the green window ended at %s UTC", end.UTC().Format("15:04")))
+			if workflow.Await(ctx, moved) != nil {
+				return
+			}
+		}
+	})
+}
+
 // finish ends the watch when the launch has ended, after a plan in
 // flight (its answer no longer stops anything).
 func (gw *greenWatch) finish(ctx workflow.Context) {

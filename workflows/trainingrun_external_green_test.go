@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -137,7 +139,13 @@ func (g *greenWorlds) checkpoint(t *testing.T, step int64) {
 // by cb (nil: register your own), and a record of the timers' durations.
 func greenEnv(t *testing.T, cb *fakeCarbon) (*testsuite.TestWorkflowEnvironment, *greenWorlds, func() []time.Duration) {
 	t.Helper()
-	cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+	return greenEnvOn(t, cb, testNodes("node-1", "node-2"))
+}
+
+// greenEnvOn is greenEnv on the nodes pool.
+func greenEnvOn(t *testing.T, cb *fakeCarbon, pool []spec.Node) (*testsuite.TestWorkflowEnvironment, *greenWorlds, func() []time.Duration) {
+	t.Helper()
+	cl := &fakeCluster{pool: pool}
 	env := newRunEnv(t, cl, &fakeChunks{})
 	env.SetStartTime(day0)
 	env.SetTestTimeout(20 * time.Second)
@@ -328,6 +336,71 @@ func TestExternalGreenStopsAfterCheckpoint(t *testing.T) {
 	require.Equal(t, 1, st.Green.Waits)
 	require.EqualValues(t, 60, st.LastCkpt.Step)
 	require.InDelta(t, 4, st.Green.Grams, 1e-9, "0→20, 20→40, 40→60, 60→100")
+}
+
+// On nodes that take checkpoint requests, an interruptible run's world is
+// asked for a checkpoint when its window ends (10:00), not left to train
+// into the dirty hours until its next periodic one: the plan at that
+// checkpoint (step 37) stops it, and it relaunches from there at 14:00.
+// (The worlds are mocked with a duration, so that the clock runs on
+// while they do: the first would train until 20:00.)
+func TestExternalGreenAsksACheckpointAtTheWindowsEnd(t *testing.T) {
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: at("10:00"), GPerKWh: 90}, window14}, gramsPerChunk: 1}
+	env, _, _ := greenEnvOn(t, cb, speaking(spec.ChunkProtocolCheckpointRequest, "node-1", "node-2"))
+	var mu sync.Mutex
+	var asked []string    // "time queue step"
+	var launches []string // "time from"
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
+		var in spec.ExternalInput
+		if info.ActivityType.Name != spec.ActivityRunExternal || args.Get(&in) != nil || in.Rank != 0 {
+			return
+		}
+		from := int64(0)
+		if in.Restore != nil {
+			from = in.Restore.Step
+		}
+		mu.Lock()
+		launches = append(launches, fmt.Sprintf("%s %d", env.Now().UTC().Format("15:04"), from))
+		mu.Unlock()
+	})
+	world := func(_ context.Context, in spec.ExternalInput) (*spec.ChunkResult, error) {
+		from := int64(0)
+		if in.Restore != nil {
+			from = in.Restore.Step
+		}
+		return &spec.ChunkResult{NodeID: in.Membership.Nodes[in.Rank].ID, Rank: in.Rank, From: from, To: 100,
+			FirstLoss: 2.3 / float32(1+from), LastLoss: 2.3 / 101}, nil
+	}
+	env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
+		mu.Lock()
+		asked = append(asked, fmt.Sprintf("%s %s %d", env.Now().UTC().Format("15:04"), activity.GetInfo(ctx).TaskQueue, in.Step))
+		mu.Unlock()
+		require.Equal(t, "the green window ended at 10:00 UTC", in.Why)
+		if in.Step == 0 {
+			return 37, nil
+		}
+		// Every node told: rank 0 commits it.
+		env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+			Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step)}, Loss: 0.1})
+		return in.Step, nil
+	}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
+	env.OnActivity(spec.ActivityRunExternal, mock.Anything, mock.Anything).Return(world).After(10 * time.Hour).Times(2)
+	env.OnActivity(spec.ActivityRunExternal, mock.Anything, mock.Anything).Return(world).After(time.Minute)
+	var waiting spec.RunStatus
+	env.RegisterDelayedCallback(func() { waiting = queryStatus(t, env) }, at("12:00").Sub(day0))
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: greenExternalSpec(spec.GreenPolicy{
+		Trace: "es.csv", Interruptible: true, Work: spec.Duration(20 * time.Hour)})})
+	st := result(t, env)
+
+	mu.Lock()
+	require.Equal(t, []string{"10:00 " + spec.NodeTaskQueue("node-1") + " 0", "10:00 " + spec.NodeTaskQueue("node-2") + " 37"}, asked)
+	require.Equal(t, []string{"08:00 0", "14:00 37"}, launches)
+	mu.Unlock()
+	require.Equal(t, spec.PhaseGreenWait, waiting.Phase)
+	require.EqualValues(t, 37, waiting.Step, "held at the checkpoint asked for at the window's end")
+	require.Equal(t, at("14:00"), waiting.WaitUntil.UTC())
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Empty(t, st.Recoveries)
 }
 
 // A resume or an override cuts the wait after a green stop short: the
