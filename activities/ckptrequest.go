@@ -12,13 +12,6 @@ import (
 	"github.com/cann-train/cann-train/spec"
 )
 
-// requestLead is how far ahead of rank 0's last report, in its steps'
-// time, the first node of an external world sets a requested checkpoint:
-// the run must tell the other nodes, and their ranks read the request
-// file, before any rank reaches the step (every rank must take the same
-// step's checkpoint: a sharded save is collective).
-const requestLead = time.Second
-
 // minRequestSteps is the least lead in steps (a job that reports seldom
 // or has no measured pace yet).
 const minRequestSteps = 2
@@ -59,7 +52,8 @@ func (n *Node) serveAsks(session string) (*worldAsks, func()) {
 
 // RequestCheckpoint is ActivityRequestCheckpoint: the run asks the world
 // in.Session running here to checkpoint at in.Step (0: at a step this
-// node picks, requestLead ahead of its rank 0, once its pace is known).
+// node picks, the job's request_lead ahead of its rank 0, once its pace
+// is known).
 // It returns the step written to the processes' request file, or 0 when
 // none was: the world does not run here (any more), its processes have
 // reported no step yet (a script without the helper never does), or the
@@ -124,7 +118,7 @@ func (s *supervision) paced() bool {
 	return s.firstSeen && s.prog.Step > s.firstStep && s.lastTime > s.firstTime && s.firstTime > 0
 }
 
-// request has this node's processes checkpoint at step (0: requestLead
+// request has this node's processes checkpoint at step (0: request_lead
 // ahead of the lead process's last report, at its measured pace) by
 // writing it to their request file, and returns it; 0 when it cannot
 // (see RequestCheckpoint).
@@ -133,8 +127,7 @@ func (s *supervision) request(step int64) int64 {
 		if !s.paced() {
 			return 0
 		}
-		pace := float64(s.prog.Step-s.firstStep) / (s.lastTime - s.firstTime) // steps a second
-		step = s.prog.Step + max(minRequestSteps, int64(math.Ceil(pace*requestLead.Seconds())))
+		step = aheadBy(s.prog.Step, s.firstStep, s.lastTime-s.firstTime, s.in.Spec.External.Lead())
 	}
 	if step <= s.prog.Step || (s.in.Spec.Steps > 0 && step >= s.in.Spec.Steps) {
 		return 0 // passed already; or the job ends first, and uploads its end
@@ -162,4 +155,14 @@ func (s *supervision) missedRequest() {
 		s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: spec.CheckpointRef{Run: s.in.Spec.Name, Step: s.requested}, Missed: true})
 	}
 	s.requested = 0
+}
+
+// aheadBy is the step lead ahead of step at the pace of the steps from
+// first to step in took seconds (at least minRequestSteps ahead): the
+// run must tell the other nodes, and their ranks read the request file,
+// before any rank gets there (every rank must take the same step's
+// checkpoint: a sharded save is collective).
+func aheadBy(step, first int64, took float64, lead time.Duration) int64 {
+	pace := float64(step-first) / took // steps a second
+	return step + max(minRequestSteps, int64(math.Ceil(pace*lead.Seconds())))
 }

@@ -668,3 +668,24 @@ for step in range(1, ct.total_steps() + 1):
 		t.Fatalf("told %+v; want one missed request at step %d", told, step)
 	}
 }
+
+// TestAheadBy: a requested checkpoint lies the job's request_lead ahead
+// at the pace measured so far, and never fewer than minRequestSteps.
+func TestAheadBy(t *testing.T) {
+	for _, tc := range []struct {
+		step, first int64
+		took        float64
+		lead        time.Duration
+		want        int64
+	}{
+		{120, 20, 1, time.Second, 220},     // 100 steps a second
+		{120, 20, 1, 3 * time.Second, 420}, // a longer lead
+		{120, 20, 2, 1500 * time.Millisecond, 195},
+		{21, 20, 10, time.Second, 23},     // slow steps: the floor
+		{1000, 0, 0.5, time.Second, 3000}, // 2,000 a second
+	} {
+		if got := aheadBy(tc.step, tc.first, tc.took, tc.lead); got != tc.want {
+			t.Errorf("aheadBy(%d, %d, %v, %v) = %d, want %d", tc.step, tc.first, tc.took, tc.lead, got, tc.want)
+		}
+	}
+}

@@ -190,6 +190,23 @@ type ExternalJob struct {
 	// start, stop and end). A round of readings is three history events
 	// per node. 0: 3 minutes per node, about one event per minute.
 	MeterEvery Duration `yaml:"meter_every" json:"meter_every,omitempty"`
+	// RequestLead is how far ahead of rank 0, in its steps' time, a
+	// checkpoint the run asks for is set (ActivityRequestCheckpoint):
+	// every rank must learn the step before it gets there, which a
+	// sharded (collective) save needs; a busy server relays it slower.
+	// 0: 1s.
+	RequestLead Duration `yaml:"request_lead" json:"request_lead,omitempty"`
+}
+
+// DefaultRequestLead is ExternalJob.RequestLead's default.
+const DefaultRequestLead = time.Second
+
+// Lead is RequestLead, its default filled in.
+func (x ExternalJob) Lead() time.Duration {
+	if x.RequestLead > 0 {
+		return x.RequestLead.D()
+	}
+	return DefaultRequestLead
 }
 
 // IsExternal reports whether the spec runs a user's script.
@@ -330,6 +347,9 @@ func (s RunSpec) validateExternal() error {
 	}
 	if x.MeterEvery == badDuration || x.MeterEvery < 0 {
 		bad("external.meter_every", "not a duration: want e.g. 10m (0: 3 minutes per node)")
+	}
+	if x.RequestLead == badDuration || x.RequestLead < 0 || x.RequestLead.D() > time.Hour {
+		bad("external.request_lead", "want a duration up to 1h, e.g. 5s (0: 1s)")
 	}
 	if len(errs) > 0 {
 		return &SpecError{Fields: errs}

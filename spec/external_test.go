@@ -69,6 +69,7 @@ external:
     RANK: "3"
     CANN_TRAIN_RANK: "1"
   meter_every: -5m
+  request_lead: 2h
 `))
 	var se *SpecError
 	if !errors.As(err, &se) {
@@ -84,6 +85,7 @@ external:
 		"external.env.RANK":            12,
 		"external.env.CANN_TRAIN_RANK": 13,
 		"external.meter_every":         14,
+		"external.request_lead":        15,
 	}
 	got := map[string]int{}
 	for _, f := range se.Fields {
