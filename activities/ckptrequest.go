@@ -29,6 +29,7 @@ type worldAsks struct {
 }
 
 type ckptAsk struct {
+	ctx   context.Context // the asking activity's: once done, nobody hears the answer
 	step  int64
 	reply chan int64 // buffered: the loop never blocks on it
 }
@@ -53,8 +54,7 @@ func (n *Node) serveAsks(session string) (*worldAsks, func()) {
 // RequestCheckpoint is ActivityRequestCheckpoint: the run asks the world
 // in.Session running here to checkpoint at in.Step (0: at a step this
 // node picks, the job's request_lead ahead of its rank 0, once its pace
-// is known).
-// It returns the step written to the processes' request file, or 0 when
+// is known). It returns the step written to the processes' request file, or 0 when
 // none was: the world does not run here (any more), its processes have
 // reported no step yet (a script without the helper never does), or the
 // step is past the job's end or already passed here. Rank 0's node then
@@ -69,7 +69,7 @@ func (n *Node) RequestCheckpoint(ctx context.Context, in spec.CheckpointRequest)
 		log.Info("checkpoint requested for a world that does not run here")
 		return 0, nil
 	}
-	a := ckptAsk{step: in.Step, reply: make(chan int64, 1)}
+	a := ckptAsk{ctx: ctx, step: in.Step, reply: make(chan int64, 1)}
 	select {
 	case w.ask <- a:
 	case <-w.done:
@@ -77,7 +77,12 @@ func (n *Node) RequestCheckpoint(ctx context.Context, in spec.CheckpointRequest)
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	step := <-a.reply
+	var step int64
+	select {
+	case step = <-a.reply:
+	case <-ctx.Done():
+		return 0, ctx.Err() // (a waiting ask is then answered 0, and asks nothing)
+	}
 	log.Info("checkpoint requested of the world's processes", zap.Int64("asked", in.Step), zap.Int64("step", step))
 	return step, nil
 }
@@ -103,7 +108,9 @@ func (s *supervision) answerWaiting(over bool) {
 		return
 	}
 	for _, a := range s.waiting {
-		if over {
+		if over || a.ctx.Err() != nil {
+			// (A request the run never heard of would have this node's
+			// ranks alone checkpoint: a collective save would hang.)
 			a.reply <- 0
 		} else {
 			a.reply <- s.request(0)

@@ -110,8 +110,10 @@ type externalRun struct {
 	// committed since the run was cancelled (versionCancelAsksCheckpoint).
 	evictCkpts  int
 	cancelCkpts int
-	// missed: the world went past a step the run asked a checkpoint at
-	// without taking it (CheckpointSaved.Missed).
+	// asked is the last step the run asked the world to checkpoint at
+	// (requestCheckpoint); missed: the world went past it without taking
+	// it (CheckpointSaved.Missed).
+	asked  int64
 	missed bool
 	// launchEvents is the history's length when the launch began: a
 	// launch rolls over only once it has at least doubled it (a launch on
@@ -204,7 +206,7 @@ func (r *run) listenCheckpoints(ctx workflow.Context, ext *externalRun) {
 			var c spec.CheckpointSaved
 			ch.Receive(ctx, &c)
 			if c.Missed {
-				if c.Session == r.st.Session {
+				if c.Session == r.st.Session && c.Ref.Step >= ext.asked {
 					ext.missed = true
 					workflow.GetLogger(ctx).Info("the world went past the requested checkpoint without taking it", "step", c.Ref.Step)
 				}
@@ -342,7 +344,8 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			r.spec.External.Launcher, rank*procs, rank*procs+procs-1, len(m.Nodes)*procs, node.ID, from, m.Generation)
 		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
 	}
-	ext.pausedCkpts, ext.rollCkpts, ext.evictCkpts, ext.cancelCkpts, ext.ckpts, ext.missed = 0, 0, 0, 0, 0, false
+	ext.pausedCkpts, ext.rollCkpts, ext.evictCkpts, ext.cancelCkpts, ext.ckpts = 0, 0, 0, 0, 0
+	ext.asked, ext.missed = 0, false
 	ext.launchEvents = workflow.GetInfo(ctx).GetCurrentHistoryLength()
 	ext.markAt, ext.markStep = started, from
 	results, errs, gone, stop := r.awaitWorld(ctx, runCtx, futures, cancel, ext)
@@ -609,6 +612,9 @@ func (r *run) requestCheckpoint(ctx workflow.Context, why string) (asked bool) {
 		log.Info("no checkpoint requested; the world stops after its next one", "why", why, "error", err)
 		return false
 	}
+	if r.ext != nil {
+		r.ext.asked, r.ext.missed = in.Step, false
+	}
 	futures := make([]workflow.Future, 0, len(m.Nodes)-1)
 	for _, node := range m.Nodes[1:] {
 		futures = append(futures, call(node))
@@ -649,7 +655,6 @@ func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun)
 			return
 		}
 		r.cancelSeen = true
-		ext.missed = false
 		r.st.Status.Detail = fmt.Sprintf("cancelled: the world stops after a checkpoint, asked for now (within %s)", cancelGrace)
 		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", cancelGrace)
 		if r.requestCheckpoint(ctx, "the run was cancelled") || ext.cancelCkpts > 0 {
