@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -553,53 +554,18 @@ for step in range(1, ct.total_steps() + 1):
 	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "bucket"))
 	in := externalInput("asked", work, 1, py, "train.py")
 	in.Spec.Steps, in.Spec.CheckpointEvery = 100000, 50000
-	var mu sync.Mutex
-	var saved []spec.CheckpointSaved
-	reached := make(chan int64, 1)
-	hooks := externalHooks{
-		progress: func(p spec.ChunkProgress) {
-			if p.Step >= 20 {
-				select {
-				case reached <- p.Step:
-				default:
-				}
-			}
-		},
-		saved: func(c spec.CheckpointSaved) error { mu.Lock(); saved = append(saved, c); mu.Unlock(); return nil },
-	}
-	type ended struct {
-		res *spec.ChunkResult
-		err error
-	}
-	done := make(chan ended, 1)
-	go func() {
-		res, err := n.runExternal(t.Context(), in, hooks)
-		done <- ended{res, err}
-	}()
-	var at int64
-	select {
-	case at = <-reached:
-	case e := <-done:
-		t.Fatalf("the world ended before step 20: %+v %v", e.res, e.err)
-	}
+	w := startWorld(t, n, in)
+	at := w.past(t, 20)
 	if s, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: "run/asked/g9/e9"}); s != 0 || err != nil {
 		t.Errorf("request for another world: %d, %v; want 0", s, err)
 	}
-	t0 := time.Now()
 	step, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: in.Session, Why: "a test"})
-	t.Logf("at %d asked: %d after %v", at, step, time.Since(t0))
 	if err != nil || step <= at || step >= in.Spec.CheckpointEvery {
 		t.Fatalf("requested step %d (%v); want one past step %d, before the periodic one", step, err, at)
 	}
-	e := <-done
-	t.Logf("ended after %v", time.Since(t0))
-	if e.err != nil {
-		t.Fatal(e.err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(saved) != 1 || saved[0].Ref.Step != step || saved[0].Ref.Key == "" || e.res.Checkpoint == nil || e.res.Checkpoint.Step != step {
-		t.Fatalf("saved %+v, result %+v; want the requested step %d uploaded", saved, e.res, step)
+	res := w.end(t)
+	if told := w.told(); len(told) != 1 || told[0].Ref.Step != step || told[0].Ref.Key == "" || res.Checkpoint == nil || res.Checkpoint.Step != step {
+		t.Fatalf("told %+v, result %+v; want the requested step %d uploaded", told, res, step)
 	}
 	for rank := range 2 {
 		logs, _ := filepath.Glob(filepath.Join(n.WorkDir, "runs", "asked", "worlds", "*", fmt.Sprintf("rank-%d.log", rank)))
@@ -631,40 +597,14 @@ for step in range(1, ct.total_steps() + 1):
 	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "bucket"))
 	in := externalInput("deaf", work, 1, py, "train.py")
 	in.Spec.Steps, in.Spec.CheckpointEvery = 400, 50000
-	var mu sync.Mutex
-	var told []spec.CheckpointSaved
-	reached := make(chan struct{}, 1)
-	hooks := externalHooks{
-		progress: func(p spec.ChunkProgress) {
-			if p.Step >= 20 {
-				select {
-				case reached <- struct{}{}:
-				default:
-				}
-			}
-		},
-		saved: func(c spec.CheckpointSaved) error { mu.Lock(); told = append(told, c); mu.Unlock(); return nil },
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := n.runExternal(t.Context(), in, hooks)
-		done <- err
-	}()
-	select {
-	case <-reached:
-	case err := <-done:
-		t.Fatalf("the world ended before step 20: %v", err)
-	}
+	w := startWorld(t, n, in)
+	w.past(t, 20)
 	step, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: in.Session})
 	if err != nil || step == 0 {
 		t.Fatalf("requested step %d: %v", step, err)
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(told) != 1 || !told[0].Missed || told[0].Ref.Step != step || told[0].Ref.Key != "" || told[0].Session != in.Session {
+	w.end(t)
+	if told := w.told(); len(told) != 1 || !told[0].Missed || told[0].Ref.Step != step || told[0].Ref.Key != "" || told[0].Session != in.Session {
 		t.Fatalf("told %+v; want one missed request at step %d", told, step)
 	}
 }
@@ -688,4 +628,74 @@ func TestAheadBy(t *testing.T) {
 			t.Errorf("aheadBy(%d, %d, %v, %v) = %d, want %d", tc.step, tc.first, tc.took, tc.lead, got, tc.want)
 		}
 	}
+}
+
+// runningWorld is an external world run on a node in the background, as
+// RunExternal would (runExternal with hooks that record).
+type runningWorld struct {
+	mu       sync.Mutex
+	saved    []spec.CheckpointSaved
+	progress chan int64 // each step the node heartbeats, latest kept
+	done     chan worldEnd
+}
+
+type worldEnd struct {
+	res *spec.ChunkResult
+	err error
+}
+
+func startWorld(t *testing.T, n *Node, in spec.ExternalInput) *runningWorld {
+	w := &runningWorld{progress: make(chan int64, 1), done: make(chan worldEnd, 1)}
+	hooks := externalHooks{
+		progress: func(p spec.ChunkProgress) {
+			select {
+			case <-w.progress:
+			default:
+			}
+			w.progress <- p.Step
+		},
+		saved: func(c spec.CheckpointSaved) error {
+			w.mu.Lock()
+			w.saved = append(w.saved, c)
+			w.mu.Unlock()
+			return nil
+		},
+	}
+	go func() {
+		res, err := n.runExternal(t.Context(), in, hooks)
+		w.done <- worldEnd{res, err}
+	}()
+	return w
+}
+
+// past waits until the world's progress is past step and returns it.
+func (w *runningWorld) past(t *testing.T, step int64) int64 {
+	t.Helper()
+	for {
+		select {
+		case at := <-w.progress:
+			if at > step {
+				return at
+			}
+		case e := <-w.done:
+			t.Fatalf("the world ended before step %d: %+v %v", step, e.res, e.err)
+		}
+	}
+}
+
+// end waits for the world to end cleanly and returns its result.
+func (w *runningWorld) end(t *testing.T) *spec.ChunkResult {
+	t.Helper()
+	e := <-w.done
+	if e.err != nil {
+		t.Fatal(e.err)
+	}
+	return e.res
+}
+
+// told is what the node told the run about checkpoints.
+func (w *runningWorld) told() []spec.CheckpointSaved {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.saved)
 }
