@@ -1,8 +1,8 @@
 package checkpoint
 
 import (
-	"fmt"
 	"net"
+	"net/http/httptest"
 	"net/url"
 	"testing"
 
@@ -17,22 +17,28 @@ import (
 func gcsBucket(t *testing.T) string {
 	t.Helper()
 	// The client reads objects through the XML API at the emulator's
-	// address, which the server answers only as its public host: the port
-	// is picked first to name it.
+	// address, which the server answers only as its public host: the
+	// listener comes first, to name it, and stays ours (picking a free
+	// port and binding it again raced other tests for the port).
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{Scheme: "http", Host: "127.0.0.1", Port: uint16(port),
-		PublicHost: fmt.Sprintf("127.0.0.1:%d", port)})
+	addr := l.Addr().String()
+	srv, err := fakestorage.NewServerWithOptions(fakestorage.Options{Scheme: "http", NoListener: true,
+		PublicHost: addr, ExternalURL: "http://" + addr})
 	if err != nil {
+		l.Close()
 		t.Fatal(err)
 	}
+	hs := httptest.NewUnstartedServer(srv.HTTPHandler())
+	hs.Listener.Close()
+	hs.Listener = l
+	hs.Start()
+	t.Cleanup(hs.Close)
 	t.Cleanup(srv.Stop)
 	srv.CreateBucketWithOpts(fakestorage.CreateBucketOpts{Name: "ckpt"})
-	u, err := url.Parse(srv.URL())
+	u, err := url.Parse(hs.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
