@@ -533,12 +533,7 @@ func TestRunExternalNamesAGoneNode(t *testing.T) {
 // steps. A request for another world, or once the world has ended,
 // asks nothing.
 func TestRunExternalTakesACheckpointRequest(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not installed")
-	}
-	work := t.TempDir()
-	os.WriteFile(filepath.Join(work, "train.py"), []byte(`
+	n, in, w := startScript(t, "asked", 100000, `
 import os, sys, time
 import cann_train as ct
 for step in range(1, ct.total_steps() + 1):
@@ -550,11 +545,7 @@ for step in range(1, ct.total_steps() + 1):
             assert ct.saved(step, timeout=30)
         print("rank", ct.rank(), "checkpoint", step, flush=True)
         sys.exit(0)
-`), 0o644)
-	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "bucket"))
-	in := externalInput("asked", work, 1, py, "train.py")
-	in.Spec.Steps, in.Spec.CheckpointEvery = 100000, 50000
-	w := startWorld(t, n, in)
+`)
 	at := w.past(t, 20)
 	if s, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: "run/asked/g9/e9"}); s != 0 || err != nil {
 		t.Errorf("request for another world: %d, %v; want 0", s, err)
@@ -582,22 +573,13 @@ for step in range(1, ct.total_steps() + 1):
 // own schedule goes past the requested step; rank 0's node tells the run
 // so, once (CheckpointSaved.Missed), and uploads nothing for it.
 func TestRunExternalTellsAMissedRequest(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not installed")
-	}
-	work := t.TempDir()
-	os.WriteFile(filepath.Join(work, "train.py"), []byte(`
+	n, in, w := startScript(t, "deaf", 400, `
 import time
 import cann_train as ct
 for step in range(1, ct.total_steps() + 1):
     time.sleep(0.005)
     ct.report(step, loss=1.0 / step)
-`), 0o644)
-	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "bucket"))
-	in := externalInput("deaf", work, 1, py, "train.py")
-	in.Spec.Steps, in.Spec.CheckpointEvery = 400, 50000
-	w := startWorld(t, n, in)
+`)
 	w.past(t, 20)
 	step, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: in.Session})
 	if err != nil || step == 0 {
@@ -642,6 +624,25 @@ type runningWorld struct {
 type worldEnd struct {
 	res *spec.ChunkResult
 	err error
+}
+
+// startScript runs script (Python) as job name of steps steps, with no
+// periodic checkpoint before step 50,000, on a node of one world (two
+// processes) in the background.
+func startScript(t *testing.T, name string, steps int64, script string) (*Node, spec.ExternalInput, *runningWorld) {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	work := t.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "train.py"), []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "bucket"))
+	in := externalInput(name, work, 1, py, "train.py")
+	in.Spec.Steps, in.Spec.CheckpointEvery = steps, 50000
+	return n, in, startWorld(t, n, in)
 }
 
 func startWorld(t *testing.T, n *Node, in spec.ExternalInput) *runningWorld {
