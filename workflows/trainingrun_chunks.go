@@ -65,6 +65,9 @@ type chunkFailure struct {
 	// checkpoint, because the worker of the node in failed was stopping
 	// (stoppedNode): a planned loss, which counts no restart.
 	stopped bool
+	// endedEarly: failed are the nodes the chunk ended early for
+	// (stoppedNode; stopped too).
+	endedEarly bool
 	// allSilent: every node's activity timed out for want of heartbeats,
 	// none reported anything — all dead at once, or the service (or the
 	// nodes' way to it) out for longer than the heartbeat timeout
@@ -191,12 +194,35 @@ func (r *run) stoppedNode(ctx workflow.Context, results []spec.ChunkResult) *chu
 	}
 	now := workflow.Now(ctx)
 	workflow.GetLogger(ctx).Info("a node's worker is stopping: its chunk ended early, at a checkpoint; replacing the node", "nodes", stopped, "step", lead.To)
-	why := fmt.Sprintf("node %s's worker stopped; the chunk ended at step %d for it, with a checkpoint there", by, lead.To)
-	if len(stopped) > 1 {
-		why = fmt.Sprintf("the workers of nodes %s stopped; the chunk ended at step %d for them, with a checkpoint there", strings.Join(stopped, ", "), lead.To)
-	}
+	why := stoppedWhy(stopped, lead.To)
 	return &chunkFailure{from: lead.To, atStep: lead.To, noticed: lead.EndedAt, started: now, seen: now, failed: stopped,
-		reason: why, first: errors.New(why), retryable: true, stopped: true}
+		reason: why, first: errors.New(why), retryable: true, stopped: true, endedEarly: true}
+}
+
+// stoppedWhy says that the workers of nodes stopped and the chunk ended
+// at step for them.
+func stoppedWhy(nodes []string, step int64) string {
+	if len(nodes) == 1 {
+		return fmt.Sprintf("node %s's worker stopped; the chunk ended at step %d for it, with a checkpoint there", nodes[0], step)
+	}
+	return fmt.Sprintf("the workers of nodes %s stopped; the chunk ended at step %d for them, with a checkpoint there", strings.Join(nodes, ", "), step)
+}
+
+// alsoStopping are the nodes of removed — those the recovery's acquire
+// moved the run off — that it does not blame (failed) but was told are
+// stopping (Evict.Stopping): the Cluster hands no stopping node back, so
+// a worker's SIGTERM that came too late for its ranks to say so (after
+// the chunk's vote, in its last steps) still moves its node in the same
+// recovery. In the order of before, the membership recovered from.
+func (r *run) alsoStopping(before, removed, failed []string) []string {
+	var also []string
+	for _, id := range before {
+		if slices.Contains(removed, id) && !slices.Contains(failed, id) &&
+			slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == id && e.Stopping }) {
+			also = append(also, id)
+		}
+	}
+	return also
 }
 
 // chunkFlight is the chunk training now, whose nodes may be asked to end
@@ -1535,6 +1561,25 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 			removed = append(removed, id)
 		}
 	}
+	reason := f.reason
+	if also := r.alsoStopping(before, removed, failedIDs); len(also) > 0 {
+		// (State only: the Cluster was told of them when their workers
+		// left it.)
+		named := slices.DeleteFunc(slices.Clone(before), func(id string) bool {
+			return !slices.Contains(failedIDs, id) && !slices.Contains(also, id)
+		})
+		for _, id := range failedIDs {
+			if !slices.Contains(named, id) {
+				named = append(named, id) // (not a member: none so far)
+			}
+		}
+		failedIDs = named
+		if f.endedEarly {
+			reason = stoppedWhy(failedIDs, f.from)
+		} else {
+			reason += fmt.Sprintf("; the worker of %s was stopping too: moved off with it", strings.Join(also, ", "))
+		}
+	}
 	if err := r.resolvePending(ctx); err != nil {
 		return err
 	}
@@ -1554,7 +1599,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		Back:           back,
 		Removed:        removed,
 		Nodes:          len(r.st.Membership.Nodes),
-		Reason:         f.reason,
+		Reason:         reason,
 		AtStep:         f.from,
 		FailedAtStep:   failedAt,
 		ResumeStep:     resume,

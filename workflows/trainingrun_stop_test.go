@@ -116,6 +116,74 @@ func TestTrainingRunReplacesNodesStoppingTogether(t *testing.T) {
 	require.True(t, cl.failed["node-2"] && cl.failed["node-3"], "both marked failed in the Cluster: %v", cl.failed)
 }
 
+// TestTrainingRunNamesNodesStoppingWithAFailure: node-2's worker is
+// stopping (the Cluster said so, Evict.Stopping, and holds it back) when
+// the chunk in flight ends for node-3 — early, at a checkpoint, for its
+// worker's stop (its ranks voted before node-2's came), or lost. The
+// recovery's acquire moves the run off both; the recovery names both, in
+// rank order, and says why node-2 went.
+func TestTrainingRunNamesNodesStoppingWithAFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		lost    bool
+		reason  string
+		stopped bool
+		resume  int64
+	}{
+		{name: "ended early for the other", reason: "the workers of nodes node-2, node-3 stopped; the chunk ended at step 130 for them", stopped: true, resume: 130},
+		// (From the checkpoint at 100, or at 200 where the surviving
+		// ranks' came before node-3's loss.)
+		{name: "the other lost", lost: true, reason: "; the worker of node-2 was stopping too: moved off with it", resume: 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1", "spare-2"), failed: map[string]bool{}}
+			ch := &fakeChunks{}
+			ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+				if tc.lost || in.Membership.Generation != 1 || in.From != 100 {
+					return
+				}
+				end := in.From + 30
+				res.To, res.EndedBy, res.WeightsSHA256, res.PendingCheckpoint = end, "node-3", fmt.Sprintf("w%d", end), nil
+				res.Stopping = res.NodeID == "node-3"
+				if in.Rank == 0 {
+					res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+				}
+			}
+			ch.fail = func(in spec.ChunkInput) error {
+				if tc.lost && in.Membership.Generation == 1 && in.From == 100 && in.Membership.Nodes[in.Rank].ID == "node-3" {
+					return temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, spec.ChunkProgress{Step: 120, To: 200})
+				}
+				return nil
+			}
+			env := newRunEnv(t, cl, ch)
+			env.SetStartTime(day0)
+			env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(time.Hour)
+			// The chunk from 100: 1h–2h.
+			env.RegisterDelayedCallback(func() {
+				cl.mu.Lock()
+				cl.markFailedLocked(spec.MarkFailed{NodeID: "node-2", Reason: spec.ReasonWorkerStopped}) // (its worker's leave)
+				cl.mu.Unlock()
+				env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "node-2", Reason: "its worker is stopping", Stopping: true})
+			}, 90*time.Minute)
+			s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100, MaxRestarts: 1}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.Len(t, st.Recoveries, 1)
+			rec := st.Recoveries[0]
+			require.Equal(t, []string{"node-2", "node-3"}, rec.FailedNodes)
+			require.Equal(t, []string{"node-2", "node-3"}, rec.Removed)
+			require.Equal(t, tc.stopped, rec.Stopped)
+			require.GreaterOrEqual(t, rec.ResumeStep, tc.resume)
+			if tc.stopped {
+				require.Equal(t, tc.resume, rec.ResumeStep)
+			}
+			require.Contains(t, rec.Reason, tc.reason)
+			require.Equal(t, []string{"node-1", "spare-1", "spare-2"}, st.Nodes)
+		})
+	}
+}
+
 // TestTrainingRunPauseEndsTheChunkInFlight: a pause signalled while a
 // chunk trains asks rank 0's node to end it early (EndChunk, once); the
 // chunk comes back short, at its checkpoint, and the run holds there, not
