@@ -29,9 +29,12 @@ type worldAsks struct {
 }
 
 type ckptAsk struct {
-	ctx   context.Context // the asking activity's: once done, nobody hears the answer
-	step  int64
-	reply chan int64 // buffered: the loop never blocks on it
+	ctx  context.Context // the asking activity's: once done, nobody hears the answer
+	step int64
+	// stopUnreported: answer spec.StepUnreported for a world that has
+	// reported nothing (CheckpointRequest.StopUnreported).
+	stopUnreported bool
+	reply          chan int64 // buffered: the loop never blocks on it
 }
 
 // serveAsks registers the world of session for checkpoint requests; call
@@ -56,7 +59,8 @@ func (n *Node) serveAsks(session string) (*worldAsks, func()) {
 // node picks, the job's request_lead ahead of its rank 0, once its pace
 // is known). It returns the step written to the processes' request file, or 0 when
 // none was: the world does not run here (any more), its processes have
-// reported no step yet (a script without the helper never does), or the
+// reported no step yet (a script without the helper never does; asked
+// with in.StopUnreported, spec.StepUnreported says so), or the
 // step is past the job's end or already passed here. Rank 0's node then
 // watches the step: passed without a checkpoint, it tells the run
 // (CheckpointSaved.Missed).
@@ -69,7 +73,7 @@ func (n *Node) RequestCheckpoint(ctx context.Context, in spec.CheckpointRequest)
 		log.Info("checkpoint requested for a world that does not run here")
 		return 0, nil
 	}
-	a := ckptAsk{ctx: ctx, step: in.Step, reply: make(chan int64, 1)}
+	a := ckptAsk{ctx: ctx, step: in.Step, stopUnreported: in.StopUnreported, reply: make(chan int64, 1)}
 	select {
 	case w.ask <- a:
 	case <-w.done:
@@ -83,6 +87,10 @@ func (n *Node) RequestCheckpoint(ctx context.Context, in spec.CheckpointRequest)
 	case <-ctx.Done():
 		return 0, ctx.Err() // (a waiting ask is then answered 0, and asks nothing)
 	}
+	if step == spec.StepUnreported {
+		log.Info("no checkpoint requested: the world's processes have reported no step since their launch")
+		return step, nil
+	}
 	log.Info("checkpoint requested of the world's processes", zap.Int64("asked", in.Step), zap.Int64("step", step))
 	return step, nil
 }
@@ -92,6 +100,8 @@ func (n *Node) RequestCheckpoint(ctx context.Context, in spec.CheckpointRequest)
 // times the script wrote) when this node is to pick it.
 func (s *supervision) ask(a ckptAsk) {
 	switch {
+	case a.step == 0 && !s.firstSeen && a.stopUnreported && s.savedAt == 0:
+		a.reply <- spec.StepUnreported // still starting: nothing to lose by stopping it
 	case a.step == 0 && !s.firstSeen:
 		a.reply <- 0 // nothing reported yet: no pace to go by, perhaps no helper
 	case a.step == 0 && !s.paced():

@@ -569,6 +569,58 @@ for step in range(1, ct.total_steps() + 1):
 	}
 }
 
+// TestRunExternalAnswersUnreported: a world whose processes have
+// reported no step yet (still starting: this script waits for a go file)
+// is asked for no checkpoint; a run that stops such worlds at once
+// (StopUnreported) is told so (spec.StepUnreported). Once it reports, the
+// same ask picks a step.
+func TestRunExternalAnswersUnreported(t *testing.T) {
+	n, in, w := startScript(t, "starting", 100000, `
+import os, sys, time
+import cann_train as ct
+while not os.path.exists("go"):
+    time.sleep(0.01)
+for step in range(1, ct.total_steps() + 1):
+    time.sleep(0.005)
+    ct.report(step, loss=1.0 / step)
+    if ct.should_checkpoint(step):
+        if ct.rank() == 0:
+            open(os.path.join(ct.checkpoint_dir(), "w.txt"), "w").write(str(step))
+            assert ct.saved(step, timeout=30)
+        sys.exit(0)
+`)
+	serving := func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.asks != nil && n.asks.session == in.Session
+	}
+	for deadline := time.Now().Add(30 * time.Second); !serving(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the world never took asks")
+		}
+	}
+	for _, tc := range []struct {
+		stop bool
+		want int64
+	}{{false, 0}, {true, spec.StepUnreported}} {
+		step, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: in.Session, StopUnreported: tc.stop})
+		if step != tc.want || err != nil {
+			t.Errorf("asked (stop unreported: %v) before any report: %d, %v; want %d", tc.stop, step, err, tc.want)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(in.Spec.External.Workdir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	at := w.past(t, 20)
+	step, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: in.Session, StopUnreported: true})
+	if err != nil || step <= at {
+		t.Fatalf("asked once reporting: step %d (%v); want one past %d", step, err, at)
+	}
+	if res := w.end(t); res.Checkpoint == nil || res.Checkpoint.Step != step {
+		t.Fatalf("result %+v; want the requested checkpoint at %d", res, step)
+	}
+}
+
 // TestRunExternalTellsAMissedRequest: a script that checkpoints on its
 // own schedule goes past the requested step; rank 0's node tells the run
 // so, once (CheckpointSaved.Missed), and uploads nothing for it.

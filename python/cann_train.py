@@ -174,7 +174,9 @@ def report(step, loss=None, **metrics):
     numbers (tensors with .item() are fine). Non-finite values are
     dropped. Call it every step or every few; it is one small write.
     samples_per_sec, if given, is this process's throughput (the run adds
-    up the ranks')."""
+    up the ranks'). Until rank 0 first reports (or commits a checkpoint),
+    the run takes its world for one still starting: a pause, a drain or a
+    cancel stops it at once rather than ask it for a checkpoint."""
     global _last_step
     step = int(step)
     _last_step = step

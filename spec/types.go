@@ -575,7 +575,18 @@ type CheckpointRequest struct {
 	Session string `json:"session"`
 	Step    int64  `json:"step,omitempty"`
 	Why     string `json:"why,omitempty"`
+	// StopUnreported: the run stops at once a world whose processes have
+	// reported no step since their launch, rather than wait for its next
+	// checkpoint; the node answers StepUnreported for such a world then
+	// (else 0, as before: runs that do not set it stop no world on it).
+	StopUnreported bool `json:"stop_unreported,omitempty"`
 }
+
+// StepUnreported is ActivityRequestCheckpoint's answer, when asked with
+// CheckpointRequest.StopUnreported, for a world whose processes have
+// reported no step (nor committed a checkpoint) since their launch: still
+// starting, it has nothing to lose by stopping now.
+const StepUnreported int64 = -1
 
 // Freeze reports whether the fault hangs the node instead of killing it.
 func (f InjectFault) Freeze() bool { return f.Kind == FaultFreeze }

@@ -142,9 +142,12 @@ import (
 // trainingrun_external_cancel_request.json, the same run resumed, then
 // cancelled: its world asked for a checkpoint and the run ended
 // cancelled there (versionCancelAsksCheckpoint; the test records this
-// one now)
+// one now); trainingrun_external_unreported.json, an external job paused
+// while its processes were still starting: its first node said they had
+// reported no step, and the world was stopped at once
+// (versionStopUnreported)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -168,6 +171,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_stop_late.json":      "run/ext-stop-late",
 		"trainingrun_external_request.json":        "run/ext-asked",
 		"trainingrun_external_cancel_request.json": "run/ext-asked",
+		"trainingrun_external_unreported.json":     "run/ext-starting",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -234,6 +238,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_regrow_in_flight.json", spec.WorkflowTrainingRun},        // grew back mid-chunk, asking the Cluster for free nodes (versionNodesInFlight)
 		{"trainingrun_external_request.json", spec.WorkflowTrainingRun},        // a pause asked the external world for a checkpoint (versionCheckpointRequest)
 		{"trainingrun_external_cancel_request.json", spec.WorkflowTrainingRun}, // … and a cancel too, ending there (versionCancelAsksCheckpoint)
+		{"trainingrun_external_unreported.json", spec.WorkflowTrainingRun},     // paused while starting: stopped at once (versionStopUnreported)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

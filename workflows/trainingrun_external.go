@@ -115,6 +115,11 @@ type externalRun struct {
 	// it (CheckpointSaved.Missed).
 	asked  int64
 	missed bool
+	// unreported: asked for a checkpoint for a pause or nodes to leave,
+	// the world's first node said its processes have reported no step
+	// since their launch (spec.StepUnreported): the world is stopped at
+	// once (versionStopUnreported).
+	unreported bool
 	// launchEvents is the history's length when the launch began: a
 	// launch rolls over only once it has at least doubled it (a launch on
 	// thousands of nodes may start past the suggestion; rolling over at
@@ -345,7 +350,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
 	}
 	ext.pausedCkpts, ext.rollCkpts, ext.evictCkpts, ext.cancelCkpts, ext.ckpts = 0, 0, 0, 0, 0
-	ext.asked, ext.missed = 0, false
+	ext.asked, ext.missed, ext.unreported = 0, false, false
 	ext.launchEvents = workflow.GetInfo(ctx).GetCurrentHistoryLength()
 	ext.markAt, ext.markStep = started, from
 	results, errs, gone, stop := r.awaitWorld(ctx, runCtx, futures, cancel, ext)
@@ -448,7 +453,9 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 	defer stopTimer()
 	pause, stopWorld := workflow.NewFuture(ctx)
 	workflow.Go(tctx, func(ctx workflow.Context) {
-		err := workflow.Await(ctx, func() bool { return r.st.Ctl.Paused && (ext.pausedCkpts > 0 || r.st.Ctl.PauseNow) })
+		err := workflow.Await(ctx, func() bool {
+			return r.st.Ctl.Paused && (ext.pausedCkpts > 0 || r.st.Ctl.PauseNow || ext.unreported)
+		})
 		if err == nil && r.externalPause(ctx) {
 			stopWorld.Set(nil, nil)
 		}
@@ -459,7 +466,11 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 		}
 		stop = stopForPause
 		why := "a checkpoint was uploaded"
-		if ext.pausedCkpts == 0 {
+		switch {
+		case ext.pausedCkpts > 0:
+		case ext.unreported:
+			why = "no step reported since its launch: nothing to lose"
+		default:
 			why = "asked to stop at once"
 		}
 		workflow.GetLogger(ctx).Info("pause: stopping the world", "why", why, "session", r.st.Session)
@@ -472,7 +483,7 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 				if !r.st.Ctl.Paused {
 					why = "nodes to leave: " + strings.Join(r.st.Status.Evicting, ", ")
 				}
-				r.requestCheckpoint(ctx, why)
+				r.requestCheckpoint(ctx, why, true)
 			}
 		})
 	}
@@ -503,7 +514,7 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 	})
 	leave, leaveWorld := workflow.NewFuture(ctx)
 	workflow.Go(tctx, func(ctx workflow.Context) {
-		if workflow.Await(ctx, func() bool { return ext.evictCkpts > 0 }) == nil {
+		if workflow.Await(ctx, func() bool { return ext.evictCkpts > 0 || ext.unreported && r.externalEvictDue() }) == nil {
 			leaveWorld.Set(nil, nil)
 		}
 	})
@@ -585,6 +596,15 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 // a launch.
 const versionCheckpointRequest = "checkpoint-request"
 
+// versionStopUnreported: a pause or nodes to leave stop at once a world
+// whose processes have reported no step since their launch (the first
+// node answers the request spec.StepUnreported): a job still importing
+// its framework, loading data or restoring has nothing to lose. Before,
+// such a world was not asked, and trained on to its next periodic
+// checkpoint — half an hour for a real job — while the run waited to
+// pause or to leave a node. Asked with the request.
+const versionStopUnreported = "stop-unreported"
+
 // checkpointWanted: the run stops the world after its next checkpoint —
 // a pause (not a second one: that stops it at once) or nodes to leave.
 func (r *run) checkpointWanted() bool {
@@ -597,18 +617,28 @@ func (r *run) checkpointWanted() bool {
 // should_checkpoint() says yes at that step. A node that does not answer,
 // or a world that cannot take the request (a script without the helper),
 // changes nothing: the world stops after its next periodic checkpoint.
-func (r *run) requestCheckpoint(ctx workflow.Context, why string) (asked bool) {
+// With stopUnreported (a pause, nodes to leave, a cancellation) a world
+// whose processes have reported no step since their launch is to be
+// stopped at once instead (ext.unreported).
+func (r *run) requestCheckpoint(ctx workflow.Context, why string, stopUnreported bool) (asked bool) {
 	if workflow.GetVersion(ctx, versionCheckpointRequest, workflow.DefaultVersion, 1) < 1 {
 		return false
 	}
 	m, log := r.st.Membership, workflow.GetLogger(ctx)
 	in := spec.CheckpointRequest{RunID: r.st.Status.RunID, Session: r.st.Session, Why: why}
+	in.StopUnreported = stopUnreported && workflow.GetVersion(ctx, versionStopUnreported, workflow.DefaultVersion, 1) >= 1
 	call := func(node spec.Node) workflow.Future {
 		actx := nodeCallOptions(ctx, node, toStart(r.spec), 10*time.Second,
 			fmt.Sprintf("ask the world's processes on %s for a checkpoint (%s)", node.ID, why))
 		return workflow.ExecuteActivity(actx, spec.ActivityRequestCheckpoint, in)
 	}
-	if err := call(m.Nodes[0]).Get(ctx, &in.Step); err != nil || in.Step == 0 {
+	err := call(m.Nodes[0]).Get(ctx, &in.Step)
+	if err == nil && in.Step == spec.StepUnreported && in.StopUnreported && r.ext != nil {
+		log.Info("no checkpoint requested: the world has reported no step since its launch; stopping it now", "why", why)
+		r.ext.unreported = true
+		return false
+	}
+	if err != nil || in.Step <= 0 {
 		log.Info("no checkpoint requested; the world stops after its next one", "why", why, "error", err)
 		return false
 	}
@@ -657,7 +687,7 @@ func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun)
 		r.cancelSeen = true
 		r.st.Status.Detail = fmt.Sprintf("cancelled: the world stops after a checkpoint, asked for now (within %s)", cancelGrace)
 		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", cancelGrace)
-		if r.requestCheckpoint(ctx, "the run was cancelled") || ext.cancelCkpts > 0 {
+		if r.requestCheckpoint(ctx, "the run was cancelled", true) || ext.cancelCkpts > 0 {
 			_, _ = workflow.AwaitWithTimeout(ctx, cancelGrace, func() bool { return ext.cancelCkpts > 0 || ext.missed })
 		}
 		set.Set(nil, nil)

@@ -168,7 +168,7 @@ func (r *run) askAtSlotEnd(ctx workflow.Context, gw *greenWatch) {
 			if ok {
 				continue // re-planned: another end, or none
 			}
-			r.requestCheckpoint(ctx, fmt.Sprintf("the green window ended at %s UTC", end.UTC().Format("15:04")))
+			r.requestCheckpoint(ctx, fmt.Sprintf("the green window ended at %s UTC", end.UTC().Format("15:04")), false)
 			if workflow.Await(ctx, moved) != nil {
 				return
 			}

@@ -616,6 +616,83 @@ func TestExternalRunPauseRequestsACheckpoint(t *testing.T) {
 	require.Zero(t, ls[1][0].Restarts)
 }
 
+// TestExternalRunStopsAnUnreportedWorld: a pause, or a drained node to
+// leave, asks the world for a checkpoint; its first node answers that
+// the processes have reported no step since their launch (still
+// starting: spec.StepUnreported). The run stops the world at once
+// instead of waiting for its next periodic checkpoint, asks no other
+// node, and relaunches from the last checkpoint (20), no restart counted.
+func TestExternalRunStopsAnUnreportedWorld(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		signal func(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster)
+		nodes  []string // of the second launch
+	}{
+		{"pause", func(env *testsuite.TestWorkflowEnvironment, _ *fakeCluster) {
+			env.SignalWorkflow(spec.SignalPause, nil)
+		}, []string{"node-1", "node-2"}},
+		{"drain", func(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster) {
+			cl.mu.Lock()
+			cl.failed["node-2"] = true // drained: not handed out
+			cl.mu.Unlock()
+			env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "node-2", Reason: "swap the disk"})
+		}, []string{"node-1", "spare"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+			w.behave = hangFirst(w)
+			pool := testNodes("node-1", "node-2", "spare")
+			for i := range pool {
+				pool[i].Protocol = spec.ChunkProtocolCheckpointRequest
+			}
+			cl := &fakeCluster{pool: pool, failed: map[string]bool{}}
+			env := newExternalEnv(t, cl, w)
+			env.SetTestTimeout(15 * time.Second)
+			var mu sync.Mutex
+			var asked []spec.CheckpointRequest
+			env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
+				mu.Lock()
+				asked = append(asked, in)
+				mu.Unlock()
+				return spec.StepUnreported, nil
+			}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
+			var held spec.RunStatus
+			env.RegisterDelayedCallback(func() { tc.signal(env, cl) }, 300*time.Millisecond)
+			// (The clock jumps only once no activity runs: the world stopped.)
+			env.RegisterDelayedCallback(func() {
+				held = queryStatus(t, env)
+				env.SignalWorkflow(spec.SignalResume, nil)
+			}, time.Hour)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+			require.NoError(t, env.GetWorkflowError())
+			var st spec.RunStatus
+			require.NoError(t, env.GetWorkflowResult(&st))
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.Empty(t, st.Recoveries)
+			mu.Lock()
+			require.Len(t, asked, 1, "only the first node asked: %+v", asked)
+			require.True(t, asked[0].StopUnreported)
+			require.Zero(t, asked[0].Step)
+			mu.Unlock()
+			ls := w.launches()
+			require.Len(t, ls, 2, "stopped once, at once")
+			for _, in := range ls[1] {
+				require.EqualValues(t, 20, in.Restore.Step)
+				require.Zero(t, in.Restarts)
+				require.Equal(t, tc.nodes, in.Membership.NodeIDs())
+			}
+			if tc.name == "pause" {
+				require.Equal(t, spec.PhasePaused, held.Phase)
+				require.EqualValues(t, 20, held.Step)
+				return
+			}
+			require.Len(t, st.Rescalings, 1)
+			require.EqualValues(t, 20, st.Rescalings[0].AtStep)
+			require.Equal(t, []string{"node-2"}, st.Rescalings[0].Removed)
+		})
+	}
+}
+
 // TestExternalRunPauseTwiceStopsAtOnce: a second pause before any
 // checkpoint stops the world at once; the resume restores the last
 // checkpoint uploaded before the pause.

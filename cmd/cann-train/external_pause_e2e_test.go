@@ -29,7 +29,9 @@ import (
 // CANN_E2E_CRASH_ALL: the script has no collective to stop rank 0 as a
 // real job's would). With CANN_E2E_OWN_SCHEDULE set it checkpoints every
 // checkpoint_every steps by itself, not through should_checkpoint(): the
-// run's checkpoint requests go unheard.
+// run's checkpoint requests go unheard. With CANN_E2E_START_GATE set to a
+// path, each rank writes PATH.<rank> and then waits for PATH to exist
+// before its first step (a job still starting: importing, loading data).
 const pauseScript = `import os, sys, time
 import cann_train as ct
 
@@ -42,6 +44,11 @@ if start:
     assert int(step) == start, (step, start)
     w = float(w)
 print("rank %d of %d from step %d" % (ct.rank(), ct.world_size(), start), flush=True)
+gate = os.environ.get("CANN_E2E_START_GATE")
+if gate:
+    open("%s.%d" % (gate, ct.rank()), "w").close()
+    while not os.path.exists(gate):
+        time.sleep(0.01)
 for step in range(start + 1, total + 1):
     time.sleep(0.02)
     w *= 0.99
@@ -283,6 +290,64 @@ func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
 		t.Errorf("rank-0 launches %d; want 2, the second from step %d", len(reps), st.Step+1)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_cancel_request.json")
+}
+
+// TestExternalPauseWhileStarting: a pause that comes while the job's
+// processes are still starting (they wait for a gate file before their
+// first step, as a real job imports and loads data) stops the world at
+// once: its first node says they have reported no step, so nothing is
+// lost — before, the run waited for the job's next periodic checkpoint,
+// which a job that never gets going never takes. The resume relaunches
+// it from the start, and it completes.
+func TestExternalPauseWhileStarting(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 in PATH: skipping the external-job pause e2e test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, srv := startScriptCluster(ctx, t, dir, "node-1", "node-2")
+	gate := filepath.Join(dir, "gate")
+	s := spec.RunSpec{Name: "ext-starting", Nodes: 2, Steps: 100, CheckpointEvery: 50, HeartbeatTimeout: spec.Duration(2 * time.Second),
+		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 1, Workdir: dir,
+			Env: map[string]string{"CANN_E2E_START_GATE": gate}}}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	for _, rank := range []string{".0", ".1"} {
+		for _, err := os.Stat(gate + rank); err != nil; _, err = os.Stat(gate + rank) {
+			select {
+			case <-ctx.Done():
+				dumpLogs(t, l.LogDir)
+				t.Fatalf("rank %s never started", rank[1:])
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	cli := cliRun(ctx, srv.FrontendAddr())
+	t0 := time.Now()
+	out, _, err := cli("pause", s.Name, "--wait", "60s")
+	took := time.Since(t0)
+	if err != nil || !strings.Contains(out, "paused at step 0/") {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("pause: %v %q", err, out)
+	}
+	for deadline := time.Now().Add(15 * time.Second); len(processesWithEnv("CANN_E2E_START_GATE="+gate)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("ranks still running while paused")
+		}
+	}
+	t.Logf("paused while the job was starting: held %.2f s after the pause, at step 0", took.Seconds())
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli("resume", s.Name)
+	st := awaitRun(ctx, t, run, l.LogDir)
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || len(st.Recoveries) != 0 {
+		t.Fatalf("final status %s at step %d, recoveries %+v: want completed, no recovery", st.Phase, st.Step, st.Recoveries)
+	}
+	if asked := requestedSteps(t, filepath.Join(dir, "work", "node-1"), s.Name); len(asked) != 0 {
+		t.Errorf("checkpoints requested %v; want none (the world was stopped, not asked)", asked)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_unreported.json")
 }
 
 // requestedSteps are the checkpoint steps the run asked of the worlds of
