@@ -393,6 +393,7 @@ func parseExternal(name string, decoded RunSpec, file *ast.File, perr error) (Ru
 		Name: decoded.Name, Nodes: decoded.Nodes, CheckpointURL: decoded.CheckpointURL,
 		MaxRestarts: decoded.MaxRestarts, NodeWait: decoded.NodeWait, HeartbeatTimeout: decoded.HeartbeatTimeout,
 		ChunksPerRun: decoded.ChunksPerRun, Green: decoded.Green, External: decoded.External,
+		CancelGrace: decoded.CancelGrace,
 	}
 	if written("model.kind") > 0 {
 		s.Model.Kind = decoded.Model.Kind

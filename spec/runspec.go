@@ -52,6 +52,11 @@ type RunSpec struct {
 	// MinNodes is the fewest nodes the run goes on with when a node fails
 	// and no spare is free (default: nodes, i.e. wait for a replacement).
 	MinNodes int `yaml:"min_nodes" json:"min_nodes,omitempty"`
+	// CancelGrace is how long a cancelled run waits for the checkpoint it
+	// asks its chunk in flight (or external world) to end at before it
+	// stops it regardless, losing the steps since the last one (0: 1m,
+	// DefaultCancelGrace). A large model's save and upload may need more.
+	CancelGrace Duration `yaml:"cancel_grace" json:"cancel_grace,omitempty"`
 	// Green makes the run carbon-aware (optional).
 	Green *GreenPolicy `yaml:"green" json:"green,omitempty"`
 	// External runs the user's own training script instead of the
@@ -470,6 +475,17 @@ func decodeError(err error) FieldError {
 	return FieldError{Field: field, Line: line, Msg: msg}
 }
 
+// DefaultCancelGrace is RunSpec.CancelGrace's default.
+const DefaultCancelGrace = time.Minute
+
+// CancelGraceD is the cancel grace: CancelGrace, or its default.
+func (s RunSpec) CancelGraceD() time.Duration {
+	if s.CancelGrace > 0 {
+		return s.CancelGrace.D()
+	}
+	return DefaultCancelGrace
+}
+
 // operationDefaults fills in the fields every run has, built-in or
 // external: restarts, timeouts, min_nodes and the green policy's own.
 func (s RunSpec) operationDefaults() RunSpec {
@@ -555,6 +571,9 @@ func (s RunSpec) validateOperation(bad func(field, format string, args ...any)) 
 		bad("heartbeat_timeout", "not a duration: want e.g. 10s")
 	} else if s.HeartbeatTimeout.D() < time.Second {
 		bad("heartbeat_timeout", "%s is too short (at least 1s)", s.HeartbeatTimeout.D())
+	}
+	if s.CancelGrace == badDuration || s.CancelGrace < 0 {
+		bad("cancel_grace", "not a duration: want e.g. 1m or 10m")
 	}
 	if s.ChunksPerRun < 1 {
 		bad("chunks_per_run", "must be positive, got %d", s.ChunksPerRun)

@@ -117,6 +117,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"impossible value", "name: a\nnodes: 3\nsteps: -5\n", "steps", 3, "must be positive"},
 		{"nested impossible", "name: a\nmodel:\n  hidden: [64, 0]\n", "model.hidden[1]", 3, "out of range"},
 		{"bad duration", "name: a\nnode_wait: soon\n", "node_wait", 2, ""},
+		{"bad cancel grace", "name: a\nnodes: 2\ncancel_grace: forever\n", "cancel_grace", 3, "not a duration"},
+		{"negative cancel grace", "name: a\ncancel_grace: -1m\n", "cancel_grace", 2, "not a duration"},
 		{"missing name", "nodes: 2\n", "name", 0, "required"},
 		{"unknown model", "name: a\nmodel:\n  kind: gpt9\n", "model.kind", 3, "unknown model"},
 		{"explicit zero", "name: a\nnodes: 0\n", "nodes", 2, "out of range"},
@@ -308,5 +310,28 @@ func TestCheckNodeID(t *testing.T) {
 		if err := CheckNodeID(id); (err == nil) != ok {
 			t.Errorf("CheckNodeID(%q) = %v, want ok %v", id, err, ok)
 		}
+	}
+}
+
+// TestCancelGrace: cancel_grace is read for built-in and external jobs
+// alike; unset, it is a minute.
+func TestCancelGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       time.Duration
+	}{
+		{"built-in", "name: a\ncancel_grace: 10m\n", 10 * time.Minute},
+		{"external", "name: a\ncancel_grace: 90s\nexternal:\n  entrypoint: [python3, train.py]\n", 90 * time.Second},
+		{"unset", "name: a\n", time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse("job.yaml", []byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.CancelGraceD(); got != tc.want {
+				t.Errorf("cancel grace %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

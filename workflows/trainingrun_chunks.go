@@ -273,16 +273,12 @@ func (r *run) endInFlight(ctx workflow.Context, why string) {
 // chunk starts: its activities are then not cancelled with the workflow.
 const versionCancelEndsChunk = "cancel-ends-chunk"
 
-// cancelGrace is how long a cancelled run's chunk has to end at a
-// checkpoint (a vote, then rank 0's synchronous upload) before it is
-// cancelled as it would have been at once.
-const cancelGrace = time.Minute
-
 // endOnCancel watches, while the chunk in flight trains (its activities
 // on dctx, which the run's cancellation does not reach), for ctx's
 // cancellation: then it asks the chunk's nodes to end it early, at a
 // checkpoint (endInFlight), and cancels it (cancel) if it has not
-// returned within cancelGrace. The run then ends cancelled at the step
+// returned within the job's cancel_grace (a vote, then rank 0's
+// synchronous upload; RunSpec.CancelGraceD). The run then ends cancelled at the step
 // the chunk reached (cancelSeen). Call the returned func once the chunk
 // has returned.
 func (r *run) endOnCancel(ctx, dctx workflow.Context, cancel workflow.CancelFunc) (over func()) {
@@ -297,16 +293,16 @@ func (r *run) endOnCancel(ctx, dctx workflow.Context, cancel workflow.CancelFunc
 			return
 		}
 		r.cancelSeen = true
-		r.st.Status.Detail = fmt.Sprintf("cancelled: the chunk in flight ends at a checkpoint first (within %s)", cancelGrace)
-		workflow.GetLogger(gctx).Info("run cancelled: its chunk in flight ends early, at a checkpoint, first", "grace", cancelGrace)
+		r.st.Status.Detail = fmt.Sprintf("cancelled: the chunk in flight ends at a checkpoint first (within %s)", r.spec.CancelGraceD())
+		workflow.GetLogger(gctx).Info("run cancelled: its chunk in flight ends early, at a checkpoint, first", "grace", r.spec.CancelGraceD())
 		r.endInFlight(gctx, "the run was cancelled")
 		tctx, stopTimer := workflow.WithCancel(gctx)
 		defer stopTimer()
 		wait := workflow.NewSelector(gctx)
 		wait.AddReceive(done, func(workflow.ReceiveChannel, bool) {})
-		wait.AddFuture(workflow.NewTimer(tctx, cancelGrace), func(f workflow.Future) {
+		wait.AddFuture(workflow.NewTimer(tctx, r.spec.CancelGraceD()), func(f workflow.Future) {
 			if f.Get(gctx, nil) == nil {
-				workflow.GetLogger(gctx).Warn("the cancelled run's chunk did not end within the grace; cancelling it", "grace", cancelGrace)
+				workflow.GetLogger(gctx).Warn("the cancelled run's chunk did not end within the grace; cancelling it", "grace", r.spec.CancelGraceD())
 				cancel()
 			}
 		})

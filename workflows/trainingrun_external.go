@@ -661,7 +661,7 @@ func (r *run) requestCheckpoint(ctx workflow.Context, why string, stopUnreported
 
 // versionCancelAsksCheckpoint: a cancelled run whose external world takes
 // checkpoint requests asks it for one and stops it once that (or any
-// later) checkpoint is uploaded — within cancelGrace, and at once when
+// later) checkpoint is uploaded — within the job's cancel_grace, and at once when
 // the world cannot be asked or goes past the step without taking it —
 // and ends cancelled at that step (checkpointOnCancel); before, the
 // world was cancelled with the run and the steps since its last
@@ -673,7 +673,7 @@ const versionCancelAsksCheckpoint = "external-cancel-checkpoint"
 // cancellation: then it asks the world for a checkpoint and returns a
 // future that is ready once one is uploaded — or at once when none could
 // be asked for, when the world went past the step without taking it, or
-// after cancelGrace. ctx ends the watch (the world ended first).
+// after the cancel grace. ctx ends the watch (the world ended first).
 func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun) workflow.Future {
 	f, set := workflow.NewFuture(ctx)
 	workflow.Go(ctx, func(ctx workflow.Context) {
@@ -685,10 +685,10 @@ func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun)
 			return
 		}
 		r.cancelSeen = true
-		r.st.Status.Detail = fmt.Sprintf("cancelled: the world stops after a checkpoint, asked for now (within %s)", cancelGrace)
-		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", cancelGrace)
+		r.st.Status.Detail = fmt.Sprintf("cancelled: the world stops after a checkpoint, asked for now (within %s)", r.spec.CancelGraceD())
+		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", r.spec.CancelGraceD())
 		if r.requestCheckpoint(ctx, "the run was cancelled", true) || ext.cancelCkpts > 0 {
-			_, _ = workflow.AwaitWithTimeout(ctx, cancelGrace, func() bool { return ext.cancelCkpts > 0 || ext.missed })
+			_, _ = workflow.AwaitWithTimeout(ctx, r.spec.CancelGraceD(), func() bool { return ext.cancelCkpts > 0 || ext.missed })
 		}
 		set.Set(nil, nil)
 	})

@@ -298,19 +298,21 @@ func TestTrainingRunGreenWindowEndsTheChunk(t *testing.T) {
 // checkpoint and the run ends cancelled there, its nodes released. On an
 // older build the chunk is cancelled with the run (the steps since the
 // last checkpoint lost), and a chunk that does not end within
-// cancelGrace is cancelled then.
+// the job's cancel_grace (1m by default) is cancelled then.
 func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		protocol int
 		// deaf: the chunk ignores EndChunk and trains on (two virtual
 		// hours a chunk).
-		deaf bool
-		step int64
+		deaf  bool
+		grace time.Duration // cancel_grace
+		step  int64
 	}{
 		{name: "nodes that end chunks early", protocol: spec.ChunkProtocolEndEarly, step: 137},
 		{name: "an older build", protocol: spec.ChunkProtocolDataCheck, step: 100},
 		{name: "a chunk that does not end", protocol: spec.ChunkProtocolEndEarly, deaf: true, step: 100},
+		{name: "a chunk that does not end, a longer grace", protocol: spec.ChunkProtocolEndEarly, deaf: true, grace: 10 * time.Minute, step: 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: speaking(tc.protocol, "a", "b")}
@@ -330,7 +332,7 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 				}
 				ends.endAt137(ch, tc.protocol)
 			}
-			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, CancelGrace: spec.Duration(tc.grace)}.WithDefaults()
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 			require.True(t, env.IsWorkflowCompleted())
 			var can *temporal.CanceledError
@@ -352,7 +354,8 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 				require.Empty(t, asked)
 			case tc.deaf:
 				require.Len(t, asked, 1)
-				require.Equal(t, cancelAt.Add(cancelGrace), st.UpdatedAt.UTC(), "the chunk cancelled after the grace")
+				grace := max(tc.grace, time.Minute)
+				require.Equal(t, cancelAt.Add(grace), st.UpdatedAt.UTC(), "the chunk cancelled after the grace")
 			default:
 				require.Len(t, asked, 1)
 				require.Equal(t, "the run was cancelled", asked[0].Why)

@@ -53,6 +53,8 @@ Job file fields (all optional but name):
   checkpoint_every (chunk_steps; smaller: chunks end where one is due),
   max_restarts 5, node_wait 2m,
   heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes),
+  cancel_grace 1m (how long a cancel waits for the checkpoint the chunk
+    in flight, or an external job, is asked to end at),
   collective ring|hd|rd|tree|hier|auto, topology_scan false, strategy
     fixed|auto (auto: train on the data-parallel degree the cost model
     predicts fastest, from the scanned links and measured computation),
