@@ -572,6 +572,14 @@ func (r *run) publish(ctx workflow.Context) {
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("upsert search attributes", "error", err)
 	}
+	r.showDetails(ctx)
+}
+
+// showDetails sets the run's current details in the Web UI from its
+// status (publish does too). It records no command: code that replays
+// older histories may call it where publish would add one.
+func (r *run) showDetails(ctx workflow.Context) {
+	s := &r.st.Status
 	details := fmt.Sprintf(
 		"**%s** · step %d/%d · loss %.4f · generation %d · nodes %v · checkpoints %d · recoveries %d",
 		s.Phase, s.Step, s.TotalSteps, s.Loss, s.Generation, s.Nodes, s.Checkpoints, len(s.Recoveries))

@@ -295,6 +295,7 @@ func (r *run) endOnCancel(ctx, dctx workflow.Context, cancel workflow.CancelFunc
 		r.cancelSeen = true
 		r.st.Status.Detail = fmt.Sprintf("cancelled: the chunk in flight ends at a checkpoint first (within %s)", r.spec.CancelGraceD())
 		workflow.GetLogger(gctx).Info("run cancelled: its chunk in flight ends early, at a checkpoint, first", "grace", r.spec.CancelGraceD())
+		r.showDetails(gctx) // (the Web UI: publish would add a command to older histories)
 		r.endInFlight(gctx, "the run was cancelled")
 		tctx, stopTimer := workflow.WithCancel(gctx)
 		defer stopTimer()

@@ -687,6 +687,7 @@ func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun)
 		r.cancelSeen = true
 		r.st.Status.Detail = fmt.Sprintf("cancelled: the world stops after a checkpoint, asked for now (within %s)", r.spec.CancelGraceD())
 		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", r.spec.CancelGraceD())
+		r.showDetails(ctx) // (the Web UI: publish would add a command to older histories)
 		if r.requestCheckpoint(ctx, "the run was cancelled", true) || ext.cancelCkpts > 0 {
 			_, _ = workflow.AwaitWithTimeout(ctx, r.spec.CancelGraceD(), func() bool { return ext.cancelCkpts > 0 || ext.missed })
 		}

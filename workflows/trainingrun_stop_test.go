@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -321,9 +322,17 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 			env.SetStartTime(day0)
 			ends := newEndChunks(env)
 			cancelAt := day0.Add(2*time.Hour + 30*time.Minute)
+			var draining string // the Web UI's details while the chunk drains
 			if tc.deaf {
 				env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
 				env.RegisterDelayedCallback(env.CancelWorkflow, cancelAt.Sub(day0))
+				env.RegisterDelayedCallback(func() {
+					v, err := env.QueryWorkflow("__temporal_workflow_metadata")
+					require.NoError(t, err)
+					var md sdkpb.WorkflowMetadata
+					require.NoError(t, v.Get(&md))
+					draining = md.GetCurrentDetails()
+				}, cancelAt.Sub(day0)+30*time.Second)
 			} else {
 				ch.onStart = func(in spec.ChunkInput) {
 					if in.From == 100 && in.Rank == 0 {
@@ -356,6 +365,8 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 				require.Len(t, asked, 1)
 				grace := max(tc.grace, time.Minute)
 				require.Equal(t, cancelAt.Add(grace), st.UpdatedAt.UTC(), "the chunk cancelled after the grace")
+				require.Contains(t, draining, fmt.Sprintf("cancelled: the chunk in flight ends at a checkpoint first (within %s)", grace),
+					"the Web UI says why the cancelled run is still running")
 			default:
 				require.Len(t, asked, 1)
 				require.Equal(t, "the run was cancelled", asked[0].Why)
