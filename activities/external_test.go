@@ -525,15 +525,9 @@ func TestRunExternalNamesAGoneNode(t *testing.T) {
 	}
 }
 
-// TestRunExternalTakesACheckpointRequest: asked for a checkpoint
-// (RequestCheckpoint, step 0: the node picks) while the world runs, the
-// node writes a step ahead of its processes to their request file; both
-// ranks' should_checkpoint() say yes there, rank 0 commits it and it is
-// uploaded and told — with no periodic checkpoint for thousands of
-// steps. A request for another world, or once the world has ended,
-// asks nothing.
-func TestRunExternalTakesACheckpointRequest(t *testing.T) {
-	n, in, w := startScript(t, "asked", 100000, `
+// askedScript trains until should_checkpoint() says yes, checkpoints
+// there (rank 0 commits it) and exits.
+const askedScript = `
 import os, sys, time
 import cann_train as ct
 for step in range(1, ct.total_steps() + 1):
@@ -545,7 +539,17 @@ for step in range(1, ct.total_steps() + 1):
             assert ct.saved(step, timeout=30)
         print("rank", ct.rank(), "checkpoint", step, flush=True)
         sys.exit(0)
-`)
+`
+
+// TestRunExternalTakesACheckpointRequest: asked for a checkpoint
+// (RequestCheckpoint, step 0: the node picks) while the world runs, the
+// node writes a step ahead of its processes to their request file; both
+// ranks' should_checkpoint() say yes there, rank 0 commits it and it is
+// uploaded and told — with no periodic checkpoint for thousands of
+// steps. A request for another world, or once the world has ended,
+// asks nothing.
+func TestRunExternalTakesACheckpointRequest(t *testing.T) {
+	n, in, w := startScript(t, "asked", 100000, askedScript)
 	at := w.past(t, 20)
 	if s, err := n.RequestCheckpoint(t.Context(), spec.CheckpointRequest{RunID: in.RunID, Session: "run/asked/g9/e9"}); s != 0 || err != nil {
 		t.Errorf("request for another world: %d, %v; want 0", s, err)
@@ -575,20 +579,10 @@ for step in range(1, ct.total_steps() + 1):
 // (StopUnreported) is told so (spec.StepUnreported). Once it reports, the
 // same ask picks a step.
 func TestRunExternalAnswersUnreported(t *testing.T) {
-	n, in, w := startScript(t, "starting", 100000, `
-import os, sys, time
-import cann_train as ct
+	n, in, w := startScript(t, "starting", 100000, strings.Replace(askedScript, "\nfor step", `
 while not os.path.exists("go"):
     time.sleep(0.01)
-for step in range(1, ct.total_steps() + 1):
-    time.sleep(0.005)
-    ct.report(step, loss=1.0 / step)
-    if ct.should_checkpoint(step):
-        if ct.rank() == 0:
-            open(os.path.join(ct.checkpoint_dir(), "w.txt"), "w").write(str(step))
-            assert ct.saved(step, timeout=30)
-        sys.exit(0)
-`)
+for step`, 1))
 	serving := func() bool {
 		n.mu.Lock()
 		defer n.mu.Unlock()

@@ -87,17 +87,7 @@ func TestTrainingRunReplacesStoppingNodes(t *testing.T) {
 func TestTrainingRunReplacesNodesStoppingTogether(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1", "spare-2"), failed: map[string]bool{}}
 	ch := &fakeChunks{}
-	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
-		if in.Membership.Generation != 1 || in.From != 100 {
-			return
-		}
-		end := in.From + 30
-		res.To, res.EndedBy, res.WeightsSHA256, res.PendingCheckpoint = end, "node-3", fmt.Sprintf("w%d", end), nil
-		res.Stopping = res.NodeID != "node-1"
-		if in.Rank == 0 {
-			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
-		}
-	}
+	ch.edit = endedFor("node-3", func(node string) bool { return node != "node-1" })
 	env := newRunEnv(t, cl, ch)
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100, MaxRestarts: 1}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
@@ -115,6 +105,23 @@ func TestTrainingRunReplacesNodesStoppingTogether(t *testing.T) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	require.True(t, cl.failed["node-2"] && cl.failed["node-3"], "both marked failed in the Cluster: %v", cl.failed)
+}
+
+// endedFor is a fakeChunks edit: generation 1's chunk from step 100 ends
+// early at 130 for node by's worker stopping, with a checkpoint there;
+// the ranks of the nodes stopping says so report their own node stopping.
+func endedFor(by string, stopping func(node string) bool) func(spec.ChunkInput, *spec.ChunkResult) {
+	return func(in spec.ChunkInput, res *spec.ChunkResult) {
+		if in.Membership.Generation != 1 || in.From != 100 {
+			return
+		}
+		end := in.From + 30
+		res.To, res.EndedBy, res.WeightsSHA256, res.PendingCheckpoint = end, by, fmt.Sprintf("w%d", end), nil
+		res.Stopping = stopping(res.NodeID)
+		if in.Rank == 0 {
+			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+		}
+	}
 }
 
 // TestTrainingRunNamesNodesStoppingWithAFailure: node-2's worker is
@@ -139,16 +146,8 @@ func TestTrainingRunNamesNodesStoppingWithAFailure(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "spare-1", "spare-2"), failed: map[string]bool{}}
 			ch := &fakeChunks{}
-			ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
-				if tc.lost || in.Membership.Generation != 1 || in.From != 100 {
-					return
-				}
-				end := in.From + 30
-				res.To, res.EndedBy, res.WeightsSHA256, res.PendingCheckpoint = end, "node-3", fmt.Sprintf("w%d", end), nil
-				res.Stopping = res.NodeID == "node-3"
-				if in.Rank == 0 {
-					res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
-				}
+			if !tc.lost {
+				ch.edit = endedFor("node-3", func(node string) bool { return node == "node-3" })
 			}
 			ch.fail = func(in spec.ChunkInput) error {
 				if tc.lost && in.Membership.Generation == 1 && in.From == 100 && in.Membership.Nodes[in.Rank].ID == "node-3" {
