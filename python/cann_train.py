@@ -117,7 +117,13 @@ def should_checkpoint(step=None):
     """True at every checkpoint_every-th step, and at the step the run
     asked for a checkpoint at (the same answer on every rank, so
     collective saves stay in step). step defaults to the last step given
-    to report(). Call it every step: a request is a few steps ahead."""
+    to report(). Call it every step: a request is a few steps ahead.
+    Before a sharded (collective) save, have the ranks agree on the
+    answer, so that a request one node heard late still finds them all
+    at the same step: with torch.distributed,
+        ok = torch.tensor(int(should_checkpoint(step)), device=device)
+        dist.all_reduce(ok, op=dist.ReduceOp.MAX)
+    and save when ok.item()."""
     if step is None:
         step = _last_step
     if step <= 0:
