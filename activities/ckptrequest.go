@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -26,6 +27,11 @@ type worldAsks struct {
 	session string
 	ask     chan ckptAsk
 	done    chan struct{} // closed when the world's loop is gone
+	// running: the world's processes have started and its supervision
+	// loop answers asks (under Node.mu); before, the world is still
+	// being set up here (its checkpoint restored: minutes for a large
+	// one), and RequestCheckpoint answers for it.
+	running bool
 }
 
 type ckptAsk struct {
@@ -37,21 +43,32 @@ type ckptAsk struct {
 	reply          chan int64 // buffered: the loop never blocks on it
 }
 
-// serveAsks registers the world of session for checkpoint requests; call
-// the returned func when its supervision loop stops answering.
+// serveAsks registers the world of session for checkpoint requests, as
+// soon as it is admitted here; call serve once its supervision loop
+// answers them, and the returned func when it stops answering.
 func (n *Node) serveAsks(session string) (*worldAsks, func()) {
 	w := &worldAsks{session: session, ask: make(chan ckptAsk), done: make(chan struct{})}
 	n.mu.Lock()
 	n.asks = w
 	n.mu.Unlock()
+	var once sync.Once
 	return w, func() {
-		n.mu.Lock()
-		if n.asks == w {
-			n.asks = nil
-		}
-		n.mu.Unlock()
-		close(w.done)
+		once.Do(func() {
+			n.mu.Lock()
+			if n.asks == w {
+				n.asks = nil
+			}
+			n.mu.Unlock()
+			close(w.done)
+		})
 	}
+}
+
+// serve marks w's world as running: its supervision loop answers asks.
+func (n *Node) serve(w *worldAsks) {
+	n.mu.Lock()
+	w.running = true
+	n.mu.Unlock()
 }
 
 // RequestCheckpoint is ActivityRequestCheckpoint: the run asks the world
@@ -67,10 +84,20 @@ func (n *Node) serveAsks(session string) (*worldAsks, func()) {
 func (n *Node) RequestCheckpoint(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
 	n.mu.Lock()
 	w := n.asks
+	running := w != nil && w.running
 	n.mu.Unlock()
 	log := n.Logger.With(zap.String("run", in.RunID), zap.String("session", in.Session), zap.String("why", in.Why))
 	if w == nil || w.session != in.Session {
 		log.Info("checkpoint requested for a world that does not run here")
+		return 0, nil
+	}
+	if !running {
+		// Still restoring its checkpoint or starting its processes:
+		// nothing trained yet.
+		log.Info("no checkpoint requested: the world is still being set up here")
+		if in.Step == 0 && in.StopUnreported {
+			return spec.StepUnreported, nil
+		}
 		return 0, nil
 	}
 	a := ckptAsk{ctx: ctx, step: in.Step, stopUnreported: in.StopUnreported, reply: make(chan int64, 1)}

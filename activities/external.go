@@ -170,6 +170,10 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		return nil, err
 	}
 	defer release()
+	// Asks come from now on: until the loop below answers them, the
+	// world is still being set up (RequestCheckpoint).
+	asks, unserve := n.serveAsks(in.Session)
+	defer unserve()
 	// (Keyed by the run's ID: a world's input carries no token.)
 	if err := n.checkSharedBucket(ctx, in.RunID, in.Restore, log); err != nil {
 		return nil, err
@@ -321,8 +325,7 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	if n.PeerWatch > 0 {
 		go n.watchPeers(wctx, in, lostPeer)
 	}
-	asks, unserve := n.serveAsks(in.Session)
-	defer unserve()
+	n.serve(asks)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var werr, lost error
@@ -344,6 +347,7 @@ loop:
 		}
 	}
 	sup.answerWaiting(true)
+	unserve()     // (later asks: the world does not run here)
 	sup.poll(ctx) // what the processes wrote last
 	sup.res.EndedAt = time.Now()
 	sup.res.Seconds = sup.res.EndedAt.Sub(started).Seconds()

@@ -586,7 +586,7 @@ for step`, 1))
 	serving := func() bool {
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		return n.asks != nil && n.asks.session == in.Session
+		return n.asks != nil && n.asks.session == in.Session && n.asks.running
 	}
 	for deadline := time.Now().Add(30 * time.Second); !serving(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -612,6 +612,30 @@ for step`, 1))
 	}
 	if res := w.end(t); res.Checkpoint == nil || res.Checkpoint.Step != step {
 		t.Fatalf("result %+v; want the requested checkpoint at %d", res, step)
+	}
+}
+
+// TestRequestCheckpointWhileSettingUp: a world admitted on the node but
+// still being set up (its checkpoint restoring, its processes not yet
+// started) is asked for no checkpoint; a run that stops such worlds at
+// once is told it has nothing to lose. Another session's world is not
+// this one.
+func TestRequestCheckpointWhileSettingUp(t *testing.T) {
+	n := externalNode(t, "n1", "mem://")
+	_, unserve := n.serveAsks("run/a/g1/e1")
+	defer unserve()
+	for _, tc := range []struct {
+		in   spec.CheckpointRequest
+		want int64
+	}{
+		{spec.CheckpointRequest{RunID: "run/a", Session: "run/a/g1/e1", StopUnreported: true}, spec.StepUnreported},
+		{spec.CheckpointRequest{RunID: "run/a", Session: "run/a/g1/e1"}, 0},
+		{spec.CheckpointRequest{RunID: "run/a", Session: "run/a/g1/e1", Step: 40, StopUnreported: true}, 0}, // (a step to write: nothing runs to read it)
+		{spec.CheckpointRequest{RunID: "run/a", Session: "run/a/g1/e0", StopUnreported: true}, 0},
+	} {
+		if got, err := n.RequestCheckpoint(t.Context(), tc.in); got != tc.want || err != nil {
+			t.Errorf("RequestCheckpoint(%+v) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
 	}
 }
 
