@@ -118,8 +118,13 @@ type externalRun struct {
 	// unreported: asked for a checkpoint for a pause or nodes to leave,
 	// the world's first node said its processes have reported no step
 	// since their launch (spec.StepUnreported): the world is stopped at
-	// once (versionStopUnreported).
+	// once (versionStopUnreported). Set only while that stop is still
+	// wanted, so that it is never stale: the stop follows at once.
 	unreported bool
+	// replans counts the asks at a green window's end that found the
+	// world still starting: each has watchGreen plan now, as at a
+	// checkpoint (nothing trained to lose if the plan stops it).
+	replans int
 	// launchEvents is the history's length when the launch began: a
 	// launch rolls over only once it has at least doubled it (a launch on
 	// thousands of nodes may start past the suggestion; rolling over at
@@ -350,7 +355,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		futures[rank] = workflow.ExecuteActivity(externalOptions(cctx, r.spec, node, summary), spec.ActivityRunExternal, in)
 	}
 	ext.pausedCkpts, ext.rollCkpts, ext.evictCkpts, ext.cancelCkpts, ext.ckpts = 0, 0, 0, 0, 0
-	ext.asked, ext.missed, ext.unreported = 0, false, false
+	ext.asked, ext.missed, ext.unreported, ext.replans = 0, false, false, 0
 	ext.launchEvents = workflow.GetInfo(ctx).GetCurrentHistoryLength()
 	ext.markAt, ext.markStep = started, from
 	results, errs, gone, stop := r.awaitWorld(ctx, runCtx, futures, cancel, ext)
@@ -483,7 +488,9 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 				if !r.st.Ctl.Paused {
 					why = "nodes to leave: " + strings.Join(r.st.Status.Evicting, ", ")
 				}
-				r.requestCheckpoint(ctx, why, true)
+				if _, unreported := r.requestCheckpoint(ctx, why, true); unreported && r.checkpointWanted() {
+					ext.unreported = true
+				}
 			}
 		})
 	}
@@ -599,10 +606,11 @@ const versionCheckpointRequest = "checkpoint-request"
 // versionStopUnreported: a pause or nodes to leave stop at once a world
 // whose processes have reported no step since their launch (the first
 // node answers the request spec.StepUnreported): a job still importing
-// its framework, loading data or restoring has nothing to lose. Before,
-// such a world was not asked, and trained on to its next periodic
-// checkpoint — half an hour for a real job — while the run waited to
-// pause or to leave a node. Asked with the request.
+// its framework, loading data or restoring has nothing to lose; at a
+// green window's end such an answer has the run plan at once, as at a
+// checkpoint. Before, such a world was not asked, and trained on to its
+// next periodic checkpoint — half an hour for a real job — while the run
+// waited to pause or to leave a node. Asked with the request.
 const versionStopUnreported = "stop-unreported"
 
 // checkpointWanted: the run stops the world after its next checkpoint —
@@ -617,12 +625,12 @@ func (r *run) checkpointWanted() bool {
 // should_checkpoint() says yes at that step. A node that does not answer,
 // or a world that cannot take the request (a script without the helper),
 // changes nothing: the world stops after its next periodic checkpoint.
-// With stopUnreported (a pause, nodes to leave, a cancellation) a world
-// whose processes have reported no step since their launch is to be
-// stopped at once instead (ext.unreported).
-func (r *run) requestCheckpoint(ctx workflow.Context, why string, stopUnreported bool) (asked bool) {
+// With stopUnreported the first node may answer that the world's
+// processes have reported no step since their launch (unreported: the
+// caller may stop it at once, losing nothing) instead of no checkpoint.
+func (r *run) requestCheckpoint(ctx workflow.Context, why string, stopUnreported bool) (asked, unreported bool) {
 	if workflow.GetVersion(ctx, versionCheckpointRequest, workflow.DefaultVersion, 1) < 1 {
-		return false
+		return false, false
 	}
 	m, log := r.st.Membership, workflow.GetLogger(ctx)
 	in := spec.CheckpointRequest{RunID: r.st.Status.RunID, Session: r.st.Session, Why: why}
@@ -633,14 +641,13 @@ func (r *run) requestCheckpoint(ctx workflow.Context, why string, stopUnreported
 		return workflow.ExecuteActivity(actx, spec.ActivityRequestCheckpoint, in)
 	}
 	err := call(m.Nodes[0]).Get(ctx, &in.Step)
-	if err == nil && in.Step == spec.StepUnreported && in.StopUnreported && r.ext != nil {
-		log.Info("no checkpoint requested: the world has reported no step since its launch; stopping it now", "why", why)
-		r.ext.unreported = true
-		return false
+	if err == nil && in.Step == spec.StepUnreported && in.StopUnreported {
+		log.Info("no checkpoint requested: the world has reported no step since its launch", "why", why)
+		return false, true
 	}
 	if err != nil || in.Step <= 0 {
 		log.Info("no checkpoint requested; the world stops after its next one", "why", why, "error", err)
-		return false
+		return false, false
 	}
 	if r.ext != nil {
 		r.ext.asked, r.ext.missed = in.Step, false
@@ -656,7 +663,7 @@ func (r *run) requestCheckpoint(ctx workflow.Context, why string, stopUnreported
 		}
 	}
 	log.Info("checkpoint requested of the world", "step", in.Step, "why", why)
-	return true
+	return true, false
 }
 
 // versionCancelAsksCheckpoint: a cancelled run whose external world takes
@@ -688,7 +695,7 @@ func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun)
 		r.st.Status.Detail = fmt.Sprintf("cancelled: the world stops after a checkpoint, asked for now (within %s)", r.spec.CancelGraceD())
 		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", r.spec.CancelGraceD())
 		r.showDetails(ctx) // (the Web UI: publish would add a command to older histories)
-		if r.requestCheckpoint(ctx, "the run was cancelled", true) || ext.cancelCkpts > 0 {
+		if asked, _ := r.requestCheckpoint(ctx, "the run was cancelled", true); asked || ext.cancelCkpts > 0 {
 			_, _ = workflow.AwaitWithTimeout(ctx, r.spec.CancelGraceD(), func() bool { return ext.cancelCkpts > 0 || ext.missed })
 		}
 		set.Set(nil, nil)

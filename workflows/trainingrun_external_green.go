@@ -104,6 +104,7 @@ type greenWatch struct {
 }
 
 // watchGreen re-plans at every checkpoint the current launch uploads
+// (and when a window's end finds the world still starting: replans)
 // until a plan puts the run outside its slots — not while a pause is
 // pending (that checkpoint is the pause's), nor at the job's last step
 // (stopping a world that is about to finish would only delay its end).
@@ -111,13 +112,13 @@ func (r *run) watchGreen(ctx workflow.Context, ext *externalRun) *greenWatch {
 	outside, set := workflow.NewFuture(ctx)
 	gw := &greenWatch{outside: outside}
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		seen := 0
+		seen, replans := 0, 0
 		for {
-			err := workflow.Await(ctx, func() bool { return gw.over || ext.ckpts > seen })
+			err := workflow.Await(ctx, func() bool { return gw.over || ext.ckpts > seen || ext.replans > replans })
 			if err != nil || gw.over {
 				return
 			}
-			seen = ext.ckpts
+			seen, replans = ext.ckpts, ext.replans
 			if r.st.Ctl.Paused || (r.spec.Steps > 0 && r.ckptStep() >= r.spec.Steps) {
 				continue // the pause's checkpoint; the job's last one
 			}
@@ -168,7 +169,10 @@ func (r *run) askAtSlotEnd(ctx workflow.Context, gw *greenWatch) {
 			if ok {
 				continue // re-planned: another end, or none
 			}
-			r.requestCheckpoint(ctx, fmt.Sprintf("the green window ended at %s UTC", end.UTC().Format("15:04")), false)
+			why := fmt.Sprintf("the green window ended at %s UTC", end.UTC().Format("15:04"))
+			if _, unreported := r.requestCheckpoint(ctx, why, true); unreported && r.ext != nil {
+				r.ext.replans++ // still starting: plan now (watchGreen)
+			}
 			if workflow.Await(ctx, moved) != nil {
 				return
 			}

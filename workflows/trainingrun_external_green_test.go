@@ -342,9 +342,27 @@ func TestExternalGreenStopsAfterCheckpoint(t *testing.T) {
 // asked for a checkpoint when its window ends (10:00), not left to train
 // into the dirty hours until its next periodic one: the plan at that
 // checkpoint (step 37) stops it, and it relaunches from there at 14:00.
+// A world still starting is stopped at once by the plan made then.
 // (The worlds are mocked with a duration, so that the clock runs on
 // while they do: the first would train until 20:00.)
 func TestExternalGreenAsksACheckpointAtTheWindowsEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// starting: the world's first node answers that its processes
+		// have reported no step yet (spec.StepUnreported): the plan is
+		// made at once, and stops it at the window's end.
+		starting bool
+		asked    []string
+		held     int64
+	}{
+		{name: "reporting", asked: []string{"10:00 " + spec.NodeTaskQueue("node-1") + " 0", "10:00 " + spec.NodeTaskQueue("node-2") + " 37"}, held: 37},
+		{name: "still starting", starting: true, asked: []string{"10:00 " + spec.NodeTaskQueue("node-1") + " 0"}, held: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) { greenAsksAtTheWindowsEnd(t, tc.starting, tc.asked, tc.held) })
+	}
+}
+
+func greenAsksAtTheWindowsEnd(t *testing.T, starting bool, wantAsked []string, held int64) {
 	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: at("10:00"), GPerKWh: 90}, window14}, gramsPerChunk: 1}
 	env, _, _ := greenEnvOn(t, cb, speaking(spec.ChunkProtocolCheckpointRequest, "node-1", "node-2"))
 	var mu sync.Mutex
@@ -376,6 +394,10 @@ func TestExternalGreenAsksACheckpointAtTheWindowsEnd(t *testing.T) {
 		asked = append(asked, fmt.Sprintf("%s %s %d", env.Now().UTC().Format("15:04"), activity.GetInfo(ctx).TaskQueue, in.Step))
 		mu.Unlock()
 		require.Equal(t, "the green window ended at 10:00 UTC", in.Why)
+		if in.Step == 0 && starting {
+			require.True(t, in.StopUnreported)
+			return spec.StepUnreported, nil
+		}
 		if in.Step == 0 {
 			return 37, nil
 		}
@@ -393,11 +415,11 @@ func TestExternalGreenAsksACheckpointAtTheWindowsEnd(t *testing.T) {
 	st := result(t, env)
 
 	mu.Lock()
-	require.Equal(t, []string{"10:00 " + spec.NodeTaskQueue("node-1") + " 0", "10:00 " + spec.NodeTaskQueue("node-2") + " 37"}, asked)
-	require.Equal(t, []string{"08:00 0", "14:00 37"}, launches)
+	require.Equal(t, wantAsked, asked)
+	require.Equal(t, []string{"08:00 0", fmt.Sprintf("14:00 %d", held)}, launches)
 	mu.Unlock()
 	require.Equal(t, spec.PhaseGreenWait, waiting.Phase)
-	require.EqualValues(t, 37, waiting.Step, "held at the checkpoint asked for at the window's end")
+	require.EqualValues(t, held, waiting.Step, "held at the checkpoint asked for at the window's end (or the last one)")
 	require.Equal(t, at("14:00"), waiting.WaitUntil.UTC())
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
 	require.Empty(t, st.Recoveries)

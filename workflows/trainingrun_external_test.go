@@ -693,6 +693,43 @@ func TestExternalRunStopsAnUnreportedWorld(t *testing.T) {
 	}
 }
 
+// TestExternalRunUnreportedAfterAResume: the first node's answer that the
+// world is still starting comes after the pause was withdrawn: the world
+// trains on, and a later pause does not stop it at once on that old news
+// — it holds after the next checkpoint (40), as without requests.
+func TestExternalRunUnreportedAfterAResume(t *testing.T) {
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	w.behave = hangFirst(w)
+	pool := testNodes("node-1", "node-2", "spare")
+	for i := range pool {
+		pool[i].Protocol = spec.ChunkProtocolCheckpointRequest
+	}
+	sent := false
+	runPausedOn(t, pool, w, func(env *testsuite.TestWorkflowEnvironment) {
+		env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
+			env.SignalWorkflow(spec.SignalResume, nil) // (delivered before the answer)
+			return spec.StepUnreported, nil
+		}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 300*time.Millisecond)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 600*time.Millisecond)
+		env.RegisterDelayedCallback(func() {
+			st := queryStatus(t, env)
+			require.Equal(t, spec.PhaseTraining, st.Phase, "stopped before the next checkpoint")
+			require.True(t, st.PauseRequested)
+			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: fmt.Sprintf("%s/g%d/e1", st.RunID, st.Generation),
+				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: 40, Key: "ckpt/40"}})
+			sent = true
+		}, 900*time.Millisecond)
+	}, func(st spec.RunStatus) {
+		require.True(t, sent)
+		require.Equal(t, spec.PhasePaused, st.Phase)
+		require.EqualValues(t, 40, st.Step)
+	})
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	require.EqualValues(t, 40, ls[1][0].Restore.Step)
+}
+
 // TestExternalRunPauseTwiceStopsAtOnce: a second pause before any
 // checkpoint stops the world at once; the resume restores the last
 // checkpoint uploaded before the pause.
