@@ -483,13 +483,25 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 	})
 	if r.st.Membership.TakesCheckpointRequests() {
 		workflow.Go(tctx, func(ctx workflow.Context) {
-			if workflow.Await(ctx, r.checkpointWanted) == nil {
+			for asks := 0; ; asks++ {
+				if workflow.Await(ctx, r.checkpointWanted) != nil {
+					return
+				}
+				if asks > 0 && workflow.GetVersion(ctx, versionAskAgain, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+					return
+				}
 				why := "a pause"
 				if !r.st.Ctl.Paused {
 					why = "nodes to leave: " + strings.Join(r.st.Status.Evicting, ", ")
 				}
 				if _, unreported := r.requestCheckpoint(ctx, why, true); unreported && r.checkpointWanted() {
 					ext.unreported = true
+				}
+				// Still wanted: the world stops at that checkpoint (or
+				// the next). Withdrawn (a resume): asked again when next
+				// wanted.
+				if workflow.Await(ctx, func() bool { return !r.checkpointWanted() }) != nil {
+					return
 				}
 			}
 		})
@@ -602,6 +614,13 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 // worker's grace is shorter). Asked when the run first wants one during
 // a launch.
 const versionCheckpointRequest = "checkpoint-request"
+
+// versionAskAgain: a world asked for a checkpoint for a pause that was
+// withdrawn (a resume) before it stopped is asked again when the run next
+// wants one in the same launch (another pause, nodes to leave). Before,
+// only the first want of a launch asked; a later one waited for the
+// job's next periodic checkpoint. Asked at the second want.
+const versionAskAgain = "ask-again"
 
 // versionStopUnreported: a pause or nodes to leave stop at once a world
 // whose processes have reported no step since their launch (the first

@@ -693,10 +693,63 @@ func TestExternalRunStopsAnUnreportedWorld(t *testing.T) {
 	}
 }
 
+// TestExternalRunAsksAgainAfterAResume: a pause asks the world for a
+// checkpoint (57) and is withdrawn before it is uploaded: the world
+// trains on past it. A later pause in the same launch asks again (the
+// first node picks 80) and the run holds there, not at the job's next
+// periodic checkpoint.
+func TestExternalRunAsksAgainAfterAResume(t *testing.T) {
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	w.behave = hangFirst(w)
+	pool := testNodes("node-1", "node-2", "spare")
+	for i := range pool {
+		pool[i].Protocol = spec.ChunkProtocolCheckpointRequest
+	}
+	var mu sync.Mutex
+	var asked []string // "node: step asked"
+	picks := []int64{57, 80}
+	runPausedOn(t, pool, w, func(env *testsuite.TestWorkflowEnvironment) {
+		env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, fmt.Sprintf("%s: %d", activity.GetInfo(ctx).TaskQueue, in.Step))
+			if in.Step == 0 {
+				step := picks[0]
+				picks = picks[1:]
+				return step, nil
+			}
+			if in.Step == 57 {
+				env.SignalWorkflow(spec.SignalResume, nil) // withdrawn before the checkpoint
+			}
+			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step)}})
+			return in.Step, nil
+		}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 300*time.Millisecond)
+		env.RegisterDelayedCallback(func() {
+			st := queryStatus(t, env)
+			require.Equal(t, spec.PhaseTraining, st.Phase, "the withdrawn pause stopped nothing")
+			require.EqualValues(t, 57, st.LastCkpt.Step)
+			env.SignalWorkflow(spec.SignalPause, nil)
+		}, 600*time.Millisecond)
+	}, func(st spec.RunStatus) {
+		require.Equal(t, spec.PhasePaused, st.Phase)
+		require.EqualValues(t, 80, st.Step)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	n1, n2 := spec.NodeTaskQueue("node-1"), spec.NodeTaskQueue("node-2")
+	require.Equal(t, []string{n1 + ": 0", n2 + ": 57", n1 + ": 0", n2 + ": 80"}, asked)
+	ls := w.launches()
+	require.Len(t, ls, 2)
+	require.EqualValues(t, 80, ls[1][0].Restore.Step)
+}
+
 // TestExternalRunUnreportedAfterAResume: the first node's answer that the
 // world is still starting comes after the pause was withdrawn: the world
 // trains on, and a later pause does not stop it at once on that old news
-// — it holds after the next checkpoint (40), as without requests.
+// — it asks again, and the world, reporting now, is held at the step
+// picked then (45), not at the checkpoint before (20).
 func TestExternalRunUnreportedAfterAResume(t *testing.T) {
 	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
 	w.behave = hangFirst(w)
@@ -704,30 +757,37 @@ func TestExternalRunUnreportedAfterAResume(t *testing.T) {
 	for i := range pool {
 		pool[i].Protocol = spec.ChunkProtocolCheckpointRequest
 	}
-	sent := false
+	var mu sync.Mutex
+	firsts := 0
 	runPausedOn(t, pool, w, func(env *testsuite.TestWorkflowEnvironment) {
 		env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
-			env.SignalWorkflow(spec.SignalResume, nil) // (delivered before the answer)
-			return spec.StepUnreported, nil
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case in.Step == 0 && firsts == 0:
+				firsts++
+				env.SignalWorkflow(spec.SignalResume, nil) // (delivered before the answer)
+				return spec.StepUnreported, nil
+			case in.Step == 0:
+				return 45, nil
+			}
+			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step)}})
+			return in.Step, nil
 		}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 300*time.Millisecond)
-		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 600*time.Millisecond)
 		env.RegisterDelayedCallback(func() {
 			st := queryStatus(t, env)
-			require.Equal(t, spec.PhaseTraining, st.Phase, "stopped before the next checkpoint")
-			require.True(t, st.PauseRequested)
-			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: fmt.Sprintf("%s/g%d/e1", st.RunID, st.Generation),
-				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: 40, Key: "ckpt/40"}})
-			sent = true
-		}, 900*time.Millisecond)
+			require.Equal(t, spec.PhaseTraining, st.Phase, "the withdrawn pause stopped nothing")
+			env.SignalWorkflow(spec.SignalPause, nil)
+		}, 600*time.Millisecond)
 	}, func(st spec.RunStatus) {
-		require.True(t, sent)
 		require.Equal(t, spec.PhasePaused, st.Phase)
-		require.EqualValues(t, 40, st.Step)
+		require.EqualValues(t, 45, st.Step)
 	})
 	ls := w.launches()
 	require.Len(t, ls, 2)
-	require.EqualValues(t, 40, ls[1][0].Restore.Step)
+	require.EqualValues(t, 45, ls[1][0].Restore.Step)
 }
 
 // TestExternalRunPauseTwiceStopsAtOnce: a second pause before any
