@@ -756,8 +756,12 @@ const (
 	PhaseStorageWait Phase = "waiting-storage"
 	// PhaseRescaling: changing the node count (SignalRescale).
 	PhaseRescaling Phase = "rescaling"
-	PhaseCompleted Phase = "completed"
-	PhaseFailed    Phase = "failed"
+	// PhaseCancelling: the workflow was cancelled and waits (up to the
+	// job's cancel_grace) for its chunk in flight, or its external world,
+	// to end at a checkpoint; then PhaseCancelled.
+	PhaseCancelling Phase = "cancelling"
+	PhaseCompleted  Phase = "completed"
+	PhaseFailed     Phase = "failed"
 	// PhaseCancelled: the workflow was cancelled (cann-train cancel,
 	// temporal workflow cancel); its nodes were released, its checkpoints
 	// kept.

@@ -145,7 +145,10 @@ import (
 // one now); trainingrun_external_unreported.json, an external job paused
 // while its processes were still starting: its first node said they had
 // reported no step, and the world was stopped at once
-// (versionStopUnreported)
+// (versionStopUnreported); trainingrun_cancelling.json and
+// trainingrun_external_cancelling.json, the two cancel runs above
+// recorded again once a cancel drain had its phase, cancelling
+// (versionCancellingPhase; their tests record these now)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -172,6 +175,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_request.json":        "run/ext-asked",
 		"trainingrun_external_cancel_request.json": "run/ext-asked",
 		"trainingrun_external_unreported.json":     "run/ext-starting",
+		"trainingrun_external_cancelling.json":     "run/ext-asked",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -239,6 +243,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_request.json", spec.WorkflowTrainingRun},        // a pause asked the external world for a checkpoint (versionCheckpointRequest)
 		{"trainingrun_external_cancel_request.json", spec.WorkflowTrainingRun}, // … and a cancel too, ending there (versionCancelAsksCheckpoint)
 		{"trainingrun_external_unreported.json", spec.WorkflowTrainingRun},     // paused while starting: stopped at once (versionStopUnreported)
+		{"trainingrun_cancelling.json", spec.WorkflowTrainingRun},              // a cancel drain in phase cancelling (versionCancellingPhase)
+		{"trainingrun_external_cancelling.json", spec.WorkflowTrainingRun},     // … an external world's too
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -293,9 +293,8 @@ func (r *run) endOnCancel(ctx, dctx workflow.Context, cancel workflow.CancelFunc
 			return
 		}
 		r.cancelSeen = true
-		r.st.Status.Detail = fmt.Sprintf("cancelled: the chunk in flight ends at a checkpoint first (within %s)", r.spec.CancelGraceD())
 		workflow.GetLogger(gctx).Info("run cancelled: its chunk in flight ends early, at a checkpoint, first", "grace", r.spec.CancelGraceD())
-		r.showDetails(gctx) // (the Web UI: publish would add a command to older histories)
+		r.showCancelling(gctx, fmt.Sprintf("the chunk in flight ends at a checkpoint first (within %s)", r.spec.CancelGraceD()))
 		r.endInFlight(gctx, "the run was cancelled")
 		tctx, stopTimer := workflow.WithCancel(gctx)
 		defer stopTimer()
@@ -310,6 +309,27 @@ func (r *run) endOnCancel(ctx, dctx workflow.Context, cancel workflow.CancelFunc
 		wait.Select(gctx)
 	})
 	return func() { done.Close() }
+}
+
+// versionCancellingPhase: a cancelled run that waits for its chunk in
+// flight (or its external world) to end at a checkpoint says so in its
+// phase, PhaseCancelling (status, CannStatus, the Web UI); before, it
+// stayed training, only its Detail saying why. Asked when the
+// cancellation is seen during a chunk or launch.
+const versionCancellingPhase = "cancelling-phase"
+
+// showCancelling shows that the cancelled run waits for its checkpoint
+// (what: for what): phase cancelling, or, replaying a history from before
+// the phase, the Web UI's details alone (publish would add a command
+// there), the detail saying it is cancelled.
+func (r *run) showCancelling(ctx workflow.Context, what string) {
+	if workflow.GetVersion(ctx, versionCancellingPhase, workflow.DefaultVersion, 1) >= 1 {
+		r.st.Status.Detail = what
+		r.setPhase(ctx, spec.PhaseCancelling)
+		return
+	}
+	r.st.Status.Detail = "cancelled: " + what
+	r.showDetails(ctx)
 }
 
 // chunkPlan is what one chunk does: train steps [from, to) and, with

@@ -711,9 +711,8 @@ func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun)
 			return
 		}
 		r.cancelSeen = true
-		r.st.Status.Detail = fmt.Sprintf("cancelled: the world stops after a checkpoint, asked for now (within %s)", r.spec.CancelGraceD())
 		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", r.spec.CancelGraceD())
-		r.showDetails(ctx) // (the Web UI: publish would add a command to older histories)
+		r.showCancelling(ctx, fmt.Sprintf("the world stops after a checkpoint, asked for now (within %s)", r.spec.CancelGraceD()))
 		if asked, _ := r.requestCheckpoint(ctx, "the run was cancelled", true); asked || ext.cancelCkpts > 0 {
 			_, _ = workflow.AwaitWithTimeout(ctx, r.spec.CancelGraceD(), func() bool { return ext.cancelCkpts > 0 || ext.missed })
 		}

@@ -331,6 +331,7 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 					var md sdkpb.WorkflowMetadata
 					require.NoError(t, v.Get(&md))
 					draining = md.GetCurrentDetails()
+					require.Equal(t, spec.PhaseCancelling, queryStatus(t, env).Phase)
 				}, cancelAt.Sub(day0)+30*time.Second)
 			} else {
 				ch.onStart = func(in spec.ChunkInput) {
@@ -364,7 +365,8 @@ func TestTrainingRunCancelEndsTheChunkInFlight(t *testing.T) {
 				require.Len(t, asked, 1)
 				grace := max(tc.grace, time.Minute)
 				require.Equal(t, cancelAt.Add(grace), st.UpdatedAt.UTC(), "the chunk cancelled after the grace")
-				require.Contains(t, draining, fmt.Sprintf("cancelled: the chunk in flight ends at a checkpoint first (within %s)", grace),
+				require.Contains(t, draining, "**cancelling** · step 100/400", "the Web UI's phase")
+				require.Contains(t, draining, fmt.Sprintf("the chunk in flight ends at a checkpoint first (within %s)", grace),
 					"the Web UI says why the cancelled run is still running")
 			default:
 				require.Len(t, asked, 1)

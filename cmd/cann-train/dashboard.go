@@ -281,7 +281,7 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 // --query that matched nothing).
 func runPhases() string {
 	phases := []spec.Phase{spec.PhaseAcquiring, spec.PhaseTraining, spec.PhaseRecovering, spec.PhasePaused, spec.PhaseGreenWait,
-		spec.PhaseStorageWait, spec.PhaseRescaling, spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled}
+		spec.PhaseStorageWait, spec.PhaseRescaling, spec.PhaseCancelling, spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled}
 	names := make([]string, len(phases))
 	for i, p := range phases {
 		names[i] = string(p)

@@ -289,7 +289,7 @@ func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
 	if len(reps) != 2 || len(reps[1]) == 0 || reps[1][0].Step != st.Step+1 {
 		t.Errorf("rank-0 launches %d; want 2, the second from step %d", len(reps), st.Step+1)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_cancel_request.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_cancelling.json")
 }
 
 // TestExternalPauseWhileStarting: a pause that comes while the job's

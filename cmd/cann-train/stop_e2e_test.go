@@ -184,7 +184,7 @@ func TestControlsEndALongChunk(t *testing.T) {
 		t.Fatalf("cancel said %q; the run ended at step %d, last checkpoint %+v; want it cancelled within the chunk, at a checkpoint", out, end.Step, end.LastCkpt)
 	}
 	t.Logf("`cancel --wait` returned %v after it was run: cancelled at step %d, its checkpoint there", took.Round(time.Millisecond), end.Step)
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_cancel_end_chunk.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_cancelling.json")
 }
 
 // cancelAndAwait cancels run (as `temporal workflow cancel` does) and
