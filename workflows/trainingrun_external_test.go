@@ -580,10 +580,7 @@ func TestExternalRunPauseAfterCheckpoint(t *testing.T) {
 func TestExternalRunPauseRequestsACheckpoint(t *testing.T) {
 	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
 	w.behave = hangFirst(w)
-	pool := testNodes("node-1", "node-2", "spare")
-	for i := range pool {
-		pool[i].Protocol = spec.ChunkProtocolCheckpointRequest
-	}
+	pool := speaking(spec.ChunkProtocolCheckpointRequest, "node-1", "node-2", "spare")
 	var mu sync.Mutex
 	var asked []string // "node: step asked"
 	runPausedOn(t, pool, w, func(env *testsuite.TestWorkflowEnvironment) {
@@ -641,10 +638,7 @@ func TestExternalRunStopsAnUnreportedWorld(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &fakeWorlds{end: 100, ckpts: []int64{20}}
 			w.behave = hangFirst(w)
-			pool := testNodes("node-1", "node-2", "spare")
-			for i := range pool {
-				pool[i].Protocol = spec.ChunkProtocolCheckpointRequest
-			}
+			pool := speaking(spec.ChunkProtocolCheckpointRequest, "node-1", "node-2", "spare")
 			cl := &fakeCluster{pool: pool, failed: map[string]bool{}}
 			env := newExternalEnv(t, cl, w)
 			env.SetTestTimeout(15 * time.Second)
@@ -701,10 +695,7 @@ func TestExternalRunStopsAnUnreportedWorld(t *testing.T) {
 func TestExternalRunAsksAgainAfterAResume(t *testing.T) {
 	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
 	w.behave = hangFirst(w)
-	pool := testNodes("node-1", "node-2", "spare")
-	for i := range pool {
-		pool[i].Protocol = spec.ChunkProtocolCheckpointRequest
-	}
+	pool := speaking(spec.ChunkProtocolCheckpointRequest, "node-1", "node-2", "spare")
 	var mu sync.Mutex
 	var asked []string // "node: step asked"
 	picks := []int64{57, 80}
@@ -753,10 +744,7 @@ func TestExternalRunAsksAgainAfterAResume(t *testing.T) {
 func TestExternalRunUnreportedAfterAResume(t *testing.T) {
 	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
 	w.behave = hangFirst(w)
-	pool := testNodes("node-1", "node-2", "spare")
-	for i := range pool {
-		pool[i].Protocol = spec.ChunkProtocolCheckpointRequest
-	}
+	pool := speaking(spec.ChunkProtocolCheckpointRequest, "node-1", "node-2", "spare")
 	var mu sync.Mutex
 	firsts := 0
 	runPausedOn(t, pool, w, func(env *testsuite.TestWorkflowEnvironment) {
@@ -1156,10 +1144,7 @@ func TestExternalRunCancelAsksACheckpoint(t *testing.T) {
 		{name: "an older build", protocol: spec.ChunkProtocolEndEarly, step: 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pool := testNodes("node-1", "node-2")
-			for i := range pool {
-				pool[i].Protocol = tc.protocol
-			}
+			pool := speaking(tc.protocol, "node-1", "node-2")
 			cl := &fakeCluster{pool: pool, failed: map[string]bool{}}
 			w := &fakeWorlds{end: 100, ckpts: []int64{20}}
 			w.behave = hangFirst(w)
