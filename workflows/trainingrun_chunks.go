@@ -217,8 +217,7 @@ func stoppedWhy(nodes []string, step int64) string {
 func (r *run) alsoStopping(before, removed, failed []string) []string {
 	var also []string
 	for _, id := range before {
-		if slices.Contains(removed, id) && !slices.Contains(failed, id) &&
-			slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == id && e.Stopping }) {
+		if slices.Contains(removed, id) && !slices.Contains(failed, id) && r.saidStopping(id) {
 			also = append(also, id)
 		}
 	}
@@ -1659,11 +1658,17 @@ func (r *run) stoppingOnly(f *chunkFailure) bool {
 		return false
 	}
 	for _, id := range f.failed {
-		if !slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == id && e.Stopping }) {
+		if !r.saidStopping(id) {
 			return false
 		}
 	}
 	return true
+}
+
+// saidStopping: the run was told that node id's worker is stopping
+// (noteEvict, Evict.Stopping).
+func (r *run) saidStopping(id string) bool {
+	return slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == id && e.Stopping })
 }
 
 // versionServiceOutage: when every node of a chunk or world timed out

@@ -687,6 +687,14 @@ func TestExternalRunStopsAnUnreportedWorld(t *testing.T) {
 	}
 }
 
+// commitAsked plays rank 0's node committing the checkpoint a request
+// asked of it (in.Step), and answers the request with that step.
+func commitAsked(env *testsuite.TestWorkflowEnvironment, in spec.CheckpointRequest) int64 {
+	env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+		Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step)}})
+	return in.Step
+}
+
 // TestExternalRunAsksAgainAfterAResume: a pause asks the world for a
 // checkpoint (57) and is withdrawn before it is uploaded: the world
 // trains on past it. A later pause in the same launch asks again (the
@@ -712,9 +720,7 @@ func TestExternalRunAsksAgainAfterAResume(t *testing.T) {
 			if in.Step == 57 {
 				env.SignalWorkflow(spec.SignalResume, nil) // withdrawn before the checkpoint
 			}
-			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
-				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step)}})
-			return in.Step, nil
+			return commitAsked(env, in), nil
 		}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 300*time.Millisecond)
 		env.RegisterDelayedCallback(func() {
@@ -759,9 +765,7 @@ func TestExternalRunUnreportedAfterAResume(t *testing.T) {
 			case in.Step == 0:
 				return 45, nil
 			}
-			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
-				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step)}})
-			return in.Step, nil
+			return commitAsked(env, in), nil
 		}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 300*time.Millisecond)
 		env.RegisterDelayedCallback(func() {
