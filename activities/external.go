@@ -647,7 +647,7 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	s.res.Checkpoint = &out
 	s.prog.LastCheckpoint = step
 	s.log.Info("checkpoint uploaded", zap.Int64("step", step), zap.Int("files", st.Files), zap.Int64("bytes", st.Bytes),
-		zap.Int("chunks", stats.Chunks), zap.Int("chunks_written", stats.ChunksWritten), zap.Bool("final", final))
+		zap.Int("chunks", stats.Chunks), zap.Int("chunks_written", stats.ChunksWritten), zap.Int("chunks_refreshed", stats.ChunksRefreshed), zap.Bool("final", final))
 	if len(st.Skipped) > 0 {
 		s.log.Warn("checkpoint directory entries not saved (not regular files)", zap.Strings("paths", st.Skipped))
 	}

@@ -22,11 +22,12 @@ import (
 // Another process may save the run meanwhile — after a recovery moved
 // rank 0, the new writer — while a pass that began on the old one still
 // runs: the chunks it uploads are younger than the grace and stay; a
-// chunk it would reuse instead of uploading is one some kept checkpoint
-// references (a state's unchanged bytes), which no pass deletes. Only a
-// chunk that no kept checkpoint references yet is identical to the new
-// state's, over an hour old, could be lost, and a load then reports that
-// checkpoint corrupt and falls back.
+// chunk it reuses is one the checkpoint it restored references (a state's
+// unchanged bytes), which no pass deletes, or else it writes the chunk
+// again first if the chunk is old enough to be collected, and the pass
+// looks at each chunk's age again before deleting it. A chunk is lost
+// only if that rewrite falls between the pass's look and its deletion,
+// and a load then reports that checkpoint corrupt and falls back.
 
 // gcTimeout bounds one background GC pass.
 const gcTimeout = 30 * time.Minute

@@ -119,6 +119,11 @@ type Store struct {
 
 	noIfNotExist atomic.Bool // The driver rejected WriterOptions.IfNotExist.
 	badChunks    sync.Map    // Chunk keys a Load found corrupt: the next save rewrites them.
+	// held maps a run to the chunk hashes (map[string]bool, never changed
+	// once stored) of the version 2 manifest this Store last loaded or
+	// wrote for it: a save that finds one of them in the bucket knows a
+	// manifest GC reads protects it (see putChunk).
+	held sync.Map
 
 	// dir is a file:// bucket's directory (Open), where Delete removes
 	// the step directory it emptied: fileblob leaves directories behind,
@@ -436,6 +441,9 @@ func (s *Store) load(ctx context.Context, ref Ref) ([]byte, *manifest, error) {
 	}
 	if m.Version == formatChunked {
 		data, err := s.loadChunked(ctx, key, m)
+		if err == nil {
+			s.hold(ref.Run, m.Chunks)
+		}
 		return data, m, err
 	}
 	dkey := dataKey(ref.Run, ref.Step)

@@ -179,8 +179,9 @@ type SaveStats struct {
 	Bytes           int64 // Payload size.
 	Chunks          int   // Chunks in the manifest.
 	ChunksWritten   int   // Chunk objects this save uploaded; the rest already existed.
-	RawBytesWritten int64 // Uncompressed size of those chunks.
-	BytesWritten    int64 // Stored (compressed) size of those chunks.
+	ChunksRefreshed int   // Of those, chunks that existed but were written again: old enough for another process's GC (see putChunk).
+	RawBytesWritten int64 // Uncompressed size of the chunks written.
+	BytesWritten    int64 // Stored (compressed) size of the chunks written.
 	ManifestBytes   int   // Size of the manifest written; 0 if Reused.
 	// Reused: an identical, intact checkpoint already existed at this step
 	// and was kept (an idempotent retry); no manifest was written.
@@ -311,6 +312,8 @@ func (s *Store) saveChunked(ctx context.Context, run string, step int64, data []
 	go func() { shaDone <- sha256.Sum256(data) }()
 
 	chunks := make([]chunkRef, n)
+	held, _ := s.held.Load(run)
+	heldChunks, _ := held.(map[string]bool)
 	pin := s.reg.newPin()
 	defer pin.release()
 	wctx, cancel := context.WithCancelCause(ctx)
@@ -345,14 +348,17 @@ func (s *Store) saveChunked(ctx context.Context, run string, step int64, data []
 				if dup {
 					continue // Another worker stores this content.
 				}
-				written, stored, err := s.putChunk(wctx, run, h, raw, pin, &zbuf)
+				put, stored, err := s.putChunk(wctx, run, h, raw, pin, heldChunks[h], &zbuf)
 				if err != nil {
 					fail(err)
 					return
 				}
-				if written {
+				if put != chunkPresent {
 					mu.Lock()
 					stats.ChunksWritten++
+					if put == chunkRefreshed {
+						stats.ChunksRefreshed++
+					}
 					stats.RawBytesWritten += int64(len(raw))
 					stats.BytesWritten += stored
 					mu.Unlock()
@@ -379,6 +385,7 @@ func (s *Store) saveChunked(ctx context.Context, run string, step int64, data []
 	case err == nil && old.SHA256 == ref.SHA256 && old.Bytes == ref.Bytes && s.intact(ctx, run, step, old, chunks):
 		stats.Reused = true
 		ref.Created = old.Created
+		s.hold(run, chunks)
 		return ref, stats, nil
 	case err == nil || errors.As(err, &corrupt):
 		if derr := s.remove(ctx, key); derr != nil && !isNotFound(derr) {
@@ -408,6 +415,7 @@ func (s *Store) saveChunked(ctx context.Context, run string, step int64, data []
 		if other, rerr := s.readManifest(ctx, key); rerr == nil && other.SHA256 == ref.SHA256 && other.Bytes == ref.Bytes {
 			stats.Reused = true
 			ref.Created = other.Created
+			s.hold(run, chunks)
 			return ref, stats, nil
 		}
 		return Ref{}, stats, fmt.Errorf("checkpoint: save %s: another writer committed a different checkpoint at this step: %w", key, err)
@@ -416,7 +424,18 @@ func (s *Store) saveChunked(ctx context.Context, run string, step int64, data []
 		return Ref{}, stats, fmt.Errorf("checkpoint: save %s: write manifest: %w", key, err)
 	}
 	stats.ManifestBytes = len(mb)
+	s.hold(run, chunks)
 	return ref, stats, nil
+}
+
+// hold records chunks as those of the manifest this Store last loaded or
+// wrote for run.
+func (s *Store) hold(run string, chunks []chunkRef) {
+	set := make(map[string]bool, len(chunks))
+	for _, c := range chunks {
+		set[c.Hash] = true
+	}
+	s.held.Store(run, set)
 }
 
 // intact reports whether old, a manifest with the payload just saved, can
@@ -430,36 +449,73 @@ func (s *Store) intact(ctx context.Context, run string, step int64, old *manifes
 	return err == nil && attrs.Size == old.Bytes
 }
 
+// putOutcome is what putChunk did.
+type putOutcome int
+
+const (
+	chunkPresent   putOutcome = iota // Found in the bucket and left as it was.
+	chunkUploaded                    // Not there (or known corrupt): uploaded.
+	chunkRefreshed                   // There but old and unprotected: written again.
+)
+
 // putChunk makes sure run's chunk hash exists, uploading raw (compressed)
-// if it does not. It pins the key first, so a concurrent GC cannot delete an
-// existing chunk between this check and the manifest write.
-func (s *Store) putChunk(ctx context.Context, run, hash string, raw []byte, pin *pin, zbuf *[]byte) (written bool, stored int64, err error) {
+// if it does not. It pins the key first, so a concurrent GC through this
+// Store cannot delete an existing chunk between this check and the
+// manifest write.
+//
+// A GC in another process does not see the pin. It spares what the
+// manifests it reads reference and what is younger than the grace
+// period, and looks at a chunk's age again just before deleting it. So a
+// chunk found present is written again (its modification time renewed)
+// when it is old enough for such a GC to delete — older than half the
+// grace, which leaves the save the other half to write its manifest — and
+// held is false: the manifest this Store last loaded or wrote for the run
+// does not name it. A chunk that manifest names is protected by it (the
+// run's retention keeps its newest checkpoints); one it does not is
+// content seen again after the checkpoints that had it were deleted (a
+// rewound run retraining the same steps), or any chunk in a process that
+// has read no manifest of the run.
+func (s *Store) putChunk(ctx context.Context, run, hash string, raw []byte, pin *pin, held bool, zbuf *[]byte) (put putOutcome, stored int64, err error) {
 	key := chunkKey(run, hash)
 	pin.add(key)
 	_, bad := s.badChunks.Load(key)
+	put = chunkUploaded
 	if !bad {
-		ok, err := s.exists(ctx, key)
-		if err != nil {
-			return false, 0, fmt.Errorf("stat %s: %w", key, err)
-		}
-		if ok {
-			return false, 0, nil
+		a, err := s.attributes(ctx, key)
+		switch {
+		case isNotFound(err):
+		case err != nil:
+			return 0, 0, fmt.Errorf("stat %s: %w", key, err)
+		case held || !s.mayBeCollected(a.ModTime):
+			return chunkPresent, 0, nil
+		default:
+			put = chunkRefreshed
 		}
 	}
 	*zbuf = zenc().EncodeAll(raw, (*zbuf)[:0])
-	// A chunk known to be corrupt is overwritten; otherwise IfNotExist,
-	// and losing the race to another writer of this content is fine.
-	err = s.writeObject(ctx, key, *zbuf, "application/zstd", !bad)
+	// A chunk known to be corrupt is overwritten, and so is one refreshed
+	// (the same content); otherwise IfNotExist, and losing the race to
+	// another writer of this content is fine.
+	err = s.writeObject(ctx, key, *zbuf, "application/zstd", put == chunkUploaded && !bad)
 	if isPrecondition(err) {
-		return false, 0, nil
+		return chunkPresent, 0, nil
 	}
 	if err != nil {
-		return false, 0, fmt.Errorf("write %s: %w", key, err)
+		return 0, 0, fmt.Errorf("write %s: %w", key, err)
 	}
 	if bad {
 		s.badChunks.Delete(key)
 	}
-	return true, int64(len(*zbuf)), nil
+	return put, int64(len(*zbuf)), nil
+}
+
+// mayBeCollected says whether an object last modified at mod is old
+// enough that a GC pass, in this process or another, may delete it
+// before a save that starts now has written its manifest: older than
+// half the grace period. Without a grace period GC is only safe where
+// nothing saves the run, and nothing is refreshed.
+func (s *Store) mayBeCollected(mod time.Time) bool {
+	return s.opts.GCGrace > 0 && mod.Before(time.Now().Add(-s.opts.GCGrace/2))
 }
 
 // WriteBlob stores data under key in the store's bucket, replacing what

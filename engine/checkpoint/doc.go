@@ -85,9 +85,12 @@
 // checking that they exist, and GC spares chunks pinned when it began or
 // since, holding off new pins only while it deletes one chunk, so GC may run
 // at any time alongside the Store's own saves without stalling them. A save in
-// another process is protected only by the grace period (which does not
-// cover existing, unreferenced chunks it reuses): run GC in the process that
-// saves the run, or while nothing saves it.
+// another process is protected by the grace period: it writes again an
+// existing chunk it reuses that is older than half the grace and not named
+// by the manifest its Store last loaded or wrote, and GC looks at a chunk's
+// age once more just before deleting it (see [Store.GC] for the narrow race
+// that is left). With no grace period, run GC in the process that saves the
+// run, or while nothing saves it.
 //
 // # Non-goals
 //

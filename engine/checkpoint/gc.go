@@ -193,10 +193,15 @@ type GCStats struct {
 //     GC holds out new pins only while it deletes one key, so a save either
 //     sees that deletion (and uploads the chunk again) or pins the chunk
 //     first; saves never wait for a whole pass's deletions.
-//   - A save by another process is protected only by the grace period,
-//     which covers chunks it uploads but not existing, unreferenced chunks
-//     it reuses. Under the one-writer-per-run rule, run GC in the process
-//     that saves the run, or while nothing saves it.
+//   - A save by another process is protected by the grace period: the
+//     chunks it uploads are young, and one it finds present but old and
+//     not named by the manifest its Store last loaded or wrote it writes
+//     again before relying on it, which GC, looking at a chunk's age
+//     once more just before deleting it, sees. What remains is a save
+//     whose rewrite falls between that look and the deletion (the chunk
+//     is then missing, and a load of its checkpoint reports it corrupt),
+//     or one that outlasts half the grace period. Without a grace period
+//     run GC in the process that saves the run, or while nothing saves it.
 func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 	var st GCStats
 	if err := ValidateRun(run); err != nil {
@@ -282,6 +287,20 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 		case s.opts.GCGrace > 0 && !o.mod.Before(cutoff):
 			st.Young++
 			continue
+		case s.opts.GCGrace > 0:
+			// Look again: a save in another process that reuses the chunk
+			// writes it again first (putChunk), and its manifest may be
+			// one this pass did not read.
+			a, err := s.attributes(ctx, key)
+			switch {
+			case isNotFound(err):
+				continue // Deleted since the listing.
+			case err != nil:
+				return st, fmt.Errorf("checkpoint: gc: stat %s: %w", key, err)
+			case !a.ModTime.Before(cutoff):
+				st.Young++
+				continue
+			}
 		}
 		deleted, err := s.reg.removeUnpinned(key, func() error { return s.remove(ctx, key) })
 		if err != nil && !isNotFound(err) {

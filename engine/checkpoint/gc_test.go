@@ -410,3 +410,112 @@ func TestGCAbortsOnReadError(t *testing.T) {
 		t.Fatalf("GC = %+v, %v; want step 1's 2 chunks deleted", st, err)
 	}
 }
+
+// sharedBucket is a hook bucket over a memblob and a constructor of
+// Stores on it, each standing for a process of its own: no pins, no
+// manifest held in common.
+func sharedBucket(t *testing.T, o Options) (*hookBucket, func() *Store) {
+	t.Helper()
+	inner := memblob.OpenBucket(nil)
+	t.Cleanup(func() { inner.Close() })
+	h, b := newHookBucket(t, inner)
+	return h, func() *Store {
+		s, err := NewWithOptions(b, o)
+		must(t, err)
+		return s
+	}
+}
+
+// TestGCInAnotherProcessSparesChunksASaveReuses: a save in one process
+// reuses old chunks no manifest names (a rewound run saving the same
+// state again after its checkpoints were deleted) while a GC pass in
+// another process, which has already read the manifests, is about to
+// delete them. The save writes them again and the pass, looking again
+// before each deletion, spares them. (Before, the pass deleted them and
+// the new checkpoint could not be loaded.)
+func TestGCInAnotherProcessSparesChunksASaveReuses(t *testing.T) {
+	o := testOpts
+	o.GCGrace = time.Hour
+	h, open := sharedBucket(t, o)
+	ctx := t.Context()
+	const n = 6
+	p, other := randBytes(112, n*testChunk), randBytes(113, n*testChunk)
+	first := open()
+	_, _, err := first.SaveIncremental(ctx, "r", 0, other) // a manifest for GC to read
+	must(t, err)
+	r1, _, err := first.SaveIncremental(ctx, "r", 1, p)
+	must(t, err)
+	must(t, first.Delete(ctx, r1)) // retention: p's chunks are unreferenced
+	h.age(t, chunksPrefix("r"), 2*o.GCGrace)
+
+	gc, saver := open(), open()
+	var (
+		ref     Ref
+		stats   SaveStats
+		saveErr error
+		once    sync.Once
+	)
+	h.setFailRead(func(key string) error {
+		if key == ManifestKey("r", 0) { // GC has listed the manifests and reads them
+			once.Do(func() { ref, stats, saveErr = saver.SaveIncremental(ctx, "r", 2, p) })
+		}
+		return nil
+	})
+	st, err := gc.GC(ctx, "r")
+	must(t, err)
+	h.setFailRead(nil)
+	must(t, saveErr)
+	if stats.ChunksRefreshed != n || stats.ChunksWritten != n {
+		t.Errorf("the save wrote %d chunks (%d refreshed); want all %d written again", stats.ChunksWritten, stats.ChunksRefreshed, n)
+	}
+	if st.Deleted != 0 || st.Young != n || st.Referenced != n {
+		t.Errorf("GC = %+v; want step 0's %d chunks referenced, the %d the save wrote again young, none deleted", st, n, n)
+	}
+	mustLoad(t, open(), ref, p)
+}
+
+// TestSaveRefreshesOnlyUnprotectedOldChunks: a save writes an existing
+// chunk again only when it is older than half the grace period and the
+// manifest its Store last loaded or wrote does not name it.
+func TestSaveRefreshesOnlyUnprotectedOldChunks(t *testing.T) {
+	const n = 4
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		age   time.Duration
+		saver func(t *testing.T, first *Store, open func() *Store, r1 Ref) *Store
+		want  int // chunks written again
+	}{
+		{"another process, old chunks", time.Hour, 40 * time.Minute, another, n},
+		{"another process, young chunks", time.Hour, 20 * time.Minute, another, 0},
+		{"another process, no grace period", -1, 40 * time.Minute, another, 0},
+		{"the process that wrote them", time.Hour, 2 * time.Hour, func(_ *testing.T, first *Store, _ func() *Store, _ Ref) *Store { return first }, 0},
+		{"a process that loaded them", time.Hour, 2 * time.Hour, func(t *testing.T, _ *Store, open func() *Store, r1 Ref) *Store {
+			s := open()
+			_, err := s.Load(t.Context(), r1)
+			must(t, err)
+			return s
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOpts
+			o.GCGrace = tc.grace
+			h, open := sharedBucket(t, o)
+			p := randBytes(114, n*testChunk)
+			first := open()
+			r1, _, err := first.SaveIncremental(t.Context(), "r", 1, p)
+			must(t, err)
+			h.age(t, chunksPrefix("r"), tc.age)
+			s := tc.saver(t, first, open, r1)
+			h.reset()
+			ref, stats, err := s.SaveIncremental(t.Context(), "r", 2, p)
+			must(t, err)
+			if chunks, _, _ := h.counts(); stats.ChunksRefreshed != tc.want || stats.ChunksWritten != tc.want || chunks != tc.want {
+				t.Errorf("save wrote %d chunk objects, stats %d written, %d refreshed; want %d", chunks, stats.ChunksWritten, stats.ChunksRefreshed, tc.want)
+			}
+			mustLoad(t, open(), ref, p)
+		})
+	}
+}
+
+func another(_ *testing.T, _ *Store, open func() *Store, _ Ref) *Store { return open() }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/driver"
@@ -36,6 +37,9 @@ type hookBucket struct {
 	noIfNotExist bool
 	// beforeDelete runs before every Delete.
 	beforeDelete func(key string)
+	// aged makes keys look older (Attributes, listings) by their duration,
+	// until they are written again.
+	aged map[string]time.Duration
 }
 
 // newHookBucket wraps inner; the returned *blob.Bucket goes to the Store,
@@ -69,6 +73,35 @@ func (h *hookBucket) reset() {
 	defer h.mu.Unlock()
 	clear(h.writes)
 	clear(h.bytes)
+}
+
+// age makes every key under prefix that exists now look older by d,
+// until it is written again.
+func (h *hookBucket) age(t testing.TB, prefix string, d time.Duration) {
+	t.Helper()
+	it := h.inner.List(&blob.ListOptions{Prefix: prefix})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.aged == nil {
+		h.aged = map[string]time.Duration{}
+	}
+	for {
+		o, err := it.Next(t.Context())
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.aged[o.Key] = d
+	}
+}
+
+// modTime is key's modification time as the hooks show it.
+func (h *hookBucket) modTime(key string, t time.Time) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return t.Add(-h.aged[key])
 }
 
 func (h *hookBucket) setBeforeCommit(f func(key string) error) {
@@ -116,7 +149,7 @@ func (h *hookBucket) Attributes(ctx context.Context, key string) (*driver.Attrib
 		return nil, err
 	}
 	return &driver.Attributes{ContentType: a.ContentType, Metadata: a.Metadata, CreateTime: a.CreateTime,
-		ModTime: a.ModTime, Size: a.Size, MD5: a.MD5, ETag: a.ETag}, nil
+		ModTime: h.modTime(key, a.ModTime), Size: a.Size, MD5: a.MD5, ETag: a.ETag}, nil
 }
 
 func (h *hookBucket) ListPaged(ctx context.Context, opts *driver.ListOptions) (*driver.ListPage, error) {
@@ -134,7 +167,7 @@ func (h *hookBucket) ListPaged(ctx context.Context, opts *driver.ListOptions) (*
 	}
 	page := &driver.ListPage{NextPageToken: next}
 	for _, o := range objs {
-		page.Objects = append(page.Objects, &driver.ListObject{Key: o.Key, ModTime: o.ModTime, Size: o.Size, MD5: o.MD5, IsDir: o.IsDir})
+		page.Objects = append(page.Objects, &driver.ListObject{Key: o.Key, ModTime: h.modTime(o.Key, o.ModTime), Size: o.Size, MD5: o.MD5, IsDir: o.IsDir})
 	}
 	return page, nil
 }
@@ -206,6 +239,7 @@ func (w *hookWriter) Close() error {
 	w.h.mu.Lock()
 	w.h.writes[w.key]++
 	w.h.bytes[w.key] += int64(w.buf.Len())
+	delete(w.h.aged, w.key)
 	w.h.mu.Unlock()
 	return nil
 }
