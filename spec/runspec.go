@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
 	"github.com/cann-train/cann-train/internal/yamlpos"
@@ -409,11 +411,10 @@ func Parse(name string, data []byte) (RunSpec, error) {
 	s.MinNodes = 0        // derived from nodes unless written
 	file, perr := parser.ParseBytes(data, 0)
 	if err := yamlpos.Unmarshal(data, &s, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
-		fe := decodeError(err)
-		if perr == nil {
-			fe.Field = yamlpos.PathOfToken(file, err, fe.Field)
+		if perr != nil {
+			file = nil
 		}
-		return RunSpec{}, &SpecError{File: name, Fields: []FieldError{fe}}
+		return RunSpec{}, &SpecError{File: name, Fields: decodeError(err, file)}
 	}
 	if s.External != nil {
 		return parseExternal(name, s, file, perr)
@@ -467,12 +468,33 @@ func (s RunSpec) validateJobFile() error {
 	return err
 }
 
-func decodeError(err error) FieldError {
+// decodeError is the decoder's error as field errors, fields named by
+// their path in file (when it parsed): one, or for unknown fields every
+// one in the file (the decoder names one of them at random).
+func decodeError(err error, file *ast.File) []FieldError {
 	field, line, msg, unknown := yamlpos.DecodeError(err)
-	if unknown {
-		msg = "unknown field (check the spelling; `cann-train run --help` lists the fields)"
+	if file != nil {
+		field = yamlpos.PathOfToken(file, err, field)
 	}
-	return FieldError{Field: field, Line: line, Msg: msg}
+	if !unknown {
+		return []FieldError{{Field: field, Line: line, Msg: msg}}
+	}
+	t := reflect.TypeFor[RunSpec]()
+	unknownMsg := func(path string) string {
+		if guess := yamlpos.DidYouMean(yamlpos.Suggest(t, path)); guess != "" {
+			return "unknown field; " + guess + " (`cann-train run --help` lists the fields)"
+		}
+		return "unknown field (check the spelling; `cann-train run --help` lists the fields)"
+	}
+	all := yamlpos.UnknownFields(file, t)
+	if len(all) == 0 {
+		return []FieldError{{Field: field, Line: line, Msg: unknownMsg(field)}}
+	}
+	out := make([]FieldError, len(all))
+	for i, u := range all {
+		out[i] = FieldError{Field: u.Path, Line: u.Line, Msg: unknownMsg(u.Path)}
+	}
+	return out
 }
 
 // DefaultCancelGrace is RunSpec.CancelGrace's default.

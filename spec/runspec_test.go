@@ -109,7 +109,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		wantLine  int
 		wantMsg   string
 	}{
-		{"unknown field", "name: a\nnodse: 3\n", "nodse", 2, "unknown field"},
+		{"unknown field", "name: a\nnodse: 3\n", "nodse", 2, "unknown field; did you mean nodes?"},
+		{"unknown field like none", "name: a\nzzz: 3\n", "zzz", 2, "unknown field (check the spelling"},
+		{"unknown field, second of two", "name: a\nnodse: 3\nmodel:\n  hiden: [8]\n", "model.hiden", 4, "did you mean hidden?"},
 		{"wrong type", "name: a\nsteps: many\n", "steps", 2, ""},
 		{"fraction", "name: a\nnodes: 2.7\n", "nodes", 2, "want a whole number, got 2.7"},
 		{"nested fraction", "name: a\nmodel:\n  hidden: [64, 32.5]\n", "model.hidden[1]", 3, "want a whole number, got 32.5"},
@@ -333,5 +335,23 @@ func TestCancelGrace(t *testing.T) {
 				t.Errorf("cancel grace %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseNamesEveryUnknownField: the decoder names one unknown field,
+// picked from a map at random; the report names them all, in order, the
+// same every time.
+func TestParseNamesEveryUnknownField(t *testing.T) {
+	doc := []byte("name: a\nlearing_rate: 0.1\nnodse: 3\nmodel:\n  hiden: [8]\nchunk_step: 10\n")
+	want := "job.yaml: 4 problem(s):\n" +
+		"  line 2: learing_rate: unknown field; did you mean learning_rate? (`cann-train run --help` lists the fields)\n" +
+		"  line 3: nodse: unknown field; did you mean nodes? (`cann-train run --help` lists the fields)\n" +
+		"  line 5: model.hiden: unknown field; did you mean hidden? (`cann-train run --help` lists the fields)\n" +
+		"  line 6: chunk_step: unknown field; did you mean chunk_steps? (`cann-train run --help` lists the fields)"
+	for range 20 {
+		_, err := Parse("job.yaml", doc)
+		if err == nil || err.Error() != want {
+			t.Fatalf("Parse = %v\nwant %s", err, want)
+		}
 	}
 }

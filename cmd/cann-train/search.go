@@ -4,18 +4,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"reflect"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cann-train/cann-train/engine/strategy"
+	"github.com/cann-train/cann-train/internal/yamlpos"
 )
 
 func newSearchCmd(e *env) *cobra.Command {
-	var modelArg, clusterArg, evaluate, output string
+	var modelArg, clusterArg, evaluate, output, showPreset string
 	var top int
+	var listPresets bool
 	var space searchSpace
 	cmd := &cobra.Command{
 		Use:   "search --model M --cluster C",
@@ -35,7 +40,9 @@ prices every plan with the data-parallel gradient reduction overlapped with
 the backward pass and ZeRO-3's parameter gathers prefetched (Megatron's
 --overlap-grad-reduce, FSDP, DeepSpeed's overlap_comm; without it the
 reduction runs after the pipeline flush). A plan given to --evaluate says
-all of that itself (zero=, recompute=, overlap=true, ...).`,
+all of that itself (zero=, recompute=, overlap=true, ...).
+
+` + specFieldsHelp(),
 		Example: `  cann-train search --model moe_bert --cluster 1024_ascend910b
   cann-train search --model gpt3_18.4b --cluster vtrain_a100_256 --top 5 -o json
   cann-train search --model moe_bert --cluster 1024_ascend910b --top 20 -o html > plans.html
@@ -47,8 +54,19 @@ all of that itself (zero=, recompute=, overlap=true, ...).`,
 			if err := checkOutput(output, "table", "json", "html"); err != nil {
 				return err
 			}
+			switch {
+			case showPreset != "":
+				b, err := strategy.Preset(showPreset)
+				if err != nil {
+					return fmt.Errorf("--show-preset: %w", err)
+				}
+				_, err = e.out.Write(b)
+				return err
+			case listPresets:
+				return writePresets(e.out, output)
+			}
 			if modelArg == "" || clusterArg == "" {
-				return errors.New("--model and --cluster are required (a YAML file or a preset; presets: " + fmt.Sprint(strategy.Presets()) + ")")
+				return errors.New("--model and --cluster are required: a YAML file or a preset (--list-presets)")
 			}
 			m, err := loadModel(modelArg)
 			if err != nil {
@@ -95,6 +113,9 @@ all of that itself (zero=, recompute=, overlap=true, ...).`,
 	f.StringVar(&clusterArg, "cluster", "", "cluster spec: YAML file or preset name")
 	f.StringVar(&evaluate, "evaluate", "", `score one plan, e.g. "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1" (without dp: the devices tp·pp·cp leave)`)
 	f.IntVar(&top, "top", 10, "plans to show")
+	f.BoolVar(&listPresets, "list-presets", false, "list the preset models and clusters (-o json: their specs in full)")
+	f.StringVar(&showPreset, "show-preset", "", "print a preset's YAML, to start a spec file from")
+	cmd.MarkFlagsMutuallyExclusive("list-presets", "show-preset")
 	f.StringVarP(&output, "output", "o", "table", "table, json, or html (a self-contained report page)")
 	space.flags(cmd)
 	return cmd
@@ -186,4 +207,78 @@ func loadCluster(arg string) (strategy.Cluster, error) {
 		return strategy.LoadCluster(arg)
 	}
 	return strategy.PresetCluster(arg)
+}
+
+// specFieldsHelp lists the fields of the model and cluster spec files,
+// read off the types the files decode into.
+func specFieldsHelp() string {
+	join := func(t reflect.Type) string { return strings.Join(yamlpos.Fields(t), ", ") }
+	return fmt.Sprintf(`Spec files are YAML (--show-preset NAME prints one to start from).
+  model:   %s
+  cluster: %s
+  device:  a profile (%s) or a mapping of profile (one to start from), %s`,
+		join(reflect.TypeFor[strategy.Model]()), join(reflect.TypeFor[strategy.Cluster]()),
+		strings.Join(strategy.Profiles(), ", "), join(reflect.TypeFor[strategy.Device]()))
+}
+
+// writePresets lists the preset models and clusters: a line each, or as
+// JSON their specs in full.
+func writePresets(w io.Writer, output string) error {
+	type preset[T any] struct {
+		Preset string `json:"preset"`
+		Spec   T      `json:"spec"`
+	}
+	var (
+		models   []preset[strategy.Model]
+		clusters []preset[strategy.Cluster]
+	)
+	for _, file := range strategy.Presets() {
+		name := strings.TrimSuffix(file, ".yaml")
+		kind, err := strategy.PresetKind(name)
+		if err != nil {
+			return err
+		}
+		if kind == strategy.KindModel {
+			m, err := strategy.PresetModel(name)
+			if err != nil {
+				return err
+			}
+			models = append(models, preset[strategy.Model]{name, m})
+			continue
+		}
+		c, err := strategy.PresetCluster(name)
+		if err != nil {
+			return err
+		}
+		clusters = append(clusters, preset[strategy.Cluster]{name, c})
+	}
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Models   []preset[strategy.Model]   `json:"models"`
+			Clusters []preset[strategy.Cluster] `json:"clusters"`
+		}{models, clusters})
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL (--model)\tPARAMETERS\tLAYERS\tHIDDEN\tHEADS\tSEQ\tGLOBAL BATCH\tNAME")
+	for _, p := range models {
+		m := p.Spec
+		params := fmt.Sprintf("%.1f B", m.Params()/1e9)
+		if m.Experts > 0 {
+			params += fmt.Sprintf(" (%d experts, top-%d)", m.Experts, m.TopK)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Preset, params, m.Layers, m.Hidden, m.Heads, m.SeqLen, m.GlobalBatch, m.Name)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER (--cluster)\tDEVICES\tDEVICE\tINTRA GB/s\tINTER GB/s\tNAME")
+	for _, p := range clusters {
+		c := p.Spec
+		fmt.Fprintf(tw, "%s\t%d × %d\t%s\t%g\t%g\t%s\n", p.Preset, c.Nodes, c.DevicesPerNode, c.Device.Name, c.IntraNodeGBps, c.InterNodeGBps, c.Name)
+	}
+	return tw.Flush()
 }

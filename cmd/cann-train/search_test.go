@@ -50,6 +50,72 @@ func TestSearchCommand(t *testing.T) {
 	}
 }
 
+// TestSearchPresets: the help's --list-presets lists every preset (each
+// one loads as --model or --cluster), --show-preset prints one a spec file
+// can start from, and the help names the spec files' fields, so that a
+// typo's "did you mean" points at a field the user can look up.
+func TestSearchPresets(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"search"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	out, err := run("--list-presets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range strategy.Presets() {
+		if name := strings.TrimSuffix(file, ".yaml"); !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` `).MatchString(out) {
+			t.Errorf("--list-presets does not list %s:\n%s", name, out)
+		}
+	}
+	out, err = run("--list-presets", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Models   []struct{ Preset string } `json:"models"`
+		Clusters []struct{ Preset string } `json:"clusters"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Models)+len(list.Clusters) != len(strategy.Presets()) {
+		t.Fatalf("--list-presets -o json: %v, %d models and %d clusters for %d presets", err, len(list.Models), len(list.Clusters), len(strategy.Presets()))
+	}
+	m, c := list.Models[0].Preset, list.Clusters[0].Preset
+	if _, err := run("--model", m, "--cluster", c, "--top", "1"); err != nil {
+		t.Errorf("listed presets %s and %s do not search: %v", m, c, err)
+	}
+
+	// A spec file started from --show-preset, with a typo.
+	out, err = run("--show-preset", "gpt3_3.6b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "m.yaml")
+	if err := os.WriteFile(file, []byte(strings.Replace(out, "seq_len:", "seq_lne:", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run("--model", file, "--cluster", "vtrain_a100_64")
+	if err == nil || !strings.Contains(err.Error(), "seq_lne: unknown field; did you mean seq_len?") {
+		t.Errorf("a typo in a spec started from --show-preset: %v", err)
+	}
+	help, err := run("--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"seq_len", "global_batch", "devices_per_node", "inter_node_gbps", "peak_tflops", "a100-80gb"} {
+		if !strings.Contains(help, field) {
+			t.Errorf("search --help does not name %s", field)
+		}
+	}
+	if _, err := run("--show-preset", "no_such"); err == nil || !strings.Contains(err.Error(), "no_such") {
+		t.Errorf("--show-preset no_such: %v", err)
+	}
+}
+
 // TestSearchSpaceFlags narrows the search to what a framework offers: every
 // plan returned keeps to the flags, and a bad flag is refused by name.
 func TestSearchSpaceFlags(t *testing.T) {

@@ -3,6 +3,7 @@ package strategy
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -68,7 +69,10 @@ func (p problems) err(file string) error {
 	return &SpecError{File: file, Fields: append([]FieldError(nil), p...)}
 }
 
-const unknownFieldMsg = "unknown field"
+const (
+	unknownFieldMsg  = "unknown field"
+	unknownFieldHint = unknownFieldMsg + " (check the spelling; `cann-train search --help` lists the fields)"
+)
 
 // decodeStrict decodes data into v rejecting unknown fields and wrong types;
 // a failure comes back as a *SpecError carrying the field path and line.
@@ -84,7 +88,24 @@ func decodeStrict(name string, data []byte, file *ast.File, v any) error {
 	if !fieldPath(fe.Field) {
 		fe.Field = "(document)"
 	}
-	return &SpecError{File: name, Fields: []FieldError{fe}}
+	if fe.Msg != unknownFieldHint {
+		return &SpecError{File: name, Fields: []FieldError{fe}}
+	}
+	// Every unknown field, in order (the decoder names one at random).
+	t := reflect.TypeOf(v)
+	fields := []FieldError{fe}
+	if all := yamlpos.UnknownFields(file, t); len(all) > 0 {
+		fields = fields[:0]
+		for _, u := range all {
+			fields = append(fields, FieldError{Field: u.Path, Line: u.Line, Msg: unknownFieldHint})
+		}
+	}
+	for i, f := range fields {
+		if guess := yamlpos.DidYouMean(yamlpos.Suggest(t, f.Field)); guess != "" {
+			fields[i].Msg = unknownFieldMsg + "; " + guess + " (`cann-train search --help` lists the fields)"
+		}
+	}
+	return &SpecError{File: name, Fields: fields}
 }
 
 // decodeAll is decodeStrict that keeps going past unknown fields: when an
@@ -96,13 +117,23 @@ func decodeStrict(name string, data []byte, file *ast.File, v any) error {
 func decodeAll(name string, data []byte, file *ast.File, v any) (strict error, unknown bool) {
 	strict = decodeStrict(name, data, file, v)
 	var se *SpecError
-	if strict == nil || !errors.As(strict, &se) || len(se.Fields) != 1 || !strings.HasPrefix(se.Fields[0].Msg, unknownFieldMsg) {
+	if strict == nil || !errors.As(strict, &se) || !allUnknown(se.Fields) {
 		return strict, false
 	}
 	if yamlpos.Unmarshal(data, v) != nil {
 		return strict, false
 	}
 	return strict, true
+}
+
+// allUnknown: fields are unknown-field errors, at least one.
+func allUnknown(fields []FieldError) bool {
+	for _, f := range fields {
+		if !strings.HasPrefix(f.Msg, unknownFieldMsg) {
+			return false
+		}
+	}
+	return len(fields) > 0
 }
 
 // joinProblems merges *SpecErrors of one file, in order; nil when there
@@ -151,7 +182,7 @@ func decodeError(err error) FieldError {
 	}
 	field, line, msg, unknown := yamlpos.DecodeError(err)
 	if unknown {
-		msg = unknownFieldMsg + " (check the spelling; the package doc lists the fields)"
+		msg = unknownFieldHint
 	}
 	return FieldError{Field: field, Line: line, Msg: msg}
 }

@@ -100,8 +100,14 @@ func TestParseModelErrors(t *testing.T) {
 func TestParseReportsEveryProblem(t *testing.T) {
 	bad := strings.Replace(goodModel, "layers: 4", "layers: -4", 1) + "hiden: 3\n"
 	_, err := ParseModel("m.yaml", []byte(bad))
-	specErr(t, err, "hiden", 8, "unknown field")
+	specErr(t, err, "hiden", 8, "unknown field; did you mean hidden?")
 	specErr(t, err, "layers", 2, "out of range")
+	// Every unknown field, not one of them at random.
+	for range 10 {
+		_, err = ParseModel("m.yaml", []byte(bad+"layer: 5\n"))
+		specErr(t, err, "hiden", 8, "unknown field; did you mean hidden?")
+		specErr(t, err, "layer", 9, "unknown field; did you mean layers?")
+	}
 	badC := goodCluster + "nodez: 2\n"
 	badC = strings.Replace(badC, "devices_per_node: 8", "devices_per_node: 0", 1)
 	_, err = ParseCluster("c.yaml", []byte(badC))
@@ -189,7 +195,8 @@ func TestParseClusterErrors(t *testing.T) {
 		{"negative bandwidth", strings.Replace(goodCluster, "inter_node_gbps: 25", "inter_node_gbps: -25", 1), "inter_node_gbps", 6, "out of range"},
 		{"multi-node without inter", strings.Replace(goodCluster, "inter_node_gbps: 25\n", "", 1), "inter_node_gbps", 0, "out of range"},
 		{"inline missing hbm", inline, "device.hbm_gbps", 5, "out of range"},
-		{"inline unknown field", inline + "  flops: 3\n", "device.flops", 8, "unknown field"},
+		{"inline unknown field", inline + "  flops: 3\n", "device.flops", 8, "unknown field (check the spelling"},
+		{"inline misspelt field", inline + "  hbm_gbs: 3\n", "device.hbm_gbs", 8, "unknown field; did you mean hbm_gbps?"},
 		{"910B names no variant", strings.Replace(goodCluster, "a100-80gb", "Ascend 910B", 1), "device", 4, "a 910B is one of atlas-a2-376t, atlas-a2-313t, atlas-a2-280t"},
 		{"inline bad profile", strings.Replace(goodCluster, "device: a100-80gb", "device:\n  profile: nope", 1), "device.profile", 5, "unknown device"},
 		{"device list", strings.Replace(goodCluster, "device: a100-80gb", "device: [1, 2]", 1), "device", 4, "profile name or a mapping"},

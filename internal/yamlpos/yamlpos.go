@@ -5,13 +5,16 @@
 package yamlpos
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
@@ -108,15 +111,26 @@ func integer(k reflect.Kind) bool {
 	return false
 }
 
-// kindAt is the kind of the value at path ("model.hidden[0]") in type t,
-// following fields by their yaml name (else json, else lower-case name),
-// slice and map elements, and pointers; false where the path leaves what
-// it can follow or reaches a type that decodes itself.
+// kindAt is the kind of the value at path ("model.hidden[0]") in type t;
+// false where typeAt is.
 func kindAt(t reflect.Type, path string) (reflect.Kind, bool) {
-	if decodesItself(t) {
+	t, ok := typeAt(t, path, true)
+	if !ok {
 		return 0, false
 	}
-	for _, seg := range strings.Split(path, ".") {
+	return t.Kind(), true
+}
+
+// typeAt is the type of the value at path ("model.hidden[0]"; "" is t
+// itself) in type t, pointers followed, following fields by their yaml
+// name (else json, else lower-case name), slice and map elements; false
+// where the path leaves what it can follow or, if opaque, reaches a type
+// that decodes itself (which may read anything).
+func typeAt(t reflect.Type, path string, opaque bool) (reflect.Type, bool) {
+	if opaque && decodesItself(t) {
+		return nil, false
+	}
+	for seg := range strings.SplitSeq(path, ".") {
 		name, rest, _ := strings.Cut(seg, "[")
 		for t.Kind() == reflect.Pointer {
 			t = t.Elem()
@@ -126,31 +140,178 @@ func kindAt(t reflect.Type, path string) (reflect.Kind, bool) {
 		case t.Kind() == reflect.Struct:
 			f, ok := fieldByYAMLName(t, name)
 			if !ok {
-				return 0, false
+				return nil, false
 			}
 			t = f.Type
 		case t.Kind() == reflect.Map:
 			t = t.Elem()
 		default:
-			return 0, false
+			return nil, false
 		}
 		for ; rest != ""; _, rest, _ = strings.Cut(rest, "[") {
 			for t.Kind() == reflect.Pointer {
 				t = t.Elem()
 			}
 			if t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
-				return 0, false
+				return nil, false
 			}
 			t = t.Elem()
 		}
-		if decodesItself(t) {
-			return 0, false
+		if opaque && decodesItself(t) {
+			return nil, false
 		}
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	return t.Kind(), true
+	return t, true
+}
+
+// Suggest names the fields an unknown field at path ("model.hidde", in
+// the type t decoded into) most likely meant: the fields beside it one
+// edit away, ignoring case, if any; else those a few edits away (at most
+// 2, or a third of the name) or whose names begin with it, closest first,
+// at most three; none when nothing is close or the field's parent is not
+// a struct.
+func Suggest(t reflect.Type, path string) []string {
+	parent, name := "", path
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		parent, name = path[:i], path[i+1:]
+	}
+	if name == "" || strings.Contains(name, "[") {
+		return nil
+	}
+	// A struct that decodes itself most likely reads its mapping form into
+	// its fields: its names are the best guess.
+	t, ok := typeAt(t, parent, false)
+	if !ok || t.Kind() != reflect.Struct {
+		return nil
+	}
+	type candidate struct {
+		name string
+		d    int
+	}
+	var cs []candidate
+	lower := strings.ToLower(name)
+	for i := range t.NumField() {
+		known, ok := yamlName(t.Field(i))
+		if !ok {
+			continue
+		}
+		d := levenshtein.ComputeDistance(lower, known)
+		if d <= max(2, len(name)/3) || len(name) >= 3 && strings.HasPrefix(known, lower) {
+			cs = append(cs, candidate{known, d})
+		}
+	}
+	slices.SortFunc(cs, func(a, b candidate) int { return cmp.Or(a.d-b.d, strings.Compare(a.name, b.name)) })
+	if len(cs) > 0 && cs[0].d <= 1 {
+		i := 1
+		for i < len(cs) && cs[i].d == cs[0].d {
+			i++
+		}
+		cs = cs[:i]
+	}
+	var out []string
+	for _, c := range cs[:min(len(cs), 3)] {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// Unknown is a mapping key that names no field of the type decoded into.
+type Unknown struct {
+	Path string // e.g. "model.hiden"
+	Line int    // 0 if unknown
+}
+
+// UnknownFields lists, in document order, every key of file that names no
+// field of t, the type decoded into: the strict decoder reports only one of
+// them, picked at random from a map. It does not look inside values of types
+// that decode themselves, of interface types, or under merge keys.
+func UnknownFields(file *ast.File, t reflect.Type) []Unknown {
+	if file == nil {
+		return nil
+	}
+	var out []Unknown
+	for _, doc := range file.Docs {
+		if doc != nil && doc.Body != nil {
+			unknownIn(doc.Body, t, "", &out)
+		}
+	}
+	return out
+}
+
+func unknownIn(n ast.Node, t reflect.Type, path string, out *[]Unknown) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if decodesItself(t) {
+		return
+	}
+	switch n := n.(type) {
+	case *ast.TagNode:
+		unknownIn(n.Value, t, path, out)
+	case *ast.AnchorNode:
+		unknownIn(n.Value, t, path, out)
+	case *ast.MappingNode:
+		for _, mv := range n.Values {
+			unknownIn(mv, t, path, out)
+		}
+	case *ast.SequenceNode:
+		if t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+			return
+		}
+		for i, v := range n.Values {
+			unknownIn(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i), out)
+		}
+	case *ast.MappingValueNode:
+		if n.Key == nil {
+			return
+		}
+		key := ast.Node(n.Key)
+		if k, ok := key.(*ast.MappingKeyNode); ok {
+			key = k.Value
+		}
+		if key == nil || reflect.ValueOf(key).IsNil() {
+			return
+		}
+		tok := key.GetToken()
+		if tok == nil || tok.Value == "<<" {
+			return
+		}
+		sub := tok.Value
+		if path != "" {
+			sub = path + "." + tok.Value
+		}
+		switch t.Kind() {
+		case reflect.Struct:
+			f, ok := fieldByYAMLName(t, tok.Value)
+			if !ok {
+				u := Unknown{Path: sub}
+				if tok.Position != nil {
+					u.Line = tok.Position.Line
+				}
+				*out = append(*out, u)
+				return
+			}
+			unknownIn(n.Value, f.Type, sub, out)
+		case reflect.Map:
+			unknownIn(n.Value, t.Elem(), sub, out)
+		}
+	}
+}
+
+// DidYouMean is Suggest's answer as a sentence ("did you mean nodes?",
+// "did you mean a or b?"), "" for none.
+func DidYouMean(suggestions []string) string {
+	switch n := len(suggestions); n {
+	case 0:
+		return ""
+	case 1:
+		return "did you mean " + suggestions[0] + "?"
+	default:
+		return "did you mean " + strings.Join(suggestions[:n-1], ", ") + " or " + suggestions[n-1] + "?"
+	}
 }
 
 // decodesItself: t (or *t) has its own UnmarshalYAML (any of the
@@ -170,18 +331,42 @@ func decodesItself(t reflect.Type) bool {
 func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if tag == "" {
-			tag, _, _ = strings.Cut(f.Tag.Get("json"), ",")
-		}
-		if tag == "" {
-			tag = strings.ToLower(f.Name)
-		}
-		if tag == name && tag != "-" {
+		if tag, ok := yamlName(f); ok && tag == name {
 			return f, true
 		}
 	}
 	return reflect.StructField{}, false
+}
+
+// Fields lists the names the fields of struct type t (or a pointer to
+// one) go by in YAML, in declaration order.
+func Fields(t reflect.Type) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		if name, ok := yamlName(t.Field(i)); ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// yamlName is the name f goes by in YAML: its yaml tag's, else its json
+// tag's, else its lower-case name; false for a field the decoder skips.
+func yamlName(f reflect.StructField) (string, bool) {
+	tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if tag == "" {
+		tag, _, _ = strings.Cut(f.Tag.Get("json"), ",")
+	}
+	if tag == "" {
+		tag = strings.ToLower(f.Name)
+	}
+	return tag, tag != "-" && f.IsExported()
 }
 
 // DecodeError describes a goccy/go-yaml decode error: the token it points

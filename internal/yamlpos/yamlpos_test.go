@@ -2,6 +2,8 @@ package yamlpos
 
 import (
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -167,5 +169,109 @@ func TestDecodeErrorSaysTypesPlainly(t *testing.T) {
 		if _, _, msg, _ := DecodeError(err); msg != tc.want && !strings.HasPrefix(msg, tc.want) {
 			t.Errorf("%q: %q, want %q", tc.yaml, msg, tc.want)
 		}
+	}
+}
+
+// suggestDoc is a type to decode into for TestSuggest and
+// TestUnknownFields.
+type suggestDoc struct {
+	Name            string  `yaml:"name"`
+	Nodes           int     `yaml:"nodes"`
+	Model           string  `yaml:"model"`
+	CheckpointURL   string  `yaml:"checkpoint_url"`
+	CheckpointEvery int     `yaml:"checkpoint_every"`
+	IntraNodeGBps   float64 `yaml:"intra_node_gbps"`
+	InterNodeGBps   float64 `yaml:"inter_node_gbps"`
+	Skipped         string  `yaml:"-"`
+	Green           *struct {
+		Deadline string `yaml:"deadline"`
+		Batch    struct {
+			High float64 `yaml:"high"`
+		} `yaml:"batch"`
+	} `yaml:"green"`
+	Layers []struct {
+		Width int `yaml:"width"`
+	} `yaml:"layers"`
+	Env  map[string]string `yaml:"env"`
+	Self selfDecoding      `yaml:"self"`
+	Any  any               `yaml:"any"`
+}
+
+func TestSuggest(t *testing.T) {
+	tests := []struct {
+		path string
+		want []string
+	}{
+		{"nodse", []string{"nodes"}},
+		{"Nodes", []string{"nodes"}}, // case alone: only the exact match, not model (two edits)
+		{"nodez", []string{"nodes"}},
+		{"intra_node_gbs", []string{"intra_node_gbps"}},                // one edit beats inter_node_gbps's two
+		{"checkpoint", []string{"checkpoint_url", "checkpoint_every"}}, // fields it begins, closest first
+		{"green.deadlin", []string{"deadline"}},
+		{"green.batch.hihg", []string{"high"}},
+		{"layers[0].widht", []string{"width"}},
+		{"zzz", nil},
+		{"skipped", nil},        // a field the decoder skips is no suggestion
+		{"env.HOEM", nil},       // a map's keys are free
+		{"self.x", nil},         // a type that decodes itself, without exported fields
+		{"nosuch.deadlin", nil}, // a parent that is not there
+		{"", nil},
+	}
+	for _, tc := range tests {
+		if got := Suggest(reflect.TypeFor[suggestDoc](), tc.path); !slices.Equal(got, tc.want) {
+			t.Errorf("Suggest(%q) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"a"}, "did you mean a?"},
+		{[]string{"a", "b"}, "did you mean a or b?"},
+		{[]string{"a", "b", "c"}, "did you mean a, b or c?"},
+	} {
+		if got := DidYouMean(tc.in); got != tc.want {
+			t.Errorf("DidYouMean(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestUnknownFields: every unknown key, in document order, where the
+// strict decoder names one of them at random.
+func TestUnknownFields(t *testing.T) {
+	doc := `name: a
+nodse: 3
+green:
+  deadlin: 2h
+  batch: {high: 1, low: 2}
+layers:
+  - width: 3
+  - widht: 4
+env: {ANY_KEY: x}
+self: {whatever: 1}
+any: {whatever: 1}
+base: &b {nodes: 1}
+top: !!map {x: 1}
+`
+	file, err := parser.ParseBytes([]byte(doc), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := UnknownFields(file, reflect.TypeFor[suggestDoc]())
+	want := []Unknown{{"nodse", 2}, {"green.deadlin", 4}, {"green.batch.low", 5}, {"layers[1].widht", 8}, {"base", 12}, {"top", 13}}
+	if !slices.Equal(got, want) {
+		t.Errorf("UnknownFields = %+v\nwant %+v", got, want)
+	}
+	if got := UnknownFields(file, reflect.TypeFor[*suggestDoc]()); len(got) != len(want) {
+		t.Errorf("UnknownFields through a pointer type found %d, want %d", len(got), len(want))
+	}
+	// The strict decoder agrees that the file has unknown fields.
+	var v suggestDoc
+	if err := Unmarshal([]byte(doc), &v, yaml.Strict(), yaml.DisallowUnknownField()); err == nil {
+		t.Error("the strict decoder accepted the document")
+	}
+	if got := UnknownFields(nil, reflect.TypeFor[suggestDoc]()); got != nil {
+		t.Errorf("UnknownFields(nil) = %v", got)
 	}
 }
