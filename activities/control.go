@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 // Control holds the control activities' dependencies.
 type Control struct {
 	Client client.Client
+
+	poll time.Duration // FreeNodes' look interval while it waits (0: freeNodesPoll)
 }
 
 // AcquireNodes asks the Cluster workflow, by Update, for the run's nodes.
@@ -102,8 +105,35 @@ func (c *Control) EndedRuns(ctx context.Context, ids []string) ([]spec.EndedRun,
 }
 
 // FreeNodes asks the Cluster clusterID how many live free nodes an
-// acquire by req's run could take now (spec.QueryFree).
+// acquire by req's run could take now (spec.QueryFree). With req.Wait it
+// waits up to that long for one, looking every freeNodesPoll and
+// heartbeating each time: the answer is the first that finds one, or 0
+// once the wait is over. A query that fails ends it with its error.
 func (c *Control) FreeNodes(ctx context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
+	wait, poll := req.Wait, cmp.Or(c.poll, freeNodesPoll)
+	req.Wait = 0 // (the query's answer is for now)
+	deadline := time.Now().Add(wait)
+	for {
+		free, err := c.freeNodes(ctx, clusterID, req)
+		switch {
+		case err != nil || free > 0 || wait <= 0:
+			return free, err
+		case !time.Now().Add(poll).Before(deadline):
+			return 0, nil
+		}
+		activity.RecordHeartbeat(ctx, "no free node yet")
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// freeNodesPoll is how often a FreeNodes ask that waits looks again.
+const freeNodesPoll = 2 * time.Second
+
+func (c *Control) freeNodes(ctx context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
 	v, err := c.Client.QueryWorkflow(ctx, clusterID, "", spec.QueryFree, req)
 	if err != nil {
 		return 0, fmt.Errorf("ask %s for free nodes: %w", clusterID, err)

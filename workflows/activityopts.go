@@ -72,16 +72,29 @@ func sweepOptions(ctx workflow.Context) workflow.Context {
 }
 
 // freeNodesOptions asks the Cluster for free nodes (FreeNodes) on the
-// control queue: quick, or not at all (the run asks again later).
-func freeNodesOptions(ctx workflow.Context, why string) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+// control queue: quick, or not at all (the run asks again later). An ask
+// that waits up to wait for one heartbeats, so that it hears at once that
+// the chunk it watches for has ended, and a control worker that dies
+// under it is noticed within freeNodesHeartbeat.
+func freeNodesOptions(ctx workflow.Context, why string, wait time.Duration) workflow.Context {
+	o := workflow.ActivityOptions{
 		TaskQueue:              spec.ControlTaskQueue,
 		ScheduleToStartTimeout: 10 * time.Second,
 		StartToCloseTimeout:    10 * time.Second,
 		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 2},
 		Summary:                "free nodes? " + why,
-	})
+	}
+	if wait > 0 {
+		o.StartToCloseTimeout += wait
+		o.HeartbeatTimeout = freeNodesHeartbeat
+		o.Summary = fmt.Sprintf("free nodes? (waiting up to %v) %s", wait, why)
+	}
+	return workflow.WithActivityOptions(ctx, o)
 }
+
+// freeNodesHeartbeat is the heartbeat timeout of a FreeNodes ask that
+// waits; it looks (and heartbeats) every few seconds.
+const freeNodesHeartbeat = 20 * time.Second
 
 // carbonOptions runs PlanCarbon on the control queue. It reads a file or a
 // carbon-signal API: a few quick retries, then the run trains on without

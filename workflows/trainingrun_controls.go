@@ -366,31 +366,56 @@ func (r *run) regrow(ctx workflow.Context) bool {
 // chunk starts.
 const versionNodesInFlight = "nodes-in-flight"
 
+// versionFreeNodesWait: the asks of watchForNodes wait in the FreeNodes
+// activity for a node to come free (AcquireRequest.Wait, freeNodesWait),
+// and an ask that waited its whole time is followed by the next at once:
+// a node that registers while a chunk trains is taken within seconds
+// (FreeNodes looks every freeNodesPoll), where it waited for the next ask
+// of a backing-off schedule — up to 16 minutes for a run growing back,
+// 1 for a drained node's replacement — and the history holds one ask per
+// freeNodesWait instead of one per ask. Asked before a chunk's first ask.
+const versionFreeNodesWait = "free-nodes-wait"
+
+// freeNodesWait is how long one FreeNodes ask of a run waiting for a
+// free node waits for one while a chunk trains.
+const freeNodesWait = 5 * time.Minute
+
 // watchForNodes starts, for the chunk in flight (ctx: its context, which
-// ends with it), the asks of a run waiting for a free node: at each time
+// ends with it), the asks of a run waiting for a free node: at the time
 // the run would have asked at a chunk boundary, it asks the Cluster how
-// many free nodes it could take (ActivityFreeNodes); one free ends the
-// chunk early, and the boundary takes it; none backs the next ask off as
-// a boundary's miss does.
+// many free nodes it could take (ActivityFreeNodes), waiting up to
+// freeNodesWait for one (versionFreeNodesWait); one free ends the chunk
+// early, and the boundary takes it; none backs the boundaries' asks off
+// as a boundary's miss does, and — after a whole wait — asks again at
+// once.
 func (r *run) watchForNodes(ctx workflow.Context) {
 	if _, _, ok := r.wantsNodes(); !ok || r.flight == nil ||
 		workflow.GetVersion(ctx, versionNodesInFlight, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
 	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
+		waits, asked, waited := false, false, false
 		for {
 			why, next, ok := r.wantsNodes()
 			if !ok {
 				return
 			}
-			if d := next.Sub(workflow.Now(ctx)); d > 0 {
+			if d := next.Sub(workflow.Now(ctx)); d > 0 && !waited {
 				if workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: "ask for a free node: " + why}).Get(ctx, nil) != nil {
 					return // the chunk ended
 				}
 			}
+			if !asked {
+				asked = true
+				waits = workflow.GetVersion(ctx, versionFreeNodesWait, workflow.DefaultVersion, 1) >= 1
+			}
 			var free int
 			req := spec.AcquireRequest{RunID: r.st.Status.RunID, DataSHA256: r.st.DataSHA256, Count: 1}
-			err := workflow.ExecuteActivity(freeNodesOptions(ctx, why), spec.ActivityFreeNodes, r.clusterID, req).Get(ctx, &free)
+			if waits {
+				req.Wait = freeNodesWait
+			}
+			start := workflow.Now(ctx)
+			err := workflow.ExecuteActivity(freeNodesOptions(ctx, why, req.Wait), spec.ActivityFreeNodes, r.clusterID, req).Get(ctx, &free)
 			switch {
 			case ctx.Err() != nil:
 				return
@@ -400,7 +425,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			case err != nil:
 				workflow.GetLogger(ctx).Warn("could not ask the Cluster for free nodes; asking again later", "why", why, "error", err)
 			}
-			// None: the next ask as after a boundary's miss.
+			// None: the boundaries' next ask as after a boundary's miss.
 			now := workflow.Now(ctx)
 			if r.regrowWanted() && !now.Before(r.st.RegrowAt) {
 				r.st.RegrowWait = nextRegrowWait(r.st.RegrowWait)
@@ -409,6 +434,11 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			if r.evictWanted() && !now.Before(r.st.Ctl.EvictRetry) {
 				r.st.Ctl.EvictRetry = now.Add(evictRetry)
 			}
+			// An ask that waited (most of) its time is followed by the
+			// next at once; one answered sooner (an error, a control
+			// worker of an earlier build that does not wait) by the next
+			// at the boundaries' time.
+			waited = err == nil && req.Wait > 0 && now.Sub(start) >= req.Wait/2
 		}
 	})
 }

@@ -381,6 +381,7 @@ type endChunks struct {
 	mu     sync.Mutex
 	asked  []spec.EndChunkInput
 	queues []string
+	at     []time.Time   // (the test clock's)
 	first  chan struct{} // closed at the first call
 }
 
@@ -390,6 +391,7 @@ func newEndChunks(env *testsuite.TestWorkflowEnvironment) *endChunks {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		e.asked, e.queues = append(e.asked, in), append(e.queues, activity.GetInfo(ctx).TaskQueue)
+		e.at = append(e.at, env.Now().UTC())
 		if len(e.asked) == 1 {
 			close(e.first)
 		}
@@ -403,6 +405,13 @@ func (e *endChunks) calls() ([]spec.EndChunkInput, []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return slices.Clone(e.asked), slices.Clone(e.queues)
+}
+
+// times are when the EndChunk calls so far came.
+func (e *endChunks) times() []time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.at)
 }
 
 // endAt137 makes ch's chunk from step 100 train, on nodes of protocol
@@ -505,135 +514,172 @@ func TestTrainingRunStoppingNodeCountsNoRestart(t *testing.T) {
 
 // TestTrainingRunGrowsBackDuringAChunk: a run that shrank to a and c when
 // b was lost trains chunks of two virtual hours. While one trains, it
-// asks the Cluster for a free node when it would have at a boundary —
-// 10 s after the shrink, then 1 minute, then every 2 (node_wait) after
-// each miss — and once b's worker is back (20 minutes in), the next ask finds it: the
-// chunk's nodes are asked to end it, and the run grows back at that step
-// instead of at the chunk's planned end.
+// asks the Cluster for a free node from when it would have at a boundary
+// (10 s after the shrink), and once b's worker is back (20 minutes in) the
+// ask finds it: the chunk's nodes are asked to end it, and the run grows
+// back at that step instead of at the chunk's planned end. A control
+// worker's ask waits up to freeNodesWait for a node, the next following at
+// once, so b is found as it comes back; one of an earlier build answers at
+// once, and the run asks again 1 minute later, then every 2 (node_wait):
+// b is found at the first of those asks after it is back.
 func TestTrainingRunGrowsBackDuringAChunk(t *testing.T) {
-	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c")}
-	ch := &fakeChunks{fail: loseRank1At100}
-	env := newRunEnv(t, cl, ch)
-	env.SetStartTime(day0)
-	ends := newEndChunks(env)
-	asks := freeNodes(env, cl)
-	// Chunks 0–100 and 100–200 (b lost) take 0–4 h; the shrunk run's chunk
-	// from 100 starts at 4 h.
-	shrunk := day0.Add(4 * time.Hour)
-	env.RegisterDelayedCallback(func() {
-		cl.mu.Lock()
-		delete(cl.failed, "b") // its worker came back
-		cl.mu.Unlock()
-	}, 4*time.Hour+20*time.Minute)
-	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
-		if asked, _ := ends.calls(); in.Membership.Generation != 2 || len(asked) == 0 {
-			return
-		}
-		res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = 137, "w137", nil, nil
-		if in.Rank == 0 {
-			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: 137, Key: "ckpt/137"}
-		}
-	}
-	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
-	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	st := result(t, env)
-
-	require.EqualValues(t, 400, st.Step)
-	var after []time.Duration
-	for _, a := range asks() {
-		after = append(after, a.Sub(shrunk))
-	}
-	want := []time.Duration{10 * time.Second, 70 * time.Second}
+	legacy := []time.Duration{10 * time.Second, 70 * time.Second}
 	for at := 190 * time.Second; at <= 1270*time.Second; at += 2 * time.Minute {
-		want = append(want, at)
+		legacy = append(legacy, at)
 	}
-	require.Equal(t, want, after, "asks 10 s after the shrink, then backing off up to node_wait (2 min); the last finds b")
-	asked, queues := ends.calls()
-	require.Len(t, asked, 1)
-	require.Equal(t, "growing back to 3 nodes: 1 free node(s)", asked[0].Why)
-	require.Equal(t, spec.NodeTaskQueue("a"), queues[0])
-	require.Len(t, st.Rescalings, 1)
-	grew := st.Rescalings[0]
-	require.True(t, grew.Regrow)
-	require.EqualValues(t, 137, grew.AtStep, "grown back where the chunk ended")
-	require.Equal(t, []string{"b"}, grew.Added)
-	require.Equal(t, []string{"a", "c", "b"}, st.Nodes)
-	require.Zero(t, st.TargetNodes)
+	for _, tc := range []struct {
+		name     string
+		waits    bool
+		asks     []time.Duration // after the shrink
+		endAfter time.Duration   // when the chunk's end is asked for, after the shrink
+	}{
+		{"the ask waits", true, []time.Duration{10 * time.Second, 5*time.Minute + 10*time.Second, 10*time.Minute + 10*time.Second,
+			15*time.Minute + 10*time.Second}, 20 * time.Minute},
+		{"an earlier control worker answers at once", false, legacy, 1270 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c")}
+			ch := &fakeChunks{fail: loseRank1At100}
+			env := newRunEnv(t, cl, ch)
+			env.SetStartTime(day0)
+			ends := newEndChunks(env)
+			// Chunks 0–100 and 100–200 (b lost) take 0–4 h; the shrunk run's
+			// chunk from 100 starts at 4 h.
+			shrunk := day0.Add(4 * time.Hour)
+			back := shrunk.Add(20 * time.Minute)
+			asks := freeNodes(env, cl, tc.waits, back)
+			env.RegisterDelayedCallback(func() {
+				cl.mu.Lock()
+				delete(cl.failed, "b") // its worker came back
+				cl.mu.Unlock()
+			}, back.Sub(day0))
+			ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+				if asked, _ := ends.calls(); in.Membership.Generation != 2 || len(asked) == 0 {
+					return
+				}
+				res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = 137, "w137", nil, nil
+				if in.Rank == 0 {
+					res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: 137, Key: "ckpt/137"}
+				}
+			}
+			env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
+			s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+
+			require.EqualValues(t, 400, st.Step)
+			require.Equal(t, tc.asks, since(shrunk, asks()), "the asks for a free node; the last finds b")
+			asked, queues := ends.calls()
+			require.Len(t, asked, 1)
+			require.Equal(t, "growing back to 3 nodes: 1 free node(s)", asked[0].Why)
+			require.Equal(t, spec.NodeTaskQueue("a"), queues[0])
+			require.Equal(t, []time.Duration{tc.endAfter}, since(shrunk, ends.times()), "when the chunk's end was asked for")
+			require.Len(t, st.Rescalings, 1)
+			grew := st.Rescalings[0]
+			require.True(t, grew.Regrow)
+			require.EqualValues(t, 137, grew.AtStep, "grown back where the chunk ended")
+			require.Equal(t, []string{"b"}, grew.Added)
+			require.Equal(t, []string{"a", "c", "b"}, st.Nodes)
+			require.Zero(t, st.TargetNodes)
+		})
+	}
+}
+
+// since is each of times after t0.
+func since(t0 time.Time, times []time.Time) []time.Duration {
+	var out []time.Duration
+	for _, at := range times {
+		out = append(out, at.Sub(t0))
+	}
+	return out
 }
 
 // TestTrainingRunReplacesADrainedNodeDuringAChunk: b is drained while
 // the run (2 nodes, min_nodes 2) trains chunks of two virtual hours, and
 // no node is free: the chunk ends early for the drain, the run keeps b,
-// and trains on. While the next chunk trains it asks the Cluster every
-// minute (evictRetry) for a free node; once c's worker is back (10.5
-// minutes in), the next ask finds it, that chunk ends early too, and the
-// run moves off b there.
+// and trains on. While the next chunk trains it asks the Cluster for a
+// free node from a minute (evictRetry) after that boundary; once c's
+// worker is back (10.5 minutes in), the ask finds it, that chunk ends
+// early too, and the run moves off b there. The asks wait up to
+// freeNodesWait (c is found as it comes back); a control worker of an
+// earlier build answers at once and is asked every minute.
 func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
-	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c"), failed: map[string]bool{"c": true}}
-	ch := &fakeChunks{}
-	env := newRunEnv(t, cl, ch)
-	env.SetStartTime(day0)
-	ends := newEndChunks(env)
-	asks := freeNodes(env, cl)
-	env.RegisterDelayedCallback(func() {
-		cl.mu.Lock()
-		cl.failed["b"] = true // drained: the Cluster hands it out no more
-		cl.mu.Unlock()
-		env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "disk"})
-	}, 30*time.Minute)
-	// The first chunk returns at 2 h (ended for the drain); the next
-	// trains 2–4 h.
-	env.RegisterDelayedCallback(func() {
-		cl.mu.Lock()
-		delete(cl.failed, "c") // its worker came back
-		cl.mu.Unlock()
-	}, 2*time.Hour+10*time.Minute+30*time.Second)
-	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
-		asked, _ := ends.calls()
-		if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
-			return
-		}
-		end := in.From + 37
-		res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
-		if in.Rank == 0 {
-			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
-		}
-	}
-	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
-	s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	st := result(t, env)
+	for _, tc := range []struct {
+		name     string
+		waits    bool
+		asks     []time.Duration // after the boundary that kept b
+		endAfter time.Duration
+	}{
+		{"the ask waits", true, []time.Duration{time.Minute, 6 * time.Minute}, 10*time.Minute + 30*time.Second},
+		{"an earlier control worker answers at once", false, []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute, 4 * time.Minute,
+			5 * time.Minute, 6 * time.Minute, 7 * time.Minute, 8 * time.Minute, 9 * time.Minute, 10 * time.Minute, 11 * time.Minute}, 11 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c"), failed: map[string]bool{"c": true}}
+			ch := &fakeChunks{}
+			env := newRunEnv(t, cl, ch)
+			env.SetStartTime(day0)
+			ends := newEndChunks(env)
+			kept := day0.Add(2 * time.Hour) // the first chunk returns at 2 h (ended for the drain); the next trains 2–4 h
+			back := kept.Add(10*time.Minute + 30*time.Second)
+			asks := freeNodes(env, cl, tc.waits, back)
+			env.RegisterDelayedCallback(func() {
+				cl.mu.Lock()
+				cl.failed["b"] = true // drained: the Cluster hands it out no more
+				cl.mu.Unlock()
+				env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "disk"})
+			}, 30*time.Minute)
+			env.RegisterDelayedCallback(func() {
+				cl.mu.Lock()
+				delete(cl.failed, "c") // its worker came back
+				cl.mu.Unlock()
+			}, back.Sub(day0))
+			ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+				asked, _ := ends.calls()
+				if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
+					return
+				}
+				end := in.From + 37
+				res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
+				if in.Rank == 0 {
+					res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+				}
+			}
+			env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
+			s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
 
-	require.EqualValues(t, 300, st.Step)
-	asked, _ := ends.calls()
-	require.Len(t, asked, 2)
-	require.Equal(t, "drain of b", asked[0].Why)
-	require.Equal(t, "replacing b: 1 free node(s)", asked[1].Why)
-	var after []time.Duration
-	for _, a := range asks() {
-		after = append(after, a.Sub(day0.Add(2*time.Hour)))
+			require.EqualValues(t, 300, st.Step)
+			asked, _ := ends.calls()
+			require.Len(t, asked, 2)
+			require.Equal(t, "drain of b", asked[0].Why)
+			require.Equal(t, "replacing b: 1 free node(s)", asked[1].Why)
+			require.Equal(t, tc.asks, since(kept, asks()), "the asks for a free node after the boundary that kept b; the last finds c")
+			require.Equal(t, tc.endAfter, since(kept, ends.times())[1], "when the second chunk's end was asked for")
+			require.Len(t, st.Rescalings, 2, "the boundary that kept b, then the move")
+			require.NotEmpty(t, st.Rescalings[0].Error, "no free node at the first boundary")
+			moved := st.Rescalings[1]
+			require.Equal(t, []string{"b"}, moved.Removed)
+			require.Equal(t, []string{"c"}, moved.Added)
+			require.EqualValues(t, 74, moved.AtStep, "where the second chunk ended for it")
+			require.Equal(t, []string{"a", "c"}, st.Nodes)
+		})
 	}
-	require.Equal(t, []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute, 4 * time.Minute, 5 * time.Minute,
-		6 * time.Minute, 7 * time.Minute, 8 * time.Minute, 9 * time.Minute, 10 * time.Minute, 11 * time.Minute}, after,
-		"every minute after the boundary that kept b; the last finds c")
-	require.Len(t, st.Rescalings, 2, "the boundary that kept b, then the move")
-	require.NotEmpty(t, st.Rescalings[0].Error, "no free node at the first boundary")
-	moved := st.Rescalings[1]
-	require.Equal(t, []string{"b"}, moved.Removed)
-	require.Equal(t, []string{"c"}, moved.Added)
-	require.EqualValues(t, 74, moved.AtStep, "where the second chunk ended for it")
-	require.Equal(t, []string{"a", "c"}, st.Nodes)
 }
 
 // freeNodes plays the FreeNodes activity on cl's nodes (free: neither
-// failed nor held) and returns the times of its calls so far.
-func freeNodes(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster) (asks func() []time.Time) {
+// failed nor held) and returns the times of its calls so far. With
+// waits, it plays a control worker whose asks wait (their
+// AcquireRequest.Wait, freeNodesWait): an ask with none free returns at
+// back — when the test frees a node — if that comes within its wait,
+// else once its wait is over. Without, asks answer at once, as an
+// earlier build's did.
+func freeNodes(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster, waits bool, back time.Time) (asks func() []time.Time) {
 	var at []time.Time
-	env.RegisterActivityWithOptions(func(_ context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
+	count := func(_ context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
 		cl.mu.Lock()
 		defer cl.mu.Unlock()
-		at = append(at, env.Now().UTC())
 		free := 0
 		for _, n := range cl.pool {
 			if !cl.failed[n.ID] && !slices.ContainsFunc(cl.held, func(h spec.Node) bool { return h.ID == n.ID }) {
@@ -641,7 +687,22 @@ func freeNodes(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster) (asks fu
 			}
 		}
 		return free, nil
+	}
+	asked := func() {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		at = append(at, env.Now().UTC())
+	}
+	env.RegisterActivityWithOptions(func(ctx context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
+		asked()
+		return count(ctx, clusterID, req)
 	}, activity.RegisterOptions{Name: spec.ActivityFreeNodes})
+	if waits {
+		env.OnActivity(spec.ActivityFreeNodes, mock.Anything, mock.Anything, mock.Anything).AfterFn(func() time.Duration {
+			asked()
+			return min(max(back.Sub(env.Now()), 0), freeNodesWait)
+		}).Return(count)
+	}
 	return func() []time.Time {
 		cl.mu.Lock()
 		defer cl.mu.Unlock()

@@ -285,8 +285,6 @@ func fetchHistory(ctx context.Context, t *testing.T, c client.Client, id string)
 	return h
 }
 
-// recordHistory writes a history for the replay tests when
-// CANN_TRAIN_RECORD_HISTORY names a directory (see workflows/testdata).
 // queryRun asks the run's workflow, running or closed, for its status.
 func queryRun(ctx context.Context, t *testing.T, c client.Client, id string) spec.RunStatus {
 	t.Helper()
@@ -301,6 +299,8 @@ func queryRun(ctx context.Context, t *testing.T, c client.Client, id string) spe
 	return st
 }
 
+// recordHistory writes a history for the replay tests when
+// CANN_TRAIN_RECORD_HISTORY names a directory (see workflows/testdata).
 func recordHistory(t *testing.T, h *history.History, name string) {
 	dir := os.Getenv("CANN_TRAIN_RECORD_HISTORY")
 	if dir == "" {
