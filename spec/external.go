@@ -299,8 +299,13 @@ func (s RunSpec) validateExternal() error {
 	if s.DataSHA256 != "" {
 		bad("data_sha256", "applies to the built-in model only; an external job's script reads its own data")
 	}
-	if s.SlowNode != "" {
-		bad("slow_node", "applies to the built-in model only; an external job's chunks are not timed node by node")
+	for _, f := range []struct {
+		field string
+		set   bool
+	}{{"slow_node", s.SlowNode != ""}, {"slow_node_factor", s.SlowNodeFactor != 0}, {"slow_node_chunks", s.SlowNodeChunks != 0}} {
+		if f.set {
+			bad(f.field, "applies to the built-in model only; an external job's chunks are not timed node by node")
+		}
 	}
 	x := s.External
 	if !slices.Contains(Launchers, x.Launcher) {
@@ -370,7 +375,7 @@ func sortedKeys(m map[string]string) []string {
 // job must not set.
 var builtinOnly = []string{"model.hidden", "chunk_steps", "batch_per_rank", "learning_rate", "seed",
 	"collective", "topology_scan", "optimizer", "freeze_step", "compression", "overlap", "strategy",
-	"ranks_per_node", "slow_node", "data_sha256"}
+	"ranks_per_node", "slow_node", "slow_node_factor", "slow_node_chunks", "data_sha256"}
 
 // parseExternal finishes Parse for an external job: drops the built-in
 // defaults the file did not set, reports the built-in fields it did set,

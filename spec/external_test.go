@@ -181,7 +181,7 @@ func TestExternalRejectsEngineGradientFields(t *testing.T) {
 		t.Errorf("overlap in an external spec: %v", err)
 	}
 	for _, field := range []string{"optimizer: onebit-adam", "freeze_step: 3", "compression: {}", "overlap: {}",
-		"data_sha256: " + strings.Repeat("ab", 32), "slow_node: drain", "ranks_per_node: 2"} {
+		"data_sha256: " + strings.Repeat("ab", 32), "slow_node: drain", "slow_node_factor: 2", "slow_node_chunks: 5", "ranks_per_node: 2"} {
 		_, err := Parse("job.yaml", []byte("name: x\nexternal:\n  entrypoint: [python3, t.py]\n"+field+"\n"))
 		name, _, _ := strings.Cut(field, ":")
 		if err == nil || !strings.Contains(err.Error(), name+": applies to the built-in model only") {

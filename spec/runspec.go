@@ -103,6 +103,11 @@ type RunSpec struct {
 	// drain` does — the run moves off it at a boundary, to a free node or
 	// down to min_nodes, and no run gets it until it is undrained.
 	SlowNode string `yaml:"slow_node" json:"slow_node,omitempty"`
+	// SlowNodeFactor and SlowNodeChunks say when a node is slow: its
+	// computation took SlowNodeFactor times the median of its peers' or
+	// more in SlowNodeChunks chunks in a row (defaults 1.5 and 3).
+	SlowNodeFactor float64 `yaml:"slow_node_factor" json:"slow_node_factor,omitempty"`
+	SlowNodeChunks int     `yaml:"slow_node_chunks" json:"slow_node_chunks,omitempty"`
 	// DataSHA256 pins the data set the run trains on: the fingerprint
 	// (SHA-256, 64 hex digits) a run on that data shows in its status
 	// ("data sha256 …"). Where one of the first chunk's nodes holds it,
@@ -120,6 +125,28 @@ const (
 	SlowNodeReplace = "replace"
 	SlowNodeDrain   = "drain"
 )
+
+// Defaults of SlowNodeFactor and SlowNodeChunks.
+const (
+	DefaultSlowNodeFactor = 1.5
+	DefaultSlowNodeChunks = 3
+)
+
+// SlowFactor is SlowNodeFactor, or its default.
+func (s RunSpec) SlowFactor() float64 {
+	if s.SlowNodeFactor > 0 {
+		return s.SlowNodeFactor
+	}
+	return DefaultSlowNodeFactor
+}
+
+// SlowChunks is SlowNodeChunks, or its default.
+func (s RunSpec) SlowChunks() int {
+	if s.SlowNodeChunks > 0 {
+		return s.SlowNodeChunks
+	}
+	return DefaultSlowNodeChunks
+}
 
 // LocalRanks is the number of ranks each node trains (RanksPerNode, at
 // least 1).
@@ -337,6 +364,12 @@ func (s RunSpec) Validate() error {
 	}
 	if s.SlowNode != "" && s.SlowNode != SlowNodeReport && s.SlowNode != SlowNodeReplace && s.SlowNode != SlowNodeDrain {
 		bad("slow_node", "unknown action %q (want report, replace or drain)", s.SlowNode)
+	}
+	if f := s.SlowNodeFactor; f != 0 && !(f >= 1.05 && f <= 100) {
+		bad("slow_node_factor", "%g out of range 1.05..100 (a node is slow at this many times its peers' computation)", f)
+	}
+	if s.SlowNodeChunks < 0 || s.SlowNodeChunks > 1000 {
+		bad("slow_node_chunks", "%d out of range 1..1000", s.SlowNodeChunks)
 	}
 	if s.RanksPerNode < 0 || s.RanksPerNode > 64 {
 		bad("ranks_per_node", "%d out of range 1..64", s.RanksPerNode)

@@ -110,6 +110,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		wantMsg   string
 	}{
 		{"unknown field", "name: a\nnodse: 3\n", "nodse", 2, "unknown field; did you mean nodes?"},
+		{"slow node factor at 1", "name: a\nslow_node_factor: 1\n", "slow_node_factor", 2, "out of range 1.05..100"},
+		{"slow node chunks negative", "name: a\nslow_node_chunks: -2\n", "slow_node_chunks", 2, "out of range 1..1000"},
 		{"unknown field like none", "name: a\nzzz: 3\n", "zzz", 2, "unknown field (check the spelling"},
 		{"unknown field, second of two", "name: a\nnodse: 3\nmodel:\n  hiden: [8]\n", "model.hiden", 4, "did you mean hidden?"},
 		{"wrong type", "name: a\nsteps: many\n", "steps", 2, ""},

@@ -20,7 +20,7 @@ const (
 	metricGlobalBatch   = "cann_train_global_batch"             // gauge: the batch controller's batch in force
 	metricCkptRefused   = "cann_train_checkpoint_refusals"      // counter: checkpoints the bucket refused
 	metricStorageHeld   = "cann_train_storage_held"             // gauge: 1 while the run holds for its bucket
-	metricSlowNodes     = "cann_train_slow_nodes"               // gauge: nodes computing slowNodeFactor× their peers' time, slowNodeChunks chunks in a row
+	metricSlowNodes     = "cann_train_slow_nodes"               // gauge: nodes computing slow_node_factor× their peers' time, slow_node_chunks chunks in a row
 )
 
 // metrics is the workflow's metrics handler, tagged with the run.

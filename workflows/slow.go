@@ -15,8 +15,9 @@ import (
 // a host shared with other work) sets the run's pace, and its peers'
 // time shows as waiting in collectives. Each node's computation in a
 // chunk is its time less the time its ranks waited (ChunkResult.Seconds
-// × (1 − CommShare)); a node that took slowNodeFactor times the median of
-// its peers' in slowNodeChunks chunks in a row is named in the status
+// × (1 − CommShare)); a node that took slow_node_factor times the median
+// of its peers' in slow_node_chunks chunks in a row (1.5 and 3 unless the
+// job says) is named in the status
 // (SlowNodes), the log and the cann_train_slow_nodes gauge, so that it
 // can be drained (`cann-train nodes drain`: the run moves off it at a
 // boundary). With slow_node: drain the run asks the Cluster to drain it
@@ -26,19 +27,17 @@ import (
 // undrained (its slowness may be this run's share of a busy host); by
 // default it does neither: a replacement may share the cause, and a
 // drain outlives the run.
-const (
-	slowNodeFactor = 1.5
-	slowNodeChunks = 3
-	// slowNodeMinSeconds: chunks whose median computation is shorter
-	// are too short to judge (timer and scheduling noise); they leave
-	// the streaks as they are.
-	slowNodeMinSeconds = 0.05
-)
+//
+// slowNodeMinSeconds: chunks whose median computation is shorter are too
+// short to judge (timer and scheduling noise); they leave the streaks as
+// they are.
+const slowNodeMinSeconds = 0.05
 
 // noteSlow updates the streaks of slow nodes with a chunk's results (one
 // per node, in rank order) and the status's SlowNodes with those that
-// reached slowNodeChunks.
+// reached the job's slow_node_chunks.
 func (r *run) noteSlow(ctx workflow.Context, results []spec.ChunkResult) {
+	slowNodeFactor, slowNodeChunks := r.spec.SlowFactor(), r.spec.SlowChunks()
 	if len(results) < 2 || results[0].To <= results[0].From || r.spec.IsExternal() {
 		return // one node has no peers; a save-only chunk computes nothing; an external job's launches time its script
 	}

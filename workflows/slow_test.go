@@ -24,7 +24,9 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 		compute func(from int64) float64
 		secs    float64
 		want    []spec.SlowNode
-		drain   bool // slow_node: drain
+		drain   bool    // slow_node: drain
+		factor  float64 // slow_node_factor (0: the default)
+		chunks  int     // slow_node_chunks (0: the default)
 	}{
 		{name: "slow from 200", compute: func(from int64) float64 {
 			if from >= 200 {
@@ -50,6 +52,26 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 			}
 			return 0.3
 		}, secs: 1},
+		{name: "slow from 200, not to the job's 2.5×", compute: func(from int64) float64 {
+			if from >= 200 {
+				return 0.6
+			}
+			return 0.3
+		}, secs: 1, factor: 2.5},
+		{name: "slow from 200, for fewer chunks than the job's 10", compute: func(from int64) float64 {
+			if from >= 200 {
+				return 0.6
+			}
+			return 0.3
+		}, secs: 1, chunks: 10},
+		{name: "slow from 800, two chunks as the job says", compute: func(from int64) float64 {
+			if from >= 800 {
+				return 0.6
+			}
+			return 0.3
+		}, secs: 1, chunks: 2, want: []spec.SlowNode{{NodeID: "node-3", Factor: 2, Chunks: 2, Since: 800}}},
+		{name: "1.2× at a job's 1.15×", compute: func(int64) float64 { return 0.36 }, secs: 1, factor: 1.15,
+			want: []spec.SlowNode{{NodeID: "node-3", Factor: 1.2, Chunks: 10, Since: 0}}},
 		{name: "noise", compute: func(int64) float64 { return 0.33 }, secs: 1},
 		{name: "too short to time", compute: func(int64) float64 { return 0.6 }, secs: 0.04},
 	} {
@@ -63,7 +85,7 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 			}}
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
 			env := newRunEnv(t, cl, ch)
-			s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 1000, ChunkSteps: 100}.WithDefaults()
+			s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 1000, ChunkSteps: 100, SlowNodeFactor: tc.factor, SlowNodeChunks: tc.chunks}.WithDefaults()
 			if tc.drain {
 				s.SlowNode = spec.SlowNodeDrain
 			}

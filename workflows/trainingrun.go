@@ -124,7 +124,7 @@ type RunState struct {
 	// chunk's (its nodes compared theirs); the chunks after tell the
 	// nodes (ChunkInput.DataSHA256), and one whose data differs is unfit.
 	DataSHA256 string `json:"data_sha256,omitempty"`
-	// SlowStreaks are the nodes that computed slowNodeFactor× their
+	// SlowStreaks are the nodes that computed slow_node_factor× their
 	// peers' time in the last chunk, with how many chunks in a row
 	// (noteSlow).
 	SlowStreaks []spec.SlowNode `json:"slow_streaks,omitempty"`

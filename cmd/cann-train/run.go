@@ -58,10 +58,10 @@ Job file fields (all optional but name):
   collective ring|hd|rd|tree|hier|auto, topology_scan false, strategy
     fixed|auto (auto: train on the data-parallel degree the cost model
     predicts fastest, from the scanned links and measured computation),
-  slow_node report|replace|drain (a node computing 1.5× its peers' time 3
-    chunks in a row: named in the status; replace: the run also moves off it
-    to a free node, leaving it in the pool; drain: also drained, the run
-    moves off it),
+  slow_node report|replace|drain (a node computing slow_node_factor 1.5×
+    its peers' time slow_node_chunks 3 chunks in a row: named in the status;
+    replace: the run also moves off it to a free node, leaving it in the
+    pool; drain: also drained, the run moves off it),
   data_sha256 (the data set's fingerprint, as a run's status shows it: nodes
     holding other data are replaced; none holding it fails the run),
   optimizer adam|onebit-adam, freeze_step (1.5 % of steps; onebit-adam)
