@@ -14,6 +14,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
+	"github.com/cann-train/cann-train/internal/suggest"
 	"github.com/cann-train/cann-train/internal/yamlpos"
 )
 
@@ -514,7 +515,7 @@ func decodeError(err error, file *ast.File) []FieldError {
 	}
 	t := reflect.TypeFor[RunSpec]()
 	unknownMsg := func(path string) string {
-		if guess := yamlpos.DidYouMean(yamlpos.Suggest(t, path)); guess != "" {
+		if guess := suggest.DidYouMean(yamlpos.Suggest(t, path)); guess != "" {
 			return "unknown field; " + guess + " (`cann-train run --help` lists the fields)"
 		}
 		return "unknown field (check the spelling; `cann-train run --help` lists the fields)"

@@ -13,7 +13,7 @@ import (
 // TestArgumentErrors: a wrong command line fails (no help on stdout and a
 // zero exit) and says what is wrong: an unknown subcommand of a group, with
 // near names; a missing argument by its usage name; one too many; a job
-// file given without -f; a mem:// bucket, which only its writer can read;
+// file given without -f; an unknown flag, with near names; a mem:// bucket, which only its writer can read;
 // the controls' flags. No server is needed: all fail before dialling (the
 // address is one nothing listens on).
 func TestArgumentErrors(t *testing.T) {
@@ -27,6 +27,10 @@ func TestArgumentErrors(t *testing.T) {
 		{[]string{"bench", "colective"}, []string{"did you mean collective?"}},
 		{[]string{"fault", "kil"}, []string{"did you mean kill?"}},
 		{[]string{"statu", "r"}, []string{`unknown command "statu" for "cann-train"`}},
+		{[]string{"search", "--list-preset"}, []string{"unknown flag: --list-preset (did you mean --list-presets?)"}},
+		{[]string{"pause", "r", "--wiat", "1m"}, []string{"unknown flag: --wiat (did you mean --wait?)"}},
+		{[]string{"status", "r", "--adress=x"}, []string{"unknown flag: --adress (did you mean --address?)"}}, // an inherited flag
+		{[]string{"run", "--zzzz"}, []string{"unknown flag: --zzzz ('cann-train run --help' lists its flags)"}},
 		{[]string{"status"}, []string{"status needs RUN", "usage: cann-train status RUN"}},
 		{[]string{"status", "a", "b"}, []string{`"b" is one too many`}},
 		{[]string{"nodes", "drain"}, []string{"nodes drain needs NODE"}},

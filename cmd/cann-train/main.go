@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/internal/suggest"
 	"github.com/cann-train/cann-train/workers"
 )
 
@@ -117,7 +118,33 @@ Start here:  cann-train quickstart`,
 		newNodesCmd(e),
 	)
 	groupsRefuseUnknown(root)
+	root.SetFlagErrorFunc(suggestFlags)
 	return root
+}
+
+// suggestFlags adds to an unknown flag's error the command's flags it
+// most likely meant ("unknown flag: --list-preset (did you mean
+// --list-presets?)"), or where to find them.
+func suggestFlags(cmd *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return err
+	}
+	var flags []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			flags = append(flags, "--"+f.Name)
+		}
+	})
+	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			flags = append(flags, "--"+f.Name)
+		}
+	})
+	if guess := suggest.DidYouMean(suggest.Nearest("--"+name, flags)); guess != "" {
+		return fmt.Errorf("%w (%s)", err, guess)
+	}
+	return fmt.Errorf("%w ('%s --help' lists its flags)", err, cmd.CommandPath())
 }
 
 // addUIFlag adds --ui, the Temporal Web UI base URL for links.

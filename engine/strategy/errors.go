@@ -9,6 +9,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 
+	"github.com/cann-train/cann-train/internal/suggest"
 	"github.com/cann-train/cann-train/internal/yamlpos"
 )
 
@@ -101,7 +102,7 @@ func decodeStrict(name string, data []byte, file *ast.File, v any) error {
 		}
 	}
 	for i, f := range fields {
-		if guess := yamlpos.DidYouMean(yamlpos.Suggest(t, f.Field)); guess != "" {
+		if guess := suggest.DidYouMean(yamlpos.Suggest(t, f.Field)); guess != "" {
 			fields[i].Msg = unknownFieldMsg + "; " + guess + " (`cann-train search --help` lists the fields)"
 		}
 	}

@@ -5,19 +5,18 @@
 package yamlpos
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/agnivade/levenshtein"
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+
+	"github.com/cann-train/cann-train/internal/suggest"
 )
 
 // ErrDecoderPanic marks a document the YAML decoder could not survive:
@@ -168,11 +167,9 @@ func typeAt(t reflect.Type, path string, opaque bool) (reflect.Type, bool) {
 }
 
 // Suggest names the fields an unknown field at path ("model.hidde", in
-// the type t decoded into) most likely meant: the fields beside it one
-// edit away, ignoring case, if any; else those a few edits away (at most
-// 2, or a third of the name) or whose names begin with it, closest first,
-// at most three; none when nothing is close or the field's parent is not
-// a struct.
+// the type t decoded into) most likely meant (suggest.Nearest among the
+// fields beside it); none when nothing is close or the field's parent is
+// not a struct.
 func Suggest(t reflect.Type, path string) []string {
 	parent, name := "", path
 	if i := strings.LastIndexByte(path, '.'); i >= 0 {
@@ -187,35 +184,7 @@ func Suggest(t reflect.Type, path string) []string {
 	if !ok || t.Kind() != reflect.Struct {
 		return nil
 	}
-	type candidate struct {
-		name string
-		d    int
-	}
-	var cs []candidate
-	lower := strings.ToLower(name)
-	for i := range t.NumField() {
-		known, ok := yamlName(t.Field(i))
-		if !ok {
-			continue
-		}
-		d := levenshtein.ComputeDistance(lower, known)
-		if d <= max(2, len(name)/3) || len(name) >= 3 && strings.HasPrefix(known, lower) {
-			cs = append(cs, candidate{known, d})
-		}
-	}
-	slices.SortFunc(cs, func(a, b candidate) int { return cmp.Or(a.d-b.d, strings.Compare(a.name, b.name)) })
-	if len(cs) > 0 && cs[0].d <= 1 {
-		i := 1
-		for i < len(cs) && cs[i].d == cs[0].d {
-			i++
-		}
-		cs = cs[:i]
-	}
-	var out []string
-	for _, c := range cs[:min(len(cs), 3)] {
-		out = append(out, c.name)
-	}
-	return out
+	return suggest.Nearest(name, Fields(t))
 }
 
 // Unknown is a mapping key that names no field of the type decoded into.
@@ -298,19 +267,6 @@ func unknownIn(n ast.Node, t reflect.Type, path string, out *[]Unknown) {
 		case reflect.Map:
 			unknownIn(n.Value, t.Elem(), sub, out)
 		}
-	}
-}
-
-// DidYouMean is Suggest's answer as a sentence ("did you mean nodes?",
-// "did you mean a or b?"), "" for none.
-func DidYouMean(suggestions []string) string {
-	switch n := len(suggestions); n {
-	case 0:
-		return ""
-	case 1:
-		return "did you mean " + suggestions[0] + "?"
-	default:
-		return "did you mean " + strings.Join(suggestions[:n-1], ", ") + " or " + suggestions[n-1] + "?"
 	}
 }
 

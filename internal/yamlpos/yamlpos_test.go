@@ -222,19 +222,6 @@ func TestSuggest(t *testing.T) {
 			t.Errorf("Suggest(%q) = %q, want %q", tc.path, got, tc.want)
 		}
 	}
-	for _, tc := range []struct {
-		in   []string
-		want string
-	}{
-		{nil, ""},
-		{[]string{"a"}, "did you mean a?"},
-		{[]string{"a", "b"}, "did you mean a or b?"},
-		{[]string{"a", "b", "c"}, "did you mean a, b or c?"},
-	} {
-		if got := DidYouMean(tc.in); got != tc.want {
-			t.Errorf("DidYouMean(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
 }
 
 // TestUnknownFields: every unknown key, in document order, where the
