@@ -547,12 +547,7 @@ func TestTrainingRunGrowsBackDuringAChunk(t *testing.T) {
 			// chunk from 100 starts at 4 h.
 			shrunk := day0.Add(4 * time.Hour)
 			back := shrunk.Add(20 * time.Minute)
-			asks := freeNodes(env, cl, tc.waits, back)
-			env.RegisterDelayedCallback(func() {
-				cl.mu.Lock()
-				delete(cl.failed, "b") // its worker came back
-				cl.mu.Unlock()
-			}, back.Sub(day0))
+			asks := freeNodes(env, cl, tc.waits, "b", back)
 			ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
 				if asked, _ := ends.calls(); in.Membership.Generation != 2 || len(asked) == 0 {
 					return
@@ -622,18 +617,13 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 			ends := newEndChunks(env)
 			kept := day0.Add(2 * time.Hour) // the first chunk returns at 2 h (ended for the drain); the next trains 2–4 h
 			back := kept.Add(10*time.Minute + 30*time.Second)
-			asks := freeNodes(env, cl, tc.waits, back)
+			asks := freeNodes(env, cl, tc.waits, "c", back)
 			env.RegisterDelayedCallback(func() {
 				cl.mu.Lock()
 				cl.failed["b"] = true // drained: the Cluster hands it out no more
 				cl.mu.Unlock()
 				env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "disk"})
 			}, 30*time.Minute)
-			env.RegisterDelayedCallback(func() {
-				cl.mu.Lock()
-				delete(cl.failed, "c") // its worker came back
-				cl.mu.Unlock()
-			}, back.Sub(day0))
 			ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
 				asked, _ := ends.calls()
 				if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
@@ -669,13 +659,18 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 }
 
 // freeNodes plays the FreeNodes activity on cl's nodes (free: neither
-// failed nor held) and returns the times of its calls so far. With
-// waits, it plays a control worker whose asks wait (their
-// AcquireRequest.Wait, freeNodesWait): an ask with none free returns at
-// back — when the test frees a node — if that comes within its wait,
-// else once its wait is over. Without, asks answer at once, as an
-// earlier build's did.
-func freeNodes(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster, waits bool, back time.Time) (asks func() []time.Time) {
+// failed nor held), node's worker coming back (no longer failed) at back,
+// and returns the times of its calls so far. With waits, it plays a
+// control worker whose asks wait (their AcquireRequest.Wait,
+// freeNodesWait): an ask with none free returns at back if that comes
+// within its wait, else once its wait is over. Without, asks answer at
+// once, as an earlier build's did.
+func freeNodes(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster, waits bool, node string, back time.Time) (asks func() []time.Time) {
+	env.RegisterDelayedCallback(func() {
+		cl.mu.Lock()
+		delete(cl.failed, node) // its worker came back
+		cl.mu.Unlock()
+	}, back.Sub(env.Now()))
 	var at []time.Time
 	count := func(_ context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
 		cl.mu.Lock()
