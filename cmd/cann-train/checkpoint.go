@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
@@ -183,6 +184,9 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 			opts := checkpoint.Options{GCGrace: grace}
 			if grace == 0 {
 				opts.GCGrace = -1 // none
+				if err := refuseLiveRun(cmd.Context(), e, runName(args[0])); err != nil {
+					return err
+				}
 			}
 			store, err := checkpoint.OpenWithOptions(cmd.Context(), url, opts)
 			if err != nil {
@@ -221,7 +225,7 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 	}
 	gc.Flags().IntVar(&keepLast, "keep-last", 3, "keep this many newest checkpoints (>= 1)")
 	gc.Flags().Int64Var(&keepEvery, "keep-every", 0, "also keep checkpoints whose step is a multiple of this (0: none)")
-	gc.Flags().DurationVar(&grace, "grace", checkpoint.DefaultGCGrace, "spare unreferenced chunks younger than this (0: none; only when nothing saves the run)")
+	gc.Flags().DurationVar(&grace, "grace", checkpoint.DefaultGCGrace, "spare unreferenced chunks younger than this (0: none; refused while the run's workflow runs)")
 	atLeast(gc.Flags(), "1", "keep-last")
 	atLeast(gc.Flags(), "0", "keep-every", "grace")
 	cmd.AddCommand(ls, verify, gc)
@@ -231,6 +235,30 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 // runBucket is the bucket URL of run's last checkpoint, from its status on
 // Temporal; "" when Temporal does not answer within a few seconds or the
 // run has no checkpoint (the commands also work offline, on --url).
+// refuseLiveRun refuses a GC without a grace period of a run whose
+// workflow still runs (when Temporal answers): a save of its in flight
+// may rely on chunks no manifest names yet, which only the grace spares.
+func refuseLiveRun(ctx context.Context, e *env, run string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := dialQuiet(ctx, e)
+	if err != nil {
+		fmt.Fprintf(e.err, "could not ask Temporal whether run/%s still runs (%v); collecting without a grace period as asked\n", run, err)
+		return nil
+	}
+	defer c.Close()
+	ended, err := activities.RunEnded(ctx, c, spec.RunIDPrefix+run)
+	switch {
+	case err != nil:
+		fmt.Fprintf(e.err, "could not ask Temporal whether run/%s still runs (%v); collecting without a grace period as asked\n", run, err)
+		return nil
+	case ended == "":
+		return fmt.Errorf("--grace 0: run/%s is still running, and a checkpoint it is saving may rely on chunks no manifest names yet; "+
+			"keep a grace period (e.g. --grace 1m spares what was written in the last minute) or wait until the run has ended", run)
+	}
+	return nil
+}
+
 func runBucket(ctx context.Context, e *env, run string) string {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

@@ -167,8 +167,15 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if err := resume.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "--resume: run run/pause-me has not ended") {
 		t.Errorf("run --resume of a running run: %v, want it refused as not ended (not taken for a forgotten run)", err)
 	}
+	// And a chunk GC without a grace period, which could take chunks a
+	// save of the run relies on.
+	gc0 := newRootCmd(&env{out: &bytes.Buffer{}, err: &bytes.Buffer{}, command: childCommand})
+	gc0.SetArgs([]string{"checkpoint", "gc", "pause-me", "--keep-last", "1", "--grace", "0", "--address", addr})
+	if err := gc0.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "run/pause-me is still running") {
+		t.Errorf("checkpoint gc --grace 0 of a running run: %v, want it refused", err)
+	}
 	if after := cli("checkpoint", "ls", "pause-me"); after != before {
-		t.Errorf("run --fresh of a running run touched its checkpoints:\n%s\nthen\n%s", before, after)
+		t.Errorf("run --fresh or gc --grace 0 of a running run touched its checkpoints:\n%s\nthen\n%s", before, after)
 	}
 	// The dashboard lists the run (the visibility store indexes it) with
 	// what its status query says.
