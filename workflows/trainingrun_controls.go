@@ -420,6 +420,14 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			case ctx.Err() != nil:
 				return
 			case err == nil && free > 0:
+				if waits {
+					// What the run waits for may have changed while the
+					// ask waited (a rescale, a drain withdrawn).
+					var still bool
+					if why, _, still = r.wantsNodes(); !still {
+						return
+					}
+				}
 				r.endInFlight(ctx, fmt.Sprintf("%s: %d free node(s)", why, free))
 				return
 			case err != nil:

@@ -658,6 +658,57 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 	}
 }
 
+// TestTrainingRunAskEndsNoChunkOnceNodesAreNotWanted: as above, b is
+// drained with no node free, kept, and the run's ask for a replacement
+// waits while the next chunk trains; b is put back 3 minutes in, and c
+// comes free a minute later, while the ask still waits: the ask finds c,
+// but the run no longer wants a node, and its chunk trains on to its end
+// (it would end early for nothing).
+func TestTrainingRunAskEndsNoChunkOnceNodesAreNotWanted(t *testing.T) {
+	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c"), failed: map[string]bool{"c": true}}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	env.SetStartTime(day0)
+	ends := newEndChunks(env)
+	kept := day0.Add(2 * time.Hour) // the boundary that kept b
+	asks := freeNodes(env, cl, true, "c", kept.Add(4*time.Minute))
+	env.RegisterDelayedCallback(func() {
+		cl.mu.Lock()
+		cl.failed["b"] = true
+		cl.mu.Unlock()
+		env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "disk"})
+	}, 30*time.Minute)
+	env.RegisterDelayedCallback(func() {
+		cl.mu.Lock()
+		delete(cl.failed, "b")
+		cl.mu.Unlock()
+		env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Undrained: true})
+	}, kept.Add(3*time.Minute).Sub(day0))
+	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+		asked, _ := ends.calls()
+		if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
+			return
+		}
+		end := in.From + 37
+		res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
+		if in.Rank == 0 {
+			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+		}
+	}
+	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+
+	require.EqualValues(t, 300, st.Step)
+	require.Equal(t, []time.Duration{time.Minute}, since(kept, asks()), "one ask, answered when c came free")
+	asked, _ := ends.calls()
+	require.Len(t, asked, 1, "only the drain ended a chunk")
+	require.Equal(t, "drain of b", asked[0].Why)
+	require.Len(t, st.Rescalings, 1, "the boundary that kept b")
+	require.Equal(t, []string{"a", "b"}, st.Nodes)
+}
+
 // freeNodes plays the FreeNodes activity on cl's nodes (free: neither
 // failed nor held), node's worker coming back (no longer failed) at back,
 // and returns the times of its calls so far. With waits, it plays a
