@@ -108,13 +108,20 @@ func (c *Control) EndedRuns(ctx context.Context, ids []string) ([]spec.EndedRun,
 // acquire by req's run could take now (spec.QueryFree). With req.Wait it
 // waits up to that long for one, looking every freeNodesPoll and
 // heartbeating each time: the answer is the first that finds one, or 0
-// once the wait is over. A query that fails ends it with its error.
+// once the wait is over. A query that fails ends it with its error. With
+// req.Hold the nodes found are held for the run that long
+// (spec.UpdateHoldFree), and the answer is how many were: another run may
+// have taken them meanwhile (then it looks on). A Cluster that cannot
+// hold (an earlier build) is answered as if it had.
 func (c *Control) FreeNodes(ctx context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
 	wait, poll := req.Wait, cmp.Or(c.poll, freeNodesPoll)
 	req.Wait = 0 // (the query's answer is for now)
 	deadline := time.Now().Add(wait)
-	for {
+	for n := 0; ; n++ {
 		free, err := c.freeNodes(ctx, clusterID, req)
+		if err == nil && free > 0 && req.Hold > 0 {
+			free = c.holdFree(ctx, clusterID, req, n, free)
+		}
 		switch {
 		case err != nil || free > 0 || wait <= 0:
 			return free, err
@@ -132,6 +139,30 @@ func (c *Control) FreeNodes(ctx context.Context, clusterID string, req spec.Acqu
 
 // freeNodesPoll is how often a FreeNodes ask that waits looks again.
 const freeNodesPoll = 2 * time.Second
+
+// holdFree has the Cluster hold up to req.Count free nodes for req's run
+// (the n-th look of this attempt names the Update), and returns how many
+// it held; free, what the look found, where the Update fails.
+func (c *Control) holdFree(ctx context.Context, clusterID string, req spec.AcquireRequest, n, free int) int {
+	info := activity.GetInfo(ctx)
+	handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		UpdateID: fmt.Sprintf("hold/%s/%s/%s/%d/%d", info.WorkflowExecution.ID, info.WorkflowExecution.RunID, info.ActivityID,
+			info.Attempt, n),
+		WorkflowID:   clusterID,
+		UpdateName:   spec.UpdateHoldFree,
+		Args:         []any{req},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var held int
+	if err == nil {
+		err = handle.Get(ctx, &held)
+	}
+	if err != nil {
+		activity.GetLogger(ctx).Warn("could not hold the free nodes for the run; answering without", "cluster", clusterID, "error", err)
+		return free
+	}
+	return held
+}
 
 func (c *Control) freeNodes(ctx context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
 	v, err := c.Client.QueryWorkflow(ctx, clusterID, "", spec.QueryFree, req)

@@ -24,9 +24,38 @@ type freeAnswers struct {
 	client.Client
 	answers []int
 	err     error
+	// held answers spec.UpdateHoldFree, one per call (the last repeats);
+	// holdErr fails it.
+	held    []int
+	holdErr error
 
-	mu   sync.Mutex
-	reqs []spec.AcquireRequest
+	mu    sync.Mutex
+	reqs  []spec.AcquireRequest
+	holds []client.UpdateWorkflowOptions
+}
+
+func (f *freeAnswers) UpdateWorkflow(_ context.Context, o client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holds = append(f.holds, o)
+	if o.UpdateName != spec.UpdateHoldFree {
+		return nil, errors.New("unexpected update " + o.UpdateName)
+	}
+	if f.holdErr != nil {
+		return nil, f.holdErr
+	}
+	return heldHandle(f.held[min(len(f.holds), len(f.held))-1]), nil
+}
+
+// heldHandle is a completed hold-free Update that held so many nodes.
+type heldHandle int
+
+func (heldHandle) WorkflowID() string { return "cluster" }
+func (heldHandle) RunID() string      { return "" }
+func (heldHandle) UpdateID() string   { return "" }
+func (h heldHandle) Get(_ context.Context, v any) error {
+	*v.(*int) = int(h)
+	return nil
 }
 
 func (f *freeAnswers) QueryWorkflow(_ context.Context, _, _ string, name string, args ...any) (converter.EncodedValue, error) {
@@ -61,16 +90,23 @@ func TestFreeNodesWaits(t *testing.T) {
 		err     error
 		want    int
 		calls   int // exactly, or (for a wait that runs out) at least
+		hold    time.Duration
+		held    []int
+		holdErr error
+		holds   int // hold Updates sent
 	}{
-		{"now, none", 0, []int{0}, nil, 0, 1},
-		{"now, two", 0, []int{2}, nil, 2, 1},
-		{"waits for the third look", time.Minute, []int{0, 0, 1}, nil, 1, 3},
-		{"wait over", 10 * poll, []int{0}, nil, 0, 5},
-		{"error", time.Minute, nil, failed, 0, 1},
+		{"now, none", 0, []int{0}, nil, 0, 1, 0, nil, nil, 0},
+		{"now, two", 0, []int{2}, nil, 2, 1, 0, nil, nil, 0},
+		{"waits for the third look", time.Minute, []int{0, 0, 1}, nil, 1, 3, 0, nil, nil, 0},
+		{"wait over", 10 * poll, []int{0}, nil, 0, 5, 0, nil, nil, 0},
+		{"error", time.Minute, nil, failed, 0, 1, 0, nil, nil, 0},
+		{"holds what it finds", time.Minute, []int{0, 2}, nil, 1, 2, time.Minute, []int{1}, nil, 1},
+		{"another run took it first: looks on", time.Minute, []int{1, 0, 1}, nil, 1, 3, time.Minute, []int{0, 1}, nil, 2},
+		{"a Cluster that cannot hold", time.Minute, []int{2}, nil, 2, 1, time.Minute, nil, errors.New("unknown update hold-free"), 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fa := &freeAnswers{answers: tc.answers, err: tc.err}
+			fa := &freeAnswers{answers: tc.answers, err: tc.err, held: tc.held, holdErr: tc.holdErr}
 			c := &Control{Client: fa, poll: poll}
 			var s testsuite.WorkflowTestSuite
 			env := s.NewTestActivityEnvironment()
@@ -78,7 +114,7 @@ func TestFreeNodesWaits(t *testing.T) {
 			env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { beats++ })
 			env.RegisterActivity(c.FreeNodes)
 			start := time.Now()
-			v, err := env.ExecuteActivity(c.FreeNodes, "cluster", spec.AcquireRequest{RunID: "run/r", Count: 1, Wait: tc.wait})
+			v, err := env.ExecuteActivity(c.FreeNodes, "cluster", spec.AcquireRequest{RunID: "run/r", Count: 1, Wait: tc.wait, Hold: tc.hold})
 			took := time.Since(start)
 			if tc.err != nil {
 				if err == nil || !strings.Contains(err.Error(), tc.err.Error()) {
@@ -106,6 +142,17 @@ func TestFreeNodesWaits(t *testing.T) {
 			}
 			if slices.ContainsFunc(fa.reqs, func(r spec.AcquireRequest) bool { return r.Wait != 0 || r.RunID != "run/r" }) {
 				t.Errorf("queries %+v; want the run's request without its wait", fa.reqs)
+			}
+			if len(fa.holds) != tc.holds {
+				t.Errorf("%d hold Updates, want %d", len(fa.holds), tc.holds)
+			}
+			ids := map[string]bool{}
+			for _, o := range fa.holds {
+				req := o.Args[0].(spec.AcquireRequest)
+				if o.WorkflowID != "cluster" || req.RunID != "run/r" || req.Count != 1 || req.Hold != tc.hold || ids[o.UpdateID] {
+					t.Errorf("hold Update %+v; want one of run/r's node for %v, under an ID of its own", o, tc.hold)
+				}
+				ids[o.UpdateID] = true
 			}
 		})
 	}

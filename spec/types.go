@@ -85,6 +85,12 @@ const (
 	// Leave) answers how many live free nodes an acquire of that run could
 	// take now.
 	QueryFree = "free"
+	// UpdateHoldFree (argument: an AcquireRequest with Hold) holds up to
+	// Count live free nodes for the run until Hold has passed, and
+	// answers how many it held: other runs' acquires and QueryFree pass
+	// them over meanwhile, so that a run that ends a chunk early to take
+	// a node finds it still free at its chunk boundary.
+	UpdateHoldFree = "hold-free"
 
 	// TrainingRun query and signals.
 	QueryStatus = "status"
@@ -356,6 +362,9 @@ type AcquireRequest struct {
 	// Avoid are nodes the run left for being slow (Leave, earlier): free
 	// ones fill its ranks only when no other free node can.
 	Avoid []string `json:"avoid,omitempty"`
+	// Hold, in a FreeNodes ask, has the free nodes found held for the run
+	// that long (UpdateHoldFree).
+	Hold time.Duration `json:"hold,omitempty"`
 }
 
 // ReasonWorkerStopped is the MarkFailed reason of a node whose worker

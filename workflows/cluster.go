@@ -46,6 +46,15 @@ type NodeRecord struct {
 	// it is handed out again only once put back.
 	Drained     bool   `json:"drained,omitempty"`
 	DrainReason string `json:"drain_reason,omitempty"`
+	// HeldFor, while free and before HeldUntil, is the run the node is
+	// held for (spec.UpdateHoldFree): no other run is handed it.
+	HeldFor   string    `json:"held_for,omitempty"`
+	HeldUntil time.Time `json:"held_until,omitzero"`
+}
+
+// heldForOther: r is held for another run than run, and the hold lasts.
+func heldForOther(now time.Time, r *NodeRecord, run string) bool {
+	return r.HeldFor != "" && r.HeldFor != run && now.Before(r.HeldUntil)
 }
 
 // Registry is the answer to spec.QueryRegistry: every node and the lease
@@ -102,6 +111,10 @@ func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, spec.UpdateAcquire, c.acquire,
 		workflow.UpdateHandlerOptions{Validator: validateAcquire}); err != nil {
+		return nil, err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, spec.UpdateHoldFree, c.holdFree,
+		workflow.UpdateHandlerOptions{Validator: validateHold}); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -404,13 +417,49 @@ func (c *cluster) freeFor(now time.Time, req spec.AcquireRequest) (free int, kep
 		r := &c.st.Nodes[i]
 		switch {
 		case !c.alive(now, r) || slices.Contains(req.Leave, r.Node.ID):
-		case r.Run == "" && holds(r, req.DataSHA256):
+		case r.Run == "" && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID):
 			free++
 		case r.Run == req.RunID:
 			kept = append(kept, r.Node.ID)
 		}
 	}
 	return free, kept
+}
+
+// validateHold refuses a hold without a run, a count or a time.
+func validateHold(req spec.AcquireRequest) error {
+	if req.RunID == "" || req.Count < 1 || req.Hold <= 0 {
+		return fmt.Errorf("hold-free needs a run, a count and a hold time; got %q, %d, %v", req.RunID, req.Count, req.Hold)
+	}
+	return nil
+}
+
+// holdFree holds up to req.Count live free nodes the run could take for
+// it until req.Hold from now, in the order an acquire would take them
+// (those already held for it first), and says how many it held.
+func (c *cluster) holdFree(ctx workflow.Context, req spec.AcquireRequest) (int, error) {
+	now := workflow.Now(ctx)
+	var free []*NodeRecord
+	for i := range c.st.Nodes {
+		r := &c.st.Nodes[i]
+		if r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID) &&
+			!slices.Contains(req.Leave, r.Node.ID) {
+			free = append(free, r)
+		}
+	}
+	slices.SortStableFunc(free, func(a, b *NodeRecord) int { return holdOrder(a, req.RunID) - holdOrder(b, req.RunID) })
+	free = free[:min(len(free), req.Count)]
+	for _, r := range free {
+		r.HeldFor, r.HeldUntil = req.RunID, now.Add(req.Hold)
+	}
+	return len(free), nil
+}
+
+func holdOrder(r *NodeRecord, run string) int {
+	if r.HeldFor == run {
+		return 0
+	}
+	return 1
 }
 
 // census says where the registered nodes are that self could not have:
@@ -550,7 +599,7 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 		case r.Run == req.RunID && c.alive(now, r) && r.Rank >= 0 && r.Rank < req.Count && held[r.Rank] == nil &&
 			(!req.RecheckHeld || holds(r, req.DataSHA256)):
 			held[r.Rank] = r
-		case r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256):
+		case r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID):
 			free = append(free, r)
 		}
 	}
@@ -611,6 +660,7 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 			held[rank], free = free[0], free[1:]
 		}
 		held[rank].Run, held[rank].Rank = req.RunID, rank
+		held[rank].HeldFor, held[rank].HeldUntil = "", time.Time{}
 		out[rank] = held[rank].Node
 	}
 	return out, true

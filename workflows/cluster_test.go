@@ -819,3 +819,58 @@ func TestClusterAnswersFreeNodes(t *testing.T) {
 	require.Equal(t, map[string]int{"any data": 2, "its data": 1, "leaving d": 0, "other data": 2}, free,
 		"a and b held, c drained; d holds no data set (any run's), e another")
 }
+
+// TestClusterHoldsFreeNodesForARun: a run that found a free node while a
+// chunk trains has it held (UpdateHoldFree) until its boundary's acquire:
+// other runs are not handed it, nor told of it, while the hold lasts; the
+// run's acquire takes it and ends the hold; an expired hold holds nothing.
+func TestClusterHoldsFreeNodesForARun(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b", "c"))
+	held := map[string]int{}
+	hold := func(key string, req spec.AcquireRequest) {
+		env.UpdateWorkflow(spec.UpdateHoldFree, "hold "+key, &testsuite.TestUpdateCallback{
+			OnAccept: func() {},
+			OnReject: func(err error) { held[key] = -1 },
+			OnComplete: func(v any, err error) {
+				require.NoError(t, err)
+				held[key] = v.(int)
+			},
+		}, req)
+	}
+	at(2*time.Second, func() { hold("y", spec.AcquireRequest{RunID: "run/y", Count: 1, Hold: 10 * time.Second}) })
+	at(3*time.Second, func() { hold("w", spec.AcquireRequest{RunID: "run/w", Count: 5, Hold: 2 * time.Second}) })
+	free := map[string]int{}
+	at(4*time.Second, func() {
+		for _, run := range []string{"run/y", "run/w", "run/z"} {
+			v, err := env.QueryWorkflow(spec.QueryFree, spec.AcquireRequest{RunID: run})
+			require.NoError(t, err)
+			var n int
+			require.NoError(t, v.Get(&n))
+			free[run] = n
+		}
+	})
+	at(4500*time.Millisecond, func() { acquire("z early", spec.AcquireRequest{RunID: "run/z", Count: 1}) })
+	at(6*time.Second, func() { acquire("z", spec.AcquireRequest{RunID: "run/z", Count: 2}) }) // w's hold is over
+	at(7*time.Second, func() { acquire("y", spec.AcquireRequest{RunID: "run/y", Count: 1}) })
+	at(8*time.Second, func() { hold("no time", spec.AcquireRequest{RunID: "run/y", Count: 1}) })
+	var records []NodeRecord
+	at(9*time.Second, func() {
+		v, err := env.QueryWorkflow(spec.QueryNodes)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&records))
+		env.CancelWorkflow()
+	})
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+
+	require.Equal(t, map[string]int{"y": 1, "w": 2, "no time": -1}, held, "y holds a, w the other two; a hold without a time is refused")
+	require.Equal(t, map[string]int{"run/y": 1, "run/w": 2, "run/z": 0}, free, "each run is told of the nodes held for it, z of none")
+	require.Error(t, results["z early"].err, "nothing free for z while the holds last")
+	require.NoError(t, results["z"].err)
+	require.Equal(t, []string{"b", "c"}, ids(results["z"].nodes), "w's expired hold holds nothing")
+	require.NoError(t, results["y"].err)
+	require.Equal(t, []string{"a"}, ids(results["y"].nodes), "y's acquire takes the node held for it")
+	for _, r := range records {
+		require.Empty(t, r.HeldFor, "%s: a node taken is held no more", r.Node.ID)
+	}
+}

@@ -377,8 +377,14 @@ const versionNodesInFlight = "nodes-in-flight"
 const versionFreeNodesWait = "free-nodes-wait"
 
 // freeNodesWait is how long one FreeNodes ask of a run waiting for a
-// free node waits for one while a chunk trains.
-const freeNodesWait = 5 * time.Minute
+// free node waits for one while a chunk trains; freeNodesHold how long
+// the Cluster holds the node it found for the run (spec.UpdateHoldFree),
+// so that another run waiting too does not take it before the chunk,
+// ended early for it, reaches its boundary.
+const (
+	freeNodesWait = 5 * time.Minute
+	freeNodesHold = 2 * time.Minute
+)
 
 // watchForNodes starts, for the chunk in flight (ctx: its context, which
 // ends with it), the asks of a run waiting for a free node: at the time
@@ -412,7 +418,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			var free int
 			req := spec.AcquireRequest{RunID: r.st.Status.RunID, DataSHA256: r.st.DataSHA256, Count: 1}
 			if waits {
-				req.Wait = freeNodesWait
+				req.Wait, req.Hold = freeNodesWait, freeNodesHold
 			}
 			start := workflow.Now(ctx)
 			err := workflow.ExecuteActivity(freeNodesOptions(ctx, why, req.Wait), spec.ActivityFreeNodes, r.clusterID, req).Get(ctx, &free)

@@ -64,6 +64,9 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 			row.State = "busy"
 		default:
 			row.State = "free"
+			if r.HeldFor != "" && now.Before(r.HeldUntil) {
+				row.Reason = fmt.Sprintf("held for %s until %s (it ends a chunk early to take it)", r.HeldFor, r.HeldUntil.UTC().Format("15:04:05Z"))
+			}
 		}
 		if r.Run == "" {
 			row.Rank = -1

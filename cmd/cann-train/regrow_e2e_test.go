@@ -88,7 +88,8 @@ func TestShrunkRunGrowsBack(t *testing.T) {
 // Cluster for a free node from when it would have at a boundary (10 s
 // after the shrink), the ask waiting for one; node-2's worker is started
 // again only once that ask is scheduled, and the run finds it within
-// seconds, has its chunk end early at a checkpoint and grows back there —
+// seconds, has the Cluster hold it for the run, has its chunk end early
+// at a checkpoint and grows back there —
 // instead of at the chunk's planned end, or (before the asks waited) at
 // the next ask a minute later.
 func TestShrunkRunGrowsBackMidChunk(t *testing.T) {
@@ -129,6 +130,7 @@ func TestShrunkRunGrowsBackMidChunk(t *testing.T) {
 		took.Round(time.Millisecond), shrunk.Recoveries[0].ResumeStep+chunk)
 	cancelAndAwait(ctx, t, c, run)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_regrow_waiting_ask.json")
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_hold.json")
 }
 
 // untilScheduled waits until the run's history has an activity of type
