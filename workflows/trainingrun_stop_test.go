@@ -610,43 +610,15 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 			5 * time.Minute, 6 * time.Minute, 7 * time.Minute, 8 * time.Minute, 9 * time.Minute, 10 * time.Minute, 11 * time.Minute}, 11 * time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c"), failed: map[string]bool{"c": true}}
-			ch := &fakeChunks{}
-			env := newRunEnv(t, cl, ch)
-			env.SetStartTime(day0)
-			ends := newEndChunks(env)
-			kept := day0.Add(2 * time.Hour) // the first chunk returns at 2 h (ended for the drain); the next trains 2–4 h
-			back := kept.Add(10*time.Minute + 30*time.Second)
-			asks := freeNodes(env, cl, tc.waits, "c", back)
-			env.RegisterDelayedCallback(func() {
-				cl.mu.Lock()
-				cl.failed["b"] = true // drained: the Cluster hands it out no more
-				cl.mu.Unlock()
-				env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "disk"})
-			}, 30*time.Minute)
-			ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
-				asked, _ := ends.calls()
-				if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
-					return
-				}
-				end := in.From + 37
-				res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
-				if in.Rank == 0 {
-					res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
-				}
-			}
-			env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
-			s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
-			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-			st := result(t, env)
+			st, ends, asks := drainingB(t, tc.waits, 10*time.Minute+30*time.Second, nil)
 
 			require.EqualValues(t, 300, st.Step)
 			asked, _ := ends.calls()
 			require.Len(t, asked, 2)
 			require.Equal(t, "drain of b", asked[0].Why)
 			require.Equal(t, "replacing b: 1 free node(s)", asked[1].Why)
-			require.Equal(t, tc.asks, since(kept, asks()), "the asks for a free node after the boundary that kept b; the last finds c")
-			require.Equal(t, tc.endAfter, since(kept, ends.times())[1], "when the second chunk's end was asked for")
+			require.Equal(t, tc.asks, since(keptB, asks), "the asks for a free node after the boundary that kept b; the last finds c")
+			require.Equal(t, tc.endAfter, since(keptB, ends.times())[1], "when the second chunk's end was asked for")
 			require.Len(t, st.Rescalings, 2, "the boundary that kept b, then the move")
 			require.NotEmpty(t, st.Rescalings[0].Error, "no free node at the first boundary")
 			moved := st.Rescalings[1]
@@ -665,25 +637,51 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 // but the run no longer wants a node, and its chunk trains on to its end
 // (it would end early for nothing).
 func TestTrainingRunAskEndsNoChunkOnceNodesAreNotWanted(t *testing.T) {
+	st, ends, asks := drainingB(t, true, 4*time.Minute, func(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster) {
+		env.RegisterDelayedCallback(func() {
+			cl.mu.Lock()
+			delete(cl.failed, "b")
+			cl.mu.Unlock()
+			env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Undrained: true})
+		}, keptB.Add(3*time.Minute).Sub(day0))
+	})
+
+	require.EqualValues(t, 300, st.Step)
+	require.Equal(t, []time.Duration{time.Minute}, since(keptB, asks), "one ask, answered when c came free")
+	asked, _ := ends.calls()
+	require.Len(t, asked, 1, "only the drain ended a chunk")
+	require.Equal(t, "drain of b", asked[0].Why)
+	require.Len(t, st.Rescalings, 1, "the boundary that kept b")
+	require.Equal(t, []string{"a", "b"}, st.Nodes)
+}
+
+// keptB is when the first chunk of drainingB's run returns, ended for b's
+// drain: the boundary that keeps b (no node free); the next trains 2–4 h.
+var keptB = day0.Add(2 * time.Hour)
+
+// drainingB runs a run on a and b (min_nodes 2) of chunks of two virtual
+// hours, 300 steps: b is drained 30 minutes in, while c is failed, and
+// c's worker comes back cBack after keptB; FreeNodes asks wait or not
+// (freeNodes). A chunk asked to end ends 37 steps in, with rank 0's
+// checkpoint there. more adds a test's own events. It returns the run's
+// status, the EndChunk calls and the times of the FreeNodes asks.
+func drainingB(t *testing.T, waits bool, cBack time.Duration, more func(*testsuite.TestWorkflowEnvironment, *fakeCluster)) (spec.RunStatus, *endChunks, []time.Time) {
+	t.Helper()
 	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c"), failed: map[string]bool{"c": true}}
 	ch := &fakeChunks{}
 	env := newRunEnv(t, cl, ch)
 	env.SetStartTime(day0)
 	ends := newEndChunks(env)
-	kept := day0.Add(2 * time.Hour) // the boundary that kept b
-	asks := freeNodes(env, cl, true, "c", kept.Add(4*time.Minute))
+	asks := freeNodes(env, cl, waits, "c", keptB.Add(cBack))
 	env.RegisterDelayedCallback(func() {
 		cl.mu.Lock()
-		cl.failed["b"] = true
+		cl.failed["b"] = true // drained: the Cluster hands it out no more
 		cl.mu.Unlock()
 		env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "disk"})
 	}, 30*time.Minute)
-	env.RegisterDelayedCallback(func() {
-		cl.mu.Lock()
-		delete(cl.failed, "b")
-		cl.mu.Unlock()
-		env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Undrained: true})
-	}, kept.Add(3*time.Minute).Sub(day0))
+	if more != nil {
+		more(env, cl)
+	}
 	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
 		asked, _ := ends.calls()
 		if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
@@ -698,15 +696,7 @@ func TestTrainingRunAskEndsNoChunkOnceNodesAreNotWanted(t *testing.T) {
 	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
 	s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	st := result(t, env)
-
-	require.EqualValues(t, 300, st.Step)
-	require.Equal(t, []time.Duration{time.Minute}, since(kept, asks()), "one ask, answered when c came free")
-	asked, _ := ends.calls()
-	require.Len(t, asked, 1, "only the drain ended a chunk")
-	require.Equal(t, "drain of b", asked[0].Why)
-	require.Len(t, st.Rescalings, 1, "the boundary that kept b")
-	require.Equal(t, []string{"a", "b"}, st.Nodes)
+	return result(t, env), ends, asks()
 }
 
 // freeNodes plays the FreeNodes activity on cl's nodes (free: neither
