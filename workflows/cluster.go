@@ -52,6 +52,12 @@ type NodeRecord struct {
 	HeldUntil time.Time `json:"held_until,omitzero"`
 }
 
+// takeable: r is a free node req's run may take now — live, on the run's
+// data set, held for no other run.
+func (c *cluster) takeable(now time.Time, r *NodeRecord, req spec.AcquireRequest) bool {
+	return r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID)
+}
+
 // heldForOther: r is held for another run than run, and the hold lasts.
 func heldForOther(now time.Time, r *NodeRecord, run string) bool {
 	return r.HeldFor != "" && r.HeldFor != run && now.Before(r.HeldUntil)
@@ -417,7 +423,7 @@ func (c *cluster) freeFor(now time.Time, req spec.AcquireRequest) (free int, kep
 		r := &c.st.Nodes[i]
 		switch {
 		case !c.alive(now, r) || slices.Contains(req.Leave, r.Node.ID):
-		case r.Run == "" && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID):
+		case c.takeable(now, r, req):
 			free++
 		case r.Run == req.RunID:
 			kept = append(kept, r.Node.ID)
@@ -442,8 +448,7 @@ func (c *cluster) holdFree(ctx workflow.Context, req spec.AcquireRequest) (int, 
 	var free []*NodeRecord
 	for i := range c.st.Nodes {
 		r := &c.st.Nodes[i]
-		if r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID) &&
-			!slices.Contains(req.Leave, r.Node.ID) {
+		if c.takeable(now, r, req) && !slices.Contains(req.Leave, r.Node.ID) {
 			free = append(free, r)
 		}
 	}
@@ -599,7 +604,7 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 		case r.Run == req.RunID && c.alive(now, r) && r.Rank >= 0 && r.Rank < req.Count && held[r.Rank] == nil &&
 			(!req.RecheckHeld || holds(r, req.DataSHA256)):
 			held[r.Rank] = r
-		case r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID):
+		case c.takeable(now, r, req):
 			free = append(free, r)
 		}
 	}
