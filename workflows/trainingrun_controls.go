@@ -400,7 +400,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 		return
 	}
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		waits, asked, waited := false, false, false
+		waited := false
 		for {
 			why, next, ok := r.wantsNodes()
 			if !ok {
@@ -411,10 +411,8 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 					return // the chunk ended
 				}
 			}
-			if !asked {
-				asked = true
-				waits = workflow.GetVersion(ctx, versionFreeNodesWait, workflow.DefaultVersion, 1) >= 1
-			}
+			// (Recorded at the first ask; later calls answer the same.)
+			waits := workflow.GetVersion(ctx, versionFreeNodesWait, workflow.DefaultVersion, 1) >= 1
 			var free int
 			req := spec.AcquireRequest{RunID: r.st.Status.RunID, DataSHA256: r.st.DataSHA256, Count: 1}
 			if waits {
