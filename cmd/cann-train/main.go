@@ -131,16 +131,13 @@ func suggestFlags(cmd *cobra.Command, err error) error {
 		return err
 	}
 	var flags []string
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+	add := func(f *pflag.Flag) {
 		if !f.Hidden {
 			flags = append(flags, "--"+f.Name)
 		}
-	})
-	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) {
-		if !f.Hidden {
-			flags = append(flags, "--"+f.Name)
-		}
-	})
+	}
+	cmd.Flags().VisitAll(add)
+	cmd.InheritedFlags().VisitAll(add)
 	if guess := suggest.DidYouMean(suggest.Nearest("--"+name, flags)); guess != "" {
 		return fmt.Errorf("%w (%s)", err, guess)
 	}
