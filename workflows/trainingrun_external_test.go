@@ -594,9 +594,7 @@ func TestExternalRunPauseRequestsACheckpoint(t *testing.T) {
 			}
 			// Every rank knows it: the first node's rank 0 commits the
 			// checkpoint when it gets there.
-			env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
-				Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step), SHA256: "57"}})
-			return in.Step, nil
+			return commitAsked(env, in), nil
 		}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 300*time.Millisecond)
 	}, func(st spec.RunStatus) {
