@@ -89,7 +89,9 @@ const (
 	// Count live free nodes for the run until Hold has passed, and
 	// answers how many it held: other runs' acquires and QueryFree pass
 	// them over meanwhile, so that a run that ends a chunk early to take
-	// a node finds it still free at its chunk boundary.
+	// a node finds it still free at its chunk boundary. The run's next
+	// acquire takes the nodes held for it first and ends the holds it did
+	// not use; releasing its nodes ends them too.
 	UpdateHoldFree = "hold-free"
 
 	// TrainingRun query and signals.

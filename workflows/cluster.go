@@ -152,7 +152,7 @@ func (c *cluster) run(ctx workflow.Context) error {
 	sel.AddReceive(release, func(ch workflow.ReceiveChannel, _ bool) {
 		var r spec.Release
 		ch.Receive(ctx, &r)
-		c.release(r.RunID)
+		c.release(ctx, r.RunID)
 	})
 	sel.AddReceive(drain, func(ch workflow.ReceiveChannel, _ bool) {
 		var d spec.Drain
@@ -320,7 +320,7 @@ func (c *cluster) drain(ctx workflow.Context, d spec.Drain) {
 	c.tellRun(ctx, r.Run, spec.Evict{NodeID: d.NodeID, Reason: r.DrainReason, Undrained: !d.Drained})
 }
 
-func (c *cluster) release(runID string) {
+func (c *cluster) release(ctx workflow.Context, runID string) {
 	if c.waiting[runID] > 0 {
 		c.ended[runID] = true // a release comes only from a run that ends
 	}
@@ -328,6 +328,9 @@ func (c *cluster) release(runID string) {
 		if c.st.Nodes[i].Run == runID {
 			c.st.Nodes[i].Run, c.st.Nodes[i].Rank = "", -1
 		}
+	}
+	if c.heldFor(workflow.Now(ctx), runID) {
+		c.unhold(ctx, runID)
 	}
 }
 
@@ -357,9 +360,10 @@ func validateAcquire(req spec.AcquireRequest) error {
 // only those that did not register another data set than
 // req.DataSHA256 since), holes are filled from the free pool (by node ID
 // order — those that registered req.PreferDataSHA256 first, or with
-// req.SameData those that registered the most common data set; free
-// nodes that registered another data set than req.DataSHA256 are left
-// aside). It waits up to req.Wait for enough live nodes — unless
+// req.SameData those that registered the most common data set; before
+// these, the nodes held for the run, and after all, those in req.Avoid;
+// free nodes that registered another data set than req.DataSHA256 are
+// left aside). Holds for the run it did not use end with it. It waits up to req.Wait for enough live nodes — unless
 // req.MinCount allows fewer: then it answers at once with every live node
 // it can give (at least MinCount), the healthy held ones first.
 func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
@@ -373,15 +377,18 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 			delete(c.ended, req.RunID)
 		}
 	}()
-	if _, ok := c.allocate(workflow.Now(ctx), req, false); !ok {
+	if _, ok := c.allocate(workflow.Now(ctx), req, false, false); !ok {
 		c.sweep(ctx, req.RunID)
 	}
+	// (Holds for the run are made while its chunk trains, before this.)
+	heldFirst := c.heldFor(workflow.Now(ctx), req.RunID) &&
+		workflow.GetVersion(ctx, versionHeldFirst, workflow.DefaultVersion, 1) >= 1
 	var out []spec.Node
 	var ok bool
 	if req.Wait <= 0 {
 		// Now or never. (AwaitWithTimeout with no time would not even
 		// look: its timer fires before the first check.)
-		out, ok = c.tryAcquire(workflow.Now(ctx), req)
+		out, ok = c.tryAcquire(workflow.Now(ctx), req, heldFirst)
 	} else {
 		var err error
 		ok, err = workflow.AwaitWithTimeout(ctx, req.Wait, func() bool {
@@ -389,7 +396,7 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 				return true
 			}
 			var done bool
-			out, done = c.tryAcquire(workflow.Now(ctx), req)
+			out, done = c.tryAcquire(workflow.Now(ctx), req, heldFirst)
 			return done
 		})
 		if err != nil {
@@ -545,7 +552,7 @@ func (c *cluster) sweep(ctx workflow.Context, self string) {
 		// Still held: a release may have landed while the activity ran.
 		if n > 0 && c.waiting[e.RunID] == 0 {
 			log.Info("freeing the nodes of a run that ended without releasing them", "run", e.RunID, "how", e.How, "nodes", n)
-			c.release(e.RunID)
+			c.release(ctx, e.RunID)
 		}
 	}
 }
@@ -588,12 +595,45 @@ func dataOrder(r *NodeRecord, sum string) int {
 }
 
 // tryAcquire allocates if it can; it changes nothing when it cannot.
-func (c *cluster) tryAcquire(now time.Time, req spec.AcquireRequest) ([]spec.Node, bool) {
-	return c.allocate(now, req, true)
+func (c *cluster) tryAcquire(now time.Time, req spec.AcquireRequest, heldFirst bool) ([]spec.Node, bool) {
+	return c.allocate(now, req, true, heldFirst)
 }
 
-// allocate says whether req can be met now and, with commit, allocates.
-func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) ([]spec.Node, bool) {
+// versionHeldFirst: an acquire by a run that free nodes are held for
+// (spec.UpdateHoldFree) fills its holes with those first — after any it
+// does not avoid, before the data-set order — and, once it allocates,
+// gives back the holds it did not use; a run that releases its nodes
+// gives back its holds too. Before, the acquire could take another free
+// node and leave the held one barred to other runs until its hold ran
+// out. Asked only when a node is held for the run.
+const versionHeldFirst = "held-first"
+
+// heldFor says whether a free node is held for run now.
+func (c *cluster) heldFor(now time.Time, run string) bool {
+	return slices.ContainsFunc(c.st.Nodes, func(r NodeRecord) bool {
+		return r.HeldFor == run && now.Before(r.HeldUntil)
+	})
+}
+
+// unhold gives back every hold for run (versionHeldFirst).
+func (c *cluster) unhold(ctx workflow.Context, run string) {
+	if workflow.GetVersion(ctx, versionHeldFirst, workflow.DefaultVersion, 1) >= 1 {
+		c.dropHolds(run)
+	}
+}
+
+// dropHolds clears every hold for run.
+func (c *cluster) dropHolds(run string) {
+	for i := range c.st.Nodes {
+		if r := &c.st.Nodes[i]; r.HeldFor == run {
+			r.HeldFor, r.HeldUntil = "", time.Time{}
+		}
+	}
+}
+
+// allocate says whether req can be met now and, with commit, allocates;
+// heldFirst: versionHeldFirst.
+func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit, heldFirst bool) ([]spec.Node, bool) {
 	held := make([]*NodeRecord, req.Count)
 	var free []*NodeRecord
 	for i := range c.st.Nodes {
@@ -616,6 +656,9 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 		slices.SortStableFunc(free, func(a, b *NodeRecord) int {
 			return dataOrder(a, prefer) - dataOrder(b, prefer)
 		})
+	}
+	if heldFirst {
+		slices.SortStableFunc(free, func(a, b *NodeRecord) int { return holdOrder(a, req.RunID) - holdOrder(b, req.RunID) })
 	}
 	if len(req.Avoid) > 0 {
 		avoided := func(r *NodeRecord) int {
@@ -667,6 +710,9 @@ func (c *cluster) allocate(now time.Time, req spec.AcquireRequest, commit bool) 
 		held[rank].Run, held[rank].Rank = req.RunID, rank
 		held[rank].HeldFor, held[rank].HeldUntil = "", time.Time{}
 		out[rank] = held[rank].Node
+	}
+	if heldFirst {
+		c.dropHolds(req.RunID) // (those it did not take)
 	}
 	return out, true
 }

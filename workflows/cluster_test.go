@@ -874,3 +874,78 @@ func TestClusterHoldsFreeNodesForARun(t *testing.T) {
 		require.Empty(t, r.HeldFor, "%s: a node taken is held no more", r.Node.ID)
 	}
 }
+
+// TestClusterAcquireTakesTheNodesHeldForTheRun: an acquire fills its holes
+// with the nodes held for its run before others (versionHeldFirst) — a
+// node it avoids still last — and gives back the holds it did not use; a
+// run that releases its nodes gives back its holds. The nodes held for
+// the run are never barred to the others after.
+func TestClusterAcquireTakesTheNodesHeldForTheRun(t *testing.T) {
+	y := func(count int, leave ...string) spec.AcquireRequest {
+		return spec.AcquireRequest{RunID: "run/y", Count: count, Leave: leave, Hold: time.Minute}
+	}
+	for _, tc := range []struct {
+		name    string
+		hold    spec.AcquireRequest // (for run/y)
+		acquire spec.AcquireRequest // by run/y, unless it releases
+		release bool
+		want    []string // the nodes run/y's acquire takes
+		// free: the nodes run/z may take after (none held for y).
+		free int
+	}{
+		{name: "held node first", hold: y(1, "a"), acquire: spec.AcquireRequest{RunID: "run/y", Count: 1},
+			want: []string{"b"}, free: 2},
+		{name: "unused hold given back", hold: y(2, "a"), acquire: spec.AcquireRequest{RunID: "run/y", Count: 1},
+			want: []string{"b"}, free: 2},
+		{name: "holds then others", hold: y(1, "a", "b"), acquire: spec.AcquireRequest{RunID: "run/y", Count: 2},
+			want: []string{"c", "a"}, free: 1},
+		{name: "avoided held node last", hold: y(1, "a"), acquire: spec.AcquireRequest{RunID: "run/y", Count: 1, Avoid: []string{"b"}},
+			want: []string{"a"}, free: 2},
+		{name: "release gives holds back", hold: y(2), release: true, free: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, acquire, at, results := clusterEnv()
+			registerAt(env, at, time.Second, testNodes("a", "b", "c"))
+			held := -1
+			at(2*time.Second, func() {
+				env.UpdateWorkflow(spec.UpdateHoldFree, "hold", &testsuite.TestUpdateCallback{
+					OnAccept: func() {},
+					OnReject: func(err error) { require.NoError(t, err) },
+					OnComplete: func(v any, err error) {
+						require.NoError(t, err)
+						held = v.(int)
+					},
+				}, tc.hold)
+			})
+			at(3*time.Second, func() {
+				if tc.release {
+					env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "run/y"})
+					return
+				}
+				acquire("y", tc.acquire)
+			})
+			free := -1
+			var records []NodeRecord
+			at(4*time.Second, func() { // within y's holds
+				v, err := env.QueryWorkflow(spec.QueryFree, spec.AcquireRequest{RunID: "run/z"})
+				require.NoError(t, err)
+				require.NoError(t, v.Get(&free))
+				v, err = env.QueryWorkflow(spec.QueryNodes)
+				require.NoError(t, err)
+				require.NoError(t, v.Get(&records))
+				env.CancelWorkflow()
+			})
+			env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+
+			require.Equal(t, tc.hold.Count, held, "the hold found its nodes")
+			if !tc.release {
+				require.NoError(t, results["y"].err)
+				require.Equal(t, tc.want, ids(results["y"].nodes))
+			}
+			require.Equal(t, tc.free, free, "the nodes run/z may take")
+			for _, r := range records {
+				require.Empty(t, r.HeldFor, "%s is held for no run after", r.Node.ID)
+			}
+		})
+	}
+}

@@ -153,7 +153,10 @@ import (
 // asks for a free node waited for one (versionFreeNodesWait): the node's
 // worker started while the ask waited, and was found by it (its test
 // records this one now); cluster_hold.json, the Cluster of that run: the
-// node found held for the run (UpdateHoldFree) until its acquire took it
+// node found held for the run (UpdateHoldFree) until its acquire took it;
+// cluster_held_first.json, the same Cluster once an acquire took the nodes
+// held for its run first and gave back the holds it did not use
+// (versionHeldFirst; the run's test records this one now)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -252,6 +255,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_cancelling.json", spec.WorkflowTrainingRun},     // … an external world's too
 		{"trainingrun_regrow_waiting_ask.json", spec.WorkflowTrainingRun},      // grew back mid-chunk, found by an ask that waited (versionFreeNodesWait)
 		{"cluster_hold.json", spec.WorkflowCluster},                            // … its Cluster, holding the node found for the run (UpdateHoldFree)
+		{"cluster_held_first.json", spec.WorkflowCluster},                      // … its acquire taking the held node first (versionHeldFirst)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -130,7 +130,7 @@ func TestShrunkRunGrowsBackMidChunk(t *testing.T) {
 		took.Round(time.Millisecond), shrunk.Recoveries[0].ResumeStep+chunk)
 	cancelAndAwait(ctx, t, c, run)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_regrow_waiting_ask.json")
-	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_hold.json")
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_held_first.json")
 }
 
 // untilScheduled waits until the run's history has an activity of type
