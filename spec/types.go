@@ -222,6 +222,21 @@ type Node struct {
 // tables show it to people.
 func ShortSHA256(sum string) string { return sum[:min(12, len(sum))] }
 
+// NodeAsk is how a run waiting for a free node asks the Cluster for one
+// (RunStatus.NodeAsk).
+type NodeAsk struct {
+	// Why the run wants a node ("growing back to 3 nodes", "replacing
+	// node-2").
+	Why string `json:"why"`
+	// Next is when it asks next: at the first chunk boundary from then
+	// on, or — on chunk_protocol 2 nodes — while a chunk trains, where a
+	// free node ends the chunk early. Zero while an ask waits.
+	Next time.Time `json:"next,omitzero"`
+	// WaitingSince: an ask has waited since then for a node to come free
+	// (it looks every few seconds).
+	WaitingSince time.Time `json:"waiting_since,omitzero"`
+}
+
 // ChunkProtocolVersion is what this build's TrainChunk does besides
 // training that the other nodes of a run must do too:
 //   - 1 (ChunkProtocolDataCheck): a run's first chunk compares the nodes'
@@ -869,6 +884,10 @@ type RunStatus struct {
 	// boundary (slow_node: replace) once a free node can take their rank;
 	// they are not drained.
 	Leaving []string `json:"leaving,omitempty"`
+	// NodeAsk, while the run waits for a free node (to grow back to
+	// TargetNodes, or to move off a node in Evicting or Leaving), says
+	// when it asks the Cluster; the status query fills it in.
+	NodeAsk *NodeAsk `json:"node_ask,omitempty"`
 	// ClusterID is the Cluster workflow (node registry) the run takes
 	// its nodes from.
 	ClusterID string `json:"cluster_id,omitempty"`

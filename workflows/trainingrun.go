@@ -200,6 +200,10 @@ type run struct {
 	// cancelSeen: the run was cancelled while a chunk trained, and asked
 	// the chunk to end at a checkpoint first (endOnCancel).
 	cancelSeen bool
+	// askingSince: an ask for a free node (watchForNodes) has waited
+	// since then for one to come free; zero when none waits. (For the
+	// status query only.)
+	askingSince time.Time
 }
 
 func newRun(ctx workflow.Context, in RunInput) (*run, error) {
@@ -247,7 +251,14 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 		}
 	}
 	if err := workflow.SetQueryHandler(ctx, spec.QueryStatus, func() (spec.RunStatus, error) {
-		return r.st.Status, nil
+		st := r.st.Status
+		if why, next, ok := r.wantsNodes(); ok {
+			st.NodeAsk = &spec.NodeAsk{Why: why, Next: next, WaitingSince: r.askingSince}
+			if !r.askingSince.IsZero() {
+				st.NodeAsk.Next = time.Time{}
+			}
+		}
+		return st, nil
 	}); err != nil {
 		return nil, err
 	}

@@ -419,7 +419,11 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 				req.Wait, req.Hold = freeNodesWait, freeNodesHold
 			}
 			start := workflow.Now(ctx)
+			if waits {
+				r.askingSince = start
+			}
 			err := workflow.ExecuteActivity(freeNodesOptions(ctx, why, req.Wait), spec.ActivityFreeNodes, r.clusterID, req).Get(ctx, &free)
+			r.askingSince = time.Time{}
 			switch {
 			case ctx.Err() != nil:
 				return

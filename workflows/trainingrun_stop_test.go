@@ -745,3 +745,29 @@ func freeNodes(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster, waits bo
 		return slices.Clone(at)
 	}
 }
+
+// TestTrainingRunStatusShowsItsAskForANode: the status of a run waiting
+// for a free node says why and when it asks (spec.NodeAsk): before its
+// first ask, the time of that ask; while an ask waits, since when; once
+// the node is taken, nothing.
+func TestTrainingRunStatusShowsItsAskForANode(t *testing.T) {
+	at := map[time.Duration]*spec.NodeAsk{}
+	st, _, _ := drainingB(t, true, 10*time.Minute+30*time.Second, func(env *testsuite.TestWorkflowEnvironment, _ *fakeCluster) {
+		for _, d := range []time.Duration{30 * time.Second, 3 * time.Minute, 7 * time.Minute, 150 * time.Minute} {
+			env.RegisterDelayedCallback(func() {
+				v, err := env.QueryWorkflow(spec.QueryStatus)
+				require.NoError(t, err)
+				var s spec.RunStatus
+				require.NoError(t, v.Get(&s))
+				at[d] = s.NodeAsk
+			}, keptB.Add(d).Sub(day0))
+		}
+	})
+	require.Equal(t, []string{"a", "c"}, st.Nodes)
+	require.Equal(t, map[time.Duration]*spec.NodeAsk{
+		30 * time.Second:  {Why: "replacing b", Next: keptB.Add(time.Minute)},
+		3 * time.Minute:   {Why: "replacing b", WaitingSince: keptB.Add(time.Minute)},
+		7 * time.Minute:   {Why: "replacing b", WaitingSince: keptB.Add(6 * time.Minute)},
+		150 * time.Minute: nil,
+	}, at)
+}

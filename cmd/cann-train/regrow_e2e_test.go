@@ -111,6 +111,9 @@ func TestShrunkRunGrowsBackMidChunk(t *testing.T) {
 		return len(st.Recoveries) == 1 && len(st.Nodes) == 1
 	})
 	untilScheduled(ctx, t, c, run.GetID(), spec.ActivityFreeNodes)
+	if text := cliAt(ctx, t, addr, l.LogDir)("status", s.Name); !strings.Contains(text, "asking     growing back to 2 nodes: an ask waits for a free node since") {
+		t.Errorf("status while the ask waits:\n%s", text)
+	}
 	restarted := time.Now()
 	if _, err := l.Start("node-2-again", "worker", "node", "--id", "node-2", "--address", addr,
 		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {

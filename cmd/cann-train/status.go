@@ -580,6 +580,7 @@ type Summary struct {
 	TargetNodes    int                `json:"target_nodes,omitempty"`
 	Evicting       []string           `json:"evicting,omitempty"`
 	Leaving        []string           `json:"leaving,omitempty"`
+	NodeAsk        *spec.NodeAsk      `json:"node_ask,omitempty"`
 	MinNodes       int                `json:"min_nodes,omitempty"`
 	GlobalBatch    int                `json:"global_batch,omitempty"`
 	RanksPerNode   int                `json:"ranks_per_node,omitempty"`
@@ -742,7 +743,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
 		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, TargetNodes: st.TargetNodes,
-		Evicting: st.Evicting, Leaving: st.Leaving, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
+		Evicting: st.Evicting, Leaving: st.Leaving, NodeAsk: st.NodeAsk, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 		Energy: energySummary(st.Segments),
 	}
@@ -963,11 +964,13 @@ func printControls(w io.Writer, s Summary) {
 	if len(s.Leaving) > 0 {
 		line += fmt.Sprintf("; slow %v replaced at a chunk boundary once a node is free (slow_node: replace)", s.Leaving)
 	}
-	if live := !slices.Contains([]spec.Phase{spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled}, s.Status); live &&
-		s.TargetNodes > len(s.Nodes) && s.PendingNodes == 0 {
+	if phaseLive(s.Status) && s.TargetNodes > len(s.Nodes) && s.PendingNodes == 0 {
 		line += fmt.Sprintf("; %d of %d after losing some: free nodes are taken back at chunk boundaries", len(s.Nodes), s.TargetNodes)
 	}
 	fmt.Fprintf(w, "nodes        %s\n", line)
+	if a := s.NodeAsk; a != nil && phaseLive(s.Status) {
+		fmt.Fprintf(w, "  %-10s %s\n", "asking", nodeAskLine(*a))
+	}
 	for _, r := range s.Rescalings {
 		kind, change := rescalingLine(r)
 		fmt.Fprintf(w, "  %-10s %s\n", kind, change)
@@ -975,6 +978,24 @@ func printControls(w io.Writer, s Summary) {
 	if s.RefusedRescale != "" {
 		fmt.Fprintf(w, "  %-10s %s\n", "refused", s.RefusedRescale)
 	}
+}
+
+// phaseLive: a run in phase p has not ended.
+func phaseLive(p spec.Phase) bool {
+	return !slices.Contains([]spec.Phase{spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled}, p)
+}
+
+// nodeAskLine says how a run waiting for a free node asks for one:
+// "growing back to 3 nodes: an ask waits for a free node since 21:30:05Z
+// (one ends the chunk in flight early)".
+func nodeAskLine(a spec.NodeAsk) string {
+	switch {
+	case !a.WaitingSince.IsZero():
+		return fmt.Sprintf("%s: an ask waits for a free node since %s (one ends the chunk in flight early)", a.Why, a.WaitingSince.UTC().Format("15:04:05Z"))
+	case !a.Next.IsZero():
+		return fmt.Sprintf("%s: next ask for a free node at %s (at a chunk boundary, or while a chunk trains)", a.Why, a.Next.UTC().Format("2006-01-02 15:04:05Z"))
+	}
+	return a.Why + ": asks for a free node at the next chunk boundary"
 }
 
 // rescalingLine says what a change of the node count did: its kind

@@ -286,6 +286,29 @@ func TestStatusTextNodeChanges(t *testing.T) {
 			}
 		}
 	}
+
+	// Its ask for a free node: waiting, or when it comes; none once ended.
+	since := time.Date(2026, 12, 5, 21, 30, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		phase spec.Phase
+		ask   spec.NodeAsk
+		want  string
+	}{
+		{spec.PhaseTraining, spec.NodeAsk{Why: "growing back to 3 nodes", WaitingSince: since},
+			"  asking     growing back to 3 nodes: an ask waits for a free node since 21:30:05Z (one ends the chunk in flight early)\n"},
+		{spec.PhaseTraining, spec.NodeAsk{Why: "growing back to 3 nodes", Next: since},
+			"  asking     growing back to 3 nodes: next ask for a free node at 2026-12-05 21:30:05Z (at a chunk boundary, or while a chunk trains)\n"},
+		{spec.PhaseFailed, spec.NodeAsk{Why: "growing back to 3 nodes", Next: since}, ""},
+	} {
+		st.Phase, st.NodeAsk = tc.phase, &tc.ask
+		b.Reset()
+		if err := printStatus(&b, st, "text", "", "default"); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(b.String(), "  asking"); got != (tc.want != "") || !strings.Contains(b.String(), tc.want) {
+			t.Errorf("%s, %+v: status text:\n%s\nwant the line %q", tc.phase, tc.ask, b.String(), tc.want)
+		}
+	}
 }
 
 // TestPrintStrategy: every candidate's line names what its communication
