@@ -157,3 +157,84 @@ func untilScheduled(ctx context.Context, t *testing.T, c client.Client, id, acti
 		}
 	}
 }
+
+// TestTwoShrunkRunsShareTheFreedNodes: two runs on one Cluster, each
+// shrunk to one node after a kill, both wait for a free node while their
+// chunks train. One killed node's worker starts again: exactly one run
+// takes it — the Cluster holds it for the run whose ask found it first
+// (spec.UpdateHoldFree) — and the other neither takes it nor ends a chunk
+// for it; the other killed node's worker starts again next, and the other
+// run takes that one. Each run ends exactly one chunk early.
+func TestTwoShrunkRunsShareTheFreedNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3", "node-4")
+	const chunk = 10_000_000
+	var runs []client.WorkflowRun
+	var killed []string
+	for _, name := range []string{"share-a", "share-b"} {
+		s := spec.RunSpec{Name: name, Nodes: 2, MinNodes: 1, Steps: 2 * chunk, ChunkSteps: chunk,
+			HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
+		run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+		st := untilStatus(ctx, t, c, run.GetID(), l.LogDir, name+"'s first chunk under way", func(_ spec.RunStatus, live *spec.ChunkProgress) bool {
+			return live != nil && live.Step >= 100
+		})
+		runs, killed = append(runs, run), append(killed, st.Nodes[1])
+	}
+	for _, id := range killed {
+		if err := syscall.Kill(l.Proc(id).Pid(), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, run := range runs {
+		untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the shrink", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+			return len(st.Recoveries) == 1 && len(st.Nodes) == 1
+		})
+		untilScheduled(ctx, t, c, run.GetID(), spec.ActivityFreeNodes)
+	}
+	restart := func(id string) {
+		if _, err := l.Start(id+"-again", "worker", "node", "--id", id, "--address", addr,
+			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grown := func(st spec.RunStatus) bool { return len(st.Rescalings) > 0 }
+	restart(killed[0])
+	var first, other client.WorkflowRun
+	for first == nil {
+		for i, run := range runs {
+			if grown(queryRun(ctx, t, c, run.GetID())) {
+				first, other = run, runs[1-i]
+			}
+		}
+		select {
+		case <-ctx.Done():
+			dumpLogs(t, l.LogDir)
+			t.Fatalf("neither run took %s back", killed[0])
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	restart(killed[1])
+	untilStatus(ctx, t, c, other.GetID(), l.LogDir, "the other run's regrow", func(st spec.RunStatus, _ *spec.ChunkProgress) bool { return grown(st) })
+	for i, want := range map[client.WorkflowRun]string{first: killed[0], other: killed[1]} {
+		st := queryRun(ctx, t, c, i.GetID())
+		if len(st.Rescalings) != 1 || !slices.Equal(st.Rescalings[0].Added, []string{want}) || len(st.Nodes) != 2 {
+			t.Errorf("%s: rescalings %+v, nodes %v; want %s taken back, and only it", i.GetID(), st.Rescalings, st.Nodes, want)
+		}
+		ends := 0
+		for _, ev := range fetchHistory(ctx, t, c, i.GetID()).GetEvents() {
+			if ev.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED &&
+				ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == spec.ActivityEndChunk {
+				ends++
+			}
+		}
+		if ends != 1 {
+			t.Errorf("%s ended %d chunks early; want 1, for the node it took", i.GetID(), ends)
+		}
+	}
+	t.Logf("%s took %s back first, %s took %s", first.GetID(), killed[0], other.GetID(), killed[1])
+	for _, run := range runs {
+		cancelAndAwait(ctx, t, c, run)
+	}
+}
