@@ -2,17 +2,22 @@ package workflows
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/goccy/go-yaml/parser"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/cann-train/cann-train/internal/suggest"
+	"github.com/cann-train/cann-train/internal/yamlpos"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -55,9 +60,36 @@ func (in *RunInput) UnmarshalJSON(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(new(plain)); err != nil {
-		in.unknown = strings.TrimPrefix(err.Error(), "json: ")
+		in.unknown = cmp.Or(unknownInputFields(b), strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
+}
+
+// unknownInputFields names every field of the JSON input b that RunInput
+// does not know, by its path, with the fields each most likely meant:
+// `unknown field "spec.nodse" (did you mean nodes?)`. Empty when b does
+// not parse (the decoder's own error then says which field).
+func unknownInputFields(b []byte) string {
+	file, err := parser.ParseBytes(b, 0) // (JSON is YAML)
+	if err != nil {
+		return ""
+	}
+	t := reflect.TypeFor[RunInput]()
+	var names []string
+	for _, u := range yamlpos.UnknownFields(file, t) {
+		name := strconv.Quote(u.Path)
+		if guess := suggest.DidYouMean(yamlpos.Suggest(t, u.Path)); guess != "" {
+			name += " (" + guess + ")"
+		}
+		names = append(names, name)
+	}
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return "unknown field " + names[0]
+	}
+	return "unknown fields " + strings.Join(names, ", ")
 }
 
 // versionUnknownInput: an input with a field TrainingRun does not know

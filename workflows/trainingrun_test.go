@@ -433,9 +433,12 @@ func TestTrainingRunRejectsBadSpec(t *testing.T) {
 // same input spelt right runs.
 func TestTrainingRunRejectsUnknownInputFields(t *testing.T) {
 	for _, tc := range []struct{ input, unknown string }{
-		{`{"spec": {"name": "t", "nodse": 1, "steps": 100}}`, `unknown field "nodse"`},
-		{`{"spec": {"name": "t", "nodes": 1, "steps": 100}, "cluster": "c"}`, `unknown field "cluster"`},
-		{`{"spec": {"name": "t", "nodes": 1, "steps": 100, "green": {"trace": "x.csv", "deadlin": "2h"}}}`, `unknown field "deadlin"`},
+		{`{"spec": {"name": "t", "nodse": 1, "steps": 100}}`, `unknown field "spec.nodse" (did you mean nodes?)`},
+		{`{"spec": {"name": "t", "nodes": 1, "steps": 100}, "cluster": "c"}`, `unknown field "cluster" (did you mean cluster_id?)`},
+		{`{"spec": {"name": "t", "nodes": 1, "steps": 100, "green": {"trace": "x.csv", "deadlin": "2h"}}}`,
+			`unknown field "spec.green.deadlin" (did you mean deadline?)`},
+		{`{"spec": {"name": "t", "nodes": 1, "stesp": 100, "zzzzzzzz": 1}, "faults": [{"node_di": "a"}]}`,
+			`unknown fields "spec.stesp" (did you mean steps?), "spec.zzzzzzzz", "faults[0].node_di" (did you mean node_id?)`},
 		{`{"spec": {"name": "t", "nodes": 1, "steps": 100}}`, ""},
 	} {
 		cl := &fakeCluster{pool: testNodes("a")}
