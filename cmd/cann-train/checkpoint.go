@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/engine"
@@ -30,11 +31,11 @@ func newCheckpointCmd(e *env) *cobra.Command {
 	// bucket settles url: --url if given, else the bucket of the run's
 	// last checkpoint as its status says (when Temporal answers), else
 	// the default.
-	bucket := func(cmd *cobra.Command, arg string) {
+	bucket := func(cmd *cobra.Command, ask *temporalAsk, arg string) {
 		if cmd.Flags().Changed("url") {
 			return
 		}
-		if u := runBucket(cmd.Context(), e, runName(arg)); u != "" {
+		if u := runBucket(cmd.Context(), ask, runName(arg)); u != "" {
 			url = u
 			fmt.Fprintf(e.err, "bucket %s (run/%s's last checkpoint; --url overrides)\n", url, runName(arg))
 		}
@@ -44,7 +45,9 @@ func newCheckpointCmd(e *env) *cobra.Command {
 		if err := checkOutput(output, "text", "json"); err != nil {
 			return nil, nil, err
 		}
-		bucket(cmd, arg)
+		ask := &temporalAsk{e: e}
+		defer ask.Close()
+		bucket(cmd, ask, arg)
 		if spec.MemoryBucket(url) {
 			return nil, nil, fmt.Errorf("bucket %s is the memory of the process that wrote it: another process (this command) cannot read it", url)
 		}
@@ -180,11 +183,13 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
-			bucket(cmd, args[0])
+			ask := &temporalAsk{e: e}
+			defer ask.Close()
+			bucket(cmd, ask, args[0])
 			opts := checkpoint.Options{GCGrace: grace}
 			if grace == 0 {
 				opts.GCGrace = -1 // none
-				if err := refuseLiveRun(cmd.Context(), e, runName(args[0])); err != nil {
+				if err := refuseLiveRun(cmd.Context(), ask, runName(args[0])); err != nil {
 					return err
 				}
 			}
@@ -232,25 +237,52 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 	return cmd
 }
 
-// runBucket is the bucket URL of run's last checkpoint, from its status on
-// Temporal; "" when Temporal does not answer within a few seconds or the
-// run has no checkpoint (the commands also work offline, on --url).
+// temporalAsk asks Temporal about runs for the checkpoint commands, which
+// also work offline: it dials once, at its first question, and gives each
+// question a few seconds — a Temporal that does not answer costs one
+// wait, not one per question.
+type temporalAsk struct {
+	e       *env
+	dialled bool
+	c       client.Client
+	err     error
+}
+
+// askTimeout bounds the dial and each question of a temporalAsk.
+const askTimeout = 3 * time.Second
+
+// client dials on first use and returns the client, or why there is none.
+func (a *temporalAsk) client(ctx context.Context) (client.Client, error) {
+	if !a.dialled {
+		ctx, cancel := context.WithTimeout(ctx, askTimeout)
+		defer cancel()
+		a.c, a.err = dialQuiet(ctx, a.e)
+		a.dialled = true
+	}
+	return a.c, a.err
+}
+
+// Close closes the client, if one was dialled.
+func (a *temporalAsk) Close() {
+	if a.c != nil {
+		a.c.Close()
+	}
+}
+
 // refuseLiveRun refuses a GC without a grace period of a run whose
 // workflow still runs (when Temporal answers): a save of its in flight
 // may rely on chunks no manifest names yet, which only the grace spares.
-func refuseLiveRun(ctx context.Context, e *env, run string) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	c, err := dialQuiet(ctx, e)
-	if err != nil {
-		fmt.Fprintf(e.err, "could not ask Temporal whether run/%s still runs (%v); collecting without a grace period as asked\n", run, err)
-		return nil
+func refuseLiveRun(ctx context.Context, ask *temporalAsk, run string) error {
+	c, err := ask.client(ctx)
+	ended := ""
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, askTimeout)
+		defer cancel()
+		ended, err = activities.RunEnded(ctx, c, spec.RunIDPrefix+run)
 	}
-	defer c.Close()
-	ended, err := activities.RunEnded(ctx, c, spec.RunIDPrefix+run)
 	switch {
 	case err != nil:
-		fmt.Fprintf(e.err, "could not ask Temporal whether run/%s still runs (%v); collecting without a grace period as asked\n", run, err)
+		fmt.Fprintf(ask.e.err, "could not ask Temporal whether run/%s still runs (%v); collecting without a grace period as asked\n", run, err)
 		return nil
 	case ended == "":
 		return fmt.Errorf("--grace 0: run/%s is still running, and a checkpoint it is saving may rely on chunks no manifest names yet; "+
@@ -259,14 +291,16 @@ func refuseLiveRun(ctx context.Context, e *env, run string) error {
 	return nil
 }
 
-func runBucket(ctx context.Context, e *env, run string) string {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	c, err := dialQuiet(ctx, e)
+// runBucket is the bucket URL of run's last checkpoint, from its status on
+// Temporal; "" when Temporal does not answer within a few seconds or the
+// run has no checkpoint (the commands also work offline, on --url).
+func runBucket(ctx context.Context, ask *temporalAsk, run string) string {
+	c, err := ask.client(ctx)
 	if err != nil {
 		return ""
 	}
-	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
 	st, _, _, _ := readProgress(ctx, c, spec.RunIDPrefix+run) // a failed or cancelled run's status too
 	if st.LastCkpt == nil {
 		return ""

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,4 +119,54 @@ func TestCheckpointGC(t *testing.T) {
 	if err != nil || !strings.Contains(out, "deleted 0;") || !strings.Contains(out, " 0 deleted") {
 		t.Errorf("second gc: %v\n%s", err, out)
 	}
+}
+
+// TestCheckpointGCAsksTemporalOnce: `checkpoint gc RUN --grace 0` without
+// --url asks Temporal twice — where the run's bucket is, whether the run
+// still runs — over one connection: a Temporal that accepts but never
+// answers costs one wait of a few seconds, not one per question, and the
+// command goes on offline (here: the default bucket, without the run).
+func TestCheckpointGCAsksTemporalOnce(t *testing.T) {
+	t.Setenv("CANN_TRAIN_HOME", t.TempDir())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int32
+	go func() {
+		var held []net.Conn // open, never answered
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			held = append(held, c)
+		}
+	}()
+	var out, errb bytes.Buffer
+	cmd := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	cmd.SetArgs([]string{"checkpoint", "gc", "gone-run", "--grace", "0", "--address", ln.Addr().String()})
+	start := time.Now()
+	err = cmd.Execute()
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), `no checkpoints of run "gone-run"`) {
+		t.Fatalf("gc: %v, want no checkpoints of the run in the default bucket\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "could not ask Temporal whether run/gone-run still runs") {
+		t.Errorf("stderr does not say Temporal did not answer:\n%s", errb.String())
+	}
+	if took > askTimeout+askTimeout/2 {
+		t.Errorf("gc took %v with a Temporal that never answers: one wait is %v", took, askTimeout)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections to Temporal; want one for both questions", n)
+	}
+	t.Logf("%v, %d connection(s)", took.Round(time.Millisecond), conns.Load())
 }
