@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -128,7 +129,8 @@ func delimiter(first []byte) rune {
 // opts.MaxGapSteps (default 2, or an hour of steps on a finer grid) missing steps are filled
 // linearly, longer ones are refused with a *GapError (ErrGap) naming the
 // missing range and the file line after it. A row whose value cell is
-// empty is a missing step (as a null is in the JSON forms); a row repeating
+// empty, or holds a missing-value marker (NaN, NA, N/A, null, none), is a
+// missing step (as a null is in the JSON forms); a row repeating
 // the previous row's time and value is dropped, a repeated time with
 // another value is refused (ErrIrregular).
 // Bad values give ErrBadValue naming line and column.
@@ -151,7 +153,7 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 		return nil, err
 	}
 	var pts []point
-	empty := 0 // rows with an empty value cell
+	empty := 0 // rows without a value (missingCell)
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -183,9 +185,10 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 			return nil, fmt.Errorf("%s column %d (%s): %w", where, tc+1, header[tc], err)
 		}
 		raw := strings.TrimSpace(rec[vc])
-		if raw == "" {
-			// No reading (Electricity Maps leaves the cell empty): a
-			// missing step, interpolated or refused like a missing row.
+		if missingCell(raw) {
+			// No reading (Electricity Maps leaves the cell empty; pandas
+			// may write NaN, R NA): a missing step, interpolated or
+			// refused like a missing row.
 			empty++
 			pts = append(pts, point{t: t, where: where, missing: true})
 			continue
@@ -208,9 +211,18 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 	}
 	s, err := buildSeries(pts, zone, opts.MaxGapSteps)
 	if err != nil && empty > 0 {
-		return nil, fmt.Errorf("%w (%d rows have an empty %s)", err, empty, header[vc])
+		return nil, fmt.Errorf("%w (%d rows have no value in %s)", err, empty, header[vc])
 	}
 	return s, err
+}
+
+// missingCell: raw, a value cell, says there is no reading — empty, or a
+// missing-value marker of the tools that write such files (NaN, NA, N/A,
+// null, none; any case).
+func missingCell(raw string) bool {
+	return raw == "" || slices.ContainsFunc([]string{"nan", "na", "n/a", "null", "none"}, func(m string) bool {
+		return strings.EqualFold(raw, m)
+	})
 }
 
 // timeLike reports whether a lower-cased header names a time: time,

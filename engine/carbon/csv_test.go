@@ -97,12 +97,17 @@ func TestReadCSV(t *testing.T) {
 		{name: "empty values beyond the gap limit", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "10", "1") +
 			emRow("2022-01-01 01:00:00", "ES", "", "1") + emRow("2022-01-01 02:00:00", "ES", "", "1") +
 			emRow("2022-01-01 03:00:00", "ES", "", "1") + emRow("2022-01-01 04:00:00", "ES", "50", "1"),
-			wantErr: ErrGap, errHas: []string{"line 6", "2022-01-01T01:00:00Z", "3 missing", "3 rows have an empty Carbon Intensity"}},
+			wantErr: ErrGap, errHas: []string{"line 6", "2022-01-01T01:00:00Z", "3 missing", "3 rows have no value in Carbon Intensity"}},
 		{name: "only empty values", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "", "1") + emRow("2022-01-01 01:00:00", "ES", "", "1"),
-			wantErr: ErrIrregular, errHas: []string{"got 0", "2 rows have an empty"}},
+			wantErr: ErrIrregular, errHas: []string{"got 0", "2 rows have no value in"}},
 		{name: "negative", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,-1\n",
 			wantErr: ErrBadValue, errHas: []string{"line 3", "column 2"}},
-		{name: "nan", in: "time,DE\n2020-01-01 00:00,NaN\n", wantErr: ErrBadValue, errHas: []string{"line 2"}},
+		{name: "missing-value markers are missing steps", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,NaN\n2020-01-01 02:00,na\n2020-01-01 03:00,40\n",
+			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20, 30, 40}},
+		{name: "missing-value markers beyond the gap limit", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,NaN\n2020-01-01 02:00,null\n" +
+			"2020-01-01 03:00,N/A\n2020-01-01 04:00,40\n",
+			wantErr: ErrGap, errHas: []string{"line 6", "3 missing", "3 rows have no value in DE"}},
+		{name: "infinity", in: "time,DE\n2020-01-01 00:00,Inf\n", wantErr: ErrBadValue, errHas: []string{"line 2", "Inf"}},
 		{name: "bad time", in: "time,DE\n2020-01-01 00:00,10\n01/02/2020,10\n", wantErr: ErrBadTime, errHas: []string{"line 3", "column 1"}},
 		{name: "semicolons", in: "time;DE\n2020-01-01 00:00;10\n2020-01-01 01:00;20\n",
 			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20}},
