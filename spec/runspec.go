@@ -46,7 +46,9 @@ type RunSpec struct {
 	CheckpointEvery int64 `yaml:"checkpoint_every" json:"checkpoint_every"`
 	// MaxRestarts bounds node replacements before the run fails.
 	MaxRestarts int `yaml:"max_restarts" json:"max_restarts"`
-	// NodeWait bounds how long to wait for enough live nodes.
+	// NodeWait bounds how long to wait for enough live nodes; a run below
+	// its size, or keeping a drained node for want of a free one, asks
+	// for a free node at least this often.
 	NodeWait Duration `yaml:"node_wait" json:"node_wait"`
 	// HeartbeatTimeout: a node silent this long is presumed dead.
 	HeartbeatTimeout Duration `yaml:"heartbeat_timeout" json:"heartbeat_timeout"`

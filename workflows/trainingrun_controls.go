@@ -448,7 +448,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 				r.st.RegrowAt = r.regrowAfter(ctx, r.st.RegrowWait)
 			}
 			if r.evictWanted() && !now.Before(r.st.Ctl.EvictRetry) {
-				r.st.Ctl.EvictRetry = now.Add(evictRetry)
+				r.st.Ctl.EvictRetry = r.evictAfter(ctx)
 			}
 			// An ask that waited (most of) its time is followed by the
 			// next at once; one answered sooner (an error, a control
@@ -502,6 +502,22 @@ func (r *run) heldEvicts() []spec.Evict {
 	}
 	return held
 }
+
+// evictAfter is when a run that kept a node to move off asks again for a
+// free node: evictRetry from now, or node_wait when that is shorter
+// (versionEvictNodeWait), as a regrow's asks.
+func (r *run) evictAfter(ctx workflow.Context) time.Time {
+	wait := evictRetry
+	if nw := r.spec.NodeWait.D(); nw < wait && workflow.GetVersion(ctx, versionEvictNodeWait, workflow.DefaultVersion, 1) >= 1 {
+		wait = nw
+	}
+	return workflow.Now(ctx).Add(wait)
+}
+
+// versionEvictNodeWait: a job whose node_wait is shorter than evictRetry
+// asks for a drained node's replacement that often (before: every
+// evictRetry regardless). Asked only for such a job.
+const versionEvictNodeWait = "evict-node-wait"
 
 // evictRetry: how long a run that found no free node to replace a drained
 // one trains on before it asks again.
@@ -566,7 +582,7 @@ func (r *run) externalEvictDue() bool {
 // evict moves the run off the drained nodes it holds, at this boundary:
 // free nodes take their ranks; without enough of them the run goes on
 // without them down to min_nodes, as after a failure; short of that it
-// keeps them, says so once, and asks again evictRetry later. Like a
+// keeps them, says so once, and asks again evictAfter. Like a
 // rescale it first lets a chunk checkpoint when the last checkpoint is
 // older than the current step (it then returns false).
 func (r *run) evict(ctx workflow.Context) bool {
@@ -608,15 +624,16 @@ func (r *run) evict(ctx workflow.Context) bool {
 		}
 	}
 	if rec.Error != "" {
+		retry := r.evictAfter(ctx)
 		if r.st.Ctl.EvictRetry.IsZero() {
-			again := "asking again every " + evictRetry.String()
+			again := "asking again every " + retry.Sub(workflow.Now(ctx)).String()
 			if r.spec.IsExternal() {
 				again = "kept until the job's nodes next change"
 			}
 			rec.Error = "no free node to take its place; training on with it, " + again + " (" + rec.Error + ")"
 			r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
 		}
-		r.st.Ctl.EvictRetry = workflow.Now(ctx).Add(evictRetry)
+		r.st.Ctl.EvictRetry = retry
 		r.publish(ctx)
 		return true
 	}

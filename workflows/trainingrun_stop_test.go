@@ -637,7 +637,7 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 // but the run no longer wants a node, and its chunk trains on to its end
 // (it would end early for nothing).
 func TestTrainingRunAskEndsNoChunkOnceNodesAreNotWanted(t *testing.T) {
-	st, ends, asks := drainingB(t, true, 4*time.Minute, func(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster) {
+	st, ends, asks := drainingB(t, true, 4*time.Minute, func(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster, _ *spec.RunSpec) {
 		env.RegisterDelayedCallback(func() {
 			cl.mu.Lock()
 			delete(cl.failed, "b")
@@ -655,6 +655,20 @@ func TestTrainingRunAskEndsNoChunkOnceNodesAreNotWanted(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, st.Nodes)
 }
 
+// TestTrainingRunAsksForAReplacementEveryNodeWait: a job whose node_wait
+// (20 s) is shorter than evictRetry asks for a drained node's replacement
+// that often (versionEvictNodeWait), as its regrow asks would, and says so.
+func TestTrainingRunAsksForAReplacementEveryNodeWait(t *testing.T) {
+	st, ends, asks := drainingB(t, false, 2*time.Minute, func(_ *testsuite.TestWorkflowEnvironment, _ *fakeCluster, s *spec.RunSpec) {
+		s.NodeWait = spec.Duration(20 * time.Second)
+	})
+	require.Equal(t, []time.Duration{20 * time.Second, 40 * time.Second, time.Minute, 80 * time.Second, 100 * time.Second, 2 * time.Minute},
+		since(keptB, asks), "an ask every node_wait after the boundary that kept b; the last finds c")
+	require.Equal(t, 2*time.Minute, since(keptB, ends.times())[1], "the second chunk ended for c")
+	require.Contains(t, st.Rescalings[0].Error, "asking again every 20s")
+	require.Equal(t, []string{"a", "c"}, st.Nodes)
+}
+
 // keptB is when the first chunk of drainingB's run returns, ended for b's
 // drain: the boundary that keeps b (no node free); the next trains 2–4 h.
 var keptB = day0.Add(2 * time.Hour)
@@ -663,9 +677,9 @@ var keptB = day0.Add(2 * time.Hour)
 // hours, 300 steps: b is drained 30 minutes in, while c is failed, and
 // c's worker comes back cBack after keptB; FreeNodes asks wait or not
 // (freeNodes). A chunk asked to end ends 37 steps in, with rank 0's
-// checkpoint there. more adds a test's own events. It returns the run's
+// checkpoint there. more adds a test's own events and may edit the job. It returns the run's
 // status, the EndChunk calls and the times of the FreeNodes asks.
-func drainingB(t *testing.T, waits bool, cBack time.Duration, more func(*testsuite.TestWorkflowEnvironment, *fakeCluster)) (spec.RunStatus, *endChunks, []time.Time) {
+func drainingB(t *testing.T, waits bool, cBack time.Duration, more func(*testsuite.TestWorkflowEnvironment, *fakeCluster, *spec.RunSpec)) (spec.RunStatus, *endChunks, []time.Time) {
 	t.Helper()
 	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c"), failed: map[string]bool{"c": true}}
 	ch := &fakeChunks{}
@@ -679,8 +693,9 @@ func drainingB(t *testing.T, waits bool, cBack time.Duration, more func(*testsui
 		cl.mu.Unlock()
 		env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "disk"})
 	}, 30*time.Minute)
+	s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 2, Steps: 300, ChunkSteps: 100}
 	if more != nil {
-		more(env, cl)
+		more(env, cl, &s)
 	}
 	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
 		asked, _ := ends.calls()
@@ -694,8 +709,7 @@ func drainingB(t *testing.T, waits bool, cBack time.Duration, more func(*testsui
 		}
 	}
 	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
-	s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s.WithDefaults()})
 	return result(t, env), ends, asks()
 }
 
@@ -752,7 +766,7 @@ func freeNodes(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster, waits bo
 // the node is taken, nothing.
 func TestTrainingRunStatusShowsItsAskForANode(t *testing.T) {
 	at := map[time.Duration]*spec.NodeAsk{}
-	st, _, _ := drainingB(t, true, 10*time.Minute+30*time.Second, func(env *testsuite.TestWorkflowEnvironment, _ *fakeCluster) {
+	st, _, _ := drainingB(t, true, 10*time.Minute+30*time.Second, func(env *testsuite.TestWorkflowEnvironment, _ *fakeCluster, _ *spec.RunSpec) {
 		for _, d := range []time.Duration{30 * time.Second, 3 * time.Minute, 7 * time.Minute, 150 * time.Minute} {
 			env.RegisterDelayedCallback(func() {
 				v, err := env.QueryWorkflow(spec.QueryStatus)

@@ -238,3 +238,58 @@ func TestTwoShrunkRunsShareTheFreedNodes(t *testing.T) {
 		cancelAndAwait(ctx, t, c, run)
 	}
 }
+
+// TestDrainedNodeIsReplacedMidChunk: a run on node-1 and node-2 that
+// cannot shrink (min_nodes 2) has node-2 drained while no node is free:
+// its chunk ends early for the drain, and the boundary keeps node-2 (the
+// status says so) and trains on. While that chunk trains the run asks for
+// a replacement (node_wait 3 s after the boundary, then waiting for one);
+// node-3's worker starts: the ask finds it, the chunk ends early, and
+// node-3 takes node-2's rank within seconds, at a checkpoint.
+// Its history is the replay test's trainingrun_evict_mid_chunk.json.
+func TestDrainedNodeIsReplacedMidChunk(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2")
+	const chunk = 10_000_000
+	s := spec.RunSpec{Name: "evict-mid-chunk", Nodes: 2, MinNodes: 2, Steps: 3 * chunk, ChunkSteps: chunk,
+		HeartbeatTimeout: spec.Duration(3 * time.Second), NodeWait: spec.Duration(3 * time.Second)}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the first chunk under way", func(_ spec.RunStatus, live *spec.ChunkProgress) bool {
+		return live != nil && live.Step >= 200
+	})
+	cli := cliAt(ctx, t, addr, l.LogDir)
+	cli("nodes", "drain", "node-2", "--reason", "swap the disk")
+	kept := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the boundary that kept node-2", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.Rescalings) == 1
+	})
+	if r := kept.Rescalings[0]; !strings.Contains(r.Error, "no free node to take its place; training on with it, asking again every 3s") ||
+		!slices.Equal(kept.Nodes, []string{"node-1", "node-2"}) || !slices.Equal(kept.Evicting, []string{"node-2"}) {
+		t.Fatalf("after the drain: %+v, nodes %v, evicting %v; want node-2 kept, the run asking every 3 s", r, kept.Nodes, kept.Evicting)
+	}
+	untilScheduled(ctx, t, c, run.GetID(), spec.ActivityFreeNodes)
+	if text := cli("status", s.Name); !strings.Contains(text, "asking     replacing node-2: an ask waits for a free node since") {
+		t.Errorf("status while the ask waits:\n%s", text)
+	}
+	started := time.Now()
+	if _, err := l.Start("node-3", "worker", "node", "--id", "node-3", "--address", addr,
+		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	moved := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the move to node-3", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.Rescalings) == 2
+	})
+	m := moved.Rescalings[1]
+	took := m.At.Sub(started)
+	if m.Error != "" || !slices.Equal(m.Added, []string{"node-3"}) || !slices.Equal(m.Removed, []string{"node-2"}) ||
+		!slices.Equal(moved.Nodes, []string{"node-1", "node-3"}) || len(moved.Evicting) != 0 ||
+		m.AtStep >= kept.Rescalings[0].AtStep+chunk || m.ResumeStep != m.AtStep || took > 30*time.Second {
+		t.Fatalf("move %+v, nodes %v, evicting %v, %v after node-3's worker was started; want node-3 in node-2's rank within the chunk, at its checkpoint, within seconds",
+			m, moved.Nodes, moved.Evicting, took)
+	}
+	t.Logf("node-2 drained and kept at step %d; node-3's worker started while the run's ask waited; moved to node-3 at step %d, %v later",
+		kept.Rescalings[0].AtStep, m.AtStep, took.Round(time.Millisecond))
+	cancelAndAwait(ctx, t, c, run)
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_evict_mid_chunk.json")
+}
