@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -110,15 +111,9 @@ func TestShrunkRunGrowsBackMidChunk(t *testing.T) {
 	shrunk := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the shrink", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return len(st.Recoveries) == 1 && len(st.Nodes) == 1
 	})
-	untilScheduled(ctx, t, c, run.GetID(), spec.ActivityFreeNodes)
-	if text := cliAt(ctx, t, addr, l.LogDir)("status", s.Name); !strings.Contains(text, "asking     growing back to 2 nodes: an ask waits for a free node since") {
-		t.Errorf("status while the ask waits:\n%s", text)
-	}
+	untilAsking(ctx, t, c, addr, l.LogDir, s.Name, "growing back to 2 nodes")
 	restarted := time.Now()
-	if _, err := l.Start("node-2-again", "worker", "node", "--id", "node-2", "--address", addr,
-		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
-		t.Fatal(err)
-	}
+	startNodeWorker(t, l, addr, dir, "node-2-again", "node-2")
 	grown := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the regrow", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return len(st.Rescalings) == 1
 	})
@@ -134,6 +129,27 @@ func TestShrunkRunGrowsBackMidChunk(t *testing.T) {
 	cancelAndAwait(ctx, t, c, run)
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_regrow_waiting_ask.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_held_first.json")
+}
+
+// untilAsking waits until run/name's ask for a free node is under way
+// and its status says so ("asking     why: an ask waits for a free node
+// since …").
+func untilAsking(ctx context.Context, t *testing.T, c client.Client, addr, logDir, name, why string) {
+	t.Helper()
+	untilScheduled(ctx, t, c, spec.RunIDPrefix+name, spec.ActivityFreeNodes)
+	if text := cliAt(ctx, t, addr, logDir)("status", name); !strings.Contains(text, "asking     "+why+": an ask waits for a free node since") {
+		t.Errorf("status while the ask waits:\n%s", text)
+	}
+}
+
+// startNodeWorker starts a node worker process proc as node id, on the
+// test's checkpoint bucket in dir.
+func startNodeWorker(t *testing.T, l *dev.Launcher, addr, dir, proc, id string) {
+	t.Helper()
+	if _, err := l.Start(proc, "worker", "node", "--id", id, "--address", addr,
+		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // untilScheduled waits until the run's history has an activity of type
@@ -193,12 +209,7 @@ func TestTwoShrunkRunsShareTheFreedNodes(t *testing.T) {
 		})
 		untilScheduled(ctx, t, c, run.GetID(), spec.ActivityFreeNodes)
 	}
-	restart := func(id string) {
-		if _, err := l.Start(id+"-again", "worker", "node", "--id", id, "--address", addr,
-			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	restart := func(id string) { startNodeWorker(t, l, addr, dir, id+"-again", id) }
 	grown := func(st spec.RunStatus) bool { return len(st.Rescalings) > 0 }
 	restart(killed[0])
 	var first, other client.WorkflowRun
@@ -268,15 +279,9 @@ func TestDrainedNodeIsReplacedMidChunk(t *testing.T) {
 		!slices.Equal(kept.Nodes, []string{"node-1", "node-2"}) || !slices.Equal(kept.Evicting, []string{"node-2"}) {
 		t.Fatalf("after the drain: %+v, nodes %v, evicting %v; want node-2 kept, the run asking every 3 s", r, kept.Nodes, kept.Evicting)
 	}
-	untilScheduled(ctx, t, c, run.GetID(), spec.ActivityFreeNodes)
-	if text := cli("status", s.Name); !strings.Contains(text, "asking     replacing node-2: an ask waits for a free node since") {
-		t.Errorf("status while the ask waits:\n%s", text)
-	}
+	untilAsking(ctx, t, c, addr, l.LogDir, s.Name, "replacing node-2")
 	started := time.Now()
-	if _, err := l.Start("node-3", "worker", "node", "--id", "node-3", "--address", addr,
-		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
-		t.Fatal(err)
-	}
+	startNodeWorker(t, l, addr, dir, "node-3", "node-3")
 	moved := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the move to node-3", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return len(st.Rescalings) == 2
 	})
