@@ -40,8 +40,9 @@ type RunInput struct {
 	// last is corrupt; without them only the last is known.
 	ResumeCheckpoints []spec.CheckpointRef `json:"resume_checkpoints,omitempty"`
 
-	// unknown is the first field of the JSON input this type does not
-	// know (UnmarshalJSON), e.g. `unknown field "nodse"`.
+	// unknown names the fields of the JSON input this type does not
+	// know (UnmarshalJSON), e.g. `unknown field "spec.nodse" (did you mean
+	// nodes?)`.
 	unknown string
 }
 

@@ -54,7 +54,7 @@ func TestNodeWithoutDataIsReplaced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := typo.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), `unknown field "nodse"`) {
+	if err := typo.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), `unknown field "spec.nodse" (did you mean nodes?)`) {
 		t.Errorf("a misspelled input field: %v; want the run failed naming it", err)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, typo.GetID()), "trainingrun_unknown_input.json")
