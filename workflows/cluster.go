@@ -363,9 +363,10 @@ func validateAcquire(req spec.AcquireRequest) error {
 // req.SameData those that registered the most common data set; before
 // these, the nodes held for the run, and after all, those in req.Avoid;
 // free nodes that registered another data set than req.DataSHA256 are
-// left aside). Holds for the run it did not use end with it. It waits up to req.Wait for enough live nodes — unless
-// req.MinCount allows fewer: then it answers at once with every live node
-// it can give (at least MinCount), the healthy held ones first.
+// left aside); holds for the run it did not use end with it. It waits up
+// to req.Wait for enough live nodes — unless req.MinCount allows fewer:
+// then it answers at once with every live node it can give (at least
+// MinCount), the healthy held ones first.
 func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec.Node, error) {
 	for _, mf := range req.Failed {
 		c.markFailed(ctx, mf)

@@ -993,7 +993,7 @@ func nodeAskLine(a spec.NodeAsk) string {
 	case !a.WaitingSince.IsZero():
 		return fmt.Sprintf("%s: an ask waits for a free node since %s (one ends the chunk in flight early)", a.Why, a.WaitingSince.UTC().Format("15:04:05Z"))
 	case !a.Next.IsZero():
-		return fmt.Sprintf("%s: next ask for a free node at %s (at a chunk boundary, or while a chunk trains)", a.Why, a.Next.UTC().Format("2006-01-02 15:04:05Z"))
+		return fmt.Sprintf("%s: asks for a free node from %s on (at the first chunk boundary then, or while a chunk trains)", a.Why, a.Next.UTC().Format("2006-01-02 15:04:05Z"))
 	}
 	return a.Why + ": asks for a free node at the next chunk boundary"
 }

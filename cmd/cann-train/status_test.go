@@ -297,7 +297,7 @@ func TestStatusTextNodeChanges(t *testing.T) {
 		{spec.PhaseTraining, spec.NodeAsk{Why: "growing back to 3 nodes", WaitingSince: since},
 			"  asking     growing back to 3 nodes: an ask waits for a free node since 21:30:05Z (one ends the chunk in flight early)\n"},
 		{spec.PhaseTraining, spec.NodeAsk{Why: "growing back to 3 nodes", Next: since},
-			"  asking     growing back to 3 nodes: next ask for a free node at 2026-12-05 21:30:05Z (at a chunk boundary, or while a chunk trains)\n"},
+			"  asking     growing back to 3 nodes: asks for a free node from 2026-12-05 21:30:05Z on (at the first chunk boundary then, or while a chunk trains)\n"},
 		{spec.PhaseFailed, spec.NodeAsk{Why: "growing back to 3 nodes", Next: since}, ""},
 	} {
 		st.Phase, st.NodeAsk = tc.phase, &tc.ask
