@@ -414,7 +414,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			// (Recorded at the first ask; later calls answer the same.)
 			waits := workflow.GetVersion(ctx, versionFreeNodesWait, workflow.DefaultVersion, 1) >= 1
 			var free int
-			req := spec.AcquireRequest{RunID: r.st.Status.RunID, DataSHA256: r.st.DataSHA256, Count: 1}
+			req := spec.AcquireRequest{RunID: r.st.Status.RunID, DataSHA256: r.st.DataSHA256, Count: r.nodesWanted()}
 			if waits {
 				req.Wait, req.Hold = freeNodesWait, freeNodesHold
 			}
@@ -478,6 +478,21 @@ func (r *run) wantsNodes() (why string, next time.Time, ok bool) {
 		whys = append(whys, "replacing "+strings.Join(ids, ", "))
 	}
 	return strings.Join(whys, "; "), next, len(whys) > 0
+}
+
+// nodesWanted is how many free nodes a run waiting for some (wantsNodes)
+// could take at its next boundary: up to its regrow target, and one for
+// each node it keeps to move off. A FreeNodes ask has the Cluster hold
+// up to that many for it (one found ends the chunk).
+func (r *run) nodesWanted() int {
+	n := 0
+	if r.regrowWanted() {
+		n += r.regrowTarget() - len(r.st.Membership.Nodes)
+	}
+	if r.evictWanted() {
+		n += len(r.heldEvicts())
+	}
+	return max(n, 1)
 }
 
 // regrowWanted: the run is below the size it grows back to.

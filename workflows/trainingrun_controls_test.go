@@ -725,6 +725,38 @@ func TestRegrowTarget(t *testing.T) {
 	}
 }
 
+// nodesWanted: a waiting run's FreeNodes ask holds as many free nodes as
+// its next boundary could take — up to its regrow target, plus one per
+// drained node it keeps.
+func TestNodesWanted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		target  int
+		members []string
+		evicts  []string // drained, the run asking again (EvictRetry)
+		want    int
+	}{
+		{"lost two of four", 4, []string{"a", "b"}, nil, 2},
+		{"lost one, one drained", 4, []string{"a", "b", "c"}, []string{"c"}, 2},
+		{"two drained", 0, []string{"a", "b", "c"}, []string{"b", "c"}, 2},
+		{"a drained node it no longer holds", 0, []string{"a", "b"}, []string{"c"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := spec.RunSpec{Name: "t", Nodes: 4, Steps: 400, ChunkSteps: 100}.WithDefaults()
+			r := &run{spec: s}
+			r.st.Status.TargetNodes = tc.target
+			r.st.Membership.Nodes = testNodes(tc.members...)
+			for _, id := range tc.evicts {
+				r.st.Ctl.Evict = append(r.st.Ctl.Evict, spec.Evict{NodeID: id})
+			}
+			if len(tc.evicts) > 0 {
+				r.st.Ctl.EvictRetry = day0
+			}
+			require.Equal(t, tc.want, r.nodesWanted())
+		})
+	}
+}
+
 // A rescale to the size a shrunk run has keeps it there: no growing back
 // when the lost node returns.
 func TestTrainingRunStaysShrunkWhenAsked(t *testing.T) {
