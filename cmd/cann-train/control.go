@@ -27,18 +27,13 @@ func liveRun(ctx context.Context, c client.Client, id string) (spec.RunStatus, e
 	return st, err
 }
 
-// openLiveRun dials the server and reads the status of the running run
-// named by arg (name or run/<name>). On success the caller closes c.
-func openLiveRun(ctx context.Context, e *env, arg string) (c client.Client, id string, st spec.RunStatus, err error) {
-	c, id, st, _, err = openRun(ctx, e, arg, "")
-	return c, id, st, err
-}
-
-// openRun is openLiveRun for a request the server records whether or not
-// a control worker answers now (what: "cancel", "pause"): a running run
-// that no control worker answers for is taken as it last recorded itself
-// (its search attributes: phase, model, step), and a note on e.err says
-// that the request waits for one (unanswered).
+// openRun dials the server and reads the status of the running run named
+// by arg (name or run/<name>); on success the caller closes c. For a
+// request the server records whether or not a control worker answers now
+// (what: "cancel", "pause"; empty: none), a running run that no control
+// worker answers for is taken as it last recorded itself (its search
+// attributes: phase, model, step), and a note on e.err says that the
+// request waits for one (unanswered).
 func openRun(ctx context.Context, e *env, arg, what string) (c client.Client, id string, st spec.RunStatus, unanswered bool, err error) {
 	if c, err = dialQuiet(ctx, e); err != nil {
 		return nil, "", st, false, err

@@ -168,10 +168,12 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 	// and dashboard say that no control worker answers, with what the run
 	// last recorded, instead of a bare "context deadline exceeded"; a
 	// pause is recorded all the same (the new control worker holds the
-	// run at its next boundary, and a resume lets it go on), and so is a
-	// rescale, which the run itself then refuses (below min_nodes).
+	// run at its next boundary, and a resume lets it go on), and so are a
+	// rescale, which the run itself then refuses (below min_nodes), and a
+	// green override, which a run without a green policy ignores.
 	pc.replaceControl(t, func() {
-		for _, args := range [][]string{{"status", s.Name}, {"dashboard"}, {"nodes"}, {"pause", s.Name}, {"scale", s.Name, "1"}} {
+		for _, args := range [][]string{{"status", s.Name}, {"dashboard"}, {"nodes"}, {"pause", s.Name}, {"scale", s.Name, "1"},
+			{"green", "override", s.Name, "--for", "1h"}} {
 			var out, errb bytes.Buffer
 			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
 			root.SetArgs(append(args, "--address", pc.srv.FrontendAddr()))
@@ -193,6 +195,12 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 				if err != nil || !strings.Contains(out.String(), "rescale to 1 node(s) requested at step ") ||
 					!strings.Contains(errb.String(), "the rescale is recorded and takes effect once a control worker runs the workflow") {
 					t.Errorf("scale without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
+				}
+			case "green": // (the run has no green policy: it ignores the override)
+				if err != nil || !strings.Contains(out.String(), "green policy ignored until ") ||
+					!strings.Contains(errb.String(), "the green override is recorded and takes effect once a control worker runs the workflow") ||
+					!strings.Contains(errb.String(), "a run without one ignores the override") {
+					t.Errorf("green override without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
 				}
 			case "pause":
 				if err != nil || !strings.Contains(out.String(), "pause requested at step ") ||

@@ -338,12 +338,16 @@ good when neither is given. --clear restores the policy.`,
 				}
 			}
 			ctx := cmd.Context()
-			c, id, st, err := openLiveRun(ctx, e, args[0])
+			c, id, st, unanswered, err := openRun(ctx, e, args[0], "green override")
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			if st.Green == nil {
+			switch {
+			case unanswered:
+				// (No status to check: the signal is recorded all the same.)
+				fmt.Fprintf(e.err, "  whether %s has a green policy could not be checked: a run without one ignores the override\n", id)
+			case st.Green == nil:
 				return fmt.Errorf("%s has no green policy: nothing to override (a job file's green: block sets one)", id)
 			}
 			if err := signalRun(ctx, c, id, spec.SignalGreenOverride, o); err != nil {
