@@ -448,7 +448,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 				r.st.RegrowAt = r.regrowAfter(ctx, r.st.RegrowWait)
 			}
 			if r.evictWanted() && !now.Before(r.st.Ctl.EvictRetry) {
-				r.st.Ctl.EvictRetry = r.evictAfter(ctx)
+				r.st.Ctl.EvictRetry = now.Add(r.evictWait(ctx))
 			}
 			// An ask that waited (most of) its time is followed by the
 			// next at once; one answered sooner (an error, a control
@@ -518,15 +518,14 @@ func (r *run) heldEvicts() []spec.Evict {
 	return held
 }
 
-// evictAfter is when a run that kept a node to move off asks again for a
-// free node: evictRetry from now, or node_wait when that is shorter
-// (versionEvictNodeWait), as a regrow's asks.
-func (r *run) evictAfter(ctx workflow.Context) time.Time {
-	wait := evictRetry
-	if nw := r.spec.NodeWait.D(); nw < wait && workflow.GetVersion(ctx, versionEvictNodeWait, workflow.DefaultVersion, 1) >= 1 {
-		wait = nw
+// evictWait is how long a run that kept a node to move off waits before
+// it asks again for a free node: evictRetry, or node_wait when that is
+// shorter (versionEvictNodeWait), as a regrow's asks.
+func (r *run) evictWait(ctx workflow.Context) time.Duration {
+	if nw := r.spec.NodeWait.D(); nw < evictRetry && workflow.GetVersion(ctx, versionEvictNodeWait, workflow.DefaultVersion, 1) >= 1 {
+		return nw
 	}
-	return workflow.Now(ctx).Add(wait)
+	return evictRetry
 }
 
 // versionEvictNodeWait: a job whose node_wait is shorter than evictRetry
@@ -597,7 +596,7 @@ func (r *run) externalEvictDue() bool {
 // evict moves the run off the drained nodes it holds, at this boundary:
 // free nodes take their ranks; without enough of them the run goes on
 // without them down to min_nodes, as after a failure; short of that it
-// keeps them, says so once, and asks again evictAfter. Like a
+// keeps them, says so once, and asks again evictWait later. Like a
 // rescale it first lets a chunk checkpoint when the last checkpoint is
 // older than the current step (it then returns false).
 func (r *run) evict(ctx workflow.Context) bool {
@@ -639,16 +638,16 @@ func (r *run) evict(ctx workflow.Context) bool {
 		}
 	}
 	if rec.Error != "" {
-		retry := r.evictAfter(ctx)
+		wait := r.evictWait(ctx)
 		if r.st.Ctl.EvictRetry.IsZero() {
-			again := "asking again every " + retry.Sub(workflow.Now(ctx)).String()
+			again := "asking again every " + wait.String()
 			if r.spec.IsExternal() {
 				again = "kept until the job's nodes next change"
 			}
 			rec.Error = "no free node to take its place; training on with it, " + again + " (" + rec.Error + ")"
 			r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
 		}
-		r.st.Ctl.EvictRetry = retry
+		r.st.Ctl.EvictRetry = workflow.Now(ctx).Add(wait)
 		r.publish(ctx)
 		return true
 	}

@@ -677,8 +677,9 @@ var keptB = day0.Add(2 * time.Hour)
 // hours, 300 steps: b is drained 30 minutes in, while c is failed, and
 // c's worker comes back cBack after keptB; FreeNodes asks wait or not
 // (freeNodes). A chunk asked to end ends 37 steps in, with rank 0's
-// checkpoint there. more adds a test's own events and may edit the job. It returns the run's
-// status, the EndChunk calls and the times of the FreeNodes asks.
+// checkpoint there. more adds a test's own events and may edit the job.
+// It returns the run's status, the EndChunk calls and the times of the
+// FreeNodes asks.
 func drainingB(t *testing.T, waits bool, cBack time.Duration, more func(*testsuite.TestWorkflowEnvironment, *fakeCluster, *spec.RunSpec)) (spec.RunStatus, *endChunks, []time.Time) {
 	t.Helper()
 	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c"), failed: map[string]bool{"c": true}}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/cann-train/cann-train/dev"
@@ -159,19 +160,25 @@ func untilScheduled(ctx context.Context, t *testing.T, c client.Client, id, acti
 	t.Helper()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		for _, ev := range fetchHistory(ctx, t, c, id).GetEvents() {
-			if ev.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED &&
-				ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == activity {
-				return
-			}
-		}
+	for scheduled(fetchHistory(ctx, t, c, id), activity) == 0 {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("no %s activity scheduled in %s's history", activity, id)
 		case <-tick.C:
 		}
 	}
+}
+
+// scheduled counts the activities of type activity h schedules.
+func scheduled(h *history.History, activity string) int {
+	n := 0
+	for _, ev := range h.GetEvents() {
+		if ev.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED &&
+			ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == activity {
+			n++
+		}
+	}
+	return n
 }
 
 // TestTwoShrunkRunsShareTheFreedNodes: two runs on one Cluster, each
@@ -233,14 +240,7 @@ func TestTwoShrunkRunsShareTheFreedNodes(t *testing.T) {
 		if len(st.Rescalings) != 1 || !slices.Equal(st.Rescalings[0].Added, []string{want}) || len(st.Nodes) != 2 {
 			t.Errorf("%s: rescalings %+v, nodes %v; want %s taken back, and only it", i.GetID(), st.Rescalings, st.Nodes, want)
 		}
-		ends := 0
-		for _, ev := range fetchHistory(ctx, t, c, i.GetID()).GetEvents() {
-			if ev.GetEventType() == enumspb.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED &&
-				ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName() == spec.ActivityEndChunk {
-				ends++
-			}
-		}
-		if ends != 1 {
+		if ends := scheduled(fetchHistory(ctx, t, c, i.GetID()), spec.ActivityEndChunk); ends != 1 {
 			t.Errorf("%s ended %d chunks early; want 1, for the node it took", i.GetID(), ends)
 		}
 	}
