@@ -315,11 +315,13 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	if p.perNode > 1 {
 		log = log.With(zap.Int("global_rank", p.global))
 	}
-	sy, err := n.trainerAt(ctx, in, p, train)
-	if err != nil {
-		return nil, err
+	sy, read, unread := n.trainerAt(ctx, in, p, train)
+	compare := comparesReads(in)
+	if unread != nil && (!compare || !unreachable(unread)) {
+		return nil, unread
 	}
-	tr := sy.Trainer()
+	// (A read the storage did not serve is told to the peers once the
+	// group has formed: agreeOnRead.)
 	comm, err := n.connect(ctx, in, p)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -328,6 +330,12 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		return nil, peerError(err, in.From, p.perNode)
 	}
 	defer comm.Close()
+	if compare {
+		if err := agreeOnRead(ctx, comm, in, p, read, unread); err != nil {
+			return nil, err
+		}
+	}
+	tr := sy.Trainer()
 	if err := n.agreeOnData(ctx, comm, in, p); err != nil {
 		return nil, err
 	}
@@ -742,8 +750,9 @@ func unfitData(d spec.DataDisagreement, format string, args ...any) error {
 // trainerAt returns a trainer positioned at in.From, with the syncer that
 // averages its gradients: the pair kept from the previous chunk of the same
 // generation, the checkpoint in.Restore (this rank's error-feedback
-// residuals included), or a fresh one at step 0.
-func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train *engine.Dataset) (*gradsync.Syncer, error) {
+// residuals included; read: it was read from the bucket), or a fresh one
+// at step 0.
+func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train *engine.Dataset) (*gradsync.Syncer, bool, error) {
 	n.mu.Lock()
 	var w *warmTrainer
 	if p.local < len(n.warm) {
@@ -757,50 +766,50 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train
 		// refuses one that rewrites steps already trained, and then the
 		// checkpoint below is the way back.)
 		if w.codec == in.Codec {
-			return w.sync, nil
+			return w.sync, false, nil
 		}
 		// An auto codec decided at this boundary: the steps so far were
 		// uncompressed, so the syncer starts its compressed phase fresh.
 		if err := w.sync.Decide(in.Codec, nil); err == nil {
-			return w.sync, nil
+			return w.sync, false, nil
 		}
 	}
 	tr, err := engine.NewTrainer(cfg, train)
 	if err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadModel", err)
+		return nil, false, temporal.NewNonRetryableApplicationError(err.Error(), "BadModel", err)
 	}
 	sy, err := gradsync.New(tr, in.Spec.SyncPolicy(in.Codec))
 	if err != nil {
-		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadModel", err)
+		return nil, false, temporal.NewNonRetryableApplicationError(err.Error(), "BadModel", err)
 	}
 	switch {
 	case in.Restore != nil && in.Restore.Step == in.From:
 		store, err := n.store(ctx, in.Restore.URL)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		payload, err := store.Load(ctx, toRef(*in.Restore))
 		var ce *checkpoint.CorruptError
 		if errors.As(err, &ce) {
-			return nil, temporal.NewNonRetryableApplicationError(
+			return nil, false, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("checkpoint at step %d is corrupt: %s: %s", in.Restore.Step, ce.Key, ce.Reason), spec.ErrTypeCorruptCheckpoint, err)
 		}
 		if err != nil {
-			return nil, n.loadError(ctx, in.Token, *in.Restore, err)
+			return nil, false, n.loadError(ctx, in.Token, *in.Restore, err)
 		}
 		var st engine.State
 		if err := st.UnmarshalBinary(payload); err != nil {
-			return nil, temporal.NewNonRetryableApplicationError(
+			return nil, false, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("checkpoint %s: %v", in.Restore.Key, err), spec.ErrTypeCorruptCheckpoint, err)
 		}
 		if err := tr.Restore(&st); err != nil {
-			return nil, temporal.NewNonRetryableApplicationError(
+			return nil, false, temporal.NewNonRetryableApplicationError(
 				fmt.Sprintf("checkpoint %s does not fit this run: %v", in.Restore.Key, err), spec.ErrTypeCorruptCheckpoint, err)
 		}
 		switch {
 		case len(st.CommState) == cfg.World:
 			if err := sy.UnmarshalBinary(st.CommState[p.global]); err != nil {
-				return nil, temporal.NewNonRetryableApplicationError(
+				return nil, false, temporal.NewNonRetryableApplicationError(
 					fmt.Sprintf("checkpoint %s: rank %d's communication state: %v", in.Restore.Key, p.global, err), spec.ErrTypeCorruptCheckpoint, err)
 			}
 		case len(st.CommState) > 0:
@@ -810,12 +819,12 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train
 			n.Logger.Info("checkpoint from another world size: error-feedback residuals reset",
 				zap.Int("saved_ranks", len(st.CommState)), zap.Int("ranks", cfg.World))
 		}
-		return sy, nil
+		return sy, true, nil
 	case in.From == 0:
-		return sy, nil
+		return sy, false, nil
 	default:
 		err := fmt.Errorf("node %s has no state at step %d and no checkpoint there", n.ID, in.From)
-		return nil, temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeNoState, err)
+		return nil, false, temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeNoState, err)
 	}
 }
 

@@ -3,6 +3,7 @@ package activities
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,8 @@ import (
 // reader must be the one to say so (CheckpointUnreachable, and the run
 // holds for its storage) while its peer still waits to form the group —
 // not the peer first, blaming it for never connecting (the run would
-// replace a healthy node, then its replacement). The peer's connect
+// replace a healthy node, then its replacement); the peer then says it
+// too (agreeOnRead), naming no node that read it. The peer's connect
 // timeout covers the load's (checkpoint.Options.LoadTimeout); the base
 // timeout is set below the request timeout here, so without that the
 // peer gives up first.
@@ -51,20 +53,26 @@ func TestPeersOutwaitARestore(t *testing.T) {
 	nodes[1].forget(in, nodes[1].began)
 	reads.On.Store(true)
 	in.Session, in.From, in.To, in.Restore, in.Checkpoint = "run/act/g1/e2", 30, 60, ref, false
+	started := time.Now()
 	_, errs, ends := runChunkTimed(t, nodes, in)
 	wantLoadError(t, errs[1], spec.ErrTypeCheckpointUnreachable, "node node-2 cannot read the checkpoint at step 30", checkpoint.ErrStalled.Error())
 	if reads.Held.Load() == 0 {
 		t.Fatal("no read reached the silent bucket")
 	}
-	// (Alone, the peer ends by naming node 2 once its own timeout is out;
-	// in a run, the workflow cancels it when node 2 reports.)
+	// The peer waited for node 2 to join the group and say so: it fails
+	// the chunk alike, naming node 2, and nobody as having read it (it
+	// kept its state) — the storage, not node 2, is at fault. Had it
+	// given up first, it would blame node 2 for never connecting.
 	var ae *temporal.ApplicationError
-	if !errors.As(errs[0], &ae) || ae.Type() != spec.ErrTypePeerFailed {
-		t.Fatalf("node 1: %v; want it to name node 2 once its connect timeout is out", errs[0])
+	var f spec.CheckpointFailure
+	if !errors.As(errs[0], &ae) || ae.Type() != spec.ErrTypeCheckpointUnreachable || ae.Details(&f) != nil {
+		t.Fatalf("node 1: %v; want it to outwait node 2's load and report it (CheckpointUnreachable)", errs[0])
 	}
-	if !ends[0].After(ends[1]) {
-		t.Fatalf("node 1 gave up on forming the group %s before node 2 reported the silent bucket; want it to outwait the load",
-			ends[1].Sub(ends[0]))
+	if !slices.Equal(f.Unread, []string{"node-2"}) || len(f.ReadBy) != 0 || !strings.Contains(f.Error, "(no node read it)") {
+		t.Errorf("node 1's detail %+v; want node-2 unread, no node having read it", f)
+	}
+	if !ends[0].After(started.Add(requestTimeout)) {
+		t.Errorf("node 1 ended %s after the chunk started; want it to outwait node 2's load (%s or more)", ends[0].Sub(started), requestTimeout)
 	}
 	want := nodes[0].connectTimeout(in)
 	if lo := 300*time.Millisecond + (checkpoint.Options{RequestTimeout: requestTimeout}).LoadTimeout(ref.Bytes); want != lo {

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -255,13 +256,22 @@ type NodeAsk struct {
 //     writes the step to its processes' request file (EnvRequestFile),
 //     where the helper's should_checkpoint() finds it. The run asks only
 //     when every node of the membership speaks it.
-const ChunkProtocolVersion = 3
+//   - 4 (ChunkProtocolReadCheck): the ranks of a chunk that restores a
+//     checkpoint tell each other whether they read it (an allgather once
+//     the group has formed): a rank whose read failed joins the group to
+//     say so, and every rank then fails the chunk as CheckpointUnreachable
+//     naming the nodes that could not read it and those that did
+//     (CheckpointFailure.Unread, ReadBy) — a node cut off from a bucket
+//     its peers read, or a storage that fails them all. Only when every
+//     node of the membership speaks it.
+const ChunkProtocolVersion = 4
 
 // The chunk protocol versions, by what each added (ChunkProtocolVersion).
 const (
 	ChunkProtocolDataCheck         = 1
 	ChunkProtocolEndEarly          = 2
 	ChunkProtocolCheckpointRequest = 3
+	ChunkProtocolReadCheck         = 4
 )
 
 // ChunkProtocol is the chunk protocol n's worker speaks: Protocol when it
@@ -295,6 +305,11 @@ func (m Membership) EndsEarly() bool { return m.speaks(ChunkProtocolEndEarly) }
 func (m Membership) TakesCheckpointRequests() bool {
 	return m.speaks(ChunkProtocolCheckpointRequest)
 }
+
+// ComparesReads reports whether every node of m speaks
+// ChunkProtocolReadCheck: the ranks of a chunk restoring a checkpoint
+// compare their reads of it.
+func (m Membership) ComparesReads() bool { return m.speaks(ChunkProtocolReadCheck) }
 
 // speaks reports whether m has nodes and every one speaks protocol p.
 func (m Membership) speaks(p int) bool {
@@ -560,10 +575,27 @@ type Resumption struct {
 	DataSHA256 string `json:"data_sha256,omitempty"`
 }
 
-// CheckpointFailure is a checkpoint that could not be stored.
+// NodesWord names nodes in a sentence: "node a", "nodes a, b".
+func NodesWord(ids []string) string {
+	if len(ids) == 1 {
+		return "node " + ids[0]
+	}
+	return "nodes " + strings.Join(ids, ", ")
+}
+
+// CheckpointFailure is a checkpoint that could not be stored, or read
+// (CheckpointUnreachable).
 type CheckpointFailure struct {
 	Step  int64  `json:"step"`
 	Error string `json:"error"`
+	// Unread and ReadBy, for a checkpoint that the ranks of a chunk
+	// restoring it compared their reads of (ChunkProtocolReadCheck): the
+	// nodes with a rank that could not read it, and the nodes whose
+	// ranks read it from the bucket (a rank that kept its state read
+	// nothing). Unread with ReadBy empty: the storage failed every node
+	// that tried.
+	Unread []string `json:"unread,omitempty"`
+	ReadBy []string `json:"read_by,omitempty"`
 }
 
 // InjectFault is the SignalInjectFault payload.

@@ -159,9 +159,11 @@ import (
 // (versionHeldFirst; the run's test records this one now);
 // trainingrun_evict_mid_chunk.json, a drained node kept for want of a
 // free one, asked for every node_wait (versionEvictNodeWait) and replaced
-// mid-chunk by a node found by an ask that waited
+// mid-chunk by a node found by an ask that waited;
+// trainingrun_cut_off.json, a node cut off from the S3 bucket its peer
+// read, held for once and replaced at the second try (versionCutOff)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -260,6 +262,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"cluster_hold.json", spec.WorkflowCluster},                            // … its Cluster, holding the node found for the run (UpdateHoldFree)
 		{"cluster_held_first.json", spec.WorkflowCluster},                      // … its acquire taking the held node first (versionHeldFirst)
 		{"trainingrun_evict_mid_chunk.json", spec.WorkflowTrainingRun},         // a drained node replaced mid-chunk, asked for every node_wait (versionEvictNodeWait)
+		{"trainingrun_cut_off.json", spec.WorkflowTrainingRun},                 // a node cut off from the bucket its peer read, replaced at the second try (versionCutOff)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

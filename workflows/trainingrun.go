@@ -134,6 +134,10 @@ type RunState struct {
 	// and tries next after StorageWait (0: at once).
 	StorageHeld bool          `json:"storage_held,omitempty"`
 	StorageWait time.Duration `json:"storage_wait,omitempty"`
+	// CutOff are the nodes that could not read the checkpoint at its
+	// step in the last try while other nodes read it (cutOff): if they
+	// fail so again at the next, they are cut off from the bucket.
+	CutOff *CutOff `json:"cut_off,omitempty"`
 	// ForceCheckpoint makes the next chunk checkpoint at its end (a
 	// pending rescale waits for it).
 	ForceCheckpoint bool `json:"force_checkpoint,omitempty"`

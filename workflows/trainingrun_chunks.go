@@ -56,10 +56,13 @@ type chunkFailure struct {
 	// from a checkpoint some of its nodes do not see).
 	unshared string
 	// unread: the checkpoint to restore that the storage did not serve
-	// (CheckpointUnreachable; the first such node's words); storageDown:
-	// that is all that failed — no node to blame, the run holds for its
-	// storage (waitToLoad).
+	// (CheckpointUnreachable; the first such node's words, unreadBy, or
+	// the first whose own read failed); storageDown: that is all that
+	// failed — no node to blame, the run holds for its storage
+	// (waitToLoad), unless its nodes' reads show a node cut off from the
+	// bucket its peers read (cutOff).
 	unread      *spec.CheckpointFailure
+	unreadBy    string
 	storageDown bool
 	// stopped: no chunk failed — the last one ended early, at a stored
 	// checkpoint, because the worker of the node in failed was stopping
@@ -142,7 +145,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	if err != nil {
 		return err
 	}
-	r.st.StorageWait = 0 // (a hold for a checkpoint to read is over)
+	r.st.StorageWait, r.st.CutOff = 0, nil // (a hold for a checkpoint to read is over)
 	lead := results[0]
 	again := lead.CheckpointFailed != nil && r.st.Status.CheckpointFailed != nil
 	r.absorb(ctx, results)
@@ -1099,12 +1102,15 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 				}
 			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointUnreachable:
-			// (A type only newer node workers send: no version.)
-			if f.unread == nil {
-				f.unread = &spec.CheckpointFailure{Step: from, Error: ae.Message()}
-				if ae.HasDetails() {
-					_ = ae.Details(f.unread)
-				}
+			// (A type only newer node workers send: no version.) The
+			// words of a node whose own read failed, where the ranks
+			// compared their reads (every one says it then).
+			u := &spec.CheckpointFailure{Step: from, Error: ae.Message()}
+			if ae.HasDetails() {
+				_ = ae.Details(u)
+			}
+			if f.unread == nil || (!slices.Contains(f.unread.Unread, f.unreadBy) && slices.Contains(u.Unread, node)) {
+				f.unread, f.unreadBy = u, node
 			}
 		case errors.As(err, &ae) && ae.NonRetryable():
 			f.retryable = false
@@ -1485,7 +1491,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	if !f.retryable {
 		return fmt.Errorf("not retryable: %w", f)
 	}
-	if f.storageDown && workflow.GetVersion(ctx, versionLoadWaits, workflow.DefaultVersion, 1) >= 1 {
+	if f.storageDown && !r.cutOff(ctx, f) && workflow.GetVersion(ctx, versionLoadWaits, workflow.DefaultVersion, 1) >= 1 {
 		return r.waitToLoad(ctx, f)
 	}
 	r.st.StorageWait = 0 // (a hold for a checkpoint to read is over)

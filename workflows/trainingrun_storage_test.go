@@ -309,6 +309,10 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 		rescalings int
 		failed     []string // nodes the Cluster has marked failed
 		trained    []int64  // the chunks' first steps
+		// maxRestarts: 1 unless set; detail: in every hold's status too;
+		// reason: in the last recovery's.
+		maxRestarts    int
+		detail, reason string
 	}{
 		{name: "every rank, three times",
 			unread: func(in spec.ChunkInput, tries int) error {
@@ -351,6 +355,36 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			at: []time.Duration{2 * time.Second}, waitUntil: []time.Duration{15 * time.Second},
 			recoveries: 1, failed: []string{"node-2", "spare-1"}, rescalings: 1, // (spare-1: the drain)
 			trained: []int64{0, 100, 200, 200, 200, 300}},
+		{name: "one node cut off twice, replaced",
+			// spare-1 (node-2's replacement) cannot read what node-1 reads,
+			// both tries: held once, then replaced by spare-2.
+			unread: func(in spec.ChunkInput, _ int) error {
+				if !slices.Contains(in.Membership.NodeIDs(), "spare-1") {
+					return nil
+				}
+				return readsCompared(in, []string{"spare-1"}, []string{"node-1"})
+			},
+			at: []time.Duration{2 * time.Second}, waitUntil: []time.Duration{15 * time.Second},
+			detail:      "(node node-1 read it); the run replaces node spare-1 if the next try fails so again",
+			maxRestarts: 2, recoveries: 2, failed: []string{"node-2", "spare-1"},
+			reason:  "node spare-1 could not read the checkpoint at step 200 in two tries in a row while node node-1 read it: cut off from the bucket (node spare-1 cannot read the checkpoint at step 200 from s3://ckpt",
+			trained: []int64{0, 100, 200, 200, 200, 200, 300}},
+		{name: "a different node each try, held",
+			// Each node reads what the other cannot once: a bucket that
+			// serves some requests and not others, nobody cut off.
+			unread: func(in spec.ChunkInput, tries int) error {
+				switch tries {
+				case 1:
+					return readsCompared(in, []string{"spare-1"}, []string{"node-1"})
+				case 2:
+					return readsCompared(in, []string{"node-1"}, []string{"spare-1"})
+				}
+				return nil
+			},
+			at: []time.Duration{2 * time.Second, 20 * time.Second}, waitUntil: []time.Duration{15 * time.Second, 45 * time.Second},
+			detail:     "the run replaces node ",
+			recoveries: 1, failed: []string{"node-2"},
+			trained: []int64{0, 100, 200, 200, 200, 200, 300}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1", "spare-2")}
@@ -397,10 +431,13 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			for i, d := range tc.at {
 				env.RegisterDelayedCallback(func() { held[i] = queryStatus(t, env) }, d)
 			}
-			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, MaxRestarts: 1,
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, MaxRestarts: max(1, tc.maxRestarts),
 				HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 			st := result(t, env)
+			if tc.reason != "" {
+				require.Contains(t, st.Recoveries[len(st.Recoveries)-1].Reason, tc.reason)
+			}
 			require.Equal(t, spec.PhaseCompleted, st.Phase)
 			require.EqualValues(t, 400, st.Step)
 			require.Len(t, st.Recoveries, tc.recoveries, "a storage that does not serve the checkpoint is no recovery")
@@ -423,7 +460,23 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 				require.WithinDuration(t, start.Add(want), held[i].WaitUntil, 0, "at %v", tc.at[i])
 				require.Contains(t, held[i].Detail, "cannot read the checkpoint at step 200 from s3://ckpt")
 				require.Contains(t, held[i].Detail, "the run reads it again at")
+				require.Contains(t, held[i].Detail, tc.detail)
 			}
 		})
 	}
+}
+
+// readsCompared is the error every rank of a chunk sends when its ranks
+// compared their reads of the checkpoint at step 200 (a node worker of
+// spec.ChunkProtocolReadCheck): the nodes unread could not read it, those
+// in readBy did. A node of unread says so in its own words.
+func readsCompared(in spec.ChunkInput, unread, readBy []string) error {
+	me := in.Membership.Nodes[in.Rank].ID
+	msg := fmt.Sprintf("%s cannot read the checkpoint at step 200 from s3://ckpt", spec.NodesWord(unread))
+	if slices.Contains(unread, me) {
+		msg = fmt.Sprintf("node %s cannot read the checkpoint at step 200 from s3://ckpt: the bucket did not answer in time", me)
+	}
+	msg += fmt.Sprintf(" (%s read it)", spec.NodesWord(readBy))
+	return temporal.NewApplicationErrorWithCause(msg, spec.ErrTypeCheckpointUnreachable, errors.New("stalled"),
+		spec.CheckpointFailure{Step: 200, Error: msg, Unread: unread, ReadBy: readBy})
 }

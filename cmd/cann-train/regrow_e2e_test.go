@@ -147,8 +147,13 @@ func untilAsking(ctx context.Context, t *testing.T, c client.Client, addr, logDi
 // test's checkpoint bucket in dir.
 func startNodeWorker(t *testing.T, l *dev.Launcher, addr, dir, proc, id string) {
 	t.Helper()
-	if _, err := l.Start(proc, "worker", "node", "--id", id, "--address", addr,
-		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
+	startNodeWorkerAt(t, l, addr, "file://"+filepath.Join(dir, "ckpt"), proc, id)
+}
+
+// startNodeWorkerAt is startNodeWorker with the checkpoint bucket ckpt.
+func startNodeWorkerAt(t *testing.T, l *dev.Launcher, addr, ckpt, proc, id string) {
+	t.Helper()
+	if _, err := l.Start(proc, "worker", "node", "--id", id, "--address", addr, "--checkpoint-url", ckpt); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/cann-train/cann-train/internal/s3fake"
+	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
+)
+
+// TestNodeCutOffFromTheBucketIsReplaced: node-3's worker has no route to
+// the S3 bucket the others use (every connection it opens there is cut
+// as it arrives, as a broken NAT or a firewall would). It replaces node-2,
+// killed at step 130, and cannot read the checkpoint at step 100 that
+// node-1 reads: the run holds once (a bucket that fails some requests
+// looks the same once), saying node-3 is replaced if the next try fails
+// so again; at the next try, cut short by a resume, it does, and the run
+// replaces node-3 with node-4 and completes. Before, the run held as for
+// a storage down — doubling its waits up to ten minutes — until an
+// operator drained node-3.
+func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var cut atomic.Int64 // connections cut
+	bucket := s3fake.BucketOn(t, s3mem.New(), func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.Contains(r.UserAgent(), "app/cut-off") {
+				next.ServeHTTP(w, r)
+				return
+			}
+			cut.Add(1)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+		})
+	})
+	c, l, addr := startInProcessControlWith(ctx, t, dir, controlSetup{checkpointURL: bucket}, "node-1", "node-2")
+	// node-3's requests say who sends them (the AWS SDK adds the app ID
+	// to its User-Agent); node-4 is a healthy spare.
+	l.Env = append(l.Env, "AWS_SDK_UA_APP_ID=cut-off")
+	startNodeWorkerAt(t, l, addr, bucket, "node-3", "node-3")
+	l.Env = slices.DeleteFunc(l.Env, func(e string) bool { return strings.HasPrefix(e, "AWS_SDK_UA_APP_ID=") })
+	startNodeWorkerAt(t, l, addr, bucket, "node-4", "node-4")
+	waitRegistered(ctx, t, c, 4)
+
+	s := spec.RunSpec{Name: "cut-off", Nodes: 2, Steps: 200, ChunkSteps: 50, HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	faultKill(ctx, t, addr, s.Name, "node-2", 130)
+	held := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a hold for node-3's read", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Phase == spec.PhaseStorageWait || st.Phase == spec.PhaseCompleted || st.Phase == spec.PhaseFailed
+	})
+	for _, want := range []string{"node node-3 cannot read the checkpoint at step 100 from s3://ckpt", "(node node-1 read it)",
+		"the run replaces node node-3 if the next try fails so again"} {
+		if !strings.Contains(held.Detail, want) {
+			t.Fatalf("held in %s: %q; want it to say %q", held.Phase, held.Detail, want)
+		}
+	}
+	if cut.Load() == 0 || !slices.Equal(held.Nodes, []string{"node-1", "node-3"}) {
+		t.Fatalf("%d connections cut, nodes %v; want node-3's cut, node-3 in node-2's rank", cut.Load(), held.Nodes)
+	}
+	cliAt(ctx, t, addr, l.LogDir)("resume", s.Name)
+	end := awaitRun(ctx, t, run, l.LogDir)
+	if end.Phase != spec.PhaseCompleted || end.Step != s.Steps || len(end.Recoveries) != 2 {
+		t.Fatalf("ended %s at step %d after %d recoveries %+v; want completed at %d after node-2's and node-3's", end.Phase, end.Step,
+			len(end.Recoveries), end.Recoveries, s.Steps)
+	}
+	rec := end.Recoveries[1]
+	if !slices.Equal(rec.FailedNodes, []string{"node-3"}) || !slices.Equal(rec.Replacement, []string{"node-4"}) || rec.ResumeStep != 100 ||
+		!strings.Contains(rec.Reason, "node node-3 could not read the checkpoint at step 100 in two tries in a row while node node-1 read it: cut off from the bucket") {
+		t.Errorf("second recovery %+v; want node-3 replaced by node-4 from step 100, cut off from the bucket", rec)
+	}
+	if r := registryRecord(ctx, t, c, "node-3"); !r.Failed || r.Misconfigured || !strings.Contains(r.FailReason, "cut off from the bucket") {
+		t.Errorf("node-3 in the registry: %+v; want it failed (not misconfigured: its lease brings it back), saying why", r)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_cut_off.json")
+}
