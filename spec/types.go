@@ -348,6 +348,18 @@ func (m Membership) HostShares(rank int) int {
 	return max(k, 1)
 }
 
+// NodeProcess names one worker process of a node: the node's ID and the
+// Incarnation the process registered with (empty: any of the node's).
+type NodeProcess struct {
+	ID          string `json:"id"`
+	Incarnation string `json:"incarnation,omitempty"`
+}
+
+// Is reports whether n is the worker process p names.
+func (p NodeProcess) Is(n Node) bool {
+	return p.ID == n.ID && (p.Incarnation == "" || p.Incarnation == n.Incarnation)
+}
+
 // AcquireRequest asks the Cluster for nodes for a run. It is idempotent: the
 // run's healthy nodes are kept in their ranks and holes are filled.
 type AcquireRequest struct {
@@ -394,6 +406,12 @@ type AcquireRequest struct {
 	// Avoid are nodes the run left for being slow (Leave, earlier): free
 	// ones fill its ranks only when no other free node can.
 	Avoid []string `json:"avoid,omitempty"`
+	// Shun are worker processes of nodes the run found cut off from its
+	// checkpoint bucket: not handed to it (nor counted or held for it)
+	// while that process runs. The node's worker registering again — a
+	// new incarnation, perhaps with its route mended — ends it; other
+	// runs, on other buckets, may take the node meanwhile.
+	Shun []NodeProcess `json:"shun,omitempty"`
 	// Hold, in a FreeNodes ask, has the free nodes found held for the run
 	// that long (UpdateHoldFree).
 	Hold time.Duration `json:"hold,omitempty"`

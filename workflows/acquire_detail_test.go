@@ -30,6 +30,20 @@ func TestAcquireDetail(t *testing.T) {
 	}
 }
 
+func TestShunDetail(t *testing.T) {
+	for _, tc := range []struct {
+		shun []spec.NodeProcess
+		want string
+	}{
+		{nil, ""},
+		{[]spec.NodeProcess{{ID: "node-3", Incarnation: "a"}}, " (not node node-3: cut off from the run's checkpoint bucket, until its worker registers again)"},
+		{[]spec.NodeProcess{{ID: "node-3", Incarnation: "a"}, {ID: "node-5"}, {ID: "node-3", Incarnation: "b"}},
+			" (not nodes node-3, node-5: cut off from the run's checkpoint bucket, until their workers register again)"},
+	} {
+		require.Equal(t, tc.want, shunDetail(tc.shun))
+	}
+}
+
 // TestTrainingRunSaysWhatItWaitsFor: while the run waits for nodes, at
 // the start and for a rescale, its status says for how many and until
 // when; once it has them the detail is gone.

@@ -53,9 +53,10 @@ type NodeRecord struct {
 }
 
 // takeable: r is a free node req's run may take now — live, on the run's
-// data set, held for no other run.
+// data set, held for no other run, not a worker process the run shuns.
 func (c *cluster) takeable(now time.Time, r *NodeRecord, req spec.AcquireRequest) bool {
-	return r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID)
+	return r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID) &&
+		!slices.ContainsFunc(req.Shun, func(p spec.NodeProcess) bool { return p.Is(r.Node) })
 }
 
 // heldForOther: r is held for another run than run, and the hold lasts.

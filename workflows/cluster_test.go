@@ -327,6 +327,49 @@ func TestClusterAvoidsTheNodesARunLeft(t *testing.T) {
 	require.Equal(t, []string{"a", "d"}, ids(results["r2"].nodes), "d taken last, when nothing else is free")
 }
 
+// TestClusterShunsAProcessTheRunFoundCutOff: a run that found node b's
+// worker process cut off from its bucket is neither handed b (it waits,
+// or trains on fewer) nor told of it as free, while other runs may take
+// b; once b's worker registers again (a new incarnation) the run takes it.
+func TestClusterShunsAProcessTheRunFoundCutOff(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	nodes := testNodes("a", "b", "c")
+	nodes[0].Incarnation, nodes[1].Incarnation, nodes[2].Incarnation = "a-1", "b-1", "c-1"
+	registerAt(env, at, time.Second, nodes)
+	shun := []spec.NodeProcess{{ID: "b", Incarnation: "b-1"}}
+	free := map[string]int{}
+	query := func(name string, req spec.AcquireRequest) {
+		v, err := env.QueryWorkflow(spec.QueryFree, req)
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, v.Get(&n))
+		free[name] = n
+	}
+	at(2*time.Second, func() {
+		query("shunned", spec.AcquireRequest{RunID: "r1", Shun: shun})
+		query("another run", spec.AcquireRequest{RunID: "r2"})
+		acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 2, Shun: shun})
+	})
+	at(3*time.Second, func() { acquire("r1 grows", spec.AcquireRequest{RunID: "r1", Count: 3, MinCount: 2, Shun: shun}) })
+	at(4*time.Second, func() {
+		acquire("r1 waits", spec.AcquireRequest{RunID: "r1", Count: 3, Wait: 3 * time.Second, Shun: shun})
+	})
+	restarted := nodes[1]
+	restarted.Incarnation = "b-2"
+	at(5*time.Second, func() { env.SignalWorkflow(spec.SignalRegister, restarted) })
+	at(10*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+	require.Equal(t, map[string]int{"shunned": 2, "another run": 3}, free)
+	require.NoError(t, results["r1"].err)
+	require.Equal(t, []string{"a", "c"}, ids(results["r1"].nodes), "b passed over")
+	require.NoError(t, results["r1 grows"].err)
+	require.Equal(t, []string{"a", "c"}, ids(results["r1 grows"].nodes), "b, the only free node, not taken")
+	require.NoError(t, results["r1 waits"].err)
+	require.Equal(t, []string{"a", "c", "b"}, ids(results["r1 waits"].nodes), "b taken once its worker registered again")
+	require.Equal(t, "b-2", results["r1 waits"].nodes[2].Incarnation)
+}
+
 func TestCommonData(t *testing.T) {
 	for _, tc := range []struct {
 		sums []string

@@ -171,6 +171,10 @@ type RunState struct {
 	// SlowLeft are the slow nodes the run left (slow_node: replace): its
 	// acquire requests take them last (AcquireRequest.Avoid).
 	SlowLeft []string `json:"slow_left,omitempty"`
+	// CutOffLeft are the worker processes of the nodes the run replaced
+	// for being cut off from its checkpoint bucket (cutOff): its acquire
+	// requests shun them (AcquireRequest.Shun) until they register again.
+	CutOffLeft []spec.NodeProcess `json:"cut_off_left,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by
@@ -500,14 +504,14 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	// Say what the run waits for (status, dashboard, Web UI), after what
 	// the caller said (a rescale).
 	prev := r.st.Status.Detail
-	r.st.Status.Detail = acquireDetail(count, minCount, r.keeps(count), workflow.Now(ctx), wait)
+	r.st.Status.Detail = acquireDetail(count, minCount, r.keeps(count), workflow.Now(ctx), wait) + shunDetail(r.st.CutOffLeft)
 	if prev != "" {
 		r.st.Status.Detail = prev + ": " + r.st.Status.Detail
 	}
 	r.setPhase(ctx, phase)
 	var nodes []spec.Node
 	req := spec.AcquireRequest{RunID: r.st.Status.RunID, Count: count, MinCount: minCount, Wait: wait, Failed: r.failedNodes,
-		DataSHA256: r.st.DataSHA256, RecheckHeld: r.st.DataSHA256 != "", Leave: r.leaving, Avoid: r.st.SlowLeft}
+		DataSHA256: r.st.DataSHA256, RecheckHeld: r.st.DataSHA256 != "", Leave: r.leaving, Avoid: r.st.SlowLeft, Shun: r.st.CutOffLeft}
 	if req.DataSHA256 == "" && !r.spec.IsExternal() {
 		req.PreferDataSHA256 = r.spec.DataSHA256
 		req.SameData = req.PreferDataSHA256 == ""
@@ -560,6 +564,25 @@ func acquireDetail(count, minCount, held int, now time.Time, wait time.Duration)
 		return "asking for " + want
 	}
 	return fmt.Sprintf("waiting for %s until %s (node_wait %s)", want, now.Add(wait).UTC().Format("15:04:05 MST"), wait)
+}
+
+// shunDetail says, after acquireDetail, which nodes the run does not
+// take (RunState.CutOffLeft); "" when none.
+func shunDetail(shun []spec.NodeProcess) string {
+	if len(shun) == 0 {
+		return ""
+	}
+	ids := make([]string, 0, len(shun))
+	for _, p := range shun {
+		if !slices.Contains(ids, p.ID) {
+			ids = append(ids, p.ID)
+		}
+	}
+	until := "until its worker registers again"
+	if len(ids) > 1 {
+		until = "until their workers register again"
+	}
+	return fmt.Sprintf(" (not %s: cut off from the run's checkpoint bucket, %s)", spec.NodesWord(ids), until)
 }
 
 func (r *run) releaseNodes(ctx workflow.Context) {

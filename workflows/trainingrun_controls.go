@@ -414,7 +414,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			// (Recorded at the first ask; later calls answer the same.)
 			waits := workflow.GetVersion(ctx, versionFreeNodesWait, workflow.DefaultVersion, 1) >= 1
 			var free int
-			req := spec.AcquireRequest{RunID: r.st.Status.RunID, DataSHA256: r.st.DataSHA256, Count: r.nodesWanted()}
+			req := spec.AcquireRequest{RunID: r.st.Status.RunID, DataSHA256: r.st.DataSHA256, Count: r.nodesWanted(), Shun: r.st.CutOffLeft}
 			if waits {
 				req.Wait, req.Hold = freeNodesWait, freeNodesHold
 			}

@@ -29,6 +29,10 @@ const versionCutOff = "cut-off"
 // like nodes that do not reach the run's bucket (CheckpointNotHere): the
 // run replaces them (a restart, as for any node lost), and the Cluster
 // holds them failed until their leases have shown them alive for a TTL.
+// The run itself takes them no more while their worker processes run
+// (RunState.CutOffLeft, AcquireRequest.Shun): taken back, each would cost
+// a hold and a restart again — until max_restarts failed the run —
+// where a run short of nodes should wait for one, or train on fewer.
 // The first time, the run holds as for its storage, saying who is
 // replaced if it fails so again, and remembers them (RunState.CutOff): a
 // bucket that throttles, or serves some requests and not others, fails a
@@ -60,6 +64,10 @@ func (r *run) cutOff(ctx workflow.Context, f *chunkFailure) bool {
 		spec.NodesWord(again), u.Step, spec.NodesWord(u.ReadBy), u.Error)
 	for _, id := range again {
 		f.addUnfit(id, why, false)
+		if i := slices.IndexFunc(r.st.Membership.Nodes, func(n spec.Node) bool { return n.ID == id }); i >= 0 {
+			n := r.st.Membership.Nodes[i]
+			r.st.CutOffLeft = append(r.st.CutOffLeft, spec.NodeProcess{ID: n.ID, Incarnation: n.Incarnation})
+		}
 	}
 	f.failed, f.reason, f.storageDown = again, why, false
 	return true

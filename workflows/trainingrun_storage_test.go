@@ -313,6 +313,7 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 		// reason: in the last recovery's.
 		maxRestarts    int
 		detail, reason string
+		shun           []spec.NodeProcess // in the last acquire request
 	}{
 		{name: "every rank, three times",
 			unread: func(in spec.ChunkInput, tries int) error {
@@ -366,7 +367,7 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			},
 			at: []time.Duration{2 * time.Second}, waitUntil: []time.Duration{15 * time.Second},
 			detail:      "(node node-1 read it); the run replaces node spare-1 if the next try fails so again",
-			maxRestarts: 2, recoveries: 2, failed: []string{"node-2", "spare-1"},
+			maxRestarts: 2, recoveries: 2, failed: []string{"node-2", "spare-1"}, shun: []spec.NodeProcess{{ID: "spare-1"}},
 			reason:  "node spare-1 could not read the checkpoint at step 200 in two tries in a row while node node-1 read it: cut off from the bucket (node spare-1 cannot read the checkpoint at step 200 from s3://ckpt",
 			trained: []int64{0, 100, 200, 200, 200, 200, 300}},
 		{name: "a different node each try, held",
@@ -388,6 +389,8 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1", "spare-2")}
+			var shun []spec.NodeProcess
+			cl.onAcquire = func(req spec.AcquireRequest) { shun = req.Shun }
 			var (
 				mu        sync.Mutex
 				lossChunk string // the session of the chunk node-2 is lost in
@@ -438,6 +441,7 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			if tc.reason != "" {
 				require.Contains(t, st.Recoveries[len(st.Recoveries)-1].Reason, tc.reason)
 			}
+			require.Equal(t, tc.shun, shun, "the last acquire shuns the nodes cut off")
 			require.Equal(t, spec.PhaseCompleted, st.Phase)
 			require.EqualValues(t, 400, st.Step)
 			require.Len(t, st.Recoveries, tc.recoveries, "a storage that does not serve the checkpoint is no recovery")
