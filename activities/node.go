@@ -465,7 +465,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		}
 		res.PendingCheckpoint = pend
 		log.Info("checkpoint uploading", zap.Int64("step", pend.Step))
-	} else if p.global == 0 && in.Checkpoint {
+	} else if p.global == saverRank(in, p) && in.Checkpoint {
 		if err := n.saveNow(ctx, in, res, snapshot(tr, commState), log); err != nil {
 			return nil, err
 		}
@@ -479,6 +479,17 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		res.Joules = ew.joules(ctx, log)
 	}
 	return res, nil
+}
+
+// saverRank is the global rank that stores in's synchronous checkpoint:
+// rank 0, or in a save-only chunk the first rank of the node in.Saver
+// names (every rank holds the whole state: the weights are replicated and
+// GatherStates gave every rank every rank's residuals).
+func saverRank(in spec.ChunkInput, p place) int {
+	if in.From != in.To || in.Saver <= 0 || in.Saver >= len(in.Membership.Nodes) {
+		return 0
+	}
+	return in.Saver * p.perNode
 }
 
 // endedAt is in for a chunk whose ranks agreed to end it at step, before

@@ -264,7 +264,11 @@ type NodeAsk struct {
 //     (CheckpointFailure.Unread, ReadBy) — a node cut off from a bucket
 //     its peers read, or a storage that fails them all. Only when every
 //     node of the membership speaks it.
-const ChunkProtocolVersion = 4
+//   - 5 (ChunkProtocolSaver): a save-only chunk's checkpoint is stored
+//     by the node ChunkInput.Saver names (its first rank), not always
+//     rank 0's: a run whose rank 0 cannot write to the bucket tries its
+//     other nodes. Only when every node of the membership speaks it.
+const ChunkProtocolVersion = 5
 
 // The chunk protocol versions, by what each added (ChunkProtocolVersion).
 const (
@@ -272,6 +276,7 @@ const (
 	ChunkProtocolEndEarly          = 2
 	ChunkProtocolCheckpointRequest = 3
 	ChunkProtocolReadCheck         = 4
+	ChunkProtocolSaver             = 5
 )
 
 // ChunkProtocol is the chunk protocol n's worker speaks: Protocol when it
@@ -310,6 +315,11 @@ func (m Membership) TakesCheckpointRequests() bool {
 // ChunkProtocolReadCheck: the ranks of a chunk restoring a checkpoint
 // compare their reads of it.
 func (m Membership) ComparesReads() bool { return m.speaks(ChunkProtocolReadCheck) }
+
+// AnySaver reports whether every node of m speaks ChunkProtocolSaver: a
+// save-only chunk may have another node than rank 0's store its
+// checkpoint (ChunkInput.Saver).
+func (m Membership) AnySaver() bool { return m.speaks(ChunkProtocolSaver) }
 
 // speaks reports whether m has nodes and every one speaks protocol p.
 func (m Membership) speaks(p int) bool {
@@ -522,6 +532,11 @@ type ChunkInput struct {
 	// saves the state its nodes kept at that step: the run stores again
 	// a checkpoint the storage refused (ReportStorageFailure).
 	Checkpoint bool `json:"checkpoint"`
+	// Saver, in a save-only chunk of nodes that all speak
+	// ChunkProtocolSaver, is the node (by rank in Membership) whose
+	// first rank stores the checkpoint instead of rank 0: every rank
+	// holds the whole state. 0: rank 0.
+	Saver int `json:"saver,omitempty"`
 	// ReportStorageFailure: a checkpoint the bucket refuses does not fail
 	// the chunk; its result says so (ChunkResult.CheckpointFailed at To)
 	// and the nodes keep the state they reached, for a save-only chunk

@@ -161,9 +161,11 @@ import (
 // free one, asked for every node_wait (versionEvictNodeWait) and replaced
 // mid-chunk by a node found by an ask that waited;
 // trainingrun_cut_off.json, a node cut off from the S3 bucket its peer
-// read, held for once and replaced at the second try (versionCutOff)
+// read, held for once and replaced at the second try (versionCutOff);
+// trainingrun_rank0_cut_off.json, a rank 0 that cannot write to the
+// bucket: its holds stored by node-2 (versionAnySaver), then left
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -263,6 +265,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"cluster_held_first.json", spec.WorkflowCluster},                      // … its acquire taking the held node first (versionHeldFirst)
 		{"trainingrun_evict_mid_chunk.json", spec.WorkflowTrainingRun},         // a drained node replaced mid-chunk, asked for every node_wait (versionEvictNodeWait)
 		{"trainingrun_cut_off.json", spec.WorkflowTrainingRun},                 // a node cut off from the bucket its peer read, replaced at the second try (versionCutOff)
+		{"trainingrun_rank0_cut_off.json", spec.WorkflowTrainingRun},           // rank 0 cut off for writes: node-2 stores the holds (versionAnySaver), then the run leaves node-1
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -134,6 +134,13 @@ type RunState struct {
 	// and tries next after StorageWait (0: at once).
 	StorageHeld bool          `json:"storage_held,omitempty"`
 	StorageWait time.Duration `json:"storage_wait,omitempty"`
+	// StoreTries counts the hold's save-only chunks the storage refused:
+	// with nodes that all speak spec.ChunkProtocolSaver each names the
+	// next node the saver (storeSaver). WriteCutOff are the nodes that
+	// could not store what another node stored in the last such hold
+	// (wroteElsewhere).
+	StoreTries  int      `json:"store_tries,omitempty"`
+	WriteCutOff []string `json:"write_cut_off,omitempty"`
 	// CutOff are the nodes that could not read the checkpoint at its
 	// step in the last try while other nodes read it (cutOff): if they
 	// fail so again at the next, they are cut off from the bucket.

@@ -147,6 +147,9 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	}
 	r.st.StorageWait, r.st.CutOff = 0, nil // (a hold for a checkpoint to read is over)
 	lead := results[0]
+	if lead.Checkpoint != nil || lead.EarlierCheckpoint != nil {
+		r.st.WriteCutOff = nil // rank 0's node stored one: the storage takes its writes
+	}
 	again := lead.CheckpointFailed != nil && r.st.Status.CheckpointFailed != nil
 	r.absorb(ctx, results)
 	if f := r.stoppedNode(ctx, results); f != nil {
@@ -340,6 +343,9 @@ func (r *run) showCancelling(ctx workflow.Context, what string) {
 type chunkPlan struct {
 	from, to                  int64
 	checkpoint, async, report bool
+	// saver: the node that stores a save-only chunk's checkpoint
+	// (spec.ChunkInput.Saver).
+	saver int
 }
 
 func (c chunkPlan) saveOnly() bool { return c.from == c.to }
@@ -390,6 +396,7 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 
 			AsyncCheckpoint:      plan.async,
 			ReportStorageFailure: plan.report,
+			Saver:                plan.saver,
 		}
 		summary := fmt.Sprintf("chunk %d · steps %d–%d · rank %d/%d on %s · gen %d",
 			r.st.Status.Chunks+1, from, to, rank, len(m.Nodes), node.ID, m.Generation)
@@ -495,12 +502,21 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 		s.WaitUntil = time.Time{}
 		r.setPhase(ctx, spec.PhaseStorageWait)
 	}
-	stored, err := r.storeKept(ctx)
+	saver := r.storeSaver(ctx)
+	if saver > 0 {
+		s.Detail = fmt.Sprintf("the checkpoint storage refused the run's checkpoint; its nodes keep the state at step %d and store it now from node %s",
+			s.Step, r.st.Membership.Nodes[saver].ID)
+	}
+	stored, err := r.storeKept(ctx, saver)
 	if err == nil && !stored {
+		r.st.StoreTries++
 		r.st.StorageWait = nextStorageWait(r.st.StorageWait)
 		return nil
 	}
-	r.st.StorageHeld, r.st.StorageWait = false, 0
+	if err == nil && saver > 0 {
+		r.wroteElsewhere(ctx, saver)
+	}
+	r.st.StorageHeld, r.st.StorageWait, r.st.StoreTries = false, 0, 0
 	s.WaitUntil, s.Detail = time.Time{}, ""
 	held.Update(0)
 	if err == nil {
@@ -587,29 +603,29 @@ func (r *run) waitToRead(ctx workflow.Context, what, summary string) error {
 	return err
 }
 
-// storeKept runs a save-only chunk at the run's step and reports whether
-// the state is stored now (by it, or by the upload the chunk before had
-// in flight).
-func (r *run) storeKept(ctx workflow.Context) (bool, error) {
+// storeKept runs a save-only chunk at the run's step, its checkpoint
+// stored by node saver, and reports whether the state is stored now (by
+// it, or by the upload the chunk before had in flight).
+func (r *run) storeKept(ctx workflow.Context, saver int) (bool, error) {
 	step := r.st.Status.Step
-	results, err := r.runChunk(ctx, chunkPlan{from: step, to: step, checkpoint: true, report: true})
+	results, err := r.runChunk(ctx, chunkPlan{from: step, to: step, checkpoint: true, report: true, saver: saver})
 	if err != nil {
 		return false, err
 	}
 	r.chunksNow++ // a unit of history, as a chunk is
-	s, lead := &r.st.Status, results[0]
+	s, lead, saved := &r.st.Status, results[0], results[saver]
 	if lead.EarlierCheckpoint != nil {
 		r.commitCheckpoint(ctx, *lead.EarlierCheckpoint)
 	}
-	if lead.Checkpoint != nil {
+	if saved.Checkpoint != nil {
 		r.st.ForceCheckpoint = false
-		r.commitCheckpoint(ctx, *lead.Checkpoint)
+		r.commitCheckpoint(ctx, *saved.Checkpoint)
 	}
 	if p := r.st.PendingCkpt; p != nil && p.Step <= step {
 		r.st.PendingCkpt = nil // settled by the chunk, either way
 	}
 	stored := s.LastCkpt != nil && s.LastCkpt.Step >= step
-	if f := lead.CheckpointFailed; f != nil && !stored {
+	if f := saved.CheckpointFailed; f != nil && !stored {
 		r.refused(ctx, f)
 	}
 	s.UpdatedAt = workflow.Now(ctx)

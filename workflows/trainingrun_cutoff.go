@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -71,4 +72,67 @@ func (r *run) cutOff(ctx workflow.Context, f *chunkFailure) bool {
 	}
 	f.failed, f.reason, f.storageDown = again, why, false
 	return true
+}
+
+// versionAnySaver: a hold's save-only chunks name each node in turn the
+// saver (storeSaver), from rank 0's next; before, rank 0 stored every
+// try, and a rank 0 that could not write to the bucket held the run
+// until an operator drained it. Asked only for such a chunk of nodes that
+// all speak spec.ChunkProtocolSaver, more than one.
+const versionAnySaver = "any-saver"
+
+// storeSaver is the node that stores the state in the hold's next try:
+// rank 0's node refused the checkpoint that began the hold, and each
+// refused try moves on to the next node (RunState.StoreTries).
+func (r *run) storeSaver(ctx workflow.Context) int {
+	n := len(r.st.Membership.Nodes)
+	if n < 2 || !r.st.Membership.AnySaver() || workflow.GetVersion(ctx, versionAnySaver, workflow.DefaultVersion, 1) < 1 {
+		return 0
+	}
+	return (r.st.StoreTries + 1) % n
+}
+
+// wroteElsewhere follows a hold that node saver's checkpoint ended: the
+// nodes that refused in it — rank 0's, whose refusal began it, and the
+// savers of the tries before — cannot write where saver's node does. The
+// first time the run trains on and remembers them (RunState.WriteCutOff:
+// a bucket that throttles refuses a healthy node as easily, once); when
+// one of them refuses so in the next hold too, the run moves off it at
+// this boundary, as off a slow node (spec.Evict.Leave: a free node takes
+// its rank; short of one the run keeps it), and takes it no more while
+// its worker process runs (RunState.CutOffLeft). The checkpoint just
+// stored is at the run's step: the move loses nothing.
+func (r *run) wroteElsewhere(ctx workflow.Context, saver int) {
+	m := r.st.Membership.Nodes
+	by := m[saver].ID
+	refused := []string{m[0].ID}
+	for t := range r.st.StoreTries {
+		if id := m[(t+1)%len(m)].ID; !slices.Contains(refused, id) {
+			refused = append(refused, id)
+		}
+	}
+	refused = slices.DeleteFunc(refused, func(id string) bool { return id == by })
+	prev := r.st.WriteCutOff
+	r.st.WriteCutOff = nil
+	var again []string
+	for _, id := range refused {
+		if slices.Contains(prev, id) {
+			again = append(again, id)
+		}
+	}
+	log := workflow.GetLogger(ctx)
+	if len(again) == 0 {
+		r.st.WriteCutOff = refused
+		log.Warn("checkpoint stored by another node than the ones the storage refused; moved off them if they are refused so again",
+			"stored_by", by, "refused", refused, "step", r.st.Status.Step)
+		return
+	}
+	why := fmt.Sprintf("cut off from the bucket: could not store the run's checkpoint in two holds in a row while node %s stored it", by)
+	for _, id := range again {
+		log.Warn("node cannot write to the run's bucket; the run moves off it", "node", id, "stored_by", by)
+		r.setEvict(append(r.st.Ctl.Evict, spec.Evict{NodeID: id, Reason: why, Leave: true}))
+		i := slices.IndexFunc(m, func(n spec.Node) bool { return n.ID == id })
+		r.st.CutOffLeft = append(r.st.CutOffLeft, spec.NodeProcess{ID: id, Incarnation: m[i].Incarnation})
+	}
+	r.st.Ctl.EvictRetry = time.Time{}
 }

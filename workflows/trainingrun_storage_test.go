@@ -484,3 +484,111 @@ func readsCompared(in spec.ChunkInput, unread, readBy []string) error {
 	return temporal.NewApplicationErrorWithCause(msg, spec.ErrTypeCheckpointUnreachable, errors.New("stalled"),
 		spec.CheckpointFailure{Step: 200, Error: msg, Unread: unread, ReadBy: readBy})
 }
+
+// TestTrainingRunStoresFromAnotherNode: node-1 (rank 0) cannot write to
+// the bucket, node-2 can, and both speak spec.ChunkProtocolSaver. Two
+// uploads refused in a row (100, 200) hold the run at 300, where the
+// save-only chunk names node-2 the saver: stored at once, and the run
+// trains on, remembering node-1. Refused twice again (400, 500), the run
+// holds at 600, node-2 stores it, and the run moves off node-1 there —
+// spare-1 takes its rank, nothing is retrained, no restart counted — and
+// shuns it. Nodes of an older build keep rank 0 the saver: the run holds
+// until node-1 writes again.
+func TestTrainingRunStoresFromAnotherNode(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		protocol int
+		heals    int     // node-1 stores after so many refusals
+		savers   []int   // the save-only chunks' savers (node ranks)
+		steps    []int64 // … and steps
+		nodes    []string
+		trained  []int64
+	}{
+		{name: "any saver", protocol: spec.ChunkProtocolSaver, heals: 1 << 30, savers: []int{1, 1}, steps: []int64{300, 600},
+			nodes: []string{"spare-1", "node-2"}, trained: []int64{0, 100, 200, 300, 400, 500, 600, 700}},
+		{name: "older nodes", protocol: spec.ChunkProtocolReadCheck, heals: 4, savers: []int{0, 0}, steps: []int64{300, 300},
+			nodes: []string{"node-1", "node-2"}, trained: []int64{0, 100, 200, 300, 400, 500, 600, 700}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := testNodes("node-1", "node-2", "spare-1")
+			for i := range pool {
+				pool[i].Protocol = tc.protocol
+			}
+			cl := &fakeCluster{pool: pool}
+			var shun []spec.NodeProcess
+			cl.onAcquire = func(req spec.AcquireRequest) { shun = req.Shun }
+			var (
+				mu      sync.Mutex
+				pending *spec.ChunkInput // rank 0's upload in flight
+				refused int              // node-1's saves so far
+			)
+			stores := func(in spec.ChunkInput, rank int) bool {
+				if in.Membership.Nodes[rank].ID != "node-1" {
+					return true
+				}
+				refused++
+				return refused > tc.heals
+			}
+			ch := &fakeChunks{edit: func(in spec.ChunkInput, res *spec.ChunkResult) {
+				mu.Lock()
+				defer mu.Unlock()
+				saver := 0
+				if in.From == in.To {
+					saver = in.Saver
+				}
+				res.Checkpoint = nil
+				if p := pending; in.Rank == 0 && p != nil {
+					pending = nil
+					if stores(*p, 0) {
+						res.EarlierCheckpoint = &spec.CheckpointRef{URL: "mem://", Run: p.RunID, Step: p.To, Key: fmt.Sprintf("ckpt/%d", p.To)}
+					} else {
+						res.CheckpointFailed = &spec.CheckpointFailure{Step: p.To, Error: "dial tcp: no route to host"}
+					}
+				}
+				switch {
+				case in.Rank != saver || !in.Checkpoint:
+				case in.AsyncCheckpoint:
+					pending = &in
+				case stores(in, in.Rank):
+					res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: in.To, Key: fmt.Sprintf("ckpt/%d", in.To)}
+				default:
+					res.CheckpointFailed = &spec.CheckpointFailure{Step: in.To, Error: "dial tcp: no route to host"}
+				}
+			}}
+			env := newRunEnv(t, cl, ch)
+			env.SetTestTimeout(30 * time.Second)
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 800, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.Equal(t, tc.nodes, st.Nodes)
+			require.EqualValues(t, 800, st.LastCkpt.Step)
+			require.Empty(t, st.Recoveries)
+			var savers []int
+			var steps []int64
+			for _, in := range ch.all() {
+				if in.From == in.To && in.Rank == 0 {
+					savers, steps = append(savers, in.Saver), append(steps, in.From)
+				}
+			}
+			require.Equal(t, tc.savers, savers)
+			require.Equal(t, tc.steps, steps)
+			var trained []int64
+			for _, in := range ch.all() {
+				if in.Rank == 0 && in.From < in.To {
+					trained = append(trained, in.From)
+				}
+			}
+			require.Equal(t, tc.trained, trained, "nothing trained twice")
+			if tc.protocol < spec.ChunkProtocolSaver {
+				require.Empty(t, st.Rescalings)
+				require.Empty(t, shun)
+				return
+			}
+			require.NotEmpty(t, st.Rescalings)
+			rec := st.Rescalings[len(st.Rescalings)-1]
+			require.Contains(t, rec.Reason, "node-1 replaced: cut off from the bucket: could not store the run's checkpoint in two holds in a row while node node-2 stored it")
+			require.Equal(t, []spec.NodeProcess{{ID: "node-1"}}, shun, "the move's acquire shuns node-1")
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/internal/s3fake"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
@@ -30,25 +31,11 @@ func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	var cut atomic.Int64 // connections cut
-	bucket := s3fake.BucketOn(t, s3mem.New(), func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !strings.Contains(r.UserAgent(), "app/cut-off") {
-				next.ServeHTTP(w, r)
-				return
-			}
-			cut.Add(1)
-			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				conn.Close()
-			}
-		})
-	})
+	var cut cutOff
+	bucket := cut.bucket(t)
 	c, l, addr := startInProcessControlWith(ctx, t, dir, controlSetup{checkpointURL: bucket}, "node-1", "node-2")
-	// node-3's requests say who sends them (the AWS SDK adds the app ID
-	// to its User-Agent); node-4 is a healthy spare.
-	l.Env = append(l.Env, "AWS_SDK_UA_APP_ID=cut-off")
-	startNodeWorkerAt(t, l, addr, bucket, "node-3", "node-3")
-	l.Env = slices.DeleteFunc(l.Env, func(e string) bool { return strings.HasPrefix(e, "AWS_SDK_UA_APP_ID=") })
+	// node-3 is cut off; node-4 is a healthy spare.
+	startCutOffWorker(t, l, addr, bucket, "node-3")
 	startNodeWorkerAt(t, l, addr, bucket, "node-4", "node-4")
 	waitRegistered(ctx, t, c, 4)
 
@@ -64,8 +51,8 @@ func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
 			t.Fatalf("held in %s: %q; want it to say %q", held.Phase, held.Detail, want)
 		}
 	}
-	if cut.Load() == 0 || !slices.Equal(held.Nodes, []string{"node-1", "node-3"}) {
-		t.Fatalf("%d connections cut, nodes %v; want node-3's cut, node-3 in node-2's rank", cut.Load(), held.Nodes)
+	if cut.cut.Load() == 0 || !slices.Equal(held.Nodes, []string{"node-1", "node-3"}) {
+		t.Fatalf("%d connections cut, nodes %v; want node-3's cut, node-3 in node-2's rank", cut.cut.Load(), held.Nodes)
 	}
 	cliAt(ctx, t, addr, l.LogDir)("resume", s.Name)
 	end := awaitRun(ctx, t, run, l.LogDir)
@@ -82,4 +69,87 @@ func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
 		t.Errorf("node-3 in the registry: %+v; want it failed (not misconfigured: its lease brings it back), saying why", r)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_cut_off.json")
+}
+
+// cutOff is an S3 bucket (bucket) that cuts every connection whose
+// requests come from a worker started by startCutOffWorker (its
+// User-Agent says so: the AWS SDK adds AWS_SDK_UA_APP_ID to it) as it
+// arrives, counting them in cut — a node with no route to the bucket —
+// until mended.
+type cutOff struct {
+	cut    atomic.Int64
+	mended atomic.Bool
+}
+
+func (c *cutOff) bucket(t *testing.T) string {
+	return s3fake.BucketOn(t, s3mem.New(), func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if c.mended.Load() || !strings.Contains(r.UserAgent(), "app/cut-off") {
+				next.ServeHTTP(w, r)
+				return
+			}
+			c.cut.Add(1)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+		})
+	})
+}
+
+// startCutOffWorker starts node id's worker, its requests to the bucket
+// marked for cutOff.bucket.
+func startCutOffWorker(t *testing.T, l *dev.Launcher, addr, bucket, id string) {
+	t.Helper()
+	l.Env = append(l.Env, "AWS_SDK_UA_APP_ID=cut-off")
+	defer func() {
+		l.Env = slices.DeleteFunc(l.Env, func(e string) bool { return strings.HasPrefix(e, "AWS_SDK_UA_APP_ID=") })
+	}()
+	startNodeWorkerAt(t, l, addr, bucket, id, id)
+}
+
+// TestRankZeroCutOffFromTheBucketIsLeft: node-1, rank 0, cannot write to
+// the S3 bucket its peer writes to. Its checkpoint uploads are refused;
+// two in a row hold the run, and the hold's save-only chunk has node-2
+// store the state the nodes kept (chunk protocol 5: every rank holds it)
+// — stored at once, the run trains on. When that happens again, the run
+// moves off node-1 at that checkpoint: node-3 takes rank 0, nothing is
+// retrained, no restart counted, and the run ends with the weights of a
+// run whose bucket never failed. Before, rank 0 alone tried every save
+// and the run held until an operator drained node-1.
+func TestRankZeroCutOffFromTheBucketIsLeft(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var cut cutOff
+	bucket := cut.bucket(t)
+	c, l, addr := startInProcessControlWith(ctx, t, dir, controlSetup{checkpointURL: bucket})
+	startCutOffWorker(t, l, addr, bucket, "node-1")
+	startNodeWorkerAt(t, l, addr, bucket, "node-2", "node-2")
+	startNodeWorkerAt(t, l, addr, bucket, "node-3", "node-3")
+	waitRegistered(ctx, t, c, 3)
+
+	s := spec.RunSpec{Name: "rank0-cut-off", Nodes: 2, Steps: 400, ChunkSteps: 50}.WithDefaults()
+	end := awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: s}), l.LogDir)
+	if end.Phase != spec.PhaseCompleted || end.Step != s.Steps || len(end.Recoveries) != 0 || end.LastCkpt == nil || end.LastCkpt.Step != s.Steps {
+		t.Fatalf("ended %s at step %d, recoveries %+v, last checkpoint %+v; want completed at %d with its checkpoint, no recovery",
+			end.Phase, end.Step, end.Recoveries, end.LastCkpt, s.Steps)
+	}
+	if !slices.Equal(end.Nodes, []string{"node-3", "node-2"}) || len(end.Rescalings) == 0 || cut.cut.Load() == 0 {
+		t.Fatalf("nodes %v, rescalings %+v, %d connections cut; want node-3 in node-1's rank", end.Nodes, end.Rescalings, cut.cut.Load())
+	}
+	rec := end.Rescalings[len(end.Rescalings)-1]
+	if !strings.Contains(rec.Reason, "node-1 replaced: cut off from the bucket: could not store the run's checkpoint in two holds in a row while node node-2 stored it") {
+		t.Errorf("the move: %+v; want it to say node-1 is cut off from the bucket", rec)
+	}
+	h := fetchHistory(ctx, t, c, spec.RunIDPrefix+s.Name)
+	recordHistory(t, h, "trainingrun_rank0_cut_off.json")
+
+	// The same job once node-1 reaches the bucket again (the first run
+	// shunned it; this one takes it).
+	cut.mended.Store(true)
+	s.Name = "rank0-fault-free"
+	clean := awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: s}), l.LogDir)
+	if clean.Phase != spec.PhaseCompleted || clean.WeightsSHA256 == "" || clean.WeightsSHA256 != end.WeightsSHA256 {
+		t.Errorf("weights %q after the move, %q fault-free (%s on %v); want the same", end.WeightsSHA256, clean.WeightsSHA256, clean.Phase, clean.Nodes)
+	}
 }
