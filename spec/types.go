@@ -949,6 +949,11 @@ type RunStatus struct {
 	// boundary (slow_node: replace) once a free node can take their rank;
 	// they are not drained.
 	Leaving []string `json:"leaving,omitempty"`
+	// CutOff are the nodes the run left for being cut off from its
+	// checkpoint bucket (they could not read what their peers read, or
+	// rank 0 could not write what another node wrote, twice in a row): it
+	// takes them no more until their workers register again.
+	CutOff []string `json:"cut_off,omitempty"`
 	// NodeAsk, while the run waits for a free node (to grow back to
 	// TargetNodes, or to move off a node in Evicting or Leaving), says
 	// when it asks the Cluster; the status query fills it in.

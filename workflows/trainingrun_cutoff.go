@@ -66,8 +66,7 @@ func (r *run) cutOff(ctx workflow.Context, f *chunkFailure) bool {
 	for _, id := range again {
 		f.addUnfit(id, why, false)
 		if i := slices.IndexFunc(r.st.Membership.Nodes, func(n spec.Node) bool { return n.ID == id }); i >= 0 {
-			n := r.st.Membership.Nodes[i]
-			r.st.CutOffLeft = append(r.st.CutOffLeft, spec.NodeProcess{ID: n.ID, Incarnation: n.Incarnation})
+			r.shun(r.st.Membership.Nodes[i])
 		}
 	}
 	f.failed, f.reason, f.storageDown = again, why, false
@@ -131,8 +130,16 @@ func (r *run) wroteElsewhere(ctx workflow.Context, saver int) {
 	for _, id := range again {
 		log.Warn("node cannot write to the run's bucket; the run moves off it", "node", id, "stored_by", by)
 		r.setEvict(append(r.st.Ctl.Evict, spec.Evict{NodeID: id, Reason: why, Leave: true}))
-		i := slices.IndexFunc(m, func(n spec.Node) bool { return n.ID == id })
-		r.st.CutOffLeft = append(r.st.CutOffLeft, spec.NodeProcess{ID: id, Incarnation: m[i].Incarnation})
+		r.shun(m[slices.IndexFunc(m, func(n spec.Node) bool { return n.ID == id })])
 	}
 	r.st.Ctl.EvictRetry = time.Time{}
+}
+
+// shun has the run take n's worker process no more (RunState.CutOffLeft)
+// and says so in its status (RunStatus.CutOff).
+func (r *run) shun(n spec.Node) {
+	r.st.CutOffLeft = append(r.st.CutOffLeft, spec.NodeProcess{ID: n.ID, Incarnation: n.Incarnation})
+	if !slices.Contains(r.st.Status.CutOff, n.ID) {
+		r.st.Status.CutOff = append(r.st.Status.CutOff, n.ID)
+	}
 }

@@ -442,6 +442,11 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 				require.Contains(t, st.Recoveries[len(st.Recoveries)-1].Reason, tc.reason)
 			}
 			require.Equal(t, tc.shun, shun, "the last acquire shuns the nodes cut off")
+			var cutOff []string
+			for _, p := range tc.shun {
+				cutOff = append(cutOff, p.ID)
+			}
+			require.Equal(t, cutOff, st.CutOff)
 			require.Equal(t, spec.PhaseCompleted, st.Phase)
 			require.EqualValues(t, 400, st.Step)
 			require.Len(t, st.Recoveries, tc.recoveries, "a storage that does not serve the checkpoint is no recovery")
@@ -589,6 +594,7 @@ func TestTrainingRunStoresFromAnotherNode(t *testing.T) {
 			rec := st.Rescalings[len(st.Rescalings)-1]
 			require.Contains(t, rec.Reason, "node-1 replaced: cut off from the bucket: could not store the run's checkpoint in two holds in a row while node node-2 stored it")
 			require.Equal(t, []spec.NodeProcess{{ID: "node-1"}}, shun, "the move's acquire shuns node-1")
+			require.Equal(t, []string{"node-1"}, st.CutOff)
 		})
 	}
 }

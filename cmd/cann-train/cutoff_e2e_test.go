@@ -65,6 +65,9 @@ func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
 		!strings.Contains(rec.Reason, "node node-3 could not read the checkpoint at step 100 in two tries in a row while node node-1 read it: cut off from the bucket") {
 		t.Errorf("second recovery %+v; want node-3 replaced by node-4 from step 100, cut off from the bucket", rec)
 	}
+	if !slices.Equal(end.CutOff, []string{"node-3"}) {
+		t.Errorf("the status names %v cut off; want node-3", end.CutOff)
+	}
 	if r := registryRecord(ctx, t, c, "node-3"); !r.Failed || r.Misconfigured || !strings.Contains(r.FailReason, "cut off from the bucket") {
 		t.Errorf("node-3 in the registry: %+v; want it failed (not misconfigured: its lease brings it back), saying why", r)
 	}
@@ -138,8 +141,9 @@ func TestRankZeroCutOffFromTheBucketIsLeft(t *testing.T) {
 		t.Fatalf("nodes %v, rescalings %+v, %d connections cut; want node-3 in node-1's rank", end.Nodes, end.Rescalings, cut.cut.Load())
 	}
 	rec := end.Rescalings[len(end.Rescalings)-1]
-	if !strings.Contains(rec.Reason, "node-1 replaced: cut off from the bucket: could not store the run's checkpoint in two holds in a row while node node-2 stored it") {
-		t.Errorf("the move: %+v; want it to say node-1 is cut off from the bucket", rec)
+	if !strings.Contains(rec.Reason, "node-1 replaced: cut off from the bucket: could not store the run's checkpoint in two holds in a row while node node-2 stored it") ||
+		!slices.Equal(end.CutOff, []string{"node-1"}) {
+		t.Errorf("the move: %+v, cut off %v; want it to say node-1 is cut off from the bucket", rec, end.CutOff)
 	}
 	h := fetchHistory(ctx, t, c, spec.RunIDPrefix+s.Name)
 	recordHistory(t, h, "trainingrun_rank0_cut_off.json")

@@ -567,8 +567,11 @@ type Summary struct {
 	DataSHA256 string `json:"data_sha256,omitempty"`
 	// SlowNodes are the nodes setting the run's pace (spec.SlowNode).
 	SlowNodes []spec.SlowNode `json:"slow_nodes,omitempty"`
-	WebUI     string          `json:"web_ui,omitempty"`
-	Error     string          `json:"error,omitempty"`
+	// CutOff are the nodes the run left for being cut off from its
+	// checkpoint bucket (spec.RunStatus.CutOff).
+	CutOff []string `json:"cut_off,omitempty"`
+	WebUI  string   `json:"web_ui,omitempty"`
+	Error  string   `json:"error,omitempty"`
 	// Detail says what the status is about (the green window waited for,
 	// the pause, the storage held for); WaitUntil ends a green wait, or
 	// the wait before the run stores its checkpoint again.
@@ -741,7 +744,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
-		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, Error: st.Error,
+		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, CutOff: st.CutOff, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, TargetNodes: st.TargetNodes,
 		Evicting: st.Evicting, Leaving: st.Leaving, NodeAsk: st.NodeAsk, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
@@ -828,6 +831,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	for _, sn := range s.SlowNodes {
 		fmt.Fprintf(w, "slow node    %s computes %.1f× its peers' time, %d chunks in a row since step %d: the run trains at its pace (`cann-train nodes drain %s` moves the run off it)\n",
 			sn.NodeID, sn.Factor, sn.Chunks, sn.Since, sn.NodeID)
+	}
+	for _, id := range s.CutOff {
+		fmt.Fprintf(w, "cut off      %s could not reach the run's checkpoint bucket where its peers did: the run took it off and takes it no more until its worker registers again\n", id)
 	}
 	if s.ScalingEff > 0 {
 		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank on a core of its own (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))

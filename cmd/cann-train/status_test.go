@@ -182,6 +182,26 @@ func TestStatusTextNodes(t *testing.T) {
 	}
 }
 
+// TestStatusTextCutOff: a node the run left for being cut off from its
+// bucket is named, with when the run takes it again; -o json says it too.
+func TestStatusTextCutOff(t *testing.T) {
+	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n4"}, CutOff: []string{"n3"}}
+	var b bytes.Buffer
+	if err := printStatus(&b, st, "text", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "cut off      n3 could not reach the run's checkpoint bucket where its peers did: the run took it off and takes it no more until its worker registers again\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("status text:\n%s\nwant the line %q", b.String(), want)
+	}
+	b.Reset()
+	if err := printStatus(&b, st, "json", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"cut_off": [`) {
+		t.Errorf("status json lacks cut_off:\n%s", b.String())
+	}
+}
+
 // TestStatusTextFirstChunk: before any chunk ended the status shows no
 // first loss nor speed of zero, but the chunk in flight's step and loss.
 func TestStatusTextFirstChunk(t *testing.T) {
