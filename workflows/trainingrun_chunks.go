@@ -507,14 +507,16 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 		s.Detail = fmt.Sprintf("the checkpoint storage refused the run's checkpoint; its nodes keep the state at step %d and store it now from node %s",
 			s.Step, r.st.Membership.Nodes[saver].ID)
 	}
-	stored, err := r.storeKept(ctx, saver)
+	stored, bySaver, err := r.storeKept(ctx, saver)
 	if err == nil && !stored {
 		r.st.StoreTries++
 		r.st.StorageWait = nextStorageWait(r.st.StorageWait)
 		return nil
 	}
-	if err == nil && saver > 0 {
+	if err == nil && bySaver && saver > 0 {
 		r.wroteElsewhere(ctx, saver)
+	} else if err == nil {
+		r.st.WriteCutOff = nil // rank 0's node stored it: the storage takes its writes
 	}
 	r.st.StorageHeld, r.st.StorageWait, r.st.StoreTries = false, 0, 0
 	s.WaitUntil, s.Detail = time.Time{}, ""
@@ -605,32 +607,36 @@ func (r *run) waitToRead(ctx workflow.Context, what, summary string) error {
 
 // storeKept runs a save-only chunk at the run's step, its checkpoint
 // stored by node saver, and reports whether the state is stored now (by
-// it, or by the upload the chunk before had in flight).
-func (r *run) storeKept(ctx workflow.Context, saver int) (bool, error) {
+// it — bySaver — or by the upload rank 0 had in flight from the chunk
+// before).
+func (r *run) storeKept(ctx workflow.Context, saver int) (stored, bySaver bool, err error) {
 	step := r.st.Status.Step
 	results, err := r.runChunk(ctx, chunkPlan{from: step, to: step, checkpoint: true, report: true, saver: saver})
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	r.chunksNow++ // a unit of history, as a chunk is
 	s, lead, saved := &r.st.Status, results[0], results[saver]
 	if lead.EarlierCheckpoint != nil {
 		r.commitCheckpoint(ctx, *lead.EarlierCheckpoint)
 	}
-	if saved.Checkpoint != nil {
+	// (Rank 0 stores nothing when its upload of this step landed; another
+	// saver, which cannot know, stored the same checkpoint again.)
+	bySaver = saved.Checkpoint != nil && (lead.EarlierCheckpoint == nil || lead.EarlierCheckpoint.Step < step)
+	if bySaver {
 		r.st.ForceCheckpoint = false
 		r.commitCheckpoint(ctx, *saved.Checkpoint)
 	}
 	if p := r.st.PendingCkpt; p != nil && p.Step <= step {
 		r.st.PendingCkpt = nil // settled by the chunk, either way
 	}
-	stored := s.LastCkpt != nil && s.LastCkpt.Step >= step
+	stored = s.LastCkpt != nil && s.LastCkpt.Step >= step
 	if f := saved.CheckpointFailed; f != nil && !stored {
 		r.refused(ctx, f)
 	}
 	s.UpdatedAt = workflow.Now(ctx)
 	r.publish(ctx)
-	return stored, nil
+	return stored, bySaver, nil
 }
 
 // salvage keeps the checkpoints rank 0 reported for a chunk that every

@@ -498,21 +498,30 @@ func readsCompared(in spec.ChunkInput, unread, readBy []string) error {
 // holds at 600, node-2 stores it, and the run moves off node-1 there —
 // spare-1 takes its rank, nothing is retrained, no restart counted — and
 // shuns it. Nodes of an older build keep rank 0 the saver: the run holds
-// until node-1 writes again.
+// until node-1 writes again. A hold whose checkpoint node-1's own upload
+// stored too (it landed as node-2 stored it) blames nobody.
 func TestTrainingRunStoresFromAnotherNode(t *testing.T) {
+	all := []int64{0, 100, 200, 300, 400, 500, 600, 700}
 	for _, tc := range []struct {
 		name     string
 		protocol int
-		heals    int     // node-1 stores after so many refusals
-		savers   []int   // the save-only chunks' savers (node ranks)
-		steps    []int64 // … and steps
-		nodes    []string
-		trained  []int64
+		// refuse: node-1 refuses its n-th save, of the state at step to
+		// (async: an upload).
+		refuse  func(n int, to int64, async bool) bool
+		savers  []int   // the save-only chunks' savers (node ranks)
+		steps   []int64 // … and steps
+		nodes   []string
+		trained []int64
 	}{
-		{name: "any saver", protocol: spec.ChunkProtocolSaver, heals: 1 << 30, savers: []int{1, 1}, steps: []int64{300, 600},
-			nodes: []string{"spare-1", "node-2"}, trained: []int64{0, 100, 200, 300, 400, 500, 600, 700}},
-		{name: "older nodes", protocol: spec.ChunkProtocolReadCheck, heals: 4, savers: []int{0, 0}, steps: []int64{300, 300},
-			nodes: []string{"node-1", "node-2"}, trained: []int64{0, 100, 200, 300, 400, 500, 600, 700}},
+		{name: "any saver", protocol: spec.ChunkProtocolSaver, refuse: func(int, int64, bool) bool { return true },
+			savers: []int{1, 1}, steps: []int64{300, 600}, nodes: []string{"spare-1", "node-2"}, trained: all},
+		{name: "older nodes", protocol: spec.ChunkProtocolReadCheck, refuse: func(n int, _ int64, _ bool) bool { return n <= 4 },
+			savers: []int{0, 0}, steps: []int64{300, 300}, nodes: []string{"node-1", "node-2"}, trained: all},
+		// node-1's upload of 300 lands as node-2 stores it: node-1 wrote,
+		// the hold at 300 blames nobody; the one at 600 is a first time.
+		{name: "rank 0's upload lands too", protocol: spec.ChunkProtocolSaver,
+			refuse: func(_ int, to int64, async bool) bool { return to <= 600 && (to != 300 || !async) },
+			savers: []int{1, 1}, steps: []int64{300, 600}, nodes: []string{"node-1", "node-2"}, trained: all},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pool := testNodes("node-1", "node-2", "spare-1")
@@ -532,7 +541,7 @@ func TestTrainingRunStoresFromAnotherNode(t *testing.T) {
 					return true
 				}
 				refused++
-				return refused > tc.heals
+				return !tc.refuse(refused, in.To, in.AsyncCheckpoint)
 			}
 			ch := &fakeChunks{edit: func(in spec.ChunkInput, res *spec.ChunkResult) {
 				mu.Lock()
@@ -585,9 +594,10 @@ func TestTrainingRunStoresFromAnotherNode(t *testing.T) {
 				}
 			}
 			require.Equal(t, tc.trained, trained, "nothing trained twice")
-			if tc.protocol < spec.ChunkProtocolSaver {
+			if tc.nodes[0] == "node-1" {
 				require.Empty(t, st.Rescalings)
 				require.Empty(t, shun)
+				require.Empty(t, st.CutOff)
 				return
 			}
 			require.NotEmpty(t, st.Rescalings)
