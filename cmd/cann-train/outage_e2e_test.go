@@ -42,7 +42,10 @@ func TestRunOutlivesAServiceOutage(t *testing.T) {
 	waitRegistered(ctx, t, c, 2)
 
 	hb := 2 * time.Second
-	s := spec.RunSpec{Name: "outage", Nodes: 2, Steps: 20000, ChunkSteps: 500, CheckpointEvery: 500, MaxRestarts: 1,
+	// Steps: enough to be training at step 1000 when the server stops,
+	// and a few chunks after it is back (20,000 until session 44: 17 s
+	// of CI spent training past the point).
+	s := spec.RunSpec{Name: "outage", Nodes: 2, Steps: 4000, ChunkSteps: 500, CheckpointEvery: 500, MaxRestarts: 1,
 		HeartbeatTimeout: spec.Duration(hb)}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	for {
