@@ -27,6 +27,7 @@ import (
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/engine"
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -75,6 +76,17 @@ func mnist(t *testing.T) (train, test *engine.Dataset) {
 		t.Fatal(mnistErr)
 	}
 	return mnistTrain, mnistTest
+}
+
+// useStore has n use s for the bucket at url, as if it had opened it
+// there (a test's way to give one node another route to a bucket).
+func useStore(n *Node, url string, s *checkpoint.Store) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stores == nil {
+		n.stores = map[string]*checkpoint.Store{}
+	}
+	n.stores[url] = s
 }
 
 // runChunk runs TrainChunk on every node concurrently, as the workflow does.

@@ -48,9 +48,7 @@ func TestTrainChunkNamesTheNodeCutOffFromTheBucket(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { dead.Close() })
-		nodes[i].mu.Lock()
-		nodes[i].stores[ref.URL] = dead
-		nodes[i].mu.Unlock()
+		useStore(nodes[i], ref.URL, dead)
 	}
 	cutOff(2)
 	gen := int64(1)

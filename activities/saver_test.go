@@ -38,12 +38,7 @@ func TestSaveOnlyChunkStoredByAnotherNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setStore := func(s *checkpoint.Store) {
-		nodes[0].mu.Lock()
-		nodes[0].stores[url] = s
-		nodes[0].mu.Unlock()
-	}
-	setStore(bad)
+	useStore(nodes[0], url, bad)
 
 	s := spec.RunSpec{Name: "saver", Nodes: 2, Steps: 60, ChunkSteps: 30}.WithDefaults()
 	in := spec.ChunkInput{RunID: "run/saver", Spec: s, Membership: m, Token: "secret", Checkpoint: true, ReportStorageFailure: true}
@@ -69,7 +64,7 @@ func TestSaveOnlyChunkStoredByAnotherNode(t *testing.T) {
 	if ck == nil || ck.Step != 30 || held[1].CheckpointFailed != nil || held[0].Checkpoint != nil || held[0].CheckpointFailed != nil {
 		t.Fatalf("node-1 reports %+v, node-2 %+v; want node-2 to store the checkpoint at 30, node-1 nothing", held[0], held[1])
 	}
-	setStore(good)
+	useStore(nodes[0], url, good)
 	ref := chunk(30, 30, 0)[0].Checkpoint
 	if ref == nil || ref.SHA256 != ck.SHA256 || ref.Bytes != ck.Bytes {
 		t.Fatalf("rank 0 stores %+v; node-2 stored %+v: want the same checkpoint", ref, ck)

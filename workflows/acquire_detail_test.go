@@ -32,12 +32,12 @@ func TestAcquireDetail(t *testing.T) {
 
 func TestShunDetail(t *testing.T) {
 	for _, tc := range []struct {
-		shun []spec.NodeProcess
+		shun []string
 		want string
 	}{
 		{nil, ""},
-		{[]spec.NodeProcess{{ID: "node-3", Incarnation: "a"}}, " (not node node-3: cut off from the run's checkpoint bucket, until its worker registers again)"},
-		{[]spec.NodeProcess{{ID: "node-3", Incarnation: "a"}, {ID: "node-5"}, {ID: "node-3", Incarnation: "b"}},
+		{[]string{"node-3"}, " (not node node-3: cut off from the run's checkpoint bucket, until its worker registers again)"},
+		{[]string{"node-3", "node-5"},
 			" (not nodes node-3, node-5: cut off from the run's checkpoint bucket, until their workers register again)"},
 	} {
 		require.Equal(t, tc.want, shunDetail(tc.shun))

@@ -3,7 +3,6 @@ package workflows
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -71,13 +70,12 @@ func (r *run) noteSlow(ctx workflow.Context, results []spec.ChunkResult) {
 				workflow.GetLogger(ctx).Warn("could not drain the slow node", "node", res.NodeID, "error", err)
 			}
 		}
-		if sn.Chunks >= slowNodeChunks && r.spec.SlowNode == spec.SlowNodeReplace &&
-			!slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == res.NodeID }) {
+		if sn.Chunks >= slowNodeChunks && r.spec.SlowNode == spec.SlowNodeReplace {
 			why := fmt.Sprintf("slow: computed %.1f× its peers' time %d chunks in a row from step %d (slow_node: replace)",
 				sn.Factor, sn.Chunks, sn.Since)
-			workflow.GetLogger(ctx).Info("slow node: replaced at the next chunk boundary when a node is free", "node", res.NodeID, "reason", why)
-			r.setEvict(append(r.st.Ctl.Evict, spec.Evict{NodeID: res.NodeID, Reason: why, Leave: true}))
-			r.st.Ctl.EvictRetry = time.Time{}
+			if r.leaveNode(res.NodeID, why) {
+				workflow.GetLogger(ctx).Info("slow node: replaced at the next chunk boundary when a node is free", "node", res.NodeID, "reason", why)
+			}
 		}
 		streaks = append(streaks, sn)
 	}

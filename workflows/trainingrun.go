@@ -511,7 +511,7 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	// Say what the run waits for (status, dashboard, Web UI), after what
 	// the caller said (a rescale).
 	prev := r.st.Status.Detail
-	r.st.Status.Detail = acquireDetail(count, minCount, r.keeps(count), workflow.Now(ctx), wait) + shunDetail(r.st.CutOffLeft)
+	r.st.Status.Detail = acquireDetail(count, minCount, r.keeps(count), workflow.Now(ctx), wait) + shunDetail(r.st.Status.CutOff)
 	if prev != "" {
 		r.st.Status.Detail = prev + ": " + r.st.Status.Detail
 	}
@@ -574,16 +574,11 @@ func acquireDetail(count, minCount, held int, now time.Time, wait time.Duration)
 }
 
 // shunDetail says, after acquireDetail, which nodes the run does not
-// take (RunState.CutOffLeft); "" when none.
-func shunDetail(shun []spec.NodeProcess) string {
-	if len(shun) == 0 {
+// take (RunStatus.CutOff, the nodes of RunState.CutOffLeft); "" when
+// none.
+func shunDetail(ids []string) string {
+	if len(ids) == 0 {
 		return ""
-	}
-	ids := make([]string, 0, len(shun))
-	for _, p := range shun {
-		if !slices.Contains(ids, p.ID) {
-			ids = append(ids, p.ID)
-		}
 	}
 	until := "until its worker registers again"
 	if len(ids) > 1 {

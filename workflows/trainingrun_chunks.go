@@ -503,9 +503,8 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 		r.setPhase(ctx, spec.PhaseStorageWait)
 	}
 	saver := r.storeSaver(ctx)
-	if saver > 0 {
-		s.Detail = fmt.Sprintf("the checkpoint storage refused the run's checkpoint; its nodes keep the state at step %d and store it now from node %s",
-			s.Step, r.st.Membership.Nodes[saver].ID)
+	if saver > 0 { // (only runs that say so above get one)
+		s.Detail += " from node " + r.st.Membership.Nodes[saver].ID
 	}
 	stored, bySaver, err := r.storeKept(ctx, saver)
 	if err == nil && !stored {

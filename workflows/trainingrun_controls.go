@@ -567,6 +567,18 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 	}
 }
 
+// leaveNode has the run move off node id at its next chunk boundary, as
+// off a slow node (spec.Evict.Leave: not drained, only a free node takes
+// its rank), and reports whether it was not to already.
+func (r *run) leaveNode(id, why string) bool {
+	if slices.ContainsFunc(r.st.Ctl.Evict, func(e spec.Evict) bool { return e.NodeID == id }) {
+		return false
+	}
+	r.setEvict(append(r.st.Ctl.Evict, spec.Evict{NodeID: id, Reason: why, Leave: true}))
+	r.st.Ctl.EvictRetry = time.Time{}
+	return true
+}
+
 // setEvict sets the nodes to move off, and the status's lists of them:
 // drained ones (Evicting) and slow ones the run leaves (Leaving).
 func (r *run) setEvict(evs []spec.Evict) {

@@ -3,7 +3,6 @@ package workflows
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -129,10 +128,9 @@ func (r *run) wroteElsewhere(ctx workflow.Context, saver int) {
 	why := fmt.Sprintf("cut off from the bucket: could not store the run's checkpoint in two holds in a row while node %s stored it", by)
 	for _, id := range again {
 		log.Warn("node cannot write to the run's bucket; the run moves off it", "node", id, "stored_by", by)
-		r.setEvict(append(r.st.Ctl.Evict, spec.Evict{NodeID: id, Reason: why, Leave: true}))
+		r.leaveNode(id, why)
 		r.shun(m[slices.IndexFunc(m, func(n spec.Node) bool { return n.ID == id })])
 	}
-	r.st.Ctl.EvictRetry = time.Time{}
 }
 
 // shun has the run take n's worker process no more (RunState.CutOffLeft)
