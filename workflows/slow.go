@@ -32,10 +32,20 @@ import (
 // they are.
 const slowNodeMinSeconds = 0.05
 
+// versionSlowFullChunks: a chunk its ranks ended before its planned end
+// (a pause, a rescale, a drain, a green window's end, a stopping worker)
+// leaves the streaks as they are. It trained a part of its steps, cut
+// where a control happened to come, and its times carry its start (the
+// restore, the group's forming) over fewer steps: before, such a chunk
+// was judged like a full one, and one in which a slow node did not show
+// slow reset its streak. Asked only for such a chunk that would be judged.
+const versionSlowFullChunks = "slow-full-chunks"
+
 // noteSlow updates the streaks of slow nodes with a chunk's results (one
 // per node, in rank order) and the status's SlowNodes with those that
-// reached the job's slow_node_chunks.
-func (r *run) noteSlow(ctx workflow.Context, results []spec.ChunkResult) {
+// reached the job's slow_node_chunks. planned is the step the chunk was to
+// reach.
+func (r *run) noteSlow(ctx workflow.Context, results []spec.ChunkResult, planned int64) {
 	slowNodeFactor, slowNodeChunks := r.spec.SlowFactor(), r.spec.SlowChunks()
 	if len(results) < 2 || results[0].To <= results[0].From || r.spec.IsExternal() {
 		return // one node has no peers; a save-only chunk computes nothing; an external job's launches time its script
@@ -45,6 +55,9 @@ func (r *run) noteSlow(ctx workflow.Context, results []spec.ChunkResult) {
 		compute[i] = res.Seconds * (1 - res.CommShare)
 	}
 	if median(slices.Clone(compute)) < slowNodeMinSeconds {
+		return
+	}
+	if results[0].To < planned && workflow.GetVersion(ctx, versionSlowFullChunks, workflow.DefaultVersion, 1) >= 1 {
 		return
 	}
 	var streaks []spec.SlowNode

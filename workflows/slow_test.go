@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // names it, with the factor, the streak and where it began, until a chunk
 // in which it keeps up. Noise (10 %) and chunks too short to time name
 // nobody. With slow_node: drain the run asks the Cluster, once, to drain
-// it.
+// it. A chunk its ranks ended early (a pause, a drain) leaves the streak
+// as it was, whatever node-3's time in it.
 func TestTrainingRunNamesASlowNode(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -27,6 +29,9 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 		drain   bool    // slow_node: drain
 		factor  float64 // slow_node_factor (0: the default)
 		chunks  int     // slow_node_chunks (0: the default)
+		// early, when set, is the step from which a chunk comes back 40
+		// steps in (its ranks ended it early), node-3 keeping up in it.
+		early int64
 	}{
 		{name: "slow from 200", compute: func(from int64) float64 {
 			if from >= 200 {
@@ -72,6 +77,12 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 		}, secs: 1, chunks: 2, want: []spec.SlowNode{{NodeID: "node-3", Factor: 2, Chunks: 2, Since: 800}}},
 		{name: "1.2× at a job's 1.15×", compute: func(int64) float64 { return 0.36 }, secs: 1, factor: 1.15,
 			want: []spec.SlowNode{{NodeID: "node-3", Factor: 1.2, Chunks: 10, Since: 0}}},
+		{name: "slow from 200, a chunk ended early in between", compute: func(from int64) float64 {
+			if from >= 200 {
+				return 0.6
+			}
+			return 0.3
+		}, secs: 1, early: 500, want: []spec.SlowNode{{NodeID: "node-3", Factor: 2, Chunks: 8, Since: 200}}},
 		{name: "noise", compute: func(int64) float64 { return 0.33 }, secs: 1},
 		{name: "too short to time", compute: func(int64) float64 { return 0.6 }, secs: 0.04},
 	} {
@@ -80,6 +91,13 @@ func TestTrainingRunNamesASlowNode(t *testing.T) {
 				c := 0.3 * tc.secs
 				if res.NodeID == "node-3" {
 					c = tc.compute(in.From) * tc.secs
+				}
+				if tc.early > 0 && in.From == tc.early {
+					c = 0.3 * tc.secs
+					res.To, res.Checkpoint = in.From+40, nil
+					if in.Rank == 0 {
+						res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: res.To, Key: fmt.Sprintf("ckpt/%d", res.To)}
+					}
 				}
 				res.Seconds, res.CommShare = tc.secs, 1-c/tc.secs
 			}}

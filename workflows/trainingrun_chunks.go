@@ -151,7 +151,7 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 		r.st.WriteCutOff = nil // rank 0's node stored one: the storage takes its writes
 	}
 	again := lead.CheckpointFailed != nil && r.st.Status.CheckpointFailed != nil
-	r.absorb(ctx, results)
+	r.absorb(ctx, results, to)
 	if f := r.stoppedNode(ctx, results); f != nil {
 		return f
 	}
@@ -1344,8 +1344,9 @@ func (r *run) preferCause(ctx workflow.Context, f *chunkFailure) {
 	}
 }
 
-// absorb folds a successful chunk into the run's status.
-func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
+// absorb folds a successful chunk into the run's status; planned is the
+// step it was to reach (its ranks may have ended it earlier).
+func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult, planned int64) {
 	s := &r.st.Status
 	var start, end time.Time
 	var samples, secs, comm float64
@@ -1383,7 +1384,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult) {
 		s.ScalingEfficiency = samples / (ranks * one)
 	}
 	r.absorbSync(results)
-	r.noteSlow(ctx, results)
+	r.noteSlow(ctx, results, planned)
 	r.decideOnMeasure(ctx, results)
 	r.recordSegment(start, end, lead.From, lead.To, results)
 	if lead.EarlierCheckpoint != nil {
