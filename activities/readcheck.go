@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"slices"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/ascend"
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -99,4 +102,33 @@ func agreeOnRead(ctx context.Context, comm *ascend.Communicator, in spec.ChunkIn
 	}
 	return temporal.NewApplicationErrorWithCause(why, spec.ErrTypeCheckpointUnreachable, cause,
 		spec.CheckpointFailure{Step: ref.Step, Error: why, Unread: failed, ReadBy: readBy})
+}
+
+// ProbeRead is ActivityProbeRead: it reads run in.RunID's checkpoint
+// in.Checkpoint from its bucket now, heartbeating while it does, and
+// returns nil when it could. An external job's nodes restore its
+// checkpoint directory before their world forms, with no group to compare
+// reads in (agreeOnRead): when some could not, the run asks the world's
+// other nodes, and those that read it show the others cut off from the
+// bucket rather than the storage down. Its error is a read's
+// (CheckpointUnreachable, CheckpointNotHere, …; a corrupt checkpoint is
+// one it could read).
+func (n *Node) ProbeRead(ctx context.Context, in spec.ProbeReadInput) error {
+	ref := in.Checkpoint
+	if ref.URL == "" || ref.Key == "" {
+		err := fmt.Errorf("probe read: no checkpoint to read (url %q, key %q)", ref.URL, ref.Key)
+		return temporal.NewNonRetryableApplicationError(err.Error(), "BadProbeInput", err)
+	}
+	hb := startHeartbeater(ctx, spec.ChunkProgress{Step: ref.Step, LastCheckpoint: ref.Step}, activity.GetInfo(ctx).HeartbeatTimeout, false)
+	defer hb.stop()
+	store, err := n.store(ctx, ref.URL)
+	if err != nil {
+		return err
+	}
+	var ce *checkpoint.CorruptError
+	if _, err := store.Load(ctx, toRef(ref)); err != nil && !errors.As(err, &ce) {
+		return n.loadError(ctx, in.RunID, ref, err)
+	}
+	n.Logger.Info("probe read: the run's checkpoint is readable from this node", zap.String("run", in.RunID), zap.Int64("step", ref.Step))
+	return nil
 }

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
@@ -122,5 +124,70 @@ func TestTrainChunkNamesTheNodeCutOffFromTheBucket(t *testing.T) {
 	}
 	if !errors.As(errs[1], &ae) || ae.Type() != spec.ErrTypePeerFailed {
 		t.Errorf("node-2 of an older world: %v; want it to give up waiting for node-1 (PeerFailed)", errs[1])
+	}
+}
+
+// TestProbeReadSaysWhetherTheNodeReads: asked to read a run's checkpoint
+// (ActivityProbeRead), a node that reaches the bucket answers nil; one
+// whose route to it goes to an S3 endpoint nothing listens on answers
+// CheckpointUnreachable in its own words; a checkpoint the bucket does
+// not hold is no read either; an input without a checkpoint is refused.
+func TestProbeReadSaysWhetherTheNodeReads(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "cann-train")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "cann-train-secret")
+	dir := "file://" + t.TempDir()
+	nodes, m := newNodes(t, 2, dir)
+	s := spec.RunSpec{Name: "act", Nodes: 2, Steps: 30, ChunkSteps: 30}.WithDefaults()
+	res, errs := runChunk(t, nodes, spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "tok",
+		From: 0, To: 30, Checkpoint: true})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	ref := *res[0].Checkpoint
+	dead, err := checkpoint.OpenWithOptions(t.Context(), "s3://ckpt?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1",
+		checkpoint.Options{RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dead.Close() })
+	useStore(nodes[1], ref.URL, dead)
+	missing := ref
+	missing.Key, missing.Step = strings.Replace(ref.Key, "30", "90", 1), 90
+
+	for _, tc := range []struct {
+		name string
+		node int
+		ref  spec.CheckpointRef
+		typ  string   // the error's type ("": nil)
+		want []string // in its message
+	}{
+		{name: "reads it", node: 0, ref: ref},
+		{name: "cut off", node: 1, ref: ref, typ: spec.ErrTypeCheckpointUnreachable,
+			want: []string{"node node-2 cannot read the checkpoint at step 30 from " + dir}},
+		{name: "not in the bucket", node: 0, ref: missing, typ: spec.ErrTypeCheckpointNotHere,
+			want: []string{"node node-1 does not find the run's checkpoint at step 90"}},
+		{name: "no checkpoint", node: 0, typ: "BadProbeInput", want: []string{"probe read: no checkpoint to read"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ts testsuite.WorkflowTestSuite
+			env := ts.NewTestActivityEnvironment()
+			env.RegisterActivityWithOptions(nodes[tc.node].ProbeRead, activity.RegisterOptions{Name: spec.ActivityProbeRead})
+			_, err := env.ExecuteActivity(spec.ActivityProbeRead, spec.ProbeReadInput{RunID: "run/act", Checkpoint: tc.ref})
+			if tc.typ == "" {
+				if err != nil {
+					t.Fatalf("node-%d: %v; want it to read the checkpoint", tc.node+1, err)
+				}
+				return
+			}
+			var ae *temporal.ApplicationError
+			if !errors.As(err, &ae) || ae.Type() != tc.typ {
+				t.Fatalf("node-%d: %v; want a %s", tc.node+1, err, tc.typ)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(ae.Message(), w) {
+					t.Errorf("message lacks %q: %s", w, ae.Message())
+				}
+			}
+		})
 	}
 }

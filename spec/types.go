@@ -68,6 +68,12 @@ const (
 	// acquire of a run could take now (QueryFree; control queue): a run
 	// below its size ends a long chunk early when one is.
 	ActivityFreeNodes = "FreeNodes"
+	// ActivityProbeRead asks a node worker to read a run's checkpoint now
+	// (ProbeReadInput; node queues; nil when it could): a run whose
+	// external job's world could not launch because some nodes could not
+	// read the checkpoint asks the world's other nodes, to tell a node cut
+	// off from the bucket from a storage that serves nobody.
+	ActivityProbeRead = "ProbeRead"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -268,7 +274,13 @@ type NodeAsk struct {
 //     by the node ChunkInput.Saver names (its first rank), not always
 //     rank 0's: a run whose rank 0 cannot write to the bucket tries its
 //     other nodes. Only when every node of the membership speaks it.
-const ChunkProtocolVersion = 5
+//   - 6 (ChunkProtocolReadProbe): the node worker reads a run's
+//     checkpoint when asked (ActivityProbeRead). An external job's nodes
+//     restore its checkpoint directory before the world forms, with no
+//     group to compare reads in: when some could not, the run asks the
+//     others that speak it whether they can. Per node: one that does not
+//     is not asked.
+const ChunkProtocolVersion = 6
 
 // The chunk protocol versions, by what each added (ChunkProtocolVersion).
 const (
@@ -277,6 +289,7 @@ const (
 	ChunkProtocolCheckpointRequest = 3
 	ChunkProtocolReadCheck         = 4
 	ChunkProtocolSaver             = 5
+	ChunkProtocolReadProbe         = 6
 )
 
 // ChunkProtocol is the chunk protocol n's worker speaks: Protocol when it
@@ -654,6 +667,13 @@ type EndChunkInput struct {
 	RunID   string `json:"run_id"`
 	Session string `json:"session"`
 	Why     string `json:"why,omitempty"`
+}
+
+// ProbeReadInput is ActivityProbeRead's input: read run RunID's
+// checkpoint Checkpoint from its bucket.
+type ProbeReadInput struct {
+	RunID      string        `json:"run_id"`
+	Checkpoint CheckpointRef `json:"checkpoint"`
 }
 
 // CheckpointRequest is ActivityRequestCheckpoint's input: the run's

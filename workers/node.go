@@ -187,6 +187,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	w.RegisterActivityWithOptions(acts.ArmFault, activity.RegisterOptions{Name: spec.ActivityArmFault})
 	w.RegisterActivityWithOptions(acts.EndChunk, activity.RegisterOptions{Name: spec.ActivityEndChunk})
 	w.RegisterActivityWithOptions(acts.RequestCheckpoint, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
+	w.RegisterActivityWithOptions(acts.ProbeRead, activity.RegisterOptions{Name: spec.ActivityProbeRead})
 	// Load the data before offering the node: a spare is then ready to
 	// train the moment it replaces a failed rank.
 	if err := acts.Preload(); err != nil {

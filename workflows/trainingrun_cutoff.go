@@ -1,9 +1,12 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/cann-train/cann-train/spec"
@@ -70,6 +73,78 @@ func (r *run) cutOff(ctx workflow.Context, f *chunkFailure) bool {
 	}
 	f.failed, f.reason, f.storageDown = again, why, false
 	return true
+}
+
+// versionProbeReads: an external job's world that could not launch
+// because nodes could not read its checkpoint asks the world's other
+// nodes to read it (probeReads), so that a node cut off from the bucket
+// is replaced at the second try (cutOff) as in a built-in run's chunk;
+// before, the run held as for a storage down until an operator drained
+// the node. Asked only for such a world with a node to ask.
+const versionProbeReads = "probe-reads"
+
+// probeReadTimeout bounds a node's read of a checkpoint when the run asks
+// for one (ActivityProbeRead; it heartbeats meanwhile): a large job's
+// checkpoint directory takes minutes.
+const probeReadTimeout = 10 * time.Minute
+
+// probeReads follows an external job's world that failed only because
+// nodes could not read the checkpoint it restores (f.storageDown): its
+// nodes restore alone, before the world forms, with no group to compare
+// reads in (spec.ChunkProtocolReadCheck), and those that read it were
+// cancelled with the world. The run asks them — those that speak
+// spec.ChunkProtocolReadProbe — to read it now (ActivityProbeRead, at
+// once), and names in f.unread the nodes whose read failed and those that
+// read it, as a built-in chunk's ranks do: cutOff then tells a node cut
+// off from the bucket from a storage down. No node to ask: the hold as
+// before.
+func (r *run) probeReads(ctx workflow.Context, f *chunkFailure, errs []error) {
+	ref := r.st.Status.LastCkpt
+	if !f.storageDown || f.unread == nil || len(f.unread.ReadBy) > 0 || ref == nil || ctx.Err() != nil {
+		return
+	}
+	m := r.st.Membership.Nodes
+	var unread []string
+	var ask []spec.Node
+	for rank, err := range errs {
+		var ae *temporal.ApplicationError
+		switch {
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointUnreachable:
+			unread = append(unread, m[rank].ID)
+		case m[rank].ChunkProtocol() >= spec.ChunkProtocolReadProbe:
+			ask = append(ask, m[rank])
+		}
+	}
+	if len(unread) == 0 || len(ask) == 0 || workflow.GetVersion(ctx, versionProbeReads, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	futures := make([]workflow.Future, len(ask))
+	for i, node := range ask {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			TaskQueue:              node.TaskQueue,
+			ScheduleToStartTimeout: toStart(r.spec),
+			StartToCloseTimeout:    probeReadTimeout,
+			HeartbeatTimeout:       r.spec.HeartbeatTimeout.D(),
+			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
+			Summary: fmt.Sprintf("read the checkpoint at step %d on %s (%s could not)",
+				ref.Step, node.ID, spec.NodesWord(unread)),
+		})
+		futures[i] = workflow.ExecuteActivity(actx, spec.ActivityProbeRead, spec.ProbeReadInput{RunID: r.st.Status.RunID, Checkpoint: *ref})
+	}
+	var readBy []string
+	for i, fut := range futures {
+		if err := fut.Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("a node asked to read the run's checkpoint could not either", "node", ask[i].ID, "step", ref.Step, "error", err)
+			continue
+		}
+		readBy = append(readBy, ask[i].ID)
+	}
+	f.unread.Unread, f.unread.ReadBy = unread, readBy
+	if len(readBy) > 0 {
+		f.reason += fmt.Sprintf(" (%s read it)", spec.NodesWord(readBy))
+	} else {
+		f.reason += " (no node read it)"
+	}
 }
 
 // versionAnySaver: a hold's save-only chunks name each node in turn the

@@ -407,6 +407,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		}
 		r.preferCause(ctx, f)
 		r.storageTrouble(ctx, f, errs, r.st.Status.Step)
+		r.probeReads(ctx, f, errs)
 		return f
 	}
 	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {

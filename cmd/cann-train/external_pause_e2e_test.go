@@ -49,6 +49,14 @@ if gate:
     open("%s.%d" % (gate, ct.rank()), "w").close()
     while not os.path.exists(gate):
         time.sleep(0.01)
+rdv = os.environ.get("CANN_E2E_RENDEZVOUS")
+if rdv:
+    # Every rank of this launch (its MASTER_PORT) waits for the others,
+    # as a real job's rendezvous does.
+    mark = "%s.%s.%%d" % (rdv, os.environ["MASTER_PORT"])
+    open(mark % ct.rank(), "w").close()
+    while not all(os.path.exists(mark % r) for r in range(ct.world_size())):
+        time.sleep(0.01)
 for step in range(start + 1, total + 1):
     time.sleep(0.02)
     w *= 0.99
