@@ -77,7 +77,7 @@ func TestSlowNodeIsNamed(t *testing.T) {
 	}
 	// Held at a boundary from here: the run has chunks left to show
 	// node-3 keeping up, however fast the machine. The pause ends the
-	// throttled chunk in flight early, a few dozen steps in, where node-3
+	// throttled chunk in flight early, a step or a few dozen in, where node-3
 	// may or may not show slow: a chunk ended early leaves the streak as
 	// it was, and the paused run's status still names node-3.
 	cli("pause", s.Name, "--wait", "60s")
