@@ -44,7 +44,9 @@ type RunSpec struct {
 	// boundary at or after each multiple, and always at the end. Below
 	// ChunkSteps, chunks end at its multiples.
 	CheckpointEvery int64 `yaml:"checkpoint_every" json:"checkpoint_every"`
-	// MaxRestarts bounds node replacements before the run fails.
+	// MaxRestarts bounds node replacements before the run fails (a node
+	// whose worker stops on purpose, or one found cut off from the run's
+	// bucket, is replaced without counting).
 	MaxRestarts int `yaml:"max_restarts" json:"max_restarts"`
 	// NodeWait bounds how long to wait for enough live nodes; a run below
 	// its size, or keeping a drained node for want of a free one, asks

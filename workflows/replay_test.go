@@ -166,7 +166,10 @@ import (
 // bucket: its holds stored by node-2 (versionAnySaver), then left;
 // trainingrun_external_cut_off.json, an external job's node cut off from
 // the bucket, found by asking its peer to read the checkpoint
-// (versionProbeReads) and replaced at the second try
+// (versionProbeReads) and replaced at the second try, no restart
+// counted (versionCutOffFree); trainingrun_cut_off_free.json, the
+// built-in run's cut-off node replaced with its max_restarts of 1 spent
+// on the node lost before (versionCutOffFree)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -270,7 +273,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_evict_mid_chunk.json", spec.WorkflowTrainingRun},         // a drained node replaced mid-chunk, asked for every node_wait (versionEvictNodeWait)
 		{"trainingrun_cut_off.json", spec.WorkflowTrainingRun},                 // a node cut off from the bucket its peer read, replaced at the second try (versionCutOff)
 		{"trainingrun_rank0_cut_off.json", spec.WorkflowTrainingRun},           // rank 0 cut off for writes: node-2 stores the holds (versionAnySaver), then the run leaves node-1
-		{"trainingrun_external_cut_off.json", spec.WorkflowTrainingRun},        // an external job's node cut off: its peer asked to read (versionProbeReads), replaced at the second try
+		{"trainingrun_cut_off_free.json", spec.WorkflowTrainingRun},            // … a built-in run's, with max_restarts spent on the node lost before (versionCutOffFree)
+		{"trainingrun_external_cut_off.json", spec.WorkflowTrainingRun},        // an external job's node cut off: its peer asked to read (versionProbeReads), replaced at the second try, no restart counted (versionCutOffFree)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -64,6 +64,9 @@ type chunkFailure struct {
 	unread      *spec.CheckpointFailure
 	unreadBy    string
 	storageDown bool
+	// cutOff: failed are nodes found cut off from the run's bucket
+	// (run.cutOff): replaced without a restart counted.
+	cutOff bool
 	// stopped: no chunk failed — the last one ended early, at a stored
 	// checkpoint, because the worker of the node in failed was stopping
 	// (stoppedNode): a planned loss, which counts no restart.
@@ -1524,7 +1527,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		f.stopped = true
 		f.reason += " (its worker was stopping, SIGTERM: no restart counted)"
 	}
-	if r.st.Restarts >= r.spec.MaxRestarts && !outage && !f.stopped {
+	if r.st.Restarts >= r.spec.MaxRestarts && !outage && !f.stopped && !f.cutOff {
 		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
 	}
 	if f.corrupt && len(r.st.Checkpoints) <= 1 && len(r.st.Status.Resumed) > 0 {
@@ -1532,7 +1535,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		// 0 would train over the earlier run's checkpoints.
 		return fmt.Errorf("%w; this resumed run knows no earlier checkpoint to fall back to: `cann-train checkpoint verify %s` names the good ones", f, r.spec.Name)
 	}
-	if !outage && !f.stopped {
+	if !outage && !f.stopped && !f.cutOff {
 		r.st.Restarts++
 	}
 	r.setPhase(ctx, spec.PhaseRecovering)

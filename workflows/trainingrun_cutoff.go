@@ -24,14 +24,22 @@ type CutOff struct {
 // as for a storage down until an operator drained them. Asked only then.
 const versionCutOff = "cut-off"
 
+// versionCutOffFree: replacing nodes found cut off from the bucket counts
+// no restart (chunkFailure.cutOff); before, it counted one, and a run
+// whose max_restarts were spent failed at the second strike where it had
+// held before versionCutOff. Asked only at a second strike.
+const versionCutOffFree = "cut-off-free"
+
 // cutOff reports whether f — a chunk that failed only because nodes could
 // not read the checkpoint it restores — shows nodes cut off from the
 // bucket: nodes that could not read it in the try before either, while
 // other nodes read it both times (spec.CheckpointFailure.ReadBy: the
 // ranks compared their reads). f then names them as the failed nodes,
 // like nodes that do not reach the run's bucket (CheckpointNotHere): the
-// run replaces them (a restart, as for any node lost), and the Cluster
-// holds them failed until their leases have shown them alive for a TTL.
+// run replaces them — no restart counted: the tries trained nothing, and
+// the run takes them no more, so they cannot spend max_restarts — and
+// the Cluster holds them failed until their leases have shown them alive
+// for a TTL.
 // The run itself takes them no more while their worker processes run
 // (RunState.CutOffLeft, AcquireRequest.Shun): taken back, each would cost
 // a hold and a restart again — until max_restarts failed the run —
@@ -72,6 +80,9 @@ func (r *run) cutOff(ctx workflow.Context, f *chunkFailure) bool {
 		}
 	}
 	f.failed, f.reason, f.storageDown = again, why, false
+	if f.cutOff = workflow.GetVersion(ctx, versionCutOffFree, workflow.DefaultVersion, 1) >= 1; f.cutOff {
+		f.reason += " (no restart counted: the tries trained nothing, and the run takes it no more)"
+	}
 	return true
 }
 

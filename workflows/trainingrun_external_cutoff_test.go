@@ -147,6 +147,7 @@ func TestExternalRunReplacesANodeCutOffFromTheBucket(t *testing.T) {
 				require.Equal(t, []string{"node-3"}, rec.FailedNodes)
 				require.Equal(t, []string{"spare"}, rec.Replacement)
 				require.Contains(t, rec.Reason, "node node-3 could not read the checkpoint at step 40 in two tries in a row while node")
+				require.Contains(t, rec.Reason, "(no restart counted: the tries trained nothing, and the run takes it no more)")
 				require.Equal(t, []spec.NodeProcess{{ID: "node-3"}}, shun)
 				require.Equal(t, []string{"node-3"}, st.CutOff)
 				require.Equal(t, []string{"node-3"}, failedIn(cl))

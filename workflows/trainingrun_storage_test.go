@@ -309,9 +309,8 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 		rescalings int
 		failed     []string // nodes the Cluster has marked failed
 		trained    []int64  // the chunks' first steps
-		// maxRestarts: 1 unless set; detail: in every hold's status too;
-		// reason: in the last recovery's.
-		maxRestarts    int
+		// detail: in every hold's status too; reason: in the last
+		// recovery's. (max_restarts is 1.)
 		detail, reason string
 		shun           []spec.NodeProcess // in the last acquire request
 	}{
@@ -358,7 +357,8 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			trained: []int64{0, 100, 200, 200, 200, 300}},
 		{name: "one node cut off twice, replaced",
 			// spare-1 (node-2's replacement) cannot read what node-1 reads,
-			// both tries: held once, then replaced by spare-2.
+			// both tries: held once, then replaced by spare-2 — with
+			// max_restarts 1, spent on node-2's loss: it costs none.
 			unread: func(in spec.ChunkInput, _ int) error {
 				if !slices.Contains(in.Membership.NodeIDs(), "spare-1") {
 					return nil
@@ -366,8 +366,8 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 				return readsCompared(in, []string{"spare-1"}, []string{"node-1"})
 			},
 			at: []time.Duration{2 * time.Second}, waitUntil: []time.Duration{15 * time.Second},
-			detail:      "(node node-1 read it); the run replaces node spare-1 if the next try fails so again",
-			maxRestarts: 2, recoveries: 2, failed: []string{"node-2", "spare-1"}, shun: []spec.NodeProcess{{ID: "spare-1"}},
+			detail:     "(node node-1 read it); the run replaces node spare-1 if the next try fails so again",
+			recoveries: 2, failed: []string{"node-2", "spare-1"}, shun: []spec.NodeProcess{{ID: "spare-1"}},
 			reason:  "node spare-1 could not read the checkpoint at step 200 in two tries in a row while node node-1 read it: cut off from the bucket (node spare-1 cannot read the checkpoint at step 200 from s3://ckpt",
 			trained: []int64{0, 100, 200, 200, 200, 200, 300}},
 		{name: "a different node each try, held",
@@ -434,7 +434,7 @@ func TestTrainingRunWaitsToReadItsCheckpoint(t *testing.T) {
 			for i, d := range tc.at {
 				env.RegisterDelayedCallback(func() { held[i] = queryStatus(t, env) }, d)
 			}
-			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, MaxRestarts: max(1, tc.maxRestarts),
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, MaxRestarts: 1,
 				HeartbeatTimeout: spec.Duration(time.Hour)}.WithDefaults()
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 			st := result(t, env)

@@ -24,7 +24,8 @@ import (
 // node-1 reads: the run holds once (a bucket that fails some requests
 // looks the same once), saying node-3 is replaced if the next try fails
 // so again; at the next try, cut short by a resume, it does, and the run
-// replaces node-3 with node-4 and completes. Before, the run held as for
+// replaces node-3 with node-4 and completes — max_restarts 1, spent on
+// node-2: the cut-off node's replacement counts no restart. Before, the run held as for
 // a storage down — doubling its waits up to ten minutes — until an
 // operator drained node-3.
 func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
@@ -39,7 +40,9 @@ func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
 	startNodeWorkerAt(t, l, addr, bucket, "node-4", "node-4")
 	waitRegistered(ctx, t, c, 4)
 
-	s := spec.RunSpec{Name: "cut-off", Nodes: 2, Steps: 200, ChunkSteps: 50, HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
+	// max_restarts 1: node-2's loss spends it, node-3's replacement costs
+	// none (it trained nothing, and the run takes it no more).
+	s := spec.RunSpec{Name: "cut-off", Nodes: 2, Steps: 200, ChunkSteps: 50, MaxRestarts: 1, HeartbeatTimeout: spec.Duration(3 * time.Second)}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	faultKill(ctx, t, addr, s.Name, "node-2", 130)
 	held := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a hold for node-3's read", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
@@ -62,8 +65,9 @@ func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
 	}
 	rec := end.Recoveries[1]
 	if !slices.Equal(rec.FailedNodes, []string{"node-3"}) || !slices.Equal(rec.Replacement, []string{"node-4"}) || rec.ResumeStep != 100 ||
-		!strings.Contains(rec.Reason, "node node-3 could not read the checkpoint at step 100 in two tries in a row while node node-1 read it: cut off from the bucket") {
-		t.Errorf("second recovery %+v; want node-3 replaced by node-4 from step 100, cut off from the bucket", rec)
+		!strings.Contains(rec.Reason, "node node-3 could not read the checkpoint at step 100 in two tries in a row while node node-1 read it: cut off from the bucket") ||
+		!strings.Contains(rec.Reason, "(no restart counted: ") {
+		t.Errorf("second recovery %+v; want node-3 replaced by node-4 from step 100, cut off from the bucket, no restart counted", rec)
 	}
 	if !slices.Equal(end.CutOff, []string{"node-3"}) {
 		t.Errorf("the status names %v cut off; want node-3", end.CutOff)
@@ -71,7 +75,7 @@ func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
 	if r := registryRecord(ctx, t, c, "node-3"); !r.Failed || r.Misconfigured || !strings.Contains(r.FailReason, "cut off from the bucket") {
 		t.Errorf("node-3 in the registry: %+v; want it failed (not misconfigured: its lease brings it back), saying why", r)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_cut_off.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_cut_off_free.json")
 }
 
 // cutOff is an S3 bucket (bucket) that cuts every connection whose
