@@ -169,7 +169,10 @@ import (
 // (versionProbeReads) and replaced at the second try, no restart
 // counted (versionCutOffFree); trainingrun_cut_off_free.json, the
 // built-in run's cut-off node replaced with its max_restarts of 1 spent
-// on the node lost before (versionCutOffFree)
+// on the node lost before (versionCutOffFree);
+// trainingrun_external_unformed.json, the external job's again, each
+// try's world stopped as soon as the cut-off node failed
+// (versionStopUnformed)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -198,6 +201,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_unreported.json":     "run/ext-starting",
 		"trainingrun_external_cancelling.json":     "run/ext-asked",
 		"trainingrun_external_cut_off.json":        "run/ext-cut-off",
+		"trainingrun_external_unformed.json":       "run/ext-cut-off",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -275,6 +279,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_rank0_cut_off.json", spec.WorkflowTrainingRun},           // rank 0 cut off for writes: node-2 stores the holds (versionAnySaver), then the run leaves node-1
 		{"trainingrun_cut_off_free.json", spec.WorkflowTrainingRun},            // … a built-in run's, with max_restarts spent on the node lost before (versionCutOffFree)
 		{"trainingrun_external_cut_off.json", spec.WorkflowTrainingRun},        // an external job's node cut off: its peer asked to read (versionProbeReads), replaced at the second try, no restart counted (versionCutOffFree)
+		{"trainingrun_external_unformed.json", spec.WorkflowTrainingRun},       // … each try's world stopped once the cut-off node failed (versionStopUnformed)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

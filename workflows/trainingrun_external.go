@@ -560,11 +560,21 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 			}
 		})
 	}
-	graceSet, expired, blamedStop, checking := false, false, false, false
+	graceSet, expired, blamedStop, checking, unformedStop := false, false, false, false, false
 	for left > 0 {
 		sel.Select(ctx)
 		if expired {
 			expired = false
+			cancel()
+			continue
+		}
+		if stop == worldRuns && !unformedStop && left > 0 && unformed(errs) &&
+			workflow.GetVersion(ctx, versionStopUnformed, workflow.DefaultVersion, 1) >= 1 {
+			// A node could not set up its part (its checkpoint, its host,
+			// the job): the world never forms, and the other nodes'
+			// processes would wait for its ranks until the grace below.
+			unformedStop = true
+			workflow.GetLogger(ctx).Info("a node could not set up its part of the world: stopping the world", "session", r.st.Session)
 			cancel()
 			continue
 		}
@@ -605,6 +615,35 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 		gw.finish(ctx)
 	}
 	return results, errs, gone, stop
+}
+
+// versionStopUnformed: a world in which a node failed before its
+// processes started (unformed) is stopped at once; before, the other
+// nodes' processes, waiting for that node's ranks to join, were given
+// the grace for a loss — a heartbeat timeout and more (17 s by default) —
+// at every try of a hold for the job's checkpoint. Asked only then.
+const versionStopUnformed = "stop-unformed"
+
+// unformed reports whether a node of a world failed before its processes
+// started, in a way the other nodes' answers would not change the run's
+// verdict on: it could not read the checkpoint (the run asks the others
+// to read it: probeReads), found it corrupt or deleted, found the bucket
+// not shared, or could not set up its own host. (Not BadJob, nor
+// CheckpointNotHere: whether every node fails so, or some, decides
+// between the job or bucket and those hosts.)
+func unformed(errs []error) bool {
+	for _, err := range errs {
+		var ae *temporal.ApplicationError
+		if !errors.As(err, &ae) {
+			continue
+		}
+		switch ae.Type() {
+		case spec.ErrTypeCheckpointUnreachable, spec.ErrTypeCheckpointGone, spec.ErrTypeCorruptCheckpoint,
+			spec.ErrTypeBucketNotShared, spec.ErrTypeNodeUnfit:
+			return true
+		}
+	}
+	return false
 }
 
 // versionCheckpointRequest: an external job's world on nodes that take

@@ -22,9 +22,11 @@ import (
 // (ActivityProbeRead): node-1 does, and the run holds once, saying node-3
 // is replaced if the next try fails so again; at the next try, cut short
 // by a resume, it does, and the run replaces node-3 with the spare node-4
-// and completes. Before, the run held as for a storage down until an
-// operator drained node-3. Its history is the replay test's
-// trainingrun_external_cut_off.json.
+// and completes. Each try's world is stopped as soon as node-3 fails (its
+// peer's processes would only wait for node-3's ranks). Before, the run
+// held as for a storage down until an operator drained node-3. Its
+// history is the replay test's trainingrun_external_unformed.json
+// (trainingrun_external_cut_off.json: the same before the early stop).
 func TestExternalNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job cut-off e2e test")
@@ -94,5 +96,5 @@ func TestExternalNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
 	if r := registryRecord(ctx, t, c, "node-3"); !r.Failed || r.Misconfigured || !strings.Contains(r.FailReason, "cut off from the bucket") {
 		t.Errorf("node-3 in the registry: %+v; want it failed (not misconfigured: its lease brings it back), saying why", r)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_cut_off.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_unformed.json")
 }
