@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -165,10 +166,11 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	}
 	x := *in.Spec.External
 	log := n.Logger.With(zap.String("run", in.RunID), zap.Int("node_rank", in.Rank), zap.String("session", in.Session))
-	release, err := n.admit(ctx)
+	admitted, err := n.admit(ctx)
 	if err != nil {
 		return nil, err
 	}
+	release := sync.OnceFunc(admitted)
 	defer release()
 	// Asks come from now on: until the loop below answers them, the
 	// world is still being set up (RequestCheckpoint).
@@ -294,8 +296,13 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		return nil, badJob("node %s: %v", n.ID, err)
 	}
 	// However the world ends, its logs go to the run's bucket too: the
-	// node's disk may not outlive the node.
-	defer n.uploadLogs(in, specs, log)
+	// node's disk may not outlive the node. The next world may start here
+	// meanwhile (its logs are its own): a slow or unreachable bucket
+	// holds this activity's end, not the node.
+	defer func() {
+		release()
+		n.uploadLogs(in, specs, log)
+	}()
 	if err := g.WritePidFile(pidFile); err != nil {
 		log.Warn("pid file", zap.Error(err))
 	}

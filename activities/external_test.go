@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/internal/s3fake"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -769,4 +771,79 @@ func (w *runningWorld) told() []spec.CheckpointSaved {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.saved)
+}
+
+// TestRunExternalLogUploadHoldsNoNextWorld: a world's logs go to the
+// run's bucket as it ends, even cancelled; a bucket that does not take
+// them holds that activity's end, not the node: the next world (a
+// relaunch) starts on the node meanwhile. Before, the node's one world
+// slot was held until the uploads gave up (30 s), and every try of a
+// hold on a bucket that hangs waited so.
+func TestRunExternalLogUploadHoldsNoNextWorld(t *testing.T) {
+	release := make(chan struct{})
+	bucket := s3fake.Bucket(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Contains(r.URL.Path, "/logs/") {
+				select { // held until the test lets go, then refused
+				case <-release:
+				case <-r.Context().Done():
+				}
+				w.WriteHeader(http.StatusForbidden)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(let)
+	work := t.TempDir()
+	n := externalNode(t, "n1", bucket)
+	first := externalInput("relaunch", work, 1, "sh", "-c", `echo up > up-$RANK; while true; do sleep 1; done`)
+	ctx, cancel := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := n.runExternal(ctx, first, externalHooks{progress: func(spec.ChunkProgress) {}})
+		firstDone <- err
+	}()
+	waitFor(t, "the first world's ranks", func() bool {
+		_, e0 := os.Stat(filepath.Join(work, "up-0"))
+		_, e1 := os.Stat(filepath.Join(work, "up-1"))
+		return e0 == nil && e1 == nil
+	})
+	cancel()
+
+	second := externalInput("relaunch", work, 1, "sh", "-c", `echo up > second-$RANK`)
+	second.Session = "run/relaunch/g1/e2"
+	secondDone := make(chan error, 1)
+	go func() {
+		_, err := n.runExternal(context.Background(), second, externalHooks{progress: func(spec.ChunkProgress) {}})
+		secondDone <- err
+	}()
+	waitFor(t, "the second world's ranks, while the first world's logs are held", func() bool {
+		_, e0 := os.Stat(filepath.Join(work, "second-0"))
+		return e0 == nil
+	})
+	select {
+	case err := <-firstDone:
+		t.Fatalf("the first world ended (%v) before its held log uploads: the test proves nothing", err)
+	default:
+	}
+	let()
+	if err := <-firstDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("the first world: %v; want it cancelled", err)
+	}
+	if err := <-secondDone; err != nil {
+		t.Errorf("the second world: %v", err)
+	}
+}
+
+// waitFor polls cond every 20 ms for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("waited 20 s for %s", what)
+		}
+	}
 }
