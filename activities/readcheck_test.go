@@ -43,15 +43,7 @@ func TestTrainChunkNamesTheNodeCutOffFromTheBucket(t *testing.T) {
 	}
 	// cutOff sends node i's reads of the run's bucket to an endpoint
 	// nothing listens on.
-	cutOff := func(i int) {
-		dead, err := checkpoint.OpenWithOptions(t.Context(), "s3://ckpt?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1",
-			checkpoint.Options{RequestTimeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { dead.Close() })
-		useStore(nodes[i], ref.URL, dead)
-	}
+	cutOff := func(i int) { useStore(nodes[i], ref.URL, deadRoute(t)) }
 	cutOff(2)
 	gen := int64(1)
 	restore := func(old bool) []error {
@@ -144,13 +136,7 @@ func TestProbeReadSaysWhetherTheNodeReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := *res[0].Checkpoint
-	dead, err := checkpoint.OpenWithOptions(t.Context(), "s3://ckpt?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1",
-		checkpoint.Options{RequestTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dead.Close() })
-	useStore(nodes[1], ref.URL, dead)
+	useStore(nodes[1], ref.URL, deadRoute(t))
 	missing := ref
 	missing.Key, missing.Step = strings.Replace(ref.Key, "30", "90", 1), 90
 
@@ -190,4 +176,17 @@ func TestProbeReadSaysWhetherTheNodeReads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deadRoute is a store whose requests go to an S3 endpoint nothing
+// listens on: a node's route to a bucket cut (useStore gives it one).
+func deadRoute(t *testing.T) *checkpoint.Store {
+	t.Helper()
+	dead, err := checkpoint.OpenWithOptions(t.Context(), "s3://ckpt?endpoint=http://127.0.0.1:1&use_path_style=true&region=us-east-1",
+		checkpoint.Options{RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dead.Close() })
+	return dead
 }
