@@ -620,7 +620,7 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 // versionStopUnformed: a world in which a node failed before its
 // processes started (unformed) is stopped at once; before, the other
 // nodes' processes, waiting for that node's ranks to join, were given
-// the grace for a loss — a heartbeat timeout and more (17 s by default) —
+// the grace for a loss — a heartbeat timeout and half as much again (15 s by default) —
 // at every try of a hold for the job's checkpoint. Asked only then.
 const versionStopUnformed = "stop-unformed"
 
