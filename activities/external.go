@@ -208,6 +208,7 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		if err := n.restoreDir(ctx, in.RunID, *in.Restore, p.ckpt); err != nil {
 			return nil, err
 		}
+		n.noteRestored(in.Session, in.Restore.Key)
 		if payload, _, err := launch.PackDir(p.ckpt, checkpoint.DefaultChunkBytes); err == nil {
 			restoredSum = sha256.Sum256(payload)
 		}

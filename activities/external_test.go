@@ -311,6 +311,18 @@ print("rank", ct.rank(), "from", start, "w", w)
 	if b, _ := os.ReadFile(logs[0]); !strings.Contains(string(b), "rank 1 from 4") {
 		t.Errorf("rank 1 on the new node: %q", b)
 	}
+
+	// Asked whether it reads that checkpoint (its run found another node
+	// that could not), n2 answers from its restore in that world without
+	// reading it again — here its route to the bucket is cut since —, and
+	// reads it (and fails) when asked about a world it did not restore.
+	useStore(n2, url, deadRoute(t))
+	probe := spec.ProbeReadInput{RunID: in2.RunID, Checkpoint: saved[1].Ref, Session: in2.Session}
+	if err := probeRead(n2, probe); err != nil {
+		t.Errorf("n2 asked about the world it restored the checkpoint in: %v", err)
+	}
+	probe.Session = "run/resume/g3/e3"
+	wantLoadError(t, probeRead(n2, probe), spec.ErrTypeCheckpointUnreachable, "node n2 cannot read the checkpoint at step 4")
 }
 
 // TestRunExternalTellsAFailedUpload: with a bucket that refuses writes,

@@ -117,6 +117,9 @@ type Node struct {
 	// sights: by run token and bucket URL, whether this process has seen
 	// the run's checkpoints there (checkSharedBucket).
 	sights map[string]*bucketSight
+	// restored: the checkpoint (its key) each of the last few external
+	// worlds restored here, by session (ProbeRead answers from it).
+	restored []restoredIn
 	// gc collects the chunks retention left unreferenced (retain).
 	gc collector
 	// running counts the chunks and external jobs in flight (Running).

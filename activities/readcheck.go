@@ -104,13 +104,41 @@ func agreeOnRead(ctx context.Context, comm *ascend.Communicator, in spec.ChunkIn
 		spec.CheckpointFailure{Step: ref.Step, Error: why, Unread: failed, ReadBy: readBy})
 }
 
-// ProbeRead is ActivityProbeRead: it reads run in.RunID's checkpoint
-// in.Checkpoint from its bucket now, heartbeating while it does, and
-// returns nil when it could. An external job's nodes restore its
-// checkpoint directory before their world forms, with no group to compare
-// reads in (agreeOnRead): when some could not, the run asks the world's
-// other nodes, and those that read it show the others cut off from the
-// bucket rather than the storage down. Its error is a read's
+// restoredIn is a world (its session) that restored a checkpoint (its
+// key) on this node (Node.restored).
+type restoredIn struct{ session, key string }
+
+// keepRestored is how many worlds' restores a node remembers.
+const keepRestored = 16
+
+// noteRestored remembers that the world session restored checkpoint key
+// here.
+func (n *Node) noteRestored(session, key string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.restored = append(n.restored, restoredIn{session, key})
+	if len(n.restored) > keepRestored {
+		n.restored = slices.Delete(n.restored, 0, len(n.restored)-keepRestored)
+	}
+}
+
+// restoredHere reports whether the world session restored checkpoint key
+// on this node.
+func (n *Node) restoredHere(session, key string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return session != "" && slices.Contains(n.restored, restoredIn{session, key})
+}
+
+// ProbeRead is ActivityProbeRead: it answers whether this node reads run
+// in.RunID's checkpoint in.Checkpoint from its bucket — nil when it does.
+// An external job's nodes restore its checkpoint directory before their
+// world forms, with no group to compare reads in (agreeOnRead): when some
+// could not, the run asks the world's other nodes, and those that read it
+// show the others cut off from the bucket rather than the storage down.
+// A node whose part of that world (in.Session) restored it answers at
+// once; one whose restore did not finish (the world was stopped first)
+// reads it now, heartbeating while it does. Its error is a read's
 // (CheckpointUnreachable, CheckpointNotHere, …; a corrupt checkpoint is
 // one it could read).
 func (n *Node) ProbeRead(ctx context.Context, in spec.ProbeReadInput) error {
@@ -118,6 +146,11 @@ func (n *Node) ProbeRead(ctx context.Context, in spec.ProbeReadInput) error {
 	if ref.URL == "" || ref.Key == "" {
 		err := fmt.Errorf("probe read: no checkpoint to read (url %q, key %q)", ref.URL, ref.Key)
 		return temporal.NewNonRetryableApplicationError(err.Error(), "BadProbeInput", err)
+	}
+	if n.restoredHere(in.Session, ref.Key) {
+		n.Logger.Info("probe read: this node restored the run's checkpoint in that world", zap.String("run", in.RunID),
+			zap.String("session", in.Session), zap.Int64("step", ref.Step))
+		return nil
 	}
 	hb := startHeartbeater(ctx, spec.ChunkProgress{Step: ref.Step, LastCheckpoint: ref.Step}, activity.GetInfo(ctx).HeartbeatTimeout, false)
 	defer hb.stop()

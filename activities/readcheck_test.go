@@ -155,10 +155,7 @@ func TestProbeReadSaysWhetherTheNodeReads(t *testing.T) {
 		{name: "no checkpoint", node: 0, typ: "BadProbeInput", want: []string{"probe read: no checkpoint to read"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var ts testsuite.WorkflowTestSuite
-			env := ts.NewTestActivityEnvironment()
-			env.RegisterActivityWithOptions(nodes[tc.node].ProbeRead, activity.RegisterOptions{Name: spec.ActivityProbeRead})
-			_, err := env.ExecuteActivity(spec.ActivityProbeRead, spec.ProbeReadInput{RunID: "run/act", Checkpoint: tc.ref})
+			err := probeRead(nodes[tc.node], spec.ProbeReadInput{RunID: "run/act", Checkpoint: tc.ref})
 			if tc.typ == "" {
 				if err != nil {
 					t.Fatalf("node-%d: %v; want it to read the checkpoint", tc.node+1, err)
@@ -189,4 +186,13 @@ func deadRoute(t *testing.T) *checkpoint.Store {
 	}
 	t.Cleanup(func() { dead.Close() })
 	return dead
+}
+
+// probeRead runs n's ProbeRead as an activity.
+func probeRead(n *Node, in spec.ProbeReadInput) error {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestActivityEnvironment()
+	env.RegisterActivityWithOptions(n.ProbeRead, activity.RegisterOptions{Name: spec.ActivityProbeRead})
+	_, err := env.ExecuteActivity(spec.ActivityProbeRead, in)
+	return err
 }

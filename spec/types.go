@@ -68,8 +68,8 @@ const (
 	// acquire of a run could take now (QueryFree; control queue): a run
 	// below its size ends a long chunk early when one is.
 	ActivityFreeNodes = "FreeNodes"
-	// ActivityProbeRead asks a node worker to read a run's checkpoint now
-	// (ProbeReadInput; node queues; nil when it could): a run whose
+	// ActivityProbeRead asks a node worker whether it reads a run's
+	// checkpoint (ProbeReadInput; node queues; nil when it does): a run whose
 	// external job's world could not launch because some nodes could not
 	// read the checkpoint asks the world's other nodes, to tell a node cut
 	// off from the bucket from a storage that serves nobody.
@@ -274,8 +274,9 @@ type NodeAsk struct {
 //     by the node ChunkInput.Saver names (its first rank), not always
 //     rank 0's: a run whose rank 0 cannot write to the bucket tries its
 //     other nodes. Only when every node of the membership speaks it.
-//   - 6 (ChunkProtocolReadProbe): the node worker reads a run's
-//     checkpoint when asked (ActivityProbeRead). An external job's nodes
+//   - 6 (ChunkProtocolReadProbe): the node worker answers whether it
+//     reads a run's checkpoint (ActivityProbeRead: from its restore in
+//     the world asked about, else by reading it). An external job's nodes
 //     restore its checkpoint directory before the world forms, with no
 //     group to compare reads in: when some could not, the run asks the
 //     others that speak it whether they can. Per node: one that does not
@@ -670,10 +671,13 @@ type EndChunkInput struct {
 }
 
 // ProbeReadInput is ActivityProbeRead's input: read run RunID's
-// checkpoint Checkpoint from its bucket.
+// checkpoint Checkpoint from its bucket. Session, when set, is the world
+// that failed to restore it: a node whose part of that world restored it
+// need not read it again.
 type ProbeReadInput struct {
 	RunID      string        `json:"run_id"`
 	Checkpoint CheckpointRef `json:"checkpoint"`
+	Session    string        `json:"session,omitempty"`
 }
 
 // CheckpointRequest is ActivityRequestCheckpoint's input: the run's

@@ -104,11 +104,12 @@ const probeReadTimeout = 10 * time.Minute
 // nodes restore alone, before the world forms, with no group to compare
 // reads in (spec.ChunkProtocolReadCheck), and those that read it were
 // cancelled with the world. The run asks them — those that speak
-// spec.ChunkProtocolReadProbe — to read it now (ActivityProbeRead, at
-// once), and names in f.unread the nodes whose read failed and those that
-// read it, as a built-in chunk's ranks do: cutOff then tells a node cut
-// off from the bucket from a storage down. No node to ask: the hold as
-// before.
+// spec.ChunkProtocolReadProbe — whether they read it (ActivityProbeRead:
+// one whose restore in that world finished says so at once, the others
+// read it now), and names in f.unread the nodes whose read failed and
+// those that read it, as a built-in chunk's ranks do: cutOff then tells a
+// node cut off from the bucket from a storage down. No node to ask: the
+// hold as before.
 func (r *run) probeReads(ctx workflow.Context, f *chunkFailure, errs []error) {
 	ref := r.st.Status.LastCkpt
 	if !f.storageDown || f.unread == nil || len(f.unread.ReadBy) > 0 || ref == nil || ctx.Err() != nil {
@@ -140,7 +141,7 @@ func (r *run) probeReads(ctx workflow.Context, f *chunkFailure, errs []error) {
 			Summary: fmt.Sprintf("read the checkpoint at step %d on %s (%s could not)",
 				ref.Step, node.ID, spec.NodesWord(unread)),
 		})
-		futures[i] = workflow.ExecuteActivity(actx, spec.ActivityProbeRead, spec.ProbeReadInput{RunID: r.st.Status.RunID, Checkpoint: *ref})
+		futures[i] = workflow.ExecuteActivity(actx, spec.ActivityProbeRead, spec.ProbeReadInput{RunID: r.st.Status.RunID, Checkpoint: *ref, Session: r.st.Session})
 	}
 	var readBy []string
 	for i, fut := range futures {

@@ -105,8 +105,10 @@ func TestExternalRunReplacesANodeCutOffFromTheBucket(t *testing.T) {
 					asked = append(asked, make([][]string, n-len(asked))...)
 				}
 				asked[len(launches)-1] = append(asked[len(launches)-1], node)
+				world := launches[len(launches)-1]
 				mu.Unlock()
 				require.EqualValues(t, 40, in.Checkpoint.Step)
+				require.Equal(t, world, in.Session, "the world that could not restore it")
 				if in.Checkpoint.Key != "ckpt/40" || in.RunID == "" {
 					return fmt.Errorf("asked to read %+v of run %q", in.Checkpoint, in.RunID)
 				}
