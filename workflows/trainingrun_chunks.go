@@ -1527,7 +1527,10 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		f.stopped = true
 		f.reason += " (its worker was stopping, SIGTERM: no restart counted)"
 	}
-	if r.st.Restarts >= r.spec.MaxRestarts && !outage && !f.stopped && !f.cutOff {
+	// Replacements that count against max_restarts: not after an outage,
+	// nor of a stopping worker's node or of one cut off from the bucket.
+	counted := !outage && !f.stopped && !f.cutOff
+	if r.st.Restarts >= r.spec.MaxRestarts && counted {
 		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
 	}
 	if f.corrupt && len(r.st.Checkpoints) <= 1 && len(r.st.Status.Resumed) > 0 {
@@ -1535,7 +1538,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		// 0 would train over the earlier run's checkpoints.
 		return fmt.Errorf("%w; this resumed run knows no earlier checkpoint to fall back to: `cann-train checkpoint verify %s` names the good ones", f, r.spec.Name)
 	}
-	if !outage && !f.stopped && !f.cutOff {
+	if counted {
 		r.st.Restarts++
 	}
 	r.setPhase(ctx, spec.PhaseRecovering)

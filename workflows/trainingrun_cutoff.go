@@ -42,8 +42,8 @@ const versionCutOffFree = "cut-off-free"
 // for a TTL.
 // The run itself takes them no more while their worker processes run
 // (RunState.CutOffLeft, AcquireRequest.Shun): taken back, each would cost
-// a hold and a restart again — until max_restarts failed the run —
-// where a run short of nodes should wait for one, or train on fewer.
+// a hold and a replacement again, where a run short of nodes should wait
+// for one, or train on fewer.
 // The first time, the run holds as for its storage, saying who is
 // replaced if it fails so again, and remembers them (RunState.CutOff): a
 // bucket that throttles, or serves some requests and not others, fails a
@@ -132,15 +132,9 @@ func (r *run) probeReads(ctx workflow.Context, f *chunkFailure, errs []error) {
 	}
 	futures := make([]workflow.Future, len(ask))
 	for i, node := range ask {
-		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue:              node.TaskQueue,
-			ScheduleToStartTimeout: toStart(r.spec),
-			StartToCloseTimeout:    probeReadTimeout,
-			HeartbeatTimeout:       r.spec.HeartbeatTimeout.D(),
-			RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 1},
-			Summary: fmt.Sprintf("read the checkpoint at step %d on %s (%s could not)",
-				ref.Step, node.ID, spec.NodesWord(unread)),
-		})
+		actx := workflow.WithHeartbeatTimeout(nodeCallOptions(ctx, node, toStart(r.spec), probeReadTimeout,
+			fmt.Sprintf("read the checkpoint at step %d on %s (%s could not)", ref.Step, node.ID, spec.NodesWord(unread))),
+			r.spec.HeartbeatTimeout.D())
 		futures[i] = workflow.ExecuteActivity(actx, spec.ActivityProbeRead, spec.ProbeReadInput{RunID: r.st.Status.RunID, Checkpoint: *ref, Session: r.st.Session})
 	}
 	var readBy []string
