@@ -203,6 +203,9 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		return nil, unfitHost("node %s: checkpoint directory %s: %v", n.ID, p.ckpt, err)
 	}
 	from := restoredStep(in)
+	if in.KeepRefused {
+		n.keptBefore(in.RunID, from) // (any the run needs it has stored)
+	}
 	var restoredSum [32]byte
 	if in.Restore != nil {
 		if err := n.restoreDir(ctx, in.RunID, *in.Restore, p.ckpt); err != nil {
@@ -383,7 +386,11 @@ loop:
 	if in.Rank == 0 {
 		step := max(sup.prog.Step, sup.lastSaved)
 		if err := sup.upload(ctx, step, true); err != nil {
-			return nil, storageError(ctx, err, step)
+			if sup.keptAt != step || ctx.Err() != nil {
+				return nil, storageError(ctx, err, step)
+			}
+			// Kept: the run stores it once the bucket takes it.
+			sup.res.CheckpointFailed = &spec.CheckpointFailure{Step: step, Error: err.Error()}
 		}
 	}
 	log.Info("external job finished", zap.Int64("step", sup.res.To), zap.Float64("seconds", sup.res.Seconds))
@@ -548,6 +555,9 @@ type supervision struct {
 	requested, savedAt int64
 	// groups are the processes' group IDs (a frozen node stops them too).
 	groups []int
+	// keptAt is the step of the last refused upload the node kept on its
+	// disk (in.KeepRefused; 0: none).
+	keptAt int64
 }
 
 // poll reads every process's new report lines, updates the progress,
@@ -576,8 +586,10 @@ func (s *supervision) poll(ctx context.Context) {
 				if name == "rank-0" {
 					s.savedAt = max(s.savedAt, e.Step)
 					if err := s.upload(ctx, e.Step, false); err != nil {
-						s.log.Warn("checkpoint upload failed; the script goes on", zap.Int64("step", e.Step), zap.Error(err))
-						s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: spec.CheckpointRef{Run: s.in.Spec.Name, Step: e.Step}, Failed: err.Error()})
+						kept := s.keptAt == e.Step
+						s.log.Warn("checkpoint upload failed; the script goes on", zap.Int64("step", e.Step), zap.Bool("kept", kept), zap.Error(err))
+						s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: spec.CheckpointRef{Run: s.in.Spec.Name, Step: e.Step},
+							Failed: err.Error(), Kept: kept})
 					}
 				}
 			}
@@ -641,12 +653,16 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	}
 	url := s.n.bucketURL(s.in.Spec)
 	store, err := s.n.store(ctx, url)
-	if err != nil {
-		return err
+	var ref checkpoint.Ref
+	var stats checkpoint.SaveStats
+	if err == nil {
+		if ref, stats, err = store.SaveIncremental(ctx, s.in.Spec.Name, step, payload); err != nil {
+			err = fmt.Errorf("save checkpoint: %w", err)
+		}
 	}
-	ref, stats, err := store.SaveIncremental(ctx, s.in.Spec.Name, step, payload)
 	if err != nil {
-		return fmt.Errorf("save checkpoint: %w", err)
+		s.keep(ctx, step, payload)
+		return err
 	}
 	s.n.recordJob(ctx, store, s.in.Spec, s.in.Session)
 	s.n.retain(ctx, store, url, s.in.Spec.Name, ref.Step, s.log)
@@ -661,6 +677,20 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	}
 	s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: out, Loss: s.prog.Loss, From: s.res.From, FirstLoss: s.res.FirstLoss})
 	return nil
+}
+
+// keep keeps payload, the checkpoint at step the bucket refused, on the
+// node's disk when the run asked (in.KeepRefused): keptAt says so.
+func (s *supervision) keep(ctx context.Context, step int64, payload []byte) {
+	if !s.in.KeepRefused || ctx.Err() != nil {
+		return
+	}
+	if err := s.n.keepRefused(s.in.RunID, step, payload); err != nil {
+		s.log.Warn("refused checkpoint not kept", zap.Int64("step", step), zap.Error(err))
+		return
+	}
+	s.keptAt = step
+	s.log.Info("refused checkpoint kept on the node's disk", zap.Int64("step", step), zap.String("dir", s.n.keptDir(s.in.RunID)))
 }
 
 // tell signals the run a checkpoint uploaded, or one that failed to.

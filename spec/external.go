@@ -494,6 +494,12 @@ type ExternalInput struct {
 	KillAtStep int64 `json:"kill_at_step,omitempty"`
 	// Freeze makes that fault a SIGSTOP of the node and its processes.
 	Freeze bool `json:"freeze,omitempty"`
+	// KeepRefused asks the node (the first: its rank 0 uploads the
+	// checkpoints) to keep the directory of an upload the bucket refuses
+	// (ChunkProtocolStoreKept): told as CheckpointSaved.Kept, and a
+	// refused final upload ends the activity with its result
+	// (ChunkResult.CheckpointFailed) instead of a CheckpointStorage error.
+	KeepRefused bool `json:"keep_refused,omitempty"`
 }
 
 // RankExit is the detail of a RankExited error.
@@ -528,6 +534,9 @@ type CheckpointSaved struct {
 	// Failed, when set, says the upload of the checkpoint at Ref.Step
 	// failed, and why (Ref then carries only Run and Step).
 	Failed string `json:"failed,omitempty"`
+	// Kept, with Failed: the node keeps that checkpoint's directory on
+	// its disk and stores it when asked (ActivityStoreKept).
+	Kept bool `json:"kept,omitempty"`
 	// Missed says instead that rank 0 went past Ref.Step, the step the
 	// run asked a checkpoint at (ActivityRequestCheckpoint), without
 	// committing one there: the script does not take requests (Ref

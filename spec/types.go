@@ -74,6 +74,11 @@ const (
 	// read the checkpoint asks the world's other nodes, to tell a node cut
 	// off from the bucket from a storage that serves nobody.
 	ActivityProbeRead = "ProbeRead"
+	// ActivityStoreKept asks an external job's first node to store the
+	// checkpoint directory it kept when the bucket refused its upload
+	// (StoreKeptInput → StoreKeptResult; node queues): a run that holds
+	// for its storage stores it once the bucket takes writes again.
+	ActivityStoreKept = "StoreKept"
 
 	// Cluster signals, update and query.
 	SignalRegister   = "register"
@@ -178,6 +183,11 @@ const (
 	// Cluster keeps it failed until its worker registers again. (NoData,
 	// its type before, failed the run.)
 	ErrTypeNodeUnfit = "NodeUnfit"
+	// ErrTypeNothingKept: asked to store a checkpoint it kept
+	// (ActivityStoreKept), the node keeps none at that step, or the one
+	// it kept no longer matches its hash (its disk was wiped or
+	// replaced). The run goes back to its last stored checkpoint.
+	ErrTypeNothingKept = "NothingKept"
 )
 
 // Search attributes the workflows upsert; registered when the dev server
@@ -281,7 +291,13 @@ type NodeAsk struct {
 //     group to compare reads in: when some could not, the run asks the
 //     others that speak it whether they can. Per node: one that does not
 //     is not asked.
-const ChunkProtocolVersion = 6
+//   - 7 (ChunkProtocolStoreKept): an external job's first node, asked to
+//     (ExternalInput.KeepRefused), keeps on its disk the checkpoint
+//     directory of an upload the bucket refused (CheckpointSaved.Kept;
+//     a refused final upload is then the world's result,
+//     ChunkResult.CheckpointFailed, not its error) and stores it when the
+//     run asks (ActivityStoreKept). Only the first node's matters.
+const ChunkProtocolVersion = 7
 
 // The chunk protocol versions, by what each added (ChunkProtocolVersion).
 const (
@@ -291,6 +307,7 @@ const (
 	ChunkProtocolReadCheck         = 4
 	ChunkProtocolSaver             = 5
 	ChunkProtocolReadProbe         = 6
+	ChunkProtocolStoreKept         = 7
 )
 
 // ChunkProtocol is the chunk protocol n's worker speaks: Protocol when it
@@ -680,6 +697,24 @@ type ProbeReadInput struct {
 	Session    string        `json:"session,omitempty"`
 }
 
+// StoreKeptInput is ActivityStoreKept's input: store the checkpoint
+// directory at Step that the node kept for run RunID (its spec Spec names
+// the bucket and the retention) when the bucket refused it in world
+// Session.
+type StoreKeptInput struct {
+	RunID   string  `json:"run_id"`
+	Spec    RunSpec `json:"spec"`
+	Step    int64   `json:"step"`
+	Session string  `json:"session,omitempty"`
+}
+
+// StoreKeptResult is ActivityStoreKept's answer: the checkpoint stored,
+// or why the bucket refused it again (the node keeps it still).
+type StoreKeptResult struct {
+	Checkpoint *CheckpointRef     `json:"checkpoint,omitempty"`
+	Failed     *CheckpointFailure `json:"failed,omitempty"`
+}
+
 // CheckpointRequest is ActivityRequestCheckpoint's input: the run's
 // world Session should checkpoint at Step. Step 0 asks the node to pick
 // the step (the world's first node, whose rank 0 commits checkpoints):
@@ -745,7 +780,8 @@ type ChunkResult struct {
 	EarlierCheckpoint *CheckpointRef `json:"earlier_checkpoint,omitempty"`
 	// CheckpointFailed is an earlier chunk's pending checkpoint whose
 	// upload failed (the run keeps its older ones), or this chunk's own
-	// (Step = To: ReportStorageFailure).
+	// (Step = To: ReportStorageFailure); for an external job's world, its
+	// final upload, refused and kept (ExternalInput.KeepRefused).
 	CheckpointFailed *CheckpointFailure `json:"checkpoint_failed,omitempty"`
 	// EvalMetric names EvalValue, e.g. "test_accuracy"; empty when the
 	// chunk did not evaluate.

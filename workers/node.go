@@ -188,6 +188,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	w.RegisterActivityWithOptions(acts.EndChunk, activity.RegisterOptions{Name: spec.ActivityEndChunk})
 	w.RegisterActivityWithOptions(acts.RequestCheckpoint, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 	w.RegisterActivityWithOptions(acts.ProbeRead, activity.RegisterOptions{Name: spec.ActivityProbeRead})
+	w.RegisterActivityWithOptions(acts.StoreKept, activity.RegisterOptions{Name: spec.ActivityStoreKept})
 	// Load the data before offering the node: a spare is then ready to
 	// train the moment it replaces a failed rank.
 	if err := acts.Preload(); err != nil {
