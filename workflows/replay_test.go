@@ -172,9 +172,12 @@ import (
 // on the node lost before (versionCutOffFree);
 // trainingrun_external_unformed.json, the external job's again, each
 // try's world stopped as soon as the cut-off node failed
-// (versionStopUnformed)
+// (versionStopUnformed); trainingrun_external_storage_hold.json, an
+// external job whose bucket refused two uploads in a row: its world
+// stopped, the kept checkpoint stored by node-1 at a resume
+// (versionExternalStoreKept)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced|TestExternalRunHoldsForItsStorage'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -202,6 +205,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_cancelling.json":     "run/ext-asked",
 		"trainingrun_external_cut_off.json":        "run/ext-cut-off",
 		"trainingrun_external_unformed.json":       "run/ext-cut-off",
+		"trainingrun_external_storage_hold.json":   "run/ext-held",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -280,6 +284,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_cut_off_free.json", spec.WorkflowTrainingRun},            // … a built-in run's, with max_restarts spent on the node lost before (versionCutOffFree)
 		{"trainingrun_external_cut_off.json", spec.WorkflowTrainingRun},        // an external job's node cut off: its peer asked to read (versionProbeReads), replaced at the second try, no restart counted (versionCutOffFree)
 		{"trainingrun_external_unformed.json", spec.WorkflowTrainingRun},       // … each try's world stopped once the cut-off node failed (versionStopUnformed)
+		{"trainingrun_external_storage_hold.json", spec.WorkflowTrainingRun},   // an external job's bucket refusing: the world stopped, the kept checkpoint stored (versionExternalStoreKept)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -134,6 +134,10 @@ type RunState struct {
 	// and tries next after StorageWait (0: at once).
 	StorageHeld bool          `json:"storage_held,omitempty"`
 	StorageWait time.Duration `json:"storage_wait,omitempty"`
+	// KeptFinal: an external job's hold (StorageHeld) is for its final
+	// checkpoint, which its first node kept: stored, the run completes
+	// (storeKeptTry).
+	KeptFinal bool `json:"kept_final,omitempty"`
 	// StoreTries counts the hold's save-only chunks the storage refused:
 	// with nodes that all speak spec.ChunkProtocolSaver each names the
 	// next node the saver (storeSaver). WriteCutOff are the nodes that

@@ -95,6 +95,7 @@ const (
 	stopForRollover
 	stopForEvict
 	stopForCancel
+	stopForStorage
 )
 
 // externalRun is what runExternal's coroutines share about the current
@@ -150,6 +151,12 @@ type externalRun struct {
 	reading  bool
 	pendAt   time.Time
 	pendStep int64
+	// keep: the launch's first node keeps the uploads the bucket refuses
+	// (versionExternalStoreKept); keptAt is the step of one it kept after
+	// another refusal in a row (0: none): the world stops at once and the
+	// run holds for its storage.
+	keep   bool
+	keptAt int64
 }
 
 // runExternal is TrainingRun's main loop for an external job.
@@ -167,6 +174,19 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 			r.settle(ctx)
 			return spec.RunStatus{}, workflow.NewContinueAsNewError(ctx, TrainingRun,
 				RunInput{Spec: r.spec, ClusterID: r.clusterID, State: &r.st})
+		}
+		if r.st.StorageHeld {
+			done, err := r.storeKeptTry(ctx)
+			if err != nil {
+				if err := r.recover(ctx, err); err != nil {
+					return r.fail(ctx, err)
+				}
+				continue
+			}
+			if done {
+				break // the job's final checkpoint is stored
+			}
+			continue
 		}
 		if ext.green {
 			if err := r.beforeLaunch(ctx); err != nil {
@@ -192,7 +212,8 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 		if errors.Is(err, errWorldCancelled) {
 			return r.st.Status, ctx.Err() // stopped at its checkpoint: the run ends cancelled there
 		}
-		if errors.Is(err, errWorldPaused) || errors.Is(err, errWorldGreen) || errors.Is(err, errWorldEvict) {
+		if errors.Is(err, errWorldPaused) || errors.Is(err, errWorldGreen) || errors.Is(err, errWorldEvict) ||
+			errors.Is(err, errWorldStorage) {
 			continue
 		}
 		if err := r.recover(ctx, err); err != nil {
@@ -262,8 +283,18 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 	s := &r.st.Status
 	if c.Failed != "" {
 		// Shown by the status query until a later checkpoint is stored.
-		s.CheckpointFailed = &spec.CheckpointFailure{Step: c.Ref.Step, Error: c.Failed}
-		log.Warn("a checkpoint's upload failed; the world goes on", "step", c.Ref.Step, "error", c.Failed)
+		again := s.CheckpointFailed != nil
+		r.refused(ctx, &spec.CheckpointFailure{Step: c.Ref.Step, Error: c.Failed})
+		if ext := r.ext; ext != nil && ext.keep {
+			if again && c.Kept && ext.keptAt == 0 {
+				// The second refusal in a row: hold with the kept one.
+				ext.keptAt = c.Ref.Step
+				log.Warn("a second checkpoint upload in a row failed; its directory is kept: the world stops",
+					"step", c.Ref.Step, "error", c.Failed)
+				return false
+			}
+		}
+		log.Warn("a checkpoint's upload failed; the world goes on", "step", c.Ref.Step, "error", c.Failed, "kept", c.Kept)
 		return false
 	}
 	if last := s.LastCkpt; last != nil && c.Ref.Step <= last.Step {
@@ -343,12 +374,13 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
 	procs := r.spec.External.ProcsPerNode
+	ext.keep, ext.keptAt = r.keepsRefused(ctx, m.Nodes[0]), 0
 	for rank, node := range m.Nodes {
 		fault := r.faultFor(node.ID, from, math.MaxInt64)
 		in := spec.ExternalInput{
 			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank, Session: r.st.Session,
 			Restarts: r.st.Restarts, MasterPort: port, Restore: r.st.Status.LastCkpt,
-			KillAtStep: fault.AtStep, Freeze: fault.Freeze(),
+			KillAtStep: fault.AtStep, Freeze: fault.Freeze(), KeepRefused: ext.keep && rank == 0,
 		}
 		summary := fmt.Sprintf("%s · ranks %d–%d of %d on %s · from step %d · gen %d",
 			r.spec.External.Launcher, rank*procs, rank*procs+procs-1, len(m.Nodes)*procs, node.ID, from, m.Generation)
@@ -390,6 +422,12 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			r.st.Status.Step = r.ckptStep()
 			return errWorldCancelled
 		}
+		if stop == stopForStorage {
+			log.Warn("world stopped: the bucket refused two checkpoints in a row", "session", r.st.Session, "kept", ext.keptAt)
+			r.st.Session = ""
+			r.holdKept(ctx, ext.keptAt, false)
+			return errWorldStorage
+		}
 		if stop == stopForGreen {
 			log.Info("world stopped for a green window", "session", r.st.Session, "step", r.ckptStep())
 			r.st.Session = ""
@@ -423,6 +461,12 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		}
 	}
 	r.absorb(ctx, results, results[0].To) // (an external job's launches are not judged for slowness)
+	if f := results[0].CheckpointFailed; f != nil && ext.keep {
+		// Its final upload refused, kept by the first node.
+		r.refused(ctx, f)
+		r.holdKept(ctx, f.Step, true)
+		return errWorldStorage
+	}
 	return nil
 }
 
@@ -532,6 +576,22 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 			cancel()
 		}
 	})
+	if ext.keep {
+		kept, keptWorld := workflow.NewFuture(ctx)
+		workflow.Go(tctx, func(ctx workflow.Context) {
+			if workflow.Await(ctx, func() bool { return ext.keptAt > 0 }) == nil {
+				keptWorld.Set(nil, nil)
+			}
+		})
+		sel.AddFuture(kept, func(workflow.Future) {
+			if stop == worldRuns {
+				stop = stopForStorage
+				workflow.GetLogger(ctx).Info("the bucket refuses the job's checkpoints: stopping the world to store the kept one",
+					"session", r.st.Session, "step", ext.keptAt)
+				cancel()
+			}
+		})
+	}
 	leave, leaveWorld := workflow.NewFuture(ctx)
 	workflow.Go(tctx, func(ctx workflow.Context) {
 		if workflow.Await(ctx, func() bool { return ext.evictCkpts > 0 || ext.unreported && r.externalEvictDue() }) == nil {

@@ -39,8 +39,15 @@ type fakeWorlds struct {
 	early map[string]bool
 	// gone answers CheckNodes (nil: every node alive).
 	gone func(spec.CheckNodesInput) ([]spec.PeerFailure, error)
-	// failCkpt is a step of ckpts whose upload fails (0: none).
+	// failCkpt is a step of ckpts whose upload fails (0: none); refuse
+	// more such steps, in the first launch only. A first node asked to keep refused uploads
+	// (KeepRefused) says it kept them.
 	failCkpt int64
+	refuse   []int64
+	// finalRefused: the first node's final upload is refused — its
+	// result's CheckpointFailed when it keeps it, else a CheckpointStorage
+	// error.
+	finalRefused bool
 }
 
 func (f *fakeWorlds) cancelled(info *activity.Info) {
@@ -81,9 +88,9 @@ func (f *fakeWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.Chun
 			if s <= from {
 				continue
 			}
-			if s == f.failCkpt {
+			if s == f.failCkpt || slices.Contains(f.refuse, s) && in.Restore == nil {
 				f.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
-					Ref: spec.CheckpointRef{Run: in.Spec.Name, Step: s}, Failed: "write: no space left on device"})
+					Ref: spec.CheckpointRef{Run: in.Spec.Name, Step: s}, Failed: "write: no space left on device", Kept: in.KeepRefused})
 				continue
 			}
 			f.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
@@ -106,6 +113,13 @@ func (f *fakeWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.Chun
 	if from >= f.end {
 		// Restored at its last step, the script trains and reports nothing.
 		res.To, res.FirstLoss, res.LastLoss, res.FirstStepAt = from, 0, 0, time.Time{}
+	}
+	if f.finalRefused && in.Rank == 0 {
+		refused := spec.CheckpointFailure{Step: res.To, Error: "save checkpoint: no space left on device"}
+		if !in.KeepRefused {
+			return nil, temporal.NewApplicationError(refused.Error, spec.ErrTypeCheckpointStorage, refused)
+		}
+		res.CheckpointFailed = &refused
 	}
 	return res, nil
 }

@@ -1,0 +1,144 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// An external job's checkpoints are its script's directories, which the
+// first node uploads (activities' supervision.upload). A bucket that
+// refuses them — full, its credentials expired, its endpoint down — used
+// to leave the world training on with nothing stored, and a refused final
+// upload failed the run: every step since the last stored checkpoint was
+// lost. A built-in run holds instead, its nodes keeping the state
+// (storeHeld); so does an external job on nodes that speak
+// spec.ChunkProtocolStoreKept:
+//
+//   - the first node keeps the directory of each refused upload on its disk
+//     (the last one; ExternalInput.KeepRefused, CheckpointSaved.Kept);
+//   - a second refusal in a row stops the world at once, and a refused final
+//     upload ends it as finished (its result's CheckpointFailed): the run
+//     holds in waiting-storage at the kept step;
+//   - each try of the hold asks the first node to store what it kept
+//     (ActivityStoreKept); refused, the next try waits longer
+//     (nextStorageWait; a resume tries at once); stored, the job
+//     relaunches from it — or, after its final upload, completes;
+//   - a first node that keeps nothing at that step (NothingKept: its disk
+//     wiped) or is lost ends the hold as a failure: the run recovers
+//     from its last stored checkpoint, as before.
+//
+// The first refusal alone stops nothing, as for a built-in run: the next
+// checkpoint may be stored. The hold is in the run's state (StorageHeld,
+// KeptFinal) and crosses continue-as-new.
+
+// versionExternalStoreKept: an external job's world on a first node that
+// speaks spec.ChunkProtocolStoreKept is asked to keep refused uploads, and
+// the run holds for its storage as above. Asked at each launch on such a
+// node (histories from before such nodes never ask it).
+const versionExternalStoreKept = "external-store-kept"
+
+// errWorldStorage: runWorld stopped (or saw finish) a world whose
+// checkpoint the bucket refused, kept by its first node: the run holds
+// for its storage.
+var errWorldStorage = errors.New("world stopped: the bucket refuses its checkpoints")
+
+// storeKeptTimeout bounds one try of storing a kept checkpoint (it
+// heartbeats meanwhile): a large job's directory takes minutes.
+const storeKeptTimeout = 30 * time.Minute
+
+// keepsRefused: the launch's first node keeps the uploads the bucket
+// refuses (asked once per launch, on nodes that can).
+func (r *run) keepsRefused(ctx workflow.Context, first spec.Node) bool {
+	return first.ChunkProtocol() >= spec.ChunkProtocolStoreKept &&
+		workflow.GetVersion(ctx, versionExternalStoreKept, workflow.DefaultVersion, 1) >= 1
+}
+
+// holdKept starts the run's hold for its storage at step, the checkpoint
+// its first node kept; final: the world had finished (the job completes
+// once it is stored).
+func (r *run) holdKept(ctx workflow.Context, step int64, final bool) {
+	r.st.StorageHeld, r.st.KeptFinal, r.st.StorageWait, r.st.StoreTries = true, final, 0, 0
+	r.st.Status.Step = step
+	workflow.GetLogger(ctx).Warn("the bucket refuses the job's checkpoints: holding until it stores the one the first node kept",
+		"step", step, "node", r.st.Membership.Nodes[0].ID, "final", final)
+}
+
+// storeKeptTry is one try of an external job's hold for its storage:
+// after the wait the last refusal set (none at first; a resume cuts it
+// short) the first node stores the checkpoint it kept at the run's step.
+// Stored, the hold ends (done: it was the job's final one); refused, the
+// next wait doubles. The first node lost or keeping nothing ends the hold
+// with a *chunkFailure for recover: back to the last stored checkpoint.
+func (r *run) storeKeptTry(ctx workflow.Context) (done bool, err error) {
+	s := &r.st.Status
+	node := r.st.Membership.Nodes[0]
+	held := r.metrics(ctx).Gauge(metricStorageHeld)
+	held.Update(1)
+	if w := r.st.StorageWait; w > 0 {
+		err := r.holdFor(ctx, w,
+			fmt.Sprintf("the checkpoint storage refuses the job's checkpoints; node %s keeps the one at step %d and stores it again", node.ID, s.Step),
+			fmt.Sprintf("store the checkpoint at step %d again", s.Step))
+		if err != nil {
+			return false, err
+		}
+	}
+	s.Detail = fmt.Sprintf("the checkpoint storage refused the job's checkpoint; node %s keeps the one at step %d and stores it now", node.ID, s.Step)
+	s.WaitUntil = time.Time{}
+	r.setPhase(ctx, spec.PhaseStorageWait)
+	started := workflow.Now(ctx)
+	actx := workflow.WithHeartbeatTimeout(nodeCallOptions(ctx, node, toStart(r.spec), storeKeptTimeout,
+		fmt.Sprintf("store the checkpoint at step %d that %s kept", s.Step, node.ID)), r.spec.HeartbeatTimeout.D())
+	var out spec.StoreKeptResult
+	err = workflow.ExecuteActivity(actx, spec.ActivityStoreKept,
+		spec.StoreKeptInput{RunID: s.RunID, Spec: r.spec, Step: s.Step, Session: r.st.Session}).Get(ctx, &out)
+	r.chunksNow++ // a unit of history, as a chunk is
+	if err == nil && out.Checkpoint == nil && out.Failed == nil {
+		err = temporal.NewApplicationError(fmt.Sprintf("node %s stored nothing and said no error", node.ID), spec.ErrTypeNothingKept)
+	}
+	switch {
+	case err != nil:
+		step := s.Step
+		r.endKeptHold(ctx)
+		if ctx.Err() != nil {
+			return false, err
+		}
+		errs := make([]error, len(r.st.Membership.Nodes))
+		errs[0] = err
+		f := r.blameWorld(ctx, step, started, workflow.Now(ctx), errs, nil)
+		var ae *temporal.ApplicationError
+		if errors.As(err, &ae) && ae.Type() == spec.ErrTypeNothingKept {
+			f.retryable = true // the job goes back to its last stored checkpoint
+		}
+		f.reason = fmt.Sprintf("the checkpoint at step %d kept for the storage is lost: %s", step, f.reason)
+		return false, f
+	case out.Failed != nil:
+		r.refused(ctx, out.Failed)
+		r.st.StoreTries++
+		r.st.StorageWait = nextStorageWait(r.st.StorageWait)
+		return false, nil
+	}
+	final := r.st.KeptFinal
+	r.commitCheckpoint(ctx, *out.Checkpoint)
+	r.endKeptHold(ctx)
+	s.UpdatedAt = workflow.Now(ctx)
+	r.publish(ctx)
+	workflow.GetLogger(ctx).Info("checkpoint storage takes the job's checkpoints again", "step", out.Checkpoint.Step, "final", final)
+	return final, nil
+}
+
+// endKeptHold ends the hold: the run's step is its last stored
+// checkpoint's (where the next launch starts).
+func (r *run) endKeptHold(ctx workflow.Context) {
+	r.st.StorageHeld, r.st.KeptFinal, r.st.StorageWait, r.st.StoreTries = false, false, 0, 0
+	s := &r.st.Status
+	s.WaitUntil, s.Detail = time.Time{}, ""
+	s.Step = r.ckptStep()
+	r.metrics(ctx).Gauge(metricStorageHeld).Update(0)
+	r.setPhase(ctx, spec.PhaseTraining)
+}

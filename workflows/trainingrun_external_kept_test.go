@@ -1,0 +1,169 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/cann-train/cann-train/spec"
+)
+
+// keepingNodes are test nodes of this build: their first node keeps the
+// uploads the bucket refuses (spec.ChunkProtocolStoreKept).
+func keepingNodes(ids ...string) []spec.Node {
+	out := testNodes(ids...)
+	for i := range out {
+		out[i].Protocol = spec.ChunkProtocolVersion
+	}
+	return out
+}
+
+// fakeKept plays ActivityStoreKept: each try takes the next answer
+// (the last repeats); a nil answer stores the checkpoint at the step
+// asked.
+type fakeKept struct {
+	mu      sync.Mutex
+	answers []func(spec.StoreKeptInput) (spec.StoreKeptResult, error)
+	asked   []spec.StoreKeptInput
+	nodes   []string // the node each try ran on (its task queue)
+}
+
+func (k *fakeKept) store(ctx context.Context, in spec.StoreKeptInput) (spec.StoreKeptResult, error) {
+	k.mu.Lock()
+	n := len(k.asked)
+	k.asked = append(k.asked, in)
+	k.nodes = append(k.nodes, activity.GetInfo(ctx).TaskQueue)
+	var answer func(spec.StoreKeptInput) (spec.StoreKeptResult, error)
+	if len(k.answers) > 0 {
+		answer = k.answers[min(n, len(k.answers)-1)]
+	}
+	k.mu.Unlock()
+	if answer != nil {
+		return answer(in)
+	}
+	return spec.StoreKeptResult{Checkpoint: &spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: in.Step,
+		Key: fmt.Sprintf("ckpt/%d", in.Step), SHA256: fmt.Sprint(in.Step)}}, nil
+}
+
+func refusedAgain(in spec.StoreKeptInput) (spec.StoreKeptResult, error) {
+	return spec.StoreKeptResult{Failed: &spec.CheckpointFailure{Step: in.Step, Error: "save checkpoint: no space left on device"}}, nil
+}
+
+func keptEnv(t *testing.T, cl *fakeCluster, w *fakeWorlds, k *fakeKept) *testsuite.TestWorkflowEnvironment {
+	env := newExternalEnv(t, cl, w)
+	env.RegisterActivityWithOptions(k.store, activity.RegisterOptions{Name: spec.ActivityStoreKept})
+	return env
+}
+
+// TestExternalRunHoldsForItsStorage: an external job on nodes that keep
+// refused uploads holds, as a built-in run does, when its bucket refuses
+// its checkpoints: a second refusal in a row stops the world at once, a
+// refused final upload ends it; the run waits in waiting-storage and asks
+// the first node to store what it kept, then relaunches from it (or
+// completes) — no restart, no recovery, nothing retrained. A kept
+// checkpoint lost, or older nodes, fall back as before.
+func TestExternalRunHoldsForItsStorage(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		nodes   []spec.Node
+		ckpts   []int64
+		refuse  []int64
+		final   bool
+		answers []func(spec.StoreKeptInput) (spec.StoreKeptResult, error)
+		// want
+		launchFrom []int64 // each launch's restore step
+		tries      int     // StoreKept tries
+		last       int64   // the last stored checkpoint's step
+		recovered  string  // the one recovery's reason ("": none)
+		failed     string  // the run's error ("": completes)
+	}{
+		{name: "second refusal in a row", nodes: keepingNodes("node-1", "node-2"), ckpts: []int64{40, 80, 120}, refuse: []int64{80, 120},
+			answers:    []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){refusedAgain, refusedAgain, nil},
+			launchFrom: []int64{0, 120}, tries: 3, last: 120},
+		{name: "final upload refused", nodes: keepingNodes("node-1", "node-2"), ckpts: []int64{40}, final: true,
+			answers:    []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){refusedAgain, nil},
+			launchFrom: []int64{0}, tries: 2, last: 200},
+		{name: "one refusal: the world goes on", nodes: keepingNodes("node-1", "node-2"), ckpts: []int64{40, 80, 120}, refuse: []int64{80},
+			launchFrom: []int64{0}, last: 120},
+		{name: "kept checkpoint lost", nodes: keepingNodes("node-1", "node-2"), ckpts: []int64{40, 80, 120}, refuse: []int64{80, 120},
+			answers: []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){func(in spec.StoreKeptInput) (spec.StoreKeptResult, error) {
+				return spec.StoreKeptResult{}, temporal.NewNonRetryableApplicationError("node node-1 keeps no checkpoint of run run/ddp at step 120 to store: none in /w/kept",
+					spec.ErrTypeNothingKept, nil)
+			}},
+			launchFrom: []int64{0, 40}, tries: 1, last: 120, recovered: "the checkpoint at step 120 kept for the storage is lost: node node-1 keeps no checkpoint"},
+		{name: "older nodes: the final refusal fails the run", nodes: testNodes("node-1", "node-2"), ckpts: []int64{40, 80}, refuse: []int64{80}, final: true,
+			launchFrom: []int64{0}, failed: "checkpoint storage keeps failing: the checkpoint at step 80 could not be stored, nor now the one at 200"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: tc.nodes}
+			w := &fakeWorlds{end: 200, ckpts: tc.ckpts, refuse: tc.refuse, finalRefused: tc.final}
+			w.behave = func(in spec.ExternalInput) error {
+				// The first launch's world trains on until stopped when the
+				// run holds for its second refusal.
+				if in.Restore == nil && len(tc.refuse) == 2 {
+					return errHang
+				}
+				return nil
+			}
+			k := &fakeKept{answers: tc.answers}
+			env := keptEnv(t, cl, w, k)
+			var during []spec.RunStatus
+			if tc.tries > 1 {
+				env.RegisterDelayedCallback(func() { during = append(during, queryStatus(t, env)) }, 10*time.Second)
+			}
+			s := externalSpec(2)
+			s.Steps = 200
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.True(t, env.IsWorkflowCompleted())
+			var from []int64
+			for _, l := range w.launches() {
+				at := int64(0)
+				if l[0].Restore != nil {
+					at = l[0].Restore.Step
+				}
+				from = append(from, at)
+				require.Equal(t, tc.nodes[0].Protocol > 0, l[0].KeepRefused, "the first node is asked to keep refused uploads")
+				if len(l) > 1 {
+					require.False(t, l[1].KeepRefused, "the others upload nothing")
+				}
+			}
+			require.Equal(t, tc.launchFrom, from, "launches")
+			require.Len(t, k.asked, tc.tries, "store tries")
+			for i, in := range k.asked {
+				require.Equal(t, spec.NodeTaskQueue("node-1"), k.nodes[i], "the first node stores what it kept")
+				require.EqualValues(t, map[bool]int64{true: 200, false: 120}[tc.final], in.Step)
+			}
+			if tc.failed != "" {
+				require.ErrorContains(t, env.GetWorkflowError(), tc.failed)
+				return
+			}
+			st := result(t, env)
+			require.EqualValues(t, 200, st.Step)
+			if tc.recovered == "" {
+				require.Empty(t, st.Recoveries)
+			} else {
+				require.Len(t, st.Recoveries, 1)
+				require.Contains(t, st.Recoveries[0].Reason, tc.recovered)
+				require.EqualValues(t, 40, st.Recoveries[0].ResumeStep)
+			}
+			if tc.tries > 1 {
+				// Held meanwhile, saying what it waits for.
+				require.NotEmpty(t, during)
+				h := during[0]
+				require.Equal(t, spec.PhaseStorageWait, h.Phase)
+				require.Contains(t, h.Detail, "node node-1 keeps the one at step")
+				require.NotNil(t, h.CheckpointFailed)
+				require.Nil(t, st.CheckpointFailed, "cleared once stored")
+			}
+			require.NotNil(t, st.LastCkpt)
+			require.Equal(t, tc.last, st.LastCkpt.Step)
+		})
+	}
+}
