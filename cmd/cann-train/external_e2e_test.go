@@ -254,6 +254,21 @@ func TestExternalFrozenNodeResumesOnSpare(t *testing.T) {
 	}
 }
 
+// awaitNoProcesses waits up to 15 s until no live process's environment
+// mentions s (processesWithEnv): a stopped world's ranks have exited.
+func awaitNoProcesses(t *testing.T, s, when string) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		left := processesWithEnv(s)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ranks still running %s: %v", when, left)
+		}
+	}
+}
+
 // processesWithEnv lists live processes whose environment mentions s (the
 // ranks' CANN_TRAIN_* paths name their data directory).
 func processesWithEnv(s string) []string {

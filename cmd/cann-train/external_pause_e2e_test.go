@@ -172,15 +172,7 @@ func TestExternalPauseResume(t *testing.T) {
 	}
 	// The world stops: no rank outlives the pause for long (the node sees
 	// the cancellation at its next heartbeat, then SIGTERM).
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		left := processesWithEnv("CANN_E2E_MARK=" + dir)
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ranks still running while paused: %v", left)
-		}
-	}
+	awaitNoProcesses(t, "CANN_E2E_MARK="+dir, "while paused")
 	cli("resume", s.Name)
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
@@ -288,11 +280,7 @@ func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
 		t.Fatalf("after cancel: %s at step %d (checkpoint %+v, %q), requests %v: want cancelled at the requested checkpoint",
 			final.Phase, final.Step, final.LastCkpt, final.Error, asked1)
 	}
-	for deadline := time.Now().Add(15 * time.Second); len(processesWithEnv("CANN_TRAIN_CHECKPOINT_DIR="+filepath.Join(dir, "work"))) > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("ranks still running after the cancel")
-		}
-	}
+	awaitNoProcesses(t, "CANN_TRAIN_CHECKPOINT_DIR="+filepath.Join(dir, "work"), "after the cancel")
 	reps := worldReports(t, filepath.Join(dir, "work", "node-1"), s.Name)
 	if len(reps) != 2 || len(reps[1]) == 0 || reps[1][0].Step != st.Step+1 {
 		t.Errorf("rank-0 launches %d; want 2, the second from step %d", len(reps), st.Step+1)
@@ -338,11 +326,7 @@ func TestExternalPauseWhileStarting(t *testing.T) {
 		dumpLogs(t, l.LogDir)
 		t.Fatalf("pause: %v %q", err, out)
 	}
-	for deadline := time.Now().Add(15 * time.Second); len(processesWithEnv("CANN_E2E_START_GATE="+gate)) > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("ranks still running while paused")
-		}
-	}
+	awaitNoProcesses(t, "CANN_E2E_START_GATE="+gate, "while paused")
 	t.Logf("paused while the job was starting: held %.2f s after the pause, at step 0", took.Seconds())
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)

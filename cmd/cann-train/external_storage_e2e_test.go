@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -39,13 +38,7 @@ func TestExternalRunHoldsForItsStorage(t *testing.T) {
 	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a first checkpoint", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return st.LastCkpt != nil || st.Phase == spec.PhaseCompleted
 	})
-	manifests := filepath.Join(dir, "ckpt", "runs", s.Name, "ckpt")
-	if err := os.Rename(manifests, manifests+".kept"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(manifests, []byte("not a directory"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	repair := refuseCheckpoints(t, filepath.Join(dir, "ckpt"), s.Name)
 	held := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the hold for the storage", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return st.Phase == spec.PhaseStorageWait && !st.WaitUntil.IsZero() || st.Phase == spec.PhaseCompleted || st.Phase == spec.PhaseFailed
 	})
@@ -57,22 +50,9 @@ func TestExternalRunHoldsForItsStorage(t *testing.T) {
 			held.Phase, held.Step, held.LastCkpt, held.CheckpointFailed, held.Detail)
 	}
 	// The world is stopped: no rank trains on while the run holds.
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		left := processesWithEnv("CANN_E2E_MARK=" + dir)
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ranks still running while the run holds: %v", left)
-		}
-	}
+	awaitNoProcesses(t, "CANN_E2E_MARK="+dir, "while the run holds")
 
-	if err := os.Remove(manifests); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(manifests+".kept", manifests); err != nil {
-		t.Fatal(err)
-	}
+	repair()
 	cli := cliAt(ctx, t, srv.FrontendAddr(), l.LogDir)
 	if out := cli("resume", s.Name); !strings.Contains(out, "resumed (was waiting-storage at step") {
 		t.Errorf("resume said %q", out)

@@ -36,13 +36,7 @@ func TestRunHoldsForItsStorage(t *testing.T) {
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	awaitCheckpoint(ctx, t, c, run.GetID(), 200, l.LogDir)
 
-	manifests := filepath.Join(dir, "ckpt", "runs", s.Name, "ckpt")
-	if err := os.Rename(manifests, manifests+".kept"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(manifests, []byte("not a directory"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	repair := refuseCheckpoints(t, filepath.Join(dir, "ckpt"), s.Name)
 	// (Its first try says "store it now", without a time.)
 	held := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the hold for the storage", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return st.Phase == spec.PhaseStorageWait && !st.WaitUntil.IsZero()
@@ -72,12 +66,7 @@ func TestRunHoldsForItsStorage(t *testing.T) {
 		t.Fatalf("step %d after the hold at %d (%v)", st.Step, held.Step, err)
 	}
 
-	if err := os.Remove(manifests); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(manifests+".kept", manifests); err != nil {
-		t.Fatal(err)
-	}
+	repair()
 	if out := cli("resume", s.Name); !strings.Contains(out, "resumed (was waiting-storage at step") {
 		t.Errorf("resume said %q", out)
 	}
@@ -101,5 +90,28 @@ func TestRunHoldsForItsStorage(t *testing.T) {
 	want := awaitRun(ctx, t, startRun(ctx, t, c, workflows.RunInput{Spec: ref}), l.LogDir)
 	if st.WeightsSHA256 != want.WeightsSHA256 {
 		t.Errorf("weights %s after the hold, %s without", st.WeightsSHA256, want.WeightsSHA256)
+	}
+}
+
+// refuseCheckpoints makes run's checkpoints refused by the file bucket at
+// root: the directory its manifests go into becomes a file, as a full disk
+// or a revoked permission refuses writes. repair puts it back.
+func refuseCheckpoints(t *testing.T, root, run string) (repair func()) {
+	t.Helper()
+	manifests := filepath.Join(root, "runs", run, "ckpt")
+	if err := os.Rename(manifests, manifests+".kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(manifests, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := os.Remove(manifests); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(manifests+".kept", manifests); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
