@@ -444,8 +444,10 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 	kept := false
 	switch {
 	case plan.saveOnly():
-		// Nothing trained to keep: the recovery goes back to the last
-		// stored checkpoint.
+		// Nothing trained to keep; the recovery goes back to the last
+		// stored checkpoint — the one the hold was for, when the saver
+		// stored it before another node was lost.
+		r.keepSaved(ctx, plan, results, errs)
 	case len(gone) > 0:
 		kept = r.salvage(ctx, results, errs, false)
 	case finishedButSilent(errs):
@@ -639,6 +641,34 @@ func (r *run) storeKept(ctx workflow.Context, saver int) (stored, bySaver bool, 
 	s.UpdatedAt = workflow.Now(ctx)
 	r.publish(ctx)
 	return stored, bySaver, nil
+}
+
+// versionSaverKept: a save-only chunk that failed after its saver stored
+// the held state (another node lost meanwhile) keeps that checkpoint —
+// and rank 0's upload from the chunk before, landed meanwhile —: the
+// recovery resumes there. Before, it went back to the checkpoint stored
+// before the hold, and the steps the hold was for were trained again.
+// Asked only when there is one to keep.
+const versionSaverKept = "saver-kept"
+
+// keepSaved commits the checkpoints a save-only chunk that failed (plan;
+// results and errs by rank) stored before the failure: its saver's, and
+// an upload rank 0 had in flight from the chunk before that landed.
+func (r *run) keepSaved(ctx workflow.Context, plan chunkPlan, results []spec.ChunkResult, errs []error) {
+	var saved []spec.CheckpointRef
+	if errs[0] == nil && results[0].EarlierCheckpoint != nil {
+		saved = append(saved, *results[0].EarlierCheckpoint)
+	}
+	if s := plan.saver; s >= 0 && s < len(errs) && errs[s] == nil && results[s].Checkpoint != nil && results[s].Checkpoint.Step == plan.to {
+		saved = append(saved, *results[s].Checkpoint)
+	}
+	if len(saved) == 0 || workflow.GetVersion(ctx, versionSaverKept, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	for _, c := range saved {
+		r.commitCheckpoint(ctx, c)
+	}
+	workflow.GetLogger(ctx).Info("kept the checkpoint the failed save-only chunk stored", "last_checkpoint", r.st.Status.LastCkpt)
 }
 
 // salvage keeps the checkpoints rank 0 reported for a chunk that every

@@ -78,7 +78,8 @@ func saveOnlySteps(ins []spec.ChunkInput) []int64 {
 // save-only chunks (at once, then after 15 s, 30 s, … or at a resume)
 // until the bucket takes it: it neither trains on without checkpoints,
 // nor retrains, nor fails. A node lost during the hold is a recovery
-// from the last stored checkpoint. One refused upload alone is noted,
+// from the last stored checkpoint — the held state's, when the save-only
+// chunk stored it before the loss. One refused upload alone is noted,
 // not held for.
 func TestTrainingRunHoldsForStorage(t *testing.T) {
 	for _, tc := range []struct {
@@ -109,8 +110,14 @@ func TestTrainingRunHoldsForStorage(t *testing.T) {
 		{name: "one upload refused",
 			refuse:  func(in spec.ChunkInput, _ int) bool { return in.To == 200 },
 			trained: []int64{0, 100, 200, 300}},
-		{name: "a node lost during the hold",
+		{name: "a node lost during the hold, the state stored",
 			refuse:     func(in spec.ChunkInput, tries int) bool { return in.To == 400 && tries <= 1 },
+			loseOnSave: true, saves: []int64{400}, recoveries: 1,
+			// rank 0 stored 400 before node-2 was lost: kept, nothing
+			// trained again (versionSaverKept)
+			trained: []int64{0, 100, 200, 300}},
+		{name: "a node lost during the hold, the state refused",
+			refuse:     func(in spec.ChunkInput, tries int) bool { return in.To == 400 && tries <= 2 },
 			loseOnSave: true, saves: []int64{400}, recoveries: 1,
 			// back to the last stored checkpoint (300) and train again
 			trained: []int64{0, 100, 200, 300, 300}},
