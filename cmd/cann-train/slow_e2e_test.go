@@ -30,12 +30,17 @@ func TestSlowNodeIsNamed(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3", "node-4")
-	// Chunks of 1,000 steps: each spans many throttle cycles (a chunk of
-	// 200 took 0.1 s unthrottled here, two cycles, and whether a stop
-	// fell in node-3's computation or its collectives decided too much).
-	// Named after two slow chunks in a row (slow_node_chunks; the default
-	// is 3): each throttled chunk is the test's longest wait.
-	s := spec.RunSpec{Name: "slow", Nodes: 3, Steps: 6000, ChunkSteps: 1000, SlowNodeChunks: 2}.WithDefaults()
+	// Chunks of 500 steps: each spans many throttle cycles (a chunk of
+	// 200 took 0.1 s unthrottled on a fast machine, two cycles, and
+	// whether a stop fell in node-3's computation or its collectives
+	// decided too much; 500 take about 1.2 s unthrottled here, 3 s
+	// throttled: some 60 cycles). Named after two slow chunks in a row
+	// (slow_node_chunks; the default is 3): each throttled chunk is the
+	// test's longest wait. Six chunks: on a loaded machine node-3 may not
+	// show slow in every one (its streak restarts), and each run needs
+	// chunks after the naming (a full one showing node-3 keeping up; the
+	// move off it). (1,000-step chunks and 6,000 steps took 66 s.)
+	s := spec.RunSpec{Name: "slow", Nodes: 3, Steps: 3000, ChunkSteps: 500, SlowNodeChunks: 2}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 
 	// throttle stops node-3's process 30 ms of every 45 until the
@@ -93,7 +98,10 @@ func TestSlowNodeIsNamed(t *testing.T) {
 			end.Phase, end.SlowNodes, len(end.Recoveries))
 	}
 
-	s.Name, s.SlowNode = "slow-drain", spec.SlowNodeDrain
+	// The runs that move off node-3 need a chunk after the one it is
+	// named at, and one more of margin (a chunk that does not show it
+	// slow restarts its streak).
+	s.Name, s.SlowNode, s.Steps = "slow-drain", spec.SlowNodeDrain, 4000
 	run = startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	unthrottle = throttle()
 	defer unthrottle()
