@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -166,4 +168,61 @@ func TestExternalRunHoldsForItsStorage(t *testing.T) {
 			require.Equal(t, tc.last, st.LastCkpt.Step)
 		})
 	}
+}
+
+// TestExternalStorageHoldCrossesContinueAsNew: an external job's hold for
+// its final checkpoint goes on across continue-as-new (here after every
+// try) from the state it carries, and completes once the first node
+// stores it: no relaunch.
+func TestExternalStorageHoldCrossesContinueAsNew(t *testing.T) {
+	cl := &fakeCluster{pool: keepingNodes("node-1", "node-2")}
+	w := &fakeWorlds{end: 200, ckpts: []int64{40}, finalRefused: true}
+	k := &fakeKept{answers: []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){refusedAgain, nil}}
+	s := externalSpec(2)
+	s.Steps, s.ChunksPerRun = 200, 1
+	in := RunInput{Spec: s}
+	for execs := 1; ; execs++ {
+		require.LessOrEqual(t, execs, 4, "still holding after %d executions", execs)
+		env := keptEnv(t, cl, w, k)
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, in)
+		var can *workflow.ContinueAsNewError
+		if !errors.As(env.GetWorkflowError(), &can) {
+			st := result(t, env)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.EqualValues(t, 200, st.LastCkpt.Step)
+			require.Greater(t, execs, 1, "continued as new during the hold")
+			break
+		}
+		require.NoError(t, decodeArgs(can, &in))
+		require.True(t, in.State.StorageHeld && in.State.KeptFinal, "the hold for the final checkpoint is carried")
+		require.EqualValues(t, 200, in.State.Status.Step)
+	}
+	require.Len(t, k.asked, 2, "refused once more, then stored")
+	require.Len(t, w.launches(), 1, "not relaunched")
+}
+
+// TestExternalCancelledWhileHeld: an external job cancelled while it holds
+// for its storage ends cancelled without the hold's words or retry time,
+// the refused checkpoint still named.
+func TestExternalCancelledWhileHeld(t *testing.T) {
+	cl := &fakeCluster{pool: keepingNodes("node-1", "node-2")}
+	w := &fakeWorlds{end: 200, ckpts: []int64{40}, finalRefused: true}
+	k := &fakeKept{answers: []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){refusedAgain}}
+	env := keptEnv(t, cl, w, k)
+	var held spec.RunStatus
+	env.RegisterDelayedCallback(func() { held = queryStatus(t, env) }, 5*time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 10*time.Second)
+	s := externalSpec(2)
+	s.Steps = 200
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	require.True(t, env.IsWorkflowCompleted())
+	require.Error(t, env.GetWorkflowError())
+	require.Equal(t, spec.PhaseStorageWait, held.Phase)
+	require.True(t, held.Detail != "" && !held.WaitUntil.IsZero(), "while held: %+v", held)
+	st := queryStatus(t, env)
+	require.Equal(t, spec.PhaseCancelled, st.Phase)
+	require.True(t, st.Detail == "" && st.WaitUntil.IsZero(), "ended: detail %q, until %v", st.Detail, st.WaitUntil)
+	require.NotNil(t, st.CheckpointFailed)
+	require.EqualValues(t, 200, st.CheckpointFailed.Step)
+	require.Len(t, k.asked, 1)
 }

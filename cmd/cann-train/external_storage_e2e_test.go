@@ -51,9 +51,16 @@ func TestExternalRunHoldsForItsStorage(t *testing.T) {
 	}
 	// The world is stopped: no rank trains on while the run holds.
 	awaitNoProcesses(t, "CANN_E2E_MARK="+dir, "while the run holds")
+	cli := cliAt(ctx, t, srv.FrontendAddr(), l.LogDir)
+	out := cli("status", s.Name)
+	for _, want := range []string{"waiting-storage: the checkpoint storage refuses the job's checkpoints; node node-1 keeps the one at step",
+		"could not be stored (none since)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
 
 	repair()
-	cli := cliAt(ctx, t, srv.FrontendAddr(), l.LogDir)
 	if out := cli("resume", s.Name); !strings.Contains(out, "resumed (was waiting-storage at step") {
 		t.Errorf("resume said %q", out)
 	}
