@@ -157,6 +157,11 @@ type externalRun struct {
 	// run holds for its storage.
 	keep   bool
 	keptAt int64
+	// lastKept is the step of the last refused upload of the launch its
+	// first node kept (0: none): a world that fails with it newer than
+	// the last stored checkpoint has the node store it first
+	// (storeKeptAfterLoss).
+	lastKept int64
 }
 
 // runExternal is TrainingRun's main loop for an external job.
@@ -286,6 +291,9 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 		again := s.CheckpointFailed != nil
 		r.refused(ctx, &spec.CheckpointFailure{Step: c.Ref.Step, Error: c.Failed})
 		if ext := r.ext; ext != nil && ext.keep {
+			if c.Kept {
+				ext.lastKept = max(ext.lastKept, c.Ref.Step)
+			}
 			if again && c.Kept && ext.keptAt == 0 {
 				// The second refusal in a row: hold with the kept one.
 				ext.keptAt = c.Ref.Step
@@ -374,7 +382,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
 	procs := r.spec.External.ProcsPerNode
-	ext.keep, ext.keptAt = r.keepsRefused(ctx, m.Nodes[0]), 0
+	ext.keep, ext.keptAt, ext.lastKept = r.keepsRefused(ctx, m.Nodes[0]), 0, 0
 	for rank, node := range m.Nodes {
 		fault := r.faultFor(node.ID, from, math.MaxInt64)
 		in := spec.ExternalInput{
@@ -446,6 +454,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		r.preferCause(ctx, f)
 		r.storageTrouble(ctx, f, errs, r.st.Status.Step)
 		r.probeReads(ctx, f, errs)
+		r.storeKeptAfterLoss(ctx, ext, f)
 		return f
 	}
 	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {

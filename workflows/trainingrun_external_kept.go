@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -34,7 +35,10 @@ import (
 //     from its last stored checkpoint, as before.
 //
 // The first refusal alone stops nothing, as for a built-in run: the next
-// checkpoint may be stored. The hold is in the run's state (StorageHeld,
+// checkpoint may be stored. A world that fails meanwhile (a node lost)
+// has its first node, still alive, store the one it kept before the
+// recovery (storeKeptAfterLoss): the relaunch starts there rather than
+// at the checkpoint before it. The hold is in the run's state (StorageHeld,
 // KeptFinal) and crosses continue-as-new.
 
 // versionExternalStoreKept: an external job's world on a first node that
@@ -142,3 +146,45 @@ func (r *run) endKeptHold(ctx workflow.Context) {
 	r.metrics(ctx).Gauge(metricStorageHeld).Update(0)
 	r.setPhase(ctx, spec.PhaseTraining)
 }
+
+// versionKeptAfterLoss: a world that failed after its first node kept a
+// refused checkpoint newer than the run's last stored one has that node,
+// alive, store it before the recovery (storeKeptAfterLoss). Asked only
+// then.
+const versionKeptAfterLoss = "kept-after-loss"
+
+// storeKeptAfterLoss is one try, as the world ext's launch failed (f), of
+// storing the checkpoint its first node kept after a refused upload, when
+// it is newer than the last stored one and the node is not among those
+// lost: stored, the recovery resumes from it (the steps since are all it
+// loses). Refused or not kept, nothing changes: the recovery goes back
+// to the last stored checkpoint, as before.
+func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun, f *chunkFailure) {
+	node := r.st.Membership.Nodes[0]
+	if !ext.keep || ext.lastKept <= r.ckptStep() || slices.Contains(f.failed, node.ID) || ctx.Err() != nil ||
+		workflow.GetVersion(ctx, versionKeptAfterLoss, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	log := workflow.GetLogger(ctx)
+	actx := workflow.WithHeartbeatTimeout(nodeCallOptions(ctx, node, keptAfterLossStart, storeKeptTimeout,
+		fmt.Sprintf("store the checkpoint at step %d that %s kept, before the recovery", ext.lastKept, node.ID)), r.spec.HeartbeatTimeout.D())
+	var out spec.StoreKeptResult
+	err := workflow.ExecuteActivity(actx, spec.ActivityStoreKept,
+		spec.StoreKeptInput{RunID: r.st.Status.RunID, Spec: r.spec, Step: ext.lastKept, Session: r.st.Session}).Get(ctx, &out)
+	switch {
+	case err != nil:
+		log.Warn("the checkpoint the first node kept could not be stored before the recovery", "step", ext.lastKept, "error", err)
+	case out.Failed != nil:
+		r.refused(ctx, out.Failed)
+		log.Warn("the bucket refused the kept checkpoint again; the recovery goes back to the last stored one", "step", ext.lastKept,
+			"error", out.Failed.Error)
+	case out.Checkpoint != nil:
+		r.commitCheckpoint(ctx, *out.Checkpoint)
+		log.Info("stored the checkpoint the first node kept: the recovery resumes there", "step", out.Checkpoint.Step)
+	}
+}
+
+// keptAfterLossStart bounds the wait for the first node to take the
+// store after a failed world: a node that does not answer by then is
+// left to the recovery.
+const keptAfterLossStart = 10 * time.Second

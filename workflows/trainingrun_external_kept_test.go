@@ -226,3 +226,51 @@ func TestExternalCancelledWhileHeld(t *testing.T) {
 	require.EqualValues(t, 200, st.CheckpointFailed.Step)
 	require.Len(t, k.asked, 1)
 }
+
+// TestExternalRunStoresTheKeptCheckpointAfterALoss: node-2 dies after the
+// bucket refused the checkpoint at 40 (kept by node-1) — the first refusal,
+// which stops nothing. Before the recovery, node-1 stores it: the world
+// relaunches on the spare from 40, not 20. Refused again, or with node-1
+// the node lost, the recovery goes back to 20 as before.
+func TestExternalRunStoresTheKeptCheckpointAfterALoss(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		answers []func(spec.StoreKeptInput) (spec.StoreKeptResult, error)
+		lose    string // the node lost
+		tries   int
+		resume  int64
+	}{
+		{name: "stored", lose: "node-2", tries: 1, resume: 40},
+		{name: "refused again", lose: "node-2", answers: []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){refusedAgain}, tries: 1, resume: 20},
+		{name: "the first node lost", lose: "node-1", tries: 0, resume: 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			timedOut := temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 20})
+			exited := temporal.NewApplicationError("rank-1 exited with status 1 at step 56", spec.ErrTypeRankExited,
+				spec.RankExit{Rank: 1, Process: "rank-1", ExitCode: 1, Step: 56})
+			node1, node2 := exited, error(timedOut)
+			if tc.lose == "node-1" {
+				node1, node2 = timedOut, exited
+			}
+			cl, w := loseNode2(node2, node1)
+			cl.pool = keepingNodes("node-1", "node-2", "spare")
+			w.refuse = []int64{40}
+			k := &fakeKept{answers: tc.answers}
+			env := keptEnv(t, cl, w, k)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+			st := result(t, env)
+			require.Len(t, st.Recoveries, 1)
+			rec := st.Recoveries[0]
+			require.Equal(t, []string{tc.lose}, rec.FailedNodes)
+			require.Equal(t, tc.resume, rec.ResumeStep)
+			require.Len(t, k.asked, tc.tries)
+			for _, in := range k.asked {
+				require.EqualValues(t, 40, in.Step)
+			}
+			l := w.launches()
+			require.Len(t, l, 2)
+			require.NotNil(t, l[1][0].Restore)
+			require.Equal(t, tc.resume, l[1][0].Restore.Step)
+		})
+	}
+}
