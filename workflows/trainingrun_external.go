@@ -301,6 +301,15 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 					"step", c.Ref.Step, "error", c.Failed)
 				return false
 			}
+			if c.Kept && ext.keptAt == 0 && r.checkpointWanted() &&
+				workflow.GetVersion(ctx, versionKeptForStop, workflow.DefaultVersion, 1) >= 1 {
+				// The run waits for a checkpoint to stop the world at (a
+				// pause, nodes to leave): this one, kept, loses nothing.
+				ext.keptAt = c.Ref.Step
+				log.Warn("a checkpoint upload failed while the run waits to stop the world; its directory is kept: the world stops",
+					"step", c.Ref.Step, "error", c.Failed)
+				return false
+			}
 		}
 		log.Warn("a checkpoint's upload failed; the world goes on", "step", c.Ref.Step, "error", c.Failed, "kept", c.Kept)
 		return false
@@ -431,8 +440,14 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 			return errWorldCancelled
 		}
 		if stop == stopForStorage {
-			log.Warn("world stopped: the bucket refused two checkpoints in a row", "session", r.st.Session, "kept", ext.keptAt)
 			r.st.Session = ""
+			if r.ckptStep() >= ext.keptAt {
+				// A later checkpoint was stored before the world stopped.
+				log.Info("world stopped for a refused checkpoint; a later one was stored meanwhile", "kept", ext.keptAt, "step", r.ckptStep())
+				r.st.Status.Step = r.ckptStep()
+				return errWorldStorage
+			}
+			log.Warn("world stopped: the bucket refused its checkpoint", "kept", ext.keptAt)
 			r.holdKept(ctx, ext.keptAt, false)
 			return errWorldStorage
 		}

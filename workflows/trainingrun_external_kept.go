@@ -35,7 +35,8 @@ import (
 //     from its last stored checkpoint, as before.
 //
 // The first refusal alone stops nothing, as for a built-in run: the next
-// checkpoint may be stored. A world that fails meanwhile (a node lost)
+// checkpoint may be stored — unless the run waits for a checkpoint to
+// stop the world at (a pause, drained nodes): the kept one serves. A world that fails meanwhile (a node lost)
 // has its first node, still alive, store the one it kept before the
 // recovery (storeKeptAfterLoss): the relaunch starts there rather than
 // at the checkpoint before it. The hold is in the run's state (StorageHeld,
@@ -146,6 +147,14 @@ func (r *run) endKeptHold(ctx workflow.Context) {
 	r.metrics(ctx).Gauge(metricStorageHeld).Update(0)
 	r.setPhase(ctx, spec.PhaseTraining)
 }
+
+// versionKeptForStop: a refused upload, kept, while the run waits for a
+// checkpoint to stop the world at (a pause, drained nodes to leave) stops
+// it as a second refusal does: the run holds until the first node stores
+// it, then pauses or moves. Before, the run waited for the job's next
+// checkpoint (the request it made had been answered by the refused one).
+// Asked only then.
+const versionKeptForStop = "kept-for-stop"
 
 // versionKeptAfterLoss: a world that failed after its first node kept a
 // refused checkpoint newer than the run's last stored one has that node,

@@ -274,3 +274,61 @@ func TestExternalRunStoresTheKeptCheckpointAfterALoss(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalRunPausesAtAKeptCheckpoint: a pause waits for the world's
+// next checkpoint; the bucket refuses it (the first refusal) and the first
+// node keeps it: the world stops at once, the node stores it, and the run
+// pauses there — not at the job's checkpoint after. A resume relaunches
+// from it. A later checkpoint stored before the world stopped makes the
+// hold needless: the run pauses there.
+func TestExternalRunPausesAtAKeptCheckpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ckpts []int64
+		at    int64 // where the run pauses
+		tries int
+	}{
+		{name: "the kept one", ckpts: []int64{40, 80}, at: 80, tries: 1},
+		{name: "a later one stored meanwhile", ckpts: []int64{40, 80, 120}, at: 120},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: keepingNodes("node-1", "node-2")}
+			w := &fakeWorlds{end: 200, ckpts: tc.ckpts, refuse: []int64{80}}
+			w.behave = func(in spec.ExternalInput) error {
+				if in.Restore == nil {
+					return errHang // trains on until stopped
+				}
+				return nil
+			}
+			k := &fakeKept{}
+			env := keptEnv(t, cl, w, k)
+			w.before = func(in spec.ExternalInput, step int64) {
+				if step == 80 && in.Restore == nil {
+					env.SignalWorkflow(spec.SignalPause, nil)
+					time.Sleep(200 * time.Millisecond) // the run has the pause before the refusal
+				}
+			}
+			env.RegisterActivityWithOptions(func(context.Context, spec.CheckpointRequest) (int64, error) {
+				return 0, nil // the world cannot be asked: it stops after its next checkpoint
+			}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
+			var paused spec.RunStatus
+			env.RegisterDelayedCallback(func() {
+				paused = queryStatus(t, env)
+				env.SignalWorkflow(spec.SignalResume, nil)
+			}, time.Hour)
+			s := externalSpec(2)
+			s.Steps = 200
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.Equal(t, spec.PhasePaused, paused.Phase)
+			require.Equal(t, tc.at, paused.Step)
+			require.Equal(t, tc.at, paused.LastCkpt.Step)
+			require.Len(t, k.asked, tc.tries)
+			ls := w.launches()
+			require.Len(t, ls, 2)
+			require.NotNil(t, ls[1][0].Restore)
+			require.Equal(t, tc.at, ls[1][0].Restore.Step, "relaunched from where it paused")
+			require.Empty(t, st.Recoveries)
+		})
+	}
+}

@@ -48,6 +48,9 @@ type fakeWorlds struct {
 	// result's CheckpointFailed when it keeps it, else a CheckpointStorage
 	// error.
 	finalRefused bool
+	// before, when set, runs before the first node signals its checkpoint
+	// at step.
+	before func(in spec.ExternalInput, step int64)
 }
 
 func (f *fakeWorlds) cancelled(info *activity.Info) {
@@ -87,6 +90,9 @@ func (f *fakeWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.Chun
 		for _, s := range f.ckpts {
 			if s <= from {
 				continue
+			}
+			if f.before != nil {
+				f.before(in, s)
 			}
 			if s == f.failCkpt || slices.Contains(f.refuse, s) && in.Restore == nil {
 				f.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
