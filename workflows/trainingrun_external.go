@@ -301,10 +301,11 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 					"step", c.Ref.Step, "error", c.Failed)
 				return false
 			}
-			if c.Kept && ext.keptAt == 0 && r.checkpointWanted() &&
+			if c.Kept && ext.keptAt == 0 && (r.checkpointWanted() || r.greenWindowOver(ctx, ext)) &&
 				workflow.GetVersion(ctx, versionKeptForStop, workflow.DefaultVersion, 1) >= 1 {
 				// The run waits for a checkpoint to stop the world at (a
-				// pause, nodes to leave): this one, kept, loses nothing.
+				// pause, nodes to leave, the end of its green window):
+				// this one, kept, loses nothing.
 				ext.keptAt = c.Ref.Step
 				log.Warn("a checkpoint upload failed while the run waits to stop the world; its directory is kept: the world stops",
 					"step", c.Ref.Step, "error", c.Failed)
@@ -448,6 +449,11 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 				return errWorldStorage
 			}
 			log.Warn("world stopped: the bucket refused its checkpoint", "kept", ext.keptAt)
+			if (ext.green || ext.metered) && ext.keptAt > ext.markStep &&
+				workflow.GetVersion(ctx, versionKeptTrained, workflow.DefaultVersion, 1) >= 1 {
+				// Trained up to the kept checkpoint, which the hold stores.
+				r.recordTrained(ctx, ext, workflow.Now(ctx), ext.keptAt)
+			}
 			r.holdKept(ctx, ext.keptAt, false)
 			return errWorldStorage
 		}

@@ -352,19 +352,31 @@ func TestExternalGreenAsksACheckpointAtTheWindowsEnd(t *testing.T) {
 		// have reported no step yet (spec.StepUnreported): the plan is
 		// made at once, and stops it at the window's end.
 		starting bool
-		asked    []string
-		held     int64
+		// refused: the bucket refuses the checkpoint asked for, and the
+		// first node keeps it (spec.ChunkProtocolStoreKept): the world
+		// stops at once all the same, and the run stores it first
+		// (versionKeptForStop).
+		refused bool
+		asked   []string
+		held    int64
 	}{
 		{name: "reporting", asked: []string{"10:00 " + spec.NodeTaskQueue("node-1") + " 0", "10:00 " + spec.NodeTaskQueue("node-2") + " 37"}, held: 37},
 		{name: "still starting", starting: true, asked: []string{"10:00 " + spec.NodeTaskQueue("node-1") + " 0"}, held: 0},
+		{name: "refused, kept", refused: true, asked: []string{"10:00 " + spec.NodeTaskQueue("node-1") + " 0", "10:00 " + spec.NodeTaskQueue("node-2") + " 37"}, held: 37},
 	} {
-		t.Run(tc.name, func(t *testing.T) { greenAsksAtTheWindowsEnd(t, tc.starting, tc.asked, tc.held) })
+		t.Run(tc.name, func(t *testing.T) { greenAsksAtTheWindowsEnd(t, tc.starting, tc.refused, tc.asked, tc.held) })
 	}
 }
 
-func greenAsksAtTheWindowsEnd(t *testing.T, starting bool, wantAsked []string, held int64) {
+func greenAsksAtTheWindowsEnd(t *testing.T, starting, refused bool, wantAsked []string, held int64) {
 	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: at("10:00"), GPerKWh: 90}, window14}, gramsPerChunk: 1}
-	env, _, _ := greenEnvOn(t, cb, speaking(spec.ChunkProtocolCheckpointRequest, "node-1", "node-2"))
+	protocol := spec.ChunkProtocolCheckpointRequest
+	if refused {
+		protocol = spec.ChunkProtocolStoreKept
+	}
+	env, _, _ := greenEnvOn(t, cb, speaking(protocol, "node-1", "node-2"))
+	k := &fakeKept{}
+	env.RegisterActivityWithOptions(k.store, activity.RegisterOptions{Name: spec.ActivityStoreKept})
 	var mu sync.Mutex
 	var asked []string    // "time queue step"
 	var launches []string // "time from"
@@ -402,8 +414,13 @@ func greenAsksAtTheWindowsEnd(t *testing.T, starting bool, wantAsked []string, h
 			return 37, nil
 		}
 		// Every node told: rank 0 commits it.
-		env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
-			Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step)}, Loss: 0.1})
+		c := spec.CheckpointSaved{Session: in.Session,
+			Ref: spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: in.Step, Key: fmt.Sprintf("ckpt/%d", in.Step)}, Loss: 0.1}
+		if refused {
+			c = spec.CheckpointSaved{Session: in.Session, Ref: spec.CheckpointRef{Run: "ddp", Step: in.Step},
+				Failed: "save checkpoint: no space left on device", Kept: true}
+		}
+		env.SignalWorkflow(spec.SignalCheckpointSaved, c)
 		return in.Step, nil
 	}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 	env.OnActivity(spec.ActivityRunExternal, mock.Anything, mock.Anything).Return(world).After(10 * time.Hour).Times(2)
@@ -420,6 +437,17 @@ func greenAsksAtTheWindowsEnd(t *testing.T, starting bool, wantAsked []string, h
 	mu.Unlock()
 	require.Equal(t, spec.PhaseGreenWait, waiting.Phase)
 	require.EqualValues(t, held, waiting.Step, "held at the checkpoint asked for at the window's end (or the last one)")
+	if held > 0 {
+		segs := waiting.Segments
+		require.NotEmpty(t, segs)
+		require.EqualValues(t, held, segs[len(segs)-1].ToStep, "the launch's training recorded up to where it stopped")
+	}
+	if refused {
+		require.Len(t, k.asked, 1, "the kept checkpoint stored")
+		require.EqualValues(t, held, k.asked[0].Step)
+	} else {
+		require.Empty(t, k.asked)
+	}
 	require.Equal(t, at("14:00"), waiting.WaitUntil.UTC())
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
 	require.Empty(t, st.Recoveries)

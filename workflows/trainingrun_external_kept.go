@@ -36,7 +36,8 @@ import (
 //
 // The first refusal alone stops nothing, as for a built-in run: the next
 // checkpoint may be stored — unless the run waits for a checkpoint to
-// stop the world at (a pause, drained nodes): the kept one serves. A world that fails meanwhile (a node lost)
+// stop the world at (a pause, drained nodes, a green window's end): the
+// kept one serves. A world that fails meanwhile (a node lost)
 // has its first node, still alive, store the one it kept before the
 // recovery (storeKeptAfterLoss): the relaunch starts there rather than
 // at the checkpoint before it. The hold is in the run's state (StorageHeld,
@@ -149,12 +150,26 @@ func (r *run) endKeptHold(ctx workflow.Context) {
 }
 
 // versionKeptForStop: a refused upload, kept, while the run waits for a
-// checkpoint to stop the world at (a pause, drained nodes to leave) stops
-// it as a second refusal does: the run holds until the first node stores
-// it, then pauses or moves. Before, the run waited for the job's next
+// checkpoint to stop the world at (a pause, drained nodes to leave, the
+// end of an interruptible green run's window) stops it as a second
+// refusal does: the run holds until the first node stores it, then
+// pauses, moves or plans. Before, the run waited for the job's next
 // checkpoint (the request it made had been answered by the refused one).
 // Asked only then.
 const versionKeptForStop = "kept-for-stop"
+
+// greenWindowOver: an interruptible green run's world trains past the end
+// of its planned window (the run asked it for a checkpoint to plan at:
+// askAtSlotEnd).
+func (r *run) greenWindowOver(ctx workflow.Context, ext *externalRun) bool {
+	return ext.green && !r.slotEnd.IsZero() && !workflow.Now(ctx).Before(r.slotEnd)
+}
+
+// versionKeptTrained: a green or metered run's world stopped for a kept
+// checkpoint records its training up to that checkpoint (its energy and
+// CO₂); before, the stretch since the last stored checkpoint was in no
+// segment. Asked only then.
+const versionKeptTrained = "kept-trained"
 
 // versionKeptAfterLoss: a world that failed after its first node kept a
 // refused checkpoint newer than the run's last stored one has that node,
