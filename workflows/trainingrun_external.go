@@ -290,25 +290,24 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 		// Shown by the status query until a later checkpoint is stored.
 		again := s.CheckpointFailed != nil
 		r.refused(ctx, &spec.CheckpointFailure{Step: c.Ref.Step, Error: c.Failed})
-		if ext := r.ext; ext != nil && ext.keep {
-			if c.Kept {
-				ext.lastKept = max(ext.lastKept, c.Ref.Step)
+		if ext := r.ext; ext != nil && ext.keep && c.Kept {
+			ext.lastKept = max(ext.lastKept, c.Ref.Step)
+			// Kept, it stops the world (the run holds with it) when it is
+			// the second refusal in a row, or when the run waits for a
+			// checkpoint to stop the world at (a pause, nodes to leave,
+			// the end of its green window): it loses nothing.
+			why := ""
+			switch {
+			case ext.keptAt > 0:
+			case again:
+				why = "a second checkpoint upload in a row failed"
+			case (r.checkpointWanted() || r.greenWindowOver(ctx, ext)) &&
+				workflow.GetVersion(ctx, versionKeptForStop, workflow.DefaultVersion, 1) >= 1:
+				why = "a checkpoint upload failed while the run waits to stop the world"
 			}
-			if again && c.Kept && ext.keptAt == 0 {
-				// The second refusal in a row: hold with the kept one.
+			if why != "" {
 				ext.keptAt = c.Ref.Step
-				log.Warn("a second checkpoint upload in a row failed; its directory is kept: the world stops",
-					"step", c.Ref.Step, "error", c.Failed)
-				return false
-			}
-			if c.Kept && ext.keptAt == 0 && (r.checkpointWanted() || r.greenWindowOver(ctx, ext)) &&
-				workflow.GetVersion(ctx, versionKeptForStop, workflow.DefaultVersion, 1) >= 1 {
-				// The run waits for a checkpoint to stop the world at (a
-				// pause, nodes to leave, the end of its green window):
-				// this one, kept, loses nothing.
-				ext.keptAt = c.Ref.Step
-				log.Warn("a checkpoint upload failed while the run waits to stop the world; its directory is kept: the world stops",
-					"step", c.Ref.Step, "error", c.Failed)
+				log.Warn(why+"; its directory is kept: the world stops", "step", c.Ref.Step, "error", c.Failed)
 				return false
 			}
 		}

@@ -98,11 +98,7 @@ func (r *run) storeKeptTry(ctx workflow.Context) (done bool, err error) {
 	s.WaitUntil = time.Time{}
 	r.setPhase(ctx, spec.PhaseStorageWait)
 	started := workflow.Now(ctx)
-	actx := workflow.WithHeartbeatTimeout(nodeCallOptions(ctx, node, toStart(r.spec), storeKeptTimeout,
-		fmt.Sprintf("store the checkpoint at step %d that %s kept", s.Step, node.ID)), r.spec.HeartbeatTimeout.D())
-	var out spec.StoreKeptResult
-	err = workflow.ExecuteActivity(actx, spec.ActivityStoreKept,
-		spec.StoreKeptInput{RunID: s.RunID, Spec: r.spec, Step: s.Step, Session: r.st.Session}).Get(ctx, &out)
+	out, err := r.storeKeptOn(ctx, node, s.Step, toStart(r.spec), "")
 	r.chunksNow++ // a unit of history, as a chunk is
 	if err == nil && out.Checkpoint == nil && out.Failed == nil {
 		err = temporal.NewApplicationError(fmt.Sprintf("node %s stored nothing and said no error", node.ID), spec.ErrTypeNothingKept)
@@ -136,6 +132,18 @@ func (r *run) storeKeptTry(ctx workflow.Context) (done bool, err error) {
 	r.publish(ctx)
 	workflow.GetLogger(ctx).Info("checkpoint storage takes the job's checkpoints again", "step", out.Checkpoint.Step, "final", final)
 	return final, nil
+}
+
+// storeKeptOn asks node to store the checkpoint at step (or later) it
+// kept (ActivityStoreKept), taken within startWithin; it heartbeats while
+// it stores. why ends the call's summary.
+func (r *run) storeKeptOn(ctx workflow.Context, node spec.Node, step int64, startWithin time.Duration, why string) (spec.StoreKeptResult, error) {
+	actx := workflow.WithHeartbeatTimeout(nodeCallOptions(ctx, node, startWithin, storeKeptTimeout,
+		fmt.Sprintf("store the checkpoint at step %d that %s kept%s", step, node.ID, why)), r.spec.HeartbeatTimeout.D())
+	var out spec.StoreKeptResult
+	err := workflow.ExecuteActivity(actx, spec.ActivityStoreKept,
+		spec.StoreKeptInput{RunID: r.st.Status.RunID, Spec: r.spec, Step: step, Session: r.st.Session}).Get(ctx, &out)
+	return out, err
 }
 
 // endKeptHold ends the hold: the run's step is its last stored
@@ -190,11 +198,7 @@ func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun, f *chun
 		return
 	}
 	log := workflow.GetLogger(ctx)
-	actx := workflow.WithHeartbeatTimeout(nodeCallOptions(ctx, node, keptAfterLossStart, storeKeptTimeout,
-		fmt.Sprintf("store the checkpoint at step %d that %s kept, before the recovery", ext.lastKept, node.ID)), r.spec.HeartbeatTimeout.D())
-	var out spec.StoreKeptResult
-	err := workflow.ExecuteActivity(actx, spec.ActivityStoreKept,
-		spec.StoreKeptInput{RunID: r.st.Status.RunID, Spec: r.spec, Step: ext.lastKept, Session: r.st.Session}).Get(ctx, &out)
+	out, err := r.storeKeptOn(ctx, node, ext.lastKept, keptAfterLossStart, ", before the recovery")
 	switch {
 	case err != nil:
 		log.Warn("the checkpoint the first node kept could not be stored before the recovery", "step", ext.lastKept, "error", err)
