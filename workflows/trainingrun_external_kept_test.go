@@ -302,13 +302,22 @@ func TestExternalRunPausesAtAKeptCheckpoint(t *testing.T) {
 			}
 			k := &fakeKept{}
 			env := keptEnv(t, cl, w, k)
+			// The run asks the world for a checkpoint once it has the
+			// pause: the refusal is signalled only after that.
+			asked := make(chan struct{})
+			var once sync.Once
 			w.before = func(in spec.ExternalInput, step int64) {
 				if step == 80 && in.Restore == nil {
 					env.SignalWorkflow(spec.SignalPause, nil)
-					time.Sleep(200 * time.Millisecond) // the run has the pause before the refusal
+					select {
+					case <-asked:
+					case <-time.After(10 * time.Second):
+						t.Error("the run never asked the world for a checkpoint for its pause")
+					}
 				}
 			}
 			env.RegisterActivityWithOptions(func(context.Context, spec.CheckpointRequest) (int64, error) {
+				once.Do(func() { close(asked) })
 				return 0, nil // the world cannot be asked: it stops after its next checkpoint
 			}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 			var paused spec.RunStatus
