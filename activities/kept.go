@@ -111,14 +111,14 @@ func (n *Node) keptBefore(run string, step int64) {
 }
 
 // loadKept reads run's newest kept checkpoint at step or later and
-// checks its bytes against the hash in its name. (Later: the world's
-// rank 0 may have committed another, refused too, before its node saw the
-// run stop it.)
-func (n *Node) loadKept(run string, step int64) ([]byte, int64, error) {
+// checks its bytes against the hash in its name; path is its file.
+// (Later: the world's rank 0 may have committed another, refused too,
+// before its node saw the run stop it.)
+func (n *Node) loadKept(run string, step int64) (payload []byte, at int64, path string, err error) {
 	dir := n.keptDir(run)
 	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, 0, err
+		return nil, 0, "", err
 	}
 	best, name, sum, older := int64(-1), "", "", int64(-1)
 	for _, e := range entries {
@@ -133,19 +133,40 @@ func (n *Node) loadKept(run string, step int64) ([]byte, int64, error) {
 	}
 	if name == "" {
 		if older >= 0 {
-			return nil, 0, fmt.Errorf("none at step %d or later in %s (it keeps the one at step %d)", step, dir, older)
+			return nil, 0, "", fmt.Errorf("none at step %d or later in %s (it keeps the one at step %d)", step, dir, older)
 		}
-		return nil, 0, fmt.Errorf("none in %s", dir)
+		return nil, 0, "", fmt.Errorf("none in %s", dir)
 	}
-	path := filepath.Join(dir, name)
+	path = filepath.Join(dir, name)
+	payload, err = readKeptFile(path, sum)
+	return payload, best, path, err
+}
+
+// ReadKeptFile reads a checkpoint a node kept when the bucket refused it
+// (<work dir>/kept/<run>/step-<step>-<sha256>.pack, a file StoreKept
+// leaves when the bucket refuses it again) and checks its bytes against
+// the hash in its name: its step and its payload, as the node would store
+// them (`cann-train checkpoint store-kept`).
+func ReadKeptFile(path string) (step int64, payload []byte, err error) {
+	step, sum, ok := keptFile(filepath.Base(path))
+	if !ok || step <= 0 {
+		return 0, nil, fmt.Errorf("%s: not a kept checkpoint (a node names one step-<step>-<sha256>.pack)", path)
+	}
+	payload, err = readKeptFile(path, sum)
+	return step, payload, err
+}
+
+// readKeptFile reads a kept checkpoint's file and checks its bytes against
+// sum, the SHA-256 its name carries.
+func readKeptFile(path, sum string) ([]byte, error) {
 	payload, err := os.ReadFile(path)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if got := sha256.Sum256(payload); hex.EncodeToString(got[:]) != sum {
-		return nil, 0, fmt.Errorf("%s: its bytes do not match their hash (sha256 %x, named %s)", path, got, sum)
+		return nil, fmt.Errorf("%s: its bytes do not match their hash (sha256 %x, named %s)", path, got, sum)
 	}
-	return payload, best, nil
+	return payload, nil
 }
 
 // StoreKept is ActivityStoreKept: it stores the checkpoint directory at
@@ -161,7 +182,7 @@ func (n *Node) StoreKept(ctx context.Context, in spec.StoreKeptInput) (spec.Stor
 	}
 	hb := startHeartbeater(ctx, spec.ChunkProgress{Step: in.Step}, activity.GetInfo(ctx).HeartbeatTimeout, false)
 	defer hb.stop()
-	payload, step, err := n.loadKept(in.RunID, in.Step)
+	payload, step, path, err := n.loadKept(in.RunID, in.Step)
 	if err != nil {
 		msg := fmt.Sprintf("node %s keeps no checkpoint of run %s at step %d to store: %v", n.ID, in.RunID, in.Step, err)
 		return spec.StoreKeptResult{}, temporal.NewNonRetryableApplicationError(msg, spec.ErrTypeNothingKept, err)
@@ -170,7 +191,7 @@ func (n *Node) StoreKept(ctx context.Context, in spec.StoreKeptInput) (spec.Stor
 	url := n.bucketURL(in.Spec)
 	refused := func(err error) spec.StoreKeptResult {
 		log.Warn("the bucket refused the kept checkpoint again; the node keeps it", zap.String("bucket", url), zap.Error(err))
-		return spec.StoreKeptResult{Failed: &spec.CheckpointFailure{Step: step, Error: err.Error()}}
+		return spec.StoreKeptResult{Failed: &spec.CheckpointFailure{Step: step, Error: err.Error()}, Kept: path}
 	}
 	store, err := n.store(ctx, url)
 	if err != nil {

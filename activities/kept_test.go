@@ -89,8 +89,9 @@ for step in range(1, 7):
 		}
 	}
 	// Still refused: the node keeps it.
-	if out, err := storeKept(6); err != nil || out.Failed == nil || out.Failed.Step != 6 || out.Checkpoint != nil {
-		t.Fatalf("store kept with the bucket refusing: %+v, %v; want it refused again", out, err)
+	if out, err := storeKept(6); err != nil || out.Failed == nil || out.Failed.Step != 6 || out.Checkpoint != nil ||
+		out.Kept != filepath.Join(n.keptDir(in.RunID), files[0].Name()) {
+		t.Fatalf("store kept with the bucket refusing: %+v, %v; want it refused again, naming the file that keeps it", out, err)
 	}
 	nothingKept(7, "it keeps the one at step 6")
 

@@ -713,6 +713,9 @@ type StoreKeptInput struct {
 type StoreKeptResult struct {
 	Checkpoint *CheckpointRef     `json:"checkpoint,omitempty"`
 	Failed     *CheckpointFailure `json:"failed,omitempty"`
+	// Kept is, with Failed, the file on the node that keeps the refused
+	// checkpoint (for `cann-train checkpoint store-kept`).
+	Kept string `json:"kept,omitempty"`
 }
 
 // CheckpointRequest is ActivityRequestCheckpoint's input: the run's

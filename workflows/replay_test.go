@@ -175,9 +175,11 @@ import (
 // (versionStopUnformed); trainingrun_external_storage_hold.json, an
 // external job whose bucket refused two uploads in a row: its world
 // stopped, the kept checkpoint stored by node-1 at a resume
-// (versionExternalStoreKept)
+// (versionExternalStoreKept); trainingrun_external_cancel_kept.json, the
+// same cancelled while it held, node-1 asked once more as it ended
+// (versionKeptOnCancel)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced|TestExternalRunHoldsForItsStorage'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced|TestExternalRunHoldsForItsStorage|TestExternalCancelledRunKeepsItsCheckpoint'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -206,6 +208,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_cut_off.json":        "run/ext-cut-off",
 		"trainingrun_external_unformed.json":       "run/ext-cut-off",
 		"trainingrun_external_storage_hold.json":   "run/ext-held",
+		"trainingrun_external_cancel_kept.json":    "run/ext-cancel-kept",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -285,6 +288,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_cut_off.json", spec.WorkflowTrainingRun},        // an external job's node cut off: its peer asked to read (versionProbeReads), replaced at the second try, no restart counted (versionCutOffFree)
 		{"trainingrun_external_unformed.json", spec.WorkflowTrainingRun},       // … each try's world stopped once the cut-off node failed (versionStopUnformed)
 		{"trainingrun_external_storage_hold.json", spec.WorkflowTrainingRun},   // an external job's bucket refusing: the world stopped, the kept checkpoint stored (versionExternalStoreKept)
+		{"trainingrun_external_cancel_kept.json", spec.WorkflowTrainingRun},    // … cancelled while it held, the kept checkpoint tried once more (versionKeptOnCancel)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

@@ -222,11 +222,13 @@ func TrainingRun(ctx workflow.Context, in RunInput) (spec.RunStatus, error) {
 func (r *run) cancelled(ctx workflow.Context) (spec.RunStatus, error) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	r.settlePending(dctx)
+	kept := r.storeKeptOnCancel(dctx)
 	s := &r.st.Status
 	s.Error = fmt.Sprintf("cancelled at step %d", max(s.Step, r.ckptStep())) // an external launch's Step is its start
 	if s.LastCkpt != nil {
 		s.Error += fmt.Sprintf("; last checkpoint at step %d", s.LastCkpt.Step)
 	}
+	s.Error += kept
 	workflow.GetLogger(ctx).Info("run cancelled: releasing its nodes", "step", s.Step)
 	r.releaseNodes(dctx)
 	r.setPhase(dctx, spec.PhaseCancelled)
@@ -240,6 +242,9 @@ type run struct {
 	chunksNow int // chunks in this workflow run (since continue-as-new)
 	// ext is an external job's current launch (nil for built-in runs).
 	ext *externalRun
+	// heldAtCancel is the step of the checkpoint an external job held for
+	// when it was cancelled during a try to store it (storeKeptOnCancel).
+	heldAtCancel int64
 	// failedNodes go with the next acquire request (AcquireRequest.Failed).
 	failedNodes []spec.MarkFailed
 	// leaving go with the next acquire request too (AcquireRequest.Leave).

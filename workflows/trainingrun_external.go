@@ -162,6 +162,10 @@ type externalRun struct {
 	// the last stored checkpoint has the node store it first
 	// (storeKeptAfterLoss).
 	lastKept int64
+	// cancelKept: a checkpoint the first node kept was refused after the
+	// run was cancelled (versionKeptOnCancel): the world stops at once,
+	// and the node stores it before the run ends (storeKeptOnCancel).
+	cancelKept bool
 }
 
 // runExternal is TrainingRun's main loop for an external job.
@@ -298,7 +302,14 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 			// the end of its green window): it loses nothing.
 			why := ""
 			switch {
-			case ext.keptAt > 0:
+			case ext.keptAt > 0 || ext.cancelKept:
+			case r.cancelSeen && workflow.GetVersion(ctx, versionKeptOnCancel, workflow.DefaultVersion, 1) >= 1:
+				// The checkpoint a cancellation waits for: the world stops
+				// now, the node stores it as the run ends.
+				ext.cancelKept = true
+				log.Warn("the checkpoint upload the cancellation waits for failed; its directory is kept: the world stops",
+					"step", c.Ref.Step, "error", c.Failed)
+				return false
 			case again:
 				why = "a second checkpoint upload in a row failed"
 			case (r.checkpointWanted() || r.greenWindowOver(ctx, ext)) &&
@@ -391,7 +402,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
 	procs := r.spec.External.ProcsPerNode
-	ext.keep, ext.keptAt, ext.lastKept = r.keepsRefused(ctx, m.Nodes[0]), 0, 0
+	ext.keep, ext.keptAt, ext.lastKept, ext.cancelKept = r.keepsRefused(ctx, m.Nodes[0]), 0, 0, false
 	for rank, node := range m.Nodes {
 		fault := r.faultFor(node.ID, from, math.MaxInt64)
 		in := spec.ExternalInput{
@@ -843,7 +854,7 @@ func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun)
 		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", r.spec.CancelGraceD())
 		r.showCancelling(ctx, fmt.Sprintf("the world stops after a checkpoint, asked for now (within %s)", r.spec.CancelGraceD()))
 		if asked, _ := r.requestCheckpoint(ctx, "the run was cancelled", true); asked || ext.cancelCkpts > 0 {
-			_, _ = workflow.AwaitWithTimeout(ctx, r.spec.CancelGraceD(), func() bool { return ext.cancelCkpts > 0 || ext.missed })
+			_, _ = workflow.AwaitWithTimeout(ctx, r.spec.CancelGraceD(), func() bool { return ext.cancelCkpts > 0 || ext.missed || ext.cancelKept })
 		}
 		set.Set(nil, nil)
 	})

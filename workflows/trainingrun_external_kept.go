@@ -98,7 +98,7 @@ func (r *run) storeKeptTry(ctx workflow.Context) (done bool, err error) {
 	s.WaitUntil = time.Time{}
 	r.setPhase(ctx, spec.PhaseStorageWait)
 	started := workflow.Now(ctx)
-	out, err := r.storeKeptOn(ctx, node, s.Step, toStart(r.spec), "")
+	out, err := r.storeKeptOn(ctx, node, s.Step, toStart(r.spec), storeKeptTimeout, "")
 	r.chunksNow++ // a unit of history, as a chunk is
 	if err == nil && out.Checkpoint == nil && out.Failed == nil {
 		err = temporal.NewApplicationError(fmt.Sprintf("node %s stored nothing and said no error", node.ID), spec.ErrTypeNothingKept)
@@ -108,6 +108,7 @@ func (r *run) storeKeptTry(ctx workflow.Context) (done bool, err error) {
 		step := s.Step
 		r.endKeptHold(ctx)
 		if ctx.Err() != nil {
+			r.heldAtCancel = step // (storeKeptOnCancel)
 			return false, err
 		}
 		errs := make([]error, len(r.st.Membership.Nodes))
@@ -135,10 +136,11 @@ func (r *run) storeKeptTry(ctx workflow.Context) (done bool, err error) {
 }
 
 // storeKeptOn asks node to store the checkpoint at step (or later) it
-// kept (ActivityStoreKept), taken within startWithin; it heartbeats while
-// it stores. why ends the call's summary.
-func (r *run) storeKeptOn(ctx workflow.Context, node spec.Node, step int64, startWithin time.Duration, why string) (spec.StoreKeptResult, error) {
-	actx := workflow.WithHeartbeatTimeout(nodeCallOptions(ctx, node, startWithin, storeKeptTimeout,
+// kept (ActivityStoreKept), taken within startWithin and done within
+// timeout; it heartbeats while it stores. why ends the call's summary.
+func (r *run) storeKeptOn(ctx workflow.Context, node spec.Node, step int64, startWithin, timeout time.Duration,
+	why string) (spec.StoreKeptResult, error) {
+	actx := workflow.WithHeartbeatTimeout(nodeCallOptions(ctx, node, startWithin, timeout,
 		fmt.Sprintf("store the checkpoint at step %d that %s kept%s", step, node.ID, why)), r.spec.HeartbeatTimeout.D())
 	var out spec.StoreKeptResult
 	err := workflow.ExecuteActivity(actx, spec.ActivityStoreKept,
@@ -198,7 +200,7 @@ func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun, f *chun
 		return
 	}
 	log := workflow.GetLogger(ctx)
-	out, err := r.storeKeptOn(ctx, node, ext.lastKept, keptAfterLossStart, ", before the recovery")
+	out, err := r.storeKeptOn(ctx, node, ext.lastKept, keptAfterLossStart, storeKeptTimeout, ", before the recovery")
 	switch {
 	case err != nil:
 		log.Warn("the checkpoint the first node kept could not be stored before the recovery", "step", ext.lastKept, "error", err)
@@ -216,3 +218,69 @@ func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun, f *chun
 // store after a failed world: a node that does not answer by then is
 // left to the recovery.
 const keptAfterLossStart = 10 * time.Second
+
+// versionKeptOnCancel: an external job cancelled with a checkpoint its
+// first node kept — the one its hold is for, or a refused upload newer
+// than the last stored one, the one the cancellation asked for included
+// — has the node store it once before the run ends (storeKeptOnCancel):
+// stored, the run ends at it; refused again, its end says where the node
+// keeps it. A refusal of the checkpoint the cancellation waits for stops
+// the world at once (before, the world trained on for the cancel grace,
+// and the run ended at its last stored checkpoint with the kept one left
+// on the node unsaid). Asked only then.
+const versionKeptOnCancel = "kept-on-cancel"
+
+// keptOnCancel is the step of the checkpoint an external job's first node
+// keeps as the run is cancelled, when it is newer than the last stored
+// one (0: none): the one the run held for, or the last refused upload of
+// its last launch.
+func (r *run) keptOnCancel() int64 {
+	step := int64(0)
+	switch ext := r.ext; {
+	case ext == nil:
+	case r.st.StorageHeld:
+		step = r.st.Status.Step
+	case r.heldAtCancel > 0:
+		step = r.heldAtCancel
+	case ext.keep:
+		step = ext.lastKept
+	}
+	if step <= r.ckptStep() {
+		return 0
+	}
+	return step
+}
+
+// storeKeptOnCancel is one try, as a cancelled external job ends, of
+// storing the checkpoint its first node kept (keptOnCancel), within the
+// run's cancel grace. It returns what the run's end should add (""
+// when stored or none is kept).
+func (r *run) storeKeptOnCancel(ctx workflow.Context) string {
+	step := r.keptOnCancel()
+	if step == 0 || len(r.st.Membership.Nodes) == 0 ||
+		workflow.GetVersion(ctx, versionKeptOnCancel, workflow.DefaultVersion, 1) < 1 {
+		return ""
+	}
+	node, grace := r.st.Membership.Nodes[0], r.spec.CancelGraceD()
+	r.showCancelling(ctx, fmt.Sprintf("node %s stores the checkpoint at step %d it kept when the bucket refused it (within %s)",
+		node.ID, step, grace))
+	out, err := r.storeKeptOn(ctx, node, step, keptAfterLossStart, grace, ", before the run ends cancelled")
+	if err == nil && out.Checkpoint == nil && out.Failed == nil {
+		err = fmt.Errorf("node %s stored nothing and said no error", node.ID)
+	}
+	log := workflow.GetLogger(ctx)
+	switch {
+	case err != nil:
+		log.Warn("the checkpoint the first node kept could not be stored as the run ends", "step", step, "error", err)
+		return fmt.Sprintf("; the checkpoint at step %d that node %s kept when the bucket refused it was not stored: %v",
+			step, node.ID, failureMessage(err))
+	case out.Failed != nil:
+		r.refused(ctx, out.Failed)
+		log.Warn("the bucket refused the kept checkpoint again as the run ends", "step", out.Failed.Step, "error", out.Failed.Error)
+		return fmt.Sprintf("; node %s keeps the checkpoint at step %d that the bucket refused (%s): `cann-train checkpoint store-kept` stores it once the bucket takes it, then `cann-train run --resume` continues from it",
+			node.ID, out.Failed.Step, out.Kept)
+	}
+	r.commitCheckpoint(ctx, *out.Checkpoint)
+	log.Info("stored the checkpoint the first node kept: the run ends at it", "step", out.Checkpoint.Step)
+	return ""
+}

@@ -55,7 +55,8 @@ func (k *fakeKept) store(ctx context.Context, in spec.StoreKeptInput) (spec.Stor
 }
 
 func refusedAgain(in spec.StoreKeptInput) (spec.StoreKeptResult, error) {
-	return spec.StoreKeptResult{Failed: &spec.CheckpointFailure{Step: in.Step, Error: "save checkpoint: no space left on device"}}, nil
+	return spec.StoreKeptResult{Failed: &spec.CheckpointFailure{Step: in.Step, Error: "save checkpoint: no space left on device"},
+		Kept: fmt.Sprintf("/w/kept/run_ddp/step-%012d-ab.pack", in.Step)}, nil
 }
 
 func keptEnv(t *testing.T, cl *fakeCluster, w *fakeWorlds, k *fakeKept) *testsuite.TestWorkflowEnvironment {
@@ -202,29 +203,96 @@ func TestExternalStorageHoldCrossesContinueAsNew(t *testing.T) {
 }
 
 // TestExternalCancelledWhileHeld: an external job cancelled while it holds
-// for its storage ends cancelled without the hold's words or retry time,
-// the refused checkpoint still named.
+// for its storage (at 120, kept after a second refusal in a row) has its
+// first node store the kept checkpoint once more before it ends
+// (versionKeptOnCancel): stored, the run ends cancelled at 120; refused
+// again, at its last stored checkpoint (40), its end naming the node and
+// the file that keeps 120. Either way without the hold's words or retry
+// time.
 func TestExternalCancelledWhileHeld(t *testing.T) {
-	cl := &fakeCluster{pool: keepingNodes("node-1", "node-2")}
-	w := &fakeWorlds{end: 200, ckpts: []int64{40}, finalRefused: true}
-	k := &fakeKept{answers: []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){refusedAgain}}
+	for _, tc := range []struct {
+		name     string
+		onCancel func(spec.StoreKeptInput) (spec.StoreKeptResult, error)
+		last     int64
+		err      string
+	}{
+		{name: "stored", last: 120, err: "cancelled at step 120; last checkpoint at step 120"},
+		{name: "refused again", onCancel: refusedAgain, last: 40,
+			err: "cancelled at step 120; last checkpoint at step 40; node node-1 keeps the checkpoint at step 120 that the bucket refused (/w/kept/run_ddp/step-000000000120-ab.pack): `cann-train checkpoint store-kept` stores it"},
+		{name: "nothing kept", last: 40, onCancel: func(in spec.StoreKeptInput) (spec.StoreKeptResult, error) {
+			return spec.StoreKeptResult{}, temporal.NewNonRetryableApplicationError("node node-1 keeps no checkpoint of run run/ddp at step 120 to store: none in /w/kept",
+				spec.ErrTypeNothingKept, nil)
+		}, err: "cancelled at step 120; last checkpoint at step 40; the checkpoint at step 120 that node node-1 kept when the bucket refused it was not stored: node node-1 keeps no checkpoint of run run/ddp at step 120 to store: none in /w/kept"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: keepingNodes("node-1", "node-2")}
+			w := &fakeWorlds{end: 200, ckpts: []int64{40, 80, 120}, refuse: []int64{80, 120}}
+			w.behave = func(in spec.ExternalInput) error {
+				if in.Restore == nil {
+					return errHang // trains on until the run stops it
+				}
+				return nil
+			}
+			k := &fakeKept{answers: []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){refusedAgain, tc.onCancel}}
+			env := keptEnv(t, cl, w, k)
+			var held spec.RunStatus
+			env.RegisterDelayedCallback(func() { held = queryStatus(t, env) }, 5*time.Second)
+			env.RegisterDelayedCallback(env.CancelWorkflow, 10*time.Second) // within the 15 s before the next try
+			s := externalSpec(2)
+			s.Steps = 200
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.True(t, env.IsWorkflowCompleted())
+			var can *temporal.CanceledError
+			require.ErrorAs(t, env.GetWorkflowError(), &can)
+			require.Equal(t, spec.PhaseStorageWait, held.Phase)
+			require.True(t, held.Detail != "" && !held.WaitUntil.IsZero(), "while held: %+v", held)
+			st := queryStatus(t, env)
+			require.Equal(t, spec.PhaseCancelled, st.Phase)
+			require.True(t, st.Detail == "" && st.WaitUntil.IsZero(), "ended: detail %q, until %v", st.Detail, st.WaitUntil)
+			require.Contains(t, st.Error, tc.err)
+			require.EqualValues(t, tc.last, st.LastCkpt.Step)
+			require.Len(t, k.asked, 2, "one try of the hold, one as the run ends")
+			require.EqualValues(t, 120, k.asked[1].Step)
+			require.Len(t, w.launches(), 1, "not relaunched")
+		})
+	}
+}
+
+// TestExternalCancelStopsAtAKeptCheckpoint: a run cancelled while its
+// world trains asks it for a checkpoint; the bucket refuses it and the
+// first node keeps it. The world stops at once — not after the cancel
+// grace (a minute, longer than the test's time) — and the node stores
+// the kept checkpoint as the run ends: cancelled at 57, nothing lost.
+func TestExternalCancelStopsAtAKeptCheckpoint(t *testing.T) {
+	cl := &fakeCluster{pool: keepingNodes("node-1", "node-2"), failed: map[string]bool{}}
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	w.behave = hangFirst(w)
+	k := &fakeKept{}
 	env := keptEnv(t, cl, w, k)
-	var held spec.RunStatus
-	env.RegisterDelayedCallback(func() { held = queryStatus(t, env) }, 5*time.Second)
-	env.RegisterDelayedCallback(env.CancelWorkflow, 10*time.Second)
-	s := externalSpec(2)
-	s.Steps = 200
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	env.SetTestTimeout(15 * time.Second)
+	env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CheckpointRequest) (int64, error) {
+		if in.Step == 0 {
+			return 57, nil
+		}
+		env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session, Kept: true,
+			Ref: spec.CheckpointRef{Run: "ddp", Step: in.Step}, Failed: "save checkpoint: no space left on device"})
+		return in.Step, nil
+	}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
+	env.RegisterDelayedCallback(env.CancelWorkflow, 300*time.Millisecond)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
 	require.True(t, env.IsWorkflowCompleted())
-	require.Error(t, env.GetWorkflowError())
-	require.Equal(t, spec.PhaseStorageWait, held.Phase)
-	require.True(t, held.Detail != "" && !held.WaitUntil.IsZero(), "while held: %+v", held)
+	var can *temporal.CanceledError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
 	st := queryStatus(t, env)
 	require.Equal(t, spec.PhaseCancelled, st.Phase)
-	require.True(t, st.Detail == "" && st.WaitUntil.IsZero(), "ended: detail %q, until %v", st.Detail, st.WaitUntil)
-	require.NotNil(t, st.CheckpointFailed)
-	require.EqualValues(t, 200, st.CheckpointFailed.Step)
+	require.Equal(t, "cancelled at step 57; last checkpoint at step 57", st.Error)
 	require.Len(t, k.asked, 1)
+	require.EqualValues(t, 57, k.asked[0].Step)
+	require.Equal(t, "node-1", k.nodes[0][len(k.nodes[0])-len("node-1"):], "asked of the first node (%s)", k.nodes[0])
+	require.Len(t, w.launches(), 1)
+	cl.mu.Lock()
+	require.Equal(t, 1, cl.releases, "its nodes released")
+	cl.mu.Unlock()
 }
 
 // TestExternalRunStoresTheKeptCheckpointAfterALoss: node-2 dies after the

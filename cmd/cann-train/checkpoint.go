@@ -40,13 +40,12 @@ func newCheckpointCmd(e *env) *cobra.Command {
 			fmt.Fprintf(e.err, "bucket %s (run/%s's last checkpoint; --url overrides)\n", url, runName(arg))
 		}
 	}
-	// openRun checks the output format, opens the bucket and lists the run.
-	openRun := func(cmd *cobra.Command, arg string) (*checkpoint.Store, []checkpoint.Ref, error) {
+	// openRun checks the output format, opens the bucket (asking ask
+	// where it is) and lists the run.
+	openRun := func(cmd *cobra.Command, ask *temporalAsk, arg string) (*checkpoint.Store, []checkpoint.Ref, error) {
 		if err := checkOutput(output, "text", "json"); err != nil {
 			return nil, nil, err
 		}
-		ask := &temporalAsk{e: e}
-		defer ask.Close()
 		bucket(cmd, ask, arg)
 		if spec.MemoryBucket(url) {
 			return nil, nil, fmt.Errorf("bucket %s is the memory of the process that wrote it: another process (this command) cannot read it", url)
@@ -72,7 +71,9 @@ func newCheckpointCmd(e *env) *cobra.Command {
 		Example: `  cann-train checkpoint ls mnist-demo --url file:///tmp/ckpt`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, refs, err := openRun(cmd, args[0])
+			ask := &temporalAsk{e: e}
+			defer ask.Close()
+			store, refs, err := openRun(cmd, ask, args[0])
 			if err != nil {
 				return err
 			}
@@ -105,7 +106,9 @@ the object and what is wrong with it.`,
 		Example: `  cann-train checkpoint verify mnist-demo --url file:///tmp/ckpt`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, refs, err := openRun(cmd, args[0])
+			ask := &temporalAsk{e: e}
+			defer ask.Close()
+			store, refs, err := openRun(cmd, ask, args[0])
 			if err != nil {
 				return err
 			}
@@ -233,7 +236,52 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 	gc.Flags().DurationVar(&grace, "grace", checkpoint.DefaultGCGrace, "spare unreferenced chunks younger than this (0: none; refused while the run's workflow runs)")
 	atLeast(gc.Flags(), "1", "keep-last")
 	atLeast(gc.Flags(), "0", "keep-every", "grace")
-	cmd.AddCommand(ls, verify, gc)
+	storeKept := &cobra.Command{
+		Use:   "store-kept RUN FILE",
+		Short: "Store a checkpoint a node kept when the bucket refused it; `run --resume` then continues from it",
+		Long: `An external job's first node keeps the checkpoint directory of an upload the
+bucket refused (<work dir>/kept/<run>/step-<step>-<sha256>.pack) while the run
+holds for its storage. A run cancelled before the bucket took it again says
+where the file is. Once the bucket takes writes, this stores FILE as RUN's
+checkpoint at its step (its bytes checked against the hash in its name), and
+` + "`cann-train run JOB --resume`" + ` continues from it. Refused while RUN's workflow
+runs (` + "`cann-train resume`" + ` has its node store it) and when the bucket already
+holds a checkpoint of RUN at that step or later.`,
+		Example: `  cann-train checkpoint store-kept llm-pretrain /var/lib/cann-train/node-1/kept/run_llm-pretrain/step-000000001500-3f2a….pack --url s3://ckpt`,
+		Args:    wantArgs(2, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			run, file := runName(args[0]), args[1]
+			step, payload, err := activities.ReadKeptFile(file)
+			if err != nil {
+				return err
+			}
+			ask := &temporalAsk{e: e}
+			defer ask.Close()
+			if ended, err := askRunEnded(cmd.Context(), ask, run); err == nil && ended == "" {
+				return fmt.Errorf("run/%s is still running: `cann-train resume %s` has its hold store the checkpoint its node kept now", run, run)
+			}
+			store, refs, err := openRun(cmd, ask, args[0])
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			if n := len(refs); n > 0 && refs[n-1].Step >= step {
+				return fmt.Errorf("%s already holds run %s's checkpoint at step %d, not older than the kept one at step %d: nothing to store",
+					url, run, refs[n-1].Step, step)
+			}
+			ref, _, err := store.SaveIncremental(cmd.Context(), run, step, payload)
+			if err != nil {
+				return fmt.Errorf("store the checkpoint at step %d in %s: %w", step, url, err)
+			}
+			if output == "json" {
+				return json.NewEncoder(e.out).Encode(activities.FromStoreRef(url, ref))
+			}
+			fmt.Fprintf(e.out, "stored run %s's checkpoint at step %d in %s (%s, %d bytes)\n", run, ref.Step, url, ref.Key, ref.Bytes)
+			fmt.Fprintf(e.out, "`cann-train run JOB --resume` continues from it; %s can go\n", file)
+			return nil
+		},
+	}
+	cmd.AddCommand(ls, verify, gc, storeKept)
 	return cmd
 }
 
@@ -273,13 +321,7 @@ func (a *temporalAsk) Close() {
 // workflow still runs (when Temporal answers): a save of its in flight
 // may rely on chunks no manifest names yet, which only the grace spares.
 func refuseLiveRun(ctx context.Context, ask *temporalAsk, run string) error {
-	c, err := ask.client(ctx)
-	ended := ""
-	if err == nil {
-		ctx, cancel := context.WithTimeout(ctx, askTimeout)
-		defer cancel()
-		ended, err = activities.RunEnded(ctx, c, spec.RunIDPrefix+run)
-	}
+	ended, err := askRunEnded(ctx, ask, run)
 	switch {
 	case err != nil:
 		fmt.Fprintf(ask.e.err, "could not ask Temporal whether run/%s still runs (%v); collecting without a grace period as asked\n", run, err)
@@ -289,6 +331,17 @@ func refuseLiveRun(ctx context.Context, ask *temporalAsk, run string) error {
 			"keep a grace period (e.g. --grace 1m spares what was written in the last minute) or wait until the run has ended", run)
 	}
 	return nil
+}
+
+// askRunEnded asks Temporal how run's workflow ended ("": it runs).
+func askRunEnded(ctx context.Context, ask *temporalAsk, run string) (string, error) {
+	c, err := ask.client(ctx)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
+	return activities.RunEnded(ctx, c, spec.RunIDPrefix+run)
 }
 
 // runBucket is the bucket URL of run's last checkpoint, from its status on

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/spec"
 )
 
 // TestCheckpointGC: gc keeps the newest checkpoints and the multiples of
@@ -169,4 +172,91 @@ func TestCheckpointGCAsksTemporalOnce(t *testing.T) {
 		t.Errorf("%d connections to Temporal; want one for both questions", n)
 	}
 	t.Logf("%v, %d connection(s)", took.Round(time.Millisecond), conns.Load())
+}
+
+// TestCheckpointStoreKept: store-kept stores a file a node kept when the
+// bucket refused it as the run's checkpoint at its step, the bytes the
+// node kept; a file whose bytes do not match its name, a file not named as
+// a node names them, and a step the bucket already holds (or passed) are
+// refused, naming what is wrong, and store nothing.
+func TestCheckpointStoreKept(t *testing.T) {
+	ctx := context.Background()
+	url := "file://" + t.TempDir()
+	store, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, _, err := store.SaveIncremental(ctx, "kept-run", 100, []byte("state at 100")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keep := func(step int64, payload []byte, named []byte) string {
+		sum := sha256.Sum256(named)
+		path := filepath.Join(dir, fmt.Sprintf("step-%012d-%x.pack", step, sum))
+		if err := os.WriteFile(path, payload, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	payload := bytes.Repeat([]byte("state at 150 "), 10_000)
+	good := keep(150, payload, payload)
+	altered := keep(160, append([]byte("X"), payload[1:]...), payload)
+	misnamed := filepath.Join(dir, "checkpoint-150.pack")
+	if err := os.WriteFile(misnamed, payload, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := keep(90, payload, payload)
+	run := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		cmd := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		cmd.SetArgs(append(args, "--url", url, "--address", "127.0.0.1:1"))
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	steps := func() []int64 {
+		refs, err := store.List(ctx, "kept-run")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, r := range refs {
+			out = append(out, r.Step)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"altered bytes", altered, "do not match their hash"},
+		{"not a kept checkpoint", misnamed, "not a kept checkpoint (a node names one step-<step>-<sha256>.pack)"},
+		{"older than the bucket's", old, "already holds run kept-run's checkpoint at step 100, not older than the kept one at step 90"},
+		{"missing", filepath.Join(dir, "step-000000000170-ab.pack"), "no such file"},
+	} {
+		if _, err := run("checkpoint", "store-kept", "kept-run", tc.file); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+	if got := steps(); len(got) != 1 {
+		t.Fatalf("after refusals the bucket holds steps %v; want [100]", got)
+	}
+	out, err := run("checkpoint", "store-kept", "run/kept-run", good, "-o", "json")
+	if err != nil {
+		t.Fatalf("store-kept: %v\n%s", err, out)
+	}
+	var ref spec.CheckpointRef
+	if err := json.Unmarshal([]byte(out), &ref); err != nil || ref.Step != 150 || ref.URL != url || ref.Run != "kept-run" {
+		t.Fatalf("store-kept said %s (%v); want the checkpoint at 150 in %s", out, err, url)
+	}
+	refs, err := store.List(ctx, "kept-run")
+	if err != nil || len(refs) != 2 || refs[1].Step != 150 {
+		t.Fatalf("bucket holds %+v (%v); want 100 and 150", refs, err)
+	}
+	got, err := store.Load(ctx, refs[1])
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("the stored checkpoint at 150 loads %d bytes (%v); want the %d the node kept", len(got), err, len(payload))
+	}
+	if _, err := run("checkpoint", "store-kept", "kept-run", good); err == nil || !strings.Contains(err.Error(), "already holds run kept-run's checkpoint at step 150") {
+		t.Errorf("stored twice: %v", err)
+	}
 }
