@@ -160,8 +160,11 @@ type externalRun struct {
 	// lastKept is the step of the last refused upload of the launch its
 	// first node kept (0: none): a world that fails with it newer than
 	// the last stored checkpoint has the node store it first
-	// (storeKeptAfterLoss).
-	lastKept int64
+	// (storeKeptAfterLoss); lastKeptAt is when the run heard of it.
+	lastKept   int64
+	lastKeptAt time.Time
+	// keptTried: storeKeptAfterLoss asked the first node (once a launch).
+	keptTried bool
 	// cancelKept: a checkpoint the first node kept was refused after the
 	// run was cancelled (versionKeptOnCancel): the world stops at once,
 	// and the node stores it before the run ends (storeKeptOnCancel).
@@ -295,7 +298,9 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 		again := s.CheckpointFailed != nil
 		r.refused(ctx, &spec.CheckpointFailure{Step: c.Ref.Step, Error: c.Failed})
 		if ext := r.ext; ext != nil && ext.keep && c.Kept {
-			ext.lastKept = max(ext.lastKept, c.Ref.Step)
+			if c.Ref.Step > ext.lastKept {
+				ext.lastKept, ext.lastKeptAt = c.Ref.Step, workflow.Now(ctx)
+			}
 			// Kept, it stops the world (the run holds with it) when it is
 			// the second refusal in a row, or when the run waits for a
 			// checkpoint to stop the world at (a pause, nodes to leave,
@@ -402,7 +407,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	defer cancel()
 	futures := make([]workflow.Future, len(m.Nodes))
 	procs := r.spec.External.ProcsPerNode
-	ext.keep, ext.keptAt, ext.lastKept, ext.cancelKept = r.keepsRefused(ctx, m.Nodes[0]), 0, 0, false
+	ext.keep, ext.keptAt, ext.lastKept, ext.cancelKept, ext.keptTried = r.keepsRefused(ctx, m.Nodes[0]), 0, 0, false, false
 	for rank, node := range m.Nodes {
 		fault := r.faultFor(node.ID, from, math.MaxInt64)
 		in := spec.ExternalInput{
@@ -479,6 +484,11 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	}
 	if f := r.blameWorld(ctx, from, started, workflow.Now(ctx), errs, gone); f != nil {
 		r.closeLaunch(ctx, ext, false)
+		if (ext.green || ext.metered) && r.keptToStore(ctx, ext, f) &&
+			workflow.GetVersion(ctx, versionKeptLossTrained, workflow.DefaultVersion, 1) >= 1 && r.storeKeptAfterLoss(ctx, ext, f) {
+			// Stored: the world trained up to it for the run.
+			r.recordTrained(ctx, ext, ext.lastKeptAt, ext.lastKept)
+		}
 		if ext.green || ext.metered {
 			r.recordLostLaunch(ctx, ext, f)
 		}

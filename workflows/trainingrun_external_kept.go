@@ -193,14 +193,13 @@ const versionKeptAfterLoss = "kept-after-loss"
 // lost: stored, the recovery resumes from it (the steps since are all it
 // loses). Refused or not kept, nothing changes: the recovery goes back
 // to the last stored checkpoint, as before.
-func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun, f *chunkFailure) {
-	node := r.st.Membership.Nodes[0]
-	if !ext.keep || ext.lastKept <= r.ckptStep() || slices.Contains(f.failed, node.ID) || ctx.Err() != nil ||
-		workflow.GetVersion(ctx, versionKeptAfterLoss, workflow.DefaultVersion, 1) < 1 {
-		return
+func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun, f *chunkFailure) (stored bool) {
+	if !r.keptToStore(ctx, ext, f) || workflow.GetVersion(ctx, versionKeptAfterLoss, workflow.DefaultVersion, 1) < 1 {
+		return false
 	}
+	ext.keptTried = true
 	log := workflow.GetLogger(ctx)
-	out, err := r.storeKeptOn(ctx, node, ext.lastKept, keptAfterLossStart, storeKeptTimeout, ", before the recovery")
+	out, err := r.storeKeptOn(ctx, r.st.Membership.Nodes[0], ext.lastKept, keptAfterLossStart, storeKeptTimeout, ", before the recovery")
 	switch {
 	case err != nil:
 		log.Warn("the checkpoint the first node kept could not be stored before the recovery", "step", ext.lastKept, "error", err)
@@ -211,8 +210,27 @@ func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun, f *chun
 	case out.Checkpoint != nil:
 		r.commitCheckpoint(ctx, *out.Checkpoint)
 		log.Info("stored the checkpoint the first node kept: the recovery resumes there", "step", out.Checkpoint.Step)
+		return out.Checkpoint.Step >= ext.lastKept
 	}
+	return false
 }
+
+// keptToStore: the failed world ext's first node, not among those lost
+// (f), kept a refused checkpoint newer than the last stored one, and has
+// not been asked to store it yet.
+func (r *run) keptToStore(ctx workflow.Context, ext *externalRun, f *chunkFailure) bool {
+	return ext.keep && !ext.keptTried && ext.lastKept > r.ckptStep() && ctx.Err() == nil &&
+		!slices.Contains(f.failed, r.st.Membership.Nodes[0].ID)
+}
+
+// versionKeptLossTrained: a green or metered run's world that failed after
+// its first node kept a refused checkpoint has the node store it before
+// the launch's lost stretch is recorded: stored, the training up to it is
+// recorded as trained, and only what came after as lost. Before, the
+// store came after, and the whole stretch since the last stored
+// checkpoint counted as lost although the recovery resumed at the kept
+// one. Asked only then.
+const versionKeptLossTrained = "kept-loss-trained"
 
 // keptAfterLossStart bounds the wait for the first node to take the
 // store after a failed world: a node that does not answer by then is

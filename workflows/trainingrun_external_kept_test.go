@@ -409,3 +409,68 @@ func TestExternalRunPausesAtAKeptCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalLossAfterAKeptCheckpointCountsItsTraining: a world stores
+// its checkpoint at 20, the bucket refuses the one at 40 (node-1 keeps
+// it), and node-2 dies at 57. Stored before the recovery, the checkpoint
+// at 40 makes the training up to it the run's: the launch's lost segment
+// starts at 40, when the run heard of it, and a trained one reaches 40
+// (versionKeptLossTrained). Refused again, the lost segment starts at the
+// stored 20, as before.
+func TestExternalLossAfterAKeptCheckpointCountsItsTraining(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		answers []func(spec.StoreKeptInput) (spec.StoreKeptResult, error)
+		lostAt  int64 // the lost segment's first step
+	}{
+		{name: "stored", lostAt: 40},
+		{name: "refused again", answers: []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){refusedAgain}, lostAt: 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const tick = 300 * time.Millisecond
+			timedOut := temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 57, LastCheckpoint: 20})
+			exited := temporal.NewApplicationError("rank-1 exited with status 1 at step 56", spec.ErrTypeRankExited,
+				spec.RankExit{Rank: 1, Process: "rank-1", ExitCode: 1, Step: 56})
+			cl, w := loseNode2(timedOut, exited)
+			cl.pool = keepingNodes("node-1", "node-2", "spare")
+			w.refuse = []int64{40}
+			// The first launch's checkpoints and its loss a tick apart.
+			gates := map[int64]chan struct{}{20: make(chan struct{}), 40: make(chan struct{}), 57: make(chan struct{})}
+			w.before = func(in spec.ExternalInput, step int64) {
+				if in.Restore == nil {
+					<-gates[step]
+				}
+			}
+			behave := w.behave
+			w.behave = func(in spec.ExternalInput) error {
+				if in.Restore == nil {
+					<-gates[57]
+				}
+				return behave(in)
+			}
+			k := &fakeKept{answers: tc.answers}
+			env := keptEnv(t, cl, w, k)
+			for i, step := range []int64{20, 40, 57} {
+				env.RegisterDelayedCallback(func() { close(gates[step]) }, time.Duration(i+1)*tick)
+			}
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
+			st := result(t, env)
+			require.Len(t, st.Recoveries, 1)
+			require.Equal(t, tc.lostAt, st.Recoveries[0].ResumeStep)
+			var lost []spec.Segment
+			var trained spec.Segment // the first launch's last
+			for _, sg := range st.Segments {
+				if sg.Lost {
+					lost = append(lost, sg)
+				} else if sg.Generation == 1 {
+					trained = sg
+				}
+			}
+			require.Len(t, lost, 1, "segments %+v", st.Segments)
+			require.Equal(t, tc.lostAt, lost[0].FromStep, "segments %+v", st.Segments)
+			require.EqualValues(t, 57, lost[0].ToStep)
+			require.Equal(t, tc.lostAt, trained.ToStep, "the first launch's training recorded up to %d: %+v", tc.lostAt, st.Segments)
+			require.True(t, lost[0].Start.Equal(trained.End), "the lost stretch starts where the trained one ends: %+v", st.Segments)
+		})
+	}
+}
