@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -165,6 +166,9 @@ type externalRun struct {
 	lastKeptAt time.Time
 	// keptTried: storeKeptAfterLoss asked the first node (once a launch).
 	keptTried bool
+	// first is the launch's first node, which keeps the refused uploads
+	// (the run's membership may have moved on since).
+	first spec.Node
 	// cancelKept: a checkpoint the first node kept was refused after the
 	// run was cancelled (versionKeptOnCancel): the world stops at once,
 	// and the node stores it before the run ends (storeKeptOnCancel).
@@ -408,6 +412,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	futures := make([]workflow.Future, len(m.Nodes))
 	procs := r.spec.External.ProcsPerNode
 	ext.keep, ext.keptAt, ext.lastKept, ext.cancelKept, ext.keptTried = r.keepsRefused(ctx, m.Nodes[0]), 0, 0, false, false
+	ext.first = m.Nodes[0]
 	for rank, node := range m.Nodes {
 		fault := r.faultFor(node.ID, from, math.MaxInt64)
 		in := spec.ExternalInput{
@@ -484,6 +489,9 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	}
 	if f := r.blameWorld(ctx, from, started, workflow.Now(ctx), errs, gone); f != nil {
 		r.closeLaunch(ctx, ext, false)
+		if slices.Contains(f.failed, ext.first.ID) {
+			ext.lastKept = 0 // lost with its node
+		}
 		if (ext.green || ext.metered) && r.keptToStore(ctx, ext, f) &&
 			workflow.GetVersion(ctx, versionKeptLossTrained, workflow.DefaultVersion, 1) >= 1 && r.storeKeptAfterLoss(ctx, ext, f) {
 			// Stored: the world trained up to it for the run.

@@ -248,25 +248,25 @@ const keptAfterLossStart = 10 * time.Second
 // on the node unsaid). Asked only then.
 const versionKeptOnCancel = "kept-on-cancel"
 
-// keptOnCancel is the step of the checkpoint an external job's first node
-// keeps as the run is cancelled, when it is newer than the last stored
-// one (0: none): the one the run held for, or the last refused upload of
-// its last launch.
-func (r *run) keptOnCancel() int64 {
-	step := int64(0)
+// keptOnCancel is the checkpoint an external job's first node keeps as
+// the run is cancelled, when it is newer than the last stored one (step
+// 0: none): the one the run held for (the hold keeps its membership), or
+// the last refused upload of its last launch (on that launch's first
+// node: a recovery may have moved on).
+func (r *run) keptOnCancel() (step int64, node spec.Node) {
 	switch ext := r.ext; {
-	case ext == nil:
+	case ext == nil || len(r.st.Membership.Nodes) == 0:
 	case r.st.StorageHeld:
-		step = r.st.Status.Step
+		step, node = r.st.Status.Step, r.st.Membership.Nodes[0]
 	case r.heldAtCancel > 0:
-		step = r.heldAtCancel
+		step, node = r.heldAtCancel, r.st.Membership.Nodes[0]
 	case ext.keep:
-		step = ext.lastKept
+		step, node = ext.lastKept, ext.first
 	}
 	if step <= r.ckptStep() {
-		return 0
+		return 0, spec.Node{}
 	}
-	return step
+	return step, node
 }
 
 // storeKeptOnCancel is one try, as a cancelled external job ends, of
@@ -274,12 +274,11 @@ func (r *run) keptOnCancel() int64 {
 // run's cancel grace. It returns what the run's end should add (""
 // when stored or none is kept).
 func (r *run) storeKeptOnCancel(ctx workflow.Context) string {
-	step := r.keptOnCancel()
-	if step == 0 || len(r.st.Membership.Nodes) == 0 ||
-		workflow.GetVersion(ctx, versionKeptOnCancel, workflow.DefaultVersion, 1) < 1 {
+	step, node := r.keptOnCancel()
+	if step == 0 || workflow.GetVersion(ctx, versionKeptOnCancel, workflow.DefaultVersion, 1) < 1 {
 		return ""
 	}
-	node, grace := r.st.Membership.Nodes[0], r.spec.CancelGraceD()
+	grace := r.spec.CancelGraceD()
 	r.showCancelling(ctx, fmt.Sprintf("node %s stores the checkpoint at step %d it kept when the bucket refused it (within %s)",
 		node.ID, step, grace))
 	out, err := r.storeKeptOn(ctx, node, step, keptAfterLossStart, grace, ", before the run ends cancelled")
