@@ -177,9 +177,15 @@ import (
 // stopped, the kept checkpoint stored by node-1 at a resume
 // (versionExternalStoreKept); trainingrun_external_cancel_kept.json, the
 // same cancelled while it held, node-1 asked once more as it ended
-// (versionKeptOnCancel)
+// (versionKeptOnCancel); trainingrun_external_kept_pause.json, a pause's
+// requested checkpoint refused, kept: the world stopped there, its
+// training recorded, and the run held until a resume stored it
+// (versionKeptForStop, versionKeptTrained); and
+// trainingrun_external_kept_loss.json, a world lost after a kept refusal,
+// node-1 asked to store it before the lost stretch was recorded
+// (versionKeptAfterLoss, versionKeptLossTrained)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced|TestExternalRunHoldsForItsStorage|TestExternalCancelledRunKeepsItsCheckpoint'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced|TestExternalRunHoldsForItsStorage|TestExternalCancelledRunKeepsItsCheckpoint|TestExternalPauseStopsAtAKeptCheckpoint|TestExternalLossAfterAKeptRefusal'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -209,6 +215,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_unformed.json":       "run/ext-cut-off",
 		"trainingrun_external_storage_hold.json":   "run/ext-held",
 		"trainingrun_external_cancel_kept.json":    "run/ext-cancel-kept",
+		"trainingrun_external_kept_pause.json":     "run/ext-kept-pause",
+		"trainingrun_external_kept_loss.json":      "run/ext-kept-loss",
 	}
 	for _, tc := range []struct{ file, typ string }{
 		{"trainingrun.json", spec.WorkflowTrainingRun},
@@ -289,6 +297,8 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_unformed.json", spec.WorkflowTrainingRun},       // … each try's world stopped once the cut-off node failed (versionStopUnformed)
 		{"trainingrun_external_storage_hold.json", spec.WorkflowTrainingRun},   // an external job's bucket refusing: the world stopped, the kept checkpoint stored (versionExternalStoreKept)
 		{"trainingrun_external_cancel_kept.json", spec.WorkflowTrainingRun},    // … cancelled while it held, the kept checkpoint tried once more (versionKeptOnCancel)
+		{"trainingrun_external_kept_pause.json", spec.WorkflowTrainingRun},     // a pause's checkpoint refused, kept: stopped there, trained recorded (versionKeptForStop, versionKeptTrained)
+		{"trainingrun_external_kept_loss.json", spec.WorkflowTrainingRun},      // a world lost after a kept refusal: the kept one asked for first (versionKeptAfterLoss, versionKeptLossTrained)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
