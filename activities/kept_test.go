@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -125,4 +126,70 @@ for step in range(1, 7):
 		t.Fatal(err)
 	}
 	nothingKept(8, "do not match their hash")
+}
+
+// TestRunExternalDropsAKeptCheckpointOnceALaterIsStored: the bucket
+// refuses the checkpoint at 2 (kept: the world goes on) and is repaired;
+// the one at 4 is stored, and with it the node drops the kept 2 — no run
+// asks for a checkpoint older than one stored, and a run that completes
+// never relaunches to drop it at its next launch.
+func TestRunExternalDropsAKeptCheckpointOnceALaterIsStored(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	work := t.TempDir()
+	gate := filepath.Join(t.TempDir(), "gate")
+	if err := os.WriteFile(filepath.Join(work, "train.py"), []byte(`
+import os, sys, time
+import cann_train as ct
+for step in range(1, 7):
+    ct.report(step, loss=1.0 / step)
+    if ct.should_checkpoint(step) and ct.rank() == 0:
+        open(os.path.join(ct.checkpoint_dir(), "w.txt"), "w").write(str(step))
+        ct.saved(step, timeout=30)
+    if step == 2:
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.01)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bucket := filepath.Join(t.TempDir(), "bucket")
+	n := externalNode(t, "n1", "file://"+bucket)
+	if err := os.MkdirAll(bucket, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runs := filepath.Join(bucket, "runs")
+	if err := os.WriteFile(runs, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := externalInput("kept-drop", work, 1, py, "train.py", gate)
+	in.Spec.Steps, in.KeepRefused = 6, true
+	w := startWorld(t, n, in)
+	deadline := time.Now().Add(time.Minute)
+	for told := w.told(); len(told) == 0; told = w.told() {
+		if time.Now().After(deadline) {
+			t.Fatal("the node never told of the checkpoint at 2")
+		}
+		time.Sleep(10 * time.Millisecond) // (the script waits at the gate)
+	}
+	if c := w.told()[0]; c.Ref.Step != 2 || c.Failed == "" || !c.Kept {
+		t.Fatalf("told %+v; want the checkpoint at 2 refused, kept", c)
+	}
+	if files, _ := os.ReadDir(n.keptDir(in.RunID)); len(files) != 1 {
+		t.Fatalf("kept %v; want the refused 2", files)
+	}
+	if err := os.Remove(runs); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := w.end(t)
+	if res.Checkpoint == nil || res.Checkpoint.Step != 6 || res.CheckpointFailed != nil {
+		t.Fatalf("result: checkpoint %+v, failed %+v; want 6 stored", res.Checkpoint, res.CheckpointFailed)
+	}
+	if files, _ := os.ReadDir(n.keptDir(in.RunID)); len(files) != 0 {
+		t.Errorf("node still keeps %v after storing later checkpoints", files)
+	}
 }
