@@ -40,15 +40,7 @@ for step in range(1, 7):
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bucket := filepath.Join(t.TempDir(), "bucket")
-	n := externalNode(t, "n1", "file://"+bucket)
-	if err := os.MkdirAll(bucket, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	runs := filepath.Join(bucket, "runs")
-	if err := os.WriteFile(runs, []byte("not a directory"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	n, runs := refusingNode(t)
 	in := externalInput("kept", work, 1, py, "train.py")
 	in.Spec.Steps, in.KeepRefused = 6, true
 	w := startWorld(t, n, in)
@@ -154,15 +146,7 @@ for step in range(1, 7):
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bucket := filepath.Join(t.TempDir(), "bucket")
-	n := externalNode(t, "n1", "file://"+bucket)
-	if err := os.MkdirAll(bucket, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	runs := filepath.Join(bucket, "runs")
-	if err := os.WriteFile(runs, []byte("not a directory"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	n, runs := refusingNode(t)
 	in := externalInput("kept-drop", work, 1, py, "train.py", gate)
 	in.Spec.Steps, in.KeepRefused = 6, true
 	w := startWorld(t, n, in)
@@ -192,4 +176,20 @@ for step in range(1, 7):
 	if files, _ := os.ReadDir(n.keptDir(in.RunID)); len(files) != 0 {
 		t.Errorf("node still keeps %v after storing later checkpoints", files)
 	}
+}
+
+// refusingNode is a node whose file bucket refuses every write: its runs
+// directory is a file (remove it to repair the bucket).
+func refusingNode(t *testing.T) (n *Node, runs string) {
+	t.Helper()
+	bucket := filepath.Join(t.TempDir(), "bucket")
+	n = externalNode(t, "n1", "file://"+bucket)
+	if err := os.MkdirAll(bucket, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runs = filepath.Join(bucket, "runs")
+	if err := os.WriteFile(runs, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return n, runs
 }

@@ -499,15 +499,25 @@ func TestCancelRealRun(t *testing.T) {
 // returns its standard output; an error fails the test, with the node
 // logs in logDir.
 func cliAt(ctx context.Context, t *testing.T, addr, logDir string) func(args ...string) string {
-	run := cliRun(ctx, addr)
+	run := cliSaidAt(ctx, t, addr, logDir)
 	return func(args ...string) string {
+		t.Helper()
+		out, _ := run(args...)
+		return out
+	}
+}
+
+// cliSaidAt is cliAt returning the command's standard error too.
+func cliSaidAt(ctx context.Context, t *testing.T, addr, logDir string) func(args ...string) (stdout, stderr string) {
+	run := cliRun(ctx, addr)
+	return func(args ...string) (string, string) {
 		t.Helper()
 		out, said, err := run(args...)
 		if err != nil {
 			dumpLogs(t, logDir)
 			t.Fatalf("cann-train %v: %v\n%s", args, err, said)
 		}
-		return out
+		return out, said
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -33,22 +32,9 @@ func TestExternalCancelledRunKeepsItsCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	c, l, srv := startScriptCluster(ctx, t, dir, "node-1", "node-2")
 	const name, steps = "ext-cancel-kept", 300
-	job := filepath.Join(dir, "job.yaml")
-	y := fmt.Sprintf("name: %s\nnodes: 2\nsteps: %d\ncheckpoint_every: 50\nheartbeat_timeout: 2s\nexternal:\n  entrypoint: [python3, train.py]\n  workdir: %s\n  env:\n    CANN_E2E_MARK: %s\n",
-		name, steps, dir, dir)
-	if err := os.WriteFile(job, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	job := scriptJob(t, dir, name, steps)
 	run := cliRun(ctx, srv.FrontendAddr())
-	cli := func(args ...string) (string, string) {
-		t.Helper()
-		out, said, err := run(args...)
-		if err != nil {
-			dumpLogs(t, l.LogDir)
-			t.Fatalf("cann-train %v: %v\n%s", args, err, said)
-		}
-		return out, said
-	}
+	cli := cliSaidAt(ctx, t, srv.FrontendAddr(), l.LogDir)
 	cli("run", "-f", job)
 	id := spec.RunIDPrefix + name
 	awaitCheckpoint(ctx, t, c, id, 50, l.LogDir)

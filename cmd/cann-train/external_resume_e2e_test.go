@@ -27,22 +27,8 @@ func TestExternalResumeEndedRun(t *testing.T) {
 	dir := t.TempDir()
 	c, l, srv := startScriptCluster(ctx, t, dir, "node-1", "node-2")
 	const name, steps = "ext-resume", 300
-	job := filepath.Join(dir, "job.yaml")
-	y := fmt.Sprintf("name: %s\nnodes: 2\nsteps: %d\ncheckpoint_every: 50\nheartbeat_timeout: 2s\nexternal:\n  entrypoint: [python3, train.py]\n  workdir: %s\n  env:\n    CANN_E2E_MARK: %s\n",
-		name, steps, dir, dir)
-	if err := os.WriteFile(job, []byte(y), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := cliRun(ctx, srv.FrontendAddr())
-	cli := func(args ...string) (string, string) {
-		t.Helper()
-		out, said, err := run(args...)
-		if err != nil {
-			dumpLogs(t, l.LogDir)
-			t.Fatalf("cann-train %v: %v\n%s", args, err, said)
-		}
-		return out, said
-	}
+	job := scriptJob(t, dir, name, steps)
+	cli := cliSaidAt(ctx, t, srv.FrontendAddr(), l.LogDir)
 	cli("run", "-f", job)
 	id := spec.RunIDPrefix + name
 	awaitCheckpoint(ctx, t, c, id, 100, l.LogDir)
@@ -74,4 +60,18 @@ func TestExternalResumeEndedRun(t *testing.T) {
 	if reps[0][0].Step != 1 || last[0].Step != from+1 || last[len(last)-1].Step != steps {
 		t.Errorf("first launch from step %d, last %d..%d; want 1, then %d..%d", reps[0][0].Step, last[0].Step, last[len(last)-1].Step, from+1, steps)
 	}
+}
+
+// scriptJob writes a job file for pauseScript on two nodes — name, steps,
+// a checkpoint every 50, CANN_E2E_MARK set to dir (awaitNoProcesses) —
+// in dir and returns its path.
+func scriptJob(t *testing.T, dir, name string, steps int) string {
+	t.Helper()
+	job := filepath.Join(dir, "job.yaml")
+	y := fmt.Sprintf("name: %s\nnodes: 2\nsteps: %d\ncheckpoint_every: 50\nheartbeat_timeout: 2s\nexternal:\n  entrypoint: [python3, train.py]\n  workdir: %s\n  env:\n    CANN_E2E_MARK: %s\n",
+		name, steps, dir, dir)
+	if err := os.WriteFile(job, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return job
 }
