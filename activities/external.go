@@ -666,10 +666,11 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	}
 	s.n.recordJob(ctx, store, s.in.Spec, s.in.Session)
 	s.n.retain(ctx, store, url, s.in.Spec.Name, ref.Step, s.log)
-	if s.keptAt > 0 {
-		// A refused checkpoint kept before this one: no run asks for a
-		// checkpoint older than one stored (and a run that completes
-		// never launches again to drop it).
+	if s.in.KeepRefused {
+		// Refused checkpoints kept before this one (by this world, or an
+		// earlier one of the run that failed): no run asks for a
+		// checkpoint older than one stored, and a run that completes
+		// never launches again to drop them.
 		s.n.keptBefore(s.in.RunID, step+1)
 		s.keptAt = 0
 	}

@@ -124,7 +124,8 @@ for step in range(1, 7):
 // refuses the checkpoint at 2 (kept: the world goes on) and is repaired;
 // the one at 4 is stored, and with it the node drops the kept 2 — no run
 // asks for a checkpoint older than one stored, and a run that completes
-// never relaunches to drop it at its next launch.
+// never relaunches to drop it at its next launch. So does a world that
+// stores past one an earlier world kept.
 func TestRunExternalDropsAKeptCheckpointOnceALaterIsStored(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -175,6 +176,19 @@ for step in range(1, 7):
 	}
 	if files, _ := os.ReadDir(n.keptDir(in.RunID)); len(files) != 0 {
 		t.Errorf("node still keeps %v after storing later checkpoints", files)
+	}
+
+	// One an earlier world kept (its launch failed; the run relaunched
+	// from before it) goes once a later one is stored too.
+	if err := n.keepRefused(in.RunID, 5, []byte("an earlier world's")); err != nil {
+		t.Fatal(err)
+	}
+	in.Session += "-2"
+	if res := startWorld(t, n, in).end(t); res.Checkpoint == nil || res.Checkpoint.Step != 6 {
+		t.Fatalf("second world: checkpoint %+v; want 6 stored", res.Checkpoint)
+	}
+	if files, _ := os.ReadDir(n.keptDir(in.RunID)); len(files) != 0 {
+		t.Errorf("node still keeps %v, an earlier world's, after storing 6", files)
 	}
 }
 
