@@ -258,6 +258,61 @@ func TestExternalCancelledWhileHeld(t *testing.T) {
 	}
 }
 
+// TestExternalCancelledDuringAStoreTry: an external job holds at 120 and
+// continues as new during the hold (its launch's state is gone); it is
+// cancelled while its first node is storing the kept checkpoint (the try
+// the cancellation cancels). As the run ends the node is asked once more,
+// stores it, and the run ends at 120.
+func TestExternalCancelledDuringAStoreTry(t *testing.T) {
+	cl := &fakeCluster{pool: keepingNodes("node-1", "node-2")}
+	w := &fakeWorlds{end: 200, ckpts: []int64{40, 80, 120}, refuse: []int64{80, 120}}
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Restore == nil {
+			return errHang
+		}
+		return nil
+	}
+	storing := make(chan struct{}) // the second try runs
+	stopped := make(chan struct{}) // … and is cancelled
+	blocked := func(in spec.StoreKeptInput) (spec.StoreKeptResult, error) {
+		close(storing)
+		<-stopped
+		return spec.StoreKeptResult{}, context.Canceled
+	}
+	k := &fakeKept{answers: []func(spec.StoreKeptInput) (spec.StoreKeptResult, error){refusedAgain, blocked, nil}}
+	s := externalSpec(2)
+	s.Steps, s.ChunksPerRun = 200, 1
+	env := keptEnv(t, cl, w, k)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can, "continued as new during the hold")
+	var in RunInput
+	require.NoError(t, decodeArgs(can, &in))
+	require.True(t, in.State.StorageHeld)
+
+	env = keptEnv(t, cl, w, k)
+	env.SetOnActivityCanceledListener(func(info *activity.Info) {
+		if info.ActivityType.Name == spec.ActivityStoreKept {
+			close(stopped)
+			return
+		}
+		w.cancelled(info)
+	})
+	go func() {
+		<-storing
+		env.CancelWorkflow()
+	}()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, in)
+	require.True(t, env.IsWorkflowCompleted())
+	var cancelled *temporal.CanceledError
+	require.ErrorAs(t, env.GetWorkflowError(), &cancelled)
+	st := queryStatus(t, env)
+	require.Equal(t, spec.PhaseCancelled, st.Phase)
+	require.Equal(t, "cancelled at step 120; last checkpoint at step 120", st.Error)
+	require.Len(t, k.asked, 3, "one refused, one cancelled, one as the run ends")
+	require.Len(t, w.launches(), 1)
+}
+
 // TestExternalCancelStopsAtAKeptCheckpoint: a run cancelled while its
 // world trains asks it for a checkpoint; the bucket refuses it and the
 // first node keeps it. The world stops at once — not after the cancel
