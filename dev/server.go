@@ -193,6 +193,11 @@ func newServer(opts ServerOptions, ports *portPicker) (tserver.Server, error) {
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key():      true,
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
 		dynamicconfig.HistoryCacheHostLevelMaxSize.Key():                 8096,
+		// A deleted closed workflow goes once its close task is acked in
+		// the persisted queue state, which by default is written every
+		// 30 s: `temporal workflow delete` took ~30 s to show. One small
+		// SQLite write a second is nothing to a dev server.
+		dynamicconfig.TransferProcessorUpdateAckInterval.Key(): time.Second,
 	}
 	if opts.SuggestContinueAsNewEvents > 0 {
 		dyn[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = opts.SuggestContinueAsNewEvents

@@ -144,7 +144,7 @@ func TestResumeEndedRun(t *testing.T) {
 		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: lid}}); err != nil {
 		t.Fatal(err)
 	}
-	for { // deletion is asynchronous (~30 s on the dev server)
+	for { // deletion is asynchronous (a second or two on the dev server)
 		_, err := c.DescribeWorkflowExecution(ctx, lid, "")
 		var nf *serviceerror.NotFound
 		if errors.As(err, &nf) {
