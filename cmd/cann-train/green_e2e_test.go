@@ -41,10 +41,11 @@ func TestGreenWaitSurvivesControlRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	// A 5-second trace: 500 g/kWh until ~30 s from now, 50 after.
+	// A 5-second trace: 500 g/kWh until 15–20 s from now, 50 after (the
+	// run reaches its wait within ~6 s here).
 	const step = 5 * time.Second
 	now := time.Now().UTC().Truncate(step)
-	greenFrom := now.Add(30 * time.Second)
+	greenFrom := now.Add(20 * time.Second)
 	trace := writeZoneTrace(t, dir, now.Add(-time.Minute), now.Add(10*time.Minute), step, func(ts time.Time) int {
 		if ts.Before(greenFrom) {
 			return 500
