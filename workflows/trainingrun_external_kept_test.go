@@ -241,15 +241,11 @@ func TestExternalCancelledWhileHeld(t *testing.T) {
 			s := externalSpec(2)
 			s.Steps = 200
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-			require.True(t, env.IsWorkflowCompleted())
-			var can *temporal.CanceledError
-			require.ErrorAs(t, env.GetWorkflowError(), &can)
+			st := requireCancelled(t, env)
+			require.Contains(t, st.Error, tc.err)
 			require.Equal(t, spec.PhaseStorageWait, held.Phase)
 			require.True(t, held.Detail != "" && !held.WaitUntil.IsZero(), "while held: %+v", held)
-			st := queryStatus(t, env)
-			require.Equal(t, spec.PhaseCancelled, st.Phase)
 			require.True(t, st.Detail == "" && st.WaitUntil.IsZero(), "ended: detail %q, until %v", st.Detail, st.WaitUntil)
-			require.Contains(t, st.Error, tc.err)
 			require.EqualValues(t, tc.last, st.LastCkpt.Step)
 			require.Len(t, k.asked, 2, "one try of the hold, one as the run ends")
 			require.EqualValues(t, 120, k.asked[1].Step)
@@ -303,11 +299,7 @@ func TestExternalCancelledDuringAStoreTry(t *testing.T) {
 		env.CancelWorkflow()
 	}()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, in)
-	require.True(t, env.IsWorkflowCompleted())
-	var cancelled *temporal.CanceledError
-	require.ErrorAs(t, env.GetWorkflowError(), &cancelled)
-	st := queryStatus(t, env)
-	require.Equal(t, spec.PhaseCancelled, st.Phase)
+	st := requireCancelled(t, env)
 	require.Equal(t, "cancelled at step 120; last checkpoint at step 120", st.Error)
 	require.Len(t, k.asked, 3, "one refused, one cancelled, one as the run ends")
 	require.Len(t, w.launches(), 1)
@@ -335,11 +327,7 @@ func TestExternalCancelStopsAtAKeptCheckpoint(t *testing.T) {
 	}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 	env.RegisterDelayedCallback(env.CancelWorkflow, 300*time.Millisecond)
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(2)})
-	require.True(t, env.IsWorkflowCompleted())
-	var can *temporal.CanceledError
-	require.ErrorAs(t, env.GetWorkflowError(), &can)
-	st := queryStatus(t, env)
-	require.Equal(t, spec.PhaseCancelled, st.Phase)
+	st := requireCancelled(t, env)
 	require.Equal(t, "cancelled at step 57; last checkpoint at step 57", st.Error)
 	require.Len(t, k.asked, 1)
 	require.EqualValues(t, 57, k.asked[0].Step)
@@ -528,4 +516,16 @@ func TestExternalLossAfterAKeptCheckpointCountsItsTraining(t *testing.T) {
 			require.True(t, lost[0].Start.Equal(trained.End), "the lost stretch starts where the trained one ends: %+v", st.Segments)
 		})
 	}
+}
+
+// requireCancelled checks that the run ended Canceled, its status saying
+// so, and returns that status.
+func requireCancelled(t *testing.T, env *testsuite.TestWorkflowEnvironment) spec.RunStatus {
+	t.Helper()
+	require.True(t, env.IsWorkflowCompleted())
+	var can *temporal.CanceledError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	st := queryStatus(t, env)
+	require.Equal(t, spec.PhaseCancelled, st.Phase)
+	return st
 }
