@@ -697,6 +697,14 @@ type ProbeReadInput struct {
 	Session    string        `json:"session,omitempty"`
 }
 
+// KeptCheckpoint is a checkpoint the bucket refused that a node keeps on
+// its disk: its step, the node and the file.
+type KeptCheckpoint struct {
+	Step int64  `json:"step"`
+	Node string `json:"node"`
+	File string `json:"file"`
+}
+
 // StoreKeptInput is ActivityStoreKept's input: store the checkpoint
 // directory at Step that the node kept for run RunID (its spec Spec names
 // the bucket and the retention) when the bucket refused it in world
@@ -966,7 +974,11 @@ type RunStatus struct {
 	// last one committed (nil once a later one commits): the storage's
 	// trouble, seen while the run goes on.
 	CheckpointFailed *CheckpointFailure `json:"checkpoint_failed,omitempty"`
-	Recoveries       []Recovery         `json:"recoveries"`
+	// KeptOnNode is, for an external job cancelled while its bucket
+	// refused a checkpoint newer than LastCkpt, where the first node
+	// keeps it (`cann-train checkpoint store-kept` stores it).
+	KeptOnNode *KeptCheckpoint `json:"kept_on_node,omitempty"`
+	Recoveries []Recovery      `json:"recoveries"`
 	// Rollovers counts an external job's launches stopped after a
 	// checkpoint so that the run could continue as new (its history had
 	// grown long), each relaunched from that checkpoint.

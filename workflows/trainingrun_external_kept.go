@@ -293,6 +293,7 @@ func (r *run) storeKeptOnCancel(ctx workflow.Context) string {
 			step, node.ID, failureMessage(err))
 	case out.Failed != nil:
 		r.refused(ctx, out.Failed)
+		r.st.Status.KeptOnNode = &spec.KeptCheckpoint{Step: out.Failed.Step, Node: node.ID, File: out.Kept}
 		log.Warn("the bucket refused the kept checkpoint again as the run ends", "step", out.Failed.Step, "error", out.Failed.Error)
 		return fmt.Sprintf("; node %s keeps the checkpoint at step %d that the bucket refused (%s): `cann-train checkpoint store-kept` stores it once the bucket takes it, then `cann-train run --resume` continues from it",
 			node.ID, out.Failed.Step, out.Kept)

@@ -247,6 +247,11 @@ func TestExternalCancelledWhileHeld(t *testing.T) {
 			require.True(t, held.Detail != "" && !held.WaitUntil.IsZero(), "while held: %+v", held)
 			require.True(t, st.Detail == "" && st.WaitUntil.IsZero(), "ended: detail %q, until %v", st.Detail, st.WaitUntil)
 			require.EqualValues(t, tc.last, st.LastCkpt.Step)
+			if tc.name == "refused again" {
+				require.Equal(t, &spec.KeptCheckpoint{Step: 120, Node: "node-1", File: "/w/kept/run_ddp/step-000000000120-ab.pack"}, st.KeptOnNode)
+			} else {
+				require.Nil(t, st.KeptOnNode)
+			}
 			require.Len(t, k.asked, 2, "one try of the hold, one as the run ends")
 			require.EqualValues(t, 120, k.asked[1].Step)
 			require.Len(t, w.launches(), 1, "not relaunched")

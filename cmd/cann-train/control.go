@@ -177,7 +177,11 @@ RUN'), 'cann-train status RUN' still shows where it stopped, and
 				case closed && end.Phase == spec.PhaseCancelled:
 					fmt.Fprintf(e.out, "%s: %s; its nodes are free again\n", id, end.Error)
 					if end.LastCkpt != nil && end.Step < end.TotalSteps {
-						fmt.Fprintf(e.out, "%s: cann-train run -f JOB --resume continues it from step %d\n", id, end.LastCkpt.Step)
+						more := ""
+						if k := end.KeptOnNode; k != nil && k.Step > end.LastCkpt.Step {
+							more = fmt.Sprintf(" (from step %d once `cann-train checkpoint store-kept %s %s` on %s has stored it)", k.Step, runName(id), k.File, k.Node)
+						}
+						fmt.Fprintf(e.out, "%s: cann-train run -f JOB --resume continues it from step %d%s\n", id, end.LastCkpt.Step, more)
 					}
 					return nil
 				case closed && errors.As(err, &ended):

@@ -16,7 +16,7 @@ import (
 
 // TestExternalCancelledRunKeepsItsCheckpoint: an external job holds for
 // its storage (its file bucket refuses writes; node-1 keeps the refused
-// checkpoint) and is cancelled. As it ends, node-1 tries the kept
+// checkpoint) and is cancelled (`cann-train cancel --wait`). As it ends, node-1 tries the kept
 // checkpoint once more — still refused — and the run's end names the file
 // that keeps it. `checkpoint store-kept` refuses while the run runs;
 // after the bucket is repaired it stores the file, and `run --resume`
@@ -54,27 +54,20 @@ func TestExternalCancelledRunKeepsItsCheckpoint(t *testing.T) {
 		t.Errorf("store-kept while the run holds: %v; want it refused", err)
 	}
 
-	if err := c.CancelWorkflow(ctx, id, ""); err != nil {
-		t.Fatal(err)
-	}
-	var ended spec.RunStatus
-	for {
-		st, _, closed, err := readProgress(ctx, c, id)
-		if closed {
-			ended = st
-			break
-		}
-		if ctx.Err() != nil {
-			dumpLogs(t, l.LogDir)
-			t.Fatalf("the cancelled run did not end: %+v %v", st, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	said, _ := cli("cancel", name, "--wait", "60s")
+	ended, _, _, _ := readProgress(ctx, c, id)
 	want := fmt.Sprintf("node node-1 keeps the checkpoint at step %d that the bucket refused (%s)", held.Step, kept[0])
-	if ended.Phase != spec.PhaseCancelled || !strings.Contains(ended.Error, want) || ended.LastCkpt.Step != held.LastCkpt.Step {
+	if ended.Phase != spec.PhaseCancelled || !strings.Contains(ended.Error, want) || ended.LastCkpt.Step != held.LastCkpt.Step ||
+		ended.KeptOnNode == nil || *ended.KeptOnNode != (spec.KeptCheckpoint{Step: held.Step, Node: "node-1", File: kept[0]}) {
 		dumpLogs(t, l.LogDir)
-		t.Fatalf("ended %s: %q (last checkpoint %d); want cancelled at %d, saying %q", ended.Phase, ended.Error, ended.LastCkpt.Step,
-			held.LastCkpt.Step, want)
+		t.Fatalf("ended %s: %q (last checkpoint %d, kept %+v); want cancelled at %d, saying %q", ended.Phase, ended.Error, ended.LastCkpt.Step,
+			ended.KeptOnNode, held.LastCkpt.Step, want)
+	}
+	for _, w := range []string{want, fmt.Sprintf("continues it from step %d (from step %d once `cann-train checkpoint store-kept %s %s` on node-1 has stored it)",
+		held.LastCkpt.Step, held.Step, name, kept[0])} {
+		if !strings.Contains(said, w) {
+			t.Errorf("cancel said %q; want %q", said, w)
+		}
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, id), "trainingrun_external_cancel_kept.json")
 
@@ -83,7 +76,7 @@ func TestExternalCancelledRunKeepsItsCheckpoint(t *testing.T) {
 	if !strings.Contains(out, fmt.Sprintf("stored run %s's checkpoint at step %d", name, held.Step)) {
 		t.Errorf("store-kept said %q", out)
 	}
-	_, said := cli("run", "-f", job, "--resume", "--wait")
+	_, said = cli("run", "-f", job, "--resume", "--wait")
 	if !strings.Contains(said, fmt.Sprintf("resuming %s from its checkpoint at step %d", id, held.Step)) {
 		t.Errorf("run --resume said %q", said)
 	}
