@@ -492,8 +492,8 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		if slices.Contains(f.failed, ext.first.ID) {
 			ext.lastKept = 0 // lost with its node
 		}
-		if (ext.green || ext.metered) && r.keptToStore(ctx, ext, f) &&
-			workflow.GetVersion(ctx, versionKeptLossTrained, workflow.DefaultVersion, 1) >= 1 && r.storeKeptAfterLoss(ctx, ext, f) {
+		if (ext.green || ext.metered) && keptToStore(ctx, ext, r.ckptStep()) &&
+			workflow.GetVersion(ctx, versionKeptLossTrained, workflow.DefaultVersion, 1) >= 1 && r.storeKeptAfterLoss(ctx, ext) {
 			// Stored: the world trained up to it for the run.
 			r.recordTrained(ctx, ext, ext.lastKeptAt, ext.lastKept)
 		}
@@ -503,7 +503,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		r.preferCause(ctx, f)
 		r.storageTrouble(ctx, f, errs, r.st.Status.Step)
 		r.probeReads(ctx, f, errs)
-		r.storeKeptAfterLoss(ctx, ext, f)
+		r.storeKeptAfterLoss(ctx, ext)
 		return f
 	}
 	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {

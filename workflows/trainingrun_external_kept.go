@@ -3,7 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -187,19 +186,19 @@ const versionKeptTrained = "kept-trained"
 // then.
 const versionKeptAfterLoss = "kept-after-loss"
 
-// storeKeptAfterLoss is one try, as the world ext's launch failed (f), of
+// storeKeptAfterLoss is one try, as the world ext's launch failed, of
 // storing the checkpoint its first node kept after a refused upload, when
 // it is newer than the last stored one and the node is not among those
 // lost: stored, the recovery resumes from it (the steps since are all it
 // loses). Refused or not kept, nothing changes: the recovery goes back
 // to the last stored checkpoint, as before.
-func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun, f *chunkFailure) (stored bool) {
-	if !r.keptToStore(ctx, ext, f) || workflow.GetVersion(ctx, versionKeptAfterLoss, workflow.DefaultVersion, 1) < 1 {
+func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun) (stored bool) {
+	if !keptToStore(ctx, ext, r.ckptStep()) || workflow.GetVersion(ctx, versionKeptAfterLoss, workflow.DefaultVersion, 1) < 1 {
 		return false
 	}
 	ext.keptTried = true
 	log := workflow.GetLogger(ctx)
-	out, err := r.storeKeptOn(ctx, r.st.Membership.Nodes[0], ext.lastKept, keptAfterLossStart, storeKeptTimeout, ", before the recovery")
+	out, err := r.storeKeptOn(ctx, ext.first, ext.lastKept, keptAfterLossStart, storeKeptTimeout, ", before the recovery")
 	switch {
 	case err != nil:
 		log.Warn("the checkpoint the first node kept could not be stored before the recovery", "step", ext.lastKept, "error", err)
@@ -215,12 +214,12 @@ func (r *run) storeKeptAfterLoss(ctx workflow.Context, ext *externalRun, f *chun
 	return false
 }
 
-// keptToStore: the failed world ext's first node, not among those lost
-// (f), kept a refused checkpoint newer than the last stored one, and has
-// not been asked to store it yet.
-func (r *run) keptToStore(ctx workflow.Context, ext *externalRun, f *chunkFailure) bool {
-	return ext.keep && !ext.keptTried && ext.lastKept > r.ckptStep() && ctx.Err() == nil &&
-		!slices.Contains(f.failed, r.st.Membership.Nodes[0].ID)
+// keptToStore: the failed world ext's first node kept a refused
+// checkpoint newer than the last stored one (stored; none when the node
+// was among those lost: runWorld forgets it), and has not been asked to
+// store it yet.
+func keptToStore(ctx workflow.Context, ext *externalRun, stored int64) bool {
+	return ext.keep && !ext.keptTried && ext.lastKept > stored && ctx.Err() == nil
 }
 
 // versionKeptLossTrained: a green or metered run's world that failed after
