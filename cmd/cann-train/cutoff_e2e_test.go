@@ -104,13 +104,12 @@ func (c *cutOff) bucket(t *testing.T) string {
 }
 
 // startCutOffWorker starts node id's worker, its requests to the bucket
-// marked for cutOff.bucket.
-func startCutOffWorker(t *testing.T, l *dev.Launcher, addr, bucket, id string) {
+// marked for cutOff.bucket, with env added to its environment.
+func startCutOffWorker(t *testing.T, l *dev.Launcher, addr, bucket, id string, env ...string) {
 	t.Helper()
-	l.Env = append(l.Env, "AWS_SDK_UA_APP_ID=cut-off")
-	defer func() {
-		l.Env = slices.DeleteFunc(l.Env, func(e string) bool { return strings.HasPrefix(e, "AWS_SDK_UA_APP_ID=") })
-	}()
+	was := l.Env
+	l.Env = append(append(slices.Clip(l.Env), "AWS_SDK_UA_APP_ID=cut-off"), env...)
+	defer func() { l.Env = was }()
 	startNodeWorkerAt(t, l, addr, bucket, id, id)
 }
 
@@ -130,7 +129,10 @@ func TestRankZeroCutOffFromTheBucketIsLeft(t *testing.T) {
 	var cut cutOff
 	bucket := cut.bucket(t)
 	c, l, addr := startInProcessControlWith(ctx, t, dir, controlSetup{checkpointURL: bucket})
-	startCutOffWorker(t, l, addr, bucket, "node-1")
+	// Each request of node-1's tried once (the SDK's default, three
+	// tries with backoff, takes ~3–7 s to give up on each and made the
+	// test 32 s long; TestNodeCutOffFromTheBucketIsReplaced keeps it).
+	startCutOffWorker(t, l, addr, bucket, "node-1", "AWS_MAX_ATTEMPTS=1")
 	startNodeWorkerAt(t, l, addr, bucket, "node-2", "node-2")
 	startNodeWorkerAt(t, l, addr, bucket, "node-3", "node-3")
 	waitRegistered(ctx, t, c, 3)

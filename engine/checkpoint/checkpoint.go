@@ -134,13 +134,14 @@ type Store struct {
 }
 
 // Open opens the bucket at bucketURL (any scheme registered with
-// gocloud.dev/blob; mem:// and file:// are linked in). For file:// URLs the
+// gocloud.dev/blob; mem://, file:// and s3:// are linked in). For file:// URLs the
 // directory is created if missing, and objects are written through
 // temporary files next to them rather than in os.TempDir (renamed into
 // place: a bucket on another filesystem than /tmp — a mounted volume, an
 // NFS share — would fail every write with "invalid cross-device link");
 // the URL's own create_dir and no_tmp_dir win. mem:// gives a fresh,
-// private bucket.
+// private bucket. s3:// takes gocloud's URL parameters and max_attempts
+// (see [MaxAttemptsParam]), and honours AWS_MAX_ATTEMPTS.
 func Open(ctx context.Context, bucketURL string) (*Store, error) {
 	return OpenWithOptions(ctx, bucketURL, Options{})
 }
@@ -164,7 +165,7 @@ func OpenWithOptions(ctx context.Context, bucketURL string, o Options) (*Store, 
 		}
 		u.RawQuery = q.Encode()
 	}
-	b, err := blob.OpenBucket(ctx, u.String())
+	b, err := openBucket(ctx, u)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: open bucket %q: %w", bucketURL, err)
 	}

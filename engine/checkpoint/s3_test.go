@@ -3,12 +3,12 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	_ "gocloud.dev/blob/s3blob" // s3:// URLs, as the node workers register them
 
 	"github.com/cann-train/cann-train/internal/s3fake"
 )
@@ -16,6 +16,92 @@ import (
 // s3Bucket is a bucket on a loopback S3 server (gofakes3 over real HTTP),
 // by the s3:// URL a user would give for MinIO.
 func s3Bucket(t *testing.T) string { return s3fake.Bucket(t, nil) }
+
+// TestS3MaxAttempts: an s3:// store tries a request as many times as the
+// URL's max_attempts says, else AWS_MAX_ATTEMPTS: a bucket that answers
+// every request 503 sees that many of one read. (gocloud's own opener
+// tried three times whatever either said.) A value that is not a number
+// of tries is an error naming where it came from.
+func TestS3MaxAttempts(t *testing.T) {
+	for _, tc := range []struct {
+		name, param, env string
+		want             int64 // requests of one read; 0: Open fails
+		err              string
+	}{
+		{name: "URL", param: "1", want: 1},
+		{name: "environment", env: "2", want: 2},
+		{name: "URL over environment", param: "1", env: "2", want: 1},
+		{name: "zero in the URL", param: "0", err: `URL parameter max_attempts="0": want the number of times a request is tried, 1 or more`},
+		{name: "words in the environment", env: "few", err: `AWS_MAX_ATTEMPTS="few": want the number of times`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var down atomic.Bool
+			var answered atomic.Int64
+			u := s3fake.Bucket(t, func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if !down.Load() {
+						next.ServeHTTP(w, r)
+						return
+					}
+					answered.Add(1)
+					http.Error(w, "down", http.StatusServiceUnavailable)
+				})
+			})
+			t.Setenv("AWS_MAX_ATTEMPTS", tc.env)
+			if tc.param != "" {
+				u += "&" + MaxAttemptsParam + "=" + tc.param
+			}
+			s, err := Open(t.Context(), u)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Open(%s): %v; want an error saying %q", u, err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open(%s): %v", u, err)
+			}
+			defer s.Close()
+			if err := s.WriteBlob(t.Context(), "side/x", []byte("x"), "text/plain"); err != nil {
+				t.Fatal(err)
+			}
+			down.Store(true)
+			if _, err := s.ReadBlob(t.Context(), "side/x", 10); err == nil {
+				t.Fatal("read from a bucket answering 503: no error")
+			}
+			if n := answered.Load(); n != tc.want {
+				t.Fatalf("one read was tried %d times; want %d", n, tc.want)
+			}
+		})
+	}
+}
+
+// TestS3MaxAttemptsKeepsTheURLsOptions: a bucket opened with
+// max_attempts still encrypts its writes as its URL's ssetype and
+// kmskeyid say.
+func TestS3MaxAttemptsKeepsTheURLsOptions(t *testing.T) {
+	var sse, key atomic.Value
+	u := s3fake.Bucket(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut {
+				sse.Store(r.Header.Get("X-Amz-Server-Side-Encryption"))
+				key.Store(r.Header.Get("X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id"))
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	s, err := Open(t.Context(), u+"&ssetype=aws:KMS&kmskeyid=key-1&"+MaxAttemptsParam+"=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WriteBlob(t.Context(), "side/x", []byte("x"), "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	if sse.Load() != "aws:kms" || key.Load() != "key-1" {
+		t.Fatalf("the write's encryption %q, key %q; want aws:kms, key-1", sse.Load(), key.Load())
+	}
+}
 
 // TestOpenS3 opens a store by its s3:// URL, as `cann-train node
 // --checkpoint-url` does, and round-trips a checkpoint through it; a
