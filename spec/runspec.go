@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -606,6 +607,11 @@ func CheckBucketURL(raw string) error {
 		return fmt.Errorf("%q names no directory (file:///data/ckpt)", raw)
 	case scheme != "file" && scheme != "mem" && u.Host == "":
 		return fmt.Errorf("%q names no bucket (%s://bucket)", raw, scheme)
+	}
+	if q := u.Query(); scheme == "s3" && q.Has("max_attempts") {
+		if n, err := strconv.Atoi(q.Get("max_attempts")); err != nil || n < 1 {
+			return fmt.Errorf("%q: max_attempts=%q is not a number of tries (1 or more)", raw, q.Get("max_attempts"))
+		}
 	}
 	return nil
 }

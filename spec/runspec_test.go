@@ -171,6 +171,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"file URL naming no directory", "name: a\ncheckpoint_url: file:///\n", "checkpoint_url", 2, "names no directory"},
 		{"s3 URL naming no bucket", "name: a\ncheckpoint_url: s3://?region=x\n", "checkpoint_url", 2, "names no bucket (s3://bucket)"},
 		{"gs URL naming no bucket", "name: a\ncheckpoint_url: gs:///x\n", "checkpoint_url", 2, "names no bucket (gs://bucket)"},
+		{"s3 URL with tries that are no number", "name: a\ncheckpoint_url: s3://ckpt?max_attempts=once\n", "checkpoint_url", 2,
+			`max_attempts="once" is not a number of tries (1 or more)`},
 		// Documents with no body: each once panicked looking for lines.
 		{"empty file", "", "name", 0, "required"},
 		{"only a comment", "# to do\n", "name", 0, "required"},
