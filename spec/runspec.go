@@ -443,17 +443,30 @@ func LoadFile(path string) (RunSpec, error) {
 // carry the YAML line (see validateJobFile for what a job file may not say
 // that a RunSpec may).
 func Parse(name string, data []byte) (RunSpec, error) {
+	return parse(name, data, maxDecodePasses)
+}
+
+// maxDecodePasses bounds how many times parse decodes a job file again
+// without the fields it found wrong (decodeProblems).
+const maxDecodePasses = 32
+
+func parse(name string, data []byte, passes int) (RunSpec, error) {
 	// Decode over the defaults, so that a value written explicitly — a
 	// zero too — is what gets validated.
 	s := RunSpec{}.WithDefaults()
 	s.CheckpointEvery = 0 // derived from chunk_steps unless written
 	s.MinNodes = 0        // derived from nodes unless written
 	file, perr := parser.ParseBytes(data, 0)
+	if perr == nil {
+		if fe := oneDocument(file); fe != nil {
+			return RunSpec{}, &SpecError{File: name, Fields: []FieldError{*fe}}
+		}
+	}
 	if err := yamlpos.Unmarshal(data, &s, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
 		if perr != nil {
 			file = nil
 		}
-		return RunSpec{}, &SpecError{File: name, Fields: decodeError(err, file)}
+		return RunSpec{}, &SpecError{File: name, Fields: decodeProblems(name, file, err, passes)}
 	}
 	if s.External != nil {
 		return parseExternal(name, s, file, perr)
@@ -505,6 +518,78 @@ func (s RunSpec) validateJobFile() error {
 		se.Fields = append(se.Fields, mem)
 	}
 	return err
+}
+
+// oneDocument says what is wrong with a job file that is not one YAML
+// document: nothing in it (decoded, every field would be zero, and each
+// said wrong), or several (the decoder reads the first and ignores the
+// rest, their mistakes too).
+func oneDocument(file *ast.File) *FieldError {
+	var docs []*ast.DocumentNode
+	for _, d := range file.Docs {
+		if d != nil && d.Body != nil {
+			docs = append(docs, d)
+		}
+	}
+	switch len(docs) {
+	case 0:
+		return &FieldError{Field: "(document)", Msg: "empty: a job file names at least the run (name: mnist-demo); " +
+			"`cann-train run --help` lists the fields, examples/mnist.yaml shows them"}
+	case 1:
+		return nil
+	}
+	fe := &FieldError{Field: "(document)", Msg: fmt.Sprintf("%d YAML documents (separated by ---): a job file is one run; "+
+		"put each run in a file of its own", len(docs))}
+	if tok := docs[1].Body.GetToken(); tok != nil && tok.Position != nil {
+		fe.Line = tok.Position.Line
+	}
+	return fe
+}
+
+// decodeProblems is every problem of a job file that did not decode: the
+// decoder's error (decodeError), then what the file says wrong once the
+// fields it names are left out — the decoder stops at the first value
+// of the wrong type, and validation never ran — found by parsing the
+// rest again (at most passes times). Problems are in line order.
+func decodeProblems(name string, file *ast.File, err error, passes int) []FieldError {
+	out := decodeError(err, file)
+	if file == nil || passes <= 1 {
+		return out
+	}
+	for _, f := range out {
+		if !yamlpos.Drop(file, f.Field) {
+			return out
+		}
+	}
+	_, err = parse(name, []byte(file.String()), passes-1)
+	var se *SpecError
+	if !errors.As(err, &se) {
+		return out
+	}
+	said := func(field string) bool {
+		return slices.ContainsFunc(out, func(f FieldError) bool {
+			return field == f.Field || strings.HasPrefix(field, f.Field+".") || strings.HasPrefix(field, f.Field+"[")
+		})
+	}
+	for _, f := range se.Fields {
+		if f.Field == "(document)" || said(f.Field) {
+			continue // (what is left of the file, or a field already said wrong)
+		}
+		f.Line = yamlpos.LineOf(file, f.Field) // (the nodes left keep this file's lines)
+		out = append(out, f)
+	}
+	slices.SortStableFunc(out, func(a, b FieldError) int {
+		switch {
+		case a.Line == b.Line:
+			return 0
+		case a.Line == 0:
+			return 1
+		case b.Line == 0:
+			return -1
+		}
+		return a.Line - b.Line
+	})
+	return out
 }
 
 // decodeError is the decoder's error as field errors, fields named by

@@ -174,9 +174,11 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"s3 URL with tries that are no number", "name: a\ncheckpoint_url: s3://ckpt?max_attempts=once\n", "checkpoint_url", 2,
 			`max_attempts="once" is not a number of tries (1 or more)`},
 		// Documents with no body: each once panicked looking for lines.
-		{"empty file", "", "name", 0, "required"},
-		{"only a comment", "# to do\n", "name", 0, "required"},
-		{"bare document marker", "---\n", "name", 0, "required"},
+		{"empty file", "", "(document)", 0, "empty: a job file names at least the run"},
+		{"only a comment", "# to do\n", "(document)", 0, "empty"},
+		{"bare document marker", "---\n", "(document)", 0, "empty"},
+		{"two documents", "name: a\n---\nname: b\nnodes: 0\n", "(document)", 3, "2 YAML documents (separated by ---): a job file is one run"},
+		{"a document and an empty one", "name: a\nnodes: 0\n---\n", "nodes", 2, "out of range"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -345,6 +347,49 @@ func TestCancelGrace(t *testing.T) {
 // TestParseNamesEveryUnknownField: the decoder names one unknown field,
 // picked from a map at random; the report names them all, in order, the
 // same every time.
+// TestParseSaysEveryProblem: a value of the wrong type stops the decoder
+// at once; the file's other problems — more wrong types, unknown fields,
+// impossible values — are said with it, in line order, once each.
+func TestParseSaysEveryProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"a wrong type and an unknown field", "name: a\nnodes: three\nlearing_rate: 1\n", []string{
+			"line 2: nodes: want a whole number, got three",
+			"line 3: learing_rate: unknown field; did you mean learning_rate?"}},
+		{"a wrong type and an impossible value", "name: a\nsteps: many\nbatch_per_rank: -1\n", []string{
+			"line 2: steps: want a whole number, got many",
+			"line 3: batch_per_rank: "}},
+		{"wrong types in order", "name: a\nnodes: x\nmodel:\n  kind: mlp-mnist\n  hidden: 64\nchunk_steps: [1]\n", []string{
+			"line 2: nodes: want a whole number, got x",
+			"line 5: model.hidden: want a list",
+			"line 6: chunk_steps: "}},
+		{"a nested fraction and a bad name", "name: a b\nmodel:\n  hidden: [64, 32.5]\n", []string{
+			`line 1: name: "a b": use letters`,
+			"line 3: model.hidden[1]: want a whole number, got 32.5"}},
+		{"an external job's", "name: a\nexternal:\n  entrypoint: [python, t.py]\n  procs_per_node: x\n  launcher: mpi\n", []string{
+			"line 4: external.procs_per_node: want a whole number",
+			"line 5: external.launcher: "}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("job.yaml", []byte(tc.doc))
+			var se *SpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("Parse = %v; want a *SpecError", err)
+			}
+			if len(se.Fields) != len(tc.want) {
+				t.Fatalf("%d problems; want %d:\n%v", len(se.Fields), len(tc.want), err)
+			}
+			for i, w := range tc.want {
+				if got := se.Fields[i].Error(); !strings.HasPrefix(got, w) {
+					t.Errorf("problem %d: %q; want it to start %q\n%v", i+1, got, w, err)
+				}
+			}
+		})
+	}
+}
+
 func TestParseNamesEveryUnknownField(t *testing.T) {
 	doc := []byte("name: a\nlearing_rate: 0.1\nnodse: 3\nmodel:\n  hiden: [8]\nchunk_step: 10\n")
 	want := "job.yaml: 4 problem(s):\n" +

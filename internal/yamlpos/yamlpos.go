@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -469,4 +470,78 @@ func (f visitFunc) Visit(n ast.Node) ast.Visitor {
 	}
 	f(n)
 	return f
+}
+
+// Drop removes from file the mapping entry that holds the value at path
+// ("model.hidden[1]" drops model.hidden: a list goes whole), and with it
+// a mapping it leaves empty (model, were hidden its only key), so that
+// what decodes into defaults stays at them. False when path names no
+// entry of file.
+func Drop(file *ast.File, path string) bool {
+	if file == nil {
+		return false
+	}
+	if i := strings.IndexByte(path, '['); i >= 0 {
+		path = path[:i]
+	}
+	if path == "" {
+		return false
+	}
+	for _, doc := range file.Docs {
+		if doc == nil || doc.Body == nil {
+			continue
+		}
+		if body, empty, ok := dropIn(doc.Body, path); ok {
+			if empty {
+				doc.Body = nil
+			} else {
+				doc.Body = body
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// dropIn removes path's entry below n: n as it is after (a mapping of one
+// entry may be a bare MappingValueNode), whether nothing is left of it,
+// and whether the entry was found.
+func dropIn(n ast.Node, path string) (ast.Node, bool, bool) {
+	valuePath := func(mv *ast.MappingValueNode) string {
+		if mv.Value == nil {
+			return ""
+		}
+		return strings.TrimPrefix(mv.Value.GetPath(), "$.")
+	}
+	switch n := n.(type) {
+	case *ast.TagNode:
+		v, empty, ok := dropIn(n.Value, path)
+		n.Value = v
+		return n, empty, ok
+	case *ast.MappingValueNode:
+		if valuePath(n) == path {
+			return n, true, true
+		}
+		if !strings.HasPrefix(path, valuePath(n)+".") {
+			return n, false, false
+		}
+		v, empty, ok := dropIn(n.Value, path)
+		if empty {
+			return n, true, ok
+		}
+		n.Value = v
+		return n, false, ok
+	case *ast.MappingNode:
+		for i, mv := range n.Values {
+			_, empty, ok := dropIn(mv, path)
+			if !ok {
+				continue
+			}
+			if empty {
+				n.Values = slices.Delete(n.Values, i, i+1)
+			}
+			return n, len(n.Values) == 0, true
+		}
+	}
+	return n, false, false
 }

@@ -262,3 +262,34 @@ top: !!map {x: 1}
 		t.Errorf("UnknownFields(nil) = %v", got)
 	}
 }
+
+// TestDrop: Drop removes a field's entry (a list whole), and a mapping it
+// leaves empty; what is left serialises as the rest of the document.
+func TestDrop(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, path, want string
+		ok                    bool
+	}{
+		{"top-level key", "name: a\nnodes: three\nsteps: 5\n", "nodes", "name: a\nsteps: 5\n", true},
+		{"nested key", "name: a\nmodel:\n  hidden: x\n  kind: y\n", "model.hidden", "name: a\nmodel:\n  kind: y\n", true},
+		{"list element: the list goes", "model:\n  hidden: [1, x]\n  kind: y\n", "model.hidden[1]", "model:\n  kind: y\n", true},
+		{"the only key of a mapping: the mapping goes", "name: a\nmodel:\n  hidden: x\n", "model.hidden", "name: a\n", true},
+		{"flow mapping", "name: a\nmodel: {hidden: x, kind: y}\n", "model.hidden", "name: a\nmodel: {kind: y}\n", true},
+		{"the document's only key", "nodes: x\n", "nodes", "", true},
+		{"absent", "name: a\n", "nodes", "name: a\n", false},
+		{"not a field", "name: a\n", "(document)", "name: a\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file, err := parser.ParseBytes([]byte(tc.doc), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok := Drop(file, tc.path); ok != tc.ok {
+				t.Fatalf("Drop(%q) = %v; want %v", tc.path, ok, tc.ok)
+			}
+			if got := strings.TrimSpace(file.String()); got != strings.TrimSpace(tc.want) {
+				t.Fatalf("left %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
