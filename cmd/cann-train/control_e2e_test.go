@@ -303,6 +303,10 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if len(refs) == 0 || refs[len(refs)-1].Step != s.Steps || refs[len(refs)-1].SHA256 != st.LastCkpt.SHA256 {
 		t.Errorf("checkpoint ls without --url: %+v; want the run's checkpoints up to step %d (%s)", refs, s.Steps, st.LastCkpt.SHA256)
 	}
+	js, _, err := cliRun(ctx, addr)("watch", "pause-me", "-o", "jsonl")
+	if end := lastJSONLine(t, js); err != nil || end["status"] != string(spec.PhaseCompleted) || end["step"] != float64(s.Steps) || end["error"] != nil {
+		t.Errorf("watch -o jsonl of the completed run: %v\n%s", err, js)
+	}
 	// watch of the ended run says each change of its node count in a line.
 	_, said, err := cliRun(ctx, addr)("watch", "pause-me")
 	for _, want := range []string{"rescale    gen ", ": 2 → 3 nodes +[node-3]", "replace    gen ", "−[node-2] (node-2 drained: swap the disk)", ": 2 → 1 nodes"} {
@@ -359,6 +363,13 @@ func TestCancelRealRun(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "run run/cancel-me canceled") ||
 		!strings.Contains(text, "cancelled") || !strings.Contains(text, "cancelled at step") {
 		t.Errorf("status of the cancelled run: %v\n%s", err, text)
+	}
+	// watch -o jsonl ends with a line saying how the run ended (of an
+	// ended run it wrote nothing).
+	js, err = cli("watch", "cancel-me", "-o", "jsonl")
+	if end := lastJSONLine(t, js); err == nil || end["status"] != string(spec.PhaseCancelled) || !strings.Contains(fmt.Sprint(end["error"]), "canceled") ||
+		end["step"].(float64) == 0 {
+		t.Errorf("watch -o jsonl of the cancelled run: %v\n%s", err, js)
 	}
 	js, err = cli("checkpoint", "ls", "cancel-me", "-o", "json")
 	var refs []checkpoint.Ref
@@ -523,6 +534,18 @@ func cliSaidAt(ctx context.Context, t *testing.T, addr, logDir string) func(args
 
 // cliRun runs `cann-train args… --address addr` in this process and
 // returns its standard output, its standard error and its error.
+// lastJSONLine decodes the last line of out, JSON lines (none: an empty
+// object).
+func lastJSONLine(t *testing.T, out string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	m := map[string]any{}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil && out != "" {
+		t.Errorf("not JSON lines: %v\n%s", err, out)
+	}
+	return m
+}
+
 func cliRun(ctx context.Context, addr string) func(args ...string) (string, string, error) {
 	return func(args ...string) (string, string, error) {
 		var out, errb bytes.Buffer

@@ -309,6 +309,14 @@ func (e *describeError) Error() string {
 
 func (e *describeError) Unwrap() error { return e.err }
 
+// progressLine is one line of `watch -o jsonl`.
+func progressLine(id string, st spec.RunStatus, step int64, loss float32, sps float64) map[string]any {
+	return map[string]any{
+		"workflow_id": id, "status": st.Phase, "step": step, "steps": st.TotalSteps,
+		"loss": loss, "samples_per_sec": sps, "generation": st.Generation, "time": time.Now().UTC(),
+	}
+}
+
 // watchRun polls the run until it closes, drawing a progress bar on w
 // when it is a terminal, else writing a line per change of phase and per
 // tenth of the steps (or JSON lines), and returns the final status.
@@ -348,6 +356,20 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 			if lines != nil && st.Phase != "" { // no status when the run failed
 				lines.update(st, st.Step, st.Loss, st.SamplesPerSec)
 			}
+			if jsonl {
+				// The end, as a line of its own: the status it ended in
+				// (the workflow's, where its status query did not answer)
+				// and, where it did not complete, why.
+				line := progressLine(id, st, st.Step, st.Loss, st.SamplesPerSec)
+				var ended *runEnded
+				if st.Phase == "" && errors.As(err, &ended) {
+					line["status"] = strings.ToLower(ended.status.String())
+				}
+				if err != nil {
+					line["error"] = err.Error()
+				}
+				_ = json.NewEncoder(w).Encode(line)
+			}
 			if bar != nil {
 				// The final figures, not the last poll's.
 				_ = bar.Set64(st.Step)
@@ -377,10 +399,7 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		}
 		switch {
 		case jsonl && step != last:
-			_ = json.NewEncoder(w).Encode(map[string]any{
-				"workflow_id": id, "status": st.Phase, "step": step, "steps": st.TotalSteps,
-				"loss": loss, "samples_per_sec": sps, "generation": st.Generation, "time": time.Now().UTC(),
-			})
+			_ = json.NewEncoder(w).Encode(progressLine(id, st, step, loss, sps))
 		case lines != nil && err == nil:
 			lines.update(st, step, loss, sps)
 		case !jsonl && st.TotalSteps > 0:
