@@ -82,15 +82,25 @@ it at once.`,
 				return err
 			}
 			defer c.Close()
+			if st.Phase == spec.PhasePaused {
+				fmt.Fprintf(e.out, "%s: already paused at step %d (`cann-train resume %s` ends the pause)\n", id, st.Step, args[0])
+				return nil
+			}
 			if err := signalRun(ctx, c, id, spec.SignalPause, nil); err != nil {
 				return err
 			}
 			if wait <= 0 {
-				where := "at the next chunk boundary"
-				if st.Model == spec.ModelExternal {
-					where = "after the job's next checkpoint upload (pause again to stop it at once)"
+				switch {
+				case st.PauseRequested && st.Model == spec.ModelExternal:
+					fmt.Fprintf(e.out, "%s: a pause was pending at step %d; the job is asked to stop at once\n", id, st.Step)
+				case st.PauseRequested:
+					fmt.Fprintf(e.out, "%s: a pause was already requested at step %d; it holds at the next chunk boundary\n", id, st.Step)
+				case st.Model == spec.ModelExternal:
+					fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds after the job's next checkpoint upload "+
+						"(pause again to stop it at once)\n", id, st.Step)
+				default:
+					fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds at the next chunk boundary\n", id, st.Step)
 				}
-				fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds %s\n", id, st.Step, where)
 				return nil
 			}
 			st, err = awaitPhase(ctx, c, id, wait, spec.PhasePaused)
@@ -215,13 +225,26 @@ checkpoints (waiting-storage) tries to store its state again at once.`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, id, st, _, err := openRun(ctx, e, args[0], "resume")
+			c, id, st, unanswered, err := openRun(ctx, e, args[0], "resume")
 			if err != nil {
 				return err
 			}
 			defer c.Close()
+			waits := st.Phase == spec.PhasePaused || st.Phase == spec.PhaseGreenWait || st.Phase == spec.PhaseStorageWait
+			if !unanswered && !waits && !st.PauseRequested {
+				fmt.Fprintf(e.out, "%s: nothing to resume: %s at step %d, neither paused nor waiting\n", id, st.Phase, st.Step)
+				return nil
+			}
 			if err := signalRun(ctx, c, id, spec.SignalResume, nil); err != nil {
 				return err
+			}
+			switch {
+			case unanswered:
+				fmt.Fprintf(e.out, "%s: resume requested\n", id)
+				return nil
+			case !waits:
+				fmt.Fprintf(e.out, "%s: pause withdrawn at step %d; it trains on\n", id, st.Step)
+				return nil
 			}
 			fmt.Fprintf(e.out, "%s: resumed (was %s at step %d)\n", id, st.Phase, st.Step)
 			return nil

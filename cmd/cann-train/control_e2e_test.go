@@ -228,10 +228,18 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if _, _, err := cliRun(ctx, addr)("green", "override", "pause-me", "--for", "1h"); err == nil || !strings.Contains(err.Error(), "has no green policy") {
 		t.Errorf("green override of a run without a policy: %v", err)
 	}
-	cli("resume", "pause-me")
+	if out := cli("pause", "pause-me"); out != fmt.Sprintf("run/pause-me: already paused at step %d (`cann-train resume pause-me` ends the pause)\n", held.Steps) {
+		t.Errorf("pause of the paused run: %q", out)
+	}
+	if out := cli("resume", "pause-me"); out != fmt.Sprintf("run/pause-me: resumed (was paused at step %d)\n", held.Steps) {
+		t.Errorf("resume: %q", out)
+	}
 	until("a chunk on 3 nodes", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return len(st.Rescalings) == 1 && st.Step > held.Steps
 	})
+	if out := cli("resume", "pause-me"); !strings.HasPrefix(out, "run/pause-me: nothing to resume: ") {
+		t.Errorf("resume of the training run: %q", out)
+	}
 	// Drain a node the run holds: the run is told and moves off it at its
 	// next chunk boundary; no node is free and min_nodes is 1, so it goes
 	// on with the other two.
