@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cann-train/cann-train/engine/carbon"
+	"github.com/cann-train/cann-train/spec"
 )
 
 func newGreenCmd(e *env) *cobra.Command {
@@ -175,4 +176,46 @@ func parseInstant(s string) (time.Time, error) {
 		}
 	}
 	return time.Time{}, err
+}
+
+// checkGreenTrace reads a job's green.trace as the control worker will,
+// so that a trace it cannot use fails the start instead of the run
+// training without its policy (its plan fails, and the run trains on,
+// saying so in its status): an error for a trace that does not read, or
+// that does not hold the run's start (now, or trace_start); where the
+// file is not on this host, a note (local: the control worker runs here,
+// so an error).
+func checkGreenTrace(g *spec.GreenPolicy, now time.Time, local bool) (note string, err error) {
+	if g == nil || g.Trace == "" {
+		return "", nil
+	}
+	f, err := os.Open(g.Trace)
+	if err != nil {
+		if local {
+			return "", fmt.Errorf("green.trace: %w", err)
+		}
+		return fmt.Sprintf("(green.trace %s does not open here (%v): the control worker reads it on its host; "+
+			"where it cannot, the run trains without its green policy, saying so in its status)", g.Trace, err), nil
+	}
+	defer f.Close()
+	tr, err := carbon.ReadTrace(f, carbon.TraceOptions{Zone: g.Zone, Column: g.Column})
+	if err != nil {
+		return "", fmt.Errorf("green.trace %s: %w", g.Trace, err)
+	}
+	start, replay, err := g.TraceStartTime()
+	if err != nil {
+		return "", fmt.Errorf("green.trace_start: %w", err)
+	}
+	if !replay {
+		start = now.UTC()
+	}
+	if start.Before(tr.Start) || !start.Before(tr.End()) {
+		when, fix := "now, "+start.Format(time.RFC3339), "set green.trace_start to a time inside it to replay it"
+		if replay {
+			when, fix = "trace_start "+start.Format(time.RFC3339), "move green.trace_start inside it"
+		}
+		return "", fmt.Errorf("green.trace %s holds %s to %s: the run's start (%s) is outside it; %s (e.g. trace_start: %s)",
+			g.Trace, tr.Start.Format(time.RFC3339), tr.End().Format(time.RFC3339), when, fix, tr.Start.Format(time.RFC3339))
+	}
+	return "", nil
 }

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cann-train/cann-train/spec"
 )
 
 func TestGreenPlan(t *testing.T) {
@@ -110,5 +113,62 @@ func TestParseInstant(t *testing.T) {
 		if (err == nil) != tc.ok || !got.Equal(tc.want) {
 			t.Errorf("parseInstant(%q) = %v, %v; want %v (ok %v)", tc.in, got, err, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestCheckGreenTrace: a job's trace that would leave its run without a
+// green policy — one that does not read, or does not hold the run's
+// start — fails `run -f` and `quickstart -f`; one not on this host is a
+// note for `run` (the control worker may have it), an error for
+// quickstart (its control worker runs here).
+func TestCheckGreenTrace(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	b.WriteString("time,ES\n")
+	for h := range 48 {
+		fmt.Fprintf(&b, "%s,%d\n", t0.Add(time.Duration(h)*time.Hour).Format("2006-01-02 15:04"), 100+h)
+	}
+	good := filepath.Join(dir, "es.csv")
+	bad := filepath.Join(dir, "bad.csv")
+	if err := os.WriteFile(good, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("time,ES\n2022-03-01 00:00,100\n2022-03-01 01:00,lots\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inside, after := t0.Add(5*time.Hour), t0.Add(72*time.Hour)
+	for _, tc := range []struct {
+		name       string
+		g          *spec.GreenPolicy
+		now        time.Time
+		local      bool
+		note, fail string
+	}{
+		{name: "no policy", now: after},
+		{name: "the run's start inside", g: &spec.GreenPolicy{Trace: good}, now: inside},
+		{name: "replayed from inside", g: &spec.GreenPolicy{Trace: good, TraceStart: "2022-03-01T10:00:00Z"}, now: after},
+		{name: "now outside", g: &spec.GreenPolicy{Trace: good}, now: after,
+			fail: "holds 2022-03-01T00:00:00Z to 2022-03-03T00:00:00Z: the run's start (now, 2022-03-04T00:00:00Z) is outside it; " +
+				"set green.trace_start to a time inside it to replay it (e.g. trace_start: 2022-03-01T00:00:00Z)"},
+		{name: "replayed from outside", g: &spec.GreenPolicy{Trace: good, TraceStart: "2021-12-31T00:00:00Z"}, now: inside,
+			fail: "the run's start (trace_start 2021-12-31T00:00:00Z) is outside it; move green.trace_start inside it"},
+		{name: "does not read", g: &spec.GreenPolicy{Trace: bad}, now: inside, fail: "line 3"},
+		{name: "not here", g: &spec.GreenPolicy{Trace: filepath.Join(dir, "none.csv")}, now: inside,
+			note: "does not open here"},
+		{name: "not here, quickstart", g: &spec.GreenPolicy{Trace: filepath.Join(dir, "none.csv")}, now: inside, local: true,
+			fail: "green.trace: open "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			note, err := checkGreenTrace(tc.g, tc.now, tc.local)
+			switch {
+			case tc.fail != "" && (err == nil || !strings.Contains(err.Error(), tc.fail)):
+				t.Fatalf("err %v; want it to say %q", err, tc.fail)
+			case tc.fail == "" && err != nil:
+				t.Fatalf("err %v", err)
+			case !strings.Contains(note, tc.note) || (tc.note == "") != (note == ""):
+				t.Fatalf("note %q; want %q", note, tc.note)
+			}
+		})
 	}
 }

@@ -222,6 +222,9 @@ func quickstartSpec(o quickstartOptions) (spec.RunSpec, error) {
 	if s, err = s.WithJobDir(filepath.Dir(o.file)); err != nil {
 		return s, err
 	}
+	if _, err := checkGreenTrace(s.Green, time.Now(), true); err != nil {
+		return s, err // (the control worker runs here)
+	}
 	if o.name != "" {
 		s.Name = o.name
 	}

@@ -110,6 +110,10 @@ Job file fields (all optional but name):
 			}
 			if g := s.Green; g != nil && g.Trace != "" && !filepath.IsAbs(g.Trace) {
 				fmt.Fprintf(e.err, "(green.trace %s is not next to the job file here: the control worker reads it from its own directory)\n", g.Trace)
+			} else if note, err := checkGreenTrace(s.Green, time.Now(), false); err != nil {
+				return err
+			} else if note != "" {
+				fmt.Fprintln(e.err, note)
 			}
 			log, err := e.logger()
 			if err != nil {
