@@ -20,7 +20,7 @@ import (
 )
 
 func newGreenReportCmd(e *env) *cobra.Command {
-	var output, svg, trace, zone string
+	var output, svg, trace, zone, traceStart string
 	cmd := &cobra.Command{
 		Use:   "report RUN",
 		Short: "Energy and CO2 of a run's chunks, against running it right away",
@@ -30,15 +30,19 @@ durations; CO2 = Σ energy × the carbon intensity over each segment. The
 baseline lays the same segments back to back from the run's start (run-now);
 savings are relative to it. The intensity comes from the run's green policy
 (its trace or provider); --trace prices a run without one, or points at the
-trace where this machine keeps it. --svg draws the timeline: intensity, the
-chunks that ran and the planned slots.`,
+trace where this machine keeps it, and --trace-start replays a past trace from
+that time at the run's start (a policy's trace_start). --svg draws the
+timeline: intensity, the chunks that ran and the planned slots.`,
 		Example: `  cann-train green report mnist-green
   cann-train green report mnist-green -o json --svg mnist-green.svg
-  cann-train green report mnist-demo --trace ../shared/data/carbon/ES_2022_hourly.csv`,
+  cann-train green report mnist-demo --trace ../shared/data/carbon/ES_2022_hourly.csv --trace-start 2022-03-01T08:00:00Z`,
 		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
+			}
+			if _, err := time.Parse(time.RFC3339, traceStart); traceStart != "" && err != nil {
+				return fmt.Errorf("--trace-start %q: want an RFC 3339 time such as 2022-03-01T08:00:00Z", traceStart)
 			}
 			ctx := cmd.Context()
 			c, err := dialQuiet(ctx, e)
@@ -59,6 +63,9 @@ chunks that ran and the planned slots.`,
 				if zone != "" {
 					policy.Zone = zone
 				}
+			}
+			if traceStart != "" {
+				policy.TraceStart = traceStart
 			}
 			if policy.Trace == "" && policy.Provider == "" {
 				return fmt.Errorf("%s has no green policy: give --trace FILE to price it", st.RunID)
@@ -81,7 +88,17 @@ chunks that ran and the planned slots.`,
 	f.StringVar(&svg, "svg", "", "write an SVG timeline to this file")
 	f.StringVar(&trace, "trace", "", "carbon-intensity CSV to price with (instead of the policy's signal)")
 	f.StringVar(&zone, "zone", "", "zone of --trace")
+	f.StringVar(&traceStart, "trace-start", "", "replay the trace from this time (RFC 3339) at the run's start")
 	return cmd
+}
+
+// replayHint names --trace-start after an error that a trace not holding
+// the run's time gave ("" for any other).
+func replayHint(err error, policy spec.GreenPolicy) string {
+	if errors.Is(err, carbon.ErrOutOfRange) && policy.Trace != "" && policy.TraceStart == "" {
+		return " (--trace-start T replays the trace from T at the run's start)"
+	}
+	return ""
 }
 
 // greenReportJSON is `green report -o json`.
@@ -163,11 +180,12 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 	}
 	actual, err := sig.Actual(ctx, from, to)
 	if err != nil {
-		return out, tl, fmt.Errorf("carbon intensity for %s – %s: %w", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), err)
+		return out, tl, fmt.Errorf("carbon intensity for %s – %s: %w%s", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339),
+			err, replayHint(err, policy))
 	}
 	rep, err := energy.Account(actual, ivs, runNow)
 	if err != nil {
-		return out, tl, fmt.Errorf("price %s: %w", st.RunID, err)
+		return out, tl, fmt.Errorf("price %s: %w%s", st.RunID, err, replayHint(err, policy))
 	}
 	out.KWh, out.Grams, out.GPerKWh = rep.KWh, rep.Grams, rep.GPerKWh
 	out.BaselineGrams, out.BaselineGPerKWh, out.SavingsPct = rep.BaselineGrams, rep.BaselineGPerKWh, rep.SavingsPct

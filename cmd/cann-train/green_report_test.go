@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -99,6 +100,42 @@ func TestGreenReport(t *testing.T) {
 		!strings.Contains(out.String(), "batch      step 500: 48 (lr 0.0015)") ||
 		!strings.Contains(out.String(), "lost       0.1500 kWh") || !strings.Contains(out.String(), "500–530 (lost)") {
 		t.Errorf("text report %v:\n%s", err, out.String())
+	}
+}
+
+// TestGreenReportReplaysATrace: a run of today priced on a trace of 2022
+// needs --trace-start (the error says so); with it, the run's start is
+// the trace's time, each segment priced where it falls from there.
+func TestGreenReportReplaysATrace(t *testing.T) {
+	trace := esTrace(t)
+	start := time.Date(2026, 12, 6, 11, 0, 0, 0, time.UTC)
+	st := spec.RunStatus{RunID: "run/today", Phase: spec.PhaseCompleted, StartedAt: start,
+		Segments: []spec.Segment{{Start: start.Add(time.Hour), End: start.Add(2 * time.Hour), Nodes: 1, WallSeconds: 3600, ToStep: 100}}}
+	policy := spec.GreenPolicy{Trace: trace, NodeWatts: 1000, PUE: 1}.WithDefaults()
+	if _, _, err := greenReport(context.Background(), st, policy); !errors.Is(err, carbon.ErrOutOfRange) ||
+		!strings.Contains(err.Error(), "(--trace-start T replays the trace from T at the run's start)") {
+		t.Fatalf("a 2022 trace for a run of today: %v; want it out of range, naming --trace-start", err)
+	}
+	policy.TraceStart = "2022-03-01T08:00:00Z"
+	rep, _, err := greenReport(context.Background(), st, policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series, err := carbon.ReadCSV(f, "")
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at9, err := series.At(time.Date(2022, 3, 1, 9, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(rep.KWh, 1) || !near(rep.Grams, at9) {
+		t.Errorf("%v kWh, %v g; want 1 kWh at the trace's 09:00 (%v g/kWh)", rep.KWh, rep.Grams, at9)
 	}
 }
 
