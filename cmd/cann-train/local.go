@@ -65,7 +65,11 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(e.err, "Temporal %s up in %.1fs; Web UI %s\n", srv.FrontendAddr(), time.Since(start).Seconds(), srv.UIURL())
+	ui := srv.UIURL()
+	if ui == "" {
+		ui = "off (--ui-port 0)"
+	}
+	fmt.Fprintf(e.err, "Temporal %s up in %.1fs; Web UI %s\n", srv.FrontendAddr(), time.Since(start).Seconds(), ui)
 	// The in-process control worker (and its SDK client) log to a file
 	// beside the node workers': a recovery's warnings would break into
 	// the progress lines, which say it in a line of their own.

@@ -183,7 +183,11 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 		return &exitError{errors.New("run did not complete")}
 	}
 	if o.keep {
-		fmt.Fprintf(e.err, "server kept up: Web UI %s — Ctrl-C to stop\n", srv.UIURL())
+		if ui := srv.UIURL(); ui == "" {
+			fmt.Fprintf(e.err, "server kept up at %s (no Web UI: --ui-port 0) — Ctrl-C to stop\n", srv.FrontendAddr())
+		} else {
+			fmt.Fprintf(e.err, "server kept up: Web UI %s — Ctrl-C to stop\n", ui)
+		}
 		if ui := srv.UIURL(); srv.FrontendAddr() != "127.0.0.1:7233" || ui != (&env{address: srv.FrontendAddr()}).webUI("") {
 			fmt.Fprintf(e.err, "other commands reach it with: export TEMPORAL_ADDRESS=%s CANN_TRAIN_UI=%s\n", srv.FrontendAddr(), ui)
 		}
