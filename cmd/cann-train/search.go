@@ -196,17 +196,26 @@ func (s *searchSpace) options(cmd *cobra.Command, top int, evaluating bool) (str
 }
 
 func loadModel(arg string) (strategy.Model, error) {
-	if _, err := os.Stat(arg); err == nil {
-		return strategy.LoadModel(arg)
-	}
-	return strategy.PresetModel(arg)
+	return loadSpec(arg, strategy.LoadModel, strategy.PresetModel)
 }
 
 func loadCluster(arg string) (strategy.Cluster, error) {
-	if _, err := os.Stat(arg); err == nil {
-		return strategy.LoadCluster(arg)
+	return loadSpec(arg, strategy.LoadCluster, strategy.PresetCluster)
+}
+
+// loadSpec reads arg's spec file, else the preset it names; an arg that
+// is neither but looks like a file (a directory in it, a .yaml or .yml
+// name) is said to be a missing file.
+func loadSpec[T any](arg string, file, preset func(string) (T, error)) (T, error) {
+	_, err := os.Stat(arg)
+	if err == nil {
+		return file(arg)
 	}
-	return strategy.PresetCluster(arg)
+	v, perr := preset(arg)
+	if perr != nil && (strings.ContainsRune(arg, os.PathSeparator) || strings.HasSuffix(arg, ".yml") || strings.HasSuffix(arg, ".yaml")) {
+		return v, fmt.Errorf("%w; nor is it a preset (--list-presets lists them)", err)
+	}
+	return v, perr
 }
 
 // specFieldsHelp lists the fields of the model and cluster spec files,

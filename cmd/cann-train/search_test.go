@@ -42,8 +42,16 @@ func TestSearchCommand(t *testing.T) {
 			t.Errorf("evaluate JSON lacks %q", k)
 		}
 	}
-	if _, err := run("--model", "no-such-model", "--cluster", "vtrain_a100_64"); err == nil || !strings.Contains(err.Error(), "no-such-model") {
+	if _, err := run("--model", "no-such-model", "--cluster", "vtrain_a100_64"); err == nil || !strings.Contains(err.Error(), "no-such-model") ||
+		!strings.Contains(err.Error(), "known: 1024_ascend910b, ") {
 		t.Errorf("unknown preset: %v", err)
+	}
+	// A file that is not there is said to be missing, not an unknown preset.
+	for _, missing := range []string{"./m.yaml", "specs/m", "m.yml"} {
+		if _, err := run("--model", missing, "--cluster", "vtrain_a100_64"); err == nil || !strings.Contains(err.Error(), missing+": no such file") ||
+			!strings.Contains(err.Error(), "nor is it a preset (--list-presets lists them)") {
+			t.Errorf("--model %s: %v; want the file said missing", missing, err)
+		}
 	}
 	if _, err := run("--model", "gpt3_3.6b", "--cluster", "vtrain_a100_64", "--evaluate", "tp=three"); err == nil || !strings.Contains(err.Error(), "tp") {
 		t.Errorf("bad plan string: %v", err)

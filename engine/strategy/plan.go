@@ -164,8 +164,9 @@ const maxDevices = maxNodes * maxDevicesPerNode
 // ParsePlanOn is ParsePlan for cluster c: a plan that leaves dp out takes
 // every device the other degrees leave, dp = devices / (tp·pp·cp), as
 // Megatron derives the data-parallel size from the world ("tp=8,pp=16" on
-// 1,024 devices is dp=8). Where that does not divide, dp stays 1 and
-// Check says why the plan does not fit.
+// 1,024 devices is dp=8). Where that does not divide, the plan is an
+// error naming the product and the devices (a dp of 1 the user never
+// wrote would take the blame in Check).
 func ParsePlanOn(s string, c Cluster) (Plan, error) {
 	p, err := ParsePlan(s)
 	if err != nil {
@@ -176,9 +177,14 @@ func ParsePlanOn(s string, c Cluster) (Plan, error) {
 			return p, nil
 		}
 	}
-	if rest := p.TP * p.PP * p.CP; c.Devices()%rest == 0 {
-		p.DP = c.Devices() / rest
+	rest := p.TP * p.PP * p.CP
+	if c.Devices()%rest != 0 {
+		var errs problems
+		errs.add("plan", "dp left out, and tp·pp·cp = %d does not divide cluster %s's %d devices: give dp, "+
+			"or degrees whose product divides %d", rest, c.Name, c.Devices(), c.Devices())
+		return Plan{}, errs.err("plan")
 	}
+	p.DP = c.Devices() / rest
 	return p, nil
 }
 

@@ -53,8 +53,9 @@ func TestParsePlanErrors(t *testing.T) {
 }
 
 // TestParsePlanOn: a plan without dp takes the devices the other degrees
-// leave (Megatron's data-parallel size); a given dp stays, and one that
-// does not divide is left for Check to refuse.
+// leave (Megatron's data-parallel size); a given dp stays (Check refuses
+// one that does not fit); degrees whose product does not divide the
+// devices, dp left out, are an error naming both.
 func TestParsePlanOn(t *testing.T) {
 	c := mustCluster(t, "1024_ascend910b")
 	for _, tc := range []struct {
@@ -65,15 +66,15 @@ func TestParsePlanOn(t *testing.T) {
 		{"tp=8,pp=16,cp=2", 4},
 		{"TP=4, PP=8, mb=2", 32},
 		{"tp=8,pp=16,dp=2", 2}, // given: kept (Check refuses it)
-		{"tp=8,pp=12", 1},      // 96 does not divide 1,024
 	} {
 		p, err := ParsePlanOn(tc.in, c)
 		if err != nil || p.DP != tc.dp {
 			t.Errorf("%q: dp %d, %v; want %d", tc.in, p.DP, err, tc.dp)
 		}
 	}
-	if err := Check(mustModel(t, "moe_bert"), c, func() Plan { p, _ := ParsePlanOn("tp=8,pp=12", c); return p }()); err == nil {
-		t.Error("tp=8,pp=12 on 1,024 devices passed Check")
+	if _, err := ParsePlanOn("tp=8,pp=12", c); err == nil || !strings.Contains(err.Error(),
+		"dp left out, and tp·pp·cp = 96 does not divide cluster ascend910b-1024's 1024 devices") {
+		t.Errorf("tp=8,pp=12 on 1,024 devices: %v; want an error (96 does not divide 1,024)", err)
 	}
 	if _, err := ParsePlanOn("tp=eight", c); err == nil {
 		t.Error("a bad plan parsed")

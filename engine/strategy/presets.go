@@ -47,7 +47,11 @@ func presetPath(name string) (file, kind string, err error) {
 			return p, k.kind, nil
 		}
 	}
-	return "", "", fmt.Errorf("unknown preset %q (known: %s)", name, strings.Join(Presets(), ", "))
+	known := Presets()
+	for i, k := range known {
+		known[i] = strings.TrimSuffix(k, ".yaml")
+	}
+	return "", "", fmt.Errorf("unknown preset %q (known: %s)", name, strings.Join(known, ", "))
 }
 
 // Preset returns the YAML of an embedded spec ("moe_bert" or

@@ -38,7 +38,7 @@ func TestPresets(t *testing.T) {
 			t.Errorf("%s: kind %q", n, kind)
 		}
 	}
-	if _, err := Preset("nope"); err == nil || !strings.Contains(err.Error(), "moe_bert.yaml") {
+	if _, err := Preset("nope"); err == nil || !strings.Contains(err.Error(), "moe_bert, ") {
 		t.Errorf("unknown preset: %v", err)
 	}
 	if _, err := PresetModel("../models/gpt_1t.yaml"); err != nil {
