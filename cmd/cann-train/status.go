@@ -310,11 +310,17 @@ func (e *describeError) Error() string {
 func (e *describeError) Unwrap() error { return e.err }
 
 // progressLine is one line of `watch -o jsonl`.
+// A loss of 0 is one not measured yet (a chunk's first heartbeat, a job
+// that reports none): null.
 func progressLine(id string, st spec.RunStatus, step int64, loss float32, sps float64) map[string]any {
-	return map[string]any{
+	line := map[string]any{
 		"workflow_id": id, "status": st.Phase, "step": step, "steps": st.TotalSteps,
 		"loss": loss, "samples_per_sec": sps, "generation": st.Generation, "time": time.Now().UTC(),
 	}
+	if loss == 0 {
+		line["loss"] = nil
+	}
+	return line
 }
 
 // watchRun polls the run until it closes, drawing a progress bar on w
@@ -815,10 +821,13 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "model        %s on %d node(s)%s %v\n", s.Model, len(s.Nodes), ranks, s.Nodes)
 	}
 	printControls(w, s)
-	if st.Model == spec.ModelExternal {
+	switch {
+	case st.Model == spec.ModelExternal && st.TotalSteps == 0:
+		fmt.Fprintf(w, "steps        %d (the job has not said its total yet)\n", st.Step)
+	case st.Model == spec.ModelExternal:
 		// An external job runs in launches of its script, not chunks.
 		fmt.Fprintf(w, "steps        %d/%d\n", st.Step, st.TotalSteps)
-	} else {
+	default:
 		fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)
 	}
 	// Before any chunk ended (the first, which may take minutes, or one
@@ -826,6 +835,8 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	// chunk in flight's heartbeat gives the step and loss.
 	first := st.Model != spec.ModelExternal && s.Chunks == 0 && s.InitialLoss == 0
 	switch {
+	case st.Model == spec.ModelExternal && s.InitialLoss == 0 && s.FinalLoss == 0:
+		fmt.Fprintln(w, "loss         - (none reported)")
 	case first && st.Step > 0:
 		fmt.Fprintf(w, "loss         %.4f at step %d (the chunk in flight's; none has ended yet)\n", s.FinalLoss, st.Step)
 	case first:

@@ -566,4 +566,15 @@ func TestStatusTextExternal(t *testing.T) {
 	if strings.Contains(b.String(), "speed") {
 		t.Errorf("status text of an external job with no launch ended says a speed:\n%s", b.String())
 	}
+	// Failed before its job said anything: no total, no loss (not zeros).
+	st.Phase, st.Step, st.TotalSteps = spec.PhaseFailed, 0, 0
+	b.Reset()
+	if err := printStatus(&b, st, "text", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"steps        0 (the job has not said its total yet)\n", "loss         - (none reported)\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status text of an external job that reported nothing lacks %q:\n%s", want, b.String())
+		}
+	}
 }
