@@ -16,6 +16,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
 
 	"github.com/cann-train/cann-train/internal/suggest"
 )
@@ -339,8 +340,19 @@ func DecodeError(err error) (field string, line int, msg string, unknownField bo
 		return "(document)", 0, err.Error(), false
 	}
 	field, msg = "(document)", ye.GetMessage()
-	if tok := ye.GetToken(); tok != nil && tok.Position != nil {
+	tok := ye.GetToken()
+	if tok != nil && tok.Position != nil {
 		line = tok.Position.Line
+	}
+	var syntax *yaml.SyntaxError
+	if errors.As(err, &syntax) {
+		if _, at, ok := strings.Cut(msg, "already defined at ["); ok && tok != nil {
+			first, _, _ := strings.Cut(at, ":")
+			return tok.Value, line, "written twice (first at line " + first + "): a key appears once", false
+		}
+		return "(syntax)", line, syntaxHint(msg, tok), false
+	}
+	if tok != nil && tok.Position != nil {
 		if tok.Value != "" {
 			field = tok.Value
 		}
@@ -348,6 +360,23 @@ func DecodeError(err error) (field string, line int, msg string, unknownField bo
 	}
 	var uf *yaml.UnknownFieldError
 	return field, line, msg, errors.As(err, &uf)
+}
+
+// syntaxHint says a YAML syntax error the way a person would fix it: the
+// parser's words for the common slips, with what they usually mean.
+func syntaxHint(msg string, tok *token.Token) string {
+	switch {
+	case strings.Contains(msg, "found character '\t'"):
+		return "a tab character: YAML indents with spaces only"
+	case strings.Contains(msg, "mapping value is not allowed in this context"):
+		after := ""
+		if tok != nil && strings.TrimSpace(tok.Value) != "" {
+			after = fmt.Sprintf(" after %q", strings.TrimSpace(tok.Value))
+		}
+		return "a ':' where no key may start" + after + ": a line indented deeper than the one before it, " +
+			"or an unquoted value holding \": \" (quote it)"
+	}
+	return strings.Join(strings.Fields(msg), " ")
 }
 
 // plainType says a decoder's type error ("cannot unmarshal string into Go
