@@ -107,7 +107,7 @@ keeps the most of the oracle's savings in every zone and job kind.`,
 			if err != nil {
 				return err
 			}
-			return printGreenPlan(e, res, output)
+			return printGreenPlan(e, res, series, policy == "once", output)
 		},
 	}
 	f := plan.Flags()
@@ -137,18 +137,33 @@ type greenPlanJSON struct {
 	Slots         []slotJSON `json:"slots"`
 }
 
+// slotJSON is a slot of `green plan -o json`: GPerKWh the trace's mean
+// over it (what the slot emitted), Forecast the forecast's mean a plan made
+// once at the start gave it (the online and re-planning policies decide
+// step by step, on forecasts that change: none).
 type slotJSON struct {
 	Start     time.Time `json:"start"`
 	End       time.Time `json:"end"`
 	GPerKWh   float64   `json:"g_per_kwh"`
+	Forecast  *float64  `json:"forecast_g_per_kwh,omitempty"`
 	DurationH float64   `json:"hours"`
 }
 
-func printGreenPlan(e *env, r carbon.Result, output string) error {
+// printGreenPlan writes r; its slots' intensities are the forecast's
+// where planned once, else the trace's.
+func printGreenPlan(e *env, r carbon.Result, trace *carbon.Series, planned bool, output string) error {
 	out := greenPlanJSON{Baseline: r.BaselineGPerKWh, Planned: r.PlannedGPerKWh, Realized: r.RealizedGPerKWh,
 		Oracle: r.OracleGPerKWh, SavingsPct: r.SavingsPct, OracleSavings: r.OracleSavingsPct, Slots: []slotJSON{}}
 	for _, s := range r.Slots {
-		out.Slots = append(out.Slots, slotJSON{Start: s.Start, End: s.End, GPerKWh: s.MeanIntensity, DurationH: s.End.Sub(s.Start).Hours()})
+		actual, err := trace.Mean(s.Start, s.End)
+		if err != nil {
+			return fmt.Errorf("slot %s: %w", s.Start.Format(time.RFC3339), err)
+		}
+		js := slotJSON{Start: s.Start, End: s.End, GPerKWh: actual, DurationH: s.End.Sub(s.Start).Hours()}
+		if planned {
+			js.Forecast = &s.MeanIntensity
+		}
+		out.Slots = append(out.Slots, js)
 	}
 	if output == "json" {
 		enc := json.NewEncoder(e.out)
@@ -158,9 +173,13 @@ func printGreenPlan(e *env, r carbon.Result, output string) error {
 	fmt.Fprintf(e.out, "run now   %7.1f g/kWh\nplanned   %7.1f g/kWh (by the forecast)\nrealized  %7.1f g/kWh (%.1f%% saved)\noracle    %7.1f g/kWh (%.1f%% saved in hindsight)\n",
 		out.Baseline, out.Planned, out.Realized, out.SavingsPct, out.Oracle, out.OracleSavings)
 	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SLOT START\tEND\tHOURS\tg/kWh (forecast)")
+	fmt.Fprintln(tw, "SLOT START\tEND\tHOURS\tg/kWh\tFORECAST g/kWh")
 	for _, s := range out.Slots {
-		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.1f\n", s.Start.Format(time.RFC3339), s.End.Format(time.RFC3339), s.DurationH, s.GPerKWh)
+		fc := "-"
+		if s.Forecast != nil {
+			fc = fmt.Sprintf("%.1f", *s.Forecast)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.1f\t%s\n", s.Start.Format(time.RFC3339), s.End.Format(time.RFC3339), s.DurationH, s.GPerKWh, fc)
 	}
 	return tw.Flush()
 }

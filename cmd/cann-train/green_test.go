@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,9 +37,19 @@ func TestGreenPlan(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &p); err != nil {
 			t.Fatal(err)
 		}
-		hours := 0.0
+		// Each slot's g_per_kwh is the trace's over it: weighted by its
+		// hours, they give the realized intensity; a forecast's only
+		// where the plan was made once.
+		hours, grams := 0.0, 0.0
 		for _, s := range p.Slots {
 			hours += s.DurationH
+			grams += s.DurationH * s.GPerKWh
+			if (s.Forecast != nil) != (c.policy == "once") {
+				t.Errorf("%s %s: slot %+v; want a forecast's intensity only where planned once", fc, c.policy, s)
+			}
+		}
+		if math.Abs(grams/hours-p.Realized) > 1e-6*p.Realized {
+			t.Errorf("%s %s: the slots' intensities average %.3f g/kWh; want the realized %.3f", fc, c.policy, grams/hours, p.Realized)
 		}
 		if hours != 10 || !(p.Oracle <= p.Realized && p.Realized <= p.Baseline+1e-9) {
 			t.Errorf("%s: %.1f h planned; oracle %.1f ≤ realized %.1f ≤ baseline %.1f must hold", fc, hours, p.Oracle, p.Realized, p.Baseline)
