@@ -231,9 +231,17 @@ func (s *Server) UIURL() string {
 // Namespace the server created.
 func (s *Server) Namespace() string { return s.namespace }
 
+// Quiet keeps the server's errors out of its log from now on (panics
+// still go there): for a teardown, in which the server fails the requests
+// of the workers being stopped — polls on closed task queues, cancelled
+// updates — and says so at error level, after what the user came for.
+func (s *Server) Quiet() { s.level.SetLevel(zapcore.DPanicLevel) }
+
 // Stop shuts the UI and the server down.
 func (s *Server) Stop() {
-	s.level.SetLevel(zapcore.ErrorLevel)
+	if s.level.Level() < zapcore.ErrorLevel { // (not below Quiet's)
+		s.level.SetLevel(zapcore.ErrorLevel)
+	}
 	if s.ui != nil {
 		s.ui.Stop()
 	}

@@ -101,6 +101,7 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	launcher := &dev.Launcher{Command: e.command, LogDir: filepath.Join(o.dataDir, "logs")}
 	lc := &localCluster{srv: srv, client: c, launcher: launcher, ckptURL: "file://" + ckptDir, dataDir: o.dataDir}
 	lc.stop = func() {
+		srv.Quiet() // (the teardown's failed polls are no news)
 		_ = launcher.StopAll(10 * time.Second)
 		stopControl()
 		<-controlDone
