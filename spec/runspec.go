@@ -572,7 +572,7 @@ func decodeProblems(name string, file *ast.File, err error, passes int) []FieldE
 		})
 	}
 	for _, f := range se.Fields {
-		if f.Field == "(document)" || said(f.Field) {
+		if f.Field == "(document)" || f.Field == "(syntax)" || said(f.Field) {
 			continue // (what is left of the file, or a field already said wrong)
 		}
 		f.Line = yamlpos.LineOf(file, f.Field) // (the nodes left keep this file's lines)

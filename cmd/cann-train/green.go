@@ -149,8 +149,9 @@ type slotJSON struct {
 	DurationH float64   `json:"hours"`
 }
 
-// printGreenPlan writes r; its slots' intensities are the forecast's
-// where planned once, else the trace's.
+// printGreenPlan writes r, each slot with the trace's intensity over it
+// and, where planned once (r's slots then carry the forecast's), the
+// forecast's.
 func printGreenPlan(e *env, r carbon.Result, trace *carbon.Series, planned bool, output string) error {
 	out := greenPlanJSON{Baseline: r.BaselineGPerKWh, Planned: r.PlannedGPerKWh, Realized: r.RealizedGPerKWh,
 		Oracle: r.OracleGPerKWh, SavingsPct: r.SavingsPct, OracleSavings: r.OracleSavingsPct, Slots: []slotJSON{}}
