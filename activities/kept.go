@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/cann-train/cann-train/engine/launch"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -152,8 +153,13 @@ func ReadKeptFile(path string) (step int64, payload []byte, err error) {
 	if !ok || step <= 0 {
 		return 0, nil, fmt.Errorf("%s: not a kept checkpoint (a node names one step-<step>-<sha256>.pack)", path)
 	}
-	payload, err = readKeptFile(path, sum)
-	return step, payload, err
+	if payload, err = readKeptFile(path, sum); err != nil {
+		return 0, nil, err
+	}
+	if _, err := launch.CheckPacked(payload); err != nil {
+		return 0, nil, fmt.Errorf("%s: not an external job's checkpoint directory: %w", path, err)
+	}
+	return step, payload, nil
 }
 
 // readKeptFile reads a kept checkpoint's file and checks its bytes against

@@ -15,6 +15,7 @@ import (
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/engine/launch"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -101,8 +102,9 @@ func newCheckpointCmd(e *env) *cobra.Command {
 		Use:   "verify RUN",
 		Short: "Check every checkpoint's hash and decode its state; name the bad ones",
 		Long: `Reads every checkpoint of RUN, checks its size and SHA-256 against its
-manifest and decodes the training state. Exits non-zero if any is bad, naming
-the object and what is wrong with it.`,
+manifest and decodes the training state (an external job's: its checkpoint
+directory's layout, every file inside the payload). Exits non-zero if any is
+bad, naming the object and what is wrong with it.`,
 		Example: `  cann-train checkpoint verify mnist-demo --url file:///tmp/ckpt`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -127,7 +129,13 @@ the object and what is wrong with it.`,
 			for _, r := range refs {
 				v := verdict{Step: r.Step, Key: r.Key, OK: true}
 				payload, err := store.Load(cmd.Context(), r)
-				if err == nil {
+				if err == nil && launch.IsPackedDir(payload) {
+					// An external job's checkpoint directory: its layout,
+					// not a state of the built-in engine.
+					if _, derr := launch.CheckPacked(payload); derr != nil {
+						err = fmt.Errorf("checkpoint directory does not unpack: %w", derr)
+					}
+				} else if err == nil {
 					var st engine.State
 					if derr := st.UnmarshalBinary(payload); derr != nil {
 						err = fmt.Errorf("state does not decode: %w", derr)
@@ -245,8 +253,10 @@ holds for its storage. A run cancelled before the bucket took it again says
 where the file is. Once the bucket takes writes, this stores FILE as RUN's
 checkpoint at its step (its bytes checked against the hash in its name), and
 ` + "`cann-train run JOB --resume`" + ` continues from it. Refused while RUN's workflow
-runs (` + "`cann-train resume`" + ` has its node store it) and when the bucket already
-holds a checkpoint of RUN at that step or later.`,
+runs (` + "`cann-train resume`" + ` has its node store it), when the bucket already
+holds a checkpoint of RUN at that step or later, for a file that is not a
+packed checkpoint directory, and for a RUN neither Temporal nor the bucket
+knows.`,
 		Example: `  cann-train checkpoint store-kept llm-pretrain /var/lib/cann-train/node-1/kept/run_llm-pretrain/step-000000001500-3f2a….pack --url s3://ckpt`,
 		Args:    wantArgs(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -257,7 +267,8 @@ holds a checkpoint of RUN at that step or later.`,
 			}
 			ask := &temporalAsk{e: e}
 			defer ask.Close()
-			if ended, err := askRunEnded(cmd.Context(), ask, run); err == nil && ended == "" {
+			ended, askErr := askRunEnded(cmd.Context(), ask, run)
+			if askErr == nil && ended == "" {
 				return fmt.Errorf("run/%s is still running: `cann-train resume %s` has its hold store the checkpoint its node kept now", run, run)
 			}
 			store, refs, err := openRun(cmd, ask, args[0])
@@ -265,6 +276,10 @@ holds a checkpoint of RUN at that step or later.`,
 				return err
 			}
 			defer store.Close()
+			if askErr == nil && ended == "deleted" && len(refs) == 0 {
+				return fmt.Errorf("no run %s here: Temporal has no run/%s and %s holds none of its checkpoints (a typo? `cann-train dashboard` lists the runs)",
+					run, run, url)
+			}
 			if n := len(refs); n > 0 && refs[n-1].Step >= step {
 				return fmt.Errorf("%s already holds run %s's checkpoint at step %d, not older than the kept one at step %d: nothing to store",
 					url, run, refs[n-1].Step, step)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/engine/launch"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -174,6 +175,52 @@ func TestCheckpointGCAsksTemporalOnce(t *testing.T) {
 	t.Logf("%v, %d connection(s)", took.Round(time.Millisecond), conns.Load())
 }
 
+// TestCheckpointVerifyExternal: verify checks an external job's
+// checkpoints as checkpoint directories (their files inside the payload),
+// not as states of the built-in engine (which called every one corrupt),
+// and still names one that does not unpack.
+func TestCheckpointVerifyExternal(t *testing.T) {
+	ctx := context.Background()
+	url := "file://" + t.TempDir()
+	store, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	job := t.TempDir()
+	if err := os.WriteFile(filepath.Join(job, "model.pt"), []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	packed, _, err := launch.PackDir(job, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.SaveIncremental(ctx, "ext", 25, packed); err != nil {
+		t.Fatal(err)
+	}
+	verify := func() (string, error) {
+		var out, errb bytes.Buffer
+		cmd := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		cmd.SetArgs([]string{"checkpoint", "verify", "ext", "--url", url, "--address", "127.0.0.1:1"})
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	if out, err := verify(); err != nil || !strings.HasPrefix(out, "ok       step 25 ") {
+		t.Fatalf("verify of an external job's checkpoint: %v\n%s", err, out)
+	}
+	// A header whose file would land outside the directory.
+	bad := bytes.Replace(packed, []byte(`"model.pt"`), []byte(`"../el.pt"`), 1)
+	if bytes.Equal(bad, packed) {
+		t.Fatal("the pack's header does not name the file as expected")
+	}
+	if _, _, err := store.SaveIncremental(ctx, "ext", 50, bad); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := verify(); err == nil || !strings.Contains(out, "CORRUPT  step 50 ") || !strings.Contains(out, `checkpoint directory does not unpack: launch: packed checkpoint directory: bad path "../el.pt"`) {
+		t.Errorf("verify of a bad checkpoint directory: %v\n%s", err, out)
+	}
+}
+
 // TestCheckpointStoreKept: store-kept stores a file a node kept when the
 // bucket refused it as the run's checkpoint at its step, the bytes the
 // node kept; a file whose bytes do not match its name, a file not named as
@@ -199,8 +246,18 @@ func TestCheckpointStoreKept(t *testing.T) {
 		}
 		return path
 	}
-	payload := bytes.Repeat([]byte("state at 150 "), 10_000)
+	// What a node keeps: an external job's checkpoint directory, packed.
+	job := t.TempDir()
+	if err := os.WriteFile(filepath.Join(job, "model.pt"), bytes.Repeat([]byte("state at 150 "), 10_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	payload, _, err := launch.PackDir(job, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
 	good := keep(150, payload, payload)
+	garbage := []byte("hello\n")
+	notPacked := keep(155, garbage, garbage)
 	altered := keep(160, append([]byte("X"), payload[1:]...), payload)
 	misnamed := filepath.Join(dir, "checkpoint-150.pack")
 	if err := os.WriteFile(misnamed, payload, 0o644); err != nil {
@@ -229,6 +286,7 @@ func TestCheckpointStoreKept(t *testing.T) {
 		name, file, want string
 	}{
 		{"altered bytes", altered, "do not match their hash"},
+		{"not a checkpoint directory", notPacked, "not an external job's checkpoint directory: launch: not a packed checkpoint directory"},
 		{"not a kept checkpoint", misnamed, "not a kept checkpoint (a node names one step-<step>-<sha256>.pack)"},
 		{"older than the bucket's", old, "already holds run kept-run's checkpoint at step 100, not older than the kept one at step 90"},
 		{"missing", filepath.Join(dir, "step-000000000170-ab.pack"), "no such file"},

@@ -72,6 +72,10 @@ func TestExternalCancelledRunKeepsItsCheckpoint(t *testing.T) {
 	recordHistory(t, fetchHistory(ctx, t, c, id), "trainingrun_external_cancel_kept.json")
 
 	repair()
+	// A run name Temporal and the bucket do not know (a typo) is refused.
+	if _, _, err := run("checkpoint", "store-kept", name+"-typo", kept[0]); err == nil || !strings.Contains(err.Error(), "no run "+name+"-typo here") {
+		t.Errorf("store-kept for an unknown run: %v; want it refused", err)
+	}
 	out, _ := cli("checkpoint", "store-kept", name, kept[0])
 	if !strings.Contains(out, fmt.Sprintf("stored run %s's checkpoint at step %d", name, held.Step)) {
 		t.Errorf("store-kept said %q", out)

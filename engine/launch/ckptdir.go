@@ -256,3 +256,29 @@ func ResetDir(dir string) error {
 	}
 	return nil
 }
+
+// CheckPacked checks a PackDir payload without unpacking it: its header
+// reads, and every file lies inside the payload under a relative path.
+func CheckPacked(payload []byte) (DirStats, error) {
+	var st DirStats
+	h, err := readHeader(payload)
+	if err != nil {
+		return st, err
+	}
+	for _, d := range h.Dirs {
+		if _, err := safeJoin(".", d); err != nil {
+			return st, err
+		}
+	}
+	for _, f := range h.Files {
+		if _, err := safeJoin(".", f.Path); err != nil {
+			return st, err
+		}
+		if f.Size < 0 || f.Offset < 0 || f.Offset+f.Size > int64(len(payload)) {
+			return st, fmt.Errorf("launch: checkpoint payload: %s out of bounds", f.Path)
+		}
+		st.Files++
+		st.Bytes += f.Size
+	}
+	return st, nil
+}
