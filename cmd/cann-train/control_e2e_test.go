@@ -112,13 +112,18 @@ func TestPauseResumeRealRun(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	cli("nodes", "undrain", "node-3")
+	if out := cli("nodes", "undrain", "node-3"); out != "node-3 is back in the pool\n" {
+		t.Errorf("undrain: %q", out)
+	}
 	for st := state("node-3"); st != "free "; st = state("node-3") {
 		select {
 		case <-ctx.Done():
 			t.Fatalf("node-3 never came back: %s", st)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	if out := cli("nodes", "undrain", "node-3"); out != "node-3 is not drained: nothing to undo\n" {
+		t.Errorf("undrain of a node not drained: %q", out)
 	}
 	var errb bytes.Buffer
 	unknown := newRootCmd(&env{out: &bytes.Buffer{}, err: &errb, command: childCommand})

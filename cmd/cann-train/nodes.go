@@ -309,6 +309,10 @@ func setDrained(cmd *cobra.Command, e *env, clusterID, node string, drained bool
 	if rec == nil {
 		return fmt.Errorf("no node %q in %s (registered: %v)", node, clusterID, ids)
 	}
+	if !drained && !rec.Drained {
+		fmt.Fprintf(e.out, "%s is not drained: nothing to undo\n", node)
+		return nil
+	}
 	if err := c.SignalWorkflow(ctx, clusterID, "", spec.SignalDrain, spec.Drain{NodeID: node, Drained: drained, Reason: reason}); err != nil {
 		return fmt.Errorf("signal %s: %w", clusterID, err)
 	}
