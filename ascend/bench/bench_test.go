@@ -338,6 +338,7 @@ func TestFlagsAndSizes(t *testing.T) {
 		{Options{StepFactor: -2}, "-f -2 would never grow"},
 		{Options{Ranks: -1}, "-np -1"},
 		{Options{Iters: -3}, "negative"},
+		{Options{Algorithms: []ascend.Algorithm{ascend.AlgoPairwise}}, "--algo pairwise implements none of the collectives asked for ([allreduce])"},
 	} {
 		if err := tc.o.checkRange(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error saying %q", tc.o, err, tc.want)

@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -141,6 +142,13 @@ func (o Options) checkRange() error {
 		return fmt.Errorf("bench: -np %d: want 1 or more ranks", o.Ranks)
 	case o.StepBytes < 0 || o.Iters < 0 || o.Warmup < 0:
 		return fmt.Errorf("bench: negative -i %d, -n %d or -w %d", o.StepBytes, o.Iters, o.Warmup)
+	}
+	// An algorithm none of the collectives has would print no table.
+	colls := o.Defaults().Collectives
+	for _, a := range o.Algorithms {
+		if !slices.ContainsFunc(colls, a.Implements) {
+			return fmt.Errorf("bench: --algo %s implements none of the collectives asked for (%v)", a, colls)
+		}
 	}
 	return nil
 }

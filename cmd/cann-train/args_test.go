@@ -76,6 +76,8 @@ func TestArgumentErrors(t *testing.T) {
 		{[]string{"cancel", "r", "--wait", "-1s"}, []string{"--wait -1s: want 0 or more"}},
 		{[]string{"green", "override", "r", "--until", "2020-01-01T00:00:00Z"}, []string{"--until 2020-01-01T00:00:00Z has passed"}},
 		{[]string{"green", "report", "r", "-o", "yaml"}, []string{"allowed"}},
+		{[]string{"bench", "collective", "--ranks", "2", "--np", "3"}, []string{"--ranks 2 and --np 3: give the number of ranks once"}},
+		{[]string{"bench", "collective", "--ranks", "2", "--algo", "pairwise", "-e", "64"}, []string{"--algo pairwise implements none of the collectives asked for"}},
 		{[]string{"green", "report", "r", "--trace-start", "March"}, []string{`--trace-start "March": want an RFC 3339 time`}},
 		{[]string{"dev", "--port", "0", "--server-log-level", "loud"}, []string{`--server-log-level: log level "loud"`}},
 		{[]string{"worker", "node", "--id", "n", "--checkpoint-gc-grace", "0s"}, []string{"--checkpoint-gc-grace 0s: want at least 1s"}},

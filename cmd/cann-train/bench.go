@@ -48,6 +48,9 @@ bandwidth (GB = 1e9). Every size is checked for correctness.`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ranks > 0 {
+				if cmd.Flags().Changed("np") && opts.Ranks != ranks {
+					return fmt.Errorf("--ranks %d and --np %d: give the number of ranks once", ranks, opts.Ranks)
+				}
 				opts.Ranks = ranks
 			}
 			switch transport {
