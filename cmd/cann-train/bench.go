@@ -149,8 +149,8 @@ connections open): found by its heartbeat timeout.`,
 			if err := checkOutput(o.output, "text", "json"); err != nil {
 				return err
 			}
-			if o.kills < 1 || o.nodes < 2 || o.ckptEvery < 1 || o.steps < 3*o.ckptEvery {
-				return fmt.Errorf("need --kills ≥ 1, --nodes ≥ 2 and --steps ≥ 3 × --checkpoint-every")
+			if o.steps < 3*o.ckptEvery {
+				return fmt.Errorf("--steps %d: want at least 3 × --checkpoint-every (%d), room for kills between checkpoints", o.steps, 3*o.ckptEvery)
 			}
 			if o.fault != spec.FaultKill && o.fault != spec.FaultFreeze {
 				return fmt.Errorf("--fault %q: want kill or freeze", o.fault)
@@ -179,6 +179,8 @@ connections open): found by its heartbeat timeout.`,
 	f.StringVar(&o.fault, "fault", spec.FaultKill, "kill (SIGKILL) or freeze (SIGSTOP: the node hangs)")
 	f.DurationVar(&o.hbTimeout, "heartbeat-timeout", 5*time.Second, "the runs' heartbeat timeout (a frozen node is silent this long)")
 	atLeast(f, "1s", "heartbeat-timeout")
+	atLeast(f, "1", "kills", "steps", "chunk-steps", "checkpoint-every")
+	atLeast(f, "2", "nodes")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-recovery"), "checkpoints and logs")
 	return cmd

@@ -47,9 +47,6 @@ fastest one. With --codec every run compresses its gradient exchange
 			if err := checkOutput(o.output, "text", "json"); err != nil {
 				return err
 			}
-			if o.nodes < 1 || o.reps < 1 || o.batch < 1 || o.steps < 1 {
-				return fmt.Errorf("need --nodes, --reps, --batch-per-rank and --steps ≥ 1")
-			}
 			res, err := benchStrategy(cmd.Context(), e, o)
 			if err != nil {
 				return err
@@ -62,6 +59,7 @@ fastest one. With --codec every run compresses its gradient exchange
 	f.IntVar(&o.reps, "reps", 3, "repetitions (each: the auto run, then every degree)")
 	f.IntVar(&o.batch, "batch-per-rank", 32, "examples per rank on all nodes: the global batch is nodes × this")
 	f.Int64Var(&o.steps, "steps", 600, "steps per run")
+	atLeast(f, "1", "nodes", "reps", "batch-per-rank", "steps")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-strategy"), "checkpoints and logs")
 	f.StringVar(&o.codec, "codec", "", "compress every run's gradient exchange: auto, none, sign, int8, topk:RATIO (default: uncompressed)")
