@@ -137,7 +137,7 @@ func Parse(s string) (Codec, error) {
 		}
 		return NewInt8(b)
 	}
-	return nil, fmt.Errorf("%w: unknown codec %q (want none, topk:RATIO, sign[:BUCKET], int8[:BUCKET]; powersgd is a Reducer)", ErrInvalid, s)
+	return nil, fmt.Errorf("%w: unknown codec %q (want none, topk:RATIO, sign[:BUCKET] or int8[:BUCKET]; powersgd:RANK where low-rank reduction is offered)", ErrInvalid, s)
 }
 
 func cutColon(s string) (name, arg string, ok bool) {

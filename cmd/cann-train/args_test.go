@@ -81,6 +81,8 @@ func TestArgumentErrors(t *testing.T) {
 		{[]string{"bench", "recovery", "--chunk-steps", "-5"}, []string{"--chunk-steps -5: want at least 1"}},
 		{[]string{"bench", "recovery", "--steps", "100"}, []string{"--steps 100: want at least 3 × --checkpoint-every (150)"}},
 		{[]string{"bench", "strategy", "--reps", "0"}, []string{"--reps 0: want at least 1"}},
+		{[]string{"bench", "overlap", "--hidden", "64,0"}, []string{"--hidden [64 0]: layer 2 is 0 wide; want 1..65536"}},
+		{[]string{"bench", "compression", "--codec", "powersgd:0"}, []string{`powersgd rank "0": want a positive integer`}},
 		{[]string{"bench", "collective", "--ranks", "2", "--np", "3"}, []string{"--ranks 2 and --np 3: give the number of ranks once"}},
 		{[]string{"bench", "collective", "--ranks", "2", "--algo", "pairwise", "-e", "64"}, []string{"--algo pairwise implements none of the collectives asked for"}},
 		{[]string{"green", "report", "r", "--trace-start", "March"}, []string{`--trace-start "March": want an RFC 3339 time`}},

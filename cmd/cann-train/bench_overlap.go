@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/internal/trainbench"
 )
 
@@ -50,6 +51,11 @@ as a rank process on two cores would.`,
 			}
 			if o.Ranks == 1 {
 				return errors.New("--ranks 1: one rank has nothing to overlap; want 2 or more (0: the CPUs, within 2..3)")
+			}
+			for i, h := range o.Hidden {
+				if h < 1 || h > engine.MaxLayerWidth {
+					return fmt.Errorf("--hidden %v: layer %d is %d wide; want 1..%d", o.Hidden, i+1, h, engine.MaxLayerWidth)
+				}
 			}
 			if o.Warmup == 0 {
 				o.Warmup = -1 // (trainbench's 0 is its default)

@@ -113,10 +113,10 @@ func (o CompressionOptions) withDefaults() (CompressionOptions, error) {
 		return o, fmt.Errorf("trainbench: exchange %q, want %s or %s", o.Exchange, ExchangeAllGather, ExchangeTwoPhase)
 	}
 	for _, c := range []string{o.Codec, o.GradCodec} {
-		if c == "" || c == CodecAuto || strings.HasPrefix(c, "powersgd") {
+		if c == "" {
 			continue
 		}
-		if _, err := codec.Parse(c); err != nil {
+		if _, err := gradsync.CheckCodec(c); err != nil {
 			return o, err
 		}
 	}

@@ -65,6 +65,7 @@ func TestCompressionOptionsInvalid(t *testing.T) {
 		{"powersgd momentum", CompressionOptions{Optimizer: "onebit-adam", Codec: "powersgd:4"}, "not powersgd"},
 		{"unknown exchange", CompressionOptions{Exchange: "carrier-pigeon"}, "exchange"},
 		{"unknown codec", CompressionOptions{Codec: "zip"}, "unknown codec"},
+		{"powersgd of rank 0", CompressionOptions{Codec: "powersgd:0"}, `powersgd rank "0": want a positive integer`},
 		{"unknown optimizer", CompressionOptions{Optimizer: "sgd"}, "unknown optimizer"},
 	}
 	for _, tc := range tests {
