@@ -233,7 +233,16 @@ type Node struct {
 	// Protocol is the ChunkProtocolVersion of the worker's build (0 from
 	// workers before it: see ChunkProtocol).
 	Protocol int `json:"protocol,omitempty"`
+	// FaultInjection says whether the worker takes `cann-train fault`
+	// (FaultsAllowed, FaultsRefused; empty from workers before it said).
+	FaultInjection string `json:"fault_injection,omitempty"`
 }
+
+// Node.FaultInjection values.
+const (
+	FaultsAllowed = "allowed" // the worker runs with --allow-fault-injection
+	FaultsRefused = "refused"
+)
 
 // ShortSHA256 is a fingerprint's first 12 hex digits, as messages and
 // tables show it to people.

@@ -140,7 +140,11 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		host = h + " (" + host + ")"
 	}
 	node := spec.Node{ID: o.ID, TaskQueue: spec.NodeTaskQueue(o.ID), CommAddr: advertise, Host: host, Devices: 1,
-		DeviceIPs: hccnDeviceIPs(hccnConf), Incarnation: fmt.Sprintf("%d.%d", time.Now().UnixNano(), os.Getpid())}
+		DeviceIPs: hccnDeviceIPs(hccnConf), Incarnation: fmt.Sprintf("%d.%d", time.Now().UnixNano(), os.Getpid()),
+		FaultInjection: spec.FaultsRefused}
+	if o.AllowFaults {
+		node.FaultInjection = spec.FaultsAllowed
+	}
 	log = log.With(zap.String("node", o.ID))
 	// Before polling the node's task queue: a second worker must not take
 	// any of its chunks.

@@ -39,8 +39,9 @@ timeout, replaces it and resumes.`,
 }
 
 // checkRegistered refuses a fault for a node the run's Cluster does not
-// know (a typo would wait for it for ever); a registry that cannot be read
-// is no reason to refuse.
+// know (a typo would wait for it for ever) or whose worker takes no faults
+// (it refuses the fault, and the run only logs that); a registry that
+// cannot be read is no reason to refuse.
 func checkRegistered(ctx context.Context, c client.Client, st spec.RunStatus, node string) error {
 	cluster := st.ClusterID
 	if cluster == "" { // (a run started by an older build)
@@ -52,6 +53,9 @@ func checkRegistered(ctx context.Context, c client.Client, st spec.RunStatus, no
 	}
 	ids := make([]string, 0, len(reg.Nodes))
 	for _, r := range reg.Nodes {
+		if r.Node.ID == node && r.Node.FaultInjection == spec.FaultsRefused {
+			return fmt.Errorf("node %s takes no faults: its worker runs without --allow-fault-injection (for tests and demos: restart it with the flag)", node)
+		}
 		if r.Node.ID == node {
 			return nil
 		}

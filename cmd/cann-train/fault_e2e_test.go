@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,15 @@ func TestFaultReachesTheChunkInFlight(t *testing.T) {
 	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "node node-9 is not registered with "+spec.DefaultClusterID) ||
 		!strings.Contains(err.Error(), "registered: node-1 node-2 node-3 node-4;") {
 		t.Errorf("fault freeze of an unknown node: %v; want it refused, naming the registered nodes", err)
+	}
+	// A node whose worker takes no faults would refuse it, and the run
+	// only log that: refused here, saying why.
+	startNodeWorkerAt(t, l, addr, "file://"+filepath.Join(dir, "ckpt"), "node-5", "node-5")
+	waitRegistered(ctx, t, c, 5)
+	root = newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs([]string{"fault", "kill", "--run", s.Name, "--node", "node-5", "--address", addr})
+	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "node node-5 takes no faults: its worker runs without --allow-fault-injection") {
+		t.Errorf("fault kill of a node without --allow-fault-injection: %v; want it refused", err)
 	}
 	cli := cliAt(ctx, t, addr, l.LogDir)
 	if got := cli("fault", "kill", "--run", s.Name, "--node", victim); !strings.Contains(got, victim+" will SIGKILL itself after step") {
