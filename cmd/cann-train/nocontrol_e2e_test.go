@@ -45,7 +45,7 @@ func TestStatusWithoutControlWorker(t *testing.T) {
 	var w bytes.Buffer
 	wctx, wcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer wcancel()
-	if _, err := watchRun(wctx, c, run.GetID(), &w, false); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := watchRun(wctx, c, run.GetID(), &w, false, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("watch: %v", err)
 	}
 	if n := strings.Count(w.String(), "waiting: no control worker polls task queue"); n != 1 || strings.Contains(w.String(), "step 0/0") {

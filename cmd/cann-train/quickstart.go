@@ -168,7 +168,7 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 		return err
 	}
 	fmt.Fprintf(e.err, "started %s: %d steps on %d nodes\n", id, s.Steps, s.Nodes)
-	st, err := watchRun(ctx, c, id, e.err, false)
+	st, err := watchRun(ctx, c, id, e.err, false, nil)
 	if err != nil && st.RunID == "" {
 		return err
 	}

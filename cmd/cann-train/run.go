@@ -162,7 +162,11 @@ Job file fields (all optional but name):
 				fmt.Fprintln(e.out, id)
 				return nil
 			}
-			st, err := watchRun(cmd.Context(), c, id, e.err, o.output == "jsonl")
+			before := in.Resume // (its status carries over where the run resumes from its checkpoint)
+			if before != nil && before.LastCkpt == nil {
+				before = nil
+			}
+			st, err := watchRun(cmd.Context(), c, id, e.err, o.output == "jsonl", before)
 			if err != nil {
 				return err
 			}

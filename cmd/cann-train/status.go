@@ -114,7 +114,7 @@ func newWatchCmd(e *env) *cobra.Command {
 			if output == "jsonl" {
 				w = e.out
 			}
-			st, err := watchRun(cmd.Context(), c, runID(args[0]), w, output == "jsonl")
+			st, err := watchRun(cmd.Context(), c, runID(args[0]), w, output == "jsonl", nil)
 			if err != nil {
 				return err
 			}
@@ -323,10 +323,45 @@ func progressLine(id string, st spec.RunStatus, step int64, loss float32, sps fl
 	return line
 }
 
+// changeTeller says each recovery and change of the node count of a run
+// once, in a line of its own: the ones before a watch began too, but not
+// those of the earlier run a resumed one carries over.
+type changeTeller struct {
+	w                io.Writer
+	told, toldScales int
+}
+
+func newChangeTeller(w io.Writer, before *spec.RunStatus) *changeTeller {
+	t := &changeTeller{w: w}
+	if before != nil {
+		t.told, t.toldScales = len(before.Recoveries), len(before.Rescalings)
+	}
+	return t
+}
+
+// news says whether st has a change not told yet.
+func (t *changeTeller) news(st spec.RunStatus) bool {
+	return t.told < len(st.Recoveries) || t.toldScales < len(st.Rescalings)
+}
+
+func (t *changeTeller) tell(st spec.RunStatus) {
+	for ; t.told < len(st.Recoveries); t.told++ {
+		r := summarizeRecovery(st.Recoveries[t.told], nil)
+		fmt.Fprintf(t.w, "%-10s %s: %s\n", "recovered", recoveryHeadline(r), r.Reason)
+	}
+	for ; t.toldScales < len(st.Rescalings); t.toldScales++ {
+		kind, line := rescalingLine(st.Rescalings[t.toldScales])
+		fmt.Fprintf(t.w, "%-10s %s\n", kind, line)
+	}
+}
+
 // watchRun polls the run until it closes, drawing a progress bar on w
 // when it is a terminal, else writing a line per change of phase and per
 // tenth of the steps (or JSON lines), and returns the final status.
-func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, jsonl bool) (spec.RunStatus, error) {
+//
+// before is an earlier run's last status that this one resumes (nil: none):
+// its recoveries and node-count changes, carried over, are not said again.
+func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, jsonl bool, before *spec.RunStatus) (spec.RunStatus, error) {
 	var bar *progressbar.ProgressBar
 	var lines *progressLines
 	if !jsonl && !isTerminal(w) {
@@ -336,24 +371,15 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 	defer tick.Stop()
 	var last int64 = -1
 	var lastErr string
-	told, toldScale := 0, 0 // recoveries and node-count changes said
-	// tell says each recovery and change of the node count once, in a
-	// line of its own (the ones before the watch began too).
+	changes := newChangeTeller(w, before)
 	tell := func(st spec.RunStatus) {
-		if jsonl || told == len(st.Recoveries) && toldScale == len(st.Rescalings) {
+		if jsonl || !changes.news(st) {
 			return
 		}
 		if bar != nil {
 			_ = bar.Clear()
 		}
-		for ; told < len(st.Recoveries); told++ {
-			r := summarizeRecovery(st.Recoveries[told], nil)
-			fmt.Fprintf(w, "%-10s %s: %s\n", "recovered", recoveryHeadline(r), r.Reason)
-		}
-		for ; toldScale < len(st.Rescalings); toldScale++ {
-			kind, line := rescalingLine(st.Rescalings[toldScale])
-			fmt.Fprintf(w, "%-10s %s\n", kind, line)
-		}
+		changes.tell(st)
 	}
 	for {
 		st, live, closed, err := readProgress(ctx, c, id)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -576,5 +577,46 @@ func TestStatusTextExternal(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("status text of an external job that reported nothing lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestChangeTellerSkipsTheResumedRuns: a run resumed from an earlier one
+// carries its recoveries and node-count changes over; `run --resume
+// --wait` says only the new ones (it said the earlier run's as news).
+func TestChangeTellerSkipsTheResumedRuns(t *testing.T) {
+	earlier := spec.RunStatus{
+		Recoveries: []spec.Recovery{{Generation: 2, FailedNodes: []string{"a2"}, Replacement: []string{"a2"}, FailedAtStep: 97, ResumeStep: 75}},
+		Rescalings: []spec.Rescaling{{Generation: 3, FromNodes: 2, ToNodes: 3}},
+	}
+	now := earlier
+	now.Recoveries = append(slices.Clone(earlier.Recoveries), spec.Recovery{Generation: 5, FailedNodes: []string{"b1"}, Replacement: []string{"b9"}, FailedAtStep: 310, ResumeStep: 300})
+	for _, tc := range []struct {
+		name   string
+		before *spec.RunStatus
+		want   []string
+	}{
+		{"a watch: every change", nil, []string{"gen 2", "gen 5", "2 → 3 nodes"}},
+		{"a resumed run: the new ones", &earlier, []string{"gen 5"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			tl := newChangeTeller(&b, tc.before)
+			if !tl.news(now) {
+				t.Fatal("no news")
+			}
+			tl.tell(now)
+			lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+			if len(lines) != len(tc.want) {
+				t.Fatalf("told %d lines; want %d:\n%s", len(lines), len(tc.want), b.String())
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(lines[i], w) {
+					t.Errorf("line %d %q; want it to say %q", i+1, lines[i], w)
+				}
+			}
+			if tl.news(now) {
+				t.Error("news after telling it")
+			}
+		})
 	}
 }
