@@ -646,6 +646,9 @@ type Resumption struct {
 	// RunStatus.DataSHA256): the later run's nodes compare theirs afresh,
 	// and a change is named in its status.
 	DataSHA256 string `json:"data_sha256,omitempty"`
+	// Recoveries is how many recoveries the earlier run's status carried
+	// over: theirs are closed (the later run's first step is not theirs).
+	Recoveries int `json:"recoveries,omitempty"`
 }
 
 // NodesWord names nodes in a sentence: "node a", "nodes a, b".

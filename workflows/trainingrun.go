@@ -350,7 +350,7 @@ func (r *run) resumeFrom(ctx workflow.Context, prev spec.RunStatus, earlier []sp
 	}
 	st.Resumed = append(slices.Clone(prev.Resumed), spec.Resumption{
 		Phase: prev.Phase, Error: prev.Error, Step: prev.Step, FromStep: ck.Step, At: workflow.Now(ctx),
-		DataSHA256: prev.DataSHA256,
+		DataSHA256: prev.DataSHA256, Recoveries: len(st.Recoveries),
 	})
 	if st.Sync != nil && st.Sync.Codec == "" {
 		st.Sync = nil // undecided: measured afresh (newRun)

@@ -1469,11 +1469,17 @@ func (r *run) countChunk(lead spec.ChunkResult, secs float64) {
 }
 
 // noteResumed completes the last recovery with the first step after it:
-// when the slowest rank had it, and its loss.
+// when the slowest rank had it, and its loss — not one an earlier run of
+// this name carried over (Resumption.Recoveries): this run's first step
+// came after that run ended, maybe days later. (Status only: no command,
+// so histories replay.)
 func (r *run) noteResumed(results []spec.ChunkResult) {
 	s := &r.st.Status
 	n := len(s.Recoveries)
 	if n == 0 || !s.Recoveries[n-1].ResumedAt.IsZero() {
+		return
+	}
+	if k := len(s.Resumed); k > 0 && n <= s.Resumed[k-1].Recoveries {
 		return
 	}
 	var first time.Time

@@ -1234,10 +1234,11 @@ func TestTrainingRunResumes(t *testing.T) {
 		require.EqualValues(t, 4, in.Membership.Generation)
 	}
 	require.Len(t, st.Recoveries, 1, "the earlier run's record stays")
+	require.True(t, st.Recoveries[0].ResumedAt.IsZero(), "the earlier run's recovery never trained: this run's first step is not its")
 	require.InDelta(t, 2.3, st.InitialLoss, 1e-6)
 	require.Equal(t, 4, st.Checkpoints, "its two and the two at 300 and 400")
 	require.Len(t, st.Resumed, 1)
-	require.Equal(t, spec.Resumption{Phase: spec.PhaseFailed, Error: "gave up", Step: 230, FromStep: 200, At: st.Resumed[0].At}, st.Resumed[0])
+	require.Equal(t, spec.Resumption{Phase: spec.PhaseFailed, Error: "gave up", Step: 230, FromStep: 200, At: st.Resumed[0].At, Recoveries: 1}, st.Resumed[0])
 	require.Empty(t, st.Error)
 }
 

@@ -1218,7 +1218,8 @@ func recoveryTimes(r RecoverySummary) string {
 	}
 	from := strings.ReplaceAll(r.From, "_", " ")
 	if r.ResumeSeconds <= 0 { // (it failed, or waits, before a step)
-		return fmt.Sprintf("detected %.2fs after the %s; no step trained in this generation", r.DetectSeconds, from)
+		return fmt.Sprintf("detected %.2fs after the %s; no first step recorded for this generation "+
+			"(an external job's launch records it when it ends)", r.DetectSeconds, from)
 	}
 	return fmt.Sprintf("detected %.2fs, first step %.2fs after the %s", r.DetectSeconds, r.ResumeSeconds, from)
 }

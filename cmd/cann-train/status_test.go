@@ -437,7 +437,7 @@ func TestStatusTextRecoveries(t *testing.T) {
 		// follows): no "first step 0.00s".
 		{"no step", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30,
 			NoticedAt: t0, SeenAt: t0.Add(10 * time.Millisecond)},
-			"(30 steps lost); detected 0.01s after the peer notice; no step trained in this generation\n"},
+			"(30 steps lost); detected 0.01s after the peer notice; no first step recorded for this generation (an external job's launch records it when it ends)\n"},
 	} {
 		st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Recoveries: []spec.Recovery{tc.rec}}
 		var b bytes.Buffer
