@@ -175,18 +175,26 @@ func TestCheckpointGCAsksTemporalOnce(t *testing.T) {
 	t.Logf("%v, %d connection(s)", took.Round(time.Millisecond), conns.Load())
 }
 
+// fileStore is a checkpoint store in a directory of its own, closed when
+// the test ends, and its URL.
+func fileStore(t *testing.T) (string, *checkpoint.Store) {
+	t.Helper()
+	url := "file://" + t.TempDir()
+	store, err := checkpoint.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return url, store
+}
+
 // TestCheckpointVerifyExternal: verify checks an external job's
 // checkpoints as checkpoint directories (their files inside the payload),
 // not as states of the built-in engine (which called every one corrupt),
 // and still names one that does not unpack.
 func TestCheckpointVerifyExternal(t *testing.T) {
 	ctx := context.Background()
-	url := "file://" + t.TempDir()
-	store, err := checkpoint.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	url, store := fileStore(t)
 	job := t.TempDir()
 	if err := os.WriteFile(filepath.Join(job, "model.pt"), []byte("weights"), 0o644); err != nil {
 		t.Fatal(err)
@@ -228,12 +236,7 @@ func TestCheckpointVerifyExternal(t *testing.T) {
 // refused, naming what is wrong, and store nothing.
 func TestCheckpointStoreKept(t *testing.T) {
 	ctx := context.Background()
-	url := "file://" + t.TempDir()
-	store, err := checkpoint.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	url, store := fileStore(t)
 	if _, _, err := store.SaveIncremental(ctx, "kept-run", 100, []byte("state at 100")); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,21 @@ import (
 	"github.com/cann-train/cann-train/spec"
 )
 
+// esSeries is esTrace read.
+func esSeries(t *testing.T) *carbon.Series {
+	t.Helper()
+	f, err := os.Open(esTrace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	series, err := carbon.ReadCSV(f, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return series
+}
+
 func esTrace(t *testing.T) string {
 	t.Helper()
 	trace := filepath.Join("..", "..", "..", "shared", "data", "carbon", "ES_2022_hourly.csv")
@@ -29,16 +44,7 @@ func esTrace(t *testing.T) string {
 // trace, the baseline is the same work from the run's start, and the SVG
 // shows the chunks and the plan.
 func TestGreenReport(t *testing.T) {
-	trace := esTrace(t)
-	f, err := os.Open(trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	series, err := carbon.ReadCSV(f, "")
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	trace, series := esTrace(t), esSeries(t)
 	day := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
 	h := func(hour float64) time.Time { return day.Add(time.Duration(hour * float64(time.Hour))) }
 	ci := func(hour float64) float64 {
@@ -121,16 +127,7 @@ func TestGreenReportReplaysATrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	series, err := carbon.ReadCSV(f, "")
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	at9, err := series.At(time.Date(2022, 3, 1, 9, 0, 0, 0, time.UTC))
+	at9, err := esSeries(t).At(time.Date(2022, 3, 1, 9, 0, 0, 0, time.UTC))
 	if err != nil {
 		t.Fatal(err)
 	}
