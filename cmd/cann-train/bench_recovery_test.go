@@ -12,7 +12,7 @@ func TestBenchRecoveryFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--kills", "0"}, "need --kills ≥ 1"},
+		{[]string{"--kills", "0"}, "--kills 0: want at least 1"},
 		{[]string{"--kill-at", "noon"}, `--kill-at "noon": want random or chunk-end`},
 		{[]string{"--kill-at", "chunk-end", "--steps", "150", "--chunk-steps", "200"}, "no chunk ends"},
 		{[]string{"--fault", "melt"}, `--fault "melt": want kill or freeze`},
