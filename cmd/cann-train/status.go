@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/engine/energy"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
@@ -395,7 +396,7 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 				line := progressLine(id, st, st.Step, st.Loss, st.SamplesPerSec)
 				var ended *runEnded
 				if st.Phase == "" && errors.As(err, &ended) {
-					line["status"] = strings.ToLower(ended.status.String())
+					line["status"] = activities.ExecutionName(ended.status)
 				}
 				if err != nil {
 					line["error"] = err.Error()

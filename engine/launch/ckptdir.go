@@ -175,7 +175,7 @@ func readFull(p string, dst []byte) error {
 // and is expected empty: see ResetDir).
 func UnpackDir(payload []byte, dir string) (DirStats, error) {
 	var st DirStats
-	h, err := readHeader(payload)
+	h, err := checkedHeader(payload)
 	if err != nil {
 		return st, err
 	}
@@ -192,9 +192,6 @@ func UnpackDir(payload []byte, dir string) (DirStats, error) {
 		p, err := safeJoin(dir, f.Path)
 		if err != nil {
 			return st, err
-		}
-		if f.Size < 0 || f.Offset < 0 || f.Offset+f.Size > int64(len(payload)) {
-			return st, fmt.Errorf("launch: checkpoint payload: %s out of bounds", f.Path)
 		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return st, err
@@ -261,24 +258,37 @@ func ResetDir(dir string) error {
 // reads, and every file lies inside the payload under a relative path.
 func CheckPacked(payload []byte) (DirStats, error) {
 	var st DirStats
-	h, err := readHeader(payload)
+	h, err := checkedHeader(payload)
 	if err != nil {
 		return st, err
 	}
-	for _, d := range h.Dirs {
-		if _, err := safeJoin(".", d); err != nil {
-			return st, err
-		}
-	}
 	for _, f := range h.Files {
-		if _, err := safeJoin(".", f.Path); err != nil {
-			return st, err
-		}
-		if f.Size < 0 || f.Offset < 0 || f.Offset+f.Size > int64(len(payload)) {
-			return st, fmt.Errorf("launch: checkpoint payload: %s out of bounds", f.Path)
-		}
 		st.Files++
 		st.Bytes += f.Size
 	}
 	return st, nil
+}
+
+// checkedHeader is payload's header once every directory and file it
+// lists stays under the directory it unpacks to and every file lies
+// inside the payload.
+func checkedHeader(payload []byte) (*dirHeader, error) {
+	h, err := readHeader(payload)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range h.Dirs {
+		if _, err := safeJoin(".", d); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range h.Files {
+		if _, err := safeJoin(".", f.Path); err != nil {
+			return nil, err
+		}
+		if f.Size < 0 || f.Offset < 0 || f.Offset+f.Size > int64(len(payload)) {
+			return nil, fmt.Errorf("launch: checkpoint payload: %s out of bounds", f.Path)
+		}
+	}
+	return h, nil
 }
