@@ -609,7 +609,7 @@ func (s *supervision) onReport(e launch.Event) {
 	if !s.firstSeen {
 		s.firstSeen = true
 		s.firstStep, s.firstTime = e.Step, e.Time
-		s.res.FirstStepAt = now
+		s.res.FirstStepAt, s.prog.FirstStepAt = now, now
 		if e.Loss != nil {
 			s.res.FirstLoss = float32(*e.Loss)
 		}

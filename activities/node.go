@@ -415,7 +415,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		}
 		el := time.Since(loopStart).Seconds()
 		done := step + 1 - in.From
-		prog := spec.ChunkProgress{Step: step + 1, To: in.To, Loss: loss}
+		prog := spec.ChunkProgress{Step: step + 1, To: in.To, Loss: loss, FirstStepAt: res.FirstStepAt}
 		if el > 0 {
 			prog.SamplesPerSec = float64(done) * float64(p.nodeExamples) / el
 			prog.CommShare = sy.Stats().Sub(before).Exposed.Seconds() / el

@@ -782,6 +782,10 @@ type ChunkProgress struct {
 	// CommShare is the fraction of step time spent in collectives.
 	CommShare      float64 `json:"comm_share"`
 	LastCheckpoint int64   `json:"last_checkpoint"`
+	// FirstStepAt: the launch's (or chunk's) first step completed on this
+	// node; zero before it. The status reads it to time a recovery whose
+	// launch is still running (the workflow records it when it ends).
+	FirstStepAt time.Time `json:"first_step_at,omitzero"`
 }
 
 // ChunkResult is one node's report for a finished chunk.

@@ -72,6 +72,9 @@ func newStatusCmd(e *env) *cobra.Command {
 			if live != nil && live.Step > st.Step {
 				st.Step, st.Loss = live.Step, live.Loss
 			}
+			if live != nil {
+				liveResumed(&st, live.FirstStepAt)
+			}
 			if rankTable != "" {
 				if st.Topology == nil || st.Topology.RankTable == "" {
 					return fmt.Errorf("run %s has no rank table: it scans its topology only with collective: auto or topology_scan: true", st.RunID)
@@ -181,6 +184,8 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	}
 	var live *spec.ChunkProgress
 	var logs []spec.NodeLogs
+	var first time.Time // the launch's first step, when every node has had it
+	firstAll := true
 	for _, pa := range desc.GetPendingActivities() {
 		name := pa.GetActivityType().GetName()
 		if (name != spec.ActivityTrainChunk && name != spec.ActivityRunExternal) || pa.GetHeartbeatDetails() == nil {
@@ -198,8 +203,21 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 		if live == nil || p.Step > live.Step {
 			live = &p
 		}
-		if l.Node != "" && pa.GetState() != enumspb.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED {
+		if pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED {
+			continue // (a launch being stopped: not the one training now)
+		}
+		if l.Node != "" {
 			logs = append(logs, l)
+		}
+		firstAll = firstAll && !p.FirstStepAt.IsZero()
+		if p.FirstStepAt.After(first) {
+			first = p.FirstStepAt
+		}
+	}
+	if live != nil {
+		live.FirstStepAt = time.Time{}
+		if firstAll {
+			live.FirstStepAt = first // (the step is complete when the slowest node has it)
 		}
 	}
 	slices.SortFunc(logs, func(a, b spec.NodeLogs) int { return a.NodeRank - b.NodeRank })
@@ -1203,6 +1221,25 @@ func endedAs(phase spec.Phase, step int64, errText string) string {
 // its "cancelled at step N" opening and "last checkpoint at step N".
 var repeatsEnd = regexp.MustCompile(`^cancelled at step \d+|(^|; )last checkpoint at step \d+`)
 
+// liveResumed completes the last recovery's first-step time from the
+// running launch's heartbeats (first: when every node had its first step)
+// where the workflow has not recorded it yet — an external job's launch
+// reports it only when it ends — as the workflow's noteResumed would: not
+// for a recovery an earlier run of this name carried over, nor from a
+// step before the recovery was acted on.
+func liveResumed(st *spec.RunStatus, first time.Time) {
+	n := len(st.Recoveries)
+	if n == 0 || first.IsZero() || !st.Recoveries[n-1].ResumedAt.IsZero() {
+		return
+	}
+	if k := len(st.Resumed); k > 0 && n <= st.Resumed[k-1].Recoveries {
+		return
+	}
+	if r := &st.Recoveries[n-1]; first.After(r.SeenAt) {
+		r.ResumedAt = first
+	}
+}
+
 // recoveryTimes says how fast a recovery was, counted from the fault when
 // known (an injected one, a peer's notice), else from when the workflow
 // saw the chunk fail.
@@ -1219,8 +1256,7 @@ func recoveryTimes(r RecoverySummary) string {
 	}
 	from := strings.ReplaceAll(r.From, "_", " ")
 	if r.ResumeSeconds <= 0 { // (it failed, or waits, before a step)
-		return fmt.Sprintf("detected %.2fs after the %s; no first step recorded for this generation "+
-			"(an external job's launch records it when it ends)", r.DetectSeconds, from)
+		return fmt.Sprintf("detected %.2fs after the %s; no first step recorded since", r.DetectSeconds, from)
 	}
 	return fmt.Sprintf("detected %.2fs, first step %.2fs after the %s", r.DetectSeconds, r.ResumeSeconds, from)
 }

@@ -437,7 +437,7 @@ func TestStatusTextRecoveries(t *testing.T) {
 		// follows): no "first step 0.00s".
 		{"no step", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30,
 			NoticedAt: t0, SeenAt: t0.Add(10 * time.Millisecond)},
-			"(30 steps lost); detected 0.01s after the peer notice; no first step recorded for this generation (an external job's launch records it when it ends)\n"},
+			"(30 steps lost); detected 0.01s after the peer notice; no first step recorded since\n"},
 	} {
 		st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Recoveries: []spec.Recovery{tc.rec}}
 		var b bytes.Buffer
@@ -619,4 +619,43 @@ func TestChangeTellerSkipsTheResumedRuns(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLiveResumed(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
+	rec := spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, NoticedAt: t0, SeenAt: t0.Add(time.Second)}
+	recorded := rec
+	recorded.ResumedAt = t0.Add(3 * time.Second)
+	for _, tc := range []struct {
+		name    string
+		st      spec.RunStatus
+		first   time.Time
+		want    time.Time
+		wantOut string
+	}{
+		{"the running launch's first step", spec.RunStatus{Recoveries: []spec.Recovery{rec}}, t0.Add(5 * time.Second), t0.Add(5 * time.Second),
+			"detected 1.00s, first step 5.00s after the peer notice"},
+		{"no first step yet", spec.RunStatus{Recoveries: []spec.Recovery{rec}}, time.Time{}, time.Time{}, "no first step recorded since"},
+		{"the workflow's own figure wins", spec.RunStatus{Recoveries: []spec.Recovery{recorded}}, t0.Add(5 * time.Second), recorded.ResumedAt, "first step 3.00s"},
+		{"a step before the recovery", spec.RunStatus{Recoveries: []spec.Recovery{rec}}, t0.Add(time.Second / 2), time.Time{}, "no first step recorded since"},
+		{"an earlier run's recovery", spec.RunStatus{Recoveries: []spec.Recovery{rec}, Resumed: []spec.Resumption{{Recoveries: 1}}},
+			t0.Add(time.Hour), time.Time{}, "no first step recorded since"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.st.RunID, tc.st.Phase = "run/x", spec.PhaseTraining
+			liveResumed(&tc.st, tc.first)
+			if got := tc.st.Recoveries[0].ResumedAt; !got.Equal(tc.want) {
+				t.Errorf("ResumedAt %v; want %v", got, tc.want)
+			}
+			var b bytes.Buffer
+			if err := printStatus(&b, tc.st, "text", "", "default"); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), tc.wantOut) {
+				t.Errorf("status says\n%s\nwant %q", b.String(), tc.wantOut)
+			}
+		})
+	}
+	var none spec.RunStatus
+	liveResumed(&none, t0) // no recovery: nothing to complete (and no panic)
 }
