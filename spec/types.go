@@ -1027,6 +1027,10 @@ type RunStatus struct {
 	// count out of range, e.g. a hand-written payload's misspelt field);
 	// empty once one is accepted.
 	RefusedRescale string `json:"refused_rescale,omitempty"`
+	// RefusedSignal says why the last other control signal the run could
+	// not act on was refused (a hand-sent green-override whose payload
+	// does not decode).
+	RefusedSignal string `json:"refused_signal,omitempty"`
 	// TargetNodes is the node count a run that went on with fewer nodes
 	// (a failure without a spare, a drained node without a replacement)
 	// grows back to as nodes come free (0: none).

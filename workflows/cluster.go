@@ -134,30 +134,46 @@ func (c *cluster) run(ctx workflow.Context) error {
 	release := workflow.GetSignalChannel(ctx, spec.SignalRelease)
 	drain := workflow.GetSignalChannel(ctx, spec.SignalDrain)
 
+	log := workflow.GetLogger(ctx)
 	sel := workflow.NewSelector(ctx)
 	sel.AddReceive(register, func(ch workflow.ReceiveChannel, _ bool) {
 		var n spec.Node
-		ch.Receive(ctx, &n)
+		if _, err := receive(ch, &n); err != nil {
+			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalRegister, "error", err)
+			return
+		}
 		c.register(ctx, n)
 	})
 	sel.AddReceive(heartbeat, func(ch workflow.ReceiveChannel, _ bool) {
 		var hb spec.NodeHeartbeat
-		ch.Receive(ctx, &hb)
+		if _, err := receive(ch, &hb); err != nil {
+			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalHeartbeat, "error", err)
+			return
+		}
 		c.heartbeat(ctx, hb)
 	})
 	sel.AddReceive(failed, func(ch workflow.ReceiveChannel, _ bool) {
 		var mf spec.MarkFailed
-		ch.Receive(ctx, &mf)
+		if _, err := receive(ch, &mf); err != nil {
+			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalMarkFailed, "error", err)
+			return
+		}
 		c.markFailed(ctx, mf)
 	})
 	sel.AddReceive(release, func(ch workflow.ReceiveChannel, _ bool) {
 		var r spec.Release
-		ch.Receive(ctx, &r)
+		if _, err := receive(ch, &r); err != nil {
+			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalRelease, "error", err)
+			return
+		}
 		c.release(ctx, r.RunID)
 	})
 	sel.AddReceive(drain, func(ch workflow.ReceiveChannel, _ bool) {
 		var d spec.Drain
-		ch.Receive(ctx, &d)
+		if _, err := receive(ch, &d); err != nil {
+			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalDrain, "error", err)
+			return
+		}
 		c.drain(ctx, d)
 	})
 	for {

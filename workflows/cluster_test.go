@@ -530,6 +530,37 @@ func TestClusterAcquireWithoutWaiting(t *testing.T) {
 		ae.Message(), "the nodes a run holds are not counted as free")
 }
 
+// A signal whose payload does not decode (sent by hand: `temporal
+// workflow signal --input '{"node_id": 5}'`) is refused and the Cluster
+// goes on: the next signals and acquisitions are served. (With Receive in
+// the selector's callbacks the Cluster's loop waited inside the callback
+// for the next good signal of that kind: no lease renewed meanwhile.)
+func TestClusterRefusesMalformedSignals(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b"))
+	at(2*time.Second, func() {
+		env.SignalWorkflow(spec.SignalDrain, map[string]any{"node_id": 5})
+		env.SignalWorkflow(spec.SignalRegister, map[string]any{"id": []int{1}})
+		env.SignalWorkflow(spec.SignalHeartbeat, "b")
+		env.SignalWorkflow(spec.SignalMarkFailed, 7)
+		env.SignalWorkflow(spec.SignalRelease, []byte("not json")) // (a binary payload)
+	})
+	registerAt(env, at, 3*time.Second, testNodes("c"))
+	var registry Registry
+	at(3500*time.Millisecond, func() {
+		v, err := env.QueryWorkflow(spec.QueryRegistry)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&registry))
+	})
+	at(4*time.Second, func() { acquire("all", spec.AcquireRequest{RunID: "r1", Count: 3, Wait: time.Second}) })
+	at(6*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+	require.Len(t, registry.Nodes, 3, "the registration after the malformed signals was served")
+	require.NoError(t, results["all"].err)
+	require.Equal(t, []string{"a", "b", "c"}, ids(results["all"].nodes))
+}
+
 // Draining a node a run holds tells the run; putting it back while the run
 // still holds it tells the run too; repeats tell nobody.
 func TestClusterDrainTellsTheRun(t *testing.T) {

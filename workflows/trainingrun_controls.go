@@ -76,7 +76,7 @@ func (r *run) listen(ctx workflow.Context) {
 	log := workflow.GetLogger(ctx)
 	sel := workflow.NewSelector(ctx)
 	sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {
-		c.Receive(ctx, nil)
+		c.ReceiveAsync(nil) // (any payload: none is read)
 		log.Info("pause requested: holding at the next chunk boundary", "step", r.st.Status.Step)
 		r.st.Ctl.PauseNow = r.st.Ctl.Paused
 		r.st.Ctl.Paused = true
@@ -84,7 +84,7 @@ func (r *run) listen(ctx workflow.Context) {
 		r.endInFlight(ctx, "pause")
 	})
 	sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) {
-		c.Receive(ctx, nil)
+		c.ReceiveAsync(nil)
 		log.Info("resume requested", "step", r.st.Status.Step)
 		r.st.Ctl.Paused = false
 		r.st.Ctl.PauseNow = false
@@ -93,7 +93,12 @@ func (r *run) listen(ctx workflow.Context) {
 	})
 	sel.AddReceive(rescale, func(c workflow.ReceiveChannel, _ bool) {
 		var req spec.Rescale
-		c.Receive(ctx, &req)
+		raw, err := receive(c, &req)
+		if err != nil {
+			log.Warn("rescale refused: its payload does not decode", "error", err)
+			r.st.Status.RefusedRescale = fmt.Sprintf(`a rescale signal refused: %v (want {"nodes": N})`, err)
+			return
+		}
 		// Every rank needs at least one example of the global batch (the
 		// smallest the batch controller has set, too).
 		if most := min(1024, r.minBatch()/r.spec.LocalRanks()); req.Nodes < r.spec.MinNodes || req.Nodes > most {
@@ -101,6 +106,9 @@ func (r *run) listen(ctx workflow.Context) {
 				"global_batch", r.minBatch())
 			r.st.Status.RefusedRescale = fmt.Sprintf("rescale to %d node(s) refused: want %d..%d (min_nodes %d; every rank needs an example of the global batch %d)",
 				req.Nodes, r.spec.MinNodes, most, r.spec.MinNodes, r.minBatch())
+			if err := unknownField(raw, &spec.Rescale{}); err != nil {
+				r.st.Status.RefusedRescale += fmt.Sprintf("; its payload %s: %v", clipPayload(raw), err)
+			}
 			return
 		}
 		r.st.Status.RefusedRescale = ""
@@ -113,7 +121,11 @@ func (r *run) listen(ctx workflow.Context) {
 	})
 	sel.AddReceive(override, func(c workflow.ReceiveChannel, _ bool) {
 		var o spec.GreenOverride
-		c.Receive(ctx, &o)
+		if _, err := receive(c, &o); err != nil {
+			r.refuseSignal(ctx, spec.SignalGreenOverride, err)
+			return
+		}
+		r.st.Status.RefusedSignal = ""
 		r.st.Ctl.Overrides++
 		r.st.Ctl.Override, r.st.Ctl.OverrideUntil = !o.Clear, o.Until
 		if o.Clear {
@@ -124,7 +136,10 @@ func (r *run) listen(ctx workflow.Context) {
 	})
 	sel.AddReceive(evict, func(c workflow.ReceiveChannel, _ bool) {
 		var ev spec.Evict
-		c.Receive(ctx, &ev)
+		if _, err := receive(c, &ev); err != nil {
+			r.refuseSignal(ctx, spec.SignalEvict, err)
+			return
+		}
 		r.noteEvict(ctx, ev)
 	})
 	workflow.Go(ctx, func(ctx workflow.Context) {
@@ -132,6 +147,14 @@ func (r *run) listen(ctx workflow.Context) {
 			sel.Select(ctx)
 		}
 	})
+}
+
+// refuseSignal reports a control signal whose payload did not decode: in
+// the control worker's log and the run's status, which keeps the last.
+// (Status only: no command.)
+func (r *run) refuseSignal(ctx workflow.Context, name string, err error) {
+	workflow.GetLogger(ctx).Warn("signal refused: its payload does not decode", "signal", name, "error", err)
+	r.st.Status.RefusedSignal = fmt.Sprintf("%s signal refused: %v", name, err)
 }
 
 // settle lets the signal coroutines take every signal already delivered,

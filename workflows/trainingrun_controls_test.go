@@ -263,13 +263,13 @@ func TestTrainingRunRescaleCountsRanks(t *testing.T) {
 		case in.From == 200 && in.Rank == 0:
 			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 4})
 		case in.From == 300 && in.Rank == 0:
-			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{}) // e.g. {"node": 4}: no count
+			env.SignalWorkflow(spec.SignalRescale, map[string]any{"node": 4}) // a misspelt field: no count
 		}
 	}
 	s := spec.RunSpec{Name: "t", Nodes: 2, RanksPerNode: 4, BatchPerRank: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	st := result(t, env)
-	require.Equal(t, "rescale to 0 node(s) refused: want 2..4 (min_nodes 2; every rank needs an example of the global batch 16)", st.RefusedRescale,
+	require.Equal(t, `rescale to 0 node(s) refused: want 2..4 (min_nodes 2; every rank needs an example of the global batch 16); its payload {"node":4}: json: unknown field "node"`, st.RefusedRescale,
 		"the status says why the last rescale was refused")
 
 	require.EqualValues(t, 400, st.Step)
@@ -278,6 +278,39 @@ func TestTrainingRunRescaleCountsRanks(t *testing.T) {
 	require.Len(t, st.Rescalings, 1, "5 nodes of 4 ranks refused")
 	require.Equal(t, 4, st.Rescalings[0].ToNodes)
 	require.Len(t, st.Nodes, 4)
+}
+
+// Control signals whose payloads do not decode (sent by hand: `temporal
+// workflow signal --input '{"nodes": "two"}'`) are refused, named in the
+// status, and the run goes on: a later rescale is applied. (With Receive
+// in the selector's callbacks every workflow task panicked from then on.)
+func TestTrainingRunRefusesMalformedSignals(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		switch {
+		case in.From == 100 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalRescale, map[string]any{"nodes": "two"})
+			env.SignalWorkflow(spec.SignalEvict, []byte{0xff}) // (a binary payload)
+			env.SignalWorkflow(spec.SignalPause, "anything")   // (read as no payload)
+			env.SignalWorkflow(spec.SignalResume, 42)
+		case in.From == 200 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
+		case in.From == 300 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalGreenOverride, map[string]any{"until": "tomorrow"})
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.EqualValues(t, 400, st.Step)
+	require.Len(t, st.Rescalings, 1, "the rescale after the malformed ones")
+	require.Equal(t, 3, st.Rescalings[0].ToNodes)
+	require.Empty(t, st.RefusedRescale, "an accepted rescale clears the refusal")
+	require.Equal(t, `green-override signal refused: its payload {"until":"tomorrow"}: parsing time "tomorrow" as "2006-01-02T15:04:05Z07:00": cannot parse "tomorrow" as "2006"`,
+		st.RefusedSignal, "the status keeps the last refusal")
+	require.False(t, st.PauseRequested)
 }
 
 // TestTrainingRunRescaleDuringRescale: a rescale signalled while another

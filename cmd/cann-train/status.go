@@ -650,6 +650,7 @@ type Summary struct {
 	PauseRequested bool               `json:"pause_requested,omitempty"`
 	PendingNodes   int                `json:"pending_nodes,omitempty"`
 	RefusedRescale string             `json:"refused_rescale,omitempty"`
+	RefusedSignal  string             `json:"refused_signal,omitempty"`
 	TargetNodes    int                `json:"target_nodes,omitempty"`
 	Evicting       []string           `json:"evicting,omitempty"`
 	Leaving        []string           `json:"leaving,omitempty"`
@@ -815,7 +816,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
 		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, CutOff: st.CutOff, Error: st.Error,
-		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, TargetNodes: st.TargetNodes,
+		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, RefusedSignal: st.RefusedSignal, TargetNodes: st.TargetNodes,
 		Evicting: st.Evicting, Leaving: st.Leaving, NodeAsk: st.NodeAsk, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 		Energy: energySummary(st.Segments),
@@ -866,6 +867,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "model        %s on %d node(s)%s %v\n", s.Model, len(s.Nodes), ranks, s.Nodes)
 	}
 	printControls(w, s)
+	if s.RefusedSignal != "" {
+		fmt.Fprintf(w, "signal       %s\n", s.RefusedSignal)
+	}
 	switch {
 	case st.Model == spec.ModelExternal && st.TotalSteps == 0:
 		fmt.Fprintf(w, "steps        %d (the job has not said its total yet)\n", st.Step)

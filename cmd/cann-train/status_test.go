@@ -659,3 +659,15 @@ func TestLiveResumed(t *testing.T) {
 	var none spec.RunStatus
 	liveResumed(&none, t0) // no recovery: nothing to complete (and no panic)
 }
+
+func TestStatusTextRefusedSignal(t *testing.T) {
+	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist",
+		RefusedSignal: `green-override signal refused: its payload {"until":"tomorrow"}: parsing time "tomorrow"`}
+	var b bytes.Buffer
+	if err := printStatus(&b, st, "text", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "signal       green-override signal refused: its payload {\"until\":\"tomorrow\"}"; !strings.Contains(b.String(), want) {
+		t.Errorf("status says\n%s\nwant %q", b.String(), want)
+	}
+}
