@@ -44,6 +44,9 @@ type RunInput struct {
 	// know (UnmarshalJSON), e.g. `unknown field "spec.nodse" (did you mean
 	// nodes?)`.
 	unknown string
+	// badType names a field whose JSON value does not decode, e.g.
+	// `spec.nodes: a string where a whole number belongs` (UnmarshalJSON).
+	badType string
 }
 
 // UnmarshalJSON decodes a RunInput and notes the first field it does not
@@ -55,7 +58,14 @@ func (in *RunInput) UnmarshalJSON(b []byte) error {
 	type plain RunInput // (without this method)
 	var p plain
 	if err := json.Unmarshal(b, &p); err != nil {
-		return err
+		// The run refuses it, naming the field, rather than fail its
+		// first workflow task with the decoder's words.
+		*in = RunInput(p)
+		in.badType = strings.TrimPrefix(err.Error(), "json: ")
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
+			in.badType = fmt.Sprintf("%s: %s where %s belongs", te.Field, article(te.Value), jsonKind(te.Type))
+		}
+		return nil
 	}
 	*in = RunInput(p)
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -64,6 +74,35 @@ func (in *RunInput) UnmarshalJSON(b []byte) error {
 		in.unknown = cmp.Or(unknownInputFields(b), strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
+}
+
+// article puts "a" or "an" before a JSON value's kind ("string",
+// "array", "number -3"…).
+func article(kind string) string {
+	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an " + kind
+	}
+	return "a " + kind
+}
+
+// jsonKind says what JSON value a Go type takes: "a number", "a string".
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a " + t.String()
 }
 
 // unknownInputFields names every field of the JSON input b that RunInput
@@ -98,6 +137,12 @@ func unknownInputFields(b []byte) string {
 // such an input, so that a history whose input held a field since removed
 // replays as it ran.
 const versionUnknownInput = "unknown-input"
+
+// versionRunIDName: a run started with a workflow ID run/<x> other than
+// run/<its spec's name> fails at once (before: it stored its checkpoints
+// under the name, where nothing that knew it by its ID looked). Asked only
+// for such a run's first execution.
+const versionRunIDName = "run-id-name"
 
 // RunState is everything that crosses continue-as-new.
 type RunState struct {
@@ -268,7 +313,22 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 	if r.clusterID == "" {
 		r.clusterID = spec.DefaultClusterID
 	}
+	if in.badType != "" {
+		err := fmt.Errorf("workflow input: %s (the spec's fields are the job file's: `cann-train run --help` lists them)", in.badType)
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
+	}
 	if err := r.spec.Validate(); err != nil {
+		if in.unknown != "" {
+			// A misspelt field is the likelier cause ("name: required" for
+			// a misspelt "name" or "spec"): say it first.
+			err = fmt.Errorf("workflow input: %s; %w", in.unknown, err)
+		}
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
+	}
+	if id := workflow.GetInfo(ctx).WorkflowExecution.ID; in.State == nil && strings.HasPrefix(id, spec.RunIDPrefix) &&
+		id != spec.RunIDPrefix+r.spec.Name && workflow.GetVersion(ctx, versionRunIDName, workflow.DefaultVersion, 1) >= 1 {
+		err := fmt.Errorf("workflow ID %q with spec name %q: a run's workflow ID is %s<name> (its checkpoints are the name's: `cann-train status`, `checkpoint ls` and --resume find it by the name)",
+			id, r.spec.Name, spec.RunIDPrefix)
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
 	}
 	if in.unknown != "" && workflow.GetVersion(ctx, versionUnknownInput, workflow.DefaultVersion, 1) >= 1 {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -439,6 +440,12 @@ func TestTrainingRunRejectsUnknownInputFields(t *testing.T) {
 			`unknown field "spec.green.deadlin" (did you mean deadline?)`},
 		{`{"spec": {"name": "t", "nodes": 1, "stesp": 100, "zzzzzzzz": 1}, "faults": [{"node_di": "a"}]}`,
 			`unknown fields "spec.stesp" (did you mean steps?), "spec.zzzzzzzz", "faults[0].node_di" (did you mean node_id?)`},
+		// A misspelt required field: named before what its absence broke.
+		{`{"spec": {"nmae": "t", "nodes": 1, "steps": 100}}`, `unknown field "spec.nmae" (did you mean name?); run spec: 1 problem(s)`},
+		{`{"spce": {"name": "t", "nodes": 1, "steps": 100}}`, `unknown field "spce" (did you mean spec?); run spec:`},
+		// A value of the wrong type: named, not the decoder's retryable error.
+		{`{"spec": {"name": "t", "nodes": "two", "steps": 100}}`, `spec.nodes: a string where a whole number belongs`},
+		{`{"spec": {"name": "t", "nodes": 1, "steps": 100, "topology_scan": 1}}`, `spec.topology_scan: a number where true or false belongs`},
 		{`{"spec": {"name": "t", "nodes": 1, "steps": 100}}`, ""},
 	} {
 		cl := &fakeCluster{pool: testNodes("a")}
@@ -453,6 +460,36 @@ func TestTrainingRunRejectsUnknownInputFields(t *testing.T) {
 		require.True(t, errors.As(err, &ae), "%s: got %v", tc.input, err)
 		require.Equal(t, "InvalidSpec", ae.Type())
 		require.Contains(t, ae.Message(), "workflow input: "+tc.unknown)
+		require.Zero(t, cl.calls, "no node was asked for")
+	}
+}
+
+// TestTrainingRunRefusesAnotherName: a run started by hand as run/j5 with
+// the spec name "other" would store its checkpoints under "other", where
+// nothing that knows it as j5 looks; it fails at once. IDs outside run/
+// are not checked (the test suite's own).
+func TestTrainingRunRefusesAnotherName(t *testing.T) {
+	for _, tc := range []struct {
+		id, name string
+		ok       bool
+	}{
+		{"run/j5", "other", false},
+		{"run/j5", "j5", true},
+		{"default-test-workflow-id", "t", true},
+	} {
+		cl := &fakeCluster{pool: testNodes("a")}
+		env := newRunEnv(t, cl, &fakeChunks{})
+		env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: tc.id})
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: tc.name, Nodes: 1, Steps: 100, ChunkSteps: 100}})
+		err := env.GetWorkflowError()
+		if tc.ok {
+			require.NoError(t, err, tc.id)
+			continue
+		}
+		var ae *temporal.ApplicationError
+		require.True(t, errors.As(err, &ae), "%s: got %v", tc.id, err)
+		require.Equal(t, "InvalidSpec", ae.Type())
+		require.Contains(t, ae.Message(), `workflow ID "run/j5" with spec name "other"`)
 		require.Zero(t, cl.calls, "no node was asked for")
 	}
 }

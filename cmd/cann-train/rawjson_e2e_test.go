@@ -112,4 +112,19 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 	if err := bad.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), "steps") {
 		t.Fatalf("a negative steps: %v", err)
 	}
+	// A value of the wrong type and a name other than the ID's are refused
+	// the same way (the first failed the workflow task in the decoder's
+	// words; the second trained and checkpointed under the other name).
+	for id, tc := range map[string]struct{ input, want string }{
+		"run/raw-type":  {`{"spec": {"name": "raw-type", "nodes": "two", "steps": 100}}`, "spec.nodes: a string where a whole number belongs"},
+		"run/raw-other": {`{"spec": {"name": "raw-else", "nodes": 1, "steps": 100}}`, `workflow ID "run/raw-other" with spec name "raw-else"`},
+	} {
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "cann-train"}, "TrainingRun", json.RawMessage(tc.input))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want the run failed saying %q", id, err, tc.want)
+		}
+	}
 }
