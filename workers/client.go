@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -54,8 +55,14 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 		if opts.ConnectionOptions.TLS != nil {
 			how = "TLS"
 		}
-		return nil, fmt.Errorf("dial Temporal at %s (namespace %s, %s; --address or TEMPORAL_ADDRESS names another, `cann-train dev` starts one here): %w",
-			o.Address, o.Namespace, how, err)
+		hint := "--address or TEMPORAL_ADDRESS names another, `cann-train dev` starts one here"
+		switch {
+		case tlsRefused(err) && opts.ConnectionOptions.TLS != nil:
+			hint = "the TLS handshake failed: a frontend without TLS (TEMPORAL_TLS, an API key or the profile turned it on), or a certificate not trusted"
+		case strings.Contains(err.Error(), "no children to pick from") || strings.Contains(err.Error(), "produced zero addresses"):
+			hint = "the address does not resolve to any host"
+		}
+		return nil, fmt.Errorf("dial Temporal at %s (namespace %s, %s; %s): %w", o.Address, o.Namespace, how, hint, err)
 	}
 	return c, nil
 }
@@ -90,6 +97,9 @@ const dialRetryMax = 15 * time.Second
 // unreachable reports whether err says that the frontend did not answer
 // (as opposed to answering no).
 func unreachable(err error) bool {
+	if tlsRefused(err) {
+		return false // (gRPC reports it as Unavailable)
+	}
 	var unavailable *serviceerror.Unavailable
 	var deadline *serviceerror.DeadlineExceeded
 	if errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded) {
@@ -100,6 +110,13 @@ func unreachable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// tlsRefused reports whether err is a failed TLS handshake — TLS against
+// a plaintext frontend, an untrusted or wrong certificate —, which gRPC
+// reports only in words, under codes.Unavailable.
+func tlsRefused(err error) bool {
+	return strings.Contains(err.Error(), "authentication handshake failed")
 }
 
 // ControlWorkerPolls reports whether the server lists a poller on the
