@@ -449,6 +449,10 @@ func TestCancelRealRun(t *testing.T) {
 	if st := state(); st["node-1"] != "orphaned" || st["node-2"] != "orphaned" {
 		t.Errorf("nodes of the terminated run: %v, want orphaned", st)
 	}
+	// Its status says how it ended, not the phase it was in.
+	if out, err := cli("status", "terminate-me"); err == nil || !strings.Contains(out, "status       terminated") {
+		t.Errorf("status of the terminated run: %v\n%s", err, out)
+	}
 	if out, err := cli("nodes", "release", "terminate-me"); err != nil || !strings.Contains(out, "released 2 node(s) held by run/terminate-me (terminated)") {
 		t.Errorf("release: %v %q", err, out)
 	}

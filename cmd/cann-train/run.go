@@ -491,12 +491,8 @@ func earlierRun(ctx context.Context, c client.Client, id string) (*spec.RunStatu
 	if st.RunID == "" {
 		return nil, spec.RunSpec{}, fmt.Errorf("run %s ran before, and its last status is unreadable (%v): start a control worker to read it, or pass --fresh to start over", id, err)
 	}
-	// A terminated (or timed-out) run ran no code to say it ended: its
-	// status still reads the phase it was in.
-	var ended *runEnded
-	if errors.As(err, &ended) && st.Phase != spec.PhaseFailed && st.Phase != spec.PhaseCancelled {
-		st.Phase = spec.Phase(strings.ToLower(ended.status.String()))
-	}
+	// (A terminated or timed-out run's phase is Temporal's word for how it
+	// closed: readLive.)
 	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !it.HasNext() {
 		return nil, spec.RunSpec{}, fmt.Errorf("run %s: empty history", id)

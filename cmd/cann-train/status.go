@@ -178,6 +178,11 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 					st = last
 				}
 			}
+			if st.RunID != "" && phaseLive(st.Phase) {
+				// A terminated (or timed-out) run ran no code to say it
+				// ended: its status still reads the phase it was in.
+				st.Phase = spec.Phase(activities.ExecutionName(info.GetStatus()))
+			}
 			return st, nil, nil, true, ended
 		}
 		return st, nil, nil, true, err
@@ -976,7 +981,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	if s.Error != "" {
 		fmt.Fprintf(w, "error        %s\n", s.Error)
 	}
-	if (s.Status == spec.PhaseFailed || s.Status == spec.PhaseCancelled) && s.Checkpoints.LastURL != "" && st.Step < st.TotalSteps {
+	if !phaseLive(s.Status) && s.Status != spec.PhaseCompleted && s.Checkpoints.LastURL != "" && st.Step < st.TotalSteps {
 		fmt.Fprintf(w, "resume       cann-train run -f JOB --resume continues it from step %d\n", s.Checkpoints.LastStep)
 	}
 	printLogs(w, s.Logs)
@@ -1067,8 +1072,16 @@ func printControls(w io.Writer, s Summary) {
 
 // phaseLive: a run in phase p has not ended.
 func phaseLive(p spec.Phase) bool {
-	return !slices.Contains([]spec.Phase{spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled}, p)
+	return !slices.Contains([]spec.Phase{spec.PhaseCompleted, spec.PhaseFailed, spec.PhaseCancelled, phaseTerminated, phaseTimedOut}, p)
 }
+
+// phaseTerminated and phaseTimedOut are the phases the CLI shows for a
+// run Temporal ended without its code (which would have said failed or
+// cancelled): Temporal's names for how it closed.
+var (
+	phaseTerminated = spec.Phase(activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED))
+	phaseTimedOut   = spec.Phase(activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_TIMED_OUT))
+)
 
 // nodeAskLine says how a run waiting for a free node asks for one:
 // "growing back to 3 nodes: an ask waits for a free node since 21:30:05Z

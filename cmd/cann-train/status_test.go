@@ -463,6 +463,8 @@ func TestStatusTextResumeHint(t *testing.T) {
 	}{
 		{spec.PhaseFailed, last, 1400, true},
 		{spec.PhaseCancelled, last, 1350, true},
+		{phaseTerminated, last, 1350, true},
+		{phaseTimedOut, last, 1350, true},
 		{spec.PhaseFailed, nil, 40, false},
 		{spec.PhaseCompleted, last, 2000, false},
 		{spec.PhaseTraining, last, 1400, false},
