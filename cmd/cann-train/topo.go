@@ -55,6 +55,8 @@ type topoScanConfig struct {
 	RankTable      string              `json:"rank_table,omitempty"` // absolute path, written by rank 0
 	DevicesPerNode int                 `json:"devices_per_node,omitempty"`
 	SharedMemory   bool                `json:"shared_memory,omitempty"`
+	// Virtual: virtual devices even where npu-smi is installed.
+	Virtual bool `json:"virtual,omitempty"`
 }
 
 func newTopoScanCmd(e *env) *cobra.Command {
@@ -74,8 +76,11 @@ level's median.
 
 --rank-table FILE also writes the HCCL rank table (v1.0) of the group: one
 server per host, one device per rank. Devices come from npu-smi when it is
-installed (device_ip from /etc/hccn.conf when present); otherwise every node
-gets --devices-per-node virtual devices (default: one per rank) whose
+installed: its healthy chips, device_ip from /etc/hccn.conf (left out where
+it lists none: one server needs none; several servers fail, naming the
+devices). An npu-smi that fails, or lists too few healthy chips, fails the
+scan before it measures. Without npu-smi, or with --virtual-devices, every
+node gets --devices-per-node virtual devices (default: one per rank) whose
 device_ip is the host's address. The output says which.
 
 --read-rank-table FILE validates an existing rank table and prints it; errors
@@ -95,9 +100,11 @@ name the offending field (e.g. server_list[0].device[1].rank_id).`,
 				}
 				return readRankTable(e.out, readTable, cfg.Output)
 			}
-			if _, err := exec.LookPath(npusmi.Command); err != nil && cfg.RankTable != "" && cfg.DevicesPerNode > 0 && cfg.DevicesPerNode < ranks {
-				// Virtual devices (no npu-smi): fail before the scan.
-				return fmt.Errorf("--devices-per-node %d: every rank needs its own device, and all %d ranks run on this host", cfg.DevicesPerNode, ranks)
+			if cfg.RankTable != "" {
+				// The devices the table will name: fail before the scan.
+				if err := checkDevices(cmd.Context(), nil, cfg, ranks); err != nil {
+					return err
+				}
 			}
 			b, err := bench.ParseSize(bytesArg)
 			if err != nil || b < 4 || b > 1<<30 {
@@ -131,6 +138,7 @@ name the offending field (e.g. server_list[0].device[1].rank_id).`,
 	f.StringVar(&bytesArg, "bytes", bench.FormatSize(ascend.DefaultProbeBytes), "size of one bandwidth transfer (K, M, G suffixes)")
 	f.StringVar(&cfg.RankTable, "rank-table", "", "write the HCCL rank table (v1.0) of the group to this file")
 	f.IntVar(&cfg.DevicesPerNode, "devices-per-node", 0, "virtual devices per node when npu-smi is absent (default: one per rank)")
+	f.BoolVar(&cfg.Virtual, "virtual-devices", false, "virtual devices in the rank table even where npu-smi is installed")
 	atLeast(f, "1", "ranks", "devices-per-node")
 	atLeast(f, "1ns", "budget")
 	f.StringVar(&readTable, "read-rank-table", "", "validate and print this rank table instead of scanning")
@@ -323,20 +331,24 @@ func analyzeScan(ctx context.Context, cfg topoScanConfig, addrs, hosts, names []
 		return rep, nil
 	}
 	// npu-smi describes the host this rank runs on: all of a local scan.
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	info, smiErr := npusmi.Probe(pctx, nil)
-	cancel()
+	info, smiErr := probeNPUs(ctx, nil, cfg.Virtual)
+	if smiErr != nil && !errors.Is(smiErr, npusmi.ErrNotFound) && !errors.Is(smiErr, errVirtualAsked) {
+		return nil, fmt.Errorf("topo-scan: rank table: %w", smiErr)
+	}
 	var hccn map[int]string
+	hccnRead := false
 	if b, err := os.ReadFile(hccnConf); err == nil {
-		hccn = parseHCCNConf(b)
+		hccn, hccnRead = parseHCCNConf(b), true
 	}
 	devices := map[string][]ranktable.NodeDevice{}
 	rt := &ScanRankTable{File: cfg.RankTable, Devices: "virtual"}
+	var npus npuChoice
 	for _, h := range topo.Hosts {
 		if h.Host == hosts[0] && smiErr == nil {
-			if devices[h.Host], err = npuDevices(info, hccn, hostAddr[h.Host], len(h.Ranks)); err != nil {
+			if npus, err = npuDevices(info, hccn, len(h.Ranks), len(topo.Hosts) > 1); err != nil {
 				return nil, fmt.Errorf("topo-scan: rank table: host %s: %w", h.Host, err)
 			}
+			devices[h.Host] = npus.devices
 			rt.Devices = "npu-smi"
 			continue
 		}
@@ -346,11 +358,11 @@ func analyzeScan(ctx context.Context, cfg topoScanConfig, addrs, hosts, names []
 	}
 	switch {
 	case rt.Devices == "npu-smi":
-		rt.Note = fmt.Sprintf("devices from npu-smi (%d chips on this host); device_ip from %s where listed, else the host address", len(info.Chips), hccnConf)
-	case errors.Is(smiErr, npusmi.ErrNotFound):
-		rt.Note = "virtual devices: npu-smi not found on this host"
+		rt.Note = npus.note(len(info.Chips), hccnRead)
+	case errors.Is(smiErr, errVirtualAsked):
+		rt.Note = "virtual devices (--virtual-devices)"
 	default:
-		rt.Note = fmt.Sprintf("virtual devices: npu-smi failed (%v)", smiErr)
+		rt.Note = "virtual devices: npu-smi not found on this host"
 	}
 	if rt.Devices == "virtual" {
 		per := "one per rank"
@@ -389,31 +401,122 @@ func virtualDevices(perNode int, addr string, ranks int) ([]ranktable.NodeDevice
 	return devs, nil
 }
 
-// npuDevices gives a node's ranks its first chips by device id. The device
-// id is npu-smi's Phy-ID where printed, else the NPU id (one chip per NPU)
-// or NPU·chips+chip. device_ip comes from hccn (address_<id>), else addr.
-func npuDevices(info *npusmi.Info, hccn map[int]string, addr string, ranks int) ([]ranktable.NodeDevice, error) {
+// errVirtualAsked: --virtual-devices; npu-smi was not asked.
+var errVirtualAsked = errors.New("virtual devices asked for")
+
+// probeNPUs asks npu-smi for this host's chips (bounded: a wedged driver
+// does not hang the scan); errVirtualAsked when virtual is set. An
+// npu-smi that is installed but fails is an error saying what a rank
+// table of made-up devices would do.
+func probeNPUs(ctx context.Context, run npusmi.Runner, virtual bool) (*npusmi.Info, error) {
+	if virtual {
+		return nil, errVirtualAsked
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := npusmi.Probe(pctx, run)
+	if err != nil && !errors.Is(err, npusmi.ErrNotFound) {
+		return nil, fmt.Errorf("npu-smi is installed but failed, so the rank table cannot name this host's devices: %w "+
+			"(fix the driver or npu-smi; --virtual-devices writes made-up devices anyway)", err)
+	}
+	return info, err
+}
+
+// checkDevices fails a scan whose rank table could not name a device
+// for each of its ranks, before the scan measures: npu-smi failing, too
+// few healthy chips, or --devices-per-node below the ranks.
+func checkDevices(ctx context.Context, run npusmi.Runner, cfg topoScanConfig, ranks int) error {
+	info, err := probeNPUs(ctx, run, cfg.Virtual)
+	switch {
+	case err == nil:
+		_, err := npuDevices(info, nil, ranks, false)
+		return err
+	case !errors.Is(err, npusmi.ErrNotFound) && !errors.Is(err, errVirtualAsked):
+		return err
+	case cfg.DevicesPerNode > 0 && cfg.DevicesPerNode < ranks:
+		return fmt.Errorf("--devices-per-node %d: every rank needs its own device, and all %d ranks run on this host", cfg.DevicesPerNode, ranks)
+	}
+	return nil
+}
+
+// npuChoice is the chips a host's ranks got and what the table's note
+// says of them.
+type npuChoice struct {
+	devices   []ranktable.NodeDevice
+	unhealthy []string // chips left out: "NPU 3 chip 0 (Critical)"
+	noIP      []int    // devices hccn.conf lists no address for
+	a3        bool     // two dies per NPU with Phy-IDs: an A3 server
+}
+
+// note says where the devices came from and what the table lacks.
+func (n npuChoice) note(chips int, hccnRead bool) string {
+	note := fmt.Sprintf("devices from npu-smi (%d chips on this host", chips)
+	if len(n.unhealthy) > 0 {
+		note += fmt.Sprintf("; left out, not healthy: %s", strings.Join(n.unhealthy, ", "))
+	}
+	note += ")"
+	switch {
+	case len(n.noIP) == 0:
+		note += "; device_ip from " + hccnConf
+	case !hccnRead:
+		note += fmt.Sprintf("; no device_ip: %s is not readable here (one server needs none)", hccnConf)
+	default:
+		note += fmt.Sprintf("; no device_ip for device(s) %v: %s lists none (one server needs none)", n.noIP, hccnConf)
+	}
+	if n.a3 {
+		note += "; an A3 layout (two dies per NPU): HCCL on an A3 SuperPoD reads rank table v1.2 " +
+			"(super_pod_list, super_device_id), which topo-scan does not write; this v1.0 table suits one server"
+	}
+	return note
+}
+
+// npuDevices gives a node's ranks its first healthy chips by device id.
+// The device id is npu-smi's Phy-ID where printed, else the NPU id (one
+// chip per NPU) or NPU·chips+chip. device_ip comes from hccn
+// (address_<id>); a device without one has none, which only a table of
+// several servers (multiHost) cannot do without.
+func npuDevices(info *npusmi.Info, hccn map[int]string, ranks int, multiHost bool) (npuChoice, error) {
+	var out npuChoice
 	chipsPer := 1
 	for _, c := range info.Chips {
 		chipsPer = max(chipsPer, c.Chip+1)
+		out.a3 = out.a3 || (c.PhyID >= 0 && c.Chip > 0)
 	}
 	var devs []ranktable.NodeDevice
 	for _, c := range info.Chips {
+		if !c.Health.OK() {
+			out.unhealthy = append(out.unhealthy, fmt.Sprintf("NPU %d chip %d (%s)", c.NPU, c.Chip, cmp.Or(string(c.Health), "no health")))
+			continue
+		}
 		id := c.NPU*chipsPer + c.Chip
 		if c.PhyID >= 0 {
 			id = c.PhyID
 		}
-		ip := addr
-		if a, ok := hccn[id]; ok {
-			ip = a
-		}
-		devs = append(devs, ranktable.NodeDevice{ID: id, IP: ip})
+		devs = append(devs, ranktable.NodeDevice{ID: id, IP: hccn[id]})
 	}
 	slices.SortFunc(devs, func(a, b ranktable.NodeDevice) int { return cmp.Compare(a.ID, b.ID) })
-	if len(devs) < ranks {
-		return nil, fmt.Errorf("%d ranks but npu-smi lists %d chips: every rank needs its own device", ranks, len(devs))
+	for i := 1; i < len(devs); i++ {
+		if devs[i].ID == devs[i-1].ID {
+			return out, fmt.Errorf("npu-smi lists device id %d twice: its output is not one this scan can map to devices", devs[i].ID)
+		}
 	}
-	return devs[:ranks], nil
+	if len(devs) < ranks {
+		what := fmt.Sprintf("%d chip(s)", len(devs))
+		if len(out.unhealthy) > 0 {
+			what = fmt.Sprintf("%d healthy chip(s) (not: %s)", len(devs), strings.Join(out.unhealthy, ", "))
+		}
+		return out, fmt.Errorf("%d ranks but npu-smi lists %s: every rank needs its own device", ranks, what)
+	}
+	out.devices = devs[:ranks]
+	for _, d := range out.devices {
+		if d.IP == "" {
+			out.noIP = append(out.noIP, d.ID)
+		}
+	}
+	if multiHost && len(out.noIP) > 0 {
+		return out, fmt.Errorf("device(s) %v have no address in %s: HCCL across servers needs each NPU's RoCE address (hccn_tool -i N -ip -g shows it)", out.noIP, hccnConf)
+	}
+	return out, nil
 }
 
 // parseHCCNConf reads the address_<id>=<ip> lines of /etc/hccn.conf.

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -184,6 +186,14 @@ func TestRankTableDevices(t *testing.T) {
 		}
 		return info
 	}
+	npus := func(info *npusmi.Info, hccn map[int]string, ranks int, multiHost bool) func() ([]ranktable.NodeDevice, error) {
+		return func() ([]ranktable.NodeDevice, error) {
+			c, err := npuDevices(info, hccn, ranks, multiHost)
+			return c.devices, err
+		}
+	}
+	sick := []byte(strings.Replace(string(info910b), "| OK ", "| Critical ", 1))
+	twice := []byte(strings.Replace(string(info910b), "| 1     910B1", "| 0     910B1", 1))
 	hccn := parseHCCNConf([]byte("# comment\naddress_0=192.168.100.101\nnetmask_0=255.255.255.0\naddress_1=192.168.101.101\naddress_x=1.2.3.4\naddress_2=bad\n"))
 	if len(hccn) != 2 || hccn[0] != "192.168.100.101" || hccn[1] != "192.168.101.101" {
 		t.Fatalf("hccn.conf: %v", hccn)
@@ -203,12 +213,16 @@ func TestRankTableDevices(t *testing.T) {
 			nil, nil, "--devices-per-node 2"},
 		{"virtual bad address", func() ([]ranktable.NodeDevice, error) { return virtualDevices(0, "localhost", 1) },
 			nil, nil, "localhost"},
-		{"910B with hccn.conf", func() ([]ranktable.NodeDevice, error) { return npuDevices(parse(info910b), hccn, "10.0.0.9", 2) },
+		{"910B with hccn.conf", npus(parse(info910b), hccn, 2, true),
 			[]int{0, 1}, []string{"192.168.100.101", "192.168.101.101"}, ""},
-		{"A3 phy ids", func() ([]ranktable.NodeDevice, error) { return npuDevices(parse(infoA3), nil, "10.0.0.9", 2) },
-			[]int{0, 1}, []string{"10.0.0.9", "10.0.0.9"}, ""},
-		{"npu-smi too few chips", func() ([]ranktable.NodeDevice, error) { return npuDevices(parse(info910b), nil, "10.0.0.9", 64) },
-			nil, nil, "64 ranks"},
+		// Without hccn.conf: no device_ip (not the host's address, which is
+		// not the NPU's RoCE NIC); one server needs none, several do.
+		{"A3 phy ids", npus(parse(infoA3), nil, 2, false), []int{0, 1}, []string{"", ""}, ""},
+		{"several servers without hccn.conf", npus(parse(infoA3), nil, 2, true), nil, nil, "device(s) [0 1] have no address in /etc/hccn.conf"},
+		{"npu-smi too few chips", npus(parse(info910b), nil, 64, false), nil, nil, "64 ranks"},
+		{"unhealthy chip left out", npus(parse(sick), nil, 1, false), []int{1}, []string{""}, ""},
+		{"too few healthy chips", npus(parse(sick), nil, 2, false), nil, nil, "2 ranks but npu-smi lists 1 healthy chip(s) (not: NPU 0 chip 0 (Critical))"},
+		{"npu-smi lists an id twice", npus(parse(twice), nil, 2, false), nil, nil, "npu-smi lists device id 0 twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			devs, err := tc.devs()
@@ -228,6 +242,48 @@ func TestRankTableDevices(t *testing.T) {
 				if d.ID != tc.wantIDs[i] || d.IP != tc.wantIPs[i] {
 					t.Errorf("device %d: %+v, want id %d ip %s", i, d, tc.wantIDs[i], tc.wantIPs[i])
 				}
+			}
+		})
+	}
+}
+
+// TestTopoScanChecksDevicesFirst: a rank table whose devices could not be
+// named fails the scan before it measures — an npu-smi that is installed
+// but fails (it wrote a "completed" table of made-up devices), too few
+// healthy chips, too few virtual devices —; --virtual-devices asks no
+// npu-smi.
+func TestTopoScanChecksDevicesFirst(t *testing.T) {
+	info910b, err := os.ReadFile("../../ascend/npusmi/testdata/info_910b1.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := func(out string, err error) npusmi.Runner {
+		return func(context.Context, string, ...string) ([]byte, error) { return []byte(out), err }
+	}
+	missing := answer("", exec.ErrNotFound)
+	failing := answer("", errors.New("exit status 1: dcmi module initialize failed. ret is -8005"))
+	for _, tc := range []struct {
+		name  string
+		run   npusmi.Runner
+		cfg   topoScanConfig
+		ranks int
+		want  string // "": no error
+	}{
+		{"no npu-smi", missing, topoScanConfig{}, 4, ""},
+		{"no npu-smi, too few virtual devices", missing, topoScanConfig{DevicesPerNode: 2}, 4, "--devices-per-node 2"},
+		{"npu-smi fails", failing, topoScanConfig{}, 2, "npu-smi is installed but failed, so the rank table cannot name this host's devices"},
+		{"npu-smi prints nothing", answer("", nil), topoScanConfig{}, 2, "npu-smi is installed but failed"},
+		{"npu-smi fails, virtual asked", failing, topoScanConfig{Virtual: true}, 2, ""},
+		{"910B, 2 chips", answer(string(info910b), nil), topoScanConfig{}, 2, ""},
+		{"910B, 3 ranks", answer(string(info910b), nil), topoScanConfig{}, 3, "3 ranks but npu-smi lists 2 chip(s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkDevices(context.Background(), tc.run, tc.cfg, tc.ranks)
+			if tc.want == "" && err != nil {
+				t.Fatal(err)
+			}
+			if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("%v, want an error saying %q", err, tc.want)
 			}
 		})
 	}

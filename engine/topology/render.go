@@ -17,7 +17,7 @@ import (
 func (t *Topology) WriteText(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	n := t.Ranks()
-	fmt.Fprintf(bw, "topology: %d ranks on %d hosts\n\nhierarchy:\n", n, len(t.Hosts))
+	fmt.Fprintf(bw, "topology: %d ranks on %d host(s)\n\nhierarchy:\n", n, len(t.Hosts))
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
 	for _, h := range t.Hosts {
 		fmt.Fprintf(tw, "  %s\tranks %s\t(%d)\n", h.Host, ranges(h.Ranks), len(h.Ranks))

@@ -286,7 +286,7 @@ func TestWriteText(t *testing.T) {
 	if err := top.WriteText(&buf); err != nil {
 		t.Fatal(err)
 	}
-	want := `topology: 4 ranks on 2 hosts
+	want := `topology: 4 ranks on 2 host(s)
 
 hierarchy:
   a  ranks 0-1  (2)
