@@ -194,14 +194,19 @@ func (o onlineSignal) Forecast(_ context.Context, now time.Time, horizon time.Du
 
 // ShiftFor is how far a trace moves so that runStart falls on the trace
 // step containing traceStart: a whole number of steps, so the trace keeps
-// its grid (hours stay on the hour).
+// its grid (hours stay on the hour). (Counted from that step's start: from
+// traceStart itself, a trace_start of 08:30 put half the runs in the 09:00
+// step, by the minute they started.)
 func ShiftFor(tr *carbon.Series, runStart, traceStart time.Time) time.Duration {
-	d := runStart.Sub(traceStart)
-	k := d / tr.Step
-	if d%tr.Step < 0 {
-		k--
+	floor := func(d time.Duration) time.Duration {
+		k := d / tr.Step
+		if d%tr.Step < 0 {
+			k--
+		}
+		return k * tr.Step
 	}
-	return k * tr.Step
+	step := tr.Start.Add(floor(traceStart.Sub(tr.Start))) // the step containing traceStart
+	return floor(runStart.Sub(step))
 }
 
 func (c *Carbon) trace(p spec.GreenPolicy) (*carbon.Series, error) {
@@ -283,7 +288,13 @@ func (s providerSignal) Forecast(ctx context.Context, now time.Time, horizon tim
 	return s.p.Forecast(ctx, now, horizon)
 }
 
+// Actual asks the provider for its measurements over at least the last
+// observeWindow up to to: a shorter range (a run of a few minutes) holds
+// one reading or none, and a series needs two to know its step.
 func (s providerSignal) Actual(ctx context.Context, from, to time.Time) (*carbon.Series, error) {
+	if early := to.Add(-observeWindow); early.Before(from) {
+		from = early
+	}
 	return s.p.History(ctx, from, to)
 }
 

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -268,4 +269,38 @@ func TestOnlineProviderCancelled(t *testing.T) {
 	assert.Contains(t, err.Error(), "electricitymaps measurements")
 	assert.True(t, transient(ctx, err))
 	assert.False(t, errors.Is(err, carbon.ErrNoObservation))
+}
+
+// A run of a few seconds on a live provider is priced: its range holds one
+// hourly reading (or none), and a series needs two to know its step, so
+// the provider is asked for the hours before it too. (Before, such runs
+// stayed "not priced yet" for good: 0 g, no budget.)
+func TestProviderPricesAShortRun(t *testing.T) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from, err1 := time.Parse(time.RFC3339, r.URL.Query().Get("start"))
+		to, err2 := time.Parse(time.RFC3339, r.URL.Query().Get("end"))
+		if !strings.HasSuffix(r.URL.Path, "/past-range") || err1 != nil || err2 != nil {
+			http.Error(w, "want past-range with start and end", http.StatusBadRequest)
+			return
+		}
+		asked = append(asked, r.URL.Query().Get("start")+"/"+r.URL.Query().Get("end"))
+		// The hours whose readings the range touches, 100 g/kWh + the hour.
+		var at []string
+		for h := from.Truncate(time.Hour); !h.After(to); h = h.Add(time.Hour) {
+			at = append(at, h.Format("15:04"), fmt.Sprint(100+h.Hour()))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(emPastRange(at...)))
+	}))
+	t.Cleanup(srv.Close)
+	p := providerPolicy(spec.ProviderElectricityMaps, srv.URL, spec.PlannerOnline, time.Hour)
+	p.NodeWatts = 360
+	start := at("13:53")
+	seg := spec.Segment{Start: start, End: start.Add(4 * time.Second), Nodes: 1, WallSeconds: 4, ToStep: 4000}
+	out := runPlanCarbonWith(t, testCarbon(srv), spec.CarbonInput{Policy: p, RunStart: start, Now: start.Add(5 * time.Second), Price: []spec.Segment{seg}})
+	require.Empty(t, out.PriceError, "asked %v", asked)
+	require.Len(t, out.Priced, 1)
+	require.InDelta(t, 113, out.Priced[0].GPerKWh, 1e-9, "the 13:00 reading")
+	require.Greater(t, out.Priced[0].Grams, 0.0)
 }

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/cann-train/cann-train/engine/carbon"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -103,6 +104,28 @@ func TestPlanCarbonReplaysTrace(t *testing.T) {
 	want := time.Date(2026, 5, 6, 12, 0, 0, 0, time.UTC)
 	if s := out.Plan.Slots[0]; !s.Start.Equal(want) || !s.End.Equal(want.Add(2*time.Hour)) {
 		t.Errorf("slot %+v, want 12:00–14:00 on the run's day", s)
+	}
+}
+
+// ShiftFor puts a run's start in the trace step that holds trace_start,
+// whatever the minute of either: 08:30 replays the 08:00 hour.
+func TestShiftFor(t *testing.T) {
+	tr := &carbon.Series{Start: time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC), Step: time.Hour, Values: make([]float64, 72)}
+	hour := time.Date(2022, 3, 2, 8, 0, 0, 0, time.UTC)
+	for _, tc := range []struct{ traceStart, runStart time.Time }{
+		{hour, time.Date(2026, 12, 6, 13, 59, 49, 0, time.UTC)},
+		{hour.Add(30 * time.Minute), time.Date(2026, 12, 6, 13, 59, 49, 0, time.UTC)},
+		{hour.Add(30 * time.Minute), time.Date(2026, 12, 6, 14, 2, 2, 0, time.UTC)},
+		{hour.Add(59 * time.Minute), time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)},
+		{hour.Add(30 * time.Minute), time.Date(2021, 1, 1, 5, 45, 0, 0, time.UTC)}, // (before the trace)
+	} {
+		shift := ShiftFor(tr, tc.runStart, tc.traceStart)
+		if shift%time.Hour != 0 {
+			t.Errorf("trace_start %s, run %s: shift %v is not whole steps", tc.traceStart, tc.runStart, shift)
+		}
+		if at := tc.runStart.Add(-shift); at.Before(hour) || !at.Before(hour.Add(time.Hour)) {
+			t.Errorf("trace_start %s, run %s: the run starts at trace time %s, want within the 08:00 step", tc.traceStart.Format("15:04"), tc.runStart, at)
+		}
 	}
 }
 
