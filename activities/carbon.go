@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,9 +26,65 @@ type Carbon struct {
 	HTTP *http.Client
 	// Getenv reads API tokens; nil means os.Getenv.
 	Getenv func(string) string
+	// ProviderTimeout bounds one provider request (0: providerTimeout).
+	ProviderTimeout time.Duration
 
 	mu     sync.Mutex
 	traces map[traceKey]*carbon.Series
+	// down are the providers that did not answer lately (by
+	// providerKey): not asked again before until.
+	down map[string]providerDown
+}
+
+// providerDown is a provider that did not answer: why, and until when
+// PlanCarbon answers for it without asking.
+type providerDown struct {
+	err   error
+	until time.Time
+}
+
+// Provider requests: one is bounded by providerTimeout (a provider answers
+// in about a second), and a provider that did not answer (a timeout, a
+// 5xx) is not asked again for providerRest: each chunk boundary would
+// otherwise wait out the timeout of every attempt of PlanCarbon (three
+// of 30 s each, before).
+const (
+	providerTimeout = 10 * time.Second
+	providerRest    = 2 * time.Minute
+)
+
+func providerKey(p spec.GreenPolicy) string {
+	return p.Provider + "|" + p.ProviderURL + "|" + p.Zone
+}
+
+// providerResting is the error to answer with, without asking, for a
+// provider that did not answer lately (nil: ask it).
+func (c *Carbon) providerResting(p spec.GreenPolicy, now time.Time) error {
+	if p.Provider == "" {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.down[providerKey(p)]
+	if !ok || !now.Before(d.until) {
+		return nil
+	}
+	return fmt.Errorf("%w (not asked again before %s UTC)", d.err, d.until.UTC().Format("15:04:05"))
+}
+
+// noteUnanswered records that p's provider did not answer (err); not
+// when the activity itself was cancelled.
+func (c *Carbon) noteUnanswered(ctx context.Context, p spec.GreenPolicy, err error) {
+	if p.Provider == "" || ctx.Err() != nil {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down == nil {
+		c.down = map[string]providerDown{}
+	}
+	c.down[providerKey(p)] = providerDown{err: fmt.Errorf("%s did not answer at %s UTC: %w", p.Provider, now.UTC().Format("15:04:05"), err), until: now.Add(providerRest)}
 }
 
 type traceKey struct {
@@ -45,6 +102,12 @@ type traceKey struct {
 func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.CarbonOutput, error) {
 	var out spec.CarbonOutput
 	p := in.Policy.WithDefaults()
+	if err := c.providerResting(p, time.Now()); err != nil {
+		// Answered at once, as a problem the run trains on with (no retry
+		// of the activity): the chunks stay unpriced until it answers.
+		out.PlanError, out.PriceError = err.Error(), err.Error()
+		return out, nil
+	}
 	sig, err := c.Open(p, in.RunStart)
 	if err != nil {
 		out.PlanError, out.PriceError = err.Error(), err.Error()
@@ -54,6 +117,7 @@ func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.Carb
 		priced, err := PriceSegments(ctx, sig, p, in.Price)
 		if err != nil {
 			if transient(ctx, err) {
+				c.noteUnanswered(ctx, p, err)
 				return out, err
 			}
 			out.PriceError = err.Error()
@@ -70,6 +134,7 @@ func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.Carb
 	plan, now, err := PlanWork(ctx, sig, p, in.RunStart, in.Now, in.Work)
 	if err != nil {
 		if transient(ctx, err) {
+			c.noteUnanswered(ctx, p, err)
 			return out, err
 		}
 		out.PlanError = err.Error()
@@ -265,7 +330,7 @@ type historian interface {
 type providerSignal struct{ p historian }
 
 func (c *Carbon) provider(p spec.GreenPolicy) (providerSignal, error) {
-	cl := carbon.Client{BaseURL: p.ProviderURL, HTTP: c.HTTP, Getenv: c.Getenv}
+	cl := carbon.Client{BaseURL: p.ProviderURL, HTTP: c.HTTP, Getenv: c.Getenv, Timeout: cmp.Or(c.ProviderTimeout, providerTimeout)}
 	switch p.Provider {
 	case spec.ProviderElectricityMaps:
 		em := &carbon.ElectricityMaps{Client: cl, Zone: p.Zone}

@@ -8,11 +8,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/cann-train/cann-train/engine/carbon"
 	"github.com/cann-train/cann-train/spec"
@@ -303,4 +305,58 @@ func TestProviderPricesAShortRun(t *testing.T) {
 	require.Len(t, out.Priced, 1)
 	require.InDelta(t, 113, out.Priced[0].GPerKWh, 1e-9, "the 13:00 reading")
 	require.Greater(t, out.Priced[0].Grams, 0.0)
+}
+
+// A provider that does not answer costs one timeout, not one per attempt
+// and per chunk boundary: PlanCarbon then answers at once, for a while,
+// with the reason (no retry: the run trains on), and asks again after.
+func TestProviderNotAnsweringRests(t *testing.T) {
+	var mu sync.Mutex
+	asked := 0
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked++
+		mu.Unlock()
+		select { // hangs until the client gives up (or the test ends)
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(func() { close(release); srv.Close() })
+	c := testCarbon(srv)
+	c.ProviderTimeout = 100 * time.Millisecond
+	p := providerPolicy(spec.ProviderUK, srv.URL, spec.PlannerOnline, time.Hour)
+	in := spec.CarbonInput{Policy: p, RunStart: ukNow, Now: ukNow, Plan: true, Work: time.Hour}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(c.PlanCarbon)
+	if _, err := env.ExecuteActivity(c.PlanCarbon, in); err == nil {
+		t.Fatal("the first call: no error; want the timeout (a retryable failure)")
+	}
+	start := time.Now()
+	v, err := env.ExecuteActivity(c.PlanCarbon, in)
+	require.NoError(t, err, "the next call answers, not fails")
+	var out spec.CarbonOutput
+	require.NoError(t, v.Get(&out))
+	require.Contains(t, out.PlanError, "uk did not answer at ")
+	require.Contains(t, out.PlanError, "not asked again before ")
+	require.Less(t, time.Since(start), time.Second, "without waiting for the provider")
+	mu.Lock()
+	require.Equal(t, 1, asked, "the provider was asked once")
+	mu.Unlock()
+
+	// Once the rest is over it is asked again.
+	c.mu.Lock()
+	for k, d := range c.down {
+		d.until = time.Now().Add(-time.Second)
+		c.down[k] = d
+	}
+	c.mu.Unlock()
+	if _, err := env.ExecuteActivity(c.PlanCarbon, in); err == nil {
+		t.Fatal("after the rest: no error; want the provider asked (and timing out) again")
+	}
+	mu.Lock()
+	require.Equal(t, 2, asked)
+	mu.Unlock()
 }
