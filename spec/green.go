@@ -399,14 +399,20 @@ type CarbonOutput struct {
 type GreenStatus struct {
 	Policy GreenPolicy `json:"policy"`
 	Plan   *CarbonPlan `json:"plan,omitempty"`
-	// Note is the last planning or pricing problem (the run trained on).
-	Note string `json:"note,omitempty"`
+	// Note is the last planning problem (the run trained on), or what the
+	// plan made do without; PriceNote why the last chunks are not priced
+	// (empty once they are). (Before PriceNote, Note held both.)
+	Note      string `json:"note,omitempty"`
+	PriceNote string `json:"price_note,omitempty"`
 	// Overridden: the policy is ignored (green-override), until
 	// OverrideUntil or, when that is zero, for good.
 	Overridden    bool      `json:"overridden,omitempty"`
 	OverrideUntil time.Time `json:"override_until,omitzero"`
 	Waits         int       `json:"waits"`
 	WaitedSeconds float64   `json:"waited_s"`
+	// WaitingSince is when the wait in progress began (zero: none);
+	// WaitedSeconds adds it only when it ends.
+	WaitingSince time.Time `json:"waiting_since,omitzero"`
 	NowGPerKWh    float64   `json:"now_g_per_kwh"`
 	// KWh and Grams sum the priced chunks; GPerKWh = Grams / KWh.
 	KWh            float64 `json:"kwh"`
@@ -425,6 +431,16 @@ type GreenStatus struct {
 	LearningRate float64       `json:"learning_rate,omitempty"`
 	BatchAction  string        `json:"batch_action,omitempty"`
 	Schedule     []BatchChange `json:"schedule,omitempty"`
+}
+
+// Waited is the seconds the run has waited for green windows up to now,
+// the wait in progress included.
+func (g *GreenStatus) Waited(now time.Time) float64 {
+	w := g.WaitedSeconds
+	if !g.WaitingSince.IsZero() && now.After(g.WaitingSince) {
+		w += now.Sub(g.WaitingSince).Seconds()
+	}
+	return w
 }
 
 // BudgetAlertFraction is the share of the carbon budget that raises the alert.

@@ -154,8 +154,11 @@ type RunState struct {
 	Restarts int   `json:"restarts"`
 	// LastChunkEnd is when the previous chunk's slowest rank finished.
 	LastChunkEnd time.Time `json:"last_chunk_end"`
-	IdleSum      float64   `json:"idle_sum"`
-	IdleCount    int       `json:"idle_count"`
+	// SegmentBreak: the run held (paused, waited) since the last chunk;
+	// the next starts a segment of its own (heldBetweenChunks).
+	SegmentBreak bool    `json:"segment_break,omitempty"`
+	IdleSum      float64 `json:"idle_sum"`
+	IdleCount    int     `json:"idle_count"`
 	// Checkpoints are the last few committed checkpoints, oldest first; a
 	// corrupt one is dropped and the run falls back to the one before.
 	Checkpoints []spec.CheckpointRef `json:"checkpoints"`

@@ -527,7 +527,7 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 	held.Update(0)
 	if err == nil {
 		workflow.GetLogger(ctx).Info("checkpoint storage takes the run's checkpoints again", "step", s.Step)
-		r.st.LastChunkEnd = time.Time{} // the hold is no gap between chunks
+		r.heldBetweenChunks()
 	}
 	return err
 }
@@ -590,7 +590,7 @@ func (r *run) waitToLoad(ctx workflow.Context, f *chunkFailure) error {
 	}
 	s := &r.st.Status
 	s.WaitUntil, s.Detail = time.Time{}, ""
-	r.st.LastChunkEnd = time.Time{}     // the hold is no gap between chunks
+	r.heldBetweenChunks()
 	r.setPhase(ctx, spec.PhaseTraining) // (an external job's relaunch sets none)
 	return nil
 }

@@ -244,7 +244,7 @@ func (r *run) hold(ctx workflow.Context) error {
 		return err
 	}
 	r.st.Status.Detail = ""
-	r.st.LastChunkEnd = time.Time{} // the pause is no gap between chunks
+	r.heldBetweenChunks() // (the pause)
 	workflow.GetLogger(ctx).Info("resumed", "step", r.st.Status.Step)
 	return nil
 }
@@ -777,6 +777,16 @@ func (r *run) settleForChange(ctx workflow.Context, why string) {
 	r.settleCheckpoint(ctx, patient)
 }
 
+// heldBetweenChunks notes a hold (a pause, a green wait, a storage hold)
+// between the last chunk and the next: the hold is no gap between chunks
+// (LastChunkEnd), and the next chunk starts a segment of its own, so that
+// the hold is never priced or metered as training (a chunk within
+// segmentGap of the last merged with it, the wait between included).
+func (r *run) heldBetweenChunks() {
+	r.st.LastChunkEnd = time.Time{}
+	r.st.SegmentBreak = true
+}
+
 // recordSegment adds a finished chunk to the trained segments (and to the
 // chunks PlanCarbon still has to price).
 func (r *run) recordSegment(start, end time.Time, from, to int64, results []spec.ChunkResult) {
@@ -797,7 +807,9 @@ func (r *run) recordSegment(start, end time.Time, from, to int64, results []spec
 		r.st.Unpriced = append(r.st.Unpriced, seg)
 	}
 	segs := r.st.Status.Segments
-	if n := len(segs); n > 0 {
+	held := r.st.SegmentBreak
+	r.st.SegmentBreak = false
+	if n := len(segs); n > 0 && !held {
 		last := &segs[n-1]
 		if !last.Lost && last.Generation == seg.Generation && last.Nodes == seg.Nodes && (last.Joules > 0) == measured &&
 			!seg.Start.Before(last.End.Add(-segmentGap)) && seg.Start.Sub(last.End) < segmentGap {

@@ -37,6 +37,9 @@ type fakeCarbon struct {
 	calls         []spec.CarbonInput
 	slots         []spec.CarbonSlot
 	gramsPerChunk float64
+	// planErrs: the first planErrs plans fail (PlanError); priceErrs: the
+	// first priceErrs calls that price fail (PriceError).
+	planErrs, priceErrs int
 }
 
 func (f *fakeCarbon) plan(_ context.Context, in spec.CarbonInput) (spec.CarbonOutput, error) {
@@ -44,10 +47,18 @@ func (f *fakeCarbon) plan(_ context.Context, in spec.CarbonInput) (spec.CarbonOu
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, in)
 	var out spec.CarbonOutput
-	for range in.Price {
-		out.Priced = append(out.Priced, spec.PricedSegment{KWh: 0.1, GPerKWh: 10 * f.gramsPerChunk, Grams: f.gramsPerChunk})
+	if len(in.Price) > 0 && f.priceErrs > 0 {
+		f.priceErrs--
+		out.PriceError = "carbon: the provider answered 503"
+	} else {
+		for range in.Price {
+			out.Priced = append(out.Priced, spec.PricedSegment{KWh: 0.1, GPerKWh: 10 * f.gramsPerChunk, Grams: f.gramsPerChunk})
+		}
 	}
-	if in.Plan {
+	if in.Plan && f.planErrs > 0 {
+		f.planErrs--
+		out.PlanError = "carbon: deadline too short for the work"
+	} else if in.Plan {
 		out.Plan = &spec.CarbonPlan{MadeAt: in.Now, Slots: f.slots, Work: spec.Duration(in.Work)}
 		out.NowGPerKWh = 300
 	}
@@ -173,15 +184,65 @@ func TestTrainingRunGreenWaitThenRun(t *testing.T) {
 	require.EqualValues(t, 0, waiting.Step)
 	require.NotNil(t, waiting.Green)
 	require.Len(t, waiting.Green.Plan.Slots, 1)
+	require.Equal(t, day0, waiting.Green.WaitingSince.UTC(), "the wait in progress, since")
+	require.InDelta(t, 5*3600, waiting.Green.Waited(at("13:00")), 1, "counted before it ends")
 	require.Contains(t, timers, 6*time.Hour, "a durable timer to the slot start")
 
 	require.Equal(t, []time.Time{at("14:00"), at("14:00"), at("14:00")}, starts(), "every chunk in the slot")
 	require.EqualValues(t, 300, st.Step)
 	require.Equal(t, 1, st.Green.Waits)
 	require.InDelta(t, 6*3600, st.Green.WaitedSeconds, 1)
+	require.True(t, st.Green.WaitingSince.IsZero())
 	require.InDelta(t, 3, st.Green.Grams, 1e-9, "every chunk priced, the last one at the end")
 	require.Equal(t, []time.Time{day0, at("14:00"), at("14:00"), at("14:00")}, cb.planned(), "re-planned at every boundary")
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
+}
+
+// A contiguous job whose first plan fails trains at once and, having
+// entered its window so, runs on to the end: the later plans (which would
+// find a window ahead) are not made. Before, it trained one chunk and
+// then parked mid-run for the window.
+func TestTrainingRunContiguousUnplannedRunsOn(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a")}
+	ch := &fakeChunks{}
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}, planErrs: 1, priceErrs: 1}
+	env, starts := controlEnv(t, cl, ch, cb)
+	env.SetStartTime(day0)
+	s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 300, ChunkSteps: 100,
+		Green: &spec.GreenPolicy{Trace: "es.csv"}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, []time.Time{day0, day0, day0}, starts(), "no wait after the first chunk")
+	require.Zero(t, st.Green.Waits)
+	require.True(t, st.Green.Started)
+	require.Equal(t, []time.Time{day0}, cb.planned(), "planned once: the failed plan")
+	require.Equal(t, "green plan failed: carbon: deadline too short for the work; training without waiting", st.Green.Note,
+		"the plan's failure stays in the status")
+	require.Empty(t, st.Green.PriceNote, "the chunk priced later clears the pricing note")
+}
+
+// A pause between two chunks ends their segment: the chunks closer than
+// segmentGap merge, but never across a hold, which would price and meter
+// the hold as training (green report's figures).
+func TestTrainingRunSegmentsBreakAtHolds(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	env.SetStartTime(day0)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 10 {
+			env.SignalWorkflow(spec.SignalPause, nil)
+		}
+	}
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, time.Minute)
+	s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 40, ChunkSteps: 10}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	var spans [][2]int64
+	for _, sg := range st.Segments {
+		spans = append(spans, [2]int64{sg.FromStep, sg.ToStep})
+	}
+	require.Equal(t, [][2]int64{{0, 20}, {20, 40}}, spans, "chunks 9 s apart merge; not across the pause")
 }
 
 // A resume cuts a green wait short: the next chunk starts at once; the

@@ -42,12 +42,17 @@ func (r *run) planGreen(ctx workflow.Context, plan bool) (spec.CarbonSlot, bool)
 		return spec.CarbonSlot{}, false
 	}
 	out, ok := r.callCarbon(ctx, plan, batch)
-	if !ok || !plan {
+	if !plan {
+		return spec.CarbonSlot{}, false
+	}
+	if !ok {
+		r.trainsUnplanned(ctx)
 		return spec.CarbonSlot{}, false
 	}
 	if out.PlanError != "" || out.Plan == nil {
-		g.Note = out.PlanError + "; training without waiting"
+		g.Note = "green plan failed: " + out.PlanError + "; training without waiting"
 		workflow.GetLogger(ctx).Warn("green plan failed; training without waiting", "error", out.PlanError)
+		r.trainsUnplanned(ctx)
 		return spec.CarbonSlot{}, false
 	}
 	g.Plan, g.Note = out.Plan, out.PlanNote // the note: what the plan made do without
@@ -63,7 +68,28 @@ func (r *run) planGreen(ctx workflow.Context, plan bool) (spec.CarbonSlot, bool)
 			return sl, true
 		}
 	}
+	r.trainsUnplanned(ctx)
 	return spec.CarbonSlot{}, false // nothing planned ahead: train now
+}
+
+// versionUnplannedStarts: a non-interruptible run that trains without a
+// plan's window (its plan failed, the carbon signal was down, nothing was
+// planned ahead) has entered its window and runs on to the end; before,
+// a later plan could park it mid-run for a window of its own. Asked only
+// for such a run, when it trains so.
+const versionUnplannedStarts = "unplanned-starts"
+
+// trainsUnplanned notes that the run trains now though no planned window
+// holds now: a contiguous job then runs on to the end, as one that entered
+// its window does.
+func (r *run) trainsUnplanned(ctx workflow.Context) {
+	g := r.st.Status.Green
+	if r.spec.Green.Interruptible || g.Started ||
+		workflow.GetVersion(ctx, versionUnplannedStarts, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	g.Started = true
+	workflow.GetLogger(ctx).Info("a contiguous green job trains without a planned window: it runs on to the end", "step", r.st.Status.Step)
 }
 
 // callCarbon runs PlanCarbon: it prices the unpriced chunks (and checks the
@@ -186,9 +212,12 @@ func (r *run) trimUnpriced() {
 func (r *run) absorbPrices(ctx workflow.Context, out spec.CarbonOutput) {
 	g := r.st.Status.Green
 	if out.PriceError != "" {
-		g.Note = "chunks not priced yet: " + out.PriceError
+		g.PriceNote = out.PriceError
 		r.trimUnpriced()
 		return
+	}
+	if len(out.Priced) > 0 {
+		g.PriceNote = ""
 	}
 	n := min(len(out.Priced), len(r.st.Unpriced))
 	for _, p := range out.Priced[:n] {
@@ -284,6 +313,7 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 	s.WaitUntil = slot.Start
 	s.Detail = fmt.Sprintf("waiting for the green window until %s (%s)", slot.Start.UTC().Format(time.RFC3339), label)
 	g.Waits++
+	g.WaitingSince = now
 	r.metrics(ctx).Counter(metricGreenWaits).Inc(1)
 	r.setPhase(ctx, spec.PhaseGreenWait)
 	workflow.GetLogger(ctx).Info("waiting for a green window", "until", slot.Start, "slot", label, "step", s.Step)
@@ -296,8 +326,9 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 		return c.Paused || c.Resumes != was.Resumes || c.Rescale != was.Rescale || c.Overrides != was.Overrides
 	})
 	g.WaitedSeconds += workflow.Now(ctx).Sub(now).Seconds()
+	g.WaitingSince = time.Time{}
 	s.WaitUntil, s.Detail = time.Time{}, ""
-	r.st.LastChunkEnd = time.Time{} // the wait is no gap between chunks
+	r.heldBetweenChunks() // (the wait)
 	return err
 }
 

@@ -67,7 +67,7 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 		t.Fatalf("batch controller status %+v: want global batch 32 (lr %g) after 3 changes", g, 2e-3*32/64)
 	}
 	var out bytes.Buffer
-	printGreen(&out, g)
+	printGreen(&out, g, false, time.Now())
 	if !strings.Contains(out.String(), "global batch 32, learning rate 0.001 (carbon controller, threshold 200 g/kWh); 3 change(s)") {
 		t.Errorf("status output:\n%s", out.String())
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -202,11 +203,20 @@ func parseInstant(s string) (time.Time, error) {
 // so that a trace it cannot use fails the start instead of the run
 // training without its policy (its plan fails, and the run trains on,
 // saying so in its status): an error for a trace that does not read, or
-// that does not hold the run's start (now, or trace_start); where the
-// file is not on this host, a note (local: the control worker runs here,
-// so an error).
+// that does not hold the run's window (from its start — now, or
+// trace_start — to its deadline, and the day before it that a forecast
+// other than perfect reads); where the file is not on this host, a note
+// (local: the control worker runs here, so an error). Any policy whose
+// work is longer than its deadline is an error too: no plan could meet it.
 func checkGreenTrace(g *spec.GreenPolicy, now time.Time, local bool) (note string, err error) {
-	if g == nil || g.Trace == "" {
+	if g == nil {
+		return "", nil
+	}
+	if g.Work > 0 && g.Deadline > 0 && g.Work > g.Deadline {
+		return "", fmt.Errorf("green.work %s is longer than green.deadline %s: no plan can finish the run by its deadline (lengthen the deadline, or shorten the work estimate)",
+			g.Work.D(), g.Deadline.D())
+	}
+	if g.Trace == "" {
 		return "", nil
 	}
 	f, err := os.Open(g.Trace)
@@ -236,6 +246,23 @@ func checkGreenTrace(g *spec.GreenPolicy, now time.Time, local bool) (note strin
 		}
 		return "", fmt.Errorf("green.trace %s holds %s to %s: the run's start (%s) is outside it; %s (e.g. trace_start: %s)",
 			g.Trace, tr.Start.Format(time.RFC3339), tr.End().Format(time.RFC3339), when, fix, tr.Start.Format(time.RFC3339))
+	}
+	// A forecast other than perfect reads the day before the start; every
+	// plan covers the start to the deadline.
+	earliest, why := tr.Start, ""
+	if g.Forecast != spec.ForecastPerfect {
+		earliest, why = tr.Start.Add(24*time.Hour), fmt.Sprintf(", and a %s forecast a day of it before the start", cmp.Or(g.Forecast, spec.ForecastPersistence))
+	}
+	latest := tr.End().Add(-g.Deadline.D())
+	if start.Before(earliest) || start.After(latest) {
+		what := "trace_start"
+		if !replay {
+			what = "the run's start (now)"
+		}
+		return "", fmt.Errorf("green.trace %s holds %s to %s: %s %s leaves its plans without the trace they need — the window to the deadline (%s)%s; "+
+			"start between %s and %s (green.trace_start), or shorten green.deadline",
+			g.Trace, tr.Start.Format(time.RFC3339), tr.End().Format(time.RFC3339), what, start.Format(time.RFC3339), g.Deadline.D(), why,
+			earliest.Format(time.RFC3339), latest.Format(time.RFC3339))
 	}
 	return "", nil
 }

@@ -211,7 +211,7 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 		out.Energy = "mixed"
 	}
 	if g := st.Green; g != nil {
-		out.Waits, out.WaitedHours = g.Waits, g.WaitedSeconds/3600
+		out.Waits, out.WaitedHours = g.Waits, g.Waited(time.Now())/3600
 		out.BudgetG = g.BudgetG
 		out.BatchSchedule = g.Schedule
 		if g.BudgetG > 0 {

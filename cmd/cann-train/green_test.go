@@ -137,7 +137,7 @@ func TestCheckGreenTrace(t *testing.T) {
 	t0 := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
 	var b strings.Builder
 	b.WriteString("time,ES\n")
-	for h := range 48 {
+	for h := range 96 {
 		fmt.Fprintf(&b, "%s,%d\n", t0.Add(time.Duration(h)*time.Hour).Format("2006-01-02 15:04"), 100+h)
 	}
 	good := filepath.Join(dir, "es.csv")
@@ -148,7 +148,8 @@ func TestCheckGreenTrace(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("time,ES\n2022-03-01 00:00,100\n2022-03-01 01:00,lots\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	inside, after := t0.Add(5*time.Hour), t0.Add(72*time.Hour)
+	inside, after := t0.Add(29*time.Hour), t0.Add(120*time.Hour)
+	day := spec.Duration(24 * time.Hour)
 	for _, tc := range []struct {
 		name       string
 		g          *spec.GreenPolicy
@@ -158,10 +159,20 @@ func TestCheckGreenTrace(t *testing.T) {
 	}{
 		{name: "no policy", now: after},
 		{name: "the run's start inside", g: &spec.GreenPolicy{Trace: good}, now: inside},
-		{name: "replayed from inside", g: &spec.GreenPolicy{Trace: good, TraceStart: "2022-03-01T10:00:00Z"}, now: after},
+		{name: "replayed from inside", g: &spec.GreenPolicy{Trace: good, TraceStart: "2022-03-02T10:00:00Z", Deadline: day}, now: after},
 		{name: "now outside", g: &spec.GreenPolicy{Trace: good}, now: after,
-			fail: "holds 2022-03-01T00:00:00Z to 2022-03-03T00:00:00Z: the run's start (now, 2022-03-04T00:00:00Z) is outside it; " +
+			fail: "holds 2022-03-01T00:00:00Z to 2022-03-05T00:00:00Z: the run's start (now, 2022-03-06T00:00:00Z) is outside it; " +
 				"set green.trace_start to a time inside it to replay it (e.g. trace_start: 2022-03-01T00:00:00Z)"},
+		// Plans would all fail: the forecast's day of history, the window
+		// to the deadline.
+		{name: "no day before it", g: &spec.GreenPolicy{Trace: good, TraceStart: "2022-03-01T05:00:00Z", Deadline: day}, now: after,
+			fail: "trace_start 2022-03-01T05:00:00Z leaves its plans without the trace they need — the window to the deadline (24h0m0s), " +
+				"and a persistence forecast a day of it before the start; start between 2022-03-02T00:00:00Z and 2022-03-04T00:00:00Z"},
+		{name: "no day needed: perfect", g: &spec.GreenPolicy{Trace: good, TraceStart: "2022-03-01T05:00:00Z", Deadline: day, Forecast: spec.ForecastPerfect}, now: after},
+		{name: "deadline past the end", g: &spec.GreenPolicy{Trace: good, TraceStart: "2022-03-04T05:00:00Z", Deadline: day}, now: after,
+			fail: "start between 2022-03-02T00:00:00Z and 2022-03-04T00:00:00Z"},
+		{name: "work longer than the deadline", g: &spec.GreenPolicy{Provider: spec.ProviderUK, Work: spec.Duration(3 * time.Hour), Deadline: spec.Duration(2 * time.Hour)},
+			now: after, fail: "green.work 3h0m0s is longer than green.deadline 2h0m0s"},
 		{name: "replayed from outside", g: &spec.GreenPolicy{Trace: good, TraceStart: "2021-12-31T00:00:00Z"}, now: inside,
 			fail: "the run's start (trace_start 2021-12-31T00:00:00Z) is outside it; move green.trace_start inside it"},
 		{name: "does not read", g: &spec.GreenPolicy{Trace: bad}, now: inside, fail: "line 3"},

@@ -969,7 +969,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "energy       %.4f kWh measured, %.0f W over %s of training%s\n",
 			e.KWh, e.MeanWatts, (time.Duration(e.TrainedSeconds * float64(time.Second))).Round(time.Second), all)
 	}
-	printGreen(w, s.Green)
+	printGreen(w, s.Green, phaseLive(s.Status), time.Now())
 	printTopology(w, s.Topology)
 	if s.WeightsSHA256 != "" {
 		fmt.Fprintf(w, "weights      sha256 %s\n", s.WeightsSHA256)
@@ -1124,8 +1124,9 @@ func rescalingLine(r spec.Rescaling) (kind, line string) {
 	return kind, fmt.Sprintf("gen %d at step %d: %s", r.Generation, r.AtStep, change)
 }
 
-// printGreen prints the green policy's plan and carbon figures.
-func printGreen(w io.Writer, g *spec.GreenStatus) {
+// printGreen prints the green policy's plan and carbon figures (live: the
+// run has not ended; now: for the wait in progress).
+func printGreen(w io.Writer, g *spec.GreenStatus, live bool, now time.Time) {
 	if g == nil {
 		return
 	}
@@ -1154,7 +1155,7 @@ func printGreen(w io.Writer, g *spec.GreenStatus) {
 		}
 	}
 	fmt.Fprintf(w, "  carbon     %.4f kWh, %.2f g CO2eq (%.0f g/kWh); now %.0f g/kWh; %d green wait(s), %.2f h waited\n",
-		g.KWh, g.Grams, g.GPerKWh, g.NowGPerKWh, g.Waits, g.WaitedSeconds/3600)
+		g.KWh, g.Grams, g.GPerKWh, g.NowGPerKWh, g.Waits, g.Waited(now)/3600)
 	if g.Batch > 0 && p.Batch != nil {
 		last := ""
 		if g.BatchAction != "" {
@@ -1175,6 +1176,13 @@ func printGreen(w io.Writer, g *spec.GreenStatus) {
 	}
 	if g.Note != "" {
 		fmt.Fprintf(w, "  note       %s\n", g.Note)
+	}
+	if g.PriceNote != "" {
+		when := "not priced yet (tried again at the next chunk boundary)"
+		if !live {
+			when = "not priced (the run has ended; `cann-train green report` prices it again)"
+		}
+		fmt.Fprintf(w, "  pricing    the last chunks %s: %s\n", when, g.PriceNote)
 	}
 }
 

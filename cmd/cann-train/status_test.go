@@ -673,3 +673,26 @@ func TestStatusTextRefusedSignal(t *testing.T) {
 		t.Errorf("status says\n%s\nwant %q", b.String(), want)
 	}
 }
+
+// The green lines: a pricing problem in its own line, worded for a run
+// that goes on or has ended; the wait in progress counted in "h waited".
+func TestPrintGreenPricingAndWaiting(t *testing.T) {
+	now := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
+	g := &spec.GreenStatus{Policy: spec.GreenPolicy{Provider: spec.ProviderUK}.WithDefaults(), Waits: 2, WaitedSeconds: 1800,
+		WaitingSince: now.Add(-90 * time.Minute), Note: "green plan failed: x; training without waiting", PriceNote: "carbon: 503"}
+	for _, tc := range []struct {
+		live bool
+		want []string
+	}{
+		{true, []string{"2 green wait(s), 2.00 h waited", "note       green plan failed: x", "pricing    the last chunks not priced yet (tried again at the next chunk boundary): carbon: 503"}},
+		{false, []string{"pricing    the last chunks not priced (the run has ended; `cann-train green report` prices it again): carbon: 503"}},
+	} {
+		var b bytes.Buffer
+		printGreen(&b, g, tc.live, now)
+		for _, w := range tc.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("live %v:\n%s\nwant %q", tc.live, b.String(), w)
+			}
+		}
+	}
+}
