@@ -36,20 +36,29 @@ func ReadCSV(r io.Reader, zone string) (*Series, error) {
 	return ReadCSVOptions(r, CSVOptions{Zone: zone})
 }
 
-// timeLayouts are tried in order. Layouts without a zone are read as UTC.
-var timeLayouts = []string{
-	time.RFC3339Nano,
-	"2006-01-02 15:04:05Z07:00",
-	"2006-01-02T15:04Z07:00", // UK Carbon Intensity API: 2018-01-20T12:00Z
-	"2006-01-02 15:04:05",
-	"2006-01-02T15:04:05",
-	"2006-01-02 15:04",
-	"2006-01-02T15:04",
-	"2006-01-02 15:04:05-0700", // offsets without a colon (ISO 8601 basic, strftime %z)
-	"2006-01-02T15:04:05-0700",
-	"2006/01/02 15:04:05",
-	"2006/01/02 15:04",
-}
+// timeLayouts are tried in order: RFC 3339, then a date and a time of day
+// (minutes or seconds, T or a space between) in UTC or with an offset —
+// Z, +01:00 or +0100 (ISO 8601 basic, strftime's %z), right after the time
+// or after a space (strftime's "%Y-%m-%d %H:%M:%S %z") —, then a date with
+// slashes in UTC. Layouts without a zone are read as UTC; fractions of a
+// second are read after the seconds. parseTime also strips a trailing
+// " UTC" or " GMT" first.
+var timeLayouts = func() []string {
+	ls := []string{time.RFC3339Nano}
+	for _, date := range []string{"2006-01-02 ", "2006-01-02T"} {
+		for _, clock := range []string{"15:04:05", "15:04"} { // the UK Carbon Intensity API: 2018-01-20T12:00Z
+			for _, zone := range []string{"", "Z07:00", "Z0700", " Z07:00", " Z0700"} {
+				ls = append(ls, date+clock+zone)
+			}
+		}
+	}
+	return append(ls, "2006/01/02 15:04:05", "2006/01/02 15:04")
+}()
+
+// timeForms says what parseTime accepts, for its errors.
+const timeForms = `RFC 3339; YYYY-MM-DD HH:MM[:SS[.fff]] (T or a space between) in UTC, or with an offset ` +
+	`Z, +01:00 or +0100, also after a space; YYYY/MM/DD HH:MM[:SS] in UTC; any of these with a trailing " UTC" or " GMT"; ` +
+	`or Unix seconds (9-11 digits) or milliseconds (12-13)`
 
 func parseTime(s string) (time.Time, error) {
 	orig := s
@@ -67,7 +76,7 @@ func parseTime(s string) (time.Time, error) {
 			return t.UTC(), nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("%w: %q (want RFC3339, YYYY-MM-DD HH:MM[:SS] in UTC, or Unix seconds)", ErrBadTime, strings.TrimSpace(orig))
+	return time.Time{}, fmt.Errorf("%w: %q (want %s)", ErrBadTime, strings.TrimSpace(orig), timeForms)
 }
 
 // unixTime reads a Unix timestamp: 9–11 digits are seconds, 12–13
@@ -122,9 +131,10 @@ func delimiter(first []byte) rune {
 //
 // Fields are separated by commas, or by semicolons or tabs when the header
 // has no comma (and then a value may have a decimal comma, "212,5").
-// Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC; also with slashes,
-// a trailing " UTC" or an offset without a colon) or Unix seconds or
-// milliseconds. The step is
+// Timestamps are RFC3339, "YYYY-MM-DD HH:MM[:SS]" (UTC, or with an offset
+// Z, +01:00 or +0100 right after the time or after a space; also with
+// slashes in UTC, or with a trailing " UTC") or Unix seconds or
+// milliseconds (timeForms). The step is
 // inferred (smallest spacing) and checked; gaps of at most
 // opts.MaxGapSteps (default 2, or an hour of steps on a finer grid) missing steps are filled
 // linearly, longer ones are refused with a *GapError (ErrGap) naming the
@@ -132,7 +142,8 @@ func delimiter(first []byte) rune {
 // empty, or holds a missing-value marker (NaN, NA, N/A, null, none), is a
 // missing step (as a null is in the JSON forms); a row repeating
 // the previous row's time and value is dropped, a repeated time with
-// another value is refused (ErrIrregular).
+// another value is refused (ErrIrregular) naming both (as in the JSON
+// forms: buildSeries).
 // Bad values give ErrBadValue naming line and column.
 func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 	br := bufio.NewReader(r)
@@ -200,9 +211,6 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 		if perr != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return nil, fmt.Errorf("%w: %s column %d (%s): %q is not a finite non-negative number",
 				ErrBadValue, where, vc+1, header[vc], raw)
-		}
-		if n := len(pts); n > 0 && !pts[n-1].missing && pts[n-1].t.Equal(t) && pts[n-1].v == v {
-			continue // the same reading twice (overlapping exports concatenated)
 		}
 		pts = append(pts, point{t: t, v: v, where: where})
 	}

@@ -11,8 +11,9 @@
 // request via [CSVOptions]) and the plain "time,<zone>…" form of the Let's
 // Wait Awhile traces, selecting the zone column like the --zone flag (of
 // several value columns, one named carbon_intensity_avg, carbon_intensity
-// or actual by default) (comma-, semicolon- or tab-separated; RFC 3339, "YYYY-MM-DD HH:MM[:SS]"
-// UTC or Unix-second/millisecond times). The
+// or actual by default) (comma-, semicolon- or tab-separated; RFC 3339,
+// "YYYY-MM-DD HH:MM[:SS]" in UTC or with an offset (+01:00, +0100, also
+// after a space) or Unix-second/millisecond times). The
 // step is inferred (the smallest spacing) and every spacing must be a whole
 // number of steps. Gaps of at most MaxGapSteps missing steps (an option of
 // every reader and provider; default [MaxInterpolatedSteps] = 2, or an
@@ -22,7 +23,8 @@
 // [ErrGap]) naming the missing time range and the line or element after
 // it. A timestamp without a reading (an empty CSV cell, a null in a history
 // answer) is a missing step, and it still counts in the step inference; a
-// CSV row repeating the previous time and value is dropped. Non-numeric,
+// row or element repeating the previous time and value is dropped, the same
+// time with another value is refused naming both. Non-numeric,
 // non-finite or negative values fail with [ErrBadValue] naming line and
 // column. Newer Electricity Maps exports ("Zone id", "Carbon intensity …
 // (Life cycle)") read as the older ones. The JSON readers apply the same rules to the
@@ -33,7 +35,10 @@
 // Intensity API shapes, national and regional ([ReadUKIntensity]). In
 // history answers a null value is a missing step; in forecasts it is an
 // error. [ReadTrace] reads a file in any of these forms, told apart by its
-// content (what `green plan --trace` and a job's green.trace read).
+// content (what `green plan --trace` and a job's green.trace read); its
+// zone selects a CSV column or zone id, a UK region or a Carbon Aware SDK
+// location, and a JSON answer for another zone, or without the one asked
+// for, is refused ([ErrJSONAnswer]) naming what it holds.
 //
 // Providers. [ElectricityMaps] (auth-token header from $ELECTRICITYMAPS_TOKEN
 // or a named variable), [CarbonAwareSDK] (a WebAPI deployment) and

@@ -100,10 +100,10 @@ func TestReadCarbonAwareEmissionsErrors(t *testing.T) {
 		wantErr error
 		errHas  string
 	}{
-		{"mixed locations", `[{"location":"a","time":"2022-08-23T14:00:00Z","rating":1},{"location":"b","time":"2022-08-23T14:05:00Z","rating":1}]`, ErrHeader, `[1].location "b"`},
+		{"mixed locations", `[{"location":"a","time":"2022-08-23T14:00:00Z","rating":1},{"location":"b","time":"2022-08-23T14:05:00Z","rating":1}]`, ErrJSONAnswer, `"b" at [1].location`},
 		{"duration disagrees", `[{"location":"a","time":"2022-08-23T14:00:00Z","rating":1,"duration":"00:10:00"},{"location":"a","time":"2022-08-23T14:05:00Z","rating":1}]`, ErrIrregular, "[0].duration"},
 		{"bad duration", `[{"location":"a","time":"2022-08-23T14:00:00Z","rating":1,"duration":"5m"},{"location":"a","time":"2022-08-23T14:05:00Z","rating":1}]`, ErrBadValue, "[0].duration"},
-		{"duplicate time", `[{"location":"a","time":"2022-08-23T14:00:00Z","rating":1},{"location":"a","time":"2022-08-23T14:00:00Z","rating":2}]`, ErrIrregular, "not after"},
+		{"duplicate time", `[{"location":"a","time":"2022-08-23T14:00:00Z","rating":1},{"location":"a","time":"2022-08-23T14:00:00Z","rating":2}]`, ErrIrregular, "given twice with different values: 1 ([0]) and 2 ([1])"},
 		{"bad time", `[{"location":"a","time":"later","rating":1}]`, ErrBadTime, "[0].time"},
 		{"object", `{"location":"a"}`, nil, "decoding Carbon Aware SDK emissions"},
 	}
@@ -115,6 +115,7 @@ func TestReadCarbonAwareEmissionsErrors(t *testing.T) {
 				require.ErrorIs(t, err, tc.wantErr)
 			}
 			assert.Contains(t, err.Error(), tc.errHas)
+			assert.NotContains(t, err.Error(), "header", "a JSON file has no header")
 		})
 	}
 }

@@ -26,9 +26,14 @@ type JSONOptions struct {
 	// never its forecast. It wins over PreferActual; other readers ignore
 	// it.
 	ActualOnly bool
-	// Zone selects a region of the UK API's all-regions answers (its
-	// short name or id; ReadUKIntensity) and a location of a Carbon Aware
-	// SDK forecasts answer (ReadTrace). Empty: the only one.
+	// Zone is the zone asked for, compared without case as
+	// CSVOptions.Zone is: it selects a region of the UK API's regional
+	// answers (its short name or id; ReadUKIntensity), where a national
+	// answer takes only "GB", and a location of a Carbon Aware SDK
+	// emissions answer (ReadCarbonAwareEmissions) or forecasts answer
+	// (ReadTrace); an Electricity Maps answer for another zone is
+	// refused. A refusal (ErrJSONAnswer) names what the answer holds.
+	// Empty: the only one.
 	Zone string
 }
 
@@ -52,11 +57,15 @@ func ReadElectricityMapsForecast(r io.Reader) (*Series, error) {
 // ReadElectricityMapsForecastOptions decodes an Electricity Maps v3 forecast
 // response into a Series (same step inference and gap rules as ReadCSV;
 // errors name the forecast[i] element). A null carbonIntensity is an error:
-// a forecast has no reason to miss a value.
+// a forecast has no reason to miss a value. A forecast for another zone
+// than opts.Zone (when both are given) is refused.
 func ReadElectricityMapsForecastOptions(r io.Reader, opts JSONOptions) (*Series, error) {
 	var doc emForecast
 	if err := json.NewDecoder(r).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("carbon: decoding Electricity Maps forecast: %w", err)
+	}
+	if err := answerZone(doc.Zone, opts.Zone, "zone", "Electricity Maps forecast"); err != nil {
+		return nil, err
 	}
 	pts := make([]point, 0, len(doc.Forecast))
 	for i, f := range doc.Forecast {
@@ -87,14 +96,27 @@ type emHistory struct {
 }
 
 type emPoint struct {
+	Zone            string   `json:"zone"`
 	CarbonIntensity *float64 `json:"carbonIntensity"`
 	Datetime        string   `json:"datetime"`
+}
+
+// answerZone refuses an answer for zone has (named at field; "": it does
+// not say) when zone want is asked for and is another one (compared
+// without case, as CSVOptions.Zone).
+func answerZone(has, want, field, answer string) error {
+	if want == "" || has == "" || strings.EqualFold(strings.TrimSpace(has), want) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: the %s is for zone %q, not %q", ErrJSONAnswer, field, answer, has, want)
 }
 
 // ReadElectricityMapsHistory decodes an Electricity Maps v3 history or
 // past-range response. An element whose carbonIntensity is null has no
 // measurement: it is dropped and counts as missing (filled or refused by the
-// gap rule), as is an hour the API leaves out.
+// gap rule), as is an hour the API leaves out. An answer for another zone
+// than opts.Zone (the document's zone or an element's, when given) is
+// refused.
 func ReadElectricityMapsHistory(r io.Reader, opts JSONOptions) (*Series, error) {
 	var doc emHistory
 	if err := json.NewDecoder(r).Decode(&doc); err != nil {
@@ -104,9 +126,19 @@ func ReadElectricityMapsHistory(r io.Reader, opts JSONOptions) (*Series, error) 
 	if elems == nil {
 		name, elems = "data", doc.Data
 	}
+	answer := "Electricity Maps history"
+	if name == "data" {
+		answer = "Electricity Maps past-range answer"
+	}
+	if err := answerZone(doc.Zone, opts.Zone, "zone", answer); err != nil {
+		return nil, err
+	}
 	pts := make([]point, 0, len(elems))
 	for i, e := range elems {
 		where := fmt.Sprintf("%s[%d]", name, i)
+		if err := answerZone(e.Zone, opts.Zone, where+".zone", answer); err != nil {
+			return nil, err
+		}
 		t, err := parseTime(e.Datetime)
 		if err != nil {
 			return nil, fmt.Errorf("%s.datetime: %w", where, err)
@@ -237,7 +269,7 @@ func SelectLocation(fs []CarbonAwareForecast, location string) (*Series, error) 
 		}
 		names = append(names, f.Location)
 	}
-	return nil, fmt.Errorf("%w: location %q not among %q", ErrHeader, location, names)
+	return nil, fmt.Errorf("%w: location %q not among %q", ErrJSONAnswer, location, names)
 }
 
 // caEmission is one Carbon Aware SDK EmissionsData element of
@@ -251,9 +283,11 @@ type caEmission struct {
 }
 
 // ReadCarbonAwareEmissions decodes a Carbon Aware SDK /emissions/bylocation
-// response (a JSON array, which the SDK returns newest first) into a
-// Series in time order. The zone is the elements' location (they must
-// agree); durations, when given, must equal the inferred step. Null ratings
+// or /emissions/bylocations response (a JSON array, which the SDK returns
+// newest first) into a Series in time order. The zone is the elements'
+// location: opts.Zone picks one (compared without case) where the answer
+// holds several, and must be among them; without it the elements must
+// agree. Durations, when given, must equal the inferred step. Null ratings
 // count as missing steps.
 func ReadCarbonAwareEmissions(r io.Reader, opts JSONOptions) (*Series, error) {
 	var docs []caEmission
@@ -263,16 +297,22 @@ func ReadCarbonAwareEmissions(r io.Reader, opts JSONOptions) (*Series, error) {
 	pts := make([]point, 0, len(docs))
 	durs := make(map[time.Time]string, len(docs))
 	zone := ""
+	var locs []string // every location, in the order of its first element
+	var firsts []int  // the index of that element
 	for i, d := range docs {
 		where := fmt.Sprintf("[%d]", i)
-		t, err := parseTime(d.Time)
-		if err != nil {
-			return nil, fmt.Errorf("%s.time: %w", where, err)
+		if !slices.ContainsFunc(locs, func(l string) bool { return strings.EqualFold(l, d.Location) }) {
+			locs, firsts = append(locs, d.Location), append(firsts, i)
+		}
+		if opts.Zone != "" && !strings.EqualFold(strings.TrimSpace(d.Location), opts.Zone) {
+			continue // another location of a /emissions/bylocations answer
 		}
 		if zone == "" {
 			zone = d.Location
-		} else if !strings.EqualFold(zone, d.Location) {
-			return nil, fmt.Errorf("%w: %s.location %q differs from %q", ErrHeader, where, d.Location, zone)
+		}
+		t, err := parseTime(d.Time)
+		if err != nil {
+			return nil, fmt.Errorf("%s.time: %w", where, err)
 		}
 		if d.Rating == nil {
 			pts = append(pts, point{t: t, where: where, missing: true})
@@ -285,6 +325,16 @@ func ReadCarbonAwareEmissions(r io.Reader, opts JSONOptions) (*Series, error) {
 		if d.Duration != "" {
 			durs[t] = d.Duration
 		}
+	}
+	if opts.Zone != "" && zone == "" {
+		return nil, fmt.Errorf("%w: location %q not among the elements' locations %q", ErrJSONAnswer, opts.Zone, locs)
+	}
+	if opts.Zone == "" && len(locs) > 1 {
+		at := make([]string, len(locs))
+		for k, l := range locs {
+			at[k] = fmt.Sprintf("%q at [%d].location", l, firsts[k])
+		}
+		return nil, fmt.Errorf("%w: several locations: %s; pass a zone to select one", ErrJSONAnswer, strings.Join(at, ", "))
 	}
 	slices.SortStableFunc(pts, func(a, b point) int { return a.t.Compare(b.t) })
 	s, err := buildSeries(pts, zone, opts.MaxGapSteps)
@@ -395,9 +445,9 @@ func pickRegion(rs []ukRegion, zone, where string) (ukRegion, error) {
 		return rs[0], nil
 	}
 	if zone == "" {
-		return ukRegion{}, fmt.Errorf("%w: %s: several regions %q; pass a zone (short name or region id) to select one", ErrHeader, where, names)
+		return ukRegion{}, fmt.Errorf("%w: %s: several regions %q; pass a zone (short name or region id) to select one", ErrJSONAnswer, where, names)
 	}
-	return ukRegion{}, fmt.Errorf("%w: %s: region %q not among %q", ErrHeader, where, zone, names)
+	return ukRegion{}, fmt.Errorf("%w: %s: region %q not among %q", ErrJSONAnswer, where, zone, names)
 }
 
 // ukPeriods finds the periods of a UK API answer, national or regional,
@@ -416,7 +466,7 @@ func ukPeriods(r io.Reader, zone string) ([]ukPeriod, string, error) {
 			return nil, "", fmt.Errorf("carbon: decoding UK carbon intensity: data: %w", err)
 		}
 		if zone != "" && !one.matches(zone) {
-			return nil, "", fmt.Errorf("%w: data: region %q, not %q", ErrHeader, one.name(), zone)
+			return nil, "", fmt.Errorf("%w: data: region %q, not %q", ErrJSONAnswer, one.name(), zone)
 		}
 		return one.Data, one.name(), nil
 	}
@@ -450,6 +500,10 @@ func ukPeriods(r io.Reader, zone string) ([]ukPeriod, string, error) {
 		}
 		return r.Data, r.name(), nil
 	}
+	if zone != "" && !strings.EqualFold(strings.TrimSpace(zone), "GB") {
+		return nil, "", fmt.Errorf("%w: data: the answer is national (zone \"GB\", /intensity…) and has no region %q; "+
+			"a zone selects a region of the API's regional answers (/regional/…, by short name or region id)", ErrJSONAnswer, zone)
+	}
 	periods := make([]ukPeriod, len(elems))
 	for i, e := range elems {
 		periods[i] = e.ukPeriod
@@ -459,11 +513,13 @@ func ukPeriods(r io.Reader, zone string) ([]ukPeriod, string, error) {
 
 // ReadUKIntensity decodes a UK National Grid ESO Carbon Intensity API
 // response (half-hour periods, UTC) into a Series: the national answers
-// (/intensity…) with zone "GB", and the regional ones — one region's
-// periods (/regional/regionid/{id}, /regional/postcode/{pc},
-// /regional/intensity/{from}/{to}/regionid/{id}) or every region's per
-// period (/regional/intensity/{from}/fw24h…, where opts.Zone picks the
-// region by short name or id) — with the region's short name. The
+// (/intensity…) with zone "GB" (an opts.Zone other than "GB" is refused:
+// it names a region, which only the regional answers hold), and the
+// regional ones — one region's periods (/regional/regionid/{id},
+// /regional/postcode/{pc}, /regional/intensity/{from}/{to}/regionid/{id};
+// opts.Zone, if given, must name it) or every region's per period
+// (/regional/intensity/{from}/fw24h…, where opts.Zone picks the region by
+// short name or id) — with the region's short name. The
 // forecast is read unless opts.PreferActual, which reads actual where it
 // is not null (it is null for periods not yet measured, and regional
 // answers have none) and the forecast otherwise, or opts.ActualOnly, which

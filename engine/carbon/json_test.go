@@ -168,3 +168,99 @@ func FuzzReadJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestRepeatedReadings: every reader drops a reading repeated with the
+// same time and value (or both without one), and refuses the same time
+// with another value naming the time and both values where they are.
+func TestRepeatedReadings(t *testing.T) {
+	type reading struct {
+		hour int
+		v    string // a JSON number, or null: no value
+	}
+	h := func(n int) string { return time.Date(2024, 1, 1, n, 0, 0, 0, time.UTC).Format(time.RFC3339) }
+	join := func(rs []reading, f func(r reading) string) string {
+		parts := make([]string, len(rs))
+		for i, r := range rs {
+			parts[i] = f(r)
+		}
+		return strings.Join(parts, ",")
+	}
+	sources := []struct {
+		name  string
+		nulls bool      // a null reads as a missing step
+		where [2]string // where the second and third readings are named
+		read  func(rs []reading) (*Series, error)
+	}{
+		{"csv", true, [2]string{"line 3", "line 4"}, func(rs []reading) (*Series, error) {
+			in := "time,DE\n"
+			for _, r := range rs {
+				in += h(r.hour) + "," + strings.TrimPrefix(r.v, "null") + "\n"
+			}
+			return ReadCSVOptions(strings.NewReader(in), CSVOptions{})
+		}},
+		{"em history", true, [2]string{"history[1]", "history[2]"}, func(rs []reading) (*Series, error) {
+			return ReadElectricityMapsHistory(strings.NewReader(`{"zone":"DE","history":[`+join(rs, func(r reading) string {
+				return `{"carbonIntensity":` + r.v + `,"datetime":"` + h(r.hour) + `"}`
+			})+`]}`), JSONOptions{})
+		}},
+		{"em forecast", false, [2]string{"forecast[1]", "forecast[2]"}, func(rs []reading) (*Series, error) {
+			return ReadElectricityMapsForecastOptions(strings.NewReader(`{"zone":"DE","forecast":[`+join(rs, func(r reading) string {
+				return `{"carbonIntensity":` + r.v + `,"datetime":"` + h(r.hour) + `"}`
+			})+`]}`), JSONOptions{})
+		}},
+		{"casdk emissions", true, [2]string{"([1])", "([2])"}, func(rs []reading) (*Series, error) {
+			return ReadCarbonAwareEmissions(strings.NewReader(`[`+join(rs, func(r reading) string {
+				return `{"location":"x","time":"` + h(r.hour) + `","rating":` + r.v + `}`
+			})+`]`), JSONOptions{})
+		}},
+		{"casdk forecasts", false, [2]string{"[0].forecastData[1]", "[0].forecastData[2]"}, func(rs []reading) (*Series, error) {
+			fs, err := ReadCarbonAwareForecastsOptions(strings.NewReader(`[{"location":"x","forecastData":[`+join(rs, func(r reading) string {
+				return `{"timestamp":"` + h(r.hour) + `","value":` + r.v + `}`
+			})+`]}]`), JSONOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return fs[0].Series, nil
+		}},
+		{"uk", false, [2]string{"data[1]", "data[2]"}, func(rs []reading) (*Series, error) {
+			uk := func(n int) string { return time.Date(2024, 1, 1, n, 0, 0, 0, time.UTC).Format(ukTime) }
+			return ReadUKIntensity(strings.NewReader(`{"data":[`+join(rs, func(r reading) string {
+				return `{"from":"` + uk(r.hour) + `","to":"` + uk(r.hour+1) + `","intensity":{"forecast":` + r.v + `}}`
+			})+`]}`), JSONOptions{})
+		}},
+	}
+	tests := []struct {
+		name   string
+		rs     []reading // the second and third share a time
+		nulls  bool      // only for sources where null is a missing step
+		errHas []string  // nil: read as 10, 20, 30
+	}{
+		{name: "same value", rs: []reading{{0, "10"}, {1, "20"}, {1, "20"}, {2, "30"}}},
+		{name: "other value", rs: []reading{{0, "10"}, {1, "20"}, {1, "25"}, {2, "30"}},
+			errHas: []string{"time 2024-01-01T01:00:00Z is given twice with different values", "20 (", "25 ("}},
+		{name: "both without a value", rs: []reading{{0, "10"}, {1, "null"}, {1, "null"}, {2, "30"}}, nulls: true},
+		{name: "a value and none", rs: []reading{{0, "10"}, {1, "null"}, {1, "20"}, {2, "30"}}, nulls: true,
+			errHas: []string{"time 2024-01-01T01:00:00Z is given twice with different values", "no value (", "20 ("}},
+	}
+	for _, src := range sources {
+		for _, tc := range tests {
+			if tc.nulls && !src.nulls {
+				continue
+			}
+			t.Run(src.name+"/"+tc.name, func(t *testing.T) {
+				s, err := src.read(tc.rs)
+				if tc.errHas != nil {
+					require.ErrorIs(t, err, ErrIrregular)
+					for _, sub := range append(tc.errHas, src.where[0], src.where[1]) {
+						assert.Contains(t, err.Error(), sub)
+					}
+					return
+				}
+				require.NoError(t, err)
+				assert.Equal(t, time.Hour, s.Step)
+				assert.True(t, s.Start.Equal(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)), "start %s", s.Start)
+				assert.Equal(t, []float64{10, 20, 30}, s.Values)
+			})
+		}
+	}
+}

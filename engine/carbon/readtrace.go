@@ -13,8 +13,11 @@ import (
 type TraceOptions struct {
 	// Zone is the zone column of a plain CSV or the zone id of an
 	// Electricity Maps export (CSVOptions.Zone), the region of the UK
-	// API's all-regions answers or the location of a Carbon Aware SDK
-	// forecasts answer (JSONOptions.Zone).
+	// API's regional answers ("GB" or empty for its national ones), the
+	// location of a Carbon Aware SDK emissions or forecasts answer, or the
+	// zone an Electricity Maps answer must be for (JSONOptions.Zone); a
+	// file for another zone, or without the one asked for, is refused
+	// naming what it holds.
 	Zone string
 	// Column is an Electricity Maps export's intensity column
 	// (CSVOptions.Column).
@@ -70,14 +73,14 @@ func ReadTrace(r io.Reader, opts TraceOptions) (*Series, error) {
 			for _, f := range fs {
 				locs = append(locs, f.Location)
 			}
-			return nil, fmt.Errorf("%w: Carbon Aware SDK forecasts for %q; pass a zone to select one", ErrHeader, locs)
+			return nil, fmt.Errorf("%w: Carbon Aware SDK forecasts for several locations %q; pass a zone to select one", ErrJSONAnswer, locs)
 		}
 		return SelectLocation(fs, opts.Zone)
 	case body[0] == '[' && (has("rating") || has("time")):
 		return ReadCarbonAwareEmissions(rd, jo)
 	}
-	return nil, fmt.Errorf("%w: JSON with keys %q is none of the known answers (Electricity Maps history or forecast, UK Carbon Intensity, Carbon Aware SDK emissions or forecasts)",
-		ErrHeader, keys)
+	return nil, fmt.Errorf("%w: a document with keys %q is none of the known answers (Electricity Maps history or forecast, UK Carbon Intensity, Carbon Aware SDK emissions or forecasts)",
+		ErrJSONAnswer, keys)
 }
 
 // jsonKeys returns the keys of a JSON object, or of an array's first

@@ -109,6 +109,7 @@ func TestReadTraceShapes(t *testing.T) {
 				for _, sub := range tc.errHas {
 					assert.Contains(t, err.Error(), sub)
 				}
+				assert.NotContains(t, err.Error(), "header", "a JSON file has no header")
 				return
 			}
 			require.NoError(t, err)
@@ -116,6 +117,90 @@ func TestReadTraceShapes(t *testing.T) {
 			assert.Equal(t, 30*time.Minute, s.Step)
 			assert.True(t, s.Start.Equal(start), "start %s", s.Start)
 			assert.Equal(t, tc.want, s.Values)
+		})
+	}
+}
+
+// TestReadTraceZone: the zone asked for checks or selects in every JSON
+// answer, without case as in a CSV: an Electricity Maps answer for another
+// zone, a Carbon Aware SDK emissions answer without that location, a
+// national UK answer asked for a region are refused naming what the file
+// holds, in JSON words (ErrJSONAnswer, an ErrHeader without "header"), and
+// a location is picked out of several.
+func TestReadTraceZone(t *testing.T) {
+	file := func(name string) string {
+		b, err := os.ReadFile("testdata/" + name)
+		require.NoError(t, err)
+		return string(b)
+	}
+	h := func(n int) string { return time.Date(2024, 3, 1, n, 0, 0, 0, time.UTC).Format(time.RFC3339) }
+	emission := func(loc string, n, v int) string {
+		return `{"location":"` + loc + `","time":"` + h(n) + `","rating":` + strconv.Itoa(v) + `,"duration":"01:00:00"}`
+	}
+	// /emissions/bylocations: each location's readings, newest first.
+	byLocations := "[" + strings.Join([]string{emission("westus", 1, 20), emission("westus", 0, 10),
+		emission("eastus", 1, 200), emission("eastus", 0, 100)}, ",") + "]"
+	history := func(zone string, elemZone string) string {
+		return `{"zone":"` + zone + `","history":[{"zone":"` + elemZone + `","carbonIntensity":10,"datetime":"` + h(0) +
+			`"},{"zone":"` + elemZone + `","carbonIntensity":20,"datetime":"` + h(1) + `"}]}`
+	}
+	pastRange := `{"zone":"FR","data":[{"zone":"FR","carbonIntensity":10,"datetime":"` + h(0) +
+		`"},{"zone":"FR","carbonIntensity":20,"datetime":"` + h(1) + `"}]}`
+	for _, tc := range []struct {
+		name, in, zone string
+		wantZone       string
+		want           []float64 // nil: not checked
+		errHas         []string
+	}{
+		{name: "em history, its zone without case", in: file("em_history.json"), zone: "de", wantZone: "DE"},
+		{name: "em history, another zone", in: file("em_history.json"), zone: "FR",
+			errHas: []string{`zone: the Electricity Maps history is for zone "DE", not "FR"`}},
+		{name: "em history, an element for another zone", in: history("", "DE"), zone: "FR",
+			errHas: []string{`history[0].zone: the Electricity Maps history is for zone "DE", not "FR"`}},
+		{name: "em history, no zone asked", in: history("DE", "DE"), wantZone: "DE", want: []float64{10, 20}},
+		{name: "em past-range, its zone", in: pastRange, zone: "fr", wantZone: "FR", want: []float64{10, 20}},
+		{name: "em past-range, another zone", in: pastRange, zone: "DE",
+			errHas: []string{`zone: the Electricity Maps past-range answer is for zone "FR", not "DE"`}},
+		{name: "em forecast, its zone", in: file("em_forecast.json"), zone: "De", wantZone: "DE"},
+		{name: "em forecast, another zone", in: file("em_forecast.json"), zone: "FR",
+			errHas: []string{`zone: the Electricity Maps forecast is for zone "DE", not "FR"`}},
+		{name: "casdk emissions, its location", in: file("casdk_bylocation.json"), zone: "caiso_north", wantZone: "CAISO_NORTH"},
+		{name: "casdk emissions, another location", in: file("casdk_bylocation.json"), zone: "eastus",
+			errHas: []string{`location "eastus" not among the elements' locations ["CAISO_NORTH"]`}},
+		{name: "casdk bylocations, one picked", in: byLocations, zone: "EastUS", wantZone: "eastus", want: []float64{100, 200}},
+		{name: "casdk bylocations, the other picked", in: byLocations, zone: "westus", wantZone: "westus", want: []float64{10, 20}},
+		{name: "casdk bylocations, none of them", in: byLocations, zone: "northeurope",
+			errHas: []string{`location "northeurope" not among the elements' locations ["westus" "eastus"]`}},
+		{name: "casdk bylocations, none asked", in: byLocations,
+			errHas: []string{`several locations: "westus" at [0].location, "eastus" at [2].location`, "pass a zone"}},
+		{name: "casdk forecasts, another location", in: file("casdk_forecasts.json"), zone: "eastus",
+			errHas: []string{`location "eastus" not among ["northeurope" "westus"]`}},
+		{name: "uk national, a region asked", in: file("uk_fw48h.json"), zone: "London",
+			errHas: []string{"the answer is national", `no region "London"`, "regional answers"}},
+		{name: "uk national, a region id asked", in: file("uk_fw48h.json"), zone: "13",
+			errHas: []string{"the answer is national", `no region "13"`, "regional answers"}},
+		{name: "uk national, GB asked", in: file("uk_fw48h.json"), zone: "gb", wantZone: "GB"},
+		{name: "uk regional, its region", in: file("uk_regional_fw48h.json"), zone: "LONDON", wantZone: "London"},
+		{name: "uk regional, another region", in: file("uk_regional_fw48h.json"), zone: "Wales",
+			errHas: []string{`data: region "London", not "Wales"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := ReadTrace(strings.NewReader(tc.in), TraceOptions{Zone: tc.zone})
+			if tc.errHas != nil {
+				require.ErrorIs(t, err, ErrJSONAnswer)
+				require.ErrorIs(t, err, ErrHeader)
+				for _, sub := range tc.errHas {
+					assert.Contains(t, err.Error(), sub)
+				}
+				assert.NotContains(t, err.Error(), "header", "a JSON file has no header")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantZone, s.Zone)
+			if tc.want != nil {
+				assert.Equal(t, h(0), s.Start.Format(time.RFC3339))
+				assert.Equal(t, tc.want, s.Values)
+			}
 		})
 	}
 }

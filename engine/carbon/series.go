@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -18,6 +19,12 @@ var (
 	// ErrHeader: a CSV header is not a recognised form, or the requested
 	// zone/column is not in it.
 	ErrHeader = errors.New("carbon: unrecognised header")
+	// ErrJSONAnswer: a JSON answer is none of the known shapes, the zone
+	// (region, location) asked for is not the one it is for or not among
+	// those it holds, or it holds several and none was asked for. It is
+	// the JSON counterpart of ErrHeader, in JSON words (its messages name
+	// the field), and errors.Is(err, ErrHeader) holds for it too.
+	ErrJSONAnswer error = &aliasError{msg: "carbon: JSON answer", alias: ErrHeader}
 	// ErrBadTime: a timestamp cannot be parsed.
 	ErrBadTime = errors.New("carbon: bad timestamp")
 	// ErrBadValue: an intensity is non-numeric, non-finite or negative.
@@ -28,6 +35,16 @@ var (
 	// ErrGap: more than MaxInterpolatedSteps consecutive steps are missing.
 	ErrGap = errors.New("carbon: gap too long to interpolate")
 )
+
+// aliasError is a sentinel with its own words that also matches another
+// sentinel (errors.Is follows Unwrap).
+type aliasError struct {
+	msg   string
+	alias error
+}
+
+func (e *aliasError) Error() string { return e.msg }
+func (e *aliasError) Unwrap() error { return e.alias }
 
 // MaxInterpolatedSteps and MaxInterpolatedSpan set the default longest
 // run of missing steps that the readers fill by linear interpolation: two
@@ -203,15 +220,56 @@ func newestFirst(pts []point) bool {
 	return true
 }
 
+// dropRepeats drops a point that repeats the one before it, the same time
+// with the same value or both without one (overlapping exports
+// concatenated, an answer listing a reading twice), and refuses the same
+// time with another value (ErrIrregular), naming the time and both values.
+// pts is not modified.
+func dropRepeats(pts []point) ([]point, error) {
+	var out []point // nil until a point is dropped
+	for i := 1; i < len(pts); i++ {
+		a, b := pts[i-1], pts[i]
+		if !a.t.Equal(b.t) {
+			if out != nil {
+				out = append(out, b)
+			}
+			continue
+		}
+		if a.missing != b.missing || a.v != b.v {
+			return nil, fmt.Errorf("%w: time %s is given twice with different values: %s (%s) and %s (%s)", ErrIrregular,
+				b.t.UTC().Format(time.RFC3339), a.value(), a.where, b.value(), b.where)
+		}
+		if out == nil {
+			out = append(make([]point, 0, len(pts)-1), pts[:i]...)
+		}
+	}
+	if out == nil {
+		return pts, nil
+	}
+	return out, nil
+}
+
+// value is the point's value for messages.
+func (p point) value() string {
+	if p.missing {
+		return "no value"
+	}
+	return strconv.FormatFloat(p.v, 'g', -1, 64)
+}
+
 // buildSeries turns time-ordered points (oldest first, or all newest
-// first) into a regular Series: it infers
-// the step as the smallest positive spacing, checks that every spacing is a
-// whole number of steps, fills gaps of at most maxGap missing steps (an
-// options value, see maxGapSteps) linearly and refuses longer ones with a
-// *GapError. Missing points count for the order and the step only: the
-// series runs from the first reading to the last, and a missing point
-// inside it is a missing step.
+// first) into a regular Series: it drops repeated points (dropRepeats),
+// infers the step as the smallest positive spacing, checks that every
+// spacing is a whole number of steps, fills gaps of at most maxGap missing
+// steps (an options value, see maxGapSteps) linearly and refuses longer
+// ones with a *GapError. Missing points count for the order and the step
+// only: the series runs from the first reading to the last, and a missing
+// point inside it is a missing step.
 func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
+	pts, err := dropRepeats(pts)
+	if err != nil {
+		return nil, err
+	}
 	readings := 0
 	for _, p := range pts {
 		if !p.missing {
