@@ -62,7 +62,7 @@ func TestArgumentErrors(t *testing.T) {
 		// Controls: flags checked before any connection.
 		{[]string{"scale", "r"}, []string{"how many nodes? scale RUN N or scale RUN --nodes N"}},
 		{[]string{"scale", "r", "--nodes", "0"}, []string{"--nodes 0: want 1..1024"}},
-		{[]string{"scale", "r", "0"}, []string{"--nodes 0: want 1..1024"}},
+		{[]string{"scale", "r", "0"}, []string{"node count 0: want 1..1024"}},
 		{[]string{"scale", "r", "four"}, []string{`node count "four": want a number`}},
 		{[]string{"scale", "r", "4", "--nodes", "4"}, []string{"give the node count once"}},
 		{[]string{"scale", "r", "4", "5"}, []string{`scale takes at most 2 argument(s), got 3: "5" is one too many`}},

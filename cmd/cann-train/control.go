@@ -246,6 +246,11 @@ checkpoints (waiting-storage) tries to store its state again at once.`,
 				fmt.Fprintf(e.out, "%s: pause withdrawn at step %d; it trains on\n", id, st.Step)
 				return nil
 			}
+			if st.Phase == spec.PhaseGreenWait {
+				fmt.Fprintf(e.out, "%s: resumed (was %s at step %d): the next chunk trains now; the run plans again after it and may wait "+
+					"again (`cann-train green override %s` trains without the policy)\n", id, st.Phase, st.Step, strings.TrimPrefix(id, spec.RunIDPrefix))
+				return nil
+			}
 			fmt.Fprintf(e.out, "%s: resumed (was %s at step %d)\n", id, st.Phase, st.Step)
 			return nil
 		},
@@ -287,6 +292,9 @@ N must be at least the run's min_nodes and at most its global batch.`,
 				return errors.New("how many nodes? scale RUN N or scale RUN --nodes N")
 			}
 			if nodes < 1 || nodes > 1024 {
+				if !set {
+					return fmt.Errorf("node count %d: want 1..1024", nodes)
+				}
 				return fmt.Errorf("--nodes %d: want 1..1024", nodes)
 			}
 			ctx := cmd.Context()
@@ -358,6 +366,12 @@ N must be at least the run's min_nodes and at most its global batch.`,
 			}
 			if len(st.Nodes) != nodes {
 				return fmt.Errorf("%s trains on %d node(s), not %d", id, len(st.Nodes), nodes)
+			}
+			if st.Phase == spec.PhaseGreenWait {
+				// (the rescale cut the wait short; the run planned again)
+				fmt.Fprintf(e.out, "%s: now on %d node(s) %v, waiting for its green window until %s (it trains on them then)\n",
+					id, nodes, st.Nodes, st.WaitUntil.UTC().Format(time.RFC3339))
+				return nil
 			}
 			fmt.Fprintf(e.out, "%s: now on %d node(s) %v\n", id, nodes, st.Nodes)
 			return nil

@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -177,6 +179,26 @@ func (e *env) webUI(ui string) string {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, strconv.Itoa(p+1000))
+}
+
+// uiLink is webUI for links a command prints: a guessed UI (no --ui,
+// no CANN_TRAIN_UI) only where something listens at it — a dev server
+// started with --ui-port 0 has none, and a link to it would be dead.
+func (e *env) uiLink(ui string) string {
+	base := e.webUI(ui)
+	if ui != "" || base == "" {
+		return base
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" {
+		return base // (Temporal Cloud's)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 300*time.Millisecond)
+	if err != nil {
+		return ""
+	}
+	_ = conn.Close()
+	return base
 }
 
 func envOr(key, def string) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -189,7 +190,7 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 			fmt.Fprintf(e.err, "server kept up: Web UI %s — Ctrl-C to stop\n", ui)
 		}
 		if ui := srv.UIURL(); srv.FrontendAddr() != "127.0.0.1:7233" || ui != (&env{address: srv.FrontendAddr()}).webUI("") {
-			fmt.Fprintf(e.err, "other commands reach it with: export TEMPORAL_ADDRESS=%s CANN_TRAIN_UI=%s\n", srv.FrontendAddr(), ui)
+			fmt.Fprintf(e.err, "other commands reach it with: export TEMPORAL_ADDRESS=%s CANN_TRAIN_UI=%s\n", srv.FrontendAddr(), cmp.Or(ui, "none"))
 		}
 		<-ctx.Done()
 	}

@@ -170,7 +170,7 @@ Job file fields (all optional but name):
 			if err != nil {
 				return err
 			}
-			return printStatus(e.out, st, o.output, e.webUI(o.uiURL), e.namespace)
+			return printStatus(e.out, st, o.output, e.uiLink(o.uiURL), e.namespace)
 		},
 	}
 	f := cmd.Flags()

@@ -63,7 +63,7 @@ func newStatusCmd(e *env) *cobra.Command {
 				return err
 			}
 			if noAnswer := (*noAnswerError)(nil); errors.As(err, &noAnswer) {
-				if perr := printUnanswered(e.out, noAnswer, live, summarize(st, e.webUI(ui), e.namespace, nil), output); perr != nil {
+				if perr := printUnanswered(e.out, noAnswer, live, summarize(st, e.uiLink(ui), e.namespace, nil), output); perr != nil {
 					return perr
 				}
 				return err
@@ -83,7 +83,7 @@ func newStatusCmd(e *env) *cobra.Command {
 					return err
 				}
 			}
-			sum := summarize(st, e.webUI(ui), e.namespace, nil)
+			sum := summarize(st, e.uiLink(ui), e.namespace, nil)
 			sum.Logs = logs
 			if err := printSummary(e.out, st, sum, output); err != nil {
 				return err
@@ -125,7 +125,7 @@ func newWatchCmd(e *env) *cobra.Command {
 			if output == "jsonl" {
 				return nil
 			}
-			return printStatus(e.out, st, output, e.webUI(ui), e.namespace)
+			return printStatus(e.out, st, output, e.uiLink(ui), e.namespace)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, json (final status) or jsonl (one progress object per line)")

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -694,5 +696,30 @@ func TestPrintGreenPricingAndWaiting(t *testing.T) {
 				t.Errorf("live %v:\n%s\nwant %q", tc.live, b.String(), w)
 			}
 		}
+	}
+}
+
+// A guessed Web UI is linked only where something listens at it (a dev
+// server started with --ui-port 0 has none); a given one always.
+func TestUILinkOnlyWhereListening(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if port <= 1000 {
+		t.Fatalf("port %d: no frontend port 1000 below it", port)
+	}
+	e := &env{address: fmt.Sprintf("127.0.0.1:%d", port-1000)}
+	want := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if got := e.uiLink(""); got != want {
+		t.Errorf("listening: %q, want %q", got, want)
+	}
+	ln.Close()
+	if got := e.uiLink(""); got != "" {
+		t.Errorf("nothing listening: %q, want no link", got)
+	}
+	if got := e.uiLink("http://ui.example:8080"); got != "http://ui.example:8080" {
+		t.Errorf("--ui given: %q", got)
 	}
 }
