@@ -15,6 +15,8 @@ import (
 	"go.temporal.io/sdk/client"
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.uber.org/zap"
+
+	"github.com/cann-train/cann-train/workflows"
 )
 
 // Metrics serves a worker's metrics for Prometheus to scrape: the Temporal
@@ -48,7 +50,7 @@ func ServeMetrics(addr string, log *zap.Logger) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(helpViews()...))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m := &Metrics{
@@ -65,6 +67,17 @@ func ServeMetrics(addr string, log *zap.Logger) (*Metrics, error) {
 	go func() { m.done <- m.srv.Serve(ln) }()
 	log.Info("serving metrics", zap.String("url", m.URL))
 	return m, nil
+}
+
+// helpViews give the workflows' cann_train_* instruments their
+// descriptions (workflows.MetricHelp), Prometheus's HELP lines: the SDK's
+// MetricsHandler creates every instrument with its name alone.
+func helpViews() []sdkmetric.View {
+	var views []sdkmetric.View
+	for name, help := range workflows.MetricHelp() {
+		views = append(views, sdkmetric.NewView(sdkmetric.Instrument{Name: name}, sdkmetric.Stream{Description: help}))
+	}
+	return views
 }
 
 // Close stops serving and flushes the meter provider.

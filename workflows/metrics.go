@@ -23,6 +23,25 @@ const (
 	metricSlowNodes     = "cann_train_slow_nodes"               // gauge: nodes computing slow_node_factor× their peers' time, slow_node_chunks chunks in a row
 )
 
+// MetricHelp is each metric's one-line description, its HELP line in the
+// Prometheus output: the SDK's client.MetricsHandler creates instruments
+// by name alone, so workers.ServeMetrics gives them these with a view.
+func MetricHelp() map[string]string {
+	return map[string]string{
+		metricStep:          "Global step of the run after its last chunk.",
+		metricSamplesPerSec: "Training throughput of the run's last chunk, in samples per second.",
+		metricCarbonGrams:   "Grams of CO2-equivalent emitted by the run's chunks priced so far.",
+		metricEnergyKWh:     "Energy in kWh used by the run's chunks priced so far.",
+		metricBudgetUsed:    "Share of the run's carbon budget used so far (grams over budget_g).",
+		metricBudgetAlerts:  "Carbon budget alerts of the run, by level (alert, exceeded): at most one each.",
+		metricGreenWaits:    "Waits of the run for a green (low-carbon) window.",
+		metricGlobalBatch:   "Global batch size the run's batch controller has in force.",
+		metricCkptRefused:   "Checkpoints of the run that its bucket refused.",
+		metricStorageHeld:   "1 while the run holds for its checkpoint bucket, else 0.",
+		metricSlowNodes:     "Nodes of the run computing slow_node_factor times their peers' time slow_node_chunks chunks in a row.",
+	}
+}
+
 // metrics is the workflow's metrics handler, tagged with the run.
 func (r *run) metrics(ctx workflow.Context) client.MetricsHandler {
 	return workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"run": r.st.Status.RunID})

@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -25,7 +28,9 @@ import (
 // dashboardRow is one run as `cann-train dashboard` shows it: what the
 // visibility store indexes (the search attributes TrainingRun keeps up to
 // date) and, from the run itself, what only its status query or result
-// knows (loss, throughput, carbon).
+// knows (loss, throughput, carbon). In JSON (MarshalJSON) a loss not
+// measured yet is null, and so are the recoveries of a run whose status
+// was not read.
 type dashboardRow struct {
 	WorkflowID string `json:"workflow_id"`
 	RunID      string `json:"run_id"`
@@ -40,19 +45,49 @@ type dashboardRow struct {
 	TargetNodes   int64   `json:"target_nodes,omitempty"`
 	Step          int64   `json:"step"`
 	Steps         int64   `json:"steps"`
-	Loss          float32 `json:"loss"`
+	Loss          float32 `json:"loss"` // 0: none measured yet (null in JSON)
 	SamplesPerSec float64 `json:"samples_per_sec"`
 	Strategy      string  `json:"strategy,omitempty"`
 	Recoveries    int     `json:"recoveries"`
 	// SlowNodes are the nodes setting the run's pace (status slow_nodes).
-	SlowNodes   []string  `json:"slow_nodes,omitempty"`
-	CarbonGrams float64   `json:"carbon_g,omitempty"`
-	Detail      string    `json:"detail,omitempty"`
-	StartedAt   time.Time `json:"started_at"`
-	WebUI       string    `json:"web_ui,omitempty"`
+	SlowNodes   []string `json:"slow_nodes,omitempty"`
+	CarbonGrams float64  `json:"carbon_g,omitempty"`
+	Detail      string   `json:"detail,omitempty"`
+	// StartedAt is when the run started: its status's start, else its
+	// first execution's (it may have continued as new since).
+	StartedAt time.Time `json:"started_at"`
+	// StartedExecution: StartedAt is the current execution's start, the
+	// run's own being unknown (neither its status nor, after a
+	// continue-as-new, its first execution could be read).
+	StartedExecution bool   `json:"started_at_execution,omitempty"`
+	WebUI            string `json:"web_ui,omitempty"`
 	// Unread says why the run's own status could not be read (the row
 	// then has only what the visibility store indexes).
 	Unread string `json:"unread,omitempty"`
+
+	// read: the row has the run's status (addStatus), not only what
+	// the visibility store indexes.
+	read bool
+}
+
+// MarshalJSON writes the row with a null loss where none was measured
+// yet (0, as `watch -o jsonl` writes it), and null recoveries where the
+// run's status was not read (unknown: the visibility store does not
+// index them).
+func (r dashboardRow) MarshalJSON() ([]byte, error) {
+	type plain dashboardRow // its fields, without this method
+	out := struct {
+		plain
+		Loss       *float32 `json:"loss"`
+		Recoveries *int     `json:"recoveries"`
+	}{plain: plain(r)}
+	if r.Loss != 0 {
+		out.Loss = &r.Loss
+	}
+	if r.read {
+		out.Recoveries = &r.Recoveries
+	}
+	return json.Marshal(out)
 }
 
 // dashboardQuery is the visibility query for TrainingRun workflows (the
@@ -75,10 +110,12 @@ func newDashboardCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dashboard",
 		Short: "Every training run at a glance: status, step, loss, throughput, carbon",
-		Long: `Lists the TrainingRun workflows of the namespace, newest first, with what the
-Temporal visibility store indexes (the Cann* search attributes) and what each
+		Long: `Lists the TrainingRun workflows of the namespace, latest start first, with what
+the Temporal visibility store indexes (the Cann* search attributes) and what each
 run's status query (or, once closed, its result) adds: loss, samples/s,
-recoveries, grams of CO2. --query narrows the list with a visibility query
+recoveries, grams of CO2. --limit bounds the list (the running runs, then
+those that ended last); a last line says how many more match, and the
+--limit that lists them all. --query narrows the list with a visibility query
 (e.g. CannStatus = 'training', CannModel = 'mlp-mnist', StartTime > '2026-11-30T00:00:00Z');
 CannStatus is the run's phase: ` + runPhases() + `.
 --watch redraws it every --every until interrupted.`,
@@ -100,11 +137,14 @@ CannStatus is the run's phase: ` + runPhases() + `.
 			}
 			defer c.Close()
 			for {
-				rows, err := dashboardRows(ctx, c, e.namespace, dashboardQuery(query), limit, e.webUI(ui))
+				rows, more, err := dashboardRows(ctx, c, e.namespace, dashboardQuery(query), limit, e.uiLink(ui))
 				if err != nil {
 					return err
 				}
 				if output == "json" {
+					if more != 0 { // (on stderr: the output stays a JSON array)
+						fmt.Fprintln(e.err, "cann-train dashboard: "+moreLine(more, limit))
+					}
 					enc := json.NewEncoder(e.out)
 					enc.SetIndent("", "  ")
 					return enc.Encode(rows)
@@ -113,7 +153,7 @@ CannStatus is the run's phase: ` + runPhases() + `.
 					fmt.Fprint(e.out, "\033[H\033[2J") // home, clear screen
 					fmt.Fprintf(e.out, "cann-train dashboard  %s  every %s (Ctrl-C ends)\n\n", time.Now().Format("15:04:05"), every)
 				}
-				if err := printDashboard(e.out, rows, query); err != nil {
+				if err := printDashboard(e.out, rows, query, more, limit); err != nil {
 					return err
 				}
 				if !watch {
@@ -130,7 +170,7 @@ CannStatus is the run's phase: ` + runPhases() + `.
 	f := cmd.Flags()
 	f.StringVarP(&output, "output", "o", "text", "text or json")
 	f.StringVar(&query, "query", "", "visibility query narrowing the list (ANDed with the TrainingRun type)")
-	f.IntVar(&limit, "limit", 20, "most runs listed, newest first")
+	f.IntVar(&limit, "limit", 20, "most runs listed: the running ones, then those that ended last (a last line says how many more match)")
 	f.BoolVarP(&watch, "watch", "w", false, "redraw the table every --every")
 	f.DurationVar(&every, "every", 2*time.Second, "refresh interval of --watch")
 	atLeast(f, "1", "limit")
@@ -139,29 +179,19 @@ CannStatus is the run's phase: ` + runPhases() + `.
 	return cmd
 }
 
-// dashboardRows lists up to limit runs matching query, newest first, and
-// reads each one's status: a running run's status query (and its chunks'
-// heartbeats), a closed one's result or failure.
-func dashboardRows(ctx context.Context, c client.Client, namespace, query string, limit int, ui string) ([]dashboardRow, error) {
-	rows := []dashboardRow{}
-	var token []byte
-	for len(rows) < limit {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace: namespace, PageSize: int32(min(limit-len(rows), 100)), NextPageToken: token, Query: query,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list runs (query %q): %w", query, err)
-		}
-		for _, info := range resp.GetExecutions() {
-			if len(rows) == limit {
-				break
-			}
-			rows = append(rows, rowFromVisibility(info.GetExecution(), info.GetStatus(),
-				info.GetStartTime().AsTime(), info.GetSearchAttributes().GetIndexedFields()))
-		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
-		}
+// dashboardRows lists up to limit runs matching query (listRuns: more
+// is how many others match) and reads each one's status: a running run's
+// status query (and its chunks' heartbeats), a closed one's result or
+// failure. The rows are sorted newest start first (sortDashboard).
+func dashboardRows(ctx context.Context, c client.Client, namespace, query string, limit int, ui string) ([]dashboardRow, int, error) {
+	infos, more, err := listRuns(ctx, c, namespace, query, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	rows := make([]dashboardRow, 0, len(infos))
+	for _, info := range infos {
+		rows = append(rows, rowFromVisibility(info.GetExecution(), info.GetStatus(),
+			info.GetStartTime().AsTime(), info.GetSearchAttributes().GetIndexedFields()))
 	}
 	running := activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
 	asked, polls := false, false // a control worker answers queries (asked once)
@@ -220,7 +250,97 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 			r.Detail = failureText(err) // how it failed, was terminated or timed out
 		}
 	}
-	return rows, nil
+	for i := range rows {
+		if !rows[i].read {
+			rows[i].firstStart(ctx, c)
+		}
+	}
+	sortDashboard(rows)
+	return rows, more, nil
+}
+
+// runLister is what listRuns asks of a client.Client.
+type runLister interface {
+	ListWorkflow(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error)
+	CountWorkflow(context.Context, *workflowservice.CountWorkflowExecutionsRequest) (*workflowservice.CountWorkflowExecutionsResponse, error)
+}
+
+// listRuns lists up to limit executions matching query, in the visibility
+// store's order (the running ones, then those that ended last), and says
+// how many more match: 0 none; -1 some, not counted (the count failed).
+// It asks for one more than limit to tell, and counts only then.
+func listRuns(ctx context.Context, c runLister, namespace, query string, limit int) ([]*workflowpb.WorkflowExecutionInfo, int, error) {
+	var infos []*workflowpb.WorkflowExecutionInfo
+	var token []byte
+	for len(infos) <= limit {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: namespace, PageSize: int32(min(limit+1-len(infos), 100)), NextPageToken: token, Query: query,
+		})
+		if err != nil {
+			return nil, 0, fmt.Errorf("list runs (query %q): %w", query, err)
+		}
+		infos = append(infos, resp.GetExecutions()...)
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	if len(infos) <= limit {
+		return infos, 0, nil
+	}
+	more := -1
+	if n, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: namespace, Query: query}); err == nil &&
+		n.GetCount() > int64(limit) {
+		more = int(n.GetCount()) - limit
+	}
+	return infos[:limit], more, nil
+}
+
+// moreLine says that the list left runs out (more: listRuns's), and
+// which --limit lists them.
+func moreLine(more, limit int) string {
+	if more < 0 {
+		return fmt.Sprintf("more runs not listed: --limit %d lists more", 2*limit)
+	}
+	return fmt.Sprintf("%d more run(s) not listed: --limit %d lists them all", more, limit+more)
+}
+
+// sortDashboard sorts rows newest start first (the visibility store lists
+// the running runs first, then by when they closed); ties by workflow ID,
+// then as listed.
+func sortDashboard(rows []dashboardRow) {
+	slices.SortStableFunc(rows, func(a, b dashboardRow) int {
+		if c := b.StartedAt.Compare(a.StartedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.WorkflowID, b.WorkflowID)
+	})
+}
+
+// describer is what firstStart asks of a client.Client.
+type describer interface {
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+}
+
+// firstStart corrects the start of a row without the run's status: the
+// visibility store's is the row's execution's, later after every
+// continue-as-new, and the run started when its first execution did
+// (which the server describes while it keeps it: the namespace's
+// retention). Where that is not known, the row says its start is the
+// execution's (StartedExecution).
+func (r *dashboardRow) firstStart(ctx context.Context, c describer) {
+	desc, err := c.DescribeWorkflowExecution(ctx, r.WorkflowID, r.RunID)
+	first := desc.GetWorkflowExecutionInfo().GetFirstRunId()
+	if err == nil && first == r.RunID {
+		return // its first execution: the start is the run's
+	}
+	if err == nil && first != "" { // (empty: a server that does not say)
+		desc, err = c.DescribeWorkflowExecution(ctx, r.WorkflowID, first)
+		if started := desc.GetWorkflowExecutionInfo().GetStartTime(); err == nil && started != nil {
+			r.StartedAt = started.AsTime()
+			return
+		}
+	}
+	r.StartedExecution = true
 }
 
 // rowFromVisibility is what the visibility store says of one run.
@@ -245,6 +365,7 @@ func rowFromVisibility(ex *commonpb.WorkflowExecution, status enumspb.WorkflowEx
 // addStatus completes a row with the run's status (live: the freshest
 // chunk heartbeat, ahead of the status between chunk boundaries).
 func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
+	r.read, r.StartedExecution = true, false
 	r.Status, r.Model, r.Nodes = st.Phase, st.Model, int64(len(st.Nodes))
 	r.Step, r.Steps, r.Loss, r.SamplesPerSec = st.Step, st.TotalSteps, st.Loss, st.SamplesPerSec
 	if live != nil && live.Step > st.Step {
@@ -290,8 +411,11 @@ func runPhases() string {
 }
 
 // printDashboard prints rows; none says so, and with a --query what
-// CannStatus takes (a guess such as 'running' matches nothing).
-func printDashboard(w io.Writer, rows []dashboardRow, query string) error {
+// CannStatus takes (a guess such as 'running' matches nothing). A last
+// line says how many more runs the list left out (more: listRuns's).
+// Figures not known are "-": a loss not measured yet, the samples/s and
+// recoveries of a run whose status was not read.
+func printDashboard(w io.Writer, rows []dashboardRow, query string, more, limit int) error {
 	if len(rows) == 0 && query != "" {
 		_, err := fmt.Fprintf(w, "no training runs match %s (CannStatus is the phase: %s)\n", query, runPhases())
 		return err
@@ -318,20 +442,47 @@ func printDashboard(w io.Writer, rows []dashboardRow, query string) error {
 		if r.TargetNodes > r.Nodes && r.Execution == activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) {
 			nodes = fmt.Sprintf("%d/%d", r.Nodes, r.TargetNodes) // shrunk, growing back
 		}
-		carbon := "-"
+		loss, sps, recoveries, carbon := "-", "-", "-", "-"
+		if r.Loss != 0 {
+			loss = fmt.Sprintf("%.4g", r.Loss) // (2.2e-07, not 0.0000)
+		}
+		if r.SamplesPerSec > 0 {
+			sps = fmt.Sprintf("%.0f", r.SamplesPerSec)
+		}
+		if r.read {
+			recoveries = fmt.Sprint(r.Recoveries)
+		}
 		if r.CarbonGrams > 0 {
 			carbon = fmt.Sprintf("%.1f", r.CarbonGrams)
+		}
+		started := r.StartedAt.Local().Format("01-02 15:04:05")
+		if r.StartedExecution {
+			started += " (this execution's)"
 		}
 		detail := r.Detail
 		if r.Unread != "" {
 			detail = "status unreadable: " + r.Unread
 		}
-		if len(detail) > 60 {
-			detail = detail[:57] + "..."
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.4f\t%.0f\t%d\t%s\t%s\t%s\n", strings.TrimPrefix(r.WorkflowID, spec.RunIDPrefix),
-			status, r.Model, nodes, step, r.Loss, r.SamplesPerSec, r.Recoveries, carbon,
-			r.StartedAt.Local().Format("01-02 15:04:05"), detail)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(r.WorkflowID, spec.RunIDPrefix),
+			status, r.Model, nodes, step, loss, sps, recoveries, carbon, started, tableDetail(detail))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil || more == 0 {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "… "+moreLine(more, limit))
+	return err
+}
+
+// detailWidth is the most runes of a row's detail the table shows.
+const detailWidth = 60
+
+// tableDetail is a detail as a table cell: on one line (a multi-line
+// error's newlines and tabs, which would break the table, folded into
+// single spaces) and at most detailWidth runes.
+func tableDetail(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) > detailWidth {
+		s = string([]rune(s)[:detailWidth-3]) + "..."
+	}
+	return s
 }
