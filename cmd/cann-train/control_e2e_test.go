@@ -373,14 +373,14 @@ func TestCancelRealRun(t *testing.T) {
 		}
 	}
 	text, err := cli("status", "cancel-me")
-	if err == nil || !strings.Contains(err.Error(), "run run/cancel-me canceled") ||
+	if err == nil || !strings.Contains(err.Error(), "run run/cancel-me cancelled") ||
 		!strings.Contains(text, "cancelled") || !strings.Contains(text, "cancelled at step") {
 		t.Errorf("status of the cancelled run: %v\n%s", err, text)
 	}
 	// watch -o jsonl ends with a line saying how the run ended (of an
 	// ended run it wrote nothing).
 	js, err = cli("watch", "cancel-me", "-o", "jsonl")
-	if end := lastJSONLine(t, js); err == nil || end["status"] != string(spec.PhaseCancelled) || !strings.Contains(fmt.Sprint(end["error"]), "canceled") ||
+	if end := lastJSONLine(t, js); err == nil || end["status"] != string(spec.PhaseCancelled) || !strings.Contains(fmt.Sprint(end["error"]), "cancelled") ||
 		end["step"].(float64) == 0 {
 		t.Errorf("watch -o jsonl of the cancelled run: %v\n%s", err, js)
 	}
@@ -415,7 +415,7 @@ func TestCancelRealRun(t *testing.T) {
 			t.Errorf("%s of a run that never was: %v; want it named as unknown", cmd, err)
 		}
 	}
-	if _, err := cli("cancel", "cancel-me"); err == nil || !strings.Contains(err.Error(), "canceled") {
+	if _, err := cli("cancel", "cancel-me"); err == nil || !strings.Contains(err.Error(), "cancelled") {
 		t.Errorf("a second cancel: %v, want it refused (the run has ended)", err)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_cancel.json")

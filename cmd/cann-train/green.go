@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -172,8 +173,8 @@ func printGreenPlan(e *env, r carbon.Result, trace *carbon.Series, planned bool,
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	fmt.Fprintf(e.out, "run now   %7.1f g/kWh\nplanned   %7.1f g/kWh (by the forecast)\nrealized  %7.1f g/kWh (%.1f%% saved)\noracle    %7.1f g/kWh (%.1f%% saved in hindsight)\n",
-		out.Baseline, out.Planned, out.Realized, out.SavingsPct, out.Oracle, out.OracleSavings)
+	fmt.Fprintf(e.out, "run now   %7.1f g/kWh\nplanned   %7.1f g/kWh (by the forecast)\nrealized  %7.1f g/kWh (%s)\noracle    %7.1f g/kWh (%s in hindsight)\n",
+		out.Baseline, out.Planned, out.Realized, savedText(out.SavingsPct), out.Oracle, savedText(out.OracleSavings))
 	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SLOT START\tEND\tHOURS\tg/kWh\tFORECAST g/kWh")
 	for _, s := range out.Slots {
@@ -265,4 +266,16 @@ func checkGreenTrace(g *spec.GreenPolicy, now time.Time, local bool) (note strin
 			earliest.Format(time.RFC3339), latest.Format(time.RFC3339))
 	}
 	return "", nil
+}
+
+// savedText says a saving against running now: "12.3% saved", "0.0%
+// saved" (not "-0.0%"), or "3.6% more than running now" for a loss.
+func savedText(pct float64) string {
+	switch {
+	case math.Abs(pct) < 0.05:
+		return "0.0% saved"
+	case pct < 0:
+		return fmt.Sprintf("%.1f%% more than running now", -pct)
+	}
+	return fmt.Sprintf("%.1f%% saved", pct)
 }

@@ -293,7 +293,7 @@ func printGreenReport(w io.Writer, r greenReportJSON, output string) error {
 	fmt.Fprintf(w, "signal     %s\n", r.Source)
 	fmt.Fprintf(w, "energy     %.4f kWh (%s)\n", r.KWh, r.Energy)
 	fmt.Fprintf(w, "CO2        %.2f g at %.1f g/kWh\n", r.Grams, r.GPerKWh)
-	fmt.Fprintf(w, "run now    %.2f g at %.1f g/kWh → %.1f%% saved\n", r.BaselineGrams, r.BaselineGPerKWh, r.SavingsPct)
+	fmt.Fprintf(w, "run now    %.2f g at %.1f g/kWh → %s\n", r.BaselineGrams, r.BaselineGPerKWh, savedText(r.SavingsPct))
 	if r.LostKWh > 0 {
 		fmt.Fprintf(w, "lost       %.4f kWh, %.2f g in chunks that failed and were trained again\n", r.LostKWh, r.LostGrams)
 	}

@@ -194,3 +194,16 @@ func TestCheckGreenTrace(t *testing.T) {
 		})
 	}
 }
+
+func TestSavedText(t *testing.T) {
+	for _, tc := range []struct {
+		pct  float64
+		want string
+	}{
+		{12.34, "12.3% saved"}, {0.04, "0.0% saved"}, {-0.04, "0.0% saved"}, {-3.6, "3.6% more than running now"},
+	} {
+		if got := savedText(tc.pct); got != tc.want {
+			t.Errorf("%g: %q, want %q", tc.pct, got, tc.want)
+		}
+	}
+}

@@ -507,8 +507,12 @@ type runEnded struct {
 }
 
 func (e *runEnded) Error() string {
-	status, text := strings.ToLower(e.status.String()), failureText(e.err)
-	if text == "" || text == status { // a terminated run's error says only that
+	word, text := strings.ToLower(e.status.String()), failureText(e.err)
+	status := word
+	if e.status == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED {
+		status = string(spec.PhaseCancelled) // (the status's word, not Temporal's spelling)
+	}
+	if text == "" || text == word || text == status { // a terminated run's error says only that
 		return fmt.Sprintf("run %s %s", e.id, status)
 	}
 	return fmt.Sprintf("run %s %s: %s", e.id, status, text)

@@ -160,6 +160,11 @@ func TestFailureText(t *testing.T) {
 	if got := term.Error(); got != "run run/x terminated" {
 		t.Errorf("terminated run: %q", got)
 	}
+	// Cancelled as its status says it, not Temporal's "canceled" (twice).
+	canc := &runEnded{id: "run/x", status: enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, err: temporal.GetDefaultFailureConverter().FailureToError(&failurepb.Failure{Message: "canceled", FailureInfo: &failurepb.Failure_CanceledFailureInfo{CanceledFailureInfo: &failurepb.CanceledFailureInfo{}}})}
+	if got := canc.Error(); got != "run run/x cancelled" {
+		t.Errorf("cancelled run: %q", got)
+	}
 }
 
 // TestStatusTextNodes: a run still acquiring says it has no nodes yet,
