@@ -433,6 +433,7 @@ func parseExternal(name string, decoded RunSpec, file *ast.File, perr error) (Ru
 		}
 	}
 	if len(errs) > 0 {
+		sortByLine(errs)
 		return RunSpec{}, &SpecError{File: name, Fields: errs}
 	}
 	return s, nil

@@ -492,6 +492,7 @@ func parse(name string, data []byte, passes int) (RunSpec, error) {
 					se.Fields[i].Line = yamlpos.LineOf(file, se.Fields[i].Field)
 				}
 			}
+			sortByLine(se.Fields)
 		}
 		return RunSpec{}, err
 	}
@@ -578,7 +579,14 @@ func decodeProblems(name string, file *ast.File, err error, passes int) []FieldE
 		f.Line = yamlpos.LineOf(file, f.Field) // (the nodes left keep this file's lines)
 		out = append(out, f)
 	}
-	slices.SortStableFunc(out, func(a, b FieldError) int {
+	sortByLine(out)
+	return out
+}
+
+// sortByLine puts a spec's problems in line order, those without a line
+// last, the order found otherwise.
+func sortByLine(fs []FieldError) {
+	slices.SortStableFunc(fs, func(a, b FieldError) int {
 		switch {
 		case a.Line == b.Line:
 			return 0
@@ -589,7 +597,6 @@ func decodeProblems(name string, file *ast.File, err error, passes int) []FieldE
 		}
 		return a.Line - b.Line
 	})
-	return out
 }
 
 // decodeError is the decoder's error as field errors, fields named by

@@ -372,6 +372,11 @@ func TestParseSaysEveryProblem(t *testing.T) {
 		{"a nested fraction and a bad name", "name: a b\nmodel:\n  hidden: [64, 32.5]\n", []string{
 			`line 1: name: "a b": use letters`,
 			"line 3: model.hidden[1]: want a whole number, got 32.5"}},
+		// Values only Validate finds wrong, in another order than the file's.
+		{"validation in line order", "name: a\ngreen:\n  trace: t.csv\n  deadline: 24h\n  forecast: bogus\n  budget_g: -5\n  min_slot: 48h\n", []string{
+			"line 5: green.forecast: ",
+			"line 6: green.budget_g: ",
+			"line 7: green.min_slot: "}},
 		{"an external job's", "name: a\nexternal:\n  entrypoint: [python, t.py]\n  procs_per_node: x\n  launcher: mpi\n", []string{
 			"line 4: external.procs_per_node: want a whole number",
 			"line 5: external.launcher: "}},

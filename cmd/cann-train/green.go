@@ -39,7 +39,11 @@ every trace step with the observed present intensity and the forecast
 corrected by its own past errors; see engine/carbon.Online), once (plan at
 --start and follow the plan) or replan (re-plan at every trace step on a
 fresh forecast). On the real traces of the README's savings table online
-keeps the most of the oracle's savings in every zone and job kind.`,
+keeps the most of the oracle's savings in every zone and job kind.
+
+Plans run on the trace's grid (hourly for most traces): --start rounds up
+to the next step, the deadline down, and --work up to whole steps, so a
+10-second job is priced as one step and "run now" at 08:30 as from 09:00.`,
 		Example: `  cann-train green plan --trace ../shared/data/carbon/ES_2022_hourly.csv \
       --start 2022-03-01T08:00:00Z --work 10h --deadline 48h --forecast persistence --interruptible -o json`,
 		Args: wantArgs(0, 0),
@@ -59,6 +63,9 @@ keeps the most of the oracle's savings in every zone and job kind.`,
 			}
 			if work > deadline {
 				return fmt.Errorf("--work %v does not fit before --deadline %v: no plan finishes in time", work, deadline)
+			}
+			if minSlot > deadline {
+				return fmt.Errorf("--min-slot %v is longer than --deadline %v", minSlot, deadline)
 			}
 			start, err := parseInstant(startArg)
 			if err != nil {
@@ -105,6 +112,9 @@ keeps the most of the oracle's savings in every zone and job kind.`,
 				return fmt.Errorf("%s covers %s to %s; the job's window is --start %s plus --deadline %v: "+
 					"start between %s%s and %s, or shorten --deadline (%w)", trace, series.Start.UTC().Format(day), series.End().UTC().Format(day),
 					start.UTC().Format(day), deadline, earliest.UTC().Format(day), why, series.End().Add(-deadline).UTC().Format(day), err)
+			}
+			if errors.Is(err, carbon.ErrDeadlineTooShort) {
+				return gridTooShort(series, start, work, deadline)
 			}
 			if err != nil {
 				return err
@@ -278,4 +288,22 @@ func savedText(pct float64) string {
 		return fmt.Sprintf("%.1f%% more than running now", -pct)
 	}
 	return fmt.Sprintf("%.1f%% saved", pct)
+}
+
+// gridTooShort explains a job that fits before its deadline but not on the
+// trace's grid: plans run on whole trace steps — the start rounded up to
+// the next step, the deadline down, the work up to whole steps.
+func gridTooShort(series *carbon.Series, start time.Time, work, deadline time.Duration) error {
+	step := series.Step
+	need := int((work + step - 1) / step)
+	from := start.Truncate(step)
+	if from.Before(start) {
+		from = from.Add(step)
+	}
+	to := start.Add(deadline).Truncate(step)
+	have := max(0, int(to.Sub(from)/step))
+	const hm = "2006-01-02T15:04Z"
+	return fmt.Errorf("--work %v takes %d whole step(s) of the trace's %v grid, and %d lie between %s (--start, rounded up to the grid) "+
+		"and %s (the deadline, rounded down): plans run on whole trace steps; --deadline %v fits", work, need, step, have,
+		from.UTC().Format(hm), to.UTC().Format(hm), from.Add(time.Duration(need)*step).Sub(start))
 }

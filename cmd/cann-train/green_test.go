@@ -90,6 +90,22 @@ func TestGreenPlan(t *testing.T) {
 	if _, err := run("--trace", trace, "--start", "2022-03-01T08:00:00Z", "--deadline", "5h"); err == nil || !strings.Contains(err.Error(), "are required") {
 		t.Errorf("no --work: %v", err)
 	}
+	// Jobs that fit before their deadline but not on the trace's grid say
+	// so, and what would fit; a min slot longer than the deadline, as in a
+	// job file.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--start", "2022-03-01T08:00:00Z", "--work", "90m", "--deadline", "100m"},
+			"--work 1h30m0s takes 2 whole step(s) of the trace's 1h0m0s grid, and 1 lie between 2022-03-01T08:00Z (--start, rounded up to the grid) and 2022-03-01T09:00Z (the deadline, rounded down): plans run on whole trace steps; --deadline 2h0m0s fits"},
+		{[]string{"--start", "2022-03-01T08:30:00Z", "--work", "10h", "--deadline", "10h"}, "--deadline 10h30m0s fits"},
+		{[]string{"--start", "2022-03-01T08:00:00Z", "--work", "1h", "--deadline", "5h", "--min-slot", "6h", "--interruptible"}, "--min-slot 6h0m0s is longer than --deadline 5h0m0s"},
+	} {
+		if _, err := run(append([]string{"--trace", trace}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v; want %q", c.args, err, c.want)
+		}
+	}
 	// A window outside the trace, or without the day of history a
 	// forecast needs before it, says which starts would do.
 	for _, c := range []struct{ start, fc, want string }{
