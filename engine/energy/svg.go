@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cann-train/cann-train/engine/carbon"
 )
@@ -80,8 +81,40 @@ func RenderSVG(w io.Writer, tl Timeline) error {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" viewBox="0 0 %g %g" font-family="sans-serif" font-size="11">`+"\n", W, H, W, H)
+	// Legend, right-aligned on the title's line: what each mark is.
+	type key struct{ label, swatch string }
+	keys := []key{{"intensity", `stroke="#c62828" stroke-width="1.5"`}}
+	if len(tl.Chunks) > 0 {
+		keys = append(keys, key{"trained", `stroke="#2e7d32" stroke-opacity="0.4" stroke-width="8"`})
+	}
+	if len(tl.Lost) > 0 {
+		keys = append(keys, key{"lost (trained again)", `stroke="#e65100" stroke-opacity="0.45" stroke-width="8"`})
+	}
+	if len(tl.Planned) > 0 {
+		keys = append(keys, key{"planned", `stroke="#1565c0" stroke-dasharray="4 3"`})
+	}
+	const swatch, gap, charW = 14.0, 12.0, 6.2 // (11 px sans-serif: about 6 px a character)
+	legendW := 0.0
+	for _, k := range keys {
+		legendW += swatch + 4 + charW*float64(utf8.RuneCountInString(k.label)) + gap
+	}
+	lx := W - marginR - legendW + gap
+	b.WriteString(`<g class="legend">` + "\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="12" x2="%.1f" y2="12" %s/><text x="%.1f" y="16">%s</text>`+"\n", lx, lx+swatch, k.swatch, lx+swatch+4, esc(k.label))
+		lx += swatch + 4 + charW*float64(utf8.RuneCountInString(k.label)) + gap
+	}
+	b.WriteString("</g>\n")
 	if tl.Title != "" {
-		fmt.Fprintf(&b, `<text x="%g" y="16" font-size="13" font-weight="bold">%s</text>`+"\n", marginL, esc(tl.Title))
+		// Cut to the room left of the legend (the whole title on hover).
+		room := int((W - marginR - legendW - marginL - 8) / 7.8) // (13 px bold: about 8 px a character)
+		title := []rune(tl.Title)
+		if room < 1 {
+			title = nil
+		} else if len(title) > room {
+			title = append(title[:room-1], '…')
+		}
+		fmt.Fprintf(&b, `<g class="title"><title>%s</title><text x="%g" y="16" font-size="13" font-weight="bold">%s</text></g>`+"\n", esc(tl.Title), marginL, esc(string(title)))
 	}
 	// Y axis: grid lines and g/kWh labels.
 	b.WriteString(`<g class="y-axis" stroke="#ccc">` + "\n")

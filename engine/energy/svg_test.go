@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,12 @@ func TestRenderSVG(t *testing.T) {
 			Chunks:  []Span{{at(1), at(2)}, {at(4), at(4.25)}, {at(20), at(23)}},
 			Planned: []Span{{at(1), at(2)}, {at(4), at(5)}}},
 			3, 2, []string{`run <A&B> "x"`, "gCO2eq/kWh", "00:00", "03:00", "21:00", "400", "time (UTC) from 2024-01-01 00:00"}},
-		{"no chunks", Timeline{Series: series}, 0, 0, []string{"01:00", "07:00", "0", "400"}},
+		{"no chunks", Timeline{Series: series}, 0, 0, []string{"01:00", "07:00", "0", "400", "intensity"}},
+		// A title longer than the room left of the legend is cut, not
+		// drawn past the canvas; the legend names each mark shown.
+		{"a long title", Timeline{Series: day, Title: strings.Repeat("carbon timeline of run/mnist-green ", 6),
+			Chunks: []Span{{at(1), at(2)}}, Planned: []Span{{at(1), at(2)}}},
+			1, 1, []string{"intensity", "trained", "planned"}},
 		{"chunk outside the series widens the axis", Timeline{Series: series, Chunks: []Span{{at(-2), at(-1)}, {at(7), at(10)}}, Width: 400, Height: 200},
 			2, 0, []string{"22:00"}},
 		{"one tiny chunk in a week", Timeline{Series: &carbon.Series{Start: t0, Step: time.Hour, Values: make([]float64, 7*24)},
@@ -95,6 +101,22 @@ func TestRenderSVG(t *testing.T) {
 			assert.Equal(t, 1, strings.Count(buf.String(), `class="intensity"`))
 		})
 	}
+}
+
+// A title longer than the room left of the legend is cut, not drawn
+// past the canvas (it was one <text> wider than 960 px).
+func TestRenderSVGCutsALongTitle(t *testing.T) {
+	title := strings.Repeat("carbon timeline of run/mnist-green ", 6)
+	var buf bytes.Buffer
+	require.NoError(t, RenderSVG(&buf, Timeline{Series: series, Title: title, Lost: []Span{{at(1), at(2)}}}))
+	_, texts := svgStats(t, buf.Bytes())
+	i := slices.IndexFunc(texts, func(s string) bool { return strings.HasPrefix(s, "carbon timeline") })
+	require.GreaterOrEqual(t, i, 0, "no title in %v", texts)
+	cut := []rune(texts[i])
+	assert.Equal(t, '…', cut[len(cut)-1])
+	assert.Less(t, 64+7.8*float64(len(cut)), 960.0-16-150, "the cut title leaves the legend its room")
+	assert.Contains(t, texts, "lost (trained again)")
+	assert.Contains(t, buf.String(), "<title>"+title+"</title>", "the whole title on hover")
 }
 
 func boolInt(b bool) int {
