@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -394,15 +395,21 @@ func freeNote(ctx context.Context, c client.Client, clusterID string, more, have
 	if err != nil {
 		return ""
 	}
-	free := 0
+	states := map[string]int{}
 	for _, r := range nodeRows(reg, time.Now()) { // judged as `cann-train nodes` does
-		if r.State == "free" {
-			free++
-		}
+		state, _, _ := strings.Cut(r.State, ":") // ("silent: no lease renewal …")
+		states[state]++
 	}
+	free := states["free"]
 	if free >= more {
 		return ""
 	}
-	return fmt.Sprintf("note: %d more node(s) asked for, %d free now (%d registered; 'cann-train nodes' lists them): "+
-		"the run waits up to its node_wait for them at the boundary, then trains on with its %d", more, free, len(reg.Nodes), have)
+	var others []string
+	for _, st := range slices.Sorted(maps.Keys(states)) {
+		if st != "free" {
+			others = append(others, fmt.Sprintf("%d %s", states[st], st))
+		}
+	}
+	return fmt.Sprintf("note: %d more node(s) asked for, %d free now (%d registered: %s; 'cann-train nodes' lists them): "+
+		"the run waits up to its node_wait for them at the boundary, then trains on with its %d", more, free, len(reg.Nodes), strings.Join(others, ", "), have)
 }

@@ -210,7 +210,7 @@ func TestPauseResumeRealRun(t *testing.T) {
 	// More nodes than are free: said, and asked all the same (the
 	// rescale to 3 below replaces it: the run is paused).
 	if _, said, err := cliRun(ctx, addr)("scale", "pause-me", "--nodes", "5"); err != nil ||
-		!strings.Contains(said, "run/pause-me: note: 3 more node(s) asked for, 1 free now (3 registered;") {
+		!strings.Contains(said, "run/pause-me: note: 3 more node(s) asked for, 1 free now (3 registered: 2 busy;") {
 		t.Errorf("scale beyond the free nodes: %v %q", err, said)
 	}
 	if out := cli("scale", "pause-me", "2"); out != "run/pause-me: stays on 2 node(s) (replaces the pending rescale to 5)\n" {
