@@ -413,7 +413,7 @@ type GreenStatus struct {
 	// WaitingSince is when the wait in progress began (zero: none);
 	// WaitedSeconds adds it only when it ends.
 	WaitingSince time.Time `json:"waiting_since,omitzero"`
-	NowGPerKWh    float64   `json:"now_g_per_kwh"`
+	NowGPerKWh   float64   `json:"now_g_per_kwh"`
 	// KWh and Grams sum the priced chunks; GPerKWh = Grams / KWh.
 	KWh            float64 `json:"kwh"`
 	Grams          float64 `json:"grams"`
