@@ -82,6 +82,8 @@ import (
 // without its status, taking the codec its checkpoint carried
 // (versionDecideOnMeasure); trainingrun_unknown_input.json, a workflow
 // input with a misspelled field, failed at once (versionUnknownInput), and
+// trainingrun_run_id_name.json, a run whose workflow ID is not run/<its
+// spec's name>, failed at once (versionRunIDName), and
 // trainingrun_node_unfit.json and cluster_unfit.json, a node worker without
 // the data set replaced and kept failed as misconfigured (NodeUnfit), and
 // trainingrun_storage_hold.json, a run whose bucket refused two uploads in
@@ -256,6 +258,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"cluster_drain.json", spec.WorkflowCluster},                           // drains, one of a held node (the run told)
 		{"cluster_sweep.json", spec.WorkflowCluster},                           // a terminated run's nodes freed for the next run
 		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun},           // a misspelled input field: failed at once (versionUnknownInput)
+		{"trainingrun_run_id_name.json", spec.WorkflowTrainingRun},             // run/raw-other with spec name raw-else: failed at once (versionRunIDName)
 		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},              // a node without data replaced (NodeUnfit: no version)
 		{"cluster_unfit.json", spec.WorkflowCluster},                           // … and kept failed as misconfigured
 		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},            // held for a refusing bucket, stored at a resume (versionStorageWaits)
@@ -314,7 +317,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 				t.Fatalf("read %s: %v", tc.file, err)
 			}
 			opts := worker.ReplayWorkflowHistoryOptions{}
-			if id := ids[tc.file]; id != "" {
+			id := ids[tc.file]
+			if id == "" && len(h.Events) > 0 { // (servers since 1.27 record it)
+				id = h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetWorkflowId()
+			}
+			if id != "" {
 				opts.OriginalExecution = workflow.Execution{ID: id}
 			}
 			if err := r.ReplayWorkflowHistoryWithOptions(nil, h, opts); err != nil {

@@ -894,3 +894,30 @@ func TestNextRegrowWait(t *testing.T) {
 	require.Equal(t, []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute,
 		16 * time.Minute, 16 * time.Minute, 16 * time.Minute}, got)
 }
+
+// While PlanCarbon runs (a provider slow to answer), the status says what
+// the run waits for, and no more once it has answered.
+func TestTrainingRunSaysItAsksTheCarbonSignal(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a")}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	var during []string
+	first := true
+	env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CarbonInput) (spec.CarbonOutput, error) {
+		if first {
+			first = false
+			v, err := env.QueryWorkflow(spec.QueryStatus)
+			var st spec.RunStatus
+			if err == nil && v.Get(&st) == nil {
+				during = append(during, st.Detail)
+			}
+		}
+		return spec.CarbonOutput{Plan: &spec.CarbonPlan{MadeAt: in.Now}}, nil
+	}, activity.RegisterOptions{Name: spec.ActivityPlanCarbon})
+	s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 100, ChunkSteps: 100,
+		Green: &spec.GreenPolicy{Provider: spec.ProviderUK, Interruptible: true}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, []string{"reading the carbon intensity from the uk API (PlanCarbon)"}, during)
+	require.Empty(t, st.Detail)
+}

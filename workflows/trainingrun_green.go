@@ -114,6 +114,21 @@ func (r *run) callCarbon(ctx workflow.Context, plan, batch bool) (spec.CarbonOut
 		summary = fmt.Sprintf("plan %s of training by %s UTC; %s", in.Work.Round(time.Second),
 			deadline.UTC().Format("2006-01-02 15:04"), summary)
 	}
+	// While PlanCarbon runs (a slow provider: up to its timeout per
+	// try), the status says what the run waits for. (Status only.)
+	st := &r.st.Status
+	what := "the carbon trace"
+	if r.spec.Green.Provider != "" {
+		what = "the " + r.spec.Green.Provider + " API"
+	}
+	if asking := "reading the carbon intensity from " + what + " (PlanCarbon)"; st.Detail == "" {
+		st.Detail = asking
+		defer func() {
+			if st.Detail == asking {
+				st.Detail = ""
+			}
+		}()
+	}
 	var out spec.CarbonOutput
 	if err := workflow.ExecuteActivity(carbonOptions(ctx, summary), spec.ActivityPlanCarbon, in).Get(ctx, &out); err != nil {
 		g.Note = "carbon signal unavailable (" + message(err) + "); training without waiting"

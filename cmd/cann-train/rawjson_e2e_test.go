@@ -126,5 +126,8 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 		if err := run.Get(ctx, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v; want the run failed saying %q", id, err, tc.want)
 		}
+		if id == "run/raw-other" {
+			recordHistory(t, fetchHistory(ctx, t, c, id), "trainingrun_run_id_name.json")
+		}
 	}
 }
