@@ -232,10 +232,18 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 		return st, live, logs, false, err
 	}
 	q, err := queryWorkflow(ctx, c, id, "", spec.QueryStatus)
+	// A workflow task failing again and again (a bug, a history this
+	// build cannot replay) leaves queries unanswered too, though a control
+	// worker polls: say that, not that none answered.
+	failing := desc.GetPendingWorkflowTask().GetAttempt()
 	if noAnswer := (*noAnswerError)(nil); errors.As(err, &noAnswer) {
 		noAnswer.seen = rowFromVisibility(info.GetExecution(), info.GetStatus(), info.GetStartTime().AsTime(), info.GetSearchAttributes().GetIndexedFields())
+		noAnswer.taskAttempts = failing
 		st := spec.RunStatus{RunID: id, Phase: noAnswer.seen.Status, Model: noAnswer.seen.Model, Step: noAnswer.seen.Step}
 		return st, live, logs, false, err
+	}
+	if err != nil && failing > 1 {
+		return st, live, logs, false, fmt.Errorf("query %s: %s: %w", id, taskFailing(failing), err)
 	}
 	if err != nil {
 		return st, live, logs, false, fmt.Errorf("query %s: %w", id, err)
@@ -279,11 +287,24 @@ type noAnswerError struct {
 	// seen is what a run last recorded in its search attributes (its
 	// status's stand-in; readLive sets it).
 	seen dashboardRow
+	// taskAttempts is the attempt of the run's pending workflow task
+	// (readLive sets it): above 1, the task keeps failing.
+	taskAttempts int32
 }
 
 func (e *noAnswerError) Error() string {
+	if e.taskAttempts > 1 {
+		return fmt.Sprintf("%s's %s query went unanswered: %s", e.id, e.query, taskFailing(e.taskAttempts))
+	}
 	return fmt.Sprintf("no control worker answered %s's %s query in time: one may have just stopped (the server lists a stopped "+
 		"worker for minutes); runs wait for one and lose nothing (start `cann-train worker control`, or see its log)", e.id, e.query)
+}
+
+// taskFailing says that a run's workflow task has failed attempts-1 times
+// in a row: the control worker answers, but cannot run the workflow.
+func taskFailing(attempts int32) string {
+	return fmt.Sprintf("its workflow task has failed %d time(s) in a row: the control worker's log says why (a bug, or a history this "+
+		"build cannot replay); the run moves again once a control worker can run it (`temporal workflow describe` shows the failure)", attempts-1)
 }
 
 func (e *noAnswerError) Unwrap() error { return e.err }

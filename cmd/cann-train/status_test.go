@@ -728,3 +728,16 @@ func TestUILinkOnlyWhereListening(t *testing.T) {
 		t.Errorf("--ui given: %q", got)
 	}
 }
+
+// A status query unanswered because the run's workflow task keeps failing
+// says so, not that no control worker answered.
+func TestNoAnswerOfAFailingTask(t *testing.T) {
+	e := &noAnswerError{id: "run/x", query: "status"}
+	if !strings.Contains(e.Error(), "no control worker answered") {
+		t.Errorf("first attempt: %q", e.Error())
+	}
+	e.taskAttempts = 6
+	if got := e.Error(); !strings.Contains(got, "its workflow task has failed 5 time(s) in a row") || strings.Contains(got, "no control worker") {
+		t.Errorf("a failing task: %q", got)
+	}
+}
