@@ -483,7 +483,19 @@ func parse(name string, data []byte, passes int) (RunSpec, error) {
 	}
 	s = s.syncDefaults().batchDefaults()
 	s.DataSHA256 = strings.ToLower(s.DataSHA256)
-	if err := s.validateJobFile(); err != nil {
+	err := s.validateJobFile()
+	if perr == nil && s.RanksPerNode == 0 && yamlpos.LineOf(file, "ranks_per_node") > 0 {
+		// Unset means one; written, 0 is out of range as in a flag.
+		zero := FieldError{Field: "ranks_per_node", Msg: "0 out of range 1..64 (leave it out for one rank per node)"}
+		var se *SpecError
+		switch {
+		case err == nil:
+			err = &SpecError{Fields: []FieldError{zero}}
+		case errors.As(err, &se):
+			se.Fields = append(se.Fields, zero)
+		}
+	}
+	if err != nil {
 		var se *SpecError
 		if errors.As(err, &se) {
 			se.File = name

@@ -372,6 +372,8 @@ func TestParseSaysEveryProblem(t *testing.T) {
 		{"a nested fraction and a bad name", "name: a b\nmodel:\n  hidden: [64, 32.5]\n", []string{
 			`line 1: name: "a b": use letters`,
 			"line 3: model.hidden[1]: want a whole number, got 32.5"}},
+		// Unset is one rank per node; written, 0 is out of range.
+		{"ranks_per_node written 0", "name: a\nranks_per_node: 0\n", []string{"line 2: ranks_per_node: 0 out of range 1..64"}},
 		// Values only Validate finds wrong, in another order than the file's.
 		{"validation in line order", "name: a\ngreen:\n  trace: t.csv\n  deadline: 24h\n  forecast: bogus\n  budget_g: -5\n  min_slot: 48h\n", []string{
 			"line 5: green.forecast: ",

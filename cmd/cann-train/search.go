@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -90,22 +91,31 @@ all of that itself (zero=, recompute=, overlap=true, ...).
 			} else if res, err = strategy.Search(cmd.Context(), m, c, opts); err != nil {
 				return err
 			}
+			var werr error
 			switch output {
 			case "html":
 				rep := strategy.Report{Model: m, Cluster: c, Estimates: res}
 				if evaluate == "" {
 					rep.Space = opts.Describe()
 				}
-				return strategy.WriteHTML(e.out, rep)
+				werr = strategy.WriteHTML(e.out, rep)
 			case "json":
 				enc := json.NewEncoder(e.out)
 				enc.SetIndent("", "  ")
 				if evaluate != "" {
-					return enc.Encode(res[0])
+					werr = enc.Encode(res[0])
+				} else {
+					werr = enc.Encode(res)
 				}
-				return enc.Encode(res)
+			default:
+				werr = strategy.WriteTable(e.out, res)
 			}
-			return strategy.WriteTable(e.out, res)
+			if werr == nil && evaluate != "" && !res[0].Feasible {
+				// Printed (the reason is in the output); the exit status says it
+				// cannot run, for scripts.
+				return &exitError{fmt.Errorf("--evaluate: the plan cannot run: %s", oneLineReason(res[0].Reason))}
+			}
+			return werr
 		},
 	}
 	f := cmd.Flags()
@@ -152,7 +162,7 @@ var spaceFlags = []string{"zero", "recompute", "max-tp", "max-cp", "max-ep", "ma
 // --evaluate none of them may be set: the plan string says it all.
 func (s *searchSpace) options(cmd *cobra.Command, top int, evaluating bool) (strategy.SearchOptions, error) {
 	o := strategy.SearchOptions{TopK: top, MaxTP: s.maxTP, MaxCP: s.maxCP, MaxEP: s.maxEP, MaxMicroBatch: s.maxMB,
-		MaxVPP: s.maxVPP, NoSP: s.noSP, Overlap: s.overlap, MinHeadroomGiB: s.minHeadroomGiB, ZeRO: s.zero}
+		MaxVPP: s.maxVPP, NoSP: s.noSP, Overlap: s.overlap, MinHeadroomGiB: s.minHeadroomGiB, ZeRO: slices.Compact(slices.Sorted(slices.Values(s.zero)))}
 	var set []string
 	for _, name := range spaceFlags {
 		if cmd.Flags().Changed(name) {
@@ -175,7 +185,9 @@ func (s *searchSpace) options(cmd *cobra.Command, top int, evaluating bool) (str
 		if err != nil {
 			return o, fmt.Errorf("--recompute %w", err)
 		}
-		o.Recompute = append(o.Recompute, m)
+		if !slices.Contains(o.Recompute, m) { // (full,full: once; each would rank every plan again)
+			o.Recompute = append(o.Recompute, m)
+		}
 	}
 	for _, c := range []struct {
 		name     string
@@ -290,4 +302,9 @@ func writePresets(w io.Writer, output string) error {
 		fmt.Fprintf(tw, "%s\t%d × %d\t%s\t%g\t%g\t%s\n", p.Preset, c.Nodes, c.DevicesPerNode, c.Device.Name, c.IntraNodeGBps, c.InterNodeGBps, c.Name)
 	}
 	return tw.Flush()
+}
+
+// oneLineReason is an estimate's reason on one line.
+func oneLineReason(r string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(r, ":\n", ": ")), " ")
 }

@@ -945,7 +945,8 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "cut off      %s could not reach the run's checkpoint bucket where its peers did: the run took it off and takes it no more until its worker registers again\n", id)
 	}
 	if s.ScalingEff > 0 {
-		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank on a core of its own (the topology scan's measured computation)\n", 100*s.ScalingEff, len(s.Nodes))
+		fmt.Fprintf(w, "scaling      %.0f%% of %d× one rank on a core of its own (the topology scan's measured computation)\n",
+			100*s.ScalingEff, len(s.Nodes)*max(1, s.RanksPerNode))
 	}
 	if s.Checkpoints.LastURL == "" {
 		fmt.Fprintf(w, "checkpoints  %d\n", s.Checkpoints.Count)

@@ -190,6 +190,20 @@ func TestStatusTextNodes(t *testing.T) {
 	}
 }
 
+// The scaling line counts ranks, as the figure does: 2 nodes of 2 ranks
+// are 4× one rank, not 2×.
+func TestStatusTextScalingCountsRanks(t *testing.T) {
+	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n2"}, RanksPerNode: 2,
+		ScalingEfficiency: 0.38, Chunks: 3}
+	var b bytes.Buffer
+	if err := printStatus(&b, st, "text", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "scaling      38% of 4× one rank"; !strings.Contains(b.String(), want) {
+		t.Errorf("status text:\n%s\nwant %q", b.String(), want)
+	}
+}
+
 // TestStatusTextCutOff: a node the run left for being cut off from its
 // bucket is named, with when the run takes it again; -o json says it too.
 func TestStatusTextCutOff(t *testing.T) {

@@ -337,8 +337,24 @@ func ParseCluster(name string, data []byte) (Cluster, error) {
 	if lineOf(file, "device") == 0 && c.Device == (Device{}) {
 		return Cluster{}, joinProblems(name, strict, &SpecError{File: name, Fields: []FieldError{{Field: "device", Msg: "required: a profile name or a mapping with peak_tflops, memory_gib, hbm_gbps"}}})
 	}
+	// A defaulted field written as 0 would take its default unseen: 0 is
+	// out of its range, as Validate says of any other value there.
+	var zeros problems
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{
+		{"reserved_gib", c.ReservedGiB}, {"intra_node_latency_us", c.IntraNodeLatencyUs}, {"inter_node_latency_us", c.InterNodeLatencyUs},
+		{"intra_node_efficiency", c.IntraNodeEfficiency}, {"inter_node_efficiency", c.InterNodeEfficiency},
+		{"device.gemm_efficiency", c.Device.GEMMEfficiency}, {"device.memory_efficiency", c.Device.MemoryEfficiency},
+		{"device.op_overhead_us", c.Device.OpOverheadUs},
+	} {
+		if f.v == 0 && lineOf(file, f.field) > 0 {
+			zeros.add(f.field, "0 is out of range: leave it out for the default")
+		}
+	}
 	c = c.WithDefaults()
-	if err := joinProblems(name, strict, withLines(c.Validate(), name, file)); err != nil {
+	if err := joinProblems(name, strict, withLines(zeros.err(name), name, file), withLines(c.Validate(), name, file)); err != nil {
 		return Cluster{}, err
 	}
 	return c, nil

@@ -372,7 +372,8 @@ func (ev *evaluator) logitTimes(p Plan) float64 {
 
 // splitLayers places layers on pp stages of vpp chunks each, weighing a
 // layer at `layer` and the output layer (on the last stage) at `logits`;
-// ok is false when no placement gives every stage a layer. An even split
+// ok is false when no placement gives every stage a layer — with
+// interleaving, every chunk of a stage but one of each end stage's. An even split
 // (layers a multiple of pp·vpp) is kept, the output layer on top of the
 // last stage's share: Megatron splits so by default, and DeepSpeed's
 // partitioner by parameters does too (the tied embeddings weigh on both
@@ -417,6 +418,12 @@ func splitLayers(layers, pp, vpp int, layer, logits float64) (s StageSplit, ok b
 			nm = nf
 		}
 		if nf < 1 || nf > nm {
+			continue
+		}
+		if vpp > 1 && (nf < chunk-1 || nl < chunk-1) {
+			// Every chunk holds a layer, but one of the first stage's and
+			// one of the last's may hold only the embedding or the output
+			// layer (Llama 3: 7 layers in 8 chunks on each end stage).
 			continue
 		}
 		tmax := math.Max(float64(nm)*layer, float64(nl)*layer+logits)

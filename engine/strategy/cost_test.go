@@ -244,6 +244,11 @@ func TestSplitLayers(t *testing.T) {
 		{"40 layers on 16 stages: the middle ones cannot all hold 3", 40, 16, 1, 0, StageSplit{1, 3, 1}, true},
 		{"the same with the output layer", 40, 16, 1, 0.6, StageSplit{1, 3, 1}, true},
 		{"more stages than layers", 4, 8, 1, 0, StageSplit{}, false},
+		// Each chunk holds a layer (one per end stage may hold only the
+		// embedding or output layer): no more chunks than that.
+		{"two stages, more chunks than layers", 24, 2, 1000, 0, StageSplit{}, false},
+		{"two stages of 8 chunks for 4 layers", 4, 2, 8, 0, StageSplit{}, false},
+		{"two stages of 8 chunks, 7 and 8 layers", 15, 2, 8, 0, StageSplit{7, 7, 8}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

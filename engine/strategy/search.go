@@ -161,6 +161,7 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 	top := make([]Estimate, 0, o.TopK+1)
 	var tried int
 	minMem := math.Inf(1)
+	maxHeadroom, fits := math.Inf(-1), 0 // over the plans that fit
 	var e Estimate
 	consider := func(p Plan) error {
 		tried++
@@ -171,6 +172,10 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 		}
 		ev.eval(p, &e)
 		minMem = math.Min(minMem, e.MemPerDeviceGiB)
+		if e.Feasible {
+			fits++
+			maxHeadroom = math.Max(maxHeadroom, e.MemHeadroomGiB)
+		}
 		if !e.Feasible || e.MemHeadroomGiB < o.MinHeadroomGiB {
 			return nil
 		}
@@ -244,6 +249,10 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 		if tried == 0 {
 			return nil, fmt.Errorf("search %s on %s: %w: no plan divides %d devices, %d heads and batch %d",
 				m.Name, c.Name, ErrNoPlan, n, m.Heads, m.GlobalBatch)
+		}
+		if fits > 0 { // they fit, but none leaves the headroom asked for
+			return nil, fmt.Errorf("search %s on %s: %w: %d plans tried, %d fit, but none leaves the %.1f GiB of headroom per device asked for: the most is %.1f GiB",
+				m.Name, c.Name, ErrNoPlan, tried, fits, o.MinHeadroomGiB, maxHeadroom)
 		}
 		return nil, fmt.Errorf("search %s on %s: %w: %d plans tried, the smallest needs %.1f GiB per device, %.1f usable",
 			m.Name, c.Name, ErrNoPlan, tried, minMem, c.Device.MemoryGiB-c.ReservedGiB)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -121,8 +122,15 @@ func TestSearchRankingAndDeterminism(t *testing.T) {
 func TestSearchErrors(t *testing.T) {
 	m := mustModel(t, "gpt_1t")
 	small := mustCluster(t, "vtrain_a100_64")
-	if _, err := Search(context.Background(), m, small, SearchOptions{}); !errors.Is(err, ErrNoPlan) {
-		t.Errorf("1T on 64 GPUs: err = %v, want ErrNoPlan", err)
+	if _, err := Search(context.Background(), m, small, SearchOptions{}); !errors.Is(err, ErrNoPlan) || !strings.Contains(err.Error(), "the smallest needs") {
+		t.Errorf("1T on 64 GPUs: err = %v, want ErrNoPlan saying the smallest plan's memory", err)
+	}
+	// Plans that fit, none with the headroom asked for: said so, not
+	// blamed on memory.
+	gpt := mustModel(t, "gpt3_3.6b")
+	if _, err := Search(context.Background(), gpt, small, SearchOptions{MinHeadroomGiB: 1000}); !errors.Is(err, ErrNoPlan) ||
+		!strings.Contains(err.Error(), "but none leaves the 1000.0 GiB of headroom per device asked for: the most is ") {
+		t.Errorf("headroom 1000 GiB: err = %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -203,6 +203,9 @@ func TestParseClusterErrors(t *testing.T) {
 		{"missing device", strings.Replace(goodCluster, "device: a100-80gb\n", "", 1), "device", 0, "required"},
 		{"efficiency > 1", goodCluster + "intra_node_efficiency: 1.5\n", "intra_node_efficiency", 7, "out of range"},
 		{"reserved too big", goodCluster + "reserved_gib: 100\n", "reserved_gib", 7, "out of range"},
+		// Written 0 would take the default unseen.
+		{"reserved written 0", goodCluster + "reserved_gib: 0\n", "reserved_gib", 7, "0 is out of range: leave it out for the default"},
+		{"inline efficiency written 0", inline + "  gemm_efficiency: 0\n", "device.gemm_efficiency", 8, "0 is out of range"},
 		{"unknown field", goodCluster + "gpus: 8\n", "gpus", 7, "unknown field"},
 	}
 	for _, tc := range tests {

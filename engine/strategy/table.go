@@ -15,8 +15,12 @@ func WriteTable(w io.Writer, es []Estimate) error {
 	for i, e := range es {
 		p := e.Plan
 		if !e.Feasible {
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%t\t%s\t%d\t-\t-\t-\t-\t%.1f\t-\t-\t-\t-\t  %s\n",
-				i+1, p.TP, p.PP, p.DP, p.CP, p.EP, p.MicroBatch, p.VPP, p.SP, p.Recompute, p.ZeRO, e.MemPerDeviceGiB, oneLine(e.Reason))
+			mem := "-" // (a plan Check refused was never sized)
+			if e.MemPerDeviceGiB > 0 {
+				mem = fmt.Sprintf("%.1f", e.MemPerDeviceGiB)
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%t\t%s\t%d\t-\t-\t-\t-\t%s\t-\t-\t-\t-\t  %s\n",
+				i+1, p.TP, p.PP, p.DP, p.CP, p.EP, p.MicroBatch, p.VPP, p.SP, p.Recompute, p.ZeRO, mem, oneLine(e.Reason))
 			continue
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%t\t%s\t%d\t%.3f\t%.0f\t%.1f\t%.1f%%\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n",
@@ -30,11 +34,16 @@ func WriteTable(w io.Writer, es []Estimate) error {
 	return nil
 }
 
-// oneLine joins a multi-line reason into one line.
+// oneLine joins a multi-line reason into one line, its lines apart by
+// "; " ("1 problem(s): a; b").
 func oneLine(s string) string {
 	lines := strings.Split(s, "\n")
-	for i := range lines {
-		lines[i] = strings.TrimSpace(lines[i])
+	var kept []string
+	for _, l := range lines {
+		if l = strings.TrimSpace(l); l != "" {
+			kept = append(kept, l)
+		}
 	}
-	return strings.Join(lines, " ")
+	out := strings.Join(kept, "; ")
+	return strings.ReplaceAll(out, ":; ", ": ")
 }
