@@ -441,7 +441,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DType, "d", o.DType, "data type: float, double or int32")
 	fs.StringVar(&o.Format, "o", o.Format, "output: table or json")
 	fs.Var(collFlag{&o.Collectives}, "coll", "collectives, comma-separated, or all: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
-	fs.Var(listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm, str: ascend.Algorithm.String}, "algo", "algorithms, comma-separated, one table each: auto, ring, hd, tree")
+	fs.Var(listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm, str: ascend.Algorithm.String}, "algo", "algorithms, comma-separated, one table each: auto, ring, hd, tree, rd, hier")
 	fs.IntVar(&o.Ranks, "np", o.Ranks, "ranks (processes) to launch")
 	fs.DurationVar(&o.TargetTime, "T", o.TargetTime, "target timed duration per size when -n is 0")
 	fs.IntVar(&o.ChunkBytes, "chunk", o.ChunkBytes, "frame size in bytes (0: default)")

@@ -48,6 +48,7 @@ workflow starts unless the file is valid) and starts workflow run/<name>.
 Job file fields (all optional but name):
   name, model.kind (mlp-mnist), model.hidden [128], nodes 3, steps 600,
   chunk_steps 100, batch_per_rank 32, learning_rate 0.002, seed 1,
+  ranks_per_node 1 (ranks, one per device, each node trains: 1..64),
   checkpoint_url (file:///…, s3://…, gs://…, azblob://…: a bucket every
     node reaches; unset: each node worker's --checkpoint-url),
   checkpoint_every (chunk_steps; smaller: chunks end where one is due),

@@ -63,6 +63,8 @@ all of that itself (zero=, recompute=, overlap=true, ...).
 				}
 				_, err = e.out.Write(b)
 				return err
+			case listPresets && output == "html":
+				return errors.New("--list-presets: -o html has no list; use -o text or json")
 			case listPresets:
 				return writePresets(e.out, output)
 			}

@@ -82,6 +82,7 @@ func newStatusCmd(e *env) *cobra.Command {
 				if err := os.WriteFile(rankTable, []byte(st.Topology.RankTable+"\n"), 0o644); err != nil {
 					return err
 				}
+				fmt.Fprintf(e.err, "wrote the HCCL rank table of %s's scanned nodes to %s\n", st.RunID, rankTable) // (stderr: -o json stays JSON)
 			}
 			sum := summarize(st, e.uiLink(ui), e.namespace, nil)
 			sum.Logs = logs

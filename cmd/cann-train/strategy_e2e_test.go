@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cann-train/cann-train/ascend/ranktable"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -16,7 +20,7 @@ import (
 func TestStrategyAutoRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, l, _ := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3")
+	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3")
 	s := spec.RunSpec{Name: "strategy-auto", Nodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto,
 		HeartbeatTimeout: spec.Duration(5 * time.Second)}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
@@ -55,6 +59,20 @@ func TestStrategyAutoRealRun(t *testing.T) {
 		t.Errorf("scaling efficiency %v", st.ScalingEfficiency)
 	}
 	t.Logf("scaling efficiency %.2f", st.ScalingEfficiency)
+	// status --rank-table writes the scanned nodes' HCCL table (and says
+	// so): one device per rank of the nodes the run trained on.
+	table := filepath.Join(t.TempDir(), "hccl.json")
+	_, said, err := cliRun(ctx, addr)("status", s.Name, "--rank-table", table)
+	if err != nil || !strings.Contains(said, "wrote the HCCL rank table of run/strategy-auto's scanned nodes to "+table) {
+		t.Errorf("status --rank-table: %v %q", err, said)
+	}
+	if b, err := os.ReadFile(table); err != nil {
+		t.Error(err)
+	} else if rt, err := ranktable.Parse(b); err != nil {
+		t.Errorf("rank table %s: %v\n%s", table, err, b)
+	} else if rt.RankSize() != len(st.Nodes) {
+		t.Errorf("rank table %s: %d ranks for %d node(s)\n%s", table, rt.RankSize(), len(st.Nodes), b)
+	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_strategy_scaling.json") // trainingrun_strategy.json: before compute-probe
 }
 
