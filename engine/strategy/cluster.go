@@ -325,12 +325,19 @@ func LoadCluster(path string) (Cluster, error) {
 // ParseCluster decodes a cluster spec; name is used in errors. The device is
 // a profile name (see Profiles) or an inline mapping.
 func ParseCluster(name string, data []byte) (Cluster, error) {
+	return parseCluster(name, data, maxDecodePasses)
+}
+
+func parseCluster(name string, data []byte, passes int) (Cluster, error) {
 	file, perr := parser.ParseBytes(data, 0)
 	if perr != nil {
 		file = nil
 	}
 	var c Cluster
 	strict, unknown := decodeAll(name, data, file, &c)
+	if se := (*SpecError)(nil); strict != nil && !unknown && errors.As(strict, &se) {
+		return Cluster{}, goOnPast(name, file, se, passes, func(b []byte, n int) error { _, err := parseCluster(name, b, n); return err })
+	}
 	if strict != nil && !unknown {
 		return Cluster{}, strict
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/goccy/go-yaml"
@@ -125,6 +126,60 @@ func decodeAll(name string, data []byte, file *ast.File, v any) (strict error, u
 		return strict, false
 	}
 	return strict, true
+}
+
+// maxDecodePasses bounds how many times a spec file is parsed again
+// without the fields found wrong (goOnPast).
+const maxDecodePasses = 32
+
+// goOnPast is every problem of a spec file whose strict decoding stopped
+// at a value of the wrong type (strict): that, then what the file says
+// wrong once the fields it names are left out — found by parsing the rest
+// again with parse, at most passes times —, in line order, each field
+// once. (A job file's problems are found so too: `layers: three` no
+// longer hides a typo or an impossible value below it.)
+func goOnPast(name string, file *ast.File, strict *SpecError, passes int, parse func(data []byte, passes int) error) error {
+	if file == nil || passes <= 1 {
+		return strict
+	}
+	for _, f := range strict.Fields {
+		if f.Field == "(document)" || !fieldPath(f.Field) || !yamlpos.Drop(file, f.Field) {
+			return strict
+		}
+	}
+	var se *SpecError
+	if err := parse([]byte(file.String()), passes-1); !errors.As(err, &se) {
+		return strict
+	}
+	out := slices.Clone(strict.Fields)
+	said := func(field string) bool {
+		return slices.ContainsFunc(out, func(f FieldError) bool {
+			return field == f.Field || strings.HasPrefix(field, f.Field+".") || strings.HasPrefix(field, f.Field+"[")
+		})
+	}
+	for _, f := range se.Fields {
+		if f.Field == "(document)" || said(f.Field) {
+			continue // (what is left of the file, or a field already said wrong)
+		}
+		if f.Line = lineOf(file, f.Field); f.Line == 0 && !strings.Contains(f.Msg, "required") {
+			// Not in the file: a default derived from a field left out
+			// (ffn_hidden from hidden), not the user's problem.
+			continue
+		}
+		out = append(out, f) // (the nodes left keep this file's lines)
+	}
+	slices.SortStableFunc(out, func(a, b FieldError) int {
+		switch {
+		case a.Line == b.Line:
+			return 0
+		case a.Line == 0:
+			return 1
+		case b.Line == 0:
+			return -1
+		}
+		return a.Line - b.Line
+	})
+	return &SpecError{File: name, Fields: out}
 }
 
 // allUnknown: fields are unknown-field errors, at least one.

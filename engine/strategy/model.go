@@ -1,6 +1,7 @@
 package strategy
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -156,12 +157,19 @@ func LoadModel(path string) (Model, error) {
 // wrong types and impossible values come back as a *SpecError whose fields
 // carry the YAML line.
 func ParseModel(name string, data []byte) (Model, error) {
+	return parseModel(name, data, maxDecodePasses)
+}
+
+func parseModel(name string, data []byte, passes int) (Model, error) {
 	file, perr := parser.ParseBytes(data, 0)
 	if perr != nil {
 		file = nil
 	}
 	var m Model
 	strict, unknown := decodeAll(name, data, file, &m)
+	if se := (*SpecError)(nil); strict != nil && !unknown && errors.As(strict, &se) {
+		return Model{}, goOnPast(name, file, se, passes, func(b []byte, n int) error { _, err := parseModel(name, b, n); return err })
+	}
 	if strict != nil && !unknown {
 		return Model{}, strict
 	}

@@ -113,12 +113,22 @@ func TestParseReportsEveryProblem(t *testing.T) {
 	_, err = ParseCluster("c.yaml", []byte(badC))
 	specErr(t, err, "nodez", 0, "unknown field")
 	specErr(t, err, "devices_per_node", 0, "out of range")
-	// A wrong type still stops the decoding: nothing else is checked.
+	// A wrong type stops the decoder; the file is read again without it,
+	// so the problems below it are said too, in line order, and not the
+	// defaults that followed from the field left out (ffn_hidden).
 	_, err = ParseModel("m.yaml", []byte(strings.Replace(bad, "hidden: 256", "hidden: big", 1)))
-	var se *SpecError
-	if !errors.As(err, &se) || len(se.Fields) != 1 {
-		t.Errorf("type error: %v, want exactly one problem", err)
+	want := "m.yaml: 3 problem(s):\n" +
+		"  line 2: layers: -4 out of range 1..1048576\n" +
+		"  line 3: hidden: want a whole number, got big\n" +
+		"  line 8: hiden: unknown field; did you mean hidden? (`cann-train search --help` lists the fields)"
+	if err == nil || err.Error() != want {
+		t.Errorf("type error: %v\nwant %s", err, want)
 	}
+	// A cluster's too; a required field missing is still said.
+	_, err = ParseCluster("c.yaml", []byte(strings.Replace(strings.Replace(goodCluster, "nodes: 2", "nodes: two", 1), "name: ", "nme: ", 1)))
+	specErr(t, err, "nodes", 2, "want a whole number")
+	specErr(t, err, "nme", 1, "unknown field")
+	specErr(t, err, "name", 0, "required")
 }
 
 func TestParseCluster(t *testing.T) {
