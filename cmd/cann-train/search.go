@@ -210,11 +210,23 @@ func (s *searchSpace) options(cmd *cobra.Command, top int, evaluating bool) (str
 }
 
 func loadModel(arg string) (strategy.Model, error) {
-	return loadSpec(arg, strategy.LoadModel, strategy.PresetModel)
+	m, err := loadSpec(arg, strategy.LoadModel, strategy.PresetModel)
+	if err != nil {
+		if _, cerr := strategy.LoadCluster(arg); cerr == nil {
+			return m, fmt.Errorf("%s is a cluster spec, not a model (--cluster takes it)", arg)
+		}
+	}
+	return m, err
 }
 
 func loadCluster(arg string) (strategy.Cluster, error) {
-	return loadSpec(arg, strategy.LoadCluster, strategy.PresetCluster)
+	c, err := loadSpec(arg, strategy.LoadCluster, strategy.PresetCluster)
+	if err != nil {
+		if _, merr := strategy.LoadModel(arg); merr == nil {
+			return c, fmt.Errorf("%s is a model spec, not a cluster (--model takes it)", arg)
+		}
+	}
+	return c, err
 }
 
 // loadSpec reads arg's spec file, else the preset it names; an arg that

@@ -110,6 +110,21 @@ func TestSearchPresets(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "seq_lne: unknown field; did you mean seq_len?") {
 		t.Errorf("a typo in a spec started from --show-preset: %v", err)
 	}
+	// Model and cluster files swapped: said so, not 13 field errors.
+	cl, err := run("--show-preset", "vtrain_a100_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, cluster := filepath.Join(dir, "model.yaml"), filepath.Join(dir, "cluster.yaml")
+	if err := os.WriteFile(cluster, []byte(cl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(model, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = run("--model", cluster, "--cluster", model); err == nil || err.Error() != cluster+" is a cluster spec, not a model (--cluster takes it)" {
+		t.Errorf("swapped files: %v", err)
+	}
 	help, err := run("--help")
 	if err != nil {
 		t.Fatal(err)

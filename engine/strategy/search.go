@@ -247,8 +247,9 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 	}
 	if len(top) == 0 {
 		if tried == 0 {
-			return nil, fmt.Errorf("search %s on %s: %w: no plan divides %d devices, %d heads and batch %d",
-				m.Name, c.Name, ErrNoPlan, n, m.Heads, m.GlobalBatch)
+			return nil, fmt.Errorf("search %s on %s: %w: no plan splits %d devices within the search's limits: tp must divide heads (%d), kv_heads (%d) "+
+				"and ffn_hidden (%d), pp at most layers (%d), cp divide seq_len (%d), dp·mb divide global_batch (%d)",
+				m.Name, c.Name, ErrNoPlan, n, m.Heads, m.KVHeads, m.FFNHidden, m.Layers, m.SeqLen, m.GlobalBatch)
 		}
 		if fits > 0 { // they fit, but none leaves the headroom asked for
 			return nil, fmt.Errorf("search %s on %s: %w: %d plans tried, %d fit, but none leaves the %.1f GiB of headroom per device asked for: the most is %.1f GiB",
