@@ -200,6 +200,29 @@ func TestResumeEndedRun(t *testing.T) {
 	if got := stepsOf(refs); err != nil || !slices.Equal(got, []int64{50, 100, 150, 200}) {
 		t.Errorf("checkpoints after run --fresh with 200 steps: %v (%v); want the new run's 50–200 only", got, err)
 	}
+
+	// The last checkpoint the history records, damaged in the bucket (its
+	// manifest no longer JSON): --resume goes on from the newest readable
+	// one before it, saying so. (Before, it resumed from the damaged one
+	// and failed at once, or with a missing manifest blamed every node
+	// for not reaching the bucket until its restarts ran out.)
+	manifest := filepath.Join(dir, "ckpt", "runs", "resume-me", "ckpt", "000000000200", "manifest.json")
+	if err := os.WriteFile(manifest, []byte(`{"format":`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, said, err = cli("run", "-f", job("resume-me", 250, "128"), "--resume", "--wait")
+	if err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("run --resume past a damaged last checkpoint: %v\n%s", err, said)
+	}
+	if want := fmt.Sprintf("resuming %s from its checkpoint at step 150 (the earlier run ended completed at step 200)\n"+
+		"(its last checkpoint, at step 200, is not readable in %s: its manifest is missing or damaged", id, bucket); !strings.Contains(said, want) {
+		t.Errorf("run --resume said %q; want %q", said, want)
+	}
+	if st, _, _, err := readProgress(ctx, c, id); err != nil || st.Phase != spec.PhaseCompleted || st.Step != 250 ||
+		len(st.Resumed) == 0 || st.Resumed[len(st.Resumed)-1].FromStep != 150 {
+		t.Errorf("resumed past the damaged checkpoint: %s at %d, resumed %+v: %v", st.Phase, st.Step, st.Resumed, err)
+	}
 }
 
 // lateUpload stores under run the checkpoint of ref, a run of the same

@@ -235,6 +235,27 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		ref := activities.FromStoreRef(url, later[n-1])
 		last = &ref
 	}
+	// The last checkpoint the history records may be gone from the bucket
+	// or unreadable there (its manifest deleted, damaged): resumed from
+	// it, every node would fail to find it, be blamed for not reaching the
+	// bucket, and the restarts run out. The newest readable one before it
+	// is where the run's lineage goes on.
+	var unreadable *spec.CheckpointRef
+	if listErr == nil && last != nil && o.resume && !slices.ContainsFunc(stored, func(r checkpoint.Ref) bool { return r.Step == last.Step }) {
+		unreadable = last
+		last = nil
+		for _, r := range slices.Backward(stored) {
+			if r.Step < unreadable.Step {
+				ref := activities.FromStoreRef(url, r)
+				last, recorded = &ref, &ref
+				break
+			}
+		}
+		if last == nil {
+			return in, fmt.Errorf("--resume: run %s's last checkpoint (step %d) is not readable in %s, nor is any earlier one (`cann-train checkpoint verify %s` says why): --fresh starts it over",
+				id, unreadable.Step, url, s.Name)
+		}
+	}
 	switch {
 	case last == nil && !o.resume:
 		return in, nil
@@ -272,6 +293,10 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	}
 	fmt.Fprintf(say, "resuming %s from its checkpoint at step %d (the earlier run ended %s)\n",
 		id, last.Step, endedAs(from.Phase, from.Step, from.Error))
+	if unreadable != nil {
+		fmt.Fprintf(say, "(its last checkpoint, at step %d, is not readable in %s: its manifest is missing or damaged — `cann-train checkpoint verify %s` says which; the newest readable one before it is at step %d)\n",
+			unreadable.Step, url, s.Name, last.Step)
+	}
 	if len(later) > 0 {
 		recordedAt := "none"
 		if recorded != nil {
