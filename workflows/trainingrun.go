@@ -672,8 +672,30 @@ func (r *run) fail(ctx workflow.Context, err error) (spec.RunStatus, error) {
 	}
 	r.st.Status.Error = failureMessage(err)
 	r.releaseNodes(ctx)
+	r.resolveAtFailure(ctx)
 	r.setPhase(ctx, spec.PhaseFailed)
 	return r.st.Status, err
+}
+
+// versionFailResolves: a run that fails with a checkpoint's upload in
+// flight (committed only by the next chunk's report) looks it up once
+// first; before, a run that failed after it — no spare for a lost node —
+// said "checkpoints 0", offered no --resume, and ls without --url found
+// no bucket. Asked only when one is pending.
+const versionFailResolves = "fail-resolves"
+
+// resolveAtFailure commits the pending checkpoint of a failing run where
+// the bucket holds it (one look, no hold: the run is failing anyway).
+func (r *run) resolveAtFailure(ctx workflow.Context) {
+	p := r.st.PendingCkpt
+	if p == nil || (r.st.Status.LastCkpt != nil && r.st.Status.LastCkpt.Step >= p.Step) ||
+		workflow.GetVersion(ctx, versionFailResolves, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	r.st.PendingCkpt = nil
+	if ref, err := resolveCheckpoint(ctx, *p, impatient); err == nil {
+		r.commitCheckpoint(ctx, ref)
+	}
 }
 
 // setPhase records the phase in the status, the search attributes and the

@@ -318,3 +318,33 @@ func TestNodeChangeSettlesUpload(t *testing.T) {
 		})
 	}
 }
+
+// A run that fails with a checkpoint's upload pending (a node lost, no
+// spare to replace it) looks it up first: its status counts the
+// checkpoint and names it, so --resume and checkpoint ls find it
+// (versionFailResolves). Before, it said "checkpoints 0".
+func TestAsyncCheckpointResolvedAtFailure(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3"), failed: map[string]bool{}}
+	fail := func(in spec.ChunkInput) error {
+		if in.From != 100 {
+			return nil
+		}
+		return temporal.NewApplicationErrorWithCause("peer 2 reset", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 2, Step: 130})
+	}
+	var asked []int64
+	resolve := func(_ context.Context, p spec.CheckpointRef) (*spec.CheckpointRef, error) {
+		asked = append(asked, p.Step)
+		p.Key = fmt.Sprintf("ckpt/%d", p.Step)
+		return &p, nil
+	}
+	_, env := asyncEnv(t, cl, fail, resolve)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100,
+		NodeWait: spec.Duration(time.Second)}.WithDefaults()})
+	require.Error(t, env.GetWorkflowError(), "no spare: the run fails")
+	st := queryStatus(t, env)
+	require.Equal(t, spec.PhaseFailed, st.Phase)
+	require.Equal(t, []int64{100}, asked, "the pending checkpoint looked up once")
+	require.NotNil(t, st.LastCkpt)
+	require.EqualValues(t, 100, st.LastCkpt.Step)
+	require.Equal(t, 1, st.Checkpoints)
+}
