@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -222,6 +223,18 @@ func TestResumeEndedRun(t *testing.T) {
 	if st, _, _, err := readProgress(ctx, c, id); err != nil || st.Phase != spec.PhaseCompleted || st.Step != 250 ||
 		len(st.Resumed) == 0 || st.Resumed[len(st.Resumed)-1].FromStep != 150 {
 		t.Errorf("resumed past the damaged checkpoint: %s at %d, resumed %+v: %v", st.Phase, st.Step, st.Resumed, err)
+	}
+
+	// A run that fails under run --wait -o json still prints its status
+	// as JSON (a script reads why), then fails: 4 nodes asked of 3.
+	four := filepath.Join(dir, "four.yaml")
+	if err := os.WriteFile(four, []byte("name: four\nnodes: 4\nsteps: 100\nnode_wait: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	js, _, err := cli("run", "-f", four, "--wait", "-o", "json")
+	var sum Summary
+	if err == nil || json.Unmarshal([]byte(js), &sum) != nil || sum.Status != spec.PhaseFailed || sum.Error == "" {
+		t.Errorf("run --wait -o json of a failing run: %v; want its status as JSON, failed with its error\n%s", err, js)
 	}
 }
 

@@ -168,6 +168,15 @@ Job file fields (all optional but name):
 				before = nil
 			}
 			st, err := watchRun(cmd.Context(), c, id, e.err, o.output == "jsonl", before)
+			if ended := (*runEnded)(nil); errors.As(err, &ended) && st.RunID != "" && o.output != "jsonl" {
+				// A run that failed or was cancelled: its status too (where
+				// it stopped, its checkpoints, its recoveries; -o json a
+				// script can read), then why.
+				if perr := printStatus(e.out, st, o.output, e.uiLink(o.uiURL), e.namespace); perr != nil {
+					return perr
+				}
+				return err
+			}
 			if err != nil {
 				return err
 			}
