@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -118,7 +119,10 @@ type Store struct {
 	inflight sync.WaitGroup // Background saves.
 
 	noIfNotExist atomic.Bool // The driver rejected WriterOptions.IfNotExist.
-	badChunks    sync.Map    // Chunk keys a Load found corrupt: the next save rewrites them.
+	// walk walks a file:// bucket's directories (readable; nil:
+	// filepath.WalkDir — tests give one that fails as a non-root user's).
+	walk      func(root string, fn fs.WalkDirFunc) error
+	badChunks sync.Map // Chunk keys a Load found corrupt: the next save rewrites them.
 	// held maps a run to the chunk hashes (map[string]bool, never changed
 	// once stored) of the version 2 manifest this Store last loaded or
 	// wrote for it: a save that finds one of them in the bucket knows a
@@ -482,6 +486,9 @@ func (s *Store) steps(ctx context.Context, run string) ([]int64, error) {
 		return nil, err
 	}
 	prefix := runPrefix(run)
+	if err := s.readable(prefix); err != nil {
+		return nil, err
+	}
 	var steps []int64
 	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -335,6 +337,9 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 
 // list calls f for every object under prefix.
 func (s *Store) list(ctx context.Context, prefix string, f func(*blob.ListObject) error) error {
+	if err := s.readable(prefix); err != nil {
+		return err
+	}
 	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		o, err := s.next(ctx, it)
@@ -348,4 +353,31 @@ func (s *Store) list(ctx context.Context, prefix string, f func(*blob.ListObject
 			return err
 		}
 	}
+}
+
+// readable reports a directory under a file:// bucket's prefix that this
+// process cannot read: gocloud's fileblob listing skips it without a
+// word, so a listing would look complete without it — ls and verify
+// would miss checkpoints and GC take an older one for the newest and
+// delete the real newest's chunks. (Other drivers report their errors.)
+func (s *Store) readable(prefix string) error {
+	if s.dir == "" {
+		return nil
+	}
+	// The prefix's directory: "runs/x/ckpt/" or "runs/x/chunks/".
+	root := filepath.Join(s.dir, filepath.FromSlash(strings.TrimSuffix(prefix, "/")))
+	walk := s.walk
+	if walk == nil {
+		walk = filepath.WalkDir
+	}
+	err := walk(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint: list %s: %w (a listing would leave it out)", prefix, err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -519,3 +520,41 @@ func TestSaveRefreshesOnlyUnprotectedOldChunks(t *testing.T) {
 }
 
 func another(_ *testing.T, _ *Store, open func() *Store, _ Ref) *Store { return open() }
+
+// TestFileBucketUnreadableDirectory: a directory of a file:// bucket this
+// process cannot read (another user's, mode 700) fails List and GC,
+// named, where gocloud's listing skips it without a word: ls and verify
+// said "no checkpoints" or "all ok", and GC took an older checkpoint for
+// the newest and deleted the chunks of the real newest. (As root every
+// directory reads: the walk stands for a non-root user's here.)
+func TestFileBucketUnreadableDirectory(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	s, err := OpenWithOptions(ctx, "file://"+dir, testOpts)
+	must(t, err)
+	defer s.Close()
+	for _, step := range []int64{10, 20} {
+		if _, _, err := s.SaveIncremental(ctx, "r", step, randBytes(uint64(step), 2*testChunk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hidden := filepath.Join(dir, filepath.FromSlash(ckptPrefix("r", 20)))
+	s.walk = func(root string, fn fs.WalkDirFunc) error {
+		return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if path == strings.TrimSuffix(hidden, "/") {
+				return fn(path, d, &fs.PathError{Op: "open", Path: path, Err: fs.ErrPermission})
+			}
+			return fn(path, d, err)
+		})
+	}
+	if refs, err := s.List(ctx, "r"); !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "a listing would leave it out") {
+		t.Errorf("List = %v, %v; want the unreadable directory named", refs, err)
+	}
+	if st, err := s.GC(ctx, "r"); !errors.Is(err, fs.ErrPermission) || st.Deleted != 0 {
+		t.Errorf("GC = %+v, %v; want it refused before deleting anything", st, err)
+	}
+	s.walk = nil
+	if refs, err := s.List(ctx, "r"); err != nil || len(refs) != 2 {
+		t.Errorf("readable again: %v, %v", refs, err)
+	}
+}
