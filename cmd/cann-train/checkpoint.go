@@ -339,8 +339,9 @@ func refuseLiveRun(ctx context.Context, ask *temporalAsk, run string) error {
 	ended, err := askRunEnded(ctx, ask, run)
 	switch {
 	case err != nil:
-		fmt.Fprintf(ask.e.err, "could not ask Temporal whether run/%s still runs (%v); collecting without a grace period as asked\n", run, err)
-		return nil
+		// Fail closed: a live run's save in flight would lose chunks.
+		return fmt.Errorf("--grace 0: could not ask Temporal whether run/%s still runs (%v), and a checkpoint a running run is saving may rely on chunks "+
+			"no manifest names yet; keep a grace period (--grace 1s spares only what was written in the last second), or let this host reach Temporal (--address)", run, err)
 	case ended == "":
 		return fmt.Errorf("--grace 0: run/%s is still running, and a checkpoint it is saving may rely on chunks no manifest names yet; "+
 			"keep a grace period (e.g. --grace 1m spares what was written in the last minute) or wait until the run has ended", run)
