@@ -100,12 +100,17 @@ func newFaultKindCmd(e *env, kind, short, long, does string) *cobra.Command {
 			}
 			switch {
 			case at <= 0:
-				at = now + 20
+				// Far enough ahead for the node to hear of it first (the
+				// signal reaches it within a second or so): two seconds of
+				// the run's measured pace, at least 20 steps.
+				at = now + max(20, int64(2*st.StepsPerSec))
 				if st.TotalSteps > 0 && at >= st.TotalSteps {
 					return fmt.Errorf("run %s is at step %d of %d: too close to the end for a fault; give --at-step", id, now, st.TotalSteps)
 				}
 			case at <= now:
 				return fmt.Errorf("run %s is at step %d already: give an --at-step after it", id, now)
+			case st.TotalSteps > 0 && at >= st.TotalSteps:
+				return fmt.Errorf("--at-step %d: run %s trains %d steps, so the fault would never strike; give a step before %d", at, id, st.TotalSteps, st.TotalSteps)
 			}
 			if err := checkRegistered(ctx, c, st, node); err != nil {
 				return err

@@ -54,6 +54,12 @@ func TestFaultReachesTheChunkInFlight(t *testing.T) {
 	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "already: give an --at-step after it") {
 		t.Errorf("fault kill at a passed step: %v; want it refused", err)
 	}
+	// A step past the run's last would never strike.
+	root = newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs([]string{"fault", "kill", "--run", s.Name, "--node", victim, "--at-step", "999999", "--address", addr})
+	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "trains 3000 steps, so the fault would never strike") {
+		t.Errorf("fault kill past the last step: %v; want it refused", err)
+	}
 	// A node the run's Cluster does not know is a typo, not a fault to keep.
 	root = newRootCmd(&env{out: &out, err: &errb, command: childCommand})
 	root.SetArgs([]string{"fault", "freeze", "--run", s.Name, "--node", "node-9", "--address", addr})
