@@ -162,6 +162,9 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	for _, node := range slices.Sorted(maps.Keys(kills)) {
 		faults = append(faults, kills[node])
 	}
+	if err := quickstartFresh(ctx, e, s, lc.ckptURL); err != nil {
+		return err
+	}
 	watch := watchFaults(ctx, faults, procs)
 	defer watch.stop()
 	id, err := startRunWith(ctx, c, s, spec.DefaultClusterID, faults...)
@@ -252,4 +255,32 @@ func quickstartSpec(o quickstartOptions) (spec.RunSpec, error) {
 		s.HeartbeatTimeout = spec.Duration(o.hbTimeout)
 	}
 	return s, s.Validate()
+}
+
+// quickstartFresh keeps a quickstart from training over an earlier run's
+// checkpoints of the same name (its server starts empty each time, but its
+// data dir keeps the bucket): a later --resume would find two timelines
+// mixed there. In the quickstart's own bucket they are deleted, and that
+// said; in a bucket the job file names, which others may use, the
+// quickstart is refused.
+func quickstartFresh(ctx context.Context, e *env, s spec.RunSpec, own string) error {
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if s.CheckpointURL != "" && s.CheckpointURL != own {
+		refs, err := earlierCheckpoints(lctx, s.CheckpointURL, s.Name, math.MaxInt64)
+		if err == nil && len(refs) > 0 {
+			return fmt.Errorf("%s holds checkpoints of a run named %s (up to step %d): a quickstart starts a run afresh; "+
+				"give the job another name (--name), or continue it with `cann-train run -f JOB --resume` on a cluster", s.CheckpointURL, s.Name, refs[len(refs)-1].Step)
+		}
+		return nil
+	}
+	n, first, last, err := deleteCheckpoints(lctx, own, s.Name)
+	switch {
+	case err != nil:
+		return fmt.Errorf("clear the earlier checkpoints of %s in %s: %w", s.Name, own, err)
+	case n > 0:
+		fmt.Fprintf(e.err, "deleted the %d checkpoint(s) of an earlier quickstart of %s (steps %d–%d) in %s: each quickstart starts afresh\n",
+			n, s.Name, first, last, own)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -122,5 +124,45 @@ func TestStartLocalPortTaken(t *testing.T) {
 	_, err = startLocal(t.Context(), e, localOptions{port: port, uiPort: 0, dataDir: t.TempDir()})
 	if !errors.Is(err, dev.ErrPortInUse) || !strings.Contains(err.Error(), "--port 0") {
 		t.Errorf("port given by flag: %v", err)
+	}
+}
+
+// A quickstart of a name whose checkpoints its data dir keeps starts
+// afresh, deleting them and saying so (training over them mixed two
+// timelines in one bucket for a later --resume); in a bucket the job file
+// names it is refused instead.
+func TestQuickstartStartsAfresh(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	own, shared := "file://"+filepath.Join(dir, "own"), "file://"+filepath.Join(dir, "shared")
+	for _, url := range []string{own, shared} {
+		store, err := checkpoint.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, step := range []int64{100, 200} {
+			if _, _, err := store.SaveIncremental(ctx, "qs", step, []byte("state")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		store.Close()
+	}
+	var errb bytes.Buffer
+	e := &env{out: &bytes.Buffer{}, err: &errb}
+	if err := quickstartFresh(ctx, e, spec.RunSpec{Name: "qs"}, own); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errb.String(), "deleted the 2 checkpoint(s) of an earlier quickstart of qs (steps 100–200)") {
+		t.Errorf("said %q", errb.String())
+	}
+	if refs, err := earlierCheckpoints(ctx, own, "qs", math.MaxInt64); err != nil || len(refs) != 0 {
+		t.Errorf("left %v (%v)", refs, err)
+	}
+	err := quickstartFresh(ctx, e, spec.RunSpec{Name: "qs", CheckpointURL: shared}, own)
+	if err == nil || !strings.Contains(err.Error(), shared+" holds checkpoints of a run named qs (up to step 200)") {
+		t.Errorf("a job's own bucket: %v; want it refused", err)
+	}
+	if err := quickstartFresh(ctx, e, spec.RunSpec{Name: "other", CheckpointURL: shared}, own); err != nil {
+		t.Errorf("another name: %v", err)
 	}
 }

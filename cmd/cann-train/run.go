@@ -432,7 +432,8 @@ func clearEarlier(ctx context.Context, s spec.RunSpec, prev *spec.RunStatus, pre
 	case err != nil:
 		fmt.Fprintf(say, "--fresh: the earlier checkpoints of %s in %s are left (%d deleted): %v\n", s.Name, url, n, err)
 	case n > 0:
-		fmt.Fprintf(say, "--fresh: deleted the %d checkpoint(s) of the earlier run of %s (steps %d–%d) from %s\n", n, s.Name, first, last, url)
+		fmt.Fprintf(say, "--fresh: deleted the %d checkpoint(s) of the earlier run of %s (steps %d–%d) from %s (the chunks they held go with `cann-train checkpoint gc %s`, or the nodes' own collection within the hour)\n",
+			n, s.Name, first, last, url, s.Name)
 	}
 }
 
