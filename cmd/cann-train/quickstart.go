@@ -180,6 +180,12 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if perr := printSummary(e.out, st, summarize(st, srv.UIURL(), srv.Namespace(), struck), o.output); perr != nil {
 		return perr
 	}
+	for _, f := range faults {
+		if _, ok := struck[f.NodeID]; !ok { // (on stderr: -o json stays JSON)
+			fmt.Fprintf(e.err, "note: --inject %s:%s@%d never struck: %s did not train past step %d in this run (a spare no failure called on, or the run ended first)\n",
+				cmp.Or(f.Kind, spec.FaultKill), f.NodeID, f.AtStep, f.NodeID, f.AtStep)
+		}
+	}
 	if err != nil {
 		return &exitError{err}
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -164,5 +166,28 @@ func TestQuickstartStartsAfresh(t *testing.T) {
 	}
 	if err := quickstartFresh(ctx, e, spec.RunSpec{Name: "other", CheckpointURL: shared}, own); err != nil {
 		t.Errorf("another name: %v", err)
+	}
+}
+
+// TestQuickstartSaysAnUnstruckFault: --inject on a spare no failure calls
+// on never strikes; the summary said nothing of it (no recovery, no
+// note), as if the fault had been survived.
+func TestQuickstartSaysAnUnstruckFault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs([]string{"quickstart", "--port", "0", "--ui-port", "-1", "-o", "json", "--data-dir", dir, "--log-level", "warn",
+		"--nodes", "1", "--spares", "1", "--steps", "100", "--inject", "kill:node-2@50"})
+	if err := root.ExecuteContext(ctx); err != nil {
+		t.Fatalf("quickstart: %v\n%s", err, errb.String())
+	}
+	var sum Summary
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || sum.Status != spec.PhaseCompleted || len(sum.Recoveries) != 0 {
+		t.Fatalf("summary %+v (%v)", sum, err)
+	}
+	if want := "note: --inject kill:node-2@50 never struck: node-2 did not train past step 50 in this run"; !strings.Contains(errb.String(), want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 	}
 }
