@@ -22,6 +22,8 @@ func TestArgumentErrors(t *testing.T) {
 		want []string
 	}{
 		{[]string{"checkpoint", "lst", "r"}, []string{`unknown command "lst" for "cann-train checkpoint"`, "did you mean ls?"}},
+		// (before the quickstart starts a server)
+		{[]string{"quickstart", "--metrics-listen", "nothost:99999", "--port", "0", "--ui-port", "0"}, []string{"--metrics-listen nothost:99999: ", "invalid port"}},
 		{[]string{"green", "foo"}, []string{`unknown command "foo" for "cann-train green"`, "'cann-train green --help' lists its commands"}},
 		{[]string{"worker", "nod"}, []string{`unknown command "nod"`, "did you mean node?"}},
 		{[]string{"bench", "colective"}, []string{"did you mean collective?"}},
