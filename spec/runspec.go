@@ -598,17 +598,7 @@ func decodeProblems(name string, file *ast.File, err error, passes int) []FieldE
 // sortByLine puts a spec's problems in line order, those without a line
 // last, the order found otherwise.
 func sortByLine(fs []FieldError) {
-	slices.SortStableFunc(fs, func(a, b FieldError) int {
-		switch {
-		case a.Line == b.Line:
-			return 0
-		case a.Line == 0:
-			return 1
-		case b.Line == 0:
-			return -1
-		}
-		return a.Line - b.Line
-	})
+	yamlpos.SortByLine(fs, func(f FieldError) int { return f.Line })
 }
 
 // decodeError is the decoder's error as field errors, fields named by

@@ -168,17 +168,7 @@ func goOnPast(name string, file *ast.File, strict *SpecError, passes int, parse 
 		}
 		out = append(out, f) // (the nodes left keep this file's lines)
 	}
-	slices.SortStableFunc(out, func(a, b FieldError) int {
-		switch {
-		case a.Line == b.Line:
-			return 0
-		case a.Line == 0:
-			return 1
-		case b.Line == 0:
-			return -1
-		}
-		return a.Line - b.Line
-	})
+	yamlpos.SortByLine(out, func(f FieldError) int { return f.Line })
 	return &SpecError{File: name, Fields: out}
 }
 

@@ -574,3 +574,21 @@ func dropIn(n ast.Node, path string) (ast.Node, bool, bool) {
 	}
 	return n, false, false
 }
+
+// SortByLine puts a file's problems in line order — line gives each one's
+// line, 0 for none —, those without a line last, in the order found
+// otherwise.
+func SortByLine[S ~[]E, E any](problems S, line func(E) int) {
+	slices.SortStableFunc(problems, func(a, b E) int {
+		la, lb := line(a), line(b)
+		switch {
+		case la == lb:
+			return 0
+		case la == 0:
+			return 1
+		case lb == 0:
+			return -1
+		}
+		return la - lb
+	})
+}

@@ -293,3 +293,19 @@ func TestDrop(t *testing.T) {
 		})
 	}
 }
+
+func TestSortByLine(t *testing.T) {
+	type p struct {
+		name string
+		line int
+	}
+	ps := []p{{"a", 7}, {"none1", 0}, {"b", 2}, {"c", 7}, {"none2", 0}, {"d", 5}}
+	SortByLine(ps, func(x p) int { return x.line })
+	var got []string
+	for _, x := range ps {
+		got = append(got, x.name)
+	}
+	if want := "b d a c none1 none2"; strings.Join(got, " ") != want {
+		t.Errorf("sorted %v; want %s (line order, ties as found, no line last)", got, want)
+	}
+}
