@@ -1025,9 +1025,18 @@ func (n *Node) loadError(ctx context.Context, token string, ref spec.CheckpointR
 	sight := n.sights[sightKey(token, ref.URL)]
 	seen := sight != nil && sight.seen
 	n.mu.Unlock()
-	if seen {
-		err = fmt.Errorf("node %s does not find the run's checkpoint at step %d (%s) in %s, where it found the run's checkpoints before: "+
-			"it was deleted since it was committed (by hand, or by a lifecycle rule of the bucket): %w", n.ID, ref.Step, ref.Key, ref.URL, err)
+	// A node new to the run (a spare) that finds the run's other
+	// checkpoints there reaches the bucket: this one was deleted. (Blamed
+	// as not reaching it, the spare was replaced, and the run gave up
+	// after its restarts, where its peers said "deleted".)
+	others := !seen && n.holdsOthers(ctx, ref)
+	if seen || others {
+		where := "where it found the run's checkpoints before"
+		if others {
+			where = "where the run's other checkpoints are"
+		}
+		err = fmt.Errorf("node %s does not find the run's checkpoint at step %d (%s) in %s, %s: "+
+			"it was deleted since it was committed (by hand, or by a lifecycle rule of the bucket): %w", n.ID, ref.Step, ref.Key, ref.URL, where, err)
 		return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointGone, err)
 	}
 	err = fmt.Errorf("node %s does not find the run's checkpoint at step %d (%s) in %s, where the node that saved it committed it, "+
@@ -1035,6 +1044,20 @@ func (n *Node) loadError(ctx context.Context, token string, ref spec.CheckpointR
 		"(mem:// is each process's own, file:// each host's own disk unless the path is a shared filesystem): %w",
 		n.ID, ref.Step, ref.Key, ref.URL, err)
 	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointNotHere, err)
+}
+
+// holdsOthers reports whether ref's bucket holds another checkpoint of
+// ref's run (one readable manifest), bounded by sharedCheckTimeout; false
+// when it cannot tell.
+func (n *Node) holdsOthers(ctx context.Context, ref spec.CheckpointRef) bool {
+	store, err := n.store(ctx, ref.URL)
+	if err != nil {
+		return false
+	}
+	lctx, cancel := context.WithTimeout(ctx, sharedCheckTimeout)
+	defer cancel()
+	refs, err := store.List(lctx, ref.Run)
+	return err == nil && slices.ContainsFunc(refs, func(r checkpoint.Ref) bool { return r.Step != ref.Step && r.SHA256 != "" })
 }
 
 // sightKey keys Node.sights: a run (its token; an external job's run ID)

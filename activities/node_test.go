@@ -406,6 +406,34 @@ func TestTrainChunkRestoreFindsNoCheckpoint(t *testing.T) {
 		wantLoadError(t, errs[0], spec.ErrTypeCheckpointGone,
 			"node node-1 does not find the run's checkpoint at step 30", "where it found the run's checkpoints before", "was deleted")
 	})
+	// A node new to the run (a spare) that finds the run's other
+	// checkpoints in the bucket reaches it: the missing one was deleted,
+	// not out of its reach (the run falls back instead of replacing it).
+	t.Run("deleted, a new node", func(t *testing.T) {
+		dir := t.TempDir()
+		nodes, m := newNodes(t, 1, "file://"+dir)
+		s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 90, ChunkSteps: 30}.WithDefaults()
+		in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "tok", From: 0, To: 30, Checkpoint: true}
+		res, errs := runChunk(t, nodes, in)
+		if err := errors.Join(errs...); err != nil || res[0].Checkpoint == nil {
+			t.Fatalf("first chunk: %v, checkpoint %v", err, res[0].Checkpoint)
+		}
+		in.Session, in.From, in.To, in.Restore = "run/act/g1/e2", 30, 60, res[0].Checkpoint
+		res, errs = runChunk(t, nodes, in)
+		if err := errors.Join(errs...); err != nil || res[0].Checkpoint == nil {
+			t.Fatalf("second chunk: %v, checkpoint %v", err, res[0].Checkpoint)
+		}
+		ck := res[0].Checkpoint
+		if err := os.Remove(filepath.Join(dir, filepath.FromSlash(ck.Key))); err != nil {
+			t.Fatal(err)
+		}
+		spare, m2 := newNodes(t, 1, "file://"+dir) // (it never saw the run)
+		in.Membership, in.Session, in.From, in.To, in.Restore, in.Checkpoint = m2, "run/act/g2/e1", 60, 90, ck, false
+		in.Membership.Generation = 2
+		_, errs = runChunk(t, spare, in)
+		wantLoadError(t, errs[0], spec.ErrTypeCheckpointGone,
+			"does not find the run's checkpoint at step 60", "where the run's other checkpoints are", "was deleted")
+	})
 }
 
 // TestTrainChunkRestoreStorageDown: a node whose storage does not serve
