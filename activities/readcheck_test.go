@@ -150,8 +150,10 @@ func TestProbeReadSaysWhetherTheNodeReads(t *testing.T) {
 		{name: "reads it", node: 0, ref: ref},
 		{name: "cut off", node: 1, ref: ref, typ: spec.ErrTypeCheckpointUnreachable,
 			want: []string{"node node-2 cannot read the checkpoint at step 30 from " + dir}},
-		{name: "not in the bucket", node: 0, ref: missing, typ: spec.ErrTypeCheckpointNotHere,
-			want: []string{"node node-1 does not find the run's checkpoint at step 90"}},
+		// (The bucket holds the run's checkpoint at 30: this one is gone,
+		// not out of the node's reach.)
+		{name: "not in the bucket", node: 0, ref: missing, typ: spec.ErrTypeCheckpointGone,
+			want: []string{"node node-1 does not find the run's checkpoint at step 90", "where the run's other checkpoints are"}},
 		{name: "no checkpoint", node: 0, typ: "BadProbeInput", want: []string{"probe read: no checkpoint to read"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
