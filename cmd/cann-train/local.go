@@ -45,6 +45,12 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 		return nil, err
 	}
 	quiet := log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+	// Metrics first: an address that cannot be listened on is refused
+	// before a server starts (and its shutdown noise comes first).
+	h, closeMetrics, err := serveMetrics(e, o.metricsAddr, quiet)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen %s: %w", o.metricsAddr, err)
+	}
 	start := time.Now()
 	so := dev.ServerOptions{
 		FrontendPort: o.port, UIPort: o.uiPort, Namespace: e.namespace,
@@ -60,9 +66,11 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 		srv, err = dev.StartServer(ctx, so)
 	}
 	if errors.Is(err, dev.ErrPortInUse) {
+		closeMetrics()
 		return nil, fmt.Errorf("%w; stop it, or pass --port 0 --ui-port -1 for free ports", err)
 	}
 	if err != nil {
+		closeMetrics()
 		return nil, err
 	}
 	ui := srv.UIURL()
@@ -75,16 +83,11 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	// the progress lines, which say it in a line of their own.
 	ctlLog, closeLog, err := fileLogger(e, log, filepath.Join(o.dataDir, "logs", "control.log"))
 	if err != nil {
+		closeMetrics()
 		srv.Stop()
 		return nil, err
 	}
 	co := workers.ClientOptions{Address: srv.FrontendAddr(), Namespace: srv.Namespace(), Logger: ctlLog}
-	h, closeMetrics, err := serveMetrics(e, o.metricsAddr, quiet)
-	if err != nil {
-		closeLog()
-		srv.Stop()
-		return nil, err
-	}
 	co.MetricsHandler = h
 	c, err := workers.Dial(ctx, co)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -137,15 +136,6 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	kills, err := parseInjections(o.inject, o.nodes+o.spares, injectLimit)
 	if err != nil {
 		return err
-	}
-	if o.metricsAddr != "" {
-		// Before the server starts (a bad address was found after it, its
-		// shutdown noise first): can it be listened on?
-		ln, err := net.Listen("tcp", o.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-listen %s: %w", o.metricsAddr, err)
-		}
-		ln.Close()
 	}
 	lc, err := startLocal(ctx, e, localOptions{port: o.port, uiPort: o.uiPort, dataDir: o.dataDir, metricsAddr: o.metricsAddr,
 		anyPorts: !o.changed("port") && !o.changed("ui-port")})
