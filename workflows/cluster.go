@@ -135,47 +135,15 @@ func (c *cluster) run(ctx workflow.Context) error {
 	drain := workflow.GetSignalChannel(ctx, spec.SignalDrain)
 
 	log := workflow.GetLogger(ctx)
+	refused := func(name string) func(error) {
+		return func(err error) { log.Warn("signal refused: its payload does not decode", "signal", name, "error", err) }
+	}
 	sel := workflow.NewSelector(ctx)
-	sel.AddReceive(register, func(ch workflow.ReceiveChannel, _ bool) {
-		var n spec.Node
-		if _, err := receive(ch, &n); err != nil {
-			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalRegister, "error", err)
-			return
-		}
-		c.register(ctx, n)
-	})
-	sel.AddReceive(heartbeat, func(ch workflow.ReceiveChannel, _ bool) {
-		var hb spec.NodeHeartbeat
-		if _, err := receive(ch, &hb); err != nil {
-			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalHeartbeat, "error", err)
-			return
-		}
-		c.heartbeat(ctx, hb)
-	})
-	sel.AddReceive(failed, func(ch workflow.ReceiveChannel, _ bool) {
-		var mf spec.MarkFailed
-		if _, err := receive(ch, &mf); err != nil {
-			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalMarkFailed, "error", err)
-			return
-		}
-		c.markFailed(ctx, mf)
-	})
-	sel.AddReceive(release, func(ch workflow.ReceiveChannel, _ bool) {
-		var r spec.Release
-		if _, err := receive(ch, &r); err != nil {
-			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalRelease, "error", err)
-			return
-		}
-		c.release(ctx, r.RunID)
-	})
-	sel.AddReceive(drain, func(ch workflow.ReceiveChannel, _ bool) {
-		var d spec.Drain
-		if _, err := receive(ch, &d); err != nil {
-			log.Warn("signal refused: its payload does not decode", "signal", spec.SignalDrain, "error", err)
-			return
-		}
-		c.drain(ctx, d)
-	})
+	onSignal(sel, register, refused(spec.SignalRegister), func(n spec.Node) { c.register(ctx, n) })
+	onSignal(sel, heartbeat, refused(spec.SignalHeartbeat), func(hb spec.NodeHeartbeat) { c.heartbeat(ctx, hb) })
+	onSignal(sel, failed, refused(spec.SignalMarkFailed), func(mf spec.MarkFailed) { c.markFailed(ctx, mf) })
+	onSignal(sel, release, refused(spec.SignalRelease), func(r spec.Release) { c.release(ctx, r.RunID) })
+	onSignal(sel, drain, refused(spec.SignalDrain), func(d spec.Drain) { c.drain(ctx, d) })
 	for {
 		sel.Select(ctx)
 		info := workflow.GetInfo(ctx)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.temporal.io/sdk/workflow"
 )
@@ -37,12 +38,25 @@ func receive(c workflow.ReceiveChannel, v any) (json.RawMessage, error) {
 	return raw, nil
 }
 
+// onSignal adds ch to sel: each value it takes decoded by receive and
+// handed to do; one whose payload does not decode to refuse.
+func onSignal[T any](sel workflow.Selector, ch workflow.ReceiveChannel, refuse func(error), do func(T)) {
+	sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
+		var v T
+		if _, err := receive(c, &v); err != nil {
+			refuse(err)
+			return
+		}
+		do(v)
+	})
+}
+
 // unknownField names the first field of raw JSON that v does not have
 // (nil when there is none, or raw does not decode at all).
 func unknownField(raw json.RawMessage, v any) error {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil && bytes.Contains([]byte(err.Error()), []byte("unknown field")) {
+	if err := d.Decode(v); err != nil && strings.Contains(err.Error(), "unknown field") {
 		return err
 	}
 	return nil

@@ -119,12 +119,7 @@ func (r *run) listen(ctx workflow.Context) {
 			r.endInFlight(ctx, fmt.Sprintf("rescale to %d node(s)", req.Nodes))
 		}
 	})
-	sel.AddReceive(override, func(c workflow.ReceiveChannel, _ bool) {
-		var o spec.GreenOverride
-		if _, err := receive(c, &o); err != nil {
-			r.refuseSignal(ctx, spec.SignalGreenOverride, err)
-			return
-		}
+	onSignal(sel, override, r.refuseSignal(ctx, spec.SignalGreenOverride), func(o spec.GreenOverride) {
 		r.st.Status.RefusedSignal = ""
 		r.st.Ctl.Overrides++
 		r.st.Ctl.Override, r.st.Ctl.OverrideUntil = !o.Clear, o.Until
@@ -134,14 +129,7 @@ func (r *run) listen(ctx workflow.Context) {
 		log.Info("green override", "on", r.st.Ctl.Override, "until", r.st.Ctl.OverrideUntil)
 		r.noteOverride(ctx)
 	})
-	sel.AddReceive(evict, func(c workflow.ReceiveChannel, _ bool) {
-		var ev spec.Evict
-		if _, err := receive(c, &ev); err != nil {
-			r.refuseSignal(ctx, spec.SignalEvict, err)
-			return
-		}
-		r.noteEvict(ctx, ev)
-	})
+	onSignal(sel, evict, r.refuseSignal(ctx, spec.SignalEvict), func(ev spec.Evict) { r.noteEvict(ctx, ev) })
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			sel.Select(ctx)
@@ -149,12 +137,14 @@ func (r *run) listen(ctx workflow.Context) {
 	})
 }
 
-// refuseSignal reports a control signal whose payload did not decode: in
-// the control worker's log and the run's status, which keeps the last.
-// (Status only: no command.)
-func (r *run) refuseSignal(ctx workflow.Context, name string, err error) {
-	workflow.GetLogger(ctx).Warn("signal refused: its payload does not decode", "signal", name, "error", err)
-	r.st.Status.RefusedSignal = fmt.Sprintf("%s signal refused: %v", name, err)
+// refuseSignal reports a control signal name whose payload did not
+// decode: in the control worker's log and the run's status, which keeps
+// the last. (Status only: no command.)
+func (r *run) refuseSignal(ctx workflow.Context, name string) func(error) {
+	return func(err error) {
+		workflow.GetLogger(ctx).Warn("signal refused: its payload does not decode", "signal", name, "error", err)
+		r.st.Status.RefusedSignal = fmt.Sprintf("%s signal refused: %v", name, err)
+	}
 }
 
 // settle lets the signal coroutines take every signal already delivered,
