@@ -105,13 +105,14 @@ to the next step, the deadline down, and --work up to whole steps, so a
 				// The window must lie within the trace, and a forecast
 				// other than perfect needs a day of it before the start.
 				const day = "2006-01-02T15:04Z"
-				earliest, why := series.Start, ""
-				if forecast != "perfect" {
-					earliest, why = earliest.Add(24*time.Hour), fmt.Sprintf(" (a %s forecast needs a day of the trace before it)", forecast)
+				earliest, latest := planStarts(series, forecast, deadline)
+				why := ""
+				if forecast != spec.ForecastPerfect {
+					why = fmt.Sprintf(" (a %s forecast needs a day of the trace before it)", forecast)
 				}
 				return fmt.Errorf("%s covers %s to %s; the job's window is --start %s plus --deadline %v: "+
 					"start between %s%s and %s, or shorten --deadline (%w)", trace, series.Start.UTC().Format(day), series.End().UTC().Format(day),
-					start.UTC().Format(day), deadline, earliest.UTC().Format(day), why, series.End().Add(-deadline).UTC().Format(day), err)
+					start.UTC().Format(day), deadline, earliest.UTC().Format(day), why, latest.UTC().Format(day), err)
 			}
 			if errors.Is(err, carbon.ErrDeadlineTooShort) {
 				return gridTooShort(series, start, work, deadline)
@@ -258,13 +259,12 @@ func checkGreenTrace(g *spec.GreenPolicy, now time.Time, local bool) (note strin
 		return "", fmt.Errorf("green.trace %s holds %s to %s: the run's start (%s) is outside it; %s (e.g. trace_start: %s)",
 			g.Trace, tr.Start.Format(time.RFC3339), tr.End().Format(time.RFC3339), when, fix, tr.Start.Format(time.RFC3339))
 	}
-	// A forecast other than perfect reads the day before the start; every
-	// plan covers the start to the deadline.
-	earliest, why := tr.Start, ""
-	if g.Forecast != spec.ForecastPerfect {
-		earliest, why = tr.Start.Add(24*time.Hour), fmt.Sprintf(", and a %s forecast a day of it before the start", cmp.Or(g.Forecast, spec.ForecastPersistence))
+	forecast := cmp.Or(g.Forecast, spec.ForecastPersistence)
+	earliest, latest := planStarts(tr, forecast, g.Deadline.D())
+	why := ""
+	if forecast != spec.ForecastPerfect {
+		why = fmt.Sprintf(", and a %s forecast a day of it before the start", forecast)
 	}
-	latest := tr.End().Add(-g.Deadline.D())
 	if start.Before(earliest) || start.After(latest) {
 		what := "trace_start"
 		if !replay {
@@ -276,6 +276,17 @@ func checkGreenTrace(g *spec.GreenPolicy, now time.Time, local bool) (note strin
 			earliest.Format(time.RFC3339), latest.Format(time.RFC3339))
 	}
 	return "", nil
+}
+
+// planStarts are the first and last starts whose plans a trace holds:
+// every plan covers the start to the deadline, and a forecast other than
+// perfect reads the day before the start.
+func planStarts(tr *carbon.Series, forecast string, deadline time.Duration) (earliest, latest time.Time) {
+	earliest = tr.Start
+	if forecast != spec.ForecastPerfect {
+		earliest = earliest.Add(24 * time.Hour)
+	}
+	return earliest, tr.End().Add(-deadline)
 }
 
 // savedText says a saving against running now: "12.3% saved", "0.0%
