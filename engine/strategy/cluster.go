@@ -299,7 +299,9 @@ func (c Cluster) Validate() error {
 	pos("device.gemm_efficiency", c.Device.GEMMEfficiency, 1)
 	pos("device.memory_efficiency", c.Device.MemoryEfficiency, 1)
 	pos("device.op_overhead_us", c.Device.OpOverheadUs, 1e6)
-	pos("intra_node_gbps", c.IntraNodeGBps, 1e6)
+	if c.DevicesPerNode > 1 || c.IntraNodeGBps != 0 { // one device per node has no intra-node link
+		pos("intra_node_gbps", c.IntraNodeGBps, 1e6)
+	}
 	if c.Nodes > 1 || c.InterNodeGBps != 0 {
 		pos("inter_node_gbps", c.InterNodeGBps, 1e6)
 	}
@@ -307,7 +309,7 @@ func (c Cluster) Validate() error {
 	pos("inter_node_latency_us", c.InterNodeLatencyUs, 1e6)
 	pos("intra_node_efficiency", c.IntraNodeEfficiency, 1)
 	pos("inter_node_efficiency", c.InterNodeEfficiency, 1)
-	if !(c.ReservedGiB > 0 && c.ReservedGiB < c.Device.MemoryGiB) {
+	if !(c.ReservedGiB > 0 && (c.ReservedGiB < c.Device.MemoryGiB || !(c.Device.MemoryGiB > 0))) { // a bad memory_gib is said above
 		p.add("reserved_gib", "%g out of range (0, device.memory_gib)", c.ReservedGiB)
 	}
 	return p.err("cluster " + c.Name)
@@ -320,6 +322,16 @@ func LoadCluster(path string) (Cluster, error) {
 		return Cluster{}, fmt.Errorf("read cluster spec: %w", err)
 	}
 	return ParseCluster(path, data)
+}
+
+// clusterRequired names the fields a cluster file must give (the links
+// only where it has them: Validate asks for them then).
+var clusterRequired = map[string]string{
+	"nodes": "the number of nodes", "devices_per_node": "devices (NPUs, GPUs) per node",
+	"intra_node_gbps":    "the link bandwidth between a node's devices in GB/s",
+	"inter_node_gbps":    "each node's network bandwidth in GB/s",
+	"device.peak_tflops": "the device's dense peak TFLOP/s at the training precision",
+	"device.memory_gib":  "the device's memory in GiB", "device.hbm_gbps": "the device's memory bandwidth in GB/s",
 }
 
 // ParseCluster decodes a cluster spec; name is used in errors. The device is
@@ -361,7 +373,7 @@ func parseCluster(name string, data []byte, passes int) (Cluster, error) {
 		}
 	}
 	c = c.WithDefaults()
-	if err := joinProblems(name, strict, withLines(zeros.err(name), name, file), withLines(c.Validate(), name, file)); err != nil {
+	if err := joinProblems(name, strict, withLines(zeros.err(name), name, file), withLines(absent(c.Validate(), file, clusterRequired, nil), name, file)); err != nil {
 		return Cluster{}, err
 	}
 	return c, nil

@@ -260,3 +260,34 @@ func withLines(err error, name string, file *ast.File) error {
 	}
 	return se
 }
+
+// absent rewrites what Validate said of the fields a file leaves out, which
+// it saw only as zeros: a required one (field → what it is) reads
+// "required: <what>, <its range>", and one defaulted from another left out
+// (derived: kv_heads → heads) is dropped, as that one's problem says it all.
+// A field the file gives keeps Validate's word ("0 out of range …").
+func absent(err error, file *ast.File, required, derived map[string]string) error {
+	var se *SpecError
+	if file == nil || !errors.As(err, &se) {
+		return err
+	}
+	kept := se.Fields[:0]
+	for _, f := range se.Fields {
+		if lineOf(file, f.Field) == 0 {
+			if base, ok := derived[f.Field]; ok && lineOf(file, base) == 0 {
+				continue
+			}
+			if what, ok := required[f.Field]; ok {
+				if rng, ok := strings.CutPrefix(f.Msg, "0 out of range "); ok {
+					f.Msg = "required: " + what + ", " + rng
+				}
+			}
+		}
+		kept = append(kept, f)
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	se.Fields = kept
+	return se
+}

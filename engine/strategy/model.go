@@ -153,6 +153,17 @@ func LoadModel(path string) (Model, error) {
 	return ParseModel(path, data)
 }
 
+// modelRequired names the fields a model file must give; modelDerived the
+// ones defaulted from another (ffn_hidden is 4·hidden).
+var (
+	modelRequired = map[string]string{
+		"layers": "the number of transformer layers", "hidden": "the model width",
+		"heads": "the number of attention heads", "vocab": "the vocabulary size",
+		"seq_len": "the sequence length in tokens", "global_batch": "sequences per optimizer step",
+	}
+	modelDerived = map[string]string{"ffn_hidden": "hidden", "kv_heads": "heads"}
+)
+
 // ParseModel decodes a model spec; name is used in errors. Unknown fields,
 // wrong types and impossible values come back as a *SpecError whose fields
 // carry the YAML line.
@@ -174,7 +185,7 @@ func parseModel(name string, data []byte, passes int) (Model, error) {
 		return Model{}, strict
 	}
 	m = m.WithDefaults()
-	if err := joinProblems(name, strict, withLines(m.Validate(), name, file)); err != nil {
+	if err := joinProblems(name, strict, withLines(absent(m.Validate(), file, modelRequired, modelDerived), name, file)); err != nil {
 		return Model{}, err
 	}
 	return m, nil

@@ -79,6 +79,7 @@ func TestParseModelErrors(t *testing.T) {
 		{"wrong type", strings.Replace(goodModel, "layers: 4", "layers: four", 1), "layers", 2, ""},
 		{"fraction", strings.Replace(goodModel, "layers: 4", "layers: 4.5", 1), "layers", 2, "want a whole number, got 4.5"},
 		{"missing name", strings.Replace(goodModel, "name: tiny\n", "", 1), "name", 0, "required"},
+		{"missing vocab", strings.Replace(goodModel, "vocab: 1000\n", "", 1), "vocab", 0, "required: the vocabulary size, 1..4194304"},
 		{"not a mapping", "- 1\n- 2\n", "(document)", 0, ""},
 	}
 	for _, tc := range tests {
@@ -92,6 +93,43 @@ func TestParseModelErrors(t *testing.T) {
 				t.Errorf("error does not name the file: %v", err)
 			}
 		})
+	}
+}
+
+// TestParseMissingFields: a field left out is "required", once; the ones
+// defaulted from it (kv_heads from heads, ffn_hidden from hidden) are not
+// blamed as well, and a 1×1 cluster needs no link bandwidths.
+func TestParseMissingFields(t *testing.T) {
+	_, err := ParseModel("m.yaml", []byte("name: x\nlayers: 2\n"))
+	var se *SpecError
+	if !errors.As(err, &se) {
+		t.Fatalf("err = %v, want *SpecError", err)
+	}
+	var got []string
+	for _, f := range se.Fields {
+		if !strings.HasPrefix(f.Msg, "required: ") {
+			t.Errorf("%s: %q, want required", f.Field, f.Msg)
+		}
+		got = append(got, f.Field)
+	}
+	if want := "hidden heads vocab seq_len global_batch"; strings.Join(got, " ") != want {
+		t.Errorf("fields %v, want %s", got, want)
+	}
+	// Written out, a missing field's dependant is checked as before.
+	_, err = ParseModel("m.yaml", []byte(strings.Replace(goodModel, "heads: 8\n", "kv_heads: 0\n", 1)))
+	specErr(t, err, "heads", 0, "required")
+	specErr(t, err, "kv_heads", 4, "out of range")
+
+	one := "name: one\nnodes: 1\ndevices_per_node: 1\ndevice: h100\n"
+	if _, err := ParseCluster("c.yaml", []byte(one)); err != nil {
+		t.Errorf("1×1 cluster without links: %v", err)
+	}
+	_, err = ParseCluster("c.yaml", []byte(strings.Replace(one, "devices_per_node: 1", "devices_per_node: 2", 1)))
+	specErr(t, err, "intra_node_gbps", 0, "required: the link bandwidth between a node's devices")
+	// Without memory_gib, reserved_gib's default is not blamed as well.
+	_, err = ParseCluster("c.yaml", []byte("name: x\nnodes: 1\ndevices_per_node: 1\ndevice:\n  peak_tflops: 1\n  hbm_gbps: 1\n"))
+	if !errors.As(err, &se) || len(se.Fields) != 1 || se.Fields[0].Field != "device.memory_gib" {
+		t.Errorf("err = %v, want only device.memory_gib", err)
 	}
 }
 
@@ -203,8 +241,8 @@ func TestParseClusterErrors(t *testing.T) {
 		{"zero nodes", strings.Replace(goodCluster, "nodes: 2", "nodes: 0", 1), "nodes", 2, "out of range"},
 		{"negative devices", strings.Replace(goodCluster, "devices_per_node: 8", "devices_per_node: -8", 1), "devices_per_node", 3, "out of range"},
 		{"negative bandwidth", strings.Replace(goodCluster, "inter_node_gbps: 25", "inter_node_gbps: -25", 1), "inter_node_gbps", 6, "out of range"},
-		{"multi-node without inter", strings.Replace(goodCluster, "inter_node_gbps: 25\n", "", 1), "inter_node_gbps", 0, "out of range"},
-		{"inline missing hbm", inline, "device.hbm_gbps", 5, "out of range"},
+		{"multi-node without inter", strings.Replace(goodCluster, "inter_node_gbps: 25\n", "", 1), "inter_node_gbps", 0, "required: each node's network bandwidth in GB/s, (0, 1e+06]"},
+		{"inline missing hbm", inline, "device.hbm_gbps", 5, "required: the device's memory bandwidth"},
 		{"inline unknown field", inline + "  flops: 3\n", "device.flops", 8, "unknown field (check the spelling"},
 		{"inline misspelt field", inline + "  hbm_gbs: 3\n", "device.hbm_gbs", 8, "unknown field; did you mean hbm_gbps?"},
 		{"910B names no variant", strings.Replace(goodCluster, "a100-80gb", "Ascend 910B", 1), "device", 4, "a 910B is one of atlas-a2-376t, atlas-a2-313t, atlas-a2-280t"},
