@@ -174,7 +174,7 @@ code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
 time: <span class="compute"></span>compute <span class="tp"></span>TP <span class="cp"></span>CP <span class="ep"></span>EP <span class="pp"></span>PP <span class="dp"></span>DP <span class="bubble"></span>bubble <span class="opt"></span>optimizer</p>
 <table class="plans">
 <thead>
-<tr><th>#</th><th>step s</th><th>tokens/s</th><th>TFLOP/s/dev</th><th>MFU</th><th>mem GiB/dev</th><th>headroom GiB</th><th class="l">memory</th><th>comm</th><th>bubble</th><th class="l">step time</th><th>blast radius</th>
+<tr><th>#</th><th>step s</th><th>tokens/s</th><th title="executed FLOPs, recomputation included (HFU); MFU counts the model FLOPs">hw TFLOP/s/dev</th><th>MFU</th><th>mem GiB/dev</th><th>headroom GiB</th><th class="l">memory</th><th>comm</th><th>bubble</th><th class="l">step time</th><th>blast radius</th>
 <th>tp</th><th>pp</th><th>dp</th><th>cp</th><th>ep</th><th>mb</th><th>vpp</th><th>sp</th><th>recompute</th><th>zero</th><th>overlap</th><th>µbatches</th><th class="l">plan</th></tr>
 </thead>
 <tbody>

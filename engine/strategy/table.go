@@ -11,7 +11,7 @@ import (
 // the given order, with a rank column. Infeasible rows show their reason.
 func WriteTable(w io.Writer, es []Estimate) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\ttp\tpp\tdp\tcp\tep\tmb\tvpp\tsp\trecompute\tzero\tstep_s\ttok/s\tTFLOP/s/dev\tmfu\tmem_GiB\theadroom_GiB\tcomm%\tbubble%\tblast\t")
+	fmt.Fprintln(tw, "#\ttp\tpp\tdp\tcp\tep\tmb\tvpp\tsp\trecompute\tzero\tstep_s\ttok/s\thw_TFLOP/s/dev\tmfu\tmem_GiB\theadroom_GiB\tcomm%\tbubble%\tblast\t")
 	for i, e := range es {
 		p := e.Plan
 		if !e.Feasible {
