@@ -251,9 +251,11 @@ func specFieldsHelp() string {
 	return fmt.Sprintf(`Spec files are YAML (--show-preset NAME prints one to start from).
   model:   %s
   cluster: %s
-  device:  a profile (%s) or a mapping of profile (one to start from), %s`,
+  device:  a profile (%s) or a mapping of profile (one to start from), %s
+  precision: a mapping of %s (bytes per parameter; defaults 2, 4, 12: bf16 weights, fp32 gradients, fp32 master weights with Adam's m and v)`,
 		join(reflect.TypeFor[strategy.Model]()), join(reflect.TypeFor[strategy.Cluster]()),
-		strings.Join(strategy.Profiles(), ", "), join(reflect.TypeFor[strategy.Device]()))
+		strings.Join(strategy.Profiles(), ", "), join(reflect.TypeFor[strategy.Device]()),
+		join(reflect.TypeFor[strategy.Precision]()))
 }
 
 // writePresets lists the preset models and clusters: a line each, or as
