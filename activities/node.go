@@ -251,7 +251,8 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 		lo, hi := engineConfig(in, places[local]).RankSlice()
 		examples += hi - lo
 	}
-	if want := k + 1; k > 1 && runtime.GOMAXPROCS(0) < want {
+	cores := runtime.GOMAXPROCS(0)
+	if want := k + 1; k > 1 && cores < want {
 		// The ranks poll their links on up to k Ps (yielding the thread,
 		// keeping the P); the worker's own goroutines — heartbeats, the
 		// SDK's pollers — need one more, or they wait for a rank's
@@ -283,7 +284,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkR
 	}
 	res := outs[0]
 	res.NodeID, res.Rank, res.From, res.StartedAt = n.ID, in.Rank, in.From, started // (To: where the ranks ended)
-	res.DataSHA256 = n.dataSum
+	res.DataSHA256, res.Cores = n.dataSum, cores
 	if k > 1 {
 		var samples, comm float64
 		for _, o := range outs {

@@ -216,7 +216,7 @@ func TestTrainChunkSeveralRanksPerNode(t *testing.T) {
 			t.Errorf("node %d of 2×2: weights %.8s / %.8s / %.8s, want 4×1's %.8s / %.8s (and the restored chunk the same)",
 				i, r.WeightsSHA256, two2[i].WeightsSHA256, two3[i].WeightsSHA256, one1[0].WeightsSHA256, one2[0].WeightsSHA256)
 		}
-		if r.Rank != i || r.NodeID != fmt.Sprintf("node-%d", i+1) || !(r.SamplesPerSec > 0) {
+		if r.Rank != i || r.NodeID != fmt.Sprintf("node-%d", i+1) || !(r.SamplesPerSec > 0) || r.Cores < 1 {
 			t.Errorf("node %d's result %+v", i, r)
 		}
 	}

@@ -822,6 +822,10 @@ type ChunkResult struct {
 	// FirstStepAt: the chunk's first step completed.
 	FirstStepAt time.Time `json:"first_step_at"`
 	EndedAt     time.Time `json:"ended_at"`
+	// Cores is how many cores the node's worker computes on (its
+	// GOMAXPROCS: the CPUs it may use, a container's quota included);
+	// built-in model only.
+	Cores int `json:"cores,omitempty"`
 	// Joules is the node's measured energy for the chunk (facility
 	// energy, PUE included); 0 when the node has no meter.
 	Joules float64 `json:"joules,omitempty"`
@@ -957,6 +961,13 @@ type SlowNode struct {
 	Since  int64   `json:"since"`
 }
 
+// CrowdedNode is a node running more ranks than it has cores.
+type CrowdedNode struct {
+	NodeID string `json:"node_id"`
+	Ranks  int    `json:"ranks"`
+	Cores  int    `json:"cores"`
+}
+
 // RunStatus answers the status query and is the run's result.
 type RunStatus struct {
 	RunID         string   `json:"workflow_id"`
@@ -982,7 +993,11 @@ type RunStatus struct {
 	// their peers' several chunks in a row: data-parallel ranks wait for
 	// the slowest, so the run trains at its pace (a throttled or
 	// oversubscribed host). Only live nodes; the run keeps them.
-	SlowNodes   []SlowNode     `json:"slow_nodes,omitempty"`
+	SlowNodes []SlowNode `json:"slow_nodes,omitempty"`
+	// Crowded, when the last chunk's node with the fewest cores has fewer
+	// than the job's ranks_per_node, is that node: its ranks take turns
+	// on its cores and the run trains at their pace.
+	Crowded     *CrowdedNode   `json:"crowded,omitempty"`
 	Chunks      int            `json:"chunks"`
 	Checkpoints int            `json:"checkpoint_count"`
 	LastCkpt    *CheckpointRef `json:"last_checkpoint,omitempty"`

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -226,6 +227,37 @@ func TestTrainingRunReplacesASlowNode(t *testing.T) {
 			require.Equal(t, []string{"node-1", "node-2", "node-4"}, st.Nodes)
 			require.Len(t, leaves, 2, "asked once, then once more a minute on")
 			require.Empty(t, st.Leaving)
+		})
+	}
+}
+
+// TestCrowded: the node with the fewest cores is named when it has fewer
+// than the ranks per node; results that do not say their cores (external
+// jobs, older workers) name nobody.
+func TestCrowded(t *testing.T) {
+	res := func(cores ...int) []spec.ChunkResult {
+		var rs []spec.ChunkResult
+		for i, c := range cores {
+			rs = append(rs, spec.ChunkResult{NodeID: fmt.Sprintf("n%d", i+1), Cores: c})
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		name    string
+		results []spec.ChunkResult
+		ranks   int
+		want    *spec.CrowdedNode
+	}{
+		{"enough cores", res(8, 4), 4, nil},
+		{"one short", res(8, 3), 4, &spec.CrowdedNode{NodeID: "n2", Ranks: 4, Cores: 3}},
+		{"the fewest", res(2, 1, 3), 8, &spec.CrowdedNode{NodeID: "n2", Ranks: 8, Cores: 1}},
+		{"unknown", res(0, 0), 64, nil},
+		{"one rank", res(1), 1, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := crowded(tc.results, tc.ranks); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("crowded = %+v, want %+v", got, tc.want)
+			}
 		})
 	}
 }

@@ -1416,6 +1416,7 @@ func (r *run) absorb(ctx workflow.Context, results []spec.ChunkResult, planned i
 	if one, ok := s.Topology.SingleRankSamplesPerSec(float64(r.spec.GlobalBatch()) / ranks); ok {
 		s.ScalingEfficiency = samples / (ranks * one)
 	}
+	s.Crowded = crowded(results, r.spec.LocalRanks())
 	r.absorbSync(results)
 	r.noteSlow(ctx, results, planned)
 	r.decideOnMeasure(ctx, results)
@@ -1894,4 +1895,17 @@ func (r *run) noteDataChange(ctx workflow.Context) {
 		workflow.GetLogger(ctx).Warn("the run trains on another data set than the run it resumes",
 			"data_sha256", r.st.DataSHA256, "resumed_data_sha256", was, "from_step", res[len(res)-1].FromStep)
 	}
+}
+
+// crowded is the node of results with the fewest cores when it has fewer
+// than ranks (nil otherwise, and for results that do not say: an external
+// job's, or a worker before Cores).
+func crowded(results []spec.ChunkResult, ranks int) *spec.CrowdedNode {
+	var c *spec.CrowdedNode
+	for _, res := range results {
+		if res.Cores > 0 && res.Cores < ranks && (c == nil || res.Cores < c.Cores) {
+			c = &spec.CrowdedNode{NodeID: res.NodeID, Ranks: ranks, Cores: res.Cores}
+		}
+	}
+	return c
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -43,6 +44,9 @@ func TestRanksPerNodeRealRun(t *testing.T) {
 		!slices.Equal(two.Nodes, []string{"node-1", "node-3"}) || two.RanksPerNode != 2 {
 		t.Errorf("2×2: nodes %v, ranks per node %d, recoveries %+v: want node-2 (both its ranks) replaced by node-3",
 			two.Nodes, two.RanksPerNode, two.Recoveries)
+	}
+	if crowded := runtime.NumCPU() < 2; crowded != (two.Crowded != nil) {
+		t.Errorf("2 ranks per node on %d CPUs: crowded %+v", runtime.NumCPU(), two.Crowded)
 	}
 	four := run("four-by-one", 4, 1, "")
 	if len(four.Recoveries) != 0 || len(four.Nodes) != 4 {

@@ -668,6 +668,8 @@ type Summary struct {
 	DataSHA256 string `json:"data_sha256,omitempty"`
 	// SlowNodes are the nodes setting the run's pace (spec.SlowNode).
 	SlowNodes []spec.SlowNode `json:"slow_nodes,omitempty"`
+	// Crowded is a node with fewer cores than ranks (spec.RunStatus.Crowded).
+	Crowded *spec.CrowdedNode `json:"crowded,omitempty"`
 	// CutOff are the nodes the run left for being cut off from its
 	// checkpoint bucket (spec.RunStatus.CutOff).
 	CutOff []string `json:"cut_off,omitempty"`
@@ -846,7 +848,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
-		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, CutOff: st.CutOff, Error: st.Error,
+		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, Crowded: st.Crowded, CutOff: st.CutOff, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, RefusedSignal: st.RefusedSignal, TargetNodes: st.TargetNodes,
 		Evicting: st.Evicting, Leaving: st.Leaving, NodeAsk: st.NodeAsk, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
@@ -941,6 +943,10 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	for _, sn := range s.SlowNodes {
 		fmt.Fprintf(w, "slow node    %s computes %.1f× its peers' time, %d chunks in a row since step %d: the run trains at its pace (`cann-train nodes drain %s` moves the run off it)\n",
 			sn.NodeID, sn.Factor, sn.Chunks, sn.Since, sn.NodeID)
+	}
+	if c := s.Crowded; c != nil {
+		fmt.Fprintf(w, "crowded      %s trains %d ranks on %d core(s): they take turns (%.3g per core), and ranks beyond its cores add no computation\n",
+			c.NodeID, c.Ranks, c.Cores, float64(c.Ranks)/float64(c.Cores))
 	}
 	for _, id := range s.CutOff {
 		fmt.Fprintf(w, "cut off      %s could not reach the run's checkpoint bucket where its peers did: the run took it off and takes it no more until its worker registers again\n", id)

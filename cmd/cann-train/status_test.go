@@ -204,6 +204,27 @@ func TestStatusTextScalingCountsRanks(t *testing.T) {
 	}
 }
 
+// TestStatusTextCrowded: a node training more ranks than it has cores is
+// named with both counts; -o json says it too.
+func TestStatusTextCrowded(t *testing.T) {
+	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n2"}, RanksPerNode: 64,
+		Crowded: &spec.CrowdedNode{NodeID: "n2", Ranks: 64, Cores: 2}}
+	var b bytes.Buffer
+	if err := printStatus(&b, st, "text", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "crowded      n2 trains 64 ranks on 2 core(s): they take turns (32 per core)"; !strings.Contains(b.String(), want) {
+		t.Errorf("status text:\n%s\nwant %q", b.String(), want)
+	}
+	b.Reset()
+	if err := printStatus(&b, st, "json", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"crowded": {`) {
+		t.Errorf("status json lacks crowded:\n%s", b.String())
+	}
+}
+
 // TestStatusTextCutOff: a node the run left for being cut off from its
 // bucket is named, with when the run takes it again; -o json says it too.
 func TestStatusTextCutOff(t *testing.T) {
