@@ -356,7 +356,7 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 		}
 	}
 	r.st.Status.ClusterID = r.clusterID
-	r.st.Status.MinNodes = r.spec.MinNodes
+	r.st.Status.MinNodes = r.minNodes(ctx)
 	r.st.Status.GlobalBatch = r.spec.GlobalBatch()
 	if k := r.spec.LocalRanks(); k > 1 {
 		r.st.Status.RanksPerNode = k

@@ -1607,8 +1607,10 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	// Without a spare, go on with the healthy nodes (at least min_nodes)
 	// rather than wait for one.
 	minCount := 0
-	if workflow.GetVersion(ctx, versionShrinkOnFailure, workflow.DefaultVersion, 1) >= 1 && r.spec.MinNodes < r.size() {
-		minCount = r.spec.MinNodes
+	if workflow.GetVersion(ctx, versionShrinkOnFailure, workflow.DefaultVersion, 1) >= 1 {
+		if least := r.minNodes(ctx); least < r.size() {
+			minCount = least
+		}
 	}
 	// Say why the run waits (status, dashboard, Web UI) while it does.
 	prevDetail := r.st.Status.Detail

@@ -101,11 +101,15 @@ func (r *run) listen(ctx workflow.Context) {
 		}
 		// Every rank needs at least one example of the global batch (the
 		// smallest the batch controller has set, too).
-		if most := min(1024, r.minBatch()/r.spec.LocalRanks()); req.Nodes < r.spec.MinNodes || req.Nodes > most {
-			log.Warn("rescale refused: node count out of range", "nodes", req.Nodes, "min_nodes", r.spec.MinNodes,
+		least := r.spec.MinNodes
+		if req.Nodes < least {
+			least = r.minNodes(ctx)
+		}
+		if most := min(1024, r.minBatch()/r.spec.LocalRanks()); req.Nodes < least || req.Nodes > most {
+			log.Warn("rescale refused: node count out of range", "nodes", req.Nodes, "min_nodes", least,
 				"global_batch", r.minBatch())
 			r.st.Status.RefusedRescale = fmt.Sprintf("rescale to %d node(s) refused: want %d..%d (min_nodes %d; every rank needs an example of the global batch %d)",
-				req.Nodes, r.spec.MinNodes, most, r.spec.MinNodes, r.minBatch())
+				req.Nodes, least, most, least, r.minBatch())
 			if err := unknownField(raw, &spec.Rescale{}); err != nil {
 				r.st.Status.RefusedRescale += fmt.Sprintf("; its payload %s: %v", clipPayload(raw), err)
 			}
@@ -648,8 +652,8 @@ func (r *run) evict(ctx workflow.Context) bool {
 		}
 	}
 	minCount := 0
-	if r.spec.MinNodes < len(ids) && len(leave) == 0 {
-		minCount = r.spec.MinNodes // (a node left for a faster one: only for one)
+	if least := r.minNodes(ctx); least < len(ids) && len(leave) == 0 {
+		minCount = least // (a node left for a faster one: only for one)
 	}
 	r.leaving = leave // (for this acquire only: not a recovery's before it)
 	rec, done := r.changeNodes(ctx, len(ids), minCount, 0, strings.Join(reasons, "; "))

@@ -164,3 +164,53 @@ func TestStrategySearchPricesCompression(t *testing.T) {
 		}
 	}
 }
+
+// TestStrategySearchKeepsMinNodes: a job that sets min_nodes below nodes
+// has the plan search min_nodes..nodes — it never trains below its floor —
+// where one that leaves min_nodes at nodes searches 1..nodes, and then
+// the plan's size is its floor: the status says so, and a rescale down to
+// it is taken (it was refused as below min_nodes).
+func TestStrategySearchKeepsMinNodes(t *testing.T) {
+	t.Run("min_nodes set", func(t *testing.T) {
+		cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3", "node-4")}
+		env := newRunEnv(t, cl, &fakeChunks{})
+		var searches []spec.SearchStrategyInput
+		registerStrategyActivities(env, &searches)
+		s := spec.RunSpec{Name: "t", Nodes: 4, MinNodes: 3, Steps: 200, ChunkSteps: 100, Strategy: spec.StrategyAuto}.WithDefaults()
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+		st := result(t, env)
+		require.Len(t, searches, 1)
+		require.Equal(t, 3, searches[0].MinRanks)
+		var ranks []int
+		for _, c := range st.Strategy.Candidates {
+			ranks = append(ranks, c.Ranks)
+		}
+		require.Equal(t, []int{3, 4}, ranks)
+		require.GreaterOrEqual(t, len(st.Nodes), 3)
+		require.Equal(t, 3, st.MinNodes)
+	})
+	t.Run("min_nodes left at nodes", func(t *testing.T) {
+		cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3")}
+		ch := &fakeChunks{}
+		env := newRunEnv(t, cl, ch)
+		registerStrategyActivities(env, nil)
+		ch.onStart = func(in spec.ChunkInput) {
+			switch {
+			case in.From == 100 && in.Rank == 0:
+				env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
+			case in.From == 200 && in.Rank == 0:
+				env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 2})
+			}
+		}
+		s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 400, ChunkSteps: 100, Strategy: spec.StrategyAuto}.WithDefaults()
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+		st := result(t, env)
+		require.Equal(t, 2, st.Strategy.DataParallel)
+		require.Equal(t, 2, st.MinNodes, "the plan's size is the floor")
+		require.Empty(t, st.RefusedRescale)
+		require.Len(t, st.Rescalings, 2)
+		require.Equal(t, 3, st.Rescalings[0].ToNodes)
+		require.Equal(t, 2, st.Rescalings[1].ToNodes)
+		require.Len(t, st.Nodes, 2)
+	})
+}

@@ -24,6 +24,14 @@ const (
 	// versionComputeProbe: every scan times computation (for the
 	// scaling efficiency), not only those of strategy: auto.
 	versionComputeProbe = "compute-probe"
+	// versionPlanMinNodes: strategy: auto plans min_nodes..nodes when the
+	// job sets min_nodes below nodes (before: 1..nodes, so that the plan
+	// could train below the job's floor), and a plan below min_nodes (a
+	// job that left it at nodes) is the run's floor from then on: a
+	// rescale to it is taken, and the status says so (before: the run
+	// refused a rescale to the size it trained at). Asked only where
+	// either differs.
+	versionPlanMinNodes = "plan-min-nodes"
 	// versionScanCancel: a scan one of whose ranks failed cancels the
 	// others (before, it waited for every rank: a dead node's probe held
 	// the run until its one-minute timeout). Asked when a rank fails.
@@ -175,6 +183,9 @@ func (r *run) planStrategy(ctx workflow.Context) error {
 	}
 	in := spec.SearchStrategyInput{Topology: *t, GradientBytes: 4 * r.spec.GradientFloats(), GlobalBatch: r.spec.GlobalBatch(),
 		MinRanks: 1, MaxRanks: nodes, Algorithm: r.st.Algorithm, Compression: r.spec.StrategyCompression()}
+	if r.spec.MinNodes > 1 && r.spec.MinNodes < nodes && workflow.GetVersion(ctx, versionPlanMinNodes, workflow.DefaultVersion, 1) >= 1 {
+		in.MinRanks = r.spec.MinNodes // the job's floor bounds the plan too
+	}
 	k := r.spec.LocalRanks()
 	if k > 1 {
 		in.RanksPerNode = k
@@ -194,8 +205,25 @@ func (r *run) planStrategy(ctx workflow.Context) error {
 	r.st.Status.Strategy = &plan
 	want := plan.DataParallel / k // whole nodes of k ranks
 	log.Info("strategy planned", "data_parallel", plan.DataParallel, "nodes", want, "of", nodes, "reason", plan.Reason)
+	r.st.Status.MinNodes = r.minNodes(ctx)
 	if want < 1 || want == nodes {
 		return nil
 	}
 	return r.acquireNodes(ctx, spec.PhaseAcquiring, want, 0)
+}
+
+// minNodes is the fewest nodes the run goes on with (a failure without a
+// spare, a drain, a rescale): the job's min_nodes, or the plan's node
+// count where strategy: auto trains on fewer (a job that left min_nodes
+// at nodes: it asked for no shrink below what it trains on).
+func (r *run) minNodes(ctx workflow.Context) int {
+	p := r.st.Status.Strategy
+	if p == nil || p.DataParallel < 1 {
+		return r.spec.MinNodes
+	}
+	planned := max(1, p.DataParallel/r.spec.LocalRanks())
+	if planned >= r.spec.MinNodes || workflow.GetVersion(ctx, versionPlanMinNodes, workflow.DefaultVersion, 1) < 1 {
+		return r.spec.MinNodes
+	}
+	return planned
 }

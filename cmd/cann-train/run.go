@@ -58,7 +58,9 @@ Job file fields (all optional but name):
     in flight, or an external job, is asked to end at),
   collective ring|hd|rd|tree|hier|auto, topology_scan false, strategy
     fixed|auto (auto: train on the data-parallel degree the cost model
-    predicts fastest, from the scanned links and measured computation),
+    predicts fastest, from the scanned links and measured computation:
+    min_nodes..nodes, or 1..nodes with min_nodes left at nodes, the plan's
+    size then the run's min_nodes),
   slow_node report|replace|drain (a node computing slow_node_factor 1.5×
     its peers' time slow_node_chunks 3 chunks in a row: named in the status;
     replace: the run also moves off it to a free node, leaving it in the
