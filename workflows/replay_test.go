@@ -236,6 +236,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_codec_carried.json", spec.WorkflowTrainingRun}, // resumed: the checkpoint's codec kept
 		{"trainingrun_strategy.json", spec.WorkflowTrainingRun},
 		{"trainingrun_strategy_scaling.json", spec.WorkflowTrainingRun}, // every scan times computation
+		{"trainingrun_strategy_floor.json", spec.WorkflowTrainingRun},   // the plan's size is the run's min_nodes
 		{"trainingrun_scan_lost.json", spec.WorkflowTrainingRun},        // a scan that lost a node cancelled its other probes
 		{"trainingrun_fault_armed.json", spec.WorkflowTrainingRun},      // a signalled fault armed on the node in flight; checkpoint-sized chunks
 		{"trainingrun_resumed.json", spec.WorkflowTrainingRun},          // started from an ended run's last checkpoint

@@ -36,6 +36,10 @@ func TestStrategyAutoRealRun(t *testing.T) {
 		t.Errorf("trained on %v with global batch %d; the plan says %d node(s), the job %d examples per step",
 			st.Nodes, st.GlobalBatch, p.DataParallel, 3*s.BatchPerRank)
 	}
+	// The job left min_nodes at nodes: the plan's size is its floor.
+	if st.MinNodes != p.DataParallel {
+		t.Errorf("min_nodes %d, want the plan's %d", st.MinNodes, p.DataParallel)
+	}
 	// The scan is redone on the nodes the run kept (the allreduce's
 	// algorithm depends on them).
 	if st.Topology == nil || len(st.Topology.Hosts) != p.DataParallel {
@@ -73,7 +77,8 @@ func TestStrategyAutoRealRun(t *testing.T) {
 	} else if rt.RankSize() != len(st.Nodes) {
 		t.Errorf("rank table %s: %d ranks for %d node(s)\n%s", table, rt.RankSize(), len(st.Nodes), b)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_strategy_scaling.json") // trainingrun_strategy.json: before compute-probe
+	// trainingrun_strategy.json: before compute-probe; trainingrun_strategy_scaling.json: before plan-min-nodes
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_strategy_floor.json")
 }
 
 // TestTopologyScanLosesADeadNodeRealRun: node-2's worker dies after it
