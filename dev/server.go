@@ -198,6 +198,11 @@ func newServer(opts ServerOptions, ports *portPicker) (tserver.Server, error) {
 		// 30 s: `temporal workflow delete` took ~30 s to show. One small
 		// SQLite write a second is nothing to a dev server.
 		dynamicconfig.TransferProcessorUpdateAckInterval.Key(): time.Second,
+		// A run's AcquireNodes Update waits for nodes by design (a node
+		// lost without a spare: up to node_wait); the frontend logged each
+		// such call as a "Slow gRPC call" warning after 5 s, on the
+		// quickstart user's terminal.
+		dynamicconfig.SlowRequestLoggingThreshold.Key(): 10 * time.Minute,
 	}
 	if opts.SuggestContinueAsNewEvents > 0 {
 		dyn[dynamicconfig.HistoryCountSuggestContinueAsNew.Key()] = opts.SuggestContinueAsNewEvents
