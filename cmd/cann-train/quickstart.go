@@ -120,6 +120,22 @@ a summary with the Web UI link.`,
 	return cmd
 }
 
+// injectNote warns, before the run, that the nodes --inject strikes
+// outnumber the spares by more than min_nodes lets the run lose ("" when
+// they do not): the run will wait node_wait for a node, then fail.
+func injectNote(strikes, spares int, s spec.RunSpec) string {
+	lost := strikes - spares
+	if lost <= 0 || s.Nodes-lost >= s.MinNodes {
+		return ""
+	}
+	fix := fmt.Sprintf("--spares %d", strikes)
+	if !s.IsExternal() && s.Nodes > lost {
+		fix += fmt.Sprintf(", or a job file (-f) with min_nodes %d to go on without it", s.Nodes-lost)
+	}
+	return fmt.Sprintf("note: --inject strikes %d node(s) and --spares gives %d: the run waits node_wait (%s) for a free node, then fails (%s)",
+		strikes, spares, time.Duration(s.NodeWait), fix)
+}
+
 func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	if o.changed == nil {
 		o.changed = func(string) bool { return false }
@@ -136,6 +152,9 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 	kills, err := parseInjections(o.inject, o.nodes+o.spares, injectLimit)
 	if err != nil {
 		return err
+	}
+	if note := injectNote(len(kills), o.spares, s); note != "" {
+		fmt.Fprintln(e.err, note)
 	}
 	lc, err := startLocal(ctx, e, localOptions{port: o.port, uiPort: o.uiPort, dataDir: o.dataDir, metricsAddr: o.metricsAddr,
 		anyPorts: !o.changed("port") && !o.changed("ui-port")})

@@ -56,6 +56,37 @@ func TestParseInjections(t *testing.T) {
 
 // TestQuickstartSpecFromFile: -f loads the job file (an external job's
 // workdir becomes the file's directory); only flags given override it.
+// TestInjectNote: more strikes than spares and min_nodes allow are told
+// before the run; enough spares, or a min_nodes that lets the run go on,
+// are not.
+func TestInjectNote(t *testing.T) {
+	run := spec.RunSpec{Name: "q", Nodes: 3, NodeWait: spec.Duration(time.Minute)}.WithDefaults()
+	shrinks := run
+	shrinks.MinNodes = 2
+	ext := run
+	ext.External = &spec.ExternalJob{Launcher: "torchrun", Entrypoint: []string{"python3", "t.py"}}
+	for _, tc := range []struct {
+		name           string
+		strikes, spare int
+		s              spec.RunSpec
+		want           string
+	}{
+		{"no fault", 0, 0, run, ""},
+		{"a spare each", 2, 2, run, ""},
+		{"min_nodes lets it go on", 1, 0, shrinks, ""},
+		{"no spare", 1, 0, run, "note: --inject strikes 1 node(s) and --spares gives 0: the run waits node_wait (1m0s) for a free node, then fails (--spares 1, or a job file (-f) with min_nodes 2 to go on without it)"},
+		{"too few for min_nodes", 3, 1, shrinks, "strikes 3 node(s) and --spares gives 1: the run waits node_wait (1m0s) for a free node, then fails (--spares 3, or a job file (-f) with min_nodes 1 to go on without it)"},
+		{"external keeps its world", 1, 0, ext, "then fails (--spares 1)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := injectNote(tc.strikes, tc.spare, tc.s)
+			if tc.want == "" && got != "" || tc.want != "" && !strings.HasSuffix(got, tc.want) {
+				t.Errorf("injectNote = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestQuickstartSpecFromFile(t *testing.T) {
 	o := quickstartOptions{file: "../../examples/torch-ddp/job.yaml", nodes: 3, steps: 1000, hbTimeout: 10 * time.Second}
 	s, err := quickstartSpec(o)
