@@ -99,6 +99,13 @@ func (r *run) listen(ctx workflow.Context) {
 			r.st.Status.RefusedRescale = fmt.Sprintf(`a rescale signal refused: %v (want {"nodes": N})`, err)
 			return
 		}
+		if r.spec.IsExternal() {
+			// (Refused as before, by the range below, which is empty for
+			// an external job: only the words are new.)
+			log.Warn("rescale refused: an external job keeps its world size", "nodes", req.Nodes)
+			r.st.Status.RefusedRescale = fmt.Sprintf("rescale to %d node(s) refused: an external job keeps its world size (%d nodes)", req.Nodes, r.spec.Nodes)
+			return
+		}
 		// Every rank needs at least one example of the global batch (the
 		// smallest the batch controller has set, too).
 		least := r.spec.MinNodes

@@ -816,6 +816,22 @@ func TestExternalRunPauseTwiceStopsAtOnce(t *testing.T) {
 	require.Zero(t, ls[1][0].Restarts)
 }
 
+// TestExternalRunRefusesARescale: an external job keeps its world size;
+// a rescale is refused in those words (it read "want 2..0").
+func TestExternalRunRefusesARescale(t *testing.T) {
+	w := &fakeWorlds{end: 100, ckpts: []int64{20}}
+	pause := hangFirst(w, spec.SignalPause, spec.SignalPause)
+	w.behave = func(in spec.ExternalInput) error {
+		if in.Restore == nil && in.Rank == 0 {
+			w.env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
+		}
+		return pause(in)
+	}
+	runPaused(t, w, nil, func(st spec.RunStatus) {
+		require.Equal(t, "rescale to 3 node(s) refused: an external job keeps its world size (2 nodes)", st.RefusedRescale)
+	})
+}
+
 // TestExternalRunResumeBeforeCheckpoint: a pause withdrawn before the
 // next checkpoint stops nothing.
 func TestExternalRunResumeBeforeCheckpoint(t *testing.T) {

@@ -16,9 +16,13 @@ import (
 	"github.com/cann-train/cann-train/spec"
 )
 
-// liveRun reads a running run's status; a closed run is an error.
+// liveRun reads a running run's status, its step the chunk (or external
+// launch) in flight's where that is further; a closed run is an error.
 func liveRun(ctx context.Context, c client.Client, id string) (spec.RunStatus, error) {
-	st, _, closed, err := readProgress(ctx, c, id)
+	st, live, closed, err := readProgress(ctx, c, id)
+	if live != nil && live.Step > st.Step {
+		st.Step = live.Step // (the status's is the last boundary's, or the launch's start)
+	}
 	if closed {
 		if err == nil {
 			err = fmt.Errorf("run %s has ended (%s)", id, st.Phase)
@@ -87,7 +91,12 @@ it at once.`,
 				fmt.Fprintf(e.out, "%s: already paused at step %d (`cann-train resume %s` ends the pause)\n", id, st.Step, args[0])
 				return nil
 			}
-			if err := signalRun(ctx, c, id, spec.SignalPause, nil); err != nil {
+			if st.PauseRequested && wait > 0 {
+				// Waiting for the pause asked for before: a second signal
+				// would stop an external job at once, losing its steps
+				// since its last checkpoint.
+				fmt.Fprintf(e.out, "%s: a pause was already requested; waiting for it (a pause without --wait stops an external job at once)\n", id)
+			} else if err := signalRun(ctx, c, id, spec.SignalPause, nil); err != nil {
 				return err
 			}
 			if wait <= 0 {
@@ -304,6 +313,9 @@ N must be at least the run's min_nodes and at most its global batch.`,
 				return err
 			}
 			defer c.Close()
+			if st.Model == spec.ModelExternal {
+				return fmt.Errorf("%s runs your own script, which keeps its world size (an external job's min_nodes is its nodes): scale changes runs of the built-in engine", id)
+			}
 			if unanswered {
 				// Nothing to check it against here: the run refuses a count
 				// outside min_nodes..global batch itself (its status says so).

@@ -204,7 +204,8 @@ func TestExternalPauseResume(t *testing.T) {
 // second ahead of its rank 0, node-2 is told it), the script's
 // should_checkpoint() says yes there, and the run holds at that step;
 // the resume relaunches the world from it, and a cancel, asking again,
-// ends the run cancelled at the next requested checkpoint.
+// ends the run cancelled at the next requested checkpoint. The pause is
+// asked, then waited for with pause --wait, which asks no second pause.
 func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job checkpoint request e2e test")
@@ -230,8 +231,15 @@ func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
 	}
 	cli := cliRun(ctx, srv.FrontendAddr())
 	t0 := time.Now()
+	// A pause, then a wait for it: the wait asks no second pause (which
+	// would stop the world at once, past its last checkpoint).
+	first, _, err := cli("pause", s.Name)
+	if err != nil || !strings.Contains(first, "pause requested at step ") {
+		t.Fatalf("pause: %v %q", err, first)
+	}
 	out, _, err := cli("pause", s.Name, "--wait", "60s")
 	took := time.Since(t0)
+	t.Logf("pause: %q, then pause --wait: %q", first, out)
 	if err != nil || !strings.Contains(out, "paused at step") {
 		dumpLogs(t, l.LogDir)
 		t.Fatalf("pause: %v %q", err, out)
