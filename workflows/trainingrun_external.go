@@ -241,6 +241,14 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 	}
 	r.releaseNodes(ctx)
 	r.setPhase(ctx, spec.PhaseCompleted)
+	if s := &r.st.Status; s.TotalSteps > 0 && s.Step < s.TotalSteps {
+		// Its script's own word that it is done, short of the job's steps
+		// (a shorter loop, another --steps): said, not failed.
+		s.Detail = fmt.Sprintf("the script ended (exit status 0) at step %d, short of the job's %d steps", s.Step, s.TotalSteps)
+		if s.Step == 0 {
+			s.Detail = fmt.Sprintf("the script ended (exit status 0) without reporting a step (cann_train.report), short of the job's %d steps", s.TotalSteps)
+		}
+	}
 	return r.st.Status, nil
 }
 

@@ -211,6 +211,29 @@ func TestExternalRunCompletes(t *testing.T) {
 	}
 }
 
+// TestExternalRunEndsShortOfItsSteps: a script that exits 0 before the
+// job's steps completes the run, and the status says where it stopped.
+func TestExternalRunEndsShortOfItsSteps(t *testing.T) {
+	for _, tc := range []struct {
+		end  int64
+		want string
+	}{
+		{100, "the script ended (exit status 0) at step 100, short of the job's 150 steps"},
+		{0, "the script ended (exit status 0) without reporting a step (cann_train.report), short of the job's 150 steps"},
+	} {
+		cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+		env := newExternalEnv(t, cl, &fakeWorlds{end: tc.end})
+		s := externalSpec(2)
+		s.Steps = 150
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+		require.NoError(t, env.GetWorkflowError())
+		var st spec.RunStatus
+		require.NoError(t, env.GetWorkflowResult(&st))
+		require.Equal(t, spec.PhaseCompleted, st.Phase)
+		require.Equal(t, tc.want, st.Detail)
+	}
+}
+
 // loseNode2 is a two-node world (and a spare) whose first launch, after
 // checkpoints at steps 20 and 40, ends with node2 on node-2 and node1 on
 // node-1; relaunches finish.

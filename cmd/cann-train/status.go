@@ -640,11 +640,13 @@ func transient(err error) bool {
 
 // Summary is the run summary that quickstart and `run --wait -o json` print.
 type Summary struct {
-	WorkflowID     string            `json:"workflow_id"`
-	Status         spec.Phase        `json:"status"`
-	Model          string            `json:"model"`
-	Nodes          []string          `json:"nodes"`
-	Steps          int64             `json:"steps"`
+	WorkflowID string     `json:"workflow_id"`
+	Status     spec.Phase `json:"status"`
+	Model      string     `json:"model"`
+	Nodes      []string   `json:"nodes"`
+	Steps      int64      `json:"steps"`
+	// TotalSteps is the job's steps (0: an external job that gave none).
+	TotalSteps     int64             `json:"total_steps"`
 	InitialLoss    float32           `json:"initial_loss"`
 	FinalLoss      float32           `json:"final_loss"`
 	EvalMetricName string            `json:"eval_metric_name"`
@@ -843,7 +845,7 @@ type CheckpointsInfo struct {
 
 func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]injected) Summary {
 	s := Summary{
-		WorkflowID: st.RunID, Status: st.Phase, Model: st.Model, Nodes: st.Nodes, Steps: st.Step,
+		WorkflowID: st.RunID, Status: st.Phase, Model: st.Model, Nodes: st.Nodes, Steps: st.Step, TotalSteps: st.TotalSteps,
 		InitialLoss: st.InitialLoss, FinalLoss: st.Loss, EvalMetricName: st.EvalMetric, EvalMetric: st.EvalValue,
 		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
