@@ -614,7 +614,7 @@ func (s *supervision) onReport(e launch.Event) {
 			s.res.FirstLoss = float32(*e.Loss)
 		}
 	}
-	s.prog.Step, s.lastTime = e.Step, e.Time
+	s.prog.Step, s.prog.At, s.lastTime = e.Step, now, e.Time
 	s.res.To = e.Step
 	if e.Loss != nil {
 		s.prog.Loss = float32(*e.Loss)

@@ -414,9 +414,10 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		if p.hb == nil {
 			continue
 		}
-		el := time.Since(loopStart).Seconds()
+		now := time.Now()
+		el := now.Sub(loopStart).Seconds()
 		done := step + 1 - in.From
-		prog := spec.ChunkProgress{Step: step + 1, To: in.To, Loss: loss, FirstStepAt: res.FirstStepAt}
+		prog := spec.ChunkProgress{Step: step + 1, To: in.To, Loss: loss, FirstStepAt: res.FirstStepAt, At: now}
 		if el > 0 {
 			prog.SamplesPerSec = float64(done) * float64(p.nodeExamples) / el
 			prog.CommShare = sy.Stats().Sub(before).Exposed.Seconds() / el

@@ -786,6 +786,9 @@ type ChunkProgress struct {
 	// node; zero before it. The status reads it to time a recovery whose
 	// launch is still running (the workflow records it when it ends).
 	FirstStepAt time.Time `json:"first_step_at,omitzero"`
+	// At is when the node had Step (its clock): the status tells a chunk
+	// or script that stopped stepping by its age.
+	At time.Time `json:"at,omitzero"`
 }
 
 // ChunkResult is one node's report for a finished chunk.

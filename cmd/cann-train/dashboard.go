@@ -370,6 +370,9 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 	r.Step, r.Steps, r.Loss, r.SamplesPerSec = st.Step, st.TotalSteps, st.Loss, st.SamplesPerSec
 	if live != nil && live.Step > st.Step {
 		r.Step, r.Loss, r.SamplesPerSec = live.Step, live.Loss, live.SamplesPerSec*float64(max(1, len(st.Nodes)))
+		if !live.At.IsZero() && time.Since(live.At) > staleStep {
+			r.SamplesPerSec = 0 // (no step for a while: that speed is not its speed now)
+		}
 	}
 	r.Recoveries = len(st.Recoveries)
 	if !st.StartedAt.IsZero() {

@@ -86,6 +86,9 @@ func newStatusCmd(e *env) *cobra.Command {
 			}
 			sum := summarize(st, e.uiLink(ui), e.namespace, nil)
 			sum.Logs = logs
+			if phaseLive(st.Phase) {
+				livenow(&sum, st, live, time.Now())
+			}
 			if err := printSummary(e.out, st, sum, output); err != nil {
 				return err
 			}
@@ -645,6 +648,10 @@ type Summary struct {
 	Model      string     `json:"model"`
 	Nodes      []string   `json:"nodes"`
 	Steps      int64      `json:"steps"`
+	// LastStepAt is when a node of the chunk or launch in flight last
+	// reported a step (live runs, `status` only): its age tells a script
+	// or rank that stopped stepping.
+	LastStepAt time.Time `json:"last_step_at,omitzero"`
 	// TotalSteps is the job's steps (0: an external job that gave none).
 	TotalSteps     int64             `json:"total_steps"`
 	InitialLoss    float32           `json:"initial_loss"`
@@ -880,6 +887,21 @@ func checkpointURL(r spec.CheckpointRef) string {
 	return strings.TrimRight(u.String(), "/") + "/" + r.Key
 }
 
+// staleStep is the age past which status says when the last step came.
+const staleStep = 30 * time.Second
+
+// livenow completes a live run's summary at now: its wall time so far (not
+// to its last status change) and when the chunk or launch in flight last
+// reported a step.
+func livenow(s *Summary, st spec.RunStatus, live *spec.ChunkProgress, now time.Time) {
+	if !st.StartedAt.IsZero() && now.After(st.StartedAt) {
+		s.WallSeconds = now.Sub(st.StartedAt).Seconds()
+	}
+	if live != nil && !live.At.IsZero() {
+		s.LastStepAt = live.At
+	}
+}
+
 func printStatus(w io.Writer, st spec.RunStatus, output, uiBase, namespace string) error {
 	return printSummary(w, st, summarize(st, uiBase, namespace, nil), output)
 }
@@ -913,6 +935,13 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "steps        %d/%d\n", st.Step, st.TotalSteps)
 	default:
 		fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)
+	}
+	if age := time.Since(s.LastStepAt); !s.LastStepAt.IsZero() && age > staleStep && s.Status == spec.PhaseTraining {
+		who := "a node" // (one that hangs is found by its heartbeat timeout)
+		if st.Model == spec.ModelExternal {
+			who = "the script (a rank stuck in a collective, a slow data loader, a long evaluation)"
+		}
+		fmt.Fprintf(w, "             no step reported for %s: %s has not moved past step %d\n", age.Round(time.Second), who, st.Step)
 	}
 	// Before any chunk ended (the first, which may take minutes, or one
 	// lost before it did) there is no first loss nor a measured speed: a

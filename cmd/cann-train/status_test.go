@@ -204,6 +204,30 @@ func TestStatusTextScalingCountsRanks(t *testing.T) {
 	}
 }
 
+// TestStatusTextStaleStep: a live run's wall time runs to now, and a
+// script that has not reported a step for a while is said to be stuck
+// there; a fresh step says nothing.
+func TestStatusTextStaleStep(t *testing.T) {
+	now := time.Now()
+	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: spec.ModelExternal, Nodes: []string{"n1"}, Step: 25, TotalSteps: 60,
+		StartedAt: now.Add(-100 * time.Second), UpdatedAt: now.Add(-90 * time.Second)}
+	for _, tc := range []struct {
+		age  time.Duration
+		want bool
+	}{{45 * time.Second, true}, {2 * time.Second, false}} {
+		sum := summarize(st, "", "default", nil)
+		livenow(&sum, st, &spec.ChunkProgress{Step: 25, At: now.Add(-tc.age)}, now)
+		var b bytes.Buffer
+		if err := printSummary(&b, st, sum, "text"); err != nil {
+			t.Fatal(err)
+		}
+		stale := "no step reported for 45s: the script (a rank stuck in a collective, a slow data loader, a long evaluation) has not moved past step 25"
+		if strings.Contains(b.String(), stale) != tc.want || !strings.Contains(b.String(), "wall         100.0s") {
+			t.Errorf("step %s old: status text:\n%s\nwant the stale line %v and wall 100.0s", tc.age, b.String(), tc.want)
+		}
+	}
+}
+
 // TestStatusTextCrowded: a node training more ranks than it has cores is
 // named with both counts; -o json says it too.
 func TestStatusTextCrowded(t *testing.T) {
