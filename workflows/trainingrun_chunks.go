@@ -385,7 +385,7 @@ func (r *run) runChunk(ctx workflow.Context, plan chunkPlan) ([]spec.ChunkResult
 	for rank, node := range m.Nodes {
 		fault := r.faultFor(node.ID, from, to)
 		in := spec.ChunkInput{
-			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank,
+			RunID: r.st.Status.RunID, Spec: r.nodeSpec(), Membership: m, Rank: rank,
 			Session: session, Token: r.st.Token, From: from, To: to,
 			Restore: r.st.Status.LastCkpt, Checkpoint: plan.checkpoint, Evaluate: to == r.spec.Steps && !plan.saveOnly(),
 			KillAtStep:  fault.AtStep,
@@ -1910,4 +1910,19 @@ func crowded(results []spec.ChunkResult, ranks int) *spec.CrowdedNode {
 		}
 	}
 	return c
+}
+
+// nodeSpec is the spec a node's activity is given: the job's, its bucket
+// pinned to the last checkpoint's where the job names none. A node saves
+// into the job's checkpoint_url, else its worker's --checkpoint-url: with
+// workers of different defaults a new rank 0 (a replacement, a rescale)
+// moved the run's checkpoints to its own bucket unseen, where `checkpoint
+// ls`, verify and gc, asking the last one, saw only those after the move.
+// (Activity inputs only: no version.)
+func (r *run) nodeSpec() spec.RunSpec {
+	s := r.spec
+	if last := r.st.Status.LastCkpt; s.CheckpointURL == "" && last != nil && last.URL != "" {
+		s.CheckpointURL = last.URL
+	}
+	return s
 }

@@ -424,7 +424,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	for rank, node := range m.Nodes {
 		fault := r.faultFor(node.ID, from, math.MaxInt64)
 		in := spec.ExternalInput{
-			RunID: r.st.Status.RunID, Spec: r.spec, Membership: m, Rank: rank, Session: r.st.Session,
+			RunID: r.st.Status.RunID, Spec: r.nodeSpec(), Membership: m, Rank: rank, Session: r.st.Session,
 			Restarts: r.st.Restarts, MasterPort: port, Restore: r.st.Status.LastCkpt,
 			KillAtStep: fault.AtStep, Freeze: fault.Freeze(), KeepRefused: ext.keep && rank == 0,
 		}

@@ -143,7 +143,7 @@ func (r *run) storeKeptOn(ctx workflow.Context, node spec.Node, step int64, star
 		fmt.Sprintf("store the checkpoint at step %d that %s kept%s", step, node.ID, why)), r.spec.HeartbeatTimeout.D())
 	var out spec.StoreKeptResult
 	err := workflow.ExecuteActivity(actx, spec.ActivityStoreKept,
-		spec.StoreKeptInput{RunID: r.st.Status.RunID, Spec: r.spec, Step: step, Session: r.st.Session}).Get(ctx, &out)
+		spec.StoreKeptInput{RunID: r.st.Status.RunID, Spec: r.nodeSpec(), Step: step, Session: r.st.Session}).Get(ctx, &out)
 	return out, err
 }
 

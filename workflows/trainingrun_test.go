@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -299,6 +300,35 @@ func TestTrainingRunCompletes(t *testing.T) {
 	require.True(t, chunks[100][0].Checkpoint)
 	require.True(t, chunks[200][0].Checkpoint && chunks[200][0].Evaluate)
 	require.EqualValues(t, 200, chunks[200][0].Restore.Step, "later chunks carry the last checkpoint")
+}
+
+// TestTrainingRunPinsItsBucket: a job that names no checkpoint_url saves
+// where its first checkpoint went (the worker of rank 0 then chose), so
+// that a later rank 0 whose worker has another --checkpoint-url does not
+// move the run's checkpoints to its own bucket; one that names it keeps it.
+func TestTrainingRunPinsItsBucket(t *testing.T) {
+	for _, tc := range []struct{ job, want string }{{"", "file:///first"}, {"s3://job", "s3://job"}} {
+		cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+		ch := &fakeChunks{edit: func(in spec.ChunkInput, res *spec.ChunkResult) {
+			if res.Checkpoint != nil {
+				res.Checkpoint.URL = cmp.Or(in.Spec.CheckpointURL, "file:///first") // (the worker's own bucket)
+			}
+		}}
+		env := newRunEnv(t, cl, ch)
+		s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100, CheckpointEvery: 100, CheckpointURL: tc.job}.WithDefaults()
+		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+		st := result(t, env)
+		require.Equal(t, tc.want, st.LastCkpt.URL)
+		for from, ins := range ch.byFrom() {
+			for _, in := range ins {
+				want := tc.want
+				if from == 0 {
+					want = tc.job // (no checkpoint yet)
+				}
+				require.Equal(t, want, in.Spec.CheckpointURL, "chunk from %d, rank %d", from, in.Rank)
+			}
+		}
+	}
 }
 
 // TestTrainingRunCheckpointsMoreOftenThanChunks: checkpoint_every below
