@@ -198,8 +198,32 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		return nil, unfitHost("node %s: write the python helper: %v", n.ID, err)
 	}
 
+	// Before the checkpoint directory: one relative to a missing workdir
+	// would create it.
+	if x.Workdir != "" {
+		switch st, err := os.Stat(x.Workdir); {
+		case err != nil:
+			return nil, badJob("node %s: workdir %s: %w", n.ID, x.Workdir, err)
+		case st.Mode().IsRegular():
+			return nil, badJob("node %s: workdir %s is a file, not a directory", n.ID, x.Workdir)
+		case !st.IsDir():
+			return nil, badJob("node %s: workdir %s is not a directory (%v)", n.ID, x.Workdir, st.Mode().Type())
+		}
+	}
 	// The checkpoint directory: emptied, then the run's last checkpoint.
-	if err := launch.ResetDir(p.ckpt); err != nil {
+	// The node worker's own is its whatever it holds; the job's
+	// (checkpoint_dir) only once the worker has made it or found it empty
+	// (launch.DirMarker): what else it holds may be the user's files.
+	reset := launch.ResetOwnDir
+	if x.CheckpointDir != "" {
+		reset = launch.ResetDir
+	}
+	if err := reset(p.ckpt); err != nil {
+		var no *launch.NotOwnedError
+		if errors.As(err, &no) {
+			return nil, badJob("node %s: external.checkpoint_dir %w: the node worker empties checkpoint_dir before every launch, "+
+				"so give a new or empty directory", n.ID, err)
+		}
 		return nil, unfitHost("node %s: checkpoint directory %s: %v", n.ID, p.ckpt, err)
 	}
 	from := restoredStep(in)
@@ -289,11 +313,6 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 			lead = pr.Name
 		}
 	}
-	if x.Workdir != "" {
-		if st, err := os.Stat(x.Workdir); err != nil || !st.IsDir() {
-			return nil, badJob("node %s: workdir %s: not a directory (%v)", n.ID, x.Workdir, err)
-		}
-	}
 
 	g, err := launch.Start(specs)
 	if err != nil {
@@ -304,6 +323,12 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	// meanwhile (its logs are its own): a slow or unreachable bucket
 	// holds this activity's end, not the node.
 	defer func() {
+		// The checkpoint directory is still this worker's, even if the
+		// script deleted the marker with the rest (emptying it itself):
+		// marked again before the next world may start here.
+		if err := launch.MarkDir(p.ckpt); err != nil {
+			log.Warn("checkpoint directory marker", zap.String("dir", p.ckpt), zap.Error(err))
+		}
 		release()
 		n.uploadLogs(in, specs, log)
 	}()

@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -176,7 +177,9 @@ type ExternalJob struct {
 	Workdir string `yaml:"workdir" json:"workdir,omitempty"`
 	// CheckpointDir, when set, is the directory the node worker restores
 	// into and uploads from (relative: to Workdir). It must be private to
-	// one node worker — it is emptied before every launch. Empty: a
+	// one node worker — it is emptied before every launch: Validate
+	// refuses the workdir or a directory above it, and a node worker one
+	// that holds files it did not put there (launch.DirMarker). Empty: a
 	// directory of the node worker's own (--work-dir).
 	CheckpointDir string `yaml:"checkpoint_dir" json:"checkpoint_dir,omitempty"`
 	// MasterPort fixes the rendezvous port on the first node (0: a free
@@ -342,6 +345,8 @@ func (s RunSpec) validateExternal() error {
 		c := filepath.Clean(d)
 		if c == "." || c == "/" || slices.Contains(strings.Split(filepath.ToSlash(d), "/"), "..") {
 			bad("external.checkpoint_dir", "%q: name a directory of its own (it is emptied before every launch), without '..'", d)
+		} else if msg := x.checkpointDirClash(); msg != "" {
+			bad("external.checkpoint_dir", "%s", msg)
 		}
 	}
 	if p := x.MasterPort; p != 0 && (p < 1024 || p > 65535) {
@@ -360,6 +365,83 @@ func (s RunSpec) validateExternal() error {
 		return &SpecError{Fields: errs}
 	}
 	return nil
+}
+
+// checkpointDirClash says what is wrong with CheckpointDir where it is
+// the workdir or contains it (it is emptied before every launch); "" when
+// nothing is, or when that is not known yet: an absolute checkpoint_dir
+// with the workdir still relative to the job file's directory (WithJobDir
+// checks it once resolved). A relative checkpoint_dir without ".." lies
+// strictly inside the workdir, as a checkpoint_dir should.
+func (x ExternalJob) checkpointDirClash() string {
+	if x.CheckpointDir == "" || !filepath.IsAbs(x.Workdir) {
+		return ""
+	}
+	ckpt, wd := filepath.Clean(x.JoinWorkdir(x.CheckpointDir)), filepath.Clean(x.Workdir)
+	switch {
+	case ckpt == wd:
+		return fmt.Sprintf("%q is the workdir %s: the node worker empties checkpoint_dir before every launch, "+
+			"which would delete the job's files; name a directory of its own, e.g. %s", x.CheckpointDir, wd, filepath.Join(wd, "checkpoints"))
+	case pathWithin(wd, ckpt):
+		return fmt.Sprintf("%q contains the workdir %s: the node worker empties checkpoint_dir before every launch, "+
+			"which would delete the job's files; name a directory of its own, e.g. %s", x.CheckpointDir, wd, filepath.Join(wd, "checkpoints"))
+	}
+	return ""
+}
+
+// pathWithin reports whether p lies strictly below dir (both clean and
+// absolute), comparing whole path elements: /data/ab is not below /data/a.
+func pathWithin(p, dir string) bool {
+	prefix := dir
+	if !strings.HasSuffix(prefix, string(filepath.Separator)) { // (the root ends in one)
+		prefix += string(filepath.Separator)
+	}
+	return p != dir && strings.HasPrefix(p, prefix)
+}
+
+// envLiterals reads external.env in a job file's syntax tree: the source
+// text of each value written as a plain number or boolean (1.10, 0x10,
+// true), which the decoder would respell (1.1, 16) — an environment
+// variable takes the text as written —, and a problem for each null value
+// (B: null, B: ~, or B: with nothing after it), which the decoder would
+// make "" unasked.
+func envLiterals(file *ast.File) (map[string]string, []FieldError) {
+	const envPath = "$.external.env."
+	lits := map[string]string{}
+	var errs []FieldError
+	for _, doc := range file.Docs {
+		if doc == nil || doc.Body == nil {
+			continue
+		}
+		for _, n := range ast.Filter(ast.MappingValueType, doc.Body) {
+			mv, ok := n.(*ast.MappingValueNode)
+			if !ok || mv.Key == nil || mv.Value == nil || mv.Key.GetToken() == nil {
+				continue
+			}
+			key := mv.Key.GetToken().Value
+			if mv.GetPath() != envPath+key { // (not an entry of env itself)
+				continue
+			}
+			v := mv.Value
+			if a, ok := v.(*ast.AnchorNode); ok && a.Value != nil {
+				v = a.Value
+			}
+			switch v.(type) {
+			case *ast.NullNode:
+				line := 0
+				if p := mv.Key.GetToken().Position; p != nil {
+					line = p.Line
+				}
+				errs = append(errs, FieldError{Field: "external.env." + key, Line: line,
+					Msg: fmt.Sprintf(`want a string (write %s: "" for an empty value)`, key)})
+			case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.InfinityNode, *ast.NanNode:
+				if tok := v.GetToken(); tok != nil {
+					lits[key] = tok.Value
+				}
+			}
+		}
+	}
+	return lits, errs
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -418,6 +500,21 @@ func parseExternal(name string, decoded RunSpec, file *ast.File, perr error) (Ru
 	if line := written("external.procs_per_node"); line > 0 && s.External.ProcsPerNode == 0 {
 		errs = append(errs, FieldError{Field: "external.procs_per_node", Line: line, Msg: "0 out of range 1..256"})
 	}
+	if perr == nil {
+		// env values as written, not as the decoder respelt them.
+		lits, nulls := envLiterals(file)
+		errs = append(errs, nulls...)
+		if len(lits) > 0 {
+			x := *s.External
+			x.Env = maps.Clone(x.Env)
+			for k, v := range lits {
+				if _, ok := x.Env[k]; ok {
+					x.Env[k] = v
+				}
+			}
+			s.External = &x
+		}
+	}
 	s = s.WithDefaults()
 	if err := s.validateJobFile(); err != nil {
 		var se *SpecError
@@ -443,6 +540,8 @@ func parseExternal(name string, decoded RunSpec, file *ast.File, perr error) (Ru
 // directory), making them absolute: an external job's workdir (empty
 // becomes dir), and a green policy's trace when the file is there (else
 // it stays relative: the control worker reads it from its own directory).
+// It refuses (*SpecError) an absolute external.checkpoint_dir that is the
+// workdir so resolved or contains it.
 func (s RunSpec) WithJobDir(dir string) (RunSpec, error) {
 	if s.External == nil && (s.Green == nil || s.Green.Trace == "") {
 		return s, nil
@@ -469,6 +568,11 @@ func (s RunSpec) WithJobDir(dir string) (RunSpec, error) {
 		x.Workdir = filepath.Join(abs, x.Workdir)
 	}
 	s.External = &x
+	// (Validate could not compare an absolute checkpoint_dir with a
+	// workdir still relative.)
+	if msg := x.checkpointDirClash(); msg != "" {
+		return s, &SpecError{Fields: []FieldError{{Field: "external.checkpoint_dir", Msg: msg}}}
+	}
 	return s, nil
 }
 

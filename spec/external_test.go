@@ -2,8 +2,10 @@ package spec
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -243,5 +245,146 @@ green:
 			}
 			t.Errorf("no error for %s in %v", tc.field, err)
 		})
+	}
+}
+
+// TestParseExternalEmptyBlock: `external:` with nothing under it (YAML
+// null: a mis-indented or commented-out block) is refused with its line
+// rather than silently training the built-in model.
+func TestParseExternalEmptyBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		line       int
+	}{
+		{"nothing", "name: x\nexternal:\n", 2},
+		{"null", "name: x\nexternal: null\n", 2},
+		{"tilde", "name: x\nsteps: 10\nexternal: ~\n", 3},
+		{"commented out", "name: x\nexternal:\n#  entrypoint: [python3, t.py]\nnodes: 2\n", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse("job.yaml", []byte(tc.yaml))
+			var se *SpecError
+			if !errors.As(err, &se) || len(se.Fields) != 1 {
+				t.Fatalf("Parse: %v (model %q); want one problem", err, s.Model.Kind)
+			}
+			want := "line " + strconv.Itoa(tc.line) + ": external: empty (want launcher, entrypoint"
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q; want it to say %q", err, want)
+			}
+		})
+	}
+	// Without the key, the built-in model as before.
+	if s, err := Parse("job.yaml", []byte("name: x\n")); err != nil || s.IsExternal() {
+		t.Errorf("no external key: %v, external %v", err, s.IsExternal())
+	}
+}
+
+// TestParseExternalEnvKeepsLiteralText: a plain scalar in external.env is
+// the text written (the decoder would respell 1.10 as 1.1, 0x10 as 16); a
+// null value is refused with its line.
+func TestParseExternalEnvKeepsLiteralText(t *testing.T) {
+	for _, tc := range []struct {
+		name, env string
+		want      map[string]string // key → value (nil: refused)
+		errs      []string          // with line 5 onwards as written
+	}{
+		{"version", "    CUDA_VER: 1.10\n", map[string]string{"CUDA_VER": "1.10"}, nil},
+		{"hex", "    A: 0x10\n", map[string]string{"A": "0x10"}, nil},
+		{"octal", "    A: 0o17\n", map[string]string{"A": "0o17"}, nil},
+		{"bool", "    T: true\n    F: False\n", map[string]string{"T": "true", "F": "False"}, nil},
+		{"float", "    A: 1.50\n    D: 1e3\n    I: .inf\n    N: .NaN\n", map[string]string{"A": "1.50", "D": "1e3", "I": ".inf", "N": ".NaN"}, nil},
+		{"int", "    OMP_NUM_THREADS: 04\n", map[string]string{"OMP_NUM_THREADS": "04"}, nil},
+		{"anchor", "    A: &v 1.20\n", map[string]string{"A": "1.20"}, nil},
+		{"strings as decoded", "    Q: \"1.10\"\n    S: 'a b'\n    P: plain text\n    E: \"\"\n",
+			map[string]string{"Q": "1.10", "S": "a b", "P": "plain text", "E": ""}, nil},
+		{"flow", "    {A: 1.50, C: 0x10, S: x}\n", map[string]string{"A": "1.50", "C": "0x10", "S": "x"}, nil},
+		{"null", "    A: x\n    B: null\n", nil, []string{`line 7: external.env.B: want a string (write B: "" for an empty value)`}},
+		{"tilde and empty", "    B: ~\n    C:\n", nil, []string{
+			`line 6: external.env.B: want a string (write B: "" for an empty value)`,
+			`line 7: external.env.C: want a string (write C: "" for an empty value)`}},
+		{"flow null", "    {A: 1.50, B: null}\n", nil, []string{`line 6: external.env.B: want a string`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := "name: x\nexternal:\n  entrypoint: [python3, t.py]\n  procs_per_node: 1\n  env:\n" + tc.env
+			s, err := Parse("job.yaml", []byte(yaml))
+			if tc.errs != nil {
+				if err == nil {
+					t.Fatalf("accepted: env %v", s.External.Env)
+				}
+				for _, w := range tc.errs {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q; want it to say %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(s.External.Env, tc.want) {
+				t.Errorf("env %q, want %q", s.External.Env, tc.want)
+			}
+		})
+	}
+	// A nested mapping is still refused by the decoder, with its line.
+	_, err := Parse("job.yaml", []byte("name: x\nexternal:\n  entrypoint: [a]\n  env:\n    A: {B: 1}\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 5: external.env.A: want a string") {
+		t.Errorf("nested mapping: %v", err)
+	}
+}
+
+// TestCheckpointDirMustNotHoldTheWorkdir: a checkpoint_dir (emptied
+// before every launch) that is the workdir or contains it is refused,
+// naming both — in Validate once the workdir is absolute, and in
+// WithJobDir when the workdir is resolved there; one inside the workdir,
+// or beside it, is fine.
+func TestCheckpointDirMustNotHoldTheWorkdir(t *testing.T) {
+	for _, tc := range []struct {
+		name, workdir, ckpt string
+		want                string // "" : accepted
+	}{
+		{"relative inside", "/jobs/a", "ckpt", ""},
+		{"relative nested", "/jobs/a", "out/ckpt", ""},
+		{"absolute inside", "/jobs/a", "/jobs/a/ckpt", ""},
+		{"sibling with a common prefix", "/jobs/a", "/jobs/ab", ""},
+		{"sibling", "/jobs/a", "/jobs/b/ckpt", ""},
+		{"the workdir", "/jobs/a", "/jobs/a", `"/jobs/a" is the workdir /jobs/a`},
+		{"the workdir, unclean", "/jobs/a/", "/jobs//a/.", `is the workdir /jobs/a`},
+		{"a parent", "/jobs/a/b", "/jobs/a", `"/jobs/a" contains the workdir /jobs/a/b`},
+		{"a grandparent", "/jobs/a/b/c", "/jobs", `"/jobs" contains the workdir /jobs/a/b/c`},
+		{"relative dot", "/jobs/a", "./", `name a directory of its own`},
+		{"relative up", "/jobs/a", "../a", `without '..'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := RunSpec{Name: "x", External: &ExternalJob{Entrypoint: []string{"a"}, Workdir: tc.workdir, CheckpointDir: tc.ckpt}}.WithDefaults()
+			err := s.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Errorf("Validate: %v", err)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), "external.checkpoint_dir: ") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate: %v; want it to say %q", err, tc.want)
+			}
+		})
+	}
+	// In a job file: with the workdir relative (resolved by WithJobDir),
+	// and with it absolute (Validate, with the line).
+	dir := t.TempDir()
+	s, err := Parse("job.yaml", []byte("name: x\nexternal:\n  entrypoint: [a]\n  checkpoint_dir: "+dir+"\n"))
+	if err != nil {
+		t.Fatalf("Parse (workdir not resolved yet): %v", err)
+	}
+	if _, err := s.WithJobDir(filepath.Join(dir, "job")); err == nil || !strings.Contains(err.Error(), "contains the workdir "+filepath.Join(dir, "job")) {
+		t.Errorf("WithJobDir: %v; want checkpoint_dir refused", err)
+	}
+	if _, err := s.WithJobDir(dir); err == nil || !strings.Contains(err.Error(), "is the workdir "+dir) {
+		t.Errorf("WithJobDir: %v; want checkpoint_dir refused", err)
+	}
+	if _, err := s.WithJobDir(filepath.Join(t.TempDir(), "elsewhere")); err != nil {
+		t.Errorf("WithJobDir elsewhere: %v", err)
+	}
+	_, err = Parse("job.yaml", []byte("name: x\nexternal:\n  entrypoint: [a]\n  workdir: "+dir+"\n  checkpoint_dir: "+dir+"\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 5: external.checkpoint_dir: ") || !strings.Contains(err.Error(), "is the workdir") {
+		t.Errorf("Parse: %v", err)
 	}
 }

@@ -471,6 +471,14 @@ func parse(name string, data []byte, passes int) (RunSpec, error) {
 	if s.External != nil {
 		return parseExternal(name, s, file, perr)
 	}
+	if perr == nil {
+		// `external:` with nothing under it (a mis-indented or commented
+		// out block) decodes as no external job: the built-in model.
+		if line := yamlpos.LineOf(file, "external"); line > 0 {
+			return RunSpec{}, &SpecError{File: name, Fields: []FieldError{{Field: "external", Line: line,
+				Msg: "empty (want launcher, entrypoint … indented under it; drop the key to train the built-in model)"}}}
+		}
+	}
 	if s.CheckpointEvery == 0 && (perr != nil || yamlpos.LineOf(file, "checkpoint_every") == 0) {
 		s.CheckpointEvery = s.ChunkSteps
 	}

@@ -79,12 +79,16 @@ Job file fields (all optional but name):
     node_watts 300, pue 1
   external (optional; runs your own script instead of the built-in model):
     launcher torchrun|ascend|msrun, entrypoint [argv…], procs_per_node 1,
-    env {KEY: value}, workdir (job file's directory), checkpoint_dir,
-    master_port (0: free port), stop_grace 10s, meter_every (how often the
-    nodes' energy meters are read; 0: 3m per node). With external, steps is the
-    script's total (optional, for progress), checkpoint_every is what
-    cann_train.should_checkpoint() follows (100), and the built-in fields
-    (model.hidden, chunk_steps, batch_per_rank, learning_rate, seed,
+    env {KEY: value}, workdir (job file's directory), checkpoint_dir
+    (unset: under the node worker's --work-dir; relative: to workdir;
+    emptied before every launch, so private to one node worker, new or
+    empty, not the workdir or above it), master_port (0: free port),
+    stop_grace 10s, meter_every (how often the nodes' energy meters are
+    read; 0: 3m per node), request_lead 1s (how far ahead of rank 0 a
+    checkpoint the run asks for, e.g. for a pause, is set). With external,
+    steps is the script's total (optional, for progress), checkpoint_every
+    is what cann_train.should_checkpoint() follows (100), and the built-in
+    fields (model.hidden, chunk_steps, batch_per_rank, learning_rate, seed,
     collective, topology_scan, strategy, optimizer, freeze_step,
     compression, overlap) are errors. See examples/torch-ddp/.`,
 		Example: `  cann-train run -f examples/mnist.yaml --wait

@@ -76,6 +76,8 @@ func PackDir(dir string, align int) ([]byte, DirStats, error) {
 		}
 		rel = filepath.ToSlash(rel)
 		switch {
+		case rel == DirMarker && d.Type().IsRegular():
+			// (ResetDir's, not the checkpoint's)
 		case d.IsDir():
 			h.Dirs = append(h.Dirs, rel)
 		case d.Type().IsRegular():
@@ -172,7 +174,7 @@ func readFull(p string, dst []byte) error {
 }
 
 // UnpackDir writes a PackDir payload's files under dir (which must exist
-// and is expected empty: see ResetDir).
+// and is expected empty but for DirMarker: see ResetDir).
 func UnpackDir(payload []byte, dir string) (DirStats, error) {
 	var st DirStats
 	h, err := checkedHeader(payload)
@@ -192,6 +194,9 @@ func UnpackDir(payload []byte, dir string) (DirStats, error) {
 		p, err := safeJoin(dir, f.Path)
 		if err != nil {
 			return st, err
+		}
+		if path.Clean(f.Path) == DirMarker {
+			continue // (ResetDir's: a payload does not make a directory owned)
 		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return st, err
@@ -237,7 +242,39 @@ func safeJoin(dir, rel string) (string, error) {
 	return filepath.Join(dir, filepath.FromSlash(c)), nil
 }
 
-// ResetDir makes dir an empty directory (creating it and its parents).
+// DirMarker is the file ResetDir keeps in a checkpoint directory it owns:
+// it empties an existing directory only when the marker is there (or the
+// directory is empty). PackDir leaves it out and UnpackDir never writes
+// it: it is not part of a checkpoint.
+const DirMarker = ".cann-train-checkpoint-dir"
+
+// NotOwnedError is ResetDir's refusal of a directory that holds files
+// but no DirMarker: ResetDir did not make it, and emptying it could
+// delete someone's files.
+type NotOwnedError struct {
+	Dir string
+	// Found names the first few entries (sorted; directories end in '/'),
+	// Total counts them all.
+	Found []string
+	Total int
+}
+
+// notOwnedShown is how many entries a NotOwnedError names.
+const notOwnedShown = 5
+
+func (e *NotOwnedError) Error() string {
+	list := strings.Join(e.Found, ", ")
+	if more := e.Total - len(e.Found); more > 0 {
+		list += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("%s holds files the node worker did not put there: %s (no %s marker)", e.Dir, list, DirMarker)
+}
+
+// ResetDir makes dir an empty checkpoint directory (creating it and its
+// parents) that holds only DirMarker. A directory that exists already is
+// emptied only if it holds the marker; one that is empty is adopted (the
+// marker written); any other is refused with a *NotOwnedError, and
+// nothing in it is touched.
 func ResetDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -246,12 +283,58 @@ func ResetDir(dir string) error {
 	if err != nil {
 		return err
 	}
+	owned := slices.ContainsFunc(entries, func(e fs.DirEntry) bool { return e.Name() == DirMarker && e.Type().IsRegular() })
+	if !owned && len(entries) > 0 {
+		ne := &NotOwnedError{Dir: dir, Total: len(entries)}
+		for _, e := range entries[:min(len(entries), notOwnedShown)] { // (ReadDir sorts by name)
+			name := e.Name()
+			if e.IsDir() {
+				name += "/"
+			}
+			ne.Found = append(ne.Found, name)
+		}
+		return ne
+	}
 	for _, e := range entries {
+		if e.Name() == DirMarker && owned {
+			continue
+		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			return err
 		}
 	}
-	return nil
+	if owned {
+		return nil
+	}
+	return writeMarker(dir)
+}
+
+// ResetOwnDir is ResetDir for a directory that is the caller's whatever
+// it holds (one under the node worker's own work directory, which may
+// predate DirMarker): it is emptied in any case.
+func ResetOwnDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeMarker(dir); err != nil {
+		return err
+	}
+	return ResetDir(dir)
+}
+
+// MarkDir writes DirMarker into dir, an existing directory the caller
+// owns (ResetDir made or emptied it), so that a script that emptied or
+// recreated it — deleting the marker — does not make it look foreign; a
+// dir that is gone is left so.
+func MarkDir(dir string) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil
+	}
+	return writeMarker(dir)
+}
+
+func writeMarker(dir string) error {
+	return os.WriteFile(filepath.Join(dir, DirMarker), []byte("The cann-train node worker empties this directory before every launch of the job.\n"), 0o644)
 }
 
 // CheckPacked checks a PackDir payload without unpacking it: its header

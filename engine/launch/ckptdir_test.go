@@ -3,9 +3,14 @@ package launch
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
@@ -76,12 +81,12 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dst, "logs/empty")); err != nil || !fi.IsDir() {
 		t.Errorf("empty dir: %v", err)
 	}
-	// ResetDir empties.
+	// ResetDir empties the directory it made (its marker stays).
 	if err := ResetDir(dst); err != nil {
 		t.Fatal(err)
 	}
-	if es, _ := os.ReadDir(dst); len(es) != 0 {
-		t.Errorf("ResetDir left %v", es)
+	if es, _ := os.ReadDir(dst); len(es) != 1 || es[0].Name() != DirMarker {
+		t.Errorf("ResetDir left %v; want only %s", es, DirMarker)
 	}
 	// A payload that is not ours, or that points outside, is refused.
 	if _, err := UnpackDir([]byte("hello"), dst); err == nil {
@@ -158,5 +163,132 @@ func TestPackedDirIsIncremental(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(out, "step.txt")); string(got) != "20" {
 		t.Errorf("step.txt %q", got)
+	}
+}
+
+// TestResetDirEmptiesOnlyWhatItOwns: ResetDir creates a missing
+// directory and adopts an empty one (writing its marker), empties one that
+// holds the marker, and refuses — touching nothing — one that holds files
+// without it, naming the first few. The marker is never part of a
+// checkpoint: PackDir leaves it out and UnpackDir does not write it.
+func TestResetDirEmptiesOnlyWhatItOwns(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		// found is what a refusal names (nil: ResetDir succeeds).
+		found []string
+		total int
+	}{
+		{name: "missing", setup: func(*testing.T, string) {}},
+		{name: "empty", setup: func(t *testing.T, dir string) {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "owned", setup: func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, DirMarker), nil)
+			writeFile(t, filepath.Join(dir, "model.pt"), []byte("x"))
+			writeFile(t, filepath.Join(dir, "sub/shard.pt"), []byte("y"))
+		}},
+		{name: "user files", setup: func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, "pretrained.bin"), []byte("x"))
+			writeFile(t, filepath.Join(dir, "sub/y"), []byte("y"))
+		}, found: []string{"pretrained.bin", "sub/"}, total: 2},
+		{name: "many files", setup: func(t *testing.T, dir string) {
+			for _, f := range []string{"a", "b", "c", "d", "e", "f", "g"} {
+				writeFile(t, filepath.Join(dir, f), []byte(f))
+			}
+		}, found: []string{"a", "b", "c", "d", "e"}, total: 7},
+		{name: "marker is a directory", setup: func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, DirMarker, "x"), []byte("x"))
+		}, found: []string{DirMarker + "/"}, total: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ckpt")
+			tc.setup(t, dir)
+			before, _ := os.ReadDir(dir)
+			err := ResetDir(dir)
+			if tc.found != nil {
+				var ne *NotOwnedError
+				if !errors.As(err, &ne) || ne.Dir != dir || ne.Total != tc.total || !slices.Equal(ne.Found, tc.found) {
+					t.Fatalf("ResetDir: %v; want a NotOwnedError naming %v of %d", err, tc.found, tc.total)
+				}
+				if !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), tc.found[0]) {
+					t.Errorf("message %q names neither the directory nor what it holds", err)
+				}
+				if after, _ := os.ReadDir(dir); len(after) != len(before) {
+					t.Errorf("refused, yet it changed the directory: %v → %v", before, after)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if es, _ := os.ReadDir(dir); len(es) != 1 || es[0].Name() != DirMarker {
+				t.Fatalf("after ResetDir: %v; want only %s", es, DirMarker)
+			}
+			// The marker is not a checkpoint file.
+			writeFile(t, filepath.Join(dir, "model.pt"), []byte("w"))
+			payload, st, err := PackDir(dir, 4096)
+			if err != nil || st.Files != 1 {
+				t.Fatalf("PackDir: %+v %v; want model.pt alone", st, err)
+			}
+			if h, _ := readHeader(payload); h == nil || len(h.Files) != 1 || h.Files[0].Path != "model.pt" {
+				t.Errorf("packed %+v", h)
+			}
+			// Emptied again, the restore puts back the checkpoint alone.
+			if err := ResetDir(dir); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := UnpackDir(payload, dir); err != nil {
+				t.Fatal(err)
+			}
+			if es, _ := os.ReadDir(dir); len(es) != 2 {
+				t.Errorf("restored: %v; want model.pt and the marker", es)
+			}
+		})
+	}
+}
+
+// TestUnpackSkipsTheMarker: a payload that lists the marker (not one
+// PackDir makes) does not write it: a restore never makes a directory
+// look owned.
+func TestUnpackSkipsTheMarker(t *testing.T) {
+	h := dirHeader{Align: 4096, Files: []fileEntry{
+		{Path: DirMarker, Mode: 0o644, Size: 1, Offset: 1000},
+		{Path: "model.pt", Mode: 0o644, Size: 1, Offset: 1001},
+	}}
+	hb, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, 1002)
+	copy(payload, dirMagic)
+	binary.LittleEndian.PutUint64(payload[len(dirMagic):], uint64(len(hb)))
+	copy(payload[len(dirMagic)+8:], hb)
+	payload[1000], payload[1001] = 'm', 'w'
+	dst := t.TempDir()
+	if _, err := UnpackDir(payload, dst); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, DirMarker)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the marker was written: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "model.pt")); err != nil || string(b) != "w" {
+		t.Errorf("model.pt: %q %v", b, err)
+	}
+}
+
+// TestResetOwnDirEmptiesWhateverItHolds: the node worker's own directory
+// (which may predate the marker) is emptied whatever it holds, and marked.
+func TestResetOwnDirEmptiesWhateverItHolds(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	writeFile(t, filepath.Join(dir, "old.pt"), []byte("x"))
+	writeFile(t, filepath.Join(dir, "sub/shard.pt"), []byte("y"))
+	if err := ResetOwnDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 1 || es[0].Name() != DirMarker {
+		t.Errorf("after ResetOwnDir: %v; want only %s", es, DirMarker)
 	}
 }
