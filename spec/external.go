@@ -260,7 +260,7 @@ func (s RunSpec) validateExternal() error {
 	if s.Name == "" {
 		bad("name", "required: a run name such as torch-ddp")
 	} else if !validName(s.Name) {
-		bad("name", "%q: use letters, digits, '-', '_' and '.', at most 64 characters", s.Name)
+		bad("name", "%q: use letters, digits, '-', '_' and '.', starting with a letter or digit, without '..', at most 64 characters", s.Name)
 	}
 	if s.Model.Kind != ModelExternal {
 		bad("model.kind", "%q cannot run an external job (drop model, or write kind: %s)", s.Model.Kind, ModelExternal)

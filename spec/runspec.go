@@ -320,7 +320,7 @@ func (s RunSpec) Validate() error {
 	if s.Name == "" {
 		bad("name", "required: a run name such as mnist-demo")
 	} else if !validName(s.Name) {
-		bad("name", "%q: use letters, digits, '-', '_' and '.', at most 64 characters", s.Name)
+		bad("name", "%q: use letters, digits, '-', '_' and '.', starting with a letter or digit, without '..', at most 64 characters", s.Name)
 	}
 	if s.Model.Kind != ModelMLPMNIST {
 		bad("model.kind", "unknown model %q (known: %s)", s.Model.Kind, ModelMLPMNIST)
@@ -398,7 +398,7 @@ func (s RunSpec) Validate() error {
 // queue, its directories and its place in rank tables and logs.
 func CheckNodeID(id string) error {
 	if id == "" || !validName(id) {
-		return fmt.Errorf("node ID %q: use letters, digits, '-', '_' and '.', at most 64 characters", id)
+		return fmt.Errorf("node ID %q: use letters, digits, '-', '_' and '.', starting with a letter or digit, without '..', at most 64 characters", id)
 	}
 	return nil
 }
@@ -416,17 +416,23 @@ func isSHA256(s string) bool {
 	return true
 }
 
+// validName: a run name or node ID names directories and bucket keys,
+// so it follows checkpoint.ValidateRun (a leading '.' or '-', or a "..",
+// would read as a hidden file, a flag or a parent directory).
 func validName(s string) bool {
-	if len(s) > 64 {
+	if s == "" || len(s) > 64 || strings.Contains(s, "..") || !isAlnum(rune(s[0])) {
 		return false
 	}
 	for _, r := range s {
-		ok := r == '-' || r == '_' || r == '.' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
-		if !ok {
+		if !(r == '-' || r == '_' || r == '.' || isAlnum(r)) {
 			return false
 		}
 	}
 	return true
+}
+
+func isAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
 
 // LoadFile reads, decodes strictly, defaults and validates a job file.

@@ -2,11 +2,14 @@ package spec
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cann-train/cann-train/engine/checkpoint"
 )
 
 func TestParseValid(t *testing.T) {
@@ -318,9 +321,26 @@ func TestCheckNodeID(t *testing.T) {
 	for id, ok := range map[string]bool{
 		"node-1": true, "spare_2": true, "host.example.com": true, "N0": true,
 		"": false, "bad id": false, "node/1": false, "nœud": false, strings.Repeat("n", 65): false,
+		// Names of directories and bucket keys (checkpoint.ValidateRun's
+		// rule): no parent, hidden file or flag.
+		".": false, "..": false, "a..b": false, ".x": false, "-x": false, "_x": false, "a.b-c_d": true,
 	} {
 		if err := CheckNodeID(id); (err == nil) != ok {
 			t.Errorf("CheckNodeID(%q) = %v, want ok %v", id, err, ok)
+		}
+		// A run name follows the same rule, and what passes it names a
+		// run's checkpoints.
+		if id == "" {
+			continue
+		}
+		_, err := Parse("j.yaml", []byte(fmt.Sprintf("name: %q\n", id)))
+		if (err == nil) != ok {
+			t.Errorf("run name %q: %v, want ok %v", id, err, ok)
+		}
+		if ok {
+			if err := checkpoint.ValidateRun(id); err != nil {
+				t.Errorf("run name %q passes the spec but not the checkpoint store: %v", id, err)
+			}
 		}
 	}
 }
