@@ -403,8 +403,16 @@ func dialPeer(ctx, hsCtx context.Context, s side, peer int, addr string, refused
 				return nc, nil
 			}
 			nc.Close()
+			he := &HandshakeError{Session: s.session, Rank: s.rank, Peer: peer, Addr: addr, Remote: remote, Err: herr}
+			if errors.Is(herr, ascend.ErrProtocol) && !remote {
+				// What answers at the rank's address is no rank of ours
+				// (another service, a proxy): the rank cannot be reached
+				// there, which retrying on the same nodes does not change.
+				return nil, &ascend.PeerError{Rank: peer, Op: "connect",
+					Err: fmt.Errorf("%s does not answer as a cann-train node (another program listens there: check that node's --comm-advertise): %w", addr, he)}
+			}
 			if fatal(herr) || errors.Is(herr, ascend.ErrProtocol) {
-				return nil, &HandshakeError{Session: s.session, Rank: s.rank, Peer: peer, Addr: addr, Remote: remote, Err: herr}
+				return nil, he
 			}
 			err = herr
 		}

@@ -772,3 +772,30 @@ func TestConnectReachWithinWaitsForALateRank(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectBlamesAForeignListener: at rank 0's address another program
+// answers (an HTTP server, a proxy): the handshake reads garbage, and
+// Connect fails with a PeerError naming rank 0 (its address is wrong:
+// retrying the same group cannot help), at once, not after a timeout.
+func TestConnectBlamesAForeignListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	took, err := connectToNobody(t, "foreign", 0, ln.Addr().String(), Options{ConnectTimeout: 20 * time.Second, OpTimeout: 5 * time.Second})
+	if !strings.Contains(err.Error(), "does not answer as a cann-train node") || took > 5*time.Second {
+		t.Errorf("after %v: %v", took, err)
+	}
+	t.Log(err)
+}

@@ -156,7 +156,7 @@ func (r *refusals) note(err error, grace time.Duration, peer int, addr, how stri
 		r.since = time.Now()
 	case grace > 0 && time.Since(r.since) >= grace:
 		return &ascend.PeerError{Rank: peer, Op: "connect",
-			Err: fmt.Errorf("%s%s has refused connections for %v (its process is gone): %w",
+			Err: fmt.Errorf("%s%s has refused connections for %v (its node worker is gone, or listens elsewhere than its --comm-advertise): %w",
 				how, addr, time.Since(r.since).Round(time.Millisecond), err)}
 	}
 	return nil
