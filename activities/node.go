@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,10 @@ type Node struct {
 	// (the run's membership still lists that one's address) fails at once
 	// as NoState, and the run re-forms the group with this one.
 	Incarnation string
+	// Superseded, when set, is told (once or more) that a newer worker
+	// process registered this node's ID: the run plans for that one, so
+	// this one's chunks all fail; the worker stops serving.
+	Superseded func(error)
 	// WorkDir holds external jobs' per-run directories (logs, reports,
 	// checkpoint directory, rank table) on this node.
 	WorkDir string
@@ -565,7 +570,36 @@ func (n *Node) checkIncarnation(me spec.Node) error {
 	}
 	err := fmt.Errorf("node %s restarted (process %s) after the run planned this chunk for its process %s at %s",
 		n.ID, n.Incarnation, me.Incarnation, me.CommAddr)
+	if startedBefore(n.Incarnation, me.Incarnation) {
+		// This process is the older: nothing restarted, a second worker
+		// registered the same ID since, and the two take each other's
+		// chunks from the node's task queue.
+		mine := "?"
+		if n.Listener != nil {
+			mine = n.Listener.Addr()
+		}
+		err = fmt.Errorf("two workers serve node %s: process %s at %s registered it after this one (process %s at %s), "+
+			"and the run planned this chunk for it; stop one of them (--id must be unique)",
+			n.ID, me.Incarnation, me.CommAddr, n.Incarnation, mine)
+		if n.Superseded != nil {
+			n.Superseded(err)
+		}
+	}
 	return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeNoState, err)
+}
+
+// startedBefore reports whether incarnation a ("<unix ns>.<pid>", as
+// workers make them) started before b; false when either says no time.
+func startedBefore(a, b string) bool {
+	at, aok := incarnationStart(a)
+	bt, bok := incarnationStart(b)
+	return aok && bok && at < bt
+}
+
+func incarnationStart(inc string) (int64, bool) {
+	ns, _, _ := strings.Cut(inc, ".")
+	t, err := strconv.ParseInt(ns, 10, 64)
+	return t, err == nil
 }
 
 func (n *Node) checkInput(in spec.ChunkInput) error {
