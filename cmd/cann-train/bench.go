@@ -132,8 +132,9 @@ func newBenchRecoveryCmd(e *env) *cobra.Command {
 		Short: "SIGKILL (or SIGSTOP) a node at a random step, several times; median detect/replace/resume times",
 		Long: `Runs a fault-free reference run, then --kills runs that each SIGKILL one node
 worker at a random step (seeded). Each trial has its own spare and cluster
-registry. For each: seconds from the kill until the workflow acts (detect),
-until the new membership stands (replace), until the first step after the
+registry. For each: seconds from the kill (when the launcher saw the
+process exit) until the workflow acts (detect), from then until the new
+membership stands (replace), from the kill until the first step after the
 recovery completes (resume); steps lost; and whether the final weights equal
 the reference run's bit for bit. With --kill-at chunk-end every kill comes
 right after a chunk's last step, before the node reports the chunk (its
@@ -324,10 +325,10 @@ func printRecoveryBench(e *env, b RecoveryBench, output string) error {
 		return err
 	}
 	if b.Fault == spec.FaultFreeze {
-		fmt.Fprintf(e.out, "checkpoint every %d steps, heartbeat timeout %gs; times from the SIGSTOP (a frozen node's lost steps count from its last heartbeat, up to 0.8 × the timeout old)\n",
+		fmt.Fprintf(e.out, "checkpoint every %d steps, heartbeat timeout %gs; detect s and first step after s count from the freeze as the bench saw it (the process found stopped, polled every 2 ms), replace s from when the workflow saw the failure (a frozen node's lost steps count from its last heartbeat, up to 0.8 × the timeout old)\n",
 			b.CheckpointEvery, b.HeartbeatTimeout)
 	} else {
-		fmt.Fprintf(e.out, "checkpoint every %d steps; times from the SIGKILL\n", b.CheckpointEvery)
+		fmt.Fprintf(e.out, "checkpoint every %d steps; detect s and first step after s count from the kill as the launcher saw the process exit (an upper bound on its SIGKILL: they can read low, detect even below 0 on a loaded host), replace s from when the workflow saw the failure to the new membership\n", b.CheckpointEvery)
 	}
 	if !b.AllIdentical {
 		return &exitError{fmt.Errorf("a recovered run did not end bit-identical to the reference")}
