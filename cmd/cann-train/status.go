@@ -830,7 +830,7 @@ func energySummary(segs []spec.Segment) *EnergySummary {
 			e.TrainedSeconds += sg.WallSeconds
 		}
 	}
-	if e.Measured == 0 {
+	if e.Segments == 0 {
 		return nil
 	}
 	e.KWh = joules / energy.JoulesPerKWh
@@ -1025,7 +1025,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		}
 	}
 	printStrategy(w, s.Strategy, s.RanksPerNode, s.StepsPerSec)
-	if e := s.Energy; e != nil {
+	if e := s.Energy; e != nil && e.Measured == 0 {
+		fmt.Fprintf(w, "energy       not measured: no node had a meter (`cann-train green report %s` models it)\n", strings.TrimPrefix(s.WorkflowID, spec.RunIDPrefix))
+	} else if e != nil {
 		all := ""
 		if e.Measured < e.Segments {
 			all = fmt.Sprintf("; %d of %d trained stretches (the others ran where a node had no meter)", e.Measured, e.Segments)

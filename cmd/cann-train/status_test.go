@@ -31,7 +31,8 @@ func TestEnergySummary(t *testing.T) {
 		wantLine string
 	}{
 		{"none", nil, nil, ""},
-		{"modelled only", []spec.Segment{{WallSeconds: 60}}, nil, ""},
+		{"modelled only", []spec.Segment{{WallSeconds: 60}}, &EnergySummary{Segments: 1},
+			"energy       not measured: no node had a meter (`cann-train green report x` models it)\n"},
 		{"measured", []spec.Segment{{WallSeconds: 60, Joules: 9000}, {WallSeconds: 20, Lost: true}, {WallSeconds: 30, Joules: 4500}},
 			&EnergySummary{KWh: 13500 / 3.6e6, MeanWatts: 150, TrainedSeconds: 90, Measured: 2, Segments: 2},
 			"energy       0.0037 kWh measured, 150 W over 1m30s of training\n"},
