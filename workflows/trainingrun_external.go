@@ -733,6 +733,8 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 			grace := hb + max(2*time.Second, hb/2)
 			if onlyHeartbeatTimeouts(errs) {
 				grace -= hb
+			} else if onlyRankExits(errs) && workflow.GetVersion(ctx, versionRankExitGrace, workflow.DefaultVersion, 1) >= 1 {
+				grace = rankExitGrace
 			}
 			sel.AddFuture(workflow.NewTimer(tctx, grace), func(workflow.Future) { expired = true })
 		}
@@ -741,6 +743,36 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 		gw.finish(ctx)
 	}
 	return results, errs, gone, stop
+}
+
+// versionRankExitGrace: when every node that ended did so because one of
+// its processes exited (RankExited: the script failed, its worker is
+// alive and said so), the other nodes' processes get rankExitGrace to end
+// by themselves, not a heartbeat timeout and half as much again (15 s by
+// default): nothing is left for them to report that the exit has not,
+// and each script failure cost that wait. Asked only then.
+const versionRankExitGrace = "rank-exit-grace"
+
+// rankExitGrace is long enough for the other ranks to see a failed rank's
+// connections reset (gloo and HCCL abort within a second or two) and end
+// with their own diagnostics.
+const rankExitGrace = 2 * time.Second
+
+// onlyRankExits reports whether every error of errs is RankExited (and
+// there is one).
+func onlyRankExits(errs []error) bool {
+	some := false
+	for _, err := range errs {
+		var ae *temporal.ApplicationError
+		switch {
+		case err == nil:
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeRankExited:
+			some = true
+		default:
+			return false
+		}
+	}
+	return some
 }
 
 // versionStopUnformed: a world in which a node failed before its

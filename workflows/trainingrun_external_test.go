@@ -451,6 +451,36 @@ func TestExternalRunEndsFromLastCheckpoint(t *testing.T) {
 // the other node's ranks hang; after the grace period those are cancelled
 // and the world relaunches on the same nodes (nobody is marked failed).
 // A checkpoint signal from the stopped launch is ignored.
+// TestExternalRunRankExitStopsTheWorldSoon: a rank's exit is the whole
+// story — its worker is alive and said so —, so the other nodes' hanging
+// processes get 2 s to end by themselves, not the heartbeat timeout (10 s)
+// and 5 s more: the world is relaunched within seconds.
+func TestExternalRunRankExitStopsTheWorldSoon(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2"), failed: map[string]bool{}}
+	w := &fakeWorlds{end: 100, ckpts: []int64{30}}
+	w.behave = func(in spec.ExternalInput) error {
+		switch {
+		case in.Restore != nil:
+			return nil
+		case in.Rank == 1:
+			return temporal.NewApplicationError("rank-3 on node node-2 exited with status 1 at step 33",
+				spec.ErrTypeRankExited, spec.RankExit{Rank: 3, Process: "rank-3", Node: "node-2", ExitCode: 1, Step: 33})
+		}
+		return errHang // (its process waits for the lost rank)
+	}
+	env := newExternalEnv(t, cl, w)
+	env.SetTestTimeout(60 * time.Second)
+	s := externalSpec(2)
+	s.HeartbeatTimeout = spec.Duration(10 * time.Second)
+	start := time.Now()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	took := time.Since(start)
+	require.NoError(t, env.GetWorkflowError())
+	st := result(t, env)
+	require.Len(t, st.Recoveries, 1)
+	require.Less(t, took, 10*time.Second, "the hanging node waited out the heartbeat grace (15 s)")
+}
+
 func TestExternalRunRestartsWorldOnRankExit(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare"), failed: map[string]bool{}}
 	w := &fakeWorlds{end: 100, ckpts: []int64{30}}
