@@ -2,6 +2,7 @@ package trainbench
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 )
@@ -101,5 +102,33 @@ func TestOverlapShort(t *testing.T) {
 	}
 	if res.HiddenCommPct != res.Overlapped.HiddenCommPct || !(res.CommSharePct > 0) || !(res.Speedup > 0) {
 		t.Errorf("summary %+v", res)
+	}
+}
+
+// TestOneBitAdamBitsPinned pins the bits of a short 1-bit Adam run and its
+// Adam baseline (3 ranks, 100 steps, 30 of them Adam warm-up). The run is
+// deterministic, so a refactor that means to keep its arithmetic must keep
+// these: session 50 found the README's 2000-step figures off because
+// ec65895 averaged the warm-up's gradient and statistics in one allreduce
+// instead of two (the ring's segments then summed the statistics in
+// another order), in a commit that kept "the same bits" elsewhere. A
+// change that moves them on purpose updates the pins and re-measures the
+// README's `bench compression --optimizer onebit-adam` row.
+func TestOneBitAdamBitsPinned(t *testing.T) {
+	res, err := Compression(context.Background(), CompressionOptions{Ranks: 3, Steps: 100, Optimizer: "onebit-adam", FreezeStep: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		got  float64
+		want uint64
+	}{
+		{"adam", res.Dense.TestLoss, 0x3fd6df4fd64bb179},
+		{"onebit-adam", res.Compressed.TestLoss, 0x3fd764e1905171bc},
+	} {
+		if bits := math.Float64bits(tc.got); bits != tc.want {
+			t.Errorf("%s: test loss %v (%#x), pinned %v (%#x)", tc.name, tc.got, bits, math.Float64frombits(tc.want), tc.want)
+		}
 	}
 }
