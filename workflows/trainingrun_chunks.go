@@ -16,6 +16,8 @@ import (
 
 // chunkFailure is one failed chunk, with the nodes to blame.
 type chunkFailure struct {
+	// launch: an external job's world failed (words only).
+	launch    bool
 	from      int64
 	atStep    int64     // step the survivors were in (0 if unknown)
 	noticed   time.Time // first survivor noticed the loss
@@ -104,7 +106,15 @@ func (f *chunkFailure) addUnfit(node, why string, misconfigured bool) {
 }
 
 func (f *chunkFailure) Error() string {
-	return fmt.Sprintf("chunk from step %d: %s", f.from, f.reason)
+	return fmt.Sprintf("%s from step %d: %s", f.unit(), f.from, f.reason)
+}
+
+// unit is what failed: a chunk, or an external job's launch of its world.
+func (f *chunkFailure) unit() string {
+	if f.launch {
+		return "launch"
+	}
+	return "chunk"
 }
 
 func (f *chunkFailure) Unwrap() error { return f.first }
@@ -1615,7 +1625,7 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	// Say why the run waits (status, dashboard, Web UI) while it does.
 	prevDetail := r.st.Status.Detail
 	if len(f.failed) > 0 {
-		r.st.Status.Detail = fmt.Sprintf("replacing %s, lost in the chunk from step %d", strings.Join(f.failed, " "), f.from)
+		r.st.Status.Detail = fmt.Sprintf("replacing %s, lost in the %s from step %d", strings.Join(f.failed, " "), f.unit(), f.from)
 	}
 	if outage {
 		// The same nodes, still the run's: a new generation of them.

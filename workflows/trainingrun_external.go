@@ -979,6 +979,7 @@ func (r *run) blameWorld(ctx workflow.Context, from int64, started, seen time.Ti
 	if f == nil {
 		return nil
 	}
+	f.launch = true
 	var exited error
 	for _, err := range errs {
 		var ae *temporal.ApplicationError

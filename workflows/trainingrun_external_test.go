@@ -1034,7 +1034,7 @@ func TestExternalRunFailsWithTheRanksOwnError(t *testing.T) {
 	require.Len(t, w.launches(), 1, "a job that cannot start is not relaunched")
 	var ce *temporal.CanceledError
 	require.False(t, errors.As(err, &ce), "the run ended canceled: %v", err)
-	require.ErrorContains(t, err, "chunk from step 0: start rank-1: \"python3\" not found in PATH",
+	require.ErrorContains(t, err, "launch from step 0: start rank-1: \"python3\" not found in PATH",
 		"the reason is the node's own error, not the cancellation of the others")
 }
 

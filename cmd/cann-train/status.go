@@ -1358,7 +1358,7 @@ func recoveryTimes(r RecoverySummary) string {
 func recoveryHeadline(r RecoverySummary) string {
 	if len(r.FailedNodes) == 0 {
 		// No node lost (a corrupt checkpoint, say): the run went back.
-		what := "no node lost"
+		what := "no node lost, restarted on the same nodes"
 		if r.Outage {
 			what = "service outage, no node lost"
 		}

@@ -492,7 +492,7 @@ func TestStatusTextRecoveries(t *testing.T) {
 		// A corrupt checkpoint: no node lost, the run went back one.
 		{"corrupt", spec.Recovery{Generation: 3, FailedAtStep: 2500, ResumeStep: 2000, LostSteps: 500, SeenAt: t0,
 			ResumedAt: t0.Add(80 * time.Millisecond), Reason: "checkpoint at step 2500 is corrupt: …"},
-			"  gen 3: no node lost; at step 2500, rewound to 2000 (500 steps lost); first step 0.08s after the chunk failed\n      checkpoint at step 2500 is corrupt"},
+			"  gen 3: no node lost, restarted on the same nodes; at step 2500, rewound to 2000 (500 steps lost); first step 0.08s after the chunk failed\n      checkpoint at step 2500 is corrupt"},
 		// The service was out: every node answered after, none failed.
 		{"outage", spec.Recovery{Generation: 5, FailedAtStep: 1000, ResumeStep: 1000, Outage: true, SeenAt: t0,
 			ResumedAt: t0.Add(120 * time.Millisecond), Reason: "every node's heartbeats stopped at once …"},
