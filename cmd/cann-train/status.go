@@ -420,6 +420,7 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 	defer tick.Stop()
 	var last int64 = -1
 	var lastErr string
+	var high stepMark
 	changes := newChangeTeller(w, before)
 	tell := func(st spec.RunStatus) {
 		if jsonl || !changes.news(st) {
@@ -478,6 +479,7 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		if live != nil && live.Step > step {
 			step, loss, sps = live.Step, live.Loss, live.SamplesPerSec*float64(max(1, len(st.Nodes)))
 		}
+		step = high.hold(st, step)
 		switch {
 		case jsonl && step != last:
 			_ = json.NewEncoder(w).Encode(progressLine(id, st, step, loss, sps))
@@ -505,6 +507,25 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		case <-tick.C:
 		}
 	}
+}
+
+// stepMark keeps a watched run's step from going back while it trains on
+// in one generation: between a launch's (or chunk's) last heartbeat and
+// the status that takes in its end, the status may still say the step it
+// started from, or its last checkpoint's. A recovery (a new generation),
+// a pause or any other phase may rewind it, and then it does.
+type stepMark struct {
+	phase spec.Phase
+	gen   int64
+	step  int64
+}
+
+func (m *stepMark) hold(st spec.RunStatus, step int64) int64 {
+	if st.Phase == spec.PhaseTraining && m.phase == spec.PhaseTraining && st.Generation == m.gen && step < m.step {
+		return m.step
+	}
+	m.phase, m.gen, m.step = st.Phase, st.Generation, step
+	return step
 }
 
 // errNoControlWorker: no worker polls the control task queue, so no run

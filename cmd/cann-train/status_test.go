@@ -801,3 +801,27 @@ func TestNoAnswerOfAFailingTask(t *testing.T) {
 		t.Errorf("a failing task: %q", got)
 	}
 }
+
+// TestStepMark: a watched run's step holds while it trains on in one
+// generation (a poll between a launch's end and the status taking it in
+// said the launch's start), and goes back after a recovery or a pause.
+func TestStepMark(t *testing.T) {
+	training := func(gen int64) spec.RunStatus { return spec.RunStatus{Phase: spec.PhaseTraining, Generation: gen} }
+	var m stepMark
+	for i, tc := range []struct {
+		st         spec.RunStatus
+		step, want int64
+	}{
+		{training(1), 10, 10},
+		{training(1), 35, 35},
+		{training(1), 30, 35}, // the status before it took in the launch's end
+		{training(1), 40, 40},
+		{training(2), 30, 30}, // a recovery rewound it
+		{spec.RunStatus{Phase: spec.PhasePaused, Generation: 2}, 30, 30},
+		{training(2), 20, 20}, // resumed from an earlier checkpoint
+	} {
+		if got := m.hold(tc.st, tc.step); got != tc.want {
+			t.Errorf("poll %d (%s gen %d, step %d): %d, want %d", i, tc.st.Phase, tc.st.Generation, tc.step, got, tc.want)
+		}
+	}
+}
