@@ -200,6 +200,9 @@ RUN'), 'cann-train status RUN' still shows where it stopped, and
 						more := ""
 						if k := end.KeptOnNode; k != nil && k.Step > end.LastCkpt.Step {
 							more = fmt.Sprintf(" (from step %d once `cann-train checkpoint store-kept %s %s` on %s has stored it)", k.Step, runName(id), k.File, k.Node)
+						} else if end.Model == spec.ModelExternal {
+							// (Its processes may save on their SIGTERM, within stop_grace.)
+							more = " (or from a later checkpoint its stopping processes still upload: `cann-train checkpoint ls` lists them)"
 						}
 						fmt.Fprintf(e.out, "%s: cann-train run -f JOB --resume continues it from step %d%s\n", id, end.LastCkpt.Step, more)
 					}
