@@ -105,6 +105,10 @@ const (
 	// acquire takes the nodes held for it first and ends the holds it did
 	// not use; releasing its nodes ends them too.
 	UpdateHoldFree = "hold-free"
+	// UpdateForgetNode (payload ForgetNode) removes a node that no longer
+	// exists from the registry: refused while a run holds it or its
+	// worker renews its lease (`cann-train nodes forget`).
+	UpdateForgetNode = "forget-node"
 
 	// TrainingRun query and signals.
 	QueryStatus = "status"
@@ -969,6 +973,11 @@ type CrowdedNode struct {
 	NodeID string `json:"node_id"`
 	Ranks  int    `json:"ranks"`
 	Cores  int    `json:"cores"`
+}
+
+// ForgetNode asks the Cluster to remove NodeID from its registry.
+type ForgetNode struct {
+	NodeID string `json:"node_id"`
 }
 
 // RunStatus answers the status query and is the run's result.

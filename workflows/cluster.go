@@ -124,6 +124,15 @@ func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
 		workflow.UpdateHandlerOptions{Validator: validateHold}); err != nil {
 		return nil, err
 	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, spec.UpdateForgetNode, c.forget,
+		workflow.UpdateHandlerOptions{Validator: func(f spec.ForgetNode) error {
+			if f.NodeID == "" {
+				return errors.New("forget: node_id is required")
+			}
+			return nil
+		}}); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -303,6 +312,27 @@ func (c *cluster) drain(ctx workflow.Context, d spec.Drain) {
 		return
 	}
 	c.tellRun(ctx, r.Run, spec.Evict{NodeID: d.NodeID, Reason: r.DrainReason, Undrained: !d.Drained})
+}
+
+// forget removes a node from the registry (a decommissioned host, a
+// mistyped --id): not one a run holds, nor one whose worker still renews
+// its lease (it would only register again). A forgotten node's worker that
+// starts again registers anew.
+func (c *cluster) forget(ctx workflow.Context, f spec.ForgetNode) error {
+	r := c.find(f.NodeID)
+	now := workflow.Now(ctx)
+	switch {
+	case r == nil:
+		return fmt.Errorf("node %s is not registered", f.NodeID)
+	case r.Run != "":
+		return fmt.Errorf("node %s is held by %s at rank %d: cancel the run, or drain the node and wait for the run to move off it", f.NodeID, r.Run, r.Rank)
+	case now.Sub(r.LastSeen) <= c.st.LeaseTTL:
+		return fmt.Errorf("node %s's worker renewed its lease %v ago: stop it first (a live worker registers again)", f.NodeID, now.Sub(r.LastSeen).Round(time.Second))
+	}
+	last := r.LastSeen // (r points into the slice)
+	c.st.Nodes = slices.DeleteFunc(c.st.Nodes, func(n NodeRecord) bool { return n.Node.ID == f.NodeID })
+	workflow.GetLogger(ctx).Info("node forgotten", "node", f.NodeID, "last_seen", last)
+	return nil
 }
 
 func (c *cluster) release(ctx workflow.Context, runID string) {

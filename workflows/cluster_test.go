@@ -1023,3 +1023,64 @@ func TestClusterAcquireTakesTheNodesHeldForTheRun(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterForgetsANode: a node gone for good is removed from the
+// registry; one a run holds, one whose worker renews its lease, and an
+// unknown one are refused, each saying why; a forgotten node's worker that
+// starts again registers anew.
+func TestClusterForgetsANode(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b", "c"))
+	at(2*time.Second, func() { acquire("run", spec.AcquireRequest{RunID: "r1", Count: 1, Wait: time.Second}) })
+	errs := map[string]error{}
+	forget := func(key, node string) {
+		env.UpdateWorkflow(spec.UpdateForgetNode, key, &testsuite.TestUpdateCallback{
+			OnAccept:   func() {},
+			OnReject:   func(err error) { errs[key] = err },
+			OnComplete: func(_ any, err error) { errs[key] = err },
+		}, spec.ForgetNode{NodeID: node})
+	}
+	// b renews its lease; c falls silent.
+	for i := 5; i <= 60; i += 5 {
+		at(time.Duration(i)*time.Second, func() {
+			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"})
+			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "b"})
+		})
+	}
+	at(61*time.Second, func() {
+		forget("held", "a")
+		forget("alive", "b")
+		forget("gone", "c")
+		forget("unknown", "zz")
+		forget("empty", "")
+	})
+	var after []NodeRecord
+	at(62*time.Second, func() {
+		v, err := env.QueryWorkflow(spec.QueryNodes)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&after))
+		env.SignalWorkflow(spec.SignalRegister, testNodes("c")[0]) // its worker back
+	})
+	var back []NodeRecord
+	at(63*time.Second, func() {
+		v, err := env.QueryWorkflow(spec.QueryNodes)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&back))
+		env.CancelWorkflow()
+	})
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.NoError(t, results["run"].err)
+	require.ErrorContains(t, errs["held"], "node a is held by r1 at rank 0")
+	require.ErrorContains(t, errs["alive"], "node b's worker renewed its lease")
+	require.NoError(t, errs["gone"])
+	require.ErrorContains(t, errs["unknown"], "node zz is not registered")
+	require.ErrorContains(t, errs["empty"], "node_id is required")
+	nodeIDs := func(rs []NodeRecord) (out []string) {
+		for _, r := range rs {
+			out = append(out, r.Node.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{"a", "b"}, nodeIDs(after))
+	require.Equal(t, []string{"a", "b", "c"}, nodeIDs(back))
+}

@@ -131,6 +131,15 @@ func TestPauseResumeRealRun(t *testing.T) {
 	if err := unknown.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), `no node "node-9"`) {
 		t.Errorf("drain of an unknown node: %v", err)
 	}
+	// nodes forget refuses a node a run holds, one whose worker lives,
+	// and one never registered, each saying why.
+	for node, want := range map[string]string{"node-1": "is held by run/pause-me", "node-3": "renewed its lease", "node-9": "node node-9 is not registered"} {
+		root := newRootCmd(&env{out: &bytes.Buffer{}, err: &bytes.Buffer{}, command: childCommand})
+		root.SetArgs([]string{"nodes", "forget", node, "--address", addr})
+		if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("nodes forget %s: %v, want %q", node, err, want)
+		}
+	}
 	// The paused run is still going: starting its name again is refused,
 	// not answered with the running run as if it had started.
 	if _, err := startRunWith(ctx, c, s, spec.DefaultClusterID); err == nil || !strings.Contains(err.Error(), "a run of that name is still going") {

@@ -197,8 +197,47 @@ theirs. This puts them back into the pool at once. A running run is refused:
 			return releaseRun(cmd.Context(), e, clusterID, runID(args[0]))
 		},
 	}
-	cmd.AddCommand(drain, undrain, release)
+	forget := &cobra.Command{
+		Use:   "forget NODE",
+		Short: "Remove a node that is gone for good from the registry (a decommissioned host, a mistyped --id)",
+		Long: `The registry keeps every node that ever registered, stopped or silent ones too.
+This removes NODE from it. Refused while a run holds the node (cancel the run,
+or drain the node and let the run move off it) and while its worker still
+renews its lease (stop the worker first: a live worker registers again). A
+forgotten node's worker that starts later registers anew.`,
+		Example: `  cann-train nodes forget node-7`,
+		Args:    wantArgs(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return forgetNode(cmd.Context(), e, clusterID, args[0])
+		},
+	}
+	cmd.AddCommand(drain, undrain, release, forget)
 	return cmd
+}
+
+// forgetNode asks the Cluster to remove node from its registry (an
+// Update: the Cluster says why it refuses).
+func forgetNode(ctx context.Context, e *env, clusterID, node string) error {
+	c, err := dialQuiet(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		UpdateID:     fmt.Sprintf("forget/%s/%d", node, time.Now().UnixNano()),
+		WorkflowID:   clusterID,
+		UpdateName:   spec.UpdateForgetNode,
+		Args:         []any{spec.ForgetNode{NodeID: node}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("forget %s in %s: %w", node, clusterID, err)
+	}
+	fmt.Fprintf(e.out, "%s forgotten: %s lists it no more\n", node, clusterID)
+	return nil
 }
 
 // markOrphans marks the rows held by runs that have ended (terminated:
