@@ -10,11 +10,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +36,7 @@ import (
 	tserver "go.temporal.io/server/temporal"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
 )
 
 // ServerOptions configures the embedded server. The zero value is usable:
@@ -47,6 +50,9 @@ type ServerOptions struct {
 	// UIPort for the Web UI. 0 disables the UI; -1 picks a free port.
 	UIPort int
 	// DBFile is the SQLite file. Empty means in-memory (lost at Stop).
+	// The server holds a lock on DBFile + ".lock" while it runs: a second
+	// server on the same file (which would take its history shard away
+	// from the first) fails to start with ErrDBInUse.
 	DBFile string
 	// Namespace to create. Default "default".
 	Namespace string
@@ -69,6 +75,8 @@ type Server struct {
 	frontendAddr string
 	uiAddr       string
 	namespace    string
+	// dbLock holds the database file's lock (nil: in memory).
+	dbLock *os.File
 }
 
 // StartServer starts a real Temporal server in this process. It returns
@@ -87,6 +95,26 @@ func StartServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 		}
 		opts.Logger = l
 	}
+	// Before anything else: a second server on this file would take its
+	// history shard from the first, each failing the other's writes.
+	var dbLock *os.File
+	if opts.DBFile != "" {
+		var err error
+		if dbLock, err = lockDB(opts.DBFile); err != nil {
+			return nil, err
+		}
+	}
+	srv, err := startServer(ctx, opts)
+	if err != nil {
+		unlockDB(dbLock)
+		return nil, err
+	}
+	srv.dbLock = dbLock
+	return srv, nil
+}
+
+// startServer is StartServer with the database file locked.
+func startServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 	// Stop raises this to Error: a stopping server's own workers complain
 	// loudly about the connections it closes.
 	level := zap.NewAtomicLevelAt(zapcore.DebugLevel)
@@ -101,12 +129,12 @@ func StartServer(ctx context.Context, opts ServerOptions) (*Server, error) {
 	// A port asked for by number must be free now: the server's gRPC bind
 	// failing would end the process (a Fatal log), with no error to return.
 	if !pickFrontend {
-		if err := portFree(opts.IP, opts.FrontendPort, "frontend"); err != nil {
+		if err := portFree(opts.IP, opts.FrontendPort, false); err != nil {
 			return nil, err
 		}
 	}
 	if opts.UIPort > 0 {
-		if err := portFree(opts.IP, opts.UIPort, "Web UI"); err != nil {
+		if err := portFree(opts.IP, opts.UIPort, true); err != nil {
 			return nil, err
 		}
 	}
@@ -253,6 +281,53 @@ func (s *Server) Stop() {
 	if err := s.srv.Stop(); err != nil {
 		_ = err // the server logs its own shutdown problems
 	}
+	unlockDB(s.dbLock)
+	s.dbLock = nil
+}
+
+// ErrDBInUse is a database file another server holds (its lock file's).
+var ErrDBInUse = errors.New("in use by another cann-train dev server")
+
+// lockDB takes the exclusive lock on db's lock file, db + ".lock", and
+// writes this process's ID there; it fails at once with ErrDBInUse, naming
+// the holder's, when another process holds it (a flock: released with
+// its file, so when its process ends, however). The file stays after
+// unlockDB: removing it would let a server that opened it meanwhile lock
+// a file no later one sees.
+func lockDB(db string) (*os.File, error) {
+	path := db + ".lock"
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("dev: database dir: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("dev: lock file for db file %s: %w", db, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder := "pid unknown"
+		if b, rerr := io.ReadAll(io.LimitReader(f, 64)); rerr == nil && strings.TrimSpace(string(b)) != "" {
+			holder = "pid " + strings.TrimSpace(string(b))
+		}
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("dev: db file %s is %w (%s; lock file %s)", db, ErrDBInUse, holder, path)
+		}
+		return nil, fmt.Errorf("dev: lock db file %s (%s): %w", db, path, err)
+	}
+	// (The pid is only for the message: without it the lock still holds.)
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// unlockDB releases lockDB's lock (nil: none).
+func unlockDB(f *os.File) {
+	if f == nil {
+		return
+	}
+	_ = f.Truncate(0) // (no stale pid for the next server's message)
+	_ = f.Close()     // (releases the flock)
 }
 
 func buildConfig(opts ServerOptions, ports *portPicker) (*config.Config, error) {
@@ -345,17 +420,40 @@ func retryPortClash(attempts int, try func() error) error {
 }
 
 // ErrPortInUse is a port StartServer was asked to use that another process
-// holds.
+// holds (a *PortInUseError says which).
 var ErrPortInUse = errors.New("port in use")
 
-// portFree checks that port on ip can be bound now.
-func portFree(ip string, port int, what string) error {
+// PortInUseError is ErrPortInUse for one port: the frontend's, or the Web
+// UI's (UI).
+type PortInUseError struct {
+	IP   string
+	Port int
+	UI   bool
+}
+
+func (e *PortInUseError) Error() string {
+	what := "frontend"
+	if e.UI {
+		what = "Web UI"
+	}
+	return fmt.Sprintf("dev: %s port %d on %s: %v by another process (a Temporal dev server, `temporal server start-dev` or `cann-train dev`, listens on 7233 and 8233)",
+		what, e.Port, e.IP, ErrPortInUse)
+}
+
+func (e *PortInUseError) Unwrap() error { return ErrPortInUse }
+
+// portFree checks that port on ip, the Web UI's or the frontend's, can be
+// bound now.
+func portFree(ip string, port int, ui bool) error {
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("dev: %s port %d on %s: %w by another process (a Temporal dev server, `temporal server start-dev` or `cann-train dev`, listens on 7233 and 8233)",
-			what, port, ip, ErrPortInUse)
+		return &PortInUseError{IP: ip, Port: port, UI: ui}
 	}
 	if err != nil {
+		what := "frontend"
+		if ui {
+			what = "Web UI"
+		}
 		return fmt.Errorf("dev: %s port %d on %s: %w", what, port, ip, err)
 	}
 	return l.Close()

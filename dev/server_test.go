@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -106,9 +107,10 @@ func TestStartServerPortInUse(t *testing.T) {
 		name string
 		opts ServerOptions
 		what string
+		ui   bool
 	}{
-		{"frontend", ServerOptions{FrontendPort: port}, "frontend port"},
-		{"web UI", ServerOptions{UIPort: port}, "Web UI port"},
+		{"frontend", ServerOptions{FrontendPort: port}, "frontend port", false},
+		{"web UI", ServerOptions{UIPort: port}, "Web UI port", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, err := StartServer(t.Context(), tc.opts)
@@ -119,7 +121,66 @@ func TestStartServerPortInUse(t *testing.T) {
 			if !errors.Is(err, ErrPortInUse) || !strings.Contains(err.Error(), fmt.Sprintf("%s %d", tc.what, port)) {
 				t.Errorf("error %v; want ErrPortInUse naming the %s %d", err, tc.what, port)
 			}
+			// (The CLI's hint names the flag of the port in use.)
+			var inUse *PortInUseError
+			if !errors.As(err, &inUse) || inUse.UI != tc.ui || inUse.Port != port {
+				t.Errorf("error %#v; want a *PortInUseError for port %d, UI %v", err, port, tc.ui)
+			}
 		})
+	}
+}
+
+// TestLockDB: a database file is locked by one server at a time; a second
+// fails at once, naming the holder's pid, until the first lets go.
+func TestLockDB(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "sub", "temporal.db")
+	var held []*os.File
+	defer func() {
+		for _, f := range held {
+			unlockDB(f)
+		}
+	}()
+	for _, tc := range []struct {
+		name    string
+		release bool // release the locks held before locking
+		wantErr error
+	}{
+		{"first", false, nil},
+		{"second while the first holds it", false, ErrDBInUse},
+		{"third once the first let go", true, nil},
+		{"fourth while the third holds it", false, ErrDBInUse},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.release {
+				for _, f := range held {
+					unlockDB(f)
+				}
+				held = nil
+			}
+			f, err := lockDB(db)
+			if err == nil {
+				held = append(held, f)
+			}
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("error %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				want := fmt.Sprintf("db file %s is in use by another cann-train dev server (pid %d", db, os.Getpid())
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+		})
+	}
+	// A server on a held file fails before it binds or opens anything.
+	start := time.Now()
+	srv, err := StartServer(t.Context(), ServerOptions{DBFile: db})
+	if err == nil {
+		srv.Stop()
+		t.Fatal("a second server started on a locked db file")
+	}
+	if !errors.Is(err, ErrDBInUse) || time.Since(start) > 5*time.Second {
+		t.Errorf("after %v: %v; want ErrDBInUse at once", time.Since(start), err)
 	}
 }
 

@@ -33,8 +33,14 @@ type NodeOptions struct {
 	// CommListen is where the collective listener binds, e.g.
 	// "127.0.0.1:0" or "0.0.0.0:29500".
 	CommListen string
-	// CommAdvertise is the address peers dial; default the bound address.
+	// CommAdvertise is the address peers dial; default the bound address,
+	// with a wildcard host (0.0.0.0, ::) replaced by this host's address
+	// towards TemporalAddress (advertiseAddr).
 	CommAdvertise string
+	// TemporalAddress is the Temporal frontend's host:port the client
+	// dials: a wildcard CommListen advertises the local address of the
+	// route to it.
+	TemporalAddress string
 	// ClusterID is the Cluster workflow to register with.
 	ClusterID string
 	// CheckpointURL is the default checkpoint bucket.
@@ -68,7 +74,8 @@ type NodeOptions struct {
 	// Hurry, once closed, cuts StopGrace short (a second signal).
 	Hurry <-chan struct{}
 	// WorkDir holds external jobs' directories on this node (logs,
-	// reports, checkpoint directory). Default: a temporary directory.
+	// reports, checkpoint directory). Default: a temporary directory. Set,
+	// it is created and must be writable (CheckWorkDir).
 	WorkDir string
 	// Energy is the host meter chunks read (energy.HostMeterOptions.Kind:
 	// "" or auto is RAPL when readable; off disables metering). Without a
@@ -97,6 +104,11 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	}
 	if err := spec.CheckNodeID(o.ID); err != nil {
 		return err // (the CLI says "node worker: ")
+	}
+	if o.WorkDir != "" { // its first external job would fail on it
+		if err := CheckWorkDir(o.WorkDir); err != nil {
+			return fmt.Errorf("node %s: work dir %s: %w", o.ID, o.WorkDir, err)
+		}
 	}
 	if o.CheckpointURL != "" { // every chunk of a run naming no bucket would fail on it
 		if err := spec.CheckBucketURL(o.CheckpointURL); err != nil {
@@ -133,7 +145,18 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	defer l.Close()
 	advertise := o.CommAdvertise
 	if advertise == "" {
-		advertise = l.Addr()
+		var why string
+		var chosen bool
+		advertise, why, chosen = advertiseAddr(l.Addr(), o.TemporalAddress, outboundIP, hostIPs)
+		switch {
+		case chosen:
+			log.Info("advertising this host's address to peers: --comm-listen binds every interface and no --comm-advertise names one "+
+				"(give --comm-advertise if peers reach this host at another)",
+				zap.String("node", o.ID), zap.String("comm", advertise), zap.String("listen", l.Addr()), zap.String("how", why))
+		case why != "":
+			log.Warn("advertising a wildcard address, which peers on other hosts cannot dial: give --comm-advertise",
+				zap.String("node", o.ID), zap.String("comm", advertise), zap.String("why", why))
+		}
 	}
 	host, _ := os.Hostname()
 	if h, _, err := net.SplitHostPort(advertise); err == nil && h != "" {
@@ -148,13 +171,19 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	log = log.With(zap.String("node", o.ID))
 	// Before polling the node's task queue: a second worker must not take
 	// any of its chunks.
-	if err := notServedElsewhere(ctx, c, o.ClusterID, node, log); err != nil {
+	if err := notServedElsewhere(ctx, c, o.ClusterID, node, registryRetry, log); err != nil {
 		return err
 	}
 
+	// A newer worker registered this node's ID (a second worker started
+	// with the same --id): the runs plan for that one, and this one's
+	// chunks all fail; it stops serving, saying why.
+	ctx, supersede := context.WithCancelCause(ctx)
+	defer supersede(nil)
 	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
 		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation, PeerWatch: peerWatch, BucketGrace: o.BucketGrace,
-		CheckpointRequestTimeout: o.CheckpointRequestTimeout, CheckpointGCGrace: o.CheckpointGCGrace}
+		CheckpointRequestTimeout: o.CheckpointRequestTimeout, CheckpointGCGrace: o.CheckpointGCGrace,
+		Superseded: func(err error) { supersede(&SupersededError{Err: err}) }}
 	defer acts.Close()
 	switch m, err := energy.OpenHostMeter(ctx, energy.HostMeterOptions{Kind: o.Energy}); {
 	case err == nil:
@@ -162,9 +191,9 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		acts.Energy = m
 		log.Info("energy meter", zap.Stringer("meter", m))
 	case errors.Is(err, energy.ErrNoMeter) && (o.Energy == "" || o.Energy == energy.MeterAuto || o.Energy == energy.MeterOff):
-		log.Info("no energy meter: runs model this node's energy", zap.Error(err))
+		log.Info("energy not metered: runs model this node's energy", zap.Error(err))
 	default:
-		return fmt.Errorf("node %s: energy meter: %w", o.ID, err)
+		return fmt.Errorf("node %s: %w", o.ID, err) // ("energy: ...")
 	}
 	w := worker.New(c, node.TaskQueue, worker.Options{
 		// A relaunched world's activity (and its port reservation) may
@@ -220,8 +249,15 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	for {
 		select {
 		case <-ctx.Done():
-			leave(c, o.ClusterID, node, log)
-			stop(w, acts, l, o, log)
+			cause := context.Cause(ctx)
+			if se := (*SupersededError)(nil); errors.As(cause, &se) {
+				log.Error("another worker process registered this node ID after this one: this one stops serving (--id must be unique)", zap.Error(se.Err))
+			}
+			leave(c, o.ClusterID, node, log) // (the Cluster ignores an earlier process's word)
+			stop(w, acts, l, o, cause, log)
+			if se := (*SupersededError)(nil); errors.As(cause, &se) {
+				return fmt.Errorf("node %s: %w", o.ID, se)
+			}
 			return nil
 		case <-t.C:
 		}
@@ -249,6 +285,14 @@ func register(ctx context.Context, c client.Client, clusterID string, node spec.
 }
 
 // ErrDuplicateNode: another live worker already serves the node ID.
+// SupersededError ends a node worker whose node ID a newer worker
+// process registered since (activities.Node.Superseded): two workers with
+// one --id would take each other's chunks.
+type SupersededError struct{ Err error }
+
+func (e *SupersededError) Error() string { return "superseded: " + e.Err.Error() }
+func (e *SupersededError) Unwrap() error { return e.Err }
+
 var ErrDuplicateNode = errors.New("another worker serves this node ID")
 
 // notServedElsewhere refuses to start a second worker for a node ID whose
@@ -257,24 +301,27 @@ var ErrDuplicateNode = errors.New("another worker serves this node ID")
 // them. The registered worker counts as alive when its collective port
 // still accepts a connection — a killed process's listener closes with it,
 // so a worker restarted under the same ID (or at the same address) goes
-// on. A Cluster that does not answer within a few seconds (none yet, or no
-// control worker) is no objection.
-func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, node spec.Node, log *zap.Logger) error {
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	// The registry's query is answered by a control worker: with none
-	// polling (nodes started first) it would only time out.
-	if ok, err := ControlWorkerPolls(qctx, c); !ok {
-		log.Debug("no control worker to ask; not checking for a second worker", zap.Error(err))
-		return nil
-	}
-	v, err := c.QueryWorkflow(qctx, clusterID, "", spec.QueryNodes)
-	var records []workflows.NodeRecord
-	if err == nil {
-		err = v.Get(&records)
+// on. The registry is answered by a control worker: while none answers
+// (none yet, one restarting or slow) it asks again, backing off, within
+// retry's budget, and then starts with a warning that it could not check.
+func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, node spec.Node, retry retryPolicy, log *zap.Logger) error {
+	asked := time.Now()
+	tries := 0
+	records, err := retry.do(ctx, func(ctx context.Context) ([]workflows.NodeRecord, error) {
+		r, err := registryNodes(ctx, c, clusterID)
+		if tries++; err != nil && tries == 1 {
+			log.Info("the cluster registry does not answer; asking again before serving, to rule out a second worker with this node ID",
+				zap.String("cluster", clusterID), zap.Duration("for_up_to", retry.budget), zap.Error(err))
+		}
+		return r, err
+	})
+	if ctx.Err() != nil {
+		return fmt.Errorf("node %s: asking the cluster registry %s: %w", node.ID, clusterID, ctx.Err())
 	}
 	if err != nil {
-		log.Debug("no node list from the cluster registry; not checking for a second worker", zap.Error(err))
+		log.Warn("could not rule out a second worker serving this node ID: the cluster registry did not answer (is a control worker running?). "+
+			"If another worker has the same --id, both take this node's chunks and its runs fail, blaming restarts that never happened",
+			zap.String("cluster", clusterID), zap.Int("tries", tries), zap.Duration("waited", time.Since(asked).Round(time.Millisecond)), zap.Error(err))
 		return nil
 	}
 	for _, r := range records {
@@ -293,6 +340,170 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 			node.ID, ErrDuplicateNode, r.Node.Host, r.LastSeen.UTC().Format(time.RFC3339), r.Node.CommAddr)
 	}
 	return nil
+}
+
+// errNoControlWorker: nothing polls the control task queue, so a query of
+// the Cluster would only wait out its deadline.
+var errNoControlWorker = errors.New("no control worker polls task queue " + spec.ControlTaskQueue)
+
+// registryNodes asks the Cluster registry clusterID for its nodes. A
+// registry not started yet has none.
+func registryNodes(ctx context.Context, c client.Client, clusterID string) ([]workflows.NodeRecord, error) {
+	if ok, err := ControlWorkerPolls(ctx, c); !ok {
+		if err == nil {
+			err = errNoControlWorker
+		}
+		return nil, err
+	}
+	v, err := c.QueryWorkflow(ctx, clusterID, "", spec.QueryNodes)
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return nil, nil // no registry, so no node registered
+	}
+	var records []workflows.NodeRecord
+	if err == nil {
+		err = v.Get(&records)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("query the cluster registry %s: %w", clusterID, err)
+	}
+	return records, nil
+}
+
+// retryPolicy bounds how long a starting node worker asks again for what
+// it needs of a control worker: from first, twice as long each time, each
+// try at most perTry, all within budget.
+type retryPolicy struct {
+	first, perTry, budget time.Duration
+}
+
+// registryRetry is how long a starting node worker waits for the Cluster
+// registry (notServedElsewhere): a control worker restarting is back
+// within seconds, and startup is not held up for long when there is none.
+var registryRetry = retryPolicy{first: time.Second, perTry: 5 * time.Second, budget: 15 * time.Second}
+
+// do calls try until it succeeds, ctx ends, or the budget is spent, and
+// returns its last result. The last wait is cut short to leave the last
+// try a tenth of the budget at least.
+func (p retryPolicy) do(ctx context.Context, try func(context.Context) ([]workflows.NodeRecord, error)) ([]workflows.NodeRecord, error) {
+	deadline := time.Now().Add(p.budget)
+	wait := p.first
+	for {
+		tctx, cancel := context.WithTimeout(ctx, min(p.perTry, time.Until(deadline)))
+		v, err := try(tctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return v, err
+		}
+		left := time.Until(deadline) - p.budget/10
+		if left <= 0 {
+			return v, err
+		}
+		t := time.NewTimer(min(wait, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, err
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// CheckWorkDir creates dir (a node's --work-dir) and checks that a file
+// can be written there: a node whose external jobs could not write their
+// logs would fail every one of them, in the run. (The caller names dir.)
+func CheckWorkDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err // (*fs.PathError: "mkdir DIR: not a directory")
+	}
+	f, err := os.CreateTemp(dir, ".write-probe-*")
+	if err != nil {
+		return fmt.Errorf("not writable: %w", err)
+	}
+	name := f.Name()
+	err = f.Close()
+	if rerr := os.Remove(name); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("write probe: %w", err)
+	}
+	return nil
+}
+
+// advertiseAddr is the collective address a node registers when it is
+// given none: the bound address, but a wildcard host there (0.0.0.0, ::,
+// none) — which a peer on another host would dial as its own — gives way to
+// the local address of this host's route to the Temporal frontend at
+// temporal (outbound: no packet is sent), else to the first non-loopback
+// address of the host's name (hostIPs), else to a loopback address that
+// outbound found. chosen says it replaced the host, and why how; why
+// without chosen says why a wildcard address is kept.
+func advertiseAddr(bound, temporal string, outbound func(target string) (net.IP, error), hostIPs func() ([]net.IP, error)) (addr, why string, chosen bool) {
+	h, port, err := net.SplitHostPort(bound)
+	if err != nil {
+		return bound, "", false
+	}
+	if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+		return bound, "", false
+	}
+	target := strings.TrimPrefix(temporal, "dns:///")
+	var reasons []string
+	var loopback net.IP
+	switch ip, err := outbound(target); {
+	case err != nil:
+		reasons = append(reasons, fmt.Sprintf("no route to Temporal at %s: %v", target, err))
+	case usable(ip):
+		return net.JoinHostPort(ip.String(), port), "the local address of the route to Temporal at " + target, true
+	default:
+		loopback = ip
+		reasons = append(reasons, fmt.Sprintf("the route to Temporal at %s leaves from %s", target, ip))
+	}
+	ips, err := hostIPs()
+	for _, ip := range ips {
+		if usable(ip) {
+			return net.JoinHostPort(ip.String(), port), "the first non-loopback address of the host's name (" + strings.Join(reasons, "; ") + ")", true
+		}
+	}
+	if err != nil {
+		reasons = append(reasons, fmt.Sprintf("host name: %v", err))
+	} else {
+		reasons = append(reasons, "the host's name has no non-loopback address")
+	}
+	if loopback != nil {
+		return net.JoinHostPort(loopback.String(), port), "a loopback address, as Temporal is reached on one: only peers on this host can dial it (" +
+			strings.Join(reasons, "; ") + ")", true
+	}
+	return bound, strings.Join(reasons, "; "), false
+}
+
+// usable: an address a peer on another host may dial.
+func usable(ip net.IP) bool {
+	return ip != nil && !ip.IsUnspecified() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsMulticast()
+}
+
+// outboundIP is the local address of this host's route to target
+// (host:port): a UDP socket connected towards it, which sends nothing.
+func outboundIP(target string) (net.IP, error) {
+	d := net.Dialer{Timeout: 3 * time.Second} // (the name's lookup)
+	conn, err := d.Dial("udp", target)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.LocalAddr().(*net.UDPAddr).IP, nil
+}
+
+// hostIPs are the addresses of this host's name.
+func hostIPs() ([]net.IP, error) {
+	name, err := os.Hostname()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return net.DefaultResolver.LookupIP(ctx, "ip", name)
 }
 
 // leave tells the Cluster that a gracefully stopping node is gone, so it is
@@ -333,8 +544,12 @@ type inFlight interface {
 // rank 0's checkpoint upload, which the run's recovery then finds
 // committed; its collective listener, comm, closes in between. Whatever
 // still runs after the grace (or o.Hurry) is cancelled or abandoned.
-func stop(w stopper, acts inFlight, comm io.Closer, o NodeOptions, log *zap.Logger) {
+// It logs why the worker stops (reason: the signal) and that it stopped,
+// which tells an operator a clean stop from a crash.
+func stop(w stopper, acts inFlight, comm io.Closer, o NodeOptions, reason error, log *zap.Logger) {
 	deadline := time.Now().Add(o.StopGrace)
+	log.Info("node worker stopping", zap.NamedError("reason", reason))
+	defer log.Info("node worker stopped")
 	acts.EndChunks()
 	if n := acts.Running(); n > 0 {
 		log.Info("stopping: no new chunks; ending the one(s) in flight at a step the run's nodes agree on, with a checkpoint there (a second signal stops at once)",

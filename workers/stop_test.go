@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -122,7 +123,7 @@ func TestStop(t *testing.T) {
 			returned := make(chan struct{})
 			go func() {
 				defer close(returned)
-				stop(w, n, n.comm, NodeOptions{StopGrace: grace, Hurry: hurry}, zap.New(core))
+				stop(w, n, n.comm, NodeOptions{StopGrace: grace, Hurry: hurry}, errors.New("terminated signal received"), zap.New(core))
 			}()
 			<-w.called
 			select {
@@ -159,8 +160,16 @@ func TestStop(t *testing.T) {
 			for _, e := range logs.All() {
 				got = append(got, e.Message)
 			}
-			if !slices.Equal(got, tc.logs) {
-				t.Errorf("logged %q, want %q", got, tc.logs)
+			// Every stop, idle or not, says that it begins, why, and that
+			// it ended.
+			want := append(append([]string{"node worker stopping"}, tc.logs...), "node worker stopped")
+			if !slices.Equal(got, want) {
+				t.Errorf("logged %q, want %q", got, want)
+			}
+			if all := logs.All(); len(all) > 0 {
+				if first := all[0]; first.Level != zap.InfoLevel || first.ContextMap()["reason"] != "terminated signal received" {
+					t.Errorf("first entry %q at %v with %v; want info with the reason", first.Message, first.Level, first.ContextMap())
+				}
 			}
 			if tc.hurry == 0 && tc.upload && !tc.finish && time.Since(start) < grace {
 				t.Errorf("returned after %v, before the grace (%v) was over", time.Since(start), grace)

@@ -12,6 +12,34 @@ import (
 	"github.com/cann-train/cann-train/workers"
 )
 
+// devUIPort is the Web UI port of a dev server on frontend port port
+// without --ui-port: port + 1000, as temporal server start-dev (the CLI's
+// links expect it); with port 0 (any free port), or no room above it, any
+// free port (dev.ServerOptions.UIPort -1) — not 8233, where a second such
+// server's UI would clash with the first's.
+func devUIPort(port int) int {
+	if port > 0 && port+1000 <= 65535 {
+		return port + 1000
+	}
+	return -1
+}
+
+// devStartError adds to a dev server's start failure the flag that gets
+// past it: for a port in use, the flag of that port; for a database
+// another server holds, another --db-file.
+func devStartError(err error) error {
+	var inUse *dev.PortInUseError
+	switch {
+	case errors.As(err, &inUse) && inUse.UI:
+		return fmt.Errorf("%w; stop it, or pass --ui-port -1 (any free port) or --ui-port 0 (no Web UI)", err)
+	case errors.As(err, &inUse):
+		return fmt.Errorf("%w; stop it, or pass --port 0 (any free port; a second server also needs its own --db-file)", err)
+	case errors.Is(err, dev.ErrDBInUse):
+		return fmt.Errorf("%w; stop that server, or give this one another --db-file", err)
+	}
+	return err
+}
+
 func defaultDataDir() string {
 	if d := os.Getenv("CANN_TRAIN_HOME"); d != "" {
 		return d
@@ -45,18 +73,15 @@ func newDevCmd(e *env) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--server-log-level: %w", err)
 			}
-			if !cmd.Flags().Changed("ui-port") && o.port > 0 && o.port+1000 <= 65535 {
-				o.uiPort = o.port + 1000 // as temporal server start-dev; the CLI's links expect it
+			if !cmd.Flags().Changed("ui-port") {
+				o.uiPort = devUIPort(o.port)
 			}
 			srv, err := dev.StartServer(cmd.Context(), dev.ServerOptions{
 				IP: o.ip, FrontendPort: o.port, UIPort: o.uiPort, DBFile: o.dbFile,
 				Namespace: e.namespace, SearchAttributes: workers.SearchAttributes(), Logger: log.Named("temporal"),
 			})
-			if errors.Is(err, dev.ErrPortInUse) {
-				return fmt.Errorf("%w; stop it, or pass --port 0 (any free port)", err)
-			}
 			if err != nil {
-				return err
+				return devStartError(err)
 			}
 			ui := srv.UIURL()
 			if ui == "" {
@@ -71,10 +96,12 @@ func newDevCmd(e *env) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.ip, "ip", "127.0.0.1", "IP to bind")
-	f.IntVar(&o.port, "port", 7233, "frontend gRPC port (0: any free port)")
-	f.IntVar(&o.uiPort, "ui-port", 8233, "Web UI port (0: no UI; default: --port + 1000)")
-	bounded(f, "0", "65535", "port", "ui-port")
-	f.StringVar(&o.dbFile, "db-file", filepath.Join(defaultDataDir(), "temporal.db"), "SQLite database file")
+	f.IntVar(&o.port, "port", 7233, "frontend gRPC port (0: any free port, and the Web UI on any free port too unless --ui-port is given)")
+	// (Its default depends on --port: devUIPort.)
+	f.IntVar(&o.uiPort, "ui-port", 0, "Web UI port (0: no UI; -1: any free port; default: --port + 1000, any free port with --port 0)")
+	bounded(f, "0", "65535", "port")
+	bounded(f, "-1", "65535", "ui-port")
+	f.StringVar(&o.dbFile, "db-file", filepath.Join(defaultDataDir(), "temporal.db"), "SQLite database file (one server at a time: a second server on it refuses to start)")
 	f.StringVar(&o.serverLog, "server-log-level", "warn", "the Temporal server's log level: debug, info, warn, error (as temporal server start-dev's --log-level)")
 	return cmd
 }

@@ -30,7 +30,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd(&env{out: os.Stdout, err: os.Stderr, command: dev.SelfCommand}).ExecuteContext(ctx)
+	e := &env{out: os.Stdout, err: os.Stderr, command: dev.SelfCommand}
+	err := newRootCmd(e).ExecuteContext(ctx)
 	stop()
 	var quiet *exitError
 	switch {
@@ -38,14 +39,31 @@ func main() {
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		// Ctrl-C (or SIGTERM) ended the command: nothing went wrong with
 		// it, and runs it started or watched go on.
-		fmt.Fprintln(os.Stderr, "cann-train: interrupted")
+		printLast(os.Stderr, e.logJSON, false, "cann-train: interrupted")
 		os.Exit(130)
 	case errors.As(err, &quiet):
 		os.Exit(1)
 	default:
-		fmt.Fprintln(os.Stderr, "cann-train:", err)
+		printLast(os.Stderr, e.logJSON, true, "cann-train: "+err.Error())
 		os.Exit(1)
 	}
+}
+
+// printLast writes the line a command ends on, its error (failed) or
+// that it was interrupted: plain text, or with --log-json a JSON log line
+// like the rest of the log, which a log shipper parsing it keeps.
+func printLast(w io.Writer, logJSON, failed bool, line string) {
+	if !logJSON {
+		fmt.Fprintln(w, line)
+		return
+	}
+	log := workers.NewJSONLogger(w)
+	if failed {
+		log.Error(line)
+	} else {
+		log.Info(line)
+	}
+	_ = log.Sync()
 }
 
 // env is what commands need from the outside world; tests replace it.

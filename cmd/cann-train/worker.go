@@ -118,6 +118,29 @@ func secondSignal() (<-chan struct{}, func()) {
 	}
 }
 
+// clusterLeaseTTL is how long the Cluster registry hands out a node after
+// its last lease renewal: workflows/cluster.go, newCluster's default
+// ClusterState.LeaseTTL (keep the two the same).
+const clusterLeaseTTL = 20 * time.Second
+
+// minLeaseEvery is the shortest --lease-every: each renewal is a signal to
+// the Cluster workflow, whose history a flood of them would fill.
+const minLeaseEvery = time.Second
+
+// checkLeaseEvery refuses a --lease-every that floods the Cluster with
+// signals, or one at or above its lease TTL, with which a healthy node
+// shows silent between renewals and is left out of runs.
+func checkLeaseEvery(d time.Duration) error {
+	switch {
+	case d < minLeaseEvery:
+		return fmt.Errorf("--lease-every %v: want at least %v (each renewal is a signal to the Cluster workflow)", d, minLeaseEvery)
+	case d >= clusterLeaseTTL:
+		return fmt.Errorf("--lease-every %v: want under %v, the Cluster's lease TTL: a node not heard from for that long shows silent and gets no runs "+
+			"(keep it a few times shorter; the default is 5s)", d, clusterLeaseTTL)
+	}
+	return nil
+}
+
 func newNodeWorkerCmd(e *env) *cobra.Command {
 	o := workers.NodeOptions{}
 	var metricsAddr string
@@ -133,6 +156,16 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 			if err := spec.CheckNodeID(o.ID); err != nil {
 				return fmt.Errorf("--id: %w", err)
 			}
+			if err := checkLeaseEvery(o.LeaseEvery); err != nil {
+				return err
+			}
+			if o.WorkDir == "" {
+				o.WorkDir = filepath.Join(defaultDataDir(), "work", o.ID)
+			}
+			// (Before waiting for Temporal: nothing there cures it.)
+			if err := workers.CheckWorkDir(o.WorkDir); err != nil {
+				return fmt.Errorf("--work-dir %s: %w", o.WorkDir, err)
+			}
 			log, err := e.logger()
 			if err != nil {
 				return err
@@ -142,9 +175,7 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer done()
-			if o.WorkDir == "" {
-				o.WorkDir = filepath.Join(defaultDataDir(), "work", o.ID)
-			}
+			o.TemporalAddress = e.address
 			if o.CheckpointRequestTimeout = requestTimeout; requestTimeout == 0 {
 				o.CheckpointRequestTimeout = -1 // no limit
 			}
@@ -161,8 +192,9 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.ID, "id", "", "node ID (required; stable across restarts)")
-	f.StringVar(&o.CommListen, "comm-listen", "127.0.0.1:0", "collective listener address")
-	f.StringVar(&o.CommAdvertise, "comm-advertise", "", "address peers dial (default: the bound address)")
+	f.StringVar(&o.CommListen, "comm-listen", "127.0.0.1:0", "collective listener address (0.0.0.0:PORT or [::]:PORT: every interface)")
+	f.StringVar(&o.CommAdvertise, "comm-advertise", "", "address peers dial (default: the bound address; for a --comm-listen on every interface, "+
+		"this host's address on its route to the Temporal frontend, else the first non-loopback address of its host name, as the log says)")
 	f.StringVar(&o.ClusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow to register with")
 	f.StringVar(&o.CheckpointURL, "checkpoint-url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "default checkpoint bucket URL")
 	f.DurationVar(&o.BucketGrace, "bucket-grace", activities.DefaultBucketGrace,
@@ -176,8 +208,9 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	atLeast(f, "0s", "checkpoint-request-timeout")
 	atLeast(f, "1s", "checkpoint-gc-grace")
 	f.StringVar(&o.MNISTDir, "mnist-dir", "", "MNIST IDX files (default: env CANN_TRAIN_MNIST_DIR or the GoMNIST module)")
-	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, "lease renewal period")
-	atLeast(f, "1ns", "lease-every", "bucket-grace")
+	f.DurationVar(&o.LeaseEvery, "lease-every", 5*time.Second, fmt.Sprintf("lease renewal period: at least %v and under the Cluster's lease TTL, %v, "+
+		"after which a node not heard from shows silent and gets no runs (keep it a few times shorter)", minLeaseEvery, clusterLeaseTTL))
+	atLeast(f, "1ns", "lease-every", "bucket-grace") // (lease-every: checkLeaseEvery too)
 	f.DurationVar(&o.StopGrace, "stop-grace", workers.DefaultStopGrace,
 		"on SIGTERM or Ctrl-C the node leaves the cluster and takes no new chunk; the chunk in flight ends early, at a step its nodes agree on within a second, with a checkpoint there "+
 			"(its run then moves off the node at that step, losing none), and an external job in flight and then the checkpoint upload may finish for this long; "+
@@ -185,7 +218,8 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 			"before SIGKILL (Kubernetes' terminationGracePeriodSeconds, 30s by default; docker compose's stop_grace_period)")
 	atLeast(f, "0s", "stop-grace")
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let 'cann-train fault kill' SIGKILL this worker (testing and demos only)")
-	f.StringVar(&o.WorkDir, "work-dir", "", "external jobs' logs, reports and checkpoint directories (default <data dir>/work/<id>)")
+	f.StringVar(&o.WorkDir, "work-dir", "", "external jobs' logs, reports and checkpoint directories (default <data dir>/work/<id>; "+
+		"created at start, and a directory the worker cannot write to stops it there)")
 	f.StringVar(&o.Energy, "energy", "auto", "energy meter whose readings chunks report: auto (Linux RAPL when readable), rapl, npu-smi, nvidia-smi, or off (the run then models energy)")
 	addMetricsFlag(cmd, &metricsAddr)
 	_ = cmd.MarkFlagRequired("id")

@@ -321,7 +321,7 @@ func OpenHostMeter(ctx context.Context, opts HostMeterOptions) (HostMeter, error
 	kinds := []string{opts.Kind}
 	switch opts.Kind {
 	case MeterOff:
-		return nil, fmt.Errorf("%w: metering is off", ErrNoMeter)
+		return nil, errMeterOff{}
 	case MeterAuto, "":
 		kinds = []string{MeterRAPL}
 	case MeterRAPL, MeterNPUSMI, MeterNVIDIA:
@@ -334,10 +334,19 @@ func OpenHostMeter(ctx context.Context, opts HostMeterOptions) (HostMeter, error
 		if err == nil {
 			return m, nil
 		}
-		why = append(why, err.Error())
+		// (Inside ErrNoMeter's "energy: ..." without a second "energy: ".)
+		why = append(why, strings.TrimPrefix(err.Error(), "energy: "))
 	}
 	return nil, fmt.Errorf("%w (%s)", ErrNoMeter, strings.Join(why, "; "))
 }
+
+// errMeterOff is OpenHostMeter's answer for MeterOff: an ErrNoMeter that
+// says the operator turned metering off, not that the host has no meter.
+type errMeterOff struct{}
+
+func (errMeterOff) Error() string { return "energy metering is off (--energy off)" }
+
+func (errMeterOff) Is(target error) bool { return target == ErrNoMeter }
 
 // raplMeter is RAPL as a HostMeter, safe for concurrent use.
 type raplMeter struct {

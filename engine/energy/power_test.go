@@ -229,7 +229,7 @@ func TestOpenHostMeter(t *testing.T) {
 		{"nvidia-smi", HostMeterOptions{Kind: MeterNVIDIA, LookPath: have(NVIDIASMICommand)}, "nvidia-smi", nil, ""},
 		{"rapl named, none", HostMeterOptions{Kind: MeterRAPL, RAPL: RAPLOptions{Root: none}}, "", ErrNoMeter, "zones found"},
 		{"named and absent", HostMeterOptions{Kind: MeterNPUSMI, LookPath: have(NVIDIASMICommand)}, "", ErrNoMeter, "npu-smi: exec"},
-		{"off", HostMeterOptions{Kind: MeterOff, RAPL: RAPLOptions{Root: rapl}}, "", ErrNoMeter, "off"},
+		{"off", HostMeterOptions{Kind: MeterOff, RAPL: RAPLOptions{Root: rapl}}, "", ErrNoMeter, "energy metering is off (--energy off)"},
 		{"unknown kind", HostMeterOptions{Kind: "ipmi"}, "", ErrInvalid, `"ipmi"`},
 	}
 	for _, tc := range tests {
@@ -239,6 +239,14 @@ func TestOpenHostMeter(t *testing.T) {
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.wantText) {
 					t.Fatalf("err = %v, want %v saying %q", err, tc.wantErr, tc.wantText)
+				}
+				// Said once: no "energy: ... (energy: ...)", and "off" is
+				// no claim that the host has no meter.
+				if n := strings.Count(err.Error(), "energy:"); n > 1 {
+					t.Errorf("err = %v: %d \"energy:\" prefixes, want at most 1", err, n)
+				}
+				if tc.opts.Kind == MeterOff && strings.Contains(err.Error(), "no energy meter") {
+					t.Errorf("err = %v: metering turned off reads as no meter on the host", err)
 				}
 				return
 			}
