@@ -815,16 +815,23 @@ func finishedButSilent(errs []error) bool {
 
 // onlyHeartbeatTimeouts: some errors, each a heartbeat timeout.
 func onlyHeartbeatTimeouts(errs []error) bool {
+	return onlyErrors(errs, func(err error) bool {
+		var te *temporal.TimeoutError
+		return errors.As(err, &te) && te.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT
+	})
+}
+
+// onlyErrors: errs holds an error, and each one is.
+func onlyErrors(errs []error, is func(error) bool) bool {
 	some := false
 	for _, err := range errs {
-		var te *temporal.TimeoutError
-		switch {
-		case err == nil:
-		case errors.As(err, &te) && te.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT:
-			some = true
-		default:
+		if err == nil {
+			continue
+		}
+		if !is(err) {
 			return false
 		}
+		some = true
 	}
 	return some
 }

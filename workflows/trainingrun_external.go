@@ -761,18 +761,10 @@ const rankExitGrace = 2 * time.Second
 // onlyRankExits reports whether every error of errs is RankExited (and
 // there is one).
 func onlyRankExits(errs []error) bool {
-	some := false
-	for _, err := range errs {
+	return onlyErrors(errs, func(err error) bool {
 		var ae *temporal.ApplicationError
-		switch {
-		case err == nil:
-		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeRankExited:
-			some = true
-		default:
-			return false
-		}
-	}
-	return some
+		return errors.As(err, &ae) && ae.Type() == spec.ErrTypeRankExited
+	})
 }
 
 // versionStopUnformed: a world in which a node failed before its
