@@ -32,7 +32,7 @@ test-race:
 	$(GO) test -race -count=1 -timeout 10m $(RACE_PKGS)
 
 test-e2e:
-	$(GO) test -count=1 -timeout 15m $(SERVER_PKGS)
+	$(GO) test -count=1 -timeout 20m $(SERVER_PKGS)
 
 ## bench: benchmarks (not in CI).
 bench:
