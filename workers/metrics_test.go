@@ -40,6 +40,7 @@ func TestMetricsHelp(t *testing.T) {
 		{"cann_train_checkpoint_refusals", true},
 		{"cann_train_storage_held", false},
 		{"cann_train_slow_nodes", false},
+		{"cann_train_run_active", false},
 	} {
 		if d := help[tc.name]; d == "" || strings.ContainsAny(d, "\n\r") {
 			t.Errorf("%s: description %q: want one line", tc.name, d)
@@ -50,8 +51,8 @@ func TestMetricsHelp(t *testing.T) {
 			h.Gauge(tc.name).Update(2)
 		}
 	}
-	if len(help) != 11 {
-		t.Errorf("%d descriptions, want the 11 metrics above (a new one belongs in the table)", len(help))
+	if len(help) != 12 {
+		t.Errorf("%d descriptions, want the 12 metrics above (a new one belongs in the table)", len(help))
 	}
 	resp, err := http.Get(m.URL)
 	if err != nil {

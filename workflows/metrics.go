@@ -21,6 +21,7 @@ const (
 	metricCkptRefused   = "cann_train_checkpoint_refusals"      // counter: checkpoints the bucket refused
 	metricStorageHeld   = "cann_train_storage_held"             // gauge: 1 while the run holds for its bucket
 	metricSlowNodes     = "cann_train_slow_nodes"               // gauge: nodes computing slow_node_factor× their peers' time, slow_node_chunks chunks in a row
+	metricRunActive     = "cann_train_run_active"               // gauge: 1 while the run runs, 0 once it ended (its other series stay, at their last values)
 )
 
 // MetricHelp is each metric's one-line description, its HELP line in the
@@ -39,6 +40,7 @@ func MetricHelp() map[string]string {
 		metricCkptRefused:   "Checkpoints of the run that its bucket refused.",
 		metricStorageHeld:   "1 while the run holds for its checkpoint bucket, else 0.",
 		metricSlowNodes:     "Nodes of the run computing slow_node_factor times their peers' time slow_node_chunks chunks in a row.",
+		metricRunActive:     "1 while the run runs, 0 once it ended (completed, failed or cancelled): its other series keep their last values.",
 	}
 }
 

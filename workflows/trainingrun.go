@@ -710,6 +710,11 @@ func (r *run) setPhase(ctx workflow.Context, p spec.Phase) {
 		// cancelled while waiting said so ever after).
 		s.Detail, s.WaitUntil, s.PauseRequested, s.PendingNodes = "", time.Time{}, false, 0
 	}
+	active := 1.0
+	if p == spec.PhaseCompleted || p == spec.PhaseFailed || p == spec.PhaseCancelled {
+		active = 0
+	}
+	r.metrics(ctx).Gauge(metricRunActive).Update(active)
 	s.UpdatedAt = workflow.Now(ctx)
 	r.publish(ctx)
 }

@@ -92,6 +92,7 @@ func TestCarbonBatchControllerRealRun(t *testing.T) {
 		{"cann_train_global_batch", []string{`run="run/batch-clean"`}, 32},
 		{"cann_train_step", []string{`run="run/batch-clean"`}, 300},
 		{"cann_train_step", []string{`run="run/batch-off"`}, 300},
+		{"cann_train_run_active", []string{`run="run/batch-off"`}, 0}, // (ended: its series stay)
 		{"cann_train_carbon_budget_alerts_total", []string{`run="run/batch-clean"`, `level="exceeded"`}, 1},
 		{"cann_train_carbon_grams", []string{`run="run/batch-clean"`}, clean.Green.Grams},
 	} {
