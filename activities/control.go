@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -51,9 +52,14 @@ func (c *Control) AcquireNodes(ctx context.Context, clusterID string, req spec.A
 			}
 		}()
 	}
-	for {
+	deadline := time.Now().Add(req.Wait)
+	for try := 0; ; try++ {
+		id := updateID
+		if try > 0 {
+			id = fmt.Sprintf("%s/%d", updateID, try) // (a new run of the Cluster: a new Update)
+		}
 		handle, err := c.Client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			UpdateID:     updateID,
+			UpdateID:     id,
 			WorkflowID:   clusterID,
 			UpdateName:   spec.UpdateAcquire,
 			Args:         []any{req},
@@ -70,14 +76,32 @@ func (c *Control) AcquireNodes(ctx context.Context, clusterID string, req spec.A
 				continue
 			}
 		}
-		if err != nil {
+		var nodes []spec.Node
+		if err == nil {
+			err = handle.Get(ctx, &nodes)
+		}
+		if ae := (*temporal.ApplicationError)(nil); errors.As(err, &ae) && ae.Type() == spec.ErrTypeClusterRollover {
+			// The Cluster continued as new (it ended or refused the
+			// Update, taking nothing): ask its next run, for what is
+			// left of the wait.
+			activity.RecordHeartbeat(ctx, "the cluster registry continues as new; asking again")
+			if req.Wait > 0 {
+				req.Wait = max(time.Until(deadline), time.Second)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("acquire nodes of %s: %w", clusterID, ctx.Err())
+			case <-time.After(200 * time.Millisecond):
+				continue
+			}
+		}
+		if err == nil {
+			return nodes, nil
+		}
+		if handle == nil {
 			return nil, fmt.Errorf("acquire update on %s: %w", clusterID, err)
 		}
-		var nodes []spec.Node
-		if err := handle.Get(ctx, &nodes); err != nil {
-			return nil, err
-		}
-		return nodes, nil
+		return nil, err
 	}
 }
 
@@ -120,6 +144,9 @@ func (c *Control) FreeNodes(ctx context.Context, clusterID string, req spec.Acqu
 	for n := 0; ; n++ {
 		free, err := c.freeNodes(ctx, clusterID, req)
 		if err == nil && free > 0 && req.Hold > 0 {
+			if ctx.Err() != nil {
+				return 0, ctx.Err() // (the run asks no more: hold nothing for it)
+			}
 			free = c.holdFree(ctx, clusterID, req, n, free)
 		}
 		switch {

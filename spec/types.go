@@ -154,6 +154,10 @@ const (
 	ErrTypeNoSuchCheckpoint = "NoSuchCheckpoint"
 	// ErrTypeNotEnoughNodes: the Cluster could not fill the request in time.
 	ErrTypeNotEnoughNodes = "NotEnoughNodes"
+	// ErrTypeClusterRollover: the Cluster is continuing as new; an acquire
+	// waiting there (or arriving) ends with nothing taken, to be asked
+	// again of the next run of the Cluster (AcquireNodes does).
+	ErrTypeClusterRollover = "ClusterRollover"
 	// ErrTypeCheckpointStorage: rank 0 trained the chunk but could not
 	// store its checkpoint (the bucket refused the write: full,
 	// unreachable, not allowed).

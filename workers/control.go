@@ -27,7 +27,14 @@ func RunControl(ctx context.Context, c client.Client, namespace string, log *zap
 	if err := EnsureSearchAttributes(ctx, c, namespace); err != nil {
 		return err
 	}
-	w := worker.New(c, spec.ControlTaskQueue, worker.Options{})
+	w := worker.New(c, spec.ControlTaskQueue, worker.Options{
+		// A run cancels a FreeNodes ask when its chunk ends; the ask learns
+		// it from a heartbeat's reply, which the SDK otherwise sends at
+		// most every 0.8 × its 20 s heartbeat timeout: meanwhile it held
+		// nodes that came free for a run no longer asking (2 minutes in
+		// which no other run could take them).
+		MaxHeartbeatThrottleInterval: heartbeatEvery,
+	})
 	RegisterWorkflows(w)
 	ctl := &activities.Control{Client: c}
 	w.RegisterActivityWithOptions(ctl.AcquireNodes, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})

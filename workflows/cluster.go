@@ -90,6 +90,21 @@ type cluster struct {
 	// Neither crosses continue-as-new, which waits for every acquire.
 	waiting map[string]int
 	ended   map[string]bool
+	// closing: the Cluster is about to continue as new
+	// (versionServeWhileClosing): acquires waiting end with
+	// ErrTypeClusterRollover, new ones are refused so, and signals are
+	// still served until every handler has ended.
+	closing bool
+	// queue holds the acquires waiting, oldest first; with fifo
+	// (versionFIFO) one waits while an older one could be served now.
+	queue []*waiter
+	fifo  bool
+}
+
+// waiter is an acquire waiting for nodes.
+type waiter struct {
+	req       spec.AcquireRequest
+	heldFirst bool
 }
 
 func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
@@ -117,7 +132,12 @@ func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
 		return nil, err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, spec.UpdateAcquire, c.acquire,
-		workflow.UpdateHandlerOptions{Validator: validateAcquire}); err != nil {
+		workflow.UpdateHandlerOptions{Validator: func(req spec.AcquireRequest) error {
+			if c.closing {
+				return rollover(req)
+			}
+			return validateAcquire(req)
+		}}); err != nil {
 		return nil, err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, spec.UpdateHoldFree, c.holdFree,
@@ -162,13 +182,48 @@ func (c *cluster) run(ctx workflow.Context) error {
 	}
 	// Drain what arrived meanwhile, let running updates finish, then hand
 	// the whole state to the next run.
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+	if workflow.GetVersion(ctx, versionServeWhileClosing, workflow.DefaultVersion, 1) >= 1 {
+		// Acquires waiting end now (asked again of the next run), and the
+		// signals — leases, releases, registrations, drains — are served
+		// until they have: before, none was while an acquire waited out
+		// its node_wait, every node went silent and waiting runs failed.
+		c.closing = true
+		finished, done := workflow.NewFuture(ctx)
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			done.Set(nil, workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }))
+		})
+		over := false
+		sel.AddFuture(finished, func(workflow.Future) { over = true })
+		for !over {
+			sel.Select(ctx)
+		}
+	} else if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
 	for sel.HasPending() {
 		sel.Select(ctx)
 	}
 	return workflow.NewContinueAsNewError(ctx, Cluster, ClusterInput{State: c.st})
+}
+
+// versionServeWhileClosing: at continue-as-new the Cluster ends the
+// acquires waiting (ErrTypeClusterRollover: AcquireNodes asks the next run
+// again) and serves signals until they have ended. Before, it waited for
+// them — up to a run's node_wait — serving nothing.
+const versionServeWhileClosing = "serve-while-closing"
+
+// versionFIFO: among acquires waiting for nodes, one that could be served
+// waits while an older one could be served now (nodes go to the run that
+// has waited longest; a younger one that fits where the older does not
+// still goes first). Before, the Go SDK woke the newest first, and the
+// oldest could starve. Asked when an acquire waits beside others.
+const versionFIFO = "fifo-acquires"
+
+// rollover is the error of an acquire the Cluster ends, or refuses, as it
+// continues as new.
+func rollover(req spec.AcquireRequest) error {
+	return temporal.NewApplicationError(fmt.Sprintf("acquire %d nodes for %s: the cluster registry is continuing as new; ask again",
+		req.Count, req.RunID), spec.ErrTypeClusterRollover)
 }
 
 func (c *cluster) find(id string) *NodeRecord {
@@ -400,24 +455,37 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 	heldFirst := c.heldFor(workflow.Now(ctx), req.RunID) &&
 		workflow.GetVersion(ctx, versionHeldFirst, workflow.DefaultVersion, 1) >= 1
 	var out []spec.Node
-	var ok bool
+	var ok, done bool
 	if req.Wait <= 0 {
 		// Now or never. (AwaitWithTimeout with no time would not even
 		// look: its timer fires before the first check.)
 		out, ok = c.tryAcquire(workflow.Now(ctx), req, heldFirst)
+		done = ok
 	} else {
+		w := &waiter{req: req, heldFirst: heldFirst}
+		if len(c.queue) > 0 && !c.fifo {
+			c.fifo = workflow.GetVersion(ctx, versionFIFO, workflow.DefaultVersion, 1) >= 1
+		}
+		c.queue = append(c.queue, w)
+		defer func() { c.queue = slices.DeleteFunc(c.queue, func(x *waiter) bool { return x == w }) }()
 		var err error
 		ok, err = workflow.AwaitWithTimeout(ctx, req.Wait, func() bool {
 			if c.ended[req.RunID] {
 				return true
 			}
-			var done bool
-			out, done = c.tryAcquire(workflow.Now(ctx), req, heldFirst)
-			return done
+			now := workflow.Now(ctx)
+			if c.fifo && c.olderServable(now, w) {
+				return c.closing
+			}
+			out, done = c.tryAcquire(now, req, heldFirst)
+			return done || c.closing
 		})
 		if err != nil {
 			return nil, err
 		}
+	}
+	if ok && !done && c.closing && !c.ended[req.RunID] {
+		return nil, rollover(req)
 	}
 	if c.ended[req.RunID] {
 		return nil, temporal.NewApplicationError(
@@ -436,6 +504,23 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 				req.Count, req.RunID, free, beside, req.Wait, c.census(now, req.RunID, req.DataSHA256)), spec.ErrTypeNotEnoughNodes)
 	}
 	return out, nil
+}
+
+// olderServable reports whether an acquire waiting longer than w could
+// take its nodes now (versionFIFO).
+func (c *cluster) olderServable(now time.Time, w *waiter) bool {
+	for _, x := range c.queue {
+		if x == w {
+			return false
+		}
+		if c.ended[x.req.RunID] {
+			continue
+		}
+		if _, ok := c.allocate(now, x.req, false, x.heldFirst); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // freeFor counts the live free nodes an acquire of req's run could take

@@ -1084,3 +1084,57 @@ func TestClusterForgetsANode(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, nodeIDs(after))
 	require.Equal(t, []string{"a", "b", "c"}, nodeIDs(back))
 }
+
+// TestClusterRollsOverWithoutWaitingForWaiters: at continue-as-new an
+// acquire waiting for nodes (r2, for 10 minutes) ends at once with
+// ClusterRollover — its run asks the next run again — and the signals
+// that come meanwhile are still served (before, the Cluster waited out the
+// acquire serving none: every node went silent).
+func TestClusterRollsOverWithoutWaitingForWaiters(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b"))
+	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(3*time.Second, func() { acquire("r2", spec.AcquireRequest{RunID: "r2", Count: 2, Wait: 10 * time.Minute}) })
+	at(4*time.Second, func() {
+		env.SetCurrentHistoryLength(31)
+		env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"})
+	})
+	start := env.Now()
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{State: ClusterState{MaxHistoryEvents: 30}})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "want continue-as-new, got %v", env.GetWorkflowError())
+	require.NoError(t, results["r1"].err)
+	var ae *temporal.ApplicationError
+	require.True(t, errors.As(results["r2"].err, &ae), "r2: %v", results["r2"].err)
+	require.Equal(t, spec.ErrTypeClusterRollover, ae.Type())
+	require.Less(t, env.Now().Sub(start), time.Minute, "the waiter's 10 minutes were not waited out (test clock)")
+	var next ClusterInput
+	require.NoError(t, decodeArgs(can, &next))
+	require.Equal(t, "r1", next.State.Nodes[0].Run, "r1 keeps its nodes across")
+}
+
+// TestClusterServesWaitersFirstComeFirstServed: three runs wait for the
+// same two nodes; when they come free the one that has waited longest
+// takes them (the SDK wakes the newest first), and the next two when the
+// next pair does.
+func TestClusterServesWaitersFirstComeFirstServed(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b"))
+	at(2*time.Second, func() { acquire("holder", spec.AcquireRequest{RunID: "holder", Count: 2, Wait: time.Second}) })
+	for i, run := range []string{"first", "second", "third"} {
+		at(time.Duration(3+i)*time.Second, func() { acquire(run, spec.AcquireRequest{RunID: run, Count: 2, Wait: time.Hour}) })
+	}
+	at(10*time.Second, func() { env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "holder"}) })
+	at(11*time.Second, func() {
+		require.NotNil(t, results["first"].nodes, "the oldest waiter took the nodes")
+		require.Nil(t, results["second"].nodes)
+		require.Nil(t, results["third"].nodes)
+		env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "first"})
+	})
+	at(12*time.Second, func() {
+		require.NotNil(t, results["second"].nodes, "then the next oldest")
+		require.Nil(t, results["third"].nodes)
+		env.CancelWorkflow()
+	})
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+}

@@ -496,6 +496,9 @@ func startInProcessControl(ctx context.Context, t *testing.T, dir string, nodes 
 type controlSetup struct {
 	metrics       client.MetricsHandler // the control worker's metrics
 	checkpointURL string                // the node workers'; default file://<dir>/ckpt
+	// cluster, when set, starts the Cluster before the nodes register
+	// with it (e.g. with a small MaxHistoryEvents).
+	cluster *workflows.ClusterInput
 }
 
 // startInProcessControlWith is startInProcessControl set up by cs.
@@ -512,6 +515,12 @@ func startInProcessControlWith(ctx context.Context, t *testing.T, dir string, cs
 	ckpt := cs.checkpointURL
 	if ckpt == "" {
 		ckpt = "file://" + filepath.Join(dir, "ckpt")
+	}
+	if cs.cluster != nil {
+		if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: spec.DefaultClusterID, TaskQueue: spec.ControlTaskQueue},
+			spec.WorkflowCluster, *cs.cluster); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, id := range nodes {
 		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),
