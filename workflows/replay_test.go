@@ -226,6 +226,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_recovery_acquire.json", spec.WorkflowTrainingRun},          // the failed node named in the acquire request
 		{"trainingrun_recovery_lost.json", spec.WorkflowTrainingRun},             // … and its failed chunk a lost segment
 		{"cluster_recovery.json", spec.WorkflowCluster},                          // that request applied
+		{"cluster_rollover.json", spec.WorkflowCluster},                          // continued as new while an acquire waited
 		{"trainingrun_recovery_gone.json", spec.WorkflowTrainingRun},             // a node gone after its chunk, found by CheckNodes
 		{"trainingrun_recovery_salvage.json", spec.WorkflowTrainingRun},          // and that chunk's checkpoint kept
 		{"trainingrun_recovery_salvage_absorbed.json", spec.WorkflowTrainingRun}, // … and the chunk counted as trained

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/history/v1"
+
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -54,4 +57,15 @@ func TestClusterRolloverWhileARunWaits(t *testing.T) {
 	if d := time.Since(freed); d > 60*time.Second {
 		t.Errorf("the waiter ended %v after the holder's cancel freed its nodes", d)
 	}
+	// The Cluster run that rolled over while B waited (serve-while-closing).
+	it := c.GetWorkflowHistory(ctx, spec.DefaultClusterID, before, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	h := &history.History{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	recordHistory(t, h, "cluster_rollover.json")
 }
