@@ -468,8 +468,7 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 		}
 		c.queue = append(c.queue, w)
 		defer func() { c.queue = slices.DeleteFunc(c.queue, func(x *waiter) bool { return x == w }) }()
-		var err error
-		ok, err = workflow.AwaitWithTimeout(ctx, req.Wait, func() bool {
+		cond := func() bool {
 			if c.ended[req.RunID] {
 				return true
 			}
@@ -479,7 +478,22 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 			}
 			out, done = c.tryAcquire(now, req, heldFirst)
 			return done || c.closing
-		})
+		}
+		var err error
+		if req.Wait > resweepEvery && workflow.GetVersion(ctx, versionResweep, workflow.DefaultVersion, 1) >= 1 {
+			// Waiting long: ask again, now and then, which holders (and
+			// whether this run itself) have ended without a word.
+			end := workflow.Now(ctx).Add(req.Wait)
+			for {
+				ok, err = workflow.AwaitWithTimeout(ctx, min(resweepEvery, end.Sub(workflow.Now(ctx))), cond)
+				if err != nil || ok || !workflow.Now(ctx).Before(end) {
+					break
+				}
+				c.sweepFor(ctx, req.RunID, true)
+			}
+		} else {
+			ok, err = workflow.AwaitWithTimeout(ctx, req.Wait, cond)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -625,9 +639,27 @@ const versionSweep = "sweep-ended-runs"
 // without releasing them — a terminated run runs no more code. It asks
 // the server (activity EndedRuns); when that fails the nodes stay held, as
 // `cann-train nodes` shows (orphaned) and `cann-train nodes release` undoes.
-func (c *cluster) sweep(ctx workflow.Context, self string) {
+func (c *cluster) sweep(ctx workflow.Context, self string) { c.sweepFor(ctx, self, false) }
+
+// versionResweep: an acquire that waits longer than resweepEvery sweeps
+// again every resweepEvery — the holders, and its own run: nodes a run
+// terminated meanwhile held are freed for it (before, only the sweep at
+// its start did, and it waited out its node_wait beside them), and an
+// acquire of a run terminated while it waited ends, taking none (before,
+// it could take freed nodes for a run that no longer ran).
+const versionResweep = "resweep-waiting"
+
+// resweepEvery is how often a waiting acquire sweeps again.
+const resweepEvery = 30 * time.Second
+
+// sweepFor is sweep; with withSelf it asks about self too, and ends its
+// acquires and frees its nodes if it has ended.
+func (c *cluster) sweepFor(ctx workflow.Context, self string, withSelf bool) {
 	now := workflow.Now(ctx)
 	var holders []string
+	if withSelf {
+		holders = append(holders, self)
+	}
 	for i := range c.st.Nodes {
 		r := &c.st.Nodes[i]
 		if r.Run != "" && r.Run != self && c.alive(now, r) && !slices.Contains(holders, r.Run) {
@@ -644,6 +676,11 @@ func (c *cluster) sweep(ctx workflow.Context, self string) {
 		return
 	}
 	for _, e := range ended {
+		if withSelf && e.RunID == self {
+			log.Info("a run waiting for nodes has ended without a word: its acquire ends", "run", self, "how", e.How)
+			c.release(ctx, self) // (its waiting acquires end: ended)
+			continue
+		}
 		n := 0
 		for i := range c.st.Nodes {
 			if c.st.Nodes[i].Run == e.RunID {

@@ -1138,3 +1138,42 @@ func TestClusterServesWaitersFirstComeFirstServed(t *testing.T) {
 	})
 	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
 }
+
+// TestClusterSweepsAgainWhileWaiting: "waiter" waits for the nodes
+// "holder" has; the holder is terminated after the waiter's first sweep
+// (it runs no code to release them), and the waiter's next sweep, 30 s
+// on, finds it ended and takes its nodes — not at its node_wait's end.
+// An acquire of a run terminated while it waits ("ghost") ends, taking
+// nothing, at its next sweep.
+func TestClusterSweepsAgainWhileWaiting(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	var terminated bool
+	env.OnActivity(spec.ActivityEndedRuns, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, runs []string) ([]spec.EndedRun, error) {
+			var out []spec.EndedRun
+			for _, r := range runs {
+				if terminated && (r == "holder" || r == "ghost") {
+					out = append(out, spec.EndedRun{RunID: r, How: "terminated"})
+				}
+			}
+			return out, nil
+		})
+	registerAt(env, at, time.Second, testNodes("a", "b"))
+	at(2*time.Second, func() { acquire("holder", spec.AcquireRequest{RunID: "holder", Count: 2, Wait: time.Second}) })
+	at(3*time.Second, func() { acquire("ghost", spec.AcquireRequest{RunID: "ghost", Count: 2, Wait: 10 * time.Minute}) })
+	at(4*time.Second, func() { acquire("waiter", spec.AcquireRequest{RunID: "waiter", Count: 2, Wait: 10 * time.Minute}) })
+	at(10*time.Second, func() { terminated = true })
+	for i := 5; i < 120; i += 5 { // (the nodes stay alive)
+		at(time.Duration(i)*time.Second, func() {
+			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"})
+			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "b"})
+		})
+	}
+	at(2*time.Minute, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.NoError(t, results["holder"].err)
+	require.Error(t, results["ghost"].err, "a terminated run's acquire ends")
+	require.Empty(t, results["ghost"].nodes)
+	require.NoError(t, results["waiter"].err, "the terminated holder's nodes were freed for the waiter")
+	require.Equal(t, []string{"a", "b"}, ids(results["waiter"].nodes), "within 2 minutes of its 10")
+}
