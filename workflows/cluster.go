@@ -592,8 +592,8 @@ func holdOrder(r *NodeRecord, run string) int {
 // census says where the registered nodes are that self could not have:
 // " (5 registered: 3 busy with run/a run/b, 1 drained, 1 silent)".
 func (c *cluster) census(now time.Time, self, data string) string {
-	var busy, drained, failed, silent, other int
-	var runs []string
+	var busy, drained, failed, silent, other, held int
+	var runs, heldFor []string
 	for i := range c.st.Nodes {
 		r := &c.st.Nodes[i]
 		switch {
@@ -610,11 +610,19 @@ func (c *cluster) census(now time.Time, self, data string) string {
 			}
 		case r.Run == "" && !holds(r, data):
 			other++
+		case r.Run == "" && heldForOther(now, r, self):
+			held++
+			if !slices.Contains(heldFor, r.HeldFor) {
+				heldFor = append(heldFor, r.HeldFor)
+			}
 		}
 	}
 	var parts []string
 	if busy > 0 {
 		parts = append(parts, fmt.Sprintf("%d busy with %s", busy, strings.Join(runs, " ")))
+	}
+	if held > 0 {
+		parts = append(parts, fmt.Sprintf("%d free but held for %s (ending a chunk early to take them)", held, strings.Join(heldFor, " ")))
 	}
 	for _, p := range []struct {
 		n    int

@@ -940,6 +940,8 @@ func TestClusterHoldsFreeNodesForARun(t *testing.T) {
 	require.Equal(t, map[string]int{"y": 1, "w": 2, "no time": -1}, held, "y holds a, w the other two; a hold without a time is refused")
 	require.Equal(t, map[string]int{"run/y": 1, "run/w": 2, "run/z": 0}, free, "each run is told of the nodes held for it, z of none")
 	require.Error(t, results["z early"].err, "nothing free for z while the holds last")
+	require.ErrorContains(t, results["z early"].err, "(3 registered: 3 free but held for run/y run/w (ending a chunk early to take them))",
+		"the census names the held nodes")
 	require.NoError(t, results["z"].err)
 	require.Equal(t, []string{"b", "c"}, ids(results["z"].nodes), "w's expired hold holds nothing")
 	require.NoError(t, results["y"].err)

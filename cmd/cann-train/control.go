@@ -195,7 +195,11 @@ RUN'), 'cann-train status RUN' still shows where it stopped, and
 				var ended *runEnded
 				switch {
 				case closed && end.Phase == spec.PhaseCancelled:
-					fmt.Fprintf(e.out, "%s: %s; its nodes are free again\n", id, end.Error)
+					freed := "; its nodes are free again"
+					if len(end.Nodes) == 0 {
+						freed = "" // (it held none: cancelled while it waited for them)
+					}
+					fmt.Fprintf(e.out, "%s: %s%s\n", id, end.Error, freed)
 					if end.LastCkpt != nil && end.Step < end.TotalSteps {
 						more := ""
 						if k := end.KeptOnNode; k != nil && k.Step > end.LastCkpt.Step {
