@@ -567,9 +567,30 @@ func (r *run) size() int {
 }
 
 // acquire gets (or re-fills) the run's nodes and starts a new generation.
+// A run's first acquire with min_nodes below its size starts on as many
+// as are free, at least min_nodes (versionStartSmall), and grows back to
+// its size at chunk boundaries as nodes come free, as after a failure.
 func (r *run) acquire(ctx workflow.Context) error {
-	return r.acquireNodes(ctx, spec.PhaseAcquiring, r.size(), 0)
+	want, minCount := r.size(), 0
+	if r.st.Membership.Generation == 0 && r.spec.MinNodes < want && r.spec.Strategy != spec.StrategyAuto && !r.spec.IsExternal() &&
+		workflow.GetVersion(ctx, versionStartSmall, workflow.DefaultVersion, 1) >= 1 {
+		minCount = r.spec.MinNodes
+	}
+	if err := r.acquireNodes(ctx, spec.PhaseAcquiring, want, minCount); err != nil {
+		return err
+	}
+	if n := len(r.st.Membership.Nodes); n < want {
+		workflow.GetLogger(ctx).Info("started on fewer nodes than the job's: it grows back as nodes come free", "nodes", n, "of", want, "min_nodes", r.spec.MinNodes)
+		r.shrank(ctx, want)
+	}
+	return nil
 }
+
+// versionStartSmall: a run whose job sets min_nodes below nodes starts on
+// the free nodes when there are at least min_nodes, and grows back to
+// nodes (before: it waited node_wait for all of them, then failed, though
+// it could have trained). Asked only for such a run's first acquire.
+const versionStartSmall = "start-small"
 
 // acquireNodes makes the run hold count nodes (at least minCount when
 // that is set: see AcquireRequest) and starts a new generation.

@@ -1496,3 +1496,35 @@ func TestLostSegment(t *testing.T) {
 	f.atStep = 0 // nothing known of how far it got
 	require.EqualValues(t, 100, lostSegment(f, 3, 2, nil).ToStep)
 }
+
+// TestTrainingRunStartsSmall: a job of 3 nodes with min_nodes 2 starts on
+// the 2 nodes free, and grows back to 3 when the third comes free; with
+// min_nodes left at nodes it needs all 3.
+func TestTrainingRunStartsSmall(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2"), failed: map[string]bool{}}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		switch {
+		case in.From == 100 && in.Rank == 0:
+			cl.mu.Lock()
+			cl.pool = append(cl.pool, testNodes("node-3")...)
+			cl.mu.Unlock()
+		case in.From == 300 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalPause, nil) // (the chunks take no time: a pause lets the regrow's wait pass)
+		}
+	}
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 2, Steps: 2000, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+	require.Equal(t, []string{"node-1", "node-2", "node-3"}, st.Nodes, "grown back to the job's 3")
+	require.Len(t, ch.byFrom()[0], 2, "started on the 2 free")
+	require.Equal(t, 96, st.GlobalBatch, "the job's global batch throughout")
+
+	cl2 := &fakeCluster{pool: testNodes("node-1", "node-2"), failed: map[string]bool{}}
+	env2 := newRunEnv(t, cl2, &fakeChunks{})
+	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 3, Steps: 200, ChunkSteps: 100}.WithDefaults()})
+	require.Error(t, env2.GetWorkflowError(), "min_nodes left at nodes: all 3 needed")
+}

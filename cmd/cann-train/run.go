@@ -53,7 +53,9 @@ Job file fields (all optional but name):
     node reaches; unset: each node worker's --checkpoint-url),
   checkpoint_every (chunk_steps; smaller: chunks end where one is due),
   max_restarts 5, node_wait 2m,
-  heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes),
+  heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes; fewer: the run
+    starts once that many are free and goes on with as few after a
+    failure, growing back to nodes as more come free),
   cancel_grace 1m (how long a cancel waits for the checkpoint the chunk
     in flight, or an external job, is asked to end at),
   collective ring|hd|rd|tree|hier|auto, topology_scan false, strategy
