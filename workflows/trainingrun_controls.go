@@ -262,6 +262,23 @@ func (r *run) rescale(ctx workflow.Context, n int) bool {
 		r.setTarget(0) // asked to stay at this size: no growing back
 		return true
 	}
+	if cur := len(r.st.Membership.Nodes); n > cur && !r.spec.IsExternal() &&
+		workflow.GetVersion(ctx, versionScaleUpGrows, workflow.DefaultVersion, 1) >= 1 {
+		// Grow as a shrunk run grows back: the free nodes now, the rest
+		// as they come free, training on meanwhile — from a checkpoint at
+		// this step (the next chunk makes one when there is none).
+		s := &r.st.Status
+		if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
+			r.settleForChange(ctx, "")
+		}
+		if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
+			r.st.ForceCheckpoint = true
+			return false
+		}
+		r.st.Ctl.Rescale, s.PendingNodes = 0, 0
+		r.setTarget(n)
+		return r.grow(ctx, true)
+	}
 	rec, done := r.changeNodes(ctx, n, 0, r.spec.NodeWait.D(), "")
 	if !done {
 		return false
@@ -278,6 +295,13 @@ func (r *run) rescale(ctx workflow.Context, n int) bool {
 	r.publish(ctx)
 	return true
 }
+
+// versionScaleUpGrows: a rescale to more nodes takes the free ones at
+// once and the rest as they come free (the regrow: asked for while chunks
+// train), training on meanwhile. Before, the run stopped training and
+// waited up to node_wait at the boundary for all of them, and nothing
+// (another scale, a pause) called that wait off.
+const versionScaleUpGrows = "scale-up-grows"
 
 // versionNewerRescale: a rescale signalled while another was under way
 // (its nodes being acquired) is applied after it; before, the end of the
@@ -358,9 +382,17 @@ func (r *run) regrowDue(ctx workflow.Context) bool {
 // run resumes from the checkpoint at this step. With none free it trains
 // on and asks again regrowRetry later (doubling), recording nothing. It returns
 // false when the change waits for a checkpoint (see changeNodes).
-func (r *run) regrow(ctx workflow.Context) bool {
+func (r *run) regrow(ctx workflow.Context) bool { return r.grow(ctx, false) }
+
+// grow is regrow; scaled: toward a rescale's size (recorded as that
+// rescale, not as growing back).
+func (r *run) grow(ctx workflow.Context, scaled bool) bool {
 	target, cur := r.regrowTarget(), len(r.st.Membership.Nodes)
-	rec, done := r.changeNodes(ctx, target, cur+1, 0, fmt.Sprintf("growing back to %d nodes", target))
+	why := fmt.Sprintf("growing back to %d nodes", target)
+	if scaled {
+		why = ""
+	}
+	rec, done := r.changeNodes(ctx, target, cur+1, 0, why)
 	if !done {
 		return false
 	}
@@ -371,7 +403,7 @@ func (r *run) regrow(ctx workflow.Context) bool {
 		return true
 	}
 	r.st.RegrowAt, r.st.RegrowWait = r.regrowAfter(ctx, regrowRetry), 0
-	rec.Regrow = true
+	rec.Regrow = !scaled
 	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
 	if len(r.st.Membership.Nodes) >= r.st.Status.TargetNodes {
 		r.setTarget(0)

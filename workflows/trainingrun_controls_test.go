@@ -921,3 +921,36 @@ func TestTrainingRunSaysItAsksTheCarbonSignal(t *testing.T) {
 	require.Equal(t, []string{"reading the carbon intensity from the uk API (PlanCarbon)"}, during)
 	require.Empty(t, st.Detail)
 }
+
+// TestTrainingRunScaleUpTakesWhatIsFree: a rescale to 4 nodes with one
+// free takes it at once and trains on, 3 nodes, growing to 4 when the
+// fourth comes free — not stopping to wait node_wait for both.
+func TestTrainingRunScaleUpTakesWhatIsFree(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.Rank != 0 {
+			return
+		}
+		switch in.From {
+		case 100:
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 4})
+		case 300:
+			cl.mu.Lock()
+			cl.pool = append(cl.pool, testNodes("n4")...)
+			cl.mu.Unlock()
+			env.SignalWorkflow(spec.SignalPause, nil) // (chunks take no time: a pause lets the next ask come)
+		}
+	}
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 1, Steps: 800, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	chunks := ch.byFrom()
+	require.Len(t, chunks[200], 3, "the free node taken at once, the run training on")
+	require.Equal(t, []string{"n1", "n2", "n3", "n4"}, st.Nodes, "the fourth taken when it came free")
+	require.Zero(t, st.TargetNodes)
+	require.Equal(t, 3, st.Rescalings[0].ToNodes)
+	require.False(t, st.Rescalings[0].Regrow, "recorded as the rescale")
+}

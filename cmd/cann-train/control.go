@@ -286,9 +286,11 @@ ends early, within a second, at a checkpoint its nodes store): the run asks the
 Cluster for more nodes or releases some, starts a new membership generation
 and resumes from the checkpoint at the current step (when the last checkpoint
 is older, the checkpoint the last chunk is still uploading is awaited, or
-one more chunk runs and checkpoints first, so no step is lost). The global
-batch stays what it was at the start; each rank's share changes. A paused
-run changes when it resumes.
+one more chunk runs and checkpoints first, so no step is lost). A scale-up
+takes the free nodes there and the others as they come free (asked for
+while chunks train, as a run that lost a node grows back), training on
+meanwhile. The global batch stays what it was at the start; each rank's
+share changes. A paused run changes when it resumes.
 N must be at least the run's min_nodes and at most its global batch.`,
 		Example: `  cann-train scale mnist-demo --nodes 4
   cann-train scale mnist-demo 4
@@ -405,9 +407,8 @@ N must be at least the run's min_nodes and at most its global batch.`,
 }
 
 // freeNote warns a scale-up that asks for more nodes than the Cluster has
-// free now: the run then waits up to
-// its node_wait at the boundary and trains on with the nodes it has, and
-// a scale --wait meanwhile sees only "rescaling". Empty when enough are
+// free now: the run takes those at its boundary and the others as they
+// come free (a regrow), training on meanwhile. Empty when enough are
 // free, or the registry cannot be read.
 func freeNote(ctx context.Context, c client.Client, clusterID string, more, have int) string {
 	reg, err := readRegistry(ctx, c, clusterID)
@@ -430,5 +431,5 @@ func freeNote(ctx context.Context, c client.Client, clusterID string, more, have
 		}
 	}
 	return fmt.Sprintf("note: %d more node(s) asked for, %d free now (%d registered: %s; 'cann-train nodes' lists them): "+
-		"the run waits up to its node_wait for them at the boundary, then trains on with its %d", more, free, len(reg.Nodes), strings.Join(others, ", "), have)
+		"the run takes the free ones at its boundary and the others as they come free, training on with its %d meanwhile", more, free, len(reg.Nodes), strings.Join(others, ", "), have)
 }
