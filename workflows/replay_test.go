@@ -252,12 +252,14 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_pause_settled.json", spec.WorkflowTrainingRun},    // each pause settled the upload in flight
 		{"trainingrun_pause_background.json", spec.WorkflowTrainingRun}, // … while it held
 		{"trainingrun_scale_settled.json", spec.WorkflowTrainingRun},    // a rescale at a boundary awaited its upload
+		{"trainingrun_scale_grows.json", spec.WorkflowTrainingRun},      // a scale-up takes the free nodes and grows; started small
 		{"trainingrun_regrow.json", spec.WorkflowTrainingRun},           // shrunk after a kill, grown back when the node returned
 		{"trainingrun_external_drain.json", spec.WorkflowTrainingRun},   // the same for an external job's world
 		{"trainingrun_external_lost.json", spec.WorkflowTrainingRun},    // a crashed world: what it trained past its checkpoint a lost segment
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},           // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},
 		{"cluster_drain.json", spec.WorkflowCluster},                           // drains, one of a held node (the run told)
+		{"cluster_resweep.json", spec.WorkflowCluster},                         // waiting acquires sweep again
 		{"cluster_sweep.json", spec.WorkflowCluster},                           // a terminated run's nodes freed for the next run
 		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun},           // a misspelled input field: failed at once (versionUnknownInput)
 		{"trainingrun_run_id_name.json", spec.WorkflowTrainingRun},             // run/raw-other with spec name raw-else: failed at once (versionRunIDName)

@@ -27,7 +27,7 @@ import (
 // 2 → 3 nodes), resumes it with `cann-train resume`, moves it off a
 // drained node (3 → 2), rescales it while it trains (`scale --wait`:
 // 2 → 1) and waits for it to complete. Its history is the replay test's
-// trainingrun_scale_settled.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+// trainingrun_scale_grows.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestPauseResumeRealRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -339,8 +339,10 @@ func TestPauseResumeRealRun(t *testing.T) {
 	// trainingrun_pause.json: before drains evicted; trainingrun_pause_drain.json: before a pause settled its checkpoint;
 	// trainingrun_pause_settled.json: when it settled it before saying paused;
 	// trainingrun_pause_background.json: before a rescale awaited an upload
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_scale_settled.json")
-	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_drain.json")
+	// trainingrun_scale_settled.json: before scale-up-grows
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_scale_grows.json")
+	// cluster_drain.json: before resweep-waiting
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_resweep.json")
 }
 
 // TestCancelRealRun cancels a run training on node-worker processes with
