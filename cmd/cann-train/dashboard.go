@@ -114,8 +114,10 @@ func newDashboardCmd(e *env) *cobra.Command {
 the Temporal visibility store indexes (the Cann* search attributes) and what each
 run's status query (or, once closed, its result) adds: loss, samples/s,
 recoveries, grams of CO2. --limit bounds the list (the running runs, then
-those that ended last); a last line says how many more match, and the
---limit that lists them all. --query narrows the list with a visibility query
+those that ended last, as the visibility store orders them: a run that
+continued as new counts from its latest execution's start, so it may be
+listed before a run started after it); a last line says how many more
+match, and the --limit that lists them all. --query narrows the list with a visibility query
 (e.g. CannStatus = 'training', CannModel = 'mlp-mnist', StartTime > '2026-11-30T00:00:00Z');
 CannStatus is the run's phase: ` + runPhases() + `.
 --watch redraws it every --every until interrupted.`,
