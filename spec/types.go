@@ -550,6 +550,10 @@ type EndedRun struct {
 // NodeHeartbeat renews a node's lease.
 type NodeHeartbeat struct {
 	NodeID string `json:"node_id"`
+	// Incarnation is the renewing worker process's (empty from older
+	// workers): the Cluster takes no lease renewal from another process
+	// than the one registered (a second worker with the same --id).
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // CheckpointRef names one committed checkpoint in blob storage.

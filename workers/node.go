@@ -261,7 +261,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 			return nil
 		case <-t.C:
 		}
-		err := c.SignalWorkflow(ctx, o.ClusterID, "", spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: o.ID})
+		err := c.SignalWorkflow(ctx, o.ClusterID, "", spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: o.ID, Incarnation: node.Incarnation})
 		var notFound *serviceerror.NotFound
 		if errors.As(err, &notFound) {
 			// The registry was reset or terminated: register again.

@@ -206,6 +206,10 @@ func (c *cluster) run(ctx workflow.Context) error {
 	return workflow.NewContinueAsNewError(ctx, Cluster, ClusterInput{State: c.st})
 }
 
+// versionLeaseIncarnation: a lease renewal from another worker process
+// than the one registered for the node is not taken. Asked only then.
+const versionLeaseIncarnation = "lease-incarnation"
+
 // versionServeWhileClosing: at continue-as-new the Cluster ends the
 // acquires waiting (ErrTypeClusterRollover: AcquireNodes asks the next run
 // again) and serves signals until they have ended. Before, it waited for
@@ -274,6 +278,13 @@ func (c *cluster) register(ctx workflow.Context, n spec.Node) {
 func (c *cluster) heartbeat(ctx workflow.Context, hb spec.NodeHeartbeat) {
 	r := c.find(hb.NodeID)
 	if r == nil {
+		return
+	}
+	if hb.Incarnation != "" && r.Node.Incarnation != "" && hb.Incarnation != r.Node.Incarnation &&
+		workflow.GetVersion(ctx, versionLeaseIncarnation, workflow.DefaultVersion, 1) >= 1 {
+		// Not the registered process: a second worker with the node's ID
+		// (it stops once a chunk shows it). Its renewals would keep a
+		// dead registered one alive.
 		return
 	}
 	r.LastSeen = workflow.Now(ctx)

@@ -1179,3 +1179,27 @@ func TestClusterSweepsAgainWhileWaiting(t *testing.T) {
 	require.NoError(t, results["waiter"].err, "the terminated holder's nodes were freed for the waiter")
 	require.Equal(t, []string{"a", "b"}, ids(results["waiter"].nodes), "within 2 minutes of its 10")
 }
+
+// TestClusterTakesLeasesOnlyFromTheRegisteredProcess: a second worker
+// process with the node's ID renews no lease for it: the registered one,
+// silent, goes silent; its own renewals (and an older build's, naming no
+// process) keep it.
+func TestClusterTakesLeasesOnlyFromTheRegisteredProcess(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	nodes := testNodes("a", "b")
+	nodes[0].Incarnation, nodes[1].Incarnation = "100.1", "100.2"
+	registerAt(env, at, time.Second, nodes)
+	for i := 5; i <= 40; i += 5 {
+		at(time.Duration(i)*time.Second, func() {
+			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a", Incarnation: "200.9"}) // another process
+			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "b", Incarnation: "100.2"})
+		})
+	}
+	at(41*time.Second, func() { acquire("two", spec.AcquireRequest{RunID: "r", Count: 2}) })
+	at(42*time.Second, func() { acquire("one", spec.AcquireRequest{RunID: "r2", Count: 1}) })
+	at(43*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.ErrorContains(t, results["two"].err, "1 silent", "a's registered process renewed nothing")
+	require.NoError(t, results["one"].err)
+	require.Equal(t, []string{"b"}, ids(results["one"].nodes))
+}
