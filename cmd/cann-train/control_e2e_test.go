@@ -59,6 +59,15 @@ func TestPauseResumeRealRun(t *testing.T) {
 		// (At the chunk's planned end, or where its nodes ended it early.)
 		t.Fatalf("after pause: status %s at step %d; want paused before the end", held.Status, held.Steps)
 	}
+	// `nodes` says why its nodes are held (the search attribute CannStatus
+	// is upserted with the phase).
+	for text := cli("nodes", "-o", "json"); !strings.Contains(text, `"reason":"run/pause-me is paused, holding it: `+"`cann-train resume pause-me`"+`"`); text = cli("nodes", "-o", "json") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("nodes of a paused run:\n%s", text)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	// The checkpoint the last chunk was uploading settles while it holds.
 	for st := held; st.Checkpoints.LastStep != held.Steps; st = status() {
 		select {

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/spec"
@@ -244,21 +246,35 @@ func forgetNode(ctx context.Context, e *env, clusterID, node string) error {
 // a run that ends otherwise releases its nodes) as orphaned. Runs the
 // server cannot describe now are left as they are.
 func markOrphans(ctx context.Context, c client.Client, rows []nodeRow) {
-	ended := map[string]string{}
+	type holder struct{ how, phase string }
+	holders := map[string]holder{}
 	for i := range rows {
 		r := &rows[i]
 		if r.Run == "" || (r.State != "busy" && r.State != "draining") {
 			continue
 		}
-		how, seen := ended[r.Run]
+		h, seen := holders[r.Run]
 		if !seen {
-			how, _ = activities.RunEnded(ctx, c, r.Run)
-			ended[r.Run] = how
+			h = holder{}
+			if desc, err := c.DescribeWorkflowExecution(ctx, r.Run, ""); err == nil {
+				if st := desc.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+					h.how = activities.ExecutionName(st)
+				} else if p, ok := desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[spec.SearchAttrStatus]; ok {
+					_ = converter.GetDefaultDataConverter().FromPayload(p, &h.phase) // (a malformed one says nothing)
+				}
+			} else if notFound := (*serviceerror.NotFound)(nil); errors.As(err, &notFound) {
+				h.how = "deleted"
+			}
+			holders[r.Run] = h
 		}
-		if how != "" {
+		switch {
+		case h.how != "":
 			r.State = "orphaned"
 			r.Reason = fmt.Sprintf("held by %s, which has ended (%s): the next run short of nodes frees it, `cann-train nodes release %s` at once",
-				r.Run, how, runName(r.Run))
+				r.Run, h.how, runName(r.Run))
+		case h.phase == string(spec.PhasePaused) && r.Reason == "":
+			// (Its nodes stay held while it holds: resume or scale it.)
+			r.Reason = fmt.Sprintf("%s is paused, holding it: `cann-train resume %s`", r.Run, runName(r.Run))
 		}
 	}
 }
