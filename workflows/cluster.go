@@ -501,6 +501,10 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 					break
 				}
 				c.sweepFor(ctx, req.RunID, true)
+				if !workflow.Now(ctx).Before(end) { // (the sweep took the rest: look once more)
+					ok = cond()
+					break
+				}
 			}
 		} else {
 			ok, err = workflow.AwaitWithTimeout(ctx, req.Wait, cond)
