@@ -372,6 +372,19 @@ func TestTrainChunkSeesTheRunsBucket(t *testing.T) {
 // bucket: the run replaces it), CheckpointGone when it found them there
 // before (deleted: the run falls back to the one before).
 func TestTrainChunkRestoreFindsNoCheckpoint(t *testing.T) {
+	// firstChunk trains steps 0–30 of a 90-step run on one node whose
+	// bucket is dir, with a checkpoint at 30.
+	firstChunk := func(t *testing.T, dir string) ([]*Node, spec.ChunkInput, *spec.CheckpointRef) {
+		t.Helper()
+		nodes, m := newNodes(t, 1, "file://"+dir)
+		s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 90, ChunkSteps: 30}.WithDefaults()
+		in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "tok", From: 0, To: 30, Checkpoint: true}
+		res, errs := runChunk(t, nodes, in)
+		if err := errors.Join(errs...); err != nil || res[0].Checkpoint == nil {
+			t.Fatalf("first chunk: %v, checkpoint %v", err, res[0].Checkpoint)
+		}
+		return nodes, in, res[0].Checkpoint
+	}
 	t.Run("never seen", func(t *testing.T) {
 		nodes, m := newNodes(t, 1, "mem://")
 		s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 60, ChunkSteps: 30}.WithDefaults()
@@ -383,18 +396,11 @@ func TestTrainChunkRestoreFindsNoCheckpoint(t *testing.T) {
 	})
 	t.Run("deleted", func(t *testing.T) {
 		dir := t.TempDir()
-		nodes, m := newNodes(t, 1, "file://"+dir)
-		s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 90, ChunkSteps: 30}.WithDefaults()
-		in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "tok", From: 0, To: 30, Checkpoint: true}
-		res, errs := runChunk(t, nodes, in)
-		if err := errors.Join(errs...); err != nil || res[0].Checkpoint == nil {
-			t.Fatalf("first chunk: %v, checkpoint %v", err, res[0].Checkpoint)
-		}
-		ck := res[0].Checkpoint
+		nodes, in, ck := firstChunk(t, dir)
 		// The next chunk names it (the node sees it there), then it is
 		// deleted, and a new generation must restore it.
 		in.Session, in.From, in.To, in.Checkpoint, in.Restore = "run/act/g1/e2", 30, 60, false, ck
-		if _, errs = runChunk(t, nodes, in); errors.Join(errs...) != nil {
+		if _, errs := runChunk(t, nodes, in); errors.Join(errs...) != nil {
 			t.Fatal(errors.Join(errs...))
 		}
 		if err := os.Remove(filepath.Join(dir, filepath.FromSlash(ck.Key))); err != nil {
@@ -402,7 +408,7 @@ func TestTrainChunkRestoreFindsNoCheckpoint(t *testing.T) {
 		}
 		in.Membership.Generation++
 		in.Session, in.From, in.To = "run/act/g2/e1", 30, 60
-		_, errs = runChunk(t, nodes, in)
+		_, errs := runChunk(t, nodes, in)
 		wantLoadError(t, errs[0], spec.ErrTypeCheckpointGone,
 			"node node-1 does not find the run's checkpoint at step 30", "where it found the run's checkpoints before", "was deleted")
 	})
@@ -411,15 +417,9 @@ func TestTrainChunkRestoreFindsNoCheckpoint(t *testing.T) {
 	// not out of its reach (the run falls back instead of replacing it).
 	t.Run("deleted, a new node", func(t *testing.T) {
 		dir := t.TempDir()
-		nodes, m := newNodes(t, 1, "file://"+dir)
-		s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 90, ChunkSteps: 30}.WithDefaults()
-		in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "tok", From: 0, To: 30, Checkpoint: true}
+		nodes, in, first := firstChunk(t, dir)
+		in.Session, in.From, in.To, in.Restore = "run/act/g1/e2", 30, 60, first
 		res, errs := runChunk(t, nodes, in)
-		if err := errors.Join(errs...); err != nil || res[0].Checkpoint == nil {
-			t.Fatalf("first chunk: %v, checkpoint %v", err, res[0].Checkpoint)
-		}
-		in.Session, in.From, in.To, in.Restore = "run/act/g1/e2", 30, 60, res[0].Checkpoint
-		res, errs = runChunk(t, nodes, in)
 		if err := errors.Join(errs...); err != nil || res[0].Checkpoint == nil {
 			t.Fatalf("second chunk: %v, checkpoint %v", err, res[0].Checkpoint)
 		}
