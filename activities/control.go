@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/cann-train/cann-train/spec"
@@ -207,18 +208,29 @@ func (c *Control) freeNodes(ctx context.Context, clusterID string, req spec.Acqu
 // ended: its execution status in lower case ("terminated", …), "deleted"
 // when the server no longer knows it, "" while it runs.
 func RunEnded(ctx context.Context, c client.Client, id string) (string, error) {
+	how, _, err := RunState(ctx, c, id)
+	return how, err
+}
+
+// RunState is RunEnded, with a running run's phase as it last recorded
+// it (its spec.SearchAttrStatus; "" when it has none, or has ended).
+func RunState(ctx context.Context, c client.Client, id string) (how, phase string, err error) {
 	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
 	var notFound *serviceerror.NotFound
 	switch {
 	case errors.As(err, &notFound):
-		return "deleted", nil
+		return "deleted", "", nil
 	case err != nil:
-		return "", fmt.Errorf("describe %s: %w", id, err)
+		return "", "", fmt.Errorf("describe %s: %w", id, err)
 	}
-	if s := desc.GetWorkflowExecutionInfo().GetStatus(); s != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return ExecutionName(s), nil
+	info := desc.GetWorkflowExecutionInfo()
+	if s := info.GetStatus(); s != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return ExecutionName(s), "", nil
 	}
-	return "", nil
+	if p, ok := info.GetSearchAttributes().GetIndexedFields()[spec.SearchAttrStatus]; ok {
+		_ = converter.GetDefaultDataConverter().FromPayload(p, &phase) // (a malformed one says nothing)
+	}
+	return "", phase, nil
 }
 
 // ExecutionName is a workflow execution status in lower case, as the CLI

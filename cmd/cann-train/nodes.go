@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/spec"
@@ -255,16 +253,7 @@ func markOrphans(ctx context.Context, c client.Client, rows []nodeRow) {
 		}
 		h, seen := holders[r.Run]
 		if !seen {
-			h = holder{}
-			if desc, err := c.DescribeWorkflowExecution(ctx, r.Run, ""); err == nil {
-				if st := desc.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-					h.how = activities.ExecutionName(st)
-				} else if p, ok := desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[spec.SearchAttrStatus]; ok {
-					_ = converter.GetDefaultDataConverter().FromPayload(p, &h.phase) // (a malformed one says nothing)
-				}
-			} else if notFound := (*serviceerror.NotFound)(nil); errors.As(err, &notFound) {
-				h.how = "deleted"
-			}
+			h.how, h.phase, _ = activities.RunState(ctx, c, r.Run)
 			holders[r.Run] = h
 		}
 		switch {
