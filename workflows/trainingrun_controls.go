@@ -267,15 +267,10 @@ func (r *run) rescale(ctx workflow.Context, n int) bool {
 		// Grow as a shrunk run grows back: the free nodes now, the rest
 		// as they come free, training on meanwhile — from a checkpoint at
 		// this step (the next chunk makes one when there is none).
-		s := &r.st.Status
-		if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
-			r.settleForChange(ctx, "")
-		}
-		if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
-			r.st.ForceCheckpoint = true
+		if !r.atCheckpoint(ctx, n, "") {
 			return false
 		}
-		r.st.Ctl.Rescale, s.PendingNodes = 0, 0
+		r.st.Ctl.Rescale, r.st.Status.PendingNodes = 0, 0
 		r.setTarget(n)
 		return r.grow(ctx, true)
 	}
@@ -743,12 +738,7 @@ func (r *run) changeNodes(ctx workflow.Context, count, minCount int, wait time.D
 	log := workflow.GetLogger(ctx)
 	s := &r.st.Status
 	cur := len(r.st.Membership.Nodes)
-	if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
-		r.settleForChange(ctx, why)
-	}
-	if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
-		r.st.ForceCheckpoint = true
-		log.Info("node change waits for a checkpoint at the end of the next chunk", "step", s.Step, "nodes", count, "why", why)
+	if !r.atCheckpoint(ctx, count, why) {
 		return spec.Rescaling{}, false
 	}
 	before := slices.Clone(r.st.Membership.NodeIDs())
@@ -783,6 +773,23 @@ func (r *run) changeNodes(ctx workflow.Context, count, minCount int, wait time.D
 	rec.At = workflow.Now(ctx)
 	s.Detail = ""
 	return rec, true
+}
+
+// atCheckpoint reports whether the run has a checkpoint at its step (or
+// none is needed: step 0), once the one rank 0 is still uploading there
+// has settled; if not, the next chunk makes one at its end, and a change
+// to count nodes (why) waits for it.
+func (r *run) atCheckpoint(ctx workflow.Context, count int, why string) bool {
+	s := &r.st.Status
+	if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
+		r.settleForChange(ctx, why)
+	}
+	if s.Step > 0 && (s.LastCkpt == nil || s.LastCkpt.Step != s.Step) {
+		r.st.ForceCheckpoint = true
+		workflow.GetLogger(ctx).Info("node change waits for a checkpoint at the end of the next chunk", "step", s.Step, "nodes", count, "why", why)
+		return false
+	}
+	return true
 }
 
 // versionChangeSettles: a node change at a boundary whose checkpoint
