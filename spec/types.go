@@ -87,9 +87,13 @@ const (
 	SignalRelease    = "release"
 	// SignalDrain takes a node out of the pool (or puts it back): an
 	// operator's maintenance, kept across the node's restarts.
-	SignalDrain   = "drain"
-	UpdateAcquire = "acquire"
-	QueryNodes    = "nodes"
+	SignalDrain = "drain"
+	// SignalWithdraw (payload Withdraw) ends the acquires of a run that
+	// wait in the Cluster, taking nothing (ErrTypeAcquireWithdrawn): the
+	// run was paused or rescaled while it waited for its first nodes.
+	SignalWithdraw = "withdraw"
+	UpdateAcquire  = "acquire"
+	QueryNodes     = "nodes"
 	// QueryRegistry answers the node records with the lease TTL they are
 	// judged by (workflows.Registry).
 	QueryRegistry = "registry"
@@ -158,6 +162,9 @@ const (
 	// waiting there (or arriving) ends with nothing taken, to be asked
 	// again of the next run of the Cluster (AcquireNodes does).
 	ErrTypeClusterRollover = "ClusterRollover"
+	// ErrTypeAcquireWithdrawn: the run withdrew its waiting acquire
+	// (SignalWithdraw); nothing was taken.
+	ErrTypeAcquireWithdrawn = "AcquireWithdrawn"
 	// ErrTypeCheckpointStorage: rank 0 trained the chunk but could not
 	// store its checkpoint (the bucket refused the write: full,
 	// unreachable, not allowed).
@@ -536,6 +543,12 @@ type Evict struct {
 
 // Release returns a run's nodes to the pool.
 type Release struct {
+	RunID string `json:"run_id"`
+}
+
+// Withdraw ends a run's acquires waiting in the Cluster
+// (SignalWithdraw).
+type Withdraw struct {
 	RunID string `json:"run_id"`
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/cann-train/cann-train/spec"
 )
@@ -79,4 +81,67 @@ func TestTrainingRunSaysWhatItWaitsFor(t *testing.T) {
 	require.Equal(t, "rescaling 2 → 3 nodes at step 100: asking for 1 free node(s) beside the 2 it keeps (3 in all)", during[1].Detail)
 	require.Equal(t, []string{"node-1", "node-2", "node-3"}, st.Nodes)
 	require.Empty(t, st.Detail)
+}
+
+// TestTrainingRunControlsWhileWaitingForNodes: a pause or a rescale that
+// comes while the run waits for its first nodes withdraws the wait at
+// once (it would otherwise last node_wait, and a run that could not get
+// its nodes failed): a paused run holds without nodes until a resume and
+// then asks again; a rescaled one asks for the new count.
+func TestTrainingRunControlsWhileWaitingForNodes(t *testing.T) {
+	tests := []struct {
+		name   string
+		signal func(env *testsuite.TestWorkflowEnvironment)
+		counts []int // the acquires' counts
+		paused bool  // held (paused, no nodes) between them
+	}{
+		{"pause", func(env *testsuite.TestWorkflowEnvironment) { env.SignalWorkflow(spec.SignalPause, nil) }, []int{2, 2}, true},
+		{"rescale", func(env *testsuite.TestWorkflowEnvironment) {
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
+		}, []int{2, 3}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "node-3"), withdraws: make(chan spec.Withdraw, 8)}
+			ch := &fakeChunks{}
+			env := newRunEnv(t, cl, ch)
+			var counts []int
+			env.RegisterActivityWithOptions(func(ctx context.Context, id string, req spec.AcquireRequest) ([]spec.Node, error) {
+				counts = append(counts, req.Count)
+				if len(counts) > 1 {
+					return cl.acquire(ctx, id, req)
+				}
+				// The first waits — no node is free — until withdrawn.
+				tc.signal(env)
+				select {
+				case w := <-cl.withdraws:
+					require.Equal(t, req.RunID, w.RunID)
+					return nil, temporal.NewNonRetryableApplicationError("withdrawn", spec.ErrTypeAcquireWithdrawn, nil)
+				case <-time.After(10 * time.Second):
+					return nil, temporal.NewNonRetryableApplicationError("not enough nodes (never withdrawn)", spec.ErrTypeNotEnoughNodes, nil)
+				}
+			}, activity.RegisterOptions{Name: spec.ActivityAcquireNodes})
+			var held spec.RunStatus
+			env.RegisterDelayedCallback(func() {
+				v, err := env.QueryWorkflow(spec.QueryStatus)
+				require.NoError(t, err)
+				require.NoError(t, v.Get(&held))
+				env.SignalWorkflow(spec.SignalResume, nil)
+			}, time.Hour)
+			s := spec.RunSpec{Name: "t", Nodes: 2, MinNodes: 1, Steps: 200, ChunkSteps: 100, NodeWait: spec.Duration(2 * time.Hour)}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.NoError(t, env.GetWorkflowError())
+			var st spec.RunStatus
+			require.NoError(t, env.GetWorkflowResult(&st))
+			require.Equal(t, tc.counts, counts)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.Len(t, st.Nodes, tc.counts[1])
+			if tc.paused {
+				require.Equal(t, spec.PhasePaused, held.Phase, "an hour on it holds, paused")
+				require.Empty(t, held.Nodes)
+				require.Equal(t, "paused at step 0 (cann-train resume continues)", held.Detail)
+			}
+			require.Zero(t, st.PendingNodes)
+		})
+	}
 }

@@ -45,7 +45,7 @@ func acquireOptions(ctx workflow.Context, s spec.RunSpec, count int) workflow.Co
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:        time.Second,
 			MaximumAttempts:        3,
-			NonRetryableErrorTypes: []string{spec.ErrTypeNotEnoughNodes},
+			NonRetryableErrorTypes: []string{spec.ErrTypeNotEnoughNodes, spec.ErrTypeAcquireWithdrawn},
 		},
 		Summary: "acquire " + itoa(count) + " node(s)",
 	})

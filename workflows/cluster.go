@@ -105,6 +105,7 @@ type cluster struct {
 type waiter struct {
 	req       spec.AcquireRequest
 	heldFirst bool
+	withdrawn bool // (SignalWithdraw)
 }
 
 func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
@@ -162,6 +163,7 @@ func (c *cluster) run(ctx workflow.Context) error {
 	failed := workflow.GetSignalChannel(ctx, spec.SignalMarkFailed)
 	release := workflow.GetSignalChannel(ctx, spec.SignalRelease)
 	drain := workflow.GetSignalChannel(ctx, spec.SignalDrain)
+	withdraw := workflow.GetSignalChannel(ctx, spec.SignalWithdraw)
 
 	log := workflow.GetLogger(ctx)
 	refused := func(name string) func(error) {
@@ -173,6 +175,7 @@ func (c *cluster) run(ctx workflow.Context) error {
 	onSignal(sel, failed, refused(spec.SignalMarkFailed), func(mf spec.MarkFailed) { c.markFailed(ctx, mf) })
 	onSignal(sel, release, refused(spec.SignalRelease), func(r spec.Release) { c.release(ctx, r.RunID) })
 	onSignal(sel, drain, refused(spec.SignalDrain), func(d spec.Drain) { c.drain(ctx, d) })
+	onSignal(sel, withdraw, refused(spec.SignalWithdraw), func(w spec.Withdraw) { c.withdraw(ctx, w.RunID) })
 	for {
 		sel.Select(ctx)
 		info := workflow.GetInfo(ctx)
@@ -401,6 +404,21 @@ func (c *cluster) forget(ctx workflow.Context, f spec.ForgetNode) error {
 	return nil
 }
 
+// withdraw ends the acquires of runID waiting now, taking nothing (a
+// signal from a run paused or rescaled while it waits for its first
+// nodes: it asks again once it knows what for). One that comes later is
+// not touched: the run re-sends until its acquire has ended.
+func (c *cluster) withdraw(ctx workflow.Context, runID string) {
+	n := 0
+	for _, w := range c.queue {
+		if w.req.RunID == runID && !w.withdrawn {
+			w.withdrawn = true
+			n++
+		}
+	}
+	workflow.GetLogger(ctx).Info("acquire withdrawn", "run", runID, "waiting", n)
+}
+
 func (c *cluster) release(ctx workflow.Context, runID string) {
 	if c.waiting[runID] > 0 {
 		c.ended[runID] = true // a release comes only from a run that ends
@@ -467,20 +485,21 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 		workflow.GetVersion(ctx, versionHeldFirst, workflow.DefaultVersion, 1) >= 1
 	var out []spec.Node
 	var ok, done bool
+	var w *waiter // (one that waits)
 	if req.Wait <= 0 {
 		// Now or never. (AwaitWithTimeout with no time would not even
 		// look: its timer fires before the first check.)
 		out, ok = c.tryAcquire(workflow.Now(ctx), req, heldFirst)
 		done = ok
 	} else {
-		w := &waiter{req: req, heldFirst: heldFirst}
+		w = &waiter{req: req, heldFirst: heldFirst}
 		if len(c.queue) > 0 && !c.fifo {
 			c.fifo = workflow.GetVersion(ctx, versionFIFO, workflow.DefaultVersion, 1) >= 1
 		}
 		c.queue = append(c.queue, w)
 		defer func() { c.queue = slices.DeleteFunc(c.queue, func(x *waiter) bool { return x == w }) }()
 		cond := func() bool {
-			if c.ended[req.RunID] {
+			if c.ended[req.RunID] || w.withdrawn {
 				return true
 			}
 			now := workflow.Now(ctx)
@@ -516,6 +535,10 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 	if ok && !done && c.closing && !c.ended[req.RunID] {
 		return nil, rollover(req)
 	}
+	if w != nil && w.withdrawn && !done && !c.ended[req.RunID] {
+		return nil, temporal.NewApplicationError(fmt.Sprintf("acquire %d nodes for %s: withdrawn by the run", req.Count, req.RunID),
+			spec.ErrTypeAcquireWithdrawn)
+	}
 	if c.ended[req.RunID] {
 		return nil, temporal.NewApplicationError(
 			fmt.Sprintf("acquire %d nodes for %s: the run released its nodes while it waited (it ended)", req.Count, req.RunID),
@@ -542,7 +565,7 @@ func (c *cluster) olderServable(now time.Time, w *waiter) bool {
 		if x == w {
 			return false
 		}
-		if c.ended[x.req.RunID] {
+		if c.ended[x.req.RunID] || x.withdrawn {
 			continue
 		}
 		if _, ok := c.allocate(now, x.req, false, x.heldFirst); ok {

@@ -1203,3 +1203,33 @@ func TestClusterTakesLeasesOnlyFromTheRegisteredProcess(t *testing.T) {
 	require.NoError(t, results["one"].err)
 	require.Equal(t, []string{"b"}, ids(results["one"].nodes))
 }
+
+// TestClusterWithdrawsAWaitingAcquire: a withdraw ends the run's acquire
+// waiting now, taking nothing; the nodes it would have had first go to
+// the acquire behind it, and the run's later acquires are served as
+// usual.
+func TestClusterWithdrawsAWaitingAcquire(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b"))
+	at(2*time.Second, func() { acquire("holder", spec.AcquireRequest{RunID: "holder", Count: 2, Wait: time.Second}) })
+	at(3*time.Second, func() { acquire("first", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Hour}) })
+	at(4*time.Second, func() { acquire("second", spec.AcquireRequest{RunID: "r2", Count: 2, Wait: time.Hour}) })
+	at(5*time.Second, func() { env.SignalWorkflow(spec.SignalWithdraw, spec.Withdraw{RunID: "r1"}) })
+	at(6*time.Second, func() {
+		var ae *temporal.ApplicationError
+		require.True(t, errors.As(results["first"].err, &ae), "first: %v", results["first"].err)
+		require.Equal(t, spec.ErrTypeAcquireWithdrawn, ae.Type())
+		require.Nil(t, results["first"].nodes)
+		require.Nil(t, results["second"].nodes, "r2 still waits")
+		env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "holder"})
+	})
+	at(7*time.Second, func() {
+		require.Equal(t, []string{"a", "b"}, ids(results["second"].nodes), "the nodes r1 would have had first go to r2")
+		env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "r2"})
+		acquire("again", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Hour})
+	})
+	at(8*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.NoError(t, results["again"].err, "an acquire after the withdraw is served as usual")
+	require.Equal(t, []string{"a", "b"}, ids(results["again"].nodes))
+}

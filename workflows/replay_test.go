@@ -187,7 +187,7 @@ import (
 // node-1 asked to store it before the lost stretch was recorded
 // (versionKeptAfterLoss, versionKeptLossTrained)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
-// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced|TestExternalRunHoldsForItsStorage|TestExternalCancelledRunKeepsItsCheckpoint|TestExternalPauseStopsAtAKeptCheckpoint|TestExternalLossAfterAKeptRefusal'
+// go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced|TestExternalRunHoldsForItsStorage|TestExternalCancelledRunKeepsItsCheckpoint|TestExternalPauseStopsAtAKeptCheckpoint|TestExternalLossAfterAKeptRefusal|TestControlsWhileARunWaitsForNodes'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
 // change to workflow code that would break running workflows fails here
 // with a nondeterminism error.
@@ -258,54 +258,56 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_lost.json", spec.WorkflowTrainingRun},    // a crashed world: what it trained past its checkpoint a lost segment
 		{"trainingrun_cancel.json", spec.WorkflowTrainingRun},           // cancelled mid-chunk: nodes released, ends Canceled
 		{"cluster.json", spec.WorkflowCluster},
-		{"cluster_drain.json", spec.WorkflowCluster},                           // drains, one of a held node (the run told)
-		{"cluster_resweep.json", spec.WorkflowCluster},                         // waiting acquires sweep again
-		{"cluster_sweep.json", spec.WorkflowCluster},                           // a terminated run's nodes freed for the next run
-		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun},           // a misspelled input field: failed at once (versionUnknownInput)
-		{"trainingrun_run_id_name.json", spec.WorkflowTrainingRun},             // run/raw-other with spec name raw-else: failed at once (versionRunIDName)
-		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},              // a node without data replaced (NodeUnfit: no version)
-		{"cluster_unfit.json", spec.WorkflowCluster},                           // … and kept failed as misconfigured
-		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},            // held for a refusing bucket, stored at a resume (versionStorageWaits)
-		{"trainingrun_load_hold.json", spec.WorkflowTrainingRun},               // held for a bucket that failed a restore's reads (versionLoadWaits)
-		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},            // a storage hold whose tries say so (versionStoringSaysSo)
-		{"trainingrun_host_cannot_launch.json", spec.WorkflowTrainingRun},      // a host that cannot launch the job replaced (versionHostCannotLaunch)
-		{"trainingrun_outage.json", spec.WorkflowTrainingRun},                  // a server outage outlived on the same nodes (versionServiceOutage)
-		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},            // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
-		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},               // fell back past deleted checkpoints in one restart (versionSkipGone)
-		{"trainingrun_slow_drain.json", spec.WorkflowTrainingRun},              // drained its slow node (slow_node: drain) and moved off it
-		{"trainingrun_slow_replace.json", spec.WorkflowTrainingRun},            // left its slow node for a free one (slow_node: replace; no version)
-		{"trainingrun_other_data.json", spec.WorkflowTrainingRun},              // a node on other data given back, the run's learnt (no version)
-		{"trainingrun_data_pinned.json", spec.WorkflowTrainingRun},             // pinned: its pin's holders asked for first (no version)
-		{"cluster_data.json", spec.WorkflowCluster},                            // … a node given back free (OtherData), a pin preferred
-		{"cluster_same_data.json", spec.WorkflowCluster},                       // … and runs without one handed nodes of one data set (SameData)
-		{"trainingrun_stopped_node.json", spec.WorkflowTrainingRun},            // a stopping node's chunk ended early, the node replaced there (versionEndedEarly)
-		{"trainingrun_controls_end_chunk.json", spec.WorkflowTrainingRun},      // a pause and a drain ended the chunk in flight early (versionEndOnControl)
-		{"trainingrun_green_window_end.json", spec.WorkflowTrainingRun},        // a green window's end ended the chunk in flight (versionEndAtSlotEnd)
-		{"cluster_stop.json", spec.WorkflowCluster},                            // a held node's worker stopped: its run told (versionStopEvicts)
-		{"trainingrun_stopped_told.json", spec.WorkflowTrainingRun},            // … and that run, told, replacing the node where its chunk ended
-		{"trainingrun_external_stop.json", spec.WorkflowTrainingRun},           // an external world moved off a stopping node's at a checkpoint
-		{"trainingrun_cancel_end_chunk.json", spec.WorkflowTrainingRun},        // cancelled mid-chunk: the chunk ended at a checkpoint first (versionCancelEndsChunk)
-		{"trainingrun_stopped_two.json", spec.WorkflowTrainingRun},             // two nodes stopped at once, both replaced where the chunk ended (no version)
-		{"trainingrun_external_stop_late.json", spec.WorkflowTrainingRun},      // a stop past the grace: no restart counted (versionStoppingNoRestart)
-		{"trainingrun_regrow_in_flight.json", spec.WorkflowTrainingRun},        // grew back mid-chunk, asking the Cluster for free nodes (versionNodesInFlight)
-		{"trainingrun_external_request.json", spec.WorkflowTrainingRun},        // a pause asked the external world for a checkpoint (versionCheckpointRequest)
-		{"trainingrun_external_cancel_request.json", spec.WorkflowTrainingRun}, // … and a cancel too, ending there (versionCancelAsksCheckpoint)
-		{"trainingrun_external_unreported.json", spec.WorkflowTrainingRun},     // paused while starting: stopped at once (versionStopUnreported)
-		{"trainingrun_cancelling.json", spec.WorkflowTrainingRun},              // a cancel drain in phase cancelling (versionCancellingPhase)
-		{"trainingrun_external_cancelling.json", spec.WorkflowTrainingRun},     // … an external world's too
-		{"trainingrun_regrow_waiting_ask.json", spec.WorkflowTrainingRun},      // grew back mid-chunk, found by an ask that waited (versionFreeNodesWait)
-		{"cluster_hold.json", spec.WorkflowCluster},                            // … its Cluster, holding the node found for the run (UpdateHoldFree)
-		{"cluster_held_first.json", spec.WorkflowCluster},                      // … its acquire taking the held node first (versionHeldFirst)
-		{"trainingrun_evict_mid_chunk.json", spec.WorkflowTrainingRun},         // a drained node replaced mid-chunk, asked for every node_wait (versionEvictNodeWait)
-		{"trainingrun_cut_off.json", spec.WorkflowTrainingRun},                 // a node cut off from the bucket its peer read, replaced at the second try (versionCutOff)
-		{"trainingrun_rank0_cut_off.json", spec.WorkflowTrainingRun},           // rank 0 cut off for writes: node-2 stores the holds (versionAnySaver), then the run leaves node-1
-		{"trainingrun_cut_off_free.json", spec.WorkflowTrainingRun},            // … a built-in run's, with max_restarts spent on the node lost before (versionCutOffFree)
-		{"trainingrun_external_cut_off.json", spec.WorkflowTrainingRun},        // an external job's node cut off: its peer asked to read (versionProbeReads), replaced at the second try, no restart counted (versionCutOffFree)
-		{"trainingrun_external_unformed.json", spec.WorkflowTrainingRun},       // … each try's world stopped once the cut-off node failed (versionStopUnformed)
-		{"trainingrun_external_storage_hold.json", spec.WorkflowTrainingRun},   // an external job's bucket refusing: the world stopped, the kept checkpoint stored (versionExternalStoreKept)
-		{"trainingrun_external_cancel_kept.json", spec.WorkflowTrainingRun},    // … cancelled while it held, the kept checkpoint tried once more (versionKeptOnCancel)
-		{"trainingrun_external_kept_pause.json", spec.WorkflowTrainingRun},     // a pause's checkpoint refused, kept: stopped there, trained recorded (versionKeptForStop, versionKeptTrained)
-		{"trainingrun_external_kept_loss.json", spec.WorkflowTrainingRun},      // a world lost after a kept refusal: the kept one asked for first (versionKeptAfterLoss, versionKeptLossTrained)
+		{"cluster_drain.json", spec.WorkflowCluster},                            // drains, one of a held node (the run told)
+		{"cluster_resweep.json", spec.WorkflowCluster},                          // waiting acquires sweep again
+		{"cluster_withdraw.json", spec.WorkflowCluster},                         // a waiting acquire withdrawn (SignalWithdraw)
+		{"trainingrun_controls_while_acquiring.json", spec.WorkflowTrainingRun}, // paused, resumed, rescaled while it waited for its first nodes
+		{"cluster_sweep.json", spec.WorkflowCluster},                            // a terminated run's nodes freed for the next run
+		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun},            // a misspelled input field: failed at once (versionUnknownInput)
+		{"trainingrun_run_id_name.json", spec.WorkflowTrainingRun},              // run/raw-other with spec name raw-else: failed at once (versionRunIDName)
+		{"trainingrun_node_unfit.json", spec.WorkflowTrainingRun},               // a node without data replaced (NodeUnfit: no version)
+		{"cluster_unfit.json", spec.WorkflowCluster},                            // … and kept failed as misconfigured
+		{"trainingrun_storage_hold.json", spec.WorkflowTrainingRun},             // held for a refusing bucket, stored at a resume (versionStorageWaits)
+		{"trainingrun_load_hold.json", spec.WorkflowTrainingRun},                // held for a bucket that failed a restore's reads (versionLoadWaits)
+		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},             // a storage hold whose tries say so (versionStoringSaysSo)
+		{"trainingrun_host_cannot_launch.json", spec.WorkflowTrainingRun},       // a host that cannot launch the job replaced (versionHostCannotLaunch)
+		{"trainingrun_outage.json", spec.WorkflowTrainingRun},                   // a server outage outlived on the same nodes (versionServiceOutage)
+		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},             // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
+		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},                // fell back past deleted checkpoints in one restart (versionSkipGone)
+		{"trainingrun_slow_drain.json", spec.WorkflowTrainingRun},               // drained its slow node (slow_node: drain) and moved off it
+		{"trainingrun_slow_replace.json", spec.WorkflowTrainingRun},             // left its slow node for a free one (slow_node: replace; no version)
+		{"trainingrun_other_data.json", spec.WorkflowTrainingRun},               // a node on other data given back, the run's learnt (no version)
+		{"trainingrun_data_pinned.json", spec.WorkflowTrainingRun},              // pinned: its pin's holders asked for first (no version)
+		{"cluster_data.json", spec.WorkflowCluster},                             // … a node given back free (OtherData), a pin preferred
+		{"cluster_same_data.json", spec.WorkflowCluster},                        // … and runs without one handed nodes of one data set (SameData)
+		{"trainingrun_stopped_node.json", spec.WorkflowTrainingRun},             // a stopping node's chunk ended early, the node replaced there (versionEndedEarly)
+		{"trainingrun_controls_end_chunk.json", spec.WorkflowTrainingRun},       // a pause and a drain ended the chunk in flight early (versionEndOnControl)
+		{"trainingrun_green_window_end.json", spec.WorkflowTrainingRun},         // a green window's end ended the chunk in flight (versionEndAtSlotEnd)
+		{"cluster_stop.json", spec.WorkflowCluster},                             // a held node's worker stopped: its run told (versionStopEvicts)
+		{"trainingrun_stopped_told.json", spec.WorkflowTrainingRun},             // … and that run, told, replacing the node where its chunk ended
+		{"trainingrun_external_stop.json", spec.WorkflowTrainingRun},            // an external world moved off a stopping node's at a checkpoint
+		{"trainingrun_cancel_end_chunk.json", spec.WorkflowTrainingRun},         // cancelled mid-chunk: the chunk ended at a checkpoint first (versionCancelEndsChunk)
+		{"trainingrun_stopped_two.json", spec.WorkflowTrainingRun},              // two nodes stopped at once, both replaced where the chunk ended (no version)
+		{"trainingrun_external_stop_late.json", spec.WorkflowTrainingRun},       // a stop past the grace: no restart counted (versionStoppingNoRestart)
+		{"trainingrun_regrow_in_flight.json", spec.WorkflowTrainingRun},         // grew back mid-chunk, asking the Cluster for free nodes (versionNodesInFlight)
+		{"trainingrun_external_request.json", spec.WorkflowTrainingRun},         // a pause asked the external world for a checkpoint (versionCheckpointRequest)
+		{"trainingrun_external_cancel_request.json", spec.WorkflowTrainingRun},  // … and a cancel too, ending there (versionCancelAsksCheckpoint)
+		{"trainingrun_external_unreported.json", spec.WorkflowTrainingRun},      // paused while starting: stopped at once (versionStopUnreported)
+		{"trainingrun_cancelling.json", spec.WorkflowTrainingRun},               // a cancel drain in phase cancelling (versionCancellingPhase)
+		{"trainingrun_external_cancelling.json", spec.WorkflowTrainingRun},      // … an external world's too
+		{"trainingrun_regrow_waiting_ask.json", spec.WorkflowTrainingRun},       // grew back mid-chunk, found by an ask that waited (versionFreeNodesWait)
+		{"cluster_hold.json", spec.WorkflowCluster},                             // … its Cluster, holding the node found for the run (UpdateHoldFree)
+		{"cluster_held_first.json", spec.WorkflowCluster},                       // … its acquire taking the held node first (versionHeldFirst)
+		{"trainingrun_evict_mid_chunk.json", spec.WorkflowTrainingRun},          // a drained node replaced mid-chunk, asked for every node_wait (versionEvictNodeWait)
+		{"trainingrun_cut_off.json", spec.WorkflowTrainingRun},                  // a node cut off from the bucket its peer read, replaced at the second try (versionCutOff)
+		{"trainingrun_rank0_cut_off.json", spec.WorkflowTrainingRun},            // rank 0 cut off for writes: node-2 stores the holds (versionAnySaver), then the run leaves node-1
+		{"trainingrun_cut_off_free.json", spec.WorkflowTrainingRun},             // … a built-in run's, with max_restarts spent on the node lost before (versionCutOffFree)
+		{"trainingrun_external_cut_off.json", spec.WorkflowTrainingRun},         // an external job's node cut off: its peer asked to read (versionProbeReads), replaced at the second try, no restart counted (versionCutOffFree)
+		{"trainingrun_external_unformed.json", spec.WorkflowTrainingRun},        // … each try's world stopped once the cut-off node failed (versionStopUnformed)
+		{"trainingrun_external_storage_hold.json", spec.WorkflowTrainingRun},    // an external job's bucket refusing: the world stopped, the kept checkpoint stored (versionExternalStoreKept)
+		{"trainingrun_external_cancel_kept.json", spec.WorkflowTrainingRun},     // … cancelled while it held, the kept checkpoint tried once more (versionKeptOnCancel)
+		{"trainingrun_external_kept_pause.json", spec.WorkflowTrainingRun},      // a pause's checkpoint refused, kept: stopped there, trained recorded (versionKeptForStop, versionKeptTrained)
+		{"trainingrun_external_kept_loss.json", spec.WorkflowTrainingRun},       // a world lost after a kept refusal: the kept one asked for first (versionKeptAfterLoss, versionKeptLossTrained)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

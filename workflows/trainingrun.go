@@ -566,24 +566,77 @@ func (r *run) size() int {
 	return r.spec.Nodes
 }
 
-// acquire gets (or re-fills) the run's nodes and starts a new generation.
+// acquire gets the run's first nodes and starts its first generation.
 // A run's first acquire with min_nodes below its size starts on as many
 // as are free, at least min_nodes (versionStartSmall), and grows back to
 // its size at chunk boundaries as nodes come free, as after a failure.
+// A pause or a rescale that comes while it waits for them is acted on
+// at once (versionControlsWhileAcquiring): the wait is withdrawn, the run
+// holds without nodes until a resume, and asks again — for the new count.
 func (r *run) acquire(ctx workflow.Context) error {
-	want, minCount := r.size(), 0
-	if r.st.Membership.Generation == 0 && r.spec.MinNodes < want && r.spec.Strategy != spec.StrategyAuto && !r.spec.IsExternal() &&
-		workflow.GetVersion(ctx, versionStartSmall, workflow.DefaultVersion, 1) >= 1 {
-		minCount = r.spec.MinNodes
+	for {
+		if (r.st.Ctl.Paused || r.st.Ctl.Rescale > 0) && r.controlsWhileAcquiring(ctx) {
+			if err := r.controlsBeforeNodes(ctx); err != nil {
+				return err
+			}
+		}
+		want, minCount := r.size(), 0
+		if r.st.Membership.Generation == 0 && r.spec.MinNodes < want && r.spec.Strategy != spec.StrategyAuto && !r.spec.IsExternal() &&
+			workflow.GetVersion(ctx, versionStartSmall, workflow.DefaultVersion, 1) >= 1 {
+			minCount = r.spec.MinNodes
+		}
+		err := r.acquireNodesWatched(ctx, spec.PhaseAcquiring, want, minCount, r.spec.NodeWait.D(), true)
+		if errors.Is(err, errWithdrawn) {
+			continue // (the controls that withdrew it are acted on above)
+		}
+		if err != nil {
+			return err
+		}
+		if n := len(r.st.Membership.Nodes); n < want {
+			workflow.GetLogger(ctx).Info("started on fewer nodes than the job's: it grows back as nodes come free", "nodes", n, "of", want, "min_nodes", r.spec.MinNodes)
+			r.shrank(ctx, want)
+		}
+		return nil
 	}
-	if err := r.acquireNodes(ctx, spec.PhaseAcquiring, want, minCount); err != nil {
-		return err
+}
+
+// versionControlsWhileAcquiring: a pause or a rescale signalled while a
+// run waits for its first nodes withdraws the wait (SignalWithdraw) and is
+// acted on at once — a paused run holds without nodes, a rescaled one asks
+// for the new count — and one signalled before the first acquire is acted
+// on before it. Before, both waited until the nodes came (up to node_wait,
+// and a run that could not get them failed). Asked only then.
+const versionControlsWhileAcquiring = "controls-while-acquiring"
+
+func (r *run) controlsWhileAcquiring(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionControlsWhileAcquiring, workflow.DefaultVersion, 1) >= 1
+}
+
+// errWithdrawn: the run withdrew its waiting acquire (a pause, a rescale).
+var errWithdrawn = errors.New("acquire withdrawn")
+
+// controlsBeforeNodes acts on a pause (holds until a resume) and a
+// rescale (the node count to ask for) while the run holds no node.
+func (r *run) controlsBeforeNodes(ctx workflow.Context) error {
+	if r.st.Ctl.Paused {
+		if err := r.hold(ctx); err != nil {
+			return err
+		}
 	}
-	if n := len(r.st.Membership.Nodes); n < want {
-		workflow.GetLogger(ctx).Info("started on fewer nodes than the job's: it grows back as nodes come free", "nodes", n, "of", want, "min_nodes", r.spec.MinNodes)
-		r.shrank(ctx, want)
+	if n := r.st.Ctl.Rescale; n > 0 {
+		workflow.GetLogger(ctx).Info("rescaled before the run's first nodes", "nodes", n, "was", r.size())
+		r.st.Size = n
+		r.st.Ctl.Rescale, r.st.Status.PendingNodes = 0, 0
+		r.setTarget(0)
+		r.publish(ctx)
 	}
 	return nil
+}
+
+// acquireUnwanted reports whether a pause or a rescale to another count
+// than count has come since the acquire of count nodes began.
+func (r *run) acquireUnwanted(count int) bool {
+	return r.st.Ctl.Paused || (r.st.Ctl.Rescale > 0 && r.st.Ctl.Rescale != count)
 }
 
 // versionStartSmall: a run whose job sets min_nodes below nodes starts on
@@ -601,6 +654,14 @@ func (r *run) acquireNodes(ctx workflow.Context, phase spec.Phase, count, minCou
 // acquireNodesWithin is acquireNodes waiting up to wait for the nodes
 // (0: take what is free now or fail).
 func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, minCount int, wait time.Duration) error {
+	return r.acquireNodesWatched(ctx, phase, count, minCount, wait, false)
+}
+
+// acquireNodesWatched is acquireNodesWithin; with watch, a pause or a
+// rescale to another count while the acquire waits withdraws it
+// (errWithdrawn; nodes the Cluster gave before the withdrawal are
+// taken as usual).
+func (r *run) acquireNodesWatched(ctx workflow.Context, phase spec.Phase, count, minCount int, wait time.Duration, watch bool) error {
 	// Say what the run waits for (status, dashboard, Web UI), after what
 	// the caller said (a rescale).
 	prev := r.st.Status.Detail
@@ -617,8 +678,17 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 		req.SameData = req.PreferDataSHA256 == ""
 	}
 	r.failedNodes, r.leaving = nil, nil
-	err := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req).Get(ctx, &nodes)
+	fut := workflow.ExecuteActivity(acquireOptions(ctx, r.spec, count), spec.ActivityAcquireNodes, r.clusterID, req)
+	ended := false
+	if watch && wait > 0 {
+		workflow.Go(ctx, func(ctx workflow.Context) { r.withdrawWhenUnwanted(ctx, count, &ended) })
+	}
+	err := fut.Get(ctx, &nodes)
+	ended = true
 	r.st.Status.Detail = prev
+	if app := (*temporal.ApplicationError)(nil); errors.As(err, &app) && app.Type() == spec.ErrTypeAcquireWithdrawn {
+		return errWithdrawn
+	}
 	if err != nil {
 		return fmt.Errorf("acquire nodes: %w", err)
 	}
@@ -633,6 +703,37 @@ func (r *run) acquireNodesWithin(ctx workflow.Context, phase spec.Phase, count, 
 	r.setPhase(ctx, spec.PhaseTraining)
 	return nil
 }
+
+// withdrawWhenUnwanted waits, beside an acquire of count nodes, until the
+// acquire has ended or a pause or another count is asked for
+// (acquireUnwanted); then it asks the Cluster to withdraw the run's
+// waiting acquire, and asks again every withdrawRetry until it has ended
+// (the Update may not have reached the Cluster yet, or the Cluster
+// continued as new and the acquire went to its next run).
+func (r *run) withdrawWhenUnwanted(ctx workflow.Context, count int, ended *bool) {
+	if workflow.Await(ctx, func() bool { return *ended || r.acquireUnwanted(count) }) != nil || *ended ||
+		!r.controlsWhileAcquiring(ctx) {
+		return
+	}
+	why := "a pause"
+	if !r.st.Ctl.Paused {
+		why = fmt.Sprintf("a rescale to %d node(s)", r.st.Ctl.Rescale)
+	}
+	workflow.GetLogger(ctx).Info("withdrawing the run's wait for nodes", "why", why)
+	for !*ended {
+		err := workflow.SignalExternalWorkflow(ctx, r.clusterID, "", spec.SignalWithdraw, spec.Withdraw{RunID: r.st.Status.RunID}).Get(ctx, nil)
+		if err != nil && ctx.Err() == nil {
+			workflow.GetLogger(ctx).Warn("could not withdraw the run's wait for nodes; asking again", "error", err)
+		}
+		if _, err := workflow.AwaitWithTimeout(ctx, withdrawRetry, func() bool { return *ended }); err != nil {
+			return
+		}
+	}
+}
+
+// withdrawRetry: how often a run asks the Cluster again to withdraw its
+// waiting acquire until the acquire has ended.
+const withdrawRetry = 10 * time.Second
 
 // keeps is how many of the nodes the run holds an acquire of count
 // keeps: its members in the first count ranks, less the failed ones and

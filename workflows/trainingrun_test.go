@@ -50,6 +50,8 @@ type fakeCluster struct {
 	drains []spec.Drain
 	// onAcquire, when set, hears of each request before it is served.
 	onAcquire func(req spec.AcquireRequest)
+	// withdraws, when set, hears the runs' withdraw signals.
+	withdraws chan spec.Withdraw
 }
 
 func (f *fakeCluster) acquire(_ context.Context, _ string, req spec.AcquireRequest) ([]spec.Node, error) {
@@ -235,6 +237,9 @@ func newRunEnv(t *testing.T, cl *fakeCluster, ch *fakeChunks) *testsuite.TestWor
 				defer cl.mu.Unlock()
 				cl.markFailedLocked(arg.(spec.MarkFailed))
 				cl.markSignals++
+			}
+			if name == spec.SignalWithdraw && cl.withdraws != nil {
+				cl.withdraws <- arg.(spec.Withdraw)
 			}
 			if name == spec.SignalDrain {
 				cl.mu.Lock()

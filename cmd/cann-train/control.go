@@ -73,7 +73,8 @@ early: within a second its nodes agree on a step and store a checkpoint
 there (nodes of an older build finish the chunk, and checkpoint if it is
 due). The run then holds — nodes kept, nothing trained — until
 'cann-train resume RUN'. A pause during a green-window wait
-holds the run after the wait too. An external job (your own script) stops
+holds the run after the wait too. A run still waiting for its first nodes
+stops waiting and holds without any (it asks again on resume). An external job (your own script) stops
 after its next checkpoint upload — asked for now: its should_checkpoint()
 says yes a second or so ahead — and resumes from it; a second pause stops
 it at once.`,
@@ -105,6 +106,8 @@ it at once.`,
 					fmt.Fprintf(e.out, "%s: a pause was pending at step %d; the job is asked to stop at once\n", id, st.Step)
 				case st.PauseRequested:
 					fmt.Fprintf(e.out, "%s: a pause was already requested at step %d; it holds at the next chunk boundary\n", id, st.Step)
+				case firstAcquire(st):
+					fmt.Fprintf(e.out, "%s: pause requested while it waits for its first nodes; it stops waiting and holds without nodes\n", id)
 				case st.Model == spec.ModelExternal:
 					fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds after the job's next checkpoint upload "+
 						"(pause again to stop it at once)\n", id, st.Step)
@@ -124,6 +127,12 @@ it at once.`,
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the run to be paused (0: do not wait)")
 	atLeast(cmd.Flags(), "0", "wait")
 	return cmd
+}
+
+// firstAcquire: the run waits for its first nodes (a pause or a rescale
+// withdraws that wait at once).
+func firstAcquire(st spec.RunStatus) bool {
+	return st.Phase == spec.PhaseAcquiring && len(st.Nodes) == 0
 }
 
 // awaitPhase polls the run's status until it is in phase.
@@ -290,7 +299,8 @@ one more chunk runs and checkpoints first, so no step is lost). A scale-up
 takes the free nodes there and the others as they come free (asked for
 while chunks train, as a run that lost a node grows back), training on
 meanwhile. The global batch stays what it was at the start; each rank's
-share changes. A paused run changes when it resumes.
+share changes. A paused run changes when it resumes; a run still waiting
+for its first nodes asks for N instead at once.
 N must be at least the run's min_nodes and at most its global batch.`,
 		Example: `  cann-train scale mnist-demo --nodes 4
   cann-train scale mnist-demo 4
@@ -368,8 +378,11 @@ N must be at least the run's min_nodes and at most its global batch.`,
 			}
 			if wait <= 0 || st.Phase == spec.PhasePaused {
 				when := "at its next chunk boundary"
-				if st.Phase == spec.PhasePaused {
+				switch {
+				case st.Phase == spec.PhasePaused:
 					when = "when it resumes (it is paused)"
+				case firstAcquire(st):
+					when = "now: it waits for its first nodes and asks for these instead"
 				}
 				fmt.Fprintf(e.out, "%s: %d → %d node(s) %s; it has trained %d of %d steps\n", id, len(st.Nodes), nodes, when, st.Step, st.TotalSteps)
 				return nil

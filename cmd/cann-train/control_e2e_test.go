@@ -656,3 +656,56 @@ func TestCancelStopsTheChunkInFlight(t *testing.T) {
 	}
 	t.Logf("the run ended cancelled %s after the cancel, at step %d, its checkpoint there", took.Round(time.Millisecond), st.Step)
 }
+
+// TestControlsWhileARunWaitsForNodes: a run that waits for its first
+// nodes (another run, paused, holds the only one) is paused by `cann-train
+// pause --wait`, and holds at once without nodes (before, the pause waited
+// for the nodes, up to node_wait); resumed, it waits again; rescaled to
+// one node, it asks for one; when the other run is cancelled it takes
+// the node and completes on it. Its history is the replay test's
+// trainingrun_controls_while_acquiring.json, the Cluster's
+// cluster_withdraw.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+func TestControlsWhileARunWaitsForNodes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1")
+	cli := cliAt(ctx, t, addr, l.LogDir)
+	holder := startRun(ctx, t, c, workflows.RunInput{Spec: spec.RunSpec{Name: "holder", Nodes: 1, Steps: 1_000_000, ChunkSteps: 100}.WithDefaults()})
+	untilStatus(ctx, t, c, holder.GetID(), l.LogDir, "the holder trains", func(st spec.RunStatus, live *spec.ChunkProgress) bool { return live != nil })
+	if out := cli("pause", "holder", "--wait", "60s"); !strings.Contains(out, "paused at step") {
+		t.Fatalf("pause holder: %q", out)
+	}
+	s := spec.RunSpec{Name: "waiter", Nodes: 2, MinNodes: 1, Steps: 200, ChunkSteps: 100, NodeWait: spec.Duration(10 * time.Minute)}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "waiting for nodes", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Phase == spec.PhaseAcquiring && strings.HasPrefix(st.Detail, "waiting for 2 free node(s), or at least 1 until")
+	})
+	out := cli("pause", "waiter", "--wait", "30s")
+	if !strings.Contains(out, "run/waiter: paused at step 0/200") {
+		t.Fatalf("pause of a run waiting for nodes: %q", out)
+	}
+	if st := queryRun(ctx, t, c, run.GetID()); len(st.Nodes) != 0 || st.Detail != "paused at step 0 (cann-train resume continues)" {
+		t.Fatalf("paused while waiting: nodes %v, detail %q", st.Nodes, st.Detail)
+	}
+	cli("resume", "waiter")
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "waiting again", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Phase == spec.PhaseAcquiring && strings.HasPrefix(st.Detail, "waiting for 2 free node(s)")
+	})
+	if out := cli("scale", "waiter", "1"); !strings.Contains(out, "0 → 1 node(s) now: it waits for its first nodes and asks for these instead") {
+		t.Fatalf("scale of a run waiting for nodes: %q", out)
+	}
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "waiting for 1", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Phase == spec.PhaseAcquiring && strings.HasPrefix(st.Detail, "waiting for 1 free node(s) until")
+	})
+	cli("cancel", "holder", "--wait", "60s")
+	var st spec.RunStatus
+	if err := run.Get(ctx, &st); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatal(err)
+	}
+	if st.Phase != spec.PhaseCompleted || st.Step != 200 || !slices.Equal(st.Nodes, []string{"node-1"}) {
+		t.Errorf("the waiter ended %s at step %d on %v; want completed at 200 on node-1", st.Phase, st.Step, st.Nodes)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_controls_while_acquiring.json")
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_withdraw.json")
+}
