@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -302,9 +303,27 @@ func releaseRun(ctx context.Context, e *env, clusterID, id string) error {
 	if err := c.SignalWorkflow(ctx, clusterID, "", spec.SignalRelease, spec.Release{RunID: id}); err != nil {
 		return fmt.Errorf("signal %s: %w", clusterID, err)
 	}
-	fmt.Fprintf(e.out, "released %d node(s) held by %s (%s): %v\n", len(held), id, how, held)
-	return nil
+	// The signal is recorded; the Cluster applies it when a control
+	// worker runs its next task. Say "released" once it has.
+	wait, cancel := context.WithTimeout(ctx, releaseWait)
+	defer cancel()
+	for {
+		if reg, err := readRegistry(wait, c, clusterID); err == nil && !slices.ContainsFunc(reg.Nodes, func(r workflows.NodeRecord) bool { return r.Run == id }) {
+			fmt.Fprintf(e.out, "released %d node(s) held by %s (%s): %v\n", len(held), id, how, held)
+			return nil
+		}
+		select {
+		case <-wait.Done():
+			fmt.Fprintf(e.out, "asked %s to release %d node(s) held by %s (%s): %v; not done after %s — it is when a control worker serves the registry (`cann-train nodes` shows them free then)\n",
+				clusterID, len(held), id, how, held, releaseWait)
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
+
+// releaseWait: how long `nodes release` waits to see the nodes free.
+const releaseWait = 10 * time.Second
 
 // readRegistry asks the Cluster clusterID for its nodes.
 func readRegistry(ctx context.Context, c client.Client, clusterID string) (workflows.Registry, error) {
