@@ -853,8 +853,11 @@ func (n *Node) trainerAt(ctx context.Context, in spec.ChunkInput, p place, train
 				fmt.Sprintf("checkpoint %s: %v", in.Restore.Key, err), spec.ErrTypeCorruptCheckpoint, err)
 		}
 		if err := tr.Restore(&st); err != nil {
+			// Sound (its hashes held) but another job's: no fallback to
+			// an earlier checkpoint would fit better.
 			return nil, false, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("checkpoint %s does not fit this run: %v", in.Restore.Key, err), spec.ErrTypeCorruptCheckpoint, err)
+				fmt.Sprintf("the checkpoint at step %d (%s) was written by a run of another job — the job file must match it: %v",
+					in.Restore.Step, in.Restore.Key, err), spec.ErrTypeCheckpointUnfit, err)
 		}
 		switch {
 		case len(st.CommState) == cfg.World:

@@ -178,6 +178,31 @@ func TestTrainChunkAcrossTwoNodes(t *testing.T) {
 	}
 }
 
+// TestTrainChunkRestoreOfAnotherJobsCheckpoint: a sound checkpoint
+// restored by a run whose job changed the learning rate is refused as
+// another job's (CheckpointUnfit, not retryable), not as corrupt — the
+// run would otherwise fall back past every good checkpoint in turn.
+func TestTrainChunkRestoreOfAnotherJobsCheckpoint(t *testing.T) {
+	nodes, m := newNodes(t, 1, "file://"+t.TempDir())
+	s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 60, ChunkSteps: 30}.WithDefaults()
+	in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "secret", From: 0, To: 30, Checkpoint: true}
+	res, errs := runChunk(t, nodes, in)
+	if errs[0] != nil || res[0].Checkpoint == nil {
+		t.Fatalf("first chunk: %v, checkpoint %v", errs[0], res[0].Checkpoint)
+	}
+	fresh, m2 := newNodes(t, 1, "file://unused")
+	again := in
+	again.Spec.LearningRate = 0.005
+	again.Membership, again.Session, again.From, again.To, again.Checkpoint = spec.Membership{Generation: 2, Nodes: m2.Nodes}, "run/act/g2/e1", 30, 60, false
+	again.Restore = res[0].Checkpoint
+	_, errs = runChunk(t, fresh, again)
+	var ae *temporal.ApplicationError
+	if !errors.As(errs[0], &ae) || ae.Type() != spec.ErrTypeCheckpointUnfit || !ae.NonRetryable() ||
+		!strings.Contains(ae.Message(), "the checkpoint at step 30") || !strings.Contains(ae.Message(), "LearningRate: state has 0.002, trainer has 0.005") {
+		t.Fatalf("restore into another learning rate: %v; want a non-retryable CheckpointUnfit naming the step and the field", errs[0])
+	}
+}
+
 // TestTrainChunkSeveralRanksPerNode: 2 nodes of 2 ranks train exactly
 // what 4 nodes of one rank do (the same world, global batch and rank
 // order), in a chunk that checkpoints, in the next one that continues in

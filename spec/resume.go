@@ -51,6 +51,11 @@ func (s RunSpec) resumeConflicts(prev RunSpec) []string {
 	if s.Seed != prev.Seed {
 		differ("seed", s.Seed, prev.Seed)
 	}
+	if s.LearningRate != prev.LearningRate {
+		// (The optimizer's state is the earlier rate's, and the engine
+		// restores a checkpoint only into the trainer that wrote it.)
+		differ("learning_rate", s.LearningRate, prev.LearningRate)
+	}
 	if s.GlobalBatch() != prev.GlobalBatch() {
 		differ("global batch (nodes × ranks_per_node × batch_per_rank)", s.GlobalBatch(), prev.GlobalBatch())
 	}

@@ -28,6 +28,7 @@ func TestResumeOf(t *testing.T) {
 		{"other global batch", base, with(func(s *RunSpec) { s.Nodes = 2 }), "global batch"},
 		{"other model", base, with(func(s *RunSpec) { s.Model.Hidden = []int{64} }), "model.hidden [64] (the earlier run's: [128])"},
 		{"other seed", base, with(func(s *RunSpec) { s.Seed = 2 }), "seed 2"},
+		{"other learning rate", base, with(func(s *RunSpec) { s.LearningRate = 0.005 }), "learning_rate 0.005 (the earlier run's: 0.002)"},
 		{"other optimizer", base, with(func(s *RunSpec) { s.Optimizer = OptimizerOneBitAdam }), "optimizer onebit-adam"},
 		{"compression added", base, with(func(s *RunSpec) { s.Compression = &CompressionPolicy{Codec: "int8"} }), "compression"},
 		{"data set pinned", base, with(func(s *RunSpec) { s.DataSHA256 = strings.Repeat("a", 64) }), ""},

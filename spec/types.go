@@ -158,6 +158,13 @@ const (
 	ErrTypeNoSuchCheckpoint = "NoSuchCheckpoint"
 	// ErrTypeNotEnoughNodes: the Cluster could not fill the request in time.
 	ErrTypeNotEnoughNodes = "NotEnoughNodes"
+	// ErrTypeCheckpointUnfit: the checkpoint to restore is sound (its
+	// hashes hold) but was written by a run of another job — another
+	// model, seed, learning rate, batch or optimizer — so the trainer
+	// refuses it. Not retryable, and no node's fault: the run fails at
+	// once, dropping no checkpoint (before, it was reported as corrupt,
+	// and the run fell back past every good checkpoint in turn).
+	ErrTypeCheckpointUnfit = "CheckpointUnfit"
 	// ErrTypeClusterRollover: the Cluster is continuing as new; an acquire
 	// waiting there (or arriving) ends with nothing taken, to be asked
 	// again of the next run of the Cluster (AcquireNodes does).
@@ -1062,6 +1069,11 @@ type RunStatus struct {
 	StartedAt        time.Time `json:"started_at"`
 	UpdatedAt        time.Time `json:"updated_at"`
 	Error            string    `json:"error,omitempty"`
+	// CheckpointUnfit: the run failed because the checkpoint it was to
+	// restore was written by a run of another job (ErrTypeCheckpointUnfit):
+	// its own spec says nothing of the job that wrote it, so a later
+	// --resume does not hold a job to it.
+	CheckpointUnfit bool `json:"checkpoint_unfit,omitempty"`
 	// Detail says what the phase is about, e.g. the green window waited for.
 	Detail string `json:"detail,omitempty"`
 	// WaitUntil is when the current green wait ends, or when a run that

@@ -57,6 +57,9 @@ type chunkFailure struct {
 	// unshared: a node's BucketNotShared message (the run cannot recover
 	// from a checkpoint some of its nodes do not see).
 	unshared string
+	// unfitCkpt: a node's CheckpointUnfit message (the checkpoint is
+	// another job's: the run fails, dropping none).
+	unfitCkpt string
 	// unread: the checkpoint to restore that the storage did not serve
 	// (CheckpointUnreachable; the first such node's words, unreadBy, or
 	// the first whose own read failed); storageDown: that is all that
@@ -1156,6 +1159,12 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			if f.unshared == "" {
 				f.unshared = ae.Message()
 			}
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointUnfit:
+			// (A type only newer node workers send: no version.)
+			f.retryable = false
+			if f.unfitCkpt == "" {
+				f.unfitCkpt = ae.Message()
+			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypePeerFailed:
 			if pf, ok := peerFailed(err); ok && pf.Rank >= 0 && pf.Rank < len(errs) {
 				blamed[pf.Rank]++
@@ -1202,6 +1211,8 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 	switch {
 	case f.unshared != "":
 		f.reason = f.unshared // (not the peers' words: it is no node's loss)
+	case f.unfitCkpt != "":
+		f.reason = f.unfitCkpt // (nor is this)
 	case f.corrupt:
 		f.reason = message(f.first)
 		for _, err := range errs {
@@ -1568,6 +1579,9 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		return err
 	}
 	if !f.retryable {
+		if f.unfitCkpt != "" {
+			r.st.Status.CheckpointUnfit = true
+		}
 		return fmt.Errorf("not retryable: %w", f)
 	}
 	if f.storageDown && !r.cutOff(ctx, f) && workflow.GetVersion(ctx, versionLoadWaits, workflow.DefaultVersion, 1) >= 1 {

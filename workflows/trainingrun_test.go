@@ -1358,6 +1358,47 @@ func TestTrainingRunResumedCorruptCheckpoint(t *testing.T) {
 	}
 }
 
+// TestTrainingRunUnfitCheckpointFailsAtOnce: the checkpoint a resumed run
+// starts from is sound but another job's (CheckpointUnfit: the job file
+// changed its learning rate): the run fails at once in the node's words,
+// restarting nothing and dropping no checkpoint — before, it took the
+// checkpoint for corrupt and fell back past every good one in turn.
+func TestTrainingRunUnfitCheckpointFailsAtOnce(t *testing.T) {
+	ck := func(step int64) spec.CheckpointRef {
+		return spec.CheckpointRef{URL: "mem://", Run: "t", Step: step, Key: fmt.Sprintf("earlier/%d", step)}
+	}
+	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
+	ch := &fakeChunks{}
+	const why = "the checkpoint at step 200 (earlier/200) was written by a run of another job — the job file must match it: LearningRate: state has 0.002, trainer has 0.005"
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.Restore != nil {
+			return temporal.NewNonRetryableApplicationError(why, spec.ErrTypeCheckpointUnfit, nil)
+		}
+		return nil
+	}
+	env := newRunEnv(t, cl, ch)
+	last := ck(200)
+	prev := spec.RunStatus{RunID: "run/t", Phase: spec.PhaseCompleted, Step: 200, Generation: 1, LastCkpt: &last}
+	in := RunInput{Spec: spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults(), Resume: &prev,
+		ResumeCheckpoints: []spec.CheckpointRef{ck(100), ck(200)}}
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, in)
+	require.Error(t, env.GetWorkflowError())
+	v, err := env.QueryWorkflow(spec.QueryStatus)
+	require.NoError(t, err)
+	var st spec.RunStatus
+	require.NoError(t, v.Get(&st))
+	require.Equal(t, spec.PhaseFailed, st.Phase)
+	require.Contains(t, st.Error, why)
+	require.True(t, st.CheckpointUnfit)
+	require.Empty(t, st.Recoveries)
+	require.Equal(t, &last, st.LastCkpt, "no checkpoint dropped")
+	for _, in := range ch.all() {
+		require.EqualValues(t, 2, in.Membership.Generation, "one try, on the run's first nodes (the earlier run had 1): %+v", in)
+		require.Equal(t, &last, in.Restore)
+	}
+	require.Zero(t, cl.markSignals+cl.markedInAcquire, "no node blamed")
+}
+
 func TestTrainingRunFailureSaysWhy(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("a", "b")}
 	env := newRunEnv(t, cl, &fakeChunks{})
