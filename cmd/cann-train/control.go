@@ -165,6 +165,7 @@ func awaitLive(ctx context.Context, c client.Client, id string, limit time.Durat
 
 func newCancelCmd(e *env) *cobra.Command {
 	var wait time.Duration
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "cancel RUN",
 		Short: "Stop a run now and give its nodes back; its checkpoints stay",
@@ -179,7 +180,13 @@ cannot be asked (nodes of chunk protocol below 3, a script that reports no
 step) or goes past the step without checkpointing. The nodes go back to the pool and the run ends
 cancelled; its checkpoints stay in the bucket ('cann-train checkpoint ls
 RUN'), 'cann-train status RUN' still shows where it stopped, and
-'cann-train run JOB --resume' goes on from there later.`,
+'cann-train run JOB --resume' goes on from there later.
+
+A run of the built-in engine that holds for its checkpoint bucket (status
+waiting-storage: the bucket refused its state, which its nodes keep in
+memory) is not cancelled without --force: the steps since its last
+checkpoint would be lost. Make the bucket take writes and 'cann-train resume
+RUN' stores them first.`,
 		Example: `  cann-train cancel mnist-demo
   cann-train cancel mnist-demo --wait 1m   # return once it has ended, saying at which step`,
 		Args: wantArgs(1, 1),
@@ -190,6 +197,10 @@ RUN'), 'cann-train status RUN' still shows where it stopped, and
 				return err
 			}
 			defer c.Close()
+			if lost := unsavedOnCancel(st); lost != "" && !force {
+				return fmt.Errorf("%s: %s; a cancel throws them away. Make the bucket take writes and `cann-train resume %s` stores them at once (then cancel), or cancel --force to discard them",
+					id, lost, runName(id))
+			}
 			if err := c.CancelWorkflow(ctx, id, ""); err != nil {
 				return fmt.Errorf("cancel %s: %w", id, err)
 			}
@@ -235,8 +246,28 @@ RUN'), 'cann-train status RUN' still shows where it stopped, and
 		},
 	}
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the run to end (0: do not wait)")
+	cmd.Flags().BoolVar(&force, "force", false, "cancel a run that holds steps its bucket refused, discarding them")
 	atLeast(cmd.Flags(), "0", "wait")
 	return cmd
+}
+
+// unsavedOnCancel says what a cancel of the run would lose that no
+// checkpoint holds — a built-in run holding, for its refusing bucket,
+// state its nodes keep only in memory — or "" when nothing. (An external
+// job's first node keeps it on disk for `checkpoint store-kept`.)
+func unsavedOnCancel(st spec.RunStatus) string {
+	if st.Phase != spec.PhaseStorageWait || st.Model == spec.ModelExternal {
+		return ""
+	}
+	last, at := int64(0), "it has no checkpoint"
+	if st.LastCkpt != nil {
+		last, at = st.LastCkpt.Step, fmt.Sprintf("its last checkpoint is at step %d", st.LastCkpt.Step)
+	}
+	if st.Step <= last {
+		return ""
+	}
+	return fmt.Sprintf("it holds for its checkpoint bucket, which refused the state at step %d (%s): %d step(s) live only in its nodes' memory",
+		st.Step, at, st.Step-last)
 }
 
 func newResumeCmd(e *env) *cobra.Command {

@@ -66,6 +66,12 @@ func TestRunHoldsForItsStorage(t *testing.T) {
 		t.Fatalf("step %d after the hold at %d (%v)", st.Step, held.Step, err)
 	}
 
+	// A cancel now would throw the held steps away: refused without --force.
+	if _, _, err := cliRun(ctx, addr)("cancel", s.Name); err == nil || !strings.Contains(err.Error(), "step(s) live only in its nodes' memory") ||
+		!strings.Contains(err.Error(), "cancel --force to discard them") {
+		t.Errorf("cancel of a run holding unsaved steps: %v; want it refused without --force", err)
+	}
+
 	repair()
 	if out := cli("resume", s.Name); !strings.Contains(out, "resumed (was waiting-storage at step") {
 		t.Errorf("resume said %q", out)
