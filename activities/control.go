@@ -68,7 +68,13 @@ func (c *Control) AcquireNodes(ctx context.Context, clusterID string, req spec.A
 		})
 		var notFound *serviceerror.NotFound
 		if errors.As(err, &notFound) {
-			// No node has registered yet, so no Cluster runs: wait for one.
+			// No node has registered yet, so no Cluster runs: wait for
+			// one, as long as for the nodes.
+			if !time.Now().Before(deadline) {
+				return nil, temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("no cluster registry %q after waiting %s (node_wait): no node worker has registered with it — a mistyped cluster_id, or node workers started with another --cluster-id? (`cann-train nodes --cluster-id %s` lists a registry's nodes)",
+						clusterID, req.Wait, clusterID), spec.ErrTypeNotEnoughNodes, err)
+			}
 			activity.RecordHeartbeat(ctx, "waiting for the cluster registry "+clusterID)
 			select {
 			case <-ctx.Done():

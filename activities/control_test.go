@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/cann-train/cann-train/spec"
@@ -155,5 +157,41 @@ func TestFreeNodesWaits(t *testing.T) {
 				ids[o.UpdateID] = true
 			}
 		})
+	}
+}
+
+// noCluster is a client.Client that knows no workflow: every Update is
+// NotFound (a cluster_id no node worker registered with).
+type noCluster struct {
+	client.Client
+	calls int
+}
+
+func (n *noCluster) UpdateWorkflow(context.Context, client.UpdateWorkflowOptions) (client.WorkflowUpdateHandle, error) {
+	n.calls++
+	return nil, serviceerror.NewNotFound("workflow not found")
+}
+
+// TestAcquireNodesOfAnUnknownCluster: an acquire from a Cluster no node
+// worker has registered with waits for it as long as for the nodes
+// (node_wait), then fails saying so — before, it waited out the
+// activity's timeouts and the run failed with a bare "StartToClose
+// timeout".
+func TestAcquireNodesOfAnUnknownCluster(t *testing.T) {
+	nc := &noCluster{}
+	c := &Control{Client: nc}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(c.AcquireNodes)
+	start := time.Now()
+	_, err := env.ExecuteActivity(c.AcquireNodes, "typo-cluster", spec.AcquireRequest{RunID: "run/r", Count: 1, Wait: 1200 * time.Millisecond})
+	took := time.Since(start)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeNotEnoughNodes || !ae.NonRetryable() ||
+		!strings.Contains(ae.Message(), `no cluster registry "typo-cluster" after waiting 1.2s (node_wait)`) {
+		t.Fatalf("acquire from an unknown cluster: %v", err)
+	}
+	if took < 1200*time.Millisecond || took > 5*time.Second || nc.calls < 2 {
+		t.Errorf("gave up after %v and %d asks; want node_wait (1.2s), asking again meanwhile", took, nc.calls)
 	}
 }

@@ -41,13 +41,24 @@ func receive(c workflow.ReceiveChannel, v any) (json.RawMessage, error) {
 // onSignal adds ch to sel: each value it takes decoded by receive and
 // handed to do; one whose payload does not decode to refuse.
 func onSignal[T any](sel workflow.Selector, ch workflow.ReceiveChannel, refuse func(error), do func(T)) {
+	onCheckedSignal(sel, ch, refuse, func(v T, _ json.RawMessage) error {
+		do(v)
+		return nil
+	})
+}
+
+// onCheckedSignal is onSignal whose do also sees the payload's JSON and
+// may refuse the value (an error, handed to refuse).
+func onCheckedSignal[T any](sel workflow.Selector, ch workflow.ReceiveChannel, refuse func(error), do func(T, json.RawMessage) error) {
 	sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
 		var v T
-		if _, err := receive(c, &v); err != nil {
-			refuse(err)
-			return
+		raw, err := receive(c, &v)
+		if err == nil {
+			err = do(v, raw)
 		}
-		do(v)
+		if err != nil {
+			refuse(err)
+		}
 	})
 }
 

@@ -3,6 +3,7 @@ package workflows
 import (
 	"bytes"
 	"cmp"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,8 +63,11 @@ func (in *RunInput) UnmarshalJSON(b []byte) error {
 		// first workflow task with the decoder's words.
 		*in = RunInput(p)
 		in.badType = strings.TrimPrefix(err.Error(), "json: ")
-		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) && te.Field != "" {
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
 			in.badType = fmt.Sprintf("%s: %s where %s belongs", te.Field, article(te.Value), jsonKind(te.Type))
+			if te.Field == "" {
+				in.badType = fmt.Sprintf(`the input is %s, not an object: want {"spec": {"name": …, "nodes": …, "steps": …}}`, article(te.Value))
+			}
 		}
 		return nil
 	}
@@ -72,8 +76,31 @@ func (in *RunInput) UnmarshalJSON(b []byte) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(new(plain)); err != nil {
 		in.unknown = cmp.Or(unknownInputFields(b), strings.TrimPrefix(err.Error(), "json: "))
+		if specOutside(b) {
+			in.unknown += ` (a job's fields go under "spec": {"spec": {"name": …, "nodes": …}})`
+		}
 	}
 	return nil
+}
+
+// specOutside: the JSON object b has no "spec" but names a field of the
+// spec at its top level (the wrapper forgotten).
+func specOutside(b []byte) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(b, &top) != nil {
+		return false
+	}
+	if _, ok := top["spec"]; ok {
+		return false
+	}
+	t := reflect.TypeFor[spec.RunSpec]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if _, ok := top[name]; ok && name != "" && name != "-" {
+			return true
+		}
+	}
+	return false
 }
 
 // article puts "a" or "an" before a JSON value's kind ("string",
@@ -87,6 +114,12 @@ func article(kind string) string {
 
 // jsonKind says what JSON value a Go type takes: "a number", "a string".
 func jsonKind(t reflect.Type) string {
+	if t == reflect.TypeFor[spec.Duration]() {
+		return `a duration string ("90s", "2m", "1h30m")`
+	}
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[encoding.TextUnmarshaler]()) {
+		return "a string" // (its text form: a time, a name)
+	}
 	switch t.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:

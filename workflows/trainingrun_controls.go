@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -94,6 +95,9 @@ func (r *run) listen(ctx workflow.Context) {
 	sel.AddReceive(rescale, func(c workflow.ReceiveChannel, _ bool) {
 		var req spec.Rescale
 		raw, err := receive(c, &req)
+		if err == nil {
+			err = r.strictPayload(ctx, raw, &spec.Rescale{})
+		}
 		if err != nil {
 			log.Warn("rescale refused: its payload does not decode", "error", err)
 			r.st.Status.RefusedRescale = fmt.Sprintf(`a rescale signal refused: %v (want {"nodes": N})`, err)
@@ -130,7 +134,10 @@ func (r *run) listen(ctx workflow.Context) {
 			r.endInFlight(ctx, fmt.Sprintf("rescale to %d node(s)", req.Nodes))
 		}
 	})
-	onSignal(sel, override, r.refuseSignal(ctx, spec.SignalGreenOverride), func(o spec.GreenOverride) {
+	onCheckedSignal(sel, override, r.refuseSignal(ctx, spec.SignalGreenOverride), func(o spec.GreenOverride, raw json.RawMessage) error {
+		if err := r.strictPayload(ctx, raw, &spec.GreenOverride{}); err != nil {
+			return err // (a misspelt "clear" would turn the override on)
+		}
 		r.st.Status.RefusedSignal = ""
 		r.st.Ctl.Overrides++
 		r.st.Ctl.Override, r.st.Ctl.OverrideUntil = !o.Clear, o.Until
@@ -139,6 +146,7 @@ func (r *run) listen(ctx workflow.Context) {
 		}
 		log.Info("green override", "on", r.st.Ctl.Override, "until", r.st.Ctl.OverrideUntil)
 		r.noteOverride(ctx)
+		return nil
 	})
 	onSignal(sel, evict, r.refuseSignal(ctx, spec.SignalEvict), func(ev spec.Evict) { r.noteEvict(ctx, ev) })
 	workflow.Go(ctx, func(ctx workflow.Context) {
@@ -146,6 +154,25 @@ func (r *run) listen(ctx workflow.Context) {
 			sel.Select(ctx)
 		}
 	})
+}
+
+// versionStrictSignals: a rescale or green-override signal whose payload
+// names a field its type lacks is refused, as one that does not decode
+// (before, the field was ignored: {"clearr": true} turned the override
+// on). Asked only for such a payload.
+const versionStrictSignals = "strict-signals"
+
+// strictPayload is the error of a control signal's payload raw that
+// names a field v's type lacks (versionStrictSignals); nil otherwise.
+func (r *run) strictPayload(ctx workflow.Context, raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	err := unknownField(raw, v)
+	if err == nil || workflow.GetVersion(ctx, versionStrictSignals, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	return fmt.Errorf("its payload %s: %w", clipPayload(raw), err)
 }
 
 // refuseSignal reports a control signal name whose payload did not

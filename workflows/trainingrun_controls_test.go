@@ -330,7 +330,7 @@ func TestTrainingRunRescaleCountsRanks(t *testing.T) {
 	s := spec.RunSpec{Name: "t", Nodes: 2, RanksPerNode: 4, BatchPerRank: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	st := result(t, env)
-	require.Equal(t, `rescale to 0 node(s) refused: want 2..4 (min_nodes 2; every rank needs an example of the global batch 16); its payload {"node":4}: json: unknown field "node"`, st.RefusedRescale,
+	require.Equal(t, `a rescale signal refused: its payload {"node":4}: json: unknown field "node" (want {"nodes": N})`, st.RefusedRescale,
 		"the status says why the last rescale was refused")
 
 	require.EqualValues(t, 400, st.Step)
@@ -372,6 +372,35 @@ func TestTrainingRunRefusesMalformedSignals(t *testing.T) {
 	require.Equal(t, `green-override signal refused: its payload {"until":"tomorrow"}: parsing time "tomorrow" as "2006-01-02T15:04:05Z07:00": cannot parse "tomorrow" as "2006"`,
 		st.RefusedSignal, "the status keeps the last refusal")
 	require.False(t, st.PauseRequested)
+}
+
+// TestTrainingRunRefusesUnknownSignalFields: a rescale or green-override
+// payload that names a field its type lacks is refused, not read without
+// it: a misspelt "clear" turned the override on, and the run trained
+// outside its window; a rescale with a stray field was applied.
+func TestTrainingRunRefusesUnknownSignalFields(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	var mid spec.RunStatus
+	ch.onStart = func(in spec.ChunkInput) {
+		switch {
+		case in.From == 100 && in.Rank == 0:
+			env.SignalWorkflow(spec.SignalGreenOverride, map[string]any{"clearr": true})
+		case in.From == 200 && in.Rank == 0:
+			v, err := env.QueryWorkflow(spec.QueryStatus)
+			require.NoError(t, err)
+			require.NoError(t, v.Get(&mid))
+			env.SignalWorkflow(spec.SignalRescale, map[string]any{"nodes": 3, "force": true})
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, `green-override signal refused: its payload {"clearr":true}: json: unknown field "clearr"`, mid.RefusedSignal)
+	require.Empty(t, st.Rescalings, "the rescale with a stray field is refused")
+	require.Equal(t, `a rescale signal refused: its payload {"force":true,"nodes":3}: json: unknown field "force" (want {"nodes": N})`, st.RefusedRescale)
+	require.Len(t, st.Nodes, 2)
 }
 
 // TestTrainingRunRescaleDuringRescale: a rescale signalled while another

@@ -481,6 +481,10 @@ func TestTrainingRunRejectsUnknownInputFields(t *testing.T) {
 		// A value of the wrong type: named, not the decoder's retryable error.
 		{`{"spec": {"name": "t", "nodes": "two", "steps": 100}}`, `spec.nodes: a string where a whole number belongs`},
 		{`{"spec": {"name": "t", "nodes": 1, "steps": 100, "topology_scan": 1}}`, `spec.topology_scan: a number where true or false belongs`},
+		{`{"spec": {"name": "t", "nodes": 1, "steps": 100, "node_wait": 120}}`, `spec.node_wait: a number where a duration string ("90s", "2m", "1h30m") belongs`},
+		{`[1, 2]`, `the input is an array, not an object: want {"spec": {"name": …, "nodes": …, "steps": …}}`},
+		// The spec's fields without the wrapper.
+		{`{"name": "t", "nodes": 1, "steps": 100}`, `unknown fields "name", "nodes", "steps" (a job's fields go under "spec": {"spec": {"name": …, "nodes": …}})`},
 		{`{"spec": {"name": "t", "nodes": 1, "steps": 100}}`, ""},
 	} {
 		cl := &fakeCluster{pool: testNodes("a")}

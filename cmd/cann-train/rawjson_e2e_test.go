@@ -31,7 +31,7 @@ import (
 func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, l, _ := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2")
+	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2")
 	const id = "run/raw-json"
 	input := json.RawMessage(`{"spec": {"name": "raw-json", "nodes": 2, "min_nodes": 1, "steps": 3000, "chunk_steps": 100,
 		"heartbeat_timeout": "5s"}}`)
@@ -117,6 +117,7 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 	// words; the second trained and checkpointed under the other name).
 	for id, tc := range map[string]struct{ input, want string }{
 		"run/raw-type":  {`{"spec": {"name": "raw-type", "nodes": "two", "steps": 100}}`, "spec.nodes: a string where a whole number belongs"},
+		"run/raw-wait":  {`{"spec": {"name": "raw-wait", "nodes": 1, "node_wait": 120}}`, `spec.node_wait: a number where a duration string ("90s", "2m", "1h30m") belongs`},
 		"run/raw-other": {`{"spec": {"name": "raw-else", "nodes": 1, "steps": 100}}`, `workflow ID "run/raw-other" with spec name "raw-else"`},
 	} {
 		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: "cann-train"}, "TrainingRun", json.RawMessage(tc.input))
@@ -129,5 +130,16 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 		if id == "run/raw-other" {
 			recordHistory(t, fetchHistory(ctx, t, c, id), "trainingrun_run_id_name.json")
 		}
+	}
+	// A run started by hand without the run/ prefix, which cann-train
+	// finds runs by: `status NAME` says so rather than "no run".
+	bare, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "raw-bare", TaskQueue: "cann-train"}, "TrainingRun",
+		json.RawMessage(`{"spec": {"name": "raw-bare", "nodes": 1, "steps": -1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = bare.Get(ctx, nil) // (refused: steps)
+	if _, _, err := cliRun(ctx, addr)("status", "raw-bare"); err == nil || !strings.Contains(err.Error(), `no run run/raw-bare here, but a TrainingRun workflow has the ID "raw-bare"`) {
+		t.Errorf("status of a run started without the run/ prefix: %v", err)
 	}
 }

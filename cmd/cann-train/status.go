@@ -166,7 +166,16 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	var st spec.RunStatus
 	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
-		return st, nil, nil, false, &describeError{id: id, err: err}
+		de := &describeError{id: id, err: err}
+		var nf *serviceerror.NotFound
+		if bare := strings.TrimPrefix(id, spec.RunIDPrefix); errors.As(err, &nf) && bare != id {
+			// Started by hand without the prefix (`temporal workflow start
+			// --workflow-id NAME`): say so rather than "no run".
+			if d, err := c.DescribeWorkflowExecution(ctx, bare, ""); err == nil && d.GetWorkflowExecutionInfo().GetType().GetName() == spec.WorkflowTrainingRun {
+				de.bare = bare
+			}
+		}
+		return st, nil, nil, false, de
 	}
 	info := desc.GetWorkflowExecutionInfo()
 	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
@@ -346,10 +355,18 @@ func printUnanswered(w io.Writer, e *noAnswerError, live *spec.ChunkProgress, su
 type describeError struct {
 	id  string
 	err error
+	// bare: a TrainingRun workflow runs under the ID without the run/
+	// prefix (started by hand).
+	bare string
 }
 
 func (e *describeError) Error() string {
 	var nf *serviceerror.NotFound
+	if errors.As(e.err, &nf) && e.bare != "" {
+		return fmt.Sprintf("no run %s here, but a TrainingRun workflow has the ID %q: it was started without the %s prefix, which cann-train finds runs by "+
+			"(its workflow is steered with the temporal CLI: `temporal workflow signal|cancel --workflow-id %s`; start it as %s<spec name> to use cann-train)",
+			e.id, e.bare, spec.RunIDPrefix, e.bare, spec.RunIDPrefix)
+	}
 	if errors.As(e.err, &nf) {
 		return fmt.Sprintf("no run %s here (cann-train dashboard lists the runs): %v", e.id, e.err)
 	}
