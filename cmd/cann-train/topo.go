@@ -115,6 +115,13 @@ name the offending field (e.g. server_list[0].device[1].rank_id).`,
 				if cfg.RankTable, err = filepath.Abs(cfg.RankTable); err != nil {
 					return fmt.Errorf("--rank-table: %w", err)
 				}
+				// Writable? Say so before the scan, not after it.
+				probe, err := os.CreateTemp(filepath.Dir(cfg.RankTable), ".rank-table-*")
+				if err != nil {
+					return fmt.Errorf("--rank-table %s: cannot write there: %w", cfg.RankTable, err)
+				}
+				probe.Close()
+				os.Remove(probe.Name())
 			}
 			scan, err := json.Marshal(cfg)
 			if err != nil {

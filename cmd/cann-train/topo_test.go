@@ -162,6 +162,8 @@ func TestTopoScanFlagErrors(t *testing.T) {
 		{[]string{"--budget", "0s"}, "--budget"},
 		{[]string{"-o", "yaml"}, "yaml"},
 		{[]string{"--read-rank-table", "x.json", "--rank-table", "y.json"}, "cannot be combined"},
+		// (Before the scan, not after it.)
+		{[]string{"--rank-table", "/nonexistent-dir/t.json"}, "--rank-table /nonexistent-dir/t.json: cannot write there"},
 	} {
 		_, _, err := runCLI(t, append([]string{"topo-scan"}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
