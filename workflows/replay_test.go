@@ -204,6 +204,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		"trainingrun_external_rollover.json":       "run/ext-rollover",
 		"trainingrun_external_drain.json":          "run/ext-drain",
 		"trainingrun_external_lost.json":           "run/ext-lost",
+		"trainingrun_external_lost_grace.json":     "run/ext-lost",
 		"trainingrun_host_cannot_launch.json":      "run/ext-host",
 		"trainingrun_slow_drain.json":              "run/slow-drain",
 		"trainingrun_slow_replace.json":            "run/slow-replace",

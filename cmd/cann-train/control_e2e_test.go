@@ -659,7 +659,8 @@ func TestCancelStopsTheChunkInFlight(t *testing.T) {
 // pause --wait`, and holds at once without nodes (before, the pause waited
 // for the nodes, up to node_wait); resumed, it waits again; rescaled to
 // one node, it asks for one; when the other run is cancelled it takes
-// the node and completes on it. Its history is the replay test's
+// the node — before a run that started waiting after it — and completes
+// on it. Its history is the replay test's
 // trainingrun_controls_while_acquiring.json, the Cluster's
 // cluster_withdraw.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestControlsWhileARunWaitsForNodes(t *testing.T) {
@@ -694,7 +695,20 @@ func TestControlsWhileARunWaitsForNodes(t *testing.T) {
 	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "waiting for 1", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return st.Phase == spec.PhaseAcquiring && strings.HasPrefix(st.Detail, "waiting for 1 free node(s) until")
 	})
+	// A second run waits behind it for the same node: first come, first
+	// served (the SDK alone would wake the newest first).
+	s2 := spec.RunSpec{Name: "later", Nodes: 1, Steps: 100, ChunkSteps: 100, NodeWait: spec.Duration(10 * time.Minute)}.WithDefaults()
+	later := startRun(ctx, t, c, workflows.RunInput{Spec: s2})
+	untilStatus(ctx, t, c, later.GetID(), l.LogDir, "the later run waits", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Phase == spec.PhaseAcquiring && strings.HasPrefix(st.Detail, "waiting for 1 free node(s) until")
+	})
 	cli("cancel", "holder", "--wait", "60s")
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the waiter takes the node", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return len(st.Nodes) > 0
+	})
+	if st := queryRun(ctx, t, c, later.GetID()); len(st.Nodes) != 0 || st.Phase != spec.PhaseAcquiring {
+		t.Errorf("the later run is %s on %v when the earlier waiter took the node; want it still waiting", st.Phase, st.Nodes)
+	}
 	var st spec.RunStatus
 	if err := run.Get(ctx, &st); err != nil {
 		dumpLogs(t, l.LogDir)
@@ -702,6 +716,9 @@ func TestControlsWhileARunWaitsForNodes(t *testing.T) {
 	}
 	if st.Phase != spec.PhaseCompleted || st.Step != 200 || !slices.Equal(st.Nodes, []string{"node-1"}) {
 		t.Errorf("the waiter ended %s at step %d on %v; want completed at 200 on node-1", st.Phase, st.Step, st.Nodes)
+	}
+	if st := awaitRun(ctx, t, later, l.LogDir); st.Phase != spec.PhaseCompleted {
+		t.Errorf("the later run ended %s: %s", st.Phase, st.Error)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_controls_while_acquiring.json")
 	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_withdraw.json")

@@ -477,7 +477,8 @@ func TestExternalDrainMovesTheWorld(t *testing.T) {
 // step 80; the run relaunches the world from the checkpoint at
 // 50 and completes, and what the failed launch trained after that
 // checkpoint is a lost segment (its energy counted). Its history is the
-// replay test's trainingrun_external_lost.json.
+// replay test's trainingrun_external_lost_grace.json (with the 2 s grace
+// after the ranks' exits; trainingrun_external_lost.json is from before).
 func TestExternalCrashCountsLostWork(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job crash e2e test")
@@ -503,5 +504,5 @@ func TestExternalCrashCountsLostWork(t *testing.T) {
 	if len(lost) != 1 || lost[0].FromStep != 50 || lost[0].ToStep < 50 || lost[0].ToStep > 80 || lost[0].Nodes != 2 || lost[0].WallSeconds <= 0 {
 		t.Errorf("lost segments %+v: want the first launch's steps after its checkpoint at 50, up to the crash at 80", lost)
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_lost.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_external_lost_grace.json")
 }
