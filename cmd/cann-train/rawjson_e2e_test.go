@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,14 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 	if s := step(held); s >= 3000 {
 		t.Fatalf("paused at step %v: want a step before the end", s)
 	}
+	// A payload with a field its type lacks is refused, not read without
+	// it (a misspelt "clear" would turn the override on).
+	if err := c.SignalWorkflow(ctx, id, "", "rescale", json.RawMessage(`{"nodes": 1, "force": true}`)); err != nil {
+		t.Fatal(err)
+	}
+	until("the stray field refused", func(m map[string]any) bool {
+		return strings.Contains(fmt.Sprint(m["refused_rescale"]), `json: unknown field "force"`)
+	})
 	if err := c.SignalWorkflow(ctx, id, "", "rescale", json.RawMessage(`{"nodes": 1}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +107,7 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 	if err := json.Unmarshal(raw, &done); err != nil {
 		t.Fatal(err)
 	}
+	recordHistory(t, fetchHistory(ctx, t, c, id), "trainingrun_strict_signals.json")
 	nodes, _ := done["nodes"].([]any)
 	if done["status"] != string(spec.PhaseCompleted) || step(done) != 3000 || len(nodes) != 1 {
 		t.Fatalf("result: status %v at step %v on nodes %v; want completed at 3000 on one node\n%s", done["status"], done["step"], done["nodes"], raw)
