@@ -1,22 +1,30 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/engine/launch"
 	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workflows"
 )
 
 func newCheckpointCmd(e *env) *cobra.Command {
@@ -26,19 +34,40 @@ func newCheckpointCmd(e *env) *cobra.Command {
 		Short: "List, verify and garbage-collect a run's checkpoints in blob storage",
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&url, "url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "checkpoint bucket URL (unset: the bucket of the run's last checkpoint, if Temporal answers; else this)")
+	pf.StringVar(&url, "url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "checkpoint bucket URL (unset: the bucket of the run's last checkpoint, else the one its job names, as Temporal says; else this)")
 	pf.StringVarP(&output, "output", "o", "text", "text or json")
 
 	// bucket settles url: --url if given, else the bucket of the run's
-	// last checkpoint as its status says (when Temporal answers), else
-	// the default.
+	// last checkpoint as its status says, else the bucket its job names
+	// (a run that has committed no checkpoint yet), else the default —
+	// saying on stderr why, when Temporal could not tell: "no
+	// checkpoints" in a bucket that is not the run's reads as "gone".
 	bucket := func(cmd *cobra.Command, ask *temporalAsk, arg string) {
 		if cmd.Flags().Changed("url") {
 			return
 		}
-		if u := runBucket(cmd.Context(), ask, runName(arg)); u != "" {
-			url = u
-			fmt.Fprintf(e.err, "bucket %s (run/%s's last checkpoint; --url overrides)\n", url, runName(arg))
+		run := runName(arg)
+		rec, err := ask.record(cmd.Context(), run)
+		switch {
+		case err != nil:
+			fmt.Fprintf(e.err, "could not ask Temporal for run %s's bucket: %v; reading %s (--url names the bucket)\n", run, err, url)
+		case rec.last != nil:
+			url = rec.last.URL
+			fmt.Fprintf(e.err, "bucket %s (run/%s's last checkpoint; --url overrides)\n", url, run)
+		case !rec.known:
+			fmt.Fprintf(e.err, "Temporal knows no run/%s; reading %s (--url names the bucket)\n", run, url)
+		case rec.jobURL != "" && rec.why != nil:
+			url = rec.jobURL
+			fmt.Fprintf(e.err, "bucket %s (run/%s's job; its status, which names its last checkpoint, could not be read: %v; --url overrides)\n", url, run, rec.why)
+		case rec.jobURL != "":
+			url = rec.jobURL
+			fmt.Fprintf(e.err, "bucket %s (run/%s's job: it has committed no checkpoint yet; --url overrides)\n", url, run)
+		case rec.why != nil:
+			fmt.Fprintf(e.err, "could not read run/%s's status from Temporal (%v), and its job names no checkpoint_url; reading %s (--url names the bucket)\n", run, rec.why, url)
+		default:
+			fmt.Fprintf(e.err, "run/%s has committed no checkpoint yet, and its job names no checkpoint_url: its nodes write to their workers' --checkpoint-url, "+
+				"which Temporal does not know; reading %s (--url names the bucket; a quickstart's nodes write to %s)\n",
+				run, url, "file://"+filepath.Join(defaultDataDir(), "quickstart", "checkpoints"))
 		}
 	}
 	// openRun checks the output format, opens the bucket (asking ask
@@ -103,8 +132,12 @@ func newCheckpointCmd(e *env) *cobra.Command {
 		Short: "Check every checkpoint's hash and decode its state; name the bad ones",
 		Long: `Reads every checkpoint of RUN, checks its size and SHA-256 against its
 manifest and decodes the training state (an external job's: its checkpoint
-directory's layout, every file inside the payload). Exits non-zero if any is
-bad, naming the object and what is wrong with it.`,
+directory's layout, every file inside the payload). Checks too that the last
+checkpoint RUN's history records (asked of Temporal) is there, with the
+SHA-256 recorded: MISSING when its manifest is not, MISMATCH when it holds
+another. Exits non-zero if any is bad, naming the object and what is wrong
+with it. When Temporal cannot be asked, stderr says that the recorded last
+checkpoint was not checked.`,
 		Example: `  cann-train checkpoint verify mnist-demo --url file:///tmp/ckpt`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -115,19 +148,27 @@ bad, naming the object and what is wrong with it.`,
 				return err
 			}
 			defer store.Close()
-			if len(refs) == 0 {
-				return fmt.Errorf("no checkpoints of run %q in %s", runName(args[0]), url)
+			run := runName(args[0])
+			recorded, why := recordedLast(cmd.Context(), ask, run, url)
+			if why != "" {
+				fmt.Fprintf(e.err, "run/%s's recorded last checkpoint was not checked (%s)\n", run, why)
+			}
+			if len(refs) == 0 && recorded == nil {
+				return fmt.Errorf("no checkpoints of run %q in %s", run, url)
 			}
 			type verdict struct {
 				Step    int64  `json:"step"`
 				Key     string `json:"key"`
 				OK      bool   `json:"ok"`
+				State   string `json:"state"` // ok, corrupt, missing or mismatch
 				Problem string `json:"problem,omitempty"`
+				// Last: the run's last checkpoint as its history records it.
+				Last bool `json:"recorded_last,omitempty"`
 			}
 			var out []verdict
 			bad := 0
 			for _, r := range refs {
-				v := verdict{Step: r.Step, Key: r.Key, OK: true}
+				v := verdict{Step: r.Step, Key: r.Key, OK: true, State: "ok"}
 				payload, err := store.Load(cmd.Context(), r)
 				if err == nil && launch.IsPackedDir(payload) {
 					// An external job's checkpoint directory: its layout,
@@ -147,14 +188,34 @@ bad, naming the object and what is wrong with it.`,
 				switch {
 				case err == nil:
 				case errors.As(err, &ce):
-					v.OK, v.Problem, v.Key = false, ce.Reason, ce.Key
+					v.OK, v.State, v.Problem, v.Key = false, "corrupt", ce.Reason, ce.Key
 				default:
-					v.OK, v.Problem = false, err.Error()
+					v.OK, v.State, v.Problem = false, "corrupt", err.Error()
+				}
+				if recorded != nil && r.Step == recorded.Step {
+					v.Last = true
+					if v.OK && recorded.SHA256 != "" && r.SHA256 != recorded.SHA256 {
+						v.OK, v.State = false, "mismatch"
+						v.Problem = fmt.Sprintf("sha256 %.16s…, not the %.16s… run/%s's history records for its last checkpoint: another run's checkpoint at this step",
+							r.SHA256, recorded.SHA256, run)
+					}
 				}
 				if !v.OK {
 					bad++
 				}
 				out = append(out, v)
+			}
+			if recorded != nil && !slices.ContainsFunc(refs, func(r checkpoint.Ref) bool { return r.Step == recorded.Step }) {
+				key := recorded.Key
+				if key == "" {
+					key = checkpoint.ManifestKey(run, recorded.Step)
+				}
+				v := verdict{Step: recorded.Step, Key: key, State: "missing", Last: true,
+					Problem: fmt.Sprintf("run/%s's last checkpoint as its history records it (sha256 %.16s…), but its manifest is not in %s: `run --resume` falls back to an earlier one",
+						run, recorded.SHA256, url)}
+				i, _ := slices.BinarySearchFunc(out, v.Step, func(v verdict, step int64) int { return cmp.Compare(v.Step, step) })
+				out = slices.Insert(out, i, v)
+				bad++
 			}
 			if output == "json" {
 				if err := json.NewEncoder(e.out).Encode(out); err != nil {
@@ -162,9 +223,14 @@ bad, naming the object and what is wrong with it.`,
 				}
 			} else {
 				for _, v := range out {
-					if v.OK {
+					switch v.State {
+					case "ok":
 						fmt.Fprintf(e.out, "ok       step %d  %s\n", v.Step, v.Key)
-					} else {
+					case "missing":
+						fmt.Fprintf(e.out, "MISSING  step %d  %s: %s\n", v.Step, v.Key, v.Problem)
+					case "mismatch":
+						fmt.Fprintf(e.out, "MISMATCH step %d  %s: %s\n", v.Step, v.Key, v.Problem)
+					default:
 						fmt.Fprintf(e.out, "CORRUPT  step %d  %s: %s\n", v.Step, v.Key, v.Problem)
 					}
 				}
@@ -185,6 +251,14 @@ bad, naming the object and what is wrong with it.`,
 is a multiple of --keep-every (0: none), deletes the others, then deletes the
 content-addressed chunks that no remaining manifest references (chunks
 younger than the grace period are spared, as a save in flight may use them).
+Counting starts at the last checkpoint RUN's history records (asked of
+Temporal), which is always kept: checkpoints above it — another timeline's,
+an earlier run of the name that went further, uploads the history does not
+record — are neither counted nor deleted, and named. When Temporal cannot
+say, every checkpoint in the bucket counts, and stderr says so. While a
+manifest of RUN does not decode, no chunk is deleted.
+A grace under ` + minLiveGrace.String() + ` is refused while the run's workflow runs, and when
+Temporal cannot be asked whether it does.
 Run it while nothing else saves RUN, or let the run's own retention do it: the
 node that saves a run's checkpoints keeps the newest 8 and collects the chunks
 they left once older than its --checkpoint-gc-grace (an hour by default).`,
@@ -196,11 +270,14 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 			}
 			ask := &temporalAsk{e: e}
 			defer ask.Close()
+			run := runName(args[0])
 			bucket(cmd, ask, args[0])
 			opts := checkpoint.Options{GCGrace: grace}
 			if grace == 0 {
 				opts.GCGrace = -1 // none
-				if err := refuseLiveRun(cmd.Context(), ask, runName(args[0])); err != nil {
+			}
+			if grace < minLiveGrace {
+				if err := refuseLiveRun(cmd.Context(), ask, run, grace); err != nil {
 					return err
 				}
 			}
@@ -209,30 +286,76 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 				return err
 			}
 			defer store.Close()
-			refs, err := store.List(cmd.Context(), runName(args[0]))
+			refs, err := store.List(cmd.Context(), run)
 			if err != nil {
 				return err
 			}
 			if len(refs) == 0 {
-				return fmt.Errorf("no checkpoints of run %q in %s", runName(args[0]), url)
+				return fmt.Errorf("no checkpoints of run %q in %s", run, url)
 			}
-			deleted, err := store.Retain(cmd.Context(), runName(args[0]), keepLast, keepEvery)
+			// Count from the run's last checkpoint, as its history records
+			// it: Retain alone counts checkpoints above it (another
+			// timeline's, a stale or corrupt one) among the newest, keeps
+			// them and deletes the run's own last.
+			newest := int64(math.MaxInt64)
+			last, why := recordedLast(cmd.Context(), ask, run, url)
+			switch {
+			case last != nil:
+				newest = last.Step
+				if !slices.ContainsFunc(refs, func(r checkpoint.Ref) bool { return r.Step == last.Step }) {
+					fmt.Fprintf(e.err, "run/%s's last checkpoint (step %d) is not in %s (its manifest is missing: `cann-train checkpoint verify %s` names it); retention counts from it all the same\n",
+						run, last.Step, url, run)
+				}
+			case why != "":
+				fmt.Fprintf(e.err, "could not check which checkpoint is run/%s's last (%s): retention counts every checkpoint in %s, one above the run's last too (another timeline's, a stale one)\n",
+					run, why, url)
+			default:
+				fmt.Fprintf(e.err, "run/%s's history records no checkpoint: retention counts every checkpoint in %s\n", run, url)
+			}
+			var above []checkpoint.Ref
+			for _, r := range refs {
+				if r.Step > newest {
+					above = append(above, r)
+				}
+			}
+			deleted, err := store.RetainFrom(cmd.Context(), run, newest, keepLast, keepEvery)
 			if err != nil {
 				return fmt.Errorf("retention (%d checkpoint(s) deleted before the error): %w", len(deleted), err)
 			}
-			st, err := store.GC(cmd.Context(), runName(args[0]))
-			if err != nil {
-				return fmt.Errorf("chunk GC: %w", err)
+			if output != "json" {
+				for _, r := range deleted {
+					fmt.Fprintf(e.out, "deleted  step %d  %s\n", r.Step, r.Key)
+				}
+				for _, r := range above {
+					fmt.Fprintf(e.out, "left     step %d  %s\n", r.Step, r.Key)
+				}
+				if len(above) > 0 {
+					fmt.Fprintf(e.out, "left the %d checkpoint(s) above run/%s's last (step %d, as its history records it) alone, neither counted nor deleted: "+
+						"another timeline's (an earlier run of the name that went further, a rewound run's uploads) or uploads its history does not record\n",
+						len(above), run, newest)
+				}
+			}
+			st, err := store.GC(cmd.Context(), run)
+			var ce *checkpoint.CorruptError
+			switch {
+			case errors.As(err, &ce):
+				return fmt.Errorf("chunk GC (%d checkpoint(s) deleted before it): %w; `cann-train checkpoint verify %s` names that manifest: "+
+					"restore it, or delete it (its checkpoint cannot be loaded either way), then run gc again", len(deleted), err, run)
+			case err != nil:
+				return fmt.Errorf("chunk GC (%d checkpoint(s) deleted before it): %w", len(deleted), err)
 			}
 			if output == "json" {
+				var lastStep *int64
+				if last != nil {
+					lastStep = &last.Step
+				}
 				return json.NewEncoder(e.out).Encode(struct {
-					Deleted []checkpoint.Ref   `json:"deleted_checkpoints"`
-					Kept    int                `json:"kept_checkpoints"`
-					Chunks  checkpoint.GCStats `json:"chunks"`
-				}{deleted, len(refs) - len(deleted), st})
-			}
-			for _, r := range deleted {
-				fmt.Fprintf(e.out, "deleted  step %d  %s\n", r.Step, r.Key)
+					Deleted   []checkpoint.Ref   `json:"deleted_checkpoints"`
+					Kept      int                `json:"kept_checkpoints"`
+					LastStep  *int64             `json:"recorded_last_step,omitempty"`
+					AboveLast []checkpoint.Ref   `json:"left_above_last,omitempty"`
+					Chunks    checkpoint.GCStats `json:"chunks"`
+				}{deleted, len(refs) - len(deleted), lastStep, above, st})
 			}
 			fmt.Fprintf(e.out, "kept %d checkpoint(s), deleted %d; chunks: %d found, %d referenced, %d young kept, %d deleted (%d bytes), %d orphan payload(s) deleted\n",
 				len(refs)-len(deleted), len(deleted), st.Chunks, st.Referenced, st.Young, st.Deleted, st.DeletedBytes, st.Orphans)
@@ -241,7 +364,7 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 	}
 	gc.Flags().IntVar(&keepLast, "keep-last", 3, "keep this many newest checkpoints (>= 1)")
 	gc.Flags().Int64Var(&keepEvery, "keep-every", 0, "also keep checkpoints whose step is a multiple of this (0: none)")
-	gc.Flags().DurationVar(&grace, "grace", checkpoint.DefaultGCGrace, "spare unreferenced chunks younger than this (0: none; refused while the run's workflow runs)")
+	gc.Flags().DurationVar(&grace, "grace", checkpoint.DefaultGCGrace, "spare unreferenced chunks younger than this (0: none; under "+minLiveGrace.String()+": refused while the run's workflow runs)")
 	atLeast(gc.Flags(), "1", "keep-last")
 	atLeast(gc.Flags(), "0", "keep-every", "grace")
 	storeKept := &cobra.Command{
@@ -309,6 +432,10 @@ type temporalAsk struct {
 	dialled bool
 	c       client.Client
 	err     error
+
+	rec    *runRecord // record's answer for recRun
+	recRun string
+	recErr error
 }
 
 // askTimeout bounds the dial and each question of a temporalAsk.
@@ -332,19 +459,37 @@ func (a *temporalAsk) Close() {
 	}
 }
 
-// refuseLiveRun refuses a GC without a grace period of a run whose
-// workflow still runs (when Temporal answers): a save of its in flight
-// may rely on chunks no manifest names yet, which only the grace spares.
-func refuseLiveRun(ctx context.Context, ask *temporalAsk, run string) error {
+// minLiveGrace is the shortest --grace gc takes while the run's workflow
+// runs, or when Temporal cannot say whether it does. A save in another
+// process (the run's node) relies on a chunk it found present for up to
+// half the grace — the checkpoint package rewrites before reusing only
+// chunks older than that — and GC spares the chunks it uploads only while
+// they are younger than the grace. One request of a save may take up to
+// checkpoint.DefaultRequestTimeout (a minute) before its node gives it up
+// as stalled, so a grace of twice that spares a save with one request
+// that slow; anything shorter (a second, a nanosecond) is as good as none
+// for a save to a slow bucket. A run's own retention spares an hour.
+const minLiveGrace = 2 * checkpoint.DefaultRequestTimeout
+
+// refuseLiveRun refuses a GC with a grace period under minLiveGrace of a
+// run whose workflow still runs, or when Temporal cannot say: a save of
+// its in flight may rely on chunks no manifest names yet, which only the
+// grace spares.
+func refuseLiveRun(ctx context.Context, ask *temporalAsk, run string, grace time.Duration) error {
+	flag := "--grace " + grace.String()
+	if grace == 0 {
+		flag = "--grace 0"
+	}
 	ended, err := askRunEnded(ctx, ask, run)
 	switch {
 	case err != nil:
 		// Fail closed: a live run's save in flight would lose chunks.
-		return fmt.Errorf("--grace 0: could not ask Temporal whether run/%s still runs (%v), and a checkpoint a running run is saving may rely on chunks "+
-			"no manifest names yet; keep a grace period (--grace 1s spares only what was written in the last second), or let this host reach Temporal (--address)", run, err)
+		return fmt.Errorf("%s: could not ask Temporal whether run/%s still runs (%v), and a checkpoint a running run is saving may rely on chunks "+
+			"no manifest names yet for up to half the grace; keep --grace %v or more (the default, %v, is safest), or let this host reach Temporal (--address)",
+			flag, run, err, minLiveGrace, checkpoint.DefaultGCGrace)
 	case ended == "":
-		return fmt.Errorf("--grace 0: run/%s is still running, and a checkpoint it is saving may rely on chunks no manifest names yet; "+
-			"keep a grace period (e.g. --grace 1m spares what was written in the last minute) or wait until the run has ended", run)
+		return fmt.Errorf("%s: run/%s is still running, and a checkpoint it is saving may rely on chunks no manifest names yet for up to half the grace; "+
+			"keep --grace %v or more (the default, %v, is safest) or wait until the run has ended", flag, run, minLiveGrace, checkpoint.DefaultGCGrace)
 	}
 	return nil
 }
@@ -360,19 +505,146 @@ func askRunEnded(ctx context.Context, ask *temporalAsk, run string) (string, err
 	return activities.RunEnded(ctx, c, spec.RunIDPrefix+run)
 }
 
-// runBucket is the bucket URL of run's last checkpoint, from its status on
-// Temporal; "" when Temporal does not answer within a few seconds or the
-// run has no checkpoint (the commands also work offline, on --url).
-func runBucket(ctx context.Context, ask *temporalAsk, run string) string {
-	c, err := ask.client(ctx)
+// runRecord is what Temporal records of a run, for the checkpoint
+// commands.
+type runRecord struct {
+	known bool                // Temporal knows the run (else the rest is empty)
+	read  bool                // its status was read: last is what it records
+	last  *spec.CheckpointRef // its last committed checkpoint (nil: none, or unread)
+	// jobURL is the bucket its job names (checkpoint_url, else the one
+	// the run it resumed last checkpointed in): "" when the job names
+	// none, and its nodes write to their workers' --checkpoint-url.
+	jobURL string
+	why    error // why its status, or its job, could not be read
+}
+
+// record asks Temporal (once per run) what it records of run: its status
+// (a failed or cancelled run's too) and, when that names no checkpoint,
+// its job. The error says why Temporal could not be asked; a run Temporal
+// does not know is no error.
+func (a *temporalAsk) record(ctx context.Context, run string) (runRecord, error) {
+	if a.rec == nil || a.recRun != run {
+		rec, err := a.askRecord(ctx, run)
+		a.rec, a.recRun, a.recErr = &rec, run, err
+	}
+	return *a.rec, a.recErr
+}
+
+func (a *temporalAsk) askRecord(ctx context.Context, run string) (runRecord, error) {
+	var rec runRecord
+	c, err := a.client(ctx)
 	if err != nil {
-		return ""
+		return rec, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
-	st, _, _, _ := readProgress(ctx, c, spec.RunIDPrefix+run) // a failed or cancelled run's status too
-	if st.LastCkpt == nil {
-		return ""
+	id := spec.RunIDPrefix + run
+	st, _, _, err := readProgress(ctx, c, id)
+	var nf *serviceerror.NotFound
+	var de *describeError
+	var ended *runEnded
+	switch {
+	case errors.As(err, &nf):
+		return rec, nil
+	case errors.As(err, &de):
+		return rec, err
+	case err == nil || errors.As(err, &ended) && st.RunID != "":
+		rec.read, rec.last = true, st.LastCkpt
+	case errors.As(err, &ended):
+		rec.why = fmt.Errorf("%v, and no control worker answered its status query", err)
+	default:
+		rec.why = err
 	}
-	return st.LastCkpt.URL
+	rec.known = true
+	if rec.last == nil {
+		in, err := runInput(ctx, c, id)
+		switch {
+		case err != nil:
+			rec.why = errors.Join(rec.why, err)
+		case in.Spec.CheckpointURL != "":
+			rec.jobURL = in.Spec.CheckpointURL
+		case in.Resume != nil && in.Resume.LastCkpt != nil:
+			rec.jobURL = in.Resume.LastCkpt.URL // (the workflow pins it: nodeSpec)
+		}
+	}
+	return rec, nil
+}
+
+// runInput is the input of the latest execution of workflow id (a
+// TrainingRun): the job it runs.
+func runInput(ctx context.Context, c client.Client, id string) (workflows.RunInput, error) {
+	var in workflows.RunInput
+	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return in, fmt.Errorf("run %s: empty history", id)
+	}
+	ev, err := it.Next()
+	if err != nil {
+		return in, fmt.Errorf("run %s's history: %w", id, err)
+	}
+	if err := converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil {
+		return in, fmt.Errorf("run %s's input: %w", id, err)
+	}
+	return in, nil
+}
+
+// recordedLast is the last checkpoint run's history records, when it is
+// in the bucket at url; else nil and why it is not known here ("": the
+// history records none).
+func recordedLast(ctx context.Context, ask *temporalAsk, run, url string) (*spec.CheckpointRef, string) {
+	rec, err := ask.record(ctx, run)
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("Temporal could not be asked: %v", err)
+	case !rec.known:
+		return nil, fmt.Sprintf("Temporal knows no run/%s", run)
+	case !rec.read:
+		return nil, fmt.Sprintf("its status could not be read: %v", rec.why)
+	case rec.last == nil:
+		return nil, ""
+	case !sameBucket(rec.last.URL, url):
+		return nil, fmt.Sprintf("its history records it at step %d in %s, not in %s", rec.last.Step, rec.last.URL, url)
+	}
+	return rec.last, ""
+}
+
+// sameBucket says whether bucket URLs a and b name the same bucket (up to
+// a trailing slash).
+func sameBucket(a, b string) bool {
+	return strings.TrimRight(a, "/") == strings.TrimRight(b, "/")
+}
+
+// readableCheckpoints lists run's checkpoints in the bucket at url as
+// earlierCheckpoints does (readable manifests, oldest first) and the steps
+// of those whose manifest does not read, which it leaves out.
+func readableCheckpoints(ctx context.Context, url, run string) (readable []spec.CheckpointRef, unreadable []int64, err error) {
+	store, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the bucket %s cannot be opened from here: %w", url, err)
+	}
+	defer store.Close()
+	refs, err := store.List(ctx, run)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the bucket %s cannot be listed from here: %w", url, err)
+	}
+	for _, r := range refs {
+		if r.SHA256 == "" {
+			unreadable = append(unreadable, r.Step)
+		} else {
+			readable = append(readable, activities.FromStoreRef(url, r))
+		}
+	}
+	return readable, unreadable, nil
+}
+
+// joinSteps is steps as "1000, 2000".
+func joinSteps(steps []int64) string {
+	var b strings.Builder
+	for i, step := range steps {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, step)
+	}
+	return b.String()
 }

@@ -62,11 +62,21 @@ func TestCheckpointGC(t *testing.T) {
 		return n
 	}
 	before := chunks()
+	// The chunks were written three hours ago, as far as GC can tell.
+	ago := time.Now().Add(-3 * time.Hour)
+	if err := filepath.WalkDir(filepath.Join(dir, "runs", "gc-run", "chunks"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		return os.Chtimes(path, ago, ago)
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	run := func(args ...string) (string, error) {
 		var out, errb bytes.Buffer
 		cmd := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		cmd.SetArgs(append(args, "--url", url))
+		cmd.SetArgs(append(args, "--url", url, "--address", "127.0.0.1:1"))
 		err := cmd.Execute()
 		return out.String(), err
 	}
@@ -74,11 +84,12 @@ func TestCheckpointGC(t *testing.T) {
 		t.Error("--keep-last 0 accepted")
 	}
 	// No Temporal here: --grace 0 is refused (it cannot be told whether
-	// the run still saves); a grace of a nanosecond collects as much.
+	// the run still saves), and so is any grace under minLiveGrace; the
+	// default grace collects the old chunks.
 	if _, err := run("checkpoint", "gc", "gc-run", "--grace", "0"); err == nil || !strings.Contains(err.Error(), "--grace 0: could not ask Temporal") {
 		t.Errorf("--grace 0 without Temporal: %v; want it refused", err)
 	}
-	out, err := run("checkpoint", "gc", "gc-run", "--keep-last", "2", "--keep-every", "200", "--grace", "1ns", "-o", "json")
+	out, err := run("checkpoint", "gc", "gc-run", "--keep-last", "2", "--keep-every", "200", "-o", "json")
 	if err != nil {
 		t.Fatalf("gc: %v\n%s", err, out)
 	}
@@ -124,7 +135,7 @@ func TestCheckpointGC(t *testing.T) {
 		}
 	}
 	// A second pass finds nothing more to delete.
-	out, err = run("checkpoint", "gc", "gc-run", "--keep-last", "2", "--keep-every", "200", "--grace", "1ns")
+	out, err = run("checkpoint", "gc", "gc-run", "--keep-last", "2", "--keep-every", "200")
 	if err != nil || !strings.Contains(out, "deleted 0;") || !strings.Contains(out, " 0 deleted") {
 		t.Errorf("second gc: %v\n%s", err, out)
 	}

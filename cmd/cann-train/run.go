@@ -284,12 +284,12 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	case last.Step >= s.Steps:
 		return in, fmt.Errorf("--resume: run %s's last checkpoint is at step %d and the job has %d steps: nothing left to train (raise steps)", id, last.Step, s.Steps)
 	}
-	resumed, conflicts := s.ResumeOf(prevSpec)
-	if c := s.DataConflict(prev.DataSHA256); c != "" {
-		conflicts = append(conflicts, c)
-	}
+	resumed, conflicts, note := resumeOf(s, prevSpec, *prev)
 	if len(conflicts) > 0 {
 		return in, fmt.Errorf("--resume: this job cannot continue run %s's checkpoint: %s", id, strings.Join(conflicts, "; "))
+	}
+	if note != "" {
+		fmt.Fprintln(say, note)
 	}
 	from := *prev
 	from.LastCkpt, from.Step = last, max(prev.Step, last.Step)
@@ -325,6 +325,25 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	return in, nil
 }
 
+// resumeOf is s set to continue the ended run prev (of spec prevSpec),
+// and what in s contradicts it. A run that failed because the checkpoint
+// it resumed did not fit its job (RunStatus.CheckpointUnfit) speaks for
+// no job: the differences from its spec are not held against s, and note
+// says so — the restore checks the checkpoint itself. (Its spec was the
+// mistake: held to it, the job that does fit would be refused.)
+func resumeOf(s, prevSpec spec.RunSpec, prev spec.RunStatus) (resumed spec.RunSpec, conflicts []string, note string) {
+	resumed, conflicts = s.ResumeOf(prevSpec)
+	if prev.CheckpointUnfit && len(conflicts) > 0 {
+		note = fmt.Sprintf("(the earlier run failed because the checkpoint did not fit its job, so its job is not held against this one: %s; the restore checks the checkpoint)",
+			strings.Join(conflicts, "; "))
+		conflicts = nil
+	}
+	if c := s.DataConflict(prev.DataSHA256); c != "" {
+		conflicts = append(conflicts, c)
+	}
+	return resumed, conflicts, note
+}
+
 // ownLater are the checkpoints in stored (oldest first) past the last
 // one the ended run prev recorded that the run wrote itself: written
 // since it started (by the writers' clocks). One past it written before
@@ -358,14 +377,21 @@ func ownLater(stored []checkpoint.Ref, prev spec.RunStatus) []checkpoint.Ref {
 // model fails its restore, and the run with it.
 func (o runOptions) resumeFromBucket(ctx context.Context, in workflows.RunInput, say io.Writer) (workflows.RunInput, error) {
 	url := jobBucket(in.Spec)
-	refs, err := earlierCheckpoints(ctx, url, in.Spec.Name, math.MaxInt64)
+	refs, unreadable, err := readableCheckpoints(ctx, url, in.Spec.Name)
 	if err != nil {
 		return in, fmt.Errorf("--resume: the server knows no run named %s: %w", in.Spec.Name, err)
+	}
+	if len(refs) == 0 && len(unreadable) > 0 {
+		return in, fmt.Errorf("--resume: the server knows no run named %s, and %s holds no readable checkpoint of it: the manifest at step(s) %s does not read (`cann-train checkpoint verify %s` says why); --fresh starts it over",
+			in.Spec.Name, url, joinSteps(unreadable), in.Spec.Name)
 	}
 	if len(refs) == 0 {
 		return in, fmt.Errorf("--resume: the server knows no run named %s, and %s holds no checkpoint of it (checkpoint_url names the bucket)", in.Spec.Name, url)
 	}
 	last := refs[len(refs)-1]
+	// Newer checkpoints whose manifest does not read are skipped: said,
+	// as the --resume of a run the server knows says it.
+	skipped := slices.DeleteFunc(unreadable, func(step int64) bool { return step < last.Step })
 	if last.Step >= in.Spec.Steps {
 		return in, fmt.Errorf("--resume: the newest checkpoint of %s in %s is at step %d and the job has %d steps: nothing left to train (raise steps)", in.Spec.Name, url, last.Step, in.Spec.Steps)
 	}
@@ -388,6 +414,10 @@ func (o runOptions) resumeFromBucket(ctx context.Context, in workflows.RunInput,
 	in.ResumeCheckpoints = refs
 	fmt.Fprintf(say, "resuming %s from the newest of its %d checkpoint(s) in %s, at step %d (the server knows no earlier run of this name; %s)\n",
 		id, len(refs), url, last.Step, checked)
+	if len(skipped) > 0 {
+		fmt.Fprintf(say, "(its newer checkpoint(s) at step(s) %s are not readable in %s: the manifest is damaged — `cann-train checkpoint verify %s` says which; the newest readable one is at step %d)\n",
+			joinSteps(skipped), url, in.Spec.Name, last.Step)
+	}
 	return in, nil
 }
 

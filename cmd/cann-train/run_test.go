@@ -241,3 +241,40 @@ func TestOwnLater(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeOfAnUnfitRun: a run that failed because the checkpoint did
+// not fit its job (a mistyped model) speaks for no job: the job that does
+// fit is not refused for differing from it, and the words say so; any
+// other ended run's job still is, and a data conflict always.
+func TestResumeOfAnUnfitRun(t *testing.T) {
+	base := spec.RunSpec{Name: "r", Nodes: 2, Steps: 400, Model: spec.ModelSpec{Kind: spec.ModelMLPMNIST, Hidden: []int{128}}}.WithDefaults()
+	typo := base
+	typo.Model.Hidden = []int{64}
+	for _, tc := range []struct {
+		name     string
+		prev     spec.RunStatus
+		conflict string
+		note     string
+	}{
+		{"failed: unfit", spec.RunStatus{Phase: spec.PhaseFailed, CheckpointUnfit: true}, "",
+			"(the earlier run failed because the checkpoint did not fit its job, so its job is not held against this one: model.hidden [128] (the earlier run's: [64]); the restore checks the checkpoint)"},
+		{"failed otherwise", spec.RunStatus{Phase: spec.PhaseFailed}, "model.hidden [128] (the earlier run's: [64])", ""},
+		{"unfit, other data", spec.RunStatus{Phase: spec.PhaseFailed, CheckpointUnfit: true, DataSHA256: strings.Repeat("b", 64)},
+			"data_sha256 " + strings.Repeat("a", 64), "(the earlier run failed because"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := base
+			if tc.prev.DataSHA256 != "" {
+				s.DataSHA256 = strings.Repeat("a", 64)
+			}
+			_, conflicts, note := resumeOf(s, typo, tc.prev)
+			got := strings.Join(conflicts, "; ")
+			if (tc.conflict == "") != (got == "") || !strings.Contains(got, tc.conflict) {
+				t.Errorf("conflicts %q, want %q", got, tc.conflict)
+			}
+			if (tc.note == "") != (note == "") || !strings.HasPrefix(note, tc.note) {
+				t.Errorf("note %q, want %q", note, tc.note)
+			}
+		})
+	}
+}

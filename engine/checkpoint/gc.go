@@ -185,9 +185,14 @@ type GCStats struct {
 // Objects modified within Options.GCGrace are kept.
 //
 // Safety:
-//   - A chunk listed by any manifest of run that GC reads is never deleted;
-//     a manifest that is not valid JSON references nothing. Any error while
-//     reading manifests aborts GC before it deletes anything.
+//   - A chunk listed by any manifest of run that GC reads is never deleted.
+//     Any error while reading manifests aborts GC before it deletes
+//     anything, and so does a manifest that does not decode (not valid
+//     JSON, or a document that is no manifest and names no chunk): which
+//     chunks it named is unknown, and a manifest restored later (from the
+//     sha256 a run's history records, say) would point at nothing. That
+//     error is a *CorruptError naming the manifest's key; GC deletes
+//     nothing of run until the manifest is restored or deleted.
 //   - Saves through the same Store are safe at any time: each pins a chunk
 //     key before checking whether the chunk exists and until its manifest is
 //     written, and GC spares keys pinned when it began or since (a
@@ -269,10 +274,17 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 		}
 		st.Manifests++
 		// Lenient: a manifest that fails validation still protects the
-		// chunks it names.
+		// chunks it names. One that does not decode, or names no chunk
+		// and is no valid manifest (a version 1 one names none), may have
+		// named any: abort, as for a read error.
 		var m manifest
-		if json.Unmarshal(raw, &m) != nil {
-			continue
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return st, undecodable(&CorruptError{Key: key, Reason: "manifest is not valid JSON", Err: err})
+		}
+		if len(m.Chunks) == 0 {
+			if _, err := decodeManifest(key, raw); err != nil {
+				return st, undecodable(err)
+			}
 		}
 		for _, c := range m.Chunks {
 			if isChunkHash(c.Hash) {
@@ -333,6 +345,12 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 		}
 	}
 	return st, nil
+}
+
+// undecodable is GC's error for a manifest that does not decode (err, a
+// *CorruptError naming its key): GC deleted nothing.
+func undecodable(err error) error {
+	return fmt.Errorf("checkpoint: gc: %w (no chunk deleted: which ones it named is unknown)", err)
 }
 
 // list calls f for every object under prefix.

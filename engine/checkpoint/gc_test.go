@@ -1,6 +1,8 @@
 package checkpoint
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -177,14 +179,19 @@ func TestGC(t *testing.T) {
 		}
 
 		// A manifest that fails validation still protects its chunks; one
-		// that is not JSON protects nothing.
+		// that is not JSON stops GC (TestGCAbortsOnUndecodableManifest);
+		// once it is deleted, its chunks go.
 		editManifest(t, ctx, raw, Ref{Run: "r", Step: 4, Key: ManifestKey("r", 4)}, func(m *manifest) { m.Compression = "??" })
 		if st, err := s.GC(ctx, "r"); err != nil || st.Deleted != 0 || st.Referenced != 8 {
 			t.Fatalf("GC with an invalid manifest = %+v, %v", st, err)
 		}
 		must(t, raw.WriteAll(ctx, ManifestKey("r", 4), []byte("garbage"), nil))
+		if st, err := s.GC(ctx, "r"); err == nil || st.Deleted != 0 {
+			t.Fatalf("GC with a garbage manifest = %+v, %v; want an error, nothing deleted", st, err)
+		}
+		must(t, raw.Delete(ctx, ManifestKey("r", 4)))
 		if st, err := s.GC(ctx, "r"); err != nil || st.Deleted != 8 {
-			t.Fatalf("GC with a garbage manifest = %+v, %v", st, err)
+			t.Fatalf("GC once the garbage manifest is gone = %+v, %v", st, err)
 		}
 		if _, err := s.GC(ctx, "../x"); err == nil {
 			t.Fatal("GC accepted a bad run name")
@@ -409,6 +416,85 @@ func TestGCAbortsOnReadError(t *testing.T) {
 	h.setFailRead(nil)
 	if st, err := s.GC(ctx, "r"); err != nil || st.Deleted != 2 {
 		t.Fatalf("GC = %+v, %v; want step 1's 2 chunks deleted", st, err)
+	}
+}
+
+// TestGCAbortsOnUndecodableManifest: a manifest of the run that does not
+// decode (truncated, garbage, or a JSON document that is no manifest and
+// names no chunk) stops GC before it deletes anything, with a
+// *CorruptError naming the manifest; the chunks of the checkpoint it was
+// and of the deleted ones stay. A manifest that decodes but fails
+// validation still protects the chunks it names, and a valid version 1
+// manifest (which names none) is no reason to stop.
+func TestGCAbortsOnUndecodableManifest(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		raw    func(good []byte) []byte // the step 3 manifest, from the good one
+		abort  string                   // the reason GC stops with; "": it runs
+		remain int                      // chunks left when it runs
+	}{
+		{name: "truncated", raw: func(g []byte) []byte { return g[:len(g)/2] }, abort: "manifest is not valid JSON"},
+		{name: "garbage", raw: func([]byte) []byte { return []byte("\x00garbage") }, abort: "manifest is not valid JSON"},
+		{name: "empty", raw: func([]byte) []byte { return nil }, abort: "manifest is not valid JSON"},
+		{name: "empty object", raw: func([]byte) []byte { return []byte("{}") }, abort: "manifest format"},
+		{name: "null", raw: func([]byte) []byte { return []byte("null") }, abort: "manifest format"},
+		{name: "chunk list cut", raw: func(g []byte) []byte {
+			var m map[string]any
+			if err := json.Unmarshal(g, &m); err != nil {
+				t.Fatal(err)
+			}
+			delete(m, "chunks")
+			b, _ := json.Marshal(m)
+			return b
+		}, abort: "chunk"},
+		// Decodes, fails validation, names its chunks: they stay, the
+		// deleted checkpoints' go.
+		{name: "invalid but names its chunks", raw: func(g []byte) []byte {
+			return bytes.Replace(g, []byte(`"version":2`), []byte(`"version":99`), 1)
+		}, remain: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inner := memblob.OpenBucket(nil)
+			defer inner.Close()
+			s, err := NewWithOptions(inner, testOpts)
+			must(t, err)
+			ctx := t.Context()
+			// Steps 1 and 2 (deleted) and 3, 4 chunks each, none shared.
+			for step := int64(1); step <= 3; step++ {
+				_, _, err := s.SaveIncremental(ctx, "r", step, randBytes(uint64(140+step), 4*testChunk))
+				must(t, err)
+			}
+			_, err = s.Retain(ctx, "r", 1, 0)
+			must(t, err)
+			key := ManifestKey("r", 3)
+			good, err := inner.ReadAll(ctx, key)
+			must(t, err)
+			must(t, inner.WriteAll(ctx, key, tc.raw(good), nil))
+			chunks := func() int {
+				n := 0
+				it := inner.List(&blob.ListOptions{Prefix: chunksPrefix("r")})
+				for {
+					if _, err := it.Next(ctx); err != nil {
+						return n
+					}
+					n++
+				}
+			}
+			st, err := s.GC(ctx, "r")
+			if tc.abort == "" {
+				if err != nil || st.Deleted != 8 || chunks() != tc.remain {
+					t.Fatalf("GC = %+v, %v, %d chunks left; want 8 deleted, %d left", st, err, chunks(), tc.remain)
+				}
+				return
+			}
+			var ce *CorruptError
+			if err == nil || !errors.As(err, &ce) || ce.Key != key || !strings.Contains(ce.Reason, tc.abort) || st.Deleted+st.Orphans != 0 {
+				t.Fatalf("GC = %+v, %v; want a *CorruptError naming %s (%s), nothing deleted", st, err, key, tc.abort)
+			}
+			if n := chunks(); n != 12 {
+				t.Fatalf("%d chunks left after the aborted GC; want all 12", n)
+			}
+		})
 	}
 }
 
