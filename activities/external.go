@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/engine/launch"
@@ -36,7 +38,10 @@ const keepWorlds = 10
 // that global rank 0 commits and tells the run about each, and on
 // cancellation stops the processes (SIGTERM, SIGKILL after stop_grace)
 // before it returns. A process exiting non-zero fails it with a
-// RankExited error naming the rank, its exit status and its log tail.
+// RankExited error naming the rank, its exit status and its log tail —
+// except a process that is not a rank (msrun's scheduler) once every rank
+// has exited cleanly: the job is done, and the node stops it (SIGTERM,
+// then stop_grace) however it ends (launch.Group.Wait).
 func (n *Node) RunExternal(ctx context.Context, in spec.ExternalInput) (*spec.ChunkResult, error) {
 	n.running.Add(1)
 	defer n.running.Add(-1)
@@ -253,9 +258,10 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		if h, _, err := net.SplitHostPort(m.CommAddr); err == nil {
 			host = h
 		}
-		w.Nodes = append(w.Nodes, launch.Node{ID: m.ID, Host: host, DeviceIPs: m.DeviceIPs})
+		w.Nodes = append(w.Nodes, launch.Node{ID: m.ID, Host: host, DeviceIPs: m.DeviceIPs, DeviceIDs: m.NPUIDs})
 	}
 	if w.Launcher == launch.Ascend {
+		n.resolveHosts(ctx, w.Nodes, x.ProcsPerNode, log)
 		tab, err := launch.RankTable(w)
 		if err != nil {
 			return nil, badJob("node %s: %v", n.ID, err)
@@ -302,6 +308,7 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 			spec.EnvRank:            strconv.Itoa(rank),
 			spec.EnvWorldSize:       strconv.Itoa(w.WorldSize()),
 			spec.EnvTotalSteps:      strconv.FormatInt(in.Spec.Steps, 10),
+			spec.EnvRestartCount:    strconv.Itoa(in.Restarts),
 		}
 		specs = append(specs, launch.Spec{
 			Name: pr.Name, Rank: rank, Argv: x.Entrypoint, Dir: x.Workdir,
@@ -315,7 +322,15 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	}
 
 	g, err := launch.Start(specs)
-	if err != nil {
+	var se *launch.ScriptError
+	switch {
+	case errors.As(err, &se) && x.Workdir == "":
+		wd, _ := os.Getwd()
+		return nil, badJob("node %s: %v: the job names no external.workdir (raw input has no job file to take it from), "+
+			"so its processes run in the node worker's own directory %s; give external.workdir, the directory that holds the script on every node", n.ID, se, wd)
+	case errors.As(err, &se):
+		return nil, badJob("node %s: %v (external.workdir; every node needs the script there)", n.ID, se)
+	case err != nil:
 		return nil, badJob("node %s: %v", n.ID, err)
 	}
 	// However the world ends, its logs go to the run's bucket too: the
@@ -392,6 +407,10 @@ loop:
 	case lost != nil && ctx.Err() == nil:
 		return nil, peerError(lost, sup.prog.Step, 1)
 	case werr == nil:
+		for _, e := range g.Ignored() {
+			log.Warn("a process that is not a rank failed or was stopped after every rank had exited cleanly: the job is done, its status ignored",
+				zap.String("process", e.Name), zap.Stringer("exit", e))
+		}
 	case errors.As(werr, &ee):
 		// The process may have died because a node did: name the node
 		// rather than restart the world on it.
@@ -424,7 +443,7 @@ loop:
 
 // watchPeers asks the neighbour nodes' workers (node ranks Rank±1 of the
 // membership) every PeerWatch whether they are alive, and sends on lost
-// the *ascend.PeerError of the first that is gone (its address refuses
+// a *lostNodeError for the first that is gone (its address refuses
 // connections: the worker and the processes it ran are dead, though this
 // node's processes may hang in a collective rather than exit).
 func (n *Node) watchPeers(ctx context.Context, in spec.ExternalInput, lost chan<- error) {
@@ -449,7 +468,7 @@ func (n *Node) watchPeers(ctx context.Context, in spec.ExternalInput, lost chan<
 		}
 		for _, r := range watch {
 			if _, gone := tcp.Probe(ctx, r, nodes[r].CommAddr, peerRefusedGrace); gone != nil {
-				lost <- fmt.Errorf("node %s: %w", nodes[r].ID, gone)
+				lost <- lostNode(in, r, gone)
 				return
 			}
 		}
@@ -457,8 +476,8 @@ func (n *Node) watchPeers(ctx context.Context, in spec.ExternalInput, lost chan<
 }
 
 // peersGone asks every other node's worker at once whether it is alive
-// (with PeerWatch set): the *ascend.PeerError of the lowest node rank that
-// is gone, or nil.
+// (with PeerWatch set): a *lostNodeError for the lowest node rank that is
+// gone, or nil.
 func (n *Node) peersGone(ctx context.Context, in spec.ExternalInput) error {
 	if n.PeerWatch <= 0 {
 		return nil
@@ -469,12 +488,116 @@ func (n *Node) peersGone(ctx context.Context, in spec.ExternalInput) error {
 			others = append(others, r)
 		}
 	}
-	for _, g := range goneNodes(ctx, in.Membership.Nodes, others) {
+	for i, g := range goneNodes(ctx, in.Membership.Nodes, others) {
 		if g != nil {
-			return g
+			return lostNode(in, others[i], g)
 		}
 	}
 	return nil
+}
+
+// lostNodeError is a node of an external job's world whose worker is
+// gone, told in the job's terms: the node's ID, its index in the world and
+// the ranks it ran. It wraps the probe's *ascend.PeerError (Rank: the
+// node index), which peerError types as PeerFailed.
+type lostNodeError struct {
+	id           string
+	index, nodes int
+	perNode      int
+	err          error
+}
+
+func (e *lostNodeError) Error() string {
+	// The probe's own words are about a collective's peer rank; the
+	// reason it found is what a user needs.
+	why := e.err
+	var pe *ascend.PeerError
+	if errors.As(e.err, &pe) && pe.Err != nil {
+		why = pe.Err
+	}
+	ranks := fmt.Sprintf("rank %d", e.index*e.perNode)
+	if e.perNode > 1 {
+		ranks = fmt.Sprintf("ranks %d-%d", e.index*e.perNode, (e.index+1)*e.perNode-1)
+	}
+	return fmt.Sprintf("node %s (node_rank %d of the world's %d nodes: %s) is gone: %v", e.id, e.index, e.nodes, ranks, why)
+}
+
+func (e *lostNodeError) Unwrap() error { return e.err }
+
+// lostNode names node index r of in's world, gone as err says.
+func lostNode(in spec.ExternalInput, r int, err error) error {
+	per := 1
+	if x := in.Spec.External; x != nil {
+		per = max(x.ProcsPerNode, 1)
+	}
+	return &lostNodeError{id: in.Membership.Nodes[r].ID, index: r, nodes: len(in.Membership.Nodes), perNode: per, err: err}
+}
+
+// resolveHosts gives each node of an ascend world whose address is a host
+// name, and whose /etc/hccn.conf does not name every NPU's address, the IP
+// it resolves to (HostIP: the rank table's stand-in device_ip), all at
+// once within 5 s. A name that does not resolve is left so: the rank table
+// then says what to give.
+func (n *Node) resolveHosts(ctx context.Context, nodes []launch.Node, procs int, log *zap.Logger) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range nodes {
+		nd := &nodes[i]
+		if _, err := netip.ParseAddr(nd.Host); err == nil || nd.Host == "" || hasDeviceIPs(*nd, procs) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			addrs, err := net.DefaultResolver.LookupNetIP(rctx, "ip", nd.Host)
+			if nd.HostIP = pickHostIP(addrs); nd.HostIP != "" {
+				log.Info("rank table: a node's address is a host name; its IP stands in for the device_ip its /etc/hccn.conf does not give",
+					zap.String("node", nd.ID), zap.String("host", nd.Host), zap.String("ip", nd.HostIP))
+				return
+			}
+			log.Warn("rank table: a node's host name does not resolve to an IP address", zap.String("node", nd.ID),
+				zap.String("host", nd.Host), zap.Error(err))
+		}()
+	}
+	wg.Wait()
+}
+
+// hasDeviceIPs reports whether the node's hccn.conf names the address of
+// each NPU its first procs processes take.
+func hasDeviceIPs(nd launch.Node, procs int) bool {
+	for lr := range procs {
+		if id := nd.Device(lr); id < 0 || id >= len(nd.DeviceIPs) || nd.DeviceIPs[id] == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// pickHostIP picks a host name's address for a rank table: a routable one
+// before a loopback one, IPv4 before IPv6, never a link-local one or one
+// with an IPv6 zone (HCCL takes none).
+func pickHostIP(addrs []netip.Addr) string {
+	best, rank := "", 0
+	for _, a := range addrs {
+		a = a.Unmap()
+		r := 0
+		switch {
+		case !a.IsValid() || a.Zone() != "" || a.IsLinkLocalUnicast() || a.IsUnspecified() || a.IsMulticast():
+		case !a.IsLoopback() && a.Is4():
+			r = 4
+		case !a.IsLoopback():
+			r = 3
+		case a.Is4():
+			r = 2
+		default:
+			r = 1
+		}
+		if r > rank {
+			best, rank = a.String(), r
+		}
+	}
+	return best
 }
 
 // LogKey is where a process's log of one launch (session) is stored in the
@@ -740,8 +863,15 @@ func (s *supervision) tell(c spec.CheckpointSaved) {
 // cleanly: the rank, its status, the step it had reached, and its log tail
 // (torchrun's error file too, when the script wrote one).
 func (s *supervision) rankExited(ee *launch.ExitError) error {
+	// A process that reported no step (msrun's scheduler reports none)
+	// failed where its node's ranks were: the run's failed-at step and
+	// lost steps count from there.
+	step, reported := s.last[ee.Name]
+	if !reported {
+		step = s.prog.Step
+	}
 	d := spec.RankExit{Rank: ee.Rank, Process: ee.Name, Node: s.n.ID, ExitCode: ee.Code,
-		Step: s.last[ee.Name], LogTail: ee.Tail, LogFile: ee.LogPath}
+		Step: step, LogTail: ee.Tail, LogFile: ee.LogPath}
 	if ee.Signal != 0 {
 		d.Signal = launch.SignalName(ee.Signal)
 	}
@@ -754,7 +884,11 @@ func (s *supervision) rankExited(ee *launch.ExitError) error {
 	if d.Signal != "" {
 		status = "was killed by " + d.Signal
 	}
-	msg := fmt.Sprintf("%s on node %s %s at step %d", ee.Name, s.n.ID, status, d.Step)
+	at := fmt.Sprintf("at step %d", d.Step)
+	if !reported {
+		at = fmt.Sprintf("with its node's ranks at step %d", d.Step)
+	}
+	msg := fmt.Sprintf("%s on node %s %s %s", ee.Name, s.n.ID, status, at)
 	if tail := lastLines(ee.Tail, 5, 800); tail != "" {
 		msg += "; log tail:\n" + tail
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/cann-train/cann-train/ascend/ranktable"
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/internal/s3fake"
 	"github.com/cann-train/cann-train/spec"
@@ -534,6 +536,12 @@ func TestRunExternalNamesAGoneNode(t *testing.T) {
 			if ae.Type() != spec.ErrTypePeerFailed || ae.Details(&pf) != nil || pf.Rank != 1 || !strings.Contains(ae.Message(), "node n2") {
 				t.Fatalf("err = %v (detail %+v), want PeerFailed naming node rank 1 (n2)", err, pf)
 			}
+			// In the job's words: the node, its node_rank and its ranks,
+			// not the collective engine's probe of a "peer rank".
+			if msg := ae.Message(); !strings.HasPrefix(msg, "node n2 (node_rank 1 of the world's 2 nodes: ranks 2-3) is gone: ") ||
+				strings.Contains(msg, "ascend:") || strings.Contains(msg, "peer rank") || strings.Contains(msg, "probe") {
+				t.Errorf("message %q; want the lost node named in an external job's terms", msg)
+			}
 			t.Log(ae.Message())
 		})
 	}
@@ -856,6 +864,174 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	for end := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("waited 20 s for %s", what)
+		}
+	}
+}
+
+// TestRunExternalMSRunScheduler: msrun's scheduler is no rank. Once the
+// node's ranks have all exited cleanly the world is done, whether the
+// scheduler then fails or outlives them (it is stopped); one failing
+// while the ranks run fails the world, placed at the step the node's
+// ranks had reached (the scheduler reports none).
+func TestRunExternalMSRunScheduler(t *testing.T) {
+	// The ranks report step 7, then exit or wait for the scheduler.
+	rank := `echo '{"event":"report","step":7,"loss":0.5}' >> "$CANN_TRAIN_REPORT_FILE"; touch "reported-$CANN_TRAIN_RANK"; `
+	for _, tc := range []struct {
+		name, sched, ranks string
+		wantStep           int64 // -1: the world ends cleanly
+		wantMsg            string
+	}{
+		{"fails after the ranks", "trap '' TERM; while [ ! -e done-0 ] || [ ! -e done-1 ]; do sleep 0.02; done; sleep 0.2; exit 1",
+			rank + `touch "done-$CANN_TRAIN_RANK"; exit 0`, -1, ""},
+		{"outlives the ranks", "sleep 1000", rank + "exit 0", -1, ""},
+		{"fails while the ranks run", "while [ ! -e reported-0 ]; do sleep 0.02; done; sleep 0.3; exit 1", rank + "sleep 1000", 7,
+			"scheduler on node n1 exited with status 1 with its node's ranks at step 7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			work := t.TempDir()
+			script := `if [ "$MS_ROLE" = MS_SCHED ]; then ` + tc.sched + `; fi; ` + tc.ranks
+			in := externalInput("ms", work, 1, "sh", "-c", script)
+			in.Spec.External.Launcher = spec.LauncherMSRun
+			n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res, err := n.runExternal(ctx, in, externalHooks{progress: func(spec.ChunkProgress) {}})
+			if tc.wantStep < 0 {
+				if err != nil || res == nil || res.To != 7 {
+					t.Fatalf("runExternal: %+v, %v; want the world done at step 7", res, err)
+				}
+				return
+			}
+			var ae *temporal.ApplicationError
+			var d spec.RankExit
+			if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeRankExited || ae.Details(&d) != nil {
+				t.Fatalf("runExternal: %v; want RankExited", err)
+			}
+			if d.Process != "scheduler" || d.Rank != -1 || d.Step != tc.wantStep || !strings.Contains(ae.Message(), tc.wantMsg) {
+				t.Errorf("detail %+v, message %q; want the scheduler at step %d (%q)", d, ae.Message(), tc.wantStep, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// TestRunExternalAscendNPUs: an ascend launch gives each process the NPU
+// its node names (spec.Node.NPUIDs, in local-rank order) as DEVICE_ID,
+// ASCEND_DEVICE_ID and rank-table device_id, with that NPU's hccn.conf
+// address; a node advertised by host name stands in its resolved address
+// for the device_ip it lacks. Every launcher's processes see the restart
+// count (CANN_TRAIN_RESTART_COUNT).
+func TestRunExternalAscendNPUs(t *testing.T) {
+	work := t.TempDir()
+	script := `echo "$RANK_ID $DEVICE_ID $ASCEND_DEVICE_ID $CANN_TRAIN_RESTART_COUNT" > "out-$CANN_TRAIN_RANK"
+cp "$RANK_TABLE_FILE" "table-$CANN_TRAIN_RANK.json"`
+	in := externalInput("npus", work, 2, "sh", "-c", script)
+	in.Spec.External.Launcher = spec.LauncherAscend
+	in.Restarts = 2
+	in.Membership.Nodes[0].CommAddr = "localhost:7000" // no hccn.conf: its resolved address stands in
+	in.Membership.Nodes[1].CommAddr = "10.1.0.2:7000"
+	in.Membership.Nodes[1].NPUIDs = []int{3, 1}
+	in.Membership.Nodes[1].DeviceIPs = []string{"192.168.1.0", "192.168.1.1", "", "192.168.1.3"}
+	in.Rank = 1
+	n := externalNode(t, "n2", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+	if _, err := n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}}); err != nil {
+		t.Fatal(err)
+	}
+	for rank, want := range map[int]string{2: "2 3 3 2", 3: "3 1 1 2"} {
+		out, _ := os.ReadFile(filepath.Join(work, fmt.Sprintf("out-%d", rank)))
+		if got := strings.TrimSpace(string(out)); got != want {
+			t.Errorf("rank %d saw RANK_ID DEVICE_ID ASCEND_DEVICE_ID CANN_TRAIN_RESTART_COUNT %q, want %q", rank, got, want)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(work, "table-2.json"))
+	tab, err := ranktable.Parse(b)
+	if err != nil {
+		t.Fatalf("rank table: %v\n%s", err, b)
+	}
+	for rank, want := range []struct {
+		id int
+		ip string
+	}{{0, "127.0.0.1"}, {1, "127.0.0.1"}, {3, "192.168.1.3"}, {1, "192.168.1.1"}} {
+		if _, d, ok := tab.Lookup(rank); !ok || d.DeviceID != want.id || d.DeviceIP != want.ip {
+			t.Errorf("rank %d: device %+v, want NPU %d at %s", rank, d, want.id, want.ip)
+		}
+	}
+
+	// A host name that does not resolve: the launch fails at once,
+	// saying what to give.
+	in.Membership.Nodes[0].CommAddr = "no-such-host.invalid:7000"
+	in.Session = "run/npus/g1/e2"
+	_, err = n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeBadJob || !ae.NonRetryable() ||
+		!strings.Contains(ae.Message(), "/etc/hccn.conf") || !strings.Contains(ae.Message(), "--comm-advertise IP:PORT") ||
+		!strings.Contains(ae.Message(), `"no-such-host.invalid"`) {
+		t.Fatalf("an unresolved host name: %v; want a BadJob saying to give hccn.conf or --comm-advertise", err)
+	}
+}
+
+// TestRunExternalMissingScript: a Python entrypoint whose script is not
+// in the job's workdir on the node fails the world at once with a
+// non-retryable BadJob naming the script and the directory (the run then
+// fails, or replaces a spare that lacks the checkout), not a RankExited
+// the run would retry max_restarts times; without external.workdir the
+// error says the processes ran in the node worker's own directory.
+func TestRunExternalMissingScript(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	work := t.TempDir()
+	cwd, _ := os.Getwd()
+	for _, tc := range []struct {
+		name, workdir string
+		want          []string
+	}{
+		{"in the workdir", work, []string{"node n1: ", "the entrypoint's script no-such-train.py is not in the processes' working directory " + work,
+			"external.workdir"}},
+		{"no workdir", "", []string{"node n1: ", "the entrypoint's script no-such-train.py is not in the node worker's working directory",
+			"names no external.workdir", cwd}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := externalNode(t, "n1", "mem://")
+			in := externalInput("noscript", tc.workdir, 1, py, "-u", "no-such-train.py")
+			_, err := n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}})
+			var ae *temporal.ApplicationError
+			if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeBadJob || !ae.NonRetryable() {
+				t.Fatalf("runExternal: %v; want a non-retryable BadJob", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(ae.Message(), w) {
+					t.Errorf("message %q lacks %q", ae.Message(), w)
+				}
+			}
+		})
+	}
+}
+
+// TestPickHostIP: the address a host name stands in with for a device_ip:
+// routable before loopback, IPv4 before IPv6, never link-local or zoned.
+func TestPickHostIP(t *testing.T) {
+	addrs := func(ss ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		in   []netip.Addr
+		want string
+	}{
+		{addrs("127.0.1.1", "10.0.0.7"), "10.0.0.7"},
+		{addrs("2001:db8::7", "10.0.0.7"), "10.0.0.7"},
+		{addrs("::1", "2001:db8::7"), "2001:db8::7"},
+		{addrs("::1", "127.0.0.1"), "127.0.0.1"},
+		{addrs("fe80::1%eth0", "fe80::2", "::ffff:10.1.2.3"), "10.1.2.3"},
+		{addrs("fe80::1%eth0"), ""},
+		{nil, ""},
+	} {
+		if got := pickHostIP(tc.in); got != tc.want {
+			t.Errorf("pickHostIP(%v) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

@@ -31,6 +31,12 @@ Environment, set for every process:
   CANN_TRAIN_ACK_FILE          where the node worker acknowledges checkpoints
   CANN_TRAIN_REQUEST_FILE      where the node worker asks for a checkpoint
   CANN_TRAIN_RANK, CANN_TRAIN_WORLD_SIZE, CANN_TRAIN_TOTAL_STEPS
+  CANN_TRAIN_RESTART_COUNT     how many times the run restarted the world
+                               before this launch (a failure's relaunch; a
+                               resume after a pause or a green wait is not
+                               one), whatever the launcher: torchrun's
+                               TORCHELASTIC_RESTART_COUNT, for ascend and
+                               msrun jobs too
 
 report() and saved() append one JSON object per line to the report file,
 each line a single write on an O_APPEND descriptor (so lines never
@@ -59,7 +65,7 @@ import time
 
 __all__ = [
     "report", "checkpoint_dir", "should_checkpoint", "restored_step", "saved",
-    "rank", "world_size", "total_steps", "managed",
+    "rank", "world_size", "total_steps", "restart_count", "managed",
 ]
 
 _last_step = 0
@@ -98,6 +104,16 @@ def world_size():
 def total_steps():
     """The job's steps (0: not given)."""
     return _env_int("CANN_TRAIN_TOTAL_STEPS", 0)
+
+
+def restart_count():
+    """How many times the run restarted the world before this launch (0 on
+    the first; a resume after a pause is no restart), with every launcher;
+    TORCHELASTIC_RESTART_COUNT outside cann-train, else 0."""
+    for name in ("CANN_TRAIN_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"):
+        if os.environ.get(name, "") != "":
+            return _env_int(name, 0)
+    return 0
 
 
 def checkpoint_dir():

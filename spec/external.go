@@ -135,11 +135,15 @@ const (
 	EnvWorldSize = "CANN_TRAIN_WORLD_SIZE"
 	// EnvTotalSteps is the job's steps (0: unknown).
 	EnvTotalSteps = "CANN_TRAIN_TOTAL_STEPS"
+	// EnvRestartCount is how many times the run restarted the world
+	// before this launch (ExternalInput.Restarts), whatever the launcher:
+	// torchrun's TORCHELASTIC_RESTART_COUNT for ascend and msrun jobs too.
+	EnvRestartCount = "CANN_TRAIN_RESTART_COUNT"
 )
 
 // HelperEnv lists the CANN_TRAIN_* variables the node worker sets.
 var HelperEnv = []string{EnvCheckpointDir, EnvRestoredStep, EnvCheckpointEvery, EnvReportFile, EnvAckFile,
-	EnvRequestFile, EnvRank, EnvWorldSize, EnvTotalSteps}
+	EnvRequestFile, EnvRank, EnvWorldSize, EnvTotalSteps, EnvRestartCount}
 
 // LauncherEnv lists the variables a launcher's contract fixes for every
 // process: a job's env may not set them (the defaults a launcher only
@@ -617,7 +621,10 @@ type RankExit struct {
 	// ExitCode is the exit status (-1 when killed by a signal).
 	ExitCode int    `json:"exit_code"`
 	Signal   string `json:"signal,omitempty"`
-	// Step is the last step the process reported (0: none).
+	// Step is the last step the process reported; for a process that
+	// reported none (msrun's scheduler, a rank that failed before its
+	// first report), the step its node's ranks had reached (the restored
+	// step before any report).
 	Step int64 `json:"step"`
 	// LogTail is the end of its output.
 	LogTail string `json:"log_tail"`

@@ -242,6 +242,14 @@ type Node struct {
 	// /etc/hccn.conf; empty elsewhere): an external job's HCCL rank table
 	// lists them, else the node's host address.
 	DeviceIPs []string `json:"device_ips,omitempty"`
+	// NPUIDs are the physical NPU ids (device ids, /dev/davinci<N>) the
+	// node's worker drives, in the order its processes take them
+	// (`worker node --npu-ids`, else npu-smi's healthy chips; empty where
+	// neither names any, and from workers before it): an ascend launch
+	// gives local rank i NPUIDs[i] as DEVICE_ID, ASCEND_DEVICE_ID and its
+	// rank-table device_id (device_ip DeviceIPs[NPUIDs[i]]); without
+	// them, 0..procs_per_node-1.
+	NPUIDs []int `json:"npu_ids,omitempty"`
 	// Incarnation is new each time the node's worker process starts, so
 	// that the Cluster can tell a worker restarted under the same ID from
 	// the process a run saw fail (empty from workers before it existed).

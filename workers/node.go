@@ -81,6 +81,10 @@ type NodeOptions struct {
 	// "" or auto is RAPL when readable; off disables metering). Without a
 	// meter the run models the node's energy.
 	Energy string
+	// NPUIDs are the physical NPU ids this node drives, in the order an
+	// ascend job's processes take them (spec.Node.NPUIDs; empty: unknown,
+	// 0..procs_per_node-1).
+	NPUIDs []int
 }
 
 // heartbeatEvery bounds how long a node's running activities wait to
@@ -163,7 +167,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		host = h + " (" + host + ")"
 	}
 	node := spec.Node{ID: o.ID, TaskQueue: spec.NodeTaskQueue(o.ID), CommAddr: advertise, Host: host, Devices: 1,
-		DeviceIPs: hccnDeviceIPs(hccnConf), Incarnation: fmt.Sprintf("%d.%d", time.Now().UnixNano(), os.Getpid()),
+		DeviceIPs: hccnDeviceIPs(hccnConf), NPUIDs: o.NPUIDs, Incarnation: fmt.Sprintf("%d.%d", time.Now().UnixNano(), os.Getpid()),
 		FaultInjection: spec.FaultsRefused}
 	if o.AllowFaults {
 		node.FaultInjection = spec.FaultsAllowed

@@ -19,7 +19,8 @@
 // enforces HCCL's rules: unique server ids, unique device ids per server,
 // rank ids unique and contiguous 0..n-1 with each server holding one
 // contiguous block, server_count equal to the number of servers, and device
-// IPs present on multi-server tables. [FromNodes] builds a table from hosts
+// IPs present on multi-server tables (plain addresses: an IPv6 zone such as
+// fe80::1%eth0 is refused). [FromNodes] builds a table from hosts
 // and their devices, numbering ranks in order; [Table.Marshal] writes it.
 package ranktable
 
@@ -219,8 +220,10 @@ func (t *Table) Validate() error {
 				if len(t.Servers) > 1 {
 					return fieldErr(dp+".device_ip", ErrInvalid, "required when there is more than one server")
 				}
-			} else if _, err := netip.ParseAddr(d.DeviceIP); err != nil {
+			} else if a, err := netip.ParseAddr(d.DeviceIP); err != nil {
 				return fieldErr(dp+".device_ip", ErrInvalid, "%q is not an IP address", d.DeviceIP)
+			} else if a.Zone() != "" {
+				return fieldErr(dp+".device_ip", ErrInvalid, "%q has an IPv6 zone (%%%s): HCCL takes a plain address, give it without the zone", d.DeviceIP, a.Zone())
 			}
 			if d.DevicePort != 0 && (d.DevicePort < 1 || d.DevicePort > 65535) {
 				return fieldErr(dp+".device_port", ErrInvalid, "%d out of range 1..65535", d.DevicePort)

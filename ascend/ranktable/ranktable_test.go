@@ -169,6 +169,7 @@ func TestFromNodesErrors(t *testing.T) {
 		{"missing ip multi-server", []Node{{ID: "a", Devices: []NodeDevice{{ID: 0, IP: "1.1.1.1"}}}, {ID: "b", Devices: []NodeDevice{{ID: 0}}}},
 			"server_list[1].device[0].device_ip: required when there is more than one server"},
 		{"bad ip", []Node{{ID: "a", Devices: []NodeDevice{{ID: 0, IP: "1.1.1"}}}}, `server_list[0].device[0].device_ip: "1.1.1" is not an IP address`},
+		{"zoned ip", []Node{{ID: "a", Devices: []NodeDevice{{ID: 0, IP: "fe80::1%eth0"}}}}, `server_list[0].device[0].device_ip: "fe80::1%eth0" has an IPv6 zone`},
 		{"bad port", []Node{{ID: "a", Devices: []NodeDevice{{ID: 0, Port: 70000}}}}, "device_port: 70000 out of range"},
 		{"negative device", []Node{{ID: "a", Devices: []NodeDevice{{ID: -1}}}}, "device_id: -1 is negative"},
 		{"long id", []Node{{ID: strings.Repeat("x", 65), Devices: []NodeDevice{{ID: 0}}}}, "65 characters (at most 64)"},
@@ -271,6 +272,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate rank", edit(`"rank_id": "3"`, `"rank_id": "2"`), ErrInvalid, "server_list[1].device[1].rank_id: 2 already used by server_list[1].device[0]"},
 		{"duplicate device", edit(dev13, `{"device_id": "0", "device_ip": "192.168.2.9", "rank_id": "3"}`), ErrInvalid, "server_list[1].device[1].device_id: 0 already used"},
 		{"version 1.2", edit(`"version": "1.0"`, `"version": "1.2", "super_pod_list": []`), ErrUnsupportedVersion, `version: "1.2" (only "1.0" is supported)`},
+		{"zoned ipv6", edit(`"device_ip": "192.168.2.9"`, `"device_ip": "fe80::1%eth0"`), ErrInvalid,
+			`server_list[1].device[1].device_ip: "fe80::1%eth0" has an IPv6 zone (%eth0)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.in))
@@ -324,4 +327,11 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip changed the table:\n%+v\n%+v", tab, again)
 		}
 	})
+}
+
+// TestPlainIPv6DeviceIP: an IPv6 device_ip without a zone is taken.
+func TestPlainIPv6DeviceIP(t *testing.T) {
+	if _, err := FromNodes([]Node{{ID: "a", Devices: []NodeDevice{{ID: 0, IP: "fe80::1"}}}, {ID: "b", Devices: []NodeDevice{{ID: 0, IP: "2001:db8::2"}}}}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/activities"
+	"github.com/cann-train/cann-train/ascend/npusmi"
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
@@ -159,6 +161,11 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 			if err := checkLeaseEvery(o.LeaseEvery); err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("npu-ids") {
+				if err := checkNPUIDs(o.NPUIDs); err != nil {
+					return err
+				}
+			}
 			if o.WorkDir == "" {
 				o.WorkDir = filepath.Join(defaultDataDir(), "work", o.ID)
 			}
@@ -169,6 +176,9 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 			log, err := e.logger()
 			if err != nil {
 				return err
+			}
+			if !cmd.Flags().Changed("npu-ids") {
+				o.NPUIDs = nodeNPUs(cmd.Context(), nil, log)
 			}
 			c, done, err := dialWorker(cmd.Context(), e, log, metricsAddr)
 			if err != nil {
@@ -220,8 +230,67 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	f.BoolVar(&o.AllowFaults, "allow-fault-injection", false, "let 'cann-train fault kill' SIGKILL this worker (testing and demos only)")
 	f.StringVar(&o.WorkDir, "work-dir", "", "external jobs' logs, reports and checkpoint directories (default <data dir>/work/<id>; "+
 		"created at start, and a directory the worker cannot write to stops it there)")
+	f.IntSliceVar(&o.NPUIDs, "npu-ids", nil, "the physical NPU ids (npu-smi's device ids, /dev/davinci<N>) this node drives, e.g. 0,3: "+
+		"an ascend job's local rank i takes the i-th as DEVICE_ID, ASCEND_DEVICE_ID and its rank table's device_id (device_ip: /etc/hccn.conf's address_<id>) "+
+		"(default: npu-smi's healthy chips when npu-smi is installed, else 0..procs_per_node-1)")
 	f.StringVar(&o.Energy, "energy", "auto", "energy meter whose readings chunks report: auto (Linux RAPL when readable), rapl, npu-smi, nvidia-smi, or off (the run then models energy)")
 	addMetricsFlag(cmd, &metricsAddr)
 	_ = cmd.MarkFlagRequired("id")
 	return cmd
+}
+
+// maxNPUID bounds --npu-ids (hccn.conf's address_<id> lines go to 1023).
+const maxNPUID = 1023
+
+// checkNPUIDs refuses a --npu-ids list with a negative, too large or
+// repeated id.
+func checkNPUIDs(ids []int) error {
+	seen := map[int]bool{}
+	for _, id := range ids {
+		switch {
+		case id < 0 || id > maxNPUID:
+			return fmt.Errorf("--npu-ids: %d out of range 0..%d", id, maxNPUID)
+		case seen[id]:
+			return fmt.Errorf("--npu-ids: %d given twice: each process needs its own NPU", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// nodeNPUs lists this host's healthy NPU chips by device id, as topo-scan
+// names them (npuDevices), for a node worker given no --npu-ids: nil
+// without npu-smi, or when it fails (said in the log: ascend jobs then
+// take NPUs 0..procs_per_node-1).
+func nodeNPUs(ctx context.Context, run npusmi.Runner, log *zap.Logger) []int {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := npusmi.Probe(pctx, run)
+	if errors.Is(err, npusmi.ErrNotFound) {
+		return nil
+	}
+	healthy := 0
+	if err == nil {
+		for _, c := range info.Chips {
+			if c.Health.OK() {
+				healthy++
+			}
+		}
+	}
+	var npus npuChoice
+	if err == nil {
+		npus, err = npuDevices(info, nil, healthy, false)
+	}
+	if err != nil {
+		log.Warn("npu-smi failed, so this node does not say which NPUs it drives: ascend jobs take NPUs 0..procs_per_node-1 here "+
+			"(give --npu-ids to name them)", zap.Error(err))
+		return nil
+	}
+	ids := make([]int, len(npus.devices))
+	for i, d := range npus.devices {
+		ids[i] = d.ID
+	}
+	log.Info("NPUs this node drives (npu-smi's healthy chips; --npu-ids names others)", zap.Ints("npu_ids", ids),
+		zap.Strings("left_out", npus.unhealthy))
+	return ids
 }

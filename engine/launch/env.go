@@ -48,9 +48,27 @@ type Node struct {
 	// Host is the node's address as its peers reach it (an IP for a
 	// multi-node ascend launch).
 	Host string
+	// HostIP is Host's address when Host is a name (resolved by the
+	// caller): the stand-in device_ip of an ascend rank table. Empty: Host
+	// itself when it is an IP address.
+	HostIP string
 	// DeviceIPs are the node's NPU NIC addresses by device id (optional;
 	// the host address stands in).
 	DeviceIPs []string
+	// DeviceIDs are the physical NPU ids the node drives, in local-rank
+	// order: local rank i of an ascend launch gets DeviceIDs[i] as its
+	// DEVICE_ID, ASCEND_DEVICE_ID and rank-table device_id (and
+	// DeviceIPs[DeviceIDs[i]] as its device_ip). Empty: 0..ProcsPerNode-1.
+	DeviceIDs []int
+}
+
+// Device is the physical NPU id of the node's local rank lr: DeviceIDs[lr],
+// or lr when the node names none.
+func (n Node) Device(lr int) int {
+	if lr < len(n.DeviceIDs) {
+		return n.DeviceIDs[lr]
+	}
+	return lr
 }
 
 // World is one launch of a job: every node runs ProcsPerNode processes.
@@ -121,8 +139,36 @@ func (w World) Validate() error {
 			return fmt.Errorf("launch: node %d (%s) has no host address", i, n.ID)
 		}
 	}
-	if w.Launcher == Ascend && w.RankTableFile == "" {
-		return errors.New("launch: an ascend launch needs a rank table file path")
+	if w.Launcher == Ascend {
+		if w.RankTableFile == "" {
+			return errors.New("launch: an ascend launch needs a rank table file path")
+		}
+		for i, n := range w.Nodes {
+			if err := n.checkDevices(i, w.ProcsPerNode); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkDevices refuses a node (index i) that names fewer NPUs than its
+// processes, or one twice.
+func (n Node) checkDevices(i, procs int) error {
+	if len(n.DeviceIDs) == 0 {
+		return nil
+	}
+	if len(n.DeviceIDs) < procs {
+		return fmt.Errorf("launch: node %s (node %d) drives %d NPU(s) %v (its worker's --npu-ids, or npu-smi's healthy chips), "+
+			"but the job runs %d process(es) per node, one per NPU: lower external.procs_per_node, or give the node worker more NPUs",
+			n.ID, i, len(n.DeviceIDs), n.DeviceIDs, procs)
+	}
+	seen := map[int]bool{}
+	for _, d := range n.DeviceIDs[:procs] {
+		if d < 0 || seen[d] {
+			return fmt.Errorf("launch: node %s (node %d): NPU ids %v: each must be a distinct id ≥ 0", n.ID, i, n.DeviceIDs)
+		}
+		seen[d] = true
 	}
 	return nil
 }
@@ -181,12 +227,15 @@ func Procs(w World, nodeRank int) ([]Proc, error) {
 				p.Defaults["OMP_NUM_THREADS"] = "1"
 			}
 		case Ascend:
-			// One process per device: device local rank of the node. The
-			// rank table maps RANK_ID to (server, device_id); DEVICE_ID is
-			// that physical id, ASCEND_DEVICE_ID the logical one.
+			// One process per device: the node's lr-th NPU. The rank
+			// table maps RANK_ID to (server, device_id); DEVICE_ID is that
+			// physical id, and so is ASCEND_DEVICE_ID (the logical id,
+			// the physical one while nothing sets
+			// ASCEND_RT_VISIBLE_DEVICES).
+			dev := itoa(w.Nodes[nodeRank].Device(lr))
 			for k, v := range map[string]string{
 				"RANK_TABLE_FILE": w.RankTableFile, "RANK_ID": itoa(rank), "RANK_SIZE": itoa(world),
-				"DEVICE_ID": itoa(lr), "ASCEND_DEVICE_ID": itoa(lr),
+				"DEVICE_ID": dev, "ASCEND_DEVICE_ID": dev,
 				// torch_npu scripts rendezvous through torch.distributed.
 				"RANK": itoa(rank), "LOCAL_RANK": itoa(lr), "WORLD_SIZE": itoa(world), "LOCAL_WORLD_SIZE": itoa(local),
 				"MASTER_ADDR": w.MasterAddr(), "MASTER_PORT": itoa(w.MasterPort),
@@ -212,26 +261,40 @@ func Procs(w World, nodeRank int) ([]Proc, error) {
 }
 
 // RankTable is the HCCL rank table (v1.0) of an ascend world: one server
-// per node in node-rank order, device i of a node for its local rank i,
-// ranks numbered through the nodes. A device's IP is the node's DeviceIPs[i]
-// when known, else the node's host address (HCCL requires one per device
-// on a multi-server table).
+// per node in node-rank order, the node's NPU Device(i) for its local rank
+// i, ranks numbered through the nodes. A device's IP is the node's
+// DeviceIPs[id] when known, else the node's host address (HostIP, or Host
+// when it is an IP address): HCCL requires one per device on a
+// multi-server table, so a node with neither is an error saying what to
+// give.
 func RankTable(w World) (*ranktable.Table, error) {
 	if w.ProcsPerNode < 1 || len(w.Nodes) == 0 {
 		return nil, fmt.Errorf("launch: rank table for %d node(s) × %d process(es)", len(w.Nodes), w.ProcsPerNode)
 	}
 	nodes := make([]ranktable.Node, len(w.Nodes))
 	for i, n := range w.Nodes {
-		rn := ranktable.Node{ID: n.ID, Devices: make([]ranktable.NodeDevice, w.ProcsPerNode)}
-		if _, err := netip.ParseAddr(n.Host); err == nil {
-			rn.HostIP = n.Host
+		if err := n.checkDevices(i, w.ProcsPerNode); err != nil {
+			return nil, err
 		}
-		for d := range rn.Devices {
+		rn := ranktable.Node{ID: n.ID, HostIP: n.hostIP(), Devices: make([]ranktable.NodeDevice, w.ProcsPerNode)}
+		var noIP []int
+		for lr := range rn.Devices {
+			id := n.Device(lr)
 			ip := rn.HostIP
-			if d < len(n.DeviceIPs) && n.DeviceIPs[d] != "" {
-				ip = n.DeviceIPs[d]
+			if id < len(n.DeviceIPs) && n.DeviceIPs[id] != "" {
+				ip = n.DeviceIPs[id]
 			}
-			rn.Devices[d] = ranktable.NodeDevice{ID: d, IP: ip}
+			if ip == "" {
+				noIP = append(noIP, id)
+			}
+			rn.Devices[lr] = ranktable.NodeDevice{ID: id, IP: ip}
+		}
+		if len(noIP) > 0 && len(w.Nodes) > 1 {
+			return nil, fmt.Errorf("launch: rank table: node %s (node %d) has no device_ip for NPU(s) %v, which HCCL needs on a table of "+
+				"several servers: its /etc/hccn.conf lists no address_<id> for them (hccn_tool -i <id> -ip -g shows an NPU's address), "+
+				"and its node worker advertises %q, a host name that did not resolve to an IP address to stand in for them; "+
+				"give that host an /etc/hccn.conf (on NPUs), or start its node worker with --comm-advertise IP:PORT",
+				n.ID, i, noIP, n.Host)
 		}
 		nodes[i] = rn
 	}
@@ -240,6 +303,23 @@ func RankTable(w World) (*ranktable.Table, error) {
 		return nil, fmt.Errorf("launch: rank table: %w", err)
 	}
 	return t, nil
+}
+
+// hostIP is the node's address for the rank table: HostIP, else Host when
+// it is an IP address ("" otherwise).
+func (n Node) hostIP() string {
+	if n.HostIP != "" {
+		return n.HostIP
+	}
+	if isIP(n.Host) {
+		return n.Host
+	}
+	return ""
+}
+
+func isIP(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // Environ merges a process's environment: base (the node worker's own, as

@@ -231,3 +231,86 @@ func TestWorldValidate(t *testing.T) {
 		t.Error("node rank 2 of 2 accepted")
 	}
 }
+
+// TestAscendDeviceIDs: a node that names its NPUs gives local rank i the
+// i-th as DEVICE_ID, ASCEND_DEVICE_ID and rank-table device_id, with
+// that id's device_ip; one that names none, 0..procs-1. A node naming too
+// few, or one twice, cannot launch.
+func TestAscendDeviceIDs(t *testing.T) {
+	w := twoNodes(Ascend)
+	// node-1 drives NPUs 4 and 6 (hccn.conf lists 0..7), node-2 none named.
+	w.Nodes[0].DeviceIDs = []int{4, 6, 7}
+	w.Nodes[0].DeviceIPs = []string{"192.168.1.0", "192.168.1.1", "192.168.1.2", "192.168.1.3", "192.168.1.4", "192.168.1.5", "192.168.1.6", "192.168.1.7"}
+	tab, err := RankTable(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rank, want := range []struct {
+		id int
+		ip string
+	}{{4, "192.168.1.4"}, {6, "192.168.1.6"}, {0, "192.168.2.8"}, {1, "192.168.2.9"}} {
+		s, d, ok := tab.Lookup(rank)
+		if !ok || d.DeviceID != want.id || d.DeviceIP != want.ip {
+			t.Errorf("rank %d: device %+v, want id %d ip %s", rank, d, want.id, want.ip)
+		}
+		ps, err := Procs(w, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ps[rank%2]
+		if p.Env["DEVICE_ID"] != itoa(want.id) || p.Env["ASCEND_DEVICE_ID"] != itoa(want.id) || p.Env["LOCAL_RANK"] != itoa(rank%2) {
+			t.Errorf("rank %d: DEVICE_ID %s ASCEND_DEVICE_ID %s LOCAL_RANK %s; want NPU %d", rank,
+				p.Env["DEVICE_ID"], p.Env["ASCEND_DEVICE_ID"], p.Env["LOCAL_RANK"], want.id)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		ids  []int
+		want string
+	}{
+		{"too few", []int{3}, "node node-1 (node 0) drives 1 NPU(s) [3]"},
+		{"twice", []int{3, 3}, "each must be a distinct id"},
+		{"negative", []int{-1, 2}, "each must be a distinct id"},
+	} {
+		w := twoNodes(Ascend)
+		w.Nodes[0].DeviceIDs = tc.ids
+		if _, err := RankTable(w); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: rank table: %v; want %q", tc.name, err, tc.want)
+		}
+		if _, err := Procs(w, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: procs: %v; want %q", tc.name, err, tc.want)
+		}
+		w.Launcher = Torchrun
+		if _, err := Procs(w, 0); err != nil {
+			t.Errorf("%s: torchrun takes no NPU ids: %v", tc.name, err)
+		}
+	}
+}
+
+// TestAscendHostNameDeviceIP: a node advertised by host name stands in
+// its resolved address (HostIP) for the device_ip hccn.conf does not give;
+// unresolved, the error says what to give.
+func TestAscendHostNameDeviceIP(t *testing.T) {
+	w := twoNodes(Ascend)
+	w.Nodes[0].Host, w.Nodes[0].HostIP = "node-1.example", "10.9.0.1"
+	tab, err := RankTable(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, d, _ := tab.Lookup(1); d.DeviceIP != "10.9.0.1" || tab.Servers[0].HostIP != "10.9.0.1" {
+		t.Errorf("rank 1: %+v, host_ip %q; want the resolved address", d, tab.Servers[0].HostIP)
+	}
+	w.Nodes[0].HostIP = ""
+	_, err = RankTable(w)
+	for _, want := range []string{"node node-1 (node 0) has no device_ip for NPU(s) [0 1]", `advertises "node-1.example"`,
+		"/etc/hccn.conf", "--comm-advertise IP:PORT"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("unresolved host name: %v; want it to say %q", err, want)
+		}
+	}
+	// One server needs no device_ip.
+	w.Nodes = w.Nodes[:1]
+	if _, err := RankTable(w); err != nil {
+		t.Errorf("one server by host name: %v", err)
+	}
+}

@@ -237,3 +237,25 @@ print("ok")`)
 		t.Fatalf("helper: %v\n%s", err, out)
 	}
 }
+
+// TestPythonHelperRestartCount: restart_count() is CANN_TRAIN_RESTART_COUNT
+// (every launcher), else torchrun's TORCHELASTIC_RESTART_COUNT, else 0.
+func TestPythonHelperRestartCount(t *testing.T) {
+	py := python(t)
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"CANN_TRAIN_RESTART_COUNT=3"}, "3"},
+		{[]string{"CANN_TRAIN_RESTART_COUNT=2", "TORCHELASTIC_RESTART_COUNT=5"}, "2"},
+		{[]string{"TORCHELASTIC_RESTART_COUNT=5"}, "5"},
+		{nil, "0"},
+	} {
+		cmd := exec.Command(py, "-c", "import cann_train as ct; print(ct.restart_count())")
+		cmd.Env = append([]string{"PYTHONPATH=" + helperDir(t), "PATH=" + os.Getenv("PATH"), "PYTHONDONTWRITEBYTECODE=1"}, tc.env...)
+		out, err := cmd.CombinedOutput()
+		if got := strings.TrimSpace(string(out)); err != nil || got != tc.want {
+			t.Errorf("env %v: restart_count() = %q (%v), want %s", tc.env, got, err, tc.want)
+		}
+	}
+}

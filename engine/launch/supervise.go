@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -95,6 +96,9 @@ type Group struct {
 	release chan struct{}
 	stopMu  sync.Mutex
 	stopped bool
+	// ignored are the failed exits Wait did not count (Ignored).
+	ignoredMu sync.Mutex
+	ignored   []Exit
 }
 
 type proc struct {
@@ -141,6 +145,9 @@ func (g *Group) startAll(specs []Spec) error {
 		}
 		prog, err := lookPath(s.Argv[0], s.Env, s.Dir)
 		if err != nil {
+			return &StartError{Name: s.Name, Err: err}
+		}
+		if err := checkScript(s.Argv, s.Dir); err != nil {
 			return &StartError{Name: s.Name, Err: err}
 		}
 		if s.LogPath != "" {
@@ -294,29 +301,99 @@ func (g *Group) Stop(grace time.Duration) {
 	}
 }
 
+// AuxSettle is how long Wait holds the failure of a process that is not a
+// rank (msrun's scheduler) while ranks still run: when they all exit
+// cleanly meanwhile, the job finished and the failure is not its own.
+const AuxSettle = time.Second
+
 // Wait supervises the group until every process has exited cleanly (nil),
 // one exits otherwise (the rest are stopped, with grace, and an
 // *ExitError for that one is returned), or ctx ends (all are stopped and
 // ctx's error returned). Whatever the processes spawned is stopped too
 // before Wait returns: nothing outlives it.
+//
+// Processes that are not ranks (Spec.Rank < 0: msrun's scheduler) serve
+// the ranks: once every rank has exited cleanly the job is done, and
+// Wait stops those still running (SIGTERM, SIGKILL after grace) and
+// returns nil, however they end — Ignored lists the ones that failed. One
+// failing while ranks run is the group's failure, unless every rank then
+// exits cleanly within AuxSettle (the two ends raced). In a group of no
+// ranks at all every process counts.
 func (g *Group) Wait(ctx context.Context, grace time.Duration) error {
-	left := len(g.procs)
+	left, ranks := len(g.procs), 0
+	for _, p := range g.procs {
+		if p.spec.Rank >= 0 {
+			ranks++
+		}
+	}
+	hasRanks := ranks > 0
+	fail := func(e Exit) error {
+		g.Stop(grace)
+		p := g.byName(e.Name)
+		return &ExitError{Exit: e, LogPath: p.spec.LogPath, Tail: Tail(p.spec.LogPath, TailBytes)}
+	}
+	var held *Exit // a non-rank's failure while ranks run
+	var settle <-chan time.Time
 	for left > 0 {
+		if hasRanks && ranks == 0 {
+			// Every rank exited cleanly: what serves them is stopped.
+			if held != nil {
+				g.ignore(*held)
+			}
+			g.Stop(grace)
+			for ; left > 0; left-- {
+				if e := <-g.exits; !e.OK() {
+					g.ignore(e)
+				}
+			}
+			return nil
+		}
 		select {
 		case e := <-g.exits:
 			left--
-			if !e.OK() {
-				g.Stop(grace)
-				p := g.byName(e.Name)
-				return &ExitError{Exit: e, LogPath: p.spec.LogPath, Tail: Tail(p.spec.LogPath, TailBytes)}
+			if e.Rank >= 0 {
+				ranks--
 			}
+			switch {
+			case e.OK():
+			case e.Rank < 0 && hasRanks && ranks == 0:
+				g.ignore(e) // (after the ranks)
+			case e.Rank < 0 && hasRanks:
+				if held == nil {
+					held, settle = &e, time.After(AuxSettle)
+				}
+			case held != nil:
+				return fail(*held) // (the first failure)
+			default:
+				return fail(e)
+			}
+		case <-settle:
+			return fail(*held)
 		case <-ctx.Done():
 			g.Stop(grace)
 			return ctx.Err()
 		}
 	}
+	if held != nil { // (the ranks, then the last of them, exited cleanly)
+		g.ignore(*held)
+	}
 	g.Stop(grace) // daemons the script left behind
 	return nil
+}
+
+func (g *Group) ignore(e Exit) {
+	g.ignoredMu.Lock()
+	defer g.ignoredMu.Unlock()
+	g.ignored = append(g.ignored, e)
+}
+
+// Ignored lists the processes that are not ranks and failed (or were
+// stopped) once every rank had exited cleanly, which Wait did not count as
+// the group's failure.
+func (g *Group) Ignored() []Exit {
+	g.ignoredMu.Lock()
+	defer g.ignoredMu.Unlock()
+	return slices.Clone(g.ignored)
 }
 
 func (g *Group) byName(name string) *proc {
@@ -410,6 +487,98 @@ func lookPath(prog string, env []string, dir string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%q not found in PATH", prog)
+}
+
+// ScriptError reports a Python script an entrypoint names that is not
+// there: the interpreter would start and exit at once, on every launch.
+type ScriptError struct {
+	// Script is the path as the entrypoint names it; Path where it was
+	// looked for (Script from Dir).
+	Script, Path string
+	// Dir is the processes' working directory ("": the supervisor's).
+	Dir string
+	Err error
+}
+
+func (e *ScriptError) Error() string {
+	where := "the processes' working directory " + e.Dir
+	if e.Dir == "" {
+		where = "the node worker's working directory"
+	}
+	if filepath.IsAbs(e.Script) {
+		return fmt.Sprintf("the entrypoint's script %s: %v", e.Script, e.Err)
+	}
+	return fmt.Sprintf("the entrypoint's script %s is not in %s (%v)", e.Script, where, e.Err)
+}
+
+func (e *ScriptError) Unwrap() error { return e.Err }
+
+// pythonName matches the interpreters ScriptOf knows.
+var pythonName = regexp.MustCompile(`^(python|pypy)[0-9.]*$`)
+
+// ScriptOf returns the script file a Python interpreter in argv runs (its
+// first operand), and false when argv runs no interpreter ScriptOf knows
+// or no file (-c, -m, - for standard input, no operand).
+func ScriptOf(argv []string) (string, bool) {
+	if len(argv) < 2 || !pythonName.MatchString(filepath.Base(argv[0])) {
+		return "", false
+	}
+	for i := 1; i < len(argv); i++ {
+		a := argv[i]
+		switch {
+		case a == "--":
+			if i+1 < len(argv) {
+				return argv[i+1], true
+			}
+			return "", false
+		case a == "-":
+			return "", false
+		case a == "--check-hash-based-pycs":
+			i++
+		case strings.HasPrefix(a, "--"): // --help, --version …
+		case strings.HasPrefix(a, "-"):
+			// A cluster of flags: c and m take the rest (no file), W and X
+			// their value (the rest, else the next argument).
+			for j := 1; j < len(a); j++ {
+				switch a[j] {
+				case 'c', 'm':
+					return "", false
+				case 'W', 'X':
+					if j == len(a)-1 {
+						i++
+					}
+					j = len(a)
+				}
+			}
+		default:
+			return a, true
+		}
+	}
+	return "", false
+}
+
+// checkScript refuses argv whose Python script (ScriptOf) is not a file,
+// from dir.
+func checkScript(argv []string, dir string) error {
+	script, ok := ScriptOf(argv)
+	if !ok {
+		return nil
+	}
+	p := script
+	if !filepath.IsAbs(p) && dir != "" {
+		p = filepath.Join(dir, p)
+	}
+	st, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return &ScriptError{Script: script, Path: p, Dir: dir, Err: err}
+	case st.IsDir():
+		// (python runs a directory's __main__.py)
+		if _, err := os.Stat(filepath.Join(p, "__main__.py")); err != nil {
+			return &ScriptError{Script: script, Path: p, Dir: dir, Err: fmt.Errorf("a directory without __main__.py")}
+		}
+	}
+	return nil
 }
 
 // SignalName is a signal's conventional name, e.g. "SIGKILL".

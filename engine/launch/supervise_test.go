@@ -292,3 +292,121 @@ func TestHelperSupervisor(t *testing.T) {
 	}
 	_ = g.Wait(context.Background(), time.Second)
 }
+
+// TestNonRankProcesses: a process that is not a rank (msrun's scheduler)
+// serves the ranks. Once every rank has exited cleanly the job is done:
+// a scheduler failing afterwards, or still running (it is stopped), does
+// not fail the group; one failing while the ranks run does, unless they
+// all finish cleanly within AuxSettle. In a group without ranks every
+// process counts.
+func TestNonRankProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		sched, rank string // sh scripts
+		noRanks     bool
+		wantErr     string // "" : Wait returns nil
+		wantIgnored string // the scheduler's exit as Ignored lists it ("": none)
+		within      time.Duration
+	}{
+		{name: "fails after the ranks", sched: "trap '' TERM; sleep 0.1; exit 1", rank: "exit 0", wantIgnored: "status 1", within: 5 * time.Second},
+		{name: "outlives the ranks", sched: "sleep 1000", rank: "exit 0", wantIgnored: "killed by SIGTERM", within: 5 * time.Second},
+		{name: "outlives the ranks ignoring SIGTERM", sched: "trap '' TERM; while true; do sleep 0.05; done", rank: "exit 0",
+			wantIgnored: "killed by SIGKILL", within: 5 * time.Second},
+		{name: "exits cleanly after the ranks", sched: "trap '' TERM; sleep 0.1", rank: "exit 0", within: 5 * time.Second},
+		{name: "fails as the ranks finish", sched: "exit 1", rank: "sleep 0.3; exit 0", wantIgnored: "status 1", within: 5 * time.Second},
+		{name: "fails while the ranks run", sched: "exit 1", rank: "sleep 1000", wantErr: "scheduler", within: 10 * time.Second},
+		{name: "rank fails", sched: "sleep 1000", rank: "exit 4", wantErr: "status 4", within: 10 * time.Second},
+		{name: "no ranks", sched: "exit 1", rank: "sleep 1000", noRanks: true, wantErr: "scheduler", within: 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r0, r1 := 0, 1
+			if tc.noRanks {
+				r0, r1 = -1, -1
+			}
+			g, err := Start([]Spec{
+				{Name: "scheduler", Rank: -1, Argv: []string{"sh", "-c", tc.sched}, Env: os.Environ(), LogPath: filepath.Join(dir, "scheduler.log")},
+				{Name: "rank-0", Rank: r0, Argv: []string{"sh", "-c", tc.rank}, Env: os.Environ(), LogPath: filepath.Join(dir, "rank-0.log")},
+				{Name: "rank-1", Rank: r1, Argv: []string{"sh", "-c", tc.rank}, Env: os.Environ()},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), tc.within)
+			defer cancel()
+			err = g.Wait(ctx, 300*time.Millisecond)
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Wait did not return within %v", tc.within)
+			}
+			var ee *ExitError
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Wait: %v; want nil (the ranks finished)", err)
+			case tc.wantErr != "" && (!errors.As(err, &ee) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("Wait: %v; want an ExitError naming %q", err, tc.wantErr)
+			}
+			ign := g.Ignored()
+			switch {
+			case tc.wantIgnored == "" && len(ign) > 0:
+				t.Errorf("ignored %v; want none", ign)
+			case tc.wantIgnored != "" && (len(ign) != 1 || ign[0].Name != "scheduler" || !strings.Contains(ign[0].String(), tc.wantIgnored)):
+				t.Errorf("ignored %v; want the scheduler's exit (%s)", ign, tc.wantIgnored)
+			}
+			waitGone(t, g.Pids(), 2*time.Second)
+		})
+	}
+}
+
+// TestScriptOf: the script file a Python entrypoint runs, if any.
+func TestScriptOf(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		want string // "": none
+	}{
+		{[]string{"python3", "train.py", "--lr", "0.1"}, "train.py"},
+		{[]string{"/usr/bin/python3.11", "-u", "-W", "ignore", "src/train.py"}, "src/train.py"},
+		{[]string{"python", "-Wignore", "-X", "dev", "-OO", "t.py"}, "t.py"},
+		{[]string{"pypy3", "--", "-weird.py"}, "-weird.py"},
+		{[]string{"python3", "-m", "torch.distributed.run", "train.py"}, ""},
+		{[]string{"python3", "-um", "pkg"}, ""},
+		{[]string{"python3", "-c", "print(1)"}, ""},
+		{[]string{"python3", "-"}, ""},
+		{[]string{"python3"}, ""},
+		{[]string{"sh", "-c", "python3 missing.py"}, ""},
+		{[]string{"python3-config", "x.py"}, ""},
+		{[]string{"./train.sh", "train.py"}, ""},
+	} {
+		got, ok := ScriptOf(tc.argv)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("ScriptOf(%q) = %q, %v; want %q", tc.argv, got, ok, tc.want)
+		}
+	}
+}
+
+// TestStartRefusesAMissingScript: a Python entrypoint whose script is not
+// in the working directory does not start (a *ScriptError naming it and
+// the directory), nor do the other processes; one that is there does.
+func TestStartRefusesAMissingScript(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	dir := t.TempDir()
+	_, err = Start([]Spec{{Name: "rank-0", Argv: []string{py, "train.py"}, Env: os.Environ(), Dir: dir}})
+	var se *ScriptError
+	var st *StartError
+	if !errors.As(err, &st) || !errors.As(err, &se) || se.Script != "train.py" || se.Path != filepath.Join(dir, "train.py") ||
+		!strings.Contains(err.Error(), "the entrypoint's script train.py is not in the processes' working directory "+dir) {
+		t.Fatalf("Start: %v; want a ScriptError for train.py in %s", err, dir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "train.py"), []byte("print('hi')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Start([]Spec{{Name: "rank-0", Argv: []string{py, "train.py"}, Env: os.Environ(), Dir: dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Wait(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
