@@ -1011,9 +1011,7 @@ func TestTrainingRunSkipsGoneCheckpoints(t *testing.T) {
 		})
 	}
 	t.Run("resumed", func(t *testing.T) {
-		ck := func(step int64) spec.CheckpointRef {
-			return spec.CheckpointRef{URL: "mem://", Run: "t", Step: step, Key: fmt.Sprintf("earlier/%d", step)}
-		}
+		ck := earlierCheckpoint
 		ch := &fakeChunks{fail: func(in spec.ChunkInput) error {
 			if in.Restore != nil {
 				return temporal.NewApplicationError(fmt.Sprintf("the checkpoint at step %d was deleted", in.Restore.Step), spec.ErrTypeCheckpointGone)
@@ -1326,9 +1324,7 @@ func TestTrainingRunResumes(t *testing.T) {
 // checkpoint before it when it was given the list, and without one it
 // fails, saying so, rather than train from step 0 over them.
 func TestTrainingRunResumedCorruptCheckpoint(t *testing.T) {
-	ck := func(step int64) spec.CheckpointRef {
-		return spec.CheckpointRef{URL: "mem://", Run: "t", Step: step, Key: fmt.Sprintf("earlier/%d", step)}
-	}
+	ck := earlierCheckpoint
 	for _, withList := range []bool{true, false} {
 		t.Run(map[bool]string{true: "falls back", false: "fails"}[withList], func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("a", "b")}
@@ -1368,9 +1364,7 @@ func TestTrainingRunResumedCorruptCheckpoint(t *testing.T) {
 // restarting nothing and dropping no checkpoint — before, it took the
 // checkpoint for corrupt and fell back past every good one in turn.
 func TestTrainingRunUnfitCheckpointFailsAtOnce(t *testing.T) {
-	ck := func(step int64) spec.CheckpointRef {
-		return spec.CheckpointRef{URL: "mem://", Run: "t", Step: step, Key: fmt.Sprintf("earlier/%d", step)}
-	}
+	ck := earlierCheckpoint
 	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
 	ch := &fakeChunks{}
 	const why = "the checkpoint at step 200 (earlier/200) was written by a run of another job — the job file must match it: LearningRate: state has 0.002, trainer has 0.005"
@@ -1401,6 +1395,11 @@ func TestTrainingRunUnfitCheckpointFailsAtOnce(t *testing.T) {
 		require.Equal(t, &last, in.Restore)
 	}
 	require.Zero(t, cl.markSignals+cl.markedInAcquire, "no node blamed")
+}
+
+// earlierCheckpoint is an earlier run's checkpoint of run "t" at step.
+func earlierCheckpoint(step int64) spec.CheckpointRef {
+	return spec.CheckpointRef{URL: "mem://", Run: "t", Step: step, Key: fmt.Sprintf("earlier/%d", step)}
 }
 
 func TestTrainingRunFailureSaysWhy(t *testing.T) {

@@ -17,11 +17,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/cann-train/cann-train/activities"
-	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/engine/launch"
 	"github.com/cann-train/cann-train/spec"
-	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
 )
 
@@ -53,16 +51,7 @@ type fakeRun struct {
 
 func startFakeRuns(ctx context.Context, t *testing.T) *fakeRuns {
 	t.Helper()
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	srv, c := startServerClient(ctx, t)
 	f := &fakeRuns{addr: srv.FrontendAddr(), c: c, status: map[string]fakeRun{}}
 	w := worker.New(c, spec.ControlTaskQueue, worker.Options{})
 	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, in workflows.RunInput) (spec.RunStatus, error) {

@@ -639,9 +639,9 @@ type processCluster struct {
 	control *dev.Proc
 }
 
-// startProcessCluster starts the server, control worker "control-1" and
-// the named node workers (checkpoints under dir/ckpt); cleanups stop all.
-func startProcessCluster(ctx context.Context, t *testing.T, dir string, nodes ...string) *processCluster {
+// startServerClient starts a dev server (with the search attributes the
+// workers upsert) and a client of it; cleanups close both.
+func startServerClient(ctx context.Context, t *testing.T) (*dev.Server, client.Client) {
 	t.Helper()
 	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
 	if err != nil {
@@ -653,6 +653,15 @@ func startProcessCluster(ctx context.Context, t *testing.T, dir string, nodes ..
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	return srv, c
+}
+
+// startProcessCluster starts the server, control worker "control-1" and
+// the named node workers (checkpoints under dir/ckpt); cleanups stop all.
+func startProcessCluster(ctx context.Context, t *testing.T, dir string, nodes ...string) *processCluster {
+	t.Helper()
+	srv, c := startServerClient(ctx, t)
+	var err error
 	pc := &processCluster{srv: srv, c: c, l: &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")},
 		common: []string{"--address", srv.FrontendAddr(), "--log-level", "info"}}
 	t.Cleanup(func() { _ = pc.l.StopAll(5 * time.Second) })

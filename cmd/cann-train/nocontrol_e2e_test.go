@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
-	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
 )
 
@@ -21,23 +19,14 @@ import (
 func TestStatusWithoutControlWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: workers.SearchAttributes()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	srv, c := startServerClient(ctx, t)
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: spec.RunSpec{Name: "orphan", Nodes: 1, Steps: 10}.WithDefaults()})
 
 	var out, errb bytes.Buffer
 	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
 	root.SetArgs([]string{"status", "orphan", "--address", srv.FrontendAddr()})
 	start := time.Now()
-	err = root.ExecuteContext(ctx)
+	err := root.ExecuteContext(ctx)
 	if !errors.Is(err, errNoControlWorker) || time.Since(start) > 5*time.Second {
 		t.Fatalf("status after %v: %v; want errNoControlWorker at once", time.Since(start), err)
 	}

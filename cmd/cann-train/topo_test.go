@@ -172,15 +172,22 @@ func TestTopoScanFlagErrors(t *testing.T) {
 	}
 }
 
+// npuSmiSamples are the verbatim `npu-smi info` outputs of an Atlas A2
+// (910B1) and an A3 host.
+func npuSmiSamples(t *testing.T) (info910b, infoA3 []byte) {
+	t.Helper()
+	var err error
+	if info910b, err = os.ReadFile("../../ascend/npusmi/testdata/info_910b1.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if infoA3, err = os.ReadFile("../../ascend/npusmi/testdata/info_a3.txt"); err != nil {
+		t.Fatal(err)
+	}
+	return info910b, infoA3
+}
+
 func TestRankTableDevices(t *testing.T) {
-	info910b, err := os.ReadFile("../../ascend/npusmi/testdata/info_910b1.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	infoA3, err := os.ReadFile("../../ascend/npusmi/testdata/info_a3.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	info910b, infoA3 := npuSmiSamples(t)
 	parse := func(b []byte) *npusmi.Info {
 		info, err := npusmi.ParseInfo(b)
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -20,14 +19,7 @@ import (
 // chips by device id, as topo-scan does (an unhealthy one left out, an
 // A3's Phy-IDs); none without npu-smi, or when it fails (said in the log).
 func TestNodeNPUs(t *testing.T) {
-	info910b, err := os.ReadFile("../../ascend/npusmi/testdata/info_910b1.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	infoA3, err := os.ReadFile("../../ascend/npusmi/testdata/info_a3.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	info910b, infoA3 := npuSmiSamples(t)
 	// Chips 0 and 3 (the second row renumbered), 0 then Critical.
 	chips03 := strings.Replace(string(info910b), "| 1     910B1", "| 3     910B1", 1)
 	sick0 := strings.Replace(chips03, "| OK ", "| Critical ", 1)
