@@ -257,9 +257,15 @@ func (c *cluster) register(ctx workflow.Context, n spec.Node) {
 	if r := c.find(n.ID); r != nil {
 		// A restarted worker: new address, healthy again. A run that still
 		// holds it finds out through its own failure handling.
+		back := r.Run != "" && r.Failed && r.FailReason == spec.ReasonWorkerStopped
 		r.Node = n
 		r.LastSeen = workflow.Now(ctx)
 		r.Failed, r.FailReason, r.Misconfigured = false, "", false
+		if back && workflow.GetVersion(ctx, versionStopKeepsHolder, workflow.DefaultVersion, 1) >= 1 {
+			// Its worker stopped while the run held it (kept: see
+			// markFailed), and is back: the run need not move off it.
+			c.tellRun(ctx, r.Run, spec.Evict{NodeID: n.ID, Reason: "its worker registered again", Undrained: true})
+		}
 		return
 	}
 	c.st.Nodes = append(c.st.Nodes, NodeRecord{Node: n, LastSeen: workflow.Now(ctx), Rank: -1})
@@ -327,7 +333,13 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 		r.FailReason = mf.Reason
 	}
 	r.Failed, r.FailedAt, r.Misconfigured = true, workflow.Now(ctx), r.Misconfigured || mf.Misconfigured
-	if mf.RunID == "" || r.Run == mf.RunID {
+	// A worker stopping on purpose (its own word) leaves its node with the
+	// run that holds it: restarted, it is that run's again, not another
+	// run's (versionStopKeepsHolder). The run was told (below) and moves
+	// off it, or finds it back, at its next chunk boundary.
+	keep := mf.Reason == spec.ReasonWorkerStopped && mf.RunID == "" && run != "" &&
+		workflow.GetVersion(ctx, versionStopKeepsHolder, workflow.DefaultVersion, 1) >= 1
+	if (mf.RunID == "" || r.Run == mf.RunID) && !keep {
 		r.Run, r.Rank = "", -1
 	}
 	if mf.Reason == spec.ReasonWorkerStopped && mf.RunID == "" && !was && run != "" &&
@@ -335,6 +347,17 @@ func (c *cluster) markFailed(ctx workflow.Context, mf spec.MarkFailed) {
 		c.tellRun(ctx, run, spec.Evict{NodeID: mf.NodeID, Reason: "its worker is stopping", Stopping: true})
 	}
 }
+
+// versionStopKeepsHolder: a node whose worker stops on purpose (SIGTERM:
+// its own MarkFailed, "worker stopped") stays held by the run that holds
+// it, failed until the worker registers again — then the run's again,
+// and the run, told it was stopping, is told it is back (an Undrained
+// evict: it stays on it).
+// Before, the stop freed it: restarted, the node went to whichever run
+// asked first, and a run waiting for its green window (or paused) found
+// it gone when it resumed — and trained in the dirty hours, after a
+// recovery and a wait for a free node. Asked only then.
+const versionStopKeepsHolder = "stop-keeps-holder"
 
 // versionStopEvicts: a node whose worker stops (its own MarkFailed, "worker
 // stopped") while a run holds it tells that run, as a drain does

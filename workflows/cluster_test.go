@@ -859,6 +859,44 @@ func TestClusterStopTellsTheRun(t *testing.T) {
 	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "its worker is stopping", Stopping: true}}, *told)
 }
 
+// TestClusterStoppedNodeStaysWithItsRun: a held node whose worker stops
+// on purpose stays its run's — failed while the worker is down, and the
+// run's again once it registers — so another run's acquire does not take
+// it (a run waiting for its green window lost it to the next run that
+// asked, before), and the run, told it stops, is told it is back; the
+// run's own acquire keeps it in its rank, or leaves it.
+func TestClusterStoppedNodeStaysWithItsRun(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	told := evictsTo(env, "r1")
+	at(time.Second, func() {
+		for _, n := range testNodes("a", "b") {
+			env.SignalWorkflow(spec.SignalRegister, n)
+		}
+	})
+	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 2}) })
+	at(3*time.Second, func() {
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "b", Reason: spec.ReasonWorkerStopped})
+	})
+	at(4*time.Second, func() {
+		b := testNodes("a", "b")[1]
+		b.Incarnation = "restarted"
+		env.SignalWorkflow(spec.SignalRegister, b)
+	})
+	at(5*time.Second, func() { acquire("other", spec.AcquireRequest{RunID: "r2", Count: 1}) })
+	at(6*time.Second, func() { acquire("r1-again", spec.AcquireRequest{RunID: "r1", Count: 2}) })
+	at(7*time.Second, func() { acquire("r1-leaves", spec.AcquireRequest{RunID: "r1", Count: 1, Leave: []string{"b"}}) })
+	at(8*time.Second, func() { acquire("other-now", spec.AcquireRequest{RunID: "r2", Count: 1}) })
+	at(9*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+
+	require.Equal(t, []spec.Evict{{NodeID: "b", Reason: "its worker is stopping", Stopping: true},
+		{NodeID: "b", Reason: "its worker registered again", Undrained: true}}, *told, "the run is told, then told it is back")
+	require.ErrorContains(t, results["other"].err, "only 0 live free node(s)", "restarted, b is still r1's")
+	require.Equal(t, []string{"a", "b"}, ids(results["r1-again"].nodes), "r1 finds it back in its rank")
+	require.Equal(t, []string{"a"}, ids(results["r1-leaves"].nodes))
+	require.Equal(t, []string{"b"}, ids(results["other-now"].nodes), "left by r1, it is free")
+}
+
 // TestClusterAnswersFreeNodes: QueryFree counts the live free nodes an
 // acquire of the asking run could take: not its own, not a drained one,
 // not one it leaves, and one of its data set.

@@ -262,6 +262,46 @@ func TestTrainingRunResumeCutsGreenWait(t *testing.T) {
 	require.Equal(t, 2, st.Green.Waits)
 }
 
+// A contiguous job that trains before its window — a resume cut the
+// wait short, or an override set the policy aside and was then cleared —
+// has entered its window and runs on to the end; before, the next
+// boundary parked it mid-run until its planned window (14:00).
+func TestTrainingRunContiguousRunsOnAfterOverrideOrResume(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		at2h  func(env *testsuite.TestWorkflowEnvironment)
+		chunk func(env *testsuite.TestWorkflowEnvironment, in spec.ChunkInput)
+	}{
+		{"resume", func(env *testsuite.TestWorkflowEnvironment) { env.SignalWorkflow(spec.SignalResume, nil) }, nil},
+		{"override cleared", func(env *testsuite.TestWorkflowEnvironment) {
+			env.SignalWorkflow(spec.SignalGreenOverride, spec.GreenOverride{})
+		}, func(env *testsuite.TestWorkflowEnvironment, in spec.ChunkInput) {
+			if in.From == 100 {
+				env.SignalWorkflow(spec.SignalGreenOverride, spec.GreenOverride{Clear: true})
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("a")}
+			ch := &fakeChunks{}
+			cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}}
+			env, starts := controlEnv(t, cl, ch, cb)
+			env.SetStartTime(day0)
+			env.RegisterDelayedCallback(func() { tc.at2h(env) }, 2*time.Hour)
+			if tc.chunk != nil {
+				ch.onStart = func(in spec.ChunkInput) { tc.chunk(env, in) }
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 300, ChunkSteps: 100,
+				Green: &spec.GreenPolicy{Trace: "es.csv"}}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.Equal(t, []time.Time{at("10:00"), at("10:00"), at("10:00")}, starts(), "once it trains, it runs on")
+			require.True(t, st.Green.Started)
+			require.Equal(t, 1, st.Green.Waits)
+		})
+	}
+}
+
 // Rescale up, then down, each at the next chunk boundary: a new generation
 // from the checkpoint at the current step, the global batch unchanged.
 func TestTrainingRunRescaleUpAndDown(t *testing.T) {

@@ -37,12 +37,15 @@ func (r *run) planGreen(ctx workflow.Context, plan bool) (spec.CarbonSlot, bool)
 	// (a resume cutting a wait short too); an override suspends it.
 	batch := r.spec.Green.Batch != nil && !r.spec.IsExternal() && !g.Overridden
 	// A non-interruptible run that has entered its window runs on to the end.
+	asked := plan
 	plan = plan && !g.Overridden && !(g.Started && !r.spec.Green.Interruptible)
 	if !plan && !batch && len(r.st.Unpriced) == 0 {
+		r.trainsUnasked(ctx, asked)
 		return spec.CarbonSlot{}, false
 	}
 	out, ok := r.callCarbon(ctx, plan, batch)
 	if !plan {
+		r.trainsUnasked(ctx, asked)
 		return spec.CarbonSlot{}, false
 	}
 	if !ok {
@@ -91,6 +94,26 @@ func (r *run) trainsUnplanned(ctx workflow.Context) {
 	g.Started = true
 	workflow.GetLogger(ctx).Info("a contiguous green job trains without a planned window: it runs on to the end", "step", r.st.Status.Step)
 }
+
+// trainsUnasked notes that a contiguous job trains now, outside any plan,
+// because an override or a resume set its policy aside (asked: the
+// boundary wanted a plan; false: a resume cut the wait): it has entered
+// its window and runs on to the end (versionOverrideStarts). Before, a
+// timed override's end, or the boundary after a resume, parked it
+// mid-run for a window of its own.
+func (r *run) trainsUnasked(ctx workflow.Context, asked bool) {
+	g := r.st.Status.Green
+	if r.spec.Green.Interruptible || g.Started || (asked && !g.Overridden) ||
+		workflow.GetVersion(ctx, versionOverrideStarts, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	g.Started = true
+	workflow.GetLogger(ctx).Info("a contiguous green job trains by override or resume: it runs on to the end", "step", r.st.Status.Step)
+}
+
+// versionOverrideStarts: see trainsUnasked. Asked only for a contiguous
+// job that trains by override or resume before its window.
+const versionOverrideStarts = "override-starts"
 
 // callCarbon runs PlanCarbon: it prices the unpriced chunks (and checks the
 // budget) and, when plan is set, plans the remaining work; with batch it

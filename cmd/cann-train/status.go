@@ -1250,13 +1250,16 @@ func printGreen(w io.Writer, g *spec.GreenStatus, live bool, now time.Time) {
 		}
 		fmt.Fprintf(w, "  override   policy ignored %s\n", until)
 	}
-	if pl := g.Plan; pl != nil {
+	if pl := g.Plan; pl != nil && live {
 		fmt.Fprintf(w, "  plan       %d slot(s) for %s of training by %s: %.0f g/kWh expected vs %.0f running now (planned %s)\n",
 			len(pl.Slots), pl.Work.D().Round(time.Second), pl.Deadline.UTC().Format("2006-01-02 15:04 UTC"),
 			pl.ExpectedGPerKWh, pl.BaselineGPerKWh, pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"))
 		for _, sl := range pl.Slots {
 			fmt.Fprintf(w, "    %s\n", sl.Label(pl.MadeAt))
 		}
+	} else if pl != nil {
+		// (An ended run's last plan is history: its windows will not be.)
+		fmt.Fprintf(w, "  last plan  made %s, for the %s of training then left\n", pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), pl.Work.D().Round(time.Second))
 	}
 	fmt.Fprintf(w, "  carbon     %.4f kWh, %.2f g CO2eq (%.0f g/kWh); now %.0f g/kWh; %d green wait(s), %.2f h waited\n",
 		g.KWh, g.Grams, g.GPerKWh, g.NowGPerKWh, g.Waits, g.Waited(now)/3600)

@@ -764,6 +764,29 @@ func TestPrintGreenPricingAndWaiting(t *testing.T) {
 	}
 }
 
+// An ended run's plan is history: its windows are not shown as to come
+// (a completed run showed "plan 1 slot(s) for 0s of training … green
+// window 19:44–19:45").
+func TestPrintGreenPlanOfAnEndedRun(t *testing.T) {
+	now := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
+	pl := &spec.CarbonPlan{MadeAt: now.Add(-time.Hour), Deadline: now.Add(time.Hour), Work: spec.Duration(20 * time.Minute),
+		Slots: []spec.CarbonSlot{{Start: now.Add(10 * time.Minute), End: now.Add(30 * time.Minute), GPerKWh: 50}}}
+	g := &spec.GreenStatus{Policy: spec.GreenPolicy{Trace: "x.csv"}.WithDefaults(), Plan: pl}
+	for _, tc := range []struct {
+		live       bool
+		want, miss string
+	}{
+		{true, "  plan       1 slot(s) for 20m0s of training", "last plan"},
+		{false, "  last plan  made 2026-12-06 13:00 UTC, for the 20m0s of training then left", "slot(s)"},
+	} {
+		var b bytes.Buffer
+		printGreen(&b, g, tc.live, now)
+		if !strings.Contains(b.String(), tc.want) || strings.Contains(b.String(), tc.miss) {
+			t.Errorf("live %v:\n%s\nwant %q, not %q", tc.live, b.String(), tc.want, tc.miss)
+		}
+	}
+}
+
 // A guessed Web UI is linked only where something listens at it (a dev
 // server started with --ui-port 0 has none); a given one always.
 func TestUILinkOnlyWhereListening(t *testing.T) {
