@@ -278,3 +278,37 @@ func TestResumeOfAnUnfitRun(t *testing.T) {
 		})
 	}
 }
+
+// TestRunRefusesAMissingTraceWithALocalServer: a green trace that does not
+// open here is a typo when Temporal (and so, most likely, the control
+// worker) runs on this host: refused, where before the run started and
+// trained without its policy; with a remote server it is a note (the
+// trace may be on the control worker's host).
+func TestRunRefusesAMissingTraceWithALocalServer(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(job, []byte("name: g\nnodes: 1\nsteps: 100\ngreen:\n  trace: /nonexistent/es.csv\n  deadline: 10m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr string
+		want string // in the error
+	}{
+		{"127.0.0.1:1", "green.trace: open /nonexistent/es.csv: no such file or directory"},
+		{"localhost:1", "green.trace: open /nonexistent/es.csv"},
+		{"temporal.example.invalid:7233", ""}, // (noted; then the dial fails)
+	} {
+		_, stderr, err := runCLI(t, "run", "-f", job, "--address", tc.addr, "--env-config=false")
+		switch {
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v; want it refused: %q", tc.addr, err, tc.want)
+		case tc.want == "" && (err == nil || strings.Contains(err.Error(), "green.trace") || !strings.Contains(stderr, "does not open here")):
+			t.Errorf("%s: %v (stderr %q); want a note, then the dial's error", tc.addr, err, stderr)
+		}
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:7233": true, "[::1]:7233": true, "localhost:7233": true, "10.0.0.5:7233": false, "temporal:7233": false} {
+		if got := loopbackAddress(addr); got != want {
+			t.Errorf("loopbackAddress(%q) = %v", addr, got)
+		}
+	}
+}
