@@ -441,3 +441,60 @@ func exited(ctx context.Context, t *testing.T, name string, p *dev.Proc) error {
 		return nil
 	}
 }
+
+// TestStoppedNodeStaysWithItsPausedRun: the worker of a node a paused run
+// holds is stopped (SIGTERM) and started again. The node stays the run's
+// across the restart — another run waits, it does not take it (before,
+// the stop freed it, and the run found it gone when it resumed: a run
+// waiting for its green window then trained after it) — and the resumed
+// run trains on both its nodes again and completes. Its Cluster history
+// is the replay test's cluster_stop_keeps_holder.json.
+func TestStoppedNodeStaysWithItsPausedRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2")
+	cli := cliAt(ctx, t, addr, l.LogDir)
+	s := spec.RunSpec{Name: "held", Nodes: 2, Steps: 3000, ChunkSteps: 100}.WithDefaults()
+	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
+	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "training under way", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
+		return st.Step >= 100 && live != nil
+	})
+	cli("pause", s.Name, "--wait", "60s")
+	node2 := l.Proc("node-2")
+	gone := registryRecord(ctx, t, c, "node-2").Node.Incarnation
+	if err := syscall.Kill(node2.Pid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-node2.Done()
+	if r := registryRecord(ctx, t, c, "node-2"); !r.Failed || r.Run != run.GetID() {
+		t.Fatalf("node-2 after its worker stopped: failed %v, run %q; want failed, still the paused run's", r.Failed, r.Run)
+	}
+	if _, err := l.Start("node-2-again", "worker", "node", "--id", "node-2", "--address", addr,
+		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	for r := registryRecord(ctx, t, c, "node-2"); r.Failed || r.Node.Incarnation == gone; r = registryRecord(ctx, t, c, "node-2") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node-2's worker never registered again: %+v", r)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if r := registryRecord(ctx, t, c, "node-2"); r.Run != run.GetID() {
+		t.Fatalf("node-2 registered again, held by %q; want the paused run's", r.Run)
+	}
+	other := startRun(ctx, t, c, workflows.RunInput{Spec: spec.RunSpec{Name: "other", Nodes: 1, Steps: 100, NodeWait: spec.Duration(time.Minute)}.WithDefaults()})
+	untilStatus(ctx, t, c, other.GetID(), l.LogDir, "the other run waits", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
+		return st.Phase == spec.PhaseAcquiring && strings.HasPrefix(st.Detail, "waiting for 1 free node(s)")
+	})
+	cli("resume", s.Name)
+	st := awaitRun(ctx, t, run, l.LogDir)
+	if st.Phase != spec.PhaseCompleted || st.Step != s.Steps || !slices.Equal(st.Nodes, []string{"node-1", "node-2"}) {
+		t.Errorf("the paused run ended %s at step %d on %v; want completed on node-1 and node-2", st.Phase, st.Step, st.Nodes)
+	}
+	if st := awaitRun(ctx, t, other, l.LogDir); st.Phase != spec.PhaseCompleted {
+		t.Errorf("the other run ended %s: %s", st.Phase, st.Error)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_stop_keeps_holder.json")
+}
