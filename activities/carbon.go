@@ -124,6 +124,13 @@ func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.Carb
 		}
 		out.Priced = priced
 	}
+	trained := make([]spec.Segment, len(in.Trained))
+	for i, s := range in.Trained {
+		if s.Lost {
+			s.Start = s.End // a failed chunk: a break in the run
+		}
+		trained[i] = s
+	}
 	if !in.Plan && in.Batch == nil {
 		return out, nil
 	}
@@ -131,7 +138,7 @@ func (c *Carbon) PlanCarbon(ctx context.Context, in spec.CarbonInput) (spec.Carb
 	// present at (the observed present with the online planner), so a
 	// decision without a plan (a contiguous run inside its window) plans
 	// all the same and keeps only that.
-	plan, now, err := PlanWork(ctx, sig, p, in.RunStart, in.Now, in.Work)
+	plan, now, err := PlanWork(ctx, sig, p, in.RunStart, in.Now, in.Work, trained)
 	if err != nil {
 		if transient(ctx, err) {
 			c.noteUnanswered(ctx, p, err)
@@ -454,12 +461,49 @@ type noter interface {
 	Notes() []string
 }
 
+// runningSince is when the run in progress at now began, from the chunks
+// it trained (oldest first): the start of the latest stretch of chunks
+// each beginning within slack of the previous one's end, provided the last
+// ends within slack of now (zero when the run is not training: it waited,
+// paused or has not started). slack is min(2 minutes, half a forecast
+// step): a chunk boundary takes seconds, a green pause at least a step.
+func runningSince(trained []spec.Segment, now time.Time, step time.Duration) time.Time {
+	slack := min(2*time.Minute, step/2)
+	n := len(trained)
+	if n == 0 {
+		return time.Time{}
+	}
+	last := trained[n-1]
+	if d := now.Sub(last.End); d > slack || d < -slack || !last.Start.Before(last.End) {
+		return time.Time{}
+	}
+	from := last.Start
+	for i := n - 2; i >= 0; i-- {
+		s := trained[i]
+		if !s.Start.Before(s.End) || from.Sub(s.End) > slack {
+			break
+		}
+		if s.Start.Before(from) {
+			from = s.Start
+		}
+	}
+	return from
+}
+
 // PlanWork places work of training from now until the policy's deadline
 // (runStart + deadline, cut to the end of the forecast) on sig's forecast.
 // The step containing now counts as available, so a run inside a slot is
 // not sent to wait for the next step. Zero work means one forecast step.
 // It also returns the forecast intensity now.
-func PlanWork(ctx context.Context, sig Signal, p spec.GreenPolicy, runStart, now time.Time, work time.Duration) (*spec.CarbonPlan, float64, error) {
+//
+// trained are the run's latest trained segments, oldest first
+// (spec.CarbonInput.Trained). When they show it training up to now, the plan continues
+// that run (engine/carbon.Job.Running): it keeps an interruptible run
+// going until the run has lasted min_slot, and never pauses it with less
+// than min_slot of work left, so every slot lasts min_slot, the last one
+// included; a contiguous run goes on to its end. A run counts the whole
+// steps it trained before the step containing now.
+func PlanWork(ctx context.Context, sig Signal, p spec.GreenPolicy, runStart, now time.Time, work time.Duration, trained []spec.Segment) (*spec.CarbonPlan, float64, error) {
 	deadline := runStart.Add(p.Deadline.D())
 	if !now.Before(deadline) {
 		return nil, 0, fmt.Errorf("the green deadline %s has passed", deadline.UTC().Format(time.RFC3339))
@@ -482,11 +526,16 @@ func PlanWork(ctx context.Context, sig Signal, p spec.GreenPolicy, runStart, now
 		deadline = end
 	}
 	job := carbon.Job{Work: work, Start: start, Deadline: deadline, Interruptible: p.Interruptible, MinSlot: p.MinSlot.D()}
+	if from := runningSince(trained, now, f.Step); !from.IsZero() {
+		// Its whole steps before start (a chunk boundary's seconds of
+		// delay forgiven); a run begun within this step is running too.
+		job.Running = max(start.Sub(from)+min(2*time.Minute, f.Step/2), time.Nanosecond)
+	}
 	sc, err := carbon.Plan(f, job)
 	if err != nil {
 		return nil, 0, err
 	}
-	plan := &spec.CarbonPlan{MadeAt: now, Work: spec.Duration(work), Deadline: deadline,
+	plan := &spec.CarbonPlan{MadeAt: now, Work: spec.Duration(work), Deadline: deadline, Step: spec.Duration(f.Step),
 		ExpectedGPerKWh: sc.ExpectedGPerKWh, BaselineGPerKWh: sc.BaselineGPerKWh, Source: p.Source()}
 	for _, s := range sc.Slots {
 		plan.Slots = append(plan.Slots, spec.CarbonSlot{Start: s.Start, End: s.End, GPerKWh: s.MeanIntensity})

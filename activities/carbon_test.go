@@ -312,3 +312,126 @@ func TestPlanCarbonBatchController(t *testing.T) {
 		t.Errorf("a decision without a controller: %+v", out.Batch)
 	}
 }
+
+// writeHourly writes a "time,XX" trace of two days of hourly values from
+// 2022-03-01 00:00 UTC, each day the same (persistence then forecasts the
+// second day exactly).
+func writeHourly(t *testing.T, day [24]float64) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("time,XX\n")
+	t0 := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 48 {
+		fmt.Fprintf(&b, "%s,%g\n", t0.Add(time.Duration(i)*time.Hour).Format(time.RFC3339), day[i%24])
+	}
+	p := filepath.Join(t.TempDir(), "trace.csv")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestPlanCarbonKeepsMinSlot: a live re-plan knows the run in progress
+// from the run's latest trained segments (CarbonInput.Trained: the
+// workflow sends them; those priced earlier too), so min_slot holds for
+// every slot, the last one included. Day 2: 100 g/kWh 12–14, 150 at 14, 50 at 15, 60 at 16, 300
+// otherwise; min_slot 2h. Before, each re-plan saw a fresh job: at 14:00
+// with 1 h left it paused for the 15:00 hour (a last slot of one hour),
+// and at 13:00 with 2 h left it left its 12:00 slot after an hour for
+// 15–17.
+func TestPlanCarbonKeepsMinSlot(t *testing.T) {
+	var day [24]float64
+	for h := range day {
+		day[h] = 300
+	}
+	day[12], day[13], day[14], day[15], day[16] = 100, 100, 150, 50, 60
+	trace := writeHourly(t, day)
+	at := func(h, m int) time.Time { return time.Date(2022, 3, 2, h, m, 0, 0, time.UTC) }
+	chunk := func(from, to time.Time) spec.Segment {
+		return spec.Segment{Start: from, End: to, Nodes: 1, WallSeconds: to.Sub(from).Seconds(), Chunks: 1}
+	}
+	runStart := at(8, 0)
+	for _, planner := range []string{spec.PlannerReplan, spec.PlannerOnline} {
+		p := spec.GreenPolicy{Trace: trace, Deadline: spec.Duration(14 * time.Hour), Interruptible: true,
+			MinSlot: spec.Duration(2 * time.Hour), Planner: planner}.WithDefaults()
+		for _, tc := range []struct {
+			name  string
+			calls [][]spec.Segment // chunks priced at the calls before the last
+			price []spec.Segment   // chunks priced at the last call
+			now   time.Time
+			work  time.Duration
+			want  time.Time // the first slot's start
+		}{
+			{name: "the last slot: 1 h left after 2 h", price: []spec.Segment{chunk(at(12, 0), at(13, 0)), chunk(at(13, 0), at(14, 0))},
+				now: at(14, 0).Add(3 * time.Second), work: time.Hour, want: at(14, 0)},
+			{name: "the last slot, the run's first chunks priced earlier", calls: [][]spec.Segment{{chunk(at(12, 0), at(12, 30))}, {chunk(at(12, 30), at(13, 0))}},
+				price: []spec.Segment{chunk(at(13, 0), at(14, 0))}, now: at(14, 0).Add(3 * time.Second), work: time.Hour, want: at(14, 0)},
+			{name: "2 h into the run, 2 h left: it may pause", calls: [][]spec.Segment{{chunk(at(12, 0), at(13, 0))}},
+				price: []spec.Segment{chunk(at(13, 0), at(14, 0))}, now: at(14, 0).Add(3 * time.Second), work: 2 * time.Hour, want: at(15, 0)},
+			{name: "an hour into a 2 h slot", price: []spec.Segment{chunk(at(12, 0), at(13, 0))},
+				now: at(13, 0).Add(2 * time.Second), work: 2 * time.Hour, want: at(13, 0)},
+			{name: "a run of a few minutes goes on", price: []spec.Segment{chunk(at(13, 40), at(13, 50))},
+				now: at(13, 50).Add(time.Second), work: 2 * time.Hour, want: at(13, 0)},
+			// Not running (it waited, or paused): a fresh slot.
+			{name: "after a pause", price: []spec.Segment{chunk(at(12, 0), at(13, 0))},
+				now: at(13, 30), work: 2 * time.Hour, want: at(15, 0)},
+			{name: "a failed chunk ends the run", price: []spec.Segment{chunk(at(12, 0), at(13, 0)), {Start: at(13, 0), End: at(13, 0).Add(time.Second), Lost: true}},
+				now: at(13, 0).Add(2 * time.Second), work: 2 * time.Hour, want: at(15, 0)},
+			{name: "no chunk yet", now: at(13, 0), work: time.Hour, want: at(15, 0)},
+		} {
+			t.Run(planner+"/"+tc.name, func(t *testing.T) {
+				c := &Carbon{}
+				var trained []spec.Segment
+				for _, segs := range tc.calls {
+					trained = append(trained, segs...)
+				}
+				trained = append(trained, tc.price...)
+				out := runPlanCarbonWith(t, c, spec.CarbonInput{Policy: p, RunStart: runStart, Now: tc.now, Plan: true, Work: tc.work,
+					Price: tc.price, Trained: trained})
+				if out.PlanError != "" {
+					t.Fatal(out.PlanError)
+				}
+				if s := out.Plan.Slots[0]; !s.Start.Equal(tc.want) {
+					t.Errorf("plan %+v; want the first slot from %s", out.Plan.Slots, tc.want.Format("15:04"))
+				}
+				for i, s := range out.Plan.Slots {
+					if i > 0 && s.End.Sub(s.Start) < 2*time.Hour {
+						t.Errorf("slot %d of %+v is shorter than min_slot", i, out.Plan.Slots)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestPlanCarbonOnlineTiesGoEarliest: planner online on a trace with two
+// equal clean windows plans the first (the online prices carried
+// least-squares noise of ~1e-6, and the later window won: a run slept
+// through the first).
+func TestPlanCarbonOnlineTiesGoEarliest(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("time,XX\n")
+	t0 := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 10 * 24 {
+		v := 300
+		if h := i % 24; h == 3 || h == 15 {
+			v = 50
+		}
+		fmt.Fprintf(&b, "%s,%d\n", t0.Add(time.Duration(i)*time.Hour).Format(time.RFC3339), v)
+	}
+	trace := filepath.Join(t.TempDir(), "trace.csv")
+	if err := os.WriteFile(trace, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2022, 3, 9, 0, 0, 0, 0, time.UTC)
+	for _, interruptible := range []bool{true, false} {
+		p := spec.GreenPolicy{Trace: trace, Deadline: spec.Duration(24 * time.Hour), Interruptible: interruptible, Planner: spec.PlannerOnline}.WithDefaults()
+		out := runPlanCarbon(t, spec.CarbonInput{Policy: p, RunStart: start, Now: start, Plan: true, Work: time.Hour})
+		if out.PlanError != "" {
+			t.Fatal(out.PlanError)
+		}
+		if s := out.Plan.Slots[0]; !s.Start.Equal(start.Add(3*time.Hour)) || s.GPerKWh != 50 {
+			t.Errorf("interruptible %v: plan %+v; want 03:00 at exactly 50 g/kWh", interruptible, out.Plan.Slots)
+		}
+	}
+}

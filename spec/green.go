@@ -328,6 +328,9 @@ type CarbonPlan struct {
 	Work     Duration     `json:"work"` // remaining training time planned
 	Deadline time.Time    `json:"deadline"`
 	Slots    []CarbonSlot `json:"slots"`
+	// Step is the signal's time step (its forecast's grid): a run waiting
+	// for a slot decides again every step (0: from a build before it).
+	Step Duration `json:"step,omitempty"`
 	// ExpectedGPerKWh is the slots' mean forecast intensity;
 	// BaselineGPerKWh that of running the same work now.
 	ExpectedGPerKWh float64 `json:"expected_g_per_kwh"`
@@ -372,6 +375,12 @@ type CarbonInput struct {
 	Plan     bool          `json:"plan"`
 	Work     time.Duration `json:"work"`
 	Price    []Segment     `json:"price,omitempty"`
+	// Trained are the run's latest trained segments, oldest first (those
+	// ending within its min_slot and an hour of now): a re-plan continues
+	// the run in progress, if they show it training up to now, until it
+	// has lasted min_slot. (Empty from runs before it: the re-plan then
+	// knows of no run in progress.)
+	Trained []Segment `json:"trained,omitempty"`
 	// Batch, with a plan and a batch controller, asks for its decision.
 	Batch *BatchInput `json:"batch,omitempty"`
 }

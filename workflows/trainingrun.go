@@ -338,6 +338,10 @@ type run struct {
 	// cancelSeen: the run was cancelled while a chunk trained, and asked
 	// the chunk to end at a checkpoint first (endOnCancel).
 	cancelSeen bool
+	// recheck: the last green wait ended to decide again at a step of
+	// the signal (versionRecheckGreenWait): the next one goes on with it,
+	// not a new wait.
+	recheck bool
 	// askingSince: an ask for a free node (watchForNodes) has waited
 	// since then for one to come free; zero when none waits. (For the
 	// status query only.)

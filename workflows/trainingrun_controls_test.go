@@ -40,6 +40,10 @@ type fakeCarbon struct {
 	// planErrs: the first planErrs plans fail (PlanError); priceErrs: the
 	// first priceErrs calls that price fail (PriceError).
 	planErrs, priceErrs int
+	// step is the plans' Step; slotsAt, when set, gives the slots of a
+	// plan made at now (else slots).
+	step    time.Duration
+	slotsAt func(now time.Time) []spec.CarbonSlot
 }
 
 func (f *fakeCarbon) plan(_ context.Context, in spec.CarbonInput) (spec.CarbonOutput, error) {
@@ -59,7 +63,11 @@ func (f *fakeCarbon) plan(_ context.Context, in spec.CarbonInput) (spec.CarbonOu
 		f.planErrs--
 		out.PlanError = "carbon: deadline too short for the work"
 	} else if in.Plan {
-		out.Plan = &spec.CarbonPlan{MadeAt: in.Now, Slots: f.slots, Work: spec.Duration(in.Work)}
+		slots := f.slots
+		if f.slotsAt != nil {
+			slots = f.slotsAt(in.Now)
+		}
+		out.Plan = &spec.CarbonPlan{MadeAt: in.Now, Slots: slots, Work: spec.Duration(in.Work), Step: spec.Duration(f.step)}
 		out.NowGPerKWh = 300
 	}
 	return out, nil
@@ -300,6 +308,53 @@ func TestTrainingRunContiguousRunsOnAfterOverrideOrResume(t *testing.T) {
 			require.Equal(t, 1, st.Green.Waits)
 		})
 	}
+}
+
+// A run waiting for its window decides again at every step of the signal
+// (the plan's Step): the 11:00 re-plan finds now clean (a window the 08:00
+// plan had not foreseen) and the run trains then, not at 14:00; the wait
+// counts once, and re-checks happen on the hour.
+func TestTrainingRunGreenWaitDecidesEveryStep(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a")}
+	ch := &fakeChunks{}
+	cb := &fakeCarbon{step: time.Hour, slotsAt: func(now time.Time) []spec.CarbonSlot {
+		if !now.Before(at("11:00")) && now.Before(at("12:00")) {
+			return []spec.CarbonSlot{{Start: at("11:00"), End: at("12:00"), GPerKWh: 40}}
+		}
+		return []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}
+	}}
+	env, starts := controlEnv(t, cl, ch, cb)
+	env.SetStartTime(day0.Add(20 * time.Minute)) // 08:20
+	s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 200, ChunkSteps: 100,
+		Green: &spec.GreenPolicy{Trace: "es.csv", Interruptible: true}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, []time.Time{at("11:00"), at("11:00")}, starts(), "trained at the 11:00 decision")
+	require.Equal(t, []time.Time{at("08:20"), at("09:00"), at("10:00"), at("11:00"), at("11:00")}, cb.planned(),
+		"decided again on every hour of the wait")
+	require.Equal(t, 1, st.Green.Waits, "one wait, re-checked")
+}
+
+// recentSegments: what PlanCarbon is sent of the run's training, so that
+// a re-plan knows the run in progress (min_slot holds for its last slot
+// too) without the control worker remembering it.
+func TestRecentSegments(t *testing.T) {
+	seg := func(from, to string) spec.Segment { return spec.Segment{Start: at(from), End: at(to)} }
+	segs := []spec.Segment{seg("08:00", "09:00"), seg("10:00", "11:30"), seg("12:00", "13:00")}
+	for _, tc := range []struct {
+		now  string
+		keep time.Duration
+		want int // the last want segments
+	}{
+		{"13:00", time.Hour, 1},
+		{"13:00", 90 * time.Minute, 2},
+		{"13:00", 10 * time.Hour, 3},
+		{"15:00", time.Hour, 0},
+	} {
+		got := recentSegments(segs, at(tc.now), tc.keep)
+		require.Equal(t, segs[len(segs)-tc.want:], got, "now %s, keep %s", tc.now, tc.keep)
+	}
+	require.Empty(t, recentSegments(nil, at("13:00"), time.Hour))
 }
 
 // Rescale up, then down, each at the next chunk boundary: a new generation

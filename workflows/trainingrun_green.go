@@ -115,6 +115,17 @@ func (r *run) trainsUnasked(ctx workflow.Context, asked bool) {
 // job that trains by override or resume before its window.
 const versionOverrideStarts = "override-starts"
 
+// recentSegments are the segments of segs (oldest first) that end within
+// keep of now: what a re-plan needs to tell how long the run in progress
+// has trained (spec.CarbonInput.Trained).
+func recentSegments(segs []spec.Segment, now time.Time, keep time.Duration) []spec.Segment {
+	i := len(segs)
+	for i > 0 && !segs[i-1].End.Before(now.Add(-keep)) {
+		i--
+	}
+	return slices.Clone(segs[i:])
+}
+
 // callCarbon runs PlanCarbon: it prices the unpriced chunks (and checks the
 // budget) and, when plan is set, plans the remaining work; with batch it
 // asks the batch controller too.
@@ -122,7 +133,8 @@ func (r *run) callCarbon(ctx workflow.Context, plan, batch bool) (spec.CarbonOut
 	g := r.st.Status.Green
 	now := workflow.Now(ctx)
 	in := spec.CarbonInput{Policy: *r.spec.Green, RunStart: r.st.Status.StartedAt, Now: now, Plan: plan,
-		Work: r.remainingWork(), Price: r.st.Unpriced}
+		Work: r.remainingWork(), Price: r.st.Unpriced,
+		Trained: recentSegments(r.st.Status.Segments, now, r.spec.Green.MinSlot.D()+time.Hour)}
 	if batch {
 		gb, lr := r.batchAt(r.st.Status.Step)
 		in.Batch = &spec.BatchInput{GlobalBatch: gb, LearningRate: lr, Nodes: max(len(r.st.Membership.Nodes), 1) * r.spec.LocalRanks(),
@@ -350,24 +362,55 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 	label := slot.Label(now)
 	s.WaitUntil = slot.Start
 	s.Detail = fmt.Sprintf("waiting for the green window until %s (%s)", slot.Start.UTC().Format(time.RFC3339), label)
-	g.Waits++
+	if !r.recheck { // (a re-check goes on waiting: not a new wait)
+		g.Waits++
+		r.metrics(ctx).Counter(metricGreenWaits).Inc(1)
+	}
+	r.recheck = false
 	g.WaitingSince = now
-	r.metrics(ctx).Counter(metricGreenWaits).Inc(1)
 	r.setPhase(ctx, spec.PhaseGreenWait)
 	workflow.GetLogger(ctx).Info("waiting for a green window", "until", slot.Start, "slot", label, "step", s.Step)
 	was := r.st.Ctl
-	_, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{
-		Timeout:      slot.Start.Sub(now),
+	timeout, rechecking := slot.Start.Sub(now), false
+	if every := r.recheckEvery(); every > 0 && timeout > every &&
+		workflow.GetVersion(ctx, versionRecheckGreenWait, workflow.DefaultVersion, 1) >= 1 {
+		// Decide again at the next step, as the planner's policy does:
+		// the present observed then may make now the time to train.
+		timeout = every - now.Sub(now.Truncate(every))
+		label += fmt.Sprintf("; decided again at %s", now.Add(timeout).UTC().Format("15:04"))
+		rechecking = true
+	}
+	interrupted, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{
+		Timeout:      timeout,
 		TimerOptions: workflow.TimerOptions{Summary: label},
 	}, func() bool {
 		c := r.st.Ctl
 		return c.Paused || c.Resumes != was.Resumes || c.Rescale != was.Rescale || c.Overrides != was.Overrides
 	})
+	r.recheck = rechecking && !interrupted && err == nil
 	g.WaitedSeconds += workflow.Now(ctx).Sub(now).Seconds()
 	g.WaitingSince = time.Time{}
 	s.WaitUntil, s.Detail = time.Time{}, ""
 	r.heldBetweenChunks() // (the wait)
 	return err
+}
+
+// versionRecheckGreenWait: a run waiting for its green window decides
+// again at every step of its signal (the plan's Step, at least a minute),
+// as the planner's online policy does — the present observed then may
+// make now the time to train, and the re-plan knows the newer readings;
+// before, it slept until the planned slot, through clean windows the
+// plan had not foreseen. Asked for a wait longer than a step.
+const versionRecheckGreenWait = "recheck-green-wait"
+
+// recheckEvery is how often a green wait decides again: the latest plan's
+// step, at least a minute (0: unknown, a plan from an older build).
+func (r *run) recheckEvery() time.Duration {
+	g := r.st.Status.Green
+	if g == nil || g.Plan == nil || g.Plan.Step <= 0 {
+		return 0
+	}
+	return max(g.Plan.Step.D(), time.Minute)
 }
 
 // expireOverride ends a green override whose time is up.

@@ -145,7 +145,7 @@ type segmentJSON struct {
 // greenReport prices st's segments on policy's actual intensity (see the
 // report command) and builds the timeline to draw.
 func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy) (greenReportJSON, energy.Timeline, error) {
-	out := greenReportJSON{WorkflowID: st.RunID, Status: st.Phase, Source: policy.Source(), Policy: policy,
+	out := greenReportJSON{WorkflowID: st.RunID, Status: st.Phase, Source: reportSource(st, policy), Policy: policy,
 		Segments: []segmentJSON{}, Planned: []spec.CarbonSlot{}}
 	var tl energy.Timeline
 	if len(st.Segments) == 0 {
@@ -199,6 +199,9 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 			out.LostKWh += p.KWh
 			out.LostGrams += p.Grams
 		}
+		if trainedNothing(seg) {
+			continue
+		}
 		out.Segments = append(out.Segments, segmentJSON{Start: p.Start, End: p.End, Nodes: seg.Nodes, FromStep: seg.FromStep,
 			ToStep: seg.ToStep, KWh: p.KWh, GPerKWh: p.GPerKWh, Grams: p.Grams, Measured: seg.Joules > 0, Lost: seg.Lost})
 	}
@@ -221,9 +224,11 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 	pad := 2 * actual.Step
 	var trained, lost []energy.Interval
 	for i, iv := range ivs {
-		if st.Segments[i].Lost {
+		switch {
+		case trainedNothing(st.Segments[i]):
+		case st.Segments[i].Lost:
 			lost = append(lost, iv)
-		} else {
+		default:
 			trained = append(trained, iv)
 		}
 	}
@@ -236,6 +241,31 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 			st.RunID, out.Grams, out.GPerKWh, out.SavingsPct, out.Source),
 	}
 	return out, tl, nil
+}
+
+// reportSource names the signal a report prices with: the policy's (its
+// trace or provider, forecast and planner), or for a run without a green
+// policy only the trace (--trace, --trace-start): no forecast or planner
+// placed that run.
+func reportSource(st spec.RunStatus, policy spec.GreenPolicy) string {
+	if st.Green != nil {
+		return policy.Source()
+	}
+	s := policy.Trace
+	if policy.Zone != "" {
+		s += " (" + policy.Zone + ")"
+	}
+	if policy.TraceStart != "" {
+		s += " replayed from " + policy.TraceStart
+	}
+	return s + "; the run has no green policy (priced only)"
+}
+
+// trainedNothing: a failed chunk that reached no step (a node lost before
+// the chunk's first step, during a green wait say): not a segment worth a
+// row or a bar, though what energy it is given still counts in the totals.
+func trainedNothing(s spec.Segment) bool {
+	return s.Lost && s.ToStep <= s.FromStep
 }
 
 func maxT(a, b time.Time) time.Time {
@@ -294,14 +324,21 @@ func printGreenReport(w io.Writer, r greenReportJSON, output string) error {
 	fmt.Fprintf(w, "energy     %.4f kWh (%s)\n", r.KWh, r.Energy)
 	fmt.Fprintf(w, "CO2        %.2f g at %.1f g/kWh\n", r.Grams, r.GPerKWh)
 	fmt.Fprintf(w, "run now    %.2f g at %.1f g/kWh → %s\n", r.BaselineGrams, r.BaselineGPerKWh, savedText(r.SavingsPct))
-	if r.LostKWh > 0 {
+	if r.LostKWh >= 0.5e-4 { // (what prints as 0.0000 kWh is a chunk that failed at once)
 		fmt.Fprintf(w, "lost       %.4f kWh, %.2f g in chunks that failed and were trained again\n", r.LostKWh, r.LostGrams)
 	}
 	if r.Waits > 0 {
 		fmt.Fprintf(w, "waited     %.2f h in %d green wait(s)\n", r.WaitedHours, r.Waits)
 	}
 	if r.BudgetG > 0 {
-		fmt.Fprintf(w, "budget     %.4g g, %.1f%% used\n", r.BudgetG, r.BudgetUsedPct)
+		alert := ""
+		switch {
+		case r.BudgetUsedPct >= 100:
+			alert = " — EXCEEDED"
+		case r.BudgetUsedPct >= 100*spec.BudgetAlertFraction:
+			alert = fmt.Sprintf(" — ALERT (≥ %.0f%%)", 100*spec.BudgetAlertFraction)
+		}
+		fmt.Fprintf(w, "budget     %.4g g, %.1f%% used%s\n", r.BudgetG, r.BudgetUsedPct, alert)
 	}
 	if len(r.BatchSchedule) > 0 {
 		var ch []string

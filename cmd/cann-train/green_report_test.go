@@ -176,3 +176,69 @@ func TestStatusShowsControlsAndGreen(t *testing.T) {
 		t.Errorf("json status %v:\n%s", err, out.String())
 	}
 }
+
+// TestGreenReportAuditItems: a failed chunk that trained no step (a node
+// restarted during a green wait) is neither listed nor drawn (its energy
+// still counts); the budget line says EXCEEDED or ALERT as status does;
+// a run without a green policy, priced on --trace, is labelled with the
+// trace only (not "persistence forecast, online planner").
+func TestGreenReportAuditItems(t *testing.T) {
+	trace := esTrace(t)
+	day := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
+	h := func(hour float64) time.Time { return day.Add(time.Duration(hour * float64(time.Hour))) }
+	policy := spec.GreenPolicy{Trace: trace, Interruptible: true, NodeWatts: 250, PUE: 1.2}.WithDefaults()
+	segs := []spec.Segment{
+		{Start: h(10), End: h(11), Nodes: 1, WallSeconds: 3600, FromStep: 0, ToStep: 500},
+		{Start: h(12), End: h(12).Add(300 * time.Millisecond), Nodes: 1, FromStep: 500, ToStep: 500, Lost: true},
+		{Start: h(13), End: h(14), Nodes: 1, WallSeconds: 3600, FromStep: 500, ToStep: 1000},
+	}
+	for _, tc := range []struct {
+		name      string
+		budget    float64
+		green     bool
+		wantText  []string
+		wantNot   []string
+		wantLabel string
+	}{
+		{name: "exceeded", budget: 10, green: true, wantText: []string{"% used — EXCEEDED"}, wantNot: []string{"500–500"},
+			wantLabel: "persistence forecast, online planner"},
+		{name: "alert", budget: 96.4, green: true, wantText: []string{"97.0% used — ALERT (≥ 95%)"}, wantNot: []string{"lost       0.0000"}},
+		{name: "within", budget: 1e6, green: true, wantNot: []string{"EXCEEDED", "ALERT"}},
+		{name: "no green policy", wantNot: []string{"forecast", "planner", "budget"},
+			wantLabel: trace + "; the run has no green policy (priced only)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := spec.RunStatus{RunID: "run/g", Phase: spec.PhaseCompleted, StartedAt: h(8), Segments: segs}
+			if tc.green {
+				st.Green = &spec.GreenStatus{Policy: policy, BudgetG: tc.budget}
+			}
+			rep, tl, err := greenReport(context.Background(), st, policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Segments) != 2 || rep.Segments[1].FromStep != 500 || rep.Segments[1].Lost || len(tl.Lost) != 0 || len(tl.Chunks) != 2 {
+				t.Errorf("segments %+v, timeline lost %v chunks %v: want the two that trained", rep.Segments, tl.Lost, tl.Chunks)
+			}
+			if rep.LostKWh <= 0 {
+				t.Errorf("the failed chunk's energy is not counted: %+v", rep)
+			}
+			var out bytes.Buffer
+			if err := printGreenReport(&out, rep, "text"); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.wantText {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("report lacks %q:\n%s", want, out.String())
+				}
+			}
+			for _, not := range tc.wantNot {
+				if strings.Contains(out.String(), not) {
+					t.Errorf("report has %q:\n%s", not, out.String())
+				}
+			}
+			if tc.wantLabel != "" && !strings.Contains(rep.Source, tc.wantLabel) {
+				t.Errorf("signal %q; want it to say %q", rep.Source, tc.wantLabel)
+			}
+		})
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -208,9 +207,12 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 			raw = strings.Replace(raw, ",", ".", 1) // a decimal comma (e.g. "212,5;" in a German export)
 		}
 		v, perr := strconv.ParseFloat(raw, 64)
-		if perr != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return nil, fmt.Errorf("%w: %s column %d (%s): %q is not a finite non-negative number",
-				ErrBadValue, where, vc+1, header[vc], raw)
+		why := valueProblem(v)
+		if perr != nil {
+			why = "is not a finite non-negative number"
+		}
+		if why != "" {
+			return nil, fmt.Errorf("%w: %s column %d (%s): %q %s", ErrBadValue, where, vc+1, header[vc], raw, why)
 		}
 		pts = append(pts, point{t: t, v: v, where: where})
 	}

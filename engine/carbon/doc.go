@@ -14,8 +14,10 @@
 // or actual by default) (comma-, semicolon- or tab-separated; RFC 3339,
 // "YYYY-MM-DD HH:MM[:SS]" in UTC or with an offset (+01:00, +0100, also
 // after a space) or Unix-second/millisecond times). The
-// step is inferred (the smallest spacing) and every spacing must be a whole
-// number of steps. Gaps of at most MaxGapSteps missing steps (an option of
+// step is inferred (the most common spacing) and every spacing must be a
+// whole number of steps: a reading off that grid is refused naming its
+// line and the one before (a single row at 16:30 in an hourly trace no
+// longer turns it into a half-hour grid). Gaps of at most MaxGapSteps missing steps (an option of
 // every reader and provider; default [MaxInterpolatedSteps] = 2, or an
 // hour's worth ([MaxInterpolatedSpan]) on a finer grid; negative for none)
 // are filled linearly (the German 2020 trace has two single
@@ -25,7 +27,8 @@
 // answer) is a missing step, and it still counts in the step inference; a
 // row or element repeating the previous time and value is dropped, the same
 // time with another value is refused naming both. Non-numeric,
-// non-finite or negative values fail with [ErrBadValue] naming line and
+// non-finite, negative or absurd (above [MaxIntensity], 5000 g/kWh) values
+// fail with [ErrBadValue] naming line and
 // column. Newer Electricity Maps exports ("Zone id", "Carbon intensity …
 // (Life cycle)") read as the older ones. The JSON readers apply the same rules to the
 // Electricity Maps v3 forecast ([ReadElectricityMapsForecastOptions]) and
@@ -56,14 +59,21 @@
 // rounded up, Deadline down, Work and MinSlot up to whole steps. A
 // non-interruptible job gets the contiguous window with the lowest mean; an
 // interruptible one gets the cheapest set of steps whose maximal runs are
-// each at least MinSlot long (exact dynamic program). Ties go to the
-// earliest choice, so plans are deterministic. A deadline that cannot hold
-// the work fails with [ErrDeadlineTooShort].
+// each at least MinSlot long (exact dynamic program, O(steps × slack)).
+// MinSlot holds for every slot, the last one included: a re-plan of a job
+// that is running ([Job.Running]) continues the run until it has lasted
+// MinSlot and never pauses it with less than MinSlot of work left, so the
+// policies below realize schedules the oracle also considers. Ties go to
+// the earliest choice (costs equal up to summation noise count as equal),
+// so plans are deterministic. A deadline that cannot hold the work fails
+// with [ErrDeadlineTooShort].
 //
 // Evaluation. [Oracle] finds the best schedule in hindsight on the real
-// trace by exhaustive search (independent of Plan; exponential for
-// interruptible jobs with a multi-step MinSlot, so meant for tests and short
-// windows). [Evaluate] plans on a forecast and reports baseline, planned,
+// trace under the same rules (every contiguous window; the cheapest steps;
+// Plan's dynamic program for a multi-step MinSlot, which the tests check
+// against exhaustive searches). An oracle too large to compute (years on a
+// fine grid) leaves the evaluation standing with [Result.OracleErr] set.
+// [Evaluate] plans on a forecast and reports baseline, planned,
 // realized (the planned slots on the real trace) and oracle intensities.
 // [EvaluateReplanned] re-plans at every trace step on a fresh forecast.
 //
@@ -71,8 +81,10 @@
 // chunk boundaries, from what is known then: the observed present
 // intensity, the forecast corrected by least squares on the forecaster's
 // own errors over the week before the job ([EstimateErrors];
-// [CorrectBias] or [CorrectLinear]), and a margin of z RMS errors on
-// future steps; it plans the remaining work with Plan on those prices and
+// [CorrectBias] or [CorrectLinear]; past forecasts whose errors are gross
+// glitches, such as one reading of 5000 g/kWh in a week of 100s, are left
+// out of the fit), and a margin of z RMS errors on future steps (prices
+// rounded to 1e-6 g/kWh, so that equal ones tie); it plans the remaining work with Plan on those prices and
 // runs now iff the plan starts now (for one-step interruptible slots: the
 // observed present is among the k cheapest prices ahead, k the remaining
 // work). [DefaultOnline] holds the policy chosen by cross-validation on the

@@ -156,8 +156,8 @@ func ReadElectricityMapsHistory(r io.Reader, opts JSONOptions) (*Series, error) 
 }
 
 func checkValue(v float64) error {
-	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-		return fmt.Errorf("%w: %v is not a finite non-negative number", ErrBadValue, v)
+	if why := valueProblem(v); why != "" {
+		return fmt.Errorf("%w: %v %s", ErrBadValue, v, why)
 	}
 	return nil
 }

@@ -76,10 +76,10 @@ func (p Online) ObservedPrices(obs, f *Series, em ErrorModel, now, deadline time
 		fa = f.Values[a]
 	}
 	out := &Series{Start: f.TimeAt(i), Step: step, Zone: f.Zone, Values: make([]float64, 0, b-i)}
-	out.Values = append(out.Values, x.Value)
+	out.Values = append(out.Values, price(x.Value))
 	for j := i + 1; j < b; j++ {
 		v, sigma := em.price(j-a, f.Values[j], x.Value, fa)
-		out.Values = append(out.Values, max(0, v+p.Margin*sigma))
+		out.Values = append(out.Values, price(v+p.Margin*sigma))
 	}
 	return out, x, nil
 }

@@ -8,24 +8,18 @@ import (
 	"time"
 )
 
-// ErrSearchTooLarge: the exhaustive oracle search exceeded its node budget.
-var ErrSearchTooLarge = errors.New("carbon: oracle search too large")
-
-// oracleNodeBudget bounds the exhaustive search of Oracle for interruptible
-// jobs with a minimum slot longer than one step.
-const oracleNodeBudget = 20_000_000
-
-// Oracle is the best schedule in hindsight: job placed on the real trace,
-// by exhaustive search, independently of Plan's algorithms.
+// Oracle is the best schedule in hindsight: job placed on the real trace.
 //
 //   - non-interruptible: every contiguous window is scored;
 //   - interruptible, one-step minimum slot: every step is feasible on its
-//     own, so the n cheapest steps (earliest on ties) are optimal;
-//   - interruptible, longer minimum slot: depth-first enumeration of all
-//     run layouts (run start, run length ≥ min slot, gap ≥ 1 step) with a
-//     lower-bound prune. This is exponential in the worst case and meant
-//     for tests and short windows; it fails with ErrSearchTooLarge beyond a
-//     fixed node budget.
+//     own, so the n cheapest steps (earliest on ties) are optimal (unless a
+//     run begun within the step before Start must go on);
+//   - interruptible, longer minimum slot: the exact dynamic program Plan
+//     uses (every run at least MinSlot, the last one included), on the
+//     trace; the tests check it against exhaustive searches.
+//
+// It fails only for a job that does not fit the trace, or (ErrSearchTooLarge)
+// for a window of years on a fine grid.
 func Oracle(trace *Series, job Job) (Schedule, error) {
 	w, err := jobWindow(trace, job)
 	if err != nil {
@@ -34,22 +28,8 @@ func Oracle(trace *Series, job Job) (Schedule, error) {
 	v := trace.Values
 	switch {
 	case !job.Interruptible:
-		best, bestSum := -1, math.Inf(1)
-		for s := w.a; s+w.n <= w.b; s++ {
-			var sum float64
-			for i := s; i < s+w.n; i++ {
-				sum += v[i]
-			}
-			if sum < bestSum {
-				best, bestSum = s, sum
-			}
-		}
-		chosen := make([]int, w.n)
-		for i := range chosen {
-			chosen[i] = best + i
-		}
-		return schedule(trace, w, chosen), nil
-	case w.mm == 1:
+		return schedule(trace, w, contiguous(v, w)), nil
+	case w.mm == 1 && (!w.running || w.r0 >= 1):
 		order := make([]int, 0, w.b-w.a)
 		for i := w.a; i < w.b; i++ {
 			order = append(order, i)
@@ -67,60 +47,31 @@ func Oracle(trace *Series, job Job) (Schedule, error) {
 		slices.Sort(chosen)
 		return schedule(trace, w, chosen), nil
 	}
-	o := &runSearch{v: v, w: w, best: math.Inf(1)}
-	o.minFrom = make([]float64, w.b+1)
-	o.minFrom[w.b] = math.Inf(1)
-	for i := w.b - 1; i >= w.a; i-- {
-		o.minFrom[i] = math.Min(v[i], o.minFrom[i+1])
+	chosen, err := planInterruptible(v[w.a:w.b], w, w.a)
+	if err != nil {
+		return Schedule{}, fmt.Errorf("oracle: %w", err)
 	}
-	o.search(w.a, 0, 0, nil)
-	if o.nodes > oracleNodeBudget {
-		return Schedule{}, fmt.Errorf("oracle: %w: more than %d nodes for %d of %d steps (min run %d)",
-			ErrSearchTooLarge, oracleNodeBudget, w.n, w.b-w.a, w.mm)
-	}
-	return schedule(trace, w, o.bestSet), nil
+	return schedule(trace, w, chosen), nil
 }
 
-type runSearch struct {
-	v       []float64
-	w       window
-	minFrom []float64
-	nodes   int
-	best    float64
-	bestSet []int
-}
-
-// search places the next run at or after position from, with k steps and
-// cost so far; cur is the chosen set so far.
-func (o *runSearch) search(from, k int, cost float64, cur []int) {
-	o.nodes++
-	if o.nodes > oracleNodeBudget {
-		return
+// hindsight is the oracle of job on trace for an evaluation. A job that
+// does not fit the trace fails (err); an oracle too large to compute does
+// not fail the evaluation: orcErr says why, the oracle's intensity is NaN
+// and the run-now baseline is computed all the same.
+func hindsight(trace *Series, job Job) (orc Schedule, orcErr, err error) {
+	orc, err = Oracle(trace, job)
+	if err == nil || !errors.Is(err, ErrSearchTooLarge) {
+		return orc, nil, err
 	}
-	rem := o.w.n - k
-	if rem == 0 {
-		if cost < o.best {
-			o.best, o.bestSet = cost, slices.Clone(cur)
-		}
-		return
+	w, werr := jobWindow(trace, job)
+	if werr != nil {
+		return Schedule{}, nil, werr
 	}
-	if from >= o.w.b || cost+float64(rem)*o.minFrom[from] >= o.best {
-		return
+	var base float64
+	for i := w.a; i < w.a+w.n; i++ {
+		base += trace.Values[i]
 	}
-	for s := from; s+o.w.mm <= o.w.b; s++ {
-		if cost+float64(rem)*o.minFrom[s] >= o.best {
-			break // minFrom only grows with s
-		}
-		c := cost
-		for l := 1; l <= rem && s+l <= o.w.b; l++ {
-			c += o.v[s+l-1]
-			cur = append(cur, s+l-1)
-			if l >= o.w.mm && (l == rem || rem-l >= o.w.mm) {
-				o.search(s+l+1, k+l, c, cur)
-			}
-		}
-		cur = cur[:len(cur)-min(rem, o.w.b-s)]
-	}
+	return Schedule{ExpectedGPerKWh: math.NaN(), BaselineGPerKWh: base / float64(w.n)}, err, nil
 }
 
 // Result compares a forecast-driven plan with running now and with the
@@ -129,18 +80,25 @@ type Result struct {
 	BaselineGPerKWh float64 // run now, on the trace
 	PlannedGPerKWh  float64 // what the plan expected, on the forecast
 	RealizedGPerKWh float64 // the planned slots, on the trace
-	OracleGPerKWh   float64 // best schedule in hindsight, on the trace
+	// OracleGPerKWh is the best schedule in hindsight, on the trace (NaN
+	// when OracleErr is set).
+	OracleGPerKWh float64
 	// SavingsPct is 100*(Baseline-Realized)/Baseline; OracleSavingsPct the
-	// same for the oracle (both 0 when the baseline is 0).
+	// same for the oracle (both 0 when the baseline is 0, and 0 when the
+	// two intensities differ by summation noise only).
 	SavingsPct       float64
 	OracleSavingsPct float64
 	Slots            []Slot
+	// OracleErr says why the oracle was not computed ([ErrSearchTooLarge]);
+	// the rest of the result stands.
+	OracleErr error
 }
 
 // Evaluate plans job with forecaster (queried at job.Start for the horizon
 // up to job.Deadline) and measures the result on trace. Realized intensity
 // is the time-weighted mean of trace over the planned slots, so forecasts
-// on a different step than the trace are allowed.
+// on a different step than the trace are allowed. The slots keep the
+// forecast's mean intensity.
 func Evaluate(trace *Series, fc Forecaster, job Job) (Result, error) {
 	f, err := fc.Forecast(job.Start, job.Deadline.Sub(job.Start))
 	if err != nil {
@@ -150,30 +108,49 @@ func Evaluate(trace *Series, fc Forecaster, job Job) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("evaluate: %w", err)
 	}
-	orc, err := Oracle(trace, job)
+	orc, orcErr, err := hindsight(trace, job)
 	if err != nil {
 		return Result{}, fmt.Errorf("evaluate: %w", err)
 	}
+	return result(trace, orc, orcErr, plan.ExpectedGPerKWh, plan.Slots, false)
+}
+
+// result prices slots on trace and compares them with the baseline and
+// the oracle; with traceMeans each slot's MeanIntensity becomes the
+// trace's.
+func result(trace *Series, orc Schedule, orcErr error, planned float64, slots []Slot, traceMeans bool) (Result, error) {
 	var sum float64
 	var dur time.Duration
-	for _, s := range plan.Slots {
+	for i, s := range slots {
 		m, err := trace.Mean(s.Start, s.End)
 		if err != nil {
 			return Result{}, fmt.Errorf("evaluate: realized: %w", err)
+		}
+		if traceMeans {
+			slots[i].MeanIntensity = m
 		}
 		sum += m * float64(s.End.Sub(s.Start))
 		dur += s.End.Sub(s.Start)
 	}
 	res := Result{
 		BaselineGPerKWh: orc.BaselineGPerKWh,
-		PlannedGPerKWh:  plan.ExpectedGPerKWh,
+		PlannedGPerKWh:  planned,
 		RealizedGPerKWh: sum / float64(dur),
 		OracleGPerKWh:   orc.ExpectedGPerKWh,
-		Slots:           plan.Slots,
+		Slots:           slots,
+		OracleErr:       orcErr,
 	}
-	if b := res.BaselineGPerKWh; b > 0 {
-		res.SavingsPct = 100 * (b - res.RealizedGPerKWh) / b
-		res.OracleSavingsPct = 100 * (b - res.OracleGPerKWh) / b
-	}
+	res.SavingsPct = savings(res.BaselineGPerKWh, res.RealizedGPerKWh)
+	res.OracleSavingsPct = savings(res.BaselineGPerKWh, res.OracleGPerKWh)
 	return res, nil
+}
+
+// savings is 100·(base−x)/base: 0 for a zero baseline, or where x and base
+// differ by summation noise only (the same steps summed in another order),
+// NaN for a NaN x.
+func savings(base, x float64) float64 {
+	if base <= 0 || math.Abs(base-x) <= 1e-9*base {
+		return 0
+	}
+	return 100 * (base - x) / base
 }

@@ -112,7 +112,7 @@ func evalSavings(t *testing.T, s *Series, jobs []Job, pol Online, grid bool) sav
 		}
 		if grid {
 			for k, p := range cvPolicies {
-				res, err := evaluateOnline(s, per, job, p, ems[p.Correction], orc)
+				res, err := evaluateOnline(s, per, job, p, ems[p.Correction], orc, nil)
 				add(&r.onlineZ[k], res, err)
 			}
 			continue
@@ -123,7 +123,7 @@ func evalSavings(t *testing.T, s *Series, jobs []Job, pol Online, grid bool) sav
 		add(&r.replSav, res, err)
 		res, err = EvaluateReplanned(s, Seasonal{Trace: s}, job)
 		add(&r.seasonalReplSav, res, err)
-		res, err = evaluateOnline(s, per, job, pol, ems[pol.Correction], orc)
+		res, err = evaluateOnline(s, per, job, pol, ems[pol.Correction], orc, nil)
 		add(&r.online, res, err)
 		lagged := pol
 		lagged.Lag = s.Step

@@ -27,7 +27,8 @@ var (
 	ErrJSONAnswer error = &aliasError{msg: "carbon: JSON answer", alias: ErrHeader}
 	// ErrBadTime: a timestamp cannot be parsed.
 	ErrBadTime = errors.New("carbon: bad timestamp")
-	// ErrBadValue: an intensity is non-numeric, non-finite or negative.
+	// ErrBadValue: an intensity is non-numeric, non-finite, negative or
+	// above MaxIntensity.
 	ErrBadValue = errors.New("carbon: bad intensity value")
 	// ErrIrregular: timestamps are duplicated, out of order or off the
 	// inferred step grid, or too few to infer a step.
@@ -35,6 +36,30 @@ var (
 	// ErrGap: more than MaxInterpolatedSteps consecutive steps are missing.
 	ErrGap = errors.New("carbon: gap too long to interpolate")
 )
+
+// MaxIntensity is the highest intensity the readers accept (g/kWh). No
+// grid emits more than about 1200 g/kWh (lignite plants; the dirtiest
+// national grids average 700–900), so a larger reading is a glitch or a
+// unit slip (g/MWh, mg/kWh): one such value in the history the online
+// planner fits its correction on used to send jobs to the worst hours.
+// The readers refuse it with ErrBadValue naming where it is, rather than
+// plan on it (a warning would go unseen in a control worker's log, and
+// the reading would still distort the plan); remove the reading and it
+// is interpolated like any missing one.
+const MaxIntensity = 5000
+
+// valueProblem says why v is not an intensity the readers accept ("" when
+// it is one).
+func valueProblem(v float64) string {
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0) || v < 0:
+		return "is not a finite non-negative number"
+	case v > MaxIntensity:
+		return fmt.Sprintf("is above %d g/kWh, more than any grid emits (a glitch or another unit, e.g. g/MWh): "+
+			"correct or remove the reading (a removed one is interpolated)", MaxIntensity)
+	}
+	return ""
+}
 
 // aliasError is a sentinel with its own words that also matches another
 // sentinel (errors.Is follows Unwrap).
@@ -259,12 +284,15 @@ func (p point) value() string {
 
 // buildSeries turns time-ordered points (oldest first, or all newest
 // first) into a regular Series: it drops repeated points (dropRepeats),
-// infers the step as the smallest positive spacing, checks that every
-// spacing is a whole number of steps, fills gaps of at most maxGap missing
-// steps (an options value, see maxGapSteps) linearly and refuses longer
-// ones with a *GapError. Missing points count for the order and the step
-// only: the series runs from the first reading to the last, and a missing
-// point inside it is a missing step.
+// infers the step as the most common spacing between consecutive points
+// (the smaller of equally common ones), checks that every spacing is a
+// whole number of steps — a point off that grid is refused
+// (ErrIrregular) naming it and the point before, rather than turning an
+// hourly trace into a finer grid of interpolated values —, fills gaps of
+// at most maxGap missing steps (an options value, see maxGapSteps)
+// linearly and refuses longer ones with a *GapError. Missing points count
+// for the order and the step only: the series runs from the first reading
+// to the last, and a missing point inside it is a missing step.
 func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 	pts, err := dropRepeats(pts)
 	if err != nil {
@@ -283,15 +311,27 @@ func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 		pts = slices.Clone(pts)
 		slices.Reverse(pts)
 	}
-	var step time.Duration
+	count := map[time.Duration]int{}
 	for i := 1; i < len(pts); i++ {
 		d := pts[i].t.Sub(pts[i-1].t)
 		if d <= 0 {
 			return nil, fmt.Errorf("%w: %s: time %s is not after %s (%s)", ErrIrregular,
 				pts[i].where, pts[i].t.UTC().Format(time.RFC3339), pts[i-1].t.UTC().Format(time.RFC3339), pts[i-1].where)
 		}
-		if step == 0 || d < step {
+		count[d]++
+	}
+	var step time.Duration
+	for d, n := range count {
+		if step == 0 || n > count[step] || (n == count[step] && d < step) {
 			step = d
+		}
+	}
+	for i := 1; i < len(pts); i++ {
+		if d := pts[i].t.Sub(pts[i-1].t); d%step != 0 {
+			return nil, fmt.Errorf("%w: %s: time %s is %s after the reading before it (%s, %s): not on the trace's grid of %s "+
+				"(its most common spacing, %d of %d); fix or remove that reading",
+				ErrIrregular, pts[i].where, pts[i].t.UTC().Format(time.RFC3339), d, pts[i-1].where,
+				pts[i-1].t.UTC().Format(time.RFC3339), step, count[step], len(pts)-1)
 		}
 	}
 	maxGap = maxGapSteps(maxGap, step)
@@ -302,10 +342,6 @@ func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 	s.Values = append(s.Values, pts[0].v)
 	for i := 1; i < len(pts); i++ {
 		d := pts[i].t.Sub(pts[i-1].t)
-		if d%step != 0 {
-			return nil, fmt.Errorf("%w: %s: spacing %s from the previous reading is not a multiple of the step %s",
-				ErrIrregular, pts[i].where, d, step)
-		}
 		missing := int(d/step) - 1
 		if missing > maxGap {
 			return nil, &GapError{Start: pts[i-1].t.Add(step).UTC(), End: pts[i].t.UTC(),

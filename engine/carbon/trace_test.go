@@ -72,7 +72,8 @@ func TestRealTraceDEGapInterpolated(t *testing.T) {
 }
 
 // TestPlanPerfectEqualsOracle: with the Perfect forecaster, Plan reaches
-// the oracle's cost on the real traces for many starts and deadlines.
+// the oracle's cost on the real traces for many starts and deadlines, and
+// with a multi-step min slot both equal an exhaustive search.
 func TestPlanPerfectEqualsOracle(t *testing.T) {
 	type kind struct {
 		name          string
@@ -110,6 +111,13 @@ func TestPlanPerfectEqualsOracle(t *testing.T) {
 					orc, err := Oracle(s, job)
 					require.NoError(t, err, "trial %d job %+v", trial, job)
 					require.InDelta(t, orc.ExpectedGPerKWh, plan.ExpectedGPerKWh, 1e-9, "trial %d job %+v", trial, job)
+					if job.Interruptible && job.MinSlot > s.Step {
+						// The oracle shares Plan's dynamic program: check
+						// both against an exhaustive search.
+						want, err := searchOracle(s, job)
+						require.NoError(t, err, "trial %d job %+v", trial, job)
+						require.InDelta(t, want, orc.ExpectedGPerKWh, 1e-9, "trial %d job %+v: exhaustive search", trial, job)
+					}
 					require.InDelta(t, orc.BaselineGPerKWh, plan.BaselineGPerKWh, 1e-9, "trial %d", trial)
 					require.LessOrEqual(t, orc.ExpectedGPerKWh, orc.BaselineGPerKWh+1e-9)
 					checkSchedule(t, f, job, plan)
