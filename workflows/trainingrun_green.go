@@ -396,22 +396,28 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 }
 
 // versionRecheckGreenWait: a run waiting for its green window decides
-// again at every step of its signal (the plan's Step, at least a minute),
-// as the planner's online policy does — the present observed then may
-// make now the time to train, and the re-plan knows the newer readings;
+// again at every step of its signal (the plan's Step, at least
+// minRecheck), as the planner's online policy does — the present
+// observed then may make now the time to train, and the re-plan knows
+// the newer readings;
 // before, it slept until the planned slot, through clean windows the
 // plan had not foreseen. Asked for a wait longer than a step.
 const versionRecheckGreenWait = "recheck-green-wait"
 
 // recheckEvery is how often a green wait decides again: the latest plan's
-// step, at least a minute (0: unknown, a plan from an older build).
+// step, at least minRecheck (0: unknown, a plan from an older build).
 func (r *run) recheckEvery() time.Duration {
 	g := r.st.Status.Green
 	if g == nil || g.Plan == nil || g.Plan.Step <= 0 {
 		return 0
 	}
-	return max(g.Plan.Step.D(), time.Minute)
+	return max(g.Plan.Step.D(), minRecheck)
 }
+
+// minRecheck bounds how often a green wait decides again: each decision
+// is a timer and a PlanCarbon call in the run's history (a few events),
+// and real signals step every 5 minutes or more.
+const minRecheck = 5 * time.Minute
 
 // expireOverride ends a green override whose time is up.
 func (r *run) expireOverride(ctx workflow.Context, now time.Time) {
