@@ -14,17 +14,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/engine"
 	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/engine/launch"
 	"github.com/cann-train/cann-train/spec"
-	"github.com/cann-train/cann-train/workflows"
 )
 
 func newCheckpointCmd(e *env) *cobra.Command {
@@ -570,24 +567,6 @@ func (a *temporalAsk) askRecord(ctx context.Context, run string) (runRecord, err
 	return rec, nil
 }
 
-// runInput is the input of the latest execution of workflow id (a
-// TrainingRun): the job it runs.
-func runInput(ctx context.Context, c client.Client, id string) (workflows.RunInput, error) {
-	var in workflows.RunInput
-	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	if !it.HasNext() {
-		return in, fmt.Errorf("run %s: empty history", id)
-	}
-	ev, err := it.Next()
-	if err != nil {
-		return in, fmt.Errorf("run %s's history: %w", id, err)
-	}
-	if err := converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil {
-		return in, fmt.Errorf("run %s's input: %w", id, err)
-	}
-	return in, nil
-}
-
 // recordedLast is the last checkpoint run's history records, when it is
 // in the bucket at url; else nil and why it is not known here ("": the
 // history records none).
@@ -612,29 +591,6 @@ func recordedLast(ctx context.Context, ask *temporalAsk, run, url string) (*spec
 // a trailing slash).
 func sameBucket(a, b string) bool {
 	return strings.TrimRight(a, "/") == strings.TrimRight(b, "/")
-}
-
-// readableCheckpoints lists run's checkpoints in the bucket at url as
-// earlierCheckpoints does (readable manifests, oldest first) and the steps
-// of those whose manifest does not read, which it leaves out.
-func readableCheckpoints(ctx context.Context, url, run string) (readable []spec.CheckpointRef, unreadable []int64, err error) {
-	store, err := checkpoint.Open(ctx, url)
-	if err != nil {
-		return nil, nil, fmt.Errorf("the bucket %s cannot be opened from here: %w", url, err)
-	}
-	defer store.Close()
-	refs, err := store.List(ctx, run)
-	if err != nil {
-		return nil, nil, fmt.Errorf("the bucket %s cannot be listed from here: %w", url, err)
-	}
-	for _, r := range refs {
-		if r.SHA256 == "" {
-			unreadable = append(unreadable, r.Step)
-		} else {
-			readable = append(readable, activities.FromStoreRef(url, r))
-		}
-	}
-	return readable, unreadable, nil
 }
 
 // joinSteps is steps as "1000, 2000".

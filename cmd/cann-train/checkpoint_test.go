@@ -289,17 +289,7 @@ func TestCheckpointStoreKept(t *testing.T) {
 		err := cmd.Execute()
 		return out.String(), err
 	}
-	steps := func() []int64 {
-		refs, err := store.List(ctx, "kept-run")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []int64
-		for _, r := range refs {
-			out = append(out, r.Step)
-		}
-		return out
-	}
+	steps := func() []int64 { return bucketSteps(t, url, "kept-run") }
 	for _, tc := range []struct {
 		name, file, want string
 	}{

@@ -555,6 +555,28 @@ func earlierCheckpoints(ctx context.Context, url, run string, upTo int64) ([]spe
 // bucketCheckpoints lists run's checkpoints in the bucket at url whose
 // manifests are readable, oldest first.
 func bucketCheckpoints(ctx context.Context, url, run string) ([]checkpoint.Ref, error) {
+	refs, err := listCheckpoints(ctx, url, run)
+	return slices.DeleteFunc(refs, func(r checkpoint.Ref) bool { return r.SHA256 == "" }), err
+}
+
+// readableCheckpoints lists run's checkpoints in the bucket at url as
+// earlierCheckpoints does (readable manifests, oldest first) and the steps
+// of those whose manifest does not read, which it leaves out.
+func readableCheckpoints(ctx context.Context, url, run string) (readable []spec.CheckpointRef, unreadable []int64, err error) {
+	refs, err := listCheckpoints(ctx, url, run)
+	for _, r := range refs {
+		if r.SHA256 == "" {
+			unreadable = append(unreadable, r.Step)
+		} else {
+			readable = append(readable, activities.FromStoreRef(url, r))
+		}
+	}
+	return readable, unreadable, err
+}
+
+// listCheckpoints lists all of run's checkpoints in the bucket at url,
+// oldest first (an unreadable manifest's with no SHA256).
+func listCheckpoints(ctx context.Context, url, run string) ([]checkpoint.Ref, error) {
 	store, err := checkpoint.Open(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("the bucket %s cannot be opened from here: %w", url, err)
@@ -564,7 +586,7 @@ func bucketCheckpoints(ctx context.Context, url, run string) ([]checkpoint.Ref, 
 	if err != nil {
 		return nil, fmt.Errorf("the bucket %s cannot be listed from here: %w", url, err)
 	}
-	return slices.DeleteFunc(refs, func(r checkpoint.Ref) bool { return r.SHA256 == "" }), nil
+	return refs, nil
 }
 
 // earlierRun is the last status and the spec of the ended run with
@@ -588,19 +610,29 @@ func earlierRun(ctx context.Context, c client.Client, id string) (*spec.RunStatu
 	}
 	// (A terminated or timed-out run's phase is Temporal's word for how it
 	// closed: readLive.)
+	in, err := runInput(ctx, c, id)
+	if err != nil {
+		return nil, spec.RunSpec{}, err
+	}
+	return &st, in.Spec, nil
+}
+
+// runInput is the input of the latest execution of workflow id (a
+// TrainingRun): the job it runs.
+func runInput(ctx context.Context, c client.Client, id string) (workflows.RunInput, error) {
+	var in workflows.RunInput
 	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !it.HasNext() {
-		return nil, spec.RunSpec{}, fmt.Errorf("run %s: empty history", id)
+		return in, fmt.Errorf("run %s: empty history", id)
 	}
 	ev, err := it.Next()
 	if err != nil {
-		return nil, spec.RunSpec{}, fmt.Errorf("run %s's history: %w", id, err)
+		return in, fmt.Errorf("run %s's history: %w", id, err)
 	}
-	var in workflows.RunInput
 	if err := converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil {
-		return nil, spec.RunSpec{}, fmt.Errorf("run %s's input: %w", id, err)
+		return in, fmt.Errorf("run %s's input: %w", id, err)
 	}
-	return &st, in.Spec, nil
+	return in, nil
 }
 
 // startRun starts TrainingRun with ID run/<name>; a run of that name that
