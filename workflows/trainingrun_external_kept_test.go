@@ -397,43 +397,48 @@ func TestExternalRunStoresTheKeptCheckpointAfterALoss(t *testing.T) {
 // pauses there — not at the job's checkpoint after. A resume relaunches
 // from it. A later checkpoint stored before the world stopped makes the
 // hold needless: the run pauses there.
+//
+// The world's uploads after its checkpoint at 40 are signalled while the
+// run asks it for a checkpoint, and reach the workflow together, with that
+// request's answer: "before the world stopped" is then certain, not a race
+// between two signals and the stop (a stopped launch's later uploads are
+// ignored by design).
 func TestExternalRunPausesAtAKeptCheckpoint(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		ckpts []int64
-		at    int64 // where the run pauses
-		tries int
+		name   string
+		stored []int64 // stored after the refused 80, before the stop
+		at     int64   // where the run pauses
+		tries  int
 	}{
-		{name: "the kept one", ckpts: []int64{40, 80}, at: 80, tries: 1},
-		{name: "a later one stored meanwhile", ckpts: []int64{40, 80, 120}, at: 120},
+		{name: "the kept one", at: 80, tries: 1},
+		{name: "a later one stored meanwhile", stored: []int64{120}, at: 120},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: keepingNodes("node-1", "node-2")}
-			w := &fakeWorlds{end: 200, ckpts: tc.ckpts, refuse: []int64{80}}
-			w.behave = func(in spec.ExternalInput) error {
-				if in.Restore == nil {
-					return errHang // trains on until stopped
-				}
-				return nil
-			}
+			w := &fakeWorlds{end: 200, ckpts: []int64{40}}
 			k := &fakeKept{}
 			env := keptEnv(t, cl, w, k)
-			// The run asks the world for a checkpoint once it has the
-			// pause: the refusal is signalled only after that.
-			asked := make(chan struct{})
-			var once sync.Once
-			w.before = func(in spec.ExternalInput, step int64) {
-				if step == 80 && in.Restore == nil {
-					env.SignalWorkflow(spec.SignalPause, nil)
-					select {
-					case <-asked:
-					case <-time.After(10 * time.Second):
-						t.Error("the run never asked the world for a checkpoint for its pause")
+			w.behave = func(in spec.ExternalInput) error {
+				if in.Restore != nil {
+					return nil
+				}
+				if in.Rank == 0 {
+					env.SignalWorkflow(spec.SignalPause, nil) // after its checkpoint at 40
+				}
+				return errHang // trains on until stopped
+			}
+			asked := 0
+			env.RegisterActivityWithOptions(func(_ context.Context, in spec.CheckpointRequest) (int64, error) {
+				asked++
+				if asked == 1 {
+					env.SignalWorkflowSkippingWorkflowTask(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session, Kept: true,
+						Ref: spec.CheckpointRef{Run: "ddp", Step: 80}, Failed: "write: no space left on device"})
+					for _, s := range tc.stored {
+						env.SignalWorkflowSkippingWorkflowTask(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+							Ref:  spec.CheckpointRef{URL: "mem://", Run: "ddp", Step: s, Key: fmt.Sprintf("ckpt/%d", s), SHA256: fmt.Sprint(s)},
+							Loss: 2.3 / float32(1+s), FirstLoss: 2.3})
 					}
 				}
-			}
-			env.RegisterActivityWithOptions(func(context.Context, spec.CheckpointRequest) (int64, error) {
-				once.Do(func() { close(asked) })
 				return 0, nil // the world cannot be asked: it stops after its next checkpoint
 			}, activity.RegisterOptions{Name: spec.ActivityRequestCheckpoint})
 			var paused spec.RunStatus
@@ -445,6 +450,7 @@ func TestExternalRunPausesAtAKeptCheckpoint(t *testing.T) {
 			s.Steps = 200
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 			st := result(t, env)
+			require.Equal(t, 1, asked, "the run asked the world for a checkpoint for its pause, once")
 			require.Equal(t, spec.PhasePaused, paused.Phase)
 			require.Equal(t, tc.at, paused.Step)
 			require.Equal(t, tc.at, paused.LastCkpt.Step)
