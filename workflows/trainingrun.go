@@ -375,6 +375,14 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 		err := fmt.Errorf("workflow input: %s (the spec's fields are the job file's: `cann-train run --help` lists them)", in.unknown)
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
 	}
+	if in.State != nil && workflow.GetInfo(ctx).ContinuedExecutionRunID == "" {
+		// A hand-written input (`temporal workflow start --input`) that
+		// carries the state of another run would run on half of it and
+		// fail later on what it lacks ("run_id is required").
+		err := errors.New(`workflow input: "state" is the run's own, set only when it continues as new; ` +
+			"a new run starts without it (to go on from an earlier run's checkpoint: `cann-train run --resume`)")
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
+	}
 	if in.State != nil {
 		r.st = *in.State
 	} else {

@@ -756,7 +756,7 @@ func TestTrainingRunContinueAsNewKeepsControls(t *testing.T) {
 
 	env2, _ := controlEnv(t, cl, ch, nil)
 	env2.RegisterDelayedCallback(func() { env2.SignalWorkflow(spec.SignalResume, nil) }, time.Hour)
-	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	continueRun(env2, next)
 	st := result(t, env2)
 	require.EqualValues(t, 400, st.Step)
 	require.Len(t, st.Nodes, 3)

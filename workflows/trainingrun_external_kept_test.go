@@ -185,7 +185,7 @@ func TestExternalStorageHoldCrossesContinueAsNew(t *testing.T) {
 	for execs := 1; ; execs++ {
 		require.LessOrEqual(t, execs, 4, "still holding after %d executions", execs)
 		env := keptEnv(t, cl, w, k)
-		env.ExecuteWorkflow(spec.WorkflowTrainingRun, in)
+		continueRun(env, in)
 		var can *workflow.ContinueAsNewError
 		if !errors.As(env.GetWorkflowError(), &can) {
 			st := result(t, env)
@@ -303,7 +303,7 @@ func TestExternalCancelledDuringAStoreTry(t *testing.T) {
 		<-storing
 		env.CancelWorkflow()
 	}()
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, in)
+	continueRun(env, in)
 	st := requireCancelled(t, env)
 	require.Equal(t, "cancelled at step 120; last checkpoint at step 120", st.Error)
 	require.Len(t, k.asked, 3, "one refused, one cancelled, one as the run ends")

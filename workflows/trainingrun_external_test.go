@@ -947,7 +947,7 @@ func TestExternalRunRollsOver(t *testing.T) {
 	require.Len(t, w.launches(), 1)
 
 	env2 := newExternalEnv(t, cl, w)
-	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	continueRun(env2, next)
 	require.NoError(t, env2.GetWorkflowError())
 	require.NoError(t, env2.GetWorkflowResult(&st))
 	require.Equal(t, spec.PhaseCompleted, st.Phase)

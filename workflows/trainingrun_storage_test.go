@@ -239,7 +239,7 @@ func TestStorageHoldCrossesContinueAsNew(t *testing.T) {
 	require.Empty(t, saveOnlySteps(ch.all()), "no save-only chunk before continue-as-new")
 
 	env2 := newRunEnv(t, cl, ch)
-	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	continueRun(env2, next)
 	st := result(t, env2)
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
 	require.EqualValues(t, 400, st.LastCkpt.Step)

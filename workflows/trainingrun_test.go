@@ -485,6 +485,8 @@ func TestTrainingRunRejectsUnknownInputFields(t *testing.T) {
 		{`[1, 2]`, `the input is an array, not an object: want {"spec": {"name": …, "nodes": …, "steps": …}}`},
 		// The spec's fields without the wrapper.
 		{`{"name": "t", "nodes": 1, "steps": 100}`, `unknown fields "name", "nodes", "steps" (a job's fields go under "spec": {"spec": {"name": …, "nodes": …}})`},
+		// The run's own state, from another run's history.
+		{`{"spec": {"name": "t", "nodes": 1, "steps": 100}, "state": {"status": {"step": 40}}}`, `"state" is the run's own, set only when it continues as new`},
 		{`{"spec": {"name": "t", "nodes": 1, "steps": 100}}`, ""},
 	} {
 		cl := &fakeCluster{pool: testNodes("a")}
@@ -533,6 +535,16 @@ func TestTrainingRunRefusesAnotherName(t *testing.T) {
 	}
 }
 
+// continueRun runs TrainingRun with in as Temporal starts a run that
+// continued as new: an input carrying the run's state is refused from
+// anything else.
+func continueRun(env *testsuite.TestWorkflowEnvironment, in RunInput) {
+	if in.State != nil {
+		env.SetContinuedExecutionRunID("the-run-before")
+	}
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, in)
+}
+
 func TestTrainingRunContinuesAsNew(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("a")}
 	ch := &fakeChunks{}
@@ -552,12 +564,12 @@ func TestTrainingRunContinuesAsNew(t *testing.T) {
 	require.Equal(t, []string{"a"}, next.State.Membership.NodeIDs())
 
 	env2 := newRunEnv(t, cl, ch)
-	env2.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	continueRun(env2, next)
 	var can2 *workflow.ContinueAsNewError
 	require.True(t, errors.As(env2.GetWorkflowError(), &can2))
 	require.NoError(t, decodeArgs(can2, &next))
 	env3 := newRunEnv(t, cl, ch)
-	env3.ExecuteWorkflow(spec.WorkflowTrainingRun, next)
+	continueRun(env3, next)
 	require.NoError(t, env3.GetWorkflowError())
 	var st spec.RunStatus
 	require.NoError(t, env3.GetWorkflowResult(&st))
