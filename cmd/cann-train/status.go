@@ -1261,8 +1261,18 @@ func printGreen(w io.Writer, g *spec.GreenStatus, live bool, now time.Time) {
 		// (An ended run's last plan is history: its windows will not be.)
 		fmt.Fprintf(w, "  last plan  made %s, for the %s of training then left\n", pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), pl.Work.D().Round(time.Second))
 	}
-	fmt.Fprintf(w, "  carbon     %.4f kWh, %.2f g CO2eq (%.0f g/kWh); now %.0f g/kWh; %d green wait(s), %.2f h waited\n",
-		g.KWh, g.Grams, g.GPerKWh, g.NowGPerKWh, g.Waits, g.Waited(now)/3600)
+	// The intensity read at the last plan: the present only while the run
+	// goes on (an ended run's "now" was a stale reading).
+	reading := ""
+	switch {
+	case g.NowGPerKWh <= 0:
+	case live:
+		reading = fmt.Sprintf("now %.0f g/kWh; ", g.NowGPerKWh)
+	default:
+		reading = fmt.Sprintf("last read %.0f g/kWh; ", g.NowGPerKWh)
+	}
+	fmt.Fprintf(w, "  carbon     %.4f kWh, %.2f g CO2eq (%.0f g/kWh); %s%d green wait(s), %.2f h waited\n",
+		g.KWh, g.Grams, g.GPerKWh, reading, g.Waits, g.Waited(now)/3600)
 	if g.Batch > 0 && p.Batch != nil {
 		last := ""
 		if g.BatchAction != "" {

@@ -766,23 +766,31 @@ func TestPrintGreenPricingAndWaiting(t *testing.T) {
 
 // An ended run's plan is history: its windows are not shown as to come
 // (a completed run showed "plan 1 slot(s) for 0s of training … green
-// window 19:44–19:45").
+// window 19:44–19:45"), nor its last reading as the present.
 func TestPrintGreenPlanOfAnEndedRun(t *testing.T) {
 	now := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
 	pl := &spec.CarbonPlan{MadeAt: now.Add(-time.Hour), Deadline: now.Add(time.Hour), Work: spec.Duration(20 * time.Minute),
 		Slots: []spec.CarbonSlot{{Start: now.Add(10 * time.Minute), End: now.Add(30 * time.Minute), GPerKWh: 50}}}
-	g := &spec.GreenStatus{Policy: spec.GreenPolicy{Trace: "x.csv"}.WithDefaults(), Plan: pl}
+	g := &spec.GreenStatus{Policy: spec.GreenPolicy{Trace: "x.csv"}.WithDefaults(), Plan: pl, NowGPerKWh: 180}
 	for _, tc := range []struct {
 		live       bool
-		want, miss string
+		want, miss []string
 	}{
-		{true, "  plan       1 slot(s) for 20m0s of training", "last plan"},
-		{false, "  last plan  made 2026-12-06 13:00 UTC, for the 20m0s of training then left", "slot(s)"},
+		{true, []string{"  plan       1 slot(s) for 20m0s of training", "g/kWh); now 180 g/kWh; 0 green wait(s)"}, []string{"last plan", "last read"}},
+		{false, []string{"  last plan  made 2026-12-06 13:00 UTC, for the 20m0s of training then left", "g/kWh); last read 180 g/kWh; 0 green wait(s)"},
+			[]string{"slot(s)", "now 180"}},
 	} {
 		var b bytes.Buffer
 		printGreen(&b, g, tc.live, now)
-		if !strings.Contains(b.String(), tc.want) || strings.Contains(b.String(), tc.miss) {
-			t.Errorf("live %v:\n%s\nwant %q, not %q", tc.live, b.String(), tc.want, tc.miss)
+		for _, want := range tc.want {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("live %v:\n%s\nwant %q", tc.live, b.String(), want)
+			}
+		}
+		for _, miss := range tc.miss {
+			if strings.Contains(b.String(), miss) {
+				t.Errorf("live %v:\n%s\nwant no %q", tc.live, b.String(), miss)
+			}
 		}
 	}
 }
