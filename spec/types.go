@@ -1099,6 +1099,11 @@ type RunStatus struct {
 	// not act on was refused (a hand-sent green-override whose payload
 	// does not decode).
 	RefusedSignal string `json:"refused_signal,omitempty"`
+	// IgnoredSignals are the signals sent to the run under a name it does
+	// not know (`temporal workflow signal --name pasue …`), each with the
+	// name it most likely meant: Temporal keeps them unread, nothing acts
+	// on them. Filled by the status query.
+	IgnoredSignals []string `json:"ignored_signals,omitempty"`
 	// TargetNodes is the node count a run that went on with fewer nodes
 	// (a failure without a spare, a drained node without a replacement)
 	// grows back to as nodes come free (0: none).

@@ -165,6 +165,34 @@ func unknownInputFields(b []byte) string {
 	return "unknown fields " + strings.Join(names, ", ")
 }
 
+// controlSignals are the signals a user sends TrainingRun; it reads
+// checkpoint-saved too (its node workers', for an external job).
+func controlSignals() []string {
+	return []string{spec.SignalPause, spec.SignalResume, spec.SignalRescale, spec.SignalGreenOverride,
+		spec.SignalEvict, spec.SignalInjectFault}
+}
+
+// ignoredSignals picks, from the names of the signals still unread
+// (workflow.GetUnhandledSignalNames), those TrainingRun does not know,
+// sorted, each with the name it most likely meant: `"pasue" (did you
+// mean pause?)`. A known signal that is merely not read yet is not one.
+func ignoredSignals(unread []string) []string {
+	known := controlSignals()
+	var out []string
+	for _, name := range unread {
+		if slices.Contains(known, name) || name == spec.SignalCheckpointSaved {
+			continue
+		}
+		q := strconv.Quote(name)
+		if guess := suggest.DidYouMean(suggest.Nearest(name, known)); guess != "" {
+			q += " (" + guess + ")"
+		}
+		out = append(out, q)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // versionUnknownInput: an input with a field TrainingRun does not know
 // fails the run at once (before: the field was ignored). Asked only for
 // such an input, so that a history whose input held a field since removed
@@ -417,6 +445,7 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 	}
 	if err := workflow.SetQueryHandler(ctx, spec.QueryStatus, func() (spec.RunStatus, error) {
 		st := r.st.Status
+		st.IgnoredSignals = ignoredSignals(workflow.GetUnhandledSignalNames(ctx))
 		if why, next, ok := r.wantsNodes(); ok {
 			st.NodeAsk = &spec.NodeAsk{Why: why, Next: next, WaitingSince: r.askingSince}
 			if !r.askingSince.IsZero() {

@@ -169,6 +169,46 @@ func TestTrainingRunPauseResume(t *testing.T) {
 	}
 }
 
+// A signal under a name the run does not know (`temporal workflow signal
+// --name pasue`) changes nothing; the status names it with the name it
+// most likely meant, while a known one not read yet is not listed.
+func TestTrainingRunNamesIgnoredSignals(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 100 && in.Rank == 0 {
+			env.SignalWorkflow("pasue", nil)
+			env.SignalWorkflow("stop-now", map[string]bool{"force": true})
+			env.SignalWorkflow(spec.SignalPause, nil)
+		}
+	}
+	var held spec.RunStatus
+	env.RegisterDelayedCallback(func() {
+		held = queryStatus(t, env)
+		env.SignalWorkflow(spec.SignalResume, nil)
+	}, time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, spec.PhasePaused, held.Phase, "the pause acted on")
+	require.Equal(t, []string{`"pasue" (did you mean pause?)`, `"stop-now"`}, held.IgnoredSignals)
+	require.EqualValues(t, 300, st.Step)
+}
+
+func TestIgnoredSignals(t *testing.T) {
+	for _, tc := range []struct {
+		unread, want []string
+	}{
+		{nil, nil},
+		{[]string{spec.SignalPause, spec.SignalCheckpointSaved}, nil},
+		{[]string{"resme", "Pause", "scale"}, []string{`"Pause" (did you mean pause?)`, `"resme" (did you mean resume?)`, `"scale" (did you mean rescale?)`}},
+		{[]string{"xyzzy-plugh"}, []string{`"xyzzy-plugh"`}},
+	} {
+		require.Equal(t, tc.want, ignoredSignals(tc.unread), "%v", tc.unread)
+	}
+}
+
 // Outside the planned slot the run waits on a timer until the slot starts
 // (visible in the status), then trains.
 func TestTrainingRunGreenWaitThenRun(t *testing.T) {

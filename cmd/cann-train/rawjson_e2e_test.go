@@ -24,6 +24,7 @@ import (
 //	  --input '{"spec": {"name": "raw-json", "nodes": 2, "min_nodes": 1, "steps": 3000, "chunk_steps": 100}}'
 //	temporal workflow signal --workflow-id run/raw-json --name pause
 //	temporal workflow query --workflow-id run/raw-json --type status
+//	temporal workflow signal --workflow-id run/raw-json --name pasue   (named by status, nothing else)
 //	temporal workflow signal --workflow-id run/raw-json --name rescale --input '{"nodes": 1}'
 //	temporal workflow signal --workflow-id run/raw-json --name resume
 //
@@ -90,6 +91,14 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 	}
 	until("the stray field refused", func(m map[string]any) bool {
 		return strings.Contains(fmt.Sprint(m["refused_rescale"]), `json: unknown field "force"`)
+	})
+	// A signal under a name the run does not know changes nothing (Temporal
+	// keeps it unread); the status names it.
+	if err := c.SignalWorkflow(ctx, id, "", "pasue", nil); err != nil {
+		t.Fatal(err)
+	}
+	until("the unknown signal named", func(m map[string]any) bool {
+		return fmt.Sprint(m["ignored_signals"]) == `["pasue" (did you mean pause?)]`
 	})
 	if err := c.SignalWorkflow(ctx, id, "", "rescale", json.RawMessage(`{"nodes": 1}`)); err != nil {
 		t.Fatal(err)

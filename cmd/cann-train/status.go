@@ -731,6 +731,7 @@ type Summary struct {
 	PendingNodes   int                `json:"pending_nodes,omitempty"`
 	RefusedRescale string             `json:"refused_rescale,omitempty"`
 	RefusedSignal  string             `json:"refused_signal,omitempty"`
+	IgnoredSignals []string           `json:"ignored_signals,omitempty"`
 	TargetNodes    int                `json:"target_nodes,omitempty"`
 	Evicting       []string           `json:"evicting,omitempty"`
 	Leaving        []string           `json:"leaving,omitempty"`
@@ -896,7 +897,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
 		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, Crowded: st.Crowded, CutOff: st.CutOff, Error: st.Error,
-		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, RefusedSignal: st.RefusedSignal, TargetNodes: st.TargetNodes,
+		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, RefusedSignal: st.RefusedSignal, IgnoredSignals: st.IgnoredSignals, TargetNodes: st.TargetNodes,
 		Evicting: st.Evicting, Leaving: st.Leaving, NodeAsk: st.NodeAsk, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 		Energy: energySummary(st.Segments),
@@ -964,6 +965,10 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	printControls(w, s)
 	if s.RefusedSignal != "" {
 		fmt.Fprintf(w, "signal       %s\n", s.RefusedSignal)
+	}
+	if len(s.IgnoredSignals) > 0 {
+		fmt.Fprintf(w, "signal       ignored, not a run's: %s (a run's signals: pause, resume, rescale, green-override, evict, inject-fault; `cann-train pause|resume|scale|green` send them)\n",
+			strings.Join(s.IgnoredSignals, ", "))
 	}
 	switch {
 	case st.Model == spec.ModelExternal && st.TotalSteps == 0:

@@ -731,13 +731,17 @@ func TestLiveResumed(t *testing.T) {
 
 func TestStatusTextRefusedSignal(t *testing.T) {
 	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist",
-		RefusedSignal: `green-override signal refused: its payload {"until":"tomorrow"}: parsing time "tomorrow"`}
+		RefusedSignal:  `green-override signal refused: its payload {"until":"tomorrow"}: parsing time "tomorrow"`,
+		IgnoredSignals: []string{`"pasue" (did you mean pause?)`, `"stop"`}}
 	var b bytes.Buffer
 	if err := printStatus(&b, st, "text", "", "default"); err != nil {
 		t.Fatal(err)
 	}
-	if want := "signal       green-override signal refused: its payload {\"until\":\"tomorrow\"}"; !strings.Contains(b.String(), want) {
-		t.Errorf("status says\n%s\nwant %q", b.String(), want)
+	for _, want := range []string{"signal       green-override signal refused: its payload {\"until\":\"tomorrow\"}",
+		"signal       ignored, not a run's: \"pasue\" (did you mean pause?), \"stop\" (a run's signals: pause, resume,"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status says\n%s\nwant %q", b.String(), want)
+		}
 	}
 }
 
