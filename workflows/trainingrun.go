@@ -583,10 +583,14 @@ func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {
 				return r.fail(ctx, err)
 			}
 		}
+		before := r.st.Status.Step
 		if err := r.trainChunk(ctx); err != nil {
 			if err := r.recover(ctx, err); err != nil {
 				return r.fail(ctx, err)
 			}
+		}
+		if r.st.Status.Step > before {
+			r.st.Ctl.ResumeUnspent = false // spent: the run trained on (a recovery from a later checkpoint too)
 		}
 		if r.cancelSeen && r.st.Status.Step < r.spec.Steps {
 			return r.st.Status, ctx.Err() // its chunk ended at a checkpoint: the run ends cancelled there

@@ -45,6 +45,12 @@ type Controls struct {
 	PauseNow bool `json:"pause_now,omitempty"`
 	// Resumes counts resume signals; a change cuts a green wait short.
 	Resumes int `json:"resumes,omitempty"`
+	// ResumeUnspent: a resume cut the green policy's wait at the last
+	// boundary and the chunk (an external job's launch) it let start has
+	// not completed: a failure carries the cut to the next boundary
+	// (versionResumeOutlivesLoss), where the run would otherwise wait
+	// again without having trained.
+	ResumeUnspent bool `json:"resume_unspent,omitempty"`
 	// Rescale is the node count asked for and not yet applied (0: none).
 	Rescale int `json:"rescale,omitempty"`
 	// Evict are drained nodes to move off at the next chunk boundary;
@@ -209,7 +215,7 @@ func (r *run) controlled(ctx workflow.Context) bool {
 func (r *run) beforeChunk(ctx workflow.Context) error {
 	r.settle(ctx)
 	resumes := r.st.Ctl.Resumes
-	deferred := false
+	deferred, cut := false, false
 	for {
 		if r.st.Ctl.Paused {
 			if err := r.hold(ctx); err != nil {
@@ -229,7 +235,7 @@ func (r *run) beforeChunk(ctx workflow.Context) error {
 			deferred = !r.regrow(ctx)
 			continue
 		}
-		cut := r.st.Ctl.Resumes != resumes
+		cut = r.st.Ctl.Resumes != resumes || r.resumeCarried(ctx)
 		slot, wait := r.planGreen(ctx, !cut)
 		if !wait {
 			break
@@ -238,12 +244,27 @@ func (r *run) beforeChunk(ctx workflow.Context) error {
 			return err
 		}
 	}
+	r.st.Ctl.ResumeUnspent = cut
 	r.st.Status.Detail = ""
 	r.st.Status.WaitUntil = time.Time{}
 	if r.st.Status.Phase != spec.PhaseTraining {
 		r.setPhase(ctx, spec.PhaseTraining)
 	}
 	return nil
+}
+
+// versionResumeOutlivesLoss: a resume that cut a green wait short is
+// spent only by a chunk (launch) that completes; one that failed carries
+// it to the next boundary, which trains at once. Before, the run planned
+// there as if never resumed and waited again. Asked only at a boundary
+// after such a failure.
+const versionResumeOutlivesLoss = "resume-outlives-loss"
+
+// resumeCarried: the last boundary's resume was not spent (its chunk
+// failed): this boundary does not wait either.
+func (r *run) resumeCarried(ctx workflow.Context) bool {
+	return r.st.Ctl.ResumeUnspent && r.spec.Green != nil &&
+		workflow.GetVersion(ctx, versionResumeOutlivesLoss, workflow.DefaultVersion, 1) >= 1
 }
 
 // hold waits at the chunk boundary until a resume; the checkpoint the

@@ -310,6 +310,39 @@ func TestTrainingRunResumeCutsGreenWait(t *testing.T) {
 	require.Equal(t, 2, st.Green.Waits)
 }
 
+// A resume spent on a chunk that fails (node-2 lost, replaced by the
+// spare) carries to the next boundary: the recovered run trains at once
+// instead of waiting for 14:00 again; the chunk that completes spends it,
+// and the boundary after plans again (versionResumeOutlivesLoss).
+func TestTrainingRunResumeOutlivesAFailedChunk(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1")}
+	ch := &fakeChunks{}
+	ch.fail = func(in spec.ChunkInput) error {
+		if in.From != 0 || in.Membership.Generation != 1 {
+			return nil
+		}
+		if in.Membership.Nodes[in.Rank].ID == "node-2" {
+			return temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 50}) // a dead process
+		}
+		return temporal.NewApplicationErrorWithCause("rank 1 link lost", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 50})
+	}
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}}
+	env, starts := controlEnv(t, cl, ch, cb)
+	env.SetStartTime(day0)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, 2*time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100, HeartbeatTimeout: spec.Duration(time.Hour),
+		Green: &spec.GreenPolicy{Trace: "es.csv", Interruptible: true}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Len(t, st.Recoveries, 1)
+	got := starts()
+	require.Len(t, got, 4, "the failed chunk, its retry, and two more")
+	require.Equal(t, at("10:00"), got[0], "the resume let the first chunk start")
+	require.True(t, got[1].Before(at("10:05")), "the recovered run trained at once (%s), not at the window", got[1].Format(time.TimeOnly))
+	require.Equal(t, []time.Time{at("14:00"), at("14:00")}, got[2:], "the completed chunk spent the resume")
+	require.Equal(t, 2, st.Green.Waits)
+}
+
 // A contiguous job that trains before its window — a resume cut the
 // wait short, or an override set the policy aside and was then cleared —
 // has entered its window and runs on to the end; before, the next

@@ -216,7 +216,12 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 		if r.externalEvictDue() && r.st.Status.Step == r.ckptStep() {
 			r.evict(ctx) // between launches: nothing to stop
 		}
+		before := r.ckptStep()
 		err := r.runWorld(ctx, ext)
+		var failed *chunkFailure
+		if !errors.As(err, &failed) || r.ckptStep() > before {
+			r.st.Ctl.ResumeUnspent = false // spent: the world trained on, or was stopped on purpose
+		}
 		if err == nil {
 			break
 		}

@@ -69,7 +69,7 @@ func (r *run) beforeLaunch(ctx workflow.Context) error {
 	r.settle(ctx)
 	s := &r.st.Status
 	s.Step = r.ckptStep()
-	resumes := r.st.Ctl.Resumes
+	resumes, cut := r.st.Ctl.Resumes, false
 	for {
 		if r.st.Ctl.Paused && r.externalPause(ctx) {
 			if err := r.hold(ctx); err != nil {
@@ -77,7 +77,7 @@ func (r *run) beforeLaunch(ctx workflow.Context) error {
 			}
 			continue
 		}
-		cut := r.st.Ctl.Resumes != resumes
+		cut = r.st.Ctl.Resumes != resumes || r.resumeCarried(ctx)
 		slot, wait := r.planGreen(ctx, !cut)
 		if !wait {
 			break
@@ -86,6 +86,7 @@ func (r *run) beforeLaunch(ctx workflow.Context) error {
 			return err
 		}
 	}
+	r.st.Ctl.ResumeUnspent = cut
 	s.Detail, s.WaitUntil = "", time.Time{}
 	if s.Phase != spec.PhaseTraining {
 		r.setPhase(ctx, spec.PhaseTraining)

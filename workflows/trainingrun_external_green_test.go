@@ -40,11 +40,13 @@ type greenWorlds struct {
 	// the nodes have no meter); reads counts the calls.
 	meter func(node string, now time.Time) spec.EnergyReading
 	reads int
-	// crash, when set and closed, makes rank 1 of the first launch (from
-	// step 0) exit with status 1 at step 25; the first launch's ranks
-	// heartbeat meanwhile (the grace after a failure runs on the wall
-	// clock while activities run), and a relaunch finishes at once.
+	// crash, when set and closed, makes rank 1 of the first launch exit
+	// with status 1 at step 25; the first launch's ranks heartbeat
+	// meanwhile (the grace after a failure runs on the wall clock while
+	// activities run), and a relaunch finishes at once. first is the
+	// first launch's session.
 	crash chan struct{}
+	first string
 }
 
 func (g *greenWorlds) readEnergy(ctx context.Context) (spec.EnergyReading, error) {
@@ -71,6 +73,10 @@ func (g *greenWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.Chu
 	if in.Rank == 0 {
 		g.launches = append(g.launches, greenLaunch{in: in, at: g.env.Now().UTC()})
 	}
+	if g.first == "" {
+		g.first = in.Session
+	}
+	firstLaunch := in.Session == g.first
 	g.mu.Unlock()
 	from := int64(0)
 	if in.Restore != nil {
@@ -80,10 +86,10 @@ func (g *greenWorlds) run(ctx context.Context, in spec.ExternalInput) (*spec.Chu
 	var beat <-chan time.Time
 	finish := g.finish
 	if g.crash != nil {
-		if in.Rank == 1 && in.Restore == nil {
+		if in.Rank == 1 && firstLaunch {
 			crash = g.crash
 		}
-		if in.Restore != nil {
+		if !firstLaunch {
 			finish = closed
 		}
 		tick := time.NewTicker(100 * time.Millisecond)
@@ -751,6 +757,26 @@ func TestMeterEvery(t *testing.T) {
 			t.Errorf("%d nodes, meter_every %v: every %v, want %v", tc.nodes, tc.set, got, tc.want)
 		}
 	}
+}
+
+// A resume that cut the wait is not spent by a launch that fails before
+// its first checkpoint (node-2's rank exits): the relaunch starts at once,
+// not at the 14:00 window (versionResumeOutlivesLoss).
+func TestExternalGreenResumeOutlivesALostLaunch(t *testing.T) {
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{window14}, gramsPerChunk: 1}
+	env, g, _ := greenEnv(t, cb)
+	g.crash = make(chan struct{})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, 2*time.Hour)
+	env.RegisterDelayedCallback(func() { close(g.crash) }, 2*time.Hour+time.Second)
+	sp := greenExternalSpec(spec.GreenPolicy{Trace: "es.csv", Interruptible: true, Work: spec.Duration(10 * time.Hour)})
+	sp.HeartbeatTimeout = spec.Duration(time.Second)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: sp})
+	st := result(t, env)
+	require.Len(t, st.Recoveries, 1)
+	l := g.all()
+	require.Len(t, l, 2)
+	require.Equal(t, at("10:00"), l[0].at, "the resume launched it")
+	require.True(t, l[1].at.Before(at("10:05")), "relaunched at once (%s), not at the window", l[1].at.Format(time.TimeOnly))
 }
 
 // A launch that fails costs what it trained after its last checkpoint: a
