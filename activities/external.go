@@ -274,6 +274,20 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 			return nil, badJob("node %s: rank table: %v", n.ID, err)
 		}
 	}
+	if w.Launcher == launch.Ascend {
+		// The NPUs its runtime sees (the job's env wins, as in the
+		// processes' environment): a process addresses its NPU by its
+		// index there.
+		v, ok := x.Env["ASCEND_RT_VISIBLE_DEVICES"]
+		if !ok {
+			v = os.Getenv("ASCEND_RT_VISIBLE_DEVICES")
+		}
+		vis, err := launch.VisibleDevices(v)
+		if err != nil {
+			return nil, badJob("node %s: %v", n.ID, err)
+		}
+		w.Nodes[in.Rank].Visible = vis
+	}
 	procs, err := launch.Procs(w, in.Rank)
 	if err != nil {
 		return nil, badJob("node %s: %v", n.ID, err)

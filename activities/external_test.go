@@ -969,6 +969,46 @@ cp "$RANK_TABLE_FILE" "table-$CANN_TRAIN_RANK.json"`
 	}
 }
 
+// TestRunExternalAscendVisibleDevices: a job whose env renumbers the NPUs
+// (ASCEND_RT_VISIBLE_DEVICES "1,3", as a container given NPUs 1 and 3)
+// gives each process its NPU's index there as DEVICE_ID and
+// ASCEND_DEVICE_ID; a malformed list is a BadJob naming it.
+func TestRunExternalAscendVisibleDevices(t *testing.T) {
+	for _, tc := range []struct {
+		visible string
+		want    map[int]string // rank → DEVICE_ID ASCEND_DEVICE_ID
+		err     string
+	}{
+		{visible: "1,3", want: map[int]string{2: "1 1", 3: "0 0"}},
+		{visible: "1,x", err: `ASCEND_RT_VISIBLE_DEVICES="1,x"`},
+	} {
+		work := t.TempDir()
+		in := externalInput("visible", work, 2, "sh", "-c", `echo "$DEVICE_ID $ASCEND_DEVICE_ID" > "out-$CANN_TRAIN_RANK"`)
+		in.Spec.External.Launcher = spec.LauncherAscend
+		in.Spec.External.Env = map[string]string{"ASCEND_RT_VISIBLE_DEVICES": tc.visible}
+		in.Membership.Nodes[1].NPUIDs = []int{3, 1}
+		in.Rank = 1
+		n := externalNode(t, "n2", "file://"+filepath.Join(t.TempDir(), "ckpt"))
+		_, err := n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}})
+		if tc.err != "" {
+			var ae *temporal.ApplicationError
+			if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeBadJob || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v; want a BadJob naming %s", tc.visible, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rank, want := range tc.want {
+			out, _ := os.ReadFile(filepath.Join(work, fmt.Sprintf("out-%d", rank)))
+			if got := strings.TrimSpace(string(out)); got != want {
+				t.Errorf("%s: rank %d saw DEVICE_ID ASCEND_DEVICE_ID %q, want %q", tc.visible, rank, got, want)
+			}
+		}
+	}
+}
+
 // TestRunExternalMissingScript: a Python entrypoint whose script is not
 // in the job's workdir on the node fails the world at once with a
 // non-retryable BadJob naming the script and the directory (the run then

@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/cann-train/cann-train/ascend/ranktable"
 )
@@ -60,6 +62,46 @@ type Node struct {
 	// DEVICE_ID, ASCEND_DEVICE_ID and rank-table device_id (and
 	// DeviceIPs[DeviceIDs[i]] as its device_ip). Empty: 0..ProcsPerNode-1.
 	DeviceIDs []int
+	// Visible are the physical NPU ids the node's runtime sees, in the
+	// order it numbers them (ASCEND_RT_VISIBLE_DEVICES, as VisibleDevices
+	// parses it: a container that renumbers its NPUs): a process then
+	// addresses its NPU by the index there, its logical id, as DEVICE_ID
+	// and ASCEND_DEVICE_ID; the rank table keeps the physical id. Empty:
+	// the runtime numbers the NPUs by their physical ids.
+	Visible []int
+}
+
+// Logical is the id local rank lr's process addresses its NPU by: the
+// NPU's index in Visible, or its physical id when Visible is empty; an
+// error when Visible does not hold it.
+func (n Node) Logical(lr int) (int, error) {
+	phys := n.Device(lr)
+	if len(n.Visible) == 0 {
+		return phys, nil
+	}
+	if i := slices.Index(n.Visible, phys); i >= 0 {
+		return i, nil
+	}
+	return 0, fmt.Errorf("launch: node %s: NPU %d (local rank %d) is not among ASCEND_RT_VISIBLE_DEVICES %v, the NPUs its runtime sees: "+
+		"name the node's NPUs with `worker node --npu-ids` from that list, or leave ASCEND_RT_VISIBLE_DEVICES unset", n.ID, phys, lr, n.Visible)
+}
+
+// VisibleDevices parses an ASCEND_RT_VISIBLE_DEVICES value ("4,5,6,7"):
+// distinct physical ids ≥ 0; nil for "" (unset).
+func VisibleDevices(v string) ([]int, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return nil, nil
+	}
+	var ids []int
+	for f := range strings.SplitSeq(v, ",") {
+		id, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || id < 0 || slices.Contains(ids, id) {
+			return nil, fmt.Errorf("ASCEND_RT_VISIBLE_DEVICES=%q: want distinct NPU ids ≥ 0 separated by commas (\"4,5,6,7\"); %q is not one", v, f)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 // Device is the physical NPU id of the node's local rank lr: DeviceIDs[lr],
@@ -228,11 +270,15 @@ func Procs(w World, nodeRank int) ([]Proc, error) {
 			}
 		case Ascend:
 			// One process per device: the node's lr-th NPU. The rank
-			// table maps RANK_ID to (server, device_id); DEVICE_ID is that
-			// physical id, and so is ASCEND_DEVICE_ID (the logical id,
-			// the physical one while nothing sets
-			// ASCEND_RT_VISIBLE_DEVICES).
-			dev := itoa(w.Nodes[nodeRank].Device(lr))
+			// table maps RANK_ID to (server, device_id), the physical id;
+			// DEVICE_ID and ASCEND_DEVICE_ID are the id the runtime
+			// addresses it by: the physical one, or its index in
+			// ASCEND_RT_VISIBLE_DEVICES where that renumbers the NPUs.
+			logical, err := w.Nodes[nodeRank].Logical(lr)
+			if err != nil {
+				return nil, err
+			}
+			dev := itoa(logical)
 			for k, v := range map[string]string{
 				"RANK_TABLE_FILE": w.RankTableFile, "RANK_ID": itoa(rank), "RANK_SIZE": itoa(world),
 				"DEVICE_ID": dev, "ASCEND_DEVICE_ID": dev,

@@ -287,6 +287,61 @@ func TestAscendDeviceIDs(t *testing.T) {
 	}
 }
 
+// TestAscendVisibleDevices: where ASCEND_RT_VISIBLE_DEVICES renumbers the
+// NPUs (a container given 4–7), a process addresses its NPU by the index
+// there — DEVICE_ID and ASCEND_DEVICE_ID — while the rank table keeps the
+// physical id; an NPU outside the list cannot launch, naming both.
+func TestAscendVisibleDevices(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ids     []int
+		visible string
+		want    []string // DEVICE_ID of local ranks 0, 1
+		err     string
+	}{
+		{name: "unset", ids: []int{4, 6}, want: []string{"4", "6"}},
+		{name: "renumbered", ids: []int{4, 6}, visible: "4,5,6,7", want: []string{"0", "2"}},
+		{name: "reordered", ids: []int{4, 6}, visible: " 6, 4 ", want: []string{"1", "0"}},
+		{name: "unnamed NPUs", visible: "2,3", err: "NPU 0 (local rank 0) is not among ASCEND_RT_VISIBLE_DEVICES [2 3]"},
+		{name: "outside", ids: []int{4, 6}, visible: "4,5", err: "NPU 6 (local rank 1) is not among ASCEND_RT_VISIBLE_DEVICES [4 5]"},
+	} {
+		w := twoNodes(Ascend)
+		w.Nodes[1].DeviceIDs = tc.ids
+		vis, err := VisibleDevices(tc.visible)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		w.Nodes[1].Visible = vis
+		ps, err := Procs(w, 1)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v; want %q", tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for lr, want := range tc.want {
+			if got := ps[lr].Env; got["DEVICE_ID"] != want || got["ASCEND_DEVICE_ID"] != want {
+				t.Errorf("%s: local rank %d: DEVICE_ID %s ASCEND_DEVICE_ID %s; want %s", tc.name, lr, got["DEVICE_ID"], got["ASCEND_DEVICE_ID"], want)
+			}
+		}
+		tab, err := RankTable(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, d, _ := tab.Lookup(3); d.DeviceID != tc.ids[1] {
+			t.Errorf("%s: rank table device_id %d; want the physical %d", tc.name, d.DeviceID, tc.ids[1])
+		}
+	}
+	for _, bad := range []string{"4,x", "4,4", "-1", "4,,5"} {
+		if _, err := VisibleDevices(bad); err == nil || !strings.Contains(err.Error(), "want distinct NPU ids") {
+			t.Errorf("VisibleDevices(%q): %v", bad, err)
+		}
+	}
+}
+
 // TestAscendHostNameDeviceIP: a node advertised by host name stands in
 // its resolved address (HostIP) for the device_ip hccn.conf does not give;
 // unresolved, the error says what to give.
