@@ -71,6 +71,12 @@ all of that itself (zero=, recompute=, overlap=true, ...).
 			if modelArg == "" || clusterArg == "" {
 				return errors.New("--model and --cluster are required: a YAML file or a preset (--list-presets)")
 			}
+			// Given, even empty, --evaluate scores a plan: `--evaluate ""` (an
+			// unset shell variable) is a mistake, not a request to search.
+			evaluating := cmd.Flags().Changed("evaluate")
+			if evaluating && strings.TrimSpace(evaluate) == "" {
+				return errors.New(`--evaluate: empty plan: want one such as "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1" (leave --evaluate out to search)`)
+			}
 			m, err := loadModel(modelArg)
 			if err != nil {
 				return err
@@ -79,12 +85,12 @@ all of that itself (zero=, recompute=, overlap=true, ...).
 			if err != nil {
 				return err
 			}
-			opts, err := space.options(cmd, top, evaluate != "")
+			opts, err := space.options(cmd, top, evaluating)
 			if err != nil {
 				return err
 			}
 			var res []strategy.Estimate
-			if evaluate != "" {
+			if evaluating {
 				p, err := strategy.ParsePlanOn(evaluate, c)
 				if err != nil {
 					return fmt.Errorf("--evaluate: %w", err)
@@ -96,15 +102,16 @@ all of that itself (zero=, recompute=, overlap=true, ...).
 			var werr error
 			switch output {
 			case "html":
-				rep := strategy.Report{Model: m, Cluster: c, Estimates: res}
-				if evaluate == "" {
+				rep := strategy.Report{Model: m, Cluster: c, Estimates: res, Evaluated: evaluating}
+				if !evaluating {
 					rep.Space = opts.Describe()
 				}
 				werr = strategy.WriteHTML(e.out, rep)
 			case "json":
 				enc := json.NewEncoder(e.out)
 				enc.SetIndent("", "  ")
-				if evaluate != "" {
+				enc.SetEscapeHTML(false) // (a note's "pp > 1" stays readable)
+				if evaluating {
 					werr = enc.Encode(res[0])
 				} else {
 					werr = enc.Encode(res)
@@ -112,7 +119,7 @@ all of that itself (zero=, recompute=, overlap=true, ...).
 			default:
 				werr = strategy.WriteTable(e.out, res)
 			}
-			if werr == nil && evaluate != "" && !res[0].Feasible {
+			if werr == nil && evaluating && !res[0].Feasible {
 				// Printed (the reason is in the output); the exit status says it
 				// cannot run, for scripts.
 				return &exitError{fmt.Errorf("--evaluate: the plan cannot run: %s", oneLineReason(res[0].Reason))}

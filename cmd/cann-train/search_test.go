@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -305,6 +306,133 @@ func TestSearchHTML(t *testing.T) {
 				if strings.Contains(page, asset) {
 					t.Errorf("page has an external asset or script: %q", asset)
 				}
+			}
+		})
+	}
+}
+
+// TestSearchEvaluateSaysWhatItPrices: `--evaluate ""` (say an unset shell
+// variable) is an error, not a search of every plan; a pipelined zero=3
+// plan says, in every output, that it is priced as a lower stage and why;
+// the HTML page of an evaluation says "Plan evaluated".
+func TestSearchEvaluateSaysWhatItPrices(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append([]string{"search", "--model", "gpt3_18.4b", "--cluster", "vtrain_a100_256"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	const z3 = "tp=8,pp=2,dp=16,mb=2,recompute=full,zero=3"
+	const note = "zero=3 with pp > 1 is priced as ZeRO-1"
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		err      string   // "" succeeds
+		contains []string // in the output
+		not      []string
+	}{
+		{"empty plan", []string{"--evaluate", ""}, `--evaluate: empty plan: want one such as "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=1" (leave --evaluate out to search)`, nil, nil},
+		{"blank plan", []string{"--evaluate", "  "}, "--evaluate: empty plan", nil, nil},
+		{"empty plan, json", []string{"--evaluate=", "-o", "json"}, "--evaluate: empty plan", nil, nil},
+		{"zero=3 table", []string{"--evaluate", z3}, "", []string{" 3→1 ", "note: " + note}, nil},
+		{"zero=3 json", []string{"--evaluate", z3, "-o", "json"}, "", []string{`"zero": 3`, `"priced_zero": 1`, `"note": "` + note}, nil},
+		{"zero=3 html", []string{"--evaluate", z3, "-o", "html"}, "", []string{"<h2>Plan evaluated</h2>", "<td>3→1</td>", "note: zero=3 with pp &gt; 1 is priced as ZeRO-1", "12.5 GB/s inter-node"},
+			[]string{"Top 1 plan", "plan best"}},
+		{"zero=1 json", []string{"--evaluate", strings.Replace(z3, "zero=3", "zero=1", 1), "-o", "json"}, "", []string{`"priced_zero": 1`}, []string{`"note"`}},
+		{"boolean the message names", []string{"--evaluate", z3 + ",overlap=1,sp=0"}, "", nil, nil},
+		{"boolean it does not", []string{"--evaluate", z3 + ",sp=yes"}, `sp: "yes": want true, false, 1 or 0`, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := run(tc.args...)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				if out != "" {
+					t.Errorf("printed %d bytes, want nothing:\n%.300s", len(out), out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range tc.contains {
+				if !strings.Contains(out, s) {
+					t.Errorf("output lacks %q:\n%s", s, out)
+				}
+			}
+			for _, s := range tc.not {
+				if strings.Contains(out, s) {
+					t.Errorf("output has %q", s)
+				}
+			}
+		})
+	}
+	// A search lists each configuration once: its zero=3 twins of pipelined
+	// ZeRO-1 plans are gone (gpt3_18.4b's top 6 were 3 plans, each twice).
+	out, err := run("--top", "6", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res []strategy.Estimate
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res) != 6 {
+		t.Fatalf("%v, %d plans", err, len(res))
+	}
+	seen := map[string]bool{}
+	for _, e := range res {
+		key := fmt.Sprintf("%.9g %.9g", e.StepTimeS, e.MemPerDeviceGiB)
+		if seen[key] {
+			t.Errorf("%s: a second plan with the same step time and memory (%s)", e.Config, key)
+		}
+		seen[key] = true
+	}
+}
+
+// TestSearchSpecFiles: model and cluster files that are not one YAML
+// document are refused naming the file (and the line of the second
+// document), and a file's problems come in line order.
+func TestSearchSpecFiles(t *testing.T) {
+	dir := t.TempDir()
+	model, err := strategy.Preset("gpt3_3.6b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := strategy.Preset("vtrain_a100_64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	goodM, goodC := write("m.yaml", string(model)), write("c.yaml", string(cluster))
+	mLines, cLines := strings.Count(string(model), "\n"), strings.Count(string(cluster), "\n")
+	for _, tc := range []struct {
+		name           string
+		model, cluster string
+		want           string
+	}{
+		{"model, second document", write("m2.yaml", string(model)+"---\nlayers: -5\nbogus: 1\n"), goodC,
+			fmt.Sprintf("m2.yaml: 1 problem(s):\n  line %d: (document): a second YAML document (---): one spec per file", mLines+1)},
+		{"cluster, second document", goodM, write("c2.yaml", string(cluster)+"---\nnodes: 1\n"),
+			fmt.Sprintf("c2.yaml: 1 problem(s):\n  line %d: (document): a second YAML document (---): one spec per file", cLines+1)},
+		{"empty model", write("empty.yaml", ""), goodC, "empty.yaml: 1 problem(s):\n  (document): empty file (no YAML mapping)"},
+		{"comments-only cluster", goodM, write("comments.yaml", "# to do\n"), "comments.yaml: 1 problem(s):\n  (document): empty file (no YAML mapping)"},
+		{"bare --- model", write("dashes.yaml", "---\n"), goodC, "dashes.yaml: 1 problem(s):\n  (document): empty file (no YAML mapping)"},
+		{"problems in line order", goodM, write("bad.yaml", "name: c\nnodes: 8\ndevices_per_node: 8\ndevice: a100-80gb\nintra_node_gbps: 300\ninter_node_gbps: 0\nreserved_gib: 0\n"),
+			"bad.yaml: 2 problem(s):\n  line 6: inter_node_gbps: 0 out of range (0, 1e+06]\n  line 7: reserved_gib: 0 is out of range: leave it out for the default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+			root.SetArgs([]string{"search", "--model", tc.model, "--cluster", tc.cluster, "--top", "1"})
+			err := root.Execute()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v\nwant one containing %q", err, tc.want)
 			}
 		})
 	}

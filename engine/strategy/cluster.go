@@ -335,10 +335,19 @@ var clusterRequired = map[string]string{
 }
 
 // ParseCluster decodes a cluster spec; name is used in errors. The device is
-// a profile name (see Profiles) or an inline mapping.
+// a profile name (see Profiles) or an inline mapping. A file that is not
+// one YAML document (empty, or a second one after "---") is refused as
+// such.
 func ParseCluster(name string, data []byte) (Cluster, error) {
+	if err := oneDocument(name, data, clusterWants); err != nil {
+		return Cluster{}, err
+	}
 	return parseCluster(name, data, maxDecodePasses)
 }
+
+// clusterWants is what an empty cluster file is told to give.
+const clusterWants = "a cluster spec gives at least name, nodes, devices_per_node, device and the link bandwidths " +
+	"(`cann-train search --show-preset vtrain_a100_64` prints one to start from)"
 
 func parseCluster(name string, data []byte, passes int) (Cluster, error) {
 	file, perr := parser.ParseBytes(data, 0)

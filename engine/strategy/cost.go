@@ -17,6 +17,16 @@ type Estimate struct {
 	// (Reason names the field) or does not fit in device memory.
 	Feasible bool   `json:"feasible"`
 	Reason   string `json:"reason"`
+	// PricedZeRO is the ZeRO stage whose memory and communication the
+	// estimate prices: Plan.ZeRO, except for ZeRO-3 in a pipeline, which
+	// keeps each stage's parameters gathered across the step's
+	// micro-batches and so runs as ZeRO-1 does, or ZeRO-2 where whole
+	// gradients do not fit (Note says which and why). A table shows it as
+	// "3→1".
+	PricedZeRO int `json:"priced_zero"`
+	// Note says where the estimate prices something other than what the
+	// plan names; empty otherwise.
+	Note string `json:"note,omitempty"`
 
 	StepTimeS           float64 `json:"step_time_s"`
 	TokensPerS          float64 `json:"tokens_per_s"`
@@ -83,10 +93,10 @@ type TimeBreakdown struct {
 func Evaluate(m Model, c Cluster, p Plan) Estimate {
 	ev, err := newEvaluator(m, c)
 	if err != nil {
-		return Estimate{Plan: p, Config: p.String(), Reason: err.Error()}
+		return Estimate{Plan: p, Config: p.String(), Reason: err.Error(), PricedZeRO: p.ZeRO}
 	}
 	if err := Check(ev.m, ev.c, p); err != nil {
-		return Estimate{Plan: p, Config: p.String(), Reason: err.Error()}
+		return Estimate{Plan: p, Config: p.String(), Reason: err.Error(), PricedZeRO: p.ZeRO}
 	}
 	var e Estimate
 	ev.eval(p, &e)
@@ -524,6 +534,10 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	if peakTotal < 0 {
 		peak, peakTotal = memory(zero)
 	}
+	e.PricedZeRO = zero
+	if zero != p.ZeRO {
+		e.Note = pipelinedZeRO3Note(zero)
+	}
 	pf, gf, of, actFirst, totFirst := peak.params, peak.grads, peak.opt, peak.act, peakTotal
 	e.Mem = MemoryBreakdown{ParamsGiB: pf / gib, GradsGiB: gf / gib, OptimizerGiB: of / gib, ActivationsGiB: actFirst / gib, ReservedGiB: c.ReservedGiB}
 	e.MemPerDeviceGiB = totFirst / gib
@@ -603,6 +617,17 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	// micro-batch for ZeRO-2 (below); ZeRO-3 is z3 above.
 	var dpT float64
 	if zero < 3 && dpGroup > 1 {
+		// The busiest stage's layers and the word embeddings: exact for an
+		// even split, where the first stage, which ends the step's last
+		// backward pass, holds both. For an uneven split it is an upper
+		// bound (a stage in between holds no embedding). Pricing each
+		// stage's own volume instead — the embeddings on the end stages
+		// only — is tighter (BLOOM's row 39: 0.27 s of 97.7) but not
+		// physical with a split chosen on compute alone: a faster device
+		// that moves a layer onto an end stage holding BLOOM's 3.6 B
+		// embedding parameters would predict a slower step
+		// (TestCostModelIsPhysical). That needs the split chosen on the
+		// whole step, reductions included.
 		busiest := float64(max(st.Middle, st.Last))
 		dense := (busiest*ev.denseParams + ev.embedParams) / t
 		exp := busiest * ev.expertParams / t / float64(p.EP)
@@ -749,4 +774,16 @@ func (ev *evaluator) activationBytes(p Plan, layers int, inflight float64) float
 		return float64(layers)*inflight*in + full
 	}
 	return float64(layers) * inflight * per
+}
+
+// pipelinedZeRO3Note says why a pipelined ZeRO-3 plan is priced as
+// ZeRO-stage priced (1 or 2), for Estimate.Note.
+func pipelinedZeRO3Note(priced int) string {
+	const kept = "zero=3 with pp > 1 is priced as ZeRO-%d: a pipeline stage keeps its parameters gathered from the step's " +
+		"first micro-batch to its last (no resharding after forward, as Llama 3 and torch's pipeline schedules run FSDP)"
+	if priced == 1 {
+		return fmt.Sprintf(kept+" and its gradients whole, reduce-scattered once per step: ZeRO-1's memory and traffic", priced)
+	}
+	return fmt.Sprintf(kept+"; whole gradients do not fit, so each micro-batch's are reduce-scattered into shards: "+
+		"ZeRO-2's memory and traffic", priced)
 }

@@ -2,9 +2,11 @@ package strategy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -536,5 +538,71 @@ func TestZeRO3InAPipeline(t *testing.T) {
 	if !(f3.Time.DPCommS > 2*f1.Time.DPCommS && f3.Mem.ParamsGiB < f1.Mem.ParamsGiB/4) {
 		t.Errorf("ZeRO-3 without a pipeline: DP %.3f s and %.2f GiB of parameters against ZeRO-1's %.3f s and %.2f: want per-micro-batch gathers of sharded parameters",
 			f3.Time.DPCommS, f3.Mem.ParamsGiB, f1.Time.DPCommS, f1.Mem.ParamsGiB)
+	}
+}
+
+// TestPricedZeRO: an estimate says which ZeRO stage it prices. A pipelined
+// ZeRO-3 plan runs as ZeRO-1 where whole gradients fit, as ZeRO-2 where
+// only sharded ones do, and as ZeRO-3 only where neither fits; the first
+// two say so in Note, and the table shows "3→1" and the note.
+func TestPricedZeRO(t *testing.T) {
+	m, c := mustModel(t, "gpt3_18.4b"), mustCluster(t, "vtrain_a100_256")
+	big, sel := mustModel(t, "gpt3_174.6b"), mustCluster(t, "selene_a100_384")
+	for _, tc := range []struct {
+		name   string
+		m      Model
+		c      Cluster
+		plan   string
+		priced int
+		note   string // "" none
+		label  string // the table's zero column
+	}{
+		{"pipelined, ZeRO-1 fits", m, c, "tp=8,pp=2,dp=16,mb=2,recompute=full,zero=3", 1,
+			"zero=3 with pp > 1 is priced as ZeRO-1: a pipeline stage keeps its parameters gathered", "3→1"},
+		{"pipelined, only ZeRO-2 fits", big, sel, "tp=4,pp=2,dp=48,mb=1,recompute=full,zero=3", 2,
+			"zero=3 with pp > 1 is priced as ZeRO-2: a pipeline stage keeps its parameters gathered", "3→2"},
+		{"pipelined, neither fits", big, sel, "tp=2,pp=2,dp=96,mb=1,recompute=full,zero=3", 3, "", "3"},
+		{"no pipeline", m, c, "tp=8,pp=1,dp=32,mb=2,recompute=full,zero=3", 3, "", "3"},
+		{"ZeRO-1", m, c, "tp=8,pp=2,dp=16,mb=2,recompute=full,zero=1", 1, "", "1"},
+		{"refused by Check", m, c, "tp=8,pp=2,dp=16,mb=7,recompute=full,zero=3", 3, "", "3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParsePlan(tc.plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := Evaluate(tc.m, tc.c, p)
+			if e.PricedZeRO != tc.priced || e.Plan.ZeRO != p.ZeRO {
+				t.Errorf("priced ZeRO-%d (plan %d), want %d (plan %d)", e.PricedZeRO, e.Plan.ZeRO, tc.priced, p.ZeRO)
+			}
+			if tc.note == "" && e.Note != "" || !strings.Contains(e.Note, tc.note) {
+				t.Errorf("note %q, want %q", e.Note, tc.note)
+			}
+			var b strings.Builder
+			if err := WriteTable(&b, []Estimate{e, e}); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+			if got := strings.Fields(lines[1])[10]; got != tc.label { // #, tp, pp, dp, cp, ep, mb, vpp, sp, recompute, zero
+				t.Errorf("zero column %q, want %q:\n%s", got, tc.label, b.String())
+			}
+			wantLines := 3 // header and two rows
+			if tc.note != "" {
+				wantLines++ // the note, once for both rows
+				if last := lines[len(lines)-1]; last != "note: "+e.Note {
+					t.Errorf("last line %q, want the note", last)
+				}
+			}
+			if len(lines) != wantLines {
+				t.Errorf("%d lines, want %d:\n%s", len(lines), wantLines, b.String())
+			}
+			j, err := json.Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(j), fmt.Sprintf(`"priced_zero":%d`, tc.priced)) || (tc.note != "") != strings.Contains(string(j), `"note":`) {
+				t.Errorf("JSON does not say what is priced: %s", j)
+			}
+		})
 	}
 }

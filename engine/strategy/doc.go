@@ -13,19 +13,23 @@
 // are read from YAML by [LoadModel]/[ParseModel] and
 // [LoadCluster]/[ParseCluster] with strict decoding: unknown fields, wrong
 // types and impossible values come back as a [*SpecError] whose
-// [FieldError]s name the field and its line. Embedded presets ([Presets],
+// [FieldError]s name the field and its line, in line order; an empty file
+// or a second YAML document ("---") is refused as such. Embedded presets ([Presets],
 // [Preset], [PresetModel], [PresetCluster]) cover the calibration runs,
 // moe_bert, a 1T GPT and 1024_ascend910b. Device profiles ([Profiles]):
 // Ascend 910 (A), the three Atlas A2 / 910B variants, A100-80GB, H100,
 // H200 and one core of the project's build machine.
 //
 // [ParsePlan] reads "tp=8,pp=12,dp=4,mb=1,recompute=full,zero=0,vpp=1,
-// sp=false,ep=1,cp=1" (plus overlap=true|false). [Check] says why a plan
-// cannot run (heads not divisible by tp, batch not divisible by dp·mb, …).
+// sp=false,ep=1,cp=1" (plus overlap=true|false; booleans are true, false,
+// 1 or 0). [Check] says why a plan cannot run (heads not divisible by tp,
+// batch not divisible by dp·mb, seq_len not divisible by 2·cp, …).
 // [Evaluate] never fails: it returns an [Estimate] with step time,
 // throughput, TFLOP/s and MFU per device, memory per device with its
 // breakdown and headroom, the time breakdown, communication and bubble
-// shares, the failure blast radius, and Feasible/Reason. [Search]
+// shares, the failure blast radius, Feasible/Reason, and the ZeRO stage it
+// prices (PricedZeRO, with a Note where a pipelined zero=3 runs as ZeRO-1
+// or ZeRO-2; the search lists such a plan once, at the lower stage). [Search]
 // enumerates DP×TP×PP×CP×EP, micro-batch, recompute, ZeRO stage,
 // interleaving and SP over all devices of the cluster, drops plans that do
 // not fit in memory and returns the top k by throughput (ties: more

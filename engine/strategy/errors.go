@@ -9,6 +9,9 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/lexer"
+	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
 
 	"github.com/cann-train/cann-train/internal/suggest"
 	"github.com/cann-train/cann-train/internal/yamlpos"
@@ -182,8 +185,62 @@ func allUnknown(fields []FieldError) bool {
 	return len(fields) > 0
 }
 
-// joinProblems merges *SpecErrors of one file, in order; nil when there
-// are none.
+// oneDocument refuses a spec file that is not one YAML document, naming
+// the file: nothing in it (an empty file, only comments, a bare "---";
+// decoded, every required field would be said missing, which hides what
+// is wrong), or a second document after the first (the decoder reads the
+// first and ignores the rest, their mistakes too). what says what a spec
+// of the kind gives at least. A file that does not parse is left to the
+// decoder, whose syntax error says more. (The job-file reader of package
+// spec refuses such files so too; its check is not exported, and it
+// counts the parser's documents, which drop what follows two "---" in a
+// row: this one reads the tokens.)
+func oneDocument(name string, data []byte, what string) error {
+	if _, err := parser.ParseBytes(data, 0); err != nil {
+		return nil
+	}
+	content, directive := false, false
+	var boundary *token.Token // the first document marker after content
+	for _, tk := range lexer.Tokenize(string(data)) {
+		switch tk.Type {
+		case token.CommentType:
+			continue
+		case token.DirectiveType: // %YAML 1.2: up to the "---" it needs
+			directive = true
+			continue
+		case token.DocumentHeaderType, token.DocumentEndType:
+			directive = false
+			if content && boundary == nil {
+				boundary = tk
+			}
+			continue
+		}
+		if directive {
+			continue
+		}
+		if boundary != nil {
+			fe := FieldError{Field: "(document)", Msg: "a second YAML document (---): one spec per file"}
+			if boundary.Type == token.DocumentEndType {
+				fe.Msg = "a second YAML document (after the document end ...): one spec per file"
+			}
+			if boundary.Position != nil {
+				fe.Line = boundary.Position.Line
+			}
+			return &SpecError{File: name, Fields: []FieldError{fe}}
+		}
+		content = true
+	}
+	if !content {
+		return &SpecError{File: name, Fields: []FieldError{{Field: "(document)", Msg: "empty file (no YAML mapping): " + what}}}
+	}
+	return nil
+}
+
+// joinProblems merges *SpecErrors of one file in line order (those
+// without a line last, in the order given: the README promises a file's
+// problems in line order, and strict decoding, the zeros a file writes
+// and validation each find theirs in an order of their own); nil when
+// there are none.
 func joinProblems(name string, errs ...error) error {
 	var fields []FieldError
 	for _, err := range errs {
@@ -199,6 +256,7 @@ func joinProblems(name string, errs ...error) error {
 	if len(fields) == 0 {
 		return nil
 	}
+	yamlpos.SortByLine(fields, func(f FieldError) int { return f.Line })
 	return &SpecError{File: name, Fields: fields}
 }
 

@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"io"
 	"math"
+	"strconv"
 )
 
 // Report is what WriteHTML renders: the ranked estimates of one model on
@@ -19,6 +20,10 @@ type Report struct {
 	// Space says what the search covered (SearchOptions.Describe); empty
 	// for a default search or a single evaluated plan.
 	Space string
+	// Evaluated marks the estimates of plans the user gave (cann-train
+	// search --evaluate), not a search's ranking: the page heads them
+	// "Plan evaluated" and marks none best.
+	Evaluated bool
 }
 
 // WriteHTML writes r as one self-contained HTML page (inline CSS, no
@@ -31,8 +36,9 @@ type Report struct {
 // name is HTML-escaped (html/template). The output is deterministic.
 func WriteHTML(w io.Writer, r Report) error {
 	m, c := r.Model.WithDefaults(), r.Cluster.WithDefaults()
-	v := htmlView{Title: r.Title, Model: m, Cluster: c, Devices: c.Devices(), Space: r.Space,
-		ParamsB: m.Params() / 1e9, ActiveB: m.ActiveParams() / 1e9, MoE: m.moe(), Convention: FLOPConvention}
+	v := htmlView{Title: r.Title, Model: m, Cluster: c, Devices: c.Devices(), Space: r.Space, Evaluated: r.Evaluated,
+		ParamsB: m.Params() / 1e9, ActiveB: m.ActiveParams() / 1e9, MoE: m.moe(), Convention: FLOPConvention,
+		Notes: notes(r.Estimates)}
 	if v.Title == "" {
 		v.Title = fmt.Sprintf("Parallel strategies: %s on %s", m.Name, c.Name)
 	}
@@ -54,6 +60,8 @@ type htmlView struct {
 	MoE              bool
 	Convention       string
 	Space            string
+	Evaluated        bool
+	Notes            []string // Estimate.Note, each once
 	Rows             []htmlRow
 }
 
@@ -65,6 +73,7 @@ type htmlRow struct {
 	MemUsedPct, MemReservedPct, MemFreePct float64
 	Over                                   bool // does not fit
 	Time                                   []htmlSegment
+	ZeRO                                   string // zeroLabel: "3→1" where another stage is priced
 }
 
 type htmlSegment struct {
@@ -81,7 +90,7 @@ func pct(part, whole float64) float64 {
 }
 
 func newHTMLRow(rank int, e Estimate, capGiB float64) htmlRow {
-	row := htmlRow{Rank: rank, E: e}
+	row := htmlRow{Rank: rank, E: e, ZeRO: zeroLabel(e)}
 	row.MemUsedPct = pct(e.MemPerDeviceGiB, capGiB)
 	row.MemReservedPct = min(pct(e.Mem.ReservedGiB, capGiB), 100-row.MemUsedPct)
 	row.MemFreePct = max(0, math.Round(10*(100-row.MemUsedPct-row.MemReservedPct))/10)
@@ -106,7 +115,10 @@ func newHTMLRow(rank int, e Estimate, capGiB float64) htmlRow {
 }
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f":   func(prec int, v float64) string { return fmt.Sprintf("%.*f", prec, v) },
+	"f": func(prec int, v float64) string { return fmt.Sprintf("%.*f", prec, v) },
+	// num writes a spec's number as given: 12.5 GB/s stays 12.5, 0.21
+	// TFLOP/s stays 0.21 (f 0 rounded them to 12 and 0).
+	"num": func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) },
 	"pct": func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
 	"thousands": func(v float64) string {
 		s := fmt.Sprintf("%.0f", v)
@@ -163,12 +175,12 @@ code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
 <table>
 <tr><td>cluster</td><td><b>{{.Cluster.Name}}</b></td></tr>
 <tr><td>devices</td><td>{{.Cluster.Nodes}} × {{.Cluster.DevicesPerNode}} = {{.Devices}} {{.Cluster.Device.Name}}</td></tr>
-<tr><td>device</td><td>{{f 0 .Cluster.Device.PeakTFLOPS}} TFLOP/s peak, {{f 0 .Cluster.Device.MemoryGiB}} GiB, {{f 0 .Cluster.Device.HBMGBps}} GB/s</td></tr>
-<tr><td>fabric</td><td>{{f 0 .Cluster.IntraNodeGBps}} GB/s intra-node, {{f 0 .Cluster.InterNodeGBps}} GB/s inter-node (per device, one way)</td></tr>
+<tr><td>device</td><td>{{num .Cluster.Device.PeakTFLOPS}} TFLOP/s peak, {{num .Cluster.Device.MemoryGiB}} GiB, {{num .Cluster.Device.HBMGBps}} GB/s</td></tr>
+<tr><td>fabric</td><td>{{num .Cluster.IntraNodeGBps}} GB/s intra-node, {{num .Cluster.InterNodeGBps}} GB/s inter-node (per device, one way)</td></tr>
 </table>
 </div>
 
-<h2>Top {{len .Rows}} plan{{if ne (len .Rows) 1}}s{{end}}</h2>
+<h2>{{if .Evaluated}}Plan{{if ne (len .Rows) 1}}s{{end}} evaluated{{else}}Top {{len .Rows}} plan{{if ne (len .Rows) 1}}s{{end}}{{end}}</h2>
 {{if .Space}}<p class="note">searched: {{.Space}}</p>
 {{end}}<p class="legend note">memory: <span class="used"></span>used <span class="reserved"></span>reserved <span class="free"></span>free ·
 time: <span class="compute"></span>compute <span class="tp"></span>TP <span class="cp"></span>CP <span class="ep"></span>EP <span class="pp"></span>PP <span class="dp"></span>DP <span class="bubble"></span>bubble <span class="opt"></span>optimizer</p>
@@ -179,7 +191,7 @@ time: <span class="compute"></span>compute <span class="tp"></span>TP <span clas
 </thead>
 <tbody>
 {{- range .Rows}}
-<tr class="plan{{if not .E.Feasible}} infeasible{{else if eq .Rank 1}} best{{end}}">
+<tr class="plan{{if not .E.Feasible}} infeasible{{else if and (eq .Rank 1) (not $.Evaluated)}} best{{end}}">
 <td>{{.Rank}}</td>
 {{- if .E.Feasible}}
 <td>{{f 3 .E.StepTimeS}}</td><td>{{thousands .E.TokensPerS}}</td><td>{{f 1 .E.TFLOPSPerDevice}}</td><td>{{pct .E.MFU}}</td>
@@ -195,13 +207,14 @@ time: <span class="compute"></span>compute <span class="tp"></span>TP <span clas
 <td>-</td><td>-</td><td class="l">-</td>
 {{- end}}
 <td>{{.E.BlastRadius}}</td>
-<td>{{.E.Plan.TP}}</td><td>{{.E.Plan.PP}}</td><td>{{.E.Plan.DP}}</td><td>{{.E.Plan.CP}}</td><td>{{.E.Plan.EP}}</td><td>{{.E.Plan.MicroBatch}}</td><td>{{.E.Plan.VPP}}</td><td>{{.E.Plan.SP}}</td><td>{{.E.Plan.Recompute}}</td><td>{{.E.Plan.ZeRO}}</td><td>{{.E.Plan.Overlap}}</td><td>{{.E.Microbatches}}</td>
+<td>{{.E.Plan.TP}}</td><td>{{.E.Plan.PP}}</td><td>{{.E.Plan.DP}}</td><td>{{.E.Plan.CP}}</td><td>{{.E.Plan.EP}}</td><td>{{.E.Plan.MicroBatch}}</td><td>{{.E.Plan.VPP}}</td><td>{{.E.Plan.SP}}</td><td>{{.E.Plan.Recompute}}</td><td>{{.ZeRO}}</td><td>{{.E.Plan.Overlap}}</td><td>{{.E.Microbatches}}</td>
 <td class="l"><code>{{.E.Plan.String}}</code></td>
 </tr>
 {{- end}}
 </tbody>
 </table>
-<p class="note">Predictions of the analytical cost model of cann-train's engine/strategy, not measurements. Throughput ranks the plans (ties: more headroom, then smaller blast radius). Comm is exposed communication as a share of the step, bubble the pipeline fill, drain and stage imbalance. Blast radius: devices whose state no surviving device holds when one device fails. FLOP convention: {{.Convention}}.</p>
+{{range .Notes}}<p class="note">note: {{.}}</p>
+{{end}}<p class="note">Predictions of the analytical cost model of cann-train's engine/strategy, not measurements. Throughput ranks the plans (ties: more headroom, then smaller blast radius). Comm is exposed communication as a share of the step, bubble the pipeline fill, drain and stage imbalance. Blast radius: devices whose state no surviving device holds when one device fails. FLOP convention: {{.Convention}}.</p>
 </body>
 </html>
 `

@@ -142,3 +142,65 @@ func TestWriteHTML(t *testing.T) {
 
 func withName(m Model, name string) Model            { m.Name = name; return m }
 func withClusterName(c Cluster, name string) Cluster { c.Name = name; return c }
+
+// TestWriteHTMLEvaluated: a page of plans the user gave says "Plan
+// evaluated", not "Top 1 plan", and marks none best; spec numbers print as
+// written (vTrain's 12.5 GB/s InfiniBand was "12 GB/s", the CPU's 0.21
+// TFLOP/s "0"); a row priced at another ZeRO stage says "3→1" and why.
+func TestWriteHTMLEvaluated(t *testing.T) {
+	m, c := mustModel(t, "gpt3_18.4b"), mustCluster(t, "vtrain_a100_256")
+	p, err := ParsePlan("tp=8,pp=2,dp=16,mb=2,recompute=full,zero=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	z3 := Evaluate(m, c, p)
+	whole := Plan{TP: 1, PP: 1, DP: 256, CP: 1, EP: 1, MicroBatch: 4, VPP: 1, Recompute: RecomputeNone} // 18.4 B × 18 B per device
+	cpu := c
+	cpu.Device, err = DeviceProfile(ProfileLocalCPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := Search(context.Background(), m, c, SearchOptions{TopK: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		report   Report
+		class    string
+		contains []string
+		not      []string
+	}{
+		{"evaluated", Report{Model: m, Cluster: c, Estimates: []Estimate{z3}, Evaluated: true}, "plan",
+			[]string{"<h2>Plan evaluated</h2>", "12.5 GB/s inter-node", "300 GB/s intra-node", "<td>3→1</td>", "note: zero=3 with pp &gt; 1 is priced as ZeRO-1"},
+			[]string{"Top 1 plan", "12 GB/s", "plan best"}},
+		{"evaluated, infeasible", Report{Model: m, Cluster: cpu, Estimates: []Estimate{Evaluate(m, cpu, whole)}, Evaluated: true}, "plan infeasible",
+			[]string{"<h2>Plan evaluated</h2>", "0.21 TFLOP/s peak", "12 GiB", "14.5 GB/s"},
+			[]string{"Top 1 plan", "→"}},
+		{"searched", Report{Model: m, Cluster: c, Estimates: top}, "plan best",
+			[]string{"<h2>Top 2 plans</h2>", "12.5 GB/s inter-node"},
+			[]string{"evaluated", "note: "}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := WriteHTML(&b, tc.report); err != nil {
+				t.Fatal(err)
+			}
+			page := b.String()
+			_, classes := htmlRows(t, page)
+			if len(classes) == 0 || classes[0] != tc.class {
+				t.Errorf("first row class %v, want %q", classes, tc.class)
+			}
+			for _, s := range tc.contains {
+				if !strings.Contains(page, s) {
+					t.Errorf("page lacks %q", s)
+				}
+			}
+			for _, s := range tc.not {
+				if strings.Contains(page, s) {
+					t.Errorf("page has %q", s)
+				}
+			}
+		})
+	}
+}

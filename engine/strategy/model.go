@@ -166,10 +166,18 @@ var (
 
 // ParseModel decodes a model spec; name is used in errors. Unknown fields,
 // wrong types and impossible values come back as a *SpecError whose fields
-// carry the YAML line.
+// carry the YAML line, and so does a file that is not one YAML document
+// (empty, or a second one after "---").
 func ParseModel(name string, data []byte) (Model, error) {
+	if err := oneDocument(name, data, modelWants); err != nil {
+		return Model{}, err
+	}
 	return parseModel(name, data, maxDecodePasses)
 }
+
+// modelWants is what an empty model file is told to give.
+const modelWants = "a model spec gives at least name, layers, hidden, heads, vocab, seq_len and global_batch " +
+	"(`cann-train search --show-preset gpt3_3.6b` prints one to start from)"
 
 func parseModel(name string, data []byte, passes int) (Model, error) {
 	file, perr := parser.ParseBytes(data, 0)

@@ -41,7 +41,9 @@ type Plan struct {
 	Recompute  Recompute `json:"recompute"`
 	// ZeRO is the optimizer-state sharding stage over the data-parallel
 	// group: 0 none, 1 optimizer (Megatron's distributed optimizer), 2 also
-	// gradients, 3 also parameters (gathered per micro-batch).
+	// gradients, 3 also parameters (gathered per micro-batch; in a pipeline
+	// the stage stays gathered across the step, priced as ZeRO-1 or ZeRO-2
+	// where that fits: see Estimate.PricedZeRO).
 	ZeRO int `json:"zero"`
 	// VPP is the number of interleaved model chunks per pipeline stage
 	// (1: plain 1F1B).
@@ -111,12 +113,16 @@ func ParsePlan(s string) (Plan, error) {
 			*dst = v
 		}
 		boolVal := func(dst *bool) {
-			v, err := strconv.ParseBool(val)
-			if err != nil {
-				errs.add(key, "%q: want true or false", val)
-				return
+			// Exactly what the message lists, in any case: strconv.ParseBool
+			// also took t and f, which the message never said.
+			switch strings.ToLower(val) {
+			case "true", "1":
+				*dst = true
+			case "false", "0":
+				*dst = false
+			default:
+				errs.add(key, "%q: want true, false, 1 or 0", val)
 			}
-			*dst = v
 		}
 		switch key {
 		case "tp":
@@ -228,8 +234,9 @@ func Check(m Model, c Cluster, p Plan) error {
 	} else if mbs := m.GlobalBatch / (p.DP * p.MicroBatch); p.VPP > 1 && mbs%p.PP != 0 {
 		e.add("vpp", "interleaving needs micro-batches (%d) to be a multiple of pp (%d)", mbs, p.PP)
 	}
-	if m.SeqLen%p.CP != 0 {
-		e.add("cp", "seq_len (%d) not divisible by cp (%d)", m.SeqLen, p.CP)
+	if p.CP > 1 && m.SeqLen%(2*p.CP) != 0 {
+		e.add("cp", "seq_len (%d) not divisible by 2·cp (%d): context parallelism cuts the sequence into 2·cp chunks, "+
+			"each rank taking an early and a late one to balance the causal mask (Megatron's load balancing)", m.SeqLen, 2*p.CP)
 	}
 	if p.EP > 1 {
 		if !m.moe() {

@@ -1,6 +1,7 @@
 package strategy
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -36,7 +37,12 @@ func TestParsePlanErrors(t *testing.T) {
 		{"tp=0", "tp", "integer"},
 		{"pp=-2", "pp", "integer"},
 		{"zero=4", "zero", "0..3"},
-		{"sp=maybe", "sp", "true or false"},
+		{"sp=maybe", "sp", `"maybe": want true, false, 1 or 0`},
+		// Only what the message lists: strconv.ParseBool's t, f, T, F no more.
+		{"sp=yes", "sp", "want true, false, 1 or 0"},
+		{"overlap=t", "overlap", `"t": want true, false, 1 or 0`},
+		{"sp=F", "sp", "want true, false, 1 or 0"},
+		{"overlap=2", "overlap", "want true, false, 1 or 0"},
 		{"recompute=half", "recompute", "none, selective or full"},
 		{"tp=2,tp=4", "tp", "twice"},
 		{"xp=2", "xp", "unknown key"},
@@ -81,6 +87,71 @@ func TestParsePlanOn(t *testing.T) {
 	}
 }
 
+// TestParsePlanBooleans: sp and overlap take exactly what the error
+// message lists, true, false, 1 or 0, in any case.
+func TestParsePlanBooleans(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"sp=true", true}, {"sp=TRUE", true}, {"sp=True", true}, {"sp=1", true},
+		{"sp=false", false}, {"sp=False", false}, {"sp=0", false}, {" sp = 1 ", true},
+	} {
+		p, err := ParsePlan(tc.in)
+		if err != nil || p.SP != tc.want {
+			t.Errorf("%q: sp %t, %v; want %t", tc.in, p.SP, err, tc.want)
+		}
+		q, err := ParsePlan(strings.Replace(tc.in, "sp", "overlap", 1))
+		if err != nil || q.Overlap != tc.want {
+			t.Errorf("%q as overlap: %t, %v; want %t", tc.in, q.Overlap, err, tc.want)
+		}
+	}
+}
+
+// TestCheckContextParallelChunks: cp > 1 cuts the sequence into 2·cp
+// chunks (Megatron's causal load balancing), so seq_len must divide by
+// 2·cp, not only by cp; the search keeps to the same rule.
+func TestCheckContextParallelChunks(t *testing.T) {
+	m := mustModel(t, "gpt3_3.6b") // seq_len 2048, 32 heads
+	c := mustCluster(t, "vtrain_a100_64")
+	for _, tc := range []struct {
+		seq  int
+		plan string
+		want string // "" accepted
+	}{
+		{4098, "tp=1,pp=1,dp=32,cp=2", "seq_len (4098) not divisible by 2·cp (4): context parallelism cuts the sequence into 2·cp chunks"},
+		{4100, "tp=1,pp=1,dp=32,cp=2", ""},
+		{2052, "tp=1,pp=1,dp=16,cp=4", "seq_len (2052) not divisible by 2·cp (8)"},
+		{2056, "tp=1,pp=1,dp=16,cp=4", ""},
+		{4097, "tp=1,pp=1,dp=64,cp=1", ""}, // no context parallelism: any length
+	} {
+		mm := m
+		mm.SeqLen = tc.seq
+		p, err := ParsePlan(tc.plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = Check(mm, c, p)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("seq_len %d, %s: %v", tc.seq, tc.plan, err)
+			}
+			continue
+		}
+		specErr(t, err, "cp", 0, tc.want)
+	}
+	m.SeqLen = 4098 // 2·3·683: cp 2 and beyond cannot cut it into 2·cp chunks
+	res, err := Search(context.Background(), m, c, SearchOptions{TopK: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range res {
+		if e.Plan.CP > 1 {
+			t.Errorf("seq_len 4098: the search lists %s", e.Config)
+		}
+	}
+}
+
 func TestCheck(t *testing.T) {
 	m := mustModel(t, "gpt3_174.6b") // 96 layers, 96 heads, batch 1536
 	c := mustCluster(t, "selene_a100_384")
@@ -102,7 +173,7 @@ func TestCheck(t *testing.T) {
 		{"vpp without pp", m, c, "tp=8,pp=1,dp=48,vpp=2", "vpp", "needs pp > 1"},
 		{"vpp layers", m, c, "tp=8,pp=12,dp=4,vpp=5", "vpp", "cannot be split into 12 stages of 5 chunks"},
 		{"vpp micro-batches", m, c, "tp=8,pp=12,dp=4,mb=64,vpp=2", "vpp", "multiple of pp"},
-		{"cp", m, c, "tp=8,pp=4,dp=4,cp=3", "cp", "not divisible by cp"},
+		{"cp", m, c, "tp=8,pp=4,dp=4,cp=3", "cp", "seq_len (2048) not divisible by 2·cp (6)"},
 		{"ep dense", m, c, "tp=8,pp=12,dp=4,ep=2", "ep", "needs a model with experts"},
 		{"ep ok", moe, asc, "tp=2,pp=1,dp=512,ep=64,sp=true,recompute=full", "", ""},
 		{"ep experts", moe, asc, "tp=1,pp=1,dp=1024,ep=128", "ep", "experts (64) not divisible"},

@@ -133,7 +133,10 @@ func better(a, b *Estimate) bool {
 // Search enumerates every plan for model m on all devices of cluster c
 // (DP×TP×PP×CP×EP, micro-batch, recompute, ZeRO, interleaving, SP), drops
 // those that do not fit in memory, and returns the TopK by predicted
-// throughput. It is deterministic and single-threaded; ctx cancels it.
+// throughput. A pipelined ZeRO-3 plan priced as a lower stage (see
+// Estimate.PricedZeRO) is left out where the space holds that stage: the
+// same configuration is not listed twice. It is deterministic and
+// single-threaded; ctx cancels it.
 func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Estimate, error) {
 	ev, err := newEvaluator(m, c)
 	if err != nil {
@@ -179,6 +182,12 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 		if !e.Feasible || e.MemHeadroomGiB < o.MinHeadroomGiB {
 			return nil
 		}
+		// A pipelined ZeRO-3 plan priced as ZeRO-1 or ZeRO-2 is that plan
+		// to the digit: listed once, at the lower stage, which the search
+		// tries too when the space holds it.
+		if e.PricedZeRO != p.ZeRO && slices.Contains(o.ZeRO, e.PricedZeRO) {
+			return nil
+		}
 		if len(top) == o.TopK && !better(&e, &top[len(top)-1]) {
 			return nil
 		}
@@ -197,7 +206,7 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 			continue
 		}
 		for cp := 1; cp <= o.MaxCP && tp*cp <= n; cp *= 2 {
-			if (n/tp)%cp != 0 || m.SeqLen%cp != 0 {
+			if (n/tp)%cp != 0 || cp > 1 && m.SeqLen%(2*cp) != 0 { // (as Check: 2·cp chunks)
 				continue
 			}
 			rest := n / (tp * cp)
@@ -248,7 +257,7 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 	if len(top) == 0 {
 		if tried == 0 {
 			return nil, fmt.Errorf("search %s on %s: %w: no plan splits %d devices within the search's limits: tp must divide heads (%d), kv_heads (%d) "+
-				"and ffn_hidden (%d), pp at most layers (%d), cp divide seq_len (%d), dp·mb divide global_batch (%d)",
+				"and ffn_hidden (%d), pp at most layers (%d), 2·cp divide seq_len (%d) where cp > 1, dp·mb divide global_batch (%d)",
 				m.Name, c.Name, ErrNoPlan, n, m.Heads, m.KVHeads, m.FFNHidden, m.Layers, m.SeqLen, m.GlobalBatch)
 		}
 		if fits > 0 { // they fit, but none leaves the headroom asked for

@@ -3,6 +3,7 @@ package strategy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -192,5 +193,49 @@ func TestSearchOptionsDescribe(t *testing.T) {
 		if got := tt.o.Describe(); got != tt.want {
 			t.Errorf("%+v: %q, want %q", tt.o, got, tt.want)
 		}
+	}
+}
+
+// TestSearchListsPipelinedZeRO3Once: a pipelined ZeRO-3 plan priced as
+// ZeRO-1 or ZeRO-2 is that plan to the digit, so a search whose space
+// holds the lower stage lists the configuration once, at that stage; one
+// that tries only ZeRO-3 lists it, saying what it priced.
+func TestSearchListsPipelinedZeRO3Once(t *testing.T) {
+	for _, tc := range []struct {
+		model, cluster string
+		zero           []int
+		want           string // what every pipelined ZeRO-3 row prices: "3" itself, "lower" ZeRO-1 or 2
+	}{
+		{"gpt3_18.4b", "vtrain_a100_256", nil, "3"},
+		{"gpt3_174.6b", "selene_a100_384", nil, "3"},
+		{"moe_bert", "1024_ascend910b", nil, "3"},
+		{"gpt3_18.4b", "vtrain_a100_256", []int{1, 3}, "3"},
+		{"gpt3_18.4b", "vtrain_a100_256", []int{3}, "lower"},
+	} {
+		t.Run(fmt.Sprint(tc.model, " ", tc.zero), func(t *testing.T) {
+			res, err := Search(context.Background(), mustModel(t, tc.model), mustCluster(t, tc.cluster), SearchOptions{TopK: 30, ZeRO: tc.zero})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]string{}
+			lower := 0
+			for _, e := range res {
+				priced := e.Plan
+				priced.ZeRO = e.PricedZeRO
+				if first, ok := seen[priced.String()]; ok {
+					t.Errorf("%s prices the same as %s (%.4f s)", e.Config, first, e.StepTimeS)
+				}
+				seen[priced.String()] = e.Config
+				if e.Plan.ZeRO == 3 && e.Plan.PP > 1 && e.PricedZeRO != 3 {
+					lower++
+					if tc.want == "3" || e.Note == "" {
+						t.Errorf("%s priced as ZeRO-%d (note %q)", e.Config, e.PricedZeRO, e.Note)
+					}
+				}
+			}
+			if tc.want == "lower" && lower == 0 {
+				t.Errorf("no pipelined ZeRO-3 row priced as a lower stage: the test proves nothing")
+			}
+		})
 	}
 }

@@ -2,9 +2,11 @@ package strategy
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -295,5 +297,125 @@ func TestLoadFiles(t *testing.T) {
 	specErr(t, err, "heads", 4, "not divisible")
 	if !strings.Contains(err.Error(), mp) {
 		t.Errorf("error does not name %s: %v", mp, err)
+	}
+}
+
+// TestParseOneDocument: a model or cluster file is one YAML document. An
+// empty one (nothing, only comments, a bare "---") is said to be empty,
+// not seven missing fields; a second document is refused at its "---"
+// (the decoder would read the first and ignore the rest, its mistakes
+// too), as the job-file reader refuses one.
+func TestParseOneDocument(t *testing.T) {
+	const second = "a second YAML document (---): one spec per file"
+	tests := []struct {
+		name, yaml string
+		line       int
+		msg        string // "" accepted
+	}{
+		{"empty", "", 0, "empty file (no YAML mapping)"},
+		{"blank lines", "\n  \n\n", 0, "empty file (no YAML mapping)"},
+		{"comments only", "# a model\n# to come\n", 0, "empty file (no YAML mapping)"},
+		{"bare ---", "---\n", 0, "empty file (no YAML mapping)"},
+		{"--- and a comment", "---\n# nothing\n...\n", 0, "empty file (no YAML mapping)"},
+		{"second document", "{{.}}---\nlayers: -5\nbogus: 1\n", 8, second},
+		{"second document, comment on the marker", "{{.}}--- # next\nname: b\n", 8, second},
+		{"two markers, the parser drops the rest", "{{.}}---\n---\nname: b\n", 8, second},
+		{"document end, then more", "{{.}}...\nname: b\n", 8, "a second YAML document (after the document end ...): one spec per file"},
+		{"leading ---", "---\n{{.}}", 0, ""},
+		{"trailing ---", "{{.}}---\n", 0, ""},
+		{"trailing --- and a comment", "{{.}}---\n# end\n", 0, ""},
+		{"directive", "%YAML 1.2\n---\n{{.}}", 0, ""},
+		{"--- inside a block scalar", "{{.}}note: |\n  ---\n  x\n", 0, "unknown field"}, // one document: the field is what is wrong
+	}
+	for _, kind := range []struct {
+		name, good string
+		parse      func(string, []byte) error
+	}{
+		{"model", goodModel, func(n string, b []byte) error { _, err := ParseModel(n, b); return err }},
+		{"cluster", goodCluster + "reserved_gib: 7\n", func(n string, b []byte) error { _, err := ParseCluster(n, b); return err }},
+	} {
+		for _, tc := range tests {
+			t.Run(kind.name+"/"+tc.name, func(t *testing.T) {
+				doc := strings.ReplaceAll(tc.yaml, "{{.}}", kind.good)
+				line := tc.line
+				if line > 0 && strings.HasPrefix(tc.yaml, "{{.}}") {
+					line = strings.Count(kind.good, "\n") + 1 // the marker after the good spec
+				}
+				err := kind.parse("x.yaml", []byte(doc))
+				if tc.msg == "" {
+					if err != nil {
+						t.Fatalf("refused:\n%s\n%v", doc, err)
+					}
+					return
+				}
+				if err == nil {
+					t.Fatalf("accepted:\n%s", doc)
+				}
+				if strings.HasPrefix(tc.msg, "unknown") {
+					specErr(t, err, "note", 0, tc.msg)
+					return
+				}
+				var se *SpecError
+				if !errors.As(err, &se) || len(se.Fields) != 1 {
+					t.Fatalf("want one problem, got %v", err)
+				}
+				specErr(t, err, "(document)", line, tc.msg)
+				if !strings.HasPrefix(err.Error(), "x.yaml: 1 problem(s):") {
+					t.Errorf("error does not name the file first: %v", err)
+				}
+				if line > 0 && !strings.Contains(err.Error(), fmt.Sprintf("line %d: ", line)) {
+					t.Errorf("error does not name line %d: %v", line, err)
+				}
+			})
+		}
+	}
+	// From a file too: the path named.
+	path := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadModel(path); err == nil || !strings.Contains(err.Error(), path+": 1 problem(s):\n  (document): empty file (no YAML mapping)") {
+		t.Errorf("empty model file: %v", err)
+	}
+	if _, err := LoadCluster(path); err == nil || !strings.Contains(err.Error(), path+": 1 problem(s):\n  (document): empty file (no YAML mapping)") {
+		t.Errorf("empty cluster file: %v", err)
+	}
+}
+
+// TestParseProblemsInLineOrder: a spec's problems come in line order,
+// whichever check found them (strict decoding, a zero written for a
+// default, validation), those without a line last.
+func TestParseProblemsInLineOrder(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		parse      func(string, []byte) error
+		lines      []int
+	}{
+		{"cluster: validation vs written zeros", "name: c\nnodes: -2\ndevices_per_node: 0\ndevice: a100-80gb\nintra_node_gbps: -300\n" +
+			"inter_node_gbps: 0\nintra_node_latency_us: -1\nreserved_gib: -5\nintra_node_efficiency: 1.5\n",
+			func(n string, b []byte) error { _, err := ParseCluster(n, b); return err }, []int{2, 3, 5, 7, 8, 9}},
+		{"cluster: a zero written above a range", "name: c\nnodes: 8\ndevices_per_node: 8\ndevice: a100-80gb\nintra_node_gbps: 300\n" +
+			"inter_node_gbps: 0\nreserved_gib: 0\n",
+			func(n string, b []byte) error { _, err := ParseCluster(n, b); return err }, []int{6, 7}},
+		{"cluster: unknown field above a bad value, a missing field last", "nodez: 1\n" + strings.Replace(strings.Replace(goodCluster, "nodes: 2", "nodes: 0", 1), "name: box\n", "", 1),
+			func(n string, b []byte) error { _, err := ParseCluster(n, b); return err }, []int{1, 2, 0}},
+		{"model: unknown field above a bad value, a missing field last", "hiden: 3\nname: m\nlayers: -1\nhidden: 64\nheads: 8\nvocab: 10\nseq_len: 8\n",
+			func(n string, b []byte) error { _, err := ParseModel(n, b); return err }, []int{1, 3, 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.parse("x.yaml", []byte(tc.yaml))
+			var se *SpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("err = %v, want *SpecError", err)
+			}
+			var got []int
+			for _, f := range se.Fields {
+				got = append(got, f.Line)
+			}
+			if !slices.Equal(got, tc.lines) {
+				t.Errorf("problems at lines %v, want %v:\n%v", got, tc.lines, err)
+			}
+		})
 	}
 }
