@@ -96,16 +96,20 @@ type cluster struct {
 	// still served until every handler has ended.
 	closing bool
 	// queue holds the acquires waiting, oldest first; with fifo
-	// (versionFIFO) one waits while an older one could be served now.
-	queue []*waiter
-	fifo  bool
+	// (versionFIFO) one waits while an older one could be served now;
+	// with reserve (versionReserveStarved) a new run's acquire waits too
+	// while an older one starves.
+	queue   []*waiter
+	fifo    bool
+	reserve bool
 }
 
 // waiter is an acquire waiting for nodes.
 type waiter struct {
 	req       spec.AcquireRequest
 	heldFirst bool
-	withdrawn bool // (SignalWithdraw)
+	withdrawn bool      // (SignalWithdraw)
+	since     time.Time // when it began to wait
 }
 
 func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
@@ -225,6 +229,12 @@ const versionServeWhileClosing = "serve-while-closing"
 // still goes first). Before, the Go SDK woke the newest first, and the
 // oldest could starve. Asked when an acquire waits beside others.
 const versionFIFO = "fifo-acquires"
+
+// versionReserveStarved: an acquire of a run holding no node waits while
+// an older acquire has waited starveAfter for nodes it could use
+// (olderStarved); before, small runs could pass a large one forever.
+// Asked when an acquire waits beside others.
+const versionReserveStarved = "reserve-starved"
 
 // rollover is the error of an acquire the Cluster ends, or refuses, as it
 // continues as new.
@@ -515,9 +525,12 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 		out, ok = c.tryAcquire(workflow.Now(ctx), req, heldFirst)
 		done = ok
 	} else {
-		w = &waiter{req: req, heldFirst: heldFirst}
+		w = &waiter{req: req, heldFirst: heldFirst, since: workflow.Now(ctx)}
 		if len(c.queue) > 0 && !c.fifo {
 			c.fifo = workflow.GetVersion(ctx, versionFIFO, workflow.DefaultVersion, 1) >= 1
+		}
+		if len(c.queue) > 0 && !c.reserve {
+			c.reserve = workflow.GetVersion(ctx, versionReserveStarved, workflow.DefaultVersion, 1) >= 1
 		}
 		c.queue = append(c.queue, w)
 		defer func() { c.queue = slices.DeleteFunc(c.queue, func(x *waiter) bool { return x == w }) }()
@@ -526,7 +539,7 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 				return true
 			}
 			now := workflow.Now(ctx)
-			if c.fifo && c.olderServable(now, w) {
+			if c.fifo && c.olderServable(now, w) || c.reserve && c.olderStarved(now, w) {
 				return c.closing
 			}
 			out, done = c.tryAcquire(now, req, heldFirst)
@@ -588,14 +601,67 @@ func (c *cluster) olderServable(now time.Time, w *waiter) bool {
 		if x == w {
 			return false
 		}
-		if c.ended[x.req.RunID] || x.withdrawn {
-			continue
+		if c.ended[x.req.RunID] || x.withdrawn || c.reserve && c.olderStarved(now, x) {
+			continue // (one that leaves the nodes to a starved one holds none back)
 		}
 		if _, ok := c.allocate(now, x.req, false, x.heldFirst); ok {
 			return true
 		}
 	}
 	return false
+}
+
+// starveAfter is how long an acquire waits, short of free nodes, before
+// a new run's acquire no longer takes nodes it could use
+// (versionReserveStarved).
+const starveAfter = time.Minute
+
+// olderStarved reports whether w, an acquire of a run that holds no
+// node, must leave the free nodes to an older acquire that has waited
+// starveAfter or longer and that the live nodes it could use would serve
+// once freed: a run asking for many nodes is otherwise passed, one freed
+// node at a time, by runs asking for few, for as long as they keep
+// coming. Acquires of runs holding nodes (replacing a lost one, growing
+// back) go on as before: their nodes would idle while they waited. So do
+// acquires that no node the older one could use would serve, and any
+// acquire while the older one could never be served.
+func (c *cluster) olderStarved(now time.Time, w *waiter) bool {
+	if c.holdsAny(w.req.RunID) {
+		return false
+	}
+	for _, x := range c.queue {
+		if x == w {
+			return false
+		}
+		if c.ended[x.req.RunID] || x.withdrawn || now.Sub(x.since) < starveAfter {
+			continue
+		}
+		usable, shared := 0, false
+		for i := range c.st.Nodes {
+			r := &c.st.Nodes[i]
+			if !c.usableBy(now, r, x.req) {
+				continue
+			}
+			usable++
+			shared = shared || c.takeable(now, r, w.req)
+		}
+		if shared && usable >= x.req.Count {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsAny reports whether run holds a node.
+func (c *cluster) holdsAny(run string) bool {
+	return slices.ContainsFunc(c.st.Nodes, func(r NodeRecord) bool { return r.Run == run })
+}
+
+// usableBy: r is a live node an acquire of req could have once whoever
+// holds it lets it go (its data set, not shunned nor left).
+func (c *cluster) usableBy(now time.Time, r *NodeRecord, req spec.AcquireRequest) bool {
+	return c.alive(now, r) && holds(r, req.DataSHA256) && !slices.Contains(req.Leave, r.Node.ID) &&
+		!slices.ContainsFunc(req.Shun, func(p spec.NodeProcess) bool { return p.Is(r.Node) })
 }
 
 // freeFor counts the live free nodes an acquire of req's run could take

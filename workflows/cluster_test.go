@@ -1179,6 +1179,54 @@ func TestClusterServesWaitersFirstComeFirstServed(t *testing.T) {
 	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
 }
 
+// TestClusterReservesForAStarvedWaiter: "big" waits for 3 of 3 nodes
+// while "holder" has 2. A new run asking for one within big's first
+// minute takes the free node, as before; once big has waited a minute, a
+// new run's acquire leaves the free node to it and waits its turn, while
+// the holder growing back takes it (its nodes would idle meanwhile). When
+// the holder lets its nodes go, big has all three; the waiting small run
+// is served after it.
+func TestClusterReservesForAStarvedWaiter(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b", "c"))
+	for i := 5; i < 300; i += 5 { // (the nodes stay alive)
+		at(time.Duration(i)*time.Second, func() {
+			for _, n := range []string{"a", "b", "c"} {
+				env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: n})
+			}
+		})
+	}
+	at(2*time.Second, func() { acquire("holder", spec.AcquireRequest{RunID: "holder", Count: 2, Wait: time.Second}) })
+	at(3*time.Second, func() { acquire("big", spec.AcquireRequest{RunID: "big", Count: 3, Wait: time.Hour}) })
+	at(10*time.Second, func() { acquire("small1", spec.AcquireRequest{RunID: "small1", Count: 1, Wait: time.Hour}) })
+	at(11*time.Second, func() {
+		require.Equal(t, []string{"c"}, ids(results["small1"].nodes), "big has waited 8 s: the free node goes to a new run")
+		env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "small1"})
+	})
+	at(2*time.Minute, func() { acquire("small2", spec.AcquireRequest{RunID: "small2", Count: 1, Wait: time.Hour}) })
+	at(2*time.Minute+time.Second, func() {
+		require.Nil(t, results["small2"].nodes, "big has waited 2 minutes: the free node is kept for it")
+		acquire("regrow", spec.AcquireRequest{RunID: "holder", Count: 3, Wait: time.Hour})
+	})
+	at(2*time.Minute+2*time.Second, func() {
+		require.Equal(t, []string{"a", "b", "c"}, ids(results["regrow"].nodes), "a run holding nodes grows back")
+		env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "holder"})
+	})
+	at(2*time.Minute+3*time.Second, func() {
+		require.Equal(t, []string{"a", "b", "c"}, ids(results["big"].nodes), "the starved waiter took every node")
+		require.Nil(t, results["small2"].nodes)
+		env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "big"})
+	})
+	at(2*time.Minute+4*time.Second, func() {
+		require.Len(t, results["small2"].nodes, 1, "then the small run")
+		env.CancelWorkflow()
+	})
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	for _, k := range []string{"holder", "big", "small1", "small2", "regrow"} {
+		require.NoError(t, results[k].err, k)
+	}
+}
+
 // TestClusterSweepsAgainWhileWaiting: "waiter" waits for the nodes
 // "holder" has; the holder is terminated after the waiter's first sweep
 // (it runs no code to release them), and the waiter's next sweep, 30 s

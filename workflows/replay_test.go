@@ -265,6 +265,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"cluster_lease_incarnation.json", spec.WorkflowCluster},                // a second worker took node-1's ID: the first's renewals refused (versionLeaseIncarnation)
 		{"cluster_stop_keeps_holder.json", spec.WorkflowCluster},                // a paused run's node restarted: kept for it, the run told (versionStopKeepsHolder)
 		{"cluster_withdraw.json", spec.WorkflowCluster},                         // a waiting acquire withdrawn (SignalWithdraw)
+		{"cluster_reserve.json", spec.WorkflowCluster},                          // the same, recorded with two waiters beside each other asking versionReserveStarved
 		{"trainingrun_controls_while_acquiring.json", spec.WorkflowTrainingRun}, // paused, resumed, rescaled while it waited for its first nodes
 		{"cluster_sweep.json", spec.WorkflowCluster},                            // a terminated run's nodes freed for the next run
 		{"trainingrun_unknown_input.json", spec.WorkflowTrainingRun},            // a misspelled input field: failed at once (versionUnknownInput)
