@@ -301,7 +301,7 @@ func TestPlanTopologyPricesEveryRank(t *testing.T) {
 		}
 		results = append(results, res)
 	}
-	nodes := []spec.Node{{ID: "n1", CommAddr: "10.0.0.1:1"}, {ID: "n2", CommAddr: "10.0.0.1:2"},
+	nodes := []spec.Node{{ID: "n1", CommAddr: "10.0.0.1:1", NPUIDs: []int{7, 6, 5, 4}}, {ID: "n2", CommAddr: "10.0.0.1:2", NPUIDs: []int{0, 1, 2, 3}},
 		{ID: "n3", CommAddr: "10.0.0.2:1", DeviceIPs: []string{"192.168.1.1", "192.168.1.2"}}, {ID: "n4", CommAddr: "10.0.0.2:2"}}
 	in := spec.PlanTopologyInput{Results: results, GradientBytes: 4 << 20, Collective: "auto", Nodes: nodes}
 	one, err := Planner{}.PlanTopology(context.Background(), in)
@@ -332,8 +332,18 @@ func TestPlanTopologyPricesEveryRank(t *testing.T) {
 	for _, d := range rt.Servers[1].Devices {
 		ips = append(ips, d.DeviceIP)
 	}
-	if want := []string{"192.168.1.1", "192.168.1.2", "192.168.1.1", "192.168.1.1", "10.0.0.2", "10.0.0.2", "10.0.0.2", "10.0.0.2"}; !slices.Equal(ips, want) {
+	// (n3 names no NPU 2 or 3: its host stands in, not another NPU's IP.)
+	if want := []string{"192.168.1.1", "192.168.1.2", "10.0.0.2", "10.0.0.2", "10.0.0.2", "10.0.0.2", "10.0.0.2", "10.0.0.2"}; !slices.Equal(ips, want) {
 		t.Errorf("server b's device IPs %v, want %v", ips, want)
+	}
+	// Server a's nodes name their NPUs (--npu-ids): the table's device ids
+	// are those, in local-rank order, as the ascend launch gives them.
+	var ids []int
+	for _, d := range rt.Servers[0].Devices {
+		ids = append(ids, d.DeviceID)
+	}
+	if want := []int{7, 6, 5, 4, 0, 1, 2, 3}; !slices.Equal(ids, want) {
+		t.Errorf("server a's device ids %v, want %v", ids, want)
 	}
 	model := planCostModel(*four, 4)
 	model.PerHost *= 4

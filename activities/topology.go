@@ -160,25 +160,30 @@ func (Planner) ResolveCheckpoint(ctx context.Context, want spec.CheckpointRef) (
 }
 
 // rankTable writes the scanned cluster's HCCL rank table: per host, perNode
-// devices per node in rank order (node rank r holds ranks r·perNode …), the
-// j-th device's IP the node's j-th NPU device IP (else its first, else the
-// host part of its communicator address).
+// devices per node in rank order (node rank r holds ranks r·perNode …).
+// The j-th device is the node's j-th NPU (spec.Node.NPUIDs, as an ascend
+// launch gives its local rank j), else the host's next device id; its IP
+// that NPU's device IP (DeviceIPs by device id), else the host part of the
+// node's communicator address — never another NPU's.
 func rankTable(t *topology.Topology, nodes []spec.Node, perNode int) (string, error) {
 	devices := map[string][]ranktable.NodeDevice{}
 	ranks := &topology.Topology{}
 	for _, h := range t.Hosts {
 		g := topology.HostGroup{Host: h.Host}
 		for _, r := range h.Ranks {
+			n := nodes[r]
 			for j := range perNode {
+				id, npu := len(g.Ranks), j
+				if j < len(n.NPUIDs) {
+					id, npu = n.NPUIDs[j], n.NPUIDs[j]
+				}
 				ip := ""
-				if d := nodes[r].DeviceIPs; j < len(d) {
-					ip = d[j]
-				} else if len(d) > 0 {
-					ip = d[0]
-				} else if host, _, err := net.SplitHostPort(nodes[r].CommAddr); err == nil {
+				if npu < len(n.DeviceIPs) && n.DeviceIPs[npu] != "" {
+					ip = n.DeviceIPs[npu]
+				} else if host, _, err := net.SplitHostPort(n.CommAddr); err == nil {
 					ip = host
 				}
-				devices[h.Host] = append(devices[h.Host], ranktable.NodeDevice{ID: len(g.Ranks), IP: ip})
+				devices[h.Host] = append(devices[h.Host], ranktable.NodeDevice{ID: id, IP: ip})
 				g.Ranks = append(g.Ranks, r*perNode+j)
 			}
 		}
