@@ -489,8 +489,9 @@ func lookPath(prog string, env []string, dir string) (string, error) {
 	return "", fmt.Errorf("%q not found in PATH", prog)
 }
 
-// ScriptError reports a Python script an entrypoint names that is not
-// there: the interpreter would start and exit at once, on every launch.
+// ScriptError reports a script an entrypoint names for Python or a shell
+// that is not there: the interpreter would start and exit at once, on
+// every launch.
 type ScriptError struct {
 	// Script is the path as the entrypoint names it; Path where it was
 	// looked for (Script from Dir).
@@ -513,14 +514,24 @@ func (e *ScriptError) Error() string {
 
 func (e *ScriptError) Unwrap() error { return e.Err }
 
-// pythonName matches the interpreters ScriptOf knows.
-var pythonName = regexp.MustCompile(`^(python|pypy)[0-9.]*$`)
+// pythonName and shellName match the interpreters ScriptOf knows.
+var (
+	pythonName = regexp.MustCompile(`^(python|pypy)[0-9.]*$`)
+	shellName  = regexp.MustCompile(`^(ba|da|k|z)?sh$`)
+)
 
-// ScriptOf returns the script file a Python interpreter in argv runs (its
-// first operand), and false when argv runs no interpreter ScriptOf knows
-// or no file (-c, -m, - for standard input, no operand).
+// ScriptOf returns the script file a Python interpreter or a POSIX shell in
+// argv runs (its first operand), and false when argv runs no interpreter
+// ScriptOf knows or no file (-c, -m, -s, - for standard input, no
+// operand).
 func ScriptOf(argv []string) (string, bool) {
-	if len(argv) < 2 || !pythonName.MatchString(filepath.Base(argv[0])) {
+	if len(argv) < 2 {
+		return "", false
+	}
+	if shellName.MatchString(filepath.Base(argv[0])) {
+		return shellScriptOf(argv)
+	}
+	if !pythonName.MatchString(filepath.Base(argv[0])) {
 		return "", false
 	}
 	for i := 1; i < len(argv); i++ {
@@ -557,8 +568,42 @@ func ScriptOf(argv []string) (string, bool) {
 	return "", false
 }
 
-// checkScript refuses argv whose Python script (ScriptOf) is not a file,
-// from dir.
+// shellScriptOf is ScriptOf for a shell: its first operand after the
+// options (-o and +o take a value; -c runs a string, -s standard input;
+// --norc, --login … stand alone; -- ends them).
+func shellScriptOf(argv []string) (string, bool) {
+	for i := 1; i < len(argv); i++ {
+		a := argv[i]
+		switch {
+		case a == "--":
+			if i+1 < len(argv) {
+				return argv[i+1], true
+			}
+			return "", false
+		case a == "-" || a == "+":
+			return "", false
+		case strings.HasPrefix(a, "--"):
+			if a == "--rcfile" || a == "--init-file" {
+				i++
+			}
+		case strings.HasPrefix(a, "-") || strings.HasPrefix(a, "+"):
+			for j := 1; j < len(a); j++ {
+				switch a[j] {
+				case 'c', 's':
+					return "", false
+				case 'o', 'O':
+					i++ // its option name
+				}
+			}
+		default:
+			return a, true
+		}
+	}
+	return "", false
+}
+
+// checkScript refuses argv whose script (ScriptOf) is not a file, from
+// dir.
 func checkScript(argv []string, dir string) error {
 	script, ok := ScriptOf(argv)
 	if !ok {

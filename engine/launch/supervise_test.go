@@ -375,6 +375,17 @@ func TestScriptOf(t *testing.T) {
 		{[]string{"sh", "-c", "python3 missing.py"}, ""},
 		{[]string{"python3-config", "x.py"}, ""},
 		{[]string{"./train.sh", "train.py"}, ""},
+		// Shells: the first operand after the options.
+		{[]string{"bash", "train.sh", "--steps", "10"}, "train.sh"},
+		{[]string{"/bin/sh", "-eux", "run/train.sh"}, "run/train.sh"},
+		{[]string{"bash", "-o", "pipefail", "+o", "nounset", "--norc", "t.sh"}, "t.sh"},
+		{[]string{"bash", "--rcfile", "my.rc", "t.sh"}, "t.sh"},
+		{[]string{"zsh", "--", "-odd.sh"}, "-odd.sh"},
+		{[]string{"bash", "-lc", "python3 train.py"}, ""},
+		{[]string{"sh", "-s", "arg"}, ""},
+		{[]string{"bash", "-"}, ""},
+		{[]string{"bash"}, ""},
+		{[]string{"bashful", "x.sh"}, ""},
 	} {
 		got, ok := ScriptOf(tc.argv)
 		if got != tc.want || ok != (tc.want != "") {
@@ -383,7 +394,7 @@ func TestScriptOf(t *testing.T) {
 	}
 }
 
-// TestStartRefusesAMissingScript: a Python entrypoint whose script is not
+// TestStartRefusesAMissingScript: a Python (or shell) entrypoint whose script is not
 // in the working directory does not start (a *ScriptError naming it and
 // the directory), nor do the other processes; one that is there does.
 func TestStartRefusesAMissingScript(t *testing.T) {
@@ -408,5 +419,10 @@ func TestStartRefusesAMissingScript(t *testing.T) {
 	}
 	if err := g.Wait(context.Background(), time.Second); err != nil {
 		t.Fatal(err)
+	}
+	// A shell script the same way (sh would exit 127 on every launch).
+	_, err = Start([]Spec{{Name: "rank-0", Argv: []string{"sh", "-e", "train.sh"}, Env: os.Environ(), Dir: dir}})
+	if !errors.As(err, &se) || se.Script != "train.sh" {
+		t.Fatalf("Start: %v; want a ScriptError for train.sh", err)
 	}
 }
