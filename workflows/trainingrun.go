@@ -210,6 +210,11 @@ type RunState struct {
 	Status     spec.RunStatus  `json:"status"`
 	Token      string          `json:"token"`
 	Membership spec.Membership `json:"membership"`
+	// GreenRecheck: the last green wait ended to decide again at a step
+	// of the signal (versionRecheckGreenWait): the next one goes on with
+	// it, not a new wait — across continue-as-new too
+	// (versionRolloverInGreenWait).
+	GreenRecheck bool `json:"green_recheck,omitempty"`
 	// Epoch numbers chunk attempts; it makes every communicator session unique.
 	Epoch    int64 `json:"epoch"`
 	Restarts int   `json:"restarts"`
@@ -366,10 +371,6 @@ type run struct {
 	// cancelSeen: the run was cancelled while a chunk trained, and asked
 	// the chunk to end at a checkpoint first (endOnCancel).
 	cancelSeen bool
-	// recheck: the last green wait ended to decide again at a step of
-	// the signal (versionRecheckGreenWait): the next one goes on with it,
-	// not a new wait.
-	recheck bool
 	// askingSince: an ask for a free node (watchForNodes) has waited
 	// since then for one to come free; zero when none waits. (For the
 	// status query only.)
@@ -579,7 +580,9 @@ func (r *run) run(ctx workflow.Context) (spec.RunStatus, error) {
 			continue
 		}
 		if r.controlled(ctx) {
-			if err := r.beforeChunk(ctx); err != nil {
+			if err := r.beforeChunk(ctx); errors.Is(err, errWaitRollover) {
+				continue // (continues as new above)
+			} else if err != nil {
 				return r.fail(ctx, err)
 			}
 		}

@@ -243,6 +243,9 @@ func (r *run) beforeChunk(ctx workflow.Context) error {
 		if err := r.waitGreen(ctx, slot); err != nil {
 			return err
 		}
+		if r.rollInWait(ctx) {
+			return errWaitRollover
+		}
 	}
 	r.st.Ctl.ResumeUnspent = cut
 	r.st.Status.Detail = ""

@@ -408,6 +408,41 @@ func TestTrainingRunGreenWaitDecidesEveryStep(t *testing.T) {
 	require.Equal(t, 1, st.Green.Waits, "one wait, re-checked")
 }
 
+// A green wait that fills the history continues as new at a re-decision
+// (versionRolloverInGreenWait) and the next run waits on — one wait, not
+// two — until its window: before, a wait of days grew one history.
+func TestTrainingRunGreenWaitContinuesAsNew(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a")}
+	ch := &fakeChunks{}
+	cb := &fakeCarbon{step: time.Hour, slots: []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}}
+	env, _ := controlEnv(t, cl, ch, cb)
+	env.SetStartTime(day0.Add(20 * time.Minute)) // 08:20
+	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 2*time.Hour) // 10:20
+	s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 200, ChunkSteps: 100,
+		Green: &spec.GreenPolicy{Trace: "es.csv", Interruptible: true}}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, env.GetWorkflowError(), &can)
+	require.Equal(t, at("11:00"), env.Now().UTC(), "at the first re-decision after the history filled")
+	var next RunInput
+	require.NoError(t, decodeArgs(can, &next))
+	require.True(t, next.State.GreenRecheck, "the wait goes on in the next run")
+	require.Equal(t, spec.PhaseGreenWait, next.State.Status.Phase)
+	require.EqualValues(t, 0, next.State.Status.Step)
+	require.Equal(t, 1, next.State.Status.Green.Waits)
+	ch.mu.Lock()
+	require.Empty(t, ch.inputs, "no chunk ran")
+	ch.mu.Unlock()
+
+	env2, starts := controlEnv(t, cl, ch, cb)
+	env2.SetStartTime(at("11:00"))
+	continueRun(env2, next)
+	st := result(t, env2)
+	require.Equal(t, []time.Time{at("14:00"), at("14:00")}, starts(), "trained in the window")
+	require.Equal(t, 1, st.Green.Waits, "one wait, across the two runs")
+	require.Equal(t, 1, cl.calls, "its node kept across")
+}
+
 // recentSegments: what PlanCarbon is sent of the run's training, so that
 // a re-plan knows the run in progress (min_slot holds for its last slot
 // too) without the control worker remembering it.

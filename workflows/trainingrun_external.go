@@ -205,7 +205,9 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 			continue
 		}
 		if ext.green {
-			if err := r.beforeLaunch(ctx); err != nil {
+			if err := r.beforeLaunch(ctx); errors.Is(err, errWaitRollover) {
+				continue // (continues as new above)
+			} else if err != nil {
 				return r.fail(ctx, err)
 			}
 		} else if r.st.Ctl.Paused && r.externalPause(ctx) {

@@ -85,6 +85,9 @@ func (r *run) beforeLaunch(ctx workflow.Context) error {
 		if err := r.waitGreen(ctx, slot); err != nil {
 			return err
 		}
+		if r.rollInWait(ctx) {
+			return errWaitRollover
+		}
 	}
 	r.st.Ctl.ResumeUnspent = cut
 	s.Detail, s.WaitUntil = "", time.Time{}

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -362,11 +363,11 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 	label := slot.Label(now)
 	s.WaitUntil = slot.Start
 	s.Detail = fmt.Sprintf("waiting for the green window until %s (%s)", slot.Start.UTC().Format(time.RFC3339), label)
-	if !r.recheck { // (a re-check goes on waiting: not a new wait)
+	if !r.st.GreenRecheck { // (a re-check goes on waiting: not a new wait)
 		g.Waits++
 		r.metrics(ctx).Counter(metricGreenWaits).Inc(1)
 	}
-	r.recheck = false
+	r.st.GreenRecheck = false
 	g.WaitingSince = now
 	r.setPhase(ctx, spec.PhaseGreenWait)
 	workflow.GetLogger(ctx).Info("waiting for a green window", "until", slot.Start, "slot", label, "step", s.Step)
@@ -387,7 +388,7 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 		c := r.st.Ctl
 		return c.Paused || c.Resumes != was.Resumes || c.Rescale != was.Rescale || c.Overrides != was.Overrides
 	})
-	r.recheck = rechecking && !interrupted && err == nil
+	r.st.GreenRecheck = rechecking && !interrupted && err == nil
 	g.WaitedSeconds += workflow.Now(ctx).Sub(now).Seconds()
 	g.WaitingSince = time.Time{}
 	s.WaitUntil, s.Detail = time.Time{}, ""
@@ -403,6 +404,25 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 // before, it slept until the planned slot, through clean windows the
 // plan had not foreseen. Asked for a wait longer than a step.
 const versionRecheckGreenWait = "recheck-green-wait"
+
+// versionRolloverInGreenWait: a green wait that has filled the history
+// (ContinueAsNewSuggested: each re-decision adds a timer and a PlanCarbon
+// call, ~8 events every 5 minutes or more) continues as new at a
+// re-decision, and the next run goes on waiting; before, a wait of days
+// grew one history towards Temporal's limits. Asked at such a
+// re-decision.
+const versionRolloverInGreenWait = "rollover-in-green-wait"
+
+// errWaitRollover ends a chunk (launch) boundary that stopped a green
+// wait to continue as new; the run's loop does so.
+var errWaitRollover = errors.New("continue as new during a green wait")
+
+// rollInWait: the green wait just ended to decide again and the history
+// is long: continue as new now, the next run waiting on.
+func (r *run) rollInWait(ctx workflow.Context) bool {
+	return r.st.GreenRecheck && workflow.GetInfo(ctx).GetContinueAsNewSuggested() &&
+		workflow.GetVersion(ctx, versionRolloverInGreenWait, workflow.DefaultVersion, 1) >= 1
+}
 
 // recheckEvery is how often a green wait decides again: the latest plan's
 // step, at least minRecheck (0: unknown, a plan from an older build).
