@@ -143,13 +143,7 @@ func TestSearchPresets(t *testing.T) {
 // TestSearchSpaceFlags narrows the search to what a framework offers: every
 // plan returned keeps to the flags, and a bad flag is refused by name.
 func TestSearchSpaceFlags(t *testing.T) {
-	run := func(args ...string) (string, error) {
-		var out, errb bytes.Buffer
-		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		root.SetArgs(append([]string{"search", "--model", "gpt3_18.4b", "--cluster", "vtrain_a100_256"}, args...))
-		err := root.Execute()
-		return out.String(), err
-	}
+	run := searchGPT18
 	plans := func(args ...string) []strategy.Estimate {
 		t.Helper()
 		out, err := run(append(args, "-o", "json")...)
@@ -316,13 +310,7 @@ func TestSearchHTML(t *testing.T) {
 // plan says, in every output, that it is priced as a lower stage and why;
 // the HTML page of an evaluation says "Plan evaluated".
 func TestSearchEvaluateSaysWhatItPrices(t *testing.T) {
-	run := func(args ...string) (string, error) {
-		var out, errb bytes.Buffer
-		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-		root.SetArgs(append([]string{"search", "--model", "gpt3_18.4b", "--cluster", "vtrain_a100_256"}, args...))
-		err := root.Execute()
-		return out.String(), err
-	}
+	run := searchGPT18
 	const z3 = "tp=8,pp=2,dp=16,mb=2,recompute=full,zero=3"
 	const note = "zero=3 with pp > 1 is priced as ZeRO-1"
 	for _, tc := range []struct {
@@ -436,4 +424,14 @@ func TestSearchSpecFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// searchGPT18 runs `cann-train search` for the gpt3_18.4b preset on
+// vtrain_a100_256 with args and returns its standard output.
+func searchGPT18(args ...string) (string, error) {
+	var out, errb bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs(append([]string{"search", "--model", "gpt3_18.4b", "--cluster", "vtrain_a100_256"}, args...))
+	err := root.Execute()
+	return out.String(), err
 }

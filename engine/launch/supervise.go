@@ -538,10 +538,7 @@ func ScriptOf(argv []string) (string, bool) {
 		a := argv[i]
 		switch {
 		case a == "--":
-			if i+1 < len(argv) {
-				return argv[i+1], true
-			}
-			return "", false
+			return operandAfter(argv, i)
 		case a == "-":
 			return "", false
 		case a == "--check-hash-based-pycs":
@@ -576,10 +573,7 @@ func shellScriptOf(argv []string) (string, bool) {
 		a := argv[i]
 		switch {
 		case a == "--":
-			if i+1 < len(argv) {
-				return argv[i+1], true
-			}
-			return "", false
+			return operandAfter(argv, i)
 		case a == "-" || a == "+":
 			return "", false
 		case strings.HasPrefix(a, "--"):
@@ -598,6 +592,14 @@ func shellScriptOf(argv []string) (string, bool) {
 		default:
 			return a, true
 		}
+	}
+	return "", false
+}
+
+// operandAfter is the operand after the "--" at argv[i], if any.
+func operandAfter(argv []string, i int) (string, bool) {
+	if i+1 < len(argv) {
+		return argv[i+1], true
 	}
 	return "", false
 }
