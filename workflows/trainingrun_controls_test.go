@@ -417,7 +417,8 @@ func TestTrainingRunGreenWaitContinuesAsNew(t *testing.T) {
 	cb := &fakeCarbon{step: time.Hour, slots: []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}}
 	env, _ := controlEnv(t, cl, ch, cb)
 	env.SetStartTime(day0.Add(20 * time.Minute)) // 08:20
-	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 2*time.Hour) // 10:20
+	// At 10:20 the history is long.
+	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 2*time.Hour)
 	s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 200, ChunkSteps: 100,
 		Green: &spec.GreenPolicy{Trace: "es.csv", Interruptible: true}}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
