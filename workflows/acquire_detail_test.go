@@ -139,7 +139,7 @@ func TestTrainingRunControlsWhileWaitingForNodes(t *testing.T) {
 			if tc.paused {
 				require.Equal(t, spec.PhasePaused, held.Phase, "an hour on it holds, paused")
 				require.Empty(t, held.Nodes)
-				require.Equal(t, "paused at step 0 (cann-train resume continues)", held.Detail)
+				require.Equal(t, "paused at step 0 (cann-train resume t continues)", held.Detail)
 			}
 			require.Zero(t, st.PendingNodes)
 		})

@@ -159,7 +159,7 @@ func (r *run) settleHeld(ctx workflow.Context) {
 		step := r.st.Status.Step
 		r.settleCheckpoint(ctx, held)
 		if ctx.Err() == nil && r.st.Status.Phase == spec.PhasePaused && r.st.Status.Step == step {
-			r.st.Status.Detail = pausedDetail(step)
+			r.st.Status.Detail = r.pausedDetail(step)
 			r.publish(ctx)
 		}
 	})

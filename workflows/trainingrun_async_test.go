@@ -269,7 +269,7 @@ func TestPendingCheckpointSettles(t *testing.T) {
 				require.Equal(t, spec.PhasePaused, held.Phase)
 				require.EqualValues(t, 200, held.Step)
 				require.EqualValues(t, tc.wantLast, held.LastCkpt.Step, "the hold settles the upload before the cancel")
-				require.Equal(t, "paused at step 200 (cann-train resume continues)", held.Detail, "settled (or given up on)")
+				require.Equal(t, "paused at step 200 (cann-train resume t continues)", held.Detail, "settled (or given up on)")
 				require.EqualValues(t, 200, asked()[0], "looked up by the hold")
 				if tc.uploaded {
 					require.Len(t, asked(), 1, "found by the hold; the cancel has nothing left to settle")

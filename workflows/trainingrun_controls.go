@@ -283,9 +283,9 @@ func (r *run) hold(ctx workflow.Context) error {
 		r.st.Status.Detail = fmt.Sprintf("pausing at step %d: its checkpoint is uploading", r.st.Status.Step)
 		r.settleCheckpoint(ctx, patient)
 	}
-	r.st.Status.Detail = pausedDetail(r.st.Status.Step)
+	r.st.Status.Detail = r.pausedDetail(r.st.Status.Step)
 	if v >= 2 {
-		r.st.Status.Detail = fmt.Sprintf("paused at step %d; its checkpoint is still uploading (cann-train resume continues)", r.st.Status.Step)
+		r.st.Status.Detail = fmt.Sprintf("paused at step %d; its checkpoint is still uploading (cann-train resume %s continues)", r.st.Status.Step, r.spec.Name)
 	}
 	r.setPhase(ctx, spec.PhasePaused)
 	if v >= 2 {
@@ -301,8 +301,10 @@ func (r *run) hold(ctx workflow.Context) error {
 	return nil
 }
 
-func pausedDetail(step int64) string {
-	return fmt.Sprintf("paused at step %d (cann-train resume continues)", step)
+// pausedDetail is the status detail of the run paused at step: the
+// command that resumes it.
+func (r *run) pausedDetail(step int64) string {
+	return fmt.Sprintf("paused at step %d (cann-train resume %s continues)", step, r.spec.Name)
 }
 
 // rescale changes the node count to n at this boundary (see changeNodes).

@@ -372,7 +372,7 @@ bucket refused (<work dir>/kept/<run>/step-<step>-<sha256>.pack) while the run
 holds for its storage. A run cancelled before the bucket took it again says
 where the file is. Once the bucket takes writes, this stores FILE as RUN's
 checkpoint at its step (its bytes checked against the hash in its name), and
-` + "`cann-train run JOB --resume`" + ` continues from it. Refused while RUN's workflow
+` + "`cann-train run -f JOB --name RUN --resume`" + ` continues from it. Refused while RUN's workflow
 runs (` + "`cann-train resume`" + ` has its node store it), when the bucket already
 holds a checkpoint of RUN at that step or later, for a file that is not a
 packed checkpoint directory, and for a RUN neither Temporal nor the bucket
@@ -412,7 +412,7 @@ knows.`,
 				return json.NewEncoder(e.out).Encode(activities.FromStoreRef(url, ref))
 			}
 			fmt.Fprintf(e.out, "stored run %s's checkpoint at step %d in %s (%s, %d bytes)\n", run, ref.Step, url, ref.Key, ref.Bytes)
-			fmt.Fprintf(e.out, "`cann-train run JOB --resume` continues from it; %s can go\n", file)
+			fmt.Fprintf(e.out, "`cann-train run -f JOB --name %s --resume` continues from it; %s can go\n", run, file)
 			return nil
 		},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -25,7 +26,7 @@ func liveRun(ctx context.Context, c client.Client, id string) (spec.RunStatus, e
 	}
 	if closed {
 		if err == nil {
-			err = fmt.Errorf("run %s has ended (%s)", id, st.Phase)
+			err = fmt.Errorf("%s has ended (%s)", id, st.Phase)
 		}
 		return st, err
 	}
@@ -50,6 +51,7 @@ func openRun(ctx context.Context, e *env, arg, what string) (c client.Client, id
 		return c, id, st, true, nil
 	}
 	if err != nil {
+		err = withNearRuns(ctx, c, err)
 		c.Close()
 		return nil, "", st, false, err
 	}
@@ -80,7 +82,7 @@ says yes a second or so ahead — and resumes from it; a second pause stops
 it at once.`,
 		Example: `  cann-train pause mnist-demo
   cann-train pause mnist-demo --wait 2m   # return once the run is paused`,
-		Args: wantArgs(1, 1),
+		Args: wantRun(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, id, st, _, err := openRun(ctx, e, args[0], "pause")
@@ -118,7 +120,7 @@ it at once.`,
 			}
 			st, err = awaitPhase(ctx, c, id, wait, spec.PhasePaused)
 			if err != nil {
-				return err
+				return notWaiting(ctx, err, fmt.Sprintf("pause of %s requested; not waiting for it any more (cann-train status %s says when it holds)", id, runName(id)))
 			}
 			fmt.Fprintf(e.out, "%s: paused at step %d/%d\n", id, st.Step, st.TotalSteps)
 			return nil
@@ -149,7 +151,7 @@ func awaitLive(ctx context.Context, c client.Client, id string, limit time.Durat
 		st, _, closed, err := readProgress(ctx, c, id)
 		switch {
 		case closed && err == nil:
-			return st, fmt.Errorf("run %s ended (%s at step %d) before it was %s", id, st.Phase, st.Step, what)
+			return st, fmt.Errorf("%s ended (%s at step %d) before it was %s", id, st.Phase, st.Step, what)
 		case closed:
 			return st, err
 		case err == nil && ok(st):
@@ -180,7 +182,7 @@ cannot be asked (nodes of chunk protocol below 3, a script that reports no
 step) or goes past the step without checkpointing. The nodes go back to the pool and the run ends
 cancelled; its checkpoints stay in the bucket ('cann-train checkpoint ls
 RUN'), 'cann-train status RUN' still shows where it stopped, and
-'cann-train run JOB --resume' goes on from there later.
+'cann-train run -f JOB --name RUN --resume' goes on from there later.
 
 A run of the built-in engine that holds for its checkpoint bucket (status
 waiting-storage: the bucket refused its state, which its nodes keep in
@@ -189,7 +191,7 @@ checkpoint would be lost. Make the bucket take writes and 'cann-train resume
 RUN' stores them first.`,
 		Example: `  cann-train cancel mnist-demo
   cann-train cancel mnist-demo --wait 1m   # return once it has ended, saying at which step`,
-		Args: wantArgs(1, 1),
+		Args: wantRun(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, id, st, _, err := openRun(ctx, e, args[0], "cancel")
@@ -215,21 +217,7 @@ RUN' stores them first.`,
 				var ended *runEnded
 				switch {
 				case closed && end.Phase == spec.PhaseCancelled:
-					freed := "; its nodes are free again"
-					if len(end.Nodes) == 0 {
-						freed = "" // (it held none: cancelled while it waited for them)
-					}
-					fmt.Fprintf(e.out, "%s: %s%s\n", id, end.Error, freed)
-					if end.LastCkpt != nil && end.Step < end.TotalSteps {
-						more := ""
-						if k := end.KeptOnNode; k != nil && k.Step > end.LastCkpt.Step {
-							more = fmt.Sprintf(" (from step %d once `cann-train checkpoint store-kept %s %s` on %s has stored it)", k.Step, runName(id), k.File, k.Node)
-						} else if end.Model == spec.ModelExternal {
-							// (Its processes may save on their SIGTERM, within stop_grace.)
-							more = " (or from a later checkpoint its stopping processes still upload: `cann-train checkpoint ls` lists them)"
-						}
-						fmt.Fprintf(e.out, "%s: cann-train run -f JOB --resume continues it from step %d%s\n", id, end.LastCkpt.Step, more)
-					}
+					printCancelled(e.out, id, end)
 					return nil
 				case closed && errors.As(err, &ended):
 					return err // it failed, or was terminated, first
@@ -239,7 +227,8 @@ RUN' stores them first.`,
 				}
 				select {
 				case <-wctx.Done():
-					return fmt.Errorf("%s still running %s after the cancel (now %s at step %d): %w", id, wait, end.Phase, end.Step, wctx.Err())
+					return notWaiting(ctx, fmt.Errorf("%s still running %s after the cancel (now %s at step %d): %w", id, wait, end.Phase, end.Step, wctx.Err()),
+						fmt.Sprintf("cancel of %s requested; not waiting for it to end any more (cann-train status %s says where it stopped)", id, runName(id)))
 				case <-time.After(200 * time.Millisecond):
 				}
 			}
@@ -249,6 +238,37 @@ RUN' stores them first.`,
 	cmd.Flags().BoolVar(&force, "force", false, "cancel a run that holds steps its bucket refused, discarding them")
 	atLeast(cmd.Flags(), "0", "wait")
 	return cmd
+}
+
+// printCancelled says where run id, cancelled, stopped (end: its last
+// status), that its nodes are free again, and how to continue it.
+func printCancelled(w io.Writer, id string, end spec.RunStatus) {
+	freed := "; its nodes are free again"
+	if len(end.Nodes) == 0 {
+		freed = "" // (it held none: cancelled while it waited for them)
+	}
+	fmt.Fprintf(w, "%s: %s%s\n", id, end.Error, freed)
+	if end.LastCkpt == nil || end.Step >= end.TotalSteps {
+		return
+	}
+	more := ""
+	if k := end.KeptOnNode; k != nil && k.Step > end.LastCkpt.Step {
+		more = fmt.Sprintf(" (from step %d once `cann-train checkpoint store-kept %s %s` on %s has stored it)", k.Step, runName(id), k.File, k.Node)
+	} else if end.Model == spec.ModelExternal {
+		// (Its processes may save on their SIGTERM, within stop_grace.)
+		more = " (or from a later checkpoint its stopping processes still upload: `cann-train checkpoint ls` lists them)"
+	}
+	fmt.Fprintf(w, "%s: %s continues it from step %d%s\n", id, resumeCommand(id), end.LastCkpt.Step, more)
+}
+
+// notWaiting is the error of a --wait that Ctrl-C cut short (ctx: the
+// command's) once the request was sent: what (the request goes on) is
+// said instead of "interrupted". Any other err is as it is.
+func notWaiting(ctx context.Context, err error, what string) error {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return &interruptedError{what: what, err: err}
+	}
+	return err
 }
 
 // unsavedOnCancel says what a cancel of the run would lose that no
@@ -279,7 +299,7 @@ func newResumeCmd(e *env) *cobra.Command {
 policy for longer). A run holding because its checkpoint storage refused its
 checkpoints (waiting-storage) tries to store its state again at once.`,
 		Example: `  cann-train resume mnist-demo`,
-		Args:    wantArgs(1, 1),
+		Args:    wantRun(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, id, st, unanswered, err := openRun(ctx, e, args[0], "resume")
@@ -336,7 +356,7 @@ N must be at least the run's min_nodes and at most its global batch.`,
 		Example: `  cann-train scale mnist-demo --nodes 4
   cann-train scale mnist-demo 4
   cann-train scale mnist-demo 2 --wait 5m   # return once it trains on 2 nodes`,
-		Args: wantArgs(1, 2),
+		Args: wantRun(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set := cmd.Flags().Changed("nodes")
 			switch {
@@ -424,7 +444,7 @@ N must be at least the run's min_nodes and at most its global batch.`,
 					slices.ContainsFunc(st.Rescalings[min(seen, len(st.Rescalings)):], func(r spec.Rescaling) bool { return r.Reason == "" }))
 			})
 			if err != nil {
-				return err
+				return notWaiting(ctx, err, fmt.Sprintf("rescale of %s to %d node(s) requested; not waiting for it any more (cann-train status %s says when it is done)", id, nodes, runName(id)))
 			}
 			for _, r := range st.Rescalings[min(seen, len(st.Rescalings)):] {
 				kind, line := rescalingLine(r)

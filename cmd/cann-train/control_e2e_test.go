@@ -76,8 +76,8 @@ func TestPauseResumeRealRun(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if text := cli("status", "pause-me"); !strings.Contains(text, "status       paused: paused at step") {
-		t.Errorf("status text does not say paused:\n%s", text)
+	if text := cli("status", "pause-me"); !strings.Contains(text, fmt.Sprintf("status       paused at step %d (cann-train resume pause-me continues)\n", held.Steps)) {
+		t.Errorf("status text does not say paused, once, and how to resume:\n%s", text)
 	}
 	// The paused run holds its nodes: `nodes` shows them busy at their
 	// ranks and the third free.
@@ -393,7 +393,7 @@ func TestCancelRealRun(t *testing.T) {
 		}
 	}
 	text, err := cli("status", "cancel-me")
-	if err == nil || !strings.Contains(err.Error(), "run run/cancel-me cancelled") ||
+	if err == nil || !strings.Contains(err.Error(), "run/cancel-me cancelled") ||
 		!strings.Contains(text, "cancelled") || !strings.Contains(text, "cancelled at step") {
 		t.Errorf("status of the cancelled run: %v\n%s", err, text)
 	}
@@ -431,9 +431,23 @@ func TestCancelRealRun(t *testing.T) {
 		}
 	}
 	for _, cmd := range []string{"status", "cancel", "pause"} {
-		if _, err := cli(cmd, "never-ran"); err == nil || !strings.Contains(err.Error(), "no run run/never-ran here (cann-train dashboard lists the runs)") {
+		if _, err := cli(cmd, "never-ran"); err == nil || !strings.Contains(err.Error(), "no run run/never-ran in namespace default at "+addr+" (cann-train dashboard lists the runs") {
 			t.Errorf("%s of a run that never was: %v; want it named as unknown", cmd, err)
 		}
+	}
+	// A typo is answered with the name meant; the run/ prefix typed
+	// twice too.
+	for _, typo := range []string{"cancle-me", "run/run/cancel-me"} {
+		if _, err := cli("status", typo); err == nil || !strings.Contains(err.Error(), "(did you mean cancel-me? cann-train dashboard lists the runs") {
+			t.Errorf("status %s: %v; want cancel-me suggested", typo, err)
+		}
+	}
+	// watch -o json of the cancelled run prints its final status, as
+	// status does, and then fails.
+	js, err = cli("watch", "cancel-me", "-o", "json")
+	var sum Summary
+	if err == nil || !strings.Contains(err.Error(), "run/cancel-me cancelled") || json.Unmarshal([]byte(js), &sum) != nil || sum.Status != spec.PhaseCancelled {
+		t.Errorf("watch -o json of the cancelled run: %v\n%s", err, js)
 	}
 	if _, err := cli("cancel", "cancel-me"); err == nil || !strings.Contains(err.Error(), "cancelled") {
 		t.Errorf("a second cancel: %v, want it refused (the run has ended)", err)
@@ -659,10 +673,12 @@ func TestCancelStopsTheChunkInFlight(t *testing.T) {
 // pause --wait`, and holds at once without nodes (before, the pause waited
 // for the nodes, up to node_wait); resumed, it waits again; rescaled to
 // one node, it asks for one; when the other run is cancelled it takes
-// the node — before a run that started waiting after it — and completes
-// on it. Its history is the replay test's
-// trainingrun_controls_while_acquiring.json, the Cluster's
-// cluster_withdraw.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+// the node — before a run that started waiting after it, which takes it
+// once the waiter is cancelled in turn (a waiter that completed at once
+// raced the check: the later run could have its node by then). Its
+// history is the replay test's trainingrun_controls_while_acquiring.json,
+// the Cluster's cluster_reserve.json (earlier: cluster_withdraw.json)
+// (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestControlsWhileARunWaitsForNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -673,16 +689,16 @@ func TestControlsWhileARunWaitsForNodes(t *testing.T) {
 	if out := cli("pause", "holder", "--wait", "60s"); !strings.Contains(out, "paused at step") {
 		t.Fatalf("pause holder: %q", out)
 	}
-	s := spec.RunSpec{Name: "waiter", Nodes: 2, MinNodes: 1, Steps: 200, ChunkSteps: 100, NodeWait: spec.Duration(10 * time.Minute)}.WithDefaults()
+	s := spec.RunSpec{Name: "waiter", Nodes: 2, MinNodes: 1, Steps: 1_000_000, ChunkSteps: 100, NodeWait: spec.Duration(10 * time.Minute)}.WithDefaults()
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "waiting for nodes", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
 		return st.Phase == spec.PhaseAcquiring && strings.HasPrefix(st.Detail, "waiting for 2 free node(s), or at least 1 until")
 	})
 	out := cli("pause", "waiter", "--wait", "30s")
-	if !strings.Contains(out, "run/waiter: paused at step 0/200") {
+	if !strings.Contains(out, "run/waiter: paused at step 0/1000000") {
 		t.Fatalf("pause of a run waiting for nodes: %q", out)
 	}
-	if st := queryRun(ctx, t, c, run.GetID()); len(st.Nodes) != 0 || st.Detail != "paused at step 0 (cann-train resume continues)" {
+	if st := queryRun(ctx, t, c, run.GetID()); len(st.Nodes) != 0 || st.Detail != "paused at step 0 (cann-train resume waiter continues)" {
 		t.Fatalf("paused while waiting: nodes %v, detail %q", st.Nodes, st.Detail)
 	}
 	cli("resume", "waiter")
@@ -709,17 +725,15 @@ func TestControlsWhileARunWaitsForNodes(t *testing.T) {
 	if st := queryRun(ctx, t, c, later.GetID()); len(st.Nodes) != 0 || st.Phase != spec.PhaseAcquiring {
 		t.Errorf("the later run is %s on %v when the earlier waiter took the node; want it still waiting", st.Phase, st.Nodes)
 	}
-	var st spec.RunStatus
-	if err := run.Get(ctx, &st); err != nil {
-		dumpLogs(t, l.LogDir)
-		t.Fatal(err)
+	if out := cli("cancel", "waiter", "--wait", "60s"); !strings.Contains(out, "run/waiter: cancelled at step") {
+		t.Fatalf("cancel waiter: %q", out)
 	}
-	if st.Phase != spec.PhaseCompleted || st.Step != 200 || !slices.Equal(st.Nodes, []string{"node-1"}) {
-		t.Errorf("the waiter ended %s at step %d on %v; want completed at 200 on node-1", st.Phase, st.Step, st.Nodes)
+	if st := queryRun(ctx, t, c, run.GetID()); st.Phase != spec.PhaseCancelled || !slices.Equal(st.Nodes, []string{"node-1"}) {
+		t.Errorf("the waiter ended %s on %v; want cancelled, having trained on node-1", st.Phase, st.Nodes)
 	}
-	if st := awaitRun(ctx, t, later, l.LogDir); st.Phase != spec.PhaseCompleted {
-		t.Errorf("the later run ended %s: %s", st.Phase, st.Error)
+	if st := awaitRun(ctx, t, later, l.LogDir); st.Phase != spec.PhaseCompleted || !slices.Equal(st.Nodes, []string{"node-1"}) {
+		t.Errorf("the later run ended %s on %v: %s", st.Phase, st.Nodes, st.Error)
 	}
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_controls_while_acquiring.json")
-	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_withdraw.json")
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_reserve.json")
 }

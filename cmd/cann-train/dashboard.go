@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,14 +103,22 @@ func dashboardQuery(user string) string {
 	return q
 }
 
+// dashboardOptions are what `cann-train dashboard` shows, and how.
+type dashboardOptions struct {
+	output, query, namespace string
+	ui                       string // the Web UI's base for links ("": none)
+	limit                    int
+	watch                    bool
+	every                    time.Duration
+}
+
 func newDashboardCmd(e *env) *cobra.Command {
-	var output, query, ui string
-	var limit int
-	var watch bool
-	var every time.Duration
+	var ui string
+	var o dashboardOptions
 	cmd := &cobra.Command{
-		Use:   "dashboard",
-		Short: "Every training run at a glance: status, step, loss, throughput, carbon",
+		Use:     "dashboard",
+		Aliases: []string{"ls", "list", "ps"},
+		Short:   "Every training run at a glance: status, step, loss, throughput, carbon",
 		Long: `Lists the TrainingRun workflows of the namespace, latest start first, with what
 the Temporal visibility store indexes (the Cann* search attributes) and what each
 run's status query (or, once closed, its result) adds: loss, samples/s,
@@ -120,16 +129,17 @@ listed before a run started after it); a last line says how many more
 match, and the --limit that lists them all. --query narrows the list with a visibility query
 (e.g. CannStatus = 'training', CannModel = 'mlp-mnist', StartTime > '2026-11-30T00:00:00Z');
 CannStatus is the run's phase: ` + runPhases() + `.
---watch redraws it every --every until interrupted.`,
+--watch redraws it every --every until interrupted (on a terminal in place; to a file
+or a pipe, each table after a blank line), and waits out a server that stops answering.`,
 		Example: `  cann-train dashboard
   cann-train dashboard --watch
   cann-train dashboard --query "CannStatus IN ('paused', 'waiting-storage')" -o json`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "text", "json"); err != nil {
+			if err := checkOutput(o.output, "text", "json"); err != nil {
 				return err
 			}
-			if watch && output == "json" {
+			if o.watch && o.output == "json" {
 				return errors.New("--watch draws the text table; -o json prints once")
 			}
 			ctx := cmd.Context()
@@ -138,47 +148,89 @@ CannStatus is the run's phase: ` + runPhases() + `.
 				return err
 			}
 			defer c.Close()
-			for {
-				rows, more, err := dashboardRows(ctx, c, e.namespace, dashboardQuery(query), limit, e.uiLink(ui))
-				if err != nil {
-					return err
-				}
-				if output == "json" {
-					if more != 0 { // (on stderr: the output stays a JSON array)
-						fmt.Fprintln(e.err, "cann-train dashboard: "+moreLine(more, limit))
-					}
-					enc := json.NewEncoder(e.out)
-					enc.SetIndent("", "  ")
-					return enc.Encode(rows)
-				}
-				if watch {
-					fmt.Fprint(e.out, "\033[H\033[2J") // home, clear screen
-					fmt.Fprintf(e.out, "cann-train dashboard  %s  every %s (Ctrl-C ends)\n\n", time.Now().Format("15:04:05"), every)
-				}
-				if err := printDashboard(e.out, rows, query, more, limit); err != nil {
-					return err
-				}
-				if !watch {
-					return nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(every):
-				}
-			}
+			o.namespace, o.ui = e.namespace, e.uiLink(ui)
+			return showDashboard(ctx, c, e.out, e.err, o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&output, "output", "o", "text", "text or json")
-	f.StringVar(&query, "query", "", "visibility query narrowing the list (ANDed with the TrainingRun type)")
-	f.IntVar(&limit, "limit", 20, "most runs listed: the running ones, then those that ended last (a last line says how many more match)")
-	f.BoolVarP(&watch, "watch", "w", false, "redraw the table every --every")
-	f.DurationVar(&every, "every", 2*time.Second, "refresh interval of --watch")
+	f.StringVarP(&o.output, "output", "o", "text", "text or json")
+	f.StringVar(&o.query, "query", "", "visibility query narrowing the list (ANDed with the TrainingRun type)")
+	f.IntVar(&o.limit, "limit", 20, "most runs listed: the running ones, then those that ended last (a last line says how many more match)")
+	f.BoolVarP(&o.watch, "watch", "w", false, "redraw the table every --every")
+	f.DurationVar(&o.every, "every", 2*time.Second, "refresh interval of --watch")
 	atLeast(f, "1", "limit")
 	atLeast(f, "1ns", "every")
 	addUIFlag(f, &ui)
 	return cmd
+}
+
+// showDashboard prints the runs' table (or JSON array) on out once or,
+// with o.watch, every o.every until ctx ends: on a terminal in place, else
+// each after a blank line. A watch waits out a server that stops
+// answering, its header saying since when, under the last table read; a
+// server not answering is said as such, with its address.
+func showDashboard(ctx context.Context, c client.Client, out, errw io.Writer, o dashboardOptions) error {
+	address, _ := placeOf(c)
+	var last []dashboardRow // the last table read, and when
+	var lastMore, drawn int
+	var lastAt, silentSince time.Time
+	for ; ; drawn++ {
+		asked := time.Now()
+		rows, more, err := dashboardRows(ctx, c, o.namespace, dashboardQuery(o.query), o.limit, o.ui)
+		now := time.Now()
+		switch {
+		case o.watch && ctx.Err() != nil:
+			return nil
+		case err == nil:
+			last, lastMore, lastAt, silentSince = rows, more, now, time.Time{}
+		case o.watch && serverSilent(err):
+			if silentSince.IsZero() {
+				silentSince = asked // (the list waited out its deadline)
+			}
+		case serverSilent(err):
+			return fmt.Errorf("%s: %w", serverDown(address), err)
+		default:
+			return err
+		}
+		if o.output == "json" {
+			if more != 0 { // (on stderr: the output stays a JSON array)
+				fmt.Fprintln(errw, "cann-train dashboard: "+moreLine(more, o.limit))
+			}
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rows)
+		}
+		if o.watch {
+			if isTerminal(out) {
+				fmt.Fprint(out, "\033[H\033[2J") // home, clear screen
+			} else if drawn > 0 {
+				fmt.Fprintln(out) // (the tables one after the other)
+			}
+			fmt.Fprintf(out, "cann-train dashboard  %s  every %s (Ctrl-C ends)\n", now.Format("15:04:05"), o.every)
+			switch {
+			case silentSince.IsZero():
+			case lastAt.IsZero():
+				fmt.Fprintf(out, "server %s not answering since %s, retrying\n", cmp.Or(address, "?"), silentSince.Format("15:04:05"))
+			default:
+				fmt.Fprintf(out, "server %s not answering since %s, retrying; the runs as of %s:\n", cmp.Or(address, "?"),
+					silentSince.Format("15:04:05"), lastAt.Format("15:04:05"))
+			}
+			fmt.Fprintln(out)
+		}
+		if !lastAt.IsZero() { // (nothing read yet: no table, rather than "no training runs")
+			if err := printDashboard(out, last, o.query, lastMore, o.limit); err != nil {
+				return err
+			}
+		}
+		if !o.watch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(o.every):
+		}
+	}
 }
 
 // dashboardRows lists up to limit runs matching query (listRuns: more
@@ -206,14 +258,15 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 		}
 		if r.Execution == running {
 			if noAnswer != nil {
-				r.Unread = noAnswer.Error()
+				r.Unread = noAnswer.others() // (its Error names the run asked)
 				continue
 			}
 			st, live, _, err := readProgress(ctx, c, r.WorkflowID)
-			if errors.As(err, &noAnswer) {
-				polls = false // nor would an ended run's query be answered
-				asked = true
+			if na := (*noAnswerError)(nil); errors.As(err, &na) {
 				r.Unread = err.Error()
+				if na.taskAttempts <= 1 { // (not this run's own workflow task failing)
+					noAnswer, polls, asked = na, false, true // nor would the others' queries be answered
+				}
 				continue
 			}
 			if err != nil {
@@ -248,6 +301,8 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 			if st.Error == "" && err != nil {
 				r.Detail = failureText(err) // terminated or timed out: no code of its said why
 			}
+		case err != nil && r.Execution == activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED) && failureText(err) == "canceled":
+			r.Detail = string(spec.PhaseCancelled) // (the run's spelling, not Temporal's)
 		case err != nil:
 			r.Detail = failureText(err) // how it failed, was terminated or timed out
 		}

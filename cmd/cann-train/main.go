@@ -33,20 +33,34 @@ func main() {
 	e := &env{out: os.Stdout, err: os.Stderr, command: dev.SelfCommand}
 	err := newRootCmd(e).ExecuteContext(ctx)
 	stop()
+	if line, failed, code := lastWords(err, ctx.Err() != nil); code != 0 {
+		if line != "" {
+			printLast(os.Stderr, e.logJSON, failed, line)
+		}
+		os.Exit(code)
+	}
+}
+
+// lastWords is how a command that returned err ends (interrupted: Ctrl-C
+// or SIGTERM came): the line it ends on ("": none) — its error (failed),
+// or what an interruption leaves going — and the exit code.
+func lastWords(err error, interrupted bool) (line string, failed bool, code int) {
 	var quiet *exitError
+	var stopped *interruptedError
 	switch {
 	case err == nil:
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		// Ctrl-C (or SIGTERM) ended the command: nothing went wrong with
-		// it, and runs it started or watched go on.
-		printLast(os.Stderr, e.logJSON, false, "cann-train: interrupted")
-		os.Exit(130)
+		return "", false, 0
+	case interrupted && errors.Is(err, context.Canceled):
+		// Nothing went wrong with the command, and runs it started or
+		// watched go on.
+		if errors.As(err, &stopped) {
+			return "cann-train: " + stopped.what, false, 130
+		}
+		return "cann-train: interrupted", false, 130
 	case errors.As(err, &quiet):
-		os.Exit(1)
-	default:
-		printLast(os.Stderr, e.logJSON, true, "cann-train: "+err.Error())
-		os.Exit(1)
+		return "", true, 1
 	}
+	return "cann-train: " + err.Error(), true, 1
 }
 
 // printLast writes the line a command ends on, its error (failed) or
@@ -83,6 +97,17 @@ type env struct {
 	temporal    client.Options
 	temporalErr error
 }
+
+// interruptedError is a command that Ctrl-C ended (err: the context's
+// Canceled), with what it leaves going, said instead of "interrupted":
+// "stopped watching run/x; the run goes on …".
+type interruptedError struct {
+	what string
+	err  error
+}
+
+func (e *interruptedError) Error() string { return e.what }
+func (e *interruptedError) Unwrap() error { return e.err }
 
 // exitError fails the command without printing again.
 type exitError struct{ err error }
@@ -249,6 +274,24 @@ func wantArgs(min, max int) cobra.PositionalArgs {
 		case len(args) > max:
 			return fmt.Errorf("%s takes at most %d argument(s), got %d: %q is one too many (usage: %s)",
 				name, max, len(args), args[max], cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// wantRun checks the arguments of a command that takes RUN first (and
+// up to max in all) as wantArgs does, and refuses an empty RUN; a missing
+// one is pointed to the list of runs.
+func wantRun(max int) cobra.PositionalArgs {
+	want := wantArgs(1, max)
+	return func(cmd *cobra.Command, args []string) error {
+		if err := want(cmd, args); err != nil && len(args) == 0 {
+			return fmt.Errorf("%w; cann-train dashboard lists the runs", err)
+		} else if err != nil {
+			return err
+		}
+		if strings.TrimSpace(runName(args[0])) == "" {
+			return fmt.Errorf("RUN %q is empty: give a run's name, or run/<name> (cann-train dashboard lists the runs)", args[0])
 		}
 		return nil
 	}

@@ -46,7 +46,7 @@ func TestStatusWithoutControlWorker(t *testing.T) {
 	root = newRootCmd(&env{out: &w, err: &w, command: childCommand})
 	root.SetArgs([]string{"watch", "never-started", "--address", srv.FrontendAddr()})
 	start = time.Now()
-	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "no run run/never-started here") || time.Since(start) > 5*time.Second {
+	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "no run run/never-started in namespace default at "+srv.FrontendAddr()) || time.Since(start) > 5*time.Second {
 		t.Fatalf("watch of an unknown run after %v: %v; want \"no run\" at once", time.Since(start), err)
 	}
 }

@@ -158,7 +158,7 @@ func TestRunSteeredWithHandWrittenJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = bare.Get(ctx, nil) // (refused: steps)
-	if _, _, err := cliRun(ctx, addr)("status", "raw-bare"); err == nil || !strings.Contains(err.Error(), `no run run/raw-bare here, but a TrainingRun workflow has the ID "raw-bare"`) {
+	if _, _, err := cliRun(ctx, addr)("status", "raw-bare"); err == nil || !strings.Contains(err.Error(), "no run run/raw-bare in namespace default at "+addr+`, but a TrainingRun workflow has the ID "raw-bare"`) {
 		t.Errorf("status of a run started without the run/ prefix: %v", err)
 	}
 }

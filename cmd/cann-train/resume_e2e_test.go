@@ -73,7 +73,7 @@ func TestResumeEndedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	ended, _, _, _ := readProgress(ctx, c, id)
-	if ended.LastCkpt != nil && !strings.Contains(out, fmt.Sprintf("%s: cann-train run -f JOB --resume continues it from step %d\n", id, ended.LastCkpt.Step)) {
+	if ended.LastCkpt != nil && !strings.Contains(out, fmt.Sprintf("%s: cann-train run -f JOB --name resume-me --resume continues it from step %d\n", id, ended.LastCkpt.Step)) {
 		t.Errorf("cancel said %q; want how to continue the run", out)
 	}
 	if ended.Phase != spec.PhaseCancelled || ended.LastCkpt == nil || ended.LastCkpt.Step >= steps {

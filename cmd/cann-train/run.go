@@ -669,7 +669,7 @@ func checkOutput(got string, allowed ...string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown output format %q (allowed: %v)", got, allowed)
+	return fmt.Errorf("unknown output format %q (allowed: %s)", got, strings.Join(allowed, ", "))
 }
 
 // fewNote says, before a job starts, that fewer nodes are free than it

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,11 +13,12 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/engine/energy"
+	"github.com/cann-train/cann-train/internal/suggest"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
 )
@@ -48,7 +51,7 @@ func newStatusCmd(e *env) *cobra.Command {
 		Example: `  cann-train status mnist-demo
   cann-train status run/mnist-demo -o json
   cann-train status mnist-demo --rank-table hccl.json   # from the run's topology scan`,
-		Args: wantArgs(1, 1),
+		Args: wantRun(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
@@ -60,7 +63,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			defer c.Close()
 			st, live, logs, _, err := readLive(cmd.Context(), c, runID(args[0]))
 			if err != nil && st.RunID == "" {
-				return err
+				return withNearRuns(cmd.Context(), c, err)
 			}
 			if noAnswer := (*noAnswerError)(nil); errors.As(err, &noAnswer) {
 				if perr := printUnanswered(e.out, noAnswer, live, summarize(st, e.uiLink(ui), e.namespace, nil), output); perr != nil {
@@ -77,7 +80,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			}
 			if rankTable != "" {
 				if st.Topology == nil || st.Topology.RankTable == "" {
-					return fmt.Errorf("run %s has no rank table: it scans its topology only with collective: auto or topology_scan: true", st.RunID)
+					return fmt.Errorf("%s has no rank table: it scans its topology only with collective: auto or topology_scan: true", st.RunID)
 				}
 				if err := os.WriteFile(rankTable, []byte(st.Topology.RankTable+"\n"), 0o644); err != nil {
 					return err
@@ -106,9 +109,18 @@ func newWatchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch RUN",
 		Short: "Follow a run live: step/total, loss, samples/s, ETA",
+		Long: `Follows RUN until it ends. The progress goes to stderr: on a terminal one line
+redrawn in place (step/total, and while the run trains its ETA, loss and
+samples/s; while it does not, what it waits for), to a file or a pipe a line
+per change of phase and per tenth of the steps. Then stdout gets the run's
+final status as 'cann-train status' prints it (-o json: its JSON object) —
+that of a run that failed or was cancelled too, with exit status 1.
+-o jsonl writes JSON lines on stdout instead, the last one saying how the run
+ended. A server or control worker that stops answering is waited out, and
+said. Ctrl-C stops watching; the run goes on.`,
 		Example: `  cann-train watch mnist-demo
   cann-train watch mnist-demo -o jsonl | jq .loss`,
-		Args: wantArgs(1, 1),
+		Args: wantRun(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json", "jsonl"); err != nil {
 				return err
@@ -118,18 +130,7 @@ func newWatchCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			w := e.err
-			if output == "jsonl" {
-				w = e.out
-			}
-			st, err := watchRun(cmd.Context(), c, runID(args[0]), w, output == "jsonl", nil)
-			if err != nil {
-				return err
-			}
-			if output == "jsonl" {
-				return nil
-			}
-			return printStatus(e.out, st, output, e.uiLink(ui), e.namespace)
+			return watchToEnd(cmd.Context(), e, c, runID(args[0]), output, e.uiLink(ui))
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, json (final status) or jsonl (one progress object per line)")
@@ -137,6 +138,34 @@ func newWatchCmd(e *env) *cobra.Command {
 	return cmd
 }
 
+// watchToEnd is watch's body: it follows run id until it ends, its
+// progress on e.err (-o jsonl: JSON lines on e.out), then prints its final
+// status on e.out as `status` does — that of a run that failed or was
+// cancelled too, before the error that says so. Interrupted, it says that
+// the run goes on.
+func watchToEnd(ctx context.Context, e *env, c client.Client, id, output, ui string) error {
+	w := e.err
+	if output == "jsonl" {
+		w = e.out
+	}
+	st, err := watchRun(ctx, c, id, w, output == "jsonl", nil)
+	var ended *runEnded
+	switch {
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return &interruptedError{what: fmt.Sprintf("stopped watching %s; the run goes on (cann-train cancel %s stops it)", id, runName(id)), err: err}
+	case output == "jsonl":
+		return err // (its last line said how it ended)
+	case err != nil && (st.RunID == "" || !errors.As(err, &ended)):
+		return withNearRuns(ctx, c, err)
+	}
+	if perr := printStatus(e.out, st, output, ui, e.namespace); perr != nil {
+		return perr
+	}
+	return err
+}
+
+// dialQuiet dials the server as the flags say, without the SDK's info
+// logs; the client knows where it is connected (placeOf).
 func dialQuiet(ctx context.Context, e *env) (client.Client, error) {
 	log, err := e.logger()
 	if err != nil {
@@ -146,7 +175,28 @@ func dialQuiet(ctx context.Context, e *env) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return workers.Dial(ctx, o)
+	c, err := workers.Dial(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return &placedClient{Client: c, address: cmp.Or(o.Address, "127.0.0.1:7233"), namespace: cmp.Or(o.Namespace, "default")}, nil
+}
+
+// placedClient is a client that knows where it is connected — the
+// server's address and the namespace — for the messages that name them:
+// a run not found, no control worker, the server not answering.
+type placedClient struct {
+	client.Client
+	address, namespace string
+}
+
+// placeOf says where c is connected: "" and "" for a client that does
+// not say (one dialQuiet did not dial).
+func placeOf(c client.Client) (address, namespace string) {
+	if p, ok := c.(*placedClient); ok {
+		return p.address, p.namespace
+	}
+	return "", ""
 }
 
 // readProgress returns the run's status (its result once closed; for a
@@ -167,10 +217,15 @@ func readLive(ctx context.Context, c client.Client, id string) (spec.RunStatus, 
 	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
 	if err != nil {
 		de := &describeError{id: id, err: err}
+		de.address, de.namespace = placeOf(c)
 		var nf *serviceerror.NotFound
-		if bare := strings.TrimPrefix(id, spec.RunIDPrefix); errors.As(err, &nf) && bare != id {
-			// Started by hand without the prefix (`temporal workflow start
-			// --workflow-id NAME`): say so rather than "no run".
+		if !errors.As(err, &nf) {
+			return st, nil, nil, false, de
+		}
+		// Started by hand without the prefix (`temporal workflow start
+		// --workflow-id NAME`): say so rather than "no run". (Not for
+		// run/run/NAME: run/NAME has the prefix.)
+		if bare := strings.TrimPrefix(id, spec.RunIDPrefix); bare != id && !strings.HasPrefix(bare, spec.RunIDPrefix) {
 			if d, err := c.DescribeWorkflowExecution(ctx, bare, ""); err == nil && d.GetWorkflowExecutionInfo().GetType().GetName() == spec.WorkflowTrainingRun {
 				de.bare = bare
 			}
@@ -286,7 +341,8 @@ func queryWorkflow(ctx context.Context, c client.Client, id, runID, name string)
 	var canceled *serviceerror.Canceled
 	if qctx.Err() != nil || errors.As(err, &deadline) || errors.As(err, &canceled) ||
 		status.Code(err) == codes.DeadlineExceeded || status.Code(err) == codes.Canceled {
-		return nil, &noAnswerError{id: id, query: name, err: err}
+		_, namespace := placeOf(c)
+		return nil, &noAnswerError{id: id, query: name, err: err, namespace: namespace}
 	}
 	return nil, err
 }
@@ -297,6 +353,8 @@ func queryWorkflow(ctx context.Context, c client.Client, id, runID, name string)
 type noAnswerError struct {
 	id, query string
 	err       error
+	// namespace is the one asked in ("": not known, see placeOf).
+	namespace string
 	// seen is what a run last recorded in its search attributes (its
 	// status's stand-in; readLive sets it).
 	seen dashboardRow
@@ -309,8 +367,20 @@ func (e *noAnswerError) Error() string {
 	if e.taskAttempts > 1 {
 		return fmt.Sprintf("%s's %s query went unanswered: %s", e.id, e.query, taskFailing(e.taskAttempts))
 	}
-	return fmt.Sprintf("no control worker answered %s's %s query in time: one may have just stopped (the server lists a stopped "+
-		"worker for minutes); runs wait for one and lose nothing (start `cann-train worker control`, or see its log)", e.id, e.query)
+	return fmt.Sprintf("no control worker answered %s's %s query in time: %s", e.id, e.query, e.hint())
+}
+
+// hint is what a query no control worker answered may mean, and what to do.
+func (e *noAnswerError) hint() string {
+	return fmt.Sprintf("one may have just stopped (the server lists a stopped worker for minutes); runs wait for one and lose nothing (start `%s`, or see its log)",
+		controlWorkerCmd(e.namespace))
+}
+
+// others is what the dashboard says of the runs it did not ask after
+// this query went unanswered (Error names this run): their queries
+// would not be answered either.
+func (e *noAnswerError) others() string {
+	return "no control worker answers status queries (one went unanswered in time, so this run's was not asked): " + e.hint()
 }
 
 // taskFailing says that a run's workflow task has failed attempts-1 times
@@ -358,19 +428,93 @@ type describeError struct {
 	// bare: a TrainingRun workflow runs under the ID without the run/
 	// prefix (started by hand).
 	bare string
+	// address and namespace: where the run was looked for ("": not
+	// known, see placeOf).
+	address, namespace string
+	// near are the names of the runs there nearest the one asked for
+	// (withNearRuns).
+	near []string
 }
 
 func (e *describeError) Error() string {
 	var nf *serviceerror.NotFound
-	if errors.As(e.err, &nf) && e.bare != "" {
-		return fmt.Sprintf("no run %s here, but a TrainingRun workflow has the ID %q: it was started without the %s prefix, which cann-train finds runs by "+
-			"(its workflow is steered with the temporal CLI: `temporal workflow signal|cancel --workflow-id %s`; start it as %s<spec name> to use cann-train)",
-			e.id, e.bare, spec.RunIDPrefix, e.bare, spec.RunIDPrefix)
+	where := "here"
+	if e.namespace != "" {
+		where = fmt.Sprintf("in namespace %s at %s", e.namespace, e.address)
 	}
-	if errors.As(e.err, &nf) {
-		return fmt.Sprintf("no run %s here (cann-train dashboard lists the runs): %v", e.id, e.err)
+	switch {
+	case errors.As(e.err, &nf) && e.bare != "":
+		return fmt.Sprintf("no run %s %s, but a TrainingRun workflow has the ID %q: it was started without the %s prefix, which cann-train finds runs by "+
+			"(its workflow is steered with the temporal CLI: `temporal workflow signal|cancel --workflow-id %s`; start it as %s<spec name> to use cann-train)",
+			e.id, where, e.bare, spec.RunIDPrefix, e.bare, spec.RunIDPrefix)
+	case errors.As(e.err, &nf):
+		hint := "cann-train dashboard lists the runs"
+		if guess := suggest.DidYouMean(e.near); guess != "" {
+			hint = guess + " " + hint
+		}
+		if e.namespace != "" {
+			hint += "; --namespace and --address look elsewhere"
+		}
+		return fmt.Sprintf("no run %s %s (%s): %v", e.id, where, hint, e.err)
 	}
 	return fmt.Sprintf("describe %s: %v", e.id, e.err)
+}
+
+// withNearRuns completes err where it is a run the server does not know
+// (readLive's *describeError) with the names of the runs nearest the one
+// asked for, for a command to say; any other err is as it is. (Not in
+// readLive: its callers that expect no run, as `run` before it starts
+// one, would list the runs for nothing.)
+func withNearRuns(ctx context.Context, c client.Client, err error) error {
+	var de *describeError
+	var nf *serviceerror.NotFound
+	if errors.As(err, &de) && errors.As(de.err, &nf) && de.bare == "" && de.near == nil {
+		de.near = nearRuns(ctx, c, runName(de.id))
+	}
+	return err
+}
+
+// nearRunsListed bounds the runs nearRuns compares a name with: one page
+// of the list, the running ones and those that ended last first.
+const nearRunsListed = 1000
+
+// nearRuns names the runs whose names are nearest name (a run the
+// server does not know), from one listing of the namespace's runs: for
+// run/NAME typed as a name (run/run/NAME), NAME where it runs; none when
+// nothing is near, or the list fails.
+func nearRuns(ctx context.Context, c client.Client, name string) []string {
+	resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: nearRunsListed, Query: dashboardQuery("")})
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, ex := range resp.GetExecutions() {
+		names = append(names, runName(ex.GetExecution().GetWorkflowId()))
+	}
+	for strings.HasPrefix(name, spec.RunIDPrefix) { // (the prefix typed twice)
+		name = strings.TrimPrefix(name, spec.RunIDPrefix)
+		if slices.Contains(names, name) {
+			return []string{name}
+		}
+	}
+	return suggest.Nearest(name, names)
+}
+
+// serverSilent says that err is the server not answering (down,
+// restarting, out of reach), rather than answering no.
+func serverSilent(err error) bool {
+	var unavailable *serviceerror.Unavailable
+	var deadline *serviceerror.DeadlineExceeded
+	return errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded) ||
+		status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded
+}
+
+// serverDown says that the server at address does not answer.
+func serverDown(address string) string {
+	if address == "" {
+		return "the server is not answering"
+	}
+	return "the server at " + address + " is not answering"
 }
 
 func (e *describeError) Unwrap() error { return e.err }
@@ -421,18 +565,26 @@ func (t *changeTeller) tell(st spec.RunStatus) {
 	}
 }
 
-// watchRun polls the run until it closes, drawing a progress bar on w
-// when it is a terminal, else writing a line per change of phase and per
-// tenth of the steps (or JSON lines), and returns the final status.
+// watchRun polls the run until it closes, drawing a progress line on w
+// when it is a terminal (liveBar), else writing a line per change of
+// phase and per tenth of the steps (or JSON lines), and returns the final
+// status. It waits out trouble that passes (the server or the control
+// worker away for a while), saying so once per kind; interrupted (ctx
+// done), it returns ctx's error and says nothing more.
 //
 // before is an earlier run's last status that this one resumes (nil: none):
 // its recoveries and node-count changes, carried over, are not said again.
 func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, jsonl bool, before *spec.RunStatus) (spec.RunStatus, error) {
-	var bar *progressbar.ProgressBar
+	var bar *liveBar
 	var lines *progressLines
-	if !jsonl && !isTerminal(w) {
+	switch {
+	case jsonl:
+	case isTerminal(w):
+		bar = &liveBar{w: w, cols: terminalCols(w)}
+	default:
 		lines = &progressLines{w: w, decile: -1}
 	}
+	address, _ := placeOf(c)
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
 	var last int64 = -1
@@ -443,13 +595,16 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 		if jsonl || !changes.news(st) {
 			return
 		}
-		if bar != nil {
-			_ = bar.Clear()
-		}
+		bar.clear()
 		changes.tell(st)
 	}
 	for {
 		st, live, closed, err := readProgress(ctx, c, id)
+		if ctx.Err() != nil {
+			// Interrupted: what the poll says now is the interruption
+			// (a call cut short), not the run's.
+			return st, ctx.Err()
+		}
 		tell(st)
 		if closed {
 			if lines != nil && st.Phase != "" { // no status when the run failed
@@ -469,20 +624,20 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 				}
 				_ = json.NewEncoder(w).Encode(line)
 			}
-			if bar != nil {
-				// The final figures, not the last poll's.
-				_ = bar.Set64(st.Step)
-				bar.Describe(fmt.Sprintf("%-10s", st.Phase) + figures(st.Loss, st.SamplesPerSec, 6))
-				_ = bar.Finish()
-				fmt.Fprintln(w)
+			if st.Phase != "" {
+				bar.finish(st) // (the final figures, not the last poll's)
+			} else {
+				bar.clear()
 			}
 			return st, err
 		}
 		if err != nil && !transient(err) {
+			bar.clear()
 			return st, err
 		}
 		if !jsonl && err != nil && err.Error() != lastErr {
-			fmt.Fprintf(w, "waiting: %v\n", err) // once per kind of trouble
+			bar.clear()
+			fmt.Fprintf(w, "waiting: %s\n", trouble(err, address)) // once per kind of trouble
 		}
 		if err != nil {
 			lastErr = err.Error()
@@ -502,28 +657,162 @@ func watchRun(ctx context.Context, c client.Client, id string, w io.Writer, json
 			_ = json.NewEncoder(w).Encode(progressLine(id, st, step, loss, sps))
 		case lines != nil && err == nil:
 			lines.update(st, step, loss, sps)
-		case !jsonl && st.TotalSteps > 0:
-			if bar == nil {
-				bar = progressbar.NewOptions64(st.TotalSteps,
-					progressbar.OptionSetWriter(w),
-					progressbar.OptionSetWidth(30),
-					progressbar.OptionShowCount(),
-					progressbar.OptionSetPredictTime(true),
-					progressbar.OptionSetElapsedTime(true),
-					progressbar.OptionThrottle(200*time.Millisecond),
-					progressbar.OptionSetItsString("step"),
-				)
-			}
-			bar.Describe(fmt.Sprintf("%-10s", st.Phase) + figures(loss, sps, 6))
-			_ = bar.Set64(step)
+		case bar != nil && st.Phase != "":
+			bar.draw(st, step, loss, sps, time.Now())
 		}
 		last = step
 		select {
 		case <-ctx.Done():
+			bar.clear()
 			return st, ctx.Err()
 		case <-tick.C:
 		}
 	}
+}
+
+// trouble is what watch says while it waits err out: that the server does
+// not answer (at address, where known), said as such, else err.
+func trouble(err error, address string) string {
+	var noAnswer *noAnswerError // (a query's deadline: the control worker's silence)
+	if errors.As(err, &noAnswer) || !serverSilent(err) {
+		return err.Error()
+	}
+	return fmt.Sprintf("%s (%v); trying again", serverDown(address), err)
+}
+
+// liveBar is watchRun's progress on a terminal: one line redrawn in place,
+// cut to the terminal's width (a longer one wraps, and each redraw then
+// scrolls). While the run trains it gives the loss, samples/s and the ETA
+// (etaMeter); while it does not, why (its status's detail), and no speed
+// or ETA. A nil *liveBar draws nothing.
+type liveBar struct {
+	w     io.Writer
+	cols  func() int // the terminal's width now
+	eta   etaMeter
+	shown bool // a line is drawn, not ended
+}
+
+func (b *liveBar) draw(st spec.RunStatus, step int64, loss float32, sps float64, now time.Time) {
+	eta, ok := b.eta.estimate(st, step, now)
+	fmt.Fprint(b.w, "\r"+barLine(st, step, loss, sps, eta, ok, b.cols())+"\033[K")
+	b.shown = true
+}
+
+// finish draws the run's final status and ends the line.
+func (b *liveBar) finish(st spec.RunStatus) {
+	if b == nil {
+		return
+	}
+	b.draw(st, st.Step, st.Loss, st.SamplesPerSec, time.Now())
+	fmt.Fprintln(b.w)
+	b.shown = false
+}
+
+// clear erases the line drawn, for a line of text in its place.
+func (b *liveBar) clear() {
+	if b == nil || !b.shown {
+		return
+	}
+	fmt.Fprint(b.w, "\r\033[K")
+	b.shown = false
+}
+
+// terminalCols returns the width of the terminal w is (read at each call:
+// it may be resized), 80 where it cannot be read.
+func terminalCols(w io.Writer) func() int {
+	return func() int {
+		if f, ok := w.(*os.File); ok {
+			if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols > 0 {
+				return cols
+			}
+		}
+		return 80
+	}
+}
+
+// barLine is liveBar's line, at most cols-1 columns (the last column would
+// wrap on some terminals): the phase and step/total with the percentage;
+// a bar where there is room for one; while training the ETA (etaOK:
+// known); while training (and once ended) the loss; while training
+// samples/s; the status's detail (why a run that does not train waits).
+// What does not fit is cut, the end first.
+func barLine(st spec.RunStatus, step int64, loss float32, sps float64, eta time.Duration, etaOK bool, cols int) string {
+	head := fmt.Sprintf("%-10s %d", st.Phase, step)
+	if st.TotalSteps > 0 {
+		head += fmt.Sprintf("/%d %3d%%", st.TotalSteps, 100*min(step, st.TotalSteps)/st.TotalSteps)
+	}
+	tail := ""
+	if st.Phase == spec.PhaseTraining && etaOK {
+		tail += "  ETA " + etaText(eta)
+	}
+	if loss != 0 && (st.Phase == spec.PhaseTraining || !phaseLive(st.Phase)) {
+		tail += fmt.Sprintf("  loss %.4f", loss)
+	}
+	if st.Phase == spec.PhaseTraining && sps > 0 {
+		tail += fmt.Sprintf("  %.0f samples/s", sps)
+	}
+	if st.Detail != "" {
+		tail += "  " + st.Detail
+	}
+	room := cols - 1
+	if n := min(30, room-utf8.RuneCountInString(head+tail)-3); n >= 10 && st.TotalSteps > 0 {
+		done := int(int64(n) * min(step, st.TotalSteps) / st.TotalSteps)
+		head += " [" + strings.Repeat("#", done) + strings.Repeat("-", n-done) + "]"
+	}
+	if line := []rune(head + tail); len(line) > room {
+		return strings.TrimRight(string(line[:max(0, room-1)]), " ") + "…"
+	}
+	return head + tail
+}
+
+// etaText is an ETA to the second, or to the minute past an hour.
+func etaText(d time.Duration) string {
+	if d >= time.Hour {
+		return d.Round(time.Minute).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// etaMeter estimates how long a watched run has left from the steps it
+// moved while watched — since the first poll of the stretch of training
+// under way, not from the run's start: a watch that begins at step 32000
+// did not see those steps go by. A new generation, a pause or any other
+// phase, or a step going back, starts a stretch again. Until a stretch
+// has lasted etaSettle, the run's average speed (its status's
+// steps_per_sec, where known) stands in.
+type etaMeter struct {
+	on    bool // a stretch of training is measured
+	gen   int64
+	from  time.Time
+	step0 int64
+}
+
+// etaSettle is how long a stretch is measured before its own speed is
+// trusted.
+const etaSettle = 3 * time.Second
+
+// estimate is the time left at now for run st at step; false while the
+// run does not train (no ETA), or its speed is not known yet.
+func (m *etaMeter) estimate(st spec.RunStatus, step int64, now time.Time) (time.Duration, bool) {
+	if st.Phase != spec.PhaseTraining || st.TotalSteps <= 0 {
+		m.on = false
+		return 0, false
+	}
+	if !m.on || st.Generation != m.gen || step < m.step0 {
+		m.on, m.gen, m.from, m.step0 = true, st.Generation, now, step
+	}
+	left := st.TotalSteps - step
+	if left <= 0 {
+		return 0, true
+	}
+	rate := st.StepsPerSec
+	if took := now.Sub(m.from); took >= etaSettle && step > m.step0 {
+		rate = float64(step-m.step0) / took.Seconds()
+	}
+	if rate <= 0 {
+		return 0, false
+	}
+	return time.Duration(float64(left) / rate * float64(time.Second)), true
 }
 
 // stepMark keeps a watched run's step from going back while it trains on
@@ -545,16 +834,46 @@ func (m *stepMark) hold(st spec.RunStatus, step int64) int64 {
 	return step
 }
 
-// errNoControlWorker: no worker polls the control task queue, so no run
-// moves and no status query is answered.
-var errNoControlWorker = fmt.Errorf("no control worker polls task queue %q: runs wait for one, and neither their status nor the node list can be read (start `cann-train worker control`, or use `cann-train quickstart`)", spec.ControlTaskQueue)
+// noControlWorkerError: no worker polls the control task queue of the
+// namespace, so no run there moves and no status query is answered.
+type noControlWorkerError struct {
+	namespace string // ("": not known, see placeOf)
+}
 
-// controlWorkerPolls returns errNoControlWorker when the server lists no
-// poller on the control task queue (queries would wait out their deadline);
-// nil when it lists one or cannot say.
+// errNoControlWorker is every *noControlWorkerError to errors.Is.
+var errNoControlWorker error = &noControlWorkerError{}
+
+func (e *noControlWorkerError) Error() string {
+	in := ""
+	if e.namespace != "" {
+		in = " in namespace " + e.namespace
+	}
+	return fmt.Sprintf("no control worker polls task queue %q%s: runs wait for one, and neither their status nor the node list can be read (start `%s`, or use `cann-train quickstart`)",
+		spec.ControlTaskQueue, in, controlWorkerCmd(e.namespace))
+}
+
+func (e *noControlWorkerError) Is(target error) bool {
+	_, ok := target.(*noControlWorkerError)
+	return ok
+}
+
+// controlWorkerCmd is the command that starts a control worker serving
+// namespace ("": not known).
+func controlWorkerCmd(namespace string) string {
+	if namespace == "" || namespace == "default" {
+		return "cann-train worker control"
+	}
+	return "cann-train worker control --namespace " + namespace
+}
+
+// controlWorkerPolls returns a *noControlWorkerError (errNoControlWorker)
+// naming c's namespace when the server lists no poller on the control
+// task queue (queries would wait out their deadline); nil when it lists
+// one or cannot say.
 func controlWorkerPolls(ctx context.Context, c client.Client) error {
 	if ok, err := workers.ControlWorkerPolls(ctx, c); err == nil && !ok {
-		return errNoControlWorker
+		_, namespace := placeOf(c)
+		return &noControlWorkerError{namespace: namespace}
 	}
 	return nil
 }
@@ -576,9 +895,9 @@ func (e *runEnded) Error() string {
 		status = string(spec.PhaseCancelled) // (the status's word, not Temporal's spelling)
 	}
 	if text == "" || text == word || text == status { // a terminated run's error says only that
-		return fmt.Sprintf("run %s %s", e.id, status)
+		return fmt.Sprintf("%s %s", e.id, status)
 	}
-	return fmt.Sprintf("run %s %s: %s", e.id, status, text)
+	return fmt.Sprintf("%s %s: %s", e.id, status, text)
 }
 
 func (e *runEnded) Unwrap() error { return e.err }
@@ -953,14 +1272,22 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	fmt.Fprintf(w, "run          %s\n", s.WorkflowID)
 	fmt.Fprintf(w, "status       %s\n", statusLine(s))
-	if len(s.Nodes) == 0 {
+	live := phaseLive(s.Status)
+	switch {
+	case len(s.Nodes) == 0 && live:
 		fmt.Fprintf(w, "model        %s, no nodes yet\n", s.Model)
-	} else {
+	case len(s.Nodes) == 0:
+		fmt.Fprintf(w, "model        %s, had no nodes\n", s.Model)
+	default:
 		ranks := ""
 		if s.RanksPerNode > 1 {
 			ranks = fmt.Sprintf(", %d ranks", len(s.Nodes)*s.RanksPerNode)
 		}
-		fmt.Fprintf(w, "model        %s on %d node(s)%s %v\n", s.Model, len(s.Nodes), ranks, s.Nodes)
+		on := " on"
+		if !live && s.Status != spec.PhaseCompleted {
+			on = ", had" // (given back: they are the pool's again)
+		}
+		fmt.Fprintf(w, "model        %s%s %d node(s)%s %v\n", s.Model, on, len(s.Nodes), ranks, s.Nodes)
 	}
 	printControls(w, s)
 	if s.RefusedSignal != "" {
@@ -988,13 +1315,18 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	// Before any chunk ended (the first, which may take minutes, or one
 	// lost before it did) there is no first loss nor a measured speed: a
-	// chunk in flight's heartbeat gives the step and loss.
+	// chunk in flight's heartbeat gives the step and loss. A run that
+	// ended so will never have them.
 	first := st.Model != spec.ModelExternal && s.Chunks == 0 && s.InitialLoss == 0
 	switch {
 	case st.Model == spec.ModelExternal && s.InitialLoss == 0 && s.FinalLoss == 0:
 		fmt.Fprintln(w, "loss         - (none reported)")
-	case first && st.Step > 0:
+	case first && st.Step > 0 && s.FinalLoss != 0 && !live:
+		fmt.Fprintf(w, "loss         %.4f at step %d (its last; it ended before a chunk did)\n", s.FinalLoss, st.Step)
+	case first && st.Step > 0 && live:
 		fmt.Fprintf(w, "loss         %.4f at step %d (the chunk in flight's; none has ended yet)\n", s.FinalLoss, st.Step)
+	case first && !live:
+		fmt.Fprintln(w, "loss         - (it ended before a chunk did)")
 	case first:
 		fmt.Fprintln(w, "loss         - (no chunk has ended yet)")
 	default:
@@ -1008,6 +1340,8 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		// (measured when a launch ends: none has yet)
 	case st.Model == spec.ModelExternal: // (its script's communication is its own)
 		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s\n", s.StepsPerSec, s.SamplesPerSec)
+	case s.Chunks == 0 && s.StepsPerSec == 0 && !live:
+		fmt.Fprintln(w, "speed        - (not measured: it ended before a chunk did)")
 	case s.Chunks == 0 && s.StepsPerSec == 0:
 		fmt.Fprintln(w, "speed        measured when the first chunk ends (`cann-train watch` shows the chunk in flight's)")
 	default:
@@ -1078,7 +1412,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "energy       %.4f kWh measured, %.0f W over %s of training%s\n",
 			e.KWh, e.MeanWatts, (time.Duration(e.TrainedSeconds * float64(time.Second))).Round(time.Second), all)
 	}
-	printGreen(w, s.Green, phaseLive(s.Status), time.Now())
+	printGreen(w, s.Green, live, time.Now())
 	printTopology(w, s.Topology)
 	if s.WeightsSHA256 != "" {
 		fmt.Fprintf(w, "weights      sha256 %s\n", s.WeightsSHA256)
@@ -1087,20 +1421,40 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "data         sha256 %s (the data set every node compared)\n", s.DataSHA256)
 	}
 	fmt.Fprintf(w, "wall         %.1fs\n", s.WallSeconds)
-	if s.Error != "" {
+	switch {
+	case s.Error != "" && s.Status == spec.PhaseCancelled:
+		fmt.Fprintf(w, "ended        %s\n", s.Error) // (asked for: no error)
+	case s.Error != "":
 		fmt.Fprintf(w, "error        %s\n", s.Error)
 	}
-	if !phaseLive(s.Status) && s.Status != spec.PhaseCompleted && s.Checkpoints.LastURL != "" && st.Step < st.TotalSteps {
-		fmt.Fprintf(w, "resume       cann-train run -f JOB --resume continues it from step %d\n", s.Checkpoints.LastStep)
+	if !live && s.Status != spec.PhaseCompleted && s.Checkpoints.LastURL != "" && st.Step < st.TotalSteps {
+		fmt.Fprintf(w, "resume       %s continues it from step %d\n", resumeCommand(s.WorkflowID), s.Checkpoints.LastStep)
 	}
 	printLogs(w, s.Logs)
 	if s.Report != "" {
-		fmt.Fprintf(w, "report       %s\n", s.Report)
+		fmt.Fprintf(w, "report       %s\n", reportURL(s.Report))
 	}
 	if s.WebUI != "" {
 		fmt.Fprintf(w, "web UI       %s\n", s.WebUI)
 	}
 	return nil
+}
+
+// resumeCommand is the command that continues run id (its workflow ID)
+// from its last checkpoint: its job file under the run's name, which
+// --name may have given it.
+func resumeCommand(id string) string {
+	return fmt.Sprintf("cann-train run -f JOB --name %s --resume", runName(id))
+}
+
+// reportURL names a stored report ("URL KEY", Summary.Report) as one URL,
+// as checkpointURL names a checkpoint; as it is when it is not "URL KEY".
+func reportURL(report string) string {
+	i := strings.LastIndex(report, " ") // (the key has no space; a file URL's path may)
+	if i < 0 {
+		return report
+	}
+	return checkpointURL(spec.CheckpointRef{URL: report[:i], Key: report[i+1:]})
 }
 
 // printLogs prints the live log tails of an external job's processes.
@@ -1123,11 +1477,16 @@ func printLogs(w io.Writer, logs []spec.NodeLogs) {
 	}
 }
 
-// statusLine is the phase with what it is about: "paused at step 200…",
-// "waiting-green: waiting for the green window until …".
+// statusLine is the phase with what it is about: "paused at step 200…"
+// (a detail that begins with the phase, alone), "waiting-green: waiting
+// for the green window until …".
 func statusLine(s Summary) string {
 	line := string(s.Status)
-	if s.Detail != "" {
+	switch {
+	case s.Detail == "":
+	case strings.HasPrefix(s.Detail, line+" "):
+		line = s.Detail
+	default:
 		line += ": " + s.Detail
 	}
 	switch {

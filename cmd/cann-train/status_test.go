@@ -83,7 +83,7 @@ func TestProgressLines(t *testing.T) {
 		{spec.PhaseTraining, "", 100},
 		{spec.PhaseTraining, "", 150},
 		{spec.PhaseTraining, "", 730},
-		{spec.PhasePaused, "paused at step 730 (cann-train resume continues)", 730},
+		{spec.PhasePaused, "paused at step 730 (cann-train resume x continues)", 730},
 		{spec.PhaseTraining, "", 730},
 		{spec.PhaseCompleted, "", 1000},
 	}
@@ -99,7 +99,7 @@ func TestProgressLines(t *testing.T) {
 		"training   step 0/1000  loss 0.5000  1200 samples/s",
 		"training   step 100/1000  loss 0.5000  1200 samples/s",
 		"training   step 730/1000  loss 0.5000  1200 samples/s",
-		"paused     step 730/1000  loss 0.5000  1200 samples/s  (paused at step 730 (cann-train resume continues))",
+		"paused     step 730/1000  loss 0.5000  1200 samples/s  (paused at step 730 (cann-train resume x continues))",
 		"training   step 730/1000  loss 0.5000  1200 samples/s",
 		"completed  step 1000/1000  loss 0.5000  1200 samples/s",
 	}
@@ -150,7 +150,7 @@ func TestFailureText(t *testing.T) {
 		})
 	}
 	e := &runEnded{id: "run/x", status: enumspb.WORKFLOW_EXECUTION_STATUS_FAILED, err: conv.FailureToError(top)}
-	if !strings.HasPrefix(e.Error(), "run run/x failed: acquire nodes: ") || strings.Contains(e.Error(), "scheduledEventID") {
+	if !strings.HasPrefix(e.Error(), "run/x failed: acquire nodes: ") || strings.Contains(e.Error(), "scheduledEventID") {
 		t.Errorf("runEnded: %s", e)
 	}
 	var ae *temporal.ApplicationError
@@ -158,12 +158,12 @@ func TestFailureText(t *testing.T) {
 		t.Error("runEnded hides the Temporal error it wraps")
 	}
 	term := &runEnded{id: "run/x", status: enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED, err: temporal.GetDefaultFailureConverter().FailureToError(&failurepb.Failure{FailureInfo: &failurepb.Failure_TerminatedFailureInfo{TerminatedFailureInfo: &failurepb.TerminatedFailureInfo{}}})}
-	if got := term.Error(); got != "run run/x terminated" {
+	if got := term.Error(); got != "run/x terminated" {
 		t.Errorf("terminated run: %q", got)
 	}
 	// Cancelled as its status says it, not Temporal's "canceled" (twice).
 	canc := &runEnded{id: "run/x", status: enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, err: temporal.GetDefaultFailureConverter().FailureToError(&failurepb.Failure{Message: "canceled", FailureInfo: &failurepb.Failure_CanceledFailureInfo{CanceledFailureInfo: &failurepb.CanceledFailureInfo{}}})}
-	if got := canc.Error(); got != "run run/x cancelled" {
+	if got := canc.Error(); got != "run/x cancelled" {
 		t.Errorf("cancelled run: %q", got)
 	}
 }
@@ -521,7 +521,7 @@ func TestStatusTextRecoveries(t *testing.T) {
 // says how to continue it; a completed one, or one without, does not.
 func TestStatusTextResumeHint(t *testing.T) {
 	last := &spec.CheckpointRef{URL: "file:///b", Run: "x", Step: 1300, Key: "runs/x/ckpt/000000001300/manifest.json"}
-	const hint = "resume       cann-train run -f JOB --resume continues it from step 1300\n"
+	const hint = "resume       cann-train run -f JOB --name x --resume continues it from step 1300\n"
 	for _, tc := range []struct {
 		phase spec.Phase
 		ck    *spec.CheckpointRef
