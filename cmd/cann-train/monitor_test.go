@@ -651,11 +651,11 @@ func TestStatusTextEnded(t *testing.T) {
 	}{
 		{"cancelled", *cancelledRun().query,
 			[]string{"model        mlp-mnist, had 1 node(s) [node-2]\n", "ended        cancelled at step 4650; last checkpoint at step 4650\n",
-				"loss         2.3000 → 0.0403\n", "resume       cann-train run -f JOB --name cancel-e --resume continues it from step 4650\n"},
+				"loss         2.3 → 0.0403\n", "resume       cann-train run -f JOB --name cancel-e --resume continues it from step 4650\n"},
 			[]string{"error  "}},
 		{"cancelled in its first chunk", spec.RunStatus{RunID: "run/c", Phase: spec.PhaseCancelled, Model: "mlp-mnist", Nodes: []string{"node-2"}, Step: 300,
 			TotalSteps: 400000, Loss: 0.5, Error: "cancelled at step 300"},
-			[]string{"ended        cancelled at step 300\n", "loss         0.5000 at step 300 (its last; it ended before a chunk did)\n",
+			[]string{"ended        cancelled at step 300\n", "loss         0.5 at step 300 (its last; it ended before a chunk did)\n",
 				"speed        - (not measured: it ended before a chunk did)\n"},
 			[]string{"error  ", "measured when the first chunk ends", "none has ended yet"}},
 		{"failed before a step", spec.RunStatus{RunID: "run/fail-d", Phase: spec.PhaseFailed, Model: "mlp-mnist", TotalSteps: 400000, Error: "acquire nodes: only 3 free"},

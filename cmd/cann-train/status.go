@@ -412,7 +412,7 @@ func printUnanswered(w io.Writer, e *noAnswerError, live *spec.ChunkProgress, su
 	fmt.Fprintf(w, "model        %s on %d node(s)\n", r.Model, r.Nodes)
 	fmt.Fprintf(w, "steps        %d\n", r.Step)
 	if live != nil {
-		fmt.Fprintf(w, "in flight    a chunk at step %d, loss %.4f (its latest heartbeat)\n", live.Step, live.Loss)
+		fmt.Fprintf(w, "in flight    a chunk at step %d, loss %.4g (its latest heartbeat)\n", live.Step, live.Loss)
 	}
 	if sum.WebUI != "" {
 		fmt.Fprintf(w, "web UI       %s\n", sum.WebUI)
@@ -746,7 +746,7 @@ func barLine(st spec.RunStatus, step int64, loss float32, sps float64, eta time.
 		tail += "  ETA " + etaText(eta)
 	}
 	if loss != 0 && (st.Phase == spec.PhaseTraining || !phaseLive(st.Phase)) {
-		tail += fmt.Sprintf("  loss %.4f", loss)
+		tail += fmt.Sprintf("  loss %.4g", loss)
 	}
 	if st.Phase == spec.PhaseTraining && sps > 0 {
 		tail += fmt.Sprintf("  %.0f samples/s", sps)
@@ -981,7 +981,7 @@ func (p *progressLines) update(st spec.RunStatus, step int64, loss float32, sps 
 func figures(loss float32, sps float64, width int) string {
 	out := ""
 	if loss != 0 {
-		out += fmt.Sprintf("  loss %.4f", loss)
+		out += fmt.Sprintf("  loss %.4g", loss)
 	}
 	if sps > 0 {
 		out += fmt.Sprintf("  %*.0f samples/s", width, sps)
@@ -1322,15 +1322,15 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	case st.Model == spec.ModelExternal && s.InitialLoss == 0 && s.FinalLoss == 0:
 		fmt.Fprintln(w, "loss         - (none reported)")
 	case first && st.Step > 0 && s.FinalLoss != 0 && !live:
-		fmt.Fprintf(w, "loss         %.4f at step %d (its last; it ended before a chunk did)\n", s.FinalLoss, st.Step)
+		fmt.Fprintf(w, "loss         %.4g at step %d (its last; it ended before a chunk did)\n", s.FinalLoss, st.Step)
 	case first && st.Step > 0 && live:
-		fmt.Fprintf(w, "loss         %.4f at step %d (the chunk in flight's; none has ended yet)\n", s.FinalLoss, st.Step)
+		fmt.Fprintf(w, "loss         %.4g at step %d (the chunk in flight's; none has ended yet)\n", s.FinalLoss, st.Step)
 	case first && !live:
 		fmt.Fprintln(w, "loss         - (it ended before a chunk did)")
 	case first:
 		fmt.Fprintln(w, "loss         - (no chunk has ended yet)")
 	default:
-		fmt.Fprintf(w, "loss         %.4f → %.4f\n", s.InitialLoss, s.FinalLoss)
+		fmt.Fprintf(w, "loss         %.4g → %.4g\n", s.InitialLoss, s.FinalLoss)
 	}
 	if s.EvalMetricName != "" {
 		fmt.Fprintf(w, "%-12s %.4f\n", s.EvalMetricName, s.EvalMetric)

@@ -283,7 +283,10 @@ func TestStatusTextFirstChunk(t *testing.T) {
 		{"chunk in flight", spec.RunStatus{Step: 19841, Loss: 0.0091},
 			[]string{"loss         0.0091 at step 19841 (the chunk in flight's; none has ended yet)\n", "speed        measured when the first chunk ends"}},
 		{"a chunk ended", spec.RunStatus{Step: 200, Loss: 0.5, InitialLoss: 2.47, Chunks: 2, StepsPerSec: 1900, SamplesPerSec: 182400},
-			[]string{"loss         2.4700 → 0.5000\n", "speed        1900.0 steps/s, 182400 samples/s, comm share"}},
+			[]string{"loss         2.47 → 0.5\n", "speed        1900.0 steps/s, 182400 samples/s, comm share"}},
+		// A loss below 1e-4 keeps its digits (%.4f printed 0.0000).
+		{"a tiny loss", spec.RunStatus{Step: 200, Loss: 2.33e-7, InitialLoss: 2.4016, Chunks: 2, StepsPerSec: 1900},
+			[]string{"loss         2.402 → 2.33e-07\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
