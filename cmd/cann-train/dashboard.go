@@ -74,14 +74,16 @@ type dashboardRow struct {
 // MarshalJSON writes the row with a null loss where none was measured
 // yet (0, as `watch -o jsonl` writes it), and null recoveries where the
 // run's status was not read (unknown: the visibility store does not
-// index them).
+// index them). The job's steps go out as total_steps too, the name
+// `status -o json` gives them (its "steps" is the step reached).
 func (r dashboardRow) MarshalJSON() ([]byte, error) {
 	type plain dashboardRow // its fields, without this method
 	out := struct {
 		plain
 		Loss       *float32 `json:"loss"`
 		Recoveries *int     `json:"recoveries"`
-	}{plain: plain(r)}
+		TotalSteps int64    `json:"total_steps"`
+	}{plain: plain(r), TotalSteps: r.Steps}
 	if r.Loss != 0 {
 		out.Loss = &r.Loss
 	}

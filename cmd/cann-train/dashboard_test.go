@@ -318,6 +318,10 @@ func TestDashboardFigures(t *testing.T) {
 		if string(m["loss"]) != tc.jsonLoss || string(m["recoveries"]) != tc.jsonRecoveries {
 			t.Errorf("%s: JSON loss %s, recoveries %s; want %s, %s: %s", tc.name, m["loss"], m["recoveries"], tc.jsonLoss, tc.jsonRecoveries, js)
 		}
+		// The job's steps under status's name for them too.
+		if string(m["total_steps"]) != "10" || string(m["steps"]) != "10" {
+			t.Errorf("%s: JSON steps %s, total_steps %s; want 10 and 10: %s", tc.name, m["steps"], m["total_steps"], js)
+		}
 		// Read back (as scripts and the end-to-end tests do): null is 0.
 		var back dashboardRow
 		if err := json.Unmarshal(js, &back); err != nil || back.Loss != r.Loss || back.Recoveries != r.Recoveries || back.WorkflowID != r.WorkflowID {

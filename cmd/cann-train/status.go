@@ -1004,7 +1004,11 @@ type Summary struct {
 	Status     spec.Phase `json:"status"`
 	Model      string     `json:"model"`
 	Nodes      []string   `json:"nodes"`
-	Steps      int64      `json:"steps"`
+	// Steps is the step reached; Step says the same under the name the
+	// dashboard and `watch -o jsonl` give it (their "steps" is the job's,
+	// total_steps here).
+	Steps int64 `json:"steps"`
+	Step  int64 `json:"step"`
 	// LastStepAt is when a node of the chunk or launch in flight last
 	// reported a step (live runs, `status` only): its age tells a script
 	// or rank that stopped stepping.
@@ -1210,7 +1214,7 @@ type CheckpointsInfo struct {
 
 func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]injected) Summary {
 	s := Summary{
-		WorkflowID: st.RunID, Status: st.Phase, Model: st.Model, Nodes: st.Nodes, Steps: st.Step, TotalSteps: st.TotalSteps,
+		WorkflowID: st.RunID, Status: st.Phase, Model: st.Model, Nodes: st.Nodes, Steps: st.Step, Step: st.Step, TotalSteps: st.TotalSteps,
 		InitialLoss: st.InitialLoss, FinalLoss: st.Loss, EvalMetricName: st.EvalMetric, EvalMetric: st.EvalValue,
 		WallSeconds: st.UpdatedAt.Sub(st.StartedAt).Seconds(), StepsPerSec: st.StepsPerSec,
 		SamplesPerSec: st.SamplesPerSec, CommShare: st.CommShare, ScalingEff: st.ScalingEfficiency, ChunkIdle: st.ChunkIdleSeconds, Chunks: st.Chunks,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -226,6 +227,24 @@ func TestStatusTextStaleStep(t *testing.T) {
 		if strings.Contains(b.String(), stale) != tc.want || !strings.Contains(b.String(), "wall         100.0s") {
 			t.Errorf("step %s old: status text:\n%s\nwant the stale line %v and wall 100.0s", tc.age, b.String(), tc.want)
 		}
+	}
+}
+
+// TestStatusJSONStepNames: status -o json gives the step reached as
+// "steps" (as ever) and as "step", the dashboard's and watch's name, with
+// the job's as "total_steps", as the dashboard does too.
+func TestStatusJSONStepNames(t *testing.T) {
+	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Step: 64500, TotalSteps: 400000}
+	var b bytes.Buffer
+	if err := printStatus(&b, st, "json", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if string(m["step"]) != "64500" || string(m["steps"]) != "64500" || string(m["total_steps"]) != "400000" {
+		t.Errorf("step %s, steps %s, total_steps %s; want 64500, 64500, 400000", m["step"], m["steps"], m["total_steps"])
 	}
 }
 
