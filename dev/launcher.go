@@ -111,13 +111,16 @@ type Launcher struct {
 	procs []*Proc
 }
 
-// Start launches `cann-train <args...>` as a child named name.
+// Start launches `cann-train <args...>` as a child named name. On Linux
+// the child dies with the launcher (see dieWithParent): a launcher that
+// crashes or is SIGKILLed leaves no worker running on.
 func (l *Launcher) Start(name string, args ...string) (*Proc, error) {
 	mk := l.Command
 	if mk == nil {
 		mk = SelfCommand
 	}
 	cmd := mk(args...)
+	dieWithParent(cmd)
 	cmd.Env = append(append(os.Environ(), cmd.Env...), l.Env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	var logFile *os.File

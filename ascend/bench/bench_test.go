@@ -22,6 +22,22 @@ import (
 // runs one rank and exits.
 func TestMain(m *testing.M) {
 	switch os.Getenv("BENCH_TEST_CHILD") {
+	case "hang": // a rank that would run on: says its pid, then sleeps
+		fmt.Fprintf(os.Stderr, "pid %d\n", os.Getpid())
+		time.Sleep(10 * time.Minute)
+		os.Exit(0)
+	case "parent": // a launcher of two hanging ranks (TestRanksDieWithLauncher)
+		exe, err := os.Executable()
+		if err == nil {
+			opts := small()
+			err = Launch(context.Background(), opts, func(args ...string) *exec.Cmd {
+				cmd := exec.Command(exe, append([]string{"-test.run=^$"}, args...)...)
+				cmd.Env = append(os.Environ(), "BENCH_TEST_CHILD=hang")
+				return cmd
+			})
+		}
+		fmt.Fprintln(os.Stderr, "launch:", err)
+		os.Exit(1)
 	case "crash":
 		fmt.Fprintln(os.Stderr, "child: crashing on purpose")
 		os.Exit(3)
@@ -308,7 +324,8 @@ func TestFlagsAndSizes(t *testing.T) {
 	}
 	want := Options{MinBytes: 1 << 10, MaxBytes: 256 << 20, StepFactor: 4, Iters: 7, SkipCheck: true, Op: ascend.Max, Format: "json",
 		Collectives: []ascend.Collective{ascend.CollAllReduce, ascend.CollAllGather}, Algorithms: []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoHD},
-		Ranks: 3, Root: 1, SkipLimits: true, SharedMemory: true}
+		Ranks: 3, Root: 1, SkipLimits: true, SharedMemory: true,
+		Warmup: 5, TargetTime: 200 * time.Millisecond, DType: DTypeFloat} // the defaults RegisterFlags fills in
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parsed %+v\nwant   %+v", o, want)
 	}
@@ -326,8 +343,13 @@ func TestFlagsAndSizes(t *testing.T) {
 			t.Errorf("FormatSize(%d) does not round-trip", want)
 		}
 	}
-	if _, err := ParseSize("12Q"); err == nil {
-		t.Error("bad size accepted")
+	for _, bad := range []string{"12Q", "-1", "8589934592G", "17179869184G", "9223372036854775807K"} {
+		if v, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", bad, v)
+		}
+	}
+	if v, err := ParseSize("8589934591G"); err != nil || v != 8589934591<<30 {
+		t.Errorf("the largest size in G: %d, %v", v, err)
 	}
 	for _, tc := range []struct {
 		o    Options
@@ -336,7 +358,7 @@ func TestFlagsAndSizes(t *testing.T) {
 		{Options{MinBytes: 1 << 10, MaxBytes: 512}, "-e 512 is below -b 1K"},
 		{Options{StepFactor: 1}, "-f 1 would never grow"},
 		{Options{StepFactor: -2}, "-f -2 would never grow"},
-		{Options{Ranks: -1}, "-np -1"},
+		{Options{Ranks: -1}, "--np -1"},
 		{Options{Iters: -3}, "negative"},
 		{Options{Algorithms: []ascend.Algorithm{ascend.AlgoPairwise}}, "--algo pairwise implements none of the collectives asked for ([allreduce])"},
 	} {
@@ -491,7 +513,7 @@ func TestLaunchSharedBuffers(t *testing.T) {
 		t.Errorf("report (%d rows):\n%s", rows, s)
 	}
 	opts.SharedMemory = false
-	if err := Launch(ctx, opts, self); err == nil || !strings.Contains(err.Error(), "-shm") {
+	if err := Launch(ctx, opts, self); err == nil || !strings.Contains(err.Error(), "--shm") {
 		t.Errorf("-R 1 without -shm: %v", err)
 	}
 }

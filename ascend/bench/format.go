@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/cann-train/cann-train/ascend"
@@ -14,11 +15,49 @@ import (
 // WriteTable prints the report as nccl-tests does: a header, one table
 // per collective and algorithm with out-of-place and in-place columns
 // (plus the algorithm that ran, appended as a last column), and the
-// "Avg bus bandwidth" footer (the mean busbw over every size and
-// placement).
+// "Avg bus bandwidth" footer (the mean busbw over every size of more than
+// 0 bytes and placement). It is what RunRank prints as it goes.
 func (rep *Report) WriteTable(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	o := rep.Options
+	tw := newTableWriter(w)
+	if err := tw.header(rep); err != nil {
+		return err
+	}
+	for i := range rep.Tables {
+		t := &rep.Tables[i]
+		if err := tw.tableStart(t); err != nil {
+			return err
+		}
+		for _, r := range t.Rows {
+			if err := tw.row(r); err != nil {
+				return err
+			}
+		}
+		if err := tw.tableEnd(t); err != nil {
+			return err
+		}
+	}
+	return tw.footer(rep)
+}
+
+// tableWriter prints a report's table in pieces, each written through
+// at once: the header, a table's heading, a row, a table's footer, the
+// report's footer. A nil *tableWriter prints nothing.
+type tableWriter struct {
+	bw    *bufio.Writer
+	rep   *Report // from header on
+	table *Table  // from tableStart on
+}
+
+func newTableWriter(w io.Writer) *tableWriter { return &tableWriter{bw: bufio.NewWriter(w)} }
+
+// header is the lines before the first table: the options, the cost
+// model, the limits measured before the sweep.
+func (tw *tableWriter) header(rep *Report) error {
+	if tw == nil {
+		return nil
+	}
+	tw.rep = rep
+	bw, o := tw.bw, rep.Options
 	dtype := o.DType
 	if dtype == DTypeFloat {
 		dtype = "float32"
@@ -49,43 +88,99 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(bw, "# cost model: %s\n", rep.CostModel)
 	writeLimits(bw, "before", rep.Limits)
+	return bw.Flush()
+}
+
+func (tw *tableWriter) tableStart(t *Table) error {
+	if tw == nil {
+		return nil
+	}
+	tw.table = t
+	bw := tw.bw
+	fmt.Fprintf(bw, "#\n# %s, algorithm %s\n#\n", t.Collective, t.Algorithm)
+	fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s           out-of-place                        in-place\n", "", "", "", "", "")
+	fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %s\n",
+		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algo")
+	fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n",
+		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	return bw.Flush()
+}
+
+// minSize is the least size of a row of collective cd on p ranks with
+// elements of es bytes that is not empty: one element, or one per rank.
+func minSize(cd collective, p, es int) int64 {
+	for _, size := range []int64{int64(es), int64(es * p)} {
+		if n, _, _, _ := cd.shape(size, p, es); n > 0 {
+			return size
+		}
+	}
+	return int64(es * p)
+}
+
+func (tw *tableWriter) row(r Row) error {
+	if tw == nil {
+		return nil
+	}
+	bw := tw.bw
+	if r.Size == 0 {
+		least := "one element"
+		if c, err := ascend.ParseCollective(tw.table.Collective); err == nil {
+			least = fmt.Sprintf("%d B", minSize(collectives[c], tw.rep.Ranks, tw.rep.Options.elemBytes()))
+		}
+		fmt.Fprintf(bw, "# sizes below %s round down to 0 %s elements: nothing to move, left out of the average\n", least, r.Type)
+	}
+	fmt.Fprintf(bw, "%12d  %12d  %8s  %6s  %6d", r.Size, r.Count, r.Type, r.RedOp, r.Root)
+	for _, res := range []*Result{r.OutOfPlace, r.InPlace} {
+		if res == nil {
+			fmt.Fprintf(bw, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A")
+			continue
+		}
+		nw := "N/A"
+		if res.NWrong >= 0 {
+			nw = fmt.Sprintf("%d", res.NWrong)
+		}
+		fmt.Fprintf(bw, "  %7s  %6s  %6s  %6s", floatStr(res.Time, 7), floatStr(res.AlgBW, 6), floatStr(res.BusBW, 6), nw)
+	}
+	fmt.Fprintf(bw, "  %s\n", r.Algorithm)
+	return bw.Flush()
+}
+
+func (tw *tableWriter) tableEnd(t *Table) error {
+	if tw == nil {
+		return nil
+	}
+	switch {
+	case t.Wrong < 0:
+		fmt.Fprintf(tw.bw, "# Wrong values         : not checked (-c 0)\n")
+	case t.Wrong > 0:
+		fmt.Fprintf(tw.bw, "# Wrong values         : %d FAILED\n", t.Wrong)
+	default:
+		fmt.Fprintf(tw.bw, "# Wrong values         : 0 OK\n")
+	}
+	avg := "N/A" // no row of more than 0 bytes
+	if slices.ContainsFunc(t.Rows, func(r Row) bool { return r.Size > 0 }) {
+		avg = fmt.Sprintf("%g", round3(t.AvgBusBW))
+	}
+	fmt.Fprintf(tw.bw, "# Avg bus bandwidth    : %s\n", avg)
+	return tw.bw.Flush()
+}
+
+// footer is the lines after the last table: the limits measured after
+// the sweep, and the wrong values over all tables.
+func (tw *tableWriter) footer(rep *Report) error {
+	if tw == nil {
+		return nil
+	}
+	fmt.Fprintf(tw.bw, "#\n")
+	writeLimits(tw.bw, "after", rep.LimitsAfter)
 	var wrong int64
 	for _, t := range rep.Tables {
-		fmt.Fprintf(bw, "#\n# %s, algorithm %s\n#\n", t.Collective, t.Algorithm)
-		fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s           out-of-place                        in-place\n", "", "", "", "", "")
-		fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %s\n",
-			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algo")
-		fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n",
-			"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
-		for _, r := range t.Rows {
-			fmt.Fprintf(bw, "%12d  %12d  %8s  %6s  %6d", r.Size, r.Count, r.Type, r.RedOp, r.Root)
-			for _, res := range []*Result{r.OutOfPlace, r.InPlace} {
-				if res == nil {
-					fmt.Fprintf(bw, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A")
-					continue
-				}
-				nw := "N/A"
-				if res.NWrong >= 0 {
-					nw = fmt.Sprintf("%d", res.NWrong)
-				}
-				fmt.Fprintf(bw, "  %7s  %6s  %6s  %6s", floatStr(res.Time, 7), floatStr(res.AlgBW, 6), floatStr(res.BusBW, 6), nw)
-			}
-			fmt.Fprintf(bw, "  %s\n", r.Algorithm)
-		}
-		status := "OK"
-		if t.Wrong > 0 {
-			status = "FAILED"
-		}
-		fmt.Fprintf(bw, "# Wrong values         : %d %s\n", t.Wrong, status)
-		fmt.Fprintf(bw, "# Avg bus bandwidth    : %g\n", round3(t.AvgBusBW))
-		wrong += t.Wrong
+		wrong += max(t.Wrong, 0)
 	}
-	fmt.Fprintf(bw, "#\n")
-	writeLimits(bw, "after", rep.LimitsAfter)
 	if wrong > 0 {
-		fmt.Fprintf(bw, "# %d wrong values\n", wrong)
+		fmt.Fprintf(tw.bw, "# %d wrong values\n", wrong)
 	}
-	return bw.Flush()
+	return tw.bw.Flush()
 }
 
 func writeLimits(w io.Writer, when string, ls []Limits) {

@@ -135,7 +135,10 @@ func RunChild(ctx context.Context, a ChildArgs, stdout io.Writer) error {
 // listener on 127.0.0.1 itself and passes it down (no port races), with a
 // fresh session and token; rank 0's standard output (the report) goes to
 // opts.Stdout and every child's standard error to opts.Stderr, unless
-// self set them. If a child fails or ctx ends, the others are killed.
+// self set them. If a child fails or ctx ends, the others are killed; on
+// Linux the kernel kills them if the launcher dies. Before starting any,
+// Launch refuses options every rank would refuse, and a sweep whose
+// buffers exceed the host's available memory (where /proc/meminfo says).
 func Launch(ctx context.Context, opts Options, self func(args ...string) *exec.Cmd) error {
 	if err := opts.checkRange(); err != nil {
 		return err
@@ -143,6 +146,14 @@ func Launch(ctx context.Context, opts Options, self func(args ...string) *exec.C
 	opts = opts.Defaults()
 	if err := opts.validate(); err != nil {
 		return err
+	}
+	if err := opts.checkLaunch(); err != nil {
+		return err
+	}
+	if avail, ok := memAvailable(); ok {
+		if err := opts.checkMemory(avail); err != nil {
+			return err
+		}
 	}
 	n := opts.Ranks
 	stdout, stderr := opts.Stdout, opts.Stderr
@@ -193,6 +204,7 @@ func Launch(ctx context.Context, opts Options, self func(args ...string) *exec.C
 			return err
 		}
 		cmd := self(append([]string{ChildSubcommand}, args...)...)
+		dieWithParent(cmd)
 		cmd.ExtraFiles = []*os.File{files[i]}
 		if cmd.Stdout == nil {
 			cmd.Stdout = stdout
@@ -256,6 +268,19 @@ func Launch(ctx context.Context, opts Options, self func(args ...string) *exec.C
 		return ctx.Err()
 	}
 	return errors.Join(errs...)
+}
+
+// checkLaunch refuses what each rank would refuse on its own, once per
+// rank, after they had started: a root that is not one of the ranks, a
+// frame size the links do not take.
+func (o Options) checkLaunch() error {
+	switch {
+	case o.Root >= o.Ranks:
+		return fmt.Errorf("bench: -r %d: want a rank below the %d launched", o.Root, o.Ranks)
+	case o.ChunkBytes != 0 && (o.ChunkBytes < 4 || o.ChunkBytes > tcp.MaxFrame):
+		return fmt.Errorf("bench: --chunk %d: want 0 (the default) or 4 to %d bytes", o.ChunkBytes, tcp.MaxFrame)
+	}
+	return nil
 }
 
 // lockedWriter serialises writes from several goroutines.

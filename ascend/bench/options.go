@@ -11,12 +11,13 @@
 // the mean over ranks of back-to-back operations after a warm-up; the
 // iteration count is agreed by broadcasting rank 0's median warm-up time
 // (as Gloo's benchmark runner does), so ranks never disagree on how many
-// operations to run. Every size is checked once with distinct seeded
-// values per rank before it is timed (#wrong counts wrong elements over
-// all ranks). The physical limits of the host, loopback TCP and memcpy,
-// are measured in the same run and printed in the header.
+// operations to run. Every size is checked once (unless -c 0) with
+// distinct seeded values per rank before it is timed (#wrong counts wrong
+// elements over all ranks). The physical limits of the host, loopback TCP
+// and memcpy, are measured in the same run and printed in the header.
 //
-// RunRank runs one rank over an existing communicator (rank 0 prints);
+// RunRank runs one rank over an existing communicator (rank 0 prints: a
+// table row by row as the sizes are measured, or JSON at the end);
 // Launch runs N ranks as separate OS processes of the calling program,
 // which must hand its "bench-rank" subcommand's arguments to
 // ParseChildArgs and RunChild.
@@ -27,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,15 +133,16 @@ func (o Options) elemBytes() int {
 
 // checkRange refuses what the user set that Defaults would otherwise
 // quietly replace: a size sweep that ends below its start, a factor that
-// never grows the size, negative counts.
+// never grows the size, negative counts. (A zero is the default here;
+// CheckSetFlags refuses one given on the command line.)
 func (o Options) checkRange() error {
 	switch {
 	case o.MinBytes > 0 && o.MaxBytes > 0 && o.MaxBytes < o.MinBytes:
 		return fmt.Errorf("bench: -e %s is below -b %s", FormatSize(o.MaxBytes), FormatSize(o.MinBytes))
 	case o.StepBytes == 0 && (o.StepFactor == 1 || o.StepFactor < 0):
-		return fmt.Errorf("bench: -f %d would never grow the size: want -f 2 or more, or -i for a fixed increment", o.StepFactor)
+		return neverGrows(o.StepFactor)
 	case o.Ranks < 0:
-		return fmt.Errorf("bench: -np %d: want 1 or more ranks", o.Ranks)
+		return fmt.Errorf("bench: --np %d: want 1 or more ranks", o.Ranks)
 	case o.StepBytes < 0 || o.Iters < 0 || o.Warmup < 0:
 		return fmt.Errorf("bench: negative -i %d, -n %d or -w %d", o.StepBytes, o.Iters, o.Warmup)
 	}
@@ -149,6 +152,36 @@ func (o Options) checkRange() error {
 		if !slices.ContainsFunc(colls, a.Implements) {
 			return fmt.Errorf("bench: --algo %s implements none of the collectives asked for (%v)", a, colls)
 		}
+	}
+	return nil
+}
+
+func neverGrows(f int) error {
+	return fmt.Errorf("bench: -f %d would never grow the size: want -f 2 or more, or -i for a fixed increment", f)
+}
+
+// CheckSetFlags refuses a value given on the command line that Options
+// reads as "unset" and Defaults would quietly replace: -b 0, -e 0, -i 0,
+// -f 0 (without -i), -w 0, --np 0 and a -T that is not positive. set
+// reports whether the flag of that name (as RegisterFlags names it) was
+// given: pflag's FlagSet.Changed, or a set collected by flag.Visit.
+func (o Options) CheckSetFlags(set func(name string) bool) error {
+	d := Options{}.Defaults()
+	switch {
+	case set("b") && o.MinBytes == 0:
+		return fmt.Errorf("bench: -b 0: want at least 1 byte (default %s)", FormatSize(d.MinBytes))
+	case set("e") && o.MaxBytes == 0:
+		return fmt.Errorf("bench: -e 0: want at least 1 byte (default %s)", FormatSize(d.MaxBytes))
+	case set("i") && o.StepBytes == 0:
+		return errors.New("bench: -i 0: want at least 1 byte, or no -i to multiply the size by -f")
+	case set("f") && o.StepFactor == 0 && o.StepBytes == 0:
+		return neverGrows(0)
+	case set("w") && o.Warmup == 0:
+		return fmt.Errorf("bench: -w 0: want at least 1 warm-up iteration (default %d)", d.Warmup)
+	case set("np") && o.Ranks == 0:
+		return errors.New("bench: --np 0: want 1 or more ranks")
+	case set("T") && o.TargetTime <= 0:
+		return fmt.Errorf("bench: -T %v: want a positive duration (default %v)", o.TargetTime, d.TargetTime)
 	}
 	return nil
 }
@@ -207,15 +240,19 @@ func (o Options) validate() error {
 	case o.Format != "table" && o.Format != "json":
 		return fmt.Errorf("bench: output format %q (want table or json)", o.Format)
 	case o.Root < 0:
-		return fmt.Errorf("bench: root %d", o.Root)
+		return fmt.Errorf("bench: -r %d: want a rank, 0 or more", o.Root)
 	case o.SharedBuffers && !o.SharedMemory && o.Ranks > 0:
-		return errors.New("bench: -R 1 (shared buffers) needs -shm")
+		return errors.New("bench: -R 1 (shared buffers) needs shared-memory links (--shm)")
+	case !o.SharedBuffers && slices.Contains(o.Algorithms, ascend.AlgoDirect):
+		// Without them the communicator runs the ring, which the table
+		// would label direct.
+		return errors.New("bench: --algo direct reads the peers' buffers in shared memory: it needs -R 1 (and --shm)")
 	case o.DType != DTypeFloat && o.DType != DTypeDouble && o.DType != DTypeInt32:
 		return fmt.Errorf("bench: data type %q (want float, double or int32)", o.DType)
 	case o.DType == DTypeInt32 && o.Op == ascend.Avg:
 		for _, c := range o.Collectives {
 			if collectives[c].reduces {
-				return fmt.Errorf("bench: -op avg is not defined on int32 (%v reduces)", c)
+				return fmt.Errorf("bench: --op avg is not defined on int32 (%v reduces)", c)
 			}
 		}
 	}
@@ -260,7 +297,10 @@ func ParseSize(s string) (int64, error) {
 	}
 	v, err := strconv.ParseInt(t, 10, 64)
 	if err != nil || v < 0 {
-		return 0, fmt.Errorf("bench: bad size %q", s)
+		return 0, fmt.Errorf("bench: bad size %q: want bytes, with an optional K, M or G suffix (powers of 1024)", s)
+	}
+	if v > math.MaxInt64/mult {
+		return 0, fmt.Errorf("bench: size %q is too large (at most %dG)", s, int64(math.MaxInt64)>>30)
 	}
 	return v * mult, nil
 }
@@ -278,7 +318,13 @@ func FormatSize(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
+// The flag values below have pflag's Type method too, so that a cobra
+// command's help names what each takes ("size", "0|1") rather than the Go
+// type.
+
 type sizeFlag struct{ p *int64 }
+
+func (sizeFlag) Type() string { return "size" }
 
 func (f sizeFlag) String() string {
 	if f.p == nil {
@@ -299,6 +345,8 @@ type listFlag[T any] struct {
 	parse func(string) (T, error)
 	str   func(T) string
 }
+
+func (listFlag[T]) Type() string { return "list" }
 
 func (f listFlag[T]) String() string {
 	if f.p == nil {
@@ -341,11 +389,13 @@ func AllCollectives() []ascend.Collective {
 
 // opFlag takes a reduction (nccl-tests' -o) or, as the `bench collective
 // --op allreduce` spelling has it, the collectives to run (then it is
-// -coll).
+// --coll).
 type opFlag struct {
 	p     *ascend.Op
 	colls *[]ascend.Collective
 }
+
+func (opFlag) Type() string { return "op" }
 
 func (f opFlag) String() string {
 	if f.p == nil {
@@ -371,6 +421,8 @@ func (f opFlag) Set(s string) error {
 
 type collFlag struct{ p *[]ascend.Collective }
 
+func (collFlag) Type() string { return "list" }
+
 func (f collFlag) String() string {
 	if f.p == nil {
 		return ""
@@ -385,7 +437,11 @@ func (f collFlag) Set(s string) error {
 	return err
 }
 
+// checkFlag is a 0/1 flag that is on (1) when *skip is false: -c and
+// --limits.
 type checkFlag struct{ skip *bool }
+
+func (checkFlag) Type() string { return "0|1" }
 
 func (f checkFlag) String() string {
 	if f.skip != nil && *f.skip {
@@ -396,7 +452,7 @@ func (f checkFlag) String() string {
 func (f checkFlag) Set(s string) error {
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 0 || v > 1 {
-		return errors.New("bench: -c takes 0 or 1")
+		return errors.New("want 0 or 1") // the flag packages name the flag and value
 	}
 	*f.skip = v == 0
 	return nil
@@ -404,6 +460,8 @@ func (f checkFlag) Set(s string) error {
 
 // flag01 is a boolean flag written 0 or 1, as nccl-tests' -R.
 type flag01 struct{ on *bool }
+
+func (flag01) Type() string { return "0|1" }
 
 func (f flag01) String() string {
 	if f.on != nil && *f.on {
@@ -415,41 +473,72 @@ func (f flag01) String() string {
 func (f flag01) Set(s string) error {
 	v, err := strconv.Atoi(s)
 	if err != nil || v < 0 || v > 1 {
-		return fmt.Errorf("bench: %q: want 0 or 1", s)
+		return errors.New("want 0 or 1")
 	}
 	*f.on = v == 1
 	return nil
 }
 
+// durationFlag is a time.Duration flag whose error says that a unit is
+// needed ("-1" is not a duration; "-1ns" is).
+type durationFlag struct{ p *time.Duration }
+
+func (durationFlag) Type() string { return "duration" }
+
+func (f durationFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return f.p.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration with its unit, e.g. 50us, 200ms, 2s: %w", err)
+	}
+	*f.p = d
+	return nil
+}
+
 // RegisterFlags defines o's flags on fs in the spirit of nccl-tests: -b,
 // -e, -f, -i (sizes), -n (iterations), -w (warm-up), -c (check 0/1), -r
-// (root), -d (float|double|int32), -R (shared buffers 0/1), plus -touch (0/1), -shm (shared-memory links), -op (sum|avg|max|min), -o (table|json), -coll (list or
-// "all"), -algo (list of auto|ring|hd|tree), -np (ranks for Launch),
-// -T (target time per size), -chunk (frame bytes), -limits (0/1). The
-// current values of o are the flags' defaults. (With cobra, add fs to the
-// command with pflag's AddGoFlagSet: one-letter names become shorthands.)
+// (root), -d (float|double|int32), -R (shared buffers 0/1), plus --touch
+// (0/1), --shm (shared-memory links), --op (sum|avg|max|min), -o
+// (table|json), --coll (list or "all"), --algo (list of auto, ring, hd,
+// tree, rd, hier, pairwise, bruck, direct), --np (ranks for Launch), -T
+// (target time per size), --chunk (frame bytes), --limits (0/1),
+// --sockbuf, --spin and --procs. Fields of o that are unset are first set
+// to their defaults (see Defaults), and the current values of o are the
+// flags' defaults, so that the usage shows them. After parsing, pass the
+// flags given to CheckSetFlags. (With cobra, add fs to the command with
+// pflag's AddGoFlagSet: one-letter names become shorthands.)
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
-	fs.Var(sizeFlag{&o.MinBytes}, "b", "minimum size in bytes (K, M, G suffixes)")
-	fs.Var(sizeFlag{&o.MaxBytes}, "e", "maximum size in bytes")
-	fs.IntVar(&o.StepFactor, "f", o.StepFactor, "size multiplication factor")
-	fs.Var(sizeFlag{&o.StepBytes}, "i", "size increment in bytes (instead of -f)")
+	d := o.Defaults()
+	o.Collectives, o.Algorithms, o.MinBytes, o.MaxBytes, o.StepFactor = d.Collectives, d.Algorithms, d.MinBytes, d.MaxBytes, d.StepFactor
+	o.Warmup, o.TargetTime, o.DType, o.Format, o.Ranks = d.Warmup, d.TargetTime, d.DType, d.Format, d.Ranks
+	fs.Var(sizeFlag{&o.MinBytes}, "b", "minimum size in bytes; K, M, G suffixes are powers of 1024 (8K = 8192)")
+	fs.Var(sizeFlag{&o.MaxBytes}, "e", "maximum size in bytes (K, M, G suffixes)")
+	fs.IntVar(&o.StepFactor, "f", o.StepFactor, "size multiplication factor, 2 or more")
+	fs.Var(sizeFlag{&o.StepBytes}, "i", "size increment in bytes (K, M, G suffixes), instead of -f")
 	fs.IntVar(&o.Iters, "n", o.Iters, "timed iterations per size (0: from the warm-up and -T)")
 	fs.IntVar(&o.Warmup, "w", o.Warmup, "warm-up iterations per size")
 	fs.Var(checkFlag{&o.SkipCheck}, "c", "check results (1) or not (0)")
-	fs.IntVar(&o.Root, "r", o.Root, "root rank of broadcast and reduce")
-	fs.Var(opFlag{&o.Op, &o.Collectives}, "op", "reduction: sum, avg, max, min; or a collective list as for -coll")
+	fs.IntVar(&o.Root, "r", o.Root, "root rank of broadcast and reduce, below the number of ranks")
+	fs.Var(opFlag{&o.Op, &o.Collectives}, "op", "reduction: sum, avg, max, min; or a collective list as for --coll")
 	fs.StringVar(&o.DType, "d", o.DType, "data type: float, double or int32")
 	fs.StringVar(&o.Format, "o", o.Format, "output: table or json")
 	fs.Var(collFlag{&o.Collectives}, "coll", "collectives, comma-separated, or all: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
-	fs.Var(listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm, str: ascend.Algorithm.String}, "algo", "algorithms, comma-separated, one table each: auto, ring, hd, tree, rd, hier")
+	fs.Var(listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm, str: ascend.Algorithm.String}, "algo",
+		"algorithms, comma-separated, one table each: auto, ring, hd, tree, rd, hier, pairwise (alltoall), bruck (alltoall), direct (needs -R 1); each runs on the collectives that have it")
 	fs.IntVar(&o.Ranks, "np", o.Ranks, "ranks (processes) to launch")
-	fs.DurationVar(&o.TargetTime, "T", o.TargetTime, "target timed duration per size when -n is 0")
+	fs.Var(durationFlag{&o.TargetTime}, "T", "target timed duration per size when -n is 0 (with a unit: 200ms, 1s)")
 	fs.IntVar(&o.ChunkBytes, "chunk", o.ChunkBytes, "frame size in bytes (0: default)")
 	fs.Var(checkFlag{&o.SkipLimits}, "limits", "measure loopback TCP and memcpy (1) or not (0)")
 	fs.BoolVar(&o.SharedMemory, "shm", o.SharedMemory, "link the launched ranks over shared memory instead of TCP")
-	fs.Var(flag01{&o.SharedBuffers}, "R", "buffers in shared memory, read directly by the ranks of a host (1, needs -shm) or ordinary memory (0)")
+	fs.Var(flag01{&o.SharedBuffers}, "R", "buffers in shared memory, read directly by the ranks of a host (1, needs --shm) or ordinary memory (0)")
 	fs.Var(flag01{&o.Touch}, "touch", "rewrite every call's input before it and read its output after it, as a training step does (1), or not (0)")
-	fs.Var(sizeFlag{&o.SocketBuffer}, "sockbuf", "SO_SNDBUF/SO_RCVBUF of TCP links (0: kernel autotuning)")
-	fs.DurationVar(&o.Spin, "spin", o.Spin, "how long a TCP receive polls before sleeping (0: auto, polling only while ranks ≤ cores; negative: never)")
+	fs.Var(sizeFlag{&o.SocketBuffer}, "sockbuf", "SO_SNDBUF/SO_RCVBUF of TCP links in bytes, K, M, G suffixes (0: kernel autotuning)")
+	fs.Var(durationFlag{&o.Spin}, "spin", "how long a TCP receive polls before sleeping, with a unit: 50us (0: auto, polling only while ranks ≤ cores; negative, e.g. -1ns: never)")
 	fs.IntVar(&o.Procs, "procs", o.Procs, "GOMAXPROCS of each rank process (0: 1 where ranks >= cores, unless the GOMAXPROCS variable is set; negative: the number of cores)")
 }

@@ -34,11 +34,15 @@ type Report struct {
 
 // Table is one collective's sweep with one algorithm setting.
 type Table struct {
-	Collective string  `json:"collective"`
-	Algorithm  string  `json:"algorithm"` // as forced: auto, ring, hd, tree
-	Rows       []Row   `json:"results"`
-	AvgBusBW   float64 `json:"avg_bus_bandwidth"`
-	Wrong      int64   `json:"nwrong"`
+	Collective string `json:"collective"`
+	Algorithm  string `json:"algorithm"` // as forced: auto, ring, hd, tree, …
+	Rows       []Row  `json:"results"`
+	// AvgBusBW is the mean busbw over the placements of the rows of more
+	// than 0 bytes. (A requested size below one element — per rank, for the
+	// collectives that split it among the ranks — rounds down to a row of
+	// 0 bytes, as in nccl-tests: a call with nothing to move.)
+	AvgBusBW float64 `json:"avg_bus_bandwidth"`
+	Wrong    int64   `json:"nwrong"` // -1: not checked
 }
 
 // Row is one size, nccl-tests style.
@@ -100,31 +104,36 @@ func flat(size int64, _, es int) (int, int, int, int64) {
 
 // RunRank runs the benchmark on this rank of comm; every rank of comm
 // must call it with the same options. Rank 0 writes the report to out
-// (the others write nothing).
+// (the others write nothing): a table as it goes, as nccl-tests does
+// (the header, then each row once its size is measured, so that a run
+// stopped early keeps what it measured), or JSON at the end.
 func RunRank(ctx context.Context, comm *ascend.Communicator, opts Options, out io.Writer) error {
-	rep, err := Run(ctx, comm, opts)
-	if err != nil {
+	var live *tableWriter
+	if comm.Rank() == 0 && opts.Defaults().Format != "json" {
+		live = newTableWriter(out)
+	}
+	rep, err := run(ctx, comm, opts, live)
+	if err != nil || comm.Rank() != 0 || live != nil {
 		return err
 	}
-	if comm.Rank() != 0 {
-		return nil
-	}
-	if rep.Options.Format == "json" {
-		return rep.WriteJSON(out)
-	}
-	return rep.WriteTable(out)
+	return rep.WriteJSON(out)
 }
 
 // Run runs the benchmark on this rank and returns the report (complete on
 // rank 0; the other ranks get theirs with the same aggregate numbers).
 func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report, error) {
+	return run(ctx, comm, opts, nil)
+}
+
+// run is Run, printing the table to live as it goes (nil: not).
+func run(ctx context.Context, comm *ascend.Communicator, opts Options, live *tableWriter) (*Report, error) {
 	opts = opts.Defaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	p, r := comm.Size(), comm.Rank()
 	if opts.Root >= p {
-		return nil, fmt.Errorf("bench: root %d of %d ranks", opts.Root, p)
+		return nil, fmt.Errorf("bench: -r %d: want a rank below the %d ranks", opts.Root, p)
 	}
 	rep := &Report{Ranks: p, Options: opts, Start: time.Now(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	limits := func() ([]Limits, error) {
@@ -151,13 +160,7 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 	// Lengths in float32 words (an element is es/4 of them); even, so
 	// that a double view of the receive buffer after the send buffer in
 	// shared memory stays aligned.
-	es := opts.elemBytes()
-	var maxSend, maxRecv int
-	for _, c := range opts.Collectives {
-		_, s, rv, _ := collectives[c].shape(opts.MaxBytes, p, es)
-		maxSend, maxRecv = max(maxSend, s*es/4), max(maxRecv, rv*es/4)
-	}
-	maxSend += maxSend % 2
+	maxSend, maxRecv := opts.bufferWords(p)
 	b := &bufs{}
 	if opts.SharedBuffers {
 		sb, err := comm.AllocShared(ctx, maxSend+maxRecv)
@@ -177,6 +180,11 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 	if err := settle(ctx, comm, settleTime); err != nil {
 		return nil, err
 	}
+	rep.Model = comm.CostModel()
+	rep.CostModel = rep.Model.String()
+	if err := live.header(rep); err != nil {
+		return nil, err
+	}
 
 	for _, coll := range opts.Collectives {
 		for _, algo := range opts.Algorithms {
@@ -186,7 +194,7 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 			if err := comm.SetAlgorithm(algo); err != nil {
 				return nil, err
 			}
-			t, err := runTable(ctx, comm, opts, coll, algo, b)
+			t, err := runTable(ctx, comm, opts, coll, algo, b, live)
 			if err != nil {
 				return nil, err
 			}
@@ -202,7 +210,7 @@ func Run(ctx context.Context, comm *ascend.Communicator, opts Options) (*Report,
 	rep.Model = comm.CostModel()
 	rep.CostModel = rep.Model.String()
 	rep.End = time.Now()
-	return rep, nil
+	return rep, live.footer(rep)
 }
 
 type bufs struct {
@@ -256,10 +264,17 @@ func limitSizes(maxBytes int64) []int64 {
 	return sizes
 }
 
-func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll ascend.Collective, algo ascend.Algorithm, b *bufs) (Table, error) {
+// runTable measures one table, printing it to live as it goes (nil: not).
+func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll ascend.Collective, algo ascend.Algorithm, b *bufs, live *tableWriter) (Table, error) {
 	cd := collectives[coll]
 	p := comm.Size()
 	t := Table{Collective: coll.String(), Algorithm: algo.String()}
+	if opts.SkipCheck {
+		t.Wrong = -1
+	}
+	if err := live.tableStart(&t); err != nil {
+		return t, err
+	}
 	var sum float64
 	var nbw int
 	seen := map[int64]bool{}
@@ -330,8 +345,10 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 				res.AlgBW = float64(size) / sec / 1e9
 			}
 			res.BusBW = res.AlgBW * cd.factor(float64(p))
-			sum += res.BusBW
-			nbw++
+			if size > 0 { // an empty call's 0 GB/s is no bandwidth
+				sum += res.BusBW
+				nbw++
+			}
 			if inPlace {
 				row.InPlace = res
 			} else {
@@ -340,11 +357,14 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 		}
 		row.Iterations = iters
 		t.Rows = append(t.Rows, row)
+		if err := live.row(row); err != nil {
+			return t, err
+		}
 	}
 	if nbw > 0 {
 		t.AvgBusBW = sum / float64(nbw)
 	}
-	return t, nil
+	return t, live.tableEnd(&t)
 }
 
 // op runs one collective at one size and placement; send and recv are

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
@@ -39,14 +41,22 @@ func newBenchCollectiveCmd(e *env) *cobra.Command {
 		Use:   "collective",
 		Short: "nccl-tests-style collective benchmark: N rank processes on loopback",
 		Long: `Starts N ranks as separate OS processes talking over loopback TCP (or shared
-memory) and prints the nccl-tests table for each size: size count type redop
-root time algbw busbw #wrong, out-of-place and in-place, and the average bus
-bandwidth (GB = 1e9). Every size is checked for correctness.`,
+memory) and prints the nccl-tests table for each size as it is measured: size
+count type redop root time algbw busbw #wrong, out-of-place and in-place, and
+the average bus bandwidth (GB = 1e9). Every size is checked for correctness
+(-c 0: not). Sizes (-b, -e, -i, --sockbuf) are bytes with optional K, M, G
+suffixes, powers of 1024; each is rounded down to whole elements (for
+reducescatter, allgather and alltoall, whole elements per rank): one that
+rounds down to none gives a row of 0 bytes, as in nccl-tests, left out of the
+average. Durations (-T, --spin) need their unit: 200ms, 50us, -1ns.`,
 		Example: `  cann-train bench collective --op allreduce --ranks 2 --transport tcp -b 8 -e 256M -f 2
   cann-train bench collective --coll allreduce --np 4 -b 1M -e 64M -f 4 --algo ring,hd,tree -o json
   cann-train bench collective --np 2 --shm -b 1M -e 64M -f 4`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.CheckSetFlags(cmd.Flags().Changed); err != nil {
+				return err
+			}
 			if ranks > 0 {
 				if cmd.Flags().Changed("np") && opts.Ranks != ranks {
 					return fmt.Errorf("--ranks %d and --np %d: give the number of ranks once", ranks, opts.Ranks)
@@ -55,10 +65,16 @@ bandwidth (GB = 1e9). Every size is checked for correctness.`,
 			}
 			switch transport {
 			case "tcp":
+				if opts.SharedMemory && cmd.Flags().Changed("transport") {
+					return errors.New("--shm and --transport tcp: give one transport")
+				}
 			case "shm", "auto": // all ranks share this host: shared memory is the fast path
 				opts.SharedMemory = true
 			default:
 				return fmt.Errorf("--transport %q: want tcp, shm or auto", transport)
+			}
+			if opts.SharedBuffers && !opts.SharedMemory {
+				return errors.New("-R 1 (shared buffers) needs shared-memory links: --shm, or --transport shm or auto")
 			}
 			opts.Stdout, opts.Stderr = e.out, e.err
 			return bench.Launch(cmd.Context(), opts, func(a ...string) *exec.Cmd {
@@ -106,19 +122,25 @@ type RecoveryTrial struct {
 	Replace   float64 `json:"replace_s"`
 	Resume    float64 `json:"resume_s"`
 	LostSteps int64   `json:"lost_steps"`
-	Identical bool    `json:"identical"`
-	Error     string  `json:"error,omitempty"`
+	// Identical: the final weights equal the reference run's (false, and
+	// the times 0, where Error says the trial failed).
+	Identical bool   `json:"identical"`
+	Error     string `json:"error,omitempty"`
 }
 
 // RecoveryBench is `bench recovery`'s result.
 type RecoveryBench struct {
-	Trials          []RecoveryTrial `json:"trials"`
-	MedianDetect    float64         `json:"median_detect_s"`
-	MedianReplace   float64         `json:"median_replace_s"`
-	MedianResume    float64         `json:"median_resume_s"`
-	MedianLostSteps float64         `json:"median_lost_steps"`
-	CheckpointEvery int64           `json:"checkpoint_every"`
-	AllIdentical    bool            `json:"all_identical"`
+	Trials []RecoveryTrial `json:"trials"`
+	// Medians over the trials without an error (null: none).
+	MedianDetect    *float64 `json:"median_detect_s"`
+	MedianReplace   *float64 `json:"median_replace_s"`
+	MedianResume    *float64 `json:"median_resume_s"`
+	MedianLostSteps *float64 `json:"median_lost_steps"`
+	CheckpointEvery int64    `json:"checkpoint_every"`
+	// AllIdentical: every trial without an error ended bit-identical to
+	// the reference run; Errors counts the trials that failed.
+	AllIdentical bool `json:"all_identical"`
+	Errors       int  `json:"errors"`
 	// Fault is how the victims failed: kill or freeze.
 	Fault string `json:"fault"`
 	// HeartbeatTimeout finds a frozen node (seconds).
@@ -163,10 +185,7 @@ connections open): found by its heartbeat timeout.`,
 				return fmt.Errorf("--kill-at chunk-end: no chunk ends after the first checkpoint and one checkpoint interval before the last step (--chunk-steps %d)", o.chunk)
 			}
 			res, err := benchRecovery(cmd.Context(), e, o)
-			if err != nil {
-				return err
-			}
-			return printRecoveryBench(e, res, o.output)
+			return finishRecoveryBench(cmd.Context(), e, o, res, err)
 		},
 	}
 	f := cmd.Flags()
@@ -195,7 +214,6 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 	}
 	defer lc.stop()
 	stamp := time.Now().Format("150405")
-	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
 
 	// trial runs one run on its own registry and nodes; victim < 0: none.
 	// struck says when the fault struck the victim (zero: it did not).
@@ -244,7 +262,22 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 		return out, fmt.Errorf("reference run: %w", err)
 	}
 	fmt.Fprintf(e.err, "reference run: %d steps, weights %.12s\n", ref.Step, ref.WeightsSHA256)
-	for i := 1; i <= o.kills; i++ {
+	err = recoveryTrials(ctx, o, &out, ref.WeightsSHA256, stamp, e.err, trial)
+	return out, err
+}
+
+// recoveryTrial runs one trial run (victim < 0: none) and says when the
+// fault struck (see benchRecovery).
+type recoveryTrial func(name string, victim int, killAt int64) (spec.RunStatus, map[string]injected, error)
+
+// recoveryTrials runs the --kills trials with trial, each against the
+// reference weights ref, into out (trials, medians, identity, errors),
+// with a progress line each on log. A trial that fails is an error, not a
+// run that ended different. When ctx ends (Ctrl-C) it stops: out holds
+// the trials finished before, and it returns ctx's error.
+func recoveryTrials(ctx context.Context, o recoveryBenchOptions, out *RecoveryBench, ref, stamp string, log io.Writer, trial recoveryTrial) error {
+	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
+	for i := 1; i <= o.kills && ctx.Err() == nil; i++ {
 		victim := rng.IntN(o.nodes)
 		killAt := o.ckptEvery + 1 + rng.Int64N(o.steps-2*o.ckptEvery-1)
 		if o.killAt == "chunk-end" {
@@ -253,6 +286,9 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 		}
 		name := fmt.Sprintf("kill%d-%s", i, stamp)
 		st, struck, err := trial(name, victim, killAt)
+		if ctx.Err() != nil {
+			break // interrupted: the trial did not finish, whatever it says
+		}
 		t := RecoveryTrial{Trial: i, Victim: fmt.Sprintf("rank %d", victim), KillStep: killAt}
 		switch {
 		case err != nil:
@@ -262,13 +298,16 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 		default:
 			r := summarizeRecovery(st.Recoveries[0], struck)
 			t.Victim, t.Detect, t.Replace, t.Resume, t.LostSteps = r.FailedNode, r.DetectSeconds, r.ReplaceSeconds, r.ResumeSeconds, r.LostSteps
-			t.Identical = st.WeightsSHA256 == ref.WeightsSHA256
+			t.Identical = st.WeightsSHA256 == ref
 		}
-		if !t.Identical {
-			out.AllIdentical = false
+		if t.Error != "" {
+			out.Errors++
+			fmt.Fprintf(log, "trial %d: %s (%s) after step %d → ERROR: %s\n", i, t.Victim, o.fault, t.KillStep, t.Error)
+		} else {
+			out.AllIdentical = out.AllIdentical && t.Identical
+			fmt.Fprintf(log, "trial %d: %s (%s) after step %d → detect %.2fs, resume %.2fs, %d steps lost, identical %v\n",
+				i, t.Victim, o.fault, t.KillStep, t.Detect, t.Resume, t.LostSteps, t.Identical)
 		}
-		fmt.Fprintf(e.err, "trial %d: %s (%s) after step %d → detect %.2fs, resume %.2fs, %d steps lost, identical %v %s\n",
-			i, t.Victim, o.fault, t.KillStep, t.Detect, t.Resume, t.LostSteps, t.Identical, t.Error)
 		out.Trials = append(out.Trials, t)
 	}
 	var d, r, s, l []float64
@@ -277,8 +316,50 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 			d, r, s, l = append(d, t.Detect), append(r, t.Replace), append(s, t.Resume), append(l, float64(t.LostSteps))
 		}
 	}
-	out.MedianDetect, out.MedianReplace, out.MedianResume, out.MedianLostSteps = median(d), median(r), median(s), median(l)
-	return out, nil
+	out.MedianDetect, out.MedianReplace, out.MedianResume, out.MedianLostSteps = medianOf(d), medianOf(r), medianOf(s), medianOf(l)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("after %d of %d trials: %w", len(out.Trials), o.kills, err)
+	}
+	return nil
+}
+
+// finishRecoveryBench ends `bench recovery`: it prints the result, and
+// fails if a trial failed or ended different from the reference. If
+// Ctrl-C came (err is ctx's), it prints the trials finished by then, if
+// any, and says it was interrupted (exit 130).
+func finishRecoveryBench(ctx context.Context, e *env, o recoveryBenchOptions, res RecoveryBench, err error) error {
+	err = interrupted(ctx, err)
+	stopped := errors.Is(err, context.Canceled) && ctx.Err() != nil
+	if err != nil && (!stopped || len(res.Trials) == 0) {
+		return err
+	}
+	if perr := printRecoveryBench(e, res, o.output); perr != nil {
+		return perr
+	}
+	if stopped {
+		return &interruptedError{what: fmt.Sprintf("interrupted after %d of %d trials", len(res.Trials), o.kills), err: err}
+	}
+	var failed []error
+	if res.Errors > 0 {
+		failed = append(failed, fmt.Errorf("%d of %d trials failed", res.Errors, len(res.Trials)))
+	}
+	if !res.AllIdentical {
+		failed = append(failed, errors.New("a recovered run did not end bit-identical to the reference"))
+	}
+	if len(failed) > 0 {
+		return &exitError{errors.Join(failed...)}
+	}
+	return nil
+}
+
+// interrupted is err, or where ctx has ended (Ctrl-C) an error that
+// wraps ctx's, which main reports as an interruption (exit 130): the
+// Temporal SDK's error for a call it cancelled does not wrap it.
+func interrupted(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", ctx.Err(), err)
 }
 
 // chunkEnds are the steps ending a chunk in (checkpoint-every, steps −
@@ -293,6 +374,16 @@ func chunkEnds(o recoveryBenchOptions) []int64 {
 	return ends
 }
 
+// medianOf is the median of xs, nil if there are none.
+func medianOf(xs []float64) *float64 {
+	if len(xs) == 0 {
+		return nil
+	}
+	m := median(xs)
+	return &m
+}
+
+// median is the median of xs, 0 if there are none.
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -305,6 +396,8 @@ func median(xs []float64) float64 {
 	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
 }
 
+// printRecoveryBench prints the trials and their medians ("-" where no
+// trial finished without an error).
 func printRecoveryBench(e *env, b RecoveryBench, output string) error {
 	if output == "json" {
 		enc := json.NewEncoder(e.out)
@@ -320,9 +413,16 @@ func printRecoveryBench(e *env, b RecoveryBench, output string) error {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%.3f\t%.3f\t%.3f\t%d\t%v\t\n", t.Trial, t.Victim, t.KillStep, t.Detect, t.Replace, t.Resume, t.LostSteps, t.Identical)
 	}
-	fmt.Fprintf(tw, "median\t\t\t%.3f\t%.3f\t%.3f\t%.0f\t%v\t\n", b.MedianDetect, b.MedianReplace, b.MedianResume, b.MedianLostSteps, b.AllIdentical)
+	identical := "-" // no trial without an error
+	if len(b.Trials) > b.Errors {
+		identical = strconv.FormatBool(b.AllIdentical)
+	}
+	fmt.Fprintf(tw, "median\t\t\t%s\t%s\t%s\t%s\t%s\t\n", fmtMedian(b.MedianDetect, 3), fmtMedian(b.MedianReplace, 3), fmtMedian(b.MedianResume, 3), fmtMedian(b.MedianLostSteps, 0), identical)
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if b.Errors > 0 {
+		fmt.Fprintf(e.out, "%d of %d trials failed (ERROR): the medians and bit-identical are over the others\n", b.Errors, len(b.Trials))
 	}
 	if b.Fault == spec.FaultFreeze {
 		fmt.Fprintf(e.out, "checkpoint every %d steps, heartbeat timeout %gs; detect s and first step after s count from the freeze as the bench saw it (the process found stopped, polled every 2 ms), replace s from when the workflow saw the failure (a frozen node's lost steps count from its last heartbeat, up to 0.8 × the timeout old)\n",
@@ -330,8 +430,13 @@ func printRecoveryBench(e *env, b RecoveryBench, output string) error {
 	} else {
 		fmt.Fprintf(e.out, "checkpoint every %d steps; detect s and first step after s count from the kill as the launcher saw the process exit (an upper bound on its SIGKILL: they can read low, detect even below 0 on a loaded host), replace s from when the workflow saw the failure to the new membership\n", b.CheckpointEvery)
 	}
-	if !b.AllIdentical {
-		return &exitError{fmt.Errorf("a recovered run did not end bit-identical to the reference")}
-	}
 	return nil
+}
+
+// fmtMedian prints a median with prec decimals, "-" for none.
+func fmtMedian(m *float64, prec int) string {
+	if m == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*m, 'f', prec, 64)
 }

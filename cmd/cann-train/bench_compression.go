@@ -45,14 +45,35 @@ the run (tail_loss_gap_pct, less noisy); --svg draws both loss curves.`,
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
+			// Settings that would leave nothing compressed, or be ignored.
+			switch {
+			case o.Warmup >= o.Steps:
+				return fmt.Errorf("--warmup %d: want fewer than --steps %d, or nothing is compressed", o.Warmup, o.Steps)
+			case o.FreezeStep >= o.Steps:
+				return fmt.Errorf("--freeze-step %d: want fewer than --steps %d, or nothing is compressed", o.FreezeStep, o.Steps)
+			case linkGbps > 0 && o.Codec != "auto":
+				return fmt.Errorf("--link-gbps is the link --codec auto decides for: give --codec auto (not %q)", o.Codec)
+			}
 			o.LinkBytesPerSec = linkGbps * 1e9 / 8
+			var svgFile *os.File
+			if svg != "" { // before training, which takes minutes: a path that cannot be written fails now
+				f, err := os.Create(svg)
+				if err != nil {
+					return fmt.Errorf("--svg: %w", err)
+				}
+				svgFile = f
+				defer svgFile.Close() // (closed and checked below once written)
+			}
 			res, err := trainbench.Compression(cmd.Context(), o)
 			if err != nil {
+				if svgFile != nil {
+					_ = os.Remove(svg) // empty: no curves to draw
+				}
 				return err
 			}
-			if svg != "" {
-				if err := writeCompressionSVG(svg, res); err != nil {
-					return err
+			if svgFile != nil {
+				if err := writeCompressionSVG(svgFile, res); err != nil {
+					return fmt.Errorf("--svg: %w", err)
 				}
 			}
 			if output == "json" {
@@ -97,11 +118,8 @@ the run (tail_loss_gap_pct, less noisy); --svg draws both loss curves.`,
 	return cmd
 }
 
-func writeCompressionSVG(path string, res trainbench.CompressionResult) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
+// writeCompressionSVG draws both loss curves into f and closes it.
+func writeCompressionSVG(f *os.File, res trainbench.CompressionResult) error {
 	name := res.Codec + " + error feedback"
 	if res.Optimizer != "adam" {
 		name = fmt.Sprintf("%s, momentum %s (freeze %d)", res.Optimizer, res.Codec, res.FreezeStep)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -75,5 +77,45 @@ func TestBenchOverlapJSON(t *testing.T) {
 	table, _, err := runCLI(t, "bench", "overlap", "--ranks", "2", "--steps", "2", "--warmup", "0", "--hidden", "8")
 	if err != nil || !strings.Contains(table, "hidden_comm_pct") || !regexp.MustCompile(`(?m)^serial +0-0 `).MatchString(table) {
 		t.Errorf("table output (want a first row of serial step 0-0): %v\n%s", err, table)
+	}
+}
+
+// TestBenchCompressionSVGFirst: the --svg file is created before the
+// training (minutes at the README's --steps 2000), so a path that cannot
+// be written fails at once; a training that fails leaves no empty file.
+// A cancelled context stands for a training that would fail or take long.
+func TestBenchCompressionSVGFirst(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	bad := filepath.Join(t.TempDir(), "missing", "loss.svg")
+	_, _, err := runCLIContext(t, ctx, "bench", "compression", "--steps", "20", "--svg", bad)
+	if err == nil || !strings.HasPrefix(err.Error(), "--svg: open "+bad) {
+		t.Errorf("--svg in a missing directory: %v, want the SVG's error before any training", err)
+	}
+	good := filepath.Join(t.TempDir(), "loss.svg")
+	_, _, err = runCLIContext(t, ctx, "bench", "compression", "--steps", "20", "--svg", good)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled training: %v", err)
+	}
+	if _, serr := os.Stat(good); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("a failed training left %s (%v)", good, serr)
+	}
+}
+
+// TestBenchCompressionRefuses: settings that would leave nothing
+// compressed, or be ignored, are refused before training.
+func TestBenchCompressionRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--steps", "20", "--warmup", "20"}, "--warmup 20: want fewer than --steps 20"},
+		{[]string{"--steps", "20", "--optimizer", "onebit-adam", "--freeze-step", "50"}, "--freeze-step 50: want fewer than --steps 20"},
+		{[]string{"--steps", "20", "--link-gbps", "1"}, `--link-gbps is the link --codec auto decides for: give --codec auto (not "")`},
+	} {
+		out, _, err := runCLI(t, append([]string{"bench", "compression"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || out != "" {
+			t.Errorf("%v: %v, want %q before training\n%s", tc.args, err, tc.want, out)
+		}
 	}
 }

@@ -49,7 +49,7 @@ fastest one. With --codec every run compresses its gradient exchange
 			}
 			res, err := benchStrategy(cmd.Context(), e, o)
 			if err != nil {
-				return err
+				return interrupted(cmd.Context(), err) // Ctrl-C: exit 130
 			}
 			return printStrategyBench(e, res, o.output)
 		},

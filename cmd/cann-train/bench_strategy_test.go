@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -84,5 +88,41 @@ func TestStrategyBenchSummarize(t *testing.T) {
 					b.Fastest, b.Choice, b.ChoiceVsFastest, b.Candidates[0].Ratio, tc.fastest, tc.choice, tc.choiceVsFastest, tc.rat0)
 			}
 		})
+	}
+}
+
+// cancelOn is a writer that cancels when what it was written contains
+// word.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	word   string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.word) {
+		w.cancel()
+	}
+	return n, err
+}
+
+// TestBenchStrategyInterrupted: Ctrl-C while a run of `bench strategy`
+// goes (here: once the auto run of the first repetition has reported)
+// ends the bench as interrupted (exit 130), not as a failure with the
+// Temporal SDK's "context canceled".
+func TestBenchStrategyInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errw := &cancelOn{word: "repetition 1: plan", cancel: cancel}
+	root := newRootCmd(&env{out: io.Discard, err: errw, command: childCommand})
+	root.SetArgs([]string{"bench", "strategy", "--nodes", "1", "--reps", "2", "--steps", "100", "--data-dir", t.TempDir()})
+	err := root.ExecuteContext(ctx)
+	line, _, code := lastWords(err, ctx.Err() != nil)
+	if ctx.Err() == nil || code != 130 || line != "cann-train: interrupted" {
+		t.Errorf("ends %q, exit %d (%v), want an interruption (130); cancelled: %v\n%s", line, code, err, ctx.Err() != nil, errw.buf.String())
 	}
 }
