@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cann-train/cann-train/internal/procattr"
 )
 
 // CommandFunc builds the command that runs `cann-train <args...>`. The
@@ -112,7 +114,7 @@ type Launcher struct {
 }
 
 // Start launches `cann-train <args...>` as a child named name. On Linux
-// the child dies with the launcher (see dieWithParent): a launcher that
+// the child dies with the launcher (procattr.DieWithParent): a launcher that
 // crashes or is SIGKILLed leaves no worker running on.
 func (l *Launcher) Start(name string, args ...string) (*Proc, error) {
 	mk := l.Command
@@ -120,7 +122,7 @@ func (l *Launcher) Start(name string, args ...string) (*Proc, error) {
 		mk = SelfCommand
 	}
 	cmd := mk(args...)
-	dieWithParent(cmd)
+	procattr.DieWithParent(cmd)
 	cmd.Env = append(append(os.Environ(), cmd.Env...), l.Env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	var logFile *os.File

@@ -2,7 +2,6 @@ package dev
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cann-train/cann-train/internal/procattr"
 )
 
 // TestChildDiesWithLauncher: a child of a Launcher that is SIGKILLed
@@ -53,27 +54,8 @@ func TestChildDiesWithLauncher(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = parent.Wait()
-	if !awaitGone(pid, 10*time.Second) {
+	if !procattr.Exited(pid, 10*time.Second) {
 		_ = syscall.Kill(pid, syscall.SIGKILL) // the sleep this test started, still running
 		t.Fatalf("child %d still runs after its launcher was killed", pid)
-	}
-}
-
-// awaitGone polls until process pid has exited (gone, or a zombie that
-// its new parent has not reaped yet), up to limit.
-func awaitGone(pid int, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return true
-		}
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond) // a poll interval, not a wait for an event
 	}
 }

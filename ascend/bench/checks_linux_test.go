@@ -2,8 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -11,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cann-train/cann-train/internal/procattr"
 )
 
 // TestRanksDieWithLauncher: ranks whose launcher is SIGKILLed (crashed,
@@ -54,28 +54,9 @@ func TestRanksDieWithLauncher(t *testing.T) {
 	}
 	_ = parent.Wait()
 	for _, pid := range pids {
-		if !exited(pid, 10*time.Second) {
+		if !procattr.Exited(pid, 10*time.Second) {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // a rank this test started, still running
 			t.Errorf("rank process %d still runs after its launcher was killed", pid)
 		}
-	}
-}
-
-// exited polls until process pid has exited (gone, or a zombie its new
-// parent has not reaped yet), up to limit.
-func exited(pid int, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return true
-		}
-		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond) // a poll interval, not a wait for an event
 	}
 }

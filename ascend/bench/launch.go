@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cann-train/cann-train/ascend/tcp"
+	"github.com/cann-train/cann-train/internal/procattr"
 )
 
 // ChildSubcommand is the first argument Launch passes to its children.
@@ -204,7 +205,7 @@ func Launch(ctx context.Context, opts Options, self func(args ...string) *exec.C
 			return err
 		}
 		cmd := self(append([]string{ChildSubcommand}, args...)...)
-		dieWithParent(cmd)
+		procattr.DieWithParent(cmd)
 		cmd.ExtraFiles = []*os.File{files[i]}
 		if cmd.Stdout == nil {
 			cmd.Stdout = stdout
