@@ -97,12 +97,12 @@ func TestProgressLines(t *testing.T) {
 	}
 	want := []string{
 		"acquiring  step 0/1000  (" + wait + ")",
-		"training   step 0/1000  loss 0.5000  1200 samples/s",
-		"training   step 100/1000  loss 0.5000  1200 samples/s",
-		"training   step 730/1000  loss 0.5000  1200 samples/s",
-		"paused     step 730/1000  loss 0.5000  1200 samples/s  (paused at step 730 (cann-train resume x continues))",
-		"training   step 730/1000  loss 0.5000  1200 samples/s",
-		"completed  step 1000/1000  loss 0.5000  1200 samples/s",
+		"training   step 0/1000  loss 0.5  1200 samples/s",
+		"training   step 100/1000  loss 0.5  1200 samples/s",
+		"training   step 730/1000  loss 0.5  1200 samples/s",
+		"paused     step 730/1000  loss 0.5  1200 samples/s  (paused at step 730 (cann-train resume x continues))",
+		"training   step 730/1000  loss 0.5  1200 samples/s",
+		"completed  step 1000/1000  loss 0.5  1200 samples/s",
 	}
 	if got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
