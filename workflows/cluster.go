@@ -55,7 +55,13 @@ type NodeRecord struct {
 // takeable: r is a free node req's run may take now — live, on the run's
 // data set, held for no other run, not a worker process the run shuns.
 func (c *cluster) takeable(now time.Time, r *NodeRecord, req spec.AcquireRequest) bool {
-	return r.Run == "" && c.alive(now, r) && holds(r, req.DataSHA256) && !heldForOther(now, r, req.RunID) &&
+	return r.Run == "" && !heldForOther(now, r, req.RunID) && c.suits(now, r, req)
+}
+
+// suits: r is live, on req's data set and not a worker process req shuns,
+// whoever holds it.
+func (c *cluster) suits(now time.Time, r *NodeRecord, req spec.AcquireRequest) bool {
+	return c.alive(now, r) && holds(r, req.DataSHA256) &&
 		!slices.ContainsFunc(req.Shun, func(p spec.NodeProcess) bool { return p.Is(r.Node) })
 }
 
@@ -657,11 +663,10 @@ func (c *cluster) holdsAny(run string) bool {
 	return slices.ContainsFunc(c.st.Nodes, func(r NodeRecord) bool { return r.Run == run })
 }
 
-// usableBy: r is a live node an acquire of req could have once whoever
-// holds it lets it go (its data set, not shunned nor left).
+// usableBy: r is a node an acquire of req could have once whoever holds
+// it lets it go (it suits req and is not one req leaves).
 func (c *cluster) usableBy(now time.Time, r *NodeRecord, req spec.AcquireRequest) bool {
-	return c.alive(now, r) && holds(r, req.DataSHA256) && !slices.Contains(req.Leave, r.Node.ID) &&
-		!slices.ContainsFunc(req.Shun, func(p spec.NodeProcess) bool { return p.Is(r.Node) })
+	return c.suits(now, r, req) && !slices.Contains(req.Leave, r.Node.ID)
 }
 
 // freeFor counts the live free nodes an acquire of req's run could take
