@@ -19,6 +19,7 @@ import (
 
 	"github.com/cann-train/cann-train/ascend/bench"
 	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -202,7 +203,7 @@ connections open): found by its heartbeat timeout.`,
 	atLeast(f, "1", "kills", "steps", "chunk-steps", "checkpoint-every")
 	atLeast(f, "2", "nodes")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
-	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-recovery"), "checkpoints and logs")
+	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-recovery"), "logs, and the checkpoints of a trial run that failed (a finished one's are deleted)")
 	return cmd
 }
 
@@ -253,8 +254,15 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 		if err != nil {
 			return spec.RunStatus{}, nil, err
 		}
-		err = lc.client.GetWorkflow(ctx, id, "").Get(ctx, &st)
-		return st, watch.struck(), err
+		if err = lc.client.GetWorkflow(ctx, id, "").Get(ctx, &st); err != nil {
+			return st, watch.struck(), fmt.Errorf("%w (its checkpoints and logs stay in %s)", err, o.dataDir)
+		}
+		// A finished trial's checkpoints served only it: the next trials
+		// would otherwise leave gigabytes behind in --data-dir.
+		if err := purgeCheckpoints(ctx, lc.ckptURL, name); err != nil {
+			return st, watch.struck(), fmt.Errorf("delete the checkpoints of trial run %s: %w", name, err)
+		}
+		return st, watch.struck(), nil
 	}
 
 	ref, _, err := trial("ref-"+stamp, -1, 0)
@@ -264,6 +272,21 @@ func benchRecovery(ctx context.Context, e *env, o recoveryBenchOptions) (Recover
 	fmt.Fprintf(e.err, "reference run: %d steps, weights %.12s\n", ref.Step, ref.WeightsSHA256)
 	err = recoveryTrials(ctx, o, &out, ref.WeightsSHA256, stamp, e.err, trial)
 	return out, err
+}
+
+// purgeCheckpoints deletes every checkpoint of the finished run and then
+// its chunks, with no grace period: nothing saves the run any more.
+func purgeCheckpoints(ctx context.Context, url, run string) error {
+	if _, _, _, err := deleteCheckpoints(ctx, url, run); err != nil {
+		return err
+	}
+	store, err := checkpoint.OpenWithOptions(ctx, url, checkpoint.Options{GCGrace: -1})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	_, err = store.GC(ctx, run)
+	return err
 }
 
 // recoveryTrial runs one trial run (victim < 0: none) and says when the

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -148,5 +151,48 @@ func TestBenchRecoveryTrials(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A finished trial's checkpoints go, chunks included; another run's in
+// the same bucket stay.
+func TestPurgeCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	url := "file://" + dir
+	store, err := checkpoint.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("weights!"), 1<<16)
+	for _, run := range []string{"trial", "other"} {
+		for step := int64(50); step <= 100; step += 50 {
+			if _, _, err := store.SaveIncremental(ctx, run, step, payload); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	store.Close()
+	files := func(run string) (n int) {
+		_ = filepath.WalkDir(filepath.Join(dir, "runs", run), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && (strings.Contains(p, "/chunks/") || strings.Contains(p, "/ckpt/")) {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	before := files("other")
+	if files("trial") == 0 || before == 0 {
+		t.Fatalf("no checkpoint files saved (trial %d, other %d)", files("trial"), before)
+	}
+	if err := purgeCheckpoints(ctx, url, "trial"); err != nil {
+		t.Fatal(err)
+	}
+	if n := files("trial"); n != 0 {
+		t.Errorf("%d checkpoint or chunk files of the purged run remain", n)
+	}
+	if n := files("other"); n != before {
+		t.Errorf("the other run has %d checkpoint and chunk files, had %d", n, before)
 	}
 }
