@@ -1598,6 +1598,11 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	// Replacements that count against max_restarts: not after an outage,
 	// nor of a stopping worker's node or of one cut off from the bucket.
 	counted := !outage && !f.stopped && !f.cutOff
+	if f.corrupt && workflow.GetVersion(ctx, versionCorruptNoRestart, workflow.DefaultVersion, 1) >= 1 {
+		// A bad checkpoint lost no node: falling back past it costs no
+		// restart (each such recovery drops one checkpoint, so they end).
+		counted = counted && !f.storageOnly()
+	}
 	if r.st.Restarts >= r.spec.MaxRestarts && counted {
 		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
 	}
@@ -1743,6 +1748,20 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.st.LastChunkEnd = time.Time{}
 	r.publish(ctx)
 	return nil
+}
+
+// versionCorruptNoRestart: a chunk that failed only because the
+// checkpoint it restored from is corrupt or gone — no node lost, none
+// unfit — counts no restart; before, each corrupt checkpoint spent one of
+// max_restarts, and a run with more corrupt newest checkpoints than that
+// failed without trying the good one before them, and its resume hint
+// named the corrupt one. Asked only for a corrupt checkpoint.
+const versionCorruptNoRestart = "corrupt-no-restart"
+
+// storageOnly: f is a bad checkpoint's alone — no node failed, lost its
+// state, or was found unfit.
+func (f *chunkFailure) storageOnly() bool {
+	return f.corrupt && len(f.failed) == 0 && len(f.lostState) == 0 && len(f.unfit) == 0
 }
 
 // versionStoppingNoRestart: a failure whose every failed node the Cluster

@@ -899,6 +899,44 @@ func TestTrainingRunFallsBackFromCorruptCheckpoint(t *testing.T) {
 	require.EqualValues(t, 0, st.Recoveries[1].ResumeStep, "fell back past the corrupt checkpoint")
 }
 
+// Corrupt checkpoints cost no restart: with max_restarts 1 spent on a lost
+// node, the run falls back past three corrupt checkpoints in turn to the
+// good one before them and completes. Before, the recovery from the first
+// corrupt one gave up ("gave up after 1 restart(s)") with the good
+// checkpoint untried.
+func TestTrainingRunCorruptCheckpointsCountNoRestart(t *testing.T) {
+	corrupt := map[int64]bool{300: true, 400: true, 500: true}
+	cl := &fakeCluster{pool: testNodes("a", "b", "c")}
+	ch := &fakeChunks{}
+	ch.fail = func(in spec.ChunkInput) error {
+		switch {
+		case in.Membership.Generation == 1 && in.From == 500:
+			return temporal.NewApplicationErrorWithCause("lost", spec.ErrTypePeerFailed, errors.New("x"), spec.PeerFailure{Rank: 1, Step: 510})
+		case in.Membership.Generation >= 2 && in.Membership.Generation <= 4 && in.Restore != nil && corrupt[in.Restore.Step]:
+			return temporal.NewNonRetryableApplicationError(fmt.Sprintf("checkpoint at step %d is corrupt: sha256 mismatch", in.Restore.Step),
+				spec.ErrTypeCorruptCheckpoint, nil)
+		}
+		return nil
+	}
+	env := newRunEnv(t, cl, ch)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 600, ChunkSteps: 100, CheckpointEvery: 100, MaxRestarts: 1}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.EqualValues(t, 600, st.Step)
+	require.Len(t, st.Recoveries, 4)
+	for i, r := range st.Recoveries {
+		t.Logf("recovery %d: gen %d failed %v at %d resume %d: %s", i, r.Generation, r.FailedNodes, r.FailedAtStep, r.ResumeStep, r.Reason)
+	}
+	for i, want := range []int64{500, 400, 300, 200} {
+		rec := st.Recoveries[i]
+		require.EqualValues(t, want, rec.ResumeStep, "recovery %d", i)
+		if i > 0 {
+			require.Empty(t, rec.FailedNodes, "recovery %d: corruption is not a node's fault", i)
+			require.Contains(t, rec.Reason, "corrupt")
+		}
+	}
+}
+
 // TestTrainingRunMissingCheckpoint: after a node is lost, its replacement
 // cannot serve the run. When it never found the run's checkpoints in the
 // bucket (CheckpointNotHere: a host that does not mount the shared bucket)
