@@ -493,6 +493,16 @@ func validateAcquire(req spec.AcquireRequest) error {
 	return nil
 }
 
+// waitSummary names an acquire's wait in the Web UI (the timer bounding
+// it): "run/x waits for 3 free node(s), at least 2".
+func waitSummary(req spec.AcquireRequest) string {
+	w := fmt.Sprintf("%s waits for %d free node(s)", req.RunID, req.Count)
+	if req.MinCount > 0 && req.MinCount < req.Count {
+		w += fmt.Sprintf(", at least %d", req.MinCount)
+	}
+	return w
+}
+
 // acquire records req.Failed, then makes the run hold req.Count live
 // nodes: nodes it already holds keep their ranks (with req.RecheckHeld,
 // only those that did not register another data set than
@@ -557,7 +567,8 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 			// whether this run itself) have ended without a word.
 			end := workflow.Now(ctx).Add(req.Wait)
 			for {
-				ok, err = workflow.AwaitWithTimeout(ctx, min(resweepEvery, end.Sub(workflow.Now(ctx))), cond)
+				ok, err = workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: min(resweepEvery, end.Sub(workflow.Now(ctx))),
+					TimerOptions: workflow.TimerOptions{Summary: waitSummary(req) + "; then see which holders ended"}}, cond)
 				if err != nil || ok || !workflow.Now(ctx).Before(end) {
 					break
 				}
@@ -568,7 +579,7 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 				}
 			}
 		} else {
-			ok, err = workflow.AwaitWithTimeout(ctx, req.Wait, cond)
+			ok, err = workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: req.Wait, TimerOptions: workflow.TimerOptions{Summary: waitSummary(req)}}, cond)
 		}
 		if err != nil {
 			return nil, err

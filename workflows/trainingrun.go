@@ -806,7 +806,8 @@ func (r *run) withdrawWhenUnwanted(ctx workflow.Context, count int, ended *bool)
 		if err != nil && ctx.Err() == nil {
 			workflow.GetLogger(ctx).Warn("could not withdraw the run's wait for nodes; asking again", "error", err)
 		}
-		if _, err := workflow.AwaitWithTimeout(ctx, withdrawRetry, func() bool { return *ended }); err != nil {
+		if _, err := workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: withdrawRetry,
+			TimerOptions: workflow.TimerOptions{Summary: "withdraw the wait for nodes again unless it ended (" + why + ")"}}, func() bool { return *ended }); err != nil {
 			return
 		}
 	}
@@ -955,9 +956,15 @@ func (r *run) publish(ctx workflow.Context) {
 // older histories may call it where publish would add one.
 func (r *run) showDetails(ctx workflow.Context) {
 	s := &r.st.Status
+	loss := "loss not measured yet"
+	if s.Loss != 0 {
+		loss = fmt.Sprintf("loss %.4g", s.Loss) // (2.2e-07, not 0.0000)
+	}
+	// (Set at chunk boundaries and phase changes: the status query, and
+	// cann-train status, have the step the nodes heartbeat.)
 	details := fmt.Sprintf(
-		"**%s** · step %d/%d · loss %.4f · generation %d · nodes %v · checkpoints %d · recoveries %d",
-		s.Phase, s.Step, s.TotalSteps, s.Loss, s.Generation, s.Nodes, s.Checkpoints, len(s.Recoveries))
+		"**%s** · step %d/%d at the last chunk boundary · %s · generation %d · nodes %v · checkpoints %d · recoveries %d",
+		s.Phase, s.Step, s.TotalSteps, loss, s.Generation, s.Nodes, s.Checkpoints, len(s.Recoveries))
 	if s.Detail != "" {
 		details += "\n\n" + s.Detail
 	}

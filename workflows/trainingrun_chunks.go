@@ -321,7 +321,8 @@ func (r *run) endOnCancel(ctx, dctx workflow.Context, cancel workflow.CancelFunc
 		defer stopTimer()
 		wait := workflow.NewSelector(gctx)
 		wait.AddReceive(done, func(workflow.ReceiveChannel, bool) {})
-		wait.AddFuture(workflow.NewTimer(tctx, r.spec.CancelGraceD()), func(f workflow.Future) {
+		wait.AddFuture(workflow.NewTimerWithOptions(tctx, r.spec.CancelGraceD(), workflow.TimerOptions{
+			Summary: "cancelled: the chunk in flight may end at a checkpoint until then (cancel_grace)"}), func(f workflow.Future) {
 			if f.Get(gctx, nil) == nil {
 				workflow.GetLogger(gctx).Warn("the cancelled run's chunk did not end within the grace; cancelling it", "grace", r.spec.CancelGraceD())
 				cancel()
@@ -879,7 +880,8 @@ func (r *run) await(ctx workflow.Context, futures []workflow.Future, cancel work
 			cancel()
 		case !timing && blamedPending(done, errs) && r.blameGraceOn(ctx):
 			timing = true
-			sel.AddFuture(workflow.NewTimer(tctx, blameGrace), func(f workflow.Future) {
+			sel.AddFuture(workflow.NewTimerWithOptions(tctx, blameGrace, workflow.TimerOptions{
+				Summary: "some ranks name a peer that has not answered: wait for its word, then cancel the rest"}), func(f workflow.Future) {
 				if f.Get(ctx, nil) == nil && !cancelled {
 					workflow.GetLogger(ctx).Info("ranks not blamed by their peers cancelled after the grace", "grace", blameGrace)
 					cancelled = true

@@ -743,7 +743,8 @@ func (r *run) awaitWorld(ctx, runCtx workflow.Context, futures []workflow.Future
 			} else if onlyRankExits(errs) && workflow.GetVersion(ctx, versionRankExitGrace, workflow.DefaultVersion, 1) >= 1 {
 				grace = rankExitGrace
 			}
-			sel.AddFuture(workflow.NewTimer(tctx, grace), func(workflow.Future) { expired = true })
+			sel.AddFuture(workflow.NewTimerWithOptions(tctx, grace, workflow.TimerOptions{
+				Summary: "a rank failed: the other nodes' words until then, then stop the world"}), func(workflow.Future) { expired = true })
 		}
 	}
 	if gw != nil {
@@ -911,7 +912,9 @@ func (r *run) checkpointOnCancel(ctx, runCtx workflow.Context, ext *externalRun)
 		workflow.GetLogger(ctx).Info("run cancelled: asking its world for a checkpoint first", "grace", r.spec.CancelGraceD())
 		r.showCancelling(ctx, fmt.Sprintf("the world stops after a checkpoint, asked for now (within %s)", r.spec.CancelGraceD()))
 		if asked, _ := r.requestCheckpoint(ctx, "the run was cancelled", true); asked || ext.cancelCkpts > 0 {
-			_, _ = workflow.AwaitWithTimeout(ctx, r.spec.CancelGraceD(), func() bool { return ext.cancelCkpts > 0 || ext.missed || ext.cancelKept })
+			_, _ = workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: r.spec.CancelGraceD(),
+				TimerOptions: workflow.TimerOptions{Summary: "cancelled: the world's checkpoint, asked for now, until then (cancel_grace)"}},
+				func() bool { return ext.cancelCkpts > 0 || ext.missed || ext.cancelKept })
 		}
 		set.Set(nil, nil)
 	})

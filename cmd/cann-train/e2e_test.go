@@ -289,8 +289,26 @@ func fetchHistory(ctx context.Context, t *testing.T, c client.Client, id string)
 			t.Fatalf("history of %s: %v", id, err)
 		}
 		h.Events = append(h.Events, ev)
+		checkTimerSummary(t, id, ev)
 	}
 	return h
+}
+
+// checkTimerSummary: every timer a run's history starts says in the Web
+// UI what it waits for — not blank, nor the SDK's placeholder.
+func checkTimerSummary(t *testing.T, id string, ev *history.HistoryEvent) {
+	t.Helper()
+	if ev.GetEventType() != enumspb.EVENT_TYPE_TIMER_STARTED {
+		return
+	}
+	var summary string
+	if p := ev.GetUserMetadata().GetSummary(); p != nil {
+		_ = converter.GetDefaultDataConverter().FromPayload(p, &summary)
+	}
+	if summary == "" || summary == "AwaitWithTimeout" {
+		t.Errorf("%s: timer of event %d (%s) has the summary %q: the Web UI cannot say what it waits for",
+			id, ev.GetEventId(), ev.GetTimerStartedEventAttributes().GetStartToFireTimeout().AsDuration(), summary)
+	}
 }
 
 // queryRun asks the run's workflow, running or closed, for its status.
