@@ -210,8 +210,9 @@ func (r *run) controlled(ctx workflow.Context) bool {
 // rescale, replace drained nodes, then follow the green policy — price
 // the finished chunks, re-plan, and wait for the next slot when outside
 // one. Any change of the
-// controls during a wait is acted on at once. A resume at this boundary
-// (ending a pause or cutting a wait) lets the next chunk start now.
+// controls during a wait is acted on at once. A resume that cuts a wait
+// at this boundary lets the next chunk start now; one that ends a pause
+// hands the boundary back to the green policy (resumeEndsPause).
 func (r *run) beforeChunk(ctx workflow.Context) error {
 	r.settle(ctx)
 	resumes := r.st.Ctl.Resumes
@@ -220,6 +221,9 @@ func (r *run) beforeChunk(ctx workflow.Context) error {
 		if r.st.Ctl.Paused {
 			if err := r.hold(ctx); err != nil {
 				return err
+			}
+			if r.st.Ctl.Resumes != resumes && r.resumeEndsPause(ctx) {
+				resumes = r.st.Ctl.Resumes // spent on the pause
 			}
 			continue
 		}
@@ -254,6 +258,21 @@ func (r *run) beforeChunk(ctx workflow.Context) error {
 		r.setPhase(ctx, spec.PhaseTraining)
 	}
 	return nil
+}
+
+// versionResumeEndsPause: the resume that ends a pause of a run with a
+// green policy is spent on the pause: the policy decides the boundary as
+// before the pause — a run paused while it waited for a window waits for
+// it again, and a second resume cuts that wait. Before, it cut the wait
+// too: a contiguous job paused and resumed in its wait ran to the end at
+// once, in the hours it waited to avoid, with the resume saying only that
+// the pause ended (green audit, session 53). Asked only then.
+const versionResumeEndsPause = "resume-ends-pause"
+
+// resumeEndsPause: the resume that ended this boundary's hold is spent
+// on the pause (see versionResumeEndsPause).
+func (r *run) resumeEndsPause(ctx workflow.Context) bool {
+	return r.spec.Green != nil && workflow.GetVersion(ctx, versionResumeEndsPause, workflow.DefaultVersion, 1) >= 1
 }
 
 // versionResumeOutlivesLoss: a resume that cut a green wait short is

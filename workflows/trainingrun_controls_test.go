@@ -310,6 +310,43 @@ func TestTrainingRunResumeCutsGreenWait(t *testing.T) {
 	require.Equal(t, 2, st.Green.Waits)
 }
 
+// A pause while the run waits for its window, and the resume that ends
+// it, leave the wait as it was: the run waits for the window again
+// (versionResumeEndsPause); a second resume, in that wait, cuts it. Before,
+// the resume that ended the pause cut the wait too, and a contiguous job
+// ran to the end at once in the hours it was waiting out.
+func TestTrainingRunResumeEndsOnlyThePause(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		resumes []time.Duration // after day0 (08:00); the pause comes at 09:00
+		want    []time.Time
+	}{
+		{"waits again", []time.Duration{2 * time.Hour}, []time.Time{at("14:00"), at("14:00")}},
+		{"a second resume cuts the wait", []time.Duration{2 * time.Hour, 3 * time.Hour}, []time.Time{at("11:00"), at("11:00")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("a")}
+			ch := &fakeChunks{}
+			cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: at("14:00"), End: at("18:00"), GPerKWh: 120}}}
+			env, starts := controlEnv(t, cl, ch, cb)
+			env.SetStartTime(day0)
+			var paused spec.RunStatus
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, time.Hour)
+			env.RegisterDelayedCallback(func() { paused = queryStatus(t, env) }, 90*time.Minute)
+			for _, d := range tc.resumes {
+				env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, d)
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 1, Steps: 200, ChunkSteps: 100,
+				Green: &spec.GreenPolicy{Trace: "es.csv"}}.WithDefaults() // contiguous
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.Equal(t, spec.PhasePaused, paused.Phase)
+			require.Equal(t, tc.want, starts())
+			require.EqualValues(t, 200, st.Step)
+		})
+	}
+}
+
 // A resume spent on a chunk that fails (node-2 lost, replaced by the
 // spare) carries to the next boundary: the recovered run trains at once
 // instead of waiting for 14:00 again; the chunk that completes spends it,
@@ -785,9 +822,10 @@ func TestTrainingRunGreenOverride(t *testing.T) {
 		Green: &spec.GreenPolicy{Trace: "es.csv", Interruptible: true}}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	st := result(t, env)
-	// 09:00 the override ends the wait; 11:00 the resume ends the pause;
-	// the override is over, so the last chunk waits for the slot.
-	require.Equal(t, []time.Time{at("09:00"), at("11:00"), at("14:00")}, starts())
+	// 09:00 the override ends the wait; 11:00 the resume ends the pause,
+	// and only the pause (versionResumeEndsPause): the override is over,
+	// so the chunks left wait for the slot.
+	require.Equal(t, []time.Time{at("09:00"), at("14:00"), at("14:00")}, starts())
 	require.True(t, overridden.Green.Overridden)
 	require.Equal(t, at("10:00"), overridden.Green.OverrideUntil.UTC())
 	require.False(t, st.Green.Overridden)

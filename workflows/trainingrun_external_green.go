@@ -63,8 +63,9 @@ func (r *run) externalGreen(ctx workflow.Context) bool {
 
 // beforeLaunch is an external green run's boundary before a launch, as
 // beforeChunk is a built-in run's: hold while paused, then price, re-plan
-// and wait for the next slot while outside one. A resume at this boundary
-// (ending a pause or cutting a wait) lets the launch start now.
+// and wait for the next slot while outside one. A resume that cuts a wait
+// at this boundary lets the launch start now; one that ends a pause hands
+// the boundary back to the green policy (resumeEndsPause).
 func (r *run) beforeLaunch(ctx workflow.Context) error {
 	r.settle(ctx)
 	s := &r.st.Status
@@ -74,6 +75,9 @@ func (r *run) beforeLaunch(ctx workflow.Context) error {
 		if r.st.Ctl.Paused && r.externalPause(ctx) {
 			if err := r.hold(ctx); err != nil {
 				return err
+			}
+			if r.st.Ctl.Resumes != resumes && r.resumeEndsPause(ctx) {
+				resumes = r.st.Ctl.Resumes // spent on the pause
 			}
 			continue
 		}

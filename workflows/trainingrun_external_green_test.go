@@ -517,6 +517,32 @@ func TestExternalGreenResumeAndOverrideCutWait(t *testing.T) {
 	}
 }
 
+// An external run paused in its green wait and resumed waits for the
+// window again (versionResumeEndsPause): the resume ends the pause only.
+func TestExternalGreenResumeEndsOnlyThePause(t *testing.T) {
+	cb := &fakeCarbon{slots: []spec.CarbonSlot{{Start: day0, End: at("10:00"), GPerKWh: 90}, window14}}
+	env, g, _ := greenEnv(t, cb)
+	env.RegisterDelayedCallback(func() {
+		cb.setSlots(window14)
+		g.checkpoint(t, 40)
+	}, 300*ms)
+	var paused spec.RunStatus
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, 2*time.Hour)
+	env.RegisterDelayedCallback(func() { paused = queryStatus(t, env) }, 2*time.Hour+time.Minute)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, 3*time.Hour)
+	env.RegisterDelayedCallback(func() { close(g.finish) }, 6*time.Hour+300*ms)
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: greenExternalSpec(spec.GreenPolicy{
+		Trace: "es.csv", Interruptible: true, Work: spec.Duration(10 * time.Hour)})})
+	st := result(t, env)
+	var starts []time.Time
+	for _, x := range g.all() {
+		starts = append(starts, x.at)
+	}
+	require.Equal(t, spec.PhasePaused, paused.Phase)
+	require.Equal(t, []time.Time{day0, at("14:00")}, starts, "the resume at 11:00 ended the pause, not the wait")
+	require.Equal(t, spec.PhaseCompleted, st.Phase)
+}
+
 // A script that never uploads a checkpoint is planned at launch only (with
 // steps unknown: green.work less the time trained): once it runs nothing
 // stops it; what it trained is priced at the end.

@@ -294,9 +294,11 @@ func newResumeCmd(e *env) *cobra.Command {
 	return &cobra.Command{
 		Use:   "resume RUN",
 		Short: "Resume a paused run; also cuts a green-window or storage wait short",
-		Long: `Ends a pause. A run waiting for its green window starts its next chunk at once
-(the boundary after it plans again; 'cann-train green override' ignores the
-policy for longer). A run holding because its checkpoint storage refused its
+		Long: `Ends a pause — only the pause: a run with a green policy then trains when its
+policy says, and one paused while it waited for its window waits for it again.
+A run waiting for its green window starts its next chunk at once (the boundary
+after it plans again; 'cann-train green override' ignores the policy for
+longer). A run holding because its checkpoint storage refused its
 checkpoints (waiting-storage) tries to store its state again at once.`,
 		Example: `  cann-train resume mnist-demo`,
 		Args:    wantRun(1),
@@ -326,6 +328,12 @@ checkpoints (waiting-storage) tries to store its state again at once.`,
 			if st.Phase == spec.PhaseGreenWait {
 				fmt.Fprintf(e.out, "%s: resumed (was %s at step %d): the next chunk trains now; the run plans again after it and may wait "+
 					"again (`cann-train green override %s` trains without the policy)\n", id, st.Phase, st.Step, strings.TrimPrefix(id, spec.RunIDPrefix))
+				return nil
+			}
+			if st.Phase == spec.PhasePaused && st.Green != nil {
+				name := strings.TrimPrefix(id, spec.RunIDPrefix)
+				fmt.Fprintf(e.out, "%s: resumed (was %s at step %d): its green policy decides when it trains, and it may wait for a window "+
+					"(then `cann-train resume %s` cuts the wait short, `cann-train green override %s` ignores the policy)\n", id, st.Phase, st.Step, name, name)
 				return nil
 			}
 			fmt.Fprintf(e.out, "%s: resumed (was %s at step %d)\n", id, st.Phase, st.Step)
