@@ -50,12 +50,33 @@ func openRun(ctx context.Context, e *env, arg, what string) (c client.Client, id
 		fmt.Fprintf(e.err, "note: %v\n  the %s is recorded and takes effect once a control worker runs the workflow\n", err, what)
 		return c, id, st, true, nil
 	}
+	if what != "" && errors.Is(err, errNoControlWorker) {
+		// The run is running (an ended one says so first), and the
+		// server records the request without a worker: it is taken as
+		// it last recorded itself, as when none answers.
+		if seen, derr := recordedRun(ctx, c, id); derr == nil {
+			fmt.Fprintf(e.err, "note: %v\n  the %s is recorded and takes effect once a control worker runs the workflow\n", err, what)
+			return c, id, seen, true, nil
+		}
+	}
 	if err != nil {
 		err = withNearRuns(ctx, c, err)
 		c.Close()
 		return nil, "", st, false, err
 	}
 	return c, id, st, false, nil
+}
+
+// recordedRun is running run id as its search attributes last recorded
+// it: phase, model, step.
+func recordedRun(ctx context.Context, c client.Client, id string) (spec.RunStatus, error) {
+	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		return spec.RunStatus{}, err
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	seen := rowFromVisibility(info.GetExecution(), info.GetStatus(), info.GetStartTime().AsTime(), info.GetSearchAttributes().GetIndexedFields())
+	return spec.RunStatus{RunID: id, Phase: seen.Status, Model: seen.Model, Step: seen.Step}, nil
 }
 
 func signalRun(ctx context.Context, c client.Client, id, name string, arg any) error {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -39,6 +41,24 @@ func TestStatusWithoutControlWorker(t *testing.T) {
 	}
 	if n := strings.Count(w.String(), "waiting: no control worker polls task queue"); n != 1 || strings.Contains(w.String(), "step 0/0") {
 		t.Errorf("watch wrote the trouble %d times (want once), and no status line:\n%s", n, w.String())
+	}
+
+	// A cancel (or pause) needs no control worker to be recorded: it is,
+	// and says that it waits for one.
+	var cout, errw bytes.Buffer
+	root = newRootCmd(&env{out: &cout, err: &errw, command: childCommand})
+	root.SetArgs([]string{"cancel", "orphan", "--address", srv.FrontendAddr()})
+	if err := root.ExecuteContext(ctx); err != nil || !strings.Contains(cout.String(), "run/orphan: cancel requested") ||
+		!strings.Contains(errw.String(), "the cancel is recorded and takes effect once a control worker runs the workflow") {
+		t.Fatalf("cancel without a control worker: %v\n%s%s", err, cout.String(), errw.String())
+	}
+	desc, err := c.DescribeWorkflowExecution(ctx, run.GetID(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := fetchHistory(ctx, t, c, run.GetID()).GetEvents(); desc.GetWorkflowExecutionInfo().GetHistoryLength() == 0 ||
+		n[len(n)-1].GetEventType() != enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED {
+		t.Errorf("the cancel was not recorded in the run's history: last event %v", n[len(n)-1].GetEventType())
 	}
 
 	// A run the server does not know is no trouble to wait out.
