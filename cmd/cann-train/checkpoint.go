@@ -68,19 +68,15 @@ func newCheckpointCmd(e *env) *cobra.Command {
 		}
 	}
 	// openRun checks the output format, opens the bucket (asking ask
-	// where it is) and lists the run.
-	openRun := func(cmd *cobra.Command, ask *temporalAsk, arg string) (*checkpoint.Store, []checkpoint.Ref, error) {
+	// where it is) and lists the run. A read-only command (write false)
+	// creates no bucket: a mistyped file:// path is said not to exist,
+	// where it used to be created and listed empty ("no checkpoints").
+	openRun := func(cmd *cobra.Command, ask *temporalAsk, arg string, write bool) (*checkpoint.Store, []checkpoint.Ref, error) {
 		if err := checkOutput(output, "text", "json"); err != nil {
 			return nil, nil, err
 		}
 		bucket(cmd, ask, arg)
-		if spec.MemoryBucket(url) {
-			return nil, nil, fmt.Errorf("bucket %s is the memory of the process that wrote it: another process (this command) cannot read it", url)
-		}
-		if err := spec.CheckBucketURL(url); err != nil {
-			return nil, nil, fmt.Errorf("--url: %w", err)
-		}
-		store, err := checkpoint.Open(cmd.Context(), url)
+		store, err := openBucket(cmd.Context(), url, runName(arg), checkpoint.Options{MustExist: !write})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -100,26 +96,39 @@ func newCheckpointCmd(e *env) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ask := &temporalAsk{e: e}
 			defer ask.Close()
-			store, refs, err := openRun(cmd, ask, args[0])
+			store, refs, err := openRun(cmd, ask, args[0], false)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			if output == "json" {
-				return json.NewEncoder(e.out).Encode(refs)
-			}
+			run := runName(args[0])
 			if len(refs) == 0 {
-				fmt.Fprintf(e.err, "no checkpoints of run %q in %s (--url names the bucket its nodes write to)\n", runName(args[0]), url)
-				return nil
+				return noCheckpoints(e, output, "[]", run, url)
+			}
+			// An unreadable manifest is listed with why, not as a
+			// checkpoint of 0 bytes.
+			type entry struct {
+				checkpoint.Ref
+				Unreadable string `json:"unreadable,omitempty"`
+			}
+			entries := make([]entry, len(refs))
+			for i, r := range refs {
+				entries[i].Ref = r
+				if r.SHA256 == "" {
+					entries[i].Unreadable = unreadableWhy(cmd.Context(), store, r)
+				}
+			}
+			if output == "json" {
+				return json.NewEncoder(e.out).Encode(entries)
 			}
 			tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "STEP\tBYTES\tCREATED (UTC)\tSHA256\tMANIFEST")
-			for _, r := range refs {
-				created := "unreadable"
-				if r.SHA256 != "" {
-					created = r.Created.UTC().Format(time.DateTime)
+			for _, r := range entries {
+				if r.Unreadable != "" {
+					fmt.Fprintf(tw, "%d\t-\tunreadable\t-\t%s (%s)\n", r.Step, r.Key, r.Unreadable)
+					continue
 				}
-				fmt.Fprintf(tw, "%d\t%d\t%s\t%.16s\t%s\n", r.Step, r.Bytes, created, r.SHA256, r.Key)
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%.16s\t%s\n", r.Step, r.Bytes, r.Created.UTC().Format(time.DateTime), r.SHA256, r.Key)
 			}
 			return tw.Flush()
 		},
@@ -133,14 +142,15 @@ directory's layout, every file inside the payload). Checks too that the last
 checkpoint RUN's history records (asked of Temporal) is there, with the
 SHA-256 recorded: MISSING when its manifest is not, MISMATCH when it holds
 another. Exits non-zero if any is bad, naming the object and what is wrong
-with it. When Temporal cannot be asked, stderr says that the recorded last
+with it, and how many are bad (last on stdout; on stderr with -o json).
+When Temporal cannot be asked, stderr says that the recorded last
 checkpoint was not checked.`,
 		Example: `  cann-train checkpoint verify mnist-demo --url file:///tmp/ckpt`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ask := &temporalAsk{e: e}
 			defer ask.Close()
-			store, refs, err := openRun(cmd, ask, args[0])
+			store, refs, err := openRun(cmd, ask, args[0], false)
 			if err != nil {
 				return err
 			}
@@ -151,54 +161,43 @@ checkpoint was not checked.`,
 				fmt.Fprintf(e.err, "run/%s's recorded last checkpoint was not checked (%s)\n", run, why)
 			}
 			if len(refs) == 0 && recorded == nil {
-				return fmt.Errorf("no checkpoints of run %q in %s", run, url)
+				return noCheckpoints(e, output, "[]", run, url)
 			}
 			type verdict struct {
-				Step    int64  `json:"step"`
-				Key     string `json:"key"`
-				OK      bool   `json:"ok"`
-				State   string `json:"state"` // ok, corrupt, missing or mismatch
+				Run  string `json:"run"`
+				Step int64  `json:"step"`
+				Key  string `json:"key"` // the manifest's, always
+				OK   bool   `json:"ok"`
+				// State: ok, corrupt, missing or mismatch.
+				State string `json:"state"`
+				// Object: the bad object (the manifest, a payload or a
+				// chunk), when one is.
+				Object  string `json:"object,omitempty"`
 				Problem string `json:"problem,omitempty"`
 				// Last: the run's last checkpoint as its history records it.
 				Last bool `json:"recorded_last,omitempty"`
 			}
-			var out []verdict
-			bad := 0
+			out := []verdict{}
+			var bad []int64
 			for _, r := range refs {
-				v := verdict{Step: r.Step, Key: r.Key, OK: true, State: "ok"}
-				payload, err := store.Load(cmd.Context(), r)
-				if err == nil && launch.IsPackedDir(payload) {
-					// An external job's checkpoint directory: its layout,
-					// not a state of the built-in engine.
-					if _, derr := launch.CheckPacked(payload); derr != nil {
-						err = fmt.Errorf("checkpoint directory does not unpack: %w", derr)
-					}
-				} else if err == nil {
-					var st engine.State
-					if derr := st.UnmarshalBinary(payload); derr != nil {
-						err = fmt.Errorf("state does not decode: %w", derr)
-					} else if st.Step != r.Step {
-						err = fmt.Errorf("state is at step %d, manifest says %d", st.Step, r.Step)
-					}
-				}
-				var ce *checkpoint.CorruptError
-				switch {
-				case err == nil:
-				case errors.As(err, &ce):
-					v.OK, v.State, v.Problem, v.Key = false, "corrupt", ce.Reason, ce.Key
-				default:
+				v := verdict{Run: run, Step: r.Step, Key: r.Key, OK: true, State: "ok"}
+				if err := checkLoads(cmd.Context(), store, r); err != nil {
 					v.OK, v.State, v.Problem = false, "corrupt", err.Error()
+					var ce *checkpoint.CorruptError
+					if errors.As(err, &ce) {
+						v.Object, v.Problem = ce.Key, corruptWhy(ce)
+					}
 				}
 				if recorded != nil && r.Step == recorded.Step {
 					v.Last = true
 					if v.OK && recorded.SHA256 != "" && r.SHA256 != recorded.SHA256 {
-						v.OK, v.State = false, "mismatch"
+						v.OK, v.State, v.Object = false, "mismatch", r.Key
 						v.Problem = fmt.Sprintf("sha256 %.16s…, not the %.16s… run/%s's history records for its last checkpoint: another run's checkpoint at this step",
 							r.SHA256, recorded.SHA256, run)
 					}
 				}
 				if !v.OK {
-					bad++
+					bad = append(bad, v.Step)
 				}
 				out = append(out, v)
 			}
@@ -207,12 +206,13 @@ checkpoint was not checked.`,
 				if key == "" {
 					key = checkpoint.ManifestKey(run, recorded.Step)
 				}
-				v := verdict{Step: recorded.Step, Key: key, State: "missing", Last: true,
+				v := verdict{Run: run, Step: recorded.Step, Key: key, State: "missing", Object: key, Last: true,
 					Problem: fmt.Sprintf("run/%s's last checkpoint as its history records it (sha256 %.16s…), but its manifest is not in %s: `run --resume` falls back to an earlier one",
 						run, recorded.SHA256, url)}
 				i, _ := slices.BinarySearchFunc(out, v.Step, func(v verdict, step int64) int { return cmp.Compare(v.Step, step) })
 				out = slices.Insert(out, i, v)
-				bad++
+				bad = append(bad, v.Step)
+				slices.Sort(bad)
 			}
 			if output == "json" {
 				if err := json.NewEncoder(e.out).Encode(out); err != nil {
@@ -220,20 +220,33 @@ checkpoint was not checked.`,
 				}
 			} else {
 				for _, v := range out {
+					problem := v.Problem
+					if v.Object != "" && v.Object != v.Key {
+						problem = v.Object + ": " + problem
+					}
 					switch v.State {
 					case "ok":
 						fmt.Fprintf(e.out, "ok       step %d  %s\n", v.Step, v.Key)
 					case "missing":
-						fmt.Fprintf(e.out, "MISSING  step %d  %s: %s\n", v.Step, v.Key, v.Problem)
+						fmt.Fprintf(e.out, "MISSING  step %d  %s: %s\n", v.Step, v.Key, problem)
 					case "mismatch":
-						fmt.Fprintf(e.out, "MISMATCH step %d  %s: %s\n", v.Step, v.Key, v.Problem)
+						fmt.Fprintf(e.out, "MISMATCH step %d  %s: %s\n", v.Step, v.Key, problem)
 					default:
-						fmt.Fprintf(e.out, "CORRUPT  step %d  %s: %s\n", v.Step, v.Key, v.Problem)
+						fmt.Fprintf(e.out, "CORRUPT  step %d  %s: %s\n", v.Step, v.Key, problem)
 					}
 				}
 			}
-			if bad > 0 {
-				return &exitError{fmt.Errorf("%d of %d checkpoint(s) bad", bad, len(out))}
+			if len(bad) > 0 {
+				// main prints nothing for an exitError: the count is
+				// said here, after the report on stdout (on stderr with
+				// -o json, whose stdout is the JSON document alone).
+				err := fmt.Errorf("%d of %d checkpoint(s) bad (step(s) %s)", len(bad), len(out), joinSteps(bad))
+				w := e.out
+				if output == "json" {
+					w = e.err
+				}
+				fmt.Fprintf(w, "%v\n", err)
+				return &exitError{err}
 			}
 			return nil
 		},
@@ -247,13 +260,21 @@ checkpoint was not checked.`,
 		Long: `Keeps the newest --keep-last checkpoints of RUN and every checkpoint whose step
 is a multiple of --keep-every (0: none), deletes the others, then deletes the
 content-addressed chunks that no remaining manifest references (chunks
-younger than the grace period are spared, as a save in flight may use them).
+younger than the grace period are spared, as a save in flight may use them),
+and what writers killed mid-write left (temporary files, empty step
+directories) once older than the grace period and 10 minutes.
 Counting starts at the last checkpoint RUN's history records (asked of
 Temporal), which is always kept: checkpoints above it — another timeline's,
 an earlier run of the name that went further, uploads the history does not
 record — are neither counted nor deleted, and named. When Temporal cannot
-say, every checkpoint in the bucket counts, and stderr says so. While a
-manifest of RUN does not decode, no chunk is deleted.
+say, every checkpoint in the bucket counts, and stderr says so.
+Before it deletes anything, gc checks that the chunk collection can run: a
+manifest of RUN that does not decode stops it, naming the manifest, with
+nothing deleted. When retention would delete checkpoints it loads the kept
+ones, newest first, until one loads; when none does, it keeps the newest
+one that loads as well, naming the corrupt ones. When the run's recorded
+last checkpoint has no manifest in the bucket, no chunk is deleted (which
+ones it holds is unknown).
 A grace under ` + minLiveGrace.String() + ` is refused while the run's workflow runs, and when
 Temporal cannot be asked whether it does.
 Run it while nothing else saves RUN, or let the run's own retention do it: the
@@ -265,43 +286,79 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
+			ctx := cmd.Context()
 			ask := &temporalAsk{e: e}
 			defer ask.Close()
 			run := runName(args[0])
 			bucket(cmd, ask, args[0])
-			opts := checkpoint.Options{GCGrace: grace}
+			opts := checkpoint.Options{GCGrace: grace, MustExist: true}
 			if grace == 0 {
 				opts.GCGrace = -1 // none
 			}
 			if grace < minLiveGrace {
-				if err := refuseLiveRun(cmd.Context(), ask, run, grace); err != nil {
+				if err := refuseLiveRun(ctx, ask, run, grace); err != nil {
 					return err
 				}
 			}
-			store, err := checkpoint.OpenWithOptions(cmd.Context(), url, opts)
+			store, err := openBucket(ctx, url, run, opts)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			refs, err := store.List(cmd.Context(), run)
+			refs, err := store.List(ctx, run)
 			if err != nil {
 				return err
 			}
+			type problem struct {
+				Step    int64  `json:"step"`
+				Key     string `json:"key"`
+				Problem string `json:"problem"`
+			}
+			type result struct {
+				Deleted   []checkpoint.Ref `json:"deleted_checkpoints"`
+				Kept      int              `json:"kept_checkpoints"`
+				LastStep  *int64           `json:"recorded_last_step,omitempty"`
+				AboveLast []checkpoint.Ref `json:"left_above_last,omitempty"`
+				// Unreadable: checkpoints whose manifest does not read
+				// (left alone, neither counted nor deleted).
+				Unreadable []problem `json:"unreadable,omitempty"`
+				// KeptCorrupt: kept checkpoints that do not load, and
+				// Spared the newest one that does, kept as well.
+				KeptCorrupt []problem          `json:"kept_corrupt,omitempty"`
+				Spared      *checkpoint.Ref    `json:"spared,omitempty"`
+				Chunks      checkpoint.GCStats `json:"chunks"`
+				// ChunksSkipped says why no chunk was collected.
+				ChunksSkipped string `json:"chunks_skipped,omitempty"`
+			}
+			res := result{Deleted: []checkpoint.Ref{}}
 			if len(refs) == 0 {
-				return fmt.Errorf("no checkpoints of run %q in %s", run, url)
+				js, _ := json.Marshal(res)
+				return noCheckpoints(e, output, string(js), run, url)
 			}
 			// Count from the run's last checkpoint, as its history records
 			// it: Retain alone counts checkpoints above it (another
 			// timeline's, a stale or corrupt one) among the newest, keeps
 			// them and deletes the run's own last.
 			newest := int64(math.MaxInt64)
-			last, why := recordedLast(cmd.Context(), ask, run, url)
+			last, why := recordedLast(ctx, ask, run, url)
 			switch {
 			case last != nil:
 				newest = last.Step
+				res.LastStep = &last.Step
 				if !slices.ContainsFunc(refs, func(r checkpoint.Ref) bool { return r.Step == last.Step }) {
-					fmt.Fprintf(e.err, "run/%s's last checkpoint (step %d) is not in %s (its manifest is missing: `cann-train checkpoint verify %s` names it); retention counts from it all the same\n",
-						run, last.Step, url, run)
+					// Its manifest may come back (a backup, a versioned
+					// bucket), pointing at its chunks: which ones those
+					// are is unknown, so none is deleted — as for a
+					// manifest that does not decode. Retention goes on
+					// (it deletes manifests, and chunks only GC does),
+					// and so the run's gc is not blocked for good by a
+					// manifest that never comes back: the chunks go once
+					// the run commits a newer checkpoint.
+					res.ChunksSkipped = fmt.Sprintf("run/%s's last checkpoint (step %d), as its history records it, has no manifest in %s, so which chunks it holds is unknown, "+
+						"and a manifest restored later (from a backup, a versioned bucket) would point at deleted ones: restore it and run gc again, "+
+						"or gc collects them once the run has committed a newer checkpoint (`cann-train run --resume`)", run, last.Step, url)
+					fmt.Fprintf(e.err, "run/%s's last checkpoint (step %d) is not in %s (its manifest is missing: `cann-train checkpoint verify %s` names it); "+
+						"retention counts from it all the same, and no chunk is deleted\n", run, last.Step, url, run)
 				}
 			case why != "":
 				fmt.Fprintf(e.err, "could not check which checkpoint is run/%s's last (%s): retention counts every checkpoint in %s, one above the run's last too (another timeline's, a stale one)\n",
@@ -309,19 +366,77 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 			default:
 				fmt.Fprintf(e.err, "run/%s's history records no checkpoint: retention counts every checkpoint in %s\n", run, url)
 			}
+			// Check before deleting anything that the chunk collection
+			// will run: a manifest that does not decode (or a listing
+			// that fails) stopped it only after retention had deleted
+			// checkpoints.
+			if res.ChunksSkipped == "" {
+				if err := store.CheckGC(ctx, run); err != nil {
+					var ce *checkpoint.CorruptError
+					if errors.As(err, &ce) {
+						return fmt.Errorf("%w; nothing deleted: `cann-train checkpoint verify %s` names that manifest: "+
+							"restore it, or delete it (its checkpoint cannot be loaded either way), then run gc again", err, run)
+					}
+					return fmt.Errorf("reading run %s's chunks and manifests in %s (nothing deleted): %w", run, url, err)
+				}
+			}
+			keep, err := checkpoint.RetentionPlan(refs, newest, keepLast, keepEvery)
+			if err != nil {
+				return err
+			}
+			good, spared, corrupt, err := keepOneThatLoads(ctx, store, refs, keep, newest)
+			if err != nil {
+				return err
+			}
 			var above []checkpoint.Ref
 			for _, r := range refs {
-				if r.Step > newest {
+				if r.SHA256 == "" {
+					res.Unreadable = append(res.Unreadable, problem{r.Step, r.Key, unreadableWhy(ctx, store, r)})
+				} else if r.Step > newest {
 					above = append(above, r)
 				}
 			}
-			deleted, err := store.RetainFrom(cmd.Context(), run, newest, keepLast, keepEvery)
-			if err != nil {
-				return fmt.Errorf("retention (%d checkpoint(s) deleted before the error): %w", len(deleted), err)
+			for i, r := range refs {
+				if keep[i] {
+					continue
+				}
+				if err := store.Delete(ctx, r); err != nil {
+					return fmt.Errorf("retention (%d checkpoint(s) deleted before the error): %w", len(res.Deleted), err)
+				}
+				res.Deleted = append(res.Deleted, r)
+			}
+			res.Kept, res.AboveLast = len(refs)-len(res.Deleted), above
+			for _, c := range corrupt {
+				res.KeptCorrupt = append(res.KeptCorrupt, problem{c.ref.Step, c.ref.Key, c.why})
+			}
+			var corruptSteps []int64
+			for _, c := range corrupt {
+				corruptSteps = append(corruptSteps, c.ref.Step)
+			}
+			switch {
+			case spared:
+				res.Spared = &refs[good]
+				fmt.Fprintf(e.err, "none of the checkpoints of run/%s that retention keeps loads (step(s) %s: `cann-train checkpoint verify %s` says why): "+
+					"kept step %d as well, the newest one that does, which `run --resume` falls back to\n", run, joinSteps(corruptSteps), run, refs[good].Step)
+			case len(corrupt) > 0 && good >= 0:
+				fmt.Fprintf(e.err, "run/%s's newest checkpoint(s) that retention keeps do not load (step(s) %s: `cann-train checkpoint verify %s` says why); "+
+					"step %d, kept too, does\n", run, joinSteps(corruptSteps), run, refs[good].Step)
+			case len(corrupt) > 0:
+				fmt.Fprintf(e.err, "no checkpoint of run/%s loads (step(s) %s, which retention keeps, nor any older one): `cann-train checkpoint verify %s` says why\n",
+					run, joinSteps(corruptSteps), run)
 			}
 			if output != "json" {
-				for _, r := range deleted {
+				for _, r := range res.Deleted {
 					fmt.Fprintf(e.out, "deleted  step %d  %s\n", r.Step, r.Key)
+				}
+				for _, c := range res.KeptCorrupt {
+					fmt.Fprintf(e.out, "CORRUPT  step %d  %s: %s (kept: it does not load)\n", c.Step, c.Key, c.Problem)
+				}
+				if res.Spared != nil {
+					fmt.Fprintf(e.out, "spared   step %d  %s: the newest checkpoint of run/%s that loads, kept as well\n", res.Spared.Step, res.Spared.Key, run)
+				}
+				for _, u := range res.Unreadable {
+					fmt.Fprintf(e.out, "left     step %d  %s: unreadable: %s\n", u.Step, u.Key, u.Problem)
 				}
 				for _, r := range above {
 					fmt.Fprintf(e.out, "left     step %d  %s\n", r.Step, r.Key)
@@ -331,31 +446,32 @@ they left once older than its --checkpoint-gc-grace (an hour by default).`,
 						"another timeline's (an earlier run of the name that went further, a rewound run's uploads) or uploads its history does not record\n",
 						len(above), run, newest)
 				}
+				if len(res.Unreadable) > 0 {
+					fmt.Fprintf(e.out, "left the %d checkpoint(s) whose manifest does not read alone, neither counted nor deleted: `cann-train checkpoint verify %s` names them\n",
+						len(res.Unreadable), run)
+				}
 			}
-			st, err := store.GC(cmd.Context(), run)
-			var ce *checkpoint.CorruptError
-			switch {
-			case errors.As(err, &ce):
-				return fmt.Errorf("chunk GC (%d checkpoint(s) deleted before it): %w; `cann-train checkpoint verify %s` names that manifest: "+
-					"restore it, or delete it (its checkpoint cannot be loaded either way), then run gc again", len(deleted), err, run)
-			case err != nil:
-				return fmt.Errorf("chunk GC (%d checkpoint(s) deleted before it): %w", len(deleted), err)
+			if res.ChunksSkipped == "" {
+				res.Chunks, err = store.GC(ctx, run)
+				var ce *checkpoint.CorruptError
+				switch {
+				case errors.As(err, &ce):
+					return fmt.Errorf("chunk GC (%d checkpoint(s) deleted before it): %w; `cann-train checkpoint verify %s` names that manifest: "+
+						"restore it, or delete it (its checkpoint cannot be loaded either way), then run gc again", len(res.Deleted), err, run)
+				case err != nil:
+					return fmt.Errorf("chunk GC (%d checkpoint(s) deleted before it): %w", len(res.Deleted), err)
+				}
 			}
 			if output == "json" {
-				var lastStep *int64
-				if last != nil {
-					lastStep = &last.Step
-				}
-				return json.NewEncoder(e.out).Encode(struct {
-					Deleted   []checkpoint.Ref   `json:"deleted_checkpoints"`
-					Kept      int                `json:"kept_checkpoints"`
-					LastStep  *int64             `json:"recorded_last_step,omitempty"`
-					AboveLast []checkpoint.Ref   `json:"left_above_last,omitempty"`
-					Chunks    checkpoint.GCStats `json:"chunks"`
-				}{deleted, len(refs) - len(deleted), lastStep, above, st})
+				return json.NewEncoder(e.out).Encode(res)
 			}
-			fmt.Fprintf(e.out, "kept %d checkpoint(s), deleted %d; chunks: %d found, %d referenced, %d young kept, %d deleted (%d bytes), %d orphan payload(s) deleted\n",
-				len(refs)-len(deleted), len(deleted), st.Chunks, st.Referenced, st.Young, st.Deleted, st.DeletedBytes, st.Orphans)
+			st := res.Chunks
+			if res.ChunksSkipped != "" {
+				fmt.Fprintf(e.out, "kept %d checkpoint(s), deleted %d; chunks: none deleted: %s\n", res.Kept, len(res.Deleted), res.ChunksSkipped)
+				return nil
+			}
+			fmt.Fprintf(e.out, "kept %d checkpoint(s), deleted %d; chunks: %d found, %d referenced, %d young kept, %d deleted (%d bytes), %d orphan payload(s) deleted, %d leftover(s) of killed writers deleted\n",
+				res.Kept, len(res.Deleted), st.Chunks, st.Referenced, st.Young, st.Deleted, st.DeletedBytes, st.Orphans, st.Leftovers)
 			return nil
 		},
 	}
@@ -391,7 +507,7 @@ knows.`,
 			if askErr == nil && ended == "" {
 				return fmt.Errorf("run/%s is still running: `cann-train resume %s` has its hold store the checkpoint its node kept now", run, run)
 			}
-			store, refs, err := openRun(cmd, ask, args[0])
+			store, refs, err := openRun(cmd, ask, args[0], true)
 			if err != nil {
 				return err
 			}
@@ -418,6 +534,163 @@ knows.`,
 	}
 	cmd.AddCommand(ls, verify, gc, storeKept)
 	return cmd
+}
+
+// openBucket opens the checkpoint bucket at url for run's commands: a
+// memory bucket and a URL that names no bucket are refused, and a
+// file:// bucket opened with o.MustExist that does not exist is said so.
+func openBucket(ctx context.Context, url, run string, o checkpoint.Options) (*checkpoint.Store, error) {
+	if spec.MemoryBucket(url) {
+		return nil, fmt.Errorf("bucket %s is the memory of the process that wrote it: another process (this command) cannot read it", url)
+	}
+	if err := spec.CheckBucketURL(url); err != nil {
+		return nil, fmt.Errorf("--url: %w", err)
+	}
+	store, err := checkpoint.OpenWithOptions(ctx, url, o)
+	if errors.Is(err, checkpoint.ErrNoBucket) {
+		return nil, fmt.Errorf("%w: nothing of run %s to read there (--url names the bucket its nodes write to)", err, run)
+	}
+	return store, err
+}
+
+// noCheckpoints is what ls, verify and gc end with for a run that has no
+// checkpoint in the bucket: the three fail alike (exit 1), where ls used
+// to succeed with an empty list. "Nothing there" is most often a wrong
+// run name or bucket (a typo, the default bucket where the run's nodes
+// write elsewhere), and a script running `verify RUN && …` or reading
+// `ls -o json` must not take it for "all good". With -o json each still
+// writes its empty document (empty, [] or gc's object) on stdout, so that
+// a reader of stdout always gets JSON; the error goes to stderr.
+func noCheckpoints(e *env, output, empty, run, url string) error {
+	if output == "json" {
+		fmt.Fprintln(e.out, empty)
+	}
+	return fmt.Errorf("no checkpoints of run %q in %s (--url names the bucket its nodes write to)", run, url)
+}
+
+// unreadableWhy says why the manifest of r, listed as unreadable, does
+// not read.
+func unreadableWhy(ctx context.Context, store *checkpoint.Store, r checkpoint.Ref) string {
+	err := store.ManifestError(ctx, r)
+	var ce *checkpoint.CorruptError
+	switch {
+	case err == nil:
+		return "unreadable when listed, readable now"
+	case errors.As(err, &ce):
+		return corruptWhy(ce)
+	}
+	return err.Error()
+}
+
+// corruptWhy is a CorruptError's reason and cause, without the object it
+// names.
+func corruptWhy(ce *checkpoint.CorruptError) string {
+	if ce.Err != nil {
+		return ce.Reason + ": " + ce.Err.Error()
+	}
+	return ce.Reason
+}
+
+// checkLoads loads r and decodes what it holds — an external job's
+// checkpoint directory by its layout, else a state of the built-in
+// engine at r's step —, as a resume would. A bad checkpoint is a
+// *checkpoint.CorruptError naming the bad object; one deleted since it was
+// listed wraps checkpoint.ErrNotFound; any other error is the storage's.
+func checkLoads(ctx context.Context, store *checkpoint.Store, r checkpoint.Ref) error {
+	payload, err := store.Load(ctx, r)
+	if err != nil {
+		return err
+	}
+	if launch.IsPackedDir(payload) {
+		if _, derr := launch.CheckPacked(payload); derr != nil {
+			return &checkpoint.CorruptError{Key: r.Key, Reason: "checkpoint directory does not unpack", Err: derr}
+		}
+		return nil
+	}
+	var st engine.State
+	if derr := st.UnmarshalBinary(payload); derr != nil {
+		return &checkpoint.CorruptError{Key: r.Key, Reason: "state does not decode", Err: derr}
+	}
+	if st.Step != r.Step {
+		return &checkpoint.CorruptError{Key: r.Key, Reason: fmt.Sprintf("state is at step %d, manifest says %d", st.Step, r.Step)}
+	}
+	return nil
+}
+
+// badCheckpoint is a checkpoint that does not load, and why.
+type badCheckpoint struct {
+	ref checkpoint.Ref
+	why string
+}
+
+// keepOneThatLoads makes sure retention, keeping refs[i] where keep[i],
+// leaves the run a checkpoint that loads when it has one at or below step
+// newest (where a resume starts from): it loads the kept ones, newest
+// first, until one loads — one load when all is well, none when retention
+// deletes nothing (good -1). When none of them loads, it keeps the newest
+// of the others that does as well (keep[good] set, spared true). good is
+// the newest that loads, kept or spared (-1: none does, or none was
+// loaded). It returns the kept ones it found corrupt, newest first.
+//
+// Keeping one more rather than refusing is what a user who runs gc wants:
+// its space freed without losing the run. A refusal would free nothing
+// and leave the user to sort out the checkpoints by hand, while the extra
+// checkpoint costs one checkpoint's space and leaves the run resumable
+// (`run --resume` falls back past the corrupt newer ones to it); gc says
+// which ones are corrupt, on stdout and stderr. An error loading one that
+// is not its corruption (the storage's) stops gc before it deletes
+// anything: it cannot tell whether the checkpoint is good.
+func keepOneThatLoads(ctx context.Context, store *checkpoint.Store, refs []checkpoint.Ref, keep []bool, newest int64) (good int, spared bool, corrupt []badCheckpoint, err error) {
+	if !slices.Contains(keep, false) {
+		return -1, false, nil, nil // Retention deletes nothing: no checkpoint is lost.
+	}
+	// try says whether refs[i] loads, and if not why.
+	try := func(i int) (bool, string, error) {
+		r := refs[i]
+		err := checkLoads(ctx, store, r)
+		var ce *checkpoint.CorruptError
+		switch {
+		case err == nil:
+			return true, "", nil
+		case errors.As(err, &ce):
+			why := corruptWhy(ce)
+			if ce.Key != r.Key {
+				why = ce.Key + ": " + why
+			}
+			return false, why, nil
+		case errors.Is(err, checkpoint.ErrNotFound):
+			return false, "deleted since it was listed", nil
+		}
+		return false, "", fmt.Errorf("loading run %s's checkpoint at step %d to check that retention keeps one that loads (nothing deleted): %w", r.Run, r.Step, err)
+	}
+	candidate := func(i int) bool { return refs[i].SHA256 != "" && refs[i].Step <= newest }
+	for i := len(refs) - 1; i >= 0; i-- {
+		if !keep[i] || !candidate(i) {
+			continue
+		}
+		ok, why, err := try(i)
+		if err != nil {
+			return -1, false, corrupt, err
+		}
+		if ok {
+			return i, false, corrupt, nil
+		}
+		corrupt = append(corrupt, badCheckpoint{refs[i], why})
+	}
+	for i := len(refs) - 1; i >= 0; i-- {
+		if keep[i] || !candidate(i) {
+			continue
+		}
+		ok, _, err := try(i)
+		if err != nil {
+			return -1, false, corrupt, err
+		}
+		if ok {
+			keep[i] = true
+			return i, true, corrupt, nil
+		}
+	}
+	return -1, false, corrupt, nil
 }
 
 // temporalAsk asks Temporal about runs for the checkpoint commands, which

@@ -193,22 +193,43 @@ func TestCheckpointCommandsAskTemporal(t *testing.T) {
 			stderr    string
 			noRecord  bool // Temporal knows no run of the name
 			elsewhere bool // the history records its last in another bucket
+			badAbove  bool // 6000's manifest does not validate (it still names its chunks)
+			out       []string
 		}{
 			{name: "keep-last 1", args: []string{"--keep-last", "1"}, want: []int64{4000, 5000, 6000}, left: true},
 			{name: "keep-last 2 every 2000", args: []string{"--keep-last", "2", "--keep-every", "2000"}, want: []int64{2000, 3000, 4000, 5000, 6000}, left: true},
+			// Its chunks stay: a manifest restored later names them.
 			{name: "last's manifest missing", args: []string{"--keep-last", "1"}, dropLast: true, want: []int64{3000, 5000, 6000}, left: true,
-				stderr: "last checkpoint (step 4000) is not in"},
+				stderr: "last checkpoint (step 4000) is not in",
+				out:    []string{"chunks: none deleted: run/gc-2's last checkpoint (step 4000), as its history records it, has no manifest in "}},
 			// Without the run's record retention counts every one (it
 			// says so): what it did before.
 			{name: "run unknown", args: []string{"--keep-last", "1"}, noRecord: true, want: []int64{6000},
 				stderr: "could not check which checkpoint is run/gc-3's last (Temporal knows no run/gc-3): retention counts every checkpoint"},
 			{name: "last in another bucket", args: []string{"--keep-last", "1"}, elsewhere: true, want: []int64{6000},
 				stderr: "could not check which checkpoint is run/gc-4's last (its history records it at step 4000 in file:///elsewhere, not in file://"},
+			// An unreadable manifest above the last is said to be one,
+			// not another timeline's.
+			{name: "unreadable above the last", args: []string{"--keep-last", "1"}, badAbove: true, want: []int64{4000, 5000, 6000},
+				out: []string{"left     step 5000", "left     step 6000  runs/gc-5/ckpt/000000006000/manifest.json: unreadable: unsupported manifest version 99",
+					"left the 1 checkpoint(s) above run/gc-5's last (step 4000", "another timeline's",
+					"left the 1 checkpoint(s) whose manifest does not read alone, neither counted nor deleted: `cann-train checkpoint verify gc-5` names them"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				name := fmt.Sprintf("gc-%d", i)
-				url, _ := newBucket(t)
+				url, dir := newBucket(t)
 				refs := saveSteps(t, url, name, 1000, 2000, 3000, 4000, 5000, 6000)
+				chunks := ageChunks(t, dir, name) // (old enough to go)
+				if tc.badAbove {
+					path := filepath.Join(dir, filepath.FromSlash(refs[6000].Key))
+					b, err := os.ReadFile(path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(path, []byte(strings.Replace(string(b), `"version": 2`, `"version": 99`, 1)), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
 				last := refs[4000]
 				if tc.elsewhere {
 					last.URL = "file:///elsewhere"
@@ -237,6 +258,14 @@ func TestCheckpointCommandsAskTemporal(t *testing.T) {
 				}
 				if !strings.Contains(errOut, tc.stderr) {
 					t.Errorf("gc's stderr lacks %q:\n%s", tc.stderr, errOut)
+				}
+				for _, want := range tc.out {
+					if !strings.Contains(out, want) {
+						t.Errorf("gc's stdout lacks %q:\n%s", want, out)
+					}
+				}
+				if n := countChunks(t, dir, name); tc.dropLast != (n == chunks) {
+					t.Errorf("%d chunk files before gc, %d after; want them all kept: %v", chunks, n, tc.dropLast)
 				}
 			})
 		}
@@ -326,10 +355,15 @@ func TestCheckpointCommandsAskTemporal(t *testing.T) {
 				"file://" + filepath.Join(os.Getenv("CANN_TRAIN_HOME"), "quickstart", "checkpoints") + ")", false},
 			{"b-unknown", "Temporal knows no run/b-unknown; reading " + def, false},
 		} {
+			// (The default bucket does not exist: ls says so.)
 			out, errOut, err := cli("checkpoint", "ls", tc.run)
-			if err != nil || strings.Contains(out, "3000 ") != tc.listed || !strings.Contains(errOut, tc.stderr) {
+			failed := err != nil && strings.Contains(err.Error(), "bucket "+def+" does not exist (no directory ")
+			if failed == tc.listed || strings.Contains(out, "3000 ") != tc.listed || !strings.Contains(errOut, tc.stderr) {
 				t.Errorf("ls %s: %v\n%s%s\nwant step 3000 listed: %v, stderr saying %q", tc.run, err, out, errOut, tc.listed, tc.stderr)
 			}
+		}
+		if _, err := os.Stat(strings.TrimPrefix(def, "file://")); !os.IsNotExist(err) {
+			t.Errorf("ls created the default bucket %s: %v", def, err)
 		}
 	})
 
@@ -372,9 +406,15 @@ func TestCheckpointCommandsWithoutTemporal(t *testing.T) {
 	saveSteps(t, url, "off", 1000, 2000, 3000)
 	def := "file://" + filepath.Join(os.Getenv("CANN_TRAIN_HOME"), "checkpoints")
 
+	// (The default bucket does not exist here: ls says so, and does not
+	// create it.)
 	_, errOut, err := cli("checkpoint", "ls", "off")
-	if err != nil || !strings.Contains(errOut, "could not ask Temporal for run off's bucket: ") || !strings.Contains(errOut, "; reading "+def+" (--url names the bucket)") {
+	if err == nil || !strings.Contains(err.Error(), "bucket "+def+" does not exist") ||
+		!strings.Contains(errOut, "could not ask Temporal for run off's bucket: ") || !strings.Contains(errOut, "; reading "+def+" (--url names the bucket)") {
 		t.Errorf("ls without Temporal: %v\n%s", err, errOut)
+	}
+	if _, err := os.Stat(strings.TrimPrefix(def, "file://")); !os.IsNotExist(err) {
+		t.Errorf("ls created the default bucket %s: %v", def, err)
 	}
 	out, errOut, err := cli("checkpoint", "verify", "off", "--url", url)
 	if err != nil || strings.Count(out, "ok ") != 3 || !strings.Contains(errOut, "run/off's recorded last checkpoint was not checked (Temporal could not be asked: ") {
@@ -431,9 +471,15 @@ func TestCheckpointGCUndecodableManifest(t *testing.T) {
 		!strings.Contains(err.Error(), "no chunk deleted") || !strings.Contains(err.Error(), "`cann-train checkpoint verify gm` names that manifest: restore it, or delete it") {
 		t.Fatalf("gc with a truncated manifest: %v\n%s%s", err, out, errOut)
 	}
+	gcErr := err
 	after, err := os.ReadDir(chunks)
 	if err != nil || len(after) != len(before) {
 		t.Fatalf("%d chunk files before gc, %d after (%v)", len(before), len(after), err)
+	}
+	// Refused before retention: no checkpoint deleted either (gc used to
+	// delete 1000 and 2000, then stop at the manifest).
+	if got := bucketSteps(t, url, "gm"); !slices.Equal(got, []int64{1000, 2000, 3000}) || !strings.Contains(gcErr.Error(), "; nothing deleted") || out != "" {
+		t.Fatalf("the refused gc left checkpoints %v and said %q (%v); want all three, nothing deleted", got, out, gcErr)
 	}
 	// Restored, gc collects what the deleted checkpoints left.
 	if err := os.WriteFile(manifest, good, 0o644); err != nil {
@@ -485,4 +531,36 @@ func TestResumeFromBucketNamesUnreadable(t *testing.T) {
 		!strings.Contains(err.Error(), "holds no readable checkpoint of it: the manifest at step(s) 1000, 2000, 3000, 4000, 5000 does not read") {
 		t.Errorf("resume with no readable checkpoint: %v", err)
 	}
+}
+
+// ageChunks makes run's chunks in the file:// bucket in dir three hours
+// old (old enough for gc to collect) and returns how many there are.
+func ageChunks(t *testing.T, dir, run string) int {
+	t.Helper()
+	ago := time.Now().Add(-3 * time.Hour)
+	if err := filepath.WalkDir(filepath.Join(dir, "runs", run, "chunks"), func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		return os.Chtimes(path, ago, ago)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return countChunks(t, dir, run)
+}
+
+// countChunks is how many chunk files run has in the file:// bucket in dir.
+func countChunks(t *testing.T, dir, run string) int {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "runs", run, "chunks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".attrs") {
+			n++
+		}
+	}
+	return n
 }

@@ -43,6 +43,20 @@ const (
 // checkpoint's manifest does not exist. Match it with errors.Is.
 var ErrNotFound = errors.New("checkpoint not found")
 
+// ErrNoBucket reports a bucket that does not exist (a file:// bucket's
+// directory, opened with Options.MustExist). Match it with errors.Is.
+var ErrNoBucket = errors.New("bucket does not exist")
+
+// noBucketError is Open's error for a file:// bucket with
+// Options.MustExist whose directory is missing.
+type noBucketError struct{ url, dir string }
+
+func (e *noBucketError) Error() string {
+	return fmt.Sprintf("checkpoint: bucket %s does not exist (no directory %s)", e.url, e.dir)
+}
+
+func (e *noBucketError) Is(target error) bool { return target == ErrNoBucket }
+
 // Ref identifies one checkpoint. It is what crosses process and Temporal
 // boundaries; Store.Load needs nothing else.
 type Ref struct {
@@ -139,7 +153,7 @@ type Store struct {
 
 // Open opens the bucket at bucketURL (any scheme registered with
 // gocloud.dev/blob; mem://, file:// and s3:// are linked in). For file:// URLs the
-// directory is created if missing, and objects are written through
+// directory is created if missing (not with Options.MustExist), and objects are written through
 // temporary files next to them rather than in os.TempDir (renamed into
 // place: a bucket on another filesystem than /tmp — a mounted volume, an
 // NFS share — would fail every write with "invalid cross-device link");
@@ -160,9 +174,23 @@ func OpenWithOptions(ctx context.Context, bucketURL string, o Options) (*Store, 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: bad bucket URL %q: %w", bucketURL, err)
 	}
+	var dir string // a file:// bucket's directory, as fileblob reads it
 	if u.Scheme == "file" {
+		dir = u.Path
+		if u.Host == "." {
+			dir = strings.TrimPrefix(dir, "/")
+		}
 		q := u.Query()
-		for _, opt := range []string{"create_dir", "no_tmp_dir"} {
+		opts := []string{"create_dir", "no_tmp_dir"}
+		if o.MustExist {
+			if !q.Has("create_dir") {
+				if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+					return nil, &noBucketError{url: bucketURL, dir: dir}
+				}
+			}
+			opts = opts[1:]
+		}
+		for _, opt := range opts {
 			if !q.Has(opt) {
 				q.Set(opt, "true")
 			}
@@ -175,12 +203,7 @@ func OpenWithOptions(ctx context.Context, bucketURL string, o Options) (*Store, 
 	}
 	s := newStore(b, o)
 	s.ownBucket = true
-	if u.Scheme == "file" {
-		s.dir = u.Path // as fileblob reads it
-		if u.Host == "." {
-			s.dir = strings.TrimPrefix(s.dir, "/")
-		}
-	}
+	s.dir = dir
 	return s, nil
 }
 
@@ -236,7 +259,7 @@ func (s *Store) Accessible(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("checkpoint: bucket: %w", err)
 	case !ok:
-		return errors.New("checkpoint: bucket does not exist")
+		return fmt.Errorf("checkpoint: %w", ErrNoBucket)
 	}
 	return nil
 }

@@ -61,6 +61,12 @@ type Options struct {
 	// longer fails with ErrStalled. 0 means DefaultRequestTimeout (1 min);
 	// a negative value sets no limit.
 	RequestTimeout time.Duration
+	// MustExist, for a file:// bucket, opens only a directory that exists:
+	// Open does not create it (what read-only users want: a mistyped path
+	// must not turn into an empty bucket that lists no checkpoints) and
+	// fails with an error wrapping ErrNoBucket when it is missing. The
+	// URL's own create_dir wins. Other schemes ignore it.
+	MustExist bool
 }
 
 func (o Options) withDefaults() (Options, error) {

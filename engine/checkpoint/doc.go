@@ -78,9 +78,15 @@
 // whose step is a multiple of keepEvery. Deleting a version 2 checkpoint
 // removes only its manifest (and, in a file:// bucket opened by [Open], the
 // step directory it leaves empty); [Store.GC] then deletes the run's chunks that no
-// manifest references, and version 1 payloads left without a manifest. GC
+// manifest references, version 1 payloads left without a manifest, and what
+// writers killed mid-write left (temporary files, and in a file:// bucket
+// metadata sidecars of objects that are gone and empty step directories). GC
 // never deletes a chunk named by a manifest it reads, aborts on any read
-// error, and keeps objects younger than [Options].GCGrace (1 h by default).
+// error or manifest that does not decode ([Store.CheckGC] finds those first,
+// deleting nothing), and keeps objects younger than [Options].GCGrace (1 h by
+// default). [RetentionPlan] says what Retain would keep, so that a caller can
+// check the kept checkpoints load before deleting the others. A file:// bucket
+// opened with [Options].MustExist is not created when missing ([ErrNoBucket]).
 // Saves in flight through the same Store pin the chunks they rely on before
 // checking that they exist, and GC spares chunks pinned when it began or
 // since, holding off new pins only while it deletes one chunk, so GC may run

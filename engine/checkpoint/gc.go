@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -116,7 +117,8 @@ func (p *pin) release() {
 // deletes a run's newest checkpoint. Checkpoints whose manifest cannot be
 // read are neither counted nor deleted (they are left for inspection).
 // Retain verifies no payloads: a corrupt newest checkpoint counts like any
-// other. Chunks the deleted checkpoints referenced stay until GC.
+// other (a caller that must keep one that loads plans with [RetentionPlan],
+// loads the kept ones, and deletes the others itself). Chunks the deleted checkpoints referenced stay until GC.
 func (s *Store) Retain(ctx context.Context, run string, keepLast int, keepEvery int64) (deleted []Ref, err error) {
 	return s.retain(ctx, run, math.MaxInt64, keepLast, keepEvery)
 }
@@ -143,19 +145,9 @@ func (s *Store) retain(ctx context.Context, run string, newest int64, keepLast i
 	if err != nil {
 		return nil, err
 	}
-	keep := make([]bool, len(refs))
-	for i, kept := len(refs)-1, 0; i >= 0; i-- {
-		switch r := refs[i]; {
-		case r.SHA256 == "": // Unreadable manifest.
-			keep[i] = true
-		case r.Step > newest: // another timeline's
-			keep[i] = true
-		case kept < keepLast:
-			keep[i] = true
-			kept++
-		case keepEvery > 0 && r.Step%keepEvery == 0:
-			keep[i] = true
-		}
+	keep, err := RetentionPlan(refs, newest, keepLast, keepEvery)
+	if err != nil {
+		return nil, err
 	}
 	for i, r := range refs {
 		if keep[i] {
@@ -169,16 +161,75 @@ func (s *Store) retain(ctx context.Context, run string, newest int64, keepLast i
 	return deleted, nil
 }
 
+// RetentionPlan says which of refs — a run's checkpoints, oldest first, as
+// [Store.List] returns them — [Store.RetainFrom] with these arguments keeps
+// (keep[i] for refs[i]): the newest keepLast at or below step newest, those
+// whose step is a multiple of keepEvery (if > 0), every one above newest
+// (another timeline's) and every one whose manifest cannot be read. It
+// deletes nothing: a caller can check the kept ones before deleting the
+// others.
+func RetentionPlan(refs []Ref, newest int64, keepLast int, keepEvery int64) (keep []bool, err error) {
+	if keepLast < 1 {
+		return nil, fmt.Errorf("checkpoint: Retain keepLast is %d, want >= 1", keepLast)
+	}
+	if keepEvery < 0 {
+		return nil, fmt.Errorf("checkpoint: Retain keepEvery is %d, want >= 0", keepEvery)
+	}
+	keep = make([]bool, len(refs))
+	for i, kept := len(refs)-1, 0; i >= 0; i-- {
+		switch r := refs[i]; {
+		case r.SHA256 == "": // Unreadable manifest.
+			keep[i] = true
+		case r.Step > newest: // another timeline's
+			keep[i] = true
+		case kept < keepLast:
+			keep[i] = true
+			kept++
+		case keepEvery > 0 && r.Step%keepEvery == 0:
+			keep[i] = true
+		}
+	}
+	return keep, nil
+}
+
+// ManifestError says why the manifest of ref's checkpoint (Run and Step)
+// does not read: nil when it reads, a *CorruptError (its reason) when it
+// does not decode or validate, an error wrapping ErrNotFound when it is
+// gone, and any other error the storage's. [Store.List] lists an
+// unreadable manifest as a Ref without SHA256; this says why.
+func (s *Store) ManifestError(ctx context.Context, ref Ref) error {
+	if err := ValidateRun(ref.Run); err != nil {
+		return err
+	}
+	if err := validateStep(ref.Step); err != nil {
+		return err
+	}
+	_, err := s.readManifest(ctx, ManifestKey(ref.Run, ref.Step))
+	return err
+}
+
 // GCStats describes one GC pass.
 type GCStats struct {
-	Manifests    int   // Manifests read.
-	Chunks       int   // Chunk objects found.
-	Referenced   int   // Chunk objects referenced by a manifest or a save in flight.
-	Young        int   // Unreferenced objects kept because they are within the grace period.
-	Deleted      int   // Chunk objects deleted.
-	DeletedBytes int64 // Their stored size.
-	Orphans      int   // Version 1 payloads without a manifest, deleted.
+	Manifests    int   `json:"manifests"`     // Manifests read.
+	Chunks       int   `json:"chunks"`        // Chunk objects found.
+	Referenced   int   `json:"referenced"`    // Chunk objects referenced by a manifest or a save in flight.
+	Young        int   `json:"young"`         // Unreferenced objects kept because they are within the grace period.
+	Deleted      int   `json:"deleted"`       // Chunk objects deleted.
+	DeletedBytes int64 `json:"deleted_bytes"` // Their stored size.
+	Orphans      int   `json:"orphans"`       // Version 1 payloads without a manifest, deleted.
+	// Leftovers deleted: what writers killed mid-write left behind — their
+	// temporary files, a file:// bucket's metadata sidecars of objects
+	// that are gone and its empty step directories —, once older than
+	// the grace period and minLeftoverAge.
+	Leftovers int `json:"leftovers"`
 }
+
+// minLeftoverAge is the least time since its last change that GC leaves a
+// writer's temporary file (or a file:// bucket's empty step directory) for,
+// whatever the grace period: a live write changes its file as it goes, and
+// a write that stalls is given up within its request timeout (a minute by
+// default, plus a second per MiB).
+const minLeftoverAge = 10 * time.Minute
 
 // GC deletes run's chunks that no manifest of run references, and version 1
 // payload objects whose manifest is gone (a crashed or superseded Save).
@@ -209,7 +260,33 @@ type GCStats struct {
 //     is then missing, and a load of its checkpoint reports it corrupt),
 //     or one that outlasts half the grace period. Without a grace period
 //     run GC in the process that saves the run, or while nothing saves it.
+//   - What writers killed mid-write left — temporary files named after a
+//     chunk, a manifest or a version 1 payload ("<name>.<hex>.tmp",
+//     "<name>.tmp…"), and in a file:// bucket metadata sidecars whose
+//     object is gone and empty step directories — goes once unchanged for
+//     the grace period and for minLeftoverAge (10 minutes) both: a live
+//     write changes its temporary file as it goes. (An empty step
+//     directory that old is removed even as a writer that has just found
+//     it is about to create its file there, which then fails: a window of
+//     microseconds, for a step directory left empty that long.)
 func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
+	return s.gc(ctx, run, false)
+}
+
+// CheckGC reads what GC reads — the listings of run's chunks and
+// checkpoints, every manifest — and returns the error GC would return
+// before it deletes anything (a *CorruptError naming a manifest that does
+// not decode, a listing or read that fails), deleting nothing. A caller
+// that deletes checkpoints before GC (retention) checks first, so that a
+// GC that would refuse does not leave the work half done.
+func (s *Store) CheckGC(ctx context.Context, run string) error {
+	_, err := s.gc(ctx, run, true)
+	return err
+}
+
+// gc is GC; check stops it once the manifests are read, before it deletes
+// anything.
+func (s *Store) gc(ctx context.Context, run string, check bool) (GCStats, error) {
 	var st GCStats
 	if err := ValidateRun(run); err != nil {
 		return st, err
@@ -218,18 +295,20 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 
 	// Candidates: chunk objects old enough to go. Chunks written after
 	// this listing are not candidates.
-	type object struct {
-		size int64
-		mod  time.Time
-	}
-	candidates := map[string]object{}
+	candidates := map[string]gcObject{}
+	temps := map[string]gcObject{} // writers' temporary files
 	prefix := chunksPrefix(run)
 	if err := s.list(ctx, prefix, func(o *blob.ListObject) error {
-		if !isChunkHash(strings.TrimPrefix(o.Key, prefix)) {
-			return nil // Not ours (a driver's temporary file, say).
+		name := strings.TrimPrefix(o.Key, prefix)
+		if isChunkHash(tempBase(name)) {
+			temps[o.Key] = gcObject{o.Size, o.ModTime}
+			return nil
+		}
+		if !isChunkHash(name) {
+			return nil // Not ours.
 		}
 		st.Chunks++
-		candidates[o.Key] = object{o.Size, o.ModTime}
+		candidates[o.Key] = gcObject{o.Size, o.ModTime}
 		return nil
 	}); err != nil {
 		return st, err
@@ -242,7 +321,7 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 	// committed before then is in one or the other.
 	ckpt := runPrefix(run)
 	var manifests []string
-	payloads := map[int64]object{}
+	payloads := map[int64]gcObject{}
 	hasManifest := map[int64]bool{}
 	if err := s.list(ctx, ckpt, func(o *blob.ListObject) error {
 		dir, name, ok := strings.Cut(strings.TrimPrefix(o.Key, ckpt), "/")
@@ -258,7 +337,11 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 			manifests = append(manifests, o.Key)
 			hasManifest[step] = true
 		case dataName:
-			payloads[step] = object{o.Size, o.ModTime}
+			payloads[step] = gcObject{o.Size, o.ModTime}
+		default:
+			if b := tempBase(name); b == manifestName || b == dataName {
+				temps[o.Key] = gcObject{o.Size, o.ModTime}
+			}
 		}
 		return nil
 	}); err != nil {
@@ -291,6 +374,9 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 				referenced[chunkKey(run, c.Hash)] = true
 			}
 		}
+	}
+	if check {
+		return st, nil
 	}
 
 	for key, o := range candidates {
@@ -344,7 +430,137 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 			st.Orphans++
 		}
 	}
-	return st, nil
+	n, err := s.removeLeftovers(ctx, run, temps, cutoff)
+	st.Leftovers = n
+	return st, err
+}
+
+// tempBase is the name of the object a writer's temporary file stands
+// for — fileblob's "<name>.<hex>.tmp" next to the object, or any
+// "<name>.tmp…" —, or "" when name is no temporary file's.
+func tempBase(name string) string {
+	i := strings.Index(name, ".tmp")
+	if i <= 0 {
+		return ""
+	}
+	base := name[:i]
+	if j := strings.LastIndexByte(base, '.'); j >= 0 && name[i:] == ".tmp" && isHex(base[j+1:]) {
+		base = base[:j]
+	}
+	return base
+}
+
+func isHex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// removeLeftovers deletes what writers killed mid-write left of run: the
+// temporary files temps (listed by GC), and in a file:// bucket the
+// metadata sidecars of objects that are gone and the step directories
+// left empty. Only what has not changed since before cutoff, and for at
+// least minLeftoverAge, goes: a live writer's temporary file changes as
+// it is written, and the directory it is about to write in was created or
+// changed when it started. It returns how many it deleted.
+func (s *Store) removeLeftovers(ctx context.Context, run string, temps map[string]gcObject, cutoff time.Time) (int, error) {
+	if floor := time.Now().Add(-minLeftoverAge); floor.Before(cutoff) {
+		cutoff = floor
+	}
+	old := func(mod time.Time) bool { return mod.Before(cutoff) }
+	n := 0
+	for key, o := range temps {
+		if !old(o.mod) {
+			continue
+		}
+		// Look again: a live write has changed it since the listing.
+		a, err := s.attributes(ctx, key)
+		switch {
+		case isNotFound(err):
+			continue // Renamed into place, or removed, since the listing.
+		case err != nil:
+			return n, fmt.Errorf("checkpoint: gc: stat %s: %w", key, err)
+		case !old(a.ModTime):
+			continue
+		}
+		if err := s.remove(ctx, key); err != nil && !isNotFound(err) {
+			return n, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
+		}
+		n++
+	}
+	if s.dir == "" {
+		return n, nil
+	}
+	for _, prefix := range []string{chunksPrefix(run), runPrefix(run)} {
+		root := filepath.Join(s.dir, filepath.FromSlash(strings.TrimSuffix(prefix, "/")))
+		var dirs []string // step directories, to remove if empty
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				return nil
+			case err != nil:
+				return err
+			case d.IsDir():
+				if path != root && prefix == runPrefix(run) && len(d.Name()) == stepDigits && isDigits(d.Name()) {
+					dirs = append(dirs, path)
+				}
+				return nil
+			}
+			object, ok := strings.CutSuffix(path, attrsSuffix)
+			if !ok {
+				return nil
+			}
+			if _, err := os.Lstat(object); !errors.Is(err, fs.ErrNotExist) {
+				return nil // Its object is there (or cannot be looked at).
+			}
+			if fi, err := d.Info(); err != nil || !old(fi.ModTime()) {
+				return nil
+			}
+			if err := os.Remove(path); err == nil {
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			return n, fmt.Errorf("checkpoint: gc: walk %s: %w", root, err)
+		}
+		for _, dir := range dirs {
+			fi, err := os.Stat(dir)
+			if err != nil || !old(fi.ModTime()) {
+				continue
+			}
+			// Only an empty directory goes.
+			if err := os.Remove(dir); err == nil {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// attrsSuffix ends the name of a file:// bucket's metadata sidecar
+// (fileblob's "<object>.attrs").
+const attrsSuffix = ".attrs"
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// gcObject is an object GC listed: its size and when it last changed.
+type gcObject struct {
+	size int64
+	mod  time.Time
 }
 
 // undecodable is GC's error for a manifest that does not decode (err, a

@@ -480,6 +480,18 @@ func TestGCAbortsOnUndecodableManifest(t *testing.T) {
 					n++
 				}
 			}
+			// CheckGC gives GC's verdict first, deleting nothing.
+			cerr := s.CheckGC(ctx, "r")
+			var cce *CorruptError
+			switch {
+			case tc.abort == "" && cerr != nil:
+				t.Fatalf("CheckGC = %v; want nil, as GC runs", cerr)
+			case tc.abort != "" && (!errors.As(cerr, &cce) || cce.Key != key || !strings.Contains(cce.Reason, tc.abort)):
+				t.Fatalf("CheckGC = %v; want a *CorruptError naming %s (%s)", cerr, key, tc.abort)
+			}
+			if n := chunks(); n != 12 {
+				t.Fatalf("%d chunks left after CheckGC; want all 12", n)
+			}
 			st, err := s.GC(ctx, "r")
 			if tc.abort == "" {
 				if err != nil || st.Deleted != 8 || chunks() != tc.remain {
