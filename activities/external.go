@@ -827,7 +827,7 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 		return err
 	}
 	s.n.recordJob(ctx, store, s.in.Spec, s.in.Session)
-	s.n.retain(ctx, store, url, s.in.Spec.Name, ref.Step, s.log)
+	s.n.retain(ctx, store, url, s.in.Spec, ref.Step, s.log)
 	if s.in.KeepRefused {
 		// Refused checkpoints kept before this one (by this world, or an
 		// earlier one of the run that failed): no run asks for a

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cann-train/cann-train/engine/checkpoint"
+	"github.com/cann-train/cann-train/spec"
 )
 
 // Retention deletes a run's old checkpoint manifests; the chunks only they
@@ -106,12 +107,15 @@ func (c *collector) close() {
 	c.wg.Wait()
 }
 
-// retain applies retention after this node saved run's checkpoint at step
-// in the bucket at url (checkpoints above step are another timeline's and
-// stay), then collects the chunks no remaining checkpoint references.
-// Both are best effort: a failure is logged, the checkpoint stands.
-func (n *Node) retain(ctx context.Context, store *checkpoint.Store, url, run string, step int64, log *zap.Logger) {
-	deleted, err := store.RetainFrom(ctx, run, step, keepCheckpoints, 0)
+// retain applies the job's retention (s: its spec; keep_checkpoints,
+// keep_every) after this node saved its checkpoint at step in the bucket
+// at url (checkpoints above step are another timeline's and stay), then
+// collects the chunks no remaining checkpoint references. Both are best
+// effort: a failure is logged, the checkpoint stands.
+func (n *Node) retain(ctx context.Context, store *checkpoint.Store, url string, s spec.RunSpec, step int64, log *zap.Logger) {
+	run := s.Name
+	keepLast, keepEvery := s.Retention()
+	deleted, err := store.RetainFrom(ctx, run, step, keepLast, keepEvery)
 	if err != nil {
 		log.Warn("checkpoint retention", zap.Error(err))
 	}

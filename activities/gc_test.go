@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ import (
 // objects than the same run's with the default hour of grace, where none
 // is old enough to go.
 func TestTrainChunkCollectsOldChunks(t *testing.T) {
-	const chunks = keepCheckpoints + 4
+	const chunks = spec.DefaultKeepCheckpoints + 4
 	run := func(t *testing.T, grace time.Duration) (url string, dir string, objects int) {
 		dir = t.TempDir()
 		url = "file://" + dir
@@ -57,13 +58,59 @@ func TestTrainChunkCollectsOldChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(refs) != keepCheckpoints || refs[len(refs)-1].Step != 2*chunks {
-		t.Fatalf("retained %d checkpoints ending at %v; want %d ending at step %d", len(refs), refs, keepCheckpoints, 2*chunks)
+	if len(refs) != spec.DefaultKeepCheckpoints || refs[len(refs)-1].Step != 2*chunks {
+		t.Fatalf("retained %d checkpoints ending at %v; want %d ending at step %d", len(refs), refs, spec.DefaultKeepCheckpoints, 2*chunks)
 	}
 	for _, r := range refs {
 		if _, err := store.Load(ctx, r); err != nil {
 			t.Errorf("retained checkpoint at step %d no longer loads: %v", r.Step, err)
 		}
+	}
+}
+
+// TestTrainChunkKeepsTheJobsRetention: a job's keep_checkpoints and
+// keep_every are what its nodes keep: the newest N and every multiple of
+// keep_every, milestones included however old.
+func TestTrainChunkKeepsTheJobsRetention(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		last  int
+		every int64
+		want  []int64
+	}{
+		{"default", 0, 0, []int64{10, 12, 14, 16, 18, 20, 22, 24}},
+		{"newest 2", 2, 0, []int64{22, 24}},
+		{"newest 2 and every 8", 2, 8, []int64{8, 16, 22, 24}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			url := "file://" + dir
+			nodes, m := newNodes(t, 1, url)
+			s := spec.RunSpec{Name: "keep", Nodes: 1, Steps: 24, ChunkSteps: 2, KeepCheckpoints: tc.last, KeepEvery: tc.every}.WithDefaults()
+			for c := range 12 {
+				in := spec.ChunkInput{RunID: "run/keep", Spec: s, Membership: m, Session: fmt.Sprintf("run/keep/g1/e%d", c+1), Token: "secret",
+					From: int64(2 * c), To: int64(2*c + 2), Checkpoint: true}
+				if _, errs := runChunk(t, nodes, in); errs[0] != nil {
+					t.Fatalf("chunk %d: %v", c, errs[0])
+				}
+			}
+			store, err := checkpoint.Open(context.Background(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			refs, err := store.List(context.Background(), "keep")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int64
+			for _, r := range refs {
+				got = append(got, r.Step)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("kept checkpoints at steps %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 

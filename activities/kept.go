@@ -211,7 +211,7 @@ func (n *Node) StoreKept(ctx context.Context, in spec.StoreKeptInput) (spec.Stor
 		return refused(fmt.Errorf("save checkpoint: %w", err)), nil
 	}
 	n.recordJob(ctx, store, in.Spec, in.Session)
-	n.retain(ctx, store, url, in.Spec.Name, ref.Step, log)
+	n.retain(ctx, store, url, in.Spec, ref.Step, log)
 	n.dropKept(in.RunID, func(s int64, _ string) bool { return s <= step })
 	out := FromStoreRef(url, ref)
 	log.Info("kept checkpoint stored", zap.String("key", out.Key), zap.Int("chunks", stats.Chunks),

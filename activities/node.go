@@ -32,10 +32,6 @@ import (
 	"github.com/cann-train/cann-train/spec"
 )
 
-// keepCheckpoints is how many checkpoints of a run stay in storage; the
-// workflow keeps as many references to fall back to on corruption.
-const keepCheckpoints = 8
-
 // Node holds one node worker's activity dependencies and the state that
 // outlives a chunk: the loaded data set, open checkpoint buckets, and the
 // trainer at the end of the last chunk, so that consecutive chunks of one
@@ -143,6 +139,7 @@ type pendingSave struct {
 	run, url string
 	step     int64
 	save     upload
+	spec     spec.RunSpec // (its retention)
 }
 
 // upload is a background checkpoint save (*checkpoint.Pending).
@@ -1282,7 +1279,7 @@ func (n *Node) saveOnce(ctx context.Context, in spec.ChunkInput, step int64, pay
 	n.recordJob(ctx, store, in.Spec, in.Token)
 	// Keep as many as the workflow may fall back to (and none past this
 	// one: another timeline's).
-	n.retain(ctx, store, url, in.Spec.Name, ref.Step, n.Logger)
+	n.retain(ctx, store, url, in.Spec, ref.Step, n.Logger)
 	out := FromStoreRef(url, ref)
 	return &out, nil
 }
@@ -1316,7 +1313,7 @@ func (n *Node) saveAsync(in spec.ChunkInput, st *engine.State) (*spec.Checkpoint
 		cancel()
 	}()
 	n.mu.Lock()
-	n.pending = &pendingSave{run: in.Spec.Name, url: url, step: st.Step, save: p}
+	n.pending = &pendingSave{run: in.Spec.Name, url: url, step: st.Step, save: p, spec: in.Spec}
 	n.mu.Unlock()
 	return &spec.CheckpointRef{URL: url, Run: in.Spec.Name, Step: st.Step}, nil
 }
@@ -1373,7 +1370,7 @@ func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.L
 		return nil, &spec.CheckpointFailure{Step: p.step, Error: err.Error()}
 	}
 	if store, err := n.store(ctx, p.url); err == nil {
-		n.retain(ctx, store, p.url, p.run, ref.Step, log)
+		n.retain(ctx, store, p.url, p.spec, ref.Step, log)
 	}
 	log.Info("checkpoint committed", zap.Int64("step", ref.Step), zap.String("key", ref.Key), zap.Duration("upload", p.save.Stats().Duration))
 	out := FromStoreRef(p.url, ref)

@@ -49,6 +49,12 @@ type RunSpec struct {
 	// whose worker stops on purpose, or one found cut off from the run's
 	// bucket, is replaced without counting).
 	MaxRestarts int `yaml:"max_restarts" json:"max_restarts"`
+	// KeepCheckpoints is how many of the run's newest checkpoints its
+	// nodes keep in storage after each save (0: DefaultKeepCheckpoints);
+	// KeepEvery keeps, besides, every checkpoint whose step is a multiple
+	// of it (0: none) — milestones the run's retention never deletes.
+	KeepCheckpoints int   `yaml:"keep_checkpoints" json:"keep_checkpoints,omitempty"`
+	KeepEvery       int64 `yaml:"keep_every" json:"keep_every,omitempty"`
 	// NodeWait bounds how long to wait for enough live nodes; a run below
 	// its size, or keeping a drained node for want of a free one, asks
 	// for a free node at least this often.
@@ -498,9 +504,18 @@ func parse(name string, data []byte, passes int) (RunSpec, error) {
 	s = s.syncDefaults().batchDefaults()
 	s.DataSHA256 = strings.ToLower(s.DataSHA256)
 	err := s.validateJobFile()
-	if perr == nil && s.RanksPerNode == 0 && yamlpos.LineOf(file, "ranks_per_node") > 0 {
-		// Unset means one; written, 0 is out of range as in a flag.
-		zero := FieldError{Field: "ranks_per_node", Msg: "0 out of range 1..64 (leave it out for one rank per node)"}
+	// Unset means a default; written, 0 is out of range as in a flag.
+	for _, z := range []struct {
+		field, msg string
+		zero       bool
+	}{
+		{"ranks_per_node", "0 out of range 1..64 (leave it out for one rank per node)", s.RanksPerNode == 0},
+		{"keep_checkpoints", fmt.Sprintf("0 out of range: keep at least 1 (leave it out for %d)", DefaultKeepCheckpoints), s.KeepCheckpoints == 0},
+	} {
+		if perr != nil || !z.zero || yamlpos.LineOf(file, z.field) == 0 {
+			continue
+		}
+		zero := FieldError{Field: z.field, Msg: z.msg}
 		var se *SpecError
 		switch {
 		case err == nil:
@@ -655,6 +670,23 @@ func (s RunSpec) CancelGraceD() time.Duration {
 	return DefaultCancelGrace
 }
 
+// DefaultKeepCheckpoints is how many checkpoints of a run its nodes keep
+// when the job does not say (keep_checkpoints); the workflow keeps as
+// many references to fall back to on corruption.
+const DefaultKeepCheckpoints = 8
+
+// Retention is the run's checkpoint retention: the newest keepLast, and
+// every one whose step is a multiple of keepEvery (0: none). (Not filled
+// in by WithDefaults: the specs of runs started before it stay as they
+// were.)
+func (s RunSpec) Retention() (keepLast int, keepEvery int64) {
+	keepLast = s.KeepCheckpoints
+	if keepLast <= 0 {
+		keepLast = DefaultKeepCheckpoints
+	}
+	return keepLast, s.KeepEvery
+}
+
 // operationDefaults fills in the fields every run has, built-in or
 // external: restarts, timeouts, min_nodes and the green policy's own.
 func (s RunSpec) operationDefaults() RunSpec {
@@ -737,6 +769,12 @@ func (s RunSpec) validateOperation(bad func(field, format string, args ...any)) 
 	}
 	if s.MaxRestarts < 0 {
 		bad("max_restarts", "must not be negative, got %d", s.MaxRestarts)
+	}
+	if s.KeepCheckpoints < 0 {
+		bad("keep_checkpoints", "must not be negative, got %d (0: the default, %d)", s.KeepCheckpoints, DefaultKeepCheckpoints)
+	}
+	if s.KeepEvery < 0 {
+		bad("keep_every", "must not be negative, got %d (0: no milestones)", s.KeepEvery)
 	}
 	if s.NodeWait < 0 {
 		bad("node_wait", "not a duration: want e.g. 30s or 5m")

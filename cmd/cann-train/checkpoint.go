@@ -278,8 +278,11 @@ ones it holds is unknown).
 A grace under ` + minLiveGrace.String() + ` is refused while the run's workflow runs, and when
 Temporal cannot be asked whether it does.
 Run it while nothing else saves RUN, or let the run's own retention do it: the
-node that saves a run's checkpoints keeps the newest 8 and collects the chunks
-they left once older than its --checkpoint-gc-grace (an hour by default).`,
+node that saves a run's checkpoints keeps the newest 8 (the job's
+keep_checkpoints) and those at multiples of its keep_every, and collects the
+chunks they left once older than its --checkpoint-gc-grace (an hour by
+default). Milestones kept here with --keep-every go once the run saves again
+unless its job keeps them too (keep_every).`,
 		Example: `  cann-train checkpoint gc mnist-demo --keep-last 3 --keep-every 1000 --url file:///tmp/ckpt`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
