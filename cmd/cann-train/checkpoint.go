@@ -519,6 +519,10 @@ knows.`,
 				return fmt.Errorf("no run %s here: Temporal has no run/%s and %s holds none of its checkpoints (a typo? `cann-train dashboard` lists the runs)",
 					run, run, url)
 			}
+			if job, ok := storedJobIn(cmd.Context(), store, run); ok && !job.IsExternal() {
+				return fmt.Errorf("run %s trains the built-in model (%s), whose checkpoints are engine states its nodes save themselves: %s is an external job's checkpoint directory, which it cannot restore (another run's file?)",
+					run, job.Model.Kind, file)
+			}
 			if n := len(refs); n > 0 && refs[n-1].Step >= step {
 				return fmt.Errorf("%s already holds run %s's checkpoint at step %d, not older than the kept one at step %d: nothing to store",
 					url, run, refs[n-1].Step, step)
@@ -554,6 +558,16 @@ func openBucket(ctx context.Context, url, run string, o checkpoint.Options) (*ch
 		return nil, fmt.Errorf("%w: nothing of run %s to read there (--url names the bucket its nodes write to)", err, run)
 	}
 	return store, err
+}
+
+// storedJobIn is the job run stored next to its checkpoints in store
+// (spec.JobKey); ok false when there is none or it does not read.
+func storedJobIn(ctx context.Context, store *checkpoint.Store, run string) (s spec.RunSpec, ok bool) {
+	data, err := store.ReadBlob(ctx, spec.JobKey(run), 1<<20)
+	if err != nil || json.Unmarshal(data, &s) != nil || s.Name != run {
+		return spec.RunSpec{}, false
+	}
+	return s, true
 }
 
 // noCheckpoints is what ls, verify and gc end with for a run that has no
@@ -605,6 +619,12 @@ func checkLoads(ctx context.Context, store *checkpoint.Store, r checkpoint.Ref) 
 		return err
 	}
 	if launch.IsPackedDir(payload) {
+		if job, ok := storedJobIn(ctx, store, r.Run); ok && !job.IsExternal() {
+			// (Stored by hand with store-kept, say: the run's model
+			// cannot restore it.)
+			return &checkpoint.CorruptError{Key: r.Key, Reason: fmt.Sprintf(
+				"an external job's checkpoint directory, in a run of the built-in model (%s) that cannot restore it", job.Model.Kind)}
+		}
 		if _, derr := launch.CheckPacked(payload); derr != nil {
 			return &checkpoint.CorruptError{Key: r.Key, Reason: "checkpoint directory does not unpack", Err: derr}
 		}

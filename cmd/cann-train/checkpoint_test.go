@@ -326,3 +326,53 @@ func TestCheckpointStoreKept(t *testing.T) {
 		t.Errorf("stored twice: %v", err)
 	}
 }
+
+// An external job's checkpoint directory is not a checkpoint of a run of
+// the built-in model: store-kept refuses to store one for such a run (its
+// job, stored with its checkpoints, says which model it trains), and
+// verify names one found there as corrupt — before, it was stored, said
+// ok, and the resumed run failed on it, counting steps never trained.
+func TestCheckpointPackedDirInABuiltInRun(t *testing.T) {
+	ctx := context.Background()
+	url, store := fileStore(t)
+	job := spec.RunSpec{Name: "mnist", Nodes: 1, Steps: 400}.WithDefaults()
+	data, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.WriteBlob(ctx, spec.JobKey("mnist"), data, "application/json"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.pt"), []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	packed, _, err := launch.PackDir(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := filepath.Join(t.TempDir(), fmt.Sprintf("step-%012d-%x.pack", 300, sha256.Sum256(packed)))
+	if err := os.WriteFile(kept, packed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		cmd := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		cmd.SetArgs(append(args, "--url", url, "--address", "127.0.0.1:1"))
+		err := cmd.Execute()
+		return out.String() + errb.String(), err
+	}
+	if _, err := run("checkpoint", "store-kept", "mnist", kept); err == nil || !strings.Contains(err.Error(), "run mnist trains the built-in model (mlp-mnist)") {
+		t.Errorf("store-kept for a built-in run: %v; want a refusal naming its model", err)
+	}
+	if got := bucketSteps(t, url, "mnist"); len(got) != 0 {
+		t.Fatalf("the refused store-kept left steps %v in the bucket", got)
+	}
+	if _, _, err := store.SaveIncremental(ctx, "mnist", 300, packed); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run("checkpoint", "verify", "mnist")
+	if err == nil || !strings.Contains(out, "CORRUPT  step 300") || !strings.Contains(out, "an external job's checkpoint directory, in a run of the built-in model (mlp-mnist)") {
+		t.Errorf("verify of a packed directory in a built-in run: %v\n%s", err, out)
+	}
+}

@@ -325,7 +325,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		if recorded != nil {
 			recordedAt = fmt.Sprintf("step %d", recorded.Step)
 		}
-		fmt.Fprintf(say, "(%s holds it, written after the run started, past the last checkpoint its history records (%s): an upload that finished as the run ended)\n",
+		fmt.Fprintf(say, "(%s holds it, written after the run started, past the last checkpoint its history records (%s): an upload that finished as the run ended, or one a node kept that `cann-train checkpoint store-kept` stored)\n",
 			url, recordedAt)
 	}
 	return in, nil
