@@ -1407,7 +1407,11 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	printStrategy(w, s.Strategy, s.RanksPerNode, s.StepsPerSec)
 	if e := s.Energy; e != nil && e.Measured == 0 {
-		fmt.Fprintf(w, "energy       not measured: no node had a meter (`cann-train green report %s` models it)\n", strings.TrimPrefix(s.WorkflowID, spec.RunIDPrefix))
+		how := "" // (its green policy's signal prices it)
+		if s.Green == nil {
+			how = " --trace FILE --trace-start TIME" // (no policy: a trace, replayed from a time it holds)
+		}
+		fmt.Fprintf(w, "energy       not measured: no node had a meter (`cann-train green report %s%s` models it)\n", strings.TrimPrefix(s.WorkflowID, spec.RunIDPrefix), how)
 	} else if e != nil {
 		all := ""
 		if e.Measured < e.Segments {

@@ -30,16 +30,19 @@ func TestEnergySummary(t *testing.T) {
 		segs     []spec.Segment
 		want     *EnergySummary
 		wantLine string
+		green    bool // the run has a green policy: its signal prices the run
 	}{
-		{"none", nil, nil, ""},
+		{"none", nil, nil, "", false},
 		{"modelled only", []spec.Segment{{WallSeconds: 60}}, &EnergySummary{Segments: 1},
-			"energy       not measured: no node had a meter (`cann-train green report x` models it)\n"},
+			"energy       not measured: no node had a meter (`cann-train green report x --trace FILE --trace-start TIME` models it)\n", false},
+		{"modelled only, green", []spec.Segment{{WallSeconds: 60}}, &EnergySummary{Segments: 1},
+			"energy       not measured: no node had a meter (`cann-train green report x` models it)\n", true},
 		{"measured", []spec.Segment{{WallSeconds: 60, Joules: 9000}, {WallSeconds: 20, Lost: true}, {WallSeconds: 30, Joules: 4500}},
 			&EnergySummary{KWh: 13500 / 3.6e6, MeanWatts: 150, TrainedSeconds: 90, Measured: 2, Segments: 2},
-			"energy       0.0037 kWh measured, 150 W over 1m30s of training\n"},
+			"energy       0.0037 kWh measured, 150 W over 1m30s of training\n", false},
 		{"mixed", []spec.Segment{{WallSeconds: 60, Joules: 12000}, {WallSeconds: 600}},
 			&EnergySummary{KWh: 12000 / 3.6e6, MeanWatts: 200, TrainedSeconds: 60, Measured: 1, Segments: 2},
-			"energy       0.0033 kWh measured, 200 W over 1m0s of training; 1 of 2 trained stretches (the others ran where a node had no meter)\n"},
+			"energy       0.0033 kWh measured, 200 W over 1m0s of training; 1 of 2 trained stretches (the others ran where a node had no meter)\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := energySummary(tc.segs)
@@ -48,6 +51,9 @@ func TestEnergySummary(t *testing.T) {
 			}
 			var b bytes.Buffer
 			st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseCompleted, Segments: tc.segs, StartedAt: time.Unix(0, 0), UpdatedAt: time.Unix(90, 0)}
+			if tc.green {
+				st.Green = &spec.GreenStatus{}
+			}
 			if err := printStatus(&b, st, "table", "", "default"); err != nil {
 				t.Fatal(err)
 			}
