@@ -249,6 +249,7 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 		rows = append(rows, rowFromVisibility(info.GetExecution(), info.GetStatus(),
 			info.GetStartTime().AsTime(), info.GetSearchAttributes().GetIndexedFields()))
 	}
+	rows = latestOfEachRun(rows)
 	running := activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING)
 	asked, polls := false, false // a control worker answers queries (asked once)
 	var noAnswer *noAnswerError  // once one query went unanswered, the others would too
@@ -316,6 +317,25 @@ func dashboardRows(ctx context.Context, c client.Client, namespace, query string
 	}
 	sortDashboard(rows)
 	return rows, more, nil
+}
+
+// latestOfEachRun keeps, of rows, the latest-started execution of each
+// workflow ID: a run continued with `run --resume` is a new execution of
+// its ID, and the one it resumed (its status's "resumed" record) is no
+// run of its own — listed too, the name appeared twice.
+func latestOfEachRun(rows []dashboardRow) []dashboardRow {
+	latest := map[string]time.Time{}
+	for _, r := range rows {
+		if t, ok := latest[r.WorkflowID]; !ok || r.StartedAt.After(t) {
+			latest[r.WorkflowID] = r.StartedAt
+		}
+	}
+	seen := map[string]bool{}
+	return slices.DeleteFunc(rows, func(r dashboardRow) bool {
+		drop := seen[r.WorkflowID] || r.StartedAt.Before(latest[r.WorkflowID])
+		seen[r.WorkflowID] = seen[r.WorkflowID] || !drop
+		return drop
+	})
 }
 
 // runLister is what listRuns asks of a client.Client.

@@ -280,6 +280,26 @@ func TestDashboardSort(t *testing.T) {
 	}
 }
 
+// A run resumed with `run --resume` is one row, its latest execution's:
+// the execution it resumed is listed by the server too.
+func TestDashboardLatestOfEachRun(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	rows := []dashboardRow{
+		{WorkflowID: "run/long", RunID: "2", StartedAt: t0.Add(time.Hour)}, // the resumed run, running
+		{WorkflowID: "run/other", RunID: "1", StartedAt: t0.Add(30 * time.Minute)},
+		{WorkflowID: "run/long", RunID: "1", StartedAt: t0}, // the run it resumed, cancelled
+		{WorkflowID: "run/same", RunID: "a", StartedAt: t0},
+		{WorkflowID: "run/same", RunID: "b", StartedAt: t0}, // (a tie: the first listed)
+	}
+	var got []string
+	for _, r := range latestOfEachRun(rows) {
+		got = append(got, r.WorkflowID+"/"+r.RunID)
+	}
+	if want := []string{"run/long/2", "run/other/1", "run/same/a"}; !slices.Equal(got, want) {
+		t.Errorf("rows %v, want %v", got, want)
+	}
+}
+
 // LOSS is "-" while none was measured (null in JSON, as `watch -o jsonl`
 // writes it), and a tiny loss stays visible; RECOVERIES and SAMPLES/S are
 // "-" where the run's status was not read (recoveries null in JSON).
