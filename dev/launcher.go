@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -104,7 +105,11 @@ func (p *Proc) StoppedAt(ctx context.Context, every time.Duration) time.Time {
 type Launcher struct {
 	// Command builds a `cann-train` invocation. Default SelfCommand.
 	Command CommandFunc
-	// LogDir receives one <name>.log per process; empty: inherit stderr.
+	// LogDir receives one <name>.log per process, appended to (each start
+	// marked by a line of its own): a process started again under the
+	// name, or by another launcher on the same directory, adds its lines
+	// after the earlier ones and truncates none a running process still
+	// writes. Empty: inherit stderr.
 	LogDir string
 	// Env is added to each child's environment.
 	Env []string
@@ -130,8 +135,12 @@ func (l *Launcher) Start(name string, args ...string) (*Proc, error) {
 		if err := os.MkdirAll(l.LogDir, 0o755); err != nil {
 			return nil, fmt.Errorf("log dir: %w", err)
 		}
-		f, err := os.Create(filepath.Join(l.LogDir, name+".log"))
+		f, err := os.OpenFile(filepath.Join(l.LogDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
+			return nil, fmt.Errorf("log file for %s: %w", name, err)
+		}
+		if _, err := fmt.Fprintf(f, "=== %s started %s: cann-train %s\n", time.Now().UTC().Format(time.RFC3339), name, strings.Join(args, " ")); err != nil {
+			f.Close()
 			return nil, fmt.Errorf("log file for %s: %w", name, err)
 		}
 		logFile = f

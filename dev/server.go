@@ -431,13 +431,19 @@ type PortInUseError struct {
 	UI   bool
 }
 
+// Error names the port asked for; a Temporal dev server is named as the
+// likely holder only of the port such a server takes by default (7233,
+// the Web UI's 8233), not of any port.
 func (e *PortInUseError) Error() string {
-	what := "frontend"
+	what, usual := "frontend", 7233
 	if e.UI {
-		what = "Web UI"
+		what, usual = "Web UI", 8233
 	}
-	return fmt.Sprintf("dev: %s port %d on %s: %v by another process (a Temporal dev server, `temporal server start-dev` or `cann-train dev`, listens on 7233 and 8233)",
-		what, e.Port, e.IP, ErrPortInUse)
+	who := "another process"
+	if e.Port == usual {
+		who += " (a Temporal dev server — `temporal server start-dev`, `cann-train dev` or a quickstart — takes it by default)"
+	}
+	return fmt.Sprintf("%s port %d on %s: %v by %s", what, e.Port, e.IP, ErrPortInUse, who)
 }
 
 func (e *PortInUseError) Unwrap() error { return ErrPortInUse }

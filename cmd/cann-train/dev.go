@@ -87,8 +87,13 @@ func newDevCmd(e *env) *cobra.Command {
 			if ui == "" {
 				ui = "off (--ui-port 0)"
 			}
-			fmt.Fprintf(e.out, "Temporal dev server: %s (namespace %s, db %s)\nWeb UI: %s\nCtrl-C to stop.\n",
+			fmt.Fprintf(e.out, "Temporal dev server: %s (namespace %s, db %s)\nWeb UI: %s\n",
 				srv.FrontendAddr(), srv.Namespace(), o.dbFile, ui)
+			// Workers and commands in other terminals dial 7233 unless told.
+			if line := e.reachExport(srv.FrontendAddr(), srv.Namespace(), srv.UIURL()); line != "" {
+				fmt.Fprintf(e.out, "Other terminals (workers, run, status) reach it with: %s\n", line)
+			}
+			fmt.Fprintln(e.out, "Ctrl-C to stop.")
 			<-cmd.Context().Done()
 			srv.Stop()
 			return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -343,14 +344,19 @@ func recordHistory(t *testing.T, h *history.History, name string) {
 }
 
 func dumpLogs(t *testing.T, dir string) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+	// (Recursive: a quickstart's logs are under logs/<run>/.)
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		b, _ := os.ReadFile(path)
 		if len(b) > 4000 {
 			b = b[len(b)-4000:]
 		}
-		t.Logf("--- %s (tail)\n%s", e.Name(), b)
-	}
+		rel, _ := filepath.Rel(dir, path)
+		t.Logf("--- %s (tail)\n%s", rel, b)
+		return nil
+	})
 }
 
 // TestNodeKilledMidRunIsReplaced SIGKILLs a node-worker process mid-chunk.

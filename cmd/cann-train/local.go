@@ -37,6 +37,28 @@ type localOptions struct {
 	anyPorts    bool
 	dataDir     string
 	metricsAddr string // the control worker's Prometheus endpoint ("": none)
+	// run, where set, keeps the logs of this cluster's processes under
+	// logs/<run> of dataDir: two quickstarts on one data dir (each holds
+	// its run's name, quickstartLock) write logs of their own.
+	run string
+}
+
+// logDir is where o's processes log.
+func (o localOptions) logDir() string {
+	if o.run != "" {
+		return filepath.Join(o.dataDir, "logs", o.run)
+	}
+	return filepath.Join(o.dataDir, "logs")
+}
+
+// localStartError adds to a server start's port clash the flag that gets
+// past it.
+func localStartError(err error) error {
+	var inUse *dev.PortInUseError
+	if errors.As(err, &inUse) && inUse.UI {
+		return fmt.Errorf("%w; stop it, or pass --ui-port -1 (any free port) or --ui-port 0 (no Web UI)", err)
+	}
+	return fmt.Errorf("%w; stop it, or pass --port 0 (any free port)", err)
 }
 
 func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, error) {
@@ -67,7 +89,7 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	}
 	if errors.Is(err, dev.ErrPortInUse) {
 		closeMetrics()
-		return nil, fmt.Errorf("%w; stop it, or pass --port 0 --ui-port -1 for free ports", err)
+		return nil, localStartError(err)
 	}
 	if err != nil {
 		closeMetrics()
@@ -81,7 +103,7 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 	// The in-process control worker (and its SDK client) log to a file
 	// beside the node workers': a recovery's warnings would break into
 	// the progress lines, which say it in a line of their own.
-	ctlLog, closeLog, err := fileLogger(e, log, filepath.Join(o.dataDir, "logs", "control.log"))
+	ctlLog, closeLog, err := fileLogger(e, log, filepath.Join(o.logDir(), "control.log"))
 	if err != nil {
 		closeMetrics()
 		srv.Stop()
@@ -96,12 +118,14 @@ func startLocal(ctx context.Context, e *env, o localOptions) (*localCluster, err
 		srv.Stop()
 		return nil, err
 	}
-	wctx, stopControl := context.WithCancel(ctx)
+	// Not ctx's child: after a Ctrl-C the control worker still answers
+	// the run's status query (where it stopped) until stop.
+	wctx, stopControl := context.WithCancel(context.WithoutCancel(ctx))
 	controlDone := make(chan error, 1)
 	go func() { controlDone <- workers.RunControl(wctx, c, srv.Namespace(), ctlLog) }()
 
 	ckptDir := filepath.Join(o.dataDir, "checkpoints")
-	launcher := &dev.Launcher{Command: e.command, LogDir: filepath.Join(o.dataDir, "logs")}
+	launcher := &dev.Launcher{Command: e.command, LogDir: o.logDir()}
 	lc := &localCluster{srv: srv, client: c, launcher: launcher, ckptURL: "file://" + ckptDir, dataDir: o.dataDir}
 	lc.stop = func() {
 		srv.Quiet() // (the teardown's failed polls are no news)

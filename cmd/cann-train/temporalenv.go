@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"net"
 	"os"
 
 	"github.com/spf13/pflag"
@@ -73,4 +75,25 @@ func (e *env) clientOptions(log *zap.Logger) (workers.ClientOptions, error) {
 		return workers.ClientOptions{}, e.temporalErr
 	}
 	return workers.ClientOptions{Address: e.address, Namespace: e.namespace, Logger: log, Connection: e.temporal}, nil
+}
+
+// reachExport is the shell line that points other commands (in other
+// terminals: status, pause, green override, worker) at a server this
+// command runs at frontend addr in namespace, its Web UI at ui ("": none),
+// or "" where they reach it as they are: the address, namespace and Web UI
+// this command resolved (flags, TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE, the
+// client configuration, CANN_TRAIN_UI) are the server's. A wildcard host
+// (`dev --ip 0.0.0.0`) is dialled as 127.0.0.1.
+func (e *env) reachExport(addr, namespace, ui string) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
+		addr = net.JoinHostPort("127.0.0.1", port)
+	}
+	if e.address == addr && e.namespace == namespace && e.webUI(os.Getenv("CANN_TRAIN_UI")) == ui {
+		return ""
+	}
+	line := "export TEMPORAL_ADDRESS=" + addr
+	if e.namespace != namespace {
+		line += " TEMPORAL_NAMESPACE=" + namespace
+	}
+	return line + " CANN_TRAIN_UI=" + cmp.Or(ui, "none")
 }

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -280,4 +281,66 @@ func startTLSProxy(t *testing.T, pki testPKI, backend string) *tlsProxy {
 		}
 	}()
 	return p
+}
+
+// TestReachExport: a server on other ports than the ones this shell's
+// commands dial (its address, namespace and Web UI as the flags,
+// TEMPORAL_* and CANN_TRAIN_UI resolve them) gets the line that points
+// other terminals at it; one they reach already gets none.
+func TestReachExport(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		ui                 string // CANN_TRAIN_UI
+		address, namespace string // this shell's
+		srv, srvNS, srvUI  string // the server's
+		want               string
+	}{
+		{"defaults", "", "127.0.0.1:7233", "default", "127.0.0.1:7233", "default", "http://127.0.0.1:8233", ""},
+		{"free ports", "", "127.0.0.1:7233", "default", "127.0.0.1:24067", "default", "http://127.0.0.1:29529",
+			"export TEMPORAL_ADDRESS=127.0.0.1:24067 CANN_TRAIN_UI=http://127.0.0.1:29529"},
+		{"dev --port 27841", "", "127.0.0.1:7233", "default", "127.0.0.1:27841", "default", "http://127.0.0.1:28841",
+			"export TEMPORAL_ADDRESS=127.0.0.1:27841 CANN_TRAIN_UI=http://127.0.0.1:28841"},
+		{"exported already", "", "127.0.0.1:27841", "default", "127.0.0.1:27841", "default", "http://127.0.0.1:28841", ""},
+		{"UI off", "", "127.0.0.1:7233", "default", "127.0.0.1:7233", "default", "", "export TEMPORAL_ADDRESS=127.0.0.1:7233 CANN_TRAIN_UI=none"},
+		{"UI elsewhere", "", "127.0.0.1:7233", "default", "127.0.0.1:7233", "default", "http://127.0.0.1:30000",
+			"export TEMPORAL_ADDRESS=127.0.0.1:7233 CANN_TRAIN_UI=http://127.0.0.1:30000"},
+		{"CANN_TRAIN_UI names it", "http://127.0.0.1:30000", "127.0.0.1:7233", "default", "127.0.0.1:7233", "default", "http://127.0.0.1:30000", ""},
+		{"shell points elsewhere", "", "remote.example:7233", "default", "127.0.0.1:7233", "default", "http://127.0.0.1:8233",
+			"export TEMPORAL_ADDRESS=127.0.0.1:7233 CANN_TRAIN_UI=http://127.0.0.1:8233"},
+		{"wildcard host", "", "127.0.0.1:7233", "default", "0.0.0.0:27841", "default", "http://0.0.0.0:28841",
+			"export TEMPORAL_ADDRESS=127.0.0.1:27841 CANN_TRAIN_UI=http://0.0.0.0:28841"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("CANN_TRAIN_UI", tc.ui)
+			e := &env{address: tc.address, namespace: tc.namespace}
+			if got := e.reachExport(tc.srv, tc.srvNS, tc.srvUI); got != tc.want {
+				t.Errorf("reachExport = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDevSaysHowToReachIt: `dev` on another port than 7233 prints the
+// export line that points workers and commands in other terminals at it
+// (a worker started next without it waited on 7233).
+func TestDevSaysHowToReachIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out syncBuffer
+	root := newRootCmd(&env{out: &out, err: io.Discard, command: childCommand})
+	root.SetArgs([]string{"dev", "--port", "0", "--ui-port", "0", "--db-file", filepath.Join(t.TempDir(), "t.db")})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	for !strings.Contains(out.String(), "Ctrl-C to stop.") {
+		select {
+		case err := <-done:
+			t.Fatalf("dev ended: %v\n%s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	<-done
+	if !regexp.MustCompile(`(?m)^Other terminals \(workers, run, status\) reach it with: export TEMPORAL_ADDRESS=127\.0\.0\.1:\d+ CANN_TRAIN_UI=none\nCtrl-C to stop\.$`).MatchString(out.String()) {
+		t.Errorf("dev said:\n%s", out.String())
+	}
 }
