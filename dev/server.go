@@ -10,13 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -36,7 +34,8 @@ import (
 	tserver "go.temporal.io/server/temporal"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sys/unix"
+
+	"github.com/cann-train/cann-train/internal/pidlock"
 )
 
 // ServerOptions configures the embedded server. The zero value is usable:
@@ -299,25 +298,15 @@ func lockDB(db string) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("dev: database dir: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("dev: lock file for db file %s: %w", db, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		holder := "pid unknown"
-		if b, rerr := io.ReadAll(io.LimitReader(f, 64)); rerr == nil && strings.TrimSpace(string(b)) != "" {
-			holder = "pid " + strings.TrimSpace(string(b))
-		}
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("dev: db file %s is %w (%s; lock file %s)", db, ErrDBInUse, holder, path)
-		}
+	f, err := pidlock.TryLock(path)
+	var held *pidlock.HeldError
+	switch {
+	case errors.As(err, &held):
+		return nil, fmt.Errorf("dev: db file %s is %w (%s; lock file %s)", db, ErrDBInUse, held.Holder, path)
+	case err != nil:
 		return nil, fmt.Errorf("dev: lock db file %s (%s): %w", db, path, err)
 	}
-	// (The pid is only for the message: without it the lock still holds.)
-	if f.Truncate(0) == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
+	pidlock.WritePID(f)
 	return f, nil
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/engine"
+	"github.com/cann-train/cann-train/internal/pidlock"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -414,28 +415,19 @@ func lockQuickstartRun(dataDir, name string) (*quickstartLock, error) {
 	}
 	path := filepath.Join(dir, name+".lock")
 	for {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("quickstart lock %s: %w", path, err)
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			holder := "pid unknown"
-			if b, rerr := io.ReadAll(io.LimitReader(f, 64)); rerr == nil && strings.TrimSpace(string(b)) != "" {
-				holder = "pid " + strings.TrimSpace(string(b))
-			}
-			f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, &quickstartRunningError{name: name, holder: holder, path: path}
-			}
+		f, err := pidlock.TryLock(path)
+		var held *pidlock.HeldError
+		switch {
+		case errors.As(err, &held):
+			return nil, &quickstartRunningError{name: name, holder: held.Holder, path: path}
+		case err != nil:
 			return nil, fmt.Errorf("quickstart lock %s: %w", path, err)
 		}
 		// The holder before removes the file as it lets go: a lock taken
 		// on the file it removed is on one no later quickstart sees.
-		var held, named unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(path, &named) == nil && held.Ino == named.Ino && held.Dev == named.Dev {
-			if f.Truncate(0) == nil {
-				_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-			}
+		var locked, named unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &locked) == nil && unix.Stat(path, &named) == nil && locked.Ino == named.Ino && locked.Dev == named.Dev {
+			pidlock.WritePID(f)
 			return &quickstartLock{f: f, path: path}, nil
 		}
 		f.Close()
