@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cann-train/cann-train/engine/launch"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -189,18 +187,7 @@ func TestCheckpointReadOnlyCommandsCreateNoBucket(t *testing.T) {
 			t.Fatalf("%v created the bucket's directory (%v)", args, err)
 		}
 	}
-	job := t.TempDir()
-	if err := os.WriteFile(filepath.Join(job, "model.pt"), []byte("weights"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	packed, _, err := launch.PackDir(job, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept := filepath.Join(t.TempDir(), fmt.Sprintf("step-%012d-%x.pack", 150, sha256.Sum256(packed)))
-	if err := os.WriteFile(kept, packed, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	kept := keptFile(t, 150, packedDir(t))
 	if out, errOut, err := cli("checkpoint", "store-kept", "r", kept, "--url", url); err != nil {
 		t.Fatalf("store-kept into a missing bucket: %v\n%s%s", err, out, errOut)
 	}

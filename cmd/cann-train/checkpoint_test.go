@@ -210,14 +210,7 @@ func fileStore(t *testing.T) (string, *checkpoint.Store) {
 func TestCheckpointVerifyExternal(t *testing.T) {
 	ctx := context.Background()
 	url, store := fileStore(t)
-	job := t.TempDir()
-	if err := os.WriteFile(filepath.Join(job, "model.pt"), []byte("weights"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	packed, _, err := launch.PackDir(job, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	packed := packedDir(t)
 	if _, _, err := store.SaveIncremental(ctx, "ext", 25, packed); err != nil {
 		t.Fatal(err)
 	}
@@ -343,18 +336,8 @@ func TestCheckpointPackedDirInABuiltInRun(t *testing.T) {
 	if err := store.WriteBlob(ctx, spec.JobKey("mnist"), data, "application/json"); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "model.pt"), []byte("weights"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	packed, _, err := launch.PackDir(dir, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept := filepath.Join(t.TempDir(), fmt.Sprintf("step-%012d-%x.pack", 300, sha256.Sum256(packed)))
-	if err := os.WriteFile(kept, packed, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	packed := packedDir(t)
+	kept := keptFile(t, 300, packed)
 	run := func(args ...string) (string, error) {
 		var out, errb bytes.Buffer
 		cmd := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
@@ -375,4 +358,29 @@ func TestCheckpointPackedDirInABuiltInRun(t *testing.T) {
 	if err == nil || !strings.Contains(out, "CORRUPT  step 300") || !strings.Contains(out, "an external job's checkpoint directory, in a run of the built-in model (mlp-mnist)") {
 		t.Errorf("verify of a packed directory in a built-in run: %v\n%s", err, out)
 	}
+}
+
+// packedDir is an external job's checkpoint directory, packed: one file.
+func packedDir(t *testing.T) []byte {
+	t.Helper()
+	job := t.TempDir()
+	if err := os.WriteFile(filepath.Join(job, "model.pt"), []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	packed, _, err := launch.PackDir(job, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return packed
+}
+
+// keptFile writes packed where a node keeps a checkpoint the bucket
+// refused, named as it names one (step and SHA-256), and returns its path.
+func keptFile(t *testing.T, step int64, packed []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("step-%012d-%x.pack", step, sha256.Sum256(packed)))
+	if err := os.WriteFile(path, packed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
