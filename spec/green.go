@@ -70,6 +70,9 @@ type GreenPolicy struct {
 	// Planner is online (default) or replan (see PlannerOnline).
 	Planner string `yaml:"planner" json:"planner,omitempty"`
 	// Deadline, from the run's start, by which training must be done.
+	// Unset (or 0, which the job file's decoding cannot tell from unset:
+	// both decode to a zero Duration before the defaults are applied)
+	// means 48h.
 	Deadline Duration `yaml:"deadline" json:"deadline,omitempty"`
 	// Interruptible runs may train in several slots; otherwise in one
 	// contiguous window.
@@ -278,8 +281,15 @@ func (g GreenPolicy) validate(bad func(field, format string, args ...any)) {
 	if g.Deadline == 0 {
 		bad("green.deadline", "must be positive")
 	}
-	if g.Deadline > 0 && g.MinSlot > g.Deadline {
+	switch {
+	case g.Deadline > 0 && g.MinSlot > g.Deadline:
 		bad("green.min_slot", "%s is longer than the deadline %s", g.MinSlot.D(), g.Deadline.D())
+	case g.MinSlot > 0 && !g.Interruptible:
+		// As green plan refuses --min-slot without --interruptible: a
+		// contiguous run trains in one slot, and min_slot would be
+		// silently ignored.
+		bad("green.min_slot", "%s is the shortest slot of an interruptible run: add interruptible: true "+
+			"(without it the run trains in one slot of its work)", g.MinSlot.D())
 	}
 	if g.BudgetG < 0 {
 		bad("green.budget_g", "must not be negative, got %g", g.BudgetG)

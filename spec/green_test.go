@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Planner online needs something to observe the present with: a trace
@@ -88,5 +89,22 @@ func TestGreenSourceOnline(t *testing.T) {
 		if got := tc.g.Source(); got != tc.want {
 			t.Errorf("Source() = %q, want %q", got, tc.want)
 		}
+	}
+}
+
+// TestGreenMinSlotNeedsInterruptible: min_slot without interruptible: true
+// is refused on its line, as green plan refuses --min-slot without
+// --interruptible (the audit's run v4 trained contiguously, min_slot
+// ignored); with it, it is kept.
+func TestGreenMinSlotNeedsInterruptible(t *testing.T) {
+	_, err := Parse("job.yaml", []byte("name: a\ngreen:\n  trace: x.csv\n  deadline: 24h\n  min_slot: 2h\n"))
+	var se *SpecError
+	if !errors.As(err, &se) || len(se.Fields) != 1 || se.Fields[0].Field != "green.min_slot" || se.Fields[0].Line != 5 ||
+		!strings.Contains(se.Fields[0].Msg, "add interruptible: true") {
+		t.Fatalf("err %v; want green.min_slot on line 5 asking for interruptible: true", err)
+	}
+	s, err := Parse("job.yaml", []byte("name: a\ngreen:\n  trace: x.csv\n  deadline: 24h\n  interruptible: true\n  min_slot: 2h\n"))
+	if err != nil || s.Green.MinSlot.D() != 2*time.Hour {
+		t.Fatalf("interruptible with min_slot: %v %+v", err, s.Green)
 	}
 }

@@ -87,7 +87,7 @@ func TestArgumentErrors(t *testing.T) {
 		{[]string{"bench", "compression", "--codec", "powersgd:0"}, []string{`powersgd rank "0": want a positive integer`}},
 		{[]string{"bench", "collective", "--ranks", "2", "--np", "3"}, []string{"--ranks 2 and --np 3: give the number of ranks once"}},
 		{[]string{"bench", "collective", "--ranks", "2", "--algo", "pairwise", "-e", "64"}, []string{"--algo pairwise implements none of the collectives asked for"}},
-		{[]string{"green", "report", "r", "--trace-start", "March"}, []string{`--trace-start "March": want an RFC 3339 time`}},
+		{[]string{"green", "report", "r", "--trace-start", "March"}, []string{`--trace-start "March": want RFC 3339, a date`}},
 		{[]string{"dev", "--port", "0", "--server-log-level", "loud"}, []string{`--server-log-level: log level "loud"`}},
 		{[]string{"worker", "node", "--id", "n", "--checkpoint-gc-grace", "0s"}, []string{"--checkpoint-gc-grace 0s: want at least 1s"}},
 	} {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,8 +49,10 @@ but replan on the seasonal forecast beats it in 7 of the 12 rows.
 Plans run on the trace's grid (hourly for most traces): --start rounds up
 to the next step, the deadline down, and --work and --min-slot up to whole
 steps, so a 10-second job is priced as one step and "run now" at 08:30 as
-from 09:00. --start is an RFC 3339 time, or a date or date and minute
-taken as UTC (2022-03-01, 2022-03-01T08:00).
+from 09:00. --start is a time as the trace readers take it: RFC 3339, a
+date, or a date and a time to the minute or second (T or a space between),
+with an offset (Z, +02:00, +0200) or without one, taken as UTC
+(2022-03-01, 2022-03-01T08:00Z, 2022-03-27T01:00:00, 2022-03-27 03:00+0200).
 
 --min-slot (with --interruptible) is the shortest slot: every slot lasts at
 least that long, the last one included, so a job never pauses with less
@@ -85,7 +88,7 @@ rule, so realized ≥ oracle always holds.`,
 			}
 			start, err := parseInstant(startArg)
 			if err != nil {
-				return fmt.Errorf("--start %q: want RFC 3339 (2022-03-01T08:00:00Z), or a UTC date or date and time (2022-03-01, 2022-03-01T08:00)", startArg)
+				return fmt.Errorf("--start %q: want %s", startArg, instantForms)
 			}
 			f, err := os.Open(trace)
 			if err != nil {
@@ -120,11 +123,15 @@ rule, so realized ≥ oracle always holds.`,
 			if errors.Is(err, carbon.ErrOutOfRange) || errors.Is(err, carbon.ErrNoHistory) {
 				// The window must lie within the trace, and a forecast
 				// other than perfect needs a day of it before the start.
-				const day = "2006-01-02T15:04Z"
+				const day = "2006-01-02T15:04Z" // parseInstant reads it back
 				earliest, latest := planStarts(series, forecast, deadline)
 				why := ""
 				if forecast != spec.ForecastPerfect {
 					why = fmt.Sprintf(" (a %s forecast needs a day of the trace before it)", forecast)
+				}
+				if earliest.After(latest) {
+					return fmt.Errorf("%s covers %s to %s: %s; --deadline %v is longer, so no --start fits (%w)",
+						trace, series.Start.UTC().Format(day), series.End().UTC().Format(day), traceRoom(series, forecast, "--deadline"), deadline, err)
 				}
 				return fmt.Errorf("%s covers %s to %s; the job's window is --start %s plus --deadline %v: "+
 					"start between %s%s and %s, or shorten --deadline (%w)", trace, series.Start.UTC().Format(day), series.End().UTC().Format(day),
@@ -136,14 +143,15 @@ rule, so realized ≥ oracle always holds.`,
 			if err != nil {
 				return err
 			}
-			return printGreenPlan(e, res, series, policy == "once", output)
+			q := planQuestion(series, job, policy, forecast, zone, column)
+			return printGreenPlan(e, res, series, policy == "once", output, &q)
 		},
 	}
 	f := plan.Flags()
 	f.StringVar(&trace, "trace", "", "carbon-intensity trace: CSV, or JSON as the Electricity Maps, UK Carbon Intensity or Carbon Aware SDK APIs answer")
 	f.StringVar(&zone, "zone", "", "zone (Electricity Maps Zone Id, the column of a plain CSV, a UK region's short name or id, a Carbon Aware SDK location)")
 	f.StringVar(&column, "column", "", `intensity column of an Electricity Maps export (default "direct"; e.g. "lca")`)
-	f.StringVar(&startArg, "start", "", "earliest start: RFC 3339, or a UTC date or date and minute (2022-03-01, 2022-03-01T08:00)")
+	f.StringVar(&startArg, "start", "", "earliest start: "+instantForms)
 	f.DurationVar(&work, "work", 0, "training time needed")
 	f.DurationVar(&deadline, "deadline", 0, "deadline, from --start")
 	f.DurationVar(&minSlot, "min-slot", 0, "shortest slot of an interruptible job (needs --interruptible), the last slot included")
@@ -162,6 +170,8 @@ rule, so realized ≥ oracle always holds.`,
 // Oracle and OracleSavings are null, and OracleError says why, when the
 // oracle could not be computed (the plan stands).
 type greenPlanJSON struct {
+	// The question answered, on the trace's grid (omitted where unknown).
+	*GreenQuestion
 	Baseline      float64    `json:"baseline_g_per_kwh"`
 	Planned       float64    `json:"planned_g_per_kwh"`
 	Realized      float64    `json:"realized_g_per_kwh"`
@@ -170,6 +180,35 @@ type greenPlanJSON struct {
 	OracleSavings *float64   `json:"oracle_savings_pct"`
 	OracleError   string     `json:"oracle_error,omitempty"`
 	Slots         []slotJSON `json:"slots"`
+}
+
+// GreenQuestion is what a plan answered: the job's window on the trace's
+// grid (the start rounded up, the deadline down), its work in whole steps,
+// the policy and forecast, and the trace (its zone or column where given,
+// and the range it holds).
+type GreenQuestion struct {
+	Start      time.Time `json:"start"`
+	Deadline   time.Time `json:"deadline"`
+	Step       string    `json:"step"`
+	WorkSteps  int       `json:"work_steps"`
+	Policy     string    `json:"policy"`
+	Forecast   string    `json:"forecast"`
+	Zone       string    `json:"zone,omitempty"`
+	Column     string    `json:"column,omitempty"`
+	TraceStart time.Time `json:"trace_start"`
+	TraceEnd   time.Time `json:"trace_end"`
+}
+
+// planQuestion is job's question on series.
+func planQuestion(series *carbon.Series, job carbon.Job, policy, forecast, zone, column string) GreenQuestion {
+	step := series.Step
+	start := job.Start.Truncate(step)
+	if start.Before(job.Start) {
+		start = start.Add(step)
+	}
+	return GreenQuestion{Start: start.UTC(), Deadline: job.Deadline.Truncate(step).UTC(), Step: step.String(),
+		WorkSteps: int((job.Work + step - 1) / step), Policy: policy, Forecast: forecast, Zone: cmp.Or(zone, series.Zone), Column: column,
+		TraceStart: series.Start.UTC(), TraceEnd: series.End().UTC()}
 }
 
 // slotJSON is a slot of `green plan -o json`: GPerKWh the trace's mean
@@ -205,8 +244,8 @@ func roundPct(x float64) float64 {
 // printGreenPlan writes r, each slot with the trace's intensity over it
 // and, where planned once (r's slots then carry the forecast's), the
 // forecast's.
-func printGreenPlan(e *env, r carbon.Result, trace *carbon.Series, planned bool, output string) error {
-	out := greenPlanJSON{Baseline: roundG(r.BaselineGPerKWh), Planned: roundG(r.PlannedGPerKWh), Realized: roundG(r.RealizedGPerKWh),
+func printGreenPlan(e *env, r carbon.Result, trace *carbon.Series, planned bool, output string, q *GreenQuestion) error {
+	out := greenPlanJSON{GreenQuestion: q, Baseline: roundG(r.BaselineGPerKWh), Planned: roundG(r.PlannedGPerKWh), Realized: roundG(r.RealizedGPerKWh),
 		SavingsPct: roundPct(r.SavingsPct), Slots: []slotJSON{}}
 	if r.OracleErr == nil {
 		orc, orcSaved := roundG(r.OracleGPerKWh), roundPct(r.OracleSavingsPct)
@@ -235,6 +274,11 @@ func printGreenPlan(e *env, r carbon.Result, trace *carbon.Series, planned bool,
 	if out.Oracle != nil {
 		oracle = fmt.Sprintf("%7.1f g/kWh (%s in hindsight)", *out.Oracle, savedText(*out.OracleSavings))
 	}
+	if q != nil {
+		const hm = "2006-01-02T15:04Z"
+		fmt.Fprintf(e.out, "window    %s – %s on the trace's %s grid (--start rounded up, the deadline down), %d step(s) of work; %s policy, %s forecast\n",
+			q.Start.Format(hm), q.Deadline.Format(hm), q.Step, q.WorkSteps, q.Policy, q.Forecast)
+	}
 	fmt.Fprintf(e.out, "run now   %7.1f g/kWh\nplanned   %7.1f g/kWh (by the forecast)\nrealized  %7.1f g/kWh (%s)\noracle    %s\n",
 		out.Baseline, out.Planned, out.Realized, savedText(out.SavingsPct), oracle)
 	tw := tabwriter.NewWriter(e.out, 0, 4, 2, ' ', 0)
@@ -249,17 +293,40 @@ func printGreenPlan(e *env, r carbon.Result, trace *carbon.Series, planned bool,
 	return tw.Flush()
 }
 
-// parseInstant reads an RFC 3339 time, or a date or date and minute
-// without a zone, taken as UTC.
+// instantForms says what parseInstant reads, for flag help and errors.
+const instantForms = "RFC 3339, a date, or a date and a time to the minute or second, with an offset (Z, +02:00, +0200) " +
+	"or without one, taken as UTC (2022-03-01, 2022-03-01T08:00Z, 2022-03-27T01:00:00, 2022-03-27 03:00+0200)"
+
+// parseInstant reads a time as the trace readers do (carbon.ParseTime:
+// RFC 3339, a date and a time to the minute or second with or without an
+// offset, Unix seconds…; without a zone, UTC), or a bare date (UTC
+// midnight); it reads back every time the green commands print.
 func parseInstant(s string) (time.Time, error) {
-	var err error
-	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
-		var t time.Time
-		if t, err = time.Parse(layout, s); err == nil {
-			return t.UTC(), nil
-		}
+	t, err := carbon.ParseTime(s)
+	if err == nil {
+		return t.UTC(), nil
+	}
+	if d, derr := time.Parse(time.DateOnly, strings.TrimSpace(s)); derr == nil {
+		return d.UTC(), nil
 	}
 	return time.Time{}, err
+}
+
+// traceRoom says how much of tr a plan can use — after the day a
+// forecast other than perfect reads before the start — and the longest
+// deadline (named by flag) that fits, for a deadline longer than that.
+func traceRoom(tr *carbon.Series, forecast, flag string) string {
+	earliest, _ := planStarts(tr, forecast, 0)
+	room := tr.End().Sub(earliest)
+	if forecast == spec.ForecastPerfect {
+		return fmt.Sprintf("it holds %v of data; %s must be at most %v", tr.End().Sub(tr.Start), flag, room)
+	}
+	if room <= 0 {
+		return fmt.Sprintf("it holds %v of data, less than the day a %s forecast reads before the start: no plan fits; use a longer trace or the perfect forecast",
+			tr.End().Sub(tr.Start), forecast)
+	}
+	return fmt.Sprintf("it holds %v of data, %v after the day a %s forecast reads before the start; %s must be at most %v",
+		tr.End().Sub(tr.Start), room, forecast, flag, room)
 }
 
 // checkGreenTrace reads a job's green.trace as the control worker will,
@@ -315,6 +382,10 @@ func checkGreenTrace(g *spec.GreenPolicy, now time.Time, local bool) (note strin
 	why := ""
 	if forecast != spec.ForecastPerfect {
 		why = fmt.Sprintf(", and a %s forecast a day of it before the start", forecast)
+	}
+	if earliest.After(latest) {
+		return "", fmt.Errorf("green.trace %s holds %s to %s: %s; green.deadline %s is longer, so no start fits",
+			g.Trace, tr.Start.Format(time.RFC3339), tr.End().Format(time.RFC3339), traceRoom(tr, forecast, "green.deadline"), g.Deadline.D())
 	}
 	if start.Before(earliest) || start.After(latest) {
 		what := "trace_start"

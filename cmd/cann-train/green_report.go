@@ -41,8 +41,12 @@ timeline: intensity, the chunks that ran and the planned slots.`,
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
-			if _, err := time.Parse(time.RFC3339, traceStart); traceStart != "" && err != nil {
-				return fmt.Errorf("--trace-start %q: want an RFC 3339 time such as 2022-03-01T08:00:00Z", traceStart)
+			if traceStart != "" {
+				ts, err := parseInstant(traceStart)
+				if err != nil {
+					return fmt.Errorf("--trace-start %q: want %s", traceStart, instantForms)
+				}
+				traceStart = ts.Format(time.RFC3339) // as a policy's trace_start is written
 			}
 			ctx := cmd.Context()
 			c, err := dialQuiet(ctx, e)
@@ -54,21 +58,12 @@ timeline: intensity, the chunks that ran and the planned slots.`,
 			if err != nil && st.RunID == "" {
 				return err
 			}
-			var policy spec.GreenPolicy
-			if st.Green != nil {
-				policy = st.Green.Policy
-			}
-			if trace != "" {
-				policy.Trace, policy.Provider = trace, ""
-				if zone != "" {
-					policy.Zone = zone
-				}
-			}
-			if traceStart != "" {
-				policy.TraceStart = traceStart
-			}
+			policy := reportPolicy(st, trace, zone, traceStart)
 			if policy.Trace == "" && policy.Provider == "" {
 				return fmt.Errorf("%s has no green policy: give --trace FILE to price it", st.RunID)
+			}
+			if err := checkReportTrace(st, policy, trace != ""); err != nil {
+				return err
 			}
 			rep, tl, err := greenReport(ctx, st, policy.WithDefaults())
 			if err != nil {
@@ -87,9 +82,74 @@ timeline: intensity, the chunks that ran and the planned slots.`,
 	f.StringVarP(&output, "output", "o", "text", "text or json")
 	f.StringVar(&svg, "svg", "", "write an SVG timeline to this file")
 	f.StringVar(&trace, "trace", "", "carbon-intensity CSV to price with (instead of the policy's signal)")
-	f.StringVar(&zone, "zone", "", "zone of --trace")
-	f.StringVar(&traceStart, "trace-start", "", "replay the trace from this time (RFC 3339) at the run's start")
+	f.StringVar(&zone, "zone", "", "zone of --trace (not the policy's: a plain CSV's column, an Electricity Maps Zone Id…)")
+	f.StringVar(&traceStart, "trace-start", "", "replay the trace from this time at the run's start: "+instantForms)
 	return cmd
+}
+
+// reportPolicy is the policy a report prices st with: the run's, with
+// --trace (and its --zone: the policy's zone and column were for its own
+// signal, not this file) and --trace-start in place of its own.
+func reportPolicy(st spec.RunStatus, trace, zone, traceStart string) spec.GreenPolicy {
+	var policy spec.GreenPolicy
+	if st.Green != nil {
+		policy = st.Green.Policy
+	}
+	if trace != "" {
+		policy.Trace, policy.Provider, policy.Zone, policy.Column = trace, "", zone, ""
+	}
+	if traceStart != "" {
+		policy.TraceStart = traceStart
+	}
+	return policy
+}
+
+// checkReportTrace refuses, before pricing, a trace file (given, or the
+// policy's where it opens here) that does not read, or that does not hold
+// the run: from its start to its last segment's end, replayed from
+// trace_start where set (as `run` refuses a trace_start outside the
+// trace).
+func checkReportTrace(st spec.RunStatus, policy spec.GreenPolicy, given bool) error {
+	if policy.Trace == "" || len(st.Segments) == 0 {
+		return nil
+	}
+	f, err := os.Open(policy.Trace)
+	if err != nil {
+		if given {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		return nil // the control worker's path: greenReport says what it can
+	}
+	defer f.Close()
+	tr, err := carbon.ReadTrace(f, carbon.TraceOptions{Zone: policy.Zone, Column: policy.Column})
+	if err != nil {
+		if !given && policy.Zone != "" && errors.Is(err, carbon.ErrHeader) {
+			return fmt.Errorf("green.trace %s: %w (zone %q comes from the run's policy; pass --trace with --zone)", policy.Trace, err, policy.Zone)
+		}
+		return fmt.Errorf("green.trace %s: %w", policy.Trace, err)
+	}
+	ts, replay, err := policy.TraceStartTime()
+	if err != nil || !replay {
+		return nil // a run priced at its own times: greenReport names what is missing
+	}
+	start := st.StartedAt
+	if start.IsZero() || st.Segments[0].Start.Before(start) {
+		start = st.Segments[0].Start
+	}
+	end := st.Segments[len(st.Segments)-1].End
+	span := end.Sub(start)
+	if ts.Before(tr.Start) || ts.Add(span).After(tr.End()) {
+		latest := tr.End().Add(-span)
+		fix := fmt.Sprintf("give a --trace-start between %s and %s", tr.Start.Format(time.RFC3339), latest.Format(time.RFC3339))
+		if latest.Before(tr.Start) {
+			fix = "the trace is shorter than the run: price it on a longer one"
+		}
+		return fmt.Errorf("%s holds %s to %s: trace_start %s replays the run's %v (%s to %s) from %s to %s, outside it; %s",
+			policy.Trace, tr.Start.Format(time.RFC3339), tr.End().Format(time.RFC3339), ts.Format(time.RFC3339),
+			span.Round(time.Second), start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339),
+			ts.Format(time.RFC3339), ts.Add(span).Format(time.RFC3339), fix)
+	}
+	return nil
 }
 
 // replayHint names --trace-start after an error that a trace not holding
@@ -368,7 +428,7 @@ func newGreenOverrideCmd(e *env) *cobra.Command {
 		Use:   "override RUN [--for 6h | --until T | --clear]",
 		Short: "Ignore a run's green policy, for good or for a while",
 		Long: `Tells the run to stop waiting for green windows: a wait in progress ends and
-the next chunks run at once, until --until (RFC 3339) or for --for, or for
+the next chunks run at once, until --until (a time as green plan --start takes it) or for --for, or for
 good when neither is given. --clear restores the policy.`,
 		Example: `  cann-train green override mnist-green --for 6h
   cann-train green override mnist-green --clear`,
@@ -385,7 +445,7 @@ good when neither is given. --clear restores the policy.`,
 			case until != "":
 				t, err := parseInstant(until)
 				if err != nil {
-					return fmt.Errorf("--until %q: want RFC 3339 (2026-05-06T18:00:00Z), or a UTC date or date and time (2026-05-06, 2026-05-06T18:00)", until)
+					return fmt.Errorf("--until %q: want %s", until, instantForms)
 				}
 				o.Until = t.UTC()
 				if !o.Until.After(time.Now()) {
@@ -422,7 +482,7 @@ good when neither is given. --clear restores the policy.`,
 	f := cmd.Flags()
 	f.DurationVar(&forD, "for", 0, "ignore the policy for this long")
 	atLeast(f, "1ns", "for")
-	f.StringVar(&until, "until", "", "ignore the policy until this time (RFC 3339)")
+	f.StringVar(&until, "until", "", "ignore the policy until this time: "+instantForms)
 	f.BoolVar(&clear, "clear", false, "apply the policy again")
 	return cmd
 }

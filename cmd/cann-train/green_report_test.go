@@ -242,3 +242,41 @@ func TestGreenReportAuditItems(t *testing.T) {
 		})
 	}
 }
+
+// TestGreenReportTraceChecks: --trace does not inherit the policy's zone
+// or column (the audit's run with zone XX could not be priced on the ES
+// trace), and a trace_start that replays the run outside the trace is
+// refused before pricing, naming what the trace holds and the starts that
+// fit (it failed with a "time outside series" of shifted times).
+func TestGreenReportTraceChecks(t *testing.T) {
+	trace := esTrace(t)
+	start := time.Date(2026, 12, 7, 2, 0, 0, 0, time.UTC)
+	st := spec.RunStatus{RunID: "run/g5", Phase: spec.PhaseCompleted, StartedAt: start,
+		Green:    &spec.GreenStatus{Policy: spec.GreenPolicy{Trace: "/elsewhere/xx.csv", Zone: "XX", Column: "lca", TraceStart: "2031-09-11T20:44:00Z"}},
+		Segments: []spec.Segment{{Start: start.Add(time.Hour), End: start.Add(3 * time.Hour), Nodes: 1, WallSeconds: 7200, ToStep: 100}}}
+	p := reportPolicy(st, trace, "", "2022-03-01T08:00:00Z")
+	if p.Trace != trace || p.Zone != "" || p.Column != "" || p.TraceStart != "2022-03-01T08:00:00Z" {
+		t.Fatalf("policy for --trace %+v", p)
+	}
+	if err := checkReportTrace(st, p, true); err != nil {
+		t.Fatalf("the ES trace without the policy's zone: %v", err)
+	}
+	if p := reportPolicy(st, trace, "ES", ""); p.Zone != "ES" || p.TraceStart != "2031-09-11T20:44:00Z" {
+		t.Fatalf("--zone ES: %+v", p)
+	}
+	for _, tc := range []struct{ ts, want string }{
+		{"2023-03-01T08:00:00Z", "holds 2022-01-01T00:00:00Z to 2023-01-01T00:00:00Z: trace_start 2023-03-01T08:00:00Z replays the run's 3h0m0s " +
+			"(2026-12-07T02:00:00Z to 2026-12-07T05:00:00Z) from 2023-03-01T08:00:00Z to 2023-03-01T11:00:00Z, outside it; " +
+			"give a --trace-start between 2022-01-01T00:00:00Z and 2022-12-31T21:00:00Z"},
+		{"2022-12-31T22:00:00Z", "outside it; give a --trace-start between"},
+		{"2021-12-31T22:00:00Z", "outside it; give a --trace-start between"},
+	} {
+		err := checkReportTrace(st, reportPolicy(st, trace, "", tc.ts), true)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("trace_start %s: %v; want %q", tc.ts, err, tc.want)
+		}
+	}
+	if err := checkReportTrace(st, reportPolicy(st, trace, "FR", ""), true); !errors.Is(err, carbon.ErrZone) {
+		t.Errorf("--zone FR on the ES export: %v", err)
+	}
+}

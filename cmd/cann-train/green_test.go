@@ -135,6 +135,14 @@ func TestParseInstant(t *testing.T) {
 		{"2022-03-01T08:00", time.Date(2022, 3, 1, 8, 0, 0, 0, time.UTC), true},
 		{"2022-03-01 08:00", time.Date(2022, 3, 1, 8, 0, 0, 0, time.UTC), true},
 		{"2022-03-01", time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC), true},
+		// What the hints print, seconds without a zone (UTC), offsets
+		// without a colon: the forms the trace readers take.
+		{"2022-01-02T00:00Z", time.Date(2022, 1, 2, 0, 0, 0, 0, time.UTC), true},
+		{"2022-03-27T01:00:00", time.Date(2022, 3, 27, 1, 0, 0, 0, time.UTC), true},
+		{"2022-03-27 01:00:00", time.Date(2022, 3, 27, 1, 0, 0, 0, time.UTC), true},
+		{"2022-03-27T03:00:00+0200", time.Date(2022, 3, 27, 1, 0, 0, 0, time.UTC), true},
+		{"2022-03-27 03:00 +0200", time.Date(2022, 3, 27, 1, 0, 0, 0, time.UTC), true},
+		{"2022-03-27 01:00:00 UTC", time.Date(2022, 3, 27, 1, 0, 0, 0, time.UTC), true},
 		{"03/01/2022", time.Time{}, false},
 		{"2022-13-01", time.Time{}, false},
 		{"", time.Time{}, false},
@@ -191,6 +199,11 @@ func TestCheckGreenTrace(t *testing.T) {
 		{name: "no day needed: perfect", g: &spec.GreenPolicy{Trace: good, TraceStart: "2022-03-01T05:00:00Z", Deadline: day, Forecast: spec.ForecastPerfect}, now: after},
 		{name: "deadline past the end", g: &spec.GreenPolicy{Trace: good, TraceStart: "2022-03-04T05:00:00Z", Deadline: day}, now: after,
 			fail: "start between 2022-03-02T00:00:00Z and 2022-03-04T00:00:00Z"},
+		// A deadline longer than the trace: no "start between" an end
+		// before its beginning, but what fits.
+		{name: "deadline longer than the trace", g: &spec.GreenPolicy{Trace: good, TraceStart: "2022-03-02T05:00:00Z", Deadline: spec.Duration(100 * time.Hour)}, now: after,
+			fail: "it holds 96h0m0s of data, 72h0m0s after the day a persistence forecast reads before the start; green.deadline must be at most 72h0m0s; " +
+				"green.deadline 100h0m0s is longer, so no start fits"},
 		{name: "work longer than the deadline", g: &spec.GreenPolicy{Provider: spec.ProviderUK, Work: spec.Duration(3 * time.Hour), Deadline: spec.Duration(2 * time.Hour)},
 			now: after, fail: "green.work 3h0m0s is longer than green.deadline 2h0m0s"},
 		{name: "replayed from outside", g: &spec.GreenPolicy{Trace: good, TraceStart: "2021-12-31T00:00:00Z"}, now: inside,
@@ -303,7 +316,7 @@ func TestGreenPlanAuditCases(t *testing.T) {
 	var out bytes.Buffer
 	root := newRootCmd(&env{out: &out, err: &out, command: childCommand})
 	root.SetArgs([]string{"green", "plan", "--help"})
-	if err := root.Execute(); err != nil || !strings.Contains(out.String(), "RFC 3339, or a UTC date or date and minute (2022-03-01, 2022-03-01T08:00)") {
+	if err := root.Execute(); err != nil || !strings.Contains(out.String(), "(2022-03-01, 2022-03-01T08:00Z, 2022-03-27T01:00:00, 2022-03-27 03:00+0200)") {
 		t.Errorf("--start's help does not say it takes a date: %v\n%s", err, out.String())
 	}
 }
@@ -317,13 +330,91 @@ func TestPrintGreenPlanWithoutOracle(t *testing.T) {
 		OracleGPerKWh: math.NaN(), OracleSavingsPct: math.NaN(), OracleErr: fmt.Errorf("oracle: %w", carbon.ErrSearchTooLarge),
 		Slots: []carbon.Slot{{Start: t0.Add(time.Hour), End: t0.Add(3 * time.Hour), MeanIntensity: 100}}}
 	var out bytes.Buffer
-	if err := printGreenPlan(&env{out: &out, err: &out}, r, tr, false, "text"); err != nil ||
+	if err := printGreenPlan(&env{out: &out, err: &out}, r, tr, false, "text", nil); err != nil ||
 		!strings.Contains(out.String(), "oracle    not computed: oracle: carbon: plan too large") || !strings.Contains(out.String(), "50.0% saved") {
 		t.Errorf("%v\n%s", err, out.String())
 	}
 	out.Reset()
-	if err := printGreenPlan(&env{out: &out, err: &out}, r, tr, false, "json"); err != nil ||
+	if err := printGreenPlan(&env{out: &out, err: &out}, r, tr, false, "json", nil); err != nil ||
 		!strings.Contains(out.String(), `"oracle_g_per_kwh": null`) || !strings.Contains(out.String(), `"oracle_error": "oracle: carbon: plan too large"`) {
+		t.Errorf("%v\n%s", err, out.String())
+	}
+}
+
+// TestGreenPlanTimeHints: the times an error prints are read back by
+// --start (the audit's hint 2022-01-02T00:00Z was refused), and a
+// --deadline longer than the trace says how much it holds and the longest
+// deadline that fits, instead of "start between" an end before the start.
+func TestGreenPlanTimeHints(t *testing.T) {
+	es := filepath.Join("..", "..", "..", "shared", "data", "carbon", "ES_2022_hourly.csv")
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short.csv")
+	var b strings.Builder
+	b.WriteString("time,ES\n")
+	t0 := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
+	for h := range 4 {
+		fmt.Fprintf(&b, "%s,%d\n", t0.Add(time.Duration(h)*time.Hour).Format("2006-01-02 15:04"), 100+h)
+	}
+	if err := os.WriteFile(short, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan := func(args ...string) error {
+		var out bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &out, command: childCommand})
+		root.SetArgs(append([]string{"green", "plan"}, args...))
+		return root.Execute()
+	}
+	err := plan("--trace", es, "--start", "2022-01-01T00:00:00Z", "--work", "2h", "--deadline", "24h")
+	if err == nil || !strings.Contains(err.Error(), "start between 2022-01-02T00:00Z") {
+		t.Fatalf("err %v; want the earliest start", err)
+	}
+	if err := plan("--trace", es, "--start", "2022-01-02T00:00Z", "--work", "2h", "--deadline", "24h"); err != nil {
+		t.Fatalf("the hint's time is refused: %v", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--trace", es, "--start", "2022-03-01T08:00:00Z", "--work", "1h", "--deadline", "100000h"},
+			"it holds 8760h0m0s of data, 8736h0m0s after the day a persistence forecast reads before the start; --deadline must be at most 8736h0m0s; " +
+				"--deadline 100000h0m0s is longer, so no --start fits"},
+		{[]string{"--trace", short, "--start", "2022-03-01T00:00:00Z", "--work", "1h", "--deadline", "5h", "--forecast", "perfect", "--interruptible"},
+			"it holds 4h0m0s of data; --deadline must be at most 4h0m0s; --deadline 5h0m0s is longer"},
+	} {
+		err := plan(tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "start between") {
+			t.Errorf("err %v; want %q", err, tc.want)
+		}
+	}
+}
+
+// TestGreenPlanSaysWhatItAnswered: JSON and text give the window on the
+// trace's grid (the start rounded up, the deadline down), the work in
+// steps, the policy and forecast, and the trace's zone and range.
+func TestGreenPlanSaysWhatItAnswered(t *testing.T) {
+	es := filepath.Join("..", "..", "..", "shared", "data", "carbon", "ES_2022_hourly.csv")
+	args := []string{"green", "plan", "--trace", es, "--start", "2022-03-01T08:30:00Z", "--work", "90m", "--deadline", "10h", "--interruptible"}
+	var out bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &out, command: childCommand})
+	root.SetArgs(append(args, "-o", "json"))
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var p greenPlanJSON
+	if err := json.Unmarshal(out.Bytes(), &p); err != nil || p.GreenQuestion == nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	want := GreenQuestion{Start: time.Date(2022, 3, 1, 9, 0, 0, 0, time.UTC), Deadline: time.Date(2022, 3, 1, 18, 0, 0, 0, time.UTC),
+		Step: "1h0m0s", WorkSteps: 2, Policy: "online", Forecast: "persistence", Zone: "ES",
+		TraceStart: time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC), TraceEnd: time.Date(2023, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if *p.GreenQuestion != want {
+		t.Errorf("question %+v; want %+v", *p.GreenQuestion, want)
+	}
+	out.Reset()
+	root = newRootCmd(&env{out: &out, err: &out, command: childCommand})
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil || !strings.Contains(out.String(),
+		"window    2022-03-01T09:00Z – 2022-03-01T18:00Z on the trace's 1h0m0s grid (--start rounded up, the deadline down), 2 step(s) of work; online policy, persistence forecast") {
 		t.Errorf("%v\n%s", err, out.String())
 	}
 }

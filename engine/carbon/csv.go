@@ -59,6 +59,13 @@ const timeForms = `RFC 3339; YYYY-MM-DD HH:MM[:SS[.fff]] (T or a space between) 
 	`Z, +01:00 or +0100, also after a space; YYYY/MM/DD HH:MM[:SS] in UTC; any of these with a trailing " UTC" or " GMT"; ` +
 	`or Unix seconds (9-11 digits) or milliseconds (12-13)`
 
+// ParseTime reads a time in any form the trace readers accept (timeForms:
+// RFC 3339, a date and a time of day to the minute or second, T or a
+// space between, in UTC or with an offset, a trailing " UTC", Unix
+// seconds or milliseconds); a time without a zone is UTC. Errors wrap
+// ErrBadTime and name the forms.
+func ParseTime(s string) (time.Time, error) { return parseTime(s) }
+
 func parseTime(s string) (time.Time, error) {
 	orig := s
 	s = strings.TrimSpace(s)
@@ -163,7 +170,8 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 		return nil, err
 	}
 	var pts []point
-	empty := 0 // rows without a value (missingCell)
+	var others []string // the zones of rows skipped for another zone
+	empty := 0          // rows without a value (missingCell)
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -184,6 +192,9 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 			}
 			if !strings.EqualFold(z, zone) {
 				if opts.Zone != "" {
+					if !slices.Contains(others, z) && len(others) < 20 {
+						others = append(others, z)
+					}
 					continue // another zone in a multi-zone export
 				}
 				return nil, fmt.Errorf("%w: %s column %d (%s): zone %q differs from %q; pass a zone to select one",
@@ -217,7 +228,11 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 		pts = append(pts, point{t: t, v: v, where: where})
 	}
 	if len(pts) == 0 && zc >= 0 && opts.Zone != "" {
-		return nil, fmt.Errorf("%w: no rows for zone %q", ErrHeader, opts.Zone)
+		if len(others) == 0 {
+			return nil, fmt.Errorf("%w: the Electricity Maps export has no rows for zone %q", ErrZone, opts.Zone)
+		}
+		return nil, fmt.Errorf("%w: the Electricity Maps export is for zone %s, not %q (column %d, %s); pass one of them as the zone",
+			ErrZone, quoteAll(others), opts.Zone, zc+1, header[zc])
 	}
 	s, err := buildSeries(pts, zone, opts.MaxGapSteps)
 	if err != nil && empty > 0 {
@@ -307,22 +322,30 @@ func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, er
 		return 0, 0, 0, "", fmt.Errorf("%w: no time column (time, timestamp or Datetime…) in %q", ErrHeader, h)
 	}
 	if direct >= 0 || lca >= 0 { // Electricity Maps export
-		switch c := strings.ToLower(opts.Column); c {
-		case "", "direct":
+		// Only its intensity columns: direct, lca (life cycle), or one of
+		// them by its header name.
+		switch c := strings.ToLower(opts.Column); {
+		case c == "" || c == "direct" || direct >= 0 && opts.Column == h[direct]:
 			vc = direct
-		case "lca":
+		case c == "lca" || lca >= 0 && opts.Column == h[lca]:
 			vc = lca
-		default:
-			for i, name := range h {
-				if name == opts.Column {
-					vc = i
-				}
-			}
 		}
 		if vc < 0 {
-			return 0, 0, 0, "", fmt.Errorf("%w: column %q not in Electricity Maps header %q", ErrHeader, opts.Column, h)
+			var valid []string
+			if direct >= 0 {
+				valid = append(valid, fmt.Sprintf("direct (%q)", h[direct]))
+			}
+			if lca >= 0 {
+				valid = append(valid, fmt.Sprintf("lca (%q)", h[lca]))
+			}
+			return 0, 0, 0, "", fmt.Errorf("%w: column %q is not an intensity column of this Electricity Maps export; want %s",
+				ErrHeader, cmpOr(opts.Column, "direct"), strings.Join(valid, " or "))
 		}
 		return tc, vc, zc, opts.Zone, nil
+	}
+	if opts.Column != "" {
+		return 0, 0, 0, "", fmt.Errorf("%w: a column (%q) picks an Electricity Maps export's intensity column (direct or lca), "+
+			"and this is a plain CSV (%q) without them: leave the column out (the zone names a plain CSV's column)", ErrHeader, opts.Column, h)
 	}
 	// Plain form: every column but the times and the series' labels
 	// (plainLabel) is a zone; --zone may still name any column.
@@ -363,4 +386,21 @@ func selectColumns(h []string, opts CSVOptions) (tc, vc, zc int, zone string, er
 		return 0, 0, 0, "", fmt.Errorf("%w: zone %q not among columns %q", ErrHeader, opts.Zone, zones)
 	}
 	return tc, vc, -1, h[vc], nil
+}
+
+// quoteAll quotes each of names, joined with commas.
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// cmpOr is s, or def when s is empty.
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

@@ -66,9 +66,13 @@ func (p Persistence) Forecast(now time.Time, horizon time.Duration) (*Series, er
 	}
 	out := &Series{Start: tr.TimeAt(i0), Step: tr.Step, Zone: tr.Zone, Values: make([]float64, 0, i1-i0)}
 	for j := i0; j < i1; j++ {
+		// Step k has finished at now iff k+1 ≤ i0 (i0 the step holding
+		// now): go back whole days until it has, in one division rather
+		// than a day at a time (a horizon of months made every forecast
+		// quadratic in it).
 		k := j - perDay
-		for tr.TimeAt(k + 1).After(now) { // step k not finished at now
-			k -= perDay
+		if k >= i0 {
+			k -= perDay * ((k-i0)/perDay + 1)
 		}
 		if k < 0 {
 			return nil, fmt.Errorf("%w: step at %s needs trace data from %s, before the trace start %s",
@@ -115,10 +119,11 @@ func (p Seasonal) Forecast(now time.Time, horizon time.Duration) (*Series, error
 	seasonal := func(j int) (float64, error) {
 		var sum float64
 		n := 0
-		for k := j - perDay; n < days && k >= 0; k -= perDay {
-			if tr.TimeAt(k + 1).After(now) {
-				continue
-			}
+		k := j - perDay
+		if k >= i0 { // not finished at now (k+1 > i0): skip those days at once
+			k -= perDay * ((k-i0)/perDay + 1)
+		}
+		for ; n < days && k >= 0; k -= perDay {
 			sum += tr.Values[k]
 			n++
 		}

@@ -470,13 +470,15 @@ func price(v float64) float64 {
 // from the past too (e.g. [EstimateErrors] at the job start). A deadline
 // that cannot hold the remaining work fails with ErrDeadlineTooShort.
 func (p Online) Decide(obs *Series, fc Forecaster, em ErrorModel, st OnlineState) (bool, Schedule, error) {
-	return p.decide(obs, fc, em, st, true)
+	return p.decide(obs, fc, em, st, true, nil)
 }
 
 // decide is Decide; without wantPlan, one-step interruptible and contiguous
 // jobs take Plan's decision for the first step directly (the same choice,
-// ties included, without building the schedule).
-func (p Online) decide(obs *Series, fc Forecaster, em ErrorModel, st OnlineState, wantPlan bool) (bool, Schedule, error) {
+// ties included, without building the schedule), and with sc, so do
+// interruptible jobs with a longer minimum slot (sc.firstMove, see
+// decide.go).
+func (p Online) decide(obs *Series, fc Forecaster, em ErrorModel, st OnlineState, wantPlan bool, sc *dpScratch) (bool, Schedule, error) {
 	if st.Remaining <= 0 {
 		return false, Schedule{}, fmt.Errorf("online: %w: remaining work %s is not positive", ErrInvalidJob, st.Remaining)
 	}
@@ -531,6 +533,10 @@ func (p Online) decide(obs *Series, fc Forecaster, em ErrorModel, st OnlineState
 				}
 			}
 			return cheaper < w.n, Schedule{}, nil
+		case sc != nil && (!w.running || w.r0 >= w.mm) && (len(v)-w.n+1)*w.n <= maxPlanCells:
+			// Plan's choice for the first step (runsDP's first state),
+			// without the plan: see decide.go.
+			return sc.firstMove(v, w.n, w.mm, w.running), Schedule{}, nil
 		}
 	}
 	plan, err := Plan(prices, sub)
@@ -561,19 +567,26 @@ func EvaluateOnline(trace *Series, fc Forecaster, job Job, p Online) (Result, er
 	if err != nil {
 		return Result{}, fmt.Errorf("evaluate: %w", err)
 	}
-	return evaluateOnline(trace, fc, job, p, em, orc, orcErr)
+	return evaluateOnline(trace, fc, job, p, em, orc, orcErr, true)
 }
 
-// evaluateOnline is EvaluateOnline with the error model and oracle given.
-func evaluateOnline(trace *Series, fc Forecaster, job Job, p Online, em ErrorModel, orc Schedule, orcErr error) (Result, error) {
+// evaluateOnline is EvaluateOnline with the error model and oracle given;
+// fast lets the decisions of interruptible jobs with a minimum slot skip
+// Plan where firstMove can tell (the same decisions; false is the old
+// path, which the tests compare it with).
+func evaluateOnline(trace *Series, fc Forecaster, job Job, p Online, em ErrorModel, orc Schedule, orcErr error, fast bool) (Result, error) {
 	step := trace.Step
 	t := trace.TimeAt(trace.ceilIndex(job.Start))
 	remaining := time.Duration((job.Work+step-1)/step) * step
 	var slots []Slot
 	var run time.Duration
 	planned, first := 0.0, true
+	var sc *dpScratch
+	if fast {
+		sc = &dpScratch{}
+	}
 	for remaining > 0 {
-		ok, plan, err := p.decide(trace, fc, em, OnlineState{Job: job, Now: t, Remaining: remaining, RunLength: run}, first)
+		ok, plan, err := p.decide(trace, fc, em, OnlineState{Job: job, Now: t, Remaining: remaining, RunLength: run}, first, sc)
 		if err != nil {
 			return Result{}, fmt.Errorf("evaluate: decision at %s: %w", t.UTC().Format(time.RFC3339), err)
 		}

@@ -38,7 +38,7 @@ func TestOnlineNoFuture(t *testing.T) {
 					st := OnlineState{Job: job, Now: now, Remaining: 5 * time.Hour, RunLength: 0}
 					run, plan, err := p.Decide(tr, Persistence{tr}, em, st)
 					require.NoError(t, err)
-					fast, _, err := p.decide(tr, Persistence{tr}, em, st, false)
+					fast, _, err := p.decide(tr, Persistence{tr}, em, st, false, &dpScratch{})
 					require.NoError(t, err)
 					require.Equal(t, run, fast, "fast path and Plan disagree")
 					return run, plan, em

@@ -112,7 +112,7 @@ func evalSavings(t *testing.T, s *Series, jobs []Job, pol Online, grid bool) sav
 		}
 		if grid {
 			for k, p := range cvPolicies {
-				res, err := evaluateOnline(s, per, job, p, ems[p.Correction], orc, nil)
+				res, err := evaluateOnline(s, per, job, p, ems[p.Correction], orc, nil, true)
 				add(&r.onlineZ[k], res, err)
 			}
 			continue
@@ -123,7 +123,7 @@ func evalSavings(t *testing.T, s *Series, jobs []Job, pol Online, grid bool) sav
 		add(&r.replSav, res, err)
 		res, err = EvaluateReplanned(s, Seasonal{Trace: s}, job)
 		add(&r.seasonalReplSav, res, err)
-		res, err = evaluateOnline(s, per, job, pol, ems[pol.Correction], orc, nil)
+		res, err = evaluateOnline(s, per, job, pol, ems[pol.Correction], orc, nil, true)
 		add(&r.online, res, err)
 		lagged := pol
 		lagged.Lag = s.Step

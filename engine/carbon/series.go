@@ -19,6 +19,10 @@ var (
 	// ErrHeader: a CSV header is not a recognised form, or the requested
 	// zone/column is not in it.
 	ErrHeader = errors.New("carbon: unrecognised header")
+	// ErrZone: a trace holds other zones than the one asked for (its
+	// messages name the zones it holds); errors.Is(err, ErrHeader) holds
+	// for it too.
+	ErrZone error = &aliasError{msg: "carbon: zone not in the trace", alias: ErrHeader}
 	// ErrJSONAnswer: a JSON answer is none of the known shapes, the zone
 	// (region, location) asked for is not the one it is for or not among
 	// those it holds, or it holds several and none was asked for. It is
@@ -109,7 +113,8 @@ type GapError struct {
 }
 
 func (e *GapError) Error() string {
-	return fmt.Sprintf("%s: %s: no data from %s to %s (%d missing steps of %s; at most %d are interpolated)",
+	return fmt.Sprintf("%s: %s: no data from %s to %s (%d missing steps of %s; at most %d are interpolated): "+
+		"a trace is read whole, so cut the file at the gap and plan on the part before or after it, or fill in the missing readings",
 		ErrGap, e.Where, e.Start.UTC().Format(time.RFC3339), e.End.UTC().Format(time.RFC3339), e.Missing, e.Step, e.Max)
 }
 
@@ -282,10 +287,60 @@ func (p point) value() string {
 	return strconv.FormatFloat(p.v, 'g', -1, 64)
 }
 
+// inferStep is the most common of the spacings counted in count. Of
+// equally common ones it takes the largest whose grid (from the first
+// point) every point off it merely splits — it lies between two points on
+// the grid one step apart —: rows at 00:00, 01:00, 01:30, 02:00 and 03:00
+// are an hourly trace with a row off its grid (which buildSeries then
+// refuses), not a 30-minute one with two readings missing. Otherwise the
+// smallest: 00:00, 01:00 and 03:00 are an hourly trace with a reading
+// missing.
+func inferStep(pts []point, count map[time.Duration]int) time.Duration {
+	best := 0
+	var tied []time.Duration
+	for d, n := range count {
+		switch {
+		case n > best:
+			best, tied = n, append(tied[:0], d)
+		case n == best:
+			tied = append(tied, d)
+		}
+	}
+	slices.Sort(tied)
+	for _, d := range slices.Backward(tied[1:]) {
+		if splitsOnly(pts, d) {
+			return d
+		}
+	}
+	return tied[0]
+}
+
+// splitsOnly: every point off the grid of d from pts[0] lies between two
+// points on it d apart.
+func splitsOnly(pts []point, d time.Duration) bool {
+	on := func(i int) bool { return pts[i].t.Sub(pts[0].t)%d == 0 }
+	prev := 0 // the last point on the grid
+	for i := 1; i < len(pts); i++ {
+		if on(i) {
+			prev = i
+			continue
+		}
+		next := i + 1
+		for next < len(pts) && !on(next) {
+			next++
+		}
+		if next == len(pts) || pts[next].t.Sub(pts[prev].t) != d {
+			return false
+		}
+		i = next - 1
+	}
+	return true
+}
+
 // buildSeries turns time-ordered points (oldest first, or all newest
 // first) into a regular Series: it drops repeated points (dropRepeats),
 // infers the step as the most common spacing between consecutive points
-// (the smaller of equally common ones), checks that every spacing is a
+// (inferStep breaks ties), checks that every spacing is a
 // whole number of steps — a point off that grid is refused
 // (ErrIrregular) naming it and the point before, rather than turning an
 // hourly trace into a finer grid of interpolated values —, fills gaps of
@@ -320,12 +375,7 @@ func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 		}
 		count[d]++
 	}
-	var step time.Duration
-	for d, n := range count {
-		if step == 0 || n > count[step] || (n == count[step] && d < step) {
-			step = d
-		}
-	}
+	step := inferStep(pts, count)
 	for i := 1; i < len(pts); i++ {
 		if d := pts[i].t.Sub(pts[i-1].t); d%step != 0 {
 			return nil, fmt.Errorf("%w: %s: time %s is %s after the reading before it (%s, %s): not on the trace's grid of %s "+

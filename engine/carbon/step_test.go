@@ -58,6 +58,11 @@ func TestStepIsTheMostCommonSpacing(t *testing.T) {
 		{"a day of half hours after a week of hours", hours(24*7, nil) + halfHours(t1.Add(7*24*time.Hour), 48), 0, 0,
 			[]string{"line 171: time 2022-03-08T00:30:00Z is 30m0s after the reading before it (line 170", "grid of 1h0m0s (its most common spacing, 168 of 215)"}},
 		{"as many 1 h as 2 h spacings: the smaller", "time,ES\n2022-03-01 00:00,1\n2022-03-01 01:00,2\n2022-03-01 03:00,4\n", time.Hour, 4, nil},
+		// A tie goes to the larger spacing where most rows lie on its
+		// grid (the audit's offgrid.csv was read as a 30-minute trace
+		// with 00:30 and 02:30 interpolated).
+		{"as many 30 min as 1 h spacings, most rows hourly: the row off the hour", "time,ES\n2022-03-01 00:00,1\n2022-03-01 01:00,2\n2022-03-01 01:30,3\n2022-03-01 02:00,4\n2022-03-01 03:00,5\n", 0, 0,
+			[]string{"line 4: time 2022-03-01T01:30:00Z is 30m0s after the reading before it", "grid of 1h0m0s (its most common spacing, 2 of 4)"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

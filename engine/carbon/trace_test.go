@@ -29,7 +29,7 @@ var realTraces = []realTrace{
 	{"DE_2020_15min_letswaitawhile.csv", "DE", 15 * time.Minute, 37147 + 2, 315},
 }
 
-func loadTrace(t *testing.T, rt realTrace) *Series {
+func loadTrace(t testing.TB, rt realTrace) *Series {
 	t.Helper()
 	path := filepath.Join(traceDir, rt.file)
 	f, err := os.Open(path)
