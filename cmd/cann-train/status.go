@@ -1624,14 +1624,14 @@ func printGreen(w io.Writer, g *spec.GreenStatus, live bool, now time.Time) {
 	}
 	if pl := g.Plan; pl != nil && live {
 		fmt.Fprintf(w, "  plan       %d slot(s) for %s of training by %s: %.0f g/kWh expected vs %.0f running now (planned %s)\n",
-			len(pl.Slots), pl.Work.D().Round(time.Second), pl.Deadline.UTC().Format("2006-01-02 15:04 UTC"),
+			len(pl.Slots), roughDuration(pl.Work.D()), pl.Deadline.UTC().Format("2006-01-02 15:04 UTC"),
 			pl.ExpectedGPerKWh, pl.BaselineGPerKWh, pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"))
 		for _, sl := range pl.Slots {
 			fmt.Fprintf(w, "    %s\n", sl.Label(pl.MadeAt))
 		}
 	} else if pl != nil {
 		// (An ended run's last plan is history: its windows will not be.)
-		fmt.Fprintf(w, "  last plan  made %s, for the %s of training then left\n", pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), pl.Work.D().Round(time.Second))
+		fmt.Fprintf(w, "  last plan  made %s, for %s of training then left\n", pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), roughDuration(pl.Work.D()))
 	}
 	// The intensity read at the last plan: the present only while the run
 	// goes on (an ended run's "now" was a stale reading).
@@ -1643,8 +1643,12 @@ func printGreen(w io.Writer, g *spec.GreenStatus, live bool, now time.Time) {
 	default:
 		reading = fmt.Sprintf("last read %.0f g/kWh; ", g.NowGPerKWh)
 	}
-	fmt.Fprintf(w, "  carbon     %.4f kWh, %.2f g CO2eq (%.0f g/kWh); %s%d green wait(s), %.2f h waited\n",
-		g.KWh, g.Grams, g.GPerKWh, reading, g.Waits, g.Waited(now)/3600)
+	waited := fmt.Sprintf("%.2f h", g.Waited(now)/3600)
+	if d := time.Duration(g.Waited(now) * float64(time.Second)); d < time.Hour {
+		waited = roughDuration(d) // (27s, not 0.01 h)
+	}
+	fmt.Fprintf(w, "  carbon     %.4f kWh, %.2f g CO2eq (%.0f g/kWh); %s%d green wait(s), %s waited\n",
+		g.KWh, g.Grams, g.GPerKWh, reading, g.Waits, waited)
 	if g.Batch > 0 && p.Batch != nil {
 		last := ""
 		if g.BatchAction != "" {
@@ -1823,4 +1827,13 @@ func recoveryHeadline(r RecoverySummary) string {
 	}
 	return fmt.Sprintf("gen %d: %s → %s at step %d, rewound to %d (%d steps lost)",
 		r.Generation, failed, strings.Join(to, ", "), r.FailedAtStep, r.ResumeStep, r.LostSteps)
+}
+
+// roughDuration is d to the second, and a positive d under one "under 1s"
+// (not "0s", which reads as none).
+func roughDuration(d time.Duration) string {
+	if d > 0 && d < time.Second {
+		return "under 1s"
+	}
+	return d.Round(time.Second).String()
 }

@@ -773,6 +773,28 @@ func TestStatusTextRefusedSignal(t *testing.T) {
 	}
 }
 
+// Under an hour waited reads as a duration (27s, not "0.01 h"), a plan
+// for less than a second of training as "under 1s" (not "0s").
+func TestPrintGreenShortTimes(t *testing.T) {
+	now := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
+	pl := &spec.CarbonPlan{MadeAt: now.Add(-time.Minute), Deadline: now.Add(time.Hour), Work: spec.Duration(300 * time.Millisecond)}
+	g := &spec.GreenStatus{Policy: spec.GreenPolicy{Trace: "x.csv"}.WithDefaults(), Plan: pl, Waits: 1, WaitedSeconds: 27.4}
+	for _, tc := range []struct {
+		live bool
+		want string
+	}{
+		{true, "plan       0 slot(s) for under 1s of training"},
+		{true, "1 green wait(s), 27s waited"},
+		{false, "for under 1s of training then left"},
+	} {
+		var b bytes.Buffer
+		printGreen(&b, g, tc.live, now)
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("live %v:\n%s\nwant %q", tc.live, b.String(), tc.want)
+		}
+	}
+}
+
 // The green lines: a pricing problem in its own line, worded for a run
 // that goes on or has ended; the wait in progress counted in "h waited".
 func TestPrintGreenPricingAndWaiting(t *testing.T) {
@@ -809,7 +831,7 @@ func TestPrintGreenPlanOfAnEndedRun(t *testing.T) {
 		want, miss []string
 	}{
 		{true, []string{"  plan       1 slot(s) for 20m0s of training", "g/kWh); now 180 g/kWh; 0 green wait(s)"}, []string{"last plan", "last read"}},
-		{false, []string{"  last plan  made 2026-12-06 13:00 UTC, for the 20m0s of training then left", "g/kWh); last read 180 g/kWh; 0 green wait(s)"},
+		{false, []string{"  last plan  made 2026-12-06 13:00 UTC, for 20m0s of training then left", "g/kWh); last read 180 g/kWh; 0 green wait(s)"},
 			[]string{"slot(s)", "now 180"}},
 	} {
 		var b bytes.Buffer
