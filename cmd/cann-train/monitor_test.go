@@ -359,6 +359,27 @@ func TestBarLine(t *testing.T) {
 	}
 }
 
+// The bar keeps its width while the figures after it change length by a
+// digit or two (it jumped at every redraw in a terminal a little narrow
+// for a full bar).
+func TestBarLineWidthSteady(t *testing.T) {
+	training := spec.RunStatus{Phase: spec.PhaseTraining, TotalSteps: 400000}
+	bar := func(line string) string {
+		i, j := strings.Index(line, "["), strings.Index(line, "]")
+		if i < 0 || j < i {
+			t.Fatalf("no bar in %q", line)
+		}
+		return line[i : j+1]
+	}
+	for cols := 96; cols <= 106; cols++ {
+		a := bar(barLine(training, 32001, 0.0071, 38368, 334*time.Second, true, cols))
+		b := bar(barLine(training, 32001, 0.00712, 9368, 34*time.Second, true, cols))
+		if len(a) != len(b) {
+			t.Errorf("%d columns: bar %q, then %q", cols, a, b)
+		}
+	}
+}
+
 // TestLiveBarClears: a line said while the bar is drawn (a recovery, a
 // wait) starts on a cleared line, not after the bar.
 func TestLiveBarClears(t *testing.T) {

@@ -751,11 +751,19 @@ func barLine(st spec.RunStatus, step int64, loss float32, sps float64, eta time.
 	if st.Phase == spec.PhaseTraining && sps > 0 {
 		tail += fmt.Sprintf("  %.0f samples/s", sps)
 	}
+	// The bar is as wide as the room left by the head and what the tail
+	// may need — the figures' widest, not this redraw's: a figure a digit
+	// longer or shorter must not move the bar at every redraw.
+	need := utf8.RuneCountInString(tail)
+	if st.Phase == spec.PhaseTraining {
+		need = max(need, utf8.RuneCountInString(figuresWidest))
+	}
 	if st.Detail != "" {
 		tail += "  " + st.Detail
+		need += 2 + utf8.RuneCountInString(st.Detail)
 	}
 	room := cols - 1
-	if n := min(30, room-utf8.RuneCountInString(head+tail)-3); n >= 10 && st.TotalSteps > 0 {
+	if n := min(30, room-utf8.RuneCountInString(head)-3-need); n >= 10 && st.TotalSteps > 0 {
 		done := int(int64(n) * min(step, st.TotalSteps) / st.TotalSteps)
 		head += " [" + strings.Repeat("#", done) + strings.Repeat("-", n-done) + "]"
 	}
@@ -764,6 +772,10 @@ func barLine(st spec.RunStatus, step int64, loss float32, sps float64, eta time.
 	}
 	return head + tail
 }
+
+// figuresWidest is as wide as a training run's figures in the live line
+// get (barLine).
+const figuresWidest = "  ETA 59m59s  loss 0.0001234  1234567 samples/s"
 
 // etaText is an ETA to the second, or to the minute past an hour.
 func etaText(d time.Duration) string {
