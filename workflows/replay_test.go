@@ -102,7 +102,9 @@ import (
 // lost, and resumed from it (versionResolveWaits), and
 // trainingrun_skip_gone.json, a run whose bucket lost three checkpoints
 // and that fell back past the older missing ones in one restart
-// (versionSkipGone), and trainingrun_slow_drain.json, a run with
+// (versionSkipGone), trainingrun_skip_gone_norestart.json, the same once
+// such a fallback counted no restart (versionCorruptNoRestart), and
+// trainingrun_slow_drain.json, a run with
 // slow_node: drain that drained its throttled node and moved off it, and
 // trainingrun_slow_replace.json, one with slow_node: replace that left it
 // for the spare without draining it (AcquireRequest.Leave), and
@@ -279,6 +281,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_outage.json", spec.WorkflowTrainingRun},                   // a server outage outlived on the same nodes (versionServiceOutage)
 		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},             // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
 		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},                // fell back past deleted checkpoints in one restart (versionSkipGone)
+		{"trainingrun_skip_gone_norestart.json", spec.WorkflowTrainingRun},      // the same, the fallback counting no restart (versionCorruptNoRestart)
 		{"trainingrun_slow_drain.json", spec.WorkflowTrainingRun},               // drained its slow node (slow_node: drain) and moved off it
 		{"trainingrun_slow_replace.json", spec.WorkflowTrainingRun},             // left its slow node for a free one (slow_node: replace; no version)
 		{"trainingrun_other_data.json", spec.WorkflowTrainingRun},               // a node on other data given back, the run's learnt (no version)

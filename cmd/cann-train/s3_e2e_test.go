@@ -168,7 +168,7 @@ func TestRunSkipsDeletedCheckpoints(t *testing.T) {
 	if hidden.Load() == 0 {
 		t.Error("no request for a deleted manifest")
 	}
-	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_skip_gone.json")
+	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_skip_gone_norestart.json")
 }
 
 // unreadChunks fails, while failing, every read of an object under
