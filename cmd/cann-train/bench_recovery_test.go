@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -158,12 +157,8 @@ func TestBenchRecoveryTrials(t *testing.T) {
 // the same bucket stay.
 func TestPurgeCheckpoints(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	url := "file://" + dir
-	store, err := checkpoint.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, store := fileStore(t)
+	dir := strings.TrimPrefix(url, "file://")
 	payload := bytes.Repeat([]byte("weights!"), 1<<16)
 	for _, run := range []string{"trial", "other"} {
 		for step := int64(50); step <= 100; step += 50 {
@@ -172,7 +167,6 @@ func TestPurgeCheckpoints(t *testing.T) {
 			}
 		}
 	}
-	store.Close()
 	files := func(run string) (n int) {
 		_ = filepath.WalkDir(filepath.Join(dir, "runs", run), func(p string, d fs.DirEntry, err error) error {
 			if err == nil && !d.IsDir() && (strings.Contains(p, "/chunks/") || strings.Contains(p, "/ckpt/")) {

@@ -179,9 +179,10 @@ checkpoint was not checked.`,
 			}
 			out := []verdict{}
 			var bad []int64
+			model := builtinModel(cmd.Context(), store, run)
 			for _, r := range refs {
 				v := verdict{Run: run, Step: r.Step, Key: r.Key, OK: true, State: "ok"}
-				if err := checkLoads(cmd.Context(), store, r); err != nil {
+				if err := checkLoads(cmd.Context(), store, r, model); err != nil {
 					v.OK, v.State, v.Problem = false, "corrupt", err.Error()
 					var ce *checkpoint.CorruptError
 					if errors.As(err, &ce) {
@@ -387,7 +388,7 @@ unless its job keeps them too (keep_every).`,
 			if err != nil {
 				return err
 			}
-			good, spared, corrupt, err := keepOneThatLoads(ctx, store, refs, keep, newest)
+			good, spared, corrupt, err := keepOneThatLoads(ctx, store, refs, keep, newest, builtinModel(ctx, store, run))
 			if err != nil {
 				return err
 			}
@@ -519,9 +520,9 @@ knows.`,
 				return fmt.Errorf("no run %s here: Temporal has no run/%s and %s holds none of its checkpoints (a typo? `cann-train dashboard` lists the runs)",
 					run, run, url)
 			}
-			if job, ok := storedJobIn(cmd.Context(), store, run); ok && !job.IsExternal() {
+			if model := builtinModel(cmd.Context(), store, run); model != "" {
 				return fmt.Errorf("run %s trains the built-in model (%s), whose checkpoints are engine states its nodes save themselves: %s is an external job's checkpoint directory, which it cannot restore (another run's file?)",
-					run, job.Model.Kind, file)
+					run, model, file)
 			}
 			if n := len(refs); n > 0 && refs[n-1].Step >= step {
 				return fmt.Errorf("%s already holds run %s's checkpoint at step %d, not older than the kept one at step %d: nothing to store",
@@ -560,14 +561,15 @@ func openBucket(ctx context.Context, url, run string, o checkpoint.Options) (*ch
 	return store, err
 }
 
-// storedJobIn is the job run stored next to its checkpoints in store
-// (spec.JobKey); ok false when there is none or it does not read.
-func storedJobIn(ctx context.Context, store *checkpoint.Store, run string) (s spec.RunSpec, ok bool) {
-	data, err := store.ReadBlob(ctx, spec.JobKey(run), 1<<20)
-	if err != nil || json.Unmarshal(data, &s) != nil || s.Name != run {
-		return spec.RunSpec{}, false
+// builtinModel is the built-in model run trains, as the job it stored
+// next to its checkpoints in store says ("": an external job's, or no
+// stored job that reads).
+func builtinModel(ctx context.Context, store *checkpoint.Store, run string) string {
+	job, err := readStoredJob(ctx, store, run)
+	if err != nil || job.IsExternal() {
+		return ""
 	}
-	return s, true
+	return job.Model.Kind
 }
 
 // noCheckpoints is what ls, verify and gc end with for a run that has no
@@ -613,17 +615,19 @@ func corruptWhy(ce *checkpoint.CorruptError) string {
 // engine at r's step —, as a resume would. A bad checkpoint is a
 // *checkpoint.CorruptError naming the bad object; one deleted since it was
 // listed wraps checkpoint.ErrNotFound; any other error is the storage's.
-func checkLoads(ctx context.Context, store *checkpoint.Store, r checkpoint.Ref) error {
+// model is the built-in model the run trains (builtinModel; "": an
+// external job's, or unknown), which cannot restore a checkpoint directory.
+func checkLoads(ctx context.Context, store *checkpoint.Store, r checkpoint.Ref, model string) error {
 	payload, err := store.Load(ctx, r)
 	if err != nil {
 		return err
 	}
 	if launch.IsPackedDir(payload) {
-		if job, ok := storedJobIn(ctx, store, r.Run); ok && !job.IsExternal() {
+		if model != "" {
 			// (Stored by hand with store-kept, say: the run's model
 			// cannot restore it.)
 			return &checkpoint.CorruptError{Key: r.Key, Reason: fmt.Sprintf(
-				"an external job's checkpoint directory, in a run of the built-in model (%s) that cannot restore it", job.Model.Kind)}
+				"an external job's checkpoint directory, in a run of the built-in model (%s) that cannot restore it", model)}
 		}
 		if _, derr := launch.CheckPacked(payload); derr != nil {
 			return &checkpoint.CorruptError{Key: r.Key, Reason: "checkpoint directory does not unpack", Err: derr}
@@ -663,14 +667,14 @@ type badCheckpoint struct {
 // which ones are corrupt, on stdout and stderr. An error loading one that
 // is not its corruption (the storage's) stops gc before it deletes
 // anything: it cannot tell whether the checkpoint is good.
-func keepOneThatLoads(ctx context.Context, store *checkpoint.Store, refs []checkpoint.Ref, keep []bool, newest int64) (good int, spared bool, corrupt []badCheckpoint, err error) {
+func keepOneThatLoads(ctx context.Context, store *checkpoint.Store, refs []checkpoint.Ref, keep []bool, newest int64, model string) (good int, spared bool, corrupt []badCheckpoint, err error) {
 	if !slices.Contains(keep, false) {
 		return -1, false, nil, nil // Retention deletes nothing: no checkpoint is lost.
 	}
 	// try says whether refs[i] loads, and if not why.
 	try := func(i int) (bool, string, error) {
 		r := refs[i]
-		err := checkLoads(ctx, store, r)
+		err := checkLoads(ctx, store, r, model)
 		var ce *checkpoint.CorruptError
 		switch {
 		case err == nil:

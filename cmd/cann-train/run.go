@@ -450,6 +450,11 @@ func storedJob(ctx context.Context, url, run string) (spec.RunSpec, error) {
 		return spec.RunSpec{}, err
 	}
 	defer store.Close()
+	return readStoredJob(ctx, store, run)
+}
+
+// readStoredJob is storedJob in an open store.
+func readStoredJob(ctx context.Context, store *checkpoint.Store, run string) (spec.RunSpec, error) {
 	data, err := store.ReadBlob(ctx, spec.JobKey(run), 1<<20)
 	if err != nil {
 		return spec.RunSpec{}, err
