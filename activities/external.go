@@ -419,7 +419,7 @@ loop:
 	var ee *launch.ExitError
 	switch {
 	case lost != nil && ctx.Err() == nil:
-		return nil, peerError(lost, sup.prog.Step, 1)
+		return nil, peerError(lost, sup.prog.Step, 1, nil)
 	case werr == nil:
 		for _, e := range g.Ignored() {
 			log.Warn("a process that is not a rank failed or was stopped after every rank had exited cleanly: the job is done, its status ignored",
@@ -429,7 +429,7 @@ loop:
 		// The process may have died because a node did: name the node
 		// rather than restart the world on it.
 		if gone := n.peersGone(ctx, in); gone != nil {
-			return nil, peerError(fmt.Errorf("%w; meanwhile %v", gone, ee), sup.prog.Step, 1)
+			return nil, peerError(fmt.Errorf("%w; meanwhile %v", gone, ee), sup.prog.Step, 1, nil)
 		}
 		return nil, sup.rankExited(ee)
 	case ctx.Err() != nil:

@@ -333,7 +333,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // cancelled: blame nobody
 		}
-		return nil, peerError(err, in.From, p.perNode)
+		return nil, peerError(err, in.From, p.perNode, in.Membership.Nodes)
 	}
 	defer comm.Close()
 	if compare {
@@ -351,7 +351,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		// bits, about one copy of the vector instead of the links' two).
 		sb, err := comm.AllocShared(ctx, tr.BufferLen())
 		if err != nil {
-			return nil, peerError(err, in.From, p.perNode)
+			return nil, peerError(err, in.From, p.perNode, in.Membership.Nodes)
 		}
 		if sb.Shared() { // else the ranks could not map each other's: stay
 			restore, err := tr.UseStepBuffer(sb.Floats())
@@ -390,7 +390,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 				log.Info("chunk cancelled", zap.Int64("step", step))
 				return nil, ctx.Err()
 			}
-			return nil, peerError(err, step, p.perNode)
+			return nil, peerError(err, step, p.perNode, in.Membership.Nodes)
 		}
 		if step == in.From {
 			res.FirstLoss = loss
@@ -401,7 +401,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, peerError(err, step+1, p.perNode)
+			return nil, peerError(err, step+1, p.perNode, in.Membership.Nodes)
 		} else if stop && step+1 < in.To {
 			if by >= 0 {
 				res.EndedBy, res.Stopping = in.Membership.Nodes[by/p.perNode].ID, n.ending.Load()
@@ -445,7 +445,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		// and the workflow decides the codec next: time real exchanges
 		// (every rank, collectively).
 		if err := sy.Calibrate(ctx); err != nil {
-			return nil, peerError(err, in.To, p.perNode)
+			return nil, peerError(err, in.To, p.perNode, in.Membership.Nodes)
 		}
 	}
 	res.Sync = chunkSync(in.Spec, sy, d)
@@ -458,7 +458,7 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 			return nil, fmt.Errorf("communication state: %w", err)
 		}
 		if commState, err = gradsync.GatherStates(ctx, comm, mine); err != nil {
-			return nil, peerError(err, in.To, p.perNode)
+			return nil, peerError(err, in.To, p.perNode, in.Membership.Nodes)
 		}
 	}
 	if p.global == 0 {
@@ -691,7 +691,7 @@ func (n *Node) agreeOnData(ctx context.Context, comm *ascend.Communicator, in sp
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return peerError(err, in.From, p.perNode)
+		return peerError(err, in.From, p.perNode, in.Membership.Nodes)
 	}
 	nodes := len(in.Membership.Nodes)
 	sums := make([]string, nodes) // by node rank (a node's ranks share its data)
@@ -1405,7 +1405,11 @@ func storageError(ctx context.Context, err error, step int64) error {
 // the forming group alive: this rank is a bystander of another's failure,
 // and the workflow waits for the votes that name it); other errors stay
 // retryable at the group level.
-func peerError(err error, step int64, perNode int) error {
+//
+// The message names the lost rank's node when nodes (the membership's)
+// has it: a survivor's failed activity in the Web UI then says whom it
+// lost, not only the engine's rank.
+func peerError(err error, step int64, perNode int, nodes []spec.Node) error {
 	var pe *ascend.PeerError
 	rank := -1
 	switch {
@@ -1414,7 +1418,11 @@ func peerError(err error, step int64, perNode int) error {
 	case !errors.Is(err, tcp.ErrPeerLeft):
 		return err
 	}
-	return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypePeerFailed, err,
+	msg := err.Error()
+	if rank >= 0 && rank < len(nodes) {
+		msg = fmt.Sprintf("peer node %s failed: %s", nodes[rank].ID, msg)
+	}
+	return temporal.NewApplicationErrorWithCause(msg, spec.ErrTypePeerFailed, err,
 		spec.PeerFailure{Rank: rank, Step: step, NoticedAt: time.Now()})
 }
 

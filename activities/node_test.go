@@ -853,7 +853,8 @@ func TestPeerErrorBlames(t *testing.T) {
 		{"other", errors.New("disk full"), 1, -2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := peerError(tc.err, 40, tc.perNode)
+			nodes := []spec.Node{{ID: "n0"}, {ID: "n1"}, {ID: "n2"}, {ID: "n3"}, {ID: "n4"}, {ID: "n5"}}
+			got := peerError(tc.err, 40, tc.perNode, nodes)
 			var ae *temporal.ApplicationError
 			if !errors.As(got, &ae) || ae.Type() != spec.ErrTypePeerFailed {
 				if tc.rank != -2 {
@@ -867,6 +868,12 @@ func TestPeerErrorBlames(t *testing.T) {
 			var pf spec.PeerFailure
 			if err := ae.Details(&pf); err != nil || pf.Rank != tc.rank || pf.Step != 40 {
 				t.Fatalf("detail %+v (%v), want rank %d at step 40", pf, err, tc.rank)
+			}
+			// A survivor's failure names the node it lost (the Web UI
+			// shows it), and still says what the engine saw.
+			if want := "peer node " + nodes[max(tc.rank, 0)].ID + " failed: "; (tc.rank >= 0) != strings.HasPrefix(ae.Message(), want) ||
+				!strings.HasSuffix(ae.Message(), tc.err.Error()) {
+				t.Errorf("message %q; want it to name node %d (%q …) and end with the engine's %q", ae.Message(), tc.rank, want, tc.err)
 			}
 		})
 	}

@@ -63,7 +63,7 @@ func agreeOnRead(ctx context.Context, comm *ascend.Communicator, in spec.ChunkIn
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return peerError(err, in.From, p.perNode)
+		return peerError(err, in.From, p.perNode, in.Membership.Nodes)
 	}
 	var failed, readBy []string
 	for node, nd := range in.Membership.Nodes {

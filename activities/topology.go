@@ -40,17 +40,17 @@ func (n *Node) ProbeLinks(ctx context.Context, in spec.ProbeInput) (*spec.ProbeR
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, peerError(err, 0, 1)
+		return nil, peerError(err, 0, 1, in.Membership.Nodes)
 	}
 	defer comm.Close()
 	links, err := comm.ProbeLinks(ctx, ascend.ProbeOptions{Budget: in.Budget.D()})
 	if err != nil {
-		return nil, peerError(err, 0, 1)
+		return nil, peerError(err, 0, 1, in.Membership.Nodes)
 	}
 	res := &spec.ProbeResult{NodeID: n.ID, Rank: in.Rank, Host: shm.HostName()}
 	if in.Compute != nil {
 		if res.Compute, err = n.probeCompute(ctx, comm, in); err != nil {
-			return nil, peerError(err, 0, 1)
+			return nil, peerError(err, 0, 1, in.Membership.Nodes)
 		}
 	}
 	if in.Rank == 0 {

@@ -156,6 +156,9 @@ const (
 	// ErrTypeNoSuchCheckpoint: ResolveCheckpoint found no committed
 	// checkpoint at the step (yet: retryable for a caller that waits).
 	ErrTypeNoSuchCheckpoint = "NoSuchCheckpoint"
+	// ErrTypeRunFailed types a failed run's workflow error whose causes
+	// carry no type of their own.
+	ErrTypeRunFailed = "RunFailed"
 	// ErrTypeNotEnoughNodes: the Cluster could not fill the request in time.
 	ErrTypeNotEnoughNodes = "NotEnoughNodes"
 	// ErrTypeCheckpointUnfit: the checkpoint to restore is sound (its
@@ -815,12 +818,16 @@ func (f InjectFault) Validate() error {
 
 // ChunkProgress is the heartbeat detail of a running chunk.
 type ChunkProgress struct {
-	Step          int64   `json:"step"` // steps completed so far (global step)
-	To            int64   `json:"to"`
-	Loss          float32 `json:"loss"`
-	SamplesPerSec float64 `json:"samples_per_sec"`
+	Step int64 `json:"step"` // steps completed so far (global step)
+	To   int64 `json:"to"`
+	// Loss, SamplesPerSec and CommShare are left out of the JSON (the
+	// heartbeat details the Web UI shows) until measured: a chunk's first
+	// beat, the only one of a chunk shorter than the worker's heartbeat
+	// throttle, read "loss 0" otherwise.
+	Loss          float32 `json:"loss,omitzero"`
+	SamplesPerSec float64 `json:"samples_per_sec,omitzero"`
 	// CommShare is the fraction of step time spent in collectives.
-	CommShare      float64 `json:"comm_share"`
+	CommShare      float64 `json:"comm_share,omitzero"`
 	LastCheckpoint int64   `json:"last_checkpoint"`
 	// FirstStepAt: the launch's (or chunk's) first step completed on this
 	// node; zero before it. The status reads it to time a recovery whose

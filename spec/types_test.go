@@ -1,6 +1,9 @@
 package spec
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func TestHostShares(t *testing.T) {
 	m := Membership{Nodes: []Node{{Host: "a"}, {Host: "b"}, {Host: "a"}, {Host: "a"}}}
@@ -53,6 +56,29 @@ func TestMembershipSpeaks(t *testing.T) {
 		}
 		if got := tc.m.TakesCheckpointRequests(); got != tc.request {
 			t.Errorf("%+v: TakesCheckpointRequests %v, want %v", tc.m.Nodes, got, tc.request)
+		}
+	}
+}
+
+// TestChunkProgressLeavesOutWhatIsNotMeasured: a heartbeat's details (the
+// Web UI's pending activity) carry no loss, throughput or comm share
+// before one is measured, and carry them once they are.
+func TestChunkProgressLeavesOutWhatIsNotMeasured(t *testing.T) {
+	for _, tc := range []struct {
+		p    ChunkProgress
+		want string
+	}{
+		{ChunkProgress{Step: 2700, To: 2800, LastCheckpoint: 2600}, `{"step":2700,"to":2800,"last_checkpoint":2600}`},
+		{ChunkProgress{Step: 2750, To: 2800, Loss: 0.25, SamplesPerSec: 1200, CommShare: 0.5, LastCheckpoint: 2600},
+			`{"step":2750,"to":2800,"loss":0.25,"samples_per_sec":1200,"comm_share":0.5,"last_checkpoint":2600}`},
+	} {
+		b, err := json.Marshal(tc.p)
+		if err != nil || string(b) != tc.want {
+			t.Errorf("json %s (%v), want %s", b, err, tc.want)
+		}
+		var back ChunkProgress
+		if err := json.Unmarshal(b, &back); err != nil || back != tc.p {
+			t.Errorf("round trip %+v (%v), want %+v", back, err, tc.p)
 		}
 	}
 }

@@ -313,8 +313,11 @@ func TrainingRun(ctx workflow.Context, in RunInput) (spec.RunStatus, error) {
 	}
 	st, err := r.run(ctx)
 	var can *workflow.ContinueAsNewError
-	if ctx.Err() == nil || errors.As(err, &can) {
+	if errors.As(err, &can) {
 		return st, err
+	}
+	if ctx.Err() == nil {
+		return st, runError(err)
 	}
 	// Cancelled (the last steps may have finished meanwhile): whatever
 	// the cancelled context could not do, the nodes go back to the pool.
@@ -327,6 +330,30 @@ func TrainingRun(ctx workflow.Context, in RunInput) (spec.RunStatus, error) {
 		return st, err // fail saw it first
 	}
 	return r.cancelled(ctx)
+}
+
+// runError is the error a failed run ends with, as the Web UI and
+// `temporal workflow describe` show it: the status's own words
+// (failureMessage), non-retryable (a run's workflow has no retry policy;
+// a Go error would read "retryable: true") and typed by its cause's type
+// (NotEnoughNodes, PeerFailed …; RunFailed for none), not by the Go type
+// of its last wrapping ("wrapError"). The cause stays attached.
+func runError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) && error(ae) == err {
+		if ae.NonRetryable() {
+			return err
+		}
+		return temporal.NewNonRetryableApplicationError(ae.Message(), ae.Type(), errors.Unwrap(ae))
+	}
+	typ := spec.ErrTypeRunFailed
+	if errors.As(err, &ae) && ae.Type() != "" {
+		typ = ae.Type()
+	}
+	return temporal.NewNonRetryableApplicationError(failureMessage(err), typ, err)
 }
 
 // cancelled ends a run whose workflow was cancelled: its chunks (or its

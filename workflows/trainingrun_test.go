@@ -1457,13 +1457,20 @@ func TestTrainingRunFailureSaysWhy(t *testing.T) {
 	env := newRunEnv(t, cl, &fakeChunks{})
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 100, ChunkSteps: 100}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	require.Error(t, env.GetWorkflowError())
+	werr := env.GetWorkflowError()
 	v, err := env.QueryWorkflow(spec.QueryStatus)
 	require.NoError(t, err)
 	var st spec.RunStatus
 	require.NoError(t, v.Get(&st))
 	require.Equal(t, spec.PhaseFailed, st.Phase)
 	require.Equal(t, "acquire nodes: not enough nodes", st.Error)
+	// The Web UI shows the workflow's failure: the status's words, typed
+	// by its cause and not retryable (not "wrapError", "retryable: true").
+	var ae *temporal.ApplicationError
+	require.ErrorAs(t, werr, &ae)
+	require.Equal(t, st.Error, ae.Message())
+	require.Equal(t, spec.ErrTypeNotEnoughNodes, ae.Type())
+	require.True(t, ae.NonRetryable())
 }
 
 func TestTrainingRunStartsWithFaults(t *testing.T) {

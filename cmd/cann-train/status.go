@@ -935,11 +935,12 @@ func failureText(err error) string {
 					said = n.Message()
 				}
 				cut, ok := strings.CutSuffix(own, said)
-				if !ok { // the message does not quote its cause: it says it all
+				if !ok { // the message does not quote its cause: it says it all (a failed run's own error)
 					next = nil
 				}
 				own = cut
-			} else if e.Type() != "" && e.Type() != "wrapError" {
+			}
+			if next == nil && e.Type() != "" && e.Type() != "wrapError" && e.Type() != spec.ErrTypeRunFailed {
 				own += " (" + e.Type() + ")"
 			}
 		default:

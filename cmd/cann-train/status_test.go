@@ -134,6 +134,11 @@ func TestFailureText(t *testing.T) {
 	// fmt.Errorf("acquire nodes: %w", activity error)).
 	twice := &failurepb.Failure{Message: "replace node(s) [node-3]: " + top.Message, Cause: top,
 		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: "wrapError"}}}
+	// Since runError: the run's own words over the chain, typed by its cause.
+	own := &failurepb.Failure{Message: "acquire nodes: acquire 3 nodes for run/x: only 2 live free node(s) after waiting 5s", Cause: top,
+		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: "NotEnoughNodes", NonRetryable: true}}}
+	untyped := &failurepb.Failure{Message: "chunk from step 200: no peer answered", Cause: top,
+		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: spec.ErrTypeRunFailed, NonRetryable: true}}}
 	plain := &failurepb.Failure{Message: "spec: steps: -5 must be positive",
 		FailureInfo: &failurepb.Failure_ApplicationFailureInfo{ApplicationFailureInfo: &failurepb.ApplicationFailureInfo{Type: "BadSpec"}}}
 	for _, tc := range []struct {
@@ -145,6 +150,9 @@ func TestFailureText(t *testing.T) {
 			"acquire nodes: acquire 3 nodes for run/x: only 2 live free node(s) after waiting 5s (NotEnoughNodes)"},
 		{"wrapped twice", conv.FailureToError(twice),
 			"replace node(s) [node-3]: acquire nodes: acquire 3 nodes for run/x: only 2 live free node(s) after waiting 5s (NotEnoughNodes)"},
+		{"a failed run's own error", conv.FailureToError(own),
+			"acquire nodes: acquire 3 nodes for run/x: only 2 live free node(s) after waiting 5s (NotEnoughNodes)"},
+		{"a failed run's own error with no type", conv.FailureToError(untyped), "chunk from step 200: no peer answered"},
 		{"the workflow's own error", conv.FailureToError(plain), "spec: steps: -5 must be positive (BadSpec)"},
 		{"terminated", conv.FailureToError(&failurepb.Failure{Message: "by the operator",
 			FailureInfo: &failurepb.Failure_TerminatedFailureInfo{TerminatedFailureInfo: &failurepb.TerminatedFailureInfo{}}}), "terminated"},
