@@ -63,8 +63,11 @@ func TestResumeEndedRun(t *testing.T) {
 
 	// Started with more steps than it will train before the cancel: the
 	// first run ends cancelled after its checkpoint at 200 or later.
-	if _, _, err := cli("run", "-f", first); err != nil {
+	if out, said, err := cli("run", "-f", first); err != nil {
 		t.Fatal(err)
+	} else if out != "run/resume-me\n" || !strings.Contains(said, "follow it with `cann-train watch resume-me`") {
+		// (stdout the ID alone, for scripts; stderr where to follow it)
+		t.Errorf("run without --wait: stdout %q, stderr %q", out, said)
 	}
 	id := spec.RunIDPrefix + "resume-me"
 	awaitCheckpoint(ctx, t, c, id, 200, l.LogDir)

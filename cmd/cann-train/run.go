@@ -174,6 +174,12 @@ Job file fields (all optional but name):
 				}
 			}
 			if !o.wait {
+				// Where to follow it (stderr: stdout is the ID alone, for scripts).
+				follow := fmt.Sprintf("follow it with `cann-train watch %s`", strings.TrimPrefix(id, spec.RunIDPrefix))
+				if ui := e.uiLink(o.uiURL); ui != "" {
+					follow += ", or in the Web UI: " + workflowURL(ui, e.namespace, id)
+				}
+				fmt.Fprintln(e.err, follow)
 				fmt.Fprintln(e.out, id)
 				return nil
 			}

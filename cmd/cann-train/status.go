@@ -1246,10 +1246,14 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 	}
 	s.Checkpoints.Failed = st.CheckpointFailed
 	if uiBase != "" && st.RunID != "" {
-		s.WebUI = fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(uiBase, "/"),
-			url.PathEscape(namespace), url.PathEscape(st.RunID))
+		s.WebUI = workflowURL(uiBase, namespace, st.RunID)
 	}
 	return s
+}
+
+// workflowURL is the Web UI's page of workflow id at uiBase.
+func workflowURL(uiBase, namespace, id string) string {
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", strings.TrimRight(uiBase, "/"), url.PathEscape(namespace), url.PathEscape(id))
 }
 
 // checkpointURL names a checkpoint's manifest as one URL.
