@@ -255,6 +255,7 @@ checkpoint was not checked.`,
 	var keepLast int
 	var keepEvery int64
 	var grace time.Duration
+	var dryRun bool
 	gc := &cobra.Command{
 		Use:   "gc RUN",
 		Short: "Delete old checkpoints (retention) and the chunks no checkpoint references",
@@ -283,9 +284,12 @@ node that saves a run's checkpoints keeps the newest 8 (the job's
 keep_checkpoints) and those at multiples of its keep_every, and collects the
 chunks they left once older than its --checkpoint-gc-grace (an hour by
 default). Milestones kept here with --keep-every go once the run saves again
-unless its job keeps them too (keep_every).`,
-		Example: `  cann-train checkpoint gc mnist-demo --keep-last 3 --keep-every 1000 --url file:///tmp/ckpt`,
-		Args:    wantArgs(1, 1),
+unless its job keeps them too (keep_every).
+--dry-run says what gc would delete — checkpoints, chunks, leftovers — and
+deletes nothing (allowed while the run's workflow runs, whatever the grace).`,
+		Example: `  cann-train checkpoint gc mnist-demo --keep-last 3 --dry-run
+  cann-train checkpoint gc mnist-demo --keep-last 3 --keep-every 1000 --url file:///tmp/ckpt`,
+		Args: wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
@@ -299,7 +303,7 @@ unless its job keeps them too (keep_every).`,
 			if grace == 0 {
 				opts.GCGrace = -1 // none
 			}
-			if grace < minLiveGrace {
+			if grace < minLiveGrace && !dryRun {
 				if err := refuseLiveRun(ctx, ask, run, grace); err != nil {
 					return err
 				}
@@ -333,8 +337,11 @@ unless its job keeps them too (keep_every).`,
 				Chunks      checkpoint.GCStats `json:"chunks"`
 				// ChunksSkipped says why no chunk was collected.
 				ChunksSkipped string `json:"chunks_skipped,omitempty"`
+				// DryRun: nothing was deleted; Deleted and Chunks say
+				// what gc would delete.
+				DryRun bool `json:"dry_run,omitempty"`
 			}
-			res := result{Deleted: []checkpoint.Ref{}}
+			res := result{Deleted: []checkpoint.Ref{}, DryRun: dryRun}
 			if len(refs) == 0 {
 				js, _ := json.Marshal(res)
 				return noCheckpoints(e, output, string(js), run, url)
@@ -404,6 +411,10 @@ unless its job keeps them too (keep_every).`,
 				if keep[i] {
 					continue
 				}
+				if dryRun {
+					res.Deleted = append(res.Deleted, r)
+					continue
+				}
 				if err := store.Delete(ctx, r); err != nil {
 					return fmt.Errorf("retention (%d checkpoint(s) deleted before the error): %w", len(res.Deleted), err)
 				}
@@ -430,8 +441,12 @@ unless its job keeps them too (keep_every).`,
 					run, joinSteps(corruptSteps), run)
 			}
 			if output != "json" {
+				verb := "deleted"
+				if dryRun {
+					verb = "would delete"
+				}
 				for _, r := range res.Deleted {
-					fmt.Fprintf(e.out, "deleted  step %d  %s\n", r.Step, r.Key)
+					fmt.Fprintf(e.out, "%s  step %d  %s\n", verb, r.Step, r.Key)
 				}
 				for _, c := range res.KeptCorrupt {
 					fmt.Fprintf(e.out, "CORRUPT  step %d  %s: %s (kept: it does not load)\n", c.Step, c.Key, c.Problem)
@@ -455,7 +470,15 @@ unless its job keeps them too (keep_every).`,
 						len(res.Unreadable), run)
 				}
 			}
-			if res.ChunksSkipped == "" {
+			if res.ChunksSkipped == "" && dryRun {
+				var deleted []int64
+				for _, r := range res.Deleted {
+					deleted = append(deleted, r.Step)
+				}
+				if res.Chunks, err = store.GCPreview(ctx, run, deleted); err != nil {
+					return fmt.Errorf("chunk GC preview (nothing deleted): %w", err)
+				}
+			} else if res.ChunksSkipped == "" {
 				res.Chunks, err = store.GC(ctx, run)
 				var ce *checkpoint.CorruptError
 				switch {
@@ -470,6 +493,15 @@ unless its job keeps them too (keep_every).`,
 				return json.NewEncoder(e.out).Encode(res)
 			}
 			st := res.Chunks
+			if dryRun {
+				if res.ChunksSkipped != "" {
+					fmt.Fprintf(e.out, "dry run, nothing deleted: would keep %d checkpoint(s), delete %d; chunks: none would be deleted: %s\n", res.Kept, len(res.Deleted), res.ChunksSkipped)
+					return nil
+				}
+				fmt.Fprintf(e.out, "dry run, nothing deleted: would keep %d checkpoint(s), delete %d; chunks: %d found, %d referenced by what stays, %d young kept, %d would be deleted (%d bytes), %d orphan payload(s) and %d leftover(s) of killed writers would be deleted\n",
+					res.Kept, len(res.Deleted), st.Chunks, st.Referenced, st.Young, st.Deleted, st.DeletedBytes, st.Orphans, st.Leftovers)
+				return nil
+			}
 			if res.ChunksSkipped != "" {
 				fmt.Fprintf(e.out, "kept %d checkpoint(s), deleted %d; chunks: none deleted: %s\n", res.Kept, len(res.Deleted), res.ChunksSkipped)
 				return nil
@@ -481,6 +513,7 @@ unless its job keeps them too (keep_every).`,
 	}
 	gc.Flags().IntVar(&keepLast, "keep-last", 3, "keep this many newest checkpoints (>= 1)")
 	gc.Flags().Int64Var(&keepEvery, "keep-every", 0, "also keep checkpoints whose step is a multiple of this (0: none)")
+	gc.Flags().BoolVar(&dryRun, "dry-run", false, "say what gc would delete, and delete nothing")
 	gc.Flags().DurationVar(&grace, "grace", checkpoint.DefaultGCGrace, "spare unreferenced chunks younger than this (0: none; under "+minLiveGrace.String()+": refused while the run's workflow runs)")
 	atLeast(gc.Flags(), "1", "keep-last")
 	atLeast(gc.Flags(), "0", "keep-every", "grace")

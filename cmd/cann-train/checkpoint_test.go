@@ -89,17 +89,36 @@ func TestCheckpointGC(t *testing.T) {
 	if _, err := run("checkpoint", "gc", "gc-run", "--grace", "0"); err == nil || !strings.Contains(err.Error(), "--grace 0: could not ask Temporal") {
 		t.Errorf("--grace 0 without Temporal: %v; want it refused", err)
 	}
-	out, err := run("checkpoint", "gc", "gc-run", "--keep-last", "2", "--keep-every", "200", "-o", "json")
-	if err != nil {
-		t.Fatalf("gc: %v\n%s", err, out)
-	}
-	var res struct {
+	type result struct {
 		Deleted []checkpoint.Ref   `json:"deleted_checkpoints"`
 		Kept    int                `json:"kept_checkpoints"`
 		Chunks  checkpoint.GCStats `json:"chunks"`
+		DryRun  bool               `json:"dry_run"`
 	}
+	// --dry-run says what the pass below deletes, and deletes nothing.
+	text, err := run("checkpoint", "gc", "gc-run", "--keep-last", "2", "--keep-every", "200", "--dry-run")
+	if err != nil || !strings.Contains(text, "would delete  step 100  ") || !strings.Contains(text, "would delete  step 300  ") ||
+		!strings.Contains(text, "dry run, nothing deleted: would keep 4 checkpoint(s), delete 2;") {
+		t.Errorf("gc --dry-run: %v\n%s", err, text)
+	}
+	out, err := run("checkpoint", "gc", "gc-run", "--keep-last", "2", "--keep-every", "200", "--dry-run", "-o", "json")
+	var dry result
+	if err != nil || json.Unmarshal([]byte(out), &dry) != nil || !dry.DryRun {
+		t.Fatalf("gc --dry-run -o json: %v\n%s", err, out)
+	}
+	if n, ls := chunks(), mustRun(t, run, "checkpoint", "ls", "gc-run"); n != before || strings.Count(ls, "\n") != 7 { // header + 6
+		t.Fatalf("gc --dry-run deleted: %d chunks of %d left, ls:\n%s", n, before, ls)
+	}
+	out, err = run("checkpoint", "gc", "gc-run", "--keep-last", "2", "--keep-every", "200", "-o", "json")
+	if err != nil {
+		t.Fatalf("gc: %v\n%s", err, out)
+	}
+	var res result
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
+	}
+	if res.DryRun || fmt.Sprint(res.Deleted) != fmt.Sprint(dry.Deleted) || res.Chunks != dry.Chunks {
+		t.Errorf("gc deleted %v, chunks %+v; its --dry-run said %v, %+v", res.Deleted, res.Chunks, dry.Deleted, dry.Chunks)
 	}
 	var steps []int64
 	for _, r := range res.Deleted {
@@ -139,6 +158,16 @@ func TestCheckpointGC(t *testing.T) {
 	if err != nil || !strings.Contains(out, "deleted 0;") || !strings.Contains(out, " 0 deleted") {
 		t.Errorf("second gc: %v\n%s", err, out)
 	}
+}
+
+// mustRun is run(args...)'s output, failing t on its error.
+func mustRun(t *testing.T, run func(...string) (string, error), args ...string) string {
+	t.Helper()
+	out, err := run(args...)
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+	return out
 }
 
 // TestCheckpointGCAsksTemporalOnce: `checkpoint gc RUN --grace 0` without

@@ -270,7 +270,21 @@ const minLeftoverAge = 10 * time.Minute
 //     it is about to create its file there, which then fails: a window of
 //     microseconds, for a step directory left empty that long.)
 func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
-	return s.gc(ctx, run, false)
+	return s.gc(ctx, run, gcPass{})
+}
+
+// GCPreview is what GC would delete were run's checkpoints at the steps
+// without deleted first (those a retention would delete), deleting
+// nothing: the counts of Deleted, DeletedBytes, Orphans and Leftovers are
+// what GC would delete now. It refuses what GC refuses, with the same
+// errors. (A save in flight, or GC's own second look at a chunk's age,
+// may make the real pass delete less.)
+func (s *Store) GCPreview(ctx context.Context, run string, without []int64) (GCStats, error) {
+	p := gcPass{dry: true, without: map[int64]bool{}}
+	for _, step := range without {
+		p.without[step] = true
+	}
+	return s.gc(ctx, run, p)
 }
 
 // CheckGC reads what GC reads — the listings of run's chunks and
@@ -280,13 +294,21 @@ func (s *Store) GC(ctx context.Context, run string) (GCStats, error) {
 // that deletes checkpoints before GC (retention) checks first, so that a
 // GC that would refuse does not leave the work half done.
 func (s *Store) CheckGC(ctx context.Context, run string) error {
-	_, err := s.gc(ctx, run, true)
+	_, err := s.gc(ctx, run, gcPass{check: true})
 	return err
 }
 
-// gc is GC; check stops it once the manifests are read, before it deletes
-// anything.
-func (s *Store) gc(ctx context.Context, run string, check bool) (GCStats, error) {
+// gcPass says how far a gc goes: check stops it once the manifests are
+// read, before it deletes anything (CheckGC); dry counts what it would
+// delete, taking the checkpoints at the steps without as deleted
+// (GCPreview).
+type gcPass struct {
+	check, dry bool
+	without    map[int64]bool
+}
+
+// gc is GC, CheckGC or GCPreview, as p says.
+func (s *Store) gc(ctx context.Context, run string, p gcPass) (GCStats, error) {
 	var st GCStats
 	if err := ValidateRun(run); err != nil {
 		return st, err
@@ -322,6 +344,7 @@ func (s *Store) gc(ctx context.Context, run string, check bool) (GCStats, error)
 	ckpt := runPrefix(run)
 	var manifests []string
 	payloads := map[int64]gcObject{}
+	gone := func(step int64) bool { return p.without[step] } // deleted first, in a preview
 	hasManifest := map[int64]bool{}
 	if err := s.list(ctx, ckpt, func(o *blob.ListObject) error {
 		dir, name, ok := strings.Cut(strings.TrimPrefix(o.Key, ckpt), "/")
@@ -329,7 +352,7 @@ func (s *Store) gc(ctx context.Context, run string, check bool) (GCStats, error)
 			return nil
 		}
 		step, err := strconv.ParseInt(dir, 10, 64)
-		if err != nil || step < 0 {
+		if err != nil || step < 0 || gone(step) {
 			return nil
 		}
 		switch name {
@@ -375,7 +398,7 @@ func (s *Store) gc(ctx context.Context, run string, check bool) (GCStats, error)
 			}
 		}
 	}
-	if check {
+	if p.check {
 		return st, nil
 	}
 
@@ -402,6 +425,11 @@ func (s *Store) gc(ctx context.Context, run string, check bool) (GCStats, error)
 				continue
 			}
 		}
+		if p.dry {
+			st.Deleted++
+			st.DeletedBytes += o.size
+			continue
+		}
 		deleted, err := s.reg.removeUnpinned(key, func() error { return s.remove(ctx, key) })
 		if err != nil && !isNotFound(err) {
 			return st, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
@@ -422,6 +450,10 @@ func (s *Store) gc(ctx context.Context, run string, check bool) (GCStats, error)
 			continue
 		}
 		key := dataKey(run, step)
+		if p.dry {
+			st.Orphans++
+			continue
+		}
 		deleted, err := s.reg.removeUnpinned(key, func() error { return s.remove(ctx, key) })
 		if err != nil && !isNotFound(err) {
 			return st, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
@@ -430,7 +462,7 @@ func (s *Store) gc(ctx context.Context, run string, check bool) (GCStats, error)
 			st.Orphans++
 		}
 	}
-	n, err := s.removeLeftovers(ctx, run, temps, cutoff)
+	n, err := s.removeLeftovers(ctx, run, temps, cutoff, p.dry)
 	st.Leftovers = n
 	return st, err
 }
@@ -468,8 +500,28 @@ func isHex(s string) bool {
 // left empty. Only what has not changed since before cutoff, and for at
 // least minLeftoverAge, goes: a live writer's temporary file changes as
 // it is written, and the directory it is about to write in was created or
-// changed when it started. It returns how many it deleted.
-func (s *Store) removeLeftovers(ctx context.Context, run string, temps map[string]gcObject, cutoff time.Time) (int, error) {
+// changed when it started. It returns how many it deleted (dry: would
+// delete, deleting none; a step directory only a preview's deletions
+// would empty is not counted).
+func (s *Store) removeLeftovers(ctx context.Context, run string, temps map[string]gcObject, cutoff time.Time, dry bool) (int, error) {
+	remove := func(key string) error {
+		if dry {
+			return nil
+		}
+		return s.remove(ctx, key)
+	}
+	removeFile := os.Remove
+	if dry {
+		removeFile = func(path string) error {
+			if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+				return err // (a sidecar whose object is gone)
+			}
+			if names, err := os.ReadDir(path); err != nil || len(names) > 0 {
+				return errors.New("not empty")
+			}
+			return nil
+		}
+	}
 	if floor := time.Now().Add(-minLeftoverAge); floor.Before(cutoff) {
 		cutoff = floor
 	}
@@ -489,7 +541,7 @@ func (s *Store) removeLeftovers(ctx context.Context, run string, temps map[strin
 		case !old(a.ModTime):
 			continue
 		}
-		if err := s.remove(ctx, key); err != nil && !isNotFound(err) {
+		if err := remove(key); err != nil && !isNotFound(err) {
 			return n, fmt.Errorf("checkpoint: gc: delete %s: %w", key, err)
 		}
 		n++
@@ -522,7 +574,7 @@ func (s *Store) removeLeftovers(ctx context.Context, run string, temps map[strin
 			if fi, err := d.Info(); err != nil || !old(fi.ModTime()) {
 				return nil
 			}
-			if err := os.Remove(path); err == nil {
+			if err := removeFile(path); err == nil {
 				n++
 			}
 			return nil
@@ -536,7 +588,7 @@ func (s *Store) removeLeftovers(ctx context.Context, run string, temps map[strin
 				continue
 			}
 			// Only an empty directory goes.
-			if err := os.Remove(dir); err == nil {
+			if err := removeFile(dir); err == nil {
 				n++
 			}
 		}

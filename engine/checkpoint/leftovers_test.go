@@ -130,6 +130,21 @@ func TestGCRemovesLeftovers(t *testing.T) {
 			for _, rel := range append(append(leftovers, kept...), emptyDir, "ckpt/000000000200", "ckpt/000000000300", "ckpt/000000000400") {
 				must(t, os.Chtimes(path(rel), then, then))
 			}
+			want := 0
+			if tc.gone {
+				want = len(leftovers) + 1
+			}
+			// A preview counts what GC deletes, and deletes nothing.
+			pre, err := s.GCPreview(ctx, "r", nil)
+			must(t, err)
+			if pre.Leftovers != want {
+				t.Errorf("GCPreview says %d leftovers; want %d", pre.Leftovers, want)
+			}
+			for _, rel := range append(leftovers, emptyDir) {
+				if _, err := os.Stat(path(rel)); err != nil {
+					t.Errorf("%s went in a preview: %v", rel, err)
+				}
+			}
 			st, err := s.GC(ctx, "r")
 			must(t, err)
 			for _, rel := range append(leftovers, emptyDir) {
@@ -142,10 +157,6 @@ func TestGCRemovesLeftovers(t *testing.T) {
 				if _, err := os.Stat(path(rel)); err != nil {
 					t.Errorf("%s, not a leftover, went: %v", rel, err)
 				}
-			}
-			want := 0
-			if tc.gone {
-				want = len(leftovers) + 1
 			}
 			if st.Leftovers != want {
 				t.Errorf("GC says %d leftovers deleted; want %d", st.Leftovers, want)
