@@ -501,6 +501,9 @@ func parseExternal(name string, decoded RunSpec, file *ast.File, perr error) (Ru
 	if written("min_nodes") > 0 {
 		s.MinNodes = decoded.MinNodes
 	}
+	if line := written("green.deadline"); line > 0 && s.Green != nil && s.Green.Deadline == 0 {
+		errs = append(errs, FieldError{Field: "green.deadline", Line: line, Msg: greenDeadlineZero})
+	}
 	if line := written("external.procs_per_node"); line > 0 && s.External.ProcsPerNode == 0 {
 		errs = append(errs, FieldError{Field: "external.procs_per_node", Line: line, Msg: "0 out of range 1..256"})
 	}

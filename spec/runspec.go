@@ -458,6 +458,10 @@ func Parse(name string, data []byte) (RunSpec, error) {
 	return parse(name, data, maxDecodePasses)
 }
 
+// greenDeadlineZero is the error for a green policy's deadline written
+// as 0, which would otherwise read as unset: 48 hours.
+const greenDeadlineZero = "0 out of range: the work needs time to be done in (leave it out for 48h)"
+
 // maxDecodePasses bounds how many times parse decodes a job file again
 // without the fields it found wrong (decodeProblems).
 const maxDecodePasses = 32
@@ -497,6 +501,7 @@ func parse(name string, data []byte, passes int) (RunSpec, error) {
 	if s.MinNodes == 0 && (perr != nil || yamlpos.LineOf(file, "min_nodes") == 0) {
 		s.MinNodes = s.Nodes
 	}
+	deadlineZero := s.Green != nil && s.Green.Deadline == 0 // (the default is 48h)
 	if s.Green != nil {
 		g := s.Green.WithDefaults()
 		s.Green = &g
@@ -511,6 +516,7 @@ func parse(name string, data []byte, passes int) (RunSpec, error) {
 	}{
 		{"ranks_per_node", "0 out of range 1..64 (leave it out for one rank per node)", s.RanksPerNode == 0},
 		{"keep_checkpoints", fmt.Sprintf("0 out of range: keep at least 1 (leave it out for %d)", DefaultKeepCheckpoints), s.KeepCheckpoints == 0},
+		{"green.deadline", greenDeadlineZero, deadlineZero},
 	} {
 		if perr != nil || !z.zero || yamlpos.LineOf(file, z.field) == 0 {
 			continue
