@@ -42,9 +42,10 @@ const keepWorlds = 10
 // except a process that is not a rank (msrun's scheduler) once every rank
 // has exited cleanly: the job is done, and the node stops it (SIGTERM,
 // then stop_grace) however it ends (launch.Group.Wait).
-func (n *Node) RunExternal(ctx context.Context, in spec.ExternalInput) (*spec.ChunkResult, error) {
+func (n *Node) RunExternal(ctx context.Context, in spec.ExternalInput) (_ *spec.ChunkResult, err error) {
 	n.running.Add(1)
 	defer n.running.Add(-1)
+	defer func() { err = temporalLost(ctx, n.ID, err) }()
 	hb := newExternalHeartbeater(ctx, in)
 	defer hb.stop()
 	return n.runExternal(ctx, in, externalHooks{

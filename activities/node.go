@@ -207,9 +207,10 @@ func (n *Node) Close() error {
 // rank 0 checkpoints and evaluates at the end. The node heartbeats its
 // first rank's progress. A rank that fails cancels its node's others; the
 // node fails with the first error, a lost peer named by its node rank.
-func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (*spec.ChunkResult, error) {
+func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (_ *spec.ChunkResult, err error) {
 	n.running.Add(1)
 	defer n.running.Add(-1)
+	defer func() { err = temporalLost(ctx, n.ID, err) }()
 	defer n.endDone(in.Session)
 	started := time.Now()
 	n.mu.Lock()

@@ -144,6 +144,11 @@ const (
 	// ErrTypePeerFailed: the collective lost a peer; details carry a
 	// PeerFailure.
 	ErrTypePeerFailed = "PeerFailed"
+	// ErrTypeTemporalUnreachable: the node's heartbeats did not reach
+	// Temporal (a transient RPC error the SDK retried for about a second),
+	// so the SDK stopped its activity: the node is alive, its chunk or
+	// world stopped. No node is to blame.
+	ErrTypeTemporalUnreachable = "TemporalUnreachable"
 	// ErrTypeNoState: the node holds no state for the chunk's first step
 	// and no checkpoint was given.
 	ErrTypeNoState = "NoState"

@@ -97,6 +97,10 @@ import (
 // not launch it replaced (versionHostCannotLaunch), and
 // trainingrun_outage.json, a run whose server was down for three heartbeat
 // timeouts resumed on the same nodes (versionServiceOutage), and
+// trainingrun_temporal_stall.json, a run whose nodes' way to Temporal was
+// cut twice for less than the heartbeat timeout, going on on the same
+// nodes with no restart counted (versionTemporalUnreachable) and saying
+// "training" after each (versionOutagePhase), and
 // trainingrun_resolve_hold.json, the S3 run again, now also held while its
 // bucket failed the lookup of the checkpoint uploading when its node was
 // lost, and resumed from it (versionResolveWaits), and
@@ -279,6 +283,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_storage_says.json", spec.WorkflowTrainingRun},             // a storage hold whose tries say so (versionStoringSaysSo)
 		{"trainingrun_host_cannot_launch.json", spec.WorkflowTrainingRun},       // a host that cannot launch the job replaced (versionHostCannotLaunch)
 		{"trainingrun_outage.json", spec.WorkflowTrainingRun},                   // a server outage outlived on the same nodes (versionServiceOutage)
+		{"trainingrun_temporal_stall.json", spec.WorkflowTrainingRun},           // two Temporal stalls, no restart counted (versionTemporalUnreachable, versionOutagePhase)
 		{"trainingrun_resolve_hold.json", spec.WorkflowTrainingRun},             // held for a bucket that failed a lost upload's lookup (versionResolveWaits)
 		{"trainingrun_skip_gone.json", spec.WorkflowTrainingRun},                // fell back past deleted checkpoints in one restart (versionSkipGone)
 		{"trainingrun_skip_gone_norestart.json", spec.WorkflowTrainingRun},      // the same, the fallback counting no restart (versionCorruptNoRestart)

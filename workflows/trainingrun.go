@@ -218,6 +218,11 @@ type RunState struct {
 	// Epoch numbers chunk attempts; it makes every communicator session unique.
 	Epoch    int64 `json:"epoch"`
 	Restarts int   `json:"restarts"`
+	// Unreached counts the recoveries in a row, since the last checkpoint
+	// committed, from chunks stopped only because their nodes' heartbeats
+	// did not reach Temporal (versionTemporalUnreachable): the first
+	// maxFreeUnreached count no restart.
+	Unreached int `json:"unreached,omitempty"`
 	// LastChunkEnd is when the previous chunk's slowest rank finished.
 	LastChunkEnd time.Time `json:"last_chunk_end"`
 	// SegmentBreak: the run held (paused, waited) since the last chunk;

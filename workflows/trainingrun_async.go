@@ -37,6 +37,7 @@ func (r *run) commitCheckpoint(ctx workflow.Context, ref spec.CheckpointRef) {
 		return
 	}
 	s.LastCkpt = &ref
+	r.st.Unreached = 0 // (trained on since a Temporal stall)
 	r.storedPast(ctx, ref.Step)
 	s.Checkpoints++
 	r.st.Checkpoints = append(r.st.Checkpoints, ref)

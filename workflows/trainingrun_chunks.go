@@ -72,6 +72,13 @@ type chunkFailure struct {
 	// cutOff: failed are nodes found cut off from the run's bucket
 	// (run.cutOff): replaced without a restart counted.
 	cutOff bool
+	// unreached are the nodes whose chunk (or world) the SDK stopped
+	// because their heartbeats did not reach Temporal
+	// (TemporalUnreachable): alive, not to blame; unreachedOnly: that is
+	// all that failed (versionTemporalUnreachable).
+	unreached     []string
+	unreachedWhy  string
+	unreachedOnly bool
 	// stopped: no chunk failed — the last one ended early, at a stored
 	// checkpoint, because the worker of the node in failed was stopping
 	// (stoppedNode): a planned loss, which counts no restart.
@@ -1183,6 +1190,12 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 					f.noticed = pf.NoticedAt
 				}
 			}
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeTemporalUnreachable &&
+			workflow.GetVersion(ctx, versionTemporalUnreachable, workflow.DefaultVersion, 1) >= 1:
+			f.unreached = append(f.unreached, node)
+			if f.unreachedWhy == "" {
+				f.unreachedWhy = ae.Message()
+			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointUnreachable:
 			// (A type only newer node workers send: no version.) The
 			// words of a node whose own read failed, where the ranks
@@ -1200,6 +1213,13 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 	}
 	if f.first == nil {
 		return nil
+	}
+	for _, id := range f.unreached {
+		// Alive, as it said itself: its peers lost it because the SDK
+		// stopped its chunk, not because it failed.
+		if rank := slices.Index(r.st.Membership.NodeIDs(), id); rank >= 0 {
+			delete(blamed, rank)
+		}
 	}
 	var ce *temporal.CanceledError
 	if errors.As(f.first, &ce) {
@@ -1270,6 +1290,11 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			said = f.cause
 		}
 		f.reason = fmt.Sprintf("peers lost node(s) %v: %s", f.failed, message(said))
+	case len(f.unreached) > 0:
+		f.reason, f.unreachedOnly = f.unreachedWhy, true
+		if n := len(f.unreached); n > 1 {
+			f.reason += fmt.Sprintf(" (and %d more: %s)", n-1, strings.Join(f.unreached[1:], " "))
+		}
 	case f.unread != nil:
 		f.reason, f.storageDown = f.unread.Error, true
 	case len(f.lostState) > 0:
@@ -1592,6 +1617,15 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.st.StorageWait = 0 // (a hold for a checkpoint to read is over)
 	outage := f.allSilent && workflow.GetVersion(ctx, versionServiceOutage, workflow.DefaultVersion, 1) >= 1 &&
 		r.answerAfterSilence(ctx, f)
+	if f.unreachedOnly && r.st.Unreached < maxFreeUnreached {
+		// A stall of Temporal shorter than the heartbeat timeout: as an
+		// outage — the same nodes, no restart counted — a few times in a
+		// row (a node that never reaches Temporal must not relaunch for
+		// ever).
+		r.st.Unreached++
+		outage = true
+		f.reason += "; restarted on the same nodes, no restart counted"
+	}
 	if !f.stopped && !outage && r.stoppingOnly(f) &&
 		workflow.GetVersion(ctx, versionStoppingNoRestart, workflow.DefaultVersion, 1) >= 1 {
 		f.stopped = true
@@ -1748,9 +1782,36 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.st.Status.Recoveries = append(r.st.Status.Recoveries, rec)
 	r.st.Status.Step = resume
 	r.st.LastChunkEnd = time.Time{}
+	if outage && workflow.GetVersion(ctx, versionOutagePhase, workflow.DefaultVersion, 1) >= 1 {
+		// The acquire that says "training" after other recoveries is
+		// skipped: an external job's relaunch sets no phase, and its run
+		// read "recovering" to its end.
+		r.setPhase(ctx, spec.PhaseTraining)
+		return nil
+	}
 	r.publish(ctx)
 	return nil
 }
+
+// versionOutagePhase: a recovery that goes on on the same nodes (an
+// outage, a stall of Temporal) sets the phase back to training; before,
+// an external job's run said "recovering" until it ended (external audit
+// #2). Asked only then.
+const versionOutagePhase = "outage-phase"
+
+// versionTemporalUnreachable: a chunk or world stopped only because its
+// nodes' heartbeats did not reach Temporal — the SDK retries one for
+// about a second, then stops the activity (TemporalUnreachable) — goes on
+// on the same nodes, blaming none and counting no restart, up to
+// maxFreeUnreached times in a row without a checkpoint committed. Before,
+// a stall of the server of a few seconds, shorter than the heartbeat
+// timeout, read "context canceled" and spent a restart: four such stalls
+// failed a run (external audit #1). Asked only for that error type.
+const versionTemporalUnreachable = "temporal-unreachable"
+
+// maxFreeUnreached bounds the recoveries in a row from Temporal stalls
+// that count no restart.
+const maxFreeUnreached = 3
 
 // versionCorruptNoRestart: a chunk that failed only because the
 // checkpoint it restored from is corrupt or gone — no node lost, none
