@@ -108,6 +108,11 @@ Job file fields (all optional but name):
 			if err != nil {
 				return err
 			}
+			// What the nodes' storage driver would refuse at the first
+			// chunk (an s3:// URL's misspelt parameter), refused here.
+			if err := checkpoint.CheckURL(cmd.Context(), s.CheckpointURL); err != nil {
+				return fmt.Errorf("%s: checkpoint_url: %w", o.file, err)
+			}
 			if o.name != "" {
 				s.Name = o.name
 				if err := s.Validate(); err != nil {

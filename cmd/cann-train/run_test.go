@@ -312,3 +312,20 @@ func TestRunRefusesAMissingTraceWithALocalServer(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRefusesAMisspeltBucketParameter: a job's s3:// checkpoint_url
+// with a parameter its driver does not take is refused before the run
+// starts (no server is asked: the address is a closed port), naming it
+// and what it may have meant; before, the run failed at its first chunk.
+func TestRunRefusesAMisspeltBucketParameter(t *testing.T) {
+	dir := t.TempDir()
+	job := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(job, []byte("name: s\nnodes: 1\nsteps: 100\ncheckpoint_url: 's3://ckpt?endpoint=http://127.0.0.1:9000&use_path_stlye=true&region=us-east-1'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := runCLI(t, "run", "-f", job, "--address", "127.0.0.1:1", "--env-config=false")
+	if err == nil || !strings.Contains(err.Error(), `checkpoint_url: "s3://ckpt?`) ||
+		!strings.Contains(err.Error(), `unknown query parameter "use_path_stlye" (did you mean use_path_style?)`) {
+		t.Errorf("run: %v; want the misspelt parameter named", err)
+	}
+}

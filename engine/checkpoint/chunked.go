@@ -591,6 +591,10 @@ func isPrecondition(err error) bool {
 // write is one upload, a request; a failed Write aborts it (ctx cancelled
 // before Close) rather than committing a partial object.
 func (s *Store) write(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
+	return configHint(s.write1(ctx, key, data, opts), true)
+}
+
+func (s *Store) write1(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
 	return s.within(ctx, int64(len(data)), func(ctx context.Context) error {
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()

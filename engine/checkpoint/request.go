@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
 )
 
 // DefaultRequestTimeout is the time allowed for one request to the bucket
@@ -86,7 +87,7 @@ func (s *Store) exists(ctx context.Context, key string) (ok bool, err error) {
 		ok, err = s.bucket.Exists(ctx, key)
 		return err
 	})
-	return ok, err
+	return ok, configHint(err, false)
 }
 
 func (s *Store) attributes(ctx context.Context, key string) (a *blob.Attributes, err error) {
@@ -94,7 +95,24 @@ func (s *Store) attributes(ctx context.Context, key string) (a *blob.Attributes,
 		a, err = s.bucket.Attributes(ctx, key)
 		return err
 	})
-	return a, err
+	return a, configHint(err, false)
+}
+
+// configHint adds to err what a refusal no retry mends usually means:
+// credentials (or rights) the bucket refuses — any request —, or, for a
+// write, a bucket that does not exist. A run holds for its storage on
+// either, trying again for minutes: its status then says what to fix.
+func configHint(err error, write bool) error {
+	switch code := gcerrors.Code(err); {
+	case err == nil:
+		return nil
+	case code == gcerrors.PermissionDenied:
+		return fmt.Errorf("%w (the bucket refuses this process's credentials, or their rights: for s3://, check AWS_ACCESS_KEY_ID and "+
+			"AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, in the environment of this worker, and the bucket's policy)", err)
+	case write && code == gcerrors.NotFound:
+		return fmt.Errorf("%w (the bucket does not exist: create it, or name one that does in the checkpoint URL)", err)
+	}
+	return err
 }
 
 func (s *Store) remove(ctx context.Context, key string) error {

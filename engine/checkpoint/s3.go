@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/s3blob"
+
+	"github.com/cann-train/cann-train/internal/suggest"
 )
 
 // MaxAttemptsParam is the s3:// URL parameter that bounds how many times
@@ -89,4 +91,39 @@ func maxAttempts(q url.Values) (int, error) {
 		return 0, fmt.Errorf("%s=%q: want the number of times a request is tried, 1 or more", from, v)
 	}
 	return n, nil
+}
+
+// s3Params are the s3:// URL parameters gocloud's driver takes (its
+// s3blob and aws packages, at the version go.mod names), and ours
+// (max_attempts): only for the "did you mean" of an unknown one — the
+// driver itself decides what it takes (TestCheckURLSuggests opens each).
+var s3Params = []string{
+	"region", "endpoint", "profile", "dualstack", "fips", "rate_limiter_capacity", "anonymous", "role",
+	"hostname_immutable", "awssdk", "request_checksum_calculation", "response_checksum_validation",
+	"ssetype", "kmskeyid", "accelerate", "use_path_style", "s3ForcePathStyle", "disable_https", MaxAttemptsParam,
+}
+
+// CheckURL refuses a bucket URL its driver would refuse, without
+// contacting the storage: an s3:// URL's parameters are the driver's to
+// take, and a misspelt one ("use_path_stlye") is named, with what it may
+// have meant. Other schemes are left to their nodes: their drivers need
+// credentials, or a path on the nodes' hosts, just to open.
+func CheckURL(ctx context.Context, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "s3" {
+		return nil // (spec.CheckBucketURL says what is wrong with its form)
+	}
+	b, err := openS3(ctx, u)
+	if err != nil {
+		msg := err.Error()
+		if _, name, ok := strings.Cut(msg, `unknown query parameter "`); ok {
+			name, _, _ = strings.Cut(name, `"`)
+			msg = fmt.Sprintf("unknown query parameter %q", name)
+			if hint := suggest.DidYouMean(suggest.Nearest(name, s3Params)); hint != "" {
+				msg += " (" + hint + ")"
+			}
+		}
+		return fmt.Errorf("%q: %s", raw, msg)
+	}
+	return b.Close()
 }

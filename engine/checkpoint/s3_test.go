@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"gocloud.dev/gcerrors"
 
 	"github.com/cann-train/cann-train/internal/s3fake"
 )
@@ -266,5 +269,78 @@ func TestRequestTimeout(t *testing.T) {
 		if got := (Options{RequestTimeout: tc.opt}).LoadTimeout(tc.n); got != tc.load {
 			t.Errorf("RequestTimeout %s: LoadTimeout(%d) = %s, want %s", tc.opt, tc.n, got, tc.load)
 		}
+	}
+}
+
+// TestCheckURLSuggests: CheckURL takes every parameter the s3 driver
+// takes (s3Params, the list its hints come from, is the driver's: each
+// opens without "unknown query parameter"), refuses a misspelt one
+// naming what it may have meant, and leaves other schemes to their nodes.
+func TestCheckURLSuggests(t *testing.T) {
+	ctx := t.Context()
+	values := map[string]string{"region": "us-east-1", "endpoint": "http://127.0.0.1:9", "use_path_style": "true",
+		"s3ForcePathStyle": "true", "disable_https": "true", "dualstack": "true", "fips": "true", "accelerate": "false",
+		"rate_limiter_capacity": "10", "anonymous": "true", "hostname_immutable": "true", "ssetype": "AES256",
+		"kmskeyid": "k", "request_checksum_calculation": "when_required", "response_checksum_validation": "when_required",
+		MaxAttemptsParam: "3", "awssdk": "v2", "profile": "default", "role": "arn:aws:iam::123456789012:role/x"}
+	for _, p := range s3Params {
+		v, ok := values[p]
+		if !ok {
+			t.Errorf("no test value for %s", p)
+			continue
+		}
+		if err := CheckURL(ctx, "s3://ckpt?"+p+"="+url.QueryEscape(v)); err != nil && strings.Contains(err.Error(), "unknown query parameter") {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	for _, tc := range []struct{ raw, want string }{
+		{"s3://ckpt?endpoint=http://127.0.0.1:9000&use_path_stlye=true&region=us-east-1", `unknown query parameter "use_path_stlye" (did you mean use_path_style?)`},
+		{"s3://ckpt?regoin=us-east-1", `unknown query parameter "regoin" (did you mean region?)`},
+		{"s3://ckpt?zzz=1", `unknown query parameter "zzz"`},
+		{"s3://ckpt?endpoint=http://127.0.0.1:9000&use_path_style=true&region=us-east-1", ""},
+		{"gs://bucket?whatever=1", ""},
+		{"file:///tmp/x?whatever=1", ""},
+	} {
+		err := CheckURL(ctx, tc.raw)
+		if (err == nil) != (tc.want == "") || err != nil && !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("CheckURL(%q) = %v, want %q", tc.raw, err, tc.want)
+		}
+	}
+}
+
+// TestStorageRefusalsSayWhatToFix: a save into a bucket that does not
+// exist, or that refuses the credentials, fails saying so — the run holds
+// for its storage on either, and its status shows this error — while the
+// error keeps its code (the run's classification reads it).
+func TestStorageRefusalsSayWhatToFix(t *testing.T) {
+	ctx := t.Context()
+	forbidden := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not match</Message></Error>`))
+	}))
+	defer forbidden.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+	missing := strings.Replace(s3Bucket(t), "s3://ckpt?", "s3://nobucket?", 1)
+	for _, tc := range []struct {
+		name, url, want string
+		code            gcerrors.ErrorCode
+	}{
+		{"no such bucket", missing, "(the bucket does not exist: create it, or name one that does in the checkpoint URL)", gcerrors.NotFound},
+		{"credentials refused", "s3://ckpt?endpoint=" + url.QueryEscape(forbidden.URL) + "&use_path_style=true&region=us-east-1&max_attempts=1",
+			"(the bucket refuses this process's credentials, or their rights: for s3://, check AWS_ACCESS_KEY_ID", gcerrors.PermissionDenied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open(ctx, tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			_, _, err = s.SaveIncremental(ctx, "r", 100, payload(100))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || gcerrors.Code(err) != tc.code {
+				t.Errorf("save: %v (code %v); want %q, code %v", err, gcerrors.Code(err), tc.want, tc.code)
+			}
+		})
 	}
 }
