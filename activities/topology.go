@@ -163,11 +163,15 @@ func (Planner) ResolveCheckpoint(ctx context.Context, want spec.CheckpointRef) (
 // devices per node in rank order (node rank r holds ranks r·perNode …).
 // The j-th device is the node's j-th NPU (spec.Node.NPUIDs, as an ascend
 // launch gives its local rank j), else the host's next device id; its IP
-// that NPU's device IP (DeviceIPs by device id), else the host part of the
-// node's communicator address — never another NPU's.
+// that NPU's device IP (DeviceIPs by device id), else — only where the
+// table has several servers, which HCCL's v1.0 table must address — the
+// host part of the node's communicator address, never another NPU's. One
+// server needs no device_ip, and a stand-in shared by its devices is what
+// `topo-scan --read-rank-table` refuses (topology.CheckRankTable).
 func rankTable(t *topology.Topology, nodes []spec.Node, perNode int) (string, error) {
 	devices := map[string][]ranktable.NodeDevice{}
 	ranks := &topology.Topology{}
+	several := len(t.Hosts) > 1
 	for _, h := range t.Hosts {
 		g := topology.HostGroup{Host: h.Host}
 		for _, r := range h.Ranks {
@@ -180,7 +184,7 @@ func rankTable(t *topology.Topology, nodes []spec.Node, perNode int) (string, er
 				ip := ""
 				if npu < len(n.DeviceIPs) && n.DeviceIPs[npu] != "" {
 					ip = n.DeviceIPs[npu]
-				} else if host, _, err := net.SplitHostPort(n.CommAddr); err == nil {
+				} else if host, _, err := net.SplitHostPort(n.CommAddr); err == nil && several {
 					ip = host
 				}
 				devices[h.Host] = append(devices[h.Host], ranktable.NodeDevice{ID: id, IP: ip})

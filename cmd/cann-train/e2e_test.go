@@ -21,6 +21,7 @@ import (
 
 	"github.com/cann-train/cann-train/ascend/ranktable"
 	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/engine/topology"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workers"
 	"github.com/cann-train/cann-train/workflows"
@@ -78,6 +79,9 @@ func TestQuickstartJSON(t *testing.T) {
 		t.Errorf("topology = %+v, want one host, 6 measured links, predictions and a chosen algorithm", tp)
 	} else if rt, err := ranktable.Parse([]byte(tp.RankTable)); err != nil || rt.RankSize() != 3 || len(rt.Servers) != 1 {
 		t.Errorf("the scan's rank table does not read back as 3 devices on 1 server: %v\n%s", err, tp.RankTable)
+	} else if err := topology.CheckRankTable(rt); err != nil {
+		// (topo-scan --read-rank-table's checks: no device_ip shared)
+		t.Errorf("the scan's rank table: %v\n%s", err, tp.RankTable)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "checkpoints", "runs")); err != nil {
 		t.Errorf("no checkpoint files written: %v", err)

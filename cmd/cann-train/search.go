@@ -97,6 +97,15 @@ all of that itself (zero=, recompute=, overlap=true, ...).
 				}
 				res = []strategy.Estimate{strategy.Evaluate(m, c, p)}
 			} else if res, err = strategy.Search(cmd.Context(), m, c, opts); err != nil {
+				if output == "html" && errors.Is(err, strategy.ErrNoPlan) {
+					// `-o html > plans.html` has made the file already: a page
+					// that says why there is no plan, not an empty one.
+					rep := strategy.Report{Model: m, Cluster: c, Space: opts.Describe(), Error: err.Error()}
+					if werr := strategy.WriteHTML(e.out, rep); werr != nil {
+						return errors.Join(err, werr)
+					}
+					return fmt.Errorf("%w (the HTML report written says so too)", err)
+				}
 				return err
 			}
 			var werr error
@@ -117,7 +126,9 @@ all of that itself (zero=, recompute=, overlap=true, ...).
 					werr = enc.Encode(res)
 				}
 			default:
-				werr = strategy.WriteTable(e.out, res)
+				if werr = strategy.WriteTable(e.out, res); werr == nil {
+					werr = strategy.WriteLegend(e.out)
+				}
 			}
 			if werr == nil && evaluating && !res[0].Feasible {
 				// Printed (the reason is in the output); the exit status says it
@@ -155,7 +166,7 @@ func (s *searchSpace) flags(cmd *cobra.Command) {
 	f.IntSliceVar(&s.zero, "zero", nil, "ZeRO stages to try, e.g. 0,1 (default 0,1,2,3)")
 	f.StringSliceVar(&s.recompute, "recompute", nil, "recompute modes to try: none, selective, full (default all three)")
 	f.IntVar(&s.maxTP, "max-tp", 0, "largest tensor-parallel degree, a power of two (default devices_per_node)")
-	f.IntVar(&s.maxCP, "max-cp", 0, "largest context-parallel degree, a power of two (default 8)")
+	f.IntVar(&s.maxCP, "max-cp", 0, "largest context-parallel degree, a power of two (default 8, or seq_len/8192 rounded down to a power of two where that is more)")
 	f.IntVar(&s.maxEP, "max-ep", 0, "largest expert-parallel degree (default the model's experts)")
 	f.IntVar(&s.maxMB, "max-mb", 0, "largest micro-batch in sequences (default 16)")
 	f.IntVar(&s.maxVPP, "max-vpp", 0, "most interleaved chunks per pipeline stage, a power of two; 1: no interleaving (default 8)")
@@ -254,7 +265,15 @@ func loadSpec[T any](arg string, file, preset func(string) (T, error)) (T, error
 // specFieldsHelp lists the fields of the model and cluster spec files,
 // read off the types the files decode into.
 func specFieldsHelp() string {
-	join := func(t reflect.Type) string { return strings.Join(yamlpos.Fields(t), ", ") }
+	join := func(t reflect.Type) string {
+		fields := yamlpos.Fields(t)
+		for i, f := range fields {
+			if u, ok := specUnits[f]; ok {
+				fields[i] += " (" + u + ")"
+			}
+		}
+		return strings.Join(fields, ", ")
+	}
 	return fmt.Sprintf(`Spec files are YAML (--show-preset NAME prints one to start from).
   model:   %s
   cluster: %s
@@ -263,6 +282,16 @@ func specFieldsHelp() string {
 		join(reflect.TypeFor[strategy.Model]()), join(reflect.TypeFor[strategy.Cluster]()),
 		strings.Join(strategy.Profiles(), ", "), join(reflect.TypeFor[strategy.Device]()),
 		join(reflect.TypeFor[strategy.Precision]()))
+}
+
+// specUnits gives the unit of a spec field in `search --help`'s list.
+var specUnits = map[string]string{
+	"seq_len": "tokens", "global_batch": "sequences",
+	"intra_node_gbps": "GB/s per device, one direction", "inter_node_gbps": "GB/s per device, one direction: a node's NICs / its devices",
+	"intra_node_latency_us": "µs per ring step", "inter_node_latency_us": "µs per ring step",
+	"intra_node_efficiency": "0..1", "inter_node_efficiency": "0..1", "reserved_gib": "GiB per device",
+	"peak_tflops": "dense TFLOP/s", "memory_gib": "GiB", "hbm_gbps": "GB/s",
+	"gemm_efficiency": "0..1", "memory_efficiency": "0..1", "op_overhead_us": "µs per operator",
 }
 
 // writePresets lists the preset models and clusters: a line each, or as

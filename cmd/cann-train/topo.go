@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ import (
 	"github.com/cann-train/cann-train/ascend/shm"
 	"github.com/cann-train/cann-train/ascend/tcp"
 	"github.com/cann-train/cann-train/engine/topology"
+	"github.com/cann-train/cann-train/internal/suggest"
 )
 
 // topoRankCmd is the hidden subcommand of one rank of a scan.
@@ -84,7 +86,8 @@ node gets --devices-per-node virtual devices (default: one per rank) whose
 device_ip is the host's address. The output says which.
 
 --read-rank-table FILE validates an existing rank table and prints it; errors
-name the offending field (e.g. server_list[0].device[1].rank_id).`,
+name the offending field (e.g. server_list[0].device[1].rank_id), and a
+device_ip that two devices share is refused.`,
 		Example: `  cann-train topo-scan --ranks 4
   cann-train topo-scan --ranks 8 --shm --rank-table hccl.json -o json
   cann-train topo-scan --ranks 4 --devices-per-node 8 --rank-table hccl.json
@@ -99,6 +102,13 @@ name the offending field (e.g. server_list[0].device[1].rank_id).`,
 					return errors.New("--read-rank-table cannot be combined with --ranks or --rank-table")
 				}
 				return readRankTable(e.out, readTable, cfg.Output)
+			}
+			// The device flags shape the rank table only: without one they
+			// would be ignored unseen.
+			for _, name := range []string{"virtual-devices", "devices-per-node"} {
+				if cmd.Flags().Changed(name) && cfg.RankTable == "" {
+					return fmt.Errorf("--%s describes the devices of the rank table: it needs --rank-table FILE", name)
+				}
 			}
 			if cfg.RankTable != "" {
 				// The devices the table will name: fail before the scan.
@@ -127,7 +137,10 @@ name the offending field (e.g. server_list[0].device[1].rank_id).`,
 			if err != nil {
 				return err
 			}
-			opts := bench.Options{Ranks: ranks, SharedMemory: cfg.SharedMemory, SkipLimits: true, Stdout: e.out, Stderr: e.err}
+			opts := topoBenchOptions(ranks, b, cfg.SharedMemory, e.out, e.err)
+			if err := opts.CheckHostMemory("topo-scan: --bytes", "lower --bytes or --ranks"); err != nil {
+				return err
+			}
 			err = bench.Launch(cmd.Context(), opts, func(a ...string) *exec.Cmd {
 				// a[0] is bench's child subcommand; ours takes its arguments.
 				return e.command(append([]string{"topo-scan", topoRankCmd, "--scan", string(scan)}, a[1:]...)...)
@@ -160,6 +173,14 @@ name the offending field (e.g. server_list[0].device[1].rank_id).`,
 		},
 	})
 	return cmd
+}
+
+// topoBenchOptions are the options topo-scan launches its ranks with.
+// The ranks move --bytes (size) at a time, a send and a receive buffer
+// each: the memory check prices that, not bench's default 256 MiB sweep
+// (which refused some 40 ranks on a 20 GiB host).
+func topoBenchOptions(ranks int, size int64, shm bool, out, errw io.Writer) bench.Options {
+	return bench.Options{Ranks: ranks, MinBytes: size, MaxBytes: size, SharedMemory: shm, SkipLimits: true, Stdout: out, Stderr: errw}
 }
 
 // runTopoRank is one rank of a scan: args are --scan JSON followed by
@@ -324,14 +345,12 @@ func analyzeScan(ctx context.Context, cfg topoScanConfig, addrs, hosts, names []
 		rep.BytesPerSec[p.From][p.To] = p.BytesPerSec
 		rep.Samples[p.From][p.To] = [2]int{p.LatencySamples, p.BandwidthSamples}
 	}
-	hostAddr := map[string]string{}
 	for _, h := range topo.Hosts {
 		r := h.Ranks[0]
 		addr, _, err := net.SplitHostPort(addrs[r])
 		if err != nil {
 			addr = addrs[r]
 		}
-		hostAddr[h.Host] = addr
 		rep.HostInfo = append(rep.HostInfo, ScanHost{Host: h.Host, Hostname: names[r], Address: addr})
 	}
 	if cfg.RankTable == "" {
@@ -359,7 +378,7 @@ func analyzeScan(ctx context.Context, cfg topoScanConfig, addrs, hosts, names []
 			rt.Devices = "npu-smi"
 			continue
 		}
-		if devices[h.Host], err = virtualDevices(cfg.DevicesPerNode, hostAddr[h.Host], len(h.Ranks)); err != nil {
+		if devices[h.Host], err = virtualDevices(cfg.DevicesPerNode, len(h.Ranks), len(topo.Hosts) > 1); err != nil {
 			return nil, fmt.Errorf("topo-scan: rank table: host %s: %w", h.Host, err)
 		}
 	}
@@ -376,7 +395,7 @@ func analyzeScan(ctx context.Context, cfg topoScanConfig, addrs, hosts, names []
 		if cfg.DevicesPerNode > 0 {
 			per = strconv.Itoa(cfg.DevicesPerNode) + " per node, the first ones used"
 		}
-		rt.Note += "; device ids 0.., " + per + "; device_ip = the host's address"
+		rt.Note += "; device ids 0.., " + per + "; no device_ip (one server needs none)"
 	}
 	if rt.Table, err = topology.RankTable(topo, devices); err != nil {
 		return nil, fmt.Errorf("topo-scan: %w", err)
@@ -393,17 +412,22 @@ func analyzeScan(ctx context.Context, cfg topoScanConfig, addrs, hosts, names []
 }
 
 // virtualDevices gives a node's ranks devices 0..ranks-1 of perNode (0:
-// exactly one per rank), all at the host's address.
-func virtualDevices(perNode int, addr string, ranks int) ([]ranktable.NodeDevice, error) {
+// exactly one per rank), without a device_ip: a virtual device has no
+// RoCE NIC, and one server needs none. (The host's address for every
+// device, as before, made a table HCCL and --read-rank-table refuse: a
+// device_ip is one device's own.) A table of several servers needs each
+// device's address, which virtual devices cannot give.
+func virtualDevices(perNode, ranks int, multiHost bool) ([]ranktable.NodeDevice, error) {
 	if perNode > 0 && perNode < ranks {
 		return nil, fmt.Errorf("%d ranks but --devices-per-node %d: every rank needs its own device", ranks, perNode)
 	}
-	if _, err := netip.ParseAddr(addr); err != nil {
-		return nil, fmt.Errorf("host address %q for device_ip: %w", addr, err)
+	if multiHost {
+		return nil, errors.New("virtual devices have no device_ip, which HCCL across servers needs for every device " +
+			"(run where npu-smi and /etc/hccn.conf name the NPUs)")
 	}
 	devs := make([]ranktable.NodeDevice, ranks)
 	for i := range devs {
-		devs[i] = ranktable.NodeDevice{ID: i, IP: addr}
+		devs[i] = ranktable.NodeDevice{ID: i}
 	}
 	return devs, nil
 }
@@ -578,6 +602,58 @@ func writeScan(w io.Writer, rep *ScanReport, output string) error {
 	return err
 }
 
+// rankTableKeys are the keys of a v1.0 rank table at each level (as
+// ranktable.Parse allows them), for "did you mean".
+var rankTableKeys = struct{ top, server, device []string }{
+	top:    []string{"version", "status", "server_count", "server_list"},
+	server: []string{"server_id", "device", "host_nic_ip", "host_ip", "container_ip", "hardware_type"},
+	device: []string{"device_id", "device_ip", "device_port", "rank_id"},
+}
+
+// negativeNumber is ranktable's `"-1" is not a number`: it is one, and
+// negative.
+var negativeNumber = regexp.MustCompile(`^"-[0-9]+" is not a number$`)
+
+// explainRankTableError adds to a ranktable.Parse error what the reader
+// knows besides: the key an unknown one most likely meant, and that a
+// "-1" is a negative number, not "not a number".
+func explainRankTableError(err error) error {
+	var fe *ranktable.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	out := *fe
+	switch {
+	case fe.Msg == "unknown key":
+		key, level := fe.Path, rankTableKeys.top
+		if i := strings.LastIndexByte(key, '.'); i >= 0 {
+			key = key[i+1:]
+		}
+		switch {
+		case strings.Contains(fe.Path, ".device["):
+			level = rankTableKeys.device
+		case strings.HasPrefix(fe.Path, "server_list["):
+			level = rankTableKeys.server
+		}
+		if guess := suggest.DidYouMean(suggest.Nearest(key, level)); guess != "" {
+			out.Msg += "; " + guess
+		}
+	case negativeNumber.MatchString(fe.Msg):
+		n, _, _ := strings.Cut(fe.Msg, " is not")
+		out.Msg = n + " is negative: want a whole number, 0 or more"
+	default:
+		return err
+	}
+	return &out
+}
+
+// problemList writes a joined error one problem a line ("2 problem(s):
+// …"), as the spec readers list theirs.
+func problemList(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	return fmt.Sprintf("%d problem(s):\n  %s", len(lines), strings.Join(lines, "\n  "))
+}
+
 // readRankTable validates the rank table in file and prints it.
 func readRankTable(w io.Writer, file, output string) error {
 	data, err := os.ReadFile(file)
@@ -586,7 +662,10 @@ func readRankTable(w io.Writer, file, output string) error {
 	}
 	t, err := ranktable.Parse(data)
 	if err != nil {
-		return fmt.Errorf("rank table %s: %w", file, err)
+		return fmt.Errorf("rank table %s: %w", file, explainRankTableError(err))
+	}
+	if err := topology.CheckRankTable(t); err != nil {
+		return fmt.Errorf("rank table %s: %s", file, problemList(err))
 	}
 	if output == "json" {
 		canon, err := t.Marshal()

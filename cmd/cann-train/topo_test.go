@@ -214,14 +214,17 @@ func TestRankTableDevices(t *testing.T) {
 		wantIPs []string
 		wantErr string
 	}{
-		{"virtual one per rank", func() ([]ranktable.NodeDevice, error) { return virtualDevices(0, "10.1.2.3", 3) },
-			[]int{0, 1, 2}, []string{"10.1.2.3", "10.1.2.3", "10.1.2.3"}, ""},
-		{"virtual 8 per node", func() ([]ranktable.NodeDevice, error) { return virtualDevices(8, "127.0.0.1", 2) },
-			[]int{0, 1}, []string{"127.0.0.1", "127.0.0.1"}, ""},
-		{"virtual too few", func() ([]ranktable.NodeDevice, error) { return virtualDevices(2, "127.0.0.1", 3) },
+		// Virtual devices have no RoCE NIC: no device_ip (the host's address
+		// on every device was one device_ip shared, which HCCL and
+		// --read-rank-table refuse).
+		{"virtual one per rank", func() ([]ranktable.NodeDevice, error) { return virtualDevices(0, 3, false) },
+			[]int{0, 1, 2}, []string{"", "", ""}, ""},
+		{"virtual 8 per node", func() ([]ranktable.NodeDevice, error) { return virtualDevices(8, 2, false) },
+			[]int{0, 1}, []string{"", ""}, ""},
+		{"virtual too few", func() ([]ranktable.NodeDevice, error) { return virtualDevices(2, 3, false) },
 			nil, nil, "--devices-per-node 2"},
-		{"virtual bad address", func() ([]ranktable.NodeDevice, error) { return virtualDevices(0, "localhost", 1) },
-			nil, nil, "localhost"},
+		{"virtual on several servers", func() ([]ranktable.NodeDevice, error) { return virtualDevices(0, 1, true) },
+			nil, nil, "HCCL across servers needs"},
 		{"910B with hccn.conf", npus(parse(info910b), hccn, 2, true),
 			[]int{0, 1}, []string{"192.168.100.101", "192.168.101.101"}, ""},
 		// Without hccn.conf: no device_ip (not the host's address, which is

@@ -299,7 +299,9 @@ func (c Cluster) Validate() error {
 	pos("device.gemm_efficiency", c.Device.GEMMEfficiency, 1)
 	pos("device.memory_efficiency", c.Device.MemoryEfficiency, 1)
 	pos("device.op_overhead_us", c.Device.OpOverheadUs, 1e6)
-	if c.DevicesPerNode > 1 || c.IntraNodeGBps != 0 { // one device per node has no intra-node link
+	// One device per node has no intra-node link; a devices_per_node that
+	// is itself wrong says nothing, and the link is checked too.
+	if c.DevicesPerNode != 1 || c.IntraNodeGBps != 0 {
 		pos("intra_node_gbps", c.IntraNodeGBps, 1e6)
 	}
 	if c.Nodes > 1 || c.InterNodeGBps != 0 {
@@ -324,12 +326,21 @@ func LoadCluster(path string) (Cluster, error) {
 	return ParseCluster(path, data)
 }
 
+// What the link bandwidths mean, as the cost model uses them (see
+// Cluster): GB/s that one device sends in one direction, not a node's
+// total — on a DGX A100, 8 × 200 Gb/s HDR per node is 25 GB/s per GPU.
+const (
+	IntraNodeGBpsMeaning = "each device's bandwidth to the other devices of its node (NVLink/HCCS) in GB/s per device, one direction"
+	InterNodeGBpsMeaning = "each device's scale-out network bandwidth (IB/RoCE) in GB/s per device, one direction: " +
+		"a node's NIC total divided by its devices (8 × 200 Gb/s per 8-GPU node: 25)"
+)
+
 // clusterRequired names the fields a cluster file must give (the links
 // only where it has them: Validate asks for them then).
 var clusterRequired = map[string]string{
 	"nodes": "the number of nodes", "devices_per_node": "devices (NPUs, GPUs) per node",
-	"intra_node_gbps":    "the link bandwidth between a node's devices in GB/s",
-	"inter_node_gbps":    "each node's network bandwidth in GB/s",
+	"intra_node_gbps":    IntraNodeGBpsMeaning,
+	"inter_node_gbps":    InterNodeGBpsMeaning,
 	"device.peak_tflops": "the device's dense peak TFLOP/s at the training precision",
 	"device.memory_gib":  "the device's memory in GiB", "device.hbm_gbps": "the device's memory bandwidth in GB/s",
 }
@@ -377,12 +388,12 @@ func parseCluster(name string, data []byte, passes int) (Cluster, error) {
 		{"device.gemm_efficiency", c.Device.GEMMEfficiency}, {"device.memory_efficiency", c.Device.MemoryEfficiency},
 		{"device.op_overhead_us", c.Device.OpOverheadUs},
 	} {
-		if f.v == 0 && lineOf(file, f.field) > 0 {
+		if f.v == 0 && lineOf(file, f.field) > 0 && !isNull(file, f.field) {
 			zeros.add(f.field, "0 is out of range: leave it out for the default")
 		}
 	}
 	c = c.WithDefaults()
-	if err := joinProblems(name, strict, withLines(zeros.err(name), name, file), withLines(absent(c.Validate(), file, clusterRequired, nil), name, file)); err != nil {
+	if err := joinProblems(name, strict, withLines(zeros.err(name), name, file), withLines(nulls(absent(c.Validate(), file, clusterRequired, nil), file, clusterRequired), name, file)); err != nil {
 		return Cluster{}, err
 	}
 	return c, nil

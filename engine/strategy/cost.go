@@ -1,12 +1,16 @@
 package strategy
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // FLOPConvention names what the FLOP figures of an Estimate count.
-const FLOPConvention = "tflops_per_device/hfu: executed GEMM FLOPs incl. recompute (Narayanan eq. 3 under full recompute, all keys of the s² term); mfu: model FLOPs, fwd+bwd only (Korthikanti eq. 7)"
+const FLOPConvention = "tflops_per_device/hfu: executed GEMM FLOPs incl. recompute (Narayanan eq. 3 under full recompute); mfu: model FLOPs, fwd+bwd only (Korthikanti eq. 7); " +
+	"both count every key in the attention's s² term (no causal halving)"
 
 // Estimate is the predicted cost of one plan. Times are seconds, memory
 // GiB (2^30 B) per device on the busiest pipeline stage.
@@ -48,11 +52,58 @@ type Estimate struct {
 	Microbatches int `json:"microbatches"`
 	// Stages is how the layers lie on the pipeline stages.
 	Stages StageSplit `json:"stages"`
+	// Split is Stages as LayerSplit writes it ("12×8", "3+8×12+6").
+	Split  string `json:"layer_split,omitempty"`
+	layers int    // the model's layers (0: not known, as decoded from JSON)
 	// BlastRadius is how many devices lose state that no surviving device
 	// holds when one device fails: one model replica (tp·pp·max(cp,ep))
 	// without ZeRO, every device with ZeRO ≥ 1 (the sharded optimizer has
 	// no copy).
 	BlastRadius int `json:"blast_radius"`
+	// AtCaps names the search bounds the plan sits at, where a larger
+	// value was not tried, as the flags that widen them ("--max-cp 8,
+	// --max-vpp 8"; Search only, see Cap). A string keeps Estimate
+	// comparable.
+	AtCaps string `json:"at_search_caps,omitempty"`
+}
+
+// MarshalJSON writes e; for a plan refused by Check, never sized, its
+// figures (step time, throughput, MFU, memory, breakdowns, stages, blast
+// radius) are null rather than 0, which would read as a prediction. (A
+// reader that decodes into Estimate gets the zeros back.)
+func (e Estimate) MarshalJSON() ([]byte, error) {
+	type plain Estimate // (without this method)
+	// Unescaped: the encoder that called escapes HTML where it is asked
+	// to (cann-train search's keeps "pp > 1" readable).
+	marshal := func(v any) ([]byte, error) {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		err := enc.Encode(v)
+		return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
+	}
+	if e.Feasible || e.StepTimeS != 0 || e.MemPerDeviceGiB != 0 {
+		return marshal(plain(e))
+	}
+	return marshal(struct {
+		plain
+		StepTimeS            any `json:"step_time_s"`
+		TokensPerS           any `json:"tokens_per_s"`
+		TokensPerSPerDevice  any `json:"tokens_per_s_per_device"`
+		TFLOPSPerDevice      any `json:"tflops_per_device"`
+		ModelTFLOPSPerDevice any `json:"model_tflops_per_device"`
+		MFU                  any `json:"mfu"`
+		HFU                  any `json:"hfu"`
+		MemPerDeviceGiB      any `json:"mem_per_device_gib"`
+		MemHeadroomGiB       any `json:"mem_headroom_gib"`
+		Mem                  any `json:"mem"`
+		Time                 any `json:"time"`
+		CommShare            any `json:"comm_share"`
+		BubbleShare          any `json:"bubble_share"`
+		Microbatches         any `json:"microbatches"`
+		Stages               any `json:"stages"`
+		BlastRadius          any `json:"blast_radius"`
+	}{plain: plain(e)})
 }
 
 // StageSplit gives the layers of the first pipeline stage, of the busiest
@@ -436,12 +487,107 @@ func splitLayers(layers, pp, vpp int, layer, logits float64) (s StageSplit, ok b
 			// layer (Llama 3: 7 layers in 8 chunks on each end stage).
 			continue
 		}
+		if vpp > 1 && megatronSplitFlags(StageSplit{nf, nm, nl}, pp, vpp) == "" {
+			continue // (a split Megatron-Core cannot run; see megatronSplitFlags)
+		}
 		tmax := math.Max(float64(nm)*layer, float64(nl)*layer+logits)
 		if tmax < best-1e-15 || (tmax <= best+1e-15 && nf < s.First) {
 			best, s, ok = tmax, StageSplit{nf, nm, nl}, true
 		}
 	}
 	return s, ok
+}
+
+// megatronSplitFlags names the Megatron-Core arguments that lay out split
+// s of pp stages of vpp chunks, or "" when its first/last-stage flags
+// cannot: where the layers divide evenly, none are needed ("even");
+// otherwise --decoder-first-pipeline-num-layers and
+// --decoder-last-pipeline-num-layers, which with interleaving need every
+// stage's layers to be a multiple of vpp (TransformerConfig: "number of
+// layers at first stage: 3 must be divisible by virtual pipeline parallel
+// degree 4"), or --account-for-embedding-in-pipeline-split and
+// --account-for-loss-in-pipeline-split, which count the embedding (the
+// loss) as a layer of the first (last) stage: the end stages hold one
+// layer less than the others, each a multiple of vpp (Llama 3's 126
+// layers on 16 stages: 7, 8 × 14, 7). Without interleaving the middle
+// stages must hold the same number (the flags split the rest evenly); a
+// split whose middle stages differ (40 layers on 16 stages) needs
+// --pipeline-model-parallel-layout, and the result says so.
+func megatronSplitFlags(s StageSplit, pp, vpp int) string {
+	if pp <= 1 || s.First == s.Middle && s.Last == s.Middle {
+		return "even"
+	}
+	v := max(vpp, 1)
+	if pp > 2 && s.Middle%v != 0 {
+		return ""
+	}
+	if s.First%v == 0 && s.Last%v == 0 {
+		return fmt.Sprintf("--decoder-first-pipeline-num-layers %d --decoder-last-pipeline-num-layers %d", s.First, s.Last)
+	}
+	per := s.Middle
+	if pp == 2 {
+		per = max(s.First, s.Last)
+	}
+	if per%v != 0 || s.First < per-1 || s.Last < per-1 {
+		return ""
+	}
+	var out []string
+	if s.First == per-1 {
+		out = append(out, "--account-for-embedding-in-pipeline-split")
+	}
+	if s.Last == per-1 {
+		out = append(out, "--account-for-loss-in-pipeline-split")
+	}
+	return strings.Join(out, " ")
+}
+
+// LayerSplit is how the layers lie on the pipeline stages, first to last:
+// "96" without a pipeline, "12×8" for 8 stages of 12, "3+8×12+6" for an
+// uneven split (first, the stages in between, last). The stages in
+// between hold Middle layers each, but without interleaving, when they
+// cannot all hold as many (40 layers on 16 stages), they share the rest
+// as evenly as they can ("1+3×10+2×4+1").
+func (e Estimate) LayerSplit() string {
+	s, pp := e.Stages, e.Plan.PP
+	if s.First == 0 && s.Middle == 0 && s.Last == 0 {
+		return ""
+	}
+	if pp <= 1 {
+		return fmt.Sprint(s.First)
+	}
+	if s.First == s.Middle && s.Last == s.Middle {
+		return fmt.Sprintf("%d×%d", s.Middle, pp)
+	}
+	if pp == 2 {
+		return fmt.Sprintf("%d+%d", s.First, s.Last)
+	}
+	k := pp - 2
+	mid := e.layers - s.First - s.Last
+	if e.layers == 0 || mid == k*s.Middle {
+		return fmt.Sprintf("%d+%d×%d+%d", s.First, s.Middle, k, s.Last)
+	}
+	q, r := mid/k, mid%k
+	parts := fmt.Sprintf("%d×%d", q+1, r)
+	if r == 0 {
+		parts = fmt.Sprintf("%d×%d", q, k)
+	} else if k-r > 0 {
+		parts += fmt.Sprintf("+%d×%d", q, k-r)
+	}
+	return fmt.Sprintf("%d+%s+%d", s.First, parts, s.Last)
+}
+
+// MegatronSplit names the Megatron-Core arguments that lay out the
+// estimate's split ("even" where none are needed; see megatronSplitFlags),
+// or says the split needs --pipeline-model-parallel-layout.
+func (e Estimate) MegatronSplit() string {
+	if e.LayerSplit() == "" {
+		return ""
+	}
+	if f := megatronSplitFlags(e.Stages, e.Plan.PP, e.Plan.VPP); f != "" &&
+		(e.layers == 0 || e.Plan.PP <= 2 || e.layers-e.Stages.First-e.Stages.Last == (e.Plan.PP-2)*e.Stages.Middle) {
+		return f
+	}
+	return "--pipeline-model-parallel-layout (the stages in between differ)"
 }
 
 // eval fills e for a plan that passed Check.
@@ -455,7 +601,8 @@ func (ev *evaluator) eval(p Plan, e *Estimate) {
 	layer := compute + tp + cpc + epc
 	logits := ev.logitTimes(p)
 	st, _ := splitLayers(m.Layers, p.PP, p.VPP, layer, logits) // Check made a split possible
-	e.Stages = st
+	e.Stages, e.layers = st, m.Layers
+	e.Split = e.LayerSplit()
 
 	// ---- memory (busiest of the first, second and last stage) ----
 	t := float64(p.TP)

@@ -241,7 +241,14 @@ func TestSplitLayers(t *testing.T) {
 		{"interleaved, even", 96, 8, 3, 0.6, StageSplit{12, 12, 12}, true},
 		{"Llama 3 405B: 126 layers on 16 stages of 8 chunks", 126, 16, 8, 0.6, StageSplit{7, 8, 7}, true},
 		{"126 layers, 4 chunks", 126, 16, 4, 0.6, StageSplit{7, 8, 7}, true},
-		{"two stages, uneven interleaving", 25, 2, 4, 0, StageSplit{12, 12, 13}, true},
+		// With interleaving only what Megatron-Core's flags lay out: every
+		// stage a multiple of vpp (--decoder-first/last-pipeline-num-layers),
+		// or the end stages one short of the others (--account-for-*):
+		// 12 + 13 on 2 × 4 chunks is neither.
+		{"two stages, uneven interleaving Megatron cannot run", 25, 2, 4, 0, StageSplit{}, false},
+		{"MT-NLG's 105 layers on 14 stages of 4 chunks: 3, 8 × 12, 6 is not Megatron's", 105, 14, 4, 0.6, StageSplit{}, false},
+		{"first/last flags: every stage a multiple of vpp", 100, 4, 4, 0, StageSplit{20, 28, 24}, true},
+		{"account for the loss: the last stage one layer short", 31, 2, 4, 0.6, StageSplit{16, 16, 15}, true},
 		{"too few layers for the middle chunks", 96, 12, 5, 0, StageSplit{}, false},
 		{"40 layers on 16 stages: the middle ones cannot all hold 3", 40, 16, 1, 0, StageSplit{1, 3, 1}, true},
 		{"the same with the output layer", 40, 16, 1, 0.6, StageSplit{1, 3, 1}, true},
@@ -263,6 +270,9 @@ func TestSplitLayers(t *testing.T) {
 			}
 			if err := checkSplit(got, tt.layers, tt.pp, tt.vpp); err != "" {
 				t.Error(err)
+			}
+			if tt.vpp > 1 && megatronSplitFlags(got, tt.pp, tt.vpp) == "" {
+				t.Errorf("%+v on %d stages of %d chunks: no Megatron-Core flags lay it out", got, tt.pp, tt.vpp)
 			}
 		})
 	}

@@ -106,7 +106,11 @@ func decodeStrict(name string, data []byte, file *ast.File, v any) error {
 		}
 	}
 	for i, f := range fields {
-		if guess := suggest.DidYouMean(yamlpos.Suggest(t, f.Field)); guess != "" {
+		names := yamlpos.Suggest(t, f.Field)
+		if len(names) == 0 {
+			names = abbreviated(t, f.Field)
+		}
+		if guess := suggest.DidYouMean(names); guess != "" {
 			fields[i].Msg = unknownFieldMsg + "; " + guess + " (`cann-train search --help` lists the fields)"
 		}
 	}
@@ -348,4 +352,139 @@ func absent(err error, file *ast.File, required, derived map[string]string) erro
 	}
 	se.Fields = kept
 	return se
+}
+
+// isNull reports whether field is in file with a null value ("seq_len: ~",
+// "seq_len: null", or nothing after the colon).
+func isNull(file *ast.File, field string) bool {
+	if file == nil {
+		return false
+	}
+	found := false
+	for _, doc := range file.Docs {
+		ast.Walk(nodeVisitor(func(n ast.Node) {
+			if mv, ok := n.(*ast.MappingValueNode); ok && !found && mv.Value != nil &&
+				strings.TrimPrefix(mv.Value.GetPath(), "$.") == field {
+				_, found = mv.Value.(*ast.NullNode)
+			}
+		}), doc)
+	}
+	return found
+}
+
+// nodeVisitor calls itself on every node below a document, skipping an
+// empty document's nil body (see yamlpos's visitor).
+type nodeVisitor func(ast.Node)
+
+func (f nodeVisitor) Visit(n ast.Node) ast.Visitor {
+	switch n := n.(type) {
+	case nil:
+		return nil
+	case *ast.DocumentNode:
+		if n.Body == nil {
+			return nil
+		}
+		return f
+	}
+	f(n)
+	return f
+}
+
+// nulls rewrites what Validate said of the fields a file gives as null
+// ("seq_len: ~"), which it saw only as zeros: "null: required: <what>,
+// <its range>" for a required field, "null: want a value in <range>" for
+// another, not "0 out of range", a 0 the file never wrote.
+func nulls(err error, file *ast.File, required map[string]string) error {
+	var se *SpecError
+	if file == nil || !errors.As(err, &se) {
+		return err
+	}
+	for i, f := range se.Fields {
+		if !isNull(file, f.Field) {
+			continue
+		}
+		rng, ok := strings.CutPrefix(f.Msg, "0 out of range ")
+		if !ok {
+			continue
+		}
+		if what, ok := required[f.Field]; ok {
+			se.Fields[i].Msg = "null (no value): required: " + what + ", " + rng
+		} else {
+			se.Fields[i].Msg = "null (no value): want a value in " + rng
+		}
+	}
+	return err
+}
+
+// abbreviated names the fields beside path (in the type t decoded into)
+// that its last name abbreviates word by word, where no name is near
+// enough for yamlpos.Suggest: "flash_attn" is flash_attention (each word
+// of it begins as the field's word does and is a subsequence of it),
+// five edits away.
+func abbreviated(t reflect.Type, path string) []string {
+	parent, name := "", path
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		parent, name = path[:i], path[i+1:]
+	}
+	for _, p := range strings.Split(parent, ".") {
+		if p == "" {
+			continue
+		}
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return nil
+		}
+		f, ok := fieldNamed(t, p)
+		if !ok {
+			return nil
+		}
+		t = f.Type
+	}
+	var out []string
+	for _, field := range yamlpos.Fields(t) {
+		if abbreviates(strings.ToLower(name), field) {
+			out = append(out, field)
+		}
+	}
+	return out
+}
+
+// fieldNamed is the field of struct t that YAML names name.
+func fieldNamed(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// abbreviates: short and long have as many _-separated words, and each
+// word of short starts with its word of long's first letter and is a
+// subsequence of it ("attn" of "attention").
+func abbreviates(short, long string) bool {
+	sw, lw := strings.Split(short, "_"), strings.Split(long, "_")
+	if len(sw) != len(lw) || short == long {
+		return false
+	}
+	for i, s := range sw {
+		l := lw[i]
+		if s == "" || l == "" || s[0] != l[0] {
+			return false
+		}
+		j := 0
+		for k := 0; k < len(l) && j < len(s); k++ {
+			if l[k] == s[j] {
+				j++
+			}
+		}
+		if j < len(s) {
+			return false
+		}
+	}
+	return true
 }

@@ -24,6 +24,9 @@ type Report struct {
 	// search --evaluate), not a search's ranking: the page heads them
 	// "Plan evaluated" and marks none best.
 	Evaluated bool
+	// Error, when set, is why the search found no plan: the page says so
+	// in place of the table (a report asked for is never an empty file).
+	Error string
 }
 
 // WriteHTML writes r as one self-contained HTML page (inline CSS, no
@@ -38,7 +41,7 @@ func WriteHTML(w io.Writer, r Report) error {
 	m, c := r.Model.WithDefaults(), r.Cluster.WithDefaults()
 	v := htmlView{Title: r.Title, Model: m, Cluster: c, Devices: c.Devices(), Space: r.Space, Evaluated: r.Evaluated,
 		ParamsB: m.Params() / 1e9, ActiveB: m.ActiveParams() / 1e9, MoE: m.moe(), Convention: FLOPConvention,
-		Notes: notes(r.Estimates)}
+		Notes: append(notes(r.Estimates), capNotes(r.Estimates)...), Error: r.Error}
 	if v.Title == "" {
 		v.Title = fmt.Sprintf("Parallel strategies: %s on %s", m.Name, c.Name)
 	}
@@ -61,8 +64,9 @@ type htmlView struct {
 	Convention       string
 	Space            string
 	Evaluated        bool
-	Notes            []string // Estimate.Note, each once
+	Notes            []string // Estimate.Note, each once, then capNotes
 	Rows             []htmlRow
+	Error            string
 }
 
 // htmlRow is one estimate with its bars precomputed (widths in percent).
@@ -74,6 +78,7 @@ type htmlRow struct {
 	Over                                   bool // does not fit
 	Time                                   []htmlSegment
 	ZeRO                                   string // zeroLabel: "3→1" where another stage is priced
+	Split, SplitFlags                      string // Estimate.LayerSplit, Estimate.MegatronSplit
 }
 
 type htmlSegment struct {
@@ -90,7 +95,7 @@ func pct(part, whole float64) float64 {
 }
 
 func newHTMLRow(rank int, e Estimate, capGiB float64) htmlRow {
-	row := htmlRow{Rank: rank, E: e, ZeRO: zeroLabel(e)}
+	row := htmlRow{Rank: rank, E: e, ZeRO: zeroLabel(e), Split: e.LayerSplit(), SplitFlags: e.MegatronSplit()}
 	row.MemUsedPct = pct(e.MemPerDeviceGiB, capGiB)
 	row.MemReservedPct = min(pct(e.Mem.ReservedGiB, capGiB), 100-row.MemUsedPct)
 	row.MemFreePct = max(0, math.Round(10*(100-row.MemUsedPct-row.MemReservedPct))/10)
@@ -161,6 +166,7 @@ table.plans tr.infeasible td { color: #8a939e; }
 code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
 .note { color: #5a6573; font-size: 12px; max-width: 70em; }
 .reason { white-space: normal; text-align: left; min-width: 20em; }
+.error { color: #b3261e; max-width: 70em; white-space: pre-wrap; }
 </style>
 </head>
 <body>
@@ -180,14 +186,16 @@ code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
 </table>
 </div>
 
-<h2>{{if .Evaluated}}Plan{{if ne (len .Rows) 1}}s{{end}} evaluated{{else}}Top {{len .Rows}} plan{{if ne (len .Rows) 1}}s{{end}}{{end}}</h2>
+{{if .Error}}<h2>No plan</h2>
+<p class="error">{{.Error}}</p>
+{{else}}<h2>{{if .Evaluated}}Plan{{if ne (len .Rows) 1}}s{{end}} evaluated{{else}}Top {{len .Rows}} plan{{if ne (len .Rows) 1}}s{{end}}{{end}}</h2>
 {{if .Space}}<p class="note">searched: {{.Space}}</p>
 {{end}}<p class="legend note">memory: <span class="used"></span>used <span class="reserved"></span>reserved <span class="free"></span>free ·
 time: <span class="compute"></span>compute <span class="tp"></span>TP <span class="cp"></span>CP <span class="ep"></span>EP <span class="pp"></span>PP <span class="dp"></span>DP <span class="bubble"></span>bubble <span class="opt"></span>optimizer</p>
 <table class="plans">
 <thead>
 <tr><th>#</th><th>step s</th><th>tokens/s</th><th title="executed FLOPs, recomputation included (HFU); MFU counts the model FLOPs">hw TFLOP/s/dev</th><th>MFU</th><th>mem GiB/dev</th><th>headroom GiB</th><th class="l">memory</th><th>comm</th><th>bubble</th><th class="l">step time</th><th>blast radius</th>
-<th>tp</th><th>pp</th><th>dp</th><th>cp</th><th>ep</th><th>mb</th><th>vpp</th><th>sp</th><th>recompute</th><th>zero</th><th>overlap</th><th>µbatches</th><th class="l">plan</th></tr>
+<th>tp</th><th>pp</th><th>dp</th><th>cp</th><th>ep</th><th>mb</th><th>vpp</th><th>sp</th><th>recompute</th><th>zero</th><th>overlap</th><th>µbatches</th><th title="layers per pipeline stage: 12×8 is 8 stages of 12; 3+8×12+6 an uneven split (first, the stages in between, last)">layers</th><th class="l">plan</th></tr>
 </thead>
 <tbody>
 {{- range .Rows}}
@@ -207,14 +215,14 @@ time: <span class="compute"></span>compute <span class="tp"></span>TP <span clas
 <td>-</td><td>-</td><td class="l">-</td>
 {{- end}}
 <td>{{.E.BlastRadius}}</td>
-<td>{{.E.Plan.TP}}</td><td>{{.E.Plan.PP}}</td><td>{{.E.Plan.DP}}</td><td>{{.E.Plan.CP}}</td><td>{{.E.Plan.EP}}</td><td>{{.E.Plan.MicroBatch}}</td><td>{{.E.Plan.VPP}}</td><td>{{.E.Plan.SP}}</td><td>{{.E.Plan.Recompute}}</td><td>{{.ZeRO}}</td><td>{{.E.Plan.Overlap}}</td><td>{{.E.Microbatches}}</td>
+<td>{{.E.Plan.TP}}</td><td>{{.E.Plan.PP}}</td><td>{{.E.Plan.DP}}</td><td>{{.E.Plan.CP}}</td><td>{{.E.Plan.EP}}</td><td>{{.E.Plan.MicroBatch}}</td><td>{{.E.Plan.VPP}}</td><td>{{.E.Plan.SP}}</td><td>{{.E.Plan.Recompute}}</td><td>{{.ZeRO}}</td><td>{{.E.Plan.Overlap}}</td><td>{{.E.Microbatches}}</td><td{{if .SplitFlags}} title="Megatron-Core: {{.SplitFlags}}"{{end}}>{{or .Split "-"}}</td>
 <td class="l"><code>{{.E.Plan.String}}</code></td>
 </tr>
 {{- end}}
 </tbody>
 </table>
 {{range .Notes}}<p class="note">note: {{.}}</p>
-{{end}}<p class="note">Predictions of the analytical cost model of cann-train's engine/strategy, not measurements. Throughput ranks the plans (ties: more headroom, then smaller blast radius). Comm is exposed communication as a share of the step, bubble the pipeline fill, drain and stage imbalance. Blast radius: devices whose state no surviving device holds when one device fails. FLOP convention: {{.Convention}}.</p>
+{{end}}{{end}}<p class="note">Predictions of the analytical cost model of cann-train's engine/strategy, not measurements. Throughput ranks the plans (ties: more headroom, then smaller blast radius). Comm is exposed communication as a share of the step, bubble the pipeline fill, drain and stage imbalance. Blast radius: devices whose state no surviving device holds when one device fails. Layers: per pipeline stage, first + those in between + last where the split is uneven. FLOP convention: {{.Convention}}.</p>
 </body>
 </html>
 `

@@ -132,6 +132,10 @@ func (m Model) Validate() error {
 	}
 	if !(m.CapacityFactor >= 0 && m.CapacityFactor <= 64) { // also rejects NaN
 		p.add("capacity_factor", "%g out of range 0..64 (0: dropless)", m.CapacityFactor)
+	} else if m.CapacityFactor > 0 && m.Experts <= 1 && m.Experts >= 0 {
+		// As top_k: a dense model has no expert to pad, and taking it
+		// silently would price a model the file does not describe.
+		p.add("capacity_factor", "%g needs experts > 1 (a dense model has no experts to pad)", m.CapacityFactor)
 	}
 	bytesOK := func(field string, v float64) {
 		if !(v > 0 && v <= 64) {
@@ -192,8 +196,20 @@ func parseModel(name string, data []byte, passes int) (Model, error) {
 	if strict != nil && !unknown {
 		return Model{}, strict
 	}
+	// A defaulted field written as 0 would take its default unseen (as in
+	// a cluster file): 0 bytes per parameter is out of range.
+	var zeros problems
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{{"precision.param_bytes", m.Precision.Param}, {"precision.grad_bytes", m.Precision.Grad}, {"precision.optimizer_bytes", m.Precision.Optimizer}} {
+		if f.v == 0 && lineOf(file, f.field) > 0 && !isNull(file, f.field) {
+			zeros.add(f.field, "0 is out of range (0, 64]: leave it out for the default")
+		}
+	}
 	m = m.WithDefaults()
-	if err := joinProblems(name, strict, withLines(absent(m.Validate(), file, modelRequired, modelDerived), name, file)); err != nil {
+	if err := joinProblems(name, strict, withLines(zeros.err(name), name, file),
+		withLines(nulls(absent(m.Validate(), file, modelRequired, modelDerived), file, modelRequired), name, file)); err != nil {
 		return Model{}, err
 	}
 	return m, nil

@@ -226,7 +226,9 @@ func Check(m Model, c Cluster, p Plan) error {
 		if p.PP == 1 {
 			e.add("vpp", "interleaving (vpp=%d) needs pp > 1", p.VPP)
 		} else if !splittable(m.Layers, p.PP, p.VPP) {
-			e.add("vpp", "layers (%d) cannot be split into %d stages of %d chunks", m.Layers, p.PP, p.VPP)
+			e.add("vpp", "layers (%d) cannot be split into %d stages of %d chunks as Megatron-Core runs them: every stage's layers "+
+				"a multiple of vpp (--decoder-first/last-pipeline-num-layers), or the end stages one layer short of the others "+
+				"(--account-for-embedding/loss-in-pipeline-split)", m.Layers, p.PP, p.VPP)
 		}
 	}
 	if m.GlobalBatch%(p.DP*p.MicroBatch) != 0 {

@@ -7,6 +7,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/cann-train/cann-train/internal/suggest"
 )
 
 //go:embed presets/models/*.yaml presets/clusters/*.yaml
@@ -51,7 +53,11 @@ func presetPath(name string) (file, kind string, err error) {
 	for i, k := range known {
 		known[i] = strings.TrimSuffix(k, ".yaml")
 	}
-	return "", "", fmt.Errorf("unknown preset %q (known: %s)", name, strings.Join(known, ", "))
+	guess := ""
+	if g := suggest.DidYouMean(suggest.Nearest(strings.TrimSuffix(base, ".yaml"), known)); g != "" {
+		guess = "; " + g
+	}
+	return "", "", fmt.Errorf("unknown preset %q%s (known: %s)", name, guess, strings.Join(known, ", "))
 }
 
 // Preset returns the YAML of an embedded spec ("moe_bert" or

@@ -95,7 +95,7 @@ func (o SearchOptions) withDefaults(m Model, c Cluster) SearchOptions {
 		o.MaxTP = c.DevicesPerNode
 	}
 	if o.MaxCP <= 0 {
-		o.MaxCP = 8
+		o.MaxCP = defaultMaxCP(m.SeqLen)
 	}
 	if o.MaxEP <= 0 {
 		o.MaxEP = max(1, m.Experts)
@@ -112,7 +112,73 @@ func (o SearchOptions) withDefaults(m Model, c Cluster) SearchOptions {
 	if len(o.ZeRO) == 0 {
 		o.ZeRO = []int{0, 1, 2, 3}
 	}
+	o.ZeRO = slices.Compact(slices.Sorted(slices.Values(o.ZeRO)))
 	return o
+}
+
+// cpShardTokens is the shortest sequence shard the default cp cap cuts
+// a sequence into beyond cp 8.
+const cpShardTokens = 8192
+
+// defaultMaxCP is the default cap on context parallelism: 8, or for
+// sequences longer than 64K tokens the power of two that leaves each rank
+// a shard of at least cpShardTokens (131,072 tokens: 16, Llama 3's long-
+// context stage). Context parallelism exists to cut the sequence; a
+// fixed 8 hid the plans that cut a 128K sequence as its trainers do,
+// while shards much shorter than 8K tokens leave the attention core too
+// little to hide the K/V exchange behind, so the search need not try
+// them by default (--max-cp does).
+func defaultMaxCP(seqLen int) int {
+	cp := 8
+	for cp*2*cpShardTokens <= seqLen && cp < maxCount {
+		cp *= 2
+	}
+	return cp
+}
+
+// searchCap is a search bound a plan sits at: a larger value of the degree was
+// not tried, and Flag is the command-line flag that widens it.
+type searchCap struct {
+	Flag  string `json:"flag"`  // "--max-cp"
+	Key   string `json:"key"`   // the plan key it caps: "cp"
+	Value int    `json:"value"` // the cap, which the plan's key equals
+}
+
+func (c searchCap) String() string { return fmt.Sprintf("%s %d", c.Flag, c.Value) }
+
+// caps lists the bounds of o that plan p sits at where a larger value
+// could have been a plan (the next degree divides what it must): widening
+// them might find a faster plan.
+func (o SearchOptions) caps(m Model, c Cluster, p Plan) []searchCap {
+	n := c.Devices()
+	var out []searchCap
+	if t := 2 * p.TP; p.TP == o.MaxTP && n%t == 0 && m.Heads%t == 0 && m.KVHeads%t == 0 && m.FFNHidden%t == 0 {
+		out = append(out, searchCap{"--max-tp", "tp", o.MaxTP})
+	}
+	if cp := 2 * p.CP; p.CP == o.MaxCP && (n/p.TP)%cp == 0 && m.SeqLen%(2*cp) == 0 {
+		out = append(out, searchCap{"--max-cp", "cp", o.MaxCP})
+	}
+	if p.EP == o.MaxEP && m.moe() {
+		for e := p.EP + 1; e <= m.Experts; e++ {
+			if m.Experts%e == 0 {
+				out = append(out, searchCap{"--max-ep", "ep", o.MaxEP})
+				break
+			}
+		}
+	}
+	if p.MicroBatch == o.MaxMicroBatch {
+		per := m.GlobalBatch / p.DP // sequences per data-parallel rank
+		for mb := p.MicroBatch + 1; mb <= per; mb++ {
+			if per%mb == 0 {
+				out = append(out, searchCap{"--max-mb", "mb", o.MaxMicroBatch})
+				break
+			}
+		}
+	}
+	if v := 2 * p.VPP; p.VPP == o.MaxVPP && p.PP > 1 && (m.GlobalBatch/(p.DP*p.MicroBatch))%p.PP == 0 && splittable(m.Layers, p.PP, v) {
+		out = append(out, searchCap{"--max-vpp", "vpp", o.MaxVPP})
+	}
+	return out
 }
 
 // better is the ranking: higher throughput, then more memory headroom,
@@ -164,6 +230,7 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 	top := make([]Estimate, 0, o.TopK+1)
 	var tried int
 	minMem := math.Inf(1)
+	var smallest Estimate                // the plan that needs the least memory
 	maxHeadroom, fits := math.Inf(-1), 0 // over the plans that fit
 	var e Estimate
 	consider := func(p Plan) error {
@@ -174,7 +241,9 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 			}
 		}
 		ev.eval(p, &e)
-		minMem = math.Min(minMem, e.MemPerDeviceGiB)
+		if e.MemPerDeviceGiB < minMem {
+			minMem, smallest = e.MemPerDeviceGiB, e
+		}
 		if e.Feasible {
 			fits++
 			maxHeadroom = math.Max(maxHeadroom, e.MemHeadroomGiB)
@@ -240,6 +309,12 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 								}
 								for _, r := range o.Recompute {
 									for _, z := range o.ZeRO {
+										if z > o.ZeRO[0] && dp*cp == 1 {
+											// Nothing to shard: ZeRO 1 and 2 are the plan without
+											// ZeRO to the digit, and ZeRO-3 only adds its gathered
+											// working copy. Listed once, at the lowest stage tried.
+											continue
+										}
 										p := Plan{TP: tp, PP: pp, DP: dp, CP: cp, EP: ep, MicroBatch: mb, Recompute: r,
 											ZeRO: z, VPP: vpp, SP: sp, Overlap: o.Overlap}
 										if err := consider(p); err != nil {
@@ -264,13 +339,89 @@ func Search(ctx context.Context, m Model, c Cluster, opts SearchOptions) ([]Esti
 			return nil, fmt.Errorf("search %s on %s: %w: %d plans tried, %d fit, but none leaves the %.1f GiB of headroom per device asked for: the most is %.1f GiB",
 				m.Name, c.Name, ErrNoPlan, tried, fits, o.MinHeadroomGiB, maxHeadroom)
 		}
-		return nil, fmt.Errorf("search %s on %s: %w: %d plans tried, the smallest needs %.1f GiB per device, %.1f usable",
-			m.Name, c.Name, ErrNoPlan, tried, minMem, c.Device.MemoryGiB-c.ReservedGiB)
+		mb := smallest.Mem
+		msg := fmt.Sprintf("search %s on %s: %v: %d plans tried, the smallest needs %.1f GiB per device, %.1f usable: %s "+
+			"(params %.1f, grads %.1f, optimizer %.1f, activations %.1f GiB)",
+			m.Name, c.Name, ErrNoPlan, tried, minMem, c.Device.MemoryGiB-c.ReservedGiB, smallest.Plan,
+			mb.ParamsGiB, mb.GradsGiB, mb.OptimizerGiB, mb.ActivationsGiB)
+		if hint := restrictionHint(ctx, m, c, opts); hint != "" {
+			msg += "; " + hint
+		}
+		return nil, &noPlanError{msg: msg, Smallest: smallest}
 	}
 	for i := range top {
 		top[i].Config = top[i].Plan.String()
+		var at []string
+		for _, cp := range o.caps(m, c, top[i].Plan) {
+			at = append(at, cp.String())
+		}
+		top[i].AtCaps = strings.Join(at, ", ")
 	}
 	return top, nil
+}
+
+// noPlanError is a search that found no plan that fits; it wraps ErrNoPlan.
+type noPlanError struct {
+	msg      string
+	Smallest Estimate
+}
+
+func (e *noPlanError) Error() string { return e.msg }
+func (e *noPlanError) Unwrap() error { return ErrNoPlan }
+
+// restrictionHint names the options of opts that left out what shrinks a
+// plan's memory — ZeRO stages (--zero), recompute modes (--recompute),
+// sequence parallelism (--no-sp), larger tp or cp (--max-tp, --max-cp) —
+// and says what the search finds without them: the best plan that fits
+// then, or that nothing fits even so. "" when opts restricts none.
+func restrictionHint(ctx context.Context, m Model, c Cluster, opts SearchOptions) string {
+	wide := opts
+	var flags []string
+	if len(opts.ZeRO) > 0 && slices.Max(opts.ZeRO) < 3 {
+		var left []string // the stages above the highest tried shard more
+		for z := slices.Max(opts.ZeRO) + 1; z <= 3; z++ {
+			left = append(left, fmt.Sprint(z))
+		}
+		flags = append(flags, "--zero (no ZeRO-"+strings.Join(left, ", ")+")")
+		wide.ZeRO = nil
+	}
+	if len(opts.Recompute) > 0 && !slices.Contains(opts.Recompute, RecomputeFull) {
+		left := "full" // (each mode keeps less than the one before)
+		if !slices.Contains(opts.Recompute, RecomputeSelective) && !m.FlashAttention {
+			left = "selective or full"
+		}
+		flags = append(flags, "--recompute (no "+left+" recompute)")
+		wide.Recompute = nil
+	}
+	if opts.NoSP {
+		flags = append(flags, "--no-sp")
+		wide.NoSP = false
+	}
+	if opts.MaxTP > 0 && opts.MaxTP < c.DevicesPerNode {
+		flags = append(flags, fmt.Sprintf("--max-tp %d", opts.MaxTP))
+		wide.MaxTP = 0
+	}
+	if opts.MaxCP > 0 && opts.MaxCP < defaultMaxCP(m.SeqLen) {
+		flags = append(flags, fmt.Sprintf("--max-cp %d", opts.MaxCP))
+		wide.MaxCP = 0
+	}
+	if opts.MaxEP > 0 && m.moe() && opts.MaxEP < m.Experts {
+		flags = append(flags, fmt.Sprintf("--max-ep %d", opts.MaxEP))
+		wide.MaxEP = 0
+	}
+	if len(flags) == 0 {
+		return ""
+	}
+	head := "left out by " + strings.Join(flags, ", ")
+	wide.TopK = 1
+	best, err := Search(ctx, m, c, wide)
+	switch {
+	case err == nil && len(best) > 0:
+		return fmt.Sprintf("%s: without them the best plan that fits is %s (%.1f GiB per device)", head, best[0].Plan, best[0].MemPerDeviceGiB)
+	case errors.Is(err, ErrNoPlan):
+		return head + ": without them no plan fits either"
+	}
+	return head
 }
 
 // splittable says whether layers fit on pp stages of vpp chunks each.

@@ -75,6 +75,16 @@ func TestParseModelErrors(t *testing.T) {
 		{"negative batch", strings.Replace(goodModel, "global_batch: 64", "global_batch: -1", 1), "global_batch", 7, "out of range"},
 		{"top_k > experts", goodModel + "experts: 4\ntop_k: 5\n", "top_k", 9, "out of range"},
 		{"top_k without experts", goodModel + "top_k: 2\n", "top_k", 8, "needs experts"},
+		// As top_k: a capacity factor without experts pads nothing.
+		{"capacity_factor without experts", goodModel + "capacity_factor: 1.25\n", "capacity_factor", 8, "1.25 needs experts > 1"},
+		// Written 0 would take the default of 2 unseen.
+		{"param_bytes written 0", goodModel + "precision: {param_bytes: 0, grad_bytes: 2}\n", "precision.param_bytes", 8, "0 is out of range (0, 64]: leave it out for the default"},
+		{"optimizer_bytes written 0", goodModel + "precision:\n  optimizer_bytes: 0\n", "precision.optimizer_bytes", 9, "0 is out of range"},
+		// A null is no value, not a 0 the file never wrote.
+		{"seq_len null", strings.Replace(goodModel, "seq_len: 128", "seq_len: ~", 1), "seq_len", 6, "null (no value): required: the sequence length in tokens, 1..1048576"},
+		{"hidden empty", strings.Replace(goodModel, "hidden: 256", "hidden:", 1), "hidden", 3, "null (no value): required: the model width"},
+		// Five edits from flash_attention, but its abbreviation.
+		{"flash_attn", goodModel + "flash_attn: true\n", "flash_attn", 8, "did you mean flash_attention?"},
 		{"capacity", goodModel + "experts: 4\ncapacity_factor: -1\n", "capacity_factor", 9, "out of range"},
 		{"bytes", goodModel + "precision:\n  param_bytes: -2\n", "precision.param_bytes", 9, "out of range"},
 		{"unknown field", goodModel + "hiden: 3\n", "hiden", 8, "unknown field"},
@@ -127,7 +137,7 @@ func TestParseMissingFields(t *testing.T) {
 		t.Errorf("1×1 cluster without links: %v", err)
 	}
 	_, err = ParseCluster("c.yaml", []byte(strings.Replace(one, "devices_per_node: 1", "devices_per_node: 2", 1)))
-	specErr(t, err, "intra_node_gbps", 0, "required: the link bandwidth between a node's devices")
+	specErr(t, err, "intra_node_gbps", 0, "required: each device's bandwidth to the other devices of its node (NVLink/HCCS) in GB/s per device, one direction")
 	// Without memory_gib, reserved_gib's default is not blamed as well.
 	_, err = ParseCluster("c.yaml", []byte("name: x\nnodes: 1\ndevices_per_node: 1\ndevice:\n  peak_tflops: 1\n  hbm_gbps: 1\n"))
 	if !errors.As(err, &se) || len(se.Fields) != 1 || se.Fields[0].Field != "device.memory_gib" {
@@ -243,7 +253,7 @@ func TestParseClusterErrors(t *testing.T) {
 		{"zero nodes", strings.Replace(goodCluster, "nodes: 2", "nodes: 0", 1), "nodes", 2, "out of range"},
 		{"negative devices", strings.Replace(goodCluster, "devices_per_node: 8", "devices_per_node: -8", 1), "devices_per_node", 3, "out of range"},
 		{"negative bandwidth", strings.Replace(goodCluster, "inter_node_gbps: 25", "inter_node_gbps: -25", 1), "inter_node_gbps", 6, "out of range"},
-		{"multi-node without inter", strings.Replace(goodCluster, "inter_node_gbps: 25\n", "", 1), "inter_node_gbps", 0, "required: each node's network bandwidth in GB/s, (0, 1e+06]"},
+		{"multi-node without inter", strings.Replace(goodCluster, "inter_node_gbps: 25\n", "", 1), "inter_node_gbps", 0, "required: each device's scale-out network bandwidth (IB/RoCE) in GB/s per device, one direction: a node's NIC total divided by its devices (8 × 200 Gb/s per 8-GPU node: 25), (0, 1e+06]"},
 		{"inline missing hbm", inline, "device.hbm_gbps", 5, "required: the device's memory bandwidth"},
 		{"inline unknown field", inline + "  flops: 3\n", "device.flops", 8, "unknown field (check the spelling"},
 		{"inline misspelt field", inline + "  hbm_gbs: 3\n", "device.hbm_gbs", 8, "unknown field; did you mean hbm_gbps?"},
@@ -257,6 +267,11 @@ func TestParseClusterErrors(t *testing.T) {
 		{"reserved written 0", goodCluster + "reserved_gib: 0\n", "reserved_gib", 7, "0 is out of range: leave it out for the default"},
 		{"inline efficiency written 0", inline + "  gemm_efficiency: 0\n", "device.gemm_efficiency", 8, "0 is out of range"},
 		{"unknown field", goodCluster + "gpus: 8\n", "gpus", 7, "unknown field"},
+		// A wrong devices_per_node does not hide a wrong intra-node link.
+		{"negative devices, intra 0", strings.Replace(goodCluster, "devices_per_node: 8\n", "devices_per_node: -8\n", 1) + "", "devices_per_node", 3, "out of range"},
+		{"intra 0 beside negative devices", strings.Replace(strings.Replace(goodCluster, "devices_per_node: 8", "devices_per_node: -8", 1), "intra_node_gbps: 300", "intra_node_gbps: 0", 1), "intra_node_gbps", 5, "0 out of range"},
+		{"nodes null", strings.Replace(goodCluster, "nodes: 2", "nodes: null", 1), "nodes", 2, "null (no value): required: the number of nodes"},
+		{"intra bandwidth is per device", strings.Replace(goodCluster, "intra_node_gbps: 300\n", "", 1), "intra_node_gbps", 0, "GB/s per device, one direction"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

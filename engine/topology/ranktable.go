@@ -2,9 +2,12 @@ package topology
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/cann-train/cann-train/ascend/ranktable"
 )
@@ -47,5 +50,41 @@ func RankTable(t *Topology, devices map[string][]ranktable.NodeDevice) (*ranktab
 	if err != nil {
 		return nil, fmt.Errorf("topology: rank table: %w", err)
 	}
+	// (CheckRankTable is not applied here: a run's own table
+	// (activities.rankTable) stands in the host's address for an NPU
+	// without one, which a local run on one host shares.)
 	return tab, nil
+}
+
+// CheckRankTable finds what a table that ranktable.Parse accepts still
+// gets wrong for HCCL, every problem at once (errors.Join of
+// *ranktable.FieldErrors wrapping ranktable.ErrInvalid): a device_ip that
+// two devices share, on one server or on two. device_ip is the address of
+// the NPU's own RoCE NIC (/etc/hccn.conf address_<device_id>;
+// ascend_and_compute.md §a.1), one per device, so HCCL's links between
+// ranks would meet at one NIC. (device_id is the physical chip id in
+// [0, n−1], n the server's chips, which the table does not state: not
+// checked.)
+func CheckRankTable(t *ranktable.Table) error {
+	var errs []error
+	first := map[string]string{} // device_ip → the path of its first device
+	for i, s := range t.Servers {
+		for j, d := range s.Devices {
+			if d.DeviceIP == "" {
+				continue
+			}
+			ip := d.DeviceIP
+			if a, err := netip.ParseAddr(ip); err == nil {
+				ip = a.Unmap().String() // (::ffff:10.0.0.1 is 10.0.0.1)
+			}
+			path := fmt.Sprintf("server_list[%d].device[%d].device_ip", i, j)
+			if at, dup := first[ip]; dup {
+				errs = append(errs, &ranktable.FieldError{Path: path, Kind: ranktable.ErrInvalid,
+					Msg: fmt.Sprintf("%q already used by %s: every device has its own RoCE address (/etc/hccn.conf address_<device_id>)", d.DeviceIP, strings.TrimSuffix(at, ".device_ip"))})
+				continue
+			}
+			first[ip] = path
+		}
+	}
+	return errors.Join(errs...)
 }

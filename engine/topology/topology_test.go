@@ -381,3 +381,56 @@ func TestRankTable(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckRankTable: every device_ip two devices share is named, on one
+// server or across servers (an IPv4-mapped IPv6 spelling too); a table
+// whose devices have their own addresses, or none, passes.
+func TestCheckRankTable(t *testing.T) {
+	table := func(ips ...[]string) *ranktable.Table {
+		tab := &ranktable.Table{Version: ranktable.Version1, Status: ranktable.StatusCompleted}
+		rank := 0
+		for i, server := range ips {
+			s := ranktable.Server{ServerID: string(rune('a' + i))}
+			for j, ip := range server {
+				s.Devices = append(s.Devices, ranktable.Device{DeviceID: j, DeviceIP: ip, RankID: rank})
+				rank++
+			}
+			tab.Servers = append(tab.Servers, s)
+		}
+		return tab
+	}
+	for _, tc := range []struct {
+		name string
+		tab  *ranktable.Table
+		want []string // "": valid
+	}{
+		{"own addresses", table([]string{"10.0.0.1", "10.0.0.2"}, []string{"10.0.1.1", "10.0.1.2"}), nil},
+		{"one server, no addresses", table([]string{"", "", ""}), nil},
+		{"shared on one server", table([]string{"10.0.0.1", "10.0.0.1"}),
+			[]string{`server_list[0].device[1].device_ip: "10.0.0.1" already used by server_list[0].device[0]`}},
+		{"shared across servers, twice", table([]string{"10.0.0.1", "10.0.0.2"}, []string{"10.0.0.2", "::ffff:10.0.0.1"}),
+			[]string{`server_list[1].device[0].device_ip: "10.0.0.2" already used by server_list[0].device[1]`,
+				`server_list[1].device[1].device_ip: "::ffff:10.0.0.1" already used by server_list[0].device[0]`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckRankTable(tc.tab)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ranktable.ErrInvalid) {
+				t.Fatalf("err = %v, want ErrInvalid", err)
+			}
+			if got := len(strings.Split(err.Error(), "\n")); got != len(tc.want) {
+				t.Errorf("%d problems, want %d:\n%v", got, len(tc.want), err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
