@@ -47,8 +47,8 @@ func TestRunOutlivesTemporalStalls(t *testing.T) {
 	// second of heartbeat retries (a chunk that ends first, or a stall
 	// between chunks, costs nothing).
 	const chunk = 2000
-	s := spec.RunSpec{Name: "stall", Nodes: 2, Steps: 4 * chunk, ChunkSteps: chunk, CheckpointEvery: chunk, MaxRestarts: 1,
-		HeartbeatTimeout: spec.Duration(10 * time.Second)}.WithDefaults()
+	s := spec.RunSpec{Name: "stall", Nodes: 2, Steps: 3 * chunk, ChunkSteps: chunk, CheckpointEvery: chunk, MaxRestarts: 1,
+		HeartbeatTimeout: spec.Duration(30 * time.Second)}.WithDefaults() // (far above the cut, and a loaded host's pauses)
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	for i := range 2 {
 		untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a chunk well under way", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
