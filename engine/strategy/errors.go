@@ -357,37 +357,14 @@ func absent(err error, file *ast.File, required, derived map[string]string) erro
 // isNull reports whether field is in file with a null value ("seq_len: ~",
 // "seq_len: null", or nothing after the colon).
 func isNull(file *ast.File, field string) bool {
-	if file == nil {
-		return false
-	}
 	found := false
-	for _, doc := range file.Docs {
-		ast.Walk(nodeVisitor(func(n ast.Node) {
-			if mv, ok := n.(*ast.MappingValueNode); ok && !found && mv.Value != nil &&
-				strings.TrimPrefix(mv.Value.GetPath(), "$.") == field {
-				_, found = mv.Value.(*ast.NullNode)
-			}
-		}), doc)
-	}
-	return found
-}
-
-// nodeVisitor calls itself on every node below a document, skipping an
-// empty document's nil body (see yamlpos's visitor).
-type nodeVisitor func(ast.Node)
-
-func (f nodeVisitor) Visit(n ast.Node) ast.Visitor {
-	switch n := n.(type) {
-	case nil:
-		return nil
-	case *ast.DocumentNode:
-		if n.Body == nil {
-			return nil
+	yamlpos.Walk(file, func(n ast.Node) {
+		if mv, ok := n.(*ast.MappingValueNode); ok && !found && mv.Value != nil &&
+			strings.TrimPrefix(mv.Value.GetPath(), "$.") == field {
+			_, found = mv.Value.(*ast.NullNode)
 		}
-		return f
-	}
-	f(n)
-	return f
+	})
+	return found
 }
 
 // nulls rewrites what Validate said of the fields a file gives as null

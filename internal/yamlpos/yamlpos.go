@@ -481,6 +481,17 @@ func LineOf(file *ast.File, field string) int {
 	return line
 }
 
+// Walk calls f on every node of file's documents (none for a nil file),
+// safely for empty documents (see visitFunc).
+func Walk(file *ast.File, f func(ast.Node)) {
+	if file == nil {
+		return
+	}
+	for _, doc := range file.Docs {
+		ast.Walk(visitFunc(f), doc)
+	}
+}
+
 // visitFunc calls itself on every node below a document. An empty
 // document (an empty file, only comments, a bare "---") has a nil body,
 // which ast.Walk passes on, and a DocumentNode's GetToken dereferences
