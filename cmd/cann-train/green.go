@@ -58,7 +58,13 @@ with an offset (Z, +02:00, +0200) or without one, taken as UTC
 least that long, the last one included, so a job never pauses with less
 than --min-slot of work left (with less work than --min-slot, the job runs
 in one slot). The oracle is the best schedule in hindsight under the same
-rule, so realized ≥ oracle always holds.`,
+rule, so realized ≥ oracle always holds.
+
+Short gaps in the trace (two steps, or up to an hour on a finer grid) are
+interpolated; a longer one refuses only a plan whose window, or the history
+its forecast reads before --start (persistence: a day; seasonal: a week and
+a step), meets it, naming the gap and the starts that clear it. A plan clear
+of it is the plan on the trace without it.`,
 		Example: `  cann-train green plan --trace ../shared/data/carbon/ES_2022_hourly.csv \
       --start 2022-03-01T08:00:00Z --work 10h --deadline 48h --forecast persistence --interruptible -o json`,
 		Args: wantArgs(0, 0),
@@ -139,6 +145,14 @@ rule, so realized ≥ oracle always holds.`,
 			}
 			if errors.Is(err, carbon.ErrDeadlineTooShort) {
 				return gridTooShort(series, start, work, deadline)
+			}
+			if ge := (*carbon.GapError)(nil); errors.As(err, &ge) {
+				// Only a window (and the history its forecast reads)
+				// that meets a gap is refused: say which starts clear it.
+				const day = "2006-01-02T15:04Z"
+				return fmt.Errorf("%s: %s, and the job's window (--start %s to its deadline %s%s) needs data there: %s (%w)",
+					trace, gapText(ge, day), start.UTC().Format(day), start.Add(deadline).UTC().Format(day),
+					historyText(forecast, series.Step), gapStarts(series, ge, forecast, deadline, "start", day), err)
 			}
 			if err != nil {
 				return err
@@ -397,7 +411,77 @@ func checkGreenTrace(g *spec.GreenPolicy, now time.Time, local bool) (note strin
 			g.Trace, tr.Start.Format(time.RFC3339), tr.End().Format(time.RFC3339), what, start.Format(time.RFC3339), g.Deadline.D(), why,
 			earliest.Format(time.RFC3339), latest.Format(time.RFC3339))
 	}
+	// A gap too long to interpolate refuses only the plans that need data
+	// inside it: the window to the deadline and the history the forecast
+	// reads before the start.
+	from := maxT(tr.Start, start.Add(-forecastHistory(forecast, tr.Step)))
+	to := maxT(start.Add(g.Deadline.D()), start.Add(tr.Step))
+	if _, err := tr.Slice(from, to); err != nil {
+		var ge *carbon.GapError
+		if !errors.As(err, &ge) {
+			return "", fmt.Errorf("green.trace %s: %w", g.Trace, err)
+		}
+		what, set := "trace_start "+start.Format(time.RFC3339), "set green.trace_start"
+		if !replay {
+			what = "the run's start (now, " + start.Format(time.RFC3339) + ")"
+		}
+		return "", fmt.Errorf("green.trace %s: %s, and %s puts the run's window (to the deadline, %s%s) there; %s",
+			g.Trace, gapText(ge, time.RFC3339), what, g.Deadline.D(), historyText(forecast, tr.Step),
+			gapStarts(tr, ge, forecast, g.Deadline.D(), set, time.RFC3339))
+	}
 	return "", nil
+}
+
+// forecastHistory is how far before a plan's start its forecast reads
+// the trace: nothing for perfect, the day before for persistence, a week
+// and a step for seasonal (engine/carbon's Seasonal: the anomaly of the
+// step before the start too).
+func forecastHistory(forecast string, step time.Duration) time.Duration {
+	switch forecast {
+	case spec.ForecastPerfect:
+		return 0
+	case spec.ForecastSeasonal:
+		return 7*24*time.Hour + step
+	}
+	return 24 * time.Hour
+}
+
+// historyText is ", and the … before it that a … forecast reads" for a
+// forecast that reads history ("" for perfect).
+func historyText(forecast string, step time.Duration) string {
+	h := forecastHistory(forecast, step)
+	if h == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", and the %v before it that a %s forecast reads", h, forecast)
+}
+
+// gapText names a gap of a trace: its missing range and the reading after
+// it.
+func gapText(ge *carbon.GapError, layout string) string {
+	return fmt.Sprintf("no data from %s to %s (%d missing steps before %s; up to %d are interpolated)",
+		ge.Start.UTC().Format(layout), ge.End.UTC().Format(layout), ge.Missing, ge.Where, ge.Max)
+}
+
+// gapStarts says which starts (what: "start", "set green.trace_start")
+// keep a plan of deadline, and the history its forecast reads, clear of
+// the gap ge — the window ending by the gap's start, or the history
+// beginning at its end — among those tr holds (planStarts), or that none
+// does; and that the readings can be filled in.
+func gapStarts(tr *carbon.Series, ge *carbon.GapError, forecast string, deadline time.Duration, what, layout string) string {
+	earliest, latest := planStarts(tr, forecast, deadline)
+	before, after := ge.Start.Add(-deadline), ge.End.Add(forecastHistory(forecast, tr.Step))
+	var opts []string
+	if !before.Before(earliest) {
+		opts = append(opts, "at or before "+before.UTC().Format(layout))
+	}
+	if !after.After(latest) {
+		opts = append(opts, "at or after "+after.UTC().Format(layout))
+	}
+	if len(opts) == 0 {
+		return "no start clears the gap on this trace; fill in the missing readings"
+	}
+	return what + " " + strings.Join(opts, ", or ") + ", or fill in the missing readings"
 }
 
 // planStarts are the first and last starts whose plans a trace holds:

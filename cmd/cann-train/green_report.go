@@ -149,6 +149,26 @@ func checkReportTrace(st spec.RunStatus, policy spec.GreenPolicy, given bool) er
 			span.Round(time.Second), start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339),
 			ts.Format(time.RFC3339), ts.Add(span).Format(time.RFC3339), fix)
 	}
+	if _, err := tr.Slice(ts, ts.Add(max(span, tr.Step))); err != nil {
+		var ge *carbon.GapError
+		if !errors.As(err, &ge) {
+			return fmt.Errorf("%s: %w", policy.Trace, err)
+		}
+		var fix []string
+		if before := ge.Start.Add(-span); !before.Before(tr.Start) {
+			fix = append(fix, "at or before "+before.Format(time.RFC3339))
+		}
+		if after := ge.End; !after.Add(span).After(tr.End()) {
+			fix = append(fix, "at or after "+after.Format(time.RFC3339))
+		}
+		how := "fill in the missing readings"
+		if len(fix) > 0 {
+			how = "give a --trace-start " + strings.Join(fix, " or ") + ", or " + how
+		}
+		return fmt.Errorf("%s: %s, and trace_start %s replays the run's %v (%s to %s) from %s to %s, across it; %s",
+			policy.Trace, gapText(ge, time.RFC3339), ts.Format(time.RFC3339), span.Round(time.Second),
+			start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339), ts.Format(time.RFC3339), ts.Add(span).Format(time.RFC3339), how)
+	}
 	return nil
 }
 
@@ -228,10 +248,16 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 		busy += iv.End.Sub(iv.Start)
 	}
 	to = maxT(to, runNow.Add(busy))
+	// A plan an override set aside was not followed: the timeline does
+	// not draw its windows (the JSON still lists them, with the policy's
+	// override in the status).
+	overridden := overrideText(st.Green, time.Now())
 	if st.Green != nil && st.Green.Plan != nil {
 		out.Planned = st.Green.Plan.Slots
 		for _, s := range out.Planned {
-			to = maxT(to, s.End)
+			if overridden == "" { // (a plan not drawn does not widen the timeline)
+				to = maxT(to, s.End)
+			}
 		}
 	}
 	sig, err := (&activities.Carbon{}).Open(policy, st.StartedAt)
@@ -292,13 +318,23 @@ func greenReport(ctx context.Context, st spec.RunStatus, policy spec.GreenPolicy
 			trained = append(trained, iv)
 		}
 	}
+	curve, err := cutSeries(actual, from, to, pad)
+	if err != nil {
+		return out, tl, fmt.Errorf("the report's timeline %s – %s: %w", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), err)
+	}
 	tl = energy.Timeline{
-		Series:  cutSeries(actual, from.Add(-pad), to.Add(pad)),
+		Series:  curve,
 		Chunks:  energy.Chunks(trained),
 		Lost:    energy.Chunks(lost),
 		Planned: energy.SlotSpans(toCarbonSlots(out.Planned)),
 		Title: fmt.Sprintf("%s: %.1f g CO2eq (%.0f g/kWh), %.1f%% below running now — %s",
 			st.RunID, out.Grams, out.GPerKWh, out.SavingsPct, out.Source),
+	}
+	if overridden != "" {
+		tl.Planned = nil
+		if len(out.Planned) > 0 {
+			tl.Title += " — plan not drawn (" + overridden + ")"
+		}
 	}
 	return out, tl, nil
 }
@@ -343,9 +379,23 @@ func toCarbonSlots(in []spec.CarbonSlot) []carbon.Slot {
 	return out
 }
 
-// cutSeries is the part of s covering [from, to) (whole steps; s itself
-// when that is all of it).
-func cutSeries(s *carbon.Series, from, to time.Time) *carbon.Series {
+// cutSeries is the part of s covering [from, to) (whole steps, within s),
+// widened by pad on either side where s holds data there: a gap of s too
+// long to interpolate inside [from, to) itself is refused (a
+// *carbon.GapError), rather than drawn from made-up readings.
+func cutSeries(s *carbon.Series, from, to time.Time, pad time.Duration) (*carbon.Series, error) {
+	var err error
+	for _, p := range [][2]time.Duration{{pad, pad}, {0, pad}, {pad, 0}, {0, 0}} {
+		var cut *carbon.Series
+		if cut, err = s.Slice(cutRange(s, from.Add(-p[0]), to.Add(p[1]))); err == nil {
+			return cut, nil
+		}
+	}
+	return nil, err
+}
+
+// cutRange is [from, to) clamped to s's whole steps, at least one.
+func cutRange(s *carbon.Series, from, to time.Time) (time.Time, time.Time) {
 	i0 := int(from.Sub(s.Start) / s.Step)
 	if from.Before(s.Start) {
 		i0 = 0
@@ -355,10 +405,7 @@ func cutSeries(s *carbon.Series, from, to time.Time) *carbon.Series {
 	if i1 <= i0 {
 		i1 = i0 + 1
 	}
-	if i0 == 0 && i1 == len(s.Values) {
-		return s
-	}
-	return &carbon.Series{Start: s.TimeAt(i0), Step: s.Step, Zone: s.Zone, Values: s.Values[i0:i1]}
+	return s.TimeAt(i0), s.TimeAt(i1)
 }
 
 func writeSVG(path string, tl energy.Timeline) error {

@@ -280,3 +280,139 @@ func TestGreenReportTraceChecks(t *testing.T) {
 		t.Errorf("--zone FR on the ES export: %v", err)
 	}
 }
+
+// TestGreenReportOverriddenPlan: the timeline of a run whose plan an
+// override set aside (during the override, or after it ended under one)
+// does not draw that plan's windows as dashed "planned" boxes, and its
+// title says why; without the override they are drawn.
+func TestGreenReportOverriddenPlan(t *testing.T) {
+	trace := esTrace(t)
+	day := time.Date(2022, 3, 1, 0, 0, 0, 0, time.UTC)
+	h := func(hour float64) time.Time { return day.Add(time.Duration(hour * float64(time.Hour))) }
+	policy := spec.GreenPolicy{Trace: trace, Interruptible: true, NodeWatts: 250, PUE: 1.2}.WithDefaults()
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	for _, tc := range []struct {
+		name       string
+		phase      spec.Phase
+		overridden bool
+		until      time.Time
+		planned    int
+		title      string
+	}{
+		{"followed", spec.PhaseTraining, false, time.Time{}, 1, ""},
+		{"overridden until", spec.PhaseTraining, true, until, 0, "plan not drawn (overridden until " + until.Format(time.RFC3339) + ")"},
+		{"ended under an override for good", spec.PhaseCompleted, true, time.Time{}, 0, "plan not drawn (overridden for good)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := spec.RunStatus{RunID: "run/ov", Phase: tc.phase, StartedAt: h(8),
+				Segments: []spec.Segment{{Start: h(8), End: h(9), Nodes: 1, WallSeconds: 3600, ToStep: 100}},
+				Green: &spec.GreenStatus{Policy: policy, Overridden: tc.overridden, OverrideUntil: tc.until,
+					Plan: &spec.CarbonPlan{MadeAt: h(8), Slots: []spec.CarbonSlot{{Start: h(13), End: h(14), GPerKWh: 100}}}}}
+			rep, tl, err := greenReport(context.Background(), st, policy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Planned) != 1 {
+				t.Errorf("json planned %v; want the plan listed", rep.Planned)
+			}
+			svg := filepath.Join(t.TempDir(), "t.svg")
+			if err := writeSVG(svg, tl); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(svg)
+			if n := strings.Count(string(b), `class="planned"`); n != tc.planned {
+				t.Errorf("%d planned boxes; want %d", n, tc.planned)
+			}
+			if !strings.Contains(tl.Title, tc.title) || (tc.title == "") != !strings.Contains(tl.Title, "overridden") {
+				t.Errorf("title %q; want %q", tl.Title, tc.title)
+			}
+		})
+	}
+}
+
+// TestGreenReportGap: on a trace with a gap too long to interpolate, a
+// run priced clear of the gap is priced as on the whole trace; a replay
+// across the gap is refused before pricing, naming it and the
+// --trace-start values that clear it; a run whose timeline crosses it is
+// refused naming it.
+func TestGreenReportGap(t *testing.T) {
+	whole := esTrace(t)
+	gapped := filepath.Join(t.TempDir(), "gap.csv")
+	writeWithout(t, whole, gapped, "2022-06-01 1") // 10:00–19:00 missing
+	start := time.Date(2026, 12, 7, 2, 0, 0, 0, time.UTC)
+	st := spec.RunStatus{RunID: "run/gap", Phase: spec.PhaseCompleted, StartedAt: start,
+		Segments: []spec.Segment{{Start: start.Add(time.Hour), End: start.Add(3 * time.Hour), Nodes: 1, WallSeconds: 7200, ToStep: 100}}}
+	for _, tc := range []struct {
+		name, ts string
+		fail     []string
+	}{
+		{name: "far from the gap", ts: "2022-03-01T08:00:00Z"},
+		{name: "ends at the gap", ts: "2022-06-01T07:00:00Z"},
+		{name: "across the gap", ts: "2022-06-01T08:00:00Z", fail: []string{"no data from 2022-06-01T10:00:00Z to 2022-06-01T20:00:00Z (10 missing steps before line 3636",
+			"trace_start 2022-06-01T08:00:00Z replays the run's 3h0m0s", "give a --trace-start at or before 2022-06-01T07:00:00Z or at or after 2022-06-01T20:00:00Z"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := reportPolicy(st, gapped, "", tc.ts).WithDefaults()
+			err := checkReportTrace(st, p, true)
+			if tc.fail != nil {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				for _, w := range tc.fail {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%v\nwant %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := greenReport(context.Background(), st, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _, err := greenReport(context.Background(), st, reportPolicy(st, whole, "", tc.ts).WithDefaults())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Grams != want.Grams || got.BaselineGrams != want.BaselineGrams {
+				t.Errorf("priced %v g (baseline %v) on the trace with a gap; %v (%v) on the whole", got.Grams, got.BaselineGrams, want.Grams, want.BaselineGrams)
+			}
+		})
+	}
+	// The run's timeline crosses the gap (the run waited through it):
+	// refused, naming it (at the run's times: the trace replayed from
+	// 06:00 puts 10:00 at 06:00 of the run's day), rather than drawn from
+	// made-up readings.
+	wait := st
+	wait.Segments = []spec.Segment{{Start: start, End: start.Add(time.Hour), Nodes: 1, WallSeconds: 3600, ToStep: 50},
+		{Start: start.Add(14 * time.Hour), End: start.Add(15 * time.Hour), Nodes: 1, WallSeconds: 3600, FromStep: 50, ToStep: 100}}
+	_, _, err := greenReport(context.Background(), wait, reportPolicy(wait, gapped, "", "2022-06-01T06:00:00Z").WithDefaults())
+	if !errors.Is(err, carbon.ErrGap) || !strings.Contains(err.Error(), "the report's timeline") || !strings.Contains(err.Error(), "line 3636: no data from 2026-12-07T06:00:00Z to 2026-12-07T16:00:00Z") {
+		t.Errorf("a timeline across the gap: %v", err)
+	}
+}
+
+// writeWithout copies the trace src to dst without the rows that begin
+// with any of drop.
+func writeWithout(t *testing.T, src, dst string, drop ...string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	for line := range bytes.Lines(b) {
+		keep := true
+		for _, d := range drop {
+			keep = keep && !bytes.HasPrefix(line, []byte(d))
+		}
+		if keep {
+			out.Write(line)
+		}
+	}
+	if err := os.WriteFile(dst, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -176,6 +177,20 @@ func TestCheckGreenTrace(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("time,ES\n2022-03-01 00:00,100\n2022-03-01 01:00,lots\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Ten days with 2022-03-06 10:00–20:00 missing: a gap too long to
+	// interpolate.
+	var gb strings.Builder
+	gb.WriteString("time,ES\n")
+	for h := range 240 {
+		if h >= 5*24+10 && h < 5*24+20 {
+			continue
+		}
+		fmt.Fprintf(&gb, "%s,%d\n", t0.Add(time.Duration(h)*time.Hour).Format("2006-01-02 15:04"), 100+h)
+	}
+	gappy := filepath.Join(dir, "gappy.csv")
+	if err := os.WriteFile(gappy, []byte(gb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	inside, after := t0.Add(29*time.Hour), t0.Add(120*time.Hour)
 	day := spec.Duration(24 * time.Hour)
 	for _, tc := range []struct {
@@ -209,6 +224,17 @@ func TestCheckGreenTrace(t *testing.T) {
 		{name: "replayed from outside", g: &spec.GreenPolicy{Trace: good, TraceStart: "2021-12-31T00:00:00Z"}, now: inside,
 			fail: "the run's start (trace_start 2021-12-31T00:00:00Z) is outside it; move green.trace_start inside it"},
 		{name: "does not read", g: &spec.GreenPolicy{Trace: bad}, now: inside, fail: "line 3"},
+		// A gap refuses only the runs whose window, or the history their
+		// forecast reads, meets it.
+		{name: "clear of a gap", g: &spec.GreenPolicy{Trace: gappy, TraceStart: "2022-03-08T00:00:00Z", Deadline: day}, now: after},
+		{name: "clear of a gap, before it", g: &spec.GreenPolicy{Trace: gappy, TraceStart: "2022-03-05T10:00:00Z", Deadline: day}, now: after},
+		{name: "window across a gap", g: &spec.GreenPolicy{Trace: gappy, TraceStart: "2022-03-06T00:00:00Z", Deadline: day, Forecast: spec.ForecastPerfect}, now: after,
+			fail: "green.trace " + gappy + ": no data from 2022-03-06T10:00:00Z to 2022-03-06T20:00:00Z (10 missing steps before line 132; up to 2 are interpolated), " +
+				"and trace_start 2022-03-06T00:00:00Z puts the run's window (to the deadline, 24h0m0s) there; " +
+				"set green.trace_start at or before 2022-03-05T10:00:00Z, or at or after 2022-03-06T20:00:00Z, or fill in the missing readings"},
+		{name: "the day before across a gap", g: &spec.GreenPolicy{Trace: gappy, TraceStart: "2022-03-07T08:00:00Z", Deadline: day}, now: after,
+			fail: "puts the run's window (to the deadline, 24h0m0s, and the 24h0m0s before it that a persistence forecast reads) there; " +
+				"set green.trace_start at or before 2022-03-05T10:00:00Z, or at or after 2022-03-07T20:00:00Z"},
 		{name: "not here", g: &spec.GreenPolicy{Trace: filepath.Join(dir, "none.csv")}, now: inside,
 			note: "does not open here"},
 		{name: "not here, quickstart", g: &spec.GreenPolicy{Trace: filepath.Join(dir, "none.csv")}, now: inside, local: true,
@@ -416,5 +442,64 @@ func TestGreenPlanSaysWhatItAnswered(t *testing.T) {
 	if err := root.Execute(); err != nil || !strings.Contains(out.String(),
 		"window    2022-03-01T09:00Z – 2022-03-01T18:00Z on the trace's 1h0m0s grid (--start rounded up, the deadline down), 2 step(s) of work; online policy, persistence forecast") {
 		t.Errorf("%v\n%s", err, out.String())
+	}
+}
+
+// TestGreenPlanFarGap: a gap too long to interpolate refuses only the
+// plans that need data inside it (the audit's trace, ten hours of June
+// cut out, refused every plan): a plan in March prints exactly what it
+// prints on the whole trace, for every forecast and policy; a window, or
+// the history its forecast reads, that meets the gap is refused naming
+// the gap and the starts that clear it.
+func TestGreenPlanFarGap(t *testing.T) {
+	whole := filepath.Join("..", "..", "..", "shared", "data", "carbon", "ES_2022_hourly.csv")
+	gapped := filepath.Join(t.TempDir(), "gapfar.csv")
+	writeWithout(t, whole, gapped, "2022-06-01 1") // 10:00–19:00 missing
+	run := func(args ...string) (string, error) {
+		var out, errb bytes.Buffer
+		root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+		root.SetArgs(append([]string{"green", "plan"}, args...))
+		err := root.Execute()
+		return out.String(), err
+	}
+	for _, c := range []struct{ fc, policy string }{{"perfect", "once"}, {"persistence", "online"}, {"seasonal", "replan"}, {"seasonal", "online"}} {
+		for _, job := range [][]string{{"--work", "2h", "--deadline", "12h"}, {"--work", "10h", "--deadline", "48h", "--interruptible", "--min-slot", "2h"}} {
+			args := append([]string{"--start", "2022-03-01T08:00:00Z", "--forecast", c.fc, "--policy", c.policy, "-o", "json"}, job...)
+			want, err := run(append([]string{"--trace", whole}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := run(append([]string{"--trace", gapped}, args...)...)
+			if err != nil || got != want {
+				t.Errorf("%v: %v\n%s\nwant the whole trace's\n%s", args, err, got, want)
+			}
+		}
+	}
+	for _, c := range []struct {
+		start, fc, deadline string
+		want                []string
+	}{
+		{"2022-06-01T02:00:00Z", "perfect", "12h", []string{gapped + ": no data from 2022-06-01T10:00Z to 2022-06-01T20:00Z (10 missing steps before line 3636; up to 2 are interpolated), " +
+			"and the job's window (--start 2022-06-01T02:00Z to its deadline 2022-06-01T14:00Z) needs data there: start at or before 2022-05-31T22:00Z, or at or after 2022-06-01T20:00Z, or fill in the missing readings"}},
+		{"2022-06-02T08:00:00Z", "persistence", "12h", []string{"(--start 2022-06-02T08:00Z to its deadline 2022-06-02T20:00Z, and the 24h0m0s before it that a persistence forecast reads) needs data there: " +
+			"start at or before 2022-05-31T22:00Z, or at or after 2022-06-02T20:00Z"}},
+		{"2022-06-05T08:00:00Z", "seasonal", "12h", []string{"and the 169h0m0s before it that a seasonal forecast reads", "or at or after 2022-06-08T21:00Z"}},
+	} {
+		_, err := run("--trace", gapped, "--start", c.start, "--work", "2h", "--deadline", c.deadline, "--forecast", c.fc)
+		if !errors.Is(err, carbon.ErrGap) {
+			t.Errorf("%s %s: %v; want the gap refused", c.start, c.fc, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s %s: %v\nwant %q", c.start, c.fc, err, w)
+			}
+		}
+	}
+	// The starts it names plan.
+	for _, c := range []struct{ start, fc string }{{"2022-05-31T22:00:00Z", "persistence"}, {"2022-06-02T20:00:00Z", "persistence"}, {"2022-06-08T21:00:00Z", "seasonal"}} {
+		if _, err := run("--trace", gapped, "--start", c.start, "--work", "2h", "--deadline", "12h", "--forecast", c.fc); err != nil {
+			t.Errorf("%s %s: %v", c.start, c.fc, err)
+		}
 	}
 }

@@ -1639,16 +1639,34 @@ func printGreen(w io.Writer, g *spec.GreenStatus, live bool, now time.Time) {
 		}
 		fmt.Fprintf(w, "  override   policy ignored %s\n", until)
 	}
-	if pl := g.Plan; pl != nil && live {
+	overridden := overrideText(g, now)
+	switch pl := g.Plan; {
+	case pl != nil && live && overridden != "":
+		// The run trains at once while the override lasts: the plan's
+		// windows are not the ones it follows (a plan is never made
+		// under an override), so they are not listed.
+		next := "the run trains at once, and plans again once the override ends"
+		if !g.OverrideUntil.IsZero() && !now.Before(g.OverrideUntil) {
+			next = "the run plans again at its next chunk boundary"
+		} else if g.OverrideUntil.IsZero() {
+			next = "the run trains at once (green override --clear restores the policy)"
+		}
+		fmt.Fprintf(w, "  plan       (%s) %d slot(s) planned %s, not followed: %s\n",
+			overridden, len(pl.Slots), pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), next)
+	case pl != nil && live:
 		fmt.Fprintf(w, "  plan       %d slot(s) for %s of training by %s: %.0f g/kWh expected vs %.0f running now (planned %s)\n",
 			len(pl.Slots), roughDuration(pl.Work.D()), pl.Deadline.UTC().Format("2006-01-02 15:04 UTC"),
 			pl.ExpectedGPerKWh, pl.BaselineGPerKWh, pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"))
 		for _, sl := range pl.Slots {
 			fmt.Fprintf(w, "    %s\n", sl.Label(pl.MadeAt))
 		}
-	} else if pl != nil {
+	case pl != nil:
 		// (An ended run's last plan is history: its windows will not be.)
-		fmt.Fprintf(w, "  last plan  made %s, for %s of training then left\n", pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), roughDuration(pl.Work.D()))
+		not := ""
+		if overridden != "" {
+			not = " (" + overridden + ": not followed)"
+		}
+		fmt.Fprintf(w, "  last plan  made %s, for %s of training then left%s\n", pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), roughDuration(pl.Work.D()), not)
 	}
 	// The intensity read at the last plan: the present only while the run
 	// goes on (an ended run's "now" was a stale reading).
@@ -1694,6 +1712,22 @@ func printGreen(w io.Writer, g *spec.GreenStatus, live bool, now time.Time) {
 		}
 		fmt.Fprintf(w, "  pricing    the last chunks %s: %s\n", when, g.PriceNote)
 	}
+}
+
+// overrideText is "overridden until T" (with "ended" once T has passed at
+// now: the run notes it at its next chunk boundary) or "overridden for
+// good" while a green override sets g's policy, and its plan, aside; ""
+// when none does.
+func overrideText(g *spec.GreenStatus, now time.Time) string {
+	switch {
+	case g == nil || !g.Overridden:
+		return ""
+	case g.OverrideUntil.IsZero():
+		return "overridden for good"
+	case !now.Before(g.OverrideUntil):
+		return "overridden until " + g.OverrideUntil.UTC().Format(time.RFC3339) + ", ended"
+	}
+	return "overridden until " + g.OverrideUntil.UTC().Format(time.RFC3339)
 }
 
 // printTopology prints what the run's topology scan measured and chose.

@@ -857,6 +857,57 @@ func TestPrintGreenPlanOfAnEndedRun(t *testing.T) {
 	}
 }
 
+// TestPrintGreenOverriddenPlan: while a green override sets the policy
+// aside, and after a run ended under one, the plan made before it is not
+// shown as the windows the run follows (status showed "green window
+// 02:37–02:38 UTC" while the run trained at once): it is marked
+// overridden, without its windows.
+func TestPrintGreenOverriddenPlan(t *testing.T) {
+	now := time.Date(2026, 12, 7, 2, 30, 0, 0, time.UTC)
+	pl := &spec.CarbonPlan{MadeAt: now.Add(-10 * time.Minute), Deadline: now.Add(time.Hour), Work: spec.Duration(time.Minute),
+		Slots: []spec.CarbonSlot{{Start: now.Add(7 * time.Minute), End: now.Add(8 * time.Minute), GPerKWh: 50}}}
+	until := now.Add(time.Hour)
+	for _, tc := range []struct {
+		name       string
+		live       bool
+		overridden bool
+		until      time.Time
+		want, miss []string
+	}{
+		{name: "not overridden", live: true, want: []string{"  plan       1 slot(s) for 1m0s of training", "    green window 02:37–02:38 UTC"}, miss: []string{"overridden"}},
+		{name: "overridden until", live: true, overridden: true, until: until,
+			want: []string{"  override   policy ignored until 2026-12-07T03:30:00Z",
+				"  plan       (overridden until 2026-12-07T03:30:00Z) 1 slot(s) planned 2026-12-07 02:20 UTC, not followed: the run trains at once, and plans again once the override ends"},
+			miss: []string{"green window", "g/kWh expected"}},
+		{name: "overridden for good", live: true, overridden: true,
+			want: []string{"  plan       (overridden for good) 1 slot(s) planned 2026-12-07 02:20 UTC, not followed: the run trains at once (green override --clear restores the policy)"},
+			miss: []string{"green window"}},
+		{name: "override over, not yet noted", live: true, overridden: true, until: now.Add(-time.Minute),
+			want: []string{"(overridden until 2026-12-07T02:29:00Z, ended) 1 slot(s) planned 2026-12-07 02:20 UTC, not followed: the run plans again at its next chunk boundary"},
+			miss: []string{"green window"}},
+		{name: "ended under an override", overridden: true, until: until,
+			want: []string{"  last plan  made 2026-12-07 02:20 UTC, for 1m0s of training then left (overridden until 2026-12-07T03:30:00Z: not followed)"},
+			miss: []string{"green window", "slot(s)"}},
+		{name: "ended, not overridden", want: []string{"for 1m0s of training then left\n"}, miss: []string{"overridden"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &spec.GreenStatus{Policy: spec.GreenPolicy{Trace: "x.csv"}.WithDefaults(), Plan: pl, Overridden: tc.overridden, OverrideUntil: tc.until}
+			var b bytes.Buffer
+			printGreen(&b, g, tc.live, now)
+			for _, want := range tc.want {
+				if !strings.Contains(b.String(), want) {
+					t.Errorf("%s\nwant %q", b.String(), want)
+				}
+			}
+			for _, miss := range tc.miss {
+				if strings.Contains(b.String(), miss) {
+					t.Errorf("%s\nwant no %q", b.String(), miss)
+				}
+			}
+		})
+	}
+}
+
 // A guessed Web UI is linked only where something listens at it (a dev
 // server started with --ui-port 0 has none); a given one always.
 func TestUILinkOnlyWhereListening(t *testing.T) {

@@ -26,7 +26,8 @@ type CSVOptions struct {
 	Column string
 	// MaxGapSteps is the longest run of missing steps filled by linear
 	// interpolation: 0 means the default (MaxInterpolatedSteps, or an hour of
-	// steps on a finer grid), negative means none.
+	// steps on a finer grid), negative means none. Longer runs are kept
+	// as the series' gaps (Series.Gaps).
 	MaxGapSteps int
 }
 
@@ -143,8 +144,9 @@ func delimiter(first []byte) rune {
 // milliseconds (timeForms). The step is
 // inferred (smallest spacing) and checked; gaps of at most
 // opts.MaxGapSteps (default 2, or an hour of steps on a finer grid) missing steps are filled
-// linearly, longer ones are refused with a *GapError (ErrGap) naming the
-// missing range and the file line after it. A row whose value cell is
+// linearly; longer ones are kept as the series' gaps (Series.Gaps), and a
+// use that needs data inside one is refused with a *GapError (ErrGap)
+// naming the missing range and the file line after it. A row whose value cell is
 // empty, or holds a missing-value marker (NaN, NA, N/A, null, none), is a
 // missing step (as a null is in the JSON forms); a row repeating
 // the previous row's time and value is dropped, a repeated time with
@@ -238,7 +240,16 @@ func ReadCSVOptions(r io.Reader, opts CSVOptions) (*Series, error) {
 	if err != nil && empty > 0 {
 		return nil, fmt.Errorf("%w (%d rows have no value in %s)", err, empty, header[vc])
 	}
-	return s, err
+	if err != nil {
+		return nil, err
+	}
+	if empty > 0 {
+		// A gap may be rows without a value rather than missing rows.
+		for k := range s.gaps {
+			s.gaps[k].where += fmt.Sprintf(" (%d rows have no value in %s)", empty, header[vc])
+		}
+	}
+	return s, nil
 }
 
 // missingCell: raw, a value cell, says there is no reading — empty, or a

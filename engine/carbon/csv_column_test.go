@@ -57,9 +57,12 @@ func TestCSVZoneAndColumn(t *testing.T) {
 	}
 }
 
-// TestGapErrorSaysHowToGoOn: a gap too long to fill says how to go on.
+// TestGapErrorSaysHowToGoOn: a use of data inside a gap too long to fill
+// says how to go on.
 func TestGapErrorSaysHowToGoOn(t *testing.T) {
-	_, err := ReadCSV(strings.NewReader("time,DE\n2020-01-01 00:00,1\n2020-01-01 01:00,1\n2020-01-01 02:00,1\n2020-01-01 09:00,1\n"), "")
+	s, err := ReadCSV(strings.NewReader("time,DE\n2020-01-01 00:00,1\n2020-01-01 01:00,1\n2020-01-01 02:00,1\n2020-01-01 09:00,1\n"), "")
+	require.NoError(t, err)
+	err = useAll(s)
 	require.ErrorIs(t, err, ErrGap)
-	assert.Contains(t, err.Error(), "cut the file at the gap and plan on the part before or after it")
+	assert.Contains(t, err.Error(), "before 2020-01-01T03:00:00Z or from 2020-01-01T09:00:00Z on — or fill in the missing readings")
 }

@@ -2,6 +2,7 @@ package carbon
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -80,21 +81,21 @@ func TestReadCSV(t *testing.T) {
 			wantZone: "DE", wantStep: 15 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20, 30, 40}},
 		{name: "gap of two interpolated", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,40\n2020-01-01 04:00,10\n",
 			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 40, 30, 20, 10}},
-		{name: "gap of three refused", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,40\n2020-01-01 05:00,10\n",
+		{name: "gap of three kept, refused where used", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,40\n2020-01-01 05:00,10\n",
 			wantErr: ErrGap, errHas: []string{"line 4", "2020-01-01T02:00:00Z", "2020-01-01T05:00:00Z", "3 missing"}},
 		{name: "5-minute grid, a 15-minute hole interpolated", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 00:05,20\n2020-01-01 00:25,60\n",
 			wantZone: "DE", wantStep: 5 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20, 30, 40, 50, 60}},
 		{name: "5-minute grid, an hour missing interpolated", in: "time,DE\n2020-01-01 00:00,0\n2020-01-01 00:05,0\n2020-01-01 01:10,130\n",
 			wantZone: "DE", wantStep: 5 * time.Minute, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC),
 			want: []float64{0, 0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120, 130}},
-		{name: "5-minute grid, over an hour refused", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 00:05,20\n2020-01-01 01:15,60\n",
+		{name: "5-minute grid, over an hour kept, refused where used", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 00:05,20\n2020-01-01 01:15,60\n",
 			wantErr: ErrGap, errHas: []string{"line 4", "13 missing", "at most 12"}},
 		{name: "non-numeric", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,abc\n",
 			wantErr: ErrBadValue, errHas: []string{"line 3", "column 2", "abc"}},
 		{name: "empty value is a missing step", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "10", "1") +
 			emRow("2022-01-01 01:00:00", "ES", "", "1") + emRow("2022-01-01 02:00:00", "ES", "30", "1"),
 			wantZone: "ES", wantStep: time.Hour, wantStart: time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20, 30}},
-		{name: "empty values beyond the gap limit", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "10", "1") +
+		{name: "empty values beyond the gap limit, refused where used", in: emHeader + emRow("2022-01-01 00:00:00", "ES", "10", "1") +
 			emRow("2022-01-01 01:00:00", "ES", "", "1") + emRow("2022-01-01 02:00:00", "ES", "", "1") +
 			emRow("2022-01-01 03:00:00", "ES", "", "1") + emRow("2022-01-01 04:00:00", "ES", "50", "1"),
 			wantErr: ErrGap, errHas: []string{"line 6", "2022-01-01T01:00:00Z", "3 missing", "3 rows have no value in Carbon Intensity"}},
@@ -104,7 +105,7 @@ func TestReadCSV(t *testing.T) {
 			wantErr: ErrBadValue, errHas: []string{"line 3", "column 2"}},
 		{name: "missing-value markers are missing steps", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,NaN\n2020-01-01 02:00,na\n2020-01-01 03:00,40\n",
 			wantZone: "DE", wantStep: time.Hour, wantStart: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), want: []float64{10, 20, 30, 40}},
-		{name: "missing-value markers beyond the gap limit", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,NaN\n2020-01-01 02:00,null\n" +
+		{name: "missing-value markers beyond the gap limit, refused where used", in: "time,DE\n2020-01-01 00:00,10\n2020-01-01 01:00,NaN\n2020-01-01 02:00,null\n" +
 			"2020-01-01 03:00,N/A\n2020-01-01 04:00,40\n",
 			wantErr: ErrGap, errHas: []string{"line 6", "3 missing", "3 rows have no value in DE"}},
 		{name: "infinity", in: "time,DE\n2020-01-01 00:00,Inf\n", wantErr: ErrBadValue, errHas: []string{"line 2", "Inf"}},
@@ -162,6 +163,11 @@ func TestReadCSV(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := ReadCSVOptions(strings.NewReader(tc.in), tc.opts)
+			if errors.Is(tc.wantErr, ErrGap) {
+				// A long gap reads; a use of the data in it is refused.
+				require.NoError(t, err)
+				err = useAll(s)
+			}
 			if tc.wantErr != nil {
 				require.ErrorIs(t, err, tc.wantErr)
 				for _, sub := range tc.errHas {

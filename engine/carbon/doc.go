@@ -21,9 +21,17 @@
 // every reader and provider; default [MaxInterpolatedSteps] = 2, or an
 // hour's worth ([MaxInterpolatedSpan]) on a finer grid; negative for none)
 // are filled linearly (the German 2020 trace has two single
-// missing 15-minute slots); longer gaps fail with a [*GapError] (matching
-// [ErrGap]) naming the missing time range and the line or element after
-// it. A timestamp without a reading (an empty CSV cell, a null in a history
+// missing 15-minute slots); longer gaps are kept in the series
+// ([Series.Gaps]; Values holds placeholders there that nothing reads):
+// the trace reads, and only a use that needs data inside a gap — At,
+// Mean, [Series.Slice], a forecast's window or the history it reads
+// (persistence: the day before; seasonal: its days and a step), a plan's
+// or the oracle's window, the online policy's present — fails, with a
+// [*GapError] (matching [ErrGap]) naming the missing time range, the line
+// or element after it and the range the use needed. A plan clear of every
+// gap is the plan on the trace without it; the online error model's
+// history starts after a gap before the job, as at the trace's start. A
+// timestamp without a reading (an empty CSV cell, a null in a history
 // answer) is a missing step, and it still counts in the step inference; a
 // row or element repeating the previous time and value is dropped, the same
 // time with another value is refused naming both. Non-numeric,

@@ -42,6 +42,9 @@ func (p Perfect) Forecast(now time.Time, horizon time.Duration) (*Series, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := p.Trace.gapIn(i0, i1); err != nil {
+		return nil, fmt.Errorf("perfect forecast: %w", err)
+	}
 	return &Series{Start: p.Trace.TimeAt(i0), Step: p.Trace.Step, Zone: p.Trace.Zone,
 		Values: append([]float64(nil), p.Trace.Values[i0:i1]...)}, nil
 }
@@ -51,6 +54,9 @@ func (p Perfect) Forecast(now time.Time, horizon time.Duration) (*Series, error)
 // when the step 24 h earlier has not finished by now (horizons beyond 24 h)
 // it goes back another 24 h, i.e. it uses the latest same-time-of-day value
 // whose step ended at or before now. 24 h must be a whole number of steps.
+// It reads the day before now (or, for a horizon under a day, the same
+// hours a day earlier): a gap there (see [Series.Gaps]) fails with a
+// *GapError.
 type Persistence struct{ Trace *Series }
 
 // Forecast implements Forecaster.
@@ -62,6 +68,9 @@ func (p Persistence) Forecast(now time.Time, horizon time.Duration) (*Series, er
 	tr := p.Trace
 	perDay, err := stepsPerDay(tr)
 	if err != nil {
+		return nil, err
+	}
+	if err := historyGap(tr, i0, max(0, i0-perDay), min(i0, i1-perDay), "a persistence forecast"); err != nil {
 		return nil, err
 	}
 	out := &Series{Start: tr.TimeAt(i0), Step: tr.Step, Zone: tr.Zone, Values: make([]float64, 0, i1-i0)}
@@ -89,7 +98,9 @@ func (p Persistence) Forecast(now time.Time, horizon time.Duration) (*Series, er
 // the last Days days (every value finished by now), plus the current
 // anomaly — how far the latest finished step sits above or below its own
 // seasonal mean — decayed by Decay per hour ahead, since a windy or cloudy
-// spell lasts for hours. Days 0 means 7, Decay 0 means 0.9.
+// spell lasts for hours. Days 0 means 7, Decay 0 means 0.9. It reads the
+// Days days (and one step) before now: a gap there (see [Series.Gaps])
+// fails with a *GapError.
 type Seasonal struct {
 	Trace *Series
 	Days  int
@@ -115,6 +126,11 @@ func (p Seasonal) Forecast(now time.Time, horizon time.Duration) (*Series, error
 		decay = 0.9
 	}
 	last := tr.floorIndex(now) - 1 // the latest step finished by now
+	// What it reads: the same times of day over the last days days, for
+	// the steps ahead and for the latest finished one (the anomaly).
+	if err := historyGap(tr, i0, max(0, last-days*perDay), i0, fmt.Sprintf("a seasonal forecast (%d days)", days)); err != nil {
+		return nil, err
+	}
 	// mean of the same time of day over the last days days, all finished by now.
 	seasonal := func(j int) (float64, error) {
 		var sum float64
@@ -149,6 +165,15 @@ func (p Seasonal) Forecast(now time.Time, horizon time.Duration) (*Series, error
 		out.Values = append(out.Values, max(0, m+anomaly*math.Pow(decay, hours)))
 	}
 	return out, nil
+}
+
+// historyGap is nil when the steps [h0, h1) a forecast issued at step i0
+// reads (what) are clear of tr's gaps, else the *GapError, saying so.
+func historyGap(tr *Series, i0, h0, h1 int, what string) error {
+	if err := tr.gapIn(h0, h1); err != nil {
+		return fmt.Errorf("%s issued at %s reads the trace before it: %w", what, tr.TimeAt(i0).UTC().Format(time.RFC3339), err)
+	}
+	return nil
 }
 
 // stepsPerDay is how many of tr's steps make 24 h, which they must divide.

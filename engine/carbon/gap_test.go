@@ -54,7 +54,12 @@ func TestGapRuleEverySource(t *testing.T) {
 				assert.InDeltaSlice(t, []float64{10, 40, 30, 20, 10}, s.Values, 1e-12)
 			}
 			for _, m := range []int{1, -1} {
-				_, err := src.read(m)
+				// The gap is kept: the series reads, and a use of the
+				// data in the gap is refused.
+				s, err := src.read(m)
+				require.NoError(t, err, "max %d", m)
+				require.Len(t, s.Gaps(), 1)
+				err = useAll(s)
 				require.ErrorIs(t, err, ErrGap, "max %d", m)
 				var ge *GapError
 				require.ErrorAs(t, err, &ge)

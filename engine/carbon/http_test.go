@@ -103,7 +103,7 @@ func TestElectricityMapsHistory(t *testing.T) {
 	}{
 		{name: "last 24h, null interpolated", file: "testdata/em_history.json", wantPath: "/carbon-intensity/history",
 			want: []float64{402, 388, 374, 360, 351}},
-		{name: "past range, long gap refused", file: "testdata/em_past_range.json", from: from, to: to, wantPath: "/carbon-intensity/past-range",
+		{name: "past range, long gap kept, refused where used", file: "testdata/em_past_range.json", from: from, to: to, wantPath: "/carbon-intensity/past-range",
 			wantGap: &GapError{Start: from.Add(3 * time.Hour), End: from.Add(6 * time.Hour), Missing: 3}},
 		{name: "past range, max gap 3", file: "testdata/em_past_range.json", from: from, to: to, maxGap: 3, wantPath: "/carbon-intensity/past-range",
 			want: []float64{41, 43, 44, 44, 44, 44, 44}},
@@ -121,6 +121,8 @@ func TestElectricityMapsHistory(t *testing.T) {
 			c.MaxGapSteps = tc.maxGap
 			s, err := (&ElectricityMaps{Client: c, Zone: "DE"}).History(context.Background(), tc.from, tc.to)
 			if tc.wantGap != nil {
+				require.NoError(t, err)
+				err = useAll(s)
 				var ge *GapError
 				require.ErrorAs(t, err, &ge)
 				require.ErrorIs(t, err, ErrGap)
@@ -271,7 +273,12 @@ func TestProvidersErrors(t *testing.T) {
 					body = gapBodies[p.name]
 				}
 				srv := replay(t, tc.status, body, nil)
-				_, err := p.fetch(context.Background(), client(srv, ""))
+				s, err := p.fetch(context.Background(), client(srv, ""))
+				if tc.name == "gap" {
+					// The answer reads; a use of the data in its gap is refused.
+					require.NoError(t, err)
+					err = useAll(s)
+				}
 				require.Error(t, err)
 				if tc.wantErr != nil {
 					require.ErrorIs(t, err, tc.wantErr)

@@ -15,7 +15,8 @@ import (
 type JSONOptions struct {
 	// MaxGapSteps is the longest run of missing steps filled by linear
 	// interpolation: 0 means the default (MaxInterpolatedSteps, or an hour of
-	// steps on a finer grid), negative means none.
+	// steps on a finer grid), negative means none. Longer runs are kept
+	// as the series' gaps (Series.Gaps).
 	MaxGapSteps int
 	// PreferActual makes ReadUKIntensity use intensity.actual where it is
 	// not null (falling back to intensity.forecast); the default reads the
@@ -113,8 +114,8 @@ func answerZone(has, want, field, answer string) error {
 
 // ReadElectricityMapsHistory decodes an Electricity Maps v3 history or
 // past-range response. An element whose carbonIntensity is null has no
-// measurement: it is dropped and counts as missing (filled or refused by the
-// gap rule), as is an hour the API leaves out. An answer for another zone
+// measurement: it is dropped and counts as missing (filled by the gap
+// rule, or kept as a gap), as is an hour the API leaves out. An answer for another zone
 // than opts.Zone (the document's zone or an element's, when given) is
 // refused.
 func ReadElectricityMapsHistory(r io.Reader, opts JSONOptions) (*Series, error) {

@@ -2,6 +2,7 @@ package carbon
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -36,11 +37,15 @@ func TestReadElectricityMapsForecastErrors(t *testing.T) {
 		{"null value", `{"zone":"DE","forecast":[{"carbonIntensity":1,"datetime":"2022-07-19T18:00:00Z"},{"carbonIntensity":null,"datetime":"2022-07-19T19:00:00Z"}]}`, ErrBadValue, "forecast[1]"},
 		{"negative", `{"zone":"DE","forecast":[{"carbonIntensity":1,"datetime":"2022-07-19T18:00:00Z"},{"carbonIntensity":-2,"datetime":"2022-07-19T19:00:00Z"}]}`, ErrBadValue, "forecast[1]"},
 		{"bad time", `{"zone":"DE","forecast":[{"carbonIntensity":1,"datetime":"yesterday"}]}`, ErrBadTime, "forecast[0]"},
-		{"long gap", `{"zone":"DE","forecast":[{"carbonIntensity":1,"datetime":"2022-07-19T18:00:00Z"},{"carbonIntensity":1,"datetime":"2022-07-19T19:00:00Z"},{"carbonIntensity":1,"datetime":"2022-07-20T19:00:00Z"}]}`, ErrGap, "forecast[2]"},
+		{"long gap, refused where used", `{"zone":"DE","forecast":[{"carbonIntensity":1,"datetime":"2022-07-19T18:00:00Z"},{"carbonIntensity":1,"datetime":"2022-07-19T19:00:00Z"},{"carbonIntensity":1,"datetime":"2022-07-20T19:00:00Z"}]}`, ErrGap, "forecast[2]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ReadElectricityMapsForecast(strings.NewReader(tc.in))
+			s, err := ReadElectricityMapsForecast(strings.NewReader(tc.in))
+			if errors.Is(tc.wantErr, ErrGap) {
+				require.NoError(t, err)
+				err = useAll(s)
+			}
 			require.Error(t, err)
 			if tc.wantErr != nil {
 				require.ErrorIs(t, err, tc.wantErr)

@@ -64,6 +64,9 @@ func (p Online) ObservedPrices(obs, f *Series, em ErrorModel, now, deadline time
 		return nil, x, err
 	}
 	a := i - x.Age
+	if err := f.gapIn(i, b); err != nil {
+		return nil, x, fmt.Errorf("online: forecast: %w", err)
+	}
 	var fa float64
 	if len(em.Coef) > 0 {
 		if em.Step != 0 && em.Step != step {
@@ -72,6 +75,9 @@ func (p Online) ObservedPrices(obs, f *Series, em ErrorModel, now, deadline time
 		if a < 0 {
 			return nil, x, fmt.Errorf("online: %w: the error model needs the forecast at the measured step %s; it starts at %s",
 				ErrOutOfRange, f.TimeAt(a).UTC().Format(time.RFC3339), f.Start.UTC().Format(time.RFC3339))
+		}
+		if err := f.gapIn(a, a+1); err != nil {
+			return nil, x, fmt.Errorf("online: forecast at the measured step: %w", err)
 		}
 		fa = f.Values[a]
 	}
@@ -84,7 +90,8 @@ func (p Online) ObservedPrices(obs, f *Series, em ErrorModel, now, deadline time
 	return out, x, nil
 }
 
-// latestObservation is obs's latest step starting at or before now, with
+// latestObservation is obs's latest step starting at or before now (the
+// last reading before a gap, when now lies in one), with
 // its age in steps of step before cur (the start of the present step); an
 // age above maxAge fails with ErrNoObservation.
 func latestObservation(obs *Series, now, cur time.Time, step time.Duration, maxAge int) (Observation, error) {
@@ -94,7 +101,7 @@ func latestObservation(obs *Series, now, cur time.Time, step time.Duration, maxA
 	if err := obs.Validate(); err != nil {
 		return Observation{}, fmt.Errorf("online: %w: %w", ErrNoObservation, err)
 	}
-	k := min(obs.floorIndex(now), len(obs.Values)-1)
+	k := obs.lastReading(min(obs.floorIndex(now), len(obs.Values)-1))
 	if k < 0 {
 		return Observation{}, fmt.Errorf("online: %w: the measurements start at %s, after the decision at %s", ErrNoObservation,
 			obs.Start.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))

@@ -133,7 +133,9 @@ func (m ErrorModel) price(h int, fh, xa, fa float64) (float64, float64) {
 // fc issued at each step s of the history before anchor and the observed
 // values of the steps s+h ≤ anchor only: nothing after anchor is read.
 // Forecasts fc cannot issue (not enough history) are skipped; with none,
-// the zero ErrorModel is returned. Horizons without samples reuse the
+// the zero ErrorModel is returned. A gap of obs (see [Series.Gaps])
+// before anchor ends the history as the trace's start does: the model is
+// the one of the trace cut at the gap. Horizons without samples reuse the
 // longest estimated one. history ≤ 0 means [DefaultErrorHistory].
 //
 // The fit is robust to glitches in the history (one reading of 5000 g/kWh
@@ -171,8 +173,13 @@ func EstimateErrors(obs *Series, fc Forecaster, anchor time.Time, horizon, histo
 		s int
 		f []float64
 	}
+	// A gap before the anchor ends the history as the trace's start does:
+	// only the stretch of data holding the anchor is read (as if the
+	// trace were cut at the gap), and past forecasts that would read the
+	// gap are skipped like those without enough history.
+	from := obs.gapEndBefore(a)
 	var hist []past
-	for s := max(0, a-int(history/step)); s < a; s++ {
+	for s := max(from, a-int(history/step)); s < a; s++ {
 		hMax := min(H, a-s)
 		f, err := fc.Forecast(obs.TimeAt(s), time.Duration(hMax+1)*step)
 		if err != nil || f.Step != step || !f.Start.Equal(obs.TimeAt(s)) || len(f.Values) < hMax+1 {
@@ -195,7 +202,7 @@ func EstimateErrors(obs *Series, fc Forecaster, anchor time.Time, horizon, histo
 	jump := math.Max(1.4826*median(jumps), floor)
 	// spikeObs: reading i is an isolated spike (the present, a, has no
 	// next reading yet: never).
-	spikeObs := func(i int) bool { return i < a && isolatedSpike(obs.Values, i, jump) }
+	spikeObs := func(i int) bool { return i < a && isolatedSpike(obs.Values[from:], i-from, jump) }
 	// Past forecasts whose error at issue time is a glitch.
 	e0 := make([]float64, len(hist))
 	for k, p := range hist {
@@ -429,6 +436,9 @@ func (p Online) Prices(obs *Series, fc Forecaster, em ErrorModel, now, deadline 
 		return nil, fmt.Errorf("online: %w: decision at %s, deadline %s, observed trace [%s, %s)", ErrOutOfRange,
 			now.UTC().Format(time.RFC3339), deadline.UTC().Format(time.RFC3339),
 			obs.Start.UTC().Format(time.RFC3339), obs.End().UTC().Format(time.RFC3339))
+	}
+	if err := obs.gapIn(a, a+1); err != nil {
+		return nil, fmt.Errorf("online: the observed present at %s: %w", obs.TimeAt(a).UTC().Format(time.RFC3339), err)
 	}
 	f, err := fc.Forecast(obs.TimeAt(a), obs.TimeAt(b).Sub(obs.TimeAt(a)))
 	if err != nil {

@@ -101,6 +101,9 @@ func jobWindow(s *Series, job Job) (window, error) {
 			s.TimeAt(w.a).UTC().Format(time.RFC3339), s.TimeAt(w.b).UTC().Format(time.RFC3339),
 			s.Start.UTC().Format(time.RFC3339), s.End().UTC().Format(time.RFC3339))
 	}
+	if err := s.gapIn(w.a, w.b); err != nil {
+		return window{}, fmt.Errorf("job window: %w", err)
+	}
 	return w, nil
 }
 

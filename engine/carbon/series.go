@@ -1,6 +1,7 @@
 package carbon
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -78,10 +79,12 @@ func (e *aliasError) Unwrap() error { return e.alias }
 // MaxInterpolatedSteps and MaxInterpolatedSpan set the default longest
 // run of missing steps that the readers fill by linear interpolation: two
 // steps, or as many as fit in an hour on a finer grid (a 15-minute hole in
-// a 5-minute trace is as short as one missing step of a 15-minute trace);
-// longer gaps are refused with ErrGap. Each reader's options
-// (CSVOptions.MaxGapSteps, JSONOptions.MaxGapSteps, the providers'
-// MaxGapSteps) can change it.
+// a 5-minute trace is as short as one missing step of a 15-minute trace).
+// A longer gap is kept in the series (see [Series.Gaps]): the trace reads,
+// and only a use that needs data inside the gap — a plan's window, the
+// history a forecast reads, a report's range — is refused, with a
+// *GapError (ErrGap). Each reader's options (CSVOptions.MaxGapSteps,
+// JSONOptions.MaxGapSteps, the providers' MaxGapSteps) can change it.
 const (
 	MaxInterpolatedSteps = 2
 	MaxInterpolatedSpan  = time.Hour
@@ -100,8 +103,9 @@ func maxGapSteps(n int, step time.Duration) int {
 	return n
 }
 
-// GapError reports a run of missing steps longer than the reader allows.
-// It matches ErrGap with errors.Is; use errors.As for the times.
+// GapError reports a run of missing steps longer than the reader
+// interpolates, met by a use that needs data inside it (From–To, when
+// known). It matches ErrGap with errors.Is; use errors.As for the times.
 type GapError struct {
 	// Start is the first missing step, End the reading after the gap: the
 	// missing range is [Start, End).
@@ -110,12 +114,21 @@ type GapError struct {
 	Step       time.Duration // inferred step
 	Max        int           // the most missing steps that are interpolated
 	Where      string        // the reading after the gap ("line 12", "forecast[3]")
+	// From and To are the range the refused use needed data over, which
+	// overlaps the gap (zero in Series.Gaps).
+	From, To time.Time
 }
 
 func (e *GapError) Error() string {
-	return fmt.Sprintf("%s: %s: no data from %s to %s (%d missing steps of %s; at most %d are interpolated): "+
-		"a trace is read whole, so cut the file at the gap and plan on the part before or after it, or fill in the missing readings",
-		ErrGap, e.Where, e.Start.UTC().Format(time.RFC3339), e.End.UTC().Format(time.RFC3339), e.Missing, e.Step, e.Max)
+	const f = time.RFC3339
+	msg := fmt.Sprintf("%s: %s: no data from %s to %s (%d missing steps of %s; at most %d are interpolated)",
+		ErrGap, e.Where, e.Start.UTC().Format(f), e.End.UTC().Format(f), e.Missing, e.Step, e.Max)
+	if e.From.IsZero() && e.To.IsZero() {
+		return msg
+	}
+	return msg + fmt.Sprintf(", and %s to %s needs data there: the rest of the trace is usable — place what needs it "+
+		"(a plan's window and the history its forecast reads, a report's range) before %s or from %s on — or fill in the missing readings",
+		e.From.UTC().Format(f), e.To.UTC().Format(f), e.Start.UTC().Format(f), e.End.UTC().Format(f))
 }
 
 // Is makes errors.Is(err, ErrGap) true.
@@ -123,11 +136,107 @@ func (e *GapError) Is(target error) bool { return target == ErrGap }
 
 // Series is a regular carbon-intensity time series. Values[i] (gCO2eq/kWh)
 // holds for the half-open interval [Start+i*Step, Start+(i+1)*Step).
+//
+// A series read from a trace may hold gaps longer than its reader
+// interpolates (see [Series.Gaps]): Values holds placeholders there, linear
+// between the readings around the gap, so that indexes stay regular, and
+// every function of this package that reads a range of the series (At,
+// Mean, Slice, the forecasters, Plan, Oracle, the online policy) refuses
+// one that overlaps a gap with a *GapError. Copying the struct keeps its
+// gaps (moving Start moves them with it); a Series built from Values alone
+// has none, so take a part of one with Slice, which refuses a gap, rather
+// than from its Values.
 type Series struct {
 	Start  time.Time
 	Step   time.Duration
 	Values []float64 // gCO2eq/kWh
 	Zone   string
+
+	gaps []gap // ascending, disjoint
+}
+
+// gap is a run of missing steps [i0, i1) of a series, too long to
+// interpolate.
+type gap struct {
+	i0, i1 int
+	max    int    // the reader's limit, for messages
+	where  string // the reading after the gap
+}
+
+// Gaps returns the series' gaps too long to interpolate, oldest first
+// (none for a series without them): the ranges a use of the series must
+// stay clear of.
+func (s *Series) Gaps() []GapError {
+	out := make([]GapError, 0, len(s.gaps))
+	for _, g := range s.gaps {
+		out = append(out, *s.gapError(g, 0, 0))
+	}
+	return out
+}
+
+func (s *Series) gapError(g gap, from, to int) *GapError {
+	e := &GapError{Start: s.TimeAt(g.i0).UTC(), End: s.TimeAt(g.i1).UTC(), Missing: g.i1 - g.i0, Step: s.Step, Max: g.max, Where: g.where}
+	if from < to {
+		e.From, e.To = s.TimeAt(from).UTC(), s.TimeAt(to).UTC()
+	}
+	return e
+}
+
+// gapIn is nil when steps [i0, i1) are clear of the series' gaps, else a
+// *GapError for the first gap they overlap (From–To: those steps).
+func (s *Series) gapIn(i0, i1 int) error {
+	if len(s.gaps) == 0 || i0 >= i1 {
+		return nil
+	}
+	// The first gap ending after i0.
+	k, _ := slices.BinarySearchFunc(s.gaps, i0, func(g gap, i int) int { return cmp.Compare(g.i1, i+1) })
+	if k < len(s.gaps) && s.gaps[k].i0 < i1 {
+		return s.gapError(s.gaps[k], i0, i1)
+	}
+	return nil
+}
+
+// gapEndBefore is the end of the last gap that starts at or before step
+// i, or 0 when none does: where the stretch of data up to i begins, as
+// if the trace had been cut there (after i when i lies in that gap).
+func (s *Series) gapEndBefore(i int) int {
+	k, _ := slices.BinarySearchFunc(s.gaps, i, func(g gap, i int) int { return cmp.Compare(g.i0, i+1) })
+	if k == 0 {
+		return 0
+	}
+	return s.gaps[k-1].i1
+}
+
+// lastReading is step i, or when i lies in a gap the step before the gap
+// (a gap lies between readings).
+func (s *Series) lastReading(i int) int {
+	if len(s.gaps) == 0 {
+		return i
+	}
+	k, _ := slices.BinarySearchFunc(s.gaps, i, func(g gap, i int) int { return cmp.Compare(g.i1, i+1) })
+	if k < len(s.gaps) && s.gaps[k].i0 <= i {
+		return s.gaps[k].i0 - 1
+	}
+	return i
+}
+
+// Slice is the part of s over the whole steps covering [from, to): it
+// fails with ErrOutOfRange when that is not inside s, and with a
+// *GapError when it overlaps one of s's gaps. It shares Values with s.
+func (s *Series) Slice(from, to time.Time) (*Series, error) {
+	if !from.Before(to) {
+		return nil, fmt.Errorf("%w: empty interval [%s, %s)", ErrOutOfRange, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	}
+	i0, i1 := s.floorIndex(from), s.ceilIndex(to)
+	if i0 < 0 || i1 > len(s.Values) {
+		return nil, fmt.Errorf("%w: [%s, %s) not inside [%s, %s)", ErrOutOfRange,
+			from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339),
+			s.Start.UTC().Format(time.RFC3339), s.End().UTC().Format(time.RFC3339))
+	}
+	if err := s.gapIn(i0, i1); err != nil {
+		return nil, err
+	}
+	return &Series{Start: s.TimeAt(i0), Step: s.Step, Zone: s.Zone, Values: s.Values[i0:i1:i1]}, nil
 }
 
 // Validate checks the invariants: positive step, at least one value, every
@@ -160,10 +269,14 @@ func (s *Series) TimeAt(i int) time.Time {
 	return s.Start.Add(time.Duration(i) * s.Step)
 }
 
-// At returns the intensity of the step that contains t.
+// At returns the intensity of the step that contains t (a *GapError when
+// that step lies in a gap).
 func (s *Series) At(t time.Time) (float64, error) {
 	i, err := s.index(t)
 	if err != nil {
+		return 0, err
+	}
+	if err := s.gapIn(i, i+1); err != nil {
 		return 0, err
 	}
 	return s.Values[i], nil
@@ -197,10 +310,10 @@ func (s *Series) ceilIndex(t time.Time) int {
 }
 
 // Mean is the time-weighted mean intensity over [from, to). The interval
-// must be non-empty and lie inside the series. Steps partially covered
-// count in proportion to their overlap, so Mean works for intervals that
-// are not aligned to the step grid (e.g. a plan made on an hourly forecast
-// evaluated on a 15-minute trace).
+// must be non-empty and lie inside the series, clear of its gaps. Steps
+// partially covered count in proportion to their overlap, so Mean works
+// for intervals that are not aligned to the step grid (e.g. a plan made on
+// an hourly forecast evaluated on a 15-minute trace).
 func (s *Series) Mean(from, to time.Time) (float64, error) {
 	if !from.Before(to) {
 		return 0, fmt.Errorf("%w: empty interval [%s, %s)", ErrOutOfRange, from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
@@ -212,6 +325,9 @@ func (s *Series) Mean(from, to time.Time) (float64, error) {
 	}
 	i0 := s.floorIndex(from)
 	i1 := s.ceilIndex(to)
+	if err := s.gapIn(i0, i1); err != nil {
+		return 0, err
+	}
 	var sum float64
 	for i := i0; i < i1; i++ {
 		a, b := s.TimeAt(i), s.TimeAt(i+1)
@@ -345,7 +461,8 @@ func splitsOnly(pts []point, d time.Duration) bool {
 // (ErrIrregular) naming it and the point before, rather than turning an
 // hourly trace into a finer grid of interpolated values —, fills gaps of
 // at most maxGap missing steps (an options value, see maxGapSteps)
-// linearly and refuses longer ones with a *GapError. Missing points count
+// linearly and keeps longer ones as the series' gaps (placeholders in
+// Values, linear too, that no use reads: see Series). Missing points count
 // for the order and the step only: the series runs from the first reading
 // to the last, and a missing point inside it is a missing step.
 func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
@@ -394,8 +511,9 @@ func buildSeries(pts []point, zone string, maxGap int) (*Series, error) {
 		d := pts[i].t.Sub(pts[i-1].t)
 		missing := int(d/step) - 1
 		if missing > maxGap {
-			return nil, &GapError{Start: pts[i-1].t.Add(step).UTC(), End: pts[i].t.UTC(),
-				Missing: missing, Step: step, Max: maxGap, Where: pts[i].where}
+			// Kept as a gap (placeholders below): refused where used.
+			n := len(s.Values)
+			s.gaps = append(s.gaps, gap{i0: n, i1: n + missing, max: maxGap, where: pts[i].where})
 		}
 		a, b := pts[i-1].v, pts[i].v
 		for k := 1; k <= missing; k++ {
