@@ -89,7 +89,8 @@ func newExternalHeartbeater(ctx context.Context, in spec.ExternalInput) *heartbe
 // nodeLogs reads the tail of every process's log: the last
 // spec.LogTailLines lines, within the node's byte budget.
 func (n *Node) nodeLogs(in spec.ExternalInput, specs []launch.Spec) spec.NodeLogs {
-	out := spec.NodeLogs{Node: n.ID, NodeRank: in.Rank, Session: in.Session, Procs: make([]spec.ProcessTail, 0, len(specs))}
+	out := spec.NodeLogs{Node: n.ID, NodeRank: in.Rank, Session: in.Session, Procs: make([]spec.ProcessTail, 0, len(specs)),
+		Dir: n.paths(in).dir}
 	budget := spec.LogTailBudget(len(specs))
 	for _, sp := range specs {
 		out.Procs = append(out.Procs, spec.ProcessTail{Process: sp.Name, Rank: sp.Rank,
@@ -250,7 +251,7 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 
 	w := launch.World{
 		Launcher: launch.Launcher(x.Launcher), RunID: in.RunID, ProcsPerNode: x.ProcsPerNode,
-		MasterPort: in.MasterPort, RestartCount: in.Restarts, MaxRestarts: in.Spec.MaxRestarts,
+		MasterPort: in.MasterPort, RestartCount: in.Restarts, MaxRestarts: in.Spec.RestartBudget(),
 		RankTableFile: filepath.Join(p.dir, "rank_table.json"),
 		ErrorFile:     func(rank int) string { return filepath.Join(p.dir, fmt.Sprintf("rank-%d.error.json", rank)) },
 	}
@@ -369,8 +370,8 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 	if hooks.logs != nil {
 		hooks.logs(func() spec.NodeLogs { return n.nodeLogs(in, specs) })
 	}
-	log.Info("external job started", zap.String("launcher", x.Launcher), zap.Ints("pids", g.Pids()),
-		zap.String("logs", p.dir), zap.Int64("from", from))
+	log.Info("external job started", zap.String("launcher", x.Launcher), zap.Strings("program", g.Programs()),
+		zap.Ints("pids", g.Pids()), zap.String("logs", p.dir), zap.Int64("from", from))
 
 	sup := &supervision{
 		n: n, in: in, log: log, hooks: hooks, paths: p, reports: reports, lead: lead,
@@ -846,7 +847,8 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	if len(st.Skipped) > 0 {
 		s.log.Warn("checkpoint directory entries not saved (not regular files)", zap.Strings("paths", st.Skipped))
 	}
-	s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: out, Loss: s.prog.Loss, From: s.res.From, FirstLoss: s.res.FirstLoss})
+	s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: out, Loss: s.prog.Loss, From: s.res.From, FirstLoss: s.res.FirstLoss,
+		FirstStepAt: s.res.FirstStepAt})
 	return nil
 }
 
@@ -886,7 +888,11 @@ func (s *supervision) rankExited(ee *launch.ExitError) error {
 		step = s.prog.Step
 	}
 	d := spec.RankExit{Rank: ee.Rank, Process: ee.Name, Node: s.n.ID, ExitCode: ee.Code,
-		Step: step, LogTail: ee.Tail, LogFile: ee.LogPath}
+		Step: step, LogTail: ee.Tail, LogFile: ee.LogPath, Program: ee.Program,
+		NoStep: len(s.last) == 0 && s.savedAt == 0, FirstStepAt: s.res.FirstStepAt}
+	if url := s.n.bucketURL(s.in.Spec); url != "" && !spec.MemoryBucket(url) {
+		d.BucketLog = LogKey(s.in.Spec.Name, s.in.Session, ee.Name)
+	}
 	if ee.Signal != 0 {
 		d.Signal = launch.SignalName(ee.Signal)
 	}
@@ -904,12 +910,30 @@ func (s *supervision) rankExited(ee *launch.ExitError) error {
 		at = fmt.Sprintf("with its node's ranks at step %d", d.Step)
 	}
 	msg := fmt.Sprintf("%s on node %s %s %s", ee.Name, s.n.ID, status, at)
+	if d.NoStep && d.Program != "" {
+		// It failed while starting (an import, the script's syntax, a
+		// missing module): often another interpreter than the one meant.
+		msg += fmt.Sprintf(", before any step (it ran %s%s)", d.Program, pathOf(*s.in.Spec.External))
+	}
 	if tail := lastLines(ee.Tail, 5, 800); tail != "" {
 		msg += "; log tail:\n" + tail
 	}
+	msg += "\n" + d.Where(s.n.bucketURL(s.in.Spec))
 	s.log.Warn("external job process failed", zap.String("process", ee.Name), zap.Int("code", ee.Code),
 		zap.String("signal", d.Signal), zap.String("log", ee.LogPath))
 	return temporal.NewApplicationErrorWithCause(msg, spec.ErrTypeRankExited, ee, d)
+}
+
+// pathOf says where a job's entrypoint was looked up: "" for a path, else
+// the PATH of the job's env, or the node worker's own.
+func pathOf(x spec.ExternalJob) string {
+	if len(x.Entrypoint) == 0 || strings.Contains(x.Entrypoint[0], "/") {
+		return ""
+	}
+	if _, ok := x.Env["PATH"]; ok {
+		return ", found in the PATH of the job's external.env"
+	}
+	return ", found in the node worker's PATH"
 }
 
 // lastLines is the last n lines of s, at most max bytes.

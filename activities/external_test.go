@@ -241,6 +241,64 @@ while true; do sleep 0.05; done`
 	if !strings.Contains(ae.Message(), "rank-1 on node n1 exited with status 7 at step 3") || !strings.Contains(ae.Message(), "CUDA is not a thing") {
 		t.Errorf("message %q", ae.Message())
 	}
+	// Where the whole log is: on the node, and its copy in the bucket
+	// (a file:// bucket's as a path), named by the launch's directory.
+	key := LogKey(in.Spec.Name, in.Session, "rank-1")
+	if d.BucketLog != key || d.NoStep || !strings.HasPrefix(d.Program, "sh = /") {
+		t.Errorf("detail %+v; want bucket log %s, a step reported, program sh = …", d, key)
+	}
+	where := "whole log: " + d.LogFile + " on node n1; copied when the launch ends to " + filepath.Join(bucket, filepath.FromSlash(key))
+	if !strings.HasSuffix(ae.Message(), "\n"+where) || !strings.Contains(key, "run_crash_g1_e1") {
+		t.Errorf("message %q; want it to end with %q", ae.Message(), where)
+	}
+	if strings.Contains(ae.Message(), "before any step") {
+		t.Errorf("message %q names no program for a rank that reported a step", ae.Message())
+	}
+}
+
+// TestRunExternalStartupFailureNamesTheProgram: a rank that fails before
+// any process of its node reported a step (an import error: often
+// another interpreter than the one meant) says which program ran, found
+// where (the node worker's PATH, the job's env PATH, or a path as given),
+// and that its node saw no step (RankExit.NoStep).
+func TestRunExternalStartupFailureNamesTheProgram(t *testing.T) {
+	bin := t.TempDir()
+	py := filepath.Join(bin, "python7")
+	if err := os.WriteFile(py, []byte("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	for _, tc := range []struct {
+		name string
+		argv []string
+		env  map[string]string
+		want string
+	}{
+		{"the worker's PATH", []string{"python7", "train.py"}, nil, "before any step (it ran python7 = " + py + ", found in the node worker's PATH)"},
+		{"the job's PATH", []string{"python7", "train.py"}, map[string]string{"PATH": bin}, "before any step (it ran python7 = " + py + ", found in the PATH of the job's external.env)"},
+		{"a path", []string{py, "train.py"}, nil, "before any step (it ran " + py + ")"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			work := t.TempDir()
+			os.WriteFile(filepath.Join(work, "train.py"), nil, 0o644)
+			in := externalInput("nomod", work, 1, tc.argv...)
+			in.Spec.External.Env = tc.env
+			n := externalNode(t, "n1", "mem://")
+			_, err := n.runExternal(context.Background(), in, externalHooks{progress: func(spec.ChunkProgress) {}})
+			var ae *temporal.ApplicationError
+			var d spec.RankExit
+			if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeRankExited || ae.Details(&d) != nil {
+				t.Fatalf("runExternal: %v; want RankExited", err)
+			}
+			if !d.NoStep || !strings.Contains(ae.Message(), tc.want) || !strings.Contains(ae.Message(), "No module named 'torch'") {
+				t.Errorf("message %q (no step %v); want %q", ae.Message(), d.NoStep, tc.want)
+			}
+			// A mem:// bucket is the node worker's own memory: no copy to name.
+			if d.BucketLog != "" || !strings.HasSuffix(ae.Message(), "whole log: "+d.LogFile+" on node n1") {
+				t.Errorf("message %q, bucket log %q", ae.Message(), d.BucketLog)
+			}
+		})
+	}
 }
 
 // TestRunExternalCheckpointsRestoreOnAnotherNode runs a helper-using

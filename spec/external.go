@@ -94,6 +94,10 @@ const (
 	// replaced. (A node's own work directory that cannot be written is
 	// ErrTypeNodeUnfit.)
 	ErrTypeBadJob = "BadJob"
+	// ErrTypeShortOfSteps types the failure of a run whose script exited
+	// 0 on every rank short of the job's steps (RunSpec.Steps): the job
+	// said how long it is, and the script did not get there.
+	ErrTypeShortOfSteps = "ShortOfSteps"
 )
 
 // EnergyReading is a node's host meter as ReadEnergy found it: the
@@ -522,6 +526,10 @@ func parseExternal(name string, decoded RunSpec, file *ast.File, perr error) (Ru
 			s.External = &x
 		}
 	}
+	if fe := jobFileRestarts(&s); fe != nil {
+		fe.Line = written(fe.Field)
+		errs = append(errs, *fe)
+	}
 	s = s.WithDefaults()
 	if err := s.validateJobFile(); err != nil {
 		var se *SpecError
@@ -631,8 +639,38 @@ type RankExit struct {
 	Step int64 `json:"step"`
 	// LogTail is the end of its output.
 	LogTail string `json:"log_tail"`
-	// LogFile is the full output on the node.
-	LogFile string `json:"log_file"`
+	// LogFile is the full output on the node; BucketLog where it is
+	// copied in the run's bucket once the launch ends (the key, after
+	// the bucket's URL; "" without a bucket).
+	LogFile   string `json:"log_file"`
+	BucketLog string `json:"bucket_log,omitempty"`
+	// Program is the program the process ran, as its node found it
+	// (launch.ProgramText: "python3 = /usr/bin/python3").
+	Program string `json:"program,omitempty"`
+	// NoStep: no process of its node had reported a step, nor committed
+	// a checkpoint, since the launch (as far as its node saw: the world
+	// was still starting). Node workers from before it never say so.
+	NoStep bool `json:"no_step,omitempty"`
+	// FirstStepAt is when its node's processes first reported a step in
+	// the launch (zero: none did, or a node worker from before it).
+	FirstStepAt time.Time `json:"first_step_at,omitzero"`
+}
+
+// Where says where the process's whole log is: the file on its node and,
+// when it has one (BucketLog), its copy in the run's bucket (at bucket:
+// a file:// bucket's as a path on the hosts that share it).
+func (d RankExit) Where(bucket string) string {
+	if d.LogFile == "" {
+		return ""
+	}
+	out := fmt.Sprintf("whole log: %s on node %s", d.LogFile, d.Node)
+	if d.BucketLog == "" {
+		return out
+	}
+	if dir, ok := strings.CutPrefix(bucket, "file://"); ok && !strings.Contains(dir, "?") {
+		return out + fmt.Sprintf("; copied when the launch ends to %s", filepath.Join(dir, filepath.FromSlash(d.BucketLog)))
+	}
+	return out + fmt.Sprintf("; copied when the launch ends to %s in the run's bucket %s", d.BucketLog, bucket)
 }
 
 // CheckpointSaved is the SignalCheckpointSaved payload: node rank 0 of
@@ -646,6 +684,10 @@ type CheckpointSaved struct {
 	// loss it reported: the run's initial loss when From is 0.
 	From      int64   `json:"from,omitempty"`
 	FirstLoss float32 `json:"first_loss,omitempty"`
+	// FirstStepAt is when the launch's first step was reported on the
+	// node (zero from node workers before it): a recovery's first step,
+	// recorded even if the launch later fails or is cancelled.
+	FirstStepAt time.Time `json:"first_step_at,omitzero"`
 	// Failed, when set, says the upload of the checkpoint at Ref.Step
 	// failed, and why (Ref then carries only Run and Step).
 	Failed string `json:"failed,omitempty"`
@@ -688,6 +730,9 @@ type NodeLogs struct {
 	NodeRank int           `json:"node_rank"`
 	Session  string        `json:"session"`
 	Procs    []ProcessTail `json:"procs"`
+	// Dir is the directory on the node that holds the launch's whole
+	// logs (rank-N.log; "" from node workers before it).
+	Dir string `json:"dir,omitempty"`
 }
 
 // ProcessTail is one process's last log lines.

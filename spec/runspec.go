@@ -47,7 +47,10 @@ type RunSpec struct {
 	CheckpointEvery int64 `yaml:"checkpoint_every" json:"checkpoint_every"`
 	// MaxRestarts bounds node replacements before the run fails (a node
 	// whose worker stops on purpose, or one found cut off from the run's
-	// bucket, is replaced without counting).
+	// bucket, is replaced without counting). 0 is unset (the default,
+	// DefaultMaxRestarts: a workflow input written before NoRestarts
+	// existed keeps that meaning); NoRestarts allows none, which a job
+	// file says as max_restarts: 0.
 	MaxRestarts int `yaml:"max_restarts" json:"max_restarts"`
 	// KeepCheckpoints is how many of the run's newest checkpoints its
 	// nodes keep in storage after each save (0: DefaultKeepCheckpoints);
@@ -508,7 +511,17 @@ func parse(name string, data []byte, passes int) (RunSpec, error) {
 	}
 	s = s.syncDefaults().batchDefaults()
 	s.DataSHA256 = strings.ToLower(s.DataSHA256)
+	restarts := jobFileRestarts(&s)
 	err := s.validateJobFile()
+	if restarts != nil {
+		var se *SpecError
+		switch {
+		case err == nil:
+			err = &SpecError{Fields: []FieldError{*restarts}}
+		case errors.As(err, &se):
+			se.Fields = append(se.Fields, *restarts)
+		}
+	}
 	// Unset means a default; written, 0 is out of range as in a flag.
 	for _, z := range []struct {
 		field, msg string
@@ -544,6 +557,23 @@ func parse(name string, data []byte, passes int) (RunSpec, error) {
 		return RunSpec{}, err
 	}
 	return s, nil
+}
+
+// jobFileRestarts reads max_restarts as a job file writes it, into s
+// decoded over the defaults (so 0 was written): 0 allows no restart
+// (NoRestarts), a negative number is refused — the problem it returns,
+// s then keeping the default so that Validate does not say it again.
+func jobFileRestarts(s *RunSpec) *FieldError {
+	switch {
+	case s.MaxRestarts == 0:
+		s.MaxRestarts = NoRestarts
+	case s.MaxRestarts < 0:
+		fe := &FieldError{Field: "max_restarts", Msg: fmt.Sprintf("must not be negative, got %d "+
+			"(0: no restarts, the first failure fails the run; leave it out for %d)", s.MaxRestarts, DefaultMaxRestarts)}
+		s.MaxRestarts = DefaultMaxRestarts
+		return fe
+	}
+	return nil
 }
 
 // validateJobFile is Validate for a job file, which also never names a
@@ -693,11 +723,25 @@ func (s RunSpec) Retention() (keepLast int, keepEvery int64) {
 	return keepLast, s.KeepEvery
 }
 
+// DefaultMaxRestarts is max_restarts when a job does not say.
+const DefaultMaxRestarts = 5
+
+// NoRestarts is RunSpec.MaxRestarts for a run that restarts nothing: the
+// first failure that would count fails it. A job file says it as
+// max_restarts: 0 (Parse); in a RunSpec, 0 is unset (DefaultMaxRestarts),
+// as it always was in the workflow inputs of runs already started. Every
+// comparison "restarts so far >= MaxRestarts" holds at once for it.
+const NoRestarts = -1
+
+// RestartBudget is how many restarts the run may count: MaxRestarts, or 0
+// for NoRestarts (defaults applied).
+func (s RunSpec) RestartBudget() int { return max(s.MaxRestarts, 0) }
+
 // operationDefaults fills in the fields every run has, built-in or
 // external: restarts, timeouts, min_nodes and the green policy's own.
 func (s RunSpec) operationDefaults() RunSpec {
 	if s.MaxRestarts == 0 {
-		s.MaxRestarts = 5
+		s.MaxRestarts = DefaultMaxRestarts
 	}
 	if s.NodeWait == 0 {
 		s.NodeWait = Duration(2 * time.Minute)
@@ -773,8 +817,8 @@ func (s RunSpec) validateOperation(bad func(field, format string, args ...any)) 
 			bad("checkpoint_url", "%v", err)
 		}
 	}
-	if s.MaxRestarts < 0 {
-		bad("max_restarts", "must not be negative, got %d", s.MaxRestarts)
+	if s.MaxRestarts < NoRestarts {
+		bad("max_restarts", "must not be negative, got %d (0: no restarts)", s.MaxRestarts)
 	}
 	if s.KeepCheckpoints < 0 {
 		bad("keep_checkpoints", "must not be negative, got %d (0: the default, %d)", s.KeepCheckpoints, DefaultKeepCheckpoints)

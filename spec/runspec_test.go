@@ -441,3 +441,59 @@ func TestParseNamesEveryUnknownField(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxRestartsZeroMeansNone: a job file's max_restarts: 0 allows no
+// restart (NoRestarts), for built-in and external jobs alike; left out it
+// is the default; negative is refused with its line. A RunSpec's 0 (the
+// workflow input of a run started before NoRestarts) stays the default.
+func TestMaxRestartsZeroMeansNone(t *testing.T) {
+	ext := "external:\n  entrypoint: [python3, train.py]\n"
+	for _, tc := range []struct {
+		name, file string
+		want       int    // MaxRestarts after Parse
+		budget     int    // RestartBudget
+		err        string // a problem Parse reports, "" for none
+	}{
+		{"built-in, left out", "name: a\n", DefaultMaxRestarts, DefaultMaxRestarts, ""},
+		{"built-in, 0", "name: a\nmax_restarts: 0\n", NoRestarts, 0, ""},
+		{"built-in, 2", "name: a\nmax_restarts: 2\n", 2, 2, ""},
+		{"built-in, -1", "name: a\nmax_restarts: -1\n", 0, 0, "line 2: max_restarts: must not be negative, got -1 (0: no restarts"},
+		{"built-in, -3", "name: a\nnodes: 2\nmax_restarts: -3\n", 0, 0, "line 3: max_restarts: must not be negative, got -3 (0: no restarts"},
+		{"external, left out", "name: a\n" + ext, DefaultMaxRestarts, DefaultMaxRestarts, ""},
+		{"external, 0", "name: a\nmax_restarts: 0\n" + ext, NoRestarts, 0, ""},
+		{"external, 4", "name: a\nmax_restarts: 4\n" + ext, 4, 4, ""},
+		{"external, -1", "name: a\nmax_restarts: -1\n" + ext, 0, 0, "line 2: max_restarts: must not be negative, got -1 (0: no restarts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse("job.yaml", []byte(tc.file))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || strings.Count(err.Error(), "max_restarts") != 1 {
+					t.Fatalf("Parse: %v; want one problem containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if s.MaxRestarts != tc.want || s.RestartBudget() != tc.budget {
+				t.Errorf("max_restarts %d, budget %d; want %d, %d", s.MaxRestarts, s.RestartBudget(), tc.want, tc.budget)
+			}
+			// The workflow applies the defaults again and validates: the
+			// value survives both.
+			again := s.WithDefaults()
+			if again.MaxRestarts != tc.want {
+				t.Errorf("after WithDefaults: %d, want %d", again.MaxRestarts, tc.want)
+			}
+			if err := again.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+	// A workflow input's 0 (unset) is the default, as before.
+	if got := (RunSpec{Name: "a"}).WithDefaults().MaxRestarts; got != DefaultMaxRestarts {
+		t.Errorf("RunSpec 0 → %d, want %d", got, DefaultMaxRestarts)
+	}
+	if err := (RunSpec{Name: "a", MaxRestarts: -2}).WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), "max_restarts") {
+		t.Errorf("MaxRestarts -2 validated: %v", err)
+	}
+}

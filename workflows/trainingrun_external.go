@@ -67,6 +67,24 @@ const versionExternalPause = "external-pause"
 // checkpoint once the server suggests continue-as-new.
 const versionExternalRollover = "external-rollover"
 
+// versionExternalShortFails: an external job whose script exits 0 on
+// every rank short of the job's steps (steps given) fails, typed
+// spec.ErrTypeShortOfSteps — `run --wait`, `watch` and `status` exit
+// non-zero, the Web UI and the dashboard say failed. Before, it completed
+// and only its status's detail said where it stopped: a script that never
+// ran its loop (its main() not called, a wrong --steps) passed for a run
+// that trained. Asked only at such an end.
+const versionExternalShortFails = "external-short-fails"
+
+// versionStartFailRepeats: a launch that fails the same way as the
+// launch before it, both before any process reported a step or the run
+// gained a checkpoint (startFailure: an import error, a syntax error, a
+// missing module — every rank's RankExit.NoStep), from the same step on
+// the same nodes, fails the run, not retryable: relaunching only repeats
+// it. Before, each such launch spent one of max_restarts until they ran
+// out. Asked only at such a repeat.
+const versionStartFailRepeats = "external-start-fail-repeats"
+
 // errWorldPaused: runWorld stopped the world for a pause.
 var errWorldPaused = errors.New("world stopped for a pause")
 
@@ -173,6 +191,11 @@ type externalRun struct {
 	// run was cancelled (versionKeptOnCancel): the world stops at once,
 	// and the node stores it before the run ends (storeKeptOnCancel).
 	cancelKept bool
+	// startFail is the last launch's failure when it failed while
+	// starting (startFailure; "" otherwise): the next launch failing the
+	// same way fails the run (versionStartFailRepeats). Not state: after
+	// continue-as-new a repeat costs one more launch.
+	startFail string
 }
 
 // runExternal is TrainingRun's main loop for an external job.
@@ -246,6 +269,10 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 	if ext.green {
 		r.priceChunks(ctx)
 	}
+	if short := r.shortOfSteps(); short != "" &&
+		workflow.GetVersion(ctx, versionExternalShortFails, workflow.DefaultVersion, 1) >= 1 {
+		return r.fail(ctx, temporal.NewNonRetryableApplicationError(short, spec.ErrTypeShortOfSteps, nil))
+	}
 	r.releaseNodes(ctx)
 	r.setPhase(ctx, spec.PhaseCompleted)
 	if s := &r.st.Status; s.TotalSteps > 0 && s.Step < s.TotalSteps {
@@ -257,6 +284,61 @@ func (r *run) runExternal(ctx workflow.Context) (spec.RunStatus, error) {
 		}
 	}
 	return r.st.Status, nil
+}
+
+// shortOfSteps says how a script that ended cleanly fell short of the
+// job's steps ("" when it did not, or when the job gave none: then the
+// script decides its length).
+func (r *run) shortOfSteps() string {
+	s := r.st.Status
+	if s.TotalSteps <= 0 || s.Step >= s.TotalSteps {
+		return ""
+	}
+	why := fmt.Sprintf("the script ended (exit status 0) at step %d, short of the job's %d steps", s.Step, s.TotalSteps)
+	if s.Step == 0 {
+		why = fmt.Sprintf("the script ended (exit status 0) without reporting a step (cann_train.report), short of the job's %d steps "+
+			"(did it run its training loop?)", s.TotalSteps)
+	}
+	return why + "; a job that gives steps completes only there: fix the script's length (report(step) takes the step just " +
+		"completed, counting from 1), or leave steps out for a script that decides its own"
+}
+
+// startFailure is the signature of a world's failure when it failed
+// while starting, "" otherwise: every node that failed says a process
+// exited before any process of its node reported a step
+// (RankExit.NoStep), the others were stopped after it, and the launch
+// uploaded no checkpoint. It holds the step the launch started from, the
+// nodes, and the first exit's status and log tail (not its rank's name):
+// two launches with the same signature failed the same way.
+func (r *run) startFailure(f *chunkFailure, errs []error, from, ckptBefore int64) string {
+	if !f.retryable || len(f.failed) > 0 || f.corrupt || r.ckptStep() != ckptBefore {
+		return ""
+	}
+	var first *spec.RankExit
+	for _, err := range errs {
+		var ae *temporal.ApplicationError
+		var ce *temporal.CanceledError
+		switch {
+		case err == nil || errors.As(err, &ce):
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeRankExited:
+			var d spec.RankExit
+			if !ae.HasDetails() || ae.Details(&d) != nil || !d.NoStep {
+				return ""
+			}
+			if first == nil {
+				first = &d
+			}
+		default:
+			return ""
+		}
+	}
+	if first == nil {
+		return ""
+	}
+	tail := strings.Split(strings.TrimRight(first.LogTail, "\n"), "\n")
+	tail = tail[max(0, len(tail)-5):]
+	return fmt.Sprintf("from %d on %s: status %d %s, program %s, log %q", from, strings.Join(r.st.Membership.NodeIDs(), " "),
+		first.ExitCode, first.Signal, first.Program, strings.Join(tail, "\n"))
 }
 
 // listenCheckpoints records the checkpoints the first node uploads while
@@ -360,10 +442,56 @@ func (r *run) onCheckpoint(ctx workflow.Context, c spec.CheckpointSaved) bool {
 	if c.From == 0 && s.InitialLoss == 0 {
 		s.InitialLoss = c.FirstLoss // the first launch may not be the one that finishes
 	}
+	r.resumedAt(c.FirstStepAt, c.FirstLoss)
 	s.UpdatedAt = workflow.Now(ctx)
 	log.Info("checkpoint uploaded", "step", ref.Step, "key", ref.Key)
 	r.publish(ctx)
 	return true
+}
+
+// resumedAt completes the last recovery with the first step after it
+// (when the launch after it first stepped, and that step's loss) as soon
+// as the launch says so — at a checkpoint, or as it fails — rather than
+// only when it ends cleanly (noteResumed): a launch that later fails or
+// is cancelled keeps it. Not for a recovery an earlier run of this name
+// carried over, nor from a step before the recovery was acted on.
+// (Status only: no command.)
+func (r *run) resumedAt(first time.Time, loss float32) {
+	s := &r.st.Status
+	n := len(s.Recoveries)
+	if n == 0 || first.IsZero() || !s.Recoveries[n-1].ResumedAt.IsZero() {
+		return
+	}
+	if k := len(s.Resumed); k > 0 && n <= s.Resumed[k-1].Recoveries {
+		return
+	}
+	if rec := &s.Recoveries[n-1]; first.After(rec.SeenAt) {
+		rec.ResumedAt, rec.ResumeLoss = first, loss
+	}
+}
+
+// firstStepOf is the latest first step any node of a failed world
+// reported (its RankExited detail, a timed-out node's last heartbeat):
+// when every node that said had stepped; zero when none said.
+func firstStepOf(errs []error) time.Time {
+	var first time.Time
+	for _, err := range errs {
+		var ae *temporal.ApplicationError
+		var te *temporal.TimeoutError
+		switch {
+		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeRankExited:
+			var d spec.RankExit
+			if ae.HasDetails() && ae.Details(&d) == nil && d.FirstStepAt.After(first) {
+				first = d.FirstStepAt
+			}
+		case errors.As(err, &te) && te.HasLastHeartbeatDetails():
+			var p spec.ChunkProgress
+			if te.LastHeartbeatDetails(&p) == nil && p.FirstStepAt.After(first) {
+				first = p.FirstStepAt
+			}
+		}
+	}
+	return first
 }
 
 // externalPause: this run acts on a pending pause (false when replaying a
@@ -401,6 +529,8 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	m := r.st.Membership
 	r.st.Session = fmt.Sprintf("%s/g%d/e%d", r.st.Status.RunID, m.Generation, r.st.Epoch)
 	from := r.st.Status.Step
+	ckptBefore, startFailedBefore := r.ckptStep(), ext.startFail
+	ext.startFail = ""
 	started := workflow.Now(ctx)
 	port := r.spec.External.MasterPort
 	if port == 0 {
@@ -428,10 +558,14 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 	procs := r.spec.External.ProcsPerNode
 	ext.keep, ext.keptAt, ext.lastKept, ext.cancelKept, ext.keptTried = r.keepsRefused(ctx, m.Nodes[0]), 0, 0, false, false
 	ext.first = m.Nodes[0]
+	ns := r.nodeSpec()
+	// spec.NoRestarts as the node sees it: none left (TORCHELASTIC_MAX_RESTARTS
+	// 0), and a value node workers from before it validate.
+	ns.MaxRestarts = ns.RestartBudget()
 	for rank, node := range m.Nodes {
 		fault := r.faultFor(node.ID, from, math.MaxInt64)
 		in := spec.ExternalInput{
-			RunID: r.st.Status.RunID, Spec: r.nodeSpec(), Membership: m, Rank: rank, Session: r.st.Session,
+			RunID: r.st.Status.RunID, Spec: ns, Membership: m, Rank: rank, Session: r.st.Session,
 			Restarts: r.st.Restarts, MasterPort: port, Restore: r.st.Status.LastCkpt,
 			KillAtStep: fault.AtStep, Freeze: fault.Freeze(), KeepRefused: ext.keep && rank == 0,
 		}
@@ -503,6 +637,7 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		return errWorldPaused
 	}
 	if f := r.blameWorld(ctx, from, started, workflow.Now(ctx), errs, gone); f != nil {
+		r.resumedAt(firstStepOf(errs), 0) // (before recover adds this failure's recovery)
 		r.closeLaunch(ctx, ext, false)
 		if slices.Contains(f.failed, ext.first.ID) {
 			ext.lastKept = 0 // lost with its node
@@ -519,6 +654,15 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		r.storageTrouble(ctx, f, errs, r.st.Status.Step)
 		r.probeReads(ctx, f, errs)
 		r.storeKeptAfterLoss(ctx, ext)
+		if sig := r.startFailure(f, errs, from, ckptBefore); sig != "" {
+			if sig == startFailedBefore && workflow.GetVersion(ctx, versionStartFailRepeats, workflow.DefaultVersion, 1) >= 1 {
+				f.retryable = false
+				f.reason = "the job failed the same way on two launches in a row, before any rank reported a step — relaunching " +
+					"would only fail again (check the program it runs and its imports: the job's entrypoint is looked up in " +
+					"the node worker's PATH): " + f.reason
+			}
+			ext.startFail = sig
+		}
 		return f
 	}
 	if c := results[0].Checkpoint; c != nil && r.st.Status.LastCkpt != nil && c.Step <= r.st.Status.LastCkpt.Step {

@@ -212,25 +212,135 @@ func TestExternalRunCompletes(t *testing.T) {
 }
 
 // TestExternalRunEndsShortOfItsSteps: a script that exits 0 before the
-// job's steps completes the run, and the status says where it stopped.
+// job's steps fails the run (ShortOfSteps), saying where it stopped —
+// `run --wait` and a pipeline after it must not take it for a trained
+// model; one that reaches them, or a job that gives no steps, completes.
 func TestExternalRunEndsShortOfItsSteps(t *testing.T) {
 	for _, tc := range []struct {
-		end  int64
-		want string
+		name  string
+		steps int64
+		end   int64
+		want  string // the failure; "" completes
 	}{
-		{100, "the script ended (exit status 0) at step 100, short of the job's 150 steps"},
-		{0, "the script ended (exit status 0) without reporting a step (cann_train.report), short of the job's 150 steps"},
+		{"short", 150, 100, "the script ended (exit status 0) at step 100, short of the job's 150 steps; a job that gives steps completes only there"},
+		{"no step", 150, 0, "the script ended (exit status 0) without reporting a step (cann_train.report), short of the job's 150 steps (did it run its training loop?)"},
+		{"all its steps", 150, 150, ""},
+		{"steps unknown", 0, 100, ""},
 	} {
-		cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
-		env := newExternalEnv(t, cl, &fakeWorlds{end: tc.end})
-		s := externalSpec(2)
-		s.Steps = 150
-		env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-		require.NoError(t, env.GetWorkflowError())
-		var st spec.RunStatus
-		require.NoError(t, env.GetWorkflowResult(&st))
-		require.Equal(t, spec.PhaseCompleted, st.Phase)
-		require.Equal(t, tc.want, st.Detail)
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
+			env := newExternalEnv(t, cl, &fakeWorlds{end: tc.end})
+			s := externalSpec(2)
+			s.Steps = tc.steps
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			var st spec.RunStatus
+			if tc.want == "" {
+				require.NoError(t, env.GetWorkflowError())
+				require.NoError(t, env.GetWorkflowResult(&st))
+				require.Equal(t, spec.PhaseCompleted, st.Phase)
+				require.Empty(t, st.Detail)
+				return
+			}
+			err := env.GetWorkflowError()
+			var ae *temporal.ApplicationError
+			require.True(t, errors.As(err, &ae), "want the run failed, got %v", err)
+			require.Equal(t, spec.ErrTypeShortOfSteps, ae.Type())
+			require.True(t, ae.NonRetryable())
+			require.Contains(t, ae.Message(), tc.want)
+			st = queryStatus(t, env)
+			require.Equal(t, spec.PhaseFailed, st.Phase)
+			require.Contains(t, st.Error, tc.want)
+			require.EqualValues(t, tc.end, st.Step)
+			require.Positive(t, cl.releases, "its nodes are released")
+		})
+	}
+}
+
+// TestExternalStartFailureRepeated: a launch that fails before any rank
+// reported a step (RankExit.NoStep: an import error) and then fails the
+// same way again fails the run, not retryable, instead of relaunching it
+// until max_restarts run out; failures that differ, that come from node
+// workers that do not say NoStep, or that follow steps, are retried as
+// before.
+func TestExternalStartFailureRepeated(t *testing.T) {
+	noTorch := "Traceback (most recent call last):\n  File \"train.py\", line 20, in <module>\n    import torch\nModuleNotFoundError: No module named 'torch'\n"
+	exit := func(rank int, tail string, noStep bool, step int64) error {
+		return temporal.NewApplicationError(fmt.Sprintf("rank-%d on node node-1 exited with status 1 at step %d; log tail:\n%s", rank, step, tail),
+			spec.ErrTypeRankExited, spec.RankExit{Rank: rank, Process: fmt.Sprintf("rank-%d", rank), Node: "node-1", ExitCode: 1,
+				Step: step, LogTail: tail, Program: "python3 = /usr/bin/python3", NoStep: noStep})
+	}
+	for _, tc := range []struct {
+		name     string
+		launch   func(n int, in spec.ExternalInput) error // n: the launch, from 1
+		launches int
+		want     string
+	}{
+		{"the same import error", func(n int, in spec.ExternalInput) error {
+			return exit(n%2, noTorch, true, 0) // (another rank each time: the same failure)
+		}, 2, "not retryable: launch from step 0: the job failed the same way on two launches in a row, before any rank reported a step"},
+		{"another failure, then the same twice", func(n int, in spec.ExternalInput) error {
+			if n == 1 {
+				return exit(0, "RuntimeError: Address already in use\n", true, 0)
+			}
+			return exit(0, noTorch, true, 0)
+		}, 3, "the job failed the same way on two launches in a row"},
+		{"an older node worker", func(n int, in spec.ExternalInput) error {
+			return exit(0, noTorch, false, 0)
+		}, 4, "gave up after 3 restart(s)"},
+		{"after steps", func(n int, in spec.ExternalInput) error {
+			return exit(0, "ValueError: nan loss\n", false, 7)
+		}, 4, "gave up after 3 restart(s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1")}
+			w := &fakeWorlds{end: 100}
+			w.behave = func(in spec.ExternalInput) error {
+				return tc.launch(len(w.launches()), in)
+			}
+			env := newExternalEnv(t, cl, w)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: externalSpec(1)})
+			err := env.GetWorkflowError()
+			require.ErrorContains(t, err, tc.want)
+			require.Len(t, w.launches(), tc.launches)
+			st := queryStatus(t, env)
+			require.Equal(t, spec.PhaseFailed, st.Phase)
+			require.Len(t, st.Recoveries, tc.launches-1)
+			if tc.launches < 4 {
+				require.Contains(t, st.Error, "No module named 'torch'") // the log tail
+			}
+		})
+	}
+}
+
+// TestExternalMaxRestartsNone: spec.NoRestarts (a job file's
+// max_restarts: 0) fails the run at the first failure, and the nodes are
+// told 0 (TORCHELASTIC_MAX_RESTARTS); an input's 0 (runs started before
+// NoRestarts) is still the default.
+func TestExternalMaxRestartsNone(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		max      int
+		launches int
+		want     string
+		node     int // MaxRestarts in the nodes' input
+	}{
+		{"none", spec.NoRestarts, 1, "gave up after 0 restart(s)", 0},
+		{"unset", 0, spec.DefaultMaxRestarts + 1, fmt.Sprintf("gave up after %d restart(s)", spec.DefaultMaxRestarts), spec.DefaultMaxRestarts},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &fakeWorlds{end: 100, behave: func(in spec.ExternalInput) error {
+				return temporal.NewApplicationError("rank-1 on node node-1 exited with status 1 at step 23", spec.ErrTypeRankExited,
+					spec.RankExit{Rank: 1, ExitCode: 1, Step: 23})
+			}}
+			env := newExternalEnv(t, &fakeCluster{pool: testNodes("node-1")}, w)
+			s := externalSpec(1)
+			s.MaxRestarts = tc.max // (the workflow applies the defaults)
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.ErrorContains(t, env.GetWorkflowError(), tc.want)
+			ls := w.launches()
+			require.Len(t, ls, tc.launches)
+			require.Equal(t, tc.node, ls[0][0].Spec.MaxRestarts)
+		})
 	}
 }
 
@@ -1272,6 +1382,54 @@ func TestExternalRunCancelAsksACheckpoint(t *testing.T) {
 			require.Equal(t, 1, cl.releases, "its nodes released")
 			cl.mu.Unlock()
 			require.Len(t, w.launches(), 1)
+		})
+	}
+}
+
+// TestExternalRecoveryKeepsItsFirstStep: a recovery's first step after
+// it is recorded as soon as the relaunched world says it — at its first
+// checkpoint (CheckpointSaved.FirstStepAt) or as it fails
+// (RankExit.FirstStepAt) — so that a launch that fails later keeps it;
+// before, only a launch that ended cleanly recorded it.
+func TestExternalRecoveryKeepsItsFirstStep(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ckpt bool // the second launch uploads a checkpoint before it fails
+	}{
+		{"at a checkpoint", true},
+		{"as it fails", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("node-1")}
+			w := &fakeWorlds{end: 100, ckpts: []int64{30}}
+			var firstAt time.Time
+			w.behave = func(in spec.ExternalInput) error {
+				n := len(w.launches())
+				if n > 2 {
+					return nil
+				}
+				crash := spec.RankExit{Rank: 0, Process: "rank-0", Node: "node-1", ExitCode: 1, Step: 33}
+				if n == 2 {
+					firstAt = w.env.Now().Add(time.Second)
+					crash.Step, crash.FirstStepAt = 55, firstAt
+					if tc.ckpt {
+						crash.FirstStepAt = time.Time{} // (the checkpoint said it)
+						w.env.SignalWorkflow(spec.SignalCheckpointSaved, spec.CheckpointSaved{Session: in.Session,
+							Ref:  spec.CheckpointRef{URL: "mem://", Run: in.Spec.Name, Step: 50, Key: "ckpt/50"},
+							From: 30, FirstLoss: 0.5, FirstStepAt: firstAt})
+					}
+				}
+				return temporal.NewApplicationError(fmt.Sprintf("rank-0 on node node-1 exited with status 1 at step %d", crash.Step),
+					spec.ErrTypeRankExited, crash)
+			}
+			st := completeExternal(t, cl, w, externalSpec(1))
+			require.Len(t, st.Recoveries, 2)
+			first := st.Recoveries[0]
+			require.True(t, first.ResumedAt.Equal(firstAt), "first recovery's first step %v, want %v", first.ResumedAt, firstAt)
+			if tc.ckpt {
+				require.InDelta(t, 0.5, first.ResumeLoss, 1e-6)
+			}
+			require.False(t, st.Recoveries[1].ResumedAt.IsZero(), "the last recovery's first step (its launch completed)")
 		})
 	}
 }

@@ -132,8 +132,8 @@ it at once.`,
 				case firstAcquire(st):
 					fmt.Fprintf(e.out, "%s: pause requested while it waits for its first nodes; it stops waiting and holds without nodes\n", id)
 				case st.Model == spec.ModelExternal:
-					fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds after the job's next checkpoint upload "+
-						"(pause again to stop it at once)\n", id, st.Step)
+					fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds after the job's next checkpoint upload, "+
+						"or at once while its processes have reported no step since their launch (pause again to stop it at once)\n", id, st.Step)
 				default:
 					fmt.Fprintf(e.out, "%s: pause requested at step %d; it holds at the next chunk boundary\n", id, st.Step)
 				}

@@ -16,9 +16,11 @@ import (
 
 // TestExternalBadJobsFailClearly (issue 8, acceptance 3): a script that
 // crashes on start, an entrypoint that does not exist and a missing
-// workdir each end the run with an error that says what was wrong, within
-// seconds, without retrying more than the job allows, and leave no
-// process behind. Plain shell scripts: no torch needed.
+// workdir each end the run with an error that says what was wrong (the
+// crash: the program that ran, and where its whole log is), within
+// seconds, without retrying more than the job allows — a crash on start
+// that repeats itself once is not retried again —, and leave no process
+// behind. Plain shell scripts: no torch needed.
 func TestExternalBadJobsFailClearly(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -27,7 +29,8 @@ func TestExternalBadJobsFailClearly(t *testing.T) {
 		maxWall  time.Duration
 	}{
 		{"crash-on-start", `  entrypoint: [sh, -c, "echo cann-e2e-boom >&2; exit 3"]
-  workdir: .`, []string{"exited with status 3", "cann-e2e-boom", "gave up after 1 restart"}, 60 * time.Second},
+  workdir: .`, []string{"exited with status 3", "cann-e2e-boom", "before any step (it ran sh = /",
+			"the job failed the same way on two launches in a row, before any rank reported a step", "whole log: "}, 60 * time.Second},
 		{"wrong-entrypoint", `  entrypoint: [/nonexistent/cann-e2e-trainer]
   workdir: .`, []string{"/nonexistent/cann-e2e-trainer"}, 30 * time.Second},
 		{"missing-workdir", `  entrypoint: [sh, -c, "exit 0"]

@@ -140,7 +140,8 @@ func TestExternalPauseResume(t *testing.T) {
 		return true
 	})
 	text := cli("status", s.Name)
-	for _, want := range []string{"logs         last 20 lines per process", "  rank-0 on node-1\n", "  rank-1 on node-2\n", "    | rank 1 "} {
+	for _, want := range []string{"logs         last 20 lines per process", "  rank-0 on node-1: ", "/rank-0.log\n", "  rank-1 on node-2: ", "/rank-1.log\n",
+		"in the run's bucket under runs/" + s.Name + "/logs/run_" + s.Name + "_g1_e1/ once the launch ends", "    | rank 1 "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status text lacks %q:\n%s", want, text)
 		}

@@ -39,6 +39,28 @@ type runOptions struct {
 	uiURL     string
 }
 
+// command is the `cann-train run` that starts this job again ("" without
+// a job file): what a resume hint gives, --resume appended.
+func (o runOptions) command() string {
+	if o.file == "" {
+		return ""
+	}
+	cmd := "cann-train run -f " + shellWord(o.file)
+	if o.name != "" {
+		cmd += " --name " + shellWord(o.name)
+	}
+	return cmd
+}
+
+// shellWord is s as one shell word: as it is when nothing in it is
+// special to a shell, else single-quoted.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:+,@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 func newRunCmd(e *env) *cobra.Command {
 	o := runOptions{}
 	cmd := &cobra.Command{
@@ -54,7 +76,8 @@ Job file fields (all optional but name):
   checkpoint_url (file:///…, s3://…, gs://…, azblob://…: a bucket every
     node reaches; unset: each node worker's --checkpoint-url),
   checkpoint_every (chunk_steps; smaller: chunks end where one is due),
-  max_restarts 5, node_wait 2m,
+  max_restarts 5 (0: no restarts, the first failure fails the run),
+  node_wait 2m,
   heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes; fewer: the run
     starts once that many are free and goes on with as few after a
     failure, growing back to nodes as more come free),
@@ -197,7 +220,7 @@ Job file fields (all optional but name):
 				// A run that failed or was cancelled: its status too (where
 				// it stopped, its checkpoints, its recoveries; -o json a
 				// script can read), then why.
-				if perr := printStatus(e.out, st, o.output, e.uiLink(o.uiURL), e.namespace); perr != nil {
+				if perr := printStatusOf(e.out, st, o.output, e.uiLink(o.uiURL), e.namespace, o.command()); perr != nil {
 					return perr
 				}
 				return err
@@ -702,8 +725,12 @@ func fewNote(reg workflows.Registry, now time.Time, nodes int, wait time.Duratio
 	if free >= nodes || len(reg.Nodes) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("note: the job asks for %d node(s) and %d are free now (%d registered; 'cann-train nodes' lists them): "+
-		"the run waits up to its node_wait (%s) for the others, then fails", nodes, free, len(reg.Nodes), wait)
+	are := "are"
+	if free == 1 {
+		are = "is"
+	}
+	return fmt.Sprintf("note: the job asks for %d node(s) and %d %s free now (%d registered; 'cann-train nodes' lists them): "+
+		"the run waits up to its node_wait (%s) for the others, then fails", nodes, free, are, len(reg.Nodes), wait)
 }
 
 // mixedWarning says, before a job that does not pin its data set starts,

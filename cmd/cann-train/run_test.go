@@ -138,6 +138,9 @@ func TestFewNote(t *testing.T) {
 		{"enough free", reg, 2, ""},
 		{"too few", reg, 3, "note: the job asks for 3 node(s) and 2 are free now (5 registered; 'cann-train nodes' lists them): " +
 			"the run waits up to its node_wait (2m0s) for the others, then fails"},
+		{"one free", workflows.Registry{LeaseTTL: reg.LeaseTTL, Nodes: reg.Nodes[:4]}, 2,
+			"note: the job asks for 2 node(s) and 1 is free now (4 registered; 'cann-train nodes' lists them): " +
+				"the run waits up to its node_wait (2m0s) for the others, then fails"},
 		{"none registered", workflows.Registry{}, 3, ""},
 	} {
 		if got := fewNote(tc.reg, now, tc.nodes, 2*time.Minute); got != tc.want {
@@ -327,5 +330,38 @@ func TestRunRefusesAMisspeltBucketParameter(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `checkpoint_url: "s3://ckpt?`) ||
 		!strings.Contains(err.Error(), `unknown query parameter "use_path_stlye" (did you mean use_path_style?)`) {
 		t.Errorf("run: %v; want the misspelt parameter named", err)
+	}
+}
+
+// TestRunCommandForTheResumeHint: `run -f FILE --wait` of a run that
+// fails gives its own command as the resume hint (not `-f JOB`), --name
+// when it was given, each word quoted where a shell would split it.
+func TestRunCommandForTheResumeHint(t *testing.T) {
+	for _, tc := range []struct {
+		o    runOptions
+		want string
+	}{
+		{runOptions{file: "crash.yaml"}, "cann-train run -f crash.yaml"},
+		{runOptions{file: "jobs/crash.yaml", name: "bad-crash"}, "cann-train run -f jobs/crash.yaml --name bad-crash"},
+		{runOptions{file: "my jobs/it's.yaml"}, `cann-train run -f 'my jobs/it'\''s.yaml'`},
+		{runOptions{}, ""},
+	} {
+		if got := tc.o.command(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.o, got, tc.want)
+		}
+	}
+	st := spec.RunStatus{RunID: "run/bad-crash", Phase: spec.PhaseFailed, Model: spec.ModelExternal, Step: 23, TotalSteps: 40,
+		LastCkpt: &spec.CheckpointRef{URL: "file:///b", Run: "bad-crash", Step: 20, Key: "runs/bad-crash/ckpt/000000000020/manifest.json"}, Error: "x"}
+	for cmd, want := range map[string]string{
+		"cann-train run -f crash.yaml --name bad-crash": "resume       cann-train run -f crash.yaml --name bad-crash --resume continues it from step 20\n",
+		"": "resume       cann-train run -f JOB --name bad-crash --resume continues it from step 20\n",
+	} {
+		var b bytes.Buffer
+		if err := printStatusOf(&b, st, "text", "", "default", cmd); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("command %q: status\n%s\nwant %q", cmd, b.String(), want)
+		}
 	}
 }

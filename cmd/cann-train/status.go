@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -1013,6 +1015,9 @@ func transient(err error) bool {
 
 // Summary is the run summary that quickstart and `run --wait -o json` print.
 type Summary struct {
+	// runWith is the command that ran it, when known (`run -f FILE
+	// --wait`): the resume hint names its job file rather than JOB.
+	runWith    string
 	WorkflowID string     `json:"workflow_id"`
 	Status     spec.Phase `json:"status"`
 	Model      string     `json:"model"`
@@ -1285,6 +1290,14 @@ func printStatus(w io.Writer, st spec.RunStatus, output, uiBase, namespace strin
 	return printSummary(w, st, summarize(st, uiBase, namespace, nil), output)
 }
 
+// printStatusOf is printStatus for the run that command started (`run -f
+// FILE --wait`): its resume hint is that command.
+func printStatusOf(w io.Writer, st spec.RunStatus, output, uiBase, namespace, command string) error {
+	s := summarize(st, uiBase, namespace, nil)
+	s.runWith = command
+	return printSummary(w, st, s, output)
+}
+
 func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) error {
 	if output == "json" {
 		enc := json.NewEncoder(w)
@@ -1359,7 +1372,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	switch {
 	case st.Model == spec.ModelExternal && s.StepsPerSec == 0:
 		// (measured when a launch ends: none has yet)
-	case st.Model == spec.ModelExternal: // (its script's communication is its own)
+	case st.Model == spec.ModelExternal && s.SamplesPerSec == 0: // (its script's communication is its own)
+		fmt.Fprintf(w, "speed        %.1f steps/s, - samples/s (the script reports no samples_per_sec)\n", s.StepsPerSec)
+	case st.Model == spec.ModelExternal:
 		fmt.Fprintf(w, "speed        %.1f steps/s, %.0f samples/s\n", s.StepsPerSec, s.SamplesPerSec)
 	case s.Chunks == 0 && s.StepsPerSec == 0 && !live:
 		fmt.Fprintln(w, "speed        - (not measured: it ended before a chunk did)")
@@ -1453,9 +1468,13 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "error        %s\n", s.Error)
 	}
 	if !live && s.Status != spec.PhaseCompleted && s.Checkpoints.LastURL != "" && st.Step < st.TotalSteps {
-		fmt.Fprintf(w, "resume       %s continues it from step %d\n", resumeCommand(s.WorkflowID), s.Checkpoints.LastStep)
+		again := resumeCommand(s.WorkflowID)
+		if s.runWith != "" {
+			again = s.runWith + " --resume"
+		}
+		fmt.Fprintf(w, "resume       %s continues it from step %d\n", again, s.Checkpoints.LastStep)
 	}
-	printLogs(w, s.Logs)
+	printLogs(w, runName(s.WorkflowID), s.Logs)
 	if s.Report != "" {
 		fmt.Fprintf(w, "report       %s\n", reportURL(s.Report))
 	}
@@ -1482,16 +1501,27 @@ func reportURL(report string) string {
 	return checkpointURL(spec.CheckpointRef{URL: report[:i], Key: report[i+1:]})
 }
 
-// printLogs prints the live log tails of an external job's processes.
-func printLogs(w io.Writer, logs []spec.NodeLogs) {
+// printLogs prints the live log tails of an external job's processes
+// (of run name), and where their whole logs are: each process's file on
+// its node, and the launch's directory in the run's bucket — named
+// run_<name>_g<generation>_e<launch>, as the session the tails are of.
+func printLogs(w io.Writer, name string, logs []spec.NodeLogs) {
 	if len(logs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "logs         last %d lines per process, live (whole logs: on the nodes; in the run's bucket once a launch ends)\n",
-		spec.LogTailLines)
+	where := "on the nodes; in the run's bucket once the launch ends"
+	if s := logs[0].Session; s != "" {
+		where = fmt.Sprintf("on each node, the file named; in the run's bucket under %s/ once the launch ends",
+			path.Dir(activities.LogKey(name, s, "rank-0")))
+	}
+	fmt.Fprintf(w, "logs         last %d lines per process, live (whole logs: %s)\n", spec.LogTailLines, where)
 	for _, n := range logs {
 		for _, p := range n.Procs {
-			fmt.Fprintf(w, "  %s on %s\n", p.Process, n.Node)
+			if n.Dir != "" {
+				fmt.Fprintf(w, "  %s on %s: %s\n", p.Process, n.Node, filepath.Join(n.Dir, p.Process+".log"))
+			} else {
+				fmt.Fprintf(w, "  %s on %s\n", p.Process, n.Node)
+			}
 			if len(p.Lines) == 0 {
 				fmt.Fprintln(w, "    (no output yet)")
 			}

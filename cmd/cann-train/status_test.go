@@ -663,6 +663,15 @@ func TestStatusTextExternal(t *testing.T) {
 			t.Errorf("status text of an external job says %q:\n%s", not, text)
 		}
 	}
+	// A script that reports no samples_per_sec: its samples/s unknown, not 0.
+	st.SamplesPerSec = 0
+	b.Reset()
+	if err := printStatus(&b, st, "text", "", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "speed        22.3 steps/s, - samples/s (the script reports no samples_per_sec)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("status text lacks %q:\n%s", want, b.String())
+	}
 	// Paused in its first launch: no speed measured yet, and none said.
 	st.Phase, st.StepsPerSec, st.SamplesPerSec = spec.PhasePaused, 0, 0
 	b.Reset()
@@ -967,5 +976,42 @@ func TestStepMark(t *testing.T) {
 		if got := m.hold(tc.st, tc.step); got != tc.want {
 			t.Errorf("poll %d (%s gen %d, step %d): %d, want %d", i, tc.st.Phase, tc.st.Generation, tc.step, got, tc.want)
 		}
+	}
+}
+
+// TestStatusTextLogs: the live log tails say where each process's whole
+// log is on its node, and the launch's directory in the run's bucket
+// (run_<name>_g<generation>_e<launch>, the directories `gen N` is in).
+func TestStatusTextLogs(t *testing.T) {
+	st := spec.RunStatus{RunID: "run/ddp", Phase: spec.PhaseTraining, Model: spec.ModelExternal, Nodes: []string{"node-1", "node-2"}, Step: 5, TotalSteps: 300}
+	for _, tc := range []struct {
+		name string
+		logs []spec.NodeLogs
+		want []string
+	}{
+		{"with the node's directory", []spec.NodeLogs{
+			{Node: "node-1", Session: "run/ddp/g2/e3", Dir: "/w/node-1/runs/ddp/worlds/run_ddp_g2_e3", Procs: []spec.ProcessTail{{Process: "rank-0", Lines: []string{"step 5"}}}},
+			{Node: "node-2", NodeRank: 1, Session: "run/ddp/g2/e3", Dir: "/w/node-2/runs/ddp/worlds/run_ddp_g2_e3", Procs: []spec.ProcessTail{{Process: "rank-1", Rank: 1}}},
+		}, []string{
+			"logs         last 20 lines per process, live (whole logs: on each node, the file named; in the run's bucket under runs/ddp/logs/run_ddp_g2_e3/ once the launch ends)\n",
+			"  rank-0 on node-1: /w/node-1/runs/ddp/worlds/run_ddp_g2_e3/rank-0.log\n    | step 5\n",
+			"  rank-1 on node-2: /w/node-2/runs/ddp/worlds/run_ddp_g2_e3/rank-1.log\n    (no output yet)\n",
+		}},
+		{"from an older node worker", []spec.NodeLogs{{Node: "node-1", Procs: []spec.ProcessTail{{Process: "rank-0"}}}},
+			[]string{"(whole logs: on the nodes; in the run's bucket once the launch ends)\n", "  rank-0 on node-1\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sum := summarize(st, "", "default", nil)
+			sum.Logs = tc.logs
+			var b bytes.Buffer
+			if err := printSummary(&b, st, sum, "text"); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("status\n%s\nwant %q", b.String(), w)
+				}
+			}
+		})
 	}
 }

@@ -58,11 +58,14 @@ func (e Exit) String() string {
 }
 
 // ExitError reports the first process of a group that did not exit
-// cleanly, with the end of its output.
+// cleanly, with the end of its output and the program it ran.
 type ExitError struct {
 	Exit
 	LogPath string
 	Tail    string
+	// Program is the program as it was found and run (ProgramText: the
+	// entrypoint's name and the path it resolved to).
+	Program string
 }
 
 func (e *ExitError) Error() string {
@@ -107,6 +110,8 @@ type proc struct {
 	pid  int
 	done chan struct{}
 	exit Exit
+	// program is ProgramText of what it runs.
+	program string
 }
 
 // Start starts every process of specs, or none: when one cannot start, the
@@ -173,7 +178,7 @@ func (g *Group) startAll(specs []Spec) error {
 		if err != nil {
 			return &StartError{Name: s.Name, Err: err}
 		}
-		p := &proc{spec: s, cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+		p := &proc{spec: s, cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{}), program: ProgramText(s.Argv[0], prog, s.Dir)}
 		g.procs = append(g.procs, p)
 		go p.wait(g.exits)
 	}
@@ -212,6 +217,42 @@ func (g *Group) Pids() []int {
 		out[i] = p.pid
 	}
 	return out
+}
+
+// Programs are the programs the processes run, as ProgramText says
+// them, each once, in the order of the processes.
+func (g *Group) Programs() []string {
+	var out []string
+	for _, p := range g.procs {
+		if !slices.Contains(out, p.program) {
+			out = append(out, p.program)
+		}
+	}
+	return out
+}
+
+// ProgramText says which program an entrypoint's argv0 ran, resolved (as
+// lookPath found it) to path from dir: "python3 = /usr/bin/python3" for a
+// name looked up in PATH, the absolute path for one given as a path, and
+// the file a symbolic link leads to after an arrow
+// ("/usr/bin/python3 → /usr/bin/python3.11"). A Python that lacks a
+// module is often another Python than the one meant: this names it.
+func ProgramText(argv0, path, dir string) string {
+	abs := path
+	if !filepath.IsAbs(abs) && dir != "" {
+		abs = filepath.Join(dir, abs)
+	}
+	if a, err := filepath.Abs(abs); err == nil {
+		abs = a
+	}
+	text := abs
+	if !strings.Contains(argv0, "/") {
+		text = argv0 + " = " + abs
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		text += " → " + real
+	}
+	return text
 }
 
 // Exits delivers each process's exit once, in the order they are reaped.
@@ -330,7 +371,7 @@ func (g *Group) Wait(ctx context.Context, grace time.Duration) error {
 	fail := func(e Exit) error {
 		g.Stop(grace)
 		p := g.byName(e.Name)
-		return &ExitError{Exit: e, LogPath: p.spec.LogPath, Tail: Tail(p.spec.LogPath, TailBytes)}
+		return &ExitError{Exit: e, LogPath: p.spec.LogPath, Tail: Tail(p.spec.LogPath, TailBytes), Program: p.program}
 	}
 	var held *Exit // a non-rank's failure while ranks run
 	var settle <-chan time.Time

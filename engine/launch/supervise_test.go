@@ -426,3 +426,45 @@ func TestStartRefusesAMissingScript(t *testing.T) {
 		t.Fatalf("Start: %v; want a ScriptError for train.sh", err)
 	}
 }
+
+// TestExitNamesTheProgram: a failed process's ExitError names the program
+// it ran as found in the PATH of its environment (a symbolic link with
+// where it leads), and Programs lists what the group runs — a Python
+// that lacks a module is usually another Python than the one meant.
+func TestExitNamesTheProgram(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	os.MkdirAll(bin, 0o755)
+	real := filepath.Join(dir, "real-python")
+	if err := os.WriteFile(real, []byte("#!/bin/sh\necho \"No module named 'torch'\" >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(bin, "python9")); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "PATH="+bin+":/usr/bin:/bin")
+	for _, tc := range []struct {
+		name string
+		argv []string
+		want string
+	}{
+		{"looked up in PATH", []string{"python9", "-c", "pass"}, "python9 = " + filepath.Join(bin, "python9") + " → " + real},
+		{"an absolute path", []string{real}, real},
+		{"relative to the workdir", []string{"./real-python"}, real},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := Start([]Spec{{Name: "rank-0", Argv: tc.argv, Env: env, Dir: dir, LogPath: filepath.Join(dir, "rank-0.log")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := g.Programs(); len(got) != 1 || got[0] != tc.want {
+				t.Errorf("Programs %q, want [%q]", got, tc.want)
+			}
+			err = g.Wait(context.Background(), time.Second)
+			var ee *ExitError
+			if !errors.As(err, &ee) || ee.Program != tc.want {
+				t.Fatalf("Wait: %v; program %q, want %q", err, ee.Program, tc.want)
+			}
+		})
+	}
+}
