@@ -305,7 +305,10 @@ var ErrDuplicateNode = errors.New("another worker serves this node ID")
 // them. The registered worker counts as alive when its collective port
 // still accepts a connection — a killed process's listener closes with it,
 // so a worker restarted under the same ID (or at the same address) goes
-// on. The registry is answered by a control worker: while none answers
+// on — and its lease is live: a process stopped (SIGSTOP) or hung still
+// has its handshakes completed by the kernel, but renews no lease, and
+// once that has lapsed (workflows.DefaultLeaseTTL) this worker takes the
+// node over, with a warning to kill -9 the hung one. The registry is answered by a control worker: while none answers
 // (none yet, one restarting or slow) it asks again, backing off, within
 // retry's budget, and then starts with a warning that it could not check.
 func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, node spec.Node, retry retryPolicy, log *zap.Logger) error {
@@ -340,8 +343,21 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 			return nil // gone: this worker replaces it
 		}
 		conn.Close()
-		return fmt.Errorf("node %s: %w: the worker registered on %s (last seen %s) still answers on its collective port %s; stop it or give this one another --id",
-			node.ID, ErrDuplicateNode, r.Node.Host, r.LastSeen.UTC().Format(time.RFC3339), r.Node.CommAddr)
+		ago := time.Since(r.LastSeen).Round(time.Second)
+		if ago > workflows.DefaultLeaseTTL {
+			// The kernel completes a stopped (SIGSTOP) or hung process's
+			// handshakes; the registry's lease says whether it lives. A
+			// process continued later finds this one registered and
+			// stops itself at the first chunk that shows it.
+			log.Warn("the worker registered for this node ID still accepts connections on its collective port but has renewed "+
+				"no lease for longer than the registry's TTL: it is hung (stopped with SIGSTOP, or stuck); this worker takes the node over. "+
+				"If that process still exists, kill -9 it (a stopped process ignores SIGTERM until it is continued)",
+				zap.String("host", r.Node.Host), zap.String("comm_addr", r.Node.CommAddr), zap.Duration("last_seen_ago", ago),
+				zap.Duration("lease_ttl", workflows.DefaultLeaseTTL), zap.String("fail_reason", r.FailReason))
+			return nil
+		}
+		return fmt.Errorf("node %s: %w: the worker registered on %s (last seen %s ago, its lease live) still answers on its collective port %s; stop it or give this one another --id",
+			node.ID, ErrDuplicateNode, r.Node.Host, ago, r.Node.CommAddr)
 	}
 	return nil
 }

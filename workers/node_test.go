@@ -104,19 +104,26 @@ func TestNotServedElsewhere(t *testing.T) {
 	record := func(id, addr string) []workflows.NodeRecord {
 		return []workflows.NodeRecord{{Node: spec.Node{ID: id, CommAddr: addr, Host: "h1"}, LastSeen: time.Now()}}
 	}
+	// hung: registered at a port that answers (the kernel's handshake of
+	// a SIGSTOPped process), its lease lapsed a minute ago.
+	hung := []workflows.NodeRecord{{Node: spec.Node{ID: "n1", CommAddr: live.Addr().String(), Host: "h1"}, LastSeen: time.Now().Add(-time.Minute - 8*time.Second),
+		Failed: true, FailReason: "node(s) [n1] stopped heartbeating"}}
 	const warning = "could not rule out a second worker serving this node ID"
+	const takeover = "it is hung (stopped with SIGSTOP, or stuck); this worker takes the node over"
 	for _, tc := range []struct {
 		name      string
 		reg       *fakeRegistry
 		cancelled bool // the worker is stopped (SIGTERM) while it asks
 		wantErr   error
 		warns     bool
-		minAsks   int // DescribeTaskQueue calls at least
+		takesOver bool // warns that the registered worker is hung
+		minAsks   int  // DescribeTaskQueue calls at least
 		maxAsks   int
 	}{
 		{name: "no other worker", reg: &fakeRegistry{polls: []bool{true}, records: record("n2", live.Addr().String())}, minAsks: 1, maxAsks: 1},
 		{name: "registered worker answers", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", live.Addr().String())},
 			wantErr: ErrDuplicateNode, minAsks: 1, maxAsks: 1},
+		{name: "registered worker hung, its lease lapsed", reg: &fakeRegistry{polls: []bool{true}, records: hung}, takesOver: true, minAsks: 1, maxAsks: 1},
 		{name: "registered worker gone", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", goneAddr)}, minAsks: 1, maxAsks: 1},
 		{name: "registered at this address", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", me)}, minAsks: 1, maxAsks: 1},
 		{name: "no registry yet", reg: &fakeRegistry{polls: []bool{true}, queryErr: serviceerror.NewNotFound("workflow not found")}, minAsks: 1, maxAsks: 1},
@@ -144,6 +151,12 @@ func TestNotServedElsewhere(t *testing.T) {
 			warned := logs.FilterMessageSnippet(warning).FilterLevelExact(zapcore.WarnLevel).Len() == 1
 			if warned != tc.warns {
 				t.Errorf("warned %v, want %v; logs: %v", warned, tc.warns, logs.All())
+			}
+			if tookOver := logs.FilterMessageSnippet(takeover).FilterLevelExact(zapcore.WarnLevel).Len() == 1; tookOver != tc.takesOver {
+				t.Errorf("warned of a hung worker %v, want %v; logs: %v", tookOver, tc.takesOver, logs.All())
+			}
+			if errors.Is(tc.wantErr, ErrDuplicateNode) && !strings.Contains(err.Error(), "(last seen 0s ago, its lease live) still answers on its collective port") {
+				t.Errorf("refusal %q: want when it was last seen", err)
 			}
 		})
 	}

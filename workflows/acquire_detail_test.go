@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"regexp"
 	"testing"
 	"time"
 
@@ -74,7 +75,8 @@ func TestTrainingRunSaysWhatItWaitsFor(t *testing.T) {
 	require.NoError(t, env.GetWorkflowResult(&st))
 	require.Len(t, during, 2)
 	require.Equal(t, spec.PhaseAcquiring, during[0].Phase)
-	require.Regexp(t, `^waiting for 2 free node\(s\) until \d\d:\d\d:\d\d UTC \(node_wait 1m30s\)$`, during[0].Detail)
+	require.Regexp(t, `^waiting for 2 free node\(s\) until \d\d:\d\d:\d\d UTC \(node_wait 1m30s\)`+regexp.QuoteMeta(acquireThen)+`$`, during[0].Detail,
+		"a run waiting for the nodes it needs says it fails after the wait, and where to see why it waits")
 	require.Equal(t, spec.PhaseRescaling, during[1].Phase)
 	// (A scale-up takes what is free at once — versionScaleUpGrows — and
 	// asks again later for the rest: it waits for nothing.)

@@ -29,6 +29,10 @@ type ClusterState struct {
 	MaxHistoryEvents int `json:"max_history_events"`
 }
 
+// DefaultLeaseTTL is the Cluster's LeaseTTL unless its state says
+// otherwise: a node not heard from for longer is not handed out.
+const DefaultLeaseTTL = 20 * time.Second
+
 // NodeRecord is the Cluster's view of one node.
 type NodeRecord struct {
 	Node       spec.Node `json:"node"`
@@ -75,6 +79,26 @@ func heldForOther(now time.Time, r *NodeRecord, run string) bool {
 type Registry struct {
 	Nodes    []NodeRecord  `json:"nodes"`
 	LeaseTTL time.Duration `json:"lease_ttl"`
+	// Waiting are the acquires waiting for nodes now, oldest first
+	// (computed for the query: no state of its own).
+	Waiting []WaitingAcquire `json:"waiting,omitempty"`
+}
+
+// WaitingAcquire is a run's acquire waiting for nodes, as the registry
+// query shows it: for how many, since when, and what it waits behind.
+type WaitingAcquire struct {
+	RunID    string    `json:"run_id"`
+	Count    int       `json:"count"`
+	MinCount int       `json:"min_count,omitempty"`
+	Since    time.Time `json:"since"`
+	// Kept are the free nodes kept for it: it has waited starveAfter or
+	// longer, the live nodes it could use would serve it once freed, and
+	// runs holding no node that ask after it leave these to it
+	// (versionReserveStarved).
+	Kept []string `json:"kept,omitempty"`
+	// Behind is the older waiting run this one leaves the free nodes to
+	// now (a starved one, or one that could be served first: versionFIFO).
+	Behind string `json:"behind,omitempty"`
 }
 
 // Cluster is the node registry: node workers register and renew leases by
@@ -121,7 +145,7 @@ type waiter struct {
 func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
 	c := &cluster{st: in.State, waiting: map[string]int{}, ended: map[string]bool{}}
 	if c.st.LeaseTTL <= 0 {
-		c.st.LeaseTTL = 20 * time.Second
+		c.st.LeaseTTL = DefaultLeaseTTL
 	}
 	if c.st.MaxHistoryEvents <= 0 {
 		c.st.MaxHistoryEvents = 5000
@@ -132,7 +156,7 @@ func newCluster(ctx workflow.Context, in ClusterInput) (*cluster, error) {
 		return nil, err
 	}
 	if err := workflow.SetQueryHandler(ctx, spec.QueryRegistry, func() (Registry, error) {
-		return Registry{Nodes: c.st.Nodes, LeaseTTL: c.st.LeaseTTL}, nil
+		return Registry{Nodes: c.st.Nodes, LeaseTTL: c.st.LeaseTTL, Waiting: c.waitingNow(workflow.Now(ctx))}, nil
 	}); err != nil {
 		return nil, err
 	}
@@ -434,7 +458,8 @@ func (c *cluster) forget(ctx workflow.Context, f spec.ForgetNode) error {
 		return fmt.Errorf("node %s is not registered", f.NodeID)
 	case r.Run != "":
 		return fmt.Errorf("node %s is held by %s at rank %d: cancel the run, or drain the node and wait for the run to move off it", f.NodeID, r.Run, r.Rank)
-	case now.Sub(r.LastSeen) <= c.st.LeaseTTL:
+	case now.Sub(r.LastSeen) <= c.st.LeaseTTL && !(r.Failed && r.FailReason == spec.ReasonWorkerStopped &&
+		workflow.GetVersion(ctx, versionForgetStopped, workflow.DefaultVersion, 1) >= 1):
 		return fmt.Errorf("node %s's worker renewed its lease %v ago: stop it first (a live worker registers again)", f.NodeID, now.Sub(r.LastSeen).Round(time.Second))
 	}
 	last := r.LastSeen // (r points into the slice)
@@ -442,6 +467,12 @@ func (c *cluster) forget(ctx workflow.Context, f spec.ForgetNode) error {
 	workflow.GetLogger(ctx).Info("node forgotten", "node", f.NodeID, "last_seen", last)
 	return nil
 }
+
+// versionForgetStopped: a node whose worker said it stopped (its own
+// MarkFailed, "worker stopped") is forgotten at once, its lease fresh or
+// not; before, forget refused it for a lease TTL, "stop it first". Asked
+// only for such a node within its lease.
+const versionForgetStopped = "forget-stopped"
 
 // withdraw ends the acquires of runID waiting now, taking nothing (a
 // signal from a run paused or rescaled while it waits for its first
@@ -613,19 +644,61 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 
 // olderServable reports whether an acquire waiting longer than w could
 // take its nodes now (versionFIFO).
-func (c *cluster) olderServable(now time.Time, w *waiter) bool {
+func (c *cluster) olderServable(now time.Time, w *waiter) bool { return c.olderServing(now, w) != nil }
+
+// olderServing is the oldest acquire waiting longer than w that could take
+// its nodes now (nil: none).
+func (c *cluster) olderServing(now time.Time, w *waiter) *waiter {
 	for _, x := range c.queue {
 		if x == w {
-			return false
+			return nil
 		}
 		if c.ended[x.req.RunID] || x.withdrawn || c.reserve && c.olderStarved(now, x) {
 			continue // (one that leaves the nodes to a starved one holds none back)
 		}
 		if _, ok := c.allocate(now, x.req, false, x.heldFirst); ok {
-			return true
+			return x
 		}
 	}
-	return false
+	return nil
+}
+
+// waitingNow describes the acquires waiting now, oldest first, for the
+// registry query: for each, the free nodes kept for it (a starved one)
+// and the older one it waits behind. Reads only.
+func (c *cluster) waitingNow(now time.Time) []WaitingAcquire {
+	var out []WaitingAcquire
+	for _, w := range c.queue {
+		if c.ended[w.req.RunID] || w.withdrawn {
+			continue
+		}
+		wa := WaitingAcquire{RunID: w.req.RunID, Count: w.req.Count, MinCount: w.req.MinCount, Since: w.since}
+		if now.Sub(w.since) >= starveAfter {
+			var usable int
+			var free []string
+			for i := range c.st.Nodes {
+				r := &c.st.Nodes[i]
+				if !c.usableBy(now, r, w.req) {
+					continue
+				}
+				usable++
+				if c.takeable(now, r, w.req) {
+					free = append(free, r.Node.ID)
+				}
+			}
+			if usable >= w.req.Count {
+				wa.Kept = free
+			}
+		}
+		switch {
+		case c.reserve && c.olderStarving(now, w) != nil:
+			wa.Behind = c.olderStarving(now, w).req.RunID
+		case c.fifo && c.olderServing(now, w) != nil:
+			wa.Behind = c.olderServing(now, w).req.RunID
+		}
+		out = append(out, wa)
+	}
+	return out
 }
 
 // starveAfter is how long an acquire waits, short of free nodes, before
@@ -642,13 +715,17 @@ const starveAfter = time.Minute
 // back) go on as before: their nodes would idle while they waited. So do
 // acquires that no node the older one could use would serve, and any
 // acquire while the older one could never be served.
-func (c *cluster) olderStarved(now time.Time, w *waiter) bool {
+func (c *cluster) olderStarved(now time.Time, w *waiter) bool { return c.olderStarving(now, w) != nil }
+
+// olderStarving is the older starved acquire w leaves the free nodes to
+// (see olderStarved; nil: none).
+func (c *cluster) olderStarving(now time.Time, w *waiter) *waiter {
 	if c.holdsAny(w.req.RunID) {
-		return false
+		return nil
 	}
 	for _, x := range c.queue {
 		if x == w {
-			return false
+			return nil
 		}
 		if c.ended[x.req.RunID] || x.withdrawn || now.Sub(x.since) < starveAfter {
 			continue
@@ -663,10 +740,10 @@ func (c *cluster) olderStarved(now time.Time, w *waiter) bool {
 			shared = shared || c.takeable(now, r, w.req)
 		}
 		if shared && usable >= x.req.Count {
-			return true
+			return x
 		}
 	}
-	return false
+	return nil
 }
 
 // holdsAny reports whether run holds a node.

@@ -1065,12 +1065,13 @@ func TestClusterAcquireTakesTheNodesHeldForTheRun(t *testing.T) {
 }
 
 // TestClusterForgetsANode: a node gone for good is removed from the
-// registry; one a run holds, one whose worker renews its lease, and an
-// unknown one are refused, each saying why; a forgotten node's worker that
-// starts again registers anew.
+// registry, and so is one whose worker said it stopped (within its lease);
+// one a run holds, one whose worker renews its lease, and an unknown one
+// are refused, each saying why; a forgotten node's worker that starts
+// again registers anew.
 func TestClusterForgetsANode(t *testing.T) {
 	env, acquire, at, results := clusterEnv()
-	registerAt(env, at, time.Second, testNodes("a", "b", "c"))
+	registerAt(env, at, time.Second, testNodes("a", "b", "c", "d"))
 	at(2*time.Second, func() { acquire("run", spec.AcquireRequest{RunID: "r1", Count: 1, Wait: time.Second}) })
 	errs := map[string]error{}
 	forget := func(key, node string) {
@@ -1087,7 +1088,12 @@ func TestClusterForgetsANode(t *testing.T) {
 			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "b"})
 		})
 	}
+	at(56*time.Second, func() { // d's worker stops (SIGTERM) after its last renewal
+		env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "d"})
+		env.SignalWorkflow(spec.SignalMarkFailed, spec.MarkFailed{NodeID: "d", Reason: spec.ReasonWorkerStopped})
+	})
 	at(61*time.Second, func() {
+		forget("stopped", "d")
 		forget("held", "a")
 		forget("alive", "b")
 		forget("gone", "c")
@@ -1113,6 +1119,7 @@ func TestClusterForgetsANode(t *testing.T) {
 	require.ErrorContains(t, errs["held"], "node a is held by r1 at rank 0")
 	require.ErrorContains(t, errs["alive"], "node b's worker renewed its lease")
 	require.NoError(t, errs["gone"])
+	require.NoError(t, errs["stopped"], "its worker said it stopped: no lease to wait out")
 	require.ErrorContains(t, errs["unknown"], "node zz is not registered")
 	require.ErrorContains(t, errs["empty"], "node_id is required")
 	nodeIDs := func(rs []NodeRecord) (out []string) {
@@ -1188,6 +1195,7 @@ func TestClusterServesWaitersFirstComeFirstServed(t *testing.T) {
 // is served after it.
 func TestClusterReservesForAStarvedWaiter(t *testing.T) {
 	env, acquire, at, results := clusterEnv()
+	env.SetStartTime(day0)
 	registerAt(env, at, time.Second, testNodes("a", "b", "c"))
 	for i := 5; i < 300; i += 5 { // (the nodes stay alive)
 		at(time.Duration(i)*time.Second, func() {
@@ -1201,11 +1209,27 @@ func TestClusterReservesForAStarvedWaiter(t *testing.T) {
 	at(10*time.Second, func() { acquire("small1", spec.AcquireRequest{RunID: "small1", Count: 1, Wait: time.Hour}) })
 	at(11*time.Second, func() {
 		require.Equal(t, []string{"c"}, ids(results["small1"].nodes), "big has waited 8 s: the free node goes to a new run")
+		v, err := env.QueryWorkflow(spec.QueryRegistry)
+		require.NoError(t, err)
+		var reg Registry
+		require.NoError(t, v.Get(&reg))
+		require.Equal(t, []WaitingAcquire{{RunID: "big", Count: 3, Since: day0.Add(3 * time.Second)}}, reg.Waiting,
+			"not starved yet: nothing kept for it")
 		env.SignalWorkflow(spec.SignalRelease, spec.Release{RunID: "small1"})
 	})
 	at(2*time.Minute, func() { acquire("small2", spec.AcquireRequest{RunID: "small2", Count: 1, Wait: time.Hour}) })
 	at(2*time.Minute+time.Second, func() {
 		require.Nil(t, results["small2"].nodes, "big has waited 2 minutes: the free node is kept for it")
+		// The registry says so (`cann-train nodes`): c kept for big,
+		// small2 waiting behind it.
+		v, err := env.QueryWorkflow(spec.QueryRegistry)
+		require.NoError(t, err)
+		var reg Registry
+		require.NoError(t, v.Get(&reg))
+		require.Equal(t, []WaitingAcquire{
+			{RunID: "big", Count: 3, Since: day0.Add(3 * time.Second), Kept: []string{"c"}},
+			{RunID: "small2", Count: 1, Since: day0.Add(2 * time.Minute), Behind: "big"},
+		}, reg.Waiting)
 		acquire("regrow", spec.AcquireRequest{RunID: "holder", Count: 3, Wait: time.Hour})
 	})
 	at(2*time.Minute+2*time.Second, func() {

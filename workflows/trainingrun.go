@@ -305,6 +305,14 @@ type RunState struct {
 	// for being cut off from its checkpoint bucket (cutOff): its acquire
 	// requests shun them (AcquireRequest.Shun) until they register again.
 	CutOffLeft []spec.NodeProcess `json:"cut_off_left,omitempty"`
+	// CameBack are the nodes the run holds whose worker stopped on
+	// purpose (SIGTERM: an Evict.Stopping) and registered again while the
+	// run held them between chunks (the Cluster's Undrained evict, "its
+	// worker registered again"): the next chunk finds their new process
+	// without the run's state (NoState), a planned loss that counts no
+	// restart (versionStoppedCameBack). Cleared once a chunk has trained
+	// or a recovery restored every rank.
+	CameBack []string `json:"came_back,omitempty"`
 }
 
 // TrainingRun drives one training run: acquire nodes, then train chunk by
@@ -779,6 +787,10 @@ func (r *run) acquireNodesWatched(ctx workflow.Context, phase spec.Phase, count,
 	// the caller said (a rescale).
 	prev := r.st.Status.Detail
 	r.st.Status.Detail = acquireDetail(count, minCount, r.keeps(count), workflow.Now(ctx), wait) + shunDetail(r.st.Status.CutOff)
+	if phase == spec.PhaseAcquiring && wait > 0 {
+		// (A rescale's wait trains on after it; this one's fails the run.)
+		r.st.Status.Detail += acquireThen
+	}
 	if prev != "" {
 		r.st.Status.Detail = prev + ": " + r.st.Status.Detail
 	}
@@ -880,6 +892,10 @@ func acquireDetail(count, minCount, held int, now time.Time, wait time.Duration)
 	}
 	return fmt.Sprintf("waiting for %s until %s (node_wait %s)", want, now.Add(wait).UTC().Format("15:04:05 MST"), wait)
 }
+
+// acquireThen ends the detail of a run waiting for the nodes it needs
+// to train on: what follows the wait, and where to see why it waits.
+const acquireThen = "; the run fails then if too few have come free (`cann-train nodes` says who has them, and which runs wait)"
 
 // shunDetail says, after acquireDetail, which nodes the run does not
 // take (RunStatus.CutOff, the nodes of RunState.CutOffLeft); "" when

@@ -164,10 +164,14 @@ func (r *run) trainChunk(ctx workflow.Context) error {
 	// synchronously; the others upload while the next chunk trains.
 	async := ckpt && to < r.spec.Steps && !r.st.ForceCheckpoint && r.asyncCheckpoints(ctx)
 	report := ckpt && !async && r.storageWaits(ctx)
+	cameBack := slices.Clone(r.st.CameBack)
 	results, err := r.runChunk(ctx, chunkPlan{from: from, to: to, checkpoint: ckpt, async: async, report: report})
 	if err != nil {
 		return err
 	}
+	// Those that came back before it trained hold its state now (a new
+	// membership named their new processes). State only.
+	r.st.CameBack = slices.DeleteFunc(r.st.CameBack, func(id string) bool { return slices.Contains(cameBack, id) })
 	r.st.StorageWait, r.st.CutOff = 0, nil // (a hold for a checkpoint to read is over)
 	lead := results[0]
 	if lead.Checkpoint != nil || lead.EarlierCheckpoint != nil {
@@ -1631,6 +1635,12 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		f.stopped = true
 		f.reason += " (its worker was stopping, SIGTERM: no restart counted)"
 	}
+	if !f.stopped && !outage && r.cameBackOnly(f) &&
+		workflow.GetVersion(ctx, versionStoppedCameBack, workflow.DefaultVersion, 1) >= 1 {
+		f.stopped = true
+		f.reason = cameBackWhy(f.lostState)
+	}
+	r.st.CameBack = nil // (every rank restores from the last checkpoint now)
 	// Replacements that count against max_restarts: not after an outage,
 	// nor of a stopping worker's node or of one cut off from the bucket.
 	counted := !outage && !f.stopped && !f.cutOff
@@ -1640,6 +1650,9 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 		counted = counted && !f.storageOnly()
 	}
 	if r.st.Restarts >= r.spec.MaxRestarts && counted {
+		if r.spec.MaxRestarts == spec.NoRestarts {
+			return fmt.Errorf("no restarts allowed (max_restarts: 0): %w", f)
+		}
 		return fmt.Errorf("gave up after %d restart(s): %w", r.st.Restarts, f)
 	}
 	if f.corrupt && len(r.st.Checkpoints) <= 1 && len(r.st.Status.Resumed) > 0 {
@@ -1688,6 +1701,10 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	prevDetail := r.st.Status.Detail
 	if len(f.failed) > 0 {
 		r.st.Status.Detail = fmt.Sprintf("replacing %s, lost in the %s from step %d", strings.Join(f.failed, " "), f.unit(), f.from)
+		if f.stopped {
+			// (Not lost: its worker stopped on purpose.)
+			r.st.Status.Detail = fmt.Sprintf("replacing %s, whose worker stopped, at step %d", strings.Join(f.failed, " "), f.from)
+		}
 	}
 	if outage {
 		// The same nodes, still the run's: a new generation of them.
@@ -1849,6 +1866,43 @@ func (r *run) stoppingOnly(f *chunkFailure) bool {
 		}
 	}
 	return true
+}
+
+// versionStoppedCameBack: a chunk that failed only because nodes whose
+// workers were stopped on purpose (SIGTERM) and registered again while
+// the run held them between chunks — paused, or waiting for a green
+// window — hold no state (NoState: RunState.CameBack) counts no restart
+// (Recovery.Stopped), as a stop in the middle of a chunk does, and its
+// recovery says so. Before, each such stop and restart of a paused run's
+// node worker spent one of max_restarts ("restarted and lost their
+// state"): a rolling upgrade during a pause could fail the run. Asked
+// only then.
+const versionStoppedCameBack = "stopped-came-back"
+
+// cameBackOnly: f failed only because nodes lost their state, and every
+// one of them is a node whose worker the run knows was stopped and came
+// back while it held it (RunState.CameBack).
+func (r *run) cameBackOnly(f *chunkFailure) bool {
+	if len(f.lostState) == 0 || len(f.failed) > 0 || f.corrupt || len(f.unfit) > 0 || !f.retryable {
+		return false
+	}
+	for _, id := range f.lostState {
+		if !slices.Contains(r.st.CameBack, id) {
+			return false
+		}
+	}
+	return true
+}
+
+// cameBackWhy says that the workers of nodes were stopped and came back
+// while the run held them between chunks.
+func cameBackWhy(nodes []string) string {
+	if len(nodes) == 1 {
+		return fmt.Sprintf("node %s's worker was stopped (SIGTERM) and registered again while the run held it between chunks: "+
+			"its new process holds no state, so every rank resumed from the last checkpoint (a planned stop: no restart counted)", nodes[0])
+	}
+	return fmt.Sprintf("the workers of nodes %s were stopped (SIGTERM) and registered again while the run held them between chunks: "+
+		"their new processes hold no state, so every rank resumed from the last checkpoint (a planned stop: no restart counted)", strings.Join(nodes, ", "))
 }
 
 // saidStopping: the run was told that node id's worker is stopping

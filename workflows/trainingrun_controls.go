@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -103,6 +104,11 @@ func (r *run) listen(ctx workflow.Context) {
 		raw, err := receive(c, &req)
 		if err == nil {
 			err = r.strictPayload(ctx, raw, &spec.Rescale{})
+		}
+		if err == nil && (len(raw) == 0 || string(raw) == "null") {
+			// (Refused as before, as a rescale to 0 nodes: only the words
+			// are new.)
+			err = errors.New("it has no payload")
 		}
 		if err != nil {
 			log.Warn("rescale refused: its payload does not decode", "error", err)
@@ -467,6 +473,7 @@ func (r *run) grow(ctx workflow.Context, scaled bool) bool {
 		// None free: ask again later, and later still after each miss.
 		r.st.RegrowWait = nextRegrowWait(r.st.RegrowWait)
 		r.st.RegrowAt = r.regrowAfter(ctx, r.st.RegrowWait)
+		r.scaleAsksSoon(ctx, scaled)
 		return true
 	}
 	r.st.RegrowAt, r.st.RegrowWait = r.regrowAfter(ctx, regrowRetry), 0
@@ -474,9 +481,33 @@ func (r *run) grow(ctx workflow.Context, scaled bool) bool {
 	r.st.Status.Rescalings = append(r.st.Status.Rescalings, rec)
 	if len(r.st.Membership.Nodes) >= r.st.Status.TargetNodes {
 		r.setTarget(0)
+	} else {
+		r.scaleAsksSoon(ctx, scaled)
 	}
 	r.publish(ctx)
 	return true
+}
+
+// versionScaleAsksSoon: a scale-up that found fewer free nodes than it
+// asked for asks for the others scaleAskAfter later (while the next chunk
+// trains, an ask that waits for a node to come free: watchForNodes), not a
+// minute (regrowRetry) later as a run growing back after a loss does — the
+// nodes were asked for just now, and a scale --wait waits for them. Asked
+// only for such a scale.
+const versionScaleAsksSoon = "scale-asks-soon"
+
+// scaleAskAfter is how long after a scale-up short of nodes the run first
+// asks for the missing ones (after the boundary that took the free ones:
+// not at that boundary again).
+const scaleAskAfter = time.Second
+
+// scaleAsksSoon has a scale-up (scaled) still short of its size ask for
+// the missing nodes scaleAskAfter from now (see versionScaleAsksSoon).
+func (r *run) scaleAsksSoon(ctx workflow.Context, scaled bool) {
+	if !scaled || !r.regrowWanted() || workflow.GetVersion(ctx, versionScaleAsksSoon, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	r.st.RegrowAt = r.regrowAfter(ctx, scaleAskAfter)
 }
 
 // versionNodesInFlight: a run waiting for a free node — below its size
@@ -668,8 +699,13 @@ func (r *run) noteEvict(ctx workflow.Context, ev spec.Evict) {
 	log := workflow.GetLogger(ctx)
 	pending := func(e spec.Evict) bool { return e.NodeID == ev.NodeID }
 	if ev.Undrained {
-		if slices.ContainsFunc(r.st.Ctl.Evict, pending) {
+		if i := slices.IndexFunc(r.st.Ctl.Evict, pending); i >= 0 {
 			log.Info("drained node put back before the run left it: kept", "node", ev.NodeID)
+			if r.st.Ctl.Evict[i].Stopping && !slices.Contains(r.st.CameBack, ev.NodeID) {
+				// Its worker stopped and is back: a new process, without
+				// the run's state (State only: see versionStoppedCameBack).
+				r.st.CameBack = append(r.st.CameBack, ev.NodeID)
+			}
 			r.setEvict(slices.DeleteFunc(r.st.Ctl.Evict, pending))
 		}
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -1224,4 +1225,70 @@ func TestTrainingRunScaleUpTakesWhatIsFree(t *testing.T) {
 	require.Zero(t, st.TargetNodes)
 	require.Equal(t, 3, st.Rescalings[0].ToNodes)
 	require.False(t, st.Rescalings[0].Regrow, "recorded as the rescale")
+}
+
+// TestTrainingRunScaleAsksSoonForTheRest: a run on a and b is scaled to 4
+// nodes mid-chunk with only c free; d's worker registers 20 s after the
+// boundary that took c. The scale asks for the missing node a second
+// after that boundary (an ask that waits for one to come free), not a
+// minute later as a run growing back after a loss does: d is found as it
+// comes back, the chunk is ended for it and the run grows to 4 there.
+func TestTrainingRunScaleAsksSoonForTheRest(t *testing.T) {
+	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c", "d"), failed: map[string]bool{"d": true}}
+	ch := &fakeChunks{}
+	env := newRunEnv(t, cl, ch)
+	env.SetStartTime(day0)
+	ends := newEndChunks(env)
+	scaled := day0.Add(2 * time.Hour) // the boundary of the chunk the scale ended
+	asks := freeNodes(env, cl, true, "d", scaled.Add(20*time.Second))
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 4}) }, 30*time.Minute)
+	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
+		asked, _ := ends.calls()
+		if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
+			return
+		}
+		end := in.From + 37
+		res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
+		if in.Rank == 0 {
+			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+		}
+	}
+	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.EqualValues(t, 300, st.Step)
+	require.Equal(t, []time.Duration{time.Second}, since(scaled, asks()), "the first ask for the missing node")
+	asked, _ := ends.calls()
+	require.Len(t, asked, 2, "ended for the scale, then for d")
+	require.Equal(t, "growing back to 4 nodes: 1 free node(s)", asked[1].Why)
+	require.Equal(t, 20*time.Second, ends.times()[1].Sub(scaled), "the chunk ended as d came back")
+	require.Len(t, st.Rescalings, 2)
+	require.Equal(t, []string{"c"}, st.Rescalings[0].Added)
+	require.EqualValues(t, 37, st.Rescalings[0].AtStep)
+	require.Equal(t, []string{"d"}, st.Rescalings[1].Added)
+	require.EqualValues(t, 74, st.Rescalings[1].AtStep, "grown to 4 where the chunk ended for d")
+	require.Equal(t, []string{"a", "b", "c", "d"}, st.Nodes)
+	require.Zero(t, st.TargetNodes)
+}
+
+// TestTrainingRunRefusesARescaleWithoutPayload: `temporal workflow signal
+// --name rescale` without --input is refused saying that it has no
+// payload, not as a rescale to 0 nodes; the run trains on.
+func TestTrainingRunRefusesARescaleWithoutPayload(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 100 && in.Rank == 0 {
+			env.SignalWorkflow(spec.SignalRescale, nil)
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.Equal(t, `a rescale signal refused: it has no payload (want {"nodes": N})`, st.RefusedRescale)
+	require.EqualValues(t, 300, st.Step)
+	require.Empty(t, st.Rescalings)
+	require.Len(t, st.Nodes, 2)
 }

@@ -324,7 +324,7 @@ func TestExternalMaxRestartsNone(t *testing.T) {
 		want     string
 		node     int // MaxRestarts in the nodes' input
 	}{
-		{"none", spec.NoRestarts, 1, "gave up after 0 restart(s)", 0},
+		{"none", spec.NoRestarts, 1, "no restarts allowed (max_restarts: 0): ", 0},
 		{"unset", 0, spec.DefaultMaxRestarts + 1, fmt.Sprintf("gave up after %d restart(s)", spec.DefaultMaxRestarts), spec.DefaultMaxRestarts},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

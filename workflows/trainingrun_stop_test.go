@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -49,11 +51,21 @@ func TestTrainingRunReplacesStoppingNodes(t *testing.T) {
 		cl.mu.Unlock()
 	}
 	env := newRunEnv(t, cl, ch)
+	// What the status says while the replacement is asked for.
+	var waiting []string
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == spec.ActivityAcquireNodes {
+			waiting = append(waiting, queryStatus(t, env).Detail)
+		}
+	})
 	s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100, MaxRestarts: 1}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 	st := result(t, env)
 	require.Equal(t, spec.PhaseCompleted, st.Phase)
 	require.EqualValues(t, 300, st.Step)
+	require.Len(t, waiting, 3)
+	require.True(t, strings.HasPrefix(waiting[1], "replacing node-2, whose worker stopped, at step 130: waiting for 1 free node(s)"),
+		"not lost: stopped (%q)", waiting[1])
 	require.Len(t, st.Recoveries, 2)
 	for i, want := range []struct {
 		node, spare string
@@ -785,4 +797,83 @@ func TestTrainingRunStatusShowsItsAskForANode(t *testing.T) {
 		7 * time.Minute:   {Why: "replacing b", WaitingSince: keptB.Add(6 * time.Minute)},
 		150 * time.Minute: nil,
 	}, at)
+}
+
+// TestTrainingRunStoppedWhilePausedCountsNoRestart: twice, the run (2
+// nodes, max_restarts 1) is paused, node b's worker is stopped (SIGTERM:
+// the Cluster tells the run, Evict.Stopping) and registers again under
+// the same ID (an Undrained evict, "its worker registered again"), and the
+// run is resumed: its next chunk finds b's new process without state
+// (NoState). That is a planned stop: each recovery resumes from the last
+// checkpoint on the same nodes, counts no restart (Recovery.Stopped) and
+// says what happened, and the run completes. A worker killed and
+// restarted unannounced still costs a restart: the second such loss fails
+// the run.
+func TestTrainingRunStoppedWhilePausedCountsNoRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		told bool
+	}{
+		{name: "stopped and back while paused", told: true},
+		{name: "killed and back while paused", told: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("a", "b"), failed: map[string]bool{}}
+			ch := &fakeChunks{}
+			// Chunks take an hour: 0–100 (1h), paused until 1.5h, 100 in
+			// generation 1 fails on b (2.5h); 100–200, 200–300 (paused at
+			// 4.5h until 5h); 300 in generation 2 fails on b (6h).
+			ch.fail = func(in spec.ChunkInput) error {
+				gen, node := in.Membership.Generation, in.Membership.Nodes[in.Rank].ID
+				if node == "b" && (gen == 1 && in.From == 100 || gen == 2 && in.From == 300) {
+					err := fmt.Errorf("node b restarted (process 2) after the run planned this chunk for its process 1")
+					return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeNoState, err)
+				}
+				return nil
+			}
+			env := newRunEnv(t, cl, ch)
+			env.SetStartTime(day0)
+			env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(time.Hour)
+			// Each pause comes mid-chunk and holds at the chunk's end.
+			for _, p := range []struct{ pause, held time.Duration }{
+				{30 * time.Minute, time.Hour}, {4 * time.Hour, 4*time.Hour + 30*time.Minute},
+			} {
+				held := p.held
+				env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalPause, nil) }, p.pause)
+				if tc.told {
+					env.RegisterDelayedCallback(func() {
+						env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "its worker is stopping", Stopping: true})
+					}, held+5*time.Minute)
+					env.RegisterDelayedCallback(func() {
+						env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "b", Reason: "its worker registered again", Undrained: true})
+					}, held+10*time.Minute)
+				}
+				env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalResume, nil) }, held+30*time.Minute)
+			}
+			s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100, MaxRestarts: 1}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			require.True(t, env.IsWorkflowCompleted())
+			if !tc.told {
+				require.ErrorContains(t, env.GetWorkflowError(), "gave up after 1 restart(s)")
+				require.ErrorContains(t, env.GetWorkflowError(), "node(s) [b] restarted and lost their state")
+				return
+			}
+			st := result(t, env)
+			require.Equal(t, spec.PhaseCompleted, st.Phase)
+			require.EqualValues(t, 400, st.Step)
+			require.Len(t, st.Recoveries, 2)
+			for i, step := range []int64{100, 300} {
+				rec := st.Recoveries[i]
+				require.Equal(t, []string{"b"}, rec.FailedNodes, "recovery %d", i)
+				require.Equal(t, []string{"b"}, rec.Back, "recovery %d: the same node, its new process", i)
+				require.True(t, rec.Stopped, "recovery %d: no restart counted", i)
+				require.Equal(t, step, rec.ResumeStep, "recovery %d", i)
+				require.Zero(t, rec.LostSteps, "recovery %d", i)
+				require.Equal(t, "node b's worker was stopped (SIGTERM) and registered again while the run held it between chunks: "+
+					"its new process holds no state, so every rank resumed from the last checkpoint (a planned stop: no restart counted)", rec.Reason, "recovery %d", i)
+			}
+			require.Equal(t, []string{"a", "b"}, st.Nodes)
+			require.Empty(t, cl.failed, "nobody is marked failed")
+		})
+	}
 }

@@ -106,7 +106,7 @@ it at once.`,
 		Args: wantRun(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, id, st, _, err := openRun(ctx, e, args[0], "pause")
+			c, id, st, unanswered, err := openRun(ctx, e, args[0], "pause")
 			if err != nil {
 				return err
 			}
@@ -125,6 +125,8 @@ it at once.`,
 			}
 			if wait <= 0 {
 				switch {
+				case unanswered:
+					fmt.Fprintf(e.out, "%s: pause requested%s; it holds at its next chunk boundary once a control worker runs it\n", id, atStep(st, true))
 				case st.PauseRequested && st.Model == spec.ModelExternal:
 					fmt.Fprintf(e.out, "%s: a pause was pending at step %d; the job is asked to stop at once\n", id, st.Step)
 				case st.PauseRequested:
@@ -180,10 +182,42 @@ func awaitLive(ctx context.Context, c client.Client, id string, limit time.Durat
 		}
 		select {
 		case <-ctx.Done():
-			return st, fmt.Errorf("%s not %s after %s (now %s at step %d): %w", id, what, limit, st.Phase, st.Step, errors.Join(err, ctx.Err()))
+			return st, fmt.Errorf("%s not %s after %s (%s): %w", id, what, limit, nowAt(st), deadlineCause(err, ctx.Err()))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// nowAt says where a run was at the last status read: "now training at
+// step 400", or that none was read.
+func nowAt(st spec.RunStatus) string {
+	if st.Phase == "" {
+		return "no status read"
+	}
+	return fmt.Sprintf("now %s at step %d", st.Phase, st.Step)
+}
+
+// deadlineCause is the cause of a wait that ended (ended: its context's
+// error) with err the last try's error: err alone when it says the same
+// deadline already, else both (a Ctrl-C stays errors.Is context.Canceled).
+func deadlineCause(err, ended error) error {
+	if err != nil && errors.Is(ended, context.DeadlineExceeded) && strings.Contains(err.Error(), ended.Error()) {
+		return err
+	}
+	return errors.Join(err, ended)
+}
+
+// atStep is " at step N" of the run's status st; a run no control worker
+// answered for (unanswered: st is what it last recorded, its step maybe
+// not at all) " (last recorded at step N)", or "" when none was.
+func atStep(st spec.RunStatus, unanswered bool) string {
+	switch {
+	case !unanswered:
+		return fmt.Sprintf(" at step %d", st.Step)
+	case st.Step > 0:
+		return fmt.Sprintf(" (last recorded at step %d)", st.Step)
+	}
+	return ""
 }
 
 func newCancelCmd(e *env) *cobra.Command {
@@ -215,7 +249,7 @@ RUN' stores them first.`,
 		Args: wantRun(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, id, st, _, err := openRun(ctx, e, args[0], "cancel")
+			c, id, st, unanswered, err := openRun(ctx, e, args[0], "cancel")
 			if err != nil {
 				return err
 			}
@@ -228,7 +262,7 @@ RUN' stores them first.`,
 				return fmt.Errorf("cancel %s: %w", id, err)
 			}
 			if wait <= 0 {
-				fmt.Fprintf(e.out, "%s: cancel requested at step %d\n", id, st.Step)
+				fmt.Fprintf(e.out, "%s: cancel requested%s\n", id, atStep(st, unanswered))
 				return nil
 			}
 			wctx, stop := context.WithTimeout(ctx, wait)
@@ -327,7 +361,7 @@ checkpoints (waiting-storage) tries to store its state again at once.`,
 			ctx := cmd.Context()
 			c, id, st, unanswered, err := openRun(ctx, e, args[0], "resume")
 			if err != nil {
-				return err
+				return resumeEnded(err, runID(args[0]), st)
 			}
 			defer c.Close()
 			waits := st.Phase == spec.PhasePaused || st.Phase == spec.PhaseGreenWait || st.Phase == spec.PhaseStorageWait
@@ -363,6 +397,19 @@ checkpoints (waiting-storage) tries to store its state again at once.`,
 	}
 }
 
+// resumeEnded is err of a resume of run id, with how to go on with it
+// when err says the run has ended (terminated while paused, failed) and
+// st, its last status, names a checkpoint short of its end: a resume
+// signal reaches only a running run.
+func resumeEnded(err error, id string, st spec.RunStatus) error {
+	var ended *runEnded
+	if !errors.As(err, &ended) || st.LastCkpt == nil || (st.TotalSteps > 0 && st.LastCkpt.Step >= st.TotalSteps) {
+		return err
+	}
+	return fmt.Errorf("%w: nothing to resume (a resume reaches a running run only); `%s` continues it from step %d",
+		err, resumeCommand(id), st.LastCkpt.Step)
+}
+
 func newScaleCmd(e *env) *cobra.Command {
 	var nodes int
 	var wait time.Duration
@@ -384,7 +431,7 @@ for its first nodes asks for N instead at once.
 N must be at least the run's min_nodes and at most its global batch.`,
 		Example: `  cann-train scale mnist-demo --nodes 4
   cann-train scale mnist-demo 4
-  cann-train scale mnist-demo 2 --wait 5m   # return once it trains on 2 nodes`,
+  cann-train scale mnist-demo 2 --wait 5m   # return once it trains on 2 nodes (exit 1, saying how far it got, if not by then)`,
 		Args: wantRun(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set := cmd.Flags().Changed("nodes")
@@ -421,8 +468,8 @@ N must be at least the run's min_nodes and at most its global batch.`,
 				if err := signalRun(ctx, c, id, spec.SignalRescale, spec.Rescale{Nodes: nodes}); err != nil {
 					return err
 				}
-				fmt.Fprintf(e.out, "%s: rescale to %d node(s) requested at step %d; the run checks it against its min_nodes and global batch "+
-					"(`cann-train status %s` says if it refused it)\n", id, nodes, st.Step, strings.TrimPrefix(id, spec.RunIDPrefix))
+				fmt.Fprintf(e.out, "%s: rescale to %d node(s) requested%s; the run checks it against its min_nodes and global batch "+
+					"(`cann-train status %s` says if it refused it)\n", id, nodes, atStep(st, true), strings.TrimPrefix(id, spec.RunIDPrefix))
 				return nil
 			}
 			if st.MinNodes > 0 && nodes < st.MinNodes {
@@ -467,19 +514,20 @@ N must be at least the run's min_nodes and at most its global batch.`,
 				fmt.Fprintf(e.out, "%s: %d → %d node(s) %s; it has trained %d of %d steps\n", id, len(st.Nodes), nodes, when, st.Step, st.TotalSteps)
 				return nil
 			}
-			seen := len(st.Rescalings)
-			st, err = awaitLive(ctx, c, id, wait, fmt.Sprintf("rescaled to %d node(s)", nodes), func(st spec.RunStatus) bool {
-				return st.PendingNodes == 0 && (len(st.Nodes) == nodes ||
-					slices.ContainsFunc(st.Rescalings[min(seen, len(st.Rescalings)):], func(r spec.Rescaling) bool { return r.Reason == "" }))
-			})
+			sw := &scaleWatch{nodes: nodes, seen: len(st.Rescalings), refused: st.RefusedRescale}
+			st, err = awaitLive(ctx, c, id, wait, fmt.Sprintf("rescaled to %d node(s)", nodes), sw.settled)
+			if err != nil && ctx.Err() == nil && sw.growing(st) {
+				sw.print(e.out, id, st)
+				return sw.short(id, wait, st)
+			}
 			if err != nil {
 				return notWaiting(ctx, err, fmt.Sprintf("rescale of %s to %d node(s) requested; not waiting for it any more (cann-train status %s says when it is done)", id, nodes, runName(id)))
 			}
-			for _, r := range st.Rescalings[min(seen, len(st.Rescalings)):] {
-				kind, line := rescalingLine(r)
-				fmt.Fprintf(e.out, "%s: %-7s %s\n", id, kind, line)
-			}
+			sw.print(e.out, id, st)
 			if len(st.Nodes) != nodes {
+				if st.RefusedRescale != sw.refused && st.RefusedRescale != "" {
+					return fmt.Errorf("%s trains on %d node(s), not %d: %s", id, len(st.Nodes), nodes, st.RefusedRescale)
+				}
 				return fmt.Errorf("%s trains on %d node(s), not %d", id, len(st.Nodes), nodes)
 			}
 			if st.Phase == spec.PhaseGreenWait {
@@ -494,9 +542,72 @@ N must be at least the run's min_nodes and at most its global batch.`,
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 0, "node count to train on")
 	cmd.Flags().StringVar(&clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
-	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the change to take effect, and say how it went (0: do not wait)")
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the run to train on N nodes (a scale-up: as they come free), and say how it went (0: do not wait)")
 	atLeast(cmd.Flags(), "0", "wait")
 	return cmd
+}
+
+// scaleWatch follows a run's status after `scale --wait` asked it for
+// nodes: a scale-up takes the free nodes at its boundary and the others
+// as they come free, so it is done when the run trains on nodes — not at
+// its first change — or when the run stopped growing toward them (a
+// scale-down or an earlier build's scale-up that could not be filled,
+// another scale since, a refusal).
+type scaleWatch struct {
+	nodes, seen int
+	// refused is the run's RefusedRescale before the signal.
+	refused string
+	// taken: the run has taken the scale up (pending, growing toward it,
+	// or changed for it).
+	taken bool
+}
+
+// settled: the scale is over, one way or another (awaitLive's ok).
+func (w *scaleWatch) settled(st spec.RunStatus) bool {
+	if st.PendingNodes == w.nodes || st.TargetNodes == w.nodes ||
+		slices.ContainsFunc(w.fresh(st), func(r spec.Rescaling) bool { return r.Reason == "" }) {
+		w.taken = true
+	}
+	switch {
+	case st.RefusedRescale != w.refused && st.RefusedRescale != "":
+		return true
+	case st.PendingNodes != 0:
+		return false
+	case len(st.Nodes) == w.nodes:
+		return true
+	}
+	return w.taken && st.TargetNodes != w.nodes
+}
+
+// growing: the run trains on fewer nodes than asked for and takes more as
+// they come free.
+func (w *scaleWatch) growing(st spec.RunStatus) bool {
+	return w.taken && st.PendingNodes == 0 && st.TargetNodes == w.nodes && len(st.Nodes) < w.nodes
+}
+
+// fresh are the changes of the run's nodes since the scale.
+func (w *scaleWatch) fresh(st spec.RunStatus) []spec.Rescaling {
+	return st.Rescalings[min(w.seen, len(st.Rescalings)):]
+}
+
+// print writes the changes since the scale, one a line.
+func (w *scaleWatch) print(out io.Writer, id string, st spec.RunStatus) {
+	for _, r := range w.fresh(st) {
+		kind, line := rescalingLine(r)
+		fmt.Fprintf(out, "%s: %-7s %s\n", id, kind, line)
+	}
+}
+
+// short is the error of a --wait that ended while the run was still short
+// of the nodes asked for (growing): how far it got, and that the scale
+// goes on.
+func (w *scaleWatch) short(id string, wait time.Duration, st spec.RunStatus) error {
+	how := "`cann-train nodes` says which are free"
+	if a := st.NodeAsk; a != nil {
+		how = "asking: " + nodeAskLine(*a)
+	}
+	return fmt.Errorf("%s: on %d of %d node(s) so far after %s; it takes more as they come free, training on meanwhile (%s; `cann-train status %s` follows it)",
+		id, len(st.Nodes), w.nodes, wait, how, runName(id))
 }
 
 // freeNote warns a scale-up that asks for more nodes than the Cluster has

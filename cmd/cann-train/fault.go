@@ -20,16 +20,17 @@ func newFaultCmd(e *env) *cobra.Command {
 	}
 	cmd.AddCommand(newFaultKindCmd(e, spec.FaultKill, "SIGKILL a node worker when it completes a given step",
 		`Tells the run to have node ID SIGKILL its own process once it completes
-global step S (default: 20 steps after the run's current step), as a power
-cut would. A node training the run now gets the fault at once (the chunk in
+global step S (default: about two seconds of training after the run's step
+as its status reads it, at least 20 steps), as a power cut would. A node training the run now gets the fault at once (the chunk in
 flight strikes it); another one when it next trains the run. The node
 worker must run with --allow-fault-injection. The run then detects the
 loss, replaces the node and resumes from its last checkpoint; see its recoveries with 'cann-train status RUN'.`,
 		"will SIGKILL itself"))
 	cmd.AddCommand(newFaultKindCmd(e, spec.FaultFreeze, "SIGSTOP a node worker when it completes a given step (it hangs)",
 		`Tells the run to have node ID SIGSTOP its own process (and an external
-job's processes) once it completes global step S (default: 20 steps after
-the run's current step): the node hangs as one stuck in a driver call does,
+job's processes) once it completes global step S (default: about two
+seconds of training after the run's step as its status reads it, at least
+20 steps): the node hangs as one stuck in a driver call does,
 its connections open and its listener accepting, until you SIGCONT or kill
 it. It reaches the node as kill's does. The node worker must run with
 --allow-fault-injection. The run finds it silent within its heartbeat
@@ -100,10 +101,7 @@ func newFaultKindCmd(e *env, kind, short, long, does string) *cobra.Command {
 			}
 			switch {
 			case at <= 0:
-				// Far enough ahead for the node to hear of it first (the
-				// signal reaches it within a second or so): two seconds of
-				// the run's measured pace, at least 20 steps.
-				at = now + max(20, int64(2*st.StepsPerSec))
+				at = defaultFaultStep(st, now)
 				if st.TotalSteps > 0 && at >= st.TotalSteps {
 					return fmt.Errorf("run %s is at step %d of %d: too close to the end for a fault; give --at-step", id, now, st.TotalSteps)
 				}
@@ -129,7 +127,19 @@ func newFaultKindCmd(e *env, kind, short, long, does string) *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&run, "run", "", "run name or run/<name>")
 	f.StringVar(&node, "node", "", "node ID")
-	f.Int64Var(&at, "at-step", 0, "global step after which the fault strikes (default: current step + 20)")
+	f.Int64Var(&at, "at-step", 0, "global step after which the fault strikes (default: about 2 s of training after the run's step, at least 20 steps; one the node has passed strikes at once)")
 	atLeast(f, "1", "at-step")
 	return c
+}
+
+// defaultFaultStep is the step a fault without --at-step strikes after,
+// for a run whose status st reads step now: far enough ahead for the node
+// to hear of it first (the signal reaches it within a second or so), two
+// seconds of the run's measured pace, at least 20 steps — 20 for a run
+// that holds (paused, waiting), whose pace is not its step's.
+func defaultFaultStep(st spec.RunStatus, now int64) int64 {
+	if st.Phase != spec.PhaseTraining {
+		return now + 20
+	}
+	return now + max(20, int64(2*st.StepsPerSec))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -35,6 +36,11 @@ type nodeRow struct {
 	// (spec.Node.ChunkProtocol; below spec.ChunkProtocolVersion: an
 	// older build, to upgrade).
 	ChunkProtocol int `json:"chunk_protocol"`
+	// KeptFor is the waiting run a free node is kept for (it has waited
+	// long for nodes: runs holding none that ask after it wait behind it).
+	KeptFor string `json:"kept_for,omitempty"`
+	// holderPaused: Run is paused, holding the node (markOrphans).
+	holderPaused bool
 }
 
 // nodeRows judges each record as the Cluster does when it hands nodes
@@ -45,17 +51,26 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 	for _, r := range reg.Nodes {
 		row := nodeRow{ID: r.Node.ID, Run: r.Run, Rank: r.Rank, Host: r.Node.Host, CommAddr: r.Node.CommAddr, LastSeen: r.LastSeen,
 			DataSHA256: r.Node.DataSHA256, ChunkProtocol: r.Node.ChunkProtocol()}
+		silent := now.Sub(r.LastSeen) > reg.LeaseTTL
 		switch {
+		case r.Failed && r.FailReason == spec.ReasonWorkerStopped && r.Run != "":
+			// (Kept for the run that held it: registered again, it is
+			// that run's again, unless the run moved off it first.)
+			row.State, row.Reason = "stopped", fmt.Sprintf("its worker stopped; %s's again when it registers", r.Run)
 		case r.Failed && r.FailReason == spec.ReasonWorkerStopped:
 			row.State, row.Reason = "stopped", "free again when its worker registers"
 		case r.Failed && r.Misconfigured:
 			row.State, row.Reason = "unfit", r.FailReason+"; out of the pool until its worker restarts"
+		case r.Failed && silent:
+			// Its worker is gone too (killed, hung): only a new one
+			// brings the node back.
+			row.State, row.Reason = "failed", fmt.Sprintf("worker silent for %s, restart it: %s", now.Sub(r.LastSeen).Round(time.Second), r.FailReason)
 		case r.Failed:
 			row.State, row.Reason = "failed", r.FailReason
-		case now.Sub(r.LastSeen) > reg.LeaseTTL:
+		case silent:
 			row.State, row.Reason = "silent", fmt.Sprintf("no lease renewal for over %s", reg.LeaseTTL)
 		case r.Drained && r.Run != "":
-			row.State, row.Reason = "draining", "leaves its run at the run's next chunk boundary"
+			row.State, row.Reason = "draining", "its run moves off it at a chunk boundary once a free node can take its rank (or it can train on without it)"
 			if r.DrainReason != "" {
 				row.Reason = r.DrainReason + "; " + row.Reason
 			}
@@ -67,6 +82,10 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 			row.State = "free"
 			if r.HeldFor != "" && now.Before(r.HeldUntil) {
 				row.Reason = fmt.Sprintf("held for %s until %s (it ends a chunk early to take it)", r.HeldFor, r.HeldUntil.UTC().Format("15:04:05Z"))
+			} else if w := keptFor(reg.Waiting, r.Node.ID); w != nil {
+				row.KeptFor = w.RunID
+				row.Reason = fmt.Sprintf("kept for %s, which has waited since %s for %d node(s) (runs holding none wait behind it)",
+					w.RunID, w.Since.UTC().Format("15:04:05Z"), w.Count)
 			}
 		}
 		if r.Run == "" {
@@ -77,10 +96,89 @@ func nodeRows(reg workflows.Registry, now time.Time) []nodeRow {
 	return rows
 }
 
-func printNodes(w io.Writer, rows []nodeRow, now time.Time) error {
+// keptFor is the waiting acquire a free node is kept for (nil: none).
+func keptFor(waiting []workflows.WaitingAcquire, node string) *workflows.WaitingAcquire {
+	for i := range waiting {
+		if slices.Contains(waiting[i].Kept, node) {
+			return &waiting[i]
+		}
+	}
+	return nil
+}
+
+// waitNote says why run waits for nodes, from the registry (reg) and its
+// rows (judged as `cann-train nodes` does, orphans and paused holders
+// marked): how many it waits for and since when, the older run it waits
+// behind, and who has the nodes — "run/e2 waits for 1 node(s) since
+// 05:37:20Z: behind run/d, which has waited since 05:35:02Z for 3 (node-3
+// free, kept for it); 2 held by run/f (paused: `cann-train resume f` or
+// `cancel f` frees them)". "" when no acquire of run waits.
+func waitNote(reg workflows.Registry, rows []nodeRow, run string) string {
+	i := slices.IndexFunc(reg.Waiting, func(w workflows.WaitingAcquire) bool { return w.RunID == run })
+	if i < 0 {
+		return ""
+	}
+	w := reg.Waiting[i]
+	var why []string
+	if w.Behind != "" {
+		b := w.Behind
+		if j := slices.IndexFunc(reg.Waiting, func(x workflows.WaitingAcquire) bool { return x.RunID == w.Behind }); j >= 0 {
+			x := reg.Waiting[j]
+			b = fmt.Sprintf("%s, which has waited since %s for %d", x.RunID, x.Since.UTC().Format("15:04:05Z"), x.Count)
+			if len(x.Kept) > 0 {
+				b += fmt.Sprintf(" (%s free, kept for it)", strings.Join(x.Kept, ", "))
+			}
+		}
+		why = append(why, "behind "+b)
+	}
+	if len(w.Kept) > 0 {
+		why = append(why, fmt.Sprintf("%s free, kept for it (runs holding none wait behind it)", strings.Join(w.Kept, ", ")))
+	}
+	// Who has the others: the runs holding nodes (paused ones named with
+	// what frees them), and the nodes out of the pool.
+	held := map[string]int{}
+	paused := map[string]bool{}
+	var holders []string
+	out := map[string]int{}
+	var outStates []string
+	for _, r := range rows {
+		switch {
+		case r.Run != "" && r.Run != run && (r.State == "busy" || r.State == "draining" || r.State == "orphaned" || r.State == "stopped"):
+			if held[r.Run] == 0 {
+				holders = append(holders, r.Run)
+			}
+			held[r.Run]++
+			paused[r.Run] = paused[r.Run] || r.holderPaused
+		case r.State != "free" && r.Run != run:
+			if out[r.State] == 0 {
+				outStates = append(outStates, r.State)
+			}
+			out[r.State]++
+		}
+	}
+	for _, h := range holders {
+		part := fmt.Sprintf("%d held by %s", held[h], h)
+		if paused[h] {
+			part += fmt.Sprintf(" (paused: `cann-train resume %s` or `cancel %s` frees them)", runName(h), runName(h))
+		}
+		why = append(why, part)
+	}
+	for _, st := range outStates {
+		why = append(why, fmt.Sprintf("%d %s", out[st], st))
+	}
+	note := fmt.Sprintf("%s waits for %d node(s) since %s", run, w.Count, w.Since.UTC().Format("15:04:05Z"))
+	if len(why) > 0 {
+		note += ": " + strings.Join(why, "; ")
+	}
+	return note
+}
+
+// printNodes writes the table of rows, then how many are free and the
+// runs waiting for nodes (reg.Waiting), each with why (waitNote).
+func printNodes(w io.Writer, reg workflows.Registry, rows []nodeRow, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tRUN\tRANK\tDATA\tHOST\tCOMM\tLAST SEEN")
-	free := 0
+	free, kept := 0, 0
 	for _, r := range rows {
 		state, run, rank, data := r.State, "-", "-", "-"
 		if r.DataSHA256 != "" {
@@ -95,14 +193,28 @@ func printNodes(w io.Writer, rows []nodeRow, now time.Time) error {
 		if r.State == "free" {
 			free++
 		}
+		if r.KeptFor != "" {
+			kept++
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s ago\n", r.ID, state, run, rank, data, r.Host, r.CommAddr,
 			now.Sub(r.LastSeen).Round(time.Second))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d node(s), %d free\n", len(rows), free)
-	return err
+	line := fmt.Sprintf("%d node(s), %d free", len(rows), free)
+	if kept > 0 {
+		line += fmt.Sprintf(" (%d of them kept for a run that has waited long)", kept)
+	}
+	if _, err := fmt.Fprintln(w, line); err != nil {
+		return err
+	}
+	for _, wa := range reg.Waiting {
+		if _, err := fmt.Fprintf(w, "waiting: %s\n", waitNote(reg, rows, wa.RunID)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newNodesCmd(e *env) *cobra.Command {
@@ -115,7 +227,8 @@ registered: its state as runs see it when they acquire nodes — free; busy in a
 run at a rank; drained by an operator (draining while a run still holds it);
 failed, with the reason (a dead peer, a heartbeat timeout; a failed node that
 keeps renewing its lease is handed out again after a lease TTL); stopped, its
-worker stopped on purpose (SIGTERM, Ctrl-C: free again when it registers); unfit, failed as misconfigured (no data set for the built-in model, an
+worker stopped on purpose (SIGTERM, Ctrl-C: free again when it registers, or
+back with the run that held it); unfit, failed as misconfigured (no data set for the built-in model, an
 older build, an external job it cannot launch, a work directory it cannot
 write), which only restarting its worker clears;
 silent, its lease not renewed for a TTL; or orphaned, held by a run that was
@@ -125,7 +238,11 @@ run's status shows; a run takes no free node holding another than its own,
 and a run that found one of its nodes holding another gave it back free),
 its host, collective address and when it was last heard from (-o json adds
 chunk_protocol: below 1, a worker of an older build, which runs' first
-chunks refuse until it is upgraded).
+chunks refuse until it is upgraded). A free node kept for a run that has
+waited a minute or more for nodes says so: runs holding none that ask after
+it wait behind it. Under the table each run waiting for nodes is listed with
+why: the older run it waits behind, and who has the nodes (a paused holder
+with the command that frees them).
 ` + "`nodes drain` / `nodes undrain`" + ` take a node out of the pool and put it back;
 ` + "`nodes release RUN`" + ` frees an ended run's nodes.`,
 		Example: `  cann-train nodes
@@ -151,7 +268,7 @@ chunks refuse until it is upgraded).
 			if output == "json" {
 				return json.NewEncoder(e.out).Encode(rows)
 			}
-			return printNodes(e.out, rows, now)
+			return printNodes(e.out, reg, rows, now)
 		},
 	}
 	cmd.PersistentFlags().StringVar(&clusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow that owns the nodes")
@@ -204,8 +321,9 @@ theirs. This puts them back into the pool at once. A running run is refused:
 		Long: `The registry keeps every node that ever registered, stopped or silent ones too.
 This removes NODE from it. Refused while a run holds the node (cancel the run,
 or drain the node and let the run move off it) and while its worker still
-renews its lease (stop the worker first: a live worker registers again). A
-forgotten node's worker that starts later registers anew.`,
+renews its lease (stop the worker first: a live worker registers again); a
+node whose worker stopped on purpose (stopped: SIGTERM, Ctrl-C) is forgotten
+at once. A forgotten node's worker that starts later registers anew.`,
 		Example: `  cann-train nodes forget node-7`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -262,9 +380,12 @@ func markOrphans(ctx context.Context, c client.Client, rows []nodeRow) {
 			r.State = "orphaned"
 			r.Reason = fmt.Sprintf("held by %s, which has ended (%s): the next run short of nodes frees it, `cann-train nodes release %s` at once",
 				r.Run, h.how, runName(r.Run))
-		case h.phase == string(spec.PhasePaused) && r.Reason == "":
+		case h.phase == string(spec.PhasePaused):
 			// (Its nodes stay held while it holds: resume or scale it.)
-			r.Reason = fmt.Sprintf("%s is paused, holding it: `cann-train resume %s`", r.Run, runName(r.Run))
+			r.holderPaused = true
+			if r.Reason == "" {
+				r.Reason = fmt.Sprintf("%s is paused, holding it: `cann-train resume %s`", r.Run, runName(r.Run))
+			}
 		}
 	}
 }
@@ -358,6 +479,17 @@ func setDrained(cmd *cobra.Command, e *env, clusterID, node string, drained bool
 	}
 	defer c.Close()
 	reg, err := readRegistry(ctx, c, clusterID)
+	var noAnswer *noAnswerError
+	if err != nil && drained && (errors.As(err, &noAnswer) || errors.Is(err, errNoControlWorker)) {
+		// The server records the signal without a control worker, as it
+		// does a pause or a scale: the drain is applied once one runs.
+		if serr := c.SignalWorkflow(ctx, clusterID, "", spec.SignalDrain, spec.Drain{NodeID: node, Drained: true, Reason: reason}); serr != nil {
+			return fmt.Errorf("%w; and signal %s: %w", err, clusterID, serr)
+		}
+		fmt.Fprintf(e.err, "note: %v\n  the drain is recorded and takes effect once a control worker runs the registry (whether %s is registered was not checked: `cann-train nodes` shows it drained then)\n", err, node)
+		fmt.Fprintf(e.out, "%s: drain requested\n", node)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -379,16 +511,38 @@ func setDrained(cmd *cobra.Command, e *env, clusterID, node string, drained bool
 	if err := c.SignalWorkflow(ctx, clusterID, "", spec.SignalDrain, spec.Drain{NodeID: node, Drained: drained, Reason: reason}); err != nil {
 		return fmt.Errorf("signal %s: %w", clusterID, err)
 	}
+	fmt.Fprintln(e.out, drainSaid(reg, *rec, drained))
+	return nil
+}
+
+// drainSaid says what follows the drain of rec's node (or, !drained, its
+// return to the pool), reg being the registry before it.
+func drainSaid(reg workflows.Registry, rec workflows.NodeRecord, drained bool) string {
+	node := rec.Node.ID
 	switch {
 	case !drained:
-		fmt.Fprintf(e.out, "%s is back in the pool\n", node)
-	case rec.Run != "":
-		fmt.Fprintf(e.out, "%s drained: no run gets it now; %s moves off it at its next chunk boundary (`cann-train status %s` shows it)\n",
+		return node + " is back in the pool"
+	case rec.Run != "" && freeBeside(reg, node) == 0:
+		return fmt.Sprintf("%s drained: no run gets it now; no other node is free, so %s moves off it at its next chunk boundary only if it can "+
+			"train on without it (above its min_nodes), else keeps it until a free node can take its rank, asking again every minute (`cann-train status %s` shows it)",
 			node, rec.Run, runName(rec.Run))
-	default:
-		fmt.Fprintf(e.out, "%s drained: no run gets it now\n", node)
+	case rec.Run != "":
+		return fmt.Sprintf("%s drained: no run gets it now; %s moves off it at its next chunk boundary (`cann-train status %s` shows it)",
+			node, rec.Run, runName(rec.Run))
 	}
-	return nil
+	return node + " drained: no run gets it now"
+}
+
+// freeBeside counts the free nodes other than node, judged as `nodes`
+// does.
+func freeBeside(reg workflows.Registry, node string) int {
+	n := 0
+	for _, r := range nodeRows(reg, time.Now()) {
+		if r.State == "free" && r.ID != node {
+			n++
+		}
+	}
+	return n
 }
 
 // clip shortens s to at most n runes, marking the cut.
