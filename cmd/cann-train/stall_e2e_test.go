@@ -43,17 +43,18 @@ func TestRunOutlivesTemporalStalls(t *testing.T) {
 	}
 	waitRegistered(ctx, t, c, 2)
 
-	// Chunks of a few seconds: a stall within one outlasts the SDK's
-	// second of heartbeat retries (a chunk that ends first, or a stall
-	// between chunks, costs nothing).
-	const chunk = 2000
+	// Chunks of a few seconds, cut near their start: the SDK stops an
+	// activity up to 2 s into a cut (its next heartbeat, then a second of
+	// retries), and a chunk that ends first, or a cut between chunks,
+	// costs nothing.
+	const chunk = 4000
 	s := spec.RunSpec{Name: "stall", Nodes: 2, Steps: 3 * chunk, ChunkSteps: chunk, CheckpointEvery: chunk, MaxRestarts: 1,
 		HeartbeatTimeout: spec.Duration(30 * time.Second)}.WithDefaults() // (far above the cut, and a loaded host's pauses)
 	run := startRun(ctx, t, c, workflows.RunInput{Spec: s})
 	for i := range 2 {
-		untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a chunk well under way", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
+		untilStatus(ctx, t, c, run.GetID(), l.LogDir, "a chunk just begun", func(st spec.RunStatus, live *spec.ChunkProgress) bool {
 			return st.Phase == spec.PhaseTraining && len(st.Recoveries) == i && live != nil &&
-				live.Step-(live.To-chunk) >= chunk/10 && live.To-live.Step >= chunk/2
+				live.To-live.Step >= chunk*3/4 // (its first beats: a heartbeat's details reach the server once a second)
 		})
 		px.cut(3 * time.Second)
 		st := untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the recovery from the stall", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
