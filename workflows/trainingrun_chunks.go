@@ -2091,5 +2091,8 @@ func (r *run) nodeSpec() spec.RunSpec {
 	if last := r.st.Status.LastCkpt; s.CheckpointURL == "" && last != nil && last.URL != "" {
 		s.CheckpointURL = last.URL
 	}
+	// spec.NoRestarts as nodes see it: none left, in a value node workers
+	// from before it validate (they refused a negative max_restarts).
+	s.MaxRestarts = s.RestartBudget()
 	return s
 }
