@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -1242,17 +1241,7 @@ func TestTrainingRunScaleAsksSoonForTheRest(t *testing.T) {
 	scaled := day0.Add(2 * time.Hour) // the boundary of the chunk the scale ended
 	asks := freeNodes(env, cl, true, "d", scaled.Add(20*time.Second))
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 4}) }, 30*time.Minute)
-	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
-		asked, _ := ends.calls()
-		if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
-			return
-		}
-		end := in.From + 37
-		res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
-		if in.Rank == 0 {
-			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
-		}
-	}
+	ch.edit = ends.endWhereAsked
 	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
 	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})

@@ -397,6 +397,21 @@ type endChunks struct {
 	first  chan struct{} // closed at the first call
 }
 
+// endWhereAsked is a fakeChunks edit: a chunk its run asked to end
+// (EndChunk for its session) ends 37 steps in, rank 0 with a checkpoint
+// there.
+func (e *endChunks) endWhereAsked(in spec.ChunkInput, res *spec.ChunkResult) {
+	asked, _ := e.calls()
+	if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
+		return
+	}
+	end := in.From + 37
+	res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
+	if in.Rank == 0 {
+		res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
+	}
+}
+
 func newEndChunks(env *testsuite.TestWorkflowEnvironment) *endChunks {
 	e := &endChunks{first: make(chan struct{})}
 	env.RegisterActivityWithOptions(func(ctx context.Context, in spec.EndChunkInput) error {
@@ -710,17 +725,7 @@ func drainingB(t *testing.T, waits bool, cBack time.Duration, more func(*testsui
 	if more != nil {
 		more(env, cl, &s)
 	}
-	ch.edit = func(in spec.ChunkInput, res *spec.ChunkResult) {
-		asked, _ := ends.calls()
-		if !slices.ContainsFunc(asked, func(a spec.EndChunkInput) bool { return a.Session == in.Session }) {
-			return
-		}
-		end := in.From + 37
-		res.To, res.WeightsSHA256, res.PendingCheckpoint, res.Checkpoint = end, fmt.Sprintf("w%d", end), nil, nil
-		if in.Rank == 0 {
-			res.Checkpoint = &spec.CheckpointRef{URL: "mem://", Run: in.RunID, Step: end, Key: fmt.Sprintf("ckpt/%d", end)}
-		}
-	}
+	ch.edit = ends.endWhereAsked
 	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s.WithDefaults()})
 	return result(t, env), ends, asks()
