@@ -1537,14 +1537,22 @@ func printLogs(w io.Writer, name string, logs []spec.NodeLogs) {
 // for the green window until …".
 func statusLine(s Summary) string {
 	line := string(s.Status)
-	switch {
-	case s.Detail == "":
-	case strings.HasPrefix(s.Detail, line+" "):
-		line = s.Detail
-	default:
-		line += ": " + s.Detail
+	detail := s.Detail
+	if !phaseLive(s.Status) {
+		// A run Temporal ended without its code (terminated, timed out)
+		// keeps its last live detail: not its hints to act on it — a
+		// resume cannot reach it (the resume line says what continues it).
+		detail = resumeHint.ReplaceAllString(detail, "")
 	}
 	switch {
+	case detail == "":
+	case strings.HasPrefix(detail, line+" "):
+		line = detail
+	default:
+		line += ": " + detail
+	}
+	switch {
+	case !phaseLive(s.Status):
 	case s.PauseRequested && s.Status != spec.PhasePaused && s.Model == spec.ModelExternal:
 		line += " (pause requested: the job stops after its next checkpoint upload; pause again to stop it at once)"
 	case s.PauseRequested && s.Status != spec.PhasePaused:
@@ -1552,6 +1560,10 @@ func statusLine(s Summary) string {
 	}
 	return line
 }
+
+// resumeHint is the "(cann-train resume NAME continues)" a paused run's
+// detail ends with.
+var resumeHint = regexp.MustCompile(` \(cann-train resume \S+ continues\)`)
 
 // printControls prints the node count's limits and changes.
 func printControls(w io.Writer, s Summary) {
@@ -1578,7 +1590,11 @@ func printControls(w io.Writer, s Summary) {
 		line += fmt.Sprintf("; slow %v replaced at a chunk boundary once a node is free (slow_node: replace)", s.Leaving)
 	}
 	if phaseLive(s.Status) && s.TargetNodes > len(s.Nodes) && s.PendingNodes == 0 {
-		line += fmt.Sprintf("; %d of %d after losing some: free nodes are taken back at chunk boundaries", len(s.Nodes), s.TargetNodes)
+		if scaledShort(s) {
+			line += fmt.Sprintf("; %d of %d asked for by a scale: it takes more as they come free, at chunk boundaries", len(s.Nodes), s.TargetNodes)
+		} else {
+			line += fmt.Sprintf("; %d of %d after losing some: free nodes are taken back at chunk boundaries", len(s.Nodes), s.TargetNodes)
+		}
 	}
 	fmt.Fprintf(w, "nodes        %s\n", line)
 	if a := s.NodeAsk; a != nil && phaseLive(s.Status) {
@@ -1622,6 +1638,26 @@ func nodeAskLine(a spec.NodeAsk) string {
 // rescalingLine says what a change of the node count did: its kind
 // (rescale, or replace for a drained node) and "gen 3 at step 400: 2 → 3
 // nodes +[node-3]".
+// scaledShort: the run trains on fewer nodes than its target because its
+// last change of nodes was a scale that found too few free (node-operations
+// audit #5: it read "after losing some"), not a loss since.
+func scaledShort(s Summary) bool {
+	n := len(s.Rescalings)
+	if n == 0 {
+		return false
+	}
+	r := s.Rescalings[n-1]
+	if r.Reason != "" || r.Regrow || r.Error != "" || r.ToNodes >= s.TargetNodes {
+		return false
+	}
+	for _, rec := range s.Recoveries {
+		if rec.Shrunk && rec.Generation > r.Generation {
+			return false
+		}
+	}
+	return true
+}
+
 func rescalingLine(r spec.Rescaling) (kind, line string) {
 	change := fmt.Sprintf("%d → %d nodes", r.FromNodes, r.ToNodes)
 	if len(r.Added) > 0 {

@@ -411,6 +411,26 @@ func TestStatusTextNodeChanges(t *testing.T) {
 		}
 	}
 
+	// Scaled to 4, three free: not "after losing some" (until a loss).
+	st = spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n2", "n3"},
+		MinNodes: 1, TargetNodes: 4, Rescalings: []spec.Rescaling{{Generation: 5, AtStep: 900, FromNodes: 2, ToNodes: 3, Added: []string{"n3"}}}}
+	for _, tc := range []struct {
+		recs []spec.Recovery
+		want string
+	}{
+		{nil, "nodes        min_nodes 1; 3 of 4 asked for by a scale: it takes more as they come free, at chunk boundaries\n"},
+		{[]spec.Recovery{{Generation: 6, Shrunk: true}}, "nodes        min_nodes 1; 3 of 4 after losing some: free nodes are taken back at chunk boundaries\n"},
+	} {
+		st.Recoveries = tc.recs
+		b.Reset()
+		if err := printStatus(&b, st, "text", "", "default"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("status text:\n%s\nwant the line %q", b.String(), tc.want)
+		}
+	}
+
 	// Its ask for a free node: waiting, or when it comes; none once ended.
 	since := time.Date(2026, 12, 5, 21, 30, 5, 0, time.UTC)
 	for _, tc := range []struct {
@@ -1013,5 +1033,24 @@ func TestStatusTextLogs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStatusLineOfAnEndedRun: a run Temporal ended while it was paused
+// (terminated) keeps its last detail without the hints to act on it — a
+// resume cannot reach it — while a live run keeps them.
+func TestStatusLineOfAnEndedRun(t *testing.T) {
+	for _, tc := range []struct {
+		phase spec.Phase
+		want  string
+	}{
+		{phaseTerminated, "terminated: paused at step 1230"},
+		{spec.PhasePaused, "paused at step 1230 (cann-train resume T continues)"},
+		{spec.PhaseTraining, "training: paused at step 1230 (cann-train resume T continues) (pause requested: holds at the next chunk boundary)"},
+	} {
+		s := Summary{Status: tc.phase, Detail: "paused at step 1230 (cann-train resume T continues)", PauseRequested: true}
+		if got := statusLine(s); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.phase, got, tc.want)
+		}
 	}
 }
