@@ -108,7 +108,8 @@ func decodeStrict(name string, data []byte, file *ast.File, v any) error {
 	for i, f := range fields {
 		names := yamlpos.Suggest(t, f.Field)
 		if len(names) == 0 {
-			names = abbreviated(t, f.Field)
+			// "flash_attn" for flash_attention: five edits away.
+			names = yamlpos.SuggestBy(t, f.Field, suggest.Abbreviated)
 		}
 		if guess := suggest.DidYouMean(names); guess != "" {
 			fields[i].Msg = unknownFieldMsg + "; " + guess + " (`cann-train search --help` lists the fields)"
@@ -391,77 +392,4 @@ func nulls(err error, file *ast.File, required map[string]string) error {
 		}
 	}
 	return err
-}
-
-// abbreviated names the fields beside path (in the type t decoded into)
-// that its last name abbreviates word by word, where no name is near
-// enough for yamlpos.Suggest: "flash_attn" is flash_attention (each word
-// of it begins as the field's word does and is a subsequence of it),
-// five edits away.
-func abbreviated(t reflect.Type, path string) []string {
-	parent, name := "", path
-	if i := strings.LastIndexByte(path, '.'); i >= 0 {
-		parent, name = path[:i], path[i+1:]
-	}
-	for _, p := range strings.Split(parent, ".") {
-		if p == "" {
-			continue
-		}
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		if t.Kind() != reflect.Struct {
-			return nil
-		}
-		f, ok := fieldNamed(t, p)
-		if !ok {
-			return nil
-		}
-		t = f.Type
-	}
-	var out []string
-	for _, field := range yamlpos.Fields(t) {
-		if abbreviates(strings.ToLower(name), field) {
-			out = append(out, field)
-		}
-	}
-	return out
-}
-
-// fieldNamed is the field of struct t that YAML names name.
-func fieldNamed(t reflect.Type, name string) (reflect.StructField, bool) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if tag == name {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
-}
-
-// abbreviates: short and long have as many _-separated words, and each
-// word of short starts with its word of long's first letter and is a
-// subsequence of it ("attn" of "attention").
-func abbreviates(short, long string) bool {
-	sw, lw := strings.Split(short, "_"), strings.Split(long, "_")
-	if len(sw) != len(lw) || short == long {
-		return false
-	}
-	for i, s := range sw {
-		l := lw[i]
-		if s == "" || l == "" || s[0] != l[0] {
-			return false
-		}
-		j := 0
-		for k := 0; k < len(l) && j < len(s); k++ {
-			if l[k] == s[j] {
-				j++
-			}
-		}
-		if j < len(s) {
-			return false
-		}
-	}
-	return true
 }

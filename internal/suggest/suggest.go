@@ -58,3 +58,41 @@ func DidYouMean(names []string) string {
 		return "did you mean " + strings.Join(names[:n-1], ", ") + " or " + names[n-1] + "?"
 	}
 }
+
+// Abbreviated returns the names in known that name abbreviates word by
+// word, for a name no edit distance reaches ("flash_attn" is
+// flash_attention, five edits away): as many _-separated words, each
+// beginning with its known word's first letter and a subsequence of it.
+// Case is ignored; name itself is not returned.
+func Abbreviated(name string, known []string) []string {
+	var out []string
+	for _, k := range known {
+		if abbreviates(strings.ToLower(name), strings.ToLower(k)) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func abbreviates(short, long string) bool {
+	sw, lw := strings.Split(short, "_"), strings.Split(long, "_")
+	if len(sw) != len(lw) || short == long {
+		return false
+	}
+	for i, s := range sw {
+		l := lw[i]
+		if s == "" || l == "" || s[0] != l[0] {
+			return false
+		}
+		j := 0
+		for k := 0; k < len(l) && j < len(s); k++ {
+			if l[k] == s[j] {
+				j++
+			}
+		}
+		if j < len(s) {
+			return false
+		}
+	}
+	return true
+}

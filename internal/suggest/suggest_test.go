@@ -2,6 +2,7 @@ package suggest
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -42,6 +43,24 @@ func TestDidYouMean(t *testing.T) {
 	} {
 		if got := DidYouMean(tc.in); got != tc.want {
 			t.Errorf("DidYouMean(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestAbbreviated(t *testing.T) {
+	known := []string{"flash_attention", "gated_mlp", "seq_len", "no_dropout"}
+	for _, tc := range []struct {
+		name string
+		want string
+	}{
+		{"flash_attn", "flash_attention"},
+		{"Flash_Attn", "flash_attention"},
+		{"seq_length", ""}, // a word longer than the known one's
+		{"flash_attention", ""},
+		{"fa", ""}, // not as many words
+	} {
+		if got := strings.Join(Abbreviated(tc.name, known), ","); got != tc.want {
+			t.Errorf("Abbreviated(%q) = %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

@@ -173,6 +173,12 @@ func typeAt(t reflect.Type, path string, opaque bool) (reflect.Type, bool) {
 // fields beside it); none when nothing is close or the field's parent is
 // not a struct.
 func Suggest(t reflect.Type, path string) []string {
+	return SuggestBy(t, path, suggest.Nearest)
+}
+
+// SuggestBy is Suggest picking among the fields beside path with pick
+// (suggest.Nearest, suggest.Abbreviated).
+func SuggestBy(t reflect.Type, path string, pick func(name string, known []string) []string) []string {
 	parent, name := "", path
 	if i := strings.LastIndexByte(path, '.'); i >= 0 {
 		parent, name = path[:i], path[i+1:]
@@ -186,7 +192,7 @@ func Suggest(t reflect.Type, path string) []string {
 	if !ok || t.Kind() != reflect.Struct {
 		return nil
 	}
-	return suggest.Nearest(name, Fields(t))
+	return pick(name, Fields(t))
 }
 
 // Unknown is a mapping key that names no field of the type decoded into.
