@@ -80,15 +80,7 @@ func TestRunOutlivesTemporalStalls(t *testing.T) {
 			t.Errorf("recovery %d %+v: want the stall said, no node failed or replaced, no restart counted", i+1, rec)
 		}
 	}
-	reg, err := readRegistry(ctx, c, spec.DefaultClusterID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range reg.Nodes {
-		if r.Failed {
-			t.Errorf("%s marked failed (%s): Temporal stalled, not the node", r.Node.ID, r.FailReason)
-		}
-	}
+	noNodeMarkedFailed(ctx, t, c, "Temporal stalled, not the node")
 	recordHistory(t, fetchHistory(ctx, t, c, run.GetID()), "trainingrun_temporal_stall.json")
 }
 
