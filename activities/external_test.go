@@ -442,8 +442,12 @@ for step in range(1, 5):
 // scheduler on the first node only.
 func TestRunExternalAscendAndMSRun(t *testing.T) {
 	work := t.TempDir()
+	// (An msrun worker waits up to 10 s for the scheduler's line: once
+	// every rank has exited the launch stops the scheduler, which may not
+	// have run yet.)
 	script := `echo "$RANK_ID $DEVICE_ID $RANK_SIZE $HCCL_CONNECT_TIMEOUT $MS_ROLE $MS_NODE_ID" > "out-$CANN_TRAIN_RANK"
 [ -n "$RANK_TABLE_FILE" ] && cp "$RANK_TABLE_FILE" "table-$CANN_TRAIN_RANK.json"
+if [ "$MS_ROLE" = MS_WORKER ]; then i=0; while [ ! -s out--1 ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; fi
 exit 0`
 	in := externalInput("asc", work, 2, "sh", "-c", script)
 	in.Spec.External.Launcher = spec.LauncherAscend
