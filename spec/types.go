@@ -1125,6 +1125,9 @@ type RunStatus struct {
 	// min_nodes), or, when no node is free, keeps them and tries again a
 	// minute later.
 	Evicting []string `json:"evicting,omitempty"`
+	// Stopping are those of Evicting that are not drained: their workers
+	// are stopping (SIGTERM, Ctrl-C).
+	Stopping []string `json:"stopping,omitempty"`
 	// Leaving are slow nodes the run holds and moves off at a chunk
 	// boundary (slow_node: replace) once a free node can take their rank;
 	// they are not drained.

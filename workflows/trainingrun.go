@@ -520,7 +520,7 @@ func (r *run) resumeFrom(ctx workflow.Context, prev spec.RunStatus, earlier []sp
 	st.RunID, st.Phase, st.Model, st.TotalSteps = r.st.Status.RunID, spec.PhaseAcquiring, r.st.Status.Model, r.st.Status.TotalSteps
 	st.Step, st.LastCkpt, st.StartedAt = ck.Step, &ck, r.st.Status.StartedAt
 	st.Nodes, st.Error, st.Detail, st.WaitUntil, st.PauseRequested, st.PendingNodes, st.Evicting = nil, "", "", time.Time{}, false, 0, nil
-	st.Leaving = nil
+	st.Leaving, st.Stopping = nil, nil
 	st.CheckpointFailed, st.Topology, st.Strategy, st.Report = nil, nil, nil, ""
 	st.DataSHA256 = "" // this run's nodes compare theirs (the resumption keeps it)
 	if st.Recoveries == nil {
@@ -912,7 +912,7 @@ func shunDetail(ids []string) string {
 }
 
 func (r *run) releaseNodes(ctx workflow.Context) {
-	r.st.Status.Evicting, r.st.Status.Leaving = nil, nil // none held any more
+	r.st.Status.Evicting, r.st.Status.Stopping, r.st.Status.Leaving = nil, nil, nil // none held any more
 	// Best effort: a Cluster that is gone has nothing to release.
 	_ = workflow.SignalExternalWorkflow(ctx, r.clusterID, "", spec.SignalRelease,
 		spec.Release{RunID: r.st.Status.RunID}).Get(ctx, nil)

@@ -739,14 +739,19 @@ func (r *run) leaveNode(id, why string) bool {
 }
 
 // setEvict sets the nodes to move off, and the status's lists of them:
-// drained ones (Evicting) and slow ones the run leaves (Leaving).
+// drained ones and those whose workers stop (Evicting; the latter in
+// Stopping too) and slow ones the run leaves (Leaving).
 func (r *run) setEvict(evs []spec.Evict) {
-	r.st.Ctl.Evict, r.st.Status.Evicting, r.st.Status.Leaving = evs, nil, nil
+	r.st.Ctl.Evict, r.st.Status.Evicting, r.st.Status.Stopping, r.st.Status.Leaving = evs, nil, nil, nil
 	for _, e := range evs {
-		if e.Leave {
+		switch {
+		case e.Leave:
 			r.st.Status.Leaving = append(r.st.Status.Leaving, e.NodeID)
-		} else {
+		default:
 			r.st.Status.Evicting = append(r.st.Status.Evicting, e.NodeID)
+			if e.Stopping {
+				r.st.Status.Stopping = append(r.st.Status.Stopping, e.NodeID)
+			}
 		}
 	}
 }

@@ -177,6 +177,8 @@ func TestTrainingRunNamesNodesStoppingWithAFailure(t *testing.T) {
 				cl.mu.Unlock()
 				env.SignalWorkflow(spec.SignalEvict, spec.Evict{NodeID: "node-2", Reason: "its worker is stopping", Stopping: true})
 			}, 90*time.Minute)
+			var during spec.RunStatus // (node-2 held, its worker stopping: not drained)
+			env.RegisterDelayedCallback(func() { during = queryStatus(t, env) }, 91*time.Minute)
 			s := spec.RunSpec{Name: "t", Nodes: 3, Steps: 300, ChunkSteps: 100, MaxRestarts: 1}.WithDefaults()
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
 			st := result(t, env)
@@ -192,6 +194,9 @@ func TestTrainingRunNamesNodesStoppingWithAFailure(t *testing.T) {
 			}
 			require.Contains(t, rec.Reason, tc.reason)
 			require.Equal(t, []string{"node-1", "spare-1", "spare-2"}, st.Nodes)
+			require.Equal(t, []string{"node-2"}, during.Evicting)
+			require.Equal(t, []string{"node-2"}, during.Stopping)
+			require.Empty(t, st.Stopping)
 		})
 	}
 }

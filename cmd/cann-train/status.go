@@ -93,6 +93,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			sum.Logs = logs
 			if phaseLive(st.Phase) {
 				livenow(&sum, st, live, time.Now())
+				sum.Waiting = waitingWhy(cmd.Context(), c, st)
 			}
 			if err := printSummary(e.out, st, sum, output); err != nil {
 				return err
@@ -1066,23 +1067,28 @@ type Summary struct {
 	// Detail says what the status is about (the green window waited for,
 	// the pause, the storage held for); WaitUntil ends a green wait, or
 	// the wait before the run stores its checkpoint again.
-	Detail         string             `json:"detail,omitempty"`
-	WaitUntil      time.Time          `json:"wait_until,omitzero"`
-	PauseRequested bool               `json:"pause_requested,omitempty"`
-	PendingNodes   int                `json:"pending_nodes,omitempty"`
-	RefusedRescale string             `json:"refused_rescale,omitempty"`
-	RefusedSignal  string             `json:"refused_signal,omitempty"`
-	IgnoredSignals []string           `json:"ignored_signals,omitempty"`
-	TargetNodes    int                `json:"target_nodes,omitempty"`
-	Evicting       []string           `json:"evicting,omitempty"`
-	Leaving        []string           `json:"leaving,omitempty"`
-	NodeAsk        *spec.NodeAsk      `json:"node_ask,omitempty"`
-	MinNodes       int                `json:"min_nodes,omitempty"`
-	GlobalBatch    int                `json:"global_batch,omitempty"`
-	RanksPerNode   int                `json:"ranks_per_node,omitempty"`
-	Rescalings     []spec.Rescaling   `json:"rescalings,omitempty"`
-	Green          *spec.GreenStatus  `json:"green,omitempty"`
-	Topology       *spec.TopologyPlan `json:"topology,omitempty"`
+	Detail         string        `json:"detail,omitempty"`
+	WaitUntil      time.Time     `json:"wait_until,omitzero"`
+	PauseRequested bool          `json:"pause_requested,omitempty"`
+	PendingNodes   int           `json:"pending_nodes,omitempty"`
+	RefusedRescale string        `json:"refused_rescale,omitempty"`
+	RefusedSignal  string        `json:"refused_signal,omitempty"`
+	IgnoredSignals []string      `json:"ignored_signals,omitempty"`
+	TargetNodes    int           `json:"target_nodes,omitempty"`
+	Evicting       []string      `json:"evicting,omitempty"`
+	Stopping       []string      `json:"stopping,omitempty"`
+	Leaving        []string      `json:"leaving,omitempty"`
+	NodeAsk        *spec.NodeAsk `json:"node_ask,omitempty"`
+	// Waiting says why a run waiting for free nodes waits (waitNote: the
+	// run it waits behind, who holds the nodes); `status` asks the node
+	// registry for it.
+	Waiting      string             `json:"waiting,omitempty"`
+	MinNodes     int                `json:"min_nodes,omitempty"`
+	GlobalBatch  int                `json:"global_batch,omitempty"`
+	RanksPerNode int                `json:"ranks_per_node,omitempty"`
+	Rescalings   []spec.Rescaling   `json:"rescalings,omitempty"`
+	Green        *spec.GreenStatus  `json:"green,omitempty"`
+	Topology     *spec.TopologyPlan `json:"topology,omitempty"`
 	// Sync is the gradient exchange's policy (optimizer, compression,
 	// overlap) and what it achieved.
 	Sync *spec.SyncStatus `json:"sync,omitempty"`
@@ -1239,7 +1245,7 @@ func summarize(st spec.RunStatus, uiBase, namespace string, faults map[string]in
 		Checkpoints: CheckpointsInfo{Count: st.Checkpoints}, Recoveries: []RecoverySummary{}, Rollovers: st.Rollovers, Resumed: st.Resumed,
 		WeightsSHA256: st.WeightsSHA256, DataSHA256: st.DataSHA256, SlowNodes: st.SlowNodes, Crowded: st.Crowded, CutOff: st.CutOff, Error: st.Error,
 		Detail: st.Detail, WaitUntil: st.WaitUntil, PauseRequested: st.PauseRequested, PendingNodes: st.PendingNodes, RefusedRescale: st.RefusedRescale, RefusedSignal: st.RefusedSignal, IgnoredSignals: st.IgnoredSignals, TargetNodes: st.TargetNodes,
-		Evicting: st.Evicting, Leaving: st.Leaving, NodeAsk: st.NodeAsk, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
+		Evicting: st.Evicting, Stopping: st.Stopping, Leaving: st.Leaving, NodeAsk: st.NodeAsk, MinNodes: st.MinNodes, GlobalBatch: st.GlobalBatch, RanksPerNode: st.RanksPerNode, Rescalings: st.Rescalings, Green: st.Green,
 		Topology: st.Topology, Sync: st.Sync, Strategy: st.Strategy, Report: st.Report,
 		Energy: energySummary(st.Segments),
 	}
@@ -1306,6 +1312,9 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	fmt.Fprintf(w, "run          %s\n", s.WorkflowID)
 	fmt.Fprintf(w, "status       %s\n", statusLine(s))
+	if s.Waiting != "" {
+		fmt.Fprintf(w, "waiting      %s\n", s.Waiting)
+	}
 	live := phaseLive(s.Status)
 	switch {
 	case len(s.Nodes) == 0 && live:
@@ -1583,8 +1592,11 @@ func printControls(w io.Writer, s Summary) {
 	if s.PendingNodes > 0 {
 		line += fmt.Sprintf("; rescale to %d pending (next chunk boundary)", s.PendingNodes)
 	}
-	if len(s.Evicting) > 0 {
-		line += fmt.Sprintf("; drained %v still held, replaced at a chunk boundary", s.Evicting)
+	if drained := slices.DeleteFunc(slices.Clone(s.Evicting), func(n string) bool { return slices.Contains(s.Stopping, n) }); len(drained) > 0 {
+		line += fmt.Sprintf("; drained %v still held, replaced at a chunk boundary", drained)
+	}
+	if len(s.Stopping) > 0 {
+		line += fmt.Sprintf("; %v: worker stopping, replaced at a chunk boundary", s.Stopping)
 	}
 	if len(s.Leaving) > 0 {
 		line += fmt.Sprintf("; slow %v replaced at a chunk boundary once a node is free (slow_node: replace)", s.Leaving)
@@ -1607,6 +1619,26 @@ func printControls(w io.Writer, s Summary) {
 	if s.RefusedRescale != "" {
 		fmt.Fprintf(w, "  %-10s %s\n", "refused", s.RefusedRescale)
 	}
+}
+
+// waitingWhy is waitNote for run st when an acquire of it waits for free
+// nodes (its first, or one to grow back or move off a node): why, from the
+// node registry, as `cann-train nodes` says it. "" when none waits or the
+// registry does not answer within a few seconds (the status is shown
+// without it).
+func waitingWhy(ctx context.Context, c client.Client, st spec.RunStatus) string {
+	if st.Phase != spec.PhaseAcquiring && (st.NodeAsk == nil || st.NodeAsk.WaitingSince.IsZero()) {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	reg, err := readRegistry(ctx, c, cmp.Or(st.ClusterID, spec.DefaultClusterID))
+	if err != nil {
+		return ""
+	}
+	rows := nodeRows(reg, time.Now())
+	markOrphans(ctx, c, rows)
+	return waitNote(reg, rows, st.RunID)
 }
 
 // phaseLive: a run in phase p has not ended.

@@ -364,11 +364,11 @@ func TestStatusTextCheckpoints(t *testing.T) {
 }
 
 // TestStatusTextNodeChanges: rescales, a drained node replaced, one that
-// could not be, a drained node still held and a slow one to leave read
-// as what they were.
+// could not be, a drained node still held, one whose worker stops (not
+// drained) and a slow one to leave read as what they were.
 func TestStatusTextNodeChanges(t *testing.T) {
-	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n3"},
-		MinNodes: 1, GlobalBatch: 64, Evicting: []string{"n3"}, Leaving: []string{"n1"}, RefusedRescale: "rescale to 0 node(s) refused: want 1..64", Rescalings: []spec.Rescaling{
+	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n3", "n5"},
+		MinNodes: 1, GlobalBatch: 64, Evicting: []string{"n3", "n5"}, Stopping: []string{"n5"}, Leaving: []string{"n1"}, RefusedRescale: "rescale to 0 node(s) refused: want 1..64", Rescalings: []spec.Rescaling{
 			{Generation: 2, AtStep: 200, FromNodes: 2, ToNodes: 3, Added: []string{"n3"}},
 			{Generation: 3, AtStep: 400, FromNodes: 3, ToNodes: 3, Added: []string{"n4"}, Removed: []string{"n2"}, Reason: "n2 drained: disk"},
 			{Generation: 3, AtStep: 600, FromNodes: 3, ToNodes: 3, Reason: "n3 drained", Error: "no free node to take its place"},
@@ -379,7 +379,7 @@ func TestStatusTextNodeChanges(t *testing.T) {
 	}
 	for _, want := range []string{
 		"nodes        min_nodes 1, global batch 64; drained [n3] still held, replaced at a chunk boundary; " +
-			"slow [n1] replaced at a chunk boundary once a node is free (slow_node: replace)\n",
+			"[n5]: worker stopping, replaced at a chunk boundary; slow [n1] replaced at a chunk boundary once a node is free (slow_node: replace)\n",
 		"  rescale    gen 2 at step 200: 2 → 3 nodes +[n3]\n",
 		"  replace    gen 3 at step 400: 3 → 3 nodes +[n4] −[n2] (n2 drained: disk)\n",
 		"  replace    gen 3 at step 600: n3 drained: no free node to take its place\n",
