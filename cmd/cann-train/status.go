@@ -1592,7 +1592,11 @@ func printControls(w io.Writer, s Summary) {
 	if s.PendingNodes > 0 {
 		line += fmt.Sprintf("; rescale to %d pending (next chunk boundary)", s.PendingNodes)
 	}
-	if drained := slices.DeleteFunc(slices.Clone(s.Evicting), func(n string) bool { return slices.Contains(s.Stopping, n) }); len(drained) > 0 {
+	// (Only nodes the run holds: an evict signal sent by hand may name
+	// another, which the run keeps in its list and never moves off.)
+	if drained := slices.DeleteFunc(slices.Clone(s.Evicting), func(n string) bool {
+		return slices.Contains(s.Stopping, n) || !slices.Contains(s.Nodes, n)
+	}); len(drained) > 0 {
 		line += fmt.Sprintf("; drained %v still held, replaced at a chunk boundary", drained)
 	}
 	if len(s.Stopping) > 0 {

@@ -365,10 +365,11 @@ func TestStatusTextCheckpoints(t *testing.T) {
 
 // TestStatusTextNodeChanges: rescales, a drained node replaced, one that
 // could not be, a drained node still held, one whose worker stops (not
-// drained) and a slow one to leave read as what they were.
+// drained) and a slow one to leave read as what they were; a node the run
+// does not hold (an evict signal sent by hand) is not said to be held.
 func TestStatusTextNodeChanges(t *testing.T) {
 	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n3", "n5"},
-		MinNodes: 1, GlobalBatch: 64, Evicting: []string{"n3", "n5"}, Stopping: []string{"n5"}, Leaving: []string{"n1"}, RefusedRescale: "rescale to 0 node(s) refused: want 1..64", Rescalings: []spec.Rescaling{
+		MinNodes: 1, GlobalBatch: 64, Evicting: []string{"n3", "n5", "n9"}, Stopping: []string{"n5"}, Leaving: []string{"n1"}, RefusedRescale: "rescale to 0 node(s) refused: want 1..64", Rescalings: []spec.Rescaling{
 			{Generation: 2, AtStep: 200, FromNodes: 2, ToNodes: 3, Added: []string{"n3"}},
 			{Generation: 3, AtStep: 400, FromNodes: 3, ToNodes: 3, Added: []string{"n4"}, Removed: []string{"n2"}, Reason: "n2 drained: disk"},
 			{Generation: 3, AtStep: 600, FromNodes: 3, ToNodes: 3, Reason: "n3 drained", Error: "no free node to take its place"},
