@@ -415,6 +415,10 @@ type run struct {
 	// since then for one to come free; zero when none waits. (For the
 	// status query only.)
 	askingSince time.Time
+	// askCut: the last such ask, one that holds the node it finds, was
+	// still out when its chunk ended (the next chunk's asks go on at once:
+	// versionCutAsks).
+	askCut bool
 }
 
 func newRun(ctx workflow.Context, in RunInput) (*run, error) {

@@ -560,7 +560,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			if !ok {
 				return
 			}
-			if d := next.Sub(workflow.Now(ctx)); d > 0 && !waited {
+			if d := next.Sub(workflow.Now(ctx)); d > 0 && !waited && !r.goOnCutAsk(ctx) {
 				if workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: "ask for a free node: " + why}).Get(ctx, nil) != nil {
 					return // the chunk ended
 				}
@@ -580,6 +580,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			r.askingSince = time.Time{}
 			switch {
 			case ctx.Err() != nil:
+				r.askCut = waits // (it may have held a node as the chunk ended)
 				return
 			case err == nil && free > 0:
 				if waits {
@@ -590,6 +591,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 						return
 					}
 				}
+				r.dueNow(ctx)
 				r.endInFlight(ctx, fmt.Sprintf("%s: %d free node(s)", why, free))
 				return
 			case err != nil:
@@ -611,6 +613,52 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			waited = err == nil && req.Wait > 0 && now.Sub(start) >= req.Wait/2
 		}
 	})
+}
+
+// versionFoundAsks: a node found by an ask of watchForNodes is taken at
+// the boundary of the chunk it ends, even where the ask came sooner than
+// the boundaries' next ask (RegrowAt, EvictRetry): an ask that follows a
+// whole wait at once comes before the retry time that wait set (a minute
+// on, or up to regrowMax for a run growing back). Before, that boundary
+// did not ask, the next chunk was ended for the node too, and the node,
+// held for the run, stood idle until then. Asked only when a found node
+// comes before those times.
+const versionFoundAsks = "found-asks"
+
+// dueNow makes the boundaries' asks due now (versionFoundAsks): an ask
+// while the chunk trained found a free node.
+func (r *run) dueNow(ctx workflow.Context) {
+	now := workflow.Now(ctx)
+	regrow := r.regrowWanted() && now.Before(r.st.RegrowAt)
+	evict := r.evictWanted() && now.Before(r.st.Ctl.EvictRetry)
+	if !regrow && !evict || workflow.GetVersion(ctx, versionFoundAsks, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	if regrow {
+		r.st.RegrowAt = now
+	}
+	if evict {
+		r.st.Ctl.EvictRetry = now
+	}
+}
+
+// versionCutAsks: when a chunk ends while an ask of watchForNodes that
+// holds the node it finds (versionFreeNodesWait) is out, the next chunk's
+// asks start at once, not at the boundaries' next ask time. The ask,
+// cancelled with its chunk, may have held a node for the run as the
+// chunk ended (the control worker hears of the cancel only at its next
+// heartbeat); that node stood idle, held from other runs, until then — a
+// minute or more. Asked only after such a chunk.
+const versionCutAsks = "cut-asks"
+
+// goOnCutAsk reports whether the asks of the chunk starting go on at once
+// after the last ask was cut by its chunk's end (askCut, versionCutAsks).
+func (r *run) goOnCutAsk(ctx workflow.Context) bool {
+	if !r.askCut {
+		return false
+	}
+	r.askCut = false
+	return workflow.GetVersion(ctx, versionCutAsks, workflow.DefaultVersion, 1) >= 1
 }
 
 // wantsNodes says whether the run waits for a free node, why, and when it

@@ -634,15 +634,26 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		waits    bool
+		back     time.Duration   // c's worker, after the boundary that kept b
 		asks     []time.Duration // after the boundary that kept b
 		endAfter time.Duration
+		// ends: the second chunk comes back this long after the boundary
+		// that kept b (0: at its planned end, two hours on).
+		ends time.Duration
 	}{
-		{"the ask waits", true, []time.Duration{time.Minute, 6 * time.Minute}, 10*time.Minute + 30*time.Second},
-		{"an earlier control worker answers at once", false, []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute, 4 * time.Minute,
-			5 * time.Minute, 6 * time.Minute, 7 * time.Minute, 8 * time.Minute, 9 * time.Minute, 10 * time.Minute, 11 * time.Minute}, 11 * time.Minute},
+		{"the ask waits", true, 10*time.Minute + 30*time.Second, []time.Duration{time.Minute, 6 * time.Minute}, 10*time.Minute + 30*time.Second, 0},
+		{"the ask waits, the chunk ending when asked", true, 10*time.Minute + 30*time.Second, []time.Duration{time.Minute, 6 * time.Minute},
+			10*time.Minute + 30*time.Second, 10*time.Minute + 31*time.Second},
+		// Found by the ask that follows a whole wait, sooner than the
+		// retry time that wait set (a minute on, versionFoundAsks): the
+		// boundary takes it, rather than ending the next chunk for it too.
+		{"found soon after a whole wait", true, 6*time.Minute + 30*time.Second, []time.Duration{time.Minute, 6 * time.Minute},
+			6*time.Minute + 30*time.Second, 6*time.Minute + 31*time.Second},
+		{"an earlier control worker answers at once", false, 10*time.Minute + 30*time.Second, []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute, 4 * time.Minute,
+			5 * time.Minute, 6 * time.Minute, 7 * time.Minute, 8 * time.Minute, 9 * time.Minute, 10 * time.Minute, 11 * time.Minute}, 11 * time.Minute, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, ends, asks := drainingB(t, tc.waits, 10*time.Minute+30*time.Second, nil)
+			st, ends, asks := drainingBEnding(t, tc.waits, tc.back, tc.ends, nil)
 
 			require.EqualValues(t, 300, st.Step)
 			asked, _ := ends.calls()
@@ -660,6 +671,26 @@ func TestTrainingRunReplacesADrainedNodeDuringAChunk(t *testing.T) {
 			require.Equal(t, []string{"a", "c"}, st.Nodes)
 		})
 	}
+}
+
+// TestTrainingRunAskCutByItsChunkGoesOn: as above, but the chunk after
+// the boundary that kept b reaches its end 3 minutes in, while the ask
+// that began a minute in still waits. That ask may have held a node for
+// the run as it was cancelled (its control worker hears of the cancel at
+// its next heartbeat), so the next chunk asks again at once
+// (versionCutAsks), not at the boundary's retry time a minute on; its
+// ask finds c when c's worker is back and the run moves off b there.
+func TestTrainingRunAskCutByItsChunkGoesOn(t *testing.T) {
+	st, ends, asks := drainingBEnding(t, true, 10*time.Minute+30*time.Second, 3*time.Minute, nil)
+
+	require.EqualValues(t, 300, st.Step)
+	require.Equal(t, []time.Duration{time.Minute, 3 * time.Minute, 8 * time.Minute}, since(keptB, asks),
+		"the ask cut by the chunk's end at 3m goes on at once, and the next after its whole wait")
+	asked, _ := ends.calls()
+	require.Len(t, asked, 2)
+	require.Equal(t, "replacing b: 1 free node(s)", asked[1].Why)
+	require.Equal(t, 10*time.Minute+30*time.Second, since(keptB, ends.times())[1], "when c's worker came back")
+	require.Equal(t, []string{"a", "c"}, st.Nodes)
 }
 
 // TestTrainingRunAskEndsNoChunkOnceNodesAreNotWanted: as above, b is
@@ -714,6 +745,14 @@ var keptB = day0.Add(2 * time.Hour)
 // FreeNodes asks.
 func drainingB(t *testing.T, waits bool, cBack time.Duration, more func(*testsuite.TestWorkflowEnvironment, *fakeCluster, *spec.RunSpec)) (spec.RunStatus, *endChunks, []time.Time) {
 	t.Helper()
+	return drainingBEnding(t, waits, cBack, 0, more)
+}
+
+// drainingBEnding is drainingB whose second chunk (from keptB) comes back
+// secondEnds after keptB (0: two hours), as one asked to end then does.
+func drainingBEnding(t *testing.T, waits bool, cBack, secondEnds time.Duration,
+	more func(*testsuite.TestWorkflowEnvironment, *fakeCluster, *spec.RunSpec)) (spec.RunStatus, *endChunks, []time.Time) {
+	t.Helper()
 	cl := &fakeCluster{pool: speaking(spec.ChunkProtocolEndEarly, "a", "b", "c"), failed: map[string]bool{"c": true}}
 	ch := &fakeChunks{}
 	env := newRunEnv(t, cl, ch)
@@ -731,7 +770,12 @@ func drainingB(t *testing.T, waits bool, cBack time.Duration, more func(*testsui
 		more(env, cl, &s)
 	}
 	ch.edit = ends.endWhereAsked
-	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).After(2 * time.Hour)
+	env.OnActivity(spec.ActivityTrainChunk, mock.Anything, mock.Anything).Return(ch.train).AfterFn(func() time.Duration {
+		if secondEnds > 0 && env.Now().Equal(keptB) {
+			return secondEnds
+		}
+		return 2 * time.Hour
+	})
 	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s.WithDefaults()})
 	return result(t, env), ends, asks()
 }
