@@ -590,6 +590,12 @@ type NodeHeartbeat struct {
 	// workers): the Cluster takes no lease renewal from another process
 	// than the one registered (a second worker with the same --id).
 	Incarnation string `json:"incarnation,omitempty"`
+	// Node is the renewing worker's registration (spec.SignalRegister's):
+	// a registry that does not know the node — reset, or started anew
+	// after Temporal lost its state, by another node's registration —
+	// registers it from this (empty from older workers, whose renewals
+	// such a registry ignores).
+	Node *Node `json:"node,omitempty"`
 }
 
 // CheckpointRef names one committed checkpoint in blob storage.

@@ -265,10 +265,13 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 			return nil
 		case <-t.C:
 		}
-		err := c.SignalWorkflow(ctx, o.ClusterID, "", spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: o.ID, Incarnation: node.Incarnation})
+		err := c.SignalWorkflow(ctx, o.ClusterID, "", spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: o.ID, Incarnation: node.Incarnation, Node: &node})
 		var notFound *serviceerror.NotFound
 		if errors.As(err, &notFound) {
-			// The registry was reset or terminated: register again.
+			// The registry was terminated (or the server lost its
+			// state): register again, starting a new one. (The other
+			// nodes' renewals then reach that one and register them:
+			// they carry the registration.)
 			err = register(ctx, c, o.ClusterID, node)
 		}
 		if err != nil && ctx.Err() == nil {

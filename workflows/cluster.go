@@ -320,13 +320,32 @@ func (c *cluster) register(ctx workflow.Context, n spec.Node) {
 	})
 }
 
+// versionRenewalRegisters: a lease renewal from a node the registry does
+// not know registers it, from the registration the renewal carries
+// (spec.NodeHeartbeat.Node). Before, it was ignored: after the registry
+// was reset (terminated, or Temporal lost its state) the first node to
+// renew started a new one by registering, and every other node's
+// renewals then reached it and were dropped — those nodes stayed out of
+// the pool, silently, until their workers were restarted. Asked only for
+// such a renewal.
+const versionRenewalRegisters = "renewal-registers"
+
 // heartbeat renews a lease. A node marked failed that keeps renewing for a
 // whole lease TTL afterwards is alive after all (blamed by mistake, or cut
 // off while Temporal itself restarted) and is handed out again — unless
 // it was failed for being misconfigured, which its lease does not disprove.
+//
+// A renewal from a node the registry does not know registers it, when it
+// carries the node's registration (versionRenewalRegisters).
 func (c *cluster) heartbeat(ctx workflow.Context, hb spec.NodeHeartbeat) {
 	r := c.find(hb.NodeID)
 	if r == nil {
+		if hb.Node != nil && hb.Node.ID == hb.NodeID &&
+			workflow.GetVersion(ctx, versionRenewalRegisters, workflow.DefaultVersion, 1) >= 1 {
+			workflow.GetLogger(ctx).Info("lease renewal from a node the registry does not know (the registry was reset): registered",
+				"node", hb.NodeID, "comm", hb.Node.CommAddr)
+			c.register(ctx, *hb.Node)
+		}
 		return
 	}
 	if hb.Incarnation != "" && r.Node.Incarnation != "" && hb.Incarnation != r.Node.Incarnation &&

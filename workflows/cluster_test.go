@@ -1343,3 +1343,40 @@ func TestClusterWithdrawsAWaitingAcquire(t *testing.T) {
 	require.NoError(t, results["again"].err, "an acquire after the withdraw is served as usual")
 	require.Equal(t, []string{"a", "b"}, ids(results["again"].nodes))
 }
+
+// TestClusterRenewalRegistersAnUnknownNode: a registry started anew (the
+// old one terminated, or Temporal lost its state) knows only the node
+// whose registration started it; the others' lease renewals reach it and
+// register them when they carry their registration
+// (versionRenewalRegisters) — an older worker's, without it, is ignored
+// as before — and an acquire then gets them.
+func TestClusterRenewalRegistersAnUnknownNode(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	nodes := testNodes("a", "b", "c")
+	at(time.Second, func() { env.SignalWorkflow(spec.SignalRegister, nodes[0]) })
+	at(2*time.Second, func() {
+		env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "b", Node: &nodes[1]})
+		env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "c"}) // (an older worker's)
+		// A renewal whose registration names another node registers none.
+		env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "d", Node: &nodes[2]})
+	})
+	var reg Registry
+	at(3*time.Second, func() {
+		v, err := env.QueryWorkflow(spec.QueryRegistry)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&reg))
+	})
+	at(4*time.Second, func() { acquire("two", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
+	at(10*time.Second, func() { env.CancelWorkflow() })
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	require.True(t, env.IsWorkflowCompleted())
+
+	var got []string
+	for _, r := range reg.Nodes {
+		got = append(got, r.Node.ID)
+	}
+	require.Equal(t, []string{"a", "b"}, got)
+	require.Equal(t, nodes[1].CommAddr, reg.Nodes[1].Node.CommAddr)
+	require.NoError(t, results["two"].err)
+	require.Equal(t, []string{"a", "b"}, ids(results["two"].nodes))
+}

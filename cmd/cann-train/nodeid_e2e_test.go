@@ -113,3 +113,52 @@ func TestNodeWorkerRefusesBadBucket(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistryResetTakesEveryNodeBack: the node registry (the Cluster
+// workflow) terminated while three node workers serve — as when Temporal
+// loses its state — is started anew by the first node whose lease
+// renewal finds it gone, and the others' renewals, reaching the new one,
+// register them too (versionRenewalRegisters): all three are listed again
+// within a few lease periods, their workers never restarted. Before, the
+// new registry knew only the first. The new registry's history is the
+// replay test's cluster_renewal_registers.json
+// (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
+func TestRegistryResetTakesEveryNodeBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	c, l, addr := startInProcessControl(ctx, t, dir)
+	for _, id := range []string{"node-1", "node-2", "node-3"} {
+		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", addr,
+			"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--lease-every", "1s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitRegistered(ctx, t, c, 3)
+	desc, err := c.DescribeWorkflowExecution(ctx, spec.DefaultClusterID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	if err := c.TerminateWorkflow(ctx, spec.DefaultClusterID, old, "the test resets the registry"); err != nil {
+		t.Fatal(err)
+	}
+	for { // (a query of the terminated one would still answer)
+		d, err := c.DescribeWorkflowExecution(ctx, spec.DefaultClusterID, "")
+		if err == nil && d.GetWorkflowExecutionInfo().GetExecution().GetRunId() != old {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no node worker started a new registry: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	back, cancelBack := context.WithTimeout(ctx, 15*time.Second) // (renewals every second)
+	defer cancelBack()
+	if err := awaitNodes(back, c, spec.DefaultClusterID, 3); err != nil {
+		dumpLogs(t, l.LogDir)
+		t.Fatalf("after the registry was reset: %v", err)
+	}
+	recordHistory(t, fetchHistory(ctx, t, c, spec.DefaultClusterID), "cluster_renewal_registers.json")
+}
