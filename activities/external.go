@@ -45,8 +45,9 @@ const keepWorlds = 10
 func (n *Node) RunExternal(ctx context.Context, in spec.ExternalInput) (_ *spec.ChunkResult, err error) {
 	n.running.Add(1)
 	defer n.running.Add(-1)
-	defer func() { err = temporalLost(ctx, n.ID, err) }()
-	hb := newExternalHeartbeater(ctx, in)
+	var hb *heartbeater
+	defer func() { err = temporalLost(ctx, n.ID, hb.last(), err) }()
+	hb = newExternalHeartbeater(ctx, in)
 	defer hb.stop()
 	return n.runExternal(ctx, in, externalHooks{
 		progress: hb.update,

@@ -210,7 +210,8 @@ func (n *Node) Close() error {
 func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (_ *spec.ChunkResult, err error) {
 	n.running.Add(1)
 	defer n.running.Add(-1)
-	defer func() { err = temporalLost(ctx, n.ID, err) }()
+	var hb *heartbeater // (its progress names the step an error of temporalLost reached)
+	defer func() { err = temporalLost(ctx, n.ID, hb.last(), err) }()
 	defer n.endDone(in.Session)
 	started := time.Now()
 	n.mu.Lock()
@@ -231,7 +232,7 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (_ *spec.Chun
 	// and restoring a checkpoint can take longer than the heartbeat
 	// timeout, and only a dead process should miss it. The heartbeat is
 	// also how a cancellation reaches this activity.
-	hb := newHeartbeater(ctx, in)
+	hb = newHeartbeater(ctx, in)
 	defer hb.stop()
 	if err := n.checkSharedBucket(ctx, in.Token, in.Restore, log); err != nil {
 		return nil, err
@@ -1503,6 +1504,17 @@ func (h *heartbeater) setLogs(f func() spec.NodeLogs) {
 	h.mu.Lock()
 	h.logs = f
 	h.mu.Unlock()
+}
+
+// last is the progress it beats now (a nil h: none).
+func (h *heartbeater) last() *spec.ChunkProgress {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.prog
+	return &p
 }
 
 func (h *heartbeater) stop() {

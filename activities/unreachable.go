@@ -21,11 +21,12 @@ import (
 // host) thus stops a chunk on a live node; said as "context canceled" it
 // read as a node's failure and spent a restart. The error is
 // TemporalUnreachable, naming the node and the RPC's error, with err as
-// its cause. Any other err — nil, or a context cancelled otherwise (a
+// its cause, and at (when known) as its details: how far the node got.
+// Any other err — nil, or a context cancelled otherwise (a
 // cancel the workflow asked for, the activity paused, reset or gone on
 // the server, the worker shutting down, the activity's own deadline) — is
 // returned as it is.
-func temporalLost(ctx context.Context, node string, err error) error {
+func temporalLost(ctx context.Context, node string, at *spec.ChunkProgress, err error) error {
 	if err == nil || ctx.Err() == nil {
 		return err
 	}
@@ -45,5 +46,9 @@ func temporalLost(ctx context.Context, node string, err error) error {
 		}
 	}
 	msg := fmt.Sprintf("node %s could not reach Temporal to heartbeat (%v), so its activity was stopped; the node is alive", node, cause)
-	return temporal.NewApplicationErrorWithCause(msg, spec.ErrTypeTemporalUnreachable, err)
+	o := temporal.ApplicationErrorOptions{Cause: err}
+	if at != nil {
+		o.Details = []any{*at}
+	}
+	return temporal.NewApplicationErrorWithOptions(msg, spec.ErrTypeTemporalUnreachable, o)
 }

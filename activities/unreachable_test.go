@@ -15,7 +15,8 @@ import (
 
 // TestTemporalLost: an activity whose context the SDK cancelled because a
 // heartbeat's RPC kept failing (a transient error as the cause) fails as
-// TemporalUnreachable, naming the node and the RPC's error; any other
+// TemporalUnreachable, naming the node and the RPC's error, the step it
+// reached in its details; any other
 // cancellation — asked for by the workflow, the activity paused, reset
 // or gone, the worker shutting down, its own deadline — and an error
 // with the context alive stay as they are.
@@ -49,7 +50,7 @@ func TestTemporalLost(t *testing.T) {
 				ctx, cancel = context.WithCancelCause(ctx)
 				cancel(tc.cause)
 			}
-			got := temporalLost(ctx, "node-2", chunkErr)
+			got := temporalLost(ctx, "node-2", &spec.ChunkProgress{Step: 250, To: 400}, chunkErr)
 			var ae *temporal.ApplicationError
 			isLost := errors.As(got, &ae) && ae.Type() == spec.ErrTypeTemporalUnreachable
 			if isLost != tc.lost {
@@ -67,9 +68,13 @@ func TestTemporalLost(t *testing.T) {
 			if !errors.Is(got, chunkErr) {
 				t.Error("the chunk's own error is not its cause")
 			}
+			var at spec.ChunkProgress
+			if !ae.HasDetails() || ae.Details(&at) != nil || at.Step != 250 {
+				t.Errorf("details %+v: want the step the node reached, 250", at)
+			}
 		})
 	}
-	if got := temporalLost(context.Background(), "node-2", nil); got != nil {
+	if got := temporalLost(context.Background(), "node-2", nil, nil); got != nil {
 		t.Errorf("temporalLost(nil) = %v", got)
 	}
 }

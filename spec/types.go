@@ -943,6 +943,12 @@ type Recovery struct {
 	ResumeStep int64 `json:"resume_step"`
 	// LostSteps were trained and thrown away: FailedAtStep − ResumeStep.
 	LostSteps int64 `json:"lost_steps"`
+	// StepUnknown: no node said how far the chunk got (a service outage
+	// whose heartbeats' details were lost, a stall no node's word
+	// survived): FailedAtStep is the chunk's first step, and the steps it
+	// trained past ResumeStep were lost, how many unknown (LostSteps
+	// counts only those before the chunk).
+	StepUnknown bool `json:"step_unknown,omitempty"`
 	// NoticedAt: the first peer noticed the loss. SeenAt: the workflow
 	// acted on it. ReplacedAt: the new membership stood. ResumedAt: the
 	// first step after the recovery completed.

@@ -1200,6 +1200,12 @@ func (r *run) blame(ctx workflow.Context, from int64, started, seen time.Time, e
 			if f.unreachedWhy == "" {
 				f.unreachedWhy = ae.Message()
 			}
+			// How far it got (newer node workers say it).
+			var p spec.ChunkProgress
+			if ae.HasDetails() && ae.Details(&p) == nil && p.Step > 0 &&
+				workflow.GetVersion(ctx, versionUnreachedStep, workflow.DefaultVersion, 1) >= 1 {
+				f.atStep = max(f.atStep, p.Step)
+			}
 		case errors.As(err, &ae) && ae.Type() == spec.ErrTypeCheckpointUnreachable:
 			// (A type only newer node workers send: no version.) The
 			// words of a node whose own read failed, where the ranks
@@ -1796,6 +1802,10 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 			"nodes", len(r.st.Membership.Nodes), "before", len(before), "min_nodes", r.spec.MinNodes)
 	}
 	rec.LostSteps = failedAt - resume
+	// No node said how far the chunk got: every heartbeat stopped (their
+	// details lost with a restarted server) or none reached Temporal. Its
+	// steps since resume were lost, how many unknown.
+	rec.StepUnknown = outage && f.atStep == 0
 	r.st.Status.Recoveries = append(r.st.Status.Recoveries, rec)
 	r.st.Status.Step = resume
 	r.st.LastChunkEnd = time.Time{}
@@ -1809,6 +1819,12 @@ func (r *run) recover(ctx workflow.Context, err error) error {
 	r.publish(ctx)
 	return nil
 }
+
+// versionUnreachedStep: a node's TemporalUnreachable error says the step
+// it reached (its details, from newer node workers), which the recovery
+// counts as how far the chunk got; before, a stall's recovery said "0
+// steps lost" (watch audit #2). Asked only for such an error.
+const versionUnreachedStep = "unreached-step"
 
 // versionOutagePhase: a recovery that goes on on the same nodes (an
 // outage, a stall of Temporal) sets the phase back to training; before,

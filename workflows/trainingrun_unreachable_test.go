@@ -23,9 +23,13 @@ import (
 // maxFreeUnreached times in a row without a checkpoint; the next one
 // counts. Before, each such stall spent a restart as "context canceled".
 func TestTrainingRunTemporalStallCountsNoRestart(t *testing.T) {
-	unreachable := func(node string, gen int64) error {
-		return temporal.NewApplicationErrorWithCause(fmt.Sprintf("node %s could not reach Temporal to heartbeat (context deadline exceeded; gen %d), so its activity was stopped; the node is alive", node, gen),
-			spec.ErrTypeTemporalUnreachable, errors.New("context canceled"))
+	unreachable := func(node string, gen int64, at int64) error {
+		o := temporal.ApplicationErrorOptions{Cause: errors.New("context canceled")}
+		if at > 0 { // (newer node workers say how far they got)
+			o.Details = []any{spec.ChunkProgress{Step: at}}
+		}
+		return temporal.NewApplicationErrorWithOptions(fmt.Sprintf("node %s could not reach Temporal to heartbeat (context deadline exceeded; gen %d), so its activity was stopped; the node is alive", node, gen),
+			spec.ErrTypeTemporalUnreachable, o)
 	}
 	for _, tc := range []struct {
 		name  string
@@ -33,14 +37,18 @@ func TestTrainingRunTemporalStallCountsNoRestart(t *testing.T) {
 		both  bool                          // both nodes stall (else rank 1 loses rank 0)
 		free  int                           // recoveries that count no restart
 		total int                           // recoveries
+		// said: the stalled nodes say they reached this many steps into
+		// the chunk (0: they do not say); the first recovery's lost steps.
+		said int64
 	}{
 		{"two stalls, a checkpoint between", func(in spec.ChunkInput) bool {
 			return in.Membership.Generation == 1 && in.From == 200 || in.Membership.Generation == 2 && in.From == 400
-		}, false, 2, 2},
-		{"both nodes stall", func(in spec.ChunkInput) bool { return in.Membership.Generation == 1 && in.From == 300 }, true, 1, 1},
+		}, false, 2, 2, 0},
+		{"both nodes stall", func(in spec.ChunkInput) bool { return in.Membership.Generation == 1 && in.From == 300 }, true, 1, 1, 0},
+		{"both nodes stall, saying how far they got", func(in spec.ChunkInput) bool { return in.Membership.Generation == 1 && in.From == 300 }, true, 1, 1, 37},
 		{"four in a row, no checkpoint between", func(in spec.ChunkInput) bool {
 			return in.From == 200 && in.Membership.Generation <= 4
-		}, false, maxFreeUnreached, 4},
+		}, false, maxFreeUnreached, 4, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1")}
@@ -64,7 +72,11 @@ func TestTrainingRunTemporalStallCountsNoRestart(t *testing.T) {
 				case !tc.stall(in):
 					return nil
 				case in.Rank == 0 || tc.both:
-					return unreachable(in.Membership.Nodes[in.Rank].ID, in.Membership.Generation)
+					at := int64(0)
+					if tc.said > 0 {
+						at = in.From + tc.said - int64(in.Rank) // (rank 0 got furthest)
+					}
+					return unreachable(in.Membership.Nodes[in.Rank].ID, in.Membership.Generation, at)
 				}
 				<-saidIn(in.Membership.Generation)
 				return temporal.NewApplicationErrorWithCause("peer node "+in.Membership.Nodes[0].ID+" failed: EOF", spec.ErrTypePeerFailed,
@@ -87,7 +99,7 @@ func TestTrainingRunTemporalStallCountsNoRestart(t *testing.T) {
 			require.Len(t, st.Recoveries, tc.total)
 			free := 0
 			for i, rec := range st.Recoveries {
-				t.Logf("recovery %d: gen %d outage %v failed %v → %v: %s", i, rec.Generation, rec.Outage, rec.FailedNodes, rec.Replacement, rec.Reason)
+				t.Logf("recovery %d: gen %d outage %v failed %v → %v at %d/%d resume %d unknown %v: %s", i, rec.Generation, rec.Outage, rec.FailedNodes, rec.Replacement, rec.AtStep, rec.FailedAtStep, rec.ResumeStep, rec.StepUnknown, rec.Reason)
 				require.Empty(t, rec.FailedNodes, "recovery %d: a stalled node is alive, not to blame", i)
 				require.Empty(t, rec.Replacement, "recovery %d", i)
 				if rec.Outage {
@@ -97,6 +109,19 @@ func TestTrainingRunTemporalStallCountsNoRestart(t *testing.T) {
 				}
 			}
 			require.Equal(t, tc.free, free, "recoveries that count no restart")
+			// How far the chunk got: the furthest a node said, else
+			// unknown.
+			first := st.Recoveries[0]
+			if tc.said == 0 {
+				// (The stalled node an older worker; its peer cancelled
+				// once the stalled node's word was in.)
+				require.True(t, first.StepUnknown, "no node said how far the chunk got")
+				require.Zero(t, first.LostSteps)
+			} else {
+				require.False(t, first.StepUnknown)
+				require.Equal(t, first.AtStep+tc.said, first.FailedAtStep, "the furthest step a stalled node said")
+				require.Equal(t, tc.said, first.LostSteps)
+			}
 			require.Equal(t, []string{"node-1", "node-2"}, st.Nodes, "the same nodes throughout")
 		})
 	}

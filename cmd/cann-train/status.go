@@ -1128,6 +1128,9 @@ type RecoverySummary struct {
 	FailedAtStep int64    `json:"failed_at_step"`
 	ResumeStep   int64    `json:"resume_step"`
 	LostSteps    int64    `json:"lost_steps"`
+	// StepUnknown: how far the failed chunk got is unknown (an outage):
+	// its steps past FailedAtStep were lost too (spec.Recovery).
+	StepUnknown bool `json:"step_unknown,omitempty"`
 	// ResumeLoss is the first loss after the recovery (0: unknown).
 	ResumeLoss float32 `json:"resume_loss,omitempty"`
 	// DetectSeconds: fault → the workflow acts on the failure.
@@ -1160,7 +1163,7 @@ type injected struct {
 func summarizeRecovery(r spec.Recovery, faults map[string]injected) RecoverySummary {
 	out := RecoverySummary{
 		Generation: r.Generation, FailedNodes: r.FailedNodes, Reason: r.Reason,
-		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps, ResumeLoss: r.ResumeLoss,
+		FailedAtStep: r.FailedAtStep, ResumeStep: r.ResumeStep, LostSteps: r.LostSteps, StepUnknown: r.StepUnknown, ResumeLoss: r.ResumeLoss,
 		ReplaceSeconds: r.ReplaceSeconds, From: "peer_notice", Shrunk: r.Shrunk, Outage: r.Outage, Stopped: r.Stopped,
 		Replacements: r.Replacement, Back: r.Back, Nodes: r.Nodes, Removed: r.Removed,
 	}
@@ -1941,6 +1944,14 @@ func recoveryHeadline(r RecoverySummary) string {
 		what := "no node lost, restarted on the same nodes"
 		if r.Outage {
 			what = "service outage, no node lost"
+		}
+		if r.StepUnknown {
+			lost := "what it trained was lost"
+			if r.LostSteps > 0 {
+				lost = fmt.Sprintf("%d steps lost, and what it trained", r.LostSteps)
+			}
+			return fmt.Sprintf("gen %d: %s; the chunk from step %d was in flight (how far it got is unknown: no node's word reached the run), rewound to %d (%s)",
+				r.Generation, what, r.FailedAtStep, r.ResumeStep, lost)
 		}
 		return fmt.Sprintf("gen %d: %s; at step %d, rewound to %d (%d steps lost)",
 			r.Generation, what, r.FailedAtStep, r.ResumeStep, r.LostSteps)

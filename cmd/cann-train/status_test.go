@@ -554,6 +554,12 @@ func TestStatusTextRecoveries(t *testing.T) {
 		{"outage", spec.Recovery{Generation: 5, FailedAtStep: 1000, ResumeStep: 1000, Outage: true, SeenAt: t0,
 			ResumedAt: t0.Add(120 * time.Millisecond), Reason: "every node's heartbeats stopped at once …"},
 			"  gen 5: service outage, no node lost; at step 1000, rewound to 1000 (0 steps lost); first step 0.12s after the chunk failed\n"},
+		// … where no node's word said how far the chunk got.
+		{"outage, step unknown", spec.Recovery{Generation: 5, FailedAtStep: 1000, ResumeStep: 1000, Outage: true, StepUnknown: true, SeenAt: t0},
+			"  gen 5: service outage, no node lost; the chunk from step 1000 was in flight (how far it got is unknown: no node's word reached the run), " +
+				"rewound to 1000 (what it trained was lost)"},
+		{"outage, step unknown, behind", spec.Recovery{Generation: 5, FailedAtStep: 1000, ResumeStep: 900, LostSteps: 100, Outage: true, StepUnknown: true, SeenAt: t0},
+			"rewound to 900 (100 steps lost, and what it trained)"},
 		{"peer noticed", spec.Recovery{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}, FailedAtStep: 130, ResumeStep: 100, LostSteps: 30,
 			NoticedAt: t0, SeenAt: t0.Add(20 * time.Millisecond), ResumedAt: t0.Add(200 * time.Millisecond)},
 			"(30 steps lost); detected 0.02s, first step 0.20s after the peer notice\n"},
