@@ -634,7 +634,7 @@ func (n *Node) uploadLogs(in spec.ExternalInput, specs []launch.Spec, log *zap.L
 	defer cancel()
 	store, err := n.store(ctx, url)
 	if err != nil {
-		log.Warn("logs not uploaded", zap.String("bucket", url), zap.Error(err))
+		log.Warn("logs not uploaded", zap.String("bucket", checkpoint.Redact(url)), zap.Error(err))
 		return
 	}
 	for _, sp := range specs {
@@ -643,7 +643,7 @@ func (n *Node) uploadLogs(in spec.ExternalInput, specs []launch.Spec, log *zap.L
 			continue
 		}
 		if err := store.WriteBlob(ctx, LogKey(in.Spec.Name, in.Session, sp.Name), data, "text/plain"); err != nil {
-			log.Warn("log not uploaded", zap.String("process", sp.Name), zap.Error(err))
+			log.Warn("log not uploaded", zap.String("process", sp.Name), zap.String("bucket", checkpoint.Redact(url)), zap.Error(err))
 		}
 	}
 }
@@ -822,7 +822,7 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	var stats checkpoint.SaveStats
 	if err == nil {
 		if ref, stats, err = store.SaveIncremental(ctx, s.in.Spec.Name, step, payload); err != nil {
-			err = fmt.Errorf("save checkpoint: %w", err)
+			err = s.n.storeError(url, step, err)
 		}
 	}
 	if err != nil {

@@ -117,7 +117,7 @@ func (n *Node) retain(ctx context.Context, store *checkpoint.Store, url string, 
 	keepLast, keepEvery := s.Retention()
 	deleted, err := store.RetainFrom(ctx, run, step, keepLast, keepEvery)
 	if err != nil {
-		log.Warn("checkpoint retention", zap.Error(err))
+		log.Warn("checkpoint retention", zap.String("bucket", checkpoint.Redact(url)), zap.Error(err))
 	}
 	if len(deleted) == 0 {
 		return
@@ -125,7 +125,7 @@ func (n *Node) retain(ctx context.Context, store *checkpoint.Store, url string, 
 	n.gc.deleted(gcKey{url, run}, gcEvery(store.GCGrace()), func(ctx context.Context) {
 		st, err := store.GC(ctx, run)
 		if err != nil {
-			log.Warn("checkpoint chunks not collected", zap.String("run", run), zap.Error(err))
+			log.Warn("checkpoint chunks not collected", zap.String("run", run), zap.String("bucket", checkpoint.Redact(url)), zap.Error(err))
 			return
 		}
 		log.Debug("checkpoint chunks collected", zap.String("run", run), zap.Int("deleted", st.Deleted),

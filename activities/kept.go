@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.uber.org/zap"
 
+	"github.com/cann-train/cann-train/engine/checkpoint"
 	"github.com/cann-train/cann-train/engine/launch"
 	"github.com/cann-train/cann-train/spec"
 )
@@ -196,7 +197,7 @@ func (n *Node) StoreKept(ctx context.Context, in spec.StoreKeptInput) (spec.Stor
 	log := n.Logger.With(zap.String("run", in.RunID), zap.Int64("step", step))
 	url := n.bucketURL(in.Spec)
 	refused := func(err error) spec.StoreKeptResult {
-		log.Warn("the bucket refused the kept checkpoint again; the node keeps it", zap.String("bucket", url), zap.Error(err))
+		log.Warn("the bucket refused the kept checkpoint again; the node keeps it", zap.String("bucket", checkpoint.Redact(url)), zap.Error(err))
 		return spec.StoreKeptResult{Failed: &spec.CheckpointFailure{Step: step, Error: err.Error()}, Kept: path}
 	}
 	store, err := n.store(ctx, url)
@@ -208,7 +209,7 @@ func (n *Node) StoreKept(ctx context.Context, in spec.StoreKeptInput) (spec.Stor
 		if ctx.Err() != nil {
 			return spec.StoreKeptResult{}, err
 		}
-		return refused(fmt.Errorf("save checkpoint: %w", err)), nil
+		return refused(n.storeError(url, step, err)), nil
 	}
 	n.recordJob(ctx, store, in.Spec, in.Session)
 	n.retain(ctx, store, url, in.Spec, ref.Step, log)

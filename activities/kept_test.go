@@ -2,6 +2,7 @@ package activities
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,10 @@ for step in range(1, 7):
 	in.Spec.Steps, in.KeepRefused = 6, true
 	w := startWorld(t, n, in)
 	res := w.end(t)
-	if f := res.CheckpointFailed; f == nil || f.Step != 6 || !strings.Contains(f.Error, "save checkpoint") || res.Checkpoint != nil {
+	refusedAt := func(step int) string {
+		return fmt.Sprintf("node n1 cannot store the checkpoint at step %d in %s: ", step, n.DefaultCheckpointURL)
+	}
+	if f := res.CheckpointFailed; f == nil || f.Step != 6 || !strings.Contains(f.Error, refusedAt(6)) || res.Checkpoint != nil {
 		t.Fatalf("result: failed %+v, checkpoint %+v; want the final upload at 6 refused, kept", res.CheckpointFailed, res.Checkpoint)
 	}
 	told := w.told()
@@ -82,8 +86,8 @@ for step in range(1, 7):
 		}
 	}
 	// Still refused: the node keeps it.
-	if out, err := storeKept(6); err != nil || out.Failed == nil || out.Failed.Step != 6 || out.Checkpoint != nil ||
-		out.Kept != filepath.Join(n.keptDir(in.RunID), files[0].Name()) {
+	if out, err := storeKept(6); err != nil || out.Failed == nil || out.Failed.Step != 6 || !strings.Contains(out.Failed.Error, refusedAt(6)) ||
+		out.Checkpoint != nil || out.Kept != filepath.Join(n.keptDir(in.RunID), files[0].Name()) {
 		t.Fatalf("store kept with the bucket refusing: %+v, %v; want it refused again, naming the file that keeps it", out, err)
 	}
 	nothingKept(7, "it keeps the one at step 6")

@@ -182,7 +182,9 @@ func (n *Node) Settle(ctx context.Context) (run string, step int64, err error) {
 		return "", 0, nil // over before: the next chunk reports how it went
 	default:
 	}
-	_, err = p.save.Wait(ctx)
+	if _, err = p.save.Wait(ctx); err != nil {
+		err = n.storeError(p.url, p.step, err)
+	}
 	return p.run, p.step, err
 }
 
@@ -1050,7 +1052,7 @@ func (n *Node) loadError(ctx context.Context, token string, ref spec.CheckpointR
 		return cerr
 	}
 	if !errors.Is(err, checkpoint.ErrNotFound) {
-		err = fmt.Errorf("node %s cannot read the checkpoint at step %d from %s: %w", n.ID, ref.Step, ref.URL, err)
+		err = fmt.Errorf("node %s cannot read the checkpoint at step %d from %s: %w", n.ID, ref.Step, checkpoint.Redact(ref.URL), err)
 		return temporal.NewApplicationErrorWithCause(err.Error(), spec.ErrTypeCheckpointUnreachable, err,
 			spec.CheckpointFailure{Step: ref.Step, Error: err.Error()})
 	}
@@ -1148,7 +1150,7 @@ func (n *Node) checkSharedBucket(ctx context.Context, run string, r *spec.Checkp
 	found, err := store.Exists(cctx, toRef(*r))
 	cancel()
 	if err != nil {
-		log.Warn("could not check that this node sees the run's checkpoints", zap.String("bucket", r.URL), zap.Error(err))
+		log.Warn("could not check that this node sees the run's checkpoints", zap.String("bucket", checkpoint.Redact(r.URL)), zap.Error(err))
 		return nil
 	}
 	now := time.Now()
@@ -1178,7 +1180,7 @@ func (n *Node) checkSharedBucket(ctx context.Context, run string, r *spec.Checkp
 	}
 	if missing < grace {
 		if firstMiss {
-			log.Warn("the run's last checkpoint is not in this node's bucket (yet?): its chunks fail if it stays missing", zap.String("bucket", r.URL),
+			log.Warn("the run's last checkpoint is not in this node's bucket (yet?): its chunks fail if it stays missing", zap.String("bucket", checkpoint.Redact(r.URL)),
 				zap.Int64("step", r.Step), zap.Duration("grace", grace))
 		}
 		return nil
@@ -1275,7 +1277,7 @@ func (n *Node) saveOnce(ctx context.Context, in spec.ChunkInput, step int64, pay
 	// uploaded; the manifest, written last, makes the checkpoint real.
 	ref, stats, err := store.SaveIncremental(ctx, in.Spec.Name, step, payload)
 	if err != nil {
-		return nil, fmt.Errorf("save checkpoint: %w", err)
+		return nil, n.storeError(url, step, err)
 	}
 	n.Logger.Debug("checkpoint saved", zap.Int64("step", ref.Step), zap.Any("stats", stats))
 	n.recordJob(ctx, store, in.Spec, in.Token)
@@ -1305,7 +1307,7 @@ func (n *Node) saveAsync(in spec.ChunkInput, st *engine.State) (*spec.Checkpoint
 	p, err := store.SaveAsync(bctx, in.Spec.Name, st.Step, payload)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("save checkpoint: %w", err)
+		return nil, n.storeError(url, st.Step, err)
 	}
 	go func() {
 		<-p.Done()
@@ -1337,7 +1339,7 @@ func (n *Node) recordJob(ctx context.Context, store *checkpoint.Store, s spec.Ru
 		err = store.WriteBlob(ctx, spec.JobKey(s.Name), append(data, '\n'), "application/json")
 	}
 	if err != nil {
-		n.Logger.Warn("the run's job is not stored next to its checkpoints", zap.String("run", s.Name), zap.Error(err))
+		n.Logger.Warn("the run's job is not stored next to its checkpoints", zap.String("run", s.Name), zap.String("bucket", store.URL()), zap.Error(err))
 		return
 	}
 	n.mu.Lock()
@@ -1368,6 +1370,7 @@ func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.L
 		return nil, nil
 	}
 	if err != nil {
+		err = n.storeError(p.url, p.step, err)
 		log.Warn("background checkpoint upload failed", zap.Int64("step", p.step), zap.Error(err))
 		return nil, &spec.CheckpointFailure{Step: p.step, Error: err.Error()}
 	}
@@ -1381,6 +1384,15 @@ func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.L
 
 func toRef(r spec.CheckpointRef) checkpoint.Ref {
 	return checkpoint.Ref{Run: r.Run, Step: r.Step, Key: r.Key, SHA256: r.SHA256, Bytes: r.Bytes}
+}
+
+// storeError is err, the bucket at url refusing (or not answering) this
+// node's save of the checkpoint at step, naming the node and the bucket
+// (its URL without secrets): the run's status and failure show it as it
+// is, and a run of many nodes, or an operator of many runs and buckets,
+// reads there where it failed.
+func (n *Node) storeError(url string, step int64, err error) error {
+	return fmt.Errorf("node %s cannot store the checkpoint at step %d in %s: %w", n.ID, step, checkpoint.Redact(url), err)
 }
 
 // FromStoreRef is r, a checkpoint the store at url saved or listed, as

@@ -114,28 +114,8 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 			return fmt.Errorf("node %s: work dir %s: %w", o.ID, o.WorkDir, err)
 		}
 	}
-	if o.CheckpointURL != "" { // every chunk of a run naming no bucket would fail on it
-		if err := spec.CheckBucketURL(o.CheckpointURL); err != nil {
-			return fmt.Errorf("node %s: --checkpoint-url: %w", o.ID, err)
-		}
-		st, err := checkpoint.OpenWithOptions(ctx, o.CheckpointURL, checkpoint.Options{RequestTimeout: o.CheckpointRequestTimeout})
-		if err != nil {
-			return fmt.Errorf("node %s: checkpoint bucket: %w", o.ID, err)
-		}
-		// Reachable? Only said: the bucket may come back, and runs
-		// naming their own checkpoint_url do not need it.
-		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		if err := st.Accessible(actx); err != nil {
-			log.Warn("default checkpoint bucket not accessible: runs without checkpoint_url will fail to checkpoint until it is",
-				zap.String("url", o.CheckpointURL), zap.Error(err))
-		}
-		cancel()
-		st.Close()
-		if spec.MemoryBucket(o.CheckpointURL) {
-			log.Warn("default checkpoint bucket mem:// is this process's memory: no other node sees its checkpoints, and a run "+
-				"without checkpoint_url fails once another node needs them (give every node one bucket: file:// on one host, s3://, gs://, azblob://)",
-				zap.String("url", o.CheckpointURL))
-		}
+	if err := checkDefaultBucket(ctx, o, bucketCheckTimeout, log); err != nil {
+		return err
 	}
 	l, err := tcp.Listen(o.CommListen)
 	if err != nil {
@@ -616,6 +596,58 @@ func stop(w stopper, acts inFlight, comm io.Closer, o NodeOptions, reason error,
 	default:
 		log.Info("checkpoint upload finished before stopping", zap.String("run", run), zap.Int64("step", step))
 	}
+}
+
+// bucketCheckTimeout bounds a node worker's look at its default
+// checkpoint bucket as it starts.
+const bucketCheckTimeout = 15 * time.Second
+
+// checkDefaultBucket looks at the node's default checkpoint bucket (its
+// --checkpoint-url: where every run without a checkpoint_url of its own
+// saves) as the worker starts, for at most within (one cheap request;
+// file:// and mem:// answer at once). A bucket a setting makes unusable
+// — credentials it refuses, a bucket that does not exist, an endpoint
+// named wrong: checkpoint.Misconfigured — refuses the start, saying what
+// to fix: registered, the node would be handed out free, and its runs
+// would fail at their first checkpoint. A store that is down or does not
+// answer is only said: it may come back (a worker started before its
+// MinIO), a run holds for its storage until it does, and a node cut off
+// from a bucket its peers reach is found and left by its runs.
+func checkDefaultBucket(ctx context.Context, o NodeOptions, within time.Duration, log *zap.Logger) error {
+	if o.CheckpointURL == "" {
+		return nil
+	}
+	if err := spec.CheckBucketURL(o.CheckpointURL); err != nil {
+		return fmt.Errorf("node %s: --checkpoint-url: %w", o.ID, err)
+	}
+	url := checkpoint.Redact(o.CheckpointURL)
+	st, err := checkpoint.OpenWithOptions(ctx, o.CheckpointURL, checkpoint.Options{RequestTimeout: o.CheckpointRequestTimeout})
+	if err != nil {
+		return fmt.Errorf("node %s: checkpoint bucket: %w", o.ID, err)
+	}
+	defer st.Close()
+	actx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	err = st.Accessible(actx)
+	switch {
+	case err == nil:
+	case checkpoint.Misconfigured(err):
+		return fmt.Errorf("node %s: default checkpoint bucket %s (--checkpoint-url) is unusable, and every run without a checkpoint_url "+
+			"of its own would fail at its first checkpoint on this node: %w", o.ID, url, err)
+	case ctx.Err() != nil: // stopping already: what comes next says so
+	default:
+		if actx.Err() != nil {
+			err = fmt.Errorf("no answer within %s: %w", within, err)
+		}
+		log.Warn("default checkpoint bucket not accessible: runs without checkpoint_url cannot store their checkpoints from this node until it is",
+			zap.String("node", o.ID), zap.String("url", url), zap.Error(err))
+	}
+	if spec.MemoryBucket(o.CheckpointURL) {
+		log.Warn("default checkpoint bucket mem:// is this process's memory: no other node sees its checkpoints, and a run "+
+			"without checkpoint_url fails once another node needs them (give every node one bucket: file:// on one host, s3://, gs://, azblob://)",
+			zap.String("url", url))
+	}
+	return nil
 }
 
 // hccnConf is where Ascend hosts keep their NPU NIC addresses.

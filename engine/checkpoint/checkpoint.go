@@ -143,6 +143,10 @@ type Store struct {
 	// manifest GC reads protects it (see putChunk).
 	held sync.Map
 
+	// where is the URL the store was opened at (Open; nil: New), for
+	// what its errors say to check (hint).
+	where *url.URL
+
 	// dir is a file:// bucket's directory (Open), where Delete removes
 	// the step directory it emptied: fileblob leaves directories behind,
 	// and every listing of the run walks them all (a long run's thousands
@@ -174,6 +178,7 @@ func OpenWithOptions(ctx context.Context, bucketURL string, o Options) (*Store, 
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: bad bucket URL %q: %w", bucketURL, err)
 	}
+	where := *u
 	var dir string // a file:// bucket's directory, as fileblob reads it
 	if u.Scheme == "file" {
 		dir = u.Path
@@ -199,11 +204,11 @@ func OpenWithOptions(ctx context.Context, bucketURL string, o Options) (*Store, 
 	}
 	b, err := openBucket(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: open bucket %q: %w", bucketURL, err)
+		return nil, fmt.Errorf("checkpoint: open bucket %q: %w", Redact(bucketURL), err)
 	}
 	s := newStore(b, o)
 	s.ownBucket = true
-	s.dir = dir
+	s.dir, s.where = dir, &where
 	return s, nil
 }
 
@@ -226,6 +231,15 @@ func newStore(b *blob.Bucket, o Options) *Store {
 	return &Store{bucket: b, now: time.Now, opts: o, pool: newBufPool(o.MaxPending), reg: newRegistry()}
 }
 
+// URL is the bucket URL the store was opened at, as messages may show it
+// (Redact); "" for a store on a bucket opened elsewhere (New).
+func (s *Store) URL() string {
+	if s.where == nil {
+		return ""
+	}
+	return Redact(s.where.String())
+}
+
 // GCGrace is the grace period GC keeps young objects for (Options.GCGrace
 // with its default filled in; 0: none).
 func (s *Store) GCGrace() time.Duration { return s.opts.GCGrace }
@@ -246,20 +260,22 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Accessible checks that the bucket exists and these credentials may use
-// it (a cheap request; see blob.Bucket.IsAccessible), so that a worker
-// can say so at its start rather than at a run's first checkpoint.
+// Accessible checks that the bucket exists and these credentials may list
+// it where the store keeps everything, under runs/ (a cheap request, one
+// listed object at most: a policy that lets them list only that prefix
+// passes), so that a worker can say so at its start rather than at a
+// run's first checkpoint. An error says what to check; [Misconfigured]
+// tells a setting's fault from a store that is down or does not answer.
 func (s *Store) Accessible(ctx context.Context) error {
-	var ok bool
-	err := s.within(ctx, 0, func(ctx context.Context) (err error) {
-		ok, err = s.bucket.IsAccessible(ctx)
+	err := s.within(ctx, 0, func(ctx context.Context) error {
+		_, _, err := s.bucket.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: "runs/"})
 		return err
 	})
 	switch {
+	case isNotFound(err):
+		return fmt.Errorf("checkpoint: %w (create it, or name one that does in the checkpoint URL): %w", ErrNoBucket, err)
 	case err != nil:
 		return fmt.Errorf("checkpoint: bucket: %w", err)
-	case !ok:
-		return fmt.Errorf("checkpoint: %w", ErrNoBucket)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/memblob"
+
+	"github.com/cann-train/cann-train/internal/s3fake"
 )
 
 // backends runs f against a memblob, a temp-dir fileblob, an s3blob and a
@@ -565,20 +568,45 @@ func TestBlobRoundTrip(t *testing.T) {
 	})
 }
 
-// TestAccessible: an S3 bucket that is there answers; one that is not
-// is said to be missing (a worker warns at its start).
+// TestAccessible: an S3 bucket that is there answers, also to
+// credentials that may list only runs/ (where the store keeps
+// everything); one that is not is said to be missing, a setting's fault
+// (Misconfigured: a worker refuses to start on it); file:// and mem://
+// answer at once.
 func TestAccessible(t *testing.T) {
 	u := s3Bucket(t)
+	scoped := s3fake.Bucket(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && r.URL.Query().Has("list-type") && !strings.HasPrefix(r.URL.Query().Get("prefix"), "runs/") {
+				w.Header().Set("Content-Type", "application/xml")
+				w.WriteHeader(http.StatusForbidden)
+				_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>`))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
 	for _, tc := range []struct {
 		url     string
 		present bool
-	}{{u, true}, {strings.Replace(u, "s3://ckpt?", "s3://no-such-bucket?", 1), false}} {
+	}{
+		{u, true},
+		{scoped, true},
+		{strings.Replace(u, "s3://ckpt?", "s3://no-such-bucket?", 1), false},
+		{"file://" + t.TempDir(), true},
+		{"mem://", true},
+	} {
 		s, err := Open(t.Context(), tc.url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Accessible(t.Context()); (err == nil) != tc.present {
+		start := time.Now()
+		err = s.Accessible(t.Context())
+		if (err == nil) != tc.present || !tc.present && (!Misconfigured(err) || !strings.Contains(err.Error(), "bucket does not exist (create it")) {
 			t.Errorf("%s: Accessible = %v, want present %v", tc.url, err, tc.present)
+		}
+		if took := time.Since(start); !strings.HasPrefix(tc.url, "s3:") && took > time.Second {
+			t.Errorf("%s: Accessible took %s", tc.url, took)
 		}
 		s.Close()
 	}

@@ -589,9 +589,10 @@ func isPrecondition(err error) bool {
 }
 
 // write is one upload, a request; a failed Write aborts it (ctx cancelled
-// before Close) rather than committing a partial object.
+// before Close) rather than committing a partial object. A bucket not
+// found is one that does not exist (hint).
 func (s *Store) write(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {
-	return configHint(s.write1(ctx, key, data, opts), true)
+	return s.hint(s.write1(ctx, key, data, opts), true)
 }
 
 func (s *Store) write1(ctx context.Context, key string, data []byte, opts *blob.WriterOptions) error {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
-	"gocloud.dev/gcerrors"
 )
 
 // DefaultRequestTimeout is the time allowed for one request to the bucket
@@ -60,14 +59,15 @@ func (o Options) LoadTimeout(n int64) time.Duration {
 }
 
 // within runs f, one request to the bucket moving about n bytes, under the
-// request timeout. Cloud SDKs set no deadline of their own on a request
-// whose connection is open and silent (a black-holed endpoint, a hung
-// server): without one, a save would wait for the TCP stack to give up,
-// many minutes, while the run stands still.
+// request timeout, and says what its failure usually means (hint). Cloud
+// SDKs set no deadline of their own on a request whose connection is open
+// and silent (a black-holed endpoint, a hung server): without one, a save
+// would wait for the TCP stack to give up, many minutes, while the run
+// stands still.
 func (s *Store) within(ctx context.Context, n int64, f func(context.Context) error) error {
 	d := s.requestTimeout(n)
 	if d == 0 {
-		return f(ctx)
+		return s.hint(f(ctx), false)
 	}
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -79,7 +79,7 @@ func (s *Store) within(ctx context.Context, n int64, f func(context.Context) err
 		}
 		return fmt.Errorf("%w: no answer within %s (%w)", ErrStalled, d.Round(unit), err)
 	}
-	return err
+	return s.hint(err, false)
 }
 
 func (s *Store) exists(ctx context.Context, key string) (ok bool, err error) {
@@ -87,7 +87,7 @@ func (s *Store) exists(ctx context.Context, key string) (ok bool, err error) {
 		ok, err = s.bucket.Exists(ctx, key)
 		return err
 	})
-	return ok, configHint(err, false)
+	return ok, err
 }
 
 func (s *Store) attributes(ctx context.Context, key string) (a *blob.Attributes, err error) {
@@ -95,24 +95,7 @@ func (s *Store) attributes(ctx context.Context, key string) (a *blob.Attributes,
 		a, err = s.bucket.Attributes(ctx, key)
 		return err
 	})
-	return a, configHint(err, false)
-}
-
-// configHint adds to err what a refusal no retry mends usually means:
-// credentials (or rights) the bucket refuses — any request —, or, for a
-// write, a bucket that does not exist. A run holds for its storage on
-// either, trying again for minutes: its status then says what to fix.
-func configHint(err error, write bool) error {
-	switch code := gcerrors.Code(err); {
-	case err == nil:
-		return nil
-	case code == gcerrors.PermissionDenied:
-		return fmt.Errorf("%w (the bucket refuses this process's credentials, or their rights: for s3://, check AWS_ACCESS_KEY_ID and "+
-			"AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, in the environment of this worker, and the bucket's policy)", err)
-	case write && code == gcerrors.NotFound:
-		return fmt.Errorf("%w (the bucket does not exist: create it, or name one that does in the checkpoint URL)", err)
-	}
-	return err
+	return a, err
 }
 
 func (s *Store) remove(ctx context.Context, key string) error {

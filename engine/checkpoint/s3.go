@@ -33,13 +33,17 @@ func openBucket(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 }
 
 // openS3 opens an s3:// bucket as gocloud's URL opener does, its requests
-// tried at most max_attempts times (the URL's, else AWS_MAX_ATTEMPTS's).
+// tried at most max_attempts times (the URL's, else AWS_MAX_ATTEMPTS's);
+// an endpoint parameter that is not an http(s):// URL is refused.
 // gocloud's opener installs a retryer of its own, and the AWS SDK then
 // drops the configured maximum: every request was tried three times
 // whatever AWS_MAX_ATTEMPTS said — ~7 s of backoff before a node cut off
 // from the bucket could say so.
 func openS3(ctx context.Context, u *url.URL) (*blob.Bucket, error) {
 	q := u.Query()
+	if err := checkEndpoint(q); err != nil {
+		return nil, err
+	}
 	attempts, err := maxAttempts(q)
 	if err != nil {
 		return nil, err
@@ -123,7 +127,7 @@ func CheckURL(ctx context.Context, raw string) error {
 				msg += " (" + hint + ")"
 			}
 		}
-		return fmt.Errorf("%q: %s", raw, msg)
+		return fmt.Errorf("%q: %s", Redact(raw), msg)
 	}
 	return b.Close()
 }

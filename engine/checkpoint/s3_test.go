@@ -309,9 +309,10 @@ func TestCheckURLSuggests(t *testing.T) {
 }
 
 // TestStorageRefusalsSayWhatToFix: a save into a bucket that does not
-// exist, or that refuses the credentials, fails saying so — the run holds
-// for its storage on either, and its status shows this error — while the
-// error keeps its code (the run's classification reads it).
+// exist, or that refuses the credentials, fails saying so, once — the run
+// holds for its storage on either, and its status shows this error —
+// while the error keeps its code (the run's classification reads it) and
+// is a setting's fault (Misconfigured).
 func TestStorageRefusalsSayWhatToFix(t *testing.T) {
 	ctx := t.Context()
 	forbidden := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -338,8 +339,8 @@ func TestStorageRefusalsSayWhatToFix(t *testing.T) {
 			}
 			defer s.Close()
 			_, _, err = s.SaveIncremental(ctx, "r", 100, payload(100))
-			if err == nil || !strings.Contains(err.Error(), tc.want) || gcerrors.Code(err) != tc.code {
-				t.Errorf("save: %v (code %v); want %q, code %v", err, gcerrors.Code(err), tc.want, tc.code)
+			if err == nil || strings.Count(err.Error(), tc.want) != 1 || gcerrors.Code(err) != tc.code || !Misconfigured(err) {
+				t.Errorf("save: %v (code %v); want %q once, code %v, a setting's fault", err, gcerrors.Code(err), tc.want, tc.code)
 			}
 		})
 	}
