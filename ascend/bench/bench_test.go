@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/ascendtest"
@@ -275,7 +276,7 @@ func TestJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("%v:\n%s", err, out)
 	}
-	if doc.Version != 1 || doc.Ranks != 2 || len(doc.Tables) != 1 || doc.Tables[0].Collective != "allreduce" || len(doc.Tables[0].Results) == 0 {
+	if doc.Version != JSONVersion || doc.Ranks != 2 || len(doc.Tables) != 1 || doc.Tables[0].Collective != "allreduce" || len(doc.Tables[0].Results) == 0 {
 		t.Errorf("%+v", doc)
 	}
 	if doc.Options.Format != "json" || doc.Options.Collectives[0] != ascend.CollAllReduce {
@@ -315,10 +316,10 @@ func TestExpectedMatchesBruteForce(t *testing.T) {
 
 func TestFlagsAndSizes(t *testing.T) {
 	var o Options
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
 	o.RegisterFlags(fs)
-	err := fs.Parse([]string{"-b", "1K", "-e", "256M", "-f", "4", "-n", "7", "-c", "0", "-op", "max", "-o", "json",
-		"-coll", "allreduce,all_gather", "-algo", "ring,hd", "-np", "3", "-r", "1", "-limits", "0", "-shm"})
+	err := fs.Parse([]string{"-b", "1K", "-e", "256M", "-f", "4", "-n", "7", "-c", "0", "--op", "max", "-o", "json",
+		"--coll", "allreduce,all_gather", "--algo", "ring,hd", "--np", "3", "-r", "1", "--limits", "0", "--shm"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +453,7 @@ func TestLimits(t *testing.T) {
 // TestManualReport runs a real benchmark in separate processes when
 // ASCEND_BENCH_ARGS holds its flags (see Options.RegisterFlags), e.g.
 //
-//	ASCEND_BENCH_ARGS='-np 4 -b 4M -e 64M -f 16 -algo ring,hd,tree' \
+//	ASCEND_BENCH_ARGS='--np 4 -b 4M -e 64M -f 16 --algo ring,hd,tree' \
 //	    go test -run TestManualReport -v ./ascend/bench
 func TestManualReport(t *testing.T) {
 	spec := os.Getenv("ASCEND_BENCH_ARGS")
@@ -460,7 +461,7 @@ func TestManualReport(t *testing.T) {
 		t.Skip("set ASCEND_BENCH_ARGS to run a benchmark")
 	}
 	var opts Options
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
 	opts.RegisterFlags(fs)
 	if err := fs.Parse(strings.Fields(spec)); err != nil {
 		t.Fatal(err)
@@ -523,7 +524,8 @@ func TestLimitSizes(t *testing.T) {
 		max  int64
 		want []int64
 	}{
-		{8 << 10, []int64{8 << 10}},
+		{8, []int64{1 << 20}}, // a tiny sweep: 8 B would time a message's latency
+		{8 << 10, []int64{1 << 20}},
 		{1 << 20, []int64{1 << 20}},
 		{8 << 20, []int64{1 << 20, 4 << 20}},
 		{256 << 20, []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20}},

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/spf13/pflag"
 
 	"github.com/cann-train/cann-train/ascend"
 	"github.com/cann-train/cann-train/ascend/ascendtest"
@@ -21,13 +22,11 @@ import (
 func parseFlags(t *testing.T, args ...string) (Options, func(string) bool, error) {
 	t.Helper()
 	var o Options
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o.RegisterFlags(fs)
 	err := fs.Parse(args)
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return o, func(name string) bool { return set[name] }, err
+	return o, fs.Changed, err
 }
 
 // TestExplicitZeros: a value Options reads as "unset" is refused when it
@@ -45,10 +44,16 @@ func TestExplicitZeros(t *testing.T) {
 		{[]string{"-f", "0"}, "-f 0 would never grow the size"},
 		{[]string{"-f", "0", "-i", "4"}, ""}, // -i replaces -f
 		{[]string{"-w", "0"}, "-w 0: want at least 1 warm-up iteration (default 5)"},
-		{[]string{"-np", "0"}, "--np 0: want 1 or more ranks"},
+		{[]string{"--np", "0"}, "--np 0: want 1 or more ranks"},
+		{[]string{"--minbytes", "0"}, "-b 0: want at least 1 byte"},
+		{[]string{"--maxbytes", "0"}, "-e 0: want at least 1 byte"},
+		{[]string{"--stepbytes", "0"}, "-i 0: want at least 1 byte"},
+		{[]string{"--stepfactor", "0"}, "-f 0 would never grow the size"},
+		{[]string{"--warmup_iters", "0"}, "-w 0: want at least 1 warm-up iteration"},
+		{[]string{"--target-time", "0s"}, "-T 0s: want a positive duration"},
 		{[]string{"-T", "0s"}, "-T 0s: want a positive duration (default 200ms)"},
 		{[]string{"-T", "-1s"}, "-T -1s: want a positive duration"},
-		{[]string{"-b", "1", "-e", "1", "-f", "3", "-w", "1", "-np", "1", "-T", "1ms", "-n", "0"}, ""},
+		{[]string{"-b", "1", "-e", "1", "-f", "3", "-w", "1", "--np", "1", "-T", "1ms", "-n", "0"}, ""},
 	} {
 		o, set, err := parseFlags(t, tc.args...)
 		if err != nil {
@@ -66,18 +71,17 @@ func TestExplicitZeros(t *testing.T) {
 // want.
 func TestFlagUsage(t *testing.T) {
 	var o Options
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
 	o.RegisterFlags(fs)
-	for name, want := range map[string]string{"b": "8", "e": "256M", "f": "2", "w": "5", "T": "200ms", "d": "float", "o": "table",
-		"np": "2", "coll": "allreduce", "algo": "auto", "op": "sum", "c": "1", "limits": "1", "R": "0"} {
+	for name, want := range map[string]string{"minbytes": "8", "maxbytes": "256M", "stepfactor": "2", "warmup_iters": "5", "target-time": "200ms", "datatype": "float", "output": "table",
+		"np": "2", "coll": "allreduce", "algo": "auto", "op": "sum", "check": "1", "limits": "1", "shared-buffers": "0"} {
 		if f := fs.Lookup(name); f == nil || f.DefValue != want {
-			t.Errorf("-%s: default %v, want %q", name, f, want)
+			t.Errorf("--%s: default %v, want %q", name, f, want)
 		}
 	}
-	for name, want := range map[string]string{"b": "size", "sockbuf": "size", "algo": "list", "coll": "list", "c": "0|1", "limits": "0|1", "R": "0|1", "touch": "0|1", "T": "duration", "spin": "duration"} {
-		v, ok := fs.Lookup(name).Value.(interface{ Type() string })
-		if !ok || v.Type() != want {
-			t.Errorf("-%s: type %v, want %q", name, v, want)
+	for name, want := range map[string]string{"minbytes": "size", "sockbuf": "size", "algo": "list", "coll": "list", "check": "0|1", "limits": "0|1", "shared-buffers": "0|1", "touch": "0|1", "target-time": "duration", "spin": "duration"} {
+		if got := fs.Lookup(name).Value.Type(); got != want {
+			t.Errorf("--%s: type %v, want %q", name, got, want)
 		}
 	}
 	if u := fs.Lookup("algo").Usage; !strings.Contains(u, "auto, ring, hd, tree, rd, hier, pairwise") || !strings.Contains(u, "bruck") || !strings.Contains(u, "direct") {
@@ -87,9 +91,9 @@ func TestFlagUsage(t *testing.T) {
 		args       []string
 		want, also string
 	}{
-		{[]string{"-limits", "2"}, "-limits", "want 0 or 1"},
+		{[]string{"--limits", "2"}, "--limits", "want 0 or 1"},
 		{[]string{"-c", "2"}, "-c", "want 0 or 1"},
-		{[]string{"-spin", "-1"}, "-spin", "want a duration with its unit"},
+		{[]string{"--spin", "-1"}, "--spin", "want a duration with its unit"},
 		{[]string{"-T", "1"}, "-T", "want a duration with its unit"},
 	} {
 		_, _, err := parseFlags(t, tc.args...)
@@ -97,7 +101,7 @@ func TestFlagUsage(t *testing.T) {
 			t.Errorf("%v: %v, want an error naming %s: %s", tc.args, err, tc.want, tc.also)
 		}
 	}
-	if o, _, err := parseFlags(t, "-spin", "-1ns"); err != nil || o.Spin != -1 {
+	if o, _, err := parseFlags(t, "--spin", "-1ns"); err != nil || o.Spin != -1 {
 		t.Errorf("-spin -1ns: %v, %v", o.Spin, err)
 	}
 }

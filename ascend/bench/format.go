@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cann-train/cann-train/ascend"
 )
@@ -16,13 +17,28 @@ import (
 // per collective and algorithm with out-of-place and in-place columns
 // (plus the algorithm that ran, appended as a last column), and the
 // "Avg bus bandwidth" footer (the mean busbw over every size of more than
-// 0 bytes and placement). It is what RunRank prints as it goes.
+// 0 bytes and placement), with a line where a table was skipped. It is
+// what RunRank prints as it goes. (A report read back from JSON, which
+// does not keep where they stood, has its skipped lines first.)
 func (rep *Report) WriteTable(w io.Writer) error {
 	tw := newTableWriter(w)
 	if err := tw.header(rep); err != nil {
 		return err
 	}
+	skipped := func(at int) error { // the lines for the tables skipped here
+		for _, sk := range rep.Skipped {
+			if sk.at == at {
+				if err := tw.skipped(sk); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	for i := range rep.Tables {
+		if err := skipped(i); err != nil {
+			return err
+		}
 		t := &rep.Tables[i]
 		if err := tw.tableStart(t); err != nil {
 			return err
@@ -35,6 +51,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		if err := tw.tableEnd(t); err != nil {
 			return err
 		}
+	}
+	if err := skipped(len(rep.Tables)); err != nil {
+		return err
 	}
 	return tw.footer(rep)
 }
@@ -87,6 +106,10 @@ func (tw *tableWriter) header(rep *Report) error {
 		fmt.Fprintf(bw, "# touch: every call's input rewritten just before it and its output read just after it, both in the time (--touch 1)\n")
 	}
 	fmt.Fprintf(bw, "# cost model: %s\n", rep.CostModel)
+	if len(rep.Limits) > 0 && rep.Limits[0].Bytes > o.MaxBytes {
+		fmt.Fprintf(bw, "# limits measured at %s transfers, above the sweep's -e %s: smaller ones time the latency of a message, not a limit\n",
+			FormatSize(rep.Limits[0].Bytes), FormatSize(o.MaxBytes))
+	}
 	writeLimits(bw, "before", rep.Limits)
 	return bw.Flush()
 }
@@ -97,7 +120,11 @@ func (tw *tableWriter) tableStart(t *Table) error {
 	}
 	tw.table = t
 	bw := tw.bw
-	fmt.Fprintf(bw, "#\n# %s, algorithm %s\n#\n", t.Collective, t.Algorithm)
+	runs := ""
+	if t.RunsAs != "" {
+		runs = fmt.Sprintf(" (runs %s on shared buffers: same bits)", t.RunsAs)
+	}
+	fmt.Fprintf(bw, "#\n# %s, algorithm %s%s\n#\n", t.Collective, t.Algorithm, runs)
 	fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s           out-of-place                        in-place\n", "", "", "", "", "")
 	fmt.Fprintf(bw, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %s\n",
 		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algo")
@@ -161,7 +188,22 @@ func (tw *tableWriter) tableEnd(t *Table) error {
 	if slices.ContainsFunc(t.Rows, func(r Row) bool { return r.Size > 0 }) {
 		avg = fmt.Sprintf("%g", round3(t.AvgBusBW))
 	}
-	fmt.Fprintf(tw.bw, "# Avg bus bandwidth    : %s\n", avg)
+	// nccl-tests' line, with the unit after the figure (nccl-tests gives
+	// none): the figure stays its sixth field.
+	unit := ""
+	if avg != "N/A" {
+		unit = " GB/s"
+	}
+	fmt.Fprintf(tw.bw, "# Avg bus bandwidth    : %s%s\n", avg, unit)
+	return tw.bw.Flush()
+}
+
+// skipped is the line that stands for a table measured elsewhere.
+func (tw *tableWriter) skipped(sk Skipped) error {
+	if tw == nil {
+		return nil
+	}
+	fmt.Fprintf(tw.bw, "#\n# %s, algorithm %s: %s\n", sk.Collective, sk.Algorithm, sk.Reason)
 	return tw.bw.Flush()
 }
 
@@ -194,19 +236,29 @@ func writeLimits(w io.Writer, when string, ls []Limits) {
 	}
 }
 
+// JSONVersion is the version of WriteJSON's document. 2: times in µs
+// under names that say so (time_us, target_time_us, spin_us; 1 had time
+// in µs and target_time and spin in ns), cost_model_params, runs_as,
+// skipped_tables and units.
+const JSONVersion = 2
+
 // WriteJSON writes the report as one JSON object (keys after nccl-tests'
-// -J output where they overlap: size, count, type, redop, root,
-// out_of_place/in_place {time, alg_bw, bus_bw, nwrong}).
+// table where they overlap: size, count, type, redop, root,
+// out_of_place/in_place {time_us, alg_bw, bus_bw, nwrong}). Every time is
+// in µs and every bandwidth in GB/s (1 GB = 1e9 B), as its "units" says.
 func (rep *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
-		Version int `json:"version"`
+		Version int               `json:"version"`
+		Units   map[string]string `json:"units"`
 		*Report
-	}{1, rep})
+	}{JSONVersion, map[string]string{"time": "us", "bandwidth": "GB/s (1 GB = 1e9 B)", "size": "bytes"}, rep})
 }
 
-// MarshalJSON names collectives and algorithms instead of numbering them.
+// MarshalJSON names collectives and algorithms instead of numbering them,
+// and gives durations in microseconds (target_time_us, spin_us), the unit
+// of every time in the report.
 func (o Options) MarshalJSON() ([]byte, error) {
 	type plain Options
 	var colls, algos []string
@@ -218,10 +270,12 @@ func (o Options) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(struct {
 		plain
-		Collectives []string `json:"collectives,omitempty"`
-		Algorithms  []string `json:"algorithms,omitempty"`
-		Op          string   `json:"op"`
-	}{plain(o), colls, algos, o.Op.String()})
+		Collectives  []string `json:"collectives,omitempty"`
+		Algorithms   []string `json:"algorithms,omitempty"`
+		Op           string   `json:"op"`
+		TargetTimeUs float64  `json:"target_time_us,omitempty"`
+		SpinUs       float64  `json:"spin_us,omitempty"`
+	}{plain(o), colls, algos, o.Op.String(), us(o.TargetTime), us(o.Spin)})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -229,14 +283,17 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 	type plain Options
 	aux := struct {
 		*plain
-		Collectives []string `json:"collectives,omitempty"`
-		Algorithms  []string `json:"algorithms,omitempty"`
-		Op          string   `json:"op"`
+		Collectives  []string `json:"collectives,omitempty"`
+		Algorithms   []string `json:"algorithms,omitempty"`
+		Op           string   `json:"op"`
+		TargetTimeUs float64  `json:"target_time_us,omitempty"`
+		SpinUs       float64  `json:"spin_us,omitempty"`
 	}{plain: (*plain)(o)}
 	if err := json.Unmarshal(b, &aux); err != nil {
 		return err
 	}
 	o.Collectives, o.Algorithms = nil, nil
+	o.TargetTime, o.Spin = fromUs(aux.TargetTimeUs), fromUs(aux.SpinUs)
 	if len(aux.Collectives) > 0 {
 		cs, err := parseCollectives(strings.Join(aux.Collectives, ","))
 		if err != nil {
@@ -254,6 +311,11 @@ func (o *Options) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// us is d in microseconds; fromUs reads it back (to the nanosecond).
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func fromUs(v float64) time.Duration { return time.Duration(math.Round(v * 1e3)) }
 
 // floatStr formats v in width columns like nccl-tests' getFloatStr: two
 // decimals while they fit, then fewer, then exponent notation.

@@ -25,7 +25,6 @@ package bench
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -33,6 +32,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/cann-train/cann-train/ascend"
 )
@@ -59,8 +60,8 @@ type Options struct {
 	// the warm-up: TargetTime / median warm-up time, within [MinIters,
 	// MaxIters].
 	Iters      int           `json:"iters,omitempty"`
-	Warmup     int           `json:"warmup,omitempty"` // -w, default 5
-	TargetTime time.Duration `json:"target_time,omitempty"`
+	Warmup     int           `json:"warmup,omitempty"`    // -w, default 5
+	TargetTime time.Duration `json:"-"`                   // -T; JSON: target_time_us
 	MinIters   int           `json:"min_iters,omitempty"` // default 3
 	MaxIters   int           `json:"max_iters,omitempty"` // default 10000
 	// SkipCheck skips the correctness check (-c 0).
@@ -73,7 +74,7 @@ type Options struct {
 	// as nccl-tests names them; double and int32 run the typed
 	// collectives (ascend.AllReduceOf and the others).
 	DType string `json:"dtype,omitempty"`
-	// Format is "table" (default) or "json".
+	// Format is "table" (default; "text" is the same) or "json".
 	Format string `json:"format,omitempty"`
 	// SkipLimits skips measuring loopback TCP and memcpy.
 	SkipLimits bool `json:"skip_limits,omitempty"`
@@ -97,7 +98,7 @@ type Options struct {
 	// which the bare loop of nccl-tests never pays. Off by default.
 	Touch bool `json:"touch,omitempty"`
 	// Spin is tcp.Options.Spin of Launch's ranks (0: automatic).
-	Spin time.Duration `json:"spin,omitempty"`
+	Spin time.Duration `json:"-"` // JSON: spin_us
 	// SocketBuffer is tcp.Options.SocketBuffer (0: kernel autotuning).
 	SocketBuffer int64 `json:"socket_buffer,omitempty"`
 	// Procs is GOMAXPROCS in each of Launch's rank processes. 0 means 1
@@ -160,27 +161,40 @@ func neverGrows(f int) error {
 	return fmt.Errorf("bench: -f %d would never grow the size: want -f 2 or more, or -i for a fixed increment", f)
 }
 
+// The long names of the flags CheckSetFlags looks at (see RegisterFlags).
+const (
+	flagMinBytes   = "minbytes"
+	flagMaxBytes   = "maxbytes"
+	flagStepFactor = "stepfactor"
+	flagStepBytes  = "stepbytes"
+	flagIters      = "iters"
+	flagWarmup     = "warmup_iters"
+	flagRanks      = "np"
+	flagTargetTime = "target-time"
+)
+
 // CheckSetFlags refuses a value given on the command line that Options
 // reads as "unset" and Defaults would quietly replace: -b 0, -e 0, -i 0,
 // -f 0 (without -i), -w 0, --np 0 and a -T that is not positive. set
-// reports whether the flag of that name (as RegisterFlags names it) was
-// given: pflag's FlagSet.Changed, or a set collected by flag.Visit.
+// reports whether the flag of that long name (as RegisterFlags names it:
+// minbytes, not b) was given: pflag's FlagSet.Changed. The errors name
+// the flags by their shorthands, as scripts and nccl-tests write them.
 func (o Options) CheckSetFlags(set func(name string) bool) error {
 	d := Options{}.Defaults()
 	switch {
-	case set("b") && o.MinBytes == 0:
+	case set(flagMinBytes) && o.MinBytes == 0:
 		return fmt.Errorf("bench: -b 0: want at least 1 byte (default %s)", FormatSize(d.MinBytes))
-	case set("e") && o.MaxBytes == 0:
+	case set(flagMaxBytes) && o.MaxBytes == 0:
 		return fmt.Errorf("bench: -e 0: want at least 1 byte (default %s)", FormatSize(d.MaxBytes))
-	case set("i") && o.StepBytes == 0:
+	case set(flagStepBytes) && o.StepBytes == 0:
 		return errors.New("bench: -i 0: want at least 1 byte, or no -i to multiply the size by -f")
-	case set("f") && o.StepFactor == 0 && o.StepBytes == 0:
+	case set(flagStepFactor) && o.StepFactor == 0 && o.StepBytes == 0:
 		return neverGrows(0)
-	case set("w") && o.Warmup == 0:
+	case set(flagWarmup) && o.Warmup == 0:
 		return fmt.Errorf("bench: -w 0: want at least 1 warm-up iteration (default %d)", d.Warmup)
-	case set("np") && o.Ranks == 0:
+	case set(flagRanks) && o.Ranks == 0:
 		return errors.New("bench: --np 0: want 1 or more ranks")
-	case set("T") && o.TargetTime <= 0:
+	case set(flagTargetTime) && o.TargetTime <= 0:
 		return fmt.Errorf("bench: -T %v: want a positive duration (default %v)", o.TargetTime, d.TargetTime)
 	}
 	return nil
@@ -218,7 +232,7 @@ func (o Options) Defaults() Options {
 	if o.MaxIters <= 0 {
 		o.MaxIters = 10000
 	}
-	if o.Format == "" {
+	if o.Format == "" || o.Format == "text" { // text: the word the other commands use
 		o.Format = "table"
 	}
 	switch o.DType {
@@ -238,7 +252,7 @@ func (o Options) Defaults() Options {
 func (o Options) validate() error {
 	switch {
 	case o.Format != "table" && o.Format != "json":
-		return fmt.Errorf("bench: output format %q (want table or json)", o.Format)
+		return fmt.Errorf("bench: output format %q (want table, text (the same) or json)", o.Format)
 	case o.Root < 0:
 		return fmt.Errorf("bench: -r %d: want a rank, 0 or more", o.Root)
 	case o.SharedBuffers && !o.SharedMemory && o.Ranks > 0:
@@ -501,42 +515,45 @@ func (f durationFlag) Set(s string) error {
 	return nil
 }
 
-// RegisterFlags defines o's flags on fs in the spirit of nccl-tests: -b,
-// -e, -f, -i (sizes), -n (iterations), -w (warm-up), -c (check 0/1), -r
-// (root), -d (float|double|int32), -R (shared buffers 0/1), plus --touch
-// (0/1), --shm (shared-memory links), --op (sum|avg|max|min), -o
-// (table|json), --coll (list or "all"), --algo (list of auto, ring, hd,
-// tree, rd, hier, pairwise, bruck, direct), --np (ranks for Launch), -T
-// (target time per size), --chunk (frame bytes), --limits (0/1),
-// --sockbuf, --spin and --procs. Fields of o that are unset are first set
-// to their defaults (see Defaults), and the current values of o are the
-// flags' defaults, so that the usage shows them. After parsing, pass the
-// flags given to CheckSetFlags. (With cobra, add fs to the command with
-// pflag's AddGoFlagSet: one-letter names become shorthands.)
-func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+// RegisterFlags defines o's flags on fs, under nccl-tests' names where
+// it has them, each with its one-letter shorthand: -b/--minbytes,
+// -e/--maxbytes, -f/--stepfactor, -i/--stepbytes (sizes), -n/--iters,
+// -w/--warmup_iters, -c/--check (0/1), -r/--root, -d/--datatype
+// (float|double|int32); and ours: -R/--shared-buffers (0/1, nccl-tests'
+// registration flag), -T/--target-time (per size), -o/--output
+// (table|text|json; nccl-tests' -o is the reduction, here --op), plus
+// --touch (0/1), --shm (shared-memory links), --op (sum|avg|max|min),
+// --coll (list or "all"), --algo (list of auto, ring, hd, tree, rd, hier,
+// pairwise, bruck, direct), --np (ranks for Launch), --chunk (frame
+// bytes), --limits (0/1), --sockbuf, --spin and --procs. Fields of o that
+// are unset are first set to their defaults (see Defaults), and the
+// current values of o are the flags' defaults, so that the usage shows
+// them. After parsing, pass fs.Changed to CheckSetFlags.
+func (o *Options) RegisterFlags(fs *pflag.FlagSet) {
 	d := o.Defaults()
 	o.Collectives, o.Algorithms, o.MinBytes, o.MaxBytes, o.StepFactor = d.Collectives, d.Algorithms, d.MinBytes, d.MaxBytes, d.StepFactor
 	o.Warmup, o.TargetTime, o.DType, o.Format, o.Ranks = d.Warmup, d.TargetTime, d.DType, d.Format, d.Ranks
-	fs.Var(sizeFlag{&o.MinBytes}, "b", "minimum size in bytes; K, M, G suffixes are powers of 1024 (8K = 8192)")
-	fs.Var(sizeFlag{&o.MaxBytes}, "e", "maximum size in bytes (K, M, G suffixes)")
-	fs.IntVar(&o.StepFactor, "f", o.StepFactor, "size multiplication factor, 2 or more")
-	fs.Var(sizeFlag{&o.StepBytes}, "i", "size increment in bytes (K, M, G suffixes), instead of -f")
-	fs.IntVar(&o.Iters, "n", o.Iters, "timed iterations per size (0: from the warm-up and -T)")
-	fs.IntVar(&o.Warmup, "w", o.Warmup, "warm-up iterations per size")
-	fs.Var(checkFlag{&o.SkipCheck}, "c", "check results (1) or not (0)")
-	fs.IntVar(&o.Root, "r", o.Root, "root rank of broadcast and reduce, below the number of ranks")
-	fs.Var(opFlag{&o.Op, &o.Collectives}, "op", "reduction: sum, avg, max, min; or a collective list as for --coll")
-	fs.StringVar(&o.DType, "d", o.DType, "data type: float, double or int32")
-	fs.StringVar(&o.Format, "o", o.Format, "output: table or json")
+	fs.VarP(sizeFlag{&o.MinBytes}, flagMinBytes, "b", "minimum size in bytes; K, M, G suffixes are powers of 1024 (8K = 8192)")
+	fs.VarP(sizeFlag{&o.MaxBytes}, flagMaxBytes, "e", "maximum size in bytes (K, M, G suffixes)")
+	fs.IntVarP(&o.StepFactor, flagStepFactor, "f", o.StepFactor, "size multiplication factor, 2 or more")
+	fs.VarP(sizeFlag{&o.StepBytes}, flagStepBytes, "i", "size increment in bytes (K, M, G suffixes), instead of -f")
+	fs.IntVarP(&o.Iters, flagIters, "n", o.Iters, "timed iterations per size (0: from the warm-up and -T)")
+	fs.IntVarP(&o.Warmup, flagWarmup, "w", o.Warmup, "warm-up iterations per size")
+	fs.VarP(checkFlag{&o.SkipCheck}, "check", "c", "check results (1) or not (0)")
+	fs.IntVarP(&o.Root, "root", "r", o.Root, "root rank of broadcast and reduce, below the number of ranks")
+	fs.Var(opFlag{&o.Op, &o.Collectives}, "op", "reduction: sum, avg, max, min (nccl-tests' -o; here -o is --output); or a collective list as for --coll")
+	fs.StringVarP(&o.DType, "datatype", "d", o.DType, "data type: float, double or int32")
+	fs.StringVarP(&o.Format, "output", "o", o.Format, "output: table or text (the same), or json")
 	fs.Var(collFlag{&o.Collectives}, "coll", "collectives, comma-separated, or all: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
 	fs.Var(listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm, str: ascend.Algorithm.String}, "algo",
-		"algorithms, comma-separated, one table each: auto, ring, hd, tree, rd, hier, pairwise (alltoall), bruck (alltoall), direct (needs -R 1); each runs on the collectives that have it")
-	fs.IntVar(&o.Ranks, "np", o.Ranks, "ranks (processes) to launch")
-	fs.Var(durationFlag{&o.TargetTime}, "T", "target timed duration per size when -n is 0 (with a unit: 200ms, 1s)")
+		"algorithms, comma-separated, one table each: auto, ring, hd, tree, rd, hier, pairwise (alltoall), bruck (alltoall), direct (needs -R 1); each runs on the collectives that have it. "+
+			"With -R 1 a forced ring runs direct where direct exists (the same bits): its table says so, and with direct also asked for it is measured once")
+	fs.IntVar(&o.Ranks, flagRanks, o.Ranks, "ranks (processes) to launch")
+	fs.VarP(durationFlag{&o.TargetTime}, flagTargetTime, "T", "target timed duration per size when -n is 0 (with a unit: 200ms, 1s)")
 	fs.IntVar(&o.ChunkBytes, "chunk", o.ChunkBytes, "frame size in bytes (0: default)")
-	fs.Var(checkFlag{&o.SkipLimits}, "limits", "measure loopback TCP and memcpy (1) or not (0)")
+	fs.Var(checkFlag{&o.SkipLimits}, "limits", "measure loopback TCP and memcpy (1) or not (0), at 1M transfers and up")
 	fs.BoolVar(&o.SharedMemory, "shm", o.SharedMemory, "link the launched ranks over shared memory instead of TCP")
-	fs.Var(flag01{&o.SharedBuffers}, "R", "buffers in shared memory, read directly by the ranks of a host (1, needs --shm) or ordinary memory (0)")
+	fs.VarP(flag01{&o.SharedBuffers}, "shared-buffers", "R", "buffers in shared memory, read directly by the ranks of a host (1, needs --shm; nccl-tests' -R) or ordinary memory (0)")
 	fs.Var(flag01{&o.Touch}, "touch", "rewrite every call's input before it and read its output after it, as a training step does (1), or not (0)")
 	fs.Var(sizeFlag{&o.SocketBuffer}, "sockbuf", "SO_SNDBUF/SO_RCVBUF of TCP links in bytes, K, M, G suffixes (0: kernel autotuning)")
 	fs.Var(durationFlag{&o.Spin}, "spin", "how long a TCP receive polls before sleeping, with a unit: 50us (0: auto, polling only while ranks ≤ cores; negative, e.g. -1ns: never)")

@@ -19,30 +19,82 @@ type Report struct {
 	Ranks     int     `json:"ranks"`
 	Options   Options `json:"options"`
 	CostModel string  `json:"cost_model"`
+	// CostModelParams is CostModel's figures, each in a named unit.
+	CostModelParams CostModelParams `json:"cost_model_params"`
 	// GOMAXPROCS is what rank 0 ran with (see Options.Procs).
 	GOMAXPROCS int `json:"gomaxprocs"`
 	// Limits are measured before the sweep and LimitsAfter after it (on a
 	// shared host the two bracket the noise), at 1, 4, 16 and 64 MiB as far
-	// as the sweep reaches (see limitSizes).
-	Limits      []Limits         `json:"limits,omitempty"`
-	LimitsAfter []Limits         `json:"limits_after,omitempty"`
-	Tables      []Table          `json:"tables"`
-	Start       time.Time        `json:"start_time"`
-	End         time.Time        `json:"end_time"`
-	Model       ascend.CostModel `json:"-"`
+	// as the sweep reaches, and at 1 MiB however small it is (see
+	// limitSizes).
+	Limits      []Limits `json:"limits,omitempty"`
+	LimitsAfter []Limits `json:"limits_after,omitempty"`
+	Tables      []Table  `json:"tables"`
+	// Skipped are the tables asked for and not measured, each with why
+	// (a forced ring on shared buffers runs direct: with direct also
+	// asked for it would measure the same calls twice).
+	Skipped []Skipped        `json:"skipped_tables,omitempty"`
+	Start   time.Time        `json:"start_time"`
+	End     time.Time        `json:"end_time"`
+	Model   ascend.CostModel `json:"-"`
 }
 
 // Table is one collective's sweep with one algorithm setting.
 type Table struct {
 	Collective string `json:"collective"`
 	Algorithm  string `json:"algorithm"` // as forced: auto, ring, hd, tree, …
-	Rows       []Row  `json:"results"`
+	// RunsAs is the algorithm that runs where the communicator replaces the
+	// one forced (a ring on shared buffers runs direct: the same bits);
+	// empty where it does not.
+	RunsAs string `json:"runs_as,omitempty"`
+	Rows   []Row  `json:"results"`
 	// AvgBusBW is the mean busbw over the placements of the rows of more
 	// than 0 bytes. (A requested size below one element — per rank, for the
 	// collectives that split it among the ranks — rounds down to a row of
 	// 0 bytes, as in nccl-tests: a call with nothing to move.)
 	AvgBusBW float64 `json:"avg_bus_bandwidth"`
 	Wrong    int64   `json:"nwrong"` // -1: not checked
+}
+
+// Skipped is a table asked for and not measured.
+type Skipped struct {
+	Collective string `json:"collective"`
+	Algorithm  string `json:"algorithm"`
+	// MeasuredAs is the table that measures the same calls.
+	MeasuredAs string `json:"measured_as"`
+	Reason     string `json:"reason"`
+	// at is the number of tables before it, for WriteTable.
+	at int
+}
+
+// CostModelParams is an ascend.CostModel in named units: latencies in
+// µs, link and reduction rates in GB/s (1/β, 1/γ), the "all ranks
+// stepping" figures where every rank sends and receives at once.
+type CostModelParams struct {
+	AlphaUs        float64 `json:"alpha_us"`
+	BetaGBps       float64 `json:"beta_gbps"`
+	GammaGBps      float64 `json:"gamma_gbps"`
+	AlphaAllUs     float64 `json:"alpha_all_us"`
+	BetaAllGBps    float64 `json:"beta_all_gbps"`
+	SharedMemLinks bool    `json:"shared_memory_links"`
+}
+
+func costModelParams(m ascend.CostModel) CostModelParams {
+	rate := func(secPerByte float64) float64 { // 0 for no figure (no +Inf in JSON)
+		if secPerByte <= 0 {
+			return 0
+		}
+		return 1 / secPerByte / 1e9
+	}
+	aa, ba := m.AlphaAll, m.BetaAll
+	if aa <= 0 {
+		aa = m.Alpha
+	}
+	if ba <= 0 {
+		ba = m.Beta
+	}
+	return CostModelParams{AlphaUs: us(m.Alpha), BetaGBps: rate(m.Beta), GammaGBps: rate(m.Gamma),
+		AlphaAllUs: us(aa), BetaAllGBps: rate(ba), SharedMemLinks: m.MemoryLinks}
 }
 
 // Row is one size, nccl-tests style.
@@ -60,10 +112,10 @@ type Row struct {
 
 // Result is one placement's measurement.
 type Result struct {
-	Time   float64 `json:"time"`   // µs per operation, mean over ranks
-	AlgBW  float64 `json:"alg_bw"` // GB/s
-	BusBW  float64 `json:"bus_bw"` // GB/s
-	NWrong int64   `json:"nwrong"` // -1: not checked
+	Time   float64 `json:"time_us"` // µs per operation, mean over ranks
+	AlgBW  float64 `json:"alg_bw"`  // GB/s
+	BusBW  float64 `json:"bus_bw"`  // GB/s
+	NWrong int64   `json:"nwrong"`  // -1: not checked
 }
 
 // collective describes how to benchmark one collective.
@@ -181,20 +233,40 @@ func run(ctx context.Context, comm *ascend.Communicator, opts Options, live *tab
 		return nil, err
 	}
 	rep.Model = comm.CostModel()
-	rep.CostModel = rep.Model.String()
+	rep.CostModel, rep.CostModelParams = rep.Model.String(), costModelParams(rep.Model)
 	if err := live.header(rep); err != nil {
 		return nil, err
 	}
 
 	for _, coll := range opts.Collectives {
-		for _, algo := range opts.Algorithms {
+		for i, algo := range opts.Algorithms {
 			if algo != ascend.AlgoAuto && !algo.Implements(coll) {
 				continue
 			}
 			if err := comm.SetAlgorithm(algo); err != nil {
 				return nil, err
 			}
-			t, err := runTable(ctx, comm, opts, coll, algo, b, live)
+			// A forced ring on shared buffers runs direct (the same bits:
+			// ascend's directFor): said in its heading, and measured once
+			// where direct has a table too.
+			var runsAs string
+			if algo == ascend.AlgoRing && runsDirect(comm, opts, coll, b.recv, b.send) {
+				runsAs = ascend.AlgoDirect.String()
+				if j := slices.Index(opts.Algorithms, ascend.AlgoDirect); j >= 0 {
+					where := "below"
+					if j < i {
+						where = "above"
+					}
+					sk := Skipped{Collective: coll.String(), Algorithm: algo.String(), MeasuredAs: runsAs, at: len(rep.Tables),
+						Reason: fmt.Sprintf("a ring on shared buffers runs direct (the same bits): measured once, as algorithm direct (%s)", where)}
+					rep.Skipped = append(rep.Skipped, sk)
+					if err := live.skipped(sk); err != nil {
+						return nil, err
+					}
+					continue
+				}
+			}
+			t, err := runTable(ctx, comm, opts, coll, algo, runsAs, b, live)
 			if err != nil {
 				return nil, err
 			}
@@ -208,7 +280,7 @@ func run(ctx context.Context, comm *ascend.Communicator, opts Options, live *tab
 		return nil, err
 	}
 	rep.Model = comm.CostModel()
-	rep.CostModel = rep.Model.String()
+	rep.CostModel, rep.CostModelParams = rep.Model.String(), costModelParams(rep.Model)
 	rep.End = time.Now()
 	return rep, live.footer(rep)
 }
@@ -251,24 +323,40 @@ func settle(ctx context.Context, comm *ascend.Communicator, d time.Duration) err
 }
 
 // limitSizes are the transfer sizes the limits are measured at: 1, 4, 16
-// and 64 MiB up to the sweep's largest (at least one). Caches make memcpy
-// two to three times faster at 1-4 MiB than at 64 MiB, so each row is
-// compared with the limit measured nearest its size.
+// and 64 MiB up to the sweep's largest, and 1 MiB (minLimitBytes) however
+// small that is. Caches make memcpy two to three times faster at 1-4 MiB
+// than at 64 MiB, so each row is compared with the limit measured nearest
+// its size.
 func limitSizes(maxBytes int64) []int64 {
 	var sizes []int64
-	for _, s := range []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20} {
+	for _, s := range []int64{minLimitBytes, 4 << 20, 16 << 20, 64 << 20} {
 		if s <= maxBytes || len(sizes) == 0 {
-			sizes = append(sizes, min(s, maxBytes))
+			sizes = append(sizes, s)
 		}
 	}
 	return sizes
 }
 
+// minLimitBytes is the least transfer size the limits are measured at:
+// smaller transfers time the per-message latency (a loopback TCP write of
+// 8 B: 0.00 GB/s), not a ceiling on bandwidth.
+const minLimitBytes = 1 << 20
+
+// runsDirect reports whether coll runs direct on comm with the algorithm
+// comm has forced for it (auto, ring or direct) and the buffers recv and
+// send: float32 collectives, and the double and int32 ones that move
+// words without reducing them (ascend's typed Broadcast and AllGather run
+// the float32 machinery; its typed reductions do not).
+func runsDirect(comm *ascend.Communicator, opts Options, coll ascend.Collective, recv, send []float32) bool {
+	return (opts.DType == DTypeFloat || !collectives[coll].reduces) && comm.DirectFor(coll, recv, send)
+}
+
 // runTable measures one table, printing it to live as it goes (nil: not).
-func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll ascend.Collective, algo ascend.Algorithm, b *bufs, live *tableWriter) (Table, error) {
+// runsAs is Table.RunsAs.
+func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll ascend.Collective, algo ascend.Algorithm, runsAs string, b *bufs, live *tableWriter) (Table, error) {
 	cd := collectives[coll]
 	p := comm.Size()
-	t := Table{Collective: coll.String(), Algorithm: algo.String()}
+	t := Table{Collective: coll.String(), Algorithm: algo.String(), RunsAs: runsAs}
 	if opts.SkipCheck {
 		t.Wrong = -1
 	}
@@ -293,7 +381,7 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 			row.Algorithm = ascend.TypedShares
 		case opts.DType != DTypeFloat && cd.reduces:
 			row.Algorithm = ascend.TypedReduction(p, int(size))
-		case opts.DType == DTypeFloat && comm.DirectFor(coll, b.recv[:nr], b.send[:ns]):
+		case runsDirect(comm, opts, coll, b.recv[:nr], b.send[:ns]):
 			row.Algorithm = ascend.AlgoDirect.String()
 		}
 		if cd.reduces {

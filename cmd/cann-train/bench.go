@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -32,29 +31,42 @@ func newBenchCmd(e *env) *cobra.Command {
 	return cmd
 }
 
+// benchOutputHelp is the --output help of every bench subcommand: all
+// take the same words (bench collective's is ascend/bench's).
+const benchOutputHelp = "text or table (the same), or json"
+
 func newBenchCollectiveCmd(e *env) *cobra.Command {
 	var opts bench.Options
 	var ranks int
 	var transport string
-	fs := flag.NewFlagSet("collective", flag.ContinueOnError)
-	opts.RegisterFlags(fs)
 	cmd := &cobra.Command{
 		Use:   "collective",
 		Short: "nccl-tests-style collective benchmark: N rank processes on loopback",
 		Long: `Starts N ranks as separate OS processes talking over loopback TCP (or shared
 memory) and prints the nccl-tests table for each size as it is measured: size
 count type redop root time algbw busbw #wrong, out-of-place and in-place, and
-the average bus bandwidth (GB = 1e9). Every size is checked for correctness
-(-c 0: not). Sizes (-b, -e, -i, --sockbuf) are bytes with optional K, M, G
-suffixes, powers of 1024; each is rounded down to whole elements (for
+the average bus bandwidth (GB/s, GB = 1e9 B). Every size is checked for
+correctness (-c 0: not). Sizes (-b, -e, -i, --sockbuf) are bytes with optional
+K, M, G suffixes, powers of 1024; each is rounded down to whole elements (for
 reducescatter, allgather and alltoall, whole elements per rank): one that
 rounds down to none gives a row of 0 bytes, as in nccl-tests, left out of the
-average. Durations (-T, --spin) need their unit: 200ms, 50us, -1ns.`,
+average. Durations (-T, --spin) need their unit: 200ms, 50us, -1ns.
+
+The long flags are nccl-tests' (--minbytes, --maxbytes, --stepfactor,
+--stepbytes, --iters, --warmup_iters, --check, --root, --datatype), except
+that nccl-tests' -o is the reduction, here --op: -o is --output (table, or
+text: the same, or json). With -R 1 (--shared-buffers) a forced ring runs
+direct (the same bits): its table's heading says so, and --algo ring,direct
+measures the two once.`,
 		Example: `  cann-train bench collective --op allreduce --ranks 2 --transport tcp -b 8 -e 256M -f 2
   cann-train bench collective --coll allreduce --np 4 -b 1M -e 64M -f 4 --algo ring,hd,tree -o json
-  cann-train bench collective --np 2 --shm -b 1M -e 64M -f 4`,
+  cann-train bench collective --np 2 --shm -b 1M -e 64M -f 4
+  cann-train bench collective --minbytes 1M --maxbytes 64M --stepfactor 4 --shm --shared-buffers 1 --output text`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(opts.Format, "text", "table", "json"); err != nil { // as every bench says it
+				return err
+			}
 			if err := opts.CheckSetFlags(cmd.Flags().Changed); err != nil {
 				return err
 			}
@@ -83,7 +95,7 @@ average. Durations (-T, --spin) need their unit: 200ms, 50us, -1ns.`,
 			})
 		},
 	}
-	cmd.Flags().AddGoFlagSet(fs)
+	opts.RegisterFlags(cmd.Flags())
 	cmd.Flags().IntVar(&ranks, "ranks", 0, "ranks (processes) to launch; same as --np")
 	atLeast(cmd.Flags(), "1", "ranks")
 	cmd.Flags().StringVar(&transport, "transport", "tcp", "tcp, shm, or auto (shm when all ranks share a host, as here); --shm is shm")
@@ -170,7 +182,7 @@ connections open): found by its heartbeat timeout.`,
   cann-train bench recovery --kills 3 --steps 600 --checkpoint-every 50 -o json`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(o.output, "text", "json"); err != nil {
+			if err := checkOutput(o.output, "text", "table", "json"); err != nil {
 				return err
 			}
 			if o.steps < 3*o.ckptEvery {
@@ -202,7 +214,7 @@ connections open): found by its heartbeat timeout.`,
 	atLeast(f, "1s", "heartbeat-timeout")
 	atLeast(f, "1", "kills", "steps", "chunk-steps", "checkpoint-every")
 	atLeast(f, "2", "nodes")
-	f.StringVarP(&o.output, "output", "o", "text", "text or json")
+	f.StringVarP(&o.output, "output", "o", "text", benchOutputHelp)
 	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-recovery"), "logs, and the checkpoints of a trial run that failed (a finished one's are deleted)")
 	return cmd
 }

@@ -42,7 +42,7 @@ the run (tail_loss_gap_pct, less noisy); --svg draws both loss curves.`,
   cann-train bench compression --optimizer onebit-adam --codec auto --link-gbps 1`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "json"); err != nil {
+			if err := checkOutput(output, "text", "table", "json"); err != nil {
 				return err
 			}
 			// Settings that would leave nothing compressed, or be ignored.
@@ -110,7 +110,7 @@ the run (tail_loss_gap_pct, less noisy); --svg draws both loss curves.`,
 	f.IntVar(&o.FreezeStep, "freeze-step", 0, "onebit-adam: Adam steps before the variance freezes (0: 1.5 % of --steps)")
 	f.StringVar(&o.GradCodec, "grad-codec", "", "onebit-adam: codec of the warm-up's gradient (default none)")
 	f.Float64Var(&linkGbps, "link-gbps", 0, "--codec auto: decide for this link bandwidth (Gbit/s) instead of the measured one")
-	f.StringVarP(&output, "output", "o", "table", "table or json")
+	f.StringVarP(&output, "output", "o", "table", benchOutputHelp)
 	atLeast(f, "2", "ranks")
 	atLeast(f, "1", "steps")
 	atLeast(f, "0", "freeze-step", "link-gbps")

@@ -46,7 +46,7 @@ as a rank process on two cores would.`,
   cann-train bench overlap --hidden 64,1024,1024 --steps 60 -o json`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "table", "json"); err != nil {
+			if err := checkOutput(output, "text", "table", "json"); err != nil {
 				return err
 			}
 			if o.Ranks == 1 {
@@ -95,7 +95,7 @@ as a rank process on two cores would.`,
 	f.IntVar(&o.BucketBytes, "bucket-bytes", trainbench.DefaultOverlapBucketBytes, "bucket size cap")
 	f.IntVar(&o.FirstBucketBytes, "first-bucket-bytes", trainbench.DefaultOverlapFirstBucketBytes, "cap of the first bucket (the last layer's)")
 	f.IntVar(&o.Procs, "procs", 0, "GOMAXPROCS during the run (0: max(2·ranks, current); negative: unchanged)")
-	f.StringVarP(&output, "output", "o", "table", "table or json")
+	f.StringVarP(&output, "output", "o", "table", benchOutputHelp)
 	atLeast(f, "0", "ranks", "chunk", "warmup")
 	atLeast(f, "1", "steps", "batch", "bucket-bytes", "first-bucket-bytes")
 	return cmd

@@ -44,7 +44,7 @@ fastest one. With --codec every run compresses its gradient exchange
   cann-train bench strategy --codec auto`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(o.output, "text", "json"); err != nil {
+			if err := checkOutput(o.output, "text", "table", "json"); err != nil {
 				return err
 			}
 			res, err := benchStrategy(cmd.Context(), e, o)
@@ -60,7 +60,7 @@ fastest one. With --codec every run compresses its gradient exchange
 	f.IntVar(&o.batch, "batch-per-rank", 32, "examples per rank on all nodes: the global batch is nodes × this")
 	f.Int64Var(&o.steps, "steps", 600, "steps per run")
 	atLeast(f, "1", "nodes", "reps", "batch-per-rank", "steps")
-	f.StringVarP(&o.output, "output", "o", "text", "text or json")
+	f.StringVarP(&o.output, "output", "o", "text", benchOutputHelp)
 	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "bench-strategy"), "checkpoints and logs")
 	f.StringVar(&o.codec, "codec", "", "compress every run's gradient exchange: auto, none, sign, int8, topk:RATIO (default: uncompressed)")
 	return cmd
