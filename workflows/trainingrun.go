@@ -488,7 +488,7 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 			r.st.Status.Green.Batch, r.st.Status.Green.LearningRate = r.spec.GlobalBatch(), r.spec.LearningRate
 		}
 	}
-	if err := workflow.SetQueryHandler(ctx, spec.QueryStatus, func() (spec.RunStatus, error) {
+	if err := workflow.SetQueryHandlerWithOptions(ctx, spec.QueryStatus, func() (spec.RunStatus, error) {
 		st := r.st.Status
 		st.IgnoredSignals = ignoredSignals(workflow.GetUnhandledSignalNames(ctx))
 		if why, next, ok := r.wantsNodes(); ok {
@@ -498,10 +498,13 @@ func newRun(ctx workflow.Context, in RunInput) (*run, error) {
 			}
 		}
 		return st, nil
-	}); err != nil {
+	}, workflow.QueryHandlerOptions{Description: "The run's status (spec.RunStatus): phase, step, nodes, checkpoints, recoveries, " +
+		"green plan — what `cann-train status` shows"}); err != nil {
 		return nil, err
 	}
-	faults := workflow.GetSignalChannel(ctx, spec.SignalInjectFault)
+	faults := workflow.GetSignalChannelWithOptions(ctx, spec.SignalInjectFault, workflow.SignalChannelOptions{
+		Description: `Kill or freeze a node of the run at a step, for tests and drills ({"node_id": ID, "at_step": S, "kind": "kill"|"freeze"}; ` +
+			"its worker needs --allow-fault-injection): `cann-train fault kill|freeze --run RUN --node ID`"})
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			var f spec.InjectFault

@@ -76,11 +76,16 @@ const maxSegments = 256
 // one workflow task are taken channel by channel, so a pause and a resume
 // sent together end resumed.
 func (r *run) listen(ctx workflow.Context) {
-	pause := workflow.GetSignalChannel(ctx, spec.SignalPause)
-	resume := workflow.GetSignalChannel(ctx, spec.SignalResume)
-	rescale := workflow.GetSignalChannel(ctx, spec.SignalRescale)
-	override := workflow.GetSignalChannel(ctx, spec.SignalGreenOverride)
-	evict := workflow.GetSignalChannel(ctx, spec.SignalEvict)
+	described := func(name, what string) workflow.ReceiveChannel { // (the Web UI lists them with it)
+		return workflow.GetSignalChannelWithOptions(ctx, name, workflow.SignalChannelOptions{Description: what})
+	}
+	pause := described(spec.SignalPause, "Hold at the next checkpoint, keeping the nodes (no payload): `cann-train pause RUN`")
+	resume := described(spec.SignalResume, "End a pause, or a green wait, and train on (no payload): `cann-train resume RUN`")
+	rescale := described(spec.SignalRescale, `Change the node count at the next chunk boundary ({"nodes": N}): `+"`cann-train scale RUN N`")
+	override := described(spec.SignalGreenOverride, `Ignore the green policy ({} for good, {"until": T} for a while, {"clear": true} to end it): `+
+		"`cann-train green override RUN`")
+	evict := described(spec.SignalEvict, `Move off a node at the next chunk boundary ({"node_id": ID}); the node registry sends it for `+
+		"`cann-train nodes drain`")
 	log := workflow.GetLogger(ctx)
 	sel := workflow.NewSelector(ctx)
 	sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -196,6 +197,40 @@ func TestTrainingRunNamesIgnoredSignals(t *testing.T) {
 	require.EqualValues(t, 300, st.Step)
 }
 
+// TestTrainingRunDescribesItsHandlers: the Web UI lists a run's query and
+// signals with what each does and the command that sends it (the
+// workflow's metadata query).
+func TestTrainingRunDescribesItsHandlers(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("a", "b")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	var md sdkpb.WorkflowMetadata
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 100 && in.Rank == 0 {
+			v, err := env.QueryWorkflow("__temporal_workflow_metadata")
+			require.NoError(t, err)
+			require.NoError(t, v.Get(&md))
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 300, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	result(t, env)
+	described := map[string]string{}
+	for _, q := range md.GetDefinition().GetQueryDefinitions() {
+		described[q.GetName()] = q.GetDescription()
+	}
+	for _, sig := range md.GetDefinition().GetSignalDefinitions() {
+		described[sig.GetName()] = sig.GetDescription()
+	}
+	for name, cmd := range map[string]string{
+		spec.QueryStatus: "`cann-train status`", spec.SignalPause: "`cann-train pause RUN`", spec.SignalResume: "`cann-train resume RUN`",
+		spec.SignalRescale: "`cann-train scale RUN N`", spec.SignalGreenOverride: "`cann-train green override RUN`",
+		spec.SignalEvict: "`cann-train nodes drain`", spec.SignalInjectFault: "`cann-train fault kill|freeze",
+	} {
+		require.Contains(t, described[name], cmd, "%s: %q", name, described[name])
+	}
+}
+
 func TestIgnoredSignals(t *testing.T) {
 	for _, tc := range []struct {
 		unread, want []string
@@ -228,7 +263,7 @@ func TestTrainingRunGreenWaitThenRun(t *testing.T) {
 
 	require.Equal(t, spec.PhaseGreenWait, waiting.Phase)
 	require.Equal(t, at("14:00"), waiting.WaitUntil.UTC())
-	require.Contains(t, waiting.Detail, "green window 14:00–18:00 UTC, 120 g/kWh")
+	require.Contains(t, waiting.Detail, "green window 14:00–18:00 UTC, 120 g/kWh); `cann-train green override t` trains now")
 	require.EqualValues(t, 0, waiting.Step)
 	require.NotNil(t, waiting.Green)
 	require.Len(t, waiting.Green.Plan.Slots, 1)

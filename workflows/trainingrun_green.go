@@ -362,7 +362,10 @@ func (r *run) waitGreen(ctx workflow.Context, slot spec.CarbonSlot) error {
 	now := workflow.Now(ctx)
 	label := slot.Label(now)
 	s.WaitUntil = slot.Start
-	s.Detail = fmt.Sprintf("waiting for the green window until %s (%s)", slot.Start.UTC().Format(time.RFC3339), label)
+	// (With what trains now: a first run of a green job waits hours, and
+	// the override is what a user then looks for.)
+	s.Detail = fmt.Sprintf("waiting for the green window until %s (%s); `cann-train green override %s` trains now",
+		slot.Start.UTC().Format(time.RFC3339), label, r.spec.Name)
 	if !r.st.GreenRecheck { // (a re-check goes on waiting: not a new wait)
 		g.Waits++
 		r.metrics(ctx).Counter(metricGreenWaits).Inc(1)
