@@ -1009,6 +1009,15 @@ func (r *run) publish(ctx workflow.Context) {
 // showDetails sets the run's current details in the Web UI from its
 // status (publish does too). It records no command: code that replays
 // older histories may call it where publish would add one.
+// grams is a mass of CO2 as the Web UI shows it: whole grams from 100 g,
+// else three significant figures (a short run's 0.14 g is not "0 g").
+func grams(g float64) string {
+	if g >= 100 || g == 0 {
+		return strconv.FormatFloat(g, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(g, 'g', 3, 64)
+}
+
 func (r *run) showDetails(ctx workflow.Context) {
 	s := &r.st.Status
 	loss := "loss not measured yet"
@@ -1027,7 +1036,7 @@ func (r *run) showDetails(ctx workflow.Context) {
 		details += fmt.Sprintf("\n\n**the checkpoint at step %d could not be stored** (none since): %s", f.Step, f.Error)
 	}
 	if g := s.Green; g != nil {
-		details += fmt.Sprintf("\n\ncarbon %.0f g (%.0f g/kWh, %.3f kWh)", g.Grams, g.GPerKWh, g.KWh)
+		details += fmt.Sprintf("\n\ncarbon %s g (%.0f g/kWh, %.3f kWh)", grams(g.Grams), g.GPerKWh, g.KWh)
 		if g.BudgetG > 0 {
 			details += fmt.Sprintf(" · budget %.0f%% of %.0f g", g.BudgetUsedPct, g.BudgetG)
 		}

@@ -1316,3 +1316,13 @@ func TestTrainingRunRefusesARescaleWithoutPayload(t *testing.T) {
 	require.Empty(t, st.Rescalings)
 	require.Len(t, st.Nodes, 2)
 }
+
+// TestGrams: the Web UI's carbon figure keeps a short run's fraction of a
+// gram, and a long run's whole grams.
+func TestGrams(t *testing.T) {
+	for g, want := range map[float64]string{0: "0", 0.1449: "0.145", 2.5: "2.5", 99.94: "99.9", 184.4: "184", 12345.6: "12346"} {
+		if got := grams(g); got != want {
+			t.Errorf("grams(%v) = %q, want %q", g, got, want)
+		}
+	}
+}
