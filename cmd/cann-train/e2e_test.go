@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,50 +177,14 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 	// run at its next boundary, and a resume lets it go on), and so are a
 	// rescale, which the run itself then refuses (below min_nodes), and a
 	// green override, which a run without a green policy ignores.
+	// (The commands run side by side: each waits out its query's
+	// deadline, queryTimeout, one after another half a minute.)
 	pc.replaceControl(t, func() {
+		var wg sync.WaitGroup
+		defer wg.Wait()
 		for _, args := range [][]string{{"status", s.Name}, {"dashboard"}, {"nodes"}, {"pause", s.Name}, {"scale", s.Name, "1"},
 			{"green", "override", s.Name, "--for", "1h"}} {
-			var out, errb bytes.Buffer
-			root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
-			root.SetArgs(append(args, "--address", pc.srv.FrontendAddr()))
-			start := time.Now()
-			err := root.ExecuteContext(ctx)
-			took := time.Since(start)
-			var noAnswer *noAnswerError
-			switch args[0] {
-			case "status":
-				if !errors.As(err, &noAnswer) || !strings.Contains(out.String(), "training (as the run last recorded it") ||
-					!strings.Contains(out.String(), "mlp-mnist on 2 node(s)") {
-					t.Errorf("status without an answering control worker (%v): %v\n%s", took, err, out.String())
-				}
-			case "dashboard":
-				if err != nil || !strings.Contains(out.String(), "status unreadable: no control worker answered") {
-					t.Errorf("dashboard without an answering control worker (%v): %v\n%s", took, err, out.String())
-				}
-			case "scale": // (below min_nodes: the run itself refuses it, later)
-				if err != nil || !strings.Contains(out.String(), "rescale to 1 node(s) requested") ||
-					!strings.Contains(errb.String(), "the rescale is recorded and takes effect once a control worker runs the workflow") {
-					t.Errorf("scale without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
-				}
-			case "green": // (the run has no green policy: it ignores the override)
-				if err != nil || !strings.Contains(out.String(), "green policy ignored until ") ||
-					!strings.Contains(errb.String(), "the green override is recorded and takes effect once a control worker runs the workflow") ||
-					!strings.Contains(errb.String(), "a run without one ignores the override") {
-					t.Errorf("green override without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
-				}
-			case "pause":
-				if err != nil || !strings.Contains(out.String(), "pause requested") || strings.Contains(out.String(), "at step 0") ||
-					!strings.Contains(errb.String(), "the pause is recorded and takes effect once a control worker runs the workflow") {
-					t.Errorf("pause without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
-				}
-			default:
-				if !errors.As(err, &noAnswer) || !strings.Contains(err.Error(), spec.DefaultClusterID+"'s registry query") {
-					t.Errorf("nodes without an answering control worker (%v): %v", took, err)
-				}
-			}
-			if took > 2*queryTimeout {
-				t.Errorf("%s took %v", args[0], took)
-			}
+			wg.Go(func() { cliWithoutControl(ctx, t, pc, args) })
 		}
 	})
 	if _, err := awaitPhase(ctx, c, run.GetID(), time.Minute, spec.PhasePaused); err != nil {
@@ -717,6 +682,52 @@ func (pc *processCluster) replaceControl(t *testing.T, meanwhile ...func()) {
 	}
 	if _, err := pc.l.Start("control-2", append([]string{"worker", "control"}, pc.common...)...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// cliWithoutControl runs `cann-train args…` while pc has no control worker
+// (TestControlWorkerKilledMidRun) and checks what it says and how soon.
+func cliWithoutControl(ctx context.Context, t *testing.T, pc *processCluster, args []string) {
+	var out, errb bytes.Buffer
+	root := newRootCmd(&env{out: &out, err: &errb, command: childCommand})
+	root.SetArgs(append(args, "--address", pc.srv.FrontendAddr()))
+	start := time.Now()
+	err := root.ExecuteContext(ctx)
+	took := time.Since(start)
+	var noAnswer *noAnswerError
+	switch args[0] {
+	case "status":
+		if !errors.As(err, &noAnswer) || !strings.Contains(out.String(), "training (as the run last recorded it") ||
+			!strings.Contains(out.String(), "mlp-mnist on 2 node(s)") {
+			t.Errorf("status without an answering control worker (%v): %v\n%s", took, err, out.String())
+		}
+	case "dashboard":
+		if err != nil || !strings.Contains(out.String(), "status unreadable: no control worker answered") {
+			t.Errorf("dashboard without an answering control worker (%v): %v\n%s", took, err, out.String())
+		}
+	case "scale": // (below min_nodes: the run itself refuses it, later)
+		if err != nil || !strings.Contains(out.String(), "rescale to 1 node(s) requested") ||
+			!strings.Contains(errb.String(), "the rescale is recorded and takes effect once a control worker runs the workflow") {
+			t.Errorf("scale without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
+		}
+	case "green": // (the run has no green policy: it ignores the override)
+		if err != nil || !strings.Contains(out.String(), "green policy ignored until ") ||
+			!strings.Contains(errb.String(), "the green override is recorded and takes effect once a control worker runs the workflow") ||
+			!strings.Contains(errb.String(), "a run without one ignores the override") {
+			t.Errorf("green override without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
+		}
+	case "pause":
+		if err != nil || !strings.Contains(out.String(), "pause requested") || strings.Contains(out.String(), "at step 0") ||
+			!strings.Contains(errb.String(), "the pause is recorded and takes effect once a control worker runs the workflow") {
+			t.Errorf("pause without an answering control worker (%v): %v\n%s%s", took, err, out.String(), errb.String())
+		}
+	default:
+		if !errors.As(err, &noAnswer) || !strings.Contains(err.Error(), spec.DefaultClusterID+"'s registry query") {
+			t.Errorf("nodes without an answering control worker (%v): %v", took, err)
+		}
+	}
+	if took > 2*queryTimeout {
+		t.Errorf("%s took %v", args[0], took)
 	}
 }
 
