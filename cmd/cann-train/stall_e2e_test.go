@@ -24,7 +24,8 @@ import (
 // in flight stops, on live nodes. The run goes on on the same nodes from its last
 // checkpoint, blaming none and counting no restart (max_restarts 1: the
 // second stall failed the run, "gave up after 1 restart(s): … context
-// canceled"), and says "training" again after each. Its history is the
+// canceled"), and says "training" again after each, and how far the chunk
+// got (its nodes' TemporalUnreachable errors say it). Its history is the
 // replay test's trainingrun_temporal_stall.json.
 func TestRunOutlivesTemporalStalls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -78,6 +79,11 @@ func TestRunOutlivesTemporalStalls(t *testing.T) {
 		if !rec.Outage || len(rec.FailedNodes) != 0 || len(rec.Replacement) != 0 ||
 			!strings.Contains(rec.Reason, "could not reach Temporal to heartbeat") || !strings.Contains(rec.Reason, "no restart counted") {
 			t.Errorf("recovery %d %+v: want the stall said, no node failed or replaced, no restart counted", i+1, rec)
+		}
+		// The stalled nodes said how far they got (versionUnreachedStep).
+		if rec.StepUnknown || rec.FailedAtStep <= rec.AtStep || rec.LostSteps != rec.FailedAtStep-rec.ResumeStep {
+			t.Errorf("recovery %d: at step %d of the chunk from %d (unknown: %v), %d lost; want the step the nodes reached",
+				i+1, rec.FailedAtStep, rec.AtStep, rec.StepUnknown, rec.LostSteps)
 		}
 	}
 	noNodeMarkedFailed(ctx, t, c, "Temporal stalled, not the node")
