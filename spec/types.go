@@ -274,6 +274,12 @@ type Node struct {
 	// FaultInjection says whether the worker takes `cann-train fault`
 	// (FaultsAllowed, FaultsRefused; empty from workers before it said).
 	FaultInjection string `json:"fault_injection,omitempty"`
+	// CheckpointURL is the worker's default checkpoint bucket (its
+	// --checkpoint-url, a password in it masked), where a run without a
+	// checkpoint_url of its own keeps its checkpoints: `cann-train run`
+	// looks there for an earlier run's (empty from workers before it
+	// said).
+	CheckpointURL string `json:"checkpoint_url,omitempty"`
 }
 
 // Node.FaultInjection values.

@@ -148,7 +148,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	}
 	node := spec.Node{ID: o.ID, TaskQueue: spec.NodeTaskQueue(o.ID), CommAddr: advertise, Host: host, Devices: 1,
 		DeviceIPs: hccnDeviceIPs(hccnConf), NPUIDs: o.NPUIDs, Incarnation: fmt.Sprintf("%d.%d", time.Now().UnixNano(), os.Getpid()),
-		FaultInjection: spec.FaultsRefused}
+		FaultInjection: spec.FaultsRefused, CheckpointURL: checkpoint.Redact(o.CheckpointURL)}
 	if o.AllowFaults {
 		node.FaultInjection = spec.FaultsAllowed
 	}

@@ -28,7 +28,8 @@ import (
 // is refused (its checkpoints are not silently trained over), and one that
 // changes the model is refused naming the field. A run the server has
 // forgotten (history deleted) is resumed from the newest checkpoint in the
-// job's bucket, bit-identical too, the job checked against the one stored
+// job's bucket (the node workers' default, as they registered it, for a
+// job that names none), bit-identical too, the job checked against the one stored
 // with the checkpoints.
 func TestResumeEndedRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -36,17 +37,22 @@ func TestResumeEndedRun(t *testing.T) {
 	dir := t.TempDir()
 	c, l, addr := startInProcessControl(ctx, t, dir, "node-1", "node-2", "node-3")
 	const steps = 600
-	job := func(name string, steps int64, hidden string) string {
+	// named: the job names the nodes' bucket; else the nodes' default
+	// (the same bucket), which `run` learns from the registry — not this
+	// host's default, where the CLI used to look.
+	jobAt := func(name string, steps int64, hidden string, named bool) string {
 		p := filepath.Join(dir, name+"-"+hidden+".yaml")
-		// The nodes' bucket, named: `run --resume` without a history
-		// reads the job's.
-		y := fmt.Sprintf("name: %s\nmodel:\n  kind: mlp-mnist\n  hidden: [%s]\nnodes: 3\nsteps: %d\nchunk_steps: 50\nseed: 7\ncheckpoint_url: file://%s\n",
-			name, hidden, steps, filepath.Join(dir, "ckpt"))
+		y := fmt.Sprintf("name: %s\nmodel:\n  kind: mlp-mnist\n  hidden: [%s]\nnodes: 3\nsteps: %d\nchunk_steps: 50\nseed: 7\n",
+			name, hidden, steps)
+		if named {
+			y += "checkpoint_url: file://" + filepath.Join(dir, "ckpt") + "\n"
+		}
 		if err := os.WriteFile(p, []byte(y), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
+	job := func(name string, steps int64, hidden string) string { return jobAt(name, steps, hidden, true) }
 	cli := cliRun(ctx, addr)
 
 	// The reference: the same job file under another name (run --name),
@@ -130,8 +136,9 @@ func TestResumeEndedRun(t *testing.T) {
 
 	// A run the server has forgotten (its history deleted, as retention
 	// does): --resume continues from the newest checkpoint in the job's
-	// bucket, bit-identical too.
-	lost := job("forgotten", steps, "128")
+	// bucket, bit-identical too. Its job names no bucket: the nodes'
+	// default, as they registered it, is the one looked in.
+	lost := jobAt("forgotten", steps, "128", false)
 	if _, _, err := cli("run", "-f", lost); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +173,7 @@ func TestResumeEndedRun(t *testing.T) {
 		t.Errorf("a plain run over a forgotten run's checkpoints: %v; want it refused, naming --resume and --fresh", err)
 	}
 	// The job the run stored next to its checkpoints still speaks for it.
-	if _, _, err := cli("run", "-f", job("forgotten", steps, "64"), "--resume"); err == nil || !strings.Contains(err.Error(), "model.hidden [64] (the earlier run's: [128])") {
+	if _, _, err := cli("run", "-f", jobAt("forgotten", steps, "64", false), "--resume"); err == nil || !strings.Contains(err.Error(), "model.hidden [64] (the earlier run's: [128])") {
 		t.Errorf("--resume of a forgotten run with another model: %v; want it refused naming model.hidden", err)
 	}
 	_, said, err = cli("run", "-f", lost, "--resume", "--wait")

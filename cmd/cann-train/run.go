@@ -37,6 +37,10 @@ type runOptions struct {
 	clusterID string
 	output    string
 	uiURL     string
+	// nodesBucket is the node workers' default checkpoint bucket as they
+	// registered it (nodesDefaultBucket; "" unknown): a job without a
+	// checkpoint_url keeps its checkpoints there (input fills it in).
+	nodesBucket string
 }
 
 // command is the `cann-train run` that starts this job again ("" without
@@ -253,8 +257,20 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	in := workflows.RunInput{Spec: s, ClusterID: o.clusterID}
 	id := spec.RunIDPrefix + s.Name
 	prev, prevSpec, err := earlierRun(ctx, c, id)
+	if s.CheckpointURL == "" && o.nodesBucket == "" && !errors.Is(err, errRunGoing) {
+		// Where the nodes keep the checkpoints of a job naming no bucket.
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if reg, rerr := readRegistry(rctx, c, o.clusterID); rerr == nil {
+			var warn string
+			o.nodesBucket, warn = nodesDefaultBucket(reg)
+			if warn != "" {
+				fmt.Fprintln(say, warn)
+			}
+		}
+		cancel()
+	}
 	if o.fresh {
-		clearEarlier(ctx, s, prev, err, say)
+		clearEarlier(ctx, s, o.nodesBucket, prev, err, say)
 		return in, nil
 	}
 	switch {
@@ -270,7 +286,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		// The server may have forgotten a run its bucket remembers.
 		lctx, cancel := context.WithTimeout(ctx, 3*time.Second) // (every new name asks)
 		defer cancel()
-		url := jobBucket(s)
+		url := jobBucket(s, o.nodesBucket)
 		if refs, err := earlierCheckpoints(lctx, url, s.Name, math.MaxInt64); err == nil && len(refs) > 0 {
 			return in, fmt.Errorf("the server knows no run named %s, but %s holds its checkpoints up to step %d: --resume continues from them, --fresh deletes them and starts over from step 0, or give the job another name",
 				s.Name, url, refs[len(refs)-1].Step)
@@ -279,7 +295,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	}
 	// The run ended. Its bucket may hold checkpoints of it past the last
 	// its history records: uploads that finished as it ended.
-	url := jobBucket(prevSpec)
+	url := jobBucket(prevSpec, o.nodesBucket)
 	if prev.LastCkpt != nil {
 		url = prev.LastCkpt.URL
 	}
@@ -431,7 +447,7 @@ func ownLater(stored []checkpoint.Ref, prev spec.RunStatus) []checkpoint.Ref {
 // cannot be checked before the start: a checkpoint that does not fit the
 // model fails its restore, and the run with it.
 func (o runOptions) resumeFromBucket(ctx context.Context, in workflows.RunInput, say io.Writer) (workflows.RunInput, error) {
-	url := jobBucket(in.Spec)
+	url := jobBucket(in.Spec, o.nodesBucket)
 	refs, unreadable, err := readableCheckpoints(ctx, url, in.Spec.Name)
 	if err != nil {
 		return in, fmt.Errorf("--resume: the server knows no run named %s: %w", in.Spec.Name, err)
@@ -510,7 +526,7 @@ func readStoredJob(ctx context.Context, store *checkpoint.Store, run string) (sp
 // is then refused), nor when the server could not say.
 // A bucket this host cannot reach is said and left: the new run's
 // retention leaves checkpoints past its step alone.
-func clearEarlier(ctx context.Context, s spec.RunSpec, prev *spec.RunStatus, prevErr error, say io.Writer) {
+func clearEarlier(ctx context.Context, s spec.RunSpec, nodesBucket string, prev *spec.RunStatus, prevErr error, say io.Writer) {
 	var de *describeError
 	switch {
 	case errors.Is(prevErr, errRunGoing):
@@ -519,7 +535,7 @@ func clearEarlier(ctx context.Context, s spec.RunSpec, prev *spec.RunStatus, pre
 		fmt.Fprintf(say, "--fresh: the earlier checkpoints of %s are left (whether a run of the name is going is unknown: %v)\n", s.Name, prevErr)
 		return
 	}
-	url := jobBucket(s)
+	url := jobBucket(s, nodesBucket)
 	if prev != nil && prev.LastCkpt != nil {
 		url = prev.LastCkpt.URL
 	}
@@ -560,12 +576,53 @@ func deleteCheckpoints(ctx context.Context, url, run string) (n int, first, last
 }
 
 // jobBucket is the bucket of job s's checkpoints as this host names it:
-// its checkpoint_url, else the node workers' default here.
-func jobBucket(s spec.RunSpec) string {
-	if s.CheckpointURL != "" {
+// its checkpoint_url, else the node workers' default bucket (nodes: as
+// they registered it, nodesDefaultBucket), else the node workers' default
+// on this host.
+func jobBucket(s spec.RunSpec, nodes string) string {
+	switch {
+	case s.CheckpointURL != "":
 		return s.CheckpointURL
+	case nodes != "":
+		return nodes
 	}
 	return "file://" + filepath.Join(defaultDataDir(), "checkpoints")
+}
+
+// nodesDefaultBucket is the default checkpoint bucket the node workers in
+// reg registered (spec.Node.CheckpointURL): where a run without a
+// checkpoint_url keeps its checkpoints, on a cluster whose nodes are
+// other hosts than this one. "" where none said (workers of an earlier
+// build) or they differ — then warn says so: such a run's nodes each save
+// to their own, which must be one bucket — or the URL has a password,
+// masked in the registry.
+func nodesDefaultBucket(reg workflows.Registry) (url, warn string) {
+	count := map[string]int{}
+	var urls []string
+	for _, r := range reg.Nodes {
+		if u := r.Node.CheckpointURL; u != "" {
+			if count[u] == 0 {
+				urls = append(urls, u)
+			}
+			count[u]++
+		}
+	}
+	switch {
+	case len(urls) == 0:
+		return "", ""
+	case len(urls) > 1:
+		slices.Sort(urls)
+		parts := make([]string, len(urls))
+		for i, u := range urls {
+			parts[i] = fmt.Sprintf("%s on %d", u, count[u])
+		}
+		return "", "warning: the node workers' default checkpoint buckets differ (" + strings.Join(parts, ", ") + "): a run without " +
+			"checkpoint_url keeps its checkpoints in each node's own, which only works where they are one bucket; name one in the job " +
+			"(checkpoint_url). Earlier checkpoints of this name were looked for on this host only"
+	case checkpoint.Redact(urls[0]) != urls[0] || strings.Contains(urls[0], "xxxxx"):
+		return "", "" // (masked: this host cannot open it from the registry)
+	}
+	return urls[0], ""
 }
 
 // errRunGoing: the run of the name has not ended.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -362,6 +363,38 @@ func TestRunCommandForTheResumeHint(t *testing.T) {
 		}
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("command %q: status\n%s\nwant %q", cmd, b.String(), want)
+		}
+	}
+}
+
+// TestNodesDefaultBucket: the node workers' default bucket, as they
+// registered it, is where `run` looks for an earlier run's checkpoints
+// when the job names none: one all say; none where none said (an earlier
+// build) or the URL carries a password (masked); a warning where they
+// differ.
+func TestNodesDefaultBucket(t *testing.T) {
+	reg := func(urls ...string) workflows.Registry {
+		var r workflows.Registry
+		for i, u := range urls {
+			r.Nodes = append(r.Nodes, workflows.NodeRecord{Node: spec.Node{ID: fmt.Sprintf("n%d", i), CheckpointURL: u}})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name      string
+		reg       workflows.Registry
+		url, warn string
+	}{
+		{"none registered", reg(), "", ""},
+		{"an earlier build", reg("", ""), "", ""},
+		{"all alike", reg("s3://ckpt?region=us-east-1", "s3://ckpt?region=us-east-1", ""), "s3://ckpt?region=us-east-1", ""},
+		{"masked", reg("s3://ckpt?endpoint=http://u:xxxxx@minio:9000"), "", ""},
+		{"differ", reg("file:///a", "file:///b", "file:///a"), "",
+			"warning: the node workers' default checkpoint buckets differ (file:///a on 2, file:///b on 1): a run without checkpoint_url"},
+	} {
+		url, warn := nodesDefaultBucket(tc.reg)
+		if url != tc.url || !strings.HasPrefix(warn, tc.warn) || (tc.warn == "") != (warn == "") {
+			t.Errorf("%s: %q, %q; want %q, %q…", tc.name, url, warn, tc.url, tc.warn)
 		}
 	}
 }
