@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -61,14 +62,43 @@ func (n *Node) RunExternal(ctx context.Context, in spec.ExternalInput) (_ *spec.
 }
 
 // ReservePort finds a TCP port that is free on this node now, for the
-// rendezvous of an external job whose first node this is.
-func (n *Node) ReservePort(ctx context.Context) (int, error) {
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		return 0, fmt.Errorf("reserve a port: %w", err)
+// rendezvous of an external job whose first node this is: any free port
+// (ReservePortIn 0, 0).
+func (n *Node) ReservePort(ctx context.Context) (int, error) { return ReservePortIn(ctx, 0, 0) }
+
+// ReservePortIn is ReservePort within lo..hi (a node worker's
+// --rendezvous-ports, which a firewall opens), or any free port for 0, 0:
+// the first port there that is free on every interface now, trying from a
+// random one (two worlds starting on one host then rarely pick the same).
+func ReservePortIn(ctx context.Context, lo, hi int) (int, error) {
+	if lo == 0 && hi == 0 {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			return 0, fmt.Errorf("reserve a port: %w", err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	if lo < 1 || hi > 65535 || lo > hi {
+		return 0, fmt.Errorf("reserve a port: range %d-%d is not within 1-65535", lo, hi)
+	}
+	n := hi - lo + 1
+	first := rand.IntN(n)
+	var last error
+	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return 0, fmt.Errorf("reserve a port in %d-%d: %w", lo, hi, err)
+		}
+		port := lo + (first+i)%n
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(port))
+		if err != nil {
+			last = err
+			continue
+		}
+		l.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("reserve a port: none of %d-%d (--rendezvous-ports) is free on this node: %w", lo, hi, last)
 }
 
 // externalHooks connect runExternal to Temporal (tests substitute them).

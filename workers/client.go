@@ -10,8 +10,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -34,7 +36,8 @@ type ClientOptions struct {
 	Connection client.Options
 }
 
-// Dial connects to Temporal.
+// Dial connects to Temporal and checks that its namespace exists
+// (checkNamespace).
 func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 	if o.Address == "" {
 		o.Address = "127.0.0.1:7233"
@@ -64,7 +67,42 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 		}
 		return nil, fmt.Errorf("dial Temporal at %s (namespace %s, %s; %s): %w", o.Address, o.Namespace, how, hint, err)
 	}
+	if err := checkNamespace(ctx, c.WorkflowService(), o.Address, o.Namespace); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// namespaceDescriber is the part of the workflow service checkNamespace
+// uses.
+type namespaceDescriber interface {
+	DescribeNamespace(ctx context.Context, in *workflowservice.DescribeNamespaceRequest, opts ...grpc.CallOption) (*workflowservice.DescribeNamespaceResponse, error)
+}
+
+// checkNamespace fails at once, naming the server and the fix, where the
+// server at address has no namespace ns — the SDK's dial does not check,
+// and every call after would fail on it, the node worker's after waiting
+// for a control worker. A server that does not let these credentials
+// describe the namespace (PermissionDenied: an API key scoped to less)
+// or does not implement it cannot be checked, and passes: the calls that
+// need it say what they may not do. Unreachable, the error says so
+// (DialWaiting waits).
+func checkNamespace(ctx context.Context, ws namespaceDescriber, address, ns string) error {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := ws.DescribeNamespace(dctx, &workflowservice.DescribeNamespaceRequest{Namespace: ns})
+	var notFound *serviceerror.NamespaceNotFound
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &notFound) || status.Code(err) == codes.NotFound:
+		return fmt.Errorf("namespace %q does not exist on %s (--namespace / TEMPORAL_NAMESPACE; create it: temporal operator namespace create -n %s): %w",
+			ns, address, ns, err)
+	case unreachable(err):
+		return fmt.Errorf("describe namespace %q on %s: %w", ns, address, err)
+	}
+	return nil // (PermissionDenied, Unimplemented, …: not checked)
 }
 
 // DialWaiting is Dial for a worker process, which may start before its
@@ -72,8 +110,8 @@ func Dial(ctx context.Context, o ClientOptions) (client.Client, error) {
 // together): while the frontend does not answer (Unavailable, or no
 // answer in time) it logs why and tries again, after 1 s, then twice as
 // long each time up to dialRetryMax, until ctx ends. Any other error —
-// a TLS or credentials problem, an unknown namespace — is returned at
-// once: waiting would not cure it.
+// a TLS or credentials problem, an unknown namespace (Dial checks it) —
+// is returned at once: waiting would not cure it.
 func DialWaiting(ctx context.Context, o ClientOptions, log *zap.Logger) (client.Client, error) {
 	wait := time.Second
 	for {

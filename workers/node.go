@@ -16,6 +16,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/cann-train/cann-train/activities"
 	"github.com/cann-train/cann-train/ascend/shm"
@@ -31,16 +33,27 @@ type NodeOptions struct {
 	// ID names the node; stable across restarts of the same machine.
 	ID string
 	// CommListen is where the collective listener binds, e.g.
-	// "127.0.0.1:0" or "0.0.0.0:29500".
+	// "127.0.0.1:0" or "0.0.0.0:29500". Empty: defaultCommListen's
+	// choice — this host's loopback while Temporal is reached on it, else
+	// every interface.
 	CommListen string
-	// CommAdvertise is the address peers dial; default the bound address,
-	// with a wildcard host (0.0.0.0, ::) replaced by this host's address
-	// towards TemporalAddress (advertiseAddr).
+	// CommAdvertise is the address peers dial (HOST:PORT, not a wildcard:
+	// CheckCommAdvertise); default the bound address, with a wildcard host
+	// (0.0.0.0, ::) replaced by this host's address towards
+	// TemporalAddress (advertiseAddr). A loopback address advertised
+	// while Temporal is not on this host's loopback is refused, unless
+	// CommAdvertise names it (checkLoopbackAdvertise).
 	CommAdvertise string
 	// TemporalAddress is the Temporal frontend's host:port the client
 	// dials: a wildcard CommListen advertises the local address of the
-	// route to it.
+	// route to it, and whether it is on this host's loopback decides
+	// CommListen's default.
 	TemporalAddress string
+	// RendezvousPorts is the range an external job whose first node this
+	// is takes its rendezvous port from (MASTER_PORT, MS_SCHED_PORT) when
+	// its spec names none: a range a firewall can open. Zero: any free
+	// port (the kernel's ephemeral choice).
+	RendezvousPorts PortRange
 	// ClusterID is the Cluster workflow to register with.
 	ClusterID string
 	// CheckpointURL is the default checkpoint bucket.
@@ -101,13 +114,25 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		o.ClusterID = spec.DefaultClusterID
 	}
 	if o.CommListen == "" {
-		o.CommListen = "127.0.0.1:0"
+		if o.CommListen = defaultCommListen(o.TemporalAddress, outboundIP); o.CommListen != "127.0.0.1:0" {
+			log.Info("no --comm-listen given and Temporal is not on this host's loopback: the collective listener binds every interface, "+
+				"on any free port, for peers on other hosts (give --comm-listen 0.0.0.0:PORT for a port a firewall can open)",
+				zap.String("node", o.ID), zap.String("temporal", o.TemporalAddress))
+		}
 	}
 	if o.LeaseEvery <= 0 {
 		o.LeaseEvery = 5 * time.Second
 	}
 	if err := spec.CheckNodeID(o.ID); err != nil {
 		return err // (the CLI says "node worker: ")
+	}
+	if o.CommAdvertise != "" {
+		if err := CheckCommAdvertise(o.CommAdvertise); err != nil {
+			return fmt.Errorf("node %s: --comm-advertise %w", o.ID, err)
+		}
+	}
+	if err := o.RendezvousPorts.check(); err != nil {
+		return fmt.Errorf("node %s: --rendezvous-ports %w", o.ID, err)
 	}
 	if o.WorkDir != "" { // its first external job would fail on it
 		if err := CheckWorkDir(o.WorkDir); err != nil {
@@ -142,6 +167,12 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 				zap.String("node", o.ID), zap.String("comm", advertise), zap.String("why", why))
 		}
 	}
+	switch warn, err := checkLoopbackAdvertise(advertise, o.CommListen, o.CommAdvertise != "", o.TemporalAddress, outboundIP); {
+	case err != nil:
+		return fmt.Errorf("node %s: %w", o.ID, err)
+	case warn != "":
+		log.Warn(warn, zap.String("node", o.ID), zap.String("comm", advertise), zap.String("temporal", o.TemporalAddress))
+	}
 	host, _ := os.Hostname()
 	if h, _, err := net.SplitHostPort(advertise); err == nil && h != "" {
 		host = h + " (" + host + ")"
@@ -155,7 +186,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	log = log.With(zap.String("node", o.ID))
 	// Before polling the node's task queue: a second worker must not take
 	// any of its chunks.
-	if err := notServedElsewhere(ctx, c, o.ClusterID, node, registryRetry, log); err != nil {
+	if err := notServedElsewhere(ctx, c, o.ClusterID, node, l.Addr(), registryRetry, log); err != nil {
 		return err
 	}
 
@@ -197,7 +228,9 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	})
 	w.RegisterActivityWithOptions(acts.TrainChunk, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
 	w.RegisterActivityWithOptions(acts.RunExternal, activity.RegisterOptions{Name: spec.ActivityRunExternal})
-	w.RegisterActivityWithOptions(acts.ReservePort, activity.RegisterOptions{Name: spec.ActivityReservePort})
+	ports := o.RendezvousPorts
+	w.RegisterActivityWithOptions(func(ctx context.Context) (int, error) { return activities.ReservePortIn(ctx, ports.Lo, ports.Hi) },
+		activity.RegisterOptions{Name: spec.ActivityReservePort})
 	w.RegisterActivityWithOptions(acts.ReadEnergy, activity.RegisterOptions{Name: spec.ActivityReadEnergy})
 	w.RegisterActivityWithOptions(acts.ProbeLinks, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
 	w.RegisterActivityWithOptions(acts.CheckNodes, activity.RegisterOptions{Name: spec.ActivityCheckNodes})
@@ -226,7 +259,8 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	}
 	// (Stopped by stop, the only way out from here: a deferred Stop
 	// would wait out the grace that a second signal cuts short.)
-	log.Info("node worker serving", zap.String("task_queue", node.TaskQueue), zap.String("comm", advertise))
+	log.Info("node worker serving", zap.String("task_queue", node.TaskQueue), zap.String("comm", advertise),
+		zap.Stringer("rendezvous_ports", o.RendezvousPorts))
 
 	t := time.NewTicker(o.LeaseEvery)
 	defer t.Stop()
@@ -291,15 +325,21 @@ var ErrDuplicateNode = errors.New("another worker serves this node ID")
 // on — and its lease is live: a process stopped (SIGSTOP) or hung still
 // has its handshakes completed by the kernel, but renews no lease, and
 // once that has lapsed (workflows.DefaultLeaseTTL) this worker takes the
-// node over, with a warning to kill -9 the hung one. The registry is answered by a control worker: while none answers
+// node over, with a warning to kill -9 the hung one. A registered worker
+// that said it stopped (SIGTERM, Ctrl-C: spec.ReasonWorkerStopped) is not
+// asked, nor one whose address reaches this worker's own listener, bound
+// at bound (a restart at another --comm-advertise on the same port: that
+// port is this worker's now). The registry is answered by a control worker: while none answers
 // (none yet, one restarting or slow) it asks again, backing off, within
-// retry's budget, and then starts with a warning that it could not check.
-func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, node spec.Node, retry retryPolicy, log *zap.Logger) error {
+// retry's budget, and then starts with a warning that it could not check;
+// a namespace that does not exist ends it at once, and a permission
+// denied warns at once.
+func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, node spec.Node, bound string, retry retryPolicy, log *zap.Logger) error {
 	asked := time.Now()
 	tries := 0
 	records, err := retry.do(ctx, func(ctx context.Context) ([]workflows.NodeRecord, error) {
 		r, err := registryNodes(ctx, c, clusterID)
-		if tries++; err != nil && tries == 1 {
+		if tries++; err != nil && tries == 1 && !permanent(err) {
 			log.Info("the cluster registry does not answer; asking again before serving, to rule out a second worker with this node ID",
 				zap.String("cluster", clusterID), zap.Duration("for_up_to", retry.budget), zap.Error(err))
 		}
@@ -308,8 +348,15 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 	if ctx.Err() != nil {
 		return fmt.Errorf("node %s: asking the cluster registry %s: %w", node.ID, clusterID, ctx.Err())
 	}
+	if nf := (*serviceerror.NamespaceNotFound)(nil); errors.As(err, &nf) {
+		return fmt.Errorf("node %s: asking the cluster registry %s: %w", node.ID, clusterID, err)
+	}
 	if err != nil {
-		log.Warn("could not rule out a second worker serving this node ID: the cluster registry did not answer (is a control worker running?). "+
+		why := "the cluster registry did not answer (is a control worker running?)"
+		if permanent(err) {
+			why = "Temporal refused to let this worker ask the cluster registry (its credentials' permissions)"
+		}
+		log.Warn("could not rule out a second worker serving this node ID: "+why+". "+
 			"If another worker has the same --id, both take this node's chunks and its runs fail, blaming restarts that never happened",
 			zap.String("cluster", clusterID), zap.Int("tries", tries), zap.Duration("waited", time.Since(asked).Round(time.Millisecond)), zap.Error(err))
 		return nil
@@ -318,6 +365,9 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 		if r.Node.ID != node.ID || r.Node.CommAddr == "" || r.Node.CommAddr == node.CommAddr {
 			continue
 		}
+		if r.Failed && r.FailReason == spec.ReasonWorkerStopped {
+			return nil // it left on purpose (its own word): this worker is its successor
+		}
 		var d net.Dialer
 		dctx, dcancel := context.WithTimeout(ctx, time.Second)
 		conn, err := d.DialContext(dctx, "tcp", r.Node.CommAddr)
@@ -325,7 +375,13 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 		if err != nil {
 			return nil // gone: this worker replaces it
 		}
+		self := ownListener(conn, bound)
 		conn.Close()
+		if self {
+			// Its address reaches this worker's own listener, which holds
+			// that port now: the registered worker's listener is gone.
+			return nil
+		}
 		ago := time.Since(r.LastSeen).Round(time.Second)
 		if ago > workflows.DefaultLeaseTTL {
 			// The kernel completes a stopped (SIGSTOP) or hung process's
@@ -343,6 +399,26 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 			node.ID, ErrDuplicateNode, r.Node.Host, ago, r.Node.CommAddr)
 	}
 	return nil
+}
+
+// ownListener reports whether conn, just dialled, reached the listener
+// bound at bound (its Addr) — this process's own: the connection stayed on
+// this host (to a loopback address, or from the very address it reached,
+// the kernel's source for a local destination), to bound's port, at an
+// address bound covers (a wildcard covers every one). While bound holds
+// that address and port no other listener does (no SO_REUSEPORT here).
+func ownListener(conn net.Conn, bound string) bool {
+	remote, ok1 := conn.RemoteAddr().(*net.TCPAddr)
+	local, ok2 := conn.LocalAddr().(*net.TCPAddr)
+	host, port, err := net.SplitHostPort(bound)
+	if !ok1 || !ok2 || err != nil || port != strconv.Itoa(remote.Port) {
+		return false
+	}
+	if !remote.IP.IsLoopback() && !remote.IP.Equal(local.IP) {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && (ip.IsUnspecified() || ip.Equal(remote.IP))
 }
 
 // errNoControlWorker: nothing polls the control task queue, so a query of
@@ -395,7 +471,7 @@ func (p retryPolicy) do(ctx context.Context, try func(context.Context) ([]workfl
 		tctx, cancel := context.WithTimeout(ctx, min(p.perTry, time.Until(deadline)))
 		v, err := try(tctx)
 		cancel()
-		if err == nil || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || permanent(err) {
 			return v, err
 		}
 		left := time.Until(deadline) - p.budget/10
@@ -411,6 +487,14 @@ func (p retryPolicy) do(ctx context.Context, try func(context.Context) ([]workfl
 		}
 		wait *= 2
 	}
+}
+
+// permanent: an answer from Temporal that asking again does not change —
+// the namespace does not exist, or the credentials may not do that.
+func permanent(err error) bool {
+	var nf *serviceerror.NamespaceNotFound
+	var pd *serviceerror.PermissionDenied
+	return errors.As(err, &nf) || errors.As(err, &pd) || status.Code(err) == codes.PermissionDenied
 }
 
 // CheckWorkDir creates dir (a node's --work-dir) and checks that a file
@@ -479,6 +563,145 @@ func advertiseAddr(bound, temporal string, outbound func(target string) (net.IP,
 			strings.Join(reasons, "; ") + ")", true
 	}
 	return bound, strings.Join(reasons, "; "), false
+}
+
+// defaultCommListen is the collective listener's address when none is
+// given: this host's loopback, any port, while the Temporal frontend at
+// temporal is reached on it (or where that cannot be told) — a node that
+// reaches Temporal there is on Temporal's host, with its peers —, else
+// every interface, any port, which advertiseAddr advertises as this
+// host's address on its route to Temporal: a node on another host than
+// Temporal's would register a loopback address none of its peers on
+// other hosts can dial.
+func defaultCommListen(temporal string, outbound func(target string) (net.IP, error)) string {
+	if loopback, known := temporalOnLoopback(temporal, outbound); known && !loopback {
+		return ":0"
+	}
+	return "127.0.0.1:0"
+}
+
+// temporalOnLoopback says whether the Temporal frontend at temporal
+// (host:port, perhaps dns:///host:port) is reached over this host's
+// loopback: named so (localhost, 127.0.0.1, ::1, a wildcard), or the route
+// to it leaves from a loopback address. known is false when that cannot
+// be told (no address, no route).
+func temporalOnLoopback(temporal string, outbound func(target string) (net.IP, error)) (loopback, known bool) {
+	target := strings.TrimPrefix(temporal, "dns:///")
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		return false, false
+	}
+	if ip := net.ParseIP(host); strings.EqualFold(host, "localhost") || ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+		return true, true
+	}
+	ip, err := outbound(target)
+	if err != nil || ip == nil {
+		return false, false
+	}
+	return ip.IsLoopback(), true
+}
+
+// loopbackHost: host (of a host:port) is this host's loopback.
+func loopbackHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	return err == nil && (strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback())
+}
+
+// checkLoopbackAdvertise vets the collective address a node registers,
+// advertise, against where Temporal is: a loopback address while Temporal
+// at temporal is not on this host's loopback — its nodes may well be on
+// other hosts, which would dial their own loopback and blame this node
+// for every run's failure — is refused (err) when it only follows from
+// --comm-listen (listen, as given), and said (warn) when --comm-advertise
+// names it (explicit): the operator says every node runs on this host.
+func checkLoopbackAdvertise(advertise, listen string, explicit bool, temporal string, outbound func(target string) (net.IP, error)) (warn string, err error) {
+	if !loopbackHost(advertise) {
+		return "", nil
+	}
+	if loopback, known := temporalOnLoopback(temporal, outbound); !known || loopback {
+		return "", nil
+	}
+	// The fixes name the port asked for (any free one: PORT to choose).
+	_, port, _ := net.SplitHostPort(listen)
+	if p, err := strconv.Atoi(port); err != nil || p == 0 {
+		port = "PORT"
+	}
+	if explicit {
+		return fmt.Sprintf("advertising a loopback address, which only peers on this host can dial, while Temporal at %s is not on this host's loopback: "+
+			"every node of this cluster must run on this host (else give --comm-listen 0.0.0.0:%s and leave --comm-advertise out, "+
+			"or name this host's address)", temporal, port), nil
+	}
+	return "", fmt.Errorf("the collective listener is on this host's loopback (%s), which peers on other hosts cannot dial, and Temporal at %s is not "+
+		"on this host's loopback: give --comm-listen 0.0.0.0:%s (this host's address on its route to Temporal is then advertised) "+
+		"or --comm-advertise HOST:%[3]s; if every node of this cluster runs on this host, --comm-listen 127.0.0.1:%[3]s --comm-advertise 127.0.0.1:%[3]s says so",
+		advertise, temporal, port)
+}
+
+// CheckCommAdvertise refuses a --comm-advertise that peers cannot dial:
+// not HOST:PORT with a port 1..65535, or a wildcard IP (0.0.0.0, ::),
+// which each peer would dial as its own host. (The caller names the flag.)
+func CheckCommAdvertise(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want HOST:PORT, the address and port peers dial (e.g. 10.0.0.7:29500): %w", addr, err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q: port %q: want a number 1..65535, the port --comm-listen binds", addr, port)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%q is a wildcard address: peers would dial their own host; name this host's address, "+
+			"or leave --comm-advertise out to have it picked", addr)
+	}
+	return nil
+}
+
+// PortRange is a range of TCP ports, Lo to Hi inclusive; the zero value
+// is any free port (the kernel's ephemeral choice).
+type PortRange struct{ Lo, Hi int }
+
+// ParsePortRange reads LO-HI (or one port, PORT) as a PortRange; "" is
+// the zero value.
+func ParsePortRange(s string) (PortRange, error) {
+	if s == "" {
+		return PortRange{}, nil
+	}
+	lo, hi, ranged := strings.Cut(s, "-")
+	if !ranged {
+		hi = lo
+	}
+	var r PortRange
+	var err1, err2 error
+	r.Lo, err1 = strconv.Atoi(strings.TrimSpace(lo))
+	r.Hi, err2 = strconv.Atoi(strings.TrimSpace(hi))
+	if err1 != nil || err2 != nil {
+		return PortRange{}, fmt.Errorf("%q: want LO-HI, e.g. 29600-29699 (or one port)", s)
+	}
+	if err := r.check(); err != nil {
+		return PortRange{}, err
+	}
+	return r, nil
+}
+
+// check refuses ports out of 1..65535 or a range that ends before it
+// starts (the zero value passes).
+func (r PortRange) check() error {
+	switch {
+	case r == PortRange{}:
+		return nil
+	case r.Lo < 1 || r.Hi > 65535:
+		return fmt.Errorf("%s: ports go from 1 to 65535", r)
+	case r.Lo > r.Hi:
+		return fmt.Errorf("%s: the range ends before it starts", r)
+	}
+	return nil
+}
+
+func (r PortRange) String() string {
+	if r == (PortRange{}) {
+		return "any free port"
+	}
+	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
 }
 
 // usable: an address a peer on another host may dial.

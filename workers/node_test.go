@@ -33,10 +33,11 @@ import (
 // out its deadline, as with a control worker that does not answer).
 type fakeRegistry struct {
 	client.Client
-	polls    []bool
-	records  []workflows.NodeRecord
-	queryErr error
-	hang     bool
+	polls       []bool
+	describeErr error // DescribeTaskQueue's answer instead
+	records     []workflows.NodeRecord
+	queryErr    error
+	hang        bool
 
 	mu               sync.Mutex
 	describes, asked int
@@ -50,6 +51,9 @@ func (f *fakeRegistry) DescribeTaskQueue(ctx context.Context, tq string, _ enums
 	defer f.mu.Unlock()
 	polls := f.polls[min(f.describes, len(f.polls)-1)]
 	f.describes++
+	if f.describeErr != nil {
+		return nil, f.describeErr
+	}
 	if tq != spec.ControlTaskQueue {
 		return nil, fmt.Errorf("described %s", tq)
 	}
@@ -87,13 +91,36 @@ func (v jsonValue) Get(ptr any) error { return json.Unmarshal(v, ptr) }
 // whose registered worker still answers, asks the registry again while no
 // control worker answers (one restarting is back within the budget), and
 // when it cannot ask in time starts with a warning saying what a second
-// worker would cause.
+// worker would cause. A registered worker that said it stopped, or whose
+// address reaches this worker's own listener (a restart at another
+// --comm-advertise on the same port), is no other worker; a namespace
+// that does not exist ends it at once, a permission denied warns at once.
 func TestNotServedElsewhere(t *testing.T) {
 	live, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live.Close()
+	// This worker's own listener, on loopback and on every interface.
+	own, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	ownAll, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ownAll.Close()
+	_, ownAllPort, _ := net.SplitHostPort(ownAll.Addr().String())
+	// This worker's listener on another loopback address, at live's port:
+	// a dial of live's address does not reach it.
+	_, livePort, _ := net.SplitHostPort(live.Addr().String())
+	beside, err := net.Listen("tcp", "127.0.0.2:"+livePort)
+	if err != nil {
+		t.Fatalf("listen beside %s: %v", live.Addr(), err)
+	}
+	defer beside.Close()
 	gone, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -108,12 +135,15 @@ func TestNotServedElsewhere(t *testing.T) {
 	// a SIGSTOPped process), its lease lapsed a minute ago.
 	hung := []workflows.NodeRecord{{Node: spec.Node{ID: "n1", CommAddr: live.Addr().String(), Host: "h1"}, LastSeen: time.Now().Add(-time.Minute - 8*time.Second),
 		Failed: true, FailReason: "node(s) [n1] stopped heartbeating"}}
+	stopped := record("n1", live.Addr().String())
+	stopped[0].Failed, stopped[0].FailReason, stopped[0].FailedAt = true, spec.ReasonWorkerStopped, time.Now()
 	const warning = "could not rule out a second worker serving this node ID"
 	const takeover = "it is hung (stopped with SIGSTOP, or stuck); this worker takes the node over"
 	for _, tc := range []struct {
 		name      string
 		reg       *fakeRegistry
-		cancelled bool // the worker is stopped (SIGTERM) while it asks
+		bound     string // this worker's listener; default me (port 1: none)
+		cancelled bool   // the worker is stopped (SIGTERM) while it asks
 		wantErr   error
 		warns     bool
 		takesOver bool // warns that the registered worker is hung
@@ -123,6 +153,8 @@ func TestNotServedElsewhere(t *testing.T) {
 		{name: "no other worker", reg: &fakeRegistry{polls: []bool{true}, records: record("n2", live.Addr().String())}, minAsks: 1, maxAsks: 1},
 		{name: "registered worker answers", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", live.Addr().String())},
 			wantErr: ErrDuplicateNode, minAsks: 1, maxAsks: 1},
+		{name: "registered worker answers beside this one's listener", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", live.Addr().String())},
+			bound: beside.Addr().String(), wantErr: ErrDuplicateNode, minAsks: 1, maxAsks: 1},
 		{name: "registered worker hung, its lease lapsed", reg: &fakeRegistry{polls: []bool{true}, records: hung}, takesOver: true, minAsks: 1, maxAsks: 1},
 		{name: "registered worker gone", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", goneAddr)}, minAsks: 1, maxAsks: 1},
 		{name: "registered at this address", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", me)}, minAsks: 1, maxAsks: 1},
@@ -132,6 +164,15 @@ func TestNotServedElsewhere(t *testing.T) {
 		{name: "no control worker", reg: &fakeRegistry{polls: []bool{false}}, warns: true, minAsks: 2, maxAsks: 100},
 		{name: "registry query times out", reg: &fakeRegistry{polls: []bool{true}, hang: true}, warns: true, minAsks: 2, maxAsks: 100},
 		{name: "stopped while asking", reg: &fakeRegistry{polls: []bool{false}}, cancelled: true, wantErr: context.Canceled, minAsks: 0, maxAsks: 1},
+		{name: "registered worker stopped on purpose", reg: &fakeRegistry{polls: []bool{true}, records: stopped}, minAsks: 1, maxAsks: 1},
+		{name: "restarted at another address, same port", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", own.Addr().String())},
+			bound: own.Addr().String(), minAsks: 1, maxAsks: 1},
+		{name: "restarted at another address, listening on every interface", reg: &fakeRegistry{polls: []bool{true},
+			records: record("n1", "127.0.0.1:"+ownAllPort)}, bound: ownAll.Addr().String(), minAsks: 1, maxAsks: 1},
+		{name: "no such namespace", reg: &fakeRegistry{polls: []bool{true}, describeErr: serviceerror.NewNamespaceNotFound("ml")},
+			wantErr: &serviceerror.NamespaceNotFound{}, minAsks: 1, maxAsks: 1},
+		{name: "permission denied", reg: &fakeRegistry{polls: []bool{true}, describeErr: serviceerror.NewPermissionDenied("no", "")},
+			warns: true, minAsks: 1, maxAsks: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
@@ -141,8 +182,17 @@ func TestNotServedElsewhere(t *testing.T) {
 			}
 			core, logs := observer.New(zap.DebugLevel)
 			retry := retryPolicy{first: time.Millisecond, perTry: 50 * time.Millisecond, budget: 300 * time.Millisecond}
-			err := notServedElsewhere(ctx, tc.reg, spec.DefaultClusterID, spec.Node{ID: "n1", CommAddr: me}, retry, zap.New(core))
-			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+			bound := tc.bound
+			if bound == "" {
+				bound = me
+			}
+			err := notServedElsewhere(ctx, tc.reg, spec.DefaultClusterID, spec.Node{ID: "n1", CommAddr: me}, bound, retry, zap.New(core))
+			var nf *serviceerror.NamespaceNotFound
+			if errors.As(tc.wantErr, &nf) {
+				if !errors.As(err, &nf) {
+					t.Errorf("error %v, want a NamespaceNotFound", err)
+				}
+			} else if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 				t.Errorf("error %v, want %v", err, tc.wantErr)
 			}
 			if n := tc.reg.describes; n < tc.minAsks || n > tc.maxAsks {
@@ -163,9 +213,13 @@ func TestNotServedElsewhere(t *testing.T) {
 }
 
 // TestRetryPolicy: tries until one succeeds, backing off, and gives up
-// once the budget is spent (or ctx ends), with the last try's error.
+// once the budget is spent (or ctx ends), with the last try's error; an
+// answer that asking again does not change (no such namespace, permission
+// denied) at once.
 func TestRetryPolicy(t *testing.T) {
 	failed := errors.New("no answer")
+	notFound := serviceerror.NewNamespaceNotFound("ml")
+	denied := serviceerror.NewPermissionDenied("not yours", "")
 	for _, tc := range []struct {
 		name      string
 		okAt      int // the try that succeeds; 0: none
@@ -176,6 +230,8 @@ func TestRetryPolicy(t *testing.T) {
 		{"first try", 1, time.Second, func(n int) bool { return n == 1 }, nil},
 		{"fourth try", 4, time.Second, func(n int) bool { return n == 4 }, nil},
 		{"never", 0, 200 * time.Millisecond, func(n int) bool { return n >= 3 && n < 20 }, failed},
+		{"no such namespace", -1, time.Second, func(n int) bool { return n == 1 }, notFound},
+		{"permission denied", -2, time.Second, func(n int) bool { return n == 1 }, denied},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tries := 0
@@ -187,6 +243,12 @@ func TestRetryPolicy(t *testing.T) {
 					}
 					if tries++; tries == tc.okAt {
 						return nil, nil
+					}
+					switch tc.okAt {
+					case -1:
+						return nil, fmt.Errorf("describe task queue: %w", notFound)
+					case -2:
+						return nil, denied
 					}
 					return nil, failed
 				})

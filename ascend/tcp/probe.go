@@ -156,10 +156,22 @@ func (r *refusals) note(err error, grace time.Duration, peer int, addr, how stri
 		r.since = time.Now()
 	case grace > 0 && time.Since(r.since) >= grace:
 		return &ascend.PeerError{Rank: peer, Op: "connect",
-			Err: fmt.Errorf("%s%s has refused connections for %v (its node worker is gone, or listens elsewhere than its --comm-advertise): %w",
-				how, addr, time.Since(r.since).Round(time.Millisecond), err)}
+			Err: fmt.Errorf("%s%s has refused connections for %v (%s): %w",
+				how, addr, time.Since(r.since).Round(time.Millisecond), refusedWhy(addr), err)}
 	}
 	return nil
+}
+
+// refusedWhy says why a rank's address refuses connections. A loopback
+// address is this host's: a rank on another host that registered one is
+// refused here whether it lives or not.
+func refusedWhy(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err == nil && (host == "localhost" || ip != nil && ip.IsLoopback()) {
+		return "its node worker is gone, or listens elsewhere than its --comm-advertise — or it runs on another host, " +
+			"where it registered a loopback address that only its own host can dial: give that worker --comm-listen 0.0.0.0:PORT or a --comm-advertise"
+	}
+	return "its node worker is gone, or listens elsewhere than its --comm-advertise"
 }
 
 // probeWindow bounds the probes after a broken link: long enough to see a

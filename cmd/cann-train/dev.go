@@ -66,7 +66,8 @@ func newDevCmd(e *env) *cobra.Command {
 		Use:   "dev",
 		Short: "Run the embedded Temporal dev server (SQLite file, Web UI)",
 		Example: `  cann-train dev
-  cann-train dev --port 7233 --ui-port 8233 --db-file /tmp/temporal.db`,
+  cann-train dev --port 7233 --ui-port 8233 --db-file /tmp/temporal.db
+  cann-train dev --ip 0.0.0.0      # workers on other hosts too: it prints the address they dial`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := workers.NewLogger(o.serverLog, e.logJSON)
@@ -89,9 +90,14 @@ func newDevCmd(e *env) *cobra.Command {
 			}
 			fmt.Fprintf(e.out, "Temporal dev server: %s (namespace %s, db %s)\nWeb UI: %s\n",
 				srv.FrontendAddr(), srv.Namespace(), o.dbFile, ui)
-			// Workers and commands in other terminals dial 7233 unless told.
-			if line := e.reachExport(srv.FrontendAddr(), srv.Namespace(), srv.UIURL()); line != "" {
-				fmt.Fprintf(e.out, "Other terminals (workers, run, status) reach it with: %s\n", line)
+			// Workers and commands in other terminals dial 7233 unless told;
+			// on other hosts (--ip 0.0.0.0), this host's address.
+			here, elsewhere := e.reachExports(srv.FrontendAddr(), srv.Namespace(), srv.UIURL(), thisHostIP)
+			if here != "" {
+				fmt.Fprintf(e.out, "Other terminals (workers, run, status) reach it with: %s\n", here)
+			}
+			if elsewhere != "" {
+				fmt.Fprintf(e.out, "Other hosts reach it with: %s\n  (this host's address on its default route; name another where they reach it elsewhere)\n", elsewhere)
 			}
 			fmt.Fprintln(e.out, "Ctrl-C to stop.")
 			<-cmd.Context().Done()
@@ -100,7 +106,7 @@ func newDevCmd(e *env) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.ip, "ip", "127.0.0.1", "IP to bind")
+	f.StringVar(&o.ip, "ip", "127.0.0.1", "IP to bind (0.0.0.0: every interface, for workers and commands on other hosts)")
 	f.IntVar(&o.port, "port", 7233, "frontend gRPC port (0: any free port, and the Web UI on any free port too unless --ui-port is given)")
 	// (Its default depends on --port: devUIPort.)
 	f.IntVar(&o.uiPort, "ui-port", 0, "Web UI port (0: no UI; -1: any free port; default: --port + 1000, any free port with --port 0)")

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 
 	"github.com/spf13/pflag"
@@ -80,20 +81,110 @@ func (e *env) clientOptions(log *zap.Logger) (workers.ClientOptions, error) {
 // reachExport is the shell line that points other commands (in other
 // terminals: status, pause, green override, worker) at a server this
 // command runs at frontend addr in namespace, its Web UI at ui ("": none),
-// or "" where they reach it as they are: the address, namespace and Web UI
-// this command resolved (flags, TEMPORAL_ADDRESS / TEMPORAL_NAMESPACE, the
-// client configuration, CANN_TRAIN_UI) are the server's. A wildcard host
-// (`dev --ip 0.0.0.0`) is dialled as 127.0.0.1.
+// or "" where they reach it as they are: the address and Web UI this
+// command resolved (flags, TEMPORAL_ADDRESS, the client configuration,
+// CANN_TRAIN_UI) are the server's, and so is the namespace another
+// terminal resolves (otherTerminalsNamespace: not this command's
+// --namespace). A wildcard host (`dev --ip 0.0.0.0`) is dialled as
+// 127.0.0.1, and its Web UI linked at this host's address (thisHostIP),
+// which other hosts' browsers reach too.
 func (e *env) reachExport(addr, namespace, ui string) string {
-	if host, port, err := net.SplitHostPort(addr); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
-		addr = net.JoinHostPort("127.0.0.1", port)
+	here, _ := e.reachExports(addr, namespace, ui, thisHostIP)
+	return here
+}
+
+// reachExports is reachExport's line (here) and, for a server bound to
+// every interface, the line for other hosts (elsewhere), which dial it at
+// this host's address, hostIP's ("" when it finds none; always given
+// otherwise: other hosts have nothing set).
+func (e *env) reachExports(addr, namespace, ui string, hostIP func() net.IP) (here, elsewhere string) {
+	var ip net.IP
+	found := false
+	thisHost := func() net.IP {
+		if !found {
+			ip, found = hostIP(), true
+		}
+		return ip
 	}
-	if e.address == addr && e.namespace == namespace && e.webUI(os.Getenv("CANN_TRAIN_UI")) == ui {
-		return ""
+	local, localUI, shownUI := addr, ui, ui
+	if port, ok := wildcardPort(addr); ok {
+		local = net.JoinHostPort("127.0.0.1", port)
+		if ip := thisHost(); ip != nil {
+			elsewhere = "export TEMPORAL_ADDRESS=" + net.JoinHostPort(ip.String(), port)
+		}
 	}
-	line := "export TEMPORAL_ADDRESS=" + addr
-	if e.namespace != namespace {
-		line += " TEMPORAL_NAMESPACE=" + namespace
+	if u, err := url.Parse(ui); ui != "" && err == nil {
+		if port, ok := wildcardPort(u.Host); ok {
+			u.Host = net.JoinHostPort("127.0.0.1", port)
+			localUI = u.String()
+			if ip := thisHost(); ip != nil {
+				u.Host = net.JoinHostPort(ip.String(), port)
+			}
+			shownUI = u.String()
+		}
 	}
-	return line + " CANN_TRAIN_UI=" + cmp.Or(ui, "none")
+	nsPart := ""
+	if namespace != e.otherTerminalsNamespace() {
+		nsPart = " TEMPORAL_NAMESPACE=" + namespace
+	}
+	if elsewhere != "" {
+		if namespace != "default" {
+			elsewhere += " TEMPORAL_NAMESPACE=" + namespace
+		}
+		elsewhere += " CANN_TRAIN_UI=" + cmp.Or(shownUI, "none")
+	}
+	if have := e.webUI(os.Getenv("CANN_TRAIN_UI")); e.address == local && nsPart == "" && (have == localUI || have == shownUI) {
+		return "", elsewhere
+	}
+	return "export TEMPORAL_ADDRESS=" + local + nsPart + " CANN_TRAIN_UI=" + cmp.Or(shownUI, "none"), elsewhere
+}
+
+// wildcardPort: addr (host:port) binds every interface, on port.
+func wildcardPort(addr string) (port string, ok bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", false
+	}
+	ip := net.ParseIP(host)
+	return port, host == "" || ip != nil && ip.IsUnspecified()
+}
+
+// otherTerminalsNamespace is the namespace a command in another terminal
+// resolves, given no --namespace: TEMPORAL_NAMESPACE, else the client
+// configuration's (read as commands read it by default), else "default".
+func (e *env) otherTerminalsNamespace() string {
+	if ns := os.Getenv("TEMPORAL_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if prof, err := loadTemporalProfile(); err == nil && prof.Namespace != "" {
+		return prof.Namespace
+	}
+	return "default"
+}
+
+// thisHostIP is the address other hosts most likely reach this one at:
+// the local address of its default route (a UDP socket connected towards
+// a documentation address, TEST-NET-1, which sends nothing), else the
+// first address of its interfaces that is not loopback or link-local;
+// nil when it has none.
+func thisHostIP() net.IP {
+	if c, err := net.Dial("udp", "192.0.2.1:9"); err == nil {
+		ip := c.LocalAddr().(*net.UDPAddr).IP
+		c.Close()
+		if hostUsable(ip) {
+			return ip
+		}
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && hostUsable(n.IP) {
+			return n.IP
+		}
+	}
+	return nil
+}
+
+// hostUsable: an address of this host another host may dial.
+func hostUsable(ip net.IP) bool {
+	return ip != nil && !ip.IsUnspecified() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsMulticast()
 }

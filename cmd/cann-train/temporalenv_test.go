@@ -284,63 +284,101 @@ func startTLSProxy(t *testing.T, pki testPKI, backend string) *tlsProxy {
 }
 
 // TestReachExport: a server on other ports than the ones this shell's
-// commands dial (its address, namespace and Web UI as the flags,
-// TEMPORAL_* and CANN_TRAIN_UI resolve them) gets the line that points
-// other terminals at it; one they reach already gets none.
+// commands dial (its address and Web UI as the flags, TEMPORAL_* and
+// CANN_TRAIN_UI resolve them), or in another namespace than another
+// terminal resolves (not this command's --namespace), gets the line that
+// points other terminals at it; one they reach already gets none. A
+// server bound to every interface also gets the line for other hosts, at
+// this host's address, which its Web UI link uses too.
 func TestReachExport(t *testing.T) {
+	hostIP := func() net.IP { return net.ParseIP("10.77.0.1") }
+	noIP := func() net.IP { return nil }
 	for _, tc := range []struct {
 		name               string
-		ui                 string // CANN_TRAIN_UI
-		address, namespace string // this shell's
+		ui, nsEnv          string // CANN_TRAIN_UI, TEMPORAL_NAMESPACE
+		address, namespace string // this command's
 		srv, srvNS, srvUI  string // the server's
-		want               string
+		noHostIP           bool
+		want, elsewhere    string
 	}{
-		{"defaults", "", "127.0.0.1:7233", "default", "127.0.0.1:7233", "default", "http://127.0.0.1:8233", ""},
-		{"free ports", "", "127.0.0.1:7233", "default", "127.0.0.1:24067", "default", "http://127.0.0.1:29529",
-			"export TEMPORAL_ADDRESS=127.0.0.1:24067 CANN_TRAIN_UI=http://127.0.0.1:29529"},
-		{"dev --port 27841", "", "127.0.0.1:7233", "default", "127.0.0.1:27841", "default", "http://127.0.0.1:28841",
-			"export TEMPORAL_ADDRESS=127.0.0.1:27841 CANN_TRAIN_UI=http://127.0.0.1:28841"},
-		{"exported already", "", "127.0.0.1:27841", "default", "127.0.0.1:27841", "default", "http://127.0.0.1:28841", ""},
-		{"UI off", "", "127.0.0.1:7233", "default", "127.0.0.1:7233", "default", "", "export TEMPORAL_ADDRESS=127.0.0.1:7233 CANN_TRAIN_UI=none"},
-		{"UI elsewhere", "", "127.0.0.1:7233", "default", "127.0.0.1:7233", "default", "http://127.0.0.1:30000",
-			"export TEMPORAL_ADDRESS=127.0.0.1:7233 CANN_TRAIN_UI=http://127.0.0.1:30000"},
-		{"CANN_TRAIN_UI names it", "http://127.0.0.1:30000", "127.0.0.1:7233", "default", "127.0.0.1:7233", "default", "http://127.0.0.1:30000", ""},
-		{"shell points elsewhere", "", "remote.example:7233", "default", "127.0.0.1:7233", "default", "http://127.0.0.1:8233",
-			"export TEMPORAL_ADDRESS=127.0.0.1:7233 CANN_TRAIN_UI=http://127.0.0.1:8233"},
-		{"wildcard host", "", "127.0.0.1:7233", "default", "0.0.0.0:27841", "default", "http://0.0.0.0:28841",
-			"export TEMPORAL_ADDRESS=127.0.0.1:27841 CANN_TRAIN_UI=http://0.0.0.0:28841"},
+		{name: "defaults", address: "127.0.0.1:7233", namespace: "default", srv: "127.0.0.1:7233", srvNS: "default", srvUI: "http://127.0.0.1:8233"},
+		{name: "free ports", address: "127.0.0.1:7233", namespace: "default", srv: "127.0.0.1:24067", srvNS: "default", srvUI: "http://127.0.0.1:29529",
+			want: "export TEMPORAL_ADDRESS=127.0.0.1:24067 CANN_TRAIN_UI=http://127.0.0.1:29529"},
+		{name: "dev --port 27841", address: "127.0.0.1:7233", namespace: "default", srv: "127.0.0.1:27841", srvNS: "default", srvUI: "http://127.0.0.1:28841",
+			want: "export TEMPORAL_ADDRESS=127.0.0.1:27841 CANN_TRAIN_UI=http://127.0.0.1:28841"},
+		{name: "exported already", address: "127.0.0.1:27841", namespace: "default", srv: "127.0.0.1:27841", srvNS: "default", srvUI: "http://127.0.0.1:28841"},
+		{name: "UI off", address: "127.0.0.1:7233", namespace: "default", srv: "127.0.0.1:7233", srvNS: "default",
+			want: "export TEMPORAL_ADDRESS=127.0.0.1:7233 CANN_TRAIN_UI=none"},
+		{name: "UI elsewhere", address: "127.0.0.1:7233", namespace: "default", srv: "127.0.0.1:7233", srvNS: "default", srvUI: "http://127.0.0.1:30000",
+			want: "export TEMPORAL_ADDRESS=127.0.0.1:7233 CANN_TRAIN_UI=http://127.0.0.1:30000"},
+		{name: "CANN_TRAIN_UI names it", ui: "http://127.0.0.1:30000", address: "127.0.0.1:7233", namespace: "default", srv: "127.0.0.1:7233", srvNS: "default",
+			srvUI: "http://127.0.0.1:30000"},
+		{name: "shell points elsewhere", address: "remote.example:7233", namespace: "default", srv: "127.0.0.1:7233", srvNS: "default", srvUI: "http://127.0.0.1:8233",
+			want: "export TEMPORAL_ADDRESS=127.0.0.1:7233 CANN_TRAIN_UI=http://127.0.0.1:8233"},
+		// dev --namespace ml: this command's namespace is the server's, another terminal's is not.
+		{name: "dev --namespace ml --port 17310", address: "127.0.0.1:7233", namespace: "ml", srv: "127.0.0.1:17310", srvNS: "ml", srvUI: "http://127.0.0.1:18310",
+			want: "export TEMPORAL_ADDRESS=127.0.0.1:17310 TEMPORAL_NAMESPACE=ml CANN_TRAIN_UI=http://127.0.0.1:18310"},
+		{name: "dev --namespace ml on the default ports", address: "127.0.0.1:7233", namespace: "ml", srv: "127.0.0.1:7233", srvNS: "ml", srvUI: "http://127.0.0.1:8233",
+			want: "export TEMPORAL_ADDRESS=127.0.0.1:7233 TEMPORAL_NAMESPACE=ml CANN_TRAIN_UI=http://127.0.0.1:8233"},
+		{name: "namespace exported already", nsEnv: "ml", address: "127.0.0.1:7233", namespace: "ml", srv: "127.0.0.1:7233", srvNS: "ml", srvUI: "http://127.0.0.1:8233"},
+		{name: "wildcard host", address: "127.0.0.1:7233", namespace: "default", srv: "0.0.0.0:27841", srvNS: "default", srvUI: "http://0.0.0.0:28841",
+			want:      "export TEMPORAL_ADDRESS=127.0.0.1:27841 CANN_TRAIN_UI=http://10.77.0.1:28841",
+			elsewhere: "export TEMPORAL_ADDRESS=10.77.0.1:27841 CANN_TRAIN_UI=http://10.77.0.1:28841"},
+		{name: "wildcard host on the default ports", address: "127.0.0.1:7233", namespace: "default", srv: "0.0.0.0:7233", srvNS: "default", srvUI: "http://0.0.0.0:8233",
+			elsewhere: "export TEMPORAL_ADDRESS=10.77.0.1:7233 CANN_TRAIN_UI=http://10.77.0.1:8233"},
+		{name: "wildcard host, namespace exported", nsEnv: "ml", address: "127.0.0.1:7233", namespace: "ml", srv: "[::]:7233", srvNS: "ml", srvUI: "http://[::]:8233",
+			elsewhere: "export TEMPORAL_ADDRESS=10.77.0.1:7233 TEMPORAL_NAMESPACE=ml CANN_TRAIN_UI=http://10.77.0.1:8233"},
+		{name: "wildcard host, no address found", noHostIP: true, address: "127.0.0.1:7233", namespace: "default", srv: "0.0.0.0:27841", srvNS: "default",
+			srvUI: "http://0.0.0.0:28841", want: "export TEMPORAL_ADDRESS=127.0.0.1:27841 CANN_TRAIN_UI=http://127.0.0.1:28841"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("CANN_TRAIN_UI", tc.ui)
+			t.Setenv("TEMPORAL_NAMESPACE", tc.nsEnv)
 			e := &env{address: tc.address, namespace: tc.namespace}
-			if got := e.reachExport(tc.srv, tc.srvNS, tc.srvUI); got != tc.want {
-				t.Errorf("reachExport = %q, want %q", got, tc.want)
+			ip := hostIP
+			if tc.noHostIP {
+				ip = noIP
+			}
+			if got, elsewhere := e.reachExports(tc.srv, tc.srvNS, tc.srvUI, ip); got != tc.want || elsewhere != tc.elsewhere {
+				t.Errorf("reachExports = %q, %q; want %q, %q", got, elsewhere, tc.want, tc.elsewhere)
 			}
 		})
+	}
+	if ip := thisHostIP(); ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+		t.Errorf("thisHostIP() = %v: not an address another host dials", ip)
 	}
 }
 
 // TestDevSaysHowToReachIt: `dev` on another port than 7233 prints the
 // export line that points workers and commands in other terminals at it
-// (a worker started next without it waited on 7233).
+// (a worker started next without it waited on 7233), with its namespace
+// where that is not the one they resolve (`dev --namespace ml`: the
+// server has no namespace default).
 func TestDevSaysHowToReachIt(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var out syncBuffer
-	root := newRootCmd(&env{out: &out, err: io.Discard, command: childCommand})
-	root.SetArgs([]string{"dev", "--port", "0", "--ui-port", "0", "--db-file", filepath.Join(t.TempDir(), "t.db")})
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	for !strings.Contains(out.String(), "Ctrl-C to stop.") {
-		select {
-		case err := <-done:
-			t.Fatalf("dev ended: %v\n%s", err, out.String())
-		case <-time.After(20 * time.Millisecond):
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `export TEMPORAL_ADDRESS=127\.0\.0\.1:\d+ CANN_TRAIN_UI=none`},
+		{[]string{"--namespace", "ml"}, `export TEMPORAL_ADDRESS=127\.0\.0\.1:\d+ TEMPORAL_NAMESPACE=ml CANN_TRAIN_UI=none`},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var out syncBuffer
+		root := newRootCmd(&env{out: &out, err: io.Discard, command: childCommand})
+		root.SetArgs(append([]string{"dev", "--port", "0", "--ui-port", "0", "--db-file", filepath.Join(t.TempDir(), "t.db")}, tc.args...))
+		done := make(chan error, 1)
+		go func() { done <- root.ExecuteContext(ctx) }()
+		for !strings.Contains(out.String(), "Ctrl-C to stop.") {
+			select {
+			case err := <-done:
+				t.Fatalf("dev %v ended: %v\n%s", tc.args, err, out.String())
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
-	}
-	cancel()
-	<-done
-	if !regexp.MustCompile(`(?m)^Other terminals \(workers, run, status\) reach it with: export TEMPORAL_ADDRESS=127\.0\.0\.1:\d+ CANN_TRAIN_UI=none\nCtrl-C to stop\.$`).MatchString(out.String()) {
-		t.Errorf("dev said:\n%s", out.String())
+		cancel()
+		<-done
+		if !regexp.MustCompile(`(?m)^Other terminals \(workers, run, status\) reach it with: ` + tc.want + `\nCtrl-C to stop\.$`).MatchString(out.String()) {
+			t.Errorf("dev %v said:\n%s", tc.args, out.String())
+		}
 	}
 }

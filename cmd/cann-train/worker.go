@@ -145,14 +145,15 @@ func checkLeaseEvery(d time.Duration) error {
 
 func newNodeWorkerCmd(e *env) *cobra.Command {
 	o := workers.NodeOptions{}
-	var metricsAddr string
+	var metricsAddr, rendezvous string
 	var requestTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Serve one node: train chunks on queue cann-train/node/<id>",
 		Example: `  cann-train worker node --id node-1
-  cann-train worker node --id gpu-07 --comm-listen 0.0.0.0:29500 --comm-advertise 10.0.0.7:29500 \
-      --checkpoint-url s3://ckpt?endpoint=http://minio:9000&use_path_style=true`,
+  cann-train worker node --id gpu-07 --address temporal.example:7233 \
+      --comm-listen 0.0.0.0:29500 --comm-advertise 10.0.0.7:29500 --rendezvous-ports 29600-29699 \
+      --checkpoint-url 's3://ckpt?endpoint=http://minio:9000&use_path_style=true&region=us-east-1'`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := spec.CheckNodeID(o.ID); err != nil {
@@ -160,6 +161,16 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 			}
 			if err := checkLeaseEvery(o.LeaseEvery); err != nil {
 				return err
+			}
+			// (Before waiting for Temporal: nothing there cures them.)
+			if o.CommAdvertise != "" {
+				if err := workers.CheckCommAdvertise(o.CommAdvertise); err != nil {
+					return fmt.Errorf("--comm-advertise %w", err)
+				}
+			}
+			var err error
+			if o.RendezvousPorts, err = workers.ParsePortRange(rendezvous); err != nil {
+				return fmt.Errorf("--rendezvous-ports %w", err)
 			}
 			if cmd.Flags().Changed("npu-ids") {
 				if err := checkNPUIDs(o.NPUIDs); err != nil {
@@ -202,9 +213,13 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.ID, "id", "", "node ID (required; stable across restarts)")
-	f.StringVar(&o.CommListen, "comm-listen", "127.0.0.1:0", "collective listener address (0.0.0.0:PORT or [::]:PORT: every interface)")
-	f.StringVar(&o.CommAdvertise, "comm-advertise", "", "address peers dial (default: the bound address; for a --comm-listen on every interface, "+
+	f.StringVar(&o.CommListen, "comm-listen", "", "collective listener address, which every peer node dials (0.0.0.0:PORT or [::]:PORT: every interface; "+
+		"default: 127.0.0.1 on any free port while Temporal is on this host's loopback, else every interface on any free port). "+
+		"A loopback address while Temporal is not on loopback is refused unless --comm-advertise names it (every node on this host)")
+	f.StringVar(&o.CommAdvertise, "comm-advertise", "", "HOST:PORT peers dial, not a wildcard (default: the bound address; for a --comm-listen on every interface, "+
 		"this host's address on its route to the Temporal frontend, else the first non-loopback address of its host name, as the log says)")
+	f.StringVar(&rendezvous, "rendezvous-ports", "", "LO-HI: the ports an external job whose first node this is takes its rendezvous port from "+
+		"(MASTER_PORT, MS_SCHED_PORT) when its job sets no master_port, for a firewall to open (default: any free port)")
 	f.StringVar(&o.ClusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow to register with")
 	f.StringVar(&o.CheckpointURL, "checkpoint-url", "file://"+filepath.Join(defaultDataDir(), "checkpoints"), "default checkpoint bucket URL")
 	f.DurationVar(&o.BucketGrace, "bucket-grace", activities.DefaultBucketGrace,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/cann-train/cann-train/spec"
 )
 
 // TestNodeNPUs: a node worker given no --npu-ids names npu-smi's healthy
@@ -78,5 +81,71 @@ func TestNodeWorkerNPUIDsFlag(t *testing.T) {
 	}
 	if err := checkNPUIDs([]int{4, 6, 7}); err != nil {
 		t.Error(fmt.Errorf("4,6,7: %w", err))
+	}
+}
+
+// TestNodeWorkerAddressFlagsRefusedAtOnce: a --comm-advertise peers could
+// not dial (no port, a wildcard that each would dial as its own host) and
+// a malformed --rendezvous-ports stop `worker node` before it waits for
+// Temporal.
+func TestNodeWorkerAddressFlagsRefusedAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	node := []string{"worker", "node", "--id", "n1", "--work-dir", filepath.Join(dir, "work"), "--address", "127.0.0.1:1", "--env-config=false"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--comm-listen", "0.0.0.0:17320", "--comm-advertise", "0.0.0.0:17320"},
+			`--comm-advertise "0.0.0.0:17320" is a wildcard address: peers would dial their own host`},
+		{[]string{"--comm-advertise", "10.77.0.13"}, `--comm-advertise "10.77.0.13": want HOST:PORT`},
+		{[]string{"--comm-advertise", "10.77.0.13:0"}, `want a number 1..65535`},
+		{[]string{"--rendezvous-ports", "29699-29600"}, "--rendezvous-ports 29699-29600: the range ends before it starts"},
+		{[]string{"--rendezvous-ports", "29600:29699"}, `--rendezvous-ports "29600:29699": want LO-HI`},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		root := newRootCmd(&env{out: io.Discard, err: io.Discard, command: childCommand})
+		root.SetArgs(append(append([]string{}, node...), tc.args...))
+		err := root.ExecuteContext(ctx)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || ctx.Err() != nil {
+			t.Errorf("%v: %v (context: %v); want %q at once", tc.args, err, ctx.Err(), tc.want)
+		}
+		cancel()
+	}
+}
+
+// TestNodeWorkerExampleURLPastes: `worker node --help`'s example pastes
+// into a shell as one command — its s3 URL quoted (unquoted, & sent the
+// command to the background and ? globbed) — with the region MinIO needs
+// (else requests are signed for an empty one), and its flags parse.
+func TestNodeWorkerExampleURLPastes(t *testing.T) {
+	cmd, _, err := newRootCmd(&env{out: io.Discard, err: io.Discard}).Find([]string{"worker", "node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := strings.ReplaceAll(cmd.Example, "\\\n", " ")
+	_, rest, ok := strings.Cut(ex, "--checkpoint-url ")
+	if !ok {
+		t.Fatalf("no --checkpoint-url in the example:\n%s", cmd.Example)
+	}
+	if !strings.HasPrefix(rest, "'") || strings.Count(rest, "'") < 2 {
+		t.Fatalf("the example's URL is not quoted: %s", rest)
+	}
+	url := strings.Split(rest, "'")[1]
+	if err := spec.CheckBucketURL(url); err != nil || !strings.Contains(url, "region=") {
+		t.Errorf("example URL %s: %v; want a valid URL naming its region", url, err)
+	}
+	for _, line := range strings.Split(cmd.Example, "\n") {
+		if strings.Contains(line, "&") && !strings.Contains(line, "'") {
+			t.Errorf("an unquoted & in the example: %s", line)
+		}
+	}
+	var args []string
+	for _, f := range strings.Fields(strings.ReplaceAll(ex, "'", "")) {
+		if f != "cann-train" && f != "worker" && f != "node" && !strings.HasPrefix(f, "#") {
+			args = append(args, f)
+		}
+	}
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Errorf("the example's flags: %v", err)
 	}
 }
