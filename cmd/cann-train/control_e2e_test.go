@@ -340,7 +340,7 @@ func TestPauseResumeRealRun(t *testing.T) {
 	}
 	// watch of the ended run says each change of its node count in a line.
 	_, said, err := cliRun(ctx, addr)("watch", "pause-me")
-	for _, want := range []string{"rescale    gen ", ": 2 → 3 nodes +[node-3]", "replace    gen ", "−[node-2] (node-2 drained: swap the disk)", ": 2 → 1 nodes"} {
+	for _, want := range []string{fmt.Sprintf("%-*s gen ", kindWidth, "rescale"), ": 2 → 3 nodes +[node-3]", fmt.Sprintf("%-*s gen ", kindWidth, "replace"), "−[node-2] (node-2 drained: swap the disk)", ": 2 → 1 nodes"} {
 		if err != nil || !strings.Contains(said, want) {
 			t.Errorf("watch of the ended run: %v; lacks %q:\n%s", err, want, said)
 		}

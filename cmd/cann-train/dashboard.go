@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
@@ -123,8 +122,9 @@ func newDashboardCmd(e *env) *cobra.Command {
 		Short:   "Every training run at a glance: status, step, loss, throughput, carbon",
 		Long: `Lists the TrainingRun workflows of the namespace, latest start first, with what
 the Temporal visibility store indexes (the Cann* search attributes) and what each
-run's status query (or, once closed, its result) adds: loss, samples/s,
-recoveries, grams of CO2. --limit bounds the list (the running runs, then
+run's status query (or, once closed, its result) adds: loss, samples/s (while
+the run trains), recoveries, grams of CO2. On a terminal the table fits its
+width: DETAIL is cut, and on a narrow one STARTED, MODEL and other columns go. --limit bounds the list (the running runs, then
 those that ended last, as the visibility store orders them: a run that
 continued as new counts from its latest execution's start, so it may be
 listed before a run started after it); a last line says how many more
@@ -132,7 +132,8 @@ match, and the --limit that lists them all. --query narrows the list with a visi
 (e.g. CannStatus = 'training', CannModel = 'mlp-mnist', StartTime > '2026-11-30T00:00:00Z');
 CannStatus is the run's phase: ` + runPhases() + `.
 --watch redraws it every --every until interrupted (on a terminal in place; to a file
-or a pipe, each table after a blank line), and waits out a server that stops answering.`,
+or a pipe, each table after a blank line), and waits out a server that stops answering;
+Ctrl-C ends it, with exit status 130 as watch.`,
 		Example: `  cann-train dashboard
   cann-train dashboard --watch
   cann-train dashboard --query "CannStatus IN ('paused', 'waiting-storage')" -o json`,
@@ -167,12 +168,21 @@ or a pipe, each table after a blank line), and waits out a server that stops ans
 }
 
 // showDashboard prints the runs' table (or JSON array) on out once or,
-// with o.watch, every o.every until ctx ends: on a terminal in place, else
-// each after a blank line. A watch waits out a server that stops
-// answering, its header saying since when, under the last table read; a
-// server not answering is said as such, with its address.
+// with o.watch, every o.every until ctx ends: on a terminal in place (and
+// to its width), else each after a blank line. A watch waits out a server
+// that stops answering, its header saying since when, under the last
+// table read; a server not answering is said as such, with its address.
+// Interrupted, a watch ends as `watch` does: an *interruptedError saying
+// that the runs go on (exit status 130).
 func showDashboard(ctx context.Context, c client.Client, out, errw io.Writer, o dashboardOptions) error {
 	address, _ := placeOf(c)
+	cols := func() int { return 0 } // (no limit: a file or a pipe)
+	if isTerminal(out) {
+		cols = terminalCols(out)
+	}
+	interrupted := func() error {
+		return &interruptedError{what: "stopped watching the dashboard; the runs go on", err: ctx.Err()}
+	}
 	var last []dashboardRow // the last table read, and when
 	var lastMore, drawn int
 	var lastAt, silentSince time.Time
@@ -182,7 +192,7 @@ func showDashboard(ctx context.Context, c client.Client, out, errw io.Writer, o 
 		now := time.Now()
 		switch {
 		case o.watch && ctx.Err() != nil:
-			return nil
+			return interrupted()
 		case err == nil:
 			last, lastMore, lastAt, silentSince = rows, more, now, time.Time{}
 		case o.watch && serverSilent(err):
@@ -220,7 +230,7 @@ func showDashboard(ctx context.Context, c client.Client, out, errw io.Writer, o 
 			fmt.Fprintln(out)
 		}
 		if !lastAt.IsZero() { // (nothing read yet: no table, rather than "no training runs")
-			if err := printDashboard(out, last, o.query, lastMore, o.limit); err != nil {
+			if err := printDashboardTo(out, last, o.query, lastMore, o.limit, cols()); err != nil {
 				return err
 			}
 		}
@@ -229,7 +239,7 @@ func showDashboard(ctx context.Context, c client.Client, out, errw io.Writer, o 
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return interrupted()
 		case <-time.After(o.every):
 		}
 	}
@@ -453,6 +463,11 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 			r.SamplesPerSec = 0 // (no step for a while: that speed is not its speed now)
 		}
 	}
+	if st.Phase != spec.PhaseTraining {
+		// The last chunk's speed is not the speed of a run that waits,
+		// is paused or has ended.
+		r.SamplesPerSec = 0
+	}
 	r.Recoveries = len(st.Recoveries)
 	if !st.StartedAt.IsZero() {
 		// The run's own start: the visibility store's is its current
@@ -496,8 +511,34 @@ func runPhases() string {
 // CannStatus takes (a guess such as 'running' matches nothing). A last
 // line says how many more runs the list left out (more: listRuns's).
 // Figures not known are "-": a loss not measured yet, the samples/s and
-// recoveries of a run whose status was not read.
+// recoveries of a run whose status was not read, the samples/s of a run
+// that does not train.
 func printDashboard(w io.Writer, rows []dashboardRow, query string, more, limit int) error {
+	return printDashboardTo(w, rows, query, more, limit, 0)
+}
+
+// dashboardColumns are the table's headers; dashboardDropped the ones a
+// narrow terminal loses first, in that order (RUN, STATUS and STEP stay).
+var (
+	dashboardColumns = []string{"RUN", "STATUS", "MODEL", "NODES", "STEP", "LOSS", "SAMPLES/S", "RECOVERIES", "CO2 g", "STARTED", "DETAIL"}
+	dashboardDropped = []string{"STARTED", "MODEL", "CO2 g", "RECOVERIES", "NODES", "SAMPLES/S", "LOSS"}
+)
+
+// Column widths of the dashboard on a terminal: the gap between columns,
+// the room DETAIL is given before the other columns go (less is cut), and
+// the least DETAIL is shown at (less: none).
+const (
+	dashboardGap       = 2
+	dashboardDetailMin = 24
+	dashboardDetailCut = 8
+)
+
+// printDashboardTo is printDashboard at most cols columns wide (0: no
+// limit; a terminal's width, where each row wrapped onto two or three
+// lines): DETAIL is cut to the room the other columns leave; where that
+// is less than dashboardDetailMin, columns go (dashboardDropped), and
+// DETAIL too where it would still be cut shorter than dashboardDetailCut.
+func printDashboardTo(w io.Writer, rows []dashboardRow, query string, more, limit, cols int) error {
 	if len(rows) == 0 && query != "" {
 		_, err := fmt.Fprintf(w, "no training runs match %s (CannStatus is the phase: %s)\n", query, runPhases())
 		return err
@@ -506,53 +547,109 @@ func printDashboard(w io.Writer, rows []dashboardRow, query string, more, limit 
 		_, err := fmt.Fprintln(w, "no training runs (start one: cann-train quickstart, or cann-train run -f job.yaml)")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tSTATUS\tMODEL\tNODES\tSTEP\tLOSS\tSAMPLES/S\tRECOVERIES\tCO2 g\tSTARTED\tDETAIL")
+	table := [][]string{dashboardColumns}
 	for _, r := range rows {
-		status := string(r.Status)
-		same := status == r.Execution || // (Temporal spells it canceled)
-			(r.Status == spec.PhaseCancelled && r.Execution == activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED))
-		if !same && (status == "" || (r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) &&
-			r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED))) {
-			status = strings.TrimPrefix(strings.Join([]string{status, r.Execution}, "/"), "/")
-		}
-		step := fmt.Sprint(r.Step)
-		if r.Steps > 0 {
-			step = fmt.Sprintf("%d/%d", r.Step, r.Steps)
-		}
-		nodes := fmt.Sprint(r.Nodes)
-		if r.TargetNodes > r.Nodes && r.Execution == activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) {
-			nodes = fmt.Sprintf("%d/%d", r.Nodes, r.TargetNodes) // shrunk, growing back
-		}
-		loss, sps, recoveries, carbon := "-", "-", "-", "-"
-		if r.Loss != 0 {
-			loss = fmt.Sprintf("%.4g", r.Loss) // (2.2e-07, not 0.0000)
-		}
-		if r.SamplesPerSec > 0 {
-			sps = fmt.Sprintf("%.0f", r.SamplesPerSec)
-		}
-		if r.read {
-			recoveries = fmt.Sprint(r.Recoveries)
-		}
-		if r.CarbonGrams > 0 {
-			carbon = fmt.Sprintf("%.1f", r.CarbonGrams)
-		}
-		started := r.StartedAt.Local().Format("01-02 15:04:05")
-		if r.StartedExecution {
-			started += " (this execution's)"
-		}
-		detail := r.Detail
-		if r.Unread != "" {
-			detail = "status unreadable: " + r.Unread
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", strings.TrimPrefix(r.WorkflowID, spec.RunIDPrefix),
-			status, r.Model, nodes, step, loss, sps, recoveries, carbon, started, tableDetail(detail))
+		table = append(table, dashboardCells(r))
 	}
-	if err := tw.Flush(); err != nil || more == 0 {
-		return err
+	detail := len(dashboardColumns) - 1
+	keep := make([]bool, len(dashboardColumns))
+	for i := range keep {
+		keep[i] = true
+	}
+	widths := make([]int, len(dashboardColumns))
+	for _, row := range table {
+		for i, cell := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(cell))
+		}
+	}
+	// room is what the kept columns before DETAIL leave it (the last
+	// column of a terminal wraps on some: not used).
+	room := func() int {
+		n := cols - 1
+		for i := range detail {
+			if keep[i] {
+				n -= widths[i] + dashboardGap
+			}
+		}
+		return n
+	}
+	if cols > 0 {
+		for _, name := range dashboardDropped {
+			if room() >= min(widths[detail], dashboardDetailMin) {
+				break
+			}
+			keep[slices.Index(dashboardColumns, name)] = false
+		}
+		keep[detail] = room() >= min(widths[detail], dashboardDetailCut)
+	}
+	last := detail // the last column shown: not padded
+	for !keep[last] {
+		last--
+	}
+	for _, row := range table {
+		var line strings.Builder
+		for i, cell := range row {
+			switch {
+			case !keep[i]:
+			case i == last:
+				if i == detail && cols > 0 {
+					cell = cutCell(cell, room())
+				}
+				line.WriteString(cell)
+			default:
+				line.WriteString(cell + strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell)+dashboardGap))
+			}
+		}
+		if _, err := fmt.Fprintln(w, strings.TrimRight(line.String(), " ")); err != nil {
+			return err
+		}
+	}
+	if more == 0 {
+		return nil
 	}
 	_, err := fmt.Fprintln(w, "… "+moreLine(more, limit))
 	return err
+}
+
+// dashboardCells are row's cells, in dashboardColumns' order.
+func dashboardCells(r dashboardRow) []string {
+	status := string(r.Status)
+	same := status == r.Execution || // (Temporal spells it canceled)
+		(r.Status == spec.PhaseCancelled && r.Execution == activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED))
+	if !same && (status == "" || (r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) &&
+		r.Execution != activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED))) {
+		status = strings.TrimPrefix(strings.Join([]string{status, r.Execution}, "/"), "/")
+	}
+	step := fmt.Sprint(r.Step)
+	if r.Steps > 0 {
+		step = fmt.Sprintf("%d/%d", r.Step, r.Steps)
+	}
+	nodes := fmt.Sprint(r.Nodes)
+	if r.TargetNodes > r.Nodes && r.Execution == activities.ExecutionName(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING) {
+		nodes = fmt.Sprintf("%d/%d", r.Nodes, r.TargetNodes) // shrunk, growing back
+	}
+	loss, sps, recoveries, carbon := "-", "-", "-", "-"
+	if r.Loss != 0 {
+		loss = fmt.Sprintf("%.4g", r.Loss) // (2.2e-07, not 0.0000)
+	}
+	if r.SamplesPerSec > 0 {
+		sps = fmt.Sprintf("%.0f", r.SamplesPerSec)
+	}
+	if r.read {
+		recoveries = fmt.Sprint(r.Recoveries)
+	}
+	if r.CarbonGrams > 0 {
+		carbon = fmt.Sprintf("%.1f", r.CarbonGrams)
+	}
+	started := r.StartedAt.Local().Format("01-02 15:04:05")
+	if r.StartedExecution {
+		started += " (this execution's)"
+	}
+	detail := r.Detail
+	if r.Unread != "" {
+		detail = "status unreadable: " + r.Unread
+	}
+	return []string{strings.TrimPrefix(r.WorkflowID, spec.RunIDPrefix), status, r.Model, nodes, step, loss, sps, recoveries, carbon, started, tableDetail(detail)}
 }
 
 // detailWidth is the most runes of a row's detail the table shows.
@@ -562,9 +659,16 @@ const detailWidth = 60
 // error's newlines and tabs, which would break the table, folded into
 // single spaces) and at most detailWidth runes.
 func tableDetail(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) > detailWidth {
-		s = string([]rune(s)[:detailWidth-3]) + "..."
+	return cutCell(strings.Join(strings.Fields(s), " "), detailWidth)
+}
+
+// cutCell is s in at most n runes: cut, its end "...", where longer.
+func cutCell(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
 	}
-	return s
+	if n <= 3 {
+		return string([]rune(s)[:max(0, n)])
+	}
+	return string([]rune(s)[:n-3]) + "..."
 }

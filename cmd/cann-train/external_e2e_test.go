@@ -60,7 +60,7 @@ func quickstartJSON(ctx context.Context, t *testing.T, dir string, args ...strin
 	// The progress says each recovery in a line of its own; the control
 	// worker's warnings go to its log file, not between the lines.
 	for _, r := range sum.Recoveries {
-		if want := "recovered  " + recoveryHeadline(r) + ": "; !strings.Contains(errb.String(), want) {
+		if want := "recovered" + strings.Repeat(" ", kindWidth+1-len("recovered")) + recoveryHeadline(r) + ": "; !strings.Contains(errb.String(), want) {
 			t.Errorf("quickstart's progress lacks %q:\n%s", want, errb.String())
 		}
 	}

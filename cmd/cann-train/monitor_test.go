@@ -38,6 +38,7 @@ type serverRun struct {
 	err     error           // a closed run's error (failed, cancelled)
 	query   *spec.RunStatus // its status query's answer (nil: none in time)
 	started time.Time
+	pending []*workflowpb.PendingActivityInfo // a running run's activities
 }
 
 // runServer is a Temporal server as the monitoring commands ask it:
@@ -81,7 +82,7 @@ func (f *runServer) DescribeWorkflowExecution(_ context.Context, id, _ string) (
 	if _, ok := f.runs[id]; !ok {
 		return nil, serviceerror.NewNotFound("workflow not found for ID: " + id)
 	}
-	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: f.info(id)}, nil
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: f.info(id), PendingActivities: f.runs[id].pending}, nil
 }
 
 func (f *runServer) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
@@ -309,7 +310,7 @@ func TestETAMeter(t *testing.T) {
 		{"measured again, from where it went on", averaged, 41200, 10 * time.Second, 299 * time.Second},
 		{"a new generation rewound", regen, 40000, 11 * time.Second, 0},
 	} {
-		eta, ok := m.estimate(tc.st, tc.step, t0.Add(tc.at))
+		eta, ok := m.estimate(tc.st, tc.step, t0.Add(tc.at), t0.Add(tc.at))
 		if ok != (tc.eta != 0) || (eta-tc.eta).Abs() > time.Second {
 			t.Errorf("%s: ETA %v (%v); want %v", tc.name, eta, ok, tc.eta)
 		}
@@ -334,11 +335,11 @@ func TestBarLine(t *testing.T) {
 		never []string
 	}{
 		{"training", training, 32001, 334 * time.Second, true, 120,
-			[]string{"training   32001/400000   8% [##", "  ETA 5m34s  loss 0.0071  38368 samples/s"}, nil},
-		{"training, narrow", training, 32001, 334 * time.Second, true, 60, []string{"training   32001/400000   8%  ETA 5m34s  loss 0.0071"}, []string{"["}},
+			[]string{"training         32001/400000   8% [##", "  ETA 5m34s  loss 0.0071  38368 samples/s"}, nil},
+		{"training, narrow", training, 32001, 334 * time.Second, true, 70, []string{"training         32001/400000   8%  ETA 5m34s  loss 0.0071"}, []string{"["}},
 		{"paused", paused, 4473, 0, false, 120, []string{"paused at step 4473 (cann-train resume pause-b continues)"}, []string{"samples/s", "ETA"}},
-		{"acquiring", acquiring, 0, 0, false, 200, []string{"acquiring  0/400000   0% [", "waiting for 2 free node(s)"}, []string{"samples/s", "ETA"}},
-		{"acquiring, narrow", acquiring, 0, 0, false, 40, []string{"acquiring  0/400000   0%  waiting for…"}, nil},
+		{"acquiring", acquiring, 0, 0, false, 200, []string{"acquiring            0/400000   0% [", "waiting for 2 free node(s)"}, []string{"samples/s", "ETA"}},
+		{"acquiring, narrow", acquiring, 0, 0, false, 50, []string{"acquiring            0/400000   0%  waiting for…"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			line := barLine(tc.st, tc.step, 0.0071, 38368, tc.eta, tc.etaOK, tc.cols)
@@ -378,6 +379,16 @@ func TestBarLineWidthSteady(t *testing.T) {
 			t.Errorf("%d columns: bar %q, then %q", cols, a, b)
 		}
 	}
+	// Nor does it move as the step gains digits (0, 264, 32001 of 400000).
+	for cols := 100; cols <= 140; cols += 10 {
+		var at []int
+		for _, step := range []int64{0, 264, 32001, 400000} {
+			at = append(at, strings.Index(barLine(training, step, 0.0071, 38368, 334*time.Second, true, cols), "["))
+		}
+		if slices.Min(at) != slices.Max(at) || at[0] < 0 {
+			t.Errorf("%d columns: the bar starts at %v as the step grows", cols, at)
+		}
+	}
 }
 
 // TestLiveBarClears: a line said while the bar is drawn (a recovery, a
@@ -385,7 +396,7 @@ func TestBarLineWidthSteady(t *testing.T) {
 func TestLiveBarClears(t *testing.T) {
 	var b bytes.Buffer
 	bar := &liveBar{w: &b, cols: func() int { return 80 }}
-	bar.draw(spec.RunStatus{Phase: spec.PhaseTraining, TotalSteps: 100}, 10, 0.5, 0, time.Now())
+	bar.draw(spec.RunStatus{Phase: spec.PhaseTraining, TotalSteps: 100}, 10, 0.5, 0, time.Time{}, time.Now())
 	bar.clear()
 	bar.clear() // (nothing drawn: nothing to clear)
 	if got := b.String(); !strings.HasPrefix(got, "\r") || strings.Count(got, "\r\033[K") != 1 || !strings.HasSuffix(got, "\r\033[K") {
@@ -538,7 +549,8 @@ func TestDashboardUnreadRows(t *testing.T) {
 // TestDashboardWatch (B5, B6): dashboard --watch into a file writes no
 // terminal codes, each table after a blank line; it waits out a server
 // that stops answering, its header saying since when, over the last
-// table read; once, it says the server is not answering.
+// table read, and Ctrl-C ends it as it ends watch (exit 130); once, it
+// says the server is not answering.
 func TestDashboardWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -556,8 +568,10 @@ func TestDashboardWatch(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	o := dashboardOptions{output: "text", namespace: "default", limit: 20, watch: true, every: time.Nanosecond}
-	if err := showDashboard(ctx, placed(f, "default"), &out, &errb, o); err != nil {
-		t.Fatal(err)
+	// Ctrl-C ends it as it ends watch: exit status 130, saying what goes on.
+	err := showDashboard(ctx, placed(f, "default"), &out, &errb, o)
+	if line, failed, code := lastWords(err, true); line != "cann-train: stopped watching the dashboard; the runs go on" || failed || code != 130 {
+		t.Errorf("interrupted: %v: ends on %q (failed %v, exit %d); want exit 130, saying the runs go on", err, line, failed, code)
 	}
 	text := out.String()
 	if strings.Contains(text, "\033") {
@@ -577,7 +591,7 @@ func TestDashboardWatch(t *testing.T) {
 	f = newRunServer(nil)
 	f.fail = func(string, int) error { return serviceerror.NewDeadlineExceeded("context deadline exceeded") }
 	o.watch = false
-	err := showDashboard(context.Background(), placed(f, "default"), &out, &errb, o)
+	err = showDashboard(context.Background(), placed(f, "default"), &out, &errb, o)
 	if err == nil || !strings.HasPrefix(err.Error(), "the server at 127.0.0.1:17233 is not answering: list runs") {
 		t.Errorf("once, server silent: %v", err)
 	}

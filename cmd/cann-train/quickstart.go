@@ -536,6 +536,17 @@ type quickstartSummary struct {
 	CheckpointsKept string `json:"checkpoints_kept,omitempty"`
 }
 
+// MarshalJSON writes q as Summary's MarshalJSON does (which its
+// embedding would otherwise stand for alone, leaving q's own fields out),
+// with q's own fields.
+func (q quickstartSummary) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		summaryJSON
+		Server          string `json:"server"`
+		CheckpointsKept string `json:"checkpoints_kept,omitempty"`
+	}{q.Summary.jsonForm(), q.Server, q.CheckpointsKept})
+}
+
 const (
 	quickstartServerStopped = "stopped with the quickstart: it ran in memory, and its Web UI and the run's history went with it (`--keep` keeps them up)"
 	quickstartServerKept    = "kept up (--keep) until Ctrl-C"
@@ -581,6 +592,9 @@ func printQuickstartSummary(w io.Writer, st spec.RunStatus, s quickstartSummary,
 	if st.Phase != spec.PhaseCompleted {
 		plain.Checkpoints.LastURL = "" // (no resume line; said below)
 	}
+	// (Its hints name no command that asks the server: `green report`
+	// failed with "connection refused" once it had stopped.)
+	plain.serverGone = s.Server == quickstartServerStopped
 	if err := printSummary(w, st, plain, output); err != nil {
 		return err
 	}

@@ -71,50 +71,81 @@ func TestEnergySummary(t *testing.T) {
 }
 
 // TestProgressLines: to a log or a pipe, watch writes a line when the
-// phase or its detail changes and one per tenth of the steps, nothing for
-// polls that change neither.
+// phase changes (or, while the run does not train, its detail) and one
+// per tenth of the steps, with the ETA while the run trains; nothing for
+// polls that change neither, nor for a detail that comes and goes while
+// the run trains (it doubled lines); the speed only while it trains (a
+// paused or ended run's was the last chunk's).
 func TestProgressLines(t *testing.T) {
 	var buf bytes.Buffer
 	p := &progressLines{w: &buf, decile: -1}
 	wait := "waiting for 3 free node(s) until 06:52:00 UTC (node_wait 2m0s)"
+	t0 := time.Date(2026, 12, 7, 6, 50, 0, 0, time.UTC)
 	polls := []struct {
 		phase  spec.Phase
 		detail string
 		step   int64
+		at     time.Duration // when the run had the step (and the poll)
 	}{
-		{spec.PhaseAcquiring, wait, 0},
-		{spec.PhaseAcquiring, wait, 0},
-		{spec.PhaseTraining, "", 0},
-		{spec.PhaseTraining, "", 50},
-		{spec.PhaseTraining, "", 99},
-		{spec.PhaseTraining, "", 100},
-		{spec.PhaseTraining, "", 150},
-		{spec.PhaseTraining, "", 730},
-		{spec.PhasePaused, "paused at step 730 (cann-train resume x continues)", 730},
-		{spec.PhaseTraining, "", 730},
-		{spec.PhaseCompleted, "", 1000},
+		{spec.PhaseAcquiring, wait, 0, 0},
+		{spec.PhaseAcquiring, wait, 0, time.Second},
+		{spec.PhaseTraining, "", 0, 2 * time.Second},
+		{spec.PhaseTraining, "", 50, 3 * time.Second},
+		{spec.PhaseTraining, "reading the carbon intensity from the carbon trace (PlanCarbon)", 99, 4 * time.Second},
+		{spec.PhaseTraining, "", 100, 5 * time.Second}, // 100 steps in 3s: 900 left take 27s
+		{spec.PhaseTraining, "", 150, 6 * time.Second},
+		{spec.PhaseTraining, "", 730, 7 * time.Second}, // 730 in 5s: 270 left take 1.8s
+		{spec.PhasePaused, "pausing at step 730: its checkpoint is uploading", 730, 8 * time.Second},
+		{spec.PhasePaused, "paused at step 730 (cann-train resume x continues)", 730, 9 * time.Second},
+		{spec.PhaseTraining, "", 730, 10 * time.Second},
+		{spec.PhaseCompleted, "", 1000, 11 * time.Second},
 	}
 	for _, q := range polls {
 		loss, sps := float32(0.5), 1200.0
 		if q.phase == spec.PhaseAcquiring {
 			loss, sps = 0, 0 // nothing trained yet: no figures
 		}
-		p.update(spec.RunStatus{Phase: q.phase, Detail: q.detail, TotalSteps: 1000}, q.step, loss, sps)
+		at := t0.Add(q.at)
+		p.update(spec.RunStatus{Phase: q.phase, Detail: q.detail, TotalSteps: 1000}, q.step, loss, sps, at, at)
 	}
 	want := []string{
-		"acquiring  step 0/1000  (" + wait + ")",
-		"training   step 0/1000  loss 0.5  1200 samples/s",
-		"training   step 100/1000  loss 0.5  1200 samples/s",
-		"training   step 730/1000  loss 0.5  1200 samples/s",
-		"paused     step 730/1000  loss 0.5  1200 samples/s  (paused at step 730 (cann-train resume x continues))",
-		"training   step 730/1000  loss 0.5  1200 samples/s",
-		"completed  step 1000/1000  loss 0.5  1200 samples/s",
+		"acquiring       step 0/1000  (" + wait + ")",
+		"training        step 0/1000  loss 0.5  1200 samples/s",
+		"training        step 100/1000  ETA 27s  loss 0.5  1200 samples/s",
+		"training        step 730/1000  ETA 2s  loss 0.5  1200 samples/s",
+		"paused          step 730/1000  loss 0.5  (pausing at step 730: its checkpoint is uploading)",
+		"paused          step 730/1000  loss 0.5  (paused at step 730 (cann-train resume x continues))",
+		"training        step 730/1000  loss 0.5  1200 samples/s",
+		"completed       step 1000/1000  loss 0.5",
 	}
 	if got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	if isTerminal(&buf) {
 		t.Error("a buffer is not a terminal")
+	}
+}
+
+// TestWatchColumns: watch's lines to a log keep their second column in
+// one place whatever the phase (waiting-green and waiting-storage are
+// wider than the 10 columns it had) or the change said.
+func TestWatchColumns(t *testing.T) {
+	var b bytes.Buffer
+	for _, phase := range append(strings.Split(runPhases(), ", "), string(phaseTerminated), string(phaseTimedOut)) {
+		p := &progressLines{w: &b, decile: -1}
+		p.update(spec.RunStatus{Phase: spec.Phase(phase), TotalSteps: 10}, 0, 0, 0, time.Time{}, time.Now())
+	}
+	newChangeTeller(&b, nil).tell(spec.RunStatus{
+		Recoveries: []spec.Recovery{{Generation: 2, FailedNodes: []string{"n2"}, Replacement: []string{"n4"}}},
+		Rescalings: []spec.Rescaling{{Generation: 3, FromNodes: 2, ToNodes: 3}, {Generation: 4, FromNodes: 3, ToNodes: 2, Regrow: true}},
+	})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	col := strings.Index(lines[0], "step ")
+	for _, l := range lines {
+		second := strings.IndexFunc(l[strings.Index(l, " "):], func(r rune) bool { return r != ' ' }) + strings.Index(l, " ")
+		if second != col {
+			t.Errorf("%q: second column at %d, want %d", l, second, col)
+		}
 	}
 }
 
@@ -316,7 +347,7 @@ func TestStatusTextFirstChunk(t *testing.T) {
 		{"chunk in flight", spec.RunStatus{Step: 19841, Loss: 0.0091},
 			[]string{"loss         0.0091 at step 19841 (the chunk in flight's; none has ended yet)\n", "speed        measured when the first chunk ends"}},
 		{"a chunk ended", spec.RunStatus{Step: 200, Loss: 0.5, InitialLoss: 2.47, Chunks: 2, StepsPerSec: 1900, SamplesPerSec: 182400},
-			[]string{"loss         2.47 → 0.5\n", "speed        1900.0 steps/s, 182400 samples/s, comm share"}},
+			[]string{"loss         2.47 → 0.5\n", "speed        1900.0 steps/s over the run; last chunk 182400 samples/s, comm share"}},
 		// A loss below 1e-4 keeps its digits (%.4f printed 0.0000).
 		{"a tiny loss", spec.RunStatus{Step: 200, Loss: 2.33e-7, InitialLoss: 2.4016, Chunks: 2, StepsPerSec: 1900},
 			[]string{"loss         2.402 → 2.33e-07\n"}},
@@ -680,7 +711,7 @@ func TestStatusTextExternal(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := b.String()
-	for _, want := range []string{"steps        300/300\n", "speed        22.3 steps/s, 3943 samples/s\n", "nodes        min_nodes 2\n"} {
+	for _, want := range []string{"steps        300/300\n", "speed        22.3 steps/s over the run; last launch 3943 samples/s\n", "nodes        min_nodes 2\n"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status text lacks %q:\n%s", want, text)
 		}
@@ -696,7 +727,7 @@ func TestStatusTextExternal(t *testing.T) {
 	if err := printStatus(&b, st, "text", "", "default"); err != nil {
 		t.Fatal(err)
 	}
-	if want := "speed        22.3 steps/s, - samples/s (the script reports no samples_per_sec)\n"; !strings.Contains(b.String(), want) {
+	if want := "speed        22.3 steps/s over the run; samples/s - (the script reports no samples_per_sec)\n"; !strings.Contains(b.String(), want) {
 		t.Errorf("status text lacks %q:\n%s", want, b.String())
 	}
 	// Paused in its first launch: no speed measured yet, and none said.
@@ -736,7 +767,7 @@ func TestChangeTellerSkipsTheResumedRuns(t *testing.T) {
 		before *spec.RunStatus
 		want   []string
 	}{
-		{"a watch: every change", nil, []string{"gen 2", "gen 5", "2 → 3 nodes"}},
+		{"a watch: every change, in the order they came", nil, []string{"gen 2", "gen 3 at step 0: 2 → 3 nodes", "gen 5"}},
 		{"a resumed run: the new ones", &earlier, []string{"gen 5"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
