@@ -1153,6 +1153,10 @@ type Summary struct {
 	// reported a step (live runs, `status` only): its age tells a script
 	// or rank that stopped stepping.
 	LastStepAt time.Time `json:"last_step_at,omitzero"`
+	// liveStep and liveTo are the chunk in flight's step and end, from
+	// its heartbeat (livenow): a chunk stepped to its end and silent since
+	// is storing its checkpoint.
+	liveStep, liveTo int64
 	// TotalSteps is the job's steps (0: an external job that gave none).
 	TotalSteps     int64             `json:"total_steps"`
 	InitialLoss    float32           `json:"initial_loss"`
@@ -1439,6 +1443,9 @@ func livenow(s *Summary, st spec.RunStatus, live *spec.ChunkProgress, now time.T
 	if live != nil && !live.At.IsZero() {
 		s.LastStepAt = live.At
 	}
+	if live != nil {
+		s.liveStep, s.liveTo = live.Step, live.To
+	}
 }
 
 func printStatus(w io.Writer, st spec.RunStatus, output, uiBase, namespace string) error {
@@ -1504,10 +1511,21 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	}
 	if age := time.Since(s.LastStepAt); !s.LastStepAt.IsZero() && age > staleStep && s.Status == spec.PhaseTraining {
 		who := "a node" // (one that hangs is found by its heartbeat timeout)
-		if st.Model == spec.ModelExternal {
+		switch {
+		case st.Model == spec.ModelExternal:
 			who = "the script (a rank stuck in a collective, a slow data loader, a long evaluation)"
+		case s.liveTo > 0 && s.liveStep >= s.liveTo && len(s.Nodes) > 0:
+			// Every step of the chunk is trained: its rank 0 stores the
+			// checkpoint there (an upload, a save the bucket holds up to
+			// its request timeout a try), not a node that stopped.
+			fmt.Fprintf(w, "             no step reported for %s: the chunk in flight trained to its end, step %d, and its rank 0 (node %s) "+
+				"is storing the checkpoint there: the checkpoint bucket has not taken it yet (an upload, or a save it does not answer: "+
+				"up to the request timeout a try)\n", age.Round(time.Second), s.liveStep, s.Nodes[0])
+			who = ""
 		}
-		fmt.Fprintf(w, "             no step reported for %s: %s has not moved past step %d\n", age.Round(time.Second), who, st.Step)
+		if who != "" {
+			fmt.Fprintf(w, "             no step reported for %s: %s has not moved past step %d\n", age.Round(time.Second), who, st.Step)
+		}
 	}
 	// Before any chunk ended (the first, which may take minutes, or one
 	// lost before it did) there is no first loss nor a measured speed: a

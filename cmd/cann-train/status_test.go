@@ -275,6 +275,32 @@ func TestStatusTextStaleStep(t *testing.T) {
 	}
 }
 
+// TestStatusTextStoringStep: a built-in run whose chunk in flight
+// stepped to its end and has been silent since is storing its checkpoint:
+// status says the bucket has not taken it, not that a node stopped.
+func TestStatusTextStoringStep(t *testing.T) {
+	now := time.Now()
+	st := spec.RunStatus{RunID: "run/x", Phase: spec.PhaseTraining, Model: "mlp-mnist", Nodes: []string{"n1", "n2"}, Step: 12000, TotalSteps: 200000}
+	for _, tc := range []struct {
+		live spec.ChunkProgress
+		want string
+	}{
+		{spec.ChunkProgress{Step: 13000, To: 13000, At: now.Add(-45 * time.Second)},
+			"no step reported for 45s: the chunk in flight trained to its end, step 13000, and its rank 0 (node n1) is storing the checkpoint there"},
+		{spec.ChunkProgress{Step: 12500, To: 13000, At: now.Add(-45 * time.Second)}, "no step reported for 45s: a node has not moved past step 12000"},
+	} {
+		sum := summarize(st, "", "default", nil)
+		livenow(&sum, st, &tc.live, now)
+		var b bytes.Buffer
+		if err := printSummary(&b, st, sum, "text"); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) || strings.Count(b.String(), "no step reported") != 1 {
+			t.Errorf("chunk at %d of %d: status text:\n%s\nwant %q once", tc.live.Step, tc.live.To, b.String(), tc.want)
+		}
+	}
+}
+
 // TestStatusJSONStepNames: status -o json gives the step reached as
 // "steps" (as ever) and as "step", the dashboard's and watch's name, with
 // the job's as "total_steps", as the dashboard does too.
