@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -324,7 +325,7 @@ var ErrDuplicateNode = errors.New("another worker serves this node ID")
 // so a worker restarted under the same ID (or at the same address) goes
 // on — and its lease is live: a process stopped (SIGSTOP) or hung still
 // has its handshakes completed by the kernel, but renews no lease, and
-// once that has lapsed (workflows.DefaultLeaseTTL) this worker takes the
+// once that has lapsed (the registry's TTL) this worker takes the
 // node over, with a warning to kill -9 the hung one. A registered worker
 // that said it stopped (SIGTERM, Ctrl-C: spec.ReasonWorkerStopped) is not
 // asked, nor one whose address reaches this worker's own listener, bound
@@ -337,14 +338,17 @@ var ErrDuplicateNode = errors.New("another worker serves this node ID")
 func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, node spec.Node, bound string, retry retryPolicy, log *zap.Logger) error {
 	asked := time.Now()
 	tries := 0
+	var ttl time.Duration // the registry's lease TTL
 	records, err := retry.do(ctx, func(ctx context.Context) ([]workflows.NodeRecord, error) {
-		r, err := registryNodes(ctx, c, clusterID)
+		reg, err := registryNodes(ctx, c, clusterID)
 		if tries++; err != nil && tries == 1 && !permanent(err) {
 			log.Info("the cluster registry does not answer; asking again before serving, to rule out a second worker with this node ID",
 				zap.String("cluster", clusterID), zap.Duration("for_up_to", retry.budget), zap.Error(err))
 		}
-		return r, err
+		ttl = reg.LeaseTTL
+		return reg.Nodes, err
 	})
+	ttl = cmp.Or(ttl, workflows.DefaultLeaseTTL) // (an earlier build's registry says none)
 	if ctx.Err() != nil {
 		return fmt.Errorf("node %s: asking the cluster registry %s: %w", node.ID, clusterID, ctx.Err())
 	}
@@ -383,7 +387,7 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 			return nil
 		}
 		ago := time.Since(r.LastSeen).Round(time.Second)
-		if ago > workflows.DefaultLeaseTTL {
+		if ago > ttl {
 			// The kernel completes a stopped (SIGSTOP) or hung process's
 			// handshakes; the registry's lease says whether it lives. A
 			// process continued later finds this one registered and
@@ -392,7 +396,7 @@ func notServedElsewhere(ctx context.Context, c client.Client, clusterID string, 
 				"no lease for longer than the registry's TTL: it is hung (stopped with SIGSTOP, or stuck); this worker takes the node over. "+
 				"If that process still exists, kill -9 it (a stopped process ignores SIGTERM until it is continued)",
 				zap.String("host", r.Node.Host), zap.String("comm_addr", r.Node.CommAddr), zap.Duration("last_seen_ago", ago),
-				zap.Duration("lease_ttl", workflows.DefaultLeaseTTL), zap.String("fail_reason", r.FailReason))
+				zap.Duration("lease_ttl", ttl), zap.String("fail_reason", r.FailReason))
 			return nil
 		}
 		return fmt.Errorf("node %s: %w: the worker registered on %s (last seen %s ago, its lease live) still answers on its collective port %s; stop it or give this one another --id",
@@ -425,28 +429,29 @@ func ownListener(conn net.Conn, bound string) bool {
 // the Cluster would only wait out its deadline.
 var errNoControlWorker = errors.New("no control worker polls task queue " + spec.ControlTaskQueue)
 
-// registryNodes asks the Cluster registry clusterID for its nodes. A
+// registryNodes asks the Cluster registry clusterID for its nodes and
+// lease TTL (spec.QueryRegistry). A
 // registry not started yet has none.
-func registryNodes(ctx context.Context, c client.Client, clusterID string) ([]workflows.NodeRecord, error) {
+func registryNodes(ctx context.Context, c client.Client, clusterID string) (workflows.Registry, error) {
+	var reg workflows.Registry
 	if ok, err := ControlWorkerPolls(ctx, c); !ok {
 		if err == nil {
 			err = errNoControlWorker
 		}
-		return nil, err
+		return reg, err
 	}
-	v, err := c.QueryWorkflow(ctx, clusterID, "", spec.QueryNodes)
+	v, err := c.QueryWorkflow(ctx, clusterID, "", spec.QueryRegistry)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
-		return nil, nil // no registry, so no node registered
+		return reg, nil // no registry, so no node registered
 	}
-	var records []workflows.NodeRecord
 	if err == nil {
-		err = v.Get(&records)
+		err = v.Get(&reg)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("query the cluster registry %s: %w", clusterID, err)
+		return reg, fmt.Errorf("query the cluster registry %s: %w", clusterID, err)
 	}
-	return records, nil
+	return reg, nil
 }
 
 // retryPolicy bounds how long a starting node worker asks again for what

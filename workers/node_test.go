@@ -36,6 +36,7 @@ type fakeRegistry struct {
 	polls       []bool
 	describeErr error // DescribeTaskQueue's answer instead
 	records     []workflows.NodeRecord
+	ttl         time.Duration // the registry's lease TTL (0: an earlier build's, which says none)
 	queryErr    error
 	hang        bool
 
@@ -68,7 +69,7 @@ func (f *fakeRegistry) QueryWorkflow(ctx context.Context, id, _, query string, _
 	f.mu.Lock()
 	f.asked++
 	f.mu.Unlock()
-	if id != spec.DefaultClusterID || query != spec.QueryNodes {
+	if id != spec.DefaultClusterID || query != spec.QueryRegistry {
 		return nil, fmt.Errorf("query %s of %s", query, id)
 	}
 	if f.hang {
@@ -78,7 +79,7 @@ func (f *fakeRegistry) QueryWorkflow(ctx context.Context, id, _, query string, _
 	if f.queryErr != nil {
 		return nil, f.queryErr
 	}
-	b, err := json.Marshal(f.records)
+	b, err := json.Marshal(workflows.Registry{Nodes: f.records, LeaseTTL: f.ttl})
 	return jsonValue(b), err
 }
 
@@ -135,6 +136,7 @@ func TestNotServedElsewhere(t *testing.T) {
 	// a SIGSTOPped process), its lease lapsed a minute ago.
 	hung := []workflows.NodeRecord{{Node: spec.Node{ID: "n1", CommAddr: live.Addr().String(), Host: "h1"}, LastSeen: time.Now().Add(-time.Minute - 8*time.Second),
 		Failed: true, FailReason: "node(s) [n1] stopped heartbeating"}}
+	lately := []workflows.NodeRecord{{Node: spec.Node{ID: "n1", CommAddr: live.Addr().String(), Host: "h1"}, LastSeen: time.Now().Add(-10 * time.Second)}}
 	stopped := record("n1", live.Addr().String())
 	stopped[0].Failed, stopped[0].FailReason, stopped[0].FailedAt = true, spec.ReasonWorkerStopped, time.Now()
 	const warning = "could not rule out a second worker serving this node ID"
@@ -156,6 +158,10 @@ func TestNotServedElsewhere(t *testing.T) {
 		{name: "registered worker answers beside this one's listener", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", live.Addr().String())},
 			bound: beside.Addr().String(), wantErr: ErrDuplicateNode, minAsks: 1, maxAsks: 1},
 		{name: "registered worker hung, its lease lapsed", reg: &fakeRegistry{polls: []bool{true}, records: hung}, takesOver: true, minAsks: 1, maxAsks: 1},
+		// (Seen 10 s ago: live under the default TTL, lapsed under this
+		// registry's own 5 s.)
+		{name: "registered worker hung past the registry's own TTL", reg: &fakeRegistry{polls: []bool{true}, records: lately, ttl: 5 * time.Second},
+			takesOver: true, minAsks: 1, maxAsks: 1},
 		{name: "registered worker gone", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", goneAddr)}, minAsks: 1, maxAsks: 1},
 		{name: "registered at this address", reg: &fakeRegistry{polls: []bool{true}, records: record("n1", me)}, minAsks: 1, maxAsks: 1},
 		{name: "no registry yet", reg: &fakeRegistry{polls: []bool{true}, queryErr: serviceerror.NewNotFound("workflow not found")}, minAsks: 1, maxAsks: 1},
