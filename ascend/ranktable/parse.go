@@ -69,10 +69,14 @@ func Parse(data []byte) (*Table, error) {
 		return nil, fieldErr("server_count", ErrInvalid, "%d, but server_list has %d entries", count, len(list))
 	}
 	t.Servers = make([]Server, len(list))
+	var errs []error // (every server's problems, not the first's alone)
 	for i, raw := range list {
 		if t.Servers[i], err = parseServer(raw, fmt.Sprintf("server_list[%d]", i)); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
+	}
+	if err := joinProblems(errs); err != nil {
+		return nil, err
 	}
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -102,32 +106,42 @@ func parseServer(raw json.RawMessage, path string) (Server, error) {
 		return Server{}, err
 	}
 	s.Devices = make([]Device, len(devs))
+	var errs []error // (every device's first problem)
 	for j, raw := range devs {
-		dp := fmt.Sprintf("%s.device[%d]", path, j)
-		dm, err := object(raw, dp, "device_id", "device_ip", "device_port", "rank_id")
-		if err != nil {
-			return Server{}, err
-		}
-		d := &s.Devices[j]
-		if d.DeviceID, err = num(dm, dp, "device_id"); err != nil {
-			return Server{}, err
-		}
-		if d.DeviceIP, err = optStr(dm, dp, "device_ip"); err != nil {
-			return Server{}, err
-		}
-		if _, ok := dm["device_port"]; ok {
-			if d.DevicePort, err = num(dm, dp, "device_port"); err != nil {
-				return Server{}, err
-			}
-			if d.DevicePort == 0 {
-				return Server{}, fieldErr(join(dp, "device_port"), ErrInvalid, "0 out of range 1..65535")
-			}
-		}
-		if d.RankID, err = num(dm, dp, "rank_id"); err != nil {
-			return Server{}, err
+		if err := parseDevice(raw, fmt.Sprintf("%s.device[%d]", path, j), &s.Devices[j]); err != nil {
+			errs = append(errs, err)
 		}
 	}
+	if err := joinProblems(errs); err != nil {
+		return Server{}, err
+	}
 	return s, nil
+}
+
+// parseDevice decodes one device of a server's list (path names it) into d.
+func parseDevice(raw json.RawMessage, dp string, d *Device) error {
+	dm, err := object(raw, dp, "device_id", "device_ip", "device_port", "rank_id")
+	if err != nil {
+		return err
+	}
+	if d.DeviceID, err = num(dm, dp, "device_id"); err != nil {
+		return err
+	}
+	if d.DeviceIP, err = optStr(dm, dp, "device_ip"); err != nil {
+		return err
+	}
+	if _, ok := dm["device_port"]; ok {
+		if d.DevicePort, err = num(dm, dp, "device_port"); err != nil {
+			return err
+		}
+		if d.DevicePort == 0 {
+			return fieldErr(join(dp, "device_port"), ErrInvalid, "0 out of range 1..65535")
+		}
+	}
+	if d.RankID, err = num(dm, dp, "rank_id"); err != nil {
+		return err
+	}
+	return nil
 }
 
 func join(path, key string) string {

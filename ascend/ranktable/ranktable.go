@@ -180,11 +180,16 @@ func (t *Table) Validate() error {
 	if t.Version != Version1 {
 		return fieldErr("version", ErrUnsupportedVersion, "%q (only %q is supported)", t.Version, Version1)
 	}
+	// Every problem, not the first alone (a table written by hand, or by
+	// a script gone wrong, has several): at most maxProblems of them.
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
 	if t.Status != StatusCompleted && t.Status != StatusInitializing {
-		return fieldErr("status", ErrInvalid, "%q (want %q or %q)", t.Status, StatusCompleted, StatusInitializing)
+		add(fieldErr("status", ErrInvalid, "%q (want %q or %q)", t.Status, StatusCompleted, StatusInitializing))
 	}
 	if len(t.Servers) == 0 {
-		return fieldErr("server_list", ErrInvalid, "no servers")
+		add(fieldErr("server_list", ErrInvalid, "no servers"))
+		return joinProblems(errs)
 	}
 	total := t.RankSize()
 	type pos struct{ s, d int }
@@ -194,54 +199,76 @@ func (t *Table) Validate() error {
 		sp := fmt.Sprintf("server_list[%d]", i)
 		switch {
 		case s.ServerID == "":
-			return fieldErr(sp+".server_id", ErrInvalid, "empty")
+			add(fieldErr(sp+".server_id", ErrInvalid, "empty"))
 		case len(s.ServerID) > maxServerIDLen:
-			return fieldErr(sp+".server_id", ErrInvalid, "%d characters (at most %d)", len(s.ServerID), maxServerIDLen)
+			add(fieldErr(sp+".server_id", ErrInvalid, "%d characters (at most %d)", len(s.ServerID), maxServerIDLen))
 		}
-		if j, dup := serverAt[s.ServerID]; dup {
-			return fieldErr(sp+".server_id", ErrInvalid, "%q already used by server_list[%d]", s.ServerID, j)
+		if j, dup := serverAt[s.ServerID]; dup && s.ServerID != "" {
+			add(fieldErr(sp+".server_id", ErrInvalid, "%q already used by server_list[%d]", s.ServerID, j))
+		} else {
+			serverAt[s.ServerID] = i
 		}
-		serverAt[s.ServerID] = i
 		if len(s.Devices) == 0 {
-			return fieldErr(sp+".device", ErrInvalid, "no devices")
+			add(fieldErr(sp+".device", ErrInvalid, "no devices"))
+			continue
 		}
 		devAt := make(map[int]int, len(s.Devices))
-		lo, hi := s.Devices[0].RankID, s.Devices[0].RankID
+		lo, hi, ranked := s.Devices[0].RankID, s.Devices[0].RankID, 0
 		for j, d := range s.Devices {
 			dp := fmt.Sprintf("%s.device[%d]", sp, j)
 			if d.DeviceID < 0 {
-				return fieldErr(dp+".device_id", ErrInvalid, "%d is negative", d.DeviceID)
+				add(fieldErr(dp+".device_id", ErrInvalid, "%d is negative", d.DeviceID))
+			} else if k, dup := devAt[d.DeviceID]; dup {
+				add(fieldErr(dp+".device_id", ErrInvalid, "%d already used by %s.device[%d]", d.DeviceID, sp, k))
+			} else {
+				devAt[d.DeviceID] = j
 			}
-			if k, dup := devAt[d.DeviceID]; dup {
-				return fieldErr(dp+".device_id", ErrInvalid, "%d already used by %s.device[%d]", d.DeviceID, sp, k)
-			}
-			devAt[d.DeviceID] = j
 			if d.DeviceIP == "" {
 				if len(t.Servers) > 1 {
-					return fieldErr(dp+".device_ip", ErrInvalid, "required when there is more than one server")
+					add(fieldErr(dp+".device_ip", ErrInvalid, "required when there is more than one server"))
 				}
 			} else if a, err := netip.ParseAddr(d.DeviceIP); err != nil {
-				return fieldErr(dp+".device_ip", ErrInvalid, "%q is not an IP address", d.DeviceIP)
+				add(fieldErr(dp+".device_ip", ErrInvalid, "%q is not an IP address", d.DeviceIP))
 			} else if a.Zone() != "" {
-				return fieldErr(dp+".device_ip", ErrInvalid, "%q has an IPv6 zone (%%%s): HCCL takes a plain address, give it without the zone", d.DeviceIP, a.Zone())
+				add(fieldErr(dp+".device_ip", ErrInvalid, "%q has an IPv6 zone (%%%s): HCCL takes a plain address, give it without the zone", d.DeviceIP, a.Zone()))
 			}
 			if d.DevicePort != 0 && (d.DevicePort < 1 || d.DevicePort > 65535) {
-				return fieldErr(dp+".device_port", ErrInvalid, "%d out of range 1..65535", d.DevicePort)
+				add(fieldErr(dp+".device_port", ErrInvalid, "%d out of range 1..65535", d.DevicePort))
 			}
-			if d.RankID < 0 || d.RankID >= total {
-				return fieldErr(dp+".rank_id", ErrInvalid, "%d out of range 0..%d (ranks must be contiguous from 0)", d.RankID, total-1)
+			switch p, dup := rankAt[d.RankID]; {
+			case d.RankID < 0 || d.RankID >= total:
+				add(fieldErr(dp+".rank_id", ErrInvalid, "%d out of range 0..%d (ranks must be contiguous from 0)", d.RankID, total-1))
+			case dup:
+				add(fieldErr(dp+".rank_id", ErrInvalid, "%d already used by server_list[%d].device[%d]", d.RankID, p.s, p.d))
+			default:
+				rankAt[d.RankID] = pos{i, j}
+				lo, hi = min(lo, d.RankID), max(hi, d.RankID)
+				ranked++
 			}
-			if p, dup := rankAt[d.RankID]; dup {
-				return fieldErr(dp+".rank_id", ErrInvalid, "%d already used by server_list[%d].device[%d]", d.RankID, p.s, p.d)
-			}
-			rankAt[d.RankID] = pos{i, j}
-			lo, hi = min(lo, d.RankID), max(hi, d.RankID)
 		}
-		if hi-lo+1 != len(s.Devices) {
-			return fieldErr(sp+".device", ErrInvalid, "rank ids %d..%d are not one contiguous block of %d (ranks may not interleave across servers)", lo, hi, len(s.Devices))
+		if ranked == len(s.Devices) && hi-lo+1 != len(s.Devices) {
+			add(fieldErr(sp+".device", ErrInvalid, "rank ids %d..%d are not one contiguous block of %d (ranks may not interleave across servers)", lo, hi, len(s.Devices)))
 		}
 	}
-	return nil
+	return joinProblems(errs)
+}
+
+// maxProblems is how many of a table's problems an error names.
+const maxProblems = 20
+
+// joinProblems is errs as one error (nil for none; the error itself for
+// one), naming at most maxProblems and how many more there are.
+func joinProblems(errs []error) error {
+	switch {
+	case len(errs) == 0:
+		return nil
+	case len(errs) == 1:
+		return errs[0]
+	case len(errs) > maxProblems:
+		more := len(errs) - maxProblems
+		errs = append(errs[:maxProblems:maxProblems], fmt.Errorf("… and %d more problem(s)", more))
+	}
+	return errors.Join(errs...)
 }
 
 // wire types: the JSON layout, key order as in the HCCL documentation.

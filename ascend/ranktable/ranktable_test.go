@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -333,5 +334,56 @@ func FuzzParse(f *testing.F) {
 func TestPlainIPv6DeviceIP(t *testing.T) {
 	if _, err := FromNodes([]Node{{ID: "a", Devices: []NodeDevice{{ID: 0, IP: "fe80::1"}}}, {ID: "b", Devices: []NodeDevice{{ID: 0, IP: "2001:db8::2"}}}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestParseNamesEveryProblem: a table with several problems names each
+// (a device that does not parse in two servers; rank ids clashing and a
+// bad device IP), not the first alone, each still a *FieldError.
+func TestParseNamesEveryProblem(t *testing.T) {
+	valid := string(readFixture(t, "hccl_2s2p.json"))
+	for _, tc := range []struct {
+		name  string
+		edits [][2]string
+		want  []string
+	}{
+		{"parse", [][2]string{{`"rank_id": "0"`, `"rank_id": "x"`}, {`"rank_id": "3"`, `"rank_id": "y"`}},
+			[]string{`server_list[0].device[0].rank_id: "x" is not a number`, `server_list[1].device[1].rank_id: "y" is not a number`}},
+		{"validate", [][2]string{{`"rank_id": "3"`, `"rank_id": "0"`}, {`"device_ip": "192.168.2.9"`, `"device_ip": "not-an-ip"`}},
+			[]string{`server_list[1].device[1].rank_id`, `0 already used by server_list[0].device[0]`, `"not-an-ip" is not an IP address`}},
+	} {
+		in := valid
+		for _, e := range tc.edits {
+			if !strings.Contains(in, e[0]) {
+				t.Fatalf("%s: fixture lacks %q", tc.name, e[0])
+			}
+			in = strings.Replace(in, e[0], e[1], 1)
+		}
+		_, err := Parse([]byte(in))
+		var fe *FieldError
+		if err == nil || !errors.As(err, &fe) {
+			t.Fatalf("%s: %v; want field errors", tc.name, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v\nwant it to name %q", tc.name, err, w)
+			}
+		}
+	}
+}
+
+// TestJoinProblemsCaps: at most maxProblems problems are named, then how
+// many more.
+func TestJoinProblemsCaps(t *testing.T) {
+	var errs []error
+	for i := range maxProblems + 5 {
+		errs = append(errs, fmt.Errorf("problem %d", i))
+	}
+	err := joinProblems(errs)
+	if got := strings.Count(err.Error(), "\n") + 1; got != maxProblems+1 || !strings.HasSuffix(err.Error(), "… and 5 more problem(s)") {
+		t.Errorf("%d lines, ending %q", got, err.Error()[max(0, len(err.Error())-40):])
+	}
+	if joinProblems(errs[:1]) != errs[0] || joinProblems(nil) != nil {
+		t.Error("one problem is itself, none is nil")
 	}
 }
