@@ -1547,7 +1547,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "loss         %.4g → %.4g\n", s.InitialLoss, s.FinalLoss)
 	}
 	if s.EvalMetricName != "" {
-		fmt.Fprintf(w, "%-12s %.4f\n", s.EvalMetricName, s.EvalMetric)
+		fmt.Fprintf(w, "eval         %s %.4f\n", s.EvalMetricName, s.EvalMetric) // (the name in the label's column overran it)
 	}
 	// Each figure says its basis: steps/s is the run's average over its
 	// trained chunks, samples/s and the comm share the last chunk's (or

@@ -377,6 +377,9 @@ func TestStatusTextFirstChunk(t *testing.T) {
 		// A loss below 1e-4 keeps its digits (%.4f printed 0.0000).
 		{"a tiny loss", spec.RunStatus{Step: 200, Loss: 2.33e-7, InitialLoss: 2.4016, Chunks: 2, StepsPerSec: 1900},
 			[]string{"loss         2.402 → 2.33e-07\n"}},
+		// (The metric's name in the label column overran it by one.)
+		{"evaluated", spec.RunStatus{Step: 200, Loss: 0.5, InitialLoss: 2.47, Chunks: 2, EvalMetric: "test_accuracy", EvalValue: 0.9615},
+			[]string{"eval         test_accuracy 0.9615\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
