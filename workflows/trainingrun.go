@@ -417,8 +417,11 @@ type run struct {
 	askingSince time.Time
 	// askCut: the last such ask, one that holds the node it finds, was
 	// still out when its chunk ended (the next chunk's asks go on at once:
-	// versionCutAsks).
-	askCut bool
+	// versionCutAsks); askOut: such an ask is out; askSeq counts the
+	// chunks that started asking (watchForNodes), so that a chunk's
+	// coroutine that runs after the next chunk started records nothing.
+	askCut, askOut bool
+	askSeq         int
 }
 
 func newRun(ctx workflow.Context, in RunInput) (*run, error) {

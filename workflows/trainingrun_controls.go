@@ -554,6 +554,14 @@ const (
 // as a boundary's miss does, and — after a whole wait — asks again at
 // once.
 func (r *run) watchForNodes(ctx workflow.Context) {
+	// An ask cut by the last chunk's end — still out as this chunk starts,
+	// or seen cut by its coroutine — goes on in this chunk's first ask
+	// only: a later need for nodes waits its time again. (seq: the last
+	// chunk's coroutine, which may run after this, records nothing more.)
+	r.askSeq++
+	seq := r.askSeq
+	cut := r.askCut || r.askOut
+	r.askCut, r.askOut, r.askingSince = false, false, time.Time{}
 	if _, _, ok := r.wantsNodes(); !ok || r.flight == nil ||
 		workflow.GetVersion(ctx, versionNodesInFlight, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return
@@ -565,7 +573,7 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			if !ok {
 				return
 			}
-			if d := next.Sub(workflow.Now(ctx)); d > 0 && !waited && !r.goOnCutAsk(ctx) {
+			if d := next.Sub(workflow.Now(ctx)); d > 0 && !waited && !goOnCutAsk(ctx, cut) {
 				if workflow.NewTimerWithOptions(ctx, d, workflow.TimerOptions{Summary: "ask for a free node: " + why}).Get(ctx, nil) != nil {
 					return // the chunk ended
 				}
@@ -580,12 +588,19 @@ func (r *run) watchForNodes(ctx workflow.Context) {
 			start := workflow.Now(ctx)
 			if waits {
 				r.askingSince = start
+				r.askOut = true // (it may hold the node it finds)
 			}
 			err := workflow.ExecuteActivity(freeNodesOptions(ctx, why, req.Wait), spec.ActivityFreeNodes, r.clusterID, req).Get(ctx, &free)
-			r.askingSince = time.Time{}
+			cut = false // (its first ask is out)
+			latest := seq == r.askSeq
+			if latest {
+				r.askingSince, r.askOut = time.Time{}, false
+			}
 			switch {
 			case ctx.Err() != nil:
-				r.askCut = waits // (it may have held a node as the chunk ended)
+				if latest { // (else the next chunk's took it as cut)
+					r.askCut = waits // (it may have held a node as the chunk ended)
+				}
 				return
 			case err == nil && free > 0:
 				if waits {
@@ -656,14 +671,11 @@ func (r *run) dueNow(ctx workflow.Context) {
 // minute or more. Asked only after such a chunk.
 const versionCutAsks = "cut-asks"
 
-// goOnCutAsk reports whether the asks of the chunk starting go on at once
-// after the last ask was cut by its chunk's end (askCut, versionCutAsks).
-func (r *run) goOnCutAsk(ctx workflow.Context) bool {
-	if !r.askCut {
-		return false
-	}
-	r.askCut = false
-	return workflow.GetVersion(ctx, versionCutAsks, workflow.DefaultVersion, 1) >= 1
+// goOnCutAsk reports whether the chunk starting asks at once because the
+// last chunk's ask was cut by its end (cut: askCut as the chunk started;
+// versionCutAsks).
+func goOnCutAsk(ctx workflow.Context, cut bool) bool {
+	return cut && workflow.GetVersion(ctx, versionCutAsks, workflow.DefaultVersion, 1) >= 1
 }
 
 // wantsNodes says whether the run waits for a free node, why, and when it
