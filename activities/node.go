@@ -183,7 +183,7 @@ func (n *Node) Settle(ctx context.Context) (run string, step int64, err error) {
 	default:
 	}
 	if _, err = p.save.Wait(ctx); err != nil {
-		err = n.storeError(p.url, p.step, err)
+		err = n.waitError(ctx, p.url, p.step, err)
 	}
 	return p.run, p.step, err
 }
@@ -1370,7 +1370,7 @@ func (n *Node) finishPending(ctx context.Context, in spec.ChunkInput, log *zap.L
 		return nil, nil
 	}
 	if err != nil {
-		err = n.storeError(p.url, p.step, err)
+		err = n.waitError(ctx, p.url, p.step, err)
 		log.Warn("background checkpoint upload failed", zap.Int64("step", p.step), zap.Error(err))
 		return nil, &spec.CheckpointFailure{Step: p.step, Error: err.Error()}
 	}
@@ -1393,6 +1393,19 @@ func toRef(r spec.CheckpointRef) checkpoint.Ref {
 // reads there where it failed.
 func (n *Node) storeError(url string, step int64, err error) error {
 	return fmt.Errorf("node %s cannot store the checkpoint at step %d in %s: %w", n.ID, step, checkpoint.Redact(url), err)
+}
+
+// waitError is err, a wait for the upload of the checkpoint at step to
+// the bucket at url that failed: storeError where the upload itself
+// failed; where the wait was cut (ctx ended: a stop's grace over, the
+// activity cancelled) it says that the upload was still going — the
+// bucket refused nothing.
+func (n *Node) waitError(ctx context.Context, url string, step int64, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("node %s: the upload of the checkpoint at step %d to %s was still going when the wait for it ended: %w",
+			n.ID, step, checkpoint.Redact(url), err)
+	}
+	return n.storeError(url, step, err)
 }
 
 // FromStoreRef is r, a checkpoint the store at url saved or listed, as

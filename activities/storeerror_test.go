@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -102,5 +103,29 @@ func TestStoreErrorsNameTheNodeAndBucket(t *testing.T) {
 			}
 			check("the chunk's failure", ae.Message(), 120)
 		})
+	}
+}
+
+// TestWaitErrorSaysTheUploadWentOn: a wait for an upload cut by its
+// context (a stop's grace over) says the upload was still going, not that
+// the bucket refused it; a failed upload names node and bucket.
+func TestWaitErrorSaysTheUploadWentOn(t *testing.T) {
+	n := &Node{ID: "n1"}
+	cut, cancel := context.WithCancel(context.Background())
+	cancel()
+	url := "s3://ckpt?endpoint=http://u:secret@minio:9000"
+	for _, tc := range []struct {
+		ctx        context.Context
+		want, not  string
+		underlying error
+	}{
+		{cut, "node n1: the upload of the checkpoint at step 400 to s3://ckpt", "cannot store", context.Canceled},
+		{context.Background(), "node n1 cannot store the checkpoint at step 400 in s3://ckpt", "still going", errors.New("refused")},
+	} {
+		err := n.waitError(tc.ctx, url, 400, tc.underlying)
+		if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), tc.not) || strings.Contains(err.Error(), "secret") ||
+			!errors.Is(err, tc.underlying) {
+			t.Errorf("%v; want %q, not %q, no password, wrapping %v", err, tc.want, tc.not, tc.underlying)
+		}
 	}
 }

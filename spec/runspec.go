@@ -15,6 +15,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 
+	"github.com/cann-train/cann-train/internal/redact"
 	"github.com/cann-train/cann-train/internal/suggest"
 	"github.com/cann-train/cann-train/internal/yamlpos"
 )
@@ -780,27 +781,28 @@ func MemoryBucket(url string) bool {
 // drivers' to check (a node opens the bucket before it trains a chunk).
 func CheckBucketURL(raw string) error {
 	const forms = "file:///path, s3://bucket, gs://bucket, azblob://container"
+	shown := redact.URL(raw) // (a password in it stays out of the message)
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return fmt.Errorf("%q is not a bucket URL (%s)", raw, forms)
+		return fmt.Errorf("%q is not a bucket URL (%s)", shown, forms)
 	}
 	if !slices.Contains(CheckpointSchemes(), scheme) {
-		return fmt.Errorf("%q: no storage driver for %q (%s)", raw, scheme, forms)
+		return fmt.Errorf("%q: no storage driver for %q (%s)", shown, scheme, forms)
 	}
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return fmt.Errorf("%q: %w", raw, err)
+		return fmt.Errorf("%q does not parse as a URL", shown)
 	case scheme == "file" && u.Host != "" && u.Host != "localhost":
-		return fmt.Errorf("%q names host %q: a file:// URL is an absolute path on each node's own host, after three slashes (file:///data/ckpt)", raw, u.Host)
+		return fmt.Errorf("%q names host %q: a file:// URL is an absolute path on each node's own host, after three slashes (file:///data/ckpt)", shown, u.Host)
 	case scheme == "file" && strings.Trim(u.Path, "/") == "":
-		return fmt.Errorf("%q names no directory (file:///data/ckpt)", raw)
+		return fmt.Errorf("%q names no directory (file:///data/ckpt)", shown)
 	case scheme != "file" && scheme != "mem" && u.Host == "":
-		return fmt.Errorf("%q names no bucket (%s://bucket)", raw, scheme)
+		return fmt.Errorf("%q names no bucket (%s://bucket)", shown, scheme)
 	}
 	if q := u.Query(); scheme == "s3" && q.Has("max_attempts") {
 		if n, err := strconv.Atoi(q.Get("max_attempts")); err != nil || n < 1 {
-			return fmt.Errorf("%q: max_attempts=%q is not a number of tries (1 or more)", raw, q.Get("max_attempts"))
+			return fmt.Errorf("%q: max_attempts=%q is not a number of tries (1 or more)", shown, q.Get("max_attempts"))
 		}
 	}
 	return nil

@@ -186,6 +186,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"gs URL naming no bucket", "name: a\ncheckpoint_url: gs:///x\n", "checkpoint_url", 2, "names no bucket (gs://bucket)"},
 		{"s3 URL with tries that are no number", "name: a\ncheckpoint_url: s3://ckpt?max_attempts=once\n", "checkpoint_url", 2,
 			`max_attempts="once" is not a number of tries (1 or more)`},
+		// (The message shows the URL with its password masked.)
+		{"s3 URL with a password and tries that are no number", "name: a\ncheckpoint_url: 's3://ckpt?endpoint=http://u:secret@minio:9000&max_attempts=x'\n",
+			"checkpoint_url", 2, `"s3://ckpt?endpoint=http%3A%2F%2Fu%3Axxxxx%40minio%3A9000&max_attempts=x": max_attempts="x"`},
 		// Documents with no body: each once panicked looking for lines.
 		{"empty file", "", "(document)", 0, "empty: a job file names at least the run"},
 		{"only a comment", "# to do\n", "(document)", 0, "empty"},

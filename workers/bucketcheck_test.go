@@ -103,7 +103,7 @@ func TestCheckDefaultBucket(t *testing.T) {
 			if tc.warns == "" && len(said) > 0 || tc.warns != "" && (len(said) != 1 || !strings.Contains(said[0], tc.warns) || !strings.Contains(said[0], tc.url)) {
 				t.Errorf("warnings %q; want %q, naming %s", said, tc.warns, tc.url)
 			}
-			if took > within+time.Second || tc.fast && took > 100*time.Millisecond {
+			if took > within+time.Second || tc.fast && took > within/2 { // (fast: no wait for an answer; a loaded host is slow)
 				t.Errorf("the check took %s", took)
 			}
 		})

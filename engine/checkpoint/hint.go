@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"gocloud.dev/gcerrors"
+
+	"github.com/cann-train/cann-train/internal/redact"
 )
 
 // hintError is a storage error with what to check, in words a user acts
@@ -57,6 +59,10 @@ func (s *Store) hint(err error, write bool) error {
 	)
 	code, status := gcerrors.Code(err), httpStatus(err)
 	switch {
+	case strings.Contains(err.Error(), "RequestTimeTooSkewed"):
+		// (A 403 too, but no setting of ours: a host booting before its
+		// clock is synced.)
+		return &hintError{err, "this host's clock is off from the store's by more than it allows: sync it (NTP)", false}
 	case code == gcerrors.PermissionDenied || status == http.StatusUnauthorized || status == http.StatusForbidden:
 		// (gocloud's s3blob says Unknown for a refusal whose answer names
 		// its reason: MinIO's InvalidAccessKeyId, SignatureDoesNotMatch.)
@@ -77,7 +83,8 @@ func (s *Store) hint(err error, write bool) error {
 		return &hintError{err, "the endpoint answered 400 without an S3 request ID, as an HTTPS server answers plain HTTP: " +
 			"if it serves HTTPS, write it https://… in the checkpoint URL's endpoint parameter", true}
 	case errors.As(err, &dns) && dns.IsNotFound:
-		return &hintError{err, s.dnsHint(dns.Name), true}
+		hint, config := s.dnsHint(dns.Name)
+		return &hintError{err, hint, config}
 	case errors.Is(err, syscall.ECONNREFUSED):
 		addr := "its address"
 		if errors.As(err, &op) && op.Addr != nil {
@@ -100,21 +107,23 @@ func (s *Store) caHint() string {
 // dnsHint says what to check about a host that does not resolve: an
 // S3 client that addressed the bucket as a subdomain of the endpoint's
 // host (virtual-hosted style) needs use_path_style=true for MinIO and
-// most S3-compatible stores.
-func (s *Store) dnsHint(host string) string {
+// most S3-compatible stores — a setting's fault (config). Any other host
+// that does not resolve may yet: a store's container not started (Docker's
+// DNS knows no stopped container's name), a name service coming up.
+func (s *Store) dnsHint(host string) (hint string, config bool) {
 	if s.scheme() != "s3" {
-		return fmt.Sprintf("host %q does not resolve: check the checkpoint URL, and this host's DNS", host)
+		return fmt.Sprintf("host %q does not resolve: check the checkpoint URL, and this host's DNS", host), false
 	}
 	q := s.where.Query()
 	ep, _ := url.Parse(q.Get("endpoint"))
 	switch {
 	case ep == nil || ep.Host == "":
-		return fmt.Sprintf("host %q does not resolve: check the checkpoint URL's region, and for a store other than AWS S3 give its endpoint parameter", host)
+		return fmt.Sprintf("host %q does not resolve: check the checkpoint URL's region, and for a store other than AWS S3 give its endpoint parameter", host), false
 	case strings.EqualFold(host, s.where.Host+"."+ep.Hostname()) && !pathStyle(q):
 		return fmt.Sprintf("host %q does not resolve: without use_path_style=true the client names the bucket as a subdomain of the endpoint's host; "+
-			"MinIO and most S3-compatible stores need use_path_style=true in the checkpoint URL", host)
+			"MinIO and most S3-compatible stores need use_path_style=true in the checkpoint URL", host), true
 	}
-	return fmt.Sprintf("host %q does not resolve: check the host of the checkpoint URL's endpoint parameter, and this host's DNS", host)
+	return fmt.Sprintf("host %q does not resolve (yet?): check the host of the checkpoint URL's endpoint parameter, that the store runs, and this host's DNS", host), false
 }
 
 // pathStyle reports whether an s3:// URL's parameters ask for path-style
@@ -181,30 +190,5 @@ func checkEndpoint(q url.Values) error {
 
 // Redact is a bucket URL as messages may show it: without the password
 // of a user in it, or in a URL among its parameters (an endpoint's).
-// What does not parse as a URL is shown as it is.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw
-	}
-	changed := false
-	if _, ok := u.User.Password(); ok {
-		changed = true
-	}
-	q := u.Query()
-	for k, vs := range q {
-		for i, v := range vs {
-			if p, err := url.Parse(v); err == nil && p.User != nil {
-				if _, ok := p.User.Password(); ok {
-					vs[i], changed = p.Redacted(), true
-				}
-			}
-		}
-		q[k] = vs
-	}
-	if !changed {
-		return raw
-	}
-	u.RawQuery = q.Encode()
-	return u.Redacted()
-}
+// What does not parse as a URL is shown as it is (redact.URL).
+func Redact(raw string) string { return redact.URL(raw) }

@@ -104,8 +104,8 @@ func TestEndpointProblemsSayWhatToCheck(t *testing.T) {
 			want:   "the endpoint answered 400 without an S3 request ID, as an HTTPS server answers plain HTTP: if it serves HTTPS, write it https://…",
 			config: true},
 		{name: "host that does not resolve", url: s3URL("http://no-such-host.invalid:9000", "use_path_style", "true"), dns: "no-such-host.invalid",
-			want:   `host "no-such-host.invalid" does not resolve: check the host of the checkpoint URL's endpoint parameter, and this host's DNS`,
-			config: true},
+			want:   `host "no-such-host.invalid" does not resolve (yet?): check the host of the checkpoint URL's endpoint parameter, that the store runs, and this host's DNS`,
+			config: false}, // (a store's container not started yet: may come)
 		{name: "virtual-hosted bucket", url: s3URL("http://minio.invalid:" + plainPort), dns: "ckpt.minio.invalid",
 			want:   `host "ckpt.minio.invalid" does not resolve: without use_path_style=true the client names the bucket as a subdomain of the endpoint's host`,
 			config: true},
@@ -236,5 +236,30 @@ func TestRefusedCredentialsSayWhatToFix(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestClockSkewIsNoSetting: a store refusing a request signed at a time
+// too far from its own (RequestTimeTooSkewed: a host booted before its
+// clock synced) says to sync the clock, and is no setting's fault — a
+// worker starting then warns rather than refuse to start.
+func TestClockSkewIsNoSetting(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/xml")
+		w.Header().Set("X-Amz-Request-Id", "17E3A0C2B1D7F1A3")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>RequestTimeTooSkewed</Code><Message>skewed</Message></Error>`))
+	}))
+	defer srv.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	s, err := Open(t.Context(), s3URL(srv.URL, "use_path_style", "true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Accessible(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "this host's clock is off from the store's") || Misconfigured(err) {
+		t.Errorf("%v; want the clock named, not a setting's fault", err)
 	}
 }
