@@ -93,6 +93,12 @@ func newDevCmd(e *env) *cobra.Command {
 			// Workers and commands in other terminals dial 7233 unless told;
 			// on other hosts (--ip 0.0.0.0), this host's address.
 			here, elsewhere := e.reachExports(srv.FrontendAddr(), srv.Namespace(), srv.UIURL(), thisHostIP)
+			if here != "" && here == elsewhere {
+				fmt.Fprintf(e.out, "Other terminals, on this host and others (workers, run, status), reach it with: %s\n"+
+					"  (this host's address on its default route: this host's node workers then listen for their peers on every interface; "+
+					"name another address where the other hosts reach this one elsewhere)\n", here)
+				here, elsewhere = "", ""
+			}
 			if here != "" {
 				fmt.Fprintf(e.out, "Other terminals (workers, run, status) reach it with: %s\n", here)
 			}

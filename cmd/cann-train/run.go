@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -257,12 +258,13 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 	in := workflows.RunInput{Spec: s, ClusterID: o.clusterID}
 	id := spec.RunIDPrefix + s.Name
 	prev, prevSpec, err := earlierRun(ctx, c, id)
-	if s.CheckpointURL == "" && o.nodesBucket == "" && !errors.Is(err, errRunGoing) {
-		// Where the nodes keep the checkpoints of a job naming no bucket.
+	if (s.CheckpointURL == "" || prev != nil && prevSpec.CheckpointURL == "") && o.nodesBucket == "" && !errors.Is(err, errRunGoing) {
+		// Where the nodes keep the checkpoints of a job naming no bucket
+		// (this one, or the earlier run of its name).
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		if reg, rerr := readRegistry(rctx, c, o.clusterID); rerr == nil {
 			var warn string
-			o.nodesBucket, warn = nodesDefaultBucket(reg)
+			o.nodesBucket, warn = nodesDefaultBucket(reg, time.Now())
 			if warn != "" {
 				fmt.Fprintln(say, warn)
 			}
@@ -590,16 +592,26 @@ func jobBucket(s spec.RunSpec, nodes string) string {
 }
 
 // nodesDefaultBucket is the default checkpoint bucket the node workers in
-// reg registered (spec.Node.CheckpointURL): where a run without a
+// reg registered (spec.Node.CheckpointURL; the live ones at now, where
+// any is): where a run without a
 // checkpoint_url keeps its checkpoints, on a cluster whose nodes are
 // other hosts than this one. "" where none said (workers of an earlier
 // build) or they differ — then warn says so: such a run's nodes each save
 // to their own, which must be one bucket — or the URL has a password,
 // masked in the registry.
-func nodesDefaultBucket(reg workflows.Registry) (url, warn string) {
+func nodesDefaultBucket(reg workflows.Registry, now time.Time) (url, warn string) {
+	// The live registrations, where there are any: the registry keeps
+	// every node that ever registered, a decommissioned one's old bucket
+	// too.
+	nodes := reg.Nodes
+	if live := slices.DeleteFunc(slices.Clone(nodes), func(r workflows.NodeRecord) bool {
+		return r.Failed || now.Sub(r.LastSeen) > cmp.Or(reg.LeaseTTL, workflows.DefaultLeaseTTL)
+	}); len(live) > 0 {
+		nodes = live
+	}
 	count := map[string]int{}
 	var urls []string
-	for _, r := range reg.Nodes {
+	for _, r := range nodes {
 		if u := r.Node.CheckpointURL; u != "" {
 			if count[u] == 0 {
 				urls = append(urls, u)

@@ -373,13 +373,19 @@ func TestRunCommandForTheResumeHint(t *testing.T) {
 // build) or the URL carries a password (masked); a warning where they
 // differ.
 func TestNodesDefaultBucket(t *testing.T) {
+	now := time.Now()
 	reg := func(urls ...string) workflows.Registry {
 		var r workflows.Registry
 		for i, u := range urls {
-			r.Nodes = append(r.Nodes, workflows.NodeRecord{Node: spec.Node{ID: fmt.Sprintf("n%d", i), CheckpointURL: u}})
+			r.Nodes = append(r.Nodes, workflows.NodeRecord{Node: spec.Node{ID: fmt.Sprintf("n%d", i), CheckpointURL: u}, LastSeen: now})
 		}
 		return r
 	}
+	// A decommissioned node, silent for a day, and a failed one, each with
+	// another bucket, beside two live ones.
+	stale := reg("s3://ckpt", "file:///old", "file:///older", "s3://ckpt")
+	stale.Nodes[1].LastSeen = now.Add(-24 * time.Hour)
+	stale.Nodes[2].Failed = true
 	for _, tc := range []struct {
 		name      string
 		reg       workflows.Registry
@@ -389,10 +395,11 @@ func TestNodesDefaultBucket(t *testing.T) {
 		{"an earlier build", reg("", ""), "", ""},
 		{"all alike", reg("s3://ckpt?region=us-east-1", "s3://ckpt?region=us-east-1", ""), "s3://ckpt?region=us-east-1", ""},
 		{"masked", reg("s3://ckpt?endpoint=http://u:xxxxx@minio:9000"), "", ""},
+		{"stale ones left out", stale, "s3://ckpt", ""},
 		{"differ", reg("file:///a", "file:///b", "file:///a"), "",
 			"warning: the node workers' default checkpoint buckets differ (file:///a on 2, file:///b on 1): a run without checkpoint_url"},
 	} {
-		url, warn := nodesDefaultBucket(tc.reg)
+		url, warn := nodesDefaultBucket(tc.reg, now)
 		if url != tc.url || !strings.HasPrefix(warn, tc.warn) || (tc.warn == "") != (warn == "") {
 			t.Errorf("%s: %q, %q; want %q, %q…", tc.name, url, warn, tc.url, tc.warn)
 		}

@@ -110,7 +110,11 @@ func (e *env) reachExports(addr, namespace, ui string, hostIP func() net.IP) (he
 	if port, ok := wildcardPort(addr); ok {
 		local = net.JoinHostPort("127.0.0.1", port)
 		if ip := thisHost(); ip != nil {
-			elsewhere = "export TEMPORAL_ADDRESS=" + net.JoinHostPort(ip.String(), port)
+			// This host's workers too: dialing 127.0.0.1 they would take
+			// Temporal for a local one and listen for their peers on
+			// loopback, where the other hosts' nodes cannot dial them.
+			local = net.JoinHostPort(ip.String(), port)
+			elsewhere = "export TEMPORAL_ADDRESS=" + local
 		}
 	}
 	if u, err := url.Parse(ui); ui != "" && err == nil {
@@ -119,6 +123,7 @@ func (e *env) reachExports(addr, namespace, ui string, hostIP func() net.IP) (he
 			localUI = u.String()
 			if ip := thisHost(); ip != nil {
 				u.Host = net.JoinHostPort(ip.String(), port)
+				localUI = u.String()
 			}
 			shownUI = u.String()
 		}

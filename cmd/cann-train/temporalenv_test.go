@@ -322,11 +322,15 @@ func TestReachExport(t *testing.T) {
 			want: "export TEMPORAL_ADDRESS=127.0.0.1:7233 TEMPORAL_NAMESPACE=ml CANN_TRAIN_UI=http://127.0.0.1:8233"},
 		{name: "namespace exported already", nsEnv: "ml", address: "127.0.0.1:7233", namespace: "ml", srv: "127.0.0.1:7233", srvNS: "ml", srvUI: "http://127.0.0.1:8233"},
 		{name: "wildcard host", address: "127.0.0.1:7233", namespace: "default", srv: "0.0.0.0:27841", srvNS: "default", srvUI: "http://0.0.0.0:28841",
-			want:      "export TEMPORAL_ADDRESS=127.0.0.1:27841 CANN_TRAIN_UI=http://10.77.0.1:28841",
+			// (This host's workers too dial this host's address: at
+			// 127.0.0.1 they would listen for peers on loopback.)
+			want:      "export TEMPORAL_ADDRESS=10.77.0.1:27841 CANN_TRAIN_UI=http://10.77.0.1:28841",
 			elsewhere: "export TEMPORAL_ADDRESS=10.77.0.1:27841 CANN_TRAIN_UI=http://10.77.0.1:28841"},
 		{name: "wildcard host on the default ports", address: "127.0.0.1:7233", namespace: "default", srv: "0.0.0.0:7233", srvNS: "default", srvUI: "http://0.0.0.0:8233",
+			want:      "export TEMPORAL_ADDRESS=10.77.0.1:7233 CANN_TRAIN_UI=http://10.77.0.1:8233",
 			elsewhere: "export TEMPORAL_ADDRESS=10.77.0.1:7233 CANN_TRAIN_UI=http://10.77.0.1:8233"},
 		{name: "wildcard host, namespace exported", nsEnv: "ml", address: "127.0.0.1:7233", namespace: "ml", srv: "[::]:7233", srvNS: "ml", srvUI: "http://[::]:8233",
+			want:      "export TEMPORAL_ADDRESS=10.77.0.1:7233 CANN_TRAIN_UI=http://10.77.0.1:8233",
 			elsewhere: "export TEMPORAL_ADDRESS=10.77.0.1:7233 TEMPORAL_NAMESPACE=ml CANN_TRAIN_UI=http://10.77.0.1:8233"},
 		{name: "wildcard host, no address found", noHostIP: true, address: "127.0.0.1:7233", namespace: "default", srv: "0.0.0.0:27841", srvNS: "default",
 			srvUI: "http://0.0.0.0:28841", want: "export TEMPORAL_ADDRESS=127.0.0.1:27841 CANN_TRAIN_UI=http://127.0.0.1:28841"},
