@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/cann-train/cann-train/internal/redact"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -528,7 +529,7 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 		}
 	}
 	if workflow.GetVersion(ctx, versionStoringSaysSo, workflow.DefaultVersion, 1) >= 1 {
-		s.Detail = fmt.Sprintf("the checkpoint storage refused the run's checkpoint; its nodes keep the state at step %d and store it now", s.Step)
+		s.Detail = fmt.Sprintf("the checkpoint storage%s refused the run's checkpoint; its nodes keep the state at step %d and store it now", r.bucketShown(), s.Step)
 		s.WaitUntil = time.Time{}
 		r.setPhase(ctx, spec.PhaseStorageWait)
 	}
@@ -557,6 +558,20 @@ func (r *run) storeHeld(ctx workflow.Context) error {
 	return err
 }
 
+// bucketShown is " (URL)" naming the bucket the run's checkpoints go to,
+// its password masked: the job's checkpoint_url, else the default its
+// rank 0's node registered ("" where neither says).
+func (r *run) bucketShown() string {
+	url := r.spec.CheckpointURL
+	if url == "" && len(r.st.Membership.Nodes) > 0 {
+		url = r.st.Membership.Nodes[0].CheckpointURL
+	}
+	if url == "" {
+		return ""
+	}
+	return " (" + redact.URL(url) + ")"
+}
+
 // versionStoringSaysSo: a run that holds for its storage says "store it
 // now" while a save-only chunk tries (in waiting-storage, the first try
 // too); before, the first try said training and the others the time it
@@ -575,7 +590,7 @@ func nextStorageWait(prev time.Duration) time.Duration {
 func (r *run) waitForStorage(ctx workflow.Context, d time.Duration) error {
 	step := r.st.Status.Step
 	return r.holdFor(ctx, d,
-		fmt.Sprintf("the checkpoint storage refuses the run's checkpoints; its nodes keep the state at step %d and store it again", step),
+		fmt.Sprintf("the checkpoint storage%s refuses the run's checkpoints; its nodes keep the state at step %d and store it again", r.bucketShown(), step),
 		fmt.Sprintf("store the checkpoint at step %d again", step))
 }
 

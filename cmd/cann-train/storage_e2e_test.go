@@ -47,7 +47,7 @@ func TestRunHoldsForItsStorage(t *testing.T) {
 			held.Step, held.LastCkpt, held.CheckpointFailed, held.WaitUntil)
 	}
 	out := cli("status", s.Name)
-	for _, want := range []string{"waiting-storage: the checkpoint storage refuse", "its nodes keep the state at step",
+	for _, want := range []string{"waiting-storage: the checkpoint storage (file://" + filepath.Join(dir, "ckpt") + ") refuse", "its nodes keep the state at step",
 		"could not be stored (none since)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
