@@ -74,7 +74,7 @@ func TestTrainingRunTemporalStallCountsNoRestart(t *testing.T) {
 				case in.Rank == 0 || tc.both:
 					at := int64(0)
 					if tc.said > 0 {
-						at = in.From + tc.said - int64(in.Rank) // (rank 0 got furthest)
+						at = in.From + tc.said // (each rank: whichever word is in first counts)
 					}
 					return unreachable(in.Membership.Nodes[in.Rank].ID, in.Membership.Generation, at)
 				}
