@@ -84,7 +84,7 @@ func newDevCmd(e *env) *cobra.Command {
 			if err != nil {
 				return devStartError(err)
 			}
-			ui := srv.UIURL()
+			ui := browsable(srv.UIURL(), thisHostIP) // (not http://0.0.0.0:…)
 			if ui == "" {
 				ui = "off (--ui-port 0)"
 			}

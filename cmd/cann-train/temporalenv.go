@@ -144,6 +144,26 @@ func (e *env) reachExports(addr, namespace, ui string, hostIP func() net.IP) (he
 	return "export TEMPORAL_ADDRESS=" + local + nsPart + " CANN_TRAIN_UI=" + cmp.Or(shownUI, "none"), elsewhere
 }
 
+// browsable is ui, a Web UI's URL, as a browser reaches it: one bound to
+// every interface at this host's address (hostIP; 127.0.0.1 where none
+// is found), not at the wildcard.
+func browsable(ui string, hostIP func() net.IP) string {
+	u, err := url.Parse(ui)
+	if ui == "" || err != nil {
+		return ui
+	}
+	port, ok := wildcardPort(u.Host)
+	if !ok {
+		return ui
+	}
+	host := "127.0.0.1"
+	if ip := hostIP(); ip != nil {
+		host = ip.String()
+	}
+	u.Host = net.JoinHostPort(host, port)
+	return u.String()
+}
+
 // wildcardPort: addr (host:port) binds every interface, on port.
 func wildcardPort(addr string) (port string, ok bool) {
 	host, port, err := net.SplitHostPort(addr)

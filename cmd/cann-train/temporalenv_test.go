@@ -386,3 +386,25 @@ func TestDevSaysHowToReachIt(t *testing.T) {
 		}
 	}
 }
+
+// TestBrowsable: a Web UI bound to every interface is shown at this
+// host's address (127.0.0.1 where none is found), others as they are.
+func TestBrowsable(t *testing.T) {
+	host := func() net.IP { return net.ParseIP("10.77.0.1") }
+	none := func() net.IP { return nil }
+	for _, tc := range []struct {
+		ui   string
+		ip   func() net.IP
+		want string
+	}{
+		{"http://0.0.0.0:8233", host, "http://10.77.0.1:8233"},
+		{"http://[::]:8233", host, "http://10.77.0.1:8233"},
+		{"http://0.0.0.0:8233", none, "http://127.0.0.1:8233"},
+		{"http://127.0.0.1:8233", host, "http://127.0.0.1:8233"},
+		{"", host, ""},
+	} {
+		if got := browsable(tc.ui, tc.ip); got != tc.want {
+			t.Errorf("browsable(%q) = %q, want %q", tc.ui, got, tc.want)
+		}
+	}
+}
