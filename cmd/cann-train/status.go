@@ -587,8 +587,13 @@ func (e *describeError) Unwrap() error { return e.err }
 
 // progressLine is one line of `watch -o jsonl`.
 // A loss of 0 is one not measured yet (a chunk's first heartbeat, a job
-// that reports none): null.
+// that reports none): null. The speed is a training run's only (0 for one
+// paused, waiting or ended: its last chunk's is no speed of now), as the
+// dashboard's.
 func progressLine(id string, st spec.RunStatus, step int64, loss float32, sps float64) map[string]any {
+	if st.Phase != spec.PhaseTraining {
+		sps = 0
+	}
 	line := map[string]any{
 		"workflow_id": id, "status": st.Phase, "step": step, "steps": st.TotalSteps,
 		"loss": loss, "samples_per_sec": sps, "generation": st.Generation, "time": time.Now().UTC(),

@@ -380,3 +380,14 @@ func TestQuickstartSummaryHints(t *testing.T) {
 		t.Errorf("status: %v\n%s", err, b.String())
 	}
 }
+
+// TestProgressLineSpeedWhileTraining: a jsonl line gives samples/s only
+// while the run trains (a paused run's last chunk's is no speed of now).
+func TestProgressLineSpeedWhileTraining(t *testing.T) {
+	for phase, want := range map[spec.Phase]float64{spec.PhaseTraining: 22800, spec.PhasePaused: 0, spec.PhaseCompleted: 0, spec.PhaseStorageWait: 0} {
+		line := progressLine("run/x", spec.RunStatus{Phase: phase}, 2143, 0.04, 22800)
+		if got := line["samples_per_sec"]; got != want {
+			t.Errorf("%s: samples_per_sec %v, want %v", phase, got, want)
+		}
+	}
+}
