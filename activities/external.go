@@ -780,7 +780,11 @@ func (s *supervision) poll(ctx context.Context) {
 			case launch.EventSaved:
 				if name == "rank-0" {
 					s.savedAt = max(s.savedAt, e.Step)
-					if err := s.upload(ctx, e.Step, false); err != nil {
+					if err := s.upload(ctx, e.Step, false); errors.Is(err, ErrEmptyCheckpoint) {
+						// (Not the storage's fault: the run is not told a
+						// refusal, which would hold it for the storage.)
+						s.log.Error("checkpoint not committed", zap.Int64("step", e.Step), zap.Error(err))
+					} else if err != nil {
 						kept := s.keptAt == e.Step
 						s.log.Warn("checkpoint upload failed; the script goes on", zap.Int64("step", e.Step), zap.Bool("kept", kept), zap.Error(err))
 						s.tell(spec.CheckpointSaved{Session: s.in.Session, Ref: spec.CheckpointRef{Run: s.in.Spec.Name, Step: e.Step},
@@ -824,6 +828,10 @@ func (s *supervision) onReport(e launch.Event) {
 	}
 }
 
+// ErrEmptyCheckpoint: the script said a checkpoint was saved, with its
+// checkpoint directory empty. Nothing is committed.
+var ErrEmptyCheckpoint = errors.New("empty checkpoint directory")
+
 // upload commits the checkpoint directory at step: copy it (then the
 // script may go on: ack), save it incrementally, keep the last few, and
 // tell the run. final uploads only if the directory changed since the last
@@ -845,6 +853,14 @@ func (s *supervision) upload(ctx context.Context, step int64, final bool) error 
 	sum := sha256.Sum256(payload)
 	if final && (st.Files == 0 || (s.committed && sum == s.lastSum)) {
 		return nil
+	}
+	if st.Files == 0 {
+		// (A script saying saved(N) over a directory it wrote nothing to:
+		// committed, it would be restored as the checkpoint, with nothing
+		// to load. The helper refuses it in the script already.)
+		return fmt.Errorf("%w: rank 0 said saved(%d) with nothing in its checkpoint directory %s: "+
+			"write the checkpoint's files into cann_train.checkpoint_dir() (CANN_TRAIN_CHECKPOINT_DIR) before saying saved",
+			ErrEmptyCheckpoint, step, s.paths.ckpt)
 	}
 	url := s.n.bucketURL(s.in.Spec)
 	store, err := s.n.store(ctx, url)

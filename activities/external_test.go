@@ -437,6 +437,62 @@ for step in range(1, 5):
 	}
 }
 
+// TestRunExternalRefusesAnEmptyCheckpoint: a script that says saved(N)
+// with nothing in its checkpoint directory (its files written elsewhere)
+// commits nothing: through the helper, saved() raises, naming the
+// directory, and the rank exits with it in its log tail; around it (the
+// event written by hand), the node worker commits nothing and tells the
+// run nothing — an empty checkpoint restored would have nothing to load.
+func TestRunExternalRefusesAnEmptyCheckpoint(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	for _, tc := range []struct {
+		name, save string
+		exits      bool // the rank exits non-zero, naming the directory
+	}{
+		{"the helper", "ct.saved(step, timeout=30)", true},
+		{"by hand", `ct._append({"event": "saved", "step": step})`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			work := t.TempDir()
+			os.WriteFile(filepath.Join(work, "train.py"), []byte(`
+import os
+import cann_train as ct
+for step in range(1, 5):
+    ct.report(step, loss=1.0 / step)
+    if ct.should_checkpoint(step) and ct.rank() == 0:
+        open(os.path.join(os.getcwd(), "state-%d.txt" % step), "w").write(str(step))  # not in checkpoint_dir()
+        `+tc.save+`
+`), 0o644)
+			n := externalNode(t, "n1", "file://"+filepath.Join(t.TempDir(), "bucket"))
+			var mu sync.Mutex
+			var told []spec.CheckpointSaved
+			in := externalInput("empty-"+strings.ReplaceAll(tc.name, " ", "-"), work, 1, py, "train.py")
+			res, err := n.runExternal(context.Background(), in, externalHooks{
+				progress: func(spec.ChunkProgress) {},
+				saved:    func(c spec.CheckpointSaved) error { mu.Lock(); told = append(told, c); mu.Unlock(); return nil },
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if len(told) != 0 {
+				t.Errorf("told %+v; want no checkpoint committed or refused", told)
+			}
+			if tc.exits {
+				var ae *temporal.ApplicationError
+				if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeRankExited || !strings.Contains(err.Error(), "is empty: write the checkpoint's files into cann_train.checkpoint_dir()") {
+					t.Errorf("run: %v; want rank 0's exit, naming the empty directory", err)
+				}
+				return
+			}
+			if err != nil || res == nil || res.Checkpoint != nil {
+				t.Errorf("run: %+v, %v; want it to end without a checkpoint", res, err)
+			}
+		})
+	}
+}
+
 // TestRunExternalAscendAndMSRun: an ascend launch writes the HCCL rank
 // table its processes name in RANK_TABLE_FILE; an msrun launch runs the
 // scheduler on the first node only.

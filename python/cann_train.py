@@ -198,7 +198,10 @@ def report(step, loss=None, **metrics):
     samples_per_sec, if given, is this process's throughput (the run adds
     up the ranks'). Until rank 0 first reports (or commits a checkpoint),
     the run takes its world for one still starting: a pause, a drain or a
-    cancel stops it at once rather than ask it for a checkpoint."""
+    cancel stops it at once rather than ask it for a checkpoint. Required
+    on rank 0 when the job gives `steps`: the run completes only once rank
+    0 has reported the last step (a script that ends without, even having
+    committed checkpoints, ends its run failed, short of its steps)."""
     global _last_step
     step = int(step)
     _last_step = step
@@ -229,10 +232,21 @@ def saved(step, timeout=600.0):
     """Commits the checkpoint of `step` now complete in checkpoint_dir():
     returns once the node worker has copied it (True), or False after
     timeout seconds without an acknowledgement. Other ranks than 0, and
-    scripts outside cann-train, return True at once."""
+    scripts outside cann-train, return True at once. Raises ValueError on
+    rank 0 when checkpoint_dir() holds no file: the checkpoint must be
+    written there first (a run resumed from an empty one has nothing to
+    load)."""
     step = int(step)
     if not managed() or rank() != 0:
         return True
+    d = checkpoint_dir()
+    if not [f for f in os.listdir(d) if f != ".cann-train-checkpoint-dir"]:
+        # Committed, an empty directory would be restored as "the
+        # checkpoint": nothing to load, the training lost.
+        raise ValueError(
+            "cann_train.saved(%d): the checkpoint directory %s is empty: write the "
+            "checkpoint's files into cann_train.checkpoint_dir() "
+            "(CANN_TRAIN_CHECKPOINT_DIR) before calling saved()" % (step, d))
     _append({"event": "saved", "step": step})
     ack = os.environ.get("CANN_TRAIN_ACK_FILE")
     if not ack:
