@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -165,6 +166,27 @@ func LauncherEnv(launcher string) []string {
 		return []string{"MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_NODE_ID", "RANK_ID", "RANK_SIZE"}
 	}
 	return nil
+}
+
+// wrappedLauncher names the distributed launcher argv runs (torchrun,
+// `python -m torch.distributed.run`, msrun, mpirun, …), "" for none.
+func wrappedLauncher(argv []string) string {
+	if len(argv) == 0 {
+		return ""
+	}
+	switch prog := path.Base(argv[0]); prog {
+	case "torchrun", "msrun", "mpirun", "mpiexec", "srun", "deepspeed":
+		return prog
+	}
+	for i, a := range argv[1:] {
+		if a == "-m" && i+2 < len(argv) {
+			switch m := argv[i+2]; m {
+			case "torch.distributed.run", "torch.distributed.launch":
+				return "python -m " + m
+			}
+		}
+	}
+	return ""
 }
 
 // ExternalJob is the `external:` block of a job file.
@@ -332,6 +354,11 @@ func (s RunSpec) validateExternal() error {
 		if strings.ContainsRune(a, 0) {
 			bad(fmt.Sprintf("external.entrypoint[%d]", i), "contains a NUL byte")
 		}
+	}
+	if l := wrappedLauncher(x.Entrypoint); l != "" {
+		bad("external.entrypoint", "runs the launcher %s: the node workers are the launcher (launcher: %s gives every process its environment: "+
+			"RANK, WORLD_SIZE, MASTER_ADDR, …), and a launcher inside would start a world of its own, on ports of its own — give your "+
+			"script itself, e.g. [python3, train.py], and procs_per_node for the processes per node", l, x.Launcher)
 	}
 	if x.ProcsPerNode < 1 || x.ProcsPerNode > 256 {
 		bad("external.procs_per_node", "%d out of range 1..256", x.ProcsPerNode)

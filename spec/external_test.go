@@ -388,3 +388,31 @@ func TestCheckpointDirMustNotHoldTheWorkdir(t *testing.T) {
 		t.Errorf("Parse: %v", err)
 	}
 }
+
+// TestEntrypointWrappingALauncherIsRefused: an entrypoint that runs a
+// distributed launcher itself (torchrun, python -m torch.distributed.run,
+// msrun, mpirun) is refused at submit time, saying the node workers are
+// the launcher; a script that merely names one in its arguments is not.
+func TestEntrypointWrappingALauncherIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		entrypoint string
+		launcher   string // "" for none
+	}{
+		{"[torchrun, --nproc_per_node=1, train.py]", "torchrun"},
+		{"[/usr/local/bin/torchrun, train.py]", "torchrun"},
+		{"[python3, -m, torch.distributed.run, --nproc_per_node=2, train.py]", "python -m torch.distributed.run"},
+		{"[python3, -m, torch.distributed.launch, train.py]", "python -m torch.distributed.launch"},
+		{"[mpirun, -n, 2, python3, train.py]", "mpirun"},
+		{"[python3, train.py]", ""},
+		{"[python3, train.py, --note, torchrun]", ""},
+		{"[python3, -m, mypkg.train]", ""},
+	} {
+		_, err := Parse("job.yaml", []byte("name: x\nexternal:\n  entrypoint: "+tc.entrypoint+"\n"))
+		switch {
+		case tc.launcher == "" && err != nil:
+			t.Errorf("%s: %v; want it taken", tc.entrypoint, err)
+		case tc.launcher != "" && (err == nil || !strings.Contains(err.Error(), "line 3: external.entrypoint: runs the launcher "+tc.launcher+": the node workers are the launcher")):
+			t.Errorf("%s: %v; want it refused, naming %s", tc.entrypoint, err, tc.launcher)
+		}
+	}
+}
