@@ -299,8 +299,13 @@ RUN' stores them first.`,
 // status), that its nodes are free again, and how to continue it.
 func printCancelled(w io.Writer, id string, end spec.RunStatus) {
 	freed := "; its nodes are free again"
-	if len(end.Nodes) == 0 {
+	switch {
+	case len(end.Nodes) == 0:
 		freed = "" // (it held none: cancelled while it waited for them)
+	case end.Model == spec.ModelExternal:
+		// (Its nodes are given back as the cancel lands; its processes
+		// get SIGTERM then, and SIGKILL after stop_grace.)
+		freed = "; its nodes are free again once its processes have ended (SIGTERM now, SIGKILL after its stop_grace)"
 	}
 	fmt.Fprintf(w, "%s: %s%s\n", id, end.Error, freed)
 	if end.LastCkpt == nil || end.Step >= end.TotalSteps {

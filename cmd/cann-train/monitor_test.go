@@ -654,6 +654,14 @@ func TestPrintCancelled(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
+	// An external job's processes get stop_grace to end after the cancel.
+	b.Reset()
+	ext := *cancelledRun().query
+	ext.Model = spec.ModelExternal
+	printCancelled(&b, "run/cancel-e", ext)
+	if want := "its nodes are free again once its processes have ended (SIGTERM now, SIGKILL after its stop_grace)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("external job: got\n%s\nwant %q", b.String(), want)
+	}
 }
 
 // TestHelpResumeCommands (B7): no help text gives `cann-train run JOB`,
