@@ -85,9 +85,11 @@ func newQuickstartCmd(e *env) *cobra.Command {
 and N node workers as separate processes talking TCP on 127.0.0.1, then trains
 an MLP on MNIST data-parallel across them, showing live progress, and prints
 a summary. The server lives in memory and stops with the quickstart, its Web
-UI too: --keep keeps them up to browse the run. A quickstart's run cannot be
-resumed; its checkpoints stay (for cann-train checkpoint ls|verify) until a
-later quickstart deletes a completed run's. Quickstarts side by side on one
+UI too: --keep keeps them up, and the workers, however the run ended — to
+browse it, or to continue a run cancelled or failed with cann-train run -f JOB
+--resume against that server (the export line it prints). Without --keep a
+quickstart's run cannot be resumed; its checkpoints stay (for cann-train
+checkpoint ls|verify) until a later quickstart deletes a completed run's. Quickstarts side by side on one
 --data-dir each need a run name of their own (the default is one).`,
 		Example: `  cann-train quickstart
   cann-train quickstart --nodes 3 --steps 300 -o json
@@ -115,7 +117,7 @@ later quickstart deletes a completed run's. Quickstarts side by side on one
 	f.IntVar(&o.uiPort, "ui-port", 8233, "Web UI port (-1: any free port, 0: no UI)")
 	f.StringVar(&o.dataDir, "data-dir", filepath.Join(defaultDataDir(), "quickstart"), "checkpoints (checkpoints/) and worker logs (logs/<run>/)")
 	f.StringVarP(&o.output, "output", "o", "text", "summary format: text or json")
-	f.BoolVar(&o.keep, "keep", false, "keep the server and Web UI up after the run (Ctrl-C to stop)")
+	f.BoolVar(&o.keep, "keep", false, "keep the server and Web UI up after the run, however it ended (Ctrl-C to stop)")
 	f.DurationVar(&o.hbTimeout, "heartbeat-timeout", 10*time.Second, "a node silent this long is presumed dead")
 	f.IntVar(&o.spares, "spares", 0, "extra node workers that replace failed ones")
 	// (A zero would read as "unset" in the run spec: --nodes 0 ran on 3.)
@@ -246,7 +248,10 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 		return err
 	}
 	struck := watch.struck()
-	sum := quickstartResult(st, srv.UIURL(), srv.Namespace(), struck, o.keep && err == nil, bucket)
+	// --keep keeps the server up however the run ended — cancelled or
+	// failed too, for `run --resume` against it — unless Ctrl-C ended it.
+	keep := o.keep && ctx.Err() == nil
+	sum := quickstartResult(st, srv.UIURL(), srv.Namespace(), struck, keep, bucket)
 	if perr := printQuickstartSummary(e.out, st, sum, o.output); perr != nil {
 		return perr
 	}
@@ -256,13 +261,14 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 				cmp.Or(f.Kind, spec.FaultKill), f.NodeID, f.AtStep, f.NodeID, f.AtStep)
 		}
 	}
-	if err != nil {
-		return &exitError{err}
+	var end error
+	switch {
+	case err != nil:
+		end = &exitError{err}
+	case st.Phase != spec.PhaseCompleted:
+		end = &exitError{errors.New("run did not complete")}
 	}
-	if st.Phase != spec.PhaseCompleted {
-		return &exitError{errors.New("run did not complete")}
-	}
-	if o.keep {
+	if keep {
 		if ui := srv.UIURL(); ui == "" {
 			fmt.Fprintf(e.err, "server kept up at %s (no Web UI: --ui-port 0) — Ctrl-C to stop\n", srv.FrontendAddr())
 		} else {
@@ -273,7 +279,7 @@ func quickstart(ctx context.Context, e *env, o quickstartOptions) error {
 		}
 		<-ctx.Done()
 	}
-	return nil
+	return end
 }
 
 // quickstartSpec is the run quickstart starts: the MNIST demo from the
