@@ -295,7 +295,14 @@ func (r *run) shortOfSteps() string {
 		return ""
 	}
 	why := fmt.Sprintf("the script ended (exit status 0) at step %d, short of the job's %d steps", s.Step, s.TotalSteps)
-	if s.Step == 0 {
+	switch {
+	case s.Step == 0 && s.LastCkpt != nil:
+		// (It trained — rank 0 committed checkpoints — but never said its
+		// steps: the run's step is rank 0's report.)
+		why = fmt.Sprintf("the script ended (exit status 0) without reporting a step (cann_train.report), short of the job's %d steps, "+
+			"though rank 0 committed checkpoints up to step %d: call cann_train.report(step) every step or every few on rank 0",
+			s.TotalSteps, s.LastCkpt.Step)
+	case s.Step == 0:
 		why = fmt.Sprintf("the script ended (exit status 0) without reporting a step (cann_train.report), short of the job's %d steps "+
 			"(did it run its training loop?)", s.TotalSteps)
 	}

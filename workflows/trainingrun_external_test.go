@@ -220,16 +220,19 @@ func TestExternalRunEndsShortOfItsSteps(t *testing.T) {
 		name  string
 		steps int64
 		end   int64
-		want  string // the failure; "" completes
+		want  string  // the failure; "" completes
+		ckpts []int64 // committed by rank 0 (a script that never reports)
 	}{
-		{"short", 150, 100, "the script ended (exit status 0) at step 100, short of the job's 150 steps; a job that gives steps completes only there"},
-		{"no step", 150, 0, "the script ended (exit status 0) without reporting a step (cann_train.report), short of the job's 150 steps (did it run its training loop?)"},
-		{"all its steps", 150, 150, ""},
-		{"steps unknown", 0, 100, ""},
+		{"short", 150, 100, "the script ended (exit status 0) at step 100, short of the job's 150 steps; a job that gives steps completes only there", nil},
+		{"no step", 150, 0, "the script ended (exit status 0) without reporting a step (cann_train.report), short of the job's 150 steps (did it run its training loop?)", nil},
+		{"no step, checkpoints committed", 150, 0, "without reporting a step (cann_train.report), short of the job's 150 steps, " +
+			"though rank 0 committed checkpoints up to step 150: call cann_train.report(step)", []int64{50, 150}},
+		{"all its steps", 150, 150, "", nil},
+		{"steps unknown", 0, 100, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1", "node-2")}
-			env := newExternalEnv(t, cl, &fakeWorlds{end: tc.end})
+			env := newExternalEnv(t, cl, &fakeWorlds{end: tc.end, ckpts: tc.ckpts})
 			s := externalSpec(2)
 			s.Steps = tc.steps
 			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
