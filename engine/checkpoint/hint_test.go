@@ -209,20 +209,7 @@ func TestRedact(t *testing.T) {
 func TestRefusedCredentialsSayWhatToFix(t *testing.T) {
 	for _, code := range []string{"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied"} {
 		t.Run(code, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "application/xml")
-				w.Header().Set("X-Amz-Request-Id", "17E3A0C2B1D7F1A2")
-				w.WriteHeader(http.StatusForbidden)
-				_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>` + code + `</Code><Message>refused</Message></Error>`))
-			}))
-			defer srv.Close()
-			t.Setenv("AWS_ACCESS_KEY_ID", "test")
-			t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong")
-			s, err := Open(t.Context(), s3URL(srv.URL, "use_path_style", "true"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := refusingS3(t, code)
 			const want = "(the bucket refuses this process's credentials, or their rights: for s3://, check AWS_ACCESS_KEY_ID"
 			for name, do := range map[string]func() error{
 				"latest":      func() error { _, err := s.Latest(t.Context(), "r"); return err },
@@ -244,22 +231,30 @@ func TestRefusedCredentialsSayWhatToFix(t *testing.T) {
 // clock synced) says to sync the clock, and is no setting's fault — a
 // worker starting then warns rather than refuse to start.
 func TestClockSkewIsNoSetting(t *testing.T) {
+	err := refusingS3(t, "RequestTimeTooSkewed").Accessible(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "this host's clock is off from the store's") || Misconfigured(err) {
+		t.Errorf("%v; want the clock named, not a setting's fault", err)
+	}
+}
+
+// refusingS3 is a store on an S3 endpoint that answers every request 403
+// with the error code (its reason, as MinIO and AWS name it), closed with
+// the test.
+func refusingS3(t *testing.T, code string) *Store {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/xml")
-		w.Header().Set("X-Amz-Request-Id", "17E3A0C2B1D7F1A3")
+		w.Header().Set("X-Amz-Request-Id", "17E3A0C2B1D7F1A2")
 		w.WriteHeader(http.StatusForbidden)
-		_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>RequestTimeTooSkewed</Code><Message>skewed</Message></Error>`))
+		_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>` + code + `</Code><Message>refused</Message></Error>`))
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong")
 	s, err := Open(t.Context(), s3URL(srv.URL, "use_path_style", "true"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	err = s.Accessible(t.Context())
-	if err == nil || !strings.Contains(err.Error(), "this host's clock is off from the store's") || Misconfigured(err) {
-		t.Errorf("%v; want the clock named, not a setting's fault", err)
-	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
