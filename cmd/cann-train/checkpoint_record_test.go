@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -563,4 +564,24 @@ func countChunks(t *testing.T, dir, run string) int {
 		}
 	}
 	return n
+}
+
+// TestResumeFromBucketMasksThePassword: `run --resume`'s messages name
+// the bucket with the password in its URL masked.
+func TestResumeFromBucketMasksThePassword(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	url := "s3://ckpt?endpoint=http://u:secret@" + closed + "&region=us-east-1&use_path_style=true&max_attempts=1"
+	in := workflows.RunInput{Spec: spec.RunSpec{Name: "masked", Nodes: 1, Steps: 100, CheckpointURL: url}}
+	var say strings.Builder
+	_, err = runOptions{resume: true}.resumeFromBucket(t.Context(), in, &say)
+	if err == nil || strings.Contains(err.Error()+say.String(), "secret") || !strings.Contains(err.Error(), "xxxxx") {
+		t.Errorf("--resume from an unreachable bucket: %v\n%s\nwant it named, its password masked", err, say.String())
+	}
 }

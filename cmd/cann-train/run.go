@@ -291,7 +291,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		url := jobBucket(s, o.nodesBucket)
 		if refs, err := earlierCheckpoints(lctx, url, s.Name, math.MaxInt64); err == nil && len(refs) > 0 {
 			return in, fmt.Errorf("the server knows no run named %s, but %s holds its checkpoints up to step %d: --resume continues from them, --fresh deletes them and starts over from step 0, or give the job another name",
-				s.Name, url, refs[len(refs)-1].Step)
+				s.Name, checkpoint.Redact(url), refs[len(refs)-1].Step)
 		}
 		return in, nil // (a bucket this host cannot read is the nodes' business)
 	}
@@ -328,7 +328,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		}
 		if last == nil {
 			return in, fmt.Errorf("--resume: run %s's last checkpoint (step %d) is not readable in %s, nor is any earlier one (`cann-train checkpoint verify %s` says why): --fresh starts it over",
-				id, unreadable.Step, url, s.Name)
+				id, unreadable.Step, checkpoint.Redact(url), s.Name)
 		}
 	}
 	switch {
@@ -370,7 +370,7 @@ func (o runOptions) input(ctx context.Context, c client.Client, s spec.RunSpec, 
 		id, last.Step, endedAs(from.Phase, from.Step, from.Error))
 	if unreadable != nil {
 		fmt.Fprintf(say, "(its last checkpoint, at step %d, is not readable in %s: its manifest is missing or damaged — `cann-train checkpoint verify %s` says which; the newest readable one before it is at step %d)\n",
-			unreadable.Step, url, s.Name, last.Step)
+			unreadable.Step, checkpoint.Redact(url), s.Name, last.Step)
 	}
 	if len(later) > 0 {
 		recordedAt := "none"
@@ -456,17 +456,17 @@ func (o runOptions) resumeFromBucket(ctx context.Context, in workflows.RunInput,
 	}
 	if len(refs) == 0 && len(unreadable) > 0 {
 		return in, fmt.Errorf("--resume: the server knows no run named %s, and %s holds no readable checkpoint of it: the manifest at step(s) %s does not read (`cann-train checkpoint verify %s` says why); --fresh starts it over",
-			in.Spec.Name, url, joinSteps(unreadable), in.Spec.Name)
+			in.Spec.Name, checkpoint.Redact(url), joinSteps(unreadable), in.Spec.Name)
 	}
 	if len(refs) == 0 {
-		return in, fmt.Errorf("--resume: the server knows no run named %s, and %s holds no checkpoint of it (checkpoint_url names the bucket)", in.Spec.Name, url)
+		return in, fmt.Errorf("--resume: the server knows no run named %s, and %s holds no checkpoint of it (checkpoint_url names the bucket)", in.Spec.Name, checkpoint.Redact(url))
 	}
 	last := refs[len(refs)-1]
 	// Newer checkpoints whose manifest does not read are skipped: said,
 	// as the --resume of a run the server knows says it.
 	skipped := slices.DeleteFunc(unreadable, func(step int64) bool { return step < last.Step })
 	if last.Step >= in.Spec.Steps {
-		return in, fmt.Errorf("--resume: the newest checkpoint of %s in %s is at step %d and the job has %d steps: nothing left to train (raise steps)", in.Spec.Name, url, last.Step, in.Spec.Steps)
+		return in, fmt.Errorf("--resume: the newest checkpoint of %s in %s is at step %d and the job has %d steps: nothing left to train (raise steps)", in.Spec.Name, checkpoint.Redact(url), last.Step, in.Spec.Steps)
 	}
 	id := spec.RunIDPrefix + in.Spec.Name
 	checked := "this job must be the one that wrote them — same model, seed and global batch"
@@ -478,7 +478,7 @@ func (o runOptions) resumeFromBucket(ctx context.Context, in workflows.RunInput,
 	default:
 		resumed, conflicts := in.Spec.ResumeOf(prev)
 		if len(conflicts) > 0 {
-			return in, fmt.Errorf("--resume: this job cannot continue the checkpoints of %s in %s: %s", in.Spec.Name, url, strings.Join(conflicts, "; "))
+			return in, fmt.Errorf("--resume: this job cannot continue the checkpoints of %s in %s: %s", in.Spec.Name, checkpoint.Redact(url), strings.Join(conflicts, "; "))
 		}
 		in.Spec = resumed
 		checked = "the job stored with them agrees with this one"
@@ -486,10 +486,10 @@ func (o runOptions) resumeFromBucket(ctx context.Context, in workflows.RunInput,
 	in.Resume = &spec.RunStatus{RunID: id, Phase: phaseUnknown, Step: last.Step, LastCkpt: &last, Checkpoints: len(refs)}
 	in.ResumeCheckpoints = refs
 	fmt.Fprintf(say, "resuming %s from the newest of its %d checkpoint(s) in %s, at step %d (the server knows no earlier run of this name; %s)\n",
-		id, len(refs), url, last.Step, checked)
+		id, len(refs), checkpoint.Redact(url), last.Step, checked)
 	if len(skipped) > 0 {
 		fmt.Fprintf(say, "(its newer checkpoint(s) at step(s) %s are not readable in %s: the manifest is damaged — `cann-train checkpoint verify %s` says which; the newest readable one is at step %d)\n",
-			joinSteps(skipped), url, in.Spec.Name, last.Step)
+			joinSteps(skipped), checkpoint.Redact(url), in.Spec.Name, last.Step)
 	}
 	return in, nil
 }
@@ -546,10 +546,10 @@ func clearEarlier(ctx context.Context, s spec.RunSpec, nodesBucket string, prev 
 	n, first, last, err := deleteCheckpoints(lctx, url, s.Name)
 	switch {
 	case err != nil:
-		fmt.Fprintf(say, "--fresh: the earlier checkpoints of %s in %s are left (%d deleted): %v\n", s.Name, url, n, err)
+		fmt.Fprintf(say, "--fresh: the earlier checkpoints of %s in %s are left (%d deleted): %v\n", s.Name, checkpoint.Redact(url), n, err)
 	case n > 0:
 		fmt.Fprintf(say, "--fresh: deleted the %d checkpoint(s) of the earlier run of %s (steps %d–%d) from %s (the chunks they held go with `cann-train checkpoint gc %s`, or the nodes' own collection within the hour)\n",
-			n, s.Name, first, last, url, s.Name)
+			n, s.Name, first, last, checkpoint.Redact(url), s.Name)
 	}
 }
 
@@ -687,12 +687,12 @@ func readableCheckpoints(ctx context.Context, url, run string) (readable []spec.
 func listCheckpoints(ctx context.Context, url, run string) ([]checkpoint.Ref, error) {
 	store, err := checkpoint.Open(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("the bucket %s cannot be opened from here: %w", url, err)
+		return nil, fmt.Errorf("the bucket %s cannot be opened from here: %w", checkpoint.Redact(url), err)
 	}
 	defer store.Close()
 	refs, err := store.List(ctx, run)
 	if err != nil {
-		return nil, fmt.Errorf("the bucket %s cannot be listed from here: %w", url, err)
+		return nil, fmt.Errorf("the bucket %s cannot be listed from here: %w", checkpoint.Redact(url), err)
 	}
 	return refs, nil
 }
