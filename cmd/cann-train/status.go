@@ -1954,7 +1954,7 @@ func printGreenOf(w io.Writer, g *spec.GreenStatus, live, serverUp bool, now tim
 		fmt.Fprintf(w, "  plan       (%s) %d slot(s) planned %s, not followed: %s\n",
 			overridden, len(pl.Slots), pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), next)
 	case pl != nil && live:
-		fmt.Fprintf(w, "  plan       %d slot(s) for %s of training by %s: %.0f g/kWh expected vs %.0f running now (planned %s)\n",
+		fmt.Fprintf(w, "  plan       %d slot(s) for %s of training by %s: %.0f g/kWh expected vs %.0f over the same work started now (planned %s)\n",
 			len(pl.Slots), roughDuration(pl.Work.D()), pl.Deadline.UTC().Format("2006-01-02 15:04 UTC"),
 			pl.ExpectedGPerKWh, pl.BaselineGPerKWh, pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"))
 		for _, sl := range pl.Slots {

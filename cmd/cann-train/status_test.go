@@ -934,7 +934,8 @@ func TestPrintGreenPlanOfAnEndedRun(t *testing.T) {
 		live       bool
 		want, miss []string
 	}{
-		{true, []string{"  plan       1 slot(s) for 20m0s of training", "g/kWh); now 180 g/kWh; 0 green wait(s)"}, []string{"last plan", "last read"}},
+		{true, []string{"  plan       1 slot(s) for 20m0s of training", "g/kWh); now 180 g/kWh; 0 green wait(s)",
+			"g/kWh expected vs 0 over the same work started now"}, []string{"last plan", "last read", "running now"}},
 		{false, []string{"  last plan  made 2026-12-06 13:00 UTC, for 20m0s of training then left", "g/kWh); last read 180 g/kWh; 0 green wait(s)"},
 			[]string{"slot(s)", "now 180"}},
 	} {
