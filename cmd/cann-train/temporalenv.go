@@ -106,7 +106,7 @@ func (e *env) reachExports(addr, namespace, ui string, hostIP func() net.IP) (he
 		}
 		return ip
 	}
-	local, localUI, shownUI := addr, ui, ui
+	local, shownUI := addr, browsable(ui, thisHost)
 	if port, ok := wildcardPort(addr); ok {
 		local = net.JoinHostPort("127.0.0.1", port)
 		if ip := thisHost(); ip != nil {
@@ -115,17 +115,6 @@ func (e *env) reachExports(addr, namespace, ui string, hostIP func() net.IP) (he
 			// loopback, where the other hosts' nodes cannot dial them.
 			local = net.JoinHostPort(ip.String(), port)
 			elsewhere = "export TEMPORAL_ADDRESS=" + local
-		}
-	}
-	if u, err := url.Parse(ui); ui != "" && err == nil {
-		if port, ok := wildcardPort(u.Host); ok {
-			u.Host = net.JoinHostPort("127.0.0.1", port)
-			localUI = u.String()
-			if ip := thisHost(); ip != nil {
-				u.Host = net.JoinHostPort(ip.String(), port)
-				localUI = u.String()
-			}
-			shownUI = u.String()
 		}
 	}
 	nsPart := ""
@@ -138,7 +127,7 @@ func (e *env) reachExports(addr, namespace, ui string, hostIP func() net.IP) (he
 		}
 		elsewhere += " CANN_TRAIN_UI=" + cmp.Or(shownUI, "none")
 	}
-	if have := e.webUI(os.Getenv("CANN_TRAIN_UI")); e.address == local && nsPart == "" && (have == localUI || have == shownUI) {
+	if have := e.webUI(os.Getenv("CANN_TRAIN_UI")); e.address == local && nsPart == "" && have == shownUI {
 		return "", elsewhere
 	}
 	return "export TEMPORAL_ADDRESS=" + local + nsPart + " CANN_TRAIN_UI=" + cmp.Or(shownUI, "none"), elsewhere
