@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 )
 
-// route fakes outboundIP: the local address of the route to any target is
+// route fakes OutboundIP: the local address of the route to any target is
 // ip ("" : no route).
 func route(ip string) func(string) (net.IP, error) {
 	return func(string) (net.IP, error) {
@@ -103,7 +103,7 @@ func TestCheckLoopbackAdvertise(t *testing.T) {
 // at start, saying what to give instead, before it registers anything.
 func TestRunNodeRefusesLoopbackForRemoteTemporal(t *testing.T) {
 	const temporal = "192.0.2.1:7233" // (TEST-NET-1: a route to it, nothing there)
-	if ip, err := outboundIP(temporal); err != nil || ip.IsLoopback() {
+	if ip, err := OutboundIP(temporal); err != nil || ip.IsLoopback() {
 		t.Skipf("no route off this host (%v, %v)", ip, err)
 	}
 	err := RunNode(t.Context(), nil, NodeOptions{ID: "n1", CommListen: "127.0.0.1:0", TemporalAddress: temporal}, zap.NewNop())

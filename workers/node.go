@@ -115,7 +115,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 		o.ClusterID = spec.DefaultClusterID
 	}
 	if o.CommListen == "" {
-		if o.CommListen = defaultCommListen(o.TemporalAddress, outboundIP); o.CommListen != "127.0.0.1:0" {
+		if o.CommListen = defaultCommListen(o.TemporalAddress, OutboundIP); o.CommListen != "127.0.0.1:0" {
 			log.Info("no --comm-listen given and Temporal is not on this host's loopback: the collective listener binds every interface, "+
 				"on any free port, for peers on other hosts (give --comm-listen 0.0.0.0:PORT for a port a firewall can open)",
 				zap.String("node", o.ID), zap.String("temporal", o.TemporalAddress))
@@ -157,7 +157,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	if advertise == "" {
 		var why string
 		var chosen bool
-		advertise, why, chosen = advertiseAddr(l.Addr(), o.TemporalAddress, outboundIP, hostIPs)
+		advertise, why, chosen = advertiseAddr(l.Addr(), o.TemporalAddress, OutboundIP, hostIPs)
 		switch {
 		case chosen:
 			log.Info("advertising this host's address to peers: --comm-listen binds every interface and no --comm-advertise names one "+
@@ -168,7 +168,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 				zap.String("node", o.ID), zap.String("comm", advertise), zap.String("why", why))
 		}
 	}
-	switch warn, err := checkLoopbackAdvertise(advertise, o.CommListen, o.CommAdvertise != "", o.TemporalAddress, outboundIP); {
+	switch warn, err := checkLoopbackAdvertise(advertise, o.CommListen, o.CommAdvertise != "", o.TemporalAddress, OutboundIP); {
 	case err != nil:
 		return fmt.Errorf("node %s: %w", o.ID, err)
 	case warn != "":
@@ -546,7 +546,7 @@ func advertiseAddr(bound, temporal string, outbound func(target string) (net.IP,
 	switch ip, err := outbound(target); {
 	case err != nil:
 		reasons = append(reasons, fmt.Sprintf("no route to Temporal at %s: %v", target, err))
-	case usable(ip):
+	case DialableIP(ip):
 		return net.JoinHostPort(ip.String(), port), "the local address of the route to Temporal at " + target, true
 	default:
 		loopback = ip
@@ -554,7 +554,7 @@ func advertiseAddr(bound, temporal string, outbound func(target string) (net.IP,
 	}
 	ips, err := hostIPs()
 	for _, ip := range ips {
-		if usable(ip) {
+		if DialableIP(ip) {
 			return net.JoinHostPort(ip.String(), port), "the first non-loopback address of the host's name (" + strings.Join(reasons, "; ") + ")", true
 		}
 	}
@@ -709,14 +709,15 @@ func (r PortRange) String() string {
 	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
 }
 
-// usable: an address a peer on another host may dial.
-func usable(ip net.IP) bool {
+// DialableIP: ip is an address of this host another host may dial (not
+// unspecified, loopback, link-local or multicast).
+func DialableIP(ip net.IP) bool {
 	return ip != nil && !ip.IsUnspecified() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsMulticast()
 }
 
-// outboundIP is the local address of this host's route to target
+// OutboundIP is the local address of this host's route to target
 // (host:port): a UDP socket connected towards it, which sends nothing.
-func outboundIP(target string) (net.IP, error) {
+func OutboundIP(target string) (net.IP, error) {
 	d := net.Dialer{Timeout: 3 * time.Second} // (the name's lookup)
 	conn, err := d.Dial("udp", target)
 	if err != nil {

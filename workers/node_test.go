@@ -363,7 +363,7 @@ func TestAdvertiseAddr(t *testing.T) {
 		})
 	}
 	// The real route: towards a loopback frontend, from a loopback address.
-	if got, err := outboundIP("127.0.0.1:7233"); err != nil || !got.IsLoopback() {
-		t.Errorf("outboundIP(127.0.0.1:7233) = %v, %v; want a loopback address", got, err)
+	if got, err := OutboundIP("127.0.0.1:7233"); err != nil || !got.IsLoopback() {
+		t.Errorf("OutboundIP(127.0.0.1:7233) = %v, %v; want a loopback address", got, err)
 	}
 }

@@ -182,23 +182,14 @@ func (e *env) otherTerminalsNamespace() string {
 // first address of its interfaces that is not loopback or link-local;
 // nil when it has none.
 func thisHostIP() net.IP {
-	if c, err := net.Dial("udp", "192.0.2.1:9"); err == nil {
-		ip := c.LocalAddr().(*net.UDPAddr).IP
-		c.Close()
-		if hostUsable(ip) {
-			return ip
-		}
+	if ip, err := workers.OutboundIP("192.0.2.1:9"); err == nil && workers.DialableIP(ip) {
+		return ip
 	}
 	addrs, _ := net.InterfaceAddrs()
 	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && hostUsable(n.IP) {
+		if n, ok := a.(*net.IPNet); ok && workers.DialableIP(n.IP) {
 			return n.IP
 		}
 	}
 	return nil
-}
-
-// hostUsable: an address of this host another host may dial.
-func hostUsable(ip net.IP) bool {
-	return ip != nil && !ip.IsUnspecified() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsMulticast()
 }
