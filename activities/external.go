@@ -62,9 +62,11 @@ func (n *Node) RunExternal(ctx context.Context, in spec.ExternalInput) (_ *spec.
 }
 
 // ReservePort finds a TCP port that is free on this node now, for the
-// rendezvous of an external job whose first node this is: any free port
-// (ReservePortIn 0, 0).
-func (n *Node) ReservePort(ctx context.Context) (int, error) { return ReservePortIn(ctx, 0, 0) }
+// rendezvous of an external job whose first node this is: one of its
+// RendezvousPorts, or any free port where it has none (ReservePortIn).
+func (n *Node) ReservePort(ctx context.Context) (int, error) {
+	return ReservePortIn(ctx, n.RendezvousPorts[0], n.RendezvousPorts[1])
+}
 
 // ReservePortIn is ReservePort within lo..hi (a node worker's
 // --rendezvous-ports, which a firewall opens), or any free port for 0, 0:

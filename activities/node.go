@@ -44,6 +44,10 @@ type Node struct {
 	DefaultCheckpointURL string
 	// MNISTDir overrides where the data set is read from.
 	MNISTDir string
+	// RendezvousPorts, lowest and highest, are the ports an external job's
+	// rendezvous may take on this node (--rendezvous-ports; 0, 0: any
+	// free port).
+	RendezvousPorts [2]int
 	// AllowFaults lets a chunk's KillAtStep SIGKILL (or SIGSTOP) this
 	// process.
 	AllowFaults bool

@@ -199,7 +199,8 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	acts := &activities.Node{ID: o.ID, Listener: l, Logger: log, DefaultCheckpointURL: o.CheckpointURL, MNISTDir: o.MNISTDir,
 		AllowFaults: o.AllowFaults, WorkDir: o.WorkDir, Incarnation: node.Incarnation, PeerWatch: peerWatch, BucketGrace: o.BucketGrace,
 		CheckpointRequestTimeout: o.CheckpointRequestTimeout, CheckpointGCGrace: o.CheckpointGCGrace,
-		Superseded: func(err error) { supersede(&SupersededError{Err: err}) }}
+		RendezvousPorts: [2]int{o.RendezvousPorts.Lo, o.RendezvousPorts.Hi},
+		Superseded:      func(err error) { supersede(&SupersededError{Err: err}) }}
 	defer acts.Close()
 	switch m, err := energy.OpenHostMeter(ctx, energy.HostMeterOptions{Kind: o.Energy}); {
 	case err == nil:
@@ -229,9 +230,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	})
 	w.RegisterActivityWithOptions(acts.TrainChunk, activity.RegisterOptions{Name: spec.ActivityTrainChunk})
 	w.RegisterActivityWithOptions(acts.RunExternal, activity.RegisterOptions{Name: spec.ActivityRunExternal})
-	ports := o.RendezvousPorts
-	w.RegisterActivityWithOptions(func(ctx context.Context) (int, error) { return activities.ReservePortIn(ctx, ports.Lo, ports.Hi) },
-		activity.RegisterOptions{Name: spec.ActivityReservePort})
+	w.RegisterActivityWithOptions(acts.ReservePort, activity.RegisterOptions{Name: spec.ActivityReservePort})
 	w.RegisterActivityWithOptions(acts.ReadEnergy, activity.RegisterOptions{Name: spec.ActivityReadEnergy})
 	w.RegisterActivityWithOptions(acts.ProbeLinks, activity.RegisterOptions{Name: spec.ActivityProbeLinks})
 	w.RegisterActivityWithOptions(acts.CheckNodes, activity.RegisterOptions{Name: spec.ActivityCheckNodes})
