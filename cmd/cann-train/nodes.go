@@ -258,13 +258,11 @@ with the command that frees them).
 				return err
 			}
 			defer c.Close()
-			reg, err := readRegistry(cmd.Context(), c, clusterID)
+			now := time.Now()
+			reg, rows, err := judgedNodes(cmd.Context(), c, clusterID, now)
 			if err != nil {
 				return err
 			}
-			now := time.Now()
-			rows := nodeRows(reg, now)
-			markOrphans(cmd.Context(), c, rows)
 			if output == "json" {
 				return json.NewEncoder(e.out).Encode(rows)
 			}
@@ -467,6 +465,19 @@ func readRegistry(ctx context.Context, c client.Client, clusterID string) (workf
 		return reg, fmt.Errorf("decode the node registry: %w", err)
 	}
 	return reg, nil
+}
+
+// judgedNodes is the registry clusterID and its nodes judged at now as
+// `cann-train nodes` shows them (nodeRows, orphans and paused holders
+// marked).
+func judgedNodes(ctx context.Context, c client.Client, clusterID string, now time.Time) (workflows.Registry, []nodeRow, error) {
+	reg, err := readRegistry(ctx, c, clusterID)
+	if err != nil {
+		return reg, nil, err
+	}
+	rows := nodeRows(reg, now)
+	markOrphans(ctx, c, rows)
+	return reg, rows, nil
 }
 
 // setDrained signals the Cluster to drain node (or put it back) once it

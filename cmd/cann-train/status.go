@@ -1827,12 +1827,10 @@ func waitingWhy(ctx context.Context, c client.Client, st spec.RunStatus) string 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	reg, err := readRegistry(ctx, c, cmp.Or(st.ClusterID, spec.DefaultClusterID))
+	reg, rows, err := judgedNodes(ctx, c, cmp.Or(st.ClusterID, spec.DefaultClusterID), time.Now())
 	if err != nil {
 		return ""
 	}
-	rows := nodeRows(reg, time.Now())
-	markOrphans(ctx, c, rows)
 	return waitNote(reg, rows, st.RunID)
 }
 
