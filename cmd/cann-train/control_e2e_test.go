@@ -719,9 +719,15 @@ func TestControlsWhileARunWaitsForNodes(t *testing.T) {
 		return st.Phase == spec.PhaseAcquiring && strings.HasPrefix(st.Detail, "waiting for 1 free node(s) until")
 	})
 	// Its status says why, as `cann-train nodes` does: who holds the node.
-	if out := cli("status", "later"); !strings.Contains(out, "\nwaiting      run/later waits for 1 node(s) since ") ||
-		!strings.Contains(out, ": 1 held by run/holder (paused: `cann-train resume holder` or `cancel holder` frees them)\n") {
-		t.Errorf("status of a run waiting for a node a paused run holds: want a waiting line naming the holder:\n%s", out)
+	// (The run says it acquires before the registry lists its acquire as
+	// waiting: asked again until it does.)
+	for out := cli("status", "later"); !strings.Contains(out, "\nwaiting      run/later waits for 1 node(s) since ") ||
+		!strings.Contains(out, ": 1 held by run/holder (paused: `cann-train resume holder` or `cancel holder` frees them)\n"); out = cli("status", "later") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("status of a run waiting for a node a paused run holds: want a waiting line naming the holder:\n%s", out)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	cli("cancel", "holder", "--wait", "60s")
 	untilStatus(ctx, t, c, run.GetID(), l.LogDir, "the waiter takes the node", func(st spec.RunStatus, _ *spec.ChunkProgress) bool {
