@@ -389,11 +389,26 @@ func TestTrainingRunResumeEndsOnlyThePause(t *testing.T) {
 func TestTrainingRunResumeOutlivesAFailedChunk(t *testing.T) {
 	cl := &fakeCluster{pool: testNodes("node-1", "node-2", "spare-1")}
 	ch := &fakeChunks{}
+	// node-2 dies only once node-1's chunk has started: a failure that
+	// reached the run first would cancel node-1's chunk before it started,
+	// and the test environment reports no start for a chunk cancelled so.
+	firstStarted := make(chan struct{})
+	var once sync.Once
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.Membership.Generation == 1 && in.Rank == 0 {
+			once.Do(func() { close(firstStarted) })
+		}
+	}
 	ch.fail = func(in spec.ChunkInput) error {
 		if in.From != 0 || in.Membership.Generation != 1 {
 			return nil
 		}
 		if in.Membership.Nodes[in.Rank].ID == "node-2" {
+			select {
+			case <-firstStarted:
+			case <-time.After(10 * time.Second):
+				return errors.New("node-1's first chunk never started")
+			}
 			return temporal.NewHeartbeatTimeoutError(spec.ChunkProgress{Step: 50}) // a dead process
 		}
 		return temporal.NewApplicationErrorWithCause("rank 1 link lost", spec.ErrTypePeerFailed, errors.New("reset"), spec.PeerFailure{Rank: 1, Step: 50})
