@@ -45,6 +45,16 @@ type NodeOptions struct {
 	// while Temporal is not on this host's loopback is refused, unless
 	// CommAdvertise names it (checkLoopbackAdvertise).
 	CommAdvertise string
+	// CommInterface selects the network interface whose address the
+	// collective listener binds and advertises, in HCCL_SOCKET_IFNAME's
+	// form ("eth", "=eth1", "^docker,lo": interfaceIP): for hosts whose
+	// data network is not their route to Temporal. With a wildcard
+	// CommListen it only picks the address advertised; it excludes
+	// CommAdvertise and a CommListen on another address.
+	CommInterface string
+	// CommInterfaceFrom names where CommInterface came from in messages
+	// (default "--comm-interface"; e.g. HCCL_SOCKET_IFNAME).
+	CommInterfaceFrom string
 	// TemporalAddress is the Temporal frontend's host:port the client
 	// dials: a wildcard CommListen advertises the local address of the
 	// route to it, and whether it is on this host's loopback decides
@@ -114,6 +124,19 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	if o.ClusterID == "" {
 		o.ClusterID = spec.DefaultClusterID
 	}
+	var ifaceIP net.IP
+	if o.CommInterface != "" {
+		ip, name, err := commInterface(o)
+		if err != nil {
+			return fmt.Errorf("node %s: %w", o.ID, err)
+		}
+		ifaceIP = ip
+		if o.CommListen == "" {
+			o.CommListen = net.JoinHostPort(ip.String(), "0")
+		}
+		log.Info("the collective listener uses the address of the interface --comm-interface selects",
+			zap.String("node", o.ID), zap.String("selection", o.CommInterface), zap.String("from", o.CommInterfaceFrom), zap.String("interface", name), zap.String("address", ip.String()))
+	}
 	if o.CommListen == "" {
 		if o.CommListen = defaultCommListen(o.TemporalAddress, OutboundIP); o.CommListen != "127.0.0.1:0" {
 			log.Info("no --comm-listen given and Temporal is not on this host's loopback: the collective listener binds every interface, "+
@@ -154,6 +177,10 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 	}
 	defer l.Close()
 	advertise := o.CommAdvertise
+	if ifaceIP != nil {
+		_, port, _ := net.SplitHostPort(l.Addr())
+		advertise = net.JoinHostPort(ifaceIP.String(), port)
+	}
 	if advertise == "" {
 		var why string
 		var chosen bool
@@ -168,7 +195,7 @@ func RunNode(ctx context.Context, c client.Client, o NodeOptions, log *zap.Logge
 				zap.String("node", o.ID), zap.String("comm", advertise), zap.String("why", why))
 		}
 	}
-	switch warn, err := checkLoopbackAdvertise(advertise, o.CommListen, o.CommAdvertise != "", o.TemporalAddress, OutboundIP); {
+	switch warn, err := checkLoopbackAdvertise(advertise, o.CommListen, o.CommAdvertise != "" || ifaceIP != nil, o.TemporalAddress, OutboundIP); {
 	case err != nil:
 		return fmt.Errorf("node %s: %w", o.ID, err)
 	case warn != "":

@@ -153,7 +153,8 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 		Example: `  cann-train worker node --id node-1
   cann-train worker node --id gpu-07 --address temporal.example:7233 \
       --comm-listen 0.0.0.0:29500 --comm-advertise 10.0.0.7:29500 --rendezvous-ports 29600-29699 \
-      --checkpoint-url 's3://ckpt?endpoint=http://minio:9000&use_path_style=true&region=us-east-1'`,
+      --checkpoint-url 's3://ckpt?endpoint=http://minio:9000&use_path_style=true&region=us-east-1'
+  cann-train worker node --id npu-03 --address temporal.example:7233 --comm-listen 0.0.0.0:29500 --comm-interface =ib0`,
 		Args: wantArgs(0, 0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := spec.CheckNodeID(o.ID); err != nil {
@@ -167,6 +168,15 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 				if err := workers.CheckCommAdvertise(o.CommAdvertise); err != nil {
 					return fmt.Errorf("--comm-advertise %w", err)
 				}
+			}
+			if !cmd.Flags().Changed("comm-interface") && o.CommListen == "" && o.CommAdvertise == "" {
+				// HCCL's convention; the flags set it aside.
+				if o.CommInterface = os.Getenv(workers.CommInterfaceEnv); o.CommInterface != "" {
+					o.CommInterfaceFrom = workers.CommInterfaceEnv
+				}
+			}
+			if err := workers.CheckCommInterface(o); err != nil {
+				return err
 			}
 			var err error
 			if o.RendezvousPorts, err = workers.ParsePortRange(rendezvous); err != nil {
@@ -218,6 +228,10 @@ func newNodeWorkerCmd(e *env) *cobra.Command {
 		"A loopback address while Temporal is not on loopback is refused unless --comm-advertise names it (every node on this host)")
 	f.StringVar(&o.CommAdvertise, "comm-advertise", "", "HOST:PORT peers dial, not a wildcard (default: the bound address; for a --comm-listen on every interface, "+
 		"this host's address on its route to the Temporal frontend, else the first non-loopback address of its host name, as the log says)")
+	f.StringVar(&o.CommInterface, "comm-interface", "", "the network interface whose address the collective listener binds and advertises, "+
+		"in HCCL_SOCKET_IFNAME's form: eth (a prefix), =eth1 (a name), ^docker,lo (all but these), comma-separated; the first one up with an address wins "+
+		"(for hosts whose data network is not their route to Temporal; default: env "+workers.CommInterfaceEnv+" when no --comm-listen/--comm-advertise is given; "+
+		"with --comm-listen 0.0.0.0:PORT it picks only the address advertised)")
 	f.StringVar(&rendezvous, "rendezvous-ports", "", "LO-HI: the ports an external job whose first node this is takes its rendezvous port from "+
 		"(MASTER_PORT, MS_SCHED_PORT) when its job sets no master_port, for a firewall to open (default: any free port)")
 	f.StringVar(&o.ClusterID, "cluster-id", spec.DefaultClusterID, "Cluster workflow to register with")

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/cann-train/cann-train/spec"
+	"github.com/cann-train/cann-train/workers"
 )
 
 // TestNodeNPUs: a node worker given no --npu-ids names npu-smi's healthy
@@ -94,14 +95,22 @@ func TestNodeWorkerAddressFlagsRefusedAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
+		env  string // HCCL_SOCKET_IFNAME
 	}{
 		{[]string{"--comm-listen", "0.0.0.0:17320", "--comm-advertise", "0.0.0.0:17320"},
-			`--comm-advertise "0.0.0.0:17320" is a wildcard address: peers would dial their own host`},
-		{[]string{"--comm-advertise", "10.77.0.13"}, `--comm-advertise "10.77.0.13": want HOST:PORT`},
-		{[]string{"--comm-advertise", "10.77.0.13:0"}, `want a number 1..65535`},
-		{[]string{"--rendezvous-ports", "29699-29600"}, "--rendezvous-ports 29699-29600: the range ends before it starts"},
-		{[]string{"--rendezvous-ports", "29600:29699"}, `--rendezvous-ports "29600:29699": want LO-HI`},
+			`--comm-advertise "0.0.0.0:17320" is a wildcard address: peers would dial their own host`, ""},
+		{[]string{"--comm-advertise", "10.77.0.13"}, `--comm-advertise "10.77.0.13": want HOST:PORT`, ""},
+		{[]string{"--comm-advertise", "10.77.0.13:0"}, `want a number 1..65535`, ""},
+		{[]string{"--rendezvous-ports", "29699-29600"}, "--rendezvous-ports 29699-29600: the range ends before it starts", ""},
+		{[]string{"--rendezvous-ports", "29600:29699"}, `--rendezvous-ports "29600:29699": want LO-HI`, ""},
+		{[]string{"--comm-interface", "=no-such-if0"}, `--comm-interface "=no-such-if0" selects no interface that is up with an address; this host has lo (`, ""},
+		{[]string{"--comm-interface", "=lo", "--comm-advertise", "10.77.0.13:29500"}, `--comm-interface "=lo" and --comm-advertise 10.77.0.13:29500 both say which address peers dial`, ""},
+		// HCCL_SOCKET_IFNAME stands for --comm-interface; the address flags set it aside.
+		{[]string{"--rendezvous-ports", "1-0"}, `HCCL_SOCKET_IFNAME "=no-such-if1" selects no interface`, "=no-such-if1"},
+		{[]string{"--comm-advertise", "10.77.0.13:29500", "--rendezvous-ports", "1-0"}, "--rendezvous-ports 1-0: the range ends before it starts", "=no-such-if1"},
+		{[]string{"--comm-listen", "0.0.0.0:0", "--rendezvous-ports", "1-0"}, "--rendezvous-ports 1-0: the range ends before it starts", "=no-such-if1"},
 	} {
+		t.Setenv(workers.CommInterfaceEnv, tc.env)
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		root := newRootCmd(&env{out: io.Discard, err: io.Discard, command: childCommand})
 		root.SetArgs(append(append([]string{}, node...), tc.args...))
