@@ -49,7 +49,8 @@ func TestExplicitZeros(t *testing.T) {
 		{[]string{"--maxbytes", "0"}, "-e 0: want at least 1 byte"},
 		{[]string{"--stepbytes", "0"}, "-i 0: want at least 1 byte"},
 		{[]string{"--stepfactor", "0"}, "-f 0 would never grow the size"},
-		{[]string{"--warmup_iters", "0"}, "-w 0: want at least 1 warm-up iteration"},
+		{[]string{"--warmup-iters", "0"}, "-w 0: want at least 1 warm-up iteration"},
+		{[]string{"--warmup_iters", "0"}, "-w 0: want at least 1 warm-up iteration"}, // nccl-tests' spelling, deprecated
 		{[]string{"--target-time", "0s"}, "-T 0s: want a positive duration"},
 		{[]string{"-T", "0s"}, "-T 0s: want a positive duration (default 200ms)"},
 		{[]string{"-T", "-1s"}, "-T -1s: want a positive duration"},
@@ -73,7 +74,7 @@ func TestFlagUsage(t *testing.T) {
 	var o Options
 	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
 	o.RegisterFlags(fs)
-	for name, want := range map[string]string{"minbytes": "8", "maxbytes": "256M", "stepfactor": "2", "warmup_iters": "5", "target-time": "200ms", "datatype": "float", "output": "table",
+	for name, want := range map[string]string{"minbytes": "8", "maxbytes": "256M", "stepfactor": "2", "warmup-iters": "5", "target-time": "200ms", "datatype": "float", "output": "table",
 		"np": "2", "coll": "allreduce", "algo": "auto", "op": "sum", "check": "1", "limits": "1", "shared-buffers": "0"} {
 		if f := fs.Lookup(name); f == nil || f.DefValue != want {
 			t.Errorf("--%s: default %v, want %q", name, f, want)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -195,7 +196,48 @@ func (tw *tableWriter) tableEnd(t *Table) error {
 		unit = " GB/s"
 	}
 	fmt.Fprintf(tw.bw, "# Avg bus bandwidth    : %s%s\n", avg, unit)
+	if row, res, ok := bestOfLimit(t); ok {
+		place := "out-of-place"
+		if res == row.InPlace {
+			place = "in-place"
+		}
+		// The limit in the words of the header's limits line.
+		name, ok := map[string]string{"tcp_oneway": "loopback TCP one-way", "tcp_duplex": "loopback TCP duplex", "tcp_ring": "loopback TCP ring",
+			"memcpy": "memcpy", "memcpy_each": "memcpy"}[row.Limit.Name]
+		if !ok {
+			name = row.Limit.Name
+		}
+		per := ""
+		if row.Limit.Name != "tcp_oneway" && row.Limit.Name != "memcpy" {
+			per = " per end"
+		}
+		fmt.Fprintf(tw.bw, "# Best busbw of limit  : %s (%.2f GB/s at %s, %s; limit: %s %.2f GB/s%s, at %s transfers)\n",
+			pctStr(*res.BusBWOfLimit), res.BusBW, FormatSize(row.Size), place, name, row.Limit.GBps, per, FormatSize(row.Limit.Bytes))
+	}
 	return tw.bw.Flush()
+}
+
+// bestOfLimit is the row and placement of t whose busbw comes nearest
+// its limit (the highest percentage), if any row has a limit.
+func bestOfLimit(t *Table) (row *Row, res *Result, ok bool) {
+	for i := range t.Rows {
+		r := &t.Rows[i]
+		for _, x := range []*Result{r.OutOfPlace, r.InPlace} {
+			if r.Size > 0 && r.Limit != nil && x != nil && x.BusBWOfLimit != nil && (res == nil || *x.BusBWOfLimit > *res.BusBWOfLimit) {
+				row, res = r, x
+			}
+		}
+	}
+	return row, res, res != nil
+}
+
+// pctStr prints a percentage: whole numbers from 10%, two significant
+// digits below.
+func pctStr(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.0f%%", v)
+	}
+	return strconv.FormatFloat(v, 'g', 2, 64) + "%"
 }
 
 // skipped is the line that stands for a table measured elsewhere.
@@ -239,7 +281,10 @@ func writeLimits(w io.Writer, when string, ls []Limits) {
 // JSONVersion is the version of WriteJSON's document. 2: times in µs
 // under names that say so (time_us, target_time_us, spin_us; 1 had time
 // in µs and target_time and spin in ns), cost_model_params, runs_as,
-// skipped_tables and units.
+// skipped_tables and units. Later additions to 2, each a new key a reader
+// of 2 may ignore: a row's limit {name, bytes, gbps} and each placement's
+// bus_bw_pct_of_limit (where limits were measured), a skipped table's
+// measured_as left out where no table measures its calls.
 const JSONVersion = 2
 
 // WriteJSON writes the report as one JSON object (keys after nccl-tests'

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/cann-train/cann-train/ascend"
 )
 
 // Limits are the host's physical ceilings, measured in the same run as
@@ -254,4 +257,84 @@ func prefault(b []byte) []byte {
 		b[i] = 1
 	}
 	return b
+}
+
+// RowLimit is the physical limit a row's busbw is compared with: one
+// figure of the Limits measured before the sweep (GB/s).
+type RowLimit struct {
+	// Name is the figure, as Limits names it in JSON less "_gbps":
+	// tcp_oneway, tcp_duplex, tcp_ring, memcpy or memcpy_each.
+	Name  string  `json:"name"`
+	Bytes int64   `json:"bytes"` // the transfer size it was measured at
+	GBps  float64 `json:"gbps"`
+}
+
+// limiter picks each row's limit (see forRow).
+type limiter struct {
+	limits []Limits // measured before the sweep; none: no limits
+	ranks  int
+	memory bool // the links copy through shared memory
+}
+
+// newLimiter is the limiter of rep's run: none where no limits were
+// measured (-limits 0, a rank but 0), for one rank (nothing moves), or
+// where the ranks span hosts (loopback TCP and memcpy on this host do not
+// bound links between hosts).
+func newLimiter(rep *Report) limiter {
+	if len(rep.Limits) == 0 || rep.Ranks < 2 || rep.Model.Hosts > 1 {
+		return limiter{}
+	}
+	return limiter{limits: rep.Limits, ranks: rep.Ranks, memory: rep.Model.MemoryLinks}
+}
+
+// forRow is the limit a row of coll of size bytes, run by algorithm
+// algo, is compared with: measured at the transfer size nearest its size
+// (in ratio, the smaller of two as near), since caches make memcpy two to
+// three times faster at 1-4 MiB than at 64 MiB; over shared memory (the
+// links, or buffers read directly) single-core memcpy, and with more than
+// two ranks each of as many copies at once; over TCP, with two ranks the
+// duplex rate per end (each ring step sends and receives at once), or the
+// one-way rate for broadcast and reduce (one stream, one way), and with
+// more the rate per end of a ring of as many connections. (The goals of
+// dev/mpibench/compare.sh take the same figures.) Nil where there is none.
+func (lm limiter) forRow(coll ascend.Collective, bytes int64, algo string) *RowLimit {
+	if len(lm.limits) == 0 || bytes <= 0 {
+		return nil
+	}
+	l := lm.limits[0]
+	for _, c := range lm.limits[1:] {
+		if math.Abs(math.Log(float64(c.Bytes)/float64(bytes))) < math.Abs(math.Log(float64(l.Bytes)/float64(bytes))) {
+			l = c
+		}
+	}
+	r := &RowLimit{Bytes: l.Bytes}
+	switch memory := lm.memory || algo == ascend.AlgoDirect.String(); {
+	case memory && lm.ranks > 2:
+		r.Name, r.GBps = "memcpy_each", l.MemcpyEach
+	case memory:
+		r.Name, r.GBps = "memcpy", l.Memcpy
+	case lm.ranks > 2:
+		r.Name, r.GBps = "tcp_ring", l.TCPRing
+	case collectives[coll].rooted:
+		r.Name, r.GBps = "tcp_oneway", l.TCPOneWay
+	default:
+		r.Name, r.GBps = "tcp_duplex", l.TCPDuplex
+	}
+	if r.GBps <= 0 {
+		return nil
+	}
+	return r
+}
+
+// compare sets row's Limit and its results' BusBWOfLimit.
+func (lm limiter) compare(coll ascend.Collective, row *Row) {
+	if row.Limit = lm.forRow(coll, row.Size, row.Algorithm); row.Limit == nil {
+		return
+	}
+	for _, res := range []*Result{row.OutOfPlace, row.InPlace} {
+		if res != nil {
+			pct := 100 * res.BusBW / row.Limit.GBps
+			res.BusBWOfLimit = &pct
+		}
+	}
 }

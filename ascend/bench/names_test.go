@@ -30,7 +30,7 @@ func TestLongFlagNames(t *testing.T) {
 		{[]string{"-f", "4"}, []string{"--stepfactor", "4"}},
 		{[]string{"-i", "8K"}, []string{"--stepbytes", "8K"}},
 		{[]string{"-n", "7"}, []string{"--iters", "7"}},
-		{[]string{"-w", "2"}, []string{"--warmup_iters", "2"}},
+		{[]string{"-w", "2"}, []string{"--warmup-iters", "2"}},
 		{[]string{"-c", "0"}, []string{"--check", "0"}},
 		{[]string{"-r", "1"}, []string{"--root", "1"}},
 		{[]string{"-d", "double"}, []string{"--datatype", "double"}},
@@ -64,7 +64,7 @@ func TestLongFlagNames(t *testing.T) {
 	o.RegisterFlags(fs)
 	usage := fs.FlagUsages()
 	for _, want := range []string{"-b, --minbytes size", "-e, --maxbytes size", "-f, --stepfactor int", "-i, --stepbytes size", "-n, --iters int",
-		"-w, --warmup_iters int", "-c, --check 0|1", "-r, --root int", "-d, --datatype string", "-R, --shared-buffers 0|1",
+		"-w, --warmup-iters int", "-c, --check 0|1", "-r, --root int", "-d, --datatype string", "-R, --shared-buffers 0|1",
 		"-T, --target-time duration", "-o, --output string", "table or text (the same), or json"} {
 		if !strings.Contains(usage, want) {
 			t.Errorf("usage lacks %q:\n%s", want, usage)
@@ -207,10 +207,12 @@ func mustJSON(t *testing.T, v any) []byte {
 // TestRingOnSharedBuffers: with -R 1 a forced ring runs direct (ascend's
 // directFor: the same bits). Alone its heading says so; with direct also
 // asked for it is measured once, as direct, and a line stands where its
-// table would be. A collective without a direct algorithm (reduce) keeps
-// its ring. Double allgather on shared buffers runs direct too (the typed
-// collectives that move words run the float32 machinery), and its rows
-// say so.
+// table would be. auto runs direct there too: --algo auto,direct prints
+// one table, direct's, and auto,ring one, auto's; an algorithm asked for
+// twice is measured once. A collective without a direct algorithm
+// (reduce) keeps its ring and auto. Double allgather on shared buffers
+// runs direct too (the typed collectives that move words run the float32
+// machinery), and its rows say so.
 func TestRingOnSharedBuffers(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -262,6 +264,20 @@ func TestRingOnSharedBuffers(t *testing.T) {
 			"# allreduce, algorithm direct",
 			"# allreduce, algorithm ring: a ring on shared buffers runs direct (the same bits): measured once, as algorithm direct (above)",
 			"# reduce, algorithm ring"}},
+		{"auto,direct", []ascend.Algorithm{ascend.AlgoAuto, ascend.AlgoDirect}, []string{
+			"# allreduce, algorithm auto: auto on shared buffers runs direct: measured once, as algorithm direct (below)",
+			"# allreduce, algorithm direct",
+			"# reduce, algorithm auto"}},
+		{"auto,ring", []ascend.Algorithm{ascend.AlgoAuto, ascend.AlgoRing}, []string{
+			"# allreduce, algorithm auto",
+			"# allreduce, algorithm ring: a ring on shared buffers runs direct (the same bits): measured once, as algorithm auto (above)",
+			"# reduce, algorithm auto",
+			"# reduce, algorithm ring"}},
+		{"ring,ring", []ascend.Algorithm{ascend.AlgoRing, ascend.AlgoRing}, []string{
+			"# allreduce, algorithm ring (runs direct on shared buffers: same bits)",
+			"# allreduce, algorithm ring: asked for twice: measured once, as algorithm ring (above)",
+			"# reduce, algorithm ring",
+			"# reduce, algorithm ring: asked for twice: measured once, as algorithm ring (above)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := small()
@@ -285,6 +301,15 @@ func TestRingOnSharedBuffers(t *testing.T) {
 	}
 	if len(rep.Tables) != 1 || rep.Tables[0].Algorithm != "direct" || len(rep.Skipped) != 1 || rep.Skipped[0].Algorithm != "ring" || rep.Skipped[0].MeasuredAs != "direct" {
 		t.Errorf("JSON: tables %+v, skipped %+v", rep.Tables, rep.Skipped)
+	}
+	opts.Algorithms = []ascend.Algorithm{ascend.AlgoAuto, ascend.AlgoDirect}
+	out, _ = launch(opts)
+	rep = Report{}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if len(rep.Tables) != 1 || rep.Tables[0].Algorithm != "direct" || len(rep.Skipped) != 1 || rep.Skipped[0].Algorithm != "auto" || rep.Skipped[0].MeasuredAs != "direct" {
+		t.Errorf("JSON, auto,direct: tables %+v, skipped %+v", rep.Tables, rep.Skipped)
 	}
 	opts = small()
 	opts.Collectives, opts.Algorithms, opts.DType = []ascend.Collective{ascend.CollAllGather}, []ascend.Algorithm{ascend.AlgoRing}, DTypeDouble
@@ -315,5 +340,38 @@ func TestWriteTableSkipped(t *testing.T) {
 	}
 	if want := []string{"# allreduce, algorithm direct", "# allreduce, algorithm ring: measured once (above)", "# reduce, algorithm ring"}; !reflect.DeepEqual(hs, want) {
 		t.Errorf("headings %q, want %q", hs, want)
+	}
+}
+
+// TestWarmupItersAlias: -w's long name is --warmup-iters, kebab case as
+// every other long flag; nccl-tests' --warmup_iters still parses to the
+// same options (and an explicit 0 is refused the same way), but it is
+// left out of the usage and using it prints a deprecation notice naming
+// the new spelling on the flag set's output.
+func TestWarmupItersAlias(t *testing.T) {
+	var notice bytes.Buffer
+	var o Options
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+	fs.SetOutput(&notice)
+	o.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--warmup_iters", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := mustParse(t, "-w", "3"); !reflect.DeepEqual(o, want) {
+		t.Errorf("--warmup_iters 3 parsed %+v\nwant (-w 3)     %+v", o, want)
+	}
+	if !strings.Contains(notice.String(), "--warmup_iters has been deprecated, use --warmup-iters (or -w)") {
+		t.Errorf("no deprecation notice naming --warmup-iters: %q", notice.String())
+	}
+	if u := fs.FlagUsages(); strings.Contains(u, "warmup_iters") || !strings.Contains(u, "-w, --warmup-iters int") {
+		t.Errorf("usage should list -w, --warmup-iters and not --warmup_iters:\n%s", u)
+	}
+	notice.Reset()
+	var n Options
+	fs = pflag.NewFlagSet("bench", pflag.ContinueOnError)
+	fs.SetOutput(&notice)
+	n.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--warmup-iters", "3"}); err != nil || n.Warmup != 3 || notice.Len() > 0 {
+		t.Errorf("--warmup-iters 3: warm-up %d, %v, notice %q", n.Warmup, err, notice.String())
 	}
 }

@@ -14,7 +14,9 @@
 // operations to run. Every size is checked once (unless -c 0) with
 // distinct seeded values per rank before it is timed (#wrong counts wrong
 // elements over all ranks). The physical limits of the host, loopback TCP
-// and memcpy, are measured in the same run and printed in the header.
+// and memcpy, are measured in the same run and printed in the header, and
+// each row's busbw is compared with the one its links face (JSON: limit,
+// bus_bw_pct_of_limit), each table's footer giving the best of them.
 //
 // RunRank runs one rank over an existing communicator (rank 0 prints: a
 // table row by row as the sizes are measured, or JSON at the end);
@@ -46,7 +48,11 @@ type Options struct {
 	Collectives []ascend.Collective `json:"collectives,omitempty"`
 	// Algorithms to force, one table each; empty or AlgoAuto means the
 	// communicator's choice (cost model or ASCEND_ALGO). Algorithms a
-	// collective does not implement are skipped for it.
+	// collective does not implement are skipped for it, and so are forced
+	// ones on the reductions of double and int32 (which run gather or
+	// shares whatever is forced); tables that would run the same calls
+	// (on shared buffers auto, ring and direct all run direct) are
+	// measured once (see planTables).
 	Algorithms []ascend.Algorithm `json:"algorithms,omitempty"`
 	// MinBytes and MaxBytes bound the sweep of nccl-tests sizes (-b, -e);
 	// defaults 8 B and 256 MiB.
@@ -148,11 +154,27 @@ func (o Options) checkRange() error {
 		return fmt.Errorf("bench: negative -i %d, -n %d or -w %d", o.StepBytes, o.Iters, o.Warmup)
 	}
 	// An algorithm none of the collectives has would print no table.
-	colls := o.Defaults().Collectives
+	d := o.Defaults()
+	colls := d.Collectives
 	for _, a := range o.Algorithms {
-		if !slices.ContainsFunc(colls, a.Implements) {
-			return fmt.Errorf("bench: --algo %s implements none of the collectives asked for (%v)", a, colls)
+		if slices.ContainsFunc(colls, func(c ascend.Collective) bool { return d.hasTable(a, c) }) {
+			continue
 		}
+		var typed []string
+		for _, c := range colls {
+			if a.Implements(c) && d.typedReduction(c) {
+				typed = append(typed, c.String())
+			}
+		}
+		if len(typed) > 0 {
+			verb := "runs"
+			if len(typed) > 1 {
+				verb = "run"
+			}
+			return fmt.Errorf("bench: --algo %s with -d %s: %s of %s %s gather or shares whatever algorithm is forced, so no table would measure %s: "+
+				"use --algo auto, or -d float to compare algorithms", a, d.DType, strings.Join(typed, " and "), d.DType, verb, a)
+		}
+		return fmt.Errorf("bench: --algo %s implements none of the collectives asked for (%v)", a, colls)
 	}
 	return nil
 }
@@ -168,7 +190,10 @@ const (
 	flagStepFactor = "stepfactor"
 	flagStepBytes  = "stepbytes"
 	flagIters      = "iters"
-	flagWarmup     = "warmup_iters"
+	flagWarmup     = "warmup-iters"
+	// flagWarmupOld is nccl-tests' spelling of flagWarmup, still taken
+	// (hidden, deprecated): scripts written for nccl-tests use it.
+	flagWarmupOld  = "warmup_iters"
 	flagRanks      = "np"
 	flagTargetTime = "target-time"
 )
@@ -190,7 +215,7 @@ func (o Options) CheckSetFlags(set func(name string) bool) error {
 		return errors.New("bench: -i 0: want at least 1 byte, or no -i to multiply the size by -f")
 	case set(flagStepFactor) && o.StepFactor == 0 && o.StepBytes == 0:
 		return neverGrows(0)
-	case set(flagWarmup) && o.Warmup == 0:
+	case (set(flagWarmup) || set(flagWarmupOld)) && o.Warmup == 0:
 		return fmt.Errorf("bench: -w 0: want at least 1 warm-up iteration (default %d)", d.Warmup)
 	case set(flagRanks) && o.Ranks == 0:
 		return errors.New("bench: --np 0: want 1 or more ranks")
@@ -518,7 +543,9 @@ func (f durationFlag) Set(s string) error {
 // RegisterFlags defines o's flags on fs, under nccl-tests' names where
 // it has them, each with its one-letter shorthand: -b/--minbytes,
 // -e/--maxbytes, -f/--stepfactor, -i/--stepbytes (sizes), -n/--iters,
-// -w/--warmup_iters, -c/--check (0/1), -r/--root, -d/--datatype
+// -w/--warmup-iters (nccl-tests' --warmup_iters, in the kebab case of
+// every other long flag; --warmup_iters is still taken, as a hidden
+// deprecated alias), -c/--check (0/1), -r/--root, -d/--datatype
 // (float|double|int32); and ours: -R/--shared-buffers (0/1, nccl-tests'
 // registration flag), -T/--target-time (per size), -o/--output
 // (table|text|json; nccl-tests' -o is the reduction, here --op), plus
@@ -539,6 +566,12 @@ func (o *Options) RegisterFlags(fs *pflag.FlagSet) {
 	fs.VarP(sizeFlag{&o.StepBytes}, flagStepBytes, "i", "size increment in bytes (K, M, G suffixes), instead of -f")
 	fs.IntVarP(&o.Iters, flagIters, "n", o.Iters, "timed iterations per size (0: from the warm-up and -T)")
 	fs.IntVarP(&o.Warmup, flagWarmup, "w", o.Warmup, "warm-up iterations per size")
+	fs.IntVar(&o.Warmup, flagWarmupOld, o.Warmup, "warm-up iterations per size (nccl-tests' spelling of --warmup-iters)")
+	// pflag writes the notice to the flag set's output when the old name is
+	// used (a cobra command should make that its stderr: cobra's default
+	// prints it with the command's Print, which is stdout where the command
+	// has one set).
+	_ = fs.MarkDeprecated(flagWarmupOld, "use --warmup-iters (or -w)") // the flag exists: no error
 	fs.VarP(checkFlag{&o.SkipCheck}, "check", "c", "check results (1) or not (0)")
 	fs.IntVarP(&o.Root, "root", "r", o.Root, "root rank of broadcast and reduce, below the number of ranks")
 	fs.Var(opFlag{&o.Op, &o.Collectives}, "op", "reduction: sum, avg, max, min (nccl-tests' -o; here -o is --output); or a collective list as for --coll")
@@ -547,7 +580,8 @@ func (o *Options) RegisterFlags(fs *pflag.FlagSet) {
 	fs.Var(collFlag{&o.Collectives}, "coll", "collectives, comma-separated, or all: allreduce, reducescatter, allgather, broadcast, reduce, alltoall")
 	fs.Var(listFlag[ascend.Algorithm]{p: &o.Algorithms, parse: ascend.ParseAlgorithm, str: ascend.Algorithm.String}, "algo",
 		"algorithms, comma-separated, one table each: auto, ring, hd, tree, rd, hier, pairwise (alltoall), bruck (alltoall), direct (needs -R 1); each runs on the collectives that have it. "+
-			"With -R 1 a forced ring runs direct where direct exists (the same bits): its table says so, and with direct also asked for it is measured once")
+			"With -R 1 a forced ring runs direct where direct exists (the same bits), as auto does: its table says so, and tables that would run the same calls are measured once. "+
+			"double and int32 reductions (allreduce, reduce, reducescatter) run gather or shares whatever is forced: only auto has a table there")
 	fs.IntVar(&o.Ranks, flagRanks, o.Ranks, "ranks (processes) to launch")
 	fs.VarP(durationFlag{&o.TargetTime}, flagTargetTime, "T", "target timed duration per size when -n is 0 (with a unit: 200ms, 1s)")
 	fs.IntVar(&o.ChunkBytes, "chunk", o.ChunkBytes, "frame size in bytes (0: default)")

@@ -30,9 +30,11 @@ type Report struct {
 	Limits      []Limits `json:"limits,omitempty"`
 	LimitsAfter []Limits `json:"limits_after,omitempty"`
 	Tables      []Table  `json:"tables"`
-	// Skipped are the tables asked for and not measured, each with why
-	// (a forced ring on shared buffers runs direct: with direct also
-	// asked for it would measure the same calls twice).
+	// Skipped are the tables asked for and not measured, each with why:
+	// on shared buffers auto and a forced ring run direct, so with direct
+	// (or each other) also asked for they would measure the same calls
+	// twice; a forced algorithm does not choose how a typed reduction
+	// (double, int32) reduces (see planTables).
 	Skipped []Skipped        `json:"skipped_tables,omitempty"`
 	Start   time.Time        `json:"start_time"`
 	End     time.Time        `json:"end_time"`
@@ -60,8 +62,10 @@ type Table struct {
 type Skipped struct {
 	Collective string `json:"collective"`
 	Algorithm  string `json:"algorithm"`
-	// MeasuredAs is the table that measures the same calls.
-	MeasuredAs string `json:"measured_as"`
+	// MeasuredAs is the algorithm of the table that measures the same
+	// calls; empty where none does (a forced algorithm on a typed
+	// reduction).
+	MeasuredAs string `json:"measured_as,omitempty"`
 	Reason     string `json:"reason"`
 	// at is the number of tables before it, for WriteTable.
 	at int
@@ -99,23 +103,30 @@ func costModelParams(m ascend.CostModel) CostModelParams {
 
 // Row is one size, nccl-tests style.
 type Row struct {
-	Size       int64   `json:"size"`  // bytes (nccl-tests size)
-	Count      int     `json:"count"` // elements (per rank for scatter/gather shapes)
-	Type       string  `json:"type"`
-	RedOp      string  `json:"redop"`
-	Root       int     `json:"root"`
-	Algorithm  string  `json:"algorithm"` // what ran
-	Iterations int     `json:"actual_iterations"`
-	OutOfPlace *Result `json:"out_of_place"`
-	InPlace    *Result `json:"in_place"` // nil where there is no in-place variant
+	Size       int64  `json:"size"`  // bytes (nccl-tests size)
+	Count      int    `json:"count"` // elements (per rank for scatter/gather shapes)
+	Type       string `json:"type"`
+	RedOp      string `json:"redop"`
+	Root       int    `json:"root"`
+	Algorithm  string `json:"algorithm"` // what ran
+	Iterations int    `json:"actual_iterations"`
+	// Limit is the physical limit its busbw is compared with (each
+	// Result's BusBWOfLimit); nil where none was measured (see
+	// limiter.forRow), as on every rank but 0, which alone measures them.
+	Limit      *RowLimit `json:"limit,omitempty"`
+	OutOfPlace *Result   `json:"out_of_place"`
+	InPlace    *Result   `json:"in_place"` // nil where there is no in-place variant
 }
 
 // Result is one placement's measurement.
 type Result struct {
-	Time   float64 `json:"time_us"` // µs per operation, mean over ranks
-	AlgBW  float64 `json:"alg_bw"`  // GB/s
-	BusBW  float64 `json:"bus_bw"`  // GB/s
-	NWrong int64   `json:"nwrong"`  // -1: not checked
+	Time  float64 `json:"time_us"` // µs per operation, mean over ranks
+	AlgBW float64 `json:"alg_bw"`  // GB/s
+	BusBW float64 `json:"bus_bw"`  // GB/s
+	// BusBWOfLimit is BusBW as a percentage of the row's Limit; nil where
+	// the row has none.
+	BusBWOfLimit *float64 `json:"bus_bw_pct_of_limit,omitempty"`
+	NWrong       int64    `json:"nwrong"` // -1: not checked
 }
 
 // collective describes how to benchmark one collective.
@@ -238,35 +249,26 @@ func run(ctx context.Context, comm *ascend.Communicator, opts Options, live *tab
 		return nil, err
 	}
 
+	lim := newLimiter(rep)
 	for _, coll := range opts.Collectives {
-		for i, algo := range opts.Algorithms {
-			if algo != ascend.AlgoAuto && !algo.Implements(coll) {
+		plans, err := planTables(comm, opts, coll, b.recv, b.send)
+		if err != nil {
+			return nil, err
+		}
+		for _, pl := range plans {
+			if pl.skip != nil {
+				sk := *pl.skip
+				sk.at = len(rep.Tables)
+				rep.Skipped = append(rep.Skipped, sk)
+				if err := live.skipped(sk); err != nil {
+					return nil, err
+				}
 				continue
 			}
-			if err := comm.SetAlgorithm(algo); err != nil {
+			if err := comm.SetAlgorithm(pl.algo); err != nil {
 				return nil, err
 			}
-			// A forced ring on shared buffers runs direct (the same bits:
-			// ascend's directFor): said in its heading, and measured once
-			// where direct has a table too.
-			var runsAs string
-			if algo == ascend.AlgoRing && runsDirect(comm, opts, coll, b.recv, b.send) {
-				runsAs = ascend.AlgoDirect.String()
-				if j := slices.Index(opts.Algorithms, ascend.AlgoDirect); j >= 0 {
-					where := "below"
-					if j < i {
-						where = "above"
-					}
-					sk := Skipped{Collective: coll.String(), Algorithm: algo.String(), MeasuredAs: runsAs, at: len(rep.Tables),
-						Reason: fmt.Sprintf("a ring on shared buffers runs direct (the same bits): measured once, as algorithm direct (%s)", where)}
-					rep.Skipped = append(rep.Skipped, sk)
-					if err := live.skipped(sk); err != nil {
-						return nil, err
-					}
-					continue
-				}
-			}
-			t, err := runTable(ctx, comm, opts, coll, algo, runsAs, b, live)
+			t, err := runTable(ctx, comm, opts, coll, pl.algo, pl.runsAs, b, lim, live)
 			if err != nil {
 				return nil, err
 			}
@@ -351,9 +353,101 @@ func runsDirect(comm *ascend.Communicator, opts Options, coll ascend.Collective,
 	return (opts.DType == DTypeFloat || !collectives[coll].reduces) && comm.DirectFor(coll, recv, send)
 }
 
+// tablePlan is what run does for one algorithm asked for, on one
+// collective: measure a table of algo (runsAs is its Table.RunsAs), or
+// print skip's line instead.
+type tablePlan struct {
+	algo   ascend.Algorithm
+	runsAs string
+	skip   *Skipped
+}
+
+// typedReduction reports whether coll, of opts' data type, runs one of the
+// typed reductions (ascend.AllReduceOf, ReduceOf, ReduceScatterOf of double
+// or int32): they reduce by their own algorithm, gather or shares, whatever
+// algorithm is forced (which at most picks how their allgathers move the
+// words), so a forced algorithm has no table of its own there.
+func (o Options) typedReduction(coll ascend.Collective) bool {
+	return o.DType != DTypeFloat && collectives[coll].reduces
+}
+
+// hasTable reports whether algo asked for gives coll a table: auto always;
+// a forced algorithm where coll implements it and runs it (not a typed
+// reduction).
+func (o Options) hasTable(algo ascend.Algorithm, coll ascend.Collective) bool {
+	return algo == ascend.AlgoAuto || algo.Implements(coll) && !o.typedReduction(coll)
+}
+
+// planTables decides, for coll, what each algorithm of opts.Algorithms
+// gets, in their order. An algorithm coll does not implement gets
+// nothing; a forced one on a typed reduction gets a line saying why it has
+// no table. Then tables that would run the same calls are measured once,
+// a line standing for the others: on shared buffers (-R 1) auto and a
+// forced ring both run direct (ascend's directFor; the ring's bits and
+// direct's are the same), and an algorithm asked for twice runs the same
+// calls twice. The one measured is direct where direct is asked for, else
+// the first of them; a forced ring measured so says in its heading that it
+// runs direct. Every rank must call it at the same point: it sets the
+// communicator's algorithm (as SetAlgorithm), which it leaves undefined.
+func planTables(comm *ascend.Communicator, opts Options, coll ascend.Collective, recv, send []float32) ([]tablePlan, error) {
+	algos := opts.Algorithms
+	runs := make([]string, len(algos)) // the path each runs; "": no table
+	for i, algo := range algos {
+		if !opts.hasTable(algo, coll) {
+			continue
+		}
+		if err := comm.SetAlgorithm(algo); err != nil {
+			return nil, err
+		}
+		runs[i] = algo.String()
+		if (algo == ascend.AlgoAuto || algo == ascend.AlgoRing) && runsDirect(comm, opts, coll, recv, send) {
+			runs[i] = ascend.AlgoDirect.String()
+		}
+	}
+	var plans []tablePlan
+	for i, algo := range algos {
+		if runs[i] == "" {
+			if algo.Implements(coll) && opts.typedReduction(coll) {
+				plans = append(plans, tablePlan{algo: algo, skip: &Skipped{Collective: coll.String(), Algorithm: algo.String(),
+					Reason: fmt.Sprintf("%s reductions run gather or shares whatever algorithm is forced: no table of %s (algorithm auto measures them)", opts.DType, algo)}})
+			}
+			continue
+		}
+		same := func(j int) bool { return runs[j] == runs[i] }
+		m := slices.IndexFunc(algos, func(a ascend.Algorithm) bool { return a.String() == runs[i] }) // direct asked for
+		if m < 0 || !same(m) {
+			m = slices.IndexFunc(runs, func(r string) bool { return r == runs[i] })
+		}
+		if m == i {
+			pl := tablePlan{algo: algo}
+			if algo == ascend.AlgoRing && runs[i] != algo.String() {
+				pl.runsAs = runs[i]
+			}
+			plans = append(plans, pl)
+			continue
+		}
+		where := "below"
+		if m < i {
+			where = "above"
+		}
+		var why string
+		switch {
+		case algos[m] == algo:
+			why = "asked for twice"
+		case algo == ascend.AlgoRing:
+			why = "a ring on shared buffers runs direct (the same bits)"
+		default: // auto
+			why = "auto on shared buffers runs direct"
+		}
+		plans = append(plans, tablePlan{algo: algo, skip: &Skipped{Collective: coll.String(), Algorithm: algo.String(), MeasuredAs: algos[m].String(),
+			Reason: fmt.Sprintf("%s: measured once, as algorithm %s (%s)", why, algos[m], where)}})
+	}
+	return plans, nil
+}
+
 // runTable measures one table, printing it to live as it goes (nil: not).
-// runsAs is Table.RunsAs.
-func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll ascend.Collective, algo ascend.Algorithm, runsAs string, b *bufs, live *tableWriter) (Table, error) {
+// runsAs is Table.RunsAs; lim gives each row its limit.
+func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll ascend.Collective, algo ascend.Algorithm, runsAs string, b *bufs, lim limiter, live *tableWriter) (Table, error) {
 	cd := collectives[coll]
 	p := comm.Size()
 	t := Table{Collective: coll.String(), Algorithm: algo.String(), RunsAs: runsAs}
@@ -444,6 +538,7 @@ func runTable(ctx context.Context, comm *ascend.Communicator, opts Options, coll
 			}
 		}
 		row.Iterations = iters
+		lim.compare(coll, &row)
 		t.Rows = append(t.Rows, row)
 		if err := live.row(row); err != nil {
 			return t, err

@@ -53,11 +53,18 @@ rounds down to none gives a row of 0 bytes, as in nccl-tests, left out of the
 average. Durations (-T, --spin) need their unit: 200ms, 50us, -1ns.
 
 The long flags are nccl-tests' (--minbytes, --maxbytes, --stepfactor,
---stepbytes, --iters, --warmup_iters, --check, --root, --datatype), except
-that nccl-tests' -o is the reduction, here --op: -o is --output (table, or
+--stepbytes, --iters, --check, --root, --datatype), and --warmup-iters
+(nccl-tests' --warmup_iters, still taken but deprecated), except that
+nccl-tests' -o is the reduction, here --op: -o is --output (table, or
 text: the same, or json). With -R 1 (--shared-buffers) a forced ring runs
-direct (the same bits): its table's heading says so, and --algo ring,direct
-measures the two once.`,
+direct (the same bits), as auto does: the ring's table's heading says so,
+and tables that would run the same calls (--algo auto,direct, ring,direct)
+are measured once, a line standing for the others. double and int32
+reductions (allreduce, reduce, reducescatter) run gather or shares whatever
+algorithm is forced: there only auto has a table. Each table's footer gives
+its best busbw as a percentage of the physical limit measured nearest its
+size (loopback TCP, or memcpy over shared memory); -o json gives it for
+every row (bus_bw_pct_of_limit).`,
 		Example: `  cann-train bench collective --op allreduce --ranks 2 --transport tcp -b 8 -e 256M -f 2
   cann-train bench collective --coll allreduce --np 4 -b 1M -e 64M -f 4 --algo ring,hd,tree -o json
   cann-train bench collective --np 2 --shm -b 1M -e 64M -f 4
@@ -96,6 +103,10 @@ measures the two once.`,
 		},
 	}
 	opts.RegisterFlags(cmd.Flags())
+	// The notice for a deprecated flag (--warmup_iters) goes to stderr:
+	// cobra would print it on the command's output, stdout here, ahead
+	// of the table or the JSON that scripts read.
+	cmd.Flags().SetOutput(e.err)
 	cmd.Flags().IntVar(&ranks, "ranks", 0, "ranks (processes) to launch; same as --np")
 	atLeast(cmd.Flags(), "1", "ranks")
 	cmd.Flags().StringVar(&transport, "transport", "tcp", "tcp, shm, or auto (shm when all ranks share a host, as here); --shm is shm")

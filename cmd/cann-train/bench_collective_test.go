@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"regexp"
 	"strings"
@@ -46,6 +47,8 @@ func TestBenchCollectiveRefuses(t *testing.T) {
 		{[]string{"-b", "8", "-e", "8", "--algo", "direct,ring"}, "--algo direct reads the peers' buffers in shared memory: it needs -R 1"},
 		{[]string{"-b", "8", "-e", "8", "-R", "1"}, "-R 1 (shared buffers) needs shared-memory links: --shm, or --transport shm or auto"},
 		{[]string{"-b", "8", "-e", "8", "--shm", "--transport", "tcp"}, "--shm and --transport tcp: give one transport"},
+		{[]string{"-b", "8", "-e", "8", "-d", "double", "--algo", "ring"}, "--algo ring with -d double: allreduce of double runs gather or shares whatever algorithm is forced"},
+		{[]string{"-b", "8", "-e", "8", "--warmup_iters", "0"}, "-w 0: want at least 1 warm-up iteration"},
 	} {
 		if _, err := os.Stat("/proc/meminfo"); err != nil && strings.Contains(tc.want, "GiB") {
 			continue // no memory check where the host's memory is unknown
@@ -75,16 +78,40 @@ func TestBenchCollectiveHelp(t *testing.T) {
 	}
 	for _, want := range []string{"-b, --minbytes size", "-R, --shared-buffers 0|1", "--algo list", "(default 256M)", "(default 200ms)", "-f, --stepfactor int         size multiplication factor, 2 or more (default 2)",
 		"(default 5)", "--np int                 ranks (processes) to launch (default 2)", "auto, ring, hd, tree, rd, hier, pairwise (alltoall), bruck (alltoall), direct (needs -R 1)",
-		"powers of 1024", "rounded down to whole elements", "--spin duration", "-1ns", "ring runs direct"} {
+		"powers of 1024", "rounded down to whole elements", "--spin duration", "-1ns", "ring runs direct", "-w, --warmup-iters int"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %q:\n%s", want, out)
 		}
 	}
-	for _, bad := range []*regexp.Regexp{regexp.MustCompile(`Flag\b|github\.com|listFlag|sizeFlag|flag01`), regexp.MustCompile(`[^-]-(shm|coll|op|np|algo|touch|limits)\b`),
+	for _, bad := range []*regexp.Regexp{regexp.MustCompile(`Flag\b|github\.com|listFlag|sizeFlag|flag01|--warmup_iters int`), regexp.MustCompile(`[^-]-(shm|coll|op|np|algo|touch|limits)\b`),
 		regexp.MustCompile(`-., --.\b`)} { // a long name that is the shorthand again
 
 		if m := bad.FindString(out); m != "" {
 			t.Errorf("help has %q:\n%s", m, out)
 		}
+	}
+}
+
+// TestBenchCollectiveWarmupItersAlias: nccl-tests' --warmup_iters still
+// works (deprecated: -w is --warmup-iters now), and its notice goes to
+// stderr, so that -o json's stdout stays one JSON document.
+func TestBenchCollectiveWarmupItersAlias(t *testing.T) {
+	out, errs, err := runCLI(t, "bench", "collective", "--np", "1", "--limits", "0", "-b", "8", "-e", "8", "-n", "1", "--warmup_iters", "2", "-o", "json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errs)
+	}
+	var rep struct {
+		Options struct {
+			Warmup int `json:"warmup"`
+		} `json:"options"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Options.Warmup != 2 {
+		t.Errorf("stdout is not the JSON of -w 2 (%v, warm-up %d):\n%s", err, rep.Options.Warmup, out)
+	}
+	if !strings.Contains(errs, "--warmup_iters has been deprecated, use --warmup-iters (or -w)") {
+		t.Errorf("stderr has no deprecation notice naming --warmup-iters:\n%s", errs)
+	}
+	if _, errs, err := runCLI(t, "bench", "collective", "--np", "1", "--limits", "0", "-b", "8", "-e", "8", "-n", "1", "--warmup-iters", "2"); err != nil || strings.Contains(errs, "deprecated") {
+		t.Errorf("--warmup-iters 2: %v\n%s", err, errs)
 	}
 }

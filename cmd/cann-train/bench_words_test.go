@@ -15,7 +15,7 @@ func TestBenchCollectiveLongNames(t *testing.T) {
 		args []string
 		json bool
 	}{
-		{[]string{"--minbytes", "8", "--maxbytes", "16", "--stepfactor", "2", "--iters", "1", "--warmup_iters", "1", "--check", "1", "--root", "0", "--datatype", "double", "--output", "json"}, true},
+		{[]string{"--minbytes", "8", "--maxbytes", "16", "--stepfactor", "2", "--iters", "1", "--warmup-iters", "1", "--check", "1", "--root", "0", "--datatype", "double", "--output", "json"}, true},
 		{[]string{"--minbytes", "8", "--maxbytes", "24", "--stepbytes", "8", "--target-time", "1ms", "--shared-buffers", "0", "--output", "text"}, false},
 		{[]string{"-b", "8", "-e", "16", "-f", "2", "-n", "1", "-w", "1", "-c", "1", "-r", "0", "-d", "double", "-o", "text"}, false},
 		{[]string{"-b", "8", "-e", "16", "-T", "1ms", "-R", "0", "-o", "table"}, false},
