@@ -400,9 +400,6 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		log.Warn("pid file", zap.Error(err))
 	}
 	defer os.Remove(pidFile)
-	if hooks.logs != nil {
-		hooks.logs(func() spec.NodeLogs { return n.nodeLogs(in, specs) })
-	}
 	log.Info("external job started", zap.String("launcher", x.Launcher), zap.Strings("program", g.Programs()),
 		zap.Ints("pids", g.Pids()), zap.String("logs", p.dir), zap.Int64("from", from))
 
@@ -414,7 +411,10 @@ func (n *Node) runExternal(ctx context.Context, in spec.ExternalInput, hooks ext
 		// The restored directory counts as committed: a clean exit that
 		// left it unchanged uploads nothing.
 		lastSaved: from, lastSum: restoredSum, committed: in.Restore != nil,
-		groups: g.Pids(),
+		groups: g.Pids(), asked: map[string]bool{}, quietSince: time.Now(),
+	}
+	if hooks.logs != nil {
+		hooks.logs(func() spec.NodeLogs { return sup.withWarning(n.nodeLogs(in, specs)) })
 	}
 	// wctx stops the world when a watched peer is gone.
 	wctx, stopWorld := context.WithCancel(ctx)
@@ -755,6 +755,96 @@ type supervision struct {
 	// keptAt is the step of the last refused upload the node kept on its
 	// disk (in.KeepRefused; 0: none).
 	keptAt int64
+	// asked are the processes that read the restored step
+	// (launch.EventRestored).
+	asked map[string]bool
+	// quietSince is when rank 0 last said saved (the launch's start
+	// before); quietWarned whether the stretch since was warned about.
+	quietSince  time.Time
+	quietWarned bool
+	// warning is what the heartbeat's log tails add to rank 0's (""
+	// none): read by the heartbeater's goroutine.
+	warnMu  sync.Mutex
+	warning string
+}
+
+// A rank 0 that goes on without committing a checkpoint (no saved())
+// trains for nothing should the job fail or stop: the node warns, in its
+// log and in the heartbeat's log tails, once rank 0 has reported
+// quietCheckpoints times the job's checkpoint_every steps past its last
+// checkpoint (or the launch's start) and quietFloor has passed since —
+// or, when it reports no steps at all, once quietNoSteps has.
+const quietCheckpoints = 2
+
+var (
+	quietFloor   = time.Minute
+	quietNoSteps = 30 * time.Minute
+)
+
+// quietWarningPrefix starts the line the heartbeat's tail of rank 0's log
+// ends with while it goes without a checkpoint.
+const quietWarningPrefix = "⚠ cann-train: "
+
+// checkQuiet sets (or clears) the warning about a rank 0 that commits no
+// checkpoint, and logs it once per stretch.
+func (s *supervision) checkQuiet(now time.Time) {
+	const r0 = "rank-0"
+	if _, ok := s.reports[r0]; !ok {
+		return // (rank 0 runs on another node: its node warns)
+	}
+	warning := ""
+	since := now.Sub(s.quietSince).Round(time.Second)
+	base := max(s.savedAt, s.res.From)
+	baseText := fmt.Sprintf("its last checkpoint, at step %d", base)
+	if s.savedAt == 0 {
+		baseText = fmt.Sprintf("the launch began (at step %d)", base)
+	}
+	todo := "write the checkpoint into cann_train.checkpoint_dir() (CANN_TRAIN_CHECKPOINT_DIR) and then call " +
+		"cann_train.saved(step) on rank 0 — at the steps cann_train.should_checkpoint(step) says —; only what saved() commits is kept"
+	every := max(s.in.Spec.CheckpointEvery, 1)
+	step, reported := s.last[r0]
+	switch {
+	case reported && step-base >= quietCheckpoints*every && since >= quietFloor:
+		warning = fmt.Sprintf("rank 0 (%s on node %s) has gone %s without a checkpoint: it reported step %d, %d steps since %s "+
+			"(the job's checkpoint_every is %d), and has not called cann_train.saved(): should the job fail or stop now, "+
+			"those steps are lost; %s", r0, s.n.ID, since, step, step-base, baseText, every, todo)
+	case !reported && since >= quietNoSteps:
+		warning = fmt.Sprintf("rank 0 (%s on node %s) has gone %s without a checkpoint: it has neither reported a step "+
+			"(cann_train.report) nor called cann_train.saved() since %s: should the job fail or stop now, what it trained "+
+			"is lost (without saved(), only what the checkpoint directory holds when every rank has exited cleanly is uploaded); %s",
+			r0, s.n.ID, since, baseText, todo)
+	}
+	if warning != "" && !s.quietWarned {
+		s.quietWarned = true
+		s.log.Warn("no checkpoint committed: "+warning, zap.String("process", r0), zap.Duration("without_checkpoint", since),
+			zap.Int64("step", step), zap.Int64("last_checkpoint", base))
+	}
+	s.warnMu.Lock()
+	s.warning = warning
+	s.warnMu.Unlock()
+}
+
+// onSaved starts a new stretch: rank 0 said saved.
+func (s *supervision) onSaved(now time.Time) {
+	s.quietSince, s.quietWarned = now, false
+}
+
+// withWarning adds the warning about rank 0 (checkQuiet), if any, to the
+// end of its log tail.
+func (s *supervision) withWarning(l spec.NodeLogs) spec.NodeLogs {
+	s.warnMu.Lock()
+	w := s.warning
+	s.warnMu.Unlock()
+	if w == "" {
+		return l
+	}
+	for i := range l.Procs {
+		if p := &l.Procs[i]; p.Process == "rank-0" {
+			p.Lines = append(p.Lines, quietWarningPrefix+w)
+			p.Lines = p.Lines[max(0, len(p.Lines)-spec.LogTailLines):]
+		}
+	}
+	return l
 }
 
 // poll reads every process's new report lines, updates the progress,
@@ -779,8 +869,11 @@ func (s *supervision) poll(ctx context.Context) {
 				if name == s.lead {
 					s.onReport(e)
 				}
+			case launch.EventRestored:
+				s.asked[name] = true
 			case launch.EventSaved:
 				if name == "rank-0" {
+					s.onSaved(time.Now())
 					s.savedAt = max(s.savedAt, e.Step)
 					if err := s.upload(ctx, e.Step, false); errors.Is(err, ErrEmptyCheckpoint) {
 						// (Not the storage's fault: the run is not told a
@@ -797,6 +890,7 @@ func (s *supervision) poll(ctx context.Context) {
 		}
 	}
 	s.missedRequest()
+	s.checkQuiet(time.Now())
 	s.hooks.progress(s.prog)
 	if k := s.in.KillAtStep; k > 0 && s.prog.Step >= k {
 		s.in.KillAtStep = 0 // once (a node that does not allow it only warns)
@@ -960,9 +1054,7 @@ func (s *supervision) rankExited(ee *launch.ExitError) error {
 	}
 	msg := fmt.Sprintf("%s on node %s %s %s", ee.Name, s.n.ID, status, at)
 	if d.NoStep && d.Program != "" {
-		// It failed while starting (an import, the script's syntax, a
-		// missing module): often another interpreter than the one meant.
-		msg += fmt.Sprintf(", before any step (it ran %s%s)", d.Program, pathOf(*s.in.Spec.External))
+		msg += s.startHint(ee.Name, d.Program)
 	}
 	if tail := lastLines(ee.Tail, 5, 800); tail != "" {
 		msg += "; log tail:\n" + tail
@@ -971,6 +1063,35 @@ func (s *supervision) rankExited(ee *launch.ExitError) error {
 	s.log.Warn("external job process failed", zap.String("process", ee.Name), zap.Int("code", ee.Code),
 		zap.String("signal", d.Signal), zap.String("log", ee.LogPath))
 	return temporal.NewApplicationErrorWithCause(msg, spec.ErrTypeRankExited, ee, d)
+}
+
+// startHint says, for a process that failed before any process of its
+// node reported a step, how far it is known to have got: a fresh launch
+// failed while starting (an import, the script's syntax, a missing
+// module: often another interpreter than the one meant); a launch that
+// restored a checkpoint runs a program that ran before (the run's
+// earlier launches reached that checkpoint), and one whose process read
+// the restored step (cann_train.restored_step()) got past its start, on
+// to loading the checkpoint.
+func (s *supervision) startHint(process, program string) string {
+	ran := fmt.Sprintf("it ran %s%s", program, pathOf(*s.in.Spec.External))
+	from := s.res.From
+	if s.in.Restore == nil || from == 0 {
+		return fmt.Sprintf(", before any step (%s)", ran)
+	}
+	if s.asked[process] {
+		return fmt.Sprintf(", before any step, after it read the restored step %d (cann_train.restored_step()): it got past its "+
+			"start and failed loading the checkpoint restored into %s, or on the way to its first step — not at its imports (%s)",
+			from, s.paths.ckpt, ran)
+	}
+	asked := ""
+	if len(s.asked) > 0 {
+		asked = " (another process of its node did)"
+	}
+	return fmt.Sprintf(", before any step, in a launch that restored the checkpoint of step %d into %s: the run's earlier "+
+		"launches ran this job up to that checkpoint; this process failed before it read the restored step "+
+		"(cann_train.restored_step())%s — while starting on this node (%s) or loading the checkpoint",
+		from, s.paths.ckpt, asked, ran)
 }
 
 // pathOf says where a job's entrypoint was looked up: "" for a path, else

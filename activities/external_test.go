@@ -575,7 +575,18 @@ while [ ! -e go ]; do sleep 0.02; done`
 			t.Fatal("ranks did not start")
 		}
 	}
-	got := tail()
+	// (The output reaches the log through the node worker's pipe: the
+	// lines may land just after the file the script touched.)
+	var got spec.NodeLogs
+	waitFor(t, "the ranks' last lines in their logs", func() bool {
+		got = tail()
+		for _, p := range got.Procs {
+			if len(p.Lines) == 0 || !strings.HasSuffix(p.Lines[len(p.Lines)-1], " warning") {
+				return false
+			}
+		}
+		return true
+	})
 	if got.Node != "n1" || got.NodeRank != 0 || got.Session != in.Session || len(got.Procs) != 2 {
 		t.Fatalf("tail %+v", got)
 	}

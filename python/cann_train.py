@@ -44,6 +44,11 @@ interleave):
 
   {"event": "report", "step": 120, "loss": 0.31, "metrics": {"acc": 0.9}, "time": 1712345678.5}
   {"event": "saved", "step": 120, "time": 1712345679.0}
+  {"event": "restored", "step": 100, "time": 1712345600.0}
+
+The "restored" line is written once, the first time restored_step() is
+called when a checkpoint was restored: a launch that then fails before its
+first step is told apart from one that failed at its start (its imports).
 
 After a "saved" line the node worker copies the checkpoint directory, then
 replaces the ack file (write + rename) with the step it copied; saved()
@@ -123,10 +128,23 @@ def checkpoint_dir():
     return d
 
 
+_told_restored = False
+
+
 def restored_step():
     """The step of the checkpoint restored into checkpoint_dir() before this
-    launch; 0 on a fresh start (then the directory is empty)."""
-    return _env_int("CANN_TRAIN_RESTORED_STEP", 0)
+    launch; 0 on a fresh start (then the directory is empty). Call it
+    before loading the checkpoint: the node worker then knows the script
+    got that far, should it fail before its first step."""
+    global _told_restored
+    step = _env_int("CANN_TRAIN_RESTORED_STEP", 0)
+    if step > 0 and not _told_restored:
+        _told_restored = True
+        try:
+            _append({"event": "restored", "step": step})
+        except OSError:
+            pass  # (a hint for the node worker, not worth failing over)
+    return step
 
 
 def should_checkpoint(step=None):

@@ -664,9 +664,13 @@ func (r *run) runWorld(ctx workflow.Context, ext *externalRun) error {
 		if sig := r.startFailure(f, errs, from, ckptBefore); sig != "" {
 			if sig == startFailedBefore && workflow.GetVersion(ctx, versionStartFailRepeats, workflow.DefaultVersion, 1) >= 1 {
 				f.retryable = false
+				check := "check the program it runs and its imports"
+				if from > 0 { // (a message: no command depends on it)
+					check = fmt.Sprintf("the launches restored the checkpoint of step %d, so the program ran before: look at "+
+						"loading that checkpoint, or at what changed on these nodes — the program, its environment", from)
+				}
 				f.reason = "the job failed the same way on two launches in a row, before any rank reported a step — relaunching " +
-					"would only fail again (check the program it runs and its imports: the job's entrypoint is looked up in " +
-					"the node worker's PATH): " + f.reason
+					"would only fail again (" + check + ": the job's entrypoint is looked up in the node worker's PATH): " + f.reason
 			}
 			ext.startFail = sig
 		}

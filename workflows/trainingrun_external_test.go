@@ -277,26 +277,37 @@ func TestExternalStartFailureRepeated(t *testing.T) {
 		launch   func(n int, in spec.ExternalInput) error // n: the launch, from 1
 		launches int
 		want     string
+		ckpts    []int64 // the first node commits in every launch
 	}{
 		{"the same import error", func(n int, in spec.ExternalInput) error {
 			return exit(n%2, noTorch, true, 0) // (another rank each time: the same failure)
-		}, 2, "not retryable: launch from step 0: the job failed the same way on two launches in a row, before any rank reported a step"},
+		}, 2, "not retryable: launch from step 0: the job failed the same way on two launches in a row, before any rank reported a step — " +
+			"relaunching would only fail again (check the program it runs and its imports", nil},
 		{"another failure, then the same twice", func(n int, in spec.ExternalInput) error {
 			if n == 1 {
 				return exit(0, "RuntimeError: Address already in use\n", true, 0)
 			}
 			return exit(0, noTorch, true, 0)
-		}, 3, "the job failed the same way on two launches in a row"},
+		}, 3, "the job failed the same way on two launches in a row", nil},
+		// Launches that restored a checkpoint run a program that ran
+		// before: the hint is not its imports.
+		{"restored, then the same failure twice", func(n int, in spec.ExternalInput) error {
+			if n == 1 {
+				return exit(0, "ValueError: nan loss\n", false, 60)
+			}
+			return exit(0, "RuntimeError: checkpoint shape mismatch\n", true, 50)
+		}, 3, "relaunching would only fail again (the launches restored the checkpoint of step 50, so the program ran before: " +
+			"look at loading that checkpoint, or at what changed on these nodes", []int64{50}},
 		{"an older node worker", func(n int, in spec.ExternalInput) error {
 			return exit(0, noTorch, false, 0)
-		}, 4, "gave up after 3 restart(s)"},
+		}, 4, "gave up after 3 restart(s)", nil},
 		{"after steps", func(n int, in spec.ExternalInput) error {
 			return exit(0, "ValueError: nan loss\n", false, 7)
-		}, 4, "gave up after 3 restart(s)"},
+		}, 4, "gave up after 3 restart(s)", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &fakeCluster{pool: testNodes("node-1")}
-			w := &fakeWorlds{end: 100}
+			w := &fakeWorlds{end: 100, ckpts: tc.ckpts}
 			w.behave = func(in spec.ExternalInput) error {
 				return tc.launch(len(w.launches()), in)
 			}
@@ -308,7 +319,7 @@ func TestExternalStartFailureRepeated(t *testing.T) {
 			st := queryStatus(t, env)
 			require.Equal(t, spec.PhaseFailed, st.Phase)
 			require.Len(t, st.Recoveries, tc.launches-1)
-			if tc.launches < 4 {
+			if tc.launches < 4 && tc.ckpts == nil {
 				require.Contains(t, st.Error, "No module named 'torch'") // the log tail
 			}
 		})

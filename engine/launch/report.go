@@ -19,6 +19,8 @@ import (
 //     sees two records interleaved):
 //     {"event":"report","step":120,"loss":0.31,"metrics":{"acc":0.9},"time":1712345678.5}
 //     {"event":"saved","step":120,"time":…}  — checkpoint_dir() holds step 120, complete
+//     {"event":"restored","step":100,"time":…}  — the script asked restored_step() (once,
+//     when a checkpoint was restored): it is about to load that checkpoint
 //     The node worker reads complete lines only; a line it cannot parse is
 //     skipped (and counted), never fatal.
 //   - CANN_TRAIN_ACK_FILE: the node worker replaces it (write to a
@@ -39,6 +41,10 @@ import (
 const (
 	EventReport = "report"
 	EventSaved  = "saved"
+	// EventRestored: the script read the restored step (restored_step(),
+	// once, when it is not 0): it got past its start, on to loading the
+	// checkpoint. Node workers before it skip the line (ReportReader.Bad).
+	EventRestored = "restored"
 )
 
 // Event is one report line.
@@ -93,7 +99,7 @@ func (r *ReportReader) Poll() ([]Event, error) {
 			continue
 		}
 		var e Event
-		if err := json.Unmarshal(line, &e); err != nil || (e.Event != EventReport && e.Event != EventSaved) {
+		if err := json.Unmarshal(line, &e); err != nil || (e.Event != EventReport && e.Event != EventSaved && e.Event != EventRestored) {
 			r.Bad++
 			continue
 		}

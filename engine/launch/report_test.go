@@ -73,6 +73,7 @@ import os, sys, time
 import cann_train as ct
 assert ct.managed()
 start = ct.restored_step()
+assert ct.restored_step() == start
 if ct.rank() == 0:
     with open(os.path.join(ct.checkpoint_dir(), "state.txt")) as f:
         assert int(f.read()) == start, "restored state does not match restored_step"
@@ -107,7 +108,7 @@ print("done", ct.rank(), ct.world_size(), ct.total_steps(), flush=True)
 	waited := make(chan error, 1)
 	go func() { waited <- g.Wait(context.Background(), time.Second) }()
 	r0 := &ReportReader{Path: filepath.Join(dir, "r0.jsonl")}
-	var steps []int64
+	var steps, restored []int64
 	var copied []string
 	deadline := time.After(60 * time.Second)
 loop:
@@ -118,6 +119,8 @@ loop:
 		}
 		for _, e := range ev {
 			switch e.Event {
+			case EventRestored:
+				restored = append(restored, e.Step)
 			case EventReport:
 				steps = append(steps, e.Step)
 				if e.Loss == nil || e.Metrics["acc"] != float64(e.Step)/10 {
@@ -164,6 +167,9 @@ loop:
 	}
 	if want := []int64{5, 6, 7, 8, 9, 10}; len(steps) != len(want) || steps[0] != 5 || steps[5] != 10 {
 		t.Errorf("steps %v, want %v", steps, want)
+	}
+	if len(restored) != 1 || restored[0] != 4 || r0.Bad != 0 {
+		t.Errorf("restored events %v (%d lines skipped); want one, of step 4", restored, r0.Bad)
 	}
 	// Checkpoints at steps 6 and 9 (every 3), each copied as written.
 	if strings.Join(copied, ",") != "6,9" {

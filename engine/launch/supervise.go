@@ -30,8 +30,13 @@ type Spec struct {
 	Env []string
 	// Dir is the working directory ("" : this process's).
 	Dir string
-	// LogPath receives stdout and stderr, truncated at start.
+	// LogPath receives stdout and stderr, truncated at start, through a
+	// pipe: it keeps the output's head and a rolling tail, at most LogMax
+	// bytes in all (0: DefaultLogMax; below MinLogMax, MinLogMax;
+	// negative: no cap), with a marker line where it dropped output
+	// (DroppedMarker).
 	LogPath string
+	LogMax  int64
 }
 
 // Exit is how one process ended.
@@ -112,6 +117,8 @@ type proc struct {
 	exit Exit
 	// program is ProgramText of what it runs.
 	program string
+	// logDone is closed once its log has all the output (nil: no log).
+	logDone chan struct{}
 }
 
 // Start starts every process of specs, or none: when one cannot start, the
@@ -160,25 +167,42 @@ func (g *Group) startAll(specs []Spec) error {
 				return &StartError{Name: s.Name, Err: err}
 			}
 		}
-		// Output goes to a file itself, never a pipe: no copying goroutine
-		// that a grandchild holding the descriptor could keep Wait waiting on.
-		var logf *os.File
+		// Output goes through a pipe to a goroutine that keeps the log
+		// bounded (copyLog). Wait never waits on that goroutine, which a
+		// grandchild holding the pipe could keep reading: Stop waits for
+		// it a bounded while (logDrain).
+		var logf, pr, pw *os.File
 		if s.LogPath != "" {
-			logf, err = os.OpenFile(s.LogPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+			logf, err = os.OpenFile(s.LogPath, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+			if err == nil {
+				if pr, pw, err = os.Pipe(); err != nil {
+					logf.Close()
+				}
+			}
 		} else {
-			logf, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			pw, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 		}
 		if err != nil {
 			return &StartError{Name: s.Name, Err: err}
 		}
-		cmd := &exec.Cmd{Path: prog, Args: slices.Clone(s.Argv), Env: s.Env, Dir: s.Dir, Stdout: logf, Stderr: logf}
+		cmd := &exec.Cmd{Path: prog, Args: slices.Clone(s.Argv), Env: s.Env, Dir: s.Dir, Stdout: pw, Stderr: pw}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		err = cmd.Start()
-		logf.Close() // the child has its own descriptor
+		pw.Close() // the child has its own descriptor
 		if err != nil {
+			if pr != nil {
+				pr.Close()
+				logf.Close()
+			}
 			return &StartError{Name: s.Name, Err: err}
 		}
-		p := &proc{spec: s, cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{}), program: ProgramText(s.Argv[0], prog, s.Dir)}
+		var logDone chan struct{}
+		if pr != nil {
+			logDone = make(chan struct{})
+			go copyLog(pr, newCappedLog(logf, logMax(s.LogMax)), logDone)
+		}
+		p := &proc{spec: s, cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{}), logDone: logDone,
+			program: ProgramText(s.Argv[0], prog, s.Dir)}
 		g.procs = append(g.procs, p)
 		go p.wait(g.exits)
 	}
@@ -339,6 +363,29 @@ func (g *Group) Stop(grace time.Duration) {
 	for end := time.Now().Add(3 * time.Second); g.alive() && time.Now().Before(end); {
 		g.kill()
 		time.Sleep(20 * time.Millisecond)
+	}
+	g.drainLogs(logDrain)
+}
+
+// logDrain bounds how long Stop waits for the logs to hold the last of
+// the output: a process that left its process group may still hold its
+// pipe.
+const logDrain = 2 * time.Second
+
+// drainLogs waits, at most d in all, until every log has the whole output
+// of its process (every holder of its pipe closed it).
+func (g *Group) drainLogs(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for _, p := range g.procs {
+		if p.logDone == nil {
+			continue
+		}
+		select {
+		case <-p.logDone:
+		case <-t.C:
+			return
+		}
 	}
 }
 
