@@ -307,7 +307,7 @@ func printCancelled(w io.Writer, id string, end spec.RunStatus) {
 		// get SIGTERM then, and SIGKILL after stop_grace.)
 		freed = "; its nodes are free again once its processes have ended (SIGTERM now, SIGKILL after its stop_grace)"
 	}
-	fmt.Fprintf(w, "%s: %s%s\n", id, end.Error, freed)
+	fmt.Fprintf(w, "%s: %s%s\n", id, endText(end), freed)
 	if end.LastCkpt == nil || end.Step >= end.TotalSteps {
 		return
 	}

@@ -218,14 +218,8 @@ func showDashboard(ctx context.Context, c client.Client, out, errw io.Writer, o 
 			} else if drawn > 0 {
 				fmt.Fprintln(out) // (the tables one after the other)
 			}
-			fmt.Fprintf(out, "cann-train dashboard  %s  every %s (Ctrl-C ends)\n", now.Format("15:04:05"), o.every)
-			switch {
-			case silentSince.IsZero():
-			case lastAt.IsZero():
-				fmt.Fprintf(out, "server %s not answering since %s, retrying\n", cmp.Or(address, "?"), silentSince.Format("15:04:05"))
-			default:
-				fmt.Fprintf(out, "server %s not answering since %s, retrying; the runs as of %s:\n", cmp.Or(address, "?"),
-					silentSince.Format("15:04:05"), lastAt.Format("15:04:05"))
+			for _, line := range watchHeader(now, o.every, address, silentSince, lastAt, cols()) {
+				fmt.Fprintln(out, line)
 			}
 			fmt.Fprintln(out)
 		}
@@ -243,6 +237,38 @@ func showDashboard(ctx context.Context, c client.Client, out, errw io.Writer, o 
 		case <-time.After(o.every):
 		}
 	}
+}
+
+// watchHeader is the header of `dashboard --watch` as of now: when the
+// table was drawn and how often, and while the server does not answer
+// (since silentSince; zero: it answers) since when, and when the table
+// shown was read (lastAt; zero: none was). Each line is cut to cols-1
+// columns (0: no limit), as the table's are: on a terminal a longer one
+// wrapped, and every redraw then scrolled.
+func watchHeader(now time.Time, every time.Duration, address string, silentSince, lastAt time.Time, cols int) []string {
+	lines := []string{fmt.Sprintf("cann-train dashboard  %s  every %s (Ctrl-C ends)", now.Format("15:04:05"), every)}
+	switch {
+	case silentSince.IsZero():
+	case lastAt.IsZero():
+		lines = append(lines, fmt.Sprintf("server %s not answering since %s, retrying", cmp.Or(address, "?"), silentSince.Format("15:04:05")))
+	default:
+		lines = append(lines, fmt.Sprintf("server %s not answering since %s, retrying; the runs as of %s:", cmp.Or(address, "?"),
+			silentSince.Format("15:04:05"), lastAt.Format("15:04:05")))
+	}
+	for i := range lines {
+		lines[i] = cutToWidth(lines[i], cols)
+	}
+	return lines
+}
+
+// cutToWidth is line cut to a terminal cols wide (cutCell to cols-1: the
+// last column wraps on some terminals); as it is where cols is 0 (a file
+// or a pipe: no limit).
+func cutToWidth(line string, cols int) string {
+	if cols <= 0 {
+		return line
+	}
+	return cutCell(line, cols-1)
 }
 
 // dashboardRows lists up to limit runs matching query (listRuns: more
@@ -489,7 +515,7 @@ func (r *dashboardRow) addStatus(st spec.RunStatus, live *spec.ChunkProgress) {
 	r.Detail = st.Detail
 	switch {
 	case st.Error != "":
-		r.Detail = st.Error
+		r.Detail = endText(st)
 	case r.Detail == "" && len(slow) > 0:
 		r.Detail = "slow: " + strings.Join(slow, ", ")
 	}
@@ -607,7 +633,7 @@ func printDashboardTo(w io.Writer, rows []dashboardRow, query string, more, limi
 	if more == 0 {
 		return nil
 	}
-	_, err := fmt.Fprintln(w, "… "+moreLine(more, limit))
+	_, err := fmt.Fprintln(w, cutToWidth("… "+moreLine(more, limit), cols))
 	return err
 }
 
@@ -645,7 +671,7 @@ func dashboardCells(r dashboardRow) []string {
 	if r.StartedExecution {
 		started += " (this execution's)"
 	}
-	detail := r.Detail
+	detail := greenDetail(r.Detail, time.Now()) // (-o json: as the run says it)
 	if r.Unread != "" {
 		detail = "status unreadable: " + r.Unread
 	}

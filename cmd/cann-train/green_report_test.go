@@ -157,7 +157,7 @@ func TestStatusShowsControlsAndGreen(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"status       waiting-green: waiting for the green window until 2022-03-01T14:00:00Z (green window 14:00–18:00 UTC, 120 g/kWh) (pause requested",
+		"status       waiting-green: waiting for the green window until 2022-03-01 14:00 UTC (green window 14:00–18:00 UTC, 120 g/kWh) (pause requested",
 		"nodes        min_nodes 2, global batch 64; rescale to 3 pending",
 		"gen 2 at step 100: 3 → 2 nodes −[c]",
 		"plan       1 slot(s)", "    green window 14:00–18:00 UTC, 120 g/kWh",

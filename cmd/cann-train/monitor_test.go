@@ -662,6 +662,13 @@ func TestPrintCancelled(t *testing.T) {
 	if want := "its nodes are free again once its processes have ended (SIGTERM now, SIGKILL after its stop_grace)\n"; !strings.Contains(b.String(), want) {
 		t.Errorf("external job: got\n%s\nwant %q", b.String(), want)
 	}
+	// … and one cancelled before its first checkpoint has no step known.
+	b.Reset()
+	ext.LastCkpt, ext.Step, ext.Error = nil, 0, "cancelled at step 0"
+	printCancelled(&b, "run/cancel-e", ext)
+	if want := "run/cancel-e: cancelled before its first checkpoint (an external job's step is known only at its checkpoints); its nodes"; !strings.HasPrefix(b.String(), want) {
+		t.Errorf("external job without a checkpoint: got\n%s\nwant %q", b.String(), want)
+	}
 }
 
 // TestHelpResumeCommands (B7): no help text gives `cann-train run JOB`,

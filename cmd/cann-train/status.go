@@ -788,6 +788,7 @@ type liveBar struct {
 // where not known) as of now.
 func (b *liveBar) draw(st spec.RunStatus, step int64, loss float32, sps float64, at, now time.Time) {
 	eta, ok := b.eta.estimate(st, step, at, now)
+	st.Detail = greenDetail(st.Detail, now)
 	fmt.Fprint(b.w, "\r"+barLine(st, step, loss, sps, eta, ok, b.cols())+"\033[K")
 	b.shown = true
 }
@@ -829,49 +830,95 @@ func terminalCols(w io.Writer) func() int {
 // a bar where there is room for one; while training the ETA (etaOK:
 // known); while training (and once ended) the loss; while training
 // samples/s; the status's detail (why a run that does not train waits).
-// What does not fit is cut, the end first.
+// The bar is barMax wide, narrower where the terminal is (down to
+// barMin); where even that leaves no room for every figure, samples/s
+// (the last, the one cut first) goes to make room for it, but no other
+// figure does (below that the line has no bar, and samples/s again: an
+// 80-column terminal drew none, though the percentage begs for one). What
+// does not fit is cut, the end first. An external job cancelled before its
+// first checkpoint has no step to show (stepUnknownAtEnd).
 func barLine(st spec.RunStatus, step int64, loss float32, sps float64, eta time.Duration, etaOK bool, cols int) string {
+	room := cols - 1
+	if stepUnknownAtEnd(st) {
+		return cutLine(fmt.Sprintf("%-*s %s", kindWidth, st.Phase, unknownEndShort), room)
+	}
 	// (The step padded to the total's digits: the bar does not move as
 	// the step gains one.)
 	head := fmt.Sprintf("%-*s %*d", kindWidth, st.Phase, len(strconv.FormatInt(max(0, st.TotalSteps), 10)), step)
 	if st.TotalSteps > 0 {
 		head += fmt.Sprintf("/%d %3d%%", st.TotalSteps, 100*min(step, st.TotalSteps)/st.TotalSteps)
 	}
-	tail := ""
+	figs := ""
 	if st.Phase == spec.PhaseTraining && etaOK {
-		tail += "  ETA " + etaText(eta)
+		figs += "  ETA " + etaText(eta)
 	}
 	if loss != 0 && (st.Phase == spec.PhaseTraining || !phaseLive(st.Phase)) {
-		tail += fmt.Sprintf("  loss %.4g", loss)
+		figs += fmt.Sprintf("  loss %.4g", loss)
 	}
+	speed := ""
 	if st.Phase == spec.PhaseTraining && sps > 0 {
-		tail += fmt.Sprintf("  %.0f samples/s", sps)
+		speed = fmt.Sprintf("  %.0f samples/s", sps)
+	}
+	detail := ""
+	if st.Detail != "" {
+		detail = "  " + st.Detail
 	}
 	// The bar is as wide as the room left by the head and what the tail
 	// may need — the figures' widest, not this redraw's: a figure a digit
-	// longer or shorter must not move the bar at every redraw.
-	need := utf8.RuneCountInString(tail)
-	if st.Phase == spec.PhaseTraining {
-		need = max(need, utf8.RuneCountInString(figuresWidest))
+	// longer or shorter must not move the bar at every redraw (nor may
+	// samples/s come and go with it: whether it makes room for the bar
+	// depends on the terminal's width alone).
+	width := func(withSpeed bool) int {
+		need, widest := utf8.RuneCountInString(figs), figuresWidestNoSpeed
+		if withSpeed {
+			need += utf8.RuneCountInString(speed)
+			widest = figuresWidest
+		}
+		if st.Phase == spec.PhaseTraining {
+			need = max(need, utf8.RuneCountInString(widest))
+		}
+		need += utf8.RuneCountInString(detail)
+		return min(barMax, room-utf8.RuneCountInString(head)-3-need)
 	}
-	if st.Detail != "" {
-		tail += "  " + st.Detail
-		need += 2 + utf8.RuneCountInString(st.Detail)
+	n, withSpeed := width(true), true
+	if n < barMin && width(false) >= barMin {
+		n, withSpeed = width(false), false
 	}
-	room := cols - 1
-	if n := min(30, room-utf8.RuneCountInString(head)-3-need); n >= 10 && st.TotalSteps > 0 {
+	if n >= barMin && st.TotalSteps > 0 {
 		done := int(int64(n) * min(step, st.TotalSteps) / st.TotalSteps)
 		head += " [" + strings.Repeat("#", done) + strings.Repeat("-", n-done) + "]"
+	} else {
+		withSpeed = true // (no bar: nothing to make room for)
 	}
-	if line := []rune(head + tail); len(line) > room {
-		return strings.TrimRight(string(line[:max(0, room-1)]), " ") + "…"
+	tail := figs
+	if withSpeed {
+		tail += speed
 	}
-	return head + tail
+	return cutLine(head+tail+detail, room)
 }
 
+// cutLine is line in at most room columns: cut, its end "…", where
+// longer.
+func cutLine(line string, room int) string {
+	if r := []rune(line); len(r) > room {
+		return strings.TrimRight(string(r[:max(0, room-1)]), " ") + "…"
+	}
+	return line
+}
+
+// The live line's bar is at most barMax wide; narrower than barMin, it is
+// not drawn.
+const (
+	barMax = 30
+	barMin = 10
+)
+
 // figuresWidest is as wide as a training run's figures in the live line
-// get (barLine).
-const figuresWidest = "  ETA 59m59s  loss 0.0001234  1234567 samples/s"
+// get (barLine); figuresWidestNoSpeed the same without samples/s.
+const (
+	figuresWidestNoSpeed = "  ETA 59m59s  loss 0.0001234"
+	figuresWidest        = figuresWidestNoSpeed + "  1234567 samples/s"
+)
 
 // etaText is an ETA to the second, or to the minute past an hour.
 func etaText(d time.Duration) string {
@@ -1100,6 +1147,10 @@ func (p *progressLines) update(st spec.RunStatus, step int64, loss float32, sps 
 		return
 	}
 	p.phase, p.detail, p.decile = st.Phase, st.Detail, decile
+	if stepUnknownAtEnd(st) {
+		fmt.Fprintf(p.w, "%-*s %s\n", kindWidth, st.Phase, unknownEndShort)
+		return
+	}
 	if st.Phase != spec.PhaseTraining {
 		sps = 0 // (the last chunk's: not the speed of a run that does not train)
 	}
@@ -1109,7 +1160,7 @@ func (p *progressLines) update(st spec.RunStatus, step int64, loss float32, sps 
 	}
 	line += figures(loss, sps, 0)
 	if st.Detail != "" {
-		line += "  (" + st.Detail + ")"
+		line += "  (" + greenDetail(st.Detail, now) + ")"
 	}
 	fmt.Fprintln(p.w, line)
 }
@@ -1471,8 +1522,13 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(s)
 	}
+	return printSummaryAt(w, st, s, time.Now())
+}
+
+// printSummaryAt is printSummary's text as of asOf.
+func printSummaryAt(w io.Writer, st spec.RunStatus, s Summary, asOf time.Time) error {
 	fmt.Fprintf(w, "run          %s\n", s.WorkflowID)
-	fmt.Fprintf(w, "status       %s\n", statusLine(s))
+	fmt.Fprintf(w, "status       %s\n", statusLineAt(s, asOf))
 	if s.Waiting != "" {
 		fmt.Fprintf(w, "waiting      %s\n", s.Waiting)
 	}
@@ -1506,6 +1562,10 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 			strings.Join(s.IgnoredSignals, ", "), send)
 	}
 	switch {
+	case stepUnknownAtEnd(st) && st.TotalSteps == 0:
+		fmt.Fprintln(w, "steps        - (not known: it stored no checkpoint, where an external job's step is recorded)")
+	case stepUnknownAtEnd(st):
+		fmt.Fprintf(w, "steps        -/%d (not known: it stored no checkpoint, where an external job's step is recorded)\n", st.TotalSteps)
 	case st.Model == spec.ModelExternal && st.TotalSteps == 0:
 		fmt.Fprintf(w, "steps        %d (the job has not said its total yet)\n", st.Step)
 	case st.Model == spec.ModelExternal:
@@ -1514,7 +1574,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 	default:
 		fmt.Fprintf(w, "steps        %d/%d in %d chunk(s)\n", st.Step, st.TotalSteps, s.Chunks)
 	}
-	if age := time.Since(s.LastStepAt); !s.LastStepAt.IsZero() && age > staleStep && s.Status == spec.PhaseTraining {
+	if age := asOf.Sub(s.LastStepAt); !s.LastStepAt.IsZero() && age > staleStep && s.Status == spec.PhaseTraining {
 		who := "a node" // (one that hangs is found by its heartbeat timeout)
 		switch {
 		case st.Model == spec.ModelExternal:
@@ -1652,7 +1712,7 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "energy       %.4f kWh measured, %.0f W over %s of training%s\n",
 			e.KWh, e.MeanWatts, (time.Duration(e.TrainedSeconds * float64(time.Second))).Round(time.Second), all)
 	}
-	printGreenOf(w, s.Green, live, !s.serverGone, time.Now())
+	printGreenOf(w, s.Green, live, !s.serverGone, asOf)
 	printTopology(w, s.Topology)
 	if s.WeightsSHA256 != "" {
 		fmt.Fprintf(w, "weights      sha256 %s\n", s.WeightsSHA256)
@@ -1661,11 +1721,15 @@ func printSummary(w io.Writer, st spec.RunStatus, s Summary, output string) erro
 		fmt.Fprintf(w, "data         sha256 %s (the data set every node compared)\n", s.DataSHA256)
 	}
 	fmt.Fprintf(w, "wall         %.1fs\n", s.WallSeconds)
+	ended := s.Error
+	if st.Error == s.Error {
+		ended = endText(st)
+	}
 	switch {
 	case s.Error != "" && s.Status == spec.PhaseCancelled:
-		fmt.Fprintf(w, "ended        %s\n", s.Error) // (asked for: no error)
+		fmt.Fprintf(w, "ended        %s\n", ended) // (asked for: no error)
 	case s.Error != "":
-		fmt.Fprintf(w, "error        %s\n", s.Error)
+		fmt.Fprintf(w, "error        %s\n", ended)
 	}
 	if !live && s.Status != spec.PhaseCompleted && s.Checkpoints.LastURL != "" && st.Step < st.TotalSteps {
 		again := resumeCommand(s.WorkflowID)
@@ -1735,9 +1799,12 @@ func printLogs(w io.Writer, name string, logs []spec.NodeLogs) {
 // statusLine is the phase with what it is about: "paused at step 200…"
 // (a detail that begins with the phase, alone), "waiting-green: waiting
 // for the green window until …".
-func statusLine(s Summary) string {
+func statusLine(s Summary) string { return statusLineAt(s, time.Now()) }
+
+// statusLineAt is statusLine as of now (a green wait's time: greenDetail).
+func statusLineAt(s Summary, now time.Time) string {
 	line := string(s.Status)
-	detail := s.Detail
+	detail := greenDetail(s.Detail, now)
 	if !phaseLive(s.Status) {
 		// A run Temporal ended without its code (terminated, timed out)
 		// keeps its last live detail: not its hints to act on it — a
@@ -1933,11 +2000,11 @@ func printGreenOf(w io.Writer, g *spec.GreenStatus, live, serverUp bool, now tim
 	if g.Overridden {
 		until := "for good"
 		if !g.OverrideUntil.IsZero() {
-			until = "until " + g.OverrideUntil.UTC().Format(time.RFC3339)
+			until = "until " + greenClock(g.OverrideUntil, now)
 		}
 		fmt.Fprintf(w, "  override   policy ignored %s\n", until)
 	}
-	overridden := overrideText(g, now)
+	overridden := overrideTextIn(g, now, func(t time.Time) string { return greenClock(t, now) })
 	switch pl := g.Plan; {
 	case pl != nil && live && overridden != "":
 		// The run trains at once while the override lasts: the plan's
@@ -1950,11 +2017,11 @@ func printGreenOf(w io.Writer, g *spec.GreenStatus, live, serverUp bool, now tim
 			next = "the run trains at once (green override --clear restores the policy)"
 		}
 		fmt.Fprintf(w, "  plan       (%s) %d slot(s) planned %s, not followed: %s\n",
-			overridden, len(pl.Slots), pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), next)
+			overridden, len(pl.Slots), greenClock(pl.MadeAt, now), next)
 	case pl != nil && live:
 		fmt.Fprintf(w, "  plan       %d slot(s) for %s of training by %s: %.0f g/kWh expected vs %.0f over the same work started now (planned %s)\n",
-			len(pl.Slots), roughDuration(pl.Work.D()), pl.Deadline.UTC().Format("2006-01-02 15:04 UTC"),
-			pl.ExpectedGPerKWh, pl.BaselineGPerKWh, pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"))
+			len(pl.Slots), roughDuration(pl.Work.D()), greenClock(pl.Deadline, now),
+			pl.ExpectedGPerKWh, pl.BaselineGPerKWh, greenClock(pl.MadeAt, now))
 		for _, sl := range pl.Slots {
 			fmt.Fprintf(w, "    %s\n", sl.Label(pl.MadeAt))
 		}
@@ -1964,7 +2031,7 @@ func printGreenOf(w io.Writer, g *spec.GreenStatus, live, serverUp bool, now tim
 		if overridden != "" {
 			not = " (" + overridden + ": not followed)"
 		}
-		fmt.Fprintf(w, "  last plan  made %s, for %s of training then left%s\n", pl.MadeAt.UTC().Format("2006-01-02 15:04 UTC"), roughDuration(pl.Work.D()), not)
+		fmt.Fprintf(w, "  last plan  made %s, for %s of training then left%s\n", greenClock(pl.MadeAt, now), roughDuration(pl.Work.D()), not)
 	}
 	// The intensity read at the last plan: the present only while the run
 	// goes on (an ended run's "now" was a stale reading).
@@ -2018,17 +2085,66 @@ func printGreenOf(w io.Writer, g *spec.GreenStatus, live, serverUp bool, now tim
 // overrideText is "overridden until T" (with "ended" once T has passed at
 // now: the run notes it at its next chunk boundary) or "overridden for
 // good" while a green override sets g's policy, and its plan, aside; ""
-// when none does.
+// when none does. T is in RFC 3339 (green report's); status writes it as
+// its other green times (overrideTextIn, greenClock).
 func overrideText(g *spec.GreenStatus, now time.Time) string {
+	return overrideTextIn(g, now, func(t time.Time) string { return t.UTC().Format(time.RFC3339) })
+}
+
+// overrideTextIn is overrideText with T as clock writes it.
+func overrideTextIn(g *spec.GreenStatus, now time.Time, clock func(time.Time) string) string {
 	switch {
 	case g == nil || !g.Overridden:
 		return ""
 	case g.OverrideUntil.IsZero():
 		return "overridden for good"
 	case !now.Before(g.OverrideUntil):
-		return "overridden until " + g.OverrideUntil.UTC().Format(time.RFC3339) + ", ended"
+		return "overridden until " + clock(g.OverrideUntil) + ", ended"
 	}
-	return "overridden until " + g.OverrideUntil.UTC().Format(time.RFC3339)
+	return "overridden until " + clock(g.OverrideUntil)
+}
+
+// greenClock is a clock time in a green run's status as its green windows
+// say theirs (spec.CarbonSlot.Label): "14:00 UTC" on now's day (UTC),
+// "2026-12-07 14:00 UTC" on another; to the minute.
+func greenClock(t, now time.Time) string {
+	return greenClockOf(t, now, "15:04")
+}
+
+// greenClockOf is greenClock with clock the time's layout ("15:04",
+// "15:04:05").
+func greenClockOf(t, now time.Time, clock string) string {
+	const day = "2006-01-02"
+	t = t.UTC()
+	if t.Format(day) == now.UTC().Format(day) {
+		return t.Format(clock) + " UTC"
+	}
+	return t.Format(day+" "+clock) + " UTC"
+}
+
+// greenWaitUntil is the RFC 3339 time a green wait's detail says it waits
+// until ("waiting for the green window until 2026-12-07T14:00:00Z (green
+// window 14:00–18:00 UTC, …)", as the run words it).
+var greenWaitUntil = regexp.MustCompile(`(waiting for the green window until )(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))`)
+
+// greenDetail is a run's detail as the CLI shows it at now: the time a
+// green wait waits until as greenClock writes it, not in RFC 3339 beside
+// its window's "14:00–18:00 UTC" (to the second where the window starts
+// off the minute, as the window's own label then is). Any other detail is
+// as it is. (-o json keeps the detail as the run says it.)
+func greenDetail(detail string, now time.Time) string {
+	return greenWaitUntil.ReplaceAllStringFunc(detail, func(m string) string {
+		parts := greenWaitUntil.FindStringSubmatch(m)
+		t, err := time.Parse(time.RFC3339, parts[2])
+		if err != nil {
+			return m
+		}
+		clock := "15:04"
+		if t.Second() != 0 {
+			clock = "15:04:05"
+		}
+		return parts[1] + greenClockOf(t, now, clock)
+	})
 }
 
 // printTopology prints what the run's topology scan measured and chose.
@@ -2085,6 +2201,40 @@ func endedAs(phase spec.Phase, step int64, errText string) string {
 		return fmt.Sprintf("%s at step %d", phase, step)
 	}
 	return fmt.Sprintf("%s at step %d: %s", phase, step, why)
+}
+
+// stepUnknownAtEnd: run st is an external job cancelled before its script
+// stored a checkpoint. An external job's step is recorded at its
+// checkpoints (a launch's is its start), so its status's step — 0, which
+// its end read as "cancelled at step 0" — is not where it stopped, and
+// that is not known. (A checkpoint the bucket refused, or that a node
+// kept, has a step the run did reach: its end says it.)
+func stepUnknownAtEnd(st spec.RunStatus) bool {
+	return st.Model == spec.ModelExternal && st.Phase == spec.PhaseCancelled && st.LastCkpt == nil && st.KeptOnNode == nil &&
+		st.CheckpointFailed == nil && cancelledAt.MatchString(st.Error)
+}
+
+// unknownEnd and unknownEndShort say where a run stepUnknownAtEnd
+// stopped: in the status's and the dashboard's words for its end, and
+// after the phase in watch's lines.
+const (
+	unknownEnd      = "cancelled before its first checkpoint (an external job's step is known only at its checkpoints)"
+	unknownEndShort = "before its first checkpoint (its step is not known: an external job reports it at its checkpoints)"
+)
+
+// cancelledAt is the opening of a cancelled run's error (its end: where it
+// stopped).
+var cancelledAt = regexp.MustCompile(`^cancelled at step \d+`)
+
+// endText is how run st ended, as status's "ended" (or "error") line and
+// the dashboard's DETAIL say it: its error, but "cancelled before its
+// first checkpoint" where stepUnknownAtEnd (not "cancelled at step 0").
+// (-o json keeps the error as the run says it.)
+func endText(st spec.RunStatus) string {
+	if !stepUnknownAtEnd(st) {
+		return st.Error
+	}
+	return cancelledAt.ReplaceAllLiteralString(st.Error, unknownEnd)
 }
 
 // repeatsEnd matches what endedAs leaves out of an earlier run's error:

@@ -936,7 +936,7 @@ func TestPrintGreenPlanOfAnEndedRun(t *testing.T) {
 	}{
 		{true, []string{"  plan       1 slot(s) for 20m0s of training", "g/kWh); now 180 g/kWh; 0 green wait(s)",
 			"g/kWh expected vs 0 over the same work started now"}, []string{"last plan", "last read", "running now"}},
-		{false, []string{"  last plan  made 2026-12-06 13:00 UTC, for 20m0s of training then left", "g/kWh); last read 180 g/kWh; 0 green wait(s)"},
+		{false, []string{"  last plan  made 13:00 UTC, for 20m0s of training then left", "g/kWh); last read 180 g/kWh; 0 green wait(s)"},
 			[]string{"slot(s)", "now 180"}},
 	} {
 		var b bytes.Buffer
@@ -973,17 +973,17 @@ func TestPrintGreenOverriddenPlan(t *testing.T) {
 	}{
 		{name: "not overridden", live: true, want: []string{"  plan       1 slot(s) for 1m0s of training", "    green window 02:37–02:38 UTC"}, miss: []string{"overridden"}},
 		{name: "overridden until", live: true, overridden: true, until: until,
-			want: []string{"  override   policy ignored until 2026-12-07T03:30:00Z",
-				"  plan       (overridden until 2026-12-07T03:30:00Z) 1 slot(s) planned 2026-12-07 02:20 UTC, not followed: the run trains at once, and plans again once the override ends"},
+			want: []string{"  override   policy ignored until 03:30 UTC",
+				"  plan       (overridden until 03:30 UTC) 1 slot(s) planned 02:20 UTC, not followed: the run trains at once, and plans again once the override ends"},
 			miss: []string{"green window", "g/kWh expected"}},
 		{name: "overridden for good", live: true, overridden: true,
-			want: []string{"  plan       (overridden for good) 1 slot(s) planned 2026-12-07 02:20 UTC, not followed: the run trains at once (green override --clear restores the policy)"},
+			want: []string{"  plan       (overridden for good) 1 slot(s) planned 02:20 UTC, not followed: the run trains at once (green override --clear restores the policy)"},
 			miss: []string{"green window"}},
 		{name: "override over, not yet noted", live: true, overridden: true, until: now.Add(-time.Minute),
-			want: []string{"(overridden until 2026-12-07T02:29:00Z, ended) 1 slot(s) planned 2026-12-07 02:20 UTC, not followed: the run plans again at its next chunk boundary"},
+			want: []string{"(overridden until 02:29 UTC, ended) 1 slot(s) planned 02:20 UTC, not followed: the run plans again at its next chunk boundary"},
 			miss: []string{"green window"}},
 		{name: "ended under an override", overridden: true, until: until,
-			want: []string{"  last plan  made 2026-12-07 02:20 UTC, for 1m0s of training then left (overridden until 2026-12-07T03:30:00Z: not followed)"},
+			want: []string{"  last plan  made 02:20 UTC, for 1m0s of training then left (overridden until 03:30 UTC: not followed)"},
 			miss: []string{"green window", "slot(s)"}},
 		{name: "ended, not overridden", want: []string{"for 1m0s of training then left\n"}, miss: []string{"overridden"}},
 	} {
