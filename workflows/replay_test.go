@@ -194,7 +194,14 @@ import (
 // (versionKeptAfterLoss, versionKeptLossTrained); and
 // cluster_renewal_registers.json, a registry started anew after the old
 // one was terminated, the other nodes registered by their lease renewals
-// (versionRenewalRegisters)
+// (versionRenewalRegisters); and, recorded with CANN_TRAIN_RECORD_ALL
+// (cmd/cann-train/recordall_test.go: every execution of every e2e test)
+// and picked for the changes they pass through,
+// trainingrun_external_slot_end.json (TestExternalGreenWindow),
+// trainingrun_fail_resolves.json (TestUnsharedBucketFailsTheRun),
+// trainingrun_slow_full_chunks.json (TestCancelStopsTheChunkInFlight),
+// trainingrun_stopped_came_back.json (TestStoppedNodeStaysWithItsPausedRun)
+// and trainingrun_unreached_step.json (TestRunOutlivesTemporalStalls)
 // (re-record with CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata
 // go test -run 'TestControlWorkerKilledMidRun|TestNodeKilledMidRunIsReplaced|TestPauseResumeRealRun|TestCompressedRunSurvivesKillBitIdentical|TestStrategyAutoRealRun|TestExternalPauseResume|TestExternalGreenWindow|TestCarbonBatchControllerRealRun|TestExternalRollover|TestExternalDrainMovesTheWorld|TestExternalCrashCountsLostWork|TestCancelRealRun|TestShrunkRunGrowsBack|TestFrozenNodeIsReplaced|TestTopologyScanLosesADeadNodeRealRun|TestFaultReachesTheChunkInFlight|TestResumeEndedRun|TestNodeWithoutDataIsReplaced|TestRunHoldsForItsStorage|TestExternalHostWithoutTheJobIsReplaced|TestRunOutlivesAServiceOutage|TestRunCheckpointsOnS3|TestRunSkipsDeletedCheckpoints|TestSlowNodeIsNamed|TestNodeStopsGracefully|TestControlsEndALongChunk|TestGreenWindowEndsALongChunk|TestExternalStopMovesTheWorld|TestTwoNodesStopAtOnce|TestExternalStopPastTheGrace|TestShrunkRunGrowsBackMidChunk|TestExternalPauseAtARequestedCheckpoint|TestExternalPauseWhileStarting|TestDrainedNodeIsReplacedMidChunk|TestNodeCutOffFromTheBucketIsReplaced|TestRankZeroCutOffFromTheBucketIsLeft|TestExternalNodeCutOffFromTheBucketIsReplaced|TestExternalRunHoldsForItsStorage|TestExternalCancelledRunKeepsItsCheckpoint|TestExternalPauseStopsAtAKeptCheckpoint|TestExternalLossAfterAKeptRefusal|TestControlsWhileARunWaitsForNodes|TestRunSteeredWithHandWrittenJSON|TestStoppedNodeStaysWithItsPausedRun|TestSecondWorkerWithTheSameID|TestRegistryResetTakesEveryNodeBack'
 // ./cmd/cann-train; keep the old ones unless their format changes). A
@@ -325,6 +332,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_cancel_kept.json", spec.WorkflowTrainingRun},     // … cancelled while it held, the kept checkpoint tried once more (versionKeptOnCancel)
 		{"trainingrun_external_kept_pause.json", spec.WorkflowTrainingRun},      // a pause's checkpoint refused, kept: stopped there, trained recorded (versionKeptForStop, versionKeptTrained)
 		{"trainingrun_external_kept_loss.json", spec.WorkflowTrainingRun},       // a world lost after a kept refusal: the kept one asked for first (versionKeptAfterLoss, versionKeptLossTrained)
+		{"trainingrun_external_slot_end.json", spec.WorkflowTrainingRun},        // an external job's green launch stopped at its slot's end (versionExternalSlotEnd)
+		{"trainingrun_fail_resolves.json", spec.WorkflowTrainingRun},            // a run failed on an unshared bucket, its lost upload resolved first (versionFailResolves)
+		{"trainingrun_slow_full_chunks.json", spec.WorkflowTrainingRun},         // a chunk cancelled in flight, not judged for slowness (versionSlowFullChunks)
+		{"trainingrun_stopped_came_back.json", spec.WorkflowTrainingRun},        // a paused run's stopped node came back to it (versionStoppedCameBack)
+		{"trainingrun_unreached_step.json", spec.WorkflowTrainingRun},           // two Temporal stalls, the step each reached said (versionUnreachedStep)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

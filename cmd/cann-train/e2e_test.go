@@ -502,6 +502,7 @@ func startInProcessControlWith(ctx context.Context, t *testing.T, dir string, cs
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop) // after the control worker's cleanup (LIFO)
+	recordAllHistories(t, srv)
 	c = controlInProcessWith(ctx, t, srv, cs.metrics)
 	l = &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
 	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
@@ -593,6 +594,7 @@ func serverOnDisk(ctx context.Context, t *testing.T, dir string) func() *dev.Ser
 		if err != nil {
 			t.Fatal(err)
 		}
+		recordAllHistories(t, srv)
 		return srv
 	}
 }
@@ -641,6 +643,7 @@ func startServerClient(ctx context.Context, t *testing.T) (*dev.Server, client.C
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
+	recordAllHistories(t, srv)
 	c, err := workers.Dial(ctx, workers.ClientOptions{Address: srv.FrontendAddr()})
 	if err != nil {
 		t.Fatal(err)

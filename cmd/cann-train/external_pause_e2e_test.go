@@ -400,6 +400,7 @@ func startScriptClusterOn(ctx context.Context, t *testing.T, dir string, opts de
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
+	recordAllHistories(t, srv)
 	c := controlInProcess(ctx, t, srv)
 	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs"), Env: env}
 	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })

@@ -239,6 +239,7 @@ func TestNodeWorkerWaitsForTemporal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
+	recordAllHistories(t, srv)
 	c := controlInProcess(ctx, t, srv)
 	waitRegistered(ctx, t, c, 1)
 	select {
