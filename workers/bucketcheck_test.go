@@ -16,6 +16,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
 	"github.com/cann-train/cann-train/internal/s3fake"
 )
 
@@ -28,7 +31,8 @@ import (
 // does not answer or cuts the worker's connections may come back and is
 // only said, naming the bucket; file:// and mem:// answer at once.
 func TestCheckDefaultBucket(t *testing.T) {
-	good := s3fake.Bucket(t, nil)
+	backend := s3mem.New()
+	good := s3fake.BucketOn(t, backend, nil)
 	forbidden := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/xml")
 		w.WriteHeader(http.StatusForbidden)
@@ -56,6 +60,23 @@ func TestCheckDefaultBucket(t *testing.T) {
 	hang := &s3fake.Hang{}
 	hang.On.Store(true)
 	silent := s3fake.Bucket(t, hang.Wrap)
+	// Credentials that may list but not write (or not delete): S3's
+	// AccessDenied for the requests refused.
+	refuse := func(method string) func(http.Handler) http.Handler {
+		return func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != method {
+					next.ServeHTTP(w, r)
+					return
+				}
+				w.Header().Set("Content-Type", "application/xml")
+				w.WriteHeader(http.StatusForbidden)
+				_, _ = w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied.</Message></Error>`))
+			})
+		}
+	}
+	readOnly := s3fake.Bucket(t, refuse(http.MethodPut))
+	noDelete := s3fake.Bucket(t, refuse(http.MethodDelete))
 	at := func(endpoint string) string {
 		return "s3://ckpt?" + url.Values{"endpoint": {endpoint}, "use_path_style": {"true"}, "region": {"us-east-1"}, "max_attempts": {"1"}}.Encode()
 	}
@@ -76,6 +97,10 @@ func TestCheckDefaultBucket(t *testing.T) {
 			refused: "the bucket refuses this process's credentials, or their rights: for s3://, check AWS_ACCESS_KEY_ID"},
 		{name: "untrusted certificate", url: at(selfSigned.URL),
 			refused: "this process does not trust the endpoint's TLS certificate (a self-signed one, as MinIO makes, or a private CA's): give this worker the CA's certificate (PEM) in AWS_CA_BUNDLE"},
+		{name: "read-only credentials", url: readOnly + "&max_attempts=1",
+			refused: "checkpoint: write runs/.write-probe-node-x-"},
+		{name: "no right to delete", url: noDelete + "&max_attempts=1",
+			refused: "(written; old checkpoints are deleted so too): blob"},
 		{name: "nothing listens", url: at("http://" + closed), warns: "nothing listens at " + closed},
 		{name: "no answer", url: silent, warns: "no answer within 2s"},
 		{name: "cut off", url: at(cut.URL), warns: "default checkpoint bucket not accessible"},
@@ -107,6 +132,11 @@ func TestCheckDefaultBucket(t *testing.T) {
 				t.Errorf("the check took %s", took)
 			}
 		})
+	}
+
+	// The write probe left nothing in the bucket.
+	if objs, err := backend.ListBucket("ckpt", nil, gofakes3.ListBucketPage{}); err != nil || len(objs.Contents) != 0 {
+		t.Errorf("the bucket holds %v after the checks (%v); want nothing", objs, err)
 	}
 
 	// The worker refuses to start before it asks Temporal anything.

@@ -883,7 +883,9 @@ func checkDefaultBucket(ctx context.Context, o NodeOptions, within time.Duration
 	defer st.Close()
 	actx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	err = st.Accessible(actx)
+	if err = st.Accessible(actx); err == nil {
+		err = st.Writable(actx, o.ID) // (credentials that list may not write)
+	}
 	switch {
 	case err == nil:
 	case checkpoint.Misconfigured(err):

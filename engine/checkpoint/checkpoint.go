@@ -280,6 +280,24 @@ func (s *Store) Accessible(ctx context.Context) error {
 	return nil
 }
 
+// Writable checks that these credentials may write and delete under runs/,
+// as every checkpoint and its retention do: it writes a small object,
+// runs/.write-probe-<who>-<time> (no run's name starts with a dot: no
+// run's listing sees it), and deletes it. Credentials that may list but not
+// write (a read-only key, a policy without PutObject or DeleteObject) pass
+// Accessible and fail here, at a worker's start rather than at a run's
+// first checkpoint; [Misconfigured] tells them from a store that is down.
+func (s *Store) Writable(ctx context.Context, who string) error {
+	key := fmt.Sprintf("runs/.write-probe-%s-%d", who, time.Now().UnixNano())
+	if err := s.write(ctx, key, []byte("cann-train write probe: deleted at once; safe to delete\n"), nil); err != nil {
+		return fmt.Errorf("checkpoint: write %s: %w", key, err)
+	}
+	if err := s.remove(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return fmt.Errorf("checkpoint: delete %s (written; old checkpoints are deleted so too): %w", key, err)
+	}
+	return nil
+}
+
 // ValidateRun reports whether run can name a run's checkpoints.
 func ValidateRun(run string) error {
 	switch {
