@@ -95,6 +95,9 @@ type Node struct {
 	CheckpointGCGrace time.Duration
 	// connectWait replaces connectTimeout when positive (tests).
 	connectWait time.Duration
+	// observeBeats, when set, sees every beat of its TrainChunk
+	// activities (tests).
+	observeBeats func(spec.ChunkProgress)
 
 	// world admits one external job's processes at a time on this node: a
 	// relaunch waits until the last world's processes are gone.
@@ -240,6 +243,11 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (_ *spec.Chun
 	// also how a cancellation reaches this activity.
 	hb = newHeartbeater(ctx, in)
 	defer hb.stop()
+	if n.observeBeats != nil {
+		hb.mu.Lock()
+		hb.observe = n.observeBeats
+		hb.mu.Unlock()
+	}
 	if err := n.checkSharedBucket(ctx, in.Token, in.Restore, log); err != nil {
 		return nil, err
 	}
@@ -471,7 +479,9 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 	}
 	if p.global == 0 {
 		// An earlier chunk's checkpoint has had this whole chunk to upload.
+		p.hb.storing(n.pendingStep(in.Spec.Name))
 		res.EarlierCheckpoint, res.CheckpointFailed = n.finishPending(ctx, in, log)
+		p.hb.storing(0)
 	}
 	if p.global == 0 && in.Checkpoint && in.AsyncCheckpoint {
 		pend, err := n.saveAsync(in, snapshot(tr, commState))
@@ -481,9 +491,11 @@ func (n *Node) trainRank(ctx context.Context, in spec.ChunkInput, p place, train
 		res.PendingCheckpoint = pend
 		log.Info("checkpoint uploading", zap.Int64("step", pend.Step))
 	} else if p.global == saverRank(in, p) && in.Checkpoint {
+		p.hb.storing(in.To)
 		if err := n.saveNow(ctx, in, res, snapshot(tr, commState), log); err != nil {
 			return nil, err
 		}
+		p.hb.storing(0)
 	}
 	if p.global == 0 && in.Evaluate {
 		acc, _ := tr.Evaluate(test)
@@ -1357,6 +1369,17 @@ func (n *Node) recordJob(ctx context.Context, store *checkpoint.Store, s spec.Ru
 // asyncSaveTimeout bounds a background upload.
 const asyncSaveTimeout = 30 * time.Minute
 
+// pendingStep is the step of the checkpoint an earlier chunk of run left
+// uploading (0: none).
+func (n *Node) pendingStep(run string) int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if p := n.pending; p != nil && p.run == run {
+		return p.step
+	}
+	return 0
+}
+
 // finishPending waits for the checkpoint an earlier chunk left uploading
 // and returns it if it is this run's and committed; a failed upload of
 // this run's is logged and returned as a CheckpointFailure (the run keeps
@@ -1469,8 +1492,11 @@ type heartbeater struct {
 	prog     spec.ChunkProgress
 	withLogs bool
 	logs     func() spec.NodeLogs
-	done     chan struct{}
-	wg       sync.WaitGroup
+	// observe, when set, sees every beat (tests: the SDK throttles what
+	// reaches a test environment's listener).
+	observe func(spec.ChunkProgress)
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 // newHeartbeater is TrainChunk's heartbeater.
@@ -1499,8 +1525,11 @@ func startHeartbeater(ctx context.Context, prog spec.ChunkProgress, timeout time
 		defer t.Stop()
 		for {
 			h.mu.Lock()
-			p, logs := h.prog, h.logs
+			p, logs, observe := h.prog, h.logs, h.observe
 			h.mu.Unlock()
+			if observe != nil {
+				observe(p)
+			}
 			if h.withLogs {
 				var tail spec.NodeLogs
 				if logs != nil {
@@ -1526,6 +1555,23 @@ func (h *heartbeater) update(p spec.ChunkProgress) {
 	h.mu.Lock()
 	h.prog = p
 	h.mu.Unlock()
+}
+
+// storing says, in the beats from now on, that the node stores the
+// checkpoint of step (0: no longer); a nil heartbeater says nothing.
+func (h *heartbeater) storing(step int64) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.prog.Storing == step {
+		return
+	}
+	h.prog.Storing, h.prog.StoringSince = step, time.Time{}
+	if step > 0 {
+		h.prog.StoringSince = time.Now()
+	}
 }
 
 // setLogs sets what reads the log tail of a withLogs heartbeater.

@@ -853,6 +853,13 @@ type ChunkProgress struct {
 	// At is when the node had Step (its clock): the status tells a chunk
 	// or script that stopped stepping by its age.
 	At time.Time `json:"at,omitzero"`
+	// Storing is the step of a checkpoint the node is storing (0: none):
+	// the chunk's own, saved before the chunk ends, or an earlier chunk's
+	// whose background upload it waits for; StoringSince is when it began
+	// (its clock). A status says so rather than guess it from a chunk
+	// stepped to its end and silent since.
+	Storing      int64     `json:"storing,omitzero"`
+	StoringSince time.Time `json:"storing_since,omitzero"`
 }
 
 // ChunkResult is one node's report for a finished chunk.

@@ -347,7 +347,9 @@ func liveOf(beats []pendingBeat, st *spec.RunStatus) (*spec.ChunkProgress, []spe
 		if !failedAt.IsZero() && !b.scheduled.IsZero() && b.scheduled.Before(failedAt) {
 			continue
 		}
-		if p := b.progress; live == nil || p.Step > live.Step {
+		// (At the same step, a node storing a checkpoint: it says what
+		// the chunk waits for.)
+		if p := b.progress; live == nil || p.Step > live.Step || p.Step == live.Step && p.Storing > 0 && live.Storing == 0 {
 			live = &p
 		}
 		if b.stopping {
@@ -1209,6 +1211,11 @@ type Summary struct {
 	// reported a step (live runs, `status` only): its age tells a script
 	// or rank that stopped stepping.
 	LastStepAt time.Time `json:"last_step_at,omitzero"`
+	// StoringCheckpoint is the step of the checkpoint a node of the chunk
+	// in flight says it is storing (live runs, `status` only; 0: none),
+	// since StoringSince (the node's clock).
+	StoringCheckpoint int64     `json:"storing_checkpoint,omitempty"`
+	StoringSince      time.Time `json:"storing_since,omitzero"`
 	// liveStep and liveTo are the chunk in flight's step and end, from
 	// its heartbeat (livenow): a chunk stepped to its end and silent since
 	// is storing its checkpoint.
@@ -1501,6 +1508,7 @@ func livenow(s *Summary, st spec.RunStatus, live *spec.ChunkProgress, now time.T
 	}
 	if live != nil {
 		s.liveStep, s.liveTo = live.Step, live.To
+		s.StoringCheckpoint, s.StoringSince = live.Storing, live.StoringSince
 	}
 }
 
@@ -1579,7 +1587,17 @@ func printSummaryAt(w io.Writer, st spec.RunStatus, s Summary, asOf time.Time) e
 		switch {
 		case st.Model == spec.ModelExternal:
 			who = "the script (a rank stuck in a collective, a slow data loader, a long evaluation)"
+		case s.StoringCheckpoint > 0:
+			for_ := ""
+			if !s.StoringSince.IsZero() {
+				for_ = fmt.Sprintf(" for %s", asOf.Sub(s.StoringSince).Round(time.Second))
+			}
+			fmt.Fprintf(w, "             no step reported for %s: a node of the chunk in flight has been storing the checkpoint at step %d%s: "+
+				"the checkpoint bucket has not taken it yet (an upload, or a save it does not answer: up to the request timeout a try)\n",
+				age.Round(time.Second), s.StoringCheckpoint, for_)
+			who = ""
 		case s.liveTo > 0 && s.liveStep >= s.liveTo && len(s.Nodes) > 0:
+			// (Node workers from before ChunkProgress.Storing.)
 			// Every step of the chunk is trained: its rank 0 stores the
 			// checkpoint there (an upload, a save the bucket holds up to
 			// its request timeout a try), not a node that stopped.

@@ -288,6 +288,12 @@ func TestStatusTextStoringStep(t *testing.T) {
 		{spec.ChunkProgress{Step: 13000, To: 13000, At: now.Add(-45 * time.Second)},
 			"no step reported for 45s: the chunk in flight trained to its end, step 13000, and its rank 0 (node n1) is storing the checkpoint there"},
 		{spec.ChunkProgress{Step: 12500, To: 13000, At: now.Add(-45 * time.Second)}, "no step reported for 45s: a node has not moved past step 12000"},
+		// Said by the node (ChunkProgress.Storing): the chunk's own, or
+		// an earlier chunk's upload it waits for.
+		{spec.ChunkProgress{Step: 13000, To: 13000, At: now.Add(-45 * time.Second), Storing: 13000, StoringSince: now.Add(-44 * time.Second)},
+			"no step reported for 45s: a node of the chunk in flight has been storing the checkpoint at step 13000 for 44s: the checkpoint bucket has not taken it yet"},
+		{spec.ChunkProgress{Step: 13000, To: 13000, At: now.Add(-45 * time.Second), Storing: 12000, StoringSince: now.Add(-40 * time.Second)},
+			"has been storing the checkpoint at step 12000 for 40s"},
 	} {
 		sum := summarize(st, "", "default", nil)
 		livenow(&sum, st, &tc.live, now)
@@ -1119,6 +1125,31 @@ func TestStatusLineOfAnEndedRun(t *testing.T) {
 		s := Summary{Status: tc.phase, Detail: "paused at step 1230 (cann-train resume T continues)", PauseRequested: true}
 		if got := statusLine(s); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.phase, got, tc.want)
+		}
+	}
+}
+
+// TestLiveOfPrefersTheStoringNode: of the chunk's beats, the furthest step
+// is the run's progress; at the same step, the node that says it stores
+// the checkpoint (rank 0, its peers done and waiting) wins, whatever the
+// order the server lists them in.
+func TestLiveOfPrefersTheStoringNode(t *testing.T) {
+	done := pendingBeat{progress: spec.ChunkProgress{Step: 300, To: 300}}
+	storing := pendingBeat{progress: spec.ChunkProgress{Step: 300, To: 300, Storing: 300}}
+	behind := pendingBeat{progress: spec.ChunkProgress{Step: 250, To: 300, Storing: 200}}
+	for _, tc := range []struct {
+		name  string
+		beats []pendingBeat
+		want  int64 // live.Storing
+	}{
+		{"storing last", []pendingBeat{done, storing}, 300},
+		{"storing first", []pendingBeat{storing, done}, 300},
+		{"none storing", []pendingBeat{done, done}, 0},
+		{"a node behind storing", []pendingBeat{behind, done}, 0},
+	} {
+		live, _ := liveOf(tc.beats, nil)
+		if live == nil || live.Step != 300 || live.Storing != tc.want {
+			t.Errorf("%s: live %+v; want step 300, storing %d", tc.name, live, tc.want)
 		}
 	}
 }

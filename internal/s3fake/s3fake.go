@@ -5,6 +5,7 @@
 package s3fake
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -58,6 +59,9 @@ func (h *Hang) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.On.Load() && (h.Match == nil || h.Match(r)) {
 			h.Held.Add(1)
+			// (The body read, the server sees the client close the
+			// connection as it gives up: its context ends.)
+			_, _ = io.Copy(io.Discard, r.Body)
 			<-r.Context().Done()
 			return
 		}
