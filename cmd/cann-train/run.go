@@ -81,6 +81,8 @@ Job file fields (all optional but name):
   checkpoint_url (file:///…, s3://…, gs://…, azblob://…: a bucket every
     node reaches; unset: each node worker's --checkpoint-url),
   checkpoint_every (chunk_steps; smaller: chunks end where one is due),
+  keep_checkpoints 8 (the newest kept in storage), keep_every (0; N: every
+    checkpoint at a multiple of N kept besides),
   max_restarts 5 (0: no restarts, the first failure fails the run),
   node_wait 2m,
   heartbeat_timeout 10s, chunks_per_run 50, min_nodes (nodes; fewer: the run
@@ -108,7 +110,9 @@ Job file fields (all optional but name):
     zone, column (direct|lca), trace_start T, provider_url, forecast
     (persistence|seasonal|perfect), planner (online: the observed
     present, then the forecast corrected by its past errors | replan), deadline 48h, interruptible, min_slot, work, budget_g,
-    node_watts 300, pue 1
+    node_watts 300, pue 1, batch (optional: threshold_g, the intensity
+    above 1.3× of which the global batch shrinks ×0.75 and below 0.7× of
+    which it grows ×1.25, within min and max: half and twice the batch)
   external (optional; runs your own script instead of the built-in model):
     launcher torchrun|ascend|msrun, entrypoint [argv…], procs_per_node 1,
     env {KEY: value}, workdir (job file's directory), checkpoint_dir
