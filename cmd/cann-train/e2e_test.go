@@ -526,7 +526,10 @@ func startInProcessControlWith(ctx context.Context, t *testing.T, dir string, cs
 	// Ranks go to free nodes in ID order: with all registered, the last
 	// ones are the spares.
 	if len(nodes) > 0 {
-		waitRegistered(ctx, t, c, len(nodes))
+		if err := awaitNodes(ctx, c, spec.DefaultClusterID, len(nodes)); err != nil {
+			dumpLogs(t, l.LogDir) // (which worker did not register, and why)
+			t.Fatal(err)
+		}
 	}
 	return c, l, srv.FrontendAddr()
 }

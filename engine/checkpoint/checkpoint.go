@@ -267,10 +267,25 @@ func (s *Store) Close() error {
 // run's first checkpoint. An error says what to check; [Misconfigured]
 // tells a setting's fault from a store that is down or does not answer.
 func (s *Store) Accessible(ctx context.Context) error {
-	err := s.within(ctx, 0, func(ctx context.Context) error {
-		_, _, err := s.bucket.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: "runs/"})
-		return err
-	})
+	var err error
+	for try := 0; ; try++ {
+		err = s.within(ctx, 0, func(ctx context.Context) error {
+			_, _, err := s.bucket.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: "runs/"})
+			return err
+		})
+		if err == nil || !isNotFound(err) || s.scheme() != "file" {
+			break
+		}
+		// fileblob's walk fails, NotFound, on a file deleted while it
+		// lists (a checkpoint's temporary file renamed, another worker's
+		// write probe): not a missing bucket where its directory is there.
+		if try >= 2 {
+			if st, serr := os.Stat(s.where.Path); serr == nil && st.IsDir() {
+				return nil
+			}
+			break
+		}
+	}
 	switch {
 	case isNotFound(err):
 		return fmt.Errorf("checkpoint: %w (create it, or name one that does in the checkpoint URL): %w", ErrNoBucket, err)
