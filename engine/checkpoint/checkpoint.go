@@ -273,14 +273,14 @@ func (s *Store) Accessible(ctx context.Context) error {
 			_, _, err := s.bucket.ListPage(ctx, blob.FirstPageToken, 1, &blob.ListOptions{Prefix: "runs/"})
 			return err
 		})
-		if err == nil || !isNotFound(err) || s.scheme() != "file" {
+		if err == nil || !isNotFound(err) || s.dir == "" {
 			break
 		}
 		// fileblob's walk fails, NotFound, on a file deleted while it
 		// lists (a checkpoint's temporary file renamed, another worker's
 		// write probe): not a missing bucket where its directory is there.
 		if try >= 2 {
-			if st, serr := os.Stat(s.where.Path); serr == nil && st.IsDir() {
+			if st, serr := os.Stat(s.dir); serr == nil && st.IsDir() {
 				return nil
 			}
 			break
