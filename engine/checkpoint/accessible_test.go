@@ -52,3 +52,49 @@ func TestAccessibleWhileFilesComeAndGo(t *testing.T) {
 		}
 	}
 }
+
+// TestListWhileAnUploadGoesOn: a file:// run's checkpoints list while
+// files come and go in its ckpt/ directory (a save's manifest written
+// through a temporary file renamed into place) — `checkpoint ls` during a
+// run, a node looking for the latest — and no listing fails for it.
+func TestListWhileAnUploadGoesOn(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := Open(ctx, "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Save(ctx, "r", 100, []byte("weights")); err != nil {
+		t.Fatal(err)
+	}
+	saving := filepath.Join(dir, "runs", "r", "ckpt", "000000000200") // (a manifest being written)
+	if err := os.MkdirAll(saving, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := filepath.Join(saving, fmt.Sprintf("manifest.json.%d-%d", w, i))
+				if os.WriteFile(p, []byte("x"), 0o644) == nil {
+					_ = os.Remove(p)
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(stop)
+	for i := range 300 {
+		refs, err := st.List(ctx, "r")
+		if err != nil || len(refs) != 1 || refs[0].Step != 100 {
+			t.Fatalf("listing %d: %+v, %v; want the checkpoint at step 100", i, refs, err)
+		}
+	}
+}

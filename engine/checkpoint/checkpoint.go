@@ -552,7 +552,11 @@ func (s *Store) load(ctx context.Context, ref Ref) ([]byte, *manifest, error) {
 	return data, m, nil
 }
 
-// steps lists, ascending, the steps of run that have a manifest.
+// steps lists, ascending, the steps of run that have a manifest. On a
+// file:// bucket a listing that met a file deleted while it walked (an
+// upload's temporary file renamed: fileblob fails it NotFound, though a
+// missing directory lists empty) is listed again, up to fileListTries
+// times.
 func (s *Store) steps(ctx context.Context, run string) ([]int64, error) {
 	if err := ValidateRun(run); err != nil {
 		return nil, err
@@ -561,6 +565,19 @@ func (s *Store) steps(ctx context.Context, run string) ([]int64, error) {
 	if err := s.readable(prefix); err != nil {
 		return nil, err
 	}
+	for try := 1; ; try++ {
+		steps, err := s.steps1(ctx, prefix)
+		if err == nil || s.dir == "" || !isNotFound(err) || try == fileListTries {
+			return steps, err
+		}
+	}
+}
+
+// fileListTries bounds the listings of a file:// bucket that steps makes
+// while files come and go under it.
+const fileListTries = 10
+
+func (s *Store) steps1(ctx context.Context, prefix string) ([]int64, error) {
 	var steps []int64
 	it := s.bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
