@@ -19,7 +19,8 @@ import (
 // stored, the chunk ends.
 func TestTrainChunkSaysItStores(t *testing.T) {
 	// Once on, the bucket takes the checkpoint's writes and never answers
-	// them; the first beat that says "storing" lets them through.
+	// them; the first beat that says "storing" once one is held lets them
+	// through.
 	writes := &s3fake.Hang{Match: func(r *http.Request) bool {
 		return r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/runs/")
 	}}
@@ -43,7 +44,9 @@ func TestTrainChunkSaysItStores(t *testing.T) {
 		mu.Lock()
 		storing = append(storing, p)
 		mu.Unlock()
-		writes.On.Store(false)
+		if writes.Held.Load() > 0 { // (a beat before the first write: not yet)
+			writes.On.Store(false)
+		}
 	}
 	res, errs := runChunk(t, nodes, in)
 	if err := errors.Join(errs...); err != nil {
