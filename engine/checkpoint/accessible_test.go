@@ -27,25 +27,7 @@ func TestAccessibleWhileFilesComeAndGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				p := filepath.Join(runs, fmt.Sprintf(".probe-%d-%d", w, i))
-				if os.WriteFile(p, []byte("x"), 0o644) == nil {
-					_ = os.Remove(p)
-				}
-			}
-		})
-	}
-	defer wg.Wait()
-	defer close(stop)
+	defer churn(runs, ".probe")()
 	for i := range 300 {
 		if err := st.Accessible(context.Background()); err != nil {
 			t.Fatalf("listing %d: %v", i, err)
@@ -72,29 +54,34 @@ func TestListWhileAnUploadGoesOn(t *testing.T) {
 	if err := os.MkdirAll(saving, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				p := filepath.Join(saving, fmt.Sprintf("manifest.json.%d-%d", w, i))
-				if os.WriteFile(p, []byte("x"), 0o644) == nil {
-					_ = os.Remove(p)
-				}
-			}
-		})
-	}
-	defer wg.Wait()
-	defer close(stop)
+	defer churn(saving, "manifest.json.")()
 	for i := range 300 {
 		refs, err := st.List(ctx, "r")
 		if err != nil || len(refs) != 1 || refs[0].Step != 100 {
 			t.Fatalf("listing %d: %+v, %v; want the checkpoint at step 100", i, refs, err)
 		}
 	}
+}
+
+// churn writes and deletes files named prefix… in dir, from two
+// goroutines, until the function it returns is called.
+func churn(dir, prefix string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				p := filepath.Join(dir, fmt.Sprintf("%s%d-%d", prefix, w, i))
+				if os.WriteFile(p, []byte("x"), 0o644) == nil {
+					_ = os.Remove(p)
+				}
+			}
+		})
+	}
+	return func() { close(done); wg.Wait() }
 }
