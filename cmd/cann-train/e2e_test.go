@@ -251,14 +251,11 @@ func TestControlWorkerKilledMidRun(t *testing.T) {
 
 func fetchHistory(ctx context.Context, t *testing.T, c client.Client, id string) *history.History {
 	t.Helper()
-	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	h := &history.History{}
-	for it.HasNext() {
-		ev, err := it.Next()
-		if err != nil {
-			t.Fatalf("history of %s: %v", id, err)
-		}
-		h.Events = append(h.Events, ev)
+	h, err := historyOf(ctx, c, id, "")
+	if err != nil {
+		t.Fatalf("history of %s: %v", id, err)
+	}
+	for _, ev := range h.Events {
 		checkTimerSummary(t, id, ev)
 	}
 	return h
