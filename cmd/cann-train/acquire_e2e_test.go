@@ -19,6 +19,7 @@ import (
 // run waited out the activity's start-to-close timeout, node_wait + 1m,
 // although the Cluster had given it the nodes.)
 func TestAcquireSurvivesAControlWorkerKill(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

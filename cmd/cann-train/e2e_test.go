@@ -501,7 +501,7 @@ func startInProcessControlWith(ctx context.Context, t *testing.T, dir string, cs
 	t.Cleanup(srv.Stop) // after the control worker's cleanup (LIFO)
 	recordAllHistories(t, srv)
 	c = controlInProcessWith(ctx, t, srv, cs.metrics)
-	l = &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	l = newLauncher(dir)
 	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
 	ckpt := cs.checkpointURL
 	if ckpt == "" {
@@ -529,6 +529,17 @@ func startInProcessControlWith(ctx context.Context, t *testing.T, dir string, cs
 		}
 	}
 	return c, l, srv.FrontendAddr()
+}
+
+// newLauncher starts this test's worker processes: their logs go to
+// dir/logs, and their home (CANN_TRAIN_HOME: the default work directory,
+// bucket and data directory) is dir/home, not the developer's, nor
+// another test's (tests run side by side: a node worker sweeps the
+// process groups its work directory's pid file names). env is added to
+// each child's environment.
+func newLauncher(dir string, env ...string) *dev.Launcher {
+	return &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs"),
+		Env: append([]string{"CANN_TRAIN_HOME=" + filepath.Join(dir, "home")}, env...)}
 }
 
 // startRun starts in's TrainingRun as run/<its spec's name> on the
@@ -658,7 +669,7 @@ func startProcessCluster(ctx context.Context, t *testing.T, dir string, nodes ..
 	t.Helper()
 	srv, c := startServerClient(ctx, t)
 	var err error
-	pc := &processCluster{srv: srv, c: c, l: &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")},
+	pc := &processCluster{srv: srv, c: c, l: newLauncher(dir),
 		common: []string{"--address", srv.FrontendAddr(), "--log-level", "info"}}
 	t.Cleanup(func() { _ = pc.l.StopAll(5 * time.Second) })
 	if pc.control, err = pc.l.Start("control-1", append([]string{"worker", "control"}, pc.common...)...); err != nil {

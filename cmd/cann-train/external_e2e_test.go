@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,27 +19,65 @@ import (
 
 // torchOnPath makes `python3` in the node workers' PATH an interpreter
 // that imports torch with gloo (Debian's python3-torch installs into the
-// system Python, which a pyenv or venv python3 may shadow), or skips.
+// system Python, which a pyenv or venv python3 may shadow), or skips. It
+// looks once per test binary (importing torch takes seconds) and, where
+// the first python3 on PATH is not the one, puts a directory holding a
+// link to it first in this process's PATH for good: the tests that want
+// it run side by side (t.Setenv is not for those).
 func torchOnPath(t *testing.T) {
 	t.Helper()
-	for _, cand := range []string{"python3", "/usr/bin/python3"} {
-		p, err := exec.LookPath(cand)
-		if err != nil {
-			continue
-		}
-		check := exec.Command(p, "-c", "import torch, torch.distributed as d; assert d.is_gloo_available()")
-		if check.Run() != nil {
-			continue
-		}
-		bin := t.TempDir()
-		if err := os.Symlink(p, filepath.Join(bin, "python3")); err != nil {
-			t.Fatal(err)
-		}
-		t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-		return
+	if ok, err := torch.find(); err != nil {
+		t.Fatalf("put the python3 that imports torch on PATH: %v", err)
+	} else if !ok {
+		t.Skip("torch with gloo is not importable by python3 or /usr/bin/python3 (apt-get install python3-torch): " +
+			"skipping the external-job e2e test")
 	}
-	t.Skip("torch with gloo is not importable by python3 or /usr/bin/python3 (apt-get install python3-torch): " +
-		"skipping the external-job e2e test")
+}
+
+// torch is torchOnPath's finding, made once; TestMain removes the
+// directory it put on PATH.
+var torch torchPath
+
+type torchPath struct {
+	once sync.Once
+	ok   bool
+	err  error
+	bin  string // the directory put first on PATH, if any
+}
+
+func (p *torchPath) find() (bool, error) {
+	p.once.Do(func() {
+		for i, cand := range []string{"python3", "/usr/bin/python3"} {
+			py, err := exec.LookPath(cand)
+			if err != nil {
+				continue
+			}
+			check := exec.Command(py, "-c", "import torch, torch.distributed as d; assert d.is_gloo_available()")
+			if check.Run() != nil {
+				continue
+			}
+			p.ok = true
+			if i == 0 {
+				return // (PATH's own python3)
+			}
+			if p.bin, err = os.MkdirTemp("", "cann-train-torch-"); err == nil {
+				err = os.Symlink(py, filepath.Join(p.bin, "python3"))
+			}
+			if err != nil {
+				p.err = err
+				return
+			}
+			os.Setenv("PATH", p.bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+			return
+		}
+	})
+	return p.ok, p.err
+}
+
+func (p *torchPath) cleanup() {
+	if p.bin != "" {
+		os.RemoveAll(p.bin)
+	}
 }
 
 // quickstartJSON runs `cann-train quickstart args… -o json` and decodes
@@ -231,6 +270,7 @@ func TestExternalNodeKilledResumesOnSpare(t *testing.T) {
 // world is stopped two seconds later rather than a heartbeat timeout more,
 // and it resumes on the spare from the last checkpoint.
 func TestExternalFrozenNodeResumesOnSpare(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	torchOnPath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

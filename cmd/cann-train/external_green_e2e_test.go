@@ -31,6 +31,7 @@ import (
 // trainingrun_external_green.json was recorded by this test before the
 // nodes' meters were read, with modelled energy.
 func TestExternalGreenWindow(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job green-window e2e test")
 	}

@@ -24,6 +24,7 @@ import (
 // before. Its history is the replay test's
 // trainingrun_host_cannot_launch.json.
 func TestExternalHostWithoutTheJobIsReplaced(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job host e2e test")
 	}
@@ -32,7 +33,7 @@ func TestExternalHostWithoutTheJobIsReplaced(t *testing.T) {
 	dir := t.TempDir()
 	faults := []string{"--allow-fault-injection"}
 	c, l, srv := startScriptClusterWith(ctx, t, dir, nil, faults, "node-1", "node-2")
-	bare := &dev.Launcher{Command: childCommand, LogDir: l.LogDir, Env: []string{"PATH=" + t.TempDir()}}
+	bare := newLauncher(dir, "PATH="+t.TempDir())
 	t.Cleanup(func() { _ = bare.StopAll(5 * time.Second) })
 	for _, n := range []struct {
 		l  *dev.Launcher

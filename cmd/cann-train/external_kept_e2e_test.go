@@ -24,6 +24,7 @@ import (
 // the cancelled run lost nothing. Its history is the replay test's
 // trainingrun_external_cancel_kept.json.
 func TestExternalCancelledRunKeepsItsCheckpoint(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job cancel-with-a-kept-checkpoint e2e test")
 	}
@@ -107,6 +108,7 @@ func TestExternalCancelledRunKeepsItsCheckpoint(t *testing.T) {
 // completes: nothing lost, no restart. Its history is the replay test's
 // trainingrun_external_kept_pause.json.
 func TestExternalPauseStopsAtAKeptCheckpoint(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job pause-at-a-kept-checkpoint e2e test")
 	}
@@ -189,6 +191,7 @@ func TestExternalPauseStopsAtAKeptCheckpoint(t *testing.T) {
 // repaired, relaunches it from 50, and it completes. Its history is the
 // replay test's trainingrun_external_kept_loss.json.
 func TestExternalLossAfterAKeptRefusal(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job loss-after-a-kept-refusal e2e test")
 	}

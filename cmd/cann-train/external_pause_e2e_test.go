@@ -83,6 +83,7 @@ for step in range(start + 1, total + 1):
 // read at launches and checkpoints (none here: the energy is modelled);
 // trainingrun_external_pause.json was recorded before that.
 func TestExternalPauseResume(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job pause/resume e2e test")
 	}
@@ -208,6 +209,7 @@ func TestExternalPauseResume(t *testing.T) {
 // ends the run cancelled at the next requested checkpoint. The pause is
 // asked, then waited for with pause --wait, which asks no second pause.
 func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job checkpoint request e2e test")
 	}
@@ -305,6 +307,7 @@ func TestExternalPauseAtARequestedCheckpoint(t *testing.T) {
 // which a job that never gets going never takes. The resume relaunches
 // it from the start, and it completes.
 func TestExternalPauseWhileStarting(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job pause e2e test")
 	}
@@ -402,7 +405,7 @@ func startScriptClusterOn(ctx context.Context, t *testing.T, dir string, opts de
 	t.Cleanup(srv.Stop)
 	recordAllHistories(t, srv)
 	c := controlInProcess(ctx, t, srv)
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs"), Env: env}
+	l := newLauncher(dir, env...)
 	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
 	for _, id := range nodes {
 		a := append([]string{"worker", "node", "--id", id, "--address", srv.FrontendAddr(),
@@ -422,6 +425,7 @@ func startScriptClusterOn(ctx context.Context, t *testing.T, dir string, opts de
 // drained one's rank, no restart counted, and completes. Its history is
 // the replay test's trainingrun_external_drain.json.
 func TestExternalDrainMovesTheWorld(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job drain e2e test")
 	}
@@ -482,6 +486,7 @@ func TestExternalDrainMovesTheWorld(t *testing.T) {
 // replay test's trainingrun_external_lost_grace.json (with the 2 s grace
 // after the ranks' exits; trainingrun_external_lost.json is from before).
 func TestExternalCrashCountsLostWork(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job crash e2e test")
 	}

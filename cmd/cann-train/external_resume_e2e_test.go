@@ -19,6 +19,7 @@ import (
 // from that checkpoint (it checks the restored state) and completes, and
 // the status says it continued a terminated run.
 func TestExternalResumeEndedRun(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job resume e2e test")
 	}

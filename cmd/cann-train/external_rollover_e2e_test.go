@@ -26,6 +26,7 @@ import (
 // trainingrun_external_rollover.json
 // (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestExternalRollover(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job rollover e2e test")
 	}

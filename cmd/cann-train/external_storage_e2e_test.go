@@ -24,6 +24,7 @@ import (
 // run. Its history is the replay test's
 // trainingrun_external_storage_hold.json.
 func TestExternalRunHoldsForItsStorage(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job storage hold e2e test")
 	}

@@ -38,6 +38,7 @@ func writeZoneTrace(t *testing.T, dir string, from, to time.Time, step time.Dura
 }
 
 func TestGreenWaitSurvivesControlRestart(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

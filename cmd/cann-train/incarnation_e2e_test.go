@@ -20,6 +20,7 @@ import (
 // incarnation, which alone keeps the node alive. Its Cluster history is
 // the replay test's cluster_lease_incarnation.json.
 func TestSecondWorkerWithTheSameID(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -23,6 +23,13 @@ import (
 // start real worker processes without building the binary first.
 const childArgsEnv = "CANN_TRAIN_TEST_CHILD_ARGS"
 
+// TestMain also sets the tests' home. The end-to-end tests that mostly
+// wait — on heartbeat timeouts, a stopped server, scripted jobs: under
+// 0.8 of a core each, measured — call t.Parallel, so that two of them run
+// at once, after the rest; one that trains the built-in model, judges
+// speed, or sets the environment (t.Setenv) runs alone. Each has its own
+// server, ports and directories (newLauncher); they share only PATH's
+// python3 (torchOnPath).
 func TestMain(m *testing.M) {
 	if raw := os.Getenv(childArgsEnv); raw != "" {
 		var args []string
@@ -50,7 +57,21 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Setenv("TEMPORAL_CONFIG_FILE", os.DevNull)
-	os.Exit(m.Run())
+	// Nor do they write to the developer's ~/.cann-train: what a test
+	// runs in this process without a directory of its own (a default
+	// bucket, a quickstart's data directory) goes to a home that ends with
+	// the tests. A test that wants another sets it; worker processes get
+	// their test's own (newLauncher).
+	home, err := os.MkdirTemp("", "cann-train-test-home-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test home:", err)
+		os.Exit(2)
+	}
+	os.Setenv("CANN_TRAIN_HOME", home)
+	code := m.Run()
+	os.RemoveAll(home)
+	torch.cleanup()
+	os.Exit(code)
 }
 
 // childCommand runs `cann-train <args>` as a child process of the test.

@@ -10,7 +10,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -26,6 +25,7 @@ import (
 // a 20 s outage by hand.) Its history is the replay test's
 // trainingrun_outage.json.
 func TestRunOutlivesAServiceOutage(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -33,7 +33,7 @@ func TestRunOutlivesAServiceOutage(t *testing.T) {
 	srv := startServer()
 	t.Cleanup(func() { srv.Stop() }) // srv changes on restart
 	c := controlInProcess(ctx, t, srv)
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	l := newLauncher(dir)
 	defer func() { _ = l.StopAll(5 * time.Second) }()
 	for _, id := range []string{"node-1", "node-2"} {
 		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", srv.FrontendAddr(),

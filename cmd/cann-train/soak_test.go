@@ -49,7 +49,8 @@ func TestSoak(t *testing.T) {
 	if v := os.Getenv("SOAK_LOGS"); v != "" { // keep the node workers' logs there
 		logs = v
 	}
-	l := &dev.Launcher{Command: childCommand, LogDir: logs}
+	l := newLauncher(dir)
+	l.LogDir = logs
 	defer func() { _ = l.StopAll(5 * time.Second) }()
 	ids := []string{"node-1", "node-2", "node-3", "node-4", "node-5"}
 	procs := map[string]*dev.Proc{}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cann-train/cann-train/dev"
 	"github.com/cann-train/cann-train/spec"
 	"github.com/cann-train/cann-train/workflows"
 )
@@ -34,7 +33,7 @@ func TestRunOutlivesTemporalStalls(t *testing.T) {
 	srv, _ := startServerClient(ctx, t)
 	c := controlInProcess(ctx, t, srv)
 	px := startCutProxy(t, srv.FrontendAddr())
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	l := newLauncher(dir)
 	defer func() { _ = l.StopAll(5 * time.Second) }()
 	for _, id := range []string{"node-1", "node-2"} {
 		if _, err := l.Start(id, "worker", "node", "--id", id, "--address", px.addr(),

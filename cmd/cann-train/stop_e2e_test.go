@@ -214,7 +214,7 @@ func TestNodeWorkerWaitsForTemporal(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close() // (free again: nothing answers there until the server starts)
-	l := &dev.Launcher{Command: childCommand, LogDir: filepath.Join(dir, "logs")}
+	l := newLauncher(dir)
 	t.Cleanup(func() { _ = l.StopAll(5 * time.Second) })
 	node, err := l.Start("node-1", "worker", "node", "--id", "node-1", "--address", fmt.Sprintf("127.0.0.1:%d", port),
 		"--checkpoint-url", "file://"+filepath.Join(dir, "ckpt"), "--log-level", "info")
@@ -259,6 +259,7 @@ func TestNodeWorkerWaitsForTemporal(t *testing.T) {
 // crashed when the grace ended, relaunched from its last checkpoint as
 // after a failure.)
 func TestExternalStopMovesTheWorld(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job stop e2e test")
 	}
@@ -353,6 +354,7 @@ func TestTwoNodesStopAtOnce(t *testing.T) {
 // since — but, the node having been said to stop, counting no restart
 // (Recovery.Stopped).
 func TestExternalStopPastTheGrace(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job stop e2e test")
 	}
@@ -390,6 +392,7 @@ func TestExternalStopPastTheGrace(t *testing.T) {
 // within the grace, and moves the world there to the spare — no
 // recovery, no step lost.
 func TestExternalStopAtARequestedCheckpoint(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job stop e2e test")
 	}

@@ -21,8 +21,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/cann-train/cann-train/dev"
 )
 
 // TestTemporalEnvResolves: the client configuration's address and
@@ -139,7 +137,7 @@ func TestTemporalOverMutualTLS(t *testing.T) {
 	t.Setenv("TEMPORAL_CONFIG_FILE", conf)
 	t.Setenv("TEMPORAL_PROFILE", "mtls")
 
-	tl := &dev.Launcher{Command: childCommand, LogDir: l.LogDir}
+	tl := newLauncher(dir)
 	t.Cleanup(func() { _ = tl.StopAll(5 * time.Second) })
 	if _, err := tl.Start("node-1", "worker", "node", "--id", "node-1", "--checkpoint-url", "file://"+filepath.Join(dir, "ckpt")); err != nil {
 		t.Fatal(err)
