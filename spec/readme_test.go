@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cann-train/cann-train/internal/yamlpos"
 	"github.com/cann-train/cann-train/spec"
 )
 
@@ -25,7 +26,7 @@ func TestReadmeJobFileKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := jobKeys(reflect.TypeFor[spec.RunSpec](), "")
+	keys := yamlpos.Paths(reflect.TypeFor[spec.RunSpec]())
 	if len(keys) < 50 {
 		t.Fatalf("only %d job-file keys found by reflection: %q", len(keys), keys)
 	}
@@ -91,48 +92,6 @@ func TestReadmeJobKeyCheckerCatches(t *testing.T) {
 			}
 		})
 	}
-}
-
-// jobKeys lists the keys a job file takes under prefix: every yaml-tagged
-// field of t, and the fields of a struct (or pointer to one) below it as
-// section.key. A type that decodes itself (Duration) is a leaf.
-func jobKeys(t reflect.Type, prefix string) []string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	var keys []string
-	for f := range t.Fields() {
-		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if !f.IsExported() || tag == "-" {
-			continue
-		}
-		ft := f.Type
-		for ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
-		if strings.Contains(","+opts+",", ",inline,") {
-			keys = append(keys, jobKeys(ft, prefix)...)
-			continue
-		}
-		if tag == "" {
-			tag = strings.ToLower(f.Name) // goccy/go-yaml's default
-		}
-		keys = append(keys, prefix+tag)
-		if ft.Kind() == reflect.Struct && !decodesItself(ft) {
-			keys = append(keys, jobKeys(ft, prefix+tag+".")...)
-		}
-	}
-	return keys
-}
-
-func decodesItself(t reflect.Type) bool {
-	p := reflect.PointerTo(t)
-	for _, m := range []string{"UnmarshalText", "UnmarshalYAML"} {
-		if _, ok := p.MethodByName(m); ok {
-			return true
-		}
-	}
-	return false
 }
 
 var (

@@ -4,14 +4,19 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/cann-train/cann-train/internal/yamlpos"
+	"github.com/cann-train/cann-train/spec"
 )
 
 // TestReadmeCommands: every `cann-train …` command line README.md shows —
@@ -491,4 +496,35 @@ func deprecatedMentions(root *cobra.Command, doc string) []string {
 	}
 	walk(root)
 	return problems
+}
+
+// TestRunHelpNamesEveryJobKey: `cann-train run --help`'s field list names
+// every key a job file takes — its last part, as a word (the list nests
+// sections in parentheses and indentation) — and the help's lines fit a
+// terminal's 80 columns.
+func TestRunHelpNamesEveryJobKey(t *testing.T) {
+	root := newRootCmd(&env{out: io.Discard, err: io.Discard, command: childCommand})
+	run, _, err := root.Find([]string{"run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, list, ok := strings.Cut(run.Long, "Job file fields")
+	if !ok {
+		t.Fatalf("run's help has no job file field list:\n%s", run.Long)
+	}
+	keys := yamlpos.Paths(reflect.TypeFor[spec.RunSpec]())
+	if len(keys) < 50 {
+		t.Fatalf("only %d job-file keys found: %q", len(keys), keys)
+	}
+	for _, k := range keys {
+		leaf := k[strings.LastIndexByte(k, '.')+1:]
+		if !regexp.MustCompile(`(^|[^a-z_])` + regexp.QuoteMeta(leaf) + `($|[^a-z_])`).MatchString(list) {
+			t.Errorf("run's help does not name job-file key %s", k)
+		}
+	}
+	for i, line := range strings.Split(run.Long, "\n") {
+		if n := utf8.RuneCountInString(line); n > 80 {
+			t.Errorf("run's help, line %d: %d columns, want 80 at most: %s", i+1, n, line)
+		}
+	}
 }

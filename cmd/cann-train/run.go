@@ -109,8 +109,9 @@ Job file fields (all optional but name):
   green (optional): trace FILE | provider electricitymaps|carbon-aware-sdk|uk,
     zone, column (direct|lca), trace_start T, provider_url, forecast
     (persistence|seasonal|perfect), planner (online: the observed
-    present, then the forecast corrected by its past errors | replan), deadline 48h, interruptible, min_slot, work, budget_g,
-    node_watts 300, pue 1, batch (optional: threshold_g, the intensity
+    present, then the forecast corrected by its past errors | replan),
+    deadline 48h, interruptible, min_slot, work, budget_g, node_watts 300,
+    pue 1, batch (optional: threshold_g, the intensity
     above 1.3× of which the global batch shrinks ×0.75 and below 0.7× of
     which it grows ×1.25, within min and max: half and twice the batch)
   external (optional; runs your own script instead of the built-in model):

@@ -320,6 +320,42 @@ func Fields(t reflect.Type) []string {
 	return out
 }
 
+// Paths lists every key a document decoding into t takes, in declaration
+// order: each field's name, and below a struct field (or a pointer to
+// one) that does not decode itself its fields' as section.name; an
+// inline field's fields are its parent's.
+func Paths(t reflect.Type) []string { return paths(t, "") }
+
+func paths(t reflect.Type, prefix string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, ok := yamlName(f)
+		if !ok {
+			continue
+		}
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if _, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); strings.Contains(","+opts+",", ",inline,") {
+			out = append(out, paths(ft, prefix)...)
+			continue
+		}
+		out = append(out, prefix+name)
+		if ft.Kind() == reflect.Struct && !decodesItself(ft) {
+			out = append(out, paths(ft, prefix+name+".")...)
+		}
+	}
+	return out
+}
+
 // yamlName is the name f goes by in YAML: its yaml tag's, else its json
 // tag's, else its lower-case name; false for a field the decoder skips.
 func yamlName(f reflect.StructField) (string, bool) {

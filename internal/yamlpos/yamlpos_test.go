@@ -224,6 +224,32 @@ func TestSuggest(t *testing.T) {
 	}
 }
 
+// TestPaths: every key, nested ones as section.key, a struct behind a
+// pointer opened, an inline struct's keys its parent's, and none for a
+// skipped field, a list's or map's elements, or a type that decodes
+// itself.
+func TestPaths(t *testing.T) {
+	type inner struct {
+		Zone string `yaml:"zone"`
+	}
+	type doc struct {
+		Base     suggestDoc `yaml:",inline"`
+		Inline   inner      `yaml:",inline"`
+		JSONOnly int        `json:"json_only"`
+		Plain    int
+		_        int
+	}
+	want := []string{"name", "nodes", "model", "checkpoint_url", "checkpoint_every", "intra_node_gbps", "inter_node_gbps",
+		"green", "green.deadline", "green.batch", "green.batch.high", "layers", "env", "self", "any",
+		"zone", "json_only", "plain"}
+	if got := Paths(reflect.TypeFor[*doc]()); !slices.Equal(got, want) {
+		t.Errorf("Paths = %q\nwant    %q", got, want)
+	}
+	if got := Paths(reflect.TypeFor[int]()); got != nil {
+		t.Errorf("Paths(int) = %q, want none", got)
+	}
+}
+
 // TestUnknownFields: every unknown key, in document order, where the
 // strict decoder names one of them at random.
 func TestUnknownFields(t *testing.T) {
