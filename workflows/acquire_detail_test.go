@@ -56,7 +56,7 @@ func TestTrainingRunSaysWhatItWaitsFor(t *testing.T) {
 	env := newRunEnv(t, cl, ch)
 	var during []spec.RunStatus
 	env.RegisterActivityWithOptions(func(ctx context.Context, id string, req spec.AcquireRequest) ([]spec.Node, error) {
-		v, err := env.QueryWorkflow(spec.QueryStatus)
+		v, err := queryInActivity(env, spec.QueryStatus)
 		require.NoError(t, err)
 		var st spec.RunStatus
 		require.NoError(t, v.Get(&st))

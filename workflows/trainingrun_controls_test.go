@@ -207,7 +207,7 @@ func TestTrainingRunDescribesItsHandlers(t *testing.T) {
 	var md sdkpb.WorkflowMetadata
 	ch.onStart = func(in spec.ChunkInput) {
 		if in.From == 100 && in.Rank == 0 {
-			v, err := env.QueryWorkflow("__temporal_workflow_metadata")
+			v, err := queryInActivity(env, "__temporal_workflow_metadata")
 			require.NoError(t, err)
 			require.NoError(t, v.Get(&md))
 		}
@@ -679,7 +679,7 @@ func TestTrainingRunRefusesUnknownSignalFields(t *testing.T) {
 		case in.From == 100 && in.Rank == 0:
 			env.SignalWorkflow(spec.SignalGreenOverride, map[string]any{"clearr": true})
 		case in.From == 200 && in.Rank == 0:
-			v, err := env.QueryWorkflow(spec.QueryStatus)
+			v, err := queryInActivity(env, spec.QueryStatus)
 			require.NoError(t, err)
 			require.NoError(t, v.Get(&mid))
 			env.SignalWorkflow(spec.SignalRescale, map[string]any{"nodes": 3, "force": true})
@@ -1227,7 +1227,7 @@ func TestTrainingRunSaysItAsksTheCarbonSignal(t *testing.T) {
 	env.RegisterActivityWithOptions(func(ctx context.Context, in spec.CarbonInput) (spec.CarbonOutput, error) {
 		if first {
 			first = false
-			v, err := env.QueryWorkflow(spec.QueryStatus)
+			v, err := queryInActivity(env, spec.QueryStatus)
 			var st spec.RunStatus
 			if err == nil && v.Get(&st) == nil {
 				during = append(during, st.Detail)
