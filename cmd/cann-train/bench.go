@@ -26,6 +26,10 @@ func newBenchCmd(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure recovery, collectives, gradient compression, overlap and the strategy planner on this machine",
+		Long: `Measures on this machine: recovery from a killed node, the collectives (bus
+bandwidth against the links' limit), gradient compression, compute and
+communication overlap, and the strategy planner's predictions against real
+runs. Each subcommand says what it compares its figures with.`,
 	}
 	cmd.AddCommand(newBenchRecoveryCmd(e), newBenchCollectiveCmd(e), newBenchCompressionCmd(e), newBenchOverlapCmd(e), newBenchStrategyCmd(e))
 	return cmd

@@ -525,11 +525,11 @@ bucket refused (<work dir>/kept/<run>/step-<step>-<sha256>.pack) while the run
 holds for its storage. A run cancelled before the bucket took it again says
 where the file is. Once the bucket takes writes, this stores FILE as RUN's
 checkpoint at its step (its bytes checked against the hash in its name), and
-` + "`cann-train run -f JOB --name RUN --resume`" + ` continues from it. Refused while RUN's workflow
-runs (` + "`cann-train resume`" + ` has its node store it), when the bucket already
-holds a checkpoint of RUN at that step or later, for a file that is not a
-packed checkpoint directory, and for a RUN neither Temporal nor the bucket
-knows.`,
+` + "`cann-train run -f JOB --name RUN --resume`" + ` continues from it. Refused
+while RUN's workflow runs (` + "`cann-train resume`" + ` has its node store it),
+when the bucket already holds a checkpoint of RUN at that step or later, for a
+file that is not a packed checkpoint directory, and for a RUN neither Temporal
+nor the bucket knows.`,
 		Example: `  cann-train checkpoint store-kept llm-pretrain /var/lib/cann-train/node-1/kept/run_llm-pretrain/step-000000001500-3f2a….pack --url s3://ckpt`,
 		Args:    wantArgs(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -92,15 +92,14 @@ func newPauseCmd(e *env) *cobra.Command {
 		Use:   "pause RUN",
 		Short: "Hold a run at its next chunk boundary until `cann-train resume`",
 		Long: `Asks the run to stop before its next chunk. The chunk that is training ends
-early: within a second its nodes agree on a step and store a checkpoint
-there (nodes of an older build finish the chunk, and checkpoint if it is
-due). The run then holds — nodes kept, nothing trained — until
-'cann-train resume RUN'. A pause during a green-window wait
-holds the run after the wait too. A run still waiting for its first nodes
-stops waiting and holds without any (it asks again on resume). An external job (your own script) stops
-after its next checkpoint upload — asked for now: its should_checkpoint()
-says yes a second or so ahead — and resumes from it; a second pause stops
-it at once.`,
+early: within a second its nodes agree on a step and store a checkpoint there
+(nodes of an older build finish the chunk, and checkpoint if it is due). The run
+then holds — nodes kept, nothing trained — until 'cann-train resume RUN'. A
+pause during a green-window wait holds the run after the wait too. A run still
+waiting for its first nodes stops waiting and holds without any (it asks again
+on resume). An external job (your own script) stops after its next checkpoint
+upload — asked for now: its should_checkpoint() says yes a second or so ahead —
+and resumes from it; a second pause stops it at once.`,
 		Example: `  cann-train pause mnist-demo
   cann-train pause mnist-demo --wait 2m   # return once the run is paused`,
 		Args: wantRun(1),
@@ -228,16 +227,16 @@ func newCancelCmd(e *env) *cobra.Command {
 		Short: "Stop a run now and give its nodes back; its checkpoints stay",
 		Long: `Cancels the run's workflow, as 'temporal workflow cancel' does. The chunk that
 is training ends first, within about a second, at a step its nodes agree on,
-with a checkpoint there (nodes of chunk protocol 2: 'cann-train nodes -o
-json'; on older ones, or if it has not ended within a minute, it is stopped
-and the steps since its last checkpoint are lost). An external job's world
-is asked for a checkpoint (its script's should_checkpoint() says yes a
-second or so ahead) and stopped once that is uploaded — at once when it
-cannot be asked (nodes of chunk protocol below 3, a script that reports no
-step) or goes past the step without checkpointing. The nodes go back to the pool and the run ends
-cancelled; its checkpoints stay in the bucket ('cann-train checkpoint ls
-RUN'), 'cann-train status RUN' still shows where it stopped, and
-'cann-train run -f JOB --name RUN --resume' goes on from there later.
+with a checkpoint there (nodes of chunk protocol 2: 'cann-train nodes -o json';
+on older ones, or if it has not ended within a minute, it is stopped and the
+steps since its last checkpoint are lost). An external job's world is asked for
+a checkpoint (its script's should_checkpoint() says yes a second or so ahead)
+and stopped once that is uploaded — at once when it cannot be asked (nodes of
+chunk protocol below 3, a script that reports no step) or goes past the step
+without checkpointing. The nodes go back to the pool and the run ends cancelled;
+its checkpoints stay in the bucket ('cann-train checkpoint ls RUN'), 'cann-train
+status RUN' still shows where it stopped, and 'cann-train run -f JOB --name RUN
+--resume' goes on from there later.
 
 A run of the built-in engine that holds for its checkpoint bucket (status
 waiting-storage: the bucket refused its state, which its nodes keep in

@@ -120,20 +120,22 @@ func newDashboardCmd(e *env) *cobra.Command {
 		Use:     "dashboard",
 		Aliases: []string{"ls", "list", "ps"},
 		Short:   "Every training run at a glance: status, step, loss, throughput, carbon",
-		Long: `Lists the TrainingRun workflows of the namespace, latest start first, with what
-the Temporal visibility store indexes (the Cann* search attributes) and what each
-run's status query (or, once closed, its result) adds: loss, samples/s (while
-the run trains), recoveries, grams of CO2. On a terminal the table fits its
-width: DETAIL is cut, and on a narrow one STARTED, MODEL and other columns go. --limit bounds the list (the running runs, then
-those that ended last, as the visibility store orders them: a run that
-continued as new counts from its latest execution's start, so it may be
-listed before a run started after it); a last line says how many more
-match, and the --limit that lists them all. --query narrows the list with a visibility query
-(e.g. CannStatus = 'training', CannModel = 'mlp-mnist', StartTime > '2026-11-30T00:00:00Z');
-CannStatus is the run's phase: ` + runPhases() + `.
---watch redraws it every --every until interrupted (on a terminal in place; to a file
-or a pipe, each table after a blank line), and waits out a server that stops answering;
-Ctrl-C ends it, with exit status 130 as watch.`,
+		Long: `Lists the TrainingRun workflows of the namespace, latest start first, with
+what the Temporal visibility store indexes (the Cann* search attributes) and
+what each run's status query (or, once closed, its result) adds: loss,
+samples/s (while the run trains), recoveries, grams of CO2. On a terminal the
+table fits its width: DETAIL is cut, and on a narrow one STARTED, MODEL and
+other columns go. --limit bounds the list (the running runs, then those that
+ended last, as the visibility store orders them: a run that continued as new
+counts from its latest execution's start, so it may be listed before a run
+started after it); a last line says how many more match, and the --limit that
+lists them all. --query narrows the list with a visibility query (e.g.
+CannStatus = 'training', CannModel = 'mlp-mnist',
+StartTime > '2026-11-30T00:00:00Z'). CannStatus is the run's phase, one of
+` + hang("", runPhases(), 80) + `.
+--watch redraws it every --every until interrupted (on a terminal in place; to
+a file or a pipe, each table after a blank line), and waits out a server that
+stops answering; Ctrl-C ends it, with exit status 130 as watch.`,
 		Example: `  cann-train dashboard
   cann-train dashboard --watch
   cann-train dashboard --query "CannStatus IN ('paused', 'waiting-storage')" -o json`,
@@ -531,6 +533,32 @@ func runPhases() string {
 		names[i] = string(p)
 	}
 	return strings.Join(names, ", ")
+}
+
+// hang breaks head+s into lines of at most width columns at s's spaces,
+// the lines after the first indented as far as s starts (a word too long
+// for a line gets one of its own).
+func hang(head, s string, width int) string {
+	var b strings.Builder
+	b.WriteString(head)
+	indent := utf8.RuneCountInString(head)
+	col, first := indent, true
+	for _, w := range strings.Fields(s) {
+		n := utf8.RuneCountInString(w)
+		switch {
+		case first:
+			first = false
+		case col+1+n > width:
+			b.WriteString("\n" + strings.Repeat(" ", indent))
+			col = indent
+		default:
+			b.WriteByte(' ')
+			col++
+		}
+		b.WriteString(w)
+		col += n
+	}
+	return b.String()
 }
 
 // printDashboard prints rows; none says so, and with a --query what

@@ -20,11 +20,13 @@ func newFaultCmd(e *env) *cobra.Command {
 	}
 	cmd.AddCommand(newFaultKindCmd(e, spec.FaultKill, "SIGKILL a node worker when it completes a given step",
 		`Tells the run to have node ID SIGKILL its own process once it completes
-global step S (default: about two seconds of training after the run's step
-as its status reads it, at least 20 steps), as a power cut would. A node training the run now gets the fault at once (the chunk in
-flight strikes it); another one when it next trains the run. The node
-worker must run with --allow-fault-injection. The run then detects the
-loss, replaces the node and resumes from its last checkpoint; see its recoveries with 'cann-train status RUN'.`,
+global step S (default: about two seconds of training after the run's step as
+its status reads it, at least 20 steps), as a power cut would. A node training
+the run now gets the fault at once (the chunk in flight strikes it); another one
+when it next trains the run. The node worker must run with
+--allow-fault-injection. The run then detects the loss, replaces the node and
+resumes from its last checkpoint; see its recoveries with 'cann-train status
+RUN'.`,
 		"will SIGKILL itself"))
 	cmd.AddCommand(newFaultKindCmd(e, spec.FaultFreeze, "SIGSTOP a node worker when it completes a given step (it hangs)",
 		`Tells the run to have node ID SIGSTOP its own process (and an external

@@ -475,8 +475,9 @@ func newGreenOverrideCmd(e *env) *cobra.Command {
 		Use:   "override RUN [--for 6h | --until T | --clear]",
 		Short: "Ignore a run's green policy, for good or for a while",
 		Long: `Tells the run to stop waiting for green windows: a wait in progress ends and
-the next chunks run at once, until --until (a time as green plan --start takes it) or for --for, or for
-good when neither is given. --clear restores the policy.`,
+the next chunks run at once, until --until (a time as green plan --start takes
+it) or for --for, or for good when neither is given. --clear restores the
+policy.`,
 		Example: `  cann-train green override mnist-green --for 6h
   cann-train green override mnist-green --clear`,
 		Args: wantArgs(1, 1),

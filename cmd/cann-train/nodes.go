@@ -228,9 +228,9 @@ run at a rank; drained by an operator (draining while a run still holds it);
 failed, with the reason (a dead peer, a heartbeat timeout; a failed node that
 keeps renewing its lease is handed out again after a lease TTL); stopped, its
 worker stopped on purpose (SIGTERM, Ctrl-C: free again when it registers, or
-back with the run that held it); unfit, failed as misconfigured (no data set for the built-in model, an
-older build, an external job it cannot launch, a work directory it cannot
-write), which only restarting its worker clears;
+back with the run that held it); unfit, failed as misconfigured (no data set
+for the built-in model, an older build, an external job it cannot launch, a
+work directory it cannot write), which only restarting its worker clears;
 silent, its lease not renewed for a TTL; or orphaned, held by a run that was
 terminated (the next run short of free nodes frees it) — with the fingerprint
 of the data set it loaded (DATA: the first 12 hex digits of the SHA-256 a
@@ -277,12 +277,13 @@ with the command that frees them).
 		Short: "Take a node out of the pool for maintenance (kept across its worker's restarts)",
 		Long: `Runs no longer get NODE. A run holding it is told and moves off it at its next
 chunk boundary (the chunk in flight ends early, within a second, at a
-checkpoint its nodes store): after a checkpoint at that step a free node takes its rank, or,
-with none free, the run goes on without it (down to its min_nodes); short of
-that it keeps the node, says so in its status, and asks again every minute.
-An external job stops after its next checkpoint upload and relaunches from it
-with a free node in that rank (with none free, on the same nodes). The
-node worker keeps running; ` + "`cann-train nodes undrain NODE`" + ` puts it back.`,
+checkpoint its nodes store): after a checkpoint at that step a free node takes
+its rank, or, with none free, the run goes on without it (down to its
+min_nodes); short of that it keeps the node, says so in its status, and asks
+again every minute. An external job stops after its next checkpoint upload and
+relaunches from it with a free node in that rank (with none free, on the same
+nodes). The node worker keeps running; ` + "`cann-train nodes undrain NODE`" + `
+puts it back.`,
 		Example: `  cann-train nodes drain node-7 --reason "replace the NIC"`,
 		Args:    wantArgs(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {

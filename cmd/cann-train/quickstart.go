@@ -83,14 +83,15 @@ func newQuickstartCmd(e *env) *cobra.Command {
 		Short: "Embedded Temporal + local node workers + one real training run",
 		Long: `Starts a real Temporal server (in memory) with its Web UI, a control worker,
 and N node workers as separate processes talking TCP on 127.0.0.1, then trains
-an MLP on MNIST data-parallel across them, showing live progress, and prints
-a summary. The server lives in memory and stops with the quickstart, its Web
-UI too: --keep keeps them up, and the workers, however the run ended — to
-browse it, or to continue a run cancelled or failed with cann-train run -f JOB
---resume against that server (the export line it prints). Without --keep a
-quickstart's run cannot be resumed; its checkpoints stay (for cann-train
-checkpoint ls|verify) until a later quickstart deletes a completed run's. Quickstarts side by side on one
---data-dir each need a run name of their own (the default is one).`,
+an MLP on MNIST data-parallel across them, showing live progress, and prints a
+summary. The server lives in memory and stops with the quickstart, its Web UI
+too: --keep keeps them up, and the workers, however the run ended — to browse
+it, or to continue a run cancelled or failed with cann-train run -f JOB --resume
+against that server (the export line it prints). Without --keep a quickstart's
+run cannot be resumed; its checkpoints stay (for cann-train checkpoint
+ls|verify) until a later quickstart deletes a completed run's. Quickstarts side
+by side on one --data-dir each need a run name of their own (the default is
+one).`,
 		Example: `  cann-train quickstart
   cann-train quickstart --nodes 3 --steps 300 -o json
   cann-train quickstart --nodes 2 --ranks-per-node 2   # 4 ranks, two in each node worker

@@ -500,8 +500,7 @@ func deprecatedMentions(root *cobra.Command, doc string) []string {
 
 // TestRunHelpNamesEveryJobKey: `cann-train run --help`'s field list names
 // every key a job file takes — its last part, as a word (the list nests
-// sections in parentheses and indentation) — and the help's lines fit a
-// terminal's 80 columns.
+// sections in parentheses and indentation).
 func TestRunHelpNamesEveryJobKey(t *testing.T) {
 	root := newRootCmd(&env{out: io.Discard, err: io.Discard, command: childCommand})
 	run, _, err := root.Find([]string{"run"})
@@ -522,9 +521,52 @@ func TestRunHelpNamesEveryJobKey(t *testing.T) {
 			t.Errorf("run's help does not name job-file key %s", k)
 		}
 	}
-	for i, line := range strings.Split(run.Long, "\n") {
-		if n := utf8.RuneCountInString(line); n > 80 {
-			t.Errorf("run's help, line %d: %d columns, want 80 at most: %s", i+1, n, line)
+}
+
+// TestHelpFitsEightyColumns: every command's description (--help's text
+// above Usage) fits a terminal's 80 columns.
+func TestHelpFitsEightyColumns(t *testing.T) {
+	root := newRootCmd(&env{out: io.Discard, err: io.Discard, command: childCommand})
+	seen := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		seen++
+		long := c.Long
+		if long == "" {
+			long = c.Short // (what --help shows without one)
+		}
+		for i, line := range strings.Split(long, "\n") {
+			if n := utf8.RuneCountInString(line); n > 80 {
+				t.Errorf("%s --help, line %d: %d columns, want 80 at most: %s", c.CommandPath(), i+1, n, line)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	if seen < 40 {
+		t.Fatalf("walked only %d commands", seen)
+	}
+}
+
+// TestHang: hang breaks at spaces within the width, indents the lines
+// after the first as far as the text starts, and gives a word longer than
+// a line one of its own.
+func TestHang(t *testing.T) {
+	for _, tc := range []struct {
+		head, s string
+		width   int
+		want    string
+	}{
+		{"", "a b c", 80, "a b c"},
+		{"", "aaa bbb ccc", 7, "aaa bbb\nccc"},
+		{"  x: ", "aa bb cc", 10, "  x: aa bb\n     cc"},
+		{"  x: ", "aaaaaaaaaa b", 8, "  x: aaaaaaaaaa\n     b"},
+		{"h ", "", 10, "h "},
+	} {
+		if got := hang(tc.head, tc.s, tc.width); got != tc.want {
+			t.Errorf("hang(%q, %q, %d) = %q, want %q", tc.head, tc.s, tc.width, got, tc.want)
 		}
 	}
 }

@@ -274,14 +274,15 @@ func specFieldsHelp() string {
 		}
 		return strings.Join(fields, ", ")
 	}
-	return fmt.Sprintf(`Spec files are YAML (--show-preset NAME prints one to start from).
-  model:   %s
-  cluster: %s
-  device:  a profile (%s) or a mapping of profile (one to start from), %s
-  precision: a mapping of %s (bytes per parameter; defaults 2, 4, 12: bf16 weights, fp32 gradients, fp32 master weights with Adam's m and v)`,
-		join(reflect.TypeFor[strategy.Model]()), join(reflect.TypeFor[strategy.Cluster]()),
-		strings.Join(strategy.Profiles(), ", "), join(reflect.TypeFor[strategy.Device]()),
-		join(reflect.TypeFor[strategy.Precision]()))
+	return strings.Join([]string{
+		"Spec files are YAML (--show-preset NAME prints one to start from).",
+		hang("  model:   ", join(reflect.TypeFor[strategy.Model]()), 80),
+		hang("  cluster: ", join(reflect.TypeFor[strategy.Cluster]()), 80),
+		hang("  device:  ", "a profile ("+strings.Join(strategy.Profiles(), ", ")+") or a mapping of profile (one to start from), "+
+			join(reflect.TypeFor[strategy.Device]()), 80),
+		hang("  precision: ", "a mapping of "+join(reflect.TypeFor[strategy.Precision]())+
+			" (bytes per parameter; defaults 2, 4, 12: bf16 weights, fp32 gradients, fp32 master weights with Adam's m and v)", 80),
+	}, "\n")
 }
 
 // specUnits gives the unit of a spec field in `search --help`'s list.

@@ -115,15 +115,15 @@ func newWatchCmd(e *env) *cobra.Command {
 		Short: "Follow a run live: step/total, loss, samples/s, ETA",
 		Long: `Follows RUN until it ends. The progress goes to stderr: on a terminal one line
 redrawn in place (step/total, and while the run trains its ETA, loss and
-samples/s; while it does not, what it waits for), to a file or a pipe a line
-per change of phase (or of what a run that does not train waits for) and per
-tenth of the steps, with the ETA while the run trains. While a run replaces a
-node it shows the step it resumes from (its last checkpoint). Then stdout gets the run's
-final status as 'cann-train status' prints it (-o json: its JSON object) —
-that of a run that failed or was cancelled too, with exit status 1.
--o jsonl writes JSON lines on stdout instead, the last one saying how the run
-ended. A server or control worker that stops answering is waited out, and
-said. Ctrl-C stops watching; the run goes on.`,
+samples/s; while it does not, what it waits for), to a file or a pipe a line per
+change of phase (or of what a run that does not train waits for) and per tenth
+of the steps, with the ETA while the run trains. While a run replaces a node it
+shows the step it resumes from (its last checkpoint). Then stdout gets the run's
+final status as 'cann-train status' prints it (-o json: its JSON object) — that
+of a run that failed or was cancelled too, with exit status 1. -o jsonl writes
+JSON lines on stdout instead, the last one saying how the run ended. A server or
+control worker that stops answering is waited out, and said. Ctrl-C stops
+watching; the run goes on.`,
 		Example: `  cann-train watch mnist-demo
   cann-train watch mnist-demo -o jsonl | jq .loss`,
 		Args: wantRun(1),
