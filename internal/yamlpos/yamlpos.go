@@ -305,10 +305,7 @@ func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
 // Fields lists the names the fields of struct type t (or a pointer to
 // one) go by in YAML, in declaration order.
 func Fields(t reflect.Type) []string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
+	if t = structType(t); t == nil {
 		return nil
 	}
 	var out []string
@@ -320,6 +317,17 @@ func Fields(t reflect.Type) []string {
 	return out
 }
 
+// structType is the struct type t is, or points to; nil for another.
+func structType(t reflect.Type) reflect.Type {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	return t
+}
+
 // Paths lists every key a document decoding into t takes, in declaration
 // order: each field's name, and below a struct field (or a pointer to
 // one) that does not decode itself its fields' as section.name; an
@@ -327,10 +335,7 @@ func Fields(t reflect.Type) []string {
 func Paths(t reflect.Type) []string { return paths(t, "") }
 
 func paths(t reflect.Type, prefix string) []string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
+	if t = structType(t); t == nil {
 		return nil
 	}
 	var out []string
