@@ -29,6 +29,7 @@ import (
 // a storage down — doubling its waits up to ten minutes — until an
 // operator drained node-3.
 func TestNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -28,6 +28,7 @@ import (
 // history is the replay test's trainingrun_external_unformed.json
 // (trainingrun_external_cut_off.json: the same before the early stop).
 func TestExternalNodeCutOffFromTheBucketIsReplaced(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 in PATH: skipping the external-job cut-off e2e test")
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cann-train/cann-train/dev"
+	"github.com/cann-train/cann-train/internal/s3fake"
 )
 
 // childArgsEnv makes this test binary act as `cann-train <args>`, so tests
@@ -68,6 +69,12 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	os.Setenv("CANN_TRAIN_HOME", home)
+	// The fake S3 buckets' credentials, set for good: tests that serve
+	// one run side by side.
+	for _, kv := range s3fake.Credentials() {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
 	code := m.Run()
 	os.RemoveAll(home)
 	torch.cleanup()

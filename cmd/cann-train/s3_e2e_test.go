@@ -31,6 +31,7 @@ import (
 // waiting-storage, saying so, until the bucket serves it again and a
 // resume cuts the wait short.
 func TestRunCheckpointsOnS3(t *testing.T) {
+	t.Parallel() // (it mostly waits: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -38,11 +40,22 @@ func BucketOn(t testing.TB, backend *s3mem.Backend, wrap func(http.Handler) http
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	t.Setenv("AWS_ACCESS_KEY_ID", "cann-train")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "cann-train-secret")
-	t.Setenv("AWS_REGION", "us-east-1")
+	for _, kv := range Credentials() {
+		// (A test binary that set them for good, as one whose tests run
+		// side by side must — t.Setenv refuses beside t.Parallel —, is
+		// left as it is.)
+		if k, v, _ := strings.Cut(kv, "="); os.Getenv(k) != v {
+			t.Setenv(k, v)
+		}
+	}
 	q := url.Values{"endpoint": {srv.URL}, "use_path_style": {"true"}, "region": {"us-east-1"}}
 	return "s3://ckpt?" + q.Encode()
+}
+
+// Credentials is the environment BucketOn sets for the s3blob driver
+// (and child processes) to read: fake keys, and the region.
+func Credentials() []string {
+	return []string{"AWS_ACCESS_KEY_ID=cann-train", "AWS_SECRET_ACCESS_KEY=cann-train-secret", "AWS_REGION=us-east-1"}
 }
 
 // Hang makes a server stop answering: while On, the requests Match selects
