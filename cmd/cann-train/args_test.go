@@ -124,16 +124,19 @@ func TestArgumentErrors(t *testing.T) {
 // usage as its value's name ("--ui cann-train dev" in --help); no flag's
 // usage quotes that way.
 func TestFlagUsageNamesNoType(t *testing.T) {
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
+	eachCommand(newRootCmd(&env{out: io.Discard, err: io.Discard, command: childCommand}), func(c *cobra.Command) {
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 			if strings.Contains(f.Usage, "`") {
 				t.Errorf("%s --%s: usage %q has a back quote (help would read it as the value's name)", c.CommandPath(), f.Name, f.Usage)
 			}
 		})
-		for _, sub := range c.Commands() {
-			walk(sub)
-		}
+	})
+}
+
+// eachCommand calls fn on c and every command below it.
+func eachCommand(c *cobra.Command, fn func(*cobra.Command)) {
+	fn(c)
+	for _, sub := range c.Commands() {
+		eachCommand(sub, fn)
 	}
-	walk(newRootCmd(&env{out: io.Discard, err: io.Discard, command: childCommand}))
 }

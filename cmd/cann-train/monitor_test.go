@@ -674,18 +674,13 @@ func TestPrintCancelled(t *testing.T) {
 // TestHelpResumeCommands (B7): no help text gives `cann-train run JOB`,
 // which run refuses (a job file is given with -f).
 func TestHelpResumeCommands(t *testing.T) {
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
+	eachCommand(newRootCmd(&env{}), func(c *cobra.Command) {
 		for _, text := range []string{c.Short, c.Long, c.Example} {
 			if strings.Contains(text, "cann-train run JOB") {
 				t.Errorf("%s's help gives `cann-train run JOB`: %q", c.CommandPath(), text)
 			}
 		}
-		for _, sub := range c.Commands() {
-			walk(sub)
-		}
-	}
-	walk(newRootCmd(&env{}))
+	})
 }
 
 // TestStatusTextEnded (U10, C3, C4): an ended run's status says nothing

@@ -474,8 +474,7 @@ func checkFlags(cmd *cobra.Command, words []string) []string {
 func deprecatedMentions(root *cobra.Command, doc string) []string {
 	var problems []string
 	seen := map[string]bool{}
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
+	eachCommand(root, func(c *cobra.Command) {
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 			if f.Deprecated == "" || seen[f.Name] {
 				return
@@ -490,11 +489,7 @@ func deprecatedMentions(root *cobra.Command, doc string) []string {
 				}
 			}
 		})
-		for _, s := range c.Commands() {
-			walk(s)
-		}
-	}
-	walk(root)
+	})
 	return problems
 }
 
@@ -528,8 +523,7 @@ func TestRunHelpNamesEveryJobKey(t *testing.T) {
 func TestHelpFitsEightyColumns(t *testing.T) {
 	root := newRootCmd(&env{out: io.Discard, err: io.Discard, command: childCommand})
 	seen := 0
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
+	eachCommand(root, func(c *cobra.Command) {
 		seen++
 		long := c.Long
 		if long == "" {
@@ -540,11 +534,7 @@ func TestHelpFitsEightyColumns(t *testing.T) {
 				t.Errorf("%s --help, line %d: %d columns, want 80 at most: %s", c.CommandPath(), i+1, n, line)
 			}
 		}
-		for _, sub := range c.Commands() {
-			walk(sub)
-		}
-	}
-	walk(root)
+	})
 	if seen < 40 {
 		t.Fatalf("walked only %d commands", seen)
 	}

@@ -345,17 +345,13 @@ func paths(t reflect.Type, prefix string) []string {
 		if !ok {
 			continue
 		}
-		ft := f.Type
-		for ft.Kind() == reflect.Pointer {
-			ft = ft.Elem()
-		}
 		if _, opts, _ := strings.Cut(f.Tag.Get("yaml"), ","); strings.Contains(","+opts+",", ",inline,") {
-			out = append(out, paths(ft, prefix)...)
+			out = append(out, paths(f.Type, prefix)...)
 			continue
 		}
 		out = append(out, prefix+name)
-		if ft.Kind() == reflect.Struct && !decodesItself(ft) {
-			out = append(out, paths(ft, prefix+name+".")...)
+		if st := structType(f.Type); st != nil && !decodesItself(st) {
+			out = append(out, paths(st, prefix+name+".")...)
 		}
 	}
 	return out
