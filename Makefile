@@ -10,7 +10,7 @@ SERVER_PKGS := ./dev/... ./cmd/...
 NORACE_PKGS := ./engine/strategy/...
 RACE_PKGS    = $(shell $(GO) list ./... | grep -v -e '/dev' -e '/cmd/' -e '/engine/strategy')
 
-.PHONY: all build run test test-race test-e2e vet lint fmt-check bench bench-mpi soak calibrate clean
+.PHONY: all build run test test-race test-e2e vet lint fmt-check bench bench-mpi soak calibrate record-histories clean
 
 all: build
 
@@ -31,6 +31,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags 'soak calibration record' ./cmd/cann-train ./engine/strategy ./workflows
 
 test-race:
 	$(GO) test -race -count=1 -timeout 10m $(RACE_PKGS)
@@ -53,6 +54,12 @@ lint:
 ## soak: ≥ 20 random node kills and one Temporal server restart in one run (not in CI).
 soak:
 	$(GO) test -tags soak -count=1 -timeout 40m -v -run TestSoak ./cmd/cann-train
+
+## record-histories: stage the scripted scenarios (workflows/record_test.go) on the embedded server and write their histories to RECORD_DIR, for the replay test (not in CI).
+RECORD_DIR ?= $(CURDIR)/bin/histories
+record-histories:
+	mkdir -p $(RECORD_DIR)
+	CANN_TRAIN_RECORD_SCRIPTED=$(RECORD_DIR) $(GO) test -tags record -count=1 -timeout 30m -v -run 'TestRecordScripted' ./workflows
 
 ## calibrate: the strategy planner against issue 5's acceptance thresholds (not yet all met).
 calibrate:

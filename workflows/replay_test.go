@@ -337,6 +337,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_slow_full_chunks.json", spec.WorkflowTrainingRun},         // a chunk cancelled in flight, not judged for slowness (versionSlowFullChunks)
 		{"trainingrun_stopped_came_back.json", spec.WorkflowTrainingRun},        // a paused run's stopped node came back to it (versionStoppedCameBack)
 		{"trainingrun_unreached_step.json", spec.WorkflowTrainingRun},           // two Temporal stalls, the step each reached said (versionUnreachedStep)
+		{"trainingrun_newer_rescale.json", spec.WorkflowTrainingRun},            // scripted: a rescale signalled while another acquired, applied after it (versionNewerRescale)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()

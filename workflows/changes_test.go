@@ -1,0 +1,150 @@
+package workflows
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/client"
+)
+
+// unrecordedChanges are the workflow.GetVersion changes that no history
+// in testdata passes through yet: a change to their new paths would not
+// fail TestReplayRecordedHistories. Record one (an end-to-end test with
+// CANN_TRAIN_RECORD_ALL, or a scenario of `make record-histories`) and
+// strike it from this list; the list only shrinks.
+var unrecordedChanges = []string{
+	versionAskAgain,
+	versionCutAsks,
+	versionExternalShortFails,
+	versionForgetStopped,
+	versionFoundAsks,
+	versionOverrideStarts,
+	versionRecheckGreenWait,
+	versionResumeEndsPause,
+	versionResumeOutlivesLoss,
+	versionRolloverInGreenWait,
+	versionSaverKept,
+	versionScaleAsksSoon,
+	versionSilentSuspects,
+	versionStartFailRepeats,
+	versionStorageGivesUp,
+	versionUnplannedStarts,
+}
+
+// TestEveryChangeHasAHistory: every change ID the workflows ask
+// workflow.GetVersion for is recorded in some replay history (its version
+// marker), but for those listed in unrecordedChanges — and none of those
+// is recorded (strike it from the list once it is).
+func TestEveryChangeHasAHistory(t *testing.T) {
+	declared := declaredChanges(t)
+	if len(declared) < 50 {
+		t.Fatalf("found %d change IDs in the workflow sources: the scan is broken", len(declared))
+	}
+	recorded := recordedChanges(t)
+	for _, id := range unrecordedChanges {
+		if !slices.Contains(declared, id) {
+			t.Errorf("unrecordedChanges lists %q, which no workflow declares", id)
+		}
+	}
+	for _, id := range declared {
+		in, listed := recorded[id], slices.Contains(unrecordedChanges, id)
+		switch {
+		case in == "" && !listed:
+			t.Errorf("no history in testdata passes through change %q: record one (see unrecordedChanges)", id)
+		case in != "" && listed:
+			t.Errorf("change %q is recorded (in %s): strike it from unrecordedChanges", id, in)
+		}
+	}
+}
+
+// declaredChanges are the string constants named version* in the
+// workflow sources (the change IDs).
+func declaredChanges(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, sp := range g.Specs {
+				vs := sp.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if !strings.HasPrefix(name.Name, "version") || i >= len(vs.Values) {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						continue
+					}
+					id, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, id)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// recordedChanges maps each change ID that a testdata history's version
+// marker names to one such history.
+func recordedChanges(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := client.HistoryFromJSON(r, client.HistoryJSONOptions{})
+		r.Close()
+		if err != nil {
+			t.Fatalf("read %s: %v", f, err)
+		}
+		for _, ev := range h.Events {
+			m := ev.GetMarkerRecordedEventAttributes()
+			if m.GetMarkerName() != "Version" {
+				continue
+			}
+			for _, p := range m.GetDetails()["change-id"].GetPayloads() {
+				var id string
+				if err := json.Unmarshal(p.GetData(), &id); err != nil {
+					t.Fatalf("%s: version marker %d: %v", f, ev.GetEventId(), err)
+				}
+				if out[id] == "" {
+					out[id] = filepath.Base(f)
+				}
+			}
+		}
+	}
+	return out
+}
