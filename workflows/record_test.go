@@ -53,8 +53,9 @@ type recorder struct {
 	dir string
 }
 
-// newRecorder starts a server for one scenario; it stops with the test.
-func newRecorder(t *testing.T) *recorder {
+// newRecorder starts a server for one scenario (opts: its options, the
+// search attributes and a quiet logger added); it stops with the test.
+func newRecorder(t *testing.T, opts dev.ServerOptions) *recorder {
 	t.Helper()
 	dir := os.Getenv("CANN_TRAIN_RECORD_SCRIPTED")
 	if dir == "" {
@@ -69,7 +70,8 @@ func newRecorder(t *testing.T) *recorder {
 		spec.SearchAttrStatus:   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 		spec.SearchAttrStrategy: enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 	}
-	srv, err := dev.StartServer(ctx, dev.ServerOptions{SearchAttributes: sa, Logger: zap.NewNop()})
+	opts.SearchAttributes, opts.Logger = sa, zap.NewNop()
+	srv, err := dev.StartServer(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,16 +231,18 @@ func runActivities(cl *fakeCluster, ch *fakeChunks) (control, node map[string]an
 		}
 }
 
-// scenario stages one run on its own server.
+// scenario stages one run on its own server (started with opts: a
+// scenario may lower SuggestContinueAsNewEvents, say).
 type scenario struct {
 	name string
 	run  func(t *testing.T, r *recorder)
+	opts dev.ServerOptions
 }
 
 // recordScenarios runs each scenario as a subtest with a new recorder.
 func recordScenarios(t *testing.T, scs []scenario) {
 	for _, sc := range scs {
-		t.Run(sc.name, func(t *testing.T) { sc.run(t, newRecorder(t)) })
+		t.Run(sc.name, func(t *testing.T) { sc.run(t, newRecorder(t, sc.opts)) })
 	}
 }
 
@@ -246,7 +250,7 @@ func recordScenarios(t *testing.T, scs []scenario) {
 // and chunk ones are TestRecordScripted* beside it).
 func TestRecordScripted(t *testing.T) {
 	recordScenarios(t, []scenario{
-		{"trainingrun_newer_rescale", recordNewerRescale},
+		{name: "trainingrun_newer_rescale", run: recordNewerRescale},
 	})
 }
 
