@@ -723,6 +723,36 @@ func TestTrainingRunRescaleDuringRescale(t *testing.T) {
 	require.Zero(t, st.PendingNodes)
 }
 
+// A scale-down signalled while another scale-down acquires its nodes is
+// applied after it (versionNewerRescale); before, the end of the first
+// dropped it and the run stayed on 2 nodes.
+func TestTrainingRunRescaleDownDuringRescaleDown(t *testing.T) {
+	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
+	ch := &fakeChunks{}
+	env, _ := controlEnv(t, cl, ch, nil)
+	ch.onStart = func(in spec.ChunkInput) {
+		if in.From == 100 && in.Rank == 0 {
+			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 2})
+		}
+	}
+	var once sync.Once
+	cl.onAcquire = func(req spec.AcquireRequest) {
+		if req.Count == 2 {
+			once.Do(func() { env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 1}) })
+		}
+	}
+	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 1, Steps: 400, ChunkSteps: 100}.WithDefaults()
+	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+	st := result(t, env)
+	require.EqualValues(t, 400, st.Step)
+	require.Len(t, st.Rescalings, 2, "both rescales applied: %+v", st.Rescalings)
+	require.Equal(t, []int{2, 1}, []int{st.Rescalings[0].ToNodes, st.Rescalings[1].ToNodes})
+	require.Equal(t, []string{"n1"}, st.Nodes)
+	require.Zero(t, st.PendingNodes)
+	chunks := ch.byFrom()
+	require.Len(t, chunks[300], 1, "the last chunk on one node")
+}
+
 // With checkpoints sparser than chunks, a rescale first lets one chunk
 // checkpoint, so that no trained step is lost.
 func TestTrainingRunRescaleWaitsForCheckpoint(t *testing.T) {
