@@ -695,62 +695,47 @@ func TestTrainingRunRefusesUnknownSignalFields(t *testing.T) {
 }
 
 // TestTrainingRunRescaleDuringRescale: a rescale signalled while another
-// is under way (its nodes being acquired) is applied after it — here at
-// the same boundary —, not dropped when the first ends.
+// is under way (its nodes being acquired) is applied after it, not
+// dropped when the first ends: after a scale-up (which grows as a
+// shrunk run grows back: here at the same boundary), and after a
+// scale-down (versionNewerRescale; before, the run stayed on 2 nodes).
 func TestTrainingRunRescaleDuringRescale(t *testing.T) {
-	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
-	ch := &fakeChunks{}
-	env, _ := controlEnv(t, cl, ch, nil)
-	ch.onStart = func(in spec.ChunkInput) {
-		if in.From == 100 && in.Rank == 0 {
-			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 3})
-		}
+	for _, tc := range []struct {
+		name          string
+		nodes, min    int
+		first, second int
+		want          []string
+	}{
+		{"up, then down", 2, 0, 3, 2, []string{"n1", "n2"}},
+		{"down, then down", 3, 1, 2, 1, []string{"n1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
+			ch := &fakeChunks{}
+			env, _ := controlEnv(t, cl, ch, nil)
+			ch.onStart = func(in spec.ChunkInput) {
+				if in.From == 100 && in.Rank == 0 {
+					env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: tc.first})
+				}
+			}
+			var once sync.Once
+			cl.onAcquire = func(req spec.AcquireRequest) {
+				if req.Count == tc.first {
+					once.Do(func() { env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: tc.second}) })
+				}
+			}
+			s := spec.RunSpec{Name: "t", Nodes: tc.nodes, MinNodes: tc.min, Steps: 400, ChunkSteps: 100}.WithDefaults()
+			env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
+			st := result(t, env)
+			require.EqualValues(t, 400, st.Step)
+			require.Len(t, st.Rescalings, 2, "both rescales applied: %+v", st.Rescalings)
+			require.Equal(t, []int{tc.first, tc.second}, []int{st.Rescalings[0].ToNodes, st.Rescalings[1].ToNodes})
+			require.GreaterOrEqual(t, st.Rescalings[1].AtStep, st.Rescalings[0].AtStep)
+			require.Equal(t, tc.want, st.Nodes)
+			require.Zero(t, st.PendingNodes)
+			require.Len(t, ch.byFrom()[300], tc.second, "the last chunk on the second rescale's nodes")
+		})
 	}
-	cl.onAcquire = func(req spec.AcquireRequest) {
-		if req.Count == 3 {
-			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 2})
-		}
-	}
-	s := spec.RunSpec{Name: "t", Nodes: 2, Steps: 400, ChunkSteps: 100}.WithDefaults()
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	st := result(t, env)
-	require.EqualValues(t, 400, st.Step)
-	require.Len(t, st.Rescalings, 2, "both rescales applied: %+v", st.Rescalings)
-	require.Equal(t, 3, st.Rescalings[0].ToNodes)
-	require.Equal(t, 2, st.Rescalings[1].ToNodes)
-	require.GreaterOrEqual(t, st.Rescalings[1].AtStep, st.Rescalings[0].AtStep)
-	require.Len(t, st.Nodes, 2)
-	require.Zero(t, st.PendingNodes)
-}
-
-// A scale-down signalled while another scale-down acquires its nodes is
-// applied after it (versionNewerRescale); before, the end of the first
-// dropped it and the run stayed on 2 nodes.
-func TestTrainingRunRescaleDownDuringRescaleDown(t *testing.T) {
-	cl := &fakeCluster{pool: testNodes("n1", "n2", "n3")}
-	ch := &fakeChunks{}
-	env, _ := controlEnv(t, cl, ch, nil)
-	ch.onStart = func(in spec.ChunkInput) {
-		if in.From == 100 && in.Rank == 0 {
-			env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 2})
-		}
-	}
-	var once sync.Once
-	cl.onAcquire = func(req spec.AcquireRequest) {
-		if req.Count == 2 {
-			once.Do(func() { env.SignalWorkflow(spec.SignalRescale, spec.Rescale{Nodes: 1}) })
-		}
-	}
-	s := spec.RunSpec{Name: "t", Nodes: 3, MinNodes: 1, Steps: 400, ChunkSteps: 100}.WithDefaults()
-	env.ExecuteWorkflow(spec.WorkflowTrainingRun, RunInput{Spec: s})
-	st := result(t, env)
-	require.EqualValues(t, 400, st.Step)
-	require.Len(t, st.Rescalings, 2, "both rescales applied: %+v", st.Rescalings)
-	require.Equal(t, []int{2, 1}, []int{st.Rescalings[0].ToNodes, st.Rescalings[1].ToNodes})
-	require.Equal(t, []string{"n1"}, st.Nodes)
-	require.Zero(t, st.PendingNodes)
-	chunks := ch.byFrom()
-	require.Len(t, chunks[300], 1, "the last chunk on one node")
 }
 
 // With checkpoints sparser than chunks, a rescale first lets one chunk
