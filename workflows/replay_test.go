@@ -338,6 +338,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_stopped_came_back.json", spec.WorkflowTrainingRun},        // a paused run's stopped node came back to it (versionStoppedCameBack)
 		{"trainingrun_unreached_step.json", spec.WorkflowTrainingRun},           // two Temporal stalls, the step each reached said (versionUnreachedStep)
 		{"trainingrun_newer_rescale.json", spec.WorkflowTrainingRun},            // scripted: a rescale signalled while another acquired, applied after it (versionNewerRescale)
+		{"trainingrun_external_short_fails.json", spec.WorkflowTrainingRun},     // scripted: an external script exited 0 at step 100 of 150: failed short of its steps (versionExternalShortFails)
+		{"trainingrun_external_start_fails.json", spec.WorkflowTrainingRun},     // scripted: an external job's import failed the same way on two launches: failed, not relaunched again (versionStartFailRepeats)
+		{"trainingrun_external_storage_fails.json", spec.WorkflowTrainingRun},   // scripted: an external world's upload at 80 failed, then its final one at 100: failed at once (versionStorageGivesUp)
+		{"trainingrun_external_ask_again.json", spec.WorkflowTrainingRun},       // scripted: a pause's checkpoint request withdrawn by a resume; a later pause asked again, held there (versionAskAgain)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
