@@ -24,15 +24,9 @@ var unrecordedChanges = []string{
 	versionCutAsks,
 	versionForgetStopped,
 	versionFoundAsks,
-	versionOverrideStarts,
-	versionRecheckGreenWait,
-	versionResumeEndsPause,
-	versionResumeOutlivesLoss,
-	versionRolloverInGreenWait,
 	versionSaverKept,
 	versionScaleAsksSoon,
 	versionSilentSuspects,
-	versionUnplannedStarts,
 }
 
 // TestEveryChangeHasAHistory: every change ID the workflows ask

@@ -342,6 +342,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_external_start_fails.json", spec.WorkflowTrainingRun},     // scripted: an external job's import failed the same way on two launches: failed, not relaunched again (versionStartFailRepeats)
 		{"trainingrun_external_storage_fails.json", spec.WorkflowTrainingRun},   // scripted: an external world's upload at 80 failed, then its final one at 100: failed at once (versionStorageGivesUp)
 		{"trainingrun_external_ask_again.json", spec.WorkflowTrainingRun},       // scripted: a pause's checkpoint request withdrawn by a resume; a later pause asked again, held there (versionAskAgain)
+		{"trainingrun_green_unplanned.json", spec.WorkflowTrainingRun},          // scripted: a contiguous job's failed plan let it train, on to the end (versionUnplannedStarts)
+		{"trainingrun_green_pause_in_wait.json", spec.WorkflowTrainingRun},      // scripted: paused in its green wait, the resume ended the pause only; a second resume cut the wait, a contiguous job on to the end (versionResumeEndsPause, versionOverrideStarts)
+		{"trainingrun_green_resume_lost.json", spec.WorkflowTrainingRun},        // scripted: a resume cut the green wait, its chunk failed, the recovered run trained at once (versionResumeOutlivesLoss)
+		{"trainingrun_green_wait_rollover.json", spec.WorkflowTrainingRun},      // scripted: a green wait re-decided on its signal's step, continued as new there, the history being long; the first run (versionRecheckGreenWait, versionRolloverInGreenWait)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
