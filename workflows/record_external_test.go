@@ -128,18 +128,12 @@ func recordSpec(name string, nodes int) spec.RunSpec {
 		External: &spec.ExternalJob{Entrypoint: []string{"python3", "train.py"}, ProcsPerNode: 2, Workdir: "/w"}}.WithDefaults()
 }
 
-// queryRun is the run's status query.
-func (r *recorder) queryRun(id string) spec.RunStatus {
+// finalStatus is the ended run id's status.
+func (r *recorder) finalStatus(id string) spec.RunStatus {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	v, err := r.c.QueryWorkflow(ctx, id, "", spec.QueryStatus)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	var st spec.RunStatus
-	if err := v.Get(&st); err != nil {
-		r.t.Fatal(err)
+	st, ok := r.status(id)
+	if !ok {
+		r.t.Fatalf("%s: no status", id)
 	}
 	return st
 }
@@ -169,7 +163,7 @@ func recordExternalShortFails(t *testing.T, r *recorder) {
 	if !errors.As(err, &ae) || ae.Type() != spec.ErrTypeShortOfSteps || !strings.Contains(ae.Message(), "at step 100, short of the job's 150 steps") {
 		t.Fatalf("want the run failed short of its steps, got %v", err)
 	}
-	if st := r.queryRun(id); st.Phase != spec.PhaseFailed || st.Step != 100 {
+	if st := r.finalStatus(id); st.Phase != spec.PhaseFailed || st.Step != 100 {
 		t.Fatalf("status %s at %d: want failed at 100", st.Phase, st.Step)
 	}
 	r.save(id, "", "trainingrun_external_short_fails", versionExternalShortFails)
@@ -201,7 +195,7 @@ func recordExternalStartFailRepeats(t *testing.T, r *recorder) {
 	if n := w.launches(); n != 2 {
 		t.Fatalf("%d launches: want 2", n)
 	}
-	st := r.queryRun(id)
+	st := r.finalStatus(id)
 	if st.Phase != spec.PhaseFailed || len(st.Recoveries) != 1 || !strings.Contains(st.Error, "No module named 'torch'") {
 		t.Fatalf("status %s, %d recoveries, error %q: want failed after 1, naming the import", st.Phase, len(st.Recoveries), st.Error)
 	}
@@ -301,37 +295,15 @@ func recordExternalAskAgain(t *testing.T, r *recorder) {
 		time.Sleep(time.Second)
 		r.signal(id, spec.SignalPause, nil)
 		// The first ask, its withdrawal and the checkpoint at 57.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			st := r.queryRun(id)
-			if st.LastCkpt != nil && st.LastCkpt.Step == 57 && !st.PauseRequested {
-				if st.Phase != spec.PhaseTraining {
-					t.Errorf("phase %s after the withdrawn pause: want training", st.Phase)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("no checkpoint at 57 with the pause withdrawn: %+v", st)
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
+		if !r.await(id, "training on past a checkpoint at 57, the pause withdrawn", 30*time.Second, func(st spec.RunStatus) bool {
+			return st.LastCkpt != nil && st.LastCkpt.Step == 57 && !st.PauseRequested && st.Phase == spec.PhaseTraining
+		}) {
+			return
 		}
 		time.Sleep(time.Second)
 		r.signal(id, spec.SignalPause, nil)
-		deadline = time.Now().Add(time.Minute)
-		for {
-			st := r.queryRun(id)
-			if st.Phase == spec.PhasePaused {
-				if st.Step != 80 {
-					t.Errorf("paused at %d: want 80", st.Step)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("not paused: %+v", st)
-				return
-			}
-			time.Sleep(200 * time.Millisecond)
+		if !r.await(id, "paused at 80", time.Minute, func(st spec.RunStatus) bool { return st.Phase == spec.PhasePaused && st.Step == 80 }) {
+			return
 		}
 		time.Sleep(time.Second)
 		r.signal(id, spec.SignalResume, nil)

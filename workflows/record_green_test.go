@@ -62,36 +62,6 @@ func greenActivities(cl *fakeCluster, ch *fakeChunks, cb *fakeCarbon) (control, 
 	}
 }
 
-// greenStatus queries the run id's status (false: no answer yet).
-func greenStatus(r *recorder, id string) (spec.RunStatus, bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	v, err := r.c.QueryWorkflow(ctx, id, "", spec.QueryStatus)
-	if err != nil {
-		return spec.RunStatus{}, false
-	}
-	var st spec.RunStatus
-	if err := v.Get(&st); err != nil {
-		return spec.RunStatus{}, false
-	}
-	return st, true
-}
-
-// greenAwait polls the run id's status until ok holds of it, within
-// limit (a script goroutine's helper: it reports with Errorf and returns
-// false).
-func greenAwait(r *recorder, id, what string, limit time.Duration, ok func(spec.RunStatus) bool) bool {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if st, found := greenStatus(r, id); found && ok(st) {
-			return true
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	r.t.Errorf("%s: not %s within %s", id, what, limit)
-	return false
-}
-
 // waitingGreen: the run waits for its window, the waits'th time.
 func waitingGreen(waits int) func(spec.RunStatus) bool {
 	return func(st spec.RunStatus) bool {
@@ -159,15 +129,15 @@ func recordGreenPauseInWait(t *testing.T, r *recorder) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if !greenAwait(r, id, "waiting for its window", time.Minute, waitingGreen(1)) {
+		if !r.await(id, "waiting for its window", time.Minute, waitingGreen(1)) {
 			return
 		}
 		r.signal(id, spec.SignalPause, nil)
-		if !greenAwait(r, id, "paused", time.Minute, func(st spec.RunStatus) bool { return st.Phase == spec.PhasePaused }) {
+		if !r.await(id, "paused", time.Minute, func(st spec.RunStatus) bool { return st.Phase == spec.PhasePaused }) {
 			return
 		}
 		r.signal(id, spec.SignalResume, nil)
-		if !greenAwait(r, id, "waiting again", time.Minute, waitingGreen(2)) {
+		if !r.await(id, "waiting again", time.Minute, waitingGreen(2)) {
 			return
 		}
 		resumedAt = time.Now()
@@ -235,7 +205,7 @@ func recordGreenResumeLost(t *testing.T, r *recorder) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if !greenAwait(r, id, "waiting for its window", time.Minute, waitingGreen(1)) {
+		if !r.await(id, "waiting for its window", time.Minute, waitingGreen(1)) {
 			return
 		}
 		resumedAt = time.Now()

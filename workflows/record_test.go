@@ -153,6 +153,37 @@ func (r *recorder) signal(id, name string, arg any) {
 	}
 }
 
+// status queries the run id's status (false: no answer yet).
+func (r *recorder) status(id string) (spec.RunStatus, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := r.c.QueryWorkflow(ctx, id, "", spec.QueryStatus)
+	if err != nil {
+		return spec.RunStatus{}, false
+	}
+	var st spec.RunStatus
+	if err := v.Get(&st); err != nil {
+		return spec.RunStatus{}, false
+	}
+	return st, true
+}
+
+// await polls the run id's status until ok holds of it, within limit: a
+// script goroutine's helper, it reports a miss with Errorf and returns
+// false.
+func (r *recorder) await(id, what string, limit time.Duration, ok func(spec.RunStatus) bool) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if st, found := r.status(id); found && ok(st) {
+			return true
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	st, _ := r.status(id)
+	r.t.Errorf("%s: not %s within %s (status %+v)", id, what, limit, st)
+	return false
+}
+
 // save writes the history of id's run runID ("": the latest) as
 // name.json, having checked that it asked for every change in changes.
 func (r *recorder) save(id, runID, name string, changes ...string) {

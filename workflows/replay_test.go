@@ -346,6 +346,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_green_pause_in_wait.json", spec.WorkflowTrainingRun},      // scripted: paused in its green wait, the resume ended the pause only; a second resume cut the wait, a contiguous job on to the end (versionResumeEndsPause, versionOverrideStarts)
 		{"trainingrun_green_resume_lost.json", spec.WorkflowTrainingRun},        // scripted: a resume cut the green wait, its chunk failed, the recovered run trained at once (versionResumeOutlivesLoss)
 		{"trainingrun_green_wait_rollover.json", spec.WorkflowTrainingRun},      // scripted: a green wait re-decided on its signal's step, continued as new there, the history being long; the first run (versionRecheckGreenWait, versionRolloverInGreenWait)
+		{"trainingrun_scale_asks_soon.json", spec.WorkflowTrainingRun},          // scripted: a scale-up short of a node asked for it a second on, took it at the next boundary (versionScaleAsksSoon)
+		{"trainingrun_silent_suspects.json", spec.WorkflowTrainingRun},          // scripted: two ranks blamed once each, only the silent one replaced (versionSilentSuspects)
+		{"trainingrun_saver_kept.json", spec.WorkflowTrainingRun},               // scripted: a node lost in a storage hold's save-only chunk, the state it stored kept (versionSaverKept)
+		{"cluster_forget_stopped.json", spec.WorkflowCluster},                   // scripted: a node whose worker said it stopped forgotten within its lease (versionForgetStopped)
+		{"trainingrun_asks_cut_found.json", spec.WorkflowTrainingRun},           // scripted: a drained node's ask cut by its chunk went on at once (versionCutAsks), the ask after a whole wait found c, taken at that chunk's boundary (versionFoundAsks)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
