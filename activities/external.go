@@ -186,6 +186,48 @@ func (n *Node) admit(ctx context.Context) (release func(), err error) {
 	}
 }
 
+// awaitNoWorld waits until no world runs on this node, for up to
+// worldGoneWait, before a built-in chunk starts: a cancelled world's
+// processes outlive its activity by up to stop_grace (the workflow does
+// not wait for a cancellation), and the chunk of the next run this node
+// serves would start beside them — on an NPU they hold its memory. Past
+// worldGoneWait (connectBase less the default stop_grace and a margin:
+// the chunk's peers, waiting to connect, must not blame this node for
+// the wait) the chunk goes ahead beside them, and the log says so. A
+// world does not wait for chunks: a cancelled chunk ends within a step.
+func (n *Node) awaitNoWorld(ctx context.Context, log *zap.Logger) error {
+	n.once.Do(func() { n.world = make(chan struct{}, 1) })
+	select {
+	case n.world <- struct{}{}:
+		<-n.world
+		return nil
+	default:
+	}
+	if n.onChunkWaits != nil {
+		n.onChunkWaits()
+	}
+	wait := worldGoneWait
+	if n.worldWait > 0 {
+		wait = n.worldWait
+	}
+	log.Info("an external job's processes still run on this node: the chunk waits for them to stop", zap.Duration("up_to", wait))
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case n.world <- struct{}{}:
+		<-n.world
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		log.Warn("an external job's processes still run on this node: the chunk starts beside them", zap.Duration("waited", wait))
+		return nil
+	}
+}
+
+// worldGoneWait bounds how long a chunk waits for a world's processes.
+const worldGoneWait = 15 * time.Second
+
 func badJob(format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
 	return temporal.NewNonRetryableApplicationError(err.Error(), spec.ErrTypeBadJob, err)

@@ -100,9 +100,14 @@ type Node struct {
 	observeBeats func(spec.ChunkProgress)
 
 	// world admits one external job's processes at a time on this node: a
-	// relaunch waits until the last world's processes are gone.
+	// relaunch waits until the last world's processes are gone, and a
+	// built-in chunk too, for up to worldGoneWait (awaitNoWorld).
 	world chan struct{}
 	once  sync.Once
+	// worldWait replaces worldGoneWait when positive, and onChunkWaits
+	// hears a chunk begin to wait for a world (tests).
+	worldWait    time.Duration
+	onChunkWaits func()
 
 	// faults are signalled faults armed on this worker (ArmFault).
 	faults armedFaults
@@ -247,6 +252,9 @@ func (n *Node) TrainChunk(ctx context.Context, in spec.ChunkInput) (_ *spec.Chun
 		hb.mu.Lock()
 		hb.observe = n.observeBeats
 		hb.mu.Unlock()
+	}
+	if err := n.awaitNoWorld(ctx, log); err != nil {
+		return nil, err
 	}
 	if err := n.checkSharedBucket(ctx, in.Token, in.Restore, log); err != nil {
 		return nil, err

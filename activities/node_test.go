@@ -531,6 +531,67 @@ func TestTrainChunkWithoutData(t *testing.T) {
 	wantLoadError(t, errs[0], spec.ErrTypeNodeUnfit, "node node-1 has no data set for mlp-mnist", "nowhere", "--mnist-dir")
 }
 
+// TestTrainChunkWaitsForAWorldToStop: a built-in chunk on a node where an
+// external job's world still runs (its processes stopping after a
+// cancellation the workflow did not wait for) starts training once the
+// world is gone; a world that outlasts worldGoneWait no longer holds it
+// back.
+func TestTrainChunkWaitsForAWorldToStop(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		wait    time.Duration
+		release bool // the world ends while the chunk waits
+	}{
+		{"starts once the world is gone", time.Minute, true},
+		{"goes ahead past the wait", 300 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, m := newNodes(t, 1, "mem://")
+			n := nodes[0]
+			n.worldWait = tc.wait
+			admitted, err := n.admit(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			world := sync.OnceFunc(admitted)
+			defer world()
+			waiting := make(chan struct{})
+			n.onChunkWaits = func() { close(waiting) }
+			s := spec.RunSpec{Name: "act", Nodes: 1, Steps: 10}.WithDefaults()
+			in := spec.ChunkInput{RunID: "run/act", Spec: s, Membership: m, Session: "run/act/g1/e1", Token: "tok", From: 0, To: 10}
+			type ended struct {
+				res  []*spec.ChunkResult
+				errs []error
+			}
+			done := make(chan ended, 1)
+			go func() {
+				res, errs, _ := runChunkTimed(t, nodes, in)
+				done <- ended{res, errs}
+			}()
+			var end ended
+			select {
+			case <-waiting:
+			case end = <-done:
+				t.Fatalf("the chunk trained beside the world: %v", end.errs)
+			}
+			released := time.Now()
+			if tc.release {
+				world()
+			}
+			end = <-done
+			if end.errs[0] != nil {
+				t.Fatal(end.errs[0])
+			}
+			if first := end.res[0].FirstStepAt; first.Before(released) {
+				t.Errorf("first step at %s, before the wait ended (%s)", first.Format(time.StampMicro), released.Format(time.StampMicro))
+			}
+			if end.res[0].To != 10 {
+				t.Errorf("trained to %d, want 10", end.res[0].To)
+			}
+		})
+	}
+}
+
 // wantLoadError checks a retryable ApplicationError of type typ whose
 // message holds every one of want (a load, or a node unfit for the run).
 func wantLoadError(t *testing.T, err error, typ string, want ...string) {
