@@ -63,6 +63,37 @@ func TestListWhileAnUploadGoesOn(t *testing.T) {
 	}
 }
 
+// TestListUnderAPrefix: a file:// bucket opened with gocloud's prefix
+// parameter lists the checkpoints saved through it — read from the
+// prefix's directory when it ends in a slash, by fileblob otherwise.
+func TestListUnderAPrefix(t *testing.T) {
+	for _, tc := range []struct{ prefix, file string }{
+		{"sub/", "sub/runs/r/ckpt/000000000100/manifest.json"},
+		{"a/b/", "a/b/runs/r/ckpt/000000000100/manifest.json"},
+		{"p-", "p-runs/r/ckpt/000000000100/manifest.json"},
+	} {
+		t.Run(tc.prefix, func(t *testing.T) {
+			dir := t.TempDir()
+			ctx := context.Background()
+			st, err := Open(ctx, "file://"+dir+"?prefix="+tc.prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			if _, err := st.Save(ctx, "r", 100, []byte("weights")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(tc.file))); err != nil {
+				t.Fatalf("the manifest is not where the prefix puts it: %v", err)
+			}
+			refs, err := st.List(ctx, "r")
+			if err != nil || len(refs) != 1 || refs[0].Step != 100 {
+				t.Fatalf("list: %+v, %v; want the checkpoint at step 100", refs, err)
+			}
+		})
+	}
+}
+
 // churn writes and deletes files named prefix… in dir, from two
 // goroutines, until the function it returns is called.
 func churn(dir, prefix string) (stop func()) {

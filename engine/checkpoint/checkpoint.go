@@ -201,6 +201,14 @@ func OpenWithOptions(ctx context.Context, bucketURL string, o Options) (*Store, 
 			}
 		}
 		u.RawQuery = q.Encode()
+		// A prefix (gocloud's URL parameter) names a directory below
+		// it when it ends in a slash; another leaves the files' names
+		// to fileblob alone: no listing of our own then.
+		if p := q.Get("prefix"); strings.HasSuffix(p, "/") {
+			dir = filepath.Join(dir, filepath.FromSlash(p))
+		} else if p != "" {
+			dir = ""
+		}
 	}
 	b, err := openBucket(ctx, u)
 	if err != nil {
@@ -552,11 +560,8 @@ func (s *Store) load(ctx context.Context, ref Ref) ([]byte, *manifest, error) {
 	return data, m, nil
 }
 
-// steps lists, ascending, the steps of run that have a manifest. On a
-// file:// bucket a listing that met a file deleted while it walked (an
-// upload's temporary file renamed: fileblob fails it NotFound, though a
-// missing directory lists empty) is listed again, up to fileListTries
-// times.
+// steps lists, ascending, the steps of run that have a manifest. A
+// file:// bucket's are read from its directory (fileSteps).
 func (s *Store) steps(ctx context.Context, run string) ([]int64, error) {
 	if err := ValidateRun(run); err != nil {
 		return nil, err
@@ -565,17 +570,48 @@ func (s *Store) steps(ctx context.Context, run string) ([]int64, error) {
 	if err := s.readable(prefix); err != nil {
 		return nil, err
 	}
-	for try := 1; ; try++ {
-		steps, err := s.steps1(ctx, prefix)
-		if err == nil || s.dir == "" || !isNotFound(err) || try == fileListTries {
-			return steps, err
-		}
+	if s.dir != "" {
+		return s.fileSteps(prefix)
 	}
+	return s.steps1(ctx, prefix)
 }
 
-// fileListTries bounds the listings of a file:// bucket that steps makes
-// while files come and go under it.
-const fileListTries = 10
+// fileSteps is steps1 for a file:// bucket: its step directories whose
+// manifest is a file. fileblob's own listing walks every file under the
+// prefix and fails, NotFound, on one deleted while it walks — an upload's
+// temporary file renamed into place, as every save does —, so that a
+// listing beside a save failed now and then however often it was tried.
+func (s *Store) fileSteps(prefix string) ([]int64, error) {
+	root := filepath.Join(s.dir, filepath.FromSlash(strings.TrimSuffix(prefix, "/")))
+	entries, err := os.ReadDir(root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil // (as fileblob lists a missing directory)
+	case err != nil:
+		return nil, fmt.Errorf("checkpoint: list %s: %w", prefix, err)
+	}
+	var steps []int64
+	for _, e := range entries {
+		if len(e.Name()) != stepDigits || !e.IsDir() {
+			continue
+		}
+		step, err := strconv.ParseInt(e.Name(), 10, 64)
+		if err != nil || step < 0 {
+			continue
+		}
+		st, err := os.Stat(filepath.Join(root, e.Name(), manifestName))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// A save that has not committed, or a step being deleted.
+		case err != nil:
+			return nil, fmt.Errorf("checkpoint: list %s: %w", prefix, err)
+		case st.Mode().IsRegular():
+			steps = append(steps, step)
+		}
+	}
+	slices.Sort(steps)
+	return slices.Compact(steps), nil
+}
 
 func (s *Store) steps1(ctx context.Context, prefix string) ([]int64, error) {
 	var steps []int64
