@@ -132,6 +132,30 @@ type cluster struct {
 	queue   []*waiter
 	fifo    bool
 	reserve bool
+	// cancelAsked: a cancel request was seen, and cancelRolls: it makes
+	// the Cluster continue as new (versionCancelRollsOver).
+	cancelAsked, cancelRolls bool
+}
+
+// versionCancelRollsOver: a cancel request (`temporal workflow cancel`
+// on the registry) makes the Cluster continue as new with its whole
+// state, as a long history does — acquires waiting end with
+// ErrTypeClusterRollover and are asked again of the next run. Before, it
+// ran on cancelled: every acquire that had to wait, every sweep and every
+// run told of a drain failed at once, until the next rollover. Ending
+// instead would lose which runs hold which nodes (the node workers'
+// renewals would start a registry that knows none). Asked only once a
+// cancel is requested.
+const versionCancelRollsOver = "cancel-rolls-over"
+
+// cancelRollsOver says whether a cancel request continues the Cluster as
+// new (asked once, by the first to see the request).
+func (c *cluster) cancelRollsOver(ctx workflow.Context) bool {
+	if !c.cancelAsked {
+		c.cancelAsked = true
+		c.cancelRolls = workflow.GetVersion(ctx, versionCancelRollsOver, workflow.DefaultVersion, 1) >= 1
+	}
+	return c.cancelRolls
 }
 
 // waiter is an acquire waiting for nodes.
@@ -210,12 +234,31 @@ func (c *cluster) run(ctx workflow.Context) error {
 	onSignal(sel, release, refused(spec.SignalRelease), func(r spec.Release) { c.release(ctx, r.RunID) })
 	onSignal(sel, drain, refused(spec.SignalDrain), func(d spec.Drain) { c.drain(ctx, d) })
 	onSignal(sel, withdraw, refused(spec.SignalWithdraw), func(w spec.Withdraw) { c.withdraw(ctx, w.RunID) })
+	// A cancel request continues the Cluster as new (versionCancelRollsOver).
+	cancelled := false
+	wake := workflow.NewChannel(ctx)
+	sel.AddReceive(wake, func(ch workflow.ReceiveChannel, _ bool) {
+		ch.Receive(ctx, nil)
+		cancelled = true
+	})
+	watch, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.Go(watch, func(watch workflow.Context) {
+		ctx.Done().Receive(watch, nil)
+		if c.cancelRollsOver(watch) {
+			log.Warn("cancel requested: the cluster registry continues as new with its nodes and holders (terminate it to drop them)")
+			wake.Send(watch, struct{}{})
+		}
+	})
 	for {
 		sel.Select(ctx)
 		info := workflow.GetInfo(ctx)
-		if info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= c.st.MaxHistoryEvents {
+		if cancelled || info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() >= c.st.MaxHistoryEvents {
 			break
 		}
+	}
+	if cancelled {
+		// What closes the Cluster must not fail for the request.
+		ctx, _ = workflow.NewDisconnectedContext(ctx)
 	}
 	// Drain what arrived meanwhile, let running updates finish, then hand
 	// the whole state to the next run.
@@ -632,6 +675,9 @@ func (c *cluster) acquire(ctx workflow.Context, req spec.AcquireRequest) ([]spec
 			ok, err = workflow.AwaitWithOptions(ctx, workflow.AwaitOptions{Timeout: req.Wait, TimerOptions: workflow.TimerOptions{Summary: waitSummary(req)}}, cond)
 		}
 		if err != nil {
+			if temporal.IsCanceledError(err) && c.cancelRollsOver(ctx) {
+				return nil, rollover(req)
+			}
 			return nil, err
 		}
 	}

@@ -1160,6 +1160,34 @@ func TestClusterRollsOverWithoutWaitingForWaiters(t *testing.T) {
 	require.Equal(t, "r1", next.State.Nodes[0].Run, "r1 keeps its nodes across")
 }
 
+// TestClusterCancelRollsOver: a cancel request (`temporal workflow cancel`
+// on the registry) continues the Cluster as new with its state — r1
+// keeps its node — and ends the acquire waiting then with the rollover
+// error, which the run's activity asks the next run again for
+// (versionCancelRollsOver); before, the Cluster ran on cancelled and
+// every acquire that had to wait failed at once.
+func TestClusterCancelRollsOver(t *testing.T) {
+	env, acquire, at, results := clusterEnv()
+	registerAt(env, at, time.Second, testNodes("a", "b"))
+	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 1, Wait: time.Second}) })
+	at(3*time.Second, func() { acquire("r2", spec.AcquireRequest{RunID: "r2", Count: 2, Wait: time.Hour}) })
+	at(4*time.Second, func() { env.CancelWorkflow() })
+	start := env.Now()
+	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "want continue-as-new, got %v", env.GetWorkflowError())
+	require.NoError(t, results["r1"].err)
+	var ae *temporal.ApplicationError
+	require.True(t, errors.As(results["r2"].err, &ae), "r2: %v", results["r2"].err)
+	require.Equal(t, spec.ErrTypeClusterRollover, ae.Type())
+	require.Less(t, env.Now().Sub(start), time.Minute, "at the request, not after the waiter's hour")
+	var next ClusterInput
+	require.NoError(t, decodeArgs(can, &next))
+	require.Len(t, next.State.Nodes, 2)
+	require.Equal(t, "r1", next.State.Nodes[0].Run, "r1 keeps its node across")
+	require.Empty(t, next.State.Nodes[1].Run)
+}
+
 // TestClusterServesWaitersFirstComeFirstServed: three runs wait for the
 // same two nodes; when they come free the one that has waited longest
 // takes them (the SDK wakes the newest first), and the next two when the

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -34,6 +35,7 @@ func TestRecordScriptedChunks(t *testing.T) {
 		{name: "trainingrun_saver_kept", run: recordSaverKept},
 		{name: "trainingrun_asks_cut_found", run: recordAsksCutFound},
 		{name: "cluster_forget_stopped", run: recordForgetStopped},
+		{name: "cluster_cancel_rolls_over", run: recordCancelRollsOver},
 	})
 }
 
@@ -343,22 +345,95 @@ func recordAsksCutFound(t *testing.T, r *recorder) {
 	r.save(id, "", "trainingrun_asks_cut_found", versionCutAsks, versionFoundAsks)
 }
 
+// serveCluster starts a control worker with the real Cluster (every run
+// it asks about running) and the Cluster as id.
+func (r *recorder) serveCluster(ctx context.Context, id string) client.WorkflowRun {
+	r.t.Helper()
+	w := worker.New(r.c, spec.ControlTaskQueue, worker.Options{})
+	w.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
+	w.RegisterActivityWithOptions(func(context.Context, []string) ([]spec.EndedRun, error) { return nil, nil },
+		activity.RegisterOptions{Name: spec.ActivityEndedRuns})
+	r.start(w)
+	run, err := r.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: spec.ControlTaskQueue}, spec.WorkflowCluster, ClusterInput{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return run
+}
+
+// recordCancelRollsOver: a cancel request on the Cluster, while r1 holds
+// a and r2 waits for two nodes, continues it as new with its state
+// (versionCancelRollsOver): r2's acquire ends with the rollover error,
+// and the next run still has r1 holding a.
+func recordCancelRollsOver(t *testing.T, r *recorder) {
+	const id = "cluster/cancel-rolls-over"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	first := r.serveCluster(ctx, id)
+	for _, n := range testNodes("a", "b") {
+		r.signal(id, spec.SignalRegister, n)
+	}
+	acquire := func(req spec.AcquireRequest) (client.WorkflowUpdateHandle, error) {
+		return r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: id, RunID: first.GetRunID(), UpdateName: spec.UpdateAcquire, Args: []any{req},
+			WaitForStage: client.WorkflowUpdateStageAccepted,
+		})
+	}
+	h1, err := acquire(spec.AcquireRequest{RunID: "r1", Count: 1, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h1.Get(ctx, nil); err != nil {
+		t.Fatalf("r1's acquire: %v", err)
+	}
+	h2, err := acquire(spec.AcquireRequest{RunID: "r2", Count: 2, Wait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.c.CancelWorkflow(ctx, id, ""); err != nil {
+		t.Fatal(err)
+	}
+	var ae *temporal.ApplicationError
+	if err := h2.Get(ctx, nil); !errors.As(err, &ae) || ae.Type() != spec.ErrTypeClusterRollover {
+		t.Fatalf("r2's acquire after the cancel: %v; want the rollover error", err)
+	}
+	for {
+		d, err := r.c.DescribeWorkflowExecution(ctx, id, first.GetRunID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := d.GetWorkflowExecutionInfo().GetStatus()
+		if st == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+			break
+		}
+		if st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || ctx.Err() != nil {
+			t.Fatalf("the cancelled Cluster is %s; want continued as new", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	v, err := r.c.QueryWorkflow(ctx, id, "", spec.QueryNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []NodeRecord
+	if err := v.Get(&nodes); err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 2 || nodes[0].Run != "r1" || nodes[1].Run != "" {
+		t.Fatalf("the next run's registry %+v: want a held by r1, b free", nodes)
+	}
+	r.save(id, first.GetRunID(), "cluster_cancel_rolls_over", versionCancelRollsOver)
+}
+
 // recordForgetStopped: the Cluster (its own control worker: the real
 // workflow) registers a, b and d; d's worker renews its lease and says it
 // stopped (MarkFailed, "worker stopped"); forgetting d then succeeds at
 // once, its lease fresh (versionForgetStopped), while b's is refused.
 func recordForgetStopped(t *testing.T, r *recorder) {
 	const id = "cluster/forget-stopped"
-	w := worker.New(r.c, spec.ControlTaskQueue, worker.Options{})
-	w.RegisterWorkflowWithOptions(Cluster, workflow.RegisterOptions{Name: spec.WorkflowCluster})
-	w.RegisterActivityWithOptions(func(context.Context, []string) ([]spec.EndedRun, error) { return nil, nil },
-		activity.RegisterOptions{Name: spec.ActivityEndedRuns})
-	r.start(w)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := r.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: spec.ControlTaskQueue}, spec.WorkflowCluster, ClusterInput{}); err != nil {
-		t.Fatal(err)
-	}
+	r.serveCluster(ctx, id)
 	for _, n := range testNodes("a", "b", "d") {
 		r.signal(id, spec.SignalRegister, n)
 	}

@@ -351,6 +351,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		{"trainingrun_saver_kept.json", spec.WorkflowTrainingRun},               // scripted: a node lost in a storage hold's save-only chunk, the state it stored kept (versionSaverKept)
 		{"cluster_forget_stopped.json", spec.WorkflowCluster},                   // scripted: a node whose worker said it stopped forgotten within its lease (versionForgetStopped)
 		{"trainingrun_asks_cut_found.json", spec.WorkflowTrainingRun},           // scripted: a drained node's ask cut by its chunk went on at once (versionCutAsks), the ask after a whole wait found c, taken at that chunk's boundary (versionFoundAsks)
+		{"cluster_cancel_rolls_over.json", spec.WorkflowCluster},                // scripted: a cancel request continued it as new, r1 holding a, r2's wait ended for the rollover (versionCancelRollsOver)
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
