@@ -1136,56 +1136,50 @@ func TestClusterForgetsANode(t *testing.T) {
 // acquire waiting for nodes (r2, for 10 minutes) ends at once with
 // ClusterRollover — its run asks the next run again — and the signals
 // that come meanwhile are still served (before, the Cluster waited out the
-// acquire serving none: every node went silent).
-func TestClusterRollsOverWithoutWaitingForWaiters(t *testing.T) {
-	env, acquire, at, results := clusterEnv()
-	registerAt(env, at, time.Second, testNodes("a", "b"))
-	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 2, Wait: time.Second}) })
-	at(3*time.Second, func() { acquire("r2", spec.AcquireRequest{RunID: "r2", Count: 2, Wait: 10 * time.Minute}) })
-	at(4*time.Second, func() {
-		env.SetCurrentHistoryLength(31)
-		env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"})
-	})
-	start := env.Now()
-	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{State: ClusterState{MaxHistoryEvents: 30}})
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &can), "want continue-as-new, got %v", env.GetWorkflowError())
-	require.NoError(t, results["r1"].err)
-	var ae *temporal.ApplicationError
-	require.True(t, errors.As(results["r2"].err, &ae), "r2: %v", results["r2"].err)
-	require.Equal(t, spec.ErrTypeClusterRollover, ae.Type())
-	require.Less(t, env.Now().Sub(start), time.Minute, "the waiter's 10 minutes were not waited out (test clock)")
-	var next ClusterInput
-	require.NoError(t, decodeArgs(can, &next))
-	require.Equal(t, "r1", next.State.Nodes[0].Run, "r1 keeps its nodes across")
-}
-
-// TestClusterCancelRollsOver: a cancel request (`temporal workflow cancel`
-// on the registry) continues the Cluster as new with its state — r1
-// keeps its node — and ends the acquire waiting then with the rollover
-// error, which the run's activity asks the next run again for
-// (versionCancelRollsOver); before, the Cluster ran on cancelled and
+// acquire serving none: every node went silent). A cancel request (`temporal
+// workflow cancel` on the registry) rolls it over so too, r1 keeping its
+// node (versionCancelRollsOver); before, the Cluster ran on cancelled and
 // every acquire that had to wait failed at once.
-func TestClusterCancelRollsOver(t *testing.T) {
-	env, acquire, at, results := clusterEnv()
-	registerAt(env, at, time.Second, testNodes("a", "b"))
-	at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: 1, Wait: time.Second}) })
-	at(3*time.Second, func() { acquire("r2", spec.AcquireRequest{RunID: "r2", Count: 2, Wait: time.Hour}) })
-	at(4*time.Second, func() { env.CancelWorkflow() })
-	start := env.Now()
-	env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{})
-	var can *workflow.ContinueAsNewError
-	require.True(t, errors.As(env.GetWorkflowError(), &can), "want continue-as-new, got %v", env.GetWorkflowError())
-	require.NoError(t, results["r1"].err)
-	var ae *temporal.ApplicationError
-	require.True(t, errors.As(results["r2"].err, &ae), "r2: %v", results["r2"].err)
-	require.Equal(t, spec.ErrTypeClusterRollover, ae.Type())
-	require.Less(t, env.Now().Sub(start), time.Minute, "at the request, not after the waiter's hour")
-	var next ClusterInput
-	require.NoError(t, decodeArgs(can, &next))
-	require.Len(t, next.State.Nodes, 2)
-	require.Equal(t, "r1", next.State.Nodes[0].Run, "r1 keeps its node across")
-	require.Empty(t, next.State.Nodes[1].Run)
+func TestClusterRollsOverWithoutWaitingForWaiters(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		r1    int // nodes r1 takes of a and b
+		state ClusterState
+		at4s  func(env *testsuite.TestWorkflowEnvironment)
+	}{
+		{"history long", 2, ClusterState{MaxHistoryEvents: 30}, func(env *testsuite.TestWorkflowEnvironment) {
+			env.SetCurrentHistoryLength(31)
+			env.SignalWorkflow(spec.SignalHeartbeat, spec.NodeHeartbeat{NodeID: "a"})
+		}},
+		{"cancel requested", 1, ClusterState{}, func(env *testsuite.TestWorkflowEnvironment) { env.CancelWorkflow() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, acquire, at, results := clusterEnv()
+			registerAt(env, at, time.Second, testNodes("a", "b"))
+			at(2*time.Second, func() { acquire("r1", spec.AcquireRequest{RunID: "r1", Count: tc.r1, Wait: time.Second}) })
+			at(3*time.Second, func() { acquire("r2", spec.AcquireRequest{RunID: "r2", Count: 2, Wait: 10 * time.Minute}) })
+			at(4*time.Second, func() { tc.at4s(env) })
+			start := env.Now()
+			env.ExecuteWorkflow(spec.WorkflowCluster, ClusterInput{State: tc.state})
+			var can *workflow.ContinueAsNewError
+			require.True(t, errors.As(env.GetWorkflowError(), &can), "want continue-as-new, got %v", env.GetWorkflowError())
+			require.NoError(t, results["r1"].err)
+			var ae *temporal.ApplicationError
+			require.True(t, errors.As(results["r2"].err, &ae), "r2: %v", results["r2"].err)
+			require.Equal(t, spec.ErrTypeClusterRollover, ae.Type())
+			require.Less(t, env.Now().Sub(start), time.Minute, "the waiter's 10 minutes were not waited out (test clock)")
+			var next ClusterInput
+			require.NoError(t, decodeArgs(can, &next))
+			require.Len(t, next.State.Nodes, 2)
+			for i, n := range next.State.Nodes {
+				if i < tc.r1 {
+					require.Equal(t, "r1", n.Run, "r1 keeps its nodes across")
+				} else {
+					require.Empty(t, n.Run, "%s free", n.Node.ID)
+				}
+			}
+		})
+	}
 }
 
 // TestClusterServesWaitersFirstComeFirstServed: three runs wait for the

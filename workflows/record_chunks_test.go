@@ -361,6 +361,20 @@ func (r *recorder) serveCluster(ctx context.Context, id string) client.WorkflowR
 	return run
 }
 
+// clusterNodes queries the Cluster id's registry.
+func (r *recorder) clusterNodes(ctx context.Context, id string) []NodeRecord {
+	r.t.Helper()
+	v, err := r.c.QueryWorkflow(ctx, id, "", spec.QueryNodes)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var nodes []NodeRecord
+	if err := v.Get(&nodes); err != nil {
+		r.t.Fatal(err)
+	}
+	return nodes
+}
+
 // recordCancelRollsOver: a cancel request on the Cluster, while r1 holds
 // a and r2 waits for two nodes, continues it as new with its state
 // (versionCancelRollsOver): r2's acquire ends with the rollover error,
@@ -411,15 +425,7 @@ func recordCancelRollsOver(t *testing.T, r *recorder) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	v, err := r.c.QueryWorkflow(ctx, id, "", spec.QueryNodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []NodeRecord
-	if err := v.Get(&nodes); err != nil {
-		t.Fatal(err)
-	}
-	if len(nodes) != 2 || nodes[0].Run != "r1" || nodes[1].Run != "" {
+	if nodes := r.clusterNodes(ctx, id); len(nodes) != 2 || nodes[0].Run != "r1" || nodes[1].Run != "" {
 		t.Fatalf("the next run's registry %+v: want a held by r1, b free", nodes)
 	}
 	r.save(id, first.GetRunID(), "cluster_cancel_rolls_over", versionCancelRollsOver)
@@ -458,16 +464,8 @@ func recordForgetStopped(t *testing.T, r *recorder) {
 	if err := forget("b"); err == nil {
 		t.Fatal("forget b, whose worker renews its lease: want refused")
 	}
-	v, err := r.c.QueryWorkflow(ctx, id, "", spec.QueryNodes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var after []NodeRecord
-	if err := v.Get(&after); err != nil {
-		t.Fatal(err)
-	}
 	var left []string
-	for _, n := range after {
+	for _, n := range r.clusterNodes(ctx, id) {
 		left = append(left, n.Node.ID)
 	}
 	if !slices.Equal(left, []string{"a", "b"}) {
