@@ -144,8 +144,8 @@ type cluster struct {
 // ran on cancelled: every acquire that had to wait, every sweep and every
 // run told of a drain failed at once, until the next rollover. Ending
 // instead would lose which runs hold which nodes (the node workers'
-// renewals would start a registry that knows none). Asked only once a
-// cancel is requested.
+// renewals would start a registry that knows the nodes, not their
+// holders). Asked only once a cancel is requested.
 const versionCancelRollsOver = "cancel-rolls-over"
 
 // cancelRollsOver says whether a cancel request continues the Cluster as
