@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 )
 
@@ -99,18 +100,29 @@ func recordedChanges(t *testing.T) map[string]bool {
 		if err != nil {
 			t.Fatalf("read %s: %v", f, err)
 		}
-		for _, ev := range h.Events {
-			m := ev.GetMarkerRecordedEventAttributes()
-			if m.GetMarkerName() != "Version" {
-				continue
+		for _, id := range changesAsked(t, f, h) {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// changesAsked lists the change IDs of a history's version markers, in
+// order (where names the history in a failure).
+func changesAsked(t *testing.T, where string, h *historypb.History) []string {
+	t.Helper()
+	var out []string
+	for _, ev := range h.Events {
+		m := ev.GetMarkerRecordedEventAttributes()
+		if m.GetMarkerName() != "Version" {
+			continue
+		}
+		for _, p := range m.GetDetails()["change-id"].GetPayloads() {
+			var id string
+			if err := json.Unmarshal(p.GetData(), &id); err != nil {
+				t.Fatalf("%s: version marker %d: %v", where, ev.GetEventId(), err)
 			}
-			for _, p := range m.GetDetails()["change-id"].GetPayloads() {
-				var id string
-				if err := json.Unmarshal(p.GetData(), &id); err != nil {
-					t.Fatalf("%s: version marker %d: %v", f, ev.GetEventId(), err)
-				}
-				out[id] = true
-			}
+			out = append(out, id)
 		}
 	}
 	return out

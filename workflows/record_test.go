@@ -23,8 +23,6 @@ package workflows
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,7 +197,7 @@ func (r *recorder) save(id, runID, name string, changes ...string) {
 		}
 		h.Events = append(h.Events, ev)
 	}
-	asked := changesAsked(r.t, h)
+	asked := changesAsked(r.t, id, h)
 	for _, ch := range changes {
 		if !slices.Contains(asked, ch) {
 			r.t.Fatalf("%s's history never asked for %q (it asked for %v): the scenario missed its change", id, ch, asked)
@@ -221,26 +219,6 @@ func (r *recorder) save(id, runID, name string, changes ...string) {
 		r.t.Fatal(err)
 	}
 	r.t.Logf("recorded %s (%d events, changes %v)", path, len(h.Events), asked)
-}
-
-// changesAsked lists the change IDs of a history's version markers.
-func changesAsked(t *testing.T, h *history.History) []string {
-	t.Helper()
-	var out []string
-	for _, ev := range h.Events {
-		m := ev.GetMarkerRecordedEventAttributes()
-		if m == nil || m.GetMarkerName() != "Version" {
-			continue
-		}
-		for _, p := range m.GetDetails()["change-id"].GetPayloads() {
-			var id string
-			if err := json.Unmarshal(p.GetData(), &id); err != nil {
-				t.Fatalf("version marker %d: %v (%s)", ev.GetEventId(), err, base64.StdEncoding.EncodeToString(p.GetData()))
-			}
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // quietLogger drops the SDK's logs (the scenarios' failures say enough).
