@@ -347,13 +347,18 @@ func liveOf(beats []pendingBeat, st *spec.RunStatus) (*spec.ChunkProgress, []spe
 		if !failedAt.IsZero() && !b.scheduled.IsZero() && b.scheduled.Before(failedAt) {
 			continue
 		}
+		if b.stopping {
+			// A launch (or chunk) the run stopped: not the one training
+			// now. The run does not wait for it, and what it trains past
+			// the checkpoint the stop waited for is not the run's: a
+			// paused external job showed the step its stopping world
+			// reached (107) while it held at, and resumed from, 100.
+			continue
+		}
 		// (At the same step, a node storing a checkpoint: it says what
 		// the chunk waits for.)
 		if p := b.progress; live == nil || p.Step > live.Step || p.Step == live.Step && p.Storing > 0 && live.Storing == 0 {
 			live = &p
-		}
-		if b.stopping {
-			continue // (a launch being stopped: not the one training now)
 		}
 		if b.logs.Node != "" {
 			logs = append(logs, b.logs)

@@ -1132,7 +1132,8 @@ func TestStatusLineOfAnEndedRun(t *testing.T) {
 // TestLiveOfPrefersTheStoringNode: of the chunk's beats, the furthest step
 // is the run's progress; at the same step, the node that says it stores
 // the checkpoint (rank 0, its peers done and waiting) wins, whatever the
-// order the server lists them in.
+// order the server lists them in. A launch the run stopped (its
+// activities cancel-requested) is not progress, however far it got.
 func TestLiveOfPrefersTheStoringNode(t *testing.T) {
 	done := pendingBeat{progress: spec.ChunkProgress{Step: 300, To: 300}}
 	storing := pendingBeat{progress: spec.ChunkProgress{Step: 300, To: 300, Storing: 300}}
@@ -1146,10 +1147,17 @@ func TestLiveOfPrefersTheStoringNode(t *testing.T) {
 		{"storing first", []pendingBeat{storing, done}, 300},
 		{"none storing", []pendingBeat{done, done}, 0},
 		{"a node behind storing", []pendingBeat{behind, done}, 0},
+		// A stopped launch's nodes train on until they see the stop:
+		// their steps are not the run's.
+		{"a stopped launch further on", []pendingBeat{storing, {progress: spec.ChunkProgress{Step: 307, To: 400}, stopping: true}}, 300},
 	} {
 		live, _ := liveOf(tc.beats, nil)
 		if live == nil || live.Step != 300 || live.Storing != tc.want {
 			t.Errorf("%s: live %+v; want step 300, storing %d", tc.name, live, tc.want)
 		}
+	}
+	stopped := pendingBeat{progress: spec.ChunkProgress{Step: 107, To: 300}, stopping: true}
+	if live, _ := liveOf([]pendingBeat{stopped, stopped}, nil); live != nil {
+		t.Errorf("only a stopped launch's beats: live %+v; want none", live)
 	}
 }
