@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +22,10 @@ import (
 // on two node workers under the embedded server with a green policy on a
 // 1-second trace: clean now, dirty for 5 s from ~3 s on, clean after. The
 // plan made at launch lets the job start; the first checkpoint uploaded in
-// the dirty stretch re-plans, the world is stopped after it, the run waits
-// on a timer named for the next window and relaunches from that
-// checkpoint once the window opens — no restart counted — and completes.
+// the dirty stretch re-plans, the world is stopped after it (or the next,
+// uploaded while the run re-planned), the run waits on a timer named for
+// the next window and relaunches from that checkpoint once the window
+// opens — no restart counted — and completes.
 // The node workers meter energy with nvidia-smi (a script on their PATH
 // reporting 150 W): every trained stretch is priced on measured energy.
 // Its history is the replay test's trainingrun_external_energy.json
@@ -149,8 +151,20 @@ func TestExternalGreenWindow(t *testing.T) {
 	if at, ok := ckptAt[from]; !ok || at.Before(dirty.Add(-time.Second)) || !at.Before(clean) {
 		t.Errorf("relaunched from step %d, uploaded at %v; want the first checkpoint uploaded in [%v, %v)", from, at, dirty, clean)
 	}
-	if prev, ok := ckptAt[from-s.CheckpointEvery]; from > s.CheckpointEvery && (!ok || !prev.Before(dirty)) {
-		t.Errorf("the checkpoint before it (step %d) was uploaded at %v, not before %v: the world ran on", from-s.CheckpointEvery, prev, dirty)
+	// Not later than the next one: the first checkpoint in the dirty
+	// stretch has the run re-plan (a PlanCarbon activity), and the job
+	// trains on meanwhile — on a loaded machine long enough to upload
+	// one more, which the stop then keeps (seen with the e2e tests run
+	// eight at a time: stopped at 50, 25 uploaded 0.46 s into the stretch).
+	var ranOn []int64 // checkpoints uploaded in the dirty stretch before from
+	for step, at := range ckptAt {
+		if step < from && !at.Before(dirty) {
+			ranOn = append(ranOn, step)
+		}
+	}
+	if len(ranOn) > 1 {
+		slices.Sort(ranOn)
+		t.Errorf("relaunched from step %d, past checkpoints %v uploaded in the dirty stretch from %v: the world ran on", from, ranOn, dirty)
 	}
 	if !timerNamed {
 		t.Error("no timer named for the green window in the history")
