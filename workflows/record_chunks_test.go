@@ -277,12 +277,7 @@ func (a *askScript) freeNodes(cl *fakeCluster) func(context.Context, string, spe
 		}
 		cl.mu.Lock()
 		defer cl.mu.Unlock()
-		free := 0
-		for _, n := range cl.pool {
-			if !cl.failed[n.ID] && !slices.ContainsFunc(cl.held, func(h spec.Node) bool { return h.ID == n.ID }) {
-				free++
-			}
-		}
+		free := cl.freeLocked()
 		if free > 0 && a.found.IsZero() {
 			a.found = time.Now()
 		}

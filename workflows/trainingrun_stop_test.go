@@ -797,13 +797,7 @@ func freeNodes(env *testsuite.TestWorkflowEnvironment, cl *fakeCluster, waits bo
 	count := func(_ context.Context, clusterID string, req spec.AcquireRequest) (int, error) {
 		cl.mu.Lock()
 		defer cl.mu.Unlock()
-		free := 0
-		for _, n := range cl.pool {
-			if !cl.failed[n.ID] && !slices.ContainsFunc(cl.held, func(h spec.Node) bool { return h.ID == n.ID }) {
-				free++
-			}
-		}
-		return free, nil
+		return cl.freeLocked(), nil
 	}
 	asked := func() {
 		cl.mu.Lock()

@@ -54,6 +54,18 @@ type fakeCluster struct {
 	withdraws chan spec.Withdraw
 }
 
+// freeLocked counts the pool's nodes that are neither failed nor held, as
+// the Cluster's FreeNodes does (f.mu held).
+func (f *fakeCluster) freeLocked() int {
+	free := 0
+	for _, n := range f.pool {
+		if !f.failed[n.ID] && !slices.ContainsFunc(f.held, func(h spec.Node) bool { return h.ID == n.ID }) {
+			free++
+		}
+	}
+	return free
+}
+
 func (f *fakeCluster) acquire(_ context.Context, _ string, req spec.AcquireRequest) ([]spec.Node, error) {
 	if f.onAcquire != nil {
 		f.onAcquire(req)
