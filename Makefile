@@ -36,10 +36,8 @@ vet:
 test-race:
 	$(GO) test -race -count=1 -timeout 10m $(RACE_PKGS)
 
-# The end-to-end tests that call t.Parallel wait more than they compute
-# (see cmd/cann-train's TestMain): four at a time keep both cores busy.
 test-e2e:
-	$(GO) test -count=1 -parallel 4 -timeout 20m $(SERVER_PKGS) $(NORACE_PKGS)
+	$(GO) test -count=1 -timeout 20m $(SERVER_PKGS) $(NORACE_PKGS)
 
 ## bench: benchmarks (not in CI).
 bench:

@@ -29,7 +29,6 @@ import (
 // 2 → 1) and waits for it to complete. Its history is the replay test's
 // trainingrun_scale_grows.json (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestPauseResumeRealRun(t *testing.T) {
-	t.Parallel() // (about a core: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1", "node-2", "node-3")
@@ -681,7 +680,6 @@ func TestCancelStopsTheChunkInFlight(t *testing.T) {
 // the Cluster's cluster_reserve.json (earlier: cluster_withdraw.json)
 // (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestControlsWhileARunWaitsForNodes(t *testing.T) {
-	t.Parallel() // (about a core: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, l, addr := startInProcessControl(ctx, t, t.TempDir(), "node-1")

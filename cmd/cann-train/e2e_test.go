@@ -145,7 +145,6 @@ func TestQuickstartJSON(t *testing.T) {
 // so that it cannot finish between two looks: with 400 steps it once did
 // (0.34 s at 2,125 steps/s, looking every 100 ms).
 func TestControlWorkerKilledMidRun(t *testing.T) {
-	t.Parallel() // (about a core: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pc := startProcessCluster(ctx, t, t.TempDir(), "node-1", "node-2")

@@ -26,16 +26,11 @@ const childArgsEnv = "CANN_TRAIN_TEST_CHILD_ARGS"
 
 // TestMain also sets the tests' home. The end-to-end tests that mostly
 // wait — on heartbeat timeouts, a stopped server, scripted jobs: under
-// 0.8 of a core each, measured — call t.Parallel, and so do the few that
-// train the built-in model at about one core (measured alone: a control
-// worker killed, a pause, a resumed run, registry and node-ID checks).
-// They run after the rest, four at a time (`make test-e2e`: -parallel 4;
-// go test's default is GOMAXPROCS, two here). One that trains at more
-// than a core, judges speed or detection time, takes a port the kernel
-// handed out (another test's listener may take it meanwhile), or sets the
-// environment (t.Setenv) runs alone. Each has its own server, ports and
-// directories (newLauncher); they share only PATH's python3
-// (torchOnPath).
+// 0.8 of a core each, measured — call t.Parallel, so that two of them run
+// at once, after the rest; one that trains the built-in model, judges
+// speed, or sets the environment (t.Setenv) runs alone. Each has its own
+// server, ports and directories (newLauncher); they share only PATH's
+// python3 (torchOnPath).
 func TestMain(m *testing.M) {
 	if raw := os.Getenv(childArgsEnv); raw != "" {
 		var args []string

@@ -21,7 +21,6 @@ import (
 // SIGKILLed, a new one under the same ID takes over at once, as after a
 // machine restart.
 func TestNodeIDServedByOneWorker(t *testing.T) {
-	t.Parallel() // (about a core: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -125,7 +124,6 @@ func TestNodeWorkerRefusesBadBucket(t *testing.T) {
 // replay test's cluster_renewal_registers.json
 // (CANN_TRAIN_RECORD_HISTORY=$PWD/workflows/testdata).
 func TestRegistryResetTakesEveryNodeBack(t *testing.T) {
-	t.Parallel() // (about a core: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -32,7 +32,6 @@ import (
 // job that names none), bit-identical too, the job checked against the one stored
 // with the checkpoints.
 func TestResumeEndedRun(t *testing.T) {
-	t.Parallel() // (about a core: see TestMain)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
